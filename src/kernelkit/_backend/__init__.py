@@ -1,0 +1,193 @@
+"""Backend layer: array namespaces, random-state policy, dtype policy, input checks.
+
+Numerical code in kernelkit is written once against the Python array API standard
+through :mod:`array_api_compat`. NumPy is the default; PyTorch tensors go through the
+same code (with autograd, on any device).
+
+Policies implemented here:
+
+* **Namespace** – :func:`get_namespace` returns the array-API namespace of the inputs.
+* **Random state** – random parameters are always drawn with NumPy from
+  :func:`check_random_state` (``None`` / ``int`` / :class:`numpy.random.Generator`), then
+  moved with :func:`to_backend` to the backend, device and dtype of the input. The same
+  seed gives the same features whatever the backend.
+* **Dtype** – float32 in, float32 out; float64 in, float64 out. Integer and boolean inputs
+  are promoted to the default float (float64 for NumPy, ``torch.get_default_dtype()``
+  for torch); complex inputs are rejected.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from array_api_compat import (
+    array_namespace,
+    device,
+    is_numpy_namespace,
+    is_torch_array,
+    is_torch_namespace,
+    to_device,
+)
+
+__all__ = [
+    "check_random_state",
+    "device",
+    "float_dtype",
+    "get_namespace",
+    "is_numpy_namespace",
+    "is_torch_array",
+    "is_torch_namespace",
+    "to_backend",
+    "to_device",
+    "to_numpy",
+    "validate_data",
+    "validate_positive_int",
+]
+
+
+def get_namespace(*arrays):
+    """Array-API namespace shared by ``arrays`` (NumPy for lists / scalars)."""
+    arrays = [a for a in arrays if a is not None]
+    if not arrays:
+        return array_namespace(np.empty(0))
+    converted = [np.asarray(a) if isinstance(a, list | tuple) else a for a in arrays]
+    return array_namespace(*converted)
+
+
+def check_random_state(seed) -> np.random.Generator:
+    """Turn ``seed`` into a :class:`numpy.random.Generator`.
+
+    ``None`` gives a fresh OS-seeded generator, an ``int`` a seeded one, and a
+    ``Generator`` is returned as is. A legacy ``RandomState`` is wrapped by drawing a
+    seed from it (so scikit-learn style code that passes one keeps working).
+    """
+    if seed is None or isinstance(seed, numbers.Integral):
+        if seed is not None and int(seed) < 0:
+            raise ValueError(f"random_state must be a non-negative integer, got {seed}.")
+        return np.random.default_rng(seed)
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.RandomState):
+        return np.random.default_rng(seed.randint(0, 2**31 - 1))
+    raise TypeError(
+        "random_state must be None, an int or a numpy.random.Generator, "
+        f"got {type(seed).__name__}."
+    )
+
+
+def float_dtype(xp, x):
+    """The floating dtype that the output for input ``x`` gets (dtype policy)."""
+    if xp.isdtype(x.dtype, "real floating"):
+        return x.dtype
+    if is_torch_namespace(xp):
+        import torch  # only reached with torch inputs
+
+        return torch.get_default_dtype()
+    return xp.float64
+
+
+def to_backend(arr, xp, like=None, dtype=None):
+    """Move a NumPy array ``arr`` to namespace ``xp`` on the device of ``like``.
+
+    Parameters
+    ----------
+    arr : numpy.ndarray
+    xp : array namespace of the target.
+    like : array, optional
+        Supplies the device (and the dtype when ``dtype`` is None).
+    dtype : dtype of ``xp``, optional
+    """
+    if dtype is None and like is not None:
+        dtype = like.dtype
+    if is_numpy_namespace(xp):
+        return np.asarray(arr, dtype=dtype)
+    dev = device(like) if like is not None else None
+    return xp.asarray(np.ascontiguousarray(arr), dtype=dtype, device=dev)
+
+
+def to_numpy(x, dtype=None) -> np.ndarray:
+    """A NumPy copy/view of ``x`` (detached from autograd, on the host)."""
+    if is_torch_array(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def validate_positive_int(value, name: str, *, minimum: int = 1, maximum: int = 2**31 - 1) -> int:
+    """Check that ``value`` is an integer in ``[minimum, maximum]``; return it as ``int``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}.")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value} (too large to allocate).")
+    return value
+
+
+def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_empty: bool = False):
+    """Validate a 2-D real data matrix and apply the dtype policy.
+
+    Parameters
+    ----------
+    X : array_like, shape (n_samples, n_features)
+        NumPy array, torch tensor, or anything :func:`numpy.asarray` accepts.
+    name : str
+        Argument name used in error messages.
+    n_features : int, optional
+        Expected number of columns (the one seen at ``fit``).
+    allow_empty : bool
+        Whether zero rows are accepted.
+
+    Returns
+    -------
+    X : array, shape (n_samples, n_features)
+        Floating point (float32 stays float32, float64 stays float64, integers become the
+        namespace's default float), same backend and device as the input.
+    xp : the array namespace.
+
+    Raises
+    ------
+    TypeError
+        Complex or non-numeric input.
+    ValueError
+        Not 2-D, empty, NaN/inf entries, or the wrong number of columns.
+    """
+    if X is None:
+        raise ValueError(f"{name} is None; expected a 2-D array.")
+    if not (is_torch_array(X) or hasattr(X, "__array_namespace__")):
+        try:
+            X = np.asarray(X)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
+        if X.dtype == object or X.dtype.kind in "USV":
+            try:
+                X = X.astype(np.float64)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"{name} must be numeric, got dtype {X.dtype}.") from exc
+    xp = array_namespace(X)
+    if xp.isdtype(X.dtype, "complex floating"):
+        raise TypeError(f"{name} must be real-valued, got complex dtype {X.dtype}.")
+    if not xp.isdtype(X.dtype, ("real floating", "integral", "bool")):
+        raise TypeError(f"{name} must be numeric, got dtype {X.dtype}.")
+    if X.ndim != 2:
+        raise ValueError(
+            f"{name} must be a 2-D array of shape (n_samples, n_features), got {X.ndim}-D "
+            f"array with shape {tuple(X.shape)}. Reshape 1-D data with X.reshape(-1, 1) "
+            "(one feature) or X.reshape(1, -1) (one sample)."
+        )
+    if X.shape[0] == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty: found 0 samples (shape {tuple(X.shape)}).")
+    if X.shape[1] == 0:
+        raise ValueError(f"{name} has 0 features (shape {tuple(X.shape)}).")
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(
+            f"{name} has {X.shape[1]} features, but this object was fitted with "
+            f"{n_features} features."
+        )
+    dtype = float_dtype(xp, X)
+    if X.dtype != dtype:
+        X = xp.astype(X, dtype)
+    if not bool(xp.all(xp.isfinite(X))):
+        raise ValueError(f"{name} contains NaN or infinity.")
+    return X, xp

@@ -1,0 +1,21 @@
+"""Random feature maps, one module per family (see DESIGN.md, "Feature maps")."""
+
+from ._base import KERNELS, FeatureMap
+from .sampling import block_orthogonal_projection, draw_projection, gaussian_projection
+from .softmax import ADERF, GERF, SADERF, SDERF, HyperbolicRF, PositiveRF, TrigRF, a_star
+
+__all__ = [
+    "ADERF",
+    "GERF",
+    "KERNELS",
+    "SADERF",
+    "SDERF",
+    "FeatureMap",
+    "HyperbolicRF",
+    "PositiveRF",
+    "TrigRF",
+    "a_star",
+    "block_orthogonal_projection",
+    "draw_projection",
+    "gaussian_projection",
+]
