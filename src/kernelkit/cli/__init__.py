@@ -1,0 +1,180 @@
+"""The ``kernelkit`` command line.
+
+::
+
+    kernelkit list                              # experiments and benchmarks
+    kernelkit reproduce NAME [--quick] [--out DIR] [--seed N]
+    kernelkit reproduce all --quick             # every experiment, summary at the end
+    kernelkit reproduce --list
+    kernelkit bench NAME [--quick]
+
+Experiments write ``report.md``, PNG plots and ``results.json`` into ``results/NAME/``
+(or ``--out``). Everything runs offline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import click
+
+from .. import __version__
+from .. import experiments as _exp
+
+__all__ = ["main"]
+
+_EXIT_FAILED = 1
+_EXIT_USAGE = 2
+
+
+def _fmt_time(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
+
+
+def _echo_listing() -> None:
+    for title, reg in (("Experiments", _exp.EXPERIMENTS), ("Benchmarks", _exp.BENCHMARKS)):
+        click.echo(f"{title}:")
+        if not reg:
+            click.echo("  (none)")
+        width = max((len(n) for n in reg), default=0)
+        for name, entry in reg.items():
+            missing = "" if _exp.is_available(entry) else "  [module missing]"
+            click.echo(f"  {name:<{width}}  {entry.description}{missing}")
+    click.echo("\nRun one with `kernelkit reproduce NAME [--quick]` or `kernelkit bench NAME`.")
+
+
+def _use_agg_backend() -> None:
+    # experiments only write PNGs; never try to open a display
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    if "matplotlib" in sys.modules:
+        import matplotlib
+
+        matplotlib.use("Agg")
+
+
+def _lookup_or_exit(name: str, kind: str) -> _exp.Entry:
+    try:
+        return _exp._lookup(name, kind)
+    except _exp.UnknownName as exc:
+        hint = "kernelkit list"
+        click.echo(f"Error: {exc}\nSee `{hint}`.", err=True)
+        raise SystemExit(_EXIT_USAGE) from None
+
+
+def _run_one(entry: _exp.Entry, out_dir: Path, quick: bool, seed: int) -> tuple[str, float, str]:
+    """Run one experiment; returns (status, seconds, message). Never raises."""
+    t0 = time.perf_counter()
+    try:
+        module = _exp.load(entry)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        module.run(out_dir, quick=quick, seed=seed)
+    except _exp.ModuleNotAvailable as exc:
+        return "missing", time.perf_counter() - t0, str(exc)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # report and go on (reproduce all continues past failures)
+        traceback.print_exc()
+        return "FAILED", time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+    return "ok", time.perf_counter() - t0, str(out_dir / "report.md")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kernelkit")
+def main():
+    """kernelkit: kernel methods at scale.
+
+    Reproduce paper experiments offline (`kernelkit reproduce NAME`) and run
+    benchmarks (`kernelkit bench NAME`). `kernelkit list` shows what is available.
+    """
+
+
+@main.command("list")
+def list_cmd():
+    """List experiments and benchmarks with one-line descriptions."""
+    _echo_listing()
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--quick", is_flag=True, help="Reduced size (seconds to a minute each).")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output directory (default results/NAME). With `all`: the parent "
+                   "directory, each experiment writes to OUT/NAME (default results/).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--list", "list_", is_flag=True, help="List experiments and benchmarks.")
+def reproduce(name, quick, out, seed, list_):
+    """Run experiment NAME (or `all`) and write report.md, PNG plots and results.json.
+
+    `all` runs every registered experiment in order, continues past failures, prints
+    a summary with timings and exits non-zero if any experiment failed.
+    """
+    if list_:
+        _echo_listing()
+        return
+    if not name:
+        raise click.UsageError("Missing experiment NAME (or `all`); see `kernelkit list`.")
+    _use_agg_backend()
+    mode = "quick" if quick else "full"
+    if name == "all":
+        base = out if out is not None else Path("results")
+        rows = []
+        for entry in _exp.EXPERIMENTS.values():
+            click.echo(f"==> {entry.name} ({mode})")
+            status, secs, msg = _run_one(entry, base / entry.name, quick, seed)
+            if status != "ok":
+                click.echo(f"    {status}: {msg}", err=True)
+            rows.append((entry.name, status, secs, msg))
+        width = max((len(r[0]) for r in rows), default=4)
+        click.echo(f"\nSummary ({mode} mode):")
+        for n, status, secs, msg in rows:
+            click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs):>12}  {msg}")
+        total = sum(r[2] for r in rows)
+        n_bad = sum(r[1] != "ok" for r in rows)
+        click.echo(f"  total {_fmt_time(total)}; {len(rows) - n_bad}/{len(rows)} succeeded.")
+        if n_bad:
+            raise SystemExit(_EXIT_FAILED)
+        return
+    entry = _lookup_or_exit(name, "experiment")
+    out_dir = out if out is not None else Path("results") / entry.name
+    click.echo(f"==> {entry.name} ({mode}) -> {out_dir}")
+    status, secs, msg = _run_one(entry, out_dir, quick, seed)
+    if status != "ok":
+        if status == "missing":
+            click.echo(f"Error: {msg}", err=True)
+        else:
+            click.echo(f"Error: experiment {entry.name!r} failed: {msg}", err=True)
+        raise SystemExit(_EXIT_FAILED)
+    click.echo(f"done in {_fmt_time(secs)}: {msg}")
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--quick", is_flag=True, help="Smaller problem sizes.")
+@click.option("--list", "list_", is_flag=True, help="List experiments and benchmarks.")
+def bench(name, quick, list_):
+    """Run benchmark NAME (it prints its own table of timings and ratios)."""
+    if list_:
+        _echo_listing()
+        return
+    if not name:
+        raise click.UsageError("Missing benchmark NAME; see `kernelkit list`.")
+    _use_agg_backend()
+    entry = _lookup_or_exit(name, "benchmark")
+    t0 = time.perf_counter()
+    try:
+        module = _exp.load(entry)
+    except _exp.ModuleNotAvailable as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(_EXIT_FAILED) from None
+    module.run(quick=quick)
+    click.echo(f"benchmark {entry.name!r} done in {_fmt_time(time.perf_counter() - t0)}.")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,5 @@
+"""``python -m kernelkit.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,160 @@
+"""Paper experiments and benchmarks, behind a lazy registry.
+
+Nothing here imports an experiment module until it is run: the registry maps a name to
+a module path and a one-line description, so ``kernelkit list`` is fast and a module
+that does not exist yet (or fails to import) only affects its own entry.
+
+Experiment modules expose::
+
+    NAME: str
+    DESCRIPTION: str
+    def run(out_dir: pathlib.Path, quick: bool = False, seed: int = 0) -> dict
+
+and write ``report.md``, PNG plots and ``results.json`` into ``out_dir`` through
+:class:`kernelkit.experiments._report.Report`. Benchmark modules expose
+``run(quick: bool) -> dict`` and print their own table.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+__all__ = [
+    "BENCHMARKS",
+    "EXPERIMENTS",
+    "Entry",
+    "ModuleNotAvailable",
+    "UnknownName",
+    "get_benchmark",
+    "get_experiment",
+    "is_available",
+    "load",
+    "run_benchmark",
+    "run_experiment",
+]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered experiment or benchmark."""
+
+    name: str
+    module: str  # fully qualified module path
+    description: str  # one line, shown by ``kernelkit list``
+    kind: str = "experiment"  # or "benchmark"
+
+
+def _exp(name, module, description):
+    return Entry(name, f"{__name__}.{module}", description, "experiment")
+
+
+def _bench(name, module, description):
+    return Entry(name, f"{__name__}.{module}", description, "benchmark")
+
+
+#: Experiments in the order ``kernelkit reproduce all`` runs them.
+EXPERIMENTS: dict[str, Entry] = {
+    e.name: e
+    for e in (
+        _exp("favor-variance", "favor_variance",
+             "FAVOR# Sec. 5.1: relative variance of softmax-kernel random features "
+             "(Trig ... SDERF) vs sigma"),
+        _exp("favor-classification", "favor_classification",
+             "FAVOR# Sec. 5.2: Nadaraya-Watson kernel classification with random features"),
+    )
+}
+
+#: Benchmarks for ``kernelkit bench NAME``.
+BENCHMARKS: dict[str, Entry] = {
+    e.name: e
+    for e in (
+        _bench("features", "bench_features",
+               "random feature maps: fit/transform time against their peers"),
+    )
+}
+
+
+class UnknownName(KeyError):
+    """No experiment / benchmark of that name is registered."""
+
+    def __str__(self):  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else ""
+
+
+class ModuleNotAvailable(ImportError):
+    """The entry is registered but its module does not exist (yet)."""
+
+
+def _registry(kind: str) -> dict[str, Entry]:
+    return EXPERIMENTS if kind == "experiment" else BENCHMARKS
+
+
+def _lookup(name: str, kind: str) -> Entry:
+    reg = _registry(kind)
+    if name in reg:
+        return reg[name]
+    msg = f"Unknown {kind} {name!r}."
+    close = difflib.get_close_matches(name, list(reg), n=3, cutoff=0.5)
+    if close:
+        msg += f" Did you mean {' or '.join(repr(c) for c in close)}?"
+    msg += f" Available {kind}s: {', '.join(reg) or '(none)'}."
+    raise UnknownName(msg)
+
+
+def is_available(entry: Entry) -> bool:
+    """Whether the entry's module can be found (without importing it)."""
+    if entry.module in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(entry.module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def load(entry: Entry) -> ModuleType:
+    """Import the entry's module.
+
+    Raises
+    ------
+    ModuleNotAvailable
+        If the module itself does not exist. Import errors *inside* an existing module
+        (a bug, a missing optional dependency) propagate unchanged.
+    """
+    try:
+        return importlib.import_module(entry.module)
+    except ModuleNotFoundError as exc:
+        if exc.name == entry.module:
+            raise ModuleNotAvailable(
+                f"{entry.kind.capitalize()} {entry.name!r} is registered, but its module "
+                f"{entry.module} is not available in this installation (not written yet?)."
+            ) from exc
+        raise
+
+
+def get_experiment(name: str) -> ModuleType:
+    """The experiment module registered under ``name`` (imported on demand)."""
+    return load(_lookup(name, "experiment"))
+
+
+def get_benchmark(name: str) -> ModuleType:
+    """The benchmark module registered under ``name`` (imported on demand)."""
+    return load(_lookup(name, "benchmark"))
+
+
+def run_experiment(name: str, out_dir, quick: bool = False, seed: int = 0) -> dict:
+    """Run experiment ``name`` into ``out_dir``; returns its results dict."""
+    mod = get_experiment(name)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return mod.run(out, quick=quick, seed=seed)
+
+
+def run_benchmark(name: str, quick: bool = False) -> dict:
+    """Run benchmark ``name`` (it prints its own table); returns its results dict."""
+    return get_benchmark(name).run(quick=quick)

@@ -1,0 +1,205 @@
+"""The ``kernelkit`` command line (click's CliRunner) and the lazy experiment registry."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+from click.testing import CliRunner
+
+from kernelkit import experiments as E
+from kernelkit.cli import main
+
+DUMMY = "kernelkit_test_dummy_experiment"
+BROKEN = "kernelkit_test_broken_experiment"
+BENCH = "kernelkit_test_dummy_bench"
+
+
+def _dummy_module():
+    mod = types.ModuleType(DUMMY)
+    mod.NAME = "dummy"
+    mod.DESCRIPTION = "tiny test experiment"
+    mod.calls = []
+
+    def run(out_dir, quick=False, seed=0):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from kernelkit.experiments._report import Report
+
+        mod.calls.append((out_dir, quick, seed))
+        rep = Report(out_dir, "dummy", quick=quick)
+        rep.add("## Dummy", f"seed {seed}")
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [seed, seed + 1])
+        rep.figure(fig, "line.png", "a line")
+        rep.results["seed"] = seed
+        rep.write()
+        return rep.results
+
+    mod.run = run
+    return mod
+
+
+def _broken_module():
+    mod = types.ModuleType(BROKEN)
+    mod.NAME, mod.DESCRIPTION = "broken", "always fails"
+
+    def run(out_dir, quick=False, seed=0):
+        raise RuntimeError("boom")
+
+    mod.run = run
+    return mod
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """Registry with a working, a failing and a missing experiment, and one benchmark."""
+    dummy, broken = _dummy_module(), _broken_module()
+    bench = types.ModuleType(BENCH)
+    bench.calls = []
+
+    def bench_run(quick=False):
+        bench.calls.append(quick)
+        print("| method | time |\n| a | 1 |")
+        return {"quick": quick}
+
+    bench.run = bench_run
+    for m in (dummy, broken, bench):
+        monkeypatch.setitem(sys.modules, m.__name__, m)
+    exps = {
+        "dummy": E.Entry("dummy", DUMMY, "tiny test experiment"),
+        "broken": E.Entry("broken", BROKEN, "always fails"),
+        "absent": E.Entry("absent", "kernelkit.experiments._no_such_module", "not written"),
+    }
+    benches = {
+        "tiny": E.Entry("tiny", BENCH, "tiny bench", "benchmark"),
+        "nobench": E.Entry("nobench", "kernelkit.experiments._no_such_bench", "nope", "benchmark"),
+    }
+    monkeypatch.setattr(E, "EXPERIMENTS", exps)
+    monkeypatch.setattr(E, "BENCHMARKS", benches)
+    return types.SimpleNamespace(dummy=dummy, bench=bench)
+
+
+def test_help():
+    runner = CliRunner()
+    res = runner.invoke(main, ["--help"])
+    assert res.exit_code == 0
+    for word in ("reproduce", "bench", "list"):
+        assert word in res.output
+    res = runner.invoke(main, ["reproduce", "--help"])
+    assert res.exit_code == 0 and "--quick" in res.output and "--seed" in res.output
+    assert runner.invoke(main, ["--version"]).exit_code == 0
+
+
+def test_real_registry_lists_paper_experiments():
+    # the production registry: names, modules under kernelkit.experiments, descriptions
+    assert list(E.EXPERIMENTS)[:2] == ["favor-variance", "favor-classification"]
+    assert E.BENCHMARKS["features"].module == "kernelkit.experiments.bench_features"
+    res = CliRunner().invoke(main, ["list"])
+    assert res.exit_code == 0
+    assert "favor-variance" in res.output and "favor-classification" in res.output
+    assert "features" in res.output
+
+
+def test_list(registry):
+    runner = CliRunner()
+    for args in (["list"], ["reproduce", "--list"]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 0, res.output
+        assert "dummy" in res.output and "tiny test experiment" in res.output
+        assert "tiny bench" in res.output
+        assert "absent" in res.output and "module missing" in res.output
+
+
+def test_unknown_name(registry):
+    res = CliRunner().invoke(main, ["reproduce", "dumy"])
+    assert res.exit_code != 0
+    assert "Unknown experiment 'dumy'" in res.output
+    assert "Did you mean 'dummy'" in res.output
+    res = CliRunner().invoke(main, ["bench", "nothing"])
+    assert res.exit_code != 0 and "Unknown benchmark" in res.output
+    res = CliRunner().invoke(main, ["reproduce"])
+    assert res.exit_code != 0 and "NAME" in res.output
+
+
+def test_reproduce_writes_outputs(registry, tmp_path):
+    out = tmp_path / "dummy-out"
+    res = CliRunner().invoke(main, ["reproduce", "dummy", "--quick", "--seed", "7",
+                                    "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert registry.dummy.calls == [(out, True, 7)]
+    assert (out / "report.md").read_text().startswith("# dummy")
+    assert (out / "line.png").read_bytes()[:4] == b"\x89PNG"
+    data = json.loads((out / "results.json").read_text())
+    assert data["seed"] == 7 and data["quick"] is True
+
+
+def test_reproduce_default_out_dir(registry, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["reproduce", "dummy"])
+    assert res.exit_code == 0, res.output
+    assert registry.dummy.calls[0][1] is False  # full mode by default
+    assert (tmp_path / "results" / "dummy" / "results.json").is_file()
+
+
+def test_reproduce_failure_and_missing(registry, tmp_path):
+    res = CliRunner().invoke(main, ["reproduce", "broken", "--out", str(tmp_path)])
+    assert res.exit_code == 1 and "boom" in res.output
+    res = CliRunner().invoke(main, ["reproduce", "absent", "--out", str(tmp_path)])
+    assert res.exit_code == 1 and "not available" in res.output
+
+
+def test_reproduce_all_continues_past_failures(registry, tmp_path):
+    res = CliRunner().invoke(main, ["reproduce", "all", "--quick", "--out", str(tmp_path)])
+    assert res.exit_code == 1
+    assert (tmp_path / "dummy" / "report.md").is_file()
+    summary = res.output[res.output.index("Summary"):]
+    assert "dummy" in summary and "ok" in summary
+    assert "broken" in summary and "FAILED" in summary and "boom" in summary
+    assert "absent" in summary and "missing" in summary
+    assert "1/3 succeeded" in summary
+
+
+def test_reproduce_all_success(registry, tmp_path, monkeypatch):
+    monkeypatch.setattr(E, "EXPERIMENTS", {"dummy": E.EXPERIMENTS["dummy"]})
+    res = CliRunner().invoke(main, ["reproduce", "all", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "1/1 succeeded" in res.output
+
+
+def test_bench(registry):
+    res = CliRunner().invoke(main, ["bench", "tiny", "--quick"])
+    assert res.exit_code == 0, res.output
+    assert registry.bench.calls == [True] and "| method | time |" in res.output
+    res = CliRunner().invoke(main, ["bench", "nobench"])
+    assert res.exit_code == 1 and "not available" in res.output
+
+
+def test_registry_api(registry):
+    assert E.get_experiment("dummy") is registry.dummy
+    with pytest.raises(E.UnknownName, match="Available"):
+        E.get_experiment("nope")
+    with pytest.raises(E.ModuleNotAvailable):
+        E.get_experiment("absent")
+    assert E.is_available(E.EXPERIMENTS["dummy"])
+    assert not E.is_available(E.EXPERIMENTS["absent"])
+
+
+def test_import_error_inside_module_propagates(monkeypatch):
+    # a module that exists but fails to import is a bug, not "missing"
+    entry = E.Entry("x", "kernelkit.experiments._report", "x")
+    assert E.load(entry).__name__ == "kernelkit.experiments._report"
+    err = ModuleNotFoundError("No module named 'somedep'", name="somedep")
+
+    def fake_import(name):
+        raise err
+
+    monkeypatch.setattr(E.importlib, "import_module", fake_import)
+    with pytest.raises(ModuleNotFoundError) as info:
+        E.load(entry)
+    assert not isinstance(info.value, E.ModuleNotAvailable)
