@@ -1,0 +1,427 @@
+"""Nadaraya-Watson kernel classification with random features (FAVOR# Sec. 5.2).
+
+Training points ``u_i`` (``i = 1..L``) with one-hot labels ``r_i`` (``n`` classes); a query
+``u*`` gets the class ``argmax_l r*_l`` of
+
+    r* = sum_i K^(-1/2)(sigma u*, sigma u_i) r_i,          K^(-1/2)(x, y) = exp(-|x - y|^2 / 2)
+
+(Gaussian kernel with lengthscale ``1 / sigma``). Random features replace the kernel by
+``K ~ P S^T`` (``P``: queries, ``S``: training points, ``M`` columns), so
+``r* ~ P (S^T R)``: ``O(L M n)`` preprocessing for ``S^T R`` and ``O(M n)`` per query
+instead of ``O(L n)``.
+
+Numerical stability (library choice; FAVOR# note Sec. 5). Positive features are handled
+in log space. With ``log S`` (L, D) and ``log P`` (Q, D):
+
+* a per-*feature* constant ``c_m = max_i log S_im`` is moved from the key side to the
+  query side: ``P_qm S_im = (P_qm e^{c_m}) (S_im e^{-c_m})`` exactly;
+* ``T = exp(log S - c)^T R`` (D, n) then has entries in ``[0, L]`` and every row of ``T``
+  sums to at least 1 (the maximising key contributes ``e^0``);
+* a per-*query* constant ``z_q = max_m (log P_qm + c_m)`` is subtracted before the
+  exponential, which scales row ``q`` of ``r*`` by ``e^{-z_q} > 0`` and leaves the argmax
+  unchanged.
+
+So every row of the stabilised ``r*`` is finite with sum ``>= 1``, whatever ``sigma`` and
+the norms. (A per-*key* constant would change the argmax and is never used.)
+Trigonometric features (random Fourier features for the Gaussian kernel) are bounded by
+``sqrt(2/M)`` and need no stabilisation; their ``r*`` may be negative.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._backend import check_random_state, validate_positive_int
+from ..features import HyperbolicRF
+from ._methods import DATA_DEPENDENT, FEATURE_MAPS, resolve_method
+
+__all__ = [
+    "NadarayaWatsonClassifier",
+    "exact_nw_scores",
+    "log_features",
+    "nw_key_summary",
+    "nw_query_scores",
+    "sq_distances",
+]
+
+_CHUNK_ELEMENTS = 1 << 22  # ~32 MB of float64 per (queries x training points) block
+
+
+# ====================================================================== building blocks
+def log_features(fm, X, side: str = "x"):
+    """Exact logarithm of positive random features, or ``None`` for signed maps.
+
+    Parameters
+    ----------
+    fm : fitted kernelkit.features.FeatureMap
+    X : ndarray, shape (n, d)
+    side : {"x", "y"}
+        Query (``f1``) or key (``f2``) side.
+
+    Returns
+    -------
+    ndarray, shape (n, fm.output_dim), or None
+        ``log fm.transform(X)`` (``log fm.transform_y(X)`` for ``side="y"``) computed
+        without ever exponentiating, so finite for any input norm; ``None`` when the map
+        is not positive (TrigRF).
+    """
+    if not fm.positive:
+        return None
+    if hasattr(fm, "log_transform"):
+        return fm.log_transform(X) if side == "x" else fm.log_transform_y(X)
+    if isinstance(fm, HyperbolicRF):
+        # f(w, x) = exp(+-w.x + (alpha - 1/2)|x|^2) / sqrt(2M) on lengthscale-scaled x
+        Xs = np.asarray(X, dtype=np.float64) / fm.lengthscale
+        proj = Xs @ fm.projection_.T  # (n, M)
+        row = (fm.alpha - 0.5) * np.einsum("ij,ij->i", Xs, Xs) - 0.5 * math.log(
+            2.0 * fm.n_features
+        )
+        return np.concatenate([proj, -proj], axis=1) + row[:, None]
+    base, log_scale = fm.transform_scaled(X, side)  # generic positive map
+    with np.errstate(divide="ignore"):
+        return np.log(base) + log_scale[:, None]
+
+
+def nw_key_summary(log_S, R):
+    """Key-side preprocessing ``S^T R`` in stabilised form, ``O(L D n)``.
+
+    Parameters
+    ----------
+    log_S : ndarray, shape (L, D)
+        Log features of the training points (:func:`log_features`, ``side="y"``).
+    R : ndarray, shape (L, n)
+        One-hot (or weighted) labels.
+
+    Returns
+    -------
+    c : ndarray, shape (D,)
+        Per-feature shift ``max_i log S_im`` (moved to the query side).
+    T : ndarray, shape (D, n)
+        ``exp(log S - c)^T R``; each row sums to >= 1 for one-hot ``R``.
+    """
+    c = log_S.max(axis=0)  # (D,)
+    c = np.where(np.isfinite(c), c, 0.0)
+    E = np.exp(log_S - c)  # (L, D), entries in [0, 1]
+    return c, E.T @ R
+
+
+def nw_query_scores(log_P, c, T):
+    """Stabilised ``r*`` for queries, ``O(Q D n)`` (FAVOR# Sec. 5.2).
+
+    Parameters
+    ----------
+    log_P : ndarray, shape (Q, D)
+        Log features of the queries (:func:`log_features`, ``side="x"``).
+    c, T : from :func:`nw_key_summary`.
+
+    Returns
+    -------
+    ndarray, shape (Q, n)
+        ``r*`` with row ``q`` divided by a positive constant ``exp(z_q + const)``; finite,
+        non-negative, row sums >= 1 for one-hot labels.
+    """
+    Z = log_P + c  # (Q, D)
+    z = Z.max(axis=1, keepdims=True)
+    z = np.where(np.isfinite(z), z, 0.0)
+    return np.exp(Z - z) @ T
+
+
+def sq_distances(Xq, Xt):
+    """Squared Euclidean distances ``|q - t|^2``, shape (Q, L), clipped at 0."""
+    sq_q = np.einsum("ij,ij->i", Xq, Xq)
+    sq_t = np.einsum("ij,ij->i", Xt, Xt)
+    D2 = Xq @ Xt.T
+    D2 *= -2.0
+    D2 += sq_q[:, None]
+    D2 += sq_t[None, :]
+    np.maximum(D2, 0.0, out=D2)
+    return D2
+
+
+def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None):
+    """Exact Nadaraya-Watson scores with the Gaussian kernel (reference), ``O(Q L (d + n))``.
+
+    ``r*_q = sum_i exp(-sigma^2 |u*_q - u_i|^2 / 2) r_i``, row ``q`` divided by
+    ``max_i`` of its kernel values (so the nearest neighbour weighs 1: no underflow for
+    large ``sigma``).
+
+    Parameters
+    ----------
+    Xq : ndarray, shape (Q, d)
+    Xt : ndarray, shape (L, d)
+    R : ndarray, shape (L, n)
+    sigma : float
+    sq_dist : ndarray, shape (Q, L), optional
+        Precomputed :func:`sq_distances` (reused across ``sigma`` values).
+
+    Returns
+    -------
+    ndarray, shape (Q, n), non-negative, row sums >= 1.
+    """
+    Q = Xq.shape[0] if sq_dist is None else sq_dist.shape[0]
+    L = Xt.shape[0] if sq_dist is None else sq_dist.shape[1]
+    out = np.empty((Q, R.shape[1]))
+    step = max(1, _CHUNK_ELEMENTS // max(L, 1))
+    for start in range(0, Q, step):
+        sl = slice(start, start + step)
+        D2 = sq_distances(Xq[sl], Xt) if sq_dist is None else sq_dist[sl]
+        logK = (-0.5 * sigma * sigma) * D2
+        logK -= logK.max(axis=1, keepdims=True)
+        np.exp(logK, out=logK)
+        out[sl] = logK @ R
+    return out
+
+
+def _normalise_rows(S):
+    """``S / sum_l |S_l|`` row-wise; all-zero rows stay zero."""
+    tot = np.abs(S).sum(axis=1, keepdims=True)
+    return np.divide(S, tot, out=np.zeros_like(S), where=tot > 0)
+
+
+# ====================================================================== estimator
+class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
+    """Nadaraya-Watson (kernel regression) classifier with random features.
+
+    FAVOR# paper (Likhosherstov et al., ICML 2023), Sec. 5.2 and App. B.2: training points
+    ``u_i`` with one-hot labels ``r_i``; a query ``u*`` is assigned ``argmax_l r*_l`` with
+
+        r* = sum_i K^(-1/2)(sigma u*, sigma u_i) r_i,    K^(-1/2)(x, y) = exp(-|x - y|^2 / 2),
+
+    i.e. the Gaussian kernel with lengthscale ``1 / sigma``. With ``exact=False`` the
+    kernel is replaced by an unbiased random-feature estimate ``P S^T`` (queries on the
+    x side, training points on the y side): ``O(L M n)`` preprocessing ``S^T R`` and
+    ``O(M n)`` per query (``L`` training points, ``M`` features, ``n`` classes).
+
+    Parameters
+    ----------
+    method : str, default="sderf"
+        Random-feature mechanism: ``"trig"`` (random Fourier features), ``"positive"``
+        (FAVOR+), ``"hyperbolic"``, ``"gerf"`` (FAVOR++), ``"saderf"``, ``"aderf"``,
+        ``"sderf"`` (FAVOR#); case-insensitive, aliases ``"favor+"``, ``"favor++"``,
+        ``"favor#"``. Asymmetric maps (SADERF, ADERF) are allowed: queries use ``f1``,
+        training points ``f2``.
+    n_components : int, default=64
+        Number of random features ``M`` (``2M`` columns for ``"hyperbolic"``).
+    sigma : float, default=1.0
+        Input scale; the kernel is ``exp(-sigma^2 |u* - u_i|^2 / 2)``. Large ``sigma``
+        approaches 1-nearest-neighbour, small ``sigma`` the majority class.
+    orthogonal : bool, default=True
+        Block-orthogonal projections, as used for all RF types in FAVOR# App. B.2.
+    random_state : None, int or numpy.random.Generator, default=None
+        Seed of the random features. An int is passed to the feature map as is (so the
+        features equal ``kernelkit.features.SDERF(..., random_state=seed)``'s); otherwise
+        one seed is drawn at :meth:`fit` and reused by every prediction. Same seed, same
+        predictions.
+    exact : bool, default=False
+        Use the exact kernel (``O(L n)`` per query) instead of random features; the
+        reference. ``method``, ``n_components`` and ``orthogonal`` are then ignored.
+    fit_on : {"batch", "train"}, default="batch"
+        Where the *data-dependent* parameters (GERF, SADERF, ADERF, SDERF; FAVOR# Sec. 3.1,
+        Thm 4.2, 4.3, eq. 20) are fitted:
+
+        * ``"batch"`` (the paper's protocol): at each :meth:`predict` /
+          :meth:`predict_proba` / :meth:`decision_function` call on the pair
+          ``(sigma X_query, sigma X_train)`` — the query batch is the x side, the training
+          set the y side. The parameters then depend on the whole query batch, so the
+          prediction for one point can change with the other points in the batch, and
+          each call redoes the ``O(L M (d + n))`` key-side preprocessing
+          (``O(L d^2 + d^3)`` more for ADERF / SDERF).
+        * ``"train"``: once at :meth:`fit`, on ``(sigma X_train, sigma X_train)``;
+          predictions are then row-wise and each costs ``O(M (d + n))``.
+
+        Methods without data-dependent parameters (trig, positive, hyperbolic) are always
+        fitted once at :meth:`fit`.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Only when ``X`` had string column names.
+    X_fit_ : ndarray of shape (L, n_features_in_)
+        The training points (float64).
+    feature_map_ : kernelkit.features.FeatureMap or None
+        The feature map fitted at :meth:`fit` (``None`` with ``exact=True`` or when the
+        parameters are fitted per query batch).
+
+    Notes
+    -----
+    Scores are computed stably for any ``sigma`` (see the module docstring): positive
+    features in log space with a per-feature constant moved from the key to the query
+    side and a per-query constant removed; neither changes the argmax.
+    :meth:`decision_function` returns these scores scaled to unit L1 norm per row, so for
+    positive features it equals the Nadaraya-Watson class-probability estimate.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from kernelkit.estimators import NadarayaWatsonClassifier
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = NadarayaWatsonClassifier(sigma=1.0, n_components=128, random_state=0)
+    >>> clf.fit(X, y).score(X, y) > 0.9
+    True
+    """
+
+    def __init__(
+        self,
+        method: str = "sderf",
+        n_components: int = 64,
+        sigma: float = 1.0,
+        orthogonal: bool = True,
+        random_state=None,
+        exact: bool = False,
+        fit_on: str = "batch",
+    ):
+        self.method = method
+        self.n_components = n_components
+        self.sigma = sigma
+        self.orthogonal = orthogonal
+        self.random_state = random_state
+        self.exact = exact
+        self.fit_on = fit_on
+
+    # ------------------------------------------------------------------ helpers
+    def _validate_params(self):
+        s = self.sigma
+        if isinstance(s, bool) or not isinstance(s, numbers.Real) or not (
+            math.isfinite(s) and s > 0
+        ):
+            raise ValueError(f"sigma must be a positive finite float, got {s!r}.")
+        if not isinstance(self.exact, bool | np.bool_):
+            raise ValueError(f"exact must be a bool, got {self.exact!r}.")
+        if not isinstance(self.orthogonal, bool | np.bool_):
+            raise ValueError(f"orthogonal must be a bool, got {self.orthogonal!r}.")
+        if self.fit_on not in ("batch", "train"):
+            raise ValueError(f"fit_on must be 'batch' or 'train', got {self.fit_on!r}.")
+        name = resolve_method(self.method)
+        validate_positive_int(self.n_components, "n_components", maximum=2**26)
+        return name
+
+    def _new_map(self):
+        return FEATURE_MAPS[self._method](
+            n_features=self.n_components,
+            kernel="gaussian",
+            lengthscale=1.0 / float(self.sigma),
+            orthogonal=bool(self.orthogonal),
+            random_state=self._feature_seed,
+        )
+
+    def _key_side(self, fm):
+        log_S = log_features(fm, self.X_fit_, "y")
+        if log_S is not None:
+            return ("log", *nw_key_summary(log_S, self._R))
+        S = fm.transform_y(self.X_fit_)  # (L, D), bounded (trig)
+        return ("signed", S.T @ self._R)
+
+    # ------------------------------------------------------------------ API
+    def fit(self, X, y):
+        """Store the training set; draw / fit the features where possible.
+
+        Parameters
+        ----------
+        X : array-like of shape (L, d)
+        y : array-like of shape (L,)
+            Class labels (any hashable, sortable type).
+
+        Returns
+        -------
+        self : NadarayaWatsonClassifier
+        """
+        self._method = self._validate_params()
+        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=False)
+        check_classification_targets(y)
+        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        R = np.zeros((X.shape[0], len(self.classes_)))
+        R[np.arange(X.shape[0]), y_idx] = 1.0
+        self.X_fit_ = X
+        self._R = R  # (L, n) one-hot
+        rs = self.random_state
+        if isinstance(rs, numbers.Integral) and not isinstance(rs, bool):
+            self._feature_seed = int(rs)
+        else:  # None / Generator / RandomState: one seed per fit, reused by predictions
+            self._feature_seed = int(check_random_state(rs).integers(0, 2**31 - 1))
+        self.feature_map_ = None
+        self._keys = None
+        if not self.exact and (self._method not in DATA_DEPENDENT or self.fit_on == "train"):
+            self.feature_map_ = self._new_map().fit(X)  # (X_train, X_train)
+            self._keys = self._key_side(self.feature_map_)
+        return self
+
+    def _scores(self, X):
+        """Stabilised ``r*`` (Q, n): each row a positive multiple of the true scores."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, accept_sparse=False, reset=False)
+        if self.exact:
+            return exact_nw_scores(X, self.X_fit_, self._R, float(self.sigma))
+        if self.feature_map_ is not None:
+            fm, keys = self.feature_map_, self._keys
+        else:  # paper protocol: x side = query batch, y side = training points
+            fm = self._new_map().fit(X, self.X_fit_)
+            keys = self._key_side(fm)
+        if keys[0] == "log":
+            return nw_query_scores(log_features(fm, X, "x"), keys[1], keys[2])
+        return fm.transform(X) @ keys[1]
+
+    def decision_function(self, X):
+        """Nadaraya-Watson scores ``r*`` normalised to unit L1 norm per row.
+
+        Parameters
+        ----------
+        X : array-like of shape (Q, d)
+
+        Returns
+        -------
+        ndarray of shape (Q, n_classes), or (Q,) for two classes
+            Row ``q`` is ``r*_q / sum_l |r*_ql|`` (for positive features and the exact
+            kernel: the kernel-weighted class frequencies). For two classes the
+            difference ``class 1 - class 0``, positive where class 1 is predicted.
+        """
+        D = _normalise_rows(self._scores(X))
+        if D.shape[1] == 2:
+            return D[:, 1] - D[:, 0]
+        return D
+
+    def predict_proba(self, X):
+        """Class probabilities ``max(r*, 0)`` renormalised per row.
+
+        For positive features and the exact kernel these are the Nadaraya-Watson
+        estimates ``r*_l / sum_k r*_k``. Trigonometric features can give negative scores:
+        they are clipped at 0; a row with no positive score falls back to
+        ``r* - min(r*)`` (same argmax), and to uniform if all scores are equal.
+
+        Returns
+        -------
+        ndarray of shape (Q, n_classes), rows sum to 1, ``argmax`` equals :meth:`predict`.
+        """
+        S = self._scores(X)
+        P = np.maximum(S, 0.0)
+        tot = P.sum(axis=1)
+        bad = ~(tot > 0)
+        if np.any(bad):
+            shifted = S[bad] - S[bad].min(axis=1, keepdims=True)
+            flat = ~(shifted.sum(axis=1) > 0)
+            shifted[flat] = 1.0
+            P[bad] = shifted
+            tot = P.sum(axis=1)
+        return P / tot[:, None]
+
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba` (``-inf`` for zero probabilities)."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict(self, X):
+        """Predicted classes ``classes_[argmax_l r*_l]``, shape (Q,)."""
+        scores = self._scores(X)  # checks is-fitted first
+        return self.classes_[np.argmax(scores, axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags
