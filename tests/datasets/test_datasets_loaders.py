@@ -104,6 +104,11 @@ def test_fashion_mnist():
     assert Xtr.shape == (60000, 784) and np.bincount(ytr).tolist() == [6000] * 10
     with pytest.raises(ValueError, match="subset"):
         D.load_fashion_mnist("validation")
+    X5, y5 = D.load_fashion_mnist("train", n=5)
+    np.testing.assert_array_equal(X5, Xtr[:5])
+    np.testing.assert_array_equal(y5, ytr[:5])
+    with pytest.raises(ValueError, match="n must"):
+        D.load_fashion_mnist("train", n=-1)
 
 
 def _hide_fashion(monkeypatch, tmp_path):

@@ -47,8 +47,7 @@ def _load_raw(name: str):
     if name == "mnist":
         return load_mnist_sample()
     if name == "fashion_mnist":
-        X, y = load_fashion_mnist("train")
-        return X[:FASHION_MNIST_SUBSET_SIZE], y[:FASHION_MNIST_SUBSET_SIZE]
+        return load_fashion_mnist("train", n=FASHION_MNIST_SUBSET_SIZE)
     raise AssertionError(name)  # pragma: no cover
 
 

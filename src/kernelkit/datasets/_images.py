@@ -208,7 +208,8 @@ def _fashion_cached(subset: str, directory: str):
     return images, labels
 
 
-def load_fashion_mnist(subset: str = "train") -> tuple[np.ndarray, np.ndarray]:
+def load_fashion_mnist(subset: str = "train", n: int | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Fashion-MNIST from the Debian package ``dataset-fashion-mnist`` (offline).
 
     Reads the gzipped IDX files under ``/usr/share/datasets/fashion-mnist/`` (or the
@@ -219,10 +220,13 @@ def load_fashion_mnist(subset: str = "train") -> tuple[np.ndarray, np.ndarray]:
     ----------
     subset : {"train", "test"}
         60000 training or 10000 test images.
+    n : int, optional
+        Return only the first ``n`` images of the file (saves memory: the full training
+        set is 376 MB as float64).
 
     Returns
     -------
-    X : ndarray, shape (60000, 784) or (10000, 784), float64
+    X : ndarray, shape (60000, 784) or (10000, 784) (or (n, 784)), float64
         Pixel values / 255, in [0, 1] (row-major 28x28).
     y : ndarray, shape (n,), int64
         Class labels 0-9.
@@ -243,5 +247,9 @@ def load_fashion_mnist(subset: str = "train") -> tuple[np.ndarray, np.ndarray]:
             f"or point KERNELKIT_FASHION_MNIST_DIR at a directory holding those files."
         )
     images, labels = _fashion_cached(subset, str(directory))
+    if n is not None:
+        if isinstance(n, bool) or int(n) != n or n < 0:
+            raise ValueError(f"n must be a non-negative integer, got {n!r}.")
+        images, labels = images[: int(n)], labels[: int(n)]
     X = images.reshape(images.shape[0], 784).astype(np.float64) / 255.0
     return X, labels.astype(np.int64)
