@@ -50,6 +50,8 @@ class Report:
         rep.figure(fig, "variance.png", "caption")    # saves PNG, links it
         rep.results["table"] = {...}
         rep.write()                                    # report.md + results.json
+
+    The run time in the report counts from construction: create the report first.
     """
 
     def __init__(self, out_dir, name: str, quick: bool, title: str | None = None):
@@ -81,6 +83,6 @@ class Report:
         self.results["platform"] = platform.platform()
         mode = "quick" if self.quick else "full"
         head = f"# {self.title}\n\nMode: **{mode}**; run time {elapsed:.1f} s.\n"
-        (self.out_dir / "report.md").write_text(head + "\n\n".join([""] + self.sections) + "\n")
+        (self.out_dir / "report.md").write_text(head + "\n\n".join(["", *self.sections]) + "\n")
         (self.out_dir / "results.json").write_text(json.dumps(_jsonable(self.results), indent=2))
         return self.out_dir / "report.md"
