@@ -221,19 +221,26 @@ class FeatureMap(BaseEstimator):
         array, shape (n, m)
         """
         Y = X if Y is None else Y
-        bx, sx = self.transform_scaled(X, "x")
-        by, sy = self.transform_scaled(Y, "y")
+        bx, sx, by, sy = self._scaled_pair(X, Y)
         xp = _namespace_of(bx)
         dot = bx @ xp.matrix_transpose(by)  # (n, m)
         scale = sx[:, None] + sy[None, :]  # (n, m) log of the row scales
-        if dot.shape[0] == 0 or dot.shape[1] == 0 or float(xp.max(scale)) < 700.0:
+        # exp(scale) must not overflow in the working dtype (float32: ~88.7, float64: ~709.8)
+        limit = math.log(float(xp.finfo(dot.dtype).max)) - 10.0
+        if dot.shape[0] == 0 or dot.shape[1] == 0 or float(_detach(xp.max(scale))) < limit:
             return dot * xp.exp(scale)
         # log path: sign(dot) * exp(log|dot| + scale)
         absdot = xp.abs(dot)
-        tiny = xp.asarray(np.finfo(np.float64).tiny, dtype=dot.dtype)
-        logabs = xp.log(xp.maximum(absdot, tiny))
-        out = xp.sign(dot) * xp.exp(logabs + scale)
-        return xp.where(absdot > 0, out, xp.zeros_like(out))
+        tiny = xp.asarray(float(xp.finfo(dot.dtype).tiny), dtype=dot.dtype)
+        logabs = xp.log(xp.maximum(absdot, tiny)) + scale
+        logabs = xp.where(absdot > 0, logabs, xp.full_like(logabs, -math.inf))  # exp -> 0
+        return xp.sign(dot) * xp.exp(logabs)
+
+    def _scaled_pair(self, X, Y):
+        """``transform_scaled`` of both sides, ``(bx, sx, by, sy)``, for :meth:`approx_kernel`."""
+        bx, sx = self.transform_scaled(X, "x")
+        by, sy = self.transform_scaled(Y, "y")
+        return bx, sx, by, sy
 
     # ------------------------------------------------------------------ variance
     def _log_second_moment(self, X, Y, xp):
@@ -287,6 +294,11 @@ class FeatureMap(BaseEstimator):
         X, xp = self._check_X(X, "X")
         Y, _ = self._check_X(Y, "Y")
         return float(xp.mean(self._log_second_moment(X, Y, xp)))
+
+
+def _detach(a):
+    # a plain value for control flow (no autograd warning when converting to float)
+    return a.detach() if hasattr(a, "detach") else a
 
 
 def _namespace_of(a):

@@ -360,6 +360,33 @@ class _DiagonalDERF(FeatureMap):
     def _scaled_features(self, X, xp, side):
         return _stabilised_exp(xp, self._logits(X, xp, side), self._row_term(X, xp, side))
 
+    def _scaled_pair(self, X, Y):
+        # Joint stabilisation for approx_kernel. A per-feature constant c_m subtracted from
+        # the x-side log features and added to the y side cancels in every product
+        # f1(w_m, x) f2(w_m, y). With c_m = (max_i lx_im - max_j ly_jm) / 2 both sides peak
+        # at the same height for every feature, so the row-normalised bases do not both
+        # underflow where their product carries the estimate (e.g. |x| >> |y| with fitted
+        # A << 0, where exp(lx - max lx) * exp(ly - max ly) ~ e^-800 even in float64).
+        X, xp = self._check_X(X, "X")
+        Y, _ = self._check_X(Y, "Y")
+        rx, ry = self._row_term(X, xp, "x"), self._row_term(Y, xp, "y")  # (n,), (m,)
+        lx, ly = self._logits(X, xp, "x"), self._logits(Y, xp, "y")  # (n, M), (m, M)
+        if lx.shape[0] == 0 or ly.shape[0] == 0:
+            return (*_stabilised_exp(xp, lx, rx), *_stabilised_exp(xp, ly, ry))
+        if is_numpy_namespace(xp):
+            lx += rx[:, None]
+            ly += ry[:, None]
+            c = 0.5 * (lx.max(axis=0) - ly.max(axis=0))  # (M,)
+            lx -= c
+            ly += c
+        else:
+            lx, ly = lx + rx[:, None], ly + ry[:, None]
+            c = 0.5 * (xp.max(lx, axis=0) - xp.max(ly, axis=0))
+            c = c.detach() if hasattr(c, "detach") else c
+            lx, ly = lx - c, ly + c
+        return (*_stabilised_exp(xp, lx, xp.zeros_like(rx)),
+                *_stabilised_exp(xp, ly, xp.zeros_like(ry)))
+
     def _features(self, X, side):
         X, xp = self._check_X(X, "X" if side == "x" else "Y")
         logits = self._logits(X, xp, side)

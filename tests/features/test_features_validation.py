@@ -1,0 +1,237 @@
+"""Bad input to the feature maps gets a clear error that names the argument."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from favor_helpers import ALL_MAPS, make_xy
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from sklearn.exceptions import NotFittedError
+
+from kernelkit.features import ADERF, GERF, SADERF
+
+
+def _name(cls):
+    return cls.__name__
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_xy(70, n=8, m=9)
+
+
+@pytest.fixture(params=ALL_MAPS, ids=_name)
+def cls(request):
+    return request.param
+
+
+def _fitted(cls, X, Y=None):
+    return cls(n_features=16, random_state=0).fit(X, Y)
+
+
+# ------------------------------------------------------------------ non-finite values
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_are_rejected(cls, bad, data, backend):
+    X, Y = data
+    Xb, Yb = X.copy(), Y.copy()
+    Xb[3, 2] = bad
+    Yb[0, 5] = bad
+    with pytest.raises(ValueError, match=r"^X contains NaN or infinity"):
+        cls(n_features=16).fit(backend.asarray(Xb))
+    with pytest.raises(ValueError, match=r"^Y contains NaN or infinity"):
+        cls(n_features=16).fit(backend.asarray(X), backend.asarray(Yb))
+    fm = _fitted(cls, X, Y)
+    with pytest.raises(ValueError, match=r"^X contains NaN"):
+        fm.transform(backend.asarray(Xb))
+    with pytest.raises(ValueError, match=r"^Y contains NaN"):
+        fm.transform_y(backend.asarray(Yb))
+    with pytest.raises(ValueError, match=r"^Y contains NaN"):
+        fm.approx_kernel(backend.asarray(X), backend.asarray(Yb))
+    with pytest.raises(ValueError, match=r"^X contains NaN"):
+        fm.variance(backend.asarray(Xb), backend.asarray(Y))
+    with pytest.raises(ValueError, match=r"^Y contains NaN"):
+        fm.log_objective(backend.asarray(X), backend.asarray(Yb))
+
+
+@given(
+    arr=hnp.arrays(np.float64, hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=6),
+                   elements=st.floats(-10, 10)),
+    bad=st.sampled_from([np.nan, np.inf, -np.inf]),
+    where=st.tuples(st.integers(0, 100), st.integers(0, 100)),
+)
+def test_non_finite_anywhere_is_rejected_property(arr, bad, where):
+    arr = arr.copy()
+    arr[where[0] % arr.shape[0], where[1] % arr.shape[1]] = bad
+    with pytest.raises(ValueError, match="contains NaN or infinity"):
+        GERF(n_features=4).fit(arr)
+    fm = SADERF(n_features=4, random_state=0).fit(np.ones((2, arr.shape[1])))
+    with pytest.raises(ValueError, match="contains NaN or infinity"):
+        fm.transform_y(arr)
+
+
+# ------------------------------------------------------------------ shapes
+def test_wrong_number_of_columns(cls, data, backend):
+    X, Y = data
+    fm = _fitted(cls, X, Y)
+    msg = r"has 5 features, but this object was fitted with 6 features"
+    with pytest.raises(ValueError, match=r"^X " + msg):
+        fm.transform(backend.asarray(X[:, :5]))
+    with pytest.raises(ValueError, match=r"^Y " + msg):
+        fm.transform_y(backend.asarray(Y[:, :5]))
+    with pytest.raises(ValueError, match=r"^Y " + msg):
+        fm.approx_kernel(backend.asarray(X), backend.asarray(Y[:, :5]))
+    with pytest.raises(ValueError, match=r"^Y has 5 features"):
+        cls(n_features=4).fit(backend.asarray(X), backend.asarray(Y[:, :5]))
+
+
+@given(ndim=st.sampled_from([0, 1, 3, 4]))
+def test_wrong_ndim_is_rejected_property(ndim):
+    arr = np.ones((2,) * ndim)
+    with pytest.raises(ValueError, match=rf"^X must be a 2-D array .* got {ndim}-D"):
+        GERF(n_features=4).fit(arr)
+    fm = GERF(n_features=4, random_state=0).fit(np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"^X must be a 2-D array"):
+        fm.transform(arr)
+    with pytest.raises(ValueError, match=r"^Y must be a 2-D array"):
+        fm.approx_kernel(np.ones((3, 2)), arr)
+
+
+def test_one_dimensional_and_empty_inputs(cls, data):
+    X, Y = data
+    with pytest.raises(ValueError, match=r"reshape\(-1, 1\)|reshape\(1, -1\)"):
+        cls(n_features=4).fit(X[0])
+    with pytest.raises(ValueError, match=r"^X is empty"):
+        cls(n_features=4).fit(np.empty((0, 6)))
+    with pytest.raises(ValueError, match=r"^Y is empty"):
+        cls(n_features=4).fit(X, np.empty((0, 6)))
+    with pytest.raises(ValueError, match=r"^X has 0 features"):
+        cls(n_features=4).fit(np.empty((5, 0)))
+    fm = _fitted(cls, X, Y)
+    with pytest.raises(ValueError, match=r"^X must be a 2-D array"):
+        fm.transform(X[0])
+    # zero rows at transform time are fine: an empty result of the right width
+    assert fm.transform(np.empty((0, 6))).shape == (0, fm.output_dim)
+    assert fm.approx_kernel(np.empty((0, 6)), Y).shape == (0, len(Y))
+    assert fm.approx_kernel(X, np.empty((0, 6))).shape == (len(X), 0)
+
+
+# ------------------------------------------------------------------ dtypes
+def test_complex_input_is_rejected(cls, data, backend):
+    X, Y = data
+    with pytest.raises(TypeError, match=r"^X must be real-valued, got complex"):
+        cls(n_features=4).fit(backend.asarray(X.astype(np.complex128)))
+    fm = _fitted(cls, X, Y)
+    with pytest.raises(TypeError, match=r"^Y must be real-valued"):
+        fm.transform_y(backend.asarray((Y + 1j * Y).astype(np.complex64)))
+
+
+def test_non_numeric_input_is_rejected(cls):
+    with pytest.raises(TypeError, match=r"^X must be numeric"):
+        cls(n_features=4).fit(np.array([["a", "b"], ["c", "d"]]))
+    with pytest.raises(TypeError, match="X"):
+        cls(n_features=4).fit([[1.0, object()]])
+
+
+def test_integer_bool_and_list_input_are_promoted_to_float64(cls):
+    Xi = np.arange(12).reshape(4, 3) % 3
+    fm = cls(n_features=8, random_state=0).fit(Xi)
+    for X in (Xi, Xi.astype(bool), Xi.tolist()):
+        out = fm.transform(X)
+        assert out.dtype == np.float64
+        np.testing.assert_allclose(out, fm.transform(np.asarray(X, dtype=np.float64)))
+
+
+# ------------------------------------------------------------------ hyper-parameters
+@pytest.mark.parametrize("n", [0, -3])
+def test_n_features_below_one(cls, n, data):
+    with pytest.raises(ValueError, match=r"^n_features must be >= 1"):
+        cls(n_features=n).fit(data[0])
+
+
+@pytest.mark.parametrize("n", [2.5, "16", None, True, 16.0])
+def test_n_features_not_an_integer(cls, n, data):
+    with pytest.raises(TypeError, match=r"^n_features must be an integer"):
+        cls(n_features=n).fit(data[0])
+
+
+def test_n_features_absurdly_large(cls, data):
+    with pytest.raises(ValueError, match=r"^n_features must be <= .*too large"):
+        cls(n_features=2**40).fit(data[0])
+    assert cls(n_features=np.int64(8), random_state=0).fit(data[0]).transform(data[0]).shape[0] \
+        == len(data[0])
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "Softmax", "", None, 3, "polynomial"])
+def test_unknown_kernel(cls, kernel, data):
+    with pytest.raises(ValueError, match=r"^Unknown kernel .*expected one of \['gaussian', "
+                                         r"'softmax'\]"):
+        cls(n_features=4, kernel=kernel).fit(data[0])
+
+
+@pytest.mark.parametrize("ls", [0.0, -1.0, np.nan, np.inf])
+def test_bad_lengthscale_value(cls, ls, data):
+    with pytest.raises(ValueError, match=r"^lengthscale must be positive and finite"):
+        cls(n_features=4, lengthscale=ls).fit(data[0])
+
+
+@pytest.mark.parametrize("ls", ["1", None, True, [1.0]])
+def test_bad_lengthscale_type(cls, ls, data):
+    with pytest.raises(TypeError, match=r"^lengthscale must be a positive float"):
+        cls(n_features=4, lengthscale=ls).fit(data[0])
+
+
+@pytest.mark.parametrize("A", [0.125, 0.2, np.inf, np.nan])
+def test_gerf_fixed_A_out_of_range(A, data):
+    with pytest.raises(ValueError, match=r"^A must be below 1/8"):
+        GERF(n_features=4, A=A).fit(data[0])
+    with pytest.raises(TypeError, match=r"^A must be a float"):
+        GERF(n_features=4, A="0.1").fit(data[0])
+
+
+@pytest.mark.parametrize("eps", [-1e-3, np.nan, "1e-6", None])
+@pytest.mark.parametrize("est", [SADERF, ADERF], ids=_name)
+def test_bad_eps(est, eps, data):
+    with pytest.raises(ValueError, match=r"^eps must be a non-negative float"):
+        est(n_features=4, eps=eps).fit(data[0])
+
+
+def test_edited_A_above_one_eighth_is_rejected_at_build(data):
+    fm = GERF(n_features=4, random_state=0).fit(data[0])
+    fm.A_ = np.full(6, 0.125)
+    with pytest.raises(ValueError, match=r"A_l < 1/8"):
+        fm._build()
+
+
+@pytest.mark.parametrize("rs", [-1, 1.5, "seed", object()])
+def test_bad_random_state(cls, rs, data):
+    with pytest.raises((TypeError, ValueError), match="random_state"):
+        cls(n_features=4, random_state=rs).fit(data[0])
+
+
+def test_bad_side(cls, data):
+    fm = _fitted(cls, data[0])
+    with pytest.raises(ValueError, match=r"^side must be 'x' or 'y'"):
+        fm.transform_scaled(data[0], side="z")
+
+
+# ------------------------------------------------------------------ not fitted
+def test_not_fitted(cls, data):
+    X = data[0]
+    fm = cls(n_features=4)
+    for call in (lambda: fm.transform(X), lambda: fm.transform_y(X),
+                 lambda: fm.approx_kernel(X), lambda: fm.variance(X),
+                 lambda: fm.log_objective(X), lambda: fm.transform_scaled(X)):
+        with pytest.raises(NotFittedError):
+            call()
+
+
+def test_refit_replaces_parameters(cls, data):
+    X, Y = data
+    fm = cls(n_features=16, random_state=0).fit(X, Y)
+    first = fm.transform(X)
+    fm.fit(X[:, :4])  # different dimension: a clean refit, no stale cache
+    assert fm.n_features_in_ == 4 and fm.transform(X[:, :4]).shape == (len(X), fm.output_dim)
+    fm.fit(X, Y)
+    np.testing.assert_allclose(fm.transform(X), first, rtol=1e-14)
