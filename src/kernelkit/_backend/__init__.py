@@ -160,11 +160,11 @@ def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_em
             X = np.asarray(X)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
-        if X.dtype == object or X.dtype.kind in "USV":
-            try:
-                X = X.astype(np.float64)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"{name} must be numeric, got dtype {X.dtype}.") from exc
+    if isinstance(X, np.ndarray) and (X.dtype == object or X.dtype.kind in "USV"):
+        try:
+            X = X.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be numeric, got dtype {X.dtype}.") from exc
     xp = array_namespace(X)
     if xp.isdtype(X.dtype, "complex floating"):
         raise TypeError(f"{name} must be real-valued, got complex dtype {X.dtype}.")
