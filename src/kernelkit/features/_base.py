@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -125,14 +128,18 @@ class FeatureMap(BaseEstimator):
         d = X.shape[1]
         self.n_features_in_ = d
         self.projection_ = draw_projection(self.n_features, d, rng, self.orthogonal)  # (M, d)
-        Xs = to_numpy(X, np.float64) / self.lengthscale  # (n, d)
-        Ys = to_numpy(Y, np.float64) / self.lengthscale  # (m, d)
+        Xs = _fit_array(X, self.lengthscale)  # (n, d)
+        Ys = Xs if Y is X else _fit_array(Y, self.lengthscale)  # (m, d); Y is X: same object
         self._fit_parameters(Xs, Ys, rng)
         self._build()
         return self
 
     def _fit_parameters(self, X, Y, rng):
-        """Fit data-dependent parameters from float64 NumPy ``X`` (n, d), ``Y`` (m, d)."""
+        """Fit data-dependent parameters from float64 NumPy ``X`` (n, d), ``Y`` (m, d).
+
+        ``X`` and ``Y`` may be read-only views of the caller's data (do not modify them in
+        place); ``Y is X`` when ``fit`` got no ``Y``.
+        """
 
     def _build(self):
         """Precompute NumPy constants used by ``_scaled_features`` (after any refit)."""
@@ -305,3 +312,136 @@ def _namespace_of(a):
     from array_api_compat import array_namespace
 
     return array_namespace(a)
+
+
+def _fit_array(X, lengthscale):
+    """Float64 NumPy copy of ``X / lengthscale``; a read-only view when no copy is needed."""
+    X = to_numpy(X, np.float64)
+    if lengthscale != 1.0:
+        return X / lengthscale
+    X = X.view()
+    X.flags.writeable = False
+    return X
+
+
+# ---------------------------------------------------------------------- threading
+# NumPy feature evaluation runs over row blocks of the (n, D) output: each block's
+# matmul and elementwise ufuncs stay in the core's cache, and the blocks are spread over
+# threads (BLAS and NumPy ufuncs release the GIL). Torch and other backends do not use it.
+
+#: target size in bytes of one row block of the output
+_BLOCK_BYTES = 1 << 21
+#: outputs with fewer elements are computed in one block in the calling thread
+_PARALLEL_MIN_ELEMENTS = 1 << 17
+
+_blas_lock = threading.Lock()
+_blas_state = {"users": 0, "ctx": None, "controller": None}
+
+
+def num_threads() -> int:
+    """Threads used by NumPy feature evaluation.
+
+    ``KERNELKIT_NUM_THREADS`` if set, else the CPUs available to this process
+    (``os.sched_getaffinity``, falling back to ``os.cpu_count()``), and never more than
+    the current BLAS thread limit (so ``threadpoolctl.threadpool_limits(1)``, joblib
+    workers and ``OPENBLAS_NUM_THREADS=1`` keep kernelkit single-threaded).
+    """
+    env = os.environ.get("KERNELKIT_NUM_THREADS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    blas = _blas_threads()
+    return max(1, min(n, blas) if blas else n)
+
+
+def _controller():
+    if _blas_state["controller"] is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _blas_state["controller"] = ThreadpoolController().select(user_api="blas")
+        except Exception:  # threadpoolctl missing or failing: no BLAS control
+            _blas_state["controller"] = False
+    return _blas_state["controller"]
+
+
+def _blas_threads():
+    ctl = _controller()
+    if not ctl:
+        return None
+    try:
+        counts = [info["num_threads"] for info in ctl.info()]
+    except Exception:
+        return None
+    return min(counts) if counts else None
+
+
+class _SingleThreadedBlas:
+    """Limit BLAS to one thread while kernelkit's own threads run (reference counted, so
+    concurrent callers restore the original limit exactly once)."""
+
+    def __enter__(self):
+        with _blas_lock:
+            if _blas_state["users"] == 0:
+                ctl = _controller()
+                ctx = None
+                if ctl:
+                    try:
+                        ctx = ctl.limit(limits=1)
+                    except Exception:
+                        ctx = None
+                _blas_state["ctx"] = ctx
+            _blas_state["users"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        with _blas_lock:
+            _blas_state["users"] -= 1
+            if _blas_state["users"] == 0 and _blas_state["ctx"] is not None:
+                ctx, _blas_state["ctx"] = _blas_state["ctx"], None
+                ctx.restore_original_limits()
+        return False
+
+
+def _matmul_augmented(Xb, extra, W_aug, out) -> None:
+    """``out = [Xb, *extra] @ W_aug`` for a row block ``Xb`` (k, d).
+
+    ``extra`` are scalars or (k,) arrays appended as columns, matched by the last rows of
+    ``W_aug`` (d + len(extra), D): a per-column constant (row of ``W_aug``, column of ones)
+    or a per-row term (column of ``Xb``, row of ones) costs no pass over ``out``.
+    """
+    k, d = Xb.shape
+    Xa = np.empty((k, d + len(extra)), dtype=out.dtype)
+    Xa[:, :d] = Xb
+    for j, e in enumerate(extra):
+        Xa[:, d + j] = e
+    np.matmul(Xa, W_aug, out=out)
+
+
+def _map_row_blocks(fn, n: int, width: int, itemsize: int) -> None:
+    """Call ``fn(lo, hi)`` for row blocks ``[lo, hi)`` covering ``range(n)``.
+
+    ``fn`` writes rows ``lo:hi`` of an ``(n, width)`` output with elements of ``itemsize``
+    bytes; it must touch only its own rows (blocks run concurrently, in threads).
+    """
+    if n <= 0:
+        return
+    if n * width < _PARALLEL_MIN_ELEMENTS:
+        fn(0, n)
+        return
+    rows = max(1, _BLOCK_BYTES // max(1, width * itemsize))
+    blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+    threads = min(num_threads(), len(blocks))
+    if threads <= 1:
+        for lo, hi in blocks:
+            fn(lo, hi)
+        return
+    with _SingleThreadedBlas(), ThreadPoolExecutor(threads) as pool:
+        # list() re-raises the first exception of any block
+        list(pool.map(lambda b: fn(*b), blocks))
