@@ -32,6 +32,7 @@ def test_sklearn_compatible(estimator, check):
 
 
 # ---------------------------------------------------------------- kernel approximation
+@pytest.mark.slow
 @pytest.mark.parametrize("method", SYMMETRIC)
 def test_gram_matrix_error_matches_variance_and_decreases(method):
     """E ||Z Z^T - K||_F^2 = sum_ij Var K_hat_ij for i.i.d. features (unbiasedness).
