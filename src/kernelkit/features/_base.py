@@ -442,6 +442,37 @@ def _map_row_blocks(fn, n: int, width: int, itemsize: int) -> None:
         for lo, hi in blocks:
             fn(lo, hi)
         return
-    with _SingleThreadedBlas(), ThreadPoolExecutor(threads) as pool:
-        # list() re-raises the first exception of any block
-        list(pool.map(lambda b: fn(*b), blocks))
+    pending = iter(blocks)
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                block = next(pending, None)
+            if block is None:
+                return
+            fn(*block)
+
+    with _SingleThreadedBlas():
+        # the calling thread works too, so a busy (shared) pool delays but never blocks
+        futures = [_worker_pool(threads - 1).submit(worker) for _ in range(threads - 1)]
+        try:
+            worker()
+        finally:
+            for f in futures:
+                f.result()  # waits; re-raises an exception of a block
+
+
+_pool_state = {"pool": None, "size": 0, "pid": None}
+
+
+def _worker_pool(size: int) -> ThreadPoolExecutor:
+    """A process-wide pool of at least ``size`` threads (new after ``fork`` or to grow)."""
+    with _blas_lock:
+        st = _pool_state
+        if st["pool"] is None or st["pid"] != os.getpid() or st["size"] < size:
+            if st["pool"] is not None and st["pid"] == os.getpid():
+                st["pool"].shutdown(wait=False)
+            st.update(pool=ThreadPoolExecutor(size, thread_name_prefix="kernelkit"),
+                      size=size, pid=os.getpid())
+        return st["pool"]

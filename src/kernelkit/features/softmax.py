@@ -284,7 +284,7 @@ class TrigRF(FeatureMap):
         X, xp = self._check_X(X, "X" if side == "x" else "Y")
         if not is_numpy_namespace(xp):
             base, log_scale = self._scaled_features(X, xp, side)
-            return base * xp.exp(log_scale)[:, None]
+            return base if 0.5 + self.alpha == 0.0 else base * xp.exp(log_scale)[:, None]
         coef = 0.5 + self.alpha  # log f carries coef * |x|^2
         scale = None
         if coef != 0.0:
@@ -296,9 +296,9 @@ class TrigRF(FeatureMap):
         if is_numpy_namespace(xp):
             base = self._cos_numpy(X)  # (n, M)
         else:
-            W_T = self._param("W_T", xp, X)  # (d, M)
-            theta = self._param("theta", xp, X)  # (M,)
-            base = xp.cos(X @ W_T + theta) * math.sqrt(2.0 / self.n_features)
+            W_aug = self._param("W_aug", xp, X)  # (d + 1, M): [W^T; theta]
+            ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
+            base = xp.cos(xp.concat([X, ones], axis=1) @ W_aug) * math.sqrt(2.0 / self.n_features)
         coef = 0.5 + self.alpha  # log f carries coef * |x|^2
         if coef == 0.0:
             log_scale = xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
@@ -498,7 +498,11 @@ class _DiagonalDERF(FeatureMap):
     def _features(self, X, side):
         X, xp = self._check_X(X, "X" if side == "x" else "Y")
         if not is_numpy_namespace(xp):
-            return xp.exp(self._logits(X, xp, side) + self._row_term(X, xp, side)[:, None])
+            # [X, 1, row] @ [W^T; const; 1]: one (n, M) temporary fewer per folded term
+            W_aug = self._param("W_aug_" + side, xp, X)  # (d + 2, M)
+            ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
+            row = self._row_term(X, xp, side)[:, None]  # (n, 1)
+            return xp.exp(xp.concat([X, ones, row], axis=1) @ W_aug)
         # NumPy: exp(X W^T + const + row) per row block, in cache and in threads
         W_aug = self._param("W_aug_" + side, xp, X)  # (d + 2, M): [W^T; const; 1]
         row = self._row_term(X, xp, side)  # (n,)
