@@ -15,9 +15,11 @@ Everything is timed in one run, each kernelkit call next to its peer:
   relative error), and torch CPU ``transform`` times against a torch matmul.
 
 Timing: one warm-up call each, then ``repeats`` rounds that call the two sides of a
-ratio alternately (so both see the same machine load); a time is the minimum over the
-rounds (the median is recorded too). Sizes: ``n = 20000, d = 64, M = 1024``
-(``quick``: ``n = 4000, d = 64, M = 512``; the targets are set for the full size).
+ratio alternately (so both see the same machine load), each call after a short pause
+(OpenBLAS threads spin for ~0.1 s after a threaded call and would slow whatever comes
+next); a time is the minimum over the rounds (the median is recorded too).
+Sizes: ``n = 20000, d = 64, M = 1024`` (``quick``: ``n = 4000, d = 64, M = 512``; the
+targets are set for the full size).
 
 Run ``python benchmarks/bench_features.py [--quick]`` or ``kernelkit bench features``.
 """
@@ -42,18 +44,34 @@ DESCRIPTION = (
 
 __all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
 
-#: name -> (comparison, threshold); "<=" means smaller is better
+#: name -> (comparison, threshold, dtypes the target is set for); "<=": smaller is better.
+#: Every ratio is printed for float64 and float32; a dtype not listed is reported only
+#: (RBFSampler: float64 is scikit-learn's default; SDERF.fit: its statistics are float64
+#: for either input dtype, so the float32 fit costs as much as the float64 one).
 TARGETS = {
-    "PositiveRF.transform / X@W": ("<=", 2.5),
-    "SDERF.transform / X@W": ("<=", 2.5),
-    "RBFSampler.transform / TrigRF.transform": (">=", 4.0),
-    "SDERF.fit / SDERF.transform": ("<=", 0.1),
+    "PositiveRF.transform / X@W": ("<=", 2.5, ("float64", "float32")),
+    "SDERF.transform / X@W": ("<=", 2.5, ("float64", "float32")),
+    "RBFSampler.transform / TrigRF.transform": (">=", 4.0, ("float64",)),
+    "SDERF.fit / SDERF.transform": ("<=", 0.1, ("float64",)),
 }
 
 _INFO_MAPS = ("GERF", "ADERF", "SADERF", "HyperbolicRF")
 
 
 # ------------------------------------------------------------------ timing helpers
+#: pause before each timed call: OpenBLAS worker threads spin for up to ~0.1 s after a
+#: threaded BLAS call (``OPENBLAS_THREAD_TIMEOUT``), stealing a core from whatever runs
+#: next; the pause gives every call the same start. It busy-waits (a sleep would let the
+#: core idle and make the next short call pay the wake-up).
+_SETTLE_S = 0.2
+
+
+def _settle(seconds: float = _SETTLE_S) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _time_calls(fns: dict, repeats: int) -> dict:
     """Time the callables in ``fns`` round-robin; ``{name: {"min": s, "median": s}}``."""
     for fn in fns.values():  # warm-up (caches, page mappings, thread start-up)
@@ -61,6 +79,7 @@ def _time_calls(fns: dict, repeats: int) -> dict:
     samples = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
+            _settle()
             t0 = time.perf_counter()
             fn()
             samples[k].append(time.perf_counter() - t0)
@@ -68,7 +87,7 @@ def _time_calls(fns: dict, repeats: int) -> dict:
 
 
 def _check(name: str, value: float) -> bool:
-    op, thr = TARGETS[name]
+    op, thr, _ = TARGETS[name]
     return value <= thr if op == "<=" else value >= thr
 
 
@@ -172,7 +191,8 @@ def run(quick: bool = False) -> dict:
     Returns
     -------
     dict with ``config``, ``timings`` (seconds, per dtype), ``ratios``, ``targets``
-    (value, target, pass for each target of :data:`TARGETS`) and ``all_pass``.
+    (value, target, pass for each target of :data:`TARGETS` and dtype it is set for),
+    ``reported`` (the same for the other dtype rows) and ``all_pass`` (of ``targets``).
     """
     from kernelkit.features._base import num_threads
 
@@ -206,16 +226,20 @@ def run(quick: bool = False) -> dict:
         extra[f"TrigRF vs RBFSampler max |diff| [{dn}]"] = diff
 
     # ---- targets
-    rows, targets = [], {}
-    for name, (op, thr) in TARGETS.items():
+    rows, targets, reported = [], {}, {}
+    for name, (op, thr, dtypes) in TARGETS.items():
         for dn in ("float64", "float32"):
             key = f"{name} [{dn}]"
             value = ratios[key]
             ok = _check(name, value)
-            targets[key] = {"value": value, "target": f"{op} {thr:g}", "pass": ok}
-            rows.append([key, f"{value:.3f}", f"{op} {thr:g}", "PASS" if ok else "FAIL"])
-    print("\nTargets (ratios of minimum times; the headline for RBFSampler is float64, "
-          "scikit-learn's default):")
+            entry = {"value": value, "target": f"{op} {thr:g}", "pass": ok}
+            (targets if dn in dtypes else reported)[key] = entry
+            status = ("PASS" if ok else "FAIL") if dn in dtypes else (
+                "(report: " + ("meets" if ok else "misses") + ")")
+            rows.append([key, f"{value:.3f}", f"{op} {thr:g}", status])
+    print("\nTargets (ratios of minimum times). RBFSampler: the target is for float64, "
+          "scikit-learn's default;\nSDERF.fit: for float64 (its statistics are float64 for "
+          "either input dtype); float32 rows are reported:")
     print(_table(["quantity", "value", "target", "status"], rows))
 
     # ---- other ratios and all times
@@ -264,8 +288,9 @@ def run(quick: bool = False) -> dict:
         print("\ntorch not installed: torch CPU timings skipped.")
 
     all_pass = all(v["pass"] for v in targets.values())
-    print(f"\n{sum(v['pass'] for v in targets.values())}/{len(targets)} targets pass.")
+    print(f"\n{sum(v['pass'] for v in targets.values())}/{len(targets)} targets pass"
+          f" ({sum(v['pass'] for v in reported.values())}/{len(reported)} reported-only "
+          "rows meet the same threshold).")
     return {"config": config, "timings": timings, "ratios": ratios, "targets": targets,
-            "all_pass": all_pass, "checks": extra, "approx_kernel": {"timings": t_k,
-                                                                     "errors": errors},
-            "torch": t_torch}
+            "reported": reported, "all_pass": all_pass, "checks": extra,
+            "approx_kernel": {"timings": t_k, "errors": errors}, "torch": t_torch}

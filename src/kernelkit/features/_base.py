@@ -424,18 +424,21 @@ def _matmul_augmented(Xb, extra, W_aug, out) -> None:
     np.matmul(Xa, W_aug, out=out)
 
 
-def _map_row_blocks(fn, n: int, width: int, itemsize: int) -> None:
+def _map_row_blocks(fn, n: int, width: int, itemsize: int, rows: int | None = None) -> None:
     """Call ``fn(lo, hi)`` for row blocks ``[lo, hi)`` covering ``range(n)``.
 
     ``fn`` writes rows ``lo:hi`` of an ``(n, width)`` output with elements of ``itemsize``
-    bytes; it must touch only its own rows (blocks run concurrently, in threads).
+    bytes; it must touch only its own rows (blocks run concurrently, in threads). Blocks
+    have ``rows`` rows, by default as many as fit in ``_BLOCK_BYTES``.
     """
     if n <= 0:
         return
     if n * width < _PARALLEL_MIN_ELEMENTS:
         fn(0, n)
         return
-    rows = max(1, _BLOCK_BYTES // max(1, width * itemsize))
+    if rows is None:
+        rows = _BLOCK_BYTES // max(1, width * itemsize)
+    rows = max(1, int(rows))
     blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
     threads = min(num_threads(), len(blocks))
     if threads <= 1:

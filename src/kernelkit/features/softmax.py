@@ -180,11 +180,15 @@ def fit_aderf(X, Y, eps: float = 1e-6):
     return B1, B2, A
 
 
+#: row blocks of :func:`_moments` (fixed, so sums do not depend on the thread count)
+_MOMENT_BLOCKS = 4
+
+
 def _moments(X):
     """``(mean_i x_i, mean_i x_i x_i^T)`` of ``X`` (..., n, d), shapes (..., d), (..., d, d).
 
-    A large 2-D ``X`` is summed in row blocks (in threads, fixed block order, so the
-    result does not depend on the thread count).
+    A large 2-D ``X`` is summed in ``_MOMENT_BLOCKS`` row blocks (in threads; the blocks
+    and their order are fixed, so the result does not depend on the thread count).
     """
     n = X.shape[-2]
     if X.ndim != 2 or n * X.shape[-1] < 4 * _PARALLEL_MIN_ELEMENTS:
@@ -195,7 +199,7 @@ def _moments(X):
         Xb = X[lo:hi]
         parts[lo] = (np.ones(hi - lo) @ Xb, Xb.T @ Xb)  # column sums (gemv), Gram (syrk)
 
-    _map_row_blocks(block, n, X.shape[1], X.itemsize)
+    _map_row_blocks(block, n, X.shape[1], X.itemsize, rows=-(-n // _MOMENT_BLOCKS))
     order = sorted(parts)
     return (sum(parts[k][0] for k in order) / n, sum(parts[k][1] for k in order) / n)
 
