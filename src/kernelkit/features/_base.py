@@ -20,6 +20,7 @@ the raw features of :meth:`transform` overflow.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
@@ -130,8 +131,11 @@ class FeatureMap(BaseEstimator):
         self.projection_ = draw_projection(self.n_features, d, rng, self.orthogonal)  # (M, d)
         Xs = _fit_array(X, self.lengthscale)  # (n, d)
         Ys = Xs if Y is X else _fit_array(Y, self.lengthscale)  # (m, d); Y is X: same object
-        self._fit_parameters(Xs, Ys, rng)
-        self._build()
+        # O(n d^2 + d^3 + M d^2) work: kernelkit threads the O(n d^2) sums itself and runs
+        # small-d linear algebra on one BLAS thread (see _SingleThreadedBlas)
+        with _SingleThreadedBlas() if d <= _SMALL_D else contextlib.nullcontext():
+            self._fit_parameters(Xs, Ys, rng)
+            self._build()
         return self
 
     def _fit_parameters(self, X, Y, rng):
@@ -333,9 +337,11 @@ def _fit_array(X, lengthscale):
 _BLOCK_BYTES = 1 << 21
 #: outputs with fewer elements are computed in one block in the calling thread
 _PARALLEL_MIN_ELEMENTS = 1 << 17
+#: input dimensions up to which fitting runs its d x d linear algebra on one BLAS thread
+_SMALL_D = 256
 
 _blas_lock = threading.Lock()
-_blas_state = {"users": 0, "ctx": None, "controller": None}
+_blas_state = {"users": 0, "ctx": None, "controller": None, "orig": None}
 
 
 def num_threads() -> int:
@@ -356,7 +362,8 @@ def num_threads() -> int:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         n = os.cpu_count() or 1
-    blas = _blas_threads()
+    # inside kernelkit's own single-thread limit, the limit that was there before it
+    blas = _blas_state["orig"] if _blas_state["users"] > 0 else _blas_threads()
     return max(1, min(n, blas) if blas else n)
 
 
@@ -384,13 +391,18 @@ def _blas_threads():
 
 class _SingleThreadedBlas:
     """Limit BLAS to one thread while kernelkit's own threads run (reference counted, so
-    concurrent callers restore the original limit exactly once)."""
+    concurrent callers restore the original limit exactly once).
+
+    Also used around small (d x d, M x d) linear algebra: a threaded OpenBLAS call leaves
+    its worker threads spinning for ~0.1 s, which would slow the next big computation.
+    """
 
     def __enter__(self):
         with _blas_lock:
             if _blas_state["users"] == 0:
                 ctl = _controller()
                 ctx = None
+                _blas_state["orig"] = _blas_threads()
                 if ctl:
                     try:
                         ctx = ctl.limit(limits=1)

@@ -180,15 +180,16 @@ def fit_aderf(X, Y, eps: float = 1e-6):
     return B1, B2, A
 
 
-#: row blocks of :func:`_moments` (fixed, so sums do not depend on the thread count)
-_MOMENT_BLOCKS = 4
+#: bytes of one row block of :func:`_moments` (L2-sized; the blocks depend on the shape
+#: only, so the sums do not depend on the thread count)
+_MOMENT_BLOCK_BYTES = 1 << 20
 
 
 def _moments(X):
     """``(mean_i x_i, mean_i x_i x_i^T)`` of ``X`` (..., n, d), shapes (..., d), (..., d, d).
 
-    A large 2-D ``X`` is summed in ``_MOMENT_BLOCKS`` row blocks (in threads; the blocks
-    and their order are fixed, so the result does not depend on the thread count).
+    A large 2-D ``X`` is summed in row blocks of ``_MOMENT_BLOCK_BYTES`` (in threads; the
+    blocks and their order are fixed, so the result does not depend on the thread count).
     """
     n = X.shape[-2]
     if X.ndim != 2 or n * X.shape[-1] < 4 * _PARALLEL_MIN_ELEMENTS:
@@ -197,9 +198,11 @@ def _moments(X):
 
     def block(lo, hi):
         Xb = X[lo:hi]
-        parts[lo] = (np.ones(hi - lo) @ Xb, Xb.T @ Xb)  # column sums (gemv), Gram (syrk)
+        G = Xb.T @ Xb  # Gram (syrk), then the column sums (gemv) while Xb is in cache
+        parts[lo] = (np.ones(hi - lo) @ Xb, G)
 
-    _map_row_blocks(block, n, X.shape[1], X.itemsize, rows=-(-n // _MOMENT_BLOCKS))
+    _map_row_blocks(block, n, X.shape[1], X.itemsize,
+                    rows=max(256, _MOMENT_BLOCK_BYTES // (X.shape[1] * X.itemsize)))
     order = sorted(parts)
     return (sum(parts[k][0] for k in order) / n, sum(parts[k][1] for k in order) / n)
 
@@ -509,12 +512,14 @@ class _DiagonalDERF(FeatureMap):
             return xp.exp(xp.concat([X, ones, row], axis=1) @ W_aug)
         # NumPy: exp(X W^T + const + row) per row block, in cache and in threads
         W_aug = self._param("W_aug_" + side, xp, X)  # (d + 2, M): [W^T; const; 1]
-        row = self._row_term(X, xp, side)  # (n,)
+        self._row_term(X[:1], xp, side)  # puts the row-term constants in the cache
         out = np.empty((X.shape[0], W_aug.shape[1]), dtype=X.dtype)
 
         def block(lo, hi):
             o = out[lo:hi]
-            _matmul_augmented(X[lo:hi], (1.0, row[lo:hi]), W_aug, o)  # X W^T + const + row
+            Xb = X[lo:hi]
+            row = self._row_term(Xb, xp, side)  # (hi - lo,), per block: X B^T is threaded too
+            _matmul_augmented(Xb, (1.0, row), W_aug, o)  # X W^T + const + row
             with np.errstate(over="ignore"):
                 np.exp(o, out=o)
 
