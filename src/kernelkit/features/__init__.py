@@ -1,6 +1,13 @@
 """Random feature maps, one module per family (see DESIGN.md, "Feature maps")."""
 
 from ._base import KERNELS, FeatureMap
+from .dot_product import (
+    DotProductFeatureMap,
+    GaussianSketch,
+    RademacherSketch,
+    TensorSketch,
+    TensorSRHT,
+)
 from .sampling import block_orthogonal_projection, draw_projection, gaussian_projection
 from .softmax import ADERF, GERF, SADERF, SDERF, HyperbolicRF, PositiveRF, TrigRF, a_star
 
@@ -10,9 +17,14 @@ __all__ = [
     "KERNELS",
     "SADERF",
     "SDERF",
+    "DotProductFeatureMap",
     "FeatureMap",
+    "GaussianSketch",
     "HyperbolicRF",
     "PositiveRF",
+    "RademacherSketch",
+    "TensorSRHT",
+    "TensorSketch",
     "TrigRF",
     "a_star",
     "block_orthogonal_projection",

@@ -1,0 +1,828 @@
+"""Random features for dot-product (polynomial) kernels: i.i.d. Rademacher and Gaussian
+sketches (real and complex), TensorSRHT (real and complex) and TensorSketch.
+
+Reference: Wacker, Kanagawa, Filippone, "Improved Random Features for Dot Product
+Kernels" (equation / algorithm numbers below are the paper's), with the corrections of
+``shared/notes/dot_product_random_features.md``:
+
+* TensorSRHT draws a fresh sign vector *and permutation* per (block, degree) (erratum 4;
+  a permutation shared by the degrees is unbiased but breaks eq. 28/33);
+* ``d`` in eq. 29/33 is the zero-padded (power-of-two) dimension (erratum 9);
+* complex TensorSRHT uses ``diag(z_i)`` (erratum 3).
+
+Every map estimates the polynomial kernel ``k(x, y) = (x.y + coef0)^degree`` by
+``k_hat = Phi(x)^T conj(Phi(y))`` with ``D = n_features`` features, through the
+inhomogeneous trick ``x~ = [x; sqrt(coef0)]`` (appended before any zero-padding).
+:meth:`~DotProductFeatureMap.approx_kernel` returns ``Re k_hat``.
+
+Variances (note Sec. 3). With ``G = x~.y~``, ``N = |x~|^2 |y~|^2``,
+``S = sum_k x~_k^2 y~_k^2`` and weights with ``q = E (Re z)^2``, ``m4 = E|z|^4``,
+``r = E z^2 = 2q - 1``:
+
+* i.i.d. sketches, Theorem 2 (eq. 16): ``E|k_hat - k|^2 = [(m4 S + N - S + (r^2 + 1)(G^2 - S))^p
+  - G^(2p)] / D``;
+* the real part (derived, note Sec. 2.6): ``E(Re k_hat - k)^2 = (E|k_hat - k|^2
+  + E(k_hat - k)^2) / 2`` with ``E(k_hat - k)^2 = [(m4 S + r^2 (N - S) + 2 (G^2 - S))^p
+  - G^(2p)] / D`` (the same pairing argument as Theorem 2 without the conjugate);
+* TensorSRHT, Theorems 5/10 (eq. 28/33): ``V_q^(p)/D - c(D, d)/D^2 [G^(2p) - (G^2 -
+  V_q^(1)/(d - 1))^p]`` with ``c(D, d)`` of eq. 29; the real part uses the same formula
+  with ``V_q^(1) = N - S + r^2 (G^2 - S)`` replaced by ``W_q^(1) = G^2 - S + r^2 (N - S)``
+  (derived: Lemma 12 applied to the unconjugated pairings).
+
+For real maps (``q = 1``) all of these coincide. ``variance(X, Y, kind="complex")``
+(default) returns the paper's ``E|k_hat - k|^2``; ``kind="real"`` returns the variance of
+:meth:`approx_kernel`, ``E(Re k_hat - k)^2 <= E|k_hat - k|^2``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import ClassVar
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from .._backend import (
+    check_random_state,
+    device,
+    is_numpy_namespace,
+    to_backend,
+    validate_data,
+    validate_positive_int,
+)
+from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
+from ._base import FeatureMap, _map_row_blocks, _matmul_augmented, _namespace_of
+
+__all__ = [
+    "DotProductFeatureMap",
+    "GaussianSketch",
+    "RademacherSketch",
+    "TensorSRHT",
+    "TensorSketch",
+    "iid_sketch_variance",
+    "pair_statistics",
+    "polynomial_kernel",
+    "srht_c",
+    "tensor_srht_variance",
+]
+
+
+# ============================================================== formulas
+def polynomial_kernel(X, Y=None, degree: int = 2, coef0: float = 0.0):
+    """Exact ``(X Y^T + coef0)^degree``, shape (n, m), on any array-API backend."""
+    Y = X if Y is None else Y
+    xp = _namespace_of(X)
+    return (X @ xp.matrix_transpose(Y) + coef0) ** int(degree)
+
+
+def pair_statistics(X, Y=None, coef0: float = 0.0):
+    """``(G, N, S)`` of the augmented pairs ``x~ = [x; sqrt(coef0)]``, each (n, m).
+
+    ``G = x~.y~``, ``N = |x~|^2 |y~|^2``, ``S = sum_k x~_k^2 y~_k^2`` (note Sec. 3), in
+    ``O(nmd)`` without forming ``x~``.
+    """
+    Y = X if Y is None else Y
+    xp = _namespace_of(X)
+    c = float(coef0)
+    G = X @ xp.matrix_transpose(Y)
+    X2, Y2 = X * X, Y * Y
+    S = X2 @ xp.matrix_transpose(Y2)
+    nx = xp.sum(X2, axis=1)
+    ny = nx if Y is X else xp.sum(Y2, axis=1)
+    if c != 0.0:
+        G = G + c
+        S = S + c * c
+        nx, ny = nx + c, ny + c
+    N = nx[:, None] * ny[None, :]
+    return G, N, S
+
+
+def _pow_diff(A, B, delta, p: int):
+    """``A^p - B^p`` given ``delta = A - B``, as ``delta * sum_k A^(p-1-k) B^k``.
+
+    No cancellation when ``A, B >= 0`` (``delta`` is the only difference taken).
+    """
+    s = 1.0
+    Bk = None
+    for _ in range(1, p):
+        Bk = B if Bk is None else Bk * B
+        s = s * A + Bk
+    return delta * s
+
+
+def _clip0(xp, V):
+    return xp.clip(V, min=0.0) if hasattr(V, "shape") else max(V, 0.0)
+
+
+def iid_sketch_variance(G, N, S, degree: int, n_features: int = 1, *, q: float = 1.0,
+                        m4: float = 1.0, kind: str = "complex"):
+    """Variance of an i.i.d. sketch estimate of ``G^degree`` (Theorem 2, eq. 16-21).
+
+    Parameters
+    ----------
+    G, N, S : arrays (or floats) from :func:`pair_statistics`.
+    degree : int
+    n_features : int
+        ``D``; the variance is divided by it.
+    q : float
+        ``E (Re z)^2`` of the weight entries (1: real, 1/2: Ex. 2-4).
+    m4 : float
+        ``E |z|^4`` (1: Rademacher / unit circle, 3: real Gaussian, 2: complex Gaussian).
+    kind : {"complex", "real"}
+        ``"complex"``: ``E|k_hat - k|^2`` (eq. 16, the paper's); ``"real"``:
+        ``E(Re k_hat - k)^2`` (the variance of the real part).
+
+    Returns
+    -------
+    Same shape as ``G``, non-negative.
+    """
+    p = int(degree)
+    r2 = (2.0 * q - 1.0) ** 2
+    G2 = G * G
+    # E|a|^2 - G^2 for one degree: (m4 - 2 - r^2) S + N + r^2 G^2  (eq. 16 with p = 1)
+    d_abs = (m4 - 2.0 - r2) * S + N + r2 * G2
+    V = _pow_diff(G2 + d_abs, G2, d_abs, p)
+    if kind == "real":
+        # E a^2 - G^2 for one degree: (m4 - r^2 - 2) S + r^2 N + G^2
+        d_sq = (m4 - r2 - 2.0) * S + r2 * N + G2
+        V = 0.5 * (V + _pow_diff(G2 + d_sq, G2, d_sq, p))
+    elif kind != "complex":
+        raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
+    return V / int(n_features)
+
+
+def srht_c(n_features: int, d: int) -> int:
+    """``c(D, d) = floor(D/d) d (d - 1) + r (r - 1)``, ``r = D mod d`` (eq. 29): the number of
+    ordered pairs of distinct features within the same block."""
+    D, d = int(n_features), int(d)
+    r = D % d
+    return (D // d) * d * (d - 1) + r * (r - 1)
+
+
+def tensor_srht_variance(G, N, S, degree: int, n_features: int, d: int, *,
+                         complex: bool = False, kind: str = "complex"):
+    """Variance of the TensorSRHT estimate (Theorems 5 and 10, eq. 28/33).
+
+    ``V_q^(p)/D - c(D, d)/D^2 [G^(2p) - (G^2 - V_q^(1)/(d - 1))^p]`` with
+    ``V_q^(1) = N - S + (2q - 1)^2 (G^2 - S)`` (``q = 1`` real, ``1/2`` complex) and ``d``
+    the **padded** dimension (erratum 9). ``kind="real"`` gives ``E(Re k_hat - k)^2``
+    (see the module docstring).
+
+    Parameters
+    ----------
+    G, N, S : arrays from :func:`pair_statistics` (on the augmented, unpadded inputs;
+        zero-padding changes none of them).
+    degree, n_features : int
+    d : int
+        Padded dimension (a power of two).
+    complex : bool
+    kind : {"complex", "real"}
+    """
+    p, D, d = int(degree), int(n_features), int(d)
+    r2 = 0.0 if complex else 1.0
+    G2 = G * G
+    c = srht_c(D, d)
+
+    def one(v1):
+        V = _pow_diff(G2 + v1, G2, v1, p) / D
+        if c and d > 1:
+            e = v1 / (d - 1)
+            V = V - (c / (D * D)) * _pow_diff(G2, G2 - e, e, p)
+        return V
+
+    V = one(N - S + r2 * (G2 - S))
+    if kind == "real":
+        V = 0.5 * (V + one(G2 - S + r2 * (N - S)))
+    elif kind != "complex":
+        raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
+    return V
+
+
+# ============================================================== base class
+def _is_bool(v) -> bool:
+    return isinstance(v, bool | np.bool_)
+
+
+class DotProductFeatureMap(FeatureMap):
+    """Base class of random features for ``k(x, y) = (x.y + coef0)^degree``.
+
+    Parameters
+    ----------
+    n_features : int
+        Number of (complex, for ``complex=True``) random features ``D``.
+    degree : int
+        ``p >= 1``.
+    coef0 : float
+        ``>= 0``; handled by appending ``sqrt(coef0)`` to every input (before padding).
+    complex : bool
+        Complex weights (eq. 10-11): lower variance on non-negative data (eq. 22).
+    real_output : bool
+        For complex maps, return the real ``(n, 2D)`` matrix ``[Re Phi, Im Phi]`` from
+        :meth:`transform` (so the map feeds real-valued estimators): its Gram matrix is
+        exactly ``Re k_hat``. No effect on real maps or on :meth:`approx_kernel`.
+    random_state : None, int or numpy.random.Generator
+
+    Notes
+    -----
+    ``transform`` / ``transform_y`` return complex features (complex64 for float32
+    input, complex128 for float64) for complex maps without ``real_output``;
+    :meth:`approx_kernel` always returns ``Re(P conj(S)^T)``. Inputs are not rescaled:
+    features grow like ``|x|^degree``.
+    """
+
+    #: whether the class supports ``complex=True``
+    _supports_complex = True
+    #: ``(q, m4)`` of the weight entries, real and complex (Theorem 2)
+    _moments: ClassVar[dict] = {False: (1.0, 1.0), True: (0.5, 1.0)}
+
+    def __init__(
+        self,
+        n_features: int = 256,
+        degree: int = 2,
+        coef0: float = 0.0,
+        complex: bool = False,
+        real_output: bool = False,
+        random_state=None,
+    ):
+        self.n_features = n_features
+        self.degree = degree
+        self.coef0 = coef0
+        self.complex = complex
+        self.real_output = real_output
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ parameters
+    def _validate_params(self):
+        validate_positive_int(self.n_features, "n_features", maximum=2**26)
+        deg = self.degree
+        if _is_bool(deg) or not isinstance(deg, numbers.Real):
+            raise TypeError(f"degree must be a positive integer, got {deg!r}.")
+        if not (math.isfinite(deg) and float(deg) == int(deg)):
+            raise ValueError(f"degree must be a positive integer, got {deg!r}.")
+        if int(deg) < 1:
+            raise ValueError(f"degree must be >= 1, got {deg!r}.")
+        if int(deg) > 4096:
+            raise ValueError(f"degree must be <= 4096, got {deg!r}.")
+        c = self.coef0
+        if _is_bool(c) or not isinstance(c, numbers.Real):
+            raise TypeError(f"coef0 must be a non-negative float, got {c!r}.")
+        if not math.isfinite(c) or c < 0:
+            raise ValueError(
+                f"coef0 must be finite and >= 0 (a negative coef0 does not give a positive "
+                f"definite kernel), got {c!r}."
+            )
+        for name in ("complex", "real_output"):
+            if not _is_bool(getattr(self, name)):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")
+        if self.complex and not self._supports_complex:
+            raise ValueError(f"{type(self).__name__} has no complex variant; use complex=False.")
+
+    @property
+    def _p(self) -> int:
+        return int(self.degree)
+
+    @property
+    def _c(self) -> float:
+        return float(self.coef0)
+
+    @property
+    def output_dim(self) -> int:
+        """Columns of :meth:`transform`: ``2 n_features`` for complex maps with
+        ``real_output=True``, else ``n_features``."""
+        return int(self.n_features) * (2 if (self.complex and self.real_output) else 1)
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X, Y=None):
+        """Draw the random parameters (they depend on the input dimension only).
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional
+            Only checked (the maps are data-independent).
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        X, _ = validate_data(X, "X")
+        if Y is not None:
+            validate_data(Y, "Y", n_features=X.shape[1])
+        self.n_features_in_ = int(X.shape[1])
+        self.input_dim_ = self.n_features_in_ + (1 if self._c > 0 else 0)
+        rng = check_random_state(self.random_state)
+        self._draw(rng)
+        self._build()
+        return self
+
+    def _draw(self, rng):
+        """Draw the random parameters (fitted attributes) with NumPy ``rng``."""
+        raise NotImplementedError
+
+    def _build(self):
+        self._cache = {}
+        self._consts = {}
+
+    # ------------------------------------------------------------------ features
+    def _check_X(self, X, name):
+        check_is_fitted(self, "input_dim_")
+        return validate_data(X, name, n_features=self.n_features_in_, allow_empty=True)
+
+    def _augment(self, X, xp):
+        """``[X, sqrt(coef0)]`` (n, input_dim_), for the array-API paths."""
+        if self._c <= 0:
+            return X
+        col = xp.full((X.shape[0], 1), math.sqrt(self._c), dtype=X.dtype, device=device(X))
+        return xp.concat([X, col], axis=1)
+
+    def _raw_features(self, X, xp):
+        """Features of validated ``X`` (n, d): real (n, D), complex (n, D) or stacked
+        (n, 2D) per ``complex`` / ``real_output``."""
+        raise NotImplementedError
+
+    def _scaled_features(self, X, xp, side):
+        F = self._raw_features(X, xp)
+        real_dtype = X.dtype
+        return F, xp.zeros(X.shape[0], dtype=real_dtype, device=device(X))
+
+    def _features(self, X, side):
+        X, xp = self._check_X(X, "X" if side == "x" else "Y")
+        return self._raw_features(X, xp)
+
+    def _finish(self, xp, re, im):
+        """Combine real and imaginary parts per ``real_output`` (array-API path)."""
+        if self.real_output:
+            return xp.concat([re, im], axis=1)
+        return re + 1j * im
+
+    def _new_output(self, n, dtype):
+        """Empty NumPy output of shape (n, output_dim) and the right dtype."""
+        if self.complex and not self.real_output:
+            cdtype = np.complex64 if dtype == np.float32 else np.complex128
+            return np.empty((n, self.n_features), dtype=cdtype)
+        return np.empty((n, self.output_dim), dtype=dtype)
+
+    def _store(self, out, lo, hi, re, im=None):
+        """Write a row block of the product into the NumPy output."""
+        D = int(self.n_features)
+        if im is None:
+            out[lo:hi] = re
+            return
+        if self.real_output:
+            out[lo:hi, :D] = re
+            out[lo:hi, D:] = im
+        else:
+            o = out[lo:hi]
+            o.real = re
+            o.imag = im
+
+    def approx_kernel(self, X, Y=None):
+        """Unbiased estimate ``Re(transform(X) @ conj(transform_y(Y)).T)`` of
+        ``(X Y^T + coef0)^degree``, shape (n, m)."""
+        P = self._features(X, "x")
+        S = P if Y is None else self._features(Y, "y")
+        xp = _namespace_of(P)
+        if xp.isdtype(P.dtype, "complex floating"):
+            Pr, Pi = xp.real(P), xp.imag(P)
+            Sr, Si = (Pr, Pi) if S is P else (xp.real(S), xp.imag(S))
+            if is_numpy_namespace(xp):  # strided views would miss BLAS
+                Pr, Pi = np.ascontiguousarray(Pr), np.ascontiguousarray(Pi)
+                Sr, Si = (Pr, Pi) if S is P else (np.ascontiguousarray(Sr),
+                                                  np.ascontiguousarray(Si))
+            return Pr @ xp.matrix_transpose(Sr) + Pi @ xp.matrix_transpose(Si)
+        return P @ xp.matrix_transpose(S)
+
+    def kernel(self, X, Y=None):
+        """The exact kernel ``(X Y^T + coef0)^degree`` that this map estimates, (n, m)."""
+        X, _ = self._check_X(X, "X")
+        Y = X if Y is None else self._check_X(Y, "Y")[0]
+        return polynomial_kernel(X, Y, self._p, self._c)
+
+    # ------------------------------------------------------------------ variance
+    def _variance_from_stats(self, G, N, S, kind):
+        q, m4 = self._moments[bool(self.complex)]
+        return iid_sketch_variance(G, N, S, self._p, self.n_features, q=q, m4=m4, kind=kind)
+
+    def variance(self, X, Y=None, kind: str = "complex"):
+        """Analytic pointwise variance of the kernel estimate.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+        kind : {"complex", "real"}
+            ``"complex"`` (default): ``E|k_hat - k|^2`` of the complex estimate
+            ``k_hat = Phi(x)^T conj Phi(y)`` -- the paper's variance (Theorem 2, eq. 16-21;
+            eq. 28/33 for TensorSRHT). ``"real"``: ``E(Re k_hat - k)^2``, the variance of
+            :meth:`approx_kernel` (derived, note Sec. 2.6); never larger. Identical for
+            real maps.
+
+        Returns
+        -------
+        array, shape (n, m), non-negative.
+        """
+        if kind not in ("complex", "real"):
+            raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
+        X, xp = self._check_X(X, "X")
+        Y = X if Y is None else self._check_X(Y, "Y")[0]
+        G, N, S = pair_statistics(X, Y, self._c)
+        return _clip0(xp, self._variance_from_stats(G, N, S, kind))
+
+    def log_relative_variance(self, X, Y=None):  # pragma: no cover - softmax-family API
+        raise NotImplementedError(f"{type(self).__name__} has no log_relative_variance.")
+
+    def log_objective(self, X, Y=None):  # pragma: no cover - softmax-family API
+        raise NotImplementedError(f"{type(self).__name__} has no log_objective.")
+
+    # ------------------------------------------------------------------ shared engine
+    def _weight_matrix(self):
+        """Real (input_dim_, ncols) matrix: per degree ``[W_i]`` (real) or ``[Re W_i, Im W_i]``
+        (complex), each ``D`` columns, ``D^-1/2`` folded into degree 1; or None."""
+        return None
+
+    def _dense_features(self, X, xp, W):
+        """``prod_i X~ W_i`` for the column blocks of ``W`` (see :meth:`_weight_matrix`)."""
+        D, p, cplx = int(self.n_features), self._p, bool(self.complex)
+        if not is_numpy_namespace(xp):
+            Wb = self._param("W", xp, X)
+            U = self._augment(X, xp) @ Wb
+            if not cplx:
+                F = U[:, :D]
+                for i in range(1, p):
+                    F = F * U[:, i * D:(i + 1) * D]
+                return F
+            re, im = U[:, :D], U[:, D:2 * D]
+            for i in range(1, p):
+                a, b = U[:, 2 * i * D:(2 * i + 1) * D], U[:, (2 * i + 1) * D:(2 * i + 2) * D]
+                re, im = re * a - im * b, re * b + im * a
+            return self._finish(xp, re, im)
+
+        Wn = self._param("W", np, X)
+        n, ncols = X.shape[0], Wn.shape[1]
+        out = self._new_output(n, X.dtype)
+        extra = (math.sqrt(self._c),) if self._c > 0 else ()
+
+        def block(lo, hi):
+            U = np.empty((hi - lo, ncols), dtype=X.dtype)
+            if extra:
+                _matmul_augmented(X[lo:hi], extra, Wn, U)
+            else:
+                np.matmul(X[lo:hi], Wn, out=U)
+            if not cplx:
+                if p == 1:
+                    out[lo:hi] = U
+                    return
+                o = out[lo:hi]
+                np.multiply(U[:, :D], U[:, D:2 * D], out=o)
+                for i in range(2, p):
+                    o *= U[:, i * D:(i + 1) * D]
+                return
+            re, im = U[:, :D], U[:, D:2 * D]
+            for i in range(1, p):
+                a, b = U[:, 2 * i * D:(2 * i + 1) * D], U[:, (2 * i + 1) * D:(2 * i + 2) * D]
+                t = re * b
+                u = im * b
+                re *= a
+                re -= u
+                im *= a
+                im += t
+            self._store(out, lo, hi, re, im)
+
+        _map_row_blocks(block, n, ncols, X.itemsize)
+        return out
+
+    def _param(self, name, xp, like):
+        """Cached copy of the NumPy constant ``self._consts[name]`` in ``like``'s dtype and
+        backend (NumPy constants are cast once per dtype)."""
+        key = (name, xp.__name__, str(device(like)), str(like.dtype))
+        cache = self.__dict__.setdefault("_cache", {})
+        if key not in cache:
+            arr = self._consts[name]
+            if is_numpy_namespace(xp):
+                cache[key] = np.ascontiguousarray(arr, dtype=like.dtype) \
+                    if arr.dtype.kind == "f" else arr
+            else:
+                cache[key] = to_backend(arr, xp, like) if arr.dtype.kind == "f" \
+                    else to_backend(arr, xp, like, dtype=xp.int64)
+        return cache[key]
+
+
+def _complex_pair(W):
+    """Stack ``[Re W_i, Im W_i]`` per degree for (p, d, D) complex ``W`` -> (d, 2pD)."""
+    p = W.shape[0]
+    blocks = []
+    for i in range(p):
+        blocks += [W[i].real, W[i].imag]
+    return np.ascontiguousarray(np.concatenate(blocks, axis=1))
+
+
+# ============================================================== i.i.d. sketches
+class _IIDSketch(DotProductFeatureMap):
+    """``Phi(x) = D^-1/2 [prod_i w_(i,l)^T x~]_l`` with i.i.d. weights (eq. 5, 10-11).
+
+    Fitted attributes: ``weights_`` (degree, input_dim_, n_features), real (float64) or
+    complex (complex128). Tests and power users may edit it and call ``_build()``.
+    """
+
+    def _draw_weights(self, rng, shape):
+        raise NotImplementedError
+
+    def _draw(self, rng):
+        shape = (self._p, self.input_dim_, int(self.n_features))
+        self.weights_ = self._draw_weights(rng, shape)
+
+    def _build(self):
+        super()._build()
+        W = np.array(self.weights_, copy=True)
+        W[0] = W[0] / math.sqrt(int(self.n_features))  # fold D^-1/2 into degree 1
+        if np.iscomplexobj(W):
+            self._consts["W"] = _complex_pair(W)
+        else:
+            self._consts["W"] = np.ascontiguousarray(np.concatenate(list(W), axis=1))
+
+    def _raw_features(self, X, xp):
+        return self._dense_features(X, xp, self._consts["W"])
+
+
+class RademacherSketch(_IIDSketch):
+    """Rademacher sketch for ``(x.y + coef0)^degree`` (eq. 5; complex: eq. 10-11, Ex. 4).
+
+    Real: weights uniform on ``{-1, 1}``. Complex: uniform on ``{1, -1, i, -i}`` (Ex. 4,
+    ``q = 1/2``, ``m4 = 1``; the same estimate as Ex. 2's ``(v + iw)/sqrt 2``): each weight
+    is purely real or imaginary, so ``X z = X Re z + i X Im z`` costs two real matmuls.
+    Variance eq. 18 (real) / 19 (complex); see :meth:`variance`.
+
+    Parameters
+    ----------
+    n_features, degree, coef0, complex, real_output, random_state
+        See :class:`DotProductFeatureMap`.
+    """
+
+    _moments: ClassVar[dict] = {False: (1.0, 1.0), True: (0.5, 1.0)}
+
+    def _draw_weights(self, rng, shape):
+        if not self.complex:
+            return 2.0 * rng.integers(0, 2, size=shape).astype(np.float64) - 1.0
+        return np.array([1.0, 1.0j, -1.0, -1.0j])[rng.integers(0, 4, size=shape)]
+
+
+class GaussianSketch(_IIDSketch):
+    """Gaussian sketch for ``(x.y + coef0)^degree`` (eq. 5; complex: Ex. 3).
+
+    Real: ``w ~ N(0, I)`` (``m4 = 3``); complex: ``(v + i w)/sqrt 2`` with ``v, w ~ N(0, I)``
+    (``q = 1/2``, ``m4 = 2``). Variance eq. 20 / 21.
+    """
+
+    _moments: ClassVar[dict] = {False: (1.0, 3.0), True: (0.5, 2.0)}
+
+    def _draw_weights(self, rng, shape):
+        if not self.complex:
+            return rng.standard_normal(shape)
+        v = rng.standard_normal(shape)
+        w = rng.standard_normal(shape)
+        return (v + 1j * w) / math.sqrt(2.0)
+
+
+# ============================================================== TensorSRHT
+#: auto mode uses the dense ``diag(z) H P`` matrices while their weight matrix is at most
+#: this many bytes (float64)
+_DENSE_MAX_BYTES = 64 << 20
+
+
+class TensorSRHT(DotProductFeatureMap):
+    """TensorSRHT for ``(x.y + coef0)^degree`` (Algorithm 1; complex: Sec. 4.2).
+
+    ``x~`` is zero-padded to ``d = 2^ceil(log2 d~)`` and, for every block ``b < B =
+    ceil(D/d)`` and degree ``i``, a sign vector ``z`` (uniform on ``{-1, 1}``, or on
+    ``{1, -1, i, -i}`` for ``complex=True``) and a permutation ``pi`` are drawn (per
+    (block, degree): erratum 4); ``U_(b,i) = FWHT(x~ * z)[pi]``, ``Phi_b = prod_i U_(b,i)``,
+    and ``Phi`` is the first ``D`` entries of the concatenated blocks times ``D^-1/2``.
+    Unbiased; for ``degree = 1`` and ``D`` a multiple of ``d`` it is exact. Variance
+    eq. 28 / 33 with the padded ``d``.
+
+    Parameters
+    ----------
+    n_features, degree, coef0, complex, real_output, random_state
+        See :class:`DotProductFeatureMap`.
+    method : {"auto", "dense", "fwht"}
+        How to evaluate ``(x~ * z) H_d P``: ``"fwht"`` runs the Walsh-Hadamard transform
+        (:func:`kernelkit._backend.fwht.fwht`) on the ``(n, B, d)`` blocks; ``"dense"``
+        multiplies by the precomputed ``(d~, D)`` matrices ``diag(z) H_d P`` (per degree),
+        fastest in BLAS for small ``d``. ``"auto"`` takes ``"dense"`` when its per-point
+        cost ``d~`` is at most the FWHT's (``sum`` of the Kronecker factors of ``d``, +32)
+        and its matrices fit in 64 MiB. The features are the same either way (up to
+        rounding).
+
+    Fitted attributes
+    -----------------
+    padded_dim_ : int
+        ``d``.
+    n_blocks_ : int
+        ``B``.
+    signs_ : ndarray (degree, B, d)
+        float64 ``+-1`` or complex128 in ``{1, -1, i, -i}``.
+    permutations_ : ndarray (degree, B, d), int64
+    """
+
+    def __init__(
+        self,
+        n_features: int = 256,
+        degree: int = 2,
+        coef0: float = 0.0,
+        complex: bool = False,
+        real_output: bool = False,
+        method: str = "auto",
+        random_state=None,
+    ):
+        super().__init__(n_features=n_features, degree=degree, coef0=coef0, complex=complex,
+                         real_output=real_output, random_state=random_state)
+        self.method = method
+
+    def _validate_params(self):
+        super()._validate_params()
+        if self.method not in ("auto", "dense", "fwht"):
+            raise ValueError(
+                f"method must be 'auto', 'dense' or 'fwht', got {self.method!r}."
+            )
+
+    def _draw(self, rng):
+        d = next_power_of_two(self.input_dim_)
+        D, p = int(self.n_features), self._p
+        B = -(-D // d)
+        self.padded_dim_ = d
+        self.n_blocks_ = B
+        if self.complex:
+            self.signs_ = np.array([1.0, 1.0j, -1.0, -1.0j])[rng.integers(0, 4, size=(p, B, d))]
+        else:
+            self.signs_ = 2.0 * rng.integers(0, 2, size=(p, B, d)).astype(np.float64) - 1.0
+        self.permutations_ = rng.permuted(np.broadcast_to(np.arange(d), (p, B, d)), axis=-1)
+
+    def _use_dense(self) -> bool:
+        if self.method != "auto":
+            return self.method == "dense"
+        d, din = self.padded_dim_, self.input_dim_
+        cols = int(self.n_features) * self._p * (2 if self.complex else 1)
+        return din <= sum(_factors(d)) + 32 and din * cols * 8 <= _DENSE_MAX_BYTES
+
+    def _build(self):
+        super()._build()
+        d, B, D, p = self.padded_dim_, self.n_blocks_, int(self.n_features), self._p
+        din = self.input_dim_
+        z = np.array(self.signs_, copy=True)
+        z[0] = z[0] / math.sqrt(D)  # fold D^-1/2 into degree 1
+        perm = np.asarray(self.permutations_, dtype=np.int64)
+        # column l of block b reads entry pi_b(l) of the block's transform
+        idx = (perm + (np.arange(B) * d)[None, :, None]).reshape(p, B * d)[:, :D]  # (p, D)
+        self._dense = self._use_dense()
+        if self._dense:
+            H = hadamard(d)
+            W = np.empty((p, din, D), dtype=z.dtype)
+            for i in range(p):
+                # W_i[j, b d + l] = z_(b,i)[j] H[j, pi_(b,i)(l)]
+                Wi = (z[i].T[:, :, None] * H[:, perm[i]]).reshape(d, B * d)  # (d, B d)
+                W[i] = Wi[:din, :D]
+            self._consts["W"] = (_complex_pair(W) if np.iscomplexobj(W)
+                                 else np.ascontiguousarray(np.concatenate(list(W), axis=1)))
+        else:
+            self._consts["z_re"] = np.ascontiguousarray(z.real)  # (p, B, d)
+            if self.complex:
+                self._consts["z_im"] = np.ascontiguousarray(z.imag)
+            self._consts["idx"] = np.ascontiguousarray(idx)
+
+    def _raw_features(self, X, xp):
+        if self._dense:
+            return self._dense_features(X, xp, self._consts["W"])
+        return self._fwht_features(X, xp)
+
+    def _transforms(self, Xp, xp, i, zname):
+        """``FWHT(x~ * z_(b,i))[pi_(b,i)]`` for all blocks: (k, D) from padded (k, d)."""
+        z = self._param(zname, xp, Xp)[i]  # (B, d)
+        k, d, B = Xp.shape[0], self.padded_dim_, self.n_blocks_
+        V = fwht(xp.reshape(Xp[:, None, :] * z[None, :, :], (k * B, d)))
+        idx = self._param("idx", xp, Xp)[i]  # (D,)
+        return xp.take(xp.reshape(V, (k, B * d)), idx, axis=1)
+
+    def _fwht_features(self, X, xp):
+        d, din, p = self.padded_dim_, self.input_dim_, self._p
+        cplx = bool(self.complex)
+
+        def product(Xp):
+            re = self._transforms(Xp, xp, 0, "z_re")
+            im = self._transforms(Xp, xp, 0, "z_im") if cplx else None
+            for i in range(1, p):
+                a = self._transforms(Xp, xp, i, "z_re")
+                if not cplx:
+                    re = re * a
+                    continue
+                b = self._transforms(Xp, xp, i, "z_im")
+                re, im = re * a - im * b, re * b + im * a
+            return re, im
+
+        def padded(Xb):
+            k = Xb.shape[0]
+            parts = [Xb]
+            if self._c > 0:
+                parts.append(xp.full((k, 1), math.sqrt(self._c), dtype=Xb.dtype,
+                                     device=device(Xb)))
+            if d > din:
+                parts.append(xp.zeros((k, d - din), dtype=Xb.dtype, device=device(Xb)))
+            return xp.concat(parts, axis=1) if len(parts) > 1 else Xb
+
+        if not is_numpy_namespace(xp):
+            re, im = product(padded(X))
+            return re if not cplx else self._finish(xp, re, im)
+
+        n = X.shape[0]
+        out = self._new_output(n, X.dtype)
+
+        def block(lo, hi):
+            re, im = product(padded(X[lo:hi]))
+            self._store(out, lo, hi, re, im)
+
+        width = self.n_blocks_ * d * (2 if cplx else 1) * 2
+        _map_row_blocks(block, n, width, X.itemsize)
+        return out
+
+    def _variance_from_stats(self, G, N, S, kind):
+        return tensor_srht_variance(G, N, S, self._p, self.n_features, self.padded_dim_,
+                                    complex=bool(self.complex), kind=kind)
+
+
+# ============================================================== TensorSketch
+class TensorSketch(DotProductFeatureMap):
+    """TensorSketch (Pham & Pagh 2013; note Sec. 2.3) for ``(x.y + coef0)^degree``.
+
+    For each degree ``i`` a hash ``h_i: [d~] -> [D]`` and signs ``s_i: [d~] -> {-1, 1}``
+    give the count sketch ``C_i(x)_k = sum_(h_i(j) = k) s_i(j) x~_j``; the features are
+    ``Re IFFT(prod_i FFT C_i(x))`` (no scaling): a count sketch of ``x~^(tensor p)``. Real
+    output, unbiased. The same construction as scikit-learn's
+    :class:`~sklearn.kernel_approximation.PolynomialCountSketch` (with ``gamma = 1``).
+
+    Fitted attributes: ``hashes_`` (degree, input_dim_) int64 in ``[0, D)`` and ``signs_``
+    (degree, input_dim_) float64 ``+-1``.
+    """
+
+    _supports_complex = False
+
+    def __init__(self, n_features: int = 256, degree: int = 2, coef0: float = 0.0,
+                 random_state=None):
+        super().__init__(n_features=n_features, degree=degree, coef0=coef0, complex=False,
+                         real_output=False, random_state=random_state)
+
+    def _draw(self, rng):
+        shape = (self._p, self.input_dim_)
+        self.hashes_ = rng.integers(0, int(self.n_features), size=shape)
+        self.signs_ = 2.0 * rng.integers(0, 2, size=shape).astype(np.float64) - 1.0
+
+    def _build(self):
+        super()._build()
+        p, din, D = self._p, self.input_dim_, int(self.n_features)
+        C = np.zeros((din, p * D))
+        rows = np.arange(din)
+        for i in range(p):
+            C[rows, i * D + np.asarray(self.hashes_[i])] = self.signs_[i]
+        self._consts["C"] = C  # (d~, p D) count-sketch matrices
+
+    def _raw_features(self, X, xp):
+        D, p = int(self.n_features), self._p
+        if not is_numpy_namespace(xp):
+            U = self._augment(X, xp) @ self._param("C", xp, X)  # (n, p D)
+            F = xp.fft.rfft(U[:, :D], axis=-1)
+            for i in range(1, p):
+                F = F * xp.fft.rfft(U[:, i * D:(i + 1) * D], axis=-1)
+            return xp.fft.irfft(F, n=D, axis=-1)
+
+        import scipy.fft as sfft
+
+        C = self._param("C", np, X)
+        n = X.shape[0]
+        out = np.empty((n, D), dtype=X.dtype)
+        extra = (math.sqrt(self._c),) if self._c > 0 else ()
+
+        def block(lo, hi):
+            U = np.empty((hi - lo, p * D), dtype=X.dtype)
+            if extra:
+                _matmul_augmented(X[lo:hi], extra, C, U)
+            else:
+                np.matmul(X[lo:hi], C, out=U)
+            F = sfft.rfft(U.reshape(hi - lo, p, D), axis=-1, overwrite_x=True)
+            prod = F[:, 0]
+            for i in range(1, p):
+                prod *= F[:, i]
+            out[lo:hi] = sfft.irfft(prod, n=D, axis=-1, overwrite_x=True)
+
+        _map_row_blocks(block, n, p * D, X.itemsize)
+        return out
+
+    def variance(self, X, Y=None, kind: str = "complex"):
+        """Not available: raises :class:`NotImplementedError`.
+
+        The paper (Wacker et al.) gives no variance for TensorSketch (note Sec. 2.3);
+        estimate it by Monte Carlo over ``random_state``.
+        """
+        raise NotImplementedError(
+            "TensorSketch has no analytic variance in kernelkit: the paper (Wacker et al.) "
+            "gives none (note Sec. 2.3). Estimate it by Monte Carlo over random_state."
+        )
