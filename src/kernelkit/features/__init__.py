@@ -8,7 +8,13 @@ from .dot_product import (
     TensorSketch,
     TensorSRHT,
 )
-from .sampling import block_orthogonal_projection, draw_projection, gaussian_projection
+from .fourier import RandomFourierFeatures
+from .sampling import (
+    block_orthogonal_projection,
+    draw_projection,
+    gaussian_projection,
+    structured_hadamard_projection,
+)
 from .softmax import ADERF, GERF, SADERF, SDERF, HyperbolicRF, PositiveRF, TrigRF, a_star
 
 __all__ = [
@@ -23,6 +29,7 @@ __all__ = [
     "HyperbolicRF",
     "PositiveRF",
     "RademacherSketch",
+    "RandomFourierFeatures",
     "TensorSRHT",
     "TensorSketch",
     "TrigRF",
@@ -30,4 +37,5 @@ __all__ = [
     "block_orthogonal_projection",
     "draw_projection",
     "gaussian_projection",
+    "structured_hadamard_projection",
 ]

@@ -1,0 +1,377 @@
+"""Random Fourier features for the Gaussian kernel (Rahimi & Recht 2007).
+
+Reference forms from Wacker, Kanagawa & Filippone, "Improved Random Features for Dot
+Product Kernels" (equation numbers below refer to it; implementation note
+``shared/notes/dot_product_random_features.md`` Sec. 2.6):
+
+* eq. 59 (real): ``phi(x) = sqrt(2/D) [cos(w_j^T x), sin(w_j^T x)]_{j <= D/2}``, all cosines
+  first, then all sines, ``w_j ~ N(0, I / l^2)``; ``phi(x)^T phi(y) =
+  (2/D) sum_j cos(w_j^T (x - y))``.
+* eq. 60 (complex): ``phi(x) = D^{-1/2} [exp(i w_j^T x)]_{j <= D}``; the estimate
+  ``phi(x)^T conj(phi(y)) = D^{-1} sum_j exp(i w_j^T (x - y))`` is unbiased for the
+  kernel, its real part is eq. 59 with ``2D`` features (footnote 19).
+
+Both are unbiased for ``k(x, y) = exp(-|x - y|^2 / (2 l^2))`` with i.i.d. or
+block-orthogonal (ORF) frequencies, and approximately unbiased with structured Hadamard
+frequencies (SORF; :func:`~kernelkit.features.sampling.structured_hadamard_projection`),
+whose rows have a fixed norm instead of a chi-distributed one: the bias is
+``O(1/sqrt(d))`` (Yu et al. 2016) and shrinks as the (padded) dimension grows.
+
+The cos(w^T x + b) form of footnote 18 is :class:`~kernelkit.features.TrigRF` with
+``kernel="gaussian"``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from .._backend import (
+    check_random_state,
+    device,
+    is_numpy_namespace,
+    validate_data,
+    validate_positive_int,
+)
+from ._base import FeatureMap
+from .sampling import (
+    block_orthogonal_projection,
+    gaussian_projection,
+    structured_hadamard_projection,
+)
+
+__all__ = ["SAMPLERS", "RandomFourierFeatures", "rff_variance"]
+
+#: frequency samplers by name: (n, d, rng) -> (n, d) rows ~ N(0, I) (SORF: approximately)
+SAMPLERS = {
+    "iid": gaussian_projection,
+    "orthogonal": block_orthogonal_projection,
+    "sorf": structured_hadamard_projection,
+}
+
+
+def rff_variance(k, n_features: int, *, complex: bool = False, part: str = "real"):
+    """Analytic variance of the random Fourier feature estimate for i.i.d. frequencies.
+
+    With ``k = k(x, y) = exp(-|delta|^2 / 2)`` (``delta = (x - y) / l``) and
+    ``k(2 delta) = k^4``, one frequency gives ``E cos^2(w^T delta) = (1 + k^4) / 2`` and
+    ``E sin^2(w^T delta) = (1 - k^4) / 2`` (**derived**; checked by Monte Carlo in the
+    tests):
+
+    * real, eq. 59, ``D`` even (``D/2`` frequencies):
+      ``Var = (2/D)((1 + k^4)/2 - k^2) = (1 + k^4 - 2 k^2) / D``;
+    * real, ``D`` odd: ``(D-1)/2`` cos/sin pairs plus one phase feature
+      ``sqrt(2/D) cos(w^T x + b)``, ``b ~ U[0, 2 pi)`` (unbiased, see
+      :class:`RandomFourierFeatures`): ``Var = [2 (D-1) ((1 + k^4)/2 - k^2) + (1 + k^4)/2
+      + 1/2 - k^2] / D^2``;
+    * complex, eq. 60 (``D`` frequencies), real part (what ``approx_kernel`` returns):
+      ``Var Re = ((1 + k^4)/2 - k^2) / D`` — eq. 59 with ``2D`` features;
+    * complex, ``part="complex"``: ``E|k_hat - k|^2 = (1 - k^2) / D``.
+
+    Parameters
+    ----------
+    k : array
+        Kernel values in ``[0, 1]``.
+    n_features : int
+        ``D`` (the constructor's ``n_features``).
+    complex : bool
+        Eq. 60 instead of eq. 59.
+    part : {"real", "complex"}
+        ``"complex"`` (complex maps only): mean squared modulus ``E|k_hat - k|^2``.
+
+    Returns
+    -------
+    array like ``k``, non-negative.
+    """
+    if part not in ("real", "complex"):
+        raise ValueError(f"part must be 'real' or 'complex', got {part!r}.")
+    k2 = k * k
+    k4 = k2 * k2
+    pair = 0.5 * (1.0 + k4) - k2  # Var cos(w^T delta) for one frequency, >= 0
+    D = int(n_features)
+    if complex:
+        if part == "complex":
+            return (1.0 - k2) / D
+        return pair / D
+    m, r = divmod(D, 2)
+    out = 4.0 * m * pair
+    if r:
+        out = out + (pair + 0.5)
+    return out / (D * D)
+
+
+class RandomFourierFeatures(FeatureMap):
+    """Random Fourier features for the Gaussian kernel (eq. 59 real, eq. 60 complex).
+
+    Estimates ``k(x, y) = exp(-|x - y|^2 / (2 l^2))`` (``= exp(-gamma |x - y|^2)``) by
+    ``Re(phi(x)^T conj(phi(y)))``.
+
+    Parameters
+    ----------
+    n_features : int, default=256
+        ``D``. Real maps (eq. 59) use ``D // 2`` frequencies, each giving a cosine and a
+        sine column; for odd ``D`` the last column is a phase feature
+        ``sqrt(2/D) cos(w^T x + b)`` with ``b ~ U[0, 2 pi)`` so that the estimate stays
+        unbiased (a library choice; the paper assumes even ``D``). Complex maps (eq. 60)
+        use ``D`` frequencies.
+    lengthscale : float, default=1.0
+        ``l``; frequencies are ``N(0, I / l^2)``.
+    gamma : float, optional
+        scikit-learn's parametrisation (``RBFSampler``): ``exp(-gamma |x - y|^2)``, i.e.
+        ``l = 1 / sqrt(2 gamma)``. Overrides ``lengthscale`` when given.
+    sampler : {"iid", "orthogonal", "sorf"}, default="iid"
+        How the frequency directions are drawn: i.i.d. Gaussian; block-orthogonal
+        Haar blocks with chi-distributed norms (ORF, exactly ``N(0, I)`` marginals, so
+        still unbiased); structured Hadamard ``sqrt(d') H D1 H D2 H D3`` blocks (SORF,
+        Yu et al. 2016; only approximately unbiased, bias ``O(1/sqrt(d))``).
+    complex : bool, default=False
+        Eq. 60: complex features ``D^{-1/2} exp(i W x)`` (complex64 / complex128).
+    real_output : bool, default=False
+        With ``complex=True``: return the real ``(n, 2D)`` matrix ``[Re phi, Im phi]``
+        instead, whose Gram matrix is ``Re(phi phi^H)`` — exactly eq. 59 with ``2D``
+        features and the same frequencies. Ignored for real maps.
+    random_state : None, int or numpy.random.Generator
+
+    Attributes
+    ----------
+    projection_ : ndarray, shape (n_frequencies, d)
+        Unit-lengthscale frequencies (rows ~ N(0, I)); the map uses ``projection_ / l``.
+    offset_ : ndarray, shape (1,) or (0,)
+        Phase of the extra feature for odd real ``D`` (empty otherwise).
+    lengthscale_ : float
+        Effective lengthscale (from ``gamma`` when given).
+    n_features_in_ : int
+
+    Notes
+    -----
+    The same seed draws the same frequencies for ``RandomFourierFeatures(2D)`` (real) and
+    ``RandomFourierFeatures(D, complex=True)``, so the latter's ``real_output=True``
+    features equal the former's exactly. :meth:`variance` is the i.i.d. formula
+    (:func:`rff_variance`); for ``"orthogonal"`` it is an upper bound in practice and for
+    ``"sorf"`` an approximation.
+    """
+
+    symmetric = True
+    positive = False
+
+    def __init__(
+        self,
+        n_features: int = 256,
+        lengthscale: float = 1.0,
+        gamma: float | None = None,
+        sampler: str = "iid",
+        complex: bool = False,
+        real_output: bool = False,
+        random_state=None,
+    ):
+        self.n_features = n_features
+        self.lengthscale = lengthscale
+        self.gamma = gamma
+        self.sampler = sampler
+        self.complex = complex
+        self.real_output = real_output
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ parameters
+    @property
+    def kernel(self) -> str:
+        """Always ``"gaussian"`` (the only kernel these features estimate)."""
+        return "gaussian"
+
+    def _effective_lengthscale(self) -> float:
+        if self.gamma is not None:
+            g = self.gamma
+            if isinstance(g, bool) or not isinstance(g, numbers.Real):
+                raise TypeError(f"gamma must be a positive float or None, got {g!r}.")
+            if not (math.isfinite(g) and g > 0):
+                raise ValueError(f"gamma must be positive and finite, got {g}.")
+            return 1.0 / math.sqrt(2.0 * float(g))
+        ls = self.lengthscale
+        if isinstance(ls, bool) or not isinstance(ls, numbers.Real):
+            raise TypeError(f"lengthscale must be a positive float, got {ls!r}.")
+        if not (math.isfinite(ls) and ls > 0):
+            raise ValueError(f"lengthscale must be positive and finite, got {ls}.")
+        return float(ls)
+
+    def _validate_params(self):
+        validate_positive_int(self.n_features, "n_features", maximum=2**26)
+        if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
+            raise ValueError(
+                f"Unknown sampler {self.sampler!r}; expected one of {sorted(SAMPLERS)}."
+            )
+        for name in ("complex", "real_output"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")
+        return self._effective_lengthscale()
+
+    @property
+    def n_frequencies(self) -> int:
+        """Number of frequency vectors drawn: ``D`` (complex) or ``D // 2`` (real)."""
+        D = int(self.n_features)
+        return D if self.complex else D // 2
+
+    @property
+    def output_dim(self) -> int:
+        """``D``, or ``2D`` for ``complex=True, real_output=True``."""
+        D = int(self.n_features)
+        return 2 * D if (self.complex and self.real_output) else D
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X, Y=None):
+        """Draw the frequencies (nothing is fitted from the data but its dimension).
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional
+            Only checked for a matching dimension.
+
+        Returns
+        -------
+        self
+        """
+        ls = self._validate_params()
+        X, _ = validate_data(X, "X")
+        if Y is not None:
+            validate_data(Y, "Y", n_features=X.shape[1])
+        rng = check_random_state(self.random_state)
+        d = int(X.shape[1])
+        n_freq = self.n_frequencies
+        W = SAMPLERS[self.sampler](n_freq, d, rng) if n_freq > 0 else np.zeros((0, d))
+        odd = (not self.complex) and int(self.n_features) % 2 == 1
+        self.n_features_in_ = d
+        self.lengthscale_ = ls
+        if odd:  # one extra frequency and phase for the last column
+            self.extra_projection_ = SAMPLERS["iid"](1, d, rng)  # (1, d)
+            self.offset_ = rng.uniform(0.0, 2.0 * np.pi, size=1)
+        else:
+            self.extra_projection_ = np.zeros((0, d))
+            self.offset_ = np.zeros(0)
+        self.projection_ = W  # (n_freq, d), set last: marks the map as fitted
+        self._build()
+        return self
+
+    def _build(self):
+        self._cache = {}
+        Wt = np.ascontiguousarray(self.projection_.T / self.lengthscale_)  # (d, n_freq)
+        We = np.ascontiguousarray(self.extra_projection_.T / self.lengthscale_)  # (d, r)
+        self._consts = {"W_T": Wt, "We_T": We, "b": self.offset_}
+
+    # ------------------------------------------------------------------ features
+    def _check_X(self, X, name):
+        check_is_fitted(self, "projection_")
+        X, xp = validate_data(X, name, n_features=self.n_features_in_, allow_empty=True)
+        return X, xp  # the lengthscale is folded into the frequencies
+
+    def _raw_features(self, X, xp):
+        """Features of validated ``X`` (n, d): real (n, D), complex (n, D) or (n, 2D)."""
+        D = int(self.n_features)
+        Wt = self._param("W_T", xp, X)  # (d, n_freq)
+        Z = X @ Wt  # (n, n_freq)
+        if self.complex:
+            scale = 1.0 / math.sqrt(D)
+            C, S = xp.cos(Z) * scale, xp.sin(Z) * scale
+            if self.real_output:
+                return xp.concat([C, S], axis=1)  # (n, 2D)
+            if is_numpy_namespace(xp):
+                out = np.empty(C.shape, dtype=np.result_type(C.dtype, np.complex64))
+                out.real, out.imag = C, S
+                return out
+            cdtype = xp.complex64 if X.dtype == xp.float32 else xp.complex128
+            return xp.astype(C, cdtype) + 1j * xp.astype(S, cdtype)
+        scale = math.sqrt(2.0 / D)
+        parts = [xp.cos(Z) * scale, xp.sin(Z) * scale]
+        if D % 2:
+            We = self._param("We_T", xp, X)  # (d, 1)
+            b = self._param("b", xp, X)  # (1,)
+            parts.append(xp.cos(X @ We + b[None, :]) * scale)
+        return xp.concat(parts, axis=1)  # (n, D)
+
+    def _scaled_features(self, X, xp, side):
+        base = self._raw_features(X, xp)
+        return base, xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
+
+    def _features(self, X, side):
+        X, xp = self._check_X(X, "X" if side == "x" else "Y")
+        return self._raw_features(X, xp)
+
+    def approx_kernel(self, X, Y=None):
+        """``Re(phi(X) conj(phi(Y))^T)``, the unbiased estimate of the kernel matrix.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m), real, same backend and float dtype as ``X``.
+        """
+        Y = X if Y is None else Y
+        P = self._features(X, "x")
+        S = self._features(Y, "y")
+        xp = _namespace(P)
+        if xp.isdtype(P.dtype, "complex floating"):
+            return xp.real(P) @ xp.matrix_transpose(xp.real(S)) + xp.imag(
+                P) @ xp.matrix_transpose(xp.imag(S))
+        return P @ xp.matrix_transpose(S)
+
+    # ------------------------------------------------------------------ variance
+    def _sq_dist(self, X, Y, xp):
+        # |x - y|^2 / l^2 for validated X (n, d), Y (m, d)
+        Xs, Ys = X / self.lengthscale_, Y / self.lengthscale_
+        nx = xp.sum(Xs * Xs, axis=1)[:, None]
+        ny = xp.sum(Ys * Ys, axis=1)[None, :]
+        return xp.clip(nx + ny - 2.0 * (Xs @ xp.matrix_transpose(Ys)), min=0.0)
+
+    def variance(self, X, Y=None, part: str = "real"):
+        """Analytic pointwise variance of :meth:`approx_kernel` for i.i.d. frequencies.
+
+        See :func:`rff_variance` for the formulas. For ``sampler="orthogonal"`` /
+        ``"sorf"`` this is the i.i.d. value, not that of the structured estimator.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional
+        part : {"real", "complex"}
+            ``"complex"`` (complex maps): ``E|k_hat - k|^2`` of the complex estimate
+            ``phi(x)^T conj(phi(y))`` rather than the variance of its real part.
+
+        Returns
+        -------
+        array, shape (n, m)
+        """
+        Y = X if Y is None else Y
+        X, xp = self._check_X(X, "X")
+        Y, _ = self._check_X(Y, "Y")
+        if part == "complex" and not self.complex:
+            raise ValueError("part='complex' needs complex=True (a complex estimate).")
+        k = xp.exp(-0.5 * self._sq_dist(X, Y, xp))
+        return rff_variance(k, int(self.n_features), complex=bool(self.complex), part=part)
+
+    def _log_kernel(self, X, Y, xp):
+        return -0.5 * self._sq_dist(X, Y, xp)
+
+    def _log_second_moment(self, X, Y, xp):
+        # m2 with Var = (m2 - k^2) / n_features, so FeatureMap's relative-variance helpers
+        # apply: m2 = k^2 + D Var
+        k = xp.exp(-0.5 * self._sq_dist(X, Y, xp))
+        var = rff_variance(k, int(self.n_features), complex=bool(self.complex))
+        return xp.log(k * k + int(self.n_features) * var)
+
+    def exact_kernel(self, X, Y=None):
+        """The Gaussian kernel this map estimates, ``exp(-|x - y|^2 / (2 l^2))``, (n, m)."""
+        Y = X if Y is None else Y
+        X, xp = self._check_X(X, "X")
+        Y, _ = self._check_X(Y, "Y")
+        return xp.exp(-0.5 * self._sq_dist(X, Y, xp))
+
+
+def _namespace(a):
+    from array_api_compat import array_namespace
+
+    return array_namespace(a)
