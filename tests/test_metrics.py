@@ -1,0 +1,149 @@
+"""kernelkit.metrics: eq. 58, corrected eq. 93 (erratum 5), MNLL, NMSE, error rate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from kernelkit.metrics import (
+    error_rate,
+    gaussian_kl,
+    mean_negative_log_likelihood,
+    normalized_mse,
+    relative_frobenius_error,
+)
+
+
+# ------------------------------------------------------------------ Frobenius (eq. 58)
+def test_relative_frobenius_error_values_and_complex_part_dropped():
+    K = np.array([[2.0, 1.0], [1.0, 2.0]])
+    assert relative_frobenius_error(K, K) == 0.0
+    K_hat = K + np.array([[0.0, 1.0], [1.0, 0.0]])
+    assert relative_frobenius_error(K, K_hat) == pytest.approx(np.sqrt(2) / np.sqrt(10))
+    assert relative_frobenius_error(K, K + 5j) == 0.0  # imaginary part discarded
+
+
+def test_relative_frobenius_error_errors():
+    K = np.eye(3)
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        relative_frobenius_error(K, np.eye(2))
+    with pytest.raises(ValueError, match="zeros"):
+        relative_frobenius_error(np.zeros((2, 2)), np.eye(2))
+    with pytest.raises(ValueError, match="2-D"):
+        relative_frobenius_error(np.ones(3), np.ones(3))
+    with pytest.raises(ValueError, match="NaN"):
+        relative_frobenius_error(K, np.full((3, 3), np.nan))
+
+
+# ------------------------------------------------------------------ KL (eq. 93 corrected)
+def test_kl_zero_for_identical_and_the_erratum_example():
+    mu, var = np.array([0.3, -1.0]), np.array([0.5, 2.0])
+    assert gaussian_kl(mu, var, mu, var) == 0.0
+    assert gaussian_kl(mu, var, mu, var, direction="approx||exact") == 0.0
+    # erratum 5: equal means and var_e = var_a / 2 -> the printed eq. 93 gives -0.597 per
+    # point; KL[exact || approx] = (1/2 + log 2 - 1)/2 = 0.0966, the reverse (2 - log 2 - 1)/2
+    e = gaussian_kl([0.0], [0.5], [0.0], [1.0])
+    assert e == pytest.approx(0.5 * (0.5 + np.log(2.0) - 1.0))
+    r = gaussian_kl([0.0], [0.5], [0.0], [1.0], direction="approx||exact")
+    assert r == pytest.approx(0.5 * (2.0 - np.log(2.0) - 1.0))
+    printed = 0.5 * (0.5 + np.log(0.5) - 1.0)
+    assert printed < 0 < e
+
+
+@given(
+    st.lists(st.tuples(st.floats(-5, 5), st.floats(0.01, 10), st.floats(-5, 5),
+                       st.floats(0.01, 10)), min_size=1, max_size=6),
+    st.sampled_from(["exact||approx", "approx||exact"]),
+)
+def test_kl_nonnegative(rows, direction):
+    a = np.array(rows)
+    kl = gaussian_kl(a[:, 0], a[:, 1], a[:, 2], a[:, 3], direction=direction, reduction="none")
+    assert np.all(kl >= 0)
+
+
+def test_kl_matches_monte_carlo_and_reductions():
+    """KL[p || q] = E_p log p/q, sampled."""
+    rng = np.random.default_rng(0)
+    mu_e, var_e, mu_a, var_a = 0.2, 0.7, -0.4, 1.5
+    x = rng.normal(mu_e, np.sqrt(var_e), size=400_000)
+    lp = stats.norm(mu_e, np.sqrt(var_e)).logpdf(x)
+    lq = stats.norm(mu_a, np.sqrt(var_a)).logpdf(x)
+    mc = (lp - lq).mean()
+    se = (lp - lq).std() / np.sqrt(x.size)
+    assert abs(gaussian_kl([mu_e], [var_e], [mu_a], [var_a]) - mc) < 4.5 * se
+    # (n, C): mean over everything vs eq. 93's sum over points then class average
+    M_e, V_e = rng.normal(size=(5, 3)), rng.uniform(0.5, 2, size=(5, 3))
+    M_a, V_a = rng.normal(size=(5, 3)), rng.uniform(0.5, 2, size=(5, 3))
+    full = gaussian_kl(M_e, V_e, M_a, V_a, reduction="none")
+    assert full.shape == (5, 3)
+    assert gaussian_kl(M_e, V_e, M_a, V_a) == pytest.approx(full.mean())
+    assert gaussian_kl(M_e, V_e, M_a, V_a, reduction="sum") == pytest.approx(full.sum(0).mean())
+
+
+def test_kl_errors():
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        gaussian_kl([0, 1], [1, 1], [0], [1])
+    with pytest.raises(ValueError, match="positive"):
+        gaussian_kl([0], [0.0], [0], [1])
+    with pytest.raises(ValueError, match="direction"):
+        gaussian_kl([0], [1], [0], [1], direction="appr||exact")
+    with pytest.raises(ValueError, match="reduction"):
+        gaussian_kl([0], [1], [0], [1], reduction="max")
+
+
+# ------------------------------------------------------------------ MNLL
+def test_mnll_regression_matches_scipy():
+    rng = np.random.default_rng(1)
+    y, mu = rng.normal(size=20), rng.normal(size=20)
+    var = rng.uniform(0.1, 2.0, size=20)
+    expected = -stats.norm(mu, np.sqrt(var + 0.3)).logpdf(y).mean()
+    assert mean_negative_log_likelihood(y, mu, var, noise_var=0.3) == pytest.approx(expected)
+    # multi-output targets with a shared variance per point
+    Y, MU = rng.normal(size=(20, 2)), rng.normal(size=(20, 2))
+    exp2 = -stats.norm(MU, np.sqrt(var[:, None])).logpdf(Y).mean()
+    assert mean_negative_log_likelihood(Y, MU, var) == pytest.approx(exp2)
+
+
+def test_mnll_classification():
+    P = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.5, 0.5, 0.0]])
+    y = np.array([0, 2, 2])
+    expected = -(np.log(0.7) + np.log(0.8) + np.log(np.finfo(float).tiny)) / 3
+    assert mean_negative_log_likelihood(y, proba=P) == pytest.approx(expected)
+    labels = np.array(["a", "b", "c"])
+    assert mean_negative_log_likelihood(labels[y], proba=P, labels=labels) == pytest.approx(
+        expected)
+
+
+def test_mnll_errors():
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        mean_negative_log_likelihood([1.0, 2.0], [1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="either"):
+        mean_negative_log_likelihood([0], [0.0], [1.0], proba=[[1.0]])
+    with pytest.raises(ValueError, match="y_mean and y_var"):
+        mean_negative_log_likelihood([0.0])
+    with pytest.raises(ValueError, match="positive"):
+        mean_negative_log_likelihood([0.0], [0.0], [0.0])
+    with pytest.raises(ValueError, match=r"0\.\.1"):
+        mean_negative_log_likelihood([2], proba=[[0.5, 0.5]])
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        mean_negative_log_likelihood([0, 1], proba=[[0.5, 0.5]])
+
+
+# ------------------------------------------------------------------ NMSE, error rate
+def test_normalized_mse_and_error_rate():
+    y = np.array([1.0, 2.0, 3.0, 4.0])
+    assert normalized_mse(y, y) == 0.0
+    assert normalized_mse(y, np.full(4, y.mean())) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        normalized_mse(y, y[:3])
+    with pytest.raises(ValueError, match="constant"):
+        normalized_mse(np.ones(3), np.ones(3))
+    assert error_rate([0, 1, 1, 2], [0, 1, 2, 2]) == 0.25
+    P = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+    assert error_rate([0, 1, 1], P) == pytest.approx(1 / 3)
+    assert error_rate(["x", "y", "y"], P, labels=["x", "y"]) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="Shape mismatch"):
+        error_rate([0, 1], [0])
