@@ -4,9 +4,21 @@
   (trig / positive / hyperbolic / GERF / SDERF) for the Gaussian or softmax kernel.
 * :class:`NadarayaWatsonClassifier` – kernel classification of FAVOR# Sec. 5.2 with any
   feature map, asymmetric ones (SADERF, ADERF) included, or the exact kernel.
+* :class:`RandomFeatureRidge` – kernel ridge regression with any symmetric feature map.
+* :class:`RandomFeatureGPRegressor`, :class:`RandomFeatureGPClassifier` – GP regression
+  (predictive mean and variance) and Milios et al. GP classification with any symmetric,
+  real or complex, feature map (dot-product features paper, App. D).
 """
 
+from .gp import RandomFeatureGPClassifier, RandomFeatureGPRegressor
 from .nadaraya_watson import NadarayaWatsonClassifier
 from .random_features import RandomFeatures
+from .ridge import RandomFeatureRidge
 
-__all__ = ["NadarayaWatsonClassifier", "RandomFeatures"]
+__all__ = [
+    "NadarayaWatsonClassifier",
+    "RandomFeatureGPClassifier",
+    "RandomFeatureGPRegressor",
+    "RandomFeatureRidge",
+    "RandomFeatures",
+]

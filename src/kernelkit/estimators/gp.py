@@ -1,0 +1,365 @@
+"""Gaussian-process regression and classification with random features (App. D).
+
+Wacker, Kanagawa & Filippone, "Improved Random Features for Dot Product Kernels",
+App. D (equation numbers refer to it; note ``shared/notes/dot_product_random_features.md``
+Sec. 4):
+
+* :class:`RandomFeatureGPRegressor` – the approximate GP posterior of eq. 84-90 with any
+  symmetric (real or complex) feature map, prediction ``GP(Re mu, Re k_N)`` (eq. 86-87),
+  in O(N D^2 + D^3) (or the N x N dual form when ``D > N``).
+* :class:`RandomFeatureGPClassifier` – GP classification as heteroscedastic multi-output
+  regression (Milios et al. 2018; App. D.4): one-hot labels ``y``,
+  ``sigma^2 = log(1/(y + alpha) + 1)``, ``y_tilde = log(y + alpha) - sigma^2 / 2``, one GP
+  per class, class probabilities from Monte Carlo samples of the latent GPs pushed
+  through a softmax.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._backend import check_random_state, validate_positive_int
+from ._feature_map_param import fitted_feature_map, map_features
+from ._posterior import FeaturePosterior, choose_solver, gram_dual, gram_primal
+from .ridge import check_positive_float
+
+__all__ = ["RandomFeatureGPClassifier", "RandomFeatureGPRegressor", "milios_transform"]
+
+
+def milios_transform(y, alpha: float):
+    """Label transformation of Milios et al. (2018) for Dirichlet-based GP classification.
+
+    ``sigma^2 = log(1 / (y + alpha) + 1)`` and ``y_tilde = log(y + alpha) - sigma^2 / 2``
+    (App. D.4). For ``alpha = 0.01``: ``y = 1`` gives ``(y_tilde, sigma^2) = (-0.3341,
+    0.6882)``, ``y = 0`` gives ``(-6.9127, 4.6151)``.
+
+    Parameters
+    ----------
+    y : array
+        One-hot labels (0 / 1; any values in [0, 1] are accepted).
+    alpha : float > 0
+
+    Returns
+    -------
+    y_tilde, sigma2 : arrays shaped like ``y``
+    """
+    y = np.asarray(y, dtype=np.float64)
+    s2 = np.log(1.0 / (y + alpha) + 1.0)
+    return np.log(y + alpha) - 0.5 * s2, s2
+
+
+class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
+    """GP regression with random features (App. D.2-D.3, eq. 84-90).
+
+    Prior ``f ~ GP(0, amplitude * k_hat)``, ``k_hat(x, x') = phi(x)^T conj(phi(x'))``, and
+    Gaussian noise of variance ``noise``. With ``Phi`` the (scaled) training features,
+    ``B = Phi^H Phi / noise + I`` is factorised by Cholesky (complex features: ``B`` formed
+    from three real products) and
+
+    ``mu(x) = Re phi(x)^T B^-1 Phi^H y / noise``, ``var(x) = Re phi(x)^T B^-1 conj phi(x)``
+
+    (eq. 86-89), or the equivalent ``N x N`` function-space form (eq. 84-85) when ``D > N``
+    (``solver="auto"``). Fit O(N D^2 + D^3), prediction O(D^2) per point.
+
+    Parameters
+    ----------
+    feature_map : kernelkit feature map, optional
+        Any symmetric map, cloned and fitted on ``X``. Default:
+        ``RandomFourierFeatures(n_features=256, lengthscale=1.0)``. Asymmetric maps are
+        rejected.
+    noise : float, default=0.1
+        Observation noise variance ``sigma^2_noise`` (> 0).
+    amplitude : float, default=1.0
+        Kernel amplitude ``sigma^2``: features are multiplied by ``sqrt(amplitude)``.
+    normalize_y : bool, default=False
+        Subtract the mean and divide by the standard deviation of ``y`` before fitting
+        (``noise`` and ``amplitude`` then refer to the normalised targets); predictions
+        are mapped back.
+    solver : {"auto", "primal", "dual"}, default="auto"
+    random_state : None, int or numpy.random.Generator
+        Seed of the default feature map, or of a given map whose ``random_state`` is None.
+
+    Attributes
+    ----------
+    feature_map_ : the fitted feature map
+    posterior_ : the fitted posterior (``mode`` is ``"primal"`` or ``"dual"``)
+    n_features_in_ : int
+    """
+
+    def __init__(self, feature_map=None, noise: float = 0.1, amplitude: float = 1.0,
+                 normalize_y: bool = False, solver: str = "auto", random_state=None):
+        self.feature_map = feature_map
+        self.noise = noise
+        self.amplitude = amplitude
+        self.normalize_y = normalize_y
+        self.solver = solver
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        """Fit the feature map on ``X`` and compute the posterior.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+
+        Returns
+        -------
+        self
+        """
+        noise = check_positive_float(self.noise, "noise")
+        amp = check_positive_float(self.amplitude, "amplitude")
+        choose_solver(self.solver, 1, 1)  # validates the name
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
+                             y_numeric=True, accept_sparse=False)
+        y = np.asarray(y, dtype=np.float64)
+        Y = y.reshape(len(y), -1)
+        if self.normalize_y:
+            self._y_mean = Y.mean(axis=0)
+            sd = Y.std(axis=0)
+            self._y_std = np.where(sd > 0, sd, 1.0)
+        else:
+            self._y_mean, self._y_std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
+        Yn = (Y - self._y_mean) / self._y_std
+        self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X,
+                                               type(self).__name__)
+        Phi = map_features(self.feature_map_, X, amp)
+        self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
+        self._single = y.ndim == 1
+        self._amp = amp
+        return self
+
+    def _features(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False,
+                          accept_sparse=False)
+        return map_features(self.feature_map_, X, self._amp)
+
+    def predict(self, X, return_std: bool = False, return_cov: bool = False,
+                include_noise: bool = False):
+        """Predictive mean (eq. 86) and optionally standard deviation or covariance (eq. 87).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features)
+        return_std : bool
+            Also return the predictive standard deviation.
+        return_cov : bool
+            Also return the predictive covariance matrix (n, n).
+        include_noise : bool
+            Add the noise variance (predictive distribution of ``y`` instead of the latent
+            ``f``; default: latent, as scikit-learn's ``GaussianProcessRegressor``).
+
+        Returns
+        -------
+        y_mean : ndarray, shape (n,) or (n, T)
+        y_std : ndarray, shape (n,) or (n, T), only with ``return_std``
+        y_cov : ndarray, shape (n, n) or (n, n, T), only with ``return_cov``
+        """
+        if return_std and return_cov:
+            raise RuntimeError("At most one of return_std or return_cov can be requested.")
+        Phi = self._features(X)
+        mean = self.posterior_.mean(Phi) * self._y_std + self._y_mean  # (n, T)
+        if self._single:
+            mean = mean[:, 0]
+        if not (return_std or return_cov):
+            return mean
+        noise = float(self.noise) if include_noise else 0.0
+        if return_std:
+            var = self.posterior_.var(Phi) + noise  # (n,)
+            std = np.sqrt(var)[:, None] * self._y_std  # (n, T)
+            return mean, (std[:, 0] if self._single else std)
+        cov = self.posterior_.cov(Phi)
+        cov[np.diag_indices_from(cov)] += noise
+        cov = cov[:, :, None] * self._y_std**2
+        return mean, (cov[:, :, 0] if self._single else cov)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        tags.target_tags.multi_output = True
+        return tags
+
+
+class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
+    """GP classification with random features (Milios et al. 2018; App. D.4).
+
+    Labels are one-hot encoded and transformed per class ``c`` to
+    ``sigma^2_{c,i} = log(1/(y_{c,i} + alpha) + 1)``,
+    ``y_tilde_{c,i} = log(y_{c,i} + alpha) - sigma^2_{c,i} / 2``; an independent
+    heteroscedastic GP regression ``y_tilde_c = f_c + eps``, ``eps_i ~ N(0, sigma^2_{c,i})``
+    with prior ``f_c ~ GP(0, amplitude * k_hat)`` is fitted per class (App. D.2-D.3, so
+    complex feature maps work). Because ``sigma^2`` takes two values per class, all class
+    posteriors share one Gram matrix ``Phi^H Phi`` plus a per-class part: O(N D^2 + C D^3)
+    in total (primal), or ``C`` Cholesky factorisations of ``N x N`` (dual, ``D > N``).
+
+    Class probabilities (:meth:`predict_proba`) average ``softmax(z)`` over ``n_samples``
+    draws ``z_c = mu_c + sd_c eps_c`` of the latent posteriors (approximating the
+    Dirichlet marginals); the standard-normal ``eps`` (n_samples, C) are drawn once at
+    :meth:`fit` from ``random_state`` and shared by all test points, so predictions are
+    deterministic and independent of batching. :meth:`predict` is the argmax of
+    :meth:`predict_proba`.
+
+    Parameters
+    ----------
+    feature_map : kernelkit feature map, optional
+        Any symmetric map, cloned and fitted on ``X``. Default:
+        ``RandomFourierFeatures(n_features=256, lengthscale=1.0)``.
+    alpha : float, default=0.01
+        Milios et al.'s ``alpha_eps`` (> 0); the paper selects it from
+        ``{1e-5, ..., 1}`` by validation MNLL.
+    amplitude : float, default=1.0
+        Kernel amplitude: features are multiplied by ``sqrt(amplitude)``.
+    n_samples : int, default=1000
+        Monte Carlo samples for :meth:`predict_proba`.
+    solver : {"auto", "primal", "dual"}, default="auto"
+    random_state : None, int or numpy.random.Generator
+        Seeds the default feature map (or a given map whose ``random_state`` is None) and
+        the Monte Carlo draws.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    feature_map_ : the fitted feature map
+    posteriors_ : list of one fitted posterior per class
+    mc_noise_ : ndarray, shape (n_samples, n_classes)
+    n_features_in_ : int
+    """
+
+    def __init__(self, feature_map=None, alpha: float = 0.01, amplitude: float = 1.0,
+                 n_samples: int = 1000, solver: str = "auto", random_state=None):
+        self.feature_map = feature_map
+        self.alpha = alpha
+        self.amplitude = amplitude
+        self.n_samples = n_samples
+        self.solver = solver
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        """Fit the feature map and one heteroscedastic GP per class.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+
+        Returns
+        -------
+        self
+        """
+        alpha = check_positive_float(self.alpha, "alpha")
+        amp = check_positive_float(self.amplitude, "amplitude")
+        S = validate_positive_int(self.n_samples, "n_samples", maximum=10**7)
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
+        check_classification_targets(y)
+        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        C = len(self.classes_)
+        if C < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs samples of at least 2 classes in the data, "
+                f"but the data contain only one class: {self.classes_[0]!r}."
+            )
+        rng = check_random_state(self.random_state)
+        self.feature_map_ = fitted_feature_map(self.feature_map, rng, X, type(self).__name__)
+        Phi = map_features(self.feature_map_, X, amp)
+        n, D = Phi.shape
+        (yt0, yt1), (s0, s1) = milios_transform(np.array([0.0, 1.0]), alpha)
+        mode = choose_solver(self.solver, n, D)
+        posteriors = []
+        if mode == "primal":
+            G_all = np.zeros((D, D), dtype=Phi.dtype)
+            s_all = np.zeros(D, dtype=Phi.dtype)  # Phi^H 1
+            parts = []
+            for c in range(C):
+                Pc = Phi[y_idx == c]
+                Gc = gram_primal(Pc)
+                sc = np.conj(Pc).sum(axis=0)
+                parts.append((Gc, sc))
+                G_all += Gc
+                s_all += sc
+            for Gc, sc in parts:
+                # B_c = I + Phi^H W_c Phi, W_c = 1/s1 on class-c rows and 1/s0 elsewhere
+                B = G_all / s0 + (1.0 / s1 - 1.0 / s0) * Gc
+                B[np.diag_indices(D)] += 1.0
+                rhs = (yt0 / s0) * s_all + (yt1 / s1 - yt0 / s0) * sc
+                posteriors.append(FeaturePosterior.from_primal(B, rhs[:, None]))
+        else:
+            K = gram_dual(Phi)
+            for c in range(C):
+                on = y_idx == c
+                Kc = K.copy()
+                Kc[np.diag_indices(n)] += np.where(on, s1, s0)
+                target = np.where(on, yt1, yt0)[:, None]
+                posteriors.append(FeaturePosterior.from_dual(Kc, target, Phi))
+        self.posteriors_ = posteriors
+        self.mc_noise_ = rng.standard_normal((S, C))
+        self._amp = amp
+        return self
+
+    def predict_latent(self, X):
+        """Posterior mean and variance of the latent GPs ``f_c`` (before the softmax).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features)
+
+        Returns
+        -------
+        mean, var : ndarrays of shape (n, n_classes)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False,
+                          accept_sparse=False)
+        Phi = map_features(self.feature_map_, X, self._amp)
+        mean = np.column_stack([p.mean(Phi)[:, 0] for p in self.posteriors_])
+        var = np.column_stack([p.var(Phi) for p in self.posteriors_])
+        return mean, var
+
+    def predict_proba(self, X):
+        """Class probabilities: Monte Carlo average of ``softmax(mu + sd * eps)``.
+
+        Returns
+        -------
+        ndarray of shape (n, n_classes), rows summing to 1.
+        """
+        mean, var = self.predict_latent(X)
+        return mc_softmax(mean, var, self.mc_noise_)
+
+    def predict(self, X):
+        """Class labels: argmax of :meth:`predict_proba`."""
+        check_is_fitted(self)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags
+
+
+def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):
+    """``mean_s softmax(mean + sqrt(var) * eps_s)`` per row.
+
+    Parameters
+    ----------
+    mean, var : ndarray, shape (n, C)
+    eps : ndarray, shape (S, C)
+
+    Returns
+    -------
+    ndarray, shape (n, C)
+    """
+    n, C = mean.shape
+    S = eps.shape[0]
+    sd = np.sqrt(np.maximum(var, 0.0))
+    out = np.empty((n, C))
+    rows = max(1, max_elements // max(1, S * C))
+    for lo in range(0, n, rows):
+        Z = mean[lo:lo + rows, None, :] + sd[lo:lo + rows, None, :] * eps[None, :, :]
+        Z -= Z.max(axis=2, keepdims=True)
+        np.exp(Z, out=Z)
+        Z /= Z.sum(axis=2, keepdims=True)
+        out[lo:lo + rows] = Z.mean(axis=1)
+    return out
