@@ -234,7 +234,12 @@ class FeatureMap(BaseEstimator):
         Y = X if Y is None else Y
         bx, sx, by, sy = self._scaled_pair(X, Y)
         xp = _namespace_of(bx)
-        dot = bx @ xp.matrix_transpose(by)  # (n, m)
+        if xp.isdtype(by.dtype, "complex floating"):
+            # Re(P conj(S)^T) = Re P Re S^T + Im P Im S^T
+            dot = xp.real(bx) @ xp.matrix_transpose(xp.real(by)) + xp.imag(
+                bx) @ xp.matrix_transpose(xp.imag(by))  # (n, m)
+        else:
+            dot = bx @ xp.matrix_transpose(by)  # (n, m)
         scale = sx[:, None] + sy[None, :]  # (n, m) log of the row scales
         # exp(scale) must not overflow in the working dtype (float32: ~88.7, float64: ~709.8)
         limit = math.log(float(xp.finfo(dot.dtype).max)) - 10.0
@@ -290,6 +295,30 @@ class FeatureMap(BaseEstimator):
         # m2 - K^2 = m2 * (1 - exp(log K^2 - log m2)), accurate when Var << m2
         ratio = xp.minimum(log_k2 - log_m2, xp.zeros_like(log_m2))
         return xp.exp(log_m2) * (-xp.expm1(ratio)) / self.n_features
+
+    def log_relative_variance(self, X, Y=None):
+        """``log(Var K_hat / K^2)`` for i.i.d. projections, never overflowing.
+
+        The scale-free relative variance of FAVOR# Sec. 5.1:
+        ``log(m2 / K^2 - 1) - log M`` with ``m2 = E[(f1 f2)^2]``, evaluated as
+        ``t + log(-expm1(-t)) - log M``, ``t = log m2 - 2 log K``. ``-inf`` marks an exact
+        (zero-variance) estimate.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional
+
+        Returns
+        -------
+        array, shape (n, m)
+        """
+        Y = X if Y is None else Y
+        X, xp = self._check_X(X, "X")
+        Y, _ = self._check_X(Y, "Y")
+        t = self._log_second_moment(X, Y, xp) - 2.0 * self._log_kernel(X, Y, xp)  # (n, m)
+        t = xp.clip(t, min=0.0)
+        return t + xp.log(-xp.expm1(-t)) - math.log(self.n_features)
 
     def log_objective(self, X, Y=None):
         """The fitting objective of FAVOR# eq. (14) for this map's kernel.
