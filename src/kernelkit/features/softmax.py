@@ -430,7 +430,8 @@ class _DiagonalDERF(FeatureMap):
         if np.any(8.0 * a >= 1.0):
             raise ValueError("DERF needs every A_l < 1/8 (Thm 4.1: 8A < I).")
         W = self.projection_  # (M, d)
-        W_eff = W * np.sqrt(1.0 - 4.0 * a)[None, :]  # (M, d)
+        M, d = W.shape
+        s = np.sqrt(1.0 - 4.0 * a)  # (d,): W_eff = W diag(s)
         # per-feature constant: sum_l [log(1-4a_l)/4 + a_l w_l^2] - log(M)/2
         const = 0.25 * np.log1p(-4.0 * a).sum() + (W * W) @ a - 0.5 * math.log(self.n_features)
         consts = {"const": const}
@@ -438,10 +439,16 @@ class _DiagonalDERF(FeatureMap):
             if side == "y" and B is self.B_x_:  # symmetric (SDERF, GERF, ...): share
                 consts.update({k[:-1] + "y": v for k, v in consts.items() if k[-2:] == "_x"})
                 continue
-            # logits = x' . W_eff = x . (W_eff B) ; B (d, d) maps x -> x' = B x
-            Wk = W_eff if B is None else W_eff @ B  # (M, d)
-            # [W^T; const; 1] for X augmented with [1, row term] (folded into the matmul)
-            W_aug = np.vstack([Wk.T, const[None, :], np.ones((1, len(const)))])  # (d + 2, M)
+            # logits = x' . W_eff = x . (W_eff B) ; B (d, d) maps x -> x' = B x.
+            # W_aug = [(W_eff B)^T; const; 1] for X augmented with [1, row term] (folded
+            # into the matmul); (W_eff B)^T = (B^T diag(s)) W^T is written in place.
+            W_aug = np.empty((d + 2, M))
+            if B is None:
+                np.multiply(W.T, s[:, None], out=W_aug[:d])
+            else:
+                np.matmul(np.asarray(B, dtype=np.float64).T * s[None, :], W.T, out=W_aug[:d])
+            W_aug[d] = const
+            W_aug[d + 1] = 1.0
             consts["W_T_" + side] = W_aug[:-2]  # (d, M), a C-contiguous view
             consts["W_aug_" + side] = W_aug
             if B is not None and not _is_orthogonal(B):
