@@ -9,6 +9,7 @@ from .dot_product import (
     TensorSRHT,
 )
 from .fourier import RandomFourierFeatures
+from .maclaurin import OptimizedMaclaurin, RandomMaclaurin
 from .sampling import (
     block_orthogonal_projection,
     draw_projection,
@@ -27,9 +28,11 @@ __all__ = [
     "FeatureMap",
     "GaussianSketch",
     "HyperbolicRF",
+    "OptimizedMaclaurin",
     "PositiveRF",
     "RademacherSketch",
     "RandomFourierFeatures",
+    "RandomMaclaurin",
     "TensorSRHT",
     "TensorSketch",
     "TrigRF",

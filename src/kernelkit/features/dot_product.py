@@ -826,3 +826,10 @@ class TensorSketch(DotProductFeatureMap):
             "TensorSketch has no analytic variance in kernelkit: the paper (Wacker et al.) "
             "gives none (note Sec. 2.3). Estimate it by Monte Carlo over random_state."
         )
+
+
+# Random / Optimized Maclaurin (paper Sec. 5) compose the sketches above; they live in
+# maclaurin.py and are re-exported here so the whole dot-product family is in one place.
+from .maclaurin import OptimizedMaclaurin, RandomMaclaurin  # noqa: E402
+
+__all__ += ["OptimizedMaclaurin", "RandomMaclaurin"]
