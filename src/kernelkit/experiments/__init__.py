@@ -67,6 +67,9 @@ EXPERIMENTS: dict[str, Entry] = {
              "(Trig ... SDERF) vs sigma"),
         _exp("favor-classification", "favor_classification",
              "FAVOR# Sec. 5.2: Nadaraya-Watson kernel classification with random features"),
+        _exp("dp-variance", "dp_variance",
+             "Dot-product RF Figs. 2-3: MSE of real vs complex sketches vs degree; complex / "
+             "real TensorSRHT variance ratio on image data"),
     )
 }
 
@@ -76,6 +79,9 @@ BENCHMARKS: dict[str, Entry] = {
     for e in (
         _bench("features", "bench_features",
                "random feature maps: fit/transform time against their peers"),
+        _bench("dot-product", "bench_dot_product",
+               "dot-product features: TensorSRHT vs scikit-learn PolynomialCountSketch "
+               "(time, Frobenius error)"),
     )
 }
 
