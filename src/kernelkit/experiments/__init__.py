@@ -67,9 +67,15 @@ EXPERIMENTS: dict[str, Entry] = {
              "(Trig ... SDERF) vs sigma"),
         _exp("favor-classification", "favor_classification",
              "FAVOR# Sec. 5.2: Nadaraya-Watson kernel classification with random features"),
+        _exp("dp-gp", "dp_gp",
+             "Dot-product features Table 3: GP regression / classification with a Gaussian "
+             "sketch or RFF vs Optimized Maclaurin"),
         _exp("dp-variance", "dp_variance",
              "Dot-product RF Figs. 2-3: MSE of real vs complex sketches vs degree; complex / "
              "real TensorSRHT variance ratio on image data"),
+        _exp("dp-frobenius", "dp_frobenius",
+             "Dot-product RF Fig. 6: relative Frobenius error of every sketch, Random and "
+             "Optimized Maclaurin on Fashion-MNIST (p = 3, 7, 10; D = d, 3d, 5d)"),
     )
 }
 
