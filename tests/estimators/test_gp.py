@@ -244,3 +244,36 @@ def test_gp_close_to_exact_kernel_matrix():
     gp = RandomFeatureGPRegressor(fm, noise=1e6, amplitude=2.0).fit(X, y)  # ~ the prior
     _, cov = gp.predict(X, return_cov=True)
     np.testing.assert_allclose(cov, 2.0 * gaussian_kernel(X, X, 0.9), atol=0.05)
+
+
+def _any_maps():
+    from kernelkit.features import SDERF, GaussianSketch, TensorSRHT
+    from kernelkit.features.maclaurin import OptimizedMaclaurin
+
+    return [
+        GaussianSketch(48, degree=3, coef0=1.0, complex=True),
+        TensorSRHT(48, degree=3, coef0=1.0, complex=True),
+        OptimizedMaclaurin(48, kernel="polynomial", degree=3, coef0=1.0),
+        OptimizedMaclaurin(48, kernel="gaussian", sketch="srht", complex=True),
+        SDERF(48, kernel="gaussian"),
+    ]
+
+
+@pytest.mark.parametrize("fm", _any_maps(), ids=lambda fm: type(fm).__name__)
+def test_any_symmetric_feature_map(fm):
+    """Dot-product sketches (complex too), Optimized Maclaurin and softmax-family maps all
+    plug in; primal and dual forms agree."""
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(60, 5))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = X[:, 0] ** 2 + 0.1 * rng.normal(size=60)
+    out = {}
+    for solver in ("primal", "dual"):
+        gp = RandomFeatureGPRegressor(fm, noise=0.05, solver=solver, random_state=0).fit(X, y)
+        out[solver] = gp.predict(X[:10], return_std=True)
+        assert gp.posterior_.mode == solver
+    np.testing.assert_allclose(out["primal"][0], out["dual"][0], atol=1e-7)
+    np.testing.assert_allclose(out["primal"][1], out["dual"][1], atol=1e-7)
+    assert gp.score(X, y) > 0.6
+    clf = RandomFeatureGPClassifier(fm, n_samples=100, random_state=0).fit(X, y > np.median(y))
+    assert clf.score(X, y > np.median(y)) > 0.7
