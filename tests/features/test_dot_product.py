@@ -229,6 +229,21 @@ def test_tensor_srht_variance_equals_eq_33(D, cplx, p):
                                        rtol=1e-9, atol=1e-14)
 
 
+def test_tensor_sketch_variance_special_cases():
+    """p = 1: the count-sketch variance (N + G^2 - 2S)/D; the real part equals it."""
+    X = unit_rows(5, 6, 32)
+    fm = TensorSketch(n_features=9, degree=1, coef0=0.2).fit(X)
+    V = fm.variance(X)
+    for i in range(5):
+        for j in range(5):
+            G, N, S = stats(X[i], X[j], 0.2)
+            np.testing.assert_allclose(V[i, j], (N + G * G - 2 * S) / 9, rtol=1e-12)
+    np.testing.assert_allclose(fm.variance(X, kind="real"), V)
+    # e_1-type inputs: x = y = a basis vector gives an exact estimate (one bucket, sign^2 = 1)
+    E = np.eye(4)[:1]
+    assert TensorSketch(n_features=4, degree=3).fit(E).variance(E)[0, 0] == 0.0
+
+
 def test_srht_c_counts_same_block_pairs():
     for D in range(1, 40):
         for d in (1, 2, 4, 8):
@@ -311,10 +326,9 @@ def test_backends_same_features_and_dtypes(cls, cplx, dtype, backend):
     K = fm.approx_kernel(Xb)
     assert backend.dtype_name(K) == dtype
     np.testing.assert_allclose(backend.to_numpy(K), fm.approx_kernel(X), rtol=tol, atol=tol)
-    if cls is not TensorSketch:
-        V = fm.variance(Xb)
-        assert backend.dtype_name(V) == dtype
-        np.testing.assert_allclose(backend.to_numpy(V), fm.variance(X), rtol=tol, atol=tol)
+    V = fm.variance(Xb)
+    assert backend.dtype_name(V) == dtype
+    np.testing.assert_allclose(backend.to_numpy(V), fm.variance(X), rtol=tol, atol=tol)
     if cplx:
         R = clone(fm).set_params(real_output=True).fit(X).transform(Xb)
         assert backend.dtype_name(R) == dtype and tuple(R.shape) == (7, 48)
@@ -398,6 +412,4 @@ def test_bad_inputs():
         fm.variance(X, kind="imag")
     with pytest.raises(ValueError, match="method"):
         TensorSRHT(method="fast").fit(X)
-    with pytest.raises(NotImplementedError, match="TensorSketch"):
-        TensorSketch(n_features=4).fit(X).variance(X)
     assert "complex" not in TensorSketch().get_params()

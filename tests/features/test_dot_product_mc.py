@@ -6,7 +6,8 @@
   the distribution of a partial block of ``r`` features, so one fit with many blocks
   gives ``R >= 100,000`` independent replicates of a ``D``-feature estimate
   (``k`` full blocks + ``r`` features of the next one).
-* TensorSketch: refits (its features are not independent across columns).
+* TensorSketch: refits (its features are not independent across columns); its variance
+  formula is kernelkit's own derivation (``tensor_sketch_variance``).
 
 Unbiasedness: ``|mean - k| < 4`` standard errors (from the empirical spread, not from
 the library's variance). Variances: the empirical ``E|k_hat - k|^2`` and
@@ -192,13 +193,19 @@ def _tensor_sketch_draws(X, p, D, coef0, n_draws, seed):
     return out
 
 
+@pytest.mark.parametrize("p,D", [(2, 7), (3, 8)])
 @pytest.mark.parametrize("n_draws", [20_000, pytest.param(100_000, marks=pytest.mark.slow)])
-def test_tensor_sketch_unbiased(n_draws):
+def test_tensor_sketch_unbiased_and_variance(n_draws, p, D):
+    """Unbiased; variance (derived, incl. the gcd(2, D) term: odd and even D) vs MC."""
     X = unit_rows(3, 5, 14, nonneg=True)
-    est = _tensor_sketch_draws(X, 3, 8, 0.5, n_draws, seed=15)
-    K = poly(X, 3, 0.5)
+    X[2] = unit_rows(1, 5, 16)[0]  # one mixed-sign point: G^2 - S < 0 for its pairs
+    est = _tensor_sketch_draws(X, p, D, 0.5, n_draws, seed=15 + p)
+    K = poly(X, p, 0.5)
+    V = TensorSketch(n_features=D, degree=p, coef0=0.5).fit(X).variance(X)
     for c, (i, j) in enumerate(PAIRS):
         check_mean(est[:, c], K[i, j], f"TensorSketch ({i},{j})")
+        check_var((est[:, c] - K[i, j]) ** 2, V[i, j], f"TensorSketch var ({i},{j})",
+                  rel_tol=0.05 if n_draws >= 100_000 else 0.1)
 
 
 # ---------------------------------------------------------------- real data

@@ -29,6 +29,8 @@ Variances (note Sec. 3). With ``G = x~.y~``, ``N = |x~|^2 |y~|^2``,
   with ``V_q^(1) = N - S + r^2 (G^2 - S)`` replaced by ``W_q^(1) = G^2 - S + r^2 (N - S)``
   (derived: Lemma 12 applied to the unconjugated pairings).
 
+* TensorSketch (derived here, the paper has none): :func:`tensor_sketch_variance`.
+
 For real maps (``q = 1``) all of these coincide. ``variance(X, Y, kind="complex")``
 (default) returns the paper's ``E|k_hat - k|^2``; ``kind="real"`` returns the variance of
 :meth:`approx_kernel`, ``E(Re k_hat - k)^2 <= E|k_hat - k|^2``.
@@ -64,6 +66,7 @@ __all__ = [
     "pair_statistics",
     "polynomial_kernel",
     "srht_c",
+    "tensor_sketch_variance",
     "tensor_srht_variance",
 ]
 
@@ -197,6 +200,33 @@ def tensor_srht_variance(G, N, S, degree: int, n_features: int, d: int, *,
     elif kind != "complex":
         raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
     return V
+
+
+def tensor_sketch_variance(G, N, S, degree: int, n_features: int):
+    """Variance of the TensorSketch estimate of ``G^degree`` (derived; not in the paper).
+
+    With ``A = N - S``, ``B = G^2 - S`` and ``g = gcd(2, D)``::
+
+        Var = [(G^2 + A)^p + (G^2 + B)^p - 2 G^(2p)] / D
+              + g / D^2 [(G^2 + A + B)^p - (G^2 + A)^p - (G^2 + B)^p + G^(2p)]
+
+    Derivation: ``k_hat - k = sum_(a != b) sigma(a) sigma(b) X_a Y_b 1[H(a) = H(b)]`` over
+    tensor indices ``a, b in [d]^p`` (``H(a) = sum_i h_i(a_i) mod D``). The sign expectation
+    leaves, on the set ``T`` of degrees where ``a_i != b_i``, ``(c_i, e_i) = (a_i, b_i)``
+    (weight ``x_a^2 y_b^2``, summing to ``A``) or ``(b_i, a_i)`` (weight ``B``), and
+    ``c_i = e_i`` elsewhere (``G^2``). Both hash collisions happen with probability ``1/D``
+    when the choice is the same on all of ``T``, else ``gcd(2, D)/D^2`` (the differences
+    ``h_i(a_i) - h_i(b_i)`` are independent and uniform on ``Z_D``). For ``p = 1`` this is
+    the count-sketch variance ``(N + G^2 - 2S)/D``.
+    """
+    p, D = int(degree), int(n_features)
+    g = 2 if D % 2 == 0 else 1
+    G2 = G * G
+    A, B = N - S, G2 - S
+    pa = _pow_diff(G2 + A, G2, A, p)  # (G^2 + A)^p - G^2p
+    pb = _pow_diff(G2 + B, G2, B, p)
+    pab = _pow_diff(G2 + A + B, G2, A + B, p)
+    return (pa + pb) / D + (g / (D * D)) * (pab - pa - pb)
 
 
 # ============================================================== base class
@@ -762,6 +792,9 @@ class TensorSketch(DotProductFeatureMap):
 
     Fitted attributes: ``hashes_`` (degree, input_dim_) int64 in ``[0, D)`` and ``signs_``
     (degree, input_dim_) float64 ``+-1``.
+
+    Variance (derived here; the paper gives none): see :func:`tensor_sketch_variance`.
+    The estimate is real, so ``kind`` makes no difference.
     """
 
     _supports_complex = False
@@ -816,16 +849,8 @@ class TensorSketch(DotProductFeatureMap):
         _map_row_blocks(block, n, p * D, X.itemsize)
         return out
 
-    def variance(self, X, Y=None, kind: str = "complex"):
-        """Not available: raises :class:`NotImplementedError`.
-
-        The paper (Wacker et al.) gives no variance for TensorSketch (note Sec. 2.3);
-        estimate it by Monte Carlo over ``random_state``.
-        """
-        raise NotImplementedError(
-            "TensorSketch has no analytic variance in kernelkit: the paper (Wacker et al.) "
-            "gives none (note Sec. 2.3). Estimate it by Monte Carlo over random_state."
-        )
+    def _variance_from_stats(self, G, N, S, kind):
+        return tensor_sketch_variance(G, N, S, self._p, self.n_features)
 
 
 # Random / Optimized Maclaurin (paper Sec. 5) compose the sketches above; they live in
