@@ -516,3 +516,16 @@ def test_bad_data():
         fm.variance(np.ones((2, 3)), kind="imag")
     with pytest.raises(ValueError, match="overflow"):
         OptimizedMaclaurin(8, kernel="exponential", lengthscale=1e-3).fit(_points(5, 3) * 10)
+
+
+def test_redraw_equals_refit_with_that_seed():
+    X = _points(30, 4, seed=13)
+    fm = OptimizedMaclaurin(15, kernel="exponential", sketch="srht", complex=True,
+                            random_state=0).fit(X)
+    other = fm.redraw(5)
+    ref = OptimizedMaclaurin(15, kernel="exponential", sketch="srht", complex=True,
+                             random_state=5).fit(X)
+    np.testing.assert_array_equal(other.n_features_per_degree_, ref.n_features_per_degree_)
+    np.testing.assert_allclose(other.transform(X), ref.transform(X), rtol=1e-14)
+    assert other.random_state == 5 and fm.random_state == 0
+    assert not np.allclose(other.transform(X), fm.transform(X))

@@ -29,6 +29,7 @@ Gaussian factors) without bias; the constant ``a_0`` is an exact feature ``sqrt(
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 import numbers
@@ -967,10 +968,12 @@ class OptimizedMaclaurin(_MaclaurinBase):
                 f"n_features={self.n_features} leaves {D_total} sketch features, fewer than "
                 f"the {max(1, needed)} degrees 1..p_min={p_min} with a_n > 0 need (one each)."
             )
+        # independent streams: the subsample does not shift the sketches (see redraw)
+        sub_rng, sketch_rng = rng.spawn(2)
         Xn = to_numpy(X, np.float64)
         m = Xn.shape[0]
         if self.n_subsample is not None and m > int(self.n_subsample):
-            Xn = Xn[np.sort(rng.choice(m, size=int(self.n_subsample), replace=False))]
+            Xn = Xn[np.sort(sub_rng.choice(m, size=int(self.n_subsample), replace=False))]
         self.pair_sums_ = maclaurin_pair_sums(
             Xn, a_kernel, p_max, kernel=self.kernel, lengthscale=self.lengthscale,
             sketch=self.sketch, complex=bool(self.complex))
@@ -983,9 +986,29 @@ class OptimizedMaclaurin(_MaclaurinBase):
         D_star = np.asarray(D_star, dtype=np.int64).copy()
         D_star[0] = int(has_const)
         self.n_features_per_degree_ = D_star
-        self._draw_sketches(X.shape[1], rng)
+        self._draw_sketches(X.shape[1], sketch_rng)
         self._build()
         return self
+
+    def redraw(self, random_state=None):
+        """A copy with the same fitted allocation and freshly drawn sketches.
+
+        The allocation (Algorithm 3) is deterministic given the rows the objective uses,
+        so Monte Carlo over sketches need not repeat the O(m^2 (d + p)) objective. The
+        copy's sketches are those ``fit`` draws with ``random_state`` (its ``random_state``
+        parameter is set to it); when ``fit`` used every row (``n <= n_subsample``) the copy
+        equals ``set_params(random_state=random_state).fit(X)``.
+
+        Returns
+        -------
+        OptimizedMaclaurin
+        """
+        check_is_fitted(self, "n_features_per_degree_")
+        new = copy.copy(self)
+        new.random_state = random_state
+        new._draw_sketches(self.n_features_in_, check_random_state(random_state).spawn(2)[1])
+        new._build()
+        return new
 
     def _block_weight(self, n):
         return self._unit_coefficients[n]
