@@ -46,7 +46,7 @@ from .._backend import (
     validate_positive_int,
 )
 from .._backend.fwht import next_power_of_two
-from ._base import FeatureMap, _namespace_of
+from ._base import FeatureMap, _map_row_blocks, _namespace_of
 from .dot_product import (
     GaussianSketch,
     RademacherSketch,
@@ -225,6 +225,11 @@ def srht_surrogate(V, C, D, d: int):
     ``C <= 0``); ``V``, ``C`` are scalars (pair sums: the sign of the *summed* ``C`` picks
     the branch, note §5 #10).
     """
+    V, C = float(V), float(C)
+    if isinstance(D, numbers.Integral):  # scalar fast path (Algorithm 2's inner loop)
+        if C > 0 or D > d:
+            return (V + (d - 1) * C) / D
+        return (V - C) / D + C
     D = np.asarray(D, dtype=np.float64)
     far = (V + (d - 1) * C) / D
     if C > 0:
@@ -269,8 +274,10 @@ class MaclaurinPairSums:
         For TensorSRHT the convex surrogate (``surrogate=True``, for Algorithm 2) or the
         exact eq. 33 value.
         """
-        V = self.var[n]
+        V = float(self.var[n])
         if self.cov is None:
+            if isinstance(D, numbers.Integral):
+                return V / int(D)
             return V / np.asarray(D, dtype=np.float64)
         if surrogate:
             return srht_surrogate(V, self.cov[n], D, self.d)
@@ -289,8 +296,8 @@ class MaclaurinPairSums:
         return total / (self.m * (self.m - 1))
 
 
-#: elements of one (rows, m) block of the pair-sum loops
-_PAIR_BLOCK_ELEMENTS = 1 << 19
+#: elements of one (rows, m) block of the pair-sum loops (a few cache-sized arrays each)
+_PAIR_BLOCK_ELEMENTS = 1 << 17
 
 
 def maclaurin_pair_sums(X, coefficients, max_degree: int, *, kernel: str,
@@ -370,53 +377,70 @@ def maclaurin_pair_sums(X, coefficients, max_degree: int, *, kernel: str,
     else:
         w_row = np.ones(m)
 
-    var = np.zeros(p + 1)
-    cov = np.zeros(p + 1) if srht else None
-    bias2 = np.zeros(p + 1)
-    rows = max(1, _PAIR_BLOCK_ELEMENTS // m)
-    for lo in range(0, m, rows):
-        hi = min(lo + rows, m)
+    w_half = np.sqrt(w_row)  # e_i (Gaussian) or 1: sqrt(w_ij) = e_i e_j
+    exp_scale = None if kernel == "polynomial" else r2 * inv_l2
+    parts = {}
+
+    def block(lo, hi):
+        # rows lo:hi against all m columns; returns (var, cov, bias2) partial sums
+        b = hi - lo
         G = Xs[lo:hi] @ Xs.T  # (b, m)
-        W = w_row[lo:hi, None] * w_row[None, :]  # (b, m)
-        W[np.arange(hi - lo), np.arange(lo, hi)] = 0.0  # i != j
+        sw = w_half[lo:hi, None] * w_half[None, :]  # sqrt(w_ij), 0 on the diagonal
+        sw[np.arange(b), np.arange(lo, hi)] = 0.0
+        W = sw * sw
         G2 = G * G
         # Theorem 2 base: m4 S + N - S + ((2q-1)^2 + 1)(G^2 - S); V_n = B^n - G^(2n)
-        N = sqs[lo:hi, None] * sqs[None, :]
-        S = X2[lo:hi] @ X2.T
-        B = N + (m4 - 1.0 - cq) * S + cq * G2
-        del N, S
-        Bn = np.ones_like(G)
-        G2n = np.ones_like(G)
-        if srht:
-            C = G2 - (B - G2) / (d_pad - 1) if d_pad > 1 else G2
-            Cn = np.ones_like(G)
+        B = X2[lo:hi] @ X2.T  # S
+        B *= m4 - 1.0 - cq
+        B += sqs[lo:hi, None] * sqs[None, :]
+        B += cq * G2
+        vb, cb, bb = np.zeros(p + 1), np.zeros(p + 1), np.zeros(p + 1)
+        tmp = np.empty_like(G)
+        Bn, G2n = B.copy(), G2.copy()
+        if srht:  # Cov_n = (G^2 - V^(1)/(d-1))^n - G^(2n), V^(1) = B - G^2
+            C = G2 - (B - G2) / (d_pad - 1) if d_pad > 1 else G2.copy()
+            Cn = C.copy()
         for k in range(1, p + 1):
-            Bn *= B
-            G2n *= G2
-            var[k] += a_s[k] ** 2 * np.vdot(W, Bn - G2n)
+            if k > 1:
+                Bn *= B
+                G2n *= G2
+            np.subtract(Bn, G2n, out=tmp)
+            vb[k] = a_s[k] ** 2 * np.vdot(W, tmp)
             if srht:
-                Cn *= C
-                cov[k] += a_s[k] ** 2 * np.vdot(W, Cn - G2n)
-        del B, Bn, G2, G2n
-        # bias: residual R_p = k - sum_{n <= p} a_n G^n (per unit weight)
-        if kernel == "polynomial":
+                if k > 1:
+                    Cn *= C
+                np.subtract(Cn, G2n, out=tmp)
+                cb[k] = a_s[k] ** 2 * np.vdot(W, tmp)
+        del B, Bn, G2n, W
+        # bias: sqrt(w) (k - sum_{n <= p} a_n G^n), k per unit weight
+        if exp_scale is None:
             R = np.full_like(G, a_full_s[-1])
             for k in range(degree - 1, -1, -1):  # Horner
                 R *= G
                 R += a_full_s[k]
         else:
             with np.errstate(over="ignore"):
-                R = np.exp(G * (r2 * inv_l2))
+                R = np.exp(G * exp_scale)
             if not np.all(np.isfinite(R)):
                 raise ValueError("exp(x^T y / l^2) overflows on these inputs; increase the "
                                  "lengthscale or scale the inputs down.")
         R -= a_s[0]
-        bias2[0] += np.vdot(W, R * R)
-        Gp = np.ones_like(G)
+        R *= sw
+        bb[0] = np.vdot(R, R)
+        Gp = sw  # sqrt(w) G^k, updated in place
         for k in range(1, p + 1):
             Gp *= G
-            R -= a_s[k] * Gp
-            bias2[k] += np.vdot(W, R * R)
+            np.multiply(Gp, a_s[k], out=tmp)
+            R -= tmp
+            bb[k] = np.vdot(R, R)
+        parts[lo] = (vb, cb, bb)
+
+    rows = max(1, _PAIR_BLOCK_ELEMENTS // m)
+    _map_row_blocks(block, m, m, 8, rows=rows)
+    order = sorted(parts)  # fixed block order: the sums do not depend on the threads
+    var = np.sum([parts[k][0] for k in order], axis=0)
+    cov = np.sum([parts[k][1] for k in order], axis=0) if srht else None
+    bias2 = np.sum([parts[k][2] for k in order], axis=0)
     if kernel == "polynomial" and degree <= p:
         bias2[degree:] = 0.0  # exact: the series ends at the degree (no rounding residue)
     return MaclaurinPairSums(m=m, var=var, cov=cov, bias2=bias2, d=d_pad, sketch=sketch,
@@ -460,7 +484,8 @@ def greedy_allocation(cost, active, D_total: int) -> np.ndarray:
     for _ in range(D_total - n_active):
         _, n = heapq.heappop(heap)
         D[n] += 1
-        heapq.heappush(heap, (-(float(cost(n, D[n])) - float(cost(n, D[n] + 1))), n))
+        k = int(D[n])
+        heapq.heappush(heap, (-(float(cost(n, k)) - float(cost(n, k + 1))), n))
     return D
 
 
