@@ -514,6 +514,30 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             head2.append(f"p* {c}")
         rep.add(f"### NMSE (regression) / error % (classification) and KL ({kname})",
                 markdown_table(head2, rows_task))
+    wins = []
+    for kname in config.kernels:
+        for metric in ("mnll", "frob", "kl", "perf"):
+            for cen in ("NC", "C"):
+                n_win = n_all = 0
+                for name, info in meta.items():
+                    met = metric if metric != "perf" else (
+                        "nmse" if info["task"] == "regression" else "error")
+                    t = table[f"{kname}/{name}"]
+                    b, m = t[f"{cen}/baseline/{met}"], t[f"{cen}/maclaurin/{met}"]
+                    if b is not None and m is not None:
+                        n_all += 1
+                        n_win += m[0] < b[0]
+                if n_all:
+                    wins.append(f"- {kname}, {cen}, {metric}: Optimized Maclaurin lower on "
+                                f"{n_win}/{n_all} data sets")
+    if wins and macl:
+        rep.add("## Optimized Maclaurin vs baseline",
+                "Paper (Table 3): on centred data Opt. Macl. has lower MNLL than SRF on 12 "
+                "of 16 sets and lower Frobenius error on 10 of 16; on non-centred data SRF "
+                "has the lower Frobenius error on all 14 sets reported. Our baseline is the "
+                "i.i.d. Gaussian sketch, not SRF, whose variance at p = 7 is much larger, so "
+                "Opt. Macl. wins far more often here.",
+                "\n".join(wins))
     errors = {f"{k[0]}/{k[1]}/{k[2]}": [r["error"] for r in runs if "error" in r]
               for k, runs in results.items() if any("error" in r for r in runs)}
     if errors:
