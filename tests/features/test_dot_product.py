@@ -362,6 +362,34 @@ def test_large_row_counts_use_threaded_blocks_consistently():
             np.testing.assert_allclose(F[-5:], fm.transform(X[-5:]), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("cls", ALL, ids=_name)
+def test_huge_and_tiny_norms_give_finite_scale_invariant_estimates(cls, backend):
+    """coef0 = 0: k_hat(s x, y / s) = k_hat(x, y) for any s, although the features of
+    s x overflow and those of y / s underflow (stabilised log-scale path)."""
+    X = np.abs(unit_rows(4, 6, 33))
+    X[1] = 0.0  # zero row
+    kw = dict(n_features=16, degree=10, random_state=0)
+    if cls is not TensorSketch:
+        kw["complex"] = cls is not GaussianSketch
+    fm = cls(**kw).fit(X)
+    K = fm.approx_kernel(X)
+    scale = np.abs(K).max()
+    for s, dtype, tol in ((1e30, "float64", 1e-12), (1e200, "float64", 1e-12),
+                          (1e10, "float32", 1e-4)):
+        K2 = backend.to_numpy(fm.approx_kernel(backend.asarray(X * s, dtype),
+                                               backend.asarray(X / s, dtype)))
+        assert np.all(np.isfinite(K2)), (s, dtype)
+        np.testing.assert_allclose(K2 / scale, K / scale, atol=tol)
+    base, log_scale = fm.transform_scaled(backend.asarray(X * 1e200))
+    assert np.all(np.isfinite(backend.to_numpy(base)))
+    np.testing.assert_allclose(backend.to_numpy(log_scale)[0],
+                               10 * np.log(1e200 * np.linalg.norm(X[0])), rtol=1e-12)
+    # moderate inputs: transform_scaled is the features with zero log-scale
+    base, log_scale = fm.transform_scaled(backend.asarray(X))
+    np.testing.assert_allclose(backend.to_numpy(base), fm.transform(X), atol=1e-15)
+    assert np.all(backend.to_numpy(log_scale) == 0)
+
+
 def test_empty_input_gives_empty_features():
     X = unit_rows(4, 3, 29)
     for cls in ALL:

@@ -188,7 +188,7 @@ def _tensor_sketch_draws(X, p, D, coef0, n_draws, seed):
     for t in range(n_draws):
         fm._draw(rng)
         fm._build()
-        F = fm._raw_features(X, np)
+        F = fm._raw_features(X, np, fm._c)
         out[t] = [F[i] @ F[j] for i, j in PAIRS]
     return out
 

@@ -54,7 +54,7 @@ from .._backend import (
     validate_positive_int,
 )
 from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
-from ._base import FeatureMap, _map_row_blocks, _matmul_augmented, _namespace_of
+from ._base import FeatureMap, _detach, _map_row_blocks, _matmul_augmented, _namespace_of
 
 __all__ = [
     "DotProductFeatureMap",
@@ -360,26 +360,74 @@ class DotProductFeatureMap(FeatureMap):
         check_is_fitted(self, "input_dim_")
         return validate_data(X, name, n_features=self.n_features_in_, allow_empty=True)
 
-    def _augment(self, X, xp):
-        """``[X, sqrt(coef0)]`` (n, input_dim_), for the array-API paths."""
-        if self._c <= 0:
+    def _augment(self, X, xp, c):
+        """``[X, sqrt(c)]`` (n, input_dim_) for ``c > 0``, else ``X`` (array-API paths)."""
+        if c <= 0:
             return X
-        col = xp.full((X.shape[0], 1), math.sqrt(self._c), dtype=X.dtype, device=device(X))
+        col = xp.full((X.shape[0], 1), math.sqrt(c), dtype=X.dtype, device=device(X))
         return xp.concat([X, col], axis=1)
 
-    def _raw_features(self, X, xp):
-        """Features of validated ``X`` (n, d): real (n, D), complex (n, D) or stacked
-        (n, 2D) per ``complex`` / ``real_output``."""
+    def _raw_features(self, X, xp, c):
+        """Features of validated ``X``: real (n, D), complex (n, D) or stacked (n, 2D) per
+        ``complex`` / ``real_output``. ``X`` has ``n_features_in_`` columns and gets
+        ``sqrt(c)`` appended (``c = coef0``), or is already augmented (``c = 0``)."""
         raise NotImplementedError
 
+    def _log_feature_bound(self) -> float:
+        """``L`` with ``|partial products of features| <= exp(p max(0, L + log|x~|))``."""
+        return 0.5 * math.log(self.input_dim_)
+
+    def _scaled_or_raw(self, X, xp):
+        """``(base, log_scale)``; ``log_scale`` is None when the raw features can neither
+        overflow nor underflow (the usual case: ``base`` is then the features themselves).
+
+        Otherwise ``base`` is computed from ``x~ / |x~|`` and ``log_scale = p log |x~|``
+        (the features are homogeneous of degree ``p`` in ``x~``), so that
+        :meth:`approx_kernel` stays finite wherever the kernel value is representable.
+        """
+        p, c = self._p, self._c
+        if X.shape[0] == 0:
+            return self._raw_features(X, xp, c), None
+        # amax <= |x~| <= sqrt(d~) amax, with amax = max_j |x~_j| (no over- or underflow)
+        amax = xp.max(xp.abs(X), axis=1)
+        if c > 0:
+            amax = xp.clip(amax, min=math.sqrt(c))
+        fin = xp.finfo(X.dtype)
+        hi = math.log(float(fin.max)) - 4.0  # features up to exp(hi) are safe
+        lo = math.log(float(fin.tiny)) + 40.0  # and rows of norm^p down to exp(lo)
+        big = float(_detach(xp.max(amax)))
+        pos = xp.where(amax > 0, amax, xp.full_like(amax, math.inf))
+        small = float(_detach(xp.min(pos)))
+        L = self._log_feature_bound() + 0.5 * math.log(self.input_dim_)
+        raw_ok = big == 0.0 or p * max(0.0, L + math.log(big)) < hi
+        if raw_ok and (not math.isfinite(small) or p * math.log(small) > lo):
+            return self._raw_features(X, xp, c), None
+        Xa = self._augment(X, xp, c)
+        amax = xp.max(xp.abs(Xa), axis=1)  # (n,); |x~| = amax |x~ / amax| never overflows
+        amax = xp.where(amax > 0, amax, xp.ones_like(amax))
+        Xa = Xa / amax[:, None]
+        norm = xp.sqrt(xp.sum(Xa * Xa, axis=1))
+        norm = xp.where(norm > 0, norm, xp.ones_like(norm))
+        Xa = Xa / norm[:, None]
+        norm = norm * amax
+        base = self._raw_features(Xa, xp, 0.0)
+        return base, p * xp.log(norm)
+
     def _scaled_features(self, X, xp, side):
-        F = self._raw_features(X, xp)
-        real_dtype = X.dtype
-        return F, xp.zeros(X.shape[0], dtype=real_dtype, device=device(X))
+        base, log_scale = self._scaled_or_raw(X, xp)
+        if log_scale is None:
+            log_scale = xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
+        return base, log_scale
 
     def _features(self, X, side):
         X, xp = self._check_X(X, "X" if side == "x" else "Y")
-        return self._raw_features(X, xp)
+        base, log_scale = self._scaled_or_raw(X, xp)
+        if log_scale is None:
+            return base
+        if is_numpy_namespace(xp):
+            with np.errstate(over="ignore"):
+                return base * np.exp(log_scale)[:, None].astype(X.dtype)
+        return base * xp.exp(log_scale)[:, None]
 
     def _finish(self, xp, re, im):
         """Combine real and imaginary parts per ``real_output`` (array-API path)."""
@@ -410,9 +458,33 @@ class DotProductFeatureMap(FeatureMap):
 
     def approx_kernel(self, X, Y=None):
         """Unbiased estimate ``Re(transform(X) @ conj(transform_y(Y)).T)`` of
-        ``(X Y^T + coef0)^degree``, shape (n, m)."""
-        P = self._features(X, "x")
-        S = P if Y is None else self._features(Y, "y")
+        ``(X Y^T + coef0)^degree``, shape (n, m).
+
+        Finite wherever the estimate is representable, also where :meth:`transform`
+        overflows (huge norms): the row scales are then combined in log space.
+        """
+        X, xp = self._check_X(X, "X")
+        P, sx = self._scaled_or_raw(X, xp)
+        if Y is None:
+            S, sy = P, sx
+        else:
+            Y, _ = self._check_X(Y, "Y")
+            S, sy = self._scaled_or_raw(Y, xp)
+        dot = self._gram(P, S)
+        if sx is None and sy is None:
+            return dot
+        zx = xp.zeros(P.shape[0], dtype=dot.dtype, device=device(dot)) if sx is None else sx
+        zy = xp.zeros(S.shape[0], dtype=dot.dtype, device=device(dot)) if sy is None else sy
+        scale = zx[:, None] + zy[None, :]
+        absdot = xp.abs(dot)
+        tiny = float(xp.finfo(dot.dtype).tiny)
+        logabs = xp.log(xp.clip(absdot, min=tiny)) + scale
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = xp.sign(dot) * xp.exp(logabs)
+        return xp.where(absdot > 0, out, xp.zeros_like(out))
+
+    def _gram(self, P, S):
+        """``Re(P conj(S)^T)``; ``S is P`` computes the parts once."""
         xp = _namespace_of(P)
         if xp.isdtype(P.dtype, "complex floating"):
             Pr, Pi = xp.real(P), xp.imag(P)
@@ -472,12 +544,12 @@ class DotProductFeatureMap(FeatureMap):
         (complex), each ``D`` columns, ``D^-1/2`` folded into degree 1; or None."""
         return None
 
-    def _dense_features(self, X, xp, W):
+    def _dense_features(self, X, xp, W, c):
         """``prod_i X~ W_i`` for the column blocks of ``W`` (see :meth:`_weight_matrix`)."""
         D, p, cplx = int(self.n_features), self._p, bool(self.complex)
         if not is_numpy_namespace(xp):
             Wb = self._param("W", xp, X)
-            U = self._augment(X, xp) @ Wb
+            U = self._augment(X, xp, c) @ Wb
             if not cplx:
                 F = U[:, :D]
                 for i in range(1, p):
@@ -492,7 +564,7 @@ class DotProductFeatureMap(FeatureMap):
         Wn = self._param("W", np, X)
         n, ncols = X.shape[0], Wn.shape[1]
         out = self._new_output(n, X.dtype)
-        extra = (math.sqrt(self._c),) if self._c > 0 else ()
+        extra = (math.sqrt(c),) if c > 0 else ()
 
         def block(lo, hi):
             U = np.empty((hi - lo, ncols), dtype=X.dtype)
@@ -566,14 +638,20 @@ class _IIDSketch(DotProductFeatureMap):
     def _build(self):
         super()._build()
         W = np.array(self.weights_, copy=True)
+        # |x~ . w| <= |x~| max_l |w_l| per degree
+        self._consts["log_wmax"] = float(np.log(np.max(np.sqrt(
+            np.sum(np.abs(W) ** 2, axis=1))) + 1e-300))
         W[0] = W[0] / math.sqrt(int(self.n_features))  # fold D^-1/2 into degree 1
         if np.iscomplexobj(W):
             self._consts["W"] = _complex_pair(W)
         else:
             self._consts["W"] = np.ascontiguousarray(np.concatenate(list(W), axis=1))
 
-    def _raw_features(self, X, xp):
-        return self._dense_features(X, xp, self._consts["W"])
+    def _raw_features(self, X, xp, c):
+        return self._dense_features(X, xp, self._consts["W"], c)
+
+    def _log_feature_bound(self) -> float:
+        return self._consts["log_wmax"]
 
 
 class RademacherSketch(_IIDSketch):
@@ -721,10 +799,10 @@ class TensorSRHT(DotProductFeatureMap):
                 self._consts["z_im"] = np.ascontiguousarray(z.imag)
             self._consts["idx"] = np.ascontiguousarray(idx)
 
-    def _raw_features(self, X, xp):
+    def _raw_features(self, X, xp, c):
         if self._dense:
-            return self._dense_features(X, xp, self._consts["W"])
-        return self._fwht_features(X, xp)
+            return self._dense_features(X, xp, self._consts["W"], c)
+        return self._fwht_features(X, xp, c)
 
     def _transforms(self, Xp, xp, i, zname):
         """``FWHT(x~ * z_(b,i))[pi_(b,i)]`` for all blocks: (k, D) from padded (k, d)."""
@@ -734,7 +812,7 @@ class TensorSRHT(DotProductFeatureMap):
         idx = self._param("idx", xp, Xp)[i]  # (D,)
         return xp.take(xp.reshape(V, (k, B * d)), idx, axis=1)
 
-    def _fwht_features(self, X, xp):
+    def _fwht_features(self, X, xp, c):
         d, din, p = self.padded_dim_, self.input_dim_, self._p
         cplx = bool(self.complex)
 
@@ -753,8 +831,8 @@ class TensorSRHT(DotProductFeatureMap):
         def padded(Xb):
             k = Xb.shape[0]
             parts = [Xb]
-            if self._c > 0:
-                parts.append(xp.full((k, 1), math.sqrt(self._c), dtype=Xb.dtype,
+            if c > 0:
+                parts.append(xp.full((k, 1), math.sqrt(c), dtype=Xb.dtype,
                                      device=device(Xb)))
             if d > din:
                 parts.append(xp.zeros((k, d - din), dtype=Xb.dtype, device=device(Xb)))
@@ -818,10 +896,10 @@ class TensorSketch(DotProductFeatureMap):
             C[rows, i * D + np.asarray(self.hashes_[i])] = self.signs_[i]
         self._consts["C"] = C  # (d~, p D) count-sketch matrices
 
-    def _raw_features(self, X, xp):
+    def _raw_features(self, X, xp, c):
         D, p = int(self.n_features), self._p
         if not is_numpy_namespace(xp):
-            U = self._augment(X, xp) @ self._param("C", xp, X)  # (n, p D)
+            U = self._augment(X, xp, c) @ self._param("C", xp, X)  # (n, p D)
             F = xp.fft.rfft(U[:, :D], axis=-1)
             for i in range(1, p):
                 F = F * xp.fft.rfft(U[:, i * D:(i + 1) * D], axis=-1)
@@ -832,7 +910,7 @@ class TensorSketch(DotProductFeatureMap):
         C = self._param("C", np, X)
         n = X.shape[0]
         out = np.empty((n, D), dtype=X.dtype)
-        extra = (math.sqrt(self._c),) if self._c > 0 else ()
+        extra = (math.sqrt(c),) if c > 0 else ()
 
         def block(lo, hi):
             U = np.empty((hi - lo, p * D), dtype=X.dtype)
