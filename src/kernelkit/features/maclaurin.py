@@ -673,6 +673,14 @@ class _MaclaurinBase(FeatureMap):
         q, m4 = SKETCH_MOMENTS[(self.sketch, bool(self.complex))]
         return iid_sketch_variance(G, N, S, n, D, q=q, m4=m4, kind=kind)
 
+    def log_relative_variance(self, X, Y=None):
+        raise NotImplementedError(f"{type(self).__name__} has no log_relative_variance "
+                                  "(softmax-family API); use variance().")
+
+    def log_objective(self, X, Y=None):
+        raise NotImplementedError(f"{type(self).__name__} has no log_objective (softmax-"
+                                  "family API); see OptimizedMaclaurin.objective_.")
+
     @staticmethod
     def _check_kind(kind):
         if kind not in ("complex", "real"):
@@ -680,7 +688,9 @@ class _MaclaurinBase(FeatureMap):
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)``: the truncated series ``sum_{n <= p} a_n (x^T y)^n``
-        over the degrees that have features (times ``e_x e_y`` for the Gaussian kernel).
+        with ``p = degree_`` (times ``e_x e_y`` for the Gaussian kernel). The expectation
+        is over every random draw of ``fit``: for Random Maclaurin that includes the
+        degrees (a single draw may give a degree no features).
 
         Returns
         -------
