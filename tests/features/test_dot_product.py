@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from scipy.linalg import hadamard
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
@@ -388,6 +391,30 @@ def test_huge_and_tiny_norms_give_finite_scale_invariant_estimates(cls, backend)
     base, log_scale = fm.transform_scaled(backend.asarray(X))
     np.testing.assert_allclose(backend.to_numpy(base), fm.transform(X), atol=1e-15)
     assert np.all(backend.to_numpy(log_scale) == 0)
+
+
+@given(
+    X=hnp.arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 9)),
+                 elements=st.floats(-1e6, 1e6, allow_subnormal=False)),
+    log_scale=st.floats(-150, 150),
+    coef0=st.sampled_from([0.0, 0.5]),
+    cplx=st.booleans(),
+)
+def test_property_degree_one_full_block_srht_is_exact(X, log_scale, coef0, cplx):
+    """Any finite input and scale: TensorSRHT with p = 1, D = d reproduces X X^T + coef0,
+    and the estimate is finite for p = 3 (stabilised path for extreme norms)."""
+    X = X * np.exp(log_scale)
+    d = 1 << (X.shape[1] + (coef0 > 0) - 1).bit_length()
+    fm = TensorSRHT(n_features=d, degree=1, coef0=coef0, complex=cplx, random_state=0).fit(X)
+    K = X @ X.T + coef0
+    np.testing.assert_allclose(fm.approx_kernel(X), K, rtol=1e-9,
+                               atol=1e-9 * (np.abs(K).max() + 1e-300))
+    with np.errstate(all="ignore"):  # where K^3 itself overflows
+        K3 = TensorSRHT(n_features=8, degree=3, coef0=coef0, complex=cplx,
+                        random_state=0).fit(X).approx_kernel(X)
+        ok = np.all(np.isfinite(K**3))
+    if ok:
+        assert np.all(np.isfinite(K3))
 
 
 def test_empty_input_gives_empty_features():
