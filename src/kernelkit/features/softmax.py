@@ -111,7 +111,8 @@ def fit_saderf(X, Y, eps: float = 1e-6):
 
     ``psi_l = (mean_j y_jl^2 / mean_i x_il^2)^{1/4}`` (means instead of the printed sums, so
     ``n != m`` is handled; equal for ``n = m``), then GERF fitted on ``(psi x, y / psi)``.
-    Library choice (note Sec. 5): both second moments get a ridge ``eps * mean_l(.)`` so a
+    Library choice (note Sec. 5): both second moments get the ridge
+    ``eps * (mean_l sx + mean_l sy) / 2`` so a
     coordinate that is zero on one side gives a finite ``psi``.
 
     Returns
@@ -121,8 +122,9 @@ def fit_saderf(X, Y, eps: float = 1e-6):
     """
     sx = (X * X).mean(axis=-2)  # (..., d)
     sy = (Y * Y).mean(axis=-2)
-    sx = sx + _ridge(sx.mean(axis=-1, keepdims=True), eps)
-    sy = sy + _ridge(sy.mean(axis=-1, keepdims=True), eps)
+    # one ridge for both sides, from their joint scale: an all-zero side stays finite
+    ridge = _ridge(0.5 * (sx.mean(axis=-1, keepdims=True) + sy.mean(axis=-1, keepdims=True)), eps)
+    sx, sy = sx + ridge, sy + ridge
     psi = np.exp(0.25 * (np.log(sy) - np.log(sx)))
     A = fit_gerf(X * psi[..., None, :], Y / psi[..., None, :])
     return psi, A
@@ -143,7 +145,7 @@ def fit_aderf(X, Y, eps: float = 1e-6):
     ``phi`` is computed as the GERF statistic of the transformed data, which equals
     ``2 tr(S)/d + 2 mu3`` at the optimum and stays exact under the ridge.
 
-    Library choice (note Sec. 5): ``M_k + lambda_k I`` with ``lambda_k = eps tr(M_k)/d``
+    Library choice (note Sec. 5): ``M_k + lambda I`` with ``lambda = eps (tr M1 + tr M2) / (2d)``
     so singular second moments (fewer points than dimensions, zero columns) work; any
     ``B~1`` with ``B~2 = B~1^{-T}`` is unbiased, the ridge only moves it off the optimum.
     ``S`` is floored at ``1e-300`` relative to its largest value.
@@ -164,8 +166,9 @@ def fit_aderf(X, Y, eps: float = 1e-6):
     M2 = M1 if Y is X else np.swapaxes(Y, -1, -2) @ Y / Y.shape[-2]
     tr1 = np.trace(M1, axis1=-2, axis2=-1)[..., None, None] / d
     tr2 = np.trace(M2, axis1=-2, axis2=-1)[..., None, None] / d
-    L1, Q1 = _sym_eigh(M1 + _ridge(tr1, eps) * eye)
-    L2, Q2 = _sym_eigh(M2 + _ridge(tr2, eps) * eye)
+    ridge = _ridge(0.5 * (tr1 + tr2), eps) * eye  # joint scale of both sides
+    L1, Q1 = _sym_eigh(M1 + ridge)
+    L2, Q2 = _sym_eigh(M2 + ridge)
     floor = np.finfo(np.float64).tiny
     L1, L2 = np.maximum(L1, floor), np.maximum(L2, floor)
     r1, r2 = np.sqrt(L1), np.sqrt(L2)  # (..., d)
