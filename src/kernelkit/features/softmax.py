@@ -379,12 +379,26 @@ class HyperbolicRF(FeatureMap):
         _map_row_blocks(block, out.shape[0], out.shape[1], out.itemsize)
         return out
 
-    def _scaled_features(self, X, xp, side):
+    def _log_parts(self, X, xp):
+        # (logits (n, 2M) = [w.x, -w.x], row term (n,)): log f = logits + row[:, None]
         W_T = self._param("W_T", xp, X)  # (d, M)
         proj = X @ W_T  # (n, M)
         both = xp.concat([proj, -proj], axis=1)  # (n, 2M)
-        return _stabilised_exp(xp, both, (-0.5 + self.alpha) * xp.sum(X * X, axis=1)
-                               - 0.5 * math.log(2.0 * self.n_features))
+        row = (-0.5 + self.alpha) * xp.sum(X * X, axis=1) - 0.5 * math.log(2.0 * self.n_features)
+        return both, row
+
+    def _scaled_features(self, X, xp, side):
+        return _stabilised_exp(xp, *self._log_parts(X, xp))
+
+    def log_transform(self, X):
+        """Logarithm of the features, shape (n, 2 * n_features); never overflows."""
+        X, xp = self._check_X(X, "X")
+        both, row = self._log_parts(X, xp)
+        return both + row[:, None]
+
+    def log_transform_y(self, Y):
+        """Logarithm of the y-side features (the map is symmetric), shape (m, 2 * n_features)."""
+        return self.log_transform(Y)
 
     def _log_second_moment(self, X, Y, xp):
         nx = xp.sum(X * X, axis=1)[:, None]
