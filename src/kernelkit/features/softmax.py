@@ -179,6 +179,8 @@ def fit_aderf(X, Y, eps: float = 1e-6):
     Ut = np.swapaxes(U, -1, -2)
     B1 = np.sqrt(S)[..., :, None] * (Ut @ (Q1t / r1[..., :, None]))
     B2 = (1.0 / np.sqrt(S))[..., :, None] * (Ut @ (Q1t * r1[..., :, None]))
+    signs = _row_signs(B1)  # (..., d, 1): SVD signs are arbitrary; fix them (same on both)
+    B1, B2 = B1 * signs, B2 * signs
     A = fit_gerf(X @ np.swapaxes(B1, -1, -2), Y @ np.swapaxes(B2, -1, -2))
     return B1, B2, A
 
@@ -229,7 +231,21 @@ def fit_sderf(X, Y):
     N = M1 + M2 + cross + np.swapaxes(cross, -1, -2)
     lam, Q3 = _sym_eigh(N)
     lam, Q3 = lam[..., ::-1], Q3[..., :, ::-1]
-    return np.swapaxes(Q3, -1, -2), a_star(np.maximum(lam, 0.0))
+    Q3t = np.swapaxes(Q3, -1, -2)
+    return Q3t * _row_signs(Q3t), a_star(np.maximum(lam, 0.0))
+
+
+def _row_signs(B):
+    """Signs (..., d, 1) making the largest-magnitude entry of every row of ``B`` positive.
+
+    Eigen- and singular vectors are defined up to sign, and LAPACK's choice can flip under
+    rounding-level changes of the data (e.g. a permutation of the samples). A flipped row
+    is an equally valid fit, but with fixed random projections it changes the features;
+    this canonical choice makes the fitted map a function of the data set alone.
+    """
+    idx = np.argmax(np.abs(B), axis=-1)[..., None]  # (..., d, 1)
+    signs = np.sign(np.take_along_axis(B, idx, axis=-1))
+    return np.where(signs == 0, 1.0, signs)
 
 
 # ============================================================== feature maps
