@@ -1,0 +1,29 @@
+"""Fitted parameters are a function of the data set, not of the sample order."""
+
+import numpy as np
+import pytest
+
+from kernelkit.features import ADERF, GERF, SADERF, SDERF
+
+
+@pytest.mark.parametrize("cls", [GERF, SADERF, ADERF, SDERF])
+def test_fit_is_invariant_to_sample_order(cls):
+    # eigen/singular vectors have arbitrary signs; a flip would change the features for
+    # the same random projections. 20 data sets, each fitted in two sample orders.
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        X = rng.standard_normal((40, 6))
+        Y = rng.standard_normal((50, 6)) + 0.3
+        p, q = rng.permutation(40), rng.permutation(50)
+        a = cls(n_features=32, random_state=1).fit(X, Y)
+        b = cls(n_features=32, random_state=1).fit(X[p], Y[q])
+        np.testing.assert_allclose(a.transform(X), b.transform(X), rtol=1e-7)
+        np.testing.assert_allclose(a.transform_y(Y), b.transform_y(Y), rtol=1e-7)
+
+
+def test_canonical_signs_make_largest_entry_positive():
+    rng = np.random.default_rng(3)
+    X, Y = rng.standard_normal((30, 5)), rng.standard_normal((30, 5))
+    for B in (ADERF(8, random_state=0).fit(X, Y).B_x_, SDERF(8, random_state=0).fit(X, Y).B_x_):
+        rows = np.arange(B.shape[0])
+        assert np.all(B[rows, np.argmax(np.abs(B), axis=1)] > 0)
