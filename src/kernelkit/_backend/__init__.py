@@ -200,8 +200,6 @@ def _all_finite(xp, X) -> bool:
     float64 sum, so a finite sum proves all entries finite without a boolean temporary;
     only an infinite or NaN sum (bad entries, or an overflowing sum) needs the full check.
     """
-    if X.size == 0:
-        return True
     if is_numpy_namespace(xp):
         with np.errstate(over="ignore", invalid="ignore"):
             if np.isfinite(np.sum(X, dtype=np.float64)):
