@@ -364,6 +364,8 @@ def _fit_array(X, lengthscale):
 
 #: target size in bytes of one row block of the output
 _BLOCK_BYTES = 1 << 21
+#: fewest rows in a default row block
+_MIN_BLOCK_ROWS = 64
 #: outputs with fewer elements are computed in one block in the calling thread
 _PARALLEL_MIN_ELEMENTS = 1 << 17
 #: input dimensions up to which fitting runs its d x d linear algebra on one BLAS thread
@@ -478,7 +480,9 @@ def _map_row_blocks(fn, n: int, width: int, itemsize: int, rows: int | None = No
         fn(0, n)
         return
     if rows is None:
-        rows = _BLOCK_BYTES // max(1, width * itemsize)
+        # cache-sized blocks, but never so thin that re-reading the (d, width) weights
+        # per block dominates (wide dot-product sketches: p * D columns per row)
+        rows = max(_MIN_BLOCK_ROWS, _BLOCK_BYTES // max(1, width * itemsize))
     rows = max(1, int(rows))
     blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
     threads = min(num_threads(), len(blocks))
