@@ -8,7 +8,7 @@ from .dot_product import (
     TensorSketch,
     TensorSRHT,
 )
-from .fourier import RandomFourierFeatures
+from .fourier import RandomFourierFeatures, SphericalRandomFeatures
 from .maclaurin import OptimizedMaclaurin, RandomMaclaurin
 from .sampling import (
     block_orthogonal_projection,
@@ -33,6 +33,7 @@ __all__ = [
     "RademacherSketch",
     "RandomFourierFeatures",
     "RandomMaclaurin",
+    "SphericalRandomFeatures",
     "TensorSRHT",
     "TensorSketch",
     "TrigRF",
