@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
-import time
 from functools import partial
 
 import numpy as np
+
+from ._timing import meets, text_table, time_calls
 
 NAME = "dot-product"
 DESCRIPTION = (
@@ -53,39 +53,6 @@ TARGETS = {
     "Frobenius error complex TensorSRHT / PolynomialCountSketch": ("<", 1.0),
 }
 
-_SETTLE_S = 0.2
-
-
-def _settle(seconds: float = _SETTLE_S) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def _time_calls(fns: dict, repeats: int) -> dict:
-    """Time the callables in ``fns`` round-robin; ``{name: {"min": s, "median": s}}``."""
-    for fn in fns.values():
-        fn()
-    samples = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            _settle()
-            t0 = time.perf_counter()
-            fn()
-            samples[k].append(time.perf_counter() - t0)
-    return {k: {"min": min(v), "median": statistics.median(v)} for k, v in samples.items()}
-
-
-def _table(header, rows) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [line.format(*header), line.format(*("-" * w for w in widths))]
-    out += [line.format(*(str(c) for c in r)) for r in rows]
-    return "\n".join(out)
-
-
-def _check(value: float, op: str, thr: float) -> bool:
-    return value >= thr if op == ">=" else value < thr
 
 
 def _unit_rows(X: np.ndarray) -> np.ndarray:
@@ -135,7 +102,7 @@ def _speed(X, degree, D, repeats, seed):
         "TensorSketch.transform": partial(ts.transform, X),
         "X @ W (d x degree*D matmul)": partial(np.matmul, X, np.ones((X.shape[1], degree * D))),
     }
-    return _time_calls(fns, repeats), srht.method if srht.method != "auto" else (
+    return time_calls(fns, repeats), srht.method if srht.method != "auto" else (
         "dense" if srht._dense else "fwht")
 
 
@@ -206,23 +173,23 @@ def run(quick: bool = False) -> dict:
     values = dict(zip(TARGETS, (speed, err_ratio), strict=True))
     targets, rows = {}, []
     for name, (op, thr) in TARGETS.items():
-        ok = _check(values[name], op, thr)
+        ok = meets(values[name], op, thr)
         targets[name] = {"value": values[name], "target": f"{op} {thr:g}", "pass": ok}
         rows.append([name, f"{values[name]:.3f}", f"{op} {thr:g}", "PASS" if ok else "FAIL"])
     print("\nTargets:")
-    print(_table(["quantity", "value", "target", "status"], rows))
+    print(text_table(["quantity", "value", "target", "status"], rows))
 
     rows = [[k, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}", f"{t_sk / v['min']:.2f}"]
             for k, v in timings.items()]
     print(f"\nTimes (ms; TensorSRHT evaluates its {method!r} path):")
-    print(_table(["call", "min", "median", "sklearn / this"], rows))
+    print(text_table(["call", "min", "median", "sklearn / this"], rows))
 
     rows = [[name, k, f"{v['mean']:.4f}", f"{v['std']:.4f}", f"{len(v['values'])}"]
             for name, errs in ((data_name, errors), ("synthetic |N(0, I)|", errors_syn))
             for k, v in errs.items()]
     print(f"\nRelative Frobenius error (eq. 58), degree {degree}, first {m} rows, mean and "
           f"std over seeds, {D} real output columns each:")
-    print(_table(["data", "map", "mean", "std", "seeds"], rows))
+    print(text_table(["data", "map", "mean", "std", "seeds"], rows))
     print(f"complex TensorSRHT / PolynomialCountSketch on synthetic |N(0, I)| (no target): "
           f"{err_ratio_syn:.3f}")
 

@@ -30,11 +30,11 @@ import importlib.util
 import math
 import os
 import platform
-import statistics
-import time
 from functools import partial
 
 import numpy as np
+
+from ._timing import meets, text_table, time_calls
 
 NAME = "features"
 DESCRIPTION = (
@@ -59,48 +59,15 @@ _INFO_MAPS = ("GERF", "ADERF", "SADERF", "HyperbolicRF")
 
 
 # ------------------------------------------------------------------ timing helpers
-#: pause before each timed call: OpenBLAS worker threads spin for up to ~0.1 s after a
-#: threaded BLAS call (``OPENBLAS_THREAD_TIMEOUT``), stealing a core from whatever runs
-#: next; the pause gives every call the same start. It busy-waits (a sleep would let the
-#: core idle and make the next short call pay the wake-up).
-_SETTLE_S = 0.2
-
-
-def _settle(seconds: float = _SETTLE_S) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def _time_calls(fns: dict, repeats: int) -> dict:
-    """Time the callables in ``fns`` round-robin; ``{name: {"min": s, "median": s}}``."""
-    for fn in fns.values():  # warm-up (caches, page mappings, thread start-up)
-        fn()
-    samples = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            _settle()
-            t0 = time.perf_counter()
-            fn()
-            samples[k].append(time.perf_counter() - t0)
-    return {k: {"min": min(v), "median": statistics.median(v)} for k, v in samples.items()}
 
 
 def _check(name: str, value: float) -> bool:
     op, thr, _ = TARGETS[name]
-    return value <= thr if op == "<=" else value >= thr
+    return meets(value, op, thr)
 
 
 def _fmt_ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
-
-
-def _table(header, rows) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [line.format(*header), line.format(*("-" * w for w in widths))]
-    out += [line.format(*(str(c) for c in r)) for r in rows]
-    return "\n".join(out)
 
 
 # ------------------------------------------------------------------ benchmark parts
@@ -123,7 +90,7 @@ def _transforms(X, M, repeats, seed):
         fns[name + ".transform"] = partial(fm.transform, X)
         if name == "SDERF":  # fit next to its transform, as in fit(X).transform(X)
             fns["SDERF.fit"] = partial(features.SDERF(n_features=M, random_state=seed).fit, X)
-    return _time_calls(fns, repeats)
+    return time_calls(fns, repeats)
 
 
 def _trig_vs_sklearn(X, M, repeats, seed):
@@ -141,7 +108,7 @@ def _trig_vs_sklearn(X, M, repeats, seed):
     assert ours.dtype == theirs.dtype == X.dtype
     max_abs_diff = float(np.max(np.abs(ours - theirs.astype(ours.dtype))))
     del ours, theirs
-    t = _time_calls({"RBFSampler": lambda: sk.transform(X),
+    t = time_calls({"RBFSampler": lambda: sk.transform(X),
                      "TrigRF": lambda: fm.transform(X)}, repeats)
     return t, max_abs_diff
 
@@ -160,7 +127,7 @@ def _approx_vs_exact(n, d, M, repeats, seed):
         Kh = fm.approx_kernel(X)
         errors[cls.__name__] = float(np.linalg.norm(Kh - K) / np.linalg.norm(K))
         fns[cls.__name__ + ".approx_kernel"] = partial(fm.approx_kernel, X)
-    return _time_calls(fns, repeats), errors
+    return time_calls(fns, repeats), errors
 
 
 def _torch_cpu(X, M, repeats, seed):
@@ -179,7 +146,7 @@ def _torch_cpu(X, M, repeats, seed):
         fm = cls(n_features=M, random_state=seed, **kw).fit(X)
         fns[cls.__name__ + ".transform"] = partial(fm.transform, Xt)
     with torch.no_grad():
-        t = _time_calls(fns, repeats)
+        t = time_calls(fns, repeats)
     t["_threads"] = torch.get_num_threads()
     return t
 
@@ -240,20 +207,20 @@ def run(quick: bool = False) -> dict:
     print("\nTargets (ratios of minimum times). RBFSampler: the target is for float64, "
           "scikit-learn's default;\nSDERF.fit: for float64 (its statistics are float64 for "
           "either input dtype); float32 rows are reported:")
-    print(_table(["quantity", "value", "target", "status"], rows))
+    print(text_table(["quantity", "value", "target", "status"], rows))
 
     # ---- other ratios and all times
     rows = [[k, f"{v:.3f}"] for k, v in ratios.items()
             if any(k.startswith(m + ".") for m in _INFO_MAPS)]
     print("\nOther feature maps (transform / X@W, no target):")
-    print(_table(["quantity", "value"], rows))
+    print(text_table(["quantity", "value"], rows))
 
     rows = []
     for dn, t in timings.items():
         for k, v in t.items():
             rows.append([dn, k, _fmt_ms(v["min"]), _fmt_ms(v["median"])])
     print("\nTimes (ms):")
-    print(_table(["dtype", "call", "min", "median"], rows))
+    print(text_table(["dtype", "call", "min", "median"], rows))
     for k, v in extra.items():
         print(f"{k}: {v:.3g}  (same W and b; rounding only)")
 
@@ -263,7 +230,7 @@ def run(quick: bool = False) -> dict:
             for k, v in t_k.items()]
     print(f"\napprox_kernel vs exact Gaussian kernel (float64, n={n_small}, d={d}, M={M}; "
           "exact is O(n^2 d), approx O(n M d + n^2 M)):")
-    print(_table(["call", "min ms", "rel. Frobenius error"], rows))
+    print(text_table(["call", "min ms", "rel. Frobenius error"], rows))
 
     # ---- torch CPU
     t_torch = {}
@@ -283,7 +250,7 @@ def run(quick: bool = False) -> dict:
                 rows.append([dn, k, _fmt_ms(v["min"]), f"{v['min'] / base:.2f}"])
         threads = next(iter(t_torch.values()))["_threads"]
         print(f"\ntorch CPU (torch threads={threads}; array-API path, no kernelkit threads):")
-        print(_table(["dtype", "call", "min ms", "/ torch X@W"], rows))
+        print(text_table(["dtype", "call", "min ms", "/ torch X@W"], rows))
     else:
         print("\ntorch not installed: torch CPU timings skipped.")
 
