@@ -18,6 +18,7 @@ Policies implemented here:
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -42,6 +43,7 @@ __all__ = [
     "to_device",
     "to_numpy",
     "validate_data",
+    "validate_positive_float",
     "validate_positive_int",
 ]
 
@@ -123,6 +125,19 @@ def validate_positive_int(value, name: str, *, minimum: int = 1, maximum: int = 
     if value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value} (too large to allocate).")
     return value
+
+
+def validate_positive_float(value, name: str) -> float:
+    """Check that ``value`` is a positive, finite real number; return it as ``float``.
+
+    Raises ``TypeError`` for non-real values (bools included) and ``ValueError`` for
+    zero, negative, NaN or infinite ones, both naming the argument.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive float, got {value!r}.")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value}.")
+    return float(value)
 
 
 def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_empty: bool = False):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,7 @@ from .._backend import (
     to_backend,
     to_numpy,
     validate_data,
+    validate_positive_float,
     validate_positive_int,
 )
 from .sampling import draw_projection
@@ -91,11 +91,7 @@ class FeatureMap(BaseEstimator):
             raise ValueError(
                 f"Unknown kernel {self.kernel!r}; expected one of {sorted(KERNELS)}."
             )
-        ls = self.lengthscale
-        if isinstance(ls, bool) or not isinstance(ls, numbers.Real):
-            raise TypeError(f"lengthscale must be a positive float, got {ls!r}.")
-        if not (math.isfinite(ls) and ls > 0):
-            raise ValueError(f"lengthscale must be positive and finite, got {ls}.")
+        validate_positive_float(self.lengthscale, "lengthscale")
 
     @property
     def alpha(self) -> float:

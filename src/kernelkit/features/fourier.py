@@ -39,6 +39,7 @@ from .._backend import (
     device,
     is_numpy_namespace,
     validate_data,
+    validate_positive_float,
     validate_positive_int,
 )
 from ._base import FeatureMap
@@ -189,18 +190,8 @@ class RandomFourierFeatures(FeatureMap):
 
     def _effective_lengthscale(self) -> float:
         if self.gamma is not None:
-            g = self.gamma
-            if isinstance(g, bool) or not isinstance(g, numbers.Real):
-                raise TypeError(f"gamma must be a positive float or None, got {g!r}.")
-            if not (math.isfinite(g) and g > 0):
-                raise ValueError(f"gamma must be positive and finite, got {g}.")
-            return 1.0 / math.sqrt(2.0 * float(g))
-        ls = self.lengthscale
-        if isinstance(ls, bool) or not isinstance(ls, numbers.Real):
-            raise TypeError(f"lengthscale must be a positive float, got {ls!r}.")
-        if not (math.isfinite(ls) and ls > 0):
-            raise ValueError(f"lengthscale must be positive and finite, got {ls}.")
-        return float(ls)
+            return 1.0 / math.sqrt(2.0 * validate_positive_float(self.gamma, "gamma"))
+        return validate_positive_float(self.lengthscale, "lengthscale")
 
     def _validate_params(self):
         validate_positive_int(self.n_features, "n_features", maximum=2**26)
