@@ -22,6 +22,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state, validate_positive_int
+from ._chunked import first_block, is_chunked, is_dask_array, iter_first, lazy_predict, reduce_stats
 from ._feature_map_param import fitted_feature_map, map_features
 from ._posterior import FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
@@ -104,6 +105,10 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Or a ``dask.array.Array`` / an iterable of ``(X_block, y_block)`` pairs
+            (``y=None``): fitted out of core in the primal form, chunk by chunk, as
+            :class:`~kernelkit.estimators.RandomFeatureRidge` (data-dependent feature
+            maps fitted on the first chunk); predictions on Dask arrays are lazy.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
 
         Returns
@@ -113,6 +118,8 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         noise = check_positive_float(self.noise, "noise")
         amp = check_positive_float(self.amplitude, "amplitude")
         choose_solver(self.solver, 1, 1)  # validates the name
+        if is_chunked(X):
+            return self._fit_chunked(X, y, noise, amp)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
                              y_numeric=True, accept_sparse=False)
         y = np.asarray(y, dtype=np.float64)
@@ -130,6 +137,41 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
         self._single = y.ndim == 1
         self._amp = amp
+        return self
+
+    def _fit_chunked(self, X, y, noise: float, amp: float):
+        name = type(self).__name__
+        if self.solver == "dual":
+            raise ValueError(f"{name}: solver='dual' needs all rows in memory; chunked "
+                             "(Dask / iterable) input is fitted in the primal form.")
+        if is_dask_array(X):
+            X0, y0 = first_block(X, y, name)
+            rest, first = X, None
+        else:
+            if y is not None:
+                raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, "
+                                 "pass y=None.")
+            (X0, y0), rest = iter_first(X, name)
+            first = (X0, y0)
+        X0, y0 = validate_data(self, X0, y0, dtype=[np.float64, np.float32],
+                               multi_output=True, y_numeric=True, accept_sparse=False)
+        self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X0, name)
+        stats = reduce_stats(self.feature_map_, rest, y, amp, name, self.n_features_in_,
+                             first=first)
+        T = stats.s_y.shape[0]
+        if self.normalize_y:
+            self._y_mean = stats.s_y / stats.n
+            sd = np.sqrt(np.maximum(stats.s_yy / stats.n - self._y_mean**2, 0.0))
+            self._y_std = np.where(sd > 0, sd, 1.0)
+        else:
+            self._y_mean, self._y_std = np.zeros(T), np.ones(T)
+        G, R = stats.centred(self._y_mean, self._y_std, centre_features=False)
+        B = G / noise
+        B[np.diag_indices_from(B)] += 1.0
+        self.posterior_ = FeaturePosterior.from_primal(B, R / noise)
+        self._single = np.ndim(y0) == 1
+        self._amp = amp
+        self.n_samples_seen_ = stats.n
         return self
 
     def _features(self, X):
@@ -161,6 +203,18 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         """
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
+        if is_dask_array(X):  # lazy, chunk by chunk
+            if return_cov:
+                raise ValueError("return_cov=True needs all points in memory (an n x n "
+                                 "matrix); not available for Dask arrays.")
+            check_is_fitted(self)
+            T = None if self._single else len(self._y_mean)
+            mean = lazy_predict(X, self.predict, T)
+            if not return_std:
+                return mean
+            std = lazy_predict(X, lambda b: self.predict(b, return_std=True,
+                                                         include_noise=include_noise)[1], T)
+            return mean, std
         Phi = self._features(X)
         mean = self.posterior_.mean(Phi) * self._y_std + self._y_mean  # (n, T)
         if self._single:

@@ -9,6 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._chunked import first_block, is_chunked, is_dask_array, iter_first, lazy_predict, reduce_stats
 from ._feature_map_param import fitted_feature_map, map_features
 from ._posterior import FeaturePosterior
 
@@ -51,6 +52,15 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     random_state : None, int or numpy.random.Generator
         Seed of the default feature map, or of a given map whose ``random_state`` is None.
 
+    Out of core
+    -----------
+    ``fit`` also takes ``X`` as a ``dask.array.Array`` (with ``y`` a Dask or NumPy array)
+    or as an iterable of ``(X_block, y_block)`` NumPy pairs (then ``y=None``). Each chunk
+    of rows is mapped to features and reduced to ``Phi^H Phi``, ``Phi^H Y`` and sums
+    (:mod:`kernelkit.estimators._chunked`), in parallel on the active Dask scheduler or
+    ``distributed.Client``; only the ``D x D`` primal system is solved. Data-dependent
+    feature maps are fitted on the first chunk. ``predict`` on a Dask array is lazy.
+
     Attributes
     ----------
     feature_map_ : the fitted feature map
@@ -80,6 +90,8 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         self
         """
         alpha = check_positive_float(self.alpha, "alpha")
+        if is_chunked(X):
+            return self._fit_chunked(X, y, alpha)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
                              y_numeric=True, accept_sparse=False)
         y = np.asarray(y, dtype=np.float64)
@@ -104,9 +116,44 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         self.intercept_ = float(intercept[0]) if self._single else intercept
         return self
 
+    def _fit_chunked(self, X, y, alpha: float):
+        name = type(self).__name__
+        if self.solver == "dual":
+            raise ValueError(f"{name}: solver='dual' needs all rows in memory; chunked "
+                             "(Dask / iterable) input is fitted in the primal form.")
+        if is_dask_array(X):
+            X0, y0 = first_block(X, y, name)
+            rest, first = X, None
+        else:
+            if y is not None:
+                raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, "
+                                 "pass y=None.")
+            (X0, y0), rest = iter_first(X, name)
+            first = (X0, y0)
+        X0, y0 = validate_data(self, X0, y0, dtype=[np.float64, np.float32],
+                               multi_output=True, y_numeric=True, accept_sparse=False)
+        self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X0, name)
+        stats = reduce_stats(self.feature_map_, rest, y, 1.0, name, self.n_features_in_,
+                             first=first)
+        y_mean = stats.s_y / stats.n if self.fit_intercept else np.zeros_like(stats.s_y)
+        G, R = stats.centred(y_mean, np.ones_like(y_mean), self.fit_intercept)
+        G = G / alpha
+        G[np.diag_indices_from(G)] += 1.0
+        coef = FeaturePosterior.from_primal(G, R / alpha).coef  # (D, T)
+        intercept = y_mean.copy()
+        if self.fit_intercept:
+            intercept = intercept - np.real((stats.s_phi / stats.n) @ coef)
+        self._single = np.ndim(y0) == 1
+        self.coef_ = coef[:, 0] if self._single else coef
+        self.intercept_ = float(intercept[0]) if self._single else intercept
+        self.n_samples_seen_ = stats.n
+        return self
+
     def predict(self, X):
-        """``Re(phi(X) coef_) + intercept_``, shape (n,) or (n, T)."""
+        """``Re(phi(X) coef_) + intercept_``, shape (n,) or (n, T); lazy on Dask arrays."""
         check_is_fitted(self)
+        if is_dask_array(X):
+            return lazy_predict(X, self.predict, None if self._single else len(self.intercept_))
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False,
                           accept_sparse=False)
         Phi = map_features(self.feature_map_, X)

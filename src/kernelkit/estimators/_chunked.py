@@ -1,0 +1,217 @@
+"""Out-of-core fits: sufficient statistics of random features, reduced over row chunks.
+
+The primal (weight-space) fit of ridge / GP regression needs the data only through
+
+    n,  s = sum_i phi_i (D,),  G = sum_i conj(phi_i) phi_i^T = Phi^H Phi (D, D),
+    R = sum_i conj(phi_i) y_i^T = Phi^H Y (D, T),  sum_i y_i (T,),  sum_i y_i^2 (T,)
+
+so a data set too large for memory is fitted chunk by chunk: each chunk of rows is mapped
+to features (never more than one chunk of features at a time per worker), its statistics
+are computed, the statistics are summed in a binary tree, and the ``D x D`` system is
+solved once. Inputs:
+
+* a ``dask.array.Array`` (rows chunked; columns are merged into one chunk): the chunks
+  are processed in parallel by the active Dask scheduler (threads by default, or a
+  ``distributed.Client`` if one is active), with a tree reduction of the statistics;
+* an iterable of ``(X_block, y_block)`` NumPy pairs (e.g. a generator reading a file),
+  consumed once, sequentially.
+
+Data-dependent feature maps are fitted on the first chunk (documented on the estimators);
+data-independent ones (random Fourier features, sketches) only need its width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._posterior import gram_primal
+
+__all__ = [
+    "FeatureStats",
+    "block_stats",
+    "is_chunked",
+    "is_dask_array",
+    "lazy_predict",
+    "reduce_stats",
+]
+
+
+def is_dask_array(X) -> bool:
+    """Whether ``X`` is a ``dask.array.Array`` (without importing Dask)."""
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "chunks")
+
+
+def is_chunked(X) -> bool:
+    """A Dask array, or an iterable of blocks that is not itself array-like."""
+    if is_dask_array(X):
+        return True
+    if isinstance(X, np.ndarray | list | tuple | str | bytes) or hasattr(X, "__array__"):
+        return False
+    if hasattr(X, "shape") or hasattr(X, "__array_namespace__"):  # torch & friends
+        return False
+    return isinstance(X, Iterable)
+
+
+@dataclass
+class FeatureStats:
+    """Sums over rows of features ``phi`` (D,) and targets ``y`` (T,); see module doc."""
+
+    n: int
+    s_phi: np.ndarray  # (D,)
+    gram: np.ndarray  # (D, D) Phi^H Phi
+    rhs: np.ndarray  # (D, T) Phi^H Y
+    s_y: np.ndarray  # (T,)
+    s_yy: np.ndarray  # (T,)
+
+    def __add__(self, other: FeatureStats) -> FeatureStats:
+        return FeatureStats(self.n + other.n, self.s_phi + other.s_phi,
+                            self.gram + other.gram, self.rhs + other.rhs,
+                            self.s_y + other.s_y, self.s_yy + other.s_yy)
+
+    def centred(self, y_shift: np.ndarray, y_scale: np.ndarray,
+                centre_features: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``(G_c, R_c)``: the Gram and right-hand side of shifted features and targets.
+
+        With ``c = s_phi / n`` (feature mean) if ``centre_features`` else ``0``:
+        ``G_c = sum_i conj(phi_i - c) (phi_i - c)^T`` and
+        ``R_c = sum_i conj(phi_i - c) ((y_i - y_shift) / y_scale)^T``, expanded in the sums.
+        """
+        n, s = self.n, self.s_phi
+        c = s / n if centre_features else np.zeros_like(s)
+        G = (self.gram - np.outer(np.conj(s), c) - np.outer(np.conj(c), s)
+             + n * np.outer(np.conj(c), c))
+        R = (self.rhs - np.outer(np.conj(s), y_shift) - np.outer(np.conj(c), self.s_y)
+             + n * np.outer(np.conj(c), y_shift)) / y_scale
+        return G, R
+
+
+def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
+    """Statistics of one block: rows ``Xb`` (b, d), targets ``yb`` (b,) or (b, T)."""
+    from ._feature_map_param import map_features
+
+    Xb = np.asarray(Xb)
+    Y = np.asarray(yb, dtype=np.float64).reshape(len(Xb), -1)  # (b, T)
+    if len(Xb) == 0:
+        raise ValueError("empty block")
+    Phi = map_features(fm, Xb, amplitude)  # (b, D) float64 / complex128
+    return FeatureStats(
+        n=len(Xb),
+        s_phi=Phi.sum(axis=0),
+        gram=gram_primal(Phi),
+        rhs=np.conj(Phi).T @ Y,
+        s_y=Y.sum(axis=0),
+        s_yy=(Y * Y).sum(axis=0),
+    )
+
+
+def _check_block(Xb, yb, n_features: int, owner: str, index: int):
+    Xb = np.asarray(Xb)
+    if Xb.ndim != 2 or Xb.shape[1] != n_features:
+        raise ValueError(f"{owner}: block {index} of X has shape {Xb.shape}; expected "
+                         f"(rows, {n_features}).")
+    if not np.issubdtype(Xb.dtype, np.floating) and not np.issubdtype(Xb.dtype, np.integer):
+        raise TypeError(f"{owner}: block {index} of X has dtype {Xb.dtype}; expected real "
+                        "numbers.")
+    yb = np.asarray(yb)
+    if len(yb) != len(Xb):
+        raise ValueError(f"{owner}: block {index} has {len(Xb)} rows of X but {len(yb)} "
+                         "targets y.")
+    if not (np.all(np.isfinite(Xb)) and np.all(np.isfinite(yb))):
+        raise ValueError(f"{owner}: block {index} contains NaN or infinity.")
+    return Xb, yb
+
+
+def _align_dask(X, y, owner: str):
+    import dask.array as da
+
+    if X.ndim != 2:
+        raise ValueError(f"{owner}: X must be 2-D (n_samples, n_features), got shape "
+                         f"{X.shape}.")
+    X = X.rechunk({1: -1})  # one chunk of columns: a block is a set of whole rows
+    if y is None:
+        raise ValueError(f"{owner}: y is required.")
+    if not is_dask_array(y):
+        y = np.asarray(y)
+    if y.ndim not in (1, 2):
+        raise ValueError(f"{owner}: y must be 1-D or 2-D, got shape {y.shape}.")
+    if y.shape[0] != X.shape[0] and not (np.isnan(y.shape[0]) or np.isnan(X.shape[0])):
+        raise ValueError(f"{owner}: X has {X.shape[0]} rows but y has {y.shape[0]}.")
+    if not is_dask_array(y):
+        y = da.from_array(y, chunks=(X.chunks[0],) + ((-1,) if y.ndim > 1 else ()))
+    y = y.rechunk((X.chunks[0],) + ((-1,) if y.ndim > 1 else ()))
+    return X, y
+
+
+def first_block(X, y, owner: str):
+    """The first chunk as NumPy (used to fit data-dependent feature maps)."""
+    if is_dask_array(X):
+        X, y = _align_dask(X, y, owner)
+        return np.asarray(X.blocks[0].compute()), np.asarray(y.blocks[0].compute())
+    raise TypeError("first_block is for Dask arrays")
+
+
+def reduce_stats(fm, X, y, amplitude: float, owner: str, n_features: int,
+                 first=None) -> FeatureStats:
+    """Sum of :func:`block_stats` over the row chunks of ``X`` (Dask array or iterable).
+
+    For an iterable, ``first`` is its already-consumed first ``(X, y)`` block.
+    """
+    if is_dask_array(X):
+        import dask
+
+        X, y = _align_dask(X, y, owner)
+        xb = X.to_delayed().ravel()
+        yb = y.to_delayed().ravel()
+        check = dask.delayed(_check_block, pure=True)
+        stats = dask.delayed(block_stats, pure=True)
+        parts = []
+        for i, (a, b) in enumerate(zip(xb, yb, strict=True)):
+            ab = check(a, b, n_features, owner, i)
+            parts.append(stats(fm, ab[0], ab[1], amplitude))
+        add = dask.delayed(lambda u, v: u + v, pure=True)
+        while len(parts) > 1:  # binary tree: depth log2(chunks), one D x D sum per node
+            parts = [add(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+        return parts[0].compute()
+    total = None
+    if first is not None:
+        total = block_stats(fm, *first, amplitude)
+    for i, (Xb, yb) in enumerate(X, start=1 if first is not None else 0):
+        Xb, yb = _check_block(Xb, yb, n_features, owner, i)
+        if len(Xb) == 0:
+            continue
+        s = block_stats(fm, Xb, yb, amplitude)
+        total = s if total is None else total + s
+    if total is None:
+        raise ValueError(f"{owner}: the iterable of blocks is empty.")
+    return total
+
+
+def iter_first(blocks, owner: str):
+    """Split an iterable of ``(X_block, y_block)`` into its first block and the rest."""
+    it = iter(blocks)
+    for i, item in enumerate(it):
+        try:
+            Xb, yb = item
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{owner}: an iterable X must yield (X_block, y_block) pairs.") \
+                from exc
+        Xb = np.asarray(Xb)
+        if Xb.ndim != 2:
+            raise ValueError(f"{owner}: block {i} of X must be 2-D, got shape {Xb.shape}.")
+        Xb, yb = _check_block(Xb, yb, Xb.shape[1], owner, i)
+        if len(Xb):
+            return (Xb, yb), it
+    raise ValueError(f"{owner}: the iterable of blocks is empty.")
+
+
+def lazy_predict(X, fn, n_outputs: int | None):
+    """``fn`` applied to each row chunk of a Dask array, lazily: (n,) or (n, T) output."""
+    X = X.rechunk({1: -1})
+    if n_outputs is None:
+        return X.map_blocks(fn, drop_axis=1, dtype=np.float64, meta=np.empty(0))
+    return X.map_blocks(fn, chunks=(X.chunks[0], (n_outputs,)), dtype=np.float64,
+                        meta=np.empty((0, 0)))

@@ -1,0 +1,132 @@
+"""Out-of-core fits of RandomFeatureRidge / RandomFeatureGPRegressor (Dask, block iterables).
+
+The chunked fit reduces Phi^H Phi, Phi^H Y and sums over row chunks and solves the same
+primal system, so it must equal the in-memory primal fit to floating-point tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernelkit.estimators import RandomFeatureGPRegressor, RandomFeatureRidge
+from kernelkit.features import SDERF, GaussianSketch, RandomFourierFeatures
+
+da = pytest.importorskip("dask.array")
+
+
+def _data(n=3000, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+def _blocks(X, y, size):
+    return ((X[i:i + size], y[i:i + size]) for i in range(0, len(X), size))
+
+
+MAPS = [
+    RandomFourierFeatures(n_features=96, lengthscale=1.5, random_state=0),
+    GaussianSketch(n_features=48, degree=2, complex=True, random_state=1),
+]
+
+
+@pytest.mark.parametrize("fm", MAPS, ids=["rff", "complex-sketch"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_ridge_dask_and_blocks_equal_in_memory(fm, fit_intercept):
+    X, y = _data()
+    ref = RandomFeatureRidge(fm, alpha=0.3, fit_intercept=fit_intercept,
+                             solver="primal").fit(X, y)
+    lazy = RandomFeatureRidge(fm, alpha=0.3, fit_intercept=fit_intercept).fit(
+        da.from_array(X, chunks=(700, 5)), y)
+    it = RandomFeatureRidge(fm, alpha=0.3, fit_intercept=fit_intercept).fit(
+        _blocks(X, y, 999), None)
+    scale = np.abs(ref.coef_).max()
+    for est in (lazy, it):
+        np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-10 * scale)
+        np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=0, atol=1e-10)
+        assert est.n_samples_seen_ == len(X)
+    pred = lazy.predict(da.from_array(X, chunks=(1000, 5)))
+    assert isinstance(pred, da.Array)  # lazy
+    np.testing.assert_allclose(pred.compute(), ref.predict(X), rtol=0, atol=1e-10)
+
+
+def test_ridge_chunked_multi_target_and_dask_targets():
+    X, y = _data()
+    Y = np.c_[y, 2 * y - 1]
+    ref = RandomFeatureRidge(MAPS[0], alpha=0.1, solver="primal").fit(X, Y)
+    est = RandomFeatureRidge(MAPS[0], alpha=0.1).fit(da.from_array(X, chunks=(500, 5)),
+                                                      da.from_array(Y, chunks=(800, 2)))
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=1e-10 * np.abs(ref.coef_).max())
+    pred = est.predict(da.from_array(X[:100], chunks=(30, 5)))
+    assert pred.shape == (100, 2)
+    np.testing.assert_allclose(pred.compute(), ref.predict(X[:100]), atol=1e-10)
+
+
+def test_data_dependent_map_fitted_on_first_chunk():
+    X, y = _data(d=4)
+    X = 0.3 * X
+    est = RandomFeatureRidge(SDERF(n_features=32, kernel="gaussian", random_state=0),
+                             alpha=0.5).fit(da.from_array(X, chunks=(600, 4)), y)
+    ref_map = SDERF(n_features=32, kernel="gaussian", random_state=0).fit(X[:600])
+    np.testing.assert_allclose(est.feature_map_.transform(X[:5]), ref_map.transform(X[:5]))
+
+
+@pytest.mark.parametrize("normalize_y", [True, False])
+def test_gp_dask_equals_in_memory(normalize_y):
+    X, y = _data()
+    Y = np.c_[y, 3 * y + 2]
+    kw = dict(noise=0.1, amplitude=2.0, normalize_y=normalize_y)
+    ref = RandomFeatureGPRegressor(MAPS[0], solver="primal", **kw).fit(X, Y)
+    est = RandomFeatureGPRegressor(MAPS[0], **kw).fit(da.from_array(X, chunks=(700, 5)), Y)
+    m1, s1 = ref.predict(X[:200], return_std=True)
+    m2, s2 = est.predict(da.from_array(X[:200], chunks=(64, 5)), return_std=True)
+    assert isinstance(m2, da.Array) and isinstance(s2, da.Array)
+    np.testing.assert_allclose(m2.compute(), m1, rtol=0, atol=1e-10 * np.abs(m1).max())
+    np.testing.assert_allclose(s2.compute(), s1, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="return_cov"):
+        est.predict(da.from_array(X[:10], chunks=5), return_cov=True)
+
+
+def test_chunked_bad_input():
+    X, y = _data(n=200)
+    with pytest.raises(ValueError, match="dual"):
+        RandomFeatureRidge(solver="dual").fit(da.from_array(X, chunks=50), y)
+    with pytest.raises(ValueError, match="rows"):
+        RandomFeatureRidge().fit(da.from_array(X, chunks=50), y[:150])
+    with pytest.raises(ValueError, match="y=None"):
+        RandomFeatureRidge().fit(_blocks(X, y, 50), y)
+    with pytest.raises(ValueError, match="empty"):
+        RandomFeatureRidge().fit(iter([]), None)
+    bad = X.copy()
+    bad[120, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        RandomFeatureRidge().fit(da.from_array(bad, chunks=50), y)
+    with pytest.raises(ValueError, match="NaN"):
+        RandomFeatureRidge().fit(_blocks(bad, y, 50), None)
+    blocks = [(X[:50], y[:50]), (X[50:100, :3], y[50:100])]
+    with pytest.raises(ValueError, match="shape"):
+        RandomFeatureRidge().fit(iter(blocks), None)
+    with pytest.raises(TypeError, match="pairs"):
+        RandomFeatureRidge().fit(iter([X[:5]]), None)
+
+
+@pytest.mark.slow
+def test_distributed_local_cluster_two_workers():
+    distributed = pytest.importorskip("distributed")
+    X, y = _data(n=4000)
+    ref = RandomFeatureRidge(MAPS[0], alpha=0.3, solver="primal").fit(X, y)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        assert len(client.scheduler_info()["workers"]) == 2
+        Xd = da.from_array(X, chunks=(500, 5))
+        est = RandomFeatureRidge(MAPS[0], alpha=0.3).fit(Xd, y)
+        pred = est.predict(Xd).compute()
+        gp = RandomFeatureGPRegressor(MAPS[0], noise=0.2).fit(Xd, y)
+        gmean = gp.predict(Xd).compute()
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=1e-10 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(pred, ref.predict(X), atol=1e-10)
+    gref = RandomFeatureGPRegressor(MAPS[0], noise=0.2, solver="primal").fit(X, y)
+    np.testing.assert_allclose(gmean, gref.predict(X), atol=1e-10)
