@@ -9,11 +9,18 @@ from .dot_product import (
     TensorSRHT,
 )
 from .fourier import RandomFourierFeatures, SphericalRandomFeatures
+from .hybrid import (
+    AngularHybridRF,
+    GaussianHybridRF,
+    NormalizedGaussianHybridRF,
+    matched_n_features,
+)
 from .maclaurin import OptimizedMaclaurin, RandomMaclaurin
 from .sampling import (
     block_orthogonal_projection,
     draw_projection,
     gaussian_projection,
+    halton_projection,
     structured_hadamard_projection,
 )
 from .softmax import ADERF, GERF, SADERF, SDERF, HyperbolicRF, PositiveRF, TrigRF, a_star
@@ -24,10 +31,13 @@ __all__ = [
     "KERNELS",
     "SADERF",
     "SDERF",
+    "AngularHybridRF",
     "DotProductFeatureMap",
     "FeatureMap",
+    "GaussianHybridRF",
     "GaussianSketch",
     "HyperbolicRF",
+    "NormalizedGaussianHybridRF",
     "OptimizedMaclaurin",
     "PositiveRF",
     "RademacherSketch",
@@ -41,5 +51,7 @@ __all__ = [
     "block_orthogonal_projection",
     "draw_projection",
     "gaussian_projection",
+    "halton_projection",
+    "matched_n_features",
     "structured_hadamard_projection",
 ]
