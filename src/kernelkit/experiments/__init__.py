@@ -117,6 +117,9 @@ BENCHMARKS: dict[str, Entry] = {
         _bench("sgb", "bench_sgb",
                "SPFB step matrix-free vs dense; epochs and seconds to suboptimality vs SGD, "
                "Adam, L-BFGS"),
+        _bench("scale", "bench_scale",
+               "out-of-core RandomFeatureRidge on Dask (10^7 x 16, 1024 features): rows/s in "
+               "memory, threads, LocalCluster; ratio to Nystroem + Ridge"),
     )
 }
 
