@@ -106,8 +106,10 @@ def test_unbiased_and_mse_matches_monte_carlo(shared):
 
 
 def test_matched_n_features_rule():
-    assert matched_n_features(128, 64, 8) == 80
-    assert matched_n_features(128, 64, 8, shared_projection=False) == 48
+    assert matched_n_features(128, 64, 8) == 95
+    assert matched_n_features(128, 64, 8, shared_projection=False) == 53
+    assert hybrid_feature_flops(8, 8, 64) == 2 * 16 * 64 + 32 + 8 + 256
+    assert regular_feature_flops(128, 64) == 2 * 128 * 64 + 256
     for M, d, n, shared in [(128, 64, 8, True), (256, 16, 4, False), (50, 3, 2, True)]:
         m = matched_n_features(M, d, n, shared_projection=shared)
         budget = regular_feature_flops(M, d)
@@ -115,6 +117,6 @@ def test_matched_n_features_rule():
         assert hybrid_feature_flops(m + 1, n, d, shared_projection=shared) > budget
     assert matched_n_features(128, 64, 8, rule="dimension") == 7
     with pytest.raises(ValueError, match="n_lambda"):
-        matched_n_features(4, 3, 8)
+        matched_n_features(4, 3, 4)
     with pytest.raises(ValueError, match="rule"):
         matched_n_features(128, 64, 8, rule="cost")

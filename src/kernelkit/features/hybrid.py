@@ -60,26 +60,31 @@ __all__ = [
 
 # ====================================================================== cost matching
 def regular_feature_flops(n_features: int, d: int) -> int:
-    """Multiply-adds to compute a regular random feature map of one input (App. L).
+    """FLOPs to compute a regular random feature map of one input (App. L, eq. 106).
 
-    A trig / positive / hyperbolic map with ``M = n_features`` projections costs ``M d``
-    (the projection ``W x``); the ``O(M)`` elementwise nonlinearity is not counted.
+    A trig / positive / hyperbolic map with ``M = n_features`` projections costs
+    ``2 M d`` (the projection ``W x``: a multiply and an add per entry) ``+ 2 M`` (two
+    nonlinearities per projection: sin and cos, or ``exp(+w.x)`` and ``exp(-w.x)``).
+    The same constants as ``kernelkit.experiments._hrf_common.FLOP_RULE``.
     """
-    return validate_positive_int(n_features, "n_features") * validate_positive_int(d, "d")
+    M = validate_positive_int(n_features, "n_features")
+    d = validate_positive_int(d, "d")
+    return 2 * M * d + 2 * M
 
 
 def hybrid_feature_flops(n_features: int, n_lambda: int, d: int, *,
                          shared_projection: bool = True) -> int:
-    """Multiply-adds to compute the angular hybrid map of one input (App. L, eq. 106).
+    """FLOPs to compute the angular hybrid map of one input (App. L, eq. 106).
 
-    ``(m + n) d + 4 m n`` with shared base projections (``W x`` once, ``T x`` once, and the
-    two outer products ``s (x) phi`` of ``n x 2m`` entries each), ``(2m + n) d + 4 m n``
-    with independent ones; ``m = n_features``, ``n = n_lambda``.
+    ``2 (m + n) d`` (projections ``W x`` and ``T x``; ``2 (2m + n) d`` with independent
+    base projections) ``+ 4 m`` (sin, cos, ``exp(+)``, ``exp(-)``) ``+ n`` (signs)
+    ``+ 4 m n`` (the outer products ``s (x) phi_trig`` and ``s (x) phi_++``, ``2 m n``
+    entries each), with ``m = n_features`` and ``n = n_lambda``.
     """
     m = validate_positive_int(n_features, "n_features")
     n = validate_positive_int(n_lambda, "n_lambda")
     d = validate_positive_int(d, "d")
-    return ((m if shared_projection else 2 * m) + n) * d + 4 * m * n
+    return 2 * ((m if shared_projection else 2 * m) + n) * d + 4 * m + n + 4 * m * n
 
 
 def matched_n_features(n_features: int, d: int, n_lambda: int = 8, *,
@@ -89,10 +94,10 @@ def matched_n_features(n_features: int, d: int, n_lambda: int = 8, *,
     The matching rule used by the paper's comparisons ("FLOP-matched", Fig. 2, Table 1):
 
     * ``rule="flops"`` (default): the largest ``m`` with
-      :func:`hybrid_feature_flops` ``(m, n_lambda, d) <= M d`` = :func:`regular_feature_flops`,
-      i.e. ``m = floor((M - n) d / (d + 4n))`` for shared projections
-      (``floor((M - n) d / (2d + 4n))`` for independent ones): the cost of *computing the
-      features of one input* is matched (App. L: ``O(nd + md + mn)`` against ``O(Md)``).
+      ``hybrid_feature_flops(m, n, d) <= regular_feature_flops(M, d)``, i.e.
+      ``2(m + n)d + 4m + n + 4mn <= 2Md + 2M`` (shared projections;
+      ``2(2m + n)d + ...`` for independent ones): the cost of *computing the features of
+      one input* is matched (App. L: ``O(nd + md + mn)`` against ``O(Md)``).
       The hybrid's output dimension ``4m(n+1)`` is then larger than the regular ``2M``, so a
       downstream ``O(L D)`` product (attention, Gram matrices) costs more.
     * ``rule="dimension"``: the largest ``m`` with ``4m(n+1) <= 2M``, i.e. the same output
@@ -123,7 +128,7 @@ def matched_n_features(n_features: int, d: int, n_lambda: int = 8, *,
     Examples
     --------
     >>> matched_n_features(128, 64, 8)
-    80
+    95
     >>> matched_n_features(128, 64, 8, rule="dimension")
     7
     """
@@ -131,8 +136,10 @@ def matched_n_features(n_features: int, d: int, n_lambda: int = 8, *,
     d = validate_positive_int(d, "d")
     n = validate_positive_int(n_lambda, "n_lambda")
     if rule == "flops":
-        per_m = (d if shared_projection else 2 * d) + 4 * n
-        m = (M * d - n * d) // per_m
+        budget = regular_feature_flops(M, d)
+        fixed = 2 * n * d + n  # cost of the lambda part, independent of m
+        per_m = 2 * d * (1 if shared_projection else 2) + 4 + 4 * n
+        m = (budget - fixed) // per_m
     elif rule == "dimension":
         m = (2 * M) // (4 * (n + 1))
     else:
