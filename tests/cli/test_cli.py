@@ -34,6 +34,9 @@ def _dummy_module():
         mod.calls.append((out_dir, quick, seed))
         rep = Report(out_dir, "dummy", quick=quick)
         rep.add("## Dummy", f"seed {seed}")
+        rep.add("## Paper claims vs our data",
+                "| claim | paper | ours | holds on our data? |\n|---|---|---|---|\n"
+                "| dummy beats nothing | 1.0 | 0.9 | yes |")
         fig, ax = plt.subplots()
         ax.plot([0, 1], [seed, seed + 1])
         rep.figure(fig, "line.png", "a line")
@@ -163,6 +166,11 @@ def test_reproduce_all_continues_past_failures(registry, tmp_path):
     assert "broken" in summary and "FAILED" in summary and "boom" in summary
     assert "absent" in summary and "missing" in summary
     assert "1/3 succeeded" in summary
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "| dummy beats nothing | 1.0 | 0.9 | yes |" in report  # claims copied
+    assert "](dummy/line.png)" in report  # plot inline, relative to results/
+    assert "broken" in report and "FAILED" in report and "boom" in report
+    assert "absent" in report and "missing" in report
 
 
 def test_reproduce_all_success(registry, tmp_path, monkeypatch):
@@ -203,3 +211,17 @@ def test_import_error_inside_module_propagates(monkeypatch):
     with pytest.raises(ModuleNotFoundError) as info:
         E.load(entry)
     assert not isinstance(info.value, E.ModuleNotAvailable)
+
+
+def test_claim_sections_and_paper_grouping():
+    from kernelkit.experiments._summary import claim_sections, paper_of
+
+    md = ("# t\n\n## Setup\nx\n\n## Paper claims vs ours\n| a |\n### detail\nmore\n"
+          "## Timing\nno\n### Holds on our data?\nyes\n")
+    secs = claim_sections(md)
+    assert len(secs) == 2
+    assert "| a |" in secs[0] and "more" in secs[0] and "Timing" not in secs[0]
+    assert secs[1].endswith("yes")
+    assert paper_of("hrf-uci").startswith("Hybrid") and paper_of("jdl-small").startswith("Joint")
+    assert paper_of("favor-variance").startswith("FAVOR#") and paper_of("xyz") == (
+        "Other experiments")

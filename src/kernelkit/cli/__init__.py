@@ -136,6 +136,10 @@ def reproduce(name, quick, out, seed, list_):
             click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs):>12}  {msg}")
         total = sum(r[2] for r in rows)
         n_bad = sum(r[1] != "ok" for r in rows)
+        from ..experiments._summary import write_summary
+
+        summary = write_summary(base, rows, mode)
+        click.echo(f"  report: {summary}")
         click.echo(f"  total {_fmt_time(total)}; {len(rows) - n_bad}/{len(rows)} succeeded.")
         if n_bad:
             raise SystemExit(_EXIT_FAILED)
