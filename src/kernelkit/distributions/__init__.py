@@ -1,0 +1,22 @@
+"""Joint and conditional distributions from samples (adaptive joint distribution learning).
+
+Filipović, Multerer, Schneider, "Adaptive joint distribution learning"; formulas follow
+the implementation note ``shared/notes/joint_distribution_learning.md``.
+
+* :func:`pivoted_cholesky` - matrix-free Algorithm 1 with the biorthogonal basis.
+* :class:`LowRankBasis` - orthonormal low-rank RKHS basis evaluated from the pivots.
+* :class:`JointDistribution` - JDL, unconstrained / normalised / positive.
+"""
+
+from ._basis import LowRankBasis
+from ._cholesky import PivotedCholesky, pivoted_cholesky
+from ._kernels import KERNEL_NAMES
+from .joint import JointDistribution
+
+__all__ = [
+    "KERNEL_NAMES",
+    "JointDistribution",
+    "LowRankBasis",
+    "PivotedCholesky",
+    "pivoted_cholesky",
+]

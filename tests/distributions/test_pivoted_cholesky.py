@@ -1,0 +1,116 @@
+"""Pivoted Cholesky (Algorithm 1) guarantees (15)-(18) against the explicit kernel matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
+
+from kernelkit.distributions import LowRankBasis, pivoted_cholesky
+
+
+def _data(n=150, d=2, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, d))
+
+
+def _gram(kind, X, ls):
+    if kind == "gaussian":
+        return rbf_kernel(X, X, gamma=0.5 / ls**2)
+    return laplacian_kernel(X, X, gamma=1.0 / ls) if False else np.exp(
+        -np.sqrt(np.maximum(((X[:, None] - X[None]) ** 2).sum(-1), 0)) / ls)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplacian"])
+@pytest.mark.parametrize("rel_tol", [1e-1, 1e-3, 1e-6])
+def test_guarantees(kind, rel_tol):
+    X = _data()
+    K = _gram(kind, X, 1.0)
+    res = pivoted_cholesky(kind, X, lengthscale=1.0, rel_tol=rel_tol)
+    L, B, piv = res
+    m = L.shape[1]
+    assert L.shape == (len(X), m) and B.shape == (len(X), m) and piv.shape == (m,)
+    R = K - L @ L.T
+    # K - L L^T is PSD (up to round-off relative to |K|)
+    assert np.linalg.eigvalsh(R).min() > -1e-10
+    # (15) trace below the tolerance, and the reported residual is the true one
+    assert np.trace(R) <= rel_tol * np.trace(K) + 1e-10
+    assert res.trace_residual == pytest.approx(np.trace(R), abs=1e-9)
+    # (17) B^T L = I and (18) K B = L
+    np.testing.assert_allclose(B.T @ L, np.eye(m), atol=1e-8)
+    np.testing.assert_allclose(K @ B, L, atol=1e-8)
+    # (16) B lives on the pivot rows; pivot blocks are triangular
+    Bd = B.toarray()
+    others = np.setdiff1d(np.arange(len(X)), piv)
+    assert np.all(Bd[others] == 0)
+    np.testing.assert_allclose(np.triu(L[piv]), np.diag(np.diag(L[piv])), atol=1e-12)
+    np.testing.assert_allclose(np.tril(res.B_piv, -1), 0.0)
+    assert len(np.unique(piv)) == m
+
+
+def test_absolute_tol_and_max_rank():
+    X = _data(100)
+    K = _gram("gaussian", X, 0.7)
+    res = pivoted_cholesky("gaussian", X, lengthscale=0.7, tol=0.5)
+    assert np.trace(K - res.L @ res.L.T) <= 0.5 + 1e-10
+    res = pivoted_cholesky("gaussian", X, lengthscale=0.7, rel_tol=1e-12, max_rank=7)
+    assert res.rank == 7
+
+
+def test_callable_kernel_matches_named():
+    X = _data(80)
+    res_named = pivoted_cholesky("gaussian", X, lengthscale=0.8, rel_tol=1e-4)
+    res_call = pivoted_cholesky(lambda A, B: rbf_kernel(A, B, gamma=0.5 / 0.8**2), X,
+                                rel_tol=1e-4)
+    np.testing.assert_array_equal(res_named.pivots, res_call.pivots)
+    np.testing.assert_allclose(res_named.L, res_call.L, atol=1e-10)
+
+
+def test_numerical_rank_stop():
+    # 5 distinct points repeated: rank 5, Algorithm 1 must stop there without NaN
+    X = np.repeat(_data(5), 4, axis=0)
+    res = pivoted_cholesky("gaussian", X, rel_tol=1e-15)
+    assert res.rank == 5 and np.all(np.isfinite(res.B_piv))
+
+
+@pytest.mark.parametrize("rotate", [True, False])
+def test_low_rank_basis(rotate):
+    X = _data(200)
+    Xn = _data(30, seed=1)
+    ls = 1.3
+    basis = LowRankBasis("gaussian", ls, rel_tol=1e-6, rotate=rotate).fit(X)
+    res = pivoted_cholesky("gaussian", X, lengthscale=ls, rel_tol=1e-6)
+    K = _gram("gaussian", X, ls)
+    A = basis.train_features_
+    if rotate:
+        # A^T A = Lambda (diagonal), Q^T K Q = I with Q = B V
+        np.testing.assert_allclose(A.T @ A, np.diag(basis.eigenvalues_), atol=1e-8)
+        V = np.linalg.solve(res.B_piv, basis.coef_)
+        Q = res.B.toarray() @ V
+        np.testing.assert_allclose(Q.T @ K @ Q, np.eye(basis.n_components_), atol=1e-8)
+        np.testing.assert_allclose(K @ Q, A, atol=1e-8)
+    # pivot-only evaluation: Psi(x) = Phi(x) Q equals k_piv(x) T, at train and new points
+    np.testing.assert_allclose(basis.transform(X), A, atol=1e-9)
+    Q = res.B.toarray() @ np.linalg.solve(res.B_piv, basis.coef_)
+    Kn = rbf_kernel(Xn, X, gamma=0.5 / ls**2)
+    np.testing.assert_allclose(basis.transform(Xn), Kn @ Q, atol=1e-9)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_bad_input(bad):
+    X = _data(10)
+    X[3, 1] = bad
+    with pytest.raises(ValueError, match="X"):
+        pivoted_cholesky("gaussian", X)
+
+
+def test_bad_tolerances_and_kernels():
+    X = _data(10)
+    for kw in ({"tol": 0.0}, {"rel_tol": -1.0}, {"tol": np.nan}):
+        with pytest.raises(ValueError, match="tol"):
+            pivoted_cholesky("gaussian", X, **kw)
+    with pytest.raises(ValueError, match="lengthscale"):
+        pivoted_cholesky("gaussian", X, lengthscale=0.0)
+    with pytest.raises(ValueError, match="kernel"):
+        pivoted_cholesky("polynomial-ish", X)
+    with pytest.raises(ValueError, match="2-D"):
+        pivoted_cholesky("gaussian", X[:, 0])
