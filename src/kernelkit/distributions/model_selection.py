@@ -1,0 +1,181 @@
+"""The paper's losses (31) and (32) and its 4/5-1/5 hold-out selection (Sec. 5, note §8)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.base import clone
+
+from .._backend import check_random_state
+from ._base import check_xy
+
+__all__ = ["HoldoutResult", "clipped_log_loss", "holdout_select", "second_moment_loss"]
+
+
+def second_moment_loss(M_true, M_pred) -> float:
+    """Loss (31): ``mean_i ||M(x_i) - M_hat(x_i)||_F^2 / ||M(x_i)||_F^2``.
+
+    Parameters
+    ----------
+    M_true, M_pred : array_like, shape (n, ...)
+        True and predicted conditional moments (e.g. (n, d, d) second moments).
+    """
+    M_true = np.asarray(M_true, dtype=np.float64)
+    M_pred = np.asarray(M_pred, dtype=np.float64)
+    if M_true.shape != M_pred.shape or M_true.ndim == 0:
+        raise ValueError(f"M_true and M_pred must have the same shape (n, ...), got "
+                         f"{M_true.shape} and {M_pred.shape}.")
+    if not (np.all(np.isfinite(M_true)) and np.all(np.isfinite(M_pred))):
+        raise ValueError("M_true and M_pred must be finite.")
+    n = M_true.shape[0]
+    num = ((M_true - M_pred) ** 2).reshape(n, -1).sum(axis=1)
+    den = (M_true**2).reshape(n, -1).sum(axis=1)
+    if np.any(den == 0):
+        raise ValueError("M_true has a zero row: the relative loss (31) is undefined.")
+    return float(np.mean(num / den))
+
+
+def clipped_log_loss(labels, proba, eta: float = 1e-12) -> float:
+    """Loss (32), the clipped logistic loss for probabilities that may leave [0, 1]::
+
+        -mean[ I log min(1, max(p, eta)) + (1 - I) log max(eta, min(1 - p, 1)) ]
+
+    Parameters
+    ----------
+    labels : array_like of {0, 1} or bool, shape (n,)
+    proba : array_like, shape (n,)   predicted ``P(I = 1 | x)`` (possibly signed)
+    eta : float, default=1e-12
+    """
+    labels = np.asarray(labels).astype(np.float64).reshape(-1)
+    proba = np.asarray(proba, dtype=np.float64).reshape(-1)
+    if labels.shape != proba.shape:
+        raise ValueError(f"labels and proba must have the same length, got {labels.shape} "
+                         f"and {proba.shape}.")
+    if not np.all(np.isfinite(proba)):
+        raise ValueError("proba contains NaN or infinity.")
+    if not np.all((labels == 0) | (labels == 1)):
+        raise ValueError("labels must be 0/1.")
+    pos = np.log(np.minimum(1.0, np.maximum(proba, eta)))
+    neg = np.log(np.maximum(eta, np.minimum(1.0 - proba, 1.0)))
+    return float(-np.mean(labels * pos + (1.0 - labels) * neg))
+
+
+@dataclass
+class HoldoutResult:
+    """Outcome of :func:`holdout_select`.
+
+    Attributes
+    ----------
+    best_params : dict
+    best_loss : float
+    best_estimator : estimator (refit on all data if ``refit``, else on the 4/5 split)
+    results : list of (params, loss), in grid order
+    """
+
+    best_params: dict
+    best_loss: float
+    best_estimator: object
+    results: list = field(default_factory=list)
+
+
+def _grid(param_grid):
+    if isinstance(param_grid, dict):
+        param_grid = [param_grid]
+    for g in param_grid:
+        keys = list(g)
+        for values in itertools.product(*(list(g[k]) for k in keys)):
+            yield dict(zip(keys, values, strict=True))
+
+
+def _is_classifier_like(est):
+    return hasattr(est, "predict_proba") and not hasattr(est, "conditional_probability")
+
+
+def _loss(est, X, Y, loss, threshold, true_moment):
+    if callable(loss):
+        return float(loss(est, X, Y))
+    if loss is None:
+        return est.validation_loss(X, Y) if hasattr(est, "validation_loss") else -est.score(X, Y)
+    if loss == "second_moment":
+        M_true = np.asarray(true_moment(X), dtype=np.float64)
+        M_pred = est.conditional_expectation(lambda t: t[:, :, None] * t[:, None, :], X)
+        return second_moment_loss(M_true, M_pred)
+    # classification: event {y_1 <= threshold}
+    labels = Y[:, 0] <= threshold
+    if _is_classifier_like(est):
+        proba = est.predict_proba(X)[:, list(est.classes_).index(True)]
+    else:
+        proba = est.conditional_probability(lambda t: t[:, 0] <= threshold, X)
+    return clipped_log_loss(labels, proba)
+
+
+def holdout_select(estimator, param_grid, X, Y, *, loss=None, threshold=None, true_moment=None,
+                   test_fraction: float = 0.2, random_state=0, refit: bool = True
+                   ) -> HoldoutResult:
+    """The paper's hold-out selection: fit on 4/5 of the data, validate on 1/5 (note §8).
+
+    Parameters
+    ----------
+    estimator : JointDistribution, ConditionalMeanEmbedding, PolynomialJointDistribution
+        or KernelLogisticRegression (cloned for every grid point).
+    param_grid : dict or list of dicts of lists (as scikit-learn's ``ParameterGrid``)
+    X : array_like, shape (n, d_X)
+    Y : array_like, shape (n, d_Y) or (n,)
+    loss : None, "second_moment", "classification" or callable
+        * ``None``: the estimator's own held-out loss (``-score``; for JDL the L2 loss
+          of (8) up to a constant).
+        * ``"second_moment"``: loss (31) of ``E[Y Y^T | x]`` against ``true_moment(X_val)``
+          (callable returning (n_val, d_Y, d_Y)).
+        * ``"classification"``: loss (32) for the event ``Y[:, 0] <= threshold``;
+          classifiers (KLR) are fitted on the labels ``Y[:, 0] <= threshold``.
+        * callable ``loss(fitted_estimator, X_val, Y_val) -> float``.
+    threshold : float, for ``loss="classification"`` (Sec. 5.2: the 1% quantile of y)
+    true_moment : callable, for ``loss="second_moment"``
+    test_fraction : float, default=0.2
+    random_state : int, Generator or None
+        Seed of the random split.
+    refit : bool, default=True
+        Refit the best parameters on all n points (the paper does not say; library choice).
+
+    Returns
+    -------
+    HoldoutResult
+    """
+    X, Y = check_xy(X, Y, min_samples=5)
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}.")
+    if loss == "second_moment" and not callable(true_moment):
+        raise ValueError("loss='second_moment' needs a callable true_moment(X) -> (n, d, d).")
+    if loss == "classification" and threshold is None:
+        raise ValueError("loss='classification' needs a threshold.")
+    if not (loss is None or callable(loss) or loss in ("second_moment", "classification")):
+        raise ValueError(f"unknown loss {loss!r}.")
+    n = X.shape[0]
+    rng = check_random_state(random_state)
+    perm = rng.permutation(n)
+    n_val = max(1, round(test_fraction * n))
+    val, tr = perm[:n_val], perm[n_val:]
+
+    def fit(est, Xf, Yf):
+        if loss == "classification" and _is_classifier_like(est):
+            return est.fit(Xf, Yf[:, 0] <= threshold)
+        return est.fit(Xf, Yf)
+
+    results = []
+    best = (np.inf, None, None)
+    for params in _grid(param_grid):
+        est = clone(estimator).set_params(**params)
+        fit(est, X[tr], Y[tr])
+        value = _loss(est, X[val], Y[val], loss, threshold, true_moment)
+        results.append((params, value))
+        if np.isfinite(value) and value < best[0]:
+            best = (value, params, est)
+    if best[1] is None:
+        raise ValueError("every grid point gave a non-finite validation loss.")
+    best_est = best[2]
+    if refit:
+        best_est = fit(clone(estimator).set_params(**best[1]), X, Y)
+    return HoldoutResult(best_params=best[1], best_loss=best[0], best_estimator=best_est,
+                         results=results)
