@@ -1,0 +1,18 @@
+"""Linear (random-feature) attention: FAVOR+, FAVOR++, FAVOR#, hybrid and linear maps.
+
+``linear_attention`` is a drop-in for :func:`torch.nn.functional.scaled_dot_product_attention`
+(shapes ``(..., L, d)``, softmax of ``q k^T / sqrt(d)``), bidirectional or causal; exact
+softmax attention is :func:`kernelkit.kernels.softmax_attention`. Needs PyTorch.
+"""
+
+from ._maps import FEATURE_MAPS, FITTED_MAPS, Moments
+from .functional import attention_moments, draw_features, linear_attention
+
+__all__ = [
+    "FEATURE_MAPS",
+    "FITTED_MAPS",
+    "Moments",
+    "attention_moments",
+    "draw_features",
+    "linear_attention",
+]

@@ -1,0 +1,410 @@
+"""``linear_attention``: a random-feature drop-in for ``scaled_dot_product_attention``.
+
+Shapes and scaling follow :func:`torch.nn.functional.scaled_dot_product_attention`:
+``q`` (..., L, d), ``k`` (..., S, d), ``v`` (..., S, e); the target is
+``softmax(q k^T * scale) v`` with ``scale = 1/sqrt(d)`` (:func:`kernelkit.kernels.
+softmax_attention` is the exact reference). Inputs are scaled to ``x = q sqrt(scale)``,
+``y = k sqrt(scale)`` so that ``exp(x.y)`` is the attention kernel (FAVOR# note Sec. 6).
+
+Data-dependent parameters (FAVOR++ ``gerf``, FAVOR# ``saderf`` / ``aderf`` / ``sderf``):
+
+* bidirectional: fitted per batch element and head from that instance's queries and
+  (unmasked) keys, in closed form from their moments (note Sec. 2);
+* causal: a fit on the sequence itself would let position ``t`` see later tokens, and a
+  per-prefix refit breaks the prefix sums (features of different prefixes would not
+  pair). The parameters therefore come from ``moments`` computed on *other* data (earlier
+  batches, a calibration set): pass ``moments=attention_moments(q_past, k_past)``;
+  :class:`~kernelkit.attention.FavorAttention` keeps them as running-average buffers
+  updated after each training step. Without ``moments`` a fitted map in causal mode
+  raises a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+
+import numpy as np
+import torch
+
+from .._backend import check_random_state
+from ..features.sampling import draw_projection
+from . import _maps
+from ._linear import bidirectional_exp, bidirectional_plain, causal_exp
+from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, Moments, build_log_map, moments
+
+__all__ = ["attention_moments", "draw_features", "linear_attention"]
+
+#: default number of signs ``n`` of the angular hybrid (Choromanski et al. 2022, eq. 12)
+HYBRID_SIGNS = 8
+
+
+def _check_name(feature_map) -> str:
+    if not isinstance(feature_map, str):
+        raise TypeError(f"feature_map must be a string, got {type(feature_map).__name__}.")
+    name = feature_map.lower()
+    if name not in FEATURE_MAPS:
+        raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
+    return name
+
+
+def _check_n_features(n_features) -> int:
+    if isinstance(n_features, bool) or not isinstance(n_features, numbers.Integral) \
+            or n_features < 1:
+        raise ValueError(f"n_features must be a positive integer, got {n_features!r}.")
+    return int(n_features)
+
+
+def draw_features(feature_map: str, n_features: int, d: int, random_state=None,
+                  orthogonal: bool = True) -> dict:
+    """Random parameters of a feature map as NumPy arrays (drawn with NumPy).
+
+    Returns ``{"W": (n_proj, d)}`` (block-orthogonal rows, marginally N(0, I), by default),
+    plus ``"T": (n, d)`` sign projections for ``hybrid_angular``. relu / elu draw nothing.
+    """
+    name = _check_name(feature_map)
+    n_features = _check_n_features(n_features)
+    rng = check_random_state(random_state)
+    if name in ("relu", "elu"):
+        return {}
+    if name == "hybrid_angular":
+        m = max(1, n_features // (4 * (HYBRID_SIGNS + 1)))
+        return {"W": draw_projection(m, d, rng, orthogonal),
+                "T": rng.standard_normal((HYBRID_SIGNS, d))}
+    n_proj = max(1, n_features // 2) if name in ("hyperbolic", "trig") else n_features
+    return {"W": draw_projection(n_proj, d, rng, orthogonal)}
+
+
+def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
+    """Moments of the scaled queries and keys that FAVOR++ / FAVOR# parameters are fitted
+    from: means (..., d) and second moments (..., d, d), float64, over the sequence
+    (padded keys excluded). Average them over batches with :meth:`Moments` fields."""
+    q, k, _ = _as_torch(q, k, k)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    x, y = _maps.scale_inputs(q.float() if q.dtype in _HALF else q,
+                              k.float() if k.dtype in _HALF else k, scale)
+    w = None
+    if key_padding_mask is not None:
+        keep = ~torch.as_tensor(key_padding_mask, device=k.device).bool()
+        keep = torch.broadcast_to(keep, k.shape[:-1]).to(y.dtype)
+        w = keep / keep.sum(-1, keepdim=True).clamp(min=1.0)
+    return moments(x, y, w, full=True)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _as_torch(q, k, v):
+    if isinstance(q, torch.Tensor):
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor like q, got {type(t).__name__}.")
+        return q, k, v
+    return (torch.as_tensor(np.asarray(q)), torch.as_tensor(np.asarray(k)),
+            torch.as_tensor(np.asarray(v)))
+
+
+def _validate(q, k, v, is_causal, key_padding_mask):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have shape (..., L, d), got {tuple(t.shape)}.")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
+    if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
+        raise ValueError("q, k, v must have the same leading (batch, head) dims, got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"q and k must have the same last dim d, got {q.shape[-1]} and "
+                         f"{k.shape[-1]}.")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length S, got {k.shape[-2]} and "
+                         f"{v.shape[-2]}.")
+    L, S = q.shape[-2], k.shape[-2]
+    if L == 0 or S == 0 or q.shape[-1] == 0:
+        raise ValueError(f"empty attention input: L={L}, S={S}, d={q.shape[-1]}.")
+    if is_causal and L != S:
+        raise ValueError(f"is_causal needs L == S, got L={L}, S={S}.")
+    if key_padding_mask is None:
+        return None
+    mask = torch.as_tensor(key_padding_mask, device=q.device)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask must be a bool tensor (True = padded key), got "
+                        f"{mask.dtype}.")
+    if mask.dim() == 0 or mask.shape[-1] != S:
+        raise ValueError(f"key_padding_mask must have shape (..., S) with S={S}, got "
+                         f"{tuple(mask.shape)}.")
+    try:
+        mask = torch.broadcast_to(mask, k.shape[:-1])
+    except RuntimeError:
+        raise ValueError(f"key_padding_mask of shape {tuple(mask.shape)} does not broadcast to "
+                         f"the key shape {tuple(k.shape[:-1])}.") from None
+    return mask
+
+
+def _finite_check(**tensors):
+    for name, t in tensors.items():
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} contains NaN or inf.")
+
+
+def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 256, *,
+                     is_causal: bool = False, key_padding_mask=None, random_state=None,
+                     scale=None, orthogonal: bool = True, projection=None, moments=None,
+                     chunk_size: int = 64, check_finite: bool = True):
+    """Random-feature softmax attention (FAVOR+, FAVOR++, FAVOR#, hybrids, linear maps).
+
+    Approximates ``softmax(q k^T * scale) v`` (``scaled_dot_product_attention``) in
+    O((L + S) M d) time: ``out = diag(P (S^T 1))^{-1} P (S^T v)`` with query features
+    ``P`` and key features ``S`` (FAVOR# eq. 4).
+
+    Parameters
+    ----------
+    q : tensor (..., L, d)
+    k : tensor (..., S, d)
+    v : tensor (..., S, e)
+        Same dtype; float16 / bfloat16 inputs are computed in float32 (autocast is
+        disabled inside) and returned in their dtype. NumPy arrays are accepted and give
+        NumPy output.
+    feature_map : str
+        ``"relu"``, ``"elu"`` (Katharopoulos et al.: ``relu(x) + 1e-3``, ``elu(x) + 1``;
+        not softmax estimators, ``n_features`` unused), ``"trig"`` (``[sin, cos]``,
+        ``n_features/2`` projections), ``"positive"`` (FAVOR+, eq. 8-9), ``"hyperbolic"``
+        (``n_features/2`` projections, ``exp(+-w.x)``), ``"gerf"`` (FAVOR++), ``"saderf"``,
+        ``"aderf"``, ``"sderf"`` (FAVOR#, Sec. 4), ``"hybrid_angular"`` (Choromanski et al.
+        2022 eq. 12: ``lambda SM++ + (1 - lambda) SMtrig`` with ``lambda = theta / pi``
+        estimated from 8 sign projections, output dim ``4m(8+1) <= n_features``).
+        trig and hybrid_angular are not positive (their normaliser can be near zero) and
+        are bidirectional only.
+    n_features : int
+        Number of random features ``M`` (output dim of the map).
+    is_causal : bool
+        Query ``t`` sees keys ``j <= t`` only (needs ``L == S``). Chunked prefix sums
+        (``chunk_size``): O(chunk_size M e) working memory in the forward and the
+        backward pass (a custom autograd Function recomputes the features chunk by
+        chunk). No stabiliser or fitted parameter uses a later position; fitted maps
+        need ``moments`` from other data (module docstring).
+    key_padding_mask : bool tensor (..., S), broadcastable to ``q.shape[:-2] + (S,)``
+        True marks a padded key, excluded from the attention and from the fitted
+        parameters. Rows without any visible key give zeros (as
+        :func:`kernelkit.kernels.softmax_attention`).
+    random_state : None, int or numpy Generator
+        Draws the projections (NumPy; same seed, same features on every device).
+    scale : float, optional
+        Defaults to ``1/sqrt(d)``.
+    orthogonal : bool
+        Block-orthogonal projections (Performer ORF), default; each row is N(0, I).
+    projection : array (M, d) or dict, optional
+        Fixed projections (as returned by :func:`draw_features`) instead of drawing them.
+    moments : Moments, optional
+        Statistics to fit FAVOR++/FAVOR# parameters from (required for them in causal
+        mode; in bidirectional mode they replace the per-instance fit).
+    chunk_size : int
+        Causal chunk length (power of two).
+    check_finite : bool
+        Raise ``ValueError`` on NaN / inf inputs (one pass over q, k, v).
+
+    Returns
+    -------
+    tensor (..., L, e)
+    """
+    is_numpy = not isinstance(q, torch.Tensor)
+    q, k, v = _as_torch(q, k, v)
+    name = _check_name(feature_map)
+    n_features = _check_n_features(n_features)
+    mask = _validate(q, k, v, is_causal, key_padding_mask)
+    if check_finite:
+        _finite_check(q=q, k=k, v=v)
+    if not isinstance(chunk_size, numbers.Integral) or chunk_size < 1 \
+            or chunk_size & (chunk_size - 1):
+        raise ValueError(f"chunk_size must be a power of two, got {chunk_size!r}.")
+    d = q.shape[-1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    elif not (isinstance(scale, numbers.Real) and scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
+    if is_causal and name in ("trig", "hybrid_angular"):
+        raise ValueError(f"feature_map={name!r} is not positive; causal mode supports relu, "
+                         f"elu and the exponential maps {EXP_MAPS}.")
+    if is_causal and name in FITTED_MAPS and moments is None:
+        raise ValueError(
+            f"feature_map={name!r} fits its parameters from the data; in causal mode a fit "
+            "on the sequence would leak later tokens. Pass moments=attention_moments(...) "
+            "from earlier data, or use FavorAttention (running statistics).")
+    params = _projection_params(name, n_features, d, random_state, orthogonal, projection)
+
+    out_dtype = q.dtype
+    ctype = torch.float32 if q.dtype in _HALF else q.dtype
+    ac = torch.autocast(q.device.type, enabled=False) if torch.is_autocast_enabled(
+        q.device.type) else contextlib.nullcontext()
+    with ac:
+        out = _attention(q.to(ctype), k.to(ctype), v.to(ctype), name, params, mask,
+                         is_causal, float(scale), moments, int(chunk_size))
+    out = out.to(out_dtype)
+    return out.detach().numpy() if is_numpy else out
+
+
+def _projection_params(name, n_features, d, random_state, orthogonal, projection):
+    if projection is None:
+        return draw_features(name, n_features, d, random_state, orthogonal)
+    if isinstance(projection, dict):
+        params = dict(projection)
+    else:
+        params = {"W": projection}
+    W = params.get("W")
+    if W is not None:
+        W = torch.as_tensor(W) if not isinstance(W, torch.Tensor) else W
+        if W.dim() != 2 or W.shape[1] != d:
+            raise ValueError(f"projection must have shape (n_proj, d={d}), got "
+                             f"{tuple(W.shape)}.")
+        params["W"] = W
+    elif name not in ("relu", "elu"):
+        raise ValueError(f"projection for {name!r} needs a 'W' entry.")
+    return params
+
+
+def _param(a, like):
+    t = a if isinstance(a, torch.Tensor) else torch.as_tensor(a)
+    return t.to(device=like.device, dtype=like.dtype)
+
+
+def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
+    batch = q.shape[:-2]
+    d = q.shape[-1]
+    x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
+    keep = None if mask is None else ~mask  # (..., S)
+
+    if name in ("relu", "elu"):
+        def phi(t):
+            return torch.relu(t) + 1e-3 if name == "relu" else torch.nn.functional.elu(t) + 1.0
+        if not is_causal:
+            return bidirectional_plain(phi(x), phi(y), v, keep)
+
+        class _Plain:  # log of the positive linear features, for the causal scan
+            n_out = d
+
+            @staticmethod
+            def log_features(t, side):
+                return torch.log(phi(t))
+        return _causal(x, y, v, keep, _Plain, chunk, batch)
+
+    W = _param(params["W"], q)  # (n_proj, d)
+    if name == "trig":
+        return _bidirectional_trig(x, y, v, keep, W)
+    if name == "hybrid_angular":
+        return _bidirectional_hybrid(x, y, v, keep, W, _param(params["T"], q))
+
+    if name in FITTED_MAPS:
+        if mom is None:
+            w = None
+            if keep is not None:
+                kf = keep.to(y.dtype)
+                w = kf / kf.sum(-1, keepdim=True).clamp(min=1.0)
+            mom = moments(x, y, w, full=name in ("aderf", "sderf"))
+        else:
+            mom = _check_moments(mom, batch, d)
+    fmap = build_log_map(name, W, mom, d).to(q.dtype)
+    if not is_causal:
+        lq = fmap.log_features(x, "q")  # (..., L, M)
+        lk = fmap.log_features(y, "k")  # (..., S, M)
+        return bidirectional_exp(lq, lk, v, keep)
+    return _causal(x, y, v, keep, _flatten_map(fmap, batch), chunk, batch)
+
+
+def _check_moments(mom, batch, d):
+    if not isinstance(mom, Moments):
+        raise TypeError(f"moments must be a Moments (attention_moments), got "
+                        f"{type(mom).__name__}.")
+    if mom.mean_x.shape[-1] != d:
+        raise ValueError(f"moments are for d={mom.mean_x.shape[-1]}, inputs have d={d}.")
+    try:
+        torch.broadcast_shapes(mom.mean_x.shape[:-1], batch)
+    except RuntimeError:
+        raise ValueError(f"moments with batch shape {tuple(mom.mean_x.shape[:-1])} do not "
+                         f"broadcast to {tuple(batch)}.") from None
+    return mom
+
+
+def _flatten_map(fmap, batch):
+    # broadcast per-(batch, head) parameters to batch dims, then flatten to (B, ...)
+    B = math.prod(batch)
+
+    def fl(t, core):
+        if t is None:
+            return None
+        if t.dim() == core:  # shared by every batch element
+            return t
+        t = torch.broadcast_to(t, (*batch, *t.shape[-core:]))
+        return t.reshape(B, *t.shape[-core:])
+
+    tcore = 2
+    if fmap.T_q is not None and fmap.T_q.dim() == fmap.W_q.dim() - 1:
+        tcore = 1  # diagonal T
+    return _maps.LogFeatureMap(fl(fmap.W_q, 2), fl(fmap.W_k, 2), fl(fmap.c, 1),
+                               fl(fmap.T_q, tcore), fl(fmap.T_k, tcore))
+
+
+def _causal(x, y, v, keep, fmap, chunk, batch):
+    B = math.prod(batch)
+    L, d, e = x.shape[-2], x.shape[-1], v.shape[-1]
+    xq = x.reshape(B, L, d)
+    xk = y.reshape(B, L, d)
+    ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
+    va = torch.cat([v, ones], dim=-1).reshape(B, L, e + 1)
+    kb = None
+    if keep is not None:
+        kb = keep.reshape(B, L)
+        va = va * kb[..., None].to(va.dtype)
+    chunk = min(chunk, 1 << max(0, (L - 1).bit_length()))  # no more padding than needed
+    out = causal_exp(xq, xk, va, kb, fmap, chunk)
+    return out.reshape(*batch, L, e)
+
+
+def _bidirectional_trig(x, y, v, keep, W):
+    # phi(u) = e^{|u|^2/2} [sin(W u); cos(W u)] / sqrt(m): E phi(x).phi(y) = exp(x.y)
+    # stabiliser: the query row factor is dropped (per-row constant), the key factor is
+    # taken relative to its maximum over the unmasked keys (global constant per instance)
+    def base(u):
+        z = u @ W.t()  # (..., L, m)
+        return torch.cat([torch.sin(z), torch.cos(z)], dim=-1)
+
+    ny = 0.5 * (y * y).sum(-1)  # (..., S)
+    with torch.no_grad():
+        nyk = ny if keep is None else torch.where(keep, ny, float("-inf"))
+        top = nyk.amax(-1, keepdim=True)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    fk = base(y) * torch.exp(ny - top)[..., None]
+    return bidirectional_plain(base(x), fk, v, keep)
+
+
+def _bidirectional_hybrid(x, y, v, keep, W, T):
+    # Angular hybrid (HRF eq. 12, 19; note "real asymmetric map", shared W): with
+    # s(u) = sgn(T u) (n signs), phi++ (2m), phitrig (2m):
+    #   Phi1(x) = [phi++(x); phitrig(x); s(x) o phitrig(x) / sqrt(n); s(x) o phi++(x) / sqrt(n)]
+    #   Phi2(y) = [phi++(y); phitrig(y); s(y) o phitrig(y) / sqrt(n); -s(y) o phi++(y) / sqrt(n)]
+    # (the common 1/2 dropped), Phi1.Phi2 = lam SM++ + (1 - lam) SMtrig, lam = theta / pi.
+    n = T.shape[0]
+
+    def parts(u, sign_last):
+        z = u @ W.t()  # (..., L, m)
+        nu = 0.5 * (u * u).sum(-1, keepdim=True)  # (..., L, 1)
+        lpp = torch.cat([z, -z], dim=-1) - nu  # log phi++ (2m), up to the 1/sqrt(2) factor
+        with torch.no_grad():
+            r = torch.maximum(lpp.amax(-1, keepdim=True), nu)  # per-row log scale
+        pp = torch.exp(lpp - r) * (2.0 ** -0.5)
+        tr = torch.cat([torch.sin(z), torch.cos(z)], dim=-1) * torch.exp(nu - r)
+        s = torch.sign(u @ T.t()) * n ** -0.5  # (..., L, n)
+        outer_t = (s[..., :, None] * tr[..., None, :]).flatten(-2)  # (..., L, n 2m)
+        outer_p = (s[..., :, None] * pp[..., None, :]).flatten(-2)
+        return torch.cat([pp, tr, outer_t, sign_last * outer_p], dim=-1), r[..., 0]
+
+    fq, _ = parts(x, 1.0)
+    fk, rk = parts(y, -1.0)
+    with torch.no_grad():
+        rkk = rk if keep is None else torch.where(keep, rk, float("-inf"))
+        top = rkk.amax(-1, keepdim=True)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    fk = fk * torch.exp(rk - top)[..., None]
+    return bidirectional_plain(fq, fk, v, keep)
