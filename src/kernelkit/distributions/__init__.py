@@ -6,21 +6,30 @@ the implementation note ``shared/notes/joint_distribution_learning.md``.
 * :func:`pivoted_cholesky` - matrix-free Algorithm 1 with the biorthogonal basis.
 * :class:`LowRankBasis` - orthonormal low-rank RKHS basis evaluated from the pivots.
 * :class:`JointDistribution` - JDL, unconstrained / normalised / positive.
+* :class:`ConditionalMeanEmbedding` (App. C), :class:`KernelLogisticRegression` (App. D).
+* :class:`PolynomialJointDistribution` (JPDL, App. B; SOS positivity via cvxpy).
 * :func:`holdout_select`, :func:`second_moment_loss` (31), :func:`clipped_log_loss` (32).
 """
 
 from ._basis import LowRankBasis
 from ._cholesky import PivotedCholesky, pivoted_cholesky
 from ._kernels import KERNEL_NAMES
+from .cme import ConditionalMeanEmbedding
 from .joint import JointDistribution
+from .klr import KernelLogisticRegression
 from .model_selection import HoldoutResult, clipped_log_loss, holdout_select, second_moment_loss
+from .polynomial import PolynomialBasis, PolynomialJointDistribution
 
 __all__ = [
     "KERNEL_NAMES",
+    "ConditionalMeanEmbedding",
     "HoldoutResult",
     "JointDistribution",
+    "KernelLogisticRegression",
     "LowRankBasis",
     "PivotedCholesky",
+    "PolynomialBasis",
+    "PolynomialJointDistribution",
     "clipped_log_loss",
     "holdout_select",
     "pivoted_cholesky",

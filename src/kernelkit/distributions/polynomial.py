@@ -1,0 +1,217 @@
+"""Polynomial joint distribution learning (JPDL), App. B, with the SOS positivity SDP."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from .._backend import validate_positive_float, validate_positive_int
+from ._base import TensorJointModel, _as_float2d, check_constraint, check_xy
+from .joint import solve_low_rank
+
+__all__ = ["PolynomialBasis", "PolynomialJointDistribution", "monomial_exponents"]
+
+
+def monomial_exponents(d: int, degree: int) -> np.ndarray:
+    """Exponents of all monomials in ``d`` variables of total degree <= ``degree``.
+
+    Ordered by degree, then lexicographically; shape ``(C(d + degree, degree), d)``.
+    """
+    rows = []
+    for deg in range(degree + 1):
+        for combo in itertools.combinations_with_replacement(range(d), deg):
+            e = np.zeros(d, dtype=np.int64)
+            for j in combo:
+                e[j] += 1
+            rows.append(e)
+    return np.array(rows, dtype=np.int64).reshape(-1, d)
+
+
+def _monomials(Z: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    """Vandermonde matrix ``[z_i^alpha]``, shape (n, n_monomials)."""
+    q = int(exps.max()) if exps.size else 0
+    powers = np.ones((q + 1, *Z.shape))  # powers[k] = Z ** k, (q+1, n, d)
+    for k in range(1, q + 1):
+        powers[k] = powers[k - 1] * Z
+    out = np.ones((Z.shape[0], exps.shape[0]))
+    for a, e in enumerate(exps):  # loop over monomials (features), not samples
+        for j in np.flatnonzero(e):
+            out[:, a] *= powers[e[j], :, j]
+    return out
+
+
+class PolynomialBasis(TransformerMixin, BaseEstimator):
+    """Empirically orthonormalised monomial basis of App. B.
+
+    ``k_q(x, x') = tau(x) G^{-1} tau(x')^T`` with the Vandermonde ``V`` (n, m) of the
+    monomials of degree <= ``degree`` and ``G = V^T V / n``: ``A = L = V G^{-1/2}``,
+    ``A^T A = n I`` (so ``Lambda = n I``), ``psi(x) = G^{-1/2} tau(x)^T``. Inputs are
+    standardised first (library choice, note §7: raw monomials are ill-conditioned).
+
+    Attributes
+    ----------
+    exponents_ : ndarray of int, shape (m, d)
+    mean_, scale_ : ndarray, shape (d,)        standardisation
+    coef_ : ndarray, shape (m, m)              ``G^{-1/2}``
+    eigenvalues_ : ndarray, shape (m,)         ``n`` (all equal)
+    train_features_t_ : ndarray, shape (m, n)  ``A^T``
+    """
+
+    def __init__(self, degree: int = 4, standardize: bool = True):
+        self.degree = degree
+        self.standardize = standardize
+
+    def fit(self, X, y=None):
+        degree = validate_positive_int(self.degree, "degree", minimum=0, maximum=64)
+        X = _as_float2d(X, "X")
+        n, d = X.shape
+        if self.standardize:
+            self.mean_ = X.mean(axis=0)
+            scale = X.std(axis=0)
+            self.scale_ = np.where(scale > 0, scale, 1.0)
+        else:
+            self.mean_, self.scale_ = np.zeros(d), np.ones(d)
+        self.exponents_ = monomial_exponents(d, degree)
+        V = _monomials((X - self.mean_) / self.scale_, self.exponents_)  # (n, m)
+        G = V.T @ V / n
+        ev, U = np.linalg.eigh(G)
+        if ev.min() <= 1e-13 * ev.max():
+            raise ValueError(
+                f"the empirical Gram matrix of the degree-{degree} monomials is singular "
+                f"(n = {n}, {V.shape[1]} monomials): use more distinct samples or a lower "
+                "degree."
+            )
+        self.coef_ = (U / np.sqrt(ev)) @ U.T  # G^{-1/2}
+        self.train_features_t_ = np.ascontiguousarray((V @ self.coef_).T)
+        self.eigenvalues_ = np.full(V.shape[1], float(n))
+        self.n_components_ = V.shape[1]
+        self.n_features_in_ = d
+        return self
+
+    @property
+    def train_features_(self):
+        return self.train_features_t_.T
+
+    def monomials(self, X) -> np.ndarray:
+        """``tau(x)`` of the standardised inputs, shape (n, m)."""
+        check_is_fitted(self, "coef_")
+        X = _as_float2d(X, "X", n_features=self.n_features_in_, allow_empty=True)
+        return _monomials((X - self.mean_) / self.scale_, self.exponents_)
+
+    def transform(self, X) -> np.ndarray:
+        """``psi(x) = G^{-1/2} tau(x)^T``, shape (n, m)."""
+        return self.monomials(X) @ self.coef_
+
+
+def _import_cvxpy():
+    try:
+        import cvxpy as cp
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "PolynomialJointDistribution(constraint='positive') solves a sum-of-squares "
+            "SDP with cvxpy, which is not installed: pip install 'kernelkit[sdp]'."
+        ) from exc
+    return cp
+
+
+class PolynomialJointDistribution(TensorJointModel):
+    """Polynomial JDL (JPDL, App. B): ``h(x, y) = psi_Y(y)^T H psi_X(x)`` with
+    empirically orthonormal monomials of degree <= ``degree`` (exact, tolerance 0).
+
+    Objective (38) is note §3's diagonal problem with ``W = 1 + reg`` and ``A = L``:
+    unconstrained ``H = (L_Y^T L_X / n - S / n^2) / (1 + reg)``; normalised with one
+    multiplier. ``constraint="positive"`` adds the sum-of-squares condition (39)
+    ``1 + h(z) = tau_q(z) M tau_q(z)^T``, ``M >= 0`` (PSD), ``z = (x, y)``, which makes
+    ``1 + h >= 0`` for **all** (x, y), plus (20); solved as an SDP with cvxpy (Clarabel
+    by default; optional extra ``kernelkit[sdp]``). The SOS Gram block has size
+    ``C(d_X + d_Y + degree, degree)`` (210 for d_X = d_Y = 3, degree 4).
+
+    Parameters
+    ----------
+    degree : int, default=4
+    reg : float, default=1e-3
+    constraint : {None, "normalized", "positive"}, default=None
+    solver : str, optional
+        cvxpy solver for the SDP ("CLARABEL" default, or "SCS").
+    standardize : bool, default=True
+
+    Attributes
+    ----------
+    coef_ : ndarray, shape (m_Y, m_X)
+    basis_x_, basis_y_ : PolynomialBasis
+    sos_gram_ : ndarray (N, N), the SOS Gram matrix (``"positive"`` only)
+    """
+
+    def __init__(self, degree: int = 4, reg: float = 1e-3, constraint=None, solver=None,
+                 standardize: bool = True):
+        self.degree = degree
+        self.reg = reg
+        self.constraint = constraint
+        self.solver = solver
+        self.standardize = standardize
+
+    def fit(self, X, Y):
+        """Fit on ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
+        reg = validate_positive_float(self.reg, "reg")
+        constraint = check_constraint(self.constraint)
+        X, Y = check_xy(X, Y)
+        n = X.shape[0]
+        self.basis_x_ = PolynomialBasis(self.degree, self.standardize).fit(X)
+        self.basis_y_ = PolynomialBasis(self.degree, self.standardize).fit(Y)
+        self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, n
+        self._finish_fit()
+        AxT, AyT = self.basis_x_.train_features_t_, self.basis_y_.train_features_t_
+        G = AyT @ AxT.T  # L_Y^T L_X, (m_Y, m_X)
+        lx, ly = self.basis_x_.eigenvalues_, self.basis_y_.eigenvalues_
+        if constraint == "positive":
+            self.coef_, self.sos_gram_, self.solver_info_ = self._solve_sos(G, n, reg)
+        else:
+            self.coef_, self.solver_info_ = solve_low_rank(G, self.s_x_, self.s_y_, lx, ly, n,
+                                                           reg, constraint)
+        return self
+
+    def _solve_sos(self, G, n, reg):
+        cp = _import_cvxpy()
+        bx, by = self.basis_x_, self.basis_y_
+        dx, dy = bx.exponents_.shape[1], by.exponents_.shape[1]
+        q = int(self.degree)
+        ex, ey = bx.exponents_, by.exponents_  # (m_X, d_X), (m_Y, d_Y)
+        mx, my = ex.shape[0], ey.shape[0]
+        ez = monomial_exponents(dx + dy, q)  # SOS basis tau_q(z), z = (x, y): (N, d)
+        N = ez.shape[0]
+        index = {tuple(e): i for i, e in enumerate(monomial_exponents(dx + dy, 2 * q))}
+        n_gamma = len(index)
+        # coefficient of z^gamma in tau M tau^T: sum over pairs (a, b) with e_a + e_b = gamma
+        pair = (ez[:, None, :] + ez[None, :, :]).reshape(N * N, -1)
+        rows_m = np.array([index[tuple(g)] for g in pair])
+        vec_m = (np.arange(N)[:, None] + N * np.arange(N)[None, :]).ravel()  # F-order vec
+        import scipy.sparse as sp
+
+        Cm = sp.csr_array((np.ones(N * N), (rows_m, vec_m)), shape=(n_gamma, N * N))
+        # coefficient of x^alpha y^beta in h = tau_Y(y) Mc tau_X(x)^T, Mc = Gy^-1/2 H Gx^-1/2
+        gam = np.concatenate([np.repeat(ex, my, axis=0), np.tile(ey, (mx, 1))], axis=1)
+        rows_h = np.array([index[tuple(g)] for g in gam])  # (mx * my,) in F-order of Mc
+        Ch = sp.csr_array((np.ones(mx * my), (rows_h, np.arange(mx * my))),
+                          shape=(n_gamma, mx * my))
+        e0 = np.zeros(n_gamma)
+        e0[index[(0,) * (dx + dy)]] = 1.0
+
+        S = np.multiply.outer(self.s_y_, self.s_x_)
+        c = G / n - S / n**2
+        H = cp.Variable((my, mx))
+        M = cp.Variable((N, N), PSD=True)
+        Mc = by.coef_ @ H @ bx.coef_  # monomial coefficients of h (standardised inputs)
+        obj = (1.0 + reg) * cp.sum_squares(H) - 2 * cp.sum(cp.multiply(c, H))
+        cons = [Cm @ cp.vec(M, order="F") == e0 + Ch @ cp.vec(Mc, order="F"),
+                cp.sum(cp.multiply(S / np.abs(S).max(), H)) == 0]
+        prob = cp.Problem(cp.Minimize(obj), cons)
+        solver = self.solver or "CLARABEL"
+        prob.solve(solver=solver)
+        if prob.status not in ("optimal", "optimal_inaccurate") or H.value is None:
+            raise RuntimeError(f"the SOS program did not solve: status {prob.status!r}.")
+        return (np.asarray(H.value), np.asarray(M.value),
+                {"status": prob.status, "solver": solver, "sos_size": N,
+                 "n_equations": n_gamma})
