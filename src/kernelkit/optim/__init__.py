@@ -1,0 +1,50 @@
+"""Partition-function bound optimizers for log-linear models (SPFB / LSPFB, note sgb).
+
+Public API
+----------
+* :func:`partition_bound`, :class:`PartitionBound`, :func:`beta` – Alg. B (eq. 2.3) for a
+  batch of samples of any log-linear model, in log space.
+* :func:`multinomial_partition_bound`, :class:`MultinomialBound` – its Kronecker form for
+  multinomial logistic regression (``Sigma_j = C_j (x) x_j x_j^T``).
+* :class:`KroneckerCurvature`, :func:`conjugate_gradient` – the batch curvature as a
+  matrix-free operator (``matvec``, ``todense``, ``solve`` by CG or Cholesky).
+* :func:`spfb_step`, :func:`bound_step`, :func:`sgd_step`, :func:`step_size`,
+  :func:`multinomial_objective`, :func:`multinomial_gradient` – solver steps.
+* :class:`BoundLogisticRegression`, :func:`logistic_objective` – scikit-learn classifier.
+"""
+
+from .bound import (
+    MultinomialBound,
+    PartitionBound,
+    beta,
+    multinomial_partition_bound,
+    partition_bound,
+)
+from .kronecker import KroneckerCurvature, conjugate_gradient
+from .logistic import BoundLogisticRegression, logistic_objective
+from .solvers import (
+    bound_step,
+    multinomial_gradient,
+    multinomial_objective,
+    sgd_step,
+    spfb_step,
+    step_size,
+)
+
+__all__ = [
+    "BoundLogisticRegression",
+    "KroneckerCurvature",
+    "MultinomialBound",
+    "PartitionBound",
+    "beta",
+    "bound_step",
+    "conjugate_gradient",
+    "logistic_objective",
+    "multinomial_gradient",
+    "multinomial_objective",
+    "multinomial_partition_bound",
+    "partition_bound",
+    "sgd_step",
+    "spfb_step",
+    "step_size",
+]

@@ -1,0 +1,462 @@
+"""``BoundLogisticRegression``: SPFB / LSPFB / full-batch bound / SGD as a scikit-learn classifier.
+
+Objective (explicit, and identical to scikit-learn's ``LogisticRegression`` divided by
+``C T``)::
+
+    L(coef, intercept) = (1/T) sum_i -log p(y_i | x_i) + (alpha / 2) ||coef_||_F^2
+
+with the intercept unpenalised. Multinomial (>= 3 classes): softmax over ``coef_`` (n, p);
+binary: ``p(y=classes_[1] | x) = expit(coef_ x + intercept_)`` with one ``coef_`` row.
+Hence **``alpha = 1 / (C T)``**, i.e. ``LogisticRegression(C=1 / (alpha * T))`` (``T`` the
+number of training samples) minimises the same function, for binary and multinomial
+problems alike; :func:`logistic_objective` evaluates it for any ``(coef, intercept)``, e.g.
+scikit-learn's optimum.
+
+Internally the model is the log-linear model of the paper with ``n`` classes (``n = 2``
+for a binary problem, parametrised as ``W = [-w/2, w/2]`` with ridge ``2 alpha``, which
+equals ``(alpha/2)||w||^2``), ``W`` of shape (p + 1, n) with the bias in the last row.
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+import warnings
+
+import numpy as np
+from scipy.special import expit, softmax
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model._base import LinearClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._backend import check_random_state
+from . import solvers as _s
+
+__all__ = ["BoundLogisticRegression", "logistic_objective"]
+
+SOLVERS = ("spfb", "lspfb", "bound", "sgd")
+_DEFAULT_SCHEDULE = {"spfb": "inverse", "lspfb": "inverse", "bound": "constant",
+                     "sgd": "inverse"}
+_DENSE_MAX_DIM = 1500  # linear_solver="auto": dense Cholesky up to this parameter dimension
+
+
+def _augment(X, fit_intercept):
+    X = np.asarray(X, dtype=np.float64)
+    if fit_intercept:
+        return np.hstack([X, np.ones((len(X), 1))])
+    return X
+
+
+def _internal_from_coef(coef, intercept, n_classes, p):
+    """(coef_, intercept_) -> internal W of shape (p + 1, n)."""
+    coef = np.asarray(coef, dtype=np.float64).reshape(-1, p)
+    intercept = np.broadcast_to(np.asarray(intercept, dtype=np.float64), (coef.shape[0],))
+    full = np.vstack([coef.T, intercept[None, :]])  # (p + 1, k)
+    if n_classes == 2:
+        return np.hstack([-0.5 * full, 0.5 * full])
+    return full
+
+
+def logistic_objective(coef, intercept, X, y, alpha, classes=None) -> float:
+    """The objective minimised by :class:`BoundLogisticRegression` (module docstring).
+
+    Parameters
+    ----------
+    coef : array_like, shape (n_classes, p) or (1, p) for a binary problem
+        As scikit-learn's ``coef_``.
+    intercept : array_like, shape (n_classes,) or (1,), or a float
+    X : array_like, shape (T, p)
+    y : array_like, shape (T,)
+    alpha : float
+        Mean-form ridge (``alpha = 1 / (C T)`` for scikit-learn's ``C``).
+    classes : array_like, optional
+        Sorted class labels (default ``np.unique(y)``); labels of ``y`` must be among them.
+
+    Returns
+    -------
+    float
+        ``(1/T) sum_i -log p(y_i | x_i) + (alpha/2) ||coef||_F^2``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y)
+    classes = np.unique(y) if classes is None else np.asarray(classes)
+    yi = np.searchsorted(classes, y)
+    yi = np.clip(yi, 0, len(classes) - 1)
+    if not np.array_equal(classes[yi], y):
+        raise ValueError("y contains labels that are not in classes.")
+    coef = np.asarray(coef, dtype=np.float64).reshape(-1, X.shape[1])
+    intercept = np.broadcast_to(np.asarray(intercept, dtype=np.float64), (coef.shape[0],))
+    scores = X @ coef.T + intercept  # (T, k)
+    if coef.shape[0] == 1:  # binary: -log p = logaddexp(0, -/+ score)
+        sgn = np.where(yi == 1, -1.0, 1.0)
+        data = float(np.mean(np.logaddexp(0.0, sgn * scores[:, 0])))
+    else:
+        from scipy.special import logsumexp
+
+        data = float(np.mean(logsumexp(scores, axis=1) - scores[np.arange(len(y)), yi]))
+    return data + 0.5 * alpha * float(np.sum(coef * coef))
+
+
+class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):
+    """L2-regularised logistic regression trained with partition-function bounds.
+
+    Minimises ``L = (1/T) sum_i -log p(y_i | x_i) + (alpha/2) ||coef_||_F^2`` (intercept
+    unpenalised; same function as ``LogisticRegression(C=1/(alpha T))``, see the module
+    docstring) with
+
+    * ``"spfb"``: stochastic partition-function bound, eq. 2.5/2.6 in mini-batch mean form,
+      ``W <- W - eta_t ((1/m) sum_j Sigma_j + alpha I)^{-1} G_batch``;
+    * ``"lspfb"``: the same with the low-rank bound ``D + V^T S V`` (Alg. LB, rank
+      ``rank``) and a Woodbury solve;
+    * ``"bound"``: full-batch bound majorisation (eq. 2.4), monotone with ``eta0 = 1``;
+    * ``"sgd"``: mini-batch SGD, the paper's baseline.
+
+    Parameters
+    ----------
+    solver : {"spfb", "lspfb", "bound", "sgd"}, default="spfb"
+    rank : int, default=10
+        Rank ``k`` of the low-rank bound (``"lspfb"`` only); must not exceed the
+        parameter dimension ``n_classes (n_features + fit_intercept)`` (``2 (p + 1)`` when
+        binary).
+    alpha : float, default=1e-4
+        Mean-form ridge, ``alpha = 1 / (C T)``.
+    batch_size : int, default=1000
+        Mini-batch size ``m`` (the paper's); clipped to the number of samples. Ignored by
+        ``"bound"``.
+    max_epochs : int, default=100
+    tol : float or None, default=1e-4
+        Stop when the training objective has not decreased by more than ``tol`` below its
+        best value for ``n_iter_no_change`` consecutive epochs. ``None``: run
+        ``max_epochs``.
+    n_iter_no_change : int, default=3
+    eta0 : float, default=1.0
+        Initial step size (``eta_t = eta0 / t`` with the default schedule).
+    schedule : {"inverse", "inverse_t0", "constant"} or None, default=None
+        ``eta0 / t`` (paper), ``eta0 / (1 + t / t0)`` or ``eta0``; ``None`` picks
+        ``"constant"`` for ``"bound"`` and ``"inverse"`` otherwise. ``t`` counts steps
+        from 1 over the whole training (``partial_fit`` included).
+    t0 : float or None, default=None
+        For ``"inverse_t0"``; ``None`` = the number of steps in one epoch.
+    fit_intercept : bool, default=True
+    reduction : {"mean", "sum"}, default="mean"
+        Mini-batch form of SPFB/LSPFB/SGD (note §4); ``"sum"`` equals ``"mean"`` with
+        ``alpha / m`` in the preconditioner and step, so its effective regularisation
+        depends on the batch size.
+    linear_solver : {"auto", "cg", "dense"}, default="auto"
+        How SPFB / bound steps solve with the curvature: matrix-free conjugate gradients
+        or a dense Cholesky factorization; ``"auto"`` takes dense up to 1500 parameters.
+    cg_rtol : float, default=1e-4
+    cg_maxiter : int or None, default=None
+        CG iteration cap (``None``: ``min(dimension, 500)``).
+    low_rank : {"paper", "eig", "exact"}, default="paper"
+        Variant of the low-rank bound for ``"lspfb"`` (see
+        :func:`~kernelkit.optim.low_rank_partition_bound`).
+    shuffle : bool, default=True
+        Reshuffle the samples every epoch.
+    warm_start : bool, default=False
+    callback : callable or None, default=None
+        Called after every epoch as ``callback(estimator, info)`` with ``info`` a dict
+        (``epoch``, ``loss``, ``time``, ``steps``); returning ``True`` stops training.
+        Its run time is excluded from ``time_history_``.
+    compute_loss : bool, default=True
+        Evaluate the training objective after each epoch (needed by ``tol``).
+    random_state : None, int or numpy.random.Generator / RandomState
+
+    Attributes
+    ----------
+    classes_ : ndarray, shape (n_classes,)
+    coef_ : ndarray, shape (1, n_features) (binary) or (n_classes, n_features)
+    intercept_ : ndarray, shape (1,) or (n_classes,)
+    loss_history_ : list of float
+        Training objective before training (entry 0) and after every epoch.
+    time_history_ : list of float
+        Cumulative training seconds at each entry of ``loss_history_`` (objective
+        evaluation and callbacks excluded).
+    n_iter_ : int
+        Epochs run (cumulative over ``partial_fit`` calls).
+    t_ : int
+        Optimisation steps taken.
+    n_features_in_ : int
+    """
+
+    def __init__(self, solver="spfb", rank=10, alpha=1e-4, batch_size=1000, max_epochs=100,
+                 tol=1e-4, n_iter_no_change=3, eta0=1.0, schedule=None, t0=None,
+                 fit_intercept=True, reduction="mean", linear_solver="auto", cg_rtol=1e-4,
+                 cg_maxiter=None, low_rank="paper", shuffle=True, warm_start=False,
+                 callback=None, compute_loss=True, random_state=None):
+        self.solver = solver
+        self.rank = rank
+        self.alpha = alpha
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.eta0 = eta0
+        self.schedule = schedule
+        self.t0 = t0
+        self.fit_intercept = fit_intercept
+        self.reduction = reduction
+        self.linear_solver = linear_solver
+        self.cg_rtol = cg_rtol
+        self.cg_maxiter = cg_maxiter
+        self.low_rank = low_rank
+        self.shuffle = shuffle
+        self.warm_start = warm_start
+        self.callback = callback
+        self.compute_loss = compute_loss
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ validation
+    def _check_params(self):
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}.")
+        _pos_float(self.alpha, "alpha")
+        _pos_float(self.eta0, "eta0")
+        _pos_int(self.batch_size, "batch_size")
+        _pos_int(self.max_epochs, "max_epochs")
+        _pos_int(self.n_iter_no_change, "n_iter_no_change")
+        if self.tol is not None:
+            _pos_float(self.tol, "tol", allow_zero=True)
+        schedule = self.schedule if self.schedule is not None else \
+            _DEFAULT_SCHEDULE[self.solver]
+        if schedule not in _s.SCHEDULES:
+            raise ValueError(f"schedule must be one of {_s.SCHEDULES} or None, got "
+                             f"{self.schedule!r}.")
+        if self.t0 is not None:
+            _pos_float(self.t0, "t0")
+        if self.reduction not in ("mean", "sum"):
+            raise ValueError(f"reduction must be 'mean' or 'sum', got {self.reduction!r}.")
+        if self.linear_solver not in ("auto", "cg", "dense"):
+            raise ValueError("linear_solver must be 'auto', 'cg' or 'dense', got "
+                             f"{self.linear_solver!r}.")
+        _pos_float(self.cg_rtol, "cg_rtol")
+        if self.cg_maxiter is not None:
+            _pos_int(self.cg_maxiter, "cg_maxiter")
+        if self.low_rank not in ("paper", "eig", "exact"):
+            raise ValueError(f"low_rank must be 'paper', 'eig' or 'exact', got "
+                             f"{self.low_rank!r}.")
+        if self.solver == "lspfb":
+            _pos_int(self.rank, "rank")
+        if self.callback is not None and not callable(self.callback):
+            raise TypeError(f"callback must be callable or None, got {type(self.callback)}.")
+        return schedule
+
+    def _encode(self, y):
+        """Labels -> indices into ``classes_``; ValueError for unknown labels."""
+        y = np.asarray(y)
+        idx = np.searchsorted(self.classes_, y)
+        idx = np.clip(idx, 0, len(self.classes_) - 1)
+        bad = self.classes_[idx] != y
+        if np.any(bad):
+            unknown = np.unique(y[bad])[:5]
+            raise ValueError(f"y contains labels {unknown.tolist()} that are not in classes_ "
+                             f"{self.classes_.tolist()}.")
+        return idx
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X, y):
+        """Fit on ``X`` (n_samples, n_features), ``y`` (n_samples,). Returns self."""
+        schedule = self._check_params()
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
+        check_classification_targets(y)
+        classes = np.unique(y)
+        if len(classes) < 2:
+            raise ValueError(f"y has only one class ({classes.tolist()}); this classifier "
+                             "needs samples of at least 2 classes.")
+        warm = self.warm_start and hasattr(self, "coef_") and np.array_equal(
+            getattr(self, "classes_", None), classes)
+        self.classes_ = classes
+        if not warm:
+            self._init_state(X.shape[1])
+        self._train(X, self._encode(y), schedule, self.max_epochs)
+        return self
+
+    def partial_fit(self, X, y, classes=None):
+        """One epoch over ``(X, y)``; ``classes`` is required on the first call."""
+        schedule = self._check_params()
+        first = not hasattr(self, "coef_")
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False,
+                             reset=first)
+        check_classification_targets(y)
+        if first:
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit.")
+            classes = np.unique(np.asarray(classes))
+            if len(classes) < 2:
+                raise ValueError(f"classes has only one class ({classes.tolist()}); this "
+                                 "classifier needs at least 2 classes.")
+            self.classes_ = classes
+            self._init_state(X.shape[1])
+        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(f"classes {np.unique(classes).tolist()} differ from classes_ "
+                             f"{self.classes_.tolist()} of the first partial_fit call.")
+        self._train(X, self._encode(y), schedule, 1)
+        return self
+
+    def _init_state(self, p):
+        n = len(self.classes_)
+        k = 2 if n == 2 else n
+        self._W = np.zeros((p + int(self.fit_intercept), k))
+        self._mask = np.ones(p + int(self.fit_intercept))
+        if self.fit_intercept:
+            self._mask[-1] = 0.0
+        self._x0 = None
+        self._rng = check_random_state(self.random_state)
+        self.loss_history_ = []
+        self.time_history_ = []
+        self.n_iter_ = 0
+        self.t_ = 0
+        self._train_time = 0.0
+        self._sync_coef()
+
+    def _lam(self):
+        return float(self.alpha) * (2.0 if len(self.classes_) == 2 else 1.0)
+
+    def _sync_coef(self):
+        W, p = self._W, self.n_features_in_
+        if len(self.classes_) == 2:
+            w = W[:, 1] - W[:, 0]
+            coef, icpt = w[None, :p], (w[p:] if self.fit_intercept else np.zeros(1))
+        else:
+            coef, icpt = W[:p].T, (W[p] if self.fit_intercept else np.zeros(W.shape[1]))
+        self.coef_ = np.ascontiguousarray(coef)
+        self.intercept_ = np.array(icpt, dtype=np.float64)
+
+    def _objective_internal(self, X1, yi):
+        return _s.multinomial_objective(self._W, X1, yi, self._lam(), self._mask)
+
+    def _train(self, X, yi, schedule, epochs):
+        X1 = _augment(X, self.fit_intercept)
+        T, p1 = X1.shape
+        n = self._W.shape[1]
+        d = p1 * n
+        lam = self._lam()
+        if self.solver == "lspfb" and self.rank > d:
+            raise ValueError(f"rank={self.rank} exceeds the parameter dimension {d} "
+                             f"(= {n} classes x {p1} coefficients).")
+        full = self.solver == "bound"
+        m = T if full else min(int(self.batch_size), T)
+        steps_per_epoch = int(np.ceil(T / m))
+        t0 = float(self.t0) if self.t0 is not None else float(steps_per_epoch)
+        lin = self.linear_solver
+        if lin == "auto":
+            lin = "dense" if d <= _DENSE_MAX_DIM else "cg"
+        rng = self._rng
+        track = self.compute_loss or self.tol is not None
+        if track and not self.loss_history_:
+            self.loss_history_.append(self._objective_internal(X1, yi))
+            self.time_history_.append(self._train_time)
+        best = min(self.loss_history_) if self.loss_history_ else np.inf
+        no_change = 0
+        converged = False
+        for _ in range(epochs):
+            tic = time.perf_counter()
+            order = rng.permutation(T) if (self.shuffle and not full) else np.arange(T)
+            for start in range(0, T, m):
+                idx = order[start:start + m]
+                Xb, yb = (X1, yi) if full else (X1[idx], yi[idx])
+                self.t_ += 1
+                eta = _s.step_size(schedule, float(self.eta0), self.t_, t0)
+                self._W = self._step(Xb, yb, lam, eta, lin)
+            self._train_time += time.perf_counter() - tic
+            self.n_iter_ += 1
+            if not np.all(np.isfinite(self._W)):
+                raise FloatingPointError(
+                    f"{self.solver} diverged (non-finite parameters at epoch {self.n_iter_}); "
+                    "decrease eta0 or increase alpha.")
+            loss = None
+            if track:
+                loss = self._objective_internal(X1, yi)
+                self.loss_history_.append(loss)
+                self.time_history_.append(self._train_time)
+            self._sync_coef()
+            stop = False
+            if self.callback is not None:
+                stop = bool(self.callback(self, {"epoch": self.n_iter_, "loss": loss,
+                                                 "time": self._train_time, "steps": self.t_}))
+            if self.tol is not None and epochs > 1:
+                if loss > best - float(self.tol):
+                    no_change += 1
+                else:
+                    no_change = 0
+                best = min(best, loss)
+                if no_change >= self.n_iter_no_change:
+                    converged = True
+                    break
+            if stop:
+                converged = True
+                break
+        if self.tol is not None and epochs > 1 and not converged:
+            warnings.warn(f"{type(self).__name__} ({self.solver}) did not converge in "
+                          f"{epochs} epochs; increase max_epochs or tol.", ConvergenceWarning,
+                          stacklevel=3)
+        self._sync_coef()
+
+    def _step(self, Xb, yb, lam, eta, lin):
+        if self.solver in ("spfb", "bound"):
+            rtol = float(self.cg_rtol)
+            W, info = _s.spfb_step(self._W, Xb, yb, lam, eta, mask=self._mask,
+                                   reduction="mean" if self.solver == "bound" else
+                                   self.reduction, linear_solver=lin, rtol=rtol,
+                                   maxiter=self.cg_maxiter,
+                                   x0=None if self.solver == "bound" else self._x0)
+            self._x0 = info["direction"]
+            return W
+        if self.solver == "sgd":
+            return _s.sgd_step(self._W, Xb, yb, lam, eta, mask=self._mask,
+                               reduction=self.reduction)[0]
+        from .low_rank import lspfb_step
+
+        return lspfb_step(self._W, Xb, yb, lam, eta, rank=int(self.rank), mask=self._mask,
+                          reduction=self.reduction, variant=self.low_rank)[0]
+
+    # ------------------------------------------------------------------ prediction
+    def predict_proba(self, X):
+        """Class probabilities, shape (n_samples, n_classes)."""
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            p1 = expit(scores)
+            return np.column_stack([1.0 - p1, p1])
+        return softmax(scores, axis=1)
+
+    def predict_log_proba(self, X):
+        """Log of :meth:`predict_proba`, computed in log space."""
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return -np.logaddexp(0.0, -np.column_stack([-scores, scores]))
+        from scipy.special import log_softmax
+
+        return log_softmax(scores, axis=1)
+
+    def objective(self, X, y) -> float:
+        """Training objective (module docstring) of the fitted model on ``(X, y)``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        self._encode(y)
+        return logistic_objective(self.coef_, self.intercept_, X, y, float(self.alpha),
+                                  self.classes_)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags
+
+
+def _pos_float(value, name, allow_zero=False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {value!r}.")
+    value = float(value)
+    if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'} and "
+                         f"finite, got {value}.")
+    return value
+
+
+def _pos_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}.")
+    if int(value) < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}.")
+    return int(value)

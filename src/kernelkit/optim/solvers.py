@@ -1,0 +1,182 @@
+"""One step of each solver for L2-regularised multinomial logistic regression (note §4, §5).
+
+Objective (mean form, Appendix A; the definition used everywhere in kernelkit)::
+
+    L(W) = (1/T) sum_i [logsumexp(W^T x_i) - w_{y_i}^T x_i] + (lam/2) ||mask * W||_F^2
+
+with ``W`` of shape (p, n) (column ``y`` = class vector ``w_y``; ``theta = vec(W)``) and
+``mask`` (p,) selecting the penalised rows (an unpenalised intercept row has mask 0).
+
+Steps (``G`` = mini-batch gradient of ``L``, ``eta_t`` from :func:`step_size`):
+
+* :func:`spfb_step` – eq. 2.5/2.6, mini-batch mean form (default)::
+
+      W <- W - eta_t ((1/m) sum_j Sigma_j + lam I)^{-1} ((1/m) sum_j g_j + lam mask W)
+
+  ``reduction="sum"`` uses ``(sum_j Sigma_j + lam I)^{-1}(sum_j g_j + lam mask W)``, which is
+  the mean form with ``lam / m``: its regularisation then depends on the batch size.
+  The curvature always carries ``lam I`` (also on an unpenalised intercept): it still
+  majorises the objective, so a full-batch step with ``eta = 1`` (:func:`bound_step`,
+  eq. 2.4) never increases ``L`` — also with a truncated CG solve, which minimises the
+  majoriser over a Krylov subspace (a warm start is used only when it is no worse than 0).
+* :func:`lspfb_step` – the same with the low-rank curvature ``D + V^T S V`` (Alg. LB),
+  applied by Woodbury.
+* :func:`sgd_step` – ``W <- W - eta_t G`` (the paper's baseline).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import logsumexp
+
+from .bound import multinomial_bound_from_logits
+from .kronecker import KroneckerCurvature
+
+__all__ = [
+    "SCHEDULES",
+    "bound_step",
+    "multinomial_gradient",
+    "multinomial_objective",
+    "sgd_step",
+    "spfb_step",
+    "step_size",
+]
+
+SCHEDULES = ("inverse", "inverse_t0", "constant")
+
+
+def step_size(schedule: str, eta0: float, t: int, t0: float = 1.0) -> float:
+    """Step size at step ``t = 1, 2, ...``.
+
+    ``"inverse"``: ``eta0 / t`` (the paper, eq. 2.5); ``"inverse_t0"``:
+    ``eta0 / (1 + t / t0)``; ``"constant"``: ``eta0``.
+    """
+    if schedule == "inverse":
+        return eta0 / t
+    if schedule == "inverse_t0":
+        return eta0 / (1.0 + t / t0)
+    if schedule == "constant":
+        return eta0
+    raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}.")
+
+
+def _penalty(W, mask):
+    return W if mask is None else W * mask[:, None]
+
+
+def multinomial_objective(W, X, y, lam, mask=None) -> float:
+    """``L(W)`` of the module docstring (mean cross-entropy + ridge), a float.
+
+    Parameters
+    ----------
+    W : ndarray, shape (p, n)
+    X : ndarray, shape (T, p)
+    y : ndarray of int, shape (T,)
+        Labels in ``0..n-1``.
+    lam : float
+    mask : ndarray, shape (p,), optional
+        1 for penalised rows of ``W``, 0 for unpenalised ones (default: all penalised).
+    """
+    S = X @ W  # (T, n)
+    data = float(np.mean(logsumexp(S, axis=1) - S[np.arange(len(y)), y]))
+    Wp = _penalty(W, mask)
+    return data + 0.5 * lam * float(np.sum(Wp * W))
+
+
+def _data_gradient(prob, X, y, scale):
+    R = prob.copy()  # (m, n): P - Y
+    R[np.arange(len(y)), y] -= 1.0
+    return scale * (X.T @ R)  # (p, n)
+
+
+def multinomial_gradient(W, X, y, lam, mask=None) -> np.ndarray:
+    """Gradient of :func:`multinomial_objective`, shape (p, n): ``X^T (P - Y) / T + lam W``."""
+    S = X @ W
+    P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
+    return _data_gradient(P, X, y, 1.0 / len(y)) + lam * _penalty(W, mask)
+
+
+def _scales(m, lam, reduction):
+    if reduction == "mean":
+        return 1.0 / m, lam
+    if reduction == "sum":
+        return 1.0, lam
+    raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}.")
+
+
+def spfb_step(W, X, y, lam, eta=1.0, *, mask=None, reduction="mean", linear_solver="cg",
+              rtol=1e-4, maxiter=None, x0=None):
+    """One SPFB step (eq. 2.5/2.6) on the mini-batch ``(X, y)``.
+
+    Parameters
+    ----------
+    W : ndarray, shape (p, n)
+        Current parameters (also the bound's expansion point ``theta~``).
+    X : ndarray, shape (m, p)
+    y : ndarray of int, shape (m,)
+    lam : float
+        Mean-form ridge ``lam`` (> 0 for ``linear_solver="cg"``).
+    eta : float
+        Step size ``eta_t``.
+    mask : ndarray, shape (p,), optional
+        Penalised rows of ``W`` (gradient only; the curvature has ``lam I``).
+    reduction : {"mean", "sum"}
+    linear_solver : {"cg", "dense"}
+        Matrix-free CG (:meth:`KroneckerCurvature.solve`) or the dense ``(np) x (np)``
+        Cholesky solve.
+    rtol, maxiter : CG tolerance and iteration cap.
+    x0 : ndarray, shape (p, n), optional
+        CG warm start (e.g. the previous direction).
+
+    Returns
+    -------
+    W_new : ndarray, shape (p, n)
+    info : dict
+        ``direction`` (the solved ``Delta``, ``W_new = W - eta Delta``), ``iterations``,
+        ``residual`` (CG), ``batch_loss`` (objective of the batch at ``W``).
+    """
+    m = len(y)
+    scale, lam_c = _scales(m, lam, reduction)
+    S = X @ W  # (m, n)
+    bnd = multinomial_bound_from_logits(S)
+    G = _data_gradient(bnd.prob, X, y, scale) + lam * _penalty(W, mask)  # (p, n)
+    A = KroneckerCurvature(X, bnd.C, lam=lam_c, scale=scale)
+    if x0 is not None and linear_solver == "cg":
+        # use the warm start only if the model value there is below the one at 0
+        r0 = G - A.matvec(x0)
+        if -0.5 * float(np.vdot(x0, G + r0)) >= 0.0:
+            x0 = None
+    delta, info = A.solve(G, method=linear_solver, x0=x0, rtol=rtol, maxiter=maxiter)
+    Wp = _penalty(W, mask)
+    batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + 0.5 * lam * float(
+        np.sum(Wp * W))
+    info = dict(info, direction=delta, batch_loss=batch_loss)
+    return W - eta * delta, info
+
+
+def bound_step(W, X, y, lam, *, mask=None, linear_solver="cg", rtol=1e-10, maxiter=None):
+    """Full-batch bound majorisation step (eq. 2.4, Alg. B) with ``eta = 1``.
+
+    Minimises the quadratic majoriser of ``L`` at ``W`` over the whole data set, so ``L``
+    never increases. Returns ``(W_new, info)`` as :func:`spfb_step`.
+    """
+    return spfb_step(W, X, y, lam, 1.0, mask=mask, reduction="mean",
+                     linear_solver=linear_solver, rtol=rtol, maxiter=maxiter)
+
+
+def sgd_step(W, X, y, lam, eta, *, mask=None, reduction="mean"):
+    """One mini-batch SGD step ``W <- W - eta G`` (the paper's baseline).
+
+    ``G = scale X^T (P - Y) + lam mask W`` with ``scale = 1/m`` (mean) or 1 (sum).
+    Returns ``(W_new, info)`` with ``direction = G`` and ``batch_loss``.
+    """
+    m = len(y)
+    scale, _ = _scales(m, lam, reduction)
+    S = X @ W
+    log_z = logsumexp(S, axis=1)
+    P = np.exp(S - log_z[:, None])
+    G = _data_gradient(P, X, y, scale) + lam * _penalty(W, mask)
+    Wp = _penalty(W, mask)
+    batch_loss = float(np.mean(log_z - S[np.arange(m), y])) + 0.5 * lam * float(np.sum(Wp * W))
+    return W - eta * G, {"direction": G, "batch_loss": batch_loss, "iterations": 0,
+                         "residual": 0.0}
