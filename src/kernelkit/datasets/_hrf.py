@@ -122,10 +122,10 @@ def _sign_edit(cx, cy, target, max_flips: int = 10000):
 
 
 def make_clustered(s_target, sigma: float, n_per_cluster: int = 1000, d: int = 50,
-                   radius: float = 1.0, random_state=None):
+                   radius: float = 1.0, random_state=None, mean_scale: float = 1.0):
     """Synthetic clustered queries / keys of App. H.1 / H.3.
 
-    Two random vectors ``X0, Y0 ~ N(0, I_d)``; cluster means ``X_i = O^{i,1} X0``,
+    Two random vectors ``X0, Y0 ~ N(0, mean_scale^2 I_d)``; cluster means ``X_i = O^{i,1} X0``,
     ``Y_j = O^{j,2} Y0`` with Haar-random orthogonal ``O``; ``n_per_cluster`` points per
     cluster from ``N(mean, sigma^2 I)``; every point rescaled to norm ``radius`` (the paper
     "normalises the l2 norms", target not stated). The coordinate signs of each cluster
@@ -141,6 +141,9 @@ def make_clustered(s_target, sigma: float, n_per_cluster: int = 1000, d: int = 5
     n_per_cluster, d : int
     radius : float > 0
     random_state : None, int or Generator
+    mean_scale : float > 0
+        Scale of ``X0, Y0`` (the paper: "random vectors", scale not given). After the
+        normalisation only ``sigma / mean_scale`` matters (the clusters' tightness).
 
     Returns
     -------
@@ -150,14 +153,14 @@ def make_clustered(s_target, sigma: float, n_per_cluster: int = 1000, d: int = 5
     """
     rng = np.random.default_rng(random_state)
     target = np.asarray(s_target, dtype=np.float64).reshape(2, 2)
-    if not (sigma > 0 and radius > 0):
-        raise ValueError("sigma and radius must be positive.")
+    if not (sigma > 0 and radius > 0 and mean_scale > 0):
+        raise ValueError("sigma, radius and mean_scale must be positive.")
 
     def haar(d):
         Q, R = np.linalg.qr(rng.standard_normal((d, d)))
         return Q * np.sign(np.diag(R))[None, :]
 
-    x0, y0 = rng.standard_normal(d), rng.standard_normal(d)
+    x0, y0 = mean_scale * rng.standard_normal(d), mean_scale * rng.standard_normal(d)
     mx = np.stack([haar(d) @ x0 for _ in range(2)])  # (2, d)
     my = np.stack([haar(d) @ y0 for _ in range(2)])
     labels = np.repeat(np.arange(2), n_per_cluster)
