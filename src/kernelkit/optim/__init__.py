@@ -10,6 +10,9 @@ Public API
   matrix-free operator (``matvec``, ``todense``, ``solve`` by CG or Cholesky).
 * :func:`spfb_step`, :func:`bound_step`, :func:`sgd_step`, :func:`step_size`,
   :func:`multinomial_objective`, :func:`multinomial_gradient` – solver steps.
+* :func:`low_rank_partition_bound`, :func:`multinomial_low_rank_bound`,
+  :class:`LowRankBound`, :func:`woodbury_solve`, :func:`lspfb_step` – Alg. LB (variants
+  ``"paper"``, ``"eig"``, ``"exact"``) and LSPFB.
 * :class:`BoundLogisticRegression`, :func:`logistic_objective` – scikit-learn classifier.
 """
 
@@ -22,6 +25,13 @@ from .bound import (
 )
 from .kronecker import KroneckerCurvature, conjugate_gradient
 from .logistic import BoundLogisticRegression, logistic_objective
+from .low_rank import (
+    LowRankBound,
+    low_rank_partition_bound,
+    lspfb_step,
+    multinomial_low_rank_bound,
+    woodbury_solve,
+)
 from .solvers import (
     bound_step,
     multinomial_gradient,
@@ -34,17 +44,22 @@ from .solvers import (
 __all__ = [
     "BoundLogisticRegression",
     "KroneckerCurvature",
+    "LowRankBound",
     "MultinomialBound",
     "PartitionBound",
     "beta",
     "bound_step",
     "conjugate_gradient",
     "logistic_objective",
+    "low_rank_partition_bound",
+    "lspfb_step",
     "multinomial_gradient",
+    "multinomial_low_rank_bound",
     "multinomial_objective",
     "multinomial_partition_bound",
     "partition_bound",
     "sgd_step",
     "spfb_step",
     "step_size",
+    "woodbury_solve",
 ]
