@@ -31,6 +31,8 @@ import math
 
 import numpy as np
 
+from ..features.hybrid import hybrid_feature_flops, matched_n_features, regular_feature_flops
+
 __all__ = [
     "FLOP_RULE",
     "angular_flops",
@@ -56,40 +58,38 @@ FLOP_RULE = (
     "(projections) + 4m (sin, cos, exp(+), exp(-)) + n (signs) + 4mn (the outer products "
     "s(x) (x) phi_trig(x) and s(x) (x) phi_++(x), 2m entries each). The hybrid gets the "
     "largest configuration of the stated shape whose cost does not exceed the regular "
-    "map's."
+    "map's (the rule of kernelkit.features.hybrid.matched_n_features)."
 )
 
 
 def regular_flops(M: int, d: int) -> int:
-    """FLOPs of a regular Trig / FAVOR+ map with ``M`` RFs on one ``d``-dim input."""
-    return 2 * M * d + 2 * M
+    """FLOPs of a regular Trig / FAVOR+ map with ``M`` RFs on one ``d``-dim input
+    (:func:`kernelkit.features.hybrid.regular_feature_flops`)."""
+    return regular_feature_flops(M, d)
 
 
 def angular_flops(m: int, n: int, d: int) -> int:
-    """FLOPs of the angular hybrid ``(m, n)`` (shared ``W``) on one ``d``-dim input."""
-    return 2 * (m + n) * d + 4 * m + n + 4 * m * n
+    """FLOPs of the angular hybrid ``(m, n)`` (shared ``W``) on one ``d``-dim input
+    (:func:`kernelkit.features.hybrid.hybrid_feature_flops`)."""
+    return hybrid_feature_flops(m, n, d)
 
 
 def match_angular(M: int, d: int, n: int | None = None) -> tuple[int, int]:
     """FLOP-matched angular hybrid ``(m, n)`` for a regular map with ``M`` RFs.
 
-    ``n=None``: the largest square configuration ``m = n``; otherwise ``n`` is fixed and
-    ``m`` is the largest that fits. Raises ``ValueError`` if not even ``m = 1`` fits.
+    ``n`` given: ``m = kernelkit.features.hybrid.matched_n_features(M, d, n)``;
+    ``n=None``: the largest square configuration ``m = n`` within the same budget.
+    Raises ``ValueError`` if not even ``m = 1`` fits.
     """
+    if n is not None:
+        return matched_n_features(M, d, n), n
     budget = regular_flops(M, d)
-    if n is None:
-        m = 0
-        while angular_flops(m + 1, m + 1, d) <= budget:
-            m += 1
-        if m == 0:
-            raise ValueError(f"no square angular hybrid fits the budget of M={M}, d={d}.")
-        return m, m
     m = 0
-    while angular_flops(m + 1, n, d) <= budget:
+    while angular_flops(m + 1, m + 1, d) <= budget:
         m += 1
     if m == 0:
-        raise ValueError(f"no angular hybrid with n={n} fits the budget of M={M}, d={d}.")
-    return m, n
+        raise ValueError(f"no square angular hybrid fits the budget of M={M}, d={d}.")
+    return m, m
 
 
 # ----------------------------------------------------------------------------- inputs
