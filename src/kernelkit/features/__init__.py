@@ -11,9 +11,12 @@ from .dot_product import (
 from .fourier import RandomFourierFeatures, SphericalRandomFeatures
 from .hybrid import (
     AngularHybridRF,
+    ClusteredHybridRF,
+    ComplexExponentialRF,
     GaussianHybridRF,
     NormalizedGaussianHybridRF,
     matched_n_features,
+    optimal_diagonal_A,
 )
 from .maclaurin import OptimizedMaclaurin, RandomMaclaurin
 from .sampling import (
@@ -32,6 +35,8 @@ __all__ = [
     "SADERF",
     "SDERF",
     "AngularHybridRF",
+    "ClusteredHybridRF",
+    "ComplexExponentialRF",
     "DotProductFeatureMap",
     "FeatureMap",
     "GaussianHybridRF",
@@ -53,5 +58,6 @@ __all__ = [
     "gaussian_projection",
     "halton_projection",
     "matched_n_features",
+    "optimal_diagonal_A",
     "structured_hadamard_projection",
 ]

@@ -37,6 +37,7 @@ Gaussian kernel: every map is multiplied by ``exp(-|u|^2/2)`` on both sides (not
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -50,10 +51,14 @@ from .sampling import draw_projection, gaussian_projection
 
 __all__ = [
     "AngularHybridRF",
+    "ClusteredHybridRF",
+    "ComplexExponentialRF",
     "GaussianHybridRF",
     "NormalizedGaussianHybridRF",
+    "diagonal_A_loss",
     "hybrid_feature_flops",
     "matched_n_features",
+    "optimal_diagonal_A",
     "regular_feature_flops",
 ]
 
@@ -743,3 +748,554 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         lam = -xp.expm1(-0.5 * s2 * d2) / self.rho_
         var = xp.expm1(-s2 * d2) ** 2 / (2.0 * self.rho_**2 * self.n_lambda)
         return lam * lam + var, (1.0 - lam) ** 2 + var, lam - lam * lam - var
+
+
+# ====================================================================== complex exponential
+def optimal_diagonal_A(x_center, y_center, *, complex: bool = False, eps: float = 1e-3):
+    """Diagonal ``A`` minimising ``l(A) = |A r_x + A^{-T} r_y|^2`` for a pair of centres.
+
+    The complex exponential estimator with this ``A`` is exact at ``(x, y) = (r_x, r_y)``
+    when ``l(A) = 0`` (eq. 17, 21). Per coordinate ``k`` (``r_x`` a query centre, ``r_y`` a
+    key centre):
+
+    * ``complex=False`` (eq. 88, used in the paper's experiments): ``a_k = sqrt|r_y,k / r_x,k|``
+      (exact where the signs differ; residual ``l = 4 sum_{k: r_x,k r_y,k > 0} r_x,k r_y,k``);
+    * ``complex=True`` (eq. 85-87): ``a_k = i sqrt(r_y,k / r_x,k)`` where
+      ``r_x,k r_y,k > 0`` and ``a_k = sqrt(-r_y,k / r_x,k)`` where ``< 0``, so ``l = 0``.
+
+    Degenerate coordinates: both zero gives ``a_k = 1``; ``r_x,k = 0 != r_y,k`` a large and
+    ``r_y,k = 0 != r_x,k`` a small real ``a_k``. Every ``|a_k|`` is clipped to
+    ``[eps, 1/eps]`` so that ``A`` stays invertible and well conditioned (condition number
+    at most ``1/eps^2``).
+
+    Parameters
+    ----------
+    x_center, y_center : array_like, shape (d,) or (..., d)
+        Broadcastable centres (e.g. (n_q, 1, d) and (1, n_k, d) for all pairs).
+    complex : bool
+    eps : float in (0, 1)
+
+    Returns
+    -------
+    ndarray, shape (..., d)
+        Diagonal of ``A``; float64, or complex128 for ``complex=True``.
+    """
+    rx = np.asarray(x_center, dtype=np.float64)
+    ry = np.asarray(y_center, dtype=np.float64)
+    if rx.ndim == 0 or ry.ndim == 0 or rx.shape[-1] != ry.shape[-1]:
+        raise ValueError(
+            "x_center and y_center must be vectors of the same length d, got shapes "
+            f"{rx.shape} and {ry.shape}."
+        )
+    if not (np.all(np.isfinite(rx)) and np.all(np.isfinite(ry))):
+        raise ValueError("x_center and y_center must be finite.")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < 1:
+        raise ValueError(f"eps must be a float in (0, 1), got {eps!r}.")
+    rx, ry = np.broadcast_arrays(rx, ry)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mag = np.sqrt(np.abs(ry) / np.abs(rx))  # inf where r_x = 0, nan where both 0
+    mag = np.where((rx == 0) & (ry == 0), 1.0, mag)
+    mag = np.clip(np.nan_to_num(mag, nan=1.0, posinf=1.0 / eps), eps, 1.0 / eps)
+    if not complex:
+        return mag
+    return np.where(rx * ry > 0, 1j * mag, mag + 0j)
+
+
+def diagonal_A_loss(A_diag, x_center, y_center):
+    """``l(A) = sum_k |a_k r_x,k + r_y,k / a_k|^2`` (eq. 21) for a diagonal ``A``, shape (...)."""
+    a = np.asarray(A_diag)
+    rx = np.asarray(x_center, dtype=np.float64)
+    ry = np.asarray(y_center, dtype=np.float64)
+    return np.sum(np.abs(a * rx + ry / a) ** 2, axis=-1)
+
+
+def _validate_matrix_A(A, d, max_condition):
+    """``A`` as a (d, d) float64 / complex128 array, checked finite and well conditioned."""
+    if A is None:
+        return np.eye(d)
+    try:
+        A = np.asarray(A)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"A could not be converted to an array: {exc}") from exc
+    if A.dtype.kind not in "biufc":
+        raise TypeError(f"A must be numeric, got dtype {A.dtype}.")
+    A = A.astype(np.complex128 if A.dtype.kind == "c" else np.float64)
+    if A.dtype.kind == "c" and not np.any(A.imag):
+        A = A.real.copy()
+    if A.shape == (d,):
+        A = np.diag(A)
+    if A.shape != (d, d):
+        raise ValueError(
+            f"A must have shape ({d},) (a diagonal) or ({d}, {d}) for d = {d} input "
+            f"features, got {A.shape}."
+        )
+    if not np.all(np.isfinite(A)):
+        raise ValueError("A contains NaN or infinity.")
+    cond = np.linalg.cond(A) if np.any(A) else np.inf
+    if not np.isfinite(cond) or cond > max_condition:
+        raise ValueError(
+            f"A is singular or ill-conditioned (condition number {cond:.3g} > "
+            f"max_condition = {max_condition:.3g}); the estimator needs (A^T)^-1."
+        )
+    return A
+
+
+class ComplexExponentialRF(FeatureMap):
+    """Complex exponential random features for a given invertible ``A`` (Lemma 2.4, eq. 14-18).
+
+    With ``B = (A^T)^{-1}`` (plain transpose, ``A`` may be complex) and the bilinear square
+    ``u^2 = sum_k u_k^2``,
+
+        Psi_M(u) = m^{-1/2} exp(-(M u)^2 / 2) exp(W M u),    SM_hat = Psi_A(x)^T Psi_B(y),
+
+    is unbiased for ``SM(x, y) = exp(x^T y)`` since ``E exp(w^T z) = exp(z^2 / 2)`` for
+    complex ``z`` and ``(Ax)^T (By) = x^T y``. It has zero variance iff ``A x + B y = 0``,
+    i.e. at ``x = -A^{-1} A^{-T} y`` (eq. 17-18). ``A = I`` gives the one-sided positive
+    features ``SM^+``; ``A = i I`` gives trig features (sin/cos pairs).
+
+    Features (real, asymmetric; ``m = n_features``):
+
+    * real ``A``: ``Psi_A(x)`` and ``Psi_B(y)``, positive, ``output_dim = m``;
+    * complex ``A``: ``[Re Psi_A(x); Im Psi_A(x)]`` and ``[Re Psi_B(y); -Im Psi_B(y)]``,
+      ``output_dim = 2m``, whose dot product is ``Re SM_hat`` (still unbiased).
+
+    Parameters
+    ----------
+    n_features : int
+        ``m``, number of projections ``w_i`` (rows of ``W``).
+    kernel : {"softmax", "gaussian"}
+    lengthscale : float
+    orthogonal : bool or str
+        Sampler of ``W`` (see :func:`~kernelkit.features.sampling.draw_projection`).
+    random_state : None, int or numpy.random.Generator
+    A : array_like, shape (d,) or (d, d), real or complex, optional
+        The matrix (a vector is a diagonal); default identity. Must be invertible with
+        condition number at most ``max_condition``. See :func:`optimal_diagonal_A`.
+    max_condition : float
+        Largest accepted condition number of ``A``.
+
+    Notes
+    -----
+    :meth:`variance` (derived from Lemma 2.4): with ``a = Ax``, ``b = By``, one projection
+    gives ``g = exp(-(a^2 + b^2)/2 + w^T (a + b))`` and
+    ``E (Re g)^2 = (Re E g^2 + E |g|^2) / 2`` with ``E g^2 = exp(a^2 + b^2 + 4 a^T b)`` and
+    ``E |g|^2 = exp(|a|^2 + |b|^2 + 4 Re a . Re b)``; ``MSE = (E (Re g)^2 - SM^2) / m``. For real
+    ``A`` this is ``SM^2 (exp(|Ax + By|^2) - 1) / m``.
+    """
+
+    symmetric = False
+
+    def __init__(self, n_features: int = 256, kernel: str = "softmax", lengthscale: float = 1.0,
+                 orthogonal=False, random_state=None, A=None, max_condition: float = 1e8):
+        super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
+        self.A = A
+        self.max_condition = max_condition
+
+    @property
+    def is_complex(self) -> bool:
+        """Whether ``A`` has a non-zero imaginary part (then ``output_dim = 2 m``)."""
+        A = getattr(self, "A_", None)
+        if A is None:
+            A = np.asarray(self.A) if self.A is not None else np.zeros(1)
+        return bool(np.iscomplexobj(A) and np.any(np.imag(A)))
+
+    @property
+    def positive(self) -> bool:  # type: ignore[override]
+        return not self.is_complex
+
+    @property
+    def output_dim(self) -> int:
+        return int(self.n_features) * (2 if self.is_complex else 1)
+
+    def _validate_params(self):
+        super()._validate_params()
+        from .._backend import validate_positive_float
+
+        validate_positive_float(self.max_condition, "max_condition")
+
+    def _fit_parameters(self, X, Y, rng):
+        d = X.shape[1]
+        self.A_ = _validate_matrix_A(self.A, d, float(self.max_condition))  # (d, d)
+        self.B_ = np.linalg.inv(self.A_).T  # (d, d), B = (A^T)^{-1}
+
+    def _build(self):
+        super()._build()
+        W = self.projection_  # (m, d)
+        consts = {}
+        for side, M in (("x", self.A_), ("y", self.B_)):
+            Mr, Mi = np.real(M), np.imag(M)
+            # logits: x -> W M x = X @ (W M)^T, real and imaginary parts
+            consts["Mr_T_" + side] = np.ascontiguousarray(Mr.T)  # (d, d)
+            consts["WMr_T_" + side] = np.ascontiguousarray((W @ Mr).T)  # (d, m)
+            if self.is_complex:
+                consts["Mi_T_" + side] = np.ascontiguousarray(Mi.T)
+                consts["WMi_T_" + side] = np.ascontiguousarray((W @ Mi).T)
+        self._consts = consts
+
+    def _transformed(self, X, xp, side):
+        """``(Re M x, Im M x)`` (n, d) each; ``Im`` is None for real ``A``."""
+        ar = X @ self._param("Mr_T_" + side, xp, X)
+        ai = X @ self._param("Mi_T_" + side, xp, X) if self.is_complex else None
+        return ar, ai
+
+    def _scaled_features(self, X, xp, side):
+        ar, ai = self._transformed(X, xp, side)
+        re = X @ self._param("WMr_T_" + side, xp, X)  # (n, m) Re(w^T M x)
+        half_sq = 0.5 * _sq_norms(xp, ar)  # Re (Mx)^2 / 2 = (|ar|^2 - |ai|^2) / 2
+        if ai is not None:
+            half_sq = half_sq - 0.5 * _sq_norms(xp, ai)
+        row = -half_sq - 0.5 * math.log(self.n_features) + self.alpha * _sq_norms(xp, X)
+        if re.shape[0] == 0:
+            base = re if ai is None else xp.concat([re, re], axis=1)
+            return base, row
+        row_max = _detach(xp.max(re, axis=1))  # (n,)
+        mod = xp.exp(re - row_max[:, None])  # (n, m) |Psi| / exp(scale)
+        if ai is None:
+            return mod, row_max + row
+        im = X @ self._param("WMi_T_" + side, xp, X) - _sum_prod(xp, ar, ai)[:, None]
+        sgn = 1.0 if side == "x" else -1.0  # y side: [Re; -Im]
+        return xp.concat([mod * xp.cos(im), sgn * mod * xp.sin(im)], axis=1), row_max + row
+
+    def variance(self, X, Y=None):
+        """Analytic MSE of :meth:`approx_kernel` (the real part), shape (n, m).
+
+        See the class notes; exact for i.i.d. projections (for other samplers it is the
+        i.i.d. value). Zero where ``A x + B y = 0``.
+        """
+        Y = X if Y is None else Y
+        Xs, xp = self._check_X(X, "X")
+        Ys, _ = self._check_X(Y, "Y")
+        ar, ai = self._transformed(Xs, xp, "x")
+        br, bi = self._transformed(Ys, xp, "y")
+        xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
+        rr = ar @ xp.matrix_transpose(br)  # Re a . Re b
+        if ai is None:
+            # |a + b|^2 = |a|^2 + |b|^2 + 2 a.b
+            c2 = xp.clip(_sq_norms(xp, ar)[:, None] + _sq_norms(xp, br)[None, :] + 2.0 * rr,
+                         min=0.0)
+            rel = xp.expm1(c2)
+        else:
+            na_r, na_i = _sq_norms(xp, ar)[:, None], _sq_norms(xp, ai)[:, None]
+            nb_r, nb_i = _sq_norms(xp, br)[None, :], _sq_norms(xp, bi)[None, :]
+            ii = ai @ xp.matrix_transpose(bi)
+            # log(E g^2 / SM^2) = Re(a^2 + b^2 + 4ab) - 2xy, and its imaginary part
+            p = na_r - na_i + nb_r - nb_i + 4.0 * (rr - ii) - 2.0 * xy
+            q = 2.0 * (_sum_prod(xp, ar, ai)[:, None] + _sum_prod(xp, br, bi)[None, :]) \
+                + 4.0 * (ar @ xp.matrix_transpose(bi) + ai @ xp.matrix_transpose(br))
+            r = na_r + na_i + nb_r + nb_i + 4.0 * rr - 2.0 * xy  # log(E|g|^2 / SM^2)
+            s = xp.sin(0.5 * q)
+            rel = 0.5 * (xp.expm1(p) * xp.cos(q) - 2.0 * s * s) + 0.5 * xp.expm1(r)
+        log_k2 = 2.0 * xy
+        if self.alpha != 0.0:
+            log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
+                                                  + _sq_norms(xp, Ys)[None, :])
+        return xp.clip(rel, min=0.0) * xp.exp(log_k2) / self.n_features
+
+    def _log_second_moment(self, X, Y, xp):
+        raise NotImplementedError("ComplexExponentialRF: use variance().")
+
+    def log_relative_variance(self, X, Y=None):
+        raise NotImplementedError("ComplexExponentialRF: use variance().")
+
+    def log_objective(self, X, Y=None):
+        raise NotImplementedError("ComplexExponentialRF has no FAVOR# fitting objective.")
+
+
+def _sum_prod(xp, a, b):
+    return xp.sum(a * b, axis=1)
+
+
+# ====================================================================== clustered hybrid
+class ClusteredHybridRF(FeatureMap):
+    """Clustered hybrid random features (Sec. 2.4, App. H, Def. H.1 / H.2).
+
+    k-means (scikit-learn) on the queries ``X`` (``n_q`` centres ``r_i``) and on the keys
+    ``Y`` (``n_k`` centres ``r_j``); for every pair ``(i, j)`` a real diagonal
+    ``A^{ij} = optimal_diagonal_A(r_i, r_j)`` (eq. 88) and the complex exponential base
+    estimator ``SM^{ij} = Psi_{A^{ij}}(x)^T Psi_{(A^{ij})^{-1}}(y)`` (eq. 90-92; positive
+    features), all pairs sharing one ``W`` (m x d). The mixtures:
+
+    * ``mixture="zero_one"`` (Def. H.2, the paper's experiments):
+      ``lambda^{ij} = 1[x in X_i] 1[y in Y_j]`` (nearest centre), so
+      ``Phi_1(x) = concat_ij 1[x in X_i] Psi_{A^{ij}}(x)`` and
+      ``Phi_2(y) = concat_ij 1[y in Y_j] Psi_{(A^{ij})^{-1}}(y)``,
+      ``output_dim = n_q n_k m``, positive features, exact at the centres when ``l(A) = 0``.
+    * ``mixture="gaussian"`` (Def. H.1): ``lambda^{ij} = exp(-|A x + A^{-1} y|^2 / (2 tau^2))``
+      estimated with ``n = n_lambda`` positive features on a fresh ``W'`` (eq. 95-96),
+      ``x``: ``n^{-1/2} exp(-|Ax|^2/tau^2 + W'Ax/tau)``, ``y``:
+      ``n^{-1/2} exp(-|A^{-1}y|^2/tau^2 - W'A^{-1}y/tau)``, and a default estimator
+      ``SM^0`` (``default_estimator``, sharing ``W``) with ``lambda^0 = 1 - sum lambda^{ij}``
+      (eq. 97-98): ``SM_hat = SM^0 + sum_ij lambda_hat^{ij} (SM^{ij} - SM^0)``. Real form
+      ``Phi_1 = [phi0(x); concat_p rho_p(x) (x) Psi_p(x); concat_p rho_p(x) (x) phi0(x)]``,
+      ``Phi_2 = [phi0(y); concat_p rho'_p(y) (x) Psi'_p(y); -concat_p rho'_p(y) (x) phi0(y)]``,
+      ``output_dim = 2m + 3 P n m`` with ``P = n_q n_k``.
+
+    Both mixtures are unbiased for every input (the mixture weights are independent of
+    the base estimators); the clustering only decides where the variance is small.
+
+    Parameters
+    ----------
+    n_features : int
+        ``m``, projections of each base estimator (shared by all pairs).
+    kernel, lengthscale, orthogonal, random_state
+        As in :class:`AngularHybridRF` (``orthogonal`` selects the sampler of ``W``).
+    n_clusters : int or (int, int)
+        ``n_q`` query and ``n_k`` key clusters (one int: both). Each must not exceed the
+        number of distinct points it clusters.
+    mixture : {"zero_one", "gaussian"}
+    n_lambda : int
+        ``n``, projections of every ``lambda^{ij}`` estimator (Gaussian mixture only).
+    tau : float
+        Bandwidth of the Gaussian mixture weights.
+    default_estimator : {"hyperbolic", "trig"}
+        ``SM^0`` of the Gaussian mixture: antithetic FAVOR+ (default, as suggested in
+        Sec. 2.4) or sin/cos trig features, ``2m`` features either way.
+    eps : float
+        Clip of the diagonal entries of ``A`` to ``[eps, 1/eps]`` (:func:`optimal_diagonal_A`).
+    n_init : int
+        k-means restarts.
+
+    Attributes
+    ----------
+    centers_x_ : ndarray (n_q, d), centers_y_ : ndarray (n_k, d)
+        k-means centres (lengthscale-scaled).
+    A_ : ndarray (n_q, n_k, d)
+        Diagonals of ``A^{ij}``.
+    projection_ : ndarray (m, d); lambda_projection_ : ndarray (n, d) (Gaussian mixture).
+    """
+
+    symmetric = False
+
+    def __init__(self, n_features: int = 64, kernel: str = "softmax", lengthscale: float = 1.0,
+                 orthogonal=False, random_state=None, n_clusters=2, mixture: str = "zero_one",
+                 n_lambda: int = 8, tau: float = 1.0, default_estimator: str = "hyperbolic",
+                 eps: float = 1e-3, n_init: int = 4):
+        super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
+        self.n_clusters = n_clusters
+        self.mixture = mixture
+        self.n_lambda = n_lambda
+        self.tau = tau
+        self.default_estimator = default_estimator
+        self.eps = eps
+        self.n_init = n_init
+
+    # -------------------------------------------------------------- parameters
+    @property
+    def positive(self) -> bool:  # type: ignore[override]
+        return self.mixture == "zero_one"
+
+    def _cluster_counts(self):
+        nc = self.n_clusters
+        if isinstance(nc, tuple | list):
+            if len(nc) != 2:
+                raise ValueError(f"n_clusters must be an int or a pair (n_q, n_k), got {nc!r}.")
+            return (validate_positive_int(nc[0], "n_clusters[0]"),
+                    validate_positive_int(nc[1], "n_clusters[1]"))
+        k = validate_positive_int(nc, "n_clusters")
+        return k, k
+
+    def _validate_params(self):
+        super()._validate_params()
+        from .._backend import validate_positive_float
+
+        self._cluster_counts()
+        if self.mixture not in ("zero_one", "gaussian"):
+            raise ValueError(f"mixture must be 'zero_one' or 'gaussian', got {self.mixture!r}.")
+        validate_positive_int(self.n_lambda, "n_lambda", maximum=2**20)
+        validate_positive_float(self.tau, "tau")
+        if self.default_estimator not in ("hyperbolic", "trig"):
+            raise ValueError("default_estimator must be 'hyperbolic' or 'trig', got "
+                             f"{self.default_estimator!r}.")
+        if isinstance(self.eps, bool) or not isinstance(self.eps, numbers.Real) \
+                or not 0 < self.eps < 1:
+            raise ValueError(f"eps must be a float in (0, 1), got {self.eps!r}.")
+        validate_positive_int(self.n_init, "n_init")
+
+    @property
+    def output_dim(self) -> int:
+        n_q, n_k = self._cluster_counts()
+        m, P = int(self.n_features), n_q * n_k
+        if self.mixture == "zero_one":
+            return P * m
+        return 2 * m + 3 * P * int(self.n_lambda) * m
+
+    def _kmeans(self, Z, k, name, seed):
+        from sklearn.cluster import KMeans
+
+        n_distinct = np.unique(Z, axis=0).shape[0]
+        if k > n_distinct:
+            raise ValueError(
+                f"n_clusters={k} for {name} exceeds the number of distinct {name} points "
+                f"({n_distinct}); lower n_clusters."
+            )
+        km = KMeans(n_clusters=k, n_init=self.n_init, random_state=seed).fit(Z)
+        return km.cluster_centers_  # (k, d)
+
+    def _fit_parameters(self, X, Y, rng):
+        n_q, n_k = self._cluster_counts()
+        seed = int(rng.integers(0, 2**31 - 1))
+        self.centers_x_ = self._kmeans(X, n_q, "X", seed)  # (n_q, d)
+        self.centers_y_ = self._kmeans(Y, n_k, "Y", seed + 1)  # (n_k, d)
+        self.A_ = optimal_diagonal_A(self.centers_x_[:, None, :], self.centers_y_[None, :, :],
+                                     eps=float(self.eps))  # (n_q, n_k, d)
+        if self.mixture == "gaussian":
+            self.lambda_projection_ = gaussian_projection(self.n_lambda, X.shape[1], rng)
+
+    def redraw(self, random_state=None):
+        """Draw new random projections (``W``, and ``W'`` of the Gaussian mixture), keeping
+        the fitted clusters and matrices ``A^{ij}``; returns ``self``.
+
+        Cheap repetitions for Monte Carlo (k-means is not rerun).
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        from .._backend import check_random_state
+
+        check_is_fitted(self, "A_")
+        rng = check_random_state(random_state)
+        d = self.A_.shape[-1]
+        self.projection_ = draw_projection(self.n_features, d, rng, self.orthogonal)
+        if self.mixture == "gaussian":
+            self.lambda_projection_ = gaussian_projection(self.n_lambda, d, rng)
+        self._build()
+        return self
+
+    def _build(self):
+        super()._build()
+        n_q, n_k, d = self.A_.shape
+        consts = {
+            "W_T": np.ascontiguousarray(self.projection_.T),  # (d, m)
+            "Cx": self.centers_x_, "Cy": self.centers_y_,
+            "A": self.A_, "Ainv": 1.0 / self.A_,  # (n_q, n_k, d)
+            "A_flat": self.A_.reshape(n_q * n_k, d), "Ainv_flat": (1.0 / self.A_).reshape(-1, d),
+        }
+        if self.mixture == "gaussian":
+            consts["T_T"] = np.ascontiguousarray(self.lambda_projection_.T)  # (d, n)
+        self._consts = consts
+
+    # -------------------------------------------------------------- features
+    def _assign(self, X, xp, side):
+        """Index of the nearest centre of each row, (n,), and its one-hot (n, k)."""
+        C = self._param("Cx" if side == "x" else "Cy", xp, X)  # (k, d)
+        dist = _sq_norms(xp, C)[None, :] - 2.0 * (X @ xp.matrix_transpose(C))  # (n, k) + |x|^2
+        idx = xp.argmin(dist, axis=1)  # (n,)
+        k = C.shape[0]
+        ar = xp.arange(k, device=device(X))
+        onehot = xp.astype(idx[:, None] == ar[None, :], X.dtype)  # (n, k)
+        return idx, onehot
+
+    def _psi_logits(self, Xm, xp, like):
+        """Logits of ``Psi_M(x)`` for transformed rows ``Xm = M x`` (..., d) -> (..., m)."""
+        W_T = self._param("W_T", xp, like)
+        return Xm @ W_T - 0.5 * xp.sum(Xm * Xm, axis=-1)[..., None] \
+            - 0.5 * math.log(self.n_features)
+
+    def _scaled_features(self, X, xp, side):
+        if self.mixture == "zero_one":
+            base, log_scale = self._zero_one(X, xp, side)
+        else:
+            base, log_scale = self._gaussian(X, xp, side)
+        if self.alpha != 0.0:
+            log_scale = log_scale + self.alpha * _sq_norms(xp, X)
+        return base, log_scale
+
+    def _zero_one(self, X, xp, side):
+        n, m = X.shape[0], int(self.n_features)
+        n_q, n_k, _ = self.A_.shape
+        idx, onehot = self._assign(X, xp, side)
+        if side == "x":
+            A = xp.take(self._param("A", xp, X), idx, axis=0)  # (n, n_k, d): A^{i(x) j}
+        else:
+            Ainv = self._param("Ainv", xp, X)  # (n_q, n_k, d)
+            A = xp.take(xp.permute_dims(Ainv, (1, 0, 2)), idx, axis=0)  # (n, n_q, d)
+        logits = self._psi_logits(A * X[:, None, :], xp, X)  # (n, k_other, m)
+        if n == 0:
+            return xp.zeros((0, self.output_dim), dtype=X.dtype, device=device(X)), \
+                xp.zeros(0, dtype=X.dtype, device=device(X))
+        row_max = _detach(xp.max(xp.reshape(logits, (n, -1)), axis=1))  # (n,)
+        psi = xp.exp(logits - row_max[:, None, None])  # (n, k_other, m)
+        if side == "x":  # block (i(x), j) for every j
+            full = onehot[:, :, None, None] * psi[:, None, :, :]  # (n, n_q, n_k, m)
+        else:  # block (i, j(y)) for every i
+            full = psi[:, :, None, :] * onehot[:, None, :, None]  # (n, n_q, n_k, m)
+        return xp.reshape(full, (n, n_q * n_k * m)), row_max
+
+    def _gaussian(self, X, xp, side):
+        n, m = X.shape[0], int(self.n_features)
+        Mflat = self._param("A_flat" if side == "x" else "Ainv_flat", xp, X)  # (P, d)
+        XM = Mflat[None, :, :] * X[:, None, :]  # (n, P, d)
+        psi_l = self._psi_logits(XM, xp, X)  # (n, P, m)
+        # lambda features: n^{-1/2} exp(-|Mx|^2/tau^2 +- W'Mx/tau), (n, P, L)
+        sgn = 1.0 if side == "x" else -1.0
+        rho_l = sgn * (XM @ self._param("T_T", xp, X)) / self.tau \
+            - xp.sum(XM * XM, axis=-1)[..., None] / self.tau**2 - 0.5 * math.log(self.n_lambda)
+        W_T = self._param("W_T", xp, X)
+        proj = X @ W_T  # (n, m)
+        if self.default_estimator == "hyperbolic":
+            z_l = xp.concat([proj, -proj], axis=1) - 0.5 * _sq_norms(xp, X)[:, None] \
+                - 0.5 * math.log(2.0 * m)  # (n, 2m) logits
+            z_b, z_ls = None, None
+        else:
+            z_b = xp.concat([xp.sin(proj), xp.cos(proj)], axis=1) / math.sqrt(m)  # (n, 2m)
+            z_ls = 0.5 * _sq_norms(xp, X)
+        if n == 0:
+            return xp.zeros((0, self.output_dim), dtype=X.dtype, device=device(X)), \
+                xp.zeros(0, dtype=X.dtype, device=device(X))
+        # stabilise each log-domain part by its row max
+        ps_max = _detach(xp.max(xp.reshape(psi_l, (n, -1)), axis=1))
+        psi = xp.exp(psi_l - ps_max[:, None, None])  # (n, P, m)
+        rh_max = _detach(xp.max(xp.reshape(rho_l, (n, -1)), axis=1))
+        rho = xp.exp(rho_l - rh_max[:, None, None])  # (n, P, L)
+        if z_b is None:
+            z_max = _detach(xp.max(z_l, axis=1))
+            z_b, z_ls = xp.exp(z_l - z_max[:, None]), z_max
+        rp = xp.reshape(rho[:, :, :, None] * psi[:, :, None, :], (n, -1))  # (n, P L m)
+        rz = xp.reshape(rho[:, :, :, None] * z_b[:, None, None, :], (n, -1))  # (n, P L 2m)
+        return _assemble(xp, [(z_b, z_ls, 1.0), (rp, rh_max + ps_max, 1.0),
+                              (rz, rh_max + z_ls, sgn)])
+
+    def cluster_pairs(self, X, Y=None):
+        """Nearest-centre indices ``(i(x) (n,), j(y) (m,))`` used by the zero-one mixture."""
+        Y = X if Y is None else Y
+        Xs, xp = self._check_X(X, "X")
+        Ys, _ = self._check_X(Y, "Y")
+        return self._assign(Xs, xp, "x")[0], self._assign(Ys, xp, "y")[0]
+
+    # -------------------------------------------------------------- variance
+    def variance(self, X, Y=None):
+        """Analytic MSE of :meth:`approx_kernel` for the zero-one mixture, shape (n, m).
+
+        For ``x in X_i``, ``y in Y_j`` the estimate is the real complex-exponential
+        estimator with ``A = A^{ij}``: ``MSE = SM^2 (exp(|A x + A^{-1} y|^2) - 1) / m``
+        (i.i.d. projections). The Gaussian mixture has no closed form here
+        (``NotImplementedError``).
+        """
+        if self.mixture != "zero_one":
+            raise NotImplementedError(
+                "ClusteredHybridRF.variance is implemented for mixture='zero_one' only."
+            )
+        Y = X if Y is None else Y
+        Xs, xp = self._check_X(X, "X")
+        Ys, _ = self._check_X(Y, "Y")
+        ix, _ = self._assign(Xs, xp, "x")
+        jy, _ = self._assign(Ys, xp, "y")
+        A = self._param("A", xp, Xs)  # (n_q, n_k, d)
+        Ax = xp.take(A, ix, axis=0)  # (n, n_k, d)
+        Ax = xp.take(Ax, jy, axis=1) * Xs[:, None, :]  # (n, m_pts, d): A^{i(x) j(y)} x
+        Ainv = self._param("Ainv", xp, Xs)
+        By = xp.take(xp.take(Ainv, ix, axis=0), jy, axis=1) * Ys[None, :, :]  # (n, m_pts, d)
+        c2 = xp.sum((Ax + By) ** 2, axis=-1)  # (n, m_pts)
+        log_k2 = 2.0 * (Xs @ xp.matrix_transpose(Ys))
+        if self.alpha != 0.0:
+            log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
+                                                  + _sq_norms(xp, Ys)[None, :])
+        return xp.expm1(c2) * xp.exp(log_k2) / self.n_features
+
+    def _log_second_moment(self, X, Y, xp):
+        raise NotImplementedError("ClusteredHybridRF: use variance().")
+
+    def log_relative_variance(self, X, Y=None):
+        raise NotImplementedError("ClusteredHybridRF: use variance().")
+
+    def log_objective(self, X, Y=None):
+        raise NotImplementedError("ClusteredHybridRF has no FAVOR# fitting objective.")
