@@ -120,3 +120,117 @@ def test_matched_n_features_rule():
         matched_n_features(4, 3, 4)
     with pytest.raises(ValueError, match="rule"):
         matched_n_features(128, 64, 8, rule="cost")
+
+
+def test_lambda_hat_is_unbiased_for_theta_over_pi():
+    """E lambda_hat = theta / pi (Goemans-Williamson), Var = t(1-t)/n (Lemma 3.2)."""
+    d, n, R = 6, 3, 4000
+    thetas = np.array([0.3, 1.2, 2.5])
+    pairs = [_pair_on_sphere(d, 1.0, th, seed=1) for th in thetas]
+    X = np.concatenate([p[0] for p in pairs])
+    Y = np.concatenate([p[1] for p in pairs])
+    lam = np.stack([np.diag(AngularHybridRF(2, n, random_state=s).fit(X, Y)
+                            .approx_components(X, Y)[0]) for s in range(R)])  # (R, 3)
+    t = thetas / np.pi
+    se = np.sqrt(t * (1 - t) / n / R)
+    assert np.abs((lam.mean(0) - t) / se).max() < Z
+    np.testing.assert_allclose(
+        np.diag(AngularHybridRF(2, n, random_state=0).fit(X, Y).exact_lambda(X, Y)), t,
+        rtol=1e-12)
+    np.testing.assert_allclose(lam.var(0), t * (1 - t) / n, rtol=0.12)
+
+
+def _eq47_corrected(r, theta, m, n):
+    """Corrected eq. 47 (Erratum 3): MSE on the sphere of radius r."""
+    t = theta / np.pi
+    c2, s2 = np.cos(theta / 2) ** 2, np.sin(theta / 2) ** 2
+    pp = t * (t - t / n + 1 / n) / (2 * m) * np.exp(8 * r * r * c2 - 2 * r * r) \
+        * (1 - np.exp(-4 * r * r * c2)) ** 2
+    tr = (1 - t) * (1 - t + t / n) / (2 * m) * np.exp(2 * r * r) \
+        * (1 - np.exp(-4 * r * r * s2)) ** 2
+    return pp + tr
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("r", [0.5, 1.5])
+def test_variance_on_sphere_is_corrected_eq47(shared, r):
+    m, n, d = 3, 2, 5
+    thetas = np.linspace(0.0, np.pi, 9)
+    pairs = [_pair_on_sphere(d, r, th, seed=2) for th in thetas]
+    X = np.concatenate([p[0] for p in pairs])
+    Y = np.concatenate([p[1] for p in pairs])
+    fm = AngularHybridRF(m, n, shared_projection=shared, random_state=0).fit(X, Y)
+    np.testing.assert_allclose(np.diag(fm.variance(X, Y)), _eq47_corrected(r, thetas, m, n),
+                               rtol=1e-10, atol=1e-20)
+
+
+def test_variance_limit_thm_3_5():
+    """lim eps/sqrt(theta) = lim eps/sqrt(pi - theta) = W(r)/sqrt(2 pi m n) (Thm 3.5)."""
+    r, m, n, d = 1.5, 4, 3, 3
+    Wr = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
+    for theta, gap in ((1e-5, 1e-5), (np.pi - 1e-5, 1e-5)):
+        X, Y = _pair_on_sphere(d, r, theta)
+        fm = AngularHybridRF(m, n, random_state=0).fit(X, Y)
+        eps = np.sqrt(fm.variance(X, Y)[0, 0]) / np.exp((X @ Y.T)[0, 0])
+        np.testing.assert_allclose(eps / np.sqrt(gap), Wr / np.sqrt(2 * np.pi * m * n),
+                                   rtol=1e-3)
+
+
+def test_shared_projection_lowers_mse_for_unequal_norms():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(3, 4)) * 0.6
+    Y = rng.normal(size=(3, 4)) * 0.3
+    v1 = AngularHybridRF(3, 2, shared_projection=True, random_state=0).fit(X, Y).variance(X, Y)
+    v2 = AngularHybridRF(3, 2, shared_projection=False, random_state=0).fit(X, Y).variance(X, Y)
+    assert np.all(v1 < v2)
+
+
+def test_max_relative_error_on_sphere_analytic_equal_m():
+    """Equal m: max_theta eps(anghyb) <= 0.5 max_theta eps(trig) = 0.5 max eps(++)
+    (note Sec. 3, derived table), from :meth:`variance` on a theta grid."""
+    thetas = np.linspace(0.0, np.pi, 61)
+    d = 3
+    pairs = [_pair_on_sphere(d, 1.0, th, seed=3) for th in thetas]
+    X1 = np.concatenate([p[0] for p in pairs])
+    Y1 = np.concatenate([p[1] for p in pairs])
+    for m in (4,):
+        for n in (1, 2, 8, 64):
+            for r in (0.05, 0.5, 1.0, 2.0, 4.0):
+                X, Y = r * X1, r * Y1
+                fm = AngularHybridRF(m, n, random_state=0).fit(X, Y)
+                eps = np.sqrt(np.diag(fm.variance(X, Y))) / np.exp(np.sum(X * Y, axis=1))
+                # Lemma 3.4: max eps(trig) = max eps(++) = W(r) / sqrt(2m)
+                W = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
+                assert eps.max() <= 0.5 * W / np.sqrt(2 * m) * (1 + 1e-9), (n, r)
+
+
+@pytest.mark.slow
+def test_max_relative_error_on_sphere_below_trig_and_positive_at_matched_cost():
+    """Monte Carlo on the sphere (d = 16, r = 0.5, 13 angles): the angular hybrid at the
+    FLOP-matched size (:func:`matched_n_features`) has a smaller maximum relative error
+    than TrigRF and PositiveRF with M projections, and than the analytic Lemma 3.4 value
+    W(r)/sqrt(2M) of the sin/cos trig and antithetic FAVOR+ maps."""
+    from kernelkit.features import PositiveRF, TrigRF
+
+    d, r, M, n, R = 16, 0.5, 16, 4, 1500
+    m = matched_n_features(M, d, n)
+    thetas = np.linspace(0.0, np.pi, 13)
+    pairs = [_pair_on_sphere(d, r, th, seed=4) for th in thetas]
+    X = np.concatenate([p[0] for p in pairs])
+    Y = np.concatenate([p[1] for p in pairs])
+    K = np.exp(np.sum(X * Y, axis=1))
+
+    def max_rel_error(make):
+        est = np.stack([np.diag(make(s).fit(X, Y).approx_kernel(X, Y)) for s in range(R)])
+        return (np.sqrt(np.mean((est - K) ** 2, axis=0)) / K).max()
+
+    hyb = max_rel_error(lambda s: AngularHybridRF(m, n, random_state=s))
+    trig = max_rel_error(lambda s: TrigRF(M, random_state=s))
+    pos = max_rel_error(lambda s: PositiveRF(M, random_state=s))
+    analytic = AngularHybridRF(m, n, random_state=0).fit(X, Y)
+    eps_an = (np.sqrt(np.diag(analytic.variance(X, Y))) / K).max()
+    assert abs(hyb / eps_an - 1) < 0.15  # MC agrees with the analytic maximum
+    W = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
+    # analytic values: hybrid 0.0999, TrigRF / PositiveRF ~0.35 / 0.30, sin/cos trig 0.184
+    assert hyb < 0.5 * min(trig, pos), (hyb, trig, pos)
+    assert hyb < 0.7 * W / np.sqrt(2 * M)

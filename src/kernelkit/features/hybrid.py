@@ -538,6 +538,12 @@ class AngularHybridRF(_BipolarHybrid):
         zero = denom == 0
         safe = xp.where(zero, xp.ones_like(denom), denom)
         cos = xp.clip((X @ xp.matrix_transpose(Y)) / safe, min=-1.0, max=1.0)
+        # Gram-based angles resolve theta only to ~sqrt(eps): snap cos within rounding of
+        # +-1 (|1 -+ cos| <= 4 eps) to exactly parallel / antiparallel, where the MSE is 0
+        # for equal norms (theta ~ 1e-8 would otherwise give a spurious MSE ~ 1e-8 SM^2)
+        tol = 4.0 * float(xp.finfo(cos.dtype).eps)
+        cos = xp.where(cos >= 1.0 - tol, xp.ones_like(cos), cos)
+        cos = xp.where(cos <= -1.0 + tol, -xp.ones_like(cos), cos)
         return xp.acos(cos) / math.pi, zero
 
     def _lambda_exact(self, X, Y, xp):
