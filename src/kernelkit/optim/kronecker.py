@@ -98,7 +98,7 @@ class KroneckerCurvature:
         rtol : float
             CG stops when ``||A x - G||_F <= rtol ||G||_F``.
         maxiter : int, optional
-            CG iteration cap (default ``min(n p, 500)``).
+            CG iteration cap (default 500).
         precondition : bool
             Jacobi preconditioner for CG.
 
@@ -119,7 +119,7 @@ class KroneckerCurvature:
         if method != "cg":
             raise ValueError(f"method must be 'cg' or 'dense', got {method!r}.")
         if maxiter is None:
-            maxiter = min(self.p * self.n, 500)
+            maxiter = 500
         M = 1.0 / self.diagonal() if precondition else None
         return conjugate_gradient(self.matvec, G, x0=x0, rtol=rtol, maxiter=maxiter, Minv=M)
 

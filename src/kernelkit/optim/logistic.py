@@ -149,7 +149,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         or a dense Cholesky factorization; ``"auto"`` takes dense up to 1500 parameters.
     cg_rtol : float, default=1e-4
     cg_maxiter : int or None, default=None
-        CG iteration cap (``None``: ``min(dimension, 500)``).
+        CG iteration cap (``None``: 500).
     low_rank : {"paper", "eig", "exact"}, default="paper"
         Variant of the low-rank bound for ``"lspfb"`` (see
         :func:`~kernelkit.optim.low_rank_partition_bound`).

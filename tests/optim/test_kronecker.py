@@ -1,0 +1,88 @@
+"""Matrix-free curvature (note §3): product, dense form, diagonal and solves against dense."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from optim_helpers import mlr_features
+
+from kernelkit.optim import (
+    KroneckerCurvature,
+    conjugate_gradient,
+    multinomial_partition_bound,
+    partition_bound,
+)
+
+
+def _operator(seed, m=30, p=6, n=4, lam=1e-2, scale=None):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(m, p))
+    W = rng.normal(size=(p, n))
+    mb = multinomial_partition_bound(W, X)
+    scale = 1.0 / m if scale is None else scale
+    return X, W, mb, KroneckerCurvature(X, mb.C, lam=lam, scale=scale)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dense_is_scaled_sum_of_alg_b_sigmas(seed):
+    """todense() = scale * sum_j Sigma_j (Alg. B on e_y (x) x) + lam I."""
+    X, W, _mb, A = _operator(seed, m=7, p=3, n=4, lam=0.3, scale=0.5)
+    sig = partition_bound(W.T.ravel(), mlr_features(X, 4)).sigma.sum(0)
+    np.testing.assert_allclose(A.todense(), 0.5 * sig + 0.3 * np.eye(12), atol=1e-13)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matvec_equals_dense(seed):
+    _X, _W, _mb, A = _operator(seed)
+    Ad = A.todense()
+    V = np.random.default_rng(seed + 10).normal(size=(A.p, A.n))
+    np.testing.assert_allclose(A.matvec(V).T.ravel(), Ad @ V.T.ravel(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(A.matvec(V.T.ravel()), Ad @ V.T.ravel(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(A @ V, A.matvec(V))
+    np.testing.assert_allclose(A.diagonal().T.ravel(), np.diag(Ad), rtol=1e-12)
+    assert A.shape == Ad.shape
+
+
+def test_per_parameter_ridge():
+    X, W, mb, _ = _operator(0)
+    lam = np.random.default_rng(1).uniform(0.1, 1.0, size=(X.shape[1], W.shape[1]))
+    A = KroneckerCurvature(X, mb.C, lam=lam, scale=1 / len(X))
+    V = np.ones_like(lam)
+    np.testing.assert_allclose(A.matvec(V).T.ravel(), A.todense() @ V.T.ravel(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("precondition", [True, False])
+def test_cg_equals_dense_solve(precondition):
+    _X, _W, _mb, A = _operator(2, m=60, p=8, n=5, lam=1e-3)
+    G = np.random.default_rng(3).normal(size=(8, 5))
+    exact = np.linalg.solve(A.todense(), G.T.ravel()).reshape(5, 8).T
+    dense, _ = A.solve(G, method="dense")
+    np.testing.assert_allclose(dense, exact, rtol=1e-9, atol=1e-9)
+    cg, info = A.solve(G, method="cg", rtol=1e-11, maxiter=1000, precondition=precondition)
+    assert info["residual"] <= 1e-11
+    np.testing.assert_allclose(cg, exact, rtol=1e-6, atol=1e-8 * np.abs(exact).max())
+    # warm start at the solution: no iteration needed
+    _, info2 = A.solve(G, method="cg", x0=cg, rtol=1e-9)
+    assert info2["iterations"] == 0
+
+
+def test_cg_zero_rhs_and_bad_method():
+    _, _, _, A = _operator(0)
+    x, info = A.solve(np.zeros((A.p, A.n)))
+    assert np.all(x == 0) and info["iterations"] == 0
+    with pytest.raises(ValueError, match="method"):
+        A.solve(np.ones((A.p, A.n)), method="lu")
+
+
+def test_conjugate_gradient_generic():
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(20, 20))
+    A = M @ M.T + np.eye(20)
+    b = rng.normal(size=20)
+    x, _info = conjugate_gradient(lambda v: A @ v, b, rtol=1e-12, maxiter=200)
+    np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=1e-8)
+
+
+def test_operator_bad_shapes():
+    with pytest.raises(ValueError, match="C must have shape"):
+        KroneckerCurvature(np.ones((3, 2)), np.ones((4, 2, 2)))
