@@ -114,3 +114,23 @@ def test_bad_tolerances_and_kernels():
         pivoted_cholesky("polynomial-ish", X)
     with pytest.raises(ValueError, match="2-D"):
         pivoted_cholesky("gaussian", X[:, 0])
+
+
+def test_blocked_threaded_path(monkeypatch):
+    """Several row blocks (threaded when CPUs allow): same guarantees, same factor."""
+    from kernelkit.distributions import _cholesky
+
+    n = 2 * _cholesky._BLOCK + 1234
+    X = np.random.default_rng(3).standard_normal((n, 2))
+    res = pivoted_cholesky("gaussian", X, lengthscale=1.5, rel_tol=1e-3)
+    L, m = res.L, res.rank
+    Kp = rbf_kernel(X, X[res.pivots], gamma=0.5 / 1.5**2)  # K[:, piv], (n, m)
+    np.testing.assert_allclose(Kp @ res.B_piv, L, atol=1e-8)  # (18)
+    np.testing.assert_allclose(res.B_piv.T @ L[res.pivots], np.eye(m), atol=1e-8)  # (17)
+    trace_res = n - np.sum(L**2)
+    assert trace_res == pytest.approx(res.trace_residual, rel=1e-8)
+    assert trace_res <= 1e-3 * n
+    monkeypatch.setattr(_cholesky, "_n_threads", lambda n: 1)
+    serial = pivoted_cholesky("gaussian", X, lengthscale=1.5, rel_tol=1e-3)
+    np.testing.assert_array_equal(serial.pivots, res.pivots)
+    np.testing.assert_allclose(serial.L, L, atol=1e-12)

@@ -9,11 +9,15 @@ O(m n) memory in total (note §2).
 from __future__ import annotations
 
 import math
-import numbers
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
 from .._backend import to_numpy, validate_data, validate_positive_float, validate_positive_int
 from ._kernels import Kernel, make_kernel
@@ -23,6 +27,7 @@ __all__ = ["PivotedCholesky", "pivoted_cholesky"]
 # Stop when the largest remaining diagonal entry is below this fraction of max diag(K):
 # further pivots would be round-off (note §2, "Robustness").
 _RANK_EPS = 1e-14
+_BLOCK = 1 << 15  # rows per block: the block's vectors stay in cache within a step
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,6 +154,52 @@ def pivoted_cholesky(kernel, X, *, lengthscale: float = 1.0, tol: float | None =
     return _pivoted_cholesky(k, X, tol, rel_tol, max_rank)
 
 
+def _n_threads(n: int) -> int:
+    """Worker threads for the row blocks (the CPUs this process may use, at most 8)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8, n // _BLOCK))
+
+
+class _Step:
+    """One Algorithm 1 step on a block of rows ``[a, b)``, fused so that the block's
+    vectors stay in cache: kernel column, ``l = (col - L L[p]^T) / sqrt(d_p)`` (line 4),
+    ``d -= l^2`` (line 7, clipped at 0), then the block's sum and argmax of ``d``."""
+
+    def __init__(self, k, Xt, col, Lt, d, scratch):
+        self.k, self.Xt, self.col, self.Lt, self.d = k, Xt, col, Lt, d
+        self.scratch = scratch  # per-thread (2, _BLOCK) buffers, keyed by thread id
+
+    def set(self, m, p, xp, lp, s):
+        self.m, self.p, self.xp, self.lp, self.s = m, p, xp, lp, s
+
+    def __call__(self, a):
+        b = min(a + _BLOCK, self.d.shape[0])
+        buf = self.scratch.get(threading.get_ident())
+        if buf is None:
+            buf = self.scratch.setdefault(threading.get_ident(), np.empty((2, _BLOCK)))
+        t1, t2 = buf[0, :b - a], buf[1, :b - a]
+        l = self.Lt[self.m, a:b]
+        if self.Xt is not None:
+            self.k.column(self.Xt[:, a:b], self.xp, l, t1)  # K[a:b, p]
+        else:
+            l[:] = self.col[a:b]
+        if self.m:
+            np.matmul(self.lp, self.Lt[:self.m, a:b], out=t2)  # (L L[p]^T)[a:b]
+            l -= t2
+        l *= self.s
+        d = self.d[a:b]
+        np.square(l, out=t1)
+        d -= t1
+        if a <= self.p < b:
+            d[self.p - a] = 0.0
+        np.maximum(d, 0.0, out=d)
+        j = int(np.argmax(d))
+        return float(d.sum()), float(d[j]), a + j
+
+
 def _pivoted_cholesky(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int) -> PivotedCholesky:
     n = X.shape[0]
     d = k.diag(X)  # (n,)
@@ -158,52 +209,50 @@ def _pivoted_cholesky(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int) -> 
     thresholds = [t for t in (tol, None if rel_tol is None else rel_tol * trace) if t is not None]
     threshold = max(thresholds)
     d_floor = _RANK_EPS * float(d.max())
-    x2 = np.einsum("ij,ij->i", X, X) if k.stationary else None  # (n,)
+    Xt = np.ascontiguousarray(X.T) if k.stationary else None  # (d, n) for the columns
+    col = None if Xt is not None else np.empty(n)
 
     cap = min(max_rank, 128)
     Lt = np.empty((cap, n))  # rows of L^T, grown in place
     B_piv = np.zeros((cap, cap))  # B[pivots, :] in pivot order (upper triangular)
     pivots = np.empty(max_rank, dtype=np.intp)
     resid = trace
+    p = int(np.argmax(d))
+    starts = range(0, n, _BLOCK)
+    n_threads = _n_threads(n)
+    step = _Step(k, Xt, col, Lt, d, {})
+    pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
     m = 0
-    while resid > threshold and m < max_rank:
-        p = int(np.argmax(d))
-        dp = float(d[p])
-        if dp <= d_floor:
-            break
-        if m == cap:  # grow the buffers (C order: existing rows keep their place)
-            cap = min(2 * cap, max_rank)
-            Lt.resize((cap, n), refcheck=False)
-            B_new = np.zeros((cap, cap))
-            B_new[:m, :m] = B_piv[:m, :m]
-            B_piv = B_new
-        xp = X[p:p + 1]
-        col = k(X, xp, x2, None if x2 is None else x2[p:p + 1])[:, 0]  # K[:, p], (n,)
-        lp = Lt[:m, p].copy()  # L[p, :m], (m,)
-        l = Lt[m]  # row m of L^T, written in place, (n,)
-        if m:
-            np.matmul(lp, Lt[:m], out=l)  # L L[p]^T
-            np.subtract(col, l, out=l)
-        else:
-            l[:] = col
-        s = 1.0 / math.sqrt(dp)
-        l *= s
-        # line 5 in pivot coordinates: b = (e_m - B L[p]^T) / sqrt(d_p)
-        if m:
-            B_piv[:m, m] = -(B_piv[:m, :m] @ lp) * s
-        B_piv[m, m] = s
-        # line 7 with the round-off guard
-        col = np.square(l, out=col)
-        d -= col
-        d[p] = 0.0
-        np.maximum(d, 0.0, out=d)
-        resid = float(d.sum())
-        pivots[m] = p
-        m += 1
+    try:
+        with threadpool_limits(1, user_api="blas") if pool else nullcontext():
+            while resid > threshold and m < max_rank:
+                dp = float(d[p])
+                if dp <= d_floor:
+                    break
+                if m == cap:  # grow the buffers (C order: existing rows keep their place)
+                    cap = min(2 * cap, max_rank)
+                    Lt.resize((cap, n), refcheck=False)
+                    step.Lt = Lt
+                    B_new = np.zeros((cap, cap))
+                    B_new[:m, :m] = B_piv[:m, :m]
+                    B_piv = B_new
+                if col is not None:  # callables: evaluated in the calling thread
+                    col[:] = k(X, X[p:p + 1])[:, 0]
+                lp = Lt[:m, p].copy()  # L[p, :m], (m,)
+                s = 1.0 / math.sqrt(dp)
+                step.set(m, p, X[p], lp, s)
+                parts = list(pool.map(step, starts)) if pool else [step(a) for a in starts]
+                # line 5 in pivot coordinates: b = (e_m - B L[p]^T) / sqrt(d_p)
+                if m:
+                    B_piv[:m, m] = -(B_piv[:m, :m] @ lp) * s
+                B_piv[m, m] = s
+                pivots[m] = p
+                m += 1
+                resid = math.fsum(part[0] for part in parts)
+                p = max(parts, key=lambda part: part[1])[2]
+    finally:
+        if pool is not None:
+            pool.shutdown()
     Lt.resize((m, n), refcheck=False)
     return PivotedCholesky(Lt=Lt, pivots=pivots[:m].copy(), B_piv=B_piv[:m, :m].copy(),
                            diag_residual=d, trace_residual=resid, trace=trace)
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)

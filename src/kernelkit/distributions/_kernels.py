@@ -107,6 +107,24 @@ class Kernel:
             raise ValueError("the kernel callable returned a non-finite or misshaped diagonal.")
         return d
 
+    def column(self, Xt: np.ndarray, x: np.ndarray, out: np.ndarray, tmp: np.ndarray
+               ) -> np.ndarray:
+        """``[k(x_i, x)]_i`` into ``out`` (n,), from the transposed data ``Xt`` (d, n).
+
+        Contiguous, in-place passes (one per coordinate plus the profile): the column
+        oracle of the pivoted Cholesky (named kernels only; ``tmp`` is scratch (n,)).
+        """
+        np.subtract(Xt[0], x[0], out=out)
+        np.square(out, out=out)
+        for j in range(1, Xt.shape[0]):
+            np.subtract(Xt[j], x[j], out=tmp)
+            np.square(tmp, out=tmp)
+            out += tmp
+        res = _profile(self.name, out, self.lengthscale)
+        if res is not out:
+            out[:] = res
+        return out
+
     def __call__(self, A: np.ndarray, B: np.ndarray, a2: np.ndarray | None = None,
                  b2: np.ndarray | None = None) -> np.ndarray:
         """Kernel matrix ``[k(a_i, b_j)]``, shape (len(A), len(B)), float64.
