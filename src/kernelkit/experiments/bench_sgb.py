@@ -1,0 +1,224 @@
+"""Benchmark of the SPFB / LSPFB optimisers (``kernelkit bench sgb``).
+
+Everything comes from one run:
+
+1. **One SPFB step** at the paper's size -- mini-batch m = 1000 Fashion-MNIST images,
+   d = 784 pixels (no bias column), 10 classes (7840 parameters), λ = 1e-4 -- with the
+   matrix-free CG solve divided by the dense Cholesky solve of the (7840 x 7840) curvature
+   (:func:`kernelkit.optim.spfb_step`, ``linear_solver="cg"`` vs ``"dense"``); target
+   <= 0.05. The expansion point is the iterate after two SGD epochs on the first 10000
+   training images (a mid-training curvature, not the trivial one at zero). The CG
+   iterations and the relative difference of the two directions are printed, and one SGD
+   step for scale.
+2. **Time to suboptimality** on digits and Fashion-MNIST: epochs and seconds to reach
+   relative suboptimality (L − L*)/L* of 1e-2 and 1e-3 for SPFB (CG and dense), LSPFB,
+   SGD, Adam and L-BFGS, run by :func:`kernelkit.experiments.sgb_logreg.compare` (same
+   objective, optimum, equal-size step-size grids and tuning as ``reproduce sgb-logreg``).
+3. **SPFB time per epoch / SGD time per epoch** (kernelkit's goal: <= 10), from the same
+   runs; and whether "SPFB and LSPFB beat SGD" (the paper's claim) holds per epoch and
+   per second on each data set.
+
+Timing: step times are minima over rounds that alternate the two solvers
+(:func:`kernelkit.experiments._timing.time_calls`). All of it runs with ``blas_threads``
+BLAS threads (default 1: on a shared 2-core machine threaded OpenBLAS under contention
+was up to 100x slower on small matrices, which would measure the machine, not the
+methods).
+
+Run ``python benchmarks/bench_sgb.py [--quick]`` or ``kernelkit bench sgb [--quick]``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+
+import numpy as np
+
+from ._timing import meets, text_table, time_calls
+
+NAME = "sgb"
+DESCRIPTION = ("SPFB step matrix-free vs dense; epochs and seconds to suboptimality vs SGD, "
+               "Adam, L-BFGS")
+
+__all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
+
+#: quantity -> (comparison, threshold)
+TARGETS = {
+    "SPFB step CG / dense (m=1000, d=784, n=10)": ("<=", 0.05),
+    "SPFB / SGD time per epoch [digits]": ("<=", 10.0),
+    "SPFB / SGD time per epoch [fashion_mnist]": ("<=", 10.0),
+}
+
+
+def _bench_config(quick: bool):
+    from .sgb_logreg import Config, DataSpec
+
+    if quick:
+        specs = (DataSpec("digits", 1e-3, 100, 10, ranks=(1, 10)),
+                 DataSpec("fashion_mnist", 1e-3, 200, 4, n=2000, ranks=(1,), dense=False))
+        return Config(datasets=specs, etas=(0.3, 1.0, 3.0), adam_etas=(3e-3, 1e-2, 3e-2),
+                      schedules=("inverse_t0",), seeds=1, cg_maxiter=100)
+    specs = (DataSpec("digits", 1e-3, 100, 30, ranks=(1, 5, 10, 100)),
+             DataSpec("fashion_mnist", 1e-3, 1000, 15, n=10000, tune_epochs=3,
+                      ranks=(1, 10)))
+    return Config(datasets=specs, etas=(0.1, 0.3, 1.0, 3.0),
+                  adam_etas=(1e-3, 3e-3, 1e-2, 3e-2), schedules=("inverse_t0", "constant"),
+                  seeds=3)
+
+
+def _step_ratio(repeats: int, seed: int = 0) -> dict:
+    """Part 1: one SPFB step, CG vs dense, at m = 1000, d = 784, n = 10."""
+    from ..datasets._images import load_fashion_mnist
+    from ..optim import sgd_step, spfb_step
+
+    lam = 1e-4
+    X, y = load_fashion_mnist("train", n=10000)  # (10000, 784) in [0, 1]
+    W = np.zeros((784, 10))
+    rng = np.random.default_rng(seed)
+    for _ in range(2):  # two SGD epochs (m = 1000, eta = 1): a mid-training point
+        for idx in np.array_split(rng.permutation(len(y)), 10):
+            W = sgd_step(W, X[idx], y[idx], lam, 1.0)[0]
+    Xb, yb = X[:1000], y[:1000]
+    _, info_cg = spfb_step(W, Xb, yb, lam, 1.0, linear_solver="cg")
+    _, info_dn = spfb_step(W, Xb, yb, lam, 1.0, linear_solver="dense")
+    d_cg, d_dn = info_cg["direction"], info_dn["direction"]
+    rel = float(np.linalg.norm(d_cg - d_dn) / np.linalg.norm(d_dn))
+    t = time_calls({
+        "SPFB step (CG)": lambda: spfb_step(W, Xb, yb, lam, 1.0, linear_solver="cg"),
+        "SPFB step (dense)": lambda: spfb_step(W, Xb, yb, lam, 1.0, linear_solver="dense"),
+        "SGD step": lambda: sgd_step(W, Xb, yb, lam, 1.0),
+    }, repeats)
+    return {"timings": t, "cg_iterations": int(info_cg["iterations"]),
+            "cg_residual": float(info_cg["residual"]), "direction_rel_diff": rel,
+            "ratio": t["SPFB step (CG)"]["min"] / t["SPFB step (dense)"]["min"]}
+
+
+def _fmt(v, digits=3):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "not reached"
+    return f"{v:.{digits}g}"
+
+
+def run(quick: bool = False, blas_threads: int | None = 1, seed: int = 0) -> dict:
+    """Run the benchmark, print its tables and return the numbers.
+
+    Returns
+    -------
+    dict with ``config``, ``step`` (part 1), ``curves`` (per data set: optimum, summary
+    per method, verdicts), ``ratios``, ``targets`` (value, target, pass) and ``claims``.
+    """
+    from .sgb_logreg import _blas_limit
+
+    with _blas_limit(blas_threads):
+        return _run(quick, blas_threads, seed)
+
+
+def _run(quick, blas_threads, seed):
+    from tqdm.auto import tqdm
+
+    from ..datasets._images import DatasetNotAvailable
+    from ..datasets._sgb import load_sgb_dataset
+    from . import _sgb_common as C
+    from .sgb_logreg import compare, methods_for, summarize, verdicts
+
+    config = _bench_config(quick)
+    repeats = 2 if quick else 5
+    print(f"kernelkit bench sgb: {os.cpu_count()} CPUs, BLAS threads="
+          f"{blas_threads or 'default'}, NumPy {np.__version__}, {platform.machine()}"
+          + (" [quick sizes; targets are for the full run]" if quick else ""))
+    if not C.bound_solver_available():
+        print("kernelkit.optim is not available: nothing to benchmark.")
+        return {"error": "kernelkit.optim not available"}
+
+    ratios, targets, claims = {}, {}, {}
+    # ---- part 1: one step
+    step = None
+    try:
+        step = _step_ratio(repeats, seed)
+    except DatasetNotAvailable as exc:
+        print(f"\nSPFB step timing skipped: {exc}")
+    if step is not None:
+        ratios["SPFB step CG / dense (m=1000, d=784, n=10)"] = step["ratio"]
+        t = step["timings"]
+        print(f"\nOne SPFB step, m = 1000 Fashion-MNIST images, d = 784, 10 classes, "
+              f"lambda = 1e-4 ({repeats} rounds, min / median ms):")
+        print(text_table(["call", "min ms", "median ms"],
+                         [[k, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}"]
+                          for k, v in t.items()]))
+        print(f"CG: {step['cg_iterations']} iterations, relative residual "
+              f"{step['cg_residual']:.1e}; ||d_cg - d_dense|| / ||d_dense|| = "
+              f"{step['direction_rel_diff']:.1e}")
+
+    # ---- part 2: curves
+    curves = {}
+    plan = []
+    for spec in config.datasets:
+        try:
+            data = load_sgb_dataset(spec.name, n=spec.n, random_state=seed)
+        except DatasetNotAvailable as exc:
+            print(f"\n{spec.name} skipped: {exc}")
+            continue
+        problem = C.make_problem(data, spec.lam)
+        plan.append((spec, problem, methods_for(spec, config, problem)))
+    bar = tqdm(total=sum(len(p[2]) for p in plan), desc="bench sgb", unit="method",
+               leave=False)
+    for spec, problem, methods in plan:
+        res = compare(problem, spec, config, seed, progress=bar, methods=methods)
+        summ = summarize(res)
+        vd = verdicts(res, summ)
+        curves[spec.name] = {"spec": spec, "T": problem.T, "p": problem.p,
+                             "optimum": res["_optimum"].value, "summary": summ,
+                             "verdicts": vd}
+        if "SPFB" in summ and "SGD" in summ:
+            ratios[f"SPFB / SGD time per epoch [{spec.name}]"] = (
+                summ["SPFB"]["sec_per_epoch"] / summ["SGD"]["sec_per_epoch"])
+        for method, v in vd.items():
+            claims[f"{method} beats SGD per epoch [{spec.name}]"] = v["per_epoch"]
+            claims[f"{method} beats SGD per second [{spec.name}]"] = v["per_second"]
+    bar.close()
+
+    for name, c in curves.items():
+        sp = c["spec"]
+        print(f"\n{name}: T = {c['T']}, p = {c['p']} (with bias), lambda = {sp.lam:g}, "
+              f"m = {sp.batch_size}, {sp.epochs} epochs (tuning {sp.tune_epochs or sp.epochs}"
+              f"), L* = {c['optimum']:.10g}; {config.seeds} seed(s), medians:")
+        rows = []
+        for method, s in c["summary"].items():
+            best = s["best"]
+            cfg = (f"eta0={best['eta0']:g} {best['schedule']}" if "eta0" in best else "-")
+            rows.append([method, cfg, _fmt(s["epochs_to_0.01"]), _fmt(s["seconds_to_0.01"]),
+                         _fmt(s["epochs_to_0.001"]), _fmt(s["seconds_to_0.001"]),
+                         f"{s['final_gap']:.2e}", _fmt(s["sec_per_epoch"])])
+        print(text_table(["method", "tuned", "epochs 1e-2", "s 1e-2", "epochs 1e-3",
+                          "s 1e-3", "final rel gap", "s/epoch"], rows))
+
+    # ---- targets and claims
+    rows = []
+    for name, (op, thr) in TARGETS.items():
+        if name not in ratios:
+            rows.append([name, "-", f"{op} {thr:g}", "not run"])
+            continue
+        ok = meets(ratios[name], op, thr)
+        targets[name] = {"value": ratios[name], "target": f"{op} {thr:g}", "pass": ok}
+        rows.append([name, f"{ratios[name]:.3g}", f"{op} {thr:g}", "met" if ok else "not met"])
+    print("\nTargets:")
+    print(text_table(["quantity", "value", "target", "status"], rows))
+    rows = [[k, f"{v[0]:.2e}", f"{v[1]:.2e}", "holds" if v[2] else "does not hold"]
+            for k, v in claims.items()]
+    if rows:
+        print("\nPaper's claim (SPFB / LSPFB beat SGD; LSPFB = its best rank). Per epoch: "
+              "median relative gap at the last common epoch; per second: lowest gap within "
+              "the shorter total time:")
+        print(text_table(["claim", "ours", "SGD", "on our data"], rows))
+    n_pass = sum(v["pass"] for v in targets.values())
+    print(f"\n{n_pass}/{len(targets)} targets met.")
+    return {"config": {"quick": quick, "blas_threads": blas_threads, "repeats": repeats,
+                       "cpus": os.cpu_count()},
+            "step": step, "curves": {k: {kk: vv for kk, vv in v.items() if kk != "spec"}
+                                     for k, v in curves.items()},
+            "ratios": ratios, "targets": targets,
+            "claims": {k: {"ours": v[0], "sgd": v[1], "holds": v[2]} for k, v in claims.items()},
+            "all_pass": all(v["pass"] for v in targets.values())}
