@@ -1,0 +1,23 @@
+"""Linear-attention benchmark: ``python benchmarks/bench_attention.py [--quick]``.
+
+Thin wrapper around :mod:`kernelkit.experiments.bench_attention` (also run by
+``kernelkit bench attention``); see that module for what is timed and how.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kernelkit.experiments import bench_attention
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=bench_attention.DESCRIPTION)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (seconds)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if any)")
+    args = parser.parse_args(argv)
+    return bench_attention.run(quick=args.quick, device=args.device)
+
+
+if __name__ == "__main__":
+    main()
