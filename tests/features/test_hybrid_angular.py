@@ -85,6 +85,7 @@ def test_variance_nonzero_at_theta_0_unequal_norms():
     assert len(vals) > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [True, False])
 def test_unbiased_and_mse_matches_monte_carlo(shared):
     """Mean within Z SE of exp(x.y); empirical MSE within Z SE (from the 4th moment)."""
