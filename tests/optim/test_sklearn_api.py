@@ -64,8 +64,10 @@ def test_bound_solver_reaches_sklearn_optimum(name, fit_intercept):
 
 
 @pytest.mark.parametrize(("name", "batch_size", "eta0"), [("iris", 32, 2.0), ("cancer", 100, 2.0)])
-@pytest.mark.parametrize("linear_solver", ["dense", "cg"])
-def test_spfb_converges_to_sklearn_optimum(name, batch_size, eta0, linear_solver):
+@pytest.mark.parametrize(("linear_solver", "preconditioner"),
+                         [("dense", None), ("cg", "kronecker"), ("cg", "jacobi")])
+def test_spfb_converges_to_sklearn_optimum(name, batch_size, eta0, linear_solver,
+                                           preconditioner):
     """Mini-batch SPFB (mean form, eta0 / (1 + t / t0)) approaches scikit-learn's optimum.
 
     SPFB's rate is O(1/t) (Thm 2), so the relative gap after 100 epochs is only ~1e-2
@@ -77,7 +79,7 @@ def test_spfb_converges_to_sklearn_optimum(name, batch_size, eta0, linear_solver
     clf = BoundLogisticRegression(solver="spfb", alpha=alpha, batch_size=batch_size,
                                   max_epochs=100, tol=None, schedule="inverse_t0", eta0=eta0,
                                   linear_solver=linear_solver, cg_rtol=1e-8,
-                                  random_state=0).fit(X, y)
+                                  preconditioner=preconditioner, random_state=0).fit(X, y)
     gaps = np.asarray(clf.loss_history_) - f_star
     assert np.all(gaps >= -1e-12)
     assert gaps[-1] < 1e-2 * f_star, gaps[-1]
@@ -186,7 +188,8 @@ def test_bad_input_errors():
     for kw, exc in [({"solver": "adam"}, ValueError), ({"alpha": -1.0}, ValueError),
                     ({"alpha": "big"}, TypeError), ({"batch_size": 0}, ValueError),
                     ({"schedule": "cos"}, ValueError), ({"linear_solver": "lu"}, ValueError),
-                    ({"low_rank": "svd"}, ValueError), ({"callback": 3}, TypeError),
+                    ({"low_rank": "svd"}, ValueError), ({"preconditioner": "ilu"}, ValueError),
+                    ({"callback": 3}, TypeError),
                     ({"max_epochs": 2.5}, TypeError), ({"reduction": "max"}, ValueError)]:
         with pytest.raises(exc):
             BoundLogisticRegression(**kw).fit(X, y)

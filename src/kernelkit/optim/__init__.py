@@ -6,7 +6,8 @@ Public API
   batch of samples of any log-linear model, in log space.
 * :func:`multinomial_partition_bound`, :class:`MultinomialBound` – its Kronecker form for
   multinomial logistic regression (``Sigma_j = C_j (x) x_j x_j^T``).
-* :class:`KroneckerCurvature`, :func:`conjugate_gradient` – the batch curvature as a
+* :class:`KroneckerCurvature`, :class:`KroneckerPreconditioner`,
+  :func:`conjugate_gradient` – the batch curvature as a
   matrix-free operator (``matvec``, ``todense``, ``solve`` by CG or Cholesky).
 * :func:`spfb_step`, :func:`bound_step`, :func:`sgd_step`, :func:`step_size`,
   :func:`multinomial_objective`, :func:`multinomial_gradient` – solver steps.
@@ -23,7 +24,7 @@ from .bound import (
     multinomial_partition_bound,
     partition_bound,
 )
-from .kronecker import KroneckerCurvature, conjugate_gradient
+from .kronecker import KroneckerCurvature, KroneckerPreconditioner, conjugate_gradient
 from .logistic import BoundLogisticRegression, logistic_objective
 from .low_rank import (
     LowRankBound,
@@ -44,6 +45,7 @@ from .solvers import (
 __all__ = [
     "BoundLogisticRegression",
     "KroneckerCurvature",
+    "KroneckerPreconditioner",
     "LowRankBound",
     "MultinomialBound",
     "PartitionBound",

@@ -33,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state
 from . import solvers as _s
+from .kronecker import KroneckerPreconditioner
 
 __all__ = ["BoundLogisticRegression", "logistic_objective"]
 
@@ -150,6 +151,11 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     cg_rtol : float, default=1e-4
     cg_maxiter : int or None, default=None
         CG iteration cap (``None``: 500).
+    preconditioner : {"kronecker", "jacobi", None}, default="kronecker"
+        CG preconditioner: ``"kronecker"`` inverts ``C_bar (x) M + alpha I`` exactly, with
+        ``M`` the second moment of (up to 10 000 rows of) the training inputs, computed
+        once per ``fit`` (O(p^3), counted in the training time); ``"jacobi"`` is the
+        diagonal of the note.
     low_rank : {"paper", "eig", "exact"}, default="paper"
         Variant of the low-rank bound for ``"lspfb"`` (see
         :func:`~kernelkit.optim.low_rank_partition_bound`).
@@ -184,8 +190,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     def __init__(self, solver="spfb", rank=10, alpha=1e-4, batch_size=1000, max_epochs=100,
                  tol=1e-4, n_iter_no_change=3, eta0=1.0, schedule=None, t0=None,
                  fit_intercept=True, reduction="mean", linear_solver="auto", cg_rtol=1e-4,
-                 cg_maxiter=None, low_rank="paper", shuffle=True, warm_start=False,
-                 callback=None, compute_loss=True, random_state=None):
+                 cg_maxiter=None, preconditioner="kronecker", low_rank="paper", shuffle=True,
+                 warm_start=False, callback=None, compute_loss=True, random_state=None):
         self.solver = solver
         self.rank = rank
         self.alpha = alpha
@@ -201,6 +207,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         self.linear_solver = linear_solver
         self.cg_rtol = cg_rtol
         self.cg_maxiter = cg_maxiter
+        self.preconditioner = preconditioner
         self.low_rank = low_rank
         self.shuffle = shuffle
         self.warm_start = warm_start
@@ -234,6 +241,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         _pos_float(self.cg_rtol, "cg_rtol")
         if self.cg_maxiter is not None:
             _pos_int(self.cg_maxiter, "cg_maxiter")
+        if self.preconditioner not in ("kronecker", "jacobi", None):
+            raise ValueError("preconditioner must be 'kronecker', 'jacobi' or None, got "
+                             f"{self.preconditioner!r}.")
         if self.low_rank not in ("paper", "eig", "exact"):
             raise ValueError(f"low_rank must be 'paper', 'eig' or 'exact', got "
                              f"{self.low_rank!r}.")
@@ -303,6 +313,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         if self.fit_intercept:
             self._mask[-1] = 0.0
         self._x0 = None
+        self._precond = None
         self._rng = check_random_state(self.random_state)
         self.loss_history_ = []
         self.time_history_ = []
@@ -344,6 +355,15 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         if lin == "auto":
             lin = "dense" if d <= _DENSE_MAX_DIM else "cg"
         rng = self._rng
+        precond = self.preconditioner
+        if precond == "kronecker" and lin == "cg" and self.solver in ("spfb", "bound"):
+            tic = time.perf_counter()
+            if self._precond is None or len(self._precond.evals) != p1:
+                sub = X1 if T <= 10_000 else X1[rng.choice(T, 10_000, replace=False)]
+                self._precond = KroneckerPreconditioner(sub)
+            precond = self._precond
+            self._train_time += time.perf_counter() - tic
+        self._precond_arg = precond
         track = self.compute_loss or self.tol is not None
         if track and not self.loss_history_:
             self.loss_history_.append(self._objective_internal(X1, yi))
@@ -401,7 +421,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                                    reduction="mean" if self.solver == "bound" else
                                    self.reduction, linear_solver=lin, rtol=rtol,
                                    maxiter=self.cg_maxiter,
-                                   x0=None if self.solver == "bound" else self._x0)
+                                   x0=None if self.solver == "bound" else self._x0,
+                                   preconditioner=self._precond_arg)
             self._x0 = info["direction"]
             return W
         if self.solver == "sgd":
