@@ -277,3 +277,43 @@ def test_summary_is_consistent_with_traces(tiny_run):
         for v in d["verdicts"].values():
             ours, sgd, holds = v["per_epoch"]
             assert holds == (ours < sgd)
+
+
+@needs_optim
+def test_unaffordable_methods_are_skipped_and_listed(tmp_path):
+    cfg = S.Config(datasets=(S.DataSpec("breast_cancer", 1e-2, 100, 2, ranks=(1, 5)),),
+                   etas=(1.0,), adam_etas=(0.01,), schedules=("constant",), seeds=1,
+                   max_method_s=1e-9, lbfgs=False)
+    res = S.run(tmp_path, quick=True, config=cfg)
+    d = res["datasets"]["breast_cancer"]
+    assert set(d["skipped_methods"]) == {"SPFB (dense)", "LSPFB k=1", "LSPFB k=5"}
+    assert set(d["traces"]) == {"SGD", "Adam", "SPFB"}  # SPFB (CG) always runs
+    assert "Not affordable" in (tmp_path / "report.md").read_text()
+    # the estimate counts the tuning grid and the final runs
+    pr = C.make_problem(load_sgb_dataset("breast_cancer"), 1e-2)
+    per_step, est = S.estimate_seconds("LSPFB k=1", pr, cfg.datasets[0], cfg)
+    assert est == pytest.approx(per_step * 6 * 2, rel=1e-12)  # 6 steps/epoch, 1 config
+
+
+def test_bench_configs_have_equal_grids():
+    from kernelkit.experiments import bench_sgb
+
+    for quick in (True, False):
+        cfg = bench_sgb._bench_config(quick)
+        assert [s.name for s in cfg.datasets] == ["digits", "fashion_mnist"]
+        for spec in cfg.datasets:
+            sizes = {len(cfg.grid(m, spec)) for m in ("SGD", "Adam", "SPFB", "LSPFB k=1")}
+            assert len(sizes) == 1
+    assert set(bench_sgb.TARGETS) >= {"SPFB step CG / dense (m=1000, d=784, n=10)"}
+
+
+@needs_optim
+def test_bench_step_ratio_small():
+    from kernelkit.datasets._images import fashion_mnist_available
+    from kernelkit.experiments import bench_sgb
+
+    if not fashion_mnist_available():
+        pytest.skip("dataset-fashion-mnist not installed")
+    r = bench_sgb._step_ratio(repeats=1, m=100, d=40, lam=1e-2)
+    assert r["ratio"] > 0 and r["cg_residual"] <= 1e-4
+    assert r["direction_rel_diff"] < 1e-2  # CG solves the same system as Cholesky

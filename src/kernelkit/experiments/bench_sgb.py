@@ -68,19 +68,21 @@ def _bench_config(quick: bool):
                   seeds=2, max_method_s=1200.0)
 
 
-def _step_ratio(repeats: int, seed: int = 0) -> dict:
-    """Part 1: one SPFB step, CG vs dense, at m = 1000, d = 784, n = 10."""
+def _step_ratio(repeats: int, seed: int = 0, m: int = 1000, d: int = 784,
+                lam: float = 1e-4) -> dict:
+    """Part 1: one SPFB step, CG vs dense, at m = 1000, d = 784, n = 10 (``d < 784``: the
+    first ``d`` pixels, for tests)."""
     from ..datasets._images import load_fashion_mnist
     from ..optim import sgd_step, spfb_step
 
-    lam = 1e-4
-    X, y = load_fashion_mnist("train", n=10000)  # (10000, 784) in [0, 1]
-    W = np.zeros((784, 10))
+    X, y = load_fashion_mnist("train", n=10 * m)  # (10 m, 784) in [0, 1]
+    X = np.ascontiguousarray(X[:, :d])
+    W = np.zeros((d, 10))
     rng = np.random.default_rng(seed)
     for _ in range(2):  # two SGD epochs (m = 1000, eta = 1): a mid-training point
         for idx in np.array_split(rng.permutation(len(y)), 10):
             W = sgd_step(W, X[idx], y[idx], lam, 1.0)[0]
-    Xb, yb = X[:1000], y[:1000]
+    Xb, yb = X[:m], y[:m]
     last = {}
 
     def step(solver):
