@@ -35,6 +35,7 @@ __all__ = [
     "normalization_error",
     "psd_violation_fraction",
     "rel_tol_for_n",
+    "second_moment_loss",
     "select",
 ]
 
@@ -65,6 +66,13 @@ def negative_fraction(values) -> float:
     """Fraction of negative entries (e.g. Radon-Nikodym derivatives, Fig. 7(b))."""
     values = np.asarray(values)
     return float(np.mean(values < 0)) if values.size else 0.0
+
+
+def second_moment_loss(M_true, M_pred) -> float:
+    """Loss (31) (:func:`kernelkit.distributions.second_moment_loss`)."""
+    from ..distributions import second_moment_loss as loss
+
+    return loss(M_true, M_pred)
 
 
 def rel_tol_for_n(n: int) -> float:
