@@ -138,7 +138,7 @@ def _run(quick, blas_threads, seed):
         print("kernelkit.optim is not available: nothing to benchmark.")
         return {"error": "kernelkit.optim not available"}
 
-    ratios, targets, claims = {}, {}, {}
+    ratios, targets, claims, to_final = {}, {}, {}, {}
     # ---- part 1: one step
     step = None
     try:
@@ -183,6 +183,9 @@ def _run(quick, blas_threads, seed):
         for method, v in vd.items():
             claims[f"{method} beats SGD per epoch [{spec.name}]"] = v["per_epoch"]
             claims[f"{method} beats SGD per second [{spec.name}]"] = v["per_second"]
+            to_final[f"{method} [{spec.name}]"] = (summ[method]["final_gap"],
+                                                   v["seconds_to_final_gap"],
+                                                   v["sgd_seconds_to_final_gap"])
     bar.close()
 
     for name, c in curves.items():
@@ -220,6 +223,9 @@ def _run(quick, blas_threads, seed):
               "median relative gap at the last common epoch; per second: lowest gap within "
               "the shorter total time:")
         print(text_table(["claim", "ours", "SGD", "on our data"], rows))
+        rows = [[k, f"{v[0]:.2e}", _fmt(v[1]), _fmt(v[2])] for k, v in to_final.items()]
+        print("\nSeconds to reach the bound method's final relative gap (median over seeds):")
+        print(text_table(["method", "final gap", "s (method)", "s (SGD)"], rows))
     n_pass = sum(v["pass"] for v in targets.values())
     print(f"\n{n_pass}/{len(targets)} targets met.")
     return {"config": {"quick": quick, "blas_threads": blas_threads, "repeats": repeats,
@@ -228,4 +234,6 @@ def _run(quick, blas_threads, seed):
                                      for k, v in curves.items()},
             "ratios": ratios, "targets": targets,
             "claims": {k: {"ours": v[0], "sgd": v[1], "holds": v[2]} for k, v in claims.items()},
+            "seconds_to_final_gap": {k: {"final_gap": v[0], "method_s": v[1], "sgd_s": v[2]}
+                                     for k, v in to_final.items()},
             "all_pass": all(v["pass"] for v in targets.values())}
