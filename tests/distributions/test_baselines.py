@@ -102,7 +102,7 @@ def test_klr_equals_logistic_regression_on_basis():
     p = klr.predict_proba(Xn)[:, 1]
     assert np.all(np.diff(p[:4]) < 0) and p[0] > 0.5 > p[-1]  # P(Y <= -0.5 | x) falls
     assert set(klr.predict(X)) <= {False, True}
-    with pytest.raises(ValueError, match="binary"):
+    with pytest.raises(ValueError, match="Only binary"):
         KernelLogisticRegression().fit(X, np.arange(300) % 3)
 
 
@@ -178,3 +178,17 @@ def test_holdout_select_losses():
     assert res.best_loss < 0
     with pytest.raises(ValueError, match="threshold"):
         holdout_select(JointDistribution(), {"reg": [1e-3]}, X, Y, loss="classification")
+
+
+@pytest.mark.slow
+def test_sklearn_estimator_checks():
+    """Every estimator passes scikit-learn's check_estimator."""
+    from sklearn.utils.estimator_checks import check_estimator
+
+    from kernelkit.distributions import JointDistribution, LowRankBasis, PolynomialBasis
+
+    for est in (LowRankBasis(rel_tol=1e-3), PolynomialBasis(degree=2),
+                KernelLogisticRegression(rel_tol=1e-3), JointDistribution(),
+                ConditionalMeanEmbedding(), PolynomialJointDistribution(degree=2)):
+        failed = [r for r in check_estimator(est, on_fail=None) if r["status"] == "failed"]
+        assert not failed, [(r["check_name"], str(r["exception"])[:200]) for r in failed]

@@ -218,7 +218,7 @@ def test_bad_input():
     X, Y = _gauss(20)
     with pytest.raises(ValueError, match="same number of rows"):
         JointDistribution().fit(X, Y[:-1])
-    with pytest.raises(ValueError, match="at least 2"):
+    with pytest.raises(ValueError, match="minimum of 2"):
         JointDistribution().fit(X[:1], Y[:1])
     Xb = X.copy()
     Xb[0, 0] = np.nan
@@ -226,7 +226,7 @@ def test_bad_input():
         JointDistribution().fit(Xb, Y)
     Yb = Y.copy()
     Yb[1, 0] = np.inf
-    with pytest.raises(ValueError, match="Y contains NaN"):
+    with pytest.raises(ValueError, match="Y contains"):
         JointDistribution().fit(X, Yb)
     for kw, match in (({"rel_tol": 0.0}, "rel_tol"), ({"tol": -1.0}, "tol"),
                       ({"reg": 0.0}, "reg"), ({"constraint": "psd"}, "constraint")):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
 
@@ -13,13 +15,25 @@ __all__ = ["TensorJointModel", "check_xy"]
 CONSTRAINTS = (None, "normalized", "positive")
 
 
-def check_xy(X, Y, *, min_samples: int = 2, n_features_x=None, n_features_y=None):
-    """Validate paired samples: 2-D float64 (1-D ``Y`` becomes one column), same n, finite.
+def check_xy(X, Y, *, estimator=None, reset: bool = True, min_samples: int = 2,
+             n_features_x=None, n_features_y=None):
+    """Validate paired samples: 2-D float64 ``X``, ``Y`` (1-D ``Y`` becomes one column).
 
-    Raises ``ValueError`` naming ``X`` / ``Y`` for NaN/inf, wrong dimensions, different
-    numbers of rows or fewer than ``min_samples`` rows.
+    With ``estimator``, ``X`` goes through scikit-learn's ``validate_data`` (which sets, or
+    with ``reset=False`` checks, ``n_features_in_``). Raises ``ValueError`` naming ``X`` /
+    ``Y`` for NaN/inf, wrong dimensions, different numbers of rows or fewer than
+    ``min_samples`` rows, ``TypeError`` for sparse input.
     """
-    X = _as_float2d(X, "X", n_features_x)
+    if Y is None:
+        who = type(estimator).__name__ if estimator is not None else "this function"
+        raise ValueError(f"{who} requires y to be passed, but the target y is None "
+                         "(pass the paired samples Y).")
+    if estimator is not None:
+        X = sk_validate_data(estimator, X, reset=reset, dtype=np.float64, accept_sparse=False,
+                             ensure_min_samples=max(min_samples, 1))
+        X = np.ascontiguousarray(X)
+    else:
+        X = _as_float2d(X, "X", n_features_x)
     Y = _as_float2d(Y, "Y", n_features_y)
     if X.shape[0] != Y.shape[0]:
         raise ValueError(
@@ -27,11 +41,14 @@ def check_xy(X, Y, *, min_samples: int = 2, n_features_x=None, n_features_y=None
             f"and Y with {Y.shape[0]}."
         )
     if X.shape[0] < min_samples:
-        raise ValueError(f"at least {min_samples} samples are needed, got n = {X.shape[0]}.")
+        raise ValueError(f"at least {min_samples} samples are needed, got n_samples = "
+                         f"{X.shape[0]}.")
     return X, Y
 
 
 def _as_float2d(Z, name, n_features=None, allow_empty=False):
+    if sp.issparse(Z):
+        raise TypeError(f"{name}: sparse input is not supported; pass a dense array.")
     if Z is not None and not hasattr(Z, "ndim"):
         Z = np.asarray(Z)
     if Z is not None and getattr(Z, "ndim", 2) == 1:
@@ -70,7 +87,6 @@ class TensorJointModel(BaseEstimator):
     def _finish_fit(self):
         self.s_x_ = self.basis_x_.train_features_t_.sum(axis=1)  # A_X^T 1, (m_X,)
         self.s_y_ = self.basis_y_.train_features_t_.sum(axis=1)  # A_Y^T 1, (m_Y,)
-        self.n_features_in_ = self.X_fit_.shape[1]
 
     # -- sides -----------------------------------------------------------------------
     def _side(self, given):
@@ -84,8 +100,11 @@ class TensorJointModel(BaseEstimator):
                 self.X_fit_)
 
     def _given_features(self, Z, given, basis):
-        d = self.X_fit_.shape[1] if given == "x" else self.Y_fit_.shape[1]
-        Z = _as_float2d(Z, "X_new", n_features=d, allow_empty=True)
+        if given == "x":
+            Z = sk_validate_data(self, Z, reset=False, dtype=np.float64, accept_sparse=False,
+                                 ensure_min_samples=0)
+        else:
+            Z = _as_float2d(Z, "Y_new", n_features=self.Y_fit_.shape[1], allow_empty=True)
         return basis.transform(Z)  # (n_new, m_given)
 
     # -- public API ------------------------------------------------------------------
@@ -194,7 +213,7 @@ class TensorJointModel(BaseEstimator):
     def density_ratio(self, X, Y) -> np.ndarray:
         """``1 + h(x_i, y_i)`` (the Radon-Nikodym derivative of Q w.r.t. P_X x P_Y), (n,)."""
         check_is_fitted(self, "coef_")
-        X, Y = check_xy(X, Y, min_samples=0, n_features_x=self.X_fit_.shape[1],
+        X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=0,
                         n_features_y=self.Y_fit_.shape[1])
         px = self.basis_x_.transform(X)  # (n, m_X)
         py = self.basis_y_.transform(Y)  # (n, m_Y)
@@ -212,7 +231,7 @@ class TensorJointModel(BaseEstimator):
         computed in O(n' m^2) without the grid.
         """
         check_is_fitted(self, "coef_")
-        X, Y = check_xy(X, Y, min_samples=1, n_features_x=self.X_fit_.shape[1],
+        X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=1,
                         n_features_y=self.Y_fit_.shape[1])
         n = X.shape[0]
         px = self.basis_x_.transform(X)  # (n', m_X)
@@ -224,15 +243,17 @@ class TensorJointModel(BaseEstimator):
         cross = float(py.sum(axis=0) @ H @ px.sum(axis=0))
         return quad / n**2 - 2.0 * diag / n + 2.0 * cross / n**2
 
-    def score(self, X, Y) -> float:
+    def score(self, X, Y=None, y=None) -> float:
         """Negative held-out loss, ``-validation_loss(X, Y)`` (higher is better).
+
+        ``y`` is an alias of ``Y`` (scikit-learn passes it by that name).
 
         ``score > 0`` means the model beats independence (``h = 0``) on ``(X, Y)``. Use it
         with scikit-learn's ``GridSearchCV`` (``fit(X, Y)``). The paper's losses (31) and
         (32) need the true moments / a threshold: see
         :func:`kernelkit.distributions.holdout_select`.
         """
-        return -self.validation_loss(X, Y)
+        return -self.validation_loss(X, Y if Y is not None else y)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

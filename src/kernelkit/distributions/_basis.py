@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
 from ._cholesky import _check_tolerances, _pivoted_cholesky
@@ -18,6 +19,13 @@ _BLOCK = 1 << 14  # rows per block when evaluating new points
 def _as_2d(X, name, n_features=None, allow_empty=False):
     X, _ = validate_data(X, name, n_features=n_features, allow_empty=allow_empty)
     return np.ascontiguousarray(to_numpy(X, dtype=np.float64))
+
+
+def _sk_2d(est, X, reset):
+    """scikit-learn's validation (standard messages, ``n_features_in_``), float64."""
+    X = sk_validate_data(est, X, reset=reset, dtype=np.float64, accept_sparse=False,
+                         ensure_min_samples=1 if reset else 0)
+    return np.ascontiguousarray(X)
 
 
 class LowRankBasis(TransformerMixin, BaseEstimator):
@@ -67,7 +75,7 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         """Factorise the kernel matrix of ``X`` (n, d) and build the basis. Returns self."""
-        X = _as_2d(X, "X")
+        X = _sk_2d(self, X, reset=True)
         n = X.shape[0]
         tol, rel_tol, max_rank = _check_tolerances(self.tol, self.rel_tol, self.max_rank, n)
         self.kernel_ = make_kernel(self.kernel, self.lengthscale)
@@ -92,7 +100,6 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         self.trace_residual_ = chol.trace_residual
         self.trace_ = chol.trace
         self.n_components_ = chol.rank
-        self.n_features_in_ = X.shape[1]
         self.n_samples_fit_ = n
         return self
 
@@ -103,13 +110,13 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     def kernel_pivots(self, X) -> np.ndarray:
         """``[k(x_i, x_{p_j})]``, shape (len(X), m)."""
         check_is_fitted(self, "coef_")
-        X = _as_2d(X, "X", n_features=self.n_features_in_, allow_empty=True)
+        X = _sk_2d(self, X, reset=False)
         return self.kernel_(X, self.centers_, None, self.center_sq_norms_)
 
     def transform(self, X) -> np.ndarray:
         """``Psi(X) = k_piv(X) T``, shape (len(X), m)."""
         check_is_fitted(self, "coef_")
-        X = _as_2d(X, "X", n_features=self.n_features_in_, allow_empty=True)
+        X = _sk_2d(self, X, reset=False)
         out = np.empty((X.shape[0], self.n_components_))
         for s in range(0, X.shape[0], _BLOCK):
             Kp = self.kernel_(X[s:s + _BLOCK], self.centers_, None, self.center_sq_norms_)

@@ -6,9 +6,10 @@ import numpy as np
 from scipy.optimize import nnls
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float
-from ._base import _as_float2d, check_constraint, check_xy
+from ._base import check_constraint, check_xy
 from ._basis import LowRankBasis
 
 __all__ = ["ConditionalMeanEmbedding"]
@@ -92,7 +93,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
         """Fit on paired samples ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
-        X, Y = check_xy(X, Y)
+        X, Y = check_xy(X, Y, estimator=self)
         n = X.shape[0]
         common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
         bx = LowRankBasis(self.kernel_x, self.lengthscale_x, **common).fit(X)
@@ -121,13 +122,14 @@ class ConditionalMeanEmbedding(BaseEstimator):
         self.Y_pivots_ = Y[by.pivots_].copy()
         self.Y_fit_ = Y
         self.n_samples_ = n
-        self.n_features_in_ = X.shape[1]
         self.s_x_ = AxT.sum(axis=1)
         return self
 
     def pivot_weights(self, X_new) -> np.ndarray:
         """Weights over the pivot y's, ``B_Y[piv] V_Y F psi(x)``, shape (n_new, m_Y)."""
         check_is_fitted(self, "coef_")
+        X_new = sk_validate_data(self, X_new, reset=False, dtype=np.float64, accept_sparse=False,
+                                 ensure_min_samples=0)
         psi = self.basis_x_.transform(X_new)  # (n_new, m_X)
         return psi @ self.weights_map_.T
 
@@ -185,7 +187,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
     def validation_loss(self, X, Y) -> float:
         """Held-out CME loss ``mean_i ||k_Y(y_i, .) - mu(x_i)||^2_{H_Y}`` (O(n' m^2))."""
         check_is_fitted(self, "coef_")
-        X, Y = check_xy(X, Y, min_samples=1, n_features_x=self.n_features_in_,
+        X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=1,
                         n_features_y=self.Y_fit_.shape[1])
         Wp = self.pivot_weights(X)  # (n', m_Y)
         by = self.basis_y_
@@ -195,9 +197,12 @@ class ConditionalMeanEmbedding(BaseEstimator):
         return float(np.mean(diag - 2 * np.einsum("ij,ij->i", Wp, Ky)
                              + np.einsum("ij,ij->i", Wp @ Kpp, Wp)))
 
-    def score(self, X, Y) -> float:
-        """``-validation_loss(X, Y)`` (higher is better), for scikit-learn model selection."""
-        return -self.validation_loss(X, Y)
+    def score(self, X, Y=None, y=None) -> float:
+        """``-validation_loss(X, Y)`` (higher is better), for scikit-learn model selection.
+
+        ``y`` is an alias of ``Y`` (scikit-learn passes it by that name).
+        """
+        return -self.validation_loss(X, Y if Y is not None else y)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -206,6 +211,3 @@ class ConditionalMeanEmbedding(BaseEstimator):
         tags.target_tags.multi_output = True
         return tags
 
-
-def _as_2d(Z, name):  # pragma: no cover - kept for symmetry with the JDL module
-    return _as_float2d(Z, name)

@@ -114,7 +114,7 @@ class JointDistribution(TensorJointModel):
         """
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
-        X, Y = check_xy(X, Y)
+        X, Y = check_xy(X, Y, estimator=self)
         n = X.shape[0]
         common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
         self.basis_x_ = LowRankBasis(self.kernel_x, self.lengthscale_x, **common).fit(X)

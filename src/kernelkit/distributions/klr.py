@@ -8,9 +8,9 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
-from ._base import _as_float2d
 from ._basis import LowRankBasis
 from .model_selection import clipped_log_loss
 
@@ -54,18 +54,13 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         """Fit on ``X`` (n, d) and binary labels ``y`` (n,). Returns self."""
         reg = validate_positive_float(self.reg, "reg")
         max_iter = validate_positive_int(self.max_iter, "max_iter")
-        X = _as_float2d(X, "X")
-        y = np.asarray(y)
-        if y.ndim != 1 or y.shape[0] != X.shape[0]:
-            raise ValueError(f"y must be 1-D with one label per row of X ({X.shape[0]}), got "
-                             f"shape {y.shape}.")
-        if X.shape[0] < 2:
-            raise ValueError(f"at least 2 samples are needed, got n = {X.shape[0]}.")
+        X, y = sk_validate_data(self, X, y, dtype=np.float64, accept_sparse=False,
+                                ensure_min_samples=2)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
         if self.classes_.shape[0] != 2:
-            raise ValueError(f"KernelLogisticRegression is binary: y has {self.classes_.shape[0]} "
-                             "classes.")
+            raise ValueError("Only binary classification is supported (KernelLogisticRegression "
+                             f"is binary): y has {self.classes_.shape[0]} classes.")
         t = (y == self.classes_[1]).astype(np.float64)
         self.basis_ = LowRankBasis(self.kernel, self.lengthscale, tol=self.tol,
                                    rel_tol=self.rel_tol, max_rank=self.max_rank).fit(X)
@@ -81,12 +76,12 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
                        options={"maxiter": max_iter, "gtol": 1e-10, "ftol": 1e-14})
         self.coef_ = res.x
         self.n_iter_ = int(res.nit)
-        self.n_features_in_ = X.shape[1]
         return self
 
     def decision_function(self, X) -> np.ndarray:
         """``psi(x)^T c``, shape (n,)."""
         check_is_fitted(self, "coef_")
+        X = sk_validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=False)
         return self.basis_.transform(X) @ self.coef_
 
     def predict_proba(self, X) -> np.ndarray:
@@ -96,6 +91,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         """Class 1 where ``cl(x) >= 1/2``."""
+        check_is_fitted(self, "coef_")
         return self.classes_[(self.decision_function(X) >= 0).astype(int)]
 
     def score(self, X, y) -> float:
@@ -109,4 +105,5 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
+        tags.classifier_tags.multi_class = False
         return tags

@@ -7,9 +7,10 @@ import itertools
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
-from ._base import TensorJointModel, _as_float2d, check_constraint, check_xy
+from ._base import TensorJointModel, check_constraint, check_xy
 from .joint import solve_low_rank
 
 __all__ = ["PolynomialBasis", "PolynomialJointDistribution", "monomial_exponents"]
@@ -55,7 +56,8 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     ----------
     exponents_ : ndarray of int, shape (m, d)
     mean_, scale_ : ndarray, shape (d,)        standardisation
-    coef_ : ndarray, shape (m, m)              ``G^{-1/2}``
+    coef_ : ndarray, shape (m, r)              ``G^{-1/2}`` (r = m), or ``U Lambda^{-1/2}``
+                                               on the range of ``G`` if it is singular
     eigenvalues_ : ndarray, shape (m,)         ``n`` (all equal)
     train_features_t_ : ndarray, shape (m, n)  ``A^T``
     """
@@ -66,7 +68,7 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         degree = validate_positive_int(self.degree, "degree", minimum=0, maximum=64)
-        X = _as_float2d(X, "X")
+        X = np.ascontiguousarray(sk_validate_data(self, X, dtype=np.float64, accept_sparse=False))
         n, d = X.shape
         if self.standardize:
             self.mean_ = X.mean(axis=0)
@@ -78,17 +80,14 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         V = _monomials((X - self.mean_) / self.scale_, self.exponents_)  # (n, m)
         G = V.T @ V / n
         ev, U = np.linalg.eigh(G)
-        if ev.min() <= 1e-13 * ev.max():
-            raise ValueError(
-                f"the empirical Gram matrix of the degree-{degree} monomials is singular "
-                f"(n = {n}, {V.shape[1]} monomials): use more distinct samples or a lower "
-                "degree."
-            )
-        self.coef_ = (U / np.sqrt(ev)) @ U.T  # G^{-1/2}
+        keep = ev > 1e-12 * ev.max()
+        if np.all(keep):
+            self.coef_ = (U / np.sqrt(ev)) @ U.T  # G^{-1/2}, symmetric
+        else:  # fewer distinct samples than monomials: the range of G (pseudo-inverse root)
+            self.coef_ = U[:, keep] / np.sqrt(ev[keep])  # (n_monomials, rank)
         self.train_features_t_ = np.ascontiguousarray((V @ self.coef_).T)
-        self.eigenvalues_ = np.full(V.shape[1], float(n))
-        self.n_components_ = V.shape[1]
-        self.n_features_in_ = d
+        self.eigenvalues_ = np.full(self.coef_.shape[1], float(n))
+        self.n_components_ = self.coef_.shape[1]
         return self
 
     @property
@@ -98,7 +97,8 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     def monomials(self, X) -> np.ndarray:
         """``tau(x)`` of the standardised inputs, shape (n, m)."""
         check_is_fitted(self, "coef_")
-        X = _as_float2d(X, "X", n_features=self.n_features_in_, allow_empty=True)
+        X = np.ascontiguousarray(sk_validate_data(self, X, reset=False, dtype=np.float64,
+                                                  accept_sparse=False, ensure_min_samples=0))
         return _monomials((X - self.mean_) / self.scale_, self.exponents_)
 
     def transform(self, X) -> np.ndarray:
@@ -157,7 +157,7 @@ class PolynomialJointDistribution(TensorJointModel):
         """Fit on ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
-        X, Y = check_xy(X, Y)
+        X, Y = check_xy(X, Y, estimator=self)
         n = X.shape[0]
         self.basis_x_ = PolynomialBasis(self.degree, self.standardize).fit(X)
         self.basis_y_ = PolynomialBasis(self.degree, self.standardize).fit(Y)
@@ -179,7 +179,7 @@ class PolynomialJointDistribution(TensorJointModel):
         dx, dy = bx.exponents_.shape[1], by.exponents_.shape[1]
         q = int(self.degree)
         ex, ey = bx.exponents_, by.exponents_  # (m_X, d_X), (m_Y, d_Y)
-        mx, my = ex.shape[0], ey.shape[0]
+        mx, my = ex.shape[0], ey.shape[0]  # monomial counts
         ez = monomial_exponents(dx + dy, q)  # SOS basis tau_q(z), z = (x, y): (N, d)
         N = ez.shape[0]
         index = {tuple(e): i for i, e in enumerate(monomial_exponents(dx + dy, 2 * q))}
@@ -201,9 +201,10 @@ class PolynomialJointDistribution(TensorJointModel):
 
         S = np.multiply.outer(self.s_y_, self.s_x_)
         c = G / n - S / n**2
-        H = cp.Variable((my, mx))
+        H = cp.Variable((by.coef_.shape[1], bx.coef_.shape[1]))
         M = cp.Variable((N, N), PSD=True)
-        Mc = by.coef_ @ H @ bx.coef_  # monomial coefficients of h (standardised inputs)
+        # monomial coefficients of h = tau_Y C_Y H C_X^T tau_X^T (standardised inputs)
+        Mc = by.coef_ @ H @ bx.coef_.T
         obj = (1.0 + reg) * cp.sum_squares(H) - 2 * cp.sum(cp.multiply(c, H))
         cons = [Cm @ cp.vec(M, order="F") == e0 + Ch @ cp.vec(Mc, order="F"),
                 cp.sum(cp.multiply(S / np.abs(S).max(), H)) == 0]
