@@ -181,6 +181,7 @@ def test_holdout_select_losses():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.SkipTestWarning")
 def test_sklearn_estimator_checks():
     """Every estimator passes scikit-learn's check_estimator."""
     from sklearn.utils.estimator_checks import check_estimator

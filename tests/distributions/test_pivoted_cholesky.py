@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics.pairwise import rbf_kernel
 
 from kernelkit.distributions import LowRankBasis, pivoted_cholesky
 
@@ -16,8 +18,7 @@ def _data(n=150, d=2, seed=0):
 def _gram(kind, X, ls):
     if kind == "gaussian":
         return rbf_kernel(X, X, gamma=0.5 / ls**2)
-    return laplacian_kernel(X, X, gamma=1.0 / ls) if False else np.exp(
-        -np.sqrt(np.maximum(((X[:, None] - X[None]) ** 2).sum(-1), 0)) / ls)
+    return np.exp(-np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1)) / ls)
 
 
 @pytest.mark.parametrize("kind", ["gaussian", "laplacian"])
@@ -134,3 +135,31 @@ def test_blocked_threaded_path(monkeypatch):
     serial = pivoted_cholesky("gaussian", X, lengthscale=1.5, rel_tol=1e-3)
     np.testing.assert_array_equal(serial.pivots, res.pivots)
     np.testing.assert_allclose(serial.L, L, atol=1e-12)
+
+
+@settings(max_examples=25)
+@given(n=st.integers(2, 40), d=st.integers(1, 3), seed=st.integers(0, 2**16),
+       ls=st.floats(0.05, 5.0), rel_tol=st.sampled_from([1e-1, 1e-4, 1e-10]),
+       kind=st.sampled_from(["gaussian", "laplacian", "matern32", "matern52", "cauchy"]))
+def test_guarantees_property(n, d, seed, ls, rel_tol, kind):
+    """(15)-(18) for any data (duplicates included), kernel, lengthscale and tolerance."""
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.standard_normal((n, d)), 1)  # rounding creates duplicate points
+    res = pivoted_cholesky(kind, X, lengthscale=ls, rel_tol=rel_tol)
+    assert np.all(np.isfinite(res.L)) and np.all(np.isfinite(res.B_piv))
+    from kernelkit.distributions._kernels import Kernel
+
+    r = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1)) / ls
+    K = {"gaussian": np.exp(-0.5 * r**2), "laplacian": np.exp(-r),
+         "matern32": (1 + np.sqrt(3) * r) * np.exp(-np.sqrt(3) * r),
+         "matern52": (1 + np.sqrt(5) * r + 5 * r**2 / 3) * np.exp(-np.sqrt(5) * r),
+         "cauchy": 1 / (1 + r**2)}[kind]
+    np.testing.assert_allclose(Kernel(kind, ls)(X, X), K, atol=1e-12)
+    L, B, _ = res
+    m = res.rank
+    R = K - L @ L.T
+    assert np.linalg.eigvalsh(R).min() > -1e-8
+    assert np.trace(R) <= max(rel_tol * n, 1e-12 * n) + 1e-8
+    scale = max(1.0, np.abs(res.B_piv).max())
+    np.testing.assert_allclose(B.T @ L, np.eye(m), atol=1e-9 * scale)
+    np.testing.assert_allclose(K @ B, L, atol=1e-9 * scale)
