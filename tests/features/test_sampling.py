@@ -99,3 +99,105 @@ def test_sampler_bad_arguments(fn):
         fn(2.5, 3)
     with pytest.raises(TypeError, match="random_state"):
         fn(3, 3, random_state="x")
+
+
+# ---------------------------------------------------------------- Halton-R and ORF-Had
+def test_halton_rows_are_exactly_marginally_standard_normal():
+    """Over the randomisation (scramble + Cranley-Patterson shift) every row position is
+    N(0, I): stack row k of many independent draws."""
+    from kernelkit.features import halton_projection
+
+    rng = np.random.default_rng(11)
+    draws = np.stack([halton_projection(4, 3, rng) for _ in range(3000)])  # (R, 4, 3)
+    for k in range(4):
+        _check_standard_normal_rows(draws[:, k, :])
+    # the unscrambled (shift-only) variant is marginally N(0, I) too
+    draws = np.stack([halton_projection(3, 2, rng, scramble=False) for _ in range(2000)])
+    _check_standard_normal_rows(draws[:, 1, :])
+
+
+def test_halton_rows_have_low_discrepancy():
+    """Within one draw the rows are negatively dependent: the mean of g(w) over the rows
+    of a draw varies much less than for i.i.d. rows (QMC variance reduction)."""
+    from kernelkit.features import halton_projection
+
+    rng = np.random.default_rng(12)
+    M, d, R = 64, 3, 400
+    v = np.array([0.6, -0.3, 0.5])
+
+    def spread(sampler):
+        return np.var([np.cos(sampler(M, d, rng) @ v).mean() for _ in range(R)])
+
+    qmc, iid = spread(halton_projection), spread(gaussian_projection)
+    assert qmc < 0.5 * iid  # measured ratio ~0.35 (M = 64, d = 3)
+    W = halton_projection(M, d, 5)
+    np.testing.assert_array_equal(W, halton_projection(M, d, 5))
+    assert np.all(np.isfinite(W)) and W.shape == (M, d)
+
+
+def test_hadamard_chi_norms_and_orthogonality():
+    from kernelkit.features import structured_hadamard_projection
+
+    d = 8  # power of two: rows of a block are exactly orthogonal
+    W = structured_hadamard_projection(16, d, 3, chi_norms=True)
+    U = W / np.linalg.norm(W, axis=1, keepdims=True)
+    np.testing.assert_allclose(U[:8] @ U[:8].T, np.eye(8), atol=1e-12)
+    sq = np.concatenate([np.sum(structured_hadamard_projection(64, d, s, chi_norms=True) ** 2,
+                                axis=1) for s in range(300)])
+    assert stats.kstest(sq, stats.chi2(d).cdf).pvalue > 1e-4
+    # without chi norms: fixed norm sqrt(d) (SORF, unchanged default)
+    W0 = structured_hadamard_projection(16, d, 3)
+    np.testing.assert_allclose(np.sum(W0**2, axis=1), d)
+    np.testing.assert_allclose(U, W0 / np.sqrt(d), atol=1e-12)  # same directions
+
+
+def test_draw_projection_sampler_option():
+    from kernelkit.features import halton_projection, structured_hadamard_projection
+    from kernelkit.features.sampling import SAMPLERS
+
+    assert set(SAMPLERS) == {"iid", "orthogonal", "sorf", "hadamard", "halton"}
+    np.testing.assert_array_equal(draw_projection(10, 3, 4, sampler="halton"),
+                                  halton_projection(10, 3, 4))
+    np.testing.assert_array_equal(draw_projection(10, 3, 4, orthogonal="halton"),
+                                  halton_projection(10, 3, 4))
+    np.testing.assert_array_equal(draw_projection(10, 4, 4, sampler="hadamard"),
+                                  structured_hadamard_projection(10, 4, 4, chi_norms=True))
+    np.testing.assert_array_equal(draw_projection(10, 4, 4, sampler="sorf"),
+                                  structured_hadamard_projection(10, 4, 4))
+    np.testing.assert_array_equal(draw_projection(10, 4, 4, orthogonal=True, sampler="orthogonal"),
+                                  block_orthogonal_projection(10, 4, 4))
+    np.testing.assert_array_equal(draw_projection(10, 4, 4, orthogonal=np.bool_(False)),
+                                  gaussian_projection(10, 4, 4))
+    with pytest.raises(ValueError, match="conflicts"):
+        draw_projection(10, 4, 4, orthogonal=True, sampler="halton")
+    with pytest.raises(ValueError, match="Unknown sampler"):
+        draw_projection(10, 4, 4, sampler="sobol")
+    with pytest.raises(TypeError, match="sampler"):
+        draw_projection(10, 4, 4, sampler=3)
+    with pytest.raises(TypeError, match="orthogonal"):
+        draw_projection(10, 4, 4, orthogonal=2.0)
+
+
+def test_feature_maps_accept_sampler_names_through_orthogonal():
+    """Every FeatureMap passes ``orthogonal`` to draw_projection, so e.g. PositiveRF and the
+    angular hybrid take "halton" / "hadamard" (Table 1's Halton-R and ORF-Had)."""
+    from kernelkit.features import AngularHybridRF, PositiveRF, halton_projection
+
+    X = np.random.default_rng(0).normal(size=(5, 4)) * 0.3
+    fm = PositiveRF(16, orthogonal="halton", random_state=1).fit(X)
+    np.testing.assert_array_equal(fm.projection_, halton_projection(16, 4, 1))
+    fm = AngularHybridRF(8, 2, orthogonal="hadamard", random_state=1).fit(X)
+    assert fm.projection_.shape == (8, 4) and np.all(np.isfinite(fm.approx_kernel(X)))
+
+
+@pytest.mark.parametrize("fn_name", ["halton_projection", "structured_hadamard_projection"])
+def test_new_sampler_bad_arguments(fn_name):
+    import kernelkit.features as F
+
+    fn = getattr(F, fn_name)
+    with pytest.raises(ValueError, match="n_features"):
+        fn(0, 3)
+    with pytest.raises(ValueError, match="d must be >= 1"):
+        fn(3, 0)
+    with pytest.raises(TypeError, match="random_state"):
+        fn(3, 3, random_state="x")
