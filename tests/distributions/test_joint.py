@@ -249,3 +249,13 @@ def test_sklearn_grid_search():
                                                         "reg": [1e-4]}, cv=3)
     gs.fit(X, Y)
     assert gs.best_params_["lengthscale_x"] == 0.5
+
+
+def test_expectation_function_matches():
+    X, Y = _gauss(150, seed=9)
+    model = JointDistribution(lengthscale_x=0.7, lengthscale_y=0.7, rel_tol=1e-4).fit(X, Y)
+    Xn = np.linspace(-1, 1, 4)[:, None]
+    fn = model.expectation_function(Y**2)
+    w = model.conditional_weights(Xn)
+    np.testing.assert_allclose(fn(Xn), w @ Y**2, atol=1e-12)
+    np.testing.assert_allclose(fn(Xn[:1]), (w @ Y**2)[:1], atol=1e-12)
