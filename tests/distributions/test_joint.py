@@ -181,6 +181,9 @@ def test_positive_on_grid():
     gy = np.tile(Y, (len(X), 1))
     assert free.density_ratio(gx, gy).min() < -0.1
     assert pos.density_ratio(gx, gy).min() >= -1e-10
+    G = pos.density_ratio(X, Y, grid=True)  # (n_y, n_x), y on rows
+    np.testing.assert_allclose(G, pos.density_ratio(gx, gy).reshape(len(X), len(Y)).T,
+                               atol=1e-12)
     assert np.all(pos.conditional_weights(X) >= -1e-12)
 
 

@@ -227,13 +227,30 @@ class TensorJointModel(BaseEstimator):
             ind = ind[:, 0]
         return self.conditional_expectation(ind, X_new, given=given)
 
-    def density_ratio(self, X, Y) -> np.ndarray:
-        """``1 + h(x_i, y_i)`` (the Radon-Nikodym derivative of Q w.r.t. P_X x P_Y), (n,)."""
+    def density_ratio(self, X, Y, grid: bool = False) -> np.ndarray:
+        """Radon-Nikodym derivative ``1 + h(x, y)`` of Q with respect to ``P_X x P_Y`` (1).
+
+        Parameters
+        ----------
+        X : array_like, shape (n_x, d_X)
+        Y : array_like, shape (n_y, d_Y) or (n_y,)
+        grid : bool, default=False
+            ``False``: pairs ``(x_i, y_i)`` (needs ``n_x = n_y``), shape (n,).
+            ``True``: every pair, shape (n_y, n_x) with **y on rows** (note's convention
+            ``(h|_G)_ij = h(x_j, y_i)``), e.g. to check positivity on a grid.
+        """
         check_is_fitted(self, "coef_")
-        X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=0,
-                        n_features_y=self.Y_fit_.shape[1])
-        px = self.basis_x_.transform(X)  # (n, m_X)
-        py = self.basis_y_.transform(Y)  # (n, m_Y)
+        if grid:
+            X = sk_validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=False,
+                                 ensure_min_samples=0)
+            Y = _as_float2d(Y, "Y", n_features=self.Y_fit_.shape[1], allow_empty=True)
+        else:
+            X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=0,
+                            n_features_y=self.Y_fit_.shape[1])
+        px = self.basis_x_.transform(X)  # (n_x, m_X)
+        py = self.basis_y_.transform(Y)  # (n_y, m_Y)
+        if grid:
+            return 1.0 + (py @ self.coef_) @ px.T  # (n_y, n_x)
         return 1.0 + np.einsum("ik,ik->i", py @ self.coef_, px)
 
     def validation_loss(self, X, Y) -> float:
