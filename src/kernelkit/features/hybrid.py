@@ -42,8 +42,10 @@ import numbers
 import numpy as np
 
 from .._backend import (
+    check_random_state,
     device,
     is_numpy_namespace,
+    validate_positive_float,
     validate_positive_int,
 )
 from ._base import FeatureMap, _detach
@@ -202,6 +204,13 @@ def _log1mexp(xp, t):
         with np.errstate(divide="ignore"):
             return np.log(-np.expm1(-t))
     return xp.log(-xp.expm1(-t))
+
+
+def _weighted_exp(xp, w, log_v):
+    """``w * exp(log_v)`` with ``0 * inf = 0`` (an exact zero weight wins over overflow)."""
+    zero = w == 0
+    w_safe = xp.where(zero, xp.ones_like(w), w)
+    return xp.where(zero, xp.zeros_like(w), w_safe * xp.exp(log_v))
 
 
 def _sq_norms(xp, X):
@@ -429,10 +438,11 @@ class _BipolarHybrid(FeatureMap):
         log_pp = 2.0 * xy + z2 + 2.0 * _log1mexp(xp, z2) - log2m + ka
         log_tr = (nx + ny) + 2.0 * _log1mexp(xp, d2) - log2m + ka
         e2, f2, g = self._lambda_moments(Xs, Ys, xp)
-        out = e2 * xp.exp(log_pp) + f2 * xp.exp(log_tr)
+        out = _weighted_exp(xp, e2, log_pp) + _weighted_exp(xp, f2, log_tr)
         if self.shared_projection:
-            cov = (2.0 / m) * xp.exp(2.0 * xy + ka) * (1.0 - xp.cos(nx - ny))
-            out = out - g * cov
+            # (2/m) SM^2 (1 - cos(|x|^2 - |y|^2)) = (4/m) SM^2 sin^2((|x|^2 - |y|^2)/2)
+            s = xp.sin(0.5 * (nx - ny))
+            out = out - _weighted_exp(xp, g, 2.0 * xy + ka) * (4.0 / m) * s * s
         return xp.clip(out, min=0.0)
 
     def log_relative_variance(self, X, Y=None):
@@ -602,8 +612,6 @@ class GaussianHybridRF(_BipolarHybrid):
 
     def _validate_params(self):
         super()._validate_params()
-        from .._backend import validate_positive_float
-
         validate_positive_float(self.lambda_bandwidth, "lambda_bandwidth")
         if self.lambda_features not in ("positive", "trig"):
             raise ValueError(
@@ -699,8 +707,6 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
 
     def _validate_params(self):
         super()._validate_params()
-        from .._backend import validate_positive_float
-
         validate_positive_float(self.sigma, "sigma")
         if self.radius is not None:
             validate_positive_float(self.radius, "radius")
@@ -859,6 +865,8 @@ class ComplexExponentialRF(FeatureMap):
     i.e. at ``x = -A^{-1} A^{-T} y`` (eq. 17-18). ``A = I`` gives the one-sided positive
     features ``SM^+``; ``A = i I`` gives trig features (sin/cos pairs).
 
+    ``A`` acts on lengthscale-scaled inputs ``x / lengthscale``.
+
     Features (real, asymmetric; ``m = n_features``):
 
     * real ``A``: ``Psi_A(x)`` and ``Psi_B(y)``, positive, ``output_dim = m``;
@@ -915,8 +923,6 @@ class ComplexExponentialRF(FeatureMap):
 
     def _validate_params(self):
         super()._validate_params()
-        from .._backend import validate_positive_float
-
         validate_positive_float(self.max_condition, "max_condition")
 
     def _fit_parameters(self, X, Y, rng):
@@ -1102,8 +1108,6 @@ class ClusteredHybridRF(FeatureMap):
 
     def _validate_params(self):
         super()._validate_params()
-        from .._backend import validate_positive_float
-
         self._cluster_counts()
         if self.mixture not in ("zero_one", "gaussian"):
             raise ValueError(f"mixture must be 'zero_one' or 'gaussian', got {self.mixture!r}.")
@@ -1154,8 +1158,6 @@ class ClusteredHybridRF(FeatureMap):
         Cheap repetitions for Monte Carlo (k-means is not rerun).
         """
         from sklearn.utils.validation import check_is_fitted
-
-        from .._backend import check_random_state
 
         check_is_fitted(self, "A_")
         rng = check_random_state(random_state)
