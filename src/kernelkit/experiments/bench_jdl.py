@@ -1,0 +1,221 @@
+"""Benchmark of joint distribution learning (``kernelkit bench jdl``).
+
+Timed in one run (JDL issue, "Done means"):
+
+* **JDL at scale**: ``JointDistribution.fit`` on ``n = 10^6`` Gaussian samples with
+  ``d_X = d_Y = 3`` (an Archakov-Hansen correlation matrix), Gaussian kernels with
+  lengthscale ``sqrt(3)``, ``reg = 1e-5``, relative tolerance ``1e-2`` (the paper's value at
+  n = 1e6), followed by 5000 conditional evaluations of ``E[Y Y^T | x]`` and ``E[1 | x]``
+  (one ``conditional_expectation`` call). Target: at most 60 s on 2 cores.
+* **Memory**: peak traced allocation (``tracemalloc``; NumPy reports its buffers to it)
+  during fit + evaluation, divided by ``8 n (m_X + m_Y)`` bytes (the two float64 factors):
+  O(n m) means a small constant; an ``n x n`` float64 array would be ``8 n^2`` bytes
+  (8 TB at n = 1e6). The same run at ``n / 4`` gives the scaling exponent of the peak
+  (1 for O(n m) at fixed m, 2 for O(n^2)). ``ru_maxrss`` (process high-water mark) is
+  printed for information.
+* **Peer**: scikit-learn ``KernelRidge`` (Gaussian kernel, same lengthscale,
+  ``alpha = n reg``) for the conditional mean ``E[Y | x]``: fit + 5000 predictions at the
+  largest ``n`` of a ladder whose ``n x n`` kernel matrix (three copies during the solve)
+  fits in a memory budget (a quarter of the available memory, at most 4 GiB), against
+  ``JointDistribution`` fit + 5000 conditional means at the same ``n`` (round-robin,
+  minimum of the rounds). Both errors against the closed-form ``E[Y | x]`` are printed.
+
+Run ``python benchmarks/bench_jdl.py [--quick]`` or ``kernelkit bench jdl``. Quick sizes:
+``n = 10^5`` and a KernelRidge ladder up to 2000 (the targets are set for the full run).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+import resource
+import time
+import tracemalloc
+
+import numpy as np
+
+from ._timing import meets, text_table, time_calls
+
+NAME = "jdl"
+DESCRIPTION = "joint distribution learning at n = 1e6 vs scikit-learn KernelRidge"
+
+__all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
+
+#: name -> (comparison, threshold)
+TARGETS = {
+    "JDL fit + 5000 conditionals at n (1e6; quick 1e5), d = 3 [s]": ("<=", 60.0),
+    "peak traced memory / (8 n (m_X + m_Y))": ("<=", 4.0),
+    "peak memory scaling exponent (n/4 -> n)": ("<=", 1.2),
+    "KernelRidge / JDL time (fit + 5000 predictions, same n)": (">=", 1.0),
+}
+
+_KRR_LADDER = (1_000, 2_000, 5_000, 10_000, 20_000)
+LENGTHSCALE = math.sqrt(3.0)
+REG = 1e-5
+
+
+def _data(n, n_test, seed):
+    from ..datasets._jdl import (
+        gaussian_conditional_moments,
+        random_correlation_matrix,
+        sample_gaussian,
+    )
+
+    C = random_correlation_matrix(6, seed)
+    X, Y = sample_gaussian(C, n, 3, np.random.default_rng([seed, n]))
+    Xq, _ = sample_gaussian(C, n_test, 3, np.random.default_rng([seed, 1]))
+    mean_q, second_q = gaussian_conditional_moments(C, Xq)
+    return X, Y, Xq, mean_q, second_q
+
+
+def _jdl(rel_tol):
+    from ..distributions import JointDistribution
+
+    return JointDistribution(lengthscale_x=LENGTHSCALE, lengthscale_y=LENGTHSCALE, reg=REG,
+                             rel_tol=rel_tol)
+
+
+def _moments_f(Y):
+    n, d = Y.shape
+    return np.concatenate([np.ones((n, 1)), (Y[:, :, None] * Y[:, None, :]).reshape(n, d * d)],
+                          axis=1)  # (n, 1 + d^2)
+
+
+def _scale_run(n, n_test, rel_tol, seed, trace=True):
+    """Fit + conditional second moments at n; time, traced peak, ranks, loss (31)."""
+    from ..distributions import second_moment_loss
+
+    X, Y, Xq, _, second_q = _data(n, n_test, seed)
+    F = _moments_f(Y)
+    gc.collect()
+    if trace:
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+    t0 = time.perf_counter()
+    model = _jdl(rel_tol).fit(X, Y)
+    t1 = time.perf_counter()
+    out = model.conditional_expectation(F, Xq)  # (n_test, 1 + 9)
+    t2 = time.perf_counter()
+    peak = None
+    if trace:
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+    mx, my = model.basis_x_.n_components_, model.basis_y_.n_components_
+    M = out[:, 1:].reshape(-1, 3, 3)
+    res = {"n": n, "fit_s": t1 - t0, "eval_s": t2 - t1, "total_s": t2 - t0, "m_x": mx,
+           "m_y": my, "peak_bytes": peak, "loss31": second_moment_loss(second_q, M),
+           "norm_err": float(np.max(np.abs(out[:, 0] - 1.0))),
+           "data_bytes": X.nbytes + Y.nbytes + F.nbytes}
+    del model, X, Y, F
+    gc.collect()
+    return res
+
+
+def _available_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 4 << 30
+
+
+def _krr_n(max_n, budget):
+    fits = [n for n in _KRR_LADDER if n <= max_n and 3 * 8 * n * n <= budget]
+    return fits[-1] if fits else _KRR_LADDER[0]
+
+
+def _peer(n, n_test, seed, repeats):
+    """KernelRidge vs JDL, fit + 5000 conditional means at the same n."""
+    from sklearn.kernel_ridge import KernelRidge
+
+    X, Y, Xq, mean_q, _ = _data(n, n_test, seed)
+    gamma = 1.0 / (2.0 * LENGTHSCALE**2)
+    out = {}
+
+    def krr():
+        out["krr"] = KernelRidge(alpha=n * REG, kernel="rbf", gamma=gamma).fit(X, Y).predict(Xq)
+
+    def jdl():
+        out["jdl"] = _jdl(1e-3).fit(X, Y).conditional_expectation(Y, Xq)
+
+    t = time_calls({"KernelRidge": krr, "JointDistribution": jdl}, repeats)
+    err = {k: float(np.sqrt(np.mean((v - mean_q) ** 2))) for k, v in out.items()}
+    return t, err
+
+
+def run(quick: bool = False) -> dict:
+    """Run the benchmark, print its tables and return the numbers."""
+    from ..features._base import num_threads
+
+    seed = 0
+    n_big = 100_000 if quick else 1_000_000
+    n_test = 5000
+    rel_tol = 1e-2
+    budget = min(_available_bytes() // 4, 4 << 30)
+    n_krr = _krr_n(2_000 if quick else _KRR_LADDER[-1], budget)
+    repeats = 3 if quick else 2
+    config = {"n": n_big, "d_x": 3, "d_y": 3, "rel_tol": rel_tol, "lengthscale": LENGTHSCALE,
+              "reg": REG, "n_test": n_test, "n_krr": n_krr, "krr_budget_bytes": budget,
+              "repeats": repeats, "quick": quick, "cpus": os.cpu_count(),
+              "threads": num_threads(), "numpy": np.__version__, "machine": platform.machine()}
+    print(f"kernelkit bench jdl: n={n_big}, d_x=d_y=3, rel_tol={rel_tol:g}, l={LENGTHSCALE:.3f}, "
+          f"reg={REG:g}, {os.cpu_count()} CPUs" + (" [quick sizes; targets are for the full "
+                                                   "run]" if quick else ""))
+
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    small = _scale_run(n_big // 4, n_test, rel_tol, seed)
+    big = _scale_run(n_big, n_test, rel_tol, seed)
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # peak per stored factor entry; at fixed m the exponent log(peak ratio)/log(4) is 1
+    mem_ratio = big["peak_bytes"] / (8 * big["n"] * (big["m_x"] + big["m_y"]))
+    # compare like with like: scale the small run's peak to the big run's ranks
+    m_big, m_small = big["m_x"] + big["m_y"], small["m_x"] + small["m_y"]
+    exponent = math.log((big["peak_bytes"] / m_big) / (small["peak_bytes"] / m_small)) / math.log(4)
+
+    t_peer, err = _peer(n_krr, n_test, seed, repeats)
+    krr_ratio = t_peer["KernelRidge"]["min"] / t_peer["JointDistribution"]["min"]
+
+    values = {
+        "JDL fit + 5000 conditionals at n (1e6; quick 1e5), d = 3 [s]": big["total_s"],
+        "peak traced memory / (8 n (m_X + m_Y))": mem_ratio,
+        "peak memory scaling exponent (n/4 -> n)": exponent,
+        "KernelRidge / JDL time (fit + 5000 predictions, same n)": krr_ratio,
+    }
+    rows, targets = [], {}
+    for name, (op, thr) in TARGETS.items():
+        v = values[name]
+        ok = meets(v, op, thr)
+        targets[name] = {"value": v, "target": f"{op} {thr:g}", "met": ok}
+        rows.append([name, f"{v:.3g}", f"{op} {thr:g}", "met" if ok else "not met"])
+    print("\nTargets:")
+    print(text_table(["quantity", "value", "target", "met?"], rows))
+
+    rows = [[r["n"], r["m_x"], r["m_y"], f"{r['fit_s']:.2f}", f"{r['eval_s']:.3f}",
+             f"{r['total_s']:.2f}", f"{r['peak_bytes'] / 2**20:.0f}",
+             f"{8 * r['n'] * (r['m_x'] + r['m_y']) / 2**20:.0f}",
+             f"{8 * r['n'] ** 2 / 2**30:.3g}", f"{r['loss31']:.3g}", f"{r['norm_err']:.1e}"]
+            for r in (small, big)]
+    print("\nJointDistribution (fit + one conditional_expectation of [1, y y^T] at 5000 x):")
+    print(text_table(["n", "m_X", "m_Y", "fit s", "eval s", "total s", "peak MiB",
+                      "8n(m_X+m_Y) MiB", "8n^2 GiB", "loss (31)", "norm. error"], rows))
+    print(f"process max RSS: {rss0 / 1024:.0f} MiB before, {rss1 / 1024:.0f} MiB after the "
+          "two runs (ru_maxrss; includes the data and the interpreter)")
+
+    short = {"KernelRidge": "krr", "JointDistribution": "jdl"}
+    rows = [[k, n_krr, f"{v['min']:.3f}", f"{v['median']:.3f}", f"{err[short[k]]:.4f}"]
+            for k, v in t_peer.items()]
+    print(f"\nConditional mean E[Y|x]: fit + 5000 predictions at n = {n_krr} (largest of "
+          f"{list(_KRR_LADDER)} whose 3 n^2 float64 fit in {budget / 2**30:.2f} GiB; "
+          f"{repeats} rounds, min / median s; RMSE vs the closed form):")
+    print(text_table(["call", "n", "min s", "median s", "RMSE"], rows))
+    extrap = t_peer["KernelRidge"]["min"] * (n_big / n_krr) ** 3
+    print(f"KernelRidge / JDL at n = {n_krr}: {krr_ratio:.3g}x; KernelRidge extrapolated to "
+          f"n = {n_big} (O(n^3) solve, {8 * n_big**2 / 2**30:.3g} GiB kernel): "
+          f"~{extrap:.3g} s vs JDL {big['total_s']:.3g} s measured.")
+
+    met = sum(t["met"] for t in targets.values())
+    print(f"\n{met}/{len(targets)} targets met.")
+    return {"config": config, "scale": {"n/4": small, "n": big}, "peer": t_peer,
+            "peer_rmse": err, "targets": targets, "all_met": met == len(targets),
+            "max_rss_kib": {"before": rss0, "after": rss1}}
