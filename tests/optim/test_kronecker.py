@@ -106,12 +106,42 @@ def test_kronecker_preconditioner_speeds_up_cg():
     A = KroneckerCurvature(X, mb.C, lam=1e-4, scale=1 / m)
     G = rng.normal(size=(p, n))
     exact = np.linalg.solve(A.todense(), G.T.ravel()).reshape(n, p).T
-    pre = KroneckerPreconditioner(X)
-    xk, ik = A.solve(G, rtol=1e-8, maxiter=2000, precondition=pre)
     xj, ij = A.solve(G, rtol=1e-8, maxiter=2000, precondition="jacobi")
-    np.testing.assert_allclose(xk, exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max())
     np.testing.assert_allclose(xj, exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max())
-    assert ik["iterations"] < ij["iterations"]
+    for rank in (None, 10):
+        pre = KroneckerPreconditioner(X, rank=rank)
+        xk, ik = A.solve(G, rtol=1e-8, maxiter=2000, precondition=pre)
+        np.testing.assert_allclose(xk, exact, rtol=1e-5, atol=1e-6 * np.abs(exact).max())
+        assert ik["iterations"] < ij["iterations"], rank
+
+
+def test_truncated_preconditioner_is_spd_and_exact_on_leading_space():
+    """rank r: symmetric positive definite; equals the full one when the tail of M is flat."""
+    rng = np.random.default_rng(2)
+    X, _, _, A = _operator(3, m=50, p=6, n=3, lam=0.1)
+    apply = KroneckerPreconditioner(X, rank=2).for_operator(A)
+    P = np.stack([apply(e.reshape(3, 6).T).T.ravel() for e in np.eye(18)], axis=1)
+    np.testing.assert_allclose(P, P.T, atol=1e-12)
+    assert np.linalg.eigvalsh(P).min() > 0
+    # inputs whose second moment has eigenvalues (9, 4, 1, 1, 1, 1): rank 2 is exact
+    Q = np.linalg.qr(rng.normal(size=(6, 6)))[0]
+    Xr = np.sqrt(6.0) * np.diag(np.sqrt([9.0, 4, 1, 1, 1, 1])) @ Q.T  # Xr^T Xr / 6 = Q L Q^T
+    G = rng.normal(size=(6, 3))
+    full = KroneckerPreconditioner(Xr).for_operator(A)(G)
+    np.testing.assert_allclose(KroneckerPreconditioner(Xr, rank=2).for_operator(A)(G), full,
+                               rtol=1e-10, atol=1e-12)
+    assert not np.allclose(KroneckerPreconditioner(Xr, rank=1).for_operator(A)(G), full)
+
+
+def test_cg_check_x0_discards_a_bad_warm_start():
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(10, 10))
+    A = M @ M.T + np.eye(10)
+    b = rng.normal(size=10)
+    bad = -50 * np.linalg.solve(A, b)
+    x1, _ = conjugate_gradient(lambda v: A @ v, b, x0=bad, maxiter=1, check_x0=True)
+    x2, _ = conjugate_gradient(lambda v: A @ v, b, maxiter=1)
+    np.testing.assert_allclose(x1, x2)
 
 
 def test_preconditioner_bad_input():
@@ -122,3 +152,5 @@ def test_preconditioner_bad_input():
         KroneckerPreconditioner(X[:, :2]).for_operator(A)
     with pytest.raises(ValueError, match="2-D"):
         KroneckerPreconditioner(np.ones(3))
+    with pytest.raises(ValueError, match="rank"):
+        KroneckerPreconditioner(X, rank=0)

@@ -91,7 +91,8 @@ class KroneckerCurvature:
         A[np.diag_indices_from(A)] += lam.T.ravel()
         return A
 
-    def solve(self, G, method="cg", x0=None, rtol=1e-5, maxiter=None, precondition=True):
+    def solve(self, G, method="cg", x0=None, rtol=1e-5, maxiter=None, precondition=True,
+              check_x0=False):
         """Solve ``A vec(D) = vec(G)`` for ``D`` of shape (p, n).
 
         Parameters
@@ -110,6 +111,8 @@ class KroneckerCurvature:
             ``True``/``"jacobi"``: diagonal; ``"kronecker"``: a
             :class:`KroneckerPreconditioner` built from this batch's ``X`` (O(p^3) per call;
             pass a prebuilt one to amortise it); ``False``/``None``: none.
+        check_x0 : bool
+            See :func:`conjugate_gradient`.
 
         Returns
         -------
@@ -140,7 +143,8 @@ class KroneckerCurvature:
         else:
             raise ValueError("precondition must be 'jacobi', 'kronecker', None, a bool or a "
                              f"KroneckerPreconditioner, got {precondition!r}.")
-        return conjugate_gradient(self.matvec, G, x0=x0, rtol=rtol, maxiter=maxiter, Minv=M)
+        return conjugate_gradient(self.matvec, G, x0=x0, rtol=rtol, maxiter=maxiter, Minv=M,
+                                  check_x0=check_x0)
 
 
 class KroneckerPreconditioner:
@@ -156,34 +160,57 @@ class KroneckerPreconditioner:
     ----------
     X_ref : ndarray, shape (T, p)
         Reference inputs (the training set or a subsample), same columns as the batches.
+    rank : int or None
+        Keep the ``rank`` leading eigenvectors of ``M`` and replace the remaining
+        eigenvalues by the largest of them (still symmetric positive definite); each
+        application then costs O(p rank n + p n^2) instead of O(p^2 n). ``None``: all.
     """
 
-    def __init__(self, X_ref):
+    def __init__(self, X_ref, rank=None):
         X_ref = np.asarray(X_ref, dtype=np.float64)
         if X_ref.ndim != 2 or X_ref.shape[0] == 0:
             raise ValueError(f"X_ref must be a non-empty 2-D array, got shape {X_ref.shape}.")
-        evals, self.U = np.linalg.eigh(X_ref.T @ X_ref / X_ref.shape[0])  # (p,), (p, p)
-        self.evals = np.maximum(evals, 0.0)
+        p = X_ref.shape[1]
+        evals, U = np.linalg.eigh(X_ref.T @ X_ref / X_ref.shape[0])  # ascending
+        evals = np.maximum(evals, 0.0)
+        self.p = p
+        if rank is None or int(rank) >= p:
+            self.evals, self.U, self.tail = evals[::-1].copy(), U[:, ::-1].copy(), None
+        else:
+            if int(rank) < 1:
+                raise ValueError(f"rank must be >= 1 or None, got {rank}.")
+            r = int(rank)
+            self.evals, self.U = evals[::-1][:r].copy(), np.ascontiguousarray(U[:, ::-1][:, :r])
+            self.tail = float(evals[::-1][r])  # largest discarded eigenvalue
 
     def for_operator(self, A: KroneckerCurvature):
         """The preconditioner of ``A`` as a callable on (p, n) arrays."""
-        if A.p != len(self.evals):
-            raise ValueError(f"the preconditioner has p = {len(self.evals)}, the operator "
-                             f"p = {A.p}.")
+        if A.p != self.p:
+            raise ValueError(f"the preconditioner has p = {self.p}, the operator p = {A.p}.")
         lc, Uc = np.linalg.eigh(A.scale * A.C.sum(axis=0))  # (n,), (n, n)
+        lc = np.maximum(lc, 0.0)
         lam = float(np.mean(A.lam))
-        den = self.evals[:, None] * np.maximum(lc, 0.0)[None, :] + lam  # (p, n)
-        if np.any(den <= 0):
+        if lam <= 0:
             raise ValueError("the Kronecker preconditioner needs lam > 0.")
         U = self.U
+        inv_top = 1.0 / (self.evals[:, None] * lc[None, :] + lam)  # (r, n)
+        if self.tail is None:
+            def apply(R):  # R: (p, n)
+                return U @ (((U.T @ R) @ Uc) * inv_top) @ Uc.T
+            return apply
+        inv_tail = 1.0 / (self.tail * lc + lam)  # (n,)
+        corr = inv_top - inv_tail[None, :]  # (r, n)
 
-        def apply(R):  # R: (p, n)
-            return U @ (((U.T @ R) @ Uc) / den) @ Uc.T
+        def apply_low_rank(R):  # R: (p, n); tail scaling on all of R, exact on span(U)
+            Rc = R @ Uc  # (p, n) class eigenbasis
+            out = Rc * inv_tail[None, :] + U @ ((U.T @ Rc) * corr)
+            return out @ Uc.T
 
-        return apply
+        return apply_low_rank
 
 
-def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None):
+def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None,
+                       check_x0=False):
     """Preconditioned CG for a symmetric positive definite operator on arrays of any shape.
 
     Parameters
@@ -197,6 +224,9 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None):
     Minv : ndarray or callable, optional
         Preconditioner: an inverse diagonal of the shape of ``b``, or a callable applying
         a symmetric positive definite approximation of ``A^{-1}``.
+    check_x0 : bool
+        Discard ``x0`` when the quadratic ``x^T A x / 2 - b^T x`` is not lower there than at
+        0 (so a truncated run never does worse than a cold start; no extra product).
 
     Returns
     -------
@@ -212,6 +242,9 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None):
     else:
         x = np.array(x0, dtype=np.float64, copy=True)
         r = b - matvec(x)
+        if check_x0 and -0.5 * float(np.vdot(x, b + r)) >= 0.0:
+            x = np.zeros_like(b)
+            r = b.copy()
     if Minv is None:
         def prec(v):
             return v

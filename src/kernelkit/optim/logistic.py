@@ -40,6 +40,7 @@ __all__ = ["BoundLogisticRegression", "logistic_objective"]
 SOLVERS = ("spfb", "lspfb", "bound", "sgd")
 _DEFAULT_SCHEDULE = {"spfb": "inverse", "lspfb": "inverse", "bound": "constant",
                      "sgd": "inverse"}
+_PRECOND_RANK = 100  # leading eigenvectors of the input second moment kept (p > 200)
 _DENSE_MAX_DIM = 1500  # linear_solver="auto": dense Cholesky up to this parameter dimension
 
 
@@ -150,12 +151,14 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         or a dense Cholesky factorization; ``"auto"`` takes dense up to 1500 parameters.
     cg_rtol : float, default=1e-4
     cg_maxiter : int or None, default=None
-        CG iteration cap (``None``: 500).
+        CG iteration cap. ``None``: 10 for ``"spfb"`` (a truncated, warm-started,
+        preconditioned solve; on Fashion-MNIST 3-10 iterations give the same progress per
+        epoch as a solve to 1e-4, at a fraction of the cost) and 500 for ``"bound"``.
     preconditioner : {"kronecker", "jacobi", None}, default="kronecker"
         CG preconditioner: ``"kronecker"`` inverts ``C_bar (x) M + alpha I`` exactly, with
         ``M`` the second moment of (up to 10 000 rows of) the training inputs, computed
-        once per ``fit`` (O(p^3), counted in the training time); ``"jacobi"`` is the
-        diagonal of the note.
+        once per ``fit`` (O(p^3), counted in the training time; its 100 leading
+        eigenvectors when p > 200); ``"jacobi"`` is the diagonal of the note.
     low_rank : {"paper", "eig", "exact"}, default="paper"
         Variant of the low-rank bound for ``"lspfb"`` (see
         :func:`~kernelkit.optim.low_rank_partition_bound`).
@@ -358,9 +361,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         precond = self.preconditioner
         if precond == "kronecker" and lin == "cg" and self.solver in ("spfb", "bound"):
             tic = time.perf_counter()
-            if self._precond is None or len(self._precond.evals) != p1:
+            if self._precond is None or self._precond.p != p1:
                 sub = X1 if T <= 10_000 else X1[rng.choice(T, 10_000, replace=False)]
-                self._precond = KroneckerPreconditioner(sub)
+                self._precond = KroneckerPreconditioner(
+                    sub, rank=_PRECOND_RANK if p1 > 2 * _PRECOND_RANK else None)
             precond = self._precond
             self._train_time += time.perf_counter() - tic
         self._precond_arg = precond
@@ -420,7 +424,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             W, info = _s.spfb_step(self._W, Xb, yb, lam, eta, mask=self._mask,
                                    reduction="mean" if self.solver == "bound" else
                                    self.reduction, linear_solver=lin, rtol=rtol,
-                                   maxiter=self.cg_maxiter,
+                                   maxiter=self.cg_maxiter if self.cg_maxiter is not None
+                                   else (10 if self.solver == "spfb" else 500),
                                    x0=None if self.solver == "bound" else self._x0,
                                    preconditioner=self._precond_arg)
             self._x0 = info["direction"]

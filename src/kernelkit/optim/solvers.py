@@ -145,13 +145,9 @@ def spfb_step(W, X, y, lam, eta=1.0, *, mask=None, reduction="mean", linear_solv
     bnd = multinomial_bound_from_logits(S)
     G = _data_gradient(bnd.prob, X, y, scale) + lam * _penalty(W, mask)  # (p, n)
     A = KroneckerCurvature(X, bnd.C, lam=lam_c, scale=scale)
-    if x0 is not None and linear_solver == "cg":
-        # use the warm start only if the model value there is below the one at 0
-        r0 = G - A.matvec(x0)
-        if -0.5 * float(np.vdot(x0, G + r0)) >= 0.0:
-            x0 = None
+    # the warm start is used only where the majoriser is lower there than at 0
     delta, info = A.solve(G, method=linear_solver, x0=x0, rtol=rtol, maxiter=maxiter,
-                          precondition=preconditioner)
+                          precondition=preconditioner, check_x0=True)
     Wp = _penalty(W, mask)
     batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + 0.5 * lam * float(
         np.sum(Wp * W))
