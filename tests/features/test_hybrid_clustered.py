@@ -142,16 +142,49 @@ def test_gaussian_mixture_features_equal_direct_formula(data, fitted):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("default", ["hyperbolic", "trig"])
-def test_gaussian_mixture_unbiased(data, default):
+def test_gaussian_mixture_unbiased_and_mse(data, default):
+    """Unbiased; derived MSE (weights E[w_i w_j] times base second moments G_ij) within
+    Z SE. tau = 1.5 keeps the lambda features' 4th moment moderate (at tau ~ 0.5 the
+    Monte Carlo MSE is dominated by rare huge draws)."""
     X, Y, _, _ = data
     Xt, Yt = X[[0, 20]], Y[[1, 25]]
-    fm = ClusteredHybridRF(3, n_clusters=2, mixture="gaussian", n_lambda=2, tau=1.0,
+    fm = ClusteredHybridRF(3, n_clusters=(2, 3), mixture="gaussian", n_lambda=2, tau=1.5,
                            default_estimator=default, random_state=0).fit(X, Y)
-    R = 3000
+    R = 4000
     err = np.stack([fm.redraw(s).approx_kernel(Xt, Yt) for s in range(R)]) - np.exp(Xt @ Yt.T)
     assert np.abs(err.mean(0) / (err.std(0) / math.sqrt(R))).max() < Z
-    with pytest.raises(NotImplementedError, match="zero_one"):
-        fm.variance(Xt, Yt)
+    mse, sq = fm.variance(Xt, Yt), err**2
+    assert np.abs((sq.mean(0) - mse) / (sq.std(0) / math.sqrt(R))).max() < Z
+    assert (sq.std(0) / math.sqrt(R) / mse).max() < 0.1
+
+
+@pytest.mark.slow
+def test_gaussian_mixture_variance_large_n_lambda_limit(data):
+    """n_lambda -> inf: lambda_hat -> lambda, so the MSE tends to that of the fixed
+    mixture sum_ij E[w_i] E[w_j] G_ij - SM^2 (checked against a direct computation)."""
+    X, Y, _, _ = data
+    Xt, Yt = X[[0, 20]], Y[[1, 25]]
+    fm = ClusteredHybridRF(3, n_clusters=2, mixture="gaussian", n_lambda=1, tau=0.8,
+                           default_estimator="hyperbolic", random_state=0).fit(X, Y)
+    fm.n_lambda = 10**12  # the formula only; no features of that size are drawn
+    v = fm.variance(Xt, Yt)
+    W = np.random.default_rng(0).standard_normal((400_000, 4))
+    K = np.exp(Xt @ Yt.T)
+    for i in range(2):
+        for j in range(2):
+            x, y = Xt[i], Yt[j]
+            g0 = np.exp(-(x @ x + y @ y) / 2) * np.cosh(W @ (x + y))
+            lam_sum = 0.0
+            gs = []
+            for a in fm.A_.reshape(-1, 4):
+                ax, by = a * x, y / a
+                lam = np.exp(-np.sum((ax + by) ** 2) / (2 * 0.8**2))
+                gp = np.exp(-(ax @ ax + by @ by) / 2 + W @ (ax + by))
+                gs.append((lam, gp))
+                lam_sum += lam
+            g = (1 - lam_sum) * g0 + sum(lam * gp for lam, gp in gs)  # fixed weights
+            mse1 = np.mean((g - K[i, j]) ** 2)
+            np.testing.assert_allclose(v[i, j] * 3, mse1, rtol=0.05)
 
 
 def test_bad_input(data):

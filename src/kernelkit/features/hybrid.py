@@ -1013,6 +1013,10 @@ class ComplexExponentialRF(FeatureMap):
         raise NotImplementedError("ComplexExponentialRF has no FAVOR# fitting objective.")
 
 
+def _sq_norms3(xp, a):
+    return xp.sum(a * a, axis=-1)
+
+
 def _sum_prod(xp, a, b):
     return xp.sum(a * b, axis=1)
 
@@ -1271,20 +1275,39 @@ class ClusteredHybridRF(FeatureMap):
 
     # -------------------------------------------------------------- variance
     def variance(self, X, Y=None):
-        """Analytic MSE of :meth:`approx_kernel` for the zero-one mixture, shape (n, m).
+        """Analytic MSE of :meth:`approx_kernel`, shape (n, m) (i.i.d. projections).
 
-        For ``x in X_i``, ``y in Y_j`` the estimate is the real complex-exponential
-        estimator with ``A = A^{ij}``: ``MSE = SM^2 (exp(|A x + A^{-1} y|^2) - 1) / m``
-        (i.i.d. projections). The Gaussian mixture has no closed form here
-        (``NotImplementedError``).
+        * zero-one mixture: for ``x in X_i``, ``y in Y_j`` the estimate is the real complex
+          exponential estimator with ``A = A^{ij}``,
+          ``MSE = SM^2 (exp(|A x + A^{-1} y|^2) - 1) / m``.
+        * Gaussian mixture (derived): with weights ``w_0 = 1 - sum_p lambda_hat_p``,
+          ``w_p = lambda_hat_p`` (``sum w = 1``, independent of ``W``) and base estimators
+          sharing ``W``, ``MSE = (sum_ij E[w_i w_j] G_ij - SM^2) / m`` where
+          ``G_ij = E[g_i g_j]`` is the second moment of single-projection estimates
+          (``g_p = exp(-(|a_p|^2 + |b_p|^2)/2 + w.(a_p + b_p))``, ``a_p = A_p x``,
+          ``b_p = A_p^{-1} y``; ``g_0`` hyperbolic or trig) and
+          ``E[lambda_hat_p lambda_hat_q] = lambda_p lambda_q + (H_pq - lambda_p lambda_q)/n``
+          with ``H_pq = exp(-(s_p + s_q)/tau^2 + |e_p + e_q|^2 / (2 tau^2))``,
+          ``s_p = |a_p|^2 + |b_p|^2``, ``e_p = a_p - b_p``. Memory ``O(n m P^2)`` for
+          ``P = n_q n_k`` cluster pairs.
+
+        For the Gaussian kernel the MSE is multiplied by ``exp(-|x|^2 - |y|^2)``.
         """
-        if self.mixture != "zero_one":
-            raise NotImplementedError(
-                "ClusteredHybridRF.variance is implemented for mixture='zero_one' only."
-            )
         Y = X if Y is None else Y
         Xs, xp = self._check_X(X, "X")
         Ys, _ = self._check_X(Y, "Y")
+        xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
+        log_k2 = 2.0 * xy
+        if self.alpha != 0.0:
+            log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
+                                                  + _sq_norms(xp, Ys)[None, :])
+        if self.mixture == "zero_one":
+            rel = self._zero_one_rel_mse(Xs, Ys, xp)
+        else:
+            rel = self._gaussian_rel_mse(Xs, Ys, xp, xy)
+        return xp.clip(rel, min=0.0) * xp.exp(log_k2) / self.n_features
+
+    def _zero_one_rel_mse(self, Xs, Ys, xp):
         ix, _ = self._assign(Xs, xp, "x")
         jy, _ = self._assign(Ys, xp, "y")
         A = self._param("A", xp, Xs)  # (n_q, n_k, d)
@@ -1292,12 +1315,58 @@ class ClusteredHybridRF(FeatureMap):
         Ax = xp.take(Ax, jy, axis=1) * Xs[:, None, :]  # (n, m_pts, d): A^{i(x) j(y)} x
         Ainv = self._param("Ainv", xp, Xs)
         By = xp.take(xp.take(Ainv, ix, axis=0), jy, axis=1) * Ys[None, :, :]  # (n, m_pts, d)
-        c2 = xp.sum((Ax + By) ** 2, axis=-1)  # (n, m_pts)
-        log_k2 = 2.0 * (Xs @ xp.matrix_transpose(Ys))
-        if self.alpha != 0.0:
-            log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
-                                                  + _sq_norms(xp, Ys)[None, :])
-        return xp.expm1(c2) * xp.exp(log_k2) / self.n_features
+        return xp.expm1(xp.sum((Ax + By) ** 2, axis=-1))  # (n, m_pts)
+
+    def _gaussian_rel_mse(self, Xs, Ys, xp, xy):
+        """``m MSE / SM^2`` of the Gaussian mixture, (n, m_pts)."""
+        Af = self._param("A_flat", xp, Xs)  # (P, d)
+        a = Af[None, :, :] * Xs[:, None, :]  # (n, P, d)
+        b = Ys[:, None, :] / Af[None, :, :]  # (m_pts, P, d)
+        c = a[:, None] + b[None, :]  # (n, m_pts, P, d)   a_p + b_p
+        e = a[:, None] - b[None, :]  # (n, m_pts, P, d)   a_p - b_p
+        s = _sq_norms3(xp, a)[:, None, :] + _sq_norms3(xp, b)[None, :, :]  # (n, m_pts, P)
+        cc = c @ xp.matrix_transpose(c)  # (n, m_pts, P, P)
+        ee = e @ xp.matrix_transpose(e)
+        c2 = xp.linalg.diagonal(cc)  # (n, m_pts, P)
+        e2 = xp.linalg.diagonal(ee)
+        t2 = self.tau**2
+        two_xy = (2.0 * xy)[:, :, None, None]
+        # G_pq / SM^2 and H_pq, lambda_p
+        spq = s[..., :, None] + s[..., None, :]  # (n, m_pts, P, P)
+        g_pq = xp.exp(-0.5 * spq + 0.5 * (c2[..., :, None] + c2[..., None, :] + 2.0 * cc)
+                      - two_xy)
+        h_pq = xp.exp(-spq / t2 + 0.5 * (e2[..., :, None] + e2[..., None, :] + 2.0 * ee) / t2)
+        lam = xp.exp(-0.5 * c2 / t2)  # (n, m_pts, P): exp(-|a_p + b_p|^2 / (2 tau^2))
+        ll = lam[..., :, None] * lam[..., None, :]
+        L = ll + (h_pq - ll) / self.n_lambda  # E[lambda_hat_p lambda_hat_q]
+        # default estimator g_0: G_00 and G_0p, relative to SM^2
+        nx = _sq_norms(xp, Xs)[:, None]
+        ny = _sq_norms(xp, Ys)[None, :]
+        xy2 = 2.0 * xy
+        z = Xs[:, None, :] + Ys[None, :, :]  # (n, m_pts, d)
+        z2 = xp.clip(nx + ny + xy2, min=0.0)
+        d2 = xp.clip(nx + ny - xy2, min=0.0)
+        base = -0.5 * s - 0.5 * (nx + ny)[..., None] - xy2[..., None]  # (n, m_pts, P)
+        if self.default_estimator == "hyperbolic":
+            g00 = 0.5 * (xp.exp(2.0 * z2 - nx - ny - xy2) + xp.exp(-nx - ny - xy2))
+            cz = xp.sum(c * z[:, :, None, :], axis=-1)  # (n, m_pts, P)
+            zz = z2[..., None]
+            g0p = 0.5 * (xp.exp(base + 0.5 * (c2 + zz + 2.0 * cz))
+                         + xp.exp(base + 0.5 * (c2 + zz - 2.0 * cz)))
+        else:
+            delta = Xs[:, None, :] - Ys[None, :, :]
+            g00 = 0.5 * xp.exp(nx + ny - xy2) * (1.0 + xp.exp(-2.0 * d2))
+            cd = xp.sum(c * delta[:, :, None, :], axis=-1)
+            g0p = xp.exp(-0.5 * s + 0.5 * (nx + ny)[..., None] - xy2[..., None]
+                         + 0.5 * (c2 - d2[..., None])) * xp.cos(cd)
+        lam_sum = xp.sum(lam, axis=-1)  # (n, m_pts)
+        L_sum_q = xp.sum(L, axis=-1)  # (n, m_pts, P): sum_q E[l_p l_q]
+        L_tot = xp.sum(L_sum_q, axis=-1)  # (n, m_pts)
+        ew00 = 1.0 - 2.0 * lam_sum + L_tot  # E[w_0^2]
+        ew0p = lam - L_sum_q  # E[w_0 w_p]
+        total = ew00 * g00 + 2.0 * xp.sum(ew0p * g0p, axis=-1) \
+            + xp.sum(xp.reshape(L * g_pq, (*L.shape[:2], -1)), axis=-1)
+        return total - 1.0
 
     def _log_second_moment(self, X, Y, xp):
         raise NotImplementedError("ClusteredHybridRF: use variance().")
