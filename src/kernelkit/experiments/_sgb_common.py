@@ -418,12 +418,12 @@ def run_bound(problem: Problem, solver: str, eta0: float, schedule: str, batch_s
     binary = problem.n_classes == 2
     f0 = objective(np.zeros((problem.p, problem.n_classes)), problem.X, problem.Y,
                    problem.lam)
-    state = {"diverged": False}
+    state = {"diverged": False, "drop_last": False}
 
     def callback(est, info):
         loss = info.get("loss")
         if loss is not None and _diverged(float(loss), f0):
-            state["diverged"] = True
+            state["diverged"] = state["drop_last"] = True  # that loss is already recorded
             return True
         return False
 
@@ -438,12 +438,12 @@ def run_bound(problem: Problem, solver: str, eta0: float, schedule: str, batch_s
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow while diverging
             est.fit(problem.X, problem.y)
-    except FloatingPointError:
+    except FloatingPointError:  # raised before the failing epoch's loss is recorded
         state["diverged"] = True
-    hist = list(getattr(est, "loss_history_", [f0]))
-    times = list(getattr(est, "time_history_", [0.0]))
-    if state["diverged"]:
-        trace.diverged = True
+    hist = list(getattr(est, "loss_history_", None) or [f0])
+    times = list(getattr(est, "time_history_", None) or [0.0])
+    trace.diverged = state["diverged"]
+    if state["drop_last"] and len(hist) > 1:
         hist, times = hist[:-1], times[:-1]  # drop the epoch that blew up
     for ep, (value, sec) in enumerate(zip(hist, times, strict=True)):
         trace.record(ep, sec, value)
