@@ -317,3 +317,11 @@ def test_bench_step_ratio_small():
     r = bench_sgb._step_ratio(repeats=1, m=100, d=40, lam=1e-2)
     assert r["ratio"] > 0 and r["cg_residual"] <= 1e-4
     assert r["direction_rel_diff"] < 1e-2  # CG solves the same system as Cholesky
+
+
+@needs_optim
+def test_bound_run_divergence_keeps_epoch_zero(digits_small):
+    tr = C.run_bound(digits_small, "spfb", 1e3, "constant", 100, 3, seed=0, cg_maxiter=20)
+    assert tr.diverged and tr.final == math.inf
+    assert tr.epochs[0] == 0.0 and tr.objective[0] == pytest.approx(math.log(10))
+    assert S._gap_at_time(tr, 1.0, 0.0) == pytest.approx(math.log(10) - 1.0)
