@@ -246,7 +246,7 @@ def compare(problem: C.Problem, spec: DataSpec, config: Config, seed: int = 0,
                 progress.update(1)
             continue
         run = _runner(method, problem, spec, config)
-        if method == "SPFB (dense)":  # same algorithm as SPFB: reuse its configuration
+        if method == "SPFB (dense)" and "SPFB" in out:  # same algorithm: reuse its config
             best = dict(out["SPFB"]["best"])
             grid_res, first = [], None
         else:
@@ -457,6 +457,8 @@ def _run(rep, config, seed):
     all_res, summaries, verdict = {}, {}, {}
     for spec, methods in plan:
         problem = problems[spec.name]
+        bar.set_postfix_str(f"{spec.name}: optimum")
+        C.optimum(problem)  # cached for compare
         bar.set_postfix_str(spec.name)
         res = compare(problem, spec, config, seed, progress=bar, methods=methods)
         all_res[spec.name] = res
