@@ -116,7 +116,7 @@ def test_histories_callback_and_attributes():
     assert clf.n_iter_ == 4 and len(seen) == 4
     assert len(clf.loss_history_) == len(clf.time_history_) == 5
     assert clf.loss_history_[0] == pytest.approx(np.log(3))  # W = 0: uniform probabilities
-    assert np.all(np.diff(clf.time_history_) >= 0)
+    assert clf.time_history_[0] == 0.0 and np.all(np.diff(clf.time_history_) >= 0)
     assert seen[-1]["loss"] == clf.loss_history_[-1] and seen[-1]["steps"] == clf.t_ == 16
     assert clf.coef_.shape == (3, 4) and clf.intercept_.shape == (3,)
     P = clf.predict_proba(X)

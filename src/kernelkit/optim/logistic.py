@@ -181,8 +181,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     loss_history_ : list of float
         Training objective before training (entry 0) and after every epoch.
     time_history_ : list of float
-        Cumulative training seconds at each entry of ``loss_history_`` (objective
-        evaluation and callbacks excluded).
+        Cumulative training seconds at each entry of ``loss_history_`` (0 for entry 0;
+        set-up such as the preconditioner counts; objective evaluation and callbacks are
+        excluded).
     n_iter_ : int
         Epochs run (cumulative over ``partial_fit`` calls).
     t_ : int
@@ -358,6 +359,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         if lin == "auto":
             lin = "dense" if d <= _DENSE_MAX_DIM else "cg"
         rng = self._rng
+        track = self.compute_loss or self.tol is not None
+        if track and not self.loss_history_:  # entry 0: before any work (time 0)
+            self.loss_history_.append(self._objective_internal(X1, yi))
+            self.time_history_.append(self._train_time)
         precond = self.preconditioner
         if precond == "kronecker" and lin == "cg" and self.solver in ("spfb", "bound"):
             tic = time.perf_counter()
@@ -367,11 +372,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                     sub, rank=_PRECOND_RANK if p1 > 2 * _PRECOND_RANK else None)
             precond = self._precond
             self._train_time += time.perf_counter() - tic
-        self._precond_arg = precond
-        track = self.compute_loss or self.tol is not None
-        if track and not self.loss_history_:
-            self.loss_history_.append(self._objective_internal(X1, yi))
-            self.time_history_.append(self._train_time)
+        self._precond_arg = precond  # its setup time is part of the first epoch
         best = min(self.loss_history_) if self.loss_history_ else np.inf
         no_change = 0
         converged = False
