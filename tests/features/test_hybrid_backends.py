@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from sklearn.base import clone
 
 from kernelkit.features import (
@@ -129,3 +132,21 @@ def test_large_norms_stay_finite():
     X32, Y32 = X.astype(np.float32) * 0.5, Y.astype(np.float32) * 0.5
     fm = AngularHybridRF(8, 4, random_state=0).fit(X32, Y32)
     assert np.all(np.isfinite(fm.approx_kernel(X32, Y32)))
+
+
+@given(
+    X=hnp.arrays(np.float64, (3, 4), elements=st.floats(-2.0, 2.0)),
+    Y=hnp.arrays(np.float64, (2, 4), elements=st.floats(-2.0, 2.0)),
+    seed=st.integers(0, 2**16),
+    shared=st.booleans(),
+)
+def test_property_angular_features_dot_and_lambda_range(X, Y, seed, shared):
+    fm = AngularHybridRF(3, 2, shared_projection=shared, random_state=seed).fit(X, Y)
+    lam, kp, kt = fm.approx_components(X, Y)
+    assert np.all((lam >= 0) & (lam <= 1))
+    assert np.all(kp > 0)
+    K = fm.approx_kernel(X, Y)
+    np.testing.assert_allclose(fm.transform(X) @ fm.transform_y(Y).T, K,
+                               rtol=1e-9, atol=1e-9 * np.abs(kp).max() + 1e-9 * np.abs(kt).max())
+    V = fm.variance(X, Y)
+    assert np.all(np.isfinite(V)) and np.all(V >= 0)
