@@ -218,8 +218,7 @@ def test_spfb_trace_uses_our_objective(binary, digits_small, cancer):
 TINY = S.Config(
     datasets=(S.DataSpec("breast_cancer", 1e-2, 100, 3, ranks=(1,)),
               S.DataSpec("digits", 1e-2, 100, 3, n=300, ranks=(1,))),
-    etas=(0.3, 1.0), adam_etas=(0.01, 0.03), schedules=("inverse_t0",), seeds=2,
-    cg_maxiter=50)
+    etas=(0.3, 1.0), adam_etas=(0.01, 0.03), schedules=("inverse_t0",), seeds=2)
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,7 @@ def _bench_config(quick: bool):
         specs = (DataSpec("digits", 1e-3, 100, 15, ranks=(1, 10)),
                  DataSpec("fashion_mnist", 1e-3, 200, 4, n=2000, ranks=(1,), dense=False))
         return Config(datasets=specs, etas=(0.3, 1.0, 3.0), adam_etas=(3e-3, 1e-2, 3e-2),
-                      schedules=("constant", "inverse_t0"), seeds=1, cg_maxiter=100,
+                      schedules=("constant", "inverse_t0"), seeds=1,
                       max_method_s=15.0)
     specs = (DataSpec("digits", 1e-3, 100, 30, ranks=(1, 5, 10, 100)),
              DataSpec("fashion_mnist", 1e-3, 1000, 10, n=10000, tune_epochs=3,

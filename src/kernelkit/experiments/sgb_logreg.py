@@ -96,7 +96,7 @@ class Config:
     schedules: tuple[str, ...] = C.SCHEDULES
     seeds: int = 3
     cg_rtol: float = 1e-4
-    cg_maxiter: int | None = None  # estimator default: min(dimension, 500)
+    cg_maxiter: int | None = None  # None: the estimator's default (10 for SPFB)
     low_rank: str = "paper"
     lbfgs: bool = True
     adam: bool = True
@@ -144,7 +144,7 @@ QUICK = Config(
         DataSpec("income", 1e-3, 100, 8, n=2000, ranks=(1, 5)),
     ),
     etas=(0.3, 1.0, 3.0), adam_etas=(3e-3, 1e-2, 3e-2), schedules=("inverse_t0",), seeds=1,
-    cg_maxiter=100, max_method_s=6.0,
+    max_method_s=6.0,
 )
 
 
@@ -504,7 +504,9 @@ def _write_report(rep, config, results, problems, all_res, summaries, verdict, b
         "configuration run for the tuning epochs, the best by training objective then run "
         "for the full budget. SPFB (dense) reuses SPFB's configuration (same iterates up "
         "to the CG tolerance). L-BFGS (SciPy L-BFGS-B, memory 10) has no step size. SPFB's "
-        f"CG: rtol {config.cg_rtol:g}, iteration cap {config.cg_maxiter or 'min(d, 500)'}; "
+        f"CG: rtol {config.cg_rtol:g}, iteration cap "
+        f"{config.cg_maxiter or 'the estimator default (10, warm-started)'}, the "
+        "estimator's default preconditioner; "
         f"LSPFB low-rank variant `{config.low_rank}`. 'Where affordable': SPFB (dense) and "
         "each LSPFB rank run only if one timed step × the steps of tuning and final runs "
         f"is below {config.max_method_s:g} s (skipped ones are listed).",
