@@ -32,6 +32,23 @@ Sizes (Erratum 1: base estimators use ``m``, the coefficient uses ``n``):
 
 Gaussian kernel: every map is multiplied by ``exp(-|u|^2/2)`` on both sides (note Sec. 1);
 ``lambda_hat`` is unchanged.
+
+Contents:
+
+* :class:`AngularHybridRF` (eq. 12, 19), :class:`GaussianHybridRF` (eq. 20),
+  :class:`NormalizedGaussianHybridRF` (App. F): bipolar hybrids with
+  ``approx_components`` (``lambda_hat``, ``SM^{++}``, ``SM^{trig}``), ``exact_lambda`` and
+  the Thm 3.1 MSE as ``variance``;
+* :class:`ComplexExponentialRF` (Lemma 2.4) for a given ``A``, :func:`optimal_diagonal_A`
+  (eq. 85-88) and :func:`diagonal_A_loss` (eq. 21);
+* :class:`ClusteredHybridRF` (Sec. 2.4, App. H): k-means, per-pair ``A``, zero-one and
+  Gaussian mixtures, ``redraw`` for cheap Monte Carlo repetitions;
+* the cost-matching rule :func:`matched_n_features` with :func:`regular_feature_flops`
+  and :func:`hybrid_feature_flops`.
+
+Projections: every class takes ``orthogonal`` (``False``/``True`` or a sampler name of
+:data:`kernelkit.features.sampling.SAMPLERS`: "iid", "orthogonal", "sorf", "hadamard",
+"halton") for its base projections ``W``.
 """
 
 from __future__ import annotations
