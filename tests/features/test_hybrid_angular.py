@@ -106,6 +106,66 @@ def test_unbiased_and_mse_matches_monte_carlo(shared):
     assert np.abs(z_mse).max() < Z, z_mse
 
 
+@pytest.mark.slow
+def test_base_estimators_lemma_2_2_and_eq_38():
+    """MSE(trig) = f1(|z|) f3(|Delta|), MSE(++) = f2(|z|) f3(|z|) (Lemma 2.2) and, with a
+    shared W, E[SM^{++} SM^{trig}] = (1 - 1/m) SM^2 + SM^2 cos(|x|^2 - |y|^2) / m (eq. 38,
+    Erratum 2), from the components of R independent maps."""
+    d, m, R = 5, 3, 6000
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(2, d)) * 0.3
+    Y = rng.normal(size=(2, d)) * 0.2
+    K = np.exp(X @ Y.T)
+    comps = [AngularHybridRF(m, 1, random_state=s).fit(X, Y).approx_components(X, Y)
+             for s in range(R)]
+    kp = np.stack([c[1] for c in comps])  # (R, 2, 2)
+    kt = np.stack([c[2] for c in comps])
+    nx, ny = (X**2).sum(1)[:, None], (Y**2).sum(1)[None]
+    z2, d2 = nx + ny + 2 * X @ Y.T, nx + ny - 2 * X @ Y.T
+    f3 = lambda u2: (1 - np.exp(-u2)) ** 2  # noqa: E731
+    mse_tr = np.exp(z2) / K**2 / (2 * m) * f3(d2)
+    mse_pp = np.exp(z2) * K**2 / (2 * m) * f3(z2)
+    cross = (1 - 1 / m) * K**2 + K**2 * np.cos(nx - ny) / m
+    for samples, target in (((kt - K) ** 2, mse_tr), ((kp - K) ** 2, mse_pp), (kp * kt, cross)):
+        z = (samples.mean(0) - target) / (samples.std(0) / math.sqrt(R))
+        assert np.abs(z).max() < Z, z
+    # C(m, 2) in place of m(m - 1) (the printed eq. 36) is rejected
+    wrong = K**2 * (m * (m - 1) / 2 + m * np.cos(nx - ny)) / m**2
+    assert np.abs((kp * kt).mean(0) - wrong).max() > 20 * ((kp * kt).std(0) / math.sqrt(R)).max()
+
+
+def test_errata_9_bound_holds_and_printed_eq27_fails():
+    """Thm 3.5 bound: the corrected form W(r)(2m)^{-1/2} sqrt((1-1/n)/(pi r^2) +
+    1/(n sqrt(pi) r)) holds on a theta grid for r in [1, 10]; the printed eq. 27
+    (1/r) (2m)^{-1/2} W(r) sqrt(1/pi - 1/(n pi) + 1/(n sqrt(pi))) fails at n = 1, r = 5."""
+    thetas = np.linspace(1e-3, np.pi - 1e-3, 301)
+    m, d = 2, 3
+    base = [_pair_on_sphere(d, 1.0, th, seed=6) for th in thetas]
+    X1 = np.concatenate([p[0] for p in base])
+    Y1 = np.concatenate([p[1] for p in base])
+
+    def eps_max(r, n):
+        X, Y = r * X1, r * Y1
+        fm = AngularHybridRF(m, n, random_state=0).fit(X, Y)
+        return (np.sqrt(np.diag(fm.variance(X, Y))) / np.exp(np.sum(X * Y, axis=1))).max()
+
+    for n in (1, 2, 4):
+        for r in (1.0, 2.0, 5.0, 10.0):
+            W = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
+            bound = W / np.sqrt(2 * m) * np.sqrt((1 - 1 / n) / (np.pi * r * r)
+                                                 + 1 / (n * np.sqrt(np.pi) * r))
+            assert eps_max(r, n) <= bound * (1 + 1e-9), (n, r)
+    r, n = 5.0, 1
+    W = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
+    printed = W / (r * np.sqrt(2 * m)) * np.sqrt(1 / np.pi - 1 / (n * np.pi)
+                                                 + 1 / (n * np.sqrt(np.pi)))
+    assert eps_max(r, n) > printed
+    # note Sec. 3 table: max eps(anghyb) / max eps(trig) = .165 at n = 1, r = 5 (equal m);
+    # with m = 1 this is the note's "max eps/W = 0.117 against a bound of 0.106"
+    np.testing.assert_allclose(eps_max(r, n) / W * np.sqrt(2 * m), 0.165, atol=1e-3)
+    np.testing.assert_allclose(printed / W * np.sqrt(2 * m) / np.sqrt(2), 0.106, atol=1e-3)
+
+
 def test_matched_n_features_rule():
     assert matched_n_features(128, 64, 8) == 95
     assert matched_n_features(128, 64, 8, shared_projection=False) == 53
