@@ -29,6 +29,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import expit
 
+from .._backend import device, get_namespace, is_numpy_namespace
+
 __all__ = [
     "MultinomialBound",
     "PartitionBound",
@@ -40,19 +42,29 @@ __all__ = [
 _SERIES = 1e-4
 
 
+def _np_float(a, *others):
+    """NumPy float array: float32 stays float32 (if ``others`` are float32 too), else f64."""
+    a = np.asarray(a)
+    f32 = a.dtype == np.float32 and all(np.asarray(o).dtype == np.float32 for o in others)
+    return a if f32 else a.astype(np.float64, copy=False)
+
+
 def beta(u):
     """``beta(u) = tanh(u / 2) / (2 u)`` (Alg. B), elementwise, with ``beta(0) = 1/4``.
 
     Even, at most 1/4, and ``beta(+-inf) = 0`` (the ``z -> 0+`` limit of the first label).
-    For ``|u| < 1e-4`` the series ``1/4 - u^2/48`` avoids 0/0.
+    For ``|u| < 1e-4`` the series ``1/4 - u^2/48`` avoids 0/0. NumPy or any array-API
+    floating array (e.g. a torch tensor) in, the same kind out.
     """
-    u = np.asarray(u, dtype=np.float64)
-    small = np.abs(u) < _SERIES
-    safe = np.where(small, 1.0, u)
+    if isinstance(u, np.ndarray | float | int | list | tuple) or np.isscalar(u):
+        u = _np_float(u)
+    xp = get_namespace(u)
+    small = xp.abs(u) < _SERIES
+    safe = xp.where(small, xp.ones_like(u), u)
     with np.errstate(over="ignore", invalid="ignore"):
-        out = np.tanh(0.5 * safe) / (2.0 * safe)
-    out = np.where(small, 0.25 - u * u / 48.0, out)
-    return np.where(np.isinf(u), 0.0, out)
+        out = xp.tanh(0.5 * safe) / (2.0 * safe)
+    out = xp.where(small, 0.25 - u * u / 48.0, out)
+    return xp.where(xp.isinf(u), xp.zeros_like(u), out)
 
 
 class PartitionBound(NamedTuple):
@@ -192,10 +204,12 @@ def multinomial_partition_bound(W, X) -> MultinomialBound:
     With ``s = W^T x`` and ``c_i = logsumexp(s_1..s_i)``: ``w_{i-1} = exp(s_{1..i-1} -
     c_{i-1})`` zero-padded, ``u_i = s_i - c_{i-1}``, ``l_i = e_i - w_{i-1}`` and ``C =
     sum_i beta(u_i) l_i l_i^T``. All labels are processed at once as an ``(m, n-1, n)``
-    array (no loop), then one batched matmul; cost O(m n^3).
+    array, then one batched matmul; cost O(m n^3). Written against the array API: torch
+    tensors (any device, autograd) work as NumPy arrays do, and keep their dtype.
     """
-    W = np.asarray(W, dtype=np.float64)
-    X = np.asarray(X, dtype=np.float64)
+    xp = get_namespace(W, X)
+    if is_numpy_namespace(xp):
+        W, X = _np_float(W, X), _np_float(X, W)
     if W.ndim != 2 or X.ndim != 2 or X.shape[1] != W.shape[0]:
         raise ValueError(
             f"W must have shape (p, n) and X shape (m, p); got W {W.shape}, X {X.shape}."
@@ -205,20 +219,28 @@ def multinomial_partition_bound(W, X) -> MultinomialBound:
 
 def multinomial_bound_from_logits(S) -> MultinomialBound:
     """:func:`multinomial_partition_bound` from the logits ``S = X W``, shape (m, n)."""
-    S = np.asarray(S, dtype=np.float64)
+    xp = get_namespace(S)
+    if is_numpy_namespace(xp):
+        S = _np_float(S)
     m, n = S.shape
-    cum = np.logaddexp.accumulate(S, axis=1)  # (m, n): c_i = logsumexp(s_1..s_i)
-    log_z = cum[:, -1].copy()
-    prob = np.exp(S - log_z[:, None])  # (m, n)
+    dev = device(S)
+    cols = [S[:, 0]]
+    for i in range(1, n):  # prefix log-sum-exp over the n labels (not the samples)
+        cols.append(xp.logaddexp(cols[-1], S[:, i]))
+    cum = xp.stack(cols, axis=1)  # (m, n): c_i = logsumexp(s_1..s_i)
+    log_z = cum[:, -1]
+    prob = xp.exp(S - log_z[:, None])  # (m, n)
     if n == 1:
-        return MultinomialBound(log_z, prob, np.zeros((m, 1, 1)))
+        return MultinomialBound(log_z, prob, xp.zeros((m, 1, 1), dtype=S.dtype, device=dev))
     # previous-prefix softmax w_{i-1} for i = 2..n: (m, n-1, n), zero for labels k >= i
-    mask = np.tri(n - 1, n, k=0, dtype=bool)  # row i-2 keeps labels 0..i-2
-    expo = np.where(mask[None], S[:, None, :] - cum[:, :-1, None], -np.inf)
-    Wprev = np.exp(expo)  # (m, n-1, n)
-    L = -Wprev
-    idx = np.arange(1, n)
-    L[:, idx - 1, idx] += 1.0  # l_i = e_i - w_{i-1}
+    lab = xp.arange(n, device=dev)
+    row = xp.arange(n - 1, device=dev)
+    mask = lab[None, :] <= row[:, None]  # row i-2 keeps labels 0..i-2
+    expo = S[:, None, :] - cum[:, :-1, None]  # <= 0 where masked in
+    Wprev = xp.where(mask, xp.exp(xp.where(mask, expo, xp.zeros_like(expo))),
+                     xp.zeros_like(expo))
+    onehot = xp.astype(lab[None, :] == (row[:, None] + 1), S.dtype)  # e_i, (n-1, n)
+    L = onehot - Wprev  # l_i = e_i - w_{i-1}
     b = beta(S[:, 1:] - cum[:, :-1])  # (m, n-1)
-    C = np.matmul(np.swapaxes(L * b[:, :, None], 1, 2), L)  # (m, n, n)
+    C = xp.matmul(xp.permute_dims(L * b[:, :, None], (0, 2, 1)), L)  # (m, n, n)
     return MultinomialBound(log_z, prob, C)

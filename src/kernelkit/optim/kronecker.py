@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
+from .._backend import device, get_namespace, is_numpy_namespace, to_numpy
+
 __all__ = ["KroneckerCurvature", "KroneckerPreconditioner", "conjugate_gradient"]
 
 
@@ -39,11 +41,20 @@ class KroneckerCurvature:
         Ridge added to the diagonal (``>= 0``; an array gives a per-parameter ridge).
     scale : float
         ``1/m`` for the mean form (default of SPFB), ``1`` for the sum form.
+
+    Notes
+    -----
+    ``matvec``, ``diagonal`` and CG solves follow the array API: torch tensors (any
+    device) work like NumPy arrays; ``todense`` and ``method="dense"`` return NumPy.
     """
 
     def __init__(self, X, C, lam=0.0, scale=1.0):
-        self.X = np.asarray(X, dtype=np.float64)
-        self.C = np.asarray(C, dtype=np.float64)
+        xp = get_namespace(X, C)
+        if is_numpy_namespace(xp):
+            X = np.asarray(X, dtype=np.float64)
+            C = np.asarray(C, dtype=np.float64)
+        self.xp = xp
+        self.X, self.C = X, C
         m, p = self.X.shape
         if self.C.shape[0] != m or self.C.ndim != 3 or self.C.shape[1] != self.C.shape[2]:
             raise ValueError(f"C must have shape (m, n, n) with m = {m}, got {self.C.shape}.")
@@ -58,36 +69,39 @@ class KroneckerCurvature:
 
     def matvec(self, V) -> np.ndarray:
         """``A vec(V)`` for ``V`` of shape (p, n) (returned as (p, n)) or ``vec(V)`` (d,)."""
-        V = np.asarray(V, dtype=np.float64)
+        xp = self.xp
+        if is_numpy_namespace(xp):
+            V = np.asarray(V, dtype=np.float64)
         flat = V.ndim == 1
         if flat:
-            V = V.reshape(self.n, self.p).T
+            V = xp.reshape(V, (self.n, self.p)).T
         U = self.X @ V  # (m, n)
-        R = np.einsum("jab,jb->ja", self.C, U)  # (m, n): C_j U_j
+        R = xp.matmul(self.C, U[:, :, None])[:, :, 0]  # (m, n): C_j U_j
         out = self.scale * (self.X.T @ R) + self.lam * V  # (p, n)
-        return out.T.ravel() if flat else out
+        return xp.reshape(out.T, (-1,)) if flat else out
 
     __matmul__ = matvec
 
     def diagonal(self) -> np.ndarray:
         """Diagonal of ``A`` as a (p, n) array: ``scale * X^2^T diag(C) + lam``."""
-        dC = np.einsum("jaa->ja", self.C)  # (m, n)
-        return self.scale * ((self.X * self.X).T @ dC) + self.lam * np.ones((self.p, self.n))
+        dC = self.xp.linalg.diagonal(self.C)  # (m, n): diagonals of C_j
+        return self.scale * ((self.X * self.X).T @ dC) + self.lam
 
     def todense(self) -> np.ndarray:
         """The ``(n p) x (n p)`` matrix; block ``(a, b)`` is ``scale X^T diag(C[:, a, b]) X``.
 
         Built one block row at a time (memory O(m n p)); O(m n^2 p^2) flops.
         """
-        n, p, X = self.n, self.p, self.X
+        n, p = self.n, self.p
+        X, C = to_numpy(self.X, np.float64), to_numpy(self.C, np.float64)
         A = np.empty((n * p, n * p))
         for a in range(n):  # block rows; the symmetric lower blocks are copied
-            Y = (self.C[:, a, a:, None] * X[:, None, :]).reshape(len(X), -1)  # (m, (n-a) p)
+            Y = (C[:, a, a:, None] * X[:, None, :]).reshape(len(X), -1)  # (m, (n-a) p)
             blk = self.scale * (X.T @ Y)  # (p, (n-a) p)
             A[a * p:(a + 1) * p, a * p:] = blk
             A[a * p:, a * p:(a + 1) * p] = blk.reshape(p, n - a, p).transpose(1, 2, 0).reshape(
                 (n - a) * p, p)
-        lam = np.broadcast_to(np.asarray(self.lam, dtype=np.float64), (p, n))
+        lam = np.broadcast_to(to_numpy(self.lam, np.float64), (p, n))
         A[np.diag_indices_from(A)] += lam.T.ravel()
         return A
 
@@ -120,8 +134,10 @@ class KroneckerCurvature:
         info : dict
             ``{"iterations": int, "residual": float}`` (relative residual; 0 for dense).
         """
-        G = np.asarray(G, dtype=np.float64)
+        if is_numpy_namespace(self.xp):
+            G = np.asarray(G, dtype=np.float64)
         if method == "dense":
+            G = to_numpy(G, np.float64)
             A = self.todense()
             sol = scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True,
                                                                  overwrite_a=True,
@@ -167,32 +183,36 @@ class KroneckerPreconditioner:
     """
 
     def __init__(self, X_ref, rank=None):
-        X_ref = np.asarray(X_ref, dtype=np.float64)
+        xp = get_namespace(X_ref)
+        if is_numpy_namespace(xp):
+            X_ref = np.asarray(X_ref, dtype=np.float64)
         if X_ref.ndim != 2 or X_ref.shape[0] == 0:
             raise ValueError(f"X_ref must be a non-empty 2-D array, got shape {X_ref.shape}.")
         p = X_ref.shape[1]
-        evals, U = np.linalg.eigh(X_ref.T @ X_ref / X_ref.shape[0])  # ascending
-        evals = np.maximum(evals, 0.0)
-        self.p = p
-        if rank is None or int(rank) >= p:
-            self.evals, self.U, self.tail = evals[::-1].copy(), U[:, ::-1].copy(), None
-        else:
-            if int(rank) < 1:
-                raise ValueError(f"rank must be >= 1 or None, got {rank}.")
-            r = int(rank)
-            self.evals, self.U = evals[::-1][:r].copy(), np.ascontiguousarray(U[:, ::-1][:, :r])
-            self.tail = float(evals[::-1][r])  # largest discarded eigenvalue
+        evals, U = xp.linalg.eigh(X_ref.T @ X_ref / X_ref.shape[0])  # ascending
+        evals = xp.clip(evals, 0.0, None)
+        self.p, self.xp = p, xp
+        keep = p if rank is None or int(rank) >= p else int(rank)
+        if keep < 1:
+            raise ValueError(f"rank must be >= 1 or None, got {rank}.")
+        order = xp.arange(p - 1, p - 1 - keep, -1, device=device(U))
+        self.evals = xp.take(evals, order)  # descending
+        self.U = xp.take(U, order, axis=1)  # (p, keep)
+        self.tail = None if keep == p else float(evals[p - 1 - keep])  # largest discarded
 
     def for_operator(self, A: KroneckerCurvature):
         """The preconditioner of ``A`` as a callable on (p, n) arrays."""
         if A.p != self.p:
             raise ValueError(f"the preconditioner has p = {self.p}, the operator p = {A.p}.")
-        lc, Uc = np.linalg.eigh(A.scale * A.C.sum(axis=0))  # (n,), (n, n)
-        lc = np.maximum(lc, 0.0)
-        lam = float(np.mean(A.lam))
+        xp = self.xp
+        lc, Uc = xp.linalg.eigh(A.scale * xp.sum(A.C, axis=0))  # (n,), (n, n)
+        lc = xp.clip(lc, 0.0, None)
+        lam = float(np.mean(to_numpy(A.lam)))
         if lam <= 0:
             raise ValueError("the Kronecker preconditioner needs lam > 0.")
         U = self.U
+        if U.dtype != A.C.dtype:
+            U = xp.astype(U, A.C.dtype)
         inv_top = 1.0 / (self.evals[:, None] * lc[None, :] + lam)  # (r, n)
         if self.tail is None:
             def apply(R):  # R: (p, n)
@@ -233,18 +253,23 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None,
     x : ndarray
     info : dict with ``iterations`` and ``residual`` (relative).
     """
-    bnorm = float(np.linalg.norm(b))
+    xp = get_namespace(b)
+
+    def dot(u, v):
+        return float(xp.sum(u * v))
+
+    bnorm = dot(b, b) ** 0.5
     if bnorm == 0.0:
-        return np.zeros_like(b), {"iterations": 0, "residual": 0.0}
+        return xp.zeros_like(b), {"iterations": 0, "residual": 0.0}
     if x0 is None:
-        x = np.zeros_like(b)
-        r = b.copy()
+        x = xp.zeros_like(b)
+        r = b * 1.0  # a copy
     else:
-        x = np.array(x0, dtype=np.float64, copy=True)
+        x = x0 * 1.0
         r = b - matvec(x)
-        if check_x0 and -0.5 * float(np.vdot(x, b + r)) >= 0.0:
-            x = np.zeros_like(b)
-            r = b.copy()
+        if check_x0 and -0.5 * dot(x, b + r) >= 0.0:
+            x = xp.zeros_like(b)
+            r = b * 1.0
     if Minv is None:
         def prec(v):
             return v
@@ -254,23 +279,22 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None,
         def prec(v):
             return v * Minv
     z = prec(r)
-    d = z.copy()
-    rz = float(np.vdot(r, z))
-    res = float(np.linalg.norm(r)) / bnorm
+    d = z * 1.0
+    rz = dot(r, z)
+    res = dot(r, r) ** 0.5 / bnorm
     it = 0
     while res > rtol and it < maxiter:
         Ad = matvec(d)
-        dAd = float(np.vdot(d, Ad))
+        dAd = dot(d, Ad)
         if dAd <= 0.0:  # not positive definite along d (or exact convergence)
             break
         a = rz / dAd
-        x += a * d
-        r -= a * Ad
+        x = x + a * d
+        r = r - a * Ad
         it += 1
-        res = float(np.linalg.norm(r)) / bnorm
+        res = dot(r, r) ** 0.5 / bnorm
         z = prec(r)
-        rz_new = float(np.vdot(r, z))
-        d *= rz_new / rz
-        d += z
+        rz_new = dot(r, z)
+        d = z + (rz_new / rz) * d
         rz = rz_new
     return x, {"iterations": it, "residual": res}

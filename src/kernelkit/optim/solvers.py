@@ -27,8 +27,8 @@ Steps (``G`` = mini-batch gradient of ``L``, ``eta_t`` from :func:`step_size`):
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
+from .._backend import device, get_namespace, is_numpy_namespace, to_backend, to_numpy
 from .bound import multinomial_bound_from_logits
 from .kronecker import KroneckerCurvature
 
@@ -64,6 +64,26 @@ def _penalty(W, mask):
     return W if mask is None else W * mask[:, None]
 
 
+def _onehot(xp, y, n, like):
+    """(m, n) one-hot rows of the integer labels ``y``, dtype and device of ``like``."""
+    lab = xp.arange(n, device=device(like))
+    return xp.astype(y[:, None] == lab[None, :], like.dtype)
+
+
+def _logsumexp(xp, S):
+    """Row-wise log-sum-exp of (m, n) logits, shifted by the row maximum."""
+    mx = xp.max(S, axis=1)
+    return xp.log(xp.sum(xp.exp(S - mx[:, None]), axis=1)) + mx
+
+
+def _as_arrays(W, X, y):
+    xp = get_namespace(W, X)
+    if is_numpy_namespace(xp):
+        return xp, np.asarray(W, dtype=np.float64), np.asarray(X, dtype=np.float64), \
+            np.asarray(y)
+    return xp, W, X, y
+
+
 def multinomial_objective(W, X, y, lam, mask=None) -> float:
     """``L(W)`` of the module docstring (mean cross-entropy + ridge), a float.
 
@@ -76,24 +96,29 @@ def multinomial_objective(W, X, y, lam, mask=None) -> float:
     lam : float
     mask : ndarray, shape (p,), optional
         1 for penalised rows of ``W``, 0 for unpenalised ones (default: all penalised).
+
+    All functions of this module accept NumPy arrays or array-API arrays (torch tensors).
     """
+    xp, W, X, y = _as_arrays(W, X, y)
     S = X @ W  # (T, n)
-    data = float(np.mean(logsumexp(S, axis=1) - S[np.arange(len(y)), y]))
+    data = float(xp.mean(_logsumexp(xp, S) - xp.sum(S * _onehot(xp, y, W.shape[1], S),
+                                                    axis=1)))
     Wp = _penalty(W, mask)
-    return data + 0.5 * lam * float(np.sum(Wp * W))
+    return data + 0.5 * lam * float(xp.sum(Wp * W))
 
 
 def _data_gradient(prob, X, y, scale):
-    R = prob.copy()  # (m, n): P - Y
-    R[np.arange(len(y)), y] -= 1.0
+    xp = get_namespace(prob)
+    R = prob - _onehot(xp, y, prob.shape[1], prob)  # (m, n): P - Y
     return scale * (X.T @ R)  # (p, n)
 
 
-def multinomial_gradient(W, X, y, lam, mask=None) -> np.ndarray:
+def multinomial_gradient(W, X, y, lam, mask=None):
     """Gradient of :func:`multinomial_objective`, shape (p, n): ``X^T (P - Y) / T + lam W``."""
+    xp, W, X, y = _as_arrays(W, X, y)
     S = X @ W
-    P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
-    return _data_gradient(P, X, y, 1.0 / len(y)) + lam * _penalty(W, mask)
+    P = xp.exp(S - _logsumexp(xp, S)[:, None])
+    return _data_gradient(P, X, y, 1.0 / y.shape[0]) + lam * _penalty(W, mask)
 
 
 def _scales(m, lam, reduction):
@@ -139,7 +164,8 @@ def spfb_step(W, X, y, lam, eta=1.0, *, mask=None, reduction="mean", linear_solv
         ``direction`` (the solved ``Delta``, ``W_new = W - eta Delta``), ``iterations``,
         ``residual`` (CG), ``batch_loss`` (objective of the batch at ``W``).
     """
-    m = len(y)
+    xp, W, X, y = _as_arrays(W, X, y)
+    m = y.shape[0]
     scale, lam_c = _scales(m, lam, reduction)
     S = X @ W  # (m, n)
     bnd = multinomial_bound_from_logits(S)
@@ -148,9 +174,11 @@ def spfb_step(W, X, y, lam, eta=1.0, *, mask=None, reduction="mean", linear_solv
     # the warm start is used only where the majoriser is lower there than at 0
     delta, info = A.solve(G, method=linear_solver, x0=x0, rtol=rtol, maxiter=maxiter,
                           precondition=preconditioner, check_x0=True)
+    if not is_numpy_namespace(xp):
+        delta = to_backend(to_numpy(delta), xp, like=W)
     Wp = _penalty(W, mask)
-    batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + 0.5 * lam * float(
-        np.sum(Wp * W))
+    s_y = xp.sum(S * _onehot(xp, y, W.shape[1], S), axis=1)
+    batch_loss = float(xp.mean(bnd.log_z - s_y)) + 0.5 * lam * float(xp.sum(Wp * W))
     info = dict(info, direction=delta, batch_loss=batch_loss)
     return W - eta * delta, info
 
@@ -173,13 +201,15 @@ def sgd_step(W, X, y, lam, eta, *, mask=None, reduction="mean"):
     ``G = scale X^T (P - Y) + lam mask W`` with ``scale = 1/m`` (mean) or 1 (sum).
     Returns ``(W_new, info)`` with ``direction = G`` and ``batch_loss``.
     """
-    m = len(y)
+    xp, W, X, y = _as_arrays(W, X, y)
+    m = y.shape[0]
     scale, _ = _scales(m, lam, reduction)
     S = X @ W
-    log_z = logsumexp(S, axis=1)
-    P = np.exp(S - log_z[:, None])
+    log_z = _logsumexp(xp, S)
+    P = xp.exp(S - log_z[:, None])
     G = _data_gradient(P, X, y, scale) + lam * _penalty(W, mask)
     Wp = _penalty(W, mask)
-    batch_loss = float(np.mean(log_z - S[np.arange(m), y])) + 0.5 * lam * float(np.sum(Wp * W))
+    s_y = xp.sum(S * _onehot(xp, y, W.shape[1], S), axis=1)
+    batch_loss = float(xp.mean(log_z - s_y)) + 0.5 * lam * float(xp.sum(Wp * W))
     return W - eta * G, {"direction": G, "batch_loss": batch_loss, "iterations": 0,
                          "residual": 0.0}
