@@ -200,6 +200,9 @@ def test_bad_input_errors():
         clf.predict(Xn)
     with pytest.raises(ValueError, match="not in classes_"):
         clf.objective(X, y + 1)
+    with pytest.raises(ValueError, match="not in classes_"):
+        clf.score(X, np.where(y == 0, 9, y))
+    assert clf.score(X, y) == np.mean(clf.predict(X) == y)
 
 
 def test_divergence_is_reported():

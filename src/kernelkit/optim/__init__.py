@@ -14,7 +14,12 @@ Public API
 * :func:`low_rank_partition_bound`, :func:`multinomial_low_rank_bound`,
   :class:`LowRankBound`, :func:`woodbury_solve`, :func:`lspfb_step` – Alg. LB (variants
   ``"paper"``, ``"eig"``, ``"exact"``) and LSPFB.
-* :class:`BoundLogisticRegression`, :func:`logistic_objective` – scikit-learn classifier.
+* :class:`BoundLogisticRegression`, :func:`logistic_objective` – scikit-learn classifier;
+  its objective is scikit-learn's ``LogisticRegression`` with ``C = 1 / (alpha T)``.
+
+The multinomial bound, the curvature operator, CG, the preconditioner and the SPFB / SGD
+steps follow the array API (NumPy or torch tensors on any device); the generic
+``partition_bound``, the low-rank bound and the estimator use NumPy.
 """
 
 from .bound import (

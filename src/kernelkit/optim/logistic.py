@@ -457,6 +457,12 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
         return log_softmax(scores, axis=1)
 
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy on ``(X, y)``; ValueError if ``y`` has labels not in ``classes_``."""
+        check_is_fitted(self)
+        self._encode(np.asarray(y).ravel())
+        return super().score(X, y, sample_weight=sample_weight)
+
     def objective(self, X, y) -> float:
         """Training objective (module docstring) of the fitted model on ``(X, y)``."""
         check_is_fitted(self)
