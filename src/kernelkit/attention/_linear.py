@@ -41,27 +41,25 @@ def _safe_div(num, den):
 
 
 # ============================================================== bidirectional
-def bidirectional_exp(lq, lk, v, keep=None):
-    """Bidirectional attention from log features.
+def bidirectional_exp(fmap, x, y, va, keep=None):
+    """Bidirectional attention with affine-log features (FAVOR# eq. 4).
 
-    lq (..., L, M), lk (..., S, M), v (..., S, e), keep (..., S) bool or None.
-    Returns (..., L, e).
+    x (..., L, d), y (..., S, d) scaled inputs; va (..., S, e + 1) values with the
+    normaliser column last (masked rows zero); keep (..., S) bool or None.
+    Four passes over each (L, M) feature tensor: one matmul (row term and constants
+    folded in), a max, and an in-place subtract and exp. Returns (..., L, e).
     """
-    if keep is not None:
-        lk = torch.where(keep[..., None], lk, float("-inf"))
+    lk = fmap.log_features_fused(y, "k", keep=keep)  # (..., S, M)
     with torch.no_grad():
-        c = lk.amax(dim=-2, keepdim=True)  # (..., 1, M) per-feature key max
-        c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
-    pk = torch.exp(lk - c)  # (..., S, M), <= 1, masked keys 0
-    lq = lq + c
+        c = lk.amax(dim=-2)  # (..., M) per-feature key max
+    pk = lk.sub_(c[..., None, :]).exp_()  # (..., S, M), <= 1
+    kv = pk.transpose(-1, -2) @ va  # (..., M, e + 1)
+    lq = fmap.log_features_fused(x, "q", shift=c)  # (..., L, M): lq + c
     with torch.no_grad():
         r = lq.amax(dim=-1, keepdim=True)  # (..., L, 1)
-    pq = torch.exp(lq - r)  # (..., L, M), row max 1
-    kv = pk.transpose(-1, -2) @ v  # (..., M, e)
-    ks = pk.sum(dim=-2)  # (..., M)
-    num = pq @ kv  # (..., L, e)
-    den = (pq @ ks[..., None])[..., 0]  # (..., L)
-    return _safe_div(num, den)
+    pq = lq.sub_(r).exp_()  # (..., L, M), row max 1
+    num = pq @ kv  # (..., L, e + 1)
+    return _safe_div(num[..., :-1], num[..., -1])
 
 
 def bidirectional_plain(fq, fk, v, keep=None):
@@ -81,96 +79,116 @@ def bidirectional_plain(fq, fk, v, keep=None):
 
 
 # ============================================================== causal
-def _intra_chunk(lq, lk, va, R):
-    """Causal attention numerator inside one chunk (keys j <= query t in the chunk).
+def _levels(lq, lk):
+    """Dyadic split of a chunk: for block sizes s = C, C/2, ..., 2 the queries of the second
+    half of every block see the keys of the first half through their per-feature maximum
+    ``p`` (positions before the queries, so causal).
 
-    lq, lk (B, C, M) (masked keys: lk = _NEG, va rows 0), va (B, C, E), R (B, C) the
-    causal row stabiliser. C must be a power of two. Dyadic split: at block size s the
-    queries of the second half see the keys of the first half through the per-feature
-    maximum of those keys (earlier positions only); the diagonal last. All factors <= 1.
-    Returns (B, C, E).
+    lq, lk (B, C, M) contiguous. Returns a list of ``(h, nb, p, z)`` with ``p`` (B, nb, 1, M)
+    detached and ``z = lq_B + p`` (B, nb, h, M) for the second-half queries.
     """
     B, C, M = lq.shape
-    E = va.shape[-1]
-    lqr = lq - R[..., None]  # (B, C, M), lq_tm - R_t
-    # diagonal terms: sum_m exp(lq_tm + lk_tm - R_t) v_t
-    out = torch.exp(lqr + lk).sum(-1, keepdim=True) * va  # (B, C, E)
+    out = []
     s = C
     while s >= 2:
-        h = s // 2
-        nb = C // s
-        lkb = lk.reshape(B, nb, 2, h, M)
-        lqb = lqr.reshape(B, nb, 2, h, M)
-        vb = va.reshape(B, nb, 2, h, E)
+        h, nb = s // 2, C // s
         with torch.no_grad():
-            p = lkb[:, :, 0].amax(dim=-2, keepdim=True)  # (B, nb, 1, M) max of first-half keys
-        kf = torch.exp(lkb[:, :, 0] - p)  # (B, nb, h, M) keys of the first half, <= 1
-        qf = torch.exp(lqb[:, :, 1] + p)  # (B, nb, h, M) queries of the second half, <= 1
-        part = (qf @ kf.transpose(-1, -2)) @ vb[:, :, 0]  # (B, nb, h, E)
-        out = out + torch.cat([torch.zeros_like(part), part], dim=2).reshape(B, C, E)
+            p = lk.view(B, nb, 2, h, M)[:, :, 0].amax(dim=-2, keepdim=True)  # (B, nb, 1, M)
+        z = lq.view(B, nb, 2, h, M)[:, :, 1] + p  # (B, nb, h, M)
+        out.append((h, nb, p, z))
         s = h
     return out
 
 
-def _chunk_stats(lq, lk, c_prev):
-    # causal per-feature key maxima c_tm (B, C, M) and row stabiliser R_t (B, C)
-    cc = torch.maximum(torch.cummax(lk, dim=1).values, c_prev[:, None, :])
-    R = (lq + cc).amax(dim=-1)
-    return cc, R
+def _intra(lq, lk, va, R, levels=None, zd=None):
+    """Causal numerator inside one chunk: sum over keys j <= t of the chunk.
+
+    lq, lk (B, C, M) (masked keys: lk = -1e30 and va rows 0), va (B, C, E), R (B, C)
+    the causal row stabiliser (``R_t >= lq_tm + lk_jm`` for all j <= t). Every factor is
+    ``<= 1``. ``levels`` / ``zd = lq + lk`` may be passed in (then consumed in place).
+    Returns (B, C, E).
+    """
+    B, _, M = lq.shape
+    E = va.shape[-1]
+    if levels is None:
+        levels = _levels(lq, lk)
+    zd = lq + lk if zd is None else zd
+    out = torch.exp(zd - R[..., None]).sum(-1, keepdim=True) * va  # diagonal terms (B, C, E)
+    for h, nb, p, z in levels:
+        kf = torch.exp(lk.view(B, nb, 2, h, M)[:, :, 0] - p)  # (B, nb, h, M) <= 1
+        qf = torch.exp(z - R.view(B, nb, 2, h)[:, :, 1, :, None])  # (B, nb, h, M) <= 1
+        part = (qf @ kf.transpose(-1, -2)) @ va.view(B, nb, 2, h, E)[:, :, 0]  # (B, nb, h, E)
+        out.view(B, nb, 2, h, E)[:, :, 1] += part
+    return out
+
+
+def _row_stabiliser(lq, zd, levels, c_prev):
+    """``R_t = max_m (lq_tm + max_{j <= t} lk_jm)`` from the pieces (no cumulative max):
+    the prefix term ``lq + c_prev``, the diagonal ``zd = lq + lk`` and every level's ``z``.
+    Returns (R (B, C), z0 = lq + c_prev)."""
+    B = lq.shape[0]
+    z0 = lq + c_prev[:, None, :]
+    R = torch.maximum(z0.amax(dim=-1), zd.amax(dim=-1))  # (B, C)
+    for h, nb, _, z in levels:
+        Rv = R.view(B, nb, 2, h)[:, :, 1]
+        torch.maximum(Rv, z.amax(dim=-1), out=Rv)
+    return R, z0
 
 
 class _CausalExp(torch.autograd.Function):
     """Causal linear attention with O(chunk M e) memory in forward and backward.
 
-    Inputs are the *scaled inputs* and a callable turning a chunk of them into log
-    features, so no (L, M) tensor is ever saved: the backward recomputes the features
+    Inputs are the *scaled inputs* and a feature object turning a chunk of them into
+    log features, so no (L, M) tensor is ever saved: the backward recomputes the features
     chunk by chunk (one forward scan for the query gradients with the prefix state, one
     reverse scan for the key / value gradients with the suffix state of the queries).
+    Saved for backward: the inputs, the output (B, L, e) and two (B, L) row statistics.
     """
 
     @staticmethod
-    def forward(ctx, xq, xk, va, keep, fmap, chunk):
+    def forward(ctx, xq, xk, va, keep, feat, chunk):
         # xq (B, L, d), xk (B, L, d), va (B, L, E) masked rows zero, keep (B, L) bool
         B, L, _ = xq.shape
         E = va.shape[-1]
-        M = fmap.n_out
+        M = feat.n_out
         dt = xq.dtype
-        S = torch.zeros(B, M, E, dtype=dt, device=xq.device)
-        c = torch.full((B, M), _NEG, dtype=dt, device=xq.device)
+        S = torch.zeros(B, M, E, dtype=dt, device=xq.device)  # prefix state, rel. to c
+        c = torch.full((B, M), _NEG, dtype=dt, device=xq.device)  # prefix key maxima
         num = torch.empty(B, L, E, dtype=dt, device=xq.device)
         Rall = torch.empty(B, L, dtype=dt, device=xq.device)
         for lo in range(0, L, chunk):
             hi = lo + chunk
-            lq = fmap.log_features(xq[:, lo:hi], "q")  # (B, C, M)
-            lk = fmap.log_features(xk[:, lo:hi], "k")
-            if keep is not None:
-                lk = torch.where(keep[:, lo:hi, None], lk, _NEG)
+            kc = None if keep is None else keep[:, lo:hi]
+            lq = feat.log_features(xq[:, lo:hi], "q", None)  # (B, C, M)
+            lk = feat.log_features(xk[:, lo:hi], "k", kc)  # (B, C, M), masked -1e30
             vc = va[:, lo:hi]
-            cc, R = _chunk_stats(lq, lk, c)
+            levels = _levels(lq, lk)
+            zd = lq + lk
+            R, z0 = _row_stabiliser(lq, zd, levels, c)
             Rall[:, lo:hi] = R
-            n = torch.exp(lq - R[..., None] + c[:, None, :]) @ S  # earlier chunks
-            n += _intra_chunk(lq, lk, vc, R)
+            n = z0.sub_(R[..., None]).exp_() @ S  # keys of earlier chunks
+            n += _intra(lq, lk, vc, R, levels, zd)
             num[:, lo:hi] = n
-            c_new = cc[:, -1]  # (B, M)
+            c_new = torch.maximum(c, lk.amax(dim=1))  # (B, M)
             S.mul_(torch.exp(c - c_new)[..., None])
-            S.add_(torch.exp(lk - c_new[:, None, :]).transpose(-1, -2) @ vc)
+            S.baddbmm_(lk.sub_(c_new[:, None, :]).exp_().transpose(-1, -2), vc)
             c = c_new
         den = num[..., -1]
         out = _safe_div(num[..., :-1], den)  # (B, L, e)
         ctx.save_for_backward(xq, xk, va, keep if keep is not None else torch.empty(0),
                               out, den, Rall)
         ctx.has_keep = keep is not None
-        ctx.fmap, ctx.chunk = fmap, chunk
+        ctx.feat, ctx.chunk = feat, chunk
         return out
 
     @staticmethod
     def backward(ctx, dout):
         xq, xk, va, keep, out, den, Rall = ctx.saved_tensors
         keep = keep if ctx.has_keep else None
-        fmap, chunk = ctx.fmap, ctx.chunk
+        feat, chunk = ctx.feat, ctx.chunk
         B, L, _ = xq.shape
         E = va.shape[-1]
-        M = fmap.n_out
+        M = feat.n_out
         dt = xq.dtype
         ok = den > 0
         inv = torch.where(ok, 1.0 / torch.where(ok, den, torch.ones_like(den)),
@@ -183,13 +201,11 @@ class _CausalExp(torch.autograd.Function):
 
         def feats(x, side, lo, hi, need):
             xc = x[:, lo:hi].detach().requires_grad_(need)
-            lf = fmap.log_features(xc, side)
-            if side == "k" and keep is not None:
-                lf = torch.where(keep[:, lo:hi, None], lf, _NEG)
-            return xc, lf
+            kc = None if (keep is None or side == "q") else keep[:, lo:hi]
+            return xc, feat.log_features(xc, side, kc)
 
-        # forward scan: query gradients through the prefix state
         with torch.enable_grad():
+            # forward scan: query gradients through the prefix state
             S = torch.zeros(B, M, E, dtype=dt, device=xq.device)
             c = torch.full((B, M), _NEG, dtype=dt, device=xq.device)
             for lo in range(0, L, chunk):
@@ -199,20 +215,21 @@ class _CausalExp(torch.autograd.Function):
                 with torch.no_grad():
                     _, lk = feats(xk, "k", lo, hi, False)
                     qf = torch.exp(lq.detach() - R[..., None] + c[:, None, :])  # (B, C, M)
-                    dlq = qf * (g[:, lo:hi] @ S.transpose(-1, -2))  # (B, C, M)
+                    dlq = qf.mul_(g[:, lo:hi] @ S.transpose(-1, -2))  # (B, C, M)
                 (dx,) = torch.autograd.grad(lq, xc, dlq)
                 dxq[:, lo:hi] += dx
                 with torch.no_grad():
                     c_new = torch.maximum(c, lk.amax(dim=1))
                     S.mul_(torch.exp(c - c_new)[..., None])
-                    S.add_(torch.exp(lk - c_new[:, None, :]).transpose(-1, -2) @ va[:, lo:hi])
+                    S.baddbmm_(lk.sub_(c_new[:, None, :]).exp_().transpose(-1, -2),
+                               va[:, lo:hi])
                     c = c_new
             # reverse scan: key / value gradients through the suffix state of the queries,
-            # G_m = sum_t exp(lq_tm - R_t + rho_m) g_t with rho_m = min_t (R_t - lq_tm)
+            # G_m = sum_t exp(lq_tm - R_t + rho_m) g_t with rho_m = min_t (R_t - lq_tm) over
+            # later chunks (every factor <= 1 since lk_jm <= R_t - lq_tm for j <= t)
             G = torch.zeros(B, M, E, dtype=dt, device=xq.device)
             rho = torch.full((B, M), _POS, dtype=dt, device=xq.device)
-            starts = list(range(0, L, chunk))
-            for lo in reversed(starts):
+            for lo in reversed(range(0, L, chunk)):
                 hi = lo + chunk
                 R = Rall[:, lo:hi]
                 xqc, lq = feats(xq, "q", lo, hi, True)
@@ -221,8 +238,8 @@ class _CausalExp(torch.autograd.Function):
                 with torch.no_grad():
                     kf = torch.exp(lk.detach() - rho[:, None, :])  # (B, C, M), <= 1
                     dv_inter = kf @ G  # (B, C, E)
-                    dlk_inter = kf * (vc.detach() @ G.transpose(-1, -2))
-                intra = _intra_chunk(lq, lk, vc, R)
+                    dlk_inter = kf.mul_(vc.detach() @ G.transpose(-1, -2))
+                intra = _intra(lq, lk, vc, R)
                 dxq_c, dxk_c, dv = torch.autograd.grad(
                     (intra, lk), (xqc, xkc, vc), (g[:, lo:hi], dlk_inter))
                 dxq[:, lo:hi] += dxq_c
@@ -232,20 +249,20 @@ class _CausalExp(torch.autograd.Function):
                     valid = ok[:, lo:hi, None]  # rows with a visible key
                     gap = torch.where(valid, R[..., None] - lq.detach(), _POS)  # (B, C, M)
                     rho_new = torch.minimum(rho, gap.amin(dim=1))
-                    qf = torch.where(valid, torch.exp(-gap + rho_new[:, None, :]), 0.0)
+                    qf = torch.where(valid, torch.exp(rho_new[:, None, :] - gap), 0.0)
                     G.mul_(torch.exp(rho_new - rho)[..., None])
-                    G.add_(qf.transpose(-1, -2) @ g[:, lo:hi])
+                    G.baddbmm_(qf.transpose(-1, -2), g[:, lo:hi])
                     rho = rho_new
         return dxq, dxk, dva, None, None, None
 
 
-def causal_exp(xq, xk, va, keep, fmap, chunk: int):
-    """Causal attention from affine-log features computed chunk by chunk.
+def causal_exp(xq, xk, va, keep, feat, chunk: int):
+    """Causal attention from log features computed chunk by chunk.
 
-    xq, xk (B, L, d) scaled inputs; va (B, L, E) values (masked rows zero; callers append
-    a ones column for the normaliser as the last column); keep (B, L) bool or None; fmap
-    has ``n_out`` and ``log_features(x, side)``; chunk a power of two. ``L`` is padded to
-    a multiple of ``chunk`` with masked keys. Returns the normalised output (B, L, E - 1).
+    xq, xk (B, L, d) scaled inputs; va (B, L, E) values with the normaliser column last
+    (masked rows zero); keep (B, L) bool or None; ``feat`` has ``n_out`` and
+    ``log_features(x, side, keep)`` (masked keys -> -1e30); chunk a power of two. ``L`` is
+    padded to a multiple of ``chunk`` with masked keys. Returns (B, L, E - 1).
     """
     B, L, _ = xq.shape
     pad = (-L) % chunk
@@ -255,5 +272,5 @@ def causal_exp(xq, xk, va, keep, fmap, chunk: int):
         xq = torch.nn.functional.pad(xq, (0, 0, 0, pad))
         xk = torch.nn.functional.pad(xk, (0, 0, 0, pad))
         va = torch.nn.functional.pad(va, (0, 0, 0, pad))
-    out = _CausalExp.apply(xq, xk, va, keep, fmap, chunk)
+    out = _CausalExp.apply(xq, xk, va, keep, feat, chunk)
     return out[:, :L] if pad else out

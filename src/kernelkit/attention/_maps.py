@@ -184,17 +184,53 @@ class LogFeatureMap:
     def n_out(self) -> int:
         return self.W_q.shape[-1]
 
-    def log_features(self, x: torch.Tensor, side: str) -> torch.Tensor:
-        """``log f(w_m, x)`` for x (..., L, d): shape (..., L, M), up to a common constant."""
+    def _transform(self, x, side):
         T = self.T_q if side == "q" else self.T_k
         W = self.W_q if side == "q" else self.W_k
         if T is not None:
             x = x * T[..., None, :] if T.dim() == W.dim() - 1 else x @ T  # (..., L, d)
+        return x, W
+
+    def log_features(self, x: torch.Tensor, side: str) -> torch.Tensor:
+        """``log f(w_m, x)`` for x (..., L, d): shape (..., L, M), up to a common constant."""
+        x, W = self._transform(x, side)
         out = x @ W  # (..., L, M)
         row = -0.5 * (x * x).sum(-1, keepdim=True)  # (..., L, 1)
         if self.c is not None:
             return out + (row + self.c[..., None, :])
         return out + row
+
+    def augmented_weights(self, side, shift=None):
+        """``[Wp; 1; c + shift]`` (..., d + 2, M) for :meth:`log_features_fused`."""
+        W = self.W_q if side == "q" else self.W_k
+        c = self.c
+        if shift is not None:
+            c = shift if c is None else c + shift
+        if c is None:
+            c = torch.zeros(W.shape[-1], dtype=W.dtype, device=W.device)
+        lead = torch.broadcast_shapes(W.shape[:-2], c.shape[:-1])
+        Wb = torch.broadcast_to(W, (*lead, *W.shape[-2:]))
+        ones = torch.ones((*lead, 1, W.shape[-1]), dtype=W.dtype, device=W.device)
+        cb = torch.broadcast_to(c, (*lead, c.shape[-1]))[..., None, :]
+        return torch.cat([Wb, ones, cb], dim=-2)
+
+    def log_features_fused(self, x, side, shift=None, keep=None, Wa=None):
+        """``log_features(x) + shift`` in one matmul: ``[x', row, 1] @ [Wp; 1; c + shift]``.
+
+        x (..., L, d); shift (..., M) or None; keep (..., L) bool or None: masked rows
+        get the row term ``-1e30``, which absorbs the rest, so their log features are
+        exactly ``-1e30`` (callers also zero their values). ``Wa`` may hold
+        :meth:`augmented_weights` precomputed. Returns a fresh contiguous (..., L, M)
+        tensor that may be modified in place.
+        """
+        x, _ = self._transform(x, side)
+        row = -0.5 * (x * x).sum(-1, keepdim=True)  # (..., L, 1)
+        if keep is not None:
+            row = torch.where(keep[..., None], row, torch.full_like(row, -1e30))
+        xa = torch.cat([x, row, torch.ones_like(row)], dim=-1)  # (..., L, d + 2)
+        if Wa is None:
+            Wa = self.augmented_weights(side, shift)
+        return xa @ Wa
 
     def to(self, dtype) -> LogFeatureMap:
         def cv(t):

@@ -146,7 +146,8 @@ def _validate(q, k, v, is_causal, key_padding_mask):
 
 def _finite_check(**tensors):
     for name, t in tensors.items():
-        if not bool(torch.isfinite(t).all()):
+        # one reduction pass; the full check only when the sum is not finite
+        if not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all()):
             raise ValueError(f"{name} contains NaN or inf.")
 
 
@@ -286,8 +287,9 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
             n_out = d
 
             @staticmethod
-            def log_features(t, side):
-                return torch.log(phi(t))
+            def log_features(t, side, keep=None):
+                lf = torch.log(phi(t))
+                return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
         return _causal(x, y, v, keep, _Plain, chunk, batch)
 
     W = _param(params["W"], q)  # (n_proj, d)
@@ -307,10 +309,29 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
             mom = _check_moments(mom, batch, d)
     fmap = build_log_map(name, W, mom, d).to(q.dtype)
     if not is_causal:
-        lq = fmap.log_features(x, "q")  # (..., L, M)
-        lk = fmap.log_features(y, "k")  # (..., S, M)
-        return bidirectional_exp(lq, lk, v, keep)
-    return _causal(x, y, v, keep, _flatten_map(fmap, batch), chunk, batch)
+        return bidirectional_exp(fmap, x, y, _augment_values(v, keep), keep)
+    return _causal(x, y, v, keep, _FusedFeatures(_flatten_map(fmap, batch)), chunk, batch)
+
+
+class _FusedFeatures:
+    """Chunk features for the causal scan: one fused matmul per chunk."""
+
+    def __init__(self, fmap):
+        self.fmap = fmap
+        self.n_out = fmap.n_out
+        self.Wa = {"q": fmap.augmented_weights("q"), "k": fmap.augmented_weights("k")}
+
+    def log_features(self, x, side, keep=None):
+        return self.fmap.log_features_fused(x, side, keep=keep, Wa=self.Wa[side])
+
+
+def _augment_values(v, keep):
+    # [v, 1] (..., S, e + 1); masked rows zero
+    ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
+    va = torch.cat([v, ones], dim=-1)
+    if keep is not None:
+        va = va * keep[..., None].to(va.dtype)
+    return va
 
 
 def _check_moments(mom, batch, d):
