@@ -88,14 +88,22 @@ class TrainConfig:
 
 
 def num_threads() -> int:
-    """Threads for torch on this machine: all cores, at most 2 by default.
+    """Torch threads for the tiny-model experiments: 1 (``KERNELKIT_TORCH_THREADS``
+    overrides).
 
-    ``KERNELKIT_TORCH_THREADS`` overrides. The experiments were sized for 2 cores.
+    The tensors here are small (a few thousand tokens x 64-128 channels), too small for
+    intra-op parallelism to pay off, and on a shared 2-core machine spinning worker threads
+    cost much more than they give: measured under load, one training step of the quick
+    model took 10-40x more CPU time with 2 threads than with 1. The benchmark, whose
+    tensors are large, uses every core instead.
     """
-    env = os.environ.get("KERNELKIT_TORCH_THREADS")
+    env = os.environ.get("KERNELKIT_TORCH_THREADS", "").strip()
     if env:
-        return max(1, int(env))
-    return max(1, min(2, os.cpu_count() or 1))
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    return 1
 
 
 @contextlib.contextmanager

@@ -84,7 +84,7 @@ class Config:
     maps: tuple = tuple(MAPS)
     # the small LM (lm regime): architecture, training budget, windows used
     lm_corpus: str = "pydoc"
-    lm_context: int = 256
+    lm_context: int = 128
     lm_d_model: int = 128
     lm_heads: int = 4
     lm_layers: int = 3

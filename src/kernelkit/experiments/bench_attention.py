@@ -76,6 +76,17 @@ SHARP = ("sderf", "saderf")  # FAVOR# variants timed (SDERF: speech; SADERF: GLU
 _SLOW = {"SDPA": 2, "SDPA causal": 2, "performer causal": 1}
 
 
+def _bench_threads() -> int:
+    """Every CPU available to this process (``KERNELKIT_TORCH_THREADS`` overrides)."""
+    env = os.environ.get("KERNELKIT_TORCH_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _inputs(L, device, seed):
     import torch
 
@@ -215,13 +226,11 @@ def run(quick: bool = False, device: str | None = None, lengths=None,
 
     import torch
 
-    from ._tiny_transformer import num_threads
-
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     lengths = tuple(lengths or (QUICK_L if quick else FULL_L))
     max_call_s = max_call_s or (5.0 if quick else 90.0)
     performer_ok = importlib.util.find_spec("performer_pytorch") is not None
-    threads = num_threads() if device == "cpu" else torch.get_num_threads()
+    threads = _bench_threads() if device == "cpu" else torch.get_num_threads()
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     config = {"B": B, "H": H, "d": D, "M": M, "lengths": list(lengths), "device": device,

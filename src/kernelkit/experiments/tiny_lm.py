@@ -52,16 +52,16 @@ class Config:
     """Model, budget and corpus (identical for every attention type)."""
 
     corpus: str = "pydoc+stdlib"
-    context: int = 256
+    context: int = 128
     d_model: int = 128
     n_heads: int = 4
     n_layers: int = 3
     n_features: int = 64
     redraw_interval: int = 100
-    steps: int = 1200
+    steps: int = 500
     batch_size: int = 16
     lr: float = 3e-3
-    warmup: int = 60
+    warmup: int = 30
     log_every: int = 20
     eval_windows: int = 256
     max_chars: int | None = None
@@ -70,7 +70,7 @@ class Config:
 
 FULL = Config()
 QUICK = Config(corpus="pydoc", context=64, d_model=64, n_heads=4, n_layers=2, n_features=32,
-               redraw_interval=20, steps=50, batch_size=8, warmup=10, log_every=5,
+               redraw_interval=25, steps=100, batch_size=8, warmup=10, log_every=5,
                eval_windows=48)
 
 #: FAVOR# paper Table 1 (GLUE dev, BERT-base, M = 256): the orderings checked below
