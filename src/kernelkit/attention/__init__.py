@@ -7,10 +7,12 @@ softmax attention is :func:`kernelkit.kernels.softmax_attention`. Needs PyTorch.
 
 from ._maps import FEATURE_MAPS, FITTED_MAPS, Moments
 from .functional import attention_moments, draw_features, linear_attention
+from .module import FavorAttention
 
 __all__ = [
     "FEATURE_MAPS",
     "FITTED_MAPS",
+    "FavorAttention",
     "Moments",
     "attention_moments",
     "draw_features",

@@ -250,6 +250,8 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
 def _projection_params(name, n_features, d, random_state, orthogonal, projection):
     if projection is None:
         return draw_features(name, n_features, d, random_state, orthogonal)
+    if name in ("relu", "elu"):
+        return {}
     if isinstance(projection, dict):
         params = dict(projection)
     else:

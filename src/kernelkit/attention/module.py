@@ -1,0 +1,341 @@
+"""``FavorAttention``: multi-head random-feature attention with the interface of
+``torch.nn.MultiheadAttention(batch_first=True)``.
+
+Differences from ``nn.MultiheadAttention`` (the attention matrix is never formed):
+
+* ``need_weights=True`` raises (no weights exist); ``forward`` returns ``(out, None)``.
+* ``attn_mask`` may only be the causal mask (bool ``True`` above the diagonal, or float
+  ``-inf`` above it) or None; ``is_causal=True`` alone selects causal attention.
+* ``dropout`` is applied to the attention output of every head (before ``out_proj``),
+  not to attention weights. ``add_bias_kv`` / ``add_zero_attn`` are not supported.
+* ``key_padding_mask``: bool (True = padded) or float (``-inf`` = padded, 0 = kept).
+
+Random features: one projection matrix (``n_features x head_dim``, block-orthogonal)
+shared by the heads, a buffer (saved in the ``state_dict``). In training mode it is
+redrawn every ``redraw_interval`` forward calls (None or 0: never); ``eval()`` keeps it.
+
+Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
+
+* bidirectional: fitted per batch element and head from that call's queries and keys;
+* causal: fitted from running statistics (per head means and second moments of the
+  scaled queries and keys, buffers ``running_*``), updated *after* each training
+  forward from that batch (exponential average with ``momentum``; None: cumulative), so
+  a batch never uses its own tokens and a position never sees later positions. Until the
+  first update (``num_batches_tracked == 0``) they use FAVOR+ features (``A = 0``).
+
+``torch.compile``: the bidirectional path compiles (the feature redraw runs eagerly,
+outside the graph); the causal kernel is a custom autograd Function with a Python loop
+over chunks and is excluded from compilation (``torch.compiler.disable``): a compiled
+model runs it eagerly.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import nn
+
+from .._backend import check_random_state
+from ._maps import FEATURE_MAPS, FITTED_MAPS, Moments
+from .functional import attention_moments, draw_features, linear_attention
+
+__all__ = ["FavorAttention"]
+
+
+class FavorAttention(nn.Module):
+    """Multi-head linear attention (FAVOR+ / FAVOR++ / FAVOR# / hybrid / linear maps).
+
+    Parameters
+    ----------
+    embed_dim, num_heads, dropout, bias, kdim, vdim, batch_first, device, dtype
+        As in :class:`torch.nn.MultiheadAttention` (see module docstring for dropout).
+    feature_map : str
+        One of :data:`kernelkit.attention.FEATURE_MAPS` (default ``"sderf"``, FAVOR#).
+    n_features : int
+        Random features per head ``M``.
+    redraw_interval : int or None
+        Redraw the projections every this many training forward calls.
+    orthogonal : bool
+        Block-orthogonal projections.
+    chunk_size : int
+        Causal chunk length (power of two).
+    momentum : float or None
+        Running-statistics update for causal fitted maps.
+    random_state : None, int or numpy Generator
+        Seeds the projections (drawn with NumPy).
+    """
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=True, device=None,
+                 dtype=None, *, feature_map="sderf", n_features=256, redraw_interval=1000,
+                 orthogonal=True, chunk_size=64, momentum=0.1, random_state=None):
+        super().__init__()
+        for name, val in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+            if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
+                raise ValueError(f"{name} must be a positive integer, got {val!r}.")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}.")
+        if add_bias_kv or add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn are not supported by FavorAttention.")
+        if not (0.0 <= float(dropout) < 1.0):
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}.")
+        if not isinstance(feature_map, str) or feature_map.lower() not in FEATURE_MAPS:
+            raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
+        if isinstance(n_features, bool) or not isinstance(n_features, numbers.Integral) \
+                or n_features < 1:
+            raise ValueError(f"n_features must be a positive integer, got {n_features!r}.")
+        if redraw_interval is not None and (
+                isinstance(redraw_interval, bool)
+                or not isinstance(redraw_interval, numbers.Integral) or redraw_interval < 0):
+            raise ValueError(f"redraw_interval must be None or a non-negative integer, got "
+                             f"{redraw_interval!r}.")
+        if momentum is not None and not (0.0 < float(momentum) <= 1.0):
+            raise ValueError(f"momentum must be None or in (0, 1], got {momentum!r}.")
+        if not isinstance(chunk_size, numbers.Integral) or chunk_size < 1 \
+                or chunk_size & (chunk_size - 1):
+            raise ValueError(f"chunk_size must be a power of two, got {chunk_size!r}.")
+        fk = {"device": device, "dtype": dtype}
+        self.embed_dim = int(embed_dim)
+        self.kdim = self.embed_dim if kdim is None else int(kdim)
+        self.vdim = self.embed_dim if vdim is None else int(vdim)
+        self._qkv_same_embed_dim = self.kdim == self.embed_dim and self.vdim == self.embed_dim
+        self.num_heads = int(num_heads)
+        self.head_dim = self.embed_dim // self.num_heads
+        self.dropout = float(dropout)
+        self.batch_first = bool(batch_first)
+        self.feature_map = feature_map.lower()
+        self.n_features = int(n_features)
+        self.redraw_interval = redraw_interval
+        self.orthogonal = bool(orthogonal)
+        self.chunk_size = int(chunk_size)
+        self.momentum = momentum
+        E = self.embed_dim
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * E, E, **fk))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = nn.Parameter(torch.empty(E, E, **fk))
+            self.k_proj_weight = nn.Parameter(torch.empty(E, self.kdim, **fk))
+            self.v_proj_weight = nn.Parameter(torch.empty(E, self.vdim, **fk))
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = nn.Parameter(torch.empty(3 * E, **fk))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = nn.Linear(E, E, bias=bias, **fk)
+        self._reset_parameters()
+
+        self._rng = check_random_state(random_state)
+        hd, H = self.head_dim, self.num_heads
+        self.register_buffer("projection", torch.empty(0, device=device))
+        self.register_buffer("sign_projection", torch.empty(0, device=device))
+        self.register_buffer("calls_since_redraw",
+                             torch.zeros((), dtype=torch.long, device=device))
+        self.redraw_features()
+        fitted = self.feature_map in FITTED_MAPS
+        shape2 = (H, hd, hd) if fitted else (0,)
+        shape1 = (H, hd) if fitted else (0,)
+        self.register_buffer("running_mean_q", torch.zeros(shape1, device=device))
+        self.register_buffer("running_second_q", torch.zeros(shape2, device=device))
+        self.register_buffer("running_mean_k", torch.zeros(shape1, device=device))
+        self.register_buffer("running_second_k", torch.zeros(shape2, device=device))
+        self.register_buffer("num_batches_tracked",
+                             torch.zeros((), dtype=torch.long, device=device))
+
+    def _reset_parameters(self):
+        if self._qkv_same_embed_dim:
+            nn.init.xavier_uniform_(self.in_proj_weight)
+        else:
+            nn.init.xavier_uniform_(self.q_proj_weight)
+            nn.init.xavier_uniform_(self.k_proj_weight)
+            nn.init.xavier_uniform_(self.v_proj_weight)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+            nn.init.zeros_(self.out_proj.bias)
+
+    def extra_repr(self):
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+                f"feature_map={self.feature_map!r}, n_features={self.n_features}, "
+                f"redraw_interval={self.redraw_interval}")
+
+    @torch.compiler.disable
+    def redraw_features(self):
+        """Draw new random projections (NumPy) into the ``projection`` buffers."""
+        params = draw_features(self.feature_map, self.n_features, self.head_dim, self._rng,
+                               self.orthogonal)
+        dev = self.calls_since_redraw.device
+        for key, name in (("W", "projection"), ("T", "sign_projection")):
+            val = params.get(key)
+            t = torch.empty(0) if val is None else torch.as_tensor(val, dtype=torch.float32)
+            setattr(self, name, t.to(dev))
+        self.calls_since_redraw.zero_()
+
+    @torch.compiler.disable
+    def _maybe_redraw(self):
+        if not self.training or not self.redraw_interval:
+            return
+        if int(self.calls_since_redraw) >= self.redraw_interval:
+            self.redraw_features()
+        self.calls_since_redraw += 1
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=False,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        """Attention output and ``None`` (no weights), shapes as ``nn.MultiheadAttention``.
+
+        query (N, L, E), key (N, S, kdim), value (N, S, vdim) with ``batch_first=True``
+        (``(L, N, E)`` etc. otherwise), or unbatched (L, E), (S, kdim), (S, vdim);
+        key_padding_mask (N, S) or (S,). Returns ``(out (N, L, E), None)``.
+        """
+        if need_weights:
+            raise ValueError("FavorAttention never forms attention weights; call it with "
+                             "need_weights=False.")
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+            if t.dim() not in (2, 3):
+                raise ValueError(f"{name} must be 2-D (unbatched) or 3-D (batched), got shape "
+                                 f"{tuple(t.shape)}.")
+        if not (query.dim() == key.dim() == value.dim()):
+            raise ValueError("query, key and value must all be batched or all unbatched, got "
+                             f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D.")
+        if key.dtype != query.dtype or value.dtype != query.dtype:
+            raise TypeError(f"query, key, value must share one dtype, got {query.dtype}, "
+                            f"{key.dtype}, {value.dtype}.")
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = query[None], key[None], value[None]
+            if key_padding_mask is not None:
+                key_padding_mask = torch.as_tensor(key_padding_mask)[None]
+        elif not self.batch_first:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        N, L, Eq = query.shape
+        S = key.shape[1]
+        if Eq != self.embed_dim:
+            raise ValueError(f"query has embedding dim {Eq}, the module embed_dim="
+                             f"{self.embed_dim}.")
+        if key.shape[-1] != self.kdim or value.shape[-1] != self.vdim:
+            raise ValueError(f"key / value have dims {key.shape[-1]} / {value.shape[-1]}, the "
+                             f"module expects kdim={self.kdim}, vdim={self.vdim}.")
+        if key.shape[0] != N or value.shape[0] != N or value.shape[1] != S:
+            raise ValueError(f"batch / length mismatch: query {tuple(query.shape)}, key "
+                             f"{tuple(key.shape)}, value {tuple(value.shape)}.")
+        if L == 0 or S == 0:
+            raise ValueError(f"empty sequence: L={L}, S={S}.")
+        is_causal = self._check_attn_mask(attn_mask, is_causal, L, S)
+        mask = self._check_padding_mask(key_padding_mask, N, S, query.device)
+
+        self._maybe_redraw()
+        H, hd = self.num_heads, self.head_dim
+        q, k, v = self._in_projection(query, key, value)
+        q = q.view(N, L, H, hd).transpose(1, 2)  # (N, H, L, hd)
+        k = k.view(N, S, H, hd).transpose(1, 2)
+        v = v.view(N, S, H, hd).transpose(1, 2)
+        mask4 = None if mask is None else mask[:, None, :]  # (N, 1, S)
+        moments = None
+        if is_causal and self.feature_map in FITTED_MAPS:
+            moments = self._running_moments()
+        proj = {"W": self.projection} if self.projection.numel() else {}
+        if self.sign_projection.numel():
+            proj["T"] = self.sign_projection
+        if is_causal:
+            out = _causal_call(q, k, v, self.feature_map, self.n_features, mask4, proj,
+                               moments, self.chunk_size)
+        else:
+            out = linear_attention(q, k, v, self.feature_map, self.n_features,
+                                   key_padding_mask=mask4, projection=proj,
+                                   check_finite=False)
+        if is_causal and self.training and self.feature_map in FITTED_MAPS:
+            self._update_running(q, k, mask4)
+        out = nn.functional.dropout(out, self.dropout, self.training)
+        out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
+        out = self.out_proj(out)
+        if unbatched:
+            out = out[0]
+        elif not self.batch_first:
+            out = out.transpose(0, 1)
+        return out, None
+
+    def _in_projection(self, query, key, value):
+        E = self.embed_dim
+        b = self.in_proj_bias
+        bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E:2 * E], b[2 * E:])
+        if self._qkv_same_embed_dim:
+            Wq, Wk, Wv = self.in_proj_weight.split(E)
+        else:
+            Wq, Wk, Wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        if query is key and key is value and self._qkv_same_embed_dim:
+            return nn.functional.linear(query, self.in_proj_weight, b).chunk(3, dim=-1)
+        return (nn.functional.linear(query, Wq, bq), nn.functional.linear(key, Wk, bk),
+                nn.functional.linear(value, Wv, bv))
+
+    @staticmethod
+    def _check_attn_mask(attn_mask, is_causal, L, S):
+        if attn_mask is None:
+            return bool(is_causal)
+        m = torch.as_tensor(attn_mask)
+        if m.shape != (L, S) or L != S:
+            raise ValueError(f"attn_mask must be None or the causal (L, L) mask, got shape "
+                             f"{tuple(m.shape)} for L={L}, S={S}.")
+        upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)
+        if m.dtype == torch.bool:
+            causal = bool(torch.equal(m, upper))
+        else:
+            causal = bool(torch.equal(torch.isneginf(m), upper)) and bool(
+                (m[~upper] == 0).all())
+        if not causal:
+            raise ValueError("FavorAttention supports only the causal attn_mask (linear "
+                             "attention cannot apply an arbitrary mask); pass attn_mask=None "
+                             "with is_causal=True.")
+        return True
+
+    @staticmethod
+    def _check_padding_mask(mask, N, S, device):
+        if mask is None:
+            return None
+        m = torch.as_tensor(mask, device=device)
+        if m.shape != (N, S):
+            raise ValueError(f"key_padding_mask must have shape (N, S) = ({N}, {S}), got "
+                             f"{tuple(m.shape)}.")
+        if m.dtype == torch.bool:
+            return m
+        if m.is_floating_point():
+            pad = torch.isneginf(m)
+            if not bool((m[~pad] == 0).all()):
+                raise ValueError("a float key_padding_mask may only hold 0 (keep) and -inf "
+                                 "(padded).")
+            return pad
+        raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
+
+    # ------------------------------------------------------------ running statistics
+    def _running_moments(self):
+        if int(self.num_batches_tracked) == 0:
+            return None  # no statistics yet: FAVOR+ features (A = 0), see module doc
+        return Moments(self.running_mean_q.double(), self.running_second_q.double(),
+                       self.running_mean_k.double(), self.running_second_k.double())
+
+    @torch.no_grad()
+    def _update_running(self, q, k, mask4):
+        mom = attention_moments(q.detach(), k.detach(), key_padding_mask=mask4)
+        # average over the batch: (N, H, ...) -> (H, ...)
+        new = [t.mean(0).to(self.running_mean_q.dtype)
+               for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)]
+        n = int(self.num_batches_tracked) + 1
+        f = 1.0 / n if self.momentum is None else (1.0 if n == 1 else float(self.momentum))
+        for buf, val in zip((self.running_mean_q, self.running_second_q, self.running_mean_k,
+                             self.running_second_k), new, strict=True):
+            buf.mul_(1.0 - f).add_(val, alpha=f)
+        self.num_batches_tracked += 1
+
+
+@torch.compiler.disable
+def _causal_call(q, k, v, feature_map, n_features, mask4, proj, moments, chunk):
+    fm = feature_map
+    if fm in FITTED_MAPS and moments is None:
+        fm = "positive"
+    return linear_attention(q, k, v, fm, n_features, is_causal=True, key_padding_mask=mask4,
+                            projection=proj, moments=moments, chunk_size=chunk,
+                            check_finite=False)
