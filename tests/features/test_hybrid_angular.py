@@ -89,7 +89,7 @@ def test_variance_nonzero_at_theta_0_unequal_norms():
 @pytest.mark.parametrize("shared", [True, False])
 def test_unbiased_and_mse_matches_monte_carlo(shared):
     """Mean within Z SE of exp(x.y); empirical MSE within Z SE (from the 4th moment)."""
-    d, m, n, R = 5, 3, 2, 6000
+    d, m, n, R = 5, 3, 2, 4000
     rng = np.random.default_rng(3)
     X = rng.normal(size=(2, d)) * 0.25
     Y = rng.normal(size=(2, d)) * 0.25
@@ -111,7 +111,7 @@ def test_base_estimators_lemma_2_2_and_eq_38():
     """MSE(trig) = f1(|z|) f3(|Delta|), MSE(++) = f2(|z|) f3(|z|) (Lemma 2.2) and, with a
     shared W, E[SM^{++} SM^{trig}] = (1 - 1/m) SM^2 + SM^2 cos(|x|^2 - |y|^2) / m (eq. 38,
     Erratum 2), from the components of R independent maps."""
-    d, m, R = 5, 3, 6000
+    d, m, R = 5, 3, 4000
     rng = np.random.default_rng(8)
     X = rng.normal(size=(2, d)) * 0.3
     Y = rng.normal(size=(2, d)) * 0.2

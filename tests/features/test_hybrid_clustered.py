@@ -104,7 +104,7 @@ def test_zero_one_unbiased_and_mse(data, kernel):
     K = np.exp(Xt @ Yt.T)
     if kernel == "gaussian":
         K = np.exp(-((Xt[:, None] - Yt[None]) ** 2).sum(-1) / 2)
-    R = 4000
+    R = 3000
     err = np.stack([fm.redraw(s).approx_kernel(Xt, Yt) for s in range(R)]) - K
     assert np.abs(err.mean(0) / (err.std(0) / math.sqrt(R))).max() < Z
     mse, sq = fm.variance(Xt, Yt), err**2
@@ -150,7 +150,7 @@ def test_gaussian_mixture_unbiased_and_mse(data, default):
     Xt, Yt = X[[0, 20]], Y[[1, 25]]
     fm = ClusteredHybridRF(3, n_clusters=(2, 3), mixture="gaussian", n_lambda=2, tau=1.5,
                            default_estimator=default, random_state=0).fit(X, Y)
-    R = 4000
+    R = 3000
     err = np.stack([fm.redraw(s).approx_kernel(Xt, Yt) for s in range(R)]) - np.exp(Xt @ Yt.T)
     assert np.abs(err.mean(0) / (err.std(0) / math.sqrt(R))).max() < Z
     mse, sq = fm.variance(Xt, Yt), err**2
@@ -168,7 +168,7 @@ def test_gaussian_mixture_variance_large_n_lambda_limit(data):
                            default_estimator="hyperbolic", random_state=0).fit(X, Y)
     fm.n_lambda = 10**12  # the formula only; no features of that size are drawn
     v = fm.variance(Xt, Yt)
-    W = np.random.default_rng(0).standard_normal((400_000, 4))
+    W = np.random.default_rng(0).standard_normal((200_000, 4))
     K = np.exp(Xt @ Yt.T)
     for i in range(2):
         for j in range(2):

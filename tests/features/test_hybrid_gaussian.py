@@ -89,7 +89,7 @@ def test_gaussian_hybrid_unbiased_and_mse(lam_features, shared):
     X, Y = _data()
     _mc_check(lambda s: GaussianHybridRF(3, 2, shared_projection=shared,
                                          lambda_features=lam_features, random_state=s),
-              X, Y, 5000, np.exp(X @ Y.T))
+              X, Y, 3500, np.exp(X @ Y.T))
 
 
 @pytest.mark.slow
@@ -97,7 +97,7 @@ def test_gaussian_hybrid_gaussian_kernel():
     X, Y = _data()
     K = np.exp(-((X[:, None, :] - Y[None]) ** 2).sum(-1) / 2)
     _mc_check(lambda s: GaussianHybridRF(3, 2, kernel="gaussian", random_state=s),
-              X, Y, 4000, K)
+              X, Y, 3000, K)
 
 
 def test_gaussian_hybrid_trig_lambda_exact_at_x_equals_minus_y():
@@ -116,7 +116,7 @@ def test_normalized_gaussian_unbiased_and_mse(shared):
     X, Y = _data()
     _mc_check(lambda s: NormalizedGaussianHybridRF(3, 2, sigma=1.5, shared_projection=shared,
                                                    random_state=s),
-              X, Y, 5000, np.exp(X @ Y.T))
+              X, Y, 3500, np.exp(X @ Y.T))
 
 
 def _sphere_pair(d, r, theta, seed=0):
