@@ -295,3 +295,27 @@ def test_max_relative_error_on_sphere_below_trig_and_positive_at_matched_cost():
     # analytic values: hybrid 0.0999, TrigRF / PositiveRF ~0.35 / 0.30, sin/cos trig 0.184
     assert hyb < 0.5 * min(trig, pos), (hyb, trig, pos)
     assert hyb < 0.7 * W / np.sqrt(2 * M)
+
+
+def test_bad_parameters():
+    X = np.random.default_rng(0).normal(size=(4, 3))
+    with pytest.raises(ValueError, match="n_lambda"):
+        AngularHybridRF(4, 0).fit(X)
+    with pytest.raises(TypeError, match="n_lambda"):
+        AngularHybridRF(4, None).fit(X)
+    with pytest.raises(ValueError, match="n_features"):
+        AngularHybridRF(0, 2).fit(X)
+    with pytest.raises(TypeError, match="shared_projection"):
+        AngularHybridRF(4, 2, shared_projection=1).fit(X)
+    with pytest.raises(ValueError, match="lengthscale"):
+        AngularHybridRF(4, 2, lengthscale=-1.0).fit(X)
+    with pytest.raises(ValueError, match="Unknown sampler"):
+        AngularHybridRF(4, 2, orthogonal="sobol").fit(X)
+    with pytest.raises(ValueError, match="n_features"):
+        matched_n_features(0, 3, 2)
+    with pytest.raises(ValueError, match="n_lambda"):
+        matched_n_features(10, 3, 0)
+    fm = AngularHybridRF(4, 2, random_state=0)
+    assert fm.output_dim == 4 * 4 * 3  # known before fit
+    with pytest.raises(Exception, match="not fitted"):
+        fm.transform(X)
