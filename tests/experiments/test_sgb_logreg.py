@@ -273,9 +273,16 @@ def test_summary_is_consistent_with_traces(tiny_run):
             if grid:
                 best = min(grid, key=lambda g: g["final"])["config"]
                 assert s["best"] == best
-        for v in d["verdicts"].values():
+        summ = d["summary"]
+        for method, v in d["verdicts"].items():
             ours, sgd, holds = v["per_epoch"]
             assert holds == (ours < sgd)
+            # per second: time to an accuracy both reached, so both times are finite
+            assert v["common_gap"] == max(summ[method]["final_gap_range"][1],
+                                          summ["SGD"]["final_gap_range"][1])
+            t_ours, t_sgd, holds = v["per_second"]
+            assert math.isfinite(t_ours) and math.isfinite(t_sgd) and holds == (t_ours < t_sgd)
+            assert t_ours <= summ[method]["seconds"] + 1e-12
 
 
 @needs_optim

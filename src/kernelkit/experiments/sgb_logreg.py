@@ -313,8 +313,15 @@ def summarize(res: dict) -> dict:
 
 
 def verdicts(res: dict, summary: dict) -> dict:
-    """Does a bound method beat SGD? ``{method: {"per_epoch": (ours, sgd, bool),
-    "per_second": (ours, sgd, bool)}}`` for SPFB and the best LSPFB rank."""
+    """Does a bound method beat SGD? For SPFB and the best LSPFB rank (lowest final gap):
+
+    * ``per_epoch``: ``(ours, sgd, ours < sgd)``, median relative gaps at the last epoch
+      both runs reached (``after_one_epoch``: the same after epoch 1);
+    * ``per_second``: ``(ours, sgd, ours < sgd)``, median seconds to reach ``common_gap``,
+      the worst final gap of all runs of the two methods (an accuracy every run attained,
+      so the comparison is always decided); ``within_horizon``: median lowest gaps within
+      the shorter of the two total run times, for information.
+    """
     f_star = res["_optimum"].value
     out = {}
     if "SGD" not in res:
@@ -325,23 +332,22 @@ def verdicts(res: dict, summary: dict) -> dict:
         a, b = res[method]["traces"], res["SGD"]["traces"]
         e = min(min(tr.epochs[-1] for tr in a), min(tr.epochs[-1] for tr in b))
 
-        def at_epoch(trs, e=e):
-            return _median([tr.gaps(f_star)[np.searchsorted(tr.epochs, e)] for tr in trs])
+        def at_epoch(trs, e):
+            return _median([tr.gaps(f_star)[min(int(np.searchsorted(tr.epochs, e)),
+                                                len(tr.epochs) - 1)] for tr in trs])
 
-        ga, gb = at_epoch(a), at_epoch(b)
-        h = min(summary[method]["seconds"], summary["SGD"]["seconds"])
-        ta = _median([_gap_at_time(tr, f_star, h) for tr in a])
-        tb = _median([_gap_at_time(tr, f_star, h) for tr in b])
-        # SGD's time to the bound method's final gap, against the bound method's own time
-        g_final = summary[method]["final_gap"]
-        t_sgd = _median([C.first_reach(tr, f_star, g_final)[1] for tr in b])
+        ga, gb = at_epoch(a, e), at_epoch(b, e)
         g1a, g1b = at_epoch(a, 1), at_epoch(b, 1)
-        out[method] = {"epoch": e, "per_epoch": (ga, gb, bool(ga < gb)), "horizon_s": h,
+        h = min(summary[method]["seconds"], summary["SGD"]["seconds"])
+        ha = _median([_gap_at_time(tr, f_star, h) for tr in a])
+        hb = _median([_gap_at_time(tr, f_star, h) for tr in b])
+        g = max(summary[method]["final_gap_range"][1], summary["SGD"]["final_gap_range"][1])
+        sa = _median([C.first_reach(tr, f_star, g)[1] for tr in a])
+        sb = _median([C.first_reach(tr, f_star, g)[1] for tr in b])
+        out[method] = {"epoch": e, "per_epoch": (ga, gb, bool(ga < gb)),
                        "after_one_epoch": (g1a, g1b, bool(g1a < g1b)),
-                       "per_second": (ta, tb, bool(ta < tb)),
-                       "sgd_seconds_to_final_gap": t_sgd,
-                       "seconds_to_final_gap": _median([
-                           C.first_reach(tr, f_star, g_final)[1] for tr in a])}
+                       "common_gap": g, "per_second": (sa, sb, bool(sa < sb)),
+                       "horizon_s": h, "within_horizon": (ha, hb)}
     return out
 
 
@@ -579,22 +585,20 @@ def _write_report(rep, config, results, problems, all_res, summaries, verdict, b
                          f"(after 1 epoch: {v['after_one_epoch'][0]:.2e} vs "
                          f"{v['after_one_epoch'][1]:.2e})",
                          "yes" if pe[2] else "no"])
-            g_fin = summaries[name][method]["final_gap"]
             rows.append([name, f"{method} beats SGD per second", "yes (Fig. 3)",
-                         f"best gap within {v['horizon_s']:.3g} s: {ps[0]:.2e} vs SGD "
-                         f"{ps[1]:.2e}; time to {method}'s final gap {g_fin:.2e}: "
-                         f"{_secs(v['seconds_to_final_gap'])}, SGD "
-                         f"{_secs(v['sgd_seconds_to_final_gap'])}",
+                         f"time to gap {v['common_gap']:.2e}: {_secs(ps[0])} vs SGD "
+                         f"{_secs(ps[1])} (best gap within {v['horizon_s']:.3g} s: "
+                         f"{v['within_horizon'][0]:.2e} vs {v['within_horizon'][1]:.2e})",
                          "yes" if ps[2] else "no"])
     if rows:
         rep.add("## Claim: \"SPFB and LSPFB show clear advantage over SGD in convergence "
                 "speed\"",
                 "The paper gives curves only (Fig. 3: adult, KMNIST, Fashion-MNIST), no "
                 "numbers; LSPFB row: the rank with the lowest final gap. Per epoch: median "
-                "relative gap at the last epoch both ran; per second: median lowest "
-                "relative gap reached within the shorter of the two total run times (the "
-                "verdict), and the time each needed to reach the bound method's final gap "
-                "('not reached': not within SGD's epoch budget).",
+                "relative gap at the last epoch both ran; per second: median seconds to "
+                "reach the worst final gap of all their runs (an accuracy every run "
+                "attained), with the "
+                "lowest gaps within the shorter of the two run times for information.",
                 markdown_table(["data set", "claim", "paper", "ours", "holds on our data?"],
                                rows))
         spfb_ratio = [[n, _fmt(s["SPFB"]["sec_per_epoch"] / s["SGD"]["sec_per_epoch"], "s")]
