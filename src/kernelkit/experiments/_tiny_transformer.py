@@ -14,10 +14,11 @@ attention function differs:
 * any feature-map name of :func:`kernelkit.attention.linear_attention` (``"positive"``
   FAVOR+, ``"gerf"`` FAVOR++, ``"saderf"`` / ``"sderf"`` FAVOR#, ``"hybrid_angular"``,
   ...): causal linear attention with ``n_features`` random features. The random features
-  are redrawn every ``redraw_interval`` training steps (a new ``random_state`` per layer
-  and period) and fixed in ``eval()`` mode. FAVOR++ / FAVOR# parameters come from running
-  moments of earlier batches; signed maps (trig, hybrid) use the masked quadratic form
-  of the same causal estimator (see :class:`CausalSelfAttention`).
+  are redrawn every ``redraw_interval`` training steps and fixed in ``eval()`` mode.
+  Positive maps run through :class:`kernelkit.attention.FavorAttention` (FAVOR++ /
+  FAVOR# parameters from its running moments of earlier batches); signed maps (trig,
+  hybrid) use the masked quadratic form of the same causal estimator (see
+  :class:`CausalSelfAttention`).
 
 Training (:func:`train_lm`): AdamW, linear warm-up then cosine decay, gradient clipping
 at 1, random windows of ``context + 1`` characters drawn from the training ids with a
@@ -119,101 +120,77 @@ def torch_threads(n: int):
 
 #: maps that kernelkit's causal scan does not support (signed features)
 BIDIRECTIONAL_ONLY = ("trig", "hybrid_angular")
-#: maps whose parameters are fitted from query / key moments (FAVOR++ / FAVOR#)
-FITTED = ("gerf", "saderf", "aderf", "sderf")
 
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with an exact or a linear attention core.
 
-    Input and output ``(B, T, D)``; heads ``(B, H, T, D / H)``.
+    Input and output ``(B, T, D)``; heads ``(B, H, T, D / H)``. Three implementations, with
+    parameters of the same shapes in the same order (a fused ``(3D, D)`` input projection
+    with bias, then a ``(D, D)`` output projection with bias), so that :class:`TinyLM`
+    initialises every variant to the same values:
 
-    Fitted maps (FAVOR++ / FAVOR#) take their parameters from running moments of the
-    queries and keys of *earlier* training batches (buffers ``mom_*``, per head, averaged
-    over the batch; cumulative mean, then an exponential average with rate
-    ``MOMENTUM``), updated after each training forward, never from the current sequence
-    (which would leak later tokens). Before the first update the moments are zero, which
-    makes every fitted map equal FAVOR+ (``A*(0) = 0``, ``psi = 1``). Evaluation uses the
-    buffers as they are.
-
-    Signed maps (:data:`BIDIRECTIONAL_ONLY`) have no causal scan in kernelkit; their
-    causal estimator is computed exactly but quadratically: the bidirectional attention
-    matrix ``A = diag(P S^T 1)^{-1} P S^T`` (``v = I``), masked to ``j <= t`` and
-    renormalised per row -- the bidirectional normaliser cancels, leaving
-    ``P_t S_j / sum_{j' <= t} P_t S_j'``, the causal linear-attention estimator.
+    * ``"exact"``: own projections + :func:`torch.nn.functional.scaled_dot_product_attention`
+      (``is_causal=True``);
+    * positive maps (FAVOR+, FAVOR++, FAVOR#, ReLU, ELU, ...): a
+      :class:`kernelkit.attention.FavorAttention` called with ``is_causal=True`` -- the
+      drop-in module itself: it redraws its projections every ``redraw_interval`` training
+      calls, keeps them in ``eval()``, and fits FAVOR++ / FAVOR# parameters from running
+      moments of earlier batches (FAVOR+ features before the first update);
+    * signed maps (:data:`BIDIRECTIONAL_ONLY`: trig, hybrid), which have no causal scan in
+      kernelkit: own projections, and the causal estimator computed exactly but
+      quadratically from :func:`kernelkit.attention.linear_attention` -- the bidirectional
+      matrix ``A = diag(P S^T 1)^{-1} P S^T`` (values ``v = I``), masked to ``j <= t`` and
+      renormalised per row; the bidirectional normaliser cancels, leaving
+      ``P_t S_j / sum_{j' <= t} P_t S_j'``. Features are redrawn like the module's.
     """
-
-    MOMENTUM = 0.05
 
     def __init__(self, cfg: LMConfig, layer: int, seed: int = 0):
         super().__init__()
         self.cfg = cfg
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.layer = layer
         self.seed = seed
-        self.step = 0  # training forwards seen (drives the redraw)
+        self.step = 0  # training forwards seen (drives the redraw of the signed maps)
         self.captured: list | None = None  # set by capture_qkv
-        if cfg.attention in FITTED:
-            H, dh = cfg.n_heads, cfg.head_dim
-            for name, shape in (("mean_x", (H, dh)), ("second_x", (H, dh, dh)),
-                                ("mean_y", (H, dh)), ("second_y", (H, dh, dh))):
-                self.register_buffer("mom_" + name, torch.zeros(shape, dtype=torch.float64))
-            self.register_buffer("mom_count", torch.zeros((), dtype=torch.long))
+        self.mha = None
+        if cfg.attention not in ("exact", *BIDIRECTIONAL_ONLY):
+            from kernelkit.attention import FavorAttention
 
-    def _random_state(self) -> int:
-        period = 0
-        if self.training and self.cfg.redraw_interval > 0:
-            period = self.step // self.cfg.redraw_interval
+            self.mha = FavorAttention(cfg.d_model, cfg.n_heads, batch_first=True,
+                                      feature_map=cfg.attention, n_features=cfg.n_features,
+                                      redraw_interval=cfg.redraw_interval or None,
+                                      random_state=self._seed(0))
+        else:
+            self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+            self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def _seed(self, period: int) -> int:
         # distinct, deterministic seed per (run seed, layer, redraw period)
         return int(np.random.SeedSequence([self.seed, self.layer, period]).generate_state(1)[0])
 
-    _FIELDS = ("mean_x", "second_x", "mean_y", "second_y")
-
-    def _moments(self):
-        from kernelkit.attention import Moments
-
-        return Moments(*(getattr(self, "mom_" + f) for f in self._FIELDS))  # (H, ...)
-
-    @torch.no_grad()
-    def _update_moments(self, q, k):
-        from kernelkit.attention import attention_moments
-
-        m = attention_moments(q.detach(), k.detach())  # fields (B, H, d[, d])
-        n = int(self.mom_count)
-        rate = max(self.MOMENTUM, 1.0 / (n + 1))
-        for f in self._FIELDS:
-            buf = getattr(self, "mom_" + f)
-            buf.mul_(1.0 - rate).add_(getattr(m, f).mean(0), alpha=rate)
-        self.mom_count += 1
-
     def forward(self, x):
         B, T, D = x.shape
+        if self.mha is not None:
+            return self.mha(x, x, x, need_weights=False, is_causal=True)[0]
         H, dh = self.cfg.n_heads, self.cfg.head_dim
         q, k, v = self.qkv(x).view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, dh)
         if self.captured is not None:
             self.captured.append(tuple(t.detach().clone() for t in (q, k, v)))
-        fm = self.cfg.attention
-        if fm == "exact":
+        if self.cfg.attention == "exact":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
         else:
             from kernelkit.attention import linear_attention
 
-            rs = self._random_state()
-            if fm in BIDIRECTIONAL_ONLY:
-                eye = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, H, T, T)
-                a = linear_attention(q, k, eye, fm, self.cfg.n_features,
-                                     random_state=rs)  # (B, H, T, T) bidirectional
-                a = a.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device)
-                                  .triu(1), 0.0)  # keep keys j <= t
-                den = a.sum(-1, keepdim=True)  # (B, H, T, 1)
-                y = (a / torch.where(den != 0, den, torch.ones_like(den))) @ v
-            else:
-                kw = {"moments": self._moments()} if fm in FITTED else {}
-                y = linear_attention(q, k, v, fm, self.cfg.n_features, is_causal=True,
-                                     random_state=rs, **kw)  # (B, H, T, dh)
-                if fm in FITTED and self.training:
-                    self._update_moments(q, k)  # after use: later batches only
+            period = 0
+            if self.training and self.cfg.redraw_interval > 0:
+                period = self.step // self.cfg.redraw_interval
+            eye = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, H, T, T)
+            a = linear_attention(q, k, eye, self.cfg.attention, self.cfg.n_features,
+                                 random_state=self._seed(period))  # (B, H, T, T)
+            a = a.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1),
+                              0.0)  # keep keys j <= t
+            den = a.sum(-1, keepdim=True)  # (B, H, T, 1)
+            y = (a / torch.where(den != 0, den, torch.ones_like(den))) @ v  # (B, H, T, dh)
         if self.training:
             self.step += 1
         return self.proj(y.transpose(1, 2).reshape(B, T, D))
@@ -252,10 +229,14 @@ class TinyLM(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight  # tied
+        # re-seed: module constructors consume different amounts of randomness, the values
+        # below must not depend on the attention type (same shapes in the same order)
+        torch.manual_seed(seed)
         for name, p in self.named_parameters():
             if p.dim() >= 2:
                 std = 0.02
-                if name.endswith("attn.proj.weight") or name.endswith("mlp.2.weight"):
+                if name.endswith(("attn.proj.weight", "attn.mha.out_proj.weight",
+                                  "mlp.2.weight")):
                     std /= math.sqrt(2 * cfg.n_layers)
                 nn.init.normal_(p, 0.0, std)
             elif name.endswith("bias"):
