@@ -290,7 +290,10 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
 
             @staticmethod
             def log_features(t, side, keep=None):
-                lf = torch.log(phi(t))
+                if name == "elu":  # log(elu(t) + 1) = t (t < 0), log1p(t) (t >= 0)
+                    lf = torch.where(t < 0, t, torch.log1p(t.clamp(min=0)))
+                else:
+                    lf = torch.log(torch.relu(t) + 1e-3)
                 return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
         return _causal(x, y, v, keep, _Plain, chunk, batch)
 
@@ -398,7 +401,9 @@ def _bidirectional_trig(x, y, v, keep, W):
         nyk = ny if keep is None else torch.where(keep, ny, float("-inf"))
         top = nyk.amax(-1, keepdim=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    fk = base(y) * torch.exp(ny - top)[..., None]
+        # masked keys: scale exp(-inf) = 0 (their |y| may be anything)
+        shift = top if keep is None else torch.where(keep, top, float("inf"))
+    fk = base(y) * torch.exp(ny - shift)[..., None]
     return bidirectional_plain(base(x), fk, v, keep)
 
 
@@ -429,5 +434,6 @@ def _bidirectional_hybrid(x, y, v, keep, W, T):
         rkk = rk if keep is None else torch.where(keep, rk, float("-inf"))
         top = rkk.amax(-1, keepdim=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    fk = fk * torch.exp(rk - top)[..., None]
+        shift = top if keep is None else torch.where(keep, top, float("inf"))
+    fk = fk * torch.exp(rk - shift)[..., None]
     return bidirectional_plain(fq, fk, v, keep)
