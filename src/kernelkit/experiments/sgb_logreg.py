@@ -22,7 +22,8 @@ sgb_partition_function_bound.md`` Sec. 8-10 (protocol) and 11 (errata).
   Adam's learning-rate grid has the same length (shifted to Adam's scale). The best
   configuration has the lowest training objective after ``tune_epochs`` epochs (seed
   ``seed``); it is then run with ``seeds`` seeds for ``epochs`` epochs. SPFB (dense) is the
-  same algorithm as SPFB up to the CG tolerance, so it reuses SPFB's configuration.
+  same algorithm with an exact solve (SPFB's warm-started CG is truncated at the
+  estimator's iteration cap), so it reuses SPFB's configuration.
 * **Where affordable.** SPFB (dense) and each LSPFB rank run only if one timed step times
   the steps of their tuning and final runs fits ``Config.max_method_s`` (30 min in full
   mode); skipped methods are listed in the report with the estimate.
@@ -515,8 +516,9 @@ def _write_report(rep, config, results, problems, all_res, summaries, verdict, b
         "get a grid of the same size (η₀ × schedule; schedules η₀, η₀/t, η₀/(1 + t/t₀) with "
         "t₀ = one epoch; Adam's learning rates on its own scale, same length), each "
         "configuration run for the tuning epochs, the best by training objective then run "
-        "for the full budget. SPFB (dense) reuses SPFB's configuration (same iterates up "
-        "to the CG tolerance). L-BFGS (SciPy L-BFGS-B, memory 10) has no step size. SPFB's "
+        "for the full budget. SPFB (dense) reuses SPFB's configuration (the same update "
+        "solved exactly; SPFB's CG is truncated). L-BFGS (SciPy L-BFGS-B, memory 10) has "
+        "no step size. SPFB's "
         f"CG: rtol {config.cg_rtol:g}, iteration cap "
         f"{config.cg_maxiter or 'the estimator default (10, warm-started)'}, the "
         "estimator's default preconditioner; "
