@@ -135,9 +135,8 @@ class FavorAttention(nn.Module):
         self.register_buffer("calls_since_redraw",
                              torch.zeros((), dtype=torch.long, device=device))
         self.redraw_features()
-        fitted = self.feature_map in FITTED_MAPS
-        shape2 = (H, hd, hd) if fitted else (0,)
-        shape1 = (H, hd) if fitted else (0,)
+        # allocated for every map (tiny), so state dicts load across feature maps
+        shape2, shape1 = (H, hd, hd), (H, hd)
         self.register_buffer("running_mean_q", torch.zeros(shape1, device=device))
         self.register_buffer("running_second_q", torch.zeros(shape2, device=device))
         self.register_buffer("running_mean_k", torch.zeros(shape1, device=device))
