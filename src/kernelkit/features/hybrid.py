@@ -66,6 +66,7 @@ from .._backend import (
     validate_positive_int,
 )
 from ._base import FeatureMap, _detach
+from ._base import _namespace_of as xp_of
 from .sampling import draw_projection, gaussian_projection
 
 __all__ = [
@@ -230,6 +231,49 @@ def _weighted_exp(xp, w, log_v):
     return xp.where(zero, xp.zeros_like(w), w_safe * xp.exp(log_v))
 
 
+def _shifted_sum(xp, terms):
+    """``sum_k w_k exp(l_k)`` as ``(inner, shift)`` with ``sum = inner * exp(shift)``.
+
+    terms : list of ``(w_k, l_k)``, arrays broadcastable to one shape (``w_k`` may be a
+    float). ``shift = max_k l_k`` (finite, elementwise), so every ``exp(l_k - shift) <= 1``
+    and ``inner`` never overflows even where the individual terms do; a zero weight gives
+    an exact zero term (no ``0 * inf``). Combine with :func:`_combine` (signed results) or
+    :func:`_scaled_nonneg` (non-negative ones).
+    """
+    live = []  # a zero-weight term must not set the shift (its exp could swamp the rest)
+    for w, lv in terms:
+        if isinstance(w, numbers.Real):
+            if w != 0:
+                live.append((w, lv))
+        else:
+            live.append((w, xp.where(w == 0, xp.full_like(lv, -math.inf), lv)))
+    if not live:
+        zero = xp.zeros_like(terms[0][1])
+        return zero, zero
+    shift = live[0][1]
+    for _, lv in live[1:]:
+        shift = xp.maximum(shift, lv)
+    shift = xp.where(xp.isfinite(shift), shift, xp.zeros_like(shift))
+    inner = 0.0
+    for w, lv in live:
+        e = xp.exp(lv - shift)  # 0 where lv = -inf (zero weight)
+        inner = inner + (w * e if isinstance(w, numbers.Real)
+                         else xp.where(w == 0, xp.zeros_like(e), w * e))
+    return inner, shift
+
+
+def _scaled_nonneg(xp, inner, log_scale):
+    """``max(inner, 0) * exp(log_scale)``: 0 where ``inner <= 0`` (even if the scale
+    overflows), ``inf`` only where the product itself exceeds the floating-point range."""
+    inner = xp.clip(inner, min=0.0)
+    pos = inner > 0
+    safe = xp.where(pos, inner, xp.ones_like(inner))
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore"):  # inf is the answer where the MSE overflows
+            return np.where(pos, np.exp(np.log(safe) + log_scale), 0.0).astype(inner.dtype)
+    return xp.where(pos, xp.exp(xp.log(safe) + log_scale), xp.zeros_like(inner))
+
+
 def _sq_norms(xp, X):
     return xp.sum(X * X, axis=1)
 
@@ -383,16 +427,21 @@ class _BipolarHybrid(FeatureMap):
 
         ``approx_kernel = lambda_hat * k_positive + (1 - lambda_hat) * k_trig``.
         """
+        lam, (dp, sp), (dt, st) = self._scaled_components(X, Y)
+        return lam, _combine(xp_of(lam), dp, sp), _combine(xp_of(lam), dt, st)
+
+    def _scaled_components(self, X, Y):
+        """``lambda_hat (n, m)`` and the two base estimates as ``(dot, log_scale)`` pairs,
+        each ``(n, m)``, with ``estimate = dot * exp(log_scale)``."""
         Xs, Ys, xp = self._checked_pair(X, Y)
         extra = 0.0
         if self.alpha != 0.0:
             extra = self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
         out = []
         for parts in (self._positive_parts, self._trig_parts):
-            bx, lx = parts(Xs, xp)
+            bx, lx = parts(Xs, xp)  # (n, 2m), (n,)
             by, ly = parts(Ys, xp)
-            out.append(_combine(xp, bx @ xp.matrix_transpose(by),
-                                lx[:, None] + ly[None, :] + extra))  # (n, m)
+            out.append((bx @ xp.matrix_transpose(by), lx[:, None] + ly[None, :] + extra))
         ux, ulx = self._lambda_features(Xs, xp, "x")
         uy, uly = self._lambda_features(Ys, xp, "y")
         uv = _combine(xp, ux @ xp.matrix_transpose(uy), ulx[:, None] + uly[None, :])
@@ -402,12 +451,19 @@ class _BipolarHybrid(FeatureMap):
     def approx_kernel(self, X, Y=None):
         """Unbiased hybrid estimate of the kernel matrix, shape (n, m).
 
-        Equal to ``transform(X) @ transform_y(Y).T`` (to rounding), computed in
-        ``O(n m (m_f + n_l))`` from :meth:`approx_components` instead of
-        ``O(n m m_f n_l)``, with the row scales combined in log space.
+        ``lambda_hat SM^{++} + (1 - lambda_hat) SM^{trig}`` (eq. 8-11), equal to
+        ``transform(X) @ transform_y(Y).T`` (to rounding), computed in
+        ``O(n m (m_f + n_l))`` from the components instead of ``O(n m m_f n_l)``. The two
+        base estimates are mixed in log space (common shift of their row scales), so the
+        result is finite wherever the estimate itself is representable, and an exact
+        ``lambda_hat = 0`` or ``1`` drops the other estimator entirely (never ``0 * inf``).
         """
-        lam, kp, kt = self.approx_components(X, Y)
-        return lam * kp + (1.0 - lam) * kt
+        lam, (dp, sp), (dt, st) = self._scaled_components(X, Y)
+        xp = xp_of(lam)
+        if dp.shape[0] == 0 or dp.shape[1] == 0:
+            return lam * dp
+        inner, shift = _shifted_sum(xp, [(lam * dp, sp), ((1.0 - lam) * dt, st)])
+        return _combine(xp, inner, shift)
 
     def exact_lambda(self, X, Y=None):
         """The coefficient ``lambda(x, y) = E lambda_hat``, shape (n, m)."""
@@ -455,12 +511,14 @@ class _BipolarHybrid(FeatureMap):
         log_pp = 2.0 * xy + z2 + 2.0 * _log1mexp(xp, z2) - log2m + ka
         log_tr = (nx + ny) + 2.0 * _log1mexp(xp, d2) - log2m + ka
         e2, f2, g = self._lambda_moments(Xs, Ys, xp)
-        out = _weighted_exp(xp, e2, log_pp) + _weighted_exp(xp, f2, log_tr)
+        terms = [(e2, log_pp), (f2, log_tr)]
         if self.shared_projection:
             # (2/m) SM^2 (1 - cos(|x|^2 - |y|^2)) = (4/m) SM^2 sin^2((|x|^2 - |y|^2)/2)
             s = xp.sin(0.5 * (nx - ny))
-            out = out - _weighted_exp(xp, g, 2.0 * xy + ka) * (4.0 / m) * s * s
-        return xp.clip(out, min=0.0)
+            terms.append((-(4.0 / m) * g * s * s, 2.0 * xy + ka))
+        # log-space sum: finite wherever the MSE is representable (no inf - inf, 0 * inf)
+        inner, shift = _shifted_sum(xp, terms)
+        return _scaled_nonneg(xp, inner, shift)
 
     def log_relative_variance(self, X, Y=None):
         """``log(MSE / K^2)`` from :meth:`variance` (``-inf`` where the estimate is exact)."""
@@ -998,27 +1056,33 @@ class ComplexExponentialRF(FeatureMap):
         br, bi = self._transformed(Ys, xp, "y")
         xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
         rr = ar @ xp.matrix_transpose(br)  # Re a . Re b
-        if ai is None:
-            # |a + b|^2 = |a|^2 + |b|^2 + 2 a.b
-            c2 = xp.clip(_sq_norms(xp, ar)[:, None] + _sq_norms(xp, br)[None, :] + 2.0 * rr,
-                         min=0.0)
-            rel = xp.expm1(c2)
-        else:
-            na_r, na_i = _sq_norms(xp, ar)[:, None], _sq_norms(xp, ai)[:, None]
-            nb_r, nb_i = _sq_norms(xp, br)[None, :], _sq_norms(xp, bi)[None, :]
-            ii = ai @ xp.matrix_transpose(bi)
-            # log(E g^2 / SM^2) = Re(a^2 + b^2 + 4ab) - 2xy, and its imaginary part
-            p = na_r - na_i + nb_r - nb_i + 4.0 * (rr - ii) - 2.0 * xy
-            q = 2.0 * (_sum_prod(xp, ar, ai)[:, None] + _sum_prod(xp, br, bi)[None, :]) \
-                + 4.0 * (ar @ xp.matrix_transpose(bi) + ai @ xp.matrix_transpose(br))
-            r = na_r + na_i + nb_r + nb_i + 4.0 * rr - 2.0 * xy  # log(E|g|^2 / SM^2)
-            s = xp.sin(0.5 * q)
-            rel = 0.5 * (xp.expm1(p) * xp.cos(q) - 2.0 * s * s) + 0.5 * xp.expm1(r)
-        log_k2 = 2.0 * xy
+        log_k2 = 2.0 * xy - math.log(self.n_features)  # log(K^2 / m)
         if self.alpha != 0.0:
             log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
                                                   + _sq_norms(xp, Ys)[None, :])
-        return xp.clip(rel, min=0.0) * xp.exp(log_k2) / self.n_features
+        if ai is None:
+            # |a + b|^2 = |a|^2 + |b|^2 + 2 a.b;  MSE = K^2 expm1(c2) / m, in log space
+            c2 = xp.clip(_sq_norms(xp, ar)[:, None] + _sq_norms(xp, br)[None, :] + 2.0 * rr,
+                         min=0.0)
+            return _scaled_nonneg(xp, -xp.expm1(-c2), c2 + log_k2)
+        na_r, na_i = _sq_norms(xp, ar)[:, None], _sq_norms(xp, ai)[:, None]
+        nb_r, nb_i = _sq_norms(xp, br)[None, :], _sq_norms(xp, bi)[None, :]
+        ii = ai @ xp.matrix_transpose(bi)
+        # log|E g^2 / SM^2| = Re(a^2 + b^2 + 4ab) - 2xy, and the phase q of E g^2
+        p = na_r - na_i + nb_r - nb_i + 4.0 * (rr - ii) - 2.0 * xy
+        q = 2.0 * (_sum_prod(xp, ar, ai)[:, None] + _sum_prod(xp, br, bi)[None, :]) \
+            + 4.0 * (ar @ xp.matrix_transpose(bi) + ai @ xp.matrix_transpose(br))
+        r = xp.clip(na_r + na_i + nb_r + nb_i + 4.0 * rr - 2.0 * xy, min=0.0)  # log E|g|^2/SM^2
+        s = xp.sin(0.5 * q)
+        # rel = m MSE / SM^2 = (e^p cos q + e^r) / 2 - 1 (p <= r, r >= 0); we need
+        # rel e^{-r}: for small r from the cancellation-free expm1 form, for r >= 1 from
+        # the bounded form (e^{p-r} cos q + 1)/2 - e^{-r}, so that nothing overflows
+        pc, rc = xp.clip(p, max=1.0), xp.clip(r, max=1.0)
+        small = (0.5 * (xp.expm1(pc) * xp.cos(q) - 2.0 * s * s) + 0.5 * xp.expm1(rc)) \
+            * xp.exp(-rc)
+        large = 0.5 * xp.exp(p - r) * xp.cos(q) + 0.5 - xp.exp(-r)
+        inner = xp.where(r < 1.0, small, large)
+        return _scaled_nonneg(xp, inner, r + log_k2)
 
     def _log_second_moment(self, X, Y, xp):
         raise NotImplementedError("ComplexExponentialRF: use variance().")
@@ -1314,17 +1378,20 @@ class ClusteredHybridRF(FeatureMap):
         Xs, xp = self._check_X(X, "X")
         Ys, _ = self._check_X(Y, "Y")
         xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
-        log_k2 = 2.0 * xy
+        log_k2 = 2.0 * xy - math.log(self.n_features)  # log(K^2 / m)
         if self.alpha != 0.0:
             log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
                                                   + _sq_norms(xp, Ys)[None, :])
+        # m MSE / K^2 = inner * exp(shift), evaluated in log space (finite wherever the MSE is)
         if self.mixture == "zero_one":
-            rel = self._zero_one_rel_mse(Xs, Ys, xp)
+            inner, shift = self._zero_one_rel_mse(Xs, Ys, xp)
         else:
-            rel = self._gaussian_rel_mse(Xs, Ys, xp, xy)
-        return xp.clip(rel, min=0.0) * xp.exp(log_k2) / self.n_features
+            inner, shift = self._gaussian_rel_mse(Xs, Ys, xp, xy)
+        return _scaled_nonneg(xp, inner, shift + log_k2)
 
     def _zero_one_rel_mse(self, Xs, Ys, xp):
+        """``expm1(l) = (1 - e^{-l}) e^{l}`` as ``(inner, shift)``, ``l = |A x + A^{-1} y|^2``
+        for the pair's ``A = A^{i(x) j(y)}``; (n, m_pts) each."""
         ix, _ = self._assign(Xs, xp, "x")
         jy, _ = self._assign(Ys, xp, "y")
         A = self._param("A", xp, Xs)  # (n_q, n_k, d)
@@ -1332,10 +1399,16 @@ class ClusteredHybridRF(FeatureMap):
         Ax = xp.take(Ax, jy, axis=1) * Xs[:, None, :]  # (n, m_pts, d): A^{i(x) j(y)} x
         Ainv = self._param("Ainv", xp, Xs)
         By = xp.take(xp.take(Ainv, ix, axis=0), jy, axis=1) * Ys[None, :, :]  # (n, m_pts, d)
-        return xp.expm1(xp.sum((Ax + By) ** 2, axis=-1))  # (n, m_pts)
+        ell = xp.sum((Ax + By) ** 2, axis=-1)  # (n, m_pts)
+        return -xp.expm1(-ell), ell
 
     def _gaussian_rel_mse(self, Xs, Ys, xp, xy):
-        """``m MSE / SM^2`` of the Gaussian mixture, (n, m_pts)."""
+        """``m MSE / SM^2`` of the Gaussian mixture as ``(inner, shift)``, (n, m_pts) each.
+
+        The sum ``sum_ij E[w_i w_j] G_ij - 1`` is expanded into terms ``coef * exp(log)``
+        (weights ``E[w_i w_j]`` written through ``lambda_p`` and ``H_pq``) and summed with a
+        common shift, so no intermediate overflows (no ``inf - inf``).
+        """
         Af = self._param("A_flat", xp, Xs)  # (P, d)
         a = Af[None, :, :] * Xs[:, None, :]  # (n, P, d)
         b = Ys[:, None, :] / Af[None, :, :]  # (m_pts, P, d)
@@ -1347,16 +1420,16 @@ class ClusteredHybridRF(FeatureMap):
         c2 = xp.linalg.diagonal(cc)  # (n, m_pts, P)
         e2 = xp.linalg.diagonal(ee)
         t2 = self.tau**2
+        n_l = float(self.n_lambda)
         two_xy = (2.0 * xy)[:, :, None, None]
-        # G_pq / SM^2 and H_pq, lambda_p
+        # logs of G_pq / SM^2, H_pq and lambda_p
         spq = s[..., :, None] + s[..., None, :]  # (n, m_pts, P, P)
-        g_pq = xp.exp(-0.5 * spq + 0.5 * (c2[..., :, None] + c2[..., None, :] + 2.0 * cc)
-                      - two_xy)
-        h_pq = xp.exp(-spq / t2 + 0.5 * (e2[..., :, None] + e2[..., None, :] + 2.0 * ee) / t2)
-        lam = xp.exp(-0.5 * c2 / t2)  # (n, m_pts, P): exp(-|a_p + b_p|^2 / (2 tau^2))
-        ll = lam[..., :, None] * lam[..., None, :]
-        L = ll + (h_pq - ll) / self.n_lambda  # E[lambda_hat_p lambda_hat_q]
-        # default estimator g_0: G_00 and G_0p, relative to SM^2
+        lg_pq = -0.5 * spq + 0.5 * (c2[..., :, None] + c2[..., None, :] + 2.0 * cc) - two_xy
+        lh_pq = -spq / t2 + 0.5 * (e2[..., :, None] + e2[..., None, :] + 2.0 * ee) / t2
+        llam = -0.5 * c2 / t2  # (n, m_pts, P): log lambda_p = -|a_p + b_p|^2 / (2 tau^2)
+        lll = llam[..., :, None] + llam[..., None, :]  # (n, m_pts, P, P): log lambda_p lambda_q
+        # default estimator g_0: G_00 (n, m_pts) and G_0p (n, m_pts, P), relative to SM^2,
+        # as lists of (coefficient, log)
         nx = _sq_norms(xp, Xs)[:, None]
         ny = _sq_norms(xp, Ys)[None, :]
         xy2 = 2.0 * xy
@@ -1365,25 +1438,44 @@ class ClusteredHybridRF(FeatureMap):
         d2 = xp.clip(nx + ny - xy2, min=0.0)
         base = -0.5 * s - 0.5 * (nx + ny)[..., None] - xy2[..., None]  # (n, m_pts, P)
         if self.default_estimator == "hyperbolic":
-            g00 = 0.5 * (xp.exp(2.0 * z2 - nx - ny - xy2) + xp.exp(-nx - ny - xy2))
+            g00 = [(0.5, 2.0 * z2 - nx - ny - xy2), (0.5, -nx - ny - xy2)]
             cz = xp.sum(c * z[:, :, None, :], axis=-1)  # (n, m_pts, P)
             zz = z2[..., None]
-            g0p = 0.5 * (xp.exp(base + 0.5 * (c2 + zz + 2.0 * cz))
-                         + xp.exp(base + 0.5 * (c2 + zz - 2.0 * cz)))
+            g0p = [(0.5, base + 0.5 * (c2 + zz + 2.0 * cz)),
+                   (0.5, base + 0.5 * (c2 + zz - 2.0 * cz))]
         else:
             delta = Xs[:, None, :] - Ys[None, :, :]
-            g00 = 0.5 * xp.exp(nx + ny - xy2) * (1.0 + xp.exp(-2.0 * d2))
-            cd = xp.sum(c * delta[:, :, None, :], axis=-1)
-            g0p = xp.exp(-0.5 * s + 0.5 * (nx + ny)[..., None] - xy2[..., None]
-                         + 0.5 * (c2 - d2[..., None])) * xp.cos(cd)
-        lam_sum = xp.sum(lam, axis=-1)  # (n, m_pts)
-        L_sum_q = xp.sum(L, axis=-1)  # (n, m_pts, P): sum_q E[l_p l_q]
-        L_tot = xp.sum(L_sum_q, axis=-1)  # (n, m_pts)
-        ew00 = 1.0 - 2.0 * lam_sum + L_tot  # E[w_0^2]
-        ew0p = lam - L_sum_q  # E[w_0 w_p]
-        total = ew00 * g00 + 2.0 * xp.sum(ew0p * g0p, axis=-1) \
-            + xp.sum(xp.reshape(L * g_pq, (*L.shape[:2], -1)), axis=-1)
-        return total - 1.0
+            g00 = [(0.5, nx + ny - xy2), (0.5, nx + ny - xy2 - 2.0 * d2)]
+            cd = xp.sum(c * delta[:, :, None, :], axis=-1)  # (n, m_pts, P)
+            g0p = [(xp.cos(cd), -0.5 * s + 0.5 * (nx + ny)[..., None] - xy2[..., None]
+                    + 0.5 * (c2 - d2[..., None]))]
+        # E[w_0^2] = 1 - 2 sum_p l_p + sum_pq L_pq, E[w_0 w_p] = l_p - sum_q L_pq,
+        # E[w_p w_q] = L_pq = (1 - 1/n) l_p l_q + H_pq / n
+        terms = [(-1.0, xp.zeros_like(xy))]  # the "- 1"
+        for cf, lg in g00:
+            lg3, lg4 = lg[..., None], lg[..., None, None]
+            terms += [(cf, lg), (-2.0 * cf, llam + lg3),
+                      ((1.0 - 1.0 / n_l) * cf, lll + lg4), (cf / n_l, lh_pq + lg4)]
+        for cf, lg in g0p:
+            cf4 = cf[..., :, None] if not isinstance(cf, float) else cf
+            lg4 = lg[..., :, None]  # G_0p broadcast over q
+            terms += [(2.0 * cf, llam + lg), (-2.0 * (1.0 - 1.0 / n_l) * cf4, lll + lg4),
+                      (-2.0 * cf4 / n_l, lh_pq + lg4)]
+        terms += [((1.0 - 1.0 / n_l), lll + lg_pq), (1.0 / n_l, lh_pq + lg_pq)]
+        lead = xy.ndim
+        shift = None
+        for _, lg in terms:
+            mx = xp.max(xp.reshape(lg, (*lg.shape[:lead], -1)), axis=-1) \
+                if lg.ndim > lead else lg
+            shift = mx if shift is None else xp.maximum(shift, mx)
+        inner = xp.zeros_like(xy)
+        for cf, lg in terms:
+            sh = xp.reshape(shift, (*shift.shape, *([1] * (lg.ndim - lead))))
+            v = cf * xp.exp(lg - sh)
+            v = xp.broadcast_to(v, lg.shape) if lg.ndim > lead else v
+            inner = inner + (xp.sum(xp.reshape(v, (*v.shape[:lead], -1)), axis=-1)
+                             if lg.ndim > lead else v)
+        return inner, shift
 
     def _log_second_moment(self, X, Y, xp):
         raise NotImplementedError("ClusteredHybridRF: use variance().")
