@@ -50,17 +50,40 @@ def test_hybrid_beats_trig_on_tight_clusters(tiny_run):
         assert c["Hybrid"][2] < c["FAVOR+"][2]
 
 
-def test_optimal_real_diagonal_zeroes_opposite_signs():
-    ri = np.array([1.0, -2.0, 0.5, 0.0, 0.0, 3.0])
-    rj = np.array([-4.0, 8.0, 0.5, 0.0, 1.0, 0.0])
-    a = hc.optimal_real_diagonal(ri, rj)
-    assert np.all(np.isfinite(a)) and np.all(a > 0)
-    np.testing.assert_allclose(a[:3], [2.0, 2.0, 1.0])
-    assert a[3] == 1.0
-    z = a * ri + rj / a
-    # opposite signs: exact zero; same sign: residual 2 sqrt(r_i r_j)^2 = 4 r_i r_j
-    np.testing.assert_allclose(z[:2], 0.0, atol=1e-12)
-    assert z[2] ** 2 == pytest.approx(4 * 0.5 * 0.5)
+def test_estimates_come_from_the_library_maps():
+    """Each method's draw equals its closed form for the same projections: the zero-one
+    clustered hybrid (nearest centres, per-pair A^{ij} = eq. 88 of the k-means centres),
+    one-sided FAVOR+, antithetic SM^{++} and sin/cos trig (eq. 2)."""
+    from kernelkit.features import ClusteredHybridRF, optimal_diagonal_A
+
+    X, Y, _, _, _ = make_clustered((0.08, 0.05, 0.04, 0.03), 1.0, n_per_cluster=40, d=6,
+                                   random_state=0, mean_scale=10.0)
+    Xe, Ye = X[::7], Y[::9]
+    fm = ClusteredHybridRF(3, n_clusters=2, random_state=0).fit(X, Y)
+    m = 5
+    nx, ny = (Xe**2).sum(1)[:, None], (Ye**2).sum(1)[None]
+    est = hc._estimate("Hybrid", m, fm, Xe, Ye, np.random.default_rng(1))
+    W = fm.projection_
+    assert W.shape == (m, 6)
+    ix = np.argmin(((Xe[:, None] - fm.centers_x_[None]) ** 2).sum(-1), axis=1)
+    jy = np.argmin(((Ye[:, None] - fm.centers_y_[None]) ** 2).sum(-1), axis=1)
+    assert len(set(ix)) == 2 and len(set(jy)) == 2
+    A = optimal_diagonal_A(fm.centers_x_[ix][:, None], fm.centers_y_[jy][None])  # (n, k, d)
+    a, b = A * Xe[:, None], Ye[None] / A
+    direct = np.exp(-((a**2).sum(-1) + (b**2).sum(-1)) / 2) * np.exp((a + b) @ W.T).mean(-1)
+    np.testing.assert_allclose(est, direct, rtol=1e-12)
+    forms = {
+        "FAVOR+": lambda px, py: np.exp(-(nx + ny) / 2) * np.exp(px + py).mean(-1),
+        "FAVOR+ (++)": lambda px, py: np.exp(-(nx + ny) / 2) * np.cosh(px + py).mean(-1),
+        "Trig": lambda px, py: np.exp((nx + ny) / 2) * np.cos(px - py).mean(-1),
+    }
+    for meth, form in forms.items():
+        est = hc._estimate(meth, m, fm, Xe, Ye, np.random.default_rng(2))
+        W = np.random.default_rng(2).standard_normal((m, 6))  # the map's first draw
+        px, py = (Xe @ W.T)[:, None], (Ye @ W.T)[None]
+        np.testing.assert_allclose(est, form(px, py), rtol=1e-12, err_msg=meth)
+    with pytest.raises(ValueError, match="method"):
+        hc._estimate("ORF", m, fm, Xe, Ye, np.random.default_rng(0))
 
 
 def test_make_clustered_hits_targets():
