@@ -31,7 +31,7 @@ def test_run_writes_report_plots_and_json(tiny_run):
     data = json.loads((out / "results.json").read_text())
     assert data["experiment"] == "hrf-pointwise"
     methods = data["config"]["methods"]
-    assert len(methods) == 3
+    assert [v["kind"] for v in methods.values()] == ["trig", "favor", "hybrid", "ngauss"]
     for lab, c in data["curves"]["1.0"].items():
         if lab == "sm":
             continue
@@ -44,6 +44,9 @@ def test_run_writes_report_plots_and_json(tiny_run):
     # the FLOP-matched hybrid stays within the budget
     hyb = next(v for v in methods.values() if v["kind"] == "hybrid")
     assert H.angular_flops(hyb["m"], hyb["n"], TINY.d) <= data["config"]["flop_budget"]
+    gau = next(v for v in methods.values() if v["kind"] == "ngauss")
+    assert H.gauss_flops(gau["m"], gau["n"], TINY.d) <= data["config"]["flop_budget"]
+    assert "HRF-gauss" in report and "Gaussian hybrid" in report
 
 
 def test_hybrid_beats_trig_and_favor_at_the_ends(tiny_run):
@@ -57,10 +60,13 @@ def test_hybrid_beats_trig_and_favor_at_the_ends(tiny_run):
     _, res = tiny_run
     c = res["curves"]["1.0"]
     labels = list(res["config"]["methods"])
-    trig, favor, hyb = (c[lab] for lab in labels)
+    trig, favor, hyb, gau = (c[lab] for lab in labels)
     sm = c["sm"]
     for end in (0, -1):
         assert hyb["max_abs_rel_err"][end] <= 1e-12
+    # normalised Gaussian hybrid (App. F, trig-estimated lambda): exact at 0, not at pi
+    assert gau["max_abs_rel_err"][0] <= 1e-12
+    assert gau["eps"][-1] > 0 and gau["eps_theory"][-1] > 0
     th = trig["eps_theory"][-1]
     assert th > 0.3
     z = (trig["mse"][-1] - (th * sm[-1]) ** 2) / trig["mse_se"][-1]
@@ -74,17 +80,19 @@ def test_hybrid_beats_trig_and_favor_at_the_ends(tiny_run):
 
 
 # ------------------------------------------------------------------- batched estimators
-@pytest.mark.parametrize("method", ["trig", "favor", "favor1", "hybrid"])
+@pytest.mark.parametrize("method", ["trig", "favor", "favor1", "hybrid", "ngauss"])
 def test_batched_estimators_unbiased_and_match_closed_form(method):
-    """Mean within 5 SE of SM; MSE within 5 SE of Lemma 2.2 / eq. 47 (r = 0.5: light tails)."""
+    """Mean within 5 SE of SM; MSE within 5 SE of Lemma 2.2 / eq. 47 / Thm F.2 (r = 0.5:
+    light tails)."""
     rng = np.random.default_rng(1)
-    d, r, m, n, s = 6, 0.5, 3, 2, 40000
+    d, r, m, n, s, sigma = 6, 0.5, 3, 2, 20000, 1.5
     thetas = np.array([0.4, 1.6, 2.7])
     X, Y = H.sphere_pairs(d, r, thetas, 2)
     sm = np.exp(np.sum(X * Y, axis=1))
     W = rng.standard_normal((s, m, d))
-    T = rng.standard_normal((s, n, d))
-    est = H.estimate(method, W, T, X, Y)  # (s, k)
+    T = rng.standard_normal((s, n, d)) * (sigma if method == "ngauss" else 1.0)
+    rho = -math.expm1(-2 * sigma**2 * r * r)
+    est = H.estimate(method, W, T, X, Y, rho=rho)  # (s, k)
     err = est - sm
     se = err.std(axis=0, ddof=1) / math.sqrt(s)
     assert np.all(np.abs(err.mean(axis=0)) < 5 * se)
@@ -92,10 +100,48 @@ def test_batched_estimators_unbiased_and_match_closed_form(method):
         z2 = np.sum((X + Y) ** 2, axis=1)
         mse_th = sm**2 * np.expm1(z2) / m
     else:
-        mse_th = (H.sphere_rel_error(method, r, thetas, m, n) * sm) ** 2
+        mse_th = (H.sphere_rel_error(method, r, thetas, m, n, sigma=sigma) * sm) ** 2
     sq = err**2
     mse_se = sq.std(axis=0, ddof=1) / math.sqrt(s)
     assert np.all(np.abs(sq.mean(axis=0) - mse_th) < 5 * mse_se)
+
+
+def test_batched_estimators_equal_library_maps():
+    """For the same W (and T), every batched estimator equals the kernelkit feature map it
+    stands for: sin/cos trig = ComplexExponentialRF(A = iI), SM^{++} = HyperbolicRF,
+    one-sided = PositiveRF, angular = AngularHybridRF, normalised Gaussian hybrid =
+    NormalizedGaussianHybridRF (shared W)."""
+    from kernelkit.features import (
+        AngularHybridRF,
+        ComplexExponentialRF,
+        HyperbolicRF,
+        NormalizedGaussianHybridRF,
+        PositiveRF,
+    )
+
+    d, r, m, n, sigma = 5, 0.9, 4, 3, 1.3
+    X, Y = H.sphere_pairs(d, r, np.array([0.0, 0.7, 2.0, math.pi]), 3)
+    rng = np.random.default_rng(4)
+    W, T = rng.standard_normal((m, d)), sigma * rng.standard_normal((n, d))
+    maps = {
+        "trig": ComplexExponentialRF(m, A=np.full(d, 1j)),
+        "favor": HyperbolicRF(m),
+        "favor1": PositiveRF(m),
+        "hybrid": AngularHybridRF(m, n),
+        "ngauss": NormalizedGaussianHybridRF(m, n, sigma=sigma, radius=r),
+    }
+    for name, fm in maps.items():
+        fm.fit(X, Y)
+        fm.projection_ = W
+        if hasattr(fm, "lambda_projection_"):
+            fm.projection_trig_ = W
+            fm.lambda_projection_ = T
+        fm._build()
+        lib = np.diag(fm.approx_kernel(X, Y))
+        ours = H.estimate(name, W[None], T[None], X, Y, rho=getattr(fm, "rho_", None))[0]
+        np.testing.assert_allclose(ours, lib, rtol=1e-12, err_msg=name)
+    with pytest.raises(ValueError, match="rho"):
+        H.estimate("ngauss", W[None], T[None], X, Y)
 
 
 def test_closed_forms_agree_with_note_values():
@@ -111,6 +157,16 @@ def test_closed_forms_agree_with_note_values():
     assert H.sphere_rel_error("favor", r, 0.0, m) == pytest.approx(Wr / math.sqrt(2 * m))
     with pytest.raises(ValueError, match="method"):
         H.sphere_rel_error("nope", r, 0.0, m)
+    # Thm F.2 on the sphere equals NormalizedGaussianHybridRF.variance (library)
+    from kernelkit.features import NormalizedGaussianHybridRF
+
+    thetas = np.linspace(0.0, math.pi, 7)
+    X, Y = H.sphere_pairs(4, r, thetas, 0)
+    fm = NormalizedGaussianHybridRF(m, n, sigma=0.8, radius=r, random_state=0).fit(X, Y)
+    sm = np.exp(np.sum(X * Y, axis=1))
+    np.testing.assert_allclose(H.sphere_rel_error("ngauss", r, thetas, m, n, sigma=0.8),
+                               np.sqrt(np.diag(fm.variance(X, Y))) / sm, rtol=1e-9,
+                               atol=1e-12)
 
 
 def test_sphere_pairs_geometry():
@@ -136,6 +192,16 @@ def test_batched_orthogonal_blocks():
     assert abs(sq.mean() - 4) < 5 * math.sqrt(8 / sq.size)
     C = np.einsum("smi,smj->ij", W, W) / (2000 * 10)
     np.testing.assert_allclose(C, np.eye(4), atol=0.05)
+
+
+def test_gauss_flop_matching_rule():
+    for M, d, n in ((128, 64, 8), (16, 8, 8), (512, 13, 8)):
+        m, nn = H.match_gauss(M, d, n)
+        budget = H.regular_flops(M, d)
+        assert nn == n and H.gauss_flops(m, n, d) <= budget < H.gauss_flops(m + 1, n, d)
+    assert H.gauss_flops(2, 3, 4) == 2 * 5 * 4 + 8 + 6 + 48
+    with pytest.raises(ValueError, match="fits"):
+        H.match_gauss(1, 64, 64)
 
 
 def test_flop_matching_rule():

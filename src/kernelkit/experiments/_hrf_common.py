@@ -23,6 +23,10 @@ Conventions (the HRF paper's, Sec. 2):
 * Angular hybrid (eq. 12, 19): ``lam SM^{++}_m + (1 - lam) SM^trig_m`` with
   ``lam = (1 - mean_j sgn(t_j.x) sgn(t_j.y)) / 2`` from ``n`` extra projections ``t_j``;
   the base estimators share ``W`` (variant II of Thm 3.1).
+* Normalised Gaussian hybrid (App. F, eq. 67-70): the same mixture with
+  ``lam = 1/rho - (1/(n rho)) sum_j cos(t_j.(x - y))``, ``t_j ~ N(0, sigma^2 I)``
+  (Erratum 6), ``rho = 1 - exp(-2 sigma^2 r^2)`` for inputs of norm ``r``
+  (:class:`kernelkit.features.NormalizedGaussianHybridRF`).
 """
 
 from __future__ import annotations
@@ -35,13 +39,17 @@ from ..features.hybrid import hybrid_feature_flops, matched_n_features, regular_
 
 __all__ = [
     "FLOP_RULE",
+    "GAUSS_FLOP_RULE",
     "angular_flops",
     "angular_lambda",
     "batched_orthogonal",
     "favor_one_sided_estimate",
     "favor_pp_estimate",
+    "gauss_flops",
     "hybrid_estimate",
     "match_angular",
+    "match_gauss",
+    "normalized_gauss_estimate",
     "project",
     "regular_flops",
     "sphere_pairs",
@@ -59,6 +67,14 @@ FLOP_RULE = (
     "s(x) (x) phi_trig(x) and s(x) (x) phi_++(x), 2m entries each). The hybrid gets the "
     "largest configuration of the stated shape whose cost does not exceed the regular "
     "map's (the rule of kernelkit.features.hybrid.matched_n_features)."
+)
+
+
+GAUSS_FLOP_RULE = (
+    "The normalised Gaussian hybrid (m base RFs shared by Trig and FAVOR+, n RFs for "
+    "lambda) costs 2(m+n)d (projections) + 4m (sin, cos, exp(+), exp(-)) + 2n (sin and "
+    "cos of the lambda projections) + 8mn (the outer products of the 2n lambda features "
+    "with phi_trig and phi_++, 2m entries each), matched by the same rule."
 )
 
 
@@ -92,6 +108,22 @@ def match_angular(M: int, d: int, n: int | None = None) -> tuple[int, int]:
     return m, m
 
 
+def gauss_flops(m: int, n: int, d: int) -> int:
+    """FLOPs of the normalised Gaussian hybrid ``(m, n)`` (shared ``W``) on one ``d``-dim
+    input (:data:`GAUSS_FLOP_RULE`)."""
+    return 2 * (m + n) * d + 4 * m + 2 * n + 8 * m * n
+
+
+def match_gauss(M: int, d: int, n: int) -> tuple[int, int]:
+    """Largest ``m`` with ``gauss_flops(m, n, d) <= regular_flops(M, d)``; returns
+    ``(m, n)``. Raises ``ValueError`` if not even ``m = 1`` fits."""
+    budget = regular_flops(M, d)
+    m = (budget - 2 * n * d - 2 * n) // (2 * d + 4 + 8 * n)
+    if m < 1:
+        raise ValueError(f"no Gaussian hybrid with n={n} fits the budget of M={M}, d={d}.")
+    return int(m), n
+
+
 # ----------------------------------------------------------------------------- inputs
 def sphere_pairs(d: int, r: float, thetas, random_state=None):
     """Pairs ``(x_k, y_k)`` with ``|x_k| = |y_k| = r`` and angle ``thetas[k]``.
@@ -115,11 +147,13 @@ def sphere_pairs(d: int, r: float, thetas, random_state=None):
     return X, Y
 
 
-def sphere_rel_error(method: str, r: float, theta, m: int, n: int = 1):
+def sphere_rel_error(method: str, r: float, theta, m: int, n: int = 1, sigma: float = 1.0):
     """Closed-form relative error ``eps = sqrt(MSE) / SM`` on the sphere ``S(r)``.
 
-    ``method``: ``"trig"`` / ``"favor"`` (Lemma 3.4, ``m`` RFs, FAVOR+ = ``SM^{++}``) or
-    ``"hybrid"`` (angular hybrid ``(m, n)``, Thm 3.5 / eq. 48-50, either variant of ``W``).
+    ``method``: ``"trig"`` / ``"favor"`` (Lemma 3.4, ``m`` RFs, FAVOR+ = ``SM^{++}``),
+    ``"hybrid"`` (angular hybrid ``(m, n)``, Thm 3.5 / eq. 48-50, either variant of ``W``)
+    or ``"ngauss"`` (normalised Gaussian hybrid ``(m, n)`` with scale ``sigma``, Thm F.2;
+    either variant of ``W``, as the shared-projection term vanishes for equal norms).
     ``theta`` : float or ndarray. Returns an ndarray of the same shape.
     """
     theta = np.asarray(theta, dtype=np.float64)
@@ -133,8 +167,18 @@ def sphere_rel_error(method: str, r: float, theta, m: int, n: int = 1):
         return trig(theta)
     if method == "favor":
         return trig(math.pi - theta)
+    if method == "ngauss":
+        s2 = sigma * sigma
+        D2 = 4 * r2 * np.sin(theta / 2.0) ** 2  # |x - y|^2
+        rho = -math.expm1(-2 * s2 * r2)
+        var = np.expm1(-s2 * D2) ** 2 / (2 * rho**2 * n)  # Var lambda_hat (Thm F.1)
+        el2 = np.expm1(-s2 * D2 / 2) ** 2 / rho**2 + var  # E lambda_hat^2
+        e1l2 = ((1 - rho) - np.exp(-s2 * D2 / 2)) ** 2 / rho**2 + var  # E (1-lambda_hat)^2
+        # eps^2 = E lam^2 eps(++)^2 + E (1-lam)^2 eps(trig)^2 (Lemma 3.4 per estimator)
+        return np.sqrt(el2 * trig(math.pi - theta) ** 2 + e1l2 * trig(theta) ** 2)
     if method != "hybrid":
-        raise ValueError(f"method must be 'trig', 'favor' or 'hybrid', got {method!r}.")
+        raise ValueError(
+            f"method must be 'trig', 'favor', 'hybrid' or 'ngauss', got {method!r}.")
 
     def a(th):  # eq. 50, a_r(theta)
         t = th / math.pi
@@ -212,14 +256,27 @@ def hybrid_estimate(PX, PY, TX, TY, nx2, ny2):
         PX, PY, nx2, ny2)
 
 
-def estimate(method: str, W, T, X, Y):
+def normalized_gauss_estimate(PX, PY, TX, TY, nx2, ny2, rho):
+    """Normalised Gaussian hybrid (App. F, eq. 67-70) with shared ``W``:
+    ``lam SM^{++} + (1 - lam) SM^trig``, ``lam = (1 - mean_j cos(t_j.(x - y))) / rho``
+    (``TX, TY`` projections on ``t_j ~ N(0, sigma^2 I)``). Returns (..., k)."""
+    lam = (1.0 - np.mean(np.cos(TX - TY), axis=-1)) / rho
+    return lam * favor_pp_estimate(PX, PY, nx2, ny2) + (1.0 - lam) * trig_estimate(
+        PX, PY, nx2, ny2)
+
+
+def estimate(method: str, W, T, X, Y, rho: float | None = None):
     """Batched estimates of ``SM(x_k, y_k)`` for ``s`` draws.
 
     Parameters
     ----------
-    method : ``"trig"``, ``"favor"`` (``SM^{++}``), ``"favor1"`` (one-sided) or ``"hybrid"``
-    W : ndarray (s, m, d); T : ndarray (s, n, d) or None (hybrid only)
+    method : ``"trig"``, ``"favor"`` (``SM^{++}``), ``"favor1"`` (one-sided), ``"hybrid"``
+        (angular) or ``"ngauss"`` (normalised Gaussian hybrid)
+    W : ndarray (s, m, d); T : ndarray (s, n, d) or None (hybrids only; for ``"ngauss"``
+        rows ``~ N(0, sigma^2 I)``)
     X, Y : ndarray (k, d), the pairs
+    rho : float
+        ``1 - exp(-2 sigma^2 r^2)`` (``"ngauss"`` only).
 
     Returns
     -------
@@ -235,6 +292,11 @@ def estimate(method: str, W, T, X, Y):
         return favor_one_sided_estimate(PX, PY, nx2, ny2)
     if method == "hybrid":
         return hybrid_estimate(PX, PY, project(T, X), project(T, Y), nx2, ny2)
+    if method == "ngauss":
+        if rho is None:
+            raise ValueError("method 'ngauss' needs rho.")
+        return normalized_gauss_estimate(PX, PY, project(T, X), project(T, Y), nx2, ny2,
+                                         rho)
     raise ValueError(f"unknown method {method!r}.")
 
 
