@@ -234,21 +234,15 @@ class FavorAttention(nn.Module):
         k = k.view(N, S, H, hd).transpose(1, 2)
         v = v.view(N, S, H, hd).transpose(1, 2)
         mask4 = None if mask is None else mask[:, None, :]  # (N, 1, S)
-        moments = None
-        if is_causal and self.feature_map in FITTED_MAPS:
-            moments = self._running_moments()
         proj = {"W": self.projection} if self.projection.numel() else {}
         if self.sign_projection.numel():
             proj["T"] = self.sign_projection
         if is_causal:
-            out = _causal_call(q, k, v, self.feature_map, self.n_features, mask4, proj,
-                               moments, self.chunk_size)
+            out = self._causal_attention(q, k, v, mask4, proj)
         else:
             out = linear_attention(q, k, v, self.feature_map, self.n_features,
                                    key_padding_mask=mask4, projection=proj,
                                    check_finite=False)
-        if is_causal and self.training and self.feature_map in FITTED_MAPS:
-            self._update_running(q, k, mask4)
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
         out = self.out_proj(out)
@@ -309,6 +303,22 @@ class FavorAttention(nn.Module):
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
 
+    @torch.compiler.disable
+    def _causal_attention(self, q, k, v, mask4, proj):
+        # eager: chunk loop + custom autograd Function; running statistics read before and
+        # updated after the call (training only), so no call sees its own tokens
+        fm, moments = self.feature_map, None
+        if fm in FITTED_MAPS:
+            moments = self._running_moments()
+            if moments is None:
+                fm = "positive"  # no statistics yet: A = 0
+        out = linear_attention(q, k, v, fm, self.n_features, is_causal=True,
+                               key_padding_mask=mask4, projection=proj, moments=moments,
+                               chunk_size=self.chunk_size, check_finite=False)
+        if self.training and self.feature_map in FITTED_MAPS:
+            self._update_running(q, k, mask4)
+        return out
+
     # ------------------------------------------------------------ running statistics
     def _running_moments(self):
         if int(self.num_batches_tracked) == 0:
@@ -330,11 +340,3 @@ class FavorAttention(nn.Module):
         self.num_batches_tracked += 1
 
 
-@torch.compiler.disable
-def _causal_call(q, k, v, feature_map, n_features, mask4, proj, moments, chunk):
-    fm = feature_map
-    if fm in FITTED_MAPS and moments is None:
-        fm = "positive"
-    return linear_attention(q, k, v, fm, n_features, is_causal=True, key_padding_mask=mask4,
-                            projection=proj, moments=moments, chunk_size=chunk,
-                            check_finite=False)
