@@ -66,6 +66,26 @@ def test_backends_and_dtypes_agree(backend, idx):
                                        atol=rtol * scale, err_msg=key)
 
 
+@pytest.mark.parametrize("idx", range(len(_maps())), ids=_ids())
+def test_gaussian_kernel_is_the_rescaled_softmax_estimator(idx):
+    """kernel="gaussian" multiplies every feature by exp(-|u|^2/2) (note Sec. 1; lambda_hat
+    unchanged), so for the same draws its estimate is the softmax estimate times
+    exp(-(|x|^2+|y|^2)/2) and its variance the softmax variance times exp(-|x|^2-|y|^2).
+    With this identity the softmax Monte Carlo tests cover the Gaussian kernel too."""
+    X, Y = _data()
+    base = _maps()[idx]
+    sm = clone(base).set_params(kernel="softmax").fit(X, Y)
+    ga = clone(base).set_params(kernel="gaussian").fit(X, Y)
+    Xs, Ys = X / base.lengthscale, Y / base.lengthscale
+    f = np.exp(-0.5 * ((Xs**2).sum(1)[:, None] + (Ys**2).sum(1)[None]))
+    np.testing.assert_allclose(ga.approx_kernel(X, Y), sm.approx_kernel(X, Y) * f,
+                               rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(ga.variance(X, Y), sm.variance(X, Y) * f**2, rtol=1e-10,
+                               atol=1e-14)
+    exact = np.exp(-0.5 * ((Xs[:, None] - Ys[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(np.exp(Xs @ Ys.T) * f, exact, rtol=1e-12)
+
+
 def test_torch_autograd_through_angular_hybrid(torch):
     X, Y = _data()
     fm = AngularHybridRF(4, 3, random_state=0).fit(X, Y)

@@ -77,18 +77,16 @@ def test_complex_form_matches_direct_complex_estimator():
 
 
 @pytest.mark.parametrize("name", list(_matrices(4)))
-@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
-def test_unbiased_and_variance_monte_carlo(name, kernel):
+def test_unbiased_and_variance_monte_carlo(name):
     """Mean of single-projection estimates within Z SE of the exact kernel; their variance
-    within Z SE (4th moment) of M * variance()."""
+    within Z SE (4th moment) of M * variance(). (The Gaussian kernel is the same estimator
+    rescaled by a constant per pair: test_hybrid_backends.py checks that identity.)"""
     X, Y = _xy(scale=0.25)
     M = 100_000
-    fm = ComplexExponentialRF(M, kernel=kernel, A=_matrices(4)[name], random_state=5).fit(X, Y)
+    fm = ComplexExponentialRF(M, A=_matrices(4)[name], random_state=5).fit(X, Y)
     g = _per_feature_products(fm, X, Y)  # (n, m, M)
     np.testing.assert_allclose(g.mean(-1), fm.approx_kernel(X, Y), rtol=1e-9)
     K = np.exp(X @ Y.T)
-    if kernel == "gaussian":
-        K = np.exp(-((X[:, None] - Y[None]) ** 2).sum(-1) / 2)
     z = (g.mean(-1) - K) / (g.std(-1) / math.sqrt(M))
     assert np.abs(z).max() < Z
     v1 = fm.variance(X, Y) * M

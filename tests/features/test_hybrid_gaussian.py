@@ -1,6 +1,8 @@
 """Gaussian-lambda (Sec. 2.4, eq. 20) and normalised Gaussian (App. F) hybrids: feature
 identities, unbiasedness, coefficient moments and the Thm 3.1 / F.1 / F.2 MSE against
-Monte Carlo (norms kept small: positive-feature errors are heavy-tailed, note Sec. 8)."""
+Monte Carlo (norms kept small: positive-feature errors are heavy-tailed, note Sec. 8).
+The Gaussian kernel is covered by the exact rescaling identity of
+``test_hybrid_backends.py::test_gaussian_kernel_is_the_rescaled_softmax_estimator``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import pytest
 from kernelkit.features import GaussianHybridRF, NormalizedGaussianHybridRF
 
 Z = 5.0
+#: draws per Monte Carlo study: the MSE is still resolved to < 20 % (1 SE; asserted)
+R_MC = 2500
 
 
 def _data(seed=3, d=5, scale=0.12):
@@ -89,15 +93,7 @@ def test_gaussian_hybrid_unbiased_and_mse(lam_features, shared):
     X, Y = _data()
     _mc_check(lambda s: GaussianHybridRF(3, 2, shared_projection=shared,
                                          lambda_features=lam_features, random_state=s),
-              X, Y, 3500, np.exp(X @ Y.T))
-
-
-@pytest.mark.slow
-def test_gaussian_hybrid_gaussian_kernel():
-    X, Y = _data()
-    K = np.exp(-((X[:, None, :] - Y[None]) ** 2).sum(-1) / 2)
-    _mc_check(lambda s: GaussianHybridRF(3, 2, kernel="gaussian", random_state=s),
-              X, Y, 3000, K)
+              X, Y, R_MC, np.exp(X @ Y.T))
 
 
 def test_gaussian_hybrid_trig_lambda_exact_at_x_equals_minus_y():
@@ -116,7 +112,7 @@ def test_normalized_gaussian_unbiased_and_mse(shared):
     X, Y = _data()
     _mc_check(lambda s: NormalizedGaussianHybridRF(3, 2, sigma=1.5, shared_projection=shared,
                                                    random_state=s),
-              X, Y, 3500, np.exp(X @ Y.T))
+              X, Y, R_MC, np.exp(X @ Y.T))
 
 
 def _sphere_pair(d, r, theta, seed=0):
