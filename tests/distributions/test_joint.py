@@ -262,3 +262,43 @@ def test_expectation_function_matches():
     w = model.conditional_weights(Xn)
     np.testing.assert_allclose(fn(Xn), w @ Y**2, atol=1e-12)
     np.testing.assert_allclose(fn(Xn[:1]), (w @ Y**2)[:1], atol=1e-12)
+
+
+def test_basis_cache_shares_bases_and_results():
+    """BasisCache: one factorisation per (data, kernel, lengthscale, tolerances), same
+    results as uncached fits, shared under sklearn's clone / GridSearchCV."""
+    from sklearn.base import clone
+    from sklearn.model_selection import GridSearchCV
+
+    from kernelkit.distributions import BasisCache
+
+    X, Y = _gauss(200, seed=10)
+    cache = BasisCache()
+    kw = {"lengthscale_x": 0.6, "lengthscale_y": 0.8, "rel_tol": 1e-4}
+    fits = [JointDistribution(reg=r, basis_cache=cache, **kw).fit(X, Y) for r in (1e-4, 1e-2)]
+    assert (cache.misses, cache.hits) == (2, 2)
+    assert fits[0].basis_x_ is fits[1].basis_x_
+    assert not fits[0].basis_x_.factor_t_.flags.writeable  # shared arrays are read-only
+    fresh = JointDistribution(reg=1e-2, **kw).fit(X, Y)
+    np.testing.assert_array_equal(fits[1].coef_, fresh.coef_)
+    # another lengthscale, tolerance or data set is a miss
+    JointDistribution(reg=1e-2, basis_cache=cache, **{**kw, "lengthscale_x": 0.7}).fit(X, Y)
+    JointDistribution(reg=1e-2, basis_cache=cache, **{**kw, "rel_tol": 1e-3}).fit(X, Y)
+    JointDistribution(reg=1e-2, basis_cache=cache, **kw).fit(X + 1e-9, Y)
+    assert cache.misses == 2 + 1 + 2 + 1
+    est = JointDistribution(basis_cache=cache)
+    assert clone(est).basis_cache is cache
+    cache.clear()
+    misses, hits = cache.misses, cache.hits  # counters are cumulative
+    gs = GridSearchCV(JointDistribution(basis_cache=cache, **kw), {"reg": [1e-4, 1e-3, 1e-2]},
+                      cv=2).fit(X, Y)
+    assert cache.misses - misses == 2 * 2 + 2  # 2 folds x 2 sides, then the refit on all data
+    assert cache.hits - hits == 2 * 2 * 2
+    assert gs.best_estimator_.basis_cache is cache
+    small = BasisCache(max_entries=1)
+    JointDistribution(basis_cache=small, **kw).fit(X, Y)
+    assert len(small) == 1
+    with pytest.raises(TypeError, match="basis_cache"):
+        JointDistribution(basis_cache={}).fit(X, Y)
+    with pytest.raises(ValueError, match="max_entries"):
+        BasisCache(max_entries=0)

@@ -163,3 +163,45 @@ def test_guarantees_property(n, d, seed, ls, rel_tol, kind):
     scale = max(1.0, np.abs(res.B_piv).max())
     np.testing.assert_allclose(B.T @ L, np.eye(m), atol=1e-9 * scale)
     np.testing.assert_allclose(K @ B, L, atol=1e-9 * scale)
+
+
+def test_factored_statistics_match_rotated_features():
+    """A = L V is never stored: A^T 1, column extremes, A^T F and P A^T from the factor."""
+    from kernelkit.distributions._basis import dot_train, train_cross, train_dot, train_extremes
+
+    X, Y = _data(300), _data(300, seed=2)
+    bx = LowRankBasis("gaussian", 0.9, rel_tol=1e-5).fit(X)
+    by = LowRankBasis("gaussian", 1.4, rel_tol=1e-5).fit(Y)
+    # A computed independently: pivot-column kernel matrix times T = B[piv] V
+    Ax = _gram("gaussian", X, 0.9)[:, bx.pivots_] @ bx.coef_
+    Ay = _gram("gaussian", Y, 1.4)[:, by.pivots_] @ by.coef_
+    np.testing.assert_allclose(bx.train_features_, Ax, atol=1e-9)
+    np.testing.assert_allclose(bx.train_sums_, Ax.sum(axis=0), atol=1e-8)
+    lo, hi = train_extremes(bx)
+    np.testing.assert_allclose(lo, Ax.min(axis=0), atol=1e-9)
+    np.testing.assert_allclose(hi, Ax.max(axis=0), atol=1e-9)
+    F = np.random.default_rng(0).standard_normal((300, 4))
+    np.testing.assert_allclose(train_dot(bx, F), Ax.T @ F, atol=1e-8)
+    P = F[:7, :1] * np.ones((1, bx.n_components_))
+    np.testing.assert_allclose(dot_train(bx, P), P @ Ax.T, atol=1e-8)
+    np.testing.assert_allclose(train_cross(by, bx), Ay.T @ Ax, atol=1e-8)
+
+
+def test_blocked_products_threaded_and_deterministic(monkeypatch):
+    """Several column blocks: the block sums equal one product, whatever the threads."""
+    from kernelkit.distributions import _linalg
+
+    rng = np.random.default_rng(4)
+    n = 2 * _linalg._BLOCK + 777
+    A, B, F = rng.standard_normal((5, n)), rng.standard_normal((3, n)), rng.standard_normal((n, 2))
+    G, s = _linalg.gram_and_sums(A)
+    np.testing.assert_allclose(G, A @ A.T, rtol=1e-12, atol=1e-9)
+    np.testing.assert_array_equal(G, G.T)
+    np.testing.assert_allclose(s, A.sum(axis=1), atol=1e-9)
+    np.testing.assert_allclose(_linalg.cross(A, B), A @ B.T, atol=1e-9)
+    np.testing.assert_allclose(_linalg.right_matmul(A, F), A @ F, atol=1e-9)
+    P = rng.standard_normal((4, 5))
+    np.testing.assert_allclose(_linalg.left_matmul(P, A), P @ A, atol=1e-12)
+    monkeypatch.setattr(_linalg, "_threads", lambda n_blocks: 1)
+    np.testing.assert_array_equal(_linalg.gram_and_sums(A)[0], G)
+    np.testing.assert_array_equal(_linalg.cross(A, B), _linalg.cross(A, B))

@@ -1,4 +1,4 @@
-"""Shared JDL experiment helpers: metrics against direct computations, the basis cache."""
+"""Shared JDL experiment helpers: metrics against direct computations, shared bases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import pytest
 from scipy.spatial.distance import pdist
 
 from kernelkit.datasets._jdl import random_correlation_matrix, sample_gaussian
-from kernelkit.distributions import ConditionalMeanEmbedding, JointDistribution, LowRankBasis
+from kernelkit.distributions import (
+    BasisCache,
+    ConditionalMeanEmbedding,
+    JointDistribution,
+    LowRankBasis,
+)
 from kernelkit.experiments import _jdl_common as C
 
 
@@ -65,16 +70,24 @@ def test_basis_cache_reuses_and_agrees(monkeypatch):
     grid = C.grid_for("jdl", [1.0, 2.0], [1.5], [1e-5, 1e-3], ())
     assert len(grid) == 4
     Xq = X[:5]
-    with C.basis_cache():
-        cached = [C.fit_model("jdl", False, X, Y, p, 1e-3).conditional_weights(Xq) for p in grid]
+    cache = BasisCache()
+    cached = [C.fit_model("jdl", False, X, Y, p, 1e-3, cache).conditional_weights(Xq)
+              for p in grid]
     # one factorisation per (data, lengthscale): X at 1.0 and 2.0, Y at 1.5
     assert sorted(calls) == [1.0, 1.5, 2.0]
+    assert (cache.misses, cache.hits, len(cache)) == (3, 5, 3)
+    # CME on the same data and lengthscales reuses them too
+    C.fit_model("cme", False, X, Y, grid[0], 1e-3, cache)
+    assert len(calls) == 3
     calls.clear()
     fresh = [C.fit_model("jdl", False, X, Y, p, 1e-3).conditional_weights(Xq) for p in grid]
-    assert len(calls) == 8  # outside the context every fit factorises both sides
+    assert len(calls) == 8  # without a cache every fit factorises both sides
     for a, b in zip(cached, fresh, strict=True):
         np.testing.assert_array_equal(a, b)
-    assert LowRankBasis.fit is counting  # restored
+    # select() shares one cache over its grid
+    calls.clear()
+    C.select("jdl", False, X, Y, grid, lambda m: m.reg, 1e-3)
+    assert sorted(calls) == [1.0, 1.5, 2.0]
 
 
 def test_select_picks_minimum_and_skips_failures():

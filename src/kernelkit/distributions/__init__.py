@@ -4,14 +4,15 @@ Filipović, Multerer, Schneider, "Adaptive joint distribution learning"; formula
 the implementation note ``shared/notes/joint_distribution_learning.md``.
 
 * :func:`pivoted_cholesky` - matrix-free Algorithm 1 with the biorthogonal basis.
-* :class:`LowRankBasis` - orthonormal low-rank RKHS basis evaluated from the pivots.
+* :class:`LowRankBasis` - orthonormal low-rank RKHS basis evaluated from the pivots;
+  :class:`BasisCache` shares fitted bases between the fits of a grid search.
 * :class:`JointDistribution` - JDL, unconstrained / normalised / positive.
 * :class:`ConditionalMeanEmbedding` (App. C), :class:`KernelLogisticRegression` (App. D).
 * :class:`PolynomialJointDistribution` (JPDL, App. B; SOS positivity via cvxpy).
 * :func:`holdout_select`, :func:`second_moment_loss` (31), :func:`clipped_log_loss` (32).
 """
 
-from ._basis import LowRankBasis
+from ._basis import BasisCache, LowRankBasis
 from ._cholesky import PivotedCholesky, pivoted_cholesky
 from ._kernels import KERNEL_NAMES
 from .cme import ConditionalMeanEmbedding
@@ -22,6 +23,7 @@ from .polynomial import PolynomialBasis, PolynomialJointDistribution
 
 __all__ = [
     "KERNEL_NAMES",
+    "BasisCache",
     "ConditionalMeanEmbedding",
     "HoldoutResult",
     "JointDistribution",

@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
+from ._basis import dot_train, train_dot
 
 __all__ = ["TensorJointModel", "check_xy"]
 
@@ -72,8 +73,9 @@ def _check_given(given):
 class TensorJointModel(BaseEstimator):
     """Conditionals of a fitted tensor model ``1 + h(x, y) = 1 + psi_Y(y)^T H psi_X(x)``.
 
-    Subclasses set after ``fit``: ``basis_x_``, ``basis_y_`` (objects with ``transform``
-    and ``train_features_t_`` = ``A^T`` (m, n)), ``coef_`` = ``H`` (m_Y, m_X),
+    Subclasses set after ``fit``: ``basis_x_``, ``basis_y_`` (bases with ``transform``,
+    the factored training features ``factor_t_`` = ``L^T`` (m, n) and ``rotation_`` = V,
+    so ``A = L V``, and ``train_sums_`` = ``A^T 1``), ``coef_`` = ``H`` (m_Y, m_X),
     ``X_fit_`` (n, d_X), ``Y_fit_`` (n, d_Y), ``n_samples_``; then call ``_finish_fit``.
 
     Conditionals (5) and note §5, with ``psi = psi_X(x)``::
@@ -81,23 +83,22 @@ class TensorJointModel(BaseEstimator):
         w_j(x) = (1 + (A_Y H psi)_j) / (n + s_Y^T H psi)
         E[f(Y) | X=x] = (1^T f + f^T A_Y H psi) / (n + s_Y^T H psi)
 
-    and symmetrically for X given Y (``A_X H^T psi_Y(y)``, ``s_X``).
+    and symmetrically for X given Y (``A_X H^T psi_Y(y)``, ``s_X``). All outputs are
+    float64 NumPy arrays (inputs of any real dtype are converted).
     """
 
     def _finish_fit(self):
-        self.s_x_ = self.basis_x_.train_features_t_.sum(axis=1)  # A_X^T 1, (m_X,)
-        self.s_y_ = self.basis_y_.train_features_t_.sum(axis=1)  # A_Y^T 1, (m_Y,)
+        self.s_x_ = self.basis_x_.train_sums_  # A_X^T 1, (m_X,)
+        self.s_y_ = self.basis_y_.train_sums_  # A_Y^T 1, (m_Y,)
 
     # -- sides -----------------------------------------------------------------------
     def _side(self, given):
         """(basis of the conditioning variable, coefficient H oriented (m_target, m_given),
-        A^T of the target side, s of the target side, target training samples)."""
+        basis of the target side, s of the target side, target training samples)."""
         _check_given(given)
         if given == "x":
-            return (self.basis_x_, self.coef_, self.basis_y_.train_features_t_, self.s_y_,
-                    self.Y_fit_)
-        return (self.basis_y_, self.coef_.T, self.basis_x_.train_features_t_, self.s_x_,
-                self.X_fit_)
+            return self.basis_x_, self.coef_, self.basis_y_, self.s_y_, self.Y_fit_
+        return self.basis_y_, self.coef_.T, self.basis_x_, self.s_x_, self.X_fit_
 
     def _given_features(self, Z, given, basis):
         if given == "x":
@@ -126,10 +127,10 @@ class TensorJointModel(BaseEstimator):
             for many points.
         """
         check_is_fitted(self, "coef_")
-        basis, H, At, s, _ = self._side(given)
+        basis, H, target_basis, s, _ = self._side(given)
         psi = self._given_features(X_new, given, basis)  # (n_new, m_g)
         P = psi @ H.T  # (n_new, m_t): (H psi)^T
-        num = P @ At  # (n_new, n)
+        num = dot_train(target_basis, P)  # (n_new, n) = P A_t^T
         num += 1.0
         den = self.n_samples_ + P @ s  # (n_new,)
         num /= den[:, None]
@@ -185,10 +186,10 @@ class TensorJointModel(BaseEstimator):
         :meth:`conditional_expectation`.
         """
         check_is_fitted(self, "coef_")
-        basis, H, At, s, target = self._side(given)
+        basis, H, target_basis, s, target = self._side(given)
         F = self._values(f, target)
         F2 = F.reshape(F.shape[0], -1)  # (n, k)
-        coef = H.T @ (At @ F2)  # (m_g, k) = (f^T A H)^T
+        coef = H.T @ train_dot(target_basis, F2)  # (m_g, k) = (f^T A H)^T
         total = F2.sum(axis=0)  # (k,)
         den_coef = H.T @ s  # (m_g,)
         n, tail = self.n_samples_, F.shape[1:]

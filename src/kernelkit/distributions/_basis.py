@@ -1,6 +1,10 @@
-"""Orthonormal low-rank basis ``Psi = Phi Q`` from a pivoted Cholesky factor (Sec. 4.2)."""
+"""Orthonormal low-rank basis ``Psi = Phi Q`` from a pivoted Cholesky factor (Sec. 4.2),
+and :class:`BasisCache`, which shares fitted bases between the fits of a grid search."""
 
 from __future__ import annotations
+
+import hashlib
+import threading
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -8,10 +12,12 @@ from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
+from ..features._base import _SingleThreadedBlas
 from ._cholesky import _check_tolerances, _pivoted_cholesky
 from ._kernels import make_kernel
+from ._linalg import block_map, cross, gram_and_sums, left_matmul, right_matmul
 
-__all__ = ["LowRankBasis"]
+__all__ = ["BasisCache", "LowRankBasis"]
 
 _BLOCK = 1 << 14  # rows per block when evaluating new points
 
@@ -28,6 +34,43 @@ def _sk_2d(est, X, reset):
     return np.ascontiguousarray(X)
 
 
+# ---------------------------------------------------------------- training-point products
+# A basis (LowRankBasis or PolynomialBasis) stores its training features A = L V (n, m)
+# factored: ``factor_t_`` = L^T (m, n), row-major, and ``rotation_`` = V (m, m). The
+# products below never form A: each is one pass over L^T plus O(m^2) work.
+def train_dot(basis, F: np.ndarray) -> np.ndarray:
+    """``A^T F`` (m, k) for ``F`` (n, k): ``V^T (L^T F)``."""
+    return basis.rotation_.T @ right_matmul(basis.factor_t_, F)
+
+
+def dot_train(basis, P: np.ndarray) -> np.ndarray:
+    """``P A^T`` (k, n) for ``P`` (k, m): ``(P V^T) L^T``."""
+    return left_matmul(P @ basis.rotation_.T, basis.factor_t_)
+
+
+def train_cross(basis_a, basis_b) -> np.ndarray:
+    """``A_a^T A_b`` (m_a, m_b) = ``V_a^T (L_a^T L_b) V_b`` (one BLAS-3 pass over both)."""
+    return basis_a.rotation_.T @ cross(basis_a.factor_t_, basis_b.factor_t_) @ basis_b.rotation_
+
+
+def train_extremes(basis) -> tuple[np.ndarray, np.ndarray]:
+    """Column minima and maxima of ``A = L V`` over the training points, each (m,).
+
+    Computed block by block (``V^T L^T[:, block]``): A is never stored.
+    """
+    Lt, Vt = basis.factor_t_, np.ascontiguousarray(basis.rotation_.T)
+    m, n = Lt.shape
+    if m == 0 or n == 0:
+        return np.zeros(m), np.zeros(m)
+
+    def part(a, b):
+        blk = Vt @ Lt[:, a:b]  # A^T[:, a:b], (m, b - a)
+        return blk.min(axis=1), blk.max(axis=1)
+
+    parts = block_map(part, n)
+    return (np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0))
+
+
 class LowRankBasis(TransformerMixin, BaseEstimator):
     """Low-rank orthonormal basis of the RKHS from pivoted Cholesky (Alg. 1 + Sec. 4.2).
 
@@ -41,6 +84,12 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     ``k_piv(x) = [k(x_{p_1}, x), ..., k(x_{p_m}, x)]`` and ``T = B[piv] V`` (m, m):
     :meth:`transform` costs m kernel evaluations plus O(m^2) per point and needs only the
     pivot points (note §2).
+
+    The rotated training features ``A`` (n, m) are not stored: the fit keeps the factor
+    ``L^T`` (m, n) and ``V`` (m, m), and every statistic the estimators need
+    (``A^T A = Lambda``, ``A^T 1``, ``A_Y^T A_X``, ``A^T F``) is a product of ``L`` with
+    an m-sized matrix, so a fit makes two passes over the (n, m) factor after the
+    pivoted Cholesky (one for ``L^T L`` and ``L^T 1``, one for the cross products).
 
     Parameters
     ----------
@@ -57,11 +106,17 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     centers_ : ndarray, shape (m, d)          the pivot points ``x_{p_j}``
     coef_ : ndarray, shape (m, m)             ``T = B[piv] V``
     eigenvalues_ : ndarray, shape (m,)        ``Lambda`` (descending; ``A^T A``)
-    train_features_ : ndarray, shape (n, m)   ``A = L V`` (a view of ``train_features_t_``)
-    train_features_t_ : ndarray, shape (m, n) ``A^T``, row-major
+    factor_t_ : ndarray, shape (m, n)         ``L^T``, the pivoted Cholesky factor, row-major
+    rotation_ : ndarray, shape (m, m)         ``V`` (the identity if ``rotate=False``)
+    train_sums_ : ndarray, shape (m,)         ``A^T 1``
     trace_residual_ : float                  ``trace(K - L L^T)``
     n_components_ : int                      ``m``
     n_features_in_ : int
+
+    Notes
+    -----
+    Inputs of any real dtype are converted to float64; all outputs are float64 NumPy
+    arrays (the factor's round-off grows like ``1 / sqrt(d_p)`` at small pivots, note §2).
     """
 
     def __init__(self, kernel="gaussian", lengthscale: float = 1.0, tol=None, rel_tol=None,
@@ -80,20 +135,19 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         tol, rel_tol, max_rank = _check_tolerances(self.tol, self.rel_tol, self.max_rank, n)
         self.kernel_ = make_kernel(self.kernel, self.lengthscale)
         chol = _pivoted_cholesky(self.kernel_, X, tol, rel_tol, max_rank)
-        At = chol.Lt  # (m, n), overwritten with A^T below
-        if self.rotate:
-            gram = At @ At.T  # L^T L, (m, m)
-            lam, V = np.linalg.eigh(gram)
-            lam, V = lam[::-1].copy(), np.ascontiguousarray(V[:, ::-1])
-            Vt = np.ascontiguousarray(V.T)
-            for s in range(0, n, _BLOCK):  # A^T = V^T L^T, in place by column blocks
-                At[:, s:s + _BLOCK] = Vt @ At[:, s:s + _BLOCK]
+        Lt = chol.Lt  # (m, n)
+        gram, sums = gram_and_sums(Lt)  # L^T L (m, m), L^T 1 (m,)
+        with _SingleThreadedBlas():  # m x m work: BLAS threads would only synchronise
+            if self.rotate:
+                lam, V = np.linalg.eigh(gram)
+                lam, V = lam[::-1].copy(), np.ascontiguousarray(V[:, ::-1])
+            else:
+                lam, V = np.diag(gram).copy(), np.eye(chol.rank)
             self.coef_ = chol.B_piv @ V
-        else:
-            lam = np.einsum("ij,ij->i", At, At)
-            self.coef_ = chol.B_piv.copy()
         self.eigenvalues_ = np.maximum(lam, 0.0)
-        self.train_features_t_ = At
+        self.rotation_ = V
+        self.factor_t_ = Lt
+        self.train_sums_ = V.T @ sums  # A^T 1 = V^T L^T 1
         self.pivots_ = chol.pivots
         self.centers_ = X[chol.pivots].copy()
         self.center_sq_norms_ = np.einsum("ij,ij->i", self.centers_, self.centers_)
@@ -104,7 +158,15 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         return self
 
     @property
+    def train_features_t_(self) -> np.ndarray:
+        """``A^T = V^T L^T``, shape (m, n): formed on access (O(n m^2) time, n m memory)."""
+        check_is_fitted(self, "coef_")
+        return dot_train(self, np.eye(self.n_components_)) if self.n_components_ else \
+            np.zeros((0, self.n_samples_fit_))
+
+    @property
     def train_features_(self) -> np.ndarray:
+        """``A = L V`` = ``transform`` of the training points, shape (n, m) (formed on access)."""
         return self.train_features_t_.T
 
     def kernel_pivots(self, X) -> np.ndarray:
@@ -128,3 +190,121 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         tags.input_tags.sparse = False
         tags.requires_fit = True
         return tags
+
+
+class BasisCache:
+    """Share fitted :class:`LowRankBasis` objects between estimators.
+
+    Pass one cache as ``basis_cache=`` to several :class:`JointDistribution`,
+    :class:`ConditionalMeanEmbedding` or :class:`KernelLogisticRegression` fits: a fit on
+    the same data (same bytes, compared by a BLAKE2 hash) with the same kernel,
+    lengthscale and tolerances reuses the basis of the first fit instead of running the
+    pivoted Cholesky again. A grid over ``reg`` then costs one factorisation per
+    (data, lengthscale) and side. The fitted basis is a deterministic function of those
+    inputs, so results are identical to uncached fits.
+
+    Cached bases are shared, not copied: their arrays are made read-only, and the
+    estimators that use them reference the same object (do not refit it). Under
+    :func:`sklearn.base.clone` (``GridSearchCV``) the cache is shared too (``copy`` and
+    ``deepcopy`` return the cache itself). Memory: each entry holds an (n, m) factor;
+    call :meth:`clear` when done.
+
+    Parameters
+    ----------
+    max_entries : int, optional
+        Keep at most this many bases (least recently used dropped first).
+
+    Attributes
+    ----------
+    hits, misses : int
+        Fits served from the cache / computed (cumulative; :meth:`clear` keeps them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelkit.distributions import BasisCache, JointDistribution
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((200, 1)); Y = X + rng.standard_normal((200, 1))
+    >>> cache = BasisCache()
+    >>> models = [JointDistribution(reg=r, basis_cache=cache).fit(X, Y) for r in (1e-4, 1e-2)]
+    >>> (cache.misses, cache.hits)
+    (2, 2)
+    """
+
+    def __init__(self, max_entries: int | None = None):
+        if max_entries is not None and (int(max_entries) != max_entries or max_entries < 1):
+            raise ValueError(f"max_entries must be a positive integer or None, got "
+                             f"{max_entries!r}.")
+        self.max_entries = max_entries
+        self._store: dict = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Drop every cached basis."""
+        with self._lock:
+            self._store.clear()
+
+    @staticmethod
+    def _key(X: np.ndarray, kernel, lengthscale, tol, rel_tol, max_rank, rotate):
+        digest = hashlib.blake2b(np.ascontiguousarray(X).view(np.uint8).ravel(),
+                                 digest_size=16).hexdigest()
+        kern = kernel.lower() if isinstance(kernel, str) else kernel  # callables: identity
+        return (digest, X.shape, kern, float(lengthscale), tol, rel_tol, max_rank,
+                bool(rotate))
+
+    def fit(self, X, *, kernel="gaussian", lengthscale: float = 1.0, tol=None, rel_tol=None,
+            max_rank=None, rotate: bool = True) -> LowRankBasis:
+        """``LowRankBasis(kernel, lengthscale, ...).fit(X)``, or the cached equal fit."""
+        X = np.ascontiguousarray(X, dtype=np.float64) if isinstance(X, np.ndarray) else X
+        basis = LowRankBasis(kernel, lengthscale, tol=tol, rel_tol=rel_tol,
+                             max_rank=max_rank, rotate=rotate)
+        if not isinstance(X, np.ndarray):
+            return basis.fit(X)  # nothing to hash (e.g. lists): no caching
+        key = self._key(X, kernel, lengthscale, tol, rel_tol, max_rank, rotate)
+        with self._lock:
+            hit = self._store.pop(key, None)
+            if hit is not None:
+                self._store[key] = hit  # most recently used last
+                self.hits += 1
+                return hit
+        basis.fit(X)
+        for v in vars(basis).values():
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+        with self._lock:
+            self.misses += 1
+            self._store[key] = basis
+            while self.max_entries is not None and len(self._store) > self.max_entries:
+                self._store.pop(next(iter(self._store)))
+        return basis
+
+
+def fit_basis(cache, X, **kwargs) -> LowRankBasis:
+    """Fit a :class:`LowRankBasis` on ``X``, through ``cache`` (a :class:`BasisCache`) if
+    it is not None."""
+    if cache is None:
+        return LowRankBasis(**kwargs).fit(X)
+    if not isinstance(cache, BasisCache):
+        raise TypeError(f"basis_cache must be a BasisCache or None, got "
+                        f"{type(cache).__name__}.")
+    return cache.fit(X, **kwargs)

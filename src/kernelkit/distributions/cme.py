@@ -10,7 +10,7 @@ from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float
 from ._base import check_constraint, check_xy
-from ._basis import LowRankBasis
+from ._basis import fit_basis, train_cross
 
 __all__ = ["ConditionalMeanEmbedding"]
 
@@ -66,6 +66,8 @@ class ConditionalMeanEmbedding(BaseEstimator):
         feature); ``"positive"``: (51) and (52) ``B_Y V_Y F s_X >= 0``. Both are solved
         exactly: the problem reduces to a projection of ``F s_X`` (one multiplier, or a
         simplex-constrained least-squares problem in ``m_Y`` unknowns).
+    basis_cache : BasisCache, optional
+        Share bases between fits (see :class:`~kernelkit.distributions.BasisCache`).
 
     Attributes
     ----------
@@ -74,11 +76,15 @@ class ConditionalMeanEmbedding(BaseEstimator):
                                                  ``weights_map_ @ psi_X(x)``
     basis_x_, basis_y_ : LowRankBasis
     Y_pivots_ : ndarray, shape (m_Y, d_Y)        the pivot y's
+
+    Notes
+    -----
+    Inputs of any real dtype are converted to float64; outputs are float64 NumPy arrays.
     """
 
     def __init__(self, kernel_x="gaussian", kernel_y="gaussian", lengthscale_x: float = 1.0,
                  lengthscale_y: float = 1.0, reg: float = 1e-3, tol=None, rel_tol=1e-3,
-                 max_rank=None, constraint=None):
+                 max_rank=None, constraint=None, basis_cache=None):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
         self.lengthscale_x = lengthscale_x
@@ -88,6 +94,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
         self.rel_tol = rel_tol
         self.max_rank = max_rank
         self.constraint = constraint
+        self.basis_cache = basis_cache
 
     def fit(self, X, Y):
         """Fit on paired samples ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
@@ -96,15 +103,16 @@ class ConditionalMeanEmbedding(BaseEstimator):
         X, Y = check_xy(X, Y, estimator=self)
         n = X.shape[0]
         common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
-        bx = LowRankBasis(self.kernel_x, self.lengthscale_x, **common).fit(X)
-        by = LowRankBasis(self.kernel_y, self.lengthscale_y, **common).fit(Y)
-        AxT, AyT = bx.train_features_t_, by.train_features_t_
-        G = AyT @ AxT.T  # (m_Y, m_X)
+        bx = fit_basis(self.basis_cache, X, kernel=self.kernel_x,
+                       lengthscale=self.lengthscale_x, **common)
+        by = fit_basis(self.basis_cache, Y, kernel=self.kernel_y,
+                       lengthscale=self.lengthscale_y, **common)
+        G = train_cross(by, bx)  # A_Y^T A_X, (m_Y, m_X)
         D = bx.eigenvalues_ + n * reg  # (m_X,)
         F = G / D
         T = by.coef_  # B_Y[piv] V_Y, (m_Y, m_Y)
         if constraint is not None:
-            s = AxT.sum(axis=1)  # s_X
+            s = bx.train_sums_  # s_X = A_X^T 1
             sigma = float(np.sum(s * s / D))
             v0 = F @ s  # unconstrained F s_X, (m_Y,)
             q = T.sum(axis=0)  # 1^T Q_Y restricted to the basis, (m_Y,)
@@ -122,7 +130,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
         self.Y_pivots_ = Y[by.pivots_].copy()
         self.Y_fit_ = Y
         self.n_samples_ = n
-        self.s_x_ = AxT.sum(axis=1)
+        self.s_x_ = bx.train_sums_
         return self
 
     def pivot_weights(self, X_new) -> np.ndarray:

@@ -6,7 +6,7 @@ import numpy as np
 
 from .._backend import validate_positive_float
 from ._base import TensorJointModel, check_constraint, check_xy
-from ._basis import LowRankBasis
+from ._basis import fit_basis, train_cross, train_extremes
 from ._positive import interval_bounds, solve_positive
 
 __all__ = ["JointDistribution", "solve_low_rank"]
@@ -75,6 +75,10 @@ class JointDistribution(TensorJointModel):
         ``None``: closed form; ``"normalized"``: with (20) (one multiplier);
         ``"positive"``: with (20) and the positivity tightening (29), which implies
         ``1 + h >= 0`` on the training grid (Lemma 4.3), solved exactly (note §4).
+    basis_cache : BasisCache, optional
+        Reuse the bases of earlier fits on the same data with the same kernel,
+        lengthscale and tolerances (e.g. in a grid search over ``reg``); see
+        :class:`~kernelkit.distributions.BasisCache`.
 
     Attributes
     ----------
@@ -85,11 +89,31 @@ class JointDistribution(TensorJointModel):
     n_samples_ : int
     solver_info_ : dict                     multipliers of the constrained solves
     n_features_in_ : int                    ``d_X``
+
+    Notes
+    -----
+    Dtypes: inputs of any real dtype are converted to float64 NumPy arrays; every output
+    (weights, expectations, probabilities, density ratios) is float64.
+
+    Memory: the two factors ``L_X``, ``L_Y`` (8 n (m_X + m_Y) bytes) and the training
+    samples are kept; no (n, n) array is formed. ``conditional_weights`` returns an
+    (n_new, n) array; ``conditional_expectation`` does not.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelkit.distributions import JointDistribution
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((500, 1)); Y = 0.8 * X + 0.6 * rng.standard_normal((500, 1))
+    >>> model = JointDistribution(lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4).fit(X, Y)
+    >>> mean = model.conditional_expectation(Y, [[-1.0], [1.0]])  # E[Y | X = x], (2, 1)
+    >>> bool(mean[0, 0] < 0 < mean[1, 0])
+    True
     """
 
     def __init__(self, kernel_x="gaussian", kernel_y="gaussian", lengthscale_x: float = 1.0,
                  lengthscale_y: float = 1.0, reg: float = 1e-3, tol=None, rel_tol=1e-3,
-                 max_rank=None, constraint=None):
+                 max_rank=None, constraint=None, basis_cache=None):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
         self.lengthscale_x = lengthscale_x
@@ -99,6 +123,7 @@ class JointDistribution(TensorJointModel):
         self.rel_tol = rel_tol
         self.max_rank = max_rank
         self.constraint = constraint
+        self.basis_cache = basis_cache
 
     def fit(self, X, Y):
         """Fit on paired samples.
@@ -117,16 +142,19 @@ class JointDistribution(TensorJointModel):
         X, Y = check_xy(X, Y, estimator=self)
         n = X.shape[0]
         common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
-        self.basis_x_ = LowRankBasis(self.kernel_x, self.lengthscale_x, **common).fit(X)
-        self.basis_y_ = LowRankBasis(self.kernel_y, self.lengthscale_y, **common).fit(Y)
+        self.basis_x_ = fit_basis(self.basis_cache, X, kernel=self.kernel_x,
+                                  lengthscale=self.lengthscale_x, **common)
+        self.basis_y_ = fit_basis(self.basis_cache, Y, kernel=self.kernel_y,
+                                  lengthscale=self.lengthscale_y, **common)
         self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, n
         self._finish_fit()
-        AxT, AyT = self.basis_x_.train_features_t_, self.basis_y_.train_features_t_
-        G = AyT @ AxT.T  # A_Y^T A_X, (m_Y, m_X)
+        G = train_cross(self.basis_y_, self.basis_x_)  # A_Y^T A_X, (m_Y, m_X)
         bounds = None
         if constraint == "positive":
-            bounds = interval_bounds(None, None, cmin_y=AyT.min(axis=1), cmax_y=AyT.max(axis=1),
-                                     cmin_x=AxT.min(axis=1), cmax_x=AxT.max(axis=1))
+            (cmin_x, cmax_x), (cmin_y, cmax_y) = (train_extremes(self.basis_x_),
+                                                  train_extremes(self.basis_y_))
+            bounds = interval_bounds(None, None, cmin_y=cmin_y, cmax_y=cmax_y, cmin_x=cmin_x,
+                                     cmax_x=cmax_x)
         self.coef_, self.solver_info_ = solve_low_rank(
             G, self.s_x_, self.s_y_, self.basis_x_.eigenvalues_, self.basis_y_.eigenvalues_, n,
             reg, constraint, bounds)

@@ -11,7 +11,8 @@ from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
-from ._basis import LowRankBasis
+from ..features._base import _SingleThreadedBlas
+from ._basis import fit_basis
 from .model_selection import clipped_log_loss
 
 __all__ = ["KernelLogisticRegression"]
@@ -32,16 +33,23 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     reg : float, default=1e-3
     tol, rel_tol, max_rank : pivoted Cholesky tolerances (see ``LowRankBasis``).
     max_iter : int, default=500
+    basis_cache : BasisCache, optional
+        Share bases between fits (see :class:`~kernelkit.distributions.BasisCache`).
 
     Attributes
     ----------
     classes_ : ndarray, shape (2,)
     coef_ : ndarray, shape (m,)
     basis_ : LowRankBasis
+
+    Notes
+    -----
+    Inputs of any real dtype are converted to float64; outputs are float64.
     """
 
     def __init__(self, kernel="gaussian", lengthscale: float = 1.0, reg: float = 1e-3,
-                 tol=None, rel_tol=1e-3, max_rank=None, max_iter: int = 500):
+                 tol=None, rel_tol=1e-3, max_rank=None, max_iter: int = 500,
+                 basis_cache=None):
         self.kernel = kernel
         self.lengthscale = lengthscale
         self.reg = reg
@@ -49,6 +57,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         self.rel_tol = rel_tol
         self.max_rank = max_rank
         self.max_iter = max_iter
+        self.basis_cache = basis_cache
 
     def fit(self, X, y):
         """Fit on ``X`` (n, d) and binary labels ``y`` (n,). Returns self."""
@@ -62,19 +71,22 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             raise ValueError("Only binary classification is supported (KernelLogisticRegression "
                              f"is binary): y has {self.classes_.shape[0]} classes.")
         t = (y == self.classes_[1]).astype(np.float64)
-        self.basis_ = LowRankBasis(self.kernel, self.lengthscale, tol=self.tol,
-                                   rel_tol=self.rel_tol, max_rank=self.max_rank).fit(X)
-        A = self.basis_.train_features_  # (n, m)
+        self.basis_ = fit_basis(self.basis_cache, X, kernel=self.kernel,
+                                lengthscale=self.lengthscale, tol=self.tol,
+                                rel_tol=self.rel_tol, max_rank=self.max_rank)
+        # design A = L V: optimise over u = V c with design L (||u|| = ||c||, V orthogonal)
+        Lt = self.basis_.factor_t_  # (m, n)
 
-        def fun(c):
-            a = A @ c  # (n,)
-            val = np.sum(np.logaddexp(0.0, a) - t * a) + reg * c @ c
-            grad = A.T @ (expit(a) - t) + 2 * reg * c
+        def fun(u):
+            a = Lt.T @ u  # (n,) = A c
+            val = np.sum(np.logaddexp(0.0, a) - t * a) + reg * u @ u
+            grad = Lt @ (expit(a) - t) + 2 * reg * u
             return val, grad
 
-        res = minimize(fun, np.zeros(A.shape[1]), jac=True, method="L-BFGS-B",
-                       options={"maxiter": max_iter, "gtol": 1e-10, "ftol": 1e-14})
-        self.coef_ = res.x
+        with _SingleThreadedBlas():  # m-sized products: BLAS threads only synchronise
+            res = minimize(fun, np.zeros(Lt.shape[0]), jac=True, method="L-BFGS-B",
+                           options={"maxiter": max_iter, "gtol": 1e-10, "ftol": 1e-14})
+        self.coef_ = self.basis_.rotation_.T @ res.x  # c = V^T u
         self.n_iter_ = int(res.nit)
         return self
 

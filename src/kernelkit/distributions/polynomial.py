@@ -11,6 +11,7 @@ from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
 from ._base import TensorJointModel, check_constraint, check_xy
+from ._basis import train_cross
 from .joint import solve_low_rank
 
 __all__ = ["PolynomialBasis", "PolynomialJointDistribution", "monomial_exponents"]
@@ -59,7 +60,12 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     coef_ : ndarray, shape (m, r)              ``G^{-1/2}`` (r = m), or ``U Lambda^{-1/2}``
                                                on the range of ``G`` if it is singular
     eigenvalues_ : ndarray, shape (m,)         ``n`` (all equal)
-    train_features_t_ : ndarray, shape (m, n)  ``A^T``
+    train_features_t_ : ndarray, shape (m, n)  ``A^T`` (also ``factor_t_``; ``rotation_ = I``)
+    train_sums_ : ndarray, shape (m,)          ``A^T 1``
+
+    Notes
+    -----
+    Inputs of any real dtype are converted to float64; outputs are float64.
     """
 
     def __init__(self, degree: int = 4, standardize: bool = True):
@@ -86,6 +92,10 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         else:  # fewer distinct samples than monomials: the range of G (pseudo-inverse root)
             self.coef_ = U[:, keep] / np.sqrt(ev[keep])  # (n_monomials, rank)
         self.train_features_t_ = np.ascontiguousarray((V @ self.coef_).T)
+        # the basis protocol of LowRankBasis: A = L V with L = A, V = I
+        self.factor_t_ = self.train_features_t_
+        self.rotation_ = np.eye(self.coef_.shape[1])
+        self.train_sums_ = self.train_features_t_.sum(axis=1)
         self.eigenvalues_ = np.full(self.coef_.shape[1], float(n))
         self.n_components_ = self.coef_.shape[1]
         return self
@@ -168,8 +178,7 @@ class PolynomialJointDistribution(TensorJointModel):
         self.basis_y_ = PolynomialBasis(self.degree, self.standardize).fit(Y)
         self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, n
         self._finish_fit()
-        AxT, AyT = self.basis_x_.train_features_t_, self.basis_y_.train_features_t_
-        G = AyT @ AxT.T  # L_Y^T L_X, (m_Y, m_X)
+        G = train_cross(self.basis_y_, self.basis_x_)  # L_Y^T L_X, (m_Y, m_X)
         lx, ly = self.basis_x_.eigenvalues_, self.basis_y_.eigenvalues_
         if constraint == "positive":
             self.coef_, self.sos_gram_, self.solver_info_ = self._solve_sos(G, n, reg)

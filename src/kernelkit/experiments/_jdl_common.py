@@ -1,6 +1,7 @@
 """Shared pieces of the JDL experiments (``jdl-gaussian``, ``jdl-small``,
 ``jdl-classification``) and the ``jdl`` benchmark: metrics, hyper-parameter grids, a
-basis cache for grid searches, model construction and plotting helpers.
+model construction, grid searches that share bases through
+:class:`kernelkit.distributions.BasisCache`, and plotting helpers.
 
 Metrics (JDL note, Sec. 9):
 
@@ -15,8 +16,6 @@ Metrics (JDL note, Sec. 9):
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import itertools
 import math
 import time
@@ -26,7 +25,6 @@ import numpy as np
 __all__ = [
     "MODEL_LABELS",
     "PSD_RTOL",
-    "basis_cache",
     "fit_model",
     "grid_for",
     "median_distance",
@@ -97,61 +95,8 @@ def median_distance(X, max_points: int = 2000, random_state=0) -> float:
     return med if med > 0 else 1.0
 
 
-# ====================================================================== basis cache
-_CACHE: dict | None = None
-
-
-def _key(est, X):
-    X = np.ascontiguousarray(X)
-    h = hashlib.blake2b(X.view(np.uint8).ravel(), digest_size=16).hexdigest()
-    return (h, X.shape, str(est.kernel), float(est.lengthscale), est.tol, est.rel_tol,
-            est.max_rank, est.rotate)
-
-
-@contextlib.contextmanager
-def basis_cache():
-    """Share fitted :class:`kernelkit.distributions.LowRankBasis` objects between fits.
-
-    Inside the context, ``LowRankBasis.fit`` on the same data (hash of the bytes) with
-    the same kernel, lengthscale and tolerances copies the state of the first fit instead
-    of refactorising, so a grid over ``reg`` (and over the other side's lengthscale)
-    costs one pivoted Cholesky per (data, lengthscale). The fitted state is a
-    deterministic function of those inputs, so results are unchanged; cached arrays are
-    made read-only so that no estimator can modify a shared basis. Used for the grid
-    searches only; timed fits run outside the context.
-    """
-    global _CACHE
-    from ..distributions import LowRankBasis
-
-    original = LowRankBasis.fit
-    outer = _CACHE is not None
-    if not outer:
-        _CACHE = {}
-
-    def fit(self, X, y=None):
-        key = _key(self, np.asarray(X, dtype=np.float64))
-        state = _CACHE.get(key)
-        if state is None:
-            original(self, X)
-            for v in vars(self).values():
-                if isinstance(v, np.ndarray):
-                    v.flags.writeable = False
-            _CACHE[key] = dict(vars(self))
-        else:
-            vars(self).update(state)
-        return self
-
-    LowRankBasis.fit = fit
-    try:
-        yield _CACHE
-    finally:
-        LowRankBasis.fit = original
-        if not outer:
-            _CACHE = None
-
-
 # ====================================================================== models
-def fit_model(kind: str, constrained: bool, X, Y, params: dict, rel_tol: float):
+def fit_model(kind: str, constrained: bool, X, Y, params: dict, rel_tol: float, cache=None):
     """Fit one model of Sec. 5 with hyper-parameters ``params``.
 
     ``kind``: ``"jdl"`` (:class:`JointDistribution`; constrained = (20) + (29),
@@ -159,18 +104,21 @@ def fit_model(kind: str, constrained: bool, X, Y, params: dict, rel_tol: float):
     = (51) + (52), ``constraint="positive"``), ``"jpdl"``
     (:class:`PolynomialJointDistribution`, degree 4; constrained = (20) + SOS (39)) or
     ``"klr"`` (:class:`KernelLogisticRegression` on the labels ``Y``; no variants).
+    ``cache``: a :class:`kernelkit.distributions.BasisCache` shared by the kernel models
+    (JPDL's polynomial basis is cheap and not cached).
     """
     from .. import distributions as D
 
     con = "positive" if constrained else None
     if kind == "jdl":
-        est = D.JointDistribution(rel_tol=rel_tol, constraint=con, **params)
+        est = D.JointDistribution(rel_tol=rel_tol, constraint=con, basis_cache=cache, **params)
     elif kind == "cme":
-        est = D.ConditionalMeanEmbedding(rel_tol=rel_tol, constraint=con, **params)
+        est = D.ConditionalMeanEmbedding(rel_tol=rel_tol, constraint=con, basis_cache=cache,
+                                         **params)
     elif kind == "jpdl":
         est = D.PolynomialJointDistribution(degree=4, constraint=con, **params)
     elif kind == "klr":
-        est = D.KernelLogisticRegression(rel_tol=rel_tol, **params)
+        est = D.KernelLogisticRegression(rel_tol=rel_tol, basis_cache=cache, **params)
     else:
         raise ValueError(f"unknown model {kind!r}.")
     return est.fit(X, Y)
@@ -186,25 +134,29 @@ def grid_for(kind: str, ls_x, ls_y, regs, regs_poly) -> list[dict]:
             for lx, ly, r in itertools.product(ls_x, ls_y, regs)]
 
 
-def select(kind, constrained, Xtr, Ytr, grid, val_loss, rel_tol):
-    """Fit every grid point on ``(Xtr, Ytr)`` (bases cached) and keep the best.
+def select(kind, constrained, Xtr, Ytr, grid, val_loss, rel_tol, cache=None):
+    """Fit every grid point on ``(Xtr, Ytr)`` and keep the best.
 
-    ``val_loss(model) -> float`` is the validation loss. Returns
+    The fits share one :class:`kernelkit.distributions.BasisCache` (``cache``, or a new
+    one), so a grid costs one pivoted Cholesky per (side, lengthscale); results equal
+    uncached fits. ``val_loss(model) -> float`` is the validation loss. Returns
     ``(model, params, loss, all_losses)``; a grid point whose fit fails (e.g. an
     infeasible constrained problem) or gives a non-finite loss is skipped.
     """
+    from ..distributions import BasisCache
+
+    cache = BasisCache() if cache is None else cache
     best = (math.inf, None, None)
     losses = []
-    with basis_cache():
-        for params in grid:
-            try:
-                model = fit_model(kind, constrained, Xtr, Ytr, params, rel_tol)
-                value = float(val_loss(model))
-            except (ValueError, RuntimeError, np.linalg.LinAlgError):
-                value = math.nan
-            losses.append(value)
-            if math.isfinite(value) and value < best[0]:
-                best = (value, params, model)
+    for params in grid:
+        try:
+            model = fit_model(kind, constrained, Xtr, Ytr, params, rel_tol, cache)
+            value = float(val_loss(model))
+        except (ValueError, RuntimeError, np.linalg.LinAlgError):
+            value = math.nan
+        losses.append(value)
+        if math.isfinite(value) and value < best[0]:
+            best = (value, params, model)
     if best[1] is None:
         raise RuntimeError(f"no grid point of {kind} gave a finite validation loss.")
     return best[2], best[1], best[0], losses
@@ -220,7 +172,7 @@ def moments_and_totals(model, Ytr, Xq):
 
 
 def timed_fit_eval(kind, constrained, X, Y, params, rel_tol, Xq):
-    """Seconds to fit (no cache) plus the conditional second moments at ``Xq``."""
+    """Seconds to fit (no basis cache) plus the conditional second moments at ``Xq``."""
     t0 = time.perf_counter()
     model = fit_model(kind, constrained, X, Y, params, rel_tol)
     t1 = time.perf_counter()

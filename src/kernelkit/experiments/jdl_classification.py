@@ -97,6 +97,9 @@ def _run_one(cfg, X_all, y_all, n, q_level, rep, seed):
     out = {"baseline": {"loss": clipped_log_loss(lte, np.full(len(lte), event.mean()),
                                                  cfg.eta)},
            "positives": {"train": int(event.sum()), "test": int(lte.sum())}}
+    from ..distributions import BasisCache
+
+    cache = BasisCache()  # all models share the factorisations of (X, l) and (Y, l)
     for kind, con in cfg.variants:
         key = _key(kind, con)
         if kind == "klr":
@@ -111,7 +114,8 @@ def _run_one(cfg, X_all, y_all, n, q_level, rep, seed):
         try:
             model, params, vloss, _ = C.select(
                 kind, con, Xtr, Yfit, grid,
-                lambda m: clipped_log_loss(lva, proba(m, Xva), cfg.eta), cfg.rel_tol)
+                lambda m: clipped_log_loss(lva, proba(m, Xva), cfg.eta), cfg.rel_tol,
+                cache=cache)
         except RuntimeError as exc:
             out[key] = {"error": str(exc)}
             continue

@@ -88,11 +88,14 @@ def _run_one(cfg, name, n, rep, seed):
     if Mte is not None:  # unconditional second moment as the predictor, loss (31)
         base = np.mean(Ytr[:, :, None] * Ytr[:, None, :], axis=0)
         out["baseline"] = {"loss": C.second_moment_loss(Mte, np.broadcast_to(base, Mte.shape))}
+    from ..distributions import BasisCache
+
+    cache = BasisCache()  # JDL and CME share the (X, l) and (Y, l) factorisations
     for kind in cfg.models:
         grid = C.grid_for(kind, ls_x, ls_y, cfg.regs, cfg.regs_poly)
         try:
             model, params, vloss, _ = C.select(kind, False, Xtr, Ytr, grid, val_loss,
-                                               cfg.rel_tol)
+                                               cfg.rel_tol, cache=cache)
         except RuntimeError as exc:
             out[kind] = {"error": str(exc)}
             continue
