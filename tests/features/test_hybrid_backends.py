@@ -110,6 +110,9 @@ def test_empty_input_and_clone(idx):
     assert fm.transform(X[:0]).shape == (0, fm.output_dim)
     assert fm.transform_y(Y[:0]).shape == (0, fm.output_dim)
     assert fm.approx_kernel(X[:0], Y).shape == (0, 10)
+    assert fm.approx_kernel(X, Y[:0]).shape == (12, 0)
+    assert fm.variance(X[:0], Y).shape == (0, 10)
+    assert fm.variance(X, Y[:0]).shape == (12, 0)
     assert fm.symmetric is False
 
 

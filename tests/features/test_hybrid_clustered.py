@@ -222,3 +222,20 @@ def test_fit_is_deterministic_and_redraw_keeps_clusters(data):
     a.redraw(1)
     np.testing.assert_array_equal(a.A_, A0)
     assert not np.allclose(a.projection_, W0)
+
+
+@pytest.mark.parametrize("mixture", ["zero_one", "gaussian"])
+def test_variance_in_row_blocks_equals_one_block(data, monkeypatch, mixture):
+    """The row-blocked variance (bounded temporaries) equals the one-block evaluation."""
+    import kernelkit.features.hybrid as hyb
+
+    X, Y, _, _ = data
+    fm = ClusteredHybridRF(3, n_clusters=2, mixture=mixture, n_lambda=2,
+                           random_state=0).fit(X, Y)
+    whole = fm.variance(X, Y)
+    monkeypatch.setattr(hyb, "_VARIANCE_BLOCK_ELEMENTS", 1)  # one row per block
+    np.testing.assert_allclose(fm.variance(X, Y), whole, rtol=1e-13, atol=0)
+    assert fm.variance(X[:0], Y).shape == (0, Y.shape[0])  # empty input (was an error)
+    assert fm.variance(X, Y[:0]).shape == (X.shape[0], 0)
+    monkeypatch.setattr(hyb, "_VARIANCE_BLOCK_ELEMENTS", 7 * Y.shape[0] * 4)
+    np.testing.assert_allclose(fm.variance(X, Y), whole, rtol=1e-13, atol=0)

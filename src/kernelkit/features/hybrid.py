@@ -1103,6 +1103,9 @@ def _sum_prod(xp, a, b):
 
 
 # ====================================================================== clustered hybrid
+#: elements of the largest temporary of ClusteredHybridRF.variance per row block
+_VARIANCE_BLOCK_ELEMENTS = 1 << 22
+
 class ClusteredHybridRF(FeatureMap):
     """Clustered hybrid random features (Sec. 2.4, App. H, Def. H.1 / H.2).
 
@@ -1369,10 +1372,22 @@ class ClusteredHybridRF(FeatureMap):
           ``b_p = A_p^{-1} y``; ``g_0`` hyperbolic or trig) and
           ``E[lambda_hat_p lambda_hat_q] = lambda_p lambda_q + (H_pq - lambda_p lambda_q)/n``
           with ``H_pq = exp(-(s_p + s_q)/tau^2 + |e_p + e_q|^2 / (2 tau^2))``,
-          ``s_p = |a_p|^2 + |b_p|^2``, ``e_p = a_p - b_p``. Memory ``O(n m P^2)`` for
-          ``P = n_q n_k`` cluster pairs.
+          ``s_p = |a_p|^2 + |b_p|^2``, ``e_p = a_p - b_p``, for ``P = n_q n_k`` cluster
+          pairs.
 
-        For the Gaussian kernel the MSE is multiplied by ``exp(-|x|^2 - |y|^2)``.
+        For the Gaussian kernel the MSE is multiplied by ``exp(-|x|^2 - |y|^2)``. Everything
+        is summed in log space (``inf`` only where the MSE itself overflows) and over row
+        blocks of ``X``: temporaries of at most ~4M elements (``(rows, m, d)`` zero-one,
+        ``(rows, m, P, P + d)`` Gaussian), whatever ``n``.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional
+
+        Returns
+        -------
+        array, shape (n, m), non-negative.
         """
         Y = X if Y is None else Y
         Xs, xp = self._check_X(X, "X")
@@ -1382,11 +1397,26 @@ class ClusteredHybridRF(FeatureMap):
         if self.alpha != 0.0:
             log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
                                                   + _sq_norms(xp, Ys)[None, :])
-        # m MSE / K^2 = inner * exp(shift), evaluated in log space (finite wherever the MSE is)
-        if self.mixture == "zero_one":
-            inner, shift = self._zero_one_rel_mse(Xs, Ys, xp)
+        # m MSE / K^2 = inner * exp(shift), evaluated in log space (finite wherever the MSE
+        # is), over row blocks of X so that the (rows, m, P[, P], d) temporaries stay small
+        n, m_pts, d = Xs.shape[0], Ys.shape[0], Xs.shape[1]
+        if n == 0 or m_pts == 0:
+            return xp.zeros_like(xy)
+        P = self.A_.shape[0] * self.A_.shape[1]
+        per_row = max(1, m_pts * d * (1 if self.mixture == "zero_one" else 2 * P * (P + d)))
+        rows = max(1, _VARIANCE_BLOCK_ELEMENTS // per_row)
+        parts = []
+        for lo in range(0, n, rows):
+            hi = min(lo + rows, n)
+            if self.mixture == "zero_one":
+                parts.append(self._zero_one_rel_mse(Xs[lo:hi], Ys, xp))
+            else:
+                parts.append(self._gaussian_rel_mse(Xs[lo:hi], Ys, xp, xy[lo:hi]))
+        if len(parts) == 1:
+            inner, shift = parts[0]
         else:
-            inner, shift = self._gaussian_rel_mse(Xs, Ys, xp, xy)
+            inner = xp.concat([q[0] for q in parts], axis=0)
+            shift = xp.concat([q[1] for q in parts], axis=0)
         return _scaled_nonneg(xp, inner, shift + log_k2)
 
     def _zero_one_rel_mse(self, Xs, Ys, xp):
