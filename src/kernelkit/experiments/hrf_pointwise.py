@@ -11,9 +11,14 @@ FLOPs "per random feature map creation" (the configuration is not given; our mat
 rule is :data:`kernelkit.experiments._hrf_common.FLOP_RULE`). Shown: true value, 5th / 95th
 percentile of the estimates, empirical relative error ``sqrt(MSE) / SM``.
 
+Methods: Trig and FAVOR+ (``SM^{++}``) with ``M = 128``; the angular hybrid (eq. 12, 19)
+at two FLOP-matched shapes; the normalised Gaussian hybrid of App. F (the "Gaussian hybrid
+variant" with "similar gains", Fig. 2 caption), FLOP-matched with ``n = 8``, ``sigma = 1``.
+
 All ``s`` estimates at one radius are computed as one batched array computation over a
 stack of ``s`` independent projection matrices (chunked to bound memory); each draw is
-evaluated at every angle, as one feature map would be.
+evaluated at every angle, as one feature map would be. The batched estimators equal the
+library's maps for the same draws (``tests/experiments/test_hrf_pointwise.py``).
 """
 
 from __future__ import annotations
