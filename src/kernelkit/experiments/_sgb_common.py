@@ -313,15 +313,26 @@ def _run_minibatch(problem: Problem, method: str, config: dict, step, batch_size
     return trace
 
 
+def _minibatch_grad(theta, Xb, Yb, lam):
+    """Mean-form mini-batch gradient ``Xbᵀ(P − Yb)/m + λΘ``, shape (p, n).
+
+    The products are written ``(Θᵀ Xbᵀ)ᵀ`` and ``((P − Yb)ᵀ Xb)ᵀ``, the layout that
+    :mod:`kernelkit.optim` uses too (about twice as fast as ``Xb @ Θ`` and ``Xbᵀ @ R``
+    with single-threaded OpenBLAS at m = 1000, p = 785, n = 10), so that every method
+    gets the same fast products.
+    """
+    S = (theta.T @ Xb.T).T  # (m, n) logits
+    P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
+    return ((P - Yb).T @ Xb).T / Xb.shape[0] + lam * theta
+
+
 def run_sgd(problem: Problem, eta0: float, schedule: str, batch_size: int, epochs: int,
             seed: int = 0) -> Trace:
     """Mini-batch SGD on the mean-form objective: Θ ← Θ − η_t ((1/m) Σ_B ∇f_j + λΘ)."""
     lam = problem.lam
 
     def step(theta, Xb, Yb, eta):
-        S = Xb @ theta  # (m, n)
-        P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
-        G = Xb.T @ (P - Yb) / Xb.shape[0] + lam * theta  # (p, n)
+        G = _minibatch_grad(theta, Xb, Yb, lam)  # (p, n)
         return theta - eta * G
 
     return _run_minibatch(problem, "SGD", {"eta0": eta0, "schedule": schedule}, step,
@@ -336,9 +347,7 @@ def run_adam(problem: Problem, eta0: float, schedule: str, batch_size: int, epoc
     state = {"m": None, "v": None, "k": 0}
 
     def step(theta, Xb, Yb, eta):
-        S = Xb @ theta
-        P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
-        G = Xb.T @ (P - Yb) / Xb.shape[0] + lam * theta
+        G = _minibatch_grad(theta, Xb, Yb, lam)  # (p, n)
         if state["m"] is None:
             state["m"], state["v"] = np.zeros_like(G), np.zeros_like(G)
         state["k"] += 1

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.linalg
 
 from .._backend import device, get_namespace, is_numpy_namespace, to_numpy
+from .bound import _np_float
 
 __all__ = ["KroneckerCurvature", "KroneckerPreconditioner", "conjugate_gradient"]
 
@@ -50,9 +51,8 @@ class KroneckerCurvature:
 
     def __init__(self, X, C, lam=0.0, scale=1.0):
         xp = get_namespace(X, C)
-        if is_numpy_namespace(xp):
-            X = np.asarray(X, dtype=np.float64)
-            C = np.asarray(C, dtype=np.float64)
+        if is_numpy_namespace(xp):  # float32 if both are float32, else float64
+            X, C = _np_float(X, C), _np_float(C, X)
         self.xp = xp
         self.X, self.C = X, C
         m, p = self.X.shape
@@ -71,13 +71,17 @@ class KroneckerCurvature:
         """``A vec(V)`` for ``V`` of shape (p, n) (returned as (p, n)) or ``vec(V)`` (d,)."""
         xp = self.xp
         if is_numpy_namespace(xp):
-            V = np.asarray(V, dtype=np.float64)
+            V = np.asarray(V, dtype=self.X.dtype)
         flat = V.ndim == 1
         if flat:
             V = xp.reshape(V, (self.n, self.p)).T
-        U = self.X @ V  # (m, n)
-        R = xp.matmul(self.C, U[:, :, None])[:, :, 0]  # (m, n): C_j U_j
-        out = self.scale * (self.X.T @ R) + self.lam * V  # (p, n)
+        # Products written as (n, .) @ (., .) -- V^T X^T and R^T X -- so that BLAS streams
+        # the row-major X once per product: about twice as fast as X @ V and X^T @ R for
+        # the skinny (m, p) x (p, n) shapes here (single-threaded OpenBLAS, m = 1000,
+        # p = 785, n = 10: 1.4 ms against 2.6 ms per product).
+        UT = V.T @ self.X.T  # (n, m): U = X V, transposed
+        R = xp.matmul(self.C, UT.T[:, :, None])[:, :, 0]  # (m, n): R_j = C_j U_j
+        out = self.scale * (R.T @ self.X).T + self.lam * V  # (p, n)
         return xp.reshape(out.T, (-1,)) if flat else out
 
     __matmul__ = matvec
@@ -85,7 +89,7 @@ class KroneckerCurvature:
     def diagonal(self) -> np.ndarray:
         """Diagonal of ``A`` as a (p, n) array: ``scale * X^2^T diag(C) + lam``."""
         dC = self.xp.linalg.diagonal(self.C)  # (m, n): diagonals of C_j
-        return self.scale * ((self.X * self.X).T @ dC) + self.lam
+        return self.scale * (dC.T @ (self.X * self.X)).T + self.lam
 
     def todense(self) -> np.ndarray:
         """The ``(n p) x (n p)`` matrix; block ``(a, b)`` is ``scale X^T diag(C[:, a, b]) X``.
@@ -135,15 +139,18 @@ class KroneckerCurvature:
             ``{"iterations": int, "residual": float}`` (relative residual; 0 for dense).
         """
         if is_numpy_namespace(self.xp):
-            G = np.asarray(G, dtype=np.float64)
-        if method == "dense":
-            G = to_numpy(G, np.float64)
+            G = np.asarray(G, dtype=self.X.dtype)
+        if method == "dense":  # always in float64 (the exact reference solve)
             A = self.todense()
             sol = scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True,
                                                                  overwrite_a=True,
                                                                  check_finite=False),
-                                         G.T.ravel(), check_finite=False)
-            return sol.reshape(self.n, self.p).T, {"iterations": 0, "residual": 0.0}
+                                         to_numpy(G, np.float64).T.ravel(),
+                                         check_finite=False)
+            D = sol.reshape(self.n, self.p).T
+            if is_numpy_namespace(self.xp):
+                D = D.astype(self.X.dtype, copy=False)
+            return D, {"iterations": 0, "residual": 0.0}
         if method != "cg":
             raise ValueError(f"method must be 'cg' or 'dense', got {method!r}.")
         if maxiter is None:
@@ -185,7 +192,7 @@ class KroneckerPreconditioner:
     def __init__(self, X_ref, rank=None):
         xp = get_namespace(X_ref)
         if is_numpy_namespace(xp):
-            X_ref = np.asarray(X_ref, dtype=np.float64)
+            X_ref = _np_float(X_ref)
         if X_ref.ndim != 2 or X_ref.shape[0] == 0:
             raise ValueError(f"X_ref must be a non-empty 2-D array, got shape {X_ref.shape}.")
         p = X_ref.shape[1]
@@ -214,11 +221,13 @@ class KroneckerPreconditioner:
         if U.dtype != A.C.dtype:
             U = xp.astype(U, A.C.dtype)
         inv_top = 1.0 / (self.evals[:, None] * lc[None, :] + lam)  # (r, n)
+        if inv_top.dtype != A.C.dtype:
+            inv_top = xp.astype(inv_top, A.C.dtype)
         if self.tail is None:
             def apply(R):  # R: (p, n)
                 return U @ (((U.T @ R) @ Uc) * inv_top) @ Uc.T
             return apply
-        inv_tail = 1.0 / (self.tail * lc + lam)  # (n,)
+        inv_tail = xp.astype(1.0 / (self.tail * lc + lam), A.C.dtype)  # (n,)
         corr = inv_top - inv_tail[None, :]  # (r, n)
 
         def apply_low_rank(R):  # R: (p, n); tail scaling on all of R, exact on span(U)

@@ -24,7 +24,7 @@ import time
 import warnings
 
 import numpy as np
-from scipy.special import expit, softmax
+from scipy.special import expit, logsumexp, softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model._base import LinearClassifierMixin
@@ -42,12 +42,16 @@ _DEFAULT_SCHEDULE = {"spfb": "inverse", "lspfb": "inverse", "bound": "constant",
                      "sgd": "inverse"}
 _PRECOND_RANK = 100  # leading eigenvectors of the input second moment kept (p > 200)
 _DENSE_MAX_DIM = 1500  # linear_solver="auto": dense Cholesky up to this parameter dimension
+_SPFB_CG_MAXITER = 10  # default CG iteration cap of solver="spfb" (cg_maxiter=None)
 
 
 def _augment(X, fit_intercept):
-    X = np.asarray(X, dtype=np.float64)
+    """``X`` (float32 or float64, kept) with a constant column appended for the bias."""
+    X = np.asarray(X)
+    if X.dtype != np.float32:
+        X = X.astype(np.float64, copy=False)
     if fit_intercept:
-        return np.hstack([X, np.ones((len(X), 1))])
+        return np.hstack([X, np.ones((len(X), 1), dtype=X.dtype)])
     return X
 
 
@@ -326,6 +330,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         self._train_time = 0.0
         self._sync_coef()
 
+    def _compute_W(self, dtype):
+        """The parameters in the compute dtype (the float64 master copy for float64 data)."""
+        return self._W if dtype == self._W.dtype else self._W.astype(dtype)
+
     def _lam(self):
         return float(self.alpha) * (2.0 if len(self.classes_) == 2 else 1.0)
 
@@ -336,14 +344,21 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             coef, icpt = w[None, :p], (w[p:] if self.fit_intercept else np.zeros(1))
         else:
             coef, icpt = W[:p].T, (W[p] if self.fit_intercept else np.zeros(W.shape[1]))
-        self.coef_ = np.ascontiguousarray(coef)
-        self.intercept_ = np.array(icpt, dtype=np.float64)
+        dtype = getattr(self, "_dtype", np.float64)
+        self.coef_ = np.ascontiguousarray(coef, dtype=dtype)
+        self.intercept_ = np.array(icpt, dtype=dtype)
 
     def _objective_internal(self, X1, yi):
-        return _s.multinomial_objective(self._W, X1, yi, self._lam(), self._mask)
+        """Training objective in float64 (logits in the data's dtype, then float64)."""
+        W = self._W
+        S = _s._logits(X1, self._compute_W(X1.dtype)).astype(np.float64, copy=False)
+        data = float(np.mean(logsumexp(S, axis=1) - S[np.arange(len(yi)), yi]))
+        Wp = W * self._mask[:, None]
+        return data + 0.5 * self._lam() * float(np.sum(Wp * W))
 
     def _train(self, X, yi, schedule, epochs):
         X1 = _augment(X, self.fit_intercept)
+        self._dtype = X1.dtype
         T, p1 = X1.shape
         n = self._W.shape[1]
         d = p1 * n
@@ -384,7 +399,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 Xb, yb = (X1, yi) if full else (X1[idx], yi[idx])
                 self.t_ += 1
                 eta = _s.step_size(schedule, float(self.eta0), self.t_, t0)
-                self._W = self._step(Xb, yb, lam, eta, lin)
+                # float64 master parameters; the step's products run in the data's dtype
+                self._W = self._W - eta * self._step(Xb, yb, lam, lin)
             self._train_time += time.perf_counter() - tic
             self.n_iter_ += 1
             if not np.all(np.isfinite(self._W)):
@@ -419,25 +435,28 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                           stacklevel=3)
         self._sync_coef()
 
-    def _step(self, Xb, yb, lam, eta, lin):
+    def _step(self, Xb, yb, lam, lin):
+        """The step direction ``Delta`` (``W <- W - eta_t Delta``) on one mini-batch."""
+        W = self._compute_W(Xb.dtype)
         if self.solver in ("spfb", "bound"):
             rtol = float(self.cg_rtol)
-            W, info = _s.spfb_step(self._W, Xb, yb, lam, eta, mask=self._mask,
+            maxiter = self.cg_maxiter if self.cg_maxiter is not None else (
+                _SPFB_CG_MAXITER if self.solver == "spfb" else 500)
+            _, info = _s.spfb_step(W, Xb, yb, lam, 1.0, mask=self._mask,
                                    reduction="mean" if self.solver == "bound" else
                                    self.reduction, linear_solver=lin, rtol=rtol,
-                                   maxiter=self.cg_maxiter if self.cg_maxiter is not None
-                                   else (10 if self.solver == "spfb" else 500),
+                                   maxiter=maxiter,
                                    x0=None if self.solver == "bound" else self._x0,
                                    preconditioner=self._precond_arg)
             self._x0 = info["direction"]
-            return W
+            return info["direction"]
         if self.solver == "sgd":
-            return _s.sgd_step(self._W, Xb, yb, lam, eta, mask=self._mask,
-                               reduction=self.reduction)[0]
+            return _s.sgd_step(W, Xb, yb, lam, 1.0, mask=self._mask,
+                               reduction=self.reduction)[1]["direction"]
         from .low_rank import lspfb_step
 
-        return lspfb_step(self._W, Xb, yb, lam, eta, rank=int(self.rank), mask=self._mask,
-                          reduction=self.reduction, variant=self.low_rank)[0]
+        return lspfb_step(self._W, Xb, yb, lam, 1.0, rank=int(self.rank), mask=self._mask,
+                          reduction=self.reduction, variant=self.low_rank)[1]["direction"]
 
     # ------------------------------------------------------------------ prediction
     def predict_proba(self, X):
