@@ -61,9 +61,23 @@ def test_causal_errors_decrease_with_M_and_fitted_maps_use_calibration_moments()
     for fm in ("positive", "sderf"):
         e, se = r[fm]["output"], r[fm]["output_se"]
         assert _z(e[0], se[0], e[1], se[1]) > 3.0, (fm, e, se)
-    assert "error" in r["trig"] and "positive" in r["trig"]["error"]  # bidirectional only
-    with pytest.raises(ValueError):  # fitted maps need moments in causal mode
-        linear_attention(q, k, v, "sderf", 16, is_causal=True)
+    # trig has no causal scan: the masked quadratic form gives finite causal errors
+    assert r["trig"]["finite"] and len(r["trig"]["output"]) == 2
+    # fitted maps need moments in causal mode: without them the map is reported, not run
+    r = aa.compute_errors(q, k, v, ["sderf"], (16,), 1, causal=True, calib=None)
+    assert "error" in r["sderf"] and "moments" in r["sderf"]["error"]
+
+
+@pytest.mark.parametrize("fm", ["positive", "relu"])
+def test_masked_causal_form_equals_the_causal_scan(fm):
+    """``masked_causal_attention`` (used for the signed maps) is the causal estimator: for a
+    positive map it matches kernelkit's chunked causal scan with the same features."""
+    from kernelkit.experiments._tiny_transformer import masked_causal_attention
+
+    q, k, v = _qkv(0.3, L=48, seed=7)
+    scan = linear_attention(q, k, v, fm, 32, is_causal=True, random_state=3, chunk_size=16)
+    masked = masked_causal_attention(q, k, v, fm, 32, 3)
+    torch.testing.assert_close(masked, scan, rtol=1e-8, atol=1e-10)
 
 
 def test_sderf_beats_positive_on_anisotropic_inputs():
@@ -137,8 +151,7 @@ def test_run_writes_report_and_reuses_the_lm_checkpoint(tmp_path):
             for fm in ("positive", "sderf"):
                 assert len(per[fm]["output"]) == 2
                 assert np.all(np.isfinite(per[fm]["output"]))
-            if mode == "causal":
-                assert "error" in per["trig"]
+            assert np.all(np.isfinite(per["trig"]["output"]))  # causal: masked form
     assert data["lm"]["cached"] is False
     assert data["shapes"]["lm"]["q"] == [2, 2, 16, 8]  # layers * windows, heads, T, dh
     again = aa.run(tmp_path, quick=True, seed=0, config=cfg)

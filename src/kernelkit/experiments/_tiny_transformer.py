@@ -122,6 +122,28 @@ def torch_threads(n: int):
 BIDIRECTIONAL_ONLY = ("trig", "hybrid_angular")
 
 
+def masked_causal_attention(q, k, v, feature_map, n_features, random_state):
+    """Causal random-feature attention of a map without a causal scan (trig, hybrid).
+
+    Computes ``Y_t = sum_{j <= t} P_t.S_j v_j / sum_{j <= t} P_t.S_j`` exactly but at
+    O(L^2) cost: the bidirectional matrix ``A = diag(P S^T 1)^{-1} P S^T`` from
+    :func:`kernelkit.attention.linear_attention` with values ``I_L`` (same features),
+    masked to ``j <= t`` and renormalised per row (the bidirectional normaliser cancels).
+    A row whose masked sum is exactly zero gives zeros.
+
+    q, k (..., L, d), v (..., L, e) -> (..., L, e).
+    """
+    from kernelkit.attention import linear_attention
+
+    L = q.shape[-2]
+    eye = torch.eye(L, dtype=q.dtype, device=q.device).expand(*q.shape[:-2], L, L)
+    a = linear_attention(q, k, eye, feature_map, n_features,
+                         random_state=random_state)  # (..., L, L)
+    a = a.masked_fill(torch.ones(L, L, dtype=torch.bool, device=q.device).triu(1), 0.0)
+    den = a.sum(-1, keepdim=True)  # (..., L, 1)
+    return (a / torch.where(den != 0, den, torch.ones_like(den))) @ v
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with an exact or a linear attention core.
 
@@ -179,18 +201,11 @@ class CausalSelfAttention(nn.Module):
         if self.cfg.attention == "exact":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
         else:
-            from kernelkit.attention import linear_attention
-
             period = 0
             if self.training and self.cfg.redraw_interval > 0:
                 period = self.step // self.cfg.redraw_interval
-            eye = torch.eye(T, dtype=q.dtype, device=q.device).expand(B, H, T, T)
-            a = linear_attention(q, k, eye, self.cfg.attention, self.cfg.n_features,
-                                 random_state=self._seed(period))  # (B, H, T, T)
-            a = a.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1),
-                              0.0)  # keep keys j <= t
-            den = a.sum(-1, keepdim=True)  # (B, H, T, 1)
-            y = (a / torch.where(den != 0, den, torch.ones_like(den))) @ v  # (B, H, T, dh)
+            y = masked_causal_attention(q, k, v, self.cfg.attention, self.cfg.n_features,
+                                        self._seed(period))  # (B, H, T, dh)
         if self.training:
             self.step += 1
         return self.proj(y.transpose(1, 2).reshape(B, T, D))

@@ -237,6 +237,13 @@ def run(quick: bool = False, device: str | None = None, lengths=None,
               "torch": torch.__version__, "threads": threads, "cpus": os.cpu_count(),
               "quick": quick, "max_call_s": max_call_s, "machine": platform.machine(),
               "performer_pytorch": performer_ok}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    config["load_average_1min"] = load
+    if device == "cpu" and threads > 1 and load > (os.cpu_count() or 1):
+        print(f"WARNING: load average {load:.1f} exceeds the {os.cpu_count()} CPUs: with "
+              f"{threads} torch threads every small op waits for a busy core (the causal "
+              "scans slow down by 10-25x on a loaded machine); timings are unreliable. "
+              "KERNELKIT_TORCH_THREADS=1 gives steadier numbers.")
     print(f"kernelkit bench attention: batch {B}, {H} heads, d={D}, M={M}, float32, "
           f"L in {list(lengths)}, device={device}, torch {torch.__version__} "
           f"({threads} threads)" + (" [quick sizes; the L=16384 targets need the full run]"
@@ -272,7 +279,8 @@ def run(quick: bool = False, device: str | None = None, lengths=None,
                 slowest = max((timings[mode][prev_L].get(n, {}).get("min", 0.0)
                                * (L / prev_L) ** 2 for n in fns if n in _SLOW and prev_L),
                               default=0.0)
-                repeats = 1 if slowest > 10 else (3 if slowest > 1 or L >= 16384 else 5)
+                repeats = 1 if slowest > 10 else (3 if slowest > 1 or L >= 16384 or quick
+                                                  else 5)
                 timings[mode][L] = _timed(fns, q, k, v, grad, backward, repeats, device)
                 prev_L = L
                 print(f"  {mode:16s} L={L:6d}: " + ", ".join(
