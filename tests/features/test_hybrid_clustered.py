@@ -148,7 +148,7 @@ def test_gaussian_mixture_unbiased_and_mse(data, default):
     Xt, Yt = X[[0, 20]], Y[[1, 25]]
     fm = ClusteredHybridRF(3, n_clusters=(2, 3), mixture="gaussian", n_lambda=2, tau=1.5,
                            default_estimator=default, random_state=0).fit(X, Y)
-    R = 3000
+    R = 2000  # MSE resolved to < 10 % (1 SE), asserted below
     err = np.stack([fm.redraw(s).approx_kernel(Xt, Yt) for s in range(R)]) - np.exp(Xt @ Yt.T)
     assert np.abs(err.mean(0) / (err.std(0) / math.sqrt(R))).max() < Z
     mse, sq = fm.variance(Xt, Yt), err**2

@@ -87,9 +87,11 @@ def test_gaussian_lambda_moments_monte_carlo(lam_features):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lam_features", ["positive", "trig"])
-@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize(("lam_features", "shared"),
+                         [("positive", True), ("trig", True), ("positive", False)])
 def test_gaussian_hybrid_unbiased_and_mse(lam_features, shared):
+    """Thm 3.1 with the coefficient moments of either lambda estimator (the shared-W term
+    uses all three moments; ("trig", False) would repeat covered terms)."""
     X, Y = _data()
     _mc_check(lambda s: GaussianHybridRF(3, 2, shared_projection=shared,
                                          lambda_features=lam_features, random_state=s),
