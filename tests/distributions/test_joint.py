@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.metrics.pairwise import rbf_kernel
@@ -61,6 +63,11 @@ def test_closed_forms_equal_direct_solve_low_rank(constraint, reg):
                                atol=1e-7 * scale)
     if constraint == "normalized":  # (11)/(20)
         assert abs(np.sum(AY @ model.coef_ @ AX.T)) < 1e-8 * n
+    # conditionals (5) at new x from explicit kernels: h(x, y_j) = (K_Y Q_Y H Q_X^T k_X(x))_j
+    Xn = np.linspace(-2.5, 2.5, 11)[:, None]
+    h_new = KY @ QY @ H_direct @ QX.T @ rbf_kernel(X, Xn, gamma=0.5 / lsx**2)  # (n, 11)
+    w_direct = (1 + h_new) / (1 + h_new).sum(axis=0)
+    np.testing.assert_allclose(model.conditional_weights(Xn), w_direct.T, atol=1e-9)
 
 
 @pytest.mark.parametrize("constraint", [None, "normalized"])
@@ -302,3 +309,75 @@ def test_basis_cache_shares_bases_and_results():
         JointDistribution(basis_cache={}).fit(X, Y)
     with pytest.raises(ValueError, match="max_entries"):
         BasisCache(max_entries=0)
+
+
+def test_dtype_policy_float64_out():
+    """float32 / integer inputs are converted: float64 outputs equal to the float64 fit."""
+    X, Y = _gauss(120, seed=11)
+    X32, Y32 = X.astype(np.float32), Y.astype(np.float32)
+    kw = {"lengthscale_x": 0.7, "lengthscale_y": 0.7, "rel_tol": 1e-4}
+    m32 = JointDistribution(**kw).fit(X32, Y32)
+    m64 = JointDistribution(**kw).fit(X32.astype(np.float64), Y32.astype(np.float64))
+    Xq = np.array([[-1.0], [0.5]], dtype=np.float32)
+    for out32, out64 in ((m32.conditional_weights(Xq), m64.conditional_weights(Xq)),
+                         (m32.conditional_expectation(Y32, Xq),
+                          m64.conditional_expectation(Y32.astype(np.float64), Xq)),
+                         (m32.density_ratio(Xq, Xq), m64.density_ratio(Xq, Xq))):
+        assert out32.dtype == np.float64
+        np.testing.assert_array_equal(out32, out64)
+    Xi = np.round(3 * X).astype(np.int64)
+    assert JointDistribution(**kw).fit(Xi, Y).conditional_weights(Xi[:2]).dtype == np.float64
+
+
+def test_nonpositive_mass_warns():
+    """Where n + s_Y^T H psi(x) <= 0 the conditional is no distribution: a RuntimeWarning,
+    not a silent inf / NaN."""
+    X, Y = _gauss(50, seed=12)
+    model = JointDistribution(lengthscale_x=0.5, lengthscale_y=0.5).fit(X, Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.conditional_weights(X[:3])  # a fitted model: no warning
+    x0 = X[:1]
+    psi = model.basis_x_.transform(x0)[0]
+    # a coefficient with s_Y^T H psi(x0) = -2n: total mass -n at x0
+    model.coef_ = -2 * 50 * np.outer(model.s_y_, psi) / (model.s_y_ @ model.s_y_ * psi @ psi)
+    with pytest.warns(RuntimeWarning, match="not a probability"):
+        model.conditional_weights(x0)
+    with pytest.warns(RuntimeWarning, match="not a probability"):
+        model.conditional_expectation(Y, x0)
+
+
+@pytest.mark.parametrize("name", ["jdl", "cme", "klr", "jpdl"])
+def test_bad_input_all_estimators(name):
+    """Different row counts, n < 2, non-finite values and tolerances <= 0 are rejected
+    with errors that name the culprit, for every estimator."""
+    from kernelkit.distributions import (
+        ConditionalMeanEmbedding,
+        KernelLogisticRegression,
+        PolynomialJointDistribution,
+    )
+
+    X, Y = _gauss(20, seed=13)
+    make = {"jdl": JointDistribution, "cme": ConditionalMeanEmbedding,
+            "klr": KernelLogisticRegression, "jpdl": PolynomialJointDistribution}[name]
+    Yf = (Y[:, 0] > 0) if name == "klr" else Y
+    with pytest.raises(ValueError, match=r"inconsistent numbers of samples|same number of rows"):
+        make().fit(X, Yf[:-1])
+    with pytest.raises(ValueError, match=r"minimum of 2|at least 2"):
+        make().fit(X[:1], Yf[:1])
+    for bad in (np.nan, np.inf):
+        Xb = X.copy()
+        Xb[3, 0] = bad
+        with pytest.raises(ValueError, match=r"NaN|infinity"):
+            make().fit(Xb, Yf)
+    if name != "klr":
+        Yb = Y.copy()
+        Yb[2, 0] = np.nan
+        with pytest.raises(ValueError, match="Y contains NaN"):
+            make().fit(X, Yb)
+    if name != "jpdl":
+        for kw in ({"rel_tol": 0.0}, {"rel_tol": -1e-3}, {"tol": 0.0}, {"rel_tol": np.nan}):
+            with pytest.raises(ValueError, match="tol"):
+                make(**kw).fit(X, Yf)
+    with pytest.raises(ValueError, match="reg"):
+        make(reg=-1.0).fit(X, Yf)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
@@ -56,6 +58,19 @@ def _as_float2d(Z, name, n_features=None, allow_empty=False):
         Z = Z.reshape(-1, 1)
     Z, _ = validate_data(Z, name, n_features=n_features, allow_empty=allow_empty)
     return np.ascontiguousarray(to_numpy(Z, dtype=np.float64))
+
+
+def _check_mass(den: np.ndarray, n: int) -> None:
+    """Warn where ``n + s^T H psi(x)`` (n times the mass of ``1 + h(x, .)`` over the
+    training targets) is not positive: the conditional (5) is then no distribution and,
+    at exactly 0, infinite."""
+    bad = ~(den > 1e-12 * n)
+    if np.any(bad):
+        warnings.warn(
+            f"the model's mass sum_j (1 + h(x, y_j)) is <= 0 at {int(bad.sum())} of "
+            f"{den.shape[0]} query points: the conditional there is not a probability "
+            "distribution (values may be infinite). Use constraint='positive', a larger "
+            "reg or a larger lengthscale.", RuntimeWarning, stacklevel=3)
 
 
 def check_constraint(constraint):
@@ -133,6 +148,7 @@ class TensorJointModel(BaseEstimator):
         num = dot_train(target_basis, P)  # (n_new, n) = P A_t^T
         num += 1.0
         den = self.n_samples_ + P @ s  # (n_new,)
+        _check_mass(den, self.n_samples_)
         num /= den[:, None]
         return num
 
@@ -198,7 +214,9 @@ class TensorJointModel(BaseEstimator):
             psi = self._given_features(X_new, given, basis)  # (n_new, m_g)
             num = psi @ coef  # (n_new, k)
             num += total
-            num /= (n + psi @ den_coef)[:, None]
+            den = n + psi @ den_coef  # (n_new,): n x the conditional's total mass
+            _check_mass(den, n)
+            num /= den[:, None]
             return num.reshape((psi.shape[0], *tail))
 
         return expectation
