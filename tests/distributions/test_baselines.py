@@ -176,6 +176,7 @@ def test_holdout_select_losses():
         assert 0 < res.best_loss < 0.3
     res = holdout_select(JointDistribution(rel_tol=1e-3), {"reg": [1e-3]}, X, Y)
     assert res.best_loss < 0
+    assert res.best_estimator.basis_cache is None
     with pytest.raises(ValueError, match="threshold"):
         holdout_select(JointDistribution(), {"reg": [1e-3]}, X, Y, loss="classification")
 
@@ -214,3 +215,30 @@ def test_jpdl_reduced_sos_basis_is_exact():
 
     outside = np.flatnonzero(monomial_exponents(2, 2).max(axis=1) > 1)  # x^2, y^2
     assert np.abs(full.sos_gram_[outside]).max() < 1e-5
+
+
+def test_holdout_select_shares_bases(monkeypatch):
+    """A grid over reg factorises each side once (a temporary BasisCache), same result."""
+    from kernelkit.distributions import BasisCache, JointDistribution, LowRankBasis
+
+    X, Y = _gauss(200, seed=9)
+    calls = []
+    original = LowRankBasis.fit
+
+    def counting(self, Z, y=None):
+        calls.append(self.lengthscale)
+        return original(self, Z, y)
+
+    monkeypatch.setattr(LowRankBasis, "fit", counting)
+    grid = {"lengthscale_x": [0.5, 1.0], "reg": [1e-5, 1e-4, 1e-3]}
+    res = holdout_select(JointDistribution(rel_tol=1e-3), grid, X, Y, refit=False)
+    assert len(calls) == 3  # X at 0.5 and 1.0, Y at 1.0
+    assert res.best_estimator.basis_cache is None
+    calls.clear()
+    mine = BasisCache()
+    res2 = holdout_select(JointDistribution(rel_tol=1e-3, basis_cache=mine), grid, X, Y,
+                          refit=False)
+    assert len(calls) == 3 and mine.misses == 3
+    assert res2.best_params == res.best_params
+    np.testing.assert_array_equal(res2.best_estimator.coef_, res.best_estimator.coef_)
+    assert [v for _, v in res2.results] == [v for _, v in res.results]

@@ -381,3 +381,23 @@ def test_bad_input_all_estimators(name):
                 make(**kw).fit(X, Yf)
     with pytest.raises(ValueError, match="reg"):
         make(reg=-1.0).fit(X, Yf)
+
+
+def test_positivity_bounds_brute_force():
+    """C_lo / C_hi of (27)/(28) (interval products of the column extremes, note §4) equal
+    the min / max over the whole training grid of A_Y[j, k] A_X[i, l], computed directly
+    from explicit kernel matrices."""
+    from kernelkit.distributions._basis import train_extremes
+    from kernelkit.distributions._positive import interval_bounds
+
+    X, Y = _gauss(60, seed=14)
+    model = JointDistribution(lengthscale_x=0.6, lengthscale_y=0.9, rel_tol=1e-3).fit(X, Y)
+    bx, by = model.basis_x_, model.basis_y_
+    AX = rbf_kernel(X, X[bx.pivots_], gamma=0.5 / 0.6**2) @ bx.coef_  # (n, m_X)
+    AY = rbf_kernel(Y, Y[by.pivots_], gamma=0.5 / 0.9**2) @ by.coef_  # (n, m_Y)
+    prods = AY[:, None, :, None] * AX[None, :, None, :]  # (j, i, k, l)
+    (lo_x, hi_x), (lo_y, hi_y) = train_extremes(bx), train_extremes(by)
+    C_lo, C_hi = interval_bounds(None, None, cmin_y=lo_y, cmax_y=hi_y, cmin_x=lo_x,
+                                 cmax_x=hi_x)
+    np.testing.assert_allclose(C_lo, prods.min(axis=(0, 1)), atol=1e-10)
+    np.testing.assert_allclose(C_hi, prods.max(axis=(0, 1)), atol=1e-10)
