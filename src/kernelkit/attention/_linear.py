@@ -113,11 +113,16 @@ def _intra(lq, lk, va, R, levels=None, zd=None):
     if levels is None:
         levels = _levels(lq, lk)
     zd = lq + lk if zd is None else zd
-    out = torch.exp(zd - R[..., None]).sum(-1, keepdim=True) * va  # diagonal terms (B, C, E)
+    # diagonal terms (B, C, E); in-place exps are autograd-safe here (fresh tensors)
+    out = zd.sub_(R[..., None]).exp_().sum(-1, keepdim=True) * va
     for h, nb, p, z in levels:
-        kf = torch.exp(lk.view(B, nb, 2, h, M)[:, :, 0] - p)  # (B, nb, h, M) <= 1
-        qf = torch.exp(z - R.view(B, nb, 2, h)[:, :, 1, :, None])  # (B, nb, h, M) <= 1
-        part = (qf @ kf.transpose(-1, -2)) @ va.view(B, nb, 2, h, E)[:, :, 0]  # (B, nb, h, E)
+        kf = (lk.view(B, nb, 2, h, M)[:, :, 0] - p).exp_()  # (B, nb, h, M) <= 1
+        qf = z.sub_(R.view(B, nb, 2, h)[:, :, 1, :, None]).exp_()  # (B, nb, h, M) <= 1
+        vA = va.view(B, nb, 2, h, E)[:, :, 0]  # (B, nb, h, E)
+        if h == 1:  # pairs (2i, 2i + 1): elementwise, no tiny matmuls
+            part = (qf * kf).sum(-1, keepdim=True) * vA
+        else:
+            part = (qf @ kf.transpose(-1, -2)) @ vA  # (B, nb, h, E)
         out.view(B, nb, 2, h, E)[:, :, 1] += part
     return out
 
@@ -135,14 +140,52 @@ def _row_stabiliser(lq, zd, levels, c_prev):
     return R, z0
 
 
+def _growth_bound(dtype) -> float:
+    # largest in-chunk growth of the key maxima for the one-pivot path: factors stay below
+    # e^G and terms lost to underflow are below e^{G - 87} (float32) of the row maximum
+    return 60.0 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 500.0
+
+
+def _chunk_pivots(lk, c_prev, G):
+    """Pivot of the one-pivot path for a chunk, or None where keys grow too much.
+
+    ``c_ref = max(c_prev, lk_0)`` (prefix and the first key: causal for every query of the
+    chunk), ``c_end = max(c_prev, max_j lk_j)``. The path is taken when
+    ``max(c_end - c_ref) <= G``. Returns (c_ref, c_end) (B, M) or None.
+    """
+    c_end = torch.maximum(c_prev, lk.amax(dim=1))
+    c_ref = torch.maximum(c_prev, lk[:, 0])
+    if float((c_end - c_ref).amax()) > G:
+        return None
+    return c_ref, c_end
+
+
+def _intra_one_pivot(lq, lk, va, R, c_ref):
+    """Intra-chunk numerator with one causal pivot ``c_ref`` (see :func:`_chunk_pivots`):
+    ``(tril(Q K^T)) v`` with ``Q = exp(lq - R + c_ref) <= 1``, ``K = exp(lk - c_ref) <= e^G``.
+    lq, lk (B, C, M), va (B, C, E), R (B, C), c_ref (B, M). Autograd-safe."""
+    qf = (lq - R[..., None]).add_(c_ref[:, None, :]).exp_()
+    kf = (lk - c_ref[:, None, :]).exp_()
+    return (qf @ kf.transpose(-1, -2)).tril_() @ va
+
+
 class _CausalExp(torch.autograd.Function):
     """Causal linear attention with O(chunk M e) memory in forward and backward.
 
     Inputs are the *scaled inputs* and a feature object turning a chunk of them into
     log features, so no (L, M) tensor is ever saved: the backward recomputes the features
-    chunk by chunk (one forward scan for the query gradients with the prefix state, one
-    reverse scan for the key / value gradients with the suffix state of the queries).
-    Saved for backward: the inputs, the output (B, L, e) and two (B, L) row statistics.
+    chunk by chunk (a forward scan with the prefix state for the query gradients and all
+    intra-chunk gradients, a reverse scan with the suffix state of the queries for the
+    key / value gradients of earlier chunks). Saved for backward: the inputs, the output
+    (B, L, e) and two (B, L) row statistics.
+
+    Intra-chunk terms: where the per-feature key maxima grow by at most ``G`` inside the
+    chunk (the common case), one causal pivot (prefix and first key) and a masked
+    ``C x C`` score matrix; otherwise the exact dyadic scheme of :func:`_intra`. The row
+    stabiliser is then ``R_t = max_m (lq_tm + c_end_m)``, an upper bound within ``e^G``
+    of the causal one: later keys of the chunk change ``R_t`` (a common factor of
+    numerator and denominator, exactly cancelling) but can neither overflow nor
+    underflow the output of ``t``.
     """
 
     @staticmethod
@@ -152,6 +195,7 @@ class _CausalExp(torch.autograd.Function):
         E = va.shape[-1]
         M = feat.n_out
         dt = xq.dtype
+        G = _growth_bound(dt)
         S = torch.zeros(B, M, E, dtype=dt, device=xq.device)  # prefix state, rel. to c
         c = torch.full((B, M), _NEG, dtype=dt, device=xq.device)  # prefix key maxima
         num = torch.empty(B, L, E, dtype=dt, device=xq.device)
@@ -162,16 +206,27 @@ class _CausalExp(torch.autograd.Function):
             lq = feat.log_features(xq[:, lo:hi], "q", None)  # (B, C, M)
             lk = feat.log_features(xk[:, lo:hi], "k", kc)  # (B, C, M), masked -1e30
             vc = va[:, lo:hi]
-            levels = _levels(lq, lk)
-            zd = lq + lk
-            R, z0 = _row_stabiliser(lq, zd, levels, c)
+            piv = _chunk_pivots(lk, c, G)
+            if piv is not None:
+                c_ref, c_new = piv
+                R = (lq + c_new[:, None, :]).amax(dim=-1)  # (B, C)
+                qf = (lq - R[..., None]).add_(c_ref[:, None, :]).exp_()  # (B, C, M) <= 1
+                kf = lk.sub_(c_ref[:, None, :]).exp_()  # (B, C, M) <= e^G
+                n = qf @ (S * torch.exp(c - c_ref)[..., None])  # earlier chunks
+                n.baddbmm_((qf @ kf.transpose(-1, -2)).tril_(), vc)  # this chunk
+                S.mul_(torch.exp(c - c_new)[..., None])
+                S.baddbmm_(kf.mul_(torch.exp(c_ref - c_new)[:, None, :]).transpose(-1, -2), vc)
+            else:
+                levels = _levels(lq, lk)
+                zd = lq + lk
+                R, z0 = _row_stabiliser(lq, zd, levels, c)
+                n = z0.sub_(R[..., None]).exp_() @ S  # keys of earlier chunks
+                n += _intra(lq, lk, vc, R, levels, zd)
+                c_new = torch.maximum(c, lk.amax(dim=1))  # (B, M)
+                S.mul_(torch.exp(c - c_new)[..., None])
+                S.baddbmm_(lk.sub_(c_new[:, None, :]).exp_().transpose(-1, -2), vc)
             Rall[:, lo:hi] = R
-            n = z0.sub_(R[..., None]).exp_() @ S  # keys of earlier chunks
-            n += _intra(lq, lk, vc, R, levels, zd)
             num[:, lo:hi] = n
-            c_new = torch.maximum(c, lk.amax(dim=1))  # (B, M)
-            S.mul_(torch.exp(c - c_new)[..., None])
-            S.baddbmm_(lk.sub_(c_new[:, None, :]).exp_().transpose(-1, -2), vc)
             c = c_new
         den = num[..., -1]
         out = _safe_div(num[..., :-1], den)  # (B, L, e)
@@ -190,68 +245,73 @@ class _CausalExp(torch.autograd.Function):
         E = va.shape[-1]
         M = feat.n_out
         dt = xq.dtype
+        G = _growth_bound(dt)
         ok = den > 0
         inv = torch.where(ok, 1.0 / torch.where(ok, den, torch.ones_like(den)),
                           torch.zeros_like(den))  # (B, L)
         # gradient w.r.t. the stabilised numerator [N, D]: g = [dO / D, -(dO . out) / D]
         g = torch.cat([dout * inv[..., None], (-(dout * out).sum(-1) * inv)[..., None]], -1)
-        dxq = torch.zeros_like(xq)
-        dxk = torch.zeros_like(xk)
-        dva = torch.zeros_like(va)
+        dxq = torch.empty_like(xq)
+        dxk = torch.empty_like(xk)
+        dva = torch.empty_like(va)
 
-        def feats(x, side, lo, hi, need):
-            xc = x[:, lo:hi].detach().requires_grad_(need)
+        def feats(x, side, lo, hi):
+            xc = x[:, lo:hi].detach().requires_grad_(True)
             kc = None if (keep is None or side == "q") else keep[:, lo:hi]
             return xc, feat.log_features(xc, side, kc)
 
         with torch.enable_grad():
-            # forward scan: query gradients through the prefix state
+            # forward scan: query gradients through the prefix state, intra-chunk gradients
             S = torch.zeros(B, M, E, dtype=dt, device=xq.device)
             c = torch.full((B, M), _NEG, dtype=dt, device=xq.device)
             for lo in range(0, L, chunk):
                 hi = lo + chunk
-                R = Rall[:, lo:hi]
-                xc, lq = feats(xq, "q", lo, hi, True)
+                R, gc = Rall[:, lo:hi], g[:, lo:hi]
+                xqc, lq = feats(xq, "q", lo, hi)
+                xkc, lk = feats(xk, "k", lo, hi)
+                vc = va[:, lo:hi].detach().requires_grad_(True)
                 with torch.no_grad():
-                    _, lk = feats(xk, "k", lo, hi, False)
-                    qf = torch.exp(lq.detach() - R[..., None] + c[:, None, :])  # (B, C, M)
-                    dlq = qf.mul_(g[:, lo:hi] @ S.transpose(-1, -2))  # (B, C, M)
-                (dx,) = torch.autograd.grad(lq, xc, dlq)
-                dxq[:, lo:hi] += dx
+                    lkd = lk.detach()
+                    piv = _chunk_pivots(lkd, c, G)
+                    qf = (lq.detach() - R[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
+                    dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
+                if piv is not None:
+                    intra = _intra_one_pivot(lq, lk, vc, R, piv[0])
+                else:
+                    intra = _intra(lq, lk, vc, R)
+                dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = torch.autograd.grad(
+                    (intra, lq), (xqc, xkc, vc), (gc, dlq))
                 with torch.no_grad():
-                    c_new = torch.maximum(c, lk.amax(dim=1))
+                    c_new = torch.maximum(c, lkd.amax(dim=1))
                     S.mul_(torch.exp(c - c_new)[..., None])
-                    S.baddbmm_(lk.sub_(c_new[:, None, :]).exp_().transpose(-1, -2),
-                               va[:, lo:hi])
+                    S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), va[:, lo:hi])
                     c = c_new
-            # reverse scan: key / value gradients through the suffix state of the queries,
+            # reverse scan: key / value gradients from the queries of later chunks through
             # G_m = sum_t exp(lq_tm - R_t + rho_m) g_t with rho_m = min_t (R_t - lq_tm) over
-            # later chunks (every factor <= 1 since lk_jm <= R_t - lq_tm for j <= t)
-            G = torch.zeros(B, M, E, dtype=dt, device=xq.device)
+            # those chunks (every factor <= 1 since lk_jm <= R_t - lq_tm for j <= t)
+            Gs = torch.zeros(B, M, E, dtype=dt, device=xq.device)
             rho = torch.full((B, M), _POS, dtype=dt, device=xq.device)
             for lo in reversed(range(0, L, chunk)):
                 hi = lo + chunk
                 R = Rall[:, lo:hi]
-                xqc, lq = feats(xq, "q", lo, hi, True)
-                xkc, lk = feats(xk, "k", lo, hi, True)
-                vc = va[:, lo:hi].detach().requires_grad_(True)
+                if lo + chunk < L:
+                    xkc, lk = feats(xk, "k", lo, hi)
+                    with torch.no_grad():
+                        kf = (lk.detach() - rho[:, None, :]).exp_()  # (B, C, M), <= 1
+                        dva[:, lo:hi] += kf @ Gs  # (B, C, E)
+                        dlk = kf.mul_(va[:, lo:hi] @ Gs.transpose(-1, -2))
+                    (dx,) = torch.autograd.grad(lk, xkc, dlk)
+                    dxk[:, lo:hi] += dx
+                if lo == 0:
+                    break
                 with torch.no_grad():
-                    kf = torch.exp(lk.detach() - rho[:, None, :])  # (B, C, M), <= 1
-                    dv_inter = kf @ G  # (B, C, E)
-                    dlk_inter = kf.mul_(vc.detach() @ G.transpose(-1, -2))
-                intra = _intra(lq, lk, vc, R)
-                dxq_c, dxk_c, dv = torch.autograd.grad(
-                    (intra, lk), (xqc, xkc, vc), (g[:, lo:hi], dlk_inter))
-                dxq[:, lo:hi] += dxq_c
-                dxk[:, lo:hi] += dxk_c
-                dva[:, lo:hi] = dv + dv_inter
-                with torch.no_grad():
+                    lq = feat.log_features(xq[:, lo:hi], "q", None)
                     valid = ok[:, lo:hi, None]  # rows with a visible key
-                    gap = torch.where(valid, R[..., None] - lq.detach(), _POS)  # (B, C, M)
+                    gap = torch.where(valid, R[..., None] - lq, _POS)  # (B, C, M)
                     rho_new = torch.minimum(rho, gap.amin(dim=1))
-                    qf = torch.where(valid, torch.exp(rho_new[:, None, :] - gap), 0.0)
-                    G.mul_(torch.exp(rho_new - rho)[..., None])
-                    G.baddbmm_(qf.transpose(-1, -2), g[:, lo:hi])
+                    qf = torch.where(valid, (rho_new[:, None, :] - gap).exp_(), 0.0)
+                    Gs.mul_(torch.exp(rho_new - rho)[..., None])
+                    Gs.baddbmm_(qf.transpose(-1, -2), g[:, lo:hi])
                     rho = rho_new
         return dxq, dxk, dva, None, None, None
 
