@@ -167,6 +167,10 @@ def test_conditionals(constraint):
                                atol=1e-12)
     p = model.conditional_probability(lambda y: y[:, 0] <= 0.0, Xn)
     np.testing.assert_allclose(p, w @ (Y[:, 0] <= 0), atol=1e-12)
+    # Q's X-marginal density w.r.t. the empirical one: the mean of 1 + h over the y_j
+    np.testing.assert_allclose(model.marginal_ratio(Xn), ratio.mean(axis=1), atol=1e-12)
+    if constraint is not None:  # (20): the marginal ratio averages to 1 over the x_i
+        assert abs(model.marginal_ratio(X).mean() - 1.0) < 1e-10
     # X given Y: the symmetric formulas
     wx = model.conditional_weights(Xn, given="y")
     ratio_x = np.stack([model.density_ratio(X, np.repeat(y[None], 200, 0)) for y in Xn])
@@ -341,6 +345,7 @@ def test_nonpositive_mass_warns():
     psi = model.basis_x_.transform(x0)[0]
     # a coefficient with s_Y^T H psi(x0) = -2n: total mass -n at x0
     model.coef_ = -2 * 50 * np.outer(model.s_y_, psi) / (model.s_y_ @ model.s_y_ * psi @ psi)
+    np.testing.assert_allclose(model.marginal_ratio(x0), [-1.0])  # mass n - 2n = -n
     with pytest.warns(RuntimeWarning, match="not a probability"):
         model.conditional_weights(x0)
     with pytest.warns(RuntimeWarning, match="not a probability"):

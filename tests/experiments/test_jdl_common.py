@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.spatial.distance import pdist
@@ -106,3 +108,20 @@ def test_select_picks_minimum_and_skips_failures():
         C.select("jdl", False, X, Y, grid, boom, 1e-3)
     with pytest.raises(ValueError, match="unknown model"):
         C.fit_model("nope", False, X, Y, {}, 1e-3)
+
+
+def test_nonpositive_mass_fraction():
+    X, Y = _data()
+    model = JointDistribution(lengthscale_x=1.5, lengthscale_y=1.5, reg=1e-5).fit(X, Y)
+    Xq = X[:20]
+    assert C.nonpositive_mass_fraction(model, Xq) == float(np.mean(model.marginal_ratio(Xq) <= 0))
+    psi = model.basis_x_.transform(Xq[:1])[0]
+    model.coef_ = -2 * len(X) * np.outer(model.s_y_, psi) / (
+        model.s_y_ @ model.s_y_ * psi @ psi)  # mass -n at Xq[0]
+    assert C.nonpositive_mass_fraction(model, Xq[:1]) == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing escapes but the silenced warning
+        with C.quiet_mass_warnings():
+            C.moments_and_totals(model, Y, Xq[:1])
+    cme = ConditionalMeanEmbedding(lengthscale_x=1.5, lengthscale_y=1.5).fit(X, Y)
+    assert C.nonpositive_mass_fraction(cme, Xq) is None

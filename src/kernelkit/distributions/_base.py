@@ -221,6 +221,23 @@ class TensorJointModel(BaseEstimator):
 
         return expectation
 
+    def marginal_ratio(self, X_new, given: str = "x") -> np.ndarray:
+        """``(1/n) sum_j (1 + h(x, y_j))``: density of Q's X-marginal w.r.t. ``P_X`` at x.
+
+        The denominator of the conditional (5), divided by n. Q's marginals equal the
+        empirical ones only if it is 1 on the training points (Lemma 2.1; not imposed).
+        Where it is <= 0 the conditional at x is no probability distribution (the
+        conditional methods then warn). ``given="y"``: the same for Q's Y-marginal.
+
+        Returns
+        -------
+        ndarray, shape (n_new,)
+        """
+        check_is_fitted(self, "coef_")
+        basis, H, _, s, _ = self._side(given)
+        psi = self._given_features(X_new, given, basis)  # (n_new, m_g)
+        return 1.0 + (psi @ (H.T @ s)) / self.n_samples_
+
     def conditional_probability(self, event, X_new, given: str = "x") -> np.ndarray:
         """``Q(Y in event | X = x)`` (Sec. 5.2: ``P(Y <= q | x) = sum_j w_j 1(y_j <= q)``).
 

@@ -16,9 +16,11 @@ Metrics (JDL note, Sec. 9):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
+import warnings
 
 import numpy as np
 
@@ -30,8 +32,10 @@ __all__ = [
     "median_distance",
     "moments_and_totals",
     "negative_fraction",
+    "nonpositive_mass_fraction",
     "normalization_error",
     "psd_violation_fraction",
+    "quiet_mass_warnings",
     "rel_tol_for_n",
     "second_moment_loss",
     "select",
@@ -160,6 +164,24 @@ def select(kind, constrained, Xtr, Ytr, grid, val_loss, rel_tol, cache=None):
     if best[1] is None:
         raise RuntimeError(f"no grid point of {kind} gave a finite validation loss.")
     return best[2], best[1], best[0], losses
+
+
+def nonpositive_mass_fraction(model, Xq) -> float | None:
+    """Fraction of query points where a tensor model's conditional has mass <= 0
+    (``marginal_ratio(x) <= 0``: the conditional there is no distribution); None for
+    models without one (CME, KLR)."""
+    if not hasattr(model, "marginal_ratio"):
+        return None
+    return float(np.mean(model.marginal_ratio(Xq) <= 1e-12))
+
+
+@contextlib.contextmanager
+def quiet_mass_warnings():
+    """Silence the conditional methods' non-positive-mass warning: the experiments
+    measure it (:func:`nonpositive_mass_fraction`) instead."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="the model's mass", category=RuntimeWarning)
+        yield
 
 
 def moments_and_totals(model, Ytr, Xq):

@@ -124,6 +124,7 @@ def _run_one(cfg, X_all, y_all, n, q_level, rep, seed):
         p = proba(model, Xte)
         elapsed = time.perf_counter() - t0
         out[key] = {"loss": clipped_log_loss(lte, p, cfg.eta), "neg": C.negative_fraction(p),
+                    "nonpos_mass": C.nonpositive_mass_fraction(model, Xte),
                     "time_s": elapsed, "val_loss": vloss, "params": params}
     return out
 
@@ -140,7 +141,8 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
     data = {d: french_classification_data(d) for d in cfg.ds}
     res = {}
     total = len(cfg.quantiles) * len(cfg.ds) * len(cfg.ns) * cfg.n_sub
-    with tqdm(total=total, desc=NAME, disable=not progress) as pbar:
+    with tqdm(total=total, desc=NAME, disable=not progress) as pbar, \
+            C.quiet_mass_warnings():  # recorded per run as "nonpos_mass" in results.json
         for ql in cfg.quantiles:
             for d in cfg.ds:
                 for n in cfg.ns:
@@ -221,12 +223,14 @@ def _claims(cfg, summary):
     out.append([f"Fig. 9(a): unconstrained JDL beats CME at small n (d = {d}, n = {small})",
                 f"JDL {g(small, 'jdl/u'):.3g}, CME {g(small, 'cme/u'):.3g}",
                 _yn(g(small, "jdl/u") < g(small, "cme/u"))])
-    par = [abs(g(n, "jdl/c") - g(n, "klr/u")) <= 0.1 * g(n, "klr/u") for n in ns]
-    out.append(["Fig. 9(b): constrained JDL on par with KLR (within 10 %), except small n "
-                "in high d", ", ".join(f"n={n}: {g(n, 'jdl/c'):.3g} vs {g(n, 'klr/u'):.3g}"
-                                       for n in ns), _yn(all(par[1:]))])
-    hurt = [g(n, "cme/c") > g(n, "cme/u") for n in ns]
-    out.append(["Fig. 9(b): constraints severely hinder CME",
+    par = [g(n, "jdl/c") <= 1.1 * g(n, "klr/u") for n in ns]
+    out.append(["Fig. 9(b): constrained JDL on par with KLR, except small n in high d "
+                "(ours: loss at most 10 % above KLR's, n > smallest)",
+                ", ".join(f"n={n}: {g(n, 'jdl/c'):.3g} vs {g(n, 'klr/u'):.3g}" for n in ns),
+                _yn(all(par[1:]))])
+    hurt = [g(n, "cme/c") > 1.1 * g(n, "cme/u") for n in ns]
+    out.append(["Fig. 9(b): constraints severely hinder CME (ours: loss > 10 % higher at "
+                "most n)",
                 ", ".join(f"n={n}: {g(n, 'cme/u'):.3g} -> {g(n, 'cme/c'):.3g}" for n in ns),
                 _yn(sum(hurt) > len(ns) / 2)])
     negj = max(g(n, "jdl/c", "neg_pct", dd) for n in ns for dd in cfg.ds)
