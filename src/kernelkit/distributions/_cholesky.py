@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import threadpool_limits
 
 from .._backend import to_numpy, validate_data, validate_positive_float, validate_positive_int
-from ..features._base import num_threads
+from ..features._base import _SingleThreadedBlas, num_threads
 from ._kernels import Kernel, make_kernel
 
 __all__ = ["PivotedCholesky", "pivoted_cholesky"]
@@ -244,7 +243,7 @@ def _pivoted_cholesky(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int,
         # the per-step products are matrix-vector (memory bound): BLAS threads only add
         # synchronisation (measured 5x the CPU time on a loaded 2-core machine), so BLAS
         # runs single-threaded and the row blocks are spread over our own threads
-        with threadpool_limits(1, user_api="blas"):
+        with _SingleThreadedBlas():  # threadpoolctl, reference counted
             while resid > threshold and m < max_rank:
                 dp = float(d[p])
                 if dp <= d_floor:
