@@ -17,11 +17,23 @@ the output does not depend on them):
 * causal: the same with *causal* maxima, ``c_tm = max_{j <= t} lk_jm`` and
   ``R_t = max_m (lq_tm + c_tm)`` (the largest term among the keys a query may see).
   Keys of earlier chunks enter through a running state kept relative to the prefix
-  maximum of the keys before the chunk (rescaled when it grows, as in online softmax);
-  inside a chunk, queries of the second half of every dyadic block see the keys of the
-  first half through the maximum of those keys (all earlier than the queries), down to
-  single positions (diagonal terms). No stabiliser ever uses a later position, so a
-  later token cannot change (or underflow) an earlier output.
+  maximum of the keys before the chunk (rescaled when it grows, as in online softmax).
+  Inside a chunk, when the per-feature key maxima grow by at most ``G`` (60 in float32)
+  over the chunk, one pivot ``c_ref = max(prefix, first key)`` (causal for every query of
+  the chunk) serves a masked ``C x C`` score matrix and ``R_t`` is the bound
+  ``max_m (lq_tm + c_end_m)``, within ``e^G`` of the causal maximum: a later key of the
+  chunk changes ``R_t`` only as a common factor of numerator and denominator (exact
+  cancellation; terms lost to underflow are below ``e^{G-87}`` of the row's largest).
+  Otherwise (large jumps of the keys) the exact dyadic scheme runs: queries of the
+  second half of every dyadic block see the keys of the first half through the maximum
+  of those keys (all earlier than the queries), down to single positions, with the
+  exact causal ``R_t``. No stabiliser can let a later token overflow, underflow or
+  otherwise change an earlier output beyond rounding.
+* causal backward: a forward scan (prefix state) gives the query gradients and every
+  intra-chunk gradient (local autograd on recomputed chunk features); a reverse scan
+  keeps ``G_m = sum_t exp(lq_tm - R_t + rho_m) g_t`` relative to
+  ``rho_m = min_t (R_t - lq_tm)`` over later chunks (every factor ``<= 1`` because
+  ``lk_jm <= R_t - lq_tm`` for ``j <= t``) for the key / value gradients.
 """
 
 from __future__ import annotations

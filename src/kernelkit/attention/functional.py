@@ -185,8 +185,10 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
         Query ``t`` sees keys ``j <= t`` only (needs ``L == S``). Chunked prefix sums
         (``chunk_size``): O(chunk_size M e) working memory in the forward and the
         backward pass (a custom autograd Function recomputes the features chunk by
-        chunk). No stabiliser or fitted parameter uses a later position; fitted maps
-        need ``moments`` from other data (module docstring).
+        chunk). Fitted parameters never use the sequence (``moments`` from other data,
+        module docstring); stabilisers are causal or exactly cancelling factors bounded
+        so that a later token cannot change an earlier output beyond rounding (see
+        :mod:`kernelkit.attention._linear`).
     key_padding_mask : bool tensor (..., S), broadcastable to ``q.shape[:-2] + (S,)``
         True marks a padded key, excluded from the attention and from the fitted
         parameters. Rows without any visible key give zeros (as
