@@ -144,6 +144,11 @@ def pivoted_cholesky(kernel, X, *, lengthscale: float = 1.0, tol: float | None =
     -----
     Round-off guard (note §2): the residual diagonal is clipped at 0, set to 0 at each
     pivot, and the iteration stops once ``max(d) <= 1e-14 max(diag K)``.
+
+    ``X`` of any real dtype is converted to float64; all outputs are float64 (``B``
+    grows like ``1 / sqrt(d_p)`` at small pivots, so lower precision would break (17)).
+    Each step is memory bound (one pass over the m rows found so far): the row blocks
+    run in kernelkit's threads with BLAS single-threaded.
     """
     X, _ = validate_data(X, "X")
     X = to_numpy(X, dtype=np.float64)
