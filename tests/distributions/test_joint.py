@@ -306,6 +306,15 @@ def test_basis_cache_shares_bases_and_results():
     assert cache.misses - misses == 2 * 2 + 2  # 2 folds x 2 sides, then the refit on all data
     assert cache.hits - hits == 2 * 2 * 2
     assert gs.best_estimator_.basis_cache is cache
+    # pickling a model does not serialise the cache's contents
+    import pickle
+
+    fits[0].basis_cache.fit(Y, lengthscale=3.0)
+    assert len(cache) > 0
+    restored = pickle.loads(pickle.dumps(fits[0]))
+    assert len(restored.basis_cache) == 0
+    np.testing.assert_array_equal(restored.conditional_weights(X[:3]),
+                                  fits[0].conditional_weights(X[:3]))
     small = BasisCache(max_entries=1)
     JointDistribution(basis_cache=small, **kw).fit(X, Y)
     assert len(small) == 1

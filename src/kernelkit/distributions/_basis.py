@@ -206,8 +206,9 @@ class BasisCache:
     Cached bases are shared, not copied: their arrays are made read-only, and the
     estimators that use them reference the same object (do not refit it). Under
     :func:`sklearn.base.clone` (``GridSearchCV``) the cache is shared too (``copy`` and
-    ``deepcopy`` return the cache itself). Memory: each entry holds an (n, m) factor;
-    call :meth:`clear` when done.
+    ``deepcopy`` return the cache itself); pickling gives an empty cache (so joblib
+    workers each start their own). Memory: each entry holds an (n, m) factor; call
+    :meth:`clear` when done.
 
     Parameters
     ----------
@@ -251,8 +252,11 @@ class BasisCache:
         return self
 
     def __getstate__(self):
+        # a cache is not persisted: pickling an estimator that holds one (or sending it
+        # to a joblib worker) must not serialise every cached (n, m) factor
         state = dict(self.__dict__)
         del state["_lock"]
+        state["_store"] = {}
         return state
 
     def __setstate__(self, state):
