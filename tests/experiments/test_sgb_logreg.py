@@ -217,7 +217,7 @@ def test_spfb_trace_uses_our_objective(binary, digits_small, cancer):
 
 # ----------------------------------------------------------------- the experiment
 TINY = S.Config(
-    datasets=(S.DataSpec("breast_cancer", 1e-2, 100, 3, ranks=(1,)),
+    datasets=(S.DataSpec("breast_cancer", 1e-2, 100, 3, ranks=(1,), paper_ranks=(1,)),
               S.DataSpec("digits", 1e-2, 100, 3, n=300, ranks=(1,))),
     etas=(0.3, 1.0), adam_etas=(0.01, 0.03), schedules=("inverse_t0",), seeds=2)
 
@@ -259,6 +259,15 @@ def test_run_writes_report_and_optimum_is_below_every_method(tiny_run):
         assert set(sizes.values()) == {2}, sizes
         for s in d["summary"].values():
             assert s["min_gap"] >= -1e-12
+    # which variant each label is: the estimator default, the exact step, the paper's LB
+    bc = res["datasets"]["breast_cancer"]["traces"]
+    assert bc["LSPFB k=1"][0]["config"]["low_rank"] == "exact"
+    assert bc["LSPFB-paper k=1"][0]["config"]["low_rank"] == "paper"
+    assert bc[S.EXACT_CG][0]["config"]["cg_maxiter"] == S.EXACT_CG_MAXITER
+    assert "cg_maxiter" not in bc["SPFB"][0]["config"] or \
+        bc["SPFB"][0]["config"]["cg_maxiter"] is None  # the estimator's default cap
+    assert set(res["datasets"]["breast_cancer"]["verdicts"]) >= {"SPFB", S.EXACT_CG}
+    assert "SPFB (CG 1e-4) = the paper's exact step" in text
 
 
 @pytest.mark.slow
@@ -294,7 +303,7 @@ def test_unaffordable_methods_are_skipped_and_listed(tmp_path):
     res = S.run(tmp_path, quick=True, config=cfg)
     d = res["datasets"]["breast_cancer"]
     assert set(d["skipped_methods"]) == {"SPFB (dense)", "LSPFB k=1", "LSPFB k=5"}
-    assert set(d["traces"]) == {"SGD", "Adam", "SPFB"}  # SPFB (CG) always runs
+    assert set(d["traces"]) == {"SGD", "Adam", "SPFB", S.EXACT_CG}  # CG always runs
     assert "Not affordable" in (tmp_path / "report.md").read_text()
     # the estimate counts the tuning grid and the final runs
     pr = C.make_problem(load_sgb_dataset("breast_cancer"), 1e-2)

@@ -66,10 +66,15 @@ def test_float32_stays_float32(backend):
     assert backend.dtype_name(bnd.C) == "float32"
     np.testing.assert_allclose(backend.to_numpy(bnd.C), multinomial_partition_bound(W, X).C,
                                atol=1e-4)
-    if backend.name == "torch":  # the NumPy steps compute in float64 by design
-        out, _ = spfb_step(W32, X32, backend.asarray(y), 1e-2, 1.0, rtol=1e-4)
+    ref, _ = spfb_step(W, X, y, 1e-2, 1.0, rtol=1e-6, maxiter=500)
+    for solver in ("cg", "dense"):  # dense factorises in float64, returns float32
+        out, info = spfb_step(W32, X32, backend.asarray(y), 1e-2, 1.0, rtol=1e-6,
+                              maxiter=500, linear_solver=solver)
         assert backend.dtype_name(out) == "float32"
-        assert np.all(np.isfinite(backend.to_numpy(out)))
+        assert backend.dtype_name(info["direction"]) == "float32"
+        np.testing.assert_allclose(backend.to_numpy(out), ref, rtol=1e-3, atol=1e-4)
+    out, _ = sgd_step(W32, X32, backend.asarray(y), 1e-2, 0.3)
+    assert backend.dtype_name(out) == "float32"
 
 
 def test_beta_on_backend(backend):

@@ -44,6 +44,33 @@ def test_matvec_equals_dense(seed):
     assert A.shape == Ad.shape
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_matvec_equals_sum_of_kronecker_products(seed):
+    """Independent of todense(): A = scale sum_j kron(C_j, x_j x_j^T) + lam I by np.kron."""
+    X, _W, mb, A = _operator(seed, m=9, p=3, n=4, lam=0.2, scale=1 / 9)
+    dense = sum(np.kron(C, np.outer(x, x)) for C, x in zip(mb.C, X, strict=True)) / 9
+    dense += 0.2 * np.eye(12)
+    V = np.random.default_rng(seed).normal(size=(3, 4))
+    np.testing.assert_allclose(A.matvec(V).T.ravel(), dense @ V.T.ravel(), rtol=1e-12,
+                               atol=1e-14)
+    np.testing.assert_allclose(A.todense(), dense, rtol=1e-12, atol=1e-14)
+
+
+def test_float32_operator_stays_float32():
+    X, _W, mb, A = _operator(1)
+    A32 = KroneckerCurvature(X.astype(np.float32), mb.C.astype(np.float32), lam=1e-2,
+                             scale=1 / len(X))
+    V = np.random.default_rng(0).normal(size=(A.p, A.n))
+    out = A32.matvec(V.astype(np.float32))
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, A.matvec(V), rtol=1e-5, atol=1e-6)
+    pre = KroneckerPreconditioner(X.astype(np.float32))
+    sol, _ = A32.solve(V.astype(np.float32), rtol=1e-5, maxiter=200, precondition=pre)
+    assert sol.dtype == np.float32
+    exact = np.linalg.solve(A.todense(), V.T.ravel()).reshape(A.n, A.p).T
+    np.testing.assert_allclose(sol, exact, rtol=1e-3, atol=1e-4 * np.abs(exact).max())
+
+
 def test_per_parameter_ridge():
     X, W, mb, _ = _operator(0)
     lam = np.random.default_rng(1).uniform(0.1, 1.0, size=(X.shape[1], W.shape[1]))

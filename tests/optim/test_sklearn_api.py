@@ -169,6 +169,50 @@ def test_objective_function_matches_sklearn_binary_mapping():
         logistic_objective(sk.coef_, sk.intercept_, X, y + 5, 1e-2, classes=[0, 1])
 
 
+@pytest.mark.parametrize("solver", ["spfb", "sgd", "lspfb", "bound"])
+def test_float32_in_float32_out_same_path(solver):
+    """float32 data: float32 coef_ / probabilities, the float64 run's path up to rounding."""
+    X, y = _data("iris")
+    kw = dict(solver=solver, alpha=1e-2, batch_size=50, max_epochs=8, tol=None, rank=4,
+              random_state=0)
+    c64 = BoundLogisticRegression(**kw).fit(X, y)
+    c32 = BoundLogisticRegression(**kw).fit(X.astype(np.float32), y)
+    assert c32.coef_.dtype == c32.intercept_.dtype == np.float32
+    assert c64.coef_.dtype == np.float64
+    assert c32.predict_proba(X.astype(np.float32)).dtype == np.float32
+    np.testing.assert_allclose(c32.coef_, c64.coef_, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(c32.loss_history_, c64.loss_history_, rtol=1e-5)
+
+
+def test_defaults_truncated_cg_and_exact_low_rank(monkeypatch):
+    """SPFB by default: CG (also for small d) capped at 3 iterations; LSPFB: "exact"."""
+    from kernelkit.optim import logistic, solvers
+    from kernelkit.optim import low_rank as lr
+
+    X, y = _data("iris")
+    seen = []
+    real_spfb, real_lspfb = solvers.spfb_step, lr.lspfb_step
+
+    def spy(*a, **k):
+        seen.append((k["linear_solver"], k["maxiter"]))
+        return real_spfb(*a, **k)
+
+    def spy_l(*a, **k):
+        seen.append(k["variant"])
+        return real_lspfb(*a, **k)
+
+    monkeypatch.setattr(solvers, "spfb_step", spy)
+    monkeypatch.setattr(lr, "lspfb_step", spy_l)
+    BoundLogisticRegression(max_epochs=1, batch_size=75).fit(X, y)
+    assert set(seen) == {("cg", logistic._SPFB_CG_MAXITER)} and logistic._SPFB_CG_MAXITER == 3
+    seen.clear()
+    BoundLogisticRegression(solver="bound", max_epochs=1).fit(X, y)  # d = 15: dense
+    assert set(seen) == {("dense", 500)}
+    seen.clear()
+    BoundLogisticRegression(solver="lspfb", rank=2, max_epochs=1, batch_size=75).fit(X, y)
+    assert set(seen) == {"exact"}
+
+
 # ---------------------------------------------------------------- bad input
 def test_bad_input_errors():
     X, y = _data("iris")

@@ -37,6 +37,7 @@ import platform
 
 import numpy as np
 
+from ..optim.logistic import _SPFB_CG_MAXITER
 from ._timing import meets, text_table, time_calls
 
 NAME = "sgb"
@@ -46,7 +47,7 @@ DESCRIPTION = ("SPFB step matrix-free vs dense; epochs and seconds to suboptimal
 __all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
 
 #: CG iteration cap of BoundLogisticRegression(solver="spfb") by default (its ``cg_maxiter``)
-DEFAULT_CG_MAXITER = 10
+DEFAULT_CG_MAXITER = _SPFB_CG_MAXITER
 
 #: quantity -> (comparison, threshold)
 TARGETS = {

@@ -224,10 +224,13 @@ def multinomial_bound_from_logits(S) -> MultinomialBound:
         S = _np_float(S)
     m, n = S.shape
     dev = device(S)
-    cols = [S[:, 0]]
-    for i in range(1, n):  # prefix log-sum-exp over the n labels (not the samples)
-        cols.append(xp.logaddexp(cols[-1], S[:, i]))
-    cum = xp.stack(cols, axis=1)  # (m, n): c_i = logsumexp(s_1..s_i)
+    if is_numpy_namespace(xp):  # (m, n): c_i = logsumexp(s_1..s_i), one ufunc call
+        cum = np.logaddexp.accumulate(S, axis=1)
+    else:
+        cols = [S[:, 0]]
+        for i in range(1, n):  # prefix log-sum-exp over the n labels (not the samples)
+            cols.append(xp.logaddexp(cols[-1], S[:, i]))
+        cum = xp.stack(cols, axis=1)
     log_z = cum[:, -1]
     prob = xp.exp(S - log_z[:, None])  # (m, n)
     if n == 1:

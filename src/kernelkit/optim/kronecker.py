@@ -198,7 +198,7 @@ class KroneckerPreconditioner:
         p = X_ref.shape[1]
         evals, U = xp.linalg.eigh(X_ref.T @ X_ref / X_ref.shape[0])  # ascending
         evals = xp.clip(evals, 0.0, None)
-        self.p, self.xp = p, xp
+        self.p = p
         keep = p if rank is None or int(rank) >= p else int(rank)
         if keep < 1:
             raise ValueError(f"rank must be >= 1 or None, got {rank}.")
@@ -206,6 +206,11 @@ class KroneckerPreconditioner:
         self.evals = xp.take(evals, order)  # descending
         self.U = xp.take(U, order, axis=1)  # (p, keep)
         self.tail = None if keep == p else float(evals[p - 1 - keep])  # largest discarded
+
+    @property
+    def xp(self):
+        """Array namespace of the stored eigenvectors (not stored: keeps it picklable)."""
+        return get_namespace(self.U)
 
     def for_operator(self, A: KroneckerCurvature):
         """The preconditioner of ``A`` as a callable on (p, n) arrays."""
@@ -263,9 +268,12 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None,
     info : dict with ``iterations`` and ``residual`` (relative).
     """
     xp = get_namespace(b)
-
-    def dot(u, v):
-        return float(xp.sum(u * v))
+    if is_numpy_namespace(xp):
+        def dot(u, v):
+            return float(np.vdot(u, v))
+    else:
+        def dot(u, v):
+            return float(xp.sum(u * v))
 
     bnorm = dot(b, b) ** 0.5
     if bnorm == 0.0:
