@@ -158,6 +158,10 @@ class PolynomialJointDistribution(TensorJointModel):
     basis_x_, basis_y_ : PolynomialBasis
     sos_gram_ : ndarray (N, N), the SOS Gram matrix (``"positive"`` only)
     sos_exponents_ : ndarray (N, d_X + d_Y), exponents of ``tau`` (standardised x, y)
+
+    Notes
+    -----
+    Inputs of any real dtype are converted to float64; outputs are float64 NumPy arrays.
     """
 
     def __init__(self, degree: int = 4, reg: float = 1e-3, constraint=None, solver=None,
