@@ -6,7 +6,12 @@ softmax attention is :func:`kernelkit.kernels.softmax_attention`. Needs PyTorch.
 """
 
 from ._maps import FEATURE_MAPS, FITTED_MAPS, Moments
-from .functional import attention_moments, draw_features, linear_attention
+from .functional import (
+    attention_moments,
+    draw_features,
+    hybrid_base_size,
+    linear_attention,
+)
 from .module import FavorAttention
 
 __all__ = [
@@ -16,5 +21,6 @@ __all__ = [
     "Moments",
     "attention_moments",
     "draw_features",
+    "hybrid_base_size",
     "linear_attention",
 ]

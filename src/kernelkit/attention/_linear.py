@@ -272,7 +272,9 @@ class _CausalExp(torch.autograd.Function):
             kc = None if (keep is None or side == "q") else keep[:, lo:hi]
             return xc, feat.log_features(xc, side, kc)
 
-        with torch.enable_grad():
+        # float32 / float64 as the forward, even when backward() is called under autocast
+        no_autocast = torch.autocast(xq.device.type, enabled=False)
+        with torch.enable_grad(), no_autocast:
             # forward scan: query gradients through the prefix state, intra-chunk gradients
             S = torch.zeros(B, M, E, dtype=dt, device=xq.device)
             c = torch.full((B, M), _NEG, dtype=dt, device=xq.device)

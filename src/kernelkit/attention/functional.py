@@ -16,7 +16,11 @@ Data-dependent parameters (FAVOR++ ``gerf``, FAVOR# ``saderf`` / ``aderf`` / ``s
   batches, a calibration set): pass ``moments=attention_moments(q_past, k_past)``;
   :class:`~kernelkit.attention.FavorAttention` keeps them as running-average buffers
   updated after each training step. Without ``moments`` a fitted map in causal mode
-  raises a ``ValueError``.
+  raises a ``ValueError`` that says what to pass.
+
+Non-positive maps (``trig``, ``hybrid_angular``) are bidirectional only: their
+normaliser ``sum_j phi(q_t) . phi(k_j)`` can be zero or negative on a short prefix, so a
+causal request raises a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -29,20 +33,42 @@ import numpy as np
 import torch
 
 from .._backend import check_random_state
+from ..features.hybrid import matched_n_features
 from ..features.sampling import draw_projection
 from . import _maps
 from ._linear import bidirectional_exp, bidirectional_plain, causal_exp
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, Moments, build_log_map, moments
 
-__all__ = ["attention_moments", "draw_features", "linear_attention"]
+__all__ = ["attention_moments", "draw_features", "hybrid_base_size", "linear_attention"]
 
-#: default number of signs ``n`` of the angular hybrid (Choromanski et al. 2022, eq. 12)
+#: default ``n_lambda`` (sign projections ``n`` of the angular hybrid's coefficient,
+#: Choromanski et al. 2022 eq. 12), as :class:`kernelkit.features.AngularHybridRF`
 HYBRID_SIGNS = 8
+
+
+def hybrid_base_size(n_features: int, d: int, n_lambda: int = HYBRID_SIGNS) -> int:
+    """Base size ``m`` of the ``hybrid_angular`` attention map with output dim ``<= M``.
+
+    In attention ``n_features = M`` is the *feature dimension* of every map (it sets the
+    O(L M e) cost of the attention products). The angular hybrid has dimension
+    ``4 m (n + 1)`` (``m`` = ``AngularHybridRF.n_features``, ``n`` = ``n_lambda``), so
+    ``m = matched_n_features(M // 2, d, n_lambda, rule="dimension")``: the largest ``m``
+    whose dimension does not exceed that of a trig map with ``M / 2`` projections
+    (:func:`kernelkit.features.matched_n_features`). Budgets below ``4 (n + 1)`` give
+    ``m = 1`` (dimension ``4 (n + 1) > M``).
+    """
+    try:
+        return matched_n_features(max(1, n_features // 2), d, n_lambda, rule="dimension")
+    except ValueError:  # M < 4 (n + 1): the smallest hybrid
+        return 1
 
 
 def _check_name(feature_map) -> str:
     if not isinstance(feature_map, str):
-        raise TypeError(f"feature_map must be a string, got {type(feature_map).__name__}.")
+        hint = (" (attn_mask is keyword-only in linear_attention)"
+                if isinstance(feature_map, torch.Tensor) else "")
+        raise TypeError(f"feature_map must be a string, got {type(feature_map).__name__}"
+                        f"{hint}.")
     name = feature_map.lower()
     if name not in FEATURE_MAPS:
         raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
@@ -57,11 +83,33 @@ def _check_n_features(n_features) -> int:
 
 
 def draw_features(feature_map: str, n_features: int, d: int, random_state=None,
-                  orthogonal: bool = True) -> dict:
+                  orthogonal: bool = True, n_lambda: int = HYBRID_SIGNS) -> dict:
     """Random parameters of a feature map as NumPy arrays (drawn with NumPy).
 
-    Returns ``{"W": (n_proj, d)}`` (block-orthogonal rows, marginally N(0, I), by default),
-    plus ``"T": (n, d)`` sign projections for ``hybrid_angular``. relu / elu draw nothing.
+    Parameters
+    ----------
+    feature_map : str
+        One of :data:`FEATURE_MAPS`.
+    n_features : int
+        Feature dimension ``M`` (as in :func:`linear_attention`).
+    d : int
+        Head dimension.
+    random_state : None, int or numpy.random.Generator
+    orthogonal : bool
+        Block-orthogonal rows of ``W`` (marginally N(0, I)); i.i.d. otherwise.
+    n_lambda : int
+        ``hybrid_angular`` only: sign projections ``n`` of the coefficient.
+
+    Returns
+    -------
+    dict
+        ``{"W": (n_proj, d)}``, plus ``"T": (n_lambda, d)`` (i.i.d. N(0, 1)) for
+        ``hybrid_angular``; relu / elu draw nothing. For ``hybrid_angular``,
+        ``n_proj = m = hybrid_base_size(M, d, n_lambda)`` and ``W`` then ``T`` are drawn
+        in the order of :class:`kernelkit.features.AngularHybridRF`, so
+        ``AngularHybridRF(n_features=m, n_lambda=n_lambda, orthogonal=orthogonal,
+        random_state=seed)`` fitted on the scaled queries and keys has the same ``W``
+        (its ``projection_``) and ``T`` (its ``lambda_projection_``).
     """
     name = _check_name(feature_map)
     n_features = _check_n_features(n_features)
@@ -69,9 +117,12 @@ def draw_features(feature_map: str, n_features: int, d: int, random_state=None,
     if name in ("relu", "elu"):
         return {}
     if name == "hybrid_angular":
-        m = max(1, n_features // (4 * (HYBRID_SIGNS + 1)))
+        if isinstance(n_lambda, bool) or not isinstance(n_lambda, numbers.Integral) \
+                or n_lambda < 1:
+            raise ValueError(f"n_lambda must be a positive integer, got {n_lambda!r}.")
+        m = hybrid_base_size(n_features, d, int(n_lambda))
         return {"W": draw_projection(m, d, rng, orthogonal),
-                "T": rng.standard_normal((HYBRID_SIGNS, d))}
+                "T": rng.standard_normal((int(n_lambda), d))}
     n_proj = max(1, n_features // 2) if name in ("hyperbolic", "trig") else n_features
     return {"W": draw_projection(n_proj, d, rng, orthogonal)}
 
@@ -154,12 +205,18 @@ def _finite_check(**tensors):
 def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 256, *,
                      is_causal: bool = False, key_padding_mask=None, random_state=None,
                      scale=None, orthogonal: bool = True, projection=None, moments=None,
-                     chunk_size: int = 64, check_finite: bool = True):
+                     chunk_size: int = 64, check_finite: bool = True, attn_mask=None,
+                     dropout_p: float = 0.0, enable_gqa: bool = False):
     """Random-feature softmax attention (FAVOR+, FAVOR++, FAVOR#, hybrids, linear maps).
 
     Approximates ``softmax(q k^T * scale) v`` (``scaled_dot_product_attention``) in
     O((L + S) M d) time: ``out = diag(P (S^T 1))^{-1} P (S^T v)`` with query features
     ``P`` and key features ``S`` (FAVOR# eq. 4).
+
+    Drop-in use: ``F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0,
+    is_causal=..., scale=..., enable_gqa=...)`` becomes ``linear_attention(q, k, v,
+    "sderf", 256, attn_mask=None, dropout_p=0.0, is_causal=..., scale=...,
+    enable_gqa=...)`` (the arguments after ``v`` are keyword-only here).
 
     Parameters
     ----------
@@ -175,12 +232,18 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
         ``n_features/2`` projections), ``"positive"`` (FAVOR+, eq. 8-9), ``"hyperbolic"``
         (``n_features/2`` projections, ``exp(+-w.x)``), ``"gerf"`` (FAVOR++), ``"saderf"``,
         ``"aderf"``, ``"sderf"`` (FAVOR#, Sec. 4), ``"hybrid_angular"`` (Choromanski et al.
-        2022 eq. 12: ``lambda SM++ + (1 - lambda) SMtrig`` with ``lambda = theta / pi``
-        estimated from 8 sign projections, output dim ``4m(8+1) <= n_features``).
+        2022 eq. 12, 19: ``lambda_hat SM++ + (1 - lambda_hat) SMtrig`` with
+        ``lambda_hat`` estimating ``theta / pi`` from ``n_lambda = 8`` sign projections;
+        the same estimator as :class:`kernelkit.features.AngularHybridRF` with
+        ``shared_projection=True``, ``n_features = m = hybrid_base_size(M, d)`` and output
+        dim ``4m(8+1) <= M``; other ``n_lambda`` through
+        ``projection=draw_features("hybrid_angular", M, d, seed, n_lambda=n)``).
         trig and hybrid_angular are not positive (their normaliser can be near zero) and
-        are bidirectional only.
+        are bidirectional only: ``is_causal=True`` raises a ``ValueError``.
     n_features : int
-        Number of random features ``M`` (output dim of the map).
+        Feature dimension ``M`` (the number of columns of ``P`` and ``S``): ``M``
+        projections for positive / FAVOR++ / FAVOR#, ``M / 2`` for trig and hyperbolic
+        (two features per projection), see :func:`hybrid_base_size` for the hybrid.
     is_causal : bool
         Query ``t`` sees keys ``j <= t`` only (needs ``L == S``). Chunked prefix sums
         (``chunk_size``): O(chunk_size M e) working memory in the forward and the
@@ -202,21 +265,59 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
     projection : array (M, d) or dict, optional
         Fixed projections (as returned by :func:`draw_features`) instead of drawing them.
     moments : Moments, optional
-        Statistics to fit FAVOR++/FAVOR# parameters from (required for them in causal
-        mode; in bidirectional mode they replace the per-instance fit).
+        Statistics to fit the FAVOR++ / FAVOR# parameters (``gerf``, ``saderf``,
+        ``aderf``, ``sderf``) from, as returned by :func:`attention_moments`: required
+        for them in causal mode, where the sequence itself may not be used (pass
+        ``moments=attention_moments(q_calib, k_calib)`` with queries and keys of earlier
+        batches or a calibration set, batch shape broadcastable to ``q.shape[:-2]``, e.g.
+        ``(H,)`` per head, or ``()``); in bidirectional mode they replace the
+        per-instance fit. Ignored by the other maps.
     chunk_size : int
         Causal chunk length (power of two).
     check_finite : bool
         Raise ``ValueError`` on NaN / inf inputs (one pass over q, k, v).
+    attn_mask : bool or float tensor, optional
+        SDPA's mask, supported where linear attention can apply it: the causal ``(L, L)``
+        mask (bool ``True`` on and below the diagonal, or float ``0`` there and ``-inf``
+        above), which selects ``is_causal=True``; or a key-padding mask broadcast over
+        the queries, shape ``(..., 1, S)`` (bool ``True`` = attend, or float ``0`` /
+        ``-inf``), merged with ``key_padding_mask``. Any other mask (an arbitrary
+        ``(L, S)`` pattern or an additive bias) raises a ``ValueError``: the attention
+        matrix is never formed.
+    dropout_p : float
+        Must be 0: SDPA drops attention weights, which do not exist here (dropout on
+        the output is what :class:`~kernelkit.attention.FavorAttention` does).
+    enable_gqa : bool
+        Grouped-query attention as in SDPA: ``k`` / ``v`` with ``Hkv`` heads (dim -3)
+        serve ``q`` with ``Hq = g Hkv`` heads (each key head repeated ``g`` times).
 
     Returns
     -------
     tensor (..., L, e)
+        Same dtype as ``q`` (float32 for float32 inputs under autocast; the computation
+        never runs in half precision).
+
+    Notes
+    -----
+    Causal fitted maps: FAVOR++ / FAVOR# parameters come from ``moments`` of *other*
+    data, so no position sees a later one through them; ``FavorAttention`` keeps those
+    moments as running averages (buffers ``running_*``) updated after each training
+    step. Stabilisers are described in :mod:`kernelkit.attention._linear`.
     """
     is_numpy = not isinstance(q, torch.Tensor)
     q, k, v = _as_torch(q, k, v)
     name = _check_name(feature_map)
     n_features = _check_n_features(n_features)
+    if not (isinstance(dropout_p, numbers.Real) and dropout_p == 0):
+        raise ValueError(
+            f"dropout_p must be 0, got {dropout_p!r}: linear attention never forms the "
+            "attention weights that SDPA's dropout_p drops; apply dropout to the output "
+            "instead (FavorAttention(dropout=...) does).")
+    if enable_gqa:
+        k, v = _expand_gqa(q, k, v)
+    if attn_mask is not None:
+        is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal,
+                                                       key_padding_mask)
     mask = _validate(q, k, v, is_causal, key_padding_mask)
     if check_finite:
         _finite_check(q=q, k=k, v=v)
@@ -229,13 +330,19 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
     elif not (isinstance(scale, numbers.Real) and scale > 0 and math.isfinite(scale)):
         raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
     if is_causal and name in ("trig", "hybrid_angular"):
-        raise ValueError(f"feature_map={name!r} is not positive; causal mode supports relu, "
-                         f"elu and the exponential maps {EXP_MAPS}.")
+        raise ValueError(
+            f"feature_map={name!r} is bidirectional only: its features are not positive, so "
+            "a causal prefix normaliser can be zero or negative. Causal mode supports "
+            f"'relu', 'elu' and the positive maps {EXP_MAPS}.")
     if is_causal and name in FITTED_MAPS and moments is None:
         raise ValueError(
-            f"feature_map={name!r} fits its parameters from the data; in causal mode a fit "
-            "on the sequence would leak later tokens. Pass moments=attention_moments(...) "
-            "from earlier data, or use FavorAttention (running statistics).")
+            f"feature_map={name!r} fits its parameters from the queries and keys; in causal "
+            "mode a fit on the sequence itself would leak later tokens. Pass "
+            "moments=kernelkit.attention.attention_moments(q_calib, k_calib), computed from "
+            "the queries and keys of earlier batches or a calibration set (last dim d, "
+            "batch shape broadcastable to q.shape[:-2]); or use FavorAttention, which "
+            "keeps running statistics; or a map without fitted parameters ('positive', "
+            "'hyperbolic').")
     params = _projection_params(name, n_features, d, random_state, orthogonal, projection)
 
     out_dtype = q.dtype
@@ -247,6 +354,53 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
                          is_causal, float(scale), moments, int(chunk_size))
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
+
+
+def _expand_gqa(q, k, v):
+    # SDPA's enable_gqa: k, v (..., Hkv, S, .) serve q (..., Hq, L, d) with Hq = g Hkv
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() < 3:
+            raise ValueError(f"enable_gqa needs (..., H, L, d) inputs, {name} has shape "
+                             f"{tuple(t.shape)}.")
+    Hq, Hk, Hv = q.shape[-3], k.shape[-3], v.shape[-3]
+    if Hk != Hv or Hq % Hk:
+        raise ValueError(f"enable_gqa needs k and v with the same number of heads dividing "
+                         f"q's, got Hq={Hq}, Hk={Hk}, Hv={Hv}.")
+    g = Hq // Hk
+    if g == 1:
+        return k, v
+    return k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+
+
+def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
+    """SDPA ``attn_mask`` -> (is_causal, key_padding_mask) where it is causal or padding."""
+    m = torch.as_tensor(attn_mask, device=q.device)
+    L, S = q.shape[-2], k.shape[-2]
+    if m.dtype == torch.bool:
+        blocked = ~m
+    elif m.is_floating_point():
+        blocked = torch.isneginf(m)
+        if not bool((m[~blocked] == 0).all()):
+            raise ValueError("a float attn_mask may only hold 0 (attend) and -inf (blocked): "
+                             "linear attention cannot add a bias to scores it never forms.")
+    else:
+        raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")
+    if blocked.dim() >= 2 and blocked.shape[-2] == 1 and blocked.shape[-1] == S:
+        pad = blocked[..., 0, :]  # (..., S), True = padded key
+        if key_padding_mask is not None:
+            kpm = torch.as_tensor(key_padding_mask, device=q.device)
+            if kpm.dtype != torch.bool:
+                raise TypeError(f"key_padding_mask must be a bool tensor (True = padded "
+                                f"key), got {kpm.dtype}.")
+            pad = pad | kpm
+        return is_causal, pad
+    if blocked.shape == (L, S) and L == S and bool(torch.equal(
+            blocked, torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1))):
+        return True, key_padding_mask
+    raise ValueError(
+        f"attn_mask of shape {tuple(m.shape)} is neither the causal (L, L) mask nor a key "
+        "padding mask of shape (..., 1, S): linear attention cannot apply an arbitrary "
+        "mask. Use is_causal=True and/or key_padding_mask (True = padded key).")
 
 
 def _projection_params(name, n_features, d, random_state, orthogonal, projection):
@@ -415,6 +569,10 @@ def _bidirectional_hybrid(x, y, v, keep, W, T):
     #   Phi1(x) = [phi++(x); phitrig(x); s(x) o phitrig(x) / sqrt(n); s(x) o phi++(x) / sqrt(n)]
     #   Phi2(y) = [phi++(y); phitrig(y); s(y) o phitrig(y) / sqrt(n); -s(y) o phi++(y) / sqrt(n)]
     # (the common 1/2 dropped), Phi1.Phi2 = lam SM++ + (1 - lam) SMtrig, lam = theta / pi.
+    # This is kernelkit.features.AngularHybridRF(n_features=m, n_lambda=n,
+    # shared_projection=True) with W = projection_, T = lambda_projection_: here phi++ and
+    # phitrig lack its 1/sqrt(m) and the blocks its 1/sqrt(2), so Phi1.Phi2 = 2m x its
+    # approx_kernel, a constant that cancels in the normalisation (tested).
     n = T.shape[0]
 
     def parts(u, sign_last):

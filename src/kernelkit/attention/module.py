@@ -46,24 +46,67 @@ __all__ = ["FavorAttention"]
 class FavorAttention(nn.Module):
     """Multi-head linear attention (FAVOR+ / FAVOR++ / FAVOR# / hybrid / linear maps).
 
+    A replacement for ``torch.nn.MultiheadAttention(batch_first=True)``: same constructor
+    arguments, parameters (``in_proj_weight`` or ``q/k/v_proj_weight``, ``in_proj_bias``,
+    ``out_proj``; an MHA ``state_dict`` loads with ``strict=False``) and forward
+    signature; ``forward`` returns ``(out, None)``.
+
     Parameters
     ----------
-    embed_dim, num_heads, dropout, bias, kdim, vdim, batch_first, device, dtype
-        As in :class:`torch.nn.MultiheadAttention` (see module docstring for dropout).
+    embed_dim : int
+        Model dimension ``E`` (``head_dim = E / num_heads``).
+    num_heads : int
+        Number of heads.
+    dropout : float
+        Dropout on the attention output of every head, before ``out_proj`` (training
+        only). ``nn.MultiheadAttention`` drops attention *weights*, which linear
+        attention never forms.
+    bias : bool
+        Biases of the input and output projections.
+    add_bias_kv, add_zero_attn : bool
+        Not supported (must be False).
+    kdim, vdim : int, optional
+        Key / value input dimensions (default ``embed_dim``).
+    batch_first : bool
+        ``(N, L, E)`` inputs (default True); ``(L, N, E)`` otherwise.
+    device, dtype
+        Of the parameters.
     feature_map : str
         One of :data:`kernelkit.attention.FEATURE_MAPS` (default ``"sderf"``, FAVOR#).
     n_features : int
-        Random features per head ``M``.
+        Feature dimension per head ``M`` (as in :func:`linear_attention`).
     redraw_interval : int or None
-        Redraw the projections every this many training forward calls.
+        In training mode the projections are redrawn every this many forward calls
+        (None or 0: never). ``eval()`` keeps them fixed.
     orthogonal : bool
         Block-orthogonal projections.
     chunk_size : int
         Causal chunk length (power of two).
     momentum : float or None
-        Running-statistics update for causal fitted maps.
-    random_state : None, int or numpy Generator
+        Update of the running statistics of causal fitted maps (exponential average;
+        None: cumulative average).
+    random_state : None, int or numpy.random.Generator
         Seeds the projections (drawn with NumPy).
+
+    Notes
+    -----
+    * ``need_weights=True`` raises (no weights exist).
+    * ``attn_mask`` may only be the causal mask (bool ``True`` above the diagonal, or
+      float ``-inf`` above it) or None; ``is_causal=True`` alone selects causal attention.
+    * ``key_padding_mask``: bool (True = padded) or float (``-inf`` = padded, 0 = kept).
+    * Random features: one projection matrix (buffer ``projection``, plus
+      ``sign_projection`` for ``hybrid_angular``) shared by the heads and saved in the
+      ``state_dict``.
+    * Fitted maps (``gerf``, ``saderf``, ``aderf``, ``sderf``): bidirectional calls fit
+      their parameters per batch element and head from that call's queries and keys;
+      causal calls use running statistics (buffers ``running_mean_q``,
+      ``running_second_q``, ``running_mean_k``, ``running_second_k``: per-head means and
+      second moments of the scaled queries and keys) updated *after* each causal
+      training forward, so no call sees its own tokens. Until the first update
+      (``num_batches_tracked == 0``) they use FAVOR+ features. ``eval()`` freezes them.
+    * ``torch.compile``: the bidirectional path compiles; the causal kernel (a custom
+      autograd Function with a loop over chunks) and the redraw run eagerly
+      (``torch.compiler.disable``).
     """
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
@@ -166,9 +209,12 @@ class FavorAttention(nn.Module):
         params = draw_features(self.feature_map, self.n_features, self.head_dim, self._rng,
                                self.orthogonal)
         dev = self.calls_since_redraw.device
+        # the module's floating dtype (float32 unless converted with .double() / .to())
+        dt = self.out_proj.weight.dtype
+        dt = dt if dt in (torch.float32, torch.float64) else torch.float32
         for key, name in (("W", "projection"), ("T", "sign_projection")):
             val = params.get(key)
-            t = torch.empty(0) if val is None else torch.as_tensor(val, dtype=torch.float32)
+            t = torch.empty(0, dtype=dt) if val is None else torch.as_tensor(val, dtype=dt)
             setattr(self, name, t.to(dev))
         self.calls_since_redraw.zero_()
 
