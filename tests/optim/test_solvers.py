@@ -131,3 +131,21 @@ def test_step_size_schedules():
     with pytest.raises(ValueError, match="reduction"):
         X, y, W = _problem(0)
         spfb_step(W, X, y, 1.0, reduction="max")
+
+
+@pytest.mark.parametrize("where", ["X_nan", "W_inf", "overflow"])
+def test_non_finite_inputs_are_rejected(where):
+    from kernelkit.optim import lspfb_step, multinomial_partition_bound
+
+    X, y, W = _problem(6, m=10)
+    if where == "X_nan":
+        X[3, 1] = np.nan
+    elif where == "W_inf":
+        W[0, 2] = np.inf
+    else:
+        W *= 1e308  # finite parameters, overflowing logits
+    for call in (lambda: multinomial_partition_bound(W, X),
+                 lambda: spfb_step(W, X, y, 0.1), lambda: sgd_step(W, X, y, 0.1, 1.0),
+                 lambda: lspfb_step(W, X, y, 0.1, rank=2)):
+        with pytest.raises(ValueError, match="not finite"), np.errstate(all="ignore"):
+            call()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import device, get_namespace, is_numpy_namespace, to_backend, to_numpy
-from .bound import _np_float, multinomial_bound_from_logits
+from .bound import _check_logits, _np_float, multinomial_bound_from_logits
 from .kronecker import KroneckerCurvature
 
 __all__ = [
@@ -145,6 +145,13 @@ def spfb_step(W, X, y, lam, eta=1.0, *, mask=None, reduction="mean", linear_solv
               rtol=1e-4, maxiter=None, x0=None, preconditioner="jacobi"):
     """One SPFB step (eq. 2.5/2.6) on the mini-batch ``(X, y)``.
 
+    With the defaults the step solves eq. 2.6 to a relative residual ``rtol`` (the
+    paper's step up to that tolerance). :class:`~kernelkit.optim.BoundLogisticRegression`
+    instead truncates CG at a few warm-started iterations by default (``maxiter=3``,
+    ``x0`` = the previous direction, the Kronecker preconditioner); see its
+    ``cg_maxiter``. NumPy float32 ``W`` and ``X`` are computed in float32 (the dense
+    solve factorises in float64 and returns float32).
+
     Parameters
     ----------
     W : ndarray, shape (p, n)
@@ -217,6 +224,7 @@ def sgd_step(W, X, y, lam, eta, *, mask=None, reduction="mean"):
     m = y.shape[0]
     scale, _ = _scales(m, lam, reduction)
     S = _logits(X, W)  # (m, n)
+    _check_logits(xp, S)
     log_z = _logsumexp(xp, S)  # (m,)
     P = xp.exp(S - log_z[:, None])
     Y = _onehot(xp, y, W.shape[1], S)
