@@ -287,3 +287,18 @@ def test_module_keeps_its_dtype_across_redraws():
     for _ in range(3):
         out, _ = m(x, x, x)
     assert m.projection.dtype == torch.float64 and out.dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", ["trig", "hybrid_angular"])
+def test_non_positive_maps_stay_finite_at_large_norms(name):
+    """|q|, |k| ~ 40 sqrt(d) in float32: the key-side stabilisers (one global constant per
+    instance, exactly cancelling) keep outputs and gradients finite. The estimate itself is
+    not a convex combination (signed features), so only finiteness is asserted."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 48, 16, generator=g) * 40.0 for _ in range(3))
+    q.requires_grad_(True)
+    k.requires_grad_(True)
+    out = linear_attention(q, k, v, name, 64, random_state=0)
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
