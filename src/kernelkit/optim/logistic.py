@@ -38,8 +38,8 @@ from .kronecker import KroneckerPreconditioner
 __all__ = ["BoundLogisticRegression", "logistic_objective"]
 
 SOLVERS = ("spfb", "lspfb", "bound", "sgd")
-_DEFAULT_SCHEDULE = {"spfb": "inverse", "lspfb": "inverse", "bound": "constant",
-                     "sgd": "inverse"}
+_DEFAULT_SCHEDULE = {"spfb": "inverse_t0", "lspfb": "inverse_t0", "bound": "constant",
+                     "sgd": "inverse_t0"}
 _PRECOND_RANK = 100  # leading eigenvectors of the input second moment kept (p > 200)
 _DENSE_MAX_DIM = 1500  # linear_solver="auto": dense Cholesky up to this parameter dimension
 _SPFB_CG_MAXITER = 3  # default CG iteration cap of solver="spfb" (cg_maxiter=None)
@@ -139,11 +139,16 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         ``max_epochs``.
     n_iter_no_change : int, default=3
     eta0 : float, default=1.0
-        Initial step size (``eta_t = eta0 / t`` with the default schedule).
+        Initial step size (``eta_t = eta0 / (1 + t / t0)`` with the default schedule).
     schedule : {"inverse", "inverse_t0", "constant"} or None, default=None
-        ``eta0 / t`` (paper), ``eta0 / (1 + t / t0)`` or ``eta0``; ``None`` picks
-        ``"constant"`` for ``"bound"`` and ``"inverse"`` otherwise. ``t`` counts steps
-        from 1 over the whole training (``partial_fit`` included).
+        ``eta0 / t`` (the paper's, eq. 2.5), ``eta0 / (1 + t / t0)`` or ``eta0``;
+        ``None`` picks ``"constant"`` for ``"bound"`` and ``"inverse_t0"`` otherwise.
+        ``t`` counts steps from 1 over the whole training (``partial_fit`` included), so
+        the paper's ``eta0 / t`` has shrunk ``T / m``-fold after one epoch; with
+        ``t0`` = one epoch, ``"inverse_t0"`` keeps the O(1/t) decay of Theorem 2 without
+        that (default ``eta0 = 1``, 100 epochs, ``alpha = 1e-4``: relative gap 2.6 vs 12.6
+        on standardised digits and 0.22 vs 0.77 on 10 000 Fashion-MNIST images for SPFB;
+        SGD alike).
     t0 : float or None, default=None
         For ``"inverse_t0"``; ``None`` = the number of steps in one epoch.
     fit_intercept : bool, default=True
@@ -171,7 +176,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         mini-batch fits that batch and is short where the bound over-estimates the
         Hessian, note §3). Relative gap (L - L*)/L* at the best
         ``eta0`` in {0.3, 1, 3} (schedule ``"inverse_t0"``, one seed, ``random_state=0``),
-        for caps 2 / 3 / 10 / an exact solve (CG to 1e-4, ~25 iterations, or dense):
+        for caps 2 / 3 / 10 / an exact solve (CG to 1e-4, 25-70 iterations, or dense):
         Fashion-MNIST (T = 60000, alpha = 1e-4, m = 1000, 3 epochs) 0.092 / 0.103 / 0.18
         / 0.23 (eta0 = 3 diverges with the exact solve); digits (alpha = 1e-3, m = 100,
         10 epochs) 0.045 / 0.088 / 0.19 / 0.19; the MNIST sample (alpha = 1e-4,
