@@ -146,6 +146,19 @@ def test_exact_training_loss_decreases_and_bpc_is_below_uniform(corpus):
     assert r["train_tokens_per_s"] > 0 and r["eval_tokens_per_s"] > 0
 
 
+@pytest.mark.parametrize("attention", ["exact", "positive"])
+def test_divergence_is_recorded_not_raised(attention):
+    """A run whose loss becomes non-finite stops there (weights never see the NaN) and
+    reports NaN bpc instead of crashing the experiment (an absurd lr forces it)."""
+    data = np.random.default_rng(0).integers(0, 17, 5000)
+    cfg = _cfg(attention, context=16, d_model=16, n_heads=2, n_layers=1, n_features=8)
+    tc = TrainConfig(steps=30, batch_size=4, lr=1e6, warmup=1, log_every=5, eval_windows=4)
+    r = train_lm(cfg, tc, data, data, seed=0)
+    assert r["diverged_at"] is not None and r["diverged_at"] < 30
+    assert not r["finite"] and math.isnan(r["valid_bpc"])
+    assert all(math.isfinite(b) for _, b in r["curve"])
+
+
 def test_windows_and_lengths():
     data = np.arange(100)
     w = _windows(data, np.array([0, 10]), 5)
@@ -177,5 +190,9 @@ def test_run_writes_report_table_and_plot(tmp_path):
     # same budget for every method
     assert {r["train_config"]["steps"] for r in data["runs"].values()} == {12}
     assert data["tokens_per_run"] == 12 * 4 * 32
+    # a rerun into the same directory reuses the finished runs (runs_cache.json)
+    again = tiny_lm.run(tmp_path, quick=True, seed=0, config=cfg)
+    assert all(r.get("cached") for r in again["runs"].values())
+    assert again["valid_bpc"] == data["valid_bpc"]
     with pytest.raises(ValueError, match="unknown methods"):
         tiny_lm.run(tmp_path, quick=True, config=cfg, methods=("exact", "FAVOR+++"))

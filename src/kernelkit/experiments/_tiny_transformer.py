@@ -324,7 +324,9 @@ def train_lm(cfg: LMConfig, tc: TrainConfig, train: np.ndarray, valid: np.ndarra
     dict with ``model``, ``curve`` (list of ``(step, mean training loss in bits)`` over the
     last ``log_every`` steps), ``valid_bpc``, ``train_tokens_per_s`` (tokens over the time
     spent in training steps), ``eval_tokens_per_s``, ``train_seconds``, ``finite``
-    (whether every loss was finite) and the configs.
+    (every loss and the bpc finite), ``diverged_at`` (the step whose loss was not finite:
+    training stops there, before the NaN reaches the weights, and ``valid_bpc`` is NaN;
+    None otherwise) and the configs.
     """
     from tqdm.auto import tqdm
 
@@ -337,34 +339,55 @@ def train_lm(cfg: LMConfig, tc: TrainConfig, train: np.ndarray, valid: np.ndarra
                             lr=tc.lr, betas=(0.9, 0.95))
     rng = np.random.default_rng([seed, 7])  # the same batches for every attention type
     T = cfg.context
-    curve, window, finite, t_train = [], [], True, 0.0
+    curve, window, t_train = [], [], 0.0
     bar = tqdm(range(tc.steps), desc=progress, leave=False, disable=progress is None)
+    diverged_at = None
+    steps_done = 0
     for step in bar:
         starts = rng.integers(0, train.size - T - 1, size=tc.batch_size)
         ids = _windows(train, starts, T + 1)
         for g in opt.param_groups:
             g["lr"] = _lr(step, tc)
         t0 = time.perf_counter()
-        loss = model.loss(ids)
+        try:
+            loss = model.loss(ids)
+        except ValueError as exc:  # kernelkit's finite-input check: activations blew up
+            if "NaN or inf" not in str(exc):
+                raise
+            loss = torch.tensor(float("nan"))
+        val = float(loss.detach()) / math.log(2.0)
+        if not math.isfinite(val):  # diverged: stop before the NaN reaches the weights
+            diverged_at = step + 1
+            t_train += time.perf_counter() - t0
+            break
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         opt.step()
         t_train += time.perf_counter() - t0
-        val = float(loss.detach()) / math.log(2.0)
-        finite &= math.isfinite(val)
+        steps_done += 1
         window.append(val)
         if (step + 1) % tc.log_every == 0 or step + 1 == tc.steps:
             curve.append((step + 1, float(np.mean(window))))
             window = []
             bar.set_postfix(bits=f"{curve[-1][1]:.3f}")
-    t0 = time.perf_counter()
-    bpc, n_eval = _evaluate(model, valid, tc.eval_windows, 32)
-    t_eval = time.perf_counter() - t0
-    return {"model": model, "curve": curve, "valid_bpc": bpc, "finite": finite,
-            "train_tokens_per_s": tc.steps * tc.batch_size * T / t_train,
-            "eval_tokens_per_s": n_eval / t_eval, "train_seconds": t_train,
-            "lm_config": asdict(cfg), "train_config": asdict(tc)}
+    bar.close()
+    if window:  # partial window before a divergence
+        curve.append((steps_done, float(np.mean(window))))
+    bpc, n_eval, t_eval = float("nan"), 0, 0.0
+    if diverged_at is None:
+        t0 = time.perf_counter()
+        try:
+            bpc, n_eval = _evaluate(model, valid, tc.eval_windows, 32)
+        except ValueError as exc:
+            if "NaN or inf" not in str(exc):
+                raise
+        t_eval = time.perf_counter() - t0
+    return {"model": model, "curve": curve, "valid_bpc": bpc,
+            "finite": diverged_at is None and math.isfinite(bpc), "diverged_at": diverged_at,
+            "train_tokens_per_s": steps_done * tc.batch_size * T / max(t_train, 1e-12),
+            "eval_tokens_per_s": n_eval / t_eval if t_eval > 0 else float("nan"),
+            "train_seconds": t_train, "lm_config": asdict(cfg), "train_config": asdict(tc)}
 
 
 @contextlib.contextmanager
