@@ -31,7 +31,7 @@ and keys) and causal (the fitted maps take their parameters from the moments of 
 independent calibration batch of the same regime, as
 :class:`~kernelkit.attention.FavorAttention` does from running statistics; trig and the
 angular hybrid are not positive and bidirectional only).
-Cost (one torch thread): quick ~25 s, full ~4 min of CPU (L = 1024, 5 draws, four
+Cost (one torch thread): quick ~20 s, full ~4 min of CPU (L = 1024, 5 draws, four
 regimes, the LM trained 500 steps once and cached).
 """
 
@@ -97,9 +97,9 @@ class Config:
 
 
 FULL = Config()
-QUICK = Config(L_out=128, L_mat=32, batch=1, heads=4, n_draws=2,
+QUICK = Config(L_out=256, L_mat=64, batch=1, heads=4, n_draws=3,
                regimes=("normal", "heterogen", "lm"), lm_context=64, lm_d_model=64,
-               lm_heads=4, lm_layers=2, lm_steps=40, lm_batch=8, lm_windows=2,
+               lm_heads=4, lm_layers=2, lm_steps=100, lm_batch=8, lm_windows=2,
                lm_calib_windows=8)
 
 
