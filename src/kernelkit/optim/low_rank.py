@@ -327,7 +327,9 @@ def low_rank_partition_bound(theta, F, rank, variant="paper", init="zeros",
     rank : int
         ``k``, 1 <= k <= d.
     variant : {"paper", "eig", "exact"}
-        See the module docstring (``"paper"``: Alg. LB with the note's corrections).
+        See the module docstring. ``"paper"`` (default here: this function is Alg. LB) is
+        Alg. LB with the note's corrections; ``"exact"``, the tightest and fastest, is
+        what :class:`~kernelkit.optim.BoundLogisticRegression` uses by default.
     init : {"zeros", "random"}
         ``V_0 = 0`` (Appendix B) or random orthonormal rows.
     random_state : for ``init="random"``.
@@ -406,6 +408,9 @@ def multinomial_low_rank_bound(W, X, rank, variant="paper", init="zeros",
 def lspfb_step(W, X, y, lam, eta=1.0, *, rank=10, mask=None, reduction="mean",
                variant="paper", init="zeros", random_state=None):
     """One LSPFB step (note §5): ``W <- W - eta (D/m + lam I + V^T S V / m)^{-1} G``.
+
+    ``variant="paper"`` (the default here) is the paper's Alg. LB;
+    :class:`~kernelkit.optim.BoundLogisticRegression` uses ``"exact"`` by default.
 
     Parameters
     ----------
