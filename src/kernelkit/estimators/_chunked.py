@@ -32,6 +32,7 @@ from ._posterior import gram_primal
 __all__ = [
     "FeatureStats",
     "block_stats",
+    "fit_chunked_statistics",
     "is_chunked",
     "is_dask_array",
     "lazy_predict",
@@ -206,6 +207,38 @@ def iter_first(blocks, owner: str):
         if len(Xb):
             return (Xb, yb), it
     raise ValueError(f"{owner}: the iterable of blocks is empty.")
+
+
+def fit_chunked_statistics(est, X, y, amplitude: float = 1.0):
+    """Validate, fit ``est.feature_map_`` on the first chunk, and reduce the statistics.
+
+    Shared by the ridge and GP estimators: sets ``n_features_in_`` (scikit-learn's
+    ``validate_data`` on the first chunk) and ``feature_map_``; returns
+    ``(stats, y0_ndim)`` with the :class:`FeatureStats` over all rows.
+    """
+    from sklearn.utils.validation import validate_data
+
+    from ._feature_map_param import fitted_feature_map
+
+    name = type(est).__name__
+    if est.solver == "dual":
+        raise ValueError(f"{name}: solver='dual' needs all rows in memory; chunked "
+                         "(Dask / iterable) input is fitted in the primal form.")
+    if is_dask_array(X):
+        X0, y0 = first_block(X, y, name)
+        rest, first = X, None
+    else:
+        if y is not None:
+            raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, "
+                             "pass y=None.")
+        (X0, y0), rest = iter_first(X, name)
+        first = (X0, y0)
+    X0, y0 = validate_data(est, X0, y0, dtype=[np.float64, np.float32], multi_output=True,
+                           y_numeric=True, accept_sparse=False)
+    est.feature_map_ = fitted_feature_map(est.feature_map, est.random_state, X0, name)
+    stats = reduce_stats(est.feature_map_, rest, y, amplitude, name, est.n_features_in_,
+                         first=first)
+    return stats, np.ndim(y0)
 
 
 def lazy_predict(X, fn, n_outputs: int | None):

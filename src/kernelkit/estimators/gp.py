@@ -22,7 +22,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state, validate_positive_int
-from ._chunked import first_block, is_chunked, is_dask_array, iter_first, lazy_predict, reduce_stats
+from ._chunked import fit_chunked_statistics, is_chunked, is_dask_array, lazy_predict
 from ._feature_map_param import fitted_feature_map, map_features
 from ._posterior import FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
@@ -140,24 +140,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _fit_chunked(self, X, y, noise: float, amp: float):
-        name = type(self).__name__
-        if self.solver == "dual":
-            raise ValueError(f"{name}: solver='dual' needs all rows in memory; chunked "
-                             "(Dask / iterable) input is fitted in the primal form.")
-        if is_dask_array(X):
-            X0, y0 = first_block(X, y, name)
-            rest, first = X, None
-        else:
-            if y is not None:
-                raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, "
-                                 "pass y=None.")
-            (X0, y0), rest = iter_first(X, name)
-            first = (X0, y0)
-        X0, y0 = validate_data(self, X0, y0, dtype=[np.float64, np.float32],
-                               multi_output=True, y_numeric=True, accept_sparse=False)
-        self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X0, name)
-        stats = reduce_stats(self.feature_map_, rest, y, amp, name, self.n_features_in_,
-                             first=first)
+        stats, y_ndim = fit_chunked_statistics(self, X, y, amp)
         T = stats.s_y.shape[0]
         if self.normalize_y:
             self._y_mean = stats.s_y / stats.n
@@ -169,7 +152,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         B = G / noise
         B[np.diag_indices_from(B)] += 1.0
         self.posterior_ = FeaturePosterior.from_primal(B, R / noise)
-        self._single = np.ndim(y0) == 1
+        self._single = y_ndim == 1
         self._amp = amp
         self.n_samples_seen_ = stats.n
         return self

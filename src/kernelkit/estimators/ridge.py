@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._chunked import first_block, is_chunked, is_dask_array, iter_first, lazy_predict, reduce_stats
+from ._chunked import fit_chunked_statistics, is_chunked, is_dask_array, lazy_predict
 from ._feature_map_param import fitted_feature_map, map_features
 from ._posterior import FeaturePosterior
 
@@ -117,24 +117,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         return self
 
     def _fit_chunked(self, X, y, alpha: float):
-        name = type(self).__name__
-        if self.solver == "dual":
-            raise ValueError(f"{name}: solver='dual' needs all rows in memory; chunked "
-                             "(Dask / iterable) input is fitted in the primal form.")
-        if is_dask_array(X):
-            X0, y0 = first_block(X, y, name)
-            rest, first = X, None
-        else:
-            if y is not None:
-                raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, "
-                                 "pass y=None.")
-            (X0, y0), rest = iter_first(X, name)
-            first = (X0, y0)
-        X0, y0 = validate_data(self, X0, y0, dtype=[np.float64, np.float32],
-                               multi_output=True, y_numeric=True, accept_sparse=False)
-        self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X0, name)
-        stats = reduce_stats(self.feature_map_, rest, y, 1.0, name, self.n_features_in_,
-                             first=first)
+        stats, y_ndim = fit_chunked_statistics(self, X, y, 1.0)
         y_mean = stats.s_y / stats.n if self.fit_intercept else np.zeros_like(stats.s_y)
         G, R = stats.centred(y_mean, np.ones_like(y_mean), self.fit_intercept)
         G = G / alpha
@@ -143,7 +126,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         intercept = y_mean.copy()
         if self.fit_intercept:
             intercept = intercept - np.real((stats.s_phi / stats.n) @ coef)
-        self._single = np.ndim(y0) == 1
+        self._single = y_ndim == 1
         self.coef_ = coef[:, 0] if self._single else coef
         self.intercept_ = float(intercept[0]) if self._single else intercept
         self.n_samples_seen_ = stats.n
