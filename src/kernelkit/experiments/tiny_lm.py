@@ -243,6 +243,14 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             f"(L = {cfg.context}); at this length exact attention is cheap and linear "
             "attention's feature computation dominates, so the speed ranking says nothing "
             "about long sequences (see `kernelkit bench attention`).")
+    diverged = {k: r["diverged_at"] for k, r in runs.items() if r.get("diverged_at")}
+    if diverged:
+        rep.add("**Diverged runs**: " + "; ".join(
+            f"{k} at step {s}" for k, s in diverged.items())
+            + ". Training stops at the first non-finite loss (bpc reported as NaN). For the "
+            "signed maps (trig, hybrid) the causal normaliser sum_{j<=t} P_t.S_j is a sum of "
+            "terms of both signs and can cross zero, which makes the attention weights (and "
+            "then the loss) blow up; positive maps cannot do this.")
     rep.figure(_plot({k: r["curve"] for k, r in runs.items()}, bpc, cfg), "loss_curves.png",
                "Training loss (bits per character, running mean) vs step, and final "
                "validation bpc per attention type.")
