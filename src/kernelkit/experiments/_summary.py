@@ -99,8 +99,7 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]], mode: st
         f"{n_ok}/{len(rows)} experiments ran. Each section below is copied from the "
         "experiment's own `report.md` (linked), which has the full setup, every table and "
         "the deviations from the paper's protocol.",
-        "| experiment | paper | status | time |",
-        "|---|---|---|---|",
+        "| experiment | paper | status | time |\n|---|---|---|---|",
     ]
     parts[-1] += "".join(
         f"\n| [{n}]({n}/report.md) | {paper_of(n).split(' (')[0]} | {s} | {secs:.0f} s |"
