@@ -664,6 +664,15 @@ class _MaclaurinBase(FeatureMap):
                   * xp.exp(-xp.sum(Ys * Ys, axis=1))[None, :])
         return G, N, S, e2
 
+    def _variance_inputs(self, X, Y, kind: str):
+        """Checked ``kind`` and inputs of :meth:`variance`: ``(G, N, S, e2, xp)`` as in
+        :meth:`_pair_moments`, ``Y`` defaulting to ``X``."""
+        self._check_kind(kind)
+        Y = X if Y is None else Y
+        X, xp = self._check_X(X, "X")
+        Y, _ = self._check_X(Y, "Y")
+        return (*self._pair_moments(X, Y, xp), xp)
+
     def _degree_variance(self, G, N, S, n: int, D: int, kind: str):
         """Variance of one degree-``n`` sketch estimate of ``G^n`` with ``D`` features
         (the sketch classes' formulas: Theorem 2 or eq. 33)."""
@@ -854,11 +863,7 @@ class RandomMaclaurin(_MaclaurinBase):
         -------
         array, shape (n, m)
         """
-        self._check_kind(kind)
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
-        G, N, S, e2 = self._pair_moments(X, Y, xp)
+        G, N, S, e2, xp = self._variance_inputs(X, Y, kind)
         b, mu = self._unit_coefficients, self.degree_measure_
         second = xp.zeros_like(G)
         mean = xp.zeros_like(G)
@@ -1068,11 +1073,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
         -------
         array, shape (n, m)
         """
-        self._check_kind(kind)
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
-        G, N, S, e2 = self._pair_moments(X, Y, xp)
+        G, N, S, e2, xp = self._variance_inputs(X, Y, kind)
         b, Dn = self._unit_coefficients, self.n_features_per_degree_
         out = xp.zeros_like(G)
         for n in range(1, self.degree_ + 1):
