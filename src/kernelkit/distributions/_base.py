@@ -12,6 +12,7 @@ from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
 from ._basis import dot_train, train_dot
+from ._chunked import as_dask_rows, is_dask_array, lazy_transform, reduce_rows
 
 __all__ = ["TensorJointModel", "check_xy"]
 
@@ -73,6 +74,24 @@ def _check_mass(den: np.ndarray, n: int) -> None:
             "reg or a larger lengthscale.", RuntimeWarning, stacklevel=3)
 
 
+def _mass_checked(den: np.ndarray, n: int) -> np.ndarray:
+    """:func:`_check_mass` on one block of a lazy denominator (warns when computed)."""
+    _check_mass(den, n)
+    return den
+
+
+def _divide_by_mass(num, den, n: int):
+    """``num / den[:, None]`` after the mass check; in place for NumPy, lazy for Dask."""
+    if is_dask_array(den):
+        den = den.map_blocks(_mass_checked, n, dtype=np.float64)
+    else:
+        _check_mass(den, n)
+    if is_dask_array(num) or is_dask_array(den):
+        return num / den[:, None]
+    num /= den[:, None]
+    return num
+
+
 def check_constraint(constraint):
     if constraint not in CONSTRAINTS:
         raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}.")
@@ -83,6 +102,18 @@ def _check_given(given):
     if given not in ("x", "y"):
         raise ValueError(f"given must be 'x' (Y given X) or 'y' (X given Y), got {given!r}.")
     return given
+
+
+def _train_moments(basis, F2):
+    """``(A^T F, 1^T F)`` over the training samples for values ``F`` (n, k)."""
+    if basis.factor_t_ is None:  # one pass over the stored samples (NumPy or Dask)
+        return reduce_rows(lambda Zb, Fb: (basis.transform(Zb).T @ Fb, Fb.sum(axis=0)),
+                           [basis.train_data_, F2], ["training samples", "f values"])
+    if is_dask_array(F2):
+        F2 = np.asarray(F2.compute())
+        if not np.all(np.isfinite(F2)):
+            raise ValueError("f values contain NaN or infinity.")
+    return train_dot(basis, F2), F2.sum(axis=0)
 
 
 class TensorJointModel(BaseEstimator):
@@ -116,6 +147,8 @@ class TensorJointModel(BaseEstimator):
         return self.basis_y_, self.coef_.T, self.basis_x_, self.s_x_, self.X_fit_
 
     def _given_features(self, Z, given, basis):
+        if is_dask_array(Z):  # lazy: each row chunk is validated and mapped when computed
+            return lazy_transform(basis, Z, "X_new" if given == "x" else "Y_new")
         if given == "x":
             Z = sk_validate_data(self, Z, reset=False, dtype=np.float64, accept_sparse=False,
                                  ensure_min_samples=0)
@@ -146,15 +179,26 @@ class TensorJointModel(BaseEstimator):
         psi = self._given_features(X_new, given, basis)  # (n_new, m_g)
         P = psi @ H.T  # (n_new, m_t): (H psi)^T
         num = dot_train(target_basis, P)  # (n_new, n) = P A_t^T
-        num += 1.0
         den = self.n_samples_ + P @ s  # (n_new,)
-        _check_mass(den, self.n_samples_)
-        num /= den[:, None]
-        return num
+        if is_dask_array(num):
+            num = num + 1.0
+        else:
+            num += 1.0
+        return _divide_by_mass(num, den, self.n_samples_)
 
     def _values(self, f, target):
         n = target.shape[0]
         F = f(target) if callable(f) else f
+        if is_dask_array(F):  # lazy values: finiteness is checked block by block in the pass
+            if F.ndim == 0 or F.shape[0] != n:
+                raise ValueError(f"f must give one value per training sample: expected "
+                                 f"first dimension {n}, got shape {F.shape}.")
+            if F.dtype == bool:
+                F = F.astype(np.float64)
+            if not np.issubdtype(F.dtype, np.number) or np.issubdtype(F.dtype,
+                                                                     np.complexfloating):
+                raise TypeError(f"f values must be real numbers, got dtype {F.dtype}.")
+            return F
         F = np.asarray(F)
         if F.dtype == bool:
             F = F.astype(np.float64)
@@ -204,19 +248,23 @@ class TensorJointModel(BaseEstimator):
         check_is_fitted(self, "coef_")
         basis, H, target_basis, s, target = self._side(given)
         F = self._values(f, target)
+        if is_dask_array(F):
+            F = F.rechunk({i: -1 for i in range(1, F.ndim)})
         F2 = F.reshape(F.shape[0], -1)  # (n, k)
-        coef = H.T @ train_dot(target_basis, F2)  # (m_g, k) = (f^T A H)^T
-        total = F2.sum(axis=0)  # (k,)
+        AF, total = _train_moments(target_basis, F2)  # A^T F (m_t, k), 1^T F (k,)
+        coef = H.T @ AF  # (m_g, k) = (f^T A H)^T
         den_coef = H.T @ s  # (m_g,)
         n, tail = self.n_samples_, F.shape[1:]
 
         def expectation(X_new):
             psi = self._given_features(X_new, given, basis)  # (n_new, m_g)
             num = psi @ coef  # (n_new, k)
-            num += total
+            if is_dask_array(num):
+                num = num + total
+            else:
+                num += total
             den = n + psi @ den_coef  # (n_new,): n x the conditional's total mass
-            _check_mass(den, n)
-            num /= den[:, None]
+            num = _divide_by_mass(num, den, n)
             return num.reshape((psi.shape[0], *tail))
 
         return expectation
@@ -276,6 +324,14 @@ class TensorJointModel(BaseEstimator):
             ``(h|_G)_ij = h(x_j, y_i)``), e.g. to check positivity on a grid.
         """
         check_is_fitted(self, "coef_")
+        if is_dask_array(X) or is_dask_array(Y):  # lazy, row chunk by row chunk
+            X = as_dask_rows(X, "X", n_features=self.n_features_in_)
+            Y = as_dask_rows(Y, "Y", n_features=self.Y_fit_.shape[1],
+                             rows_like=None if grid else X)
+            px, py = lazy_transform(self.basis_x_, X), lazy_transform(self.basis_y_, Y, "Y")
+            if grid:
+                return 1.0 + (py @ self.coef_) @ px.T  # (n_y, n_x)
+            return 1.0 + ((py @ self.coef_) * px).sum(axis=1)  # (n,)
         if grid:
             X = sk_validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=False,
                                  ensure_min_samples=0)
@@ -301,16 +357,31 @@ class TensorJointModel(BaseEstimator):
         computed in O(n' m^2) without the grid.
         """
         check_is_fitted(self, "coef_")
-        X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=1,
-                        n_features_y=self.Y_fit_.shape[1])
-        n = X.shape[0]
-        px = self.basis_x_.transform(X)  # (n', m_X)
-        py = self.basis_y_.transform(Y)  # (n', m_Y)
         H = self.coef_
-        gx, gy = px.T @ px, py.T @ py
+        if is_dask_array(X) or is_dask_array(Y):  # one pass over the held-out chunks
+            X = as_dask_rows(X, "X", n_features=self.n_features_in_)
+            Y = as_dask_rows(Y, "Y", n_features=self.Y_fit_.shape[1], rows_like=X)
+
+            def fn(Xb, Yb):
+                px, py = self.basis_x_.transform(Xb), self.basis_y_.transform(Yb)
+                return (Xb.shape[0], px.T @ px, py.T @ py, np.einsum("ik,ik->", py @ H, px),
+                        px.sum(axis=0), py.sum(axis=0))
+
+            n, gx, gy, diag, sx, sy = reduce_rows(fn, [X, Y], ["X", "Y"])
+            if n < 1:
+                raise ValueError("validation_loss needs at least one sample.")
+        else:
+            X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=1,
+                            n_features_y=self.Y_fit_.shape[1])
+            n = X.shape[0]
+            px = self.basis_x_.transform(X)  # (n', m_X)
+            py = self.basis_y_.transform(Y)  # (n', m_Y)
+            gx, gy = px.T @ px, py.T @ py
+            diag = np.einsum("ik,ik->", py @ H, px)
+            sx, sy = px.sum(axis=0), py.sum(axis=0)
         quad = float(np.sum((gy @ H) * (H @ gx)))
-        diag = float(np.einsum("ik,ik->", py @ H, px))
-        cross = float(py.sum(axis=0) @ H @ px.sum(axis=0))
+        diag = float(diag)
+        cross = float(sy @ H @ sx)
         return quad / n**2 - 2.0 * diag / n + 2.0 * cross / n**2
 
     def score(self, X, Y=None, y=None) -> float:

@@ -13,6 +13,7 @@ from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
 from ..features._base import _SingleThreadedBlas
+from . import _chunked
 from ._cholesky import _check_tolerances, _pivoted_cholesky
 from ._kernels import make_kernel
 from ._linalg import block_map, cross, gram_and_sums, left_matmul, right_matmul
@@ -37,14 +38,23 @@ def _sk_2d(est, X, reset):
 # ---------------------------------------------------------------- training-point products
 # A basis (LowRankBasis or PolynomialBasis) stores its training features A = L V (n, m)
 # factored: ``factor_t_`` = L^T (m, n), row-major, and ``rotation_`` = V (m, m). The
-# products below never form A: each is one pass over L^T plus O(m^2) work.
+# products below never form A: each is one pass over L^T plus O(m^2) work. A basis
+# fitted without its factor (sampled pivots / out of core, ``factor_t_ = None``) keeps its
+# training samples ``train_data_`` instead, and each product is a pass over those
+# (:mod:`kernelkit.distributions._chunked`).
 def train_dot(basis, F: np.ndarray) -> np.ndarray:
     """``A^T F`` (m, k) for ``F`` (n, k): ``V^T (L^T F)``."""
+    if basis.factor_t_ is None:
+        return _chunked.train_dot(basis, F)
     return basis.rotation_.T @ right_matmul(basis.factor_t_, F)
 
 
 def dot_train(basis, P: np.ndarray) -> np.ndarray:
-    """``P A^T`` (k, n) for ``P`` (k, m): ``(P V^T) L^T``."""
+    """``P A^T`` (k, n) for ``P`` (k, m): ``(P V^T) L^T`` (lazy if Dask is involved)."""
+    if basis.factor_t_ is None:
+        return _chunked.dot_train(basis, P)
+    if _chunked.is_dask_array(P):  # lazy (k, n) rows against the in-memory factor
+        return (P @ basis.rotation_.T) @ basis.factor_t_
     return left_matmul(P @ basis.rotation_.T, basis.factor_t_)
 
 
@@ -58,6 +68,8 @@ def train_extremes(basis) -> tuple[np.ndarray, np.ndarray]:
 
     Computed block by block (``V^T L^T[:, block]``): A is never stored.
     """
+    if basis.factor_t_ is None:
+        return _chunked.train_extremes(basis)
     Lt, Vt = basis.factor_t_, np.ascontiguousarray(basis.rotation_.T)
     m, n = Lt.shape
     if m == 0 or n == 0:
@@ -131,31 +143,60 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     def fit(self, X, y=None):
         """Factorise the kernel matrix of ``X`` (n, d) and build the basis. Returns self."""
         X = _sk_2d(self, X, reset=True)
-        n = X.shape[0]
-        tol, rel_tol, max_rank = _check_tolerances(self.tol, self.rel_tol, self.max_rank, n)
+        chol = self._fit_pivots(X)
+        gram, sums = gram_and_sums(chol.Lt)  # L^T L (m, m), L^T 1 (m,)
+        self._set_statistics(gram, sums, chol.trace_residual, chol.trace, X.shape[0],
+                             factor_t=chol.Lt)
+        return self
+
+    # -- the two halves of a fit (the sampled / out-of-core fit of
+    #    :mod:`kernelkit.distributions._chunked` runs them on different data) ------------
+    def _fit_pivots(self, X: np.ndarray):
+        """Algorithm 1 on the rows ``X`` (validated float64): sets the pivots, the pivot
+        points ``centers_`` and ``pivot_coef_`` = ``B[piv]`` (m, m); returns the
+        :class:`~kernelkit.distributions.PivotedCholesky`."""
+        tol, rel_tol, max_rank = _check_tolerances(self.tol, self.rel_tol, self.max_rank,
+                                                   X.shape[0])
         self.kernel_ = make_kernel(self.kernel, self.lengthscale)
         chol = _pivoted_cholesky(self.kernel_, X, tol, rel_tol, max_rank)
-        Lt = chol.Lt  # (m, n)
-        gram, sums = gram_and_sums(Lt)  # L^T L (m, m), L^T 1 (m,)
+        self.pivots_ = chol.pivots
+        self.pivot_coef_ = chol.B_piv
+        self.centers_ = X[chol.pivots].copy()
+        self.center_sq_norms_ = np.einsum("ij,ij->i", self.centers_, self.centers_)
+        self.n_components_ = chol.rank
+        return chol
+
+    def pivot_factor(self, X: np.ndarray) -> np.ndarray:
+        """Rows of the factor ``L`` at validated points ``X`` (b, d): ``k_piv(X) B[piv]``,
+        shape (b, m). By (16) and (18) (``K B = L``, ``B`` zero off the pivot rows) these
+        are the rows of Algorithm 1's ``L`` at training points, for any point set."""
+        Kp = self.kernel_(X, self.centers_, None, self.center_sq_norms_)  # (b, m)
+        return Kp @ self.pivot_coef_
+
+    def _set_statistics(self, gram, sums, trace_residual, trace, n, factor_t=None):
+        """Rotate (Sec. 4.2) from ``L^T L`` (m, m) and ``L^T 1`` (m,) over the n training
+        points: ``L^T L = V Lambda V^T``, ``T = B[piv] V``, ``A^T 1 = V^T L^T 1``.
+        ``factor_t`` is ``L^T`` (m, n) when it is kept (in-memory fits), else None."""
+        m = self.n_components_
         with _SingleThreadedBlas():  # m x m work: BLAS threads would only synchronise
             if self.rotate:
                 lam, V = np.linalg.eigh(gram)
                 lam, V = lam[::-1].copy(), np.ascontiguousarray(V[:, ::-1])
+                # sign convention: each eigenvector's largest entry is positive, so fits
+                # whose statistics differ by round-off (block order) agree in coef_ too
+                if V.size:
+                    big = V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])]
+                    V *= np.where(big < 0, -1.0, 1.0)
             else:
-                lam, V = np.diag(gram).copy(), np.eye(chol.rank)
-            self.coef_ = chol.B_piv @ V
+                lam, V = np.diag(gram).copy(), np.eye(m)
+            self.coef_ = self.pivot_coef_ @ V
         self.eigenvalues_ = np.maximum(lam, 0.0)
         self.rotation_ = V
-        self.factor_t_ = Lt
+        self.factor_t_ = factor_t
         self.train_sums_ = V.T @ sums  # A^T 1 = V^T L^T 1
-        self.pivots_ = chol.pivots
-        self.centers_ = X[chol.pivots].copy()
-        self.center_sq_norms_ = np.einsum("ij,ij->i", self.centers_, self.centers_)
-        self.trace_residual_ = chol.trace_residual
-        self.trace_ = chol.trace
-        self.n_components_ = chol.rank
-        self.n_samples_fit_ = n
-        return self
+        self.trace_residual_ = float(trace_residual)
+        self.trace_ = float(trace)
+        self.n_samples_fit_ = int(n)
 
     @property
     def train_features_t_(self) -> np.ndarray:

@@ -6,7 +6,17 @@ import numpy as np
 
 from .._backend import validate_positive_float
 from ._base import TensorJointModel, check_constraint, check_xy
-from ._basis import fit_basis, train_cross, train_extremes
+from ._basis import LowRankBasis, _sk_2d, fit_basis, train_cross, train_extremes
+from ._chunked import (
+    DEFAULT_PIVOT_SAMPLE,
+    as_dask_rows,
+    check_pivot_sample,
+    concat_blocks,
+    is_chunked,
+    is_dask_array,
+    pair_statistics,
+    sample_rows,
+)
 from ._positive import interval_bounds, solve_positive
 
 __all__ = ["JointDistribution", "solve_low_rank"]
@@ -78,7 +88,18 @@ class JointDistribution(TensorJointModel):
     basis_cache : BasisCache, optional
         Reuse the bases of earlier fits on the same data with the same kernel,
         lengthscale and tolerances (e.g. in a grid search over ``reg``); see
-        :class:`~kernelkit.distributions.BasisCache`.
+        :class:`~kernelkit.distributions.BasisCache`. Used by exact fits only (NumPy
+        input without ``pivot_sample``).
+    pivot_sample : int, optional
+        Run Algorithm 1 on this many rows drawn uniformly without replacement, then
+        reduce the statistics of problem (22) over **all** rows in one blocked pass
+        (:mod:`kernelkit.distributions._chunked`): O(s m^2 + n m (m + d)) time and
+        O(n d + s m) memory instead of O(n m) for the factor. The tolerances apply to
+        the sample's kernel matrix; ``basis_x_.trace_residual_`` reports
+        ``trace(K - L L^T)`` over all n rows. ``None``: all rows (exact Algorithm 1) for
+        NumPy input, ``DEFAULT_PIVOT_SAMPLE`` (50 000) rows for chunked input.
+    random_state : int, Generator or None, default=None
+        Seed of the pivot sample (used only when it is smaller than n).
 
     Attributes
     ----------
@@ -89,9 +110,24 @@ class JointDistribution(TensorJointModel):
     n_samples_ : int
     solver_info_ : dict                     multipliers of the constrained solves
     n_features_in_ : int                    ``d_X``
+    pivot_rows_ : ndarray of int or None    rows of the pivot sample (None: all rows)
 
     Notes
     -----
+    Scale-out: ``fit`` also takes a ``dask.array.Array`` pair (``Y`` NumPy or Dask; rows aligned to
+    ``X``'s chunks) or an iterable of ``(X_block, Y_block)`` NumPy pairs with ``Y=None``.
+    Feature blocks are formed per chunk in parallel (the active Dask scheduler: threads,
+    or a ``distributed.Client``), the m-sized statistics are tree-reduced and the small
+    problem is solved once; no more than one chunk of features per worker is alive. The
+    model keeps its training samples (``X_fit_``/``Y_fit_``: Dask arrays stay lazy;
+    blocks of an iterable are concatenated, O(n d) memory) and every later product over
+    them is again one pass. On Dask input, ``conditional_expectation``,
+    ``marginal_ratio``, ``density_ratio`` and ``conditional_weights`` return lazy Dask
+    arrays (the mass warning is raised when they are computed); ``validation_loss``
+    reduces over the chunks. A callable ``f`` receives the training targets as they were
+    given (a Dask array for Dask input). With the same ``pivot_sample`` and
+    ``random_state``, NumPy, Dask and block input give the same model up to round-off.
+
     Dtypes: inputs of any real dtype are converted to float64 NumPy arrays; every output
     (weights, expectations, probabilities, density ratios) is float64.
 
@@ -113,7 +149,8 @@ class JointDistribution(TensorJointModel):
 
     def __init__(self, kernel_x="gaussian", kernel_y="gaussian", lengthscale_x: float = 1.0,
                  lengthscale_y: float = 1.0, reg: float = 1e-3, tol=None, rel_tol=1e-3,
-                 max_rank=None, constraint=None, basis_cache=None):
+                 max_rank=None, constraint=None, basis_cache=None, pivot_sample=None,
+                 random_state=None):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
         self.lengthscale_x = lengthscale_x
@@ -124,14 +161,17 @@ class JointDistribution(TensorJointModel):
         self.max_rank = max_rank
         self.constraint = constraint
         self.basis_cache = basis_cache
+        self.pivot_sample = pivot_sample
+        self.random_state = random_state
 
-    def fit(self, X, Y):
+    def fit(self, X, Y=None):
         """Fit on paired samples.
 
         Parameters
         ----------
-        X : array_like, shape (n, d_X)
-        Y : array_like, shape (n, d_Y) or (n,)
+        X : array_like, shape (n, d_X); a ``dask.array.Array``; or an iterable of
+            ``(X_block, Y_block)`` pairs (then ``Y=None``)
+        Y : array_like, shape (n, d_Y) or (n,); NumPy or Dask
 
         Returns
         -------
@@ -139,16 +179,22 @@ class JointDistribution(TensorJointModel):
         """
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
-        X, Y = check_xy(X, Y, estimator=self)
-        n = X.shape[0]
-        common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
-        self.basis_x_ = fit_basis(self.basis_cache, X, kernel=self.kernel_x,
-                                  lengthscale=self.lengthscale_x, **common)
-        self.basis_y_ = fit_basis(self.basis_cache, Y, kernel=self.kernel_y,
-                                  lengthscale=self.lengthscale_y, **common)
-        self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, n
-        self._finish_fit()
-        G = train_cross(self.basis_y_, self.basis_x_)  # A_Y^T A_X, (m_Y, m_X)
+        pivot_sample = check_pivot_sample(self.pivot_sample)
+        if is_chunked(X) and not is_dask_array(X):
+            if Y is not None:
+                raise ValueError("JointDistribution: with an iterable of (X_block, Y_block) "
+                                 "pairs, pass Y=None.")
+            X, Y = concat_blocks(X, "JointDistribution")
+            pivot_sample = pivot_sample or DEFAULT_PIVOT_SAMPLE
+        if is_dask_array(X) or is_dask_array(Y):
+            G = self._fit_sampled(X, Y, pivot_sample or DEFAULT_PIVOT_SAMPLE, dask=True)
+        else:
+            X, Y = check_xy(X, Y, estimator=self)
+            if pivot_sample is not None and pivot_sample < X.shape[0]:
+                G = self._fit_sampled(X, Y, pivot_sample, dask=False)
+            else:
+                G = self._fit_exact(X, Y)
+        n = self.n_samples_
         bounds = None
         if constraint == "positive":
             (cmin_x, cmax_x), (cmin_y, cmax_y) = (train_extremes(self.basis_x_),
@@ -159,3 +205,55 @@ class JointDistribution(TensorJointModel):
             G, self.s_x_, self.s_y_, self.basis_x_.eigenvalues_, self.basis_y_.eigenvalues_, n,
             reg, constraint, bounds)
         return self
+
+    # -- the two fits ------------------------------------------------------------------
+    def _common(self):
+        return {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
+
+    def _fit_exact(self, X, Y):
+        """Algorithm 1 on all rows (factors kept); returns ``A_Y^T A_X``."""
+        self.basis_x_ = fit_basis(self.basis_cache, X, kernel=self.kernel_x,
+                                  lengthscale=self.lengthscale_x, **self._common())
+        self.basis_y_ = fit_basis(self.basis_cache, Y, kernel=self.kernel_y,
+                                  lengthscale=self.lengthscale_y, **self._common())
+        self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, X.shape[0]
+        self.pivot_rows_ = None
+        self._finish_fit()
+        return train_cross(self.basis_y_, self.basis_x_)  # A_Y^T A_X, (m_Y, m_X)
+
+    def _fit_sampled(self, X, Y, pivot_sample: int, dask: bool):
+        """Pivots from a uniform row sample, statistics from one pass over all rows
+        (module doc of :mod:`kernelkit.distributions._chunked`); returns ``A_Y^T A_X``."""
+        if dask:
+            X = as_dask_rows(X, "X")
+            Y = as_dask_rows(Y, "Y", rows_like=X)
+            if X.shape[0] < 2:
+                raise ValueError(f"at least 2 samples are needed, got n_samples = "
+                                 f"{X.shape[0]}.")
+            self.n_features_in_ = X.shape[1]
+        n = X.shape[0]
+        rows = sample_rows(n, pivot_sample, self.random_state)
+        Xs, Ys = X[rows], Y[rows]
+        if dask:
+            import dask as _dask
+
+            Xs, Ys = _dask.compute(Xs, Ys)
+        bx = LowRankBasis(self.kernel_x, self.lengthscale_x, **self._common())
+        by = LowRankBasis(self.kernel_y, self.lengthscale_y, **self._common())
+        try:
+            bx._fit_pivots(_sk_2d(bx, Xs, reset=True))
+            by._fit_pivots(_sk_2d(by, Ys, reset=True))
+        except ValueError as exc:
+            raise ValueError(f"the pivot sample ({len(rows)} rows) is invalid: {exc}") from exc
+        (n_seen, gram_x, sum_x, gram_y, sum_y, cross_yx, tr_x, tr_y, fro_x,
+         fro_y) = pair_statistics(bx, by, X, Y)
+        if n_seen != n:
+            raise ValueError(f"the row chunks hold {n_seen} rows, but X has {n} rows.")
+        bx._set_statistics((gram_x + gram_x.T) / 2, sum_x, max(tr_x - fro_x, 0.0), tr_x, n)
+        by._set_statistics((gram_y + gram_y.T) / 2, sum_y, max(tr_y - fro_y, 0.0), tr_y, n)
+        bx.train_data_, by.train_data_ = X, Y
+        self.basis_x_, self.basis_y_ = bx, by
+        self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, n
+        self.pivot_rows_ = None if len(rows) == n else rows
+        self._finish_fit()
+        return by.rotation_.T @ cross_yx @ bx.rotation_  # A_Y^T A_X = V_Y^T L_Y^T L_X V_X

@@ -1,0 +1,270 @@
+"""Sampled-pivot and out-of-core fits of the joint-distribution model (issue 8).
+
+Algorithm 1 needs every row at every step, and its factor ``L`` (n, m) is the model's
+training features (8 GB at n = 10^7, m = 100). For large or chunked data the fit is split:
+
+1. **pivots** -- Algorithm 1 on ``pivot_sample`` rows drawn uniformly without replacement
+   (seeded): the pivot points ``x_{p_j}`` and ``B[piv]`` (m, m);
+2. **statistics** -- one pass over all n rows in blocks. By (16) and (18) the factor row
+   of any point is ``l(x) = k_piv(x) B[piv]``, so each block's ``L_b`` (b, m) is formed,
+   reduced to ``L^T L``, ``L^T 1``, ``L_Y^T L_X`` and the trace residual, and dropped;
+3. **solve** -- the rotation ``L^T L = V Lambda V^T`` (Sec. 4.2) and the closed form of
+   problem (22) on these m-sized statistics, once.
+
+The basis functions ``Psi(x) = k_piv(x) B[piv] V`` stay orthonormal in the RKHS (25) for
+any pivot set; only the subspace differs from the all-rows fit (and equals it when the
+sample is all rows). Every later product over the training points (``A^T F`` for an
+expectation, ``P A^T`` for conditional weights, column extremes for the positivity
+bounds) is again one pass over the stored training samples, never a stored factor.
+
+Training data may be NumPy (blocks in kernelkit's threads) or a ``dask.array.Array``
+(one task per chunk, tree-reduced by the active scheduler: threads, or a
+``distributed.Client``). Results on both agree to floating-point round-off: only the
+order of the block sums differs.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..features._base import _SingleThreadedBlas
+from ._linalg import block_map
+
+__all__ = [
+    "DEFAULT_PIVOT_SAMPLE",
+    "as_dask_rows",
+    "check_pivot_sample",
+    "concat_blocks",
+    "is_chunked",
+    "is_dask_array",
+    "lazy_transform",
+    "reduce_rows",
+    "sample_rows",
+]
+
+#: rows for the pivot search of chunked input when ``pivot_sample=None``
+DEFAULT_PIVOT_SAMPLE = 50_000
+_BLOCK = 1 << 13  # rows per NumPy block of a pass: (b, m) factor blocks of a few MB
+
+
+def is_dask_array(X) -> bool:
+    """Whether ``X`` is a ``dask.array.Array`` (without importing Dask)."""
+    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "chunks")
+
+
+def is_chunked(X) -> bool:
+    """A Dask array, or an iterable of blocks that is not itself array-like."""
+    if is_dask_array(X):
+        return True
+    if isinstance(X, np.ndarray | list | tuple | str | bytes | dict) or hasattr(X, "__array__"):
+        return False
+    if hasattr(X, "shape") or hasattr(X, "__array_namespace__"):  # torch & friends
+        return False
+    return isinstance(X, Iterable)
+
+
+def check_pivot_sample(pivot_sample) -> int | None:
+    """``None`` or an int >= 2 (a clear ``ValueError`` / ``TypeError`` otherwise)."""
+    if pivot_sample is None:
+        return None
+    if isinstance(pivot_sample, bool) or not isinstance(pivot_sample, numbers.Integral):
+        raise TypeError(f"pivot_sample must be an int or None, got "
+                        f"{type(pivot_sample).__name__}.")
+    if pivot_sample < 2:
+        raise ValueError(f"pivot_sample must be at least 2, got {pivot_sample}.")
+    return int(pivot_sample)
+
+
+def sample_rows(n: int, size: int, random_state) -> np.ndarray:
+    """Sorted indices of ``min(size, n)`` rows drawn uniformly without replacement."""
+    if size >= n:
+        return np.arange(n)
+    rng = np.random.default_rng(random_state)
+    return np.sort(rng.choice(n, size=size, replace=False))
+
+
+# ------------------------------------------------------------------------- validation
+def _block_float(Z, name: str, index: int) -> np.ndarray:
+    """One block as C-contiguous float64 (b, d), with a message naming its block."""
+    Z = np.asarray(Z)
+    if Z.ndim == 1:
+        Z = Z.reshape(-1, 1)
+    if not (np.issubdtype(Z.dtype, np.floating) or np.issubdtype(Z.dtype, np.integer)):
+        raise TypeError(f"{name}: block {index} has dtype {Z.dtype}; expected real numbers.")
+    Z = np.ascontiguousarray(Z, dtype=np.float64)
+    if not np.all(np.isfinite(Z)):
+        raise ValueError(f"{name}: block {index} contains NaN or infinity.")
+    return Z
+
+
+def as_dask_rows(Z, name: str, n_features: int | None = None, rows_like=None):
+    """Check a Dask array lazily: 2-D (a 1-D one becomes one column), real dtype, the
+    expected number of columns, known row chunks; one chunk of columns. With
+    ``rows_like`` (a Dask array), rechunk the rows to its row chunks."""
+    import dask.array as da
+
+    if not is_dask_array(Z):
+        Z = np.asarray(Z)
+        if Z.ndim == 1:
+            Z = Z.reshape(-1, 1)
+        if rows_like is not None and Z.shape[0] != rows_like.shape[0]:
+            raise ValueError(f"{name} has {Z.shape[0]} rows, expected {rows_like.shape[0]}.")
+        chunks = rows_like.chunks[0] if rows_like is not None else "auto"
+        Z = da.from_array(Z, chunks=(chunks, -1))
+    if Z.ndim == 1:
+        Z = Z.reshape(-1, 1)
+    if Z.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got a Dask array of "
+                         f"shape {Z.shape}.")
+    if not (np.issubdtype(Z.dtype, np.floating) or np.issubdtype(Z.dtype, np.integer)):
+        raise TypeError(f"{name} must hold real numbers, got dtype {Z.dtype}.")
+    if n_features is not None and Z.shape[1] != n_features:
+        raise ValueError(f"{name} has {Z.shape[1]} features, but the model was fitted with "
+                         f"{n_features} features.")
+    if any(np.isnan(c) for c in Z.chunks[0]):
+        Z = Z.compute_chunk_sizes()
+    Z = Z.rechunk({1: -1})
+    if rows_like is not None:
+        if Z.shape[0] != rows_like.shape[0]:
+            raise ValueError(f"{name} has {Z.shape[0]} rows, expected {rows_like.shape[0]}.")
+        Z = Z.rechunk({0: rows_like.chunks[0]})
+    return Z
+
+
+def concat_blocks(blocks, owner: str) -> tuple[np.ndarray, np.ndarray]:
+    """Consume an iterable of ``(X_block, Y_block)`` pairs into two float64 arrays.
+
+    The samples are kept (the model needs the training targets for its conditionals);
+    their features never are.
+    """
+    xs, ys = [], []
+    for i, item in enumerate(blocks):
+        try:
+            Xb, Yb = item
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{owner}: an iterable X must yield (X_block, Y_block) pairs; "
+                            f"item {i} is a {type(item).__name__}.") from exc
+        Xb, Yb = _block_float(Xb, "X", i), _block_float(Yb, "Y", i)
+        if Xb.shape[0] != Yb.shape[0]:
+            raise ValueError(f"{owner}: block {i} has {Xb.shape[0]} rows of X but "
+                             f"{Yb.shape[0]} of Y.")
+        if xs and (Xb.shape[1] != xs[0].shape[1] or Yb.shape[1] != ys[0].shape[1]):
+            raise ValueError(f"{owner}: block {i} has {Xb.shape[1]} X and {Yb.shape[1]} Y "
+                             f"columns; block 0 had {xs[0].shape[1]} and {ys[0].shape[1]}.")
+        xs.append(Xb)
+        ys.append(Yb)
+    if not xs:
+        raise ValueError(f"{owner}: the iterable of blocks is empty.")
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+# ---------------------------------------------------------------------------- passes
+def _add(u, v):
+    return tuple(a + b for a, b in zip(u, v, strict=True))
+
+
+def _tree(parts, combine):
+    while len(parts) > 1:  # binary tree: depth log2(blocks)
+        parts = [combine(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def reduce_rows(fn, arrays, names, combine=_add):
+    """``combine``-reduce of ``fn(*blocks)`` over aligned row blocks of ``arrays``.
+
+    ``fn`` gets float64 NumPy blocks (validated: finite, real; 1-D arrays as columns) and
+    returns a tuple of arrays / numbers; ``combine`` (default: elementwise sum) merges two
+    such tuples. NumPy arrays go in row blocks over kernelkit's threads (results combined
+    in block order); if any array is a Dask array, all are aligned to its row chunks and
+    reduced by the active Dask scheduler in a binary tree.
+    """
+    if any(is_dask_array(a) for a in arrays):
+        import dask
+
+        ref = next(a for a in arrays if is_dask_array(a))
+        ref = as_dask_rows(ref, names[arrays.index(ref)])
+        arrays = [as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays, names,
+                                                                       strict=True)]
+        cols = [a.to_delayed().ravel() for a in arrays]
+        check, call = dask.delayed(_block_float), dask.delayed(fn)
+        parts = [call(*[check(c[i], nm, i) for c, nm in zip(cols, names, strict=True)])
+                 for i in range(len(cols[0]))]
+        with _SingleThreadedBlas():  # threads scheduler: one BLAS thread per Dask thread
+            return _tree(parts, dask.delayed(combine)).compute()
+    n = arrays[0].shape[0]
+
+    def part(a, b):
+        return fn(*[_block_float(z[a:b], nm, a // _BLOCK) for z, nm in zip(arrays, names,
+                                                                           strict=True)])
+
+    parts = block_map(part, n, _BLOCK)
+    out = parts[0]
+    for p in parts[1:]:
+        out = combine(out, p)
+    return out
+
+
+def lazy_transform(basis, Z, name: str = "X"):
+    """``basis.transform`` mapped over the row chunks of a Dask array: lazy (n, m)."""
+    Z = as_dask_rows(Z, name, n_features=basis.n_features_in_)
+    return Z.map_blocks(basis.transform, chunks=(Z.chunks[0], (basis.n_components_,)),
+                        dtype=np.float64, meta=np.empty((0, 0)))
+
+
+# ------------------------------------------------- training-point products, factor-free
+def train_dot(basis, F):
+    """``A^T F`` (m, k) over the training samples: ``sum_b Psi(Z_b)^T F_b``."""
+    m = basis.n_components_
+    if m == 0:
+        return np.zeros((0, F.shape[1]))
+    return reduce_rows(lambda Zb, Fb: (basis.transform(Zb).T @ Fb,),
+                       [basis.train_data_, F], ["training samples", "f values"])[0]
+
+
+def dot_train(basis, P):
+    """``P A^T`` (k, n); a lazy Dask array if the training samples or ``P`` are Dask."""
+    Z = basis.train_data_
+    if is_dask_array(Z) or is_dask_array(P):
+        A = lazy_transform(basis, Z) if is_dask_array(Z) else basis.transform(Z)
+        return P @ A.T
+    k, n = P.shape[0], Z.shape[0]
+    out = np.empty((k, n))
+
+    def part(a, b):
+        out[:, a:b] = P @ basis.transform(Z[a:b]).T
+
+    block_map(part, n, _BLOCK)
+    return out
+
+
+def train_extremes(basis) -> tuple[np.ndarray, np.ndarray]:
+    """Column minima and maxima of ``A`` over the training samples, each (m,)."""
+    def minmax(u, v):
+        return np.minimum(u[0], v[0]), np.maximum(u[1], v[1])
+
+    def fn(Zb):
+        A = basis.transform(Zb)  # (b, m)
+        return A.min(axis=0), A.max(axis=0)
+
+    return reduce_rows(fn, [basis.train_data_], ["training samples"], combine=minmax)
+
+
+def pair_statistics(basis_x, basis_y, X, Y):
+    """One pass over the paired samples: the m-sized statistics of a JDL fit.
+
+    Returns ``(n, L_X^T L_X, L_X^T 1, L_Y^T L_Y, L_Y^T 1, L_Y^T L_X, trace K_X,
+    trace K_Y, ||L_X||_F^2, ||L_Y||_F^2)`` with ``L`` the factor rows ``k_piv(x) B[piv]``
+    of every sample (formed block by block, never stored).
+    """
+    def fn(Xb, Yb):
+        Lx = basis_x.pivot_factor(Xb)  # (b, m_X)
+        Ly = basis_y.pivot_factor(Yb)  # (b, m_Y)
+        return (Xb.shape[0], Lx.T @ Lx, Lx.sum(axis=0), Ly.T @ Ly, Ly.sum(axis=0),
+                Ly.T @ Lx, basis_x.kernel_.diag(Xb).sum(), basis_y.kernel_.diag(Yb).sum(),
+                np.einsum("ij,ij->", Lx, Lx), np.einsum("ij,ij->", Ly, Ly))
+
+    return reduce_rows(fn, [X, Y], ["X", "Y"])
