@@ -131,8 +131,8 @@ class JointDistribution(TensorJointModel):
     Dtypes: inputs of any real dtype are converted to float64 NumPy arrays; every output
     (weights, expectations, probabilities, density ratios) is float64.
 
-    Memory: the two factors ``L_X``, ``L_Y`` (8 n (m_X + m_Y) bytes) and the training
-    samples are kept; no (n, n) array is formed. ``conditional_weights`` returns an
+    Memory: exact fits keep the two factors ``L_X``, ``L_Y`` (8 n (m_X + m_Y) bytes)
+    and the training samples (sampled / chunked fits keep only the samples); no (n, n) array is formed. ``conditional_weights`` returns an
     (n_new, n) array; ``conditional_expectation`` does not.
 
     Examples
