@@ -114,8 +114,9 @@ class JointDistribution(TensorJointModel):
 
     Notes
     -----
-    Scale-out: ``fit`` also takes a ``dask.array.Array`` pair (``Y`` NumPy or Dask; rows aligned to
-    ``X``'s chunks) or an iterable of ``(X_block, Y_block)`` NumPy pairs with ``Y=None``.
+    Scale-out: ``fit`` also takes a ``dask.array.Array`` pair (``Y`` NumPy or Dask;
+    rows aligned to ``X``'s chunks) or an iterable of ``(X_block, Y_block)`` NumPy pairs
+    with ``Y=None``.
     Feature blocks are formed per chunk in parallel (the active Dask scheduler: threads,
     or a ``distributed.Client``), the m-sized statistics are tree-reduced and the small
     problem is solved once; no more than one chunk of features per worker is alive. The
@@ -132,8 +133,9 @@ class JointDistribution(TensorJointModel):
     (weights, expectations, probabilities, density ratios) is float64.
 
     Memory: exact fits keep the two factors ``L_X``, ``L_Y`` (8 n (m_X + m_Y) bytes)
-    and the training samples (sampled / chunked fits keep only the samples); no (n, n) array is formed. ``conditional_weights`` returns an
-    (n_new, n) array; ``conditional_expectation`` does not.
+    and the training samples; sampled / chunked fits keep only the samples. No (n, n)
+    array is formed. ``conditional_weights`` returns an (n_new, n) array;
+    ``conditional_expectation`` does not.
 
     Examples
     --------
