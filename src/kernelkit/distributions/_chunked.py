@@ -173,6 +173,17 @@ def _tree(parts, combine):
     return parts[0]
 
 
+def _in_sub_blocks(fn, combine, blocks):
+    """``fn`` over row sub-blocks of one chunk, combined: a Dask chunk of any size holds
+    at most ``_BLOCK`` rows of features at a time."""
+    n = blocks[0].shape[0]
+    out = None
+    for a in range(0, max(n, 1), _BLOCK):
+        part = fn(*[z[a:a + _BLOCK] for z in blocks])
+        out = part if out is None else combine(out, part)
+    return out
+
+
 def reduce_rows(fn, arrays, names, combine=_add):
     """``combine``-reduce of ``fn(*blocks)`` over aligned row blocks of ``arrays``.
 
@@ -190,7 +201,8 @@ def reduce_rows(fn, arrays, names, combine=_add):
         arrays = [as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays, names,
                                                                        strict=True)]
         cols = [a.to_delayed().ravel() for a in arrays]
-        check, call = dask.delayed(_block_float), dask.delayed(fn)
+        check = dask.delayed(_block_float)
+        call = dask.delayed(lambda *blocks: _in_sub_blocks(fn, combine, blocks))
         parts = [call(*[check(c[i], nm, i) for c, nm in zip(cols, names, strict=True)])
                  for i in range(len(cols[0]))]
         with _SingleThreadedBlas():  # threads scheduler: one BLAS thread per Dask thread
@@ -247,6 +259,9 @@ def train_extremes(basis) -> tuple[np.ndarray, np.ndarray]:
         return np.minimum(u[0], v[0]), np.maximum(u[1], v[1])
 
     def fn(Zb):
+        if len(Zb) == 0:  # an empty chunk: the identity of (min, max)
+            m = basis.n_components_
+            return np.full(m, np.inf), np.full(m, -np.inf)
         A = basis.transform(Zb)  # (b, m)
         return A.min(axis=0), A.max(axis=0)
 

@@ -33,6 +33,15 @@ Timed in one run (JDL issue, "Done means"):
   ``JointDistribution`` fit + 5000 conditional means at the same ``n`` (round-robin,
   minimum of the rounds). Both errors against the closed-form ``E[Y | x]`` are printed.
 
+* **Out of core** (issue 8): the same model with ``pivot_sample = 50 000`` (Algorithm 1
+  on a uniform sample, the statistics of problem (22) reduced over all rows in blocks;
+  :mod:`kernelkit.distributions._chunked`), on the n = 10^6 NumPy data of the exact run,
+  and on ``n_ooc`` = 10^7 rows (quick: 4 x 10^5) of a lazily generated ``dask.array``
+  (chunks of 250 000 rows drawn per chunk; threads scheduler), which never exist in
+  memory at once: fit, then the conditional second moments at the 5000 test points
+  (one more pass for ``A_Y^T F``). Printed: times, ranks, loss (31) against the closed
+  form (to compare with the exact fit) and the growth of the process's max RSS.
+
 Run ``python benchmarks/bench_jdl.py [--quick]`` or ``kernelkit bench jdl``. Quick sizes:
 ``n = 10^5`` and a KernelRidge ladder up to 2000 (the targets are set for the full run).
 """
@@ -130,6 +139,74 @@ def _scale_run(n, n_test, rel_tol, seed, trace=True):
     return res
 
 
+PIVOT_SAMPLE = 50_000
+OOC_CHUNK = 250_000
+
+
+def _lazy_gaussian(C, n: int, chunk: int, seed: int):
+    """A Dask array (n, 6) of N(0, C) rows, each chunk drawn from its own seed when
+    computed (never all in memory); returns the X and Y column views."""
+    import dask.array as da
+
+    Lc = np.linalg.cholesky(C)  # (6, 6)
+
+    def draw(block_info=None):
+        (a, b), _ = block_info[None]["array-location"]
+        rng = np.random.default_rng([seed, 7, a])
+        return rng.standard_normal((b - a, 6)) @ Lc.T  # (b - a, 6)
+
+    Z = da.map_blocks(draw, chunks=(tuple([chunk] * (n // chunk) + ([n % chunk] if n % chunk
+                                                                      else [])), (6,)),
+                      dtype=np.float64, meta=np.empty((0, 0)))
+    return Z[:, :3], Z[:, 3:]
+
+
+def _moments_f_lazy(Yt):
+    """[1, y y^T] per row of a Dask array, lazily: (n, 1 + d^2)."""
+    import dask.array as da
+
+    n, d = Yt.shape
+    sq = (Yt[:, :, None] * Yt[:, None, :]).reshape(n, d * d)
+    return da.concatenate([da.ones((n, 1), chunks=(Yt.chunks[0], 1)), sq], axis=1)
+
+
+def _out_of_core_run(n, n_test, rel_tol, seed, dask_input: bool):
+    """Sampled-pivot fit (NumPy data, or lazily generated Dask chunks) + moments."""
+    import contextlib
+
+    from ..datasets._jdl import random_correlation_matrix
+    from ..distributions import JointDistribution, second_moment_loss
+
+    if dask_input:
+        import dask
+
+        X, Y = _lazy_gaussian(random_correlation_matrix(6, seed), n, OOC_CHUNK, seed)
+        _, _, Xq, _, second_q = _data(2, n_test, seed)  # the same test points
+        F, sched = _moments_f_lazy, dask.config.set(scheduler="threads")
+    else:
+        X, Y, Xq, _, second_q = _data(n, n_test, seed)
+        F, sched = _moments_f(Y), contextlib.nullcontext()
+    gc.collect()
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    model = JointDistribution(lengthscale_x=LENGTHSCALE, lengthscale_y=LENGTHSCALE, reg=REG,
+                              rel_tol=rel_tol, pivot_sample=PIVOT_SAMPLE, random_state=seed)
+    with sched:
+        c0, t0 = time.process_time(), time.perf_counter()
+        model.fit(X, Y)
+        t1 = time.perf_counter()
+        out = model.conditional_expectation(F, Xq)  # (n_test, 1 + 9)
+        t2, c2 = time.perf_counter(), time.process_time()
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    M = out[:, 1:].reshape(-1, 3, 3)
+    return {"n": n, "input": "Dask, lazy chunks" if dask_input else "NumPy",
+            "fit_s": t1 - t0, "eval_s": t2 - t1, "total_s": t2 - t0, "cpu_s": c2 - c0,
+            "m_x": model.basis_x_.n_components_, "m_y": model.basis_y_.n_components_,
+            "loss31": second_moment_loss(second_q, M),
+            "norm_err": float(np.max(np.abs(out[:, 0] - 1.0))),
+            "trace_resid_x": model.basis_x_.trace_residual_ / n,
+            "rss_growth_mib": (rss1 - rss0) / 1024}
+
+
 def _available_bytes() -> int:
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
@@ -192,6 +269,12 @@ def run(quick: bool = False) -> dict:
     m_big, m_small = big["m_x"] + big["m_y"], small["m_x"] + small["m_y"]
     exponent = math.log((big["peak_bytes"] / m_big) / (small["peak_bytes"] / m_small)) / math.log(4)
 
+    n_ooc = 400_000 if quick else 10_000_000
+    ooc = [_out_of_core_run(n_big, n_test, rel_tol, seed, dask_input=False)]
+    try:
+        ooc.append(_out_of_core_run(n_ooc, n_test, rel_tol, seed, dask_input=True))
+    except ImportError:  # Dask is an optional extra
+        pass
     t_peer, err = _peer(n_krr, n_test, seed, repeats)
     krr_ratio = t_peer["KernelRidge"]["min"] / t_peer["JointDistribution"]["min"]
 
@@ -222,6 +305,17 @@ def run(quick: bool = False) -> dict:
     print(f"process max RSS: {rss0 / 1024:.0f} MiB before, {rss1 / 1024:.0f} MiB after the "
           "two runs (ru_maxrss; includes the data and the interpreter)")
 
+    rows = [[r["input"], r["n"], r["m_x"], r["m_y"], f"{r['fit_s']:.2f}", f"{r['eval_s']:.2f}",
+             f"{r['total_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['loss31']:.3g}",
+             f"{r['norm_err']:.1e}", f"{r['trace_resid_x']:.2e}", f"{r['rss_growth_mib']:.0f}"]
+            for r in ooc]
+    print(f"\nOut of core: pivots from {PIVOT_SAMPLE:,} sampled rows, statistics over all rows "
+          f"in blocks (Dask: chunks of {OOC_CHUNK:,} rows generated when computed); loss (31) "
+          f"of the exact fit at n = {big['n']:,}: {big['loss31']:.3g}:")
+    print(text_table(["input", "n", "m_X", "m_Y", "fit s", "eval s", "total s", "CPU s",
+                      "loss (31)", "norm. error", "tr(K-LL^T)/n (X)", "max RSS growth MiB"],
+                     rows))
+
     short = {"KernelRidge": "krr", "JointDistribution": "jdl"}
     rows = [[k, n_krr, f"{v['min']:.3f}", f"{v['median']:.3f}", f"{err[short[k]]:.4f}"]
             for k, v in t_peer.items()]
@@ -236,6 +330,7 @@ def run(quick: bool = False) -> dict:
 
     met = sum(t["met"] for t in targets.values())
     print(f"\n{met}/{len(targets)} targets met.")
-    return {"config": config, "scale": {"n/4": small, "n": big}, "peer": t_peer,
+    return {"config": config, "scale": {"n/4": small, "n": big}, "out_of_core": ooc,
+            "peer": t_peer,
             "peer_rmse": err, "targets": targets, "all_met": met == len(targets),
             "max_rss_kib": {"before": rss0, "after": rss1}}
