@@ -225,3 +225,69 @@ def test_claim_sections_and_paper_grouping():
     assert paper_of("hrf-uci").startswith("Hybrid") and paper_of("jdl-small").startswith("Joint")
     assert paper_of("favor-variance").startswith("FAVOR#") and paper_of("xyz") == (
         "Other experiments")
+
+
+def _fake_run(exp_dir, quick, seconds, extra=""):
+    """A results folder as an experiment leaves it (report.md, a PNG, results.json)."""
+    exp_dir.mkdir(parents=True)
+    mode = "quick" if quick else "full"
+    (exp_dir / "report.md").write_text(
+        f"# fake\n\nMode: **{mode}**; run time {seconds} s.\n\n## Setup\n\nx\n\n"
+        f"**Scale.** This run: 3 seeds. The paper: 10 seeds.\n\n{extra}"
+        "## Paper claims vs our data\n\n| claim | paper | ours | holds on our data? |\n"
+        "|---|---|---|---|\n| fake claim | 2.0 | 1.5 | **no** |\n\n## Timing\n\n"
+        "![a plot](plot.png)\n")
+    (exp_dir / "plot.png").write_bytes(b"\x89PNG fake")
+    (exp_dir / "results.json").write_text(json.dumps(
+        {"experiment": exp_dir.name, "quick": quick, "elapsed_s": seconds,
+         "platform": "Linux-test"}))
+
+
+def test_report_rebuilds_from_folders(registry, tmp_path):
+    # dummy ran in full mode (125 s); broken and absent never ran: no folders
+    _fake_run(tmp_path / "dummy", quick=False, seconds=125.0)
+    res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "1/3 experiments" in res.output
+    assert registry.dummy.calls == []  # nothing was run
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "Mode: **full**" in report and "Linux-test" in report
+    assert "| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min |" in report
+    assert "| [broken](broken/report.md) | Other experiments | not run | – | – |" in report
+    assert "| fake claim | 2.0 | 1.5 | **no** |" in report  # claims copied as they are
+    assert "**Scale.** This run: 3 seeds. The paper: 10 seeds." in report
+    assert "![a plot](dummy/plot.png)" in report  # plots relative to the report
+    assert "Timing" not in report  # only the claims sections are copied
+
+
+def test_report_mixed_modes_and_errors(registry, tmp_path):
+    _fake_run(tmp_path / "dummy", quick=False, seconds=30.0)
+    _fake_run(tmp_path / "broken", quick=True, seconds=4.0)
+    res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "Mode: **mixed**" in report
+    assert "| ok | quick | 4 s |" in report and "| ok | full | 30 s |" in report
+    # a folder without results.json does not count as a run
+    (tmp_path / "broken" / "results.json").unlink()
+    CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
+    assert "Mode: **full**" in (tmp_path / "REPORT.md").read_text()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = CliRunner().invoke(main, ["report", "--out", str(empty)])
+    assert res.exit_code == 1 and "no experiment results" in res.output
+    assert not (empty / "REPORT.md").exists()
+    res = CliRunner().invoke(main, ["report", "--out", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "not a directory" in res.output
+
+
+def test_reproduce_all_report_has_modes(registry, tmp_path):
+    res = CliRunner().invoke(main, ["reproduce", "all", "--quick", "--out", str(tmp_path)])
+    assert res.exit_code == 1
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "| [dummy](dummy/report.md) | Other experiments | ok | quick |" in report
+    # `kernelkit report` over the same folder gives the same rows (times from results.json)
+    res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "| [dummy](dummy/report.md) | Other experiments | ok | quick |" in (
+        tmp_path / "REPORT.md").read_text()

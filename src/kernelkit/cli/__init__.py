@@ -6,10 +6,13 @@
     kernelkit reproduce NAME [--quick] [--out DIR] [--seed N]
     kernelkit reproduce all --quick             # every experiment, summary at the end
     kernelkit reproduce --list
+    kernelkit report [--out DIR]                # rebuild DIR/REPORT.md from DIR/NAME/
     kernelkit bench NAME [--quick]
 
 Experiments write ``report.md``, PNG plots and ``results.json`` into ``results/NAME/``
-(or ``--out``). Everything runs offline.
+(or ``--out``). Everything runs offline. ``kernelkit report`` assembles ``REPORT.md``
+from whatever experiment folders are already there (e.g. full runs started one by one
+with ``kernelkit reproduce NAME --out DIR/NAME``), without running anything.
 """
 
 from __future__ import annotations
@@ -155,6 +158,36 @@ def reproduce(name, quick, out, seed, list_):
             click.echo(f"Error: experiment {entry.name!r} failed: {msg}", err=True)
         raise SystemExit(_EXIT_FAILED)
     click.echo(f"done in {_fmt_time(secs)}: {msg}")
+
+
+@main.command()
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("results"), show_default=True,
+              help="Results directory: experiments in OUT/NAME, the report in OUT/REPORT.md.")
+def report(out):
+    """Rebuild OUT/REPORT.md from the experiment folders already in OUT (runs nothing).
+
+    Every registered experiment gets a row: its mode and run time from
+    OUT/NAME/results.json, or "not run" when the folder has no report. Exits non-zero
+    only when OUT holds no experiment results at all.
+    """
+    from ..experiments._summary import collect_rows, write_summary
+
+    if not out.is_dir():
+        click.echo(f"Error: --out {str(out)!r} is not a directory.", err=True)
+        raise SystemExit(_EXIT_USAGE)
+    rows = collect_rows(out, list(_exp.EXPERIMENTS))
+    n_ok = sum(r[1] == "ok" for r in rows)
+    if not n_ok:
+        click.echo(f"Error: no experiment results (NAME/report.md + NAME/results.json) in "
+                   f"{str(out)!r}; run `kernelkit reproduce NAME --out {out}/NAME` first.",
+                   err=True)
+        raise SystemExit(_EXIT_FAILED)
+    path = write_summary(out, rows)
+    width = max(len(r[0]) for r in rows)
+    for n, status, secs, _ in rows:
+        click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs) if status == 'ok' else '':>12}")
+    click.echo(f"report: {path} ({n_ok}/{len(rows)} experiments)")
 
 
 @main.command()

@@ -10,11 +10,13 @@ re-running anything (:func:`write_summary`).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
 
-__all__ = ["PAPERS", "claim_sections", "paper_of", "write_summary"]
+__all__ = ["PAPERS", "claim_sections", "collect_rows", "paper_of", "read_run_info",
+           "write_summary"]
 
 #: experiment-name prefix -> (paper title, note)
 PAPERS = {
@@ -81,28 +83,89 @@ def _relink(text: str, prefix: str) -> str:
     return _IMAGE.sub(fix, text)
 
 
-def write_summary(results_dir, rows: list[tuple[str, str, float, str]], mode: str) -> Path:
+def read_run_info(exp_dir) -> dict | None:
+    """``{"mode", "seconds", "platform"}`` of the run in ``exp_dir`` (its ``results.json``),
+    or None when there is no readable ``results.json``."""
+    path = Path(exp_dir) / "results.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    quick = data.get("quick")
+    secs = data.get("elapsed_s")
+    return {"mode": "quick" if quick is True else "full" if quick is False else "?",
+            "seconds": float(secs) if isinstance(secs, int | float) else None,
+            "platform": data.get("platform")}
+
+
+def collect_rows(results_dir, names) -> list[tuple[str, str, float, str]]:
+    """``(name, status, seconds, message)`` for each experiment in ``names`` from the
+    folders already in ``results_dir`` (status ``"ok"`` when ``NAME/report.md`` and
+    ``NAME/results.json`` exist; seconds from ``results.json``), for :func:`write_summary`.
+    """
+    base = Path(results_dir)
+    rows = []
+    for name in names:
+        info = read_run_info(base / name)
+        if info is None or not (base / name / "report.md").is_file():
+            rows.append((name, "not run", 0.0,
+                         f"no {name}/report.md and results.json in this directory"))
+            continue
+        rows.append((name, "ok", info["seconds"] or 0.0, str(base / name / "report.md")))
+    return rows
+
+
+def _fmt_secs(secs: float) -> str:
+    if secs < 60:
+        return f"{secs:.0f} s"
+    if secs < 3600:
+        return f"{secs / 60:.1f} min"
+    return f"{secs / 3600:.2f} h"
+
+
+def _scale_paragraphs(report_md: str) -> list[str]:
+    """The report's ``**Scale.**`` paragraphs (this run's size next to the paper's)."""
+    return [p.strip() for p in re.split(r"\n\s*\n", report_md)
+            if p.strip().startswith("**Scale.**")]
+
+
+def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
+                  mode: str | None = None) -> Path:
     """Write ``results_dir/REPORT.md`` from the experiments' reports.
 
     Parameters
     ----------
     results_dir : path of the parent directory (each experiment in ``results_dir/NAME``)
     rows : ``(name, status, seconds, message)`` per experiment, in run order
-    mode : ``"quick"`` or ``"full"``
+    mode : ``"quick"`` or ``"full"``; None: read from each experiment's ``results.json``
+        (``"mixed"`` when they differ)
     """
     base = Path(results_dir)
     base.mkdir(parents=True, exist_ok=True)
     n_ok = sum(r[1] == "ok" for r in rows)
+    infos = {n: read_run_info(base / n) if s == "ok" else None for n, s, _, _ in rows}
+    modes = {i["mode"] for i in infos.values() if i is not None}
+    if mode is None:
+        mode = modes.pop() if len(modes) == 1 else ("mixed" if modes else "none")
+    total = sum(secs for _, s, secs, _ in rows if s == "ok")
+    platforms = sorted({i["platform"] for i in infos.values() if i and i.get("platform")})
     parts = [
         "# kernelkit: reproduction report",
         f"Mode: **{mode}**; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"{n_ok}/{len(rows)} experiments ran. Each section below is copied from the "
-        "experiment's own `report.md` (linked), which has the full setup, every table and "
-        "the deviations from the paper's protocol.",
-        "| experiment | paper | status | time |\n|---|---|---|---|",
+        f"{n_ok}/{len(rows)} experiments ran"
+        + (f" ({_fmt_secs(total)} of run time in all)" if n_ok else "")
+        + ". Each section below is copied from the experiment's own `report.md` (linked), "
+        "which has the full setup, every table and the deviations from the paper's "
+        "protocol. Where a run is smaller than the paper's, its **Scale** line says so."
+        + (f" Platform: {', '.join(platforms)}." if platforms else ""),
+        "| experiment | paper | status | mode | time |\n|---|---|---|---|---|",
     ]
     parts[-1] += "".join(
-        f"\n| [{n}]({n}/report.md) | {paper_of(n).split(' (')[0]} | {s} | {secs:.0f} s |"
+        f"\n| [{n}]({n}/report.md) | {paper_of(n).split(' (')[0]} | {s} | "
+        f"{infos[n]['mode'] if infos.get(n) else '–'} | "
+        f"{_fmt_secs(secs) if s == 'ok' or secs else '–'} |"
         for n, s, secs, _ in rows)
     by_paper: dict[str, list] = {}
     for row in rows:
@@ -113,9 +176,10 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]], mode: st
             parts.append(f"### {name}")
             report = base / name / "report.md"
             if status != "ok" or not report.is_file():
-                parts.append(f"Not run: **{status}** ({msg}).")
+                parts.append(f"Not in this report: **{status}** ({msg}).")
                 continue
             text = report.read_text()
+            parts.extend(_scale_paragraphs(text))
             sections = claim_sections(text)
             if sections:
                 parts.extend(_relink(s, name) for s in sections)
