@@ -6,9 +6,11 @@ The primal (weight-space) fit of ridge / GP regression needs the data only throu
     R = sum_i conj(phi_i) y_i^T = Phi^H Y (D, T),  sum_i y_i (T,),  sum_i y_i^2 (T,)
 
 so a data set too large for memory is fitted chunk by chunk: each chunk of rows is mapped
-to features (never more than one chunk of features at a time per worker), its statistics
-are computed, the statistics are summed in a binary tree, and the ``D x D`` system is
-solved once. Inputs:
+to features a slab of rows at a time (``_SLAB_BYTES`` of features, never a whole chunk's),
+its statistics are accumulated (``Phi^T Phi`` by the BLAS symmetric rank-k update for
+real features), the statistics of the chunks are summed in a binary tree, and the
+``D x D`` system is solved once. Under the threaded Dask scheduler BLAS runs one thread
+per task (the scheduler already runs one task per core). Inputs:
 
 * a ``dask.array.Array`` (rows chunked; columns are merged into one chunk): the chunks
   are processed in parallel by the active Dask scheduler (threads by default, or a
@@ -89,23 +91,79 @@ class FeatureStats:
         return G, R
 
 
+#: bytes of one slab of features inside a block (rows are mapped to features a slab at a
+#: time, so the (rows, D) slab stays in cache between the feature map and the Gram update)
+_SLAB_BYTES = 8 * 1024**2
+#: rows of the first slab (before the feature width D is known)
+_FIRST_SLAB = 256
+
+
+class _Accumulator:
+    """Running sums of :class:`FeatureStats` over slabs of one block (see ``block_stats``).
+
+    Real features: ``G`` holds the upper triangle of ``Phi^T Phi``, updated in place by
+    the BLAS symmetric rank-k update ``dsyrk`` (``D^2 b`` flops per slab of ``b`` rows,
+    half a GEMM's); the lower triangle is mirrored once at the end. Complex features use
+    :func:`gram_primal` per slab.
+    """
+
+    def __init__(self, D: int, T: int, complex_: bool):
+        dt = np.complex128 if complex_ else np.float64
+        self.complex = complex_
+        self.n = 0
+        self.s_phi = np.zeros(D, dtype=dt)
+        self.gram = np.zeros((D, D), dtype=dt, order="F")
+        self.rhs = np.zeros((D, T), dtype=dt)
+
+    def add(self, Phi: np.ndarray, Y: np.ndarray) -> None:
+        """Add a slab: features ``Phi`` (b, D), targets ``Y`` (b, T)."""
+        from scipy.linalg.blas import dsyrk
+
+        self.n += len(Phi)
+        self.s_phi += Phi.sum(axis=0)
+        if self.complex:
+            self.gram += gram_primal(Phi)
+            self.rhs += np.conj(Phi).T @ Y
+        else:
+            # Phi.T is the F-ordered (D, b) view of the C-ordered slab: no copy
+            self.gram = dsyrk(1.0, Phi.T, beta=1.0, c=self.gram, trans=0, lower=0,
+                              overwrite_c=1)
+            self.rhs += Phi.T @ Y
+
+    def stats(self, Y: np.ndarray) -> FeatureStats:
+        G = self.gram
+        if not self.complex:
+            G = np.triu(G)
+            G += np.triu(G, 1).T
+        return FeatureStats(n=self.n, s_phi=self.s_phi, gram=np.ascontiguousarray(G),
+                            rhs=self.rhs, s_y=Y.sum(axis=0), s_yy=(Y * Y).sum(axis=0))
+
+
 def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
-    """Statistics of one block: rows ``Xb`` (b, d), targets ``yb`` (b,) or (b, T)."""
+    """Statistics of one block: rows ``Xb`` (b, d), targets ``yb`` (b,) or (b, T).
+
+    The rows are mapped to features in slabs of about ``_SLAB_BYTES`` (never the whole
+    block's ``(b, D)`` features at once); the statistics are accumulated over the slabs.
+    """
     from ._feature_map_param import map_features
 
     Xb = np.asarray(Xb)
     Y = np.asarray(yb, dtype=np.float64).reshape(len(Xb), -1)  # (b, T)
-    if len(Xb) == 0:
+    n = len(Xb)
+    if n == 0:
         raise ValueError("empty block")
-    Phi = map_features(fm, Xb, amplitude)  # (b, D) float64 / complex128
-    return FeatureStats(
-        n=len(Xb),
-        s_phi=Phi.sum(axis=0),
-        gram=gram_primal(Phi),
-        rhs=np.conj(Phi).T @ Y,
-        s_y=Y.sum(axis=0),
-        s_yy=(Y * Y).sum(axis=0),
-    )
+    acc, lo, step = None, 0, _FIRST_SLAB
+    while lo < n:
+        Phi = map_features(fm, Xb[lo:lo + step], amplitude)  # (<= step, D) f64 / c128
+        if acc is None:
+            acc = _Accumulator(Phi.shape[1], Y.shape[1], np.iscomplexobj(Phi))
+            step = max(_FIRST_SLAB, _SLAB_BYTES // (Phi.itemsize * Phi.shape[1]))
+            hi = lo + len(Phi)
+        else:
+            hi = lo + step
+        acc.add(Phi, Y[lo:hi])
+        lo = hi
+    return acc.stats(Y)
 
 
 def _check_block(Xb, yb, n_features: int, owner: str, index: int):
@@ -154,6 +212,27 @@ def first_block(X, y, owner: str):
     raise TypeError("first_block is for Dask arrays")
 
 
+def _blas_threads_for_dask(result, n_chunks: int):
+    """One BLAS thread per task while the threaded scheduler computes ``result`` (chunks > 1).
+
+    The threaded scheduler runs one task per core, each calling BLAS; with BLAS's own
+    thread pool on top, ``cores x cores`` threads compete for the cores. Limited for the
+    duration of the ``compute`` (process-wide, as BLAS thread counts are). Other
+    schedulers are left alone (``distributed`` workers already start with one BLAS
+    thread; the synchronous scheduler runs one task at a time).
+    """
+    import contextlib
+
+    import dask
+    import dask.threaded
+
+    if n_chunks > 1 and dask.base.get_scheduler(collections=[result]) is dask.threaded.get:
+        from threadpoolctl import threadpool_limits
+
+        return threadpool_limits(limits=1, user_api="blas")
+    return contextlib.nullcontext()
+
+
 def reduce_stats(fm, X, y, amplitude: float, owner: str, n_features: int,
                  first=None) -> FeatureStats:
     """Sum of :func:`block_stats` over the row chunks of ``X`` (Dask array or iterable).
@@ -176,7 +255,8 @@ def reduce_stats(fm, X, y, amplitude: float, owner: str, n_features: int,
         while len(parts) > 1:  # binary tree: depth log2(chunks), one D x D sum per node
             parts = [add(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
                      for i in range(0, len(parts), 2)]
-        return parts[0].compute()
+        with _blas_threads_for_dask(parts[0], len(xb)):
+            return parts[0].compute()
     total = None
     if first is not None:
         total = block_stats(fm, *first, amplitude)

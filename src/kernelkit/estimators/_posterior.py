@@ -49,7 +49,19 @@ def as_feature_matrix(P, name: str = "features") -> np.ndarray:
 
 
 def gram_primal(Phi: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-    """``Phi^H diag(w) Phi`` (D, D), with three real products for complex ``Phi``."""
+    """``Phi^H diag(w) Phi`` (D, D), with three real products for complex ``Phi``.
+
+    Real ``Phi`` with uniform or non-negative ``w`` is a symmetric rank-k update
+    (``w0 Phi^T Phi`` or ``(sqrt(w) Phi)^T (sqrt(w) Phi)``: NumPy calls BLAS ``syrk`` for
+    ``A.T @ A``, half the flops of a general product).
+    """
+    if w is not None and not np.iscomplexobj(Phi):
+        w = np.asarray(w)
+        if w.size and np.all(w == w.flat[0]):
+            return w.flat[0] * (Phi.T @ Phi)
+        if np.all(w >= 0):
+            Ps = Phi * np.sqrt(w)[:, None]
+            return Ps.T @ Ps
     if np.iscomplexobj(Phi):
         R, J = Phi.real, Phi.imag
         Rw = R if w is None else R * w[:, None]
@@ -117,7 +129,8 @@ class FeaturePosterior:
             w = 1.0 / noise
             B = gram_primal(Phi, w)
             B[np.diag_indices(D)] += 1.0
-            rhs = np.conj(Phi).T @ (Y * w[:, None])  # Phi^H W Y (D, T)
+            PhiH = np.conj(Phi).T if np.iscomplexobj(Phi) else Phi.T  # no copy if real
+            rhs = PhiH @ (Y * w[:, None])  # Phi^H W Y (D, T)
             return cls.from_primal(B, rhs)
         Kn = gram_dual(Phi)
         Kn[np.diag_indices(n)] += noise
