@@ -78,6 +78,12 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _progress(steps, message: str) -> None:
+    """Advance the progress bar and log one line (partial results survive a crash)."""
+    steps.update()
+    steps.write(message)
+
+
 def _timed(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -115,24 +121,19 @@ def run(quick: bool = False) -> dict:
     config = {"quick": quick, "d": D_IN, "n_features": N_FEATURES, "n_mem": n_mem,
               "n_big": n_big, "chunk": chunk, "n_peer": n_peer, "cpus": os.cpu_count()}
     rows, res = [], {"config": config}
+    load_start, t_start = os.getloadavg(), time.perf_counter()
     Xv, yv = _numpy_data(20_000, seed=99)
     steps = tqdm(total=4, desc="bench scale", leave=False)
 
-    # in memory, and the peer at the same size
-    t_mem, est = _timed_fit(_numpy_data(n_mem, seed=1))
-    steps.update()
-    t_peer, pipe = _peer(n_peer, seed=1)
-    t_mem_peer = t_mem if n_peer == n_mem else _timed_fit(_numpy_data(n_peer, seed=1))[0]
-    steps.update()
-    r2 = {"kernelkit": float(est.score(Xv, yv)), "Nystroem+Ridge": float(pipe.score(Xv, yv))}
-
-    # Dask, threaded scheduler
+    # Dask, threaded scheduler (first: the process's peak memory after it is the
+    # out-of-core fit's, before the in-memory fits allocate their feature matrices)
     import dask
 
     Xd, yd = _dask_data(n_big, chunk, seed=2)
     with dask.config.set(scheduler="threads"):
         t_dask, est_d = _timed(lambda: _ridge().fit(Xd, yd))
-    steps.update()
+    rss = {"Dask threads (this process)": _peak_rss_mb()}
+    _progress(steps, f"Dask threads: {n_big:,} rows in {t_dask:,.0f} s")
 
     # Dask, two-worker LocalCluster
     t_cluster = float("nan")
@@ -141,14 +142,26 @@ def run(quick: bool = False) -> dict:
 
         with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                       host="127.0.0.1", dashboard_address=None) as cluster, \
-                distributed.Client(cluster):
+                distributed.Client(cluster) as client:
             t_cluster, est_c = _timed(lambda: _ridge().fit(Xd, yd))
-        r2["kernelkit LocalCluster"] = float(est_c.score(Xv, yv))
+            workers = client.run(_peak_rss_mb)
+        rss["LocalCluster (largest worker)"] = max(workers.values())
     except ImportError:
-        pass
-    steps.update()
+        est_c = None
+    _progress(steps, f"LocalCluster: {n_big:,} rows in {t_cluster:,.0f} s")
+
+    # in memory, and the peer at the same size
+    t_mem, est = _timed_fit(_numpy_data(n_mem, seed=1))
+    _progress(steps, f"in memory: {n_mem:,} rows in {t_mem:,.1f} s")
+    t_peer, pipe = _peer(n_peer, seed=1)
+    t_mem_peer = t_mem if n_peer == n_mem else _timed_fit(_numpy_data(n_peer, seed=1))[0]
+    rss["in memory + Nystroem+Ridge (this process)"] = _peak_rss_mb()
+    _progress(steps, f"Nystroem+Ridge: {n_peer:,} rows in {t_peer:,.1f} s")
     steps.close()
-    r2["kernelkit Dask"] = float(est_d.score(Xv, yv))
+    r2 = {"kernelkit": float(est.score(Xv, yv)), "Nystroem+Ridge": float(pipe.score(Xv, yv)),
+          "kernelkit Dask": float(est_d.score(Xv, yv))}
+    if est_c is not None:
+        r2["kernelkit LocalCluster"] = float(est_c.score(Xv, yv))
 
     thr = {
         "kernelkit in memory": n_mem / t_mem,
@@ -175,11 +188,16 @@ def run(quick: bool = False) -> dict:
     print(f"\n(ratio at n = {n_peer:,}, the largest size whose {N_FEATURES}-column feature "
           f"matrix fits {MEM_BUDGET / 1024**3:.0f} GiB)")
     print("validation R^2: " + ", ".join(f"{k} {v:.3f}" for k, v in r2.items()))
-    print(f"peak resident memory of this process: {_peak_rss_mb():,.0f} MB "
-          f"(a feature matrix of all {n_big:,} rows would be "
+    load_end = os.getloadavg()
+    print("load average (1, 5, 15 min) at start: " + ", ".join(f"{v:.2f}" for v in load_start)
+          + "; at end: " + ", ".join(f"{v:.2f}" for v in load_end)
+          + f"; total {time.perf_counter() - t_start:,.0f} s")
+    print("peak resident memory: " + ", ".join(f"{k} {v:,.0f} MB" for k, v in rss.items())
+          + f" (a feature matrix of all {n_big:,} rows would be "
           f"{n_big * N_FEATURES * 8 / 1024**3:,.1f} GiB)")
     res.update(throughput=thr, seconds={"in_memory": t_mem, "dask": t_dask,
                                         "cluster": t_cluster, "peer": t_peer},
-               r2=r2, targets=targets, peak_rss_mb=_peak_rss_mb(),
+               r2=r2, targets=targets, peak_rss_mb=rss,
+               load_average={"start": load_start, "end": load_end},
                all_pass=all(v["pass"] for v in targets.values()))
     return res
