@@ -130,3 +130,64 @@ def test_distributed_local_cluster_two_workers():
     np.testing.assert_allclose(pred, ref.predict(X), atol=1e-10)
     gref = RandomFeatureGPRegressor(MAPS[0], noise=0.2, solver="primal").fit(X, y)
     np.testing.assert_allclose(gmean, gref.predict(X), atol=1e-10)
+
+
+@pytest.mark.parametrize("fm", [
+    RandomFourierFeatures(n_features=33, lengthscale=1.5, random_state=0),  # odd: phase col
+    GaussianSketch(n_features=16, degree=2, complex=True, random_state=1),
+], ids=["rff-odd", "complex-sketch"])
+def test_block_stats_in_slabs_equal_direct_sums(fm, monkeypatch):
+    """Slab-wise accumulation (dsyrk upper triangle + mirror) = the sums written out."""
+    from kernelkit.estimators import _chunked
+
+    X, y = _data(n=1000)
+    Y = np.c_[y, y**2]
+    fm = fm.fit(X)
+    Phi = fm.transform(X)
+    monkeypatch.setattr(_chunked, "_SLAB_BYTES", 100 * Phi.itemsize * Phi.shape[1])
+    monkeypatch.setattr(_chunked, "_FIRST_SLAB", 37)  # slabs of 37, 100, ..., 100, 63 rows
+    st = _chunked.block_stats(fm, X, Y, amplitude=2.0)
+    P = np.sqrt(2.0) * Phi
+    G = np.conj(P).T @ P
+    assert st.n == len(X)
+    tol = 1e-12 * np.abs(G).max()
+    np.testing.assert_allclose(st.gram, G, rtol=0, atol=tol)
+    np.testing.assert_array_equal(st.gram, np.conj(st.gram).T)  # exactly Hermitian
+    np.testing.assert_allclose(st.rhs, np.conj(P).T @ Y, rtol=0, atol=1e-12 * np.abs(Y).sum())
+    np.testing.assert_allclose(st.s_phi, P.sum(axis=0), rtol=0, atol=1e-12 * len(X))
+    np.testing.assert_allclose(st.s_y, Y.sum(axis=0), rtol=1e-14)
+    np.testing.assert_allclose(st.s_yy, (Y * Y).sum(axis=0), rtol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "positive", "with-zeros", "signed"])
+def test_gram_primal_weighted_equals_definition(kind):
+    from kernelkit.estimators._posterior import gram_primal
+
+    rng = np.random.default_rng(3)
+    Phi = rng.standard_normal((300, 20))
+    w = {"uniform": np.full(300, 0.7), "positive": rng.uniform(0.1, 2.0, 300),
+         "with-zeros": np.where(rng.random(300) < 0.3, 0.0, 1.5),
+         "signed": rng.standard_normal(300)}[kind]
+    ref = (Phi * w[:, None]).T @ Phi
+    np.testing.assert_allclose(gram_primal(Phi, w), ref, rtol=0,
+                               atol=1e-12 * np.abs(Phi).max() ** 2 * np.abs(w).sum())
+
+
+def test_threaded_dask_runs_blas_single_threaded():
+    """Under the threaded scheduler each task's BLAS runs one thread; otherwise untouched."""
+    import dask
+    from threadpoolctl import threadpool_info
+
+    from kernelkit.estimators._chunked import _blas_threads_for_dask
+
+    def blas_threads():
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    before = blas_threads()
+    result = dask.delayed(sum)([1, 2])
+    with dask.config.set(scheduler="threads"), _blas_threads_for_dask(result, 2):
+        assert set(blas_threads()) <= {1}
+    assert blas_threads() == before
+    for scheduler, n_chunks in (("sync", 2), ("threads", 1)):
+        with dask.config.set(scheduler=scheduler), _blas_threads_for_dask(result, n_chunks):
+            assert blas_threads() == before
