@@ -252,8 +252,10 @@ def test_report_rebuilds_from_folders(registry, tmp_path):
     assert registry.dummy.calls == []  # nothing was run
     report = (tmp_path / "REPORT.md").read_text()
     assert "Mode: **full**" in report and "Linux-test" in report
-    assert "| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min |" in report
-    assert "| [broken](broken/report.md) | Other experiments | not run | – | – |" in report
+    assert ("| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min | 0 / 0 / 1 |"
+            in report)
+    assert "| broken | Other experiments | not run | – | – | – |" in report
+    assert "In all: **0 yes, 0 partly, 1 no**" in report
     assert "| fake claim | 2.0 | 1.5 | **no** |" in report  # claims copied as they are
     assert "**Scale.** This run: 3 seeds. The paper: 10 seeds." in report
     assert "![a plot](dummy/plot.png)" in report  # plots relative to the report
@@ -267,7 +269,7 @@ def test_report_mixed_modes_and_errors(registry, tmp_path):
     assert res.exit_code == 0, res.output
     report = (tmp_path / "REPORT.md").read_text()
     assert "Mode: **mixed**" in report
-    assert "| ok | quick | 4 s |" in report and "| ok | full | 30 s |" in report
+    assert "| ok | quick | 4 s | 0 / 0 / 1 |" in report and "| ok | full | 30 s |" in report
     # a folder without results.json does not count as a run
     (tmp_path / "broken" / "results.json").unlink()
     CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
@@ -291,3 +293,15 @@ def test_reproduce_all_report_has_modes(registry, tmp_path):
     assert res.exit_code == 0, res.output
     assert "| [dummy](dummy/report.md) | Other experiments | ok | quick |" in (
         tmp_path / "REPORT.md").read_text()
+
+
+def test_claim_verdicts_counts_the_holds_column():
+    from kernelkit.experiments._summary import claim_verdicts
+
+    sec = ("#### Paper claims\n\n| claim | paper | ours | holds on our data? |\n"
+           "|---|---|---|---|\n| a | 1 | 1 | yes |\n| b | 1 | 2 | **no** |\n"
+           "| c | 1 | 1.5 | partly (2/3) |\n| d | 1 | – | not reproducible offline |\n"
+           "| e | 1 | 1 | yes (n.s.) |\n\nA table without a verdict column:\n\n"
+           "| x | y |\n|---|---|\n| no | no |\n")
+    assert claim_verdicts([sec]) == {"yes": 2, "partly": 1, "no": 1, "other": 1}
+    assert claim_verdicts([]) == {"yes": 0, "partly": 0, "no": 0, "other": 0}

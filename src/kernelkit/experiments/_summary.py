@@ -15,8 +15,8 @@ import re
 import time
 from pathlib import Path
 
-__all__ = ["PAPERS", "claim_sections", "collect_rows", "paper_of", "read_run_info",
-           "write_summary"]
+__all__ = ["PAPERS", "claim_sections", "claim_verdicts", "collect_rows", "paper_of",
+           "read_run_info", "write_summary"]
 
 #: experiment-name prefix -> (paper title, note)
 PAPERS = {
@@ -127,8 +127,46 @@ def _fmt_secs(secs: float) -> str:
 
 def _scale_paragraphs(report_md: str) -> list[str]:
     """The report's ``**Scale.**`` paragraphs (this run's size next to the paper's)."""
-    return [p.strip() for p in re.split(r"\n\s*\n", report_md)
-            if p.strip().startswith("**Scale.**")]
+    out = []
+    for p in re.split(r"\n\s*\n", report_md):
+        if p.strip().startswith("**Scale.**"):
+            out.append(p.strip())
+        else:  # a list item of a setup list
+            out += [line.strip()[2:] for line in p.splitlines()
+                    if line.strip().startswith("- **Scale.**")]
+    return out
+
+
+def claim_verdicts(sections: list[str]) -> dict[str, int]:
+    """Count the verdicts of the claims tables in ``sections``: the last column of every
+    table whose last header cell mentions "holds" (``yes`` / ``partly`` / ``no`` by the
+    cell's first word, anything else ``other``; ``n/a``-type cells are ``other``)."""
+    counts = {"yes": 0, "partly": 0, "no": 0, "other": 0}
+    for sec in sections:
+        holds_col = False
+        for line in sec.splitlines():
+            line = line.strip()
+            if not line.startswith("|"):
+                holds_col = False
+                continue
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if "holds" in cells[-1].lower():
+                holds_col = True
+                continue
+            if not holds_col or set(cells[-1]) <= set("-: "):
+                continue
+            word = re.sub(r"[*_`]", "", cells[-1]).strip().lower()
+            word = re.split(r"[\s(,;.:]", word, maxsplit=1)[0] if word else ""
+            key = word if word in ("yes", "no", "partly") else "other"
+            counts[key] += 1
+    return counts
+
+
+def _fmt_verdicts(c: dict[str, int] | None) -> str:
+    if not c or not sum(c.values()):
+        return "–"
+    out = f"{c['yes']} / {c['partly']} / {c['no']}"
+    return out + (f" (+{c['other']} other)" if c["other"] else "")
 
 
 def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
@@ -151,6 +189,12 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
         mode = modes.pop() if len(modes) == 1 else ("mixed" if modes else "none")
     total = sum(secs for _, s, secs, _ in rows if s == "ok")
     platforms = sorted({i["platform"] for i in infos.values() if i and i.get("platform")})
+    verdicts = {}
+    for n, st, _, _ in rows:
+        rep_md = base / n / "report.md"
+        if st == "ok" and rep_md.is_file():
+            verdicts[n] = claim_verdicts(claim_sections(rep_md.read_text()))
+    tot = {k: sum(v[k] for v in verdicts.values()) for k in ("yes", "partly", "no", "other")}
     parts = [
         "# kernelkit: reproduction report",
         f"Mode: **{mode}**; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
@@ -159,13 +203,22 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
         + ". Each section below is copied from the experiment's own `report.md` (linked), "
         "which has the full setup, every table and the deviations from the paper's "
         "protocol. Where a run is smaller than the paper's, its **Scale** line says so."
+        + " Times are the wall-clock run time of each experiment; on a shared machine they "
+        "include waiting for the CPU."
         + (f" Platform: {', '.join(platforms)}." if platforms else ""),
-        "| experiment | paper | status | mode | time |\n|---|---|---|---|---|",
+        "Claims columns: rows of the experiments' claims tables whose verdict ('holds on our "
+        "data?') starts with yes / partly / no; the tables below give each claim with the "
+        f"paper's number and ours. In all: **{tot['yes']} yes, {tot['partly']} partly, "
+        f"{tot['no']} no**" + (f", {tot['other']} other (not testable here, n/a)"
+                               if tot["other"] else "") + ".",
+        "| experiment | paper | status | mode | time | claims yes / partly / no |\n"
+        "|---|---|---|---|---|---|",
     ]
     parts[-1] += "".join(
-        f"\n| [{n}]({n}/report.md) | {paper_of(n).split(' (')[0]} | {s} | "
+        f"\n| {f'[{n}]({n}/report.md)' if s == 'ok' else n} | "
+        f"{paper_of(n).split(' (')[0]} | {s} | "
         f"{infos[n]['mode'] if infos.get(n) else '–'} | "
-        f"{_fmt_secs(secs) if s == 'ok' or secs else '–'} |"
+        f"{_fmt_secs(secs) if s == 'ok' or secs else '–'} | {_fmt_verdicts(verdicts.get(n))} |"
         for n, s, secs, _ in rows)
     by_paper: dict[str, list] = {}
     for row in rows:
