@@ -224,3 +224,13 @@ def test_bad_chunked_input_is_rejected(data):
     model = JointDistribution(pivot_sample=300, random_state=0, **KW).fit(X, Y)
     with pytest.raises(ValueError, match="3 features"):
         model.marginal_ratio(da.zeros((5, 3), chunks=(5, 3)))
+
+
+def test_basis_cache_is_not_used_by_sampled_fits(data):
+    from kernelkit.distributions import BasisCache
+
+    X, Y = data
+    cache = BasisCache()
+    with pytest.warns(UserWarning, match="basis_cache is not used"):
+        JointDistribution(pivot_sample=500, basis_cache=cache, **KW).fit(X, Y)
+    assert cache.misses == 0 and len(cache) == 0

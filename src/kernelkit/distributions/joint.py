@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .._backend import validate_positive_float
@@ -226,6 +228,10 @@ class JointDistribution(TensorJointModel):
     def _fit_sampled(self, X, Y, pivot_sample: int, dask: bool):
         """Pivots from a uniform row sample, statistics from one pass over all rows
         (module doc of :mod:`kernelkit.distributions._chunked`); returns ``A_Y^T A_X``."""
+        if self.basis_cache is not None:
+            warnings.warn("basis_cache is not used by sampled-pivot / chunked fits (their "
+                          "statistics come from one pass over all rows, not a cached "
+                          "factor).", UserWarning, stacklevel=3)
         if dask:
             X = as_dask_rows(X, "X")
             Y = as_dask_rows(Y, "Y", rows_like=X)
