@@ -22,7 +22,7 @@ def test_module_interface():
     assert fc.NAME == "favor-classification"
     assert isinstance(fc.DESCRIPTION, str) and fc.DESCRIPTION
     assert callable(fc.run)
-    assert fc.FULL.n_seeds == 50 and fc.FULL.Ms == (16, 32, 64, 128)
+    assert fc.PAPER.n_seeds == 50 and fc.FULL.n_seeds >= 20 and fc.FULL.Ms == (16, 32, 64, 128)
     assert len(fc.FULL.sigmas) == 10
     np.testing.assert_allclose([fc.FULL.sigmas[0], fc.FULL.sigmas[-1]], [1e-2, 1e2])
     assert set(fc.FULL.methods) == {"trig", "positive", "gerf", "saderf", "aderf", "sderf"}

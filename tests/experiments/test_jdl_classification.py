@@ -23,7 +23,7 @@ def tiny(tmp_path_factory):
 
 def test_module_interface():
     assert jc.NAME == "jdl-classification" and jc.DESCRIPTION
-    assert jc.FULL.quantiles[0] == 0.01 and jc.FULL.n_sub >= 20
+    assert jc.FULL.quantiles[0] == 0.01 and jc.FULL.n_sub >= 20 and jc.PAPER.n_sub == 100
     assert {k for k, _ in jc.FULL.variants} == {"jdl", "cme", "klr"}
 
 

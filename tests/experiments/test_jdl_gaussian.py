@@ -23,8 +23,11 @@ def tiny(tmp_path_factory):
 
 def test_module_interface():
     assert jg.NAME == "jdl-gaussian" and jg.DESCRIPTION
-    assert jg.FULL.ds == (1, 2, 3) and jg.FULL.ns[0] == 1000 and jg.FULL.ns[-1] == 1_000_000
+    assert jg.FULL.ds == (1, 2, 3) and jg.FULL.ns[0] == 1000 and jg.FULL.ns[-1] == 100_000
     assert jg.FULL.n_test == 5000 and set(jg.FULL.models) == {"jdl", "jpdl", "cme"}
+    # the paper's scale stays written down next to the reduced full mode
+    assert jg.PAPER.ns[-1] == 10_000_000 and set(jg.PAPER.n_corr.values()) == {100}
+    assert all(n in jg.FULL.n_corr for n in jg.FULL.ns)
 
 
 @pytest.mark.slow

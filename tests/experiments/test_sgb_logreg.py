@@ -171,7 +171,7 @@ def test_step_sizes_and_grids():
         C.step_grid([1.0], ("cosine",))
 
 
-@pytest.mark.parametrize("config", [S.QUICK, S.FULL])
+@pytest.mark.parametrize("config", [S.QUICK, S.FULL, S.PAPER])
 def test_every_stochastic_method_gets_the_same_tuning_budget(config):
     sizes = {m: len(config.grid(m)) for m in ("SGD", "Adam", "SPFB", "LSPFB k=5")}
     assert len(set(sizes.values())) == 1, sizes

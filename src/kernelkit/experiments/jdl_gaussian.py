@@ -37,7 +37,7 @@ from ..datasets._jdl import gaussian_conditional_moments, random_correlation_mat
 from . import _jdl_common as C
 from ._report import Report, markdown_table
 
-__all__ = ["DESCRIPTION", "FULL", "NAME", "QUICK", "Config", "run"]
+__all__ = ["DESCRIPTION", "FULL", "NAME", "PAPER", "QUICK", "Config", "run"]
 
 NAME = "jdl-gaussian"
 DESCRIPTION = "JDL Sec. 5.1: conditional second moments of Gaussian data, JDL vs JPDL vs CME"
@@ -73,7 +73,16 @@ class Config:
     time_d: int = 3
 
 
-FULL = Config()
+#: The paper's scale (Sec. 5.1): n up to 1e7, 100 correlation matrices for every n and
+#: every tolerance, timings at d = 10. Not run here (days on two cores); kept to state it.
+PAPER = Config(ns=(1_000, 10_000, 100_000, 1_000_000, 10_000_000),
+               n_corr={n: 100 for n in (1_000, 10_000, 100_000, 1_000_000, 10_000_000)},
+               eps_ns=(1_000, 10_000, 100_000, 1_000_000, 10_000_000), eps_n_corr=100,
+               time_d=10)
+#: Full mode (~5 CPU-minutes): n up to 1e5, 20 / 5 / 2 correlation matrices at
+#: n = 1e3 / 1e4 / 1e5, 3 per tolerance in the sweep.
+FULL = Config(ns=(1_000, 10_000, 100_000), n_corr={1_000: 20, 10_000: 5, 100_000: 2},
+              eps_ns=(1_000, 10_000, 100_000), eps_n_corr=3)
 QUICK = Config(ns=(1_000, 4_000), n_corr={1_000: 3, 4_000: 1}, ls_factors=(0.75, 1.5),
                regs=(1e-8, 1e-6, 1e-4), regs_poly=(1e-3, 1e-1), n_tune_max=2_000, sos_max_d=1,
                eps_ns=(1_000, 4_000), eps_n_corr=1)
@@ -267,10 +276,13 @@ def _claims(cfg, main, sweep):
                    _yn(max(cme_u) > 1e-3)])
     if "cme/c" in main[(d3, ns[0])][0] and "cme/u" in main[(d3, ns[0])][0]:
         cme_c = [float(_vn(main[(d3, n)], "cme/c", "norm_err").max()) for n in ns]
-        red = [c < u for c, u in zip(cme_c, cme_u, strict=True)]
+        # a reduction counts when it is material (>= 10 %), not a rounding-level change
+        red = [c < 0.9 * u for c, u in zip(cme_c, cme_u, strict=True)]
+        change = max((u - c) / u for c, u in zip(cme_c, cme_u, strict=True) if u > 0)
         claims.append(["Fig. 3: constraints reduce CME's normalisation error",
                        "constrained: " + ", ".join(f"{v:.2g}" for v in cme_c)
-                       + f" (lower at {sum(red)}/{len(ns)} n)", _yn(sum(red) > len(ns) / 2)])
+                       + f" (>= 10 % lower at {sum(red)}/{len(ns)} n; largest reduction "
+                       f"{100 * change:.1f} %)", _yn(sum(red) > len(ns) / 2)])
     # Fig. 4: CME normalisation error at eps = 1e-3 falls with n
     if 1e-3 in cfg.eps_sweep and len(cfg.eps_ns) > 1:
         v = [float(_vn(sweep[(1e-3, n)], "cme/u", "norm_err").max()) for n in cfg.eps_ns]
@@ -401,6 +413,16 @@ def _figures(rep, cfg, main, sweep):
 
 
 # ====================================================================== entry point
+def _scale_sentence(cfg: Config) -> str:
+    """This run's scale next to the paper's (``PAPER``)."""
+    return (f"**Scale.** This run: n up to {max(cfg.ns):.0e}, "
+            f"{ {n: cfg.n_corr.get(n, 1) for n in cfg.ns} } correlation matrices per n, "
+            f"{cfg.eps_n_corr} per (tolerance, n) in the sweep, timings at d = {cfg.time_d}. "
+            f"The paper: n up to {max(PAPER.ns):.0e}, 100 correlation matrices for every n "
+            f"and tolerance, timings at d = {PAPER.time_d} (`PAPER` in the module). Bands "
+            "over few matrices are rough.")
+
+
 def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
     from tqdm.auto import tqdm
 
@@ -423,7 +445,8 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
         f"{[round(f, 3) for f in cfg.ls_factors]} x sqrt(d), reg in {list(cfg.regs)} "
         f"(JPDL reg in {list(cfg.regs_poly)}), selected on the validation fifth by loss (31) "
         "against the true conditional moments. Relative tolerance 1e-3 (n <= 1e5), 1e-2 "
-        "(1e6), 1e-1 (1e7); JPDL exact (degree 4).",
+        "(1e6), 1e-1 (1e7); JPDL exact (degree 4).\n\n"
+        + _scale_sentence(cfg),
         "## Paper's claims vs ours\n\nThe paper reports figures only (no tables); its "
         "claims are read from the text of Sec. 5.1 and Figs. 1-5, 8.\n\n"
         + markdown_table(["paper (Sec. 5.1)", "ours", "holds on our data?"], claims),
@@ -475,9 +498,10 @@ def run(out_dir: Path, quick: bool = False, seed: int = 0, **overrides) -> dict:
     """``kernelkit reproduce jdl-gaussian [--quick]``; ``overrides`` replace Config fields.
 
     Quick: d in {1, 2, 3}, n in {1000, 4000}, 3 / 1 correlation matrices, small grids
-    (about a minute). Full: n up to 1e6 with the paper's tolerances, 20 / 5 / 2 / 1
-    correlation matrices at n = 1e3 / 1e4 / 1e5 / 1e6 (an estimated 1-2 hours on 2 cores;
-    the d = 3, n = 1e4 grid searches dominate). Pass ``ns=(..., 10_000_000)`` for n = 1e7
+    (about a minute). Full: n up to 1e5 with the paper's tolerances, 20 / 5 / 2
+    correlation matrices at n = 1e3 / 1e4 / 1e5 (~5 CPU-minutes; the d = 3,
+    n >= 1e4 grid searches dominate); :data:`PAPER` records the paper's scale. Pass
+    ``ns=(..., 1_000_000)`` for n = 1e6 (``n_corr`` defaults to 1 there) or 1e7
     where memory allows (about 2 x 8 n m bytes for the two factors at m ~ 100: 16 GB).
     """
     cfg = replace(QUICK if quick else FULL, **overrides)
