@@ -75,6 +75,18 @@ def _ridge():
 
 
 def _peak_rss_mb() -> float:
+    """Peak resident memory of this process (MB): ``VmHWM`` of its own address space.
+
+    (Linux's ``getrusage`` ``ru_maxrss`` carries the parent's peak over ``fork`` +
+    ``exec``, so a spawned Dask worker would report at least the parent's.)
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
