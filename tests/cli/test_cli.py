@@ -304,4 +304,22 @@ def test_claim_verdicts_counts_the_holds_column():
            "| e | 1 | 1 | yes (n.s.) |\n\nA table without a verdict column:\n\n"
            "| x | y |\n|---|---|\n| no | no |\n")
     assert claim_verdicts([sec]) == {"yes": 2, "partly": 1, "no": 1, "other": 1}
+    # the verdict column need not be the last; "mostly" counts as partly
+    sec2 = ("| claim | holds on our data? | detail |\n|---|---|---|\n| a | mostly (16/18) | x |\n"
+            "| b | no | yes |\n| c | yes (18/18) | |\n")
+    assert claim_verdicts([sec2]) == {"yes": 1, "partly": 1, "no": 1, "other": 0}
+    # unescaped pipes in an earlier cell (a norm |x|) do not shift the verdict column
+    sec3 = ("| claim | setting | holds on our data? |\n|---|---|---|\n"
+            "| a | s1 (|X0| x 1) | no |\n| b | max |e| / SM | yes |\n")
+    assert claim_verdicts([sec3]) == {"yes": 1, "partly": 0, "no": 1, "other": 0}
     assert claim_verdicts([]) == {"yes": 0, "partly": 0, "no": 0, "other": 0}
+
+
+def test_markdown_table_escapes_pipes_in_cells():
+    from kernelkit.experiments._report import markdown_table
+    from kernelkit.experiments._summary import claim_verdicts
+
+    md = markdown_table(["claim", "holds on our data?"], [["max |e| / SM", "yes"], ["b", 0.5]])
+    assert md.splitlines()[2] == "| max \\|e\\| / SM | yes |"
+    assert md.splitlines()[3] == "| b | 0.5 |"
+    assert claim_verdicts([md]) == {"yes": 1, "partly": 0, "no": 0, "other": 1}

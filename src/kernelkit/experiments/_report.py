@@ -28,14 +28,18 @@ def _jsonable(obj):
 
 
 def markdown_table(header: list[str], rows: list[list], floatfmt: str = ".4g") -> str:
-    """A GitHub-flavoured markdown table; floats formatted with ``floatfmt``."""
+    """A GitHub-flavoured markdown table; floats formatted with ``floatfmt``.
+
+    A ``|`` inside a cell (a norm such as ``|x|``) is escaped as ``\\|`` so that it does
+    not split the cell.
+    """
 
     def fmt(v):
         if isinstance(v, float | np.floating):
             return format(float(v), floatfmt)
-        return str(v)
+        return str(v).replace("|", "\\|")
 
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(fmt(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 

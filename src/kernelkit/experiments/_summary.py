@@ -138,27 +138,30 @@ def _scale_paragraphs(report_md: str) -> list[str]:
 
 
 def claim_verdicts(sections: list[str]) -> dict[str, int]:
-    """Count the verdicts of the claims tables in ``sections``: the last column of every
-    table whose last header cell mentions "holds" (``yes`` / ``partly`` / ``no`` by the
-    cell's first word, anything else ``other``; ``n/a``-type cells are ``other``)."""
+    """Count the verdicts of the claims tables in ``sections``: in every table with a
+    header cell mentioning "holds", that column's cells by their first word: ``yes``;
+    ``partly`` (or ``mostly``); ``no``; anything else (n/a, "see ...") ``other``."""
     counts = {"yes": 0, "partly": 0, "no": 0, "other": 0}
     for sec in sections:
-        holds_col = False
+        # verdict column of the current table, counted from the right: cells before it
+        # may hold unescaped "|" (norms such as |x|), which shift the left-based index
+        col = None
         for line in sec.splitlines():
             line = line.strip()
             if not line.startswith("|"):
-                holds_col = False
+                col = None
                 continue
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if "holds" in cells[-1].lower():
-                holds_col = True
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]
+            heads = [len(cells) - i for i, c in enumerate(cells) if "holds" in c.lower()]
+            if col is None:
+                col = heads[0] if heads else 0  # 0: a table without a verdict column
                 continue
-            if not holds_col or set(cells[-1]) <= set("-: "):
+            if not col or col > len(cells) or set(cells[-col]) <= set("-: "):
                 continue
-            word = re.sub(r"[*_`]", "", cells[-1]).strip().lower()
+            word = re.sub(r"[*_`]", "", cells[-col]).strip().lower()
             word = re.split(r"[\s(,;.:]", word, maxsplit=1)[0] if word else ""
-            key = word if word in ("yes", "no", "partly") else "other"
-            counts[key] += 1
+            word = {"mostly": "partly"}.get(word, word)
+            counts[word if word in ("yes", "no", "partly") else "other"] += 1
     return counts
 
 
@@ -207,7 +210,8 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
         "include waiting for the CPU."
         + (f" Platform: {', '.join(platforms)}." if platforms else ""),
         "Claims columns: rows of the experiments' claims tables whose verdict ('holds on our "
-        "data?') starts with yes / partly / no; the tables below give each claim with the "
+        "data?') starts with yes / partly (or mostly) / no; the tables below give each claim "
+        "with the "
         f"paper's number and ours. In all: **{tot['yes']} yes, {tot['partly']} partly, "
         f"{tot['no']} no**" + (f", {tot['other']} other (not testable here, n/a)"
                                if tot["other"] else "") + ".",
