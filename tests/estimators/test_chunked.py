@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 from kernelkit.estimators import RandomFeatureGPRegressor, RandomFeatureRidge
 from kernelkit.features import SDERF, GaussianSketch, RandomFourierFeatures
@@ -191,3 +192,27 @@ def test_threaded_dask_runs_blas_single_threaded():
     for scheduler, n_chunks in (("sync", 2), ("threads", 1)):
         with dask.config.set(scheduler=scheduler), _blas_threads_for_dask(result, n_chunks):
             assert blas_threads() == before
+
+
+@pytest.mark.parametrize("fm", MAPS)
+def test_large_in_memory_primal_fits_stream_blocks_with_the_same_result(fm, monkeypatch):
+    """Above STREAM_ENTRIES (n x D) an in-memory primal fit reduces statistics over row
+    blocks in threads instead of forming all features: the same model to round-off."""
+    import kernelkit.estimators._chunked as chunked
+
+    X, y = _data(n=3000)
+    Y2 = np.column_stack([y, np.cos(X[:, 1])])
+    for est, target in [(RandomFeatureRidge(fm, alpha=0.3), y),
+                        (RandomFeatureRidge(fm, alpha=0.3, fit_intercept=False), Y2),
+                        (RandomFeatureGPRegressor(fm, noise=0.2), y),
+                        (RandomFeatureGPRegressor(fm, noise=0.2, normalize_y=True), Y2)]:
+        monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1 << 62)
+        direct = clone(est).fit(X, target)
+        monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1000)
+        assert chunked.use_streaming(direct.feature_map_, X, "auto")
+        streamed = clone(est).fit(X, target)
+        np.testing.assert_allclose(streamed.predict(X[:200]), direct.predict(X[:200]),
+                                   atol=1e-10)
+        if isinstance(est, RandomFeatureGPRegressor):
+            np.testing.assert_allclose(streamed.predict(X[:50], return_std=True)[1],
+                                       direct.predict(X[:50], return_std=True)[1], atol=1e-10)

@@ -166,6 +166,43 @@ def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
     return acc.stats(Y)
 
 
+#: ``n x D`` above which an in-memory primal fit reduces statistics in row blocks
+#: (:func:`in_memory_stats`) instead of forming all features: same result to round-off,
+#: memory O(slab D + D^2) instead of O(n D), and the blocks run in parallel
+STREAM_ENTRIES = 1 << 22
+
+
+def use_streaming(fm, X, solver: str, amplitude: float = 1.0) -> bool:
+    """Whether an in-memory fit of ``X`` (n, d) with ``solver`` takes the blocked path."""
+    from ._feature_map_param import map_features
+    from ._posterior import choose_solver
+
+    D = map_features(fm, X[:1], amplitude).shape[1]
+    return choose_solver(solver, len(X), D) == "primal" and len(X) * D > STREAM_ENTRIES
+
+
+def in_memory_stats(fm, X, Y, amplitude: float = 1.0) -> FeatureStats:
+    """:func:`block_stats` of in-memory rows, in contiguous row blocks over kernelkit's
+    threads (one BLAS thread each), summed in block order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..features._base import _SingleThreadedBlas, num_threads
+
+    n = len(X)
+    k = max(1, min(num_threads(), 8, n // (4 * _FIRST_SLAB)))
+    if k == 1:
+        return block_stats(fm, X, Y, amplitude)
+    cuts = np.linspace(0, n, k + 1).astype(int)
+    with _SingleThreadedBlas(), ThreadPoolExecutor(k) as pool:
+        parts = list(pool.map(lambda i: block_stats(fm, X[cuts[i]:cuts[i + 1]],
+                                                    Y[cuts[i]:cuts[i + 1]], amplitude),
+                              range(k)))
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
 def _check_block(Xb, yb, n_features: int, owner: str, index: int):
     Xb = np.asarray(Xb)
     if Xb.ndim != 2 or Xb.shape[1] != n_features:

@@ -22,7 +22,14 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state, validate_positive_int
-from ._chunked import fit_chunked_statistics, is_chunked, is_dask_array, lazy_predict
+from ._chunked import (
+    fit_chunked_statistics,
+    in_memory_stats,
+    is_chunked,
+    is_dask_array,
+    lazy_predict,
+    use_streaming,
+)
 from ._feature_map_param import fitted_feature_map, map_features
 from ._posterior import FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
@@ -133,6 +140,9 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         Yn = (Y - self._y_mean) / self._y_std
         self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X,
                                                type(self).__name__)
+        if use_streaming(self.feature_map_, X, self.solver, amp):  # large n x D, primal
+            return self._fit_from_stats(in_memory_stats(self.feature_map_, X, Y, amp),
+                                        y.ndim, noise, amp)
         Phi = map_features(self.feature_map_, X, amp)
         self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
         self._single = y.ndim == 1
@@ -141,6 +151,10 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
 
     def _fit_chunked(self, X, y, noise: float, amp: float):
         stats, y_ndim = fit_chunked_statistics(self, X, y, amp)
+        return self._fit_from_stats(stats, y_ndim, noise, amp)
+
+    def _fit_from_stats(self, stats, y_ndim: int, noise: float, amp: float):
+        """Primal posterior from the reduced statistics (:class:`FeatureStats`)."""
         T = stats.s_y.shape[0]
         if self.normalize_y:
             self._y_mean = stats.s_y / stats.n

@@ -9,7 +9,14 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._chunked import fit_chunked_statistics, is_chunked, is_dask_array, lazy_predict
+from ._chunked import (
+    fit_chunked_statistics,
+    in_memory_stats,
+    is_chunked,
+    is_dask_array,
+    lazy_predict,
+    use_streaming,
+)
 from ._feature_map_param import fitted_feature_map, map_features
 from ._posterior import FeaturePosterior
 
@@ -98,6 +105,9 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         Y = y.reshape(len(y), -1)
         self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X,
                                                type(self).__name__)
+        if use_streaming(self.feature_map_, X, self.solver):  # large n x D, primal
+            stats = in_memory_stats(self.feature_map_, X, Y)
+            return self._fit_from_stats(stats, y.ndim, alpha)
         Phi = map_features(self.feature_map_, X)
         if self.fit_intercept:
             phi_mean = Phi.mean(axis=0)
@@ -118,6 +128,10 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
 
     def _fit_chunked(self, X, y, alpha: float):
         stats, y_ndim = fit_chunked_statistics(self, X, y, 1.0)
+        return self._fit_from_stats(stats, y_ndim, alpha)
+
+    def _fit_from_stats(self, stats, y_ndim: int, alpha: float):
+        """Primal solve from the reduced statistics (:class:`FeatureStats`)."""
         y_mean = stats.s_y / stats.n if self.fit_intercept else np.zeros_like(stats.s_y)
         G, R = stats.centred(y_mean, np.ones_like(y_mean), self.fit_intercept)
         G = G / alpha
