@@ -3,7 +3,8 @@
 ``RandomFeatureRidge`` with 1024 random Fourier features (Gaussian kernel) on
 ``n x 16`` regression data, fitted three ways in one run:
 
-* **in memory** -- NumPy arrays, ``n_mem`` rows (features of all rows at once);
+* **in memory** -- NumPy arrays, ``n_mem`` rows, one ``fit`` call (above 4M feature
+  entries the primal fit reduces row blocks in threads instead of forming all features);
 * **Dask, threads** -- a lazily generated ``dask.array`` of ``n_big`` rows (the full run:
   10^7), chunks of ``chunk`` rows: every chunk is generated, mapped to features, reduced
   to ``Phi^T Phi`` / ``Phi^T y`` and dropped, so at most one chunk of features per thread
