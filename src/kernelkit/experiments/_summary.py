@@ -202,10 +202,12 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
         "# kernelkit: reproduction report",
         f"Mode: **{mode}**; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"{n_ok}/{len(rows)} experiments ran"
-        + (f" ({_fmt_secs(total)} of run time in all)" if n_ok else "")
+        + (f" (their run times add up to {_fmt_secs(total)}; runs started one by one may "
+           "have overlapped)" if n_ok else "")
         + ". Each section below is copied from the experiment's own `report.md` (linked), "
         "which has the full setup, every table and the deviations from the paper's "
-        "protocol. Where a run is smaller than the paper's, its **Scale** line says so."
+        "protocol, including how its size compares with the paper's (its **Scale** line, where "
+        "it has one, is copied below)."
         + " Times are the wall-clock run time of each experiment; on a shared machine they "
         "include waiting for the CPU."
         + (f" Platform: {', '.join(platforms)}." if platforms else ""),
