@@ -179,18 +179,18 @@ def test_threaded_dask_runs_blas_single_threaded():
     import dask
     from threadpoolctl import threadpool_info
 
-    from kernelkit.estimators._chunked import _blas_threads_for_dask
+    from kernelkit._backend.chunks import blas_threads_for_dask
 
     def blas_threads():
         return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
 
     before = blas_threads()
     result = dask.delayed(sum)([1, 2])
-    with dask.config.set(scheduler="threads"), _blas_threads_for_dask(result, 2):
+    with dask.config.set(scheduler="threads"), blas_threads_for_dask(result, 2):
         assert set(blas_threads()) <= {1}
     assert blas_threads() == before
     for scheduler, n_chunks in (("sync", 2), ("threads", 1)):
-        with dask.config.set(scheduler=scheduler), _blas_threads_for_dask(result, n_chunks):
+        with dask.config.set(scheduler=scheduler), blas_threads_for_dask(result, n_chunks):
             assert blas_threads() == before
 
 

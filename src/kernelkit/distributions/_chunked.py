@@ -26,11 +26,10 @@ order of the block sums differs.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
 
 import numpy as np
 
-from ..features._base import _SingleThreadedBlas
+from .._backend.chunks import blas_threads_for_dask, is_chunked, is_dask_array, tree_reduce
 from ._linalg import block_map
 
 __all__ = [
@@ -48,22 +47,6 @@ __all__ = [
 #: rows for the pivot search of chunked input when ``pivot_sample=None``
 DEFAULT_PIVOT_SAMPLE = 50_000
 _BLOCK = 1 << 13  # rows per NumPy block of a pass: (b, m) factor blocks of a few MB
-
-
-def is_dask_array(X) -> bool:
-    """Whether ``X`` is a ``dask.array.Array`` (without importing Dask)."""
-    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "chunks")
-
-
-def is_chunked(X) -> bool:
-    """A Dask array, or an iterable of blocks that is not itself array-like."""
-    if is_dask_array(X):
-        return True
-    if isinstance(X, np.ndarray | list | tuple | str | bytes | dict) or hasattr(X, "__array__"):
-        return False
-    if hasattr(X, "shape") or hasattr(X, "__array_namespace__"):  # torch & friends
-        return False
-    return isinstance(X, Iterable)
 
 
 def check_pivot_sample(pivot_sample) -> int | None:
@@ -166,13 +149,6 @@ def _add(u, v):
     return tuple(a + b for a, b in zip(u, v, strict=True))
 
 
-def _tree(parts, combine):
-    while len(parts) > 1:  # binary tree: depth log2(blocks)
-        parts = [combine(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
-                 for i in range(0, len(parts), 2)]
-    return parts[0]
-
-
 def _in_sub_blocks(fn, combine, blocks):
     """``fn`` over row sub-blocks of one chunk, combined: a Dask chunk of any size holds
     at most ``_BLOCK`` rows of features at a time."""
@@ -205,8 +181,9 @@ def reduce_rows(fn, arrays, names, combine=_add):
         call = dask.delayed(lambda *blocks: _in_sub_blocks(fn, combine, blocks))
         parts = [call(*[check(c[i], nm, i) for c, nm in zip(cols, names, strict=True)])
                  for i in range(len(cols[0]))]
-        with _SingleThreadedBlas():  # threads scheduler: one BLAS thread per Dask thread
-            return _tree(parts, dask.delayed(combine)).compute()
+        total = tree_reduce(parts, dask.delayed(combine))
+        with blas_threads_for_dask(total, len(parts)):
+            return total.compute()
     n = arrays[0].shape[0]
 
     def part(a, b):

@@ -24,11 +24,11 @@ data-independent ones (random Fourier features, sketches) only need its width.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from .._backend.chunks import blas_threads_for_dask, is_chunked, is_dask_array, tree_reduce
 from ._posterior import gram_primal
 
 __all__ = [
@@ -40,22 +40,6 @@ __all__ = [
     "lazy_predict",
     "reduce_stats",
 ]
-
-
-def is_dask_array(X) -> bool:
-    """Whether ``X`` is a ``dask.array.Array`` (without importing Dask)."""
-    return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "chunks")
-
-
-def is_chunked(X) -> bool:
-    """A Dask array, or an iterable of blocks that is not itself array-like."""
-    if is_dask_array(X):
-        return True
-    if isinstance(X, np.ndarray | list | tuple | str | bytes) or hasattr(X, "__array__"):
-        return False
-    if hasattr(X, "shape") or hasattr(X, "__array_namespace__"):  # torch & friends
-        return False
-    return isinstance(X, Iterable)
 
 
 @dataclass
@@ -249,27 +233,6 @@ def first_block(X, y, owner: str):
     raise TypeError("first_block is for Dask arrays")
 
 
-def _blas_threads_for_dask(result, n_chunks: int):
-    """One BLAS thread per task while the threaded scheduler computes ``result`` (chunks > 1).
-
-    The threaded scheduler runs one task per core, each calling BLAS; with BLAS's own
-    thread pool on top, ``cores x cores`` threads compete for the cores. Limited for the
-    duration of the ``compute`` (process-wide, as BLAS thread counts are). Other
-    schedulers are left alone (``distributed`` workers already start with one BLAS
-    thread; the synchronous scheduler runs one task at a time).
-    """
-    import contextlib
-
-    import dask
-    import dask.threaded
-
-    if n_chunks > 1 and dask.base.get_scheduler(collections=[result]) is dask.threaded.get:
-        from threadpoolctl import threadpool_limits
-
-        return threadpool_limits(limits=1, user_api="blas")
-    return contextlib.nullcontext()
-
-
 def reduce_stats(fm, X, y, amplitude: float, owner: str, n_features: int,
                  first=None) -> FeatureStats:
     """Sum of :func:`block_stats` over the row chunks of ``X`` (Dask array or iterable).
@@ -288,12 +251,9 @@ def reduce_stats(fm, X, y, amplitude: float, owner: str, n_features: int,
         for i, (a, b) in enumerate(zip(xb, yb, strict=True)):
             ab = check(a, b, n_features, owner, i)
             parts.append(stats(fm, ab[0], ab[1], amplitude))
-        add = dask.delayed(lambda u, v: u + v, pure=True)
-        while len(parts) > 1:  # binary tree: depth log2(chunks), one D x D sum per node
-            parts = [add(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
-                     for i in range(0, len(parts), 2)]
-        with _blas_threads_for_dask(parts[0], len(xb)):
-            return parts[0].compute()
+        total = tree_reduce(parts, dask.delayed(lambda u, v: u + v, pure=True))
+        with blas_threads_for_dask(total, len(xb)):  # one D x D sum per tree node
+            return total.compute()
     total = None
     if first is not None:
         total = block_stats(fm, *first, amplitude)
