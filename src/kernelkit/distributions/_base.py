@@ -80,14 +80,16 @@ def _mass_checked(den: np.ndarray, n: int) -> np.ndarray:
     return den
 
 
-def _divide_by_mass(num, den, n: int):
-    """``num / den[:, None]`` after the mass check; in place for NumPy, lazy for Dask."""
+def _divide_by_mass(num, add, den, n: int):
+    """``(num + add) / den[:, None]`` after the mass check of ``den`` (n_new,); in place
+    for NumPy, lazy (the check runs when computed) for Dask."""
     if is_dask_array(den):
         den = den.map_blocks(_mass_checked, n, dtype=np.float64)
     else:
         _check_mass(den, n)
     if is_dask_array(num) or is_dask_array(den):
-        return num / den[:, None]
+        return (num + add) / den[:, None]
+    num += add
     num /= den[:, None]
     return num
 
@@ -109,10 +111,6 @@ def _train_moments(basis, F2):
     if basis.factor_t_ is None:  # one pass over the stored samples (NumPy or Dask)
         return reduce_rows(lambda Zb, Fb: (basis.transform(Zb).T @ Fb, Fb.sum(axis=0)),
                            [basis.train_data_, F2], ["training samples", "f values"])
-    if is_dask_array(F2):
-        F2 = np.asarray(F2.compute())
-        if not np.all(np.isfinite(F2)):
-            raise ValueError("f values contain NaN or infinity.")
     return train_dot(basis, F2), F2.sum(axis=0)
 
 
@@ -180,26 +178,18 @@ class TensorJointModel(BaseEstimator):
         P = psi @ H.T  # (n_new, m_t): (H psi)^T
         num = dot_train(target_basis, P)  # (n_new, n) = P A_t^T
         den = self.n_samples_ + P @ s  # (n_new,)
-        if is_dask_array(num):
-            num = num + 1.0
-        else:
-            num += 1.0
-        return _divide_by_mass(num, den, self.n_samples_)
+        return _divide_by_mass(num, 1.0, den, self.n_samples_)
 
     def _values(self, f, target):
         n = target.shape[0]
         F = f(target) if callable(f) else f
-        if is_dask_array(F):  # lazy values: finiteness is checked block by block in the pass
-            if F.ndim == 0 or F.shape[0] != n:
-                raise ValueError(f"f must give one value per training sample: expected "
-                                 f"first dimension {n}, got shape {F.shape}.")
-            if F.dtype == bool:
-                F = F.astype(np.float64)
-            if not np.issubdtype(F.dtype, np.number) or np.issubdtype(F.dtype,
-                                                                     np.complexfloating):
-                raise TypeError(f"f values must be real numbers, got dtype {F.dtype}.")
-            return F
-        F = np.asarray(F)
+        # lazy values stay lazy only against lazy training samples (then their finiteness
+        # is checked block by block in the pass); otherwise they are computed here
+        lazy = is_dask_array(F) and is_dask_array(target)
+        if is_dask_array(F) and not lazy:
+            F = F.compute()
+        if not lazy:
+            F = np.asarray(F)
         if F.dtype == bool:
             F = F.astype(np.float64)
         if F.ndim == 0 or F.shape[0] != n:
@@ -210,6 +200,8 @@ class TensorJointModel(BaseEstimator):
             )
         if not np.issubdtype(F.dtype, np.number) or np.iscomplexobj(F):
             raise TypeError(f"f values must be real numbers, got dtype {F.dtype}.")
+        if lazy:
+            return F
         F = F.astype(np.float64, copy=False)
         if not np.all(np.isfinite(F)):
             raise ValueError("f values contain NaN or infinity.")
@@ -259,12 +251,8 @@ class TensorJointModel(BaseEstimator):
         def expectation(X_new):
             psi = self._given_features(X_new, given, basis)  # (n_new, m_g)
             num = psi @ coef  # (n_new, k)
-            if is_dask_array(num):
-                num = num + total
-            else:
-                num += total
             den = n + psi @ den_coef  # (n_new,): n x the conditional's total mass
-            num = _divide_by_mass(num, den, n)
+            num = _divide_by_mass(num, total, den, n)
             return num.reshape((psi.shape[0], *tail))
 
         return expectation
@@ -329,21 +317,19 @@ class TensorJointModel(BaseEstimator):
             Y = as_dask_rows(Y, "Y", n_features=self.Y_fit_.shape[1],
                              rows_like=None if grid else X)
             px, py = lazy_transform(self.basis_x_, X), lazy_transform(self.basis_y_, Y, "Y")
-            if grid:
-                return 1.0 + (py @ self.coef_) @ px.T  # (n_y, n_x)
-            return 1.0 + ((py @ self.coef_) * px).sum(axis=1)  # (n,)
-        if grid:
-            X = sk_validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=False,
-                                 ensure_min_samples=0)
-            Y = _as_float2d(Y, "Y", n_features=self.Y_fit_.shape[1], allow_empty=True)
         else:
-            X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=0,
-                            n_features_y=self.Y_fit_.shape[1])
-        px = self.basis_x_.transform(X)  # (n_x, m_X)
-        py = self.basis_y_.transform(Y)  # (n_y, m_Y)
+            if grid:
+                X = sk_validate_data(self, X, reset=False, dtype=np.float64,
+                                     accept_sparse=False, ensure_min_samples=0)
+                Y = _as_float2d(Y, "Y", n_features=self.Y_fit_.shape[1], allow_empty=True)
+            else:
+                X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=0,
+                                n_features_y=self.Y_fit_.shape[1])
+            px = self.basis_x_.transform(X)  # (n_x, m_X)
+            py = self.basis_y_.transform(Y)  # (n_y, m_Y)
         if grid:
             return 1.0 + (py @ self.coef_) @ px.T  # (n_y, n_x)
-        return 1.0 + np.einsum("ik,ik->i", py @ self.coef_, px)
+        return 1.0 + ((py @ self.coef_) * px).sum(axis=1)  # (n,)
 
     def validation_loss(self, X, Y) -> float:
         """Held-out version of the loss ``E(h)`` of (8), up to its constant.
@@ -358,27 +344,23 @@ class TensorJointModel(BaseEstimator):
         """
         check_is_fitted(self, "coef_")
         H = self.coef_
+
+        def sums(Xb, Yb):  # (n', Gram_X, Gram_Y, sum_i h(x_i, y_i), A'_X^T 1, A'_Y^T 1)
+            px = self.basis_x_.transform(Xb)  # (n', m_X)
+            py = self.basis_y_.transform(Yb)  # (n', m_Y)
+            return (Xb.shape[0], px.T @ px, py.T @ py, np.einsum("ik,ik->", py @ H, px),
+                    px.sum(axis=0), py.sum(axis=0))
+
         if is_dask_array(X) or is_dask_array(Y):  # one pass over the held-out chunks
             X = as_dask_rows(X, "X", n_features=self.n_features_in_)
             Y = as_dask_rows(Y, "Y", n_features=self.Y_fit_.shape[1], rows_like=X)
-
-            def fn(Xb, Yb):
-                px, py = self.basis_x_.transform(Xb), self.basis_y_.transform(Yb)
-                return (Xb.shape[0], px.T @ px, py.T @ py, np.einsum("ik,ik->", py @ H, px),
-                        px.sum(axis=0), py.sum(axis=0))
-
-            n, gx, gy, diag, sx, sy = reduce_rows(fn, [X, Y], ["X", "Y"])
+            n, gx, gy, diag, sx, sy = reduce_rows(sums, [X, Y], ["X", "Y"])
             if n < 1:
                 raise ValueError("validation_loss needs at least one sample.")
         else:
             X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=1,
                             n_features_y=self.Y_fit_.shape[1])
-            n = X.shape[0]
-            px = self.basis_x_.transform(X)  # (n', m_X)
-            py = self.basis_y_.transform(Y)  # (n', m_Y)
-            gx, gy = px.T @ px, py.T @ py
-            diag = np.einsum("ik,ik->", py @ H, px)
-            sx, sy = px.sum(axis=0), py.sum(axis=0)
+            n, gx, gy, diag, sx, sy = sums(X, Y)
         quad = float(np.sum((gy @ H) * (H @ gx)))
         diag = float(diag)
         cross = float(sy @ H @ sx)
