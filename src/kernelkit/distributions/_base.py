@@ -12,7 +12,7 @@ from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
 from ._basis import dot_train, train_dot
-from ._chunked import as_dask_rows, is_dask_array, lazy_transform, reduce_rows
+from ._chunked import as_dask_rows, is_dask_array, lazy_transform, reduce_rows, train_moments
 
 __all__ = ["TensorJointModel", "check_xy"]
 
@@ -109,8 +109,7 @@ def _check_given(given):
 def _train_moments(basis, F2):
     """``(A^T F, 1^T F)`` over the training samples for values ``F`` (n, k)."""
     if basis.factor_t_ is None:  # one pass over the stored samples (NumPy or Dask)
-        return reduce_rows(lambda Zb, Fb: (basis.transform(Zb).T @ Fb, Fb.sum(axis=0)),
-                           [basis.train_data_, F2], ["training samples", "f values"])
+        return train_moments(basis, F2)
     return train_dot(basis, F2), F2.sum(axis=0)
 
 

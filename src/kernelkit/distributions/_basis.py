@@ -45,7 +45,7 @@ def _sk_2d(est, X, reset):
 def train_dot(basis, F: np.ndarray) -> np.ndarray:
     """``A^T F`` (m, k) for ``F`` (n, k): ``V^T (L^T F)``."""
     if basis.factor_t_ is None:
-        return _chunked.train_dot(basis, F)
+        return _chunked.train_moments(basis, F)[0]
     return basis.rotation_.T @ right_matmul(basis.factor_t_, F)
 
 

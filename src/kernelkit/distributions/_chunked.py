@@ -91,12 +91,7 @@ def as_dask_rows(Z, name: str, n_features: int | None = None, rows_like=None):
 
     if not is_dask_array(Z):
         Z = np.asarray(Z)
-        if Z.ndim == 1:
-            Z = Z.reshape(-1, 1)
-        if rows_like is not None and Z.shape[0] != rows_like.shape[0]:
-            raise ValueError(f"{name} has {Z.shape[0]} rows, expected {rows_like.shape[0]}.")
-        chunks = rows_like.chunks[0] if rows_like is not None else "auto"
-        Z = da.from_array(Z, chunks=(chunks, -1))
+        Z = da.from_array(Z, chunks=("auto",) + (-1,) * (Z.ndim - 1))
     if Z.ndim == 1:
         Z = Z.reshape(-1, 1)
     if Z.ndim != 2:
@@ -205,21 +200,18 @@ def lazy_transform(basis, Z, name: str = "X"):
 
 
 # ------------------------------------------------- training-point products, factor-free
-def train_dot(basis, F):
-    """``A^T F`` (m, k) over the training samples: ``sum_b Psi(Z_b)^T F_b``."""
-    m = basis.n_components_
-    if m == 0:
-        return np.zeros((0, F.shape[1]))
-    return reduce_rows(lambda Zb, Fb: (basis.transform(Zb).T @ Fb,),
-                       [basis.train_data_, F], ["training samples", "f values"])[0]
+def train_moments(basis, F):
+    """``(A^T F, 1^T F)``, shapes (m, k) and (k,), for values ``F`` (n, k) at the
+    training samples: ``sum_b (Psi(Z_b)^T F_b, 1^T F_b)`` in one pass."""
+    return reduce_rows(lambda Zb, Fb: (basis.transform(Zb).T @ Fb, Fb.sum(axis=0)),
+                       [basis.train_data_, F], ["training samples", "f values"])
 
 
 def dot_train(basis, P):
     """``P A^T`` (k, n); a lazy Dask array if the training samples or ``P`` are Dask."""
     Z = basis.train_data_
     if is_dask_array(Z) or is_dask_array(P):
-        A = lazy_transform(basis, Z) if is_dask_array(Z) else basis.transform(Z)
-        return P @ A.T
+        return P @ lazy_transform(basis, Z).T
     k, n = P.shape[0], Z.shape[0]
     out = np.empty((k, n))
 

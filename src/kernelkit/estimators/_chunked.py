@@ -166,21 +166,17 @@ def use_streaming(fm, X, solver: str, amplitude: float = 1.0) -> bool:
 
 
 def in_memory_stats(fm, X, Y, amplitude: float = 1.0) -> FeatureStats:
-    """:func:`block_stats` of in-memory rows, in contiguous row blocks over kernelkit's
-    threads (one BLAS thread each), summed in block order."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..features._base import _SingleThreadedBlas, num_threads
+    """:func:`block_stats` of in-memory rows ``X`` (n, d), targets ``Y`` (n, T), in
+    contiguous row blocks over kernelkit's threads (one BLAS thread each), summed in
+    block order: the sums of the module doc (``Phi^H Phi`` (D, D), ``Phi^H Y`` (D, T), ...)."""
+    from ..distributions._linalg import block_map
+    from ..features._base import num_threads
 
     n = len(X)
     k = max(1, min(num_threads(), 8, n // (4 * _FIRST_SLAB)))
     if k == 1:
         return block_stats(fm, X, Y, amplitude)
-    cuts = np.linspace(0, n, k + 1).astype(int)
-    with _SingleThreadedBlas(), ThreadPoolExecutor(k) as pool:
-        parts = list(pool.map(lambda i: block_stats(fm, X[cuts[i]:cuts[i + 1]],
-                                                    Y[cuts[i]:cuts[i + 1]], amplitude),
-                              range(k)))
+    parts = block_map(lambda a, b: block_stats(fm, X[a:b], Y[a:b], amplitude), n, -(-n // k))
     total = parts[0]
     for p in parts[1:]:
         total = total + p
