@@ -14,8 +14,12 @@ from kernelkit.experiments import bench_sgb
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=bench_sgb.DESCRIPTION)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a minute)")
-    parser.add_argument("--blas-threads", type=int, default=1,
-                        help="BLAS threads for every method (0: leave the default)")
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="BLAS threads for every method (0: leave the default)",
+    )
     args = parser.parse_args(argv)
     return bench_sgb.run(quick=args.quick, blas_threads=args.blas_threads or None)
 

@@ -54,8 +54,11 @@ def test_kl_zero_for_identical_and_the_erratum_example():
 
 
 @given(
-    st.lists(st.tuples(st.floats(-5, 5), st.floats(0.01, 10), st.floats(-5, 5),
-                       st.floats(0.01, 10)), min_size=1, max_size=6),
+    st.lists(
+        st.tuples(st.floats(-5, 5), st.floats(0.01, 10), st.floats(-5, 5), st.floats(0.01, 10)),
+        min_size=1,
+        max_size=6,
+    ),
     st.sampled_from(["exact||approx", "approx||exact"]),
 )
 def test_kl_nonnegative(rows, direction):
@@ -114,7 +117,8 @@ def test_mnll_classification():
     assert mean_negative_log_likelihood(y, proba=P) == pytest.approx(expected)
     labels = np.array(["a", "b", "c"])
     assert mean_negative_log_likelihood(labels[y], proba=P, labels=labels) == pytest.approx(
-        expected)
+        expected
+    )
 
 
 def test_mnll_errors():

@@ -17,8 +17,7 @@ __version__ = "0.1.0"
 
 from . import features, kernels
 
-_LAZY = ("attention", "datasets", "distributions", "estimators", "experiments", "metrics",
-         "optim")
+_LAZY = ("attention", "datasets", "distributions", "estimators", "experiments", "metrics", "optim")
 
 __all__ = ["__version__", "features", "kernels", *_LAZY]
 

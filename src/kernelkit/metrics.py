@@ -102,8 +102,9 @@ def relative_frobenius_error(K, K_hat) -> float:
 _DIRECTIONS = ("exact||approx", "approx||exact")
 
 
-def gaussian_kl(mu_e, var_e, mu_a, var_a, direction: str = "exact||approx",
-                reduction: str = "mean"):
+def gaussian_kl(
+    mu_e, var_e, mu_a, var_a, direction: str = "exact||approx", reduction: str = "mean"
+):
     """KL divergence between diagonal Gaussian posteriors (eq. 93, corrected).
 
     Erratum 5 of the implementation note: eq. 93 is labelled ``KL[appr || exact]`` but its
@@ -169,8 +170,9 @@ def gaussian_kl(mu_e, var_e, mu_a, var_a, direction: str = "exact||approx",
 
 
 # ---------------------------------------------------------------------- likelihoods
-def mean_negative_log_likelihood(y_true, y_mean=None, y_var=None, *, proba=None,
-                                 noise_var=0.0, labels=None) -> float:
+def mean_negative_log_likelihood(
+    y_true, y_mean=None, y_var=None, *, proba=None, noise_var=0.0, labels=None
+) -> float:
     """Mean negative log likelihood (MNLL) of test targets under a predictive distribution.
 
     Regression (``y_mean``, ``y_var``):
@@ -203,14 +205,17 @@ def mean_negative_log_likelihood(y_true, y_mean=None, y_var=None, *, proba=None,
     if proba is not None:
         y = np.asarray(y_true)
         if y_mean is not None or y_var is not None:
-            raise ValueError("Give either proba (classification) or y_mean and y_var "
-                             "(regression), not both.")
+            raise ValueError(
+                "Give either proba (classification) or y_mean and y_var (regression), not both."
+            )
         P = np.asarray(_as_array(proba, "proba"), dtype=np.float64)
         if P.ndim != 2:
             raise ValueError(f"proba must have shape (n, C), got {P.shape}.")
         if y.ndim != 1 or y.shape[0] != P.shape[0]:
-            raise ValueError(f"Shape mismatch: y_true {y.shape}, proba {P.shape}; expected "
-                             "y_true of shape (n,) for proba of shape (n, C).")
+            raise ValueError(
+                f"Shape mismatch: y_true {y.shape}, proba {P.shape}; expected "
+                "y_true of shape (n,) for proba of shape (n, C)."
+            )
         _check_finite(P, "proba")
         if np.any(P < 0) or np.any(P > 1 + 1e-9):
             raise ValueError("proba must lie in [0, 1].")
@@ -225,8 +230,7 @@ def mean_negative_log_likelihood(y_true, y_mean=None, y_var=None, *, proba=None,
     if mu.shape != y.shape:
         raise ValueError(f"Shape mismatch: y_true {y.shape}, y_mean {mu.shape}.")
     if var.shape != y.shape and not (var.ndim == 1 and var.shape[0] == y.shape[0]):
-        raise ValueError(f"Shape mismatch: y_var {var.shape} must be {y.shape} or "
-                         f"({y.shape[0]},).")
+        raise ValueError(f"Shape mismatch: y_var {var.shape} must be {y.shape} or ({y.shape[0]},).")
     if var.shape != y.shape:
         var = var.reshape((-1,) + (1,) * (y.ndim - 1))
     y = np.asarray(y, dtype=np.float64)
@@ -245,14 +249,18 @@ def mean_negative_log_likelihood(y_true, y_mean=None, y_var=None, *, proba=None,
 
 def _label_index(y, labels, n_classes: int) -> np.ndarray:
     if labels is None:
-        if not np.issubdtype(y.dtype, np.number) or y.dtype == bool or not np.all(
-                np.equal(np.mod(y, 1), 0)):
-            raise ValueError("y_true must hold integer class indices 0..C-1 "
-                             "(or pass labels=).")
+        if (
+            not np.issubdtype(y.dtype, np.number)
+            or y.dtype == bool
+            or not np.all(np.equal(np.mod(y, 1), 0))
+        ):
+            raise ValueError("y_true must hold integer class indices 0..C-1 (or pass labels=).")
         idx = y.astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= n_classes):
-            raise ValueError(f"Class indices must lie in 0..{n_classes - 1}; got "
-                             f"{idx.min()}..{idx.max()} (pass labels= to map classes).")
+            raise ValueError(
+                f"Class indices must lie in 0..{n_classes - 1}; got "
+                f"{idx.min()}..{idx.max()} (pass labels= to map classes)."
+            )
         return idx
     labels = np.asarray(labels)
     if labels.shape != (n_classes,):

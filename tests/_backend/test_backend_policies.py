@@ -51,8 +51,10 @@ def test_validate_data_torch_dtype_policy(torch):
         assert validate_data(torch.ones((2, 3), dtype=torch.int32))[0].dtype == torch.float64
     finally:
         torch.set_default_dtype(prev)
-    assert float_dtype(get_namespace(torch.ones(1)), torch.ones(1, dtype=torch.int16)) \
+    assert (
+        float_dtype(get_namespace(torch.ones(1)), torch.ones(1, dtype=torch.int16))
         == torch.get_default_dtype()
+    )
 
 
 def test_validate_data_accepts_lists_and_numeric_objects():
@@ -105,9 +107,13 @@ def test_validate_data_rejects_nan_in_float32_and_int_overflow_is_not_an_issue()
     assert np.all(np.isfinite(out))
 
 
-@given(hnp.arrays(st.sampled_from([np.float32, np.float64]),
-                  hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=5),
-                  elements=st.floats(-1e6, 1e6, width=32)))
+@given(
+    hnp.arrays(
+        st.sampled_from([np.float32, np.float64]),
+        hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=5),
+        elements=st.floats(-1e6, 1e6, width=32),
+    )
+)
 def test_validate_data_is_identity_on_finite_float_arrays(X):
     out, _ = validate_data(X)
     assert out.dtype == X.dtype and out.shape == X.shape
@@ -176,6 +182,7 @@ def test_to_backend_moves_numpy_to_the_like_array(torch):
     np.testing.assert_array_equal(out.numpy(), src.astype(np.float32))
     out64 = to_backend(src.T, get_namespace(like), like, dtype=torch.float64)  # non-contiguous
     np.testing.assert_array_equal(out64.numpy(), src.T)
-    np.testing.assert_array_equal(to_backend(src, np, np.zeros(1, np.float32)),
-                                  src.astype(np.float32))
+    np.testing.assert_array_equal(
+        to_backend(src, np, np.zeros(1, np.float32)), src.astype(np.float32)
+    )
     assert to_backend(src, np).dtype == np.float64

@@ -71,7 +71,14 @@ def test_fwht_rejects_bad_lengths_and_axes():
 
 def test_helpers():
     assert [is_power_of_two(n) for n in (0, 1, 2, 3, 4, 6, 8)] == [
-        False, True, True, False, True, False, True]
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
     assert [next_power_of_two(n) for n in (1, 2, 3, 5, 8, 9, 784)] == [1, 2, 4, 8, 8, 16, 1024]
     np.testing.assert_array_equal(hadamard(32), scipy_hadamard(32))
     with pytest.raises(ValueError):

@@ -19,8 +19,18 @@ from kernelkit.attention import (  # noqa: E402
 from kernelkit.features import AngularHybridRF, matched_n_features  # noqa: E402
 from kernelkit.kernels import softmax_attention  # noqa: E402
 
-ALL = ["relu", "elu", "trig", "positive", "hyperbolic", "gerf", "saderf", "aderf", "sderf",
-       "hybrid_angular"]
+ALL = [
+    "relu",
+    "elu",
+    "trig",
+    "positive",
+    "hyperbolic",
+    "gerf",
+    "saderf",
+    "aderf",
+    "sderf",
+    "hybrid_angular",
+]
 CAUSAL_OK = [n for n in ALL if n not in ("trig", "hybrid_angular")]
 
 
@@ -52,16 +62,18 @@ def test_hybrid_equals_angular_hybrid_rf_on_the_same_draws(orthogonal, masked):
         keep[[0, 4, 5]] = False
     m = hybrid_base_size(M, d)
     assert m == matched_n_features(M // 2, d, 8, rule="dimension") == 7
-    x, y = q * d ** -0.25, k * d ** -0.25
-    fm = AngularHybridRF(n_features=m, n_lambda=8, orthogonal=orthogonal,
-                         shared_projection=True, random_state=3).fit(x.numpy(), y.numpy())
+    x, y = q * d**-0.25, k * d**-0.25
+    fm = AngularHybridRF(
+        n_features=m, n_lambda=8, orthogonal=orthogonal, shared_projection=True, random_state=3
+    ).fit(x.numpy(), y.numpy())
     params = draw_features("hybrid_angular", M, d, random_state=3, orthogonal=orthogonal)
     np.testing.assert_array_equal(params["W"], fm.projection_)
     np.testing.assert_array_equal(params["T"], fm.lambda_projection_)
     K = torch.as_tensor(fm.approx_kernel(x.numpy(), y.numpy())) * keep  # (L, S)
     ref = (K @ v) / K.sum(-1, keepdim=True)
-    out = linear_attention(q, k, v, "hybrid_angular", M, random_state=3,
-                           orthogonal=orthogonal, key_padding_mask=~keep)
+    out = linear_attention(
+        q, k, v, "hybrid_angular", M, random_state=3, orthogonal=orthogonal, key_padding_mask=~keep
+    )
     torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-11)
 
 
@@ -76,9 +88,10 @@ def test_hybrid_n_lambda_through_projection_and_budget():
         assert 4 * (m + 1) * (n + 1) > M
     p = draw_features("hybrid_angular", 128, d, random_state=0, n_lambda=3)
     assert p["T"].shape == (3, d) and p["W"].shape == (hybrid_base_size(128, d, 3), d)
-    x, y = q[0, 0] * d ** -0.25, k[0, 0] * d ** -0.25
-    fm = AngularHybridRF(n_features=p["W"].shape[0], n_lambda=3, orthogonal=True,
-                         random_state=0).fit(x.numpy(), y.numpy())
+    x, y = q[0, 0] * d**-0.25, k[0, 0] * d**-0.25
+    fm = AngularHybridRF(
+        n_features=p["W"].shape[0], n_lambda=3, orthogonal=True, random_state=0
+    ).fit(x.numpy(), y.numpy())
     K = torch.as_tensor(fm.approx_kernel(x.numpy(), y.numpy()))
     out = linear_attention(q, k, v, "hybrid_angular", 128, projection=p)
     torch.testing.assert_close(out[0, 0], (K @ v[0, 0]) / K.sum(-1, keepdim=True))
@@ -112,20 +125,18 @@ def test_sdpa_causal_and_padding_attn_masks(kind):
         tril = torch.zeros(12, 12).masked_fill(~tril, float("-inf")).double()
         attend = torch.zeros(2, 1, 1, 12).masked_fill(~attend, float("-inf")).double()
     causal = linear_attention(q, k, v, "sderf", 32, is_causal=True, **kw)
-    torch.testing.assert_close(linear_attention(q, k, v, "sderf", 32, attn_mask=tril, **kw),
-                               causal)
+    torch.testing.assert_close(linear_attention(q, k, v, "sderf", 32, attn_mask=tril, **kw), causal)
     pad = torch.zeros(2, 1, 12, dtype=torch.bool)
     pad[1, :, 8:] = True
     ref = linear_attention(q, k, v, "sderf", 32, key_padding_mask=pad, **kw)
-    torch.testing.assert_close(linear_attention(q, k, v, "sderf", 32, attn_mask=attend, **kw),
-                               ref)
+    torch.testing.assert_close(linear_attention(q, k, v, "sderf", 32, attn_mask=attend, **kw), ref)
     # merged with key_padding_mask (union of the padded keys)
     extra = torch.zeros(2, 1, 12, dtype=torch.bool)
     extra[:, :, 0] = True
-    both = linear_attention(q, k, v, "sderf", 32, attn_mask=attend, key_padding_mask=extra,
-                            **kw)
-    torch.testing.assert_close(both, linear_attention(q, k, v, "sderf", 32,
-                                                      key_padding_mask=pad | extra, **kw))
+    both = linear_attention(q, k, v, "sderf", 32, attn_mask=attend, key_padding_mask=extra, **kw)
+    torch.testing.assert_close(
+        both, linear_attention(q, k, v, "sderf", 32, key_padding_mask=pad | extra, **kw)
+    )
 
 
 def test_sdpa_unsupported_arguments_have_clear_errors():
@@ -141,8 +152,12 @@ def test_sdpa_unsupported_arguments_have_clear_errors():
     with pytest.raises(TypeError, match="keyword-only"):
         linear_attention(q, k, v, torch.ones(6, 6, dtype=torch.bool))  # SDPA positional mask
     with pytest.raises(ValueError, match="enable_gqa"):
-        linear_attention(q, torch.randn(1, 3, 6, 4, dtype=q.dtype),
-                         torch.randn(1, 3, 6, 5, dtype=q.dtype), enable_gqa=True)
+        linear_attention(
+            q,
+            torch.randn(1, 3, 6, 4, dtype=q.dtype),
+            torch.randn(1, 3, 6, 5, dtype=q.dtype),
+            enable_gqa=True,
+        )
 
 
 def test_gqa_repeats_key_heads_as_sdpa():
@@ -152,13 +167,22 @@ def test_gqa_repeats_key_heads_as_sdpa():
     q = torch.randn(2, 6, 10, 8, generator=g, dtype=torch.float64) * 0.5
     k = torch.randn(2, 2, 10, 8, generator=g, dtype=torch.float64) * 0.5
     v = torch.randn(2, 2, 10, 3, generator=g, dtype=torch.float64)
-    out = linear_attention(q, k, v, "positive", 4096, random_state=0, is_causal=True,
-                           enable_gqa=True)
-    rep = linear_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1),
-                           "positive", 4096, random_state=0, is_causal=True)
+    out = linear_attention(
+        q, k, v, "positive", 4096, random_state=0, is_causal=True, enable_gqa=True
+    )
+    rep = linear_attention(
+        q,
+        k.repeat_interleave(3, 1),
+        v.repeat_interleave(3, 1),
+        "positive",
+        4096,
+        random_state=0,
+        is_causal=True,
+    )
     torch.testing.assert_close(out, rep)
-    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                            enable_gqa=True)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
     assert _rel(out, sdpa) < 0.05
 
 
@@ -179,17 +203,18 @@ def test_non_positive_maps_refuse_causal_mode(name):
 
 def test_causal_fitted_map_error_says_what_to_pass():
     q, k, v = _qkv((1, 2, 8, 4))
-    with pytest.raises(ValueError, match=r"moments=kernelkit\.attention\.attention_moments"
-                                         r"\(q_calib, k_calib\)") as err:
+    with pytest.raises(
+        ValueError,
+        match=r"moments=kernelkit\.attention\.attention_moments"
+        r"\(q_calib, k_calib\)",
+    ) as err:
         linear_attention(q, k, v, "gerf", 32, is_causal=True)
     assert "FavorAttention" in str(err.value) and "'positive'" in str(err.value)
     # following the message works: moments from other data, per head (H, d) broadcast
     q2, k2, _ = _qkv((4, 2, 8, 4), seed=5)
     mom = attention_moments(q2, k2)
-    per_head = type(mom)(*(t.mean(0) for t in (mom.mean_x, mom.second_x, mom.mean_y,
-                                               mom.second_y)))
-    out = linear_attention(q, k, v, "gerf", 32, is_causal=True, moments=per_head,
-                           random_state=0)
+    per_head = type(mom)(*(t.mean(0) for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)))
+    out = linear_attention(q, k, v, "gerf", 32, is_causal=True, moments=per_head, random_state=0)
     assert out.shape == v.shape and torch.isfinite(out).all()
 
 
@@ -201,9 +226,8 @@ def test_float32_agrees_with_float64(causal):
     in their normaliser (measured 1.5e-4, 1.6e-3 at |x|^2 ~ 3.6) and get 1e-2."""
     q, k, v = _qkv((2, 3, 50, 13))
     mom = attention_moments(q, k)
-    for name in (CAUSAL_OK if causal else ALL):
-        kw = dict(random_state=0, is_causal=causal, moments=mom if causal else None,
-                  chunk_size=16)
+    for name in CAUSAL_OK if causal else ALL:
+        kw = dict(random_state=0, is_causal=causal, moments=mom if causal else None, chunk_size=16)
         a = linear_attention(q, k, v, name, 64, **kw)
         b = linear_attention(q.float(), k.float(), v.float(), name, 64, **kw)
         assert b.dtype == torch.float32
@@ -222,8 +246,9 @@ def test_bf16_autocast_on_cpu_runs_in_float32(causal):
     def run(autocast):
         qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out = linear_attention(qq, kk, vv, "sderf", 64, random_state=0,
-                                   is_causal=causal, moments=mom, chunk_size=8)
+            out = linear_attention(
+                qq, kk, vv, "sderf", 64, random_state=0, is_causal=causal, moments=mom, chunk_size=8
+            )
         out.square().sum().backward()
         return out, qq.grad, kk.grad, vv.grad
 
@@ -240,8 +265,18 @@ def test_all_keys_masked_in_causal_mode_gives_zeros_and_zero_gradients(name):
     mom = attention_moments(q, k)
     mask = torch.ones(1, 2, 10, dtype=torch.bool)
     qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
-    out = linear_attention(qq, kk, vv, name, 16, random_state=0, is_causal=True,
-                           key_padding_mask=mask, moments=mom, chunk_size=4)
+    out = linear_attention(
+        qq,
+        kk,
+        vv,
+        name,
+        16,
+        random_state=0,
+        is_causal=True,
+        key_padding_mask=mask,
+        moments=mom,
+        chunk_size=4,
+    )
     assert torch.all(out == 0)
     out.sum().backward()
     for t in (qq, kk, vv):
@@ -252,9 +287,10 @@ def test_all_keys_masked_in_causal_mode_gives_zeros_and_zero_gradients(name):
 def test_length_one_returns_the_value(name):
     """L = S = 1: softmax attention returns v exactly; so does every map (one key)."""
     q, k, v = _qkv((2, 3, 1, 13))
-    for causal in ((False, True) if name in CAUSAL_OK else (False,)):
-        out = linear_attention(q, k, v, name, 32, random_state=0, is_causal=causal,
-                               moments=attention_moments(q, k))
+    for causal in (False, True) if name in CAUSAL_OK else (False,):
+        out = linear_attention(
+            q, k, v, name, 32, random_state=0, is_causal=causal, moments=attention_moments(q, k)
+        )
         torch.testing.assert_close(out, v, rtol=1e-12, atol=1e-12)
 
 
@@ -268,8 +304,9 @@ def test_unbatched_and_extra_batch_dims_equal_the_4d_call(causal):
     full = linear_attention(q, k, v, "sderf", 24, moments=mom if causal else None, **kw)
     one_mom = attention_moments(q[1, 2], k[1, 2]) if causal else None
     if causal:  # the 4-D call's moments for slice (1, 2)
-        one_mom = type(mom)(mom.mean_x[1, 2], mom.second_x[1, 2], mom.mean_y[1, 2],
-                            mom.second_y[1, 2])
+        one_mom = type(mom)(
+            mom.mean_x[1, 2], mom.second_x[1, 2], mom.mean_y[1, 2], mom.second_y[1, 2]
+        )
     one = linear_attention(q[1, 2], k[1, 2], v[1, 2], "sderf", 24, moments=one_mom, **kw)
     torch.testing.assert_close(one, full[1, 2])
     q5, k5, v5 = (t.reshape(2, 1, 3, 21, -1) for t in (q, k, v))
@@ -281,8 +318,9 @@ def test_unbatched_and_extra_batch_dims_equal_the_4d_call(causal):
 
 
 def test_module_keeps_its_dtype_across_redraws():
-    m = FavorAttention(8, 2, feature_map="positive", n_features=16, redraw_interval=1,
-                       random_state=0).double()
+    m = FavorAttention(
+        8, 2, feature_map="positive", n_features=16, redraw_interval=1, random_state=0
+    ).double()
     x = torch.randn(1, 5, 8, dtype=torch.float64)
     for _ in range(3):
         out, _ = m(x, x, x)

@@ -44,14 +44,24 @@ def test_kernel_equals_dense_formula_with_same_features(name, causal):
     mom = attention_moments(q, k, key_padding_mask=mask)
     W = torch.as_tensor(draw_features(name, 32, 6, 0)["W"])
     fmap = build_log_map(name, W, mom, 6)
-    x, y = q * 6 ** -0.25, k * 6 ** -0.25
+    x, y = q * 6**-0.25, k * 6**-0.25
     A = torch.exp(fmap.log_features(x, "q")) @ torch.exp(fmap.log_features(y, "k")).mT
     A = A * (~mask)[..., None, :]
     if causal:
         A = A * torch.tril(torch.ones(37, 37, dtype=A.dtype))
     ref = (A @ v) / A.sum(-1, keepdim=True)
-    out = linear_attention(q, k, v, name, 32, random_state=0, is_causal=causal,
-                           key_padding_mask=mask, moments=mom, chunk_size=8)
+    out = linear_attention(
+        q,
+        k,
+        v,
+        name,
+        32,
+        random_state=0,
+        is_causal=causal,
+        key_padding_mask=mask,
+        moments=mom,
+        chunk_size=8,
+    )
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
 
 
@@ -61,9 +71,23 @@ def _mean_error(name, M, causal, seeds=6):
     q, k, v = _qkv(B=1, H=2, L=32, d=8, scale=0.5)
     exact = softmax_attention(q, k, v, is_causal=causal)
     mom = attention_moments(q, k)
-    errs = [_rel(linear_attention(q, k, v, name, M, random_state=s, is_causal=causal,
-                                  moments=mom if causal else None, chunk_size=16), exact)
-            for s in range(seeds)]
+    errs = [
+        _rel(
+            linear_attention(
+                q,
+                k,
+                v,
+                name,
+                M,
+                random_state=s,
+                is_causal=causal,
+                moments=mom if causal else None,
+                chunk_size=16,
+            ),
+            exact,
+        )
+        for s in range(seeds)
+    ]
     return float(np.mean(errs))
 
 
@@ -87,8 +111,7 @@ def test_causal_converges_to_exact_attention(name):
         q, k, v = _qkv(L=16)
         out = linear_attention(q, k, v, name, is_causal=True, chunk_size=4)
         for t in (0, 5, 15):
-            ref = linear_attention(q[..., :t + 1, :], k[..., :t + 1, :], v[..., :t + 1, :],
-                                   name)
+            ref = linear_attention(q[..., : t + 1, :], k[..., : t + 1, :], v[..., : t + 1, :], name)
             torch.testing.assert_close(out[..., t, :], ref[..., t, :])
         return
     # 64 -> 1024 features: expected ~4x (measured 2.8-4x), required 2x
@@ -108,8 +131,9 @@ def test_fitted_maps_beat_favor_plus_on_heterogeneous_data():
     exact = softmax_attention(q, k, v)
 
     def err(name):
-        return np.mean([_rel(linear_attention(q, k, v, name, 128, random_state=s), exact)
-                        for s in range(6)])
+        return np.mean(
+            [_rel(linear_attention(q, k, v, name, 128, random_state=s), exact) for s in range(6)]
+        )
 
     base = err("positive")
     for name in ("gerf", "sderf"):
@@ -126,14 +150,14 @@ def test_causal_output_ignores_later_tokens(name, dtype):
     mom = attention_moments(q, k)
     t = 21
     q2, k2, v2 = q.clone(), k.clone(), v.clone()
-    k2[..., t + 1:, :] *= 30.0
-    q2[..., t + 1:, :] = torch.randn_like(q2[..., t + 1:, :]) * 30.0
-    v2[..., t + 1:, :] += 100.0
+    k2[..., t + 1 :, :] *= 30.0
+    q2[..., t + 1 :, :] = torch.randn_like(q2[..., t + 1 :, :]) * 30.0
+    v2[..., t + 1 :, :] += 100.0
     kw = dict(random_state=0, is_causal=True, moments=mom, chunk_size=16)
     a = linear_attention(q, k, v, name, 64, **kw)
     b = linear_attention(q2, k2, v2, name, 64, **kw)
     tol = 1e-12 if dtype == torch.float64 else 1e-5
-    torch.testing.assert_close(a[..., :t + 1, :], b[..., :t + 1, :], rtol=tol, atol=tol)
+    torch.testing.assert_close(a[..., : t + 1, :], b[..., : t + 1, :], rtol=tol, atol=tol)
     assert torch.isfinite(b).all()
 
 
@@ -144,30 +168,29 @@ def test_causal_gradients_ignore_later_tokens(name):
     q, k, v = _qkv(L=33, d=6)
     mom = attention_moments(q, k)
     t = 17
-    w = torch.randn(2, 2, t + 1, 5, generator=torch.Generator().manual_seed(3),
-                    dtype=torch.float64)
+    w = torch.randn(2, 2, t + 1, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
     def grads(q, k, v):
         q, k, v = (x.clone().requires_grad_(True) for x in (q, k, v))
-        out = linear_attention(q, k, v, name, 48, random_state=0, is_causal=True,
-                               moments=mom, chunk_size=8)
-        (out[..., :t + 1, :] * w).sum().backward()
+        out = linear_attention(
+            q, k, v, name, 48, random_state=0, is_causal=True, moments=mom, chunk_size=8
+        )
+        (out[..., : t + 1, :] * w).sum().backward()
         return q.grad, k.grad, v.grad
 
     g1 = grads(q, k, v)
     q2, k2, v2 = q.clone(), k.clone(), v.clone()
-    k2[..., t + 1:, :] *= 20.0
-    q2[..., t + 1:, :] *= -20.0
-    v2[..., t + 1:, :] -= 50.0
+    k2[..., t + 1 :, :] *= 20.0
+    q2[..., t + 1 :, :] *= -20.0
+    v2[..., t + 1 :, :] -= 50.0
     g2 = grads(q2, k2, v2)
     for a, b in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
-        assert torch.all(a[..., t + 1:, :] == 0)
+        assert torch.all(a[..., t + 1 :, :] == 0)
 
 
 # ------------------------------------------------------------------ masks
-@pytest.mark.parametrize("name", ["positive", "sderf", "saderf", "elu", "trig",
-                                  "hybrid_angular"])
+@pytest.mark.parametrize("name", ["positive", "sderf", "saderf", "elu", "trig", "hybrid_angular"])
 def test_padding_mask_equals_truncated_sequence(name):
     """Padded keys are excluded from the attention and from the fitted parameters: the
     result equals attention over the unpadded keys with the same projections."""
@@ -178,8 +201,9 @@ def test_padding_mask_equals_truncated_sequence(name):
     k2, v2 = k.clone(), v.clone()
     k2[..., S:, :] = 1e3  # garbage in padded slots
     v2[..., S:, :] = float("nan") if name in ("positive", "sderf") else 1e6
-    a = linear_attention(q, k2, torch.nan_to_num(v2, nan=7.0), name, 64, random_state=1,
-                         key_padding_mask=mask)
+    a = linear_attention(
+        q, k2, torch.nan_to_num(v2, nan=7.0), name, 64, random_state=1, key_padding_mask=mask
+    )
     b = linear_attention(q, k[..., :S, :], v[..., :S, :], name, 64, random_state=1)
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
@@ -193,8 +217,18 @@ def test_fully_masked_rows_give_zeros(causal, name):
     mask[0] = True  # batch 0: every key padded
     mask[1, :, :5] = True  # batch 1: the first five keys padded
     mom = attention_moments(q, k, key_padding_mask=mask)
-    out = linear_attention(q, k, v, name, 32, random_state=0, is_causal=causal,
-                           key_padding_mask=mask, moments=mom, chunk_size=4)
+    out = linear_attention(
+        q,
+        k,
+        v,
+        name,
+        32,
+        random_state=0,
+        is_causal=causal,
+        key_padding_mask=mask,
+        moments=mom,
+        chunk_size=4,
+    )
     ref = softmax_attention(q, k, v, is_causal=causal, key_padding_mask=mask)
     assert torch.isfinite(out).all()
     assert torch.all(out[0] == 0) and torch.all(ref[0] == 0)
@@ -207,16 +241,29 @@ def test_mask_broadcasts_over_heads():
     mask = torch.zeros(2, 1, 10, dtype=torch.bool)
     mask[:, :, 7:] = True
     a = linear_attention(q, k, v, "positive", 32, random_state=0, key_padding_mask=mask)
-    b = linear_attention(q, k, v, "positive", 32, random_state=0,
-                         key_padding_mask=mask.expand(2, 3, 10))
+    b = linear_attention(
+        q, k, v, "positive", 32, random_state=0, key_padding_mask=mask.expand(2, 3, 10)
+    )
     torch.testing.assert_close(a, b)
 
 
 # ------------------------------------------------------------------ gradients
-@pytest.mark.parametrize("name,causal", [
-    ("positive", False), ("positive", True), ("sderf", False), ("sderf", True),
-    ("aderf", True), ("saderf", False), ("hyperbolic", True), ("elu", True),
-    ("relu", False), ("trig", False), ("hybrid_angular", False)])
+@pytest.mark.parametrize(
+    "name,causal",
+    [
+        ("positive", False),
+        ("positive", True),
+        ("sderf", False),
+        ("sderf", True),
+        ("aderf", True),
+        ("saderf", False),
+        ("hyperbolic", True),
+        ("elu", True),
+        ("relu", False),
+        ("trig", False),
+        ("hybrid_angular", False),
+    ],
+)
 def test_gradcheck_float64(name, causal):
     """Autograd (custom causal backward included) matches finite differences. Fitted
     parameters are constants (detached, FAVOR# note Sec. 5), so they are fixed here."""
@@ -228,8 +275,18 @@ def test_gradcheck_float64(name, causal):
     mask[..., 6] = True
 
     def f(q, k, v):
-        return linear_attention(q, k, v, name, 8, random_state=0, is_causal=causal,
-                                key_padding_mask=mask, moments=mom, chunk_size=4)
+        return linear_attention(
+            q,
+            k,
+            v,
+            name,
+            8,
+            random_state=0,
+            is_causal=causal,
+            key_padding_mask=mask,
+            moments=mom,
+            chunk_size=4,
+        )
 
     assert torch.autograd.gradcheck(f, (q, k, v), fast_mode=True)
 
@@ -244,8 +301,9 @@ def test_large_norms_stay_finite_and_convex(name, causal):
     q.requires_grad_(True)
     k.requires_grad_(True)
     mom = attention_moments(q.detach(), k.detach())
-    out = linear_attention(q, k, v, name, 64, random_state=0, is_causal=causal,
-                           moments=mom, chunk_size=16)
+    out = linear_attention(
+        q, k, v, name, 64, random_state=0, is_causal=causal, moments=mom, chunk_size=16
+    )
     assert torch.isfinite(out).all()
     lo, hi = v.amin(dim=-2, keepdim=True), v.amax(dim=-2, keepdim=True)
     assert torch.all(out >= lo - 1e-3) and torch.all(out <= hi + 1e-3)
@@ -258,11 +316,18 @@ def test_large_norms_stay_finite_and_convex(name, causal):
 def test_half_inputs_computed_in_float32(dtype, causal):
     q, k, v = _qkv(B=1, H=2, L=16, d=8, dtype=torch.float32)
     mom = attention_moments(q, k)
-    ref = linear_attention(q, k, v, "sderf", 64, random_state=0, is_causal=causal,
-                           moments=mom)
+    ref = linear_attention(q, k, v, "sderf", 64, random_state=0, is_causal=causal, moments=mom)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = linear_attention(q.to(dtype), k.to(dtype), v.to(dtype), "sderf", 64,
-                               random_state=0, is_causal=causal, moments=mom)
+        out = linear_attention(
+            q.to(dtype),
+            k.to(dtype),
+            v.to(dtype),
+            "sderf",
+            64,
+            random_state=0,
+            is_causal=causal,
+            moments=mom,
+        )
     assert out.dtype == dtype
     assert torch.isfinite(out).all()
     assert _rel(out.float(), ref) < 2e-2  # only the inputs were rounded
@@ -272,8 +337,9 @@ def test_numpy_in_numpy_out_and_seed_determinism():
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((2, 6, 4)) for _ in range(3))
     a = linear_attention(q, k, v, "sderf", 32, random_state=3)
-    b = linear_attention(torch.as_tensor(q), torch.as_tensor(k), torch.as_tensor(v),
-                         "sderf", 32, random_state=3)
+    b = linear_attention(
+        torch.as_tensor(q), torch.as_tensor(k), torch.as_tensor(v), "sderf", 32, random_state=3
+    )
     assert isinstance(a, np.ndarray) and a.dtype == np.float64
     np.testing.assert_allclose(a, b.numpy(), rtol=1e-12)
 
@@ -345,8 +411,9 @@ def test_causal_one_pivot_and_dyadic_paths_agree(name, monkeypatch):
     for bound in (1e300, -1.0):  # always one-pivot / always dyadic
         monkeypatch.setattr(lin, "_growth_bound", lambda dtype, b=bound: b)
         qq, kk, vv = (x.clone().requires_grad_(True) for x in (q, k, v))
-        out = linear_attention(qq, kk, vv, name, 32, random_state=0, is_causal=True,
-                               moments=mom, chunk_size=8)
+        out = linear_attention(
+            qq, kk, vv, name, 32, random_state=0, is_causal=True, moments=mom, chunk_size=8
+        )
         out.sin().sum().backward()
         results.append((out.detach(), qq.grad, kk.grad, vv.grad))
     for a, b in zip(*results, strict=True):

@@ -33,15 +33,13 @@ def test_batched_fits_match_numpy_closed_forms():
     # GERF (FAVOR++ Sec. 3.1): A = A*(phi)
     A_np = fit_gerf(X, Y)
     c = build_log_map("gerf", W, mom, d).c  # (..., M) = A |w_m|^2
-    np.testing.assert_allclose(c.numpy() / (W ** 2).sum(1).numpy(), _bc(A_np, c),
-                               rtol=1e-10)
+    np.testing.assert_allclose(c.numpy() / (W**2).sum(1).numpy(), _bc(A_np, c), rtol=1e-10)
     # SADERF (eq. 20): psi and A
     psi_np, A_np = fit_saderf(X, Y)
     fm = build_log_map("saderf", W, mom, d)
     np.testing.assert_allclose(fm.T_q.numpy(), psi_np, rtol=1e-10)
     np.testing.assert_allclose(fm.T_k.numpy(), 1.0 / psi_np, rtol=1e-10)
-    np.testing.assert_allclose(fm.c.numpy() / (W ** 2).sum(1).numpy(), _bc(A_np, fm.c),
-                               rtol=1e-10)
+    np.testing.assert_allclose(fm.c.numpy() / (W**2).sum(1).numpy(), _bc(A_np, fm.c), rtol=1e-10)
     # ADERF (Thm 4.2): B1, B2 up to the sign of each row, A exactly
     B1_np, B2_np, A_np = fit_aderf(X, Y)
     fm = build_log_map("aderf", W, mom, d)
@@ -49,10 +47,10 @@ def test_batched_fits_match_numpy_closed_forms():
     signs = np.sign((B1 * B1_np).sum(-1, keepdims=True))
     np.testing.assert_allclose(B1 * signs, B1_np, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(B2 * signs, B2_np, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(np.swapaxes(B1, -1, -2) @ B2, np.broadcast_to(np.eye(d), B1.shape),
-                               atol=1e-10)
-    np.testing.assert_allclose(fm.c.numpy() / (W ** 2).sum(1).numpy(), _bc(A_np, fm.c),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        np.swapaxes(B1, -1, -2) @ B2, np.broadcast_to(np.eye(d), B1.shape), atol=1e-10
+    )
+    np.testing.assert_allclose(fm.c.numpy() / (W**2).sum(1).numpy(), _bc(A_np, fm.c), rtol=1e-10)
     # SDERF (Thm 4.3): a_l and the eigenvectors Q3 (torch: ascending order, NumPy:
     # descending; columns up to sign)
     Q3t_np, a_np = fit_sderf(X, Y)
@@ -64,8 +62,9 @@ def test_batched_fits_match_numpy_closed_forms():
     np.testing.assert_allclose(Q3r * col_signs, Q3_np, atol=1e-7)
     fm = build_log_map("sderf", W, mom, d)
     s = np.sqrt(1.0 - 4.0 * a.numpy())
-    np.testing.assert_allclose(fm.W_q.numpy(), Q3.numpy() @ (s[..., :, None] * W.numpy().T),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        fm.W_q.numpy(), Q3.numpy() @ (s[..., :, None] * W.numpy().T), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_padded_keys_excluded_from_moments():
@@ -80,8 +79,7 @@ def test_padded_keys_excluded_from_moments():
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("name", ["positive", "hyperbolic", "gerf", "saderf", "aderf",
-                                  "sderf"])
+@pytest.mark.parametrize("name", ["positive", "hyperbolic", "gerf", "saderf", "aderf", "sderf"])
 def test_log_features_are_unbiased_for_the_softmax_kernel(name):
     """mean_m exp(lq_m + lk_m) * D^2 estimates exp(x.y) (D = det(I - 4A)^{1/4}, the
     feature-independent constant the attention drops): |mean - K| < 4 SE, 2e5 i.i.d.
@@ -112,7 +110,7 @@ def test_log_features_are_unbiased_for_the_softmax_kernel(name):
 
 def _diag_a(name, fm, W):
     # A (scalar maps) from c = A |w|^2, or a_l for SDERF from c = a . w^2 (least squares)
-    w2 = (W ** 2).numpy()
+    w2 = (W**2).numpy()
     c = fm.c.numpy()
     if name == "sderf":
         return np.linalg.lstsq(w2[:200], c[:200], rcond=None)[0]

@@ -38,11 +38,13 @@ def test_causal_saves_no_feature_sized_tensor_and_allocates_per_chunk():
     B, H, L, d, e, M = 1, 2, 1024, 8, 8, 128
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, L, n, generator=g, requires_grad=True) for n in (d, d, e))
-    out, sizes = _saved_sizes(lambda: linear_attention(
-        q, k, v, "positive", M, random_state=0, is_causal=True, chunk_size=32))
+    out, sizes = _saved_sizes(
+        lambda: linear_attention(
+            q, k, v, "positive", M, random_state=0, is_causal=True, chunk_size=32
+        )
+    )
     assert max(sizes) <= B * H * L * (max(d, e) + 1)
-    _, sizes_bi = _saved_sizes(lambda: linear_attention(q, k, v, "positive", M,
-                                                        random_state=0))
+    _, sizes_bi = _saved_sizes(lambda: linear_attention(q, k, v, "positive", M, random_state=0))
     assert max(sizes_bi) >= B * H * L * M  # the detector works
 
     feature_bytes = B * H * L * M * 4
@@ -69,9 +71,16 @@ def test_module_matches_multihead_attention_with_same_weights():
     for M in (64, 4096):
         m = FavorAttention(16, 2, feature_map="sderf", n_features=M, random_state=0)
         missing = m.load_state_dict(mha.state_dict(), strict=False).missing_keys
-        assert set(missing) <= {"projection", "sign_projection", "calls_since_redraw",
-                                "running_mean_q", "running_second_q", "running_mean_k",
-                                "running_second_k", "num_batches_tracked"}
+        assert set(missing) <= {
+            "projection",
+            "sign_projection",
+            "calls_since_redraw",
+            "running_mean_q",
+            "running_second_q",
+            "running_mean_k",
+            "running_second_k",
+            "num_batches_tracked",
+        }
         with torch.no_grad():
             out, w = m(x, x, x)
         assert w is None and out.shape == ref.shape
@@ -102,23 +111,24 @@ def test_module_causal_and_padding_against_exact():
 
 
 def test_module_shapes_batch_first_false_unbatched_kdim_vdim():
-    m = FavorAttention(16, 4, kdim=6, vdim=10, feature_map="gerf", n_features=32,
-                       random_state=0)
+    m = FavorAttention(16, 4, kdim=6, vdim=10, feature_map="gerf", n_features=32, random_state=0)
     q, k, v = _x(E=16), _x(L=7, E=6, seed=1), _x(L=7, E=10, seed=2)
     out, _ = m(q, k, v)
     assert out.shape == (2, 12, 16)
     out_u, _ = m(q[0], k[0], v[0])
     torch.testing.assert_close(out_u, out[0])
-    mt = FavorAttention(16, 4, kdim=6, vdim=10, batch_first=False, feature_map="gerf",
-                        n_features=32, random_state=0)
+    mt = FavorAttention(
+        16, 4, kdim=6, vdim=10, batch_first=False, feature_map="gerf", n_features=32, random_state=0
+    )
     mt.load_state_dict(m.state_dict())
     out_t, _ = mt(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
     torch.testing.assert_close(out_t.transpose(0, 1), out)
 
 
 def test_redraw_policy_and_eval_keeps_features():
-    m = FavorAttention(16, 2, feature_map="positive", n_features=32, redraw_interval=2,
-                       random_state=0)
+    m = FavorAttention(
+        16, 2, feature_map="positive", n_features=32, redraw_interval=2, random_state=0
+    )
     x = _x()
     P0 = m.projection.clone()
     m(x, x, x)
@@ -149,10 +159,18 @@ def test_running_statistics_for_causal_fitted_maps():
     """Causal FAVOR# uses statistics of earlier batches only: the first call uses FAVOR+
     features, training calls update the buffers afterwards, eval calls do not."""
     torch.manual_seed(0)
-    m = FavorAttention(16, 2, feature_map="sderf", n_features=64, random_state=0,
-                       redraw_interval=None, momentum=None)
-    ref = FavorAttention(16, 2, feature_map="positive", n_features=64, random_state=0,
-                         redraw_interval=None)
+    m = FavorAttention(
+        16,
+        2,
+        feature_map="sderf",
+        n_features=64,
+        random_state=0,
+        redraw_interval=None,
+        momentum=None,
+    )
+    ref = FavorAttention(
+        16, 2, feature_map="positive", n_features=64, random_state=0, redraw_interval=None
+    )
     ref.load_state_dict(m.state_dict(), strict=False)
     x, x2 = _x(), _x(seed=3)
     out, _ = m(x, x, x, is_causal=True)
@@ -160,7 +178,7 @@ def test_running_statistics_for_causal_fitted_maps():
     assert int(m.num_batches_tracked) == 1
     second = m.running_second_q.clone()
     q, _, _ = m._in_projection(x, x, x)
-    qh = q.view(2, 12, 2, 8).transpose(1, 2) * 8 ** -0.25
+    qh = q.view(2, 12, 2, 8).transpose(1, 2) * 8**-0.25
     expected = (qh.mT @ qh / 12).mean(0)
     torch.testing.assert_close(second, expected.detach(), rtol=1e-5, atol=1e-6)
     m(x2, x2, x2, is_causal=True)
@@ -226,8 +244,9 @@ def test_torch_compile():
     """The bidirectional path compiles (forward and backward) and matches eager; the causal
     path (excluded from compilation) runs inside a compiled module."""
     torch.manual_seed(0)
-    m = FavorAttention(16, 2, feature_map="sderf", n_features=32, random_state=0,
-                       redraw_interval=None)
+    m = FavorAttention(
+        16, 2, feature_map="sderf", n_features=32, random_state=0, redraw_interval=None
+    )
     m.eval()
     x = _x().requires_grad_(True)
     ref, _ = m(x, x, x)

@@ -34,9 +34,11 @@ def _dummy_module():
         mod.calls.append((out_dir, quick, seed))
         rep = Report(out_dir, "dummy", quick=quick)
         rep.add("## Dummy", f"seed {seed}")
-        rep.add("## Paper claims vs our data",
-                "| claim | paper | ours | holds on our data? |\n|---|---|---|---|\n"
-                "| dummy beats nothing | 1.0 | 0.9 | yes |")
+        rep.add(
+            "## Paper claims vs our data",
+            "| claim | paper | ours | holds on our data? |\n|---|---|---|---|\n"
+            "| dummy beats nothing | 1.0 | 0.9 | yes |",
+        )
         fig, ax = plt.subplots()
         ax.plot([0, 1], [seed, seed + 1])
         rep.figure(fig, "line.png", "a line")
@@ -132,8 +134,9 @@ def test_unknown_name(registry):
 
 def test_reproduce_writes_outputs(registry, tmp_path):
     out = tmp_path / "dummy-out"
-    res = CliRunner().invoke(main, ["reproduce", "dummy", "--quick", "--seed", "7",
-                                    "--out", str(out)])
+    res = CliRunner().invoke(
+        main, ["reproduce", "dummy", "--quick", "--seed", "7", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     assert registry.dummy.calls == [(out, True, 7)]
     assert (out / "report.md").read_text().startswith("# dummy")
@@ -161,7 +164,7 @@ def test_reproduce_all_continues_past_failures(registry, tmp_path):
     res = CliRunner().invoke(main, ["reproduce", "all", "--quick", "--out", str(tmp_path)])
     assert res.exit_code == 1
     assert (tmp_path / "dummy" / "report.md").is_file()
-    summary = res.output[res.output.index("Summary"):]
+    summary = res.output[res.output.index("Summary") :]
     assert "dummy" in summary and "ok" in summary
     assert "broken" in summary and "FAILED" in summary and "boom" in summary
     assert "absent" in summary and "missing" in summary
@@ -216,15 +219,18 @@ def test_import_error_inside_module_propagates(monkeypatch):
 def test_claim_sections_and_paper_grouping():
     from kernelkit.experiments._summary import claim_sections, paper_of
 
-    md = ("# t\n\n## Setup\nx\n\n## Paper claims vs ours\n| a |\n### detail\nmore\n"
-          "## Timing\nno\n### Holds on our data?\nyes\n")
+    md = (
+        "# t\n\n## Setup\nx\n\n## Paper claims vs ours\n| a |\n### detail\nmore\n"
+        "## Timing\nno\n### Holds on our data?\nyes\n"
+    )
     secs = claim_sections(md)
     assert len(secs) == 2
     assert "| a |" in secs[0] and "more" in secs[0] and "Timing" not in secs[0]
     assert secs[1].endswith("yes")
     assert paper_of("hrf-uci").startswith("Hybrid") and paper_of("jdl-small").startswith("Joint")
     assert paper_of("favor-variance").startswith("FAVOR#") and paper_of("xyz") == (
-        "Other experiments")
+        "Other experiments"
+    )
 
 
 def _fake_run(exp_dir, quick, seconds, extra=""):
@@ -236,11 +242,19 @@ def _fake_run(exp_dir, quick, seconds, extra=""):
         f"**Scale.** This run: 3 seeds. The paper: 10 seeds.\n\n{extra}"
         "## Paper claims vs our data\n\n| claim | paper | ours | holds on our data? |\n"
         "|---|---|---|---|\n| fake claim | 2.0 | 1.5 | **no** |\n\n## Timing\n\n"
-        "![a plot](plot.png)\n")
+        "![a plot](plot.png)\n"
+    )
     (exp_dir / "plot.png").write_bytes(b"\x89PNG fake")
-    (exp_dir / "results.json").write_text(json.dumps(
-        {"experiment": exp_dir.name, "quick": quick, "elapsed_s": seconds,
-         "platform": "Linux-test"}))
+    (exp_dir / "results.json").write_text(
+        json.dumps(
+            {
+                "experiment": exp_dir.name,
+                "quick": quick,
+                "elapsed_s": seconds,
+                "platform": "Linux-test",
+            }
+        )
+    )
 
 
 def test_report_rebuilds_from_folders(registry, tmp_path):
@@ -252,8 +266,10 @@ def test_report_rebuilds_from_folders(registry, tmp_path):
     assert registry.dummy.calls == []  # nothing was run
     report = (tmp_path / "REPORT.md").read_text()
     assert "Mode: **full**" in report and "Linux-test" in report
-    assert ("| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min | 0 / 0 / 1 |"
-            in report)
+    assert (
+        "| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min | 0 / 0 / 1 |"
+        in report
+    )
     assert "| broken | Other experiments | not run | – | – | – |" in report
     assert "In all: **0 yes, 0 partly, 1 no**" in report
     assert "| fake claim | 2.0 | 1.5 | **no** |" in report  # claims copied as they are
@@ -291,26 +307,34 @@ def test_reproduce_all_report_has_modes(registry, tmp_path):
     # `kernelkit report` over the same folder gives the same rows (times from results.json)
     res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert "| [dummy](dummy/report.md) | Other experiments | ok | quick |" in (
-        tmp_path / "REPORT.md").read_text()
+    assert (
+        "| [dummy](dummy/report.md) | Other experiments | ok | quick |"
+        in (tmp_path / "REPORT.md").read_text()
+    )
 
 
 def test_claim_verdicts_counts_the_holds_column():
     from kernelkit.experiments._summary import claim_verdicts
 
-    sec = ("#### Paper claims\n\n| claim | paper | ours | holds on our data? |\n"
-           "|---|---|---|---|\n| a | 1 | 1 | yes |\n| b | 1 | 2 | **no** |\n"
-           "| c | 1 | 1.5 | partly (2/3) |\n| d | 1 | – | not reproducible offline |\n"
-           "| e | 1 | 1 | yes (n.s.) |\n\nA table without a verdict column:\n\n"
-           "| x | y |\n|---|---|\n| no | no |\n")
+    sec = (
+        "#### Paper claims\n\n| claim | paper | ours | holds on our data? |\n"
+        "|---|---|---|---|\n| a | 1 | 1 | yes |\n| b | 1 | 2 | **no** |\n"
+        "| c | 1 | 1.5 | partly (2/3) |\n| d | 1 | – | not reproducible offline |\n"
+        "| e | 1 | 1 | yes (n.s.) |\n\nA table without a verdict column:\n\n"
+        "| x | y |\n|---|---|\n| no | no |\n"
+    )
     assert claim_verdicts([sec]) == {"yes": 2, "partly": 1, "no": 1, "other": 1}
     # the verdict column need not be the last; "mostly" counts as partly
-    sec2 = ("| claim | holds on our data? | detail |\n|---|---|---|\n| a | mostly (16/18) | x |\n"
-            "| b | no | yes |\n| c | yes (18/18) | |\n")
+    sec2 = (
+        "| claim | holds on our data? | detail |\n|---|---|---|\n| a | mostly (16/18) | x |\n"
+        "| b | no | yes |\n| c | yes (18/18) | |\n"
+    )
     assert claim_verdicts([sec2]) == {"yes": 1, "partly": 1, "no": 1, "other": 0}
     # unescaped pipes in an earlier cell (a norm |x|) do not shift the verdict column
-    sec3 = ("| claim | setting | holds on our data? |\n|---|---|---|\n"
-            "| a | s1 (|X0| x 1) | no |\n| b | max |e| / SM | yes |\n")
+    sec3 = (
+        "| claim | setting | holds on our data? |\n|---|---|---|\n"
+        "| a | s1 (|X0| x 1) | no |\n| b | max |e| / SM | yes |\n"
+    )
     assert claim_verdicts([sec3]) == {"yes": 1, "partly": 0, "no": 1, "other": 0}
     assert claim_verdicts([]) == {"yes": 0, "partly": 0, "no": 0, "other": 0}
 

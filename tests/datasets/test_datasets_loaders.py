@@ -40,8 +40,9 @@ def test_resize_equals_supersampled_block_mean():
     ref = imgs.repeat(2, axis=1).repeat(2, axis=2).reshape(5, 8, 7, 8, 7).mean(axis=(2, 4))
     np.testing.assert_allclose(D.resize_to_8x8(imgs), ref.reshape(5, 64), atol=1e-14)
     # flattened input gives the same result
-    np.testing.assert_allclose(D.resize_to_8x8(imgs.reshape(5, 784)), ref.reshape(5, 64),
-                               atol=1e-14)
+    np.testing.assert_allclose(
+        D.resize_to_8x8(imgs.reshape(5, 784)), ref.reshape(5, 64), atol=1e-14
+    )
 
 
 def test_resize_of_blocky_image_and_impulse():
@@ -157,8 +158,12 @@ def test_load_classification(name):
     if name == "fashion_mnist" and not D.fashion_mnist_available():
         pytest.skip("dataset-fashion-mnist missing")
     expected = {
-        "iris": (150, 4, 3), "wine": (178, 13, 3), "breast_cancer": (569, 30, 2),
-        "diabetes": (442, 10, 2), "digits": (1797, 64, 10), "mnist": (5000, 784, 10),
+        "iris": (150, 4, 3),
+        "wine": (178, 13, 3),
+        "breast_cancer": (569, 30, 2),
+        "diabetes": (442, 10, 2),
+        "digits": (1797, 64, 10),
+        "mnist": (5000, 784, 10),
         "fashion_mnist": (D.FASHION_MNIST_SUBSET_SIZE, 784, 10),
     }[name]
     X, y = D.load_classification(name)

@@ -37,8 +37,7 @@ def _assert_correlation(C):
 
 
 @settings(max_examples=40, deadline=None)
-@given(p=st.integers(2, 7), seed=st.integers(0, 2**32 - 1),
-       scale=st.floats(0.0, 2.0))
+@given(p=st.integers(2, 7), seed=st.integers(0, 2**32 - 1), scale=st.floats(0.0, 2.0))
 def test_ah_valid_correlation_and_bijection(p, seed, scale):
     gamma = np.random.default_rng(seed).normal(0, scale, size=p * (p - 1) // 2)
     C = archakov_hansen_correlation(gamma)
@@ -72,8 +71,9 @@ def test_ah_inverse_of_arbitrary_correlation_matrix():
         C = random_correlation.rvs(eig * p / eig.sum(), random_state=rng)
         C = (C + C.T) / 2
         np.fill_diagonal(C, 1.0)
-        np.testing.assert_allclose(archakov_hansen_correlation(correlation_to_gamma(C)), C,
-                                   atol=1e-10)
+        np.testing.assert_allclose(
+            archakov_hansen_correlation(correlation_to_gamma(C)), C, atol=1e-10
+        )
 
 
 def test_ah_bad_input():
@@ -129,8 +129,7 @@ def test_gaussian_conditional_moments_monte_carlo(d_x, d_y):
     unconditional second moment, for example, fails the same test (power check)."""
     p = d_x + d_y
     # gamma centred at 0.5: every pair clearly dependent (so the power check has power)
-    C = archakov_hansen_correlation(np.random.default_rng(10).normal(0.5, 0.3,
-                                                                     p * (p - 1) // 2))
+    C = archakov_hansen_correlation(np.random.default_rng(10).normal(0.5, 0.3, p * (p - 1) // 2))
     X, Y = sample_gaussian(C, 200_000, d_x, random_state=11)
     mean, second = gaussian_conditional_moments(C, X)
     assert mean.shape == (len(X), d_y) and second.shape == (len(X), d_y, d_y)
@@ -163,8 +162,9 @@ def test_uniform_chain_structure():
     X, Y = sample_uniform_chain(1000, random_state=0)
     assert X.shape == (1000, 3) and Y.shape == (1000, 3)
     Z = np.hstack([X, Y])
-    incr = Z * np.arange(1, 7) - np.concatenate([np.zeros((1000, 1)),
-                                                 Z[:, :-1] * np.arange(1, 6)], axis=1)
+    incr = Z * np.arange(1, 7) - np.concatenate(
+        [np.zeros((1000, 1)), Z[:, :-1] * np.arange(1, 6)], axis=1
+    )
     assert incr.min() >= 0 and incr.max() <= 1  # increments are U(0, 1)
 
 
@@ -191,8 +191,9 @@ def test_cauchy_chain_scale():
     """Increments are Cauchy(0, 0.1): P(|incr| < 0.1) = 1/2 (binomial z-score)."""
     X, Y = sample_cauchy_chain(40_000, random_state=0)
     Z = np.hstack([X, Y])
-    incr = Z * np.arange(1, 7) - np.concatenate([np.zeros((len(Z), 1)),
-                                                 Z[:, :-1] * np.arange(1, 6)], axis=1)
+    incr = Z * np.arange(1, 7) - np.concatenate(
+        [np.zeros((len(Z), 1)), Z[:, :-1] * np.arange(1, 6)], axis=1
+    )
     frac = (np.abs(incr) < 0.1).mean(0)
     z = (frac - 0.5) / np.sqrt(0.25 / len(Z))
     assert np.abs(z).max() < Z_MAX

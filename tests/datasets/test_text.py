@@ -29,9 +29,11 @@ def test_pydoc_corpus_reassembles_the_topics_text(pydoc):
     block = 4096
     n_blocks = -(-len(text) // block)
     is_valid = _split_mask(n_blocks, 0.1)
-    tr, va, pieces = iter(np.split(pydoc.train, np.cumsum(
-        [block] * int((~is_valid).sum()))[:-1])), iter(np.split(pydoc.valid, np.cumsum(
-            [block] * int(is_valid.sum()))[:-1])), []
+    tr, va, pieces = (
+        iter(np.split(pydoc.train, np.cumsum([block] * int((~is_valid).sum()))[:-1])),
+        iter(np.split(pydoc.valid, np.cumsum([block] * int(is_valid.sum()))[:-1])),
+        [],
+    )
     for v in is_valid:
         pieces.append(next(va) if v else next(tr))
     assert pydoc.decode(np.concatenate(pieces)) == text
@@ -74,14 +76,17 @@ def test_min_count_and_max_chars():
     assert c.decode(c.encode("\u4e2d")) == UNKNOWN_CHAR  # unknown characters map to it
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"source": "shakespeare"}, "source"),
-    ({"valid_fraction": 0.0}, "valid_fraction"),
-    ({"valid_fraction": 1.5}, "valid_fraction"),
-    ({"block_size": 0}, "block_size"),
-    ({"min_count": 1.5}, "min_count"),
-    ({"max_chars": 10}, "max_chars"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"source": "shakespeare"}, "source"),
+        ({"valid_fraction": 0.0}, "valid_fraction"),
+        ({"valid_fraction": 1.5}, "valid_fraction"),
+        ({"block_size": 0}, "block_size"),
+        ({"min_count": 1.5}, "min_count"),
+        ({"max_chars": 10}, "max_chars"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         load_text_corpus(**kwargs)

@@ -26,8 +26,9 @@ def test_cme_full_rank_is_kernel_ridge():
     rng = np.random.default_rng(0)
     X = np.sort(rng.uniform(-2, 2, (n, 1)), axis=0)
     Y = np.sin(X) + 0.1 * rng.standard_normal((n, 1))
-    cme = ConditionalMeanEmbedding(lengthscale_x=ls, lengthscale_y=0.05, reg=reg,
-                                   rel_tol=1e-16).fit(X, Y)
+    cme = ConditionalMeanEmbedding(
+        lengthscale_x=ls, lengthscale_y=0.05, reg=reg, rel_tol=1e-16
+    ).fit(X, Y)
     assert cme.basis_y_.n_components_ == n and cme.basis_x_.n_components_ == n
     Xn = np.linspace(-2, 2, 7)[:, None]
     KX = rbf_kernel(X, X, gamma=0.5 / ls**2)
@@ -48,12 +49,14 @@ def _cvxpy_cme(cme, X, constraint):
     s = AX.sum(axis=0)
     F = cp.Variable(G.shape)
     obj = cp.sum(cp.multiply(np.broadcast_to(D, G.shape), cp.square(F))) - 2 * cp.sum(
-        cp.multiply(G, F))
+        cp.multiply(G, F)
+    )
     cons = [cp.sum(T @ F @ s) / n == 1]
     if constraint == "positive":
         cons.append(T @ F @ s >= 0)
-    cp.Problem(cp.Minimize(obj), cons).solve(solver=cp.CLARABEL, tol_gap_abs=1e-12,
-                                             tol_gap_rel=1e-12, tol_feas=1e-12)
+    cp.Problem(cp.Minimize(obj), cons).solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+    )
     return F.value
 
 
@@ -61,8 +64,9 @@ def _cvxpy_cme(cme, X, constraint):
 def test_cme_constraints_equal_cvxpy(constraint):
     rng = np.random.default_rng(0)
     X, Y = rng.standard_normal((150, 1)), rng.standard_normal((150, 1))  # (52) binds here
-    cme = ConditionalMeanEmbedding(lengthscale_x=0.3, lengthscale_y=0.2, reg=1e-2,
-                                   rel_tol=1e-3, constraint=constraint).fit(X, Y)
+    cme = ConditionalMeanEmbedding(
+        lengthscale_x=0.3, lengthscale_y=0.2, reg=1e-2, rel_tol=1e-3, constraint=constraint
+    ).fit(X, Y)
     F_ref = _cvxpy_cme(cme, X, constraint)
     np.testing.assert_allclose(cme.coef_, F_ref, atol=1e-5 * np.abs(F_ref).max())
     n = X.shape[0]
@@ -70,8 +74,9 @@ def test_cme_constraints_equal_cvxpy(constraint):
     assert abs(v.sum() / n - 1.0) < 1e-9  # (51)
     if constraint == "positive":
         assert v.min() >= -1e-9  # (52)
-        free = ConditionalMeanEmbedding(lengthscale_x=0.3, lengthscale_y=0.2, reg=1e-2,
-                                        rel_tol=1e-3, constraint="normalized").fit(X, Y)
+        free = ConditionalMeanEmbedding(
+            lengthscale_x=0.3, lengthscale_y=0.2, reg=1e-2, rel_tol=1e-3, constraint="normalized"
+        ).fit(X, Y)
         assert (free.weights_map_ @ free.s_x_).min() < 0  # the constraint was active
 
 
@@ -79,8 +84,9 @@ def test_cme_score_and_grid_search():
     from sklearn.model_selection import GridSearchCV
 
     X, Y = _gauss(150, seed=3)
-    gs = GridSearchCV(ConditionalMeanEmbedding(rel_tol=1e-3),
-                      {"lengthscale_x": [0.02, 0.5], "reg": [1e-3]}, cv=3).fit(X, Y)
+    gs = GridSearchCV(
+        ConditionalMeanEmbedding(rel_tol=1e-3), {"lengthscale_x": [0.02, 0.5], "reg": [1e-3]}, cv=3
+    ).fit(X, Y)
     assert gs.best_params_["lengthscale_x"] == 0.5
 
 
@@ -93,12 +99,14 @@ def test_klr_equals_logistic_regression_on_basis():
     reg = 0.1
     klr = KernelLogisticRegression(lengthscale=0.7, reg=reg, rel_tol=1e-4).fit(X, y)
     A = klr.basis_.train_features_
-    lr = LogisticRegression(C=1.0 / (2 * reg), fit_intercept=False, tol=1e-12,
-                            max_iter=10000).fit(A, y)
+    lr = LogisticRegression(C=1.0 / (2 * reg), fit_intercept=False, tol=1e-12, max_iter=10000).fit(
+        A, y
+    )
     np.testing.assert_allclose(klr.coef_, lr.coef_[0], rtol=1e-4, atol=1e-6)
     Xn = np.linspace(-2, 2, 5)[:, None]
-    np.testing.assert_allclose(klr.predict_proba(Xn)[:, 1],
-                               lr.predict_proba(klr.basis_.transform(Xn))[:, 1], atol=1e-6)
+    np.testing.assert_allclose(
+        klr.predict_proba(Xn)[:, 1], lr.predict_proba(klr.basis_.transform(Xn))[:, 1], atol=1e-6
+    )
     p = klr.predict_proba(Xn)[:, 1]
     assert np.all(np.diff(p[:4]) < 0) and p[0] > 0.5 > p[-1]  # P(Y <= -0.5 | x) falls
     assert set(klr.predict(X)) <= {False, True}
@@ -142,11 +150,16 @@ def test_jpdl_sos_positive_everywhere():
     # the SOS representation reproduces 1 + h
     from kernelkit.distributions.polynomial import _monomials
 
-    Z = np.column_stack([(gx[:, 0] - pos.basis_x_.mean_[0]) / pos.basis_x_.scale_[0],
-                         (gy[:, 0] - pos.basis_y_.mean_[0]) / pos.basis_y_.scale_[0]])
+    Z = np.column_stack(
+        [
+            (gx[:, 0] - pos.basis_x_.mean_[0]) / pos.basis_x_.scale_[0],
+            (gy[:, 0] - pos.basis_y_.mean_[0]) / pos.basis_y_.scale_[0],
+        ]
+    )
     tau = _monomials(Z, pos.sos_exponents_)
-    np.testing.assert_allclose(np.einsum("ij,jk,ik->i", tau, pos.sos_gram_, tau),
-                               pos.density_ratio(gx, gy), atol=1e-5 * 50)
+    np.testing.assert_allclose(
+        np.einsum("ij,jk,ik->i", tau, pos.sos_gram_, tau), pos.density_ratio(gx, gy), atol=1e-5 * 50
+    )
     assert abs(pos.density_ratio(X, Y).mean()) > 0
     # normalisation (20) holds on the training grid
     AX, AY = pos.basis_x_.train_features_, pos.basis_y_.train_features_
@@ -162,16 +175,22 @@ def test_holdout_select_losses():
     def true_moment(x):
         return (1 - rho**2 + (rho * x[:, 0]) ** 2)[:, None, None]
 
-    res = holdout_select(JointDistribution(rel_tol=1e-3), {"lengthscale_x": [0.05, 0.5],
-                                                           "reg": [1e-4]}, X, Y,
-                         loss="second_moment", true_moment=true_moment)
+    res = holdout_select(
+        JointDistribution(rel_tol=1e-3),
+        {"lengthscale_x": [0.05, 0.5], "reg": [1e-4]},
+        X,
+        Y,
+        loss="second_moment",
+        true_moment=true_moment,
+    )
     assert res.best_params["lengthscale_x"] == 0.5 and len(res.results) == 2
     assert res.best_estimator.n_samples_ == 300  # refit on all data
     q = np.quantile(Y, 0.1)
     for est in (JointDistribution(rel_tol=1e-3), KernelLogisticRegression(rel_tol=1e-3)):
         key = "lengthscale_x" if isinstance(est, JointDistribution) else "lengthscale"
-        res = holdout_select(est, {key: [0.5, 1.0]}, X, Y, loss="classification",
-                             threshold=q, refit=False)
+        res = holdout_select(
+            est, {key: [0.5, 1.0]}, X, Y, loss="classification", threshold=q, refit=False
+        )
         # beats the constant prediction 0.1 (loss 0.325)
         assert 0 < res.best_loss < 0.3
     res = holdout_select(JointDistribution(rel_tol=1e-3), {"reg": [1e-3]}, X, Y)
@@ -189,9 +208,14 @@ def test_sklearn_estimator_checks():
 
     from kernelkit.distributions import JointDistribution, LowRankBasis, PolynomialBasis
 
-    for est in (LowRankBasis(rel_tol=1e-3), PolynomialBasis(degree=2),
-                KernelLogisticRegression(rel_tol=1e-3), JointDistribution(),
-                ConditionalMeanEmbedding(), PolynomialJointDistribution(degree=2)):
+    for est in (
+        LowRankBasis(rel_tol=1e-3),
+        PolynomialBasis(degree=2),
+        KernelLogisticRegression(rel_tol=1e-3),
+        JointDistribution(),
+        ConditionalMeanEmbedding(),
+        PolynomialJointDistribution(degree=2),
+    ):
         failed = [r for r in check_estimator(est, on_fail=None) if r["status"] == "failed"]
         assert not failed, [(r["check_name"], str(r["exception"])[:200]) for r in failed]
 
@@ -236,8 +260,9 @@ def test_holdout_select_shares_bases(monkeypatch):
     assert res.best_estimator.basis_cache is None
     calls.clear()
     mine = BasisCache()
-    res2 = holdout_select(JointDistribution(rel_tol=1e-3, basis_cache=mine), grid, X, Y,
-                          refit=False)
+    res2 = holdout_select(
+        JointDistribution(rel_tol=1e-3, basis_cache=mine), grid, X, Y, refit=False
+    )
     assert len(calls) == 3 and mine.misses == 3
     assert res2.best_params == res.best_params
     np.testing.assert_array_equal(res2.best_estimator.coef_, res.best_estimator.coef_)

@@ -39,8 +39,9 @@ def test_closed_forms_equal_direct_solve_low_rank(constraint, reg):
     """Low rank: minimise R_lambda(Q_Y H Q_X^T) (14) + (20) by a dense KKT solve."""
     n, lsx, lsy, tol = 40, 0.8, 1.1, 1e-5
     X, Y = _gauss(n, seed=3)
-    model = JointDistribution(lengthscale_x=lsx, lengthscale_y=lsy, reg=reg, rel_tol=tol,
-                              constraint=constraint).fit(X, Y)
+    model = JointDistribution(
+        lengthscale_x=lsx, lengthscale_y=lsy, reg=reg, rel_tol=tol, constraint=constraint
+    ).fit(X, Y)
     KX = rbf_kernel(X, X, gamma=0.5 / lsx**2)
     KY = rbf_kernel(Y, Y, gamma=0.5 / lsy**2)
     QX = _Q(X, lsx, tol, model.basis_x_)
@@ -59,8 +60,9 @@ def test_closed_forms_equal_direct_solve_low_rank(constraint, reg):
     np.testing.assert_allclose(model.coef_, H_direct, atol=1e-7 * scale)
     # grid values h|_G = K_Y H K_X agree too
     AX, AY = model.basis_x_.train_features_, model.basis_y_.train_features_
-    np.testing.assert_allclose(AY @ model.coef_ @ AX.T, KY @ QY @ H_direct @ QX.T @ KX,
-                               atol=1e-7 * scale)
+    np.testing.assert_allclose(
+        AY @ model.coef_ @ AX.T, KY @ QY @ H_direct @ QX.T @ KX, atol=1e-7 * scale
+    )
     if constraint == "normalized":  # (11)/(20)
         assert abs(np.sum(AY @ model.coef_ @ AX.T)) < 1e-8 * n
     # conditionals (5) at new x from explicit kernels: h(x, y_j) = (K_Y Q_Y H Q_X^T k_X(x))_j
@@ -77,8 +79,9 @@ def test_closed_forms_equal_full_problem(constraint):
     rng = np.random.default_rng(1)
     X = np.sort(rng.uniform(-2, 2, (n, 1)), axis=0)
     Y = X + 0.3 * rng.standard_normal((n, 1))
-    model = JointDistribution(lengthscale_x=ls, lengthscale_y=ls, reg=reg, rel_tol=1e-15,
-                              constraint=constraint).fit(X, Y)
+    model = JointDistribution(
+        lengthscale_x=ls, lengthscale_y=ls, reg=reg, rel_tol=1e-15, constraint=constraint
+    ).fit(X, Y)
     assert model.coef_.shape == (n, n)
     KX = rbf_kernel(X, X, gamma=0.5 / ls**2)
     KY = rbf_kernel(Y, Y, gamma=0.5 / ls**2)
@@ -109,8 +112,10 @@ def _cvxpy_positive(model):
     Nv = cp.Variable(W.shape, nonneg=True)
     Hv = Pv - Nv
     obj = cp.sum(cp.multiply(W, cp.square(Hv))) - 2 * cp.sum(cp.multiply(c, Hv))
-    cons = [cp.sum(cp.multiply(S / np.abs(S).max(), Hv)) == 0,
-            1 + cp.sum(cp.multiply(C_lo, Pv)) - cp.sum(cp.multiply(C_hi, Nv)) >= 0]
+    cons = [
+        cp.sum(cp.multiply(S / np.abs(S).max(), Hv)) == 0,
+        1 + cp.sum(cp.multiply(C_lo, Pv)) - cp.sum(cp.multiply(C_hi, Nv)) >= 0,
+    ]
     prob = cp.Problem(cp.Minimize(obj), cons)
     prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
     assert prob.status == "optimal"
@@ -120,8 +125,9 @@ def _cvxpy_positive(model):
 @pytest.mark.parametrize("reg", [1e-3, 1e-5])
 def test_positive_equals_cvxpy(reg):
     X, Y = _gauss(150, seed=4)
-    model = JointDistribution(lengthscale_x=0.5, lengthscale_y=0.5, reg=reg, rel_tol=1e-4,
-                              constraint="positive").fit(X, Y)
+    model = JointDistribution(
+        lengthscale_x=0.5, lengthscale_y=0.5, reg=reg, rel_tol=1e-4, constraint="positive"
+    ).fit(X, Y)
     assert model.solver_info_["kappa"] > 0  # the constraint is active here
     H_ref, W, c = _cvxpy_positive(model)
     H = model.coef_
@@ -150,8 +156,9 @@ def test_positive_inactive_equals_normalized():
 @pytest.mark.parametrize("constraint", [None, "normalized", "positive"])
 def test_conditionals(constraint):
     X, Y = _gauss(200, seed=6)
-    model = JointDistribution(lengthscale_x=0.7, lengthscale_y=0.7, reg=1e-4, rel_tol=1e-5,
-                              constraint=constraint).fit(X, Y)
+    model = JointDistribution(
+        lengthscale_x=0.7, lengthscale_y=0.7, reg=1e-4, rel_tol=1e-5, constraint=constraint
+    ).fit(X, Y)
     Xn = np.linspace(-2, 2, 9)[:, None]
     w = model.conditional_weights(Xn)
     assert w.shape == (9, 200)
@@ -161,10 +168,12 @@ def test_conditionals(constraint):
     np.testing.assert_allclose(w, ratio / ratio.sum(axis=1, keepdims=True), atol=1e-12)
     # expectations of vector / matrix valued f agree with direct weighting
     M = Y[:, :, None] * Y[:, None, :]
-    np.testing.assert_allclose(model.conditional_expectation(M, Xn), np.einsum("ij,jkl->ikl", w, M),
-                               atol=1e-12)
-    np.testing.assert_allclose(model.conditional_expectation(lambda y: y**2, Xn), w @ Y**2,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        model.conditional_expectation(M, Xn), np.einsum("ij,jkl->ikl", w, M), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        model.conditional_expectation(lambda y: y**2, Xn), w @ Y**2, atol=1e-12
+    )
     p = model.conditional_probability(lambda y: y[:, 0] <= 0.0, Xn)
     np.testing.assert_allclose(p, w @ (Y[:, 0] <= 0), atol=1e-12)
     # Q's X-marginal density w.r.t. the empirical one: the mean of 1 + h over the y_j
@@ -175,8 +184,7 @@ def test_conditionals(constraint):
     wx = model.conditional_weights(Xn, given="y")
     ratio_x = np.stack([model.density_ratio(X, np.repeat(y[None], 200, 0)) for y in Xn])
     np.testing.assert_allclose(wx, ratio_x / ratio_x.sum(axis=1, keepdims=True), atol=1e-12)
-    np.testing.assert_allclose(model.conditional_expectation(X, Xn, given="y"), wx @ X,
-                               atol=1e-12)
+    np.testing.assert_allclose(model.conditional_expectation(X, Xn, given="y"), wx @ X, atol=1e-12)
     # positive correlation: E[Y | X = 1] > E[Y | X = -1]
     cm = model.conditional_expectation(Y, Xn)[:, 0]
     assert cm[6] > cm[2] + 0.5
@@ -193,8 +201,7 @@ def test_positive_on_grid():
     assert free.density_ratio(gx, gy).min() < -0.1
     assert pos.density_ratio(gx, gy).min() >= -1e-10
     G = pos.density_ratio(X, Y, grid=True)  # (n_y, n_x), y on rows
-    np.testing.assert_allclose(G, pos.density_ratio(gx, gy).reshape(len(X), len(Y)).T,
-                               atol=1e-12)
+    np.testing.assert_allclose(G, pos.density_ratio(gx, gy).reshape(len(X), len(Y)).T, atol=1e-12)
     assert np.all(pos.conditional_weights(X) >= -1e-12)
 
 
@@ -204,8 +211,9 @@ def test_loss_falls_with_n():
     losses = []
     for n in (100, 400, 1600):
         X, Y = _gauss(n, seed=n)
-        model = JointDistribution(lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4,
-                                  rel_tol=1e-3).fit(X, Y)
+        model = JointDistribution(lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-4, rel_tol=1e-3).fit(
+            X, Y
+        )
         losses.append(model.validation_loss(Xv, Yv))
     assert losses[0] > losses[1] > losses[2]
     assert losses[2] < 0  # beats independence
@@ -221,8 +229,9 @@ def test_second_moment_loss_falls_with_n():
     losses = []
     for n in (100, 1000, 10000):
         X, Y = _gauss(n, rho=rho, seed=n + 1)
-        model = JointDistribution(lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-5,
-                                  rel_tol=1e-3, constraint="normalized").fit(X, Y)
+        model = JointDistribution(
+            lengthscale_x=0.5, lengthscale_y=0.5, reg=1e-5, rel_tol=1e-3, constraint="normalized"
+        ).fit(X, Y)
         M_hat = model.conditional_expectation(Y[:, :, None] * Y[:, None, :], Xt)
         losses.append(second_moment_loss(M_true, M_hat))
     assert losses[0] > losses[1] > losses[2]
@@ -242,8 +251,12 @@ def test_bad_input():
     Yb[1, 0] = np.inf
     with pytest.raises(ValueError, match="Y contains"):
         JointDistribution().fit(X, Yb)
-    for kw, match in (({"rel_tol": 0.0}, "rel_tol"), ({"tol": -1.0}, "tol"),
-                      ({"reg": 0.0}, "reg"), ({"constraint": "psd"}, "constraint")):
+    for kw, match in (
+        ({"rel_tol": 0.0}, "rel_tol"),
+        ({"tol": -1.0}, "tol"),
+        ({"reg": 0.0}, "reg"),
+        ({"constraint": "psd"}, "constraint"),
+    ):
         with pytest.raises(ValueError, match=match):
             JointDistribution(**kw).fit(X, Y)
     model = JointDistribution().fit(X, Y)
@@ -259,8 +272,9 @@ def test_sklearn_grid_search():
     from sklearn.model_selection import GridSearchCV
 
     X, Y = _gauss(300, seed=8)
-    gs = GridSearchCV(JointDistribution(rel_tol=1e-3), {"lengthscale_x": [0.05, 0.5],
-                                                        "reg": [1e-4]}, cv=3)
+    gs = GridSearchCV(
+        JointDistribution(rel_tol=1e-3), {"lengthscale_x": [0.05, 0.5], "reg": [1e-4]}, cv=3
+    )
     gs.fit(X, Y)
     assert gs.best_params_["lengthscale_x"] == 0.5
 
@@ -301,8 +315,9 @@ def test_basis_cache_shares_bases_and_results():
     assert clone(est).basis_cache is cache
     cache.clear()
     misses, hits = cache.misses, cache.hits  # counters are cumulative
-    gs = GridSearchCV(JointDistribution(basis_cache=cache, **kw), {"reg": [1e-4, 1e-3, 1e-2]},
-                      cv=2).fit(X, Y)
+    gs = GridSearchCV(
+        JointDistribution(basis_cache=cache, **kw), {"reg": [1e-4, 1e-3, 1e-2]}, cv=2
+    ).fit(X, Y)
     assert cache.misses - misses == 2 * 2 + 2  # 2 folds x 2 sides, then the refit on all data
     assert cache.hits - hits == 2 * 2 * 2
     assert gs.best_estimator_.basis_cache is cache
@@ -313,8 +328,9 @@ def test_basis_cache_shares_bases_and_results():
     assert len(cache) > 0
     restored = pickle.loads(pickle.dumps(fits[0]))
     assert len(restored.basis_cache) == 0
-    np.testing.assert_array_equal(restored.conditional_weights(X[:3]),
-                                  fits[0].conditional_weights(X[:3]))
+    np.testing.assert_array_equal(
+        restored.conditional_weights(X[:3]), fits[0].conditional_weights(X[:3])
+    )
     small = BasisCache(max_entries=1)
     JointDistribution(basis_cache=small, **kw).fit(X, Y)
     assert len(small) == 1
@@ -332,10 +348,14 @@ def test_dtype_policy_float64_out():
     m32 = JointDistribution(**kw).fit(X32, Y32)
     m64 = JointDistribution(**kw).fit(X32.astype(np.float64), Y32.astype(np.float64))
     Xq = np.array([[-1.0], [0.5]], dtype=np.float32)
-    for out32, out64 in ((m32.conditional_weights(Xq), m64.conditional_weights(Xq)),
-                         (m32.conditional_expectation(Y32, Xq),
-                          m64.conditional_expectation(Y32.astype(np.float64), Xq)),
-                         (m32.density_ratio(Xq, Xq), m64.density_ratio(Xq, Xq))):
+    for out32, out64 in (
+        (m32.conditional_weights(Xq), m64.conditional_weights(Xq)),
+        (
+            m32.conditional_expectation(Y32, Xq),
+            m64.conditional_expectation(Y32.astype(np.float64), Xq),
+        ),
+        (m32.density_ratio(Xq, Xq), m64.density_ratio(Xq, Xq)),
+    ):
         assert out32.dtype == np.float64
         np.testing.assert_array_equal(out32, out64)
     Xi = np.round(3 * X).astype(np.int64)
@@ -372,8 +392,12 @@ def test_bad_input_all_estimators(name):
     )
 
     X, Y = _gauss(20, seed=13)
-    make = {"jdl": JointDistribution, "cme": ConditionalMeanEmbedding,
-            "klr": KernelLogisticRegression, "jpdl": PolynomialJointDistribution}[name]
+    make = {
+        "jdl": JointDistribution,
+        "cme": ConditionalMeanEmbedding,
+        "klr": KernelLogisticRegression,
+        "jpdl": PolynomialJointDistribution,
+    }[name]
     Yf = (Y[:, 0] > 0) if name == "klr" else Y
     with pytest.raises(ValueError, match=r"inconsistent numbers of samples|same number of rows"):
         make().fit(X, Yf[:-1])
@@ -411,7 +435,6 @@ def test_positivity_bounds_brute_force():
     AY = rbf_kernel(Y, Y[by.pivots_], gamma=0.5 / 0.9**2) @ by.coef_  # (n, m_Y)
     prods = AY[:, None, :, None] * AX[None, :, None, :]  # (j, i, k, l)
     (lo_x, hi_x), (lo_y, hi_y) = train_extremes(bx), train_extremes(by)
-    C_lo, C_hi = interval_bounds(None, None, cmin_y=lo_y, cmax_y=hi_y, cmin_x=lo_x,
-                                 cmax_x=hi_x)
+    C_lo, C_hi = interval_bounds(None, None, cmin_y=lo_y, cmax_y=hi_y, cmin_x=lo_x, cmax_x=hi_x)
     np.testing.assert_allclose(C_lo, prods.min(axis=(0, 1)), atol=1e-10)
     np.testing.assert_allclose(C_hi, prods.max(axis=(0, 1)), atol=1e-10)

@@ -29,6 +29,7 @@ def _data(n=6000, seed=0):
 
 def _outputs(model, X, Y):
     """Model outputs that do not depend on the basis' internal rotation."""
+
     def val(a):
         return a.compute() if hasattr(a, "compute") else a
 
@@ -63,10 +64,10 @@ def test_dask_with_all_rows_as_pivot_sample_equals_exact_fit(data):
         np.testing.assert_array_equal(model.basis_x_.pivots_, exact.basis_x_.pivots_)
         assert model.pivot_rows_ is None
         # K B = L (18): the factor rebuilt per chunk from the pivots is Algorithm 1's
-        np.testing.assert_allclose(model.basis_x_.eigenvalues_, exact.basis_x_.eigenvalues_,
-                                   rtol=1e-8)
-        np.testing.assert_allclose(model.coef_, exact.coef_,
-                                   atol=1e-7 * np.abs(exact.coef_).max())
+        np.testing.assert_allclose(
+            model.basis_x_.eigenvalues_, exact.basis_x_.eigenvalues_, rtol=1e-8
+        )
+        np.testing.assert_allclose(model.coef_, exact.coef_, atol=1e-7 * np.abs(exact.coef_).max())
         _assert_same(_outputs(exact, X, Y), _outputs(model, X, Y), rtol=1e-7)
 
 
@@ -84,8 +85,9 @@ def test_sampled_statistics_match_explicit_features(data):
     # Gaussian kernel: trace K = n, and trace(K - L L^T) = n - ||A||_F^2 (V orthogonal)
     assert model.basis_x_.trace_ == pytest.approx(n)
     assert model.basis_x_.trace_residual_ == pytest.approx(n - np.sum(Ax**2), rel=1e-6)
-    H, _ = solve_low_rank(Ay.T @ Ax, Ax.sum(axis=0), Ay.sum(axis=0), lam_x,
-                          model.basis_y_.eigenvalues_, n, KW["reg"])
+    H, _ = solve_low_rank(
+        Ay.T @ Ax, Ax.sum(axis=0), Ay.sum(axis=0), lam_x, model.basis_y_.eigenvalues_, n, KW["reg"]
+    )
     np.testing.assert_allclose(model.coef_, H, atol=1e-7 * np.abs(H).max())
     # the weights are the explicit (1 + A_Y H psi) / (n + s_Y^T H psi)
     psi = model.basis_x_.transform(XQ)
@@ -111,19 +113,20 @@ def test_sampled_pivots_estimate_the_conditional_mean_as_well_as_exact():
 @pytest.mark.parametrize("constraint", [None, "normalized", "positive"])
 def test_dask_and_blocks_equal_numpy_fit_of_the_same_sample(data, constraint):
     X, Y = data
-    ref = JointDistribution(pivot_sample=900, random_state=7, constraint=constraint,
-                            **KW).fit(X, Y)
+    ref = JointDistribution(pivot_sample=900, random_state=7, constraint=constraint, **KW).fit(X, Y)
     want = _outputs(ref, X, Y)
     Xd, Yd = da.from_array(X, chunks=(1000, 1)), da.from_array(Y[:, 0], chunks=1300)
     with dask.config.set(scheduler="threads"):
-        model = JointDistribution(pivot_sample=900, random_state=7, constraint=constraint,
-                                  **KW).fit(Xd, Yd)
+        model = JointDistribution(
+            pivot_sample=900, random_state=7, constraint=constraint, **KW
+        ).fit(Xd, Yd)
         np.testing.assert_array_equal(model.pivot_rows_, ref.pivot_rows_)
         np.testing.assert_allclose(model.coef_, ref.coef_, atol=1e-9 * np.abs(ref.coef_).max())
         _assert_same(want, _outputs(model, X, Y))
-    blocks = ((X[a:a + 512], Y[a:a + 512]) for a in range(0, len(X), 512))
-    model_b = JointDistribution(pivot_sample=900, random_state=7, constraint=constraint,
-                                **KW).fit(blocks)
+    blocks = ((X[a : a + 512], Y[a : a + 512]) for a in range(0, len(X), 512))
+    model_b = JointDistribution(pivot_sample=900, random_state=7, constraint=constraint, **KW).fit(
+        blocks
+    )
     _assert_same(want, _outputs(model_b, X, Y))
     if constraint == "positive":  # Lemma 4.3: 1 + h >= 0 on the training grid
         assert ref.density_ratio(X[:300], Y[:300], grid=True).min() >= -1e-9
@@ -151,16 +154,19 @@ def test_predictions_on_dask_arrays_stay_lazy(data):
         }
         assert calls == [] and all(isinstance(v, da.Array) for v in lazy.values())
         Xs = np.repeat(XQ, 50, axis=0)
-        np.testing.assert_allclose(lazy["mean"].compute(),
-                                   model.conditional_expectation(Y, Xs), atol=1e-12)
-        np.testing.assert_allclose(lazy["ratio"].compute(), model.density_ratio(Xs, Y[:200]),
-                                   atol=1e-12)
-        np.testing.assert_allclose(lazy["marginal"].compute(), model.marginal_ratio(Xs),
-                                   atol=1e-12)
-        np.testing.assert_allclose(lazy["weights"].compute(), model.conditional_weights(Xs),
-                                   atol=1e-14)
-        np.testing.assert_allclose(lazy["prob"].compute(),
-                                   model.conditional_probability(Y[:, 0] <= 0, Xs), atol=1e-12)
+        np.testing.assert_allclose(
+            lazy["mean"].compute(), model.conditional_expectation(Y, Xs), atol=1e-12
+        )
+        np.testing.assert_allclose(
+            lazy["ratio"].compute(), model.density_ratio(Xs, Y[:200]), atol=1e-12
+        )
+        np.testing.assert_allclose(lazy["marginal"].compute(), model.marginal_ratio(Xs), atol=1e-12)
+        np.testing.assert_allclose(
+            lazy["weights"].compute(), model.conditional_weights(Xs), atol=1e-14
+        )
+        np.testing.assert_allclose(
+            lazy["prob"].compute(), model.conditional_probability(Y[:, 0] <= 0, Xs), atol=1e-12
+        )
     assert sum(calls) >= len(Xs)
 
 
@@ -172,8 +178,11 @@ def test_exact_fit_predicts_lazily_on_dask(data):
         w = model.conditional_weights(Xn)
         assert isinstance(w, da.Array) and w.shape == (4, 2000)
         np.testing.assert_allclose(w.compute(), model.conditional_weights(XQ), atol=1e-14)
-        np.testing.assert_allclose(model.conditional_expectation(Y[:2000], Xn).compute(),
-                                   model.conditional_expectation(Y[:2000], XQ), atol=1e-12)
+        np.testing.assert_allclose(
+            model.conditional_expectation(Y[:2000], Xn).compute(),
+            model.conditional_expectation(Y[:2000], XQ),
+            atol=1e-12,
+        )
 
 
 @pytest.mark.slow
@@ -181,9 +190,16 @@ def test_local_cluster_fit_equals_in_memory_fit():
     distributed = pytest.importorskip("distributed")
     X, Y = _data(n=8000, seed=2)
     ref = JointDistribution(pivot_sample=1500, random_state=0, **KW).fit(X, Y)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         assert len(client.scheduler_info()["workers"]) == 2
         Xd, Yd = da.from_array(X, chunks=(1000, 2)), da.from_array(Y, chunks=(1000, 1))
         model = JointDistribution(pivot_sample=1500, random_state=0, **KW).fit(Xd, Yd)
@@ -207,10 +223,13 @@ def test_bad_chunked_input_is_rejected(data):
         JointDistribution().fit(Xd, Y[:100])
     Xnan = X.copy()
     Xnan[4321, 1] = np.nan
-    with dask.config.set(scheduler="sync"), \
-            pytest.raises(ValueError, match="X: block 4 contains NaN"):
+    with (
+        dask.config.set(scheduler="sync"),
+        pytest.raises(ValueError, match="X: block 4 contains NaN"),
+    ):
         JointDistribution(pivot_sample=100, random_state=0).fit(
-            da.from_array(Xnan, chunks=(1000, 2)), Y)
+            da.from_array(Xnan, chunks=(1000, 2)), Y
+        )
     with pytest.raises(TypeError, match="real numbers"):
         JointDistribution().fit(da.from_array(X.astype(str), chunks=(1000, 2)), Y)
     with pytest.raises(ValueError, match="Y=None"):

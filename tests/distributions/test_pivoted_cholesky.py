@@ -60,8 +60,7 @@ def test_absolute_tol_and_max_rank():
 def test_callable_kernel_matches_named():
     X = _data(80)
     res_named = pivoted_cholesky("gaussian", X, lengthscale=0.8, rel_tol=1e-4)
-    res_call = pivoted_cholesky(lambda A, B: rbf_kernel(A, B, gamma=0.5 / 0.8**2), X,
-                                rel_tol=1e-4)
+    res_call = pivoted_cholesky(lambda A, B: rbf_kernel(A, B, gamma=0.5 / 0.8**2), X, rel_tol=1e-4)
     np.testing.assert_array_equal(res_named.pivots, res_call.pivots)
     np.testing.assert_allclose(res_named.L, res_call.L, atol=1e-10)
 
@@ -138,9 +137,14 @@ def test_blocked_threaded_path(monkeypatch):
 
 
 @settings(max_examples=25)
-@given(n=st.integers(2, 40), d=st.integers(1, 3), seed=st.integers(0, 2**16),
-       ls=st.floats(0.05, 5.0), rel_tol=st.sampled_from([1e-1, 1e-4, 1e-10]),
-       kind=st.sampled_from(["gaussian", "laplacian", "matern32", "matern52", "cauchy"]))
+@given(
+    n=st.integers(2, 40),
+    d=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+    ls=st.floats(0.05, 5.0),
+    rel_tol=st.sampled_from([1e-1, 1e-4, 1e-10]),
+    kind=st.sampled_from(["gaussian", "laplacian", "matern32", "matern52", "cauchy"]),
+)
 def test_guarantees_property(n, d, seed, ls, rel_tol, kind):
     """(15)-(18) for any data (duplicates included), kernel, lengthscale and tolerance."""
     rng = np.random.default_rng(seed)
@@ -150,10 +154,13 @@ def test_guarantees_property(n, d, seed, ls, rel_tol, kind):
     from kernelkit.distributions._kernels import Kernel
 
     r = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1)) / ls
-    K = {"gaussian": np.exp(-0.5 * r**2), "laplacian": np.exp(-r),
-         "matern32": (1 + np.sqrt(3) * r) * np.exp(-np.sqrt(3) * r),
-         "matern52": (1 + np.sqrt(5) * r + 5 * r**2 / 3) * np.exp(-np.sqrt(5) * r),
-         "cauchy": 1 / (1 + r**2)}[kind]
+    K = {
+        "gaussian": np.exp(-0.5 * r**2),
+        "laplacian": np.exp(-r),
+        "matern32": (1 + np.sqrt(3) * r) * np.exp(-np.sqrt(3) * r),
+        "matern52": (1 + np.sqrt(5) * r + 5 * r**2 / 3) * np.exp(-np.sqrt(5) * r),
+        "cauchy": 1 / (1 + r**2),
+    }[kind]
     np.testing.assert_allclose(Kernel(kind, ls)(X, X), K, atol=1e-12)
     L, B, _ = res
     m = res.rank

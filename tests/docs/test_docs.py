@@ -33,8 +33,11 @@ def test_pages_exist_and_have_examples():
         assert python_blocks(page.read_text()), f"{page.name} has no runnable example"
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p.read_text())],
-                         ids=lambda p: p.relative_to(DOCS).as_posix())
+@pytest.mark.parametrize(
+    "page",
+    [p for p in PAGES if python_blocks(p.read_text())],
+    ids=lambda p: p.relative_to(DOCS).as_posix(),
+)
 def test_examples_run(page, monkeypatch, tmp_path):
     pytest.importorskip("torch") if "import torch" in page.read_text() else None
     monkeypatch.chdir(tmp_path)
@@ -43,8 +46,9 @@ def test_examples_run(page, monkeypatch, tmp_path):
         try:
             exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)
         except Exception as exc:  # pragma: no cover - the failure message is the point
-            raise AssertionError(f"{page.relative_to(DOCS)} block {i} failed: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            raise AssertionError(
+                f"{page.relative_to(DOCS)} block {i} failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 @pytest.mark.slow
@@ -52,8 +56,18 @@ def test_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
     site = tmp_path / "site"
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-           "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mkdocs",
+        "build",
+        "--strict",
+        "--quiet",
+        "--config-file",
+        str(ROOT / "mkdocs.yml"),
+        "--site-dir",
+        str(site),
+    ]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert (site / "index.html").is_file()

@@ -24,7 +24,7 @@ def _data(n=3000, d=5, seed=0):
 
 
 def _blocks(X, y, size):
-    return ((X[i:i + size], y[i:i + size]) for i in range(0, len(X), size))
+    return ((X[i : i + size], y[i : i + size]) for i in range(0, len(X), size))
 
 
 MAPS = [
@@ -37,12 +37,13 @@ MAPS = [
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_ridge_dask_and_blocks_equal_in_memory(fm, fit_intercept):
     X, y = _data()
-    ref = RandomFeatureRidge(fm, alpha=0.3, fit_intercept=fit_intercept,
-                             solver="primal").fit(X, y)
+    ref = RandomFeatureRidge(fm, alpha=0.3, fit_intercept=fit_intercept, solver="primal").fit(X, y)
     lazy = RandomFeatureRidge(fm, alpha=0.3, fit_intercept=fit_intercept).fit(
-        da.from_array(X, chunks=(700, 5)), y)
+        da.from_array(X, chunks=(700, 5)), y
+    )
     it = RandomFeatureRidge(fm, alpha=0.3, fit_intercept=fit_intercept).fit(
-        _blocks(X, y, 999), None)
+        _blocks(X, y, 999), None
+    )
     scale = np.abs(ref.coef_).max()
     for est in (lazy, it):
         np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-10 * scale)
@@ -57,8 +58,9 @@ def test_ridge_chunked_multi_target_and_dask_targets():
     X, y = _data()
     Y = np.c_[y, 2 * y - 1]
     ref = RandomFeatureRidge(MAPS[0], alpha=0.1, solver="primal").fit(X, Y)
-    est = RandomFeatureRidge(MAPS[0], alpha=0.1).fit(da.from_array(X, chunks=(500, 5)),
-                                                      da.from_array(Y, chunks=(800, 2)))
+    est = RandomFeatureRidge(MAPS[0], alpha=0.1).fit(
+        da.from_array(X, chunks=(500, 5)), da.from_array(Y, chunks=(800, 2))
+    )
     np.testing.assert_allclose(est.coef_, ref.coef_, atol=1e-10 * np.abs(ref.coef_).max())
     pred = est.predict(da.from_array(X[:100], chunks=(30, 5)))
     assert pred.shape == (100, 2)
@@ -68,8 +70,9 @@ def test_ridge_chunked_multi_target_and_dask_targets():
 def test_data_dependent_map_fitted_on_first_chunk():
     X, y = _data(d=4)
     X = 0.3 * X
-    est = RandomFeatureRidge(SDERF(n_features=32, kernel="gaussian", random_state=0),
-                             alpha=0.5).fit(da.from_array(X, chunks=(600, 4)), y)
+    est = RandomFeatureRidge(
+        SDERF(n_features=32, kernel="gaussian", random_state=0), alpha=0.5
+    ).fit(da.from_array(X, chunks=(600, 4)), y)
     ref_map = SDERF(n_features=32, kernel="gaussian", random_state=0).fit(X[:600])
     np.testing.assert_allclose(est.feature_map_.transform(X[:5]), ref_map.transform(X[:5]))
 
@@ -118,9 +121,16 @@ def test_distributed_local_cluster_two_workers():
     distributed = pytest.importorskip("distributed")
     X, y = _data(n=4000)
     ref = RandomFeatureRidge(MAPS[0], alpha=0.3, solver="primal").fit(X, y)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         assert len(client.scheduler_info()["workers"]) == 2
         Xd = da.from_array(X, chunks=(500, 5))
         est = RandomFeatureRidge(MAPS[0], alpha=0.3).fit(Xd, y)
@@ -133,10 +143,14 @@ def test_distributed_local_cluster_two_workers():
     np.testing.assert_allclose(gmean, gref.predict(X), atol=1e-10)
 
 
-@pytest.mark.parametrize("fm", [
-    RandomFourierFeatures(n_features=33, lengthscale=1.5, random_state=0),  # odd: phase col
-    GaussianSketch(n_features=16, degree=2, complex=True, random_state=1),
-], ids=["rff-odd", "complex-sketch"])
+@pytest.mark.parametrize(
+    "fm",
+    [
+        RandomFourierFeatures(n_features=33, lengthscale=1.5, random_state=0),  # odd: phase col
+        GaussianSketch(n_features=16, degree=2, complex=True, random_state=1),
+    ],
+    ids=["rff-odd", "complex-sketch"],
+)
 def test_block_stats_in_slabs_equal_direct_sums(fm, monkeypatch):
     """Slab-wise accumulation (dsyrk upper triangle + mirror) = the sums written out."""
     from kernelkit.estimators import _chunked
@@ -166,12 +180,16 @@ def test_gram_primal_weighted_equals_definition(kind):
 
     rng = np.random.default_rng(3)
     Phi = rng.standard_normal((300, 20))
-    w = {"uniform": np.full(300, 0.7), "positive": rng.uniform(0.1, 2.0, 300),
-         "with-zeros": np.where(rng.random(300) < 0.3, 0.0, 1.5),
-         "signed": rng.standard_normal(300)}[kind]
+    w = {
+        "uniform": np.full(300, 0.7),
+        "positive": rng.uniform(0.1, 2.0, 300),
+        "with-zeros": np.where(rng.random(300) < 0.3, 0.0, 1.5),
+        "signed": rng.standard_normal(300),
+    }[kind]
     ref = (Phi * w[:, None]).T @ Phi
-    np.testing.assert_allclose(gram_primal(Phi, w), ref, rtol=0,
-                               atol=1e-12 * np.abs(Phi).max() ** 2 * np.abs(w).sum())
+    np.testing.assert_allclose(
+        gram_primal(Phi, w), ref, rtol=0, atol=1e-12 * np.abs(Phi).max() ** 2 * np.abs(w).sum()
+    )
 
 
 def test_threaded_dask_runs_blas_single_threaded():
@@ -202,17 +220,21 @@ def test_large_in_memory_primal_fits_stream_blocks_with_the_same_result(fm, monk
 
     X, y = _data(n=3000)
     Y2 = np.column_stack([y, np.cos(X[:, 1])])
-    for est, target in [(RandomFeatureRidge(fm, alpha=0.3), y),
-                        (RandomFeatureRidge(fm, alpha=0.3, fit_intercept=False), Y2),
-                        (RandomFeatureGPRegressor(fm, noise=0.2), y),
-                        (RandomFeatureGPRegressor(fm, noise=0.2, normalize_y=True), Y2)]:
+    for est, target in [
+        (RandomFeatureRidge(fm, alpha=0.3), y),
+        (RandomFeatureRidge(fm, alpha=0.3, fit_intercept=False), Y2),
+        (RandomFeatureGPRegressor(fm, noise=0.2), y),
+        (RandomFeatureGPRegressor(fm, noise=0.2, normalize_y=True), Y2),
+    ]:
         monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1 << 62)
         direct = clone(est).fit(X, target)
         monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1000)
         assert chunked.use_streaming(direct.feature_map_, X, "auto")
         streamed = clone(est).fit(X, target)
-        np.testing.assert_allclose(streamed.predict(X[:200]), direct.predict(X[:200]),
-                                   atol=1e-10)
+        np.testing.assert_allclose(streamed.predict(X[:200]), direct.predict(X[:200]), atol=1e-10)
         if isinstance(est, RandomFeatureGPRegressor):
-            np.testing.assert_allclose(streamed.predict(X[:50], return_std=True)[1],
-                                       direct.predict(X[:50], return_std=True)[1], atol=1e-10)
+            np.testing.assert_allclose(
+                streamed.predict(X[:50], return_std=True)[1],
+                direct.predict(X[:50], return_std=True)[1],
+                atol=1e-10,
+            )

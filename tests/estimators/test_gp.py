@@ -27,8 +27,9 @@ from kernelkit.kernels import gaussian_kernel
     [
         RandomFeatureRidge(),
         RandomFeatureGPRegressor(),
-        RandomFeatureGPRegressor(RandomFourierFeatures(128, lengthscale=3.0, complex=True),
-                                 normalize_y=True),
+        RandomFeatureGPRegressor(
+            RandomFourierFeatures(128, lengthscale=3.0, complex=True), normalize_y=True
+        ),
         RandomFeatureGPClassifier(n_samples=200),
     ]
 )
@@ -76,8 +77,9 @@ def test_eq88_89_equal_function_and_weight_space_forms(complex_, D):
     if complex_:
         assert np.abs(mu_f.imag).max() > 1e-3  # the discarded imaginary part is not 0
     for solver in ("primal", "dual"):
-        post = FeaturePosterior.fit(Phi.astype(np.result_type(Phi, np.float64)), y[:, None],
-                                    noise, solver)
+        post = FeaturePosterior.fit(
+            Phi.astype(np.result_type(Phi, np.float64)), y[:, None], noise, solver
+        )
         assert post.mode == solver
         np.testing.assert_allclose(post.mean(Phi_s)[:, 0], mu_f.real, atol=1e-9)
         np.testing.assert_allclose(post.var(Phi_s), np.diag(cov_f).real, atol=1e-9)
@@ -88,8 +90,7 @@ def test_three_real_products_form_of_B():
     rng = np.random.default_rng(4)
     Phi = rng.normal(size=(30, 5)) + 1j * rng.normal(size=(30, 5))
     w = rng.uniform(0.5, 2, size=30)
-    np.testing.assert_allclose(gram_primal(Phi, w), np.conj(Phi).T @ (Phi * w[:, None]),
-                               atol=1e-12)
+    np.testing.assert_allclose(gram_primal(Phi, w), np.conj(Phi).T @ (Phi * w[:, None]), atol=1e-12)
 
 
 def test_regressor_predict_matches_posterior_and_options():
@@ -111,8 +112,11 @@ def test_regressor_predict_matches_posterior_and_options():
         gp.predict(Xs, return_std=True, return_cov=True)
     # multi-output targets share the variance
     Y2 = np.column_stack([y, 2 * y])
-    m2, s2 = RandomFeatureGPRegressor(fm, noise=0.2, amplitude=1.7).fit(X, Y2).predict(
-        Xs, return_std=True)
+    m2, s2 = (
+        RandomFeatureGPRegressor(fm, noise=0.2, amplitude=1.7)
+        .fit(X, Y2)
+        .predict(Xs, return_std=True)
+    )
     np.testing.assert_allclose(m2, np.column_stack([m, 2 * m]), atol=1e-10)
     np.testing.assert_allclose(s2, np.column_stack([s, s]), atol=1e-12)
 
@@ -229,8 +233,9 @@ def test_mc_softmax_against_direct_sampling():
     eps = np.random.default_rng(0).standard_normal((20_000, 3))
     Z = mean + np.sqrt(var) * eps
     E = np.exp(Z - Z.max(1, keepdims=True))
-    np.testing.assert_allclose(mc_softmax(mean, var, eps)[0],
-                               (E / E.sum(1, keepdims=True)).mean(0), rtol=1e-12)
+    np.testing.assert_allclose(
+        mc_softmax(mean, var, eps)[0], (E / E.sum(1, keepdims=True)).mean(0), rtol=1e-12
+    )
     # zero variance: the plain softmax of the mean
     p = mc_softmax(mean, np.zeros_like(var), eps)[0]
     np.testing.assert_allclose(p, np.exp(mean[0]) / np.exp(mean[0]).sum())

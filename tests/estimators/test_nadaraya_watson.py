@@ -21,8 +21,7 @@ METHODS = ["trig", "positive", "hyperbolic", "gerf", "saderf", "aderf", "sderf"]
 
 
 def _expected_failed_checks(est):
-    if (not est.exact and est.fit_on == "batch"
-            and resolve_method(est.method) in DATA_DEPENDENT):
+    if not est.exact and est.fit_on == "batch" and resolve_method(est.method) in DATA_DEPENDENT:
         return {
             "check_methods_subset_invariance": (
                 "fit_on='batch' (the FAVOR# App. B.2 protocol) fits the data-dependent "
@@ -78,8 +77,7 @@ def test_exact_matches_direct_numpy(loader, sigma):
     pred, r = _direct_exact(Xtr, ytr, Xte, sigma)
     np.testing.assert_array_equal(clf.predict(Xte), pred)
     np.testing.assert_allclose(clf.predict_proba(Xte), r / r.sum(1, keepdims=True), rtol=1e-10)
-    np.testing.assert_allclose(clf.decision_function(Xte), r / r.sum(1, keepdims=True),
-                               rtol=1e-10)
+    np.testing.assert_allclose(clf.decision_function(Xte), r / r.sum(1, keepdims=True), rtol=1e-10)
 
 
 def test_exact_large_sigma_is_one_nearest_neighbour():
@@ -102,18 +100,21 @@ def test_stabilised_scores_equal_direct_random_feature_estimate(method, fit_on):
     """decision_function == normalised (K_hat R) with K_hat from the feature map itself."""
     Xtr, ytr, Xte, _ = _split(load_iris)
     sigma, M, seed = 0.7, 32, 3
-    clf = NadarayaWatsonClassifier(method=method, n_components=M, sigma=sigma,
-                                   random_state=seed, fit_on=fit_on).fit(Xtr, ytr)
-    fm = FEATURE_MAPS[method](n_features=M, kernel="gaussian", lengthscale=1 / sigma,
-                              orthogonal=True, random_state=seed)
+    clf = NadarayaWatsonClassifier(
+        method=method, n_components=M, sigma=sigma, random_state=seed, fit_on=fit_on
+    ).fit(Xtr, ytr)
+    fm = FEATURE_MAPS[method](
+        n_features=M, kernel="gaussian", lengthscale=1 / sigma, orthogonal=True, random_state=seed
+    )
     if method in DATA_DEPENDENT and fit_on == "batch":
         fm.fit(Xte, Xtr)  # x side: queries, y side: training points
     else:
         fm.fit(Xtr)
     R = (ytr[:, None] == np.unique(ytr)[None, :]).astype(float)
     r = fm.approx_kernel(Xte, Xtr) @ R
-    np.testing.assert_allclose(clf.decision_function(Xte),
-                               r / np.abs(r).sum(1, keepdims=True), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(
+        clf.decision_function(Xte), r / np.abs(r).sum(1, keepdims=True), rtol=1e-8, atol=1e-12
+    )
     np.testing.assert_array_equal(clf.predict(Xte), np.unique(ytr)[r.argmax(1)])
 
 
@@ -123,8 +124,12 @@ def test_random_features_agree_with_exact_at_large_M(method, loader):
     Xtr, ytr, Xte, _ = _split(loader)
     exact = NadarayaWatsonClassifier(exact=True, sigma=0.5).fit(Xtr, ytr).predict(Xte)
     agree = [
-        np.mean(NadarayaWatsonClassifier(method=method, n_components=4096, sigma=0.5,
-                                         random_state=s).fit(Xtr, ytr).predict(Xte) == exact)
+        np.mean(
+            NadarayaWatsonClassifier(method=method, n_components=4096, sigma=0.5, random_state=s)
+            .fit(Xtr, ytr)
+            .predict(Xte)
+            == exact
+        )
         for s in range(3)
     ]
     assert np.mean(agree) >= 0.9, agree
@@ -132,15 +137,22 @@ def test_random_features_agree_with_exact_at_large_M(method, loader):
 
 def test_accuracy_iris_and_digits():
     Xtr, ytr, Xte, yte = _split(load_iris)
-    acc = np.mean([NadarayaWatsonClassifier(n_components=128, sigma=1.0, random_state=s)
-                   .fit(Xtr, ytr).score(Xte, yte) for s in range(5)])
+    acc = np.mean(
+        [
+            NadarayaWatsonClassifier(n_components=128, sigma=1.0, random_state=s)
+            .fit(Xtr, ytr)
+            .score(Xte, yte)
+            for s in range(5)
+        ]
+    )
     assert acc > 0.85
     X, y = load_digits(return_X_y=True)
     X = X / 16.0
     idx = np.random.default_rng(0).permutation(len(X))
     te, tr = idx[:400], idx[400:]
-    assert NadarayaWatsonClassifier(exact=True, sigma=1.0).fit(X[tr], y[tr]).score(
-        X[te], y[te]) > 0.95
+    assert (
+        NadarayaWatsonClassifier(exact=True, sigma=1.0).fit(X[tr], y[tr]).score(X[te], y[te]) > 0.95
+    )
     sderf = NadarayaWatsonClassifier(n_components=1024, sigma=1.0, random_state=0)
     assert sderf.fit(X[tr], y[tr]).score(X[te], y[te]) > 0.75
 
@@ -168,8 +180,12 @@ def test_batch_mode_fits_on_queries_train_mode_on_training_set():
     batch = NadarayaWatsonClassifier(random_state=0).fit(Xtr, ytr)
     train = NadarayaWatsonClassifier(random_state=0, fit_on="train").fit(Xtr, ytr)
     assert batch.feature_map_ is None and train.feature_map_ is not None
-    np.testing.assert_allclose(train.feature_map_.A_, FEATURE_MAPS["sderf"](
-        n_features=64, kernel="gaussian", orthogonal=True, random_state=0).fit(Xtr).A_)
+    np.testing.assert_allclose(
+        train.feature_map_.A_,
+        FEATURE_MAPS["sderf"](n_features=64, kernel="gaussian", orthogonal=True, random_state=0)
+        .fit(Xtr)
+        .A_,
+    )
     # row-wise in train mode, batch-dependent in batch mode
     np.testing.assert_allclose(train.decision_function(Xte[:5]), train.decision_function(Xte)[:5])
     assert not np.allclose(batch.decision_function(Xte[:5]), batch.decision_function(Xte)[:5])
@@ -181,15 +197,19 @@ def test_same_seed_same_predictions(method):
     Xtr, ytr, Xte, _ = _split(load_wine)
 
     def dec(rs):
-        return NadarayaWatsonClassifier(method=method, n_components=16, random_state=rs).fit(
-            Xtr, ytr).decision_function(Xte)
+        return (
+            NadarayaWatsonClassifier(method=method, n_components=16, random_state=rs)
+            .fit(Xtr, ytr)
+            .decision_function(Xte)
+        )
 
     np.testing.assert_array_equal(dec(5), dec(5))
     assert not np.allclose(dec(5), dec(6))
     clf = NadarayaWatsonClassifier(method=method, n_components=16).fit(Xtr, ytr)  # None
     np.testing.assert_array_equal(clf.decision_function(Xte), clf.decision_function(Xte))
-    gen = NadarayaWatsonClassifier(method=method, n_components=16,
-                                   random_state=np.random.default_rng(0))
+    gen = NadarayaWatsonClassifier(
+        method=method, n_components=16, random_state=np.random.default_rng(0)
+    )
     np.testing.assert_array_equal(gen.fit(Xtr, ytr).predict(Xte), gen.predict(Xte))
 
 
@@ -220,8 +240,9 @@ def test_positive_scores_are_not_lost_to_underflow():
     ytr = np.array([0, 1, 2])
     Xte = np.array([[9.0, 1.0], [1.0, 8.0], [0.5, 0.5]])
     for method in ["positive", "gerf", "sderf", "aderf", "saderf", "hyperbolic"]:
-        clf = NadarayaWatsonClassifier(method=method, sigma=30.0, n_components=256,
-                                       random_state=0).fit(Xtr, ytr)
+        clf = NadarayaWatsonClassifier(
+            method=method, sigma=30.0, n_components=256, random_state=0
+        ).fit(Xtr, ytr)
         assert np.isfinite(clf.decision_function(Xte)).all()
     exact = NadarayaWatsonClassifier(exact=True, sigma=30.0).fit(Xtr, ytr)
     np.testing.assert_array_equal(exact.predict(Xte), [1, 2, 0])
@@ -249,9 +270,14 @@ def test_predict_proba_with_negative_scores():
 
 @pytest.mark.parametrize(
     ("params", "match"),
-    [({"method": "foo"}, "Unknown method"), ({"sigma": 0.0}, "sigma"),
-     ({"sigma": np.inf}, "sigma"), ({"n_components": 0}, "n_components"),
-     ({"fit_on": "test"}, "fit_on"), ({"exact": "no"}, "exact")],
+    [
+        ({"method": "foo"}, "Unknown method"),
+        ({"sigma": 0.0}, "sigma"),
+        ({"sigma": np.inf}, "sigma"),
+        ({"n_components": 0}, "n_components"),
+        ({"fit_on": "test"}, "fit_on"),
+        ({"exact": "no"}, "exact"),
+    ],
 )
 def test_bad_parameters(params, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -66,16 +66,18 @@ def test_orthogonal_features_approximate_the_kernel(method):
     K = gaussian_kernel(X, X, lengthscale=1.5)
     errs = []
     for seed in range(5):
-        Z = RandomFeatures(method=method, n_components=2048, lengthscale=1.5,
-                           orthogonal=True, random_state=seed).fit_transform(X)
+        Z = RandomFeatures(
+            method=method, n_components=2048, lengthscale=1.5, orthogonal=True, random_state=seed
+        ).fit_transform(X)
         errs.append(np.linalg.norm(Z @ Z.T - K) / np.linalg.norm(K))
     assert np.mean(errs) < 0.05
 
 
 def test_softmax_kernel():
     X = np.random.default_rng(2).normal(size=(30, 3)) * 0.3
-    Z = RandomFeatures(method="sderf", kernel="softmax", n_components=4096,
-                       random_state=0).fit_transform(X)
+    Z = RandomFeatures(
+        method="sderf", kernel="softmax", n_components=4096, random_state=0
+    ).fit_transform(X)
     K = softmax_kernel(X, X)
     assert np.linalg.norm(Z @ Z.T - K) / np.linalg.norm(K) < 0.05
 
@@ -83,9 +85,16 @@ def test_softmax_kernel():
 # ---------------------------------------------------------------- mapping to feature maps
 @pytest.mark.parametrize(
     ("name", "cls"),
-    [("trig", TrigRF), ("Positive", PositiveRF), ("favor+", PositiveRF),
-     ("HYPERBOLIC", HyperbolicRF), ("gerf", GERF), ("favor++", GERF), ("SDERF", SDERF),
-     ("favor#", SDERF)],
+    [
+        ("trig", TrigRF),
+        ("Positive", PositiveRF),
+        ("favor+", PositiveRF),
+        ("HYPERBOLIC", HyperbolicRF),
+        ("gerf", GERF),
+        ("favor++", GERF),
+        ("SDERF", SDERF),
+        ("favor#", SDERF),
+    ],
 )
 def test_method_names_and_same_features_as_map(name, cls):
     X = np.random.default_rng(3).normal(size=(25, 6))
@@ -110,10 +119,15 @@ def test_asymmetric_methods_rejected(method):
 
 @pytest.mark.parametrize(
     ("params", "match"),
-    [({"method": "nope"}, "Unknown method"), ({"method": 3}, "method"),
-     ({"kernel": "laplace"}, "kernel"), ({"n_components": 0}, "n_components"),
-     ({"lengthscale": -1.0}, "lengthscale"), ({"lengthscale": float("nan")}, "lengthscale"),
-     ({"orthogonal": "yes"}, "orthogonal")],
+    [
+        ({"method": "nope"}, "Unknown method"),
+        ({"method": 3}, "method"),
+        ({"kernel": "laplace"}, "kernel"),
+        ({"n_components": 0}, "n_components"),
+        ({"lengthscale": -1.0}, "lengthscale"),
+        ({"lengthscale": float("nan")}, "lengthscale"),
+        ({"orthogonal": "yes"}, "orthogonal"),
+    ],
 )
 def test_bad_parameters(params, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -135,7 +149,8 @@ def test_data_dependent_parameters_fitted_on_fit_data_only():
 def test_float32_preserved(method):
     X = np.random.default_rng(5).normal(size=(20, 4))
     Z32 = RandomFeatures(method=method, n_components=32, random_state=0).fit_transform(
-        X.astype(np.float32))
+        X.astype(np.float32)
+    )
     Z64 = RandomFeatures(method=method, n_components=32, random_state=0).fit_transform(X)
     assert Z32.dtype == np.float32 and Z64.dtype == np.float64
     np.testing.assert_allclose(Z32, Z64, rtol=2e-4, atol=2e-5)
@@ -170,8 +185,11 @@ def test_in_a_pipeline_with_a_linear_model():
     from sklearn.linear_model import RidgeClassifier
 
     X, y = make_moons(400, noise=0.1, random_state=0)
-    pipe = make_pipeline(StandardScaler(), RandomFeatures(n_components=256, lengthscale=0.5,
-                                                          random_state=0), RidgeClassifier())
+    pipe = make_pipeline(
+        StandardScaler(),
+        RandomFeatures(n_components=256, lengthscale=0.5, random_state=0),
+        RidgeClassifier(),
+    )
     assert pipe.fit(X, y).score(X, y) > 0.95
 
 
@@ -190,8 +208,9 @@ def test_gaussian_kernel_finite_for_huge_norms(method, dtype):
 def test_softmax_kernel_positive_features_stay_finite(method):
     # exp(w.x - |x|^2/2) <= exp(|w|^2/2): bounded (underflow, not overflow, at large norms)
     X = np.random.default_rng(7).normal(size=(10, 4)) * 100.0
-    Z = RandomFeatures(method=method, kernel="softmax", n_components=16,
-                       random_state=0).fit_transform(X)
+    Z = RandomFeatures(
+        method=method, kernel="softmax", n_components=16, random_state=0
+    ).fit_transform(X)
     assert np.isfinite(Z).all()
 
 
@@ -225,8 +244,9 @@ def test_torch_tensors(torch, method):
     for dtype in (torch.float32, torch.float64):
         Zt = rf.transform(torch.asarray(X, dtype=dtype))
         assert isinstance(Zt, torch.Tensor) and Zt.dtype == dtype
-        np.testing.assert_allclose(Zt.numpy(), rf.transform(X),
-                                   rtol=1e-4 if dtype == torch.float32 else 1e-10, atol=1e-6)
+        np.testing.assert_allclose(
+            Zt.numpy(), rf.transform(X), rtol=1e-4 if dtype == torch.float32 else 1e-10, atol=1e-6
+        )
     # fitting on a tensor gives the same features as fitting on the array
     rf_t = RandomFeatures(method=method, n_components=16, random_state=0).fit(torch.asarray(X))
     assert rf_t.n_features_in_ == 5

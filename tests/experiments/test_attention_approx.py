@@ -28,7 +28,7 @@ def _qkv(sigma, d=16, L=64, seed=0, scale=None):
     """x = q d^-1/4 ~ N(0, sigma^2 diag(scale^2)); float64."""
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 2, L, d, generator=g, dtype=torch.float64) for _ in range(3))
-    s = sigma * d ** 0.25 * (1.0 if scale is None else scale)
+    s = sigma * d**0.25 * (1.0 if scale is None else scale)
     return q * s, k * s, v
 
 
@@ -56,8 +56,9 @@ def test_causal_errors_decrease_with_M_and_fitted_maps_use_calibration_moments()
     qc, kc, _ = _qkv(0.3, seed=2)
     calib = aa._calibration_moments(qc, kc, 0)
     assert calib.mean_x.shape == (1, 2, 16)
-    r = aa.compute_errors(q, k, v, ["positive", "sderf", "trig"], (16, 256), 6, causal=True,
-                          calib=calib)
+    r = aa.compute_errors(
+        q, k, v, ["positive", "sderf", "trig"], (16, 256), 6, causal=True, calib=calib
+    )
     for fm in ("positive", "sderf"):
         e, se = r[fm]["output"], r[fm]["output_se"]
         assert _z(e[0], se[0], e[1], se[1]) > 3.0, (fm, e, se)
@@ -87,8 +88,12 @@ def test_sderf_beats_positive_on_anisotropic_inputs():
     scale = torch.logspace(-1, 0.5, 16, dtype=torch.float64)
     q, k, v = _qkv(0.6, scale=scale, seed=3)
     r = aa.compute_errors(q, k, v, ["positive", "sderf"], (256,), 6, causal=False)
-    z = _z(r["positive"]["output"][0], r["positive"]["output_se"][0],
-           r["sderf"]["output"][0], r["sderf"]["output_se"][0])
+    z = _z(
+        r["positive"]["output"][0],
+        r["positive"]["output_se"][0],
+        r["sderf"]["output"][0],
+        r["sderf"]["output_se"][0],
+    )
     assert z > 4.0, r
 
 
@@ -123,7 +128,7 @@ def test_deterministic_maps_do_not_depend_on_M():
 def test_random_regimes():
     cfg = aa.Config(d=64, batch=1, heads=2)
     q, k, _, _, kc = aa._random_qkv("heterogen", cfg, 4096, 0)
-    x, y = q / 64 ** 0.25, k / 64 ** 0.25
+    x, y = q / 64**0.25, k / 64**0.25
     assert abs(float(kc.mean()) - float(k.mean())) < 0.05  # calibration: same regime
     assert abs(float(x.std()) - 0.25) < 0.01
     assert abs(float(y.mean()) - 0.25) < 0.01 and abs(float(y.std()) - 0.25) < 0.01
@@ -133,13 +138,33 @@ def test_random_regimes():
 
 @pytest.mark.slow
 def test_run_writes_report_and_reuses_the_lm_checkpoint(tmp_path):
-    cfg = aa.Config(Ms=(16, 64), d=16, L_out=32, L_mat=16, batch=1, heads=2, n_draws=2,
-                    maps=("relu", "trig", "positive", "gerf", "sderf"), regimes=("normal", "lm"),
-                    lm_context=16, lm_d_model=16, lm_heads=2, lm_layers=1, lm_steps=4,
-                    lm_batch=2, lm_windows=2, lm_calib_windows=2)
+    cfg = aa.Config(
+        Ms=(16, 64),
+        d=16,
+        L_out=32,
+        L_mat=16,
+        batch=1,
+        heads=2,
+        n_draws=2,
+        maps=("relu", "trig", "positive", "gerf", "sderf"),
+        regimes=("normal", "lm"),
+        lm_context=16,
+        lm_d_model=16,
+        lm_heads=2,
+        lm_layers=1,
+        lm_steps=4,
+        lm_batch=2,
+        lm_windows=2,
+        lm_calib_windows=2,
+    )
     res = aa.run(tmp_path, quick=True, seed=0, config=cfg)
-    for name in ("report.md", "results.json", "output_error.png", "matrix_error.png",
-                 "lm_checkpoint.pt"):
+    for name in (
+        "report.md",
+        "results.json",
+        "output_error.png",
+        "matrix_error.png",
+        "lm_checkpoint.pt",
+    ):
         assert (tmp_path / name).is_file()
     report = (tmp_path / "report.md").read_text()
     assert "holds on our data?" in report and "Which maps win" in report

@@ -87,8 +87,9 @@ def test_claims_cover_the_fig6_findings(tiny_run):
 def test_errors_are_relative_frobenius_errors():
     """One setting recomputed by hand: eq. 57 (a = 2) on unit-normalised centred inputs,
     the same seed, |K - K_hat|_F / |K|_F."""
-    cfg = dpf.tiny_config(degrees=(3,), multipliers=(1,), n_seeds=1, centring=(True,),
-                          methods=("Radem.",))
+    cfg = dpf.tiny_config(
+        degrees=(3,), multipliers=(1,), n_seeds=1, centring=(True,), methods=("Radem.",)
+    )
     res = dpf.compute(cfg, seed=0, progress=False)
     Xtr, Xte, _ = dpf.load_data(cfg)
     Xtr, Xte = dpf.prepare(Xtr, Xte, True)
@@ -106,8 +107,13 @@ def test_errors_are_relative_frobenius_errors():
 @pytest.mark.slow
 def test_mnist_fallback(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets, "fashion_mnist_available", lambda: False)
-    cfg = dpf.tiny_config(degrees=(3,), multipliers=(1,), n_seeds=1, centring=(False,),
-                          methods=("SRHT", "Opt. Macl. SRHT"))
+    cfg = dpf.tiny_config(
+        degrees=(3,),
+        multipliers=(1,),
+        n_seeds=1,
+        centring=(False,),
+        methods=("SRHT", "Opt. Macl. SRHT"),
+    )
     res = dpf.run(tmp_path, quick=True, config=cfg)
     assert res["data"]["dataset"].startswith("MNIST")
     assert "fallback" in (tmp_path / "report.md").read_text()

@@ -10,8 +10,16 @@ import pytest
 from kernelkit import datasets
 from kernelkit.experiments import dp_variance as dv
 
-TINY = dv.Config(dims=(8, 16), degrees=(1, 2, 3), n_pairs=40, n_draws=400, pairs_per_fit=10,
-                 fig3_pairs=60, fig3_degrees=(2, 3), fig3_data=("digits", "fashion"))
+TINY = dv.Config(
+    dims=(8, 16),
+    degrees=(1, 2, 3),
+    n_pairs=40,
+    n_draws=400,
+    pairs_per_fit=10,
+    fig3_pairs=60,
+    fig3_degrees=(2, 3),
+    fig3_data=("digits", "fashion"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +73,8 @@ def test_fig2_analytic_matches_eq_18_21_and_monte_carlo(tiny_run):
                     z = (r["mc"][k] - exact) / r["mc_se"][k]
                     assert abs(z) < 4.5, (d, sketch, kind, p, r["mc"][k], exact)
             ratio = np.array(res["fig2"][str(d)][sketch]["complex"]["analytic"]) / np.array(
-                res["fig2"][str(d)][sketch]["real"]["analytic"])
+                res["fig2"][str(d)][sketch]["real"]["analytic"]
+            )
             assert np.all(ratio < 1) and np.all(np.diff(ratio) < 0)
 
 

@@ -83,9 +83,12 @@ def test_engine_matches_classifier(method):
     seeds = [fc.feature_seed(1, s) for s in range(3)]
     for sigma in (0.3, 3.0):
         acc = fc.rf_accuracies(method, d["Xva"], target, d["Xtr"], R, sigma, seeds, (8, 32))
-        ref = [NadarayaWatsonClassifier(method=method, n_components=32, sigma=sigma,
-                                        random_state=s).fit(d["Xtr"], d["ytr"])
-               .score(d["Xva"], d["yva"]) for s in seeds]
+        ref = [
+            NadarayaWatsonClassifier(method=method, n_components=32, sigma=sigma, random_state=s)
+            .fit(d["Xtr"], d["ytr"])
+            .score(d["Xva"], d["yva"])
+            for s in seeds
+        ]
         np.testing.assert_allclose(acc[1], ref)
         assert acc.shape == (2, 3)
 
@@ -97,20 +100,23 @@ def test_engine_chunks_over_seeds(monkeypatch):
     full = fc.rf_accuracies("sderf", d["Xva"], target, d["Xtr"], R, 1.0, seeds, (4, 16))
     monkeypatch.setattr(fc, "_BLOCK_ELEMENTS", 1)  # one seed per chunk
     np.testing.assert_array_equal(
-        fc.rf_accuracies("sderf", d["Xva"], target, d["Xtr"], R, 1.0, seeds, (4, 16)), full)
+        fc.rf_accuracies("sderf", d["Xva"], target, d["Xtr"], R, 1.0, seeds, (4, 16)), full
+    )
 
 
 def _fake_results(acc_by_method):
     # acc_by_method: method -> (n_datasets, n_M)
     names = [f"d{i}" for i in range(len(next(iter(acc_by_method.values()))))]
-    return names, {n: {"methods": {m: {"test_mean": np.asarray(a[i])}
-                                   for m, a in acc_by_method.items()}}
-                   for i, n in enumerate(names)}
+    return names, {
+        n: {"methods": {m: {"test_mean": np.asarray(a[i])} for m, a in acc_by_method.items()}}
+        for i, n in enumerate(names)
+    }
 
 
 def test_claim_evaluation():
-    names, res = _fake_results({"trig": [[0.5, 0.6], [0.7, 0.7]],
-                                "sderf": [[0.6, 0.7], [0.7, 0.6]]})
+    names, res = _fake_results(
+        {"trig": [[0.5, 0.6], [0.7, 0.7]], "sderf": [[0.6, 0.7], [0.7, 0.6]]}
+    )
     c = fc.evaluate_claim(res, ("trig", "sderf"), (16, 32), names)
     assert c["pairs"] == 4
     assert c["wins_or_ties"] == {"trig": 2, "sderf": 3}
@@ -127,5 +133,4 @@ def test_bad_config(tmp_path):
     with pytest.raises(ValueError, match="Unknown data sets"):
         fc._run(fc.Config(datasets=("nope",)), tmp_path, progress=False)
     with pytest.raises(ValueError, match="Unsupported methods"):
-        fc._run(fc.Config(datasets=("iris",), methods=("hyperbolic",)), tmp_path,
-                progress=False)
+        fc._run(fc.Config(datasets=("iris",), methods=("hyperbolic",)), tmp_path, progress=False)

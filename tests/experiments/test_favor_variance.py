@@ -34,15 +34,19 @@ def test_run_writes_report_plots_and_json(small_run):
     data = json.loads((out / "results.json").read_text())
     assert data["experiment"] == "favor-variance"
     assert data["config"]["L"] == SMALL.L
-    expected = [r for r in SMALL.regimes
-                if datasets.fashion_mnist_available() or "fashion" not in r]
+    expected = [
+        r for r in SMALL.regimes if datasets.fashion_mnist_available() or "fashion" not in r
+    ]
     assert list(data["mean_log_rel_var"]) == expected
     for regime in expected:
         for m in fv.METHODS:
             vals = data["mean_log_rel_var"][regime][m]
             assert len(vals) == len(SMALL.sigmas) and np.all(np.isfinite(vals))
     assert {c["paper_regime"] for c in data["claims"] if "paper_regime" in c} >= {
-        "heterogen", "mnist", "cifar10"}
+        "heterogen",
+        "mnist",
+        "cifar10",
+    }
 
 
 def test_fitted_maps_beat_gerf_on_every_regime(small_run):

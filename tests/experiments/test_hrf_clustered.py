@@ -10,8 +10,9 @@ import pytest
 from kernelkit.datasets._hrf import make_clustered
 from kernelkit.experiments import hrf_clustered as hc
 
-TINY = hc.Config(settings=("s1",), ms=(20, 100), n_trials=10, n_per_cluster=150, n_eval=80,
-                 mean_scales=(10.0,))
+TINY = hc.Config(
+    settings=("s1",), ms=(20, 100), n_trials=10, n_per_cluster=150, n_eval=80, mean_scales=(10.0,)
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +57,9 @@ def test_estimates_come_from_the_library_maps():
     one-sided FAVOR+, antithetic SM^{++} and sin/cos trig (eq. 2)."""
     from kernelkit.features import ClusteredHybridRF, optimal_diagonal_A
 
-    X, Y, _, _, _ = make_clustered((0.08, 0.05, 0.04, 0.03), 1.0, n_per_cluster=40, d=6,
-                                   random_state=0, mean_scale=10.0)
+    X, Y, _, _, _ = make_clustered(
+        (0.08, 0.05, 0.04, 0.03), 1.0, n_per_cluster=40, d=6, random_state=0, mean_scale=10.0
+    )
     Xe, Ye = X[::7], Y[::9]
     fm = ClusteredHybridRF(3, n_clusters=2, random_state=0).fit(X, Y)
     m = 5
@@ -88,8 +90,9 @@ def test_estimates_come_from_the_library_maps():
 
 def test_make_clustered_hits_targets():
     target = (0.08, 0.05, 0.04, 0.03)
-    X, Y, _lx, _ly, s = make_clustered(target, 1.0, n_per_cluster=200, d=50, radius=1.0,
-                                     random_state=0, mean_scale=10.0)
+    X, Y, _lx, _ly, s = make_clustered(
+        target, 1.0, n_per_cluster=200, d=50, radius=1.0, random_state=0, mean_scale=10.0
+    )
     assert X.shape == (400, 50) and Y.shape == (400, 50)
     np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0)
     np.testing.assert_allclose(s.ravel(), target, atol=0.015)

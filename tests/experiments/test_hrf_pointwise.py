@@ -11,8 +11,9 @@ import pytest
 from kernelkit.experiments import _hrf_common as H
 from kernelkit.experiments import hrf_pointwise as hp
 
-TINY = hp.Config(d=8, radii=(1.0,), n_angles=7, n_estimates=600, n_features=16,
-                 hybrid_n=(None,), chunk=300)
+TINY = hp.Config(
+    d=8, radii=(1.0,), n_angles=7, n_estimates=600, n_features=16, hybrid_n=(None,), chunk=300
+)
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +165,12 @@ def test_closed_forms_agree_with_note_values():
     X, Y = H.sphere_pairs(4, r, thetas, 0)
     fm = NormalizedGaussianHybridRF(m, n, sigma=0.8, radius=r, random_state=0).fit(X, Y)
     sm = np.exp(np.sum(X * Y, axis=1))
-    np.testing.assert_allclose(H.sphere_rel_error("ngauss", r, thetas, m, n, sigma=0.8),
-                               np.sqrt(np.diag(fm.variance(X, Y))) / sm, rtol=1e-9,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        H.sphere_rel_error("ngauss", r, thetas, m, n, sigma=0.8),
+        np.sqrt(np.diag(fm.variance(X, Y))) / sm,
+        rtol=1e-9,
+        atol=1e-12,
+    )
 
 
 def test_sphere_pairs_geometry():

@@ -13,8 +13,7 @@ from kernelkit.experiments import _hrf_common as H
 from kernelkit.experiments import hrf_uci as hu
 from kernelkit.features import AngularHybridRF
 
-TINY = hu.Config(datasets=("wine",), modes=("sphere",), n_pairs=30, n_trials=40,
-                 n_features=64)
+TINY = hu.Config(datasets=("wine",), modes=("sphere",), n_pairs=30, n_trials=40, n_features=64)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,15 @@ from kernelkit.experiments import jdl_classification as jc
 
 pytest.importorskip("linearmodels")
 
-TINY = jc.Config(ds=(1, 5), ns=(200,), n_sub=2, quantiles=(0.05,), ls_factors=(1.0,),
-                 regs=(1e-5, 1e-3), regs_klr=(1e-1,))
+TINY = jc.Config(
+    ds=(1, 5),
+    ns=(200,),
+    n_sub=2,
+    quantiles=(0.05,),
+    ls_factors=(1.0,),
+    regs=(1e-5, 1e-3),
+    regs_klr=(1e-1,),
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +37,7 @@ def test_module_interface():
 @pytest.mark.slow
 def test_outputs_and_positivity(tiny):
     out, _ = tiny
-    for f in ("report.md", "results.json", "fig9_loss.png", "fig10_negative.png",
-              "fig11_time.png"):
+    for f in ("report.md", "results.json", "fig9_loss.png", "fig10_negative.png", "fig11_time.png"):
         assert (out / f).stat().st_size > 0, f
     text = (out / "report.md").read_text()
     assert "stand-in" in text and "holds on our data?" in text
@@ -42,8 +48,9 @@ def test_outputs_and_positivity(tiny):
         assert s[f"{pre} jdl/c"]["neg_pct"] == 0.0
         assert s[f"{pre} klr/u"]["neg_pct"] == 0.0
         for key in ("jdl/u", "jdl/c", "cme/u", "cme/c", "klr/u"):
-            assert np.isfinite(s[f"{pre} {key}"]["loss_mean"]) and s[f"{pre} {key}"][
-                "loss_mean"] >= 0
+            assert (
+                np.isfinite(s[f"{pre} {key}"]["loss_mean"]) and s[f"{pre} {key}"]["loss_mean"] >= 0
+            )
         # the constant-frequency classifier at a 5 % event: loss near the binary entropy
         h = -(0.05 * np.log(0.05) + 0.95 * np.log(0.95))
         assert 0.5 * h < s[f"{pre} jdl/u"]["baseline_loss"] < 2 * h
@@ -56,8 +63,14 @@ def test_one_subsample_probabilities():
 
     X, y = french_classification_data(1)
     q = float(np.quantile(y[:160], 0.05))
-    model = C.fit_model("jdl", True, X[:160], y[:160, None],
-                        {"lengthscale_x": 0.05, "lengthscale_y": 0.05, "reg": 1e-4}, 1e-3)
+    model = C.fit_model(
+        "jdl",
+        True,
+        X[:160],
+        y[:160, None],
+        {"lengthscale_x": 0.05, "lengthscale_y": 0.05, "reg": 1e-4},
+        1e-3,
+    )
     p = model.conditional_probability((y[:160] <= q).astype(float), X[160:200])
     W = model.conditional_weights(X[160:200])
     np.testing.assert_allclose(p, W[:, y[:160] <= q].sum(axis=1), atol=1e-12)

@@ -9,10 +9,21 @@ import pytest
 
 from kernelkit.experiments import jdl_gaussian as jg
 
-TINY = jg.Config(ds=(1, 2), ns=(400, 1600), n_corr={400: 2, 1600: 1}, n_test=1000,
-                 ls_factors=(1.0, 2.0), regs=(1e-6, 1e-4), regs_poly=(1e-3, 1e-1),
-                 n_tune_max=1000, sos_max_d=1, eps_sweep=(1e-1, 1e-3), eps_ns=(400, 1600),
-                 eps_n_corr=1, time_d=2)
+TINY = jg.Config(
+    ds=(1, 2),
+    ns=(400, 1600),
+    n_corr={400: 2, 1600: 1},
+    n_test=1000,
+    ls_factors=(1.0, 2.0),
+    regs=(1e-6, 1e-4),
+    regs_poly=(1e-3, 1e-1),
+    n_tune_max=1000,
+    sos_max_d=1,
+    eps_sweep=(1e-1, 1e-3),
+    eps_ns=(400, 1600),
+    eps_n_corr=1,
+    time_d=2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +44,15 @@ def test_module_interface():
 @pytest.mark.slow
 def test_outputs(tiny):
     out, _ = tiny
-    for f in ("report.md", "results.json", "fig1_loss.png", "fig3_normalization.png",
-              "fig5_positivity.png", "fig2_fig4_tolerance.png", "fig8_time.png"):
+    for f in (
+        "report.md",
+        "results.json",
+        "fig1_loss.png",
+        "fig3_normalization.png",
+        "fig5_positivity.png",
+        "fig2_fig4_tolerance.png",
+        "fig8_time.png",
+    ):
         assert (out / f).stat().st_size > 0, f
     text = (out / "report.md").read_text()
     assert "holds on our data?" in text and "Deviations" in text

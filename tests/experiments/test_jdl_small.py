@@ -8,8 +8,14 @@ import pytest
 
 from kernelkit.experiments import jdl_small as js
 
-TINY = js.Config(ns=(50, 200), n_rep=2, n_test=500, ls_factors=(0.5, 1.0), regs=(1e-6, 1e-3),
-                 regs_poly=(1e-2, 1.0))
+TINY = js.Config(
+    ns=(50, 200),
+    n_rep=2,
+    n_test=500,
+    ls_factors=(0.5, 1.0),
+    regs=(1e-6, 1e-3),
+    regs_poly=(1e-2, 1.0),
+)
 
 
 @pytest.fixture(scope="module")

@@ -43,21 +43,23 @@ def test_objective_gradient_and_hessp_against_finite_differences():
     f, G = C.objective_grad(theta, pr.X, pr.Y, pr.lam)
     assert f == pytest.approx(C.objective(theta, pr.X, pr.Y, pr.lam), rel=1e-14)
     h = 1e-6
-    fd = (C.objective(theta + h * V, pr.X, pr.Y, pr.lam)
-          - C.objective(theta - h * V, pr.X, pr.Y, pr.lam)) / (2 * h)
+    fd = (
+        C.objective(theta + h * V, pr.X, pr.Y, pr.lam)
+        - C.objective(theta - h * V, pr.X, pr.Y, pr.lam)
+    ) / (2 * h)
     assert np.vdot(G, V) == pytest.approx(fd, rel=1e-7)
     Gp = C.objective_grad(theta + h * V, pr.X, pr.Y, pr.lam)[1]
     Gm = C.objective_grad(theta - h * V, pr.X, pr.Y, pr.lam)[1]
-    np.testing.assert_allclose(C.hessp(theta, V, pr.X, pr.lam), (Gp - Gm) / (2 * h),
-                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        C.hessp(theta, V, pr.X, pr.lam), (Gp - Gm) / (2 * h), rtol=1e-6, atol=1e-8
+    )
 
 
 def test_objective_matches_definition_and_is_finite_at_huge_logits():
     pr = _random_problem(T=5, p=2, n=3, lam=0.1)
     theta = np.array([[1.0, -2.0, 0.5], [0.3, 0.0, -1.0], [0.0, 1.0, 2.0]])
     S_ = pr.X @ theta
-    direct = np.mean(np.log(np.exp(S_).sum(1)) - S_[np.arange(5), pr.y]) + 0.05 * np.sum(
-        theta**2)
+    direct = np.mean(np.log(np.exp(S_).sum(1)) - S_[np.arange(5), pr.y]) + 0.05 * np.sum(theta**2)
     assert C.objective(theta, pr.X, pr.Y, pr.lam) == pytest.approx(direct, rel=1e-13)
     assert math.isfinite(C.objective(1e3 * theta, pr.X, pr.Y, pr.lam))
 
@@ -83,9 +85,15 @@ def test_sklearn_optimum_is_a_stationary_point_and_matches_scipy(which, digits_s
     assert opt.grad_inf < 1e-6
     # independent minimiser: SciPy L-BFGS-B from zero on our objective
     shape = (pr.p, pr.n_classes)
-    res = minimize(lambda v: (lambda r: (r[0], r[1].ravel()))(
-        C.objective_grad(v.reshape(shape), pr.X, pr.Y, pr.lam)), np.zeros(np.prod(shape)),
-        jac=True, method="L-BFGS-B", options={"gtol": 1e-10, "ftol": 0, "maxiter": 5000})
+    res = minimize(
+        lambda v: (lambda r: (r[0], r[1].ravel()))(
+            C.objective_grad(v.reshape(shape), pr.X, pr.Y, pr.lam)
+        ),
+        np.zeros(np.prod(shape)),
+        jac=True,
+        method="L-BFGS-B",
+        options={"gtol": 1e-10, "ftol": 0, "maxiter": 5000},
+    )
     assert res.fun >= opt.value - 1e-12
     assert res.fun == pytest.approx(opt.value, rel=1e-9)
     # scikit-learn's own solution alone is already within 1e-6 (relative)
@@ -114,8 +122,7 @@ def test_sgd_matches_a_hand_written_step():
         P = np.exp(pr.X @ theta)
         P /= P.sum(1, keepdims=True)
         theta = theta - (0.5 / t) * (pr.X.T @ (P - pr.Y) / 7 + 0.1 * theta)
-    assert tr.objective[-1] == pytest.approx(C.objective(theta, pr.X, pr.Y, pr.lam),
-                                             rel=1e-13)
+    assert tr.objective[-1] == pytest.approx(C.objective(theta, pr.X, pr.Y, pr.lam), rel=1e-13)
 
 
 @pytest.mark.torch
@@ -150,9 +157,10 @@ def test_lbfgs_decreases_and_counts_passes(digits_small):
 def test_divergence_is_detected_and_loses_the_tuning(cancer):
     tr = C.run_sgd(cancer, 1e4, "constant", 100, 3)
     assert tr.diverged and tr.final == math.inf
-    best, traces = C.tune(lambda eta0, schedule: C.run_sgd(cancer, eta0, schedule, 100, 2),
-                          [{"eta0": 1e4, "schedule": "constant"},
-                           {"eta0": 0.3, "schedule": "constant"}])
+    best, traces = C.tune(
+        lambda eta0, schedule: C.run_sgd(cancer, eta0, schedule, 100, 2),
+        [{"eta0": 1e4, "schedule": "constant"}, {"eta0": 0.3, "schedule": "constant"}],
+    )
     assert best == {"eta0": 0.3, "schedule": "constant"}
     assert traces[0].diverged and not traces[1].diverged
 
@@ -217,9 +225,15 @@ def test_spfb_trace_uses_our_objective(binary, digits_small, cancer):
 
 # ----------------------------------------------------------------- the experiment
 TINY = S.Config(
-    datasets=(S.DataSpec("breast_cancer", 1e-2, 100, 3, ranks=(1,), paper_ranks=(1,)),
-              S.DataSpec("digits", 1e-2, 100, 3, n=300, ranks=(1,))),
-    etas=(0.3, 1.0), adam_etas=(0.01, 0.03), schedules=("inverse_t0",), seeds=2)
+    datasets=(
+        S.DataSpec("breast_cancer", 1e-2, 100, 3, ranks=(1,), paper_ranks=(1,)),
+        S.DataSpec("digits", 1e-2, 100, 3, n=300, ranks=(1,)),
+    ),
+    etas=(0.3, 1.0),
+    adam_etas=(0.01, 0.03),
+    schedules=("inverse_t0",),
+    seeds=2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -254,8 +268,7 @@ def test_run_writes_report_and_optimum_is_below_every_method(tiny_run):
             for g in grid:  # tuning runs too
                 assert g["final"] >= f_star - 1e-12
         # equal tuning budget: every tuned method ran the same number of configurations
-        sizes = {m: len(g) for m, g in d["grids"].items()
-                 if m not in ("L-BFGS", "SPFB (dense)")}
+        sizes = {m: len(g) for m, g in d["grids"].items() if m not in ("L-BFGS", "SPFB (dense)")}
         assert set(sizes.values()) == {2}, sizes
         for s in d["summary"].values():
             assert s["min_gap"] >= -1e-12
@@ -264,8 +277,9 @@ def test_run_writes_report_and_optimum_is_below_every_method(tiny_run):
     assert bc["LSPFB k=1"][0]["config"]["low_rank"] == "exact"
     assert bc["LSPFB-paper k=1"][0]["config"]["low_rank"] == "paper"
     assert bc[S.EXACT_CG][0]["config"]["cg_maxiter"] == S.EXACT_CG_MAXITER
-    assert "cg_maxiter" not in bc["SPFB"][0]["config"] or \
-        bc["SPFB"][0]["config"]["cg_maxiter"] is None  # the estimator's default cap
+    assert (
+        "cg_maxiter" not in bc["SPFB"][0]["config"] or bc["SPFB"][0]["config"]["cg_maxiter"] is None
+    )  # the estimator's default cap
     assert set(res["datasets"]["breast_cancer"]["verdicts"]) >= {"SPFB", S.EXACT_CG}
     assert "SPFB (CG 1e-4) = the paper's exact step" in text
 
@@ -288,8 +302,9 @@ def test_summary_is_consistent_with_traces(tiny_run):
             ours, sgd, holds = v["per_epoch"]
             assert holds == (ours < sgd)
             # per second: time to an accuracy both reached, so both times are finite
-            assert v["common_gap"] == max(summ[method]["final_gap_range"][1],
-                                          summ["SGD"]["final_gap_range"][1])
+            assert v["common_gap"] == max(
+                summ[method]["final_gap_range"][1], summ["SGD"]["final_gap_range"][1]
+            )
             t_ours, t_sgd, holds = v["per_second"]
             assert math.isfinite(t_ours) and math.isfinite(t_sgd) and holds == (t_ours < t_sgd)
             assert t_ours <= summ[method]["seconds"] + 1e-12
@@ -297,9 +312,15 @@ def test_summary_is_consistent_with_traces(tiny_run):
 
 @needs_optim
 def test_unaffordable_methods_are_skipped_and_listed(tmp_path):
-    cfg = S.Config(datasets=(S.DataSpec("breast_cancer", 1e-2, 100, 2, ranks=(1, 5)),),
-                   etas=(1.0,), adam_etas=(0.01,), schedules=("constant",), seeds=1,
-                   max_method_s=1e-9, lbfgs=False)
+    cfg = S.Config(
+        datasets=(S.DataSpec("breast_cancer", 1e-2, 100, 2, ranks=(1, 5)),),
+        etas=(1.0,),
+        adam_etas=(0.01,),
+        schedules=("constant",),
+        seeds=1,
+        max_method_s=1e-9,
+        lbfgs=False,
+    )
     res = S.run(tmp_path, quick=True, config=cfg)
     d = res["datasets"]["breast_cancer"]
     assert set(d["skipped_methods"]) == {"SPFB (dense)", "LSPFB k=1", "LSPFB k=5"}

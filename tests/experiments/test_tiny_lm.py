@@ -28,8 +28,16 @@ ATTENTIONS = ("exact", "positive", "gerf", "saderf", "sderf", "hybrid_angular", 
 
 
 def _cfg(attention="exact", **kw):
-    base = dict(vocab_size=17, context=32, d_model=32, n_heads=4, n_layers=2,
-                attention=attention, n_features=16, redraw_interval=3)
+    base = dict(
+        vocab_size=17,
+        context=32,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        attention=attention,
+        n_features=16,
+        redraw_interval=3,
+    )
     base.update(kw)
     return LMConfig(**base)
 
@@ -120,7 +128,7 @@ def test_evaluate_bpc_matches_a_direct_computation():
     nll = 0.0
     with torch.no_grad():
         for s in starts:
-            ids = torch.from_numpy(data[s:s + T + 1])[None]
+            ids = torch.from_numpy(data[s : s + T + 1])[None]
             logp = torch.log_softmax(model(ids[:, :-1]), -1)[0]
             nll -= float(logp[torch.arange(T), ids[0, 1:]].sum())
     direct = nll / (starts.size * T) / math.log(2)
@@ -131,10 +139,8 @@ def test_evaluate_bpc_matches_a_direct_computation():
 
 @pytest.mark.slow
 def test_exact_training_loss_decreases_and_bpc_is_below_uniform(corpus):
-    cfg = LMConfig(vocab_size=corpus.vocab_size, context=32, d_model=32, n_heads=4,
-                   n_layers=1)
-    tc = TrainConfig(steps=40, batch_size=8, lr=3e-3, warmup=5, log_every=5,
-                     eval_windows=16)
+    cfg = LMConfig(vocab_size=corpus.vocab_size, context=32, d_model=32, n_heads=4, n_layers=1)
+    tc = TrainConfig(steps=40, batch_size=8, lr=3e-3, warmup=5, log_every=5, eval_windows=16)
     r = train_lm(cfg, tc, corpus.train, corpus.valid, seed=0)
     bits = [b for _, b in r["curve"]]
     # starts near log2(V) = 6.6 bits (uniform); 40 steps of Adam learn at least the
@@ -172,10 +178,21 @@ def test_windows_and_lengths():
 
 @pytest.mark.slow
 def test_run_writes_report_table_and_plot(tmp_path):
-    cfg = tiny_lm.Config(corpus="pydoc", context=32, d_model=32, n_heads=4, n_layers=1,
-                         n_features=16, steps=12, batch_size=4, warmup=2, log_every=4,
-                         eval_windows=8, max_chars=60_000,
-                         methods=("exact", "FAVOR+", "FAVOR# (SDERF)", "hybrid (angular)"))
+    cfg = tiny_lm.Config(
+        corpus="pydoc",
+        context=32,
+        d_model=32,
+        n_heads=4,
+        n_layers=1,
+        n_features=16,
+        steps=12,
+        batch_size=4,
+        warmup=2,
+        log_every=4,
+        eval_windows=8,
+        max_chars=60_000,
+        methods=("exact", "FAVOR+", "FAVOR# (SDERF)", "hybrid (angular)"),
+    )
     tiny_lm.run(tmp_path, quick=True, seed=0, config=cfg)
     report = (tmp_path / "report.md").read_text()
     assert (tmp_path / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"

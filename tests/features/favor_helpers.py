@@ -67,15 +67,17 @@ def zscores(estimate, exact, variance, rounding: float = 1e-10) -> np.ndarray:
     return (np.asarray(estimate) - exact) / np.sqrt(var)
 
 
-def assert_unbiased(estimate, exact, variance, *, bound: float = Z_BOUND, power: float = 0.05,
-                    label: str = ""):
+def assert_unbiased(
+    estimate, exact, variance, *, bound: float = Z_BOUND, power: float = 0.05, label: str = ""
+):
     """|z| < bound per entry, and the test has power: SE / |K| < ``power``.
 
     The power check keeps the test from passing vacuously with a huge variance; with
     ``power = 0.05`` and ``bound = 4.5`` any relative bias above ~25 % is detected.
     """
-    estimate, exact, variance = (np.asarray(a, dtype=np.float64) for a in (estimate, exact,
-                                                                           variance))
+    estimate, exact, variance = (
+        np.asarray(a, dtype=np.float64) for a in (estimate, exact, variance)
+    )
     assert np.all(np.isfinite(estimate)), f"{label}: non-finite estimate"
     assert np.all(variance >= 0), f"{label}: negative variance"
     rel_se = np.sqrt(variance) / np.abs(exact)
@@ -174,8 +176,12 @@ def gerf_log_m2(A, X, Y, alpha=0.0):
     d = X.shape[1]
     nx, ny = np.sum(X * X, axis=1), np.sum(Y * Y, axis=1)
     s2 = nx[:, None] + ny[None, :] + 2.0 * X @ Y.T  # |x + y|^2
-    out = (d * np.log((1.0 - 4.0 * A) / np.sqrt(1.0 - 8.0 * A))
-           + 2.0 * (1.0 - 4.0 * A) / (1.0 - 8.0 * A) * s2 - nx[:, None] - ny[None, :])
+    out = (
+        d * np.log((1.0 - 4.0 * A) / np.sqrt(1.0 - 8.0 * A))
+        + 2.0 * (1.0 - 4.0 * A) / (1.0 - 8.0 * A) * s2
+        - nx[:, None]
+        - ny[None, :]
+    )
     return out + 2.0 * alpha * (nx[:, None] + ny[None, :])
 
 
@@ -201,8 +207,9 @@ def gauss_hermite_expectation(log_integrand, curvature, n_nodes: int = 120):
     log_phi = -0.5 * om * om - 0.5 * np.log(2.0 * np.pi)
     vals = log_integrand(om)
     shape = (-1,) + (1,) * (np.ndim(vals) - 1)
-    return c * np.sum((wt * np.exp(t * t)).reshape(shape) * np.exp(vals + log_phi.reshape(shape)),
-                      axis=0)
+    return c * np.sum(
+        (wt * np.exp(t * t)).reshape(shape) * np.exp(vals + log_phi.reshape(shape)), axis=0
+    )
 
 
 def derf_moments_by_quadrature(fm, X, Y, alpha=0.0):
@@ -223,8 +230,10 @@ def derf_moments_by_quadrature(fm, X, Y, alpha=0.0):
         ul = U[..., l]
         m1 = m1 * gauss_hermite_expectation(
             lambda w, al=a[l], ul=ul: 2 * al * w[:, None, None] ** 2 + w[:, None, None] * ul,
-            1.0 - 4.0 * a[l])
+            1.0 - 4.0 * a[l],
+        )
         m2 = m2 * gauss_hermite_expectation(
             lambda w, al=a[l], ul=ul: 4 * al * w[:, None, None] ** 2 + 2 * w[:, None, None] * ul,
-            1.0 - 8.0 * a[l])
+            1.0 - 8.0 * a[l],
+        )
     return m1, m2

@@ -67,7 +67,7 @@ def test_a_star_properties(phi):
     assert 8 * A < 1
     # stationary point of g: g'(A) = -4/(1-4A) + 4/(1-8A) + 8 phi/(1-8A)^2 = 0,
     # written as (1-8A)^2 g'(A) / 4 to avoid scale issues
-    r = -(1 - 8 * A) ** 2 / (1 - 4 * A) + (1 - 8 * A) + 2 * phi
+    r = -((1 - 8 * A) ** 2) / (1 - 4 * A) + (1 - 8 * A) + 2 * phi
     assert abs(r) <= 1e-12 * (1 + 2 * phi + (1 - 8 * A))
     # A* = -phi / (1 + r), r = (1 + 12 phi) / (2 phi + sqrt(4 phi^2 + 12 phi + 1)) in [1, 3]
     assert -phi / 2 * (1 + 1e-15) <= A <= -phi / 4 * (1 - 1e-15)

@@ -90,8 +90,9 @@ def test_tensor_srht_matches_algorithm_1(D, cplx):
     # per-(block, degree) draws: signs in the right set, rows are permutations
     vals = np.unique(fm.signs_)
     assert set(vals.tolist()) <= ({1, -1, 1j, -1j} if cplx else {1.0, -1.0})
-    np.testing.assert_array_equal(np.sort(fm.permutations_, axis=-1),
-                                  np.broadcast_to(np.arange(d), fm.permutations_.shape))
+    np.testing.assert_array_equal(
+        np.sort(fm.permutations_, axis=-1), np.broadcast_to(np.arange(d), fm.permutations_.shape)
+    )
 
 
 @pytest.mark.parametrize("cplx", [False, True])
@@ -101,8 +102,9 @@ def test_tensor_srht_dense_and_fwht_paths_agree(cplx, backend):
     a = TensorSRHT(method="dense", **kw).fit(X)
     b = TensorSRHT(method="fwht", **kw).fit(X)
     Xb = backend.asarray(X)
-    np.testing.assert_allclose(backend.to_numpy(a.transform(Xb)),
-                               backend.to_numpy(b.transform(Xb)), atol=1e-13)
+    np.testing.assert_allclose(
+        backend.to_numpy(a.transform(Xb)), backend.to_numpy(b.transform(Xb)), atol=1e-13
+    )
 
 
 @pytest.mark.parametrize("cls", [RademacherSketch, GaussianSketch], ids=_name)
@@ -145,8 +147,9 @@ def test_tensor_srht_degree_one_full_blocks_is_exact(d0, coef0, mult, cplx):
     X = np.random.default_rng(7).standard_normal((9, d0))
     d = 1 << (d0 + (coef0 > 0) - 1).bit_length()
     for method in ("dense", "fwht"):
-        fm = TensorSRHT(n_features=mult * d, degree=1, coef0=coef0, complex=cplx,
-                        method=method, random_state=8).fit(X)
+        fm = TensorSRHT(
+            n_features=mult * d, degree=1, coef0=coef0, complex=cplx, method=method, random_state=8
+        ).fit(X)
         np.testing.assert_allclose(fm.approx_kernel(X), X @ X.T + coef0, atol=1e-12)
         np.testing.assert_allclose(fm.variance(X), 0.0, atol=1e-12)
         np.testing.assert_allclose(fm.variance(X, kind="real"), 0.0, atol=1e-12)
@@ -208,8 +211,9 @@ def test_iid_variance_equals_eq_18_21(p, cplx):
         for i in range(4):
             for j in range(3):
                 G, N, S = stats(X[i], Y[j], 0.4)
-                np.testing.assert_allclose(V[i, j], ref_iid(G, N, S, p, sketch, cplx) / 7,
-                                           rtol=1e-10)
+                np.testing.assert_allclose(
+                    V[i, j], ref_iid(G, N, S, p, sketch, cplx) / 7, rtol=1e-10
+                )
         # the real part never has a larger variance; equal for real maps
         Vr = fm.variance(X, Y, kind="real")
         assert np.all(Vr <= V * (1 + 1e-12))
@@ -228,8 +232,9 @@ def test_tensor_srht_variance_equals_eq_33(D, cplx, p):
     for i in range(3):
         for j in range(3):
             G, N, S = stats(X[i], X[j])
-            np.testing.assert_allclose(V[i, j], max(ref_srht(G, N, S, p, D, 8, cplx), 0.0),
-                                       rtol=1e-9, atol=1e-14)
+            np.testing.assert_allclose(
+                V[i, j], max(ref_srht(G, N, S, p, D, 8, cplx), 0.0), rtol=1e-9, atol=1e-14
+            )
 
 
 def test_tensor_sketch_variance_special_cases():
@@ -296,7 +301,9 @@ def test_note_worked_examples():
     assert abs(RademacherSketch(n_features=1, degree=2).fit(u).variance(u, v)[0, 0]) < 1e-15
     np.testing.assert_allclose(
         RademacherSketch(n_features=1, degree=2, complex=True).fit(u).variance(u, v)[0, 0],
-        0.25, rtol=1e-12)
+        0.25,
+        rtol=1e-12,
+    )
 
 
 def test_pair_statistics():
@@ -322,7 +329,8 @@ def test_backends_same_features_and_dtypes(cls, cplx, dtype, backend):
     Xb = backend.asarray(X, dtype)
     F = fm.transform(Xb)
     expected_dtype = {("float32", True): "complex64", ("float64", True): "complex128"}.get(
-        (dtype, cplx), dtype)
+        (dtype, cplx), dtype
+    )
     assert backend.dtype_name(F) == expected_dtype
     tol = 1e-4 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(backend.to_numpy(F), fm.transform(X), rtol=tol, atol=tol)
@@ -377,16 +385,21 @@ def test_huge_and_tiny_norms_give_finite_scale_invariant_estimates(cls, backend)
     fm = cls(**kw).fit(X)
     K = fm.approx_kernel(X)
     scale = np.abs(K).max()
-    for s, dtype, tol in ((1e30, "float64", 1e-12), (1e200, "float64", 1e-12),
-                          (1e10, "float32", 1e-4)):
-        K2 = backend.to_numpy(fm.approx_kernel(backend.asarray(X * s, dtype),
-                                               backend.asarray(X / s, dtype)))
+    for s, dtype, tol in (
+        (1e30, "float64", 1e-12),
+        (1e200, "float64", 1e-12),
+        (1e10, "float32", 1e-4),
+    ):
+        K2 = backend.to_numpy(
+            fm.approx_kernel(backend.asarray(X * s, dtype), backend.asarray(X / s, dtype))
+        )
         assert np.all(np.isfinite(K2)), (s, dtype)
         np.testing.assert_allclose(K2 / scale, K / scale, atol=tol)
     base, log_scale = fm.transform_scaled(backend.asarray(X * 1e200))
     assert np.all(np.isfinite(backend.to_numpy(base)))
-    np.testing.assert_allclose(backend.to_numpy(log_scale)[0],
-                               10 * np.log(1e200 * np.linalg.norm(X[0])), rtol=1e-12)
+    np.testing.assert_allclose(
+        backend.to_numpy(log_scale)[0], 10 * np.log(1e200 * np.linalg.norm(X[0])), rtol=1e-12
+    )
     # moderate inputs: transform_scaled is the features with zero log-scale
     base, log_scale = fm.transform_scaled(backend.asarray(X))
     np.testing.assert_allclose(backend.to_numpy(base), fm.transform(X), atol=1e-15)
@@ -394,8 +407,11 @@ def test_huge_and_tiny_norms_give_finite_scale_invariant_estimates(cls, backend)
 
 
 @given(
-    X=hnp.arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 9)),
-                 elements=st.floats(-1e6, 1e6, allow_subnormal=False)),
+    X=hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(1, 5), st.integers(1, 9)),
+        elements=st.floats(-1e6, 1e6, allow_subnormal=False),
+    ),
     log_scale=st.floats(-150, 150),
     coef0=st.sampled_from([0.0, 0.5]),
     cplx=st.booleans(),
@@ -407,11 +423,15 @@ def test_property_degree_one_full_block_srht_is_exact(X, log_scale, coef0, cplx)
     d = 1 << (X.shape[1] + (coef0 > 0) - 1).bit_length()
     fm = TensorSRHT(n_features=d, degree=1, coef0=coef0, complex=cplx, random_state=0).fit(X)
     K = X @ X.T + coef0
-    np.testing.assert_allclose(fm.approx_kernel(X), K, rtol=1e-9,
-                               atol=1e-9 * (np.abs(K).max() + 1e-300))
+    np.testing.assert_allclose(
+        fm.approx_kernel(X), K, rtol=1e-9, atol=1e-9 * (np.abs(K).max() + 1e-300)
+    )
     with np.errstate(all="ignore"):  # where K^3 itself overflows
-        K3 = TensorSRHT(n_features=8, degree=3, coef0=coef0, complex=cplx,
-                        random_state=0).fit(X).approx_kernel(X)
+        K3 = (
+            TensorSRHT(n_features=8, degree=3, coef0=coef0, complex=cplx, random_state=0)
+            .fit(X)
+            .approx_kernel(X)
+        )
         ok = np.all(np.isfinite(K**3))
     if ok:
         assert np.all(np.isfinite(K3))

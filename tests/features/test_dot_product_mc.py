@@ -70,8 +70,11 @@ def check_replicates(est, k, Vc, Vr, label):
 
 # ---------------------------------------------------------------- i.i.d. sketches
 IID_CASES = [
-    (RademacherSketch, 1), (RademacherSketch, 2), (RademacherSketch, 3),
-    (GaussianSketch, 1), (GaussianSketch, 2),
+    (RademacherSketch, 1),
+    (RademacherSketch, 2),
+    (RademacherSketch, 3),
+    (GaussianSketch, 1),
+    (GaussianSketch, 2),
 ]
 
 
@@ -118,8 +121,9 @@ def test_complex_beats_real_on_worked_example():
     for p, ratio in ((1, 0.539), (2, 0.452), (3, 0.370)):
         v = {}
         for cplx in (False, True):
-            fm = RademacherSketch(n_features=200_000, degree=p, complex=cplx,
-                                  random_state=7 + p).fit(X)
+            fm = RademacherSketch(
+                n_features=200_000, degree=p, complex=cplx, random_state=7 + p
+            ).fit(X)
             P = fm.transform(X) * np.sqrt(fm.n_features)
             v[cplx] = np.mean(np.abs(P[0] * np.conj(P[1]) - 0.96**p) ** 2)
         assert abs(v[True] / v[False] / ratio - 1) < 0.03, (p, v[True] / v[False])
@@ -132,8 +136,9 @@ def srht_replicates(X, p, D, cplx, coef0, R, seed):
     d = 1 << (X.shape[1] + (coef0 > 0) - 1).bit_length()
     k, r = divmod(D, d)
     per = k + (r > 0)
-    big = TensorSRHT(n_features=R * per * d, degree=p, coef0=coef0, complex=cplx,
-                     random_state=seed).fit(X)
+    big = TensorSRHT(
+        n_features=R * per * d, degree=p, coef0=coef0, complex=cplx, random_state=seed
+    ).fit(X)
     assert big.padded_dim_ == d
     P = big.transform(X) * np.sqrt(big.n_features)  # unscaled features
     out = {}
@@ -160,8 +165,13 @@ def test_tensor_srht_unbiased_and_variance_eq_33(p, cplx, d0, coef0, D):
     K = poly(X, p, coef0)
     Vc, Vr = fm.variance(X), fm.variance(X, kind="real")
     for (i, j), est in reps.items():
-        check_replicates(est, K[i, j], Vc[i, j], Vr[i, j],
-                         f"TensorSRHT p={p} complex={cplx} d0={d0} D={D} ({i},{j})")
+        check_replicates(
+            est,
+            K[i, j],
+            Vc[i, j],
+            Vr[i, j],
+            f"TensorSRHT p={p} complex={cplx} d0={d0} D={D} ({i},{j})",
+        )
 
 
 def test_tensor_srht_shared_permutation_would_break_eq_33():
@@ -204,8 +214,12 @@ def test_tensor_sketch_unbiased_and_variance(n_draws, p, D):
     V = TensorSketch(n_features=D, degree=p, coef0=0.5).fit(X).variance(X)
     for c, (i, j) in enumerate(PAIRS):
         check_mean(est[:, c], K[i, j], f"TensorSketch ({i},{j})")
-        check_var((est[:, c] - K[i, j]) ** 2, V[i, j], f"TensorSketch var ({i},{j})",
-                  rel_tol=0.05 if n_draws >= 100_000 else 0.1)
+        check_var(
+            (est[:, c] - K[i, j]) ** 2,
+            V[i, j],
+            f"TensorSketch var ({i},{j})",
+            rel_tol=0.05 if n_draws >= 100_000 else 0.1,
+        )
 
 
 # ---------------------------------------------------------------- real data

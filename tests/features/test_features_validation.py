@@ -56,8 +56,11 @@ def test_non_finite_values_are_rejected(cls, bad, data, backend):
 
 
 @given(
-    arr=hnp.arrays(np.float64, hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=6),
-                   elements=st.floats(-10, 10)),
+    arr=hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=6),
+        elements=st.floats(-10, 10),
+    ),
     bad=st.sampled_from([np.nan, np.inf, -np.inf]),
     where=st.tuples(st.integers(0, 100), st.integers(0, 100)),
 )
@@ -159,14 +162,18 @@ def test_n_features_not_an_integer(cls, n, data):
 def test_n_features_absurdly_large(cls, data):
     with pytest.raises(ValueError, match=r"^n_features must be <= .*too large"):
         cls(n_features=2**40).fit(data[0])
-    assert cls(n_features=np.int64(8), random_state=0).fit(data[0]).transform(data[0]).shape[0] \
-        == len(data[0])
+    assert cls(n_features=np.int64(8), random_state=0).fit(data[0]).transform(data[0]).shape[
+        0
+    ] == len(data[0])
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "Softmax", "", None, 3, "polynomial"])
 def test_unknown_kernel(cls, kernel, data):
-    with pytest.raises(ValueError, match=r"^Unknown kernel .*expected one of \['gaussian', "
-                                         r"'softmax'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Unknown kernel .*expected one of \['gaussian', "
+        r"'softmax'\]",
+    ):
         cls(n_features=4, kernel=kernel).fit(data[0])
 
 
@@ -220,9 +227,14 @@ def test_bad_side(cls, data):
 def test_not_fitted(cls, data):
     X = data[0]
     fm = cls(n_features=4)
-    for call in (lambda: fm.transform(X), lambda: fm.transform_y(X),
-                 lambda: fm.approx_kernel(X), lambda: fm.variance(X),
-                 lambda: fm.log_objective(X), lambda: fm.transform_scaled(X)):
+    for call in (
+        lambda: fm.transform(X),
+        lambda: fm.transform_y(X),
+        lambda: fm.approx_kernel(X),
+        lambda: fm.variance(X),
+        lambda: fm.log_objective(X),
+        lambda: fm.transform_scaled(X),
+    ):
         with pytest.raises(NotFittedError):
             call()
 

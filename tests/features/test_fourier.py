@@ -58,7 +58,8 @@ def test_gamma_is_sklearn_parametrisation():
 
 # ------------------------------------------------------------------ variance vs MC
 @pytest.mark.parametrize(
-    "kw", [dict(n_features=4), dict(n_features=3), dict(n_features=2, complex=True)],
+    "kw",
+    [dict(n_features=4), dict(n_features=3), dict(n_features=2, complex=True)],
     ids=["real-even", "real-odd", "complex"],
 )
 def test_variance_matches_monte_carlo(kw):
@@ -114,8 +115,9 @@ def test_eq60_real_part_equals_eq59_with_twice_the_features():
     D = 16
     real = RandomFourierFeatures(2 * D, lengthscale=0.9, random_state=11).fit(X)
     cplx = RandomFourierFeatures(D, lengthscale=0.9, complex=True, random_state=11).fit(X)
-    stacked = RandomFourierFeatures(D, lengthscale=0.9, complex=True, real_output=True,
-                                    random_state=11).fit(X)
+    stacked = RandomFourierFeatures(
+        D, lengthscale=0.9, complex=True, real_output=True, random_state=11
+    ).fit(X)
     P = cplx.transform(X)
     assert P.shape == (7, D) and np.iscomplexobj(P)
     np.testing.assert_allclose(np.abs(P) ** 2, 1.0 / D, rtol=1e-12)  # |e^{i w x}|^2 / D
@@ -175,8 +177,13 @@ def test_sorf_bias_is_small_and_decreases_with_dimension():
         X = np.random.default_rng(d).normal(size=(6, d))
         X /= np.linalg.norm(X, axis=1, keepdims=True)  # |x - y| ~ sqrt(2)
         K = gaussian_kernel(X, X)
-        est = np.mean([RandomFourierFeatures(2**14, sampler="sorf", random_state=s)
-                       .fit(X).approx_kernel(X) for s in range(6)], axis=0)
+        est = np.mean(
+            [
+                RandomFourierFeatures(2**14, sampler="sorf", random_state=s).fit(X).approx_kernel(X)
+                for s in range(6)
+            ],
+            axis=0,
+        )
         iu = np.triu_indices(6, 1)
         bias[d] = float(np.abs(est - K)[iu].mean())
     assert bias[4] > bias[16] > bias[64], bias

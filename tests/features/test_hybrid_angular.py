@@ -37,8 +37,9 @@ def test_output_dim_and_feature_dot_equals_mixture():
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(4, 6)) * 0.5, rng.normal(size=(5, 6)) * 0.5
     for shared in (True, False):
-        fm = AngularHybridRF(n_features=8, n_lambda=8, shared_projection=shared,
-                             random_state=0).fit(X, Y)
+        fm = AngularHybridRF(
+            n_features=8, n_lambda=8, shared_projection=shared, random_state=0
+        ).fit(X, Y)
         P, S = fm.transform(X), fm.transform_y(Y)
         assert P.shape == (4, 288) and S.shape == (5, 288) and fm.output_dim == 288
         lam, kp, kt = fm.approx_components(X, Y)
@@ -47,11 +48,13 @@ def test_output_dim_and_feature_dot_equals_mixture():
         lam_direct = 0.5 * (1 - np.sign(X @ T.T) @ np.sign(Y @ T.T).T / 8)
         np.testing.assert_allclose(lam, lam_direct, atol=1e-14)
         W = fm.projection_
-        kp_direct = np.exp(-0.5 * (X**2).sum(1)[:, None] - 0.5 * (Y**2).sum(1)[None]) * \
-            np.cosh((X @ W.T)[:, None, :] + (Y @ W.T)[None, :, :]).mean(-1)
+        kp_direct = np.exp(-0.5 * (X**2).sum(1)[:, None] - 0.5 * (Y**2).sum(1)[None]) * np.cosh(
+            (X @ W.T)[:, None, :] + (Y @ W.T)[None, :, :]
+        ).mean(-1)
         Wt = fm.projection_trig_
-        kt_direct = np.exp(0.5 * (X**2).sum(1)[:, None] + 0.5 * (Y**2).sum(1)[None]) * \
-            np.cos((X @ Wt.T)[:, None, :] - (Y @ Wt.T)[None, :, :]).mean(-1)
+        kt_direct = np.exp(0.5 * (X**2).sum(1)[:, None] + 0.5 * (Y**2).sum(1)[None]) * np.cos(
+            (X @ Wt.T)[:, None, :] - (Y @ Wt.T)[None, :, :]
+        ).mean(-1)
         np.testing.assert_allclose(kp, kp_direct, rtol=1e-12)
         np.testing.assert_allclose(kt, kt_direct, rtol=1e-12)
         K = lam_direct * kp_direct + (1 - lam_direct) * kt_direct
@@ -67,11 +70,11 @@ def test_zero_variance_at_theta_0_and_pi_for_equal_norms(r, shared):
         X, Y = _pair_on_sphere(7, r, theta)
         exact = math.exp(float((X @ Y.T)[0, 0]))
         for seed in range(20):
-            fm = AngularHybridRF(n_features=4, n_lambda=3, shared_projection=shared,
-                                 random_state=seed).fit(X, Y)
+            fm = AngularHybridRF(
+                n_features=4, n_lambda=3, shared_projection=shared, random_state=seed
+            ).fit(X, Y)
             np.testing.assert_allclose(fm.approx_kernel(X, Y), exact, rtol=1e-12)
-            np.testing.assert_allclose(fm.transform(X) @ fm.transform_y(Y).T, exact,
-                                       rtol=1e-10)
+            np.testing.assert_allclose(fm.transform(X) @ fm.transform_y(Y).T, exact, rtol=1e-10)
         assert fm.variance(X, Y)[0, 0] <= 1e-12 * exact**2
 
 
@@ -80,8 +83,14 @@ def test_variance_nonzero_at_theta_0_unequal_norms():
     Y = 0.5 * X
     fm = AngularHybridRF(n_features=3, n_lambda=2, random_state=0).fit(X, Y)
     assert fm.variance(X, Y)[0, 0] > 1e-4
-    vals = {float(AngularHybridRF(n_features=3, n_lambda=2, random_state=s).fit(X, Y)
-                  .approx_kernel(X, Y)[0, 0]) for s in range(5)}
+    vals = {
+        float(
+            AngularHybridRF(n_features=3, n_lambda=2, random_state=s)
+            .fit(X, Y)
+            .approx_kernel(X, Y)[0, 0]
+        )
+        for s in range(5)
+    }
     assert len(vals) > 1
 
 
@@ -101,8 +110,12 @@ def mc_draws():
     Y[1] = -0.9 * X[1]  # theta = pi with unequal norms
     out = {"X": X, "Y": Y, "m": m, "n": n}
     for shared in (True, False):
-        comps = [AngularHybridRF(m, n, shared_projection=shared, random_state=s)
-                 .fit(X, Y).approx_components(X, Y) for s in range(R_MC)]
+        comps = [
+            AngularHybridRF(m, n, shared_projection=shared, random_state=s)
+            .fit(X, Y)
+            .approx_components(X, Y)
+            for s in range(R_MC)
+        ]
         lam, kp, kt = (np.stack([c[i] for c in comps]) for i in range(3))
         out[shared] = {"lam": lam, "kp": kp, "kt": kt, "est": lam * kp + (1 - lam) * kt}
     return out
@@ -184,13 +197,17 @@ def test_errata_9_bound_holds_and_printed_eq27_fails():
     for n in (1, 2, 4):
         for r in (1.0, 2.0, 5.0, 10.0):
             W = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
-            bound = W / np.sqrt(2 * m) * np.sqrt((1 - 1 / n) / (np.pi * r * r)
-                                                 + 1 / (n * np.sqrt(np.pi) * r))
+            bound = (
+                W
+                / np.sqrt(2 * m)
+                * np.sqrt((1 - 1 / n) / (np.pi * r * r) + 1 / (n * np.sqrt(np.pi) * r))
+            )
             assert eps_max(r, n) <= bound * (1 + 1e-9), (n, r)
     r, n = 5.0, 1
     W = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
-    printed = W / (r * np.sqrt(2 * m)) * np.sqrt(1 / np.pi - 1 / (n * np.pi)
-                                                 + 1 / (n * np.sqrt(np.pi)))
+    printed = (
+        W / (r * np.sqrt(2 * m)) * np.sqrt(1 / np.pi - 1 / (n * np.pi) + 1 / (n * np.sqrt(np.pi)))
+    )
     assert eps_max(r, n) > printed
     # note Sec. 3 table: max eps(anghyb) / max eps(trig) = .165 at n = 1, r = 5 (equal m);
     # with m = 1 this is the note's "max eps/W = 0.117 against a bound of 0.106"
@@ -219,10 +236,16 @@ def _eq47_corrected(r, theta, m, n):
     """Corrected eq. 47 (Erratum 3): MSE on the sphere of radius r."""
     t = theta / np.pi
     c2, s2 = np.cos(theta / 2) ** 2, np.sin(theta / 2) ** 2
-    pp = t * (t - t / n + 1 / n) / (2 * m) * np.exp(8 * r * r * c2 - 2 * r * r) \
+    pp = (
+        t
+        * (t - t / n + 1 / n)
+        / (2 * m)
+        * np.exp(8 * r * r * c2 - 2 * r * r)
         * (1 - np.exp(-4 * r * r * c2)) ** 2
-    tr = (1 - t) * (1 - t + t / n) / (2 * m) * np.exp(2 * r * r) \
-        * (1 - np.exp(-4 * r * r * s2)) ** 2
+    )
+    tr = (
+        (1 - t) * (1 - t + t / n) / (2 * m) * np.exp(2 * r * r) * (1 - np.exp(-4 * r * r * s2)) ** 2
+    )
     return pp + tr
 
 
@@ -235,8 +258,9 @@ def test_variance_on_sphere_is_corrected_eq47(shared, r):
     X = np.concatenate([p[0] for p in pairs])
     Y = np.concatenate([p[1] for p in pairs])
     fm = AngularHybridRF(m, n, shared_projection=shared, random_state=0).fit(X, Y)
-    np.testing.assert_allclose(np.diag(fm.variance(X, Y)), _eq47_corrected(r, thetas, m, n),
-                               rtol=1e-10, atol=1e-20)
+    np.testing.assert_allclose(
+        np.diag(fm.variance(X, Y)), _eq47_corrected(r, thetas, m, n), rtol=1e-10, atol=1e-20
+    )
 
 
 def test_variance_limit_thm_3_5():
@@ -247,8 +271,7 @@ def test_variance_limit_thm_3_5():
         X, Y = _pair_on_sphere(d, r, theta)
         fm = AngularHybridRF(m, n, random_state=0).fit(X, Y)
         eps = np.sqrt(fm.variance(X, Y)[0, 0]) / np.exp((X @ Y.T)[0, 0])
-        np.testing.assert_allclose(eps / np.sqrt(gap), Wr / np.sqrt(2 * np.pi * m * n),
-                                   rtol=1e-3)
+        np.testing.assert_allclose(eps / np.sqrt(gap), Wr / np.sqrt(2 * np.pi * m * n), rtol=1e-3)
 
 
 def test_shared_projection_lowers_mse_for_unequal_norms():

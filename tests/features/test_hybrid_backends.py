@@ -22,17 +22,18 @@ from kernelkit.features import (
 def _maps():
     return [
         AngularHybridRF(4, 3, random_state=0),
-        AngularHybridRF(4, 3, shared_projection=False, orthogonal=True, kernel="gaussian",
-                        random_state=0),
+        AngularHybridRF(
+            4, 3, shared_projection=False, orthogonal=True, kernel="gaussian", random_state=0
+        ),
         GaussianHybridRF(4, 3, random_state=0),
         GaussianHybridRF(4, 3, lambda_features="trig", kernel="gaussian", random_state=0),
         NormalizedGaussianHybridRF(4, 3, lengthscale=1.5, random_state=0),
         ComplexExponentialRF(5, A=np.array([0.9j, 1.1, 0.8 + 0.3j, 1.0, -1.2]), random_state=0),
-        ComplexExponentialRF(5, A=np.array([0.9, 1.1, 0.8, 1.0, 1.2]), kernel="gaussian",
-                             random_state=0),
+        ComplexExponentialRF(
+            5, A=np.array([0.9, 1.1, 0.8, 1.0, 1.2]), kernel="gaussian", random_state=0
+        ),
         ClusteredHybridRF(3, n_clusters=2, random_state=0),
-        ClusteredHybridRF(3, n_clusters=(2, 3), mixture="gaussian", n_lambda=2,
-                          random_state=0),
+        ClusteredHybridRF(3, n_clusters=(2, 3), mixture="gaussian", n_lambda=2, random_state=0),
     ]
 
 
@@ -56,14 +57,19 @@ def test_backends_and_dtypes_agree(backend, idx):
     assert np.all(ref["V"] >= 0) and np.all(np.isfinite(ref["V"]))
     for dtype, rtol in (("float64", 1e-10), ("float32", 2e-4)):
         Xb, Yb = backend.asarray(X, dtype), backend.asarray(Y, dtype)
-        out = {"P": fm.transform(Xb), "S": fm.transform_y(Yb), "K": fm.approx_kernel(Xb, Yb),
-               "V": fm.variance(Xb, Yb)}
+        out = {
+            "P": fm.transform(Xb),
+            "S": fm.transform_y(Yb),
+            "K": fm.approx_kernel(Xb, Yb),
+            "V": fm.variance(Xb, Yb),
+        }
         for key, val in out.items():
             assert backend.dtype_name(val) == dtype, key
             assert type(val) is type(Xb), key
             scale = np.abs(ref[key]).max()
-            np.testing.assert_allclose(backend.to_numpy(val), ref[key], rtol=rtol,
-                                       atol=rtol * scale, err_msg=key)
+            np.testing.assert_allclose(
+                backend.to_numpy(val), ref[key], rtol=rtol, atol=rtol * scale, err_msg=key
+            )
 
 
 @pytest.mark.parametrize("idx", range(len(_maps())), ids=_ids())
@@ -78,10 +84,10 @@ def test_gaussian_kernel_is_the_rescaled_softmax_estimator(idx):
     ga = clone(base).set_params(kernel="gaussian").fit(X, Y)
     Xs, Ys = X / base.lengthscale, Y / base.lengthscale
     f = np.exp(-0.5 * ((Xs**2).sum(1)[:, None] + (Ys**2).sum(1)[None]))
-    np.testing.assert_allclose(ga.approx_kernel(X, Y), sm.approx_kernel(X, Y) * f,
-                               rtol=1e-10, atol=1e-14)
-    np.testing.assert_allclose(ga.variance(X, Y), sm.variance(X, Y) * f**2, rtol=1e-10,
-                               atol=1e-14)
+    np.testing.assert_allclose(
+        ga.approx_kernel(X, Y), sm.approx_kernel(X, Y) * f, rtol=1e-10, atol=1e-14
+    )
+    np.testing.assert_allclose(ga.variance(X, Y), sm.variance(X, Y) * f**2, rtol=1e-10, atol=1e-14)
     exact = np.exp(-0.5 * ((Xs[:, None] - Ys[None]) ** 2).sum(-1))
     np.testing.assert_allclose(np.exp(Xs @ Ys.T) * f, exact, rtol=1e-12)
 
@@ -143,8 +149,10 @@ def test_large_norms_stay_finite():
     X = rng.normal(size=(3, 4))
     X *= 12.0 / np.linalg.norm(X, axis=1, keepdims=True)
     Y = -X * 0.98  # near theta = pi: SM small, the trig part's scale e^{|x|^2} ~ e^{144}
-    for fm in (AngularHybridRF(8, 4, random_state=0), AngularHybridRF(8, 4, kernel="gaussian",
-                                                                      random_state=0)):
+    for fm in (
+        AngularHybridRF(8, 4, random_state=0),
+        AngularHybridRF(8, 4, kernel="gaussian", random_state=0),
+    ):
         fm.fit(X, Y)
         K = fm.approx_kernel(X, Y)
         assert np.all(np.isfinite(K))
@@ -166,7 +174,11 @@ def test_property_angular_features_dot_and_lambda_range(X, Y, seed, shared):
     assert np.all((lam >= 0) & (lam <= 1))
     assert np.all(kp > 0)
     K = fm.approx_kernel(X, Y)
-    np.testing.assert_allclose(fm.transform(X) @ fm.transform_y(Y).T, K,
-                               rtol=1e-9, atol=1e-9 * np.abs(kp).max() + 1e-9 * np.abs(kt).max())
+    np.testing.assert_allclose(
+        fm.transform(X) @ fm.transform_y(Y).T,
+        K,
+        rtol=1e-9,
+        atol=1e-9 * np.abs(kp).max() + 1e-9 * np.abs(kt).max(),
+    )
     V = fm.variance(X, Y)
     assert np.all(np.isfinite(V)) and np.all(V >= 0)

@@ -30,9 +30,10 @@ def data():
 @pytest.fixture(scope="module")
 def fitted(data):
     X, Y, _, _ = data
-    return {mix: ClusteredHybridRF(3, n_clusters=2, mixture=mix, n_lambda=2,
-                                   random_state=0).fit(X, Y)
-            for mix in ("zero_one", "gaussian")}
+    return {
+        mix: ClusteredHybridRF(3, n_clusters=2, mixture=mix, n_lambda=2, random_state=0).fit(X, Y)
+        for mix in ("zero_one", "gaussian")
+    }
 
 
 def test_kmeans_centres_and_pair_matrices(data, fitted):
@@ -45,8 +46,9 @@ def test_kmeans_centres_and_pair_matrices(data, fitted):
     assert fm.A_.shape == (2, 2, 4)
     for i in range(2):
         for j in range(2):
-            np.testing.assert_allclose(fm.A_[i, j],
-                                       optimal_diagonal_A(fm.centers_x_[i], fm.centers_y_[j]))
+            np.testing.assert_allclose(
+                fm.A_[i, j], optimal_diagonal_A(fm.centers_x_[i], fm.centers_y_[j])
+            )
     ix, jy = fm.cluster_pairs(X, Y)
     assert len(np.unique(ix[:15])) == 1 and ix[0] != ix[-1]
     assert len(np.unique(jy[:15])) == 1 and jy[0] != jy[-1]
@@ -114,8 +116,15 @@ def test_gaussian_mixture_features_equal_direct_formula(data, fitted):
     X, Y, _, _ = data
     Xt, Yt = X[[0, 20, 3]], Y[[1, 25]]
     for default in ("hyperbolic", "trig"):
-        fm = ClusteredHybridRF(3, n_clusters=2, mixture="gaussian", n_lambda=2, tau=0.8,
-                               default_estimator=default, random_state=0).fit(X, Y)
+        fm = ClusteredHybridRF(
+            3,
+            n_clusters=2,
+            mixture="gaussian",
+            n_lambda=2,
+            tau=0.8,
+            default_estimator=default,
+            random_state=0,
+        ).fit(X, Y)
         P, S = fm.transform(Xt), fm.transform_y(Yt)
         assert P.shape[1] == S.shape[1] == fm.output_dim == 2 * 3 + 3 * 4 * 2 * 3
         W, T, tau = fm.projection_, fm.lambda_projection_, 0.8
@@ -130,9 +139,9 @@ def test_gaussian_mixture_features_equal_direct_formula(data, fitted):
             ax, by = Xt * a, Yt / a
             nax, nby = (ax**2).sum(1)[:, None], (by**2).sum(1)[None]
             lam = np.exp(-(nax + nby) / tau**2) * np.exp(
-                ((ax @ T.T)[:, None] - (by @ T.T)[None]) / tau).mean(-1)
-            smp = np.exp(-(nax + nby) / 2) * np.exp((ax @ W.T)[:, None] + (by @ W.T)[None]
-                                                     ).mean(-1)
+                ((ax @ T.T)[:, None] - (by @ T.T)[None]) / tau
+            ).mean(-1)
+            smp = np.exp(-(nax + nby) / 2) * np.exp((ax @ W.T)[:, None] + (by @ W.T)[None]).mean(-1)
             total += lam * (smp - sm0)
         np.testing.assert_allclose(P @ S.T, total, rtol=1e-10)
         np.testing.assert_allclose(fm.approx_kernel(Xt, Yt), total, rtol=1e-10)
@@ -146,8 +155,15 @@ def test_gaussian_mixture_unbiased_and_mse(data, default):
     Monte Carlo MSE is dominated by rare huge draws)."""
     X, Y, _, _ = data
     Xt, Yt = X[[0, 20]], Y[[1, 25]]
-    fm = ClusteredHybridRF(3, n_clusters=(2, 3), mixture="gaussian", n_lambda=2, tau=1.5,
-                           default_estimator=default, random_state=0).fit(X, Y)
+    fm = ClusteredHybridRF(
+        3,
+        n_clusters=(2, 3),
+        mixture="gaussian",
+        n_lambda=2,
+        tau=1.5,
+        default_estimator=default,
+        random_state=0,
+    ).fit(X, Y)
     R = 2000  # MSE resolved to < 10 % (1 SE), asserted below
     err = np.stack([fm.redraw(s).approx_kernel(Xt, Yt) for s in range(R)]) - np.exp(Xt @ Yt.T)
     assert np.abs(err.mean(0) / (err.std(0) / math.sqrt(R))).max() < Z
@@ -162,8 +178,15 @@ def test_gaussian_mixture_variance_large_n_lambda_limit(data):
     mixture sum_ij E[w_i] E[w_j] G_ij - SM^2 (checked against a direct computation)."""
     X, Y, _, _ = data
     Xt, Yt = X[[0, 20]], Y[[1, 25]]
-    fm = ClusteredHybridRF(3, n_clusters=2, mixture="gaussian", n_lambda=1, tau=0.8,
-                           default_estimator="hyperbolic", random_state=0).fit(X, Y)
+    fm = ClusteredHybridRF(
+        3,
+        n_clusters=2,
+        mixture="gaussian",
+        n_lambda=1,
+        tau=0.8,
+        default_estimator="hyperbolic",
+        random_state=0,
+    ).fit(X, Y)
     fm.n_lambda = 10**12  # the formula only; no features of that size are drawn
     v = fm.variance(Xt, Yt)
     W = np.random.default_rng(0).standard_normal((200_000, 4))
@@ -230,8 +253,7 @@ def test_variance_in_row_blocks_equals_one_block(data, monkeypatch, mixture):
     import kernelkit.features.hybrid as hyb
 
     X, Y, _, _ = data
-    fm = ClusteredHybridRF(3, n_clusters=2, mixture=mixture, n_lambda=2,
-                           random_state=0).fit(X, Y)
+    fm = ClusteredHybridRF(3, n_clusters=2, mixture=mixture, n_lambda=2, random_state=0).fit(X, Y)
     whole = fm.variance(X, Y)
     monkeypatch.setattr(hyb, "_VARIANCE_BLOCK_ELEMENTS", 1)  # one row per block
     np.testing.assert_allclose(fm.variance(X, Y), whole, rtol=1e-13, atol=0)

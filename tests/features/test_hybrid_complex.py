@@ -37,8 +37,8 @@ def _matrices(d, seed=1):
         "imag_diag": 1j * np.ones(d),
         "mixed_diag": np.array([0.9j, 1.1, 0.8 + 0.3j, 1.0])[:d],
         "real_dense": np.eye(d) + 0.3 * rng.normal(size=(d, d)),
-        "complex_dense": np.eye(d) + 0.25 * (rng.normal(size=(d, d))
-                                             + 1j * rng.normal(size=(d, d))),
+        "complex_dense": np.eye(d)
+        + 0.25 * (rng.normal(size=(d, d)) + 1j * rng.normal(size=(d, d))),
     }
 
 
@@ -105,8 +105,10 @@ def test_variance_matches_quadrature():
         x, y = rng.normal(size=2) * 0.5, rng.normal(size=2) * 0.5
         a, b = A * x, y / A
         c = a + b
-        g = np.exp(-(a[0] ** 2 + b[0] ** 2) / 2 + t * c[0])[:, None] \
+        g = (
+            np.exp(-(a[0] ** 2 + b[0] ** 2) / 2 + t * c[0])[:, None]
             * np.exp(-(a[1] ** 2 + b[1] ** 2) / 2 + t * c[1])[None, :]
+        )
         ww = w[:, None] * w[None, :]
         np.testing.assert_allclose((ww * g).sum().real, np.exp(x @ y), rtol=1e-12)
         var = (ww * g.real**2).sum() - np.exp(2 * x @ y)
@@ -152,8 +154,9 @@ def test_optimal_diagonal_A_complex_is_exact_at_centres():
     fm = ComplexExponentialRF(8, A=A, random_state=0).fit(rx[None], ry[None])
     for s in range(3):
         fm = ComplexExponentialRF(8, A=A, random_state=s).fit(rx[None], ry[None])
-        np.testing.assert_allclose(fm.approx_kernel(rx[None], ry[None]), np.exp(rx @ ry),
-                                   rtol=1e-10)
+        np.testing.assert_allclose(
+            fm.approx_kernel(rx[None], ry[None]), np.exp(rx @ ry), rtol=1e-10
+        )
     assert fm.variance(rx[None], ry[None])[0, 0] < 1e-14 * np.exp(2 * rx @ ry)
 
 
@@ -163,8 +166,7 @@ def test_optimal_diagonal_A_real_eq88_residual_and_optimality():
     a = optimal_diagonal_A(rx, ry)
     np.testing.assert_allclose(a, np.sqrt(np.abs(ry / rx)))
     same = rx * ry > 0
-    np.testing.assert_allclose(diagonal_A_loss(a, rx, ry), 4 * np.sum((rx * ry)[same]),
-                               rtol=1e-12)
+    np.testing.assert_allclose(diagonal_A_loss(a, rx, ry), 4 * np.sum((rx * ry)[same]), rtol=1e-12)
     # per-coordinate optimum of (a r_x + r_y / a)^2 over real a > 0
     for k in range(8):
         for f in (0.9, 1.1):

@@ -41,9 +41,11 @@ def _mc_check(make, X, Y, R, kernel_exact):
 
 def test_feature_dimensions_and_dot_equals_mixture():
     X, Y = _data(scale=0.5)
-    cases = [(GaussianHybridRF(4, 3, random_state=0), 2 * 4 * (4 * 3 + 1)),
-             (GaussianHybridRF(4, 3, lambda_features="trig", random_state=0), 2 * 4 * 13),
-             (NormalizedGaussianHybridRF(4, 3, random_state=0), 4 * 4 * (2 * 3 + 1))]
+    cases = [
+        (GaussianHybridRF(4, 3, random_state=0), 2 * 4 * (4 * 3 + 1)),
+        (GaussianHybridRF(4, 3, lambda_features="trig", random_state=0), 2 * 4 * 13),
+        (NormalizedGaussianHybridRF(4, 3, random_state=0), 4 * 4 * (2 * 3 + 1)),
+    ]
     for fm, dim in cases:
         fm.fit(X, Y)
         P, S = fm.transform(X), fm.transform_y(Y)
@@ -62,8 +64,9 @@ def test_gaussian_lambda_hat_direct_formula():
     nu, nv = (u * u).sum(1)[:, None], (v * v).sum(1)[None, :]
     direct = np.exp(-nu - nv) * np.cosh((u @ T.T)[:, None, :] + (v @ T.T)[None, :, :]).mean(-1)
     np.testing.assert_allclose(fm.approx_components(X, Y)[0], direct, rtol=1e-12)
-    fm = GaussianHybridRF(2, n, lambda_bandwidth=c, lambda_features="trig",
-                          random_state=1).fit(X, Y)
+    fm = GaussianHybridRF(2, n, lambda_bandwidth=c, lambda_features="trig", random_state=1).fit(
+        X, Y
+    )
     T = fm.lambda_projection_
     direct = np.cos((u @ T.T)[:, None, :] - (v @ T.T)[None, :, :]).mean(-1)
     np.testing.assert_allclose(fm.approx_components(X, Y)[0], direct, rtol=1e-12)
@@ -76,8 +79,9 @@ def test_gaussian_lambda_moments_monte_carlo(lam_features):
     """E lambda_hat = lambda and Var lambda_hat from one map with many lambda features."""
     X, Y = _data(scale=0.3)
     n = 200_000
-    fm = GaussianHybridRF(1, n, lambda_bandwidth=0.9, lambda_features=lam_features,
-                          random_state=2).fit(X, Y)
+    fm = GaussianHybridRF(
+        1, n, lambda_bandwidth=0.9, lambda_features=lam_features, random_state=2
+    ).fit(X, Y)
     lam_exact = fm.exact_lambda(X, Y)
     e2, _, _ = fm._lambda_moments(X, Y, np)
     var1 = (e2 - lam_exact**2) * n  # single-feature variance
@@ -87,15 +91,22 @@ def test_gaussian_lambda_moments_monte_carlo(lam_features):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("lam_features", "shared"),
-                         [("positive", True), ("trig", True), ("positive", False)])
+@pytest.mark.parametrize(
+    ("lam_features", "shared"), [("positive", True), ("trig", True), ("positive", False)]
+)
 def test_gaussian_hybrid_unbiased_and_mse(lam_features, shared):
     """Thm 3.1 with the coefficient moments of either lambda estimator (the shared-W term
     uses all three moments; ("trig", False) would repeat covered terms)."""
     X, Y = _data()
-    _mc_check(lambda s: GaussianHybridRF(3, 2, shared_projection=shared,
-                                         lambda_features=lam_features, random_state=s),
-              X, Y, R_MC, np.exp(X @ Y.T))
+    _mc_check(
+        lambda s: GaussianHybridRF(
+            3, 2, shared_projection=shared, lambda_features=lam_features, random_state=s
+        ),
+        X,
+        Y,
+        R_MC,
+        np.exp(X @ Y.T),
+    )
 
 
 def test_gaussian_hybrid_trig_lambda_exact_at_x_equals_minus_y():
@@ -112,9 +123,15 @@ def test_gaussian_hybrid_trig_lambda_exact_at_x_equals_minus_y():
 @pytest.mark.parametrize("shared", [True, False])
 def test_normalized_gaussian_unbiased_and_mse(shared):
     X, Y = _data()
-    _mc_check(lambda s: NormalizedGaussianHybridRF(3, 2, sigma=1.5, shared_projection=shared,
-                                                   random_state=s),
-              X, Y, R_MC, np.exp(X @ Y.T))
+    _mc_check(
+        lambda s: NormalizedGaussianHybridRF(
+            3, 2, sigma=1.5, shared_projection=shared, random_state=s
+        ),
+        X,
+        Y,
+        R_MC,
+        np.exp(X @ Y.T),
+    )
 
 
 def _sphere_pair(d, r, theta, seed=0):
@@ -132,22 +149,26 @@ def test_normalized_gaussian_theorem_f2_and_lambda_endpoints():
     pairs = [_sphere_pair(d, r, th) for th in thetas]
     X = np.concatenate([p[0] for p in pairs])
     Y = np.concatenate([p[1] for p in pairs])
-    fm = NormalizedGaussianHybridRF(m, n, sigma=sigma, radius=r, shared_projection=False,
-                                    random_state=0).fit(X, Y)
+    fm = NormalizedGaussianHybridRF(
+        m, n, sigma=sigma, radius=r, shared_projection=False, random_state=0
+    ).fit(X, Y)
     lam = np.diag(fm.exact_lambda(X, Y))
     np.testing.assert_allclose(lam[[0, -1]], [0.0, 1.0], atol=1e-12)
     D2 = 4 * r * r * np.sin(thetas / 2) ** 2
     rho = 1 - np.exp(-2 * sigma**2 * r * r)
-    el2 = (1 - np.exp(-sigma**2 * D2 / 2)) ** 2 / rho**2 \
-        + (1 - np.exp(-sigma**2 * D2)) ** 2 / (2 * rho**2 * n)
-    e1l2 = ((1 - rho) - np.exp(-sigma**2 * D2 / 2)) ** 2 / rho**2 \
-        + (1 - np.exp(-sigma**2 * D2)) ** 2 / (2 * rho**2 * n)
+    el2 = (1 - np.exp(-(sigma**2) * D2 / 2)) ** 2 / rho**2 + (1 - np.exp(-(sigma**2) * D2)) ** 2 / (
+        2 * rho**2 * n
+    )
+    e1l2 = ((1 - rho) - np.exp(-(sigma**2) * D2 / 2)) ** 2 / rho**2 + (
+        1 - np.exp(-(sigma**2) * D2)
+    ) ** 2 / (2 * rho**2 * n)
     z2 = 4 * r * r * np.cos(thetas / 2) ** 2
     sm = np.exp(r * r * np.cos(thetas))
     mse_pp = np.exp(z2) * sm**2 / (2 * m) * (1 - np.exp(-z2)) ** 2
     mse_tr = np.exp(z2) / sm**2 / (2 * m) * (1 - np.exp(-D2)) ** 2
-    np.testing.assert_allclose(np.diag(fm.variance(X, Y)), el2 * mse_pp + e1l2 * mse_tr,
-                               rtol=1e-10, atol=1e-20)
+    np.testing.assert_allclose(
+        np.diag(fm.variance(X, Y)), el2 * mse_pp + e1l2 * mse_tr, rtol=1e-10, atol=1e-20
+    )
     # shared projections: unchanged for equal norms (cos(|x|^2 - |y|^2) = 1)
     fm2 = NormalizedGaussianHybridRF(m, n, sigma=sigma, radius=r, random_state=0).fit(X, Y)
     np.testing.assert_allclose(fm2.variance(X, Y), fm.variance(X, Y), rtol=1e-10, atol=1e-20)

@@ -51,8 +51,11 @@ def _ce_ref(x, y, A_diag, m, alpha):
     a = [ak * xk for ak, xk in zip(A, x, strict=True)]
     b = [yk / ak for ak, yk in zip(A, y, strict=True)]
     eg2 = mp.e ** (mp.fsum(u * u for u in a) + mp.fsum(u * u for u in b) + 4 * _dot(a, b))
-    eabs = mp.e ** (mp.fsum(abs(u) ** 2 for u in a) + mp.fsum(abs(u) ** 2 for u in b)
-                    + 4 * mp.fsum(mp.re(u) * mp.re(v) for u, v in zip(a, b, strict=True)))
+    eabs = mp.e ** (
+        mp.fsum(abs(u) ** 2 for u in a)
+        + mp.fsum(abs(u) ** 2 for u in b)
+        + 4 * mp.fsum(mp.re(u) * mp.re(v) for u, v in zip(a, b, strict=True))
+    )
     sm2 = mp.e ** (2 * _dot(x, y))
     return ((mp.re(eg2) + eabs) / 2 - sm2) / m * mp.e ** (2 * alpha * (_dot(x, x) + _dot(y, y)))
 
@@ -73,20 +76,40 @@ def _gaussian_mixture_ref(x, y, A_flat, m, n, tau):
     s = [_dot(a[p], a[p]) + _dot(b[p], b[p]) for p in range(P)]
     c = [add(a[p], b[p]) for p in range(P)]
     e = [sub(a[p], b[p]) for p in range(P)]
-    G = [[mp.e ** (-(s[p] + s[q]) / 2 + _dot(add(c[p], c[q]), add(c[p], c[q])) / 2)
-          for q in range(P)] for p in range(P)]
+    G = [
+        [
+            mp.e ** (-(s[p] + s[q]) / 2 + _dot(add(c[p], c[q]), add(c[p], c[q])) / 2)
+            for q in range(P)
+        ]
+        for p in range(P)
+    ]
     nx, ny, z = _dot(x, x), _dot(y, y), add(x, y)
     G00 = mp.e ** (-(nx + ny)) * (mp.e ** (2 * _dot(z, z)) + 1) / 2
-    G0 = [mp.e ** (-(nx + ny) / 2 - s[p] / 2) * (mp.e ** (_dot(add(c[p], z), add(c[p], z)) / 2)
-                                                 + mp.e ** (_dot(sub(c[p], z), sub(c[p], z)) / 2))
-          / 2 for p in range(P)]
+    G0 = [
+        mp.e ** (-(nx + ny) / 2 - s[p] / 2)
+        * (
+            mp.e ** (_dot(add(c[p], z), add(c[p], z)) / 2)
+            + mp.e ** (_dot(sub(c[p], z), sub(c[p], z)) / 2)
+        )
+        / 2
+        for p in range(P)
+    ]
     lam = [mp.e ** (-_dot(c[p], c[p]) / (2 * tau**2)) for p in range(P)]
-    H = [[mp.e ** (-(s[p] + s[q]) / tau**2 + _dot(add(e[p], e[q]), add(e[p], e[q]))
-                   / (2 * tau**2)) for q in range(P)] for p in range(P)]
+    H = [
+        [
+            mp.e
+            ** (-(s[p] + s[q]) / tau**2 + _dot(add(e[p], e[q]), add(e[p], e[q])) / (2 * tau**2))
+            for q in range(P)
+        ]
+        for p in range(P)
+    ]
     L = [[lam[p] * lam[q] + (H[p][q] - lam[p] * lam[q]) / n for q in range(P)] for p in range(P)]
     ew00 = 1 - 2 * mp.fsum(lam) + mp.fsum(L[p][q] for p in range(P) for q in range(P))
-    total = ew00 * G00 + 2 * mp.fsum((lam[p] - mp.fsum(L[p])) * G0[p] for p in range(P)) \
+    total = (
+        ew00 * G00
+        + 2 * mp.fsum((lam[p] - mp.fsum(L[p])) * G0[p] for p in range(P))
         + mp.fsum(L[p][q] * G[p][q] for p in range(P) for q in range(P))
+    )
     return (total - mp.e ** (2 * _dot(x, y))) / m
 
 
@@ -144,12 +167,14 @@ def test_complex_exponential_variance_log_space(scale):
 @pytest.mark.parametrize("scale", [0.5, 10.0])
 def test_clustered_gaussian_mixture_variance_log_space(scale):
     X, Y = _points(scale)
-    fm = ClusteredHybridRF(8, n_clusters=2, mixture="gaussian", n_lambda=2,
-                           random_state=0).fit(X, Y)
+    fm = ClusteredHybridRF(8, n_clusters=2, mixture="gaussian", n_lambda=2, random_state=0).fit(
+        X, Y
+    )
     V = fm.variance(X, Y)
     Af = fm.A_.reshape(-1, X.shape[1])
-    ref = np.array([[_gaussian_mixture_ref(x, y, Af, 8, 2, 1.0) for y in Y] for x in X],
-                   dtype=object)
+    ref = np.array(
+        [[_gaussian_mixture_ref(x, y, Af, 8, 2, 1.0) for y in Y] for x in X], dtype=object
+    )
     _check_against(V, ref)
 
 
@@ -172,8 +197,9 @@ def test_hybrid_estimate_no_nan_when_trig_scale_overflows():
         assert fm.variance(x, Y)[0, 0] == 0.0
     # the zero-one clustered and real CE variances: expm1(l) K^2 / m in log space
     X, Y = _points(30.0)
-    fm = ComplexExponentialRF(8, A=np.array([1.1, 0.9, 1.0, 1.2]), kernel="gaussian",
-                              random_state=0).fit(X, Y)
+    fm = ComplexExponentialRF(
+        8, A=np.array([1.1, 0.9, 1.0, 1.2]), kernel="gaussian", random_state=0
+    ).fit(X, Y)
     V = fm.variance(X, Y)
     a, b = X * fm.A_.diagonal(), Y / fm.A_.diagonal()
     ell = ((a[:, None] + b[None]) ** 2).sum(-1)

@@ -58,8 +58,9 @@ def test_exponential_coefficients_and_unit_sphere_form():
     for a_ in (2.0, 4.0):
         kp = mc.unit_sphere_polynomial(a_)
         D2 = ((X[:, None] - X[None]) ** 2).sum(-1)
-        np.testing.assert_allclose((kp["coef0"] + kp["gamma"] * X @ X.T) ** 7,
-                                   (1 - D2 / a_**2) ** 7, atol=1e-12)
+        np.testing.assert_allclose(
+            (kp["coef0"] + kp["gamma"] * X @ X.T) ** 7, (1 - D2 / a_**2) ** 7, atol=1e-12
+        )
     assert mc.unit_sphere_polynomial(4.0) == {"gamma": 1 / 8, "coef0": 7 / 8}  # Sec. 5.5
     with pytest.raises(ValueError):
         mc.unit_sphere_polynomial(1.0)
@@ -77,9 +78,17 @@ def test_random_maclaurin_measure():
 
 # ====================================================================== objective sums
 @pytest.mark.parametrize("kernel", ["polynomial", "exponential", "gaussian"])
-@pytest.mark.parametrize("sketch,cx", [("rademacher", False), ("rademacher", True),
-                                       ("gaussian", False), ("gaussian", True),
-                                       ("srht", False), ("srht", True)])
+@pytest.mark.parametrize(
+    "sketch,cx",
+    [
+        ("rademacher", False),
+        ("rademacher", True),
+        ("gaussian", False),
+        ("gaussian", True),
+        ("srht", False),
+        ("srht", True),
+    ],
+)
 def test_pair_sums_match_the_sketch_variance_formulas(kernel, sketch, cx, monkeypatch):
     """The blocked O(m^2 (d + p)) pair sums equal sum_{i != j} of the sketch classes'
     Theorem 2 / eq. 33 formulas and the bias of eq. 51 / 55, pair by pair."""
@@ -93,8 +102,7 @@ def test_pair_sums_match_the_sketch_variance_formulas(kernel, sketch, cx, monkey
         a = mc.maclaurin_coefficients(kernel, 6, lengthscale=l)
         k = np.exp(X @ X.T / l**2)
     P = 6
-    sums = mc.maclaurin_pair_sums(X, a, P, kernel=kernel, lengthscale=l, sketch=sketch,
-                                  complex=cx)
+    sums = mc.maclaurin_pair_sums(X, a, P, kernel=kernel, lengthscale=l, sketch=sketch, complex=cx)
     G, N, S = pair_statistics(X, X)
     e = np.exp(-(X * X).sum(1) / (2 * l**2)) if kernel == "gaussian" else np.ones(len(X))
     W = (e[:, None] * e[None, :]) ** 2
@@ -108,16 +116,19 @@ def test_pair_sums_match_the_sketch_variance_formulas(kernel, sketch, cx, monkey
             v1 = tensor_srht_variance(G, N, S, n, 1, 8, complex=cx)
             v2 = tensor_srht_variance(G, N, S, n, 2, 8, complex=cx)
             cov = (v2 - v1 / 2) * 4 / 2
-            np.testing.assert_allclose(sums.cov[n], ap[n] ** 2 * (W * cov)[off].sum(),
-                                       rtol=1e-8, atol=1e-14)
+            np.testing.assert_allclose(
+                sums.cov[n], ap[n] ** 2 * (W * cov)[off].sum(), rtol=1e-8, atol=1e-14
+            )
         else:
             v1 = iid_sketch_variance(G, N, S, n, 1, q=q, m4=m4)
-        np.testing.assert_allclose(sums.var[n], ap[n] ** 2 * (W * v1)[off].sum(),
-                                   rtol=1e-8, atol=1e-14)
+        np.testing.assert_allclose(
+            sums.var[n], ap[n] ** 2 * (W * v1)[off].sum(), rtol=1e-8, atol=1e-14
+        )
     for p in range(P + 1):
         partial = sum(ap[n] * G**n for n in range(p + 1))
-        np.testing.assert_allclose(sums.bias2[p], (W * (k - partial) ** 2)[off].sum(),
-                                   rtol=1e-8, atol=1e-13)
+        np.testing.assert_allclose(
+            sums.bias2[p], (W * (k - partial) ** 2)[off].sum(), rtol=1e-8, atol=1e-13
+        )
     assert sums.m == 7 and (sums.d == 8) == (sketch == "srht")
 
 
@@ -125,8 +136,9 @@ def test_objective_is_the_u_statistic_of_the_mse():
     """g(p, D) = mean_{i != j} [Var k_hat(x_i, x_j) + bias^2] for the fitted allocation,
     with the variance from the map's own ``variance`` (eq. 46-51)."""
     X = _points(9, 5, seed=1, scale=0.4)
-    fm = OptimizedMaclaurin(12, kernel="exponential", p_min=1, p_max=5, sketch="srht",
-                            random_state=0).fit(X)
+    fm = OptimizedMaclaurin(
+        12, kernel="exponential", p_min=1, p_max=5, sketch="srht", random_state=0
+    ).fit(X)
     off = ~np.eye(9, dtype=bool)
     bias2 = (np.exp(X @ X.T) - fm.expected_kernel(X)) ** 2
     g = (fm.variance(X) + bias2)[off].mean()
@@ -144,8 +156,16 @@ def _brute_force(cost, active, D_total):
     return best
 
 
-@pytest.mark.parametrize("sketch,cx", [("rademacher", False), ("rademacher", True),
-                                       ("gaussian", False), ("srht", False), ("srht", True)])
+@pytest.mark.parametrize(
+    "sketch,cx",
+    [
+        ("rademacher", False),
+        ("rademacher", True),
+        ("gaussian", False),
+        ("srht", False),
+        ("srht", True),
+    ],
+)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_greedy_equals_brute_force(sketch, cx, seed):
     """Algorithm 2 (budget-respecting) attains the minimum over all allocations with
@@ -158,7 +178,7 @@ def test_greedy_equals_brute_force(sketch, cx, seed):
         return sums.degree_cost(n, k, surrogate=True)
 
     for p in (1, 2, 3):
-        active = np.r_[False, a[1: p + 1] > 0]
+        active = np.r_[False, a[1 : p + 1] > 0]
         for D_total in range(p, 13):
             D = mc.greedy_allocation(cost, active, D_total)
             assert D.sum() == D_total and np.all(D[1:] >= 1) and D[0] == 0
@@ -188,8 +208,9 @@ def test_budget_erratum_1():
     a = mc.maclaurin_coefficients("exponential", 5)
     sums = mc.maclaurin_pair_sums(X, a, 5, kernel="exponential")
     for p, D_total in ((3, 10), (5, 40)):
-        D = mc.greedy_allocation(lambda n, k: sums.degree_cost(n, k), np.r_[False, [True] * p],
-                                 D_total)
+        D = mc.greedy_allocation(
+            lambda n, k: sums.degree_cost(n, k), np.r_[False, [True] * p], D_total
+        )
         assert D.sum() == D_total
     with pytest.raises(ValueError, match="smaller than"):
         mc.greedy_allocation(lambda n, k: 1.0 / k, [False, True, True, True], 2)
@@ -215,8 +236,16 @@ def test_srht_surrogate_keeps_degree_one_at_most_d():
     X = _points(40, 6, seed=5, scale=0.5)  # d = 6 -> padded 8
     for D_total in (8, 20, 60, 200):
         for cx in (False, True):
-            fm = OptimizedMaclaurin(D_total, kernel="exponential", lengthscale=0.8, p_min=2,
-                                    p_max=6, sketch="srht", complex=cx, random_state=0).fit(X)
+            fm = OptimizedMaclaurin(
+                D_total,
+                kernel="exponential",
+                lengthscale=0.8,
+                p_min=2,
+                p_max=6,
+                sketch="srht",
+                complex=cx,
+                random_state=0,
+            ).fit(X)
             D = fm.n_features_per_degree_
             assert D[1] <= 8 and D[1:].sum() == D_total
             if D_total >= 60:
@@ -234,8 +263,9 @@ def test_srht_surrogate_is_convex_and_exact_on_blocks():
             exact = mc._srht_sum_variance(V, C, k * d, d)
             assert s[k * d - 1] == pytest.approx(exact, rel=1e-12)
         if C <= 0:  # exact on D <= d
-            np.testing.assert_allclose(s[:d], [mc._srht_sum_variance(V, C, k, d)
-                                               for k in range(1, d + 1)], rtol=1e-12)
+            np.testing.assert_allclose(
+                s[:d], [mc._srht_sum_variance(V, C, k, d) for k in range(1, d + 1)], rtol=1e-12
+            )
 
 
 # ====================================================================== output layout
@@ -243,9 +273,15 @@ def test_srht_surrogate_is_convex_and_exact_on_blocks():
 @pytest.mark.parametrize("constant_in_budget", [False, True])
 def test_optimized_output_dim(cx, real_output, constant_in_budget):
     X = _points(30, 5, seed=6, scale=0.5)
-    fm = OptimizedMaclaurin(17, kernel="exponential", sketch="rademacher", complex=cx,
-                            real_output=real_output, constant_in_budget=constant_in_budget,
-                            random_state=0).fit(X)
+    fm = OptimizedMaclaurin(
+        17,
+        kernel="exponential",
+        sketch="rademacher",
+        complex=cx,
+        real_output=real_output,
+        constant_in_budget=constant_in_budget,
+        random_state=0,
+    ).fit(X)
     D_total = 16 if constant_in_budget else 17
     assert fm.n_features_per_degree_[1:].sum() == D_total
     assert fm.n_features_per_degree_[0] == 1
@@ -262,8 +298,9 @@ def test_optimized_output_dim(cx, real_output, constant_in_budget):
 def test_sec56_convention_constant_counts():
     """Sec. 5.6's toy counts the constant inside D = 10 (erratum 2)."""
     x = np.linspace(-1, 1, 25)[:, None]
-    fm = OptimizedMaclaurin(10, kernel="gaussian", lengthscale=0.5, p_max=20,
-                            constant_in_budget=True, random_state=0).fit(x)
+    fm = OptimizedMaclaurin(
+        10, kernel="gaussian", lengthscale=0.5, p_max=20, constant_in_budget=True, random_state=0
+    ).fit(x)
     assert fm.output_dim == 10 and fm.transform(x).shape == (25, 10)
     # d = 1: Rademacher sketches are exact, so only truncation matters: one feature per
     # degree up to p* = 9 (paper Fig. 5)
@@ -280,14 +317,18 @@ def test_gaussian_map_scales_the_constant_feature():
         e = np.exp(-(X * X).sum(1) / (2 * l**2))
         np.testing.assert_allclose(F[:, 0], math.sqrt(fm.coefficients_[0]) * e, rtol=1e-12)
         assert fm.coefficients_[0] == 1.0
-        np.testing.assert_allclose(fm.exact_kernel(X), np.exp(
-            -((X[:, None] - X[None]) ** 2).sum(-1) / (2 * l**2)), rtol=1e-12)
+        np.testing.assert_allclose(
+            fm.exact_kernel(X),
+            np.exp(-((X[:, None] - X[None]) ** 2).sum(-1) / (2 * l**2)),
+            rtol=1e-12,
+        )
 
 
 def test_random_maclaurin_layout():
     X = _points(5, 4)
-    fm = RandomMaclaurin(40, kernel="exponential", max_degree=6, complex=True,
-                         real_output=True, random_state=3).fit(X)
+    fm = RandomMaclaurin(
+        40, kernel="exponential", max_degree=6, complex=True, real_output=True, random_state=3
+    ).fit(X)
     Dn = fm.n_features_per_degree_
     assert Dn[1:].sum() == 40 and Dn[0] == 1 and len(Dn) == 7
     assert fm.output_dim == 81 and fm.transform(X).shape == (5, 81)
@@ -298,8 +339,9 @@ def test_random_maclaurin_layout():
 
 def test_polynomial_degree_range_is_clipped():
     X = _points(20, 3)
-    fm = OptimizedMaclaurin(12, kernel="polynomial", degree=3, p_min=2, p_max=10,
-                            random_state=0).fit(X)
+    fm = OptimizedMaclaurin(
+        12, kernel="polynomial", degree=3, p_min=2, p_max=10, random_state=0
+    ).fit(X)
     assert set(fm.objective_) == {2, 3}
     assert fm.degree_ in (2, 3)
     assert fm.objective_[fm.degree_] == min(fm.objective_.values())
@@ -326,19 +368,23 @@ def _mc_check(make, X, n_draws, kind="real", var_rtol=0.2, fitted=None):
     return draws
 
 
-@pytest.mark.parametrize("kernel,sketch,cx", [
-    ("polynomial", "rademacher", False),
-    ("exponential", "rademacher", True),
-    ("gaussian", "gaussian", False),
-    ("exponential", "gaussian", True),
-])
+@pytest.mark.parametrize(
+    "kernel,sketch,cx",
+    [
+        ("polynomial", "rademacher", False),
+        ("exponential", "rademacher", True),
+        ("gaussian", "gaussian", False),
+        ("exponential", "gaussian", True),
+    ],
+)
 def test_random_maclaurin_unbiased_for_truncated_series(kernel, sketch, cx):
     X = _points(4, 3, seed=8, scale=0.7)
     kw = dict(degree=4, **SPHERE) if kernel == "polynomial" else dict(max_degree=4)
 
     def make(s):
-        return RandomMaclaurin(6, kernel=kernel, sketch=sketch, complex=cx, lengthscale=1.1,
-                               random_state=s, **kw)
+        return RandomMaclaurin(
+            6, kernel=kernel, sketch=sketch, complex=cx, lengthscale=1.1, random_state=s, **kw
+        )
 
     # the degree draw makes the terms heavy-tailed (weights a_n / mu(n)): the sample
     # variance converges too slowly to check here (see the d = 1 test below)
@@ -346,8 +392,11 @@ def test_random_maclaurin_unbiased_for_truncated_series(kernel, sketch, cx):
     # the truncated series, not the kernel (exponential: a visible bias at p = 4)
     fm = make(0).fit(X)
     G = X @ X.T / 1.1**2
-    trunc = sum(G**n / math.factorial(n) for n in range(5)) if kernel != "polynomial" \
+    trunc = (
+        sum(G**n / math.factorial(n) for n in range(5))
+        if kernel != "polynomial"
         else (0.5 + 0.5 * X @ X.T) ** 4
+    )
     if kernel == "gaussian":
         e = np.exp(-(X * X).sum(1) / (2 * 1.1**2))
         trunc = trunc * e[:, None] * e[None, :]
@@ -374,19 +423,24 @@ def test_random_maclaurin_variance_of_the_degree_draw():
     _mc_check(make, x, 4000, var_rtol=0.15)
 
 
-@pytest.mark.parametrize("sketch,cx", [
-    ("rademacher", False), ("rademacher", True),
-    pytest.param("srht", False, marks=pytest.mark.slow),  # 2-5 s (TensorSRHT builds)
-    pytest.param("srht", True, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "sketch,cx",
+    [
+        ("rademacher", False),
+        ("rademacher", True),
+        pytest.param("srht", False, marks=pytest.mark.slow),  # 2-5 s (TensorSRHT builds)
+        pytest.param("srht", True, marks=pytest.mark.slow),
+    ],
+)
 def test_optimized_maclaurin_unbiased_for_truncated_series(sketch, cx):
     """Algorithm 4 is unbiased for sum_{n <= p*} a_n G^n (allocation fixed by the data:
     n <= n_subsample, so only the sketches vary with the seed)."""
     X = _points(5, 3, seed=9, scale=0.8, nonneg=cx)
 
     def make(s):
-        return OptimizedMaclaurin(7, kernel="exponential", p_min=2, p_max=5, sketch=sketch,
-                                  complex=cx, random_state=s)
+        return OptimizedMaclaurin(
+            7, kernel="exponential", p_min=2, p_max=5, sketch=sketch, complex=cx, random_state=s
+        )
 
     fm = make(0).fit(X)
     G = X @ X.T
@@ -400,12 +454,12 @@ def test_optimized_maclaurin_unbiased_for_truncated_series(sketch, cx):
 
 def test_complex_variance_bounds_real_part_variance():
     X = _points(6, 4, seed=10, nonneg=True)
-    fm = OptimizedMaclaurin(9, kernel="exponential", sketch="rademacher", complex=True,
-                            random_state=0).fit(X)
+    fm = OptimizedMaclaurin(
+        9, kernel="exponential", sketch="rademacher", complex=True, random_state=0
+    ).fit(X)
     vc, vr = fm.variance(X), fm.variance(X, kind="real")
     assert np.all(vr <= vc + 1e-15) and np.any(vr < vc)
-    rm = RandomMaclaurin(9, kernel="exponential", max_degree=4, complex=True,
-                         random_state=0).fit(X)
+    rm = RandomMaclaurin(9, kernel="exponential", max_degree=4, complex=True, random_state=0).fit(X)
     assert np.all(rm.variance(X, kind="real") <= rm.variance(X) + 1e-15)
 
 
@@ -426,8 +480,9 @@ def test_optimized_beats_random_maclaurin_on_digits():
     err = {"rm": [], "om": []}
     for s in range(5):
         rm = RandomMaclaurin(D, kernel="polynomial", degree=7, **SPHERE, random_state=s).fit(tr)
-        om = OptimizedMaclaurin(D, kernel="polynomial", degree=7, **SPHERE, p_min=2, p_max=10,
-                                random_state=s).fit(tr)
+        om = OptimizedMaclaurin(
+            D, kernel="polynomial", degree=7, **SPHERE, p_min=2, p_max=10, random_state=s
+        ).fit(tr)
         assert om.n_features_per_degree_[1:].sum() == D and om.output_dim == D + 1
         err["rm"].append(relative_frobenius_error(K, rm.approx_kernel(te)))
         err["om"].append(relative_frobenius_error(K, om.approx_kernel(te)))
@@ -444,12 +499,17 @@ def test_float32_and_torch(cls, backend):
         Xb = backend.asarray(X, dt)
         F = fm.transform(Xb)
         assert backend.dtype_name(F) == ("complex64" if dt == "float32" else "complex128")
-        np.testing.assert_allclose(backend.to_numpy(F), ref,
-                                   rtol=1e-4 if dt == "float32" else 1e-10, atol=1e-6)
+        np.testing.assert_allclose(
+            backend.to_numpy(F), ref, rtol=1e-4 if dt == "float32" else 1e-10, atol=1e-6
+        )
         K = fm.approx_kernel(Xb)
         assert backend.dtype_name(K) == dt
-        np.testing.assert_allclose(backend.to_numpy(K), fm.approx_kernel(X),
-                                   rtol=1e-4 if dt == "float32" else 1e-10, atol=1e-6)
+        np.testing.assert_allclose(
+            backend.to_numpy(K),
+            fm.approx_kernel(X),
+            rtol=1e-4 if dt == "float32" else 1e-10,
+            atol=1e-6,
+        )
 
 
 def test_subsample_used_for_the_objective():
@@ -467,18 +527,21 @@ def test_reexported():
 
 
 # ====================================================================== bad input
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(degree=0), ValueError, "degree"),
-    (dict(degree=2.5), TypeError, "integer"),
-    (dict(degree=True), TypeError, "degree"),
-    (dict(kernel="rbf"), ValueError, "Unknown kernel"),
-    (dict(sketch="tensorsketch"), ValueError, "Unknown sketch"),
-    (dict(n_features=0), ValueError, "n_features"),
-    (dict(complex="yes"), TypeError, "complex"),
-    (dict(coef0=-1.0), ValueError, "coef0"),
-    (dict(gamma=0.0), ValueError, "gamma"),
-    (dict(kernel="gaussian", lengthscale=-1.0), ValueError, "lengthscale"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(degree=0), ValueError, "degree"),
+        (dict(degree=2.5), TypeError, "integer"),
+        (dict(degree=True), TypeError, "degree"),
+        (dict(kernel="rbf"), ValueError, "Unknown kernel"),
+        (dict(sketch="tensorsketch"), ValueError, "Unknown sketch"),
+        (dict(n_features=0), ValueError, "n_features"),
+        (dict(complex="yes"), TypeError, "complex"),
+        (dict(coef0=-1.0), ValueError, "coef0"),
+        (dict(gamma=0.0), ValueError, "gamma"),
+        (dict(kernel="gaussian", lengthscale=-1.0), ValueError, "lengthscale"),
+    ],
+)
 @pytest.mark.parametrize("cls", [RandomMaclaurin, OptimizedMaclaurin])
 def test_bad_parameters(cls, kwargs, exc, match):
     X = _points(5, 3)
@@ -486,14 +549,17 @@ def test_bad_parameters(cls, kwargs, exc, match):
         cls(**{"n_features": 8, **kwargs}).fit(X)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(p_min=5, p_max=3), "p_min must be <= p_max"),
-    (dict(p_min=0), "p_min"),
-    (dict(p_max=1.5), "p_max"),
-    (dict(n_features=3, p_min=5, p_max=6), "fewer than"),
-    (dict(n_features=1, constant_in_budget=True), "fewer than"),
-    (dict(sketch="srht", n_subsample=1), "n_subsample"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(p_min=5, p_max=3), "p_min must be <= p_max"),
+        (dict(p_min=0), "p_min"),
+        (dict(p_max=1.5), "p_max"),
+        (dict(n_features=3, p_min=5, p_max=6), "fewer than"),
+        (dict(n_features=1, constant_in_budget=True), "fewer than"),
+        (dict(sketch="srht", n_subsample=1), "n_subsample"),
+    ],
+)
 def test_optimized_bad_parameters(kwargs, match):
     X = _points(5, 3)
     with pytest.raises((ValueError, TypeError), match=match):
@@ -523,11 +589,13 @@ def test_bad_data():
 
 def test_redraw_equals_refit_with_that_seed():
     X = _points(30, 4, seed=13)
-    fm = OptimizedMaclaurin(15, kernel="exponential", sketch="srht", complex=True,
-                            random_state=0).fit(X)
+    fm = OptimizedMaclaurin(
+        15, kernel="exponential", sketch="srht", complex=True, random_state=0
+    ).fit(X)
     other = fm.redraw(5)
-    ref = OptimizedMaclaurin(15, kernel="exponential", sketch="srht", complex=True,
-                             random_state=5).fit(X)
+    ref = OptimizedMaclaurin(
+        15, kernel="exponential", sketch="srht", complex=True, random_state=5
+    ).fit(X)
     np.testing.assert_array_equal(other.n_features_per_degree_, ref.n_features_per_degree_)
     np.testing.assert_allclose(other.transform(X), ref.transform(X), rtol=1e-14)
     assert other.random_state == 5 and fm.random_state == 0

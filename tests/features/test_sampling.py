@@ -27,10 +27,10 @@ def test_block_orthogonal_rows_orthogonal_within_blocks(M, d):
     assert W.shape == (M, d)
     U = W / np.linalg.norm(W, axis=1, keepdims=True)
     for lo in range(0, M, d):
-        G = U[lo:lo + d] @ U[lo:lo + d].T
+        G = U[lo : lo + d] @ U[lo : lo + d].T
         np.testing.assert_allclose(G, np.eye(G.shape[0]), atol=1e-12)
     if M > d:  # rows of different blocks are independent, not orthogonal
-        assert np.abs(U[:d] @ U[d:2 * d].T).max() > 1e-3
+        assert np.abs(U[:d] @ U[d : 2 * d].T).max() > 1e-3
 
 
 def test_block_orthogonal_norms_are_chi_distributed():
@@ -142,8 +142,12 @@ def test_hadamard_chi_norms_and_orthogonality():
     W = structured_hadamard_projection(16, d, 3, chi_norms=True)
     U = W / np.linalg.norm(W, axis=1, keepdims=True)
     np.testing.assert_allclose(U[:8] @ U[:8].T, np.eye(8), atol=1e-12)
-    sq = np.concatenate([np.sum(structured_hadamard_projection(64, d, s, chi_norms=True) ** 2,
-                                axis=1) for s in range(300)])
+    sq = np.concatenate(
+        [
+            np.sum(structured_hadamard_projection(64, d, s, chi_norms=True) ** 2, axis=1)
+            for s in range(300)
+        ]
+    )
     assert stats.kstest(sq, stats.chi2(d).cdf).pvalue > 1e-4
     # without chi norms: fixed norm sqrt(d) (SORF, unchanged default)
     W0 = structured_hadamard_projection(16, d, 3)
@@ -156,18 +160,26 @@ def test_draw_projection_sampler_option():
     from kernelkit.features.sampling import SAMPLERS
 
     assert set(SAMPLERS) == {"iid", "orthogonal", "sorf", "hadamard", "halton"}
-    np.testing.assert_array_equal(draw_projection(10, 3, 4, sampler="halton"),
-                                  halton_projection(10, 3, 4))
-    np.testing.assert_array_equal(draw_projection(10, 3, 4, orthogonal="halton"),
-                                  halton_projection(10, 3, 4))
-    np.testing.assert_array_equal(draw_projection(10, 4, 4, sampler="hadamard"),
-                                  structured_hadamard_projection(10, 4, 4, chi_norms=True))
-    np.testing.assert_array_equal(draw_projection(10, 4, 4, sampler="sorf"),
-                                  structured_hadamard_projection(10, 4, 4))
-    np.testing.assert_array_equal(draw_projection(10, 4, 4, orthogonal=True, sampler="orthogonal"),
-                                  block_orthogonal_projection(10, 4, 4))
-    np.testing.assert_array_equal(draw_projection(10, 4, 4, orthogonal=np.bool_(False)),
-                                  gaussian_projection(10, 4, 4))
+    np.testing.assert_array_equal(
+        draw_projection(10, 3, 4, sampler="halton"), halton_projection(10, 3, 4)
+    )
+    np.testing.assert_array_equal(
+        draw_projection(10, 3, 4, orthogonal="halton"), halton_projection(10, 3, 4)
+    )
+    np.testing.assert_array_equal(
+        draw_projection(10, 4, 4, sampler="hadamard"),
+        structured_hadamard_projection(10, 4, 4, chi_norms=True),
+    )
+    np.testing.assert_array_equal(
+        draw_projection(10, 4, 4, sampler="sorf"), structured_hadamard_projection(10, 4, 4)
+    )
+    np.testing.assert_array_equal(
+        draw_projection(10, 4, 4, orthogonal=True, sampler="orthogonal"),
+        block_orthogonal_projection(10, 4, 4),
+    )
+    np.testing.assert_array_equal(
+        draw_projection(10, 4, 4, orthogonal=np.bool_(False)), gaussian_projection(10, 4, 4)
+    )
     with pytest.raises(ValueError, match="conflicts"):
         draw_projection(10, 4, 4, orthogonal=True, sampler="halton")
     with pytest.raises(ValueError, match="Unknown sampler"):

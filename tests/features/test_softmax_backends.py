@@ -61,17 +61,19 @@ def test_float32_in_float32_out(cls, backend):
     if hasattr(fm, "log_transform"):
         outs["log_transform"] = fm.log_transform(X32)
     refs = {
-        "transform": fm.transform(X), "transform_y": fm.transform_y(Y),
-        "approx_kernel": fm.approx_kernel(X, Y), "variance": fm.variance(X, Y),
+        "transform": fm.transform(X),
+        "transform_y": fm.transform_y(Y),
+        "approx_kernel": fm.approx_kernel(X, Y),
+        "variance": fm.variance(X, Y),
     }
     for name, out in outs.items():
         assert backend.dtype_name(out) == "float32", name
         if name in refs:
-            np.testing.assert_allclose(backend.to_numpy(out), refs[name], rtol=2e-4,
-                                       atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(
+                backend.to_numpy(out), refs[name], rtol=2e-4, atol=1e-6, err_msg=name
+            )
     # float64 in: float64 out
-    assert backend.dtype_name(fm.approx_kernel(backend.asarray(X), backend.asarray(Y))) \
-        == "float64"
+    assert backend.dtype_name(fm.approx_kernel(backend.asarray(X), backend.asarray(Y))) == "float64"
 
 
 def test_fit_on_float32_torch_and_grad_tensors():

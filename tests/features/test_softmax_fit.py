@@ -90,9 +90,12 @@ def test_gerf_objective_is_the_one_dimensional_form_and_A_is_its_grid_minimum():
     vals = gerf_objective_1d(grid, X, Y)
     k = int(np.argmin(vals))
     assert abs(grid[k] - A) <= 2 * (grid[1] - grid[0])
-    res = minimize_scalar(lambda a: gerf_objective_1d(a, X, Y),
-                          bounds=(grid[max(k - 2, 0)], grid[k + 2]), method="bounded",
-                          options={"xatol": 1e-12})
+    res = minimize_scalar(
+        lambda a: gerf_objective_1d(a, X, Y),
+        bounds=(grid[max(k - 2, 0)], grid[k + 2]),
+        method="bounded",
+        options={"xatol": 1e-12},
+    )
     assert res.x == pytest.approx(A, abs=1e-6)
 
 
@@ -104,13 +107,16 @@ def test_aderf_objective_equals_eq16():
     M1, M2 = X.T @ X / len(X), Y.T @ Y / len(Y)
     L1, Q1 = np.linalg.eigh(M1)
     L2, Q2 = np.linalg.eigh(M2)
-    Sigma = np.linalg.svd(np.diag(np.sqrt(L1)) @ Q1.T @ Q2 @ np.diag(np.sqrt(L2)),
-                          compute_uv=False)
+    Sigma = np.linalg.svd(np.diag(np.sqrt(L1)) @ Q1.T @ Q2 @ np.diag(np.sqrt(L2)), compute_uv=False)
     mu3 = X.mean(0) @ Y.mean(0) / d
     A = float(textbook_a_star(2 * Sigma.sum() / d + 2 * mu3))
     assert fm.A_ == pytest.approx(np.full(d, A), rel=1e-10)
-    eq16 = d * (np.log(1 - 4 * A) - 0.5 * np.log(1 - 8 * A)
-                + 2 / (1 - 8 * A) * (Sigma.sum() / d + mu3) + 2 * mu3)
+    eq16 = d * (
+        np.log(1 - 4 * A)
+        - 0.5 * np.log(1 - 8 * A)
+        + 2 / (1 - 8 * A) * (Sigma.sum() / d + mu3)
+        + 2 * mu3
+    )
     assert fm.log_objective(X, Y) == pytest.approx(eq16, rel=1e-10)
     # erratum d: without the factor 2 in phi the objective is clearly worse
     A_wrong = float(textbook_a_star(Sigma.sum() / d + mu3))
@@ -122,13 +128,19 @@ def test_aderf_objective_equals_eq16():
 def test_sderf_objective_equals_eq17():
     X, Y = make_xy(33, n=70, m=55, scale=0.9)
     fm = SDERF(n_features=8, random_state=0).fit(X, Y)
-    N = np.mean((X[:, None, :] + Y[None, :, :])[..., :, None]
-                * (X[:, None, :] + Y[None, :, :])[..., None, :], axis=(0, 1))
+    N = np.mean(
+        (X[:, None, :] + Y[None, :, :])[..., :, None]
+        * (X[:, None, :] + Y[None, :, :])[..., None, :],
+        axis=(0, 1),
+    )
     lam = np.linalg.eigvalsh(N)[::-1]
     a = textbook_a_star(lam)
     np.testing.assert_allclose(fm.A_, a, rtol=1e-9, atol=1e-14)
-    eq17 = np.sum(np.log(1 - 4 * a) - 0.5 * np.log(1 - 8 * a) + (1 + 1 / (1 - 8 * a)) * lam) \
-        - np.mean(np.sum(X * X, 1)) - np.mean(np.sum(Y * Y, 1))
+    eq17 = (
+        np.sum(np.log(1 - 4 * a) - 0.5 * np.log(1 - 8 * a) + (1 + 1 / (1 - 8 * a)) * lam)
+        - np.mean(np.sum(X * X, 1))
+        - np.mean(np.sum(Y * Y, 1))
+    )
     assert fm.log_objective(X, Y) == pytest.approx(eq17, rel=1e-10)
 
 
@@ -150,8 +162,15 @@ def _worse_than_perturbations(fm, X, Y, perturb, seed):
     rng = np.random.default_rng(seed)
     diffs = []
     for _ in range(N_PERTURB):
-        _set(fm, *perturb(rng, A0.copy(), None if Bx0 is None else Bx0.copy(),
-                          None if By0 is None else By0.copy()))
+        _set(
+            fm,
+            *perturb(
+                rng,
+                A0.copy(),
+                None if Bx0 is None else Bx0.copy(),
+                None if By0 is None else By0.copy(),
+            ),
+        )
         diffs.append(fm.log_objective(X, Y) - base)
     _set(fm, A0, Bx0, By0)
     assert fm.log_objective(X, Y) == base
@@ -235,8 +254,12 @@ def test_aderf_A_is_the_minimum_along_A_for_the_fitted_B(hetero_data):
 
     grid = np.linspace(A0[0] - 1.0, 0.124, 801)
     k = int(np.argmin([objective(a) for a in grid]))
-    res = minimize_scalar(objective, bounds=(grid[max(k - 1, 0)], grid[k + 1]),
-                          method="bounded", options={"xatol": 1e-12})
+    res = minimize_scalar(
+        objective,
+        bounds=(grid[max(k - 1, 0)], grid[k + 1]),
+        method="bounded",
+        options={"xatol": 1e-12},
+    )
     assert res.x == pytest.approx(A0[0], abs=1e-6)
 
 
@@ -275,8 +298,9 @@ def test_sderf_satisfies_theorem_4_3_constraints():
     assert fm.B_y_ is fm.B_x_ or np.array_equal(fm.B_y_, fm.B_x_)
     np.testing.assert_allclose(Q3t @ Q3t.T, np.eye(d), atol=1e-12)
     Amat, B1, B2, C1, _, _ = derf_params(fm)
-    np.testing.assert_allclose(B1.T @ np.linalg.inv(np.eye(d) - 4 * Amat) @ B2, np.eye(d),
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        B1.T @ np.linalg.inv(np.eye(d) - 4 * Amat) @ B2, np.eye(d), atol=1e-10
+    )
     np.testing.assert_allclose(C1, -0.5 * np.eye(d), atol=1e-12)
     # Q3 diagonalises N with non-ascending eigenvalues, a_l = A*(lambda_l)
     Z = X[:, None, :] + Y[None, :, :]
@@ -301,8 +325,12 @@ def test_saderf_and_gerf_match_their_formulas():
     ge = GERF(n_features=32, random_state=0).fit(X, Y)
     A = float(textbook_a_star(gerf_phi(X, Y)))
     W = ge.projection_
-    ref = (d / 4 * np.log(1 - 4 * A) + A * np.sum(W * W, 1)[None, :]
-           + np.sqrt(1 - 4 * A) * X @ W.T - 0.5 * np.sum(X * X, 1)[:, None])
+    ref = (
+        d / 4 * np.log(1 - 4 * A)
+        + A * np.sum(W * W, 1)[None, :]
+        + np.sqrt(1 - 4 * A) * X @ W.T
+        - 0.5 * np.sum(X * X, 1)[:, None]
+    )
     np.testing.assert_allclose(ge.transform(X), np.exp(ref) / np.sqrt(32), rtol=1e-11)
 
 
@@ -345,8 +373,9 @@ def test_positive_rf_is_gerf_with_A_zero(kernel):
     ge = GERF(n_features=50, kernel=kernel, A=0.0, random_state=5).fit(X, Y)
     _same_features(pos, ge, X, Y)
     W = pos.projection_
-    ref = np.exp(X @ W.T - 0.5 * np.sum(X * X, 1)[:, None]
-                 + ALPHA[kernel] * np.sum(X * X, 1)[:, None]) / np.sqrt(50)
+    ref = np.exp(
+        X @ W.T - 0.5 * np.sum(X * X, 1)[:, None] + ALPHA[kernel] * np.sum(X * X, 1)[:, None]
+    ) / np.sqrt(50)
     np.testing.assert_allclose(pos.transform(X), ref, rtol=1e-12)
 
 
@@ -382,8 +411,10 @@ def test_sderf_with_identity_rotation_and_equal_a_is_gerf():
 @pytest.mark.parametrize("seed", [44, 45, 46])
 def test_hierarchy_of_fitted_objectives(seed):
     X, Y = make_xy(seed, n=60, m=50, scale=0.9)
-    L = {cls.__name__: cls(n_features=8, random_state=0).fit(X, Y).log_objective(X, Y)
-         for cls in DERF_MAPS}
+    L = {
+        cls.__name__: cls(n_features=8, random_state=0).fit(X, Y).log_objective(X, Y)
+        for cls in DERF_MAPS
+    }
     bound = 2 * np.mean(X @ Y.T)  # zero-variance limit, mean log K^2
     gap = 1e-3  # heterogeneous data: the inclusions are strict
     assert L["PositiveRF"] > L["GERF"] + gap
@@ -397,7 +428,9 @@ def test_hierarchy_collapses_on_isotropic_symmetric_data():
     """X = Y isotropic: GERF's optimum is already within ~sampling noise of SADERF's."""
     rng = np.random.default_rng(47)
     X = rng.standard_normal((4000, 3)) * 0.5
-    L = {cls.__name__: cls(n_features=8, random_state=0).fit(X).log_objective(X)
-         for cls in FITTED_MAPS}
+    L = {
+        cls.__name__: cls(n_features=8, random_state=0).fit(X).log_objective(X)
+        for cls in FITTED_MAPS
+    }
     assert abs(L["GERF"] - L["SADERF"]) < 0.02 * abs(L["GERF"])
     assert L["GERF"] >= L["SADERF"] >= L["ADERF"] - 1e-12

@@ -29,8 +29,9 @@ def _name(cls):
 @pytest.mark.parametrize("cls", POSITIVE_MAPS, ids=_name)
 def test_positive_maps_have_positive_features(cls, kernel, backend):
     X, Y = make_xy(50, n=30, m=30, scale=1.5)
-    fm = cls(n_features=500, kernel=kernel, random_state=0).fit(backend.asarray(X),
-                                                               backend.asarray(Y))
+    fm = cls(n_features=500, kernel=kernel, random_state=0).fit(
+        backend.asarray(X), backend.asarray(Y)
+    )
     assert fm.positive
     P = backend.to_numpy(fm.transform(backend.asarray(X)))
     S = backend.to_numpy(fm.transform_y(backend.asarray(Y)))
@@ -54,10 +55,10 @@ def test_trig_features_take_both_signs():
 def test_log_transform_is_log_of_features_and_finite_at_huge_norms(cls):
     X, Y = make_xy(52, n=20, m=20)
     fm = cls(n_features=300, random_state=0).fit(X, Y)
-    np.testing.assert_allclose(fm.log_transform(X), np.log(fm.transform(X)), rtol=1e-10,
-                               atol=1e-12)
-    np.testing.assert_allclose(fm.log_transform_y(Y), np.log(fm.transform_y(Y)), rtol=1e-10,
-                               atol=1e-12)
+    np.testing.assert_allclose(fm.log_transform(X), np.log(fm.transform(X)), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        fm.log_transform_y(Y), np.log(fm.transform_y(Y)), rtol=1e-10, atol=1e-12
+    )
     huge = 1e3 * X / np.linalg.norm(X, axis=1, keepdims=True)  # |x| = 1000
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -83,13 +84,17 @@ def _degenerate_cases():
     Yz[:, [1, 4]] = 0.0
     Xz[:, 2] = 0.0  # zero in X only
     return {
-        "fewer_points_than_dims": (0.4 * rng.standard_normal((3, 10)),
-                                   0.4 * rng.standard_normal((3, 10)) + 0.1),
+        "fewer_points_than_dims": (
+            0.4 * rng.standard_normal((3, 10)),
+            0.4 * rng.standard_normal((3, 10)) + 0.1,
+        ),
         "zero_columns": (Xz, Yz),
         "all_zero_X": (np.zeros_like(X), Y),
         "rank_one": (np.outer(rng.uniform(-1, 1, 30), u), np.outer(rng.uniform(-1, 1, 25), v)),
-        "rank_one_same_direction": (np.outer(rng.uniform(-1, 1, 30), u),
-                                    np.outer(rng.uniform(-1, 1, 25), u)),
+        "rank_one_same_direction": (
+            np.outer(rng.uniform(-1, 1, 30), u),
+            np.outer(rng.uniform(-1, 1, 25), u),
+        ),
         "single_point": (X[:1], Y[:1]),
     }
 

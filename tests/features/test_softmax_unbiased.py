@@ -42,8 +42,12 @@ def _library_kernel(X, Y, kernel, lengthscale):
 def test_unbiased_against_exact_kernel(cls, kernel, lengthscale, backend):
     X, Y = make_xy(0)
     X, Y = X * lengthscale, Y * lengthscale  # so that |x / l| <~ 1
-    fm = cls(n_features=M_BIG, kernel=kernel, lengthscale=lengthscale,
-             random_state=SEEDS[kernel, lengthscale])
+    fm = cls(
+        n_features=M_BIG,
+        kernel=kernel,
+        lengthscale=lengthscale,
+        random_state=SEEDS[kernel, lengthscale],
+    )
     fm.fit(backend.asarray(X), backend.asarray(Y))
     Xe, Ye = backend.asarray(X[:4]), backend.asarray(Y[:5])
     K_hat = backend.to_numpy(fm.approx_kernel(Xe, Ye))
@@ -59,11 +63,14 @@ def test_unbiased_with_orthogonal_projections(cls):
     """Block-orthogonal rows are marginally N(0, I): still unbiased (SE over 200 seeds)."""
     X, Y = make_xy(1)
     Xe, Ye = X[:3], Y[:3]
-    est = np.stack([
-        cls(n_features=60, kernel="gaussian", orthogonal=True, random_state=s)
-        .fit(X, Y).approx_kernel(Xe, Ye)
-        for s in range(200)
-    ])  # (S, 3, 3)
+    est = np.stack(
+        [
+            cls(n_features=60, kernel="gaussian", orthogonal=True, random_state=s)
+            .fit(X, Y)
+            .approx_kernel(Xe, Ye)
+            for s in range(200)
+        ]
+    )  # (S, 3, 3)
     K = exact_kernel(Xe, Ye, "gaussian")
     se = est.std(0, ddof=1) / np.sqrt(est.shape[0])
     assert np.max(se / K) < 0.02
@@ -89,8 +96,11 @@ def test_estimate_is_feature_inner_product():
         for kernel in ("softmax", "gaussian"):
             fm = cls(n_features=300, kernel=kernel, random_state=4).fit(X, Y)
             np.testing.assert_allclose(
-                fm.approx_kernel(X, Y), fm.transform(X) @ fm.transform_y(Y).T,
-                rtol=1e-11, atol=1e-14, err_msg=f"{cls.__name__} {kernel}",
+                fm.approx_kernel(X, Y),
+                fm.transform(X) @ fm.transform_y(Y).T,
+                rtol=1e-11,
+                atol=1e-14,
+                err_msg=f"{cls.__name__} {kernel}",
             )
 
 

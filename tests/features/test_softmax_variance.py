@@ -162,10 +162,12 @@ def test_trig_and_hyperbolic_variance_closed_forms():
     K = exact_kernel(X, Y)
     trig = np.exp(nx + ny) * (1 + 0.5 * np.exp(-2 * d2)) - K**2
     hyp = 0.5 * (np.exp(2 * (nx + ny + 2 * X @ Y.T)) + 1) * np.exp(-nx - ny) - K**2
-    np.testing.assert_allclose(TrigRF(7, random_state=0).fit(X, Y).variance(X, Y) * 7, trig,
-                               rtol=1e-10)
-    np.testing.assert_allclose(HyperbolicRF(7, random_state=0).fit(X, Y).variance(X, Y) * 7, hyp,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        TrigRF(7, random_state=0).fit(X, Y).variance(X, Y) * 7, trig, rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        HyperbolicRF(7, random_state=0).fit(X, Y).variance(X, Y) * 7, hyp, rtol=1e-10
+    )
     # Gaussian-kernel TrigRF is random Fourier features: Var = 1 + e^{-2|x-y|^2}/2 - K^2
     Kg = exact_kernel(X, Y, "gaussian")
     rff = 1 + 0.5 * np.exp(-2 * d2) - Kg**2

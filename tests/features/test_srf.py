@@ -26,7 +26,7 @@ def test_fit_error_is_small(p, bound):
     assert err < bound
     assert np.all(alpha >= 0) and alpha.sum() > 0
     tau = np.linspace(0, 2, 777)
-    k_tilde = np.exp(-tau[:, None] ** 2 / (2 * ls**2)) @ alpha
+    k_tilde = np.exp(-(tau[:, None] ** 2) / (2 * ls**2)) @ alpha
     assert np.max(np.abs(k_tilde - (1 - tau**2 / 4) ** p)) <= err + 1e-3
     fm = SphericalRandomFeatures(16, degree=p, random_state=0).fit(_sphere())
     assert fm.fit_error_ == err
@@ -47,8 +47,7 @@ def test_mixture_and_exact_kernels():
 @pytest.mark.parametrize("D", [100_000, 100_001])
 def test_unbiased_for_mixture_kernel(sampler, D):
     X = _sphere(6, 5, seed=1)
-    fm = SphericalRandomFeatures(D, degree=7, amplitude=1.7, sampler=sampler,
-                                 random_state=4).fit(X)
+    fm = SphericalRandomFeatures(D, degree=7, amplitude=1.7, sampler=sampler, random_state=4).fit(X)
     K_hat, K_t = fm.approx_kernel(X), fm.mixture_kernel(X)
     se = np.sqrt(fm.variance(X))
     off = ~np.eye(6, dtype=bool)
@@ -60,8 +59,13 @@ def test_unbiased_for_mixture_kernel(sampler, D):
 def test_unbiased_over_seeds():
     X = _sphere(5, 3, seed=2)
     n_seeds, D = 300, 64
-    est = np.mean([SphericalRandomFeatures(D, degree=3, random_state=s).fit(X)
-                   .approx_kernel(X) for s in range(n_seeds)], axis=0)
+    est = np.mean(
+        [
+            SphericalRandomFeatures(D, degree=3, random_state=s).fit(X).approx_kernel(X)
+            for s in range(n_seeds)
+        ],
+        axis=0,
+    )
     fm = SphericalRandomFeatures(D, degree=3, random_state=0).fit(X)
     se = np.sqrt(fm.variance(X) / n_seeds)
     off = ~np.eye(5, dtype=bool)
@@ -113,8 +117,7 @@ def test_unit_norm_validation_and_normalize():
     fm.transform(X * (1 + 1e-8))  # within tolerance
     fn = SphericalRandomFeatures(8, normalize=True, random_state=0).fit(3 * X)
     np.testing.assert_allclose(fn.transform(3 * X), fm.transform(X), atol=1e-12)
-    np.testing.assert_allclose(fn.approx_kernel(X / np.sqrt(2)), fm.approx_kernel(X),
-                               atol=1e-12)
+    np.testing.assert_allclose(fn.approx_kernel(X / np.sqrt(2)), fm.approx_kernel(X), atol=1e-12)
 
 
 def test_seeds_and_shapes():

@@ -66,8 +66,9 @@ def test_kernels_batched_leading_dims(backend):
     got = backend.to_numpy(gaussian_kernel(backend.asarray(X), backend.asarray(Y), 1.5))
     for i in range(2):
         for j in range(3):
-            np.testing.assert_allclose(got[i, j], gaussian_kernel(X[i, j], Y[i, j], 1.5),
-                                       rtol=1e-13)
+            np.testing.assert_allclose(
+                got[i, j], gaussian_kernel(X[i, j], Y[i, j], 1.5), rtol=1e-13
+            )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -79,9 +80,11 @@ def test_kernels_keep_dtype(dtype, backend):
         assert backend.dtype_name(out) == dtype
 
 
-@given(hnp.arrays(np.float64, (3, 4), elements=st.floats(-5, 5)),
-       hnp.arrays(np.float64, (2, 4), elements=st.floats(-5, 5)),
-       st.floats(0.1, 10.0))
+@given(
+    hnp.arrays(np.float64, (3, 4), elements=st.floats(-5, 5)),
+    hnp.arrays(np.float64, (2, 4), elements=st.floats(-5, 5)),
+    st.floats(0.1, 10.0),
+)
 def test_gaussian_kernel_properties(X, Y, ls):
     K = gaussian_kernel(X, Y, ls)
     assert np.all((K >= 0) & (K <= 1))
@@ -99,8 +102,9 @@ def _naive_attention(q, k, v, causal=False, mask=None, scale=None):
     scale = 1 / math.sqrt(d) if scale is None else scale
     out = np.zeros((L, v.shape[1]))
     for i in range(L):
-        keys = [j for j in range(S) if not (causal and j > i) and not (mask is not None
-                                                                       and mask[j])]
+        keys = [
+            j for j in range(S) if not (causal and j > i) and not (mask is not None and mask[j])
+        ]
         if not keys:
             continue
         logits = np.array([q[i] @ k[j] * scale for j in keys])
@@ -111,8 +115,11 @@ def _naive_attention(q, k, v, causal=False, mask=None, scale=None):
 
 def _qkv(seed=6, L=5, S=5, d=4, dv=3, batch=()):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((*batch, L, d)), rng.standard_normal((*batch, S, d)),
-            rng.standard_normal((*batch, S, dv)))
+    return (
+        rng.standard_normal((*batch, L, d)),
+        rng.standard_normal((*batch, S, d)),
+        rng.standard_normal((*batch, S, dv)),
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -121,9 +128,13 @@ def test_softmax_attention_against_naive(causal, masked, backend):
     q, k, v = _qkv()
     mask = np.array([False, True, False, False, True]) if masked else None
     ref = _naive_attention(q, k, v, causal, mask)
-    got = softmax_attention(backend.asarray(q), backend.asarray(k), backend.asarray(v),
-                            is_causal=causal,
-                            key_padding_mask=None if mask is None else backend.asarray(mask))
+    got = softmax_attention(
+        backend.asarray(q),
+        backend.asarray(k),
+        backend.asarray(v),
+        is_causal=causal,
+        key_padding_mask=None if mask is None else backend.asarray(mask),
+    )
     np.testing.assert_allclose(backend.to_numpy(got), ref, rtol=1e-12, atol=1e-14)
 
 
@@ -131,9 +142,15 @@ def test_softmax_attention_batched_masks_and_scale(backend):
     q, k, v = _qkv(7, L=4, S=6, batch=(2, 3))
     mask = np.random.default_rng(8).random((2, 3, 6)) < 0.3
     mask[0, 1] = True  # a fully padded sequence
-    got = backend.to_numpy(softmax_attention(
-        backend.asarray(q), backend.asarray(k), backend.asarray(v),
-        key_padding_mask=backend.asarray(mask), scale=0.3))
+    got = backend.to_numpy(
+        softmax_attention(
+            backend.asarray(q),
+            backend.asarray(k),
+            backend.asarray(v),
+            key_padding_mask=backend.asarray(mask),
+            scale=0.3,
+        )
+    )
     for b in range(2):
         for h in range(3):
             ref = _naive_attention(q[b, h], k[b, h], v[b, h], False, mask[b, h], 0.3)
@@ -153,8 +170,7 @@ def test_softmax_attention_large_logits_are_stable():
     q, k, v = _qkv(10)
     out = softmax_attention(q * 300, k * 300, v)
     assert np.all(np.isfinite(out))
-    np.testing.assert_allclose(out, _naive_attention(q * 300, k * 300, v), rtol=1e-10,
-                               atol=1e-12)
+    np.testing.assert_allclose(out, _naive_attention(q * 300, k * 300, v), rtol=1e-10, atol=1e-12)
 
 
 def test_causal_needs_square_logits():
@@ -172,7 +188,6 @@ def test_softmax_attention_matches_torch_sdpa(torch):
         assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
         np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-14)
     mask = torch.tensor([[False, False, True, False, True, False]] * 2)
-    ref = torch.nn.functional.scaled_dot_product_attention(
-        qt, kt, vt, attn_mask=~mask[:, None, :])
+    ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=~mask[:, None, :])
     got = softmax_attention(qt, kt, vt, key_padding_mask=mask)
     np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-14)

@@ -11,7 +11,7 @@ def mlr_features(X, n):
     m, p = X.shape
     F = np.zeros((m, n, n * p))
     for y in range(n):
-        F[:, y, y * p:(y + 1) * p] = X
+        F[:, y, y * p : (y + 1) * p] = X
     return F
 
 

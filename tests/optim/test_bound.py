@@ -51,8 +51,10 @@ def test_mu_is_finite_difference_gradient():
     theta, F = random_problem(rng, m=3, n=5, d=4, scale=1.0)
     b = partition_bound(theta, F)
     h = 1e-6
-    fd = np.stack([(log_z(theta + h * e, F) - log_z(theta - h * e, F)) / (2 * h)
-                   for e in np.eye(len(theta))], axis=1)
+    fd = np.stack(
+        [(log_z(theta + h * e, F) - log_z(theta - h * e, F)) / (2 * h) for e in np.eye(len(theta))],
+        axis=1,
+    )
     np.testing.assert_allclose(b.mu, fd, atol=1e-8)
 
 
@@ -62,8 +64,9 @@ def test_bound_holds_and_is_tight(seed):
     rng = np.random.default_rng(100 + seed)
     theta_t, F = random_problem(rng)
     b = partition_bound(theta_t, F)
-    np.testing.assert_allclose(b.log_bound(theta_t, theta_t), log_z(theta_t, F), rtol=1e-13,
-                               atol=1e-13)
+    np.testing.assert_allclose(
+        b.log_bound(theta_t, theta_t), log_z(theta_t, F), rtol=1e-13, atol=1e-13
+    )
     for _ in range(50):
         theta = theta_t + rng.normal(size=theta_t.shape) * rng.choice([0.01, 0.3, 3.0])
         assert np.all(log_z(theta, F) <= b.log_bound(theta_t, theta) + 1e-10)

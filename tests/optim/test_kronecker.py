@@ -51,15 +51,15 @@ def test_matvec_equals_sum_of_kronecker_products(seed):
     dense = sum(np.kron(C, np.outer(x, x)) for C, x in zip(mb.C, X, strict=True)) / 9
     dense += 0.2 * np.eye(12)
     V = np.random.default_rng(seed).normal(size=(3, 4))
-    np.testing.assert_allclose(A.matvec(V).T.ravel(), dense @ V.T.ravel(), rtol=1e-12,
-                               atol=1e-14)
+    np.testing.assert_allclose(A.matvec(V).T.ravel(), dense @ V.T.ravel(), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(A.todense(), dense, rtol=1e-12, atol=1e-14)
 
 
 def test_float32_operator_stays_float32():
     X, _W, mb, A = _operator(1)
-    A32 = KroneckerCurvature(X.astype(np.float32), mb.C.astype(np.float32), lam=1e-2,
-                             scale=1 / len(X))
+    A32 = KroneckerCurvature(
+        X.astype(np.float32), mb.C.astype(np.float32), lam=1e-2, scale=1 / len(X)
+    )
     V = np.random.default_rng(0).normal(size=(A.p, A.n))
     out = A32.matvec(V.astype(np.float32))
     assert out.dtype == np.float32
@@ -155,8 +155,9 @@ def test_truncated_preconditioner_is_spd_and_exact_on_leading_space():
     Xr = np.sqrt(6.0) * np.diag(np.sqrt([9.0, 4, 1, 1, 1, 1])) @ Q.T  # Xr^T Xr / 6 = Q L Q^T
     G = rng.normal(size=(6, 3))
     full = KroneckerPreconditioner(Xr).for_operator(A)(G)
-    np.testing.assert_allclose(KroneckerPreconditioner(Xr, rank=2).for_operator(A)(G), full,
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        KroneckerPreconditioner(Xr, rank=2).for_operator(A)(G), full, rtol=1e-10, atol=1e-12
+    )
     assert not np.allclose(KroneckerPreconditioner(Xr, rank=1).for_operator(A)(G), full)
 
 

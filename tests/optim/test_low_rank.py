@@ -80,8 +80,7 @@ def test_full_rank_exact_variant_is_exact():
     rng = np.random.default_rng(2)
     theta, F = random_problem(rng, m=3, n=3, d=8)
     b = low_rank_partition_bound(theta, F, 8, variant="exact")
-    np.testing.assert_allclose(b.curvature(), partition_bound(theta, F).sigma.sum(0),
-                               atol=1e-10)
+    np.testing.assert_allclose(b.curvature(), partition_bound(theta, F).sigma.sum(0), atol=1e-10)
     np.testing.assert_allclose(b.D, 0.0, atol=1e-12)
 
 

@@ -19,8 +19,9 @@ from kernelkit.optim import BoundLogisticRegression, logistic_objective
     [
         BoundLogisticRegression(max_epochs=20, batch_size=50, random_state=0),
         BoundLogisticRegression(solver="bound", max_epochs=20, random_state=0),
-        BoundLogisticRegression(solver="lspfb", rank=3, low_rank="exact", max_epochs=10,
-                                batch_size=50, random_state=0),
+        BoundLogisticRegression(
+            solver="lspfb", rank=3, low_rank="exact", max_epochs=10, batch_size=50, random_state=0
+        ),
         BoundLogisticRegression(solver="sgd", max_epochs=20, batch_size=50, random_state=0),
     ]
 )
@@ -38,8 +39,9 @@ def _data(name):
 
 
 def _sklearn_opt(X, y, alpha, fit_intercept=True):
-    sk = LogisticRegression(C=1.0 / (alpha * len(y)), tol=1e-12, max_iter=10000,
-                            fit_intercept=fit_intercept).fit(X, y)
+    sk = LogisticRegression(
+        C=1.0 / (alpha * len(y)), tol=1e-12, max_iter=10000, fit_intercept=fit_intercept
+    ).fit(X, y)
     return sk, logistic_objective(sk.coef_, sk.intercept_, X, y, alpha)
 
 
@@ -50,9 +52,15 @@ def test_bound_solver_reaches_sklearn_optimum(name, fit_intercept):
     X, y = _data(name)
     alpha = 1e-2
     sk, f_star = _sklearn_opt(X, y, alpha, fit_intercept)
-    clf = BoundLogisticRegression(solver="bound", alpha=alpha, max_epochs=300, tol=1e-13,
-                                  n_iter_no_change=1, fit_intercept=fit_intercept,
-                                  cg_rtol=1e-10).fit(X, y)
+    clf = BoundLogisticRegression(
+        solver="bound",
+        alpha=alpha,
+        max_epochs=300,
+        tol=1e-13,
+        n_iter_no_change=1,
+        fit_intercept=fit_intercept,
+        cg_rtol=1e-10,
+    ).fit(X, y)
     assert np.all(np.diff(clf.loss_history_) <= 1e-14)  # monotone (eta = 1)
     assert clf.loss_history_[-1] - f_star < 1e-9
     assert clf.loss_history_[-1] - f_star > -1e-10  # f_star is the optimum
@@ -64,10 +72,10 @@ def test_bound_solver_reaches_sklearn_optimum(name, fit_intercept):
 
 
 @pytest.mark.parametrize(("name", "batch_size", "eta0"), [("iris", 32, 2.0), ("cancer", 100, 2.0)])
-@pytest.mark.parametrize(("linear_solver", "preconditioner"),
-                         [("dense", None), ("cg", "kronecker"), ("cg", "jacobi")])
-def test_spfb_converges_to_sklearn_optimum(name, batch_size, eta0, linear_solver,
-                                           preconditioner):
+@pytest.mark.parametrize(
+    ("linear_solver", "preconditioner"), [("dense", None), ("cg", "kronecker"), ("cg", "jacobi")]
+)
+def test_spfb_converges_to_sklearn_optimum(name, batch_size, eta0, linear_solver, preconditioner):
     """Mini-batch SPFB (mean form, eta0 / (1 + t / t0)) approaches scikit-learn's optimum.
 
     SPFB's rate is O(1/t) (Thm 2), so the relative gap after 100 epochs is only ~1e-2
@@ -76,10 +84,19 @@ def test_spfb_converges_to_sklearn_optimum(name, batch_size, eta0, linear_solver
     X, y = _data(name)
     alpha = 1e-2
     sk, f_star = _sklearn_opt(X, y, alpha)
-    clf = BoundLogisticRegression(solver="spfb", alpha=alpha, batch_size=batch_size,
-                                  max_epochs=100, tol=None, schedule="inverse_t0", eta0=eta0,
-                                  linear_solver=linear_solver, cg_rtol=1e-8,
-                                  preconditioner=preconditioner, random_state=0).fit(X, y)
+    clf = BoundLogisticRegression(
+        solver="spfb",
+        alpha=alpha,
+        batch_size=batch_size,
+        max_epochs=100,
+        tol=None,
+        schedule="inverse_t0",
+        eta0=eta0,
+        linear_solver=linear_solver,
+        cg_rtol=1e-8,
+        preconditioner=preconditioner,
+        random_state=0,
+    ).fit(X, y)
     gaps = np.asarray(clf.loss_history_) - f_star
     assert np.all(gaps >= -1e-12)
     assert gaps[-1] < 1e-2 * f_star, gaps[-1]
@@ -87,17 +104,28 @@ def test_spfb_converges_to_sklearn_optimum(name, batch_size, eta0, linear_solver
     assert np.mean(clf.predict(X) == sk.predict(X)) >= 0.98
 
 
-@pytest.mark.parametrize(("kw", "ratio"), [
-    ({"solver": "lspfb", "rank": 4, "low_rank": "exact"}, 0.1),
-    ({"solver": "lspfb", "rank": 2, "low_rank": "paper"}, 0.2),  # looser D (note §5 warning)
-    ({"solver": "lspfb", "rank": 2, "low_rank": "eig"}, 0.2),
-    ({"solver": "sgd"}, 0.1)])
+@pytest.mark.parametrize(
+    ("kw", "ratio"),
+    [
+        ({"solver": "lspfb", "rank": 4, "low_rank": "exact"}, 0.1),
+        ({"solver": "lspfb", "rank": 2, "low_rank": "paper"}, 0.2),  # looser D (note §5 warning)
+        ({"solver": "lspfb", "rank": 2, "low_rank": "eig"}, 0.2),
+        ({"solver": "sgd"}, 0.1),
+    ],
+)
 def test_lspfb_and_sgd_approach_the_optimum(kw, ratio):
     X, y = _data("iris")
     _, f_star = _sklearn_opt(X, y, 1e-2)
-    clf = BoundLogisticRegression(alpha=1e-2, batch_size=30, max_epochs=20, tol=None,
-                                  schedule="inverse_t0", eta0=2.0, random_state=0,
-                                  **kw).fit(X, y)
+    clf = BoundLogisticRegression(
+        alpha=1e-2,
+        batch_size=30,
+        max_epochs=20,
+        tol=None,
+        schedule="inverse_t0",
+        eta0=2.0,
+        random_state=0,
+        **kw,
+    ).fit(X, y)
     gap0, gap = clf.loss_history_[0] - f_star, clf.loss_history_[-1] - f_star
     assert 0 <= gap < ratio * gap0, (gap, gap0)
 
@@ -111,8 +139,9 @@ def test_histories_callback_and_attributes():
         seen.append(info)
         return info["epoch"] >= 4
 
-    clf = BoundLogisticRegression(max_epochs=50, batch_size=40, tol=None, callback=cb,
-                                  random_state=0).fit(X, y)
+    clf = BoundLogisticRegression(
+        max_epochs=50, batch_size=40, tol=None, callback=cb, random_state=0
+    ).fit(X, y)
     assert clf.n_iter_ == 4 and len(seen) == 4
     assert len(clf.loss_history_) == len(clf.time_history_) == 5
     assert clf.loss_history_[0] == pytest.approx(np.log(3))  # W = 0: uniform probabilities
@@ -132,8 +161,7 @@ def test_binary_shapes_and_probabilities():
     d = clf.decision_function(X)
     assert d.shape == (len(X),)
     np.testing.assert_allclose(clf.predict_proba(X)[:, 1], 1 / (1 + np.exp(-d)), rtol=1e-12)
-    np.testing.assert_allclose(np.exp(clf.predict_log_proba(X)), clf.predict_proba(X),
-                               rtol=1e-10)
+    np.testing.assert_allclose(np.exp(clf.predict_log_proba(X)), clf.predict_proba(X), rtol=1e-10)
 
 
 def test_partial_fit_and_warm_start():
@@ -162,8 +190,7 @@ def test_objective_function_matches_sklearn_binary_mapping():
     X, y = _data("cancer")
     sk, f_star = _sklearn_opt(X, y, 1e-2)
     z = X @ sk.coef_[0] + sk.intercept_[0]
-    direct = np.mean(np.logaddexp(0, -np.where(y == 1, 1, -1) * z)) + 0.5e-2 * np.sum(
-        sk.coef_ ** 2)
+    direct = np.mean(np.logaddexp(0, -np.where(y == 1, 1, -1) * z)) + 0.5e-2 * np.sum(sk.coef_**2)
     assert f_star == pytest.approx(direct, rel=1e-13)
     with pytest.raises(ValueError, match="not in classes"):
         logistic_objective(sk.coef_, sk.intercept_, X, y + 5, 1e-2, classes=[0, 1])
@@ -173,8 +200,9 @@ def test_objective_function_matches_sklearn_binary_mapping():
 def test_float32_in_float32_out_same_path(solver):
     """float32 data: float32 coef_ / probabilities, the float64 run's path up to rounding."""
     X, y = _data("iris")
-    kw = dict(solver=solver, alpha=1e-2, batch_size=50, max_epochs=8, tol=None, rank=4,
-              random_state=0)
+    kw = dict(
+        solver=solver, alpha=1e-2, batch_size=50, max_epochs=8, tol=None, rank=4, random_state=0
+    )
     c64 = BoundLogisticRegression(**kw).fit(X, y)
     c32 = BoundLogisticRegression(**kw).fit(X.astype(np.float32), y)
     assert c32.coef_.dtype == c32.intercept_.dtype == np.float32
@@ -227,14 +255,20 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="rank"):
         BoundLogisticRegression(solver="lspfb", rank=16).fit(X, y)  # d = 3 x 5 = 15
     with pytest.raises(ValueError, match="rank"):
-        BoundLogisticRegression(solver="lspfb", rank=11, fit_intercept=False).fit(X[:, :1],
-                                                                                   y == 0)
-    for kw, exc in [({"solver": "adam"}, ValueError), ({"alpha": -1.0}, ValueError),
-                    ({"alpha": "big"}, TypeError), ({"batch_size": 0}, ValueError),
-                    ({"schedule": "cos"}, ValueError), ({"linear_solver": "lu"}, ValueError),
-                    ({"low_rank": "svd"}, ValueError), ({"preconditioner": "ilu"}, ValueError),
-                    ({"callback": 3}, TypeError),
-                    ({"max_epochs": 2.5}, TypeError), ({"reduction": "max"}, ValueError)]:
+        BoundLogisticRegression(solver="lspfb", rank=11, fit_intercept=False).fit(X[:, :1], y == 0)
+    for kw, exc in [
+        ({"solver": "adam"}, ValueError),
+        ({"alpha": -1.0}, ValueError),
+        ({"alpha": "big"}, TypeError),
+        ({"batch_size": 0}, ValueError),
+        ({"schedule": "cos"}, ValueError),
+        ({"linear_solver": "lu"}, ValueError),
+        ({"low_rank": "svd"}, ValueError),
+        ({"preconditioner": "ilu"}, ValueError),
+        ({"callback": 3}, TypeError),
+        ({"max_epochs": 2.5}, TypeError),
+        ({"reduction": "max"}, ValueError),
+    ]:
         with pytest.raises(exc):
             BoundLogisticRegression(**kw).fit(X, y)
     clf = BoundLogisticRegression(max_epochs=2).fit(X, y)
@@ -252,5 +286,6 @@ def test_bad_input_errors():
 def test_divergence_is_reported():
     X, y = _data("iris")
     with pytest.raises(FloatingPointError, match="diverged"):
-        BoundLogisticRegression(solver="sgd", schedule="constant", eta0=1e308,
-                                max_epochs=3, batch_size=10).fit(X * 1e3, y)
+        BoundLogisticRegression(
+            solver="sgd", schedule="constant", eta0=1e308, max_epochs=3, batch_size=10
+        ).fit(X * 1e3, y)

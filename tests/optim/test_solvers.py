@@ -25,7 +25,7 @@ def _problem(seed, m=50, p=4, n=3, scale=1.0):
     rng = np.random.default_rng(seed)
     X = np.hstack([rng.normal(size=(m, p - 1)) * scale, np.ones((m, 1))])
     y = rng.integers(0, n, size=m)
-    y[:min(n, m)] = np.arange(min(n, m))
+    y[: min(n, m)] = np.arange(min(n, m))
     return X, y, rng.normal(size=(p, n))
 
 
@@ -48,14 +48,20 @@ def test_gradient_finite_differences():
         for a in range(W.shape[1]):
             E = np.zeros_like(W)
             E[i, a] = h
-            fd[i, a] = (multinomial_objective(W + E, X, y, 0.2, mask)
-                        - multinomial_objective(W - E, X, y, 0.2, mask)) / (2 * h)
+            fd[i, a] = (
+                multinomial_objective(W + E, X, y, 0.2, mask)
+                - multinomial_objective(W - E, X, y, 0.2, mask)
+            ) / (2 * h)
     np.testing.assert_allclose(g, fd, atol=1e-8)
 
 
 @settings(max_examples=40)
-@given(st.integers(0, 2**32 - 1), st.sampled_from([1e-4, 1e-2, 1.0]),
-       st.sampled_from([0.3, 3.0, 30.0]), st.sampled_from(["dense", "cg"]))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([1e-4, 1e-2, 1.0]),
+    st.sampled_from([0.3, 3.0, 30.0]),
+    st.sampled_from(["dense", "cg"]),
+)
 def test_full_batch_bound_step_never_increases_objective(seed, lam, scale, solver):
     """eq. 2.4 with eta = 1 minimises a majoriser, so L(W+) <= L(W) (also with truncated CG)."""
     rng = np.random.default_rng(seed)
@@ -81,8 +87,9 @@ def test_full_batch_step_is_eq_2_4_with_sum_lambda():
     b = partition_bound(theta, F)
     f_y = F[np.arange(T), y]
     lam_sum = T * lam
-    step = np.linalg.solve(b.sigma.sum(0) + lam_sum * np.eye(9),
-                           (b.mu - f_y).sum(0) + lam_sum * theta)
+    step = np.linalg.solve(
+        b.sigma.sum(0) + lam_sum * np.eye(9), (b.mu - f_y).sum(0) + lam_sum * theta
+    )
     W_new, _ = spfb_step(W, X, y, lam, 1.0, linear_solver="dense")
     np.testing.assert_allclose(W_new.T.ravel(), theta - step, rtol=1e-10, atol=1e-12)
     # reduction="sum" with lam_sum is the same step
@@ -110,8 +117,17 @@ def test_cg_and_dense_steps_agree_and_warm_start_is_safe():
     Wc, info = spfb_step(W, X, y, 1e-2, 0.5, linear_solver="cg", rtol=1e-12, maxiter=1000)
     np.testing.assert_allclose(Wc, Wd, rtol=1e-8, atol=1e-10)
     # a bad warm start (model value above that at 0) is discarded
-    Wb, _ = spfb_step(W, X, y, 1e-2, 0.5, linear_solver="cg", rtol=1e-12, maxiter=1000,
-                      x0=-100 * info["direction"])
+    Wb, _ = spfb_step(
+        W,
+        X,
+        y,
+        1e-2,
+        0.5,
+        linear_solver="cg",
+        rtol=1e-12,
+        maxiter=1000,
+        x0=-100 * info["direction"],
+    )
     np.testing.assert_allclose(Wb, Wd, rtol=1e-7, atol=1e-9)
 
 
@@ -144,8 +160,11 @@ def test_non_finite_inputs_are_rejected(where):
         W[0, 2] = np.inf
     else:
         W *= 1e308  # finite parameters, overflowing logits
-    for call in (lambda: multinomial_partition_bound(W, X),
-                 lambda: spfb_step(W, X, y, 0.1), lambda: sgd_step(W, X, y, 0.1, 1.0),
-                 lambda: lspfb_step(W, X, y, 0.1, rank=2)):
+    for call in (
+        lambda: multinomial_partition_bound(W, X),
+        lambda: spfb_step(W, X, y, 0.1),
+        lambda: sgd_step(W, X, y, 0.1, 1.0),
+        lambda: lspfb_step(W, X, y, 0.1, rank=2),
+    ):
         with pytest.raises(ValueError, match="not finite"), np.errstate(all="ignore"):
             call()

@@ -73,8 +73,7 @@ def check_random_state(seed) -> np.random.Generator:
     if isinstance(seed, np.random.RandomState):
         return np.random.default_rng(seed.randint(0, 2**31 - 1))
     raise TypeError(
-        "random_state must be None, an int or a numpy.random.Generator, "
-        f"got {type(seed).__name__}."
+        f"random_state must be None, an int or a numpy.random.Generator, got {type(seed).__name__}."
     )
 
 

@@ -35,8 +35,10 @@ def tree_reduce(parts: list, combine):
     """``combine`` the items of ``parts`` pairwise in a binary tree (depth log2 of their
     number), left to right; ``parts`` may be Dask delayed objects."""
     while len(parts) > 1:
-        parts = [combine(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
-                 for i in range(0, len(parts), 2)]
+        parts = [
+            combine(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
+            for i in range(0, len(parts), 2)
+        ]
     return parts[0]
 
 

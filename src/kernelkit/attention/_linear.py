@@ -242,8 +242,9 @@ class _CausalExp(torch.autograd.Function):
             c = c_new
         den = num[..., -1]
         out = _safe_div(num[..., :-1], den)  # (B, L, e)
-        ctx.save_for_backward(xq, xk, va, keep if keep is not None else torch.empty(0),
-                              out, den, Rall)
+        ctx.save_for_backward(
+            xq, xk, va, keep if keep is not None else torch.empty(0), out, den, Rall
+        )
         ctx.has_keep = keep is not None
         ctx.feat, ctx.chunk = feat, chunk
         return out
@@ -259,8 +260,9 @@ class _CausalExp(torch.autograd.Function):
         dt = xq.dtype
         G = _growth_bound(dt)
         ok = den > 0
-        inv = torch.where(ok, 1.0 / torch.where(ok, den, torch.ones_like(den)),
-                          torch.zeros_like(den))  # (B, L)
+        inv = torch.where(
+            ok, 1.0 / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(den)
+        )  # (B, L)
         # gradient w.r.t. the stabilised numerator [N, D]: g = [dO / D, -(dO . out) / D]
         g = torch.cat([dout * inv[..., None], (-(dout * out).sum(-1) * inv)[..., None]], -1)
         dxq = torch.empty_like(xq)
@@ -294,7 +296,8 @@ class _CausalExp(torch.autograd.Function):
                 else:
                     intra = _intra(lq, lk, vc, R)
                 dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = torch.autograd.grad(
-                    (intra, lq), (xqc, xkc, vc), (gc, dlq))
+                    (intra, lq), (xqc, xkc, vc), (gc, dlq)
+                )
                 with torch.no_grad():
                     c_new = torch.maximum(c, lkd.amax(dim=1))
                     S.mul_(torch.exp(c - c_new)[..., None])

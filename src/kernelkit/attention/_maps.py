@@ -128,8 +128,11 @@ def _fit_saderf(mom: Moments, d: int):
     sx, sy = sx + ridge, sy + ridge
     psi = torch.exp(0.25 * (torch.log(sy) - torch.log(sx)))  # (..., d)
     # GERF phi on (psi x, y / psi); the cross term is psi-free
-    phi = ((psi * psi * (sx - ridge)).sum(-1) + ((sy - ridge) / (psi * psi)).sum(-1)
-           + 2.0 * (mom.mean_x * mom.mean_y).sum(-1)) / d
+    phi = (
+        (psi * psi * (sx - ridge)).sum(-1)
+        + ((sy - ridge) / (psi * psi)).sum(-1)
+        + 2.0 * (mom.mean_x * mom.mean_y).sum(-1)
+    ) / d
     return psi, a_star_torch(phi)
 
 
@@ -137,8 +140,14 @@ def _fit_aderf(mom: Moments, d: int):
     # FAVOR# Thm 4.2 (see features.softmax.fit_aderf), batched in float64
     eye = torch.eye(d, dtype=torch.float64, device=mom.mean_x.device)
     M1, M2 = mom.second_x, mom.second_y
-    tr = 0.5 * (torch.diagonal(M1, dim1=-2, dim2=-1).sum(-1)
-                + torch.diagonal(M2, dim1=-2, dim2=-1).sum(-1)) / d
+    tr = (
+        0.5
+        * (
+            torch.diagonal(M1, dim1=-2, dim2=-1).sum(-1)
+            + torch.diagonal(M2, dim1=-2, dim2=-1).sum(-1)
+        )
+        / d
+    )
     ridge = (_EPS * tr + 1e-154)[..., None, None] * eye
     L1, Q1 = torch.linalg.eigh(0.5 * (M1 + M1.transpose(-1, -2)) + ridge)
     L2, Q2 = torch.linalg.eigh(0.5 * (M2 + M2.transpose(-1, -2)) + ridge)
@@ -235,6 +244,7 @@ class LogFeatureMap:
     def to(self, dtype) -> LogFeatureMap:
         def cv(t):
             return None if t is None else t.to(dtype)
+
         return LogFeatureMap(cv(self.W_q), cv(self.W_k), cv(self.c), cv(self.T_q), cv(self.T_k))
 
 

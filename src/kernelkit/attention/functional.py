@@ -65,10 +65,12 @@ def hybrid_base_size(n_features: int, d: int, n_lambda: int = HYBRID_SIGNS) -> i
 
 def _check_name(feature_map) -> str:
     if not isinstance(feature_map, str):
-        hint = (" (attn_mask is keyword-only in linear_attention)"
-                if isinstance(feature_map, torch.Tensor) else "")
-        raise TypeError(f"feature_map must be a string, got {type(feature_map).__name__}"
-                        f"{hint}.")
+        hint = (
+            " (attn_mask is keyword-only in linear_attention)"
+            if isinstance(feature_map, torch.Tensor)
+            else ""
+        )
+        raise TypeError(f"feature_map must be a string, got {type(feature_map).__name__}{hint}.")
     name = feature_map.lower()
     if name not in FEATURE_MAPS:
         raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
@@ -76,14 +78,23 @@ def _check_name(feature_map) -> str:
 
 
 def _check_n_features(n_features) -> int:
-    if isinstance(n_features, bool) or not isinstance(n_features, numbers.Integral) \
-            or n_features < 1:
+    if (
+        isinstance(n_features, bool)
+        or not isinstance(n_features, numbers.Integral)
+        or n_features < 1
+    ):
         raise ValueError(f"n_features must be a positive integer, got {n_features!r}.")
     return int(n_features)
 
 
-def draw_features(feature_map: str, n_features: int, d: int, random_state=None,
-                  orthogonal: bool = True, n_lambda: int = HYBRID_SIGNS) -> dict:
+def draw_features(
+    feature_map: str,
+    n_features: int,
+    d: int,
+    random_state=None,
+    orthogonal: bool = True,
+    n_lambda: int = HYBRID_SIGNS,
+) -> dict:
     """Random parameters of a feature map as NumPy arrays (drawn with NumPy).
 
     Parameters
@@ -117,12 +128,13 @@ def draw_features(feature_map: str, n_features: int, d: int, random_state=None,
     if name in ("relu", "elu"):
         return {}
     if name == "hybrid_angular":
-        if isinstance(n_lambda, bool) or not isinstance(n_lambda, numbers.Integral) \
-                or n_lambda < 1:
+        if isinstance(n_lambda, bool) or not isinstance(n_lambda, numbers.Integral) or n_lambda < 1:
             raise ValueError(f"n_lambda must be a positive integer, got {n_lambda!r}.")
         m = hybrid_base_size(n_features, d, int(n_lambda))
-        return {"W": draw_projection(m, d, rng, orthogonal),
-                "T": rng.standard_normal((int(n_lambda), d))}
+        return {
+            "W": draw_projection(m, d, rng, orthogonal),
+            "T": rng.standard_normal((int(n_lambda), d)),
+        }
     n_proj = max(1, n_features // 2) if name in ("hyperbolic", "trig") else n_features
     return {"W": draw_projection(n_proj, d, rng, orthogonal)}
 
@@ -133,8 +145,9 @@ def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
     (padded keys excluded). Average them over batches with :meth:`Moments` fields."""
     q, k, _ = _as_torch(q, k, k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    x, y = _maps.scale_inputs(q.float() if q.dtype in _HALF else q,
-                              k.float() if k.dtype in _HALF else k, scale)
+    x, y = _maps.scale_inputs(
+        q.float() if q.dtype in _HALF else q, k.float() if k.dtype in _HALF else k, scale
+    )
     w = None
     if key_padding_mask is not None:
         keep = ~torch.as_tensor(key_padding_mask, device=k.device).bool()
@@ -152,8 +165,11 @@ def _as_torch(q, k, v):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor like q, got {type(t).__name__}.")
         return q, k, v
-    return (torch.as_tensor(np.asarray(q)), torch.as_tensor(np.asarray(k)),
-            torch.as_tensor(np.asarray(v)))
+    return (
+        torch.as_tensor(np.asarray(q)),
+        torch.as_tensor(np.asarray(k)),
+        torch.as_tensor(np.asarray(v)),
+    )
 
 
 def _validate(q, k, v, is_causal, key_padding_mask):
@@ -165,14 +181,18 @@ def _validate(q, k, v, is_causal, key_padding_mask):
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
     if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
-        raise ValueError("q, k, v must have the same leading (batch, head) dims, got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.")
+        raise ValueError(
+            "q, k, v must have the same leading (batch, head) dims, got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
+        )
     if k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"q and k must have the same last dim d, got {q.shape[-1]} and "
-                         f"{k.shape[-1]}.")
+        raise ValueError(
+            f"q and k must have the same last dim d, got {q.shape[-1]} and {k.shape[-1]}."
+        )
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length S, got {k.shape[-2]} and "
-                         f"{v.shape[-2]}.")
+        raise ValueError(
+            f"k and v must have the same length S, got {k.shape[-2]} and {v.shape[-2]}."
+        )
     L, S = q.shape[-2], k.shape[-2]
     if L == 0 or S == 0 or q.shape[-1] == 0:
         raise ValueError(f"empty attention input: L={L}, S={S}, d={q.shape[-1]}.")
@@ -182,16 +202,20 @@ def _validate(q, k, v, is_causal, key_padding_mask):
         return None
     mask = torch.as_tensor(key_padding_mask, device=q.device)
     if mask.dtype != torch.bool:
-        raise TypeError(f"key_padding_mask must be a bool tensor (True = padded key), got "
-                        f"{mask.dtype}.")
+        raise TypeError(
+            f"key_padding_mask must be a bool tensor (True = padded key), got {mask.dtype}."
+        )
     if mask.dim() == 0 or mask.shape[-1] != S:
-        raise ValueError(f"key_padding_mask must have shape (..., S) with S={S}, got "
-                         f"{tuple(mask.shape)}.")
+        raise ValueError(
+            f"key_padding_mask must have shape (..., S) with S={S}, got {tuple(mask.shape)}."
+        )
     try:
         mask = torch.broadcast_to(mask, k.shape[:-1])
     except RuntimeError:
-        raise ValueError(f"key_padding_mask of shape {tuple(mask.shape)} does not broadcast to "
-                         f"the key shape {tuple(k.shape[:-1])}.") from None
+        raise ValueError(
+            f"key_padding_mask of shape {tuple(mask.shape)} does not broadcast to "
+            f"the key shape {tuple(k.shape[:-1])}."
+        ) from None
     return mask
 
 
@@ -202,11 +226,26 @@ def _finite_check(**tensors):
             raise ValueError(f"{name} contains NaN or inf.")
 
 
-def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 256, *,
-                     is_causal: bool = False, key_padding_mask=None, random_state=None,
-                     scale=None, orthogonal: bool = True, projection=None, moments=None,
-                     chunk_size: int = 64, check_finite: bool = True, attn_mask=None,
-                     dropout_p: float = 0.0, enable_gqa: bool = False):
+def linear_attention(
+    q,
+    k,
+    v,
+    feature_map: str = "positive",
+    n_features: int = 256,
+    *,
+    is_causal: bool = False,
+    key_padding_mask=None,
+    random_state=None,
+    scale=None,
+    orthogonal: bool = True,
+    projection=None,
+    moments=None,
+    chunk_size: int = 64,
+    check_finite: bool = True,
+    attn_mask=None,
+    dropout_p: float = 0.0,
+    enable_gqa: bool = False,
+):
     """Random-feature softmax attention (FAVOR+, FAVOR++, FAVOR#, hybrids, linear maps).
 
     Approximates ``softmax(q k^T * scale) v`` (``scaled_dot_product_attention``) in
@@ -312,17 +351,20 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
         raise ValueError(
             f"dropout_p must be 0, got {dropout_p!r}: linear attention never forms the "
             "attention weights that SDPA's dropout_p drops; apply dropout to the output "
-            "instead (FavorAttention(dropout=...) does).")
+            "instead (FavorAttention(dropout=...) does)."
+        )
     if enable_gqa:
         k, v = _expand_gqa(q, k, v)
     if attn_mask is not None:
-        is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal,
-                                                       key_padding_mask)
+        is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask)
     mask = _validate(q, k, v, is_causal, key_padding_mask)
     if check_finite:
         _finite_check(q=q, k=k, v=v)
-    if not isinstance(chunk_size, numbers.Integral) or chunk_size < 1 \
-            or chunk_size & (chunk_size - 1):
+    if (
+        not isinstance(chunk_size, numbers.Integral)
+        or chunk_size < 1
+        or chunk_size & (chunk_size - 1)
+    ):
         raise ValueError(f"chunk_size must be a power of two, got {chunk_size!r}.")
     d = q.shape[-1]
     if scale is None:
@@ -333,7 +375,8 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
         raise ValueError(
             f"feature_map={name!r} is bidirectional only: its features are not positive, so "
             "a causal prefix normaliser can be zero or negative. Causal mode supports "
-            f"'relu', 'elu' and the positive maps {EXP_MAPS}.")
+            f"'relu', 'elu' and the positive maps {EXP_MAPS}."
+        )
     if is_causal and name in FITTED_MAPS and moments is None:
         raise ValueError(
             f"feature_map={name!r} fits its parameters from the queries and keys; in causal "
@@ -342,16 +385,30 @@ def linear_attention(q, k, v, feature_map: str = "positive", n_features: int = 2
             "the queries and keys of earlier batches or a calibration set (last dim d, "
             "batch shape broadcastable to q.shape[:-2]); or use FavorAttention, which "
             "keeps running statistics; or a map without fitted parameters ('positive', "
-            "'hyperbolic').")
+            "'hyperbolic')."
+        )
     params = _projection_params(name, n_features, d, random_state, orthogonal, projection)
 
     out_dtype = q.dtype
     ctype = torch.float32 if q.dtype in _HALF else q.dtype
-    ac = torch.autocast(q.device.type, enabled=False) if torch.is_autocast_enabled(
-        q.device.type) else contextlib.nullcontext()
+    ac = (
+        torch.autocast(q.device.type, enabled=False)
+        if torch.is_autocast_enabled(q.device.type)
+        else contextlib.nullcontext()
+    )
     with ac:
-        out = _attention(q.to(ctype), k.to(ctype), v.to(ctype), name, params, mask,
-                         is_causal, float(scale), moments, int(chunk_size))
+        out = _attention(
+            q.to(ctype),
+            k.to(ctype),
+            v.to(ctype),
+            name,
+            params,
+            mask,
+            is_causal,
+            float(scale),
+            moments,
+            int(chunk_size),
+        )
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
 
@@ -360,12 +417,15 @@ def _expand_gqa(q, k, v):
     # SDPA's enable_gqa: k, v (..., Hkv, S, .) serve q (..., Hq, L, d) with Hq = g Hkv
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() < 3:
-            raise ValueError(f"enable_gqa needs (..., H, L, d) inputs, {name} has shape "
-                             f"{tuple(t.shape)}.")
+            raise ValueError(
+                f"enable_gqa needs (..., H, L, d) inputs, {name} has shape {tuple(t.shape)}."
+            )
     Hq, Hk, Hv = q.shape[-3], k.shape[-3], v.shape[-3]
     if Hk != Hv or Hq % Hk:
-        raise ValueError(f"enable_gqa needs k and v with the same number of heads dividing "
-                         f"q's, got Hq={Hq}, Hk={Hk}, Hv={Hv}.")
+        raise ValueError(
+            f"enable_gqa needs k and v with the same number of heads dividing "
+            f"q's, got Hq={Hq}, Hk={Hk}, Hv={Hv}."
+        )
     g = Hq // Hk
     if g == 1:
         return k, v
@@ -381,8 +441,10 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     elif m.is_floating_point():
         blocked = torch.isneginf(m)
         if not bool((m[~blocked] == 0).all()):
-            raise ValueError("a float attn_mask may only hold 0 (attend) and -inf (blocked): "
-                             "linear attention cannot add a bias to scores it never forms.")
+            raise ValueError(
+                "a float attn_mask may only hold 0 (attend) and -inf (blocked): "
+                "linear attention cannot add a bias to scores it never forms."
+            )
     else:
         raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")
     if blocked.dim() >= 2 and blocked.shape[-2] == 1 and blocked.shape[-1] == S:
@@ -390,17 +452,22 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
         if key_padding_mask is not None:
             kpm = torch.as_tensor(key_padding_mask, device=q.device)
             if kpm.dtype != torch.bool:
-                raise TypeError(f"key_padding_mask must be a bool tensor (True = padded "
-                                f"key), got {kpm.dtype}.")
+                raise TypeError(
+                    f"key_padding_mask must be a bool tensor (True = padded key), got {kpm.dtype}."
+                )
             pad = pad | kpm
         return is_causal, pad
-    if blocked.shape == (L, S) and L == S and bool(torch.equal(
-            blocked, torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1))):
+    if (
+        blocked.shape == (L, S)
+        and L == S
+        and bool(torch.equal(blocked, torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)))
+    ):
         return True, key_padding_mask
     raise ValueError(
         f"attn_mask of shape {tuple(m.shape)} is neither the causal (L, L) mask nor a key "
         "padding mask of shape (..., 1, S): linear attention cannot apply an arbitrary "
-        "mask. Use is_causal=True and/or key_padding_mask (True = padded key).")
+        "mask. Use is_causal=True and/or key_padding_mask (True = padded key)."
+    )
 
 
 def _projection_params(name, n_features, d, random_state, orthogonal, projection):
@@ -416,8 +483,7 @@ def _projection_params(name, n_features, d, random_state, orthogonal, projection
     if W is not None:
         W = torch.as_tensor(W) if not isinstance(W, torch.Tensor) else W
         if W.dim() != 2 or W.shape[1] != d:
-            raise ValueError(f"projection must have shape (n_proj, d={d}), got "
-                             f"{tuple(W.shape)}.")
+            raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
         params["W"] = W
     elif name not in ("relu", "elu"):
         raise ValueError(f"projection for {name!r} needs a 'W' entry.")
@@ -436,8 +502,10 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
     keep = None if mask is None else ~mask  # (..., S)
 
     if name in ("relu", "elu"):
+
         def phi(t):
             return torch.relu(t) + 1e-3 if name == "relu" else torch.nn.functional.elu(t) + 1.0
+
         if not is_causal:
             return bidirectional_plain(phi(x), phi(y), v, keep)
 
@@ -451,6 +519,7 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
                 else:
                     lf = torch.log(torch.relu(t) + 1e-3)
                 return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
+
         return _causal(x, y, v, keep, _Plain, chunk, batch)
 
     W = _param(params["W"], q)  # (n_proj, d)
@@ -497,15 +566,16 @@ def _augment_values(v, keep):
 
 def _check_moments(mom, batch, d):
     if not isinstance(mom, Moments):
-        raise TypeError(f"moments must be a Moments (attention_moments), got "
-                        f"{type(mom).__name__}.")
+        raise TypeError(f"moments must be a Moments (attention_moments), got {type(mom).__name__}.")
     if mom.mean_x.shape[-1] != d:
         raise ValueError(f"moments are for d={mom.mean_x.shape[-1]}, inputs have d={d}.")
     try:
         torch.broadcast_shapes(mom.mean_x.shape[:-1], batch)
     except RuntimeError:
-        raise ValueError(f"moments with batch shape {tuple(mom.mean_x.shape[:-1])} do not "
-                         f"broadcast to {tuple(batch)}.") from None
+        raise ValueError(
+            f"moments with batch shape {tuple(mom.mean_x.shape[:-1])} do not "
+            f"broadcast to {tuple(batch)}."
+        ) from None
     return mom
 
 
@@ -524,8 +594,9 @@ def _flatten_map(fmap, batch):
     tcore = 2
     if fmap.T_q is not None and fmap.T_q.dim() == fmap.W_q.dim() - 1:
         tcore = 1  # diagonal T
-    return _maps.LogFeatureMap(fl(fmap.W_q, 2), fl(fmap.W_k, 2), fl(fmap.c, 1),
-                               fl(fmap.T_q, tcore), fl(fmap.T_k, tcore))
+    return _maps.LogFeatureMap(
+        fl(fmap.W_q, 2), fl(fmap.W_k, 2), fl(fmap.c, 1), fl(fmap.T_q, tcore), fl(fmap.T_k, tcore)
+    )
 
 
 def _causal(x, y, v, keep, fmap, chunk, batch):
@@ -581,9 +652,9 @@ def _bidirectional_hybrid(x, y, v, keep, W, T):
         lpp = torch.cat([z, -z], dim=-1) - nu  # log phi++ (2m), up to the 1/sqrt(2) factor
         with torch.no_grad():
             r = torch.maximum(lpp.amax(-1, keepdim=True), nu)  # per-row log scale
-        pp = torch.exp(lpp - r) * (2.0 ** -0.5)
+        pp = torch.exp(lpp - r) * (2.0**-0.5)
         tr = torch.cat([torch.sin(z), torch.cos(z)], dim=-1) * torch.exp(nu - r)
-        s = torch.sign(u @ T.t()) * n ** -0.5  # (..., L, n)
+        s = torch.sign(u @ T.t()) * n**-0.5  # (..., L, n)
         outer_t = (s[..., :, None] * tr[..., None, :]).flatten(-2)  # (..., L, n 2m)
         outer_p = (s[..., :, None] * pp[..., None, :]).flatten(-2)
         return torch.cat([pp, tr, outer_t, sign_last * outer_p], dim=-1), r[..., 0]

@@ -109,10 +109,28 @@ class FavorAttention(nn.Module):
       (``torch.compiler.disable``).
     """
 
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
-                 add_zero_attn=False, kdim=None, vdim=None, batch_first=True, device=None,
-                 dtype=None, *, feature_map="sderf", n_features=256, redraw_interval=1000,
-                 orthogonal=True, chunk_size=64, momentum=0.1, random_state=None):
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        dropout=0.0,
+        bias=True,
+        add_bias_kv=False,
+        add_zero_attn=False,
+        kdim=None,
+        vdim=None,
+        batch_first=True,
+        device=None,
+        dtype=None,
+        *,
+        feature_map="sderf",
+        n_features=256,
+        redraw_interval=1000,
+        orthogonal=True,
+        chunk_size=64,
+        momentum=0.1,
+        random_state=None,
+    ):
         super().__init__()
         for name, val in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
@@ -125,18 +143,27 @@ class FavorAttention(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}.")
         if not isinstance(feature_map, str) or feature_map.lower() not in FEATURE_MAPS:
             raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
-        if isinstance(n_features, bool) or not isinstance(n_features, numbers.Integral) \
-                or n_features < 1:
+        if (
+            isinstance(n_features, bool)
+            or not isinstance(n_features, numbers.Integral)
+            or n_features < 1
+        ):
             raise ValueError(f"n_features must be a positive integer, got {n_features!r}.")
         if redraw_interval is not None and (
-                isinstance(redraw_interval, bool)
-                or not isinstance(redraw_interval, numbers.Integral) or redraw_interval < 0):
-            raise ValueError(f"redraw_interval must be None or a non-negative integer, got "
-                             f"{redraw_interval!r}.")
+            isinstance(redraw_interval, bool)
+            or not isinstance(redraw_interval, numbers.Integral)
+            or redraw_interval < 0
+        ):
+            raise ValueError(
+                f"redraw_interval must be None or a non-negative integer, got {redraw_interval!r}."
+            )
         if momentum is not None and not (0.0 < float(momentum) <= 1.0):
             raise ValueError(f"momentum must be None or in (0, 1], got {momentum!r}.")
-        if not isinstance(chunk_size, numbers.Integral) or chunk_size < 1 \
-                or chunk_size & (chunk_size - 1):
+        if (
+            not isinstance(chunk_size, numbers.Integral)
+            or chunk_size < 1
+            or chunk_size & (chunk_size - 1)
+        ):
             raise ValueError(f"chunk_size must be a power of two, got {chunk_size!r}.")
         fk = {"device": device, "dtype": dtype}
         self.embed_dim = int(embed_dim)
@@ -175,8 +202,7 @@ class FavorAttention(nn.Module):
         hd, H = self.head_dim, self.num_heads
         self.register_buffer("projection", torch.empty(0, device=device))
         self.register_buffer("sign_projection", torch.empty(0, device=device))
-        self.register_buffer("calls_since_redraw",
-                             torch.zeros((), dtype=torch.long, device=device))
+        self.register_buffer("calls_since_redraw", torch.zeros((), dtype=torch.long, device=device))
         self.redraw_features()
         # allocated for every map (tiny), so state dicts load across feature maps
         shape2, shape1 = (H, hd, hd), (H, hd)
@@ -184,8 +210,9 @@ class FavorAttention(nn.Module):
         self.register_buffer("running_second_q", torch.zeros(shape2, device=device))
         self.register_buffer("running_mean_k", torch.zeros(shape1, device=device))
         self.register_buffer("running_second_k", torch.zeros(shape2, device=device))
-        self.register_buffer("num_batches_tracked",
-                             torch.zeros((), dtype=torch.long, device=device))
+        self.register_buffer(
+            "num_batches_tracked", torch.zeros((), dtype=torch.long, device=device)
+        )
 
     def _reset_parameters(self):
         if self._qkv_same_embed_dim:
@@ -199,15 +226,18 @@ class FavorAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     def extra_repr(self):
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
-                f"feature_map={self.feature_map!r}, n_features={self.n_features}, "
-                f"redraw_interval={self.redraw_interval}")
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+            f"feature_map={self.feature_map!r}, n_features={self.n_features}, "
+            f"redraw_interval={self.redraw_interval}"
+        )
 
     @torch.compiler.disable
     def redraw_features(self):
         """Draw new random projections (NumPy) into the ``projection`` buffers."""
-        params = draw_features(self.feature_map, self.n_features, self.head_dim, self._rng,
-                               self.orthogonal)
+        params = draw_features(
+            self.feature_map, self.n_features, self.head_dim, self._rng, self.orthogonal
+        )
         dev = self.calls_since_redraw.device
         # the module's floating dtype (float32 unless converted with .double() / .to())
         dt = self.out_proj.weight.dtype
@@ -227,8 +257,17 @@ class FavorAttention(nn.Module):
         self.calls_since_redraw += 1
 
     # ------------------------------------------------------------------ forward
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=False,
-                attn_mask=None, average_attn_weights=True, is_causal=False):
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=False,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ):
         """Attention output and ``None`` (no weights), shapes as ``nn.MultiheadAttention``.
 
         query (N, L, E), key (N, S, kdim), value (N, S, vdim) with ``batch_first=True``
@@ -236,20 +275,26 @@ class FavorAttention(nn.Module):
         key_padding_mask (N, S) or (S,). Returns ``(out (N, L, E), None)``.
         """
         if need_weights:
-            raise ValueError("FavorAttention never forms attention weights; call it with "
-                             "need_weights=False.")
+            raise ValueError(
+                "FavorAttention never forms attention weights; call it with need_weights=False."
+            )
         for name, t in (("query", query), ("key", key), ("value", value)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
             if t.dim() not in (2, 3):
-                raise ValueError(f"{name} must be 2-D (unbatched) or 3-D (batched), got shape "
-                                 f"{tuple(t.shape)}.")
+                raise ValueError(
+                    f"{name} must be 2-D (unbatched) or 3-D (batched), got shape {tuple(t.shape)}."
+                )
         if not (query.dim() == key.dim() == value.dim()):
-            raise ValueError("query, key and value must all be batched or all unbatched, got "
-                             f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D.")
+            raise ValueError(
+                "query, key and value must all be batched or all unbatched, got "
+                f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D."
+            )
         if key.dtype != query.dtype or value.dtype != query.dtype:
-            raise TypeError(f"query, key, value must share one dtype, got {query.dtype}, "
-                            f"{key.dtype}, {value.dtype}.")
+            raise TypeError(
+                f"query, key, value must share one dtype, got {query.dtype}, "
+                f"{key.dtype}, {value.dtype}."
+            )
         unbatched = query.dim() == 2
         if unbatched:
             query, key, value = query[None], key[None], value[None]
@@ -260,14 +305,19 @@ class FavorAttention(nn.Module):
         N, L, Eq = query.shape
         S = key.shape[1]
         if Eq != self.embed_dim:
-            raise ValueError(f"query has embedding dim {Eq}, the module embed_dim="
-                             f"{self.embed_dim}.")
+            raise ValueError(
+                f"query has embedding dim {Eq}, the module embed_dim={self.embed_dim}."
+            )
         if key.shape[-1] != self.kdim or value.shape[-1] != self.vdim:
-            raise ValueError(f"key / value have dims {key.shape[-1]} / {value.shape[-1]}, the "
-                             f"module expects kdim={self.kdim}, vdim={self.vdim}.")
+            raise ValueError(
+                f"key / value have dims {key.shape[-1]} / {value.shape[-1]}, the "
+                f"module expects kdim={self.kdim}, vdim={self.vdim}."
+            )
         if key.shape[0] != N or value.shape[0] != N or value.shape[1] != S:
-            raise ValueError(f"batch / length mismatch: query {tuple(query.shape)}, key "
-                             f"{tuple(key.shape)}, value {tuple(value.shape)}.")
+            raise ValueError(
+                f"batch / length mismatch: query {tuple(query.shape)}, key "
+                f"{tuple(key.shape)}, value {tuple(value.shape)}."
+            )
         if L == 0 or S == 0:
             raise ValueError(f"empty sequence: L={L}, S={S}.")
         is_causal = self._check_attn_mask(attn_mask, is_causal, L, S)
@@ -286,9 +336,16 @@ class FavorAttention(nn.Module):
         if is_causal:
             out = self._causal_attention(q, k, v, mask4, proj)
         else:
-            out = linear_attention(q, k, v, self.feature_map, self.n_features,
-                                   key_padding_mask=mask4, projection=proj,
-                                   check_finite=False)
+            out = linear_attention(
+                q,
+                k,
+                v,
+                self.feature_map,
+                self.n_features,
+                key_padding_mask=mask4,
+                projection=proj,
+                check_finite=False,
+            )
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
         out = self.out_proj(out)
@@ -301,15 +358,18 @@ class FavorAttention(nn.Module):
     def _in_projection(self, query, key, value):
         E = self.embed_dim
         b = self.in_proj_bias
-        bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E:2 * E], b[2 * E:])
+        bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E : 2 * E], b[2 * E :])
         if self._qkv_same_embed_dim:
             Wq, Wk, Wv = self.in_proj_weight.split(E)
         else:
             Wq, Wk, Wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         if query is key and key is value and self._qkv_same_embed_dim:
             return nn.functional.linear(query, self.in_proj_weight, b).chunk(3, dim=-1)
-        return (nn.functional.linear(query, Wq, bq), nn.functional.linear(key, Wk, bk),
-                nn.functional.linear(value, Wv, bv))
+        return (
+            nn.functional.linear(query, Wq, bq),
+            nn.functional.linear(key, Wk, bk),
+            nn.functional.linear(value, Wv, bv),
+        )
 
     @staticmethod
     def _check_attn_mask(attn_mask, is_causal, L, S):
@@ -317,18 +377,21 @@ class FavorAttention(nn.Module):
             return bool(is_causal)
         m = torch.as_tensor(attn_mask)
         if m.shape != (L, S) or L != S:
-            raise ValueError(f"attn_mask must be None or the causal (L, L) mask, got shape "
-                             f"{tuple(m.shape)} for L={L}, S={S}.")
+            raise ValueError(
+                f"attn_mask must be None or the causal (L, L) mask, got shape "
+                f"{tuple(m.shape)} for L={L}, S={S}."
+            )
         upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)
         if m.dtype == torch.bool:
             causal = bool(torch.equal(m, upper))
         else:
-            causal = bool(torch.equal(torch.isneginf(m), upper)) and bool(
-                (m[~upper] == 0).all())
+            causal = bool(torch.equal(torch.isneginf(m), upper)) and bool((m[~upper] == 0).all())
         if not causal:
-            raise ValueError("FavorAttention supports only the causal attn_mask (linear "
-                             "attention cannot apply an arbitrary mask); pass attn_mask=None "
-                             "with is_causal=True.")
+            raise ValueError(
+                "FavorAttention supports only the causal attn_mask (linear "
+                "attention cannot apply an arbitrary mask); pass attn_mask=None "
+                "with is_causal=True."
+            )
         return True
 
     @staticmethod
@@ -337,15 +400,17 @@ class FavorAttention(nn.Module):
             return None
         m = torch.as_tensor(mask, device=device)
         if m.shape != (N, S):
-            raise ValueError(f"key_padding_mask must have shape (N, S) = ({N}, {S}), got "
-                             f"{tuple(m.shape)}.")
+            raise ValueError(
+                f"key_padding_mask must have shape (N, S) = ({N}, {S}), got {tuple(m.shape)}."
+            )
         if m.dtype == torch.bool:
             return m
         if m.is_floating_point():
             pad = torch.isneginf(m)
             if not bool((m[~pad] == 0).all()):
-                raise ValueError("a float key_padding_mask may only hold 0 (keep) and -inf "
-                                 "(padded).")
+                raise ValueError(
+                    "a float key_padding_mask may only hold 0 (keep) and -inf (padded)."
+                )
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
 
@@ -358,9 +423,19 @@ class FavorAttention(nn.Module):
             moments = self._running_moments()
             if moments is None:
                 fm = "positive"  # no statistics yet: A = 0
-        out = linear_attention(q, k, v, fm, self.n_features, is_causal=True,
-                               key_padding_mask=mask4, projection=proj, moments=moments,
-                               chunk_size=self.chunk_size, check_finite=False)
+        out = linear_attention(
+            q,
+            k,
+            v,
+            fm,
+            self.n_features,
+            is_causal=True,
+            key_padding_mask=mask4,
+            projection=proj,
+            moments=moments,
+            chunk_size=self.chunk_size,
+            check_finite=False,
+        )
         if self.training and self.feature_map in FITTED_MAPS:
             self._update_running(q, k, mask4)
         return out
@@ -369,20 +444,32 @@ class FavorAttention(nn.Module):
     def _running_moments(self):
         if int(self.num_batches_tracked) == 0:
             return None  # no statistics yet: FAVOR+ features (A = 0), see module doc
-        return Moments(self.running_mean_q.double(), self.running_second_q.double(),
-                       self.running_mean_k.double(), self.running_second_k.double())
+        return Moments(
+            self.running_mean_q.double(),
+            self.running_second_q.double(),
+            self.running_mean_k.double(),
+            self.running_second_k.double(),
+        )
 
     @torch.no_grad()
     def _update_running(self, q, k, mask4):
         mom = attention_moments(q.detach(), k.detach(), key_padding_mask=mask4)
         # average over the batch: (N, H, ...) -> (H, ...)
-        new = [t.mean(0).to(self.running_mean_q.dtype)
-               for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)]
+        new = [
+            t.mean(0).to(self.running_mean_q.dtype)
+            for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
+        ]
         n = int(self.num_batches_tracked) + 1
         f = 1.0 / n if self.momentum is None else (1.0 if n == 1 else float(self.momentum))
-        for buf, val in zip((self.running_mean_q, self.running_second_q, self.running_mean_k,
-                             self.running_second_k), new, strict=True):
+        for buf, val in zip(
+            (
+                self.running_mean_q,
+                self.running_second_q,
+                self.running_mean_k,
+                self.running_second_k,
+            ),
+            new,
+            strict=True,
+        ):
             buf.mul_(1.0 - f).add_(val, alpha=f)
         self.num_batches_tracked += 1
-
-

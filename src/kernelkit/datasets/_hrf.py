@@ -38,14 +38,16 @@ def load_hrf_uci(name: str) -> np.ndarray:
             from sklearn.datasets import load_wine
         except ImportError as exc:  # pragma: no cover - scikit-learn is a dependency
             raise DatasetNotAvailable(
-                "The wine data ship with scikit-learn: pip install scikit-learn") from exc
+                "The wine data ship with scikit-learn: pip install scikit-learn"
+            ) from exc
         return np.asarray(load_wine().data, dtype=np.float64)
     if name == "boston":
         try:
             from mlxtend.data import boston_housing_data
         except ImportError as exc:
             raise DatasetNotAvailable(
-                "The Boston housing data ship with mlxtend: pip install mlxtend") from exc
+                "The Boston housing data ship with mlxtend: pip install mlxtend"
+            ) from exc
         X, _ = boston_housing_data()
         return np.asarray(X, dtype=np.float64)
     raise ValueError(f"name must be one of {HRF_UCI_DATASETS}, got {name!r}.")
@@ -121,8 +123,15 @@ def _sign_edit(cx, cy, target, max_flips: int = 10000):
     return sx, sy
 
 
-def make_clustered(s_target, sigma: float, n_per_cluster: int = 1000, d: int = 50,
-                   radius: float = 1.0, random_state=None, mean_scale: float = 1.0):
+def make_clustered(
+    s_target,
+    sigma: float,
+    n_per_cluster: int = 1000,
+    d: int = 50,
+    radius: float = 1.0,
+    random_state=None,
+    mean_scale: float = 1.0,
+):
     """Synthetic clustered queries / keys of App. H.1 / H.3.
 
     Two random vectors ``X0, Y0 ~ N(0, mean_scale^2 I_d)``; cluster means ``X_i = O^{i,1} X0``,

@@ -161,8 +161,13 @@ def _dpkg_fashion_dir() -> Path | None:
     if shutil.which("dpkg") is None:
         return None
     try:
-        res = subprocess.run(["dpkg", "-L", FASHION_MNIST_PACKAGE], capture_output=True,
-                             text=True, timeout=10, check=False)
+        res = subprocess.run(
+            ["dpkg", "-L", FASHION_MNIST_PACKAGE],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if res.returncode != 0:
@@ -208,8 +213,9 @@ def _fashion_cached(subset: str, directory: str):
     return images, labels
 
 
-def load_fashion_mnist(subset: str = "train", n: int | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def load_fashion_mnist(
+    subset: str = "train", n: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Fashion-MNIST from the Debian package ``dataset-fashion-mnist`` (offline).
 
     Reads the gzipped IDX files under ``/usr/share/datasets/fashion-mnist/`` (or the

@@ -45,8 +45,7 @@ __all__ = [
 
 #: The 3x3 size (S1 small ... S5 big) x value (V1 growth ... V5 value) portfolios of
 #: ``linearmodels.datasets.french``, in the order used for ``d`` portfolios.
-FRENCH_SV_PORTFOLIOS = ("S1V1", "S1V3", "S1V5", "S3V1", "S3V3", "S3V5", "S5V1", "S5V3",
-                        "S5V5")
+FRENCH_SV_PORTFOLIOS = ("S1V1", "S1V3", "S1V5", "S3V1", "S3V3", "S3V5", "S5V1", "S5V3", "S5V5")
 
 
 def _rng(random_state) -> np.random.Generator:
@@ -54,8 +53,10 @@ def _rng(random_state) -> np.random.Generator:
         return np.random.default_rng(random_state)
     if isinstance(random_state, np.random.Generator):
         return random_state
-    raise TypeError("random_state must be None, an int or a numpy.random.Generator, "
-                    f"got {type(random_state).__name__}.")
+    raise TypeError(
+        "random_state must be None, an int or a numpy.random.Generator, "
+        f"got {type(random_state).__name__}."
+    )
 
 
 def _positive_int(value, name, minimum=1) -> int:
@@ -120,8 +121,10 @@ def archakov_hansen_correlation(gamma, *, tol: float = 1e-13, max_iter: int = 10
         if np.max(np.abs(log_diag)) <= tol:
             break
     else:  # pragma: no cover - the iteration contracts for every gamma
-        raise RuntimeError("Archakov-Hansen iteration did not converge; "
-                           f"max |log diag| = {np.max(np.abs(log_diag)):.3g}.")
+        raise RuntimeError(
+            "Archakov-Hansen iteration did not converge; "
+            f"max |log diag| = {np.max(np.abs(log_diag)):.3g}."
+        )
     A[np.diag_indices(p)] = x
     w, V = np.linalg.eigh(A)
     C = (V * np.exp(w)) @ V.T
@@ -294,12 +297,12 @@ def uniform_chain_conditional_moments(X, p: int = 6):
     kk, ll = k[:, None], k[None, :]
     const = np.minimum(kk, ll) / 12 + kk * ll / 4  # (d_y, d_y)
     second = (s[:, None, None] ** 2 + s[:, None, None] * (kk + ll) / 2 + const) / (
-        den[:, None] * den[None, :])  # (n, d_y, d_y)
+        den[:, None] * den[None, :]
+    )  # (n, d_y, d_y)
     return mean, second
 
 
-def sample_cauchy_chain(n: int, random_state=None, *, p: int = 6, d_x: int = 3,
-                        scale: float = 0.1):
+def sample_cauchy_chain(n: int, random_state=None, *, p: int = 6, d_x: int = 3, scale: float = 0.1):
     """Sec. 5.1's heavy-tailed small data (Fig. 7): running means of i.i.d. Cauchy
     increments with location 0 and scale ``scale`` (0.1 in the paper).
 

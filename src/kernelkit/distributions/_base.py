@@ -19,8 +19,16 @@ __all__ = ["TensorJointModel", "check_xy"]
 CONSTRAINTS = (None, "normalized", "positive")
 
 
-def check_xy(X, Y, *, estimator=None, reset: bool = True, min_samples: int = 2,
-             n_features_x=None, n_features_y=None):
+def check_xy(
+    X,
+    Y,
+    *,
+    estimator=None,
+    reset: bool = True,
+    min_samples: int = 2,
+    n_features_x=None,
+    n_features_y=None,
+):
     """Validate paired samples: 2-D float64 ``X``, ``Y`` (1-D ``Y`` becomes one column).
 
     With ``estimator``, ``X`` goes through scikit-learn's ``validate_data`` (which sets, or
@@ -30,11 +38,18 @@ def check_xy(X, Y, *, estimator=None, reset: bool = True, min_samples: int = 2,
     """
     if Y is None:
         who = type(estimator).__name__ if estimator is not None else "this function"
-        raise ValueError(f"{who} requires y to be passed, but the target y is None "
-                         "(pass the paired samples Y).")
+        raise ValueError(
+            f"{who} requires y to be passed, but the target y is None (pass the paired samples Y)."
+        )
     if estimator is not None:
-        X = sk_validate_data(estimator, X, reset=reset, dtype=np.float64, accept_sparse=False,
-                             ensure_min_samples=max(min_samples, 1))
+        X = sk_validate_data(
+            estimator,
+            X,
+            reset=reset,
+            dtype=np.float64,
+            accept_sparse=False,
+            ensure_min_samples=max(min_samples, 1),
+        )
         X = np.ascontiguousarray(X)
     else:
         X = _as_float2d(X, "X", n_features_x)
@@ -45,8 +60,9 @@ def check_xy(X, Y, *, estimator=None, reset: bool = True, min_samples: int = 2,
             f"and Y with {Y.shape[0]}."
         )
     if X.shape[0] < min_samples:
-        raise ValueError(f"at least {min_samples} samples are needed, got n_samples = "
-                         f"{X.shape[0]}.")
+        raise ValueError(
+            f"at least {min_samples} samples are needed, got n_samples = {X.shape[0]}."
+        )
     return X, Y
 
 
@@ -71,7 +87,10 @@ def _check_mass(den: np.ndarray, n: int) -> None:
             f"the model's mass sum_j (1 + h(x, y_j)) is <= 0 at {int(bad.sum())} of "
             f"{den.shape[0]} query points: the conditional there is not a probability "
             "distribution (values may be infinite). Use constraint='positive', a larger "
-            "reg or a larger lengthscale.", RuntimeWarning, stacklevel=3)
+            "reg or a larger lengthscale.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _mass_checked(den: np.ndarray, n: int) -> np.ndarray:
@@ -147,8 +166,9 @@ class TensorJointModel(BaseEstimator):
         if is_dask_array(Z):  # lazy: each row chunk is validated and mapped when computed
             return lazy_transform(basis, Z, "X_new" if given == "x" else "Y_new")
         if given == "x":
-            Z = sk_validate_data(self, Z, reset=False, dtype=np.float64, accept_sparse=False,
-                                 ensure_min_samples=0)
+            Z = sk_validate_data(
+                self, Z, reset=False, dtype=np.float64, accept_sparse=False, ensure_min_samples=0
+            )
         else:
             Z = _as_float2d(Z, "Y_new", n_features=self.Y_fit_.shape[1], allow_empty=True)
         return basis.transform(Z)  # (n_new, m_given)
@@ -313,17 +333,28 @@ class TensorJointModel(BaseEstimator):
         check_is_fitted(self, "coef_")
         if is_dask_array(X) or is_dask_array(Y):  # lazy, row chunk by row chunk
             X = as_dask_rows(X, "X", n_features=self.n_features_in_)
-            Y = as_dask_rows(Y, "Y", n_features=self.Y_fit_.shape[1],
-                             rows_like=None if grid else X)
+            Y = as_dask_rows(Y, "Y", n_features=self.Y_fit_.shape[1], rows_like=None if grid else X)
             px, py = lazy_transform(self.basis_x_, X), lazy_transform(self.basis_y_, Y, "Y")
         else:
             if grid:
-                X = sk_validate_data(self, X, reset=False, dtype=np.float64,
-                                     accept_sparse=False, ensure_min_samples=0)
+                X = sk_validate_data(
+                    self,
+                    X,
+                    reset=False,
+                    dtype=np.float64,
+                    accept_sparse=False,
+                    ensure_min_samples=0,
+                )
                 Y = _as_float2d(Y, "Y", n_features=self.Y_fit_.shape[1], allow_empty=True)
             else:
-                X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=0,
-                                n_features_y=self.Y_fit_.shape[1])
+                X, Y = check_xy(
+                    X,
+                    Y,
+                    estimator=self,
+                    reset=False,
+                    min_samples=0,
+                    n_features_y=self.Y_fit_.shape[1],
+                )
             px = self.basis_x_.transform(X)  # (n_x, m_X)
             py = self.basis_y_.transform(Y)  # (n_y, m_Y)
         if grid:
@@ -347,8 +378,14 @@ class TensorJointModel(BaseEstimator):
         def sums(Xb, Yb):  # (n', Gram_X, Gram_Y, sum_i h(x_i, y_i), A'_X^T 1, A'_Y^T 1)
             px = self.basis_x_.transform(Xb)  # (n', m_X)
             py = self.basis_y_.transform(Yb)  # (n', m_Y)
-            return (Xb.shape[0], px.T @ px, py.T @ py, np.einsum("ik,ik->", py @ H, px),
-                    px.sum(axis=0), py.sum(axis=0))
+            return (
+                Xb.shape[0],
+                px.T @ px,
+                py.T @ py,
+                np.einsum("ik,ik->", py @ H, px),
+                px.sum(axis=0),
+                py.sum(axis=0),
+            )
 
         if is_dask_array(X) or is_dask_array(Y):  # one pass over the held-out chunks
             X = as_dask_rows(X, "X", n_features=self.n_features_in_)
@@ -357,8 +394,9 @@ class TensorJointModel(BaseEstimator):
             if n < 1:
                 raise ValueError("validation_loss needs at least one sample.")
         else:
-            X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=1,
-                            n_features_y=self.Y_fit_.shape[1])
+            X, Y = check_xy(
+                X, Y, estimator=self, reset=False, min_samples=1, n_features_y=self.Y_fit_.shape[1]
+            )
             n, gx, gy, diag, sx, sy = sums(X, Y)
         quad = float(np.sum((gy @ H) * (H @ gx)))
         diag = float(diag)

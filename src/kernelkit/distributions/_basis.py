@@ -30,8 +30,14 @@ def _as_2d(X, name, n_features=None, allow_empty=False):
 
 def _sk_2d(est, X, reset):
     """scikit-learn's validation (standard messages, ``n_features_in_``), float64."""
-    X = sk_validate_data(est, X, reset=reset, dtype=np.float64, accept_sparse=False,
-                         ensure_min_samples=1 if reset else 0)
+    X = sk_validate_data(
+        est,
+        X,
+        reset=reset,
+        dtype=np.float64,
+        accept_sparse=False,
+        ensure_min_samples=1 if reset else 0,
+    )
     return np.ascontiguousarray(X)
 
 
@@ -131,8 +137,15 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     arrays (the factor's round-off grows like ``1 / sqrt(d_p)`` at small pivots, note §2).
     """
 
-    def __init__(self, kernel="gaussian", lengthscale: float = 1.0, tol=None, rel_tol=None,
-                 max_rank=None, rotate: bool = True):
+    def __init__(
+        self,
+        kernel="gaussian",
+        lengthscale: float = 1.0,
+        tol=None,
+        rel_tol=None,
+        max_rank=None,
+        rotate: bool = True,
+    ):
         self.kernel = kernel
         self.lengthscale = lengthscale
         self.tol = tol
@@ -145,8 +158,9 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         X = _sk_2d(self, X, reset=True)
         chol = self._fit_pivots(X)
         gram, sums = gram_and_sums(chol.Lt)  # L^T L (m, m), L^T 1 (m,)
-        self._set_statistics(gram, sums, chol.trace_residual, chol.trace, X.shape[0],
-                             factor_t=chol.Lt)
+        self._set_statistics(
+            gram, sums, chol.trace_residual, chol.trace, X.shape[0], factor_t=chol.Lt
+        )
         return self
 
     # -- the two halves of a fit (the sampled / out-of-core fit of
@@ -155,8 +169,9 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         """Algorithm 1 on the rows ``X`` (validated float64): sets the pivots, the pivot
         points ``centers_`` and ``pivot_coef_`` = ``B[piv]`` (m, m); returns the
         :class:`~kernelkit.distributions.PivotedCholesky`."""
-        tol, rel_tol, max_rank = _check_tolerances(self.tol, self.rel_tol, self.max_rank,
-                                                   X.shape[0])
+        tol, rel_tol, max_rank = _check_tolerances(
+            self.tol, self.rel_tol, self.max_rank, X.shape[0]
+        )
         self.kernel_ = make_kernel(self.kernel, self.lengthscale)
         chol = _pivoted_cholesky(self.kernel_, X, tol, rel_tol, max_rank)
         self.pivots_ = chol.pivots
@@ -202,8 +217,11 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     def train_features_t_(self) -> np.ndarray:
         """``A^T = V^T L^T``, shape (m, n): formed on access (O(n m^2) time, n m memory)."""
         check_is_fitted(self, "coef_")
-        return dot_train(self, np.eye(self.n_components_)) if self.n_components_ else \
-            np.zeros((0, self.n_samples_fit_))
+        return (
+            dot_train(self, np.eye(self.n_components_))
+            if self.n_components_
+            else np.zeros((0, self.n_samples_fit_))
+        )
 
     @property
     def train_features_(self) -> np.ndarray:
@@ -222,8 +240,8 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         X = _sk_2d(self, X, reset=False)
         out = np.empty((X.shape[0], self.n_components_))
         for s in range(0, X.shape[0], _BLOCK):
-            Kp = self.kernel_(X[s:s + _BLOCK], self.centers_, None, self.center_sq_norms_)
-            np.matmul(Kp, self.coef_, out=out[s:s + _BLOCK])
+            Kp = self.kernel_(X[s : s + _BLOCK], self.centers_, None, self.center_sq_norms_)
+            np.matmul(Kp, self.coef_, out=out[s : s + _BLOCK])
         return out
 
     def __sklearn_tags__(self):
@@ -275,8 +293,9 @@ class BasisCache:
 
     def __init__(self, max_entries: int | None = None):
         if max_entries is not None and (int(max_entries) != max_entries or max_entries < 1):
-            raise ValueError(f"max_entries must be a positive integer or None, got "
-                             f"{max_entries!r}.")
+            raise ValueError(
+                f"max_entries must be a positive integer or None, got {max_entries!r}."
+            )
         self.max_entries = max_entries
         self._store: dict = {}
         self._lock = threading.Lock()
@@ -311,18 +330,28 @@ class BasisCache:
 
     @staticmethod
     def _key(X: np.ndarray, kernel, lengthscale, tol, rel_tol, max_rank, rotate):
-        digest = hashlib.blake2b(np.ascontiguousarray(X).view(np.uint8).ravel(),
-                                 digest_size=16).hexdigest()
+        digest = hashlib.blake2b(
+            np.ascontiguousarray(X).view(np.uint8).ravel(), digest_size=16
+        ).hexdigest()
         kern = kernel.lower() if isinstance(kernel, str) else kernel  # callables: identity
-        return (digest, X.shape, kern, float(lengthscale), tol, rel_tol, max_rank,
-                bool(rotate))
+        return (digest, X.shape, kern, float(lengthscale), tol, rel_tol, max_rank, bool(rotate))
 
-    def fit(self, X, *, kernel="gaussian", lengthscale: float = 1.0, tol=None, rel_tol=None,
-            max_rank=None, rotate: bool = True) -> LowRankBasis:
+    def fit(
+        self,
+        X,
+        *,
+        kernel="gaussian",
+        lengthscale: float = 1.0,
+        tol=None,
+        rel_tol=None,
+        max_rank=None,
+        rotate: bool = True,
+    ) -> LowRankBasis:
         """``LowRankBasis(kernel, lengthscale, ...).fit(X)``, or the cached equal fit."""
         X = np.ascontiguousarray(X, dtype=np.float64) if isinstance(X, np.ndarray) else X
-        basis = LowRankBasis(kernel, lengthscale, tol=tol, rel_tol=rel_tol,
-                             max_rank=max_rank, rotate=rotate)
+        basis = LowRankBasis(
+            kernel, lengthscale, tol=tol, rel_tol=rel_tol, max_rank=max_rank, rotate=rotate
+        )
         if not isinstance(X, np.ndarray):
             return basis.fit(X)  # nothing to hash (e.g. lists): no caching
         key = self._key(X, kernel, lengthscale, tol, rel_tol, max_rank, rotate)
@@ -350,6 +379,5 @@ def fit_basis(cache, X, **kwargs) -> LowRankBasis:
     if cache is None:
         return LowRankBasis(**kwargs).fit(X)
     if not isinstance(cache, BasisCache):
-        raise TypeError(f"basis_cache must be a BasisCache or None, got "
-                        f"{type(cache).__name__}.")
+        raise TypeError(f"basis_cache must be a BasisCache or None, got {type(cache).__name__}.")
     return cache.fit(X, **kwargs)

@@ -102,9 +102,15 @@ def _check_tolerances(tol, rel_tol, max_rank, n):
     return tol, rel_tol, min(max_rank, n)
 
 
-def pivoted_cholesky(kernel, X, *, lengthscale: float = 1.0, tol: float | None = None,
-                     rel_tol: float | None = None, max_rank: int | None = None
-                     ) -> PivotedCholesky:
+def pivoted_cholesky(
+    kernel,
+    X,
+    *,
+    lengthscale: float = 1.0,
+    tol: float | None = None,
+    rel_tol: float | None = None,
+    max_rank: int | None = None,
+) -> PivotedCholesky:
     """Greedy pivoted Cholesky ``K ~ L L^T`` with the biorthogonal basis (Algorithm 1).
 
     Matrix-free: the kernel matrix ``K = [k(x_i, x_j)]`` (n x n) is never formed; only its
@@ -183,14 +189,14 @@ class _Step:
         buf = self.scratch.get(threading.get_ident())
         if buf is None:
             buf = self.scratch.setdefault(threading.get_ident(), np.empty((2, _BLOCK)))
-        t1, t2 = buf[0, :b - a], buf[1, :b - a]
+        t1, t2 = buf[0, : b - a], buf[1, : b - a]
         l = self.Lt[self.m, a:b]
         if self.Xt is not None:
             self.k.column(self.Xt[:, a:b], self.xp, l, t1)  # K[a:b, p]
         else:
             l[:] = self.col[a:b]
         if self.m:
-            np.matmul(self.lp, self.Lt[:self.m, a:b], out=t2)  # (L L[p]^T)[a:b]
+            np.matmul(self.lp, self.Lt[: self.m, a:b], out=t2)  # (L L[p]^T)[a:b]
             l -= t2
         l *= self.s
         d = self.d[a:b]
@@ -212,16 +218,18 @@ def _initial_capacity(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int) -> 
     n = X.shape[0]
     cap = 128
     if n > 4 * _PILOT:
-        sub = X[::n // _PILOT]
+        sub = X[:: n // _PILOT]
         sub_tol = None if tol is None else tol * sub.shape[0] / n
-        m0 = _pivoted_cholesky(k, np.ascontiguousarray(sub), sub_tol, rel_tol, max_rank,
-                               pilot=False).rank
+        m0 = _pivoted_cholesky(
+            k, np.ascontiguousarray(sub), sub_tol, rel_tol, max_rank, pilot=False
+        ).rank
         cap = max(cap, int(1.5 * m0) + 16)
     return min(cap, max_rank)
 
 
-def _pivoted_cholesky(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int,
-                      pilot: bool = True) -> PivotedCholesky:
+def _pivoted_cholesky(
+    k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int, pilot: bool = True
+) -> PivotedCholesky:
     n = X.shape[0]
     d = k.diag(X)  # (n,)
     if np.any(d < 0):
@@ -261,7 +269,7 @@ def _pivoted_cholesky(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int,
                     B_new[:m, :m] = B_piv[:m, :m]
                     B_piv = B_new
                 if col is not None:  # callables: evaluated in the calling thread
-                    col[:] = k(X, X[p:p + 1])[:, 0]
+                    col[:] = k(X, X[p : p + 1])[:, 0]
                 lp = Lt[:m, p].copy()  # L[p, :m], (m,)
                 s = 1.0 / math.sqrt(dp)
                 step.set(m, p, X[p], lp, s)
@@ -278,5 +286,11 @@ def _pivoted_cholesky(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int,
         if pool is not None:
             pool.shutdown()
     Lt.resize((m, n), refcheck=False)
-    return PivotedCholesky(Lt=Lt, pivots=pivots[:m].copy(), B_piv=B_piv[:m, :m].copy(),
-                           diag_residual=d, trace_residual=resid, trace=trace)
+    return PivotedCholesky(
+        Lt=Lt,
+        pivots=pivots[:m].copy(),
+        B_piv=B_piv[:m, :m].copy(),
+        diag_residual=d,
+        trace_residual=resid,
+        trace=trace,
+    )

@@ -54,8 +54,7 @@ def check_pivot_sample(pivot_sample) -> int | None:
     if pivot_sample is None:
         return None
     if isinstance(pivot_sample, bool) or not isinstance(pivot_sample, numbers.Integral):
-        raise TypeError(f"pivot_sample must be an int or None, got "
-                        f"{type(pivot_sample).__name__}.")
+        raise TypeError(f"pivot_sample must be an int or None, got {type(pivot_sample).__name__}.")
     if pivot_sample < 2:
         raise ValueError(f"pivot_sample must be at least 2, got {pivot_sample}.")
     return int(pivot_sample)
@@ -95,13 +94,16 @@ def as_dask_rows(Z, name: str, n_features: int | None = None, rows_like=None):
     if Z.ndim == 1:
         Z = Z.reshape(-1, 1)
     if Z.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got a Dask array of "
-                         f"shape {Z.shape}.")
+        raise ValueError(
+            f"{name} must be 2-D (n_samples, n_features), got a Dask array of shape {Z.shape}."
+        )
     if not (np.issubdtype(Z.dtype, np.floating) or np.issubdtype(Z.dtype, np.integer)):
         raise TypeError(f"{name} must hold real numbers, got dtype {Z.dtype}.")
     if n_features is not None and Z.shape[1] != n_features:
-        raise ValueError(f"{name} has {Z.shape[1]} features, but the model was fitted with "
-                         f"{n_features} features.")
+        raise ValueError(
+            f"{name} has {Z.shape[1]} features, but the model was fitted with "
+            f"{n_features} features."
+        )
     if any(np.isnan(c) for c in Z.chunks[0]):
         Z = Z.compute_chunk_sizes()
     Z = Z.rechunk({1: -1})
@@ -123,15 +125,20 @@ def concat_blocks(blocks, owner: str) -> tuple[np.ndarray, np.ndarray]:
         try:
             Xb, Yb = item
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{owner}: an iterable X must yield (X_block, Y_block) pairs; "
-                            f"item {i} is a {type(item).__name__}.") from exc
+            raise TypeError(
+                f"{owner}: an iterable X must yield (X_block, Y_block) pairs; "
+                f"item {i} is a {type(item).__name__}."
+            ) from exc
         Xb, Yb = _block_float(Xb, "X", i), _block_float(Yb, "Y", i)
         if Xb.shape[0] != Yb.shape[0]:
-            raise ValueError(f"{owner}: block {i} has {Xb.shape[0]} rows of X but "
-                             f"{Yb.shape[0]} of Y.")
+            raise ValueError(
+                f"{owner}: block {i} has {Xb.shape[0]} rows of X but {Yb.shape[0]} of Y."
+            )
         if xs and (Xb.shape[1] != xs[0].shape[1] or Yb.shape[1] != ys[0].shape[1]):
-            raise ValueError(f"{owner}: block {i} has {Xb.shape[1]} X and {Yb.shape[1]} Y "
-                             f"columns; block 0 had {xs[0].shape[1]} and {ys[0].shape[1]}.")
+            raise ValueError(
+                f"{owner}: block {i} has {Xb.shape[1]} X and {Yb.shape[1]} Y "
+                f"columns; block 0 had {xs[0].shape[1]} and {ys[0].shape[1]}."
+            )
         xs.append(Xb)
         ys.append(Yb)
     if not xs:
@@ -150,7 +157,7 @@ def _in_sub_blocks(fn, combine, blocks):
     n = blocks[0].shape[0]
     out = None
     for a in range(0, max(n, 1), _BLOCK):
-        part = fn(*[z[a:a + _BLOCK] for z in blocks])
+        part = fn(*[z[a : a + _BLOCK] for z in blocks])
         out = part if out is None else combine(out, part)
     return out
 
@@ -169,21 +176,23 @@ def reduce_rows(fn, arrays, names, combine=_add):
 
         ref = next(a for a in arrays if is_dask_array(a))
         ref = as_dask_rows(ref, names[arrays.index(ref)])
-        arrays = [as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays, names,
-                                                                       strict=True)]
+        arrays = [as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays, names, strict=True)]
         cols = [a.to_delayed().ravel() for a in arrays]
         check = dask.delayed(_block_float)
         call = dask.delayed(lambda *blocks: _in_sub_blocks(fn, combine, blocks))
-        parts = [call(*[check(c[i], nm, i) for c, nm in zip(cols, names, strict=True)])
-                 for i in range(len(cols[0]))]
+        parts = [
+            call(*[check(c[i], nm, i) for c, nm in zip(cols, names, strict=True)])
+            for i in range(len(cols[0]))
+        ]
         total = tree_reduce(parts, dask.delayed(combine))
         with blas_threads_for_dask(total, len(parts)):
             return total.compute()
     n = arrays[0].shape[0]
 
     def part(a, b):
-        return fn(*[_block_float(z[a:b], nm, a // _BLOCK) for z, nm in zip(arrays, names,
-                                                                           strict=True)])
+        return fn(
+            *[_block_float(z[a:b], nm, a // _BLOCK) for z, nm in zip(arrays, names, strict=True)]
+        )
 
     parts = block_map(part, n, _BLOCK)
     out = parts[0]
@@ -195,16 +204,23 @@ def reduce_rows(fn, arrays, names, combine=_add):
 def lazy_transform(basis, Z, name: str = "X"):
     """``basis.transform`` mapped over the row chunks of a Dask array: lazy (n, m)."""
     Z = as_dask_rows(Z, name, n_features=basis.n_features_in_)
-    return Z.map_blocks(basis.transform, chunks=(Z.chunks[0], (basis.n_components_,)),
-                        dtype=np.float64, meta=np.empty((0, 0)))
+    return Z.map_blocks(
+        basis.transform,
+        chunks=(Z.chunks[0], (basis.n_components_,)),
+        dtype=np.float64,
+        meta=np.empty((0, 0)),
+    )
 
 
 # ------------------------------------------------- training-point products, factor-free
 def train_moments(basis, F):
     """``(A^T F, 1^T F)``, shapes (m, k) and (k,), for values ``F`` (n, k) at the
     training samples: ``sum_b (Psi(Z_b)^T F_b, 1^T F_b)`` in one pass."""
-    return reduce_rows(lambda Zb, Fb: (basis.transform(Zb).T @ Fb, Fb.sum(axis=0)),
-                       [basis.train_data_, F], ["training samples", "f values"])
+    return reduce_rows(
+        lambda Zb, Fb: (basis.transform(Zb).T @ Fb, Fb.sum(axis=0)),
+        [basis.train_data_, F],
+        ["training samples", "f values"],
+    )
 
 
 def dot_train(basis, P):
@@ -224,6 +240,7 @@ def dot_train(basis, P):
 
 def train_extremes(basis) -> tuple[np.ndarray, np.ndarray]:
     """Column minima and maxima of ``A`` over the training samples, each (m,)."""
+
     def minmax(u, v):
         return np.minimum(u[0], v[0]), np.maximum(u[1], v[1])
 
@@ -244,11 +261,21 @@ def pair_statistics(basis_x, basis_y, X, Y):
     trace K_Y, ||L_X||_F^2, ||L_Y||_F^2)`` with ``L`` the factor rows ``k_piv(x) B[piv]``
     of every sample (formed block by block, never stored).
     """
+
     def fn(Xb, Yb):
         Lx = basis_x.pivot_factor(Xb)  # (b, m_X)
         Ly = basis_y.pivot_factor(Yb)  # (b, m_Y)
-        return (Xb.shape[0], Lx.T @ Lx, Lx.sum(axis=0), Ly.T @ Ly, Ly.sum(axis=0),
-                Ly.T @ Lx, basis_x.kernel_.diag(Xb).sum(), basis_y.kernel_.diag(Yb).sum(),
-                np.einsum("ij,ij->", Lx, Lx), np.einsum("ij,ij->", Ly, Ly))
+        return (
+            Xb.shape[0],
+            Lx.T @ Lx,
+            Lx.sum(axis=0),
+            Ly.T @ Ly,
+            Ly.sum(axis=0),
+            Ly.T @ Lx,
+            basis_x.kernel_.diag(Xb).sum(),
+            basis_y.kernel_.diag(Yb).sum(),
+            np.einsum("ij,ij->", Lx, Lx),
+            np.einsum("ij,ij->", Ly, Ly),
+        )
 
     return reduce_rows(fn, [X, Y], ["X", "Y"])

@@ -100,15 +100,14 @@ class Kernel:
         else:  # diagonal of small diagonal blocks: O(n * 64) evaluations, no Python per-sample
             blocks = []
             for s in range(0, X.shape[0], 64):
-                Kb = np.asarray(self.func(X[s:s + 64], X[s:s + 64]), dtype=np.float64)
+                Kb = np.asarray(self.func(X[s : s + 64], X[s : s + 64]), dtype=np.float64)
                 blocks.append(np.diagonal(Kb).copy())
             d = np.concatenate(blocks)
         if d.shape != (X.shape[0],) or not np.all(np.isfinite(d)):
             raise ValueError("the kernel callable returned a non-finite or misshaped diagonal.")
         return d
 
-    def column(self, Xt: np.ndarray, x: np.ndarray, out: np.ndarray, tmp: np.ndarray
-               ) -> np.ndarray:
+    def column(self, Xt: np.ndarray, x: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
         """``[k(x_i, x)]_i`` into ``out`` (n,), from the transposed data ``Xt`` (d, n).
 
         Contiguous, in-place passes (one per coordinate plus the profile): the column
@@ -125,8 +124,13 @@ class Kernel:
             out[:] = res
         return out
 
-    def __call__(self, A: np.ndarray, B: np.ndarray, a2: np.ndarray | None = None,
-                 b2: np.ndarray | None = None) -> np.ndarray:
+    def __call__(
+        self,
+        A: np.ndarray,
+        B: np.ndarray,
+        a2: np.ndarray | None = None,
+        b2: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Kernel matrix ``[k(a_i, b_j)]``, shape (len(A), len(B)), float64.
 
         ``a2`` / ``b2`` are optional precomputed squared row norms of ``A`` / ``B`` (used in

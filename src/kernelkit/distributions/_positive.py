@@ -23,8 +23,15 @@ from scipy.optimize import brentq
 __all__ = ["interval_bounds", "solve_positive"]
 
 
-def interval_bounds(A_y: np.ndarray | None, A_x: np.ndarray | None, *, cmin_y=None, cmax_y=None,
-                    cmin_x=None, cmax_x=None):
+def interval_bounds(
+    A_y: np.ndarray | None,
+    A_x: np.ndarray | None,
+    *,
+    cmin_y=None,
+    cmax_y=None,
+    cmin_x=None,
+    cmax_x=None,
+):
     """``C_lo``, ``C_hi`` (m_Y, m_X) of (27)/(28) as interval products (36)/(37).
 
     ``C_lo_kl`` / ``C_hi_kl`` are the min / max of the four products
@@ -35,8 +42,9 @@ def interval_bounds(A_y: np.ndarray | None, A_x: np.ndarray | None, *, cmin_y=No
         cmin_y, cmax_y = A_y.min(axis=0), A_y.max(axis=0)
     if cmin_x is None:
         cmin_x, cmax_x = A_x.min(axis=0), A_x.max(axis=0)
-    prods = np.stack([np.multiply.outer(a, b) for a in (cmin_y, cmax_y)
-                      for b in (cmin_x, cmax_x)])  # (4, m_Y, m_X)
+    prods = np.stack(
+        [np.multiply.outer(a, b) for a in (cmin_y, cmax_y) for b in (cmin_x, cmax_x)]
+    )  # (4, m_Y, m_X)
     return prods.min(axis=0), prods.max(axis=0)
 
 
@@ -106,6 +114,7 @@ def solve_positive(W, c, S, C_lo, C_hi, *, normalized: bool = True):
     H : ndarray, shape (m_Y, m_X)
     info : dict with the multipliers ``nu``, ``kappa`` and the residual of (29).
     """
+
     def nu_of(kappa):
         return _nu_root(kappa, W, c, S, C_lo, C_hi) if normalized else 0.0
 
@@ -118,6 +127,7 @@ def solve_positive(W, c, S, C_lo, C_hi, *, normalized: bool = True):
     r = _residual(H, C_lo, C_hi)
     kappa = 0.0
     if r < 0.0:
+
         def rk(k):
             return _residual(solve(k)[0], C_lo, C_hi)
 

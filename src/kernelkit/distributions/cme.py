@@ -25,8 +25,9 @@ def _simplex_ls(M, v0, total):
     """
     m = M.shape[1]
     w = 1e6 * max(1.0, float(np.linalg.norm(M, 2)))
-    u, _ = nnls(np.vstack([M, w * np.ones((1, m))]), np.concatenate([v0, [w * total]]),
-                maxiter=50 * m)
+    u, _ = nnls(
+        np.vstack([M, w * np.ones((1, m))]), np.concatenate([v0, [w * total]]), maxiter=50 * m
+    )
     support = u > 0
     for _ in range(m + 1):
         idx = np.flatnonzero(support)
@@ -82,9 +83,19 @@ class ConditionalMeanEmbedding(BaseEstimator):
     Inputs of any real dtype are converted to float64; outputs are float64 NumPy arrays.
     """
 
-    def __init__(self, kernel_x="gaussian", kernel_y="gaussian", lengthscale_x: float = 1.0,
-                 lengthscale_y: float = 1.0, reg: float = 1e-3, tol=None, rel_tol=1e-3,
-                 max_rank=None, constraint=None, basis_cache=None):
+    def __init__(
+        self,
+        kernel_x="gaussian",
+        kernel_y="gaussian",
+        lengthscale_x: float = 1.0,
+        lengthscale_y: float = 1.0,
+        reg: float = 1e-3,
+        tol=None,
+        rel_tol=1e-3,
+        max_rank=None,
+        constraint=None,
+        basis_cache=None,
+    ):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
         self.lengthscale_x = lengthscale_x
@@ -103,10 +114,12 @@ class ConditionalMeanEmbedding(BaseEstimator):
         X, Y = check_xy(X, Y, estimator=self)
         n = X.shape[0]
         common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
-        bx = fit_basis(self.basis_cache, X, kernel=self.kernel_x,
-                       lengthscale=self.lengthscale_x, **common)
-        by = fit_basis(self.basis_cache, Y, kernel=self.kernel_y,
-                       lengthscale=self.lengthscale_y, **common)
+        bx = fit_basis(
+            self.basis_cache, X, kernel=self.kernel_x, lengthscale=self.lengthscale_x, **common
+        )
+        by = fit_basis(
+            self.basis_cache, Y, kernel=self.kernel_y, lengthscale=self.lengthscale_y, **common
+        )
         G = train_cross(by, bx)  # A_Y^T A_X, (m_Y, m_X)
         D = bx.eigenvalues_ + n * reg  # (m_X,)
         F = G / D
@@ -136,8 +149,9 @@ class ConditionalMeanEmbedding(BaseEstimator):
     def pivot_weights(self, X_new) -> np.ndarray:
         """Weights over the pivot y's, ``B_Y[piv] V_Y F psi(x)``, shape (n_new, m_Y)."""
         check_is_fitted(self, "coef_")
-        X_new = sk_validate_data(self, X_new, reset=False, dtype=np.float64, accept_sparse=False,
-                                 ensure_min_samples=0)
+        X_new = sk_validate_data(
+            self, X_new, reset=False, dtype=np.float64, accept_sparse=False, ensure_min_samples=0
+        )
         psi = self.basis_x_.transform(X_new)  # (n_new, m_X)
         return psi @ self.weights_map_.T
 
@@ -176,8 +190,10 @@ class ConditionalMeanEmbedding(BaseEstimator):
         else:
             F = np.asarray(f)
             if F.ndim == 0 or F.shape[0] != self.n_samples_:
-                raise ValueError(f"f must give one value per training sample: expected first "
-                                 f"dimension {self.n_samples_}, got shape {F.shape}.")
+                raise ValueError(
+                    f"f must give one value per training sample: expected first "
+                    f"dimension {self.n_samples_}, got shape {F.shape}."
+                )
             F = F[self.basis_y_.pivots_]
         F = F.astype(np.float64)
         if not np.all(np.isfinite(F)):
@@ -189,21 +205,26 @@ class ConditionalMeanEmbedding(BaseEstimator):
     def conditional_probability(self, event, X_new) -> np.ndarray:
         """``P(Y in event | x)`` as the expectation of the indicator, shape (n_new,)."""
         return self.conditional_expectation(
-            (lambda t: np.asarray(event(t), dtype=np.float64)) if callable(event)
-            else np.asarray(event, dtype=np.float64), X_new)
+            (lambda t: np.asarray(event(t), dtype=np.float64))
+            if callable(event)
+            else np.asarray(event, dtype=np.float64),
+            X_new,
+        )
 
     def validation_loss(self, X, Y) -> float:
         """Held-out CME loss ``mean_i ||k_Y(y_i, .) - mu(x_i)||^2_{H_Y}`` (O(n' m^2))."""
         check_is_fitted(self, "coef_")
-        X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=1,
-                        n_features_y=self.Y_fit_.shape[1])
+        X, Y = check_xy(
+            X, Y, estimator=self, reset=False, min_samples=1, n_features_y=self.Y_fit_.shape[1]
+        )
         Wp = self.pivot_weights(X)  # (n', m_Y)
         by = self.basis_y_
         Ky = by.kernel_pivots(Y)  # (n', m_Y)
         Kpp = by.kernel_(by.centers_, by.centers_)  # (m_Y, m_Y)
         diag = by.kernel_.diag(Y)
-        return float(np.mean(diag - 2 * np.einsum("ij,ij->i", Wp, Ky)
-                             + np.einsum("ij,ij->i", Wp @ Kpp, Wp)))
+        return float(
+            np.mean(diag - 2 * np.einsum("ij,ij->i", Wp, Ky) + np.einsum("ij,ij->i", Wp @ Kpp, Wp))
+        )
 
     def score(self, X, Y=None, y=None) -> float:
         """``-validation_loss(X, Y)`` (higher is better), for scikit-learn model selection.
@@ -218,4 +239,3 @@ class ConditionalMeanEmbedding(BaseEstimator):
         tags.target_tags.required = True
         tags.target_tags.multi_output = True
         return tags
-

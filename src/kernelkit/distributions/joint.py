@@ -151,10 +151,21 @@ class JointDistribution(TensorJointModel):
     True
     """
 
-    def __init__(self, kernel_x="gaussian", kernel_y="gaussian", lengthscale_x: float = 1.0,
-                 lengthscale_y: float = 1.0, reg: float = 1e-3, tol=None, rel_tol=1e-3,
-                 max_rank=None, constraint=None, basis_cache=None, pivot_sample=None,
-                 random_state=None):
+    def __init__(
+        self,
+        kernel_x="gaussian",
+        kernel_y="gaussian",
+        lengthscale_x: float = 1.0,
+        lengthscale_y: float = 1.0,
+        reg: float = 1e-3,
+        tol=None,
+        rel_tol=1e-3,
+        max_rank=None,
+        constraint=None,
+        basis_cache=None,
+        pivot_sample=None,
+        random_state=None,
+    ):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
         self.lengthscale_x = lengthscale_x
@@ -186,8 +197,9 @@ class JointDistribution(TensorJointModel):
         pivot_sample = check_pivot_sample(self.pivot_sample)
         if is_chunked(X) and not is_dask_array(X):
             if Y is not None:
-                raise ValueError("JointDistribution: with an iterable of (X_block, Y_block) "
-                                 "pairs, pass Y=None.")
+                raise ValueError(
+                    "JointDistribution: with an iterable of (X_block, Y_block) pairs, pass Y=None."
+                )
             X, Y = concat_blocks(X, "JointDistribution")
             pivot_sample = pivot_sample or DEFAULT_PIVOT_SAMPLE
         if is_dask_array(X) or is_dask_array(Y):
@@ -201,13 +213,24 @@ class JointDistribution(TensorJointModel):
         n = self.n_samples_
         bounds = None
         if constraint == "positive":
-            (cmin_x, cmax_x), (cmin_y, cmax_y) = (train_extremes(self.basis_x_),
-                                                  train_extremes(self.basis_y_))
-            bounds = interval_bounds(None, None, cmin_y=cmin_y, cmax_y=cmax_y, cmin_x=cmin_x,
-                                     cmax_x=cmax_x)
+            (cmin_x, cmax_x), (cmin_y, cmax_y) = (
+                train_extremes(self.basis_x_),
+                train_extremes(self.basis_y_),
+            )
+            bounds = interval_bounds(
+                None, None, cmin_y=cmin_y, cmax_y=cmax_y, cmin_x=cmin_x, cmax_x=cmax_x
+            )
         self.coef_, self.solver_info_ = solve_low_rank(
-            G, self.s_x_, self.s_y_, self.basis_x_.eigenvalues_, self.basis_y_.eigenvalues_, n,
-            reg, constraint, bounds)
+            G,
+            self.s_x_,
+            self.s_y_,
+            self.basis_x_.eigenvalues_,
+            self.basis_y_.eigenvalues_,
+            n,
+            reg,
+            constraint,
+            bounds,
+        )
         return self
 
     # -- the two fits ------------------------------------------------------------------
@@ -216,10 +239,20 @@ class JointDistribution(TensorJointModel):
 
     def _fit_exact(self, X, Y):
         """Algorithm 1 on all rows (factors kept); returns ``A_Y^T A_X``."""
-        self.basis_x_ = fit_basis(self.basis_cache, X, kernel=self.kernel_x,
-                                  lengthscale=self.lengthscale_x, **self._common())
-        self.basis_y_ = fit_basis(self.basis_cache, Y, kernel=self.kernel_y,
-                                  lengthscale=self.lengthscale_y, **self._common())
+        self.basis_x_ = fit_basis(
+            self.basis_cache,
+            X,
+            kernel=self.kernel_x,
+            lengthscale=self.lengthscale_x,
+            **self._common(),
+        )
+        self.basis_y_ = fit_basis(
+            self.basis_cache,
+            Y,
+            kernel=self.kernel_y,
+            lengthscale=self.lengthscale_y,
+            **self._common(),
+        )
         self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, X.shape[0]
         self.pivot_rows_ = None
         self._finish_fit()
@@ -229,15 +262,18 @@ class JointDistribution(TensorJointModel):
         """Pivots from a uniform row sample, statistics from one pass over all rows
         (module doc of :mod:`kernelkit.distributions._chunked`); returns ``A_Y^T A_X``."""
         if self.basis_cache is not None:
-            warnings.warn("basis_cache is not used by sampled-pivot / chunked fits (their "
-                          "statistics come from one pass over all rows, not a cached "
-                          "factor).", UserWarning, stacklevel=3)
+            warnings.warn(
+                "basis_cache is not used by sampled-pivot / chunked fits (their "
+                "statistics come from one pass over all rows, not a cached "
+                "factor).",
+                UserWarning,
+                stacklevel=3,
+            )
         if dask:
             X = as_dask_rows(X, "X")
             Y = as_dask_rows(Y, "Y", rows_like=X)
             if X.shape[0] < 2:
-                raise ValueError(f"at least 2 samples are needed, got n_samples = "
-                                 f"{X.shape[0]}.")
+                raise ValueError(f"at least 2 samples are needed, got n_samples = {X.shape[0]}.")
             self.n_features_in_ = X.shape[1]
         n = X.shape[0]
         rows = sample_rows(n, pivot_sample, self.random_state)
@@ -253,8 +289,9 @@ class JointDistribution(TensorJointModel):
             by._fit_pivots(_sk_2d(by, Ys, reset=True))
         except ValueError as exc:
             raise ValueError(f"the pivot sample ({len(rows)} rows) is invalid: {exc}") from exc
-        (n_seen, gram_x, sum_x, gram_y, sum_y, cross_yx, tr_x, tr_y, fro_x,
-         fro_y) = pair_statistics(bx, by, X, Y)
+        (n_seen, gram_x, sum_x, gram_y, sum_y, cross_yx, tr_x, tr_y, fro_x, fro_y) = (
+            pair_statistics(bx, by, X, Y)
+        )
         if n_seen != n:
             raise ValueError(f"the row chunks hold {n_seen} rows, but X has {n} rows.")
         bx._set_statistics((gram_x + gram_x.T) / 2, sum_x, max(tr_x - fro_x, 0.0), tr_x, n)

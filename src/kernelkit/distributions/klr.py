@@ -47,9 +47,17 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     Inputs of any real dtype are converted to float64; outputs are float64.
     """
 
-    def __init__(self, kernel="gaussian", lengthscale: float = 1.0, reg: float = 1e-3,
-                 tol=None, rel_tol=1e-3, max_rank=None, max_iter: int = 500,
-                 basis_cache=None):
+    def __init__(
+        self,
+        kernel="gaussian",
+        lengthscale: float = 1.0,
+        reg: float = 1e-3,
+        tol=None,
+        rel_tol=1e-3,
+        max_rank=None,
+        max_iter: int = 500,
+        basis_cache=None,
+    ):
         self.kernel = kernel
         self.lengthscale = lengthscale
         self.reg = reg
@@ -63,17 +71,26 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         """Fit on ``X`` (n, d) and binary labels ``y`` (n,). Returns self."""
         reg = validate_positive_float(self.reg, "reg")
         max_iter = validate_positive_int(self.max_iter, "max_iter")
-        X, y = sk_validate_data(self, X, y, dtype=np.float64, accept_sparse=False,
-                                ensure_min_samples=2)
+        X, y = sk_validate_data(
+            self, X, y, dtype=np.float64, accept_sparse=False, ensure_min_samples=2
+        )
         check_classification_targets(y)
         self.classes_ = np.unique(y)
         if self.classes_.shape[0] != 2:
-            raise ValueError("Only binary classification is supported (KernelLogisticRegression "
-                             f"is binary): y has {self.classes_.shape[0]} classes.")
+            raise ValueError(
+                "Only binary classification is supported (KernelLogisticRegression "
+                f"is binary): y has {self.classes_.shape[0]} classes."
+            )
         t = (y == self.classes_[1]).astype(np.float64)
-        self.basis_ = fit_basis(self.basis_cache, X, kernel=self.kernel,
-                                lengthscale=self.lengthscale, tol=self.tol,
-                                rel_tol=self.rel_tol, max_rank=self.max_rank)
+        self.basis_ = fit_basis(
+            self.basis_cache,
+            X,
+            kernel=self.kernel,
+            lengthscale=self.lengthscale,
+            tol=self.tol,
+            rel_tol=self.rel_tol,
+            max_rank=self.max_rank,
+        )
         # design A = L V: optimise over u = V c with design L (||u|| = ||c||, V orthogonal)
         Lt = self.basis_.factor_t_  # (m, n)
 
@@ -84,8 +101,13 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             return val, grad
 
         with _SingleThreadedBlas():  # m-sized products: BLAS threads only synchronise
-            res = minimize(fun, np.zeros(Lt.shape[0]), jac=True, method="L-BFGS-B",
-                           options={"maxiter": max_iter, "gtol": 1e-10, "ftol": 1e-14})
+            res = minimize(
+                fun,
+                np.zeros(Lt.shape[0]),
+                jac=True,
+                method="L-BFGS-B",
+                options={"maxiter": max_iter, "gtol": 1e-10, "ftol": 1e-14},
+            )
         self.coef_ = self.basis_.rotation_.T @ res.x  # c = V^T u
         self.n_iter_ = int(res.nit)
         return self

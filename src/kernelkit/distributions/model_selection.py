@@ -26,8 +26,10 @@ def second_moment_loss(M_true, M_pred) -> float:
     M_true = np.asarray(M_true, dtype=np.float64)
     M_pred = np.asarray(M_pred, dtype=np.float64)
     if M_true.shape != M_pred.shape or M_true.ndim == 0:
-        raise ValueError(f"M_true and M_pred must have the same shape (n, ...), got "
-                         f"{M_true.shape} and {M_pred.shape}.")
+        raise ValueError(
+            f"M_true and M_pred must have the same shape (n, ...), got "
+            f"{M_true.shape} and {M_pred.shape}."
+        )
     if not (np.all(np.isfinite(M_true)) and np.all(np.isfinite(M_pred))):
         raise ValueError("M_true and M_pred must be finite.")
     n = M_true.shape[0]
@@ -52,8 +54,9 @@ def clipped_log_loss(labels, proba, eta: float = 1e-12) -> float:
     labels = np.asarray(labels).astype(np.float64).reshape(-1)
     proba = np.asarray(proba, dtype=np.float64).reshape(-1)
     if labels.shape != proba.shape:
-        raise ValueError(f"labels and proba must have the same length, got {labels.shape} "
-                         f"and {proba.shape}.")
+        raise ValueError(
+            f"labels and proba must have the same length, got {labels.shape} and {proba.shape}."
+        )
     if not np.all(np.isfinite(proba)):
         raise ValueError("proba contains NaN or infinity.")
     if not np.all((labels == 0) | (labels == 1)):
@@ -112,9 +115,19 @@ def _loss(est, X, Y, loss, threshold, true_moment):
     return clipped_log_loss(labels, proba)
 
 
-def holdout_select(estimator, param_grid, X, Y, *, loss=None, threshold=None, true_moment=None,
-                   test_fraction: float = 0.2, random_state=0, refit: bool = True
-                   ) -> HoldoutResult:
+def holdout_select(
+    estimator,
+    param_grid,
+    X,
+    Y,
+    *,
+    loss=None,
+    threshold=None,
+    true_moment=None,
+    test_fraction: float = 0.2,
+    random_state=0,
+    refit: bool = True,
+) -> HoldoutResult:
     """The paper's hold-out selection: fit on 4/5 of the data, validate on 1/5 (note §8).
 
     Parameters
@@ -171,8 +184,10 @@ def holdout_select(estimator, param_grid, X, Y, *, loss=None, threshold=None, tr
     # the grid fits share their kernel bases (one pivoted Cholesky per side and
     # lengthscale) unless the caller passed a cache of their own
     own_cache = None
-    if "basis_cache" in estimator.get_params(deep=False) and \
-            estimator.get_params(deep=False)["basis_cache"] is None:
+    if (
+        "basis_cache" in estimator.get_params(deep=False)
+        and estimator.get_params(deep=False)["basis_cache"] is None
+    ):
         own_cache = BasisCache()
     results = []
     best = (np.inf, None, None)
@@ -192,5 +207,6 @@ def holdout_select(estimator, param_grid, X, Y, *, loss=None, threshold=None, tr
         best_est.set_params(basis_cache=None)  # the fitted bases stay; the cache is freed
     if refit:
         best_est = fit(clone(estimator).set_params(**best[1]), X, Y)
-    return HoldoutResult(best_params=best[1], best_loss=best[0], best_estimator=best_est,
-                         results=results)
+    return HoldoutResult(
+        best_params=best[1], best_loss=best[0], best_estimator=best_est, results=results
+    )

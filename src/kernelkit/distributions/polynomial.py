@@ -107,8 +107,11 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     def monomials(self, X) -> np.ndarray:
         """``tau(x)`` of the standardised inputs, shape (n, m)."""
         check_is_fitted(self, "coef_")
-        X = np.ascontiguousarray(sk_validate_data(self, X, reset=False, dtype=np.float64,
-                                                  accept_sparse=False, ensure_min_samples=0))
+        X = np.ascontiguousarray(
+            sk_validate_data(
+                self, X, reset=False, dtype=np.float64, accept_sparse=False, ensure_min_samples=0
+            )
+        )
         return _monomials((X - self.mean_) / self.scale_, self.exponents_)
 
     def transform(self, X) -> np.ndarray:
@@ -164,8 +167,14 @@ class PolynomialJointDistribution(TensorJointModel):
     Inputs of any real dtype are converted to float64; outputs are float64 NumPy arrays.
     """
 
-    def __init__(self, degree: int = 4, reg: float = 1e-3, constraint=None, solver=None,
-                 standardize: bool = True):
+    def __init__(
+        self,
+        degree: int = 4,
+        reg: float = 1e-3,
+        constraint=None,
+        solver=None,
+        standardize: bool = True,
+    ):
         self.degree = degree
         self.reg = reg
         self.constraint = constraint
@@ -187,8 +196,9 @@ class PolynomialJointDistribution(TensorJointModel):
         if constraint == "positive":
             self.coef_, self.sos_gram_, self.solver_info_ = self._solve_sos(G, n, reg)
         else:
-            self.coef_, self.solver_info_ = solve_low_rank(G, self.s_x_, self.s_y_, lx, ly, n,
-                                                           reg, constraint)
+            self.coef_, self.solver_info_ = solve_low_rank(
+                G, self.s_x_, self.s_y_, lx, ly, n, reg, constraint
+            )
         return self
 
     def _solve_sos(self, G, n, reg):
@@ -203,8 +213,9 @@ class PolynomialJointDistribution(TensorJointModel):
         # which lies in {|a| <= q, |b| <= q}; so only x^a y^b with |a|, |b| <= q // 2 can
         # occur (a subset of tau_q(z) with the same feasible set as (39)).
         hx, hy = monomial_exponents(dx, q // 2), monomial_exponents(dy, q // 2)
-        ez = np.concatenate([np.repeat(hx, hy.shape[0], axis=0),
-                             np.tile(hy, (hx.shape[0], 1))], axis=1)  # (N, d_X + d_Y)
+        ez = np.concatenate(
+            [np.repeat(hx, hy.shape[0], axis=0), np.tile(hy, (hx.shape[0], 1))], axis=1
+        )  # (N, d_X + d_Y)
         if getattr(self, "_full_sos_basis", False):  # the paper's tau_q(z) (tests only)
             ez = monomial_exponents(dx + dy, q)
         N = ez.shape[0]
@@ -223,8 +234,9 @@ class PolynomialJointDistribution(TensorJointModel):
         Cm = sp.csr_array((np.ones(N * N), (rows_m, vec_m)), shape=(n_gamma, N * N))
         # coefficient of x^alpha y^beta in h = tau_Y(y) Mc tau_X(x)^T, Mc = Gy^-1/2 H Gx^-1/2
         rows_h = np.array([index[tuple(g)] for g in gam])  # (mx * my,) in F-order of Mc
-        Ch = sp.csr_array((np.ones(mx * my), (rows_h, np.arange(mx * my))),
-                          shape=(n_gamma, mx * my))
+        Ch = sp.csr_array(
+            (np.ones(mx * my), (rows_h, np.arange(mx * my))), shape=(n_gamma, mx * my)
+        )
         e0 = np.zeros(n_gamma)
         e0[index[(0,) * (dx + dy)]] = 1.0
 
@@ -235,16 +247,26 @@ class PolynomialJointDistribution(TensorJointModel):
         # monomial coefficients of h = tau_Y C_Y H C_X^T tau_X^T (standardised inputs)
         Mc = by.coef_ @ H @ bx.coef_.T
         obj = (1.0 + reg) * cp.sum_squares(H) - 2 * cp.sum(cp.multiply(c, H))
-        cons = [Cm @ cp.vec(M, order="F") == e0 + Ch @ cp.vec(Mc, order="F"),
-                cp.sum(cp.multiply(S / np.abs(S).max(), H)) == 0]
+        cons = [
+            Cm @ cp.vec(M, order="F") == e0 + Ch @ cp.vec(Mc, order="F"),
+            cp.sum(cp.multiply(S / np.abs(S).max(), H)) == 0,
+        ]
         prob = cp.Problem(cp.Minimize(obj), cons)
         solver = self.solver or "CLARABEL"
         prob.solve(solver=solver)
         if prob.status not in ("optimal", "optimal_inaccurate") or H.value is None:
             raise RuntimeError(f"the SOS program did not solve: status {prob.status!r}.")
         self.sos_exponents_ = ez
-        return (np.asarray(H.value), np.asarray(M.value),
-                {"status": prob.status, "solver": solver, "sos_size": N,
-                 "n_equations": n_gamma, "compile_time": prob.compilation_time,
-                 "solve_time": prob.solver_stats.solve_time,
-                 "iterations": prob.solver_stats.num_iters})
+        return (
+            np.asarray(H.value),
+            np.asarray(M.value),
+            {
+                "status": prob.status,
+                "solver": solver,
+                "sos_size": N,
+                "n_equations": n_gamma,
+                "compile_time": prob.compilation_time,
+                "solve_time": prob.solver_stats.solve_time,
+                "iterations": prob.solver_stats.num_iters,
+            },
+        )

@@ -54,12 +54,18 @@ class FeatureStats:
     s_yy: np.ndarray  # (T,)
 
     def __add__(self, other: FeatureStats) -> FeatureStats:
-        return FeatureStats(self.n + other.n, self.s_phi + other.s_phi,
-                            self.gram + other.gram, self.rhs + other.rhs,
-                            self.s_y + other.s_y, self.s_yy + other.s_yy)
+        return FeatureStats(
+            self.n + other.n,
+            self.s_phi + other.s_phi,
+            self.gram + other.gram,
+            self.rhs + other.rhs,
+            self.s_y + other.s_y,
+            self.s_yy + other.s_yy,
+        )
 
-    def centred(self, y_shift: np.ndarray, y_scale: np.ndarray,
-                centre_features: bool) -> tuple[np.ndarray, np.ndarray]:
+    def centred(
+        self, y_shift: np.ndarray, y_scale: np.ndarray, centre_features: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(G_c, R_c)``: the Gram and right-hand side of shifted features and targets.
 
         With ``c = s_phi / n`` (feature mean) if ``centre_features`` else ``0``:
@@ -68,10 +74,18 @@ class FeatureStats:
         """
         n, s = self.n, self.s_phi
         c = s / n if centre_features else np.zeros_like(s)
-        G = (self.gram - np.outer(np.conj(s), c) - np.outer(np.conj(c), s)
-             + n * np.outer(np.conj(c), c))
-        R = (self.rhs - np.outer(np.conj(s), y_shift) - np.outer(np.conj(c), self.s_y)
-             + n * np.outer(np.conj(c), y_shift)) / y_scale
+        G = (
+            self.gram
+            - np.outer(np.conj(s), c)
+            - np.outer(np.conj(c), s)
+            + n * np.outer(np.conj(c), c)
+        )
+        R = (
+            self.rhs
+            - np.outer(np.conj(s), y_shift)
+            - np.outer(np.conj(c), self.s_y)
+            + n * np.outer(np.conj(c), y_shift)
+        ) / y_scale
         return G, R
 
 
@@ -110,8 +124,7 @@ class _Accumulator:
             self.rhs += np.conj(Phi).T @ Y
         else:
             # Phi.T is the F-ordered (D, b) view of the C-ordered slab: no copy
-            self.gram = dsyrk(1.0, Phi.T, beta=1.0, c=self.gram, trans=0, lower=0,
-                              overwrite_c=1)
+            self.gram = dsyrk(1.0, Phi.T, beta=1.0, c=self.gram, trans=0, lower=0, overwrite_c=1)
             self.rhs += Phi.T @ Y
 
     def stats(self, Y: np.ndarray) -> FeatureStats:
@@ -119,8 +132,14 @@ class _Accumulator:
         if not self.complex:
             G = np.triu(G)
             G += np.triu(G, 1).T
-        return FeatureStats(n=self.n, s_phi=self.s_phi, gram=np.ascontiguousarray(G),
-                            rhs=self.rhs, s_y=Y.sum(axis=0), s_yy=(Y * Y).sum(axis=0))
+        return FeatureStats(
+            n=self.n,
+            s_phi=self.s_phi,
+            gram=np.ascontiguousarray(G),
+            rhs=self.rhs,
+            s_y=Y.sum(axis=0),
+            s_yy=(Y * Y).sum(axis=0),
+        )
 
 
 def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
@@ -138,7 +157,7 @@ def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
         raise ValueError("empty block")
     acc, lo, step = None, 0, _FIRST_SLAB
     while lo < n:
-        Phi = map_features(fm, Xb[lo:lo + step], amplitude)  # (<= step, D) f64 / c128
+        Phi = map_features(fm, Xb[lo : lo + step], amplitude)  # (<= step, D) f64 / c128
         if acc is None:
             acc = _Accumulator(Phi.shape[1], Y.shape[1], np.iscomplexobj(Phi))
             step = max(_FIRST_SLAB, _SLAB_BYTES // (Phi.itemsize * Phi.shape[1]))
@@ -186,15 +205,14 @@ def in_memory_stats(fm, X, Y, amplitude: float = 1.0) -> FeatureStats:
 def _check_block(Xb, yb, n_features: int, owner: str, index: int):
     Xb = np.asarray(Xb)
     if Xb.ndim != 2 or Xb.shape[1] != n_features:
-        raise ValueError(f"{owner}: block {index} of X has shape {Xb.shape}; expected "
-                         f"(rows, {n_features}).")
+        raise ValueError(
+            f"{owner}: block {index} of X has shape {Xb.shape}; expected (rows, {n_features})."
+        )
     if not np.issubdtype(Xb.dtype, np.floating) and not np.issubdtype(Xb.dtype, np.integer):
-        raise TypeError(f"{owner}: block {index} of X has dtype {Xb.dtype}; expected real "
-                        "numbers.")
+        raise TypeError(f"{owner}: block {index} of X has dtype {Xb.dtype}; expected real numbers.")
     yb = np.asarray(yb)
     if len(yb) != len(Xb):
-        raise ValueError(f"{owner}: block {index} has {len(Xb)} rows of X but {len(yb)} "
-                         "targets y.")
+        raise ValueError(f"{owner}: block {index} has {len(Xb)} rows of X but {len(yb)} targets y.")
     if not (np.all(np.isfinite(Xb)) and np.all(np.isfinite(yb))):
         raise ValueError(f"{owner}: block {index} contains NaN or infinity.")
     return Xb, yb
@@ -204,8 +222,7 @@ def _align_dask(X, y, owner: str):
     import dask.array as da
 
     if X.ndim != 2:
-        raise ValueError(f"{owner}: X must be 2-D (n_samples, n_features), got shape "
-                         f"{X.shape}.")
+        raise ValueError(f"{owner}: X must be 2-D (n_samples, n_features), got shape {X.shape}.")
     X = X.rechunk({1: -1})  # one chunk of columns: a block is a set of whole rows
     if y is None:
         raise ValueError(f"{owner}: y is required.")
@@ -229,8 +246,9 @@ def first_block(X, y, owner: str):
     raise TypeError("first_block is for Dask arrays")
 
 
-def reduce_stats(fm, X, y, amplitude: float, owner: str, n_features: int,
-                 first=None) -> FeatureStats:
+def reduce_stats(
+    fm, X, y, amplitude: float, owner: str, n_features: int, first=None
+) -> FeatureStats:
     """Sum of :func:`block_stats` over the row chunks of ``X`` (Dask array or iterable).
 
     For an iterable, ``first`` is its already-consumed first ``(X, y)`` block.
@@ -271,8 +289,7 @@ def iter_first(blocks, owner: str):
         try:
             Xb, yb = item
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{owner}: an iterable X must yield (X_block, y_block) pairs.") \
-                from exc
+            raise TypeError(f"{owner}: an iterable X must yield (X_block, y_block) pairs.") from exc
         Xb = np.asarray(Xb)
         if Xb.ndim != 2:
             raise ValueError(f"{owner}: block {i} of X must be 2-D, got shape {Xb.shape}.")
@@ -295,22 +312,31 @@ def fit_chunked_statistics(est, X, y, amplitude: float = 1.0):
 
     name = type(est).__name__
     if est.solver == "dual":
-        raise ValueError(f"{name}: solver='dual' needs all rows in memory; chunked "
-                         "(Dask / iterable) input is fitted in the primal form.")
+        raise ValueError(
+            f"{name}: solver='dual' needs all rows in memory; chunked "
+            "(Dask / iterable) input is fitted in the primal form."
+        )
     if is_dask_array(X):
         X0, y0 = first_block(X, y, name)
         rest, first = X, None
     else:
         if y is not None:
-            raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, "
-                             "pass y=None.")
+            raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")
         (X0, y0), rest = iter_first(X, name)
         first = (X0, y0)
-    X0, y0 = validate_data(est, X0, y0, dtype=[np.float64, np.float32], multi_output=True,
-                           y_numeric=True, accept_sparse=False)
+    X0, y0 = validate_data(
+        est,
+        X0,
+        y0,
+        dtype=[np.float64, np.float32],
+        multi_output=True,
+        y_numeric=True,
+        accept_sparse=False,
+    )
     est.feature_map_ = fitted_feature_map(est.feature_map, est.random_state, X0, name)
-    stats = reduce_stats(est.feature_map_, rest, y, amplitude, name, est.n_features_in_,
-                         first=first)
+    stats = reduce_stats(
+        est.feature_map_, rest, y, amplitude, name, est.n_features_in_, first=first
+    )
     return stats, np.ndim(y0)
 
 
@@ -319,5 +345,6 @@ def lazy_predict(X, fn, n_outputs: int | None):
     X = X.rechunk({1: -1})
     if n_outputs is None:
         return X.map_blocks(fn, drop_axis=1, dtype=np.float64, meta=np.empty(0))
-    return X.map_blocks(fn, chunks=(X.chunks[0], (n_outputs,)), dtype=np.float64,
-                        meta=np.empty((0, 0)))
+    return X.map_blocks(
+        fn, chunks=(X.chunks[0], (n_outputs,)), dtype=np.float64, meta=np.empty((0, 0))
+    )

@@ -24,8 +24,9 @@ def fitted_feature_map(feature_map, random_state, X, owner: str):
     if feature_map is None:
         from ..features.fourier import RandomFourierFeatures
 
-        return RandomFourierFeatures(n_features=DEFAULT_N_FEATURES,
-                                     random_state=random_state).fit(X)
+        return RandomFourierFeatures(n_features=DEFAULT_N_FEATURES, random_state=random_state).fit(
+            X
+        )
     if not (hasattr(feature_map, "fit") and hasattr(feature_map, "transform")):
         raise TypeError(
             f"{owner}: feature_map must be a kernelkit feature map (an object with fit(X) "

@@ -41,9 +41,7 @@ def resolve_method(method, *, symmetric_only: bool = False, owner: str = "") -> 
         Unknown name, or an asymmetric map where ``symmetric_only`` is set.
     """
     if not isinstance(method, str):
-        raise ValueError(
-            f"method must be a string, one of {sorted(FEATURE_MAPS)}; got {method!r}."
-        )
+        raise ValueError(f"method must be a string, one of {sorted(FEATURE_MAPS)}; got {method!r}.")
     name = method.strip().lower()
     name = ALIASES.get(name, name)
     if name not in FEATURE_MAPS:

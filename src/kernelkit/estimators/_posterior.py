@@ -156,8 +156,11 @@ class FeaturePosterior:
         """``Re mu`` (eq. 86), shape (n, T)."""
         if np.iscomplexobj(Phi_s) or np.iscomplexobj(self.coef):
             c = self.coef
-            return Phi_s.real @ c.real - Phi_s.imag @ c.imag if np.iscomplexobj(Phi_s) else (
-                Phi_s @ c.real)
+            return (
+                Phi_s.real @ c.real - Phi_s.imag @ c.imag
+                if np.iscomplexobj(Phi_s)
+                else (Phi_s @ c.real)
+            )
         return Phi_s @ self.coef
 
     def _whitened(self, Phi_s):
@@ -169,17 +172,19 @@ class FeaturePosterior:
         """Latent posterior variance ``k_N(x, x)`` (real, clipped at 0), shape (n,)."""
         out = np.empty(Phi_s.shape[0])
         for lo in range(0, Phi_s.shape[0], _CHUNK):
-            P = Phi_s[lo:lo + _CHUNK]
+            P = Phi_s[lo : lo + _CHUNK]
             U = self._whitened(P)
-            q = np.sum(U.real**2, axis=0) + (np.sum(U.imag**2, axis=0) if np.iscomplexobj(U)
-                                              else 0.0)
+            q = np.sum(U.real**2, axis=0) + (
+                np.sum(U.imag**2, axis=0) if np.iscomplexobj(U) else 0.0
+            )
             if self.mode == "primal":
                 v = q
             else:
-                prior = np.sum(P.real**2, axis=1) + (np.sum(P.imag**2, axis=1)
-                                                      if np.iscomplexobj(P) else 0.0)
+                prior = np.sum(P.real**2, axis=1) + (
+                    np.sum(P.imag**2, axis=1) if np.iscomplexobj(P) else 0.0
+                )
                 v = prior - q
-            out[lo:lo + _CHUNK] = np.maximum(v, 0.0)
+            out[lo : lo + _CHUNK] = np.maximum(v, 0.0)
         return out
 
     def cov(self, Phi_s) -> np.ndarray:

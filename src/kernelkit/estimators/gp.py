@@ -97,8 +97,15 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
     n_features_in_ : int
     """
 
-    def __init__(self, feature_map=None, noise: float = 0.1, amplitude: float = 1.0,
-                 normalize_y: bool = False, solver: str = "auto", random_state=None):
+    def __init__(
+        self,
+        feature_map=None,
+        noise: float = 0.1,
+        amplitude: float = 1.0,
+        normalize_y: bool = False,
+        solver: str = "auto",
+        random_state=None,
+    ):
         self.feature_map = feature_map
         self.noise = noise
         self.amplitude = amplitude
@@ -127,8 +134,15 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         choose_solver(self.solver, 1, 1)  # validates the name
         if is_chunked(X):
             return self._fit_chunked(X, y, noise, amp)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                             y_numeric=True, accept_sparse=False)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            dtype=[np.float64, np.float32],
+            multi_output=True,
+            y_numeric=True,
+            accept_sparse=False,
+        )
         y = np.asarray(y, dtype=np.float64)
         Y = y.reshape(len(y), -1)
         if self.normalize_y:
@@ -138,11 +152,13 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         else:
             self._y_mean, self._y_std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
         Yn = (Y - self._y_mean) / self._y_std
-        self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X,
-                                               type(self).__name__)
+        self.feature_map_ = fitted_feature_map(
+            self.feature_map, self.random_state, X, type(self).__name__
+        )
         if use_streaming(self.feature_map_, X, self.solver, amp):  # large n x D, primal
-            return self._fit_from_stats(in_memory_stats(self.feature_map_, X, Y, amp),
-                                        y.ndim, noise, amp)
+            return self._fit_from_stats(
+                in_memory_stats(self.feature_map_, X, Y, amp), y.ndim, noise, amp
+            )
         Phi = map_features(self.feature_map_, X, amp)
         self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
         self._single = y.ndim == 1
@@ -173,12 +189,12 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
 
     def _features(self, X):
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False,
-                          accept_sparse=False)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False)
         return map_features(self.feature_map_, X, self._amp)
 
-    def predict(self, X, return_std: bool = False, return_cov: bool = False,
-                include_noise: bool = False):
+    def predict(
+        self, X, return_std: bool = False, return_cov: bool = False, include_noise: bool = False
+    ):
         """Predictive mean (eq. 86) and optionally standard deviation or covariance (eq. 87).
 
         Parameters
@@ -202,15 +218,18 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         if is_dask_array(X):  # lazy, chunk by chunk
             if return_cov:
-                raise ValueError("return_cov=True needs all points in memory (an n x n "
-                                 "matrix); not available for Dask arrays.")
+                raise ValueError(
+                    "return_cov=True needs all points in memory (an n x n "
+                    "matrix); not available for Dask arrays."
+                )
             check_is_fitted(self)
             T = None if self._single else len(self._y_mean)
             mean = lazy_predict(X, self.predict, T)
             if not return_std:
                 return mean
-            std = lazy_predict(X, lambda b: self.predict(b, return_std=True,
-                                                         include_noise=include_noise)[1], T)
+            std = lazy_predict(
+                X, lambda b: self.predict(b, return_std=True, include_noise=include_noise)[1], T
+            )
             return mean, std
         Phi = self._features(X)
         mean = self.posterior_.mean(Phi) * self._y_std + self._y_mean  # (n, T)
@@ -280,8 +299,15 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     n_features_in_ : int
     """
 
-    def __init__(self, feature_map=None, alpha: float = 0.01, amplitude: float = 1.0,
-                 n_samples: int = 1000, solver: str = "auto", random_state=None):
+    def __init__(
+        self,
+        feature_map=None,
+        alpha: float = 0.01,
+        amplitude: float = 1.0,
+        n_samples: int = 1000,
+        solver: str = "auto",
+        random_state=None,
+    ):
         self.feature_map = feature_map
         self.alpha = alpha
         self.amplitude = amplitude
@@ -362,8 +388,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         mean, var : ndarrays of shape (n, n_classes)
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False,
-                          accept_sparse=False)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False)
         Phi = map_features(self.feature_map_, X, self._amp)
         mean = np.column_stack([p.mean(Phi)[:, 0] for p in self.posteriors_])
         var = np.column_stack([p.var(Phi) for p in self.posteriors_])
@@ -408,9 +433,9 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):
     out = np.empty((n, C))
     rows = max(1, max_elements // max(1, S * C))
     for lo in range(0, n, rows):
-        Z = mean[lo:lo + rows, None, :] + sd[lo:lo + rows, None, :] * eps[None, :, :]
+        Z = mean[lo : lo + rows, None, :] + sd[lo : lo + rows, None, :] * eps[None, :, :]
         Z -= Z.max(axis=2, keepdims=True)
         np.exp(Z, out=Z)
         Z /= Z.sum(axis=2, keepdims=True)
-        out[lo:lo + rows] = Z.mean(axis=1)
+        out[lo : lo + rows] = Z.mean(axis=1)
     return out

@@ -79,9 +79,7 @@ def log_features(fm, X, side: str = "x"):
         # f(w, x) = exp(+-w.x + (alpha - 1/2)|x|^2) / sqrt(2M) on lengthscale-scaled x
         Xs = np.asarray(X, dtype=np.float64) / fm.lengthscale
         proj = Xs @ fm.projection_.T  # (n, M)
-        row = (fm.alpha - 0.5) * np.einsum("ij,ij->i", Xs, Xs) - 0.5 * math.log(
-            2.0 * fm.n_features
-        )
+        row = (fm.alpha - 0.5) * np.einsum("ij,ij->i", Xs, Xs) - 0.5 * math.log(2.0 * fm.n_features)
         return np.concatenate([proj, -proj], axis=1) + row[:, None]
     base, log_scale = fm.transform_scaled(X, side)  # generic positive map
     with np.errstate(divide="ignore"):
@@ -289,8 +287,10 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ helpers
     def _validate_params(self):
         s = self.sigma
-        if isinstance(s, bool) or not isinstance(s, numbers.Real) or not (
-            math.isfinite(s) and s > 0
+        if (
+            isinstance(s, bool)
+            or not isinstance(s, numbers.Real)
+            or not (math.isfinite(s) and s > 0)
         ):
             raise ValueError(f"sigma must be a positive finite float, got {s!r}.")
         if not isinstance(self.exact, bool | np.bool_):

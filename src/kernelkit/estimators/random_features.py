@@ -128,8 +128,10 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
             raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of {sorted(KERNELS)}.")
         ls = self.lengthscale
-        if isinstance(ls, bool) or not isinstance(ls, numbers.Real) or not (
-            math.isfinite(ls) and ls > 0
+        if (
+            isinstance(ls, bool)
+            or not isinstance(ls, numbers.Real)
+            or not (math.isfinite(ls) and ls > 0)
         ):
             raise ValueError(f"lengthscale must be a positive finite float, got {ls!r}.")
         if not isinstance(self.orthogonal, bool | np.bool_):
@@ -218,4 +220,3 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.sparse = False
         return tags
-

@@ -29,8 +29,10 @@ def check_positive_float(value, name: str, *, allow_zero: bool = False) -> float
     value = float(value)
     ok = value >= 0 if allow_zero else value > 0
     if not (math.isfinite(value) and ok):
-        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'} "
-                         f"and finite, got {value}.")
+        raise ValueError(
+            f"{name} must be {'non-negative' if allow_zero else 'positive'} "
+            f"and finite, got {value}."
+        )
     return value
 
 
@@ -76,8 +78,14 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     n_features_in_ : int
     """
 
-    def __init__(self, feature_map=None, alpha: float = 1.0, fit_intercept: bool = True,
-                 solver: str = "auto", random_state=None):
+    def __init__(
+        self,
+        feature_map=None,
+        alpha: float = 1.0,
+        fit_intercept: bool = True,
+        solver: str = "auto",
+        random_state=None,
+    ):
         self.feature_map = feature_map
         self.alpha = alpha
         self.fit_intercept = fit_intercept
@@ -99,12 +107,20 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         alpha = check_positive_float(self.alpha, "alpha")
         if is_chunked(X):
             return self._fit_chunked(X, y, alpha)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                             y_numeric=True, accept_sparse=False)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            dtype=[np.float64, np.float32],
+            multi_output=True,
+            y_numeric=True,
+            accept_sparse=False,
+        )
         y = np.asarray(y, dtype=np.float64)
         Y = y.reshape(len(y), -1)
-        self.feature_map_ = fitted_feature_map(self.feature_map, self.random_state, X,
-                                               type(self).__name__)
+        self.feature_map_ = fitted_feature_map(
+            self.feature_map, self.random_state, X, type(self).__name__
+        )
         if use_streaming(self.feature_map_, X, self.solver):  # large n x D, primal
             stats = in_memory_stats(self.feature_map_, X, Y)
             return self._fit_from_stats(stats, y.ndim, alpha)
@@ -151,8 +167,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         if is_dask_array(X):
             return lazy_predict(X, self.predict, None if self._single else len(self.intercept_))
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False,
-                          accept_sparse=False)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False)
         Phi = map_features(self.feature_map_, X)
         coef = self.coef_
         if np.iscomplexobj(Phi):

@@ -62,42 +62,84 @@ def _bench(name, module, description):
 EXPERIMENTS: dict[str, Entry] = {
     e.name: e
     for e in (
-        _exp("favor-variance", "favor_variance",
-             "FAVOR# Sec. 5.1: relative variance of softmax-kernel random features "
-             "(Trig ... SDERF) vs sigma"),
-        _exp("favor-classification", "favor_classification",
-             "FAVOR# Sec. 5.2: Nadaraya-Watson kernel classification with random features"),
-        _exp("dp-gp", "dp_gp",
-             "Dot-product features Table 3: GP regression / classification with a Gaussian "
-             "sketch or RFF vs Optimized Maclaurin"),
-        _exp("dp-variance", "dp_variance",
-             "Dot-product RF Figs. 2-3: MSE of real vs complex sketches vs degree; complex / "
-             "real TensorSRHT variance ratio on image data"),
-        _exp("dp-frobenius", "dp_frobenius",
-             "Dot-product RF Fig. 6: relative Frobenius error of every sketch, Random and "
-             "Optimized Maclaurin on Fashion-MNIST (p = 3, 7, 10; D = d, 3d, 5d)"),
-        _exp("hrf-pointwise", "hrf_pointwise",
-             "Hybrid RF Figs. 2/5: pointwise relative error of the softmax kernel on the "
-             "sphere (d = 64) vs angle, Trig / FAVOR+ vs FLOP-matched hybrids"),
-        _exp("hrf-uci", "hrf_uci",
-             "Hybrid RF Table 1: softmax-kernel MSE on wine and Boston (HRF-ort, HRF-iid, "
-             "ORF-reg, ORF-Had, Halton-R)"),
-        _exp("hrf-clustered", "hrf_clustered",
-             "Hybrid RF Table 3: clustered hybrid features on synthetic clustered data"),
-        _exp("attention-approx", "attention_approx",
-             "Linear attention: error of every feature map against exact softmax attention "
-             "vs number of features"),
-        _exp("tiny-lm", "tiny_lm",
-             "Linear attention: character-level Transformer LM with exact, FAVOR+, FAVOR++, "
-             "FAVOR# and hybrid attention"),
-        _exp("jdl-gaussian", "jdl_gaussian",
-             "JDL Sec. 5.1: conditional second moments of Gaussian data, JDL vs JPDL vs CME"),
-        _exp("jdl-small", "jdl_small",
-             "JDL Sec. 5.1: uniform and Cauchy data sets with n in {50, 100, 200}"),
-        _exp("jdl-classification", "jdl_classification",
-             "JDL Sec. 5.2: classification as a conditional distribution, JDL vs CME vs KLR"),
-        _exp("sgb-logreg", "sgb_logreg",
-             "SGB: multinomial logistic regression, SPFB / LSPFB vs SGD, Adam, L-BFGS"),
+        _exp(
+            "favor-variance",
+            "favor_variance",
+            "FAVOR# Sec. 5.1: relative variance of softmax-kernel random features "
+            "(Trig ... SDERF) vs sigma",
+        ),
+        _exp(
+            "favor-classification",
+            "favor_classification",
+            "FAVOR# Sec. 5.2: Nadaraya-Watson kernel classification with random features",
+        ),
+        _exp(
+            "dp-gp",
+            "dp_gp",
+            "Dot-product features Table 3: GP regression / classification with a Gaussian "
+            "sketch or RFF vs Optimized Maclaurin",
+        ),
+        _exp(
+            "dp-variance",
+            "dp_variance",
+            "Dot-product RF Figs. 2-3: MSE of real vs complex sketches vs degree; complex / "
+            "real TensorSRHT variance ratio on image data",
+        ),
+        _exp(
+            "dp-frobenius",
+            "dp_frobenius",
+            "Dot-product RF Fig. 6: relative Frobenius error of every sketch, Random and "
+            "Optimized Maclaurin on Fashion-MNIST (p = 3, 7, 10; D = d, 3d, 5d)",
+        ),
+        _exp(
+            "hrf-pointwise",
+            "hrf_pointwise",
+            "Hybrid RF Figs. 2/5: pointwise relative error of the softmax kernel on the "
+            "sphere (d = 64) vs angle, Trig / FAVOR+ vs FLOP-matched hybrids",
+        ),
+        _exp(
+            "hrf-uci",
+            "hrf_uci",
+            "Hybrid RF Table 1: softmax-kernel MSE on wine and Boston (HRF-ort, HRF-iid, "
+            "ORF-reg, ORF-Had, Halton-R)",
+        ),
+        _exp(
+            "hrf-clustered",
+            "hrf_clustered",
+            "Hybrid RF Table 3: clustered hybrid features on synthetic clustered data",
+        ),
+        _exp(
+            "attention-approx",
+            "attention_approx",
+            "Linear attention: error of every feature map against exact softmax attention "
+            "vs number of features",
+        ),
+        _exp(
+            "tiny-lm",
+            "tiny_lm",
+            "Linear attention: character-level Transformer LM with exact, FAVOR+, FAVOR++, "
+            "FAVOR# and hybrid attention",
+        ),
+        _exp(
+            "jdl-gaussian",
+            "jdl_gaussian",
+            "JDL Sec. 5.1: conditional second moments of Gaussian data, JDL vs JPDL vs CME",
+        ),
+        _exp(
+            "jdl-small",
+            "jdl_small",
+            "JDL Sec. 5.1: uniform and Cauchy data sets with n in {50, 100, 200}",
+        ),
+        _exp(
+            "jdl-classification",
+            "jdl_classification",
+            "JDL Sec. 5.2: classification as a conditional distribution, JDL vs CME vs KLR",
+        ),
+        _exp(
+            "sgb-logreg",
+            "sgb_logreg",
+            "SGB: multinomial logistic regression, SPFB / LSPFB vs SGD, Adam, L-BFGS",
+        ),
     )
 }
 
@@ -105,21 +147,37 @@ EXPERIMENTS: dict[str, Entry] = {
 BENCHMARKS: dict[str, Entry] = {
     e.name: e
     for e in (
-        _bench("features", "bench_features",
-               "random feature maps: fit/transform time against their peers"),
-        _bench("dot-product", "bench_dot_product",
-               "dot-product features: TensorSRHT vs scikit-learn PolynomialCountSketch "
-               "(time, Frobenius error)"),
-        _bench("attention", "bench_attention",
-               "linear attention vs torch SDPA and performer-pytorch (forward, backward)"),
-        _bench("jdl", "bench_jdl",
-               "joint distribution learning at n = 1e6 vs scikit-learn KernelRidge"),
-        _bench("sgb", "bench_sgb",
-               "SPFB step matrix-free vs dense; epochs and seconds to suboptimality vs SGD, "
-               "Adam, L-BFGS"),
-        _bench("scale", "bench_scale",
-               "out-of-core RandomFeatureRidge on Dask (10^7 x 16, 1024 features): rows/s in "
-               "memory, threads, LocalCluster; ratio to Nystroem + Ridge"),
+        _bench(
+            "features",
+            "bench_features",
+            "random feature maps: fit/transform time against their peers",
+        ),
+        _bench(
+            "dot-product",
+            "bench_dot_product",
+            "dot-product features: TensorSRHT vs scikit-learn PolynomialCountSketch "
+            "(time, Frobenius error)",
+        ),
+        _bench(
+            "attention",
+            "bench_attention",
+            "linear attention vs torch SDPA and performer-pytorch (forward, backward)",
+        ),
+        _bench(
+            "jdl", "bench_jdl", "joint distribution learning at n = 1e6 vs scikit-learn KernelRidge"
+        ),
+        _bench(
+            "sgb",
+            "bench_sgb",
+            "SPFB step matrix-free vs dense; epochs and seconds to suboptimality vs SGD, "
+            "Adam, L-BFGS",
+        ),
+        _bench(
+            "scale",
+            "bench_scale",
+            "out-of-core RandomFeatureRidge on Dask (10^7 x 16, 1024 features): rows/s in "
+            "memory, threads, LocalCluster; ratio to Nystroem + Ridge",
+        ),
     )
 }
 

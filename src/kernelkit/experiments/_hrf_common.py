@@ -177,14 +177,14 @@ def sphere_rel_error(method: str, r: float, theta, m: int, n: int = 1, sigma: fl
         # eps^2 = E lam^2 eps(++)^2 + E (1-lam)^2 eps(trig)^2 (Lemma 3.4 per estimator)
         return np.sqrt(el2 * trig(math.pi - theta) ** 2 + e1l2 * trig(theta) ** 2)
     if method != "hybrid":
-        raise ValueError(
-            f"method must be 'trig', 'favor', 'hybrid' or 'ngauss', got {method!r}.")
+        raise ValueError(f"method must be 'trig', 'favor', 'hybrid' or 'ngauss', got {method!r}.")
 
     def a(th):  # eq. 50, a_r(theta)
         t = th / math.pi
         c2 = np.cos(th / 2.0) ** 2
-        return (t * (t - t / n + 1.0 / n) * np.exp(2 * r2 * np.cos(th))
-                * (-np.expm1(-4 * r2 * c2)) ** 2)
+        return (
+            t * (t - t / n + 1.0 / n) * np.exp(2 * r2 * np.cos(th)) * (-np.expm1(-4 * r2 * c2)) ** 2
+        )
 
     eps2 = np.exp(2 * r2) / (2 * m) * (a(theta) + a(math.pi - theta))
     return np.sqrt(eps2)
@@ -252,8 +252,7 @@ def hybrid_estimate(PX, PY, TX, TY, nx2, ny2):
     """Angular hybrid ``lam SM^{++} + (1 - lam) SM^trig`` with shared ``W`` (variant II).
     Returns (..., k)."""
     lam = angular_lambda(TX, TY)
-    return lam * favor_pp_estimate(PX, PY, nx2, ny2) + (1.0 - lam) * trig_estimate(
-        PX, PY, nx2, ny2)
+    return lam * favor_pp_estimate(PX, PY, nx2, ny2) + (1.0 - lam) * trig_estimate(PX, PY, nx2, ny2)
 
 
 def normalized_gauss_estimate(PX, PY, TX, TY, nx2, ny2, rho):
@@ -261,8 +260,7 @@ def normalized_gauss_estimate(PX, PY, TX, TY, nx2, ny2, rho):
     ``lam SM^{++} + (1 - lam) SM^trig``, ``lam = (1 - mean_j cos(t_j.(x - y))) / rho``
     (``TX, TY`` projections on ``t_j ~ N(0, sigma^2 I)``). Returns (..., k)."""
     lam = (1.0 - np.mean(np.cos(TX - TY), axis=-1)) / rho
-    return lam * favor_pp_estimate(PX, PY, nx2, ny2) + (1.0 - lam) * trig_estimate(
-        PX, PY, nx2, ny2)
+    return lam * favor_pp_estimate(PX, PY, nx2, ny2) + (1.0 - lam) * trig_estimate(PX, PY, nx2, ny2)
 
 
 def estimate(method: str, W, T, X, Y, rho: float | None = None):
@@ -295,8 +293,7 @@ def estimate(method: str, W, T, X, Y, rho: float | None = None):
     if method == "ngauss":
         if rho is None:
             raise ValueError("method 'ngauss' needs rho.")
-        return normalized_gauss_estimate(PX, PY, project(T, X), project(T, Y), nx2, ny2,
-                                         rho)
+        return normalized_gauss_estimate(PX, PY, project(T, X), project(T, Y), nx2, ny2, rho)
     raise ValueError(f"unknown method {method!r}.")
 
 

@@ -117,8 +117,9 @@ def fit_model(kind: str, constrained: bool, X, Y, params: dict, rel_tol: float, 
     if kind == "jdl":
         est = D.JointDistribution(rel_tol=rel_tol, constraint=con, basis_cache=cache, **params)
     elif kind == "cme":
-        est = D.ConditionalMeanEmbedding(rel_tol=rel_tol, constraint=con, basis_cache=cache,
-                                         **params)
+        est = D.ConditionalMeanEmbedding(
+            rel_tol=rel_tol, constraint=con, basis_cache=cache, **params
+        )
     elif kind == "jpdl":
         est = D.PolynomialJointDistribution(degree=4, constraint=con, **params)
     elif kind == "klr":
@@ -134,8 +135,10 @@ def grid_for(kind: str, ls_x, ls_y, regs, regs_poly) -> list[dict]:
         return [{"reg": r} for r in regs_poly]
     if kind == "klr":
         return [{"lengthscale": lx, "reg": r} for lx, r in itertools.product(ls_x, regs)]
-    return [{"lengthscale_x": lx, "lengthscale_y": ly, "reg": r}
-            for lx, ly, r in itertools.product(ls_x, ls_y, regs)]
+    return [
+        {"lengthscale_x": lx, "lengthscale_y": ly, "reg": r}
+        for lx, ly, r in itertools.product(ls_x, ls_y, regs)
+    ]
 
 
 def select(kind, constrained, Xtr, Ytr, grid, val_loss, rel_tol, cache=None):
@@ -187,8 +190,10 @@ def quiet_mass_warnings():
 def moments_and_totals(model, Ytr, Xq):
     """Predicted ``E[Y Y^T | x]`` (n_q, d, d) and ``E[1 | x]`` (n_q,) in one call."""
     d = Ytr.shape[1]
-    F = np.concatenate([np.ones((len(Ytr), 1)),
-                        (Ytr[:, :, None] * Ytr[:, None, :]).reshape(len(Ytr), d * d)], axis=1)
+    F = np.concatenate(
+        [np.ones((len(Ytr), 1)), (Ytr[:, :, None] * Ytr[:, None, :]).reshape(len(Ytr), d * d)],
+        axis=1,
+    )
     out = model.conditional_expectation(F, Xq)  # (n_q, 1 + d^2)
     return out[:, 1:].reshape(len(Xq), d, d), out[:, 0]
 
@@ -205,6 +210,7 @@ def timed_fit_eval(kind, constrained, X, Y, params, rel_tol, Xq):
 
 def model_rank(model) -> tuple[int, int]:
     """``(m_X, m_Y)`` of a fitted tensor model (0 where not applicable)."""
+
     def m(b):
         return int(getattr(b, "n_components_", getattr(b, "n_output_features_", 0)) or 0)
 
@@ -222,7 +228,7 @@ def band_plot(ax, xs, rows, label, color=None, marker="o", logy=True):
     mid = [np.nanmean(r) if r.size else np.nan for r in rows]
     lo = [np.nanquantile(r, 0.05) if r.size else np.nan for r in rows]
     hi = [np.nanquantile(r, 0.95) if r.size else np.nan for r in rows]
-    line, = ax.plot(xs, mid, marker=marker, label=label, color=color)
+    (line,) = ax.plot(xs, mid, marker=marker, label=label, color=color)
     ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
     ax.set_xscale("log")
     if logy:

@@ -77,8 +77,11 @@ class Report:
         import matplotlib.pyplot as plt
 
         plt.close(fig)
-        self.sections.append(f"![{caption or filename}]({filename})\n\n*{caption}*" if caption
-                             else f"![{filename}]({filename})")
+        self.sections.append(
+            f"![{caption or filename}]({filename})\n\n*{caption}*"
+            if caption
+            else f"![{filename}]({filename})"
+        )
         return path
 
     def write(self) -> Path:

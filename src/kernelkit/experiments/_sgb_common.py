@@ -134,15 +134,13 @@ def objective_grad(theta, X, Y, lam):
     S = X @ theta  # (T, n)
     lse = logsumexp(S, axis=1, keepdims=True)  # (T, 1)
     P = np.exp(S - lse)  # (T, n) softmax probabilities
-    f = float(np.mean(lse[:, 0] - np.einsum("ij,ij->i", S, Y)) + 0.5 * lam * np.vdot(theta,
-                                                                                       theta))
+    f = float(np.mean(lse[:, 0] - np.einsum("ij,ij->i", S, Y)) + 0.5 * lam * np.vdot(theta, theta))
     G = X.T @ (P - Y) / X.shape[0] + lam * theta  # (p, n)
     return f, G
 
 
 def hessp(theta, V, X, lam):
-    """∇²L(Θ)·V = Xᵀ[P∘U − P∘(P∘U)1 1ᵀ]/T + λV with U = XV (softmax Hessian, no (np)² matrix).
-    """
+    """∇²L(Θ)·V = Xᵀ[P∘U − P∘(P∘U)1 1ᵀ]/T + λV with U = XV (softmax Hessian, no (np)² matrix)."""
     S = X @ theta
     P = np.exp(S - logsumexp(S, axis=1, keepdims=True))  # (T, n)
     U = X @ V  # (T, n)
@@ -210,14 +208,21 @@ def _compute_optimum(problem: Problem) -> Optimum:
     def hp(v, w):
         return hessp(v.reshape(shape), w.reshape(shape), X, lam).ravel()
 
-    res = minimize(fg, theta_sk.ravel(), jac=True, hessp=hp, method="Newton-CG",
-                   options={"xtol": 1e-12, "maxiter": 100})
+    res = minimize(
+        fg,
+        theta_sk.ravel(),
+        jac=True,
+        hessp=hp,
+        method="Newton-CG",
+        options={"xtol": 1e-12, "maxiter": 100},
+    )
     theta_nt = res.x.reshape(shape)
     f_nt = objective(theta_nt, X, Y, lam)
     theta = theta_nt if f_nt <= f_sk else theta_sk
     g = objective_grad(theta, X, Y, lam)[1]
-    return Optimum(min(f_sk, f_nt), theta, f_sk, f_nt, float(np.max(np.abs(g))),
-                   time.perf_counter() - t0)
+    return Optimum(
+        min(f_sk, f_nt), theta, f_sk, f_nt, float(np.max(np.abs(g))), time.perf_counter() - t0
+    )
 
 
 # --------------------------------------------------------------------------- traces
@@ -253,9 +258,16 @@ class Trace:
         return (np.asarray(self.objective) - f_star) / abs(f_star)
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "config": self.config, "seed": self.seed,
-                "epochs": self.epochs, "seconds": self.seconds, "objective": self.objective,
-                "diverged": self.diverged, **({"extra": self.extra} if self.extra else {})}
+        return {
+            "method": self.method,
+            "config": self.config,
+            "seed": self.seed,
+            "epochs": self.epochs,
+            "seconds": self.seconds,
+            "objective": self.objective,
+            "diverged": self.diverged,
+            **({"extra": self.extra} if self.extra else {}),
+        }
 
 
 def first_reach(trace: Trace, f_star: float, rel_gap: float) -> tuple[float, float]:
@@ -284,11 +296,12 @@ def _diverged(value: float, f0: float) -> bool:
 
 def _batches(T: int, m: int, rng) -> list[np.ndarray]:
     perm = rng.permutation(T)
-    return [perm[i:i + m] for i in range(0, T, m)]
+    return [perm[i : i + m] for i in range(0, T, m)]
 
 
-def _run_minibatch(problem: Problem, method: str, config: dict, step, batch_size: int,
-                   epochs: int, seed: int) -> Trace:
+def _run_minibatch(
+    problem: Problem, method: str, config: dict, step, batch_size: int, epochs: int, seed: int
+) -> Trace:
     """Shared epoch loop: ``step(theta, Xb, Yb, eta_t) -> theta`` on shuffled batches."""
     X, Y, lam = problem.X, problem.Y, problem.lam
     rng = np.random.default_rng(seed)
@@ -302,8 +315,9 @@ def _run_minibatch(problem: Problem, method: str, config: dict, step, batch_size
         tic = time.perf_counter()
         for idx in _batches(problem.T, batch_size, rng):
             t += 1
-            theta = step(theta, X[idx], Y[idx], _step_size(config["eta0"], config["schedule"],
-                                                           t, t0))
+            theta = step(
+                theta, X[idx], Y[idx], _step_size(config["eta0"], config["schedule"], t, t0)
+            )
         elapsed += time.perf_counter() - tic
         value = objective(theta, X, Y, lam)
         if _diverged(value, f0):
@@ -326,8 +340,9 @@ def _minibatch_grad(theta, Xb, Yb, lam):
     return ((P - Yb).T @ Xb).T / Xb.shape[0] + lam * theta
 
 
-def run_sgd(problem: Problem, eta0: float, schedule: str, batch_size: int, epochs: int,
-            seed: int = 0) -> Trace:
+def run_sgd(
+    problem: Problem, eta0: float, schedule: str, batch_size: int, epochs: int, seed: int = 0
+) -> Trace:
     """Mini-batch SGD on the mean-form objective: Θ ← Θ − η_t ((1/m) Σ_B ∇f_j + λΘ)."""
     lam = problem.lam
 
@@ -335,12 +350,21 @@ def run_sgd(problem: Problem, eta0: float, schedule: str, batch_size: int, epoch
         G = _minibatch_grad(theta, Xb, Yb, lam)  # (p, n)
         return theta - eta * G
 
-    return _run_minibatch(problem, "SGD", {"eta0": eta0, "schedule": schedule}, step,
-                          batch_size, epochs, seed)
+    return _run_minibatch(
+        problem, "SGD", {"eta0": eta0, "schedule": schedule}, step, batch_size, epochs, seed
+    )
 
 
-def run_adam(problem: Problem, eta0: float, schedule: str, batch_size: int, epochs: int,
-             seed: int = 0, betas=(0.9, 0.999), eps: float = 1e-8) -> Trace:
+def run_adam(
+    problem: Problem,
+    eta0: float,
+    schedule: str,
+    batch_size: int,
+    epochs: int,
+    seed: int = 0,
+    betas=(0.9, 0.999),
+    eps: float = 1e-8,
+) -> Trace:
     """Mini-batch Adam (Kingma & Ba, bias-corrected moments) with learning rate η_t."""
     lam = problem.lam
     b1, b2 = betas
@@ -358,8 +382,9 @@ def run_adam(problem: Problem, eta0: float, schedule: str, batch_size: int, epoc
         vhat = state["v"] / (1 - b2**k)
         return theta - eta * mhat / (np.sqrt(vhat) + eps)
 
-    return _run_minibatch(problem, "Adam", {"eta0": eta0, "schedule": schedule}, step,
-                          batch_size, epochs, seed)
+    return _run_minibatch(
+        problem, "Adam", {"eta0": eta0, "schedule": schedule}, step, batch_size, epochs, seed
+    )
 
 
 def run_lbfgs(problem: Problem, epochs: int, seed: int = 0, memory: int = 10) -> Trace:
@@ -391,9 +416,14 @@ def run_lbfgs(problem: Problem, epochs: int, seed: int = 0, memory: int = 10) ->
         trace.record(state["nfev"], now - tic - state["paused"], intermediate_result.fun)
         state["paused"] += time.perf_counter() - now
 
-    minimize(fg, theta0.ravel(), jac=True, method="L-BFGS-B", callback=callback,
-             options={"maxfun": epochs, "maxiter": epochs, "maxcor": memory, "gtol": 1e-12,
-                      "ftol": 0.0})
+    minimize(
+        fg,
+        theta0.ravel(),
+        jac=True,
+        method="L-BFGS-B",
+        callback=callback,
+        options={"maxfun": epochs, "maxiter": epochs, "maxcor": memory, "gtol": 1e-12, "ftol": 0.0},
+    )
     return trace
 
 
@@ -407,8 +437,16 @@ def bound_solver_available() -> bool:
     return True
 
 
-def run_bound(problem: Problem, solver: str, eta0: float, schedule: str, batch_size: int,
-              epochs: int, seed: int = 0, **solver_kw) -> Trace:
+def run_bound(
+    problem: Problem,
+    solver: str,
+    eta0: float,
+    schedule: str,
+    batch_size: int,
+    epochs: int,
+    seed: int = 0,
+    **solver_kw,
+) -> Trace:
     """``kernelkit.optim.BoundLogisticRegression(solver=...)`` as a traced run.
 
     The estimator is fitted with ``fit_intercept=False`` on ``problem.X`` (whose constant
@@ -425,8 +463,7 @@ def run_bound(problem: Problem, solver: str, eta0: float, schedule: str, batch_s
     from ..optim import BoundLogisticRegression
 
     binary = problem.n_classes == 2
-    f0 = objective(np.zeros((problem.p, problem.n_classes)), problem.X, problem.Y,
-                   problem.lam)
+    f0 = objective(np.zeros((problem.p, problem.n_classes)), problem.X, problem.Y, problem.lam)
     state = {"diverged": False, "drop_last": False}
 
     def callback(est, info):
@@ -437,12 +474,22 @@ def run_bound(problem: Problem, solver: str, eta0: float, schedule: str, batch_s
         return False
 
     est = BoundLogisticRegression(
-        solver=solver, alpha=problem.lam / 2 if binary else problem.lam,
-        batch_size=batch_size, max_epochs=epochs, tol=None, eta0=eta0, schedule=schedule,
-        fit_intercept=False, random_state=seed, callback=callback, **solver_kw)
+        solver=solver,
+        alpha=problem.lam / 2 if binary else problem.lam,
+        batch_size=batch_size,
+        max_epochs=epochs,
+        tol=None,
+        eta0=eta0,
+        schedule=schedule,
+        fit_intercept=False,
+        random_state=seed,
+        callback=callback,
+        **solver_kw,
+    )
     label = {"spfb": "SPFB", "lspfb": "LSPFB", "sgd": "SGD (optim)", "bound": "bound"}[solver]
-    trace = Trace(label, {"eta0": eta0, "schedule": schedule, "batch_size": batch_size,
-                          **solver_kw}, seed)
+    trace = Trace(
+        label, {"eta0": eta0, "schedule": schedule, "batch_size": batch_size, **solver_kw}, seed
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow while diverging
@@ -459,8 +506,9 @@ def run_bound(problem: Problem, solver: str, eta0: float, schedule: str, batch_s
     if hasattr(est, "coef_") and not state["diverged"]:
         coef = est.coef_
         theta = np.column_stack([-coef[0] / 2, coef[0] / 2]) if binary else coef.T
-        trace.extra["objective_check"] = objective(theta, problem.X, problem.Y,
-                                                   problem.lam) - hist[-1]
+        trace.extra["objective_check"] = (
+            objective(theta, problem.X, problem.Y, problem.lam) - hist[-1]
+        )
     return trace
 
 

@@ -15,27 +15,47 @@ import re
 import time
 from pathlib import Path
 
-__all__ = ["PAPERS", "claim_sections", "claim_verdicts", "collect_rows", "paper_of",
-           "read_run_info", "write_summary"]
+__all__ = [
+    "PAPERS",
+    "claim_sections",
+    "claim_verdicts",
+    "collect_rows",
+    "paper_of",
+    "read_run_info",
+    "write_summary",
+]
 
 #: experiment-name prefix -> (paper title, note)
 PAPERS = {
-    "favor": ("FAVOR#: sharp attention kernel approximations (Likhosherstov et al.)",
-              "favor_sharp_derf"),
-    "attention": ("Linear attention built on FAVOR+/FAVOR++/FAVOR# and hybrid features",
-                  "favor_sharp_derf"),
-    "tiny-lm": ("Linear attention built on FAVOR+/FAVOR++/FAVOR# and hybrid features",
-                "favor_sharp_derf"),
-    "dp": ("Complex-to-real sketches for dot-product kernels (Wacker et al.)",
-           "dot_product_random_features"),
+    "favor": (
+        "FAVOR#: sharp attention kernel approximations (Likhosherstov et al.)",
+        "favor_sharp_derf",
+    ),
+    "attention": (
+        "Linear attention built on FAVOR+/FAVOR++/FAVOR# and hybrid features",
+        "favor_sharp_derf",
+    ),
+    "tiny-lm": (
+        "Linear attention built on FAVOR+/FAVOR++/FAVOR# and hybrid features",
+        "favor_sharp_derf",
+    ),
+    "dp": (
+        "Complex-to-real sketches for dot-product kernels (Wacker et al.)",
+        "dot_product_random_features",
+    ),
     "hrf": ("Hybrid random features (Choromanski et al.)", "hybrid_random_features"),
     "jdl": ("Joint distribution learning in tensor-product RKHS", "joint_distribution_learning"),
-    "sgb": ("Stochastic partition-function bound optimization (SPFB / LSPFB)",
-            "sgb_partition_function_bound"),
+    "sgb": (
+        "Stochastic partition-function bound optimization (SPFB / LSPFB)",
+        "sgb_partition_function_bound",
+    ),
 }
 
-_CLAIM_HEADING = re.compile(r"^(#{2,4})\s+(.*(claim|vs\.? (the )?paper|paper vs|"
-                            r"holds).*)$", re.IGNORECASE)
+_CLAIM_HEADING = re.compile(
+    r"^(#{2,4})\s+(.*(claim|vs\.? (the )?paper|paper vs|"
+    r"holds).*)$",
+    re.IGNORECASE,
+)
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
 
 
@@ -66,7 +86,7 @@ def claim_sections(report_md: str) -> list[str]:
             if h and len(h.group(1)) <= level:
                 break
             j += 1
-        body = "\n".join(["#" * 4 + " " + m.group(2), *lines[i + 1:j]]).strip()
+        body = "\n".join(["#" * 4 + " " + m.group(2), *lines[i + 1 : j]]).strip()
         out.append(body)
         i = j
     return out
@@ -74,6 +94,7 @@ def claim_sections(report_md: str) -> list[str]:
 
 def _relink(text: str, prefix: str) -> str:
     """Make image links of an experiment's report relative to the results directory."""
+
     def fix(m):
         target = m.group(2)
         if re.match(r"^[a-z]+://", target) or target.startswith("/"):
@@ -95,9 +116,11 @@ def read_run_info(exp_dir) -> dict | None:
         return None
     quick = data.get("quick")
     secs = data.get("elapsed_s")
-    return {"mode": "quick" if quick is True else "full" if quick is False else "?",
-            "seconds": float(secs) if isinstance(secs, int | float) else None,
-            "platform": data.get("platform")}
+    return {
+        "mode": "quick" if quick is True else "full" if quick is False else "?",
+        "seconds": float(secs) if isinstance(secs, int | float) else None,
+        "platform": data.get("platform"),
+    }
 
 
 def collect_rows(results_dir, names) -> list[tuple[str, str, float, str]]:
@@ -110,8 +133,9 @@ def collect_rows(results_dir, names) -> list[tuple[str, str, float, str]]:
     for name in names:
         info = read_run_info(base / name)
         if info is None or not (base / name / "report.md").is_file():
-            rows.append((name, "not run", 0.0,
-                         f"no {name}/report.md and results.json in this directory"))
+            rows.append(
+                (name, "not run", 0.0, f"no {name}/report.md and results.json in this directory")
+            )
             continue
         rows.append((name, "ok", info["seconds"] or 0.0, str(base / name / "report.md")))
     return rows
@@ -132,8 +156,11 @@ def _scale_paragraphs(report_md: str) -> list[str]:
         if p.strip().startswith("**Scale.**"):
             out.append(p.strip())
         else:  # a list item of a setup list
-            out += [line.strip()[2:] for line in p.splitlines()
-                    if line.strip().startswith("- **Scale.**")]
+            out += [
+                line.strip()[2:]
+                for line in p.splitlines()
+                if line.strip().startswith("- **Scale.**")
+            ]
     return out
 
 
@@ -172,8 +199,9 @@ def _fmt_verdicts(c: dict[str, int] | None) -> str:
     return out + (f" (+{c['other']} other)" if c["other"] else "")
 
 
-def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
-                  mode: str | None = None) -> Path:
+def write_summary(
+    results_dir, rows: list[tuple[str, str, float, str]], mode: str | None = None
+) -> Path:
     """Write ``results_dir/REPORT.md`` from the experiments' reports.
 
     Parameters
@@ -202,8 +230,12 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
         "# kernelkit: reproduction report",
         f"Mode: **{mode}**; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"{n_ok}/{len(rows)} experiments ran"
-        + (f" (their run times add up to {_fmt_secs(total)}; runs started one by one may "
-           "have overlapped)" if n_ok else "")
+        + (
+            f" (their run times add up to {_fmt_secs(total)}; runs started one by one may "
+            "have overlapped)"
+            if n_ok
+            else ""
+        )
         + ". Each section below is copied from the experiment's own `report.md` (linked), "
         "which has the full setup, every table and the deviations from the paper's "
         "protocol, including how its size compares with the paper's (its **Scale** line, where "
@@ -215,8 +247,9 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
         "data?') starts with yes / partly (or mostly) / no; the tables below give each claim "
         "with the "
         f"paper's number and ours. In all: **{tot['yes']} yes, {tot['partly']} partly, "
-        f"{tot['no']} no**" + (f", {tot['other']} other (not testable here, n/a)"
-                               if tot["other"] else "") + ".",
+        f"{tot['no']} no**"
+        + (f", {tot['other']} other (not testable here, n/a)" if tot["other"] else "")
+        + ".",
         "| experiment | paper | status | mode | time | claims yes / partly / no |\n"
         "|---|---|---|---|---|---|",
     ]
@@ -225,7 +258,8 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
         f"{paper_of(n).split(' (')[0]} | {s} | "
         f"{infos[n]['mode'] if infos.get(n) else '–'} | "
         f"{_fmt_secs(secs) if s == 'ok' or secs else '–'} | {_fmt_verdicts(verdicts.get(n))} |"
-        for n, s, secs, _ in rows)
+        for n, s, secs, _ in rows
+    )
     by_paper: dict[str, list] = {}
     for row in rows:
         by_paper.setdefault(paper_of(row[0]), []).append(row)
@@ -244,8 +278,9 @@ def write_summary(results_dir, rows: list[tuple[str, str, float, str]],
                 parts.extend(_relink(s, name) for s in sections)
             else:
                 parts.append("_(This report has no claims table; see the report.)_")
-            images = [m for m in _IMAGE.finditer(text)
-                      if not any(m.group(2) in s for s in sections)]
+            images = [
+                m for m in _IMAGE.finditer(text) if not any(m.group(2) in s for s in sections)
+            ]
             for m in images:
                 parts.append(_relink(m.group(0), name))
             parts.append(f"Full report: [{name}/report.md]({name}/report.md)")

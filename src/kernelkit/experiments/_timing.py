@@ -41,8 +41,12 @@ def time_calls(fns: dict, repeats: int) -> dict:
 
 def meets(value: float, op: str, threshold: float) -> bool:
     """Whether ``value op threshold`` holds, ``op`` in ``{"<=", "<", ">=", ">"}``."""
-    return {"<=": value <= threshold, "<": value < threshold,
-            ">=": value >= threshold, ">": value > threshold}[op]
+    return {
+        "<=": value <= threshold,
+        "<": value < threshold,
+        ">=": value >= threshold,
+        ">": value > threshold,
+    }[op]
 
 
 def text_table(header, rows) -> str:

@@ -66,8 +66,9 @@ class LMConfig:
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} must be a multiple of "
-                             f"n_heads={self.n_heads}.")
+            raise ValueError(
+                f"d_model={self.d_model} must be a multiple of n_heads={self.n_heads}."
+            )
 
     @property
     def head_dim(self) -> int:
@@ -137,8 +138,9 @@ def masked_causal_attention(q, k, v, feature_map, n_features, random_state):
 
     L = q.shape[-2]
     eye = torch.eye(L, dtype=q.dtype, device=q.device).expand(*q.shape[:-2], L, L)
-    a = linear_attention(q, k, eye, feature_map, n_features,
-                         random_state=random_state)  # (..., L, L)
+    a = linear_attention(
+        q, k, eye, feature_map, n_features, random_state=random_state
+    )  # (..., L, L)
     a = a.masked_fill(torch.ones(L, L, dtype=torch.bool, device=q.device).triu(1), 0.0)
     den = a.sum(-1, keepdim=True)  # (..., L, 1)
     return (a / torch.where(den != 0, den, torch.ones_like(den))) @ v
@@ -178,10 +180,15 @@ class CausalSelfAttention(nn.Module):
         if cfg.attention not in ("exact", *BIDIRECTIONAL_ONLY):
             from kernelkit.attention import FavorAttention
 
-            self.mha = FavorAttention(cfg.d_model, cfg.n_heads, batch_first=True,
-                                      feature_map=cfg.attention, n_features=cfg.n_features,
-                                      redraw_interval=cfg.redraw_interval or None,
-                                      random_state=self._seed(0))
+            self.mha = FavorAttention(
+                cfg.d_model,
+                cfg.n_heads,
+                batch_first=True,
+                feature_map=cfg.attention,
+                n_features=cfg.n_features,
+                redraw_interval=cfg.redraw_interval or None,
+                random_state=self._seed(0),
+            )
         else:
             self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
             self.proj = nn.Linear(cfg.d_model, cfg.d_model)
@@ -204,8 +211,9 @@ class CausalSelfAttention(nn.Module):
             period = 0
             if self.training and self.cfg.redraw_interval > 0:
                 period = self.step // self.cfg.redraw_interval
-            y = masked_causal_attention(q, k, v, self.cfg.attention, self.cfg.n_features,
-                                        self._seed(period))  # (B, H, T, dh)
+            y = masked_causal_attention(
+                q, k, v, self.cfg.attention, self.cfg.n_features, self._seed(period)
+            )  # (B, H, T, dh)
         if self.training:
             self.step += 1
         return self.proj(y.transpose(1, 2).reshape(B, T, D))
@@ -217,8 +225,11 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.attn = CausalSelfAttention(cfg, layer, seed)
         self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
-                                 nn.Linear(4 * cfg.d_model, cfg.d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model),
+            nn.GELU(),
+            nn.Linear(4 * cfg.d_model, cfg.d_model),
+        )
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -250,8 +261,7 @@ class TinyLM(nn.Module):
         for name, p in self.named_parameters():
             if p.dim() >= 2:
                 std = 0.02
-                if name.endswith(("attn.proj.weight", "attn.mha.out_proj.weight",
-                                  "mlp.2.weight")):
+                if name.endswith(("attn.proj.weight", "attn.mha.out_proj.weight", "mlp.2.weight")):
                     std /= math.sqrt(2 * cfg.n_layers)
                 nn.init.normal_(p, 0.0, std)
             elif name.endswith("bias"):
@@ -285,8 +295,9 @@ def _lr(step: int, tc: TrainConfig) -> float:
     return tc.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac)))
 
 
-def evaluate_bpc(model: TinyLM, data: np.ndarray, max_windows: int = 0,
-                 batch_size: int = 32) -> float:
+def evaluate_bpc(
+    model: TinyLM, data: np.ndarray, max_windows: int = 0, batch_size: int = 32
+) -> float:
     """Validation bits per character: mean cross-entropy over non-overlapping windows.
 
     Windows of ``context + 1`` ids start every ``context`` ids (each target character is
@@ -306,17 +317,26 @@ def _evaluate(model, data, max_windows, batch_size):
     model.eval()
     total, count = 0.0, 0
     for i in range(0, starts.size, batch_size):
-        ids = _windows(data, starts[i:i + batch_size], T + 1)
+        ids = _windows(data, starts[i : i + batch_size], T + 1)
         logits = model(ids[:, :-1])
-        total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                       ids[:, 1:].reshape(-1), reduction="sum"))
+        total += float(
+            F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="sum"
+            )
+        )
         count += ids[:, 1:].numel()
     model.train(was_training)
     return total / count / math.log(2.0), count
 
 
-def train_lm(cfg: LMConfig, tc: TrainConfig, train: np.ndarray, valid: np.ndarray,
-             seed: int = 0, progress: str | None = None) -> dict:
+def train_lm(
+    cfg: LMConfig,
+    tc: TrainConfig,
+    train: np.ndarray,
+    valid: np.ndarray,
+    seed: int = 0,
+    progress: str | None = None,
+) -> dict:
     """Train a :class:`TinyLM` for ``tc.steps`` steps; returns the model and its record.
 
     Returns
@@ -334,9 +354,14 @@ def train_lm(cfg: LMConfig, tc: TrainConfig, train: np.ndarray, valid: np.ndarra
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=tc.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": tc.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=tc.lr,
+        betas=(0.9, 0.95),
+    )
     rng = np.random.default_rng([seed, 7])  # the same batches for every attention type
     T = cfg.context
     curve, window, t_train = [], [], 0.0
@@ -383,11 +408,18 @@ def train_lm(cfg: LMConfig, tc: TrainConfig, train: np.ndarray, valid: np.ndarra
             if "NaN or inf" not in str(exc):
                 raise
         t_eval = time.perf_counter() - t0
-    return {"model": model, "curve": curve, "valid_bpc": bpc,
-            "finite": diverged_at is None and math.isfinite(bpc), "diverged_at": diverged_at,
-            "train_tokens_per_s": steps_done * tc.batch_size * T / max(t_train, 1e-12),
-            "eval_tokens_per_s": n_eval / t_eval if t_eval > 0 else float("nan"),
-            "train_seconds": t_train, "lm_config": asdict(cfg), "train_config": asdict(tc)}
+    return {
+        "model": model,
+        "curve": curve,
+        "valid_bpc": bpc,
+        "finite": diverged_at is None and math.isfinite(bpc),
+        "diverged_at": diverged_at,
+        "train_tokens_per_s": steps_done * tc.batch_size * T / max(t_train, 1e-12),
+        "eval_tokens_per_s": n_eval / t_eval if t_eval > 0 else float("nan"),
+        "train_seconds": t_train,
+        "lm_config": asdict(cfg),
+        "train_config": asdict(tc),
+    }
 
 
 @contextlib.contextmanager

@@ -48,9 +48,11 @@ from ._report import Report, markdown_table
 __all__ = ["DESCRIPTION", "FULL", "MAPS", "NAME", "QUICK", "Config", "compute_errors", "run"]
 
 NAME = "attention-approx"
-DESCRIPTION = ("Linear attention: error of every feature map against exact softmax attention "
-               "vs number of features (random and trained-LM queries/keys, bidirectional and "
-               "causal)")
+DESCRIPTION = (
+    "Linear attention: error of every feature map against exact softmax attention "
+    "vs number of features (random and trained-LM queries/keys, bidirectional and "
+    "causal)"
+)
 
 #: feature map -> label
 MAPS = {
@@ -97,10 +99,22 @@ class Config:
 
 
 FULL = Config()
-QUICK = Config(L_out=256, L_mat=64, batch=1, heads=4, n_draws=3,
-               regimes=("normal", "heterogen", "lm"), lm_context=64, lm_d_model=64,
-               lm_heads=4, lm_layers=2, lm_steps=100, lm_batch=8, lm_windows=2,
-               lm_calib_windows=8)
+QUICK = Config(
+    L_out=256,
+    L_mat=64,
+    batch=1,
+    heads=4,
+    n_draws=3,
+    regimes=("normal", "heterogen", "lm"),
+    lm_context=64,
+    lm_d_model=64,
+    lm_heads=4,
+    lm_layers=2,
+    lm_steps=100,
+    lm_batch=8,
+    lm_windows=2,
+    lm_calib_windows=8,
+)
 
 
 # ----------------------------------------------------------------------------- data
@@ -111,8 +125,8 @@ def _random_qkv(regime, cfg, L, seed):
     g = torch.Generator().manual_seed(int(seed))
     shape = (cfg.batch, cfg.heads, L, cfg.d)
     sigma, mean = RANDOM_REGIMES[regime]
-    sigma = cfg.d ** -0.25 if sigma is None else sigma
-    s = sigma * cfg.d ** 0.25  # q = d^{1/4} x, x ~ N(mean sigma 1, sigma^2 I)
+    sigma = cfg.d**-0.25 if sigma is None else sigma
+    s = sigma * cfg.d**0.25  # q = d^{1/4} x, x ~ N(mean sigma 1, sigma^2 I)
     q, k, v, qc, kc = (torch.randn(shape, generator=g) for _ in range(5))
     return q * s, (k + mean) * s, v, qc * s, (kc + mean) * s
 
@@ -123,14 +137,27 @@ def _lm_checkpoint(cfg, seed, out_dir: Path, corpus):
 
     from ._tiny_transformer import LMConfig, TinyLM, TrainConfig, train_lm
 
-    lm = LMConfig(vocab_size=corpus.vocab_size, context=cfg.lm_context,
-                  d_model=cfg.lm_d_model, n_heads=cfg.lm_heads, n_layers=cfg.lm_layers,
-                  attention="exact")
-    tc = TrainConfig(steps=cfg.lm_steps, batch_size=cfg.lm_batch,
-                     warmup=max(1, cfg.lm_steps // 10), log_every=max(1, cfg.lm_steps // 20),
-                     eval_windows=32)
-    key = {"lm_config": asdict(lm), "train_config": asdict(tc), "seed": seed,
-           "corpus_sha256": corpus.sha256}
+    lm = LMConfig(
+        vocab_size=corpus.vocab_size,
+        context=cfg.lm_context,
+        d_model=cfg.lm_d_model,
+        n_heads=cfg.lm_heads,
+        n_layers=cfg.lm_layers,
+        attention="exact",
+    )
+    tc = TrainConfig(
+        steps=cfg.lm_steps,
+        batch_size=cfg.lm_batch,
+        warmup=max(1, cfg.lm_steps // 10),
+        log_every=max(1, cfg.lm_steps // 20),
+        eval_windows=32,
+    )
+    key = {
+        "lm_config": asdict(lm),
+        "train_config": asdict(tc),
+        "seed": seed,
+        "corpus_sha256": corpus.sha256,
+    }
     path = out_dir / "lm_checkpoint.pt"
     if path.is_file():
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
@@ -139,8 +166,12 @@ def _lm_checkpoint(cfg, seed, out_dir: Path, corpus):
             model.load_state_dict(ckpt["state_dict"])
             return model.eval(), {**ckpt["info"], "cached": True}
     r = train_lm(lm, tc, corpus.train, corpus.valid, seed=seed, progress="tiny LM (exact)")
-    info = {"valid_bpc": r["valid_bpc"], "final_train_bits": r["curve"][-1][1],
-            "first_train_bits": r["curve"][0][1], "train_seconds": r["train_seconds"]}
+    info = {
+        "valid_bpc": r["valid_bpc"],
+        "final_train_bits": r["curve"][-1][1],
+        "first_train_bits": r["curve"][0][1],
+        "train_seconds": r["train_seconds"],
+    }
     torch.save({"key": key, "state_dict": r["model"].state_dict(), "info": info}, path)
     return r["model"].eval(), {**info, "cached": False}
 
@@ -173,8 +204,12 @@ def _calibration_moments(qc, kc, batch_dims):
     from kernelkit.attention import Moments, attention_moments
 
     m = attention_moments(qc, kc)
-    return Moments(*(t.mean(dim=batch_dims, keepdim=True)
-                     for t in (m.mean_x, m.second_x, m.mean_y, m.second_y)))
+    return Moments(
+        *(
+            t.mean(dim=batch_dims, keepdim=True)
+            for t in (m.mean_x, m.second_x, m.mean_y, m.second_y)
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- errors
@@ -186,8 +221,9 @@ def _rel_err(approx, exact):
     return num / torch.linalg.matrix_norm(exact.double())
 
 
-def compute_errors(q, k, v, maps, Ms, n_draws, causal, calib=None, seed=0,
-                   matrix_L=None, progress=None):
+def compute_errors(
+    q, k, v, maps, Ms, n_draws, causal, calib=None, seed=0, matrix_L=None, progress=None
+):
     """Mean relative errors of every map and M on one set of inputs.
 
     Parameters
@@ -252,8 +288,9 @@ def compute_errors(q, k, v, maps, Ms, n_draws, causal, calib=None, seed=0,
                     if vals:
                         arr = np.asarray(vals)
                         res[key].append(float(arr.mean()))
-                        res[key + "_se"].append(float(arr.std(ddof=1) / math.sqrt(arr.size))
-                                                if arr.size > 1 else 0.0)
+                        res[key + "_se"].append(
+                            float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else 0.0
+                        )
                 done += 1
                 if progress is not None:
                     progress.update(1)
@@ -281,8 +318,12 @@ def _plot(results, cfg, metric):
     import matplotlib.pyplot as plt
 
     regimes = [r for r in cfg.regimes if r in results]
-    fig, axes = plt.subplots(len(regimes), len(cfg.modes), squeeze=False,
-                             figsize=(5.2 * len(cfg.modes), 3.6 * len(regimes)))
+    fig, axes = plt.subplots(
+        len(regimes),
+        len(cfg.modes),
+        squeeze=False,
+        figsize=(5.2 * len(cfg.modes), 3.6 * len(regimes)),
+    )
     cmap = plt.get_cmap("tab10")
     for i, reg in enumerate(regimes):
         for j, mode in enumerate(cfg.modes):
@@ -299,21 +340,41 @@ def _plot(results, cfg, metric):
                 ax.plot(cfg.Ms, vals, style, color=cmap(c), lw=lw, ms=3, label=MAPS[fm])
             # the signed maps (trig, hybrid) can be orders of magnitude off: keep the axis
             # on the positive maps and name what leaves it
-            core = [v for fm, r in per.items() if fm not in ("trig", "hybrid_angular")
-                    and "error" not in r for v in r.get(metric, [])
-                    if np.isfinite(v) and v > 0]
+            core = [
+                v
+                for fm, r in per.items()
+                if fm not in ("trig", "hybrid_angular") and "error" not in r
+                for v in r.get(metric, [])
+                if np.isfinite(v) and v > 0
+            ]
             if core:
                 top = 4.0 * max(core)
                 ax.set_ylim(min(core) / 2.0, top)
-                off = [MAPS[fm] for fm, r in per.items() if "error" not in r
-                       and any(v > top for v in r.get(metric, []) if np.isfinite(v))]
+                off = [
+                    MAPS[fm]
+                    for fm, r in per.items()
+                    if "error" not in r
+                    and any(v > top for v in r.get(metric, []) if np.isfinite(v))
+                ]
                 if off:
-                    ax.text(0.02, 0.97, "off-scale: " + ", ".join(off), transform=ax.transAxes,
-                            va="top", fontsize=7, color="dimgrey")
+                    ax.text(
+                        0.02,
+                        0.97,
+                        "off-scale: " + ", ".join(off),
+                        transform=ax.transAxes,
+                        va="top",
+                        fontsize=7,
+                        color="dimgrey",
+                    )
             ref = per.get("positive", {}).get(metric)
             if ref and np.isfinite(ref[0]) and ref[0] > 0:
-                ax.plot(cfg.Ms, ref[0] * (np.asarray(cfg.Ms) / cfg.Ms[0]) ** -0.5, ":",
-                        color="grey", label="∝ M^-1/2")
+                ax.plot(
+                    cfg.Ms,
+                    ref[0] * (np.asarray(cfg.Ms) / cfg.Ms[0]) ** -0.5,
+                    ":",
+                    color="grey",
+                    label="∝ M^-1/2",
+                )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_title(f"{reg}, {mode}", fontsize=10)
@@ -326,15 +387,15 @@ def _plot(results, cfg, metric):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8,
-               bbox_to_anchor=(0.5, -0.01))
+    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8, bbox_to_anchor=(0.5, -0.01))
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
 # ----------------------------------------------------------------------------- run
-def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = None,
-        **overrides) -> dict:
+def run(
+    out_dir, quick: bool = False, seed: int = 0, config: Config | None = None, **overrides
+) -> dict:
     """Compute the errors and write ``report.md``, ``output_error.png``,
     ``matrix_error.png`` and ``results.json`` (plus the cached ``lm_checkpoint.pt``).
 
@@ -357,8 +418,9 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
     bad += [m for m in cfg.modes if m not in MODES]
     if bad:
         raise ValueError(f"unknown maps / regimes / modes {bad}.")
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="Linear attention vs exact softmax attention: error vs M")
+    rep = Report(
+        out_dir, NAME, quick=quick, title="Linear attention vs exact softmax attention: error vs M"
+    )
     out_dir = Path(out_dir)
     threads = num_threads()
     results, lm_info, shapes = {}, None, {}
@@ -372,11 +434,19 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
                 # (layers, windows, H, T, dh) -> instances (layers * windows, H, T, dh)
                 q, k, v = (t.flatten(0, 1).contiguous() for t in (q, k, v))
                 calib = _calibration_moments(qc, kc, 1)  # (layers, 1, H, ...)
-                calib = type(calib)(*(t.flatten(0, 1) for t in (
-                    calib.mean_x, calib.second_x, calib.mean_y, calib.second_y)))
+                calib = type(calib)(
+                    *(
+                        t.flatten(0, 1)
+                        for t in (calib.mean_x, calib.second_x, calib.mean_y, calib.second_y)
+                    )
+                )
                 # calibration moments per (layer, head); expand over the windows
-                calib = type(calib)(*(t.repeat_interleave(cfg.lm_windows, dim=0) for t in (
-                    calib.mean_x, calib.second_x, calib.mean_y, calib.second_y)))
+                calib = type(calib)(
+                    *(
+                        t.repeat_interleave(cfg.lm_windows, dim=0)
+                        for t in (calib.mean_x, calib.second_x, calib.mean_y, calib.second_y)
+                    )
+                )
                 L_mat = min(cfg.L_mat, cfg.lm_context)
             else:
                 q, k, v, qc, kc = _random_qkv(regime, cfg, cfg.L_out, seed * 1000 + r_i)
@@ -387,8 +457,18 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             for mode in cfg.modes:
                 bar.set_postfix_str(f"{regime}, {mode}")
                 results[regime][mode] = compute_errors(
-                    q, k, v, cfg.maps, cfg.Ms, cfg.n_draws, mode == "causal", calib,
-                    seed=seed, matrix_L=L_mat, progress=bar)
+                    q,
+                    k,
+                    v,
+                    cfg.maps,
+                    cfg.Ms,
+                    cfg.n_draws,
+                    mode == "causal",
+                    calib,
+                    seed=seed,
+                    matrix_L=L_mat,
+                    progress=bar,
+                )
     _write(rep, cfg, results, lm_info, shapes, seed, threads)
     return rep.results
 
@@ -404,19 +484,23 @@ def _write(rep, cfg, results, lm_info, shapes, seed, threads):
         "Exact reference: `kernelkit.kernels.softmax_attention` (scale 1/√d). The "
         "attention-matrix error passes v = I_L, so the approximate output is the "
         "row-normalised matrix itself.",
-        "**Regimes.**\n\n" + "\n".join(
+        "**Regimes.**\n\n"
+        + "\n".join(
             f"- `{reg}`: q shape {shapes[reg]['q']} (instances, heads, L, d); matrix "
-            f"error at L = {shapes[reg]['matrix_L']}" + {
+            f"error at L = {shapes[reg]['matrix_L']}"
+            + {
                 "normal": "; x = q d^-1/4, y = k d^-1/4 ~ N(0, 0.25² I) (paper's normal "
-                          "regime at σ = 0.25; logits of std 0.5), v ~ N(0, 1).",
+                "regime at σ = 0.25; logits of std 0.5), v ~ N(0, 1).",
                 "heterogen": "; as normal but y ~ N(0.25·1, 0.25² I) (paper's heterogen "
-                             "regime; exact attention distributed as for normal, key norms "
-                             "larger).",
+                "regime; exact attention distributed as for normal, key norms "
+                "larger).",
                 "unit": "; q, k, v with N(0, 1) entries (σ = d^-1/4: logits of unit "
-                        "variance, |x|² ≈ 8).",
+                "variance, |x|² ≈ 8).",
                 "lm": "; queries/keys/values of every layer and head of the tiny "
-                      "exact-attention LM on validation windows."}[reg]
-            for reg in results),
+                "exact-attention LM on validation windows.",
+            }[reg]
+            for reg in results
+        ),
         "**Causal mode.** FAVOR++/FAVOR# parameters come from the moments of an "
         "independent calibration batch of the same regime (random: a fresh draw; lm: "
         f"{cfg.lm_calib_windows} other validation windows, per layer and head), because a "
@@ -433,21 +517,32 @@ def _write(rep, cfg, results, lm_info, shapes, seed, threads):
             f"{cfg.lm_steps} steps x batch {cfg.lm_batch} with exact attention: training "
             f"loss {lm_info['first_train_bits']:.2f} -> {lm_info['final_train_bits']:.2f} "
             f"bits, validation {lm_info['valid_bpc']:.3f} bpc"
-            + (" (checkpoint reused from this output directory)." if lm_info["cached"]
-               else " (checkpoint cached as `lm_checkpoint.pt`)."))
-    rep.figure(_plot(results, cfg, "output"), "output_error.png",
-               "Mean relative L2 error of the attention output vs M (log-log); dashed: "
-               "ReLU / ELU+1 linear attention (no random features, not softmax "
-               "estimators); dotted: M^-1/2 through FAVOR+ at the smallest M. Trig and the "
-               "hybrid leave the axis where named (values in the tables).")
-    rep.figure(_plot(results, cfg, "matrix"), "matrix_error.png",
-               "Mean relative Frobenius error of the attention matrix vs M (small L).")
+            + (
+                " (checkpoint reused from this output directory)."
+                if lm_info["cached"]
+                else " (checkpoint cached as `lm_checkpoint.pt`)."
+            )
+        )
+    rep.figure(
+        _plot(results, cfg, "output"),
+        "output_error.png",
+        "Mean relative L2 error of the attention output vs M (log-log); dashed: "
+        "ReLU / ELU+1 linear attention (no random features, not softmax "
+        "estimators); dotted: M^-1/2 through FAVOR+ at the smallest M. Trig and the "
+        "hybrid leave the axis where named (values in the tables).",
+    )
+    rep.figure(
+        _plot(results, cfg, "matrix"),
+        "matrix_error.png",
+        "Mean relative Frobenius error of the attention matrix vs M (small L).",
+    )
 
     # ---- tables at the largest and smallest M
     for metric, title in (("output", "output"), ("matrix", "attention matrix")):
         for mi in (len(Ms) - 1, 0):
-            header = ["feature map"] + [f"{reg} {mode[:5]}" for reg in results
-                                        for mode in cfg.modes]
+            header = ["feature map"] + [
+                f"{reg} {mode[:5]}" for reg in results for mode in cfg.modes
+            ]
             rows = []
             for fm in cfg.maps:
                 row = [MAPS[fm]]
@@ -458,8 +553,7 @@ def _write(rep, cfg, results, lm_info, shapes, seed, threads):
                 rows.append(row)
             best = _best_row(results, cfg, metric, mi)
             rows.append(["**best**", *best])
-            rep.add(f"### Relative {title} error at M = {Ms[mi]}",
-                    markdown_table(header, rows))
+            rep.add(f"### Relative {title} error at M = {Ms[mi]}", markdown_table(header, rows))
     # ---- slopes
     rows = []
     slopes = {}
@@ -474,16 +568,23 @@ def _write(rep, cfg, results, lm_info, shapes, seed, threads):
                 slopes.setdefault(fm, {}).setdefault(reg, {})[mode] = s
                 row.append("n/a" if "error" in r else f"{s:.2f}")
         rows.append(row)
-    rep.add("### Convergence rate",
-            "Least-squares slope of log(output error) vs log M (Monte Carlo rate: −0.5; a "
-            "flatter slope means a bias or heavy tails dominate at these M).",
-            markdown_table(["feature map"] + [f"{reg} {mode[:5]}" for reg in results
-                                              for mode in cfg.modes], rows))
+    rep.add(
+        "### Convergence rate",
+        "Least-squares slope of log(output error) vs log M (Monte Carlo rate: −0.5; a "
+        "flatter slope means a bias or heavy tails dominate at these M).",
+        markdown_table(
+            ["feature map"] + [f"{reg} {mode[:5]}" for reg in results for mode in cfg.modes], rows
+        ),
+    )
 
     claims = _claims(results, cfg, slopes)
-    rep.add("## Paper vs ours", markdown_table(
-        ["claim", "paper / note", "ours", "holds on our data?"],
-        [[c["claim"], c["paper"], c["ours"], c["holds"]] for c in claims]))
+    rep.add(
+        "## Paper vs ours",
+        markdown_table(
+            ["claim", "paper / note", "ours", "holds on our data?"],
+            [[c["claim"], c["paper"], c["ours"], c["holds"]] for c in claims],
+        ),
+    )
     rep.add("## Which maps win", _discussion(results, cfg))
     rep.add(
         "## Deviations from the paper's protocol",
@@ -497,14 +598,26 @@ def _write(rep, cfg, results, lm_info, shapes, seed, threads):
         f"- Few draws ({cfg.n_draws}) and instances; one seed. ReLU / ELU+1 do not "
         "depend on M (not estimators of softmax attention) and are shown for scale.\n"
         "- Causal FAVOR++/FAVOR# use calibration moments (see Setup); the paper does not "
-        "treat causal attention.")
+        "treat causal attention.",
+    )
     if rep.quick:
-        rep.add(f"**Quick mode**: L = {cfg.L_out}, {cfg.n_draws} draws, no `unit` regime and "
-                "a briefly trained LM: errors are noisy, orderings between close maps may "
-                "flip.")
-    rep.results.update({"config": asdict(cfg), "seed": seed, "threads": threads,
-                        "lm": lm_info, "shapes": shapes, "errors": results,
-                        "slopes": slopes, "claims": claims})
+        rep.add(
+            f"**Quick mode**: L = {cfg.L_out}, {cfg.n_draws} draws, no `unit` regime and "
+            "a briefly trained LM: errors are noisy, orderings between close maps may "
+            "flip."
+        )
+    rep.results.update(
+        {
+            "config": asdict(cfg),
+            "seed": seed,
+            "threads": threads,
+            "lm": lm_info,
+            "shapes": shapes,
+            "errors": results,
+            "slopes": slopes,
+            "claims": claims,
+        }
+    )
     rep.write()
 
 
@@ -516,9 +629,11 @@ def _best_row(results, cfg, metric, mi):
     best = []
     for reg in results:
         for mode in cfg.modes:
-            cands = {fm: r[metric][mi] for fm, r in results[reg][mode].items()
-                     if "error" not in r and fm not in DETERMINISTIC
-                     and np.isfinite(r[metric][mi])}
+            cands = {
+                fm: r[metric][mi]
+                for fm, r in results[reg][mode].items()
+                if "error" not in r and fm not in DETERMINISTIC and np.isfinite(r[metric][mi])
+            }
             best.append(MAPS[min(cands, key=cands.get)] if cands else "n/a")
     return best
 
@@ -548,42 +663,74 @@ def _claims(results, cfg, slopes):
 
     def add(claim, paper, a, b, modes=("bidirectional",)):
         w, t = compare(a, b, modes=modes)
-        claims.append({"claim": claim, "paper": paper,
-                       "ours": f"{w}/{t} (regime, M) points", "holds": verdict(w, t)})
+        claims.append(
+            {
+                "claim": claim,
+                "paper": paper,
+                "ours": f"{w}/{t} (regime, M) points",
+                "holds": verdict(w, t),
+            }
+        )
 
-    add("FAVOR# SDERF error <= FAVOR++ (GERF)",
+    add(
+        "FAVOR# SDERF error <= FAVOR++ (GERF)",
         "Sec. 5.1: SDERF outperforms or matches all methods everywhere; ≈e^5 lower variance "
-        "than GERF on heterogen / MNIST", "sderf", "gerf")
+        "than GERF on heterogen / MNIST",
+        "sderf",
+        "gerf",
+    )
     add("FAVOR# SDERF error <= FAVOR+ (positive)", "Sec. 5.1, Fig. 1-2", "sderf", "positive")
-    add("FAVOR++ (GERF) error <= FAVOR+ (positive)",
+    add(
+        "FAVOR++ (GERF) error <= FAVOR+ (positive)",
         "PosRF ⊂ GERF, A fitted (Sec. 3.1); FAVOR++ beats FAVOR+ on GLUE (Table 1)",
-        "gerf", "positive")
+        "gerf",
+        "positive",
+    )
     add("FAVOR# SADERF error <= FAVOR++ (GERF)", "GERF ⊂ SADERF (Sec. 4.3)", "saderf", "gerf")
     add("FAVOR# ADERF error <= FAVOR# SADERF", "SADERF ⊂ ADERF (Fig. 1 top)", "aderf", "saderf")
-    add("causal: FAVOR# SDERF error <= FAVOR+ (calibration moments)",
-        "not covered by the paper (note Sec. 5)", "sderf", "positive", modes=("causal",))
-    add("hybrid (angular) error <= FAVOR+ (positive)",
-        "Hybrid RF paper: hybrids beat positive and trig estimators pointwise", "hybrid_angular",
-        "positive")
-    add("FAVOR+ (positive) error <= Trig",
+    add(
+        "causal: FAVOR# SDERF error <= FAVOR+ (calibration moments)",
+        "not covered by the paper (note Sec. 5)",
+        "sderf",
+        "positive",
+        modes=("causal",),
+    )
+    add(
+        "hybrid (angular) error <= FAVOR+ (positive)",
+        "Hybrid RF paper: hybrids beat positive and trig estimators pointwise",
+        "hybrid_angular",
+        "positive",
+    )
+    add(
+        "FAVOR+ (positive) error <= Trig",
         "Performer / note Sec. 2: trig features are not positive, unsuitable for the "
-        "attention normaliser", "positive", "trig")
-    s = [v for reg in slopes.get("positive", {}).values() for v in reg.values()
-         if np.isfinite(v)]
+        "attention normaliser",
+        "positive",
+        "trig",
+    )
+    s = [v for reg in slopes.get("positive", {}).values() for v in reg.values() if np.isfinite(v)]
     ok = [abs(x + 0.5) <= 0.15 for x in s]
-    claims.append({"claim": "FAVOR+ output error ∝ M^-1/2",
-                   "paper": "note Sec. 9.9 (Monte Carlo rate)",
-                   "ours": "slopes " + ", ".join(f"{x:.2f}" for x in s),
-                   "holds": "n/a" if not s else ("yes" if all(ok) else (
-                       "partly" if any(ok) else "no"))})
+    claims.append(
+        {
+            "claim": "FAVOR+ output error ∝ M^-1/2",
+            "paper": "note Sec. 9.9 (Monte Carlo rate)",
+            "ours": "slopes " + ", ".join(f"{x:.2f}" for x in s),
+            "holds": "n/a" if not s else ("yes" if all(ok) else ("partly" if any(ok) else "no")),
+        }
+    )
     return claims
 
 
 def _rf_errors(results, mode, mi):
     """{regime: {map: output error at M index mi}} for the random-feature maps."""
-    return {reg: {fm: r["output"][mi] for fm, r in results[reg][mode].items()
-                  if "error" not in r and fm not in DETERMINISTIC}
-            for reg in results}
+    return {
+        reg: {
+            fm: r["output"][mi]
+            for fm, r in results[reg][mode].items()
+            if "error" not in r and fm not in DETERMINISTIC
+        }
+        for reg in results
+    }
 
 
 def _reading(results, cfg):
@@ -591,8 +738,9 @@ def _reading(results, cfg):
     Ms = list(cfg.Ms)
     out = []
     bi = _rf_errors(results, "bidirectional", -1)
-    hard = [reg for reg, e in bi.items()
-            if e and min(v for v in e.values() if np.isfinite(v)) > 1.0]
+    hard = [
+        reg for reg, e in bi.items() if e and min(v for v in e.values() if np.isfinite(v)) > 1.0
+    ]
     if hard:
         out.append(
             f"- **No random-feature map is accurate on {', '.join(f'`{r}`' for r in hard)} at "
@@ -600,7 +748,8 @@ def _reading(results, cfg):
             "is small there -- nearly uniform attention averages the values -- and the "
             "log-normal feature weights at |x|² of 4-8 are so heavy-tailed that the error "
             "falls far slower than M^-1/2; see the slopes). ReLU / ELU+1, although biased, are "
-            "closer to softmax attention there.")
+            "closer to softmax attention there."
+        )
     for reg, e in bi.items():
         e = {k: v for k, v in e.items() if np.isfinite(v)}
         if not e or "positive" not in e:
@@ -608,16 +757,20 @@ def _reading(results, cfg):
         best = min(e, key=e.get)
         fitted = {k: e[k] for k in ("gerf", "saderf", "aderf", "sderf") if k in e}
         if best in fitted:
-            out.append(f"- `{reg}`: the best map is {MAPS[best]} ({_fmt(e[best])}, "
-                       f"{e[best] / e['positive']:.2f}x FAVOR+'s error at M = {Ms[-1]}).")
+            out.append(
+                f"- `{reg}`: the best map is {MAPS[best]} ({_fmt(e[best])}, "
+                f"{e[best] / e['positive']:.2f}x FAVOR+'s error at M = {Ms[-1]})."
+            )
         else:
-            out.append(f"- `{reg}`: {MAPS[best]} is best ({_fmt(e[best])}); the fitted maps "
-                       "do not improve on it.")
+            out.append(
+                f"- `{reg}`: {MAPS[best]} is best ({_fmt(e[best])}); the fitted maps "
+                "do not improve on it."
+            )
     lm = {k: v for k, v in bi.get("lm", {}).items() if np.isfinite(v)}
     if "sderf" in lm and "positive" in lm:
         others = {k: v for k, v in lm.items() if k not in ("sderf", "positive")}
         nxt = min(others, key=others.get) if others else None
-        verdict = ("the best map" if lm["sderf"] <= min(lm.values()) else "not the best map")
+        verdict = "the best map" if lm["sderf"] <= min(lm.values()) else "not the best map"
         out.append(
             f"- On queries and keys of the trained model (`lm`), SDERF is {verdict}: "
             f"{lm['sderf'] / lm['positive']:.2f}x FAVOR+'s error"
@@ -625,7 +778,8 @@ def _reading(results, cfg):
             + ". SDERF adapts to the full second-moment matrix of q and k (its eigenbasis), "
             "which is anisotropic in a trained model; GERF fits one scalar, SADERF / ADERF "
             "rescale the two sides against each other. The paper finds SDERF best in "
-            "Sec. 5.1 and uses it for speech.")
+            "Sec. 5.1 and uses it for speech."
+        )
     out.append(
         "- Relation to the paper: the fitted maps minimise objective (14), the mean log "
         "*second moment of the kernel estimates* over query-key pairs, which orders them "
@@ -635,12 +789,14 @@ def _reading(results, cfg):
         "ordering need not carry over, and the table above shows where it does not "
         "(e.g. GERF vs FAVOR+). The paper's large gains (≈e^5 in variance on heterogen / "
         "MNIST) are gains in log-variance of single kernel values at M = 1; in the "
-        "normalised output they appear as the factors listed above.")
+        "normalised output they appear as the factors listed above."
+    )
     out.append(
         "- Trig and the angular hybrid have signed features, so the attention normaliser "
         "Σ_j P_i·S_j can approach zero: their output errors are orders of magnitude larger "
         "(the hybrid, at equal output dimension 4m(n+1) ≤ M, also has only m = M/36 "
-        "projections). ReLU / ELU+1 are different kernels whose error no M removes.")
+        "projections). ReLU / ELU+1 are different kernels whose error no M removes."
+    )
     return out
 
 
@@ -650,17 +806,23 @@ def _discussion(results, cfg):
     for reg in results:
         for mode in cfg.modes:
             per = results[reg][mode]
-            at = {fm: r["output"][-1] for fm, r in per.items()
-                  if "error" not in r and fm not in DETERMINISTIC and np.isfinite(r["output"][-1])}
+            at = {
+                fm: r["output"][-1]
+                for fm, r in per.items()
+                if "error" not in r and fm not in DETERMINISTIC and np.isfinite(r["output"][-1])
+            }
             if not at:
                 continue
             order = sorted(at, key=at.get)
             ref = at.get("positive")
-            rel = (f"; {MAPS[order[0]]} at {at[order[0]] / ref:.2f}x FAVOR+'s error"
-                   if ref else "")
-            lines.append(f"- `{reg}`, {mode}, M = {Ms[-1]}: "
-                         + " < ".join(f"{MAPS[fm]} {_fmt(at[fm])}" for fm in order[:4])
-                         + (" < ..." if len(order) > 4 else "") + rel + ".")
+            rel = f"; {MAPS[order[0]]} at {at[order[0]] / ref:.2f}x FAVOR+'s error" if ref else ""
+            lines.append(
+                f"- `{reg}`, {mode}, M = {Ms[-1]}: "
+                + " < ".join(f"{MAPS[fm]} {_fmt(at[fm])}" for fm in order[:4])
+                + (" < ..." if len(order) > 4 else "")
+                + rel
+                + "."
+            )
     lines.append("")
     lines += _reading(results, cfg)
     return "\n".join(lines)

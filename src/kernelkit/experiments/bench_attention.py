@@ -54,8 +54,10 @@ from functools import partial
 from ._timing import meets, text_table, time_calls
 
 NAME = "attention"
-DESCRIPTION = ("linear attention vs torch SDPA and performer-pytorch (forward, forward + "
-               "backward; batch 1, 8 heads, d = 64, M = 256)")
+DESCRIPTION = (
+    "linear attention vs torch SDPA and performer-pytorch (forward, forward + "
+    "backward; batch 1, 8 heads, d = 64, M = 256)"
+)
 
 __all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
 
@@ -117,8 +119,14 @@ def _calls(L, device, seed, skip, performer_ok):
             if name in skip:
                 continue
             extra = {"moments": calib} if causal and fm in FITTED_MAPS else {}
-            fns[name] = partial(linear_attention, feature_map=fm, n_features=M,
-                                is_causal=causal, random_state=seed, **extra)
+            fns[name] = partial(
+                linear_attention,
+                feature_map=fm,
+                n_features=M,
+                is_causal=causal,
+                random_state=seed,
+                **extra,
+            )
     if performer_ok:
         fa = _performer(device, causal=False, seed=seed)
         fns["performer FAVOR+"] = fa
@@ -174,27 +182,35 @@ def _accuracy(q, k, v, seed, performer_ok):
 
     with torch.no_grad():
         exact = softmax_attention(q.double(), k.double(), v.double())
-        outs = {f"kernelkit {'FAVOR+' if fm == 'positive' else 'FAVOR# ' + fm}":
-                linear_attention(q, k, v, feature_map=fm, n_features=M, random_state=seed)
-                for fm in ("positive", *SHARP)}
+        outs = {
+            f"kernelkit {'FAVOR+' if fm == 'positive' else 'FAVOR# ' + fm}": linear_attention(
+                q, k, v, feature_map=fm, n_features=M, random_state=seed
+            )
+            for fm in ("positive", *SHARP)
+        }
         same = None
         if performer_ok:
             from performer_pytorch.performer_pytorch import linear_attention as p_linear
             from performer_pytorch.performer_pytorch import softmax_kernel
 
-            outs["performer FAVOR+ (eps=1e-4, default)"] = _performer(q.device, False,
-                                                                      seed)(q, k, v)
-            W = torch.as_tensor(draw_features("positive", M, D, seed)["W"],
-                                dtype=q.dtype, device=q.device)  # (M, d)
+            outs["performer FAVOR+ (eps=1e-4, default)"] = _performer(q.device, False, seed)(
+                q, k, v
+            )
+            W = torch.as_tensor(
+                draw_features("positive", M, D, seed)["W"], dtype=q.dtype, device=q.device
+            )  # (M, d)
             qp = softmax_kernel(q, projection_matrix=W, is_query=True, eps=0.0)
             kp = softmax_kernel(k, projection_matrix=W, is_query=False, eps=0.0)
             ours = outs["kernelkit FAVOR+"]
             theirs = p_linear(qp, kp, v)
             outs["performer FAVOR+ (eps=0, kernelkit's W)"] = theirs
-            same = float(torch.linalg.vector_norm(theirs - ours)
-                         / torch.linalg.vector_norm(ours))
-        errs = {name: float(torch.linalg.vector_norm(o.double() - exact)
-                            / torch.linalg.vector_norm(exact)) for name, o in outs.items()}
+            same = float(torch.linalg.vector_norm(theirs - ours) / torch.linalg.vector_norm(ours))
+        errs = {
+            name: float(
+                torch.linalg.vector_norm(o.double() - exact) / torch.linalg.vector_norm(exact)
+            )
+            for name, o in outs.items()
+        }
         return errs, same
 
 
@@ -204,21 +220,36 @@ def _ratio_rows(times):
     for fm in SHARP:
         rows.append(("SDPA / kernelkit FAVOR#", "SDPA", f"kernelkit FAVOR# {fm}"))
     for label in ("FAVOR+", *(f"FAVOR# {fm}" for fm in SHARP)):
-        rows.append(("SDPA causal / kernelkit causal", "SDPA causal",
-                     f"kernelkit {label} causal"))
+        rows.append(("SDPA causal / kernelkit causal", "SDPA causal", f"kernelkit {label} causal"))
     for fm in SHARP:
-        rows.append(("kernelkit FAVOR# / kernelkit FAVOR+", f"kernelkit FAVOR# {fm}",
-                     "kernelkit FAVOR+"))
-        rows.append(("kernelkit FAVOR# / kernelkit FAVOR+", f"kernelkit FAVOR# {fm} causal",
-                     "kernelkit FAVOR+ causal"))
+        rows.append(
+            ("kernelkit FAVOR# / kernelkit FAVOR+", f"kernelkit FAVOR# {fm}", "kernelkit FAVOR+")
+        )
+        rows.append(
+            (
+                "kernelkit FAVOR# / kernelkit FAVOR+",
+                f"kernelkit FAVOR# {fm} causal",
+                "kernelkit FAVOR+ causal",
+            )
+        )
     rows.append(("performer FAVOR+ / kernelkit FAVOR+", "performer FAVOR+", "kernelkit FAVOR+"))
-    rows.append(("performer causal / kernelkit causal (info)", "performer causal",
-                 "kernelkit FAVOR+ causal"))
+    rows.append(
+        (
+            "performer causal / kernelkit causal (info)",
+            "performer causal",
+            "kernelkit FAVOR+ causal",
+        )
+    )
     return [(q, n, d) for q, n, d in rows if n in times and d in times]
 
 
-def run(quick: bool = False, device: str | None = None, lengths=None,
-        max_call_s: float | None = None, seed: int = 0) -> dict:
+def run(
+    quick: bool = False,
+    device: str | None = None,
+    lengths=None,
+    max_call_s: float | None = None,
+    seed: int = 0,
+) -> dict:
     """Run the benchmark, print its tables and return the numbers.
 
     Parameters
@@ -250,24 +281,40 @@ def run(quick: bool = False, device: str | None = None, lengths=None,
     threads = _bench_threads() if device == "cpu" else torch.get_num_threads()
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    config = {"B": B, "H": H, "d": D, "M": M, "lengths": list(lengths), "device": device,
-              "torch": torch.__version__, "threads": threads, "cpus": os.cpu_count(),
-              "quick": quick, "max_call_s": max_call_s, "machine": platform.machine(),
-              "performer_pytorch": performer_ok}
+    config = {
+        "B": B,
+        "H": H,
+        "d": D,
+        "M": M,
+        "lengths": list(lengths),
+        "device": device,
+        "torch": torch.__version__,
+        "threads": threads,
+        "cpus": os.cpu_count(),
+        "quick": quick,
+        "max_call_s": max_call_s,
+        "machine": platform.machine(),
+        "performer_pytorch": performer_ok,
+    }
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     config["load_average_1min"] = load
     if device == "cpu" and threads > 1 and load > (os.cpu_count() or 1):
-        print(f"WARNING: load average {load:.1f} exceeds the {os.cpu_count()} CPUs: with "
-              f"{threads} torch threads every small op waits for a busy core (the causal "
-              "scans slow down by 10-25x on a loaded machine); timings are unreliable. "
-              "KERNELKIT_TORCH_THREADS=1 gives steadier numbers.")
-    print(f"kernelkit bench attention: batch {B}, {H} heads, d={D}, M={M}, float32, "
-          f"L in {list(lengths)}, device={device}, torch {torch.__version__} "
-          f"({threads} threads)" + (" [quick sizes; the L=16384 targets need the full run]"
-                                    if quick else ""))
+        print(
+            f"WARNING: load average {load:.1f} exceeds the {os.cpu_count()} CPUs: with "
+            f"{threads} torch threads every small op waits for a busy core (the causal "
+            "scans slow down by 10-25x on a loaded machine); timings are unreliable. "
+            "KERNELKIT_TORCH_THREADS=1 gives steadier numbers."
+        )
+    print(
+        f"kernelkit bench attention: batch {B}, {H} heads, d={D}, M={M}, float32, "
+        f"L in {list(lengths)}, device={device}, torch {torch.__version__} "
+        f"({threads} threads)"
+        + (" [quick sizes; the L=16384 targets need the full run]" if quick else "")
+    )
     if not performer_ok:
-        print("performer-pytorch not installed: its rows are skipped "
-              "(pip install performer-pytorch).")
+        print(
+            "performer-pytorch not installed: its rows are skipped (pip install performer-pytorch)."
+        )
 
     timings = {"forward": {}, "forward+backward": {}}
     skipped, accuracy, same_estimator = {}, {}, None
@@ -284,28 +331,37 @@ def run(quick: bool = False, device: str | None = None, lengths=None,
                         if name in skip:
                             continue
                         t_prev = timings[mode][prev_L].get(name, {}).get("min")
-                        est = (t_prev * (L / prev_L) ** power if t_prev is not None
-                               else math.inf)
+                        est = t_prev * (L / prev_L) ** power if t_prev is not None else math.inf
                         if est > max_call_s:
                             skip.add(name)
-                            why = (f"est. {est:.0f} s > {max_call_s:g} s" if math.isfinite(est)
-                                   else "skipped at a smaller L")
-                            skipped.setdefault(mode, {}).setdefault(L, []).append(
-                                f"{name} ({why})")
+                            why = (
+                                f"est. {est:.0f} s > {max_call_s:g} s"
+                                if math.isfinite(est)
+                                else "skipped at a smaller L"
+                            )
+                            skipped.setdefault(mode, {}).setdefault(L, []).append(f"{name} ({why})")
                 q, k, v, grad = _inputs(L, device, seed)
                 if mode == "forward" and L == lengths[0]:
                     accuracy, same_estimator = _accuracy(q, k, v, seed, performer_ok)
                 fns = _calls(L, device, seed, skip, performer_ok)
-                slowest = max((timings[mode][prev_L].get(n, {}).get("min", 0.0)
-                               * (L / prev_L) ** 2 for n in fns if n in _SLOW and prev_L),
-                              default=0.0)
-                repeats = 1 if slowest > 10 else (3 if slowest > 1 or L >= 16384 or quick
-                                                  else 5)
+                slowest = max(
+                    (
+                        timings[mode][prev_L].get(n, {}).get("min", 0.0) * (L / prev_L) ** 2
+                        for n in fns
+                        if n in _SLOW and prev_L
+                    ),
+                    default=0.0,
+                )
+                repeats = 1 if slowest > 10 else (3 if slowest > 1 or L >= 16384 or quick else 5)
                 timings[mode][L] = _timed(fns, q, k, v, grad, backward, repeats, device)
                 prev_L = L
-                print(f"  {mode:16s} L={L:6d}: " + ", ".join(
-                    f"{n} {t['min'] * 1e3:.1f} ms" for n, t in timings[mode][L].items()),
-                    flush=True)
+                print(
+                    f"  {mode:16s} L={L:6d}: "
+                    + ", ".join(
+                        f"{n} {t['min'] * 1e3:.1f} ms" for n, t in timings[mode][L].items()
+                    ),
+                    flush=True,
+                )
     finally:
         torch.set_num_threads(old_threads)
 
@@ -315,8 +371,14 @@ def run(quick: bool = False, device: str | None = None, lengths=None,
         for L, t in per_L.items():
             for quantity, num, den in _ratio_rows(t):
                 value = t[num]["min"] / t[den]["min"]
-                entry = {"mode": mode, "L": L, "quantity": quantity, "numerator": num,
-                         "denominator": den, "value": value}
+                entry = {
+                    "mode": mode,
+                    "L": L,
+                    "quantity": quantity,
+                    "numerator": num,
+                    "denominator": den,
+                    "value": value,
+                }
                 status = "(info)"
                 if quantity in TARGETS:
                     op, thr, L_target = TARGETS[quantity]
@@ -329,35 +391,53 @@ def run(quick: bool = False, device: str | None = None, lengths=None,
                     else:
                         status = f"(report: {'meets' if ok else 'misses'})"
                 ratio_rows.append(entry)
-                rows.append([mode, L, f"{num} / {den}", f"{value:.2f}",
-                             entry.get("target", ""), status])
-    print("\nRatios of minimum times (target rows: 'met' / 'NOT MET'; SDPA targets are "
-          "set for L=16384):")
+                rows.append(
+                    [mode, L, f"{num} / {den}", f"{value:.2f}", entry.get("target", ""), status]
+                )
+    print(
+        "\nRatios of minimum times (target rows: 'met' / 'NOT MET'; SDPA targets are "
+        "set for L=16384):"
+    )
     print(text_table(["mode", "L", "ratio", "value", "target", "status"], rows))
 
-    rows = [[mode, L, name, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}"]
-            for mode, per_L in timings.items() for L, t in per_L.items()
-            for name, v in t.items()]
+    rows = [
+        [mode, L, name, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}"]
+        for mode, per_L in timings.items()
+        for L, t in per_L.items()
+        for name, v in t.items()
+    ]
     print("\nTimes (ms):")
     print(text_table(["mode", "L", "call", "min", "median"], rows))
     if skipped:
-        print("\nSkipped (time limit): " + "; ".join(
-            f"{mode} L={L}: {', '.join(v)}" for mode, d in skipped.items()
-            for L, v in d.items()))
+        print(
+            "\nSkipped (time limit): "
+            + "; ".join(
+                f"{mode} L={L}: {', '.join(v)}" for mode, d in skipped.items() for L, v in d.items()
+            )
+        )
     if accuracy:
-        print(f"\nRelative L2 error of the output vs exact attention at L={lengths[0]} "
-              "(bidirectional, one draw). performer-pytorch adds eps = 1e-4 to every "
-              "stabilised feature: a bias towards uniform attention, which lowers the error "
-              "where the unbiased estimate is this noisy (N(0, 1) inputs, d = 64); with "
-              "eps = 0 and the same projection it computes kernelkit's estimator:")
-        print(text_table(["method", "rel. error"],
-                         [[k, f"{v:.3f}"] for k, v in accuracy.items()]))
+        print(
+            f"\nRelative L2 error of the output vs exact attention at L={lengths[0]} "
+            "(bidirectional, one draw). performer-pytorch adds eps = 1e-4 to every "
+            "stabilised feature: a bias towards uniform attention, which lowers the error "
+            "where the unbiased estimate is this noisy (N(0, 1) inputs, d = 64); with "
+            "eps = 0 and the same projection it computes kernelkit's estimator:"
+        )
+        print(text_table(["method", "rel. error"], [[k, f"{v:.3f}"] for k, v in accuracy.items()]))
         if same_estimator is not None:
-            print(f"performer (eps=0, kernelkit's W) vs kernelkit FAVOR+: relative "
-                  f"difference {same_estimator:.1e}")
+            print(
+                f"performer (eps=0, kernelkit's W) vs kernelkit FAVOR+: relative "
+                f"difference {same_estimator:.1e}"
+            )
     n_met = sum(e["met"] for e in targets)
     print(f"\n{n_met}/{len(targets)} target rows met.")
-    return {"config": config, "timings": timings, "ratios": ratio_rows, "targets": targets,
-            "skipped": skipped, "accuracy": accuracy,
-            "performer_eps0_vs_kernelkit": same_estimator,
-            "all_pass": bool(targets) and n_met == len(targets)}
+    return {
+        "config": config,
+        "timings": timings,
+        "ratios": ratio_rows,
+        "targets": targets,
+        "skipped": skipped,
+        "accuracy": accuracy,
+        "performer_eps0_vs_kernelkit": same_estimator,
+        "all_pass": bool(targets) and n_met == len(targets),
+    }

@@ -54,7 +54,6 @@ TARGETS = {
 }
 
 
-
 def _unit_rows(X: np.ndarray) -> np.ndarray:
     return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-300)
 
@@ -88,12 +87,12 @@ def _speed(X, degree, D, repeats, seed):
 
     sk = PolynomialCountSketch(degree=degree, n_components=D, random_state=seed).fit(X)
     srht = TensorSRHT(n_features=D, degree=degree, random_state=seed).fit(X)
-    csrht = TensorSRHT(n_features=D // 2, degree=degree, complex=True, real_output=True,
-                       random_state=seed).fit(X)
+    csrht = TensorSRHT(
+        n_features=D // 2, degree=degree, complex=True, real_output=True, random_state=seed
+    ).fit(X)
     ts = TensorSketch(n_features=D, degree=degree, random_state=seed).fit(X)
     X32 = X.astype(np.float32)
-    assert srht.transform(X[:5]).shape == sk.transform(X[:5]).shape == csrht.transform(
-        X[:5]).shape
+    assert srht.transform(X[:5]).shape == sk.transform(X[:5]).shape == csrht.transform(X[:5]).shape
     fns = {
         "PolynomialCountSketch.transform": partial(sk.transform, X),
         "TensorSRHT.transform": partial(srht.transform, X),
@@ -103,7 +102,8 @@ def _speed(X, degree, D, repeats, seed):
         "X @ W (d x degree*D matmul)": partial(np.matmul, X, np.ones((X.shape[1], degree * D))),
     }
     return time_calls(fns, repeats), srht.method if srht.method != "auto" else (
-        "dense" if srht._dense else "fwht")
+        "dense" if srht._dense else "fwht"
+    )
 
 
 def _rel_fro(K, F):
@@ -118,18 +118,24 @@ def _accuracy(X, degree, D, m, seeds):
 
     Xs = X[:m]
     K = (Xs @ Xs.T) ** degree
-    errs = {"PolynomialCountSketch": [], "TensorSRHT complex (D/2, real_output)": [],
-            "TensorSRHT real": []}
+    errs = {
+        "PolynomialCountSketch": [],
+        "TensorSRHT complex (D/2, real_output)": [],
+        "TensorSRHT real": [],
+    }
     for s in seeds:
         sk = PolynomialCountSketch(degree=degree, n_components=D, random_state=s).fit(X)
         errs["PolynomialCountSketch"].append(_rel_fro(K, sk.transform(Xs)))
-        c = TensorSRHT(n_features=D // 2, degree=degree, complex=True, real_output=True,
-                       random_state=s).fit(X)
+        c = TensorSRHT(
+            n_features=D // 2, degree=degree, complex=True, real_output=True, random_state=s
+        ).fit(X)
         errs["TensorSRHT complex (D/2, real_output)"].append(_rel_fro(K, c.transform(Xs)))
         r = TensorSRHT(n_features=D, degree=degree, random_state=s).fit(X)
         errs["TensorSRHT real"].append(_rel_fro(K, r.transform(Xs)))
-    return {k: {"mean": float(np.mean(v)), "std": float(np.std(v)), "values": v}
-            for k, v in errs.items()}
+    return {
+        k: {"mean": float(np.mean(v)), "std": float(np.std(v)), "values": v}
+        for k, v in errs.items()
+    }
 
 
 def run(quick: bool = False) -> dict:
@@ -146,14 +152,26 @@ def run(quick: bool = False) -> dict:
     m = 500 if quick else 1000
     seeds = list(range(8 if quick else 40))
     repeats = 5 if quick else 11
-    config = {"n": n, "d": d, "degree": degree, "D": D, "m_exact": m, "seeds": len(seeds),
-              "repeats": repeats, "quick": quick, "cpus": os.cpu_count(),
-              "kernelkit_threads": num_threads(), "numpy": np.__version__,
-              "machine": platform.machine()}
-    print(f"kernelkit bench dot-product: n={n}, d={d}, degree={degree}, D={D}, "
-          f"{repeats} repeats (min over rounds), {os.cpu_count()} CPUs, kernelkit "
-          f"threads={num_threads()}" + (" [quick sizes; targets are for the full run]"
-                                        if quick else ""))
+    config = {
+        "n": n,
+        "d": d,
+        "degree": degree,
+        "D": D,
+        "m_exact": m,
+        "seeds": len(seeds),
+        "repeats": repeats,
+        "quick": quick,
+        "cpus": os.cpu_count(),
+        "kernelkit_threads": num_threads(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+    }
+    print(
+        f"kernelkit bench dot-product: n={n}, d={d}, degree={degree}, D={D}, "
+        f"{repeats} repeats (min over rounds), {os.cpu_count()} CPUs, kernelkit "
+        f"threads={num_threads()}"
+        + (" [quick sizes; targets are for the full run]" if quick else "")
+    )
     X, data_name = _image_data(n)
     if X.shape[0] < n:  # digits: time on synthetic rows of the same shape
         X_speed, speed_name = _synthetic(n, d, seed=0), "synthetic |N(0, I)|, unit rows"
@@ -179,22 +197,37 @@ def run(quick: bool = False) -> dict:
     print("\nTargets:")
     print(text_table(["quantity", "value", "target", "status"], rows))
 
-    rows = [[k, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}", f"{t_sk / v['min']:.2f}"]
-            for k, v in timings.items()]
+    rows = [
+        [k, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}", f"{t_sk / v['min']:.2f}"]
+        for k, v in timings.items()
+    ]
     print(f"\nTimes (ms; TensorSRHT evaluates its {method!r} path):")
     print(text_table(["call", "min", "median", "sklearn / this"], rows))
 
-    rows = [[name, k, f"{v['mean']:.4f}", f"{v['std']:.4f}", f"{len(v['values'])}"]
-            for name, errs in ((data_name, errors), ("synthetic |N(0, I)|", errors_syn))
-            for k, v in errs.items()]
-    print(f"\nRelative Frobenius error (eq. 58), degree {degree}, first {m} rows, mean and "
-          f"std over seeds, {D} real output columns each:")
+    rows = [
+        [name, k, f"{v['mean']:.4f}", f"{v['std']:.4f}", f"{len(v['values'])}"]
+        for name, errs in ((data_name, errors), ("synthetic |N(0, I)|", errors_syn))
+        for k, v in errs.items()
+    ]
+    print(
+        f"\nRelative Frobenius error (eq. 58), degree {degree}, first {m} rows, mean and "
+        f"std over seeds, {D} real output columns each:"
+    )
     print(text_table(["data", "map", "mean", "std", "seeds"], rows))
-    print(f"complex TensorSRHT / PolynomialCountSketch on synthetic |N(0, I)| (no target): "
-          f"{err_ratio_syn:.3f}")
+    print(
+        f"complex TensorSRHT / PolynomialCountSketch on synthetic |N(0, I)| (no target): "
+        f"{err_ratio_syn:.3f}"
+    )
 
     all_pass = all(v["pass"] for v in targets.values())
     print(f"\n{sum(v['pass'] for v in targets.values())}/{len(targets)} targets pass.")
-    return {"config": config, "timings": timings, "errors": errors,
-            "errors_synthetic": errors_syn, "error_ratio_synthetic": err_ratio_syn,
-            "targets": targets, "all_pass": all_pass, "srht_path": method}
+    return {
+        "config": config,
+        "timings": timings,
+        "errors": errors,
+        "errors_synthetic": errors_syn,
+        "error_ratio_synthetic": err_ratio_syn,
+        "targets": targets,
+        "all_pass": all_pass,
+        "srht_path": method,
+    }

@@ -108,8 +108,9 @@ def _trig_vs_sklearn(X, M, repeats, seed):
     assert ours.dtype == theirs.dtype == X.dtype
     max_abs_diff = float(np.max(np.abs(ours - theirs.astype(ours.dtype))))
     del ours, theirs
-    t = time_calls({"RBFSampler": lambda: sk.transform(X),
-                     "TrigRF": lambda: fm.transform(X)}, repeats)
+    t = time_calls(
+        {"RBFSampler": lambda: sk.transform(X), "TrigRF": lambda: fm.transform(X)}, repeats
+    )
     return t, max_abs_diff
 
 
@@ -139,8 +140,9 @@ def _torch_cpu(X, M, repeats, seed):
     from kernelkit.features import SDERF, PositiveRF, TrigRF
 
     Xt = torch.from_numpy(X)
-    Wt = torch.from_numpy(np.random.default_rng(seed + 1).standard_normal(
-        (X.shape[1], M)).astype(X.dtype))
+    Wt = torch.from_numpy(
+        np.random.default_rng(seed + 1).standard_normal((X.shape[1], M)).astype(X.dtype)
+    )
     fns = {"torch X@W": lambda: Xt @ Wt}
     for cls, kw in ((PositiveRF, {}), (SDERF, {}), (TrigRF, {"kernel": "gaussian"})):
         fm = cls(n_features=M, random_state=seed, **kw).fit(X)
@@ -167,13 +169,24 @@ def run(quick: bool = False) -> dict:
     n_small = 500 if quick else 2000
     repeats = 5 if quick else 11
     seed = 0
-    config = {"n": n, "d": d, "M": M, "n_small": n_small, "repeats": repeats,
-              "quick": quick, "cpus": os.cpu_count(), "kernelkit_threads": num_threads(),
-              "numpy": np.__version__, "machine": platform.machine()}
-    print(f"kernelkit bench features: n={n}, d={d}, M={M}, {repeats} repeats "
-          f"(min over rounds), {os.cpu_count()} CPUs, kernelkit threads={num_threads()}, "
-          f"NumPy {np.__version__}" + (" [quick sizes; targets are for the full run]"
-                                       if quick else ""))
+    config = {
+        "n": n,
+        "d": d,
+        "M": M,
+        "n_small": n_small,
+        "repeats": repeats,
+        "quick": quick,
+        "cpus": os.cpu_count(),
+        "kernelkit_threads": num_threads(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+    }
+    print(
+        f"kernelkit bench features: n={n}, d={d}, M={M}, {repeats} repeats "
+        f"(min over rounds), {os.cpu_count()} CPUs, kernelkit threads={num_threads()}, "
+        f"NumPy {np.__version__}"
+        + (" [quick sizes; targets are for the full run]" if quick else "")
+    )
 
     timings, ratios, extra = {}, {}, {}
     for dtype in (np.float64, np.float32):
@@ -187,9 +200,11 @@ def run(quick: bool = False) -> dict:
         for name in ("PositiveRF", "SDERF", *_INFO_MAPS):
             ratios[f"{name}.transform / X@W [{dn}]"] = t[name + ".transform"]["min"] / base
         ratios[f"RBFSampler.transform / TrigRF.transform [{dn}]"] = (
-            t["RBFSampler"]["min"] / t["TrigRF"]["min"])
+            t["RBFSampler"]["min"] / t["TrigRF"]["min"]
+        )
         ratios[f"SDERF.fit / SDERF.transform [{dn}]"] = (
-            t["SDERF.fit"]["min"] / t["SDERF.transform"]["min"])
+            t["SDERF.fit"]["min"] / t["SDERF.transform"]["min"]
+        )
         extra[f"TrigRF vs RBFSampler max |diff| [{dn}]"] = diff
 
     # ---- targets
@@ -201,17 +216,23 @@ def run(quick: bool = False) -> dict:
             ok = _check(name, value)
             entry = {"value": value, "target": f"{op} {thr:g}", "pass": ok}
             (targets if dn in dtypes else reported)[key] = entry
-            status = ("PASS" if ok else "FAIL") if dn in dtypes else (
-                "(report: " + ("meets" if ok else "misses") + ")")
+            status = (
+                ("PASS" if ok else "FAIL")
+                if dn in dtypes
+                else ("(report: " + ("meets" if ok else "misses") + ")")
+            )
             rows.append([key, f"{value:.3f}", f"{op} {thr:g}", status])
-    print("\nTargets (ratios of minimum times). RBFSampler: the target is for float64, "
-          "scikit-learn's default;\nSDERF.fit: for float64 (its statistics are float64 for "
-          "either input dtype); float32 rows are reported:")
+    print(
+        "\nTargets (ratios of minimum times). RBFSampler: the target is for float64, "
+        "scikit-learn's default;\nSDERF.fit: for float64 (its statistics are float64 for "
+        "either input dtype); float32 rows are reported:"
+    )
     print(text_table(["quantity", "value", "target", "status"], rows))
 
     # ---- other ratios and all times
-    rows = [[k, f"{v:.3f}"] for k, v in ratios.items()
-            if any(k.startswith(m + ".") for m in _INFO_MAPS)]
+    rows = [
+        [k, f"{v:.3f}"] for k, v in ratios.items() if any(k.startswith(m + ".") for m in _INFO_MAPS)
+    ]
     print("\nOther feature maps (transform / X@W, no target):")
     print(text_table(["quantity", "value"], rows))
 
@@ -226,10 +247,14 @@ def run(quick: bool = False) -> dict:
 
     # ---- approx_kernel vs exact kernel
     t_k, errors = _approx_vs_exact(n_small, d, M, repeats, seed)
-    rows = [[k, _fmt_ms(v["min"]), f"{errors[k.split('.')[0]]:.3g}" if "." in k else "0"]
-            for k, v in t_k.items()]
-    print(f"\napprox_kernel vs exact Gaussian kernel (float64, n={n_small}, d={d}, M={M}; "
-          "exact is O(n^2 d), approx O(n M d + n^2 M)):")
+    rows = [
+        [k, _fmt_ms(v["min"]), f"{errors[k.split('.')[0]]:.3g}" if "." in k else "0"]
+        for k, v in t_k.items()
+    ]
+    print(
+        f"\napprox_kernel vs exact Gaussian kernel (float64, n={n_small}, d={d}, M={M}; "
+        "exact is O(n^2 d), approx O(n M d + n^2 M)):"
+    )
     print(text_table(["call", "min ms", "rel. Frobenius error"], rows))
 
     # ---- torch CPU
@@ -255,9 +280,19 @@ def run(quick: bool = False) -> dict:
         print("\ntorch not installed: torch CPU timings skipped.")
 
     all_pass = all(v["pass"] for v in targets.values())
-    print(f"\n{sum(v['pass'] for v in targets.values())}/{len(targets)} targets pass"
-          f" ({sum(v['pass'] for v in reported.values())}/{len(reported)} reported-only "
-          "rows meet the same threshold).")
-    return {"config": config, "timings": timings, "ratios": ratios, "targets": targets,
-            "reported": reported, "all_pass": all_pass, "checks": extra,
-            "approx_kernel": {"timings": t_k, "errors": errors}, "torch": t_torch}
+    print(
+        f"\n{sum(v['pass'] for v in targets.values())}/{len(targets)} targets pass"
+        f" ({sum(v['pass'] for v in reported.values())}/{len(reported)} reported-only "
+        "rows meet the same threshold)."
+    )
+    return {
+        "config": config,
+        "timings": timings,
+        "ratios": ratios,
+        "targets": targets,
+        "reported": reported,
+        "all_pass": all_pass,
+        "checks": extra,
+        "approx_kernel": {"timings": t_k, "errors": errors},
+        "torch": t_torch,
+    }

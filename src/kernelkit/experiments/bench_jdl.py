@@ -98,14 +98,16 @@ def _data(n, n_test, seed):
 def _jdl(rel_tol):
     from ..distributions import JointDistribution
 
-    return JointDistribution(lengthscale_x=LENGTHSCALE, lengthscale_y=LENGTHSCALE, reg=REG,
-                             rel_tol=rel_tol)
+    return JointDistribution(
+        lengthscale_x=LENGTHSCALE, lengthscale_y=LENGTHSCALE, reg=REG, rel_tol=rel_tol
+    )
 
 
 def _moments_f(Y):
     n, d = Y.shape
-    return np.concatenate([np.ones((n, 1)), (Y[:, :, None] * Y[:, None, :]).reshape(n, d * d)],
-                          axis=1)  # (n, 1 + d^2)
+    return np.concatenate(
+        [np.ones((n, 1)), (Y[:, :, None] * Y[:, None, :]).reshape(n, d * d)], axis=1
+    )  # (n, 1 + d^2)
 
 
 def _scale_run(n, n_test, rel_tol, seed, trace=True):
@@ -129,11 +131,19 @@ def _scale_run(n, n_test, rel_tol, seed, trace=True):
         tracemalloc.stop()
     mx, my = model.basis_x_.n_components_, model.basis_y_.n_components_
     M = out[:, 1:].reshape(-1, 3, 3)
-    res = {"n": n, "fit_s": t1 - t0, "eval_s": t2 - t1, "total_s": t2 - t0,
-           "cpu_s": c2 - c0, "m_x": mx,
-           "m_y": my, "peak_bytes": peak, "loss31": second_moment_loss(second_q, M),
-           "norm_err": float(np.max(np.abs(out[:, 0] - 1.0))),
-           "data_bytes": X.nbytes + Y.nbytes + F.nbytes}
+    res = {
+        "n": n,
+        "fit_s": t1 - t0,
+        "eval_s": t2 - t1,
+        "total_s": t2 - t0,
+        "cpu_s": c2 - c0,
+        "m_x": mx,
+        "m_y": my,
+        "peak_bytes": peak,
+        "loss31": second_moment_loss(second_q, M),
+        "norm_err": float(np.max(np.abs(out[:, 0] - 1.0))),
+        "data_bytes": X.nbytes + Y.nbytes + F.nbytes,
+    }
     del model, X, Y, F
     gc.collect()
     return res
@@ -155,9 +165,12 @@ def _lazy_gaussian(C, n: int, chunk: int, seed: int):
         rng = np.random.default_rng([seed, 7, a])
         return rng.standard_normal((b - a, 6)) @ Lc.T  # (b - a, 6)
 
-    Z = da.map_blocks(draw, chunks=(tuple([chunk] * (n // chunk) + ([n % chunk] if n % chunk
-                                                                      else [])), (6,)),
-                      dtype=np.float64, meta=np.empty((0, 0)))
+    Z = da.map_blocks(
+        draw,
+        chunks=(tuple([chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])), (6,)),
+        dtype=np.float64,
+        meta=np.empty((0, 0)),
+    )
     return Z[:, :3], Z[:, 3:]
 
 
@@ -188,8 +201,14 @@ def _out_of_core_run(n, n_test, rel_tol, seed, dask_input: bool):
         F, sched = _moments_f(Y), contextlib.nullcontext()
     gc.collect()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    model = JointDistribution(lengthscale_x=LENGTHSCALE, lengthscale_y=LENGTHSCALE, reg=REG,
-                              rel_tol=rel_tol, pivot_sample=PIVOT_SAMPLE, random_state=seed)
+    model = JointDistribution(
+        lengthscale_x=LENGTHSCALE,
+        lengthscale_y=LENGTHSCALE,
+        reg=REG,
+        rel_tol=rel_tol,
+        pivot_sample=PIVOT_SAMPLE,
+        random_state=seed,
+    )
     with sched:
         c0, t0 = time.process_time(), time.perf_counter()
         model.fit(X, Y)
@@ -198,13 +217,20 @@ def _out_of_core_run(n, n_test, rel_tol, seed, dask_input: bool):
         t2, c2 = time.perf_counter(), time.process_time()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     M = out[:, 1:].reshape(-1, 3, 3)
-    return {"n": n, "input": "Dask, lazy chunks" if dask_input else "NumPy",
-            "fit_s": t1 - t0, "eval_s": t2 - t1, "total_s": t2 - t0, "cpu_s": c2 - c0,
-            "m_x": model.basis_x_.n_components_, "m_y": model.basis_y_.n_components_,
-            "loss31": second_moment_loss(second_q, M),
-            "norm_err": float(np.max(np.abs(out[:, 0] - 1.0))),
-            "trace_resid_x": model.basis_x_.trace_residual_ / n,
-            "rss_growth_mib": (rss1 - rss0) / 1024}
+    return {
+        "n": n,
+        "input": "Dask, lazy chunks" if dask_input else "NumPy",
+        "fit_s": t1 - t0,
+        "eval_s": t2 - t1,
+        "total_s": t2 - t0,
+        "cpu_s": c2 - c0,
+        "m_x": model.basis_x_.n_components_,
+        "m_y": model.basis_y_.n_components_,
+        "loss31": second_moment_loss(second_q, M),
+        "norm_err": float(np.max(np.abs(out[:, 0] - 1.0))),
+        "trace_resid_x": model.basis_x_.trace_residual_ / n,
+        "rss_growth_mib": (rss1 - rss0) / 1024,
+    }
 
 
 def _available_bytes() -> int:
@@ -250,14 +276,29 @@ def run(quick: bool = False) -> dict:
     budget = min(_available_bytes() // 4, 4 << 30)
     n_krr = _krr_n(2_000 if quick else _KRR_LADDER[-1], budget)
     repeats = 3 if quick else 2
-    config = {"n": n_big, "d_x": 3, "d_y": 3, "rel_tol": rel_tol, "lengthscale": LENGTHSCALE,
-              "reg": REG, "krr_alpha_per_n": KRR_ALPHA_PER_N, "n_test": n_test,
-              "n_krr": n_krr, "krr_budget_bytes": budget,
-              "repeats": repeats, "quick": quick, "cpus": os.cpu_count(),
-              "threads": num_threads(), "numpy": np.__version__, "machine": platform.machine()}
-    print(f"kernelkit bench jdl: n={n_big}, d_x=d_y=3, rel_tol={rel_tol:g}, l={LENGTHSCALE:.3f}, "
-          f"reg={REG:g}, {os.cpu_count()} CPUs" + (" [quick sizes; targets are for the full "
-                                                   "run]" if quick else ""))
+    config = {
+        "n": n_big,
+        "d_x": 3,
+        "d_y": 3,
+        "rel_tol": rel_tol,
+        "lengthscale": LENGTHSCALE,
+        "reg": REG,
+        "krr_alpha_per_n": KRR_ALPHA_PER_N,
+        "n_test": n_test,
+        "n_krr": n_krr,
+        "krr_budget_bytes": budget,
+        "repeats": repeats,
+        "quick": quick,
+        "cpus": os.cpu_count(),
+        "threads": num_threads(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+    }
+    print(
+        f"kernelkit bench jdl: n={n_big}, d_x=d_y=3, rel_tol={rel_tol:g}, l={LENGTHSCALE:.3f}, "
+        f"reg={REG:g}, {os.cpu_count()} CPUs"
+        + (" [quick sizes; targets are for the full run]" if quick else "")
+    )
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     small = _scale_run(n_big // 4, n_test, rel_tol, seed)
@@ -293,44 +334,120 @@ def run(quick: bool = False) -> dict:
     print("\nTargets:")
     print(text_table(["quantity", "value", "target", "met?"], rows))
 
-    rows = [[r["n"], r["m_x"], r["m_y"], f"{r['fit_s']:.2f}", f"{r['eval_s']:.3f}",
-             f"{r['total_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['peak_bytes'] / 2**20:.0f}",
-             f"{8 * r['n'] * (r['m_x'] + r['m_y']) / 2**20:.0f}",
-             f"{8 * r['n'] ** 2 / 2**30:.3g}", f"{r['loss31']:.3g}", f"{r['norm_err']:.1e}"]
-            for r in (small, big)]
-    print("\nJointDistribution (fit + one conditional_expectation of [1, y y^T] at 5000 x; "
-          "wall s, and CPU s = user + system of all threads):")
-    print(text_table(["n", "m_X", "m_Y", "fit s", "eval s", "total s", "CPU s", "peak MiB",
-                      "8n(m_X+m_Y) MiB", "8n^2 GiB", "loss (31)", "norm. error"], rows))
-    print(f"process max RSS: {rss0 / 1024:.0f} MiB before, {rss1 / 1024:.0f} MiB after the "
-          "two runs (ru_maxrss; includes the data and the interpreter)")
+    rows = [
+        [
+            r["n"],
+            r["m_x"],
+            r["m_y"],
+            f"{r['fit_s']:.2f}",
+            f"{r['eval_s']:.3f}",
+            f"{r['total_s']:.2f}",
+            f"{r['cpu_s']:.2f}",
+            f"{r['peak_bytes'] / 2**20:.0f}",
+            f"{8 * r['n'] * (r['m_x'] + r['m_y']) / 2**20:.0f}",
+            f"{8 * r['n'] ** 2 / 2**30:.3g}",
+            f"{r['loss31']:.3g}",
+            f"{r['norm_err']:.1e}",
+        ]
+        for r in (small, big)
+    ]
+    print(
+        "\nJointDistribution (fit + one conditional_expectation of [1, y y^T] at 5000 x; "
+        "wall s, and CPU s = user + system of all threads):"
+    )
+    print(
+        text_table(
+            [
+                "n",
+                "m_X",
+                "m_Y",
+                "fit s",
+                "eval s",
+                "total s",
+                "CPU s",
+                "peak MiB",
+                "8n(m_X+m_Y) MiB",
+                "8n^2 GiB",
+                "loss (31)",
+                "norm. error",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"process max RSS: {rss0 / 1024:.0f} MiB before, {rss1 / 1024:.0f} MiB after the "
+        "two runs (ru_maxrss; includes the data and the interpreter)"
+    )
 
-    rows = [[r["input"], r["n"], r["m_x"], r["m_y"], f"{r['fit_s']:.2f}", f"{r['eval_s']:.2f}",
-             f"{r['total_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['loss31']:.3g}",
-             f"{r['norm_err']:.1e}", f"{r['trace_resid_x']:.2e}", f"{r['rss_growth_mib']:.0f}"]
-            for r in ooc]
-    print(f"\nOut of core: pivots from {PIVOT_SAMPLE:,} sampled rows, statistics over all rows "
-          f"in blocks (Dask: chunks of {OOC_CHUNK:,} rows generated when computed); loss (31) "
-          f"of the exact fit at n = {big['n']:,}: {big['loss31']:.3g}:")
-    print(text_table(["input", "n", "m_X", "m_Y", "fit s", "eval s", "total s", "CPU s",
-                      "loss (31)", "norm. error", "tr(K-LL^T)/n (X)", "max RSS growth MiB"],
-                     rows))
+    rows = [
+        [
+            r["input"],
+            r["n"],
+            r["m_x"],
+            r["m_y"],
+            f"{r['fit_s']:.2f}",
+            f"{r['eval_s']:.2f}",
+            f"{r['total_s']:.2f}",
+            f"{r['cpu_s']:.2f}",
+            f"{r['loss31']:.3g}",
+            f"{r['norm_err']:.1e}",
+            f"{r['trace_resid_x']:.2e}",
+            f"{r['rss_growth_mib']:.0f}",
+        ]
+        for r in ooc
+    ]
+    print(
+        f"\nOut of core: pivots from {PIVOT_SAMPLE:,} sampled rows, statistics over all rows "
+        f"in blocks (Dask: chunks of {OOC_CHUNK:,} rows generated when computed); loss (31) "
+        f"of the exact fit at n = {big['n']:,}: {big['loss31']:.3g}:"
+    )
+    print(
+        text_table(
+            [
+                "input",
+                "n",
+                "m_X",
+                "m_Y",
+                "fit s",
+                "eval s",
+                "total s",
+                "CPU s",
+                "loss (31)",
+                "norm. error",
+                "tr(K-LL^T)/n (X)",
+                "max RSS growth MiB",
+            ],
+            rows,
+        )
+    )
 
     short = {"KernelRidge": "krr", "JointDistribution": "jdl"}
-    rows = [[k, n_krr, f"{v['min']:.3f}", f"{v['median']:.3f}", f"{err[short[k]]:.4f}"]
-            for k, v in t_peer.items()]
-    print(f"\nConditional mean E[Y|x]: fit + 5000 predictions at n = {n_krr} (largest of "
-          f"{list(_KRR_LADDER)} whose 3 n^2 float64 fit in {budget / 2**30:.2f} GiB; "
-          f"{repeats} rounds, min / median s; RMSE vs the closed form):")
+    rows = [
+        [k, n_krr, f"{v['min']:.3f}", f"{v['median']:.3f}", f"{err[short[k]]:.4f}"]
+        for k, v in t_peer.items()
+    ]
+    print(
+        f"\nConditional mean E[Y|x]: fit + 5000 predictions at n = {n_krr} (largest of "
+        f"{list(_KRR_LADDER)} whose 3 n^2 float64 fit in {budget / 2**30:.2f} GiB; "
+        f"{repeats} rounds, min / median s; RMSE vs the closed form):"
+    )
     print(text_table(["call", "n", "min s", "median s", "RMSE"], rows))
     extrap = t_peer["KernelRidge"]["min"] * (n_big / n_krr) ** 3
-    print(f"KernelRidge / JDL at n = {n_krr}: {krr_ratio:.3g}x; KernelRidge extrapolated to "
-          f"n = {n_big} (O(n^3) solve, {8 * n_big**2 / 2**30:.3g} GiB kernel): "
-          f"~{extrap:.3g} s vs JDL {big['total_s']:.3g} s measured.")
+    print(
+        f"KernelRidge / JDL at n = {n_krr}: {krr_ratio:.3g}x; KernelRidge extrapolated to "
+        f"n = {n_big} (O(n^3) solve, {8 * n_big**2 / 2**30:.3g} GiB kernel): "
+        f"~{extrap:.3g} s vs JDL {big['total_s']:.3g} s measured."
+    )
 
     met = sum(t["met"] for t in targets.values())
     print(f"\n{met}/{len(targets)} targets met.")
-    return {"config": config, "scale": {"n/4": small, "n": big}, "out_of_core": ooc,
-            "peer": t_peer,
-            "peer_rmse": err, "targets": targets, "all_met": met == len(targets),
-            "max_rss_kib": {"before": rss0, "after": rss1}}
+    return {
+        "config": config,
+        "scale": {"n/4": small, "n": big},
+        "out_of_core": ooc,
+        "peer": t_peer,
+        "peer_rmse": err,
+        "targets": targets,
+        "all_met": met == len(targets),
+        "max_rss_kib": {"before": rss0, "after": rss1},
+    }

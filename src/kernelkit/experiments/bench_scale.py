@@ -34,8 +34,10 @@ import numpy as np
 from ._timing import meets, text_table
 
 NAME = "scale"
-DESCRIPTION = ("out-of-core RandomFeatureRidge (10^7 x 16, 1024 features): rows/s in memory, "
-               "Dask threads and a two-worker LocalCluster; ratio to Nystroem + Ridge")
+DESCRIPTION = (
+    "out-of-core RandomFeatureRidge (10^7 x 16, 1024 features): rows/s in memory, "
+    "Dask threads and a two-worker LocalCluster; ratio to Nystroem + Ridge"
+)
 
 __all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
 
@@ -116,8 +118,9 @@ def _peer(n: int, seed: int):
 
     X, y = _numpy_data(n, seed)
     gamma = 1.0 / (2 * LENGTHSCALE**2)
-    pipe = make_pipeline(Nystroem(gamma=gamma, n_components=N_FEATURES, random_state=0),
-                         Ridge(alpha=ALPHA))
+    pipe = make_pipeline(
+        Nystroem(gamma=gamma, n_components=N_FEATURES, random_state=0), Ridge(alpha=ALPHA)
+    )
     t, _ = _timed(lambda: pipe.fit(X, y))
     return t, pipe
 
@@ -131,8 +134,16 @@ def run(quick: bool = False) -> dict:
     chunk = 10_000 if quick else 25_000
     n_peer_max = MEM_BUDGET // (8 * N_FEATURES)
     n_peer = min(n_mem, n_peer_max)
-    config = {"quick": quick, "d": D_IN, "n_features": N_FEATURES, "n_mem": n_mem,
-              "n_big": n_big, "chunk": chunk, "n_peer": n_peer, "cpus": os.cpu_count()}
+    config = {
+        "quick": quick,
+        "d": D_IN,
+        "n_features": N_FEATURES,
+        "n_mem": n_mem,
+        "n_big": n_big,
+        "chunk": chunk,
+        "n_peer": n_peer,
+        "cpus": os.cpu_count(),
+    }
     rows, res = [], {"config": config}
     load_start, t_start = os.getloadavg(), time.perf_counter()
     Xv, yv = _numpy_data(20_000, seed=99)
@@ -153,9 +164,16 @@ def run(quick: bool = False) -> dict:
     try:
         import distributed
 
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                      host="127.0.0.1", dashboard_address=None) as cluster, \
-                distributed.Client(cluster) as client:
+        with (
+            distributed.LocalCluster(
+                n_workers=2,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+            ) as cluster,
+            distributed.Client(cluster) as client,
+        ):
             t_cluster, est_c = _timed(lambda: _ridge().fit(Xd, yd))
             workers = client.run(_peak_rss_mb)
         rss["LocalCluster (largest worker)"] = max(workers.values())
@@ -171,8 +189,11 @@ def run(quick: bool = False) -> dict:
     rss["in memory + Nystroem+Ridge (this process)"] = _peak_rss_mb()
     _progress(steps, f"Nystroem+Ridge: {n_peer:,} rows in {t_peer:,.1f} s")
     steps.close()
-    r2 = {"kernelkit": float(est.score(Xv, yv)), "Nystroem+Ridge": float(pipe.score(Xv, yv)),
-          "kernelkit Dask": float(est_d.score(Xv, yv))}
+    r2 = {
+        "kernelkit": float(est.score(Xv, yv)),
+        "Nystroem+Ridge": float(pipe.score(Xv, yv)),
+        "kernelkit Dask": float(est_d.score(Xv, yv)),
+    }
     if est_c is not None:
         r2["kernelkit LocalCluster"] = float(est_c.score(Xv, yv))
 
@@ -182,35 +203,59 @@ def run(quick: bool = False) -> dict:
         "kernelkit Dask LocalCluster(2 workers)": n_big / t_cluster,
         "Nystroem+Ridge (in memory)": n_peer / t_peer,
     }
-    sizes = {"kernelkit in memory": n_mem, "kernelkit Dask threads (out of core)": n_big,
-             "kernelkit Dask LocalCluster(2 workers)": n_big,
-             "Nystroem+Ridge (in memory)": n_peer}
+    sizes = {
+        "kernelkit in memory": n_mem,
+        "kernelkit Dask threads (out of core)": n_big,
+        "kernelkit Dask LocalCluster(2 workers)": n_big,
+        "Nystroem+Ridge (in memory)": n_peer,
+    }
     for k, v in thr.items():
         rows.append([k, f"{sizes[k]:,}", f"{v:,.0f}"])
     ratio = (n_peer / t_mem_peer) / (n_peer / t_peer)
     targets = {}
     for name, (op, thr_) in TARGETS.items():
         targets[name] = {"value": ratio, "target": f"{op} {thr_}", "pass": meets(ratio, op, thr_)}
-    print(f"\nkernelkit bench scale  (d={D_IN}, {N_FEATURES} random Fourier features, "
-          f"chunks of {chunk:,} rows, {os.cpu_count()} CPUs)\n")
+    print(
+        f"\nkernelkit bench scale  (d={D_IN}, {N_FEATURES} random Fourier features, "
+        f"chunks of {chunk:,} rows, {os.cpu_count()} CPUs)\n"
+    )
     print(text_table(["fit", "rows", "rows / s"], rows))
     print()
-    print(text_table(["ratio", "value", "target", "met"],
-                     [[k, f"{v['value']:.2f}", v["target"], "yes" if v["pass"] else "no"]
-                      for k, v in targets.items()]))
-    print(f"\n(ratio at n = {n_peer:,}, the largest size whose {N_FEATURES}-column feature "
-          f"matrix fits {MEM_BUDGET / 1024**3:.0f} GiB)")
+    print(
+        text_table(
+            ["ratio", "value", "target", "met"],
+            [
+                [k, f"{v['value']:.2f}", v["target"], "yes" if v["pass"] else "no"]
+                for k, v in targets.items()
+            ],
+        )
+    )
+    print(
+        f"\n(ratio at n = {n_peer:,}, the largest size whose {N_FEATURES}-column feature "
+        f"matrix fits {MEM_BUDGET / 1024**3:.0f} GiB)"
+    )
     print("validation R^2: " + ", ".join(f"{k} {v:.3f}" for k, v in r2.items()))
     load_end = os.getloadavg()
-    print("load average (1, 5, 15 min) at start: " + ", ".join(f"{v:.2f}" for v in load_start)
-          + "; at end: " + ", ".join(f"{v:.2f}" for v in load_end)
-          + f"; total {time.perf_counter() - t_start:,.0f} s")
-    print("peak resident memory: " + ", ".join(f"{k} {v:,.0f} MB" for k, v in rss.items())
-          + f" (a feature matrix of all {n_big:,} rows would be "
-          f"{n_big * N_FEATURES * 8 / 1024**3:,.1f} GiB)")
-    res.update(throughput=thr, seconds={"in_memory": t_mem, "dask": t_dask,
-                                        "cluster": t_cluster, "peer": t_peer},
-               r2=r2, targets=targets, peak_rss_mb=rss,
-               load_average={"start": load_start, "end": load_end},
-               all_pass=all(v["pass"] for v in targets.values()))
+    print(
+        "load average (1, 5, 15 min) at start: "
+        + ", ".join(f"{v:.2f}" for v in load_start)
+        + "; at end: "
+        + ", ".join(f"{v:.2f}" for v in load_end)
+        + f"; total {time.perf_counter() - t_start:,.0f} s"
+    )
+    print(
+        "peak resident memory: "
+        + ", ".join(f"{k} {v:,.0f} MB" for k, v in rss.items())
+        + f" (a feature matrix of all {n_big:,} rows would be "
+        f"{n_big * N_FEATURES * 8 / 1024**3:,.1f} GiB)"
+    )
+    res.update(
+        throughput=thr,
+        seconds={"in_memory": t_mem, "dask": t_dask, "cluster": t_cluster, "peer": t_peer},
+        r2=r2,
+        targets=targets,
+        peak_rss_mb=rss,
+        load_average={"start": load_start, "end": load_end},
+        all_pass=all(v["pass"] for v in targets.values()),
+    )
     return res

@@ -45,8 +45,9 @@ from ..optim.logistic import _SPFB_CG_MAXITER
 from ._timing import meets, text_table, time_calls
 
 NAME = "sgb"
-DESCRIPTION = ("SPFB step matrix-free vs dense; epochs and seconds to suboptimality vs SGD, "
-               "Adam, L-BFGS")
+DESCRIPTION = (
+    "SPFB step matrix-free vs dense; epochs and seconds to suboptimality vs SGD, Adam, L-BFGS"
+)
 
 __all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
 
@@ -66,21 +67,35 @@ def _bench_config(quick: bool):
     from .sgb_logreg import Config, DataSpec
 
     if quick:
-        specs = (DataSpec("digits", 1e-3, 100, 10, ranks=(5,)),
-                 DataSpec("fashion_mnist", 1e-3, 200, 4, n=2000, ranks=(1,), dense=False))
-        return Config(datasets=specs, etas=(0.3, 1.0, 3.0), adam_etas=(3e-3, 1e-2, 3e-2),
-                      schedules=("constant", "inverse_t0"), seeds=1,
-                      max_method_s=25.0)
-    specs = (DataSpec("digits", 1e-3, 100, 30, ranks=(1, 5, 10, 100)),
-             DataSpec("fashion_mnist", 1e-3, 1000, 10, n=10000, tune_epochs=3,
-                      ranks=(1, 10)))
-    return Config(datasets=specs, etas=(0.1, 0.3, 1.0, 3.0),
-                  adam_etas=(1e-3, 3e-3, 1e-2, 3e-2), schedules=("inverse_t0", "constant"),
-                  seeds=2, max_method_s=1200.0)
+        specs = (
+            DataSpec("digits", 1e-3, 100, 10, ranks=(5,)),
+            DataSpec("fashion_mnist", 1e-3, 200, 4, n=2000, ranks=(1,), dense=False),
+        )
+        return Config(
+            datasets=specs,
+            etas=(0.3, 1.0, 3.0),
+            adam_etas=(3e-3, 1e-2, 3e-2),
+            schedules=("constant", "inverse_t0"),
+            seeds=1,
+            max_method_s=25.0,
+        )
+    specs = (
+        DataSpec("digits", 1e-3, 100, 30, ranks=(1, 5, 10, 100)),
+        DataSpec("fashion_mnist", 1e-3, 1000, 10, n=10000, tune_epochs=3, ranks=(1, 10)),
+    )
+    return Config(
+        datasets=specs,
+        etas=(0.1, 0.3, 1.0, 3.0),
+        adam_etas=(1e-3, 3e-3, 1e-2, 3e-2),
+        schedules=("inverse_t0", "constant"),
+        seeds=2,
+        max_method_s=1200.0,
+    )
 
 
-def _step_ratio(repeats: int, seed: int = 0, m: int = 1000, d: int = 784,
-                lam: float = 1e-4) -> dict:
+def _step_ratio(
+    repeats: int, seed: int = 0, m: int = 1000, d: int = 784, lam: float = 1e-4
+) -> dict:
     """Part 1: one SPFB step, CG vs dense, at m = 1000, d = 784, n = 10 (``d < 784``: the
     first ``d`` pixels, for tests).
 
@@ -108,11 +123,12 @@ def _step_ratio(repeats: int, seed: int = 0, m: int = 1000, d: int = 784,
         last[name] = spfb_step(W, Xb, yb, lam, 1.0, **kw)[1]
 
     fns = {
-        _CG_DEFAULT: lambda: step("cg", linear_solver="cg", rtol=1e-4,
-                                                maxiter=DEFAULT_CG_MAXITER,
-                                                preconditioner=precond),
-        "SPFB step (CG to 1e-4)": lambda: step("cg_full", linear_solver="cg", rtol=1e-4,
-                                               maxiter=500, preconditioner=precond),
+        _CG_DEFAULT: lambda: step(
+            "cg", linear_solver="cg", rtol=1e-4, maxiter=DEFAULT_CG_MAXITER, preconditioner=precond
+        ),
+        "SPFB step (CG to 1e-4)": lambda: step(
+            "cg_full", linear_solver="cg", rtol=1e-4, maxiter=500, preconditioner=precond
+        ),
         "SPFB step (dense)": lambda: step("dense", linear_solver="dense"),
         "SGD step": lambda: sgd_step(W, Xb, yb, lam, 1.0),
     }
@@ -121,10 +137,13 @@ def _step_ratio(repeats: int, seed: int = 0, m: int = 1000, d: int = 784,
     out = {"timings": t}
     for key in ("cg", "cg_full"):
         info = last[key]
-        out[key] = {"iterations": int(info["iterations"]),
-                    "residual": float(info["residual"]),
-                    "direction_rel_diff": float(np.linalg.norm(info["direction"] - d_dn)
-                                                / np.linalg.norm(d_dn))}
+        out[key] = {
+            "iterations": int(info["iterations"]),
+            "residual": float(info["residual"]),
+            "direction_rel_diff": float(
+                np.linalg.norm(info["direction"] - d_dn) / np.linalg.norm(d_dn)
+            ),
+        }
     dense_t = t["SPFB step (dense)"]["min"]
     out["ratio"] = t[_CG_DEFAULT]["min"] / dense_t
     out["ratio_full_solve"] = t["SPFB step (CG to 1e-4)"]["min"] / dense_t
@@ -163,9 +182,11 @@ def _run(quick, blas_threads, seed):
 
     config = _bench_config(quick)
     repeats = 1 if quick else 5
-    print(f"kernelkit bench sgb: {os.cpu_count()} CPUs, BLAS threads="
-          f"{blas_threads or 'default'}, NumPy {np.__version__}, {platform.machine()}"
-          + (" [quick sizes; targets are for the full run]" if quick else ""))
+    print(
+        f"kernelkit bench sgb: {os.cpu_count()} CPUs, BLAS threads="
+        f"{blas_threads or 'default'}, NumPy {np.__version__}, {platform.machine()}"
+        + (" [quick sizes; targets are for the full run]" if quick else "")
+    )
     if not C.bound_solver_available():
         print("kernelkit.optim is not available: nothing to benchmark.")
         return {"error": "kernelkit.optim not available"}
@@ -180,17 +201,26 @@ def _run(quick, blas_threads, seed):
     if step is not None:
         ratios["SPFB step CG / dense (m=1000, d=784, n=10)"] = step["ratio"]
         t = step["timings"]
-        print(f"\nOne SPFB step, m = 1000 Fashion-MNIST images, d = 784, 10 classes, "
-              f"lambda = 1e-4 ({repeats} rounds, min / median ms):")
-        print(text_table(["call", "min ms", "median ms"],
-                         [[k, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}"]
-                          for k, v in t.items()]))
-        for key, label in (("cg", f"default CG (cap {DEFAULT_CG_MAXITER})"),
-                           ("cg_full", "CG to 1e-4")):
+        print(
+            f"\nOne SPFB step, m = 1000 Fashion-MNIST images, d = 784, 10 classes, "
+            f"lambda = 1e-4 ({repeats} rounds, min / median ms):"
+        )
+        print(
+            text_table(
+                ["call", "min ms", "median ms"],
+                [[k, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}"] for k, v in t.items()],
+            )
+        )
+        for key, label in (
+            ("cg", f"default CG (cap {DEFAULT_CG_MAXITER})"),
+            ("cg_full", "CG to 1e-4"),
+        ):
             c = step[key]
-            print(f"{label}: {c['iterations']} iterations, relative residual "
-                  f"{c['residual']:.1e}, ||d - d_dense|| / ||d_dense|| = "
-                  f"{c['direction_rel_diff']:.1e}")
+            print(
+                f"{label}: {c['iterations']} iterations, relative residual "
+                f"{c['residual']:.1e}, ||d - d_dense|| / ||d_dense|| = "
+                f"{c['direction_rel_diff']:.1e}"
+            )
         print(f"CG to 1e-4 / dense: {step['ratio_full_solve']:.3g} (no target)")
 
     # ---- part 2: curves
@@ -204,45 +234,84 @@ def _run(quick, blas_threads, seed):
             continue
         problem = C.make_problem(data, spec.lam)
         plan.append((spec, problem, methods_for(spec, config, problem)))
-    bar = tqdm(total=sum(len(p[2]) for p in plan), desc="bench sgb", unit="method",
-               leave=False)
+    bar = tqdm(total=sum(len(p[2]) for p in plan), desc="bench sgb", unit="method", leave=False)
     for spec, problem, methods in plan:
         res = compare(problem, spec, config, seed, progress=bar, methods=methods)
         summ = summarize(res)
         vd = verdicts(res, summ)
-        curves[spec.name] = {"spec": spec, "T": problem.T, "p": problem.p,
-                             "optimum": res["_optimum"].value, "summary": summ,
-                             "verdicts": vd, "skipped_methods": res["_skipped"],
-                             "times": {m: {"epochs": r["traces"][0].epochs,
-                                           "seconds": r["traces"][0].seconds,
-                                           "objective": r["traces"][0].objective}
-                                       for m, r in res.items() if not m.startswith("_")}}
+        curves[spec.name] = {
+            "spec": spec,
+            "T": problem.T,
+            "p": problem.p,
+            "optimum": res["_optimum"].value,
+            "summary": summ,
+            "verdicts": vd,
+            "skipped_methods": res["_skipped"],
+            "times": {
+                m: {
+                    "epochs": r["traces"][0].epochs,
+                    "seconds": r["traces"][0].seconds,
+                    "objective": r["traces"][0].objective,
+                }
+                for m, r in res.items()
+                if not m.startswith("_")
+            },
+        }
         if "SPFB" in summ and "SGD" in summ:
             ratios[f"SPFB / SGD time per epoch [{spec.name}]"] = (
-                summ["SPFB"]["sec_per_epoch"] / summ["SGD"]["sec_per_epoch"])
+                summ["SPFB"]["sec_per_epoch"] / summ["SGD"]["sec_per_epoch"]
+            )
         for method, v in vd.items():
             claims[f"{method} beats SGD per epoch [{spec.name}]"] = (
-                "gap at epoch {:g}".format(v["epoch"]), *v["per_epoch"])
+                "gap at epoch {:g}".format(v["epoch"]),
+                *v["per_epoch"],
+            )
             claims[f"{method} beats SGD per second [{spec.name}]"] = (
-                "s to gap {:.2e}".format(v["common_gap"]), *v["per_second"])
+                "s to gap {:.2e}".format(v["common_gap"]),
+                *v["per_second"],
+            )
     bar.close()
 
     if curves:
         print("\nMethods: " + legend(config))
     for name, c in curves.items():
         sp = c["spec"]
-        print(f"\n{name}: T = {c['T']}, p = {c['p']} (with bias), lambda = {sp.lam:g}, "
-              f"m = {sp.batch_size}, {sp.epochs} epochs (tuning {sp.tune_epochs or sp.epochs}"
-              f"), L* = {c['optimum']:.10g}; {config.seeds} seed(s), medians:")
+        print(
+            f"\n{name}: T = {c['T']}, p = {c['p']} (with bias), lambda = {sp.lam:g}, "
+            f"m = {sp.batch_size}, {sp.epochs} epochs (tuning {sp.tune_epochs or sp.epochs}"
+            f"), L* = {c['optimum']:.10g}; {config.seeds} seed(s), medians:"
+        )
         rows = []
         for method, s in c["summary"].items():
             best = s["best"]
-            cfg = (f"eta0={best['eta0']:g} {best['schedule']}" if "eta0" in best else "-")
-            rows.append([method, cfg, _fmt(s["epochs_to_0.01"]), _fmt(s["seconds_to_0.01"]),
-                         _fmt(s["epochs_to_0.001"]), _fmt(s["seconds_to_0.001"]),
-                         f"{s['final_gap']:.2e}", _fmt(s["sec_per_epoch"])])
-        print(text_table(["method", "tuned", "epochs 1e-2", "s 1e-2", "epochs 1e-3",
-                          "s 1e-3", "final rel gap", "s/epoch"], rows))
+            cfg = f"eta0={best['eta0']:g} {best['schedule']}" if "eta0" in best else "-"
+            rows.append(
+                [
+                    method,
+                    cfg,
+                    _fmt(s["epochs_to_0.01"]),
+                    _fmt(s["seconds_to_0.01"]),
+                    _fmt(s["epochs_to_0.001"]),
+                    _fmt(s["seconds_to_0.001"]),
+                    f"{s['final_gap']:.2e}",
+                    _fmt(s["sec_per_epoch"]),
+                ]
+            )
+        print(
+            text_table(
+                [
+                    "method",
+                    "tuned",
+                    "epochs 1e-2",
+                    "s 1e-2",
+                    "epochs 1e-3",
+                    "s 1e-3",
+                    "final rel gap",
+                    "s/epoch",
+                ],
+                rows,
+            )
+        )
         for method, why in c["skipped_methods"].items():
             print(f"  {method}: not run ({why})")
 
@@ -257,20 +326,33 @@ def _run(quick, blas_threads, seed):
         rows.append([name, f"{ratios[name]:.3g}", f"{op} {thr:g}", "met" if ok else "not met"])
     print("\nTargets:")
     print(text_table(["quantity", "value", "target", "status"], rows))
-    rows = [[k, v[0], f"{v[1]:.3g}", f"{v[2]:.3g}", "holds" if v[3] else "does not hold"]
-            for k, v in claims.items()]
+    rows = [
+        [k, v[0], f"{v[1]:.3g}", f"{v[2]:.3g}", "holds" if v[3] else "does not hold"]
+        for k, v in claims.items()
+    ]
     if rows:
-        print("\nPaper's claim (SPFB / LSPFB beat SGD; LSPFB = its best rank). Per epoch: "
-              "median relative gap at the last common epoch;\nper second: median seconds to "
-              "the worst final gap of their runs (an accuracy every run reached):")
+        print(
+            "\nPaper's claim (SPFB / LSPFB beat SGD; LSPFB = its best rank). Per epoch: "
+            "median relative gap at the last common epoch;\nper second: median seconds to "
+            "the worst final gap of their runs (an accuracy every run reached):"
+        )
         print(text_table(["claim", "measure", "ours", "SGD", "on our data"], rows))
     n_pass = sum(v["pass"] for v in targets.values())
     print(f"\n{n_pass}/{len(targets)} targets met.")
-    return {"config": {"quick": quick, "blas_threads": blas_threads, "repeats": repeats,
-                       "cpus": os.cpu_count()},
-            "step": step, "curves": {k: {kk: vv for kk, vv in v.items() if kk != "spec"}
-                                     for k, v in curves.items()},
-            "ratios": ratios, "targets": targets,
-            "claims": {k: {"measure": v[0], "ours": v[1], "sgd": v[2], "holds": v[3]}
-                       for k, v in claims.items()},
-            "all_pass": all(v["pass"] for v in targets.values())}
+    return {
+        "config": {
+            "quick": quick,
+            "blas_threads": blas_threads,
+            "repeats": repeats,
+            "cpus": os.cpu_count(),
+        },
+        "step": step,
+        "curves": {k: {kk: vv for kk, vv in v.items() if kk != "spec"} for k, v in curves.items()},
+        "ratios": ratios,
+        "targets": targets,
+        "claims": {
+            k: {"measure": v[0], "ours": v[1], "sgd": v[2], "holds": v[3]}
+            for k, v in claims.items()
+        },
+        "all_pass": all(v["pass"] for v in targets.values()),
+    }

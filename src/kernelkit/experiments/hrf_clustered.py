@@ -34,8 +34,7 @@ from ..features import ClusteredHybridRF, ComplexExponentialRF, HyperbolicRF, Po
 from ..features.hybrid import diagonal_A_loss
 from ._report import Report, markdown_table
 
-__all__ = ["DESCRIPTION", "FULL", "NAME", "PAPER", "QUICK", "SETTINGS", "Config",
-           "compute", "run"]
+__all__ = ["DESCRIPTION", "FULL", "NAME", "PAPER", "QUICK", "SETTINGS", "Config", "compute", "run"]
 
 NAME = "hrf-clustered"
 DESCRIPTION = "Hybrid RF Table 3: clustered hybrid features on synthetic clustered data"
@@ -86,8 +85,11 @@ def _parse_t3():
     for line in _T3.strip().splitlines():
         s, m, *v = line.split()
         v = [float(x) for x in v]
-        out.setdefault(s, {})[int(m)] = {"Hybrid": (v[0], v[1]), "FAVOR+": (v[2], v[3]),
-                                         "Trig": (v[4], v[5])}
+        out.setdefault(s, {})[int(m)] = {
+            "Hybrid": (v[0], v[1]),
+            "FAVOR+": (v[2], v[3]),
+            "Trig": (v[4], v[5]),
+        }
     return out
 
 
@@ -155,16 +157,22 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
     out = {}
     jobs = [(name, sc) for sc in config.mean_scales for name in config.settings]
     seeds = root.spawn(len(jobs))
-    bar = tqdm(total=len(jobs) * len(config.ms), desc="hrf-clustered",
-               disable=not progress, leave=False)
+    bar = tqdm(
+        total=len(jobs) * len(config.ms), desc="hrf-clustered", disable=not progress, leave=False
+    )
     for (name, scale), ss in zip(jobs, seeds, strict=True):
         s_target, sigma = SETTINGS[name]
         rng = np.random.default_rng(ss)
-        X, Y, tlx, tly, s_true = make_clustered(s_target, sigma, config.n_per_cluster,
-                                                config.d, config.radius, rng,
-                                                mean_scale=scale)
-        clustered = ClusteredHybridRF(max(config.ms), n_clusters=2, mixture="zero_one",
-                                      n_init=4, random_state=int(rng.integers(2**31)))
+        X, Y, tlx, tly, s_true = make_clustered(
+            s_target, sigma, config.n_per_cluster, config.d, config.radius, rng, mean_scale=scale
+        )
+        clustered = ClusteredHybridRF(
+            max(config.ms),
+            n_clusters=2,
+            mixture="zero_one",
+            n_init=4,
+            random_state=int(rng.integers(2**31)),
+        )
         clustered.fit(X, Y)
         cx, cy = clustered.centers_x_, clustered.centers_y_  # (2, d)
         resid = diagonal_A_loss(clustered.A_, cx[:, None, :], cy[None, :, :])  # l(A^ij)
@@ -182,9 +190,14 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
             bar.update(1)
         agree = max(np.mean(lab_x == tlx), np.mean(lab_x != tlx))
         out[_key(name, scale)] = {
-            "mse": mse, "sigma": sigma, "setting": name, "mean_scale": scale,
-            "s_target": s_target, "s_true_means": s_true,
-            "s_kmeans": resid, "kmeans_accuracy_x": float(agree),
+            "mse": mse,
+            "sigma": sigma,
+            "setting": name,
+            "mean_scale": scale,
+            "s_target": s_target,
+            "s_true_means": s_true,
+            "s_kmeans": resid,
+            "kmeans_accuracy_x": float(agree),
             "kmeans_accuracy_y": float(max(np.mean(lab_y == tly), np.mean(lab_y != tly))),
             "K_range": [float(K.min()), float(K.max())],
         }
@@ -212,22 +225,25 @@ def _plot(config, res):
         st = res[name]["setting"]
         pm = sorted(PAPER[st])
         for meth, c in (("Hybrid", "C0"), ("FAVOR+", "C1"), ("Trig", "C3")):
-            ax.plot(pm, [PAPER[st][k][meth][1] for k in pm], "v", color=c, ms=4,
-                    alpha=0.7)
+            ax.plot(pm, [PAPER[st][k][meth][1] for k in pm], "v", color=c, ms=4, alpha=0.7)
         ax.set_yscale("log")
         ax.set_title(f"{name}, σ = {res[name]['sigma']:.3g}", fontsize=9)
         ax.set_xlabel("m (random features)")
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("MSE over point pairs")
     axes[0, -1].legend(fontsize=8)
-    fig.suptitle("Clustered data: mean MSE over trials (lines), min–max band; triangles: "
-                 "paper's max (Table 3)", fontsize=10)
+    fig.suptitle(
+        "Clustered data: mean MSE over trials (lines), min–max band; triangles: "
+        "paper's max (Table 3)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
 
-def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = None,
-        progress: bool = True) -> dict:
+def run(
+    out_dir, quick: bool = False, seed: int = 0, config: Config | None = None, progress: bool = True
+) -> dict:
     """Run the experiment; writes ``report.md``, ``mse.png`` and ``results.json``.
 
     Parameters
@@ -241,8 +257,9 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         Overrides the quick / full configuration (tests).
     """
     config = config or (QUICK if quick else FULL)
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="Hybrid random features: clustered data (App. H, Table 3)")
+    rep = Report(
+        out_dir, NAME, quick=quick, title="Hybrid random features: clustered data (App. H, Table 3)"
+    )
     t0 = time.perf_counter()
     res = compute(config, seed, progress)
     rep.add(
@@ -265,25 +282,49 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "Errata 7); FAVOR+ (++) = the HRF paper's antithetic SM^{++}_m (dimension 2m); "
         "Trig = SM^trig_m (sin/cos, dimension 2m).",
         "**Implementation.** All estimates come from kernelkit's feature maps: "
-        "`ClusteredHybridRF(mixture=\"zero_one\", n_clusters=2)` (fitted once per data "
+        '`ClusteredHybridRF(mixture="zero_one", n_clusters=2)` (fitted once per data '
         "set: k-means, `optimal_diagonal_A`; `redraw` per trial), `PositiveRF`, "
         "`HyperbolicRF` and `ComplexExponentialRF(A=iI)` (sin/cos trig).",
     )
-    srows = [[name, f"{r['sigma']:.3g}", ", ".join(f"{v:.3f}" for v in r["s_target"]),
-              ", ".join(f"{v:.3f}" for v in np.ravel(r["s_true_means"])),
-              ", ".join(f"{v:.3f}" for v in np.ravel(r["s_kmeans"])),
-              f"{r['kmeans_accuracy_x']:.3f} / {r['kmeans_accuracy_y']:.3f}",
-              f"[{r['K_range'][0]:.2f}, {r['K_range'][1]:.2f}]"] for name, r in res.items()]
-    rep.add("**Data.** s = l(A^{ij}) for the pairs (11, 12, 21, 22):",
-            markdown_table(["setting", "σ", "paper s", "ours, true means",
-                            "ours, k-means centres", "k-means accuracy x / y", "SM range"],
-                           srows))
+    srows = [
+        [
+            name,
+            f"{r['sigma']:.3g}",
+            ", ".join(f"{v:.3f}" for v in r["s_target"]),
+            ", ".join(f"{v:.3f}" for v in np.ravel(r["s_true_means"])),
+            ", ".join(f"{v:.3f}" for v in np.ravel(r["s_kmeans"])),
+            f"{r['kmeans_accuracy_x']:.3f} / {r['kmeans_accuracy_y']:.3f}",
+            f"[{r['K_range'][0]:.2f}, {r['K_range'][1]:.2f}]",
+        ]
+        for name, r in res.items()
+    ]
+    rep.add(
+        "**Data.** s = l(A^{ij}) for the pairs (11, 12, 21, 22):",
+        markdown_table(
+            [
+                "setting",
+                "σ",
+                "paper s",
+                "ours, true means",
+                "ours, k-means centres",
+                "k-means accuracy x / y",
+                "SM range",
+            ],
+            srows,
+        ),
+    )
     rows, table = [], {}
     for name, r in res.items():
         table[name] = {}
         for a, m in enumerate(config.ms):
-            cell = {meth: [float(r["mse"][meth][a].min()), float(r["mse"][meth][a].max()),
-                           float(r["mse"][meth][a].mean())] for meth in METHODS}
+            cell = {
+                meth: [
+                    float(r["mse"][meth][a].min()),
+                    float(r["mse"][meth][a].max()),
+                    float(r["mse"][meth][a].mean()),
+                ]
+                for meth in METHODS
+            }
             table[name][m] = cell
             p = PAPER.get(r["setting"], {}).get(m)
 
@@ -293,11 +334,36 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             def pf(meth, p=p):
                 return f"{p[meth][0]:.4f}–{p[meth][1]:.4f}" if p else "—"
 
-            rows.append([name, m, fmt("Hybrid"), pf("Hybrid"), fmt("FAVOR+"), pf("FAVOR+"),
-                         fmt("FAVOR+ (++)"), fmt("Trig"), pf("Trig")])
-    rep.add("## Table 3: [min, max] MSE over trials, ours next to the paper's",
-            markdown_table(["setting", "m", "Hybrid", "Hybrid (paper)", "FAVOR+",
-                            "FAVOR+ (paper)", "FAVOR+ (++)", "Trig", "Trig (paper)"], rows))
+            rows.append(
+                [
+                    name,
+                    m,
+                    fmt("Hybrid"),
+                    pf("Hybrid"),
+                    fmt("FAVOR+"),
+                    pf("FAVOR+"),
+                    fmt("FAVOR+ (++)"),
+                    fmt("Trig"),
+                    pf("Trig"),
+                ]
+            )
+    rep.add(
+        "## Table 3: [min, max] MSE over trials, ours next to the paper's",
+        markdown_table(
+            [
+                "setting",
+                "m",
+                "Hybrid",
+                "Hybrid (paper)",
+                "FAVOR+",
+                "FAVOR+ (paper)",
+                "FAVOR+ (++)",
+                "Trig",
+                "Trig (paper)",
+            ],
+            rows,
+        ),
+    )
     fig = _plot(config, res)
     rep.figure(fig, "mse.png", "MSE vs number of random features per setting.")
 
@@ -313,28 +379,53 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         n = len(config.ms)
         for b in wins:
             ok = wins[b] == n
-            claims.append({"setting": name, "claim": f"Hybrid mean MSE < {b}",
-                           "wins": int(wins[b]), "of": n, "holds": "yes" if ok else "no"})
-            crow.append([f"Hybrid mean MSE below {b}", name, "yes (all m)",
-                         f"{wins[b]}/{n} values of m; max MSE lower in {maxwins[b]}/{n}",
-                         "yes" if ok else ("partly" if wins[b] else "no")])
+            claims.append(
+                {
+                    "setting": name,
+                    "claim": f"Hybrid mean MSE < {b}",
+                    "wins": int(wins[b]),
+                    "of": n,
+                    "holds": "yes" if ok else "no",
+                }
+            )
+            crow.append(
+                [
+                    f"Hybrid mean MSE below {b}",
+                    name,
+                    "yes (all m)",
+                    f"{wins[b]}/{n} values of m; max MSE lower in {maxwins[b]}/{n}",
+                    "yes" if ok else ("partly" if wins[b] else "no"),
+                ]
+            )
         # paper: MSE decreases with m
         hm = np.array([table[name][m]["Hybrid"][2] for m in config.ms])
         ok = bool(hm[-1] < hm[0])
-        crow.append(["Hybrid MSE decreases with m", name, "yes",
-                     f"{hm[0]:.4f} → {hm[-1]:.4f}", "yes" if ok else "no"])
-        claims.append({"setting": name, "claim": "Hybrid MSE decreases with m",
-                       "holds": "yes" if ok else "no"})
+        crow.append(
+            [
+                "Hybrid MSE decreases with m",
+                name,
+                "yes",
+                f"{hm[0]:.4f} → {hm[-1]:.4f}",
+                "yes" if ok else "no",
+            ]
+        )
+        claims.append(
+            {
+                "setting": name,
+                "claim": "Hybrid MSE decreases with m",
+                "holds": "yes" if ok else "no",
+            }
+        )
     rep.add(
         "## Paper claims vs our data",
-        "Paper (App. H.1): \"for all variants HRF estimators adapted to clustered data "
+        'Paper (App. H.1): "for all variants HRF estimators adapted to clustered data '
         "consistently provide notable accuracy gains, even for larger values of s and less "
         "concentrated clusters\" (Table 3: the hybrid's [min, max] lies below FAVOR+'s and "
         "Trig's at every m).",
         markdown_table(["claim", "setting", "paper", "ours", "holds on our data?"], crow),
     )
     rep.add(
-        "**Cluster tightness decides.** The paper's \"two random vectors X₀, Y₀\" has no "
+        '**Cluster tightness decides.** The paper\'s "two random vectors X₀, Y₀" has no '
         "scale. Read literally (c = 1, entries N(0, 1)), σ = 1 noise is as large as the "
         "means (|noise| ≈ |X₀| ≈ √50), and the real diagonal A of eq. 88, whose entries "
         "√|r_jk / r_ik| are large wherever a centre coordinate is small, amplifies the "
@@ -359,15 +450,17 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "- All m features of one trial are shared by the four cluster-pair estimators "
         "(only one is active per pair, so this does not change any pair's law).",
     )
-    rep.results.update({
-        "config": asdict(config),
-        "settings": {k: {"s_target": v[0], "sigma": v[1]} for k, v in SETTINGS.items()},
-        "table": {name: {str(m): v for m, v in t.items()} for name, t in table.items()},
-        "data": {name: {k: v for k, v in r.items() if k != "mse"} for name, r in res.items()},
-        "per_trial_mse": {name: r["mse"] for name, r in res.items()},
-        "paper": {name: {str(m): v for m, v in t.items()} for name, t in PAPER.items()},
-        "claims": claims,
-        "compute_s": round(time.perf_counter() - t0, 2),
-    })
+    rep.results.update(
+        {
+            "config": asdict(config),
+            "settings": {k: {"s_target": v[0], "sigma": v[1]} for k, v in SETTINGS.items()},
+            "table": {name: {str(m): v for m, v in t.items()} for name, t in table.items()},
+            "data": {name: {k: v for k, v in r.items() if k != "mse"} for name, r in res.items()},
+            "per_trial_mse": {name: r["mse"] for name, r in res.items()},
+            "paper": {name: {str(m): v for m, v in t.items()} for name, t in PAPER.items()},
+            "claims": claims,
+            "compute_s": round(time.perf_counter() - t0, 2),
+        }
+    )
     rep.write()
     return rep.results

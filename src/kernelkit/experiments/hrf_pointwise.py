@@ -115,8 +115,11 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
         for lo in range(0, config.n_estimates, config.chunk):
             hi = min(lo + config.chunk, config.n_estimates)
             W = rng.standard_normal((hi - lo, m, config.d))  # (c, m, d)
-            T = (t_scale * rng.standard_normal((hi - lo, n, config.d))
-                 if kind in ("hybrid", "ngauss") else None)  # (c, n, d)
+            T = (
+                t_scale * rng.standard_normal((hi - lo, n, config.d))
+                if kind in ("hybrid", "ngauss")
+                else None
+            )  # (c, n, d)
             est[lo:hi] = H.estimate(kind, W, T, X, Y, rho=rho)
         err = est - sm
         mse = np.mean(err**2, axis=0)  # (k,)
@@ -125,9 +128,11 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
         out["radii"].setdefault(r, {"sm": sm})[label] = {
             "eps": np.sqrt(mse) / sm,
             "eps_theory": _theory(config, kind, r, thetas, m, n),
-            "mse": mse, "mse_se": mse_se,
+            "mse": mse,
+            "mse_se": mse_se,
             "mean": est.mean(axis=0),
-            "q05": np.quantile(est, 0.05, axis=0), "q95": np.quantile(est, 0.95, axis=0),
+            "q05": np.quantile(est, 0.05, axis=0),
+            "q95": np.quantile(est, 0.95, axis=0),
             "max_abs_rel_err": np.max(np.abs(err), axis=0) / sm,
         }
     return out
@@ -148,16 +153,20 @@ def _plot_curves(config, res):
         for i, (label, (kind, m, n)) in enumerate(res["methods"].items()):
             c = res["radii"][r][label]
             ax.plot(th, c["eps"], "o", ms=3.5, color=cmap(i), label=f"{label} MC")
-            ax.plot(fine, _theory(config, kind, r, fine, m, n), "-", lw=1.2,
-                    color=cmap(i), alpha=0.7)
+            ax.plot(
+                fine, _theory(config, kind, r, fine, m, n), "-", lw=1.2, color=cmap(i), alpha=0.7
+            )
         ax.set_title(f"r = {r:g}")
         ax.set_xlabel("θ")
         ax.set_xticks([0, math.pi / 2, math.pi], ["0", "π/2", "π"])
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("relative error √MSE / SM")
     axes[0, -1].legend(fontsize=8)
-    fig.suptitle(f"Empirical relative error (dots, s = {config.n_estimates}) and closed form "
-                 f"(lines), d = {config.d}", fontsize=11)
+    fig.suptitle(
+        f"Empirical relative error (dots, s = {config.n_estimates}) and closed form "
+        f"(lines), d = {config.d}",
+        fontsize=11,
+    )
     fig.tight_layout()
     return fig
 
@@ -172,9 +181,13 @@ def _plot_quantiles(config, res):
 
     th = res["thetas"]
     radii, labels = list(res["radii"]), list(res["methods"])
-    fig, axes = plt.subplots(len(radii), len(labels), figsize=(3.6 * len(labels),
-                                                               2.9 * len(radii)),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(radii),
+        len(labels),
+        figsize=(3.6 * len(labels), 2.9 * len(radii)),
+        squeeze=False,
+        sharex=True,
+    )
     for i, r in enumerate(radii):
         sm = res["radii"][r]["sm"]
         for j, label in enumerate(labels):
@@ -194,14 +207,18 @@ def _plot_quantiles(config, res):
             if i == len(radii) - 1:
                 ax.set_xticks([0, math.pi / 2, math.pi], ["0", "π/2", "π"])
     axes[0, 0].legend(fontsize=7, loc="upper right")
-    fig.suptitle("Estimates of SM(x, y): true value, 5th–95th percentile band (left axis), "
-                 "empirical relative error (red, right axis)", fontsize=10)
+    fig.suptitle(
+        "Estimates of SM(x, y): true value, 5th–95th percentile band (left axis), "
+        "empirical relative error (red, right axis)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
 
-def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = None,
-        progress: bool = True) -> dict:
+def run(
+    out_dir, quick: bool = False, seed: int = 0, config: Config | None = None, progress: bool = True
+) -> dict:
     """Run the experiment; writes ``report.md``, ``rel_error.png``, ``estimates.png``,
     ``results.json``.
 
@@ -215,9 +232,12 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         Overrides the quick / full configuration (tests).
     """
     config = config or (QUICK if quick else FULL)
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="Hybrid random features: pointwise softmax-kernel estimation "
-                       "(Fig. 2 / Fig. 5)")
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="Hybrid random features: pointwise softmax-kernel estimation (Fig. 2 / Fig. 5)",
+    )
     t0 = time.perf_counter()
     res = compute(config, seed, progress)
     methods = res["methods"]
@@ -235,19 +255,25 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "angular hybrid λ̂ SM^{++}_m + (1 − λ̂) SM^trig_m (eq. 12, 19) with λ̂ from n sign "
         "projections, base estimators sharing their projections (variant II of Thm 3.1); "
         "HRF-gauss (m, n) = the normalised bipolar Gaussian hybrid of App. F (eq. 67-70, "
-        "the paper's \"Gaussian hybrid variant\" of Fig. 2) with λ̂ = 1/ρ − (1/(nρ)) Σ "
+        'the paper\'s "Gaussian hybrid variant" of Fig. 2) with λ̂ = 1/ρ − (1/(nρ)) Σ '
         f"cos(τ_j·(x − y)), τ_j ~ N(0, σ²I), σ = {config.gauss_sigma:g}, ρ = 1 − e^{{−2σ²r²}}, "
         "same shared base estimators (zero variance at θ = 0 only).",
         "**FLOP matching.** " + H.FLOP_RULE + " " + H.GAUSS_FLOP_RULE + " Budget of M = "
         f"{config.n_features}, d = {config.d}: {budget} FLOPs; "
-        + "; ".join(f"{lab}: {_flops(k, m, n, config.d)} FLOPs, feature dimension "
-                    f"{_dim(k, m, n)}" for lab, (k, m, n) in methods.items()
-                    if k in ("hybrid", "ngauss")) + ".",
+        + "; ".join(
+            f"{lab}: {_flops(k, m, n, config.d)} FLOPs, feature dimension {_dim(k, m, n)}"
+            for lab, (k, m, n) in methods.items()
+            if k in ("hybrid", "ngauss")
+        )
+        + ".",
     )
     fig = _plot_curves(config, res)
-    rep.figure(fig, "rel_error.png",
-               "Relative error vs angle: Monte Carlo (dots) and closed form (Lemma 3.4, "
-               "Thm 3.5 / eq. 48-50, Thm F.2; lines).")
+    rep.figure(
+        fig,
+        "rel_error.png",
+        "Relative error vs angle: Monte Carlo (dots) and closed form (Lemma 3.4, "
+        "Thm 3.5 / eq. 48-50, Thm F.2; lines).",
+    )
     fig = _plot_quantiles(config, res)
     rep.figure(fig, "estimates.png", "Layout of the paper's Fig. 2/5.")
 
@@ -260,10 +286,14 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             c = res["radii"][r][label]
             k = int(np.argmax(c["eps"]))
             theory = float(np.max(_theory(config, kind, r, fine, m, n)))
-            table[r][label] = {"max_eps": float(c["eps"][k]), "argmax_theta": float(
-                res["thetas"][k]), "max_eps_theory": theory}
-            rows.append([f"{r:g}", label, f"{c['eps'][k]:.4f}", f"{res['thetas'][k]:.3f}",
-                         f"{theory:.4f}"])
+            table[r][label] = {
+                "max_eps": float(c["eps"][k]),
+                "argmax_theta": float(res["thetas"][k]),
+                "max_eps_theory": theory,
+            }
+            rows.append(
+                [f"{r:g}", label, f"{c['eps'][k]:.4f}", f"{res['thetas'][k]:.3f}", f"{theory:.4f}"]
+            )
     rep.add(
         "## Max relative error over the angle grid",
         "ε_max = max over θ of the empirical √MSE / SM (Def. 3.3, on S(r)); θ* its argmax "
@@ -282,44 +312,90 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             ours = table[r][h]["max_eps"]
             ok = ours < best_base
             is_gauss = h in gauss
-            claims.append({"claim": ("Gaussian " if is_gauss else "") + "hybrid max relative "
-                           "error below Trig and FAVOR+",
-                           "r": r, "method": h, "hybrid": ours, "best_baseline": best_base,
-                           "ratio": ours / best_base, "holds": H.claim_verdict(ok)})
-            crow.append([f"ε_max({h}) < ε_max(Trig), ε_max(FAVOR+)", f"{r:g}",
-                         "yes (Sec. 4.1: \"similar gains\" as the angular hybrid)"
-                         if is_gauss else "yes (Fig. 2/5, no numbers)",
-                         f"{ours:.3f} vs {best_base:.3f} (ratio {ours / best_base:.2f})",
-                         H.claim_verdict(ok)])
+            claims.append(
+                {
+                    "claim": ("Gaussian " if is_gauss else "") + "hybrid max relative "
+                    "error below Trig and FAVOR+",
+                    "r": r,
+                    "method": h,
+                    "hybrid": ours,
+                    "best_baseline": best_base,
+                    "ratio": ours / best_base,
+                    "holds": H.claim_verdict(ok),
+                }
+            )
+            crow.append(
+                [
+                    f"ε_max({h}) < ε_max(Trig), ε_max(FAVOR+)",
+                    f"{r:g}",
+                    'yes (Sec. 4.1: "similar gains" as the angular hybrid)'
+                    if is_gauss
+                    else "yes (Fig. 2/5, no numbers)",
+                    f"{ours:.3f} vs {best_base:.3f} (ratio {ours / best_base:.2f})",
+                    H.claim_verdict(ok),
+                ]
+            )
     # zero variance at theta = 0 and pi for equal norms (Sec. 3, Thm 3.5 limits)
-    worst = max(float(max(res["radii"][r][h]["max_abs_rel_err"][0],
-                          res["radii"][r][h]["max_abs_rel_err"][-1]))
-                for r in config.radii for h in hyb)
+    worst = max(
+        float(
+            max(res["radii"][r][h]["max_abs_rel_err"][0], res["radii"][r][h]["max_abs_rel_err"][-1])
+        )
+        for r in config.radii
+        for h in hyb
+    )
     ok = worst < 1e-9
-    claims.append({"claim": "hybrid exact at theta = 0 and pi (equal norms)",
-                   "max_abs_rel_err": worst, "holds": H.claim_verdict(ok)})
-    crow.append(["HRF-ang exact at θ = 0 and θ = π (equal norms)", "all",
-                 "yes (zero variance, Sec. 3)", f"max |error| / SM = {worst:.1e} over all "
-                 f"{config.n_estimates} draws", H.claim_verdict(ok)])
+    claims.append(
+        {
+            "claim": "hybrid exact at theta = 0 and pi (equal norms)",
+            "max_abs_rel_err": worst,
+            "holds": H.claim_verdict(ok),
+        }
+    )
+    crow.append(
+        [
+            "HRF-ang exact at θ = 0 and θ = π (equal norms)",
+            "all",
+            "yes (zero variance, Sec. 3)",
+            f"max |error| / SM = {worst:.1e} over all {config.n_estimates} draws",
+            H.claim_verdict(ok),
+        ]
+    )
     if gauss:  # App. F: trig-estimated lambda -> zero variance at theta = 0, not at pi
-        w0 = max(float(res["radii"][r][h]["max_abs_rel_err"][0])
-                 for r in config.radii for h in gauss)
+        w0 = max(
+            float(res["radii"][r][h]["max_abs_rel_err"][0]) for r in config.radii for h in gauss
+        )
         wpi = min(float(res["radii"][r][h]["eps"][-1]) for r in config.radii for h in gauss)
         ok = w0 < 1e-9 and wpi > 0
-        claims.append({"claim": "Gaussian hybrid exact at theta = 0, not at pi",
-                       "max_abs_rel_err_0": w0, "min_eps_pi": wpi,
-                       "holds": H.claim_verdict(ok)})
-        crow.append(["HRF-gauss exact at θ = 0 only (equal norms)", "all",
-                     "yes (App. F: zero variance at θ = 0 or π, not both)",
-                     f"max |error| / SM at 0: {w0:.1e}; ε at π ≥ {wpi:.3f}",
-                     H.claim_verdict(ok)])
+        claims.append(
+            {
+                "claim": "Gaussian hybrid exact at theta = 0, not at pi",
+                "max_abs_rel_err_0": w0,
+                "min_eps_pi": wpi,
+                "holds": H.claim_verdict(ok),
+            }
+        )
+        crow.append(
+            [
+                "HRF-gauss exact at θ = 0 only (equal norms)",
+                "all",
+                "yes (App. F: zero variance at θ = 0 or π, not both)",
+                f"max |error| / SM at 0: {w0:.1e}; ε at π ≥ {wpi:.3f}",
+                H.claim_verdict(ok),
+            ]
+        )
     # Lemma 3.4: Trig (a bounded estimator, |estimate| <= e^{r^2}) is worst at theta = pi
     b = base[0]
     ok = all(abs(table[r][b]["argmax_theta"] - math.pi) < 1e-12 for r in config.radii)
     claims.append({"claim": f"{b} max error at theta = pi", "holds": H.claim_verdict(ok)})
-    crow.append([f"ε({b}) largest at θ = π", "all", "yes (Lemma 3.4)",
-                 ", ".join(f"θ* = {table[r][b]['argmax_theta']:.2f}" for r in config.radii),
-                 H.claim_verdict(ok)])
+    crow.append(
+        [
+            f"ε({b}) largest at θ = π",
+            "all",
+            "yes (Lemma 3.4)",
+            ", ".join(f"θ* = {table[r][b]['argmax_theta']:.2f}" for r in config.radii),
+            H.claim_verdict(ok),
+        ]
+    )
     # MC against the closed form. Trig is bounded, so the sample MSE has a reliable standard
     # error: z-scores. The FAVOR+ part has heavy tails (4th moment ~ e^{4|x+y|^2}), so its
     # sample MSE converges slowly and from below: report the ratio MC / closed form.
@@ -337,20 +413,36 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
                 ratios.setdefault(label, []).extend(q.tolist())
     zmax = float(np.max(np.abs(zs))) if zs else 0.0
     ok = zmax < 5.0
-    claims.append({"claim": "Trig empirical MSE matches Lemma 2.2", "max_abs_z": zmax,
-                   "holds": H.claim_verdict(ok)})
-    crow.append(["Trig: empirical MSE = Lemma 2.2", "all", "(theory)",
-                 f"max |z| = {zmax:.2f} over {len(zs)} (r, θ) cells", H.claim_verdict(ok)])
-    ratio_text = "; ".join(f"{lab}: {min(v):.2f}–{max(v):.2f} (median {np.median(v):.2f})"
-                           for lab, v in ratios.items())
-    claims.append({"claim": "heavy-tailed estimators: MC eps / closed-form eps",
-                   "range": {lab: [min(v), max(v), float(np.median(v))]
-                             for lab, v in ratios.items()}})
+    claims.append(
+        {
+            "claim": "Trig empirical MSE matches Lemma 2.2",
+            "max_abs_z": zmax,
+            "holds": H.claim_verdict(ok),
+        }
+    )
+    crow.append(
+        [
+            "Trig: empirical MSE = Lemma 2.2",
+            "all",
+            "(theory)",
+            f"max |z| = {zmax:.2f} over {len(zs)} (r, θ) cells",
+            H.claim_verdict(ok),
+        ]
+    )
+    ratio_text = "; ".join(
+        f"{lab}: {min(v):.2f}–{max(v):.2f} (median {np.median(v):.2f})" for lab, v in ratios.items()
+    )
+    claims.append(
+        {
+            "claim": "heavy-tailed estimators: MC eps / closed-form eps",
+            "range": {lab: [min(v), max(v), float(np.median(v))] for lab, v in ratios.items()},
+        }
+    )
     rep.add(
         "## Paper claims vs our data",
-        "The paper gives Fig. 2/5 without numbers; its claim (Sec. 4.1): \"the angular "
+        'The paper gives Fig. 2/5 without numbers; its claim (Sec. 4.1): "the angular '
         "hybrid estimator most accurately approximates softmax kernel and has smaller "
-        "max-relative-error than other estimators\".",
+        'max-relative-error than other estimators".',
         markdown_table(["claim", "r", "paper", "ours", "holds on our data?"], crow),
         "**Heavy tails.** FAVOR+ (and the λ̂ SM^{++} part of the hybrid) has a 4th moment "
         "growing like e^{4|x+y|²}, so with s draws its sample MSE is unreliable near θ = 0 "
@@ -374,19 +466,26 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "stacks (not through `FeatureMap` objects, which would need one object per "
         "draw); the test suite checks them against the library maps for identical draws.",
     )
-    rep.results.update({
-        "config": {**asdict(config), "flop_rule": H.FLOP_RULE,
-                   "flop_budget": budget,
-                   "methods": {k: {"kind": v[0], "m": v[1], "n": v[2]}
-                               for k, v in methods.items()}},
-        "thetas": res["thetas"],
-        "curves": {str(r): {"sm": res["radii"][r]["sm"],
-                            **{lab: {k: v for k, v in res["radii"][r][lab].items()}
-                               for lab in labels}}
-                   for r in config.radii},
-        "max_rel_error": {str(r): v for r, v in table.items()},
-        "claims": claims,
-        "compute_s": round(time.perf_counter() - t0, 2),
-    })
+    rep.results.update(
+        {
+            "config": {
+                **asdict(config),
+                "flop_rule": H.FLOP_RULE,
+                "flop_budget": budget,
+                "methods": {k: {"kind": v[0], "m": v[1], "n": v[2]} for k, v in methods.items()},
+            },
+            "thetas": res["thetas"],
+            "curves": {
+                str(r): {
+                    "sm": res["radii"][r]["sm"],
+                    **{lab: {k: v for k, v in res["radii"][r][lab].items()} for lab in labels},
+                }
+                for r in config.radii
+            },
+            "max_rel_error": {str(r): v for r, v in table.items()},
+            "claims": claims,
+            "compute_s": round(time.perf_counter() - t0, 2),
+        }
+    )
     rep.write()
     return rep.results

@@ -44,15 +44,27 @@ from ._report import Report, markdown_table
 __all__ = ["DESCRIPTION", "FULL", "NAME", "PAPER", "QUICK", "Config", "compute", "run"]
 
 NAME = "hrf-uci"
-DESCRIPTION = ("Hybrid RF Table 1: softmax-kernel MSE on wine and Boston (HRF-ort, HRF-iid, "
-               "ORF-reg, ORF-Had, Halton-R)")
+DESCRIPTION = (
+    "Hybrid RF Table 1: softmax-kernel MSE on wine and Boston (HRF-ort, HRF-iid, "
+    "ORF-reg, ORF-Had, Halton-R)"
+)
 
 #: Table 1 of the paper, MSE in 10^-3: (mean, std)
 PAPER = {
-    "wine": {"HRF-ort": (0.70, 0.08), "HRF-iid": (0.85, 0.05), "ORF-reg": (1.00, 0.04),
-             "ORF-Had": (1.10, 0.06), "Halton-R": (4.02, 0.1)},
-    "boston": {"HRF-ort": (0.72, 0.06), "HRF-iid": (0.79, 0.08), "ORF-reg": (1.05, 0.03),
-               "ORF-Had": (1.14, 0.02), "Halton-R": (2.53, 0.08)},
+    "wine": {
+        "HRF-ort": (0.70, 0.08),
+        "HRF-iid": (0.85, 0.05),
+        "ORF-reg": (1.00, 0.04),
+        "ORF-Had": (1.10, 0.06),
+        "Halton-R": (4.02, 0.1),
+    },
+    "boston": {
+        "HRF-ort": (0.72, 0.06),
+        "HRF-iid": (0.79, 0.08),
+        "ORF-reg": (1.05, 0.03),
+        "ORF-Had": (1.14, 0.02),
+        "Halton-R": (2.53, 0.08),
+    },
 }
 PAPER_METHODS = ("HRF-ort", "HRF-iid", "ORF-reg", "ORF-Had", "Halton-R")
 
@@ -97,8 +109,7 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
     root = np.random.SeedSequence(seed)
     jobs = [(ds, mode) for ds in config.datasets for mode in config.modes]
     seeds = root.spawn(len(jobs))
-    bar = tqdm(total=len(jobs) * config.n_trials, desc="hrf-uci", disable=not progress,
-               leave=False)
+    bar = tqdm(total=len(jobs) * config.n_trials, desc="hrf-uci", disable=not progress, leave=False)
     for (ds, mode), ss in zip(jobs, seeds, strict=True):
         rng = np.random.default_rng(ss)
         Z = hrf_preprocess(load_hrf_uci(ds), mode, config.radius)
@@ -111,8 +122,9 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
         for t in range(config.n_trials):
             for name, (kind, sampler) in METHODS.items():
                 if kind == "hybrid":
-                    fm = AngularHybridRF(n_features=m, n_lambda=n, orthogonal=sampler,
-                                         random_state=rng).fit(Xa, Xb)
+                    fm = AngularHybridRF(
+                        n_features=m, n_lambda=n, orthogonal=sampler, random_state=rng
+                    ).fit(Xa, Xb)
                     est = np.sum(fm.transform(Xa) * fm.transform_y(Xb), axis=1)  # (P,)
                 else:
                     W = SAMPLERS[sampler](config.n_features, d, rng)  # (M, d)
@@ -120,26 +132,31 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
                 mse[name][t] = np.mean((est - sm) ** 2)
             bar.update(1)
         out.setdefault(ds, {})[mode] = mse
-        cos = np.sum(Xa * Xb, axis=1) / (np.linalg.norm(Xa, axis=1) * np.linalg.norm(Xb,
-                                                                                     axis=1))
+        cos = np.sum(Xa * Xb, axis=1) / (np.linalg.norm(Xa, axis=1) * np.linalg.norm(Xb, axis=1))
         theta = np.arccos(np.clip(np.sum(Xa * Xb, axis=1) / config.radius**2, -1, 1))
         closed = None
         if mode == "sphere":  # closed-form MSE (Lemma 2.2, eq. 47), mean over the pairs
             r = config.radius
             closed = {
-                "Trig-iid": float(np.mean((H.sphere_rel_error(
-                    "trig", r, theta, config.n_features) * sm) ** 2)),
-                "HRF-iid": float(np.mean((H.sphere_rel_error(
-                    "hybrid", r, theta, m, n) * sm) ** 2)),
+                "Trig-iid": float(
+                    np.mean((H.sphere_rel_error("trig", r, theta, config.n_features) * sm) ** 2)
+                ),
+                "HRF-iid": float(np.mean((H.sphere_rel_error("hybrid", r, theta, m, n) * sm) ** 2)),
             }
         info.setdefault(ds, {})[mode] = {
             "closed_form_mse": closed,
-            "n_points": int(Z.shape[0]), "d": int(d), "hybrid_m": m, "hybrid_n": n,
+            "n_points": int(Z.shape[0]),
+            "d": int(d),
+            "hybrid_m": m,
+            "hybrid_n": n,
             "sm_range": [float(sm.min()), float(sm.max())],
-            "angle_quartiles": np.quantile(np.arccos(np.clip(cos, -1, 1)),
-                                           [0.0, 0.25, 0.5, 0.75, 1.0]).tolist(),
-            "norm_range": [float(np.linalg.norm(Z, axis=1).min()),
-                           float(np.linalg.norm(Z, axis=1).max())],
+            "angle_quartiles": np.quantile(
+                np.arccos(np.clip(cos, -1, 1)), [0.0, 0.25, 0.5, 0.75, 1.0]
+            ).tolist(),
+            "norm_range": [
+                float(np.linalg.norm(Z, axis=1).min()),
+                float(np.linalg.norm(Z, axis=1).max()),
+            ],
         }
     bar.close()
     out["_info"] = info
@@ -170,22 +187,30 @@ def _plot(config, res):
         ax.boxplot([1e3 * mse[k] for k in names], showfliers=False)
         ax.set_xticks(range(1, len(names) + 1), names, rotation=45, fontsize=8)
         if ds in PAPER:
-            ax.plot(range(1, len(PAPER_METHODS) + 1), [PAPER[ds][k][0] for k in
-                                                       PAPER_METHODS],
-                    "r*", ms=9, label="paper")
+            ax.plot(
+                range(1, len(PAPER_METHODS) + 1),
+                [PAPER[ds][k][0] for k in PAPER_METHODS],
+                "r*",
+                ms=9,
+                label="paper",
+            )
         ax.set_title(f"{ds} ({mode})", fontsize=10)
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("MSE per trial  [10⁻³]")
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle("Softmax-kernel MSE over 100 pairs, distribution over trials (boxes) and "
-                 "the paper's Table 1 (stars)", fontsize=10)
+    fig.suptitle(
+        "Softmax-kernel MSE over 100 pairs, distribution over trials (boxes) and "
+        "the paper's Table 1 (stars)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
 
-def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = None,
-        progress: bool = True) -> dict:
+def run(
+    out_dir, quick: bool = False, seed: int = 0, config: Config | None = None, progress: bool = True
+) -> dict:
     """Run the experiment; writes ``report.md``, ``mse.png`` and ``results.json``.
 
     Parameters
@@ -198,8 +223,12 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         Overrides the quick / full configuration (tests).
     """
     config = config or (QUICK if quick else FULL)
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="Hybrid random features: softmax-kernel MSE on UCI data (Table 1)")
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="Hybrid random features: softmax-kernel MSE on UCI data (Table 1)",
+    )
     t0 = time.perf_counter()
     res = compute(config, seed, progress)
     info = res.pop("_info")
@@ -228,29 +257,57 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         f"({d0['hybrid_m']}, {d0['hybrid_n']}) "
         f"{H.angular_flops(d0['hybrid_m'], d0['hybrid_n'], d0['d'])} FLOPs.",
     )
-    rows = [[f"{ds} ({mode})", *[f"{1e3 * res[ds][mode][k].mean():.3f} ± "
-                                 f"{1e3 * res[ds][mode][k].std(ddof=1):.3f}" for k in METHODS]]
-            for ds in config.datasets for mode in config.modes]
-    rows += [[f"{ds} (paper)", *[f"{PAPER[ds][k][0]:.2f} ± {PAPER[ds][k][1]:.2f}"
-                                 if k in PAPER[ds] else "—" for k in METHODS]]
-             for ds in config.datasets if ds in PAPER]
-    rep.add("## Table 1: MSE [10⁻³], ours next to the paper's",
-            markdown_table(["data (preprocessing)", *METHODS], rows))
-    rep.add("**Data statistics** (our pairs): " + "; ".join(
-        f"{ds}/{mode}: SM ∈ [{v['sm_range'][0]:.2f}, {v['sm_range'][1]:.2f}], angle "
-        f"quartiles {', '.join(f'{a:.2f}' for a in v['angle_quartiles'][1:4])}, norms "
-        f"[{v['norm_range'][0]:.2f}, {v['norm_range'][1]:.2f}]"
-        for ds, dv in info.items() for mode, v in dv.items()) + ".")
-    closed_rows = [[ds, f"{1e3 * v['closed_form_mse'][k]:.3f}", k,
-                    f"{1e3 * res[ds]['sphere'][k].mean():.3f}"]
-                   for ds, dv in info.items() for mode, v in dv.items()
-                   if v["closed_form_mse"] for k in v["closed_form_mse"]]
+    rows = [
+        [
+            f"{ds} ({mode})",
+            *[
+                f"{1e3 * res[ds][mode][k].mean():.3f} ± {1e3 * res[ds][mode][k].std(ddof=1):.3f}"
+                for k in METHODS
+            ],
+        ]
+        for ds in config.datasets
+        for mode in config.modes
+    ]
+    rows += [
+        [
+            f"{ds} (paper)",
+            *[
+                f"{PAPER[ds][k][0]:.2f} ± {PAPER[ds][k][1]:.2f}" if k in PAPER[ds] else "—"
+                for k in METHODS
+            ],
+        ]
+        for ds in config.datasets
+        if ds in PAPER
+    ]
+    rep.add(
+        "## Table 1: MSE [10⁻³], ours next to the paper's",
+        markdown_table(["data (preprocessing)", *METHODS], rows),
+    )
+    rep.add(
+        "**Data statistics** (our pairs): "
+        + "; ".join(
+            f"{ds}/{mode}: SM ∈ [{v['sm_range'][0]:.2f}, {v['sm_range'][1]:.2f}], angle "
+            f"quartiles {', '.join(f'{a:.2f}' for a in v['angle_quartiles'][1:4])}, norms "
+            f"[{v['norm_range'][0]:.2f}, {v['norm_range'][1]:.2f}]"
+            for ds, dv in info.items()
+            for mode, v in dv.items()
+        )
+        + "."
+    )
+    closed_rows = [
+        [ds, f"{1e3 * v['closed_form_mse'][k]:.3f}", k, f"{1e3 * res[ds]['sphere'][k].mean():.3f}"]
+        for ds, dv in info.items()
+        for mode, v in dv.items()
+        if v["closed_form_mse"]
+        for k in v["closed_form_mse"]
+    ]
     if closed_rows:
-        rep.add("**Closed form** (i.i.d. projections, equal norms: Lemma 2.2 and the "
-                "corrected eq. 47, averaged over our pairs) against the Monte Carlo mean, "
-                "`sphere` preprocessing, in 10⁻³:",
-                markdown_table(["data", "closed form", "method", "Monte Carlo"],
-                               closed_rows))
+        rep.add(
+            "**Closed form** (i.i.d. projections, equal norms: Lemma 2.2 and the "
+            "corrected eq. 47, averaged over our pairs) against the Monte Carlo mean, "
+            "`sphere` preprocessing, in 10⁻³:",
+            markdown_table(["data", "closed form", "method", "Monte Carlo"], closed_rows),
+        )
     fig = _plot(config, res)
     rep.figure(fig, "mse.png", "Per-trial MSE of every method (boxes) and the paper's means.")
 
@@ -262,32 +319,65 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             for h in ("HRF-ort", "HRF-iid"):
                 best = min(("ORF-reg", "ORF-Had", "Halton-R"), key=lambda k: mse[k].mean())
                 v = _verdict(mse[h], mse[best])
-                claims.append({"dataset": ds, "mode": mode, "claim": f"{h} < all non-HRF",
-                               "best_non_hrf": best, "holds": v})
-                crow.append([f"{h} below every non-HRF method", f"{ds} ({mode})", "yes",
-                             f"{1e3 * mse[h].mean():.3f} vs best non-HRF {best} "
-                             f"{1e3 * mse[best].mean():.3f}", v])
-            for a, b in (("HRF-ort", "HRF-iid"), ("ORF-reg", "ORF-Had"),
-                         ("ORF-Had", "Halton-R")):
+                claims.append(
+                    {
+                        "dataset": ds,
+                        "mode": mode,
+                        "claim": f"{h} < all non-HRF",
+                        "best_non_hrf": best,
+                        "holds": v,
+                    }
+                )
+                crow.append(
+                    [
+                        f"{h} below every non-HRF method",
+                        f"{ds} ({mode})",
+                        "yes",
+                        f"{1e3 * mse[h].mean():.3f} vs best non-HRF {best} "
+                        f"{1e3 * mse[best].mean():.3f}",
+                        v,
+                    ]
+                )
+            for a, b in (("HRF-ort", "HRF-iid"), ("ORF-reg", "ORF-Had"), ("ORF-Had", "Halton-R")):
                 v = _verdict(mse[a], mse[b])
-                claims.append({"dataset": ds, "mode": mode, "claim": f"{a} < {b}",
-                               "holds": v})
-                crow.append([f"{a} < {b}", f"{ds} ({mode})", "yes",
-                             f"{1e3 * mse[a].mean():.3f} vs {1e3 * mse[b].mean():.3f}", v])
+                claims.append({"dataset": ds, "mode": mode, "claim": f"{a} < {b}", "holds": v})
+                crow.append(
+                    [
+                        f"{a} < {b}",
+                        f"{ds} ({mode})",
+                        "yes",
+                        f"{1e3 * mse[a].mean():.3f} vs {1e3 * mse[b].mean():.3f}",
+                        v,
+                    ]
+                )
             ratio = mse["HRF-ort"].mean() / mse["ORF-reg"].mean()
-            paper_ratio = PAPER[ds]["HRF-ort"][0] / PAPER[ds]["ORF-reg"][0] if ds in PAPER \
-                else float("nan")
-            claims.append({"dataset": ds, "mode": mode, "claim": "HRF-ort / ORF-reg",
-                           "ours": ratio, "paper": paper_ratio})
-            crow.append(["MSE ratio HRF-ort / ORF-reg", f"{ds} ({mode})",
-                         f"{paper_ratio:.2f}", f"{ratio:.2f}",
-                         "yes" if ratio < 1 else "no"])
+            paper_ratio = (
+                PAPER[ds]["HRF-ort"][0] / PAPER[ds]["ORF-reg"][0] if ds in PAPER else float("nan")
+            )
+            claims.append(
+                {
+                    "dataset": ds,
+                    "mode": mode,
+                    "claim": "HRF-ort / ORF-reg",
+                    "ours": ratio,
+                    "paper": paper_ratio,
+                }
+            )
+            crow.append(
+                [
+                    "MSE ratio HRF-ort / ORF-reg",
+                    f"{ds} ({mode})",
+                    f"{paper_ratio:.2f}",
+                    f"{ratio:.2f}",
+                    "yes" if ratio < 1 else "no",
+                ]
+            )
     rep.add(
         "## Paper claims vs our data",
-        "Paper (Sec. 4.1): \"HRFs outperform all other methods\" (Table 1 ordering: HRF-ort "
-        "< HRF-iid < ORF-reg < ORF-Had < Halton-R on both data sets). Verdict \"yes\" when "
-        "our mean is lower by more than 2 standard errors (over trials), \"yes (n.s.)\" "
-        "when lower but within 2 standard errors, \"no\" otherwise.",
+        'Paper (Sec. 4.1): "HRFs outperform all other methods" (Table 1 ordering: HRF-ort '
+        '< HRF-iid < ORF-reg < ORF-Had < Halton-R on both data sets). Verdict "yes" when '
+        'our mean is lower by more than 2 standard errors (over trials), "yes (n.s.)" '
+        'when lower but within 2 standard errors, "no" otherwise.',
         markdown_table(["claim", "data", "paper", "ours", "holds on our data?"], crow),
     )
     rep.add(
@@ -314,18 +404,29 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "- ORF-Had on d = 13 pads to 16 and truncates the Hadamard rows (not exactly "
         "orthogonal, discrete directions: only approximately unbiased).",
     )
-    rep.results.update({
-        "config": {**asdict(config), "flop_rule": H.FLOP_RULE,
-                   "methods": {k: {"estimator": e, "sampler": s}
-                               for k, (e, s) in METHODS.items()}},
-        "data": info,
-        "mse_1e3": {ds: {mode: {k: {"mean": 1e3 * v.mean(), "std": 1e3 * v.std(ddof=1)}
-                                for k, v in dm.items()} for mode, dm in dv.items()}
-                    for ds, dv in res.items()},
-        "per_trial_mse": res,
-        "paper_1e3": PAPER,
-        "claims": claims,
-        "compute_s": round(time.perf_counter() - t0, 2),
-    })
+    rep.results.update(
+        {
+            "config": {
+                **asdict(config),
+                "flop_rule": H.FLOP_RULE,
+                "methods": {k: {"estimator": e, "sampler": s} for k, (e, s) in METHODS.items()},
+            },
+            "data": info,
+            "mse_1e3": {
+                ds: {
+                    mode: {
+                        k: {"mean": 1e3 * v.mean(), "std": 1e3 * v.std(ddof=1)}
+                        for k, v in dm.items()
+                    }
+                    for mode, dm in dv.items()
+                }
+                for ds, dv in res.items()
+            },
+            "per_trial_mse": res,
+            "paper_1e3": PAPER,
+            "claims": claims,
+            "compute_s": round(time.perf_counter() - t0, 2),
+        }
+    )
     rep.write()
     return rep.results

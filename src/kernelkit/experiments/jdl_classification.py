@@ -61,8 +61,9 @@ PAPER = Config(n_sub=100)
 #: Full mode: the paper's 100 subsamples per (d, n, quantile) (~1.3 CPU-s per subsample at
 #: d = 9, n = 600; about 14 CPU-minutes in all).
 FULL = PAPER
-QUICK = Config(n_sub=2, ls_factors=(1.0,), regs=(1e-5, 1e-3), regs_klr=(1e-2, 1.0),
-               quantiles=(0.01,))
+QUICK = Config(
+    n_sub=2, ls_factors=(1.0,), regs=(1e-5, 1e-3), regs_klr=(1e-2, 1.0), quantiles=(0.01,)
+)
 
 
 def _key(kind, con):
@@ -99,9 +100,10 @@ def _run_one(cfg, X_all, y_all, n, q_level, rep, seed):
             return model.predict_proba(Xq)[:, list(model.classes_).index(True)]
         return model.conditional_probability(event, Xq)
 
-    out = {"baseline": {"loss": clipped_log_loss(lte, np.full(len(lte), event.mean()),
-                                                 cfg.eta)},
-           "positives": {"train": int(event.sum()), "test": int(lte.sum())}}
+    out = {
+        "baseline": {"loss": clipped_log_loss(lte, np.full(len(lte), event.mean()), cfg.eta)},
+        "positives": {"train": int(event.sum()), "test": int(lte.sum())},
+    }
     from ..distributions import BasisCache
 
     cache = BasisCache()  # all models share the factorisations of (X, l) and (Y, l)
@@ -118,9 +120,15 @@ def _run_one(cfg, X_all, y_all, n, q_level, rep, seed):
             Yfit = Ytr
         try:
             model, params, vloss, _ = C.select(
-                kind, con, Xtr, Yfit, grid,
-                lambda m: clipped_log_loss(lva, proba(m, Xva), cfg.eta), cfg.rel_tol,
-                cache=cache)
+                kind,
+                con,
+                Xtr,
+                Yfit,
+                grid,
+                lambda m: clipped_log_loss(lva, proba(m, Xva), cfg.eta),
+                cfg.rel_tol,
+                cache=cache,
+            )
         except RuntimeError as exc:
             out[key] = {"error": str(exc)}
             continue
@@ -128,9 +136,14 @@ def _run_one(cfg, X_all, y_all, n, q_level, rep, seed):
         model = C.fit_model(kind, con, Xtr, Yfit, params, cfg.rel_tol)
         p = proba(model, Xte)
         elapsed = time.perf_counter() - t0
-        out[key] = {"loss": clipped_log_loss(lte, p, cfg.eta), "neg": C.negative_fraction(p),
-                    "nonpos_mass": C.nonpositive_mass_fraction(model, Xte),
-                    "time_s": elapsed, "val_loss": vloss, "params": params}
+        out[key] = {
+            "loss": clipped_log_loss(lte, p, cfg.eta),
+            "neg": C.negative_fraction(p),
+            "nonpos_mass": C.nonpositive_mass_fraction(model, Xte),
+            "time_s": elapsed,
+            "val_loss": vloss,
+            "params": params,
+        }
     return out
 
 
@@ -141,13 +154,20 @@ def _vals(runs, key, metric):
 def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
     from tqdm.auto import tqdm
 
-    rep = Report(out_dir, NAME, quick=quick, title="JDL Sec. 5.2: binary classification "
-                 "(offline stand-in: monthly French size/value portfolios)")
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="JDL Sec. 5.2: binary classification "
+        "(offline stand-in: monthly French size/value portfolios)",
+    )
     data = {d: french_classification_data(d) for d in cfg.ds}
     res = {}
     total = len(cfg.quantiles) * len(cfg.ds) * len(cfg.ns) * cfg.n_sub
-    with tqdm(total=total, desc=NAME, disable=not progress) as pbar, \
-            C.quiet_mass_warnings():  # recorded per run as "nonpos_mass" in results.json
+    with (
+        tqdm(total=total, desc=NAME, disable=not progress) as pbar,
+        C.quiet_mass_warnings(),
+    ):  # recorded per run as "nonpos_mass" in results.json
         for ql in cfg.quantiles:
             for d in cfg.ds:
                 for n in cfg.ns:
@@ -167,16 +187,30 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
             loss = _vals(runs, key, "loss")
             if loss.size == 0:
                 continue
-            e = {"loss_mean": float(loss.mean()),
-                 "loss_se": float(loss.std(ddof=1) / np.sqrt(loss.size)) if loss.size > 1
-                 else 0.0,
-                 "neg_pct": 100 * float(_vals(runs, key, "neg").mean()),
-                 "time_s": float(np.median(_vals(runs, key, "time_s"))),
-                 "baseline_loss": float(base.mean()), "n_ok": int(loss.size)}
+            e = {
+                "loss_mean": float(loss.mean()),
+                "loss_se": float(loss.std(ddof=1) / np.sqrt(loss.size)) if loss.size > 1 else 0.0,
+                "neg_pct": 100 * float(_vals(runs, key, "neg").mean()),
+                "time_s": float(np.median(_vals(runs, key, "time_s"))),
+                "baseline_loss": float(base.mean()),
+                "n_ok": int(loss.size),
+            }
             summary[f"q={ql:g} d={d} n={n} {key}"] = e
-            rows.append([f"{ql:g}", d, n, _label(key), e["loss_mean"], e["loss_se"],
-                         e["baseline_loss"], e["neg_pct"], e["time_s"], f"{pos:.1f}",
-                         f"{e['n_ok']}/{cfg.n_sub}"])
+            rows.append(
+                [
+                    f"{ql:g}",
+                    d,
+                    n,
+                    _label(key),
+                    e["loss_mean"],
+                    e["loss_se"],
+                    e["baseline_loss"],
+                    e["neg_pct"],
+                    e["time_s"],
+                    f"{pos:.1f}",
+                    f"{e['n_ok']}/{cfg.n_sub}",
+                ]
+            )
 
     claims = _claims(cfg, summary)
     rep.add(
@@ -200,18 +234,35 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
         "text of Sec. 5.2 (loss axes there: 0.04-0.22 unconstrained, 0-0.35 constrained, "
         "at d = 25, n = 1000-20000 daily points).\n\n"
         + markdown_table(["paper (Sec. 5.2)", "ours", "holds on our data?"], claims),
-        "## Results\n\n" + markdown_table(
-            ["quantile", "d", "n", "model", "loss (32)", "s.e.", "unconditional",
-             "% p < 0", "median time s", "test events", "fits ok"], rows, floatfmt=".3g"))
+        "## Results\n\n"
+        + markdown_table(
+            [
+                "quantile",
+                "d",
+                "n",
+                "model",
+                "loss (32)",
+                "s.e.",
+                "unconditional",
+                "% p < 0",
+                "median time s",
+                "test events",
+                "fits ok",
+            ],
+            rows,
+            floatfmt=".3g",
+        ),
+    )
     _figures(rep, cfg, summary, keys)
-    rep.add("## Deviations\n\n- Monthly 9-portfolio stand-in instead of the daily "
-            "25-portfolio data; smaller d and n; test set = the rest (218-618 points) "
-            "instead of 5000 points.\n- Random subsamples (scheme not given); hyper-parameter "
-            "grids are library choices; models are not refit on the validation fifth.\n"
-            "- KLR has no intercept (as in the paper) and is fitted by L-BFGS.\n"
-            "- Constrained CME: (51) + (52); constrained JDL: (20) + (29).")
-    rep.results.update({"config": asdict(cfg), "summary": summary, "claims": claims,
-                        "seed": seed})
+    rep.add(
+        "## Deviations\n\n- Monthly 9-portfolio stand-in instead of the daily "
+        "25-portfolio data; smaller d and n; test set = the rest (218-618 points) "
+        "instead of 5000 points.\n- Random subsamples (scheme not given); hyper-parameter "
+        "grids are library choices; models are not refit on the validation fifth.\n"
+        "- KLR has no intercept (as in the paper) and is fitted by L-BFGS.\n"
+        "- Constrained CME: (51) + (52); constrained JDL: (20) + (29)."
+    )
+    rep.results.update({"config": asdict(cfg), "summary": summary, "claims": claims, "seed": seed})
     rep.write()
     return {"claims": claims, "summary": summary, "report": str(Path(out_dir) / "report.md")}
 
@@ -230,36 +281,58 @@ def _claims(cfg, summary):
     ns = cfg.ns
     out = []
     small = ns[0]
-    out.append([f"Fig. 9(a): unconstrained JDL beats CME at small n (d = {d}, n = {small})",
-                f"JDL {g(small, 'jdl/u'):.3g}, CME {g(small, 'cme/u'):.3g}",
-                _yn(g(small, "jdl/u") < g(small, "cme/u"))])
+    out.append(
+        [
+            f"Fig. 9(a): unconstrained JDL beats CME at small n (d = {d}, n = {small})",
+            f"JDL {g(small, 'jdl/u'):.3g}, CME {g(small, 'cme/u'):.3g}",
+            _yn(g(small, "jdl/u") < g(small, "cme/u")),
+        ]
+    )
     par = [g(n, "jdl/c") <= 1.1 * g(n, "klr/u") for n in ns]
-    out.append(["Fig. 9(b): constrained JDL on par with KLR, except small n in high d "
-                "(ours: loss at most 10 % above KLR's, n > smallest)",
-                ", ".join(f"n={n}: {g(n, 'jdl/c'):.3g} vs {g(n, 'klr/u'):.3g}" for n in ns),
-                _yn(all(par[1:]))])
+    out.append(
+        [
+            "Fig. 9(b): constrained JDL on par with KLR, except small n in high d "
+            "(ours: loss at most 10 % above KLR's, n > smallest)",
+            ", ".join(f"n={n}: {g(n, 'jdl/c'):.3g} vs {g(n, 'klr/u'):.3g}" for n in ns),
+            _yn(all(par[1:])),
+        ]
+    )
     hurt = [g(n, "cme/c") > 1.1 * g(n, "cme/u") for n in ns]
-    out.append(["Fig. 9(b): constraints severely hinder CME (ours: loss > 10 % higher at "
-                "most n)",
-                ", ".join(f"n={n}: {g(n, 'cme/u'):.3g} -> {g(n, 'cme/c'):.3g}" for n in ns),
-                _yn(sum(hurt) > len(ns) / 2)])
+    out.append(
+        [
+            "Fig. 9(b): constraints severely hinder CME (ours: loss > 10 % higher at most n)",
+            ", ".join(f"n={n}: {g(n, 'cme/u'):.3g} -> {g(n, 'cme/c'):.3g}" for n in ns),
+            _yn(sum(hurt) > len(ns) / 2),
+        ]
+    )
     negj = max(g(n, "jdl/c", "neg_pct", dd) for n in ns for dd in cfg.ds)
-    out.append(["Fig. 10: constraints cut JDL's negative probabilities to zero",
-                f"max % p < 0, constrained JDL: {negj:.2g} (unconstrained: "
-                f"{max(g(n, 'jdl/u', 'neg_pct', dd) for n in ns for dd in cfg.ds):.2g})",
-                _yn(negj == 0)])
+    out.append(
+        [
+            "Fig. 10: constraints cut JDL's negative probabilities to zero",
+            f"max % p < 0, constrained JDL: {negj:.2g} (unconstrained: "
+            f"{max(g(n, 'jdl/u', 'neg_pct', dd) for n in ns for dd in cfg.ds):.2g})",
+            _yn(negj == 0),
+        ]
+    )
     cu = np.nanmean([g(n, "cme/u", "neg_pct", dd) for n in ns for dd in cfg.ds])
     cc = np.nanmean([g(n, "cme/c", "neg_pct", dd) for n in ns for dd in cfg.ds])
-    out.append(["Fig. 10: constraints cut CME's negative probabilities 2-5 fold",
-                f"mean % p < 0: {cu:.2g} -> {cc:.2g}",
-                _yn(cc * 2 <= cu if cu > 0 else cc == 0)])
+    out.append(
+        [
+            "Fig. 10: constraints cut CME's negative probabilities 2-5 fold",
+            f"mean % p < 0: {cu:.2g} -> {cc:.2g}",
+            _yn(cc * 2 <= cu if cu > 0 else cc == 0),
+        ]
+    )
     kn = max(g(n, "klr/u", "neg_pct", dd) for n in ns for dd in cfg.ds)
     out.append(["KLR positive by construction", f"max % p < 0: {kn:.2g}", _yn(kn == 0)])
-    tj, tc, tk = (np.nanmean([g(n, k, "time_s") for n in ns]) for k in
-                  ("jdl/c", "cme/c", "klr/u"))
-    out.append([f"Fig. 11: constrained CME and JDL comparable in time, KLR slightly slower "
-                f"(d = {d})", f"median s: JDL {tj:.3g}, CME {tc:.3g}, KLR {tk:.3g}",
-                _yn(0.5 <= tj / tc <= 2 and tk >= tj)])
+    tj, tc, tk = (np.nanmean([g(n, k, "time_s") for n in ns]) for k in ("jdl/c", "cme/c", "klr/u"))
+    out.append(
+        [
+            f"Fig. 11: constrained CME and JDL comparable in time, KLR slightly slower (d = {d})",
+            f"median s: JDL {tj:.3g}, CME {tc:.3g}, KLR {tk:.3g}",
+            _yn(0.5 <= tj / tc <= 2 and tk >= tj),
+        ]
+    )
     return out
 
 
@@ -271,22 +344,35 @@ def _figures(rep, cfg, summary, keys):
 
     ql = cfg.quantiles[0]
     for metric, lab, fname, cap in (
-            ("loss_mean", "loss (32)", "fig9_loss.png", "Fig. 9: loss (32) vs n"),
-            ("neg_pct", "% p < 0", "fig10_negative.png",
-             "Fig. 10: % negative probabilities"),
-            ("time_s", "seconds (fit + test)", "fig11_time.png",
-             "Fig. 11: time to fit and evaluate")):
+        ("loss_mean", "loss (32)", "fig9_loss.png", "Fig. 9: loss (32) vs n"),
+        ("neg_pct", "% p < 0", "fig10_negative.png", "Fig. 10: % negative probabilities"),
+        ("time_s", "seconds (fit + test)", "fig11_time.png", "Fig. 11: time to fit and evaluate"),
+    ):
         fig, axes = plt.subplots(1, len(cfg.ds), squeeze=False, figsize=(4.2 * len(cfg.ds), 3.3))
         for ax, d in zip(axes[0], cfg.ds, strict=True):
             for key in keys:
-                ys = [summary.get(f"q={ql:g} d={d} n={n} {key}", {}).get(metric, np.nan)
-                      for n in cfg.ns]
-                ax.plot(cfg.ns, ys, marker="o", ls="--" if key.endswith("/c") else "-",
-                        label=_label(key))
+                ys = [
+                    summary.get(f"q={ql:g} d={d} n={n} {key}", {}).get(metric, np.nan)
+                    for n in cfg.ns
+                ]
+                ax.plot(
+                    cfg.ns,
+                    ys,
+                    marker="o",
+                    ls="--" if key.endswith("/c") else "-",
+                    label=_label(key),
+                )
             if metric == "loss_mean":
-                ax.plot(cfg.ns, [summary.get(f"q={ql:g} d={d} n={n} jdl/u", {}).get(
-                    "baseline_loss", np.nan) for n in cfg.ns], color="gray", marker="x",
-                    label="unconditional")
+                ax.plot(
+                    cfg.ns,
+                    [
+                        summary.get(f"q={ql:g} d={d} n={n} jdl/u", {}).get("baseline_loss", np.nan)
+                        for n in cfg.ns
+                    ],
+                    color="gray",
+                    marker="x",
+                    label="unconditional",
+                )
             ax.set_title(f"d = {d}, quantile {ql:g}")
             ax.set_xlabel("n")
             ax.set_ylabel(lab)

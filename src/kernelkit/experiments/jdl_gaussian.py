@@ -50,8 +50,9 @@ class Config:
     ds: tuple[int, ...] = (1, 2, 3)
     ns: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
     #: number of correlation matrices per n (the paper: 100 for every n)
-    n_corr: dict = field(default_factory=lambda: {1_000: 20, 10_000: 5, 100_000: 2,
-                                                  1_000_000: 1, 10_000_000: 1})
+    n_corr: dict = field(
+        default_factory=lambda: {1_000: 20, 10_000: 5, 100_000: 2, 1_000_000: 1, 10_000_000: 1}
+    )
     n_test: int = 5000
     models: tuple[str, ...] = MODELS
     constrained: tuple[bool, ...] = (False, True)
@@ -75,17 +76,32 @@ class Config:
 
 #: The paper's scale (Sec. 5.1): n up to 1e7, 100 correlation matrices for every n and
 #: every tolerance, timings at d = 10. Not run here (days on two cores); kept to state it.
-PAPER = Config(ns=(1_000, 10_000, 100_000, 1_000_000, 10_000_000),
-               n_corr={n: 100 for n in (1_000, 10_000, 100_000, 1_000_000, 10_000_000)},
-               eps_ns=(1_000, 10_000, 100_000, 1_000_000, 10_000_000), eps_n_corr=100,
-               time_d=10)
+PAPER = Config(
+    ns=(1_000, 10_000, 100_000, 1_000_000, 10_000_000),
+    n_corr={n: 100 for n in (1_000, 10_000, 100_000, 1_000_000, 10_000_000)},
+    eps_ns=(1_000, 10_000, 100_000, 1_000_000, 10_000_000),
+    eps_n_corr=100,
+    time_d=10,
+)
 #: Full mode (~5 CPU-minutes): n up to 1e5, 20 / 5 / 2 correlation matrices at
 #: n = 1e3 / 1e4 / 1e5, 3 per tolerance in the sweep.
-FULL = Config(ns=(1_000, 10_000, 100_000), n_corr={1_000: 20, 10_000: 5, 100_000: 2},
-              eps_ns=(1_000, 10_000, 100_000), eps_n_corr=3)
-QUICK = Config(ns=(1_000, 4_000), n_corr={1_000: 3, 4_000: 1}, ls_factors=(0.75, 1.5),
-               regs=(1e-8, 1e-6, 1e-4), regs_poly=(1e-3, 1e-1), n_tune_max=2_000, sos_max_d=1,
-               eps_ns=(1_000, 4_000), eps_n_corr=1)
+FULL = Config(
+    ns=(1_000, 10_000, 100_000),
+    n_corr={1_000: 20, 10_000: 5, 100_000: 2},
+    eps_ns=(1_000, 10_000, 100_000),
+    eps_n_corr=3,
+)
+QUICK = Config(
+    ns=(1_000, 4_000),
+    n_corr={1_000: 3, 4_000: 1},
+    ls_factors=(0.75, 1.5),
+    regs=(1e-8, 1e-6, 1e-4),
+    regs_poly=(1e-3, 1e-1),
+    n_tune_max=2_000,
+    sos_max_d=1,
+    eps_ns=(1_000, 4_000),
+    eps_n_corr=1,
+)
 
 
 # ====================================================================== one data set
@@ -99,11 +115,11 @@ def _variants(cfg, d):
     return out
 
 
-def _run_one(cfg: Config, d: int, n: int, j: int, seed: int, variants, rel_tol=None,
-             timing=False):
+def _run_one(cfg: Config, d: int, n: int, j: int, seed: int, variants, rel_tol=None, timing=False):
     """Fit and evaluate every variant on data set (d, n, j). Returns {variant: metrics}."""
-    Cj = random_correlation_matrix(2 * d, np.random.default_rng([seed, d, j, 1]),
-                                   scale=cfg.gamma_scale)  # same C_j for every n
+    Cj = random_correlation_matrix(
+        2 * d, np.random.default_rng([seed, d, j, 1]), scale=cfg.gamma_scale
+    )  # same C_j for every n
     rng = np.random.default_rng([seed, d, j, n, 2])
     X, Y = sample_gaussian(Cj, n, d, rng)
     Xte, _ = sample_gaussian(Cj, cfg.n_test, d, rng)
@@ -141,8 +157,9 @@ def _run_one(cfg: Config, d: int, n: int, j: int, seed: int, variants, rel_tol=N
         else:
             grid = C.grid_for(kind, ls, ls, cfg.regs, cfg.regs_poly)
         try:
-            model, params, vloss, _ = C.select(kind, con, Xt_tr, Yt_tr, grid, val_loss, eps,
-                                               cache=cache)
+            model, params, vloss, _ = C.select(
+                kind, con, Xt_tr, Yt_tr, grid, val_loss, eps, cache=cache
+            )
         except RuntimeError as exc:
             out[key] = {"error": str(exc)}
             continue
@@ -151,15 +168,23 @@ def _run_one(cfg: Config, d: int, n: int, j: int, seed: int, variants, rel_tol=N
             model = C.fit_model(kind, con, Xtr, Ytr, params, eps, refit_cache)
         M, tot = C.moments_and_totals(model, Ytr, Xte)
         mx, my = C.model_rank(model)
-        res = {"loss": _loss31(Mte, M), "norm_err": C.normalization_error(tot),
-               "pos_err": C.psd_violation_fraction(M), "val_loss": vloss, "params": params,
-               "m_x": mx, "m_y": my, "nonpos_mass": C.nonpositive_mass_fraction(model, Xte)}
+        res = {
+            "loss": _loss31(Mte, M),
+            "norm_err": C.normalization_error(tot),
+            "pos_err": C.psd_violation_fraction(M),
+            "val_loss": vloss,
+            "params": params,
+            "m_x": mx,
+            "m_y": my,
+            "nonpos_mass": C.nonpositive_mass_fraction(model, Xte),
+        }
         if timing:
             res.update(C.timed_fit_eval(kind, con, Xtr, Ytr, params, eps, Xte))
             if con and (kind, False) in chosen and kind != "jpdl":
                 # same hyper-parameters as the unconstrained fit: the cost of the constraint
                 res["total_s_uparams"] = C.timed_fit_eval(
-                    kind, con, Xtr, Ytr, chosen[(kind, False)], eps, Xte)["total_s"]
+                    kind, con, Xtr, Ytr, chosen[(kind, False)], eps, Xte
+                )["total_s"]
         out[key] = res
     return out
 
@@ -179,8 +204,9 @@ def _collect(cfg, seed, pbar):
             runs = []
             for j in range(cfg.n_corr.get(n, 1)):
                 pbar.set_postfix_str(f"d={d} n={n} j={j}")
-                runs.append(_run_one(cfg, d, n, j, seed, variants,
-                                     timing=(j == 0 and d == cfg.time_d)))
+                runs.append(
+                    _run_one(cfg, d, n, j, seed, variants, timing=(j == 0 and d == cfg.time_d))
+                )
                 pbar.update(1)
             main[(d, n)] = runs
     sweep = {}  # (eps, n) -> runs, Fig. 2 / 4
@@ -189,8 +215,11 @@ def _collect(cfg, seed, pbar):
             runs = []
             for j in range(cfg.eps_n_corr):
                 pbar.set_postfix_str(f"eps={eps:g} n={n} j={j}")
-                runs.append(_run_one(cfg, cfg.eps_d, n, j, seed,
-                                     [("jdl", False), ("cme", False)], rel_tol=eps))
+                runs.append(
+                    _run_one(
+                        cfg, cfg.eps_d, n, j, seed, [("jdl", False), ("cme", False)], rel_tol=eps
+                    )
+                )
                 pbar.update(1)
             sweep[(eps, n)] = runs
     return main, sweep
@@ -216,20 +245,34 @@ def _summary(cfg, main):
             if loss.size == 0:
                 continue
             entry = {
-                "loss_mean": float(loss.mean()), "loss_q05": float(np.quantile(loss, 0.05)),
+                "loss_mean": float(loss.mean()),
+                "loss_q05": float(np.quantile(loss, 0.05)),
                 "loss_q95": float(np.quantile(loss, 0.95)),
                 "norm_err_max": float(_values(runs, key, "norm_err").max()),
                 "pos_err_mean": float(_values(runs, key, "pos_err").mean()),
                 "m_x_mean": float(_values(runs, key, "m_x").mean()),
-                "baseline_loss_mean": float(base.mean()), "n_corr": len(loss),
+                "baseline_loss_mean": float(base.mean()),
+                "n_corr": len(loss),
             }
             t = _values(runs, key, "total_s")
             if t.size:
                 entry["time_s"] = float(t[0])
             table[f"d={d} n={n} {key}"] = entry
-            rows.append([d, n, _label(key), entry["loss_mean"], entry["loss_q05"],
-                         entry["loss_q95"], entry["baseline_loss_mean"], entry["norm_err_max"],
-                         100 * entry["pos_err_mean"], entry["m_x_mean"], len(loss)])
+            rows.append(
+                [
+                    d,
+                    n,
+                    _label(key),
+                    entry["loss_mean"],
+                    entry["loss_q05"],
+                    entry["loss_q95"],
+                    entry["baseline_loss_mean"],
+                    entry["norm_err_max"],
+                    100 * entry["pos_err_mean"],
+                    entry["m_x_mean"],
+                    len(loss),
+                ]
+            )
     return rows, table
 
 
@@ -251,79 +294,144 @@ def _claims(cfg, main, sweep):
     # Fig. 1: JPDL < JDL < CME (loss), at the largest d, unconstrained
     order = [mean(d3, n, "jpdl/u") <= mean(d3, n, "jdl/u") <= mean(d3, n, "cme/u") for n in ns]
     jdl_cme = [mean(d3, n, "jdl/u") <= mean(d3, n, "cme/u") for n in ns]
-    claims.append([f"Fig. 1: loss JPDL < JDL < CME (d = {d3}, unconstrained)",
-                   f"full order at {sum(order)}/{len(ns)} n; JDL < CME at "
-                   f"{sum(jdl_cme)}/{len(ns)} n", _yn(sum(order) > len(ns) / 2)])
+    claims.append(
+        [
+            f"Fig. 1: loss JPDL < JDL < CME (d = {d3}, unconstrained)",
+            f"full order at {sum(order)}/{len(ns)} n; JDL < CME at {sum(jdl_cme)}/{len(ns)} n",
+            _yn(sum(order) > len(ns) / 2),
+        ]
+    )
     if "jdl/c" in main[(d3, ns[0])][0] and "jdl/u" in main[(d3, ns[0])][0]:
         rc = [mean(d, n, "jdl/c") / mean(d, n, "jdl/u") for d in cfg.ds for n in ns]
-        claims.append(["Fig. 1(b): constrained JDL loss in the range of the unconstrained "
-                       "one (same axes, 1e-6 to 10)",
-                       f"constrained / unconstrained loss: median {np.median(rc):.3g}, "
-                       f"range {min(rc):.3g}-{max(rc):.3g} over (d, n)",
-                       _yn(np.median(rc) < 3)])
+        claims.append(
+            [
+                "Fig. 1(b): constrained JDL loss in the range of the unconstrained "
+                "one (same axes, 1e-6 to 10)",
+                f"constrained / unconstrained loss: median {np.median(rc):.3g}, "
+                f"range {min(rc):.3g}-{max(rc):.3g} over (d, n)",
+                _yn(np.median(rc) < 3),
+            ]
+        )
     beats = [mean(d, n, "jdl/u") < mean(d, n, "baseline") for d in cfg.ds for n in ns]
-    claims.append(["(sanity) JDL loss below the unconditional second moment",
-                   f"{sum(beats)}/{len(beats)} (d, n)", _yn(all(beats))])
+    claims.append(
+        [
+            "(sanity) JDL loss below the unconditional second moment",
+            f"{sum(beats)}/{len(beats)} (d, n)",
+            _yn(all(beats)),
+        ]
+    )
     # Fig. 3: JDL, JPDL normalisation error zero; CME sizeable; constraints reduce it
-    nzs = [float(v) for k in main for key in ("jdl/u", "jdl/c", "jpdl/u", "jpdl/c")
-           for v in _values(main[k], key, "norm_err")]
+    nzs = [
+        float(v)
+        for k in main
+        for key in ("jdl/u", "jdl/c", "jpdl/u", "jpdl/c")
+        for v in _values(main[k], key, "norm_err")
+    ]
     nz = max(nzs) if nzs else math.nan
-    claims.append(["Fig. 3: JDL and JPDL normalisation error is zero",
-                   f"max over all runs {nz:.1e}", _yn(nz < 1e-8)])
+    claims.append(
+        [
+            "Fig. 3: JDL and JPDL normalisation error is zero",
+            f"max over all runs {nz:.1e}",
+            _yn(nz < 1e-8),
+        ]
+    )
     cme_u = [float(_vn(main[(d3, n)], "cme/u", "norm_err").max()) for n in ns]
-    claims.append(["Fig. 3: CME normalisation error sizeable (axes up to 0.3)",
-                   "max per n: " + ", ".join(f"{v:.2g}" for v in cme_u),
-                   _yn(max(cme_u) > 1e-3)])
+    claims.append(
+        [
+            "Fig. 3: CME normalisation error sizeable (axes up to 0.3)",
+            "max per n: " + ", ".join(f"{v:.2g}" for v in cme_u),
+            _yn(max(cme_u) > 1e-3),
+        ]
+    )
     if "cme/c" in main[(d3, ns[0])][0] and "cme/u" in main[(d3, ns[0])][0]:
         cme_c = [float(_vn(main[(d3, n)], "cme/c", "norm_err").max()) for n in ns]
         # a reduction counts when it is material (>= 10 %), not a rounding-level change
         red = [c < 0.9 * u for c, u in zip(cme_c, cme_u, strict=True)]
         change = max((u - c) / u for c, u in zip(cme_c, cme_u, strict=True) if u > 0)
-        claims.append(["Fig. 3: constraints reduce CME's normalisation error",
-                       "constrained: " + ", ".join(f"{v:.2g}" for v in cme_c)
-                       + f" (>= 10 % lower at {sum(red)}/{len(ns)} n; largest reduction "
-                       f"{100 * change:.1f} %)", _yn(sum(red) > len(ns) / 2)])
+        claims.append(
+            [
+                "Fig. 3: constraints reduce CME's normalisation error",
+                "constrained: "
+                + ", ".join(f"{v:.2g}" for v in cme_c)
+                + f" (>= 10 % lower at {sum(red)}/{len(ns)} n; largest reduction "
+                f"{100 * change:.1f} %)",
+                _yn(sum(red) > len(ns) / 2),
+            ]
+        )
     # Fig. 4: CME normalisation error at eps = 1e-3 falls with n
     if 1e-3 in cfg.eps_sweep and len(cfg.eps_ns) > 1:
         v = [float(_vn(sweep[(1e-3, n)], "cme/u", "norm_err").max()) for n in cfg.eps_ns]
-        claims.append([f"Fig. 4: CME normalisation error falls with n at eps = 1e-3 "
-                       f"(d = {cfg.eps_d})", ", ".join(f"{x:.2g}" for x in v),
-                       _yn(v[-1] < v[0])])
+        claims.append(
+            [
+                f"Fig. 4: CME normalisation error falls with n at eps = 1e-3 (d = {cfg.eps_d})",
+                ", ".join(f"{x:.2g}" for x in v),
+                _yn(v[-1] < v[0]),
+            ]
+        )
     # Fig. 2: JDL robust to eps (spread of its losses across eps smaller than CME's)
     if len(cfg.eps_sweep) > 1:
+
         def spread(key):
             out = []
             for n in cfg.eps_ns:
                 ls = [float(_vn(sweep[(e, n)], key, "loss").mean()) for e in cfg.eps_sweep]
                 out.append(max(ls) / min(ls))
             return out
+
         sj, sc = spread("jdl/u"), spread("cme/u")
-        claims.append([f"Fig. 2: JDL loss robust to eps, CME's not (d = {cfg.eps_d}; "
-                       "max/min loss over eps)",
-                       "JDL " + ", ".join(f"{x:.2g}" for x in sj) + "; CME "
-                       + ", ".join(f"{x:.2g}" for x in sc),
-                       _yn(np.mean(sj) <= np.mean(sc))])
+        claims.append(
+            [
+                f"Fig. 2: JDL loss robust to eps, CME's not (d = {cfg.eps_d}; "
+                "max/min loss over eps)",
+                "JDL "
+                + ", ".join(f"{x:.2g}" for x in sj)
+                + "; CME "
+                + ", ".join(f"{x:.2g}" for x in sc),
+                _yn(np.mean(sj) <= np.mean(sc)),
+            ]
+        )
     # Fig. 5: positivity fine for JDL / JPDL
-    pe = {key: max(float(_values(main[k], key, "pos_err").mean()) for k in main
-                   if _values(main[k], key, "pos_err").size)
-          for key in ("jdl/u", "jdl/c", "jpdl/u", "cme/u", "cme/c")
-          if any(_values(main[k], key, "pos_err").size for k in main)}
-    claims.append(["Fig. 5: positivity error small for all but CME at d = 3",
-                   ", ".join(f"{_label(k)} {100 * v:.2g}%" for k, v in pe.items()),
-                   _yn(max(pe.get("jdl/u", 0), pe.get("jdl/c", 0)) <= 0.01)])
+    pe = {
+        key: max(
+            float(_values(main[k], key, "pos_err").mean())
+            for k in main
+            if _values(main[k], key, "pos_err").size
+        )
+        for key in ("jdl/u", "jdl/c", "jpdl/u", "cme/u", "cme/c")
+        if any(_values(main[k], key, "pos_err").size for k in main)
+    }
+    claims.append(
+        [
+            "Fig. 5: positivity error small for all but CME at d = 3",
+            ", ".join(f"{_label(k)} {100 * v:.2g}%" for k, v in pe.items()),
+            _yn(max(pe.get("jdl/u", 0), pe.get("jdl/c", 0)) <= 0.01),
+        ]
+    )
     # Fig. 8: unconstrained JPDL fastest; constrained JDL close to unconstrained
-    tim = {key: mean(cfg.time_d, n, key, "total_s") for n in ns[-1:] for key in
-           ("jdl/u", "jdl/c", "jpdl/u", "cme/u") if (cfg.time_d, n) in main}
+    tim = {
+        key: mean(cfg.time_d, n, key, "total_s")
+        for n in ns[-1:]
+        for key in ("jdl/u", "jdl/c", "jpdl/u", "cme/u")
+        if (cfg.time_d, n) in main
+    }
     if len(tim) == 4 and all(math.isfinite(v) for v in tim.values()):
-        claims.append([f"Fig. 8: unconstrained JPDL fastest (d = {cfg.time_d}, n = {ns[-1]})",
-                       ", ".join(f"{_label(k)} {v:.2g} s" for k, v in tim.items()),
-                       _yn(tim["jpdl/u"] <= min(tim.values()))])
+        claims.append(
+            [
+                f"Fig. 8: unconstrained JPDL fastest (d = {cfg.time_d}, n = {ns[-1]})",
+                ", ".join(f"{_label(k)} {v:.2g} s" for k, v in tim.items()),
+                _yn(tim["jpdl/u"] <= min(tim.values())),
+            ]
+        )
         same = mean(cfg.time_d, ns[-1], "jdl/c", "total_s_uparams")
         ratio = same / tim["jdl/u"] if math.isfinite(same) else tim["jdl/c"] / tim["jdl/u"]
-        claims.append(["Fig. 8: constrained JDL only slightly slower than unconstrained",
-                       f"time ratio {ratio:.2f} at the same hyper-parameters "
-                       f"({tim['jdl/c'] / tim['jdl/u']:.2f} at the validated ones)",
-                       _yn(ratio < 1.5)])
+        claims.append(
+            [
+                "Fig. 8: constrained JDL only slightly slower than unconstrained",
+                f"time ratio {ratio:.2f} at the same hyper-parameters "
+                f"({tim['jdl/c'] / tim['jdl/u']:.2f} at the validated ones)",
+                _yn(ratio < 1.5),
+            ]
+        )
     return claims
 
 
@@ -342,8 +450,12 @@ def _figures(rep, cfg, main, sweep):
     ns = list(cfg.ns)
 
     def panel_grid(metric, title, fname, caption, logy=True, scale=1.0):
-        fig, axes = plt.subplots(len(cfg.constrained), len(cfg.ds), squeeze=False,
-                                 figsize=(4.2 * len(cfg.ds), 3.4 * len(cfg.constrained)))
+        fig, axes = plt.subplots(
+            len(cfg.constrained),
+            len(cfg.ds),
+            squeeze=False,
+            figsize=(4.2 * len(cfg.ds), 3.4 * len(cfg.constrained)),
+        )
         for r, con in enumerate(cfg.constrained):
             for c, d in enumerate(cfg.ds):
                 ax = axes[r, c]
@@ -354,8 +466,14 @@ def _figures(rep, cfg, main, sweep):
                         continue
                     C.band_plot(ax, ns, rows, C.MODEL_LABELS[kind], colors[kind], logy=logy)
                 if metric == "loss":
-                    C.band_plot(ax, ns, [_values(main[(d, n)], "baseline", "loss") for n in ns],
-                                "unconditional", "gray", marker="x")
+                    C.band_plot(
+                        ax,
+                        ns,
+                        [_values(main[(d, n)], "baseline", "loss") for n in ns],
+                        "unconditional",
+                        "gray",
+                        marker="x",
+                    )
                 ax.set_title(f"d = {d}, {C.VARIANT_LABELS[con]}")
                 ax.set_xlabel("n")
                 ax.set_ylabel(title)
@@ -363,32 +481,54 @@ def _figures(rep, cfg, main, sweep):
         fig.tight_layout()
         rep.figure(fig, fname, caption)
 
-    panel_grid("loss", "loss (31)", "fig1_loss.png",
-               "Fig. 1: loss (31) vs n (mean over correlation matrices, band 5-95 %).")
-    panel_grid("norm_err", "max |E[1|x] - 1|", "fig3_normalization.png",
-               "Fig. 3: normalisation error (band over correlation matrices; JDL/JPDL are "
-               "normalised by construction: ~1e-16).", logy=False)
-    panel_grid("pos_err", "% non-PSD M(x)", "fig5_positivity.png",
-               "Fig. 5: positivity error (% of test points with a non-PSD predicted second "
-               "moment).", logy=False, scale=100.0)
+    panel_grid(
+        "loss",
+        "loss (31)",
+        "fig1_loss.png",
+        "Fig. 1: loss (31) vs n (mean over correlation matrices, band 5-95 %).",
+    )
+    panel_grid(
+        "norm_err",
+        "max |E[1|x] - 1|",
+        "fig3_normalization.png",
+        "Fig. 3: normalisation error (band over correlation matrices; JDL/JPDL are "
+        "normalised by construction: ~1e-16).",
+        logy=False,
+    )
+    panel_grid(
+        "pos_err",
+        "% non-PSD M(x)",
+        "fig5_positivity.png",
+        "Fig. 5: positivity error (% of test points with a non-PSD predicted second moment).",
+        logy=False,
+        scale=100.0,
+    )
 
     # Fig. 2 and 4: tolerance sweep
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
     for eps, col in zip(cfg.eps_sweep, ("tab:red", "tab:orange", "tab:blue"), strict=False):
-        for ax, key, metric in ((axes[0], "jdl/u", "loss"), (axes[1], "cme/u", "loss"),
-                                (axes[2], "cme/u", "norm_err")):
+        for ax, key, metric in (
+            (axes[0], "jdl/u", "loss"),
+            (axes[1], "cme/u", "loss"),
+            (axes[2], "cme/u", "norm_err"),
+        ):
             rows = [_values(sweep[(eps, n)], key, metric) for n in cfg.eps_ns]
-            C.band_plot(ax, list(cfg.eps_ns), rows, f"eps = {eps:g}", col,
-                        logy=metric == "loss")
-    for ax, t in zip(axes, ("(a) JDL loss (31)", "(b) CME loss (31)",
-                            "Fig. 4: CME normalisation error"), strict=True):
+            C.band_plot(ax, list(cfg.eps_ns), rows, f"eps = {eps:g}", col, logy=metric == "loss")
+    for ax, t in zip(
+        axes,
+        ("(a) JDL loss (31)", "(b) CME loss (31)", "Fig. 4: CME normalisation error"),
+        strict=True,
+    ):
         ax.set_title(f"{t}, d = {cfg.eps_d}")
         ax.set_xlabel("n")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    rep.figure(fig, "fig2_fig4_tolerance.png",
-               "Figs. 2 and 4: loss and CME normalisation error for relative tolerances "
-               "eps (unconstrained).")
+    rep.figure(
+        fig,
+        "fig2_fig4_tolerance.png",
+        "Figs. 2 and 4: loss and CME normalisation error for relative tolerances "
+        "eps (unconstrained).",
+    )
 
     # Fig. 8: time
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -398,9 +538,14 @@ def _figures(rep, cfg, main, sweep):
             ts = [_values(main[(cfg.time_d, n)], key, "total_s") for n in ns]
             xs = [n for n, t in zip(ns, ts, strict=True) if t.size]
             if xs:
-                ax.plot(xs, [t[0] for t in ts if t.size], marker="o", color=colors[kind],
-                        ls="-" if not con else "--",
-                        label=f"{C.MODEL_LABELS[kind]} ({C.VARIANT_LABELS[con]})")
+                ax.plot(
+                    xs,
+                    [t[0] for t in ts if t.size],
+                    marker="o",
+                    color=colors[kind],
+                    ls="-" if not con else "--",
+                    label=f"{C.MODEL_LABELS[kind]} ({C.VARIANT_LABELS[con]})",
+                )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("n")
@@ -408,30 +553,44 @@ def _figures(rep, cfg, main, sweep):
     ax.set_title(f"Fig. 8: time, d = {cfg.time_d}")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    rep.figure(fig, "fig8_time.png", "Fig. 8: time to fit and evaluate 5000 conditional "
-               "second moments (validated hyper-parameters, first correlation matrix).")
+    rep.figure(
+        fig,
+        "fig8_time.png",
+        "Fig. 8: time to fit and evaluate 5000 conditional "
+        "second moments (validated hyper-parameters, first correlation matrix).",
+    )
 
 
 # ====================================================================== entry point
 def _scale_sentence(cfg: Config) -> str:
     """This run's scale next to the paper's (``PAPER``)."""
-    return (f"**Scale.** This run: n up to {max(cfg.ns):.0e}, "
-            f"{ {n: cfg.n_corr.get(n, 1) for n in cfg.ns} } correlation matrices per n, "
-            f"{cfg.eps_n_corr} per (tolerance, n) in the sweep, timings at d = {cfg.time_d}. "
-            f"The paper: n up to {max(PAPER.ns):.0e}, 100 correlation matrices for every n "
-            f"and tolerance, timings at d = {PAPER.time_d} (`PAPER` in the module). Bands "
-            "over few matrices are rough.")
+    return (
+        f"**Scale.** This run: n up to {max(cfg.ns):.0e}, "
+        f"{ {n: cfg.n_corr.get(n, 1) for n in cfg.ns} } correlation matrices per n, "
+        f"{cfg.eps_n_corr} per (tolerance, n) in the sweep, timings at d = {cfg.time_d}. "
+        f"The paper: n up to {max(PAPER.ns):.0e}, 100 correlation matrices for every n "
+        f"and tolerance, timings at d = {PAPER.time_d} (`PAPER` in the module). Bands "
+        "over few matrices are rough."
+    )
 
 
 def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
     from tqdm.auto import tqdm
 
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="JDL Sec. 5.1: conditional second moments of Gaussian data")
-    total = sum(cfg.n_corr.get(n, 1) for n in cfg.ns) * len(cfg.ds) + \
-        len(cfg.eps_sweep) * len(cfg.eps_ns) * cfg.eps_n_corr
-    with tqdm(total=total, desc=NAME, unit="data set", disable=not progress) as pbar, \
-            C.quiet_mass_warnings():  # recorded per run as "nonpos_mass" in results.json
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="JDL Sec. 5.1: conditional second moments of Gaussian data",
+    )
+    total = (
+        sum(cfg.n_corr.get(n, 1) for n in cfg.ns) * len(cfg.ds)
+        + len(cfg.eps_sweep) * len(cfg.eps_ns) * cfg.eps_n_corr
+    )
+    with (
+        tqdm(total=total, desc=NAME, unit="data set", disable=not progress) as pbar,
+        C.quiet_mass_warnings(),
+    ):  # recorded per run as "nonpos_mass" in results.json
         main, sweep = _collect(cfg, seed, pbar)
     rows, table = _summary(cfg, main)
     claims = _claims(cfg, main, sweep)
@@ -445,14 +604,28 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
         f"{[round(f, 3) for f in cfg.ls_factors]} x sqrt(d), reg in {list(cfg.regs)} "
         f"(JPDL reg in {list(cfg.regs_poly)}), selected on the validation fifth by loss (31) "
         "against the true conditional moments. Relative tolerance 1e-3 (n <= 1e5), 1e-2 "
-        "(1e6), 1e-1 (1e7); JPDL exact (degree 4).\n\n"
-        + _scale_sentence(cfg),
+        "(1e6), 1e-1 (1e7); JPDL exact (degree 4).\n\n" + _scale_sentence(cfg),
         "## Paper's claims vs ours\n\nThe paper reports figures only (no tables); its "
         "claims are read from the text of Sec. 5.1 and Figs. 1-5, 8.\n\n"
         + markdown_table(["paper (Sec. 5.1)", "ours", "holds on our data?"], claims),
-        "## Results\n\n" + markdown_table(
-            ["d", "n", "model", "loss (31) mean", "q05", "q95", "unconditional loss",
-             "max norm. error", "% non-PSD", "mean m_X", "#C_j"], rows, floatfmt=".3g"),
+        "## Results\n\n"
+        + markdown_table(
+            [
+                "d",
+                "n",
+                "model",
+                "loss (31) mean",
+                "q05",
+                "q95",
+                "unconditional loss",
+                "max norm. error",
+                "% non-PSD",
+                "mean m_X",
+                "#C_j",
+            ],
+            rows,
+            floatfmt=".3g",
+        ),
     )
     _figures(rep, cfg, main, sweep)
     rep.add(
@@ -484,12 +657,18 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
         "precision', no value).\n"
         "- X = first d, Y = last d coordinates of Z (not stated in the paper).",
     )
-    rep.results.update({"config": {**asdict(cfg), "n_corr": {str(k): v for k, v in
-                                                              cfg.n_corr.items()}},
-                        "summary": table, "claims": claims, "seed": seed,
-                        "sweep": {f"eps={e:g} n={n}": [{k: v for k, v in r.items()}
-                                                         for r in runs]
-                                  for (e, n), runs in sweep.items()}})
+    rep.results.update(
+        {
+            "config": {**asdict(cfg), "n_corr": {str(k): v for k, v in cfg.n_corr.items()}},
+            "summary": table,
+            "claims": claims,
+            "seed": seed,
+            "sweep": {
+                f"eps={e:g} n={n}": [{k: v for k, v in r.items()} for r in runs]
+                for (e, n), runs in sweep.items()
+            },
+        }
+    )
     rep.write()
     return {"claims": claims, "summary": table, "report": str(Path(out_dir) / "report.md")}
 

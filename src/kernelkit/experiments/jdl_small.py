@@ -94,8 +94,9 @@ def _run_one(cfg, name, n, rep, seed):
     for kind in cfg.models:
         grid = C.grid_for(kind, ls_x, ls_y, cfg.regs, cfg.regs_poly)
         try:
-            model, params, vloss, _ = C.select(kind, False, Xtr, Ytr, grid, val_loss,
-                                               cfg.rel_tol, cache=cache)
+            model, params, vloss, _ = C.select(
+                kind, False, Xtr, Ytr, grid, val_loss, cfg.rel_tol, cache=cache
+            )
         except RuntimeError as exc:
             out[kind] = {"error": str(exc)}
             continue
@@ -103,9 +104,14 @@ def _run_one(cfg, name, n, rep, seed):
         W = model.conditional_weights(Xte)  # (n_test, n_tr)
         if kind == "cme":  # only the pivot columns carry weight (zero elsewhere)
             W = W[:, model.basis_y_.pivots_]
-        res = {"pos_err": C.psd_violation_fraction(M), "norm_err": C.normalization_error(tot),
-               "neg_rn": C.negative_fraction(W), "params": params, "val_loss": vloss,
-               "nonpos_mass": C.nonpositive_mass_fraction(model, Xte)}
+        res = {
+            "pos_err": C.psd_violation_fraction(M),
+            "norm_err": C.normalization_error(tot),
+            "neg_rn": C.negative_fraction(W),
+            "params": params,
+            "val_loss": vloss,
+            "nonpos_mass": C.nonpositive_mass_fraction(model, Xte),
+        }
         if Mte is not None:
             res["loss"] = C.second_moment_loss(Mte, M)
         out[kind] = res
@@ -122,11 +128,16 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
     for name in cfg.datasets:
         if name not in ("uniform", "cauchy"):
             raise ValueError(f"unknown data set {name!r}; expected 'uniform' or 'cauchy'.")
-    rep = Report(out_dir, NAME, quick=quick, title="JDL Sec. 5.1: small uniform and Cauchy "
-                 "data sets (Figs. 6-7)")
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="JDL Sec. 5.1: small uniform and Cauchy data sets (Figs. 6-7)",
+    )
     res = {}
-    with tqdm(total=len(cfg.datasets) * len(cfg.ns) * cfg.n_rep, desc=NAME,
-              disable=not progress) as pbar:
+    with tqdm(
+        total=len(cfg.datasets) * len(cfg.ns) * cfg.n_rep, desc=NAME, disable=not progress
+    ) as pbar:
         for name in cfg.datasets:
             for n in cfg.ns:
                 runs = []
@@ -140,25 +151,39 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
     rows, summary = [], {}
     for (name, n), runs in res.items():
         for kind in cfg.models:
-            s = {m: _vals(runs, kind, m) for m in ("pos_err", "norm_err", "neg_rn", "loss",
-                                                   "nonpos_mass")}
+            s = {
+                m: _vals(runs, kind, m)
+                for m in ("pos_err", "norm_err", "neg_rn", "loss", "nonpos_mass")
+            }
             if s["pos_err"].size == 0:
                 continue
             base = _vals(runs, "baseline", "loss")
-            e = {"pos_err_pct": 100 * float(s["pos_err"].mean()),
-                 "baseline_loss_mean": float(base.mean()) if base.size else None,
-                 "norm_err_max": float(s["norm_err"].max()),
-                 "neg_rn_pct": 100 * float(s["neg_rn"].mean()),
-                 "loss_mean": float(s["loss"].mean()) if s["loss"].size else None,
-                 "nonpos_mass_pct": 100 * float(np.nanmean(s["nonpos_mass"]))
-                 if kind != "cme" else None,
-                 "n_ok": int(s["pos_err"].size)}
+            e = {
+                "pos_err_pct": 100 * float(s["pos_err"].mean()),
+                "baseline_loss_mean": float(base.mean()) if base.size else None,
+                "norm_err_max": float(s["norm_err"].max()),
+                "neg_rn_pct": 100 * float(s["neg_rn"].mean()),
+                "loss_mean": float(s["loss"].mean()) if s["loss"].size else None,
+                "nonpos_mass_pct": 100 * float(np.nanmean(s["nonpos_mass"]))
+                if kind != "cme"
+                else None,
+                "n_ok": int(s["pos_err"].size),
+            }
             summary[f"{name} n={n} {kind}"] = e
-            rows.append([name, n, C.MODEL_LABELS[kind], e["pos_err_pct"], e["norm_err_max"],
-                         e["neg_rn_pct"], "-" if e["loss_mean"] is None else e["loss_mean"],
-                         "-" if e["baseline_loss_mean"] is None else e["baseline_loss_mean"],
-                         "-" if e["nonpos_mass_pct"] is None else e["nonpos_mass_pct"],
-                         f"{e['n_ok']}/{cfg.n_rep}"])
+            rows.append(
+                [
+                    name,
+                    n,
+                    C.MODEL_LABELS[kind],
+                    e["pos_err_pct"],
+                    e["norm_err_max"],
+                    e["neg_rn_pct"],
+                    "-" if e["loss_mean"] is None else e["loss_mean"],
+                    "-" if e["baseline_loss_mean"] is None else e["baseline_loss_mean"],
+                    "-" if e["nonpos_mass_pct"] is None else e["nonpos_mass_pct"],
+                    f"{e['n_ok']}/{cfg.n_rep}",
+                ]
+            )
 
     def get(name, n, kind, key):
         return summary.get(f"{name} n={n} {kind}", {}).get(key, np.nan)
@@ -169,67 +194,107 @@ def _run(cfg: Config, out_dir, seed=0, quick=False, progress=True):
         jp = [get("uniform", n, "jpdl", "pos_err_pct") for n in ns]
         jd = [get("uniform", n, "jdl", "pos_err_pct") for n in ns]
         cm = [get("uniform", n, "cme", "pos_err_pct") for n in ns]
-        claims.append(["Fig. 6: JPDL has more PSD violations (esp. n = 50)",
-                       "JPDL " + ", ".join(f"{v:.2g}%" for v in jp) + "; JDL "
-                       + ", ".join(f"{v:.2g}%" for v in jd),
-                       _yn(np.nanmean(jp) > np.nanmean(jd))])
-        claims.append(["Fig. 6: JDL beats CME on positivity (mean % non-PSD over n)",
-                       f"JDL {np.nanmean(jd):.2g}%, CME {np.nanmean(cm):.2g}%",
-                       _yn(np.nanmean(jd) <= np.nanmean(cm))])
-        claims.append(["Fig. 6: CME about 5% non-PSD at the smallest n, about 0 beyond "
-                       "(ours: <= 10% first, <= 1% after)",
-                       "CME " + ", ".join(f"{v:.2g}%" for v in cm),
-                       _yn(cm[0] <= 10 and all(v <= 1 for v in cm[1:]))])
+        claims.append(
+            [
+                "Fig. 6: JPDL has more PSD violations (esp. n = 50)",
+                "JPDL "
+                + ", ".join(f"{v:.2g}%" for v in jp)
+                + "; JDL "
+                + ", ".join(f"{v:.2g}%" for v in jd),
+                _yn(np.nanmean(jp) > np.nanmean(jd)),
+            ]
+        )
+        claims.append(
+            [
+                "Fig. 6: JDL beats CME on positivity (mean % non-PSD over n)",
+                f"JDL {np.nanmean(jd):.2g}%, CME {np.nanmean(cm):.2g}%",
+                _yn(np.nanmean(jd) <= np.nanmean(cm)),
+            ]
+        )
+        claims.append(
+            [
+                "Fig. 6: CME about 5% non-PSD at the smallest n, about 0 beyond "
+                "(ours: <= 10% first, <= 1% after)",
+                "CME " + ", ".join(f"{v:.2g}%" for v in cm),
+                _yn(cm[0] <= 10 and all(v <= 1 for v in cm[1:])),
+            ]
+        )
         cmn = [get("uniform", n, "cme", "norm_err_max") for n in ns]
-        claims.append(["Fig. 6: CME normalisation error smaller than on Gaussian data",
-                       "CME max norm. error " + ", ".join(f"{v:.2g}" for v in cmn)
-                       + " (compare jdl-gaussian)", "see jdl-gaussian"])
+        claims.append(
+            [
+                "Fig. 6: CME normalisation error smaller than on Gaussian data",
+                "CME max norm. error "
+                + ", ".join(f"{v:.2g}" for v in cmn)
+                + " (compare jdl-gaussian)",
+                "see jdl-gaussian",
+            ]
+        )
         jn = max(get("uniform", n, k, "norm_err_max") for n in ns for k in ("jdl", "jpdl"))
-        claims.append(["JDL / JPDL normalised by construction", f"max {jn:.1e}",
-                       _yn(jn < 1e-8)])
+        claims.append(["JDL / JPDL normalised by construction", f"max {jn:.1e}", _yn(jn < 1e-8)])
     if "cauchy" in cfg.datasets:
-        viol = {k: np.nanmean([get("cauchy", n, k, "neg_rn_pct") for n in ns])
-                for k in cfg.models}
-        pos = {k: np.nanmean([get("cauchy", n, k, "pos_err_pct") for n in ns])
-               for k in cfg.models}
-        claims.append(["Fig. 7: JDL has the smallest violations by far (Cauchy)",
-                       "mean % non-PSD " + ", ".join(f"{C.MODEL_LABELS[k]} {v:.2g}"
-                                                     for k, v in pos.items())
-                       + "; mean % negative RN " + ", ".join(
-                           f"{C.MODEL_LABELS[k]} {v:.2g}" for k, v in viol.items()),
-                       _yn(pos["jdl"] <= min(pos.values()) and
-                           viol["jdl"] <= min(viol.values()))])
+        viol = {k: np.nanmean([get("cauchy", n, k, "neg_rn_pct") for n in ns]) for k in cfg.models}
+        pos = {k: np.nanmean([get("cauchy", n, k, "pos_err_pct") for n in ns]) for k in cfg.models}
+        claims.append(
+            [
+                "Fig. 7: JDL has the smallest violations by far (Cauchy)",
+                "mean % non-PSD "
+                + ", ".join(f"{C.MODEL_LABELS[k]} {v:.2g}" for k, v in pos.items())
+                + "; mean % negative RN "
+                + ", ".join(f"{C.MODEL_LABELS[k]} {v:.2g}" for k, v in viol.items()),
+                _yn(pos["jdl"] <= min(pos.values()) and viol["jdl"] <= min(viol.values())),
+            ]
+        )
         if "uniform" in cfg.datasets:
-            up = np.nanmean([get("uniform", n, k, "pos_err_pct") for n in ns
-                             for k in cfg.models])
+            up = np.nanmean([get("uniform", n, k, "pos_err_pct") for n in ns for k in cfg.models])
             cp = np.nanmean(list(pos.values()))
-            claims.append(["Fig. 7: violations rise for Cauchy data vs uniform",
-                           f"mean % non-PSD: uniform {up:.2g}, Cauchy {cp:.2g}", _yn(cp > up)])
+            claims.append(
+                [
+                    "Fig. 7: violations rise for Cauchy data vs uniform",
+                    f"mean % non-PSD: uniform {up:.2g}, Cauchy {cp:.2g}",
+                    _yn(cp > up),
+                ]
+            )
 
-    rep.add("## Setup\n\n"
-            f"Data sets {list(cfg.datasets)}, n in {list(cfg.ns)} (4/5 training, 1/5 "
-            f"validation), {cfg.n_rep} repetitions, {cfg.n_test} fresh test points, relative "
-            f"tolerance {cfg.rel_tol:g}, unconstrained models. Lengthscale factors "
-            f"{list(cfg.ls_factors)} x median distance, reg in {list(cfg.regs)} (JPDL "
-            f"{list(cfg.regs_poly)}).",
-            "## Paper's claims vs ours\n\nThe paper reports Figs. 6-7 only; claims from the "
-            "text of Sec. 5.1.\n\n" + markdown_table(
-                ["paper (Sec. 5.1, Figs. 6-7)", "ours", "holds on our data?"], claims),
-            "## Results\n\n" + markdown_table(
-                ["data", "n", "model", "% non-PSD", "max norm. error", "% negative RN",
-                 "loss (31)", "unconditional loss (31)", "% mass <= 0", "fits ok"], rows,
-                floatfmt=".3g")
-            + "\n\n'% mass <= 0': test x where the unnormalised conditional of JDL / JPDL "
-            "has total mass sum_j (1 + h(x, y_j)) <= 0 (`marginal_ratio`), so that its "
-            "normalised weights flip sign: such x count in the PSD and RN columns.")
+    rep.add(
+        "## Setup\n\n"
+        f"Data sets {list(cfg.datasets)}, n in {list(cfg.ns)} (4/5 training, 1/5 "
+        f"validation), {cfg.n_rep} repetitions, {cfg.n_test} fresh test points, relative "
+        f"tolerance {cfg.rel_tol:g}, unconstrained models. Lengthscale factors "
+        f"{list(cfg.ls_factors)} x median distance, reg in {list(cfg.regs)} (JPDL "
+        f"{list(cfg.regs_poly)}).",
+        "## Paper's claims vs ours\n\nThe paper reports Figs. 6-7 only; claims from the "
+        "text of Sec. 5.1.\n\n"
+        + markdown_table(["paper (Sec. 5.1, Figs. 6-7)", "ours", "holds on our data?"], claims),
+        "## Results\n\n"
+        + markdown_table(
+            [
+                "data",
+                "n",
+                "model",
+                "% non-PSD",
+                "max norm. error",
+                "% negative RN",
+                "loss (31)",
+                "unconditional loss (31)",
+                "% mass <= 0",
+                "fits ok",
+            ],
+            rows,
+            floatfmt=".3g",
+        )
+        + "\n\n'% mass <= 0': test x where the unnormalised conditional of JDL / JPDL "
+        "has total mass sum_j (1 + h(x, y_j)) <= 0 (`marginal_ratio`), so that its "
+        "normalised weights flip sign: such x count in the PSD and RN columns.",
+    )
     _figure(rep, cfg, summary)
-    rep.add("## Deviations\n\n- Repetitions: the paper does not say how many; "
-            f"{cfg.n_rep} here.\n- Hyper-parameter grids and the Cauchy validation loss "
-            "(the models' own held-out losses) are library choices.\n- Fig. 7(b) counts "
-            "negative weights over all (test x, training y) pairs (CME: pivot y's).\n"
-            "- X / Y split of z: first / last three coordinates (not stated).")
-    rep.results.update({"config": asdict(cfg), "summary": summary, "claims": claims,
-                        "seed": seed})
+    rep.add(
+        "## Deviations\n\n- Repetitions: the paper does not say how many; "
+        f"{cfg.n_rep} here.\n- Hyper-parameter grids and the Cauchy validation loss "
+        "(the models' own held-out losses) are library choices.\n- Fig. 7(b) counts "
+        "negative weights over all (test x, training y) pairs (CME: pivot y's).\n"
+        "- X / Y split of z: first / last three coordinates (not stated)."
+    )
+    rep.results.update({"config": asdict(cfg), "summary": summary, "claims": claims, "seed": seed})
     rep.write()
     return {"claims": claims, "summary": summary, "report": str(Path(out_dir) / "report.md")}
 
@@ -244,11 +309,18 @@ def _figure(rep, cfg, summary):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(name, key, lab) for name in cfg.datasets for key, lab in
-              (("pos_err_pct", "% non-PSD"), ("norm_err_max", "max norm. error"),
-               ("neg_rn_pct", "% negative RN derivative"))]
-    fig, axes = plt.subplots(len(cfg.datasets), 3, squeeze=False,
-                             figsize=(12, 3.3 * len(cfg.datasets)))
+    panels = [
+        (name, key, lab)
+        for name in cfg.datasets
+        for key, lab in (
+            ("pos_err_pct", "% non-PSD"),
+            ("norm_err_max", "max norm. error"),
+            ("neg_rn_pct", "% negative RN derivative"),
+        )
+    ]
+    fig, axes = plt.subplots(
+        len(cfg.datasets), 3, squeeze=False, figsize=(12, 3.3 * len(cfg.datasets))
+    )
     width = 0.8 / len(cfg.models)
     for ax, (name, key, lab) in zip(axes.ravel(), panels, strict=True):
         for i, kind in enumerate(cfg.models):
@@ -260,8 +332,12 @@ def _figure(rep, cfg, summary):
         ax.set_title(f"{name}: {lab}")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    rep.figure(fig, "fig6_fig7_small.png", "Figs. 6-7: positivity, normalisation and "
-               "negative Radon-Nikodym derivatives on the small uniform / Cauchy sets.")
+    rep.figure(
+        fig,
+        "fig6_fig7_small.png",
+        "Figs. 6-7: positivity, normalisation and "
+        "negative Radon-Nikodym derivatives on the small uniform / Cauchy sets.",
+    )
 
 
 def run(out_dir: Path, quick: bool = False, seed: int = 0, **overrides) -> dict:

@@ -37,8 +37,10 @@ from ._report import Report, markdown_table
 __all__ = ["DESCRIPTION", "FULL", "METHODS", "NAME", "QUICK", "Config", "run"]
 
 NAME = "tiny-lm"
-DESCRIPTION = ("Linear attention: character-level Transformer LM with exact, FAVOR+, FAVOR++, "
-               "FAVOR# and hybrid attention (validation bpc, tokens/s, loss curves)")
+DESCRIPTION = (
+    "Linear attention: character-level Transformer LM with exact, FAVOR+, FAVOR++, "
+    "FAVOR# and hybrid attention (validation bpc, tokens/s, loss curves)"
+)
 
 #: label -> attention ("exact" or a kernelkit.attention feature map)
 METHODS = {
@@ -77,9 +79,20 @@ class Config:
 #: Full mode: 500 steps (~13 CPU-minutes). The paper's own experiments (BERT-base on GLUE,
 #: Conformer speech models) cannot run offline on a CPU; only their orderings are compared.
 FULL = Config()
-QUICK = Config(corpus="pydoc", context=64, d_model=64, n_heads=4, n_layers=2, n_features=32,
-               redraw_interval=25, steps=100, batch_size=8, warmup=10, log_every=5,
-               eval_windows=48)
+QUICK = Config(
+    corpus="pydoc",
+    context=64,
+    d_model=64,
+    n_heads=4,
+    n_layers=2,
+    n_features=32,
+    redraw_interval=25,
+    steps=100,
+    batch_size=8,
+    warmup=10,
+    log_every=5,
+    eval_windows=48,
+)
 
 #: FAVOR# paper Table 1 (GLUE dev, BERT-base, M = 256): the orderings checked below
 PAPER_GLUE = {
@@ -101,15 +114,19 @@ def _plot(curves, bpc, cfg):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.2),
-                                  gridspec_kw={"width_ratios": [2, 1]})
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [2, 1]})
     for label, curve in curves.items():
         s, b = np.asarray(curve, dtype=float).reshape(-1, 2).T
         style = "-" if label == "exact" else ("--" if label in ("ReLU", "ELU+1") else "-")
         if not len(curve):
             continue
-        ax.plot(s, b, style, label=f"{label} (val {bpc[label]:.3f})",
-                lw=2.2 if label == "exact" else 1.3)
+        ax.plot(
+            s,
+            b,
+            style,
+            label=f"{label} (val {bpc[label]:.3f})",
+            lw=2.2 if label == "exact" else 1.3,
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel("training loss (bits / char)")
     ax.set_title(f"training loss, mean over {cfg.log_every} steps")
@@ -119,9 +136,11 @@ def _plot(curves, bpc, cfg):
     ax.legend(fontsize=8)
     labels = list(bpc)
     fin = [v for v in bpc.values() if math.isfinite(v)] or [0.0]
-    ax2.barh([k + ("" if math.isfinite(bpc[k]) else " (diverged)") for k in labels[::-1]],
-             [bpc[k] if math.isfinite(bpc[k]) else 0.0 for k in labels[::-1]],
-             color="tab:blue")
+    ax2.barh(
+        [k + ("" if math.isfinite(bpc[k]) else " (diverged)") for k in labels[::-1]],
+        [bpc[k] if math.isfinite(bpc[k]) else 0.0 for k in labels[::-1]],
+        color="tab:blue",
+    )
     ax2.set_xlim(min(fin) - 0.2, max(fin) + 0.1)
     ax2.set_xlabel("validation bits / char")
     ax2.set_title("validation bpc (lower is better)")
@@ -130,8 +149,9 @@ def _plot(curves, bpc, cfg):
     return fig
 
 
-def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = None,
-        **overrides) -> dict:
+def run(
+    out_dir, quick: bool = False, seed: int = 0, config: Config | None = None, **overrides
+) -> dict:
     """Train one model per attention type and write ``report.md``, ``loss_curves.png``,
     ``results.json``.
 
@@ -161,26 +181,42 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
     unknown = [m for m in cfg.methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}.")
-    rep = Report(out_dir, NAME, quick=quick,
-                 title="Tiny character-level LM: exact vs FAVOR+ / FAVOR++ / FAVOR# / hybrid "
-                       "attention")
+    rep = Report(
+        out_dir,
+        NAME,
+        quick=quick,
+        title="Tiny character-level LM: exact vs FAVOR+ / FAVOR++ / FAVOR# / hybrid attention",
+    )
     corpus = load_text_corpus(cfg.corpus, max_chars=cfg.max_chars)
     threads = num_threads()
-    tc = TrainConfig(steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
-                     warmup=cfg.warmup, log_every=cfg.log_every,
-                     eval_windows=cfg.eval_windows)
+    tc = TrainConfig(
+        steps=cfg.steps,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        warmup=cfg.warmup,
+        log_every=cfg.log_every,
+        eval_windows=cfg.eval_windows,
+    )
     runs = {}
     cache_path = Path(out_dir) / "runs_cache.json"  # finished runs, reused by a rerun
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     t_start = time.perf_counter()
     with torch_threads(threads):
         for label in cfg.methods:
-            lm = LMConfig(vocab_size=corpus.vocab_size, context=cfg.context,
-                          d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers,
-                          attention=METHODS[label], n_features=cfg.n_features,
-                          redraw_interval=cfg.redraw_interval)
-            key = json.dumps({"lm": asdict(lm), "train": asdict(tc), "seed": seed,
-                              "corpus": corpus.sha256}, sort_keys=True)
+            lm = LMConfig(
+                vocab_size=corpus.vocab_size,
+                context=cfg.context,
+                d_model=cfg.d_model,
+                n_heads=cfg.n_heads,
+                n_layers=cfg.n_layers,
+                attention=METHODS[label],
+                n_features=cfg.n_features,
+                redraw_interval=cfg.redraw_interval,
+            )
+            key = json.dumps(
+                {"lm": asdict(lm), "train": asdict(tc), "seed": seed, "corpus": corpus.sha256},
+                sort_keys=True,
+            )
             if key in cache:
                 runs[label] = {**cache[key], "cached": True}
                 continue
@@ -189,14 +225,25 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
             runs[label] = r
             cache[key] = r
             cache_path.write_text(json.dumps(cache))
-            print(f"  tiny-lm {label:18s} val bpc {r['valid_bpc']:.3f}  "
-                  f"{r['train_tokens_per_s']:.0f} train tok/s"
-                  + (f"  DIVERGED at step {r['diverged_at']}" if r["diverged_at"] else ""),
-                  flush=True)
+            print(
+                f"  tiny-lm {label:18s} val bpc {r['valid_bpc']:.3f}  "
+                f"{r['train_tokens_per_s']:.0f} train tok/s"
+                + (f"  DIVERGED at step {r['diverged_at']}" if r["diverged_at"] else ""),
+                flush=True,
+            )
     total_s = time.perf_counter() - t_start
-    n_params = sum(p.numel() for p in TinyLM(
-        LMConfig(vocab_size=corpus.vocab_size, context=cfg.context, d_model=cfg.d_model,
-                 n_heads=cfg.n_heads, n_layers=cfg.n_layers)).parameters())
+    n_params = sum(
+        p.numel()
+        for p in TinyLM(
+            LMConfig(
+                vocab_size=corpus.vocab_size,
+                context=cfg.context,
+                d_model=cfg.d_model,
+                n_heads=cfg.n_heads,
+                n_layers=cfg.n_layers,
+            )
+        ).parameters()
+    )
 
     bpc = {k: r["valid_bpc"] for k, r in runs.items()}
     exact = bpc.get("exact")
@@ -234,32 +281,57 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
     rows = []
     for label, r in runs.items():
         final = r["curve"][-1][1]
-        rows.append([label, METHODS[label], r["valid_bpc"],
-                     (r["valid_bpc"] - exact) if exact is not None else float("nan"),
-                     final, f"{r['train_tokens_per_s']:,.0f}",
-                     f"{r['eval_tokens_per_s']:,.0f}" if math.isfinite(
-                         r["eval_tokens_per_s"]) else "-",
-                     "yes" if r["finite"] else (f"NO: diverged at step {r['diverged_at']}"
-                                                if r.get("diverged_at") else "NO")])
-    rep.add("## Results",
-            markdown_table(["attention", "feature map", "val bpc", "Δ vs exact",
-                            "final train bits", "train tok/s", "eval tok/s",
-                            "finite losses"], rows, floatfmt=".3f"),
-            "Tokens per second are measured on this machine for these small sequences "
-            f"(L = {cfg.context}); at this length exact attention is cheap and linear "
-            "attention's feature computation dominates, so the speed ranking says nothing "
-            "about long sequences (see `kernelkit bench attention`).")
+        rows.append(
+            [
+                label,
+                METHODS[label],
+                r["valid_bpc"],
+                (r["valid_bpc"] - exact) if exact is not None else float("nan"),
+                final,
+                f"{r['train_tokens_per_s']:,.0f}",
+                f"{r['eval_tokens_per_s']:,.0f}" if math.isfinite(r["eval_tokens_per_s"]) else "-",
+                "yes"
+                if r["finite"]
+                else (f"NO: diverged at step {r['diverged_at']}" if r.get("diverged_at") else "NO"),
+            ]
+        )
+    rep.add(
+        "## Results",
+        markdown_table(
+            [
+                "attention",
+                "feature map",
+                "val bpc",
+                "Δ vs exact",
+                "final train bits",
+                "train tok/s",
+                "eval tok/s",
+                "finite losses",
+            ],
+            rows,
+            floatfmt=".3f",
+        ),
+        "Tokens per second are measured on this machine for these small sequences "
+        f"(L = {cfg.context}); at this length exact attention is cheap and linear "
+        "attention's feature computation dominates, so the speed ranking says nothing "
+        "about long sequences (see `kernelkit bench attention`).",
+    )
     diverged = {k: r["diverged_at"] for k, r in runs.items() if r.get("diverged_at")}
     if diverged:
-        rep.add("**Diverged runs**: " + "; ".join(
-            f"{k} at step {s}" for k, s in diverged.items())
+        rep.add(
+            "**Diverged runs**: "
+            + "; ".join(f"{k} at step {s}" for k, s in diverged.items())
             + ". Training stops at the first non-finite loss (bpc reported as NaN). For the "
             "signed maps (trig, hybrid) the causal normaliser sum_{j<=t} P_t.S_j is a sum of "
             "terms of both signs and can cross zero, which makes the attention weights (and "
-            "then the loss) blow up; positive maps cannot do this.")
-    rep.figure(_plot({k: r["curve"] for k, r in runs.items()}, bpc, cfg), "loss_curves.png",
-               "Training loss (bits per character, running mean) vs step, and final "
-               "validation bpc per attention type.")
+            "then the loss) blow up; positive maps cannot do this."
+        )
+    rep.figure(
+        _plot({k: r["curve"] for k, r in runs.items()}, bpc, cfg),
+        "loss_curves.png",
+        "Training loss (bits per character, running mean) vs step, and final "
+        "validation bpc per attention type.",
+    )
 
     # ---------------------------------------------------------------- claims
     def better(a, b):
@@ -275,36 +347,61 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         return "n/a" if ok is None else ("yes" if ok else "no")
 
     claims = [  # (claim, paper, methods compared, holds?)
-        ("FAVOR++ beats FAVOR+",
-         f"GLUE: FAVOR++ higher on {_wins('FAVOR++', 'FAVOR+')}/8 tasks (MNLI 82.29 vs 77.69)",
-         ["FAVOR++", "FAVOR+"], better("FAVOR++", "FAVOR+")),
-        ("FAVOR# (SADERF) at least as good as FAVOR++",
-         f"GLUE: SADERF higher on {_wins('FAVOR# (SADERF)', 'FAVOR++')}/8 tasks",
-         ["FAVOR# (SADERF)", "FAVOR++"], better("FAVOR# (SADERF)", "FAVOR++")),
-        ("FAVOR# (SADERF) beats FAVOR+",
-         f"GLUE: higher on {_wins('FAVOR# (SADERF)', 'FAVOR+')}/8 tasks",
-         ["FAVOR# (SADERF)", "FAVOR+"], better("FAVOR# (SADERF)", "FAVOR+")),
-        ("FAVOR# (SDERF) at least as good as FAVOR++",
-         "speech (Fig. 4): better for small M, similar for large M (no numbers in text)",
-         ["FAVOR# (SDERF)", "FAVOR++"], better("FAVOR# (SDERF)", "FAVOR++")),
-        ("FAVOR# (SADERF) competitive with ReLU / ELU+1 linear attention (bpc <= the worse)",
-         f"GLUE: SADERF higher than ReLU on {_wins('FAVOR# (SADERF)', 'ReLU')}/8, than ELU "
-         f"on {_wins('FAVOR# (SADERF)', 'ELU+1')}/8 tasks",
-         ["FAVOR# (SADERF)", "ReLU", "ELU+1"],
-         (None if not {"FAVOR# (SADERF)", "ReLU", "ELU+1"} <= set(bpc) else
-          better("FAVOR# (SADERF)", "ReLU") or better("FAVOR# (SADERF)", "ELU+1"))),
-        ("exact softmax attention is the reference (lowest bpc)",
-         "not compared in the paper's Table 1 (all models low-rank)", list(bpc),
-         None if exact is None else all(better("exact", k) is not False for k in bpc)),
+        (
+            "FAVOR++ beats FAVOR+",
+            f"GLUE: FAVOR++ higher on {_wins('FAVOR++', 'FAVOR+')}/8 tasks (MNLI 82.29 vs 77.69)",
+            ["FAVOR++", "FAVOR+"],
+            better("FAVOR++", "FAVOR+"),
+        ),
+        (
+            "FAVOR# (SADERF) at least as good as FAVOR++",
+            f"GLUE: SADERF higher on {_wins('FAVOR# (SADERF)', 'FAVOR++')}/8 tasks",
+            ["FAVOR# (SADERF)", "FAVOR++"],
+            better("FAVOR# (SADERF)", "FAVOR++"),
+        ),
+        (
+            "FAVOR# (SADERF) beats FAVOR+",
+            f"GLUE: higher on {_wins('FAVOR# (SADERF)', 'FAVOR+')}/8 tasks",
+            ["FAVOR# (SADERF)", "FAVOR+"],
+            better("FAVOR# (SADERF)", "FAVOR+"),
+        ),
+        (
+            "FAVOR# (SDERF) at least as good as FAVOR++",
+            "speech (Fig. 4): better for small M, similar for large M (no numbers in text)",
+            ["FAVOR# (SDERF)", "FAVOR++"],
+            better("FAVOR# (SDERF)", "FAVOR++"),
+        ),
+        (
+            "FAVOR# (SADERF) competitive with ReLU / ELU+1 linear attention (bpc <= the worse)",
+            f"GLUE: SADERF higher than ReLU on {_wins('FAVOR# (SADERF)', 'ReLU')}/8, than ELU "
+            f"on {_wins('FAVOR# (SADERF)', 'ELU+1')}/8 tasks",
+            ["FAVOR# (SADERF)", "ReLU", "ELU+1"],
+            (
+                None
+                if not {"FAVOR# (SADERF)", "ReLU", "ELU+1"} <= set(bpc)
+                else better("FAVOR# (SADERF)", "ReLU") or better("FAVOR# (SADERF)", "ELU+1")
+            ),
+        ),
+        (
+            "exact softmax attention is the reference (lowest bpc)",
+            "not compared in the paper's Table 1 (all models low-rank)",
+            list(bpc),
+            None if exact is None else all(better("exact", k) is not False for k in bpc),
+        ),
     ]
-    crow = [[c, p, ", ".join(f"{k} {bpc[k]:.3f}" for k in ms if k in bpc), fmt(ok)]
-            for c, p, ms, ok in claims]
-    rep.add("## Paper vs ours",
-            "The paper reports GLUE dev scores of fine-tuned BERT-base models (higher is "
-            "better) and speech NWER; we report validation bpc of a tiny character LM "
-            "(lower is better) and compare only the orderings.",
-            markdown_table(["claim", "paper", "ours (val bpc of the methods named)",
-                            "holds on our data?"], crow))
+    crow = [
+        [c, p, ", ".join(f"{k} {bpc[k]:.3f}" for k in ms if k in bpc), fmt(ok)]
+        for c, p, ms, ok in claims
+    ]
+    rep.add(
+        "## Paper vs ours",
+        "The paper reports GLUE dev scores of fine-tuned BERT-base models (higher is "
+        "better) and speech NWER; we report validation bpc of a tiny character LM "
+        "(lower is better) and compare only the orderings.",
+        markdown_table(
+            ["claim", "paper", "ours (val bpc of the methods named)", "holds on our data?"], crow
+        ),
+    )
     gaps = {k: v - exact for k, v in bpc.items()} if exact is not None else {}
     rep.add(
         "## Deviations from the paper's protocol",
@@ -324,17 +421,29 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         "- The hybrid's tokens/s reflect the quadratic masked computation, not a linear "
         "scan.\n"
         "- The random features are redrawn on a fixed schedule; the paper does not state "
-        "its redraw policy.")
+        "its redraw policy.",
+    )
     if quick:
-        rep.add("**Quick mode**: a smoke test of the pipeline (a few dozen steps); the "
-                "bpc values are far from converged and the orderings are not meaningful.")
-    rep.results.update({
-        "config": asdict(cfg), "seed": seed, "corpus": corpus.summary(),
-        "n_params": n_params, "threads": threads, "tokens_per_run": tokens,
-        "runs": runs,
-        "valid_bpc": bpc, "gap_to_exact": gaps, "log2_vocab": log2v,
-        "claims": [{"claim": c, "paper": p, "methods": ms, "holds": ok}
-                   for c, p, ms, ok in claims],
-    })
+        rep.add(
+            "**Quick mode**: a smoke test of the pipeline (a few dozen steps); the "
+            "bpc values are far from converged and the orderings are not meaningful."
+        )
+    rep.results.update(
+        {
+            "config": asdict(cfg),
+            "seed": seed,
+            "corpus": corpus.summary(),
+            "n_params": n_params,
+            "threads": threads,
+            "tokens_per_run": tokens,
+            "runs": runs,
+            "valid_bpc": bpc,
+            "gap_to_exact": gaps,
+            "log2_vocab": log2v,
+            "claims": [
+                {"claim": c, "paper": p, "methods": ms, "holds": ok} for c, p, ms, ok in claims
+            ],
+        }
+    )
     rep.write()
     return rep.results

@@ -88,9 +88,7 @@ class FeatureMap(BaseEstimator):
     def _validate_params(self):
         validate_positive_int(self.n_features, "n_features", maximum=2**26)
         if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
-            raise ValueError(
-                f"Unknown kernel {self.kernel!r}; expected one of {sorted(KERNELS)}."
-            )
+            raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of {sorted(KERNELS)}.")
         validate_positive_float(self.lengthscale, "lengthscale")
 
     @property
@@ -233,7 +231,8 @@ class FeatureMap(BaseEstimator):
         if xp.isdtype(by.dtype, "complex floating"):
             # Re(P conj(S)^T) = Re P Re S^T + Im P Im S^T
             dot = xp.real(bx) @ xp.matrix_transpose(xp.real(by)) + xp.imag(
-                bx) @ xp.matrix_transpose(xp.imag(by))  # (n, m)
+                bx
+            ) @ xp.matrix_transpose(xp.imag(by))  # (n, m)
         else:
             dot = bx @ xp.matrix_transpose(by)  # (n, m)
         scale = sx[:, None] + sy[None, :]  # (n, m) log of the row scales
@@ -517,6 +516,9 @@ def _worker_pool(size: int) -> ThreadPoolExecutor:
         if st["pool"] is None or st["pid"] != os.getpid() or st["size"] < size:
             if st["pool"] is not None and st["pid"] == os.getpid():
                 st["pool"].shutdown(wait=False)
-            st.update(pool=ThreadPoolExecutor(size, thread_name_prefix="kernelkit"),
-                      size=size, pid=os.getpid())
+            st.update(
+                pool=ThreadPoolExecutor(size, thread_name_prefix="kernelkit"),
+                size=size,
+                pid=os.getpid(),
+            )
         return st["pool"]

@@ -118,8 +118,17 @@ def _clip0(xp, V):
     return xp.clip(V, min=0.0) if hasattr(V, "shape") else max(V, 0.0)
 
 
-def iid_sketch_variance(G, N, S, degree: int, n_features: int = 1, *, q: float = 1.0,
-                        m4: float = 1.0, kind: str = "complex"):
+def iid_sketch_variance(
+    G,
+    N,
+    S,
+    degree: int,
+    n_features: int = 1,
+    *,
+    q: float = 1.0,
+    m4: float = 1.0,
+    kind: str = "complex",
+):
     """Variance of an i.i.d. sketch estimate of ``G^degree`` (Theorem 2, eq. 16-21).
 
     Parameters
@@ -163,8 +172,9 @@ def srht_c(n_features: int, d: int) -> int:
     return (D // d) * d * (d - 1) + r * (r - 1)
 
 
-def tensor_srht_variance(G, N, S, degree: int, n_features: int, d: int, *,
-                         complex: bool = False, kind: str = "complex"):
+def tensor_srht_variance(
+    G, N, S, degree: int, n_features: int, d: int, *, complex: bool = False, kind: str = "complex"
+):
     """Variance of the TensorSRHT estimate (Theorems 5 and 10, eq. 28/33).
 
     ``V_q^(p)/D - c(D, d)/D^2 [G^(2p) - (G^2 - V_q^(1)/(d - 1))^p]`` with
@@ -491,8 +501,9 @@ class DotProductFeatureMap(FeatureMap):
             Sr, Si = (Pr, Pi) if S is P else (xp.real(S), xp.imag(S))
             if is_numpy_namespace(xp):  # strided views would miss BLAS
                 Pr, Pi = np.ascontiguousarray(Pr), np.ascontiguousarray(Pi)
-                Sr, Si = (Pr, Pi) if S is P else (np.ascontiguousarray(Sr),
-                                                  np.ascontiguousarray(Si))
+                Sr, Si = (
+                    (Pr, Pi) if S is P else (np.ascontiguousarray(Sr), np.ascontiguousarray(Si))
+                )
             return Pr @ xp.matrix_transpose(Sr) + Pi @ xp.matrix_transpose(Si)
         return P @ xp.matrix_transpose(S)
 
@@ -553,11 +564,11 @@ class DotProductFeatureMap(FeatureMap):
             if not cplx:
                 F = U[:, :D]
                 for i in range(1, p):
-                    F = F * U[:, i * D:(i + 1) * D]
+                    F = F * U[:, i * D : (i + 1) * D]
                 return F
-            re, im = U[:, :D], U[:, D:2 * D]
+            re, im = U[:, :D], U[:, D : 2 * D]
             for i in range(1, p):
-                a, b = U[:, 2 * i * D:(2 * i + 1) * D], U[:, (2 * i + 1) * D:(2 * i + 2) * D]
+                a, b = U[:, 2 * i * D : (2 * i + 1) * D], U[:, (2 * i + 1) * D : (2 * i + 2) * D]
                 re, im = re * a - im * b, re * b + im * a
             return self._finish(xp, re, im)
 
@@ -577,13 +588,13 @@ class DotProductFeatureMap(FeatureMap):
                     out[lo:hi] = U
                     return
                 o = out[lo:hi]
-                np.multiply(U[:, :D], U[:, D:2 * D], out=o)
+                np.multiply(U[:, :D], U[:, D : 2 * D], out=o)
                 for i in range(2, p):
-                    o *= U[:, i * D:(i + 1) * D]
+                    o *= U[:, i * D : (i + 1) * D]
                 return
-            re, im = U[:, :D], U[:, D:2 * D]
+            re, im = U[:, :D], U[:, D : 2 * D]
             for i in range(1, p):
-                a, b = U[:, 2 * i * D:(2 * i + 1) * D], U[:, (2 * i + 1) * D:(2 * i + 2) * D]
+                a, b = U[:, 2 * i * D : (2 * i + 1) * D], U[:, (2 * i + 1) * D : (2 * i + 2) * D]
                 t = re * b
                 u = im * b
                 re *= a
@@ -603,11 +614,15 @@ class DotProductFeatureMap(FeatureMap):
         if key not in cache:
             arr = self._consts[name]
             if is_numpy_namespace(xp):
-                cache[key] = np.ascontiguousarray(arr, dtype=like.dtype) \
-                    if arr.dtype.kind == "f" else arr
+                cache[key] = (
+                    np.ascontiguousarray(arr, dtype=like.dtype) if arr.dtype.kind == "f" else arr
+                )
             else:
-                cache[key] = to_backend(arr, xp, like) if arr.dtype.kind == "f" \
+                cache[key] = (
+                    to_backend(arr, xp, like)
+                    if arr.dtype.kind == "f"
                     else to_backend(arr, xp, like, dtype=xp.int64)
+                )
         return cache[key]
 
 
@@ -639,8 +654,9 @@ class _IIDSketch(DotProductFeatureMap):
         super()._build()
         W = np.array(self.weights_, copy=True)
         # |x~ . w| <= |x~| max_l |w_l| per degree
-        self._consts["log_wmax"] = float(np.log(np.max(np.sqrt(
-            np.sum(np.abs(W) ** 2, axis=1))) + 1e-300))
+        self._consts["log_wmax"] = float(
+            np.log(np.max(np.sqrt(np.sum(np.abs(W) ** 2, axis=1))) + 1e-300)
+        )
         W[0] = W[0] / math.sqrt(int(self.n_features))  # fold D^-1/2 into degree 1
         if np.iscomplexobj(W):
             self._consts["W"] = _complex_pair(W)
@@ -744,16 +760,20 @@ class TensorSRHT(DotProductFeatureMap):
         method: str = "auto",
         random_state=None,
     ):
-        super().__init__(n_features=n_features, degree=degree, coef0=coef0, complex=complex,
-                         real_output=real_output, random_state=random_state)
+        super().__init__(
+            n_features=n_features,
+            degree=degree,
+            coef0=coef0,
+            complex=complex,
+            real_output=real_output,
+            random_state=random_state,
+        )
         self.method = method
 
     def _validate_params(self):
         super()._validate_params()
         if self.method not in ("auto", "dense", "fwht"):
-            raise ValueError(
-                f"method must be 'auto', 'dense' or 'fwht', got {self.method!r}."
-            )
+            raise ValueError(f"method must be 'auto', 'dense' or 'fwht', got {self.method!r}.")
 
     def _draw(self, rng):
         d = next_power_of_two(self.input_dim_)
@@ -791,8 +811,11 @@ class TensorSRHT(DotProductFeatureMap):
                 # W_i[j, b d + l] = z_(b,i)[j] H[j, pi_(b,i)(l)]
                 Wi = (z[i].T[:, :, None] * H[:, perm[i]]).reshape(d, B * d)  # (d, B d)
                 W[i] = Wi[:din, :D]
-            self._consts["W"] = (_complex_pair(W) if np.iscomplexobj(W)
-                                 else np.ascontiguousarray(np.concatenate(list(W), axis=1)))
+            self._consts["W"] = (
+                _complex_pair(W)
+                if np.iscomplexobj(W)
+                else np.ascontiguousarray(np.concatenate(list(W), axis=1))
+            )
         else:
             self._consts["z_re"] = np.ascontiguousarray(z.real)  # (p, B, d)
             if self.complex:
@@ -832,8 +855,7 @@ class TensorSRHT(DotProductFeatureMap):
             k = Xb.shape[0]
             parts = [Xb]
             if c > 0:
-                parts.append(xp.full((k, 1), math.sqrt(c), dtype=Xb.dtype,
-                                     device=device(Xb)))
+                parts.append(xp.full((k, 1), math.sqrt(c), dtype=Xb.dtype, device=device(Xb)))
             if d > din:
                 parts.append(xp.zeros((k, d - din), dtype=Xb.dtype, device=device(Xb)))
             return xp.concat(parts, axis=1) if len(parts) > 1 else Xb
@@ -854,8 +876,16 @@ class TensorSRHT(DotProductFeatureMap):
         return out
 
     def _variance_from_stats(self, G, N, S, kind):
-        return tensor_srht_variance(G, N, S, self._p, self.n_features, self.padded_dim_,
-                                    complex=bool(self.complex), kind=kind)
+        return tensor_srht_variance(
+            G,
+            N,
+            S,
+            self._p,
+            self.n_features,
+            self.padded_dim_,
+            complex=bool(self.complex),
+            kind=kind,
+        )
 
 
 # ============================================================== TensorSketch
@@ -877,10 +907,17 @@ class TensorSketch(DotProductFeatureMap):
 
     _supports_complex = False
 
-    def __init__(self, n_features: int = 256, degree: int = 2, coef0: float = 0.0,
-                 random_state=None):
-        super().__init__(n_features=n_features, degree=degree, coef0=coef0, complex=False,
-                         real_output=False, random_state=random_state)
+    def __init__(
+        self, n_features: int = 256, degree: int = 2, coef0: float = 0.0, random_state=None
+    ):
+        super().__init__(
+            n_features=n_features,
+            degree=degree,
+            coef0=coef0,
+            complex=False,
+            real_output=False,
+            random_state=random_state,
+        )
 
     def _draw(self, rng):
         shape = (self._p, self.input_dim_)
@@ -902,7 +939,7 @@ class TensorSketch(DotProductFeatureMap):
             U = self._augment(X, xp, c) @ self._param("C", xp, X)  # (n, p D)
             F = xp.fft.rfft(U[:, :D], axis=-1)
             for i in range(1, p):
-                F = F * xp.fft.rfft(U[:, i * D:(i + 1) * D], axis=-1)
+                F = F * xp.fft.rfft(U[:, i * D : (i + 1) * D], axis=-1)
             return xp.fft.irfft(F, n=D, axis=-1)
 
         import scipy.fft as sfft

@@ -49,8 +49,13 @@ from .sampling import (
     structured_hadamard_projection,
 )
 
-__all__ = ["SAMPLERS", "RandomFourierFeatures", "SphericalRandomFeatures", "fit_srf_mixture",
-           "rff_variance"]
+__all__ = [
+    "SAMPLERS",
+    "RandomFourierFeatures",
+    "SphericalRandomFeatures",
+    "fit_srf_mixture",
+    "rff_variance",
+]
 
 #: frequency samplers by name: (n, d, rng) -> (n, d) rows ~ N(0, I) (SORF: approximately)
 SAMPLERS = {
@@ -312,8 +317,9 @@ class RandomFourierFeatures(FeatureMap):
         S = self._features(Y, "y")
         xp = _namespace(P)
         if xp.isdtype(P.dtype, "complex floating"):
-            return xp.real(P) @ xp.matrix_transpose(xp.real(S)) + xp.imag(
-                P) @ xp.matrix_transpose(xp.imag(S))
+            return xp.real(P) @ xp.matrix_transpose(xp.real(S)) + xp.imag(P) @ xp.matrix_transpose(
+                xp.imag(S)
+            )
         return P @ xp.matrix_transpose(S)
 
     # ------------------------------------------------------------------ variance
@@ -384,8 +390,9 @@ def _srf_mixture_cached(degree: int, a: float, n_components: int, lmin: float, l
     return alpha, ls, err
 
 
-def fit_srf_mixture(degree: int, a: float = 2.0, n_components: int = 40,
-                    lengthscale_range: tuple = (0.05, 50.0)):
+def fit_srf_mixture(
+    degree: int, a: float = 2.0, n_components: int = 40, lengthscale_range: tuple = (0.05, 50.0)
+):
     """Non-negative Gaussian mixture fitted to ``k(tau) = (1 - tau^2 / a^2)^p`` on [0, 2].
 
     **Library construction** (Pennington et al. 2015 fit the Fourier transform of ``k``
@@ -493,8 +500,7 @@ class SphericalRandomFeatures(RandomFourierFeatures):
 
     def _validate_params(self):
         validate_positive_int(self.degree, "degree", maximum=10_000)
-        validate_positive_int(self.n_components_mixture, "n_components_mixture",
-                              maximum=10_000)
+        validate_positive_int(self.n_components_mixture, "n_components_mixture", maximum=10_000)
         for name in ("a", "amplitude"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
@@ -586,7 +592,8 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         X, xp = self._check_X(X, "X")
         Y, _ = self._check_X(Y, "Y")
         return float(self.amplitude) * _mixture_kernel(
-            self._sq_dist(X, Y, xp), self.mixture_weights_, self.mixture_lengthscales_, xp)
+            self._sq_dist(X, Y, xp), self.mixture_weights_, self.mixture_lengthscales_, xp
+        )
 
     def exact_kernel(self, X, Y=None):
         """Eq. 57, ``sigma^2 (1 - |x - y|^2 / a^2)^p`` on unit vectors, (n, m)."""
@@ -626,8 +633,12 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         return (float(self.amplitude) * s) ** 2 * out / (D * D)
 
     def _log_kernel(self, X, Y, xp):
-        return xp.log(float(self.amplitude) * _mixture_kernel(
-            self._sq_dist(X, Y, xp), self.mixture_weights_, self.mixture_lengthscales_, xp))
+        return xp.log(
+            float(self.amplitude)
+            * _mixture_kernel(
+                self._sq_dist(X, Y, xp), self.mixture_weights_, self.mixture_lengthscales_, xp
+            )
+        )
 
     def _log_second_moment(self, X, Y, xp):
         k = xp.exp(self._log_kernel(X, Y, xp))

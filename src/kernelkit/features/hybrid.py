@@ -97,8 +97,9 @@ def regular_feature_flops(n_features: int, d: int) -> int:
     return 2 * M * d + 2 * M
 
 
-def hybrid_feature_flops(n_features: int, n_lambda: int, d: int, *,
-                         shared_projection: bool = True) -> int:
+def hybrid_feature_flops(
+    n_features: int, n_lambda: int, d: int, *, shared_projection: bool = True
+) -> int:
     """FLOPs to compute the angular hybrid map of one input (App. L, eq. 106).
 
     ``2 (m + n) d`` (projections ``W x`` and ``T x``; ``2 (2m + n) d`` with independent
@@ -112,8 +113,14 @@ def hybrid_feature_flops(n_features: int, n_lambda: int, d: int, *,
     return 2 * ((m if shared_projection else 2 * m) + n) * d + 4 * m + n + 4 * m * n
 
 
-def matched_n_features(n_features: int, d: int, n_lambda: int = 8, *,
-                       shared_projection: bool = True, rule: str = "flops") -> int:
+def matched_n_features(
+    n_features: int,
+    d: int,
+    n_lambda: int = 8,
+    *,
+    shared_projection: bool = True,
+    rule: str = "flops",
+) -> int:
     """Base size ``m`` of an angular hybrid matched in cost to a regular map.
 
     The matching rule used by the paper's comparisons ("FLOP-matched", Fig. 2, Table 1):
@@ -257,8 +264,9 @@ def _shifted_sum(xp, terms):
     inner = 0.0
     for w, lv in live:
         e = xp.exp(lv - shift)  # 0 where lv = -inf (zero weight)
-        inner = inner + (w * e if isinstance(w, numbers.Real)
-                         else xp.where(w == 0, xp.zeros_like(e), w * e))
+        inner = inner + (
+            w * e if isinstance(w, numbers.Real) else xp.where(w == 0, xp.zeros_like(e), w * e)
+        )
     return inner, shift
 
 
@@ -301,9 +309,16 @@ class _BipolarHybrid(FeatureMap):
     #: whether the block ``sqrt|a| phi1`` is present (``a != 0``)
     _has_a_block = True
 
-    def __init__(self, n_features: int = 64, n_lambda: int = 8, kernel: str = "softmax",
-                 lengthscale: float = 1.0, orthogonal=False, shared_projection: bool = True,
-                 random_state=None):
+    def __init__(
+        self,
+        n_features: int = 64,
+        n_lambda: int = 8,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        orthogonal=False,
+        shared_projection: bool = True,
+        random_state=None,
+    ):
         super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
         self.n_lambda = n_lambda
         self.shared_projection = shared_projection
@@ -318,8 +333,9 @@ class _BipolarHybrid(FeatureMap):
         if self.shared_projection:
             self.projection_trig_ = self.projection_
         else:
-            self.projection_trig_ = draw_projection(self.n_features, X.shape[1], rng,
-                                                    self.orthogonal)  # (m, d)
+            self.projection_trig_ = draw_projection(
+                self.n_features, X.shape[1], rng, self.orthogonal
+            )  # (m, d)
         self._fit_lambda(X, Y, rng)
 
     def _fit_lambda(self, X, Y, rng):
@@ -394,8 +410,11 @@ class _BipolarHybrid(FeatureMap):
         blocks = []
         if self._has_a_block:
             blocks.append((pb, pl, ca))
-        blocks += [(tb, tl, c1a), (_outer(xp, ub, pb), ul + pl, cp),
-                   (_outer(xp, ub, tb), ul + tl, ct)]
+        blocks += [
+            (tb, tl, c1a),
+            (_outer(xp, ub, pb), ul + pl, cp),
+            (_outer(xp, ub, tb), ul + tl, ct),
+        ]
         base, log_scale = _assemble(xp, blocks)  # (n, D), (n,)
         if self.alpha != 0.0:
             log_scale = log_scale + self.alpha * _sq_norms(xp, X)
@@ -612,8 +631,7 @@ class AngularHybridRF(_BipolarHybrid):
 
     def _lambda_features(self, X, xp, side):
         s = xp.sign(X @ self._param("T_T", xp, X))  # (n_pts, n)
-        return s / math.sqrt(self.n_lambda), xp.zeros(X.shape[0], dtype=X.dtype,
-                                                      device=device(X))
+        return s / math.sqrt(self.n_lambda), xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
 
     def _angle_t(self, X, Y, xp):
         """``(t = theta / pi (n, m), degenerate mask (n, m))``; degenerate: a zero input."""
@@ -676,12 +694,21 @@ class GaussianHybridRF(_BipolarHybrid):
 
     _has_a_block = False
 
-    def __init__(self, n_features: int = 64, n_lambda: int = 8, kernel: str = "softmax",
-                 lengthscale: float = 1.0, orthogonal=False, shared_projection: bool = True,
-                 random_state=None, lambda_bandwidth: float = 1.0,
-                 lambda_features: str = "positive"):
-        super().__init__(n_features, n_lambda, kernel, lengthscale, orthogonal,
-                         shared_projection, random_state)
+    def __init__(
+        self,
+        n_features: int = 64,
+        n_lambda: int = 8,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        orthogonal=False,
+        shared_projection: bool = True,
+        random_state=None,
+        lambda_bandwidth: float = 1.0,
+        lambda_features: str = "positive",
+    ):
+        super().__init__(
+            n_features, n_lambda, kernel, lengthscale, orthogonal, shared_projection, random_state
+        )
         self.lambda_bandwidth = lambda_bandwidth
         self.lambda_features = lambda_features
 
@@ -772,11 +799,21 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         ``X`` and ``Y`` at fit (attribute ``radius_``).
     """
 
-    def __init__(self, n_features: int = 64, n_lambda: int = 8, kernel: str = "softmax",
-                 lengthscale: float = 1.0, orthogonal=False, shared_projection: bool = True,
-                 random_state=None, sigma: float = 1.0, radius: float | None = None):
-        super().__init__(n_features, n_lambda, kernel, lengthscale, orthogonal,
-                         shared_projection, random_state)
+    def __init__(
+        self,
+        n_features: int = 64,
+        n_lambda: int = 8,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        orthogonal=False,
+        shared_projection: bool = True,
+        random_state=None,
+        sigma: float = 1.0,
+        radius: float | None = None,
+    ):
+        super().__init__(
+            n_features, n_lambda, kernel, lengthscale, orthogonal, shared_projection, random_state
+        )
         self.sigma = sigma
         self.radius = radius
 
@@ -803,9 +840,7 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
             sq = np.concatenate([np.sum(X * X, axis=1), np.sum(Y * Y, axis=1)])
             r = float(np.sqrt(sq.mean()))
             if not r > 0:
-                raise ValueError(
-                    "radius could not be fitted: X and Y are all zero; pass radius=."
-                )
+                raise ValueError("radius could not be fitted: X and Y are all zero; pass radius=.")
         else:
             r = float(self.radius) / self.lengthscale
         self.radius_ = r
@@ -813,7 +848,8 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         if not self.rho_ > 0:
             raise ValueError(f"radius * sigma is too small (rho = {self.rho_}); raise sigma.")
         self.lambda_projection_ = self.sigma * gaussian_projection(
-            self.n_lambda, X.shape[1], rng)  # (n, d), rows ~ N(0, sigma^2 I)
+            self.n_lambda, X.shape[1], rng
+        )  # (n, d), rows ~ N(0, sigma^2 I)
 
     def _lambda_features(self, X, xp, side):
         p = X @ self._param("T_T", xp, X)  # (n_pts, n)
@@ -974,8 +1010,16 @@ class ComplexExponentialRF(FeatureMap):
 
     symmetric = False
 
-    def __init__(self, n_features: int = 256, kernel: str = "softmax", lengthscale: float = 1.0,
-                 orthogonal=False, random_state=None, A=None, max_condition: float = 1e8):
+    def __init__(
+        self,
+        n_features: int = 256,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        orthogonal=False,
+        random_state=None,
+        A=None,
+        max_condition: float = 1e8,
+    ):
         super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
         self.A = A
         self.max_condition = max_condition
@@ -1058,28 +1102,30 @@ class ComplexExponentialRF(FeatureMap):
         rr = ar @ xp.matrix_transpose(br)  # Re a . Re b
         log_k2 = 2.0 * xy - math.log(self.n_features)  # log(K^2 / m)
         if self.alpha != 0.0:
-            log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
-                                                  + _sq_norms(xp, Ys)[None, :])
+            log_k2 = log_k2 + 2.0 * self.alpha * (
+                _sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :]
+            )
         if ai is None:
             # |a + b|^2 = |a|^2 + |b|^2 + 2 a.b;  MSE = K^2 expm1(c2) / m, in log space
-            c2 = xp.clip(_sq_norms(xp, ar)[:, None] + _sq_norms(xp, br)[None, :] + 2.0 * rr,
-                         min=0.0)
+            c2 = xp.clip(
+                _sq_norms(xp, ar)[:, None] + _sq_norms(xp, br)[None, :] + 2.0 * rr, min=0.0
+            )
             return _scaled_nonneg(xp, -xp.expm1(-c2), c2 + log_k2)
         na_r, na_i = _sq_norms(xp, ar)[:, None], _sq_norms(xp, ai)[:, None]
         nb_r, nb_i = _sq_norms(xp, br)[None, :], _sq_norms(xp, bi)[None, :]
         ii = ai @ xp.matrix_transpose(bi)
         # log|E g^2 / SM^2| = Re(a^2 + b^2 + 4ab) - 2xy, and the phase q of E g^2
         p = na_r - na_i + nb_r - nb_i + 4.0 * (rr - ii) - 2.0 * xy
-        q = 2.0 * (_sum_prod(xp, ar, ai)[:, None] + _sum_prod(xp, br, bi)[None, :]) \
-            + 4.0 * (ar @ xp.matrix_transpose(bi) + ai @ xp.matrix_transpose(br))
+        q = 2.0 * (_sum_prod(xp, ar, ai)[:, None] + _sum_prod(xp, br, bi)[None, :]) + 4.0 * (
+            ar @ xp.matrix_transpose(bi) + ai @ xp.matrix_transpose(br)
+        )
         r = xp.clip(na_r + na_i + nb_r + nb_i + 4.0 * rr - 2.0 * xy, min=0.0)  # log E|g|^2/SM^2
         s = xp.sin(0.5 * q)
         # rel = m MSE / SM^2 = (e^p cos q + e^r) / 2 - 1 (p <= r, r >= 0); we need
         # rel e^{-r}: for small r from the cancellation-free expm1 form, for r >= 1 from
         # the bounded form (e^{p-r} cos q + 1)/2 - e^{-r}, so that nothing overflows
         pc, rc = xp.clip(p, max=1.0), xp.clip(r, max=1.0)
-        small = (0.5 * (xp.expm1(pc) * xp.cos(q) - 2.0 * s * s) + 0.5 * xp.expm1(rc)) \
-            * xp.exp(-rc)
+        small = (0.5 * (xp.expm1(pc) * xp.cos(q) - 2.0 * s * s) + 0.5 * xp.expm1(rc)) * xp.exp(-rc)
         large = 0.5 * xp.exp(p - r) * xp.cos(q) + 0.5 - xp.exp(-r)
         inner = xp.where(r < 1.0, small, large)
         return _scaled_nonneg(xp, inner, r + log_k2)
@@ -1105,6 +1151,7 @@ def _sum_prod(xp, a, b):
 # ====================================================================== clustered hybrid
 #: elements of the largest temporary of ClusteredHybridRF.variance per row block
 _VARIANCE_BLOCK_ELEMENTS = 1 << 22
+
 
 class ClusteredHybridRF(FeatureMap):
     """Clustered hybrid random features (Sec. 2.4, App. H, Def. H.1 / H.2).
@@ -1166,10 +1213,21 @@ class ClusteredHybridRF(FeatureMap):
 
     symmetric = False
 
-    def __init__(self, n_features: int = 64, kernel: str = "softmax", lengthscale: float = 1.0,
-                 orthogonal=False, random_state=None, n_clusters=2, mixture: str = "zero_one",
-                 n_lambda: int = 8, tau: float = 1.0, default_estimator: str = "hyperbolic",
-                 eps: float = 1e-3, n_init: int = 4):
+    def __init__(
+        self,
+        n_features: int = 64,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        orthogonal=False,
+        random_state=None,
+        n_clusters=2,
+        mixture: str = "zero_one",
+        n_lambda: int = 8,
+        tau: float = 1.0,
+        default_estimator: str = "hyperbolic",
+        eps: float = 1e-3,
+        n_init: int = 4,
+    ):
         super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
         self.n_clusters = n_clusters
         self.mixture = mixture
@@ -1189,8 +1247,10 @@ class ClusteredHybridRF(FeatureMap):
         if isinstance(nc, tuple | list):
             if len(nc) != 2:
                 raise ValueError(f"n_clusters must be an int or a pair (n_q, n_k), got {nc!r}.")
-            return (validate_positive_int(nc[0], "n_clusters[0]"),
-                    validate_positive_int(nc[1], "n_clusters[1]"))
+            return (
+                validate_positive_int(nc[0], "n_clusters[0]"),
+                validate_positive_int(nc[1], "n_clusters[1]"),
+            )
         k = validate_positive_int(nc, "n_clusters")
         return k, k
 
@@ -1202,10 +1262,14 @@ class ClusteredHybridRF(FeatureMap):
         validate_positive_int(self.n_lambda, "n_lambda", maximum=2**20)
         validate_positive_float(self.tau, "tau")
         if self.default_estimator not in ("hyperbolic", "trig"):
-            raise ValueError("default_estimator must be 'hyperbolic' or 'trig', got "
-                             f"{self.default_estimator!r}.")
-        if isinstance(self.eps, bool) or not isinstance(self.eps, numbers.Real) \
-                or not 0 < self.eps < 1:
+            raise ValueError(
+                f"default_estimator must be 'hyperbolic' or 'trig', got {self.default_estimator!r}."
+            )
+        if (
+            isinstance(self.eps, bool)
+            or not isinstance(self.eps, numbers.Real)
+            or not 0 < self.eps < 1
+        ):
             raise ValueError(f"eps must be a float in (0, 1), got {self.eps!r}.")
         validate_positive_int(self.n_init, "n_init")
 
@@ -1234,8 +1298,9 @@ class ClusteredHybridRF(FeatureMap):
         seed = int(rng.integers(0, 2**31 - 1))
         self.centers_x_ = self._kmeans(X, n_q, "X", seed)  # (n_q, d)
         self.centers_y_ = self._kmeans(Y, n_k, "Y", seed + 1)  # (n_k, d)
-        self.A_ = optimal_diagonal_A(self.centers_x_[:, None, :], self.centers_y_[None, :, :],
-                                     eps=float(self.eps))  # (n_q, n_k, d)
+        self.A_ = optimal_diagonal_A(
+            self.centers_x_[:, None, :], self.centers_y_[None, :, :], eps=float(self.eps)
+        )  # (n_q, n_k, d)
         if self.mixture == "gaussian":
             self.lambda_projection_ = gaussian_projection(self.n_lambda, X.shape[1], rng)
 
@@ -1261,9 +1326,12 @@ class ClusteredHybridRF(FeatureMap):
         n_q, n_k, d = self.A_.shape
         consts = {
             "W_T": np.ascontiguousarray(self.projection_.T),  # (d, m)
-            "Cx": self.centers_x_, "Cy": self.centers_y_,
-            "A": self.A_, "Ainv": 1.0 / self.A_,  # (n_q, n_k, d)
-            "A_flat": self.A_.reshape(n_q * n_k, d), "Ainv_flat": (1.0 / self.A_).reshape(-1, d),
+            "Cx": self.centers_x_,
+            "Cy": self.centers_y_,
+            "A": self.A_,
+            "Ainv": 1.0 / self.A_,  # (n_q, n_k, d)
+            "A_flat": self.A_.reshape(n_q * n_k, d),
+            "Ainv_flat": (1.0 / self.A_).reshape(-1, d),
         }
         if self.mixture == "gaussian":
             consts["T_T"] = np.ascontiguousarray(self.lambda_projection_.T)  # (d, n)
@@ -1283,8 +1351,9 @@ class ClusteredHybridRF(FeatureMap):
     def _psi_logits(self, Xm, xp, like):
         """Logits of ``Psi_M(x)`` for transformed rows ``Xm = M x`` (..., d) -> (..., m)."""
         W_T = self._param("W_T", xp, like)
-        return Xm @ W_T - 0.5 * xp.sum(Xm * Xm, axis=-1)[..., None] \
-            - 0.5 * math.log(self.n_features)
+        return (
+            Xm @ W_T - 0.5 * xp.sum(Xm * Xm, axis=-1)[..., None] - 0.5 * math.log(self.n_features)
+        )
 
     def _scaled_features(self, X, xp, side):
         if self.mixture == "zero_one":
@@ -1306,8 +1375,9 @@ class ClusteredHybridRF(FeatureMap):
             A = xp.take(xp.permute_dims(Ainv, (1, 0, 2)), idx, axis=0)  # (n, n_q, d)
         logits = self._psi_logits(A * X[:, None, :], xp, X)  # (n, k_other, m)
         if n == 0:
-            return xp.zeros((0, self.output_dim), dtype=X.dtype, device=device(X)), \
-                xp.zeros(0, dtype=X.dtype, device=device(X))
+            return xp.zeros((0, self.output_dim), dtype=X.dtype, device=device(X)), xp.zeros(
+                0, dtype=X.dtype, device=device(X)
+            )
         row_max = _detach(xp.max(xp.reshape(logits, (n, -1)), axis=1))  # (n,)
         psi = xp.exp(logits - row_max[:, None, None])  # (n, k_other, m)
         if side == "x":  # block (i(x), j) for every j
@@ -1323,20 +1393,27 @@ class ClusteredHybridRF(FeatureMap):
         psi_l = self._psi_logits(XM, xp, X)  # (n, P, m)
         # lambda features: n^{-1/2} exp(-|Mx|^2/tau^2 +- W'Mx/tau), (n, P, L)
         sgn = 1.0 if side == "x" else -1.0
-        rho_l = sgn * (XM @ self._param("T_T", xp, X)) / self.tau \
-            - xp.sum(XM * XM, axis=-1)[..., None] / self.tau**2 - 0.5 * math.log(self.n_lambda)
+        rho_l = (
+            sgn * (XM @ self._param("T_T", xp, X)) / self.tau
+            - xp.sum(XM * XM, axis=-1)[..., None] / self.tau**2
+            - 0.5 * math.log(self.n_lambda)
+        )
         W_T = self._param("W_T", xp, X)
         proj = X @ W_T  # (n, m)
         if self.default_estimator == "hyperbolic":
-            z_l = xp.concat([proj, -proj], axis=1) - 0.5 * _sq_norms(xp, X)[:, None] \
-                - 0.5 * math.log(2.0 * m)  # (n, 2m) logits
+            z_l = (
+                xp.concat([proj, -proj], axis=1)
+                - 0.5 * _sq_norms(xp, X)[:, None]
+                - 0.5 * math.log(2.0 * m)
+            )  # (n, 2m) logits
             z_b, z_ls = None, None
         else:
             z_b = xp.concat([xp.sin(proj), xp.cos(proj)], axis=1) / math.sqrt(m)  # (n, 2m)
             z_ls = 0.5 * _sq_norms(xp, X)
         if n == 0:
-            return xp.zeros((0, self.output_dim), dtype=X.dtype, device=device(X)), \
-                xp.zeros(0, dtype=X.dtype, device=device(X))
+            return xp.zeros((0, self.output_dim), dtype=X.dtype, device=device(X)), xp.zeros(
+                0, dtype=X.dtype, device=device(X)
+            )
         # stabilise each log-domain part by its row max
         ps_max = _detach(xp.max(xp.reshape(psi_l, (n, -1)), axis=1))
         psi = xp.exp(psi_l - ps_max[:, None, None])  # (n, P, m)
@@ -1347,8 +1424,9 @@ class ClusteredHybridRF(FeatureMap):
             z_b, z_ls = xp.exp(z_l - z_max[:, None]), z_max
         rp = xp.reshape(rho[:, :, :, None] * psi[:, :, None, :], (n, -1))  # (n, P L m)
         rz = xp.reshape(rho[:, :, :, None] * z_b[:, None, None, :], (n, -1))  # (n, P L 2m)
-        return _assemble(xp, [(z_b, z_ls, 1.0), (rp, rh_max + ps_max, 1.0),
-                              (rz, rh_max + z_ls, sgn)])
+        return _assemble(
+            xp, [(z_b, z_ls, 1.0), (rp, rh_max + ps_max, 1.0), (rz, rh_max + z_ls, sgn)]
+        )
 
     def cluster_pairs(self, X, Y=None):
         """Nearest-centre indices ``(i(x) (n,), j(y) (m,))`` used by the zero-one mixture."""
@@ -1395,8 +1473,9 @@ class ClusteredHybridRF(FeatureMap):
         xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
         log_k2 = 2.0 * xy - math.log(self.n_features)  # log(K^2 / m)
         if self.alpha != 0.0:
-            log_k2 = log_k2 + 2.0 * self.alpha * (_sq_norms(xp, Xs)[:, None]
-                                                  + _sq_norms(xp, Ys)[None, :])
+            log_k2 = log_k2 + 2.0 * self.alpha * (
+                _sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :]
+            )
         # m MSE / K^2 = inner * exp(shift), evaluated in log space (finite wherever the MSE
         # is), over row blocks of X so that the (rows, m, P[, P], d) temporaries stay small
         n, m_pts, d = Xs.shape[0], Ys.shape[0], Xs.shape[1]
@@ -1471,40 +1550,56 @@ class ClusteredHybridRF(FeatureMap):
             g00 = [(0.5, 2.0 * z2 - nx - ny - xy2), (0.5, -nx - ny - xy2)]
             cz = xp.sum(c * z[:, :, None, :], axis=-1)  # (n, m_pts, P)
             zz = z2[..., None]
-            g0p = [(0.5, base + 0.5 * (c2 + zz + 2.0 * cz)),
-                   (0.5, base + 0.5 * (c2 + zz - 2.0 * cz))]
+            g0p = [
+                (0.5, base + 0.5 * (c2 + zz + 2.0 * cz)),
+                (0.5, base + 0.5 * (c2 + zz - 2.0 * cz)),
+            ]
         else:
             delta = Xs[:, None, :] - Ys[None, :, :]
             g00 = [(0.5, nx + ny - xy2), (0.5, nx + ny - xy2 - 2.0 * d2)]
             cd = xp.sum(c * delta[:, :, None, :], axis=-1)  # (n, m_pts, P)
-            g0p = [(xp.cos(cd), -0.5 * s + 0.5 * (nx + ny)[..., None] - xy2[..., None]
-                    + 0.5 * (c2 - d2[..., None]))]
+            g0p = [
+                (
+                    xp.cos(cd),
+                    -0.5 * s
+                    + 0.5 * (nx + ny)[..., None]
+                    - xy2[..., None]
+                    + 0.5 * (c2 - d2[..., None]),
+                )
+            ]
         # E[w_0^2] = 1 - 2 sum_p l_p + sum_pq L_pq, E[w_0 w_p] = l_p - sum_q L_pq,
         # E[w_p w_q] = L_pq = (1 - 1/n) l_p l_q + H_pq / n
         terms = [(-1.0, xp.zeros_like(xy))]  # the "- 1"
         for cf, lg in g00:
             lg3, lg4 = lg[..., None], lg[..., None, None]
-            terms += [(cf, lg), (-2.0 * cf, llam + lg3),
-                      ((1.0 - 1.0 / n_l) * cf, lll + lg4), (cf / n_l, lh_pq + lg4)]
+            terms += [
+                (cf, lg),
+                (-2.0 * cf, llam + lg3),
+                ((1.0 - 1.0 / n_l) * cf, lll + lg4),
+                (cf / n_l, lh_pq + lg4),
+            ]
         for cf, lg in g0p:
             cf4 = cf[..., :, None] if not isinstance(cf, float) else cf
             lg4 = lg[..., :, None]  # G_0p broadcast over q
-            terms += [(2.0 * cf, llam + lg), (-2.0 * (1.0 - 1.0 / n_l) * cf4, lll + lg4),
-                      (-2.0 * cf4 / n_l, lh_pq + lg4)]
+            terms += [
+                (2.0 * cf, llam + lg),
+                (-2.0 * (1.0 - 1.0 / n_l) * cf4, lll + lg4),
+                (-2.0 * cf4 / n_l, lh_pq + lg4),
+            ]
         terms += [((1.0 - 1.0 / n_l), lll + lg_pq), (1.0 / n_l, lh_pq + lg_pq)]
         lead = xy.ndim
         shift = None
         for _, lg in terms:
-            mx = xp.max(xp.reshape(lg, (*lg.shape[:lead], -1)), axis=-1) \
-                if lg.ndim > lead else lg
+            mx = xp.max(xp.reshape(lg, (*lg.shape[:lead], -1)), axis=-1) if lg.ndim > lead else lg
             shift = mx if shift is None else xp.maximum(shift, mx)
         inner = xp.zeros_like(xy)
         for cf, lg in terms:
             sh = xp.reshape(shift, (*shift.shape, *([1] * (lg.ndim - lead))))
             v = cf * xp.exp(lg - sh)
             v = xp.broadcast_to(v, lg.shape) if lg.ndim > lead else v
-            inner = inner + (xp.sum(xp.reshape(v, (*v.shape[:lead], -1)), axis=-1)
-                             if lg.ndim > lead else v)
+            inner = inner + (
+                xp.sum(xp.reshape(v, (*v.shape[:lead], -1)), axis=-1) if lg.ndim > lead else v
+            )
         return inner, shift
 
     def _log_second_moment(self, X, Y, xp):

@@ -81,8 +81,9 @@ SKETCHES = {"rademacher": RademacherSketch, "gaussian": GaussianSketch, "srht": 
 #: (sketch, complex) -> (q, m4) of Theorem 2: ``q = E(Re z)^2``, ``m4 = E|z|^4`` of the
 #: sketch classes' weights (note §2.1). TensorSRHT has the Rademacher moments plus a
 #: covariance term (eq. 33).
-SKETCH_MOMENTS = {(name, cx): tuple(cls._moments[cx])
-                  for name, cls in SKETCHES.items() for cx in (False, True)}
+SKETCH_MOMENTS = {
+    (name, cx): tuple(cls._moments[cx]) for name, cls in SKETCHES.items() for cx in (False, True)
+}
 
 
 # ============================================================== coefficients
@@ -111,9 +112,15 @@ def _check_degree(value, name, minimum=1):
     return value
 
 
-def maclaurin_coefficients(kernel: str, max_degree: int, *, degree: int | None = None,
-                           gamma: float = 1.0, coef0: float = 1.0,
-                           lengthscale: float = 1.0) -> np.ndarray:
+def maclaurin_coefficients(
+    kernel: str,
+    max_degree: int,
+    *,
+    degree: int | None = None,
+    gamma: float = 1.0,
+    coef0: float = 1.0,
+    lengthscale: float = 1.0,
+) -> np.ndarray:
     """Maclaurin coefficients ``a_0 .. a_max_degree`` of a dot-product kernel (eq. 36-39).
 
     Parameters
@@ -148,8 +155,12 @@ def maclaurin_coefficients(kernel: str, max_degree: int, *, degree: int | None =
             # C(p, k) coef0^(p-k) gamma^k in log space (no overflow of the binomial)
             if coef0 == 0.0 and k < degree:
                 continue
-            log_a = (math.lgamma(degree + 1) - math.lgamma(k + 1) - math.lgamma(degree - k + 1)
-                     + k * math.log(gamma))
+            log_a = (
+                math.lgamma(degree + 1)
+                - math.lgamma(k + 1)
+                - math.lgamma(degree - k + 1)
+                + k * math.log(gamma)
+            )
             if k < degree:
                 log_a += (degree - k) * math.log(coef0)
             out[k] = math.exp(log_a) if log_a < 709.0 else math.inf
@@ -179,8 +190,9 @@ def unit_sphere_polynomial(a: float = 2.0) -> dict:
     return {"gamma": s, "coef0": 1.0 - s}
 
 
-def random_maclaurin_measure(coefficients, max_degree: int | None = None,
-                             c: float = 2.0) -> np.ndarray:
+def random_maclaurin_measure(
+    coefficients, max_degree: int | None = None, c: float = 2.0
+) -> np.ndarray:
     """Degree measure of Random Maclaurin (eq. 40), truncated and renormalised.
 
     ``mu(n) ∝ c^-(n+1)`` on ``{1 <= n <= p : a_n > 0}`` (the constant ``a_0`` is an exact
@@ -300,9 +312,16 @@ class MaclaurinPairSums:
 _PAIR_BLOCK_ELEMENTS = 1 << 17
 
 
-def maclaurin_pair_sums(X, coefficients, max_degree: int, *, kernel: str,
-                        lengthscale: float = 1.0, sketch: str = "rademacher",
-                        complex: bool = False) -> MaclaurinPairSums:
+def maclaurin_pair_sums(
+    X,
+    coefficients,
+    max_degree: int,
+    *,
+    kernel: str,
+    lengthscale: float = 1.0,
+    sketch: str = "rademacher",
+    complex: bool = False,
+) -> MaclaurinPairSums:
     """Precompute the pair sums of the U-statistic objective (eq. 49-51, eq. 55).
 
     O(m^2 (d + p)) time in row blocks, O(m (d + p)) memory beyond the blocks. Inputs are
@@ -332,8 +351,7 @@ def maclaurin_pair_sums(X, coefficients, max_degree: int, *, kernel: str,
     MaclaurinPairSums
     """
     if (sketch, bool(complex)) not in SKETCH_MOMENTS:
-        raise ValueError(f"Unknown sketch {sketch!r}; expected 'rademacher', 'gaussian' "
-                         "or 'srht'.")
+        raise ValueError(f"Unknown sketch {sketch!r}; expected 'rademacher', 'gaussian' or 'srht'.")
     X = np.asarray(X, dtype=np.float64)
     m, d = X.shape
     if m < 2:
@@ -357,17 +375,21 @@ def maclaurin_pair_sums(X, coefficients, max_degree: int, *, kernel: str,
     X2 = Xs * Xs
     n_idx = np.arange(p + 1)
     with np.errstate(over="ignore"):
-        a_s = a * r2 ** n_idx  # (p + 1,)
+        a_s = a * r2**n_idx  # (p + 1,)
     if not np.all(np.isfinite(a_s)):
-        raise ValueError("The kernel's Maclaurin terms overflow float64 on these inputs; "
-                         "scale the inputs (or the lengthscale / gamma) down.")
+        raise ValueError(
+            "The kernel's Maclaurin terms overflow float64 on these inputs; "
+            "scale the inputs (or the lengthscale / gamma) down."
+        )
     if kernel == "polynomial":
         degree = len(a_kernel) - 1
         with np.errstate(over="ignore"):
             a_full_s = a_kernel * r2 ** np.arange(degree + 1)
         if not np.all(np.isfinite(a_full_s)):
-            raise ValueError("The kernel's Maclaurin terms overflow float64 on these inputs; "
-                             "scale the inputs (or gamma) down.")
+            raise ValueError(
+                "The kernel's Maclaurin terms overflow float64 on these inputs; "
+                "scale the inputs (or gamma) down."
+            )
     elif kernel in ("exponential", "gaussian"):
         inv_l2 = 1.0 / float(lengthscale) ** 2
     else:
@@ -422,8 +444,10 @@ def maclaurin_pair_sums(X, coefficients, max_degree: int, *, kernel: str,
             with np.errstate(over="ignore"):
                 R = np.exp(G * exp_scale)
             if not np.all(np.isfinite(R)):
-                raise ValueError("exp(x^T y / l^2) overflows on these inputs; increase the "
-                                 "lengthscale or scale the inputs down.")
+                raise ValueError(
+                    "exp(x^T y / l^2) overflows on these inputs; increase the "
+                    "lengthscale or scale the inputs down."
+                )
         R -= a_s[0]
         R *= sw
         bb[0] = np.vdot(R, R)
@@ -443,8 +467,9 @@ def maclaurin_pair_sums(X, coefficients, max_degree: int, *, kernel: str,
     bias2 = np.sum([parts[k][2] for k in order], axis=0)
     if kernel == "polynomial" and degree <= p:
         bias2[degree:] = 0.0  # exact: the series ends at the degree (no rounding residue)
-    return MaclaurinPairSums(m=m, var=var, cov=cov, bias2=bias2, d=d_pad, sketch=sketch,
-                             complex=bool(complex))
+    return MaclaurinPairSums(
+        m=m, var=var, cov=cov, bias2=bias2, d=d_pad, sketch=sketch, complex=bool(complex)
+    )
 
 
 # ============================================================== Algorithms 2 and 3
@@ -473,8 +498,10 @@ def greedy_allocation(cost, active, D_total: int) -> np.ndarray:
     if n_active == 0:
         raise ValueError("No degree to allocate features to.")
     if D_total < n_active:
-        raise ValueError(f"The budget of {D_total} features is smaller than the "
-                         f"{n_active} degrees that need one each.")
+        raise ValueError(
+            f"The budget of {D_total} features is smaller than the "
+            f"{n_active} degrees that need one each."
+        )
     D = active.astype(np.int64)
     heap = []
     for n in np.flatnonzero(active):
@@ -489,8 +516,9 @@ def greedy_allocation(cost, active, D_total: int) -> np.ndarray:
     return D
 
 
-def optimize_allocation(sums: MaclaurinPairSums, coefficients, D_total: int, p_min: int,
-                        p_max: int):
+def optimize_allocation(
+    sums: MaclaurinPairSums, coefficients, D_total: int, p_min: int, p_max: int
+):
     """Extended Incremental Algorithm (Algorithm 3).
 
     For every ``p`` in ``[p_min, p_max]`` run :func:`greedy_allocation` on degrees
@@ -513,8 +541,7 @@ def optimize_allocation(sums: MaclaurinPairSums, coefficients, D_total: int, p_m
         if active.sum() == 0 or active.sum() > D_total:
             objective[p] = math.inf
             continue
-        D = greedy_allocation(lambda n, k: sums.degree_cost(n, k, surrogate=True), active,
-                              D_total)
+        D = greedy_allocation(lambda n, k: sums.degree_cost(n, k, surrogate=True), active, D_total)
         g = sums.objective(D, surrogate=False)
         objective[p] = g
         if g < best[0]:
@@ -544,11 +571,13 @@ class _MaclaurinBase(FeatureMap):
     # ------------------------------------------------------------------ parameters
     def _validate_common(self):
         if not isinstance(self.kernel, str) or self.kernel not in MACLAURIN_KERNELS:
-            raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of "
-                             f"{list(MACLAURIN_KERNELS)}.")
+            raise ValueError(
+                f"Unknown kernel {self.kernel!r}; expected one of {list(MACLAURIN_KERNELS)}."
+            )
         if not isinstance(self.sketch, str) or self.sketch not in self._sketches:
-            raise ValueError(f"Unknown sketch {self.sketch!r}; expected one of "
-                             f"{list(self._sketches)}.")
+            raise ValueError(
+                f"Unknown sketch {self.sketch!r}; expected one of {list(self._sketches)}."
+            )
         if not isinstance(self.complex, bool | np.bool_):
             raise TypeError(f"complex must be a bool, got {self.complex!r}.")
         if not isinstance(self.real_output, bool | np.bool_):
@@ -567,9 +596,14 @@ class _MaclaurinBase(FeatureMap):
         return 1.0 / float(self.lengthscale) ** 2
 
     def _coefficients(self, max_degree: int) -> np.ndarray:
-        return maclaurin_coefficients(self.kernel, max_degree, degree=self.degree,
-                                      gamma=self.gamma, coef0=self.coef0,
-                                      lengthscale=self.lengthscale)
+        return maclaurin_coefficients(
+            self.kernel,
+            max_degree,
+            degree=self.degree,
+            gamma=self.gamma,
+            coef0=self.coef0,
+            lengthscale=self.lengthscale,
+        )
 
     @property
     def output_dim(self) -> int:
@@ -594,8 +628,13 @@ class _MaclaurinBase(FeatureMap):
             if Dn[n] == 0:
                 continue
             seed = int(rng.integers(0, 2**63 - 1))
-            sk = SKETCHES[self.sketch](n_features=int(Dn[n]), degree=n, coef0=0.0,
-                                       complex=bool(self.complex), random_state=seed)
+            sk = SKETCHES[self.sketch](
+                n_features=int(Dn[n]),
+                degree=n,
+                coef0=0.0,
+                complex=bool(self.complex),
+                random_state=seed,
+            )
             sk.fit(dummy)
             sketches.append((n, sk, math.sqrt(self._block_weight(n))))
         self.sketches_ = sketches
@@ -620,8 +659,9 @@ class _MaclaurinBase(FeatureMap):
             blocks = [xp.real(B) for B in blocks] + [xp.imag(B) for B in blocks]
             cplx = False
         if self.n_features_per_degree_[0]:
-            const = xp.full((n, 1), math.sqrt(float(self.coefficients_[0])), dtype=X.dtype,
-                            device=device(X))
+            const = xp.full(
+                (n, 1), math.sqrt(float(self.coefficients_[0])), dtype=X.dtype, device=device(X)
+            )
             if cplx:
                 const = xp.astype(const, blocks[0].dtype)
             blocks = [const, *blocks]
@@ -643,8 +683,9 @@ class _MaclaurinBase(FeatureMap):
             bx, sx, by, sy = self._scaled_pair(X, Y)
         xp = _namespace_of(bx)
         if xp.isdtype(bx.dtype, "complex floating"):
-            dot = (xp.real(bx) @ xp.matrix_transpose(xp.real(by))
-                   + xp.imag(bx) @ xp.matrix_transpose(xp.imag(by)))
+            dot = xp.real(bx) @ xp.matrix_transpose(xp.real(by)) + xp.imag(
+                bx
+            ) @ xp.matrix_transpose(xp.imag(by))
         else:
             dot = bx @ xp.matrix_transpose(by)
         if self.kernel != "gaussian":
@@ -660,8 +701,10 @@ class _MaclaurinBase(FeatureMap):
         G, N, S = pair_statistics(Xs, Ys, 0.0)
         e2 = None
         if self.kernel == "gaussian":
-            e2 = (xp.exp(-xp.sum(Xs * Xs, axis=1))[:, None]
-                  * xp.exp(-xp.sum(Ys * Ys, axis=1))[None, :])
+            e2 = (
+                xp.exp(-xp.sum(Xs * Xs, axis=1))[:, None]
+                * xp.exp(-xp.sum(Ys * Ys, axis=1))[None, :]
+            )
         return G, N, S, e2
 
     def _variance_inputs(self, X, Y, kind: str):
@@ -677,18 +720,30 @@ class _MaclaurinBase(FeatureMap):
         """Variance of one degree-``n`` sketch estimate of ``G^n`` with ``D`` features
         (the sketch classes' formulas: Theorem 2 or eq. 33)."""
         if self.sketch == "srht":
-            return tensor_srht_variance(G, N, S, n, D, next_power_of_two(self.n_features_in_),
-                                        complex=bool(self.complex), kind=kind)
+            return tensor_srht_variance(
+                G,
+                N,
+                S,
+                n,
+                D,
+                next_power_of_two(self.n_features_in_),
+                complex=bool(self.complex),
+                kind=kind,
+            )
         q, m4 = SKETCH_MOMENTS[(self.sketch, bool(self.complex))]
         return iid_sketch_variance(G, N, S, n, D, q=q, m4=m4, kind=kind)
 
     def log_relative_variance(self, X, Y=None):
-        raise NotImplementedError(f"{type(self).__name__} has no log_relative_variance "
-                                  "(softmax-family API); use variance().")
+        raise NotImplementedError(
+            f"{type(self).__name__} has no log_relative_variance "
+            "(softmax-family API); use variance()."
+        )
 
     def log_objective(self, X, Y=None):
-        raise NotImplementedError(f"{type(self).__name__} has no log_objective (softmax-"
-                                  "family API); see OptimizedMaclaurin.objective_.")
+        raise NotImplementedError(
+            f"{type(self).__name__} has no log_objective (softmax-"
+            "family API); see OptimizedMaclaurin.objective_."
+        )
 
     @staticmethod
     def _check_kind(kind):
@@ -789,10 +844,20 @@ class RandomMaclaurin(_MaclaurinBase):
     sketches_ : list of (degree, sketch, weight)
     """
 
-    def __init__(self, n_features: int = 256, kernel: str = "polynomial", degree: int = 2,
-                 max_degree: int = 10, gamma: float = 1.0, coef0: float = 1.0,
-                 lengthscale: float = 1.0, sketch: str = "rademacher", complex: bool = False,
-                 real_output: bool = False, random_state=None):
+    def __init__(
+        self,
+        n_features: int = 256,
+        kernel: str = "polynomial",
+        degree: int = 2,
+        max_degree: int = 10,
+        gamma: float = 1.0,
+        coef0: float = 1.0,
+        lengthscale: float = 1.0,
+        sketch: str = "rademacher",
+        complex: bool = False,
+        real_output: bool = False,
+        random_state=None,
+    ):
         self.n_features = n_features
         self.kernel = kernel
         self.degree = degree
@@ -838,8 +903,11 @@ class RandomMaclaurin(_MaclaurinBase):
 
     def _block_weight(self, n):
         # D_n a_n / (D mu(n)), on the unit scale (Phi_n carries 1/sqrt(D_n))
-        return (self.n_features_per_degree_[n] * self._unit_coefficients[n]
-                / (self.n_features * self.degree_measure_[n]))
+        return (
+            self.n_features_per_degree_[n]
+            * self._unit_coefficients[n]
+            / (self.n_features * self.degree_measure_[n])
+        )
 
     def variance(self, X, Y=None, kind: str = "complex"):
         """Variance of the estimate over the degree draw and the sketches.
@@ -935,12 +1003,23 @@ class OptimizedMaclaurin(_MaclaurinBase):
 
     _sketches = ("rademacher", "gaussian", "srht")
 
-    def __init__(self, n_features: int = 256, kernel: str = "polynomial", degree: int = 2,
-                 gamma: float = 1.0, coef0: float = 1.0, lengthscale: float = 1.0,
-                 p_min: int = 1, p_max: int = 10, sketch: str = "rademacher",
-                 complex: bool = False, real_output: bool = False,
-                 constant_in_budget: bool = False, n_subsample: int | None = 2000,
-                 random_state=None):
+    def __init__(
+        self,
+        n_features: int = 256,
+        kernel: str = "polynomial",
+        degree: int = 2,
+        gamma: float = 1.0,
+        coef0: float = 1.0,
+        lengthscale: float = 1.0,
+        p_min: int = 1,
+        p_max: int = 10,
+        sketch: str = "rademacher",
+        complex: bool = False,
+        real_output: bool = False,
+        constant_in_budget: bool = False,
+        n_subsample: int | None = 2000,
+        random_state=None,
+    ):
         self.n_features = n_features
         self.kernel = kernel
         self.degree = degree
@@ -993,8 +1072,10 @@ class OptimizedMaclaurin(_MaclaurinBase):
         if Y is not None:
             validate_data(Y, "Y", n_features=X.shape[1])
         if X.shape[0] < 2:
-            raise ValueError("OptimizedMaclaurin.fit needs at least 2 samples (the "
-                             f"U-statistic objective uses pairs), got {X.shape[0]}.")
+            raise ValueError(
+                "OptimizedMaclaurin.fit needs at least 2 samples (the "
+                f"U-statistic objective uses pairs), got {X.shape[0]}."
+            )
         rng = check_random_state(self.random_state)
         self.n_features_in_ = X.shape[1]
         p_min, p_max = self._degree_range()
@@ -1002,7 +1083,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
         a_kernel = self._coefficients(K)
         has_const = bool(a_kernel[0] > 0)
         D_total = int(self.n_features) - int(bool(self.constant_in_budget) and has_const)
-        needed = int(np.count_nonzero(a_kernel[1: p_min + 1]))
+        needed = int(np.count_nonzero(a_kernel[1 : p_min + 1]))
         if D_total < max(1, needed):
             raise ValueError(
                 f"n_features={self.n_features} leaves {D_total} sketch features, fewer than "
@@ -1015,10 +1096,17 @@ class OptimizedMaclaurin(_MaclaurinBase):
         if self.n_subsample is not None and m > int(self.n_subsample):
             Xn = Xn[np.sort(sub_rng.choice(m, size=int(self.n_subsample), replace=False))]
         self.pair_sums_ = maclaurin_pair_sums(
-            Xn, a_kernel, p_max, kernel=self.kernel, lengthscale=self.lengthscale,
-            sketch=self.sketch, complex=bool(self.complex))
-        p_star, D_star, objective = optimize_allocation(self.pair_sums_, a_kernel, D_total,
-                                                        p_min, p_max)
+            Xn,
+            a_kernel,
+            p_max,
+            kernel=self.kernel,
+            lengthscale=self.lengthscale,
+            sketch=self.sketch,
+            complex=bool(self.complex),
+        )
+        p_star, D_star, objective = optimize_allocation(
+            self.pair_sums_, a_kernel, D_total, p_min, p_max
+        )
         self.degree_ = int(p_star)
         self.objective_ = objective
         self.coefficients_ = np.zeros(p_star + 1)

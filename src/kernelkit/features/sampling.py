@@ -181,7 +181,8 @@ def halton_projection(
     rng = check_random_state(random_state)
     seed = int(rng.integers(0, 2**63 - 1))
     U = qmc.Halton(d, scramble=bool(scramble), rng=np.random.default_rng(seed)).random(
-        n_features)  # (M, d) in [0, 1)
+        n_features
+    )  # (M, d) in [0, 1)
     U = (U + rng.random(d)[None, :]) % 1.0  # Cranley-Patterson rotation
     np.clip(U, _U_EPS, 1.0 - _U_EPS, out=U)
     return ndtri(U)
@@ -218,8 +219,7 @@ def resolve_sampler(orthogonal=False, sampler=None) -> str:
         from_orth = "orthogonal" if orthogonal else "iid"
     else:
         raise TypeError(
-            f"orthogonal must be a bool or a sampler name {sorted(SAMPLERS)}, "
-            f"got {orthogonal!r}."
+            f"orthogonal must be a bool or a sampler name {sorted(SAMPLERS)}, got {orthogonal!r}."
         )
     if sampler is None:
         name = from_orth
@@ -236,8 +236,9 @@ def resolve_sampler(orthogonal=False, sampler=None) -> str:
     return name
 
 
-def draw_projection(n_features: int, d: int, random_state=None, orthogonal=False,
-                    sampler: str | None = None):
+def draw_projection(
+    n_features: int, d: int, random_state=None, orthogonal=False, sampler: str | None = None
+):
     """Draw ``(n_features, d)`` projection rows with the selected sampler.
 
     Parameters

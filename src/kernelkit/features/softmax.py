@@ -206,8 +206,13 @@ def _moments(X):
         G = Xb.T @ Xb  # Gram (syrk), then the column sums (gemv) while Xb is in cache
         parts[lo] = (np.ones(hi - lo) @ Xb, G)
 
-    _map_row_blocks(block, n, X.shape[1], X.itemsize,
-                    rows=max(256, _MOMENT_BLOCK_BYTES // (X.shape[1] * X.itemsize)))
+    _map_row_blocks(
+        block,
+        n,
+        X.shape[1],
+        X.itemsize,
+        rows=max(256, _MOMENT_BLOCK_BYTES // (X.shape[1] * X.itemsize)),
+    )
     order = sorted(parts)
     return (sum(parts[k][0] for k in order) / n, sum(parts[k][1] for k in order) / n)
 
@@ -269,8 +274,12 @@ class TrigRF(FeatureMap):
         # [W^T; theta] for X augmented with a ones column (theta folded into the matmul),
         # and its half (exact) for the tan form of cos
         W_aug = np.vstack([W_T, self.offset_[None, :]])
-        self._consts = {"W_T": W_T, "theta": self.offset_,
-                        "W_aug": W_aug, "W_aug_half": 0.5 * W_aug}
+        self._consts = {
+            "W_T": W_T,
+            "theta": self.offset_,
+            "W_aug": W_aug,
+            "W_aug_half": 0.5 * W_aug,
+        }
 
     def _cos_numpy(self, X, scale=None):
         """NumPy ``sqrt(2/M) cos(X W^T + theta) * scale[:, None]``, in threaded row blocks.
@@ -539,8 +548,10 @@ class _DiagonalDERF(FeatureMap):
             c = 0.5 * (xp.max(lx, axis=0) - xp.max(ly, axis=0))
             c = c.detach() if hasattr(c, "detach") else c
             lx, ly = lx - c, ly + c
-        return (*_stabilised_exp(xp, lx, xp.zeros_like(rx)),
-                *_stabilised_exp(xp, ly, xp.zeros_like(ry)))
+        return (
+            *_stabilised_exp(xp, lx, xp.zeros_like(rx)),
+            *_stabilised_exp(xp, ly, xp.zeros_like(ry)),
+        )
 
     def _features(self, X, side):
         X, xp = self._check_X(X, "X" if side == "x" else "Y")
@@ -597,8 +608,9 @@ class _DiagonalDERF(FeatureMap):
         out = c0 + 2.0 * (qx + qy + 2.0 * cross)
         out = out - xp.sum(Xp * Xp, axis=1)[:, None] - xp.sum(Yp * Yp, axis=1)[None, :]
         if self.alpha != 0.0:
-            out = out + 2.0 * self.alpha * (xp.sum(X * X, axis=1)[:, None]
-                                            + xp.sum(Y * Y, axis=1)[None, :])
+            out = out + 2.0 * self.alpha * (
+                xp.sum(X * X, axis=1)[:, None] + xp.sum(Y * Y, axis=1)[None, :]
+            )
         return out
 
     def log_objective(self, X, Y=None):
@@ -615,8 +627,11 @@ class _DiagonalDERF(FeatureMap):
         w = (1.0 - 4.0 * a) / (1.0 - 8.0 * a)
         Xp = X if self.B_x_ is None else X @ self.B_x_.T
         Yp = Y if self.B_y_ is None else Y @ self.B_y_.T
-        mean_pair = (w * Xp * Xp).sum(1).mean() + (w * Yp * Yp).sum(1).mean() \
+        mean_pair = (
+            (w * Xp * Xp).sum(1).mean()
+            + (w * Yp * Yp).sum(1).mean()
             + 2.0 * (w * Xp.mean(0) * Yp.mean(0)).sum()
+        )
         out = c0 + 2.0 * mean_pair - (Xp * Xp).sum(1).mean() - (Yp * Yp).sum(1).mean()
         out += 2.0 * self.alpha * ((X * X).sum(1).mean() + (Y * Y).sum(1).mean())
         return float(out)
@@ -645,8 +660,15 @@ class GERF(_DiagonalDERF):
     - |x|^2 - |y|^2``.
     """
 
-    def __init__(self, n_features=256, kernel="softmax", lengthscale=1.0, orthogonal=False,
-                 random_state=None, A=None):
+    def __init__(
+        self,
+        n_features=256,
+        kernel="softmax",
+        lengthscale=1.0,
+        orthogonal=False,
+        random_state=None,
+        A=None,
+    ):
         super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
         self.A = A
 
@@ -679,8 +701,15 @@ class SADERF(_DiagonalDERF):
 
     symmetric = False
 
-    def __init__(self, n_features=256, kernel="softmax", lengthscale=1.0, orthogonal=False,
-                 random_state=None, eps=1e-6):
+    def __init__(
+        self,
+        n_features=256,
+        kernel="softmax",
+        lengthscale=1.0,
+        orthogonal=False,
+        random_state=None,
+        eps=1e-6,
+    ):
         super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
         self.eps = eps
 
@@ -710,8 +739,15 @@ class ADERF(_DiagonalDERF):
 
     symmetric = False
 
-    def __init__(self, n_features=256, kernel="softmax", lengthscale=1.0, orthogonal=False,
-                 random_state=None, eps=1e-6):
+    def __init__(
+        self,
+        n_features=256,
+        kernel="softmax",
+        lengthscale=1.0,
+        orthogonal=False,
+        random_state=None,
+        eps=1e-6,
+    ):
         super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
         self.eps = eps
 

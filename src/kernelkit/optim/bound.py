@@ -100,8 +100,9 @@ def _check_logits(xp, S):
     """ValueError unless the (m, n) logits are finite: NaN or infinity in ``W`` or ``X``
     (or an overflow of ``X W``) shows up here at O(m n) cost instead of O(m p)."""
     if not bool(xp.all(xp.isfinite(S))):
-        raise ValueError("the logits X W are not finite: W or X contains NaN or infinity "
-                         "(or X W overflows).")
+        raise ValueError(
+            "the logits X W are not finite: W or X contains NaN or infinity (or X W overflows)."
+        )
 
 
 def partition_bound(theta, F) -> PartitionBound:
@@ -137,9 +138,7 @@ def partition_bound(theta, F) -> PartitionBound:
     if F.ndim != 3:
         raise ValueError(f"F must have shape (m, n, d) or (n, d), got shape {F.shape}.")
     if theta.ndim != 1 or theta.shape[0] != F.shape[2]:
-        raise ValueError(
-            f"theta must have shape (d,) = ({F.shape[2]},), got shape {theta.shape}."
-        )
+        raise ValueError(f"theta must have shape (d,) = ({F.shape[2]},), got shape {theta.shape}.")
     m, n, d = F.shape
     if n == 0 or m == 0:
         raise ValueError(f"F must have at least one sample and one label, got shape {F.shape}.")
@@ -249,8 +248,7 @@ def multinomial_bound_from_logits(S) -> MultinomialBound:
     row = xp.arange(n - 1, device=dev)
     mask = lab[None, :] <= row[:, None]  # row i-2 keeps labels 0..i-2
     expo = S[:, None, :] - cum[:, :-1, None]  # <= 0 where masked in
-    Wprev = xp.where(mask, xp.exp(xp.where(mask, expo, xp.zeros_like(expo))),
-                     xp.zeros_like(expo))
+    Wprev = xp.where(mask, xp.exp(xp.where(mask, expo, xp.zeros_like(expo))), xp.zeros_like(expo))
     onehot = xp.astype(lab[None, :] == (row[:, None] + 1), S.dtype)  # e_i, (n-1, n)
     L = onehot - Wprev  # l_i = e_i - w_{i-1}
     b = beta(S[:, 1:] - cum[:, :-1])  # (m, n-1)

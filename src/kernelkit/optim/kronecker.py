@@ -102,15 +102,17 @@ class KroneckerCurvature:
         for a in range(n):  # block rows; the symmetric lower blocks are copied
             Y = (C[:, a, a:, None] * X[:, None, :]).reshape(len(X), -1)  # (m, (n-a) p)
             blk = self.scale * (X.T @ Y)  # (p, (n-a) p)
-            A[a * p:(a + 1) * p, a * p:] = blk
-            A[a * p:, a * p:(a + 1) * p] = blk.reshape(p, n - a, p).transpose(1, 2, 0).reshape(
-                (n - a) * p, p)
+            A[a * p : (a + 1) * p, a * p :] = blk
+            A[a * p :, a * p : (a + 1) * p] = (
+                blk.reshape(p, n - a, p).transpose(1, 2, 0).reshape((n - a) * p, p)
+            )
         lam = np.broadcast_to(to_numpy(self.lam, np.float64), (p, n))
         A[np.diag_indices_from(A)] += lam.T.ravel()
         return A
 
-    def solve(self, G, method="cg", x0=None, rtol=1e-5, maxiter=None, precondition=True,
-              check_x0=False):
+    def solve(
+        self, G, method="cg", x0=None, rtol=1e-5, maxiter=None, precondition=True, check_x0=False
+    ):
         """Solve ``A vec(D) = vec(G)`` for ``D`` of shape (p, n).
 
         Parameters
@@ -142,11 +144,11 @@ class KroneckerCurvature:
             G = np.asarray(G, dtype=self.X.dtype)
         if method == "dense":  # always in float64 (the exact reference solve)
             A = self.todense()
-            sol = scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True,
-                                                                 overwrite_a=True,
-                                                                 check_finite=False),
-                                         to_numpy(G, np.float64).T.ravel(),
-                                         check_finite=False)
+            sol = scipy.linalg.cho_solve(
+                scipy.linalg.cho_factor(A, lower=True, overwrite_a=True, check_finite=False),
+                to_numpy(G, np.float64).T.ravel(),
+                check_finite=False,
+            )
             D = sol.reshape(self.n, self.p).T
             if is_numpy_namespace(self.xp):
                 D = D.astype(self.X.dtype, copy=False)
@@ -164,10 +166,13 @@ class KroneckerCurvature:
         elif precondition is False or precondition is None:
             M = None
         else:
-            raise ValueError("precondition must be 'jacobi', 'kronecker', None, a bool or a "
-                             f"KroneckerPreconditioner, got {precondition!r}.")
-        return conjugate_gradient(self.matvec, G, x0=x0, rtol=rtol, maxiter=maxiter, Minv=M,
-                                  check_x0=check_x0)
+            raise ValueError(
+                "precondition must be 'jacobi', 'kronecker', None, a bool or a "
+                f"KroneckerPreconditioner, got {precondition!r}."
+            )
+        return conjugate_gradient(
+            self.matvec, G, x0=x0, rtol=rtol, maxiter=maxiter, Minv=M, check_x0=check_x0
+        )
 
 
 class KroneckerPreconditioner:
@@ -229,8 +234,10 @@ class KroneckerPreconditioner:
         if inv_top.dtype != A.C.dtype:
             inv_top = xp.astype(inv_top, A.C.dtype)
         if self.tail is None:
+
             def apply(R):  # R: (p, n)
                 return U @ (((U.T @ R) @ Uc) * inv_top) @ Uc.T
+
             return apply
         inv_tail = xp.astype(1.0 / (self.tail * lc + lam), A.C.dtype)  # (n,)
         corr = inv_top - inv_tail[None, :]  # (r, n)
@@ -243,8 +250,7 @@ class KroneckerPreconditioner:
         return apply_low_rank
 
 
-def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None,
-                       check_x0=False):
+def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None, check_x0=False):
     """Preconditioned CG for a symmetric positive definite operator on arrays of any shape.
 
     Parameters
@@ -269,9 +275,11 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None,
     """
     xp = get_namespace(b)
     if is_numpy_namespace(xp):
+
         def dot(u, v):
             return float(np.vdot(u, v))
     else:
+
         def dot(u, v):
             return float(xp.sum(u * v))
 
@@ -288,13 +296,16 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None,
             x = xp.zeros_like(b)
             r = b * 1.0
     if Minv is None:
+
         def prec(v):
             return v
     elif callable(Minv):
         prec = Minv
     else:
+
         def prec(v):
             return v * Minv
+
     z = prec(r)
     d = z * 1.0
     rz = dot(r, z)

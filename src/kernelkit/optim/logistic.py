@@ -38,8 +38,12 @@ from .kronecker import KroneckerPreconditioner
 __all__ = ["BoundLogisticRegression", "logistic_objective"]
 
 SOLVERS = ("spfb", "lspfb", "bound", "sgd")
-_DEFAULT_SCHEDULE = {"spfb": "inverse_t0", "lspfb": "inverse_t0", "bound": "constant",
-                     "sgd": "inverse_t0"}
+_DEFAULT_SCHEDULE = {
+    "spfb": "inverse_t0",
+    "lspfb": "inverse_t0",
+    "bound": "constant",
+    "sgd": "inverse_t0",
+}
 _PRECOND_RANK = 100  # leading eigenvectors of the input second moment kept (p > 200)
 _DENSE_MAX_DIM = 1500  # linear_solver="auto": dense Cholesky up to this parameter dimension
 _SPFB_CG_MAXITER = 3  # default CG iteration cap of solver="spfb" (cg_maxiter=None)
@@ -246,11 +250,31 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     converted to float64.
     """
 
-    def __init__(self, solver="spfb", rank=10, alpha=1e-4, batch_size=1000, max_epochs=100,
-                 tol=1e-4, n_iter_no_change=3, eta0=1.0, schedule=None, t0=None,
-                 fit_intercept=True, reduction="mean", linear_solver="auto", cg_rtol=1e-4,
-                 cg_maxiter=None, preconditioner="kronecker", low_rank="exact", shuffle=True,
-                 warm_start=False, callback=None, compute_loss=True, random_state=None):
+    def __init__(
+        self,
+        solver="spfb",
+        rank=10,
+        alpha=1e-4,
+        batch_size=1000,
+        max_epochs=100,
+        tol=1e-4,
+        n_iter_no_change=3,
+        eta0=1.0,
+        schedule=None,
+        t0=None,
+        fit_intercept=True,
+        reduction="mean",
+        linear_solver="auto",
+        cg_rtol=1e-4,
+        cg_maxiter=None,
+        preconditioner="kronecker",
+        low_rank="exact",
+        shuffle=True,
+        warm_start=False,
+        callback=None,
+        compute_loss=True,
+        random_state=None,
+    ):
         self.solver = solver
         self.rank = rank
         self.alpha = alpha
@@ -285,27 +309,29 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         _pos_int(self.n_iter_no_change, "n_iter_no_change")
         if self.tol is not None:
             _pos_float(self.tol, "tol", allow_zero=True)
-        schedule = self.schedule if self.schedule is not None else \
-            _DEFAULT_SCHEDULE[self.solver]
+        schedule = self.schedule if self.schedule is not None else _DEFAULT_SCHEDULE[self.solver]
         if schedule not in _s.SCHEDULES:
-            raise ValueError(f"schedule must be one of {_s.SCHEDULES} or None, got "
-                             f"{self.schedule!r}.")
+            raise ValueError(
+                f"schedule must be one of {_s.SCHEDULES} or None, got {self.schedule!r}."
+            )
         if self.t0 is not None:
             _pos_float(self.t0, "t0")
         if self.reduction not in ("mean", "sum"):
             raise ValueError(f"reduction must be 'mean' or 'sum', got {self.reduction!r}.")
         if self.linear_solver not in ("auto", "cg", "dense"):
-            raise ValueError("linear_solver must be 'auto', 'cg' or 'dense', got "
-                             f"{self.linear_solver!r}.")
+            raise ValueError(
+                f"linear_solver must be 'auto', 'cg' or 'dense', got {self.linear_solver!r}."
+            )
         _pos_float(self.cg_rtol, "cg_rtol")
         if self.cg_maxiter is not None:
             _pos_int(self.cg_maxiter, "cg_maxiter")
         if self.preconditioner not in ("kronecker", "jacobi", None):
-            raise ValueError("preconditioner must be 'kronecker', 'jacobi' or None, got "
-                             f"{self.preconditioner!r}.")
+            raise ValueError(
+                "preconditioner must be 'kronecker', 'jacobi' or None, got "
+                f"{self.preconditioner!r}."
+            )
         if self.low_rank not in ("paper", "eig", "exact"):
-            raise ValueError(f"low_rank must be 'paper', 'eig' or 'exact', got "
-                             f"{self.low_rank!r}.")
+            raise ValueError(f"low_rank must be 'paper', 'eig' or 'exact', got {self.low_rank!r}.")
         if self.solver == "lspfb":
             _pos_int(self.rank, "rank")
         if self.callback is not None and not callable(self.callback):
@@ -320,8 +346,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         bad = self.classes_[idx] != y
         if np.any(bad):
             unknown = np.unique(y[bad])[:5]
-            raise ValueError(f"y contains labels {unknown.tolist()} that are not in classes_ "
-                             f"{self.classes_.tolist()}.")
+            raise ValueError(
+                f"y contains labels {unknown.tolist()} that are not in classes_ "
+                f"{self.classes_.tolist()}."
+            )
         return idx
 
     # ------------------------------------------------------------------ fitting
@@ -332,10 +360,15 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         check_classification_targets(y)
         classes = np.unique(y)
         if len(classes) < 2:
-            raise ValueError(f"y has only one class ({classes.tolist()}); this classifier "
-                             "needs samples of at least 2 classes.")
-        warm = self.warm_start and hasattr(self, "coef_") and np.array_equal(
-            getattr(self, "classes_", None), classes)
+            raise ValueError(
+                f"y has only one class ({classes.tolist()}); this classifier "
+                "needs samples of at least 2 classes."
+            )
+        warm = (
+            self.warm_start
+            and hasattr(self, "coef_")
+            and np.array_equal(getattr(self, "classes_", None), classes)
+        )
         self.classes_ = classes
         if not warm:
             self._init_state(X.shape[1])
@@ -346,21 +379,26 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         """One epoch over ``(X, y)``; ``classes`` is required on the first call."""
         schedule = self._check_params()
         first = not hasattr(self, "coef_")
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False,
-                             reset=first)
+        X, y = validate_data(
+            self, X, y, dtype=[np.float64, np.float32], accept_sparse=False, reset=first
+        )
         check_classification_targets(y)
         if first:
             if classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit.")
             classes = np.unique(np.asarray(classes))
             if len(classes) < 2:
-                raise ValueError(f"classes has only one class ({classes.tolist()}); this "
-                                 "classifier needs at least 2 classes.")
+                raise ValueError(
+                    f"classes has only one class ({classes.tolist()}); this "
+                    "classifier needs at least 2 classes."
+                )
             self.classes_ = classes
             self._init_state(X.shape[1])
         elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
-            raise ValueError(f"classes {np.unique(classes).tolist()} differ from classes_ "
-                             f"{self.classes_.tolist()} of the first partial_fit call.")
+            raise ValueError(
+                f"classes {np.unique(classes).tolist()} differ from classes_ "
+                f"{self.classes_.tolist()} of the first partial_fit call."
+            )
         self._train(X, self._encode(y), schedule, 1)
         return self
 
@@ -415,8 +453,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         d = p1 * n
         lam = self._lam()
         if self.solver == "lspfb" and self.rank > d:
-            raise ValueError(f"rank={self.rank} exceeds the parameter dimension {d} "
-                             f"(= {n} classes x {p1} coefficients).")
+            raise ValueError(
+                f"rank={self.rank} exceeds the parameter dimension {d} "
+                f"(= {n} classes x {p1} coefficients)."
+            )
         full = self.solver == "bound"
         m = T if full else min(int(self.batch_size), T)
         steps_per_epoch = int(np.ceil(T / m))
@@ -435,7 +475,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             if self._precond is None or self._precond.p != p1:
                 sub = X1 if T <= 10_000 else X1[rng.choice(T, 10_000, replace=False)]
                 self._precond = KroneckerPreconditioner(
-                    sub, rank=_PRECOND_RANK if p1 > 2 * _PRECOND_RANK else None)
+                    sub, rank=_PRECOND_RANK if p1 > 2 * _PRECOND_RANK else None
+                )
             precond = self._precond
             self._train_time += time.perf_counter() - tic
         self._precond_arg = precond  # its setup time is part of the first epoch
@@ -446,7 +487,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             tic = time.perf_counter()
             order = rng.permutation(T) if (self.shuffle and not full) else np.arange(T)
             for start in range(0, T, m):
-                idx = order[start:start + m]
+                idx = order[start : start + m]
                 Xb, yb = (X1, yi) if full else (X1[idx], yi[idx])
                 self.t_ += 1
                 eta = _s.step_size(schedule, float(self.eta0), self.t_, t0)
@@ -456,13 +497,15 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 except ValueError as exc:  # X is validated: non-finite logits = divergence
                     raise FloatingPointError(
                         f"{self.solver} diverged at step {self.t_} (epoch {self.n_iter_ + 1})"
-                        f": {exc} Decrease eta0 or increase alpha.") from exc
+                        f": {exc} Decrease eta0 or increase alpha."
+                    ) from exc
             self._train_time += time.perf_counter() - tic
             self.n_iter_ += 1
             if not np.all(np.isfinite(self._W)):
                 raise FloatingPointError(
                     f"{self.solver} diverged (non-finite parameters at epoch {self.n_iter_}); "
-                    "decrease eta0 or increase alpha.")
+                    "decrease eta0 or increase alpha."
+                )
             loss = None
             if track:
                 loss = self._objective_internal(X1, yi)
@@ -471,8 +514,17 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             self._sync_coef()
             stop = False
             if self.callback is not None:
-                stop = bool(self.callback(self, {"epoch": self.n_iter_, "loss": loss,
-                                                 "time": self._train_time, "steps": self.t_}))
+                stop = bool(
+                    self.callback(
+                        self,
+                        {
+                            "epoch": self.n_iter_,
+                            "loss": loss,
+                            "time": self._train_time,
+                            "steps": self.t_,
+                        },
+                    )
+                )
             if self.tol is not None and epochs > 1:
                 if loss > best - float(self.tol):
                     no_change += 1
@@ -486,9 +538,12 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 converged = True
                 break
         if self.tol is not None and epochs > 1 and not converged:
-            warnings.warn(f"{type(self).__name__} ({self.solver}) did not converge in "
-                          f"{epochs} epochs; increase max_epochs or tol.", ConvergenceWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"{type(self).__name__} ({self.solver}) did not converge in "
+                f"{epochs} epochs; increase max_epochs or tol.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
         self._sync_coef()
 
     def _step(self, Xb, yb, lam, lin):
@@ -496,23 +551,44 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         W = self._compute_W(Xb.dtype)
         if self.solver in ("spfb", "bound"):
             rtol = float(self.cg_rtol)
-            maxiter = self.cg_maxiter if self.cg_maxiter is not None else (
-                _SPFB_CG_MAXITER if self.solver == "spfb" else 500)
-            _, info = _s.spfb_step(W, Xb, yb, lam, 1.0, mask=self._mask,
-                                   reduction="mean" if self.solver == "bound" else
-                                   self.reduction, linear_solver=lin, rtol=rtol,
-                                   maxiter=maxiter,
-                                   x0=None if self.solver == "bound" else self._x0,
-                                   preconditioner=self._precond_arg)
+            maxiter = (
+                self.cg_maxiter
+                if self.cg_maxiter is not None
+                else (_SPFB_CG_MAXITER if self.solver == "spfb" else 500)
+            )
+            _, info = _s.spfb_step(
+                W,
+                Xb,
+                yb,
+                lam,
+                1.0,
+                mask=self._mask,
+                reduction="mean" if self.solver == "bound" else self.reduction,
+                linear_solver=lin,
+                rtol=rtol,
+                maxiter=maxiter,
+                x0=None if self.solver == "bound" else self._x0,
+                preconditioner=self._precond_arg,
+            )
             self._x0 = info["direction"]
             return info["direction"]
         if self.solver == "sgd":
-            return _s.sgd_step(W, Xb, yb, lam, 1.0, mask=self._mask,
-                               reduction=self.reduction)[1]["direction"]
+            return _s.sgd_step(W, Xb, yb, lam, 1.0, mask=self._mask, reduction=self.reduction)[1][
+                "direction"
+            ]
         from .low_rank import lspfb_step
 
-        return lspfb_step(self._W, Xb, yb, lam, 1.0, rank=int(self.rank), mask=self._mask,
-                          reduction=self.reduction, variant=self.low_rank)[1]["direction"]
+        return lspfb_step(
+            self._W,
+            Xb,
+            yb,
+            lam,
+            1.0,
+            rank=int(self.rank),
+            mask=self._mask,
+            reduction=self.reduction,
+            variant=self.low_rank,
+        )[1]["direction"]
 
     # ------------------------------------------------------------------ prediction
     def predict_proba(self, X):
@@ -543,8 +619,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         self._encode(y)
-        return logistic_objective(self.coef_, self.intercept_, X, y, float(self.alpha),
-                                  self.classes_)
+        return logistic_objective(
+            self.coef_, self.intercept_, X, y, float(self.alpha), self.classes_
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -557,8 +634,10 @@ def _pos_float(value, name, allow_zero=False):
         raise TypeError(f"{name} must be a float, got {value!r}.")
     value = float(value)
     if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'} and "
-                         f"finite, got {value}.")
+        raise ValueError(
+            f"{name} must be {'non-negative' if allow_zero else 'positive'} and "
+            f"finite, got {value}."
+        )
     return value
 
 

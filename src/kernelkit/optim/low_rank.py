@@ -314,8 +314,9 @@ def _check_variant(variant):
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}.")
 
 
-def low_rank_partition_bound(theta, F, rank, variant="paper", init="zeros",
-                             random_state=None, per_sample_z=True) -> LowRankBound:
+def low_rank_partition_bound(
+    theta, F, rank, variant="paper", init="zeros", random_state=None, per_sample_z=True
+) -> LowRankBound:
     """Alg. LB: low-rank bound ``V^T S V + diag(D) >= sum_j Sigma_j`` of a batch.
 
     Parameters
@@ -347,8 +348,9 @@ def low_rank_partition_bound(theta, F, rank, variant="paper", init="zeros",
     if F.ndim == 2:
         F = F[None]
     if F.ndim != 3 or theta.ndim != 1 or theta.shape[0] != F.shape[2]:
-        raise ValueError(f"F must have shape (m, n, d) and theta (d,); got F {F.shape}, "
-                         f"theta {theta.shape}.")
+        raise ValueError(
+            f"F must have shape (m, n, d) and theta (d,); got F {F.shape}, theta {theta.shape}."
+        )
     if not (np.all(np.isfinite(F)) and np.all(np.isfinite(theta))):
         raise ValueError("theta and F must be finite (found NaN or infinity).")
     _check_variant(variant)
@@ -358,12 +360,13 @@ def low_rank_partition_bound(theta, F, rank, variant="paper", init="zeros",
     acc = _Accumulator(k, d, variant, init, random_state)
     step = _block_samples(variant, k, n)
     for j in range(0, m, step):  # Alg. LB is sequential over the rows (samples x labels)
-        acc.add_rows((R[j:j + step, 1:] if per_sample_z else R[j:j + step]).reshape(-1, d))
+        acc.add_rows((R[j : j + step, 1:] if per_sample_z else R[j : j + step]).reshape(-1, d))
     return LowRankBound(log_z, mu, acc.V, acc.S, acc.D)
 
 
-def multinomial_low_rank_bound(W, X, rank, variant="paper", init="zeros",
-                               random_state=None) -> LowRankBound:
+def multinomial_low_rank_bound(
+    W, X, rank, variant="paper", init="zeros", random_state=None
+) -> LowRankBound:
     """Alg. LB for multinomial logistic regression (``f_x(y) = e_y (x) x``).
 
     The rows are ``r_{ji} = sqrt(beta(u_{ji})) (e_i - w_{i-1}) (x) x_j`` (note §3), built
@@ -383,8 +386,7 @@ def multinomial_low_rank_bound(W, X, rank, variant="paper", init="zeros",
     W = np.asarray(W, dtype=np.float64)
     X = np.asarray(X, dtype=np.float64)
     if W.ndim != 2 or X.ndim != 2 or X.shape[1] != W.shape[0]:
-        raise ValueError(f"W must have shape (p, n) and X (m, p); got W {W.shape}, "
-                         f"X {X.shape}.")
+        raise ValueError(f"W must have shape (p, n) and X (m, p); got W {W.shape}, X {X.shape}.")
     _check_variant(variant)
     p, n = W.shape
     d = n * p
@@ -400,13 +402,25 @@ def multinomial_low_rank_bound(W, X, rank, variant="paper", init="zeros",
     acc = _Accumulator(k, d, variant, init, random_state)
     step = _block_samples(variant, k, n)
     for j in range(0, len(X), step):  # sequential by construction (Alg. LB)
-        Lb, Xb = Lw[j:j + step], X[j:j + step]  # (s, n-1, n), (s, p)
+        Lb, Xb = Lw[j : j + step], X[j : j + step]  # (s, n-1, n), (s, p)
         acc.add_rows((Lb[:, :, :, None] * Xb[:, None, None, :]).reshape(-1, d))
     return LowRankBound(bnd.log_z, None, acc.V, acc.S, acc.D, bnd.prob)
 
 
-def lspfb_step(W, X, y, lam, eta=1.0, *, rank=10, mask=None, reduction="mean",
-               variant="paper", init="zeros", random_state=None):
+def lspfb_step(
+    W,
+    X,
+    y,
+    lam,
+    eta=1.0,
+    *,
+    rank=10,
+    mask=None,
+    reduction="mean",
+    variant="paper",
+    init="zeros",
+    random_state=None,
+):
     """One LSPFB step (note §5): ``W <- W - eta (D/m + lam I + V^T S V / m)^{-1} G``.
 
     ``variant="paper"`` (the default here) is the paper's Alg. LB;
@@ -444,6 +458,5 @@ def lspfb_step(W, X, y, lam, eta=1.0, *, rank=10, mask=None, reduction="mean",
     G = scale * (X.T @ Rg) + lam * Wp  # (p, n)
     delta = bnd.solve(G.T.ravel(), lam=lam, scale=scale).reshape(W.shape[1], W.shape[0]).T
     S = X @ W
-    batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + 0.5 * lam * float(
-        np.sum(Wp * W))
+    batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + 0.5 * lam * float(np.sum(Wp * W))
     return W - eta * delta, {"direction": delta, "batch_loss": batch_loss}

@@ -107,8 +107,7 @@ def multinomial_objective(W, X, y, lam, mask=None) -> float:
     """
     xp, W, X, y = _as_arrays(W, X, y)
     S = _logits(X, W)  # (T, n)
-    data = float(xp.mean(_logsumexp(xp, S) - xp.sum(S * _onehot(xp, y, W.shape[1], S),
-                                                    axis=1)))
+    data = float(xp.mean(_logsumexp(xp, S) - xp.sum(S * _onehot(xp, y, W.shape[1], S), axis=1)))
     Wp = _penalty(W, mask)
     return data + 0.5 * lam * float(xp.sum(Wp * W))
 
@@ -141,8 +140,21 @@ def _scales(m, lam, reduction):
     raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}.")
 
 
-def spfb_step(W, X, y, lam, eta=1.0, *, mask=None, reduction="mean", linear_solver="cg",
-              rtol=1e-4, maxiter=None, x0=None, preconditioner="jacobi"):
+def spfb_step(
+    W,
+    X,
+    y,
+    lam,
+    eta=1.0,
+    *,
+    mask=None,
+    reduction="mean",
+    linear_solver="cg",
+    rtol=1e-4,
+    maxiter=None,
+    x0=None,
+    preconditioner="jacobi",
+):
     """One SPFB step (eq. 2.5/2.6) on the mini-batch ``(X, y)``.
 
     With the defaults the step solves eq. 2.6 to a relative residual ``rtol`` (the
@@ -193,25 +205,51 @@ def spfb_step(W, X, y, lam, eta=1.0, *, mask=None, reduction="mean", linear_solv
     G = _data_gradient(bnd.prob, X, Y, scale) + lam * Wp  # (p, n)
     A = KroneckerCurvature(X, bnd.C, lam=lam_c, scale=scale)
     # the warm start is used only where the majoriser is lower there than at 0
-    delta, info = A.solve(G, method=linear_solver, x0=x0, rtol=rtol, maxiter=maxiter,
-                          precondition=preconditioner, check_x0=True)
+    delta, info = A.solve(
+        G,
+        method=linear_solver,
+        x0=x0,
+        rtol=rtol,
+        maxiter=maxiter,
+        precondition=preconditioner,
+        check_x0=True,
+    )
     if not is_numpy_namespace(xp):
         delta = to_backend(to_numpy(delta), xp, like=W)
-    info = dict(info, direction=delta,
-                batch_loss=_batch_loss(xp, bnd.log_z, S, Y, W, Wp, lam))
+    info = dict(info, direction=delta, batch_loss=_batch_loss(xp, bnd.log_z, S, Y, W, Wp, lam))
     return W - eta * delta, info
 
 
-def bound_step(W, X, y, lam, *, mask=None, linear_solver="cg", rtol=1e-10, maxiter=None,
-               preconditioner="jacobi"):
+def bound_step(
+    W,
+    X,
+    y,
+    lam,
+    *,
+    mask=None,
+    linear_solver="cg",
+    rtol=1e-10,
+    maxiter=None,
+    preconditioner="jacobi",
+):
     """Full-batch bound majorisation step (eq. 2.4, Alg. B) with ``eta = 1``.
 
     Minimises the quadratic majoriser of ``L`` at ``W`` over the whole data set, so ``L``
     never increases. Returns ``(W_new, info)`` as :func:`spfb_step`.
     """
-    return spfb_step(W, X, y, lam, 1.0, mask=mask, reduction="mean",
-                     linear_solver=linear_solver, rtol=rtol, maxiter=maxiter,
-                     preconditioner=preconditioner)
+    return spfb_step(
+        W,
+        X,
+        y,
+        lam,
+        1.0,
+        mask=mask,
+        reduction="mean",
+        linear_solver=linear_solver,
+        rtol=rtol,
+        maxiter=maxiter,
+        preconditioner=preconditioner,
+    )
 
 
 def sgd_step(W, X, y, lam, eta, *, mask=None, reduction="mean"):
@@ -230,5 +268,9 @@ def sgd_step(W, X, y, lam, eta, *, mask=None, reduction="mean"):
     Y = _onehot(xp, y, W.shape[1], S)
     Wp = _penalty(W, mask)
     G = _data_gradient(P, X, Y, scale) + lam * Wp  # (p, n)
-    return W - eta * G, {"direction": G, "iterations": 0, "residual": 0.0,
-                         "batch_loss": _batch_loss(xp, log_z, S, Y, W, Wp, lam)}
+    return W - eta * G, {
+        "direction": G,
+        "iterations": 0,
+        "residual": 0.0,
+        "batch_loss": _batch_loss(xp, log_z, S, Y, W, Wp, lam),
+    }
