@@ -1,0 +1,400 @@
+"""Bipolar hybrids ``lambda_hat SM^{++}_m + (1 - lambda_hat) SM^{trig}_m`` and the angular
+hybrid.
+
+Implements eq. 8-12 and 19 (the real form of the mixture and the angular coefficient),
+Thm 3.1 with Lemmas 2.2 and 3.2 (the MSE) and App. D of K. Choromanski et al., "Hybrid
+Random Features" (ICLR 2022). The Gaussian-coefficient variants are in
+:mod:`.bipolar_gaussian`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..._backend import device, is_numpy_namespace, validate_positive_int
+from .._base import FeatureMap, _detach
+from .._base import _namespace_of as xp_of
+from ..sampling import draw_projection, gaussian_projection
+from ._common import (
+    _assemble,
+    _check_bool,
+    _combine,
+    _log1mexp,
+    _outer,
+    _scaled_nonneg,
+    _shifted_sum,
+    _sq_norms,
+)
+
+
+class _BipolarHybrid(FeatureMap):
+    """``lambda_hat SM^{++}_m + (1 - lambda_hat) SM^{trig}_m`` as a real asymmetric map.
+
+    Subclasses set the coefficient ``lambda_hat = a + c u(x)^T v(y)`` through
+    ``_lambda_a``, ``_lambda_c``, ``_fit_lambda``, ``_lambda_features``, ``_lambda_dim``,
+    ``exact_lambda`` and ``_lambda_moments``.
+
+    Fitted attributes: ``projection_`` (m, d) the ``W`` of ``SM^{++}``;
+    ``projection_trig_`` (m, d) the ``W`` of ``SM^{trig}`` (the same array when
+    ``shared_projection``); ``lambda_projection_`` (n, d) the ``T`` of the coefficient.
+    """
+
+    symmetric = False
+    positive = False
+    #: whether the block ``sqrt|a| phi1`` is present (``a != 0``)
+    _has_a_block = True
+
+    def __init__(
+        self,
+        n_features: int = 64,
+        n_lambda: int = 8,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        orthogonal=False,
+        shared_projection: bool = True,
+        random_state=None,
+    ):
+        super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
+        self.n_lambda = n_lambda
+        self.shared_projection = shared_projection
+
+    # -------------------------------------------------------------- parameters
+    def _validate_params(self):
+        super()._validate_params()
+        validate_positive_int(self.n_lambda, "n_lambda", maximum=2**24)
+        _check_bool(self.shared_projection, "shared_projection")
+
+    def _fit_parameters(self, X, Y, rng):
+        if self.shared_projection:
+            self.projection_trig_ = self.projection_
+        else:
+            self.projection_trig_ = draw_projection(
+                self.n_features, X.shape[1], rng, self.orthogonal
+            )  # (m, d)
+        self._fit_lambda(X, Y, rng)
+
+    def _fit_lambda(self, X, Y, rng):
+        raise NotImplementedError
+
+    def _build(self):
+        super()._build()
+        self._consts = {
+            "W_T": np.ascontiguousarray(self.projection_.T),  # (d, m)
+            "W_T_trig": np.ascontiguousarray(self.projection_trig_.T),  # (d, m)
+            "T_T": np.ascontiguousarray(self.lambda_projection_.T),  # (d, n)
+        }
+
+    @property
+    def _lambda_a(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def _lambda_c(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def _lambda_dim(self) -> int:
+        """Length of ``u(x)`` (and ``v(y)``)."""
+        raise NotImplementedError
+
+    @property
+    def output_dim(self) -> int:
+        m2 = 2 * int(self.n_features)
+        return m2 * (int(self._has_a_block) + 1) + 2 * self._lambda_dim * m2
+
+    # -------------------------------------------------------------- base maps
+    def _positive_parts(self, X, xp):
+        """``phi^{++}(x) = (2m)^{-1/2} e^{-|x|^2/2} [exp(Wx); exp(-Wx)]``.
+
+        Returns ``(base (n, 2m), log_scale (n,))``.
+        """
+        p = X @ self._param("W_T", xp, X)  # (n, m)
+        both = xp.concat([p, -p], axis=1)  # (n, 2m)
+        if both.shape[0] == 0:
+            return both, xp.zeros(0, dtype=X.dtype, device=device(X))
+        row_max = _detach(xp.max(both, axis=1))  # (n,)
+        base = xp.exp(both - row_max[:, None])
+        log_scale = row_max - 0.5 * _sq_norms(xp, X) - 0.5 * math.log(2.0 * self.n_features)
+        return base, log_scale
+
+    def _trig_parts(self, X, xp):
+        """``phi^{trig}(x) = m^{-1/2} e^{|x|^2/2} [sin(Wx); cos(Wx)]``.
+
+        Returns ``(base (n, 2m), log_scale (n,))``.
+        """
+        p = X @ self._param("W_T_trig", xp, X)  # (n, m)
+        base = xp.concat([xp.sin(p), xp.cos(p)], axis=1) / math.sqrt(self.n_features)
+        return base, 0.5 * _sq_norms(xp, X)
+
+    def _lambda_features(self, X, xp, side):
+        """``(u(x) or v(y) base (n, L), log_scale (n,))`` on lengthscale-scaled inputs."""
+        raise NotImplementedError
+
+    def _scaled_features(self, X, xp, side):
+        a, c = self._lambda_a, self._lambda_c
+        pb, pl = self._positive_parts(X, xp)  # (n, 2m), (n,)
+        tb, tl = self._trig_parts(X, xp)  # (n, 2m), (n,)
+        ub, ul = self._lambda_features(X, xp, side)  # (n, L), (n,)
+        ra, r1a, rc = math.sqrt(abs(a)), math.sqrt(abs(1.0 - a)), math.sqrt(abs(c))
+        if side == "x":
+            ca, c1a, cp, ct = ra, r1a, rc, rc
+        else:
+            sg = math.copysign
+            ca, c1a = sg(ra, a), sg(r1a, 1.0 - a)
+            cp, ct = sg(rc, c), -sg(rc, c)
+        blocks = []
+        if self._has_a_block:
+            blocks.append((pb, pl, ca))
+        blocks += [
+            (tb, tl, c1a),
+            (_outer(xp, ub, pb), ul + pl, cp),
+            (_outer(xp, ub, tb), ul + tl, ct),
+        ]
+        base, log_scale = _assemble(xp, blocks)  # (n, D), (n,)
+        if self.alpha != 0.0:
+            log_scale = log_scale + self.alpha * _sq_norms(xp, X)
+        return base, log_scale
+
+    # -------------------------------------------------------------- estimates
+    def _checked_pair(self, X, Y):
+        Y = X if Y is None else Y
+        Xs, xp = self._check_X(X, "X")
+        Ys, _ = self._check_X(Y, "Y")
+        return Xs, Ys, xp
+
+    def approx_components(self, X, Y=None):
+        """The three random parts of the hybrid estimate.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        lambda_hat : array, shape (n, m)
+            Coefficient estimate ``a + c u(x)^T v(y)``.
+        k_positive : array, shape (n, m)
+            ``SM^{++}_m`` estimate (times ``exp(-(|x|^2+|y|^2)/2)`` for the Gaussian kernel).
+        k_trig : array, shape (n, m)
+            ``SM^{trig}_m`` estimate (same kernel scaling).
+
+        ``approx_kernel = lambda_hat * k_positive + (1 - lambda_hat) * k_trig``.
+        """
+        lam, (dp, sp), (dt, st) = self._scaled_components(X, Y)
+        return lam, _combine(xp_of(lam), dp, sp), _combine(xp_of(lam), dt, st)
+
+    def _scaled_components(self, X, Y):
+        """``lambda_hat (n, m)`` and the two base estimates as ``(dot, log_scale)`` pairs,
+        each ``(n, m)``, with ``estimate = dot * exp(log_scale)``."""
+        Xs, Ys, xp = self._checked_pair(X, Y)
+        extra = 0.0
+        if self.alpha != 0.0:
+            extra = self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
+        out = []
+        for parts in (self._positive_parts, self._trig_parts):
+            bx, lx = parts(Xs, xp)  # (n, 2m), (n,)
+            by, ly = parts(Ys, xp)
+            out.append((bx @ xp.matrix_transpose(by), lx[:, None] + ly[None, :] + extra))
+        ux, ulx = self._lambda_features(Xs, xp, "x")
+        uy, uly = self._lambda_features(Ys, xp, "y")
+        uv = _combine(xp, ux @ xp.matrix_transpose(uy), ulx[:, None] + uly[None, :])
+        lam = self._lambda_a + self._lambda_c * uv  # (n, m)
+        return lam, out[0], out[1]
+
+    def approx_kernel(self, X, Y=None):
+        """Unbiased hybrid estimate of the kernel matrix, shape (n, m).
+
+        ``lambda_hat SM^{++} + (1 - lambda_hat) SM^{trig}`` (eq. 8-11), equal to
+        ``transform(X) @ transform_y(Y).T`` (to rounding), computed in
+        ``O(n m (m_f + n_l))`` from the components instead of ``O(n m m_f n_l)``. The two
+        base estimates are mixed in log space (common shift of their row scales), so the
+        result is finite wherever the estimate itself is representable, and an exact
+        ``lambda_hat = 0`` or ``1`` drops the other estimator entirely (never ``0 * inf``).
+        """
+        lam, (dp, sp), (dt, st) = self._scaled_components(X, Y)
+        xp = xp_of(lam)
+        if dp.shape[0] == 0 or dp.shape[1] == 0:
+            return lam * dp
+        inner, shift = _shifted_sum(xp, [(lam * dp, sp), ((1.0 - lam) * dt, st)])
+        return _combine(xp, inner, shift)
+
+    def exact_lambda(self, X, Y=None):
+        """The coefficient ``lambda(x, y) = E lambda_hat``, shape (n, m)."""
+        Xs, Ys, xp = self._checked_pair(X, Y)
+        return self._lambda_exact(Xs, Ys, xp)
+
+    def _lambda_exact(self, X, Y, xp):
+        raise NotImplementedError
+
+    def _lambda_moments(self, X, Y, xp):
+        """``(E lambda_hat^2, E (1-lambda_hat)^2, E lambda_hat (1-lambda_hat))``, each (n, m)."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- variance
+    def variance(self, X, Y=None):
+        """Analytic MSE of :meth:`approx_kernel` (Thm 3.1 with Lemma 2.2).
+
+        ``MSE = E[lambda_hat^2] MSE(++) + E[(1-lambda_hat)^2] MSE(trig)
+        - shared * (2/m) SM^2 (1 - cos(|x|^2 - |y|^2)) E[lambda_hat (1-lambda_hat)]``,
+        with ``MSE(trig) = e^{|x|^2+|y|^2} (1 - e^{-|x-y|^2})^2 / (2m)`` and
+        ``MSE(++) = SM^2 e^{|x+y|^2} (1 - e^{-|x+y|^2})^2 / (2m)`` (Lemma 2.2), and the
+        moments of ``lambda_hat`` of the subclass (Lemma 3.2, App. F). The last term is
+        present only for ``shared_projection=True`` (eq. 38). For the Gaussian kernel the
+        MSE is multiplied by ``exp(-|x|^2 - |y|^2)``. Exact for i.i.d. projections; for
+        ``orthogonal`` samplers it is the i.i.d. value.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional
+
+        Returns
+        -------
+        array, shape (n, m), non-negative.
+        """
+        Xs, Ys, xp = self._checked_pair(X, Y)
+        m = self.n_features
+        nx = _sq_norms(xp, Xs)[:, None]  # (n, 1)
+        ny = _sq_norms(xp, Ys)[None, :]  # (1, m)
+        xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
+        z2 = xp.clip(nx + ny + 2.0 * xy, min=0.0)  # |x+y|^2
+        d2 = xp.clip(nx + ny - 2.0 * xy, min=0.0)  # |x-y|^2
+        ka = 2.0 * self.alpha * (nx + ny)  # log of the Gaussian-kernel factor on the MSE
+        log2m = math.log(2.0 * m)
+        log_pp = 2.0 * xy + z2 + 2.0 * _log1mexp(xp, z2) - log2m + ka
+        log_tr = (nx + ny) + 2.0 * _log1mexp(xp, d2) - log2m + ka
+        e2, f2, g = self._lambda_moments(Xs, Ys, xp)
+        terms = [(e2, log_pp), (f2, log_tr)]
+        if self.shared_projection:
+            # (2/m) SM^2 (1 - cos(|x|^2 - |y|^2)) = (4/m) SM^2 sin^2((|x|^2 - |y|^2)/2)
+            s = xp.sin(0.5 * (nx - ny))
+            terms.append((-(4.0 / m) * g * s * s, 2.0 * xy + ka))
+        # log-space sum: finite wherever the MSE is representable (no inf - inf, 0 * inf)
+        inner, shift = _shifted_sum(xp, terms)
+        return _scaled_nonneg(xp, inner, shift)
+
+    def log_relative_variance(self, X, Y=None):
+        """``log(MSE / K^2)`` from :meth:`variance` (``-inf`` where the estimate is exact)."""
+        Xs, Ys, xp = self._checked_pair(X, Y)
+        v = self.variance(X, Y)
+        logk = Xs @ xp.matrix_transpose(Ys)
+        if self.alpha != 0.0:
+            logk = logk + self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
+        if is_numpy_namespace(xp):
+            with np.errstate(divide="ignore"):
+                return np.log(v) - 2.0 * logk
+        return xp.log(v) - 2.0 * logk
+
+    def _log_second_moment(self, X, Y, xp):
+        raise NotImplementedError(
+            f"{type(self).__name__} is a mixture; its MSE is given by variance(), not by a "
+            "single-projection second moment."
+        )
+
+    def log_objective(self, X, Y=None):
+        """Not defined for hybrids (no fitted projection parameters)."""
+        raise NotImplementedError(f"{type(self).__name__} has no FAVOR# fitting objective.")
+
+
+class AngularHybridRF(_BipolarHybrid):
+    """Angular hybrid random features, ``SM^{anghyb}_{m,n}`` (eq. 12, 19; App. D).
+
+    ``SM_hat = lambda_hat SM^{++}_m + (1 - lambda_hat) SM^{trig}_m`` with
+    ``lambda_hat = (1/2)(1 - (1/n) sum_i sgn(tau_i^T x) sgn(tau_i^T y))``, an unbiased
+    estimate of ``lambda = theta / pi`` (``theta`` the angle between ``x`` and ``y``,
+    Goemans-Williamson). For ``|x| = |y|`` the estimate is exact at ``theta = 0``
+    (``lambda_hat = 0``, trig is exact) and ``theta = pi`` (``lambda_hat = 1``, ``SM^{++}``
+    is exact).
+
+    Real asymmetric map of dimension ``output_dim = 4 m (n + 1)`` (e.g. 288 for
+    ``m = n = 8``), with ``s(u) = sgn(T u)``::
+
+        Phi_1(x) = [ phi++(x)/sqrt2; phitrig(x)/sqrt2;
+                     s(x)(x)phi++(x)/sqrt(2n);   s(x)(x)phitrig(x)/sqrt(2n) ]
+        Phi_2(y) = [ phi++(y)/sqrt2; phitrig(y)/sqrt2;
+                    -s(y)(x)phi++(y)/sqrt(2n);   s(y)(x)phitrig(y)/sqrt(2n) ]
+
+    (the real form with ``a = 1/2``, ``c = -1/2``, ``u = v = s / sqrt(n)``).
+    ``phi++(u) = (2m)^{-1/2} e^{-|u|^2/2} [exp(Wu); exp(-Wu)]`` and
+    ``phitrig(u) = m^{-1/2} e^{|u|^2/2} [sin(Wu); cos(Wu)]``.
+
+    Parameters
+    ----------
+    n_features : int
+        ``m``, random projections of each base estimator (``W`` is ``m x d``). Not the
+        output dimension: that is ``4 m (n + 1)``. To match the cost of a regular map
+        with ``M`` projections use :func:`matched_n_features`.
+    n_lambda : int
+        ``n``, random projections ``tau_i`` (rows of ``T``, i.i.d. ``N(0, I)``) of the
+        coefficient estimator.
+    kernel : {"softmax", "gaussian"}
+    lengthscale : float
+        Inputs are divided by it.
+    orthogonal : bool or str
+        Sampler of ``W`` (see :func:`~kernelkit.features.sampling.draw_projection`):
+        ``False`` i.i.d. ("HRF-iid"), ``True`` block-orthogonal ("HRF-ort"), or a sampler
+        name. ``T`` is always i.i.d.
+    shared_projection : bool
+        ``True``: both base estimators use the same ``W`` (variant II, lower MSE unless
+        ``|x| = |y|``, projection cost ``(m + n) d``); ``False``: independent ``W``'s
+        (variant I, cost ``(2m + n) d``).
+    random_state : None, int or numpy.random.Generator
+
+    Notes
+    -----
+    MSE (:meth:`variance`): Thm 3.1 with Lemma 3.2, ``E lambda_hat^2 = t(t - t/n + 1/n)``,
+    ``E(1 - lambda_hat)^2 = (1-t)(1-t+t/n)``, ``E lambda_hat(1-lambda_hat) = t(1-t)(1-1/n)``,
+    ``t = theta/pi``; for equal norms it is the corrected eq. 47. A zero input has
+    ``sgn(T 0) = 0``, hence ``lambda_hat = 1/2`` deterministically.
+    """
+
+    @property
+    def _lambda_a(self) -> float:
+        return 0.5
+
+    @property
+    def _lambda_c(self) -> float:
+        return -0.5
+
+    @property
+    def _lambda_dim(self) -> int:
+        return int(self.n_lambda)
+
+    def _fit_lambda(self, X, Y, rng):
+        self.lambda_projection_ = gaussian_projection(self.n_lambda, X.shape[1], rng)  # (n, d)
+
+    def _lambda_features(self, X, xp, side):
+        s = xp.sign(X @ self._param("T_T", xp, X))  # (n_pts, n)
+        return s / math.sqrt(self.n_lambda), xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
+
+    def _angle_t(self, X, Y, xp):
+        """``(t = theta / pi (n, m), degenerate mask (n, m))``; degenerate: a zero input."""
+        nx = xp.sqrt(_sq_norms(xp, X))[:, None]
+        ny = xp.sqrt(_sq_norms(xp, Y))[None, :]
+        denom = nx * ny
+        zero = denom == 0
+        safe = xp.where(zero, xp.ones_like(denom), denom)
+        cos = xp.clip((X @ xp.matrix_transpose(Y)) / safe, min=-1.0, max=1.0)
+        # Gram-based angles resolve theta only to ~sqrt(eps): snap cos within rounding of
+        # +-1 (|1 -+ cos| <= 4 eps) to exactly parallel / antiparallel, where the MSE is 0
+        # for equal norms (theta ~ 1e-8 would otherwise give a spurious MSE ~ 1e-8 SM^2)
+        tol = 4.0 * float(xp.finfo(cos.dtype).eps)
+        cos = xp.where(cos >= 1.0 - tol, xp.ones_like(cos), cos)
+        cos = xp.where(cos <= -1.0 + tol, -xp.ones_like(cos), cos)
+        return xp.acos(cos) / math.pi, zero
+
+    def _lambda_exact(self, X, Y, xp):
+        t, zero = self._angle_t(X, Y, xp)
+        return xp.where(zero, xp.full_like(t, 0.5), t)
+
+    def _lambda_moments(self, X, Y, xp):
+        t, zero = self._angle_t(X, Y, xp)
+        n = float(self.n_lambda)
+        e2 = t * (t - t / n + 1.0 / n)
+        f2 = (1.0 - t) * (1.0 - t + t / n)
+        g = t * (1.0 - t) * (1.0 - 1.0 / n)
+        q = xp.full_like(t, 0.25)  # lambda_hat = 1/2 exactly when an input is zero
+        return xp.where(zero, q, e2), xp.where(zero, q, f2), xp.where(zero, q, g)

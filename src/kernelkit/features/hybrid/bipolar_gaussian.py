@@ -1,0 +1,228 @@
+"""Bipolar hybrids with a Gaussian-kernel coefficient ``lambda_hat``.
+
+Implements Sec. 2.4 (eq. 20, Gaussian lambda with ``M = I``) and App. F (eq. 67-70,
+Thm F.1, the normalised bipolar Gaussian hybrid) of K. Choromanski et al., "Hybrid Random
+Features" (ICLR 2022), on the base class of :mod:`.bipolar`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..._backend import device, validate_positive_float
+from .._base import _detach
+from ..sampling import gaussian_projection
+from ._common import _sq_norms
+from .bipolar import _BipolarHybrid
+
+
+class GaussianHybridRF(_BipolarHybrid):
+    """Gaussian-lambda bipolar hybrid (Sec. 2.4, eq. 20 with ``M = I``).
+
+    ``SM_hat = lambda_hat SM^{++}_m + (1 - lambda_hat) SM^{trig}_m`` with coefficient
+    ``lambda(x, y) = exp(-|x + y|^2 / (2 c^2)) = K_gauss(x / c, -y / c)`` (``c`` =
+    ``lambda_bandwidth``), which is 1 at ``x = -y`` (where ``SM^{++}`` is exact) and decays
+    towards ``x = y``. ``lambda_hat = rho_1(x)^T rho_2(y)`` is a Gaussian-kernel random
+    feature estimate with ``n`` projections (``a = 0``, ``c = 1`` in the real form):
+
+    * ``lambda_features="positive"``: ``rho(u) = (2n)^{-1/2} e^{-|u|^2} [exp(Tu); exp(-Tu)]``
+      (antithetic FAVOR+; ``lambda_hat > 0``), ``u = x/c`` resp. ``-y/c``;
+    * ``lambda_features="trig"``: ``rho(u) = n^{-1/2} [sin(Tu); cos(Tu)]`` (bounded).
+
+    Output dimension ``2m (4n + 1)``: ``[phitrig; rho (x) phi++; rho (x) phitrig]``.
+    Unlike the angular hybrid it cannot be exact at both ``theta = 0`` and ``theta = pi``.
+
+    Parameters
+    ----------
+    n_features : int
+        ``m``, projections of each base estimator.
+    n_lambda : int
+        ``n``, projections of the coefficient estimator.
+    kernel, lengthscale, orthogonal, shared_projection, random_state
+        As in :class:`AngularHybridRF`.
+    lambda_bandwidth : float
+        ``c`` above (in lengthscale-scaled units).
+    lambda_features : {"positive", "trig"}
+    """
+
+    _has_a_block = False
+
+    def __init__(
+        self,
+        n_features: int = 64,
+        n_lambda: int = 8,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        orthogonal=False,
+        shared_projection: bool = True,
+        random_state=None,
+        lambda_bandwidth: float = 1.0,
+        lambda_features: str = "positive",
+    ):
+        super().__init__(
+            n_features, n_lambda, kernel, lengthscale, orthogonal, shared_projection, random_state
+        )
+        self.lambda_bandwidth = lambda_bandwidth
+        self.lambda_features = lambda_features
+
+    def _validate_params(self):
+        super()._validate_params()
+        validate_positive_float(self.lambda_bandwidth, "lambda_bandwidth")
+        if self.lambda_features not in ("positive", "trig"):
+            raise ValueError(
+                f"lambda_features must be 'positive' or 'trig', got {self.lambda_features!r}."
+            )
+
+    @property
+    def _lambda_a(self) -> float:
+        return 0.0
+
+    @property
+    def _lambda_c(self) -> float:
+        return 1.0
+
+    @property
+    def _lambda_dim(self) -> int:
+        return 2 * int(self.n_lambda)
+
+    def _fit_lambda(self, X, Y, rng):
+        self.lambda_projection_ = gaussian_projection(self.n_lambda, X.shape[1], rng)  # (n, d)
+
+    def _lambda_features(self, X, xp, side):
+        U = X / self.lambda_bandwidth if side == "x" else X / (-self.lambda_bandwidth)
+        p = U @ self._param("T_T", xp, U)  # (n_pts, n)
+        if self.lambda_features == "trig":
+            base = xp.concat([xp.sin(p), xp.cos(p)], axis=1) / math.sqrt(self.n_lambda)
+            return base, xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
+        both = xp.concat([p, -p], axis=1)  # (n_pts, 2n)
+        if both.shape[0] == 0:
+            return both, xp.zeros(0, dtype=X.dtype, device=device(X))
+        row_max = _detach(xp.max(both, axis=1))
+        log_scale = row_max - _sq_norms(xp, U) - 0.5 * math.log(2.0 * self.n_lambda)
+        return xp.exp(both - row_max[:, None]), log_scale
+
+    def _lambda_exact(self, X, Y, xp):
+        z2 = self._z2(X, Y, xp)
+        return xp.exp(-z2 / (2.0 * self.lambda_bandwidth**2))
+
+    @staticmethod
+    def _z2(X, Y, xp):
+        nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
+        return xp.clip(nx + ny + 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0)
+
+    def _lambda_moments(self, X, Y, xp):
+        c2 = self.lambda_bandwidth**2
+        z2 = self._z2(X, Y, xp) / c2  # |u - v|^2 with u = x/c, v = -y/c
+        lam = xp.exp(-0.5 * z2)
+        if self.lambda_features == "trig":
+            # Var cos(tau^T (u - v)) = (1 - e^{-|u-v|^2})^2 / 2
+            v1 = 0.5 * xp.expm1(-z2) ** 2
+        else:
+            # antithetic positive: K_g^2 (cosh |u+v|^2 - 1), u + v = (x - y)/c
+            nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
+            d2 = xp.clip(nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0) / c2
+            # lam^2 (cosh(d2) - 1) = (e^{d2 - z2} + e^{-d2 - z2})/2 - e^{-z2}, computed stably
+            v1 = 0.5 * xp.exp(d2 - z2) * xp.expm1(-d2) ** 2
+        var = v1 / self.n_lambda
+        return lam * lam + var, (1.0 - lam) ** 2 + var, lam - lam * lam - var
+
+
+class NormalizedGaussianHybridRF(_BipolarHybrid):
+    """Normalised bipolar Gaussian hybrid (App. F, eq. 67-70).
+
+    For inputs of common norm ``r`` (``radius``), the coefficient
+    ``lambda(x, y) = (1 - exp(-sigma^2 |x - y|^2 / 2)) / rho``, ``rho = 1 - exp(-2 sigma^2 r^2)``,
+    is 0 at ``theta = 0`` and 1 at ``theta = pi``. It is estimated by
+    ``lambda_hat = 1/rho - (1/(n rho)) sum_i cos(tau_i^T (x - y))`` with
+    ``tau_i ~ N(0, sigma^2 I)`` (Erratum 6), i.e. ``a = 1/rho``, ``c = -1/rho``,
+    ``u = v = n^{-1/2} [sin(Tx); cos(Tx)]``. Output dimension ``4m(2n + 1)``.
+
+    The estimator is unbiased for any inputs and any ``radius``; ``radius`` only fixes the
+    constant ``rho`` (App. F assumes ``|x| = |y| = r``). Zero variance holds only at
+    ``theta = 0`` (trig-estimated ``lambda``; ``lambda_hat = 0`` there).
+
+    Parameters
+    ----------
+    n_features, n_lambda, kernel, lengthscale, orthogonal, shared_projection, random_state
+        As in :class:`AngularHybridRF`.
+    sigma : float
+        Scale of ``tau_i``.
+    radius : float, optional
+        ``r``; by default the root-mean-square norm of the (lengthscale-scaled) rows of
+        ``X`` and ``Y`` at fit (attribute ``radius_``).
+    """
+
+    def __init__(
+        self,
+        n_features: int = 64,
+        n_lambda: int = 8,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        orthogonal=False,
+        shared_projection: bool = True,
+        random_state=None,
+        sigma: float = 1.0,
+        radius: float | None = None,
+    ):
+        super().__init__(
+            n_features, n_lambda, kernel, lengthscale, orthogonal, shared_projection, random_state
+        )
+        self.sigma = sigma
+        self.radius = radius
+
+    def _validate_params(self):
+        super()._validate_params()
+        validate_positive_float(self.sigma, "sigma")
+        if self.radius is not None:
+            validate_positive_float(self.radius, "radius")
+
+    @property
+    def _lambda_a(self) -> float:
+        return 1.0 / self.rho_
+
+    @property
+    def _lambda_c(self) -> float:
+        return -1.0 / self.rho_
+
+    @property
+    def _lambda_dim(self) -> int:
+        return 2 * int(self.n_lambda)
+
+    def _fit_lambda(self, X, Y, rng):
+        if self.radius is None:
+            sq = np.concatenate([np.sum(X * X, axis=1), np.sum(Y * Y, axis=1)])
+            r = float(np.sqrt(sq.mean()))
+            if not r > 0:
+                raise ValueError("radius could not be fitted: X and Y are all zero; pass radius=.")
+        else:
+            r = float(self.radius) / self.lengthscale
+        self.radius_ = r
+        self.rho_ = float(-np.expm1(-2.0 * self.sigma**2 * r * r))
+        if not self.rho_ > 0:
+            raise ValueError(f"radius * sigma is too small (rho = {self.rho_}); raise sigma.")
+        self.lambda_projection_ = self.sigma * gaussian_projection(
+            self.n_lambda, X.shape[1], rng
+        )  # (n, d), rows ~ N(0, sigma^2 I)
+
+    def _lambda_features(self, X, xp, side):
+        p = X @ self._param("T_T", xp, X)  # (n_pts, n)
+        base = xp.concat([xp.sin(p), xp.cos(p)], axis=1) / math.sqrt(self.n_lambda)
+        return base, xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
+
+    def _d2(self, X, Y, xp):
+        nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
+        return xp.clip(nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0)
+
+    def _lambda_exact(self, X, Y, xp):
+        s2 = self.sigma**2
+        return -xp.expm1(-0.5 * s2 * self._d2(X, Y, xp)) / self.rho_
+
+    def _lambda_moments(self, X, Y, xp):
+        # Thm F.1: E lambda_hat^2 = lambda^2 + (2 rho^2 n)^{-1} (1 - e^{-sigma^2 |D|^2})^2
+        s2 = self.sigma**2
+        d2 = self._d2(X, Y, xp)
+        lam = -xp.expm1(-0.5 * s2 * d2) / self.rho_
+        var = xp.expm1(-s2 * d2) ** 2 / (2.0 * self.rho_**2 * self.n_lambda)
+        return lam * lam + var, (1.0 - lam) ** 2 + var, lam - lam * lam - var
