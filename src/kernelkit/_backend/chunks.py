@@ -55,7 +55,7 @@ def blas_threads_for_dask(result, n_chunks: int):
     import dask.threaded
 
     if n_chunks > 1 and dask.base.get_scheduler(collections=[result]) is dask.threaded.get:
-        from threadpoolctl import threadpool_limits
+        from .parallel import SingleThreadedBlas
 
-        return threadpool_limits(limits=1, user_api="blas")
+        return SingleThreadedBlas()
     return contextlib.nullcontext()

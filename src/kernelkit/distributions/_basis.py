@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
-from ..features._base import _SingleThreadedBlas
+from .._backend.parallel import SingleThreadedBlas
 from . import _chunked
 from ._cholesky import _check_tolerances, _pivoted_cholesky
 from ._kernels import make_kernel
@@ -193,7 +193,7 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         points: ``L^T L = V Lambda V^T``, ``T = B[piv] V``, ``A^T 1 = V^T L^T 1``.
         ``factor_t`` is ``L^T`` (m, n) when it is kept (in-memory fits), else None."""
         m = self.n_components_
-        with _SingleThreadedBlas():  # m x m work: BLAS threads would only synchronise
+        with SingleThreadedBlas():  # m x m work: BLAS threads would only synchronise
             if self.rotate:
                 lam, V = np.linalg.eigh(gram)
                 lam, V = lam[::-1].copy(), np.ascontiguousarray(V[:, ::-1])

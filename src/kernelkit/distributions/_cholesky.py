@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from .._backend import to_numpy, validate_data, validate_positive_float, validate_positive_int
-from ..features._base import _SingleThreadedBlas, num_threads
+from .._backend.parallel import SingleThreadedBlas, num_threads, pool_map
 from ._kernels import Kernel, make_kernel
 
 __all__ = ["PivotedCholesky", "pivoted_cholesky"]
@@ -250,41 +249,36 @@ def _pivoted_cholesky(
     starts = range(0, n, _BLOCK)
     n_threads = _n_threads(n)
     step = _Step(k, Xt, col, Lt, d, {})
-    pool = ThreadPoolExecutor(n_threads) if n_threads > 1 else None
     m = 0
-    try:
-        # the per-step products are matrix-vector (memory bound): BLAS threads only add
-        # synchronisation (measured 5x the CPU time on a loaded 2-core machine), so BLAS
-        # runs single-threaded and the row blocks are spread over our own threads
-        with _SingleThreadedBlas():  # threadpoolctl, reference counted
-            while resid > threshold and m < max_rank:
-                dp = float(d[p])
-                if dp <= d_floor:
-                    break
-                if m == cap:  # grow the buffers (C order: existing rows keep their place)
-                    cap = min(max(int(_GROWTH * cap), cap + 32), max_rank)
-                    Lt.resize((cap, n), refcheck=False)
-                    step.Lt = Lt
-                    B_new = np.zeros((cap, cap))
-                    B_new[:m, :m] = B_piv[:m, :m]
-                    B_piv = B_new
-                if col is not None:  # callables: evaluated in the calling thread
-                    col[:] = k(X, X[p : p + 1])[:, 0]
-                lp = Lt[:m, p].copy()  # L[p, :m], (m,)
-                s = 1.0 / math.sqrt(dp)
-                step.set(m, p, X[p], lp, s)
-                parts = list(pool.map(step, starts)) if pool else [step(a) for a in starts]
-                # line 5 in pivot coordinates: b = (e_m - B L[p]^T) / sqrt(d_p)
-                if m:
-                    B_piv[:m, m] = -(B_piv[:m, :m] @ lp) * s
-                B_piv[m, m] = s
-                pivots[m] = p
-                m += 1
-                resid = math.fsum(part[0] for part in parts)
-                p = max(parts, key=lambda part: part[1])[2]
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    # the per-step products are matrix-vector (memory bound): BLAS threads only add
+    # synchronisation (measured 5x the CPU time on a loaded 2-core machine), so BLAS
+    # runs single-threaded and the row blocks are spread over our own threads
+    with SingleThreadedBlas():  # threadpoolctl, reference counted
+        while resid > threshold and m < max_rank:
+            dp = float(d[p])
+            if dp <= d_floor:
+                break
+            if m == cap:  # grow the buffers (C order: existing rows keep their place)
+                cap = min(max(int(_GROWTH * cap), cap + 32), max_rank)
+                Lt.resize((cap, n), refcheck=False)
+                step.Lt = Lt
+                B_new = np.zeros((cap, cap))
+                B_new[:m, :m] = B_piv[:m, :m]
+                B_piv = B_new
+            if col is not None:  # callables: evaluated in the calling thread
+                col[:] = k(X, X[p : p + 1])[:, 0]
+            lp = Lt[:m, p].copy()  # L[p, :m], (m,)
+            s = 1.0 / math.sqrt(dp)
+            step.set(m, p, X[p], lp, s)
+            parts = pool_map(step, starts, n_threads)
+            # line 5 in pivot coordinates: b = (e_m - B L[p]^T) / sqrt(d_p)
+            if m:
+                B_piv[:m, m] = -(B_piv[:m, :m] @ lp) * s
+            B_piv[m, m] = s
+            pivots[m] = p
+            m += 1
+            resid = math.fsum(part[0] for part in parts)
+            p = max(parts, key=lambda part: part[1])[2]
     Lt.resize((m, n), refcheck=False)
     return PivotedCholesky(
         Lt=Lt,

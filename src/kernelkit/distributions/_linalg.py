@@ -11,36 +11,19 @@ threads.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
-from ..features._base import _SingleThreadedBlas, num_threads
+from .._backend.parallel import block_map as _parallel_block_map
 
 __all__ = ["block_map", "cross", "gram_and_sums", "left_matmul", "right_matmul"]
 
 _BLOCK = 1 << 14  # columns per block: (m, _BLOCK) float64 panels of a few MB
 
 
-def _threads(n_blocks: int) -> int:
-    return max(1, min(num_threads(), 8, n_blocks, os.cpu_count() or 1))
-
-
 def block_map(fn, n: int, block: int = _BLOCK) -> list:
-    """``[fn(a, b) for each column block [a, b) of range(n)]``, in order, threaded.
-
-    BLAS is single-threaded while ``fn`` runs; ``fn`` must only read shared data or write
-    its own block.
-    """
-    starts = list(range(0, n, block))
-    spans = [(a, min(a + block, n)) for a in starts]
-    with _SingleThreadedBlas():
-        threads = _threads(len(spans))
-        if threads == 1:
-            return [fn(a, b) for a, b in spans]
-        with ThreadPoolExecutor(threads) as pool:
-            return list(pool.map(lambda ab: fn(*ab), spans))
+    """``[fn(a, b) for each column block [a, b) of range(n)]``, in order, threaded
+    (:func:`kernelkit._backend.parallel.block_map`)."""
+    return _parallel_block_map(fn, n, block)
 
 
 def _ordered_sum(parts):

@@ -11,7 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
-from ..features._base import _SingleThreadedBlas
+from .._backend.parallel import SingleThreadedBlas
 from ._basis import fit_basis
 from .model_selection import clipped_log_loss
 
@@ -100,7 +100,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             grad = Lt @ (expit(a) - t) + 2 * reg * u
             return val, grad
 
-        with _SingleThreadedBlas():  # m-sized products: BLAS threads only synchronise
+        with SingleThreadedBlas():  # m-sized products: BLAS threads only synchronise
             res = minimize(
                 fun,
                 np.zeros(Lt.shape[0]),

@@ -188,8 +188,7 @@ def in_memory_stats(fm, X, Y, amplitude: float = 1.0) -> FeatureStats:
     """:func:`block_stats` of in-memory rows ``X`` (n, d), targets ``Y`` (n, T), in
     contiguous row blocks over kernelkit's threads (one BLAS thread each), summed in
     block order: the sums of the module doc (``Phi^H Phi`` (D, D), ``Phi^H Y`` (D, T), ...)."""
-    from ..distributions._linalg import block_map
-    from ..features._base import num_threads
+    from .._backend.parallel import block_map, num_threads
 
     n = len(X)
     k = max(1, min(num_threads(), 8, n // (4 * _FIRST_SLAB)))

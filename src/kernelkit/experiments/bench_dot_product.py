@@ -146,7 +146,7 @@ def run(quick: bool = False) -> dict:
     dict with ``config``, ``timings`` (seconds), ``errors`` (relative Frobenius errors),
     ``targets`` (value, target, pass) and ``all_pass``.
     """
-    from kernelkit.features._base import num_threads
+    from kernelkit._backend.parallel import num_threads
 
     n, d, degree, D = (4000, 64, 3, 1024) if quick else (20000, 64, 3, 1024)
     m = 500 if quick else 1000

@@ -163,7 +163,7 @@ def run(quick: bool = False) -> dict:
     (value, target, pass for each target of :data:`TARGETS` and dtype it is set for),
     ``reported`` (the same for the other dtype rows) and ``all_pass`` (of ``targets``).
     """
-    from kernelkit.features._base import num_threads
+    from kernelkit._backend.parallel import num_threads
 
     n, d, M = (4000, 64, 512) if quick else (20000, 64, 1024)
     n_small = 500 if quick else 2000

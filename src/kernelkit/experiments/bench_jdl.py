@@ -267,7 +267,7 @@ def _peer(n, n_test, seed, repeats):
 
 def run(quick: bool = False) -> dict:
     """Run the benchmark, print its tables and return the numbers."""
-    from ..features._base import num_threads
+    from .._backend.parallel import num_threads
 
     seed = 0
     n_big = 100_000 if quick else 1_000_000

@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -40,6 +37,7 @@ from .._backend import (
     validate_positive_float,
     validate_positive_int,
 )
+from .._backend.parallel import SingleThreadedBlas
 from .sampling import draw_projection
 
 __all__ = ["KERNELS", "FeatureMap"]
@@ -126,8 +124,8 @@ class FeatureMap(BaseEstimator):
         Xs = _fit_array(X, self.lengthscale)  # (n, d)
         Ys = Xs if Y is X else _fit_array(Y, self.lengthscale)  # (m, d); Y is X: same object
         # O(n d^2 + d^3 + M d^2) work: kernelkit threads the O(n d^2) sums itself and runs
-        # small-d linear algebra on one BLAS thread (see _SingleThreadedBlas)
-        with _SingleThreadedBlas() if d <= _SMALL_D else contextlib.nullcontext():
+        # small-d linear algebra on one BLAS thread (see SingleThreadedBlas)
+        with SingleThreadedBlas() if d <= _SMALL_D else contextlib.nullcontext():
             self._fit_parameters(Xs, Ys, rng)
             self._build()
         return self
@@ -352,99 +350,8 @@ def _fit_array(X, lengthscale):
     return X
 
 
-# ---------------------------------------------------------------------- threading
-# NumPy feature evaluation runs over row blocks of the (n, D) output: each block's
-# matmul and elementwise ufuncs stay in the core's cache, and the blocks are spread over
-# threads (BLAS and NumPy ufuncs release the GIL). Torch and other backends do not use it.
-
-#: target size in bytes of one row block of the output
-_BLOCK_BYTES = 1 << 21
-#: fewest rows in a default row block
-_MIN_BLOCK_ROWS = 64
-#: outputs with fewer elements are computed in one block in the calling thread
-_PARALLEL_MIN_ELEMENTS = 1 << 17
 #: input dimensions up to which fitting runs its d x d linear algebra on one BLAS thread
 _SMALL_D = 256
-
-_blas_lock = threading.Lock()
-_blas_state = {"users": 0, "ctx": None, "controller": None, "orig": None}
-
-
-def num_threads() -> int:
-    """Threads used by NumPy feature evaluation.
-
-    ``KERNELKIT_NUM_THREADS`` if set, else the CPUs available to this process
-    (``os.sched_getaffinity``, falling back to ``os.cpu_count()``), and never more than
-    the current BLAS thread limit (so ``threadpoolctl.threadpool_limits(1)``, joblib
-    workers and ``OPENBLAS_NUM_THREADS=1`` keep kernelkit single-threaded).
-    """
-    env = os.environ.get("KERNELKIT_NUM_THREADS", "").strip()
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    # inside kernelkit's own single-thread limit, the limit that was there before it
-    blas = _blas_state["orig"] if _blas_state["users"] > 0 else _blas_threads()
-    return max(1, min(n, blas) if blas else n)
-
-
-def _controller():
-    if _blas_state["controller"] is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            _blas_state["controller"] = ThreadpoolController().select(user_api="blas")
-        except Exception:  # threadpoolctl missing or failing: no BLAS control
-            _blas_state["controller"] = False
-    return _blas_state["controller"]
-
-
-def _blas_threads():
-    ctl = _controller()
-    if not ctl:
-        return None
-    try:
-        counts = [info["num_threads"] for info in ctl.info()]
-    except Exception:
-        return None
-    return min(counts) if counts else None
-
-
-class _SingleThreadedBlas:
-    """Limit BLAS to one thread while kernelkit's own threads run (reference counted, so
-    concurrent callers restore the original limit exactly once).
-
-    Also used around small (d x d, M x d) linear algebra: a threaded OpenBLAS call leaves
-    its worker threads spinning for ~0.1 s, which would slow the next big computation.
-    """
-
-    def __enter__(self):
-        with _blas_lock:
-            if _blas_state["users"] == 0:
-                ctl = _controller()
-                ctx = None
-                _blas_state["orig"] = _blas_threads()
-                if ctl:
-                    try:
-                        ctx = ctl.limit(limits=1)
-                    except Exception:
-                        ctx = None
-                _blas_state["ctx"] = ctx
-            _blas_state["users"] += 1
-        return self
-
-    def __exit__(self, *exc):
-        with _blas_lock:
-            _blas_state["users"] -= 1
-            if _blas_state["users"] == 0 and _blas_state["ctx"] is not None:
-                ctx, _blas_state["ctx"] = _blas_state["ctx"], None
-                ctx.restore_original_limits()
-        return False
 
 
 def _matmul_augmented(Xb, extra, W_aug, out) -> None:
@@ -460,65 +367,3 @@ def _matmul_augmented(Xb, extra, W_aug, out) -> None:
     for j, e in enumerate(extra):
         Xa[:, d + j] = e
     np.matmul(Xa, W_aug, out=out)
-
-
-def _map_row_blocks(fn, n: int, width: int, itemsize: int, rows: int | None = None) -> None:
-    """Call ``fn(lo, hi)`` for row blocks ``[lo, hi)`` covering ``range(n)``.
-
-    ``fn`` writes rows ``lo:hi`` of an ``(n, width)`` output with elements of ``itemsize``
-    bytes; it must touch only its own rows (blocks run concurrently, in threads). Blocks
-    have ``rows`` rows, by default as many as fit in ``_BLOCK_BYTES``.
-    """
-    if n <= 0:
-        return
-    if n * width < _PARALLEL_MIN_ELEMENTS:
-        fn(0, n)
-        return
-    if rows is None:
-        # cache-sized blocks, but never so thin that re-reading the (d, width) weights
-        # per block dominates (wide dot-product sketches: p * D columns per row)
-        rows = max(_MIN_BLOCK_ROWS, _BLOCK_BYTES // max(1, width * itemsize))
-    rows = max(1, int(rows))
-    blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
-    threads = min(num_threads(), len(blocks))
-    if threads <= 1:
-        for lo, hi in blocks:
-            fn(lo, hi)
-        return
-    pending = iter(blocks)
-    lock = threading.Lock()
-
-    def worker():
-        while True:
-            with lock:
-                block = next(pending, None)
-            if block is None:
-                return
-            fn(*block)
-
-    with _SingleThreadedBlas():
-        # the calling thread works too, so a busy (shared) pool delays but never blocks
-        futures = [_worker_pool(threads - 1).submit(worker) for _ in range(threads - 1)]
-        try:
-            worker()
-        finally:
-            for f in futures:
-                f.result()  # waits; re-raises an exception of a block
-
-
-_pool_state = {"pool": None, "size": 0, "pid": None}
-
-
-def _worker_pool(size: int) -> ThreadPoolExecutor:
-    """A process-wide pool of at least ``size`` threads (new after ``fork`` or to grow)."""
-    with _blas_lock:
-        st = _pool_state
-        if st["pool"] is None or st["pid"] != os.getpid() or st["size"] < size:
-            if st["pool"] is not None and st["pid"] == os.getpid():
-                st["pool"].shutdown(wait=False)
-            st.update(
-                pool=ThreadPoolExecutor(size, thread_name_prefix="kernelkit"),
-                size=size,
-                pid=os.getpid(),
-            )
-        return st["pool"]

@@ -54,7 +54,8 @@ from .._backend import (
     validate_positive_int,
 )
 from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
-from ._base import FeatureMap, _detach, _map_row_blocks, _matmul_augmented, _namespace_of
+from .._backend.parallel import map_row_blocks
+from ._base import FeatureMap, _detach, _matmul_augmented, _namespace_of
 
 __all__ = [
     "DotProductFeatureMap",
@@ -603,7 +604,7 @@ class DotProductFeatureMap(FeatureMap):
                 im += t
             self._store(out, lo, hi, re, im)
 
-        _map_row_blocks(block, n, ncols, X.itemsize)
+        map_row_blocks(block, n, ncols, X.itemsize)
         return out
 
     def _param(self, name, xp, like):
@@ -872,7 +873,7 @@ class TensorSRHT(DotProductFeatureMap):
             self._store(out, lo, hi, re, im)
 
         width = self.n_blocks_ * d * (2 if cplx else 1) * 2
-        _map_row_blocks(block, n, width, X.itemsize)
+        map_row_blocks(block, n, width, X.itemsize)
         return out
 
     def _variance_from_stats(self, G, N, S, kind):
@@ -961,7 +962,7 @@ class TensorSketch(DotProductFeatureMap):
                 prod *= F[:, i]
             out[lo:hi] = sfft.irfft(prod, n=D, axis=-1, overwrite_x=True)
 
-        _map_row_blocks(block, n, p * D, X.itemsize)
+        map_row_blocks(block, n, p * D, X.itemsize)
         return out
 
     def _variance_from_stats(self, G, N, S, kind):

@@ -46,7 +46,8 @@ from .._backend import (
     validate_positive_int,
 )
 from .._backend.fwht import next_power_of_two
-from ._base import FeatureMap, _map_row_blocks, _namespace_of
+from .._backend.parallel import map_row_blocks
+from ._base import FeatureMap, _namespace_of
 from .dot_product import (
     GaussianSketch,
     RademacherSketch,
@@ -460,7 +461,7 @@ def maclaurin_pair_sums(
         parts[lo] = (vb, cb, bb)
 
     rows = max(1, _PAIR_BLOCK_ELEMENTS // m)
-    _map_row_blocks(block, m, m, 8, rows=rows)
+    map_row_blocks(block, m, m, 8, rows=rows)
     order = sorted(parts)  # fixed block order: the sums do not depend on the threads
     var = np.sum([parts[k][0] for k in order], axis=0)
     cov = np.sum([parts[k][1] for k in order], axis=0) if srht else None

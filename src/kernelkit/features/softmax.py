@@ -34,7 +34,8 @@ import numbers
 import numpy as np
 
 from .._backend import device, is_numpy_namespace, to_backend, to_numpy
-from ._base import _PARALLEL_MIN_ELEMENTS, FeatureMap, _map_row_blocks, _matmul_augmented
+from .._backend.parallel import PARALLEL_MIN_ELEMENTS, map_row_blocks
+from ._base import FeatureMap, _matmul_augmented
 
 __all__ = [
     "ADERF",
@@ -197,7 +198,7 @@ def _moments(X):
     blocks and their order are fixed, so the result does not depend on the thread count).
     """
     n = X.shape[-2]
-    if X.ndim != 2 or n * X.shape[-1] < 4 * _PARALLEL_MIN_ELEMENTS:
+    if X.ndim != 2 or n * X.shape[-1] < 4 * PARALLEL_MIN_ELEMENTS:
         return X.mean(axis=-2), np.swapaxes(X, -1, -2) @ X / n
     parts = {}
 
@@ -206,7 +207,7 @@ def _moments(X):
         G = Xb.T @ Xb  # Gram (syrk), then the column sums (gemv) while Xb is in cache
         parts[lo] = (np.ones(hi - lo) @ Xb, G)
 
-    _map_row_blocks(
+    map_row_blocks(
         block,
         n,
         X.shape[1],
@@ -312,7 +313,7 @@ class TrigRF(FeatureMap):
             else:
                 o *= scale[lo:hi, None]
 
-        _map_row_blocks(block, out.shape[0], out.shape[1], out.itemsize)
+        map_row_blocks(block, out.shape[0], out.shape[1], out.itemsize)
         return out
 
     def _features(self, X, side):
@@ -401,7 +402,7 @@ class HyperbolicRF(FeatureMap):
             with np.errstate(over="ignore"):
                 np.exp(o, out=o)
 
-        _map_row_blocks(block, out.shape[0], out.shape[1], out.itemsize)
+        map_row_blocks(block, out.shape[0], out.shape[1], out.itemsize)
         return out
 
     def _log_parts(self, X, xp):
@@ -574,7 +575,7 @@ class _DiagonalDERF(FeatureMap):
             with np.errstate(over="ignore"):
                 np.exp(o, out=o)
 
-        _map_row_blocks(block, out.shape[0], out.shape[1], out.itemsize)
+        map_row_blocks(block, out.shape[0], out.shape[1], out.itemsize)
         return out
 
     def log_transform(self, X):

@@ -1,0 +1,249 @@
+"""One place for threads: kernelkit's worker pool, the BLAS thread limit and ``n_jobs``.
+
+NumPy work in kernelkit is parallel over *blocks*: row blocks of an ``(n, D)`` feature
+matrix, column blocks of an ``(m, n)`` factor, the row chunks of an in-memory fit. Each
+block is a BLAS call plus a few in-place ufuncs on data that stays in the core's cache,
+and the blocks are spread over one process-wide thread pool (BLAS and NumPy ufuncs
+release the GIL) while BLAS itself runs on one thread, so that ``cores x cores`` threads
+never compete for the cores. Torch and other backends run their own kernels and do not
+use this module.
+
+Every function here takes ``n_jobs`` in scikit-learn's convention:
+
+* ``None``: :func:`num_threads` (the CPUs this process may use, capped by the current
+  BLAS thread limit and by the environment variable ``KERNELKIT_NUM_THREADS``);
+* a positive integer: that many threads;
+* a negative integer: ``cpus + 1 + n_jobs`` (``-1`` all CPUs, ``-2`` all but one).
+
+Results never depend on the thread count: blocks have a fixed size and block results are
+combined in block order.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = [
+    "SingleThreadedBlas",
+    "block_map",
+    "check_n_jobs",
+    "effective_n_jobs",
+    "map_row_blocks",
+    "num_threads",
+    "pool_map",
+]
+
+#: target size in bytes of one row block of a feature matrix
+BLOCK_BYTES = 1 << 21
+#: fewest rows in a default row block
+MIN_BLOCK_ROWS = 64
+#: outputs with fewer elements are computed in one block in the calling thread
+PARALLEL_MIN_ELEMENTS = 1 << 17
+
+_lock = threading.Lock()
+_blas_state = {"users": 0, "ctx": None, "controller": None, "orig": None}
+_pool_state = {"pool": None, "size": 0, "pid": None}
+
+
+# ---------------------------------------------------------------------- thread counts
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def num_threads() -> int:
+    """Default number of threads (``n_jobs=None``).
+
+    ``KERNELKIT_NUM_THREADS`` if set, else the CPUs available to this process
+    (``os.sched_getaffinity``, falling back to ``os.cpu_count()``), and never more than
+    the current BLAS thread limit (so ``threadpoolctl.threadpool_limits(1)``, joblib
+    workers and ``OPENBLAS_NUM_THREADS=1`` keep kernelkit single-threaded).
+    """
+    env = os.environ.get("KERNELKIT_NUM_THREADS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    n = _cpus()
+    # inside kernelkit's own single-thread limit, the limit that was there before it
+    blas = _blas_state["orig"] if _blas_state["users"] > 0 else _blas_threads()
+    return max(1, min(n, blas) if blas else n)
+
+
+def check_n_jobs(n_jobs, name: str = "n_jobs"):
+    """Validate an ``n_jobs`` parameter (None or a non-zero integer); return it."""
+    if n_jobs is None:
+        return None
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral):
+        raise TypeError(f"{name} must be None or a non-zero integer, got {n_jobs!r}.")
+    if int(n_jobs) == 0:
+        raise ValueError(f"{name}=0 is not valid; use None, a positive count or -1 (all CPUs).")
+    return int(n_jobs)
+
+
+def effective_n_jobs(n_jobs=None) -> int:
+    """Number of threads for ``n_jobs`` in scikit-learn's convention (see module doc)."""
+    n_jobs = check_n_jobs(n_jobs)
+    if n_jobs is None:
+        return num_threads()
+    if n_jobs < 0:
+        return max(1, _cpus() + 1 + n_jobs)
+    return n_jobs
+
+
+# ---------------------------------------------------------------------- BLAS limit
+def _controller():
+    if _blas_state["controller"] is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _blas_state["controller"] = ThreadpoolController().select(user_api="blas")
+        except Exception:  # threadpoolctl missing or failing: no BLAS control
+            _blas_state["controller"] = False
+    return _blas_state["controller"]
+
+
+def _blas_threads():
+    ctl = _controller()
+    if not ctl:
+        return None
+    try:
+        counts = [info["num_threads"] for info in ctl.info()]
+    except Exception:
+        return None
+    return min(counts) if counts else None
+
+
+class SingleThreadedBlas:
+    """Context manager: BLAS on one thread while kernelkit's own threads (or Dask's) run.
+
+    Reference counted, so concurrent and nested users restore the original limit exactly
+    once. Also used around small (d x d, m x m) linear algebra: a threaded OpenBLAS call
+    leaves its worker threads spinning for ~0.1 s, which slows the next big computation.
+    """
+
+    def __enter__(self):
+        with _lock:
+            if _blas_state["users"] == 0:
+                ctl = _controller()
+                ctx = None
+                _blas_state["orig"] = _blas_threads()
+                if ctl:
+                    try:
+                        ctx = ctl.limit(limits=1)
+                    except Exception:
+                        ctx = None
+                _blas_state["ctx"] = ctx
+            _blas_state["users"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        with _lock:
+            _blas_state["users"] -= 1
+            if _blas_state["users"] == 0 and _blas_state["ctx"] is not None:
+                ctx, _blas_state["ctx"] = _blas_state["ctx"], None
+                ctx.restore_original_limits()
+        return False
+
+
+# ---------------------------------------------------------------------- the pool
+def _worker_pool(size: int) -> ThreadPoolExecutor:
+    """The process-wide pool of at least ``size`` threads (new after ``fork`` or to grow)."""
+    with _lock:
+        st = _pool_state
+        if st["pool"] is None or st["pid"] != os.getpid() or st["size"] < size:
+            if st["pool"] is not None and st["pid"] == os.getpid():
+                st["pool"].shutdown(wait=False)
+            st.update(
+                pool=ThreadPoolExecutor(size, thread_name_prefix="kernelkit"),
+                size=size,
+                pid=os.getpid(),
+            )
+        return st["pool"]
+
+
+def pool_map(fn, items, threads: int) -> list:
+    """``[fn(item) for item in items]`` on ``threads`` threads of the shared pool, in order.
+
+    The calling thread works too and takes tasks from the same queue, so a busy (or
+    nested) pool delays but never deadlocks: helpers that have not started when the
+    queue runs dry are cancelled. The first exception of a task is re-raised.
+    """
+    items = list(items)
+    threads = max(1, min(int(threads), len(items)))
+    if threads == 1:
+        return [fn(item) for item in items]
+    results = [None] * len(items)
+    position = iter(range(len(items)))
+    take = threading.Lock()
+    errors = []
+
+    def worker():
+        while not errors:
+            with take:
+                i = next(position, None)
+            if i is None:
+                return
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:  # re-raised in the caller
+                errors.append(exc)
+                return
+
+    helpers = [_worker_pool(threads - 1).submit(worker) for _ in range(threads - 1)]
+    worker()
+    for f in helpers:
+        if not f.cancel():
+            f.result()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def map_row_blocks(fn, n: int, width: int, itemsize: int, rows=None, n_jobs=None) -> None:
+    """Call ``fn(lo, hi)`` for row blocks ``[lo, hi)`` covering ``range(n)``.
+
+    ``fn`` writes rows ``lo:hi`` of an ``(n, width)`` output with elements of ``itemsize``
+    bytes and must touch only its own rows (blocks run concurrently). Blocks have ``rows``
+    rows, by default as many as fit in ``BLOCK_BYTES``; outputs of fewer than
+    ``PARALLEL_MIN_ELEMENTS`` entries are computed in one call in the calling thread.
+    """
+    if n <= 0:
+        return
+    if n * width < PARALLEL_MIN_ELEMENTS:
+        fn(0, n)
+        return
+    if rows is None:
+        # cache-sized blocks, but never so thin that re-reading the (d, width) weights
+        # per block dominates (wide dot-product sketches: p * D columns per row)
+        rows = max(MIN_BLOCK_ROWS, BLOCK_BYTES // max(1, width * itemsize))
+    rows = max(1, int(rows))
+    blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+    threads = min(effective_n_jobs(n_jobs), len(blocks))
+    if threads <= 1:
+        for lo, hi in blocks:
+            fn(lo, hi)
+        return
+    with SingleThreadedBlas():
+        pool_map(lambda block: fn(*block), blocks, threads)
+
+
+def block_map(fn, n: int, block: int, n_jobs=None, max_threads: int = 8) -> list:
+    """``[fn(a, b) for each block [a, b) of range(n)]`` in block order, threaded.
+
+    BLAS is single-threaded while ``fn`` runs; ``fn`` must only read shared data or write
+    its own block. At most ``max_threads`` threads (memory-bound products gain nothing
+    beyond).
+    """
+    spans = [(a, min(a + block, n)) for a in range(0, n, block)]
+    threads = max(1, min(effective_n_jobs(n_jobs), max_threads, len(spans)))
+    if threads == 1:
+        return [fn(a, b) for a, b in spans]
+    with SingleThreadedBlas():
+        return pool_map(lambda ab: fn(*ab), spans, threads)
