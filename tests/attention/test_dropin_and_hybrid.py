@@ -47,9 +47,9 @@ def _rel(a, b):
 
 
 # ------------------------------------------------------------------ hybrid = AngularHybridRF
-@pytest.mark.parametrize("orthogonal", [True, False])
+@pytest.mark.parametrize("sampler", ["orthogonal", "iid"])
 @pytest.mark.parametrize("masked", [False, True])
-def test_hybrid_equals_angular_hybrid_rf_on_the_same_draws(orthogonal, masked):
+def test_hybrid_equals_angular_hybrid_rf_on_the_same_draws(sampler, masked):
     """The attention's hybrid_angular map is AngularHybridRF (shared projections) on the
     same random draws: same W and T from one seed, and the attention output equals
     (K_hat v) / (K_hat 1) with K_hat = AngularHybridRF.approx_kernel of the scaled
@@ -64,15 +64,15 @@ def test_hybrid_equals_angular_hybrid_rf_on_the_same_draws(orthogonal, masked):
     assert m == matched_n_features(M // 2, d, 8, rule="dimension") == 7
     x, y = q * d**-0.25, k * d**-0.25
     fm = AngularHybridRF(
-        n_features=m, n_lambda=8, orthogonal=orthogonal, shared_projection=True, random_state=3
-    ).fit(x.numpy(), y.numpy())
-    params = draw_features("hybrid_angular", M, d, random_state=3, orthogonal=orthogonal)
+        n_features=m, n_lambda=8, sampler=sampler, shared_projection=True, random_state=3
+    ).fit(x.numpy(), Y=y.numpy())
+    params = draw_features("hybrid_angular", M, d, random_state=3, sampler=sampler)
     np.testing.assert_array_equal(params["W"], fm.projection_)
     np.testing.assert_array_equal(params["T"], fm.lambda_projection_)
     K = torch.as_tensor(fm.approx_kernel(x.numpy(), y.numpy())) * keep  # (L, S)
     ref = (K @ v) / K.sum(-1, keepdim=True)
     out = linear_attention(
-        q, k, v, "hybrid_angular", M, random_state=3, orthogonal=orthogonal, key_padding_mask=~keep
+        q, k, v, "hybrid_angular", M, random_state=3, sampler=sampler, key_padding_mask=~keep
     )
     torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-11)
 
@@ -90,8 +90,8 @@ def test_hybrid_n_lambda_through_projection_and_budget():
     assert p["T"].shape == (3, d) and p["W"].shape == (hybrid_base_size(128, d, 3), d)
     x, y = q[0, 0] * d**-0.25, k[0, 0] * d**-0.25
     fm = AngularHybridRF(
-        n_features=p["W"].shape[0], n_lambda=3, orthogonal=True, random_state=0
-    ).fit(x.numpy(), y.numpy())
+        n_features=p["W"].shape[0], n_lambda=3, sampler="orthogonal", random_state=0
+    ).fit(x.numpy(), Y=y.numpy())
     K = torch.as_tensor(fm.approx_kernel(x.numpy(), y.numpy()))
     out = linear_attention(q, k, v, "hybrid_angular", 128, projection=p)
     torch.testing.assert_close(out[0, 0], (K @ v[0, 0]) / K.sum(-1, keepdim=True))

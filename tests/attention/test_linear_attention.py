@@ -353,6 +353,45 @@ def test_scale_argument_matches_sdpa_convention():
     assert _rel(linear_attention(q, k, v, "sderf", 8192, random_state=0), sdpa) < 0.05
 
 
+# ------------------------------------------------------------------ samplers
+@pytest.mark.parametrize("sampler", ["iid", "orthogonal", "sorf", "hadamard", "halton"])
+def test_sampler_draws_the_projections_of_draw_projection(sampler):
+    """sampler= names a kernelkit.features sampler: draw_features, linear_attention and
+    FavorAttention draw W with draw_projection(n, d, seed, sampler) (block-orthogonal by
+    default)."""
+    from kernelkit.attention import FavorAttention
+    from kernelkit.features import draw_projection
+
+    W = draw_projection(32, 8, 4, sampler=sampler)
+    np.testing.assert_array_equal(draw_features("sderf", 32, 8, 4, sampler=sampler)["W"], W)
+    np.testing.assert_array_equal(
+        draw_features("trig", 32, 8, 4, sampler=sampler)["W"], draw_projection(16, 8, 4, sampler)
+    )
+    q, k, v = _qkv(B=1, H=1, L=12, d=8)
+    out = linear_attention(q, k, v, "sderf", 32, random_state=4, sampler=sampler)
+    ref = linear_attention(q, k, v, "sderf", 32, projection=W)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    m = FavorAttention(16, 2, feature_map="gerf", n_features=32, sampler=sampler, random_state=4)
+    np.testing.assert_array_equal(m.projection.double().numpy(), W.astype(np.float32))
+    if sampler == "orthogonal":
+        np.testing.assert_array_equal(draw_features("gerf", 32, 8, 4)["W"], W)
+        assert FavorAttention(16, 2).sampler == "orthogonal"
+
+
+def test_bad_sampler_errors():
+    q, k, v = _qkv(B=1, H=1, L=6, d=4)
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        linear_attention(q, k, v, "positive", 8, sampler="gaussian")
+    with pytest.raises(ValueError, match="sampler='orthogonal'"):
+        draw_features("positive", 8, 4, 0, True)
+    with pytest.raises(TypeError):
+        linear_attention(q, k, v, "positive", 8, orthogonal=True)
+    from kernelkit.attention import FavorAttention
+
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        FavorAttention(8, 2, sampler="qmc")
+
+
 # ------------------------------------------------------------------ bad input
 def test_bad_input_errors():
     q, k, v = _qkv(B=1, H=1, L=6, d=4)

@@ -5,7 +5,8 @@
 softmax attention is :func:`kernelkit.kernels.softmax_attention`. Needs PyTorch.
 """
 
-from ._maps import FEATURE_MAPS, FITTED_MAPS, Moments
+from ..features.favor import Moments
+from ._maps import FEATURE_MAPS, FITTED_MAPS
 from .functional import (
     attention_moments,
     draw_features,

@@ -33,11 +33,12 @@ import numpy as np
 import torch
 
 from .._backend import check_random_state
+from ..features.favor import Moments
 from ..features.hybrid import matched_n_features
-from ..features.sampling import draw_projection
+from ..features.sampling import SAMPLERS, draw_projection
 from . import _maps
 from ._linear import bidirectional_exp, bidirectional_plain, causal_exp
-from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, Moments, build_log_map, moments
+from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, build_log_map, fit_moments
 
 __all__ = ["attention_moments", "draw_features", "hybrid_base_size", "linear_attention"]
 
@@ -77,6 +78,17 @@ def _check_name(feature_map) -> str:
     return name
 
 
+def _check_sampler(sampler) -> str:
+    if not isinstance(sampler, str) or sampler not in SAMPLERS:
+        hint = (
+            " (orthogonal=True / False is now sampler='orthogonal' / 'iid')"
+            if isinstance(sampler, bool)
+            else ""
+        )
+        raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {sampler!r}{hint}.")
+    return sampler
+
+
 def _check_n_features(n_features) -> int:
     if (
         isinstance(n_features, bool)
@@ -92,7 +104,7 @@ def draw_features(
     n_features: int,
     d: int,
     random_state=None,
-    orthogonal: bool = True,
+    sampler: str = "orthogonal",
     n_lambda: int = HYBRID_SIGNS,
 ) -> dict:
     """Random parameters of a feature map as NumPy arrays (drawn with NumPy).
@@ -106,8 +118,9 @@ def draw_features(
     d : int
         Head dimension.
     random_state : None, int or numpy.random.Generator
-    orthogonal : bool
-        Block-orthogonal rows of ``W`` (marginally N(0, I)); i.i.d. otherwise.
+    sampler : {"orthogonal", "iid", "sorf", "hadamard", "halton"}
+        How the rows of ``W`` are drawn (:func:`kernelkit.features.draw_projection`);
+        default block-orthogonal (Performer ORF), each row marginally N(0, I).
     n_lambda : int
         ``hybrid_angular`` only: sign projections ``n`` of the coefficient.
 
@@ -118,12 +131,13 @@ def draw_features(
         ``hybrid_angular``; relu / elu draw nothing. For ``hybrid_angular``,
         ``n_proj = m = hybrid_base_size(M, d, n_lambda)`` and ``W`` then ``T`` are drawn
         in the order of :class:`kernelkit.features.AngularHybridRF`, so
-        ``AngularHybridRF(n_features=m, n_lambda=n_lambda, orthogonal=orthogonal,
+        ``AngularHybridRF(n_features=m, n_lambda=n_lambda, sampler=sampler,
         random_state=seed)`` fitted on the scaled queries and keys has the same ``W``
         (its ``projection_``) and ``T`` (its ``lambda_projection_``).
     """
     name = _check_name(feature_map)
     n_features = _check_n_features(n_features)
+    sampler = _check_sampler(sampler)
     rng = check_random_state(random_state)
     if name in ("relu", "elu"):
         return {}
@@ -132,17 +146,19 @@ def draw_features(
             raise ValueError(f"n_lambda must be a positive integer, got {n_lambda!r}.")
         m = hybrid_base_size(n_features, d, int(n_lambda))
         return {
-            "W": draw_projection(m, d, rng, orthogonal),
+            "W": draw_projection(m, d, rng, sampler=sampler),
             "T": rng.standard_normal((int(n_lambda), d)),
         }
     n_proj = max(1, n_features // 2) if name in ("hyperbolic", "trig") else n_features
-    return {"W": draw_projection(n_proj, d, rng, orthogonal)}
+    return {"W": draw_projection(n_proj, d, rng, sampler=sampler)}
 
 
 def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
     """Moments of the scaled queries and keys that FAVOR++ / FAVOR# parameters are fitted
     from: means (..., d) and second moments (..., d, d), float64, over the sequence
-    (padded keys excluded). Average them over batches with :meth:`Moments` fields."""
+    (padded keys excluded), as a :class:`kernelkit.features.favor.Moments` (the fits of
+    :mod:`kernelkit.features.favor` read nothing else). Average them over batches with
+    its fields."""
     q, k, _ = _as_torch(q, k, k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     x, y = _maps.scale_inputs(
@@ -153,7 +169,7 @@ def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
         keep = ~torch.as_tensor(key_padding_mask, device=k.device).bool()
         keep = torch.broadcast_to(keep, k.shape[:-1]).to(y.dtype)
         w = keep / keep.sum(-1, keepdim=True).clamp(min=1.0)
-    return moments(x, y, w, full=True)
+    return fit_moments(x, y, w, full=True)
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -237,7 +253,7 @@ def linear_attention(
     key_padding_mask=None,
     random_state=None,
     scale=None,
-    orthogonal: bool = True,
+    sampler: str = "orthogonal",
     projection=None,
     moments=None,
     chunk_size: int = 64,
@@ -274,8 +290,8 @@ def linear_attention(
         2022 eq. 12, 19: ``lambda_hat SM++ + (1 - lambda_hat) SMtrig`` with
         ``lambda_hat`` estimating ``theta / pi`` from ``n_lambda = 8`` sign projections;
         the same estimator as :class:`kernelkit.features.AngularHybridRF` with
-        ``shared_projection=True``, ``n_features = m = hybrid_base_size(M, d)`` and output
-        dim ``4m(8+1) <= M``; other ``n_lambda`` through
+        ``shared_projection=True``, the same ``sampler``, ``n_features = m =
+        hybrid_base_size(M, d)`` and output dim ``4m(8+1) <= M``; other ``n_lambda`` through
         ``projection=draw_features("hybrid_angular", M, d, seed, n_lambda=n)``).
         trig and hybrid_angular are not positive (their normaliser can be near zero) and
         are bidirectional only: ``is_causal=True`` raises a ``ValueError``.
@@ -299,8 +315,11 @@ def linear_attention(
         Draws the projections (NumPy; same seed, same features on every device).
     scale : float, optional
         Defaults to ``1/sqrt(d)``.
-    orthogonal : bool
-        Block-orthogonal projections (Performer ORF), default; each row is N(0, I).
+    sampler : {"orthogonal", "iid", "sorf", "hadamard", "halton"}
+        How the projections are drawn (:func:`kernelkit.features.draw_projection`):
+        block-orthogonal (Performer ORF) by default, each row N(0, I); ``"iid"``
+        Gaussian; the structured and quasi-Monte Carlo samplers of
+        :data:`kernelkit.features.sampling.SAMPLERS`. Unused with ``projection``.
     projection : array (M, d) or dict, optional
         Fixed projections (as returned by :func:`draw_features`) instead of drawing them.
     moments : Moments, optional
@@ -387,7 +406,8 @@ def linear_attention(
             "keeps running statistics; or a map without fitted parameters ('positive', "
             "'hyperbolic')."
         )
-    params = _projection_params(name, n_features, d, random_state, orthogonal, projection)
+    sampler = _check_sampler(sampler)
+    params = _projection_params(name, n_features, d, random_state, sampler, projection)
 
     out_dtype = q.dtype
     ctype = torch.float32 if q.dtype in _HALF else q.dtype
@@ -470,9 +490,9 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     )
 
 
-def _projection_params(name, n_features, d, random_state, orthogonal, projection):
+def _projection_params(name, n_features, d, random_state, sampler, projection):
     if projection is None:
-        return draw_features(name, n_features, d, random_state, orthogonal)
+        return draw_features(name, n_features, d, random_state, sampler)
     if name in ("relu", "elu"):
         return {}
     if isinstance(projection, dict):
@@ -534,9 +554,9 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
             if keep is not None:
                 kf = keep.to(y.dtype)
                 w = kf / kf.sum(-1, keepdim=True).clamp(min=1.0)
-            mom = moments(x, y, w, full=name in ("aderf", "sderf"))
+            mom = fit_moments(x, y, w, full=name in ("aderf", "sderf"))
         else:
-            mom = _check_moments(mom, batch, d)
+            mom = _check_moments(mom, batch, d, name, q.device)
     fmap = build_log_map(name, W, mom, d).to(q.dtype)
     if not is_causal:
         return bidirectional_exp(fmap, x, y, _augment_values(v, keep), keep)
@@ -564,9 +584,22 @@ def _augment_values(v, keep):
     return va
 
 
-def _check_moments(mom, batch, d):
+def _check_moments(mom, batch, d, name, device):
     if not isinstance(mom, Moments):
         raise TypeError(f"moments must be a Moments (attention_moments), got {type(mom).__name__}.")
+    # float64 torch tensors on the inputs' device (NumPy moments of kernelkit.features.favor
+    # are accepted too)
+    mom = Moments(
+        *(
+            torch.as_tensor(t, dtype=torch.float64, device=device)
+            for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
+        )
+    )
+    if name in ("aderf", "sderf") and not mom.full:
+        raise ValueError(
+            f"feature_map={name!r} needs full (d x d) second moments; got diagonal ones "
+            "(attention_moments gives full moments)."
+        )
     if mom.mean_x.shape[-1] != d:
         raise ValueError(f"moments are for d={mom.mean_x.shape[-1]}, inputs have d={d}.")
     try:
@@ -591,11 +624,11 @@ def _flatten_map(fmap, batch):
         t = torch.broadcast_to(t, (*batch, *t.shape[-core:]))
         return t.reshape(B, *t.shape[-core:])
 
-    tcore = 2
-    if fmap.T_q is not None and fmap.T_q.dim() == fmap.W_q.dim() - 1:
-        tcore = 1  # diagonal T
+    bcore = 2
+    if fmap.B_q is not None and fmap.B_q.dim() == fmap.W_q.dim() - 1:
+        bcore = 1  # diagonal B
     return _maps.LogFeatureMap(
-        fl(fmap.W_q, 2), fl(fmap.W_k, 2), fl(fmap.c, 1), fl(fmap.T_q, tcore), fl(fmap.T_k, tcore)
+        fl(fmap.W_q, 2), fl(fmap.W_k, 2), fl(fmap.c, 1), fl(fmap.B_q, bcore), fl(fmap.B_k, bcore)
     )
 
 
@@ -640,7 +673,7 @@ def _bidirectional_hybrid(x, y, v, keep, W, T):
     #   Phi1(x) = [phi++(x); phitrig(x); s(x) o phitrig(x) / sqrt(n); s(x) o phi++(x) / sqrt(n)]
     #   Phi2(y) = [phi++(y); phitrig(y); s(y) o phitrig(y) / sqrt(n); -s(y) o phi++(y) / sqrt(n)]
     # (the common 1/2 dropped), Phi1.Phi2 = lam SM++ + (1 - lam) SMtrig, lam = theta / pi.
-    # This is kernelkit.features.AngularHybridRF(n_features=m, n_lambda=n,
+    # This is kernelkit.features.AngularHybridRF(n_features=m, n_lambda=n, sampler=...,
     # shared_projection=True) with W = projection_, T = lambda_projection_: here phi++ and
     # phitrig lack its 1/sqrt(m) and the blocks its 1/sqrt(2), so Phi1.Phi2 = 2m x its
     # approx_kernel, a constant that cancels in the normalisation (tested).

@@ -10,9 +10,10 @@ Differences from ``nn.MultiheadAttention`` (the attention matrix is never formed
   not to attention weights. ``add_bias_kv`` / ``add_zero_attn`` are not supported.
 * ``key_padding_mask``: bool (True = padded) or float (``-inf`` = padded, 0 = kept).
 
-Random features: one projection matrix (``n_features x head_dim``, block-orthogonal)
-shared by the heads, a buffer (saved in the ``state_dict``). In training mode it is
-redrawn every ``redraw_interval`` forward calls (None or 0: never); ``eval()`` keeps it.
+Random features: one projection matrix (``n_features x head_dim``, drawn by ``sampler``,
+block-orthogonal by default) shared by the heads, a buffer (saved in the ``state_dict``).
+In training mode it is redrawn every ``redraw_interval`` forward calls (None or 0: never);
+``eval()`` keeps it.
 
 Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
 
@@ -37,8 +38,9 @@ import torch
 from torch import nn
 
 from .._backend import check_random_state
-from ._maps import FEATURE_MAPS, FITTED_MAPS, Moments
-from .functional import attention_moments, draw_features, linear_attention
+from ..features.favor import Moments
+from ._maps import FEATURE_MAPS, FITTED_MAPS
+from .functional import _check_sampler, attention_moments, draw_features, linear_attention
 
 __all__ = ["FavorAttention"]
 
@@ -78,8 +80,9 @@ class FavorAttention(nn.Module):
     redraw_interval : int or None
         In training mode the projections are redrawn every this many forward calls
         (None or 0: never). ``eval()`` keeps them fixed.
-    orthogonal : bool
-        Block-orthogonal projections.
+    sampler : {"orthogonal", "iid", "sorf", "hadamard", "halton"}
+        How the projections are drawn (:func:`kernelkit.features.draw_projection`);
+        default block-orthogonal.
     chunk_size : int
         Causal chunk length (power of two).
     momentum : float or None
@@ -126,7 +129,7 @@ class FavorAttention(nn.Module):
         feature_map="sderf",
         n_features=256,
         redraw_interval=1000,
-        orthogonal=True,
+        sampler="orthogonal",
         chunk_size=64,
         momentum=0.1,
         random_state=None,
@@ -177,7 +180,7 @@ class FavorAttention(nn.Module):
         self.feature_map = feature_map.lower()
         self.n_features = int(n_features)
         self.redraw_interval = redraw_interval
-        self.orthogonal = bool(orthogonal)
+        self.sampler = _check_sampler(sampler)
         self.chunk_size = int(chunk_size)
         self.momentum = momentum
         E = self.embed_dim
@@ -236,7 +239,7 @@ class FavorAttention(nn.Module):
     def redraw_features(self):
         """Draw new random projections (NumPy) into the ``projection`` buffers."""
         params = draw_features(
-            self.feature_map, self.n_features, self.head_dim, self._rng, self.orthogonal
+            self.feature_map, self.n_features, self.head_dim, self._rng, self.sampler
         )
         dev = self.calls_since_redraw.device
         # the module's floating dtype (float32 unless converted with .double() / .to())
