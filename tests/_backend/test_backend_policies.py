@@ -86,7 +86,7 @@ def test_validate_data_errors_name_the_argument(backend):
         validate_data(backend.asarray(np.ones((2, 0))), "Q", allow_empty=True)
     with pytest.raises(ValueError, match=r"^Q has 2 features, but this object was fitted with 3"):
         validate_data(backend.asarray(ok), "Q", n_features=3)
-    with pytest.raises(TypeError, match=r"^Q must be real-valued, got complex"):
+    with pytest.raises(ValueError, match=r"^Complex data not supported: Q must be real-valued"):
         validate_data(backend.asarray(ok.astype(np.complex128)), "Q")
     for bad in (np.nan, np.inf, -np.inf):
         X = ok.copy()

@@ -111,7 +111,7 @@ def test_the_comparison_detects_another_ridge(name):
     mom = favor.moments(x, y, full=name == "aderf")
     W_x, _, const = favor.derf_log_weights(favor.fit_derf(name, mom, eps=1e-5), W)
     params = favor.fit_derf(name, mom, eps=1e-5)
-    lq = x @ W_x + const - 0.5 * favor.transformed_sq_norm(params.B_x, x)[:, None]
+    lq = x @ W_x + const - 0.5 * favor.transformed_sq_norm(params, x)[:, None]
     assert np.abs(lq - fm.log_transform(x)).max() > 1e-6
 
 

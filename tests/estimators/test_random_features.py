@@ -22,7 +22,7 @@ SYMMETRIC = ["trig", "positive", "hyperbolic", "gerf", "sderf"]
     [
         RandomFeatures(),
         RandomFeatures(method="trig", n_components=32),
-        RandomFeatures(method="positive", orthogonal=True, n_components=40),
+        RandomFeatures(method="positive", sampler="orthogonal", n_components=40),
         RandomFeatures(method="hyperbolic", kernel="softmax", n_components=16),
         RandomFeatures(method="GERF", lengthscale=2.0, n_components=24),
     ]
@@ -67,7 +67,11 @@ def test_orthogonal_features_approximate_the_kernel(method):
     errs = []
     for seed in range(5):
         Z = RandomFeatures(
-            method=method, n_components=2048, lengthscale=1.5, orthogonal=True, random_state=seed
+            method=method,
+            n_components=2048,
+            lengthscale=1.5,
+            sampler="orthogonal",
+            random_state=seed,
         ).fit_transform(X)
         errs.append(np.linalg.norm(Z @ Z.T - K) / np.linalg.norm(K))
     assert np.mean(errs) < 0.05
@@ -100,21 +104,30 @@ def test_method_names_and_same_features_as_map(name, cls):
     X = np.random.default_rng(3).normal(size=(25, 6))
     rf = RandomFeatures(method=name, n_components=20, lengthscale=2.0, random_state=7).fit(X)
     assert type(rf.feature_map_) is cls
-    fm = cls(n_features=20, kernel="gaussian", lengthscale=2.0, random_state=7).fit(X)
+    M = 10 if cls is HyperbolicRF else 20  # n_components is the number of output columns
+    fm = cls(n_features=M, kernel="gaussian", lengthscale=2.0, random_state=7).fit(X)
     np.testing.assert_allclose(rf.transform(X), fm.transform(X), rtol=1e-12, atol=0)
-    n_out = 40 if cls is HyperbolicRF else 20
-    assert rf.transform(X).shape == (25, n_out)
+    assert rf.transform(X).shape == (25, 20)
     names = rf.get_feature_names_out()
-    assert len(names) == n_out and names[0] == "randomfeatures0"
+    assert len(names) == 20 and names[0] == "randomfeatures0"
 
 
 @pytest.mark.parametrize("method", ["saderf", "ADERF"])
-def test_asymmetric_methods_rejected(method):
-    X = np.ones((5, 2))
-    with pytest.raises(ValueError, match="asymmetric") as info:
-        RandomFeatures(method=method).fit(X)
-    assert "NadarayaWatsonClassifier" in str(info.value)
-    assert "transform_y" in str(info.value)
+def test_asymmetric_methods_map_queries_and_keys(method):
+    """Asymmetric maps: transform is the query side, transform_y the key side; the pair
+    fitted on (X, Y) estimates K(X, Y) without bias (mean over seeds within 4 s.e.)."""
+    rng = np.random.default_rng(5)
+    X, Y = rng.normal(size=(20, 3)) * 0.4, rng.normal(size=(15, 3)) * 0.4 + 0.2
+    K = gaussian_kernel(X, Y)
+    ests, variances = [], []
+    for seed in range(30):
+        rf = RandomFeatures(method=method, n_components=64, random_state=seed).fit(X, Y=Y)
+        assert not rf.feature_map_.symmetric
+        ests.append(rf.transform(X) @ rf.transform_y(Y).T)
+        variances.append(rf.feature_map_.variance(X, Y))
+    err = np.mean(ests, axis=0) - K
+    se = np.sqrt(np.mean(variances, axis=0) / len(ests))
+    assert np.all(np.abs(err) < 4.5 * se + 1e-12)
 
 
 @pytest.mark.parametrize(
@@ -126,7 +139,7 @@ def test_asymmetric_methods_rejected(method):
         ({"n_components": 0}, "n_components"),
         ({"lengthscale": -1.0}, "lengthscale"),
         ({"lengthscale": float("nan")}, "lengthscale"),
-        ({"orthogonal": "yes"}, "orthogonal"),
+        ({"sampler": "yes"}, "sampler"),
     ],
 )
 def test_bad_parameters(params, match):

@@ -95,7 +95,7 @@ def test_pair_statistics_match_public_variance():
     K = scaled_softmax_kernel(X, Y, 0.0)
     assert st["mean_log_K"] == pytest.approx(np.log(K).mean(), rel=1e-12)
     for label, cls in (("Trig", TrigRF), ("GERF", GERF), ("ADERF", ADERF), ("SDERF", SDERF)):
-        fm = cls(n_features=1, kernel="softmax", random_state=0).fit(X, Y)
+        fm = cls(n_features=1, kernel="softmax", random_state=0).fit(X, Y=Y)
         rel = fm.variance(X, Y) / K**2  # (40, 30), M = 1
         assert st[label]["mean_log_rel_var"] == pytest.approx(np.log(rel).mean(), rel=1e-9)
         assert st[label]["log_mean_rel_var"] == pytest.approx(np.log(rel.mean()), rel=1e-9)

@@ -61,7 +61,7 @@ def test_estimates_come_from_the_library_maps():
         (0.08, 0.05, 0.04, 0.03), 1.0, n_per_cluster=40, d=6, random_state=0, mean_scale=10.0
     )
     Xe, Ye = X[::7], Y[::9]
-    fm = ClusteredHybridRF(3, n_clusters=2, random_state=0).fit(X, Y)
+    fm = ClusteredHybridRF(3, n_clusters=2, random_state=0).fit(X, Y=Y)
     m = 5
     nx, ny = (Xe**2).sum(1)[:, None], (Ye**2).sum(1)[None]
     est = hc._estimate("Hybrid", m, fm, Xe, Ye, np.random.default_rng(1))

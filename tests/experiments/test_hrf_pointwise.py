@@ -132,7 +132,7 @@ def test_batched_estimators_equal_library_maps():
         "ngauss": NormalizedGaussianHybridRF(m, n, sigma=sigma, radius=r),
     }
     for name, fm in maps.items():
-        fm.fit(X, Y)
+        fm.fit(X, Y=Y)
         fm.projection_ = W
         if hasattr(fm, "lambda_projection_"):
             fm.projection_trig_ = W
@@ -163,7 +163,7 @@ def test_closed_forms_agree_with_note_values():
 
     thetas = np.linspace(0.0, math.pi, 7)
     X, Y = H.sphere_pairs(4, r, thetas, 0)
-    fm = NormalizedGaussianHybridRF(m, n, sigma=0.8, radius=r, random_state=0).fit(X, Y)
+    fm = NormalizedGaussianHybridRF(m, n, sigma=0.8, radius=r, random_state=0).fit(X, Y=Y)
     sm = np.exp(np.sum(X * Y, axis=1))
     np.testing.assert_allclose(
         H.sphere_rel_error("ngauss", r, thetas, m, n, sigma=0.8),

@@ -59,7 +59,7 @@ def test_library_hybrid_equals_batched_formula():
     """AngularHybridRF's estimate equals the experiments' batched formula for its own W, T."""
     rng = np.random.default_rng(3)
     X, Y = rng.standard_normal((5, 6)) * 0.4, rng.standard_normal((5, 6)) * 0.4
-    fm = AngularHybridRF(n_features=7, n_lambda=3, random_state=0).fit(X, Y)
+    fm = AngularHybridRF(n_features=7, n_lambda=3, random_state=0).fit(X, Y=Y)
     lib = np.sum(fm.transform(X) * fm.transform_y(Y), axis=1)
     ours = H.estimate("hybrid", fm.projection_[None], fm.lambda_projection_[None], X, Y)[0]
     np.testing.assert_allclose(lib, ours, rtol=1e-12, atol=1e-14)

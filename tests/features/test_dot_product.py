@@ -151,8 +151,8 @@ def test_tensor_srht_degree_one_full_blocks_is_exact(d0, coef0, mult, cplx):
             n_features=mult * d, degree=1, coef0=coef0, complex=cplx, method=method, random_state=8
         ).fit(X)
         np.testing.assert_allclose(fm.approx_kernel(X), X @ X.T + coef0, atol=1e-12)
+        np.testing.assert_allclose(fm.complex_variance(X), 0.0, atol=1e-12)
         np.testing.assert_allclose(fm.variance(X), 0.0, atol=1e-12)
-        np.testing.assert_allclose(fm.variance(X, kind="real"), 0.0, atol=1e-12)
 
 
 def test_complex_rademacher_ex2_equals_ex4():
@@ -194,7 +194,7 @@ def test_real_output_stacking_reproduces_real_part(cls):
 def test_kernel_and_approx_kernel_default_y(cls):
     X = unit_rows(6, 5, 16)
     fm = cls(n_features=16, degree=2, coef0=1.0, random_state=0).fit(X)
-    np.testing.assert_allclose(fm.kernel(X), (X @ X.T + 1.0) ** 2)
+    np.testing.assert_allclose(fm.exact_kernel(X), (X @ X.T + 1.0) ** 2)
     np.testing.assert_allclose(fm.approx_kernel(X), fm.approx_kernel(X, X), atol=1e-14)
     F = fm.transform(X)
     np.testing.assert_allclose(fm.approx_kernel(X), F @ F.T, atol=1e-13)
@@ -207,7 +207,7 @@ def test_iid_variance_equals_eq_18_21(p, cplx):
     X, Y = unit_rows(4, 6, 17), unit_rows(3, 6, 18)
     for cls, sketch in ((RademacherSketch, "rademacher"), (GaussianSketch, "gaussian")):
         fm = cls(n_features=7, degree=p, coef0=0.4, complex=cplx, random_state=0).fit(X)
-        V = fm.variance(X, Y)
+        V = fm.complex_variance(X, Y)
         for i in range(4):
             for j in range(3):
                 G, N, S = stats(X[i], Y[j], 0.4)
@@ -215,7 +215,7 @@ def test_iid_variance_equals_eq_18_21(p, cplx):
                     V[i, j], ref_iid(G, N, S, p, sketch, cplx) / 7, rtol=1e-10
                 )
         # the real part never has a larger variance; equal for real maps
-        Vr = fm.variance(X, Y, kind="real")
+        Vr = fm.variance(X, Y)
         assert np.all(Vr <= V * (1 + 1e-12))
         if not cplx:
             np.testing.assert_allclose(Vr, V, rtol=1e-12)
@@ -228,7 +228,7 @@ def test_tensor_srht_variance_equals_eq_33(D, cplx, p):
     X = unit_rows(3, 6, 19)  # padded d = 8 (erratum 9)
     fm = TensorSRHT(n_features=D, degree=p, complex=cplx, random_state=0).fit(X)
     assert fm.padded_dim_ == 8
-    V = fm.variance(X)
+    V = fm.complex_variance(X)
     for i in range(3):
         for j in range(3):
             G, N, S = stats(X[i], X[j])
@@ -241,15 +241,15 @@ def test_tensor_sketch_variance_special_cases():
     """p = 1: the count-sketch variance (N + G^2 - 2S)/D; the real part equals it."""
     X = unit_rows(5, 6, 32)
     fm = TensorSketch(n_features=9, degree=1, coef0=0.2).fit(X)
-    V = fm.variance(X)
+    V = fm.complex_variance(X)
     for i in range(5):
         for j in range(5):
             G, N, S = stats(X[i], X[j], 0.2)
             np.testing.assert_allclose(V[i, j], (N + G * G - 2 * S) / 9, rtol=1e-12)
-    np.testing.assert_allclose(fm.variance(X, kind="real"), V)
+    np.testing.assert_allclose(fm.variance(X), V)
     # e_1-type inputs: x = y = a basis vector gives an exact estimate (one bucket, sign^2 = 1)
     E = np.eye(4)[:1]
-    assert TensorSketch(n_features=4, degree=3).fit(E).variance(E)[0, 0] == 0.0
+    assert TensorSketch(n_features=4, degree=3).fit(E).complex_variance(E)[0, 0] == 0.0
 
 
 def test_srht_c_counts_same_block_pairs():
@@ -267,7 +267,7 @@ def test_odd_degree_srht_variance_below_iid():
             for D in (4, 8, 20):
                 s = TensorSRHT(n_features=D, degree=p, complex=cplx).fit(X)
                 r = RademacherSketch(n_features=D, degree=p, complex=cplx).fit(X)
-                assert np.all(s.variance(X) <= r.variance(X) + 1e-12)
+                assert np.all(s.complex_variance(X) <= r.complex_variance(X) + 1e-12)
 
 
 def test_complex_beats_real_on_nonnegative_inputs_eq_22():
@@ -275,12 +275,12 @@ def test_complex_beats_real_on_nonnegative_inputs_eq_22():
     complex Gaussian is never worse than real Gaussian."""
     X = unit_rows(30, 10, 21, nonneg=True)
     for p in (1, 2, 3, 6):
-        vr = RademacherSketch(n_features=1, degree=p).fit(X).variance(X)
-        vc = RademacherSketch(n_features=1, degree=p, complex=True).fit(X).variance(X)
+        vr = RademacherSketch(n_features=1, degree=p).fit(X).complex_variance(X)
+        vc = RademacherSketch(n_features=1, degree=p, complex=True).fit(X).complex_variance(X)
         assert np.all(vc <= vr + 1e-14)
         Z = unit_rows(30, 10, 22)  # mixed signs
-        gr = GaussianSketch(n_features=1, degree=p).fit(Z).variance(Z)
-        gc = GaussianSketch(n_features=1, degree=p, complex=True).fit(Z).variance(Z)
+        gr = GaussianSketch(n_features=1, degree=p).fit(Z).complex_variance(Z)
+        gc = GaussianSketch(n_features=1, degree=p, complex=True).fit(Z).complex_variance(Z)
         assert np.all(gc <= gr + 1e-14)
 
 
@@ -289,18 +289,22 @@ def test_note_worked_examples():
     x, y = np.array([[0.6, 0.8]]), np.array([[0.8, 0.6]])
     ratios = []
     for p in (1, 2, 3, 5):
-        vr = RademacherSketch(n_features=1, degree=p).fit(x).variance(x, y)[0, 0]
-        vc = RademacherSketch(n_features=1, degree=p, complex=True).fit(x).variance(x, y)[0, 0]
+        vr = RademacherSketch(n_features=1, degree=p).fit(x).complex_variance(x, y)[0, 0]
+        vc = (
+            RademacherSketch(n_features=1, degree=p, complex=True)
+            .fit(x)
+            .complex_variance(x, y)[0, 0]
+        )
         ratios.append(vc / vr)
     np.testing.assert_allclose(ratios, [0.539, 0.452, 0.370, 0.234], atol=5e-4)
     fm = RademacherSketch(n_features=1, degree=2, complex=True).fit(x)
-    np.testing.assert_allclose(fm.variance(x, y)[0, 0], 1.285, atol=5e-4)
-    np.testing.assert_allclose(fm.variance(x, y, kind="real")[0, 0], 1.175, atol=2e-3)
+    np.testing.assert_allclose(fm.complex_variance(x, y)[0, 0], 1.285, atol=5e-4)
+    np.testing.assert_allclose(fm.variance(x, y)[0, 0], 1.175, atol=2e-3)
     # counterexample: real variance 0, complex 0.25
     u, v = np.array([[1.0, 1.0]]) / np.sqrt(2), np.array([[1.0, -1.0]]) / np.sqrt(2)
-    assert abs(RademacherSketch(n_features=1, degree=2).fit(u).variance(u, v)[0, 0]) < 1e-15
+    assert abs(RademacherSketch(n_features=1, degree=2).fit(u).complex_variance(u, v)[0, 0]) < 1e-15
     np.testing.assert_allclose(
-        RademacherSketch(n_features=1, degree=2, complex=True).fit(u).variance(u, v)[0, 0],
+        RademacherSketch(n_features=1, degree=2, complex=True).fit(u).complex_variance(u, v)[0, 0],
         0.25,
         rtol=1e-12,
     )
@@ -337,9 +341,9 @@ def test_backends_same_features_and_dtypes(cls, cplx, dtype, backend):
     K = fm.approx_kernel(Xb)
     assert backend.dtype_name(K) == dtype
     np.testing.assert_allclose(backend.to_numpy(K), fm.approx_kernel(X), rtol=tol, atol=tol)
-    V = fm.variance(Xb)
+    V = fm.complex_variance(Xb)
     assert backend.dtype_name(V) == dtype
-    np.testing.assert_allclose(backend.to_numpy(V), fm.variance(X), rtol=tol, atol=tol)
+    np.testing.assert_allclose(backend.to_numpy(V), fm.complex_variance(X), rtol=tol, atol=tol)
     if cplx:
         R = clone(fm).set_params(real_output=True).fit(X).transform(Xb)
         assert backend.dtype_name(R) == dtype and tuple(R.shape) == (7, 48)
@@ -474,17 +478,15 @@ def test_bad_inputs():
     fm = TensorSRHT(n_features=8, degree=2, random_state=0)
     with pytest.raises(NotFittedError):
         fm.transform(X)
-    with pytest.raises(TypeError, match="complex"):
+    with pytest.raises(ValueError, match="Complex"):
         fm.fit(X + 1j)
     fm.fit(X)
-    with pytest.raises(TypeError, match="complex"):
+    with pytest.raises(ValueError, match="Complex"):
         fm.transform(X + 0j)
     with pytest.raises(ValueError, match="features"):
         fm.transform(X[:, :2])
     with pytest.raises(ValueError, match="NaN"):
         fm.transform(np.full((2, 3), np.nan))
-    with pytest.raises(ValueError, match="kind"):
-        fm.variance(X, kind="imag")
     with pytest.raises(ValueError, match="method"):
         TensorSRHT(method="fast").fit(X)
     assert "complex" not in TensorSketch().get_params()

@@ -11,7 +11,7 @@
 
 Unbiasedness: ``|mean - k| < 4`` standard errors (from the empirical spread, not from
 the library's variance). Variances: the empirical ``E|k_hat - k|^2`` and
-``E(Re k_hat - k)^2`` against ``fm.variance(kind=...)`` within 5% and 4.5 z
+``E(Re k_hat - k)^2`` against ``fm.complex_variance(kind=...)`` within 5% and 4.5 z
 (standard error from the empirical 4th moment).
 """
 
@@ -87,7 +87,7 @@ def test_iid_sketch_unbiased_and_variance(cls, p, cplx):
     P = fm.transform(X) * np.sqrt(D)  # single-feature factors
     K = poly(X, p, coef0)
     one = cls(n_features=1, degree=p, coef0=coef0, complex=cplx).fit(X)
-    Vc, Vr = one.variance(X), one.variance(X, kind="real")
+    Vc, Vr = one.complex_variance(X), one.variance(X)
     for i, j in PAIRS:
         g = P[i] * np.conj(P[j])
         check_replicates(g, K[i, j], Vc[i, j], Vr[i, j], f"{cls.__name__} p={p} ({i},{j})")
@@ -163,7 +163,7 @@ def test_tensor_srht_unbiased_and_variance_eq_33(p, cplx, d0, coef0, D):
     reps = srht_replicates(X, p, D, cplx, coef0, R=100_000, seed=11)
     fm = TensorSRHT(n_features=D, degree=p, coef0=coef0, complex=cplx).fit(X)
     K = poly(X, p, coef0)
-    Vc, Vr = fm.variance(X), fm.variance(X, kind="real")
+    Vc, Vr = fm.complex_variance(X), fm.variance(X)
     for (i, j), est in reps.items():
         check_replicates(
             est,
@@ -185,7 +185,7 @@ def test_tensor_srht_shared_permutation_would_break_eq_33():
     P = big.transform(X) * np.sqrt(big.n_features)
     est = (P[0] * P[1]).reshape(R, d).mean(axis=1)
     k = (X[0] @ X[1]) ** 2
-    V = TensorSRHT(n_features=d, degree=p).fit(X).variance(X)[0, 1]
+    V = TensorSRHT(n_features=d, degree=p).fit(X).complex_variance(X)[0, 1]
     mc = np.mean((est - k) ** 2)
     assert mc > 1.3 * V, (mc, V)
 
@@ -211,7 +211,7 @@ def test_tensor_sketch_unbiased_and_variance(n_draws, p, D):
     X[2] = unit_rows(1, 5, 16)[0]  # one mixed-sign point: G^2 - S < 0 for its pairs
     est = _tensor_sketch_draws(X, p, D, 0.5, n_draws, seed=15 + p)
     K = poly(X, p, 0.5)
-    V = TensorSketch(n_features=D, degree=p, coef0=0.5).fit(X).variance(X)
+    V = TensorSketch(n_features=D, degree=p, coef0=0.5).fit(X).complex_variance(X)
     for c, (i, j) in enumerate(PAIRS):
         check_mean(est[:, c], K[i, j], f"TensorSketch ({i},{j})")
         check_var(

@@ -15,8 +15,8 @@ def test_fit_is_invariant_to_sample_order(cls):
         X = rng.standard_normal((40, 6))
         Y = rng.standard_normal((50, 6)) + 0.3
         p, q = rng.permutation(40), rng.permutation(50)
-        a = cls(n_features=32, random_state=1).fit(X, Y)
-        b = cls(n_features=32, random_state=1).fit(X[p], Y[q])
+        a = cls(n_features=32, random_state=1).fit(X, Y=Y)
+        b = cls(n_features=32, random_state=1).fit(X[p], Y=Y[q])
         np.testing.assert_allclose(a.transform(X), b.transform(X), rtol=1e-7)
         np.testing.assert_allclose(a.transform_y(Y), b.transform_y(Y), rtol=1e-7)
 
@@ -30,14 +30,14 @@ def test_fit_on_permuted_copy_matches(cls):
         rng = np.random.RandomState(seed)
         X = 3 * rng.uniform(size=(20, 3))
         idx = rng.permutation(20)
-        a = cls(n_features=16, random_state=1).fit(X, X)
-        b = cls(n_features=16, random_state=1).fit(X[idx], X)
+        a = cls(n_features=16, random_state=1).fit(X, Y=X)
+        b = cls(n_features=16, random_state=1).fit(X[idx], Y=X)
         np.testing.assert_allclose(a.transform(X), b.transform(X), rtol=1e-7)
 
 
 def test_canonical_signs_make_largest_entry_positive():
     rng = np.random.default_rng(3)
     X, Y = rng.standard_normal((30, 5)), rng.standard_normal((30, 5))
-    for B in (ADERF(8, random_state=0).fit(X, Y).B_x_, SDERF(8, random_state=0).fit(X, Y).B_x_):
+    for B in (ADERF(8, random_state=0).fit(X, Y=Y).B_x_, SDERF(8, random_state=0).fit(X, Y=Y).B_x_):
         rows = np.arange(B.shape[0])
         assert np.all(B[rows, np.argmax(np.abs(B), axis=1)] > 0)

@@ -30,7 +30,7 @@ def _pair_on_sphere(d, r, theta, seed=0):
 
 def _draws(make, X, Y, R):
     """(R, n, m) estimates from R independently seeded maps."""
-    return np.stack([make(s).fit(X, Y).approx_kernel(X, Y) for s in range(R)])
+    return np.stack([make(s).fit(X, Y=Y).approx_kernel(X, Y) for s in range(R)])
 
 
 def test_output_dim_and_feature_dot_equals_mixture():
@@ -39,7 +39,7 @@ def test_output_dim_and_feature_dot_equals_mixture():
     for shared in (True, False):
         fm = AngularHybridRF(
             n_features=8, n_lambda=8, shared_projection=shared, random_state=0
-        ).fit(X, Y)
+        ).fit(X, Y=Y)
         P, S = fm.transform(X), fm.transform_y(Y)
         assert P.shape == (4, 288) and S.shape == (5, 288) and fm.output_dim == 288
         lam, kp, kt = fm.approx_components(X, Y)
@@ -72,7 +72,7 @@ def test_zero_variance_at_theta_0_and_pi_for_equal_norms(r, shared):
         for seed in range(20):
             fm = AngularHybridRF(
                 n_features=4, n_lambda=3, shared_projection=shared, random_state=seed
-            ).fit(X, Y)
+            ).fit(X, Y=Y)
             np.testing.assert_allclose(fm.approx_kernel(X, Y), exact, rtol=1e-12)
             np.testing.assert_allclose(fm.transform(X) @ fm.transform_y(Y).T, exact, rtol=1e-10)
         assert fm.variance(X, Y)[0, 0] <= 1e-12 * exact**2
@@ -81,12 +81,12 @@ def test_zero_variance_at_theta_0_and_pi_for_equal_norms(r, shared):
 def test_variance_nonzero_at_theta_0_unequal_norms():
     X, _ = _pair_on_sphere(5, 0.6, 0.0)
     Y = 0.5 * X
-    fm = AngularHybridRF(n_features=3, n_lambda=2, random_state=0).fit(X, Y)
+    fm = AngularHybridRF(n_features=3, n_lambda=2, random_state=0).fit(X, Y=Y)
     assert fm.variance(X, Y)[0, 0] > 1e-4
     vals = {
         float(
             AngularHybridRF(n_features=3, n_lambda=2, random_state=s)
-            .fit(X, Y)
+            .fit(X, Y=Y)
             .approx_kernel(X, Y)[0, 0]
         )
         for s in range(5)
@@ -112,7 +112,7 @@ def mc_draws():
     for shared in (True, False):
         comps = [
             AngularHybridRF(m, n, shared_projection=shared, random_state=s)
-            .fit(X, Y)
+            .fit(X, Y=Y)
             .approx_components(X, Y)
             for s in range(R_MC)
         ]
@@ -131,7 +131,7 @@ def test_unbiased_and_mse_matches_monte_carlo(mc_draws, shared):
     err = mc_draws[shared]["est"] - K
     z_mean = err.mean(0) / (err.std(0) / math.sqrt(R_MC))
     assert np.abs(z_mean).max() < Z
-    mse = AngularHybridRF(m, n, shared_projection=shared, random_state=0).fit(X, Y).variance(X, Y)
+    mse = AngularHybridRF(m, n, shared_projection=shared, random_state=0).fit(X, Y=Y).variance(X, Y)
     sq = err**2
     z_mse = (sq.mean(0) - mse) / (sq.std(0) / math.sqrt(R_MC))
     assert np.abs(z_mse).max() < Z, z_mse
@@ -166,7 +166,7 @@ def test_lambda_hat_is_unbiased_for_theta_over_pi(mc_draws):
     coefficients of the R independent maps; exactly 1 at theta = pi."""
     X, Y, n = mc_draws["X"], mc_draws["Y"], mc_draws["n"]
     lam = mc_draws[False]["lam"]  # (R, 2, 2); T is drawn the same way for either variant
-    fm = AngularHybridRF(2, n, random_state=0).fit(X, Y)
+    fm = AngularHybridRF(2, n, random_state=0).fit(X, Y=Y)
     t = fm.exact_lambda(X, Y)
     cos = (X @ Y.T) / np.outer(np.linalg.norm(X, axis=1), np.linalg.norm(Y, axis=1))
     np.testing.assert_allclose(t, np.arccos(np.clip(cos, -1, 1)) / np.pi, atol=1e-8)  # snap
@@ -191,7 +191,7 @@ def test_errata_9_bound_holds_and_printed_eq27_fails():
 
     def eps_max(r, n):
         X, Y = r * X1, r * Y1
-        fm = AngularHybridRF(m, n, random_state=0).fit(X, Y)
+        fm = AngularHybridRF(m, n, random_state=0).fit(X, Y=Y)
         return (np.sqrt(np.diag(fm.variance(X, Y))) / np.exp(np.sum(X * Y, axis=1))).max()
 
     for n in (1, 2, 4):
@@ -257,7 +257,7 @@ def test_variance_on_sphere_is_corrected_eq47(shared, r):
     pairs = [_pair_on_sphere(d, r, th, seed=2) for th in thetas]
     X = np.concatenate([p[0] for p in pairs])
     Y = np.concatenate([p[1] for p in pairs])
-    fm = AngularHybridRF(m, n, shared_projection=shared, random_state=0).fit(X, Y)
+    fm = AngularHybridRF(m, n, shared_projection=shared, random_state=0).fit(X, Y=Y)
     np.testing.assert_allclose(
         np.diag(fm.variance(X, Y)), _eq47_corrected(r, thetas, m, n), rtol=1e-10, atol=1e-20
     )
@@ -269,7 +269,7 @@ def test_variance_limit_thm_3_5():
     Wr = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
     for theta, gap in ((1e-5, 1e-5), (np.pi - 1e-5, 1e-5)):
         X, Y = _pair_on_sphere(d, r, theta)
-        fm = AngularHybridRF(m, n, random_state=0).fit(X, Y)
+        fm = AngularHybridRF(m, n, random_state=0).fit(X, Y=Y)
         eps = np.sqrt(fm.variance(X, Y)[0, 0]) / np.exp((X @ Y.T)[0, 0])
         np.testing.assert_allclose(eps / np.sqrt(gap), Wr / np.sqrt(2 * np.pi * m * n), rtol=1e-3)
 
@@ -278,8 +278,8 @@ def test_shared_projection_lowers_mse_for_unequal_norms():
     rng = np.random.default_rng(5)
     X = rng.normal(size=(3, 4)) * 0.6
     Y = rng.normal(size=(3, 4)) * 0.3
-    v1 = AngularHybridRF(3, 2, shared_projection=True, random_state=0).fit(X, Y).variance(X, Y)
-    v2 = AngularHybridRF(3, 2, shared_projection=False, random_state=0).fit(X, Y).variance(X, Y)
+    v1 = AngularHybridRF(3, 2, shared_projection=True, random_state=0).fit(X, Y=Y).variance(X, Y)
+    v2 = AngularHybridRF(3, 2, shared_projection=False, random_state=0).fit(X, Y=Y).variance(X, Y)
     assert np.all(v1 < v2)
 
 
@@ -295,7 +295,7 @@ def test_max_relative_error_on_sphere_analytic_equal_m():
         for n in (1, 2, 8, 64):
             for r in (0.05, 0.5, 1.0, 2.0, 4.0):
                 X, Y = r * X1, r * Y1
-                fm = AngularHybridRF(m, n, random_state=0).fit(X, Y)
+                fm = AngularHybridRF(m, n, random_state=0).fit(X, Y=Y)
                 eps = np.sqrt(np.diag(fm.variance(X, Y))) / np.exp(np.sum(X * Y, axis=1))
                 # Lemma 3.4: max eps(trig) = max eps(++) = W(r) / sqrt(2m)
                 W = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
@@ -319,13 +319,13 @@ def test_max_relative_error_on_sphere_below_trig_and_positive_at_matched_cost():
     K = np.exp(np.sum(X * Y, axis=1))
 
     def max_rel_error(make):
-        est = np.stack([np.diag(make(s).fit(X, Y).approx_kernel(X, Y)) for s in range(R)])
+        est = np.stack([np.diag(make(s).fit(X, Y=Y).approx_kernel(X, Y)) for s in range(R)])
         return (np.sqrt(np.mean((est - K) ** 2, axis=0)) / K).max()
 
     hyb = max_rel_error(lambda s: AngularHybridRF(m, n, random_state=s))
     trig = max_rel_error(lambda s: TrigRF(M, random_state=s))
     pos = max_rel_error(lambda s: PositiveRF(M, random_state=s))
-    analytic = AngularHybridRF(m, n, random_state=0).fit(X, Y)
+    analytic = AngularHybridRF(m, n, random_state=0).fit(X, Y=Y)
     eps_an = (np.sqrt(np.diag(analytic.variance(X, Y))) / K).max()
     assert abs(hyb / eps_an - 1) < 0.15  # MC agrees with the analytic maximum
     W = np.exp(2 * r * r) * (1 - np.exp(-4 * r * r))
@@ -347,7 +347,7 @@ def test_bad_parameters():
     with pytest.raises(ValueError, match="lengthscale"):
         AngularHybridRF(4, 2, lengthscale=-1.0).fit(X)
     with pytest.raises(ValueError, match="Unknown sampler"):
-        AngularHybridRF(4, 2, orthogonal="sobol").fit(X)
+        AngularHybridRF(4, 2, sampler="sobol").fit(X)
     with pytest.raises(ValueError, match="n_features"):
         matched_n_features(0, 3, 2)
     with pytest.raises(ValueError, match="n_lambda"):

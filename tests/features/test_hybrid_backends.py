@@ -23,7 +23,7 @@ def _maps():
     return [
         AngularHybridRF(4, 3, random_state=0),
         AngularHybridRF(
-            4, 3, shared_projection=False, orthogonal=True, kernel="gaussian", random_state=0
+            4, 3, shared_projection=False, sampler="orthogonal", kernel="gaussian", random_state=0
         ),
         GaussianHybridRF(4, 3, random_state=0),
         GaussianHybridRF(4, 3, lambda_features="trig", kernel="gaussian", random_state=0),
@@ -49,7 +49,7 @@ def _data():
 @pytest.mark.parametrize("idx", range(len(_maps())), ids=_ids())
 def test_backends_and_dtypes_agree(backend, idx):
     X, Y = _data()
-    fm = _maps()[idx].fit(X, Y)
+    fm = _maps()[idx].fit(X, Y=Y)
     ref = {"P": fm.transform(X), "S": fm.transform_y(Y), "K": fm.approx_kernel(X, Y)}
     assert ref["P"].shape == (12, fm.output_dim) and ref["S"].shape == (10, fm.output_dim)
     np.testing.assert_allclose(ref["P"] @ ref["S"].T, ref["K"], rtol=1e-10, atol=1e-14)
@@ -80,8 +80,8 @@ def test_gaussian_kernel_is_the_rescaled_softmax_estimator(idx):
     With this identity the softmax Monte Carlo tests cover the Gaussian kernel too."""
     X, Y = _data()
     base = _maps()[idx]
-    sm = clone(base).set_params(kernel="softmax").fit(X, Y)
-    ga = clone(base).set_params(kernel="gaussian").fit(X, Y)
+    sm = clone(base).set_params(kernel="softmax").fit(X, Y=Y)
+    ga = clone(base).set_params(kernel="gaussian").fit(X, Y=Y)
     Xs, Ys = X / base.lengthscale, Y / base.lengthscale
     f = np.exp(-0.5 * ((Xs**2).sum(1)[:, None] + (Ys**2).sum(1)[None]))
     np.testing.assert_allclose(
@@ -94,7 +94,7 @@ def test_gaussian_kernel_is_the_rescaled_softmax_estimator(idx):
 
 def test_torch_autograd_through_angular_hybrid(torch):
     X, Y = _data()
-    fm = AngularHybridRF(4, 3, random_state=0).fit(X, Y)
+    fm = AngularHybridRF(4, 3, random_state=0).fit(X, Y=Y)
     Xt = torch.tensor(X, requires_grad=True)
     Yt = torch.tensor(Y)
     K = fm.approx_kernel(Xt, Yt)
@@ -112,7 +112,7 @@ def test_empty_input_and_clone(idx):
     fm = _maps()[idx]
     params = fm.get_params()
     assert clone(fm).get_params().keys() == params.keys()
-    fm.fit(X, Y)
+    fm.fit(X, Y=Y)
     assert fm.transform(X[:0]).shape == (0, fm.output_dim)
     assert fm.transform_y(Y[:0]).shape == (0, fm.output_dim)
     assert fm.approx_kernel(X[:0], Y).shape == (0, 10)
@@ -129,14 +129,14 @@ def test_bad_data_errors(idx):
     bad = X.copy()
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="X contains NaN"):
-        fm.fit(bad, Y)
+        fm.fit(bad, Y=Y)
     with pytest.raises(ValueError, match="2-D"):
-        fm.fit(X[0], Y)
+        fm.fit(X[0], Y=Y)
     with pytest.raises(ValueError, match="Y has 4 features"):
-        fm.fit(X, Y[:, :4])
-    with pytest.raises(TypeError, match="real-valued"):
-        fm.fit(X + 1j, Y)
-    fm.fit(X, Y)
+        fm.fit(X, Y=Y[:, :4])
+    with pytest.raises(ValueError, match="real-valued"):
+        fm.fit(X + 1j, Y=Y)
+    fm.fit(X, Y=Y)
     with pytest.raises(ValueError, match="Y contains NaN"):
         fm.transform_y(np.full((2, 5), np.inf))
     with pytest.raises(ValueError, match="features"):
@@ -153,12 +153,12 @@ def test_large_norms_stay_finite():
         AngularHybridRF(8, 4, random_state=0),
         AngularHybridRF(8, 4, kernel="gaussian", random_state=0),
     ):
-        fm.fit(X, Y)
+        fm.fit(X, Y=Y)
         K = fm.approx_kernel(X, Y)
         assert np.all(np.isfinite(K))
         assert np.all(np.isfinite(fm.variance(X, Y)))
     X32, Y32 = X.astype(np.float32) * 0.5, Y.astype(np.float32) * 0.5
-    fm = AngularHybridRF(8, 4, random_state=0).fit(X32, Y32)
+    fm = AngularHybridRF(8, 4, random_state=0).fit(X32, Y=Y32)
     assert np.all(np.isfinite(fm.approx_kernel(X32, Y32)))
 
 
@@ -169,7 +169,7 @@ def test_large_norms_stay_finite():
     shared=st.booleans(),
 )
 def test_property_angular_features_dot_and_lambda_range(X, Y, seed, shared):
-    fm = AngularHybridRF(3, 2, shared_projection=shared, random_state=seed).fit(X, Y)
+    fm = AngularHybridRF(3, 2, shared_projection=shared, random_state=seed).fit(X, Y=Y)
     lam, kp, kt = fm.approx_components(X, Y)
     assert np.all((lam >= 0) & (lam <= 1))
     assert np.all(kp > 0)

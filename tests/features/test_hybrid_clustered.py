@@ -31,7 +31,7 @@ def data():
 def fitted(data):
     X, Y, _, _ = data
     return {
-        mix: ClusteredHybridRF(3, n_clusters=2, mixture=mix, n_lambda=2, random_state=0).fit(X, Y)
+        mix: ClusteredHybridRF(3, n_clusters=2, mixture=mix, n_lambda=2, random_state=0).fit(X, Y=Y)
         for mix in ("zero_one", "gaussian")
     }
 
@@ -66,7 +66,7 @@ def test_zero_one_features_equal_per_pair_complex_exponential(data, fitted):
     ix, jy = fm.cluster_pairs(X, Y)
     for i in range(2):
         for j in range(2):
-            ce = ComplexExponentialRF(3, A=fm.A_[i, j], random_state=0).fit(X, Y)
+            ce = ComplexExponentialRF(3, A=fm.A_[i, j], random_state=0).fit(X, Y=Y)
             ce.projection_ = fm.projection_
             ce._build()
             mask = (ix == i)[:, None] & (jy == j)[None, :]
@@ -81,7 +81,7 @@ def test_zero_one_exact_at_centres_with_opposite_signs():
     cy[1] = -np.abs(cy[1]) * np.sign(cx[1])
     X = np.concatenate([c + 0.01 * rng.normal(size=(10, 3)) for c in cx])
     Y = np.concatenate([c + 0.01 * rng.normal(size=(10, 3)) for c in cy])
-    fm = ClusteredHybridRF(5, n_clusters=2, random_state=0).fit(X, Y)
+    fm = ClusteredHybridRF(5, n_clusters=2, random_state=0).fit(X, Y=Y)
     Cx, Cy = fm.centers_x_, fm.centers_y_
     K = np.exp(Cx @ Cy.T)
     for s in range(5):
@@ -102,7 +102,7 @@ def test_zero_one_unbiased_and_mse(data):
     """(Gaussian kernel: exact rescaling, test_hybrid_backends.py.)"""
     X, Y, _, _ = data
     Xt, Yt = X[[0, 20]], Y[[1, 25]]
-    fm = ClusteredHybridRF(3, n_clusters=2, random_state=0).fit(X, Y)
+    fm = ClusteredHybridRF(3, n_clusters=2, random_state=0).fit(X, Y=Y)
     K = np.exp(Xt @ Yt.T)
     R = 3000
     err = np.stack([fm.redraw(s).approx_kernel(Xt, Yt) for s in range(R)]) - K
@@ -124,7 +124,7 @@ def test_gaussian_mixture_features_equal_direct_formula(data, fitted):
             tau=0.8,
             default_estimator=default,
             random_state=0,
-        ).fit(X, Y)
+        ).fit(X, Y=Y)
         P, S = fm.transform(Xt), fm.transform_y(Yt)
         assert P.shape[1] == S.shape[1] == fm.output_dim == 2 * 3 + 3 * 4 * 2 * 3
         W, T, tau = fm.projection_, fm.lambda_projection_, 0.8
@@ -163,7 +163,7 @@ def test_gaussian_mixture_unbiased_and_mse(data, default):
         tau=1.5,
         default_estimator=default,
         random_state=0,
-    ).fit(X, Y)
+    ).fit(X, Y=Y)
     R = 2000  # MSE resolved to < 10 % (1 SE), asserted below
     err = np.stack([fm.redraw(s).approx_kernel(Xt, Yt) for s in range(R)]) - np.exp(Xt @ Yt.T)
     assert np.abs(err.mean(0) / (err.std(0) / math.sqrt(R))).max() < Z
@@ -186,7 +186,7 @@ def test_gaussian_mixture_variance_large_n_lambda_limit(data):
         tau=0.8,
         default_estimator="hyperbolic",
         random_state=0,
-    ).fit(X, Y)
+    ).fit(X, Y=Y)
     fm.n_lambda = 10**12  # the formula only; no features of that size are drawn
     v = fm.variance(Xt, Yt)
     W = np.random.default_rng(0).standard_normal((200_000, 4))
@@ -211,26 +211,26 @@ def test_gaussian_mixture_variance_large_n_lambda_limit(data):
 def test_bad_input(data):
     X, Y, _, _ = data
     with pytest.raises(ValueError, match="n_clusters=5 for X exceeds"):
-        ClusteredHybridRF(3, n_clusters=5).fit(X[:4], Y)
+        ClusteredHybridRF(3, n_clusters=5).fit(X[:4], Y=Y)
     with pytest.raises(ValueError, match="n_clusters=3 for Y exceeds"):
-        ClusteredHybridRF(3, n_clusters=(1, 3)).fit(X, np.ones((6, 4)))
+        ClusteredHybridRF(3, n_clusters=(1, 3)).fit(X, Y=np.ones((6, 4)))
     with pytest.raises(ValueError, match="n_clusters"):
-        ClusteredHybridRF(3, n_clusters=0).fit(X, Y)
+        ClusteredHybridRF(3, n_clusters=0).fit(X, Y=Y)
     with pytest.raises(ValueError, match="n_clusters"):
-        ClusteredHybridRF(3, n_clusters=(1, 2, 3)).fit(X, Y)
+        ClusteredHybridRF(3, n_clusters=(1, 2, 3)).fit(X, Y=Y)
     with pytest.raises(ValueError, match="n_lambda"):
-        ClusteredHybridRF(3, mixture="gaussian", n_lambda=0).fit(X, Y)
+        ClusteredHybridRF(3, mixture="gaussian", n_lambda=0).fit(X, Y=Y)
     with pytest.raises(ValueError, match="mixture"):
-        ClusteredHybridRF(3, mixture="uniform").fit(X, Y)
+        ClusteredHybridRF(3, mixture="uniform").fit(X, Y=Y)
     with pytest.raises(ValueError, match="tau"):
-        ClusteredHybridRF(3, tau=0.0).fit(X, Y)
+        ClusteredHybridRF(3, tau=0.0).fit(X, Y=Y)
     with pytest.raises(ValueError, match="default_estimator"):
-        ClusteredHybridRF(3, default_estimator="positive").fit(X, Y)
+        ClusteredHybridRF(3, default_estimator="positive").fit(X, Y=Y)
     with pytest.raises(ValueError, match="eps"):
-        ClusteredHybridRF(3, eps=1.0).fit(X, Y)
+        ClusteredHybridRF(3, eps=1.0).fit(X, Y=Y)
     with pytest.raises(ValueError, match="Y has 3 features"):
-        ClusteredHybridRF(3).fit(X, Y[:, :3])
-    fm = ClusteredHybridRF(3, random_state=0).fit(X, Y)
+        ClusteredHybridRF(3).fit(X, Y=Y[:, :3])
+    fm = ClusteredHybridRF(3, random_state=0).fit(X, Y=Y)
     with pytest.raises(ValueError, match="X has 2 features"):
         fm.transform(X[:, :2])
     assert fm.transform(X[:0]).shape == (0, fm.output_dim)
@@ -238,8 +238,8 @@ def test_bad_input(data):
 
 def test_fit_is_deterministic_and_redraw_keeps_clusters(data):
     X, Y, _, _ = data
-    a = ClusteredHybridRF(3, random_state=7).fit(X, Y)
-    b = ClusteredHybridRF(3, random_state=7).fit(X, Y)
+    a = ClusteredHybridRF(3, random_state=7).fit(X, Y=Y)
+    b = ClusteredHybridRF(3, random_state=7).fit(X, Y=Y)
     np.testing.assert_array_equal(a.transform(X), b.transform(X))
     A0, W0 = a.A_.copy(), a.projection_.copy()
     a.redraw(1)
@@ -250,10 +250,10 @@ def test_fit_is_deterministic_and_redraw_keeps_clusters(data):
 @pytest.mark.parametrize("mixture", ["zero_one", "gaussian"])
 def test_variance_in_row_blocks_equals_one_block(data, monkeypatch, mixture):
     """The row-blocked variance (bounded temporaries) equals the one-block evaluation."""
-    import kernelkit.features.hybrid as hyb
+    import kernelkit.features.hybrid.clustered as hyb
 
     X, Y, _, _ = data
-    fm = ClusteredHybridRF(3, n_clusters=2, mixture=mixture, n_lambda=2, random_state=0).fit(X, Y)
+    fm = ClusteredHybridRF(3, n_clusters=2, mixture=mixture, n_lambda=2, random_state=0).fit(X, Y=Y)
     whole = fm.variance(X, Y)
     monkeypatch.setattr(hyb, "_VARIANCE_BLOCK_ELEMENTS", 1)  # one row per block
     np.testing.assert_allclose(fm.variance(X, Y), whole, rtol=1e-13, atol=0)

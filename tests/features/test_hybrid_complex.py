@@ -46,25 +46,25 @@ def test_special_cases_identity_and_imaginary_unit():
     X, Y = _xy()
     M = 7
     nx, ny = (X * X).sum(1)[:, None], (Y * Y).sum(1)[None, :]
-    fm = ComplexExponentialRF(M, A=None, random_state=0).fit(X, Y)
+    fm = ComplexExponentialRF(M, A=None, random_state=0).fit(X, Y=Y)
     W = fm.projection_
     one_sided = np.exp(-(nx + ny) / 2) * np.exp((X @ W.T)[:, None] + (Y @ W.T)[None]).mean(-1)
     np.testing.assert_allclose(fm.approx_kernel(X, Y), one_sided, rtol=1e-12)
     assert fm.output_dim == M and fm.positive and np.all(fm.transform(X) > 0)
-    fm = ComplexExponentialRF(M, A=1j * np.eye(4), random_state=0).fit(X, Y)
+    fm = ComplexExponentialRF(M, A=1j * np.eye(4), random_state=0).fit(X, Y=Y)
     trig = np.exp((nx + ny) / 2) * np.cos((X @ W.T)[:, None] - (Y @ W.T)[None]).mean(-1)
     np.testing.assert_allclose(fm.approx_kernel(X, Y), trig, rtol=1e-12)
     np.testing.assert_allclose(fm.transform(X) @ fm.transform_y(Y).T, trig, rtol=1e-12)
     assert fm.output_dim == 2 * M and not fm.positive
     # real-valued complex input counts as real
-    fm = ComplexExponentialRF(M, A=np.eye(4) + 0j, random_state=0).fit(X, Y)
+    fm = ComplexExponentialRF(M, A=np.eye(4) + 0j, random_state=0).fit(X, Y=Y)
     assert fm.output_dim == M
 
 
 def test_complex_form_matches_direct_complex_estimator():
     X, Y = _xy()
     A = _matrices(4)["complex_dense"]
-    fm = ComplexExponentialRF(5, A=A, random_state=3).fit(X, Y)
+    fm = ComplexExponentialRF(5, A=A, random_state=3).fit(X, Y=Y)
     B = np.linalg.inv(A).T
     W = fm.projection_
 
@@ -83,7 +83,7 @@ def test_unbiased_and_variance_monte_carlo(name):
     rescaled by a constant per pair: test_hybrid_backends.py checks that identity.)"""
     X, Y = _xy(scale=0.25)
     M = 100_000
-    fm = ComplexExponentialRF(M, A=_matrices(4)[name], random_state=5).fit(X, Y)
+    fm = ComplexExponentialRF(M, A=_matrices(4)[name], random_state=5).fit(X, Y=Y)
     g = _per_feature_products(fm, X, Y)  # (n, m, M)
     np.testing.assert_allclose(g.mean(-1), fm.approx_kernel(X, Y), rtol=1e-9)
     K = np.exp(X @ Y.T)
@@ -112,7 +112,7 @@ def test_variance_matches_quadrature():
         ww = w[:, None] * w[None, :]
         np.testing.assert_allclose((ww * g).sum().real, np.exp(x @ y), rtol=1e-12)
         var = (ww * g.real**2).sum() - np.exp(2 * x @ y)
-        fm = ComplexExponentialRF(3, A=A, random_state=0).fit(x[None], y[None])
+        fm = ComplexExponentialRF(3, A=A, random_state=0).fit(x[None], Y=y[None])
         np.testing.assert_allclose(fm.variance(x[None], y[None])[0, 0], var / 3, rtol=1e-10)
 
 
@@ -128,7 +128,7 @@ def test_zero_variance_at_minus_A_inv_A_inv_T_y(name):
     X, Y = x[None, :], y[None, :]
     exact = np.exp(x @ y)
     for s in range(5):
-        fm = ComplexExponentialRF(16, A=A, random_state=s).fit(X, Y)
+        fm = ComplexExponentialRF(16, A=A, random_state=s).fit(X, Y=Y)
         np.testing.assert_allclose(fm.approx_kernel(X, Y), exact, rtol=1e-10)
     assert fm.variance(X, Y)[0, 0] <= 1e-14 * exact**2
     assert fm.variance(X, 1.5 * Y)[0, 0] > 1e-4 * exact**2  # not exact off the point
@@ -140,7 +140,7 @@ def test_zero_variance_complex_diagonal_real_point():
     A = 1j * beta
     y = np.array([0.4, -0.8, 0.5])
     x = y / beta**2
-    fm = ComplexExponentialRF(8, A=A, random_state=0).fit(x[None], y[None])
+    fm = ComplexExponentialRF(8, A=A, random_state=0).fit(x[None], Y=y[None])
     np.testing.assert_allclose(fm.approx_kernel(x[None], y[None]), np.exp(x @ y), rtol=1e-10)
     assert fm.variance(x[None], y[None])[0, 0] < 1e-14 * np.exp(2 * x @ y)
 
@@ -151,9 +151,9 @@ def test_optimal_diagonal_A_complex_is_exact_at_centres():
     A = optimal_diagonal_A(rx, ry, complex=True)
     assert np.iscomplexobj(A)
     assert diagonal_A_loss(A, rx, ry) < 1e-28
-    fm = ComplexExponentialRF(8, A=A, random_state=0).fit(rx[None], ry[None])
+    fm = ComplexExponentialRF(8, A=A, random_state=0).fit(rx[None], Y=ry[None])
     for s in range(3):
-        fm = ComplexExponentialRF(8, A=A, random_state=s).fit(rx[None], ry[None])
+        fm = ComplexExponentialRF(8, A=A, random_state=s).fit(rx[None], Y=ry[None])
         np.testing.assert_allclose(
             fm.approx_kernel(rx[None], ry[None]), np.exp(rx @ ry), rtol=1e-10
         )
@@ -174,7 +174,7 @@ def test_optimal_diagonal_A_real_eq88_residual_and_optimality():
             b[k] *= f
             assert diagonal_A_loss(b, rx, ry) >= diagonal_A_loss(a, rx, ry) - 1e-12
     # the real CE estimator with it has the residual as its log relative second moment
-    fm = ComplexExponentialRF(4, A=a, random_state=0).fit(rx[None], ry[None])
+    fm = ComplexExponentialRF(4, A=a, random_state=0).fit(rx[None], Y=ry[None])
     rel = fm.variance(rx[None], ry[None])[0, 0] * 4 / np.exp(2 * rx @ ry)
     np.testing.assert_allclose(rel, np.expm1(diagonal_A_loss(a, rx, ry)), rtol=1e-10)
 
@@ -201,21 +201,21 @@ def test_optimal_diagonal_A_degenerate_coordinates_and_broadcast():
 def test_bad_matrix_A_errors():
     X, Y = _xy()
     with pytest.raises(ValueError, match="singular or ill-conditioned"):
-        ComplexExponentialRF(4, A=np.array([1.0, 0.0, 1.0, 1.0])).fit(X, Y)
+        ComplexExponentialRF(4, A=np.array([1.0, 0.0, 1.0, 1.0])).fit(X, Y=Y)
     sing = np.ones((4, 4))
     with pytest.raises(ValueError, match="A is singular"):
-        ComplexExponentialRF(4, A=sing).fit(X, Y)
+        ComplexExponentialRF(4, A=sing).fit(X, Y=Y)
     with pytest.raises(ValueError, match="condition number"):
-        ComplexExponentialRF(4, A=np.diag([1e-5, 1.0, 1.0, 1e5])).fit(X, Y)
-    ComplexExponentialRF(4, A=np.diag([1e-5, 1.0, 1.0, 1e5]), max_condition=1e11).fit(X, Y)
+        ComplexExponentialRF(4, A=np.diag([1e-5, 1.0, 1.0, 1e5])).fit(X, Y=Y)
+    ComplexExponentialRF(4, A=np.diag([1e-5, 1.0, 1.0, 1e5]), max_condition=1e11).fit(X, Y=Y)
     with pytest.raises(ValueError, match=r"A must have shape \(4,\)"):
-        ComplexExponentialRF(4, A=np.eye(3)).fit(X, Y)
+        ComplexExponentialRF(4, A=np.eye(3)).fit(X, Y=Y)
     with pytest.raises(ValueError, match="A contains NaN"):
-        ComplexExponentialRF(4, A=np.array([1.0, np.nan, 1.0, 1.0])).fit(X, Y)
+        ComplexExponentialRF(4, A=np.array([1.0, np.nan, 1.0, 1.0])).fit(X, Y=Y)
     with pytest.raises(TypeError, match="A must be numeric"):
-        ComplexExponentialRF(4, A=np.array(["a", "b", "c", "d"])).fit(X, Y)
+        ComplexExponentialRF(4, A=np.array(["a", "b", "c", "d"])).fit(X, Y=Y)
     with pytest.raises(ValueError, match="max_condition"):
-        ComplexExponentialRF(4, max_condition=0.0).fit(X, Y)
-    fm = ComplexExponentialRF(4, random_state=0).fit(X, Y)
+        ComplexExponentialRF(4, max_condition=0.0).fit(X, Y=Y)
+    fm = ComplexExponentialRF(4, random_state=0).fit(X, Y=Y)
     with pytest.raises(ValueError, match="features"):
         fm.transform(np.ones((2, 3)))

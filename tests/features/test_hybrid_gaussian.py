@@ -27,11 +27,11 @@ def _data(seed=3, d=5, scale=0.12):
 
 
 def _mc_check(make, X, Y, R, kernel_exact):
-    est = np.stack([make(s).fit(X, Y).approx_kernel(X, Y) for s in range(R)])  # (R, n, m)
+    est = np.stack([make(s).fit(X, Y=Y).approx_kernel(X, Y) for s in range(R)])  # (R, n, m)
     err = est - kernel_exact
     z_mean = err.mean(0) / (err.std(0) / math.sqrt(R))
     assert np.abs(z_mean).max() < Z, z_mean
-    mse = make(0).fit(X, Y).variance(X, Y)
+    mse = make(0).fit(X, Y=Y).variance(X, Y)
     sq = err**2
     z_mse = (sq.mean(0) - mse) / (sq.std(0) / math.sqrt(R))
     assert np.abs(z_mse).max() < Z, z_mse
@@ -47,7 +47,7 @@ def test_feature_dimensions_and_dot_equals_mixture():
         (NormalizedGaussianHybridRF(4, 3, random_state=0), 4 * 4 * (2 * 3 + 1)),
     ]
     for fm, dim in cases:
-        fm.fit(X, Y)
+        fm.fit(X, Y=Y)
         P, S = fm.transform(X), fm.transform_y(Y)
         assert P.shape == (2, dim) and S.shape == (2, dim) and fm.output_dim == dim
         lam, kp, kt = fm.approx_components(X, Y)
@@ -58,14 +58,14 @@ def test_feature_dimensions_and_dot_equals_mixture():
 def test_gaussian_lambda_hat_direct_formula():
     X, Y = _data(scale=0.5)
     c, n = 0.8, 3
-    fm = GaussianHybridRF(2, n, lambda_bandwidth=c, random_state=1).fit(X, Y)
+    fm = GaussianHybridRF(2, n, lambda_bandwidth=c, random_state=1).fit(X, Y=Y)
     T = fm.lambda_projection_
     u, v = X / c, -Y / c
     nu, nv = (u * u).sum(1)[:, None], (v * v).sum(1)[None, :]
     direct = np.exp(-nu - nv) * np.cosh((u @ T.T)[:, None, :] + (v @ T.T)[None, :, :]).mean(-1)
     np.testing.assert_allclose(fm.approx_components(X, Y)[0], direct, rtol=1e-12)
     fm = GaussianHybridRF(2, n, lambda_bandwidth=c, lambda_features="trig", random_state=1).fit(
-        X, Y
+        X, Y=Y
     )
     T = fm.lambda_projection_
     direct = np.cos((u @ T.T)[:, None, :] - (v @ T.T)[None, :, :]).mean(-1)
@@ -81,7 +81,7 @@ def test_gaussian_lambda_moments_monte_carlo(lam_features):
     n = 200_000
     fm = GaussianHybridRF(
         1, n, lambda_bandwidth=0.9, lambda_features=lam_features, random_state=2
-    ).fit(X, Y)
+    ).fit(X, Y=Y)
     lam_exact = fm.exact_lambda(X, Y)
     e2, _, _ = fm._lambda_moments(X, Y, np)
     var1 = (e2 - lam_exact**2) * n  # single-feature variance
@@ -114,7 +114,7 @@ def test_gaussian_hybrid_trig_lambda_exact_at_x_equals_minus_y():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(1, 6))
     for s in range(10):
-        fm = GaussianHybridRF(3, 2, lambda_features="trig", random_state=s).fit(X, -X)
+        fm = GaussianHybridRF(3, 2, lambda_features="trig", random_state=s).fit(X, Y=-X)
         np.testing.assert_allclose(fm.approx_kernel(X, -X), np.exp(-X @ X.T), rtol=1e-12)
     assert fm.variance(X, -X)[0, 0] < 1e-25
 
@@ -151,7 +151,7 @@ def test_normalized_gaussian_theorem_f2_and_lambda_endpoints():
     Y = np.concatenate([p[1] for p in pairs])
     fm = NormalizedGaussianHybridRF(
         m, n, sigma=sigma, radius=r, shared_projection=False, random_state=0
-    ).fit(X, Y)
+    ).fit(X, Y=Y)
     lam = np.diag(fm.exact_lambda(X, Y))
     np.testing.assert_allclose(lam[[0, -1]], [0.0, 1.0], atol=1e-12)
     D2 = 4 * r * r * np.sin(thetas / 2) ** 2
@@ -170,14 +170,14 @@ def test_normalized_gaussian_theorem_f2_and_lambda_endpoints():
         np.diag(fm.variance(X, Y)), el2 * mse_pp + e1l2 * mse_tr, rtol=1e-10, atol=1e-20
     )
     # shared projections: unchanged for equal norms (cos(|x|^2 - |y|^2) = 1)
-    fm2 = NormalizedGaussianHybridRF(m, n, sigma=sigma, radius=r, random_state=0).fit(X, Y)
+    fm2 = NormalizedGaussianHybridRF(m, n, sigma=sigma, radius=r, random_state=0).fit(X, Y=Y)
     np.testing.assert_allclose(fm2.variance(X, Y), fm.variance(X, Y), rtol=1e-10, atol=1e-20)
 
 
 def test_normalized_gaussian_zero_variance_at_theta_0():
     X, Y = _sphere_pair(5, 1.2, 0.0)
     for s in range(10):
-        fm = NormalizedGaussianHybridRF(3, 2, random_state=s).fit(X, Y)
+        fm = NormalizedGaussianHybridRF(3, 2, random_state=s).fit(X, Y=Y)
         np.testing.assert_allclose(fm.approx_kernel(X, Y), np.exp(X @ Y.T), rtol=1e-12)
     assert fm.variance(X, Y)[0, 0] < 1e-20
     Xp, Yp = _sphere_pair(5, 1.2, np.pi)  # not exact at theta = pi
@@ -186,13 +186,13 @@ def test_normalized_gaussian_zero_variance_at_theta_0():
 
 def test_normalized_gaussian_radius_fit_and_tau_scale():
     X, Y = _data(scale=0.5)
-    fm = NormalizedGaussianHybridRF(2, 50_000, sigma=2.0, random_state=0).fit(X, Y)
+    fm = NormalizedGaussianHybridRF(2, 50_000, sigma=2.0, random_state=0).fit(X, Y=Y)
     r2 = np.concatenate([(X**2).sum(1), (Y**2).sum(1)]).mean()
     assert fm.radius_ == pytest.approx(math.sqrt(r2))
     assert fm.rho_ == pytest.approx(1 - math.exp(-2 * 4.0 * r2))
     # tau_i ~ N(0, sigma^2 I) (Erratum 6)
     assert np.var(fm.lambda_projection_) == pytest.approx(4.0, rel=0.02)
-    fm = NormalizedGaussianHybridRF(2, 3, radius=2.0, lengthscale=2.0, random_state=0).fit(X, Y)
+    fm = NormalizedGaussianHybridRF(2, 3, radius=2.0, lengthscale=2.0, random_state=0).fit(X, Y=Y)
     assert fm.radius_ == 1.0
 
 
@@ -200,20 +200,20 @@ def test_normalized_gaussian_radius_fit_and_tau_scale():
 def test_bad_parameters(cls):
     X, Y = _data()
     with pytest.raises(ValueError, match="n_lambda"):
-        cls(3, 0).fit(X, Y)
+        cls(3, 0).fit(X, Y=Y)
     with pytest.raises(TypeError, match="n_lambda"):
-        cls(3, 2.5).fit(X, Y)
+        cls(3, 2.5).fit(X, Y=Y)
     with pytest.raises(TypeError, match="shared_projection"):
-        cls(3, 2, shared_projection="yes").fit(X, Y)
+        cls(3, 2, shared_projection="yes").fit(X, Y=Y)
     with pytest.raises(ValueError, match="kernel"):
-        cls(3, 2, kernel="laplace").fit(X, Y)
+        cls(3, 2, kernel="laplace").fit(X, Y=Y)
     if cls is GaussianHybridRF:
         with pytest.raises(ValueError, match="lambda_bandwidth"):
-            cls(3, 2, lambda_bandwidth=0.0).fit(X, Y)
+            cls(3, 2, lambda_bandwidth=0.0).fit(X, Y=Y)
         with pytest.raises(ValueError, match="lambda_features"):
-            cls(3, 2, lambda_features="sign").fit(X, Y)
+            cls(3, 2, lambda_features="sign").fit(X, Y=Y)
     else:
         with pytest.raises(ValueError, match="sigma"):
-            cls(3, 2, sigma=-1.0).fit(X, Y)
+            cls(3, 2, sigma=-1.0).fit(X, Y=Y)
         with pytest.raises(ValueError, match="radius"):
             cls(3, 2).fit(np.zeros((2, 5)))

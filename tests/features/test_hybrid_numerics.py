@@ -140,7 +140,7 @@ def _check_against(V, ref):
 @pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
 def test_angular_variance_log_space(scale, kernel):
     X, Y = _points(scale)
-    fm = AngularHybridRF(8, 4, kernel=kernel, random_state=0).fit(X, Y)
+    fm = AngularHybridRF(8, 4, kernel=kernel, random_state=0).fit(X, Y=Y)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no overflow / invalid-value warnings either
         V = fm.variance(X, Y)
@@ -156,7 +156,7 @@ def test_complex_exponential_variance_log_space(scale):
     X, Y = _points(scale)
     A = np.array([1.2j, 0.8, 1.0 + 0.2j, 0.9])
     for kernel, alpha in (("gaussian", -0.5), ("softmax", 0.0)):
-        fm = ComplexExponentialRF(8, A=A, kernel=kernel, random_state=0).fit(X, Y)
+        fm = ComplexExponentialRF(8, A=A, kernel=kernel, random_state=0).fit(X, Y=Y)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             V = fm.variance(X, Y)
@@ -168,7 +168,7 @@ def test_complex_exponential_variance_log_space(scale):
 def test_clustered_gaussian_mixture_variance_log_space(scale):
     X, Y = _points(scale)
     fm = ClusteredHybridRF(8, n_clusters=2, mixture="gaussian", n_lambda=2, random_state=0).fit(
-        X, Y
+        X, Y=Y
     )
     V = fm.variance(X, Y)
     Af = fm.A_.reshape(-1, X.shape[1])
@@ -186,7 +186,7 @@ def test_hybrid_estimate_no_nan_when_trig_scale_overflows():
     x = rng.normal(size=(1, 5))
     x *= 26.8 / np.linalg.norm(x)
     for Y in (-x, x):
-        fm = AngularHybridRF(8, 4, random_state=0).fit(x, Y)
+        fm = AngularHybridRF(8, 4, random_state=0).fit(x, Y=Y)
         K = fm.approx_kernel(x, Y)
         with np.errstate(over="ignore"):
             exact = np.exp(x @ Y.T)  # e^{-718} (subnormal) resp. e^{718} = inf
@@ -199,7 +199,7 @@ def test_hybrid_estimate_no_nan_when_trig_scale_overflows():
     X, Y = _points(30.0)
     fm = ComplexExponentialRF(
         8, A=np.array([1.1, 0.9, 1.0, 1.2]), kernel="gaussian", random_state=0
-    ).fit(X, Y)
+    ).fit(X, Y=Y)
     V = fm.variance(X, Y)
     a, b = X * fm.A_.diagonal(), Y / fm.A_.diagonal()
     ell = ((a[:, None] + b[None]) ** 2).sum(-1)

@@ -49,7 +49,7 @@ def test_polynomial_coefficients_expand_the_kernel():
 
 
 def test_exponential_coefficients_and_unit_sphere_form():
-    a = mc.maclaurin_coefficients("exponential", 6, lengthscale=1.5)
+    a = mc.maclaurin_coefficients("softmax", 6, lengthscale=1.5)
     expect = [1 / (math.factorial(n) * 1.5 ** (2 * n)) for n in range(7)]
     np.testing.assert_allclose(a, expect, rtol=1e-14)
     np.testing.assert_array_equal(mc.maclaurin_coefficients("gaussian", 6, lengthscale=1.5), a)
@@ -67,7 +67,7 @@ def test_exponential_coefficients_and_unit_sphere_form():
 
 
 def test_random_maclaurin_measure():
-    a = mc.maclaurin_coefficients("exponential", 4)
+    a = mc.maclaurin_coefficients("softmax", 4)
     mu = mc.random_maclaurin_measure(a)
     w = 2.0 ** -(np.arange(1, 5) + 1.0)
     np.testing.assert_allclose(mu, np.r_[0.0, w / w.sum()])
@@ -77,7 +77,7 @@ def test_random_maclaurin_measure():
 
 
 # ====================================================================== objective sums
-@pytest.mark.parametrize("kernel", ["polynomial", "exponential", "gaussian"])
+@pytest.mark.parametrize("kernel", ["polynomial", "softmax", "gaussian"])
 @pytest.mark.parametrize(
     "sketch,cx",
     [
@@ -137,11 +137,11 @@ def test_objective_is_the_u_statistic_of_the_mse():
     with the variance from the map's own ``variance`` (eq. 46-51)."""
     X = _points(9, 5, seed=1, scale=0.4)
     fm = OptimizedMaclaurin(
-        12, kernel="exponential", p_min=1, p_max=5, sketch="srht", random_state=0
+        12, kernel="softmax", p_min=1, p_max=5, sketch="srht", random_state=0
     ).fit(X)
     off = ~np.eye(9, dtype=bool)
     bias2 = (np.exp(X @ X.T) - fm.expected_kernel(X)) ** 2
-    g = (fm.variance(X) + bias2)[off].mean()
+    g = (fm.complex_variance(X) + bias2)[off].mean()
     assert fm.objective_[fm.degree_] == pytest.approx(g, rel=1e-9)
 
 
@@ -188,8 +188,8 @@ def test_greedy_equals_brute_force(sketch, cx, seed):
 
 def test_algorithm3_equals_brute_force_over_p():
     X = _points(15, 4, seed=2, scale=0.7)
-    a = mc.maclaurin_coefficients("exponential", 3, lengthscale=0.9)
-    sums = mc.maclaurin_pair_sums(X, a, 3, kernel="exponential", lengthscale=0.9)
+    a = mc.maclaurin_coefficients("softmax", 3, lengthscale=0.9)
+    sums = mc.maclaurin_pair_sums(X, a, 3, kernel="softmax", lengthscale=0.9)
     for D_total in (3, 7, 12):
         p_star, D_star, obj = mc.optimize_allocation(sums, a, D_total, 1, 3)
         best = math.inf
@@ -205,8 +205,8 @@ def test_budget_erratum_1():
     """Algorithm 2 as printed allocates p + D_total features; the fix allocates exactly
     D_total and starts from D_n = 1[a_n > 0] (note §5 #1)."""
     X = _points(10, 3)
-    a = mc.maclaurin_coefficients("exponential", 5)
-    sums = mc.maclaurin_pair_sums(X, a, 5, kernel="exponential")
+    a = mc.maclaurin_coefficients("softmax", 5)
+    sums = mc.maclaurin_pair_sums(X, a, 5, kernel="softmax")
     for p, D_total in ((3, 10), (5, 40)):
         D = mc.greedy_allocation(
             lambda n, k: sums.degree_cost(n, k), np.r_[False, [True] * p], D_total
@@ -238,7 +238,7 @@ def test_srht_surrogate_keeps_degree_one_at_most_d():
         for cx in (False, True):
             fm = OptimizedMaclaurin(
                 D_total,
-                kernel="exponential",
+                kernel="softmax",
                 lengthscale=0.8,
                 p_min=2,
                 p_max=6,
@@ -275,7 +275,7 @@ def test_optimized_output_dim(cx, real_output, constant_in_budget):
     X = _points(30, 5, seed=6, scale=0.5)
     fm = OptimizedMaclaurin(
         17,
-        kernel="exponential",
+        kernel="softmax",
         sketch="rademacher",
         complex=cx,
         real_output=real_output,
@@ -327,7 +327,7 @@ def test_gaussian_map_scales_the_constant_feature():
 def test_random_maclaurin_layout():
     X = _points(5, 4)
     fm = RandomMaclaurin(
-        40, kernel="exponential", max_degree=6, complex=True, real_output=True, random_state=3
+        40, kernel="softmax", max_degree=6, complex=True, real_output=True, random_state=3
     ).fit(X)
     Dn = fm.n_features_per_degree_
     assert Dn[1:].sum() == 40 and Dn[0] == 1 and len(Dn) == 7
@@ -356,7 +356,7 @@ def _mc_check(make, X, n_draws, kind="real", var_rtol=0.2, fitted=None):
     draws = np.stack([fitted(s).approx_kernel(X) for s in range(n_draws)])
     fm = make(0).fit(X)
     expect = fm.expected_kernel(X)
-    var = fm.variance(X, kind=kind)
+    var = fm.variance(X) if kind == "real" else fm.complex_variance(X)
     se = np.sqrt(var / n_draws)
     z = np.abs(draws.mean(0) - expect) / np.maximum(se, 1e-300)
     assert np.all((z < 4.0) | (var < 1e-20)), z
@@ -372,9 +372,9 @@ def _mc_check(make, X, n_draws, kind="real", var_rtol=0.2, fitted=None):
     "kernel,sketch,cx",
     [
         ("polynomial", "rademacher", False),
-        ("exponential", "rademacher", True),
+        ("softmax", "rademacher", True),
         ("gaussian", "gaussian", False),
-        ("exponential", "gaussian", True),
+        ("softmax", "gaussian", True),
     ],
 )
 def test_random_maclaurin_unbiased_for_truncated_series(kernel, sketch, cx):
@@ -411,7 +411,7 @@ def test_random_maclaurin_variance_of_the_degree_draw():
     D = 5
 
     def make(s):
-        return RandomMaclaurin(D, kernel="exponential", max_degree=5, random_state=s)
+        return RandomMaclaurin(D, kernel="softmax", max_degree=5, random_state=s)
 
     fm = make(0).fit(x)
     G = x @ x.T
@@ -419,7 +419,7 @@ def test_random_maclaurin_variance_of_the_degree_draw():
     a = fm.coefficients_
     second = sum(a[n] ** 2 / mu[n] * G ** (2 * n) for n in range(1, 6))
     mean = sum(a[n] * G**n for n in range(1, 6))
-    np.testing.assert_allclose(fm.variance(x), (second - mean**2) / D, rtol=1e-12)
+    np.testing.assert_allclose(fm.complex_variance(x), (second - mean**2) / D, rtol=1e-12)
     _mc_check(make, x, 4000, var_rtol=0.15)
 
 
@@ -439,7 +439,7 @@ def test_optimized_maclaurin_unbiased_for_truncated_series(sketch, cx):
 
     def make(s):
         return OptimizedMaclaurin(
-            7, kernel="exponential", p_min=2, p_max=5, sketch=sketch, complex=cx, random_state=s
+            7, kernel="softmax", p_min=2, p_max=5, sketch=sketch, complex=cx, random_state=s
         )
 
     fm = make(0).fit(X)
@@ -455,12 +455,12 @@ def test_optimized_maclaurin_unbiased_for_truncated_series(sketch, cx):
 def test_complex_variance_bounds_real_part_variance():
     X = _points(6, 4, seed=10, nonneg=True)
     fm = OptimizedMaclaurin(
-        9, kernel="exponential", sketch="rademacher", complex=True, random_state=0
+        9, kernel="softmax", sketch="rademacher", complex=True, random_state=0
     ).fit(X)
-    vc, vr = fm.variance(X), fm.variance(X, kind="real")
+    vc, vr = fm.complex_variance(X), fm.variance(X)
     assert np.all(vr <= vc + 1e-15) and np.any(vr < vc)
-    rm = RandomMaclaurin(9, kernel="exponential", max_degree=4, complex=True, random_state=0).fit(X)
-    assert np.all(rm.variance(X, kind="real") <= rm.variance(X) + 1e-15)
+    rm = RandomMaclaurin(9, kernel="softmax", max_degree=4, complex=True, random_state=0).fit(X)
+    assert np.all(rm.variance(X) <= rm.complex_variance(X) + 1e-15)
 
 
 # ====================================================================== data, dtypes
@@ -514,16 +514,19 @@ def test_float32_and_torch(cls, backend):
 
 def test_subsample_used_for_the_objective():
     X = _points(300, 4, seed=12)
-    fm = OptimizedMaclaurin(20, kernel="exponential", n_subsample=50, random_state=0).fit(X)
+    fm = OptimizedMaclaurin(20, kernel="softmax", n_subsample=50, random_state=0).fit(X)
     assert fm.pair_sums_.m == 50
-    fm = OptimizedMaclaurin(20, kernel="exponential", n_subsample=None, random_state=0).fit(X)
+    fm = OptimizedMaclaurin(20, kernel="softmax", n_subsample=None, random_state=0).fit(X)
     assert fm.pair_sums_.m == 300
 
 
-def test_reexported():
-    assert dot_product.RandomMaclaurin is RandomMaclaurin
-    assert dot_product.OptimizedMaclaurin is OptimizedMaclaurin
-    assert {"RandomMaclaurin", "OptimizedMaclaurin"} <= set(dot_product.__all__)
+def test_no_import_cycle_between_dot_product_and_maclaurin():
+    """maclaurin builds on dot_product, never the reverse; the package exports both."""
+    import kernelkit.features as features
+
+    assert features.RandomMaclaurin is RandomMaclaurin
+    assert features.OptimizedMaclaurin is OptimizedMaclaurin
+    assert not hasattr(dot_product, "RandomMaclaurin")
 
 
 # ====================================================================== bad input
@@ -563,17 +566,17 @@ def test_bad_parameters(cls, kwargs, exc, match):
 def test_optimized_bad_parameters(kwargs, match):
     X = _points(5, 3)
     with pytest.raises((ValueError, TypeError), match=match):
-        OptimizedMaclaurin(**{"n_features": 8, "kernel": "exponential", **kwargs}).fit(X)
+        OptimizedMaclaurin(**{"n_features": 8, "kernel": "softmax", **kwargs}).fit(X)
 
 
 def test_bad_data():
-    fm = OptimizedMaclaurin(8, kernel="exponential")
+    fm = OptimizedMaclaurin(8, kernel="softmax")
     with pytest.raises(ValueError, match="at least 2"):
         fm.fit(np.ones((1, 3)))
     with pytest.raises(ValueError, match="NaN"):
         fm.fit(np.array([[1.0, np.nan], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="max_degree"):
-        RandomMaclaurin(8, kernel="exponential", max_degree=0).fit(np.ones((2, 3)))
+        RandomMaclaurin(8, kernel="softmax", max_degree=0).fit(np.ones((2, 3)))
     fm.fit(_points(5, 3))
     with pytest.raises(ValueError, match="features"):
         fm.transform(np.ones((2, 4)))
@@ -581,21 +584,19 @@ def test_bad_data():
 
     with pytest.raises(NotFittedError):
         RandomMaclaurin(8).transform(np.ones((2, 3)))
-    with pytest.raises(ValueError, match="kind"):
-        fm.variance(np.ones((2, 3)), kind="imag")
     with pytest.raises(ValueError, match="overflow"):
-        OptimizedMaclaurin(8, kernel="exponential", lengthscale=1e-3).fit(_points(5, 3) * 10)
+        OptimizedMaclaurin(8, kernel="softmax", lengthscale=1e-3).fit(_points(5, 3) * 10)
 
 
 def test_redraw_equals_refit_with_that_seed():
     X = _points(30, 4, seed=13)
-    fm = OptimizedMaclaurin(
-        15, kernel="exponential", sketch="srht", complex=True, random_state=0
-    ).fit(X)
+    fm = OptimizedMaclaurin(15, kernel="softmax", sketch="srht", complex=True, random_state=0).fit(
+        X
+    )
     other = fm.redraw(5)
-    ref = OptimizedMaclaurin(
-        15, kernel="exponential", sketch="srht", complex=True, random_state=5
-    ).fit(X)
+    ref = OptimizedMaclaurin(15, kernel="softmax", sketch="srht", complex=True, random_state=5).fit(
+        X
+    )
     np.testing.assert_array_equal(other.n_features_per_degree_, ref.n_features_per_degree_)
     np.testing.assert_allclose(other.transform(X), ref.transform(X), rtol=1e-14)
     assert other.random_state == 5 and fm.random_state == 0

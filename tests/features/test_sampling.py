@@ -81,9 +81,9 @@ def test_haar_orthogonal_is_orthogonal_and_unbiased():
 
 
 def test_draw_projection_dispatch_and_seed_determinism():
-    a = draw_projection(20, 4, 5, orthogonal=False)
+    a = draw_projection(20, 4, 5)
     np.testing.assert_array_equal(a, gaussian_projection(20, 4, 5))
-    b = draw_projection(20, 4, 5, orthogonal=True)
+    b = draw_projection(20, 4, 5, sampler="orthogonal")
     np.testing.assert_array_equal(b, block_orthogonal_projection(20, 4, 5))
     U = b[:4] / np.linalg.norm(b[:4], axis=1, keepdims=True)
     np.testing.assert_allclose(U @ U.T, np.eye(4), atol=1e-12)
@@ -164,9 +164,6 @@ def test_draw_projection_sampler_option():
         draw_projection(10, 3, 4, sampler="halton"), halton_projection(10, 3, 4)
     )
     np.testing.assert_array_equal(
-        draw_projection(10, 3, 4, orthogonal="halton"), halton_projection(10, 3, 4)
-    )
-    np.testing.assert_array_equal(
         draw_projection(10, 4, 4, sampler="hadamard"),
         structured_hadamard_projection(10, 4, 4, chi_norms=True),
     )
@@ -174,31 +171,24 @@ def test_draw_projection_sampler_option():
         draw_projection(10, 4, 4, sampler="sorf"), structured_hadamard_projection(10, 4, 4)
     )
     np.testing.assert_array_equal(
-        draw_projection(10, 4, 4, orthogonal=True, sampler="orthogonal"),
-        block_orthogonal_projection(10, 4, 4),
+        draw_projection(10, 4, 4, sampler="orthogonal"), block_orthogonal_projection(10, 4, 4)
     )
-    np.testing.assert_array_equal(
-        draw_projection(10, 4, 4, orthogonal=np.bool_(False)), gaussian_projection(10, 4, 4)
-    )
-    with pytest.raises(ValueError, match="conflicts"):
-        draw_projection(10, 4, 4, orthogonal=True, sampler="halton")
+    np.testing.assert_array_equal(draw_projection(10, 4, 4), gaussian_projection(10, 4, 4))
     with pytest.raises(ValueError, match="Unknown sampler"):
         draw_projection(10, 4, 4, sampler="sobol")
-    with pytest.raises(TypeError, match="sampler"):
+    with pytest.raises(ValueError, match="sampler"):
         draw_projection(10, 4, 4, sampler=3)
-    with pytest.raises(TypeError, match="orthogonal"):
-        draw_projection(10, 4, 4, orthogonal=2.0)
 
 
-def test_feature_maps_accept_sampler_names_through_orthogonal():
-    """Every FeatureMap passes ``orthogonal`` to draw_projection, so e.g. PositiveRF and the
-    angular hybrid take "halton" / "hadamard" (Table 1's Halton-R and ORF-Had)."""
+def test_feature_maps_draw_projections_with_sampler():
+    """Every Gaussian-projection map passes ``sampler`` to draw_projection, so e.g. PositiveRF
+    and the angular hybrid take "halton" / "hadamard" (Table 1's Halton-R and ORF-Had)."""
     from kernelkit.features import AngularHybridRF, PositiveRF, halton_projection
 
     X = np.random.default_rng(0).normal(size=(5, 4)) * 0.3
-    fm = PositiveRF(16, orthogonal="halton", random_state=1).fit(X)
+    fm = PositiveRF(16, sampler="halton", random_state=1).fit(X)
     np.testing.assert_array_equal(fm.projection_, halton_projection(16, 4, 1))
-    fm = AngularHybridRF(8, 2, orthogonal="hadamard", random_state=1).fit(X)
+    fm = AngularHybridRF(8, 2, sampler="hadamard", random_state=1).fit(X)
     assert fm.projection_.shape == (8, 4) and np.all(np.isfinite(fm.approx_kernel(X)))
 
 

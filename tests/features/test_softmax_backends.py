@@ -22,9 +22,9 @@ def _np(a):
 @pytest.mark.parametrize("cls", ALL_MAPS, ids=_name)
 def test_same_seed_same_features_numpy_and_torch_float64(cls, kernel):
     X, Y = make_xy(60, n=7, m=9)
-    fm_n = cls(n_features=64, kernel=kernel, lengthscale=1.3, random_state=3).fit(X, Y)
+    fm_n = cls(n_features=64, kernel=kernel, lengthscale=1.3, random_state=3).fit(X, Y=Y)
     Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
-    fm_t = cls(n_features=64, kernel=kernel, lengthscale=1.3, random_state=3).fit(Xt, Yt)
+    fm_t = cls(n_features=64, kernel=kernel, lengthscale=1.3, random_state=3).fit(Xt, Y=Yt)
     # fitted on torch tensors: same parameters as on NumPy
     np.testing.assert_array_equal(fm_t.projection_, fm_n.projection_)
     for attr in ("A_", "B_x_", "B_y_", "offset_", "psi_"):
@@ -48,7 +48,7 @@ def test_same_seed_same_features_numpy_and_torch_float64(cls, kernel):
 @pytest.mark.parametrize("cls", ALL_MAPS, ids=_name)
 def test_float32_in_float32_out(cls, backend):
     X, Y = make_xy(61, n=6, m=5)
-    fm = cls(n_features=128, kernel="gaussian", random_state=0).fit(X, Y)
+    fm = cls(n_features=128, kernel="gaussian", random_state=0).fit(X, Y=Y)
     X32, Y32 = backend.asarray(X, "float32"), backend.asarray(Y, "float32")
     outs = {
         "transform": fm.transform(X32),
@@ -81,8 +81,8 @@ def test_fit_on_float32_torch_and_grad_tensors():
     Xt = torch.tensor(X, dtype=torch.float32, requires_grad=True)
     Yt = torch.tensor(Y, dtype=torch.float32)
     for cls in ALL_MAPS:
-        fm = cls(n_features=32, random_state=0).fit(Xt, Yt)
-        ref = cls(n_features=32, random_state=0).fit(X.astype(np.float32), Y.astype(np.float32))
+        fm = cls(n_features=32, random_state=0).fit(Xt, Y=Yt)
+        ref = cls(n_features=32, random_state=0).fit(X.astype(np.float32), Y=Y.astype(np.float32))
         if hasattr(fm, "A_"):
             np.testing.assert_allclose(fm.A_, ref.A_, rtol=1e-12)
             assert fm.A_.dtype == np.float64  # parameters are fitted in float64
@@ -94,7 +94,7 @@ def test_fit_on_float32_torch_and_grad_tensors():
 @pytest.mark.parametrize("cls", ALL_MAPS, ids=_name)
 def test_gradcheck_approx_kernel(cls, kernel):
     X, Y = make_xy(63, n=3, m=2, d=3)
-    fm = cls(n_features=8, kernel=kernel, lengthscale=0.9, random_state=1).fit(X, Y)
+    fm = cls(n_features=8, kernel=kernel, lengthscale=0.9, random_state=1).fit(X, Y=Y)
     Xt = torch.tensor(X, dtype=torch.float64, requires_grad=True)
     Yt = torch.tensor(Y, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(fm.approx_kernel, (Xt, Yt), eps=1e-6, atol=1e-7, rtol=1e-5)
@@ -103,7 +103,7 @@ def test_gradcheck_approx_kernel(cls, kernel):
 @pytest.mark.parametrize("cls", ALL_MAPS, ids=_name)
 def test_gradcheck_transform(cls):
     X, Y = make_xy(64, n=3, m=2, d=3)
-    fm = cls(n_features=5, kernel="gaussian", random_state=1).fit(X, Y)
+    fm = cls(n_features=5, kernel="gaussian", random_state=1).fit(X, Y=Y)
     Xt = torch.tensor(X, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(fm.transform, (Xt,), eps=1e-6, atol=1e-7, rtol=1e-5)
     Yt = torch.tensor(Y, dtype=torch.float64, requires_grad=True)
@@ -115,7 +115,7 @@ def test_gradient_of_positive_rf_kernel_matches_analytic_form():
     X, Y = make_xy(65, n=2, m=3)
     from kernelkit.features import PositiveRF
 
-    fm = PositiveRF(n_features=50, random_state=2).fit(X, Y)
+    fm = PositiveRF(n_features=50, random_state=2).fit(X, Y=Y)
     Xt = torch.tensor(X, requires_grad=True)
     fm.approx_kernel(Xt, torch.from_numpy(Y)).sum().backward()
     W = fm.projection_
@@ -129,7 +129,7 @@ def test_gradient_of_positive_rf_kernel_matches_analytic_form():
 @pytest.mark.parametrize("cls", DERF_MAPS, ids=_name)
 def test_gradcheck_variance_and_log_transform(cls):
     X, Y = make_xy(66, n=2, m=2, d=3)
-    fm = cls(n_features=4, random_state=1).fit(X, Y)
+    fm = cls(n_features=4, random_state=1).fit(X, Y=Y)
     Xt = torch.tensor(X, dtype=torch.float64, requires_grad=True)
     Yt = torch.tensor(Y, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(fm.variance, (Xt, Yt), eps=1e-6, atol=1e-7, rtol=1e-5)

@@ -26,7 +26,7 @@ from scipy.linalg import expm
 from scipy.optimize import minimize_scalar
 
 from kernelkit.features import ADERF, GERF, SADERF, SDERF, PositiveRF
-from kernelkit.features.softmax import fit_aderf, fit_gerf, fit_saderf, fit_sderf, gerf_phi
+from kernelkit.features.favor import fit_aderf, fit_gerf, fit_saderf, fit_sderf, gerf_phi, moments
 
 N_PERTURB = 100
 
@@ -61,7 +61,7 @@ def _feasible(A):
 @pytest.mark.parametrize("cls", DERF_MAPS, ids=_name)
 def test_log_objective_equals_pairwise_mean_and_eq15(cls, kernel):
     X, Y = make_xy(30, n=25, m=35)
-    fm = cls(n_features=8, kernel=kernel, random_state=0).fit(X, Y)
+    fm = cls(n_features=8, kernel=kernel, random_state=0).fit(X, Y=Y)
     fast = fm.log_objective(X, Y)
     pairwise = np.mean(fm._log_second_moment(X, Y, np))
     eq15 = np.mean(derf_log_m2(*derf_params(fm), X, Y, alpha=ALPHA[kernel]))
@@ -73,16 +73,16 @@ def test_gerf_phi_shortcut_equals_brute_force():
     rng = np.random.default_rng(1)
     X, Y = rng.standard_normal((13, 5)) + 0.4, rng.standard_normal((17, 5)) - 0.2
     brute = np.sum((X[:, None, :] + Y[None, :, :]) ** 2) / (5 * 13 * 17)
-    assert gerf_phi(X, Y) == pytest.approx(brute, rel=1e-13)
+    assert gerf_phi(moments(X, Y)) == pytest.approx(brute, rel=1e-13)
     # batched over leading dims
     Xb, Yb = rng.standard_normal((2, 3, 13, 5)), rng.standard_normal((2, 3, 17, 5))
-    ref = np.array([[gerf_phi(Xb[i, j], Yb[i, j]) for j in range(3)] for i in range(2)])
-    np.testing.assert_allclose(gerf_phi(Xb, Yb), ref, rtol=1e-13)
+    ref = np.array([[gerf_phi(moments(Xb[i, j], Yb[i, j])) for j in range(3)] for i in range(2)])
+    np.testing.assert_allclose(gerf_phi(moments(Xb, Yb)), ref, rtol=1e-13)
 
 
 def test_gerf_objective_is_the_one_dimensional_form_and_A_is_its_grid_minimum():
     X, Y = make_xy(31, n=60, m=50, scale=0.9)
-    fm = GERF(n_features=8, random_state=0).fit(X, Y)
+    fm = GERF(n_features=8, random_state=0).fit(X, Y=Y)
     A = fm.A_[0]
     assert np.all(fm.A_ == A)
     assert fm.log_objective(X, Y) == pytest.approx(gerf_objective_1d(A, X, Y), rel=1e-12)
@@ -103,7 +103,7 @@ def test_aderf_objective_equals_eq16():
     """Thm 4.2 optimum, eq. (16), computed from scratch (eps=0: no ridge)."""
     X, Y = make_xy(32, n=70, m=55, scale=0.9)
     d = X.shape[1]
-    fm = ADERF(n_features=8, eps=0.0, random_state=0).fit(X, Y)
+    fm = ADERF(n_features=8, eps=0.0, random_state=0).fit(X, Y=Y)
     M1, M2 = X.T @ X / len(X), Y.T @ Y / len(Y)
     L1, Q1 = np.linalg.eigh(M1)
     L2, Q2 = np.linalg.eigh(M2)
@@ -127,7 +127,7 @@ def test_aderf_objective_equals_eq16():
 
 def test_sderf_objective_equals_eq17():
     X, Y = make_xy(33, n=70, m=55, scale=0.9)
-    fm = SDERF(n_features=8, random_state=0).fit(X, Y)
+    fm = SDERF(n_features=8, random_state=0).fit(X, Y=Y)
     N = np.mean(
         (X[:, None, :] + Y[None, :, :])[..., :, None]
         * (X[:, None, :] + Y[None, :, :])[..., None, :],
@@ -149,8 +149,8 @@ def test_objective_shifts_by_a_constant_between_kernels():
     X, Y = make_xy(34)
     shift = np.mean(np.sum(X * X, 1)) + np.mean(np.sum(Y * Y, 1))
     for cls in FITTED_MAPS:
-        s = cls(n_features=8, random_state=0).fit(X, Y)
-        g = cls(n_features=8, kernel="gaussian", random_state=0).fit(X, Y)
+        s = cls(n_features=8, random_state=0).fit(X, Y=Y)
+        g = cls(n_features=8, kernel="gaussian", random_state=0).fit(X, Y=Y)
         np.testing.assert_allclose(g.A_, s.A_, rtol=1e-14)
         assert g.log_objective(X, Y) == pytest.approx(s.log_objective(X, Y) - shift, rel=1e-12)
 
@@ -184,7 +184,7 @@ def hetero_data():
 
 def test_gerf_is_optimal_against_perturbations(hetero_data):
     X, Y = hetero_data
-    fm = GERF(n_features=8, random_state=0).fit(X, Y)
+    fm = GERF(n_features=8, random_state=0).fit(X, Y=Y)
 
     def perturb(rng, A, Bx, By):
         return _feasible(A + rng.choice([-1, 1]) * _log_uniform(rng)), Bx, By
@@ -194,7 +194,7 @@ def test_gerf_is_optimal_against_perturbations(hetero_data):
 
 def test_saderf_is_optimal_against_perturbations(hetero_data):
     X, Y = hetero_data
-    fm = SADERF(n_features=8, eps=0.0, random_state=0).fit(X, Y)
+    fm = SADERF(n_features=8, eps=0.0, random_state=0).fit(X, Y=Y)
     psi = fm.psi_
     np.testing.assert_allclose(np.diag(fm.B_x_), psi, rtol=1e-15)
     np.testing.assert_allclose(fm.B_y_, np.diag(1 / psi), rtol=1e-15)
@@ -210,7 +210,7 @@ def test_saderf_is_optimal_against_perturbations(hetero_data):
 
 def test_aderf_is_optimal_against_perturbations(hetero_data):
     X, Y = hetero_data
-    fm = ADERF(n_features=8, eps=0.0, random_state=0).fit(X, Y)
+    fm = ADERF(n_features=8, eps=0.0, random_state=0).fit(X, Y=Y)
 
     def perturb(rng, A, Bx, By):
         mode = rng.integers(3)  # 0: B only, 1: A only, 2: both
@@ -227,7 +227,7 @@ def test_aderf_is_optimal_against_perturbations(hetero_data):
 
 def test_sderf_is_optimal_against_perturbations(hetero_data):
     X, Y = hetero_data
-    fm = SDERF(n_features=8, random_state=0).fit(X, Y)
+    fm = SDERF(n_features=8, random_state=0).fit(X, Y=Y)
 
     def perturb(rng, A, Bx, By):
         mode = rng.integers(3)  # 0: rotation only, 1: a only, 2: both
@@ -244,7 +244,7 @@ def test_sderf_is_optimal_against_perturbations(hetero_data):
 
 def test_aderf_A_is_the_minimum_along_A_for_the_fitted_B(hetero_data):
     X, Y = hetero_data
-    fm = ADERF(n_features=8, eps=0.0, random_state=0).fit(X, Y)
+    fm = ADERF(n_features=8, eps=0.0, random_state=0).fit(X, Y=Y)
     A0, Bx, By = _state(fm)
     d = A0.size
 
@@ -275,7 +275,7 @@ def _check_general_derf_features(fm, X, Y, W):
 def test_aderf_satisfies_theorem_4_1_constraints():
     X, Y = make_xy(36, n=50, m=45, scale=0.9)
     d = X.shape[1]
-    fm = ADERF(n_features=32, random_state=0).fit(X, Y)
+    fm = ADERF(n_features=32, random_state=0).fit(X, Y=Y)
     Amat, B1, B2, _, _, _ = derf_params(fm)
     assert np.all(np.diag(Amat) == np.diag(Amat)[0]) and np.all(8 * Amat < 1)
     np.testing.assert_allclose(fm.B_x_.T @ fm.B_y_, np.eye(d), atol=1e-10)
@@ -293,7 +293,7 @@ def test_aderf_satisfies_theorem_4_1_constraints():
 def test_sderf_satisfies_theorem_4_3_constraints():
     X, Y = make_xy(37, n=50, m=45, scale=0.9)
     d = X.shape[1]
-    fm = SDERF(n_features=32, random_state=0).fit(X, Y)
+    fm = SDERF(n_features=32, random_state=0).fit(X, Y=Y)
     Q3t = fm.B_x_
     assert fm.B_y_ is fm.B_x_ or np.array_equal(fm.B_y_, fm.B_x_)
     np.testing.assert_allclose(Q3t @ Q3t.T, np.eye(d), atol=1e-12)
@@ -315,15 +315,15 @@ def test_sderf_satisfies_theorem_4_3_constraints():
 def test_saderf_and_gerf_match_their_formulas():
     X, Y = make_xy(38, n=30, m=20)
     d = X.shape[1]
-    sa = SADERF(n_features=32, eps=0.0, random_state=0).fit(X, Y)
+    sa = SADERF(n_features=32, eps=0.0, random_state=0).fit(X, Y=Y)
     psi4 = np.sum(Y * Y, 0) / len(Y) / (np.sum(X * X, 0) / len(X))
     np.testing.assert_allclose(sa.psi_**4, psi4, rtol=1e-12)
     np.testing.assert_allclose(sa.B_x_.T @ sa.B_y_, np.eye(d), atol=1e-12)
-    A = textbook_a_star(gerf_phi(X * sa.psi_, Y / sa.psi_))
+    A = textbook_a_star(gerf_phi(moments(X * sa.psi_, Y / sa.psi_)))
     np.testing.assert_allclose(sa.A_, A, rtol=1e-10)
     _check_general_derf_features(sa, X, Y, sa.projection_)
-    ge = GERF(n_features=32, random_state=0).fit(X, Y)
-    A = float(textbook_a_star(gerf_phi(X, Y)))
+    ge = GERF(n_features=32, random_state=0).fit(X, Y=Y)
+    A = float(textbook_a_star(gerf_phi(moments(X, Y))))
     W = ge.projection_
     ref = (
         d / 4 * np.log(1 - 4 * A)
@@ -337,23 +337,23 @@ def test_saderf_and_gerf_match_their_formulas():
 def test_batched_fit_functions_equal_per_item_fits():
     rng = np.random.default_rng(39)
     Xb, Yb = rng.standard_normal((2, 3, 20, 4)), rng.standard_normal((2, 3, 15, 4)) + 0.3
-    A = fit_gerf(Xb, Yb)
-    psi, As = fit_saderf(Xb, Yb)
-    B1, B2, Aa = fit_aderf(Xb, Yb)
-    Q, a = fit_sderf(Xb, Yb)
+    A = fit_gerf(moments(Xb, Yb))
+    psi, As = fit_saderf(moments(Xb, Yb))
+    B1, B2, Aa = fit_aderf(moments(Xb, Yb))
+    Q, a = fit_sderf(moments(Xb, Yb))
     for i in range(2):
         for j in range(3):
             X, Y = Xb[i, j], Yb[i, j]
-            assert A[i, j] == pytest.approx(fit_gerf(X, Y), rel=1e-13)
-            p1, a1 = fit_saderf(X, Y)
+            assert A[i, j] == pytest.approx(fit_gerf(moments(X, Y)), rel=1e-13)
+            p1, a1 = fit_saderf(moments(X, Y))
             np.testing.assert_allclose(psi[i, j], p1, rtol=1e-13)
             assert As[i, j] == pytest.approx(a1, rel=1e-13)
-            b1, b2, aa = fit_aderf(X, Y)
+            b1, b2, aa = fit_aderf(moments(X, Y))
             # SVD/eigh signs may differ between batched and single calls: compare invariants
             np.testing.assert_allclose(B1[i, j].T @ B1[i, j], b1.T @ b1, rtol=1e-9, atol=1e-12)
             np.testing.assert_allclose(B2[i, j].T @ B2[i, j], b2.T @ b2, rtol=1e-9, atol=1e-12)
             assert Aa[i, j] == pytest.approx(aa, rel=1e-10)
-            q, aq = fit_sderf(X, Y)
+            q, aq = fit_sderf(moments(X, Y))
             np.testing.assert_allclose(a[i, j], aq, rtol=1e-10)
             np.testing.assert_allclose(np.abs(np.sum(Q[i, j] * q, 1)), 1.0, atol=1e-8)
 
@@ -369,8 +369,8 @@ def _same_features(fm1, fm2, X, Y):
 @pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
 def test_positive_rf_is_gerf_with_A_zero(kernel):
     X, Y = make_xy(40, n=10, m=12)
-    pos = PositiveRF(n_features=50, kernel=kernel, random_state=5).fit(X, Y)
-    ge = GERF(n_features=50, kernel=kernel, A=0.0, random_state=5).fit(X, Y)
+    pos = PositiveRF(n_features=50, kernel=kernel, random_state=5).fit(X, Y=Y)
+    ge = GERF(n_features=50, kernel=kernel, A=0.0, random_state=5).fit(X, Y=Y)
     _same_features(pos, ge, X, Y)
     W = pos.projection_
     ref = np.exp(
@@ -381,24 +381,24 @@ def test_positive_rf_is_gerf_with_A_zero(kernel):
 
 def test_saderf_with_unit_psi_is_gerf():
     X, Y = make_xy(41, n=10, m=12)
-    ge = GERF(n_features=50, A=-0.37, random_state=5).fit(X, Y)
-    sa = SADERF(n_features=50, random_state=5).fit(X, Y)
+    ge = GERF(n_features=50, A=-0.37, random_state=5).fit(X, Y=Y)
+    sa = SADERF(n_features=50, random_state=5).fit(X, Y=Y)
     _set(sa, np.full(6, -0.37), np.diag(np.ones(6)), np.diag(np.ones(6)))
     _same_features(sa, ge, X, Y)
 
 
 def test_aderf_with_diagonal_B_is_saderf():
     X, Y = make_xy(42, n=10, m=12)
-    sa = SADERF(n_features=50, random_state=5).fit(X, Y)
-    ad = ADERF(n_features=50, random_state=5).fit(X, Y)
+    sa = SADERF(n_features=50, random_state=5).fit(X, Y=Y)
+    ad = ADERF(n_features=50, random_state=5).fit(X, Y=Y)
     _set(ad, sa.A_.copy(), np.diag(sa.psi_), np.diag(1 / sa.psi_))
     _same_features(ad, sa, X, Y)
 
 
 def test_sderf_with_identity_rotation_and_equal_a_is_gerf():
     X, Y = make_xy(43, n=10, m=12)
-    ge = GERF(n_features=50, kernel="gaussian", A=-0.21, random_state=5).fit(X, Y)
-    sd = SDERF(n_features=50, kernel="gaussian", random_state=5).fit(X, Y)
+    ge = GERF(n_features=50, kernel="gaussian", A=-0.21, random_state=5).fit(X, Y=Y)
+    sd = SDERF(n_features=50, kernel="gaussian", random_state=5).fit(X, Y=Y)
     _set(sd, np.full(6, -0.21), np.eye(6), np.eye(6))
     _same_features(sd, ge, X, Y)
     # a non-identity rotation with equal a_l gives GERF too (rotation invariance of w)
@@ -412,7 +412,7 @@ def test_sderf_with_identity_rotation_and_equal_a_is_gerf():
 def test_hierarchy_of_fitted_objectives(seed):
     X, Y = make_xy(seed, n=60, m=50, scale=0.9)
     L = {
-        cls.__name__: cls(n_features=8, random_state=0).fit(X, Y).log_objective(X, Y)
+        cls.__name__: cls(n_features=8, random_state=0).fit(X, Y=Y).log_objective(X, Y)
         for cls in DERF_MAPS
     }
     bound = 2 * np.mean(X @ Y.T)  # zero-variance limit, mean log K^2

@@ -30,7 +30,7 @@ def _name(cls):
 def test_positive_maps_have_positive_features(cls, kernel, backend):
     X, Y = make_xy(50, n=30, m=30, scale=1.5)
     fm = cls(n_features=500, kernel=kernel, random_state=0).fit(
-        backend.asarray(X), backend.asarray(Y)
+        backend.asarray(X), Y=backend.asarray(Y)
     )
     assert fm.positive
     P = backend.to_numpy(fm.transform(backend.asarray(X)))
@@ -54,7 +54,7 @@ def test_trig_features_take_both_signs():
 @pytest.mark.parametrize("cls", DERF_MAPS, ids=_name)
 def test_log_transform_is_log_of_features_and_finite_at_huge_norms(cls):
     X, Y = make_xy(52, n=20, m=20)
-    fm = cls(n_features=300, random_state=0).fit(X, Y)
+    fm = cls(n_features=300, random_state=0).fit(X, Y=Y)
     np.testing.assert_allclose(fm.log_transform(X), np.log(fm.transform(X)), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(
         fm.log_transform_y(Y), np.log(fm.transform_y(Y)), rtol=1e-10, atol=1e-12
@@ -109,7 +109,7 @@ def test_degenerate_data_fits_are_finite_and_unbiased(cls, case):
     d = X.shape[1]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no silent divide-by-zero in the fit
-        fm = cls(n_features=100_000, random_state=1).fit(X, Y)
+        fm = cls(n_features=100_000, random_state=1).fit(X, Y=Y)
     assert np.all(np.isfinite(fm.A_)) and np.all(8 * fm.A_ < 1) and np.all(fm.A_ <= 0)
     for B in (fm.B_x_, fm.B_y_):
         assert B is None or np.all(np.isfinite(B))
@@ -136,7 +136,7 @@ def test_softmax_large_query_norm_accurate(cls, norm):
     rng = np.random.default_rng(55)
     X = norm * _direction() + 0.3 * rng.standard_normal((20, 6))
     Y = 0.05 * _direction() + 0.1 * rng.standard_normal((20, 6))
-    fm = cls(n_features=200_000, random_state=2).fit(X, Y)
+    fm = cls(n_features=200_000, random_state=2).fit(X, Y=Y)
     Xe, Ye = X[:3], Y[:3]
     K = exact_kernel(Xe, Ye)
     with warnings.catch_warnings():
@@ -151,7 +151,7 @@ def test_softmax_raw_features_overflow_where_kernel_is_representable():
     rng = np.random.default_rng(55)
     X = 40.0 * _direction() + 0.3 * rng.standard_normal((20, 6))
     Y = 0.05 * _direction() + 0.1 * rng.standard_normal((20, 6))
-    fm = SDERF(n_features=20_000, random_state=2).fit(X, Y)
+    fm = SDERF(n_features=20_000, random_state=2).fit(X, Y=Y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         assert np.isinf(fm.transform(X[:3])).any()
@@ -165,7 +165,7 @@ def test_large_norm_float32_and_float64(dtype, backend):
     rng = np.random.default_rng(56)
     X = 30.0 * _direction() + 0.3 * rng.standard_normal((20, 6))
     Y = 0.05 * _direction() + 0.1 * rng.standard_normal((20, 6))
-    fm = SDERF(n_features=200_000, random_state=3).fit(X, Y)
+    fm = SDERF(n_features=200_000, random_state=3).fit(X, Y=Y)
     Xe, Ye = backend.asarray(X[:3], dtype), backend.asarray(Y[:3], dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -183,7 +183,7 @@ def test_gaussian_far_apart_points_underflow_to_zero(cls):
     rng = np.random.default_rng(57)
     X = 30 * _direction() + 0.3 * rng.standard_normal((5, 6))
     Y = -30 * _direction() + 0.3 * rng.standard_normal((5, 6))
-    fm = cls(n_features=2000, kernel="gaussian", random_state=1).fit(X, Y)
+    fm = cls(n_features=2000, kernel="gaussian", random_state=1).fit(X, Y=Y)
     assert np.all(exact_kernel(X, Y, "gaussian") == 0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -202,6 +202,6 @@ def test_gaussian_clustered_far_from_origin_sderf_accurate():
     rng = np.random.default_rng(58)
     X = 30 * _direction() + 0.3 * rng.standard_normal((20, 6))
     Y = 30 * _direction() + 0.3 * rng.standard_normal((20, 6))
-    fm = SDERF(n_features=200_000, kernel="gaussian", random_state=4).fit(X, Y)
+    fm = SDERF(n_features=200_000, kernel="gaussian", random_state=4).fit(X, Y=Y)
     K = exact_kernel(X[:3], Y[:3], "gaussian")
     assert_unbiased(fm.approx_kernel(X[:3], Y[:3]), K, fm.variance(X[:3], Y[:3]), power=0.05)

@@ -48,7 +48,7 @@ def test_unbiased_against_exact_kernel(cls, kernel, lengthscale, backend):
         lengthscale=lengthscale,
         random_state=SEEDS[kernel, lengthscale],
     )
-    fm.fit(backend.asarray(X), backend.asarray(Y))
+    fm.fit(backend.asarray(X), Y=backend.asarray(Y))
     Xe, Ye = backend.asarray(X[:4]), backend.asarray(Y[:5])
     K_hat = backend.to_numpy(fm.approx_kernel(Xe, Ye))
     V = backend.to_numpy(fm.variance(Xe, Ye))
@@ -65,8 +65,8 @@ def test_unbiased_with_orthogonal_projections(cls):
     Xe, Ye = X[:3], Y[:3]
     est = np.stack(
         [
-            cls(n_features=60, kernel="gaussian", orthogonal=True, random_state=s)
-            .fit(X, Y)
+            cls(n_features=60, kernel="gaussian", sampler="orthogonal", random_state=s)
+            .fit(X, Y=Y)
             .approx_kernel(Xe, Ye)
             for s in range(200)
         ]
@@ -94,7 +94,7 @@ def test_estimate_is_feature_inner_product():
     X, Y = make_xy(3, n=6, m=7)
     for cls in ALL_MAPS:
         for kernel in ("softmax", "gaussian"):
-            fm = cls(n_features=300, kernel=kernel, random_state=4).fit(X, Y)
+            fm = cls(n_features=300, kernel=kernel, random_state=4).fit(X, Y=Y)
             np.testing.assert_allclose(
                 fm.approx_kernel(X, Y),
                 fm.transform(X) @ fm.transform_y(Y).T,
@@ -136,7 +136,7 @@ def _pairs():
 @pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
 def test_trig_printed_form_is_detected_as_biased(kernel):
     X, Y = _pairs()
-    fm = TrigRF(n_features=M_BIG, kernel=kernel, random_state=3).fit(X, Y)
+    fm = TrigRF(n_features=M_BIG, kernel=kernel, random_state=3).fit(X, Y=Y)
     K = exact_kernel(X, Y, kernel)
     good = _trig_products(fm, X, Y, printed=False)
     # the reference implementation of the formula agrees with the library ...
@@ -153,7 +153,7 @@ def test_trig_printed_form_is_detected_as_biased(kernel):
 @pytest.mark.parametrize("A", [-0.3, 0.02])
 def test_gerf_printed_form_is_detected_as_biased(A):
     X, Y = _pairs()
-    fm = GERF(n_features=M_BIG, A=A, random_state=3).fit(X, Y)
+    fm = GERF(n_features=M_BIG, A=A, random_state=3).fit(X, Y=Y)
     K = exact_kernel(X, Y)
     good = _gerf_products(fm.projection_, A, X, Y, -0.5)
     np.testing.assert_allclose(good.mean(-1), fm.approx_kernel(X, Y), rtol=1e-10)

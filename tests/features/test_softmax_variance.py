@@ -52,7 +52,7 @@ def _check_mc_variance(fm, X, Y, label="", power=0.04):
 @pytest.mark.parametrize("cls", ALL_MAPS, ids=_name)
 def test_variance_matches_monte_carlo_fitted(cls, kernel):
     X, Y = make_xy(4)
-    fm = cls(n_features=M_BIG, kernel=kernel, random_state=21).fit(X, Y)
+    fm = cls(n_features=M_BIG, kernel=kernel, random_state=21).fit(X, Y=Y)
     _check_mc_variance(fm, X[:3], Y[:3], f"{cls.__name__} {kernel}")
 
 
@@ -60,14 +60,14 @@ def test_variance_matches_monte_carlo_fitted(cls, kernel):
 def test_gerf_variance_matches_monte_carlo_fixed_A(A):
     # positive A has heavier tails (finite 4th moment needs A < 1/16): smaller norms there
     X, Y = make_xy(5, scale=0.3 if A > 0 else 0.6)
-    fm = GERF(n_features=M_BIG, A=A, random_state=22).fit(X, Y)
+    fm = GERF(n_features=M_BIG, A=A, random_state=22).fit(X, Y=Y)
     _check_mc_variance(fm, X[:3], Y[:3], f"GERF A={A}", power=0.04 if A <= 0 else 0.06)
 
 
 def test_sderf_variance_matches_monte_carlo_custom_parameters():
     """Per-coordinate a_l in [-0.6, 1/32] and a generic rotation."""
     X, Y = make_xy(6, scale=0.4)
-    fm = SDERF(n_features=M_BIG, kernel="gaussian", random_state=23).fit(X, Y)
+    fm = SDERF(n_features=M_BIG, kernel="gaussian", random_state=23).fit(X, Y=Y)
     fm.A_ = np.array([-0.6, -0.2, 0.0, 0.01, 1.0 / 32, -0.05])
     fm.B_x_ = fm.B_y_ = rotation(6, seed=9).T
     fm._build()
@@ -77,7 +77,7 @@ def test_sderf_variance_matches_monte_carlo_custom_parameters():
 def test_aderf_variance_matches_monte_carlo_custom_parameters():
     """A generic B~1 (not the fitted one) with B~2 = B~1^{-T}, A = 1/32."""
     X, Y = make_xy(7, scale=0.3)
-    fm = ADERF(n_features=M_BIG, random_state=24).fit(X, Y)
+    fm = ADERF(n_features=M_BIG, random_state=24).fit(X, Y=Y)
     B1 = np.eye(6) + 0.3 * np.random.default_rng(0).standard_normal((6, 6))
     fm.A_ = np.full(6, 1.0 / 32)
     fm.B_x_, fm.B_y_ = B1, np.linalg.inv(B1).T
@@ -88,7 +88,7 @@ def test_aderf_variance_matches_monte_carlo_custom_parameters():
 def test_wrong_variance_formula_is_detected_by_monte_carlo():
     """Printed eq. (40) (D instead of D^4, erratum c) fails the same z-test."""
     X, Y = make_xy(8, scale=0.9)
-    fm = SDERF(n_features=M_BIG, random_state=25).fit(X, Y)
+    fm = SDERF(n_features=M_BIG, random_state=25).fit(X, Y=Y)
     g = single_products(fm, X[:3], Y[:3])
     K2 = exact_kernel(X[:3], Y[:3]) ** 2
     log_m2 = np.log(fm.variance(X[:3], Y[:3]) * fm.n_features + K2)
@@ -106,7 +106,7 @@ def test_wrong_variance_formula_is_detected_by_monte_carlo():
 def test_moments_by_gauss_hermite_quadrature(cls, kernel):
     """E[f1 f2] = K and E[(f1 f2)^2] = M Var + K^2 exactly (quadrature, rtol 1e-10)."""
     X, Y = make_xy(9, scale=0.9)
-    fm = cls(n_features=16, kernel=kernel, random_state=0).fit(X, Y)
+    fm = cls(n_features=16, kernel=kernel, random_state=0).fit(X, Y=Y)
     Xe, Ye = X[:4], Y[:5]
     m1, m2 = derf_moments_by_quadrature(fm, Xe, Ye, ALPHA[kernel])
     K = exact_kernel(Xe, Ye, kernel)
@@ -117,7 +117,7 @@ def test_moments_by_gauss_hermite_quadrature(cls, kernel):
 def test_sderf_quadrature_custom_parameters_and_printed_eq40():
     """Non-fitted a_l (some positive, up to 0.1) and rotation; printed (40) is far off."""
     X, Y = make_xy(10, scale=0.9)
-    fm = SDERF(n_features=16, random_state=0).fit(X, Y)
+    fm = SDERF(n_features=16, random_state=0).fit(X, Y=Y)
     fm.A_ = np.array([-1.5, -0.4, 0.0, 0.05, 0.1, -0.01])
     fm.B_x_ = fm.B_y_ = rotation(6, seed=3)
     fm._build()
@@ -136,7 +136,7 @@ def test_second_moment_equals_general_derf_eq15(cls):
     """_log_second_moment (diagonal, transformed form) = eq. (15) from Thm 4.1 parameters."""
     X, Y = make_xy(11)
     for kernel in ("softmax", "gaussian"):
-        fm = cls(n_features=8, kernel=kernel, random_state=0).fit(X, Y)
+        fm = cls(n_features=8, kernel=kernel, random_state=0).fit(X, Y=Y)
         ref = derf_log_m2(*derf_params(fm), X, Y, alpha=ALPHA[kernel])
         np.testing.assert_allclose(fm._log_second_moment(X, Y, np), ref, rtol=1e-11, atol=1e-11)
 
@@ -144,11 +144,11 @@ def test_second_moment_equals_general_derf_eq15(cls):
 @pytest.mark.parametrize("A", [-2.0, -0.3, 0.0, 0.1])
 def test_gerf_variance_closed_form(A):
     X, Y = make_xy(12)
-    fm = GERF(n_features=10, A=A, random_state=0).fit(X, Y)
+    fm = GERF(n_features=10, A=A, random_state=0).fit(X, Y=Y)
     K = exact_kernel(X, Y)
     ref = (np.exp(gerf_log_m2(A, X, Y)) - K**2) / 10
     np.testing.assert_allclose(fm.variance(X, Y), ref, rtol=1e-10)
-    fm_g = GERF(n_features=10, A=A, kernel="gaussian", random_state=0).fit(X, Y)
+    fm_g = GERF(n_features=10, A=A, kernel="gaussian", random_state=0).fit(X, Y=Y)
     Kg = exact_kernel(X, Y, "gaussian")
     ref_g = (np.exp(gerf_log_m2(A, X, Y, alpha=-0.5)) - Kg**2) / 10
     np.testing.assert_allclose(fm_g.variance(X, Y), ref_g, rtol=1e-10)
@@ -163,23 +163,23 @@ def test_trig_and_hyperbolic_variance_closed_forms():
     trig = np.exp(nx + ny) * (1 + 0.5 * np.exp(-2 * d2)) - K**2
     hyp = 0.5 * (np.exp(2 * (nx + ny + 2 * X @ Y.T)) + 1) * np.exp(-nx - ny) - K**2
     np.testing.assert_allclose(
-        TrigRF(7, random_state=0).fit(X, Y).variance(X, Y) * 7, trig, rtol=1e-10
+        TrigRF(7, random_state=0).fit(X, Y=Y).variance(X, Y) * 7, trig, rtol=1e-10
     )
     np.testing.assert_allclose(
-        HyperbolicRF(7, random_state=0).fit(X, Y).variance(X, Y) * 7, hyp, rtol=1e-10
+        HyperbolicRF(7, random_state=0).fit(X, Y=Y).variance(X, Y) * 7, hyp, rtol=1e-10
     )
     # Gaussian-kernel TrigRF is random Fourier features: Var = 1 + e^{-2|x-y|^2}/2 - K^2
     Kg = exact_kernel(X, Y, "gaussian")
     rff = 1 + 0.5 * np.exp(-2 * d2) - Kg**2
-    got = TrigRF(7, kernel="gaussian", random_state=0).fit(X, Y).variance(X, Y) * 7
+    got = TrigRF(7, kernel="gaussian", random_state=0).fit(X, Y=Y).variance(X, Y) * 7
     np.testing.assert_allclose(got, rff, rtol=1e-10, atol=1e-14)
 
 
 @pytest.mark.parametrize("cls", ALL_MAPS, ids=_name)
 def test_variance_scales_as_one_over_n_features_and_is_nonnegative(cls):
     X, Y = make_xy(14)
-    v1 = cls(n_features=10, random_state=0).fit(X, Y).variance(X, Y)
-    v2 = cls(n_features=40, random_state=0).fit(X, Y).variance(X, Y)
+    v1 = cls(n_features=10, random_state=0).fit(X, Y=Y).variance(X, Y)
+    v2 = cls(n_features=40, random_state=0).fit(X, Y=Y).variance(X, Y)
     np.testing.assert_allclose(v1, 4 * v2, rtol=1e-12)
     assert np.all(v1 >= 0)
     # the diagonal of a symmetric map on X: still strictly positive (not a zero-variance

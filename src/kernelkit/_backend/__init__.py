@@ -163,9 +163,9 @@ def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_em
     Raises
     ------
     TypeError
-        Complex or non-numeric input.
+        Non-numeric input.
     ValueError
-        Not 2-D, empty, NaN/inf entries, or the wrong number of columns.
+        Complex input, not 2-D, empty, NaN/inf entries, or the wrong number of columns.
     """
     if X is None:
         raise ValueError(f"{name} is None; expected a 2-D array.")
@@ -178,10 +178,12 @@ def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_em
         try:
             X = X.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be numeric, got dtype {X.dtype}.") from exc
+            raise TypeError(f"{name} must be numeric, got dtype {X.dtype}: {exc}") from exc
     xp = array_namespace(X)
     if xp.isdtype(X.dtype, "complex floating"):
-        raise TypeError(f"{name} must be real-valued, got complex dtype {X.dtype}.")
+        raise ValueError(
+            f"Complex data not supported: {name} must be real-valued, got complex dtype {X.dtype}."
+        )
     if not xp.isdtype(X.dtype, ("real floating", "integral", "bool")):
         raise TypeError(f"{name} must be numeric, got dtype {X.dtype}.")
     if X.ndim != 2:

@@ -1,64 +1,187 @@
 """Names of the random-feature mechanisms accepted by the estimators.
 
-Maps the ``method`` strings of :class:`~kernelkit.estimators.RandomFeatures` and
-:class:`~kernelkit.estimators.NadarayaWatsonClassifier` to the feature-map classes of
-:mod:`kernelkit.features.softmax` (FAVOR# paper, Sec. 2-4).
+One registry, :data:`METHODS`, maps every ``method`` string of
+:class:`~kernelkit.estimators.RandomFeatures` and
+:class:`~kernelkit.estimators.NadarayaWatsonClassifier` to a feature-map class of
+:mod:`kernelkit.features` and the kernels it estimates; :func:`make_feature_map` builds the
+map from the estimators' common parameters (``kernel``, ``n_components`` output columns,
+``lengthscale``, ``degree``, ``coef0``, ``sampler``, ``random_state``, ``n_jobs``).
 """
 
 from __future__ import annotations
 
-from ..features import ADERF, GERF, SADERF, SDERF, HyperbolicRF, PositiveRF, TrigRF
+from dataclasses import dataclass
 
-__all__ = ["ALIASES", "DATA_DEPENDENT", "FEATURE_MAPS", "SYMMETRIC", "resolve_method"]
+from ..features import (
+    ADERF,
+    GERF,
+    SADERF,
+    SDERF,
+    AngularHybridRF,
+    ClusteredHybridRF,
+    ComplexExponentialRF,
+    GaussianHybridRF,
+    GaussianSketch,
+    HyperbolicRF,
+    NormalizedGaussianHybridRF,
+    OptimizedMaclaurin,
+    PositiveRF,
+    RademacherSketch,
+    RandomFourierFeatures,
+    RandomMaclaurin,
+    SphericalRandomFeatures,
+    TensorSketch,
+    TensorSRHT,
+    TrigRF,
+)
 
-#: method name -> feature-map class
-FEATURE_MAPS = {
-    "trig": TrigRF,
-    "positive": PositiveRF,
-    "hyperbolic": HyperbolicRF,
-    "gerf": GERF,
-    "saderf": SADERF,
-    "aderf": ADERF,
-    "sderf": SDERF,
+__all__ = [
+    "ALIASES",
+    "DATA_DEPENDENT",
+    "FEATURE_MAPS",
+    "METHODS",
+    "Method",
+    "auto_candidates",
+    "make_feature_map",
+    "resolve_method",
+]
+
+_SOFTMAX = ("softmax", "gaussian")
+_DOT = ("softmax", "gaussian", "polynomial")
+
+
+@dataclass(frozen=True)
+class Method:
+    """A feature-map class and how the estimators configure it.
+
+    ``kernels``: kernel names it estimates; ``style``: how the common parameters map to its
+    constructor (``"projection"``: ``kernel``, ``lengthscale``, ``sampler``; ``"rff"``:
+    ``lengthscale``, ``sampler``; ``"sketch"``: ``degree``, ``coef0``, ``gamma = 1/l^2``;
+    ``"maclaurin"``: ``kernel`` and its parameters; ``"srf"``: ``degree``, ``sampler``);
+    ``auto``: whether ``method="auto"`` considers it.
+    """
+
+    cls: type
+    kernels: tuple
+    style: str
+    auto: bool = True
+
+
+#: method name -> :class:`Method`
+METHODS = {
+    "trig": Method(TrigRF, _SOFTMAX, "projection"),
+    "positive": Method(PositiveRF, _SOFTMAX, "projection"),
+    "hyperbolic": Method(HyperbolicRF, _SOFTMAX, "projection"),
+    "gerf": Method(GERF, _SOFTMAX, "projection"),
+    "saderf": Method(SADERF, _SOFTMAX, "projection"),
+    "aderf": Method(ADERF, _SOFTMAX, "projection"),
+    "sderf": Method(SDERF, _SOFTMAX, "projection"),
+    "rff": Method(RandomFourierFeatures, ("gaussian",), "rff"),
+    "hybrid_angular": Method(AngularHybridRF, _SOFTMAX, "projection"),
+    "hybrid_gaussian": Method(GaussianHybridRF, _SOFTMAX, "projection"),
+    "hybrid_normalized": Method(NormalizedGaussianHybridRF, _SOFTMAX, "projection"),
+    # with its default A = I it is FAVOR+ (positive): no second candidate for "auto"
+    "complex_exponential": Method(ComplexExponentialRF, _SOFTMAX, "projection", auto=False),
+    "hybrid_clustered": Method(ClusteredHybridRF, _SOFTMAX, "projection"),
+    "rademacher": Method(RademacherSketch, ("polynomial",), "sketch"),
+    "gaussian_sketch": Method(GaussianSketch, ("polynomial",), "sketch"),
+    "tensor_srht": Method(TensorSRHT, ("polynomial",), "sketch"),
+    "tensor_sketch": Method(TensorSketch, ("polynomial",), "sketch"),
+    "random_maclaurin": Method(RandomMaclaurin, _DOT, "maclaurin"),
+    "optimized_maclaurin": Method(OptimizedMaclaurin, _DOT, "maclaurin"),
+    # eq. 57 on the unit sphere, not the polynomial kernel of the other maps
+    "srf": Method(SphericalRandomFeatures, ("polynomial",), "srf", auto=False),
 }
 
 #: paper names accepted as synonyms
-ALIASES = {"favor+": "positive", "favor++": "gerf", "favor#": "sderf"}
+ALIASES = {"favor+": "positive", "favor++": "gerf", "favor#": "sderf", "rbf": "rff"}
 
-#: methods whose x side and y side use the same map (f1 = f2)
-SYMMETRIC = tuple(name for name, cls in FEATURE_MAPS.items() if cls.symmetric)
+#: the FAVOR# family (trig, positive, hyperbolic, GERF, SADERF, ADERF, SDERF; Sec. 2-4):
+#: method name -> class
+FEATURE_MAPS = {
+    name: METHODS[name].cls
+    for name in ("trig", "positive", "hyperbolic", "gerf", "saderf", "aderf", "sderf")
+}
 
 #: methods with parameters fitted from the data (FAVOR# Sec. 3.1, Thm 4.2, 4.3, eq. 20)
-DATA_DEPENDENT = ("gerf", "saderf", "aderf", "sderf")
+DATA_DEPENDENT = tuple(name for name, m in METHODS.items() if m.cls.data_dependent)
 
 
-def resolve_method(method, *, symmetric_only: bool = False, owner: str = "") -> str:
+def resolve_method(method, *, allowed=None, owner: str = "") -> str:
     """Canonical lower-case method name for ``method`` (case-insensitive, aliases).
+
+    ``allowed``: the names an estimator accepts (default: all of :data:`METHODS`).
 
     Raises
     ------
     ValueError
-        Unknown name, or an asymmetric map where ``symmetric_only`` is set.
+        Unknown or not allowed name.
     """
+    allowed = tuple(METHODS) if allowed is None else tuple(allowed)
     if not isinstance(method, str):
-        raise ValueError(f"method must be a string, one of {sorted(FEATURE_MAPS)}; got {method!r}.")
-    name = method.strip().lower()
-    name = ALIASES.get(name, name)
-    if name not in FEATURE_MAPS:
-        allowed = SYMMETRIC if symmetric_only else tuple(FEATURE_MAPS)
+        raise ValueError(f"method must be a string, one of {sorted(allowed)}; got {method!r}.")
+    name = ALIASES.get(method.strip().lower(), method.strip().lower())
+    if name not in allowed:
         raise ValueError(
-            f"Unknown method {method!r}; expected one of {', '.join(allowed)} "
-            f"(case-insensitive; aliases {', '.join(ALIASES)})."
-        )
-    if symmetric_only and not FEATURE_MAPS[name].symmetric:
-        cls = FEATURE_MAPS[name].__name__
-        raise ValueError(
-            f"{owner or 'This estimator'} needs a symmetric feature map, but method={method!r} "
-            f"({cls}) is asymmetric: it maps query points x and key points y differently "
-            "(f1 != f2) and fits its parameters on a pair of sets (X, Y), so a single "
-            "transform(X) is not defined. Use one of "
-            f"{', '.join(SYMMETRIC)}, or use kernelkit.features.{cls} directly "
-            f"(fit(X, Y), transform(X), transform_y(Y)), or "
-            "kernelkit.estimators.NadarayaWatsonClassifier, which accepts asymmetric maps."
+            f"Unknown method {method!r}{' for ' + owner if owner else ''}; expected one of "
+            f"{', '.join(allowed)} (case-insensitive; aliases {', '.join(ALIASES)})."
         )
     return name
+
+
+def auto_candidates(kernel: str) -> list[str]:
+    """The methods ``method="auto"`` compares for ``kernel``."""
+    return [name for name, m in METHODS.items() if m.auto and kernel in m.kernels]
+
+
+def make_feature_map(
+    name: str,
+    *,
+    kernel: str,
+    n_components: int,
+    lengthscale: float = 1.0,
+    degree: int = 2,
+    coef0: float = 1.0,
+    sampler: str = "iid",
+    random_state=None,
+    n_jobs=None,
+):
+    """The feature map of method ``name`` whose output has at most ``n_components`` columns.
+
+    Every kernel divides its inputs by ``lengthscale``: ``exp(x.y / l^2)`` (softmax),
+    ``exp(-|x - y|^2 / (2 l^2))`` (Gaussian), ``(x.y / l^2 + coef0)^degree`` (polynomial;
+    sketches and Maclaurin maps get ``gamma = 1 / l^2``). ``n_features`` is the largest
+    whose ``output_dim`` fits in ``n_components``
+    (:meth:`~kernelkit.features.FeatureMap.n_features_for_output`).
+
+    Raises
+    ------
+    ValueError
+        When the method does not estimate ``kernel``.
+    """
+    m = METHODS[name]
+    if kernel not in m.kernels:
+        raise ValueError(
+            f"method={name!r} ({m.cls.__name__}) estimates the kernels {list(m.kernels)}, "
+            f"not {kernel!r}."
+        )
+    gamma = 1.0 / float(lengthscale) ** 2
+    common = {"random_state": random_state}
+    if m.style == "projection":
+        params = {"kernel": kernel, "lengthscale": lengthscale, "sampler": sampler}
+    elif m.style == "rff":
+        params = {"lengthscale": lengthscale, "sampler": sampler, "n_jobs": n_jobs}
+    elif m.style == "sketch":
+        params = {"degree": degree, "coef0": coef0, "gamma": gamma, "n_jobs": n_jobs}
+    elif m.style == "srf":
+        params = {"degree": degree, "sampler": sampler, "n_jobs": n_jobs}
+    else:  # maclaurin
+        params = {"kernel": kernel, "n_jobs": n_jobs}
+        if kernel == "polynomial":
+            params |= {"degree": degree, "coef0": coef0, "gamma": gamma}
+        else:
+            params |= {"lengthscale": lengthscale}
+    if "n_jobs" in m.cls().get_params():
+        params["n_jobs"] = n_jobs
+    fm = m.cls(**common, **params)
+    return fm.set_params(n_features=fm.n_features_for_output(n_components))

@@ -38,8 +38,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state, validate_positive_int
-from ..features import HyperbolicRF
-from ._methods import DATA_DEPENDENT, FEATURE_MAPS, resolve_method
+from ..features.sampling import SAMPLERS
+from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
 __all__ = [
     "NadarayaWatsonClassifier",
@@ -75,12 +75,6 @@ def log_features(fm, X, side: str = "x"):
         return None
     if hasattr(fm, "log_transform"):
         return fm.log_transform(X) if side == "x" else fm.log_transform_y(X)
-    if isinstance(fm, HyperbolicRF):
-        # f(w, x) = exp(+-w.x + (alpha - 1/2)|x|^2) / sqrt(2M) on lengthscale-scaled x
-        Xs = np.asarray(X, dtype=np.float64) / fm.lengthscale
-        proj = Xs @ fm.projection_.T  # (n, M)
-        row = (fm.alpha - 0.5) * np.einsum("ij,ij->i", Xs, Xs) - 0.5 * math.log(2.0 * fm.n_features)
-        return np.concatenate([proj, -proj], axis=1) + row[:, None]
     base, log_scale = fm.transform_scaled(X, side)  # generic positive map
     with np.errstate(divide="ignore"):
         return np.log(base) + log_scale[:, None]
@@ -205,12 +199,15 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         ``"favor#"``. Asymmetric maps (SADERF, ADERF) are allowed: queries use ``f1``,
         training points ``f2``.
     n_components : int, default=64
-        Number of random features ``M`` (``2M`` columns for ``"hyperbolic"``).
+        Number of feature columns, as in :class:`~kernelkit.estimators.RandomFeatures`
+        (``M`` random features; ``M = n_components // 2`` projections for
+        ``"hyperbolic"``).
     sigma : float, default=1.0
         Input scale; the kernel is ``exp(-sigma^2 |u* - u_i|^2 / 2)``. Large ``sigma``
         approaches 1-nearest-neighbour, small ``sigma`` the majority class.
-    orthogonal : bool, default=True
-        Block-orthogonal projections, as used for all RF types in FAVOR# App. B.2.
+    sampler : str, default="orthogonal"
+        How the projections are drawn (:func:`~kernelkit.features.draw_projection`);
+        block-orthogonal, as for all RF types in FAVOR# App. B.2.
     random_state : None, int or numpy.random.Generator, default=None
         Seed of the random features. An int is passed to the feature map as is (so the
         features equal ``kernelkit.features.SDERF(..., random_state=seed)``'s); otherwise
@@ -218,7 +215,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         predictions.
     exact : bool, default=False
         Use the exact kernel (``O(L n)`` per query) instead of random features; the
-        reference. ``method``, ``n_components`` and ``orthogonal`` are then ignored.
+        reference. ``method``, ``n_components`` and ``sampler`` are then ignored.
     fit_on : {"batch", "train"}, default="batch"
         Where the *data-dependent* parameters (GERF, SADERF, ADERF, SDERF; FAVOR# Sec. 3.1,
         Thm 4.2, 4.3, eq. 20) are fitted:
@@ -271,7 +268,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         method: str = "sderf",
         n_components: int = 64,
         sigma: float = 1.0,
-        orthogonal: bool = True,
+        sampler: str = "orthogonal",
         random_state=None,
         exact: bool = False,
         fit_on: str = "batch",
@@ -279,7 +276,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         self.method = method
         self.n_components = n_components
         self.sigma = sigma
-        self.orthogonal = orthogonal
+        self.sampler = sampler
         self.random_state = random_state
         self.exact = exact
         self.fit_on = fit_on
@@ -295,20 +292,23 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"sigma must be a positive finite float, got {s!r}.")
         if not isinstance(self.exact, bool | np.bool_):
             raise ValueError(f"exact must be a bool, got {self.exact!r}.")
-        if not isinstance(self.orthogonal, bool | np.bool_):
-            raise ValueError(f"orthogonal must be a bool, got {self.orthogonal!r}.")
+        if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
+            raise ValueError(
+                f"Unknown sampler {self.sampler!r}; expected one of {sorted(SAMPLERS)}."
+            )
         if self.fit_on not in ("batch", "train"):
             raise ValueError(f"fit_on must be 'batch' or 'train', got {self.fit_on!r}.")
-        name = resolve_method(self.method)
+        name = resolve_method(self.method, allowed=FEATURE_MAPS, owner="NadarayaWatsonClassifier")
         validate_positive_int(self.n_components, "n_components", maximum=2**26)
         return name
 
     def _new_map(self):
-        return FEATURE_MAPS[self._method](
-            n_features=self.n_components,
+        return make_feature_map(
+            self._method,
             kernel="gaussian",
+            n_components=self.n_components,
             lengthscale=1.0 / float(self.sigma),
-            orthogonal=bool(self.orthogonal),
+            sampler=self.sampler,
             random_state=self._feature_seed,
         )
 
@@ -362,7 +362,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         if self.feature_map_ is not None:
             fm, keys = self.feature_map_, self._keys
         else:  # paper protocol: x side = query batch, y side = training points
-            fm = self._new_map().fit(X, self.X_fit_)
+            fm = self._new_map().fit(X, Y=self.X_fit_)
             keys = self._key_side(fm)
         if keys[0] == "log":
             return nw_query_scores(log_features(fm, X, "x"), keys[1], keys[2])

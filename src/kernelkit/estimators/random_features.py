@@ -1,4 +1,4 @@
-"""scikit-learn transformer over the symmetric random feature maps."""
+"""scikit-learn transformer over every random feature map, with ``method="auto"``."""
 
 from __future__ import annotations
 
@@ -6,94 +6,143 @@ import math
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._backend import get_namespace, is_torch_array, to_numpy, validate_positive_int
+from .._backend import (
+    check_random_state,
+    get_namespace,
+    is_torch_array,
+    to_numpy,
+    validate_positive_int,
+)
 from .._backend import validate_data as kk_validate_data
-from ..features import KERNELS
-from ._methods import FEATURE_MAPS, resolve_method
+from .._backend.parallel import check_n_jobs
+from ..features.sampling import SAMPLERS
+from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
 __all__ = ["RandomFeatures"]
+
+#: kernels the estimators know
+KERNEL_NAMES = ("gaussian", "softmax", "polynomial")
 
 
 def _is_foreign_array(X) -> bool:
     """True for array-API arrays that are not NumPy (torch tensors, ...)."""
-    if isinstance(X, np.ndarray):
+    if isinstance(X, np.ndarray) or sp.issparse(X):
         return False
     return is_torch_array(X) or hasattr(X, "__array_namespace__")
 
 
 class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
-    """Random features for the Gaussian or softmax kernel as a scikit-learn transformer.
+    """Random features of the Gaussian, softmax or polynomial kernel as a transformer.
 
-    Wraps every *symmetric* feature map of :mod:`kernelkit.features.softmax` so that
-    ``transform(X) @ transform(Y).T`` is an unbiased estimate of the kernel matrix
-    ``K(X, Y)``. A drop-in for :class:`sklearn.kernel_approximation.RBFSampler` with
-    positive, data-adapted alternatives (FAVOR# paper: Likhosherstov et al., ICML 2023).
+    ``transform(X) @ transform_y(Y).T`` is an unbiased estimate of the kernel matrix
+    ``K(X, Y)`` (its real part, for complex maps; ``transform_y = transform`` for symmetric
+    maps). A drop-in for :class:`sklearn.kernel_approximation.RBFSampler` and
+    ``PolynomialCountSketch`` with every map of :mod:`kernelkit.features` behind one
+    ``method`` name, and ``method="auto"``, which picks the map of lowest analytic
+    variance for the data.
 
-    ============== ======================================= ==================== =========
-    method         feature map                             paper                output
-    ============== ======================================= ==================== =========
-    ``"trig"``     :class:`~kernelkit.features.TrigRF`     eq. (5-7), RFF       ``M``
-    ``"positive"`` :class:`~kernelkit.features.PositiveRF` FAVOR+, eq. (8-9)    ``M``
-    ``"hyperbolic"`` :class:`~kernelkit.features.HyperbolicRF` antithetic PosRF ``2M``
-    ``"gerf"``     :class:`~kernelkit.features.GERF`       FAVOR++, eq. (10-11) ``M``
-    ``"sderf"``    :class:`~kernelkit.features.SDERF`      FAVOR#, Thm 4.3      ``M``
-    ============== ======================================= ==================== =========
+    ======================= ============================================= ==============
+    method                  feature map                                   kernels
+    ======================= ============================================= ==============
+    ``"trig"``              :class:`~kernelkit.features.TrigRF`           gauss., softm.
+    ``"positive"``          :class:`~kernelkit.features.PositiveRF`       gauss., softm.
+    ``"hyperbolic"``        :class:`~kernelkit.features.HyperbolicRF`     gauss., softm.
+    ``"gerf"``              :class:`~kernelkit.features.GERF`             gauss., softm.
+    ``"saderf"``            :class:`~kernelkit.features.SADERF`           gauss., softm.
+    ``"aderf"``             :class:`~kernelkit.features.ADERF`            gauss., softm.
+    ``"sderf"``             :class:`~kernelkit.features.SDERF`            gauss., softm.
+    ``"rff"``               :class:`~kernelkit.features.RandomFourierFeatures` Gaussian
+    ``"hybrid_angular"``    :class:`~kernelkit.features.AngularHybridRF`  gauss., softm.
+    ``"hybrid_gaussian"``   :class:`~kernelkit.features.GaussianHybridRF` gauss., softm.
+    ``"hybrid_normalized"`` :class:`~kernelkit.features.NormalizedGaussianHybridRF`
+    ``"complex_exponential"`` :class:`~kernelkit.features.ComplexExponentialRF`
+    ``"hybrid_clustered"``  :class:`~kernelkit.features.ClusteredHybridRF` gauss., softm.
+    ``"rademacher"``        :class:`~kernelkit.features.RademacherSketch` polynomial
+    ``"gaussian_sketch"``   :class:`~kernelkit.features.GaussianSketch`   polynomial
+    ``"tensor_srht"``       :class:`~kernelkit.features.TensorSRHT`       polynomial
+    ``"tensor_sketch"``     :class:`~kernelkit.features.TensorSketch`     polynomial
+    ``"random_maclaurin"``  :class:`~kernelkit.features.RandomMaclaurin`  all three
+    ``"optimized_maclaurin"`` :class:`~kernelkit.features.OptimizedMaclaurin` all three
+    ``"srf"``               :class:`~kernelkit.features.SphericalRandomFeatures` eq. 57
+    ======================= ============================================= ==============
 
-    ``"favor+"``, ``"favor++"`` and ``"favor#"`` are accepted as aliases; names are
-    case-insensitive. The *asymmetric* maps ``"saderf"`` and ``"aderf"`` (Sec. 4.2-4.3) are
-    rejected with a :class:`ValueError`: they map the two arguments of the kernel
-    differently and fit their parameters on a *pair* of sets, so a transformer, which must
-    map every input the same way, cannot express them. Use the feature-map classes
-    (``fit(X, Y)``, ``transform``, ``transform_y``) or
-    :class:`~kernelkit.estimators.NadarayaWatsonClassifier` for those.
+    Aliases: ``"favor+"``, ``"favor++"``, ``"favor#"``, ``"rbf"``; names are
+    case-insensitive. ``"srf"`` estimates the unit-sphere kernel of the dot-product paper's
+    eq. 57 (inputs are normalised), not ``(x.y / l^2 + coef0)^degree``.
 
-    Data-dependent maps (``"gerf"``, ``"sderf"``) fit their parameters at :meth:`fit` on
-    the pair ``(X, X)`` (FAVOR# eq. 14 with ``Y = X``) and keep them fixed afterwards, so
-    :meth:`transform` is a fixed, row-wise map.
+    **Asymmetric maps** (SADERF, ADERF, the hybrids) map the kernel's two arguments
+    differently: :meth:`transform` gives the x-side (query) features and
+    :meth:`transform_y` the y-side (key) features. Their data-dependent parameters are
+    fitted on ``(X, Y)`` with ``fit(X, Y=keys)``, or on ``(X, X)``, where SADERF and ADERF
+    reduce to (nearly) symmetric maps.
+
+    **method="auto"** fits every candidate for ``kernel`` (those of the table with the
+    kernel, except ``"complex_exponential"``, which with its default ``A = I`` is
+    ``"positive"``, and ``"srf"``) at the requested output dimension on a sample of
+    ``auto_sample_size`` rows of the training data, evaluates its analytic relative
+    variance ``Var K_hat / K^2`` (:meth:`~kernelkit.features.FeatureMap.
+    log_relative_variance`) on all pairs of the sample (of ``X`` with ``Y`` when given;
+    distinct pairs otherwise), keeps the lowest mean, and refits it on all the data. The
+    choice is ``method_`` and the estimates ``variance_estimates_``. The analytic
+    variances are those of i.i.d. projections, whatever ``sampler``.
 
     Parameters
     ----------
     method : str, default="sderf"
-        One of ``"trig"``, ``"positive"``, ``"hyperbolic"``, ``"gerf"``, ``"sderf"``.
-    kernel : {"gaussian", "softmax"}, default="gaussian"
+        A name of the table, or ``"auto"``.
+    kernel : {"gaussian", "softmax", "polynomial"}, default="gaussian"
         ``"gaussian"``: ``exp(-|x - y|^2 / (2 l^2))`` (``K^(-1/2)`` of FAVOR# Sec. 2.1);
-        ``"softmax"``: ``exp(x^T y / l^2)`` (``K^(0)``). Gaussian-kernel features are
-        bounded (positive maps by ``exp(|w|^2 / 4)``) and underflow towards 0 for large
-        ``|x| / l``. Softmax-kernel features of ``"trig"`` carry ``exp(|x|^2 / (2 l^2))``,
-        and the fitted ``"gerf"`` / ``"sderf"`` reach similar values, so they overflow for
-        large-norm inputs: :meth:`transform` then raises a :class:`ValueError`
-        (``"positive"`` and ``"hyperbolic"`` are bounded by ``exp(|w|^2 / 2)``).
+        ``"softmax"``: ``exp(x^T y / l^2)`` (``K^(0)``); ``"polynomial"``:
+        ``(x^T y / l^2 + coef0)^degree``. Softmax-kernel features of the trig and fitted
+        maps grow like ``exp(|x|^2 / (2 l^2))`` and overflow for large-norm inputs:
+        :meth:`transform` then raises a :class:`ValueError`.
     n_components : int, default=256
-        Number of random projections ``M``. The output has ``M`` columns (``2M`` for
-        ``"hyperbolic"``).
+        Number of output columns, as in scikit-learn: each map gets the largest
+        ``n_features`` whose ``output_dim`` is at most ``n_components`` (e.g.
+        ``n_components // 2`` projections for ``"hyperbolic"``; the Maclaurin maps' exact
+        constant feature is one of the columns).
     lengthscale : float, default=1.0
         ``l`` above (``gamma = 1 / (2 l^2)`` in :class:`~sklearn.kernel_approximation.
-        RBFSampler` terms); inputs are divided by it.
-    orthogonal : bool, default=False
-        Block-orthogonal projections (ORF / Performer construction; FAVOR# App. B.2)
-        instead of i.i.d. Gaussian ones. Still unbiased, usually lower variance.
+        RBFSampler` terms); every kernel divides its inputs by it.
+    degree : int, default=2
+        Degree of the polynomial kernel (``"srf"``: ``p`` of eq. 57).
+    coef0 : float, default=1.0
+        Constant of the polynomial kernel.
+    sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}, default="iid"
+        How Gaussian projections are drawn (:func:`~kernelkit.features.draw_projection`);
+        the sketches and Maclaurin maps have their own distributions and ignore it.
     random_state : None, int or numpy.random.Generator, default=None
-        Seed of the projections (and phases for ``"trig"``). The same seed gives the same
-        features as the feature-map class with that seed.
+        Seed of the random features. The same seed gives the same features as the
+        feature-map class with that seed.
+    n_jobs : int, optional
+        Threads of the NumPy feature evaluation (scikit-learn's convention).
+    auto_sample_size : int, default=256
+        Rows of the training data used by ``method="auto"``.
 
     Attributes
     ----------
     feature_map_ : kernelkit.features.FeatureMap
         The fitted feature map (e.g. :class:`~kernelkit.features.SDERF`).
+    method_ : str
+        The method used (the choice of ``method="auto"``).
+    variance_estimates_ : dict
+        ``method="auto"`` only: method -> mean relative variance on the sample (``inf``
+        where a candidate could not be fitted).
     n_features_in_ : int
-        Number of input features ``d`` seen at :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of the input features, when ``X`` had string column names.
 
     Notes
     -----
-    Dtypes: float32 in, float32 out; float64 in, float64 out; integer input is
-    promoted to float64. Sparse input is rejected (the maps are dense; convert with
-    ``X.toarray()``). Torch tensors (and other array-API arrays) are accepted by
-    :meth:`transform` and return the same backend, device and dtype.
+    Dtypes: float32 in, float32 out; float64 in, float64 out; integer input is promoted
+    to float64. Sparse input is accepted by the maps whose first step is a linear
+    projection (trig, positive, hyperbolic, rff, the sketches, the Maclaurin maps, srf);
+    ``"auto"`` then compares those only. Torch tensors (and other array-API arrays) keep
+    their backend, device and dtype.
 
     Examples
     --------
@@ -103,6 +152,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     >>> Z = RandomFeatures(n_components=512, random_state=0).fit_transform(X)
     >>> Z.shape
     (100, 512)
+    >>> rf = RandomFeatures(method="auto", n_components=128, random_state=0).fit(X)
+    >>> rf.method_ in rf.variance_estimates_
+    True
     """
 
     def __init__(
@@ -111,22 +163,33 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         kernel: str = "gaussian",
         n_components: int = 256,
         lengthscale: float = 1.0,
-        orthogonal: bool = False,
+        degree: int = 2,
+        coef0: float = 1.0,
+        sampler: str = "iid",
         random_state=None,
+        n_jobs=None,
+        auto_sample_size: int = 256,
     ):
         self.method = method
         self.kernel = kernel
         self.n_components = n_components
         self.lengthscale = lengthscale
-        self.orthogonal = orthogonal
+        self.degree = degree
+        self.coef0 = coef0
+        self.sampler = sampler
         self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.auto_sample_size = auto_sample_size
 
     # ------------------------------------------------------------------ helpers
-    def _make_map(self):
-        name = resolve_method(self.method, symmetric_only=True, owner="RandomFeatures")
+    def _check_params(self) -> str:
+        if not isinstance(self.kernel, str) or self.kernel not in KERNEL_NAMES:
+            raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of {KERNEL_NAMES}.")
+        if isinstance(self.method, str) and self.method.strip().lower() == "auto":
+            name = "auto"
+        else:
+            name = resolve_method(self.method, owner="RandomFeatures")
         validate_positive_int(self.n_components, "n_components", maximum=2**26)
-        if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
-            raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of {sorted(KERNELS)}.")
         ls = self.lengthscale
         if (
             isinstance(ls, bool)
@@ -134,56 +197,139 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             or not (math.isfinite(ls) and ls > 0)
         ):
             raise ValueError(f"lengthscale must be a positive finite float, got {ls!r}.")
-        if not isinstance(self.orthogonal, bool | np.bool_):
-            raise ValueError(f"orthogonal must be a bool, got {self.orthogonal!r}.")
-        return FEATURE_MAPS[name](
-            n_features=self.n_components,
+        if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
+            raise ValueError(
+                f"Unknown sampler {self.sampler!r}; expected one of {sorted(SAMPLERS)}."
+            )
+        check_n_jobs(self.n_jobs)
+        validate_positive_int(self.auto_sample_size, "auto_sample_size", minimum=2)
+        return name
+
+    def _make_map(self, name, random_state):
+        return make_feature_map(
+            name,
             kernel=self.kernel,
-            lengthscale=float(ls),
-            orthogonal=bool(self.orthogonal),
-            random_state=self.random_state,
+            n_components=self.n_components,
+            lengthscale=float(self.lengthscale),
+            degree=self.degree,
+            coef0=self.coef0,
+            sampler=self.sampler,
+            random_state=random_state,
+            n_jobs=self.n_jobs,
         )
 
+    def _validate(self, X, reset: bool, accept_sparse: bool):
+        if _is_foreign_array(X):
+            X, _ = kk_validate_data(X, "X", n_features=None if reset else self.n_features_in_)
+            if reset:
+                self.n_features_in_ = int(X.shape[1])
+                self.__dict__.pop("feature_names_in_", None)
+            return X
+        return validate_data(
+            self,
+            X,
+            dtype=[np.float64, np.float32],
+            accept_sparse="csr" if accept_sparse else False,
+            reset=reset,
+        )
+
+    def _choose(self, X, Y):
+        """``method="auto"``: the candidate of lowest mean relative variance on a sample."""
+        candidates = auto_candidates(self.kernel)
+        if sp.issparse(X):
+            candidates = [c for c in candidates if METHODS[c].cls.accepts_sparse]
+        rng = check_random_state(self.random_state)
+        seed = int(rng.integers(0, 2**31 - 1))
+        sx = _sample_rows(X, self.auto_sample_size, rng)
+        sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng)
+        estimates = {}
+        for name in candidates:
+            try:
+                fm = self._make_map(name, seed).fit(sx, Y=sy)
+                lrv = to_numpy(fm.log_relative_variance(sx, sy), np.float64)
+            except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
+                estimates[name] = math.inf
+                continue
+            if sy is None:  # distinct pairs: K(x, x) is not a kernel estimate anyone needs
+                lrv = lrv[~np.eye(lrv.shape[0], dtype=bool)]
+            with np.errstate(over="ignore"):
+                rel = np.exp(lrv)
+            rel = rel[~np.isnan(rel)]
+            estimates[name] = float(rel.mean()) if rel.size else math.inf
+        finite = {k: v for k, v in estimates.items() if math.isfinite(v)}
+        if not finite:
+            raise ValueError(
+                f"RandomFeatures(method='auto'): no candidate for kernel={self.kernel!r} has a "
+                f"finite variance on this data ({estimates}); choose a method explicitly."
+            )
+        return min(finite, key=finite.get), estimates
+
     # ------------------------------------------------------------------ API
-    def fit(self, X, y=None):
-        """Draw the random projections and fit the data-dependent parameters on ``X``.
+    def fit(self, X, y=None, *, Y=None):
+        """Choose (``method="auto"``), draw and fit the feature map.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Dense real data (NumPy, pandas, lists, or a torch tensor).
+        X : array-like or sparse matrix of shape (n_samples, n_features)
+            Real data (NumPy, pandas, lists, SciPy sparse for projection maps, or a torch
+            tensor).
         y : None
-            Ignored.
+            Ignored (a Pipeline's target).
+        Y : array-like of shape (m_samples, n_features), optional, keyword-only
+            The kernel's y-side points (keys) for data-dependent asymmetric maps.
 
         Returns
         -------
         self : RandomFeatures
         """
-        fm = self._make_map()
-        if _is_foreign_array(X):
-            X, _ = kk_validate_data(X, "X")
-            self.n_features_in_ = int(X.shape[1])
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
+        name = self._check_params()
+        accept_sparse = name == "auto" or METHODS[name].cls.accepts_sparse
+        if sp.issparse(X) and not accept_sparse:
+            raise TypeError(
+                f"RandomFeatures(method={self.method!r}) does not support sparse input: "
+                f"{METHODS[name].cls.__name__} is not a linear projection of its input. "
+                "Convert with X.toarray() or use a projection method (trig, positive, "
+                "hyperbolic, rff, rademacher, gaussian_sketch, tensor_srht, tensor_sketch, "
+                "random_maclaurin, optimized_maclaurin, srf)."
+            )
+        X = self._validate(X, reset=True, accept_sparse=accept_sparse)
+        if name == "auto":
+            name, self.variance_estimates_ = self._choose(X, Y)
         else:
-            X = validate_data(self, X, dtype=[np.float64, np.float32], accept_sparse=False)
-        self.feature_map_ = fm.fit(X)  # Y = X
-        self._n_features_out = int(fm.output_dim)
+            self.__dict__.pop("variance_estimates_", None)
+        self.method_ = name
+        self.feature_map_ = self._make_map(name, self.random_state).fit(X, Y=Y)
+        self._n_features_out = int(self.feature_map_.output_dim)
         return self
 
+    def _checked(self, Z, X):
+        xp = get_namespace(Z)
+        if bool(xp.all(xp.isfinite(Z))):
+            return Z
+        Xd = X.toarray() if sp.issparse(X) else to_numpy(X, np.float64)
+        xs = Xd / float(self.lengthscale)
+        big = float(np.sqrt((xs * xs).sum(axis=1)).max()) if xs.size else 0.0
+        raise ValueError(
+            f"RandomFeatures(method={self.method_!r}, kernel={self.kernel!r}) produced "
+            f"non-finite features: the largest |x| / lengthscale is {big:.3g} and the "
+            f"features exceed the range of {Z.dtype}. Standardise X, increase "
+            "lengthscale, use kernel='gaussian' (bounded features) or float64, or use "
+            "feature_map_.transform_scaled(X) / feature_map_.approx_kernel(X, Y), which "
+            "keep the magnitudes in log space."
+        )
+
     def transform(self, X):
-        """Map ``X`` to random features.
+        """Map ``X`` to the x-side (query) random features.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features_in_)
+        X : array-like or sparse matrix of shape (n_samples, n_features_in_)
 
         Returns
         -------
-        Z : array of shape (n_samples, n_output)
-            ``n_output = n_components`` (``2 n_components`` for ``"hyperbolic"``).
-            ``Z @ Z.T`` estimates the kernel matrix without bias. NumPy for NumPy-like
-            input (float32 kept), otherwise the input's backend and device.
+        Z : array of shape (n_samples, n_components_out)
+            At most ``n_components`` columns (``feature_map_.output_dim``). NumPy for
+            NumPy-like input (float32 kept), otherwise the input's backend and device.
 
         Raises
         ------
@@ -192,31 +338,37 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             range (softmax kernel with large ``|x| / lengthscale``).
         """
         check_is_fitted(self)
-        if _is_foreign_array(X):
-            Z = self.feature_map_.transform(X)
-            xp = get_namespace(Z)
-            finite = bool(xp.all(xp.isfinite(Z)))
-        else:
-            X = validate_data(
-                self, X, dtype=[np.float64, np.float32], accept_sparse=False, reset=False
-            )
-            Z = self.feature_map_.transform(X)
-            finite = bool(np.isfinite(Z).all())
-        if not finite:
-            xs = to_numpy(X, np.float64) / self.feature_map_.lengthscale
-            big = float(np.sqrt((xs * xs).sum(axis=1)).max()) if xs.size else 0.0
-            raise ValueError(
-                f"RandomFeatures(method={self.method!r}, kernel={self.kernel!r}) produced "
-                f"non-finite features: the largest |x| / lengthscale is {big:.3g} and the "
-                f"features exceed the range of {Z.dtype}. Standardise X, increase "
-                "lengthscale, use kernel='gaussian' (bounded features) or float64, or use "
-                "feature_map_.transform_scaled(X) / feature_map_.approx_kernel(X, Y), which "
-                "keep the magnitudes in log space."
-            )
-        return Z
+        X = self._validate(X, reset=False, accept_sparse=self.feature_map_.accepts_sparse)
+        return self._checked(self.feature_map_.transform(X), X)
+
+    def transform_y(self, Y):
+        """The y-side (key) features of ``Y``; :meth:`transform` for symmetric maps."""
+        check_is_fitted(self)
+        Y = self._validate(Y, reset=False, accept_sparse=self.feature_map_.accepts_sparse)
+        return self._checked(self.feature_map_.transform_y(Y), Y)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
-        tags.input_tags.sparse = False
+        try:
+            name = self._check_params()
+        except (TypeError, ValueError):  # invalid parameters: fit will say why
+            name = None
+        tags.input_tags.sparse = name == "auto" or (
+            name in METHODS and bool(METHODS[name].cls.accepts_sparse)
+        )
         return tags
+
+
+def _sample_rows(X, size: int, rng):
+    """At most ``size`` rows of ``X`` drawn without replacement (all rows when fewer)."""
+    n = X.shape[0]
+    if n <= size:
+        return X
+    idx = np.sort(rng.choice(n, size=size, replace=False))
+    if _is_foreign_array(X):
+        import array_api_compat
+
+        xp = array_api_compat.array_namespace(X)
+        return xp.take(X, xp.asarray(idx, device=array_api_compat.device(X)), axis=0)
+    return X[idx]

@@ -195,7 +195,7 @@ def _draw_seeds(seeds, M, d, trig: bool):
     with _blas_single_thread():
         for s in seeds:
             rng = check_random_state(s)
-            Ws.append(draw_projection(M, d, rng, orthogonal=True))  # (M, d)
+            Ws.append(draw_projection(M, d, rng, sampler="orthogonal"))  # (M, d)
             thetas.append(rng.uniform(0.0, 2.0 * np.pi, size=M) if trig else None)
     return Ws, thetas
 
@@ -260,14 +260,13 @@ def rf_accuracies(method, Q, target, T, R, sigma, seeds, Ms, draws=None):
         n_features=1,
         kernel="gaussian",
         lengthscale=1.0 / float(sigma),
-        orthogonal=False,
         random_state=0,
     )
     with _blas_single_thread():
         # data-dependent parameters from (sigma Q, sigma T); the (1, d) projection drawn
         # here is replaced below by the stacked per-seed ones
         if method in DATA_DEPENDENT:
-            fm.fit(Q, T)
+            fm.fit(Q, Y=T)
         else:
             fm.fit(T[:1])
     acc = np.empty((len(Ms), len(seeds)))

@@ -216,7 +216,7 @@ def pair_statistics(X, Y) -> dict:
     out: dict = {}
     log_k = None
     for label, cls in METHODS.items():
-        fm = cls(n_features=1, kernel="softmax", random_state=0).fit(X, Y)
+        fm = cls(n_features=1, kernel="softmax", random_state=0).fit(X, Y=Y)
         log_m2 = np.asarray(fm._log_second_moment(X, Y, xp))  # (n, m)
         if log_k is None:
             log_k = np.asarray(fm._log_kernel(X, Y, xp))  # (n, m), method-independent

@@ -135,7 +135,7 @@ def _estimate(method, m, clustered, Xe, Ye, rng):
         fm = ComplexExponentialRF(m, A=np.full(Xe.shape[1], 1j), random_state=rng)
     else:
         raise ValueError(f"unknown method {method!r}.")
-    return fm.fit(Xe, Ye).approx_kernel(Xe, Ye)
+    return fm.fit(Xe, Y=Ye).approx_kernel(Xe, Ye)
 
 
 def _key(name, scale):
@@ -173,7 +173,7 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
             n_init=4,
             random_state=int(rng.integers(2**31)),
         )
-        clustered.fit(X, Y)
+        clustered.fit(X, Y=Y)
         cx, cy = clustered.centers_x_, clustered.centers_y_  # (2, d)
         resid = diagonal_A_loss(clustered.A_, cx[:, None, :], cy[None, :, :])  # l(A^ij)
         lab_x, lab_y = (np.asarray(v) for v in clustered.cluster_pairs(X, Y))

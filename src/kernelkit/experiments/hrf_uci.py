@@ -123,8 +123,8 @@ def compute(config: Config, seed: int = 0, progress: bool = True) -> dict:
             for name, (kind, sampler) in METHODS.items():
                 if kind == "hybrid":
                     fm = AngularHybridRF(
-                        n_features=m, n_lambda=n, orthogonal=sampler, random_state=rng
-                    ).fit(Xa, Xb)
+                        n_features=m, n_lambda=n, sampler=sampler, random_state=rng
+                    ).fit(Xa, Y=Xb)
                     est = np.sum(fm.transform(Xa) * fm.transform_y(Xb), axis=1)  # (P,)
                 else:
                     W = SAMPLERS[sampler](config.n_features, d, rng)  # (M, d)

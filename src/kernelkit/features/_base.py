@@ -1,15 +1,30 @@
-"""The feature-map contract shared by every random feature map (DESIGN.md).
+"""The feature-map contract, held by every random feature map (user guide: "The
+feature-map contract").
 
-A feature map estimates a kernel ``K(x, y)`` by ``phi(x)^T conj(psi(y))`` with random
-features ``phi`` (x / query side) and ``psi`` (y / key side). Subclasses implement
-``_fit_parameters`` and ``_scaled_features``; the base class supplies validation, the
-stabilised kernel estimate and the public API::
+A feature map estimates a kernel ``K(x, y)`` by ``Re phi(x)^T conj(psi(y))`` with random
+features ``phi`` (x side, queries) and ``psi`` (y side, keys)::
 
-    fm.fit(X, Y=None)        # draw random parameters, fit data-dependent ones
-    fm.transform(X)          # (n, fm.output_dim) x-side features
-    fm.transform_y(Y)        # (m, fm.output_dim) y-side features
-    fm.approx_kernel(X, Y)   # (n, m) unbiased estimate of the kernel
-    fm.variance(X, Y)        # (n, m) analytic variance of approx_kernel (i.i.d. features)
+    fm = SDERF(n_features=256, kernel="gaussian", random_state=0)
+    fm.fit(X, y=None, *, Y=None)   # scikit-learn transformer: y (a Pipeline's target) is
+                                   # ignored; the kernel's second data set is keyword-only
+    fm.transform(X)                # (n, fm.output_dim) x-side features; fit_transform,
+                                   # get_feature_names_out and set_output come with it
+    fm.transform_y(Y)              # (m, fm.output_dim) y-side features
+    fm.approx_kernel(X, Y)         # (n, m) real part of transform(X) @ conj(transform_y(Y)).T
+    fm.exact_kernel(X, Y)          # (n, m) the kernel the map approximates
+    fm.expected_kernel(X, Y)       # (n, m) E approx_kernel (the exact kernel, where unbiased)
+    fm.variance(X, Y)              # (n, m) analytic variance of approx_kernel
+    fm.complex_variance(X, Y)      # (n, m) E|k_hat - E k_hat|^2 of the complex estimate
+    fm.log_relative_variance(X, Y) # (n, m) log(variance / expected_kernel^2)
+    fm.kernel                      # the kernel's name: "softmax", "gaussian", "polynomial"
+    fm.output_dim                  # columns of transform (may differ from n_features)
+
+Inputs are NumPy arrays (anything :func:`numpy.asarray` takes, pandas included), SciPy
+sparse matrices for the maps whose first step is a linear projection
+(``accepts_sparse``), or torch tensors (CPU or GPU, with autograd) and other array-API
+arrays, which keep their backend, device and dtype. float32 stays float32, float64 stays
+float64, integers become float64. A second argument of another backend is moved to the
+first argument's backend and dtype.
 
 Stabilised representation. Internally every map returns ``(base, log_scale)`` with
 ``features = base * exp(log_scale)[:, None]``; ``base`` is O(1) and ``log_scale`` carries
@@ -20,25 +35,26 @@ the raw features of :meth:`transform` overflow.
 
 from __future__ import annotations
 
-import contextlib
 import math
+import numbers
+import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import _check_feature_names, check_array
 
 from .._backend import (
     check_random_state,
     device,
+    get_namespace,
     is_numpy_namespace,
+    is_torch_array,
     to_backend,
     to_numpy,
-    validate_data,
-    validate_positive_float,
-    validate_positive_int,
 )
-from .._backend.parallel import SingleThreadedBlas
-from .sampling import draw_projection
+from .._backend import validate_data as validate_array
 
 __all__ = ["KERNELS", "FeatureMap"]
 
@@ -46,118 +62,267 @@ __all__ = ["KERNELS", "FeatureMap"]
 KERNELS = {"softmax": 0.0, "gaussian": -0.5}
 
 
-class FeatureMap(BaseEstimator):
-    """Base class of random feature maps for the (scaled) softmax kernel family.
+def _is_foreign_array(X) -> bool:
+    """Array-API arrays that are not NumPy (torch tensors, ...): they keep their backend."""
+    if isinstance(X, np.ndarray) or sp.issparse(X):
+        return False
+    return is_torch_array(X) or hasattr(X, "__array_namespace__")
 
-    Parameters
-    ----------
-    n_features : int
-        Number of random projections ``M``.
-    kernel : {"softmax", "gaussian"}
-        ``"softmax"``: ``exp(x^T y / l^2)``; ``"gaussian"``: ``exp(-|x-y|^2 / (2 l^2))``.
-    lengthscale : float
-        ``l`` above; inputs are divided by it.
-    orthogonal : bool
-        Draw block-orthogonal projections (:func:`~kernelkit.features.sampling.
-        block_orthogonal_projection`) instead of i.i.d. Gaussian ones.
-    random_state : None, int or numpy.random.Generator
+
+def _sparse_classes() -> str:
+    """Names of the public feature maps that accept sparse input."""
+    import importlib
+
+    pkg = importlib.import_module("kernelkit.features")
+    ok = [n for n in pkg.__all__ if getattr(getattr(pkg, n), "accepts_sparse", False) is True]
+    return ", ".join(sorted(ok))
+
+
+class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Base class of every random feature map: the contract of the module docstring.
+
+    Subclasses implement ``_check_params()``, ``_fit(X, Y, xp, rng)`` (``X`` validated,
+    ``Y`` validated or None), ``_output_dim_for(n_features)``,
+    ``_scaled_features(X, xp, side)``, ``_exact_kernel(X, Y, xp)`` and
+    ``_variance(X, Y, xp)``; complex maps also ``_complex_variance``.
     """
 
-    #: whether ``transform_y`` equals ``transform``
+    #: whether ``transform_y`` equals ``transform`` (one map for both kernel arguments)
     symmetric = True
-    #: whether every feature is positive (usable for attention normalisation)
+    #: whether every feature is positive (usable as attention weights)
     positive = False
-
-    def __init__(
-        self,
-        n_features: int = 256,
-        kernel: str = "softmax",
-        lengthscale: float = 1.0,
-        orthogonal: bool = False,
-        random_state=None,
-    ):
-        self.n_features = n_features
-        self.kernel = kernel
-        self.lengthscale = lengthscale
-        self.orthogonal = orthogonal
-        self.random_state = random_state
-
-    # ------------------------------------------------------------------ parameters
-    def _validate_params(self):
-        validate_positive_int(self.n_features, "n_features", maximum=2**26)
-        if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
-            raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of {sorted(KERNELS)}.")
-        validate_positive_float(self.lengthscale, "lengthscale")
-
-    @property
-    def alpha(self) -> float:
-        """``alpha`` of the scaled softmax kernel ``K^(alpha)`` this map estimates."""
-        return KERNELS[self.kernel]
-
-    @property
-    def output_dim(self) -> int:
-        """Number of output features per point."""
-        return int(self.n_features)
+    #: whether ``scipy.sparse`` input is accepted (the first step is a linear projection)
+    accepts_sparse = False
+    #: whether ``fit`` reads more of the data than its dimension
+    data_dependent = False
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, Y=None):
+    def fit(self, X, y=None, *, Y=None):
         """Draw the random parameters and fit the data-dependent ones.
 
         Parameters
         ----------
-        X : array, shape (n, d)
+        X : array-like or sparse matrix, shape (n, d)
             x-side (query) points.
-        Y : array, shape (m, d), optional
-            y-side (key) points; defaults to ``X``.
+        y : ignored
+            A scikit-learn ``Pipeline`` passes its target here; it is not used.
+        Y : array-like, shape (m, d), optional, keyword-only
+            y-side (key) points, the kernel's second argument; defaults to ``X``. Only
+            data-dependent maps read it (the others check its dimension).
 
         Returns
         -------
         self
         """
-        self._validate_params()
-        X, _ = validate_data(X, "X")
-        Y = X if Y is None else validate_data(Y, "Y", n_features=X.shape[1])[0]
-        rng = check_random_state(self.random_state)
-        d = X.shape[1]
-        self.n_features_in_ = d
-        self.projection_ = draw_projection(self.n_features, d, rng, self.orthogonal)  # (M, d)
-        Xs = _fit_array(X, self.lengthscale)  # (n, d)
-        Ys = Xs if Y is X else _fit_array(Y, self.lengthscale)  # (m, d); Y is X: same object
-        # O(n d^2 + d^3 + M d^2) work: kernelkit threads the O(n d^2) sums itself and runs
-        # small-d linear algebra on one BLAS thread (see SingleThreadedBlas)
-        with SingleThreadedBlas() if d <= _SMALL_D else contextlib.nullcontext():
-            self._fit_parameters(Xs, Ys, rng)
-            self._build()
+        self._check_params()
+        X, xp = self._validate(X, "X", reset=True)
+        if Y is None:
+            self._check_positional_keys(X, y)
+        else:
+            Y, _ = self._validate(Y, "Y", like=X, allow_empty=False)
+        self._fit(X, Y, xp, check_random_state(self.random_state))
+        self._is_fitted = True
         return self
 
-    def _fit_parameters(self, X, Y, rng):
-        """Fit data-dependent parameters from float64 NumPy ``X`` (n, d), ``Y`` (m, d).
+    def _check_positional_keys(self, X, y):
+        """A second data set passed positionally would be silently ignored: say so."""
+        if y is None or not hasattr(y, "shape") or len(y.shape) != 2:
+            return
+        if y.shape[1] != X.shape[1] or not (
+            np.issubdtype(np.dtype(str(y.dtype).replace("torch.", "")), np.floating)
+        ):
+            return
+        if y.shape[0] != X.shape[0]:
+            raise TypeError(
+                f"{type(self).__name__}.fit got a second data set of shape {tuple(y.shape)} "
+                "as its positional argument y, which a scikit-learn transformer ignores. "
+                "The kernel's y side (keys) is keyword-only: fit(X, Y=keys)."
+            )
+        if self.data_dependent:
+            warnings.warn(
+                f"{type(self).__name__}.fit ignores its positional argument y (a Pipeline's "
+                "target). If it holds the kernel's y-side points (keys), pass them as "
+                "fit(X, Y=keys).",
+                UserWarning,
+                stacklevel=3,
+            )
 
-        ``X`` and ``Y`` may be read-only views of the caller's data (do not modify them in
-        place); ``Y is X`` when ``fit`` got no ``Y``.
+    def _check_params(self):
+        """Validate the constructor parameters (raise ``TypeError`` / ``ValueError``)."""
+
+    def _fit(self, X, Y, xp, rng):
+        raise NotImplementedError
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return getattr(self, "_is_fitted", False)
+
+    def _check_fitted(self):
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
+                "appropriate arguments before using this feature map."
+            )
+
+    # ------------------------------------------------------------------ inputs
+    def _validate(self, X, name: str, *, reset: bool = False, like=None, allow_empty=None):
+        """Validated ``(X, xp)`` under the dtype / backend / sparse policy of the module doc.
+
+        ``reset`` (``fit``'s ``X``) records ``n_features_in_`` and, for named columns,
+        ``feature_names_in_``; otherwise the number of columns must match. ``like``: an
+        already validated array whose backend, device and dtype ``X`` takes.
         """
+        if allow_empty is None:
+            allow_empty = not reset
+        n_in = None if (reset or like is not None) else self.n_features_in_
+        if like is not None:
+            n_in = like.shape[1]
+        if sp.issparse(X):
+            if not self.accepts_sparse:
+                raise TypeError(
+                    f"{type(self).__name__} does not support sparse input ({name} is a "
+                    f"{type(X).__name__}): its features are not a linear projection of the "
+                    f"input. Convert with {name}.toarray(), or use a map that accepts sparse "
+                    f"input: {_sparse_classes()}."
+                )
+            X = check_array(
+                X,
+                accept_sparse="csr",
+                dtype=[np.float64, np.float32],
+                ensure_min_samples=0 if allow_empty else 1,
+                input_name=name,
+                estimator=self,
+            )
+            xp = get_namespace(np.empty(0))
+        else:
+            foreign = _is_foreign_array(X)
+            if not foreign and (reset or like is None):
+                _check_feature_names(self, X, reset=reset)  # pandas column names
+            X, xp = validate_array(X, name, allow_empty=allow_empty)
+            if reset and foreign:
+                self.__dict__.pop("feature_names_in_", None)
+        if reset:
+            self.n_features_in_ = int(X.shape[1])
+        if n_in is not None and X.shape[1] != n_in:
+            raise ValueError(
+                f"{name} has {X.shape[1]} features, but {type(self).__name__} is "
+                f"expecting {n_in} features as input."
+            )
+        if like is not None:
+            X, xp = self._like(X, xp, like)
+        return X, xp
 
-    def _build(self):
-        """Precompute NumPy constants used by ``_scaled_features`` (after any refit)."""
-        self._cache = {}
+    @staticmethod
+    def _like(X, xp, like):
+        """``X`` moved to the backend, device and dtype of ``like`` (mixed-input rule)."""
+        xp_like = get_namespace(like) if not sp.issparse(like) else get_namespace(np.empty(0))
+        if sp.issparse(X) or sp.issparse(like):
+            return X, xp
+        if xp_like.__name__ != xp.__name__:
+            return to_backend(to_numpy(X), xp_like, like), xp_like
+        if X.dtype != like.dtype:
+            X = xp.astype(X, like.dtype)
+        return X, xp
 
-    def _param(self, name: str, xp, like):
-        """Cached copy of the NumPy constant ``self._consts[name]`` on ``like``'s backend."""
-        key = (name, xp.__name__, str(device(like)), str(like.dtype))
-        cache = self.__dict__.setdefault("_cache", {})
-        if key not in cache:
-            cache[key] = to_backend(self._consts[name], xp, like)
-        return cache[key]
+    def _prepare(self, X, xp):
+        """Map-specific input transform (lengthscale, normalisation) of validated ``X``."""
+        return X
+
+    def _check_X(self, X, name: str = "X", like=None):
+        """Fitted check, validation and :meth:`_prepare`: ``(X, xp)``."""
+        self._check_fitted()
+        X, xp = self._validate(X, name, like=like)
+        return self._prepare(X, xp), xp
+
+    def _check_pair(self, X, Y):
+        """Prepared ``(X, Y, xp)``; ``Y`` defaults to ``X`` and follows ``X``'s backend."""
+        Xp, xp = self._check_X(X, "X")
+        if Y is None:
+            return Xp, Xp, xp
+        Yp, _ = self._check_X(Y, "Y", like=Xp)
+        return Xp, Yp, xp
+
+    @staticmethod
+    def _densify(X):
+        """Dense version of a prepared input (sparse inputs of the O(n m) methods)."""
+        return X.toarray() if sp.issparse(X) else X
+
+    # ------------------------------------------------------------------ sizes
+    def _output_dim_for(self, n_features: int) -> int:
+        """Output columns for ``n_features`` random features, from the parameters alone."""
+        return int(n_features)
+
+    @property
+    def output_dim(self) -> int:
+        """Number of output columns of :meth:`transform`."""
+        return self._output_dim_for(int(self.n_features))
+
+    @property
+    def _n_features_out(self) -> int:
+        return self.output_dim
+
+    def n_features_for_output(self, n_components: int) -> int:
+        """The largest ``n_features`` whose output has at most ``n_components`` columns.
+
+        Estimators that build maps by name (``RandomFeatures``, ``NadarayaWatsonClassifier``)
+        take scikit-learn's ``n_components``, the number of output columns; this converts it
+        to the map's own ``n_features`` (e.g. ``n_components // 2`` for
+        :class:`~kernelkit.features.HyperbolicRF`). At least 1: below the smallest output
+        of the map (2 for HyperbolicRF, ``4 (n_lambda + 1)`` for AngularHybridRF) the
+        output has more than ``n_components`` columns.
+        """
+        n_components = int(n_components)
+        if self._output_dim_for(1) >= n_components:
+            return 1
+        lo, hi = 1, max(1, n_components)
+        while lo < hi:  # output_dim is non-decreasing in n_features
+            mid = (lo + hi + 1) // 2
+            if self._output_dim_for(mid) <= n_components:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    @property
+    def is_complex(self) -> bool:
+        """Whether :meth:`transform` returns complex features."""
+        return False
 
     # ------------------------------------------------------------------ features
-    def _check_X(self, X, name):
-        check_is_fitted(self, "projection_")
-        X, xp = validate_data(X, name, n_features=self.n_features_in_, allow_empty=True)
-        return X / self.lengthscale if self.lengthscale != 1.0 else X, xp
-
     def _scaled_features(self, X, xp, side: str):
-        """Return ``(base (n, D), log_scale (n,))`` for lengthscale-scaled ``X``."""
+        """Return ``(base (n, D), log_scale (n,))`` for prepared ``X``."""
         raise NotImplementedError
+
+    def _features(self, X, xp, side: str):
+        """Features of prepared ``X`` (n, output_dim); may overflow for huge norms."""
+        base, log_scale = self._scaled_features(X, xp, side)
+        if is_numpy_namespace(xp):
+            with np.errstate(over="ignore"):
+                scale = np.exp(log_scale).astype(base.real.dtype, copy=False)
+            base *= scale[:, None]
+            return base
+        return base * xp.exp(log_scale)[:, None]
+
+    def transform(self, X):
+        """x-side (query) features.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix (``accepts_sparse`` maps) or tensor, shape (n, d)
+
+        Returns
+        -------
+        array, shape (n, output_dim)
+            Same backend, device and dtype as ``X`` (complex64 / complex128 for complex
+            maps). May overflow for huge norms; use :meth:`approx_kernel` or
+            :meth:`transform_scaled` there.
+        """
+        X, xp = self._check_X(X, "X")
+        return self._features(X, xp, "x")
+
+    def transform_y(self, Y):
+        """y-side (key) features, shape (m, output_dim); :meth:`transform` for symmetric maps."""
+        Y, xp = self._check_X(Y, "Y")
+        return self._features(Y, xp, "y")
 
     def transform_scaled(self, X, side: str = "x"):
         """Features in stabilised form.
@@ -179,34 +344,13 @@ class FeatureMap(BaseEstimator):
         X, xp = self._check_X(X, "X" if side == "x" else "Y")
         return self._scaled_features(X, xp, side)
 
-    def _features(self, X, side):
-        base, log_scale = self.transform_scaled(X, side)
-        xp = _namespace_of(base)
-        if is_numpy_namespace(xp):
-            with np.errstate(over="ignore"):
-                scale = np.exp(log_scale)
-            base *= scale[:, None]
-            return base
-        return base * xp.exp(log_scale)[:, None]
-
-    def transform(self, X):
-        """x-side (query) features.
-
-        Parameters
-        ----------
-        X : array, shape (n, d)
-
-        Returns
-        -------
-        array, shape (n, output_dim)
-            Same backend, device and dtype as ``X``. May overflow for huge norms; use
-            :meth:`approx_kernel` or :meth:`transform_scaled` there.
-        """
-        return self._features(X, "x")
-
-    def transform_y(self, Y):
-        """y-side (key) features, shape (m, output_dim)."""
-        return self._features(Y, "y")
+    def _scaled_pair(self, X, Y, xp):
+        """``(bx, sx, by, sy)`` of prepared ``X``, ``Y`` for :meth:`approx_kernel`."""
+        bx, sx = self._scaled_features(X, xp, "x")
+        if Y is X and self.symmetric:
+            return bx, sx, bx, sx
+        by, sy = self._scaled_features(Y, xp, "y")
+        return bx, sx, by, sy
 
     def approx_kernel(self, X, Y=None):
         """Unbiased random-feature estimate of the kernel matrix.
@@ -221,112 +365,116 @@ class FeatureMap(BaseEstimator):
 
         Returns
         -------
-        array, shape (n, m)
+        array, shape (n, m), real
         """
-        Y = X if Y is None else Y
-        bx, sx, by, sy = self._scaled_pair(X, Y)
-        xp = _namespace_of(bx)
-        if xp.isdtype(by.dtype, "complex floating"):
-            # Re(P conj(S)^T) = Re P Re S^T + Im P Im S^T
-            dot = xp.real(bx) @ xp.matrix_transpose(xp.real(by)) + xp.imag(
-                bx
-            ) @ xp.matrix_transpose(xp.imag(by))  # (n, m)
-        else:
-            dot = bx @ xp.matrix_transpose(by)  # (n, m)
-        scale = sx[:, None] + sy[None, :]  # (n, m) log of the row scales
-        # exp(scale) must not overflow in the working dtype (float32: ~88.7, float64: ~709.8)
-        limit = math.log(float(xp.finfo(dot.dtype).max)) - 10.0
-        if dot.shape[0] == 0 or dot.shape[1] == 0 or float(_detach(xp.max(scale))) < limit:
-            return dot * xp.exp(scale)
-        # log path: sign(dot) * exp(log|dot| + scale)
-        absdot = xp.abs(dot)
-        tiny = xp.asarray(float(xp.finfo(dot.dtype).tiny), dtype=dot.dtype)
-        logabs = xp.log(xp.maximum(absdot, tiny)) + scale
-        logabs = xp.where(absdot > 0, logabs, xp.full_like(logabs, -math.inf))  # exp -> 0
-        return xp.sign(dot) * xp.exp(logabs)
+        X, Y, xp = self._check_pair(X, Y)
+        bx, sx, by, sy = self._scaled_pair(X, Y, xp)
+        return combine_scaled(xp, real_gram(xp, bx, by), sx[:, None] + sy[None, :])
 
-    def _scaled_pair(self, X, Y):
-        """``transform_scaled`` of both sides, ``(bx, sx, by, sy)``, for :meth:`approx_kernel`."""
-        bx, sx = self.transform_scaled(X, "x")
-        by, sy = self.transform_scaled(Y, "y")
-        return bx, sx, by, sy
+    # ------------------------------------------------------------------ kernels
+    def exact_kernel(self, X, Y=None):
+        """The kernel this map approximates, ``K(X, Y)``, shape (n, m)."""
+        X, Y, xp = self._check_pair(X, Y)
+        return self._exact_kernel(self._densify(X), self._densify(Y), xp)
 
-    # ------------------------------------------------------------------ variance
-    def _log_second_moment(self, X, Y, xp):
-        """``log E[(f1(w,x) f2(w,y))^2]`` per pair for one random projection, (n, m)."""
+    def expected_kernel(self, X, Y=None):
+        """``E approx_kernel(X, Y)`` over the random draw of ``fit``, shape (n, m).
+
+        The exact kernel for unbiased maps; maps that estimate a surrogate (a truncated
+        series, a fitted mixture) override it.
+        """
+        return self.exact_kernel(X, Y)
+
+    def _exact_kernel(self, X, Y, xp):
         raise NotImplementedError
 
-    def _log_kernel(self, X, Y, xp):
-        # log K^(alpha)(x, y) on lengthscale-scaled inputs, (n, m)
-        a = self.alpha
-        out = X @ xp.matrix_transpose(Y)
-        if a != 0.0:
-            out = out + a * xp.sum(X * X, axis=1)[:, None] + a * xp.sum(Y * Y, axis=1)[None, :]
-        return out
-
     def variance(self, X, Y=None):
-        """Analytic variance of :meth:`approx_kernel` for i.i.d. projections.
+        """Analytic variance of :meth:`approx_kernel` (the real part), shape (n, m).
 
-        ``Var K_hat(x, y) = (E[(f1 f2)^2] - K(x, y)^2) / M`` (FAVOR# eq. 12-13, 15 and
-        their specialisations). For ``orthogonal=True`` this is the i.i.d. value, not the
-        (typically smaller) variance of the orthogonal estimator.
-
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-
-        Returns
-        -------
-        array, shape (n, m), non-negative.
+        For i.i.d. projections; for structured samplers (orthogonal, SORF, Halton) it is
+        the i.i.d. value. Sparse inputs are densified.
         """
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
-        log_m2 = self._log_second_moment(X, Y, xp)  # (n, m)
-        log_k2 = 2.0 * self._log_kernel(X, Y, xp)  # (n, m)
-        # m2 - K^2 = m2 * (1 - exp(log K^2 - log m2)), accurate when Var << m2
-        ratio = xp.minimum(log_k2 - log_m2, xp.zeros_like(log_m2))
-        return xp.exp(log_m2) * (-xp.expm1(ratio)) / self.n_features
+        X, Y, xp = self._check_pair(X, Y)
+        return self._variance(self._densify(X), self._densify(Y), xp)
+
+    def complex_variance(self, X, Y=None):
+        """``E|k_hat - E k_hat|^2`` of the complex estimate ``phi(x)^T conj(psi(y))``.
+
+        The variance the dot-product paper reports for complex maps (Theorem 2); never
+        smaller than :meth:`variance`, and equal to it for real maps. Shape (n, m).
+        """
+        X, Y, xp = self._check_pair(X, Y)
+        X, Y = self._densify(X), self._densify(Y)
+        if not self.is_complex:
+            return self._variance(X, Y, xp)
+        return self._complex_variance(X, Y, xp)
+
+    def _variance(self, X, Y, xp):
+        raise NotImplementedError
+
+    def _complex_variance(self, X, Y, xp):
+        raise NotImplementedError
 
     def log_relative_variance(self, X, Y=None):
-        """``log(Var K_hat / K^2)`` for i.i.d. projections, never overflowing.
+        """``log(variance / expected_kernel^2)``, shape (n, m); ``-inf`` where exact.
 
-        The scale-free relative variance of FAVOR# Sec. 5.1:
-        ``log(m2 / K^2 - 1) - log M`` with ``m2 = E[(f1 f2)^2]``, evaluated as
-        ``t + log(-expm1(-t)) - log M``, ``t = log m2 - 2 log K``. ``-inf`` marks an exact
-        (zero-variance) estimate.
-
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-
-        Returns
-        -------
-        array, shape (n, m)
+        The scale-free relative variance of FAVOR# Sec. 5.1, the criterion of
+        ``RandomFeatures(method="auto")``.
         """
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
-        t = self._log_second_moment(X, Y, xp) - 2.0 * self._log_kernel(X, Y, xp)  # (n, m)
-        t = xp.clip(t, min=0.0)
-        return t + xp.log(-xp.expm1(-t)) - math.log(self.n_features)
+        X, Y, xp = self._check_pair(X, Y)
+        X, Y = self._densify(X), self._densify(Y)
+        return self._log_relative_variance(X, Y, xp)
 
-    def log_objective(self, X, Y=None):
-        """The fitting objective of FAVOR# eq. (14) for this map's kernel.
+    def _log_relative_variance(self, X, Y, xp):
+        var = self._variance(X, Y, xp)
+        k = self._expected_kernel_prepared(X, Y, xp)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return xp.log(var) - 2.0 * xp.log(xp.abs(k))
 
-        ``mean_ij log(Var f1(w,x_i) f2(w,y_j) + K(x_i, y_j)^2)`` = mean log second moment.
-        The data-dependent maps minimise it in closed form.
+    def _expected_kernel_prepared(self, X, Y, xp):
+        return self._exact_kernel(X, Y, xp)
 
-        Returns
-        -------
-        float
-        """
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
-        return float(xp.mean(self._log_second_moment(X, Y, xp)))
+    # ------------------------------------------------------------------ scikit-learn
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.sparse = bool(self.accepts_sparse)
+        tags.non_deterministic = False
+        return tags
+
+
+# ---------------------------------------------------------------------- helpers
+def real_gram(xp, P, S):
+    """``Re(P conj(S)^T)`` (n, m); ``S is P`` reads the parts once."""
+    if not xp.isdtype(P.dtype, "complex floating"):
+        return P @ xp.matrix_transpose(S)
+    Pr, Pi = xp.real(P), xp.imag(P)
+    Sr, Si = (Pr, Pi) if S is P else (xp.real(S), xp.imag(S))
+    if is_numpy_namespace(xp):  # strided views would miss BLAS
+        Pr, Pi = np.ascontiguousarray(Pr), np.ascontiguousarray(Pi)
+        Sr, Si = (Pr, Pi) if S is P else (np.ascontiguousarray(Sr), np.ascontiguousarray(Si))
+    return Pr @ xp.matrix_transpose(Sr) + Pi @ xp.matrix_transpose(Si)
+
+
+def combine_scaled(xp, dot, scale):
+    """``dot * exp(scale)`` without overflow where the product is representable.
+
+    ``dot`` (n, m) and ``scale`` (n, m) log factors; beyond ``exp``'s range of the dtype the
+    product is formed as ``sign(dot) exp(log|dot| + scale)``.
+    """
+    if dot.shape[0] == 0 or dot.shape[1] == 0:
+        return dot
+    limit = math.log(float(xp.finfo(dot.dtype).max)) - 10.0
+    if float(_detach(xp.max(scale))) < limit:
+        return dot * xp.exp(scale)
+    absdot = xp.abs(dot)
+    tiny = xp.asarray(float(xp.finfo(dot.dtype).tiny), dtype=dot.dtype)
+    logabs = xp.log(xp.maximum(absdot, tiny)) + scale
+    logabs = xp.where(absdot > 0, logabs, xp.full_like(logabs, -math.inf))  # exp -> 0
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore"):
+            return xp.sign(dot) * xp.exp(logabs)
+    return xp.sign(dot) * xp.exp(logabs)
 
 
 def _detach(a):
@@ -340,30 +488,67 @@ def _namespace_of(a):
     return array_namespace(a)
 
 
-def _fit_array(X, lengthscale):
-    """Float64 NumPy copy of ``X / lengthscale``; a read-only view when no copy is needed."""
-    X = to_numpy(X, np.float64)
-    if lengthscale != 1.0:
-        return X / lengthscale
-    X = X.view()
-    X.flags.writeable = False
-    return X
+def check_bool(value, name: str) -> bool:
+    """``value`` as a bool, or a ``TypeError`` naming the parameter."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool, got {value!r}.")
+    return bool(value)
 
 
-#: input dimensions up to which fitting runs its d x d linear algebra on one BLAS thread
-_SMALL_D = 256
+def check_real(value, name: str, *, minimum=None, strict: bool = False, maximum=None) -> float:
+    """A finite real ``value`` in range, or a ``TypeError`` / ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}.")
+    if minimum is not None and (value <= minimum if strict else value < minimum):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}, got {value}.")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}.")
+    return value
+
+
+def sq_norms(xp, X):
+    """Squared row norms (n,) of dense or sparse ``X``."""
+    if sp.issparse(X):
+        return np.asarray(X.multiply(X).sum(axis=1), dtype=X.dtype).ravel()
+    return xp.sum(X * X, axis=1)
 
 
 def _matmul_augmented(Xb, extra, W_aug, out) -> None:
-    """``out = [Xb, *extra] @ W_aug`` for a row block ``Xb`` (k, d).
+    """``out = [Xb, *extra] @ W_aug`` for a row block ``Xb`` (k, d), dense or sparse.
 
     ``extra`` are scalars or (k,) arrays appended as columns, matched by the last rows of
     ``W_aug`` (d + len(extra), D): a per-column constant (row of ``W_aug``, column of ones)
     or a per-row term (column of ``Xb``, row of ones) costs no pass over ``out``.
     """
     k, d = Xb.shape
+    if sp.issparse(Xb):
+        out[...] = Xb @ W_aug[:d]
+        for j, e in enumerate(extra):
+            out += np.multiply.outer(np.broadcast_to(np.asarray(e, out.dtype), (k,)), W_aug[d + j])
+        return
     Xa = np.empty((k, d + len(extra)), dtype=out.dtype)
     Xa[:, :d] = Xb
     for j, e in enumerate(extra):
         Xa[:, d + j] = e
     np.matmul(Xa, W_aug, out=out)
+
+
+def param_cache(owner, name: str, xp, like, arrays: dict):
+    """Cached copy of the NumPy constant ``arrays[name]`` on ``like``'s backend, device and
+    dtype (float constants are cast to the dtype; integer ones stay integer)."""
+    key = (name, xp.__name__, str(device(like)), str(like.dtype))
+    cache = owner.__dict__.setdefault("_cache", {})
+    if key not in cache:
+        arr = arrays[name]
+        kind = np.asarray(arr).dtype.kind
+        if is_numpy_namespace(xp):
+            real = like.real.dtype if np.iscomplexobj(like) else like.dtype
+            cache[key] = np.ascontiguousarray(arr, dtype=real) if kind == "f" else arr
+        elif kind == "f":
+            cache[key] = to_backend(arr, xp, like)
+        else:
+            cache[key] = to_backend(arr, xp, like, dtype=xp.int64)
+    return cache[key]

@@ -31,9 +31,9 @@ Variances (note Sec. 3). With ``G = x~.y~``, ``N = |x~|^2 |y~|^2``,
 
 * TensorSketch (derived here, the paper has none): :func:`tensor_sketch_variance`.
 
-For real maps (``q = 1``) all of these coincide. ``variance(X, Y, kind="complex")``
-(default) returns the paper's ``E|k_hat - k|^2``; ``kind="real"`` returns the variance of
-:meth:`approx_kernel`, ``E(Re k_hat - k)^2 <= E|k_hat - k|^2``.
+For real maps (``q = 1``) all of these coincide. ``variance(X, Y)`` is the variance of
+:meth:`approx_kernel`, ``E(Re k_hat - k)^2``, as on every feature map;
+``complex_variance(X, Y)`` is the paper's ``E|k_hat - k|^2 >= E(Re k_hat - k)^2``.
 """
 
 from __future__ import annotations
@@ -43,19 +43,12 @@ import numbers
 from typing import ClassVar
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
+import scipy.sparse as sp
 
-from .._backend import (
-    check_random_state,
-    device,
-    is_numpy_namespace,
-    to_backend,
-    validate_data,
-    validate_positive_int,
-)
+from .._backend import device, is_numpy_namespace, validate_positive_int
 from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
-from .._backend.parallel import map_row_blocks
-from ._base import FeatureMap, _detach, _matmul_augmented, _namespace_of
+from .._backend.parallel import check_n_jobs, map_row_blocks
+from ._base import FeatureMap, _detach, _matmul_augmented, _namespace_of, check_real, param_cache
 
 __all__ = [
     "DotProductFeatureMap",
@@ -246,7 +239,7 @@ def _is_bool(v) -> bool:
 
 
 class DotProductFeatureMap(FeatureMap):
-    """Base class of random features for ``k(x, y) = (x.y + coef0)^degree``.
+    """Base class of random features for ``k(x, y) = (gamma x.y + coef0)^degree``.
 
     Parameters
     ----------
@@ -256,6 +249,9 @@ class DotProductFeatureMap(FeatureMap):
         ``p >= 1``.
     coef0 : float
         ``>= 0``; handled by appending ``sqrt(coef0)`` to every input (before padding).
+    gamma : float, default=1.0
+        ``> 0``; inputs are multiplied by ``sqrt(gamma)`` (scikit-learn's
+        ``PolynomialCountSketch`` parametrisation).
     complex : bool
         Complex weights (eq. 10-11): lower variance on non-negative data (eq. 22).
     real_output : bool
@@ -263,9 +259,12 @@ class DotProductFeatureMap(FeatureMap):
         :meth:`transform` (so the map feeds real-valued estimators): its Gram matrix is
         exactly ``Re k_hat``. No effect on real maps or on :meth:`approx_kernel`.
     random_state : None, int or numpy.random.Generator
+    n_jobs : int, optional
+        Threads of the NumPy path (scikit-learn's convention; None: all available).
 
     Notes
     -----
+    Accepts sparse input (the first step is a projection of ``x~``).
     ``transform`` / ``transform_y`` return complex features (complex64 for float32
     input, complex128 for float64) for complex maps without ``real_output``;
     :meth:`approx_kernel` always returns ``Re(P conj(S)^T)``. Inputs are not rescaled:
@@ -276,6 +275,7 @@ class DotProductFeatureMap(FeatureMap):
     _supports_complex = True
     #: ``(q, m4)`` of the weight entries, real and complex (Theorem 2)
     _moments: ClassVar[dict] = {False: (1.0, 1.0), True: (0.5, 1.0)}
+    accepts_sparse = True
 
     def __init__(
         self,
@@ -285,6 +285,8 @@ class DotProductFeatureMap(FeatureMap):
         complex: bool = False,
         real_output: bool = False,
         random_state=None,
+        n_jobs=None,
+        gamma: float = 1.0,
     ):
         self.n_features = n_features
         self.degree = degree
@@ -292,9 +294,13 @@ class DotProductFeatureMap(FeatureMap):
         self.complex = complex
         self.real_output = real_output
         self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.gamma = gamma
 
     # ------------------------------------------------------------------ parameters
-    def _validate_params(self):
+    def _check_params(self):
+        check_n_jobs(self.n_jobs)
+        check_real(self.gamma, "gamma", minimum=0.0, strict=True)
         validate_positive_int(self.n_features, "n_features", maximum=2**26)
         deg = self.degree
         if _is_bool(deg) or not isinstance(deg, numbers.Real):
@@ -328,35 +334,25 @@ class DotProductFeatureMap(FeatureMap):
         return float(self.coef0)
 
     @property
-    def output_dim(self) -> int:
+    def kernel(self) -> str:
+        """Always ``"polynomial"``: ``(x.y + coef0)^degree``."""
+        return "polynomial"
+
+    @property
+    def is_complex(self) -> bool:
+        return bool(self.complex) and not bool(self.real_output)
+
+    def _output_dim_for(self, n_features):
         """Columns of :meth:`transform`: ``2 n_features`` for complex maps with
         ``real_output=True``, else ``n_features``."""
-        return int(self.n_features) * (2 if (self.complex and self.real_output) else 1)
+        return int(n_features) * (2 if (self.complex and self.real_output) else 1)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, Y=None):
-        """Draw the random parameters (they depend on the input dimension only).
-
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-            Only checked (the maps are data-independent).
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        X, _ = validate_data(X, "X")
-        if Y is not None:
-            validate_data(Y, "Y", n_features=X.shape[1])
-        self.n_features_in_ = int(X.shape[1])
+    def _fit(self, X, Y, xp, rng):
+        # the random parameters depend on the input dimension only
         self.input_dim_ = self.n_features_in_ + (1 if self._c > 0 else 0)
-        rng = check_random_state(self.random_state)
         self._draw(rng)
         self._build()
-        return self
 
     def _draw(self, rng):
         """Draw the random parameters (fitted attributes) with NumPy ``rng``."""
@@ -367,9 +363,9 @@ class DotProductFeatureMap(FeatureMap):
         self._consts = {}
 
     # ------------------------------------------------------------------ features
-    def _check_X(self, X, name):
-        check_is_fitted(self, "input_dim_")
-        return validate_data(X, name, n_features=self.n_features_in_, allow_empty=True)
+    def _prepare(self, X, xp):
+        # (gamma x.y + coef0)^p = (x'.y' + coef0)^p with x' = sqrt(gamma) x
+        return X * math.sqrt(float(self.gamma)) if float(self.gamma) != 1.0 else X
 
     def _augment(self, X, xp, c):
         """``[X, sqrt(c)]`` (n, input_dim_) for ``c > 0``, else ``X`` (array-API paths)."""
@@ -400,7 +396,10 @@ class DotProductFeatureMap(FeatureMap):
         if X.shape[0] == 0:
             return self._raw_features(X, xp, c), None
         # amax <= |x~| <= sqrt(d~) amax, with amax = max_j |x~_j| (no over- or underflow)
-        amax = xp.max(xp.abs(X), axis=1)
+        if sp.issparse(X):
+            amax = abs(X).max(axis=1).toarray().ravel()
+        else:
+            amax = xp.max(xp.abs(X), axis=1)
         if c > 0:
             amax = xp.clip(amax, min=math.sqrt(c))
         fin = xp.finfo(X.dtype)
@@ -413,7 +412,7 @@ class DotProductFeatureMap(FeatureMap):
         raw_ok = big == 0.0 or p * max(0.0, L + math.log(big)) < hi
         if raw_ok and (not math.isfinite(small) or p * math.log(small) > lo):
             return self._raw_features(X, xp, c), None
-        Xa = self._augment(X, xp, c)
+        Xa = self._augment(self._densify(X), xp, c)
         amax = xp.max(xp.abs(Xa), axis=1)  # (n,); |x~| = amax |x~ / amax| never overflows
         amax = xp.where(amax > 0, amax, xp.ones_like(amax))
         Xa = Xa / amax[:, None]
@@ -430,8 +429,7 @@ class DotProductFeatureMap(FeatureMap):
             log_scale = xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
         return base, log_scale
 
-    def _features(self, X, side):
-        X, xp = self._check_X(X, "X" if side == "x" else "Y")
+    def _features(self, X, xp, side):
         base, log_scale = self._scaled_or_raw(X, xp)
         if log_scale is None:
             return base
@@ -467,51 +465,15 @@ class DotProductFeatureMap(FeatureMap):
             o.real = re
             o.imag = im
 
-    def approx_kernel(self, X, Y=None):
-        """Unbiased estimate ``Re(transform(X) @ conj(transform_y(Y)).T)`` of
-        ``(X Y^T + coef0)^degree``, shape (n, m).
-
-        Finite wherever the estimate is representable, also where :meth:`transform`
-        overflows (huge norms): the row scales are then combined in log space.
-        """
-        X, xp = self._check_X(X, "X")
+    def _scaled_pair(self, X, Y, xp):
         P, sx = self._scaled_or_raw(X, xp)
-        if Y is None:
-            S, sy = P, sx
-        else:
-            Y, _ = self._check_X(Y, "Y")
-            S, sy = self._scaled_or_raw(Y, xp)
-        dot = self._gram(P, S)
-        if sx is None and sy is None:
-            return dot
-        zx = xp.zeros(P.shape[0], dtype=dot.dtype, device=device(dot)) if sx is None else sx
-        zy = xp.zeros(S.shape[0], dtype=dot.dtype, device=device(dot)) if sy is None else sy
-        scale = zx[:, None] + zy[None, :]
-        absdot = xp.abs(dot)
-        tiny = float(xp.finfo(dot.dtype).tiny)
-        logabs = xp.log(xp.clip(absdot, min=tiny)) + scale
-        with np.errstate(over="ignore", invalid="ignore"):
-            out = xp.sign(dot) * xp.exp(logabs)
-        return xp.where(absdot > 0, out, xp.zeros_like(out))
+        S, sy = (P, sx) if Y is X else self._scaled_or_raw(Y, xp)
+        zx = xp.zeros(P.shape[0], dtype=P.real.dtype, device=device(P)) if sx is None else sx
+        zy = xp.zeros(S.shape[0], dtype=P.real.dtype, device=device(P)) if sy is None else sy
+        return P, zx, S, zy
 
-    def _gram(self, P, S):
-        """``Re(P conj(S)^T)``; ``S is P`` computes the parts once."""
-        xp = _namespace_of(P)
-        if xp.isdtype(P.dtype, "complex floating"):
-            Pr, Pi = xp.real(P), xp.imag(P)
-            Sr, Si = (Pr, Pi) if S is P else (xp.real(S), xp.imag(S))
-            if is_numpy_namespace(xp):  # strided views would miss BLAS
-                Pr, Pi = np.ascontiguousarray(Pr), np.ascontiguousarray(Pi)
-                Sr, Si = (
-                    (Pr, Pi) if S is P else (np.ascontiguousarray(Sr), np.ascontiguousarray(Si))
-                )
-            return Pr @ xp.matrix_transpose(Sr) + Pi @ xp.matrix_transpose(Si)
-        return P @ xp.matrix_transpose(S)
-
-    def kernel(self, X, Y=None):
+    def _exact_kernel(self, X, Y, xp):
         """The exact kernel ``(X Y^T + coef0)^degree`` that this map estimates, (n, m)."""
-        X, _ = self._check_X(X, "X")
-        Y = X if Y is None else self._check_X(Y, "Y")[0]
         return polynomial_kernel(X, Y, self._p, self._c)
 
     # ------------------------------------------------------------------ variance
@@ -519,36 +481,17 @@ class DotProductFeatureMap(FeatureMap):
         q, m4 = self._moments[bool(self.complex)]
         return iid_sketch_variance(G, N, S, self._p, self.n_features, q=q, m4=m4, kind=kind)
 
-    def variance(self, X, Y=None, kind: str = "complex"):
-        """Analytic pointwise variance of the kernel estimate.
-
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional (defaults to ``X``)
-        kind : {"complex", "real"}
-            ``"complex"`` (default): ``E|k_hat - k|^2`` of the complex estimate
-            ``k_hat = Phi(x)^T conj Phi(y)`` -- the paper's variance (Theorem 2, eq. 16-21;
-            eq. 28/33 for TensorSRHT). ``"real"``: ``E(Re k_hat - k)^2``, the variance of
-            :meth:`approx_kernel` (derived, note Sec. 2.6); never larger. Identical for
-            real maps.
-
-        Returns
-        -------
-        array, shape (n, m), non-negative.
-        """
-        if kind not in ("complex", "real"):
-            raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
-        X, xp = self._check_X(X, "X")
-        Y = X if Y is None else self._check_X(Y, "Y")[0]
+    def _variance(self, X, Y, xp):
+        # E(Re k_hat - k)^2, the variance of approx_kernel (derived, user guide); for real
+        # maps the paper's Theorem 2 / eq. 28 / 33
         G, N, S = pair_statistics(X, Y, self._c)
-        return _clip0(xp, self._variance_from_stats(G, N, S, kind))
+        return _clip0(xp, self._variance_from_stats(G, N, S, "real"))
 
-    def log_relative_variance(self, X, Y=None):  # pragma: no cover - softmax-family API
-        raise NotImplementedError(f"{type(self).__name__} has no log_relative_variance.")
-
-    def log_objective(self, X, Y=None):  # pragma: no cover - softmax-family API
-        raise NotImplementedError(f"{type(self).__name__} has no log_objective.")
+    def _complex_variance(self, X, Y, xp):
+        # E|k_hat - k|^2 of the complex estimate: the paper's variance (Theorem 2,
+        # eq. 16-21; eq. 28/33 for TensorSRHT)
+        G, N, S = pair_statistics(X, Y, self._c)
+        return _clip0(xp, self._variance_from_stats(G, N, S, "complex"))
 
     # ------------------------------------------------------------------ shared engine
     def _weight_matrix(self):
@@ -580,10 +523,7 @@ class DotProductFeatureMap(FeatureMap):
 
         def block(lo, hi):
             U = np.empty((hi - lo, ncols), dtype=X.dtype)
-            if extra:
-                _matmul_augmented(X[lo:hi], extra, Wn, U)
-            else:
-                np.matmul(X[lo:hi], Wn, out=U)
+            _matmul_augmented(X[lo:hi], extra, Wn, U)
             if not cplx:
                 if p == 1:
                     out[lo:hi] = U
@@ -604,27 +544,12 @@ class DotProductFeatureMap(FeatureMap):
                 im += t
             self._store(out, lo, hi, re, im)
 
-        map_row_blocks(block, n, ncols, X.itemsize)
+        map_row_blocks(block, n, ncols, X.itemsize, n_jobs=self.n_jobs)
         return out
 
     def _param(self, name, xp, like):
-        """Cached copy of the NumPy constant ``self._consts[name]`` in ``like``'s dtype and
-        backend (NumPy constants are cast once per dtype)."""
-        key = (name, xp.__name__, str(device(like)), str(like.dtype))
-        cache = self.__dict__.setdefault("_cache", {})
-        if key not in cache:
-            arr = self._consts[name]
-            if is_numpy_namespace(xp):
-                cache[key] = (
-                    np.ascontiguousarray(arr, dtype=like.dtype) if arr.dtype.kind == "f" else arr
-                )
-            else:
-                cache[key] = (
-                    to_backend(arr, xp, like)
-                    if arr.dtype.kind == "f"
-                    else to_backend(arr, xp, like, dtype=xp.int64)
-                )
-        return cache[key]
+        """Cached copy of ``self._consts[name]`` in ``like``'s dtype and backend."""
+        return param_cache(self, name, xp, like, self._consts)
 
 
 def _complex_pair(W):
@@ -760,6 +685,8 @@ class TensorSRHT(DotProductFeatureMap):
         real_output: bool = False,
         method: str = "auto",
         random_state=None,
+        n_jobs=None,
+        gamma: float = 1.0,
     ):
         super().__init__(
             n_features=n_features,
@@ -768,11 +695,13 @@ class TensorSRHT(DotProductFeatureMap):
             complex=complex,
             real_output=real_output,
             random_state=random_state,
+            n_jobs=n_jobs,
+            gamma=gamma,
         )
         self.method = method
 
-    def _validate_params(self):
-        super()._validate_params()
+    def _check_params(self):
+        super()._check_params()
         if self.method not in ("auto", "dense", "fwht"):
             raise ValueError(f"method must be 'auto', 'dense' or 'fwht', got {self.method!r}.")
 
@@ -853,6 +782,7 @@ class TensorSRHT(DotProductFeatureMap):
             return re, im
 
         def padded(Xb):
+            Xb = self._densify(Xb)  # the transform needs every padded coordinate
             k = Xb.shape[0]
             parts = [Xb]
             if c > 0:
@@ -873,7 +803,7 @@ class TensorSRHT(DotProductFeatureMap):
             self._store(out, lo, hi, re, im)
 
         width = self.n_blocks_ * d * (2 if cplx else 1) * 2
-        map_row_blocks(block, n, width, X.itemsize)
+        map_row_blocks(block, n, width, X.itemsize, n_jobs=self.n_jobs)
         return out
 
     def _variance_from_stats(self, G, N, S, kind):
@@ -897,7 +827,7 @@ class TensorSketch(DotProductFeatureMap):
     give the count sketch ``C_i(x)_k = sum_(h_i(j) = k) s_i(j) x~_j``; the features are
     ``Re IFFT(prod_i FFT C_i(x))`` (no scaling): a count sketch of ``x~^(tensor p)``. Real
     output, unbiased. The same construction as scikit-learn's
-    :class:`~sklearn.kernel_approximation.PolynomialCountSketch` (with ``gamma = 1``).
+    :class:`~sklearn.kernel_approximation.PolynomialCountSketch`.
 
     Fitted attributes: ``hashes_`` (degree, input_dim_) int64 in ``[0, D)`` and ``signs_``
     (degree, input_dim_) float64 ``+-1``.
@@ -909,7 +839,13 @@ class TensorSketch(DotProductFeatureMap):
     _supports_complex = False
 
     def __init__(
-        self, n_features: int = 256, degree: int = 2, coef0: float = 0.0, random_state=None
+        self,
+        n_features: int = 256,
+        degree: int = 2,
+        coef0: float = 0.0,
+        random_state=None,
+        n_jobs=None,
+        gamma: float = 1.0,
     ):
         super().__init__(
             n_features=n_features,
@@ -918,6 +854,8 @@ class TensorSketch(DotProductFeatureMap):
             complex=False,
             real_output=False,
             random_state=random_state,
+            n_jobs=n_jobs,
+            gamma=gamma,
         )
 
     def _draw(self, rng):
@@ -952,25 +890,15 @@ class TensorSketch(DotProductFeatureMap):
 
         def block(lo, hi):
             U = np.empty((hi - lo, p * D), dtype=X.dtype)
-            if extra:
-                _matmul_augmented(X[lo:hi], extra, C, U)
-            else:
-                np.matmul(X[lo:hi], C, out=U)
+            _matmul_augmented(X[lo:hi], extra, C, U)
             F = sfft.rfft(U.reshape(hi - lo, p, D), axis=-1, overwrite_x=True)
             prod = F[:, 0]
             for i in range(1, p):
                 prod *= F[:, i]
             out[lo:hi] = sfft.irfft(prod, n=D, axis=-1, overwrite_x=True)
 
-        map_row_blocks(block, n, p * D, X.itemsize)
+        map_row_blocks(block, n, p * D, X.itemsize, n_jobs=self.n_jobs)
         return out
 
     def _variance_from_stats(self, G, N, S, kind):
         return tensor_sketch_variance(G, N, S, self._p, self.n_features)
-
-
-# Random / Optimized Maclaurin (paper Sec. 5) compose the sketches above; they live in
-# maclaurin.py and are re-exported here so the whole dot-product family is in one place.
-from .maclaurin import OptimizedMaclaurin, RandomMaclaurin  # noqa: E402
-
-__all__ += ["OptimizedMaclaurin", "RandomMaclaurin"]

@@ -29,40 +29,22 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
+import scipy.sparse as sp
 
-from .._backend import (
-    check_random_state,
-    device,
-    is_numpy_namespace,
-    validate_data,
-    validate_positive_float,
-    validate_positive_int,
-)
-from ._base import FeatureMap
-from .sampling import (
-    block_orthogonal_projection,
-    gaussian_projection,
-    structured_hadamard_projection,
-)
+from .._backend import device, is_numpy_namespace, validate_positive_float, validate_positive_int
+from .._backend.parallel import check_n_jobs
+from ._base import FeatureMap, check_bool, check_real, param_cache, real_gram, sq_norms
+from ._trig import trig_features, use_half
+from .sampling import SAMPLERS, draw_projection
 
 __all__ = [
-    "SAMPLERS",
     "RandomFourierFeatures",
     "SphericalRandomFeatures",
     "fit_srf_mixture",
     "rff_variance",
 ]
-
-#: frequency samplers by name: (n, d, rng) -> (n, d) rows ~ N(0, I) (SORF: approximately)
-SAMPLERS = {
-    "iid": gaussian_projection,
-    "orthogonal": block_orthogonal_projection,
-    "sorf": structured_hadamard_projection,
-}
 
 
 def rff_variance(k, n_features: int, *, complex: bool = False, part: str = "real"):
@@ -119,7 +101,7 @@ class RandomFourierFeatures(FeatureMap):
     """Random Fourier features for the Gaussian kernel (eq. 59 real, eq. 60 complex).
 
     Estimates ``k(x, y) = exp(-|x - y|^2 / (2 l^2))`` (``= exp(-gamma |x - y|^2)``) by
-    ``Re(phi(x)^T conj(phi(y)))``.
+    ``Re(phi(x)^T conj(phi(y)))``. Accepts sparse input, as scikit-learn's ``RBFSampler``.
 
     Parameters
     ----------
@@ -134,11 +116,13 @@ class RandomFourierFeatures(FeatureMap):
     gamma : float, optional
         scikit-learn's parametrisation (``RBFSampler``): ``exp(-gamma |x - y|^2)``, i.e.
         ``l = 1 / sqrt(2 gamma)``. Overrides ``lengthscale`` when given.
-    sampler : {"iid", "orthogonal", "sorf"}, default="iid"
-        How the frequency directions are drawn: i.i.d. Gaussian; block-orthogonal
+    sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}, default="iid"
+        How the frequency directions are drawn
+        (:func:`~kernelkit.features.draw_projection`): i.i.d. Gaussian; block-orthogonal
         Haar blocks with chi-distributed norms (ORF, exactly ``N(0, I)`` marginals, so
-        still unbiased); structured Hadamard ``sqrt(d') H D1 H D2 H D3`` blocks (SORF,
-        Yu et al. 2016; only approximately unbiased, bias ``O(1/sqrt(d))``).
+        still unbiased); structured Hadamard blocks (SORF, Yu et al. 2016; only
+        approximately unbiased, bias ``O(1/sqrt(d))``); SORF directions with chi norms
+        (ORF-Had); randomised Halton points (Halton-R).
     complex : bool, default=False
         Eq. 60: complex features ``D^{-1/2} exp(i W x)`` (complex64 / complex128).
     real_output : bool, default=False
@@ -146,6 +130,8 @@ class RandomFourierFeatures(FeatureMap):
         instead, whose Gram matrix is ``Re(phi phi^H)`` — exactly eq. 59 with ``2D``
         features and the same frequencies. Ignored for real maps.
     random_state : None, int or numpy.random.Generator
+    n_jobs : int, optional
+        Threads of the NumPy path (scikit-learn's convention; None: all available).
 
     Attributes
     ----------
@@ -166,8 +152,7 @@ class RandomFourierFeatures(FeatureMap):
     ``"sorf"`` an approximation.
     """
 
-    symmetric = True
-    positive = False
+    accepts_sparse = True
 
     def __init__(
         self,
@@ -178,6 +163,7 @@ class RandomFourierFeatures(FeatureMap):
         complex: bool = False,
         real_output: bool = False,
         random_state=None,
+        n_jobs=None,
     ):
         self.n_features = n_features
         self.lengthscale = lengthscale
@@ -186,6 +172,7 @@ class RandomFourierFeatures(FeatureMap):
         self.complex = complex
         self.real_output = real_output
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ parameters
     @property
@@ -198,16 +185,20 @@ class RandomFourierFeatures(FeatureMap):
             return 1.0 / math.sqrt(2.0 * validate_positive_float(self.gamma, "gamma"))
         return validate_positive_float(self.lengthscale, "lengthscale")
 
-    def _validate_params(self):
+    def _check_params(self):
         validate_positive_int(self.n_features, "n_features", maximum=2**26)
         if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
             raise ValueError(
                 f"Unknown sampler {self.sampler!r}; expected one of {sorted(SAMPLERS)}."
             )
-        for name in ("complex", "real_output"):
-            if not isinstance(getattr(self, name), bool | np.bool_):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}.")
-        return self._effective_lengthscale()
+        check_bool(self.complex, "complex")
+        check_bool(self.real_output, "real_output")
+        check_n_jobs(self.n_jobs)
+        self._effective_lengthscale()
+
+    @property
+    def is_complex(self) -> bool:
+        return bool(self.complex) and not bool(self.real_output)
 
     @property
     def n_frequencies(self) -> int:
@@ -215,90 +206,86 @@ class RandomFourierFeatures(FeatureMap):
         D = int(self.n_features)
         return D if self.complex else D // 2
 
-    @property
-    def output_dim(self) -> int:
+    def _output_dim_for(self, n_features):
         """``D``, or ``2D`` for ``complex=True, real_output=True``."""
-        D = int(self.n_features)
-        return 2 * D if (self.complex and self.real_output) else D
+        return 2 * int(n_features) if (self.complex and self.real_output) else int(n_features)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X, Y=None):
-        """Draw the frequencies (nothing is fitted from the data but its dimension).
+    def _draw_directions(self, n, d, rng):
+        """``(n, d)`` frequency rows at unit lengthscale."""
+        return draw_projection(n, d, rng, sampler=self.sampler) if n > 0 else np.zeros((0, d))
 
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-            Only checked for a matching dimension.
+    def _draw_extra(self, d, rng):
+        """Frequency ``(1, d)`` and phase ``(1,)`` of the last column of an odd real map."""
+        return draw_projection(1, d, rng), rng.uniform(0.0, 2.0 * np.pi, size=1)
 
-        Returns
-        -------
-        self
-        """
-        ls = self._validate_params()
-        X, _ = validate_data(X, "X")
-        if Y is not None:
-            validate_data(Y, "Y", n_features=X.shape[1])
-        rng = check_random_state(self.random_state)
+    def _fit(self, X, Y, xp, rng):
         d = int(X.shape[1])
-        n_freq = self.n_frequencies
-        W = SAMPLERS[self.sampler](n_freq, d, rng) if n_freq > 0 else np.zeros((0, d))
-        odd = (not self.complex) and int(self.n_features) % 2 == 1
-        self.n_features_in_ = d
-        self.lengthscale_ = ls
-        if odd:  # one extra frequency and phase for the last column
-            self.extra_projection_ = SAMPLERS["iid"](1, d, rng)  # (1, d)
-            self.offset_ = rng.uniform(0.0, 2.0 * np.pi, size=1)
+        W = self._draw_directions(self.n_frequencies, d, rng)
+        if (not self.complex) and int(self.n_features) % 2 == 1:
+            self.extra_projection_, self.offset_ = self._draw_extra(d, rng)
         else:
-            self.extra_projection_ = np.zeros((0, d))
-            self.offset_ = np.zeros(0)
-        self.projection_ = W  # (n_freq, d), set last: marks the map as fitted
+            self.extra_projection_, self.offset_ = np.zeros((0, d)), np.zeros(0)
+        self.lengthscale_ = self._effective_lengthscale()
+        self.projection_ = W  # (n_freq, d)
         self._build()
-        return self
 
     def _build(self):
         self._cache = {}
-        Wt = np.ascontiguousarray(self.projection_.T / self.lengthscale_)  # (d, n_freq)
-        We = np.ascontiguousarray(self.extra_projection_.T / self.lengthscale_)  # (d, r)
-        self._consts = {"W_T": Wt, "We_T": We, "b": self.offset_}
+        W_T = self.projection_.T / self.lengthscale_  # (d, n_freq)
+        We_T = self.extra_projection_.T / self.lengthscale_  # (d, r)
+        # [W^T, We^T; 0, b] for X augmented with a ones column: one matmul for all columns
+        W_aug = np.block([[W_T, We_T], [np.zeros((1, W_T.shape[1])), self.offset_[None, :]]])
+        self._consts = {"W_aug": W_aug, "W_aug_half": 0.5 * W_aug}
+
+    def _param(self, name, xp, like):
+        return param_cache(self, name, xp, like, self._consts)
 
     # ------------------------------------------------------------------ features
-    def _check_X(self, X, name):
-        check_is_fitted(self, "projection_")
-        X, xp = validate_data(X, name, n_features=self.n_features_in_, allow_empty=True)
-        return X, xp  # the lengthscale is folded into the frequencies
-
     def _raw_features(self, X, xp):
         """Features of validated ``X`` (n, d): real (n, D), complex (n, D) or (n, 2D)."""
-        D = int(self.n_features)
-        Wt = self._param("W_T", xp, X)  # (d, n_freq)
-        Z = X @ Wt  # (n, n_freq)
+        D, m = int(self.n_features), self.n_frequencies
+        if is_numpy_namespace(xp):
+            half = use_half(X.dtype)
+            W_aug = self._param("W_aug_half" if half else "W_aug", xp, X)  # (d + 1, K)
+            norm = 1.0 / math.sqrt(D) if self.complex else math.sqrt(2.0 / D)
+            out = trig_features(X, W_aug, m, norm * self._scale(), n_jobs=self.n_jobs, half=half)
+            if not self.is_complex:
+                return out  # [cos, sin(, phase)] or [Re phi, Im phi]
+            cplx = np.empty((X.shape[0], D), dtype=np.result_type(X.dtype, np.complex64))
+            cplx.real, cplx.imag = out[:, :D], out[:, D:]
+            return cplx
+        W_aug = self._param("W_aug", xp, X)
+        ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
+        Z = xp.concat([X, ones], axis=1) @ W_aug  # (n, K)
         if self.complex:
-            scale = 1.0 / math.sqrt(D)
+            scale = self._scale() / math.sqrt(D)
             C, S = xp.cos(Z) * scale, xp.sin(Z) * scale
             if self.real_output:
                 return xp.concat([C, S], axis=1)  # (n, 2D)
-            if is_numpy_namespace(xp):
-                out = np.empty(C.shape, dtype=np.result_type(C.dtype, np.complex64))
-                out.real, out.imag = C, S
-                return out
             cdtype = xp.complex64 if X.dtype == xp.float32 else xp.complex128
             return xp.astype(C, cdtype) + 1j * xp.astype(S, cdtype)
-        scale = math.sqrt(2.0 / D)
-        parts = [xp.cos(Z) * scale, xp.sin(Z) * scale]
+        scale = self._scale() * math.sqrt(2.0 / D)
+        parts = [xp.cos(Z[:, :m]) * scale, xp.sin(Z[:, :m]) * scale]
         if D % 2:
-            We = self._param("We_T", xp, X)  # (d, 1)
-            b = self._param("b", xp, X)  # (1,)
-            parts.append(xp.cos(X @ We + b[None, :]) * scale)
+            parts.append(xp.cos(Z[:, m:]) * scale)
         return xp.concat(parts, axis=1)  # (n, D)
+
+    def _scale(self) -> float:
+        return 1.0
 
     def _scaled_features(self, X, xp, side):
         base = self._raw_features(X, xp)
-        return base, xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
+        return base, xp.zeros(X.shape[0], dtype=base.real.dtype, device=device(X))
 
-    def _features(self, X, side):
-        X, xp = self._check_X(X, "X" if side == "x" else "Y")
+    def _features(self, X, xp, side):
         return self._raw_features(X, xp)
+
+    def _scaled_pair(self, X, Y, xp):
+        P = self._raw_features(X, xp)
+        S = P if Y is X else self._raw_features(Y, xp)
+        zero = xp.zeros(0, dtype=P.real.dtype, device=device(P))
+        return P, zero, S, zero
 
     def approx_kernel(self, X, Y=None):
         """``Re(phi(X) conj(phi(Y))^T)``, the unbiased estimate of the kernel matrix.
@@ -312,15 +299,9 @@ class RandomFourierFeatures(FeatureMap):
         -------
         array, shape (n, m), real, same backend and float dtype as ``X``.
         """
-        Y = X if Y is None else Y
-        P = self._features(X, "x")
-        S = self._features(Y, "y")
-        xp = _namespace(P)
-        if xp.isdtype(P.dtype, "complex floating"):
-            return xp.real(P) @ xp.matrix_transpose(xp.real(S)) + xp.imag(P) @ xp.matrix_transpose(
-                xp.imag(S)
-            )
-        return P @ xp.matrix_transpose(S)
+        X, Y, xp = self._check_pair(X, Y)
+        P, _, S, _ = self._scaled_pair(X, Y, xp)
+        return real_gram(xp, P, S)
 
     # ------------------------------------------------------------------ variance
     def _sq_dist(self, X, Y, xp):
@@ -330,47 +311,17 @@ class RandomFourierFeatures(FeatureMap):
         ny = xp.sum(Ys * Ys, axis=1)[None, :]
         return xp.clip(nx + ny - 2.0 * (Xs @ xp.matrix_transpose(Ys)), min=0.0)
 
-    def variance(self, X, Y=None, part: str = "real"):
-        """Analytic pointwise variance of :meth:`approx_kernel` for i.i.d. frequencies.
-
-        See :func:`rff_variance` for the formulas. For ``sampler="orthogonal"`` /
-        ``"sorf"`` this is the i.i.d. value, not that of the structured estimator.
-
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-        part : {"real", "complex"}
-            ``"complex"`` (complex maps): ``E|k_hat - k|^2`` of the complex estimate
-            ``phi(x)^T conj(phi(y))`` rather than the variance of its real part.
-
-        Returns
-        -------
-        array, shape (n, m)
-        """
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
-        if part == "complex" and not self.complex:
-            raise ValueError("part='complex' needs complex=True (a complex estimate).")
+    def _variance(self, X, Y, xp):
+        # rff_variance: the variance of the real part, i.i.d. frequencies
         k = xp.exp(-0.5 * self._sq_dist(X, Y, xp))
-        return rff_variance(k, int(self.n_features), complex=bool(self.complex), part=part)
+        return rff_variance(k, int(self.n_features), complex=bool(self.complex))
 
-    def _log_kernel(self, X, Y, xp):
-        return -0.5 * self._sq_dist(X, Y, xp)
-
-    def _log_second_moment(self, X, Y, xp):
-        # m2 with Var = (m2 - k^2) / n_features, so FeatureMap's relative-variance helpers
-        # apply: m2 = k^2 + D Var
+    def _complex_variance(self, X, Y, xp):
         k = xp.exp(-0.5 * self._sq_dist(X, Y, xp))
-        var = rff_variance(k, int(self.n_features), complex=bool(self.complex))
-        return xp.log(k * k + int(self.n_features) * var)
+        return rff_variance(k, int(self.n_features), complex=True, part="complex")
 
-    def exact_kernel(self, X, Y=None):
-        """The Gaussian kernel this map estimates, ``exp(-|x - y|^2 / (2 l^2))``, (n, m)."""
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
+    def _exact_kernel(self, X, Y, xp):
+        """The Gaussian kernel ``exp(-|x - y|^2 / (2 l^2))``, (n, m)."""
         return xp.exp(-0.5 * self._sq_dist(X, Y, xp))
 
 
@@ -435,10 +386,11 @@ class SphericalRandomFeatures(RandomFourierFeatures):
     probability ``alpha_i / sum(alpha)``, then ``w ~ N(0, I / l_i^2)``; features
     ``sigma sqrt(sum alpha) sqrt(2/D) [cos(W x), sin(W x)]``.
 
-    :meth:`approx_kernel` is unbiased for ``k~`` (i.i.d. and ``"orthogonal"`` samplers:
-    the direction rows have ``N(0, I)`` marginals and are divided by independent mixture
-    lengthscales; ``"sorf"``: approximately) and biased for ``k`` by at most
-    ``sigma^2 fit_error_`` on unit vectors.
+    :meth:`approx_kernel` is unbiased for ``k~`` (:meth:`expected_kernel`; i.i.d. and
+    ``"orthogonal"`` samplers: the direction rows have ``N(0, I)`` marginals and are
+    divided by independent mixture lengthscales; ``"sorf"``: approximately) and biased for
+    ``k`` (:meth:`exact_kernel`) by at most ``sigma^2 fit_error_`` on unit vectors.
+    Accepts sparse input.
 
     Parameters
     ----------
@@ -450,14 +402,17 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         ``a >= 2`` (eq. 57).
     amplitude : float, default=1.0
         ``sigma^2``.
-    sampler : {"iid", "orthogonal", "sorf"}, default="iid"
+    sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}, default="iid"
         Frequency directions; each row is scaled by ``1 / l_i`` of its own component.
     n_components_mixture : int, default=40
         Size of the lengthscale grid (0.05 .. 50, log-spaced).
-    normalize : bool, default=False
-        Divide the rows of the inputs by their norm (zero rows stay zero). Otherwise rows
-        that are not unit norm (tolerance 1e-6) raise ``ValueError``.
+    normalize : bool, default=True
+        Divide the rows of the inputs by their norm (zero rows stay zero), so that any
+        data can be fed. With ``False``, rows that are not unit norm (tolerance 1e-6)
+        raise ``ValueError``.
     random_state : None, int or numpy.random.Generator
+    n_jobs : int, optional
+        Threads of the NumPy path (scikit-learn's convention; None: all available).
 
     Attributes
     ----------
@@ -481,8 +436,9 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         amplitude: float = 1.0,
         sampler: str = "iid",
         n_components_mixture: int = 40,
-        normalize: bool = False,
+        normalize: bool = True,
         random_state=None,
+        n_jobs=None,
     ):
         self.n_features = n_features
         self.degree = degree
@@ -492,81 +448,70 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         self.n_components_mixture = n_components_mixture
         self.normalize = normalize
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     @property
     def kernel(self) -> str:
         """Always ``"polynomial"`` (eq. 57 on the unit sphere)."""
         return "polynomial"
 
-    def _validate_params(self):
+    def _check_params(self):
         validate_positive_int(self.degree, "degree", maximum=10_000)
         validate_positive_int(self.n_components_mixture, "n_components_mixture", maximum=10_000)
-        for name in ("a", "amplitude"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-                raise TypeError(f"{name} must be a finite float, got {v!r}.")
-        if self.a < 2:
+        a = check_real(self.a, "a")
+        if a < 2:
             raise ValueError(f"a must be >= 2 (eq. 57 on the unit sphere), got {self.a}.")
-        if not self.amplitude > 0:
-            raise ValueError(f"amplitude must be positive, got {self.amplitude}.")
-        if not isinstance(self.normalize, bool | np.bool_):
-            raise TypeError(f"normalize must be a bool, got {self.normalize!r}.")
-        super()._validate_params()
-        return 1.0
+        check_real(self.amplitude, "amplitude", minimum=0.0, strict=True)
+        check_bool(self.normalize, "normalize")
+        super()._check_params()
 
-    def fit(self, X, Y=None):
-        """Fit the mixture (cached per parameters) and draw the frequencies.
-
-        Parameters
-        ----------
-        X : array, shape (n, d), unit-norm rows (or ``normalize=True``)
-        Y : array, shape (m, d), optional
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        X, xp = validate_data(X, "X")
+    def _fit(self, X, Y, xp, rng):
+        # the mixture (cached per parameters), then the frequencies of RandomFourierFeatures
+        # with per-frequency mixture lengthscales; unit rows are checked (or made) first
         self._unit_rows(X, xp, "X")
         if Y is not None:
-            Y, _ = validate_data(Y, "Y", n_features=X.shape[1])
             self._unit_rows(Y, xp, "Y")
         alpha, ls, err = fit_srf_mixture(self.degree, self.a, self.n_components_mixture)
-        rng = check_random_state(self.random_state)
-        d = int(X.shape[1])
-        n_freq = self.n_frequencies
-        probs = alpha / alpha.sum()
-        W = SAMPLERS[self.sampler](n_freq, d, rng) if n_freq > 0 else np.zeros((0, d))
-        comp = rng.choice(len(alpha), size=n_freq, p=probs)
-        W = np.asarray(W, dtype=np.float64) / ls[comp][:, None]
-        if int(self.n_features) % 2 == 1:
-            ce = rng.choice(len(alpha), size=1, p=probs)
-            self.extra_projection_ = SAMPLERS["iid"](1, d, rng) / ls[ce][:, None]
-            self.offset_ = rng.uniform(0.0, 2.0 * np.pi, size=1)
-        else:
-            self.extra_projection_ = np.zeros((0, d))
-            self.offset_ = np.zeros(0)
         self.mixture_weights_ = alpha
         self.mixture_lengthscales_ = ls
         self.fit_error_ = err
-        self.components_ = comp
-        self.n_features_in_ = d
-        self.lengthscale_ = 1.0
-        self.projection_ = W
-        self._build()
-        return self
+        super()._fit(X, Y, xp, rng)  # lengthscale_ = 1: the mixture's are in projection_
+
+    def _draw_component(self, n, rng):
+        alpha = self.mixture_weights_
+        return rng.choice(len(alpha), size=n, p=alpha / alpha.sum())
+
+    def _draw_directions(self, n, d, rng):
+        W = super()._draw_directions(n, d, rng)
+        self.components_ = self._draw_component(n, rng)
+        return (
+            np.asarray(W, dtype=np.float64) / self.mixture_lengthscales_[self.components_][:, None]
+        )
+
+    def _draw_extra(self, d, rng):
+        ce = self._draw_component(1, rng)
+        We = draw_projection(1, d, rng) / self.mixture_lengthscales_[ce][:, None]
+        return We, rng.uniform(0.0, 2.0 * np.pi, size=1)
+
+    def _effective_lengthscale(self) -> float:
+        return 1.0
 
     # ------------------------------------------------------------------ inputs
     def _unit_rows(self, X, xp, name):
-        """Validated ``X`` with unit-norm rows (normalised or checked)."""
+        """``X`` with unit-norm rows (normalised or checked); sparse stays sparse."""
         if X.shape[0] == 0:
             return X
-        norms = xp.sqrt(xp.sum(X * X, axis=1))
-        if self.normalize:
+        norms = sq_norms(xp, X) ** 0.5
+        if sp.issparse(X):
+            if self.normalize:
+                safe = np.where(norms > 0, norms, 1.0)
+                return sp.csr_matrix(sp.diags(1.0 / safe) @ X, dtype=X.dtype)
+            dev = float(np.max(np.abs(norms - 1.0)))
+        elif self.normalize:
             safe = xp.where(norms > 0, norms, xp.ones_like(norms))
             return X / safe[:, None]
-        dev = float(xp.max(xp.abs(norms - 1.0)))
+        else:
+            dev = float(xp.max(xp.abs(norms - 1.0)))
         if not dev <= 1e-6:
             raise ValueError(
                 f"SphericalRandomFeatures needs unit-norm rows of {name} (eq. 57 on the "
@@ -575,50 +520,41 @@ class SphericalRandomFeatures(RandomFourierFeatures):
             )
         return X
 
-    def _check_X(self, X, name):
-        X, xp = super()._check_X(X, name)
-        return self._unit_rows(X, xp, name), xp
+    def _prepare(self, X, xp):
+        return self._unit_rows(X, xp, "X")
 
     def _scale(self) -> float:
         return math.sqrt(float(self.amplitude) * float(self.mixture_weights_.sum()))
 
-    def _raw_features(self, X, xp):
-        return super()._raw_features(X, xp) * self._scale()
-
     # ------------------------------------------------------------------ kernels
     def mixture_kernel(self, X, Y=None):
         """``k~(x, y)``, the kernel :meth:`approx_kernel` estimates without bias, (n, m)."""
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
+        X, Y, xp = self._check_pair(X, Y)
+        return self._mixture(self._densify(X), self._densify(Y), xp)
+
+    def _mixture(self, X, Y, xp):
         return float(self.amplitude) * _mixture_kernel(
             self._sq_dist(X, Y, xp), self.mixture_weights_, self.mixture_lengthscales_, xp
         )
 
-    def exact_kernel(self, X, Y=None):
+    def expected_kernel(self, X, Y=None):
+        """``E approx_kernel``: the mixture kernel ``k~`` (:meth:`mixture_kernel`)."""
+        return self.mixture_kernel(X, Y)
+
+    def _expected_kernel_prepared(self, X, Y, xp):
+        return self._mixture(X, Y, xp)
+
+    def _exact_kernel(self, X, Y, xp):
         """Eq. 57, ``sigma^2 (1 - |x - y|^2 / a^2)^p`` on unit vectors, (n, m)."""
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
         base = xp.clip(1.0 - self._sq_dist(X, Y, xp) / float(self.a) ** 2, min=0.0)
         return float(self.amplitude) * base ** int(self.degree)
 
-    def variance(self, X, Y=None, part: str = "real"):
-        """Analytic variance of :meth:`approx_kernel` (i.i.d. frequencies).
-
-        With ``s = sigma^2 sum(alpha)`` and the normalised mixture
-        ``kappa(tau) = k~(tau) / s = E_w cos(w^T delta)``, one frequency contributes
-        ``s cos(w^T delta)`` with variance ``s^2 pair``, ``pair = (1 + kappa(2 tau)) / 2 -
-        kappa(tau)^2`` (``E cos^2 = (1 + E cos(2 w^T delta)) / 2``, **derived**; checked by
-        Monte Carlo in the tests), so as in :func:`rff_variance`:
-        ``Var = s^2 [4 m pair + r (pair + 1/2)] / D^2`` with ``D = 2 m + r``.
-        For ``"orthogonal"`` / ``"sorf"`` this is the i.i.d. value.
-        """
-        if part != "real":
-            raise ValueError("SphericalRandomFeatures is real: part must be 'real'.")
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
+    def _variance(self, X, Y, xp):
+        # With s = sigma^2 sum(alpha) and the normalised mixture kappa(tau) = k~(tau) / s
+        # = E_w cos(w^T delta), one frequency contributes s cos(w^T delta) with variance
+        # s^2 pair, pair = (1 + kappa(2 tau)) / 2 - kappa(tau)^2 (E cos^2 = (1 + E cos(2 w^T
+        # delta)) / 2, derived; checked by Monte Carlo in the tests), so as in rff_variance:
+        # Var = s^2 [4 m pair + r (pair + 1/2)] / D^2 with D = 2 m + r
         sq = self._sq_dist(X, Y, xp)
         alpha, ls = self.mixture_weights_, self.mixture_lengthscales_
         s = float(alpha.sum())
@@ -631,21 +567,3 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         if r:
             out = out + (pair + 0.5)
         return (float(self.amplitude) * s) ** 2 * out / (D * D)
-
-    def _log_kernel(self, X, Y, xp):
-        return xp.log(
-            float(self.amplitude)
-            * _mixture_kernel(
-                self._sq_dist(X, Y, xp), self.mixture_weights_, self.mixture_lengthscales_, xp
-            )
-        )
-
-    def _log_second_moment(self, X, Y, xp):
-        k = xp.exp(self._log_kernel(X, Y, xp))
-        return xp.log(k * k + int(self.n_features) * self.variance(X, Y))
-
-
-def _namespace(a):
-    from array_api_compat import array_namespace
-
-    return array_namespace(a)

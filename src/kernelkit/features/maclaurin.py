@@ -15,7 +15,7 @@ A dot-product kernel is ``k(x, y) = sum_n a_n (x^T y)^n`` with ``a_n >= 0`` (eq.
 
 * ``"polynomial"``: ``(gamma x^T y + coef0)^degree`` (eq. 37),
   ``a_n = C(degree, n) coef0^(degree-n) gamma^n``;
-* ``"exponential"``: ``exp(x^T y / l^2)`` (eq. 38), ``a_n = 1 / (n! l^(2n))``;
+* ``"softmax"``: ``exp(x^T y / l^2)`` (eq. 38), ``a_n = 1 / (n! l^(2n))``;
 * ``"gaussian"``: ``exp(-|x - y|^2 / (2 l^2))`` (eq. 39), the exponential ``a_n`` with
   every feature (the constant included) times ``exp(-|x|^2 / 2l^2)``.
 
@@ -36,18 +36,11 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
-from .._backend import (
-    check_random_state,
-    device,
-    to_numpy,
-    validate_data,
-    validate_positive_int,
-)
+from .._backend import check_random_state, device, to_numpy, validate_positive_int
 from .._backend.fwht import next_power_of_two
-from .._backend.parallel import map_row_blocks
-from ._base import FeatureMap, _namespace_of
+from .._backend.parallel import check_n_jobs, map_row_blocks
+from ._base import FeatureMap, sq_norms
 from .dot_product import (
     GaussianSketch,
     RademacherSketch,
@@ -74,7 +67,7 @@ __all__ = [
 ]
 
 #: Maclaurin kernels this module knows
-MACLAURIN_KERNELS = ("polynomial", "exponential", "gaussian")
+MACLAURIN_KERNELS = ("polynomial", "softmax", "gaussian")
 
 #: sketch name -> degree-n sketch class of :mod:`kernelkit.features.dot_product`
 SKETCHES = {"rademacher": RademacherSketch, "gaussian": GaussianSketch, "srht": TensorSRHT}
@@ -126,7 +119,7 @@ def maclaurin_coefficients(
 
     Parameters
     ----------
-    kernel : {"polynomial", "exponential", "gaussian"}
+    kernel : {"polynomial", "softmax", "gaussian"}
     max_degree : int
         Last coefficient returned (the truncation degree ``p``).
     degree : int
@@ -166,7 +159,7 @@ def maclaurin_coefficients(
                 log_a += (degree - k) * math.log(coef0)
             out[k] = math.exp(log_a) if log_a < 709.0 else math.inf
         return out
-    if kernel in ("exponential", "gaussian"):
+    if kernel in ("softmax", "gaussian"):
         lengthscale = _check_real(lengthscale, "lengthscale", minimum=0.0, strict=True)
         log_a = -np.array([math.lgamma(k + 1) for k in n]) - 2.0 * n * math.log(lengthscale)
         with np.errstate(over="ignore"):
@@ -322,6 +315,7 @@ def maclaurin_pair_sums(
     lengthscale: float = 1.0,
     sketch: str = "rademacher",
     complex: bool = False,
+    n_jobs=None,
 ) -> MaclaurinPairSums:
     """Precompute the pair sums of the U-statistic objective (eq. 49-51, eq. 55).
 
@@ -339,7 +333,7 @@ def maclaurin_pair_sums(
         ``sum_{n <= K} a_n G^n``), otherwise at least ``max_degree + 1``.
     max_degree : int
         ``p_max``: sums are computed for degrees ``0 .. p_max``.
-    kernel : {"polynomial", "exponential", "gaussian"}
+    kernel : {"polynomial", "softmax", "gaussian"}
         The exact kernel ``k`` of the bias term: the polynomial, ``exp(G / l^2)``, or the
         Gaussian kernel, whose weights are ``e_i = exp(-|x_i|^2/2l^2)``,
         ``w_ij = e_i^2 e_j^2`` (eq. 55).
@@ -391,7 +385,7 @@ def maclaurin_pair_sums(
                 "The kernel's Maclaurin terms overflow float64 on these inputs; "
                 "scale the inputs (or gamma) down."
             )
-    elif kernel in ("exponential", "gaussian"):
+    elif kernel in ("softmax", "gaussian"):
         inv_l2 = 1.0 / float(lengthscale) ** 2
     else:
         raise ValueError(f"Unknown kernel {kernel!r}.")
@@ -461,7 +455,7 @@ def maclaurin_pair_sums(
         parts[lo] = (vb, cb, bb)
 
     rows = max(1, _PAIR_BLOCK_ELEMENTS // m)
-    map_row_blocks(block, m, m, 8, rows=rows)
+    map_row_blocks(block, m, m, 8, rows=rows, n_jobs=n_jobs)
     order = sorted(parts)  # fixed block order: the sums do not depend on the threads
     var = np.sum([parts[k][0] for k in order], axis=0)
     cov = np.sum([parts[k][1] for k in order], axis=0) if srht else None
@@ -570,7 +564,15 @@ class _MaclaurinBase(FeatureMap):
     _sketches: tuple[str, ...] = ("rademacher", "gaussian")
 
     # ------------------------------------------------------------------ parameters
+    accepts_sparse = True
+
     def _validate_common(self):
+        check_n_jobs(self.n_jobs)
+        if self.kernel == "exponential":
+            raise ValueError(
+                "kernel='exponential' (eq. 38, exp(x.y / l^2)) is called 'softmax' in "
+                "kernelkit, as on every feature map: use kernel='softmax'."
+            )
         if not isinstance(self.kernel, str) or self.kernel not in MACLAURIN_KERNELS:
             raise ValueError(
                 f"Unknown kernel {self.kernel!r}; expected one of {list(MACLAURIN_KERNELS)}."
@@ -607,14 +609,24 @@ class _MaclaurinBase(FeatureMap):
         )
 
     @property
-    def output_dim(self) -> int:
-        """Number of output columns: the sketch features (doubled for ``real_output`` with
-        complex sketches) plus the constant feature."""
-        check_is_fitted(self, "n_features_per_degree_")
-        D = int(self.n_features_per_degree_[1:].sum())
+    def is_complex(self) -> bool:
+        return bool(self.complex) and not bool(self.real_output)
+
+    def _has_constant(self) -> bool:
+        """Whether ``a_0 > 0`` (the exact constant feature ``sqrt(a_0)`` is present)."""
+        return self.kernel != "polynomial" or float(self.coef0) > 0
+
+    def _sketch_budget(self, n_features: int) -> int:
+        """Sketch features (complex count) for ``n_features``."""
+        return int(n_features)
+
+    def _output_dim_for(self, n_features):
+        """The sketch features (doubled for ``real_output`` with complex sketches) plus the
+        constant feature."""
+        D = self._sketch_budget(n_features)
         if self.complex and self.real_output:
             D *= 2
-        return D + int(self.n_features_per_degree_[0])
+        return D + int(self._has_constant())
 
     # ------------------------------------------------------------------ sketches
     def _draw_sketches(self, d: int, rng):
@@ -635,6 +647,7 @@ class _MaclaurinBase(FeatureMap):
                 coef0=0.0,
                 complex=bool(self.complex),
                 random_state=seed,
+                n_jobs=self.n_jobs,
             )
             sk.fit(dummy)
             sketches.append((n, sk, math.sqrt(self._block_weight(n))))
@@ -645,16 +658,11 @@ class _MaclaurinBase(FeatureMap):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ features
-    def _check_X(self, X, name):
-        check_is_fitted(self, "n_features_per_degree_")
-        X, xp = validate_data(X, name, n_features=self.n_features_in_, allow_empty=True)
-        return X, xp
-
     def _scaled_features(self, X, xp, side):
         n = X.shape[0]
         s = self._input_scale()
         Xs = X * math.sqrt(s) if s != 1.0 else X
-        blocks = [w * sk.transform(Xs) for _, sk, w in self.sketches_]
+        blocks = [w * sk._features(Xs, xp, side) for _, sk, w in self.sketches_]
         cplx = bool(self.complex)
         if cplx and self.real_output:
             blocks = [xp.real(B) for B in blocks] + [xp.imag(B) for B in blocks]
@@ -668,32 +676,12 @@ class _MaclaurinBase(FeatureMap):
             blocks = [const, *blocks]
         base = xp.concat(blocks, axis=1)
         if self.kernel == "gaussian":
-            log_scale = -0.5 * s * xp.sum(X * X, axis=1)
+            log_scale = -0.5 * s * sq_norms(xp, X)
         else:
             log_scale = xp.zeros(n, dtype=X.dtype, device=device(X))
         return base, log_scale
 
     # ------------------------------------------------------------------ variance
-    def approx_kernel(self, X, Y=None):
-        """Unbiased estimate ``Re(transform(X) @ conj(transform_y(Y)).T)`` of the truncated
-        series (see :meth:`expected_kernel`), shape (n, m)."""
-        if Y is None:  # one transform for both sides
-            bx, sx = self.transform_scaled(X, "x")
-            by, sy = bx, sx
-        else:
-            bx, sx, by, sy = self._scaled_pair(X, Y)
-        xp = _namespace_of(bx)
-        if xp.isdtype(bx.dtype, "complex floating"):
-            dot = xp.real(bx) @ xp.matrix_transpose(xp.real(by)) + xp.imag(
-                bx
-            ) @ xp.matrix_transpose(xp.imag(by))
-        else:
-            dot = bx @ xp.matrix_transpose(by)
-        if self.kernel != "gaussian":
-            return dot
-        # Gaussian factors exp(-|x|^2/2l^2) exp(-|y|^2/2l^2) <= 1: no overflow
-        return dot * xp.exp(sx)[:, None] * xp.exp(sy)[None, :]
-
     def _pair_moments(self, X, Y, xp):
         """``(G, N, S, e2)`` of the scaled inputs (:func:`pair_statistics`) and the Gaussian
         weight ``e_x^2 e_y^2`` (None for the other kernels)."""
@@ -707,15 +695,6 @@ class _MaclaurinBase(FeatureMap):
                 * xp.exp(-xp.sum(Ys * Ys, axis=1))[None, :]
             )
         return G, N, S, e2
-
-    def _variance_inputs(self, X, Y, kind: str):
-        """Checked ``kind`` and inputs of :meth:`variance`: ``(G, N, S, e2, xp)`` as in
-        :meth:`_pair_moments`, ``Y`` defaulting to ``X``."""
-        self._check_kind(kind)
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
-        return (*self._pair_moments(X, Y, xp), xp)
 
     def _degree_variance(self, G, N, S, n: int, D: int, kind: str):
         """Variance of one degree-``n`` sketch estimate of ``G^n`` with ``D`` features
@@ -734,22 +713,16 @@ class _MaclaurinBase(FeatureMap):
         q, m4 = SKETCH_MOMENTS[(self.sketch, bool(self.complex))]
         return iid_sketch_variance(G, N, S, n, D, q=q, m4=m4, kind=kind)
 
-    def log_relative_variance(self, X, Y=None):
-        raise NotImplementedError(
-            f"{type(self).__name__} has no log_relative_variance "
-            "(softmax-family API); use variance()."
-        )
+    def _variance(self, X, Y, xp):
+        # the variance of approx_kernel, Re k_hat (derived, user guide)
+        return self._variance_kind(X, Y, xp, "real")
 
-    def log_objective(self, X, Y=None):
-        raise NotImplementedError(
-            f"{type(self).__name__} has no log_objective (softmax-"
-            "family API); see OptimizedMaclaurin.objective_."
-        )
+    def _complex_variance(self, X, Y, xp):
+        # E|k_hat - E k_hat|^2 of the complex estimate (the paper's, what the objective uses)
+        return self._variance_kind(X, Y, xp, "complex")
 
-    @staticmethod
-    def _check_kind(kind):
-        if kind not in ("complex", "real"):
-            raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
+    def _variance_kind(self, X, Y, xp, kind):
+        raise NotImplementedError
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)``: the truncated series ``sum_{n <= p} a_n (x^T y)^n``
@@ -761,9 +734,10 @@ class _MaclaurinBase(FeatureMap):
         -------
         array, shape (n, m)
         """
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
+        X, Y, xp = self._check_pair(X, Y)
+        return self._expected_kernel_prepared(self._densify(X), self._densify(Y), xp)
+
+    def _expected_kernel_prepared(self, X, Y, xp):
         s = self._input_scale()
         G = (X * s**0.5) @ xp.matrix_transpose(Y * s**0.5)
         b = self._unit_coefficients
@@ -778,16 +752,13 @@ class _MaclaurinBase(FeatureMap):
             out = out * xp.exp(-0.5 * s * xp.sum(Y * Y, axis=1))[None, :]
         return out
 
-    def exact_kernel(self, X, Y=None):
+    def _exact_kernel(self, X, Y, xp):
         """The kernel this map approximates (untruncated), shape (n, m)."""
-        Y = X if Y is None else Y
-        X, xp = self._check_X(X, "X")
-        Y, _ = self._check_X(Y, "Y")
         G = X @ xp.matrix_transpose(Y)
         if self.kernel == "polynomial":
             return (float(self.gamma) * G + float(self.coef0)) ** int(self.degree)
         s = self._input_scale()
-        if self.kernel == "exponential":
+        if self.kernel == "softmax":
             return xp.exp(s * G)
         nx = xp.sum(X * X, axis=1)[:, None]
         ny = xp.sum(Y * Y, axis=1)[None, :]
@@ -811,7 +782,7 @@ class RandomMaclaurin(_MaclaurinBase):
     n_features : int
         ``D``, the number of sketch features; the output has one more column, the exact
         constant ``sqrt(a_0)``, when ``a_0 > 0``.
-    kernel : {"polynomial", "exponential", "gaussian"}
+    kernel : {"polynomial", "softmax", "gaussian"}
         ``(gamma x^T y + coef0)^degree``, ``exp(x^T y / l^2)`` or
         ``exp(-|x - y|^2 / 2 l^2)``.
     degree : int
@@ -831,6 +802,8 @@ class RandomMaclaurin(_MaclaurinBase):
         With ``complex=True``, output ``[Re Phi, Im Phi]`` (real, ``2 D`` sketch columns)
         whose inner products equal ``Re k_hat``.
     random_state : None, int or numpy.random.Generator
+    n_jobs : int, optional
+        Threads of the NumPy path (scikit-learn's convention; None: all available).
 
     Attributes
     ----------
@@ -858,6 +831,7 @@ class RandomMaclaurin(_MaclaurinBase):
         complex: bool = False,
         real_output: bool = False,
         random_state=None,
+        n_jobs=None,
     ):
         self.n_features = n_features
         self.kernel = kernel
@@ -870,26 +844,16 @@ class RandomMaclaurin(_MaclaurinBase):
         self.complex = complex
         self.real_output = real_output
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
-    def _validate_params(self):
+    def _check_params(self):
         validate_positive_int(self.n_features, "n_features", maximum=2**26)
         self._validate_common()
         if self.kernel != "polynomial":
             _check_degree(self.max_degree, "max_degree")
 
-    def fit(self, X, Y=None):
-        """Draw the degrees and the sketches (``X`` only supplies the dimension).
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        X, _ = validate_data(X, "X")
-        if Y is not None:
-            validate_data(Y, "Y", n_features=X.shape[1])
-        rng = check_random_state(self.random_state)
-        self.n_features_in_ = X.shape[1]
+    def _fit(self, X, Y, xp, rng):
+        # draw the degrees and the sketches (X only supplies the dimension)
         p = int(self.degree) if self.kernel == "polynomial" else int(self.max_degree)
         self.degree_ = p
         self.coefficients_ = self._coefficients(p)
@@ -899,8 +863,6 @@ class RandomMaclaurin(_MaclaurinBase):
         Dn[0] = int(self.coefficients_[0] > 0)
         self.n_features_per_degree_ = Dn
         self._draw_sketches(X.shape[1], rng)
-        self._build()
-        return self
 
     def _block_weight(self, n):
         # D_n a_n / (D mu(n)), on the unit scale (Phi_n carries 1/sqrt(D_n))
@@ -910,7 +872,7 @@ class RandomMaclaurin(_MaclaurinBase):
             / (self.n_features * self.degree_measure_[n])
         )
 
-    def variance(self, X, Y=None, kind: str = "complex"):
+    def _variance_kind(self, X, Y, xp, kind):
         """Variance of the estimate over the degree draw and the sketches.
 
         The ``D`` features are i.i.d. terms ``T = (a_n / mu(n)) Pi_n(x) conj Pi_n(y)`` with
@@ -919,20 +881,11 @@ class RandomMaclaurin(_MaclaurinBase):
         ``Var = (sum_n a_n^2 (G^(2n) + V_n) / mu(n) - (sum_{n >= 1} a_n G^n)^2) / D``
         (times ``e_x^2 e_y^2`` for the Gaussian kernel).
 
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-        kind : {"complex", "real"}
-            ``"complex"``: ``E|k_hat - E k_hat|^2`` of the complex estimate (the paper's);
-            ``"real"``: the variance of :meth:`approx_kernel` (``Re k_hat``), never larger.
-            Identical for real sketches.
-
-        Returns
-        -------
-        array, shape (n, m)
+        ``kind="real"``: the variance of :meth:`approx_kernel` (:meth:`variance`);
+        ``"complex"``: ``E|k_hat - E k_hat|^2`` of the complex estimate
+        (:meth:`complex_variance`, the paper's). Identical for real sketches.
         """
-        G, N, S, e2, xp = self._variance_inputs(X, Y, kind)
+        G, N, S, e2 = self._pair_moments(X, Y, xp)
         b, mu = self._unit_coefficients, self.degree_measure_
         second = xp.zeros_like(G)
         mean = xp.zeros_like(G)
@@ -985,6 +938,8 @@ class OptimizedMaclaurin(_MaclaurinBase):
         (cost O(m^2 (d + p_max))). The paper uses up to 5000 and finds 2000 enough for
         the Gaussian kernel (App. F); ``None`` uses all rows.
     random_state : None, int or numpy.random.Generator
+    n_jobs : int, optional
+        Threads of the NumPy path (scikit-learn's convention; None: all available).
 
     Attributes
     ----------
@@ -1020,6 +975,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
         constant_in_budget: bool = False,
         n_subsample: int | None = 2000,
         random_state=None,
+        n_jobs=None,
     ):
         self.n_features = n_features
         self.kernel = kernel
@@ -1035,8 +991,13 @@ class OptimizedMaclaurin(_MaclaurinBase):
         self.constant_in_budget = constant_in_budget
         self.n_subsample = n_subsample
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
-    def _validate_params(self):
+    def _sketch_budget(self, n_features):
+        # D_total: the constant feature takes one column of the budget when it counts
+        return int(n_features) - int(bool(self.constant_in_budget) and self._has_constant())
+
+    def _check_params(self):
         validate_positive_int(self.n_features, "n_features", maximum=2**26)
         self._validate_common()
         p_min = _check_degree(self.p_min, "p_min")
@@ -1055,30 +1016,14 @@ class OptimizedMaclaurin(_MaclaurinBase):
             p_min = min(p_min, p_max)
         return p_min, p_max
 
-    def fit(self, X, Y=None):
-        """Optimise the degree allocation on ``X`` (Algorithm 3) and draw the sketches.
-
-        Parameters
-        ----------
-        X : array, shape (n, d), ``n >= 2``
-            Data the U-statistic objective is estimated on.
-        Y : ignored (the kernel is symmetric; accepted for the common API).
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        X, _ = validate_data(X, "X")
-        if Y is not None:
-            validate_data(Y, "Y", n_features=X.shape[1])
+    def _fit(self, X, Y, xp, rng):
+        # optimise the degree allocation on X (Algorithm 3) and draw the sketches; the
+        # kernel is symmetric, so Y only has its dimension checked
         if X.shape[0] < 2:
             raise ValueError(
-                "OptimizedMaclaurin.fit needs at least 2 samples (the "
-                f"U-statistic objective uses pairs), got {X.shape[0]}."
+                "OptimizedMaclaurin.fit needs at least 2 samples (the U-statistic objective "
+                f"uses pairs); got 1 sample (n_samples = {X.shape[0]})."
             )
-        rng = check_random_state(self.random_state)
-        self.n_features_in_ = X.shape[1]
         p_min, p_max = self._degree_range()
         K = int(self.degree) if self.kernel == "polynomial" else p_max
         a_kernel = self._coefficients(K)
@@ -1092,10 +1037,10 @@ class OptimizedMaclaurin(_MaclaurinBase):
             )
         # independent streams: the subsample does not shift the sketches (see redraw)
         sub_rng, sketch_rng = rng.spawn(2)
-        Xn = to_numpy(X, np.float64)
-        m = Xn.shape[0]
+        Xn, m = X, X.shape[0]
         if self.n_subsample is not None and m > int(self.n_subsample):
             Xn = Xn[np.sort(sub_rng.choice(m, size=int(self.n_subsample), replace=False))]
+        Xn = to_numpy(self._densify(Xn), np.float64)
         self.pair_sums_ = maclaurin_pair_sums(
             Xn,
             a_kernel,
@@ -1104,6 +1049,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
             lengthscale=self.lengthscale,
             sketch=self.sketch,
             complex=bool(self.complex),
+            n_jobs=self.n_jobs,
         )
         p_star, D_star, objective = optimize_allocation(
             self.pair_sums_, a_kernel, D_total, p_min, p_max
@@ -1116,8 +1062,6 @@ class OptimizedMaclaurin(_MaclaurinBase):
         D_star[0] = int(has_const)
         self.n_features_per_degree_ = D_star
         self._draw_sketches(X.shape[1], sketch_rng)
-        self._build()
-        return self
 
     def redraw(self, random_state=None):
         """A copy with the same fitted allocation and freshly drawn sketches.
@@ -1132,37 +1076,27 @@ class OptimizedMaclaurin(_MaclaurinBase):
         -------
         OptimizedMaclaurin
         """
-        check_is_fitted(self, "n_features_per_degree_")
+        self._check_fitted()
         new = copy.copy(self)
         new.random_state = random_state
         new._draw_sketches(self.n_features_in_, check_random_state(random_state).spawn(2)[1])
-        new._build()
         return new
 
     def _block_weight(self, n):
         return self._unit_coefficients[n]
 
-    def variance(self, X, Y=None, kind: str = "complex"):
+    def _variance_kind(self, X, Y, xp, kind):
         """Variance ``sum_n a_n^2 Var[Phi_n(x)^T conj Phi_n(y)]`` of the estimate (eq. 47).
 
         Independent sketches per degree: Theorem 2 or, for TensorSRHT, eq. 33 with the
         padded dimension (the sketch classes' formulas); times ``e_x^2 e_y^2`` for the
         Gaussian kernel.
 
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-        kind : {"complex", "real"}
-            ``"complex"``: ``E|k_hat - E k_hat|^2`` of the complex estimate (the paper's,
-            and what the objective uses); ``"real"``: the variance of :meth:`approx_kernel`
-            (``Re k_hat``), never larger. Identical for real sketches.
-
-        Returns
-        -------
-        array, shape (n, m)
+        ``kind="real"``: the variance of :meth:`approx_kernel` (:meth:`variance`);
+        ``"complex"``: ``E|k_hat - E k_hat|^2`` of the complex estimate
+        (:meth:`complex_variance`, the paper's, and what the objective uses).
         """
-        G, N, S, e2, xp = self._variance_inputs(X, Y, kind)
+        G, N, S, e2 = self._pair_moments(X, Y, xp)
         b, Dn = self._unit_coefficients, self.n_features_per_degree_
         out = xp.zeros_like(G)
         for n in range(1, self.degree_ + 1):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import check_random_state, validate_positive_int
+from .._backend.fwht import fwht
 
 __all__ = [
     "SAMPLERS",
@@ -71,21 +72,6 @@ def block_orthogonal_projection(n_features: int, d: int, random_state=None) -> n
     return W * norms[:, None]
 
 
-def _fwht_axis0(A: np.ndarray) -> np.ndarray:
-    """Unnormalised fast Walsh-Hadamard transform along axis 0: ``H_n @ A`` (Sylvester
-    ``H``, ``n`` a power of two), O(n k log n) for ``A`` of shape (n, k)."""
-    n = A.shape[0]
-    A = np.array(A, dtype=np.float64, copy=True)
-    h = 1
-    while h < n:
-        B = A.reshape(n // (2 * h), 2, h, -1)
-        top = B[:, 0] + B[:, 1]
-        B[:, 1] = B[:, 0] - B[:, 1]
-        B[:, 0] = top
-        h *= 2
-    return A
-
-
 def structured_hadamard_projection(
     n_features: int, d: int, random_state=None, *, chi_norms: bool = False
 ) -> np.ndarray:
@@ -132,9 +118,9 @@ def structured_hadamard_projection(
     for _ in range(n_blocks):
         signs = rng.choice(np.array([-1.0, 1.0]), size=(3, dp))  # D1, D2, D3
         T = np.diag(signs[2])  # D3
-        T = _fwht_axis0(T) * signs[1][:, None]  # D2 H D3 (H unnormalised)
-        T = _fwht_axis0(T) * signs[0][:, None]  # D1 H D2 H D3
-        T = _fwht_axis0(T)  # H D1 H D2 H D3, unnormalised: entries scale dp^(3/2)
+        T = fwht(T, axis=0) * signs[1][:, None]  # D2 H D3 (H unnormalised)
+        T = fwht(T, axis=0) * signs[0][:, None]  # D1 H D2 H D3
+        T = fwht(T, axis=0)  # H D1 H D2 H D3, unnormalised: entries scale dp^(3/2)
         blocks.append(T[:, :d] / dp)  # sqrt(dp) * (H/sqrt(dp))^3 = H^3 / dp
     W = np.concatenate(blocks, axis=0)[:n_features]  # (M, d)
     if chi_norms:
@@ -205,56 +191,23 @@ SAMPLERS = {
 }
 
 
-def resolve_sampler(orthogonal=False, sampler=None) -> str:
-    """Name of the sampler selected by the ``orthogonal`` / ``sampler`` pair.
+def draw_projection(n_features: int, d: int, random_state=None, sampler: str = "iid"):
+    """Draw ``(n_features, d)`` projection rows with the sampler named ``sampler``.
 
-    ``orthogonal`` may be a bool (``False`` -> "iid", ``True`` -> "orthogonal") or, so that
-    every feature map's ``orthogonal=`` parameter can select any sampler, a sampler name.
-    ``sampler`` (a name) overrides ``orthogonal=False``; combining it with a different
-    ``orthogonal`` choice is an error.
-    """
-    if isinstance(orthogonal, str):
-        from_orth = orthogonal
-    elif isinstance(orthogonal, bool | np.bool_):
-        from_orth = "orthogonal" if orthogonal else "iid"
-    else:
-        raise TypeError(
-            f"orthogonal must be a bool or a sampler name {sorted(SAMPLERS)}, got {orthogonal!r}."
-        )
-    if sampler is None:
-        name = from_orth
-    elif not isinstance(sampler, str):
-        raise TypeError(f"sampler must be a string in {sorted(SAMPLERS)}, got {sampler!r}.")
-    else:
-        if from_orth not in ("iid", sampler):
-            raise ValueError(
-                f"sampler={sampler!r} conflicts with orthogonal={orthogonal!r}; pass one."
-            )
-        name = sampler
-    if name not in SAMPLERS:
-        raise ValueError(f"Unknown sampler {name!r}; expected one of {sorted(SAMPLERS)}.")
-    return name
-
-
-def draw_projection(
-    n_features: int, d: int, random_state=None, orthogonal=False, sampler: str | None = None
-):
-    """Draw ``(n_features, d)`` projection rows with the selected sampler.
+    The one way every feature map draws its Gaussian projections: ``sampler`` is the
+    maps' parameter of the same name.
 
     Parameters
     ----------
     n_features, d : int
     random_state : None, int or numpy.random.Generator
-    orthogonal : bool or str
-        ``False``: i.i.d. Gaussian (:func:`gaussian_projection`); ``True``: block-orthogonal
-        (:func:`block_orthogonal_projection`); a string: any name of :data:`SAMPLERS`
-        (lets a feature map's ``orthogonal=`` parameter pick e.g. ``"halton"``).
-    sampler : str, optional
-        A name of :data:`SAMPLERS` ("iid", "orthogonal", "sorf", "hadamard", "halton");
-        overrides ``orthogonal=False``.
+    sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}
+        A name of :data:`SAMPLERS`.
 
     Returns
     -------
     W : ndarray, shape (n_features, d)
     """
-    return SAMPLERS[resolve_sampler(orthogonal, sampler)](n_features, d, random_state)
+    if not isinstance(sampler, str) or sampler not in SAMPLERS:
+        raise ValueError(f"Unknown sampler {sampler!r}; expected one of {sorted(SAMPLERS)}.")
+    return SAMPLERS[sampler](n_features, d, random_state)

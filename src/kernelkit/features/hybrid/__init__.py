@@ -48,14 +48,13 @@ Modules:
   :func:`regular_feature_flops` and :func:`hybrid_feature_flops`;
 * :mod:`._common`: private log-space helpers shared by the modules above.
 
-Projections: every class takes ``orthogonal`` (``False``/``True`` or a sampler name of
+Projections: every class takes ``sampler`` (a name of
 :data:`kernelkit.features.sampling.SAMPLERS`: "iid", "orthogonal", "sorf", "hadamard",
-"halton") for its base projections ``W``.
+"halton") for its base projections ``W``, as every feature map does.
 """
 
 from .bipolar import AngularHybridRF
 from .bipolar_gaussian import GaussianHybridRF, NormalizedGaussianHybridRF
-from .clustered import _VARIANCE_BLOCK_ELEMENTS as _VARIANCE_BLOCK_ELEMENTS
 from .clustered import ClusteredHybridRF
 from .complex_exponential import ComplexExponentialRF, diagonal_A_loss, optimal_diagonal_A
 from .cost import hybrid_feature_flops, matched_n_features, regular_feature_flops

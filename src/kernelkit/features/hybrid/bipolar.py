@@ -14,8 +14,9 @@ import math
 import numpy as np
 
 from ..._backend import device, is_numpy_namespace, validate_positive_int
-from .._base import FeatureMap, _detach
+from .._base import _detach
 from .._base import _namespace_of as xp_of
+from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
 from ._common import (
     _assemble,
@@ -29,7 +30,7 @@ from ._common import (
 )
 
 
-class _BipolarHybrid(FeatureMap):
+class _BipolarHybrid(ProjectionFeatureMap):
     """``lambda_hat SM^{++}_m + (1 - lambda_hat) SM^{trig}_m`` as a real asymmetric map.
 
     Subclasses set the coefficient ``lambda_hat = a + c u(x)^T v(y)`` through
@@ -52,17 +53,17 @@ class _BipolarHybrid(FeatureMap):
         n_lambda: int = 8,
         kernel: str = "softmax",
         lengthscale: float = 1.0,
-        orthogonal=False,
+        sampler: str = "iid",
         shared_projection: bool = True,
         random_state=None,
     ):
-        super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
+        super().__init__(n_features, kernel, lengthscale, sampler, random_state)
         self.n_lambda = n_lambda
         self.shared_projection = shared_projection
 
     # -------------------------------------------------------------- parameters
-    def _validate_params(self):
-        super()._validate_params()
+    def _check_params(self):
+        super()._check_params()
         validate_positive_int(self.n_lambda, "n_lambda", maximum=2**24)
         _check_bool(self.shared_projection, "shared_projection")
 
@@ -71,7 +72,7 @@ class _BipolarHybrid(FeatureMap):
             self.projection_trig_ = self.projection_
         else:
             self.projection_trig_ = draw_projection(
-                self.n_features, X.shape[1], rng, self.orthogonal
+                self.n_features, X.shape[1], rng, sampler=self.sampler
             )  # (m, d)
         self._fit_lambda(X, Y, rng)
 
@@ -99,9 +100,8 @@ class _BipolarHybrid(FeatureMap):
         """Length of ``u(x)`` (and ``v(y)``)."""
         raise NotImplementedError
 
-    @property
-    def output_dim(self) -> int:
-        m2 = 2 * int(self.n_features)
+    def _output_dim_for(self, n_features):
+        m2 = 2 * int(n_features)
         return m2 * (int(self._has_a_block) + 1) + 2 * self._lambda_dim * m2
 
     # -------------------------------------------------------------- base maps
@@ -158,12 +158,6 @@ class _BipolarHybrid(FeatureMap):
         return base, log_scale
 
     # -------------------------------------------------------------- estimates
-    def _checked_pair(self, X, Y):
-        Y = X if Y is None else Y
-        Xs, xp = self._check_X(X, "X")
-        Ys, _ = self._check_X(Y, "Y")
-        return Xs, Ys, xp
-
     def approx_components(self, X, Y=None):
         """The three random parts of the hybrid estimate.
 
@@ -189,7 +183,7 @@ class _BipolarHybrid(FeatureMap):
     def _scaled_components(self, X, Y):
         """``lambda_hat (n, m)`` and the two base estimates as ``(dot, log_scale)`` pairs,
         each ``(n, m)``, with ``estimate = dot * exp(log_scale)``."""
-        Xs, Ys, xp = self._checked_pair(X, Y)
+        Xs, Ys, xp = self._check_pair(X, Y)
         extra = 0.0
         if self.alpha != 0.0:
             extra = self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
@@ -223,7 +217,7 @@ class _BipolarHybrid(FeatureMap):
 
     def exact_lambda(self, X, Y=None):
         """The coefficient ``lambda(x, y) = E lambda_hat``, shape (n, m)."""
-        Xs, Ys, xp = self._checked_pair(X, Y)
+        Xs, Ys, xp = self._check_pair(X, Y)
         return self._lambda_exact(Xs, Ys, xp)
 
     def _lambda_exact(self, X, Y, xp):
@@ -234,7 +228,7 @@ class _BipolarHybrid(FeatureMap):
         raise NotImplementedError
 
     # -------------------------------------------------------------- variance
-    def variance(self, X, Y=None):
+    def _variance(self, Xs, Ys, xp):
         """Analytic MSE of :meth:`approx_kernel` (Thm 3.1 with Lemma 2.2).
 
         ``MSE = E[lambda_hat^2] MSE(++) + E[(1-lambda_hat)^2] MSE(trig)
@@ -244,18 +238,10 @@ class _BipolarHybrid(FeatureMap):
         moments of ``lambda_hat`` of the subclass (Lemma 3.2, App. F). The last term is
         present only for ``shared_projection=True`` (eq. 38). For the Gaussian kernel the
         MSE is multiplied by ``exp(-|x|^2 - |y|^2)``. Exact for i.i.d. projections; for
-        ``orthogonal`` samplers it is the i.i.d. value.
+        structured samplers it is the i.i.d. value.
 
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-
-        Returns
-        -------
-        array, shape (n, m), non-negative.
+        Returns (n, m), non-negative.
         """
-        Xs, Ys, xp = self._checked_pair(X, Y)
         m = self.n_features
         nx = _sq_norms(xp, Xs)[:, None]  # (n, 1)
         ny = _sq_norms(xp, Ys)[None, :]  # (1, m)
@@ -276,10 +262,9 @@ class _BipolarHybrid(FeatureMap):
         inner, shift = _shifted_sum(xp, terms)
         return _scaled_nonneg(xp, inner, shift)
 
-    def log_relative_variance(self, X, Y=None):
-        """``log(MSE / K^2)`` from :meth:`variance` (``-inf`` where the estimate is exact)."""
-        Xs, Ys, xp = self._checked_pair(X, Y)
-        v = self.variance(X, Y)
+    def _log_relative_variance(self, Xs, Ys, xp):
+        # log(MSE / K^2) from the MSE (-inf where the estimate is exact)
+        v = self._variance(Xs, Ys, xp)
         logk = Xs @ xp.matrix_transpose(Ys)
         if self.alpha != 0.0:
             logk = logk + self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
@@ -287,16 +272,6 @@ class _BipolarHybrid(FeatureMap):
             with np.errstate(divide="ignore"):
                 return np.log(v) - 2.0 * logk
         return xp.log(v) - 2.0 * logk
-
-    def _log_second_moment(self, X, Y, xp):
-        raise NotImplementedError(
-            f"{type(self).__name__} is a mixture; its MSE is given by variance(), not by a "
-            "single-projection second moment."
-        )
-
-    def log_objective(self, X, Y=None):
-        """Not defined for hybrids (no fitted projection parameters)."""
-        raise NotImplementedError(f"{type(self).__name__} has no FAVOR# fitting objective.")
 
 
 class AngularHybridRF(_BipolarHybrid):
@@ -333,10 +308,11 @@ class AngularHybridRF(_BipolarHybrid):
     kernel : {"softmax", "gaussian"}
     lengthscale : float
         Inputs are divided by it.
-    orthogonal : bool or str
-        Sampler of ``W`` (see :func:`~kernelkit.features.sampling.draw_projection`):
-        ``False`` i.i.d. ("HRF-iid"), ``True`` block-orthogonal ("HRF-ort"), or a sampler
-        name. ``T`` is always i.i.d.
+    sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}
+        Sampler of ``W`` (:func:`~kernelkit.features.draw_projection`): ``"iid"``
+        ("HRF-iid"), ``"orthogonal"`` block-orthogonal ("HRF-ort") and the others of
+        :data:`~kernelkit.features.sampling.SAMPLERS`. ``T`` is always
+        i.i.d.
     shared_projection : bool
         ``True``: both base estimators use the same ``W`` (variant II, lower MSE unless
         ``|x| = |y|``, projection cost ``(m + n) d``); ``False``: independent ``W``'s

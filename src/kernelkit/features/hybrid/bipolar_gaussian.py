@@ -40,7 +40,7 @@ class GaussianHybridRF(_BipolarHybrid):
         ``m``, projections of each base estimator.
     n_lambda : int
         ``n``, projections of the coefficient estimator.
-    kernel, lengthscale, orthogonal, shared_projection, random_state
+    kernel, lengthscale, sampler, shared_projection, random_state
         As in :class:`AngularHybridRF`.
     lambda_bandwidth : float
         ``c`` above (in lengthscale-scaled units).
@@ -55,20 +55,20 @@ class GaussianHybridRF(_BipolarHybrid):
         n_lambda: int = 8,
         kernel: str = "softmax",
         lengthscale: float = 1.0,
-        orthogonal=False,
+        sampler: str = "iid",
         shared_projection: bool = True,
         random_state=None,
         lambda_bandwidth: float = 1.0,
         lambda_features: str = "positive",
     ):
         super().__init__(
-            n_features, n_lambda, kernel, lengthscale, orthogonal, shared_projection, random_state
+            n_features, n_lambda, kernel, lengthscale, sampler, shared_projection, random_state
         )
         self.lambda_bandwidth = lambda_bandwidth
         self.lambda_features = lambda_features
 
-    def _validate_params(self):
-        super()._validate_params()
+    def _check_params(self):
+        super()._check_params()
         validate_positive_float(self.lambda_bandwidth, "lambda_bandwidth")
         if self.lambda_features not in ("positive", "trig"):
             raise ValueError(
@@ -145,7 +145,7 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
 
     Parameters
     ----------
-    n_features, n_lambda, kernel, lengthscale, orthogonal, shared_projection, random_state
+    n_features, n_lambda, kernel, lengthscale, sampler, shared_projection, random_state
         As in :class:`AngularHybridRF`.
     sigma : float
         Scale of ``tau_i``.
@@ -160,20 +160,20 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         n_lambda: int = 8,
         kernel: str = "softmax",
         lengthscale: float = 1.0,
-        orthogonal=False,
+        sampler: str = "iid",
         shared_projection: bool = True,
         random_state=None,
         sigma: float = 1.0,
         radius: float | None = None,
     ):
         super().__init__(
-            n_features, n_lambda, kernel, lengthscale, orthogonal, shared_projection, random_state
+            n_features, n_lambda, kernel, lengthscale, sampler, shared_projection, random_state
         )
         self.sigma = sigma
         self.radius = radius
 
-    def _validate_params(self):
-        super()._validate_params()
+    def _check_params(self):
+        super()._check_params()
         validate_positive_float(self.sigma, "sigma")
         if self.radius is not None:
             validate_positive_float(self.radius, "radius")

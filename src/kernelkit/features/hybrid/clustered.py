@@ -13,7 +13,8 @@ import numbers
 import numpy as np
 
 from ..._backend import check_random_state, device, validate_positive_float, validate_positive_int
-from .._base import FeatureMap, _detach
+from .._base import _detach
+from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
 from ._common import _assemble, _scaled_nonneg, _sq_norms, _sq_norms3
 from .complex_exponential import optimal_diagonal_A
@@ -23,7 +24,7 @@ from .complex_exponential import optimal_diagonal_A
 _VARIANCE_BLOCK_ELEMENTS = 1 << 22
 
 
-class ClusteredHybridRF(FeatureMap):
+class ClusteredHybridRF(ProjectionFeatureMap):
     """Clustered hybrid random features (Sec. 2.4, App. H, Def. H.1 / H.2).
 
     k-means (scikit-learn) on the queries ``X`` (``n_q`` centres ``r_i``) and on the keys
@@ -54,8 +55,8 @@ class ClusteredHybridRF(FeatureMap):
     ----------
     n_features : int
         ``m``, projections of each base estimator (shared by all pairs).
-    kernel, lengthscale, orthogonal, random_state
-        As in :class:`AngularHybridRF` (``orthogonal`` selects the sampler of ``W``).
+    kernel, lengthscale, sampler, random_state
+        As in :class:`AngularHybridRF` (``sampler`` draws ``W``).
     n_clusters : int or (int, int)
         ``n_q`` query and ``n_k`` key clusters (one int: both). Each must not exceed the
         number of distinct points it clusters.
@@ -88,7 +89,7 @@ class ClusteredHybridRF(FeatureMap):
         n_features: int = 64,
         kernel: str = "softmax",
         lengthscale: float = 1.0,
-        orthogonal=False,
+        sampler: str = "iid",
         random_state=None,
         n_clusters=2,
         mixture: str = "zero_one",
@@ -98,7 +99,7 @@ class ClusteredHybridRF(FeatureMap):
         eps: float = 1e-3,
         n_init: int = 4,
     ):
-        super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
+        super().__init__(n_features, kernel, lengthscale, sampler, random_state)
         self.n_clusters = n_clusters
         self.mixture = mixture
         self.n_lambda = n_lambda
@@ -124,8 +125,8 @@ class ClusteredHybridRF(FeatureMap):
         k = validate_positive_int(nc, "n_clusters")
         return k, k
 
-    def _validate_params(self):
-        super()._validate_params()
+    def _check_params(self):
+        super()._check_params()
         self._cluster_counts()
         if self.mixture not in ("zero_one", "gaussian"):
             raise ValueError(f"mixture must be 'zero_one' or 'gaussian', got {self.mixture!r}.")
@@ -143,10 +144,9 @@ class ClusteredHybridRF(FeatureMap):
             raise ValueError(f"eps must be a float in (0, 1), got {self.eps!r}.")
         validate_positive_int(self.n_init, "n_init")
 
-    @property
-    def output_dim(self) -> int:
+    def _output_dim_for(self, n_features):
         n_q, n_k = self._cluster_counts()
-        m, P = int(self.n_features), n_q * n_k
+        m, P = int(n_features), n_q * n_k
         if self.mixture == "zero_one":
             return P * m
         return 2 * m + 3 * P * int(self.n_lambda) * m
@@ -180,12 +180,10 @@ class ClusteredHybridRF(FeatureMap):
 
         Cheap repetitions for Monte Carlo (k-means is not rerun).
         """
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "A_")
+        self._check_fitted()
         rng = check_random_state(random_state)
         d = self.A_.shape[-1]
-        self.projection_ = draw_projection(self.n_features, d, rng, self.orthogonal)
+        self.projection_ = draw_projection(self.n_features, d, rng, sampler=self.sampler)
         if self.mixture == "gaussian":
             self.lambda_projection_ = gaussian_projection(self.n_lambda, d, rng)
         self._build()
@@ -300,13 +298,11 @@ class ClusteredHybridRF(FeatureMap):
 
     def cluster_pairs(self, X, Y=None):
         """Nearest-centre indices ``(i(x) (n,), j(y) (m,))`` used by the zero-one mixture."""
-        Y = X if Y is None else Y
-        Xs, xp = self._check_X(X, "X")
-        Ys, _ = self._check_X(Y, "Y")
+        Xs, Ys, xp = self._check_pair(X, Y)
         return self._assign(Xs, xp, "x")[0], self._assign(Ys, xp, "y")[0]
 
     # -------------------------------------------------------------- variance
-    def variance(self, X, Y=None):
+    def _variance(self, Xs, Ys, xp):
         """Analytic MSE of :meth:`approx_kernel`, shape (n, m) (i.i.d. projections).
 
         * zero-one mixture: for ``x in X_i``, ``y in Y_j`` the estimate is the real complex
@@ -328,18 +324,8 @@ class ClusteredHybridRF(FeatureMap):
         blocks of ``X``: temporaries of at most ~4M elements (``(rows, m, d)`` zero-one,
         ``(rows, m, P, P + d)`` Gaussian), whatever ``n``.
 
-        Parameters
-        ----------
-        X : array, shape (n, d)
-        Y : array, shape (m, d), optional
-
-        Returns
-        -------
-        array, shape (n, m), non-negative.
+        Returns (n, m), non-negative.
         """
-        Y = X if Y is None else Y
-        Xs, xp = self._check_X(X, "X")
-        Ys, _ = self._check_X(Y, "Y")
         xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
         log_k2 = 2.0 * xy - math.log(self.n_features)  # log(K^2 / m)
         if self.alpha != 0.0:
@@ -353,11 +339,7 @@ class ClusteredHybridRF(FeatureMap):
             return xp.zeros_like(xy)
         P = self.A_.shape[0] * self.A_.shape[1]
         per_row = max(1, m_pts * d * (1 if self.mixture == "zero_one" else 2 * P * (P + d)))
-        # read through the package: kernelkit.features.hybrid._VARIANCE_BLOCK_ELEMENTS is
-        # the knob (where it lived before the split; the tests patch it there)
-        from . import _VARIANCE_BLOCK_ELEMENTS as block_elements
-
-        rows = max(1, block_elements // per_row)
+        rows = max(1, _VARIANCE_BLOCK_ELEMENTS // per_row)
         parts = []
         for lo in range(0, n, rows):
             hi = min(lo + rows, n)
@@ -475,12 +457,3 @@ class ClusteredHybridRF(FeatureMap):
                 xp.sum(xp.reshape(v, (*v.shape[:lead], -1)), axis=-1) if lg.ndim > lead else v
             )
         return inner, shift
-
-    def _log_second_moment(self, X, Y, xp):
-        raise NotImplementedError("ClusteredHybridRF: use variance().")
-
-    def log_relative_variance(self, X, Y=None):
-        raise NotImplementedError("ClusteredHybridRF: use variance().")
-
-    def log_objective(self, X, Y=None):
-        raise NotImplementedError("ClusteredHybridRF has no FAVOR# fitting objective.")

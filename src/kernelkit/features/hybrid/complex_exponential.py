@@ -12,7 +12,8 @@ import numbers
 import numpy as np
 
 from ..._backend import validate_positive_float
-from .._base import FeatureMap, _detach
+from .._base import _detach
+from .._projection import ProjectionFeatureMap
 from ._common import _scaled_nonneg, _sq_norms, _sum_prod
 
 
@@ -105,7 +106,7 @@ def _validate_matrix_A(A, d, max_condition):
     return A
 
 
-class ComplexExponentialRF(FeatureMap):
+class ComplexExponentialRF(ProjectionFeatureMap):
     """Complex exponential random features for a given invertible ``A`` (Lemma 2.4, eq. 14-18).
 
     With ``B = (A^T)^{-1}`` (plain transpose, ``A`` may be complex) and the bilinear square
@@ -132,8 +133,8 @@ class ComplexExponentialRF(FeatureMap):
         ``m``, number of projections ``w_i`` (rows of ``W``).
     kernel : {"softmax", "gaussian"}
     lengthscale : float
-    orthogonal : bool or str
-        Sampler of ``W`` (see :func:`~kernelkit.features.sampling.draw_projection`).
+    sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}
+        Sampler of ``W`` (:func:`~kernelkit.features.draw_projection`).
     random_state : None, int or numpy.random.Generator
     A : array_like, shape (d,) or (d, d), real or complex, optional
         The matrix (a vector is a diagonal); default identity. Must be invertible with
@@ -157,17 +158,17 @@ class ComplexExponentialRF(FeatureMap):
         n_features: int = 256,
         kernel: str = "softmax",
         lengthscale: float = 1.0,
-        orthogonal=False,
+        sampler: str = "iid",
         random_state=None,
         A=None,
         max_condition: float = 1e8,
     ):
-        super().__init__(n_features, kernel, lengthscale, orthogonal, random_state)
+        super().__init__(n_features, kernel, lengthscale, sampler, random_state)
         self.A = A
         self.max_condition = max_condition
 
     @property
-    def is_complex(self) -> bool:
+    def complex_A(self) -> bool:
         """Whether ``A`` has a non-zero imaginary part (then ``output_dim = 2 m``)."""
         A = getattr(self, "A_", None)
         if A is None:
@@ -176,14 +177,13 @@ class ComplexExponentialRF(FeatureMap):
 
     @property
     def positive(self) -> bool:  # type: ignore[override]
-        return not self.is_complex
+        return not self.complex_A
 
-    @property
-    def output_dim(self) -> int:
-        return int(self.n_features) * (2 if self.is_complex else 1)
+    def _output_dim_for(self, n_features):
+        return int(n_features) * (2 if self.complex_A else 1)
 
-    def _validate_params(self):
-        super()._validate_params()
+    def _check_params(self):
+        super()._check_params()
         validate_positive_float(self.max_condition, "max_condition")
 
     def _fit_parameters(self, X, Y, rng):
@@ -200,7 +200,7 @@ class ComplexExponentialRF(FeatureMap):
             # logits: x -> W M x = X @ (W M)^T, real and imaginary parts
             consts["Mr_T_" + side] = np.ascontiguousarray(Mr.T)  # (d, d)
             consts["WMr_T_" + side] = np.ascontiguousarray((W @ Mr).T)  # (d, m)
-            if self.is_complex:
+            if self.complex_A:
                 consts["Mi_T_" + side] = np.ascontiguousarray(Mi.T)
                 consts["WMi_T_" + side] = np.ascontiguousarray((W @ Mi).T)
         self._consts = consts
@@ -208,7 +208,7 @@ class ComplexExponentialRF(FeatureMap):
     def _transformed(self, X, xp, side):
         """``(Re M x, Im M x)`` (n, d) each; ``Im`` is None for real ``A``."""
         ar = X @ self._param("Mr_T_" + side, xp, X)
-        ai = X @ self._param("Mi_T_" + side, xp, X) if self.is_complex else None
+        ai = X @ self._param("Mi_T_" + side, xp, X) if self.complex_A else None
         return ar, ai
 
     def _scaled_features(self, X, xp, side):
@@ -229,15 +229,9 @@ class ComplexExponentialRF(FeatureMap):
         sgn = 1.0 if side == "x" else -1.0  # y side: [Re; -Im]
         return xp.concat([mod * xp.cos(im), sgn * mod * xp.sin(im)], axis=1), row_max + row
 
-    def variance(self, X, Y=None):
-        """Analytic MSE of :meth:`approx_kernel` (the real part), shape (n, m).
-
-        See the class notes; exact for i.i.d. projections (for other samplers it is the
-        i.i.d. value). Zero where ``A x + B y = 0``.
-        """
-        Y = X if Y is None else Y
-        Xs, xp = self._check_X(X, "X")
-        Ys, _ = self._check_X(Y, "Y")
+    def _variance(self, Xs, Ys, xp):
+        # the MSE of the real part (class notes): exact for i.i.d. projections, zero where
+        # A x + B y = 0
         ar, ai = self._transformed(Xs, xp, "x")
         br, bi = self._transformed(Ys, xp, "y")
         xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
@@ -271,12 +265,3 @@ class ComplexExponentialRF(FeatureMap):
         large = 0.5 * xp.exp(p - r) * xp.cos(q) + 0.5 - xp.exp(-r)
         inner = xp.where(r < 1.0, small, large)
         return _scaled_nonneg(xp, inner, r + log_k2)
-
-    def _log_second_moment(self, X, Y, xp):
-        raise NotImplementedError("ComplexExponentialRF: use variance().")
-
-    def log_relative_variance(self, X, Y=None):
-        raise NotImplementedError("ComplexExponentialRF: use variance().")
-
-    def log_objective(self, X, Y=None):
-        raise NotImplementedError("ComplexExponentialRF has no FAVOR# fitting objective.")

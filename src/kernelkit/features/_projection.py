@@ -1,0 +1,173 @@
+"""Shared base of the softmax / Gaussian kernel maps built on Gaussian projections.
+
+:class:`ProjectionFeatureMap` holds what the FAVOR# maps (:mod:`.softmax`) and the hybrid
+maps (:mod:`.hybrid`) have in common: ``n_features`` projections ``W`` (M, d) with rows
+marginally ``N(0, I)`` drawn by ``sampler``, the kernel name (``"softmax"``:
+``exp(x.y / l^2)``, ``"gaussian"``: ``exp(-|x - y|^2 / (2 l^2))``, the scaled softmax
+kernels ``K^(0)`` and ``K^(-1/2)`` of FAVOR# Sec. 2.1) and the lengthscale ``l``.
+:class:`SecondMomentVariance` turns a per-projection log second moment into the
+variance, the relative variance and the FAVOR# fitting objective (eq. 12-14).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend import to_numpy, validate_positive_float, validate_positive_int
+from .._backend.parallel import SingleThreadedBlas
+from ._base import KERNELS, FeatureMap, param_cache, sq_norms
+from .sampling import SAMPLERS, draw_projection
+
+__all__ = ["ProjectionFeatureMap", "SecondMomentVariance"]
+
+#: input dimensions up to which fitting runs its d x d linear algebra on one BLAS thread
+_SMALL_D = 256
+
+
+class ProjectionFeatureMap(FeatureMap):
+    """Random features of the softmax or Gaussian kernel from Gaussian projections.
+
+    Parameters
+    ----------
+    n_features : int
+        Number of random projections ``M``.
+    kernel : {"softmax", "gaussian"}
+        ``"softmax"``: ``exp(x^T y / l^2)``; ``"gaussian"``: ``exp(-|x-y|^2 / (2 l^2))``.
+    lengthscale : float
+        ``l`` above; inputs are divided by it.
+    sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}
+        How the projections are drawn (:data:`kernelkit.features.sampling.SAMPLERS`):
+        i.i.d. Gaussian, block-orthogonal with chi norms (ORF), structured Hadamard (SORF),
+        SORF directions with chi norms (ORF-Had), randomised Halton (QMC).
+    random_state : None, int or numpy.random.Generator
+    """
+
+    def __init__(
+        self,
+        n_features: int = 256,
+        kernel: str = "softmax",
+        lengthscale: float = 1.0,
+        sampler: str = "iid",
+        random_state=None,
+    ):
+        self.n_features = n_features
+        self.kernel = kernel
+        self.lengthscale = lengthscale
+        self.sampler = sampler
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ parameters
+    def _check_params(self):
+        validate_positive_int(self.n_features, "n_features", maximum=2**26)
+        if not isinstance(self.kernel, str) or self.kernel not in KERNELS:
+            raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of {sorted(KERNELS)}.")
+        validate_positive_float(self.lengthscale, "lengthscale")
+        if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
+            raise ValueError(
+                f"Unknown sampler {self.sampler!r}; expected one of {sorted(SAMPLERS)}."
+            )
+
+    @property
+    def alpha(self) -> float:
+        """``alpha`` of the scaled softmax kernel ``K^(alpha)`` this map estimates."""
+        return KERNELS[self.kernel]
+
+    # ------------------------------------------------------------------ fitting
+    def _fit(self, X, Y, xp, rng):
+        d = int(X.shape[1])
+        self.projection_ = draw_projection(self.n_features, d, rng, sampler=self.sampler)  # (M, d)
+        Xs = _fit_array(X, self.lengthscale)  # (n, d) float64 NumPy
+        Ys = Xs if Y is None else _fit_array(Y, self.lengthscale)  # Y is X: the same object
+        # O(n d^2 + d^3 + M d^2) work: kernelkit threads the O(n d^2) sums itself and runs
+        # small-d linear algebra on one BLAS thread (see SingleThreadedBlas)
+        with SingleThreadedBlas() if d <= _SMALL_D else contextlib.nullcontext():
+            self._fit_parameters(Xs, Ys, rng)
+            self._build()
+
+    def _fit_parameters(self, X, Y, rng):
+        """Fit data-dependent parameters from float64 NumPy ``X`` (n, d), ``Y`` (m, d).
+
+        ``X`` and ``Y`` may be read-only views of the caller's data (do not modify them in
+        place); ``Y is X`` when ``fit`` got no ``Y``.
+        """
+
+    def _build(self):
+        """Precompute the NumPy constants ``self._consts`` used by the features."""
+        self._cache = {}
+        self._consts = {}
+
+    def _param(self, name: str, xp, like):
+        """Cached copy of ``self._consts[name]`` on ``like``'s backend, device and dtype."""
+        return param_cache(self, name, xp, like, self._consts)
+
+    def _prepare(self, X, xp):
+        return X / self.lengthscale if self.lengthscale != 1.0 else X
+
+    # ------------------------------------------------------------------ kernel
+    def _log_kernel(self, X, Y, xp):
+        # log K^(alpha)(x, y) on lengthscale-scaled inputs, (n, m)
+        a = self.alpha
+        out = X @ xp.matrix_transpose(Y)
+        if a != 0.0:
+            out = out + a * sq_norms(xp, X)[:, None] + a * sq_norms(xp, Y)[None, :]
+        return out
+
+    def _exact_kernel(self, X, Y, xp):
+        return xp.exp(self._log_kernel(X, Y, xp))
+
+
+class SecondMomentVariance:
+    """Variance from a per-projection log second moment (mixin).
+
+    Subclasses define ``_log_second_moment(X, Y, xp)``, ``log E[(f1(w,x) f2(w,y))^2]`` per
+    pair for one random projection, (n, m), on prepared inputs.
+    """
+
+    def _variance(self, X, Y, xp):
+        # Var K_hat(x, y) = (E[(f1 f2)^2] - K(x, y)^2) / M (FAVOR# eq. 12-13, 15)
+        log_m2 = self._log_second_moment(X, Y, xp)  # (n, m)
+        log_k2 = 2.0 * self._log_kernel(X, Y, xp)  # (n, m)
+        # m2 - K^2 = m2 * (1 - exp(log K^2 - log m2)), accurate when Var << m2
+        ratio = xp.minimum(log_k2 - log_m2, xp.zeros_like(log_m2))
+        return xp.exp(log_m2) * (-xp.expm1(ratio)) / self.n_features
+
+    def _log_relative_variance(self, X, Y, xp):
+        # log(m2 / K^2 - 1) - log M, as t + log(-expm1(-t)) - log M, t = log m2 - 2 log K:
+        # never overflows; -inf marks an exact (zero-variance) estimate
+        t = self._log_second_moment(X, Y, xp) - 2.0 * self._log_kernel(X, Y, xp)  # (n, m)
+        t = xp.clip(t, min=0.0)
+        with np.errstate(divide="ignore"):
+            return t + xp.log(-xp.expm1(-t)) - math.log(self.n_features)
+
+    def log_objective(self, X, Y=None):
+        """The fitting objective of FAVOR# eq. (14) for this map's kernel.
+
+        ``mean_ij log(Var f1(w,x_i) f2(w,y_j) + K(x_i, y_j)^2)`` = mean log second moment.
+        The data-dependent maps minimise it in closed form.
+
+        Returns
+        -------
+        float
+        """
+        X, Y, xp = self._check_pair(X, Y)
+        X, Y = self._densify(X), self._densify(Y)
+        return float(xp.mean(self._log_second_moment(X, Y, xp)))
+
+
+def _fit_array(X, lengthscale):
+    """Float64 NumPy ``X / lengthscale``; a read-only view when no copy is needed.
+
+    Sparse input stays sparse (only the data-independent maps accept it).
+    """
+    if sp.issparse(X):
+        return X.astype(np.float64) / lengthscale
+    X = to_numpy(X, np.float64)
+    if lengthscale != 1.0:
+        return X / lengthscale
+    X = X.view()
+    X.flags.writeable = False
+    return X

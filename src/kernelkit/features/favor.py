@@ -1,0 +1,454 @@
+"""Closed-form FAVOR++ / FAVOR# fits and the affine log features, on any array backend.
+
+Pure functions on the array API standard (NumPy, PyTorch, ...), batched over leading
+dimensions. They are the only derivation of these formulas in kernelkit: the feature-map
+classes of :mod:`kernelkit.features.softmax` call them on NumPy data, and
+:mod:`kernelkit.attention` calls them per batch element and head on torch tensors.
+
+Every fit reads the data only through first and second moments
+(:class:`Moments`, :func:`moments`) of the queries ``x`` and keys ``y``:
+
+* GERF (FAVOR++, Sec. 3.1): ``phi = (tr M_x + tr M_y + 2 mu_x.mu_y) / d`` (the mean of
+  ``|x_i + y_j|^2 / d`` over all pairs) and ``A = A*(phi)`` (Lemma A.1);
+* SADERF (eq. 20): ``psi_l = (M_y,ll / M_x,ll)^{1/4}``, then GERF on ``(psi x, y / psi)``;
+* ADERF (Thm 4.2): ``B1``, ``B2`` from the eigendecompositions of ``M_x``, ``M_y`` and the SVD
+  of ``L1^{1/2} Q1^T Q2 L2^{1/2}``, then GERF on ``(B1 x, B2 y)``;
+* SDERF (FAVOR#, Thm 4.3): ``N = M_x + M_y + mu_x mu_y^T + mu_y mu_x^T = Q3 L3 Q3^T`` and
+  ``a_l = A*(L3_l)``.
+
+The fitted parameters define positive dense-exponential features with a diagonal ``A``
+on linearly transformed inputs ``x' = B x`` (Thm 4.1 with ``A = diag(a)``):
+
+    log f(w, x) = sum_l [log(1 - 4 a_l)/4 + a_l w_l^2] + sqrt(1 - 4 a) w . B x - |B x|^2 / 2
+
+which :func:`derf_log_weights` writes as one affine map, ``x @ W_eff + const``, plus the
+row term ``-|B x|^2 / 2`` (:func:`transformed_sq_norm`). Errata of the paper applied here
+(see the user guide's FAVOR# page): GERF uses ``-|x|^2/2`` (eq. 10-11 print ``C|x|^2/2``),
+and the ADERF scalar uses ``phi = 2 tr(Sigma)/d + 2 mu3``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from array_api_compat import array_namespace, is_numpy_namespace
+
+from .._backend.parallel import PARALLEL_MIN_ELEMENTS, map_row_blocks
+
+__all__ = [
+    "DERF_MAPS",
+    "DERFParameters",
+    "Moments",
+    "a_star",
+    "derf_log_weights",
+    "fit_aderf",
+    "fit_derf",
+    "fit_gerf",
+    "fit_saderf",
+    "fit_sderf",
+    "gerf_phi",
+    "moments",
+    "transformed_sq_norm",
+]
+
+#: maps whose features are :func:`derf_log_weights` of :func:`fit_derf` parameters
+DERF_MAPS = ("positive", "gerf", "saderf", "aderf", "sderf")
+
+#: relative ridge of the SADERF / ADERF second moments (library choice, user guide)
+DEFAULT_EPS = 1e-6
+
+#: bytes of one row block of :func:`moments` on 2-D NumPy input (the blocks depend on the
+#: shape only, so the sums do not depend on the thread count)
+_MOMENT_BLOCK_BYTES = 1 << 20
+
+
+# ============================================================== A*(phi)
+def a_star(phi):
+    """Minimiser of ``g(A) = log(1-4A) - log(1-8A)/2 + phi/(1-8A)`` on ``A < 1/8``.
+
+    FAVOR# Lemma A.1: ``A* = (1 - 2 phi - sqrt((2 phi + 1)^2 + 8 phi)) / 16``, evaluated in
+    the cancellation-free form ``A* = -phi / (1 + (1 + 12 phi) / (2 phi + sqrt(4 phi^2 +
+    12 phi + 1)))`` (relative error ~1e-16 for phi in [1e-12, 1e12]).
+
+    Parameters
+    ----------
+    phi : float or array, ``phi >= 0`` (negative values are clipped to 0).
+
+    Returns
+    -------
+    A : float or array shaped like ``phi``; ``A <= 0``, ``A*(0) = 0``, strictly decreasing.
+    """
+    if isinstance(phi, np.generic):  # NumPy scalars (np.float64 is also a float): 0-d
+        phi = np.asarray(phi, dtype=np.float64)
+    elif isinstance(phi, int | float | list | tuple):
+        out = a_star(np.asarray(phi, dtype=np.float64))
+        return out if out.ndim else float(out)
+    xp = array_namespace(phi)
+    phi = xp.clip(phi, min=0.0)
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _a_star(xp, phi)
+    return _a_star(xp, phi)
+
+
+def _a_star(xp, phi):
+    root = xp.sqrt(4.0 * phi * phi + 12.0 * phi + 1.0)
+    out = -phi / (1.0 + (1.0 + 12.0 * phi) / (2.0 * phi + root))
+    # phi -> inf: (1 + 12 phi) / (2 phi + root) -> 3, A* -> -phi / 4
+    return xp.where(xp.isfinite(root), out, -phi / 4.0)
+
+
+# ============================================================== moments
+@dataclass
+class Moments:
+    """First and second moments of the queries ``x`` and keys ``y`` (FAVOR# Sec. 3-4).
+
+    Shapes: ``mean_x``, ``mean_y`` (..., d); ``second_x``, ``second_y`` (..., d, d)
+    (``full``) or (..., d) (their diagonals, enough for GERF and SADERF). Any array
+    backend; float64 for the fits.
+    """
+
+    mean_x: object
+    second_x: object
+    mean_y: object
+    second_y: object
+
+    @property
+    def full(self) -> bool:
+        """Whether the second moments are full ``d x d`` matrices."""
+        return self.second_x.ndim == self.mean_x.ndim + 1
+
+    @property
+    def dim(self) -> int:
+        """The dimension ``d``."""
+        return int(self.mean_x.shape[-1])
+
+    def diagonals(self):
+        """``(diag M_x, diag M_y)``, shapes (..., d)."""
+        if not self.full:
+            return self.second_x, self.second_y
+        xp = array_namespace(self.second_x)
+        return (
+            xp.linalg.diagonal(self.second_x),
+            xp.linalg.diagonal(self.second_y),
+        )
+
+
+def _one_side(X, weights, full, n_jobs):
+    # mean (..., d) and second moment (..., d, d) or (..., d) of X (..., n, d)
+    xp = array_namespace(X)
+    n, d = X.shape[-2], X.shape[-1]
+    if weights is not None:
+        Xw = X * weights[..., None]
+        mean = xp.sum(Xw, axis=-2)
+        second = xp.matrix_transpose(Xw) @ X if full else xp.sum(Xw * X, axis=-2)
+        return mean, second
+    if not full:
+        return xp.mean(X, axis=-2), xp.mean(X * X, axis=-2)
+    if not is_numpy_namespace(xp) or X.ndim != 2 or n * d < 4 * PARALLEL_MIN_ELEMENTS:
+        return xp.mean(X, axis=-2), xp.matrix_transpose(X) @ X / n
+    # large 2-D NumPy: Gram (syrk) and column sums per row block, in threads, summed in
+    # block order (the result does not depend on the thread count)
+    parts = {}
+
+    def block(lo, hi):
+        Xb = X[lo:hi]
+        parts[lo] = (np.ones(hi - lo) @ Xb, Xb.T @ Xb)
+
+    rows = max(256, _MOMENT_BLOCK_BYTES // (d * X.itemsize))
+    map_row_blocks(block, n, d, X.itemsize, rows=rows, n_jobs=n_jobs)
+    order = sorted(parts)
+    mean = sum(parts[k][0] for k in order) / n
+    return mean, sum(parts[k][1] for k in order) / n
+
+
+def moments(X, Y=None, *, full: bool = True, key_weights=None, n_jobs=None) -> Moments:
+    """Moments of ``X`` (..., n, d) and ``Y`` (..., m, d) (``Y`` defaults to ``X``).
+
+    Parameters
+    ----------
+    X, Y : arrays of one backend, float64 recommended (the fits are float64).
+    full : bool
+        Full second-moment matrices (ADERF, SDERF) or diagonals only (GERF, SADERF).
+    key_weights : array (..., m), optional
+        Non-negative weights of the rows of ``Y`` summing to one (padding excluded);
+        uniform by default.
+    n_jobs : int, optional
+        Threads for large 2-D NumPy input (scikit-learn convention).
+
+    Returns
+    -------
+    Moments
+        Cost ``O((n + m) d^2)`` (``full``) or ``O((n + m) d)``.
+    """
+    mx, sx = _one_side(X, None, full, n_jobs)
+    if Y is None or (Y is X and key_weights is None):
+        return Moments(mx, sx, mx, sx)
+    my, sy = _one_side(Y, key_weights, full, n_jobs)
+    return Moments(mx, sx, my, sy)
+
+
+# ============================================================== fits
+def _ridge(xp, scale, eps):
+    # eps * average scale + tiny absolute floor, broadcastable
+    return eps * scale + float(np.finfo(np.float64).tiny) ** 0.5
+
+
+def gerf_phi(mom: Moments):
+    """``phi = mean_ij |x_i + y_j|^2 / d = (tr M_x + tr M_y + 2 mu_x.mu_y) / d`` (Sec. 3.1).
+
+    Returns
+    -------
+    array, shape (...), non-negative.
+    """
+    xp = array_namespace(mom.mean_x)
+    sx, sy = mom.diagonals()
+    phi = xp.sum(sx, axis=-1) + xp.sum(sy, axis=-1) + 2.0 * xp.sum(mom.mean_x * mom.mean_y, axis=-1)
+    return xp.clip(phi / mom.dim, min=0.0)
+
+
+def fit_gerf(mom: Moments):
+    """Optimal GERF parameter ``A = A*(phi)`` (FAVOR++ / FAVOR# Sec. 3.1), shape (...)."""
+    return a_star(gerf_phi(mom))
+
+
+def fit_saderf(mom: Moments, eps: float = DEFAULT_EPS):
+    """SADERF parameters (FAVOR# Sec. 4.3, eq. 20).
+
+    ``psi_l = (mean_j y_jl^2 / mean_i x_il^2)^{1/4}`` (means instead of the printed sums,
+    so ``n != m`` is handled; equal for ``n = m``), then GERF on ``(psi x, y / psi)``.
+    Library choice: both second moments get the ridge ``eps (mean_l M_x,ll + mean_l
+    M_y,ll) / 2``, so a coordinate that is zero on one side gives a finite ``psi``.
+
+    Returns
+    -------
+    psi : array, shape (..., d)
+    A : array, shape (...)
+    """
+    xp = array_namespace(mom.mean_x)
+    sx, sy = mom.diagonals()  # (..., d)
+    scale = 0.5 * (xp.mean(sx, axis=-1, keepdims=True) + xp.mean(sy, axis=-1, keepdims=True))
+    ridge = _ridge(xp, scale, eps)  # one ridge for both sides: an all-zero side stays finite
+    psi = xp.exp(0.25 * (xp.log(sy + ridge) - xp.log(sx + ridge)))
+    # GERF phi on (psi x, y / psi); the cross term mu_x.mu_y is psi-free
+    phi = (
+        xp.sum(psi * psi * sx, axis=-1)
+        + xp.sum(sy / (psi * psi), axis=-1)
+        + 2.0 * xp.sum(mom.mean_x * mom.mean_y, axis=-1)
+    ) / mom.dim
+    return psi, a_star(xp.clip(phi, min=0.0))
+
+
+def _sym_eigh(xp, M):
+    return xp.linalg.eigh(0.5 * (M + xp.matrix_transpose(M)))
+
+
+def row_signs(B):
+    """Signs (..., d, 1) making the largest-magnitude entry of every row of ``B`` positive.
+
+    Eigen- and singular vectors are defined up to sign, and LAPACK's choice can flip under
+    rounding-level changes of the data (a permutation of the samples, another backend).
+    A flipped row is an equally valid fit, but with fixed random projections it changes the
+    features; this canonical choice makes the fitted map a function of the data alone.
+    """
+    xp = array_namespace(B)
+    d = B.shape[-1]
+    idx = xp.argmax(xp.abs(B), axis=-1)  # (..., d)
+    onehot = xp.astype(idx[..., None] == xp.arange(d, device=_device(B)), B.dtype)
+    signs = xp.sign(xp.sum(B * onehot, axis=-1, keepdims=True))  # (..., d, 1)
+    return xp.where(signs == 0, xp.ones_like(signs), signs)
+
+
+def _device(a):
+    from array_api_compat import device
+
+    return device(a)
+
+
+def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
+    """ADERF parameters (FAVOR# Thm 4.2).
+
+    ``M_x + lambda I = Q1 L1 Q1^T``, ``M_y + lambda I = Q2 L2 Q2^T``,
+    ``U S V^T = svd(L1^{1/2} Q1^T Q2 L2^{1/2})``, ``B~1 = S^{1/2} U^T L1^{-1/2} Q1^T``,
+    ``B~2 = S^{-1/2} U^T L1^{1/2} Q1^T`` (so ``B~1^T B~2 = I``), and ``A = A*(phi)`` with
+    ``phi`` the GERF statistic of ``(B~1 x, B~2 y)``, which equals ``2 tr(S)/d + 2 mu3`` at
+    the optimum (erratum) and stays exact under the ridge.
+
+    Library choice: ``lambda = eps (tr M_x + tr M_y) / (2d)``, so singular second moments
+    (fewer points than dimensions, zero columns) work; any ``B~1`` with ``B~2 = B~1^{-T}``
+    is unbiased, the ridge only moves it off the optimum. ``S`` is floored at ``1e-300``
+    of its largest value. Row signs are canonical (:func:`row_signs`).
+
+    Parameters
+    ----------
+    mom : Moments with full second moments.
+
+    Returns
+    -------
+    B1, B2 : arrays, shape (..., d, d)
+    A : array, shape (...)
+    """
+    xp = array_namespace(mom.mean_x)
+    d = mom.dim
+    M1, M2 = mom.second_x, mom.second_y
+    tr = 0.5 * (xp.sum(xp.linalg.diagonal(M1), axis=-1) + xp.sum(xp.linalg.diagonal(M2), axis=-1))
+    eye = xp.eye(d, dtype=M1.dtype, device=_device(M1))
+    ridge = _ridge(xp, tr / d, eps)[..., None, None] * eye
+    L1, Q1 = _sym_eigh(xp, M1 + ridge)
+    L2, Q2 = _sym_eigh(xp, M2 + ridge)
+    tiny = float(np.finfo(np.float64).tiny)
+    r1 = xp.sqrt(xp.clip(L1, min=tiny))  # (..., d)
+    r2 = xp.sqrt(xp.clip(L2, min=tiny))
+    Q1t = xp.matrix_transpose(Q1)
+    core = r1[..., :, None] * (Q1t @ Q2) * r2[..., None, :]
+    U, S, _ = xp.linalg.svd(core)
+    S = xp.maximum(S, 1e-300 * xp.max(S, axis=-1, keepdims=True) + tiny)
+    Ut = xp.matrix_transpose(U)
+    B1 = xp.sqrt(S)[..., :, None] * (Ut @ (Q1t / r1[..., :, None]))
+    B2 = (1.0 / xp.sqrt(S))[..., :, None] * (Ut @ (Q1t * r1[..., :, None]))
+    signs = row_signs(B1)  # the same signs on both sides keep B1^T B2 = I
+    B1, B2 = B1 * signs, B2 * signs
+    # GERF phi on (B1 x, B2 y): mean |B1 x|^2 = tr(B1 M_x B1^T); cross term B1^T B2 = I
+    n1 = xp.sum((B1 @ M1) * B1, axis=(-2, -1))
+    n2 = xp.sum((B2 @ M2) * B2, axis=(-2, -1))
+    phi = (n1 + n2 + 2.0 * xp.sum(mom.mean_x * mom.mean_y, axis=-1)) / d
+    return B1, B2, a_star(xp.clip(phi, min=0.0))
+
+
+def fit_sderf(mom: Moments):
+    """SDERF parameters, FAVOR# (Thm 4.3).
+
+    ``N = M_x + M_y + mu_x mu_y^T + mu_y mu_x^T = Q3 L3 Q3^T`` (the mean of
+    ``(x_i + y_j)(x_i + y_j)^T``), ``a_l = A*(L3_l)``; the map uses
+    ``B = (I - 4A)^{1/2} Q3^T``. Zero eigenvalues give ``a_l = 0``; no inverse is needed,
+    so no regularisation.
+
+    Returns
+    -------
+    Q3t : array, shape (..., d, d)
+        The rotation ``Q3^T``, eigenvalues in non-ascending order, canonical row signs.
+    a : array, shape (..., d)
+    """
+    xp = array_namespace(mom.mean_x)
+    cross = mom.mean_x[..., :, None] * mom.mean_y[..., None, :]
+    N = mom.second_x + mom.second_y + cross + xp.matrix_transpose(cross)
+    lam, Q3 = _sym_eigh(xp, N)
+    lam, Q3 = xp.flip(lam, axis=-1), xp.flip(Q3, axis=-1)
+    Q3t = xp.matrix_transpose(Q3)
+    return Q3t * row_signs(Q3t), a_star(xp.clip(lam, min=0.0))
+
+
+# ============================================================== parameters -> features
+@dataclass
+class DERFParameters:
+    """Positive features with diagonal ``A`` on transformed inputs (Thm 4.1).
+
+    ``a`` (..., d): the diagonal of ``A`` (every ``a_l < 1/8``). ``B_x``, ``B_y``: the input
+    transforms ``x' = B_x x``, ``y' = B_y y`` with ``B_x^T B_y = I``: None (identity), a
+    (..., d) diagonal, or a (..., d, d) matrix. ``orthogonal``: whether ``|B x| = |x|``
+    for both sides (identity or a rotation), so the row term needs no extra product.
+    """
+
+    a: object
+    B_x: object = None
+    B_y: object = None
+    orthogonal: bool = True
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether both sides share one map (``B_x is B_y``)."""
+        return self.B_x is self.B_y
+
+
+def fit_derf(name: str, mom: Moments | None, dim: int | None = None, eps: float = DEFAULT_EPS):
+    """Fitted :class:`DERFParameters` of map ``name`` (one of :data:`DERF_MAPS`).
+
+    ``"positive"`` (FAVOR+) needs no moments (``a = 0``, ``B = I``; pass ``dim``);
+    ``"gerf"``: ``a = A 1``; ``"saderf"``: ``B_x = diag(psi)``, ``B_y = diag(1/psi)``;
+    ``"aderf"``: ``B_x = B~1``, ``B_y = B~2``; ``"sderf"``: ``B_x = B_y = Q3^T``, ``a`` per
+    coordinate. Batched over the leading dimensions of the moments.
+    """
+    if name == "positive":
+        if mom is None:
+            return DERFParameters(np.zeros(int(dim)))
+        xp = array_namespace(mom.mean_x)
+        return DERFParameters(xp.zeros_like(mom.mean_x))
+    if mom is None:
+        raise ValueError(f"feature map {name!r} fits its parameters from moments; got None.")
+    xp = array_namespace(mom.mean_x)
+    ones = xp.ones_like(mom.mean_x)  # (..., d)
+    if name == "gerf":
+        return DERFParameters(fit_gerf(mom)[..., None] * ones)
+    if name == "saderf":
+        psi, A = fit_saderf(mom, eps)
+        return DERFParameters(A[..., None] * ones, psi, 1.0 / psi, orthogonal=False)
+    if name == "aderf":
+        B1, B2, A = fit_aderf(mom, eps)
+        return DERFParameters(A[..., None] * ones, B1, B2, orthogonal=False)
+    if name == "sderf":
+        Q3t, a = fit_sderf(mom)
+        return DERFParameters(a, Q3t, Q3t, orthogonal=True)
+    raise ValueError(f"unknown dense-exponential map {name!r}; expected one of {DERF_MAPS}.")
+
+
+def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check: bool = True):
+    """The affine part of the log features of :class:`DERFParameters` ``params``.
+
+    ``log f(w_m, x) = x @ W_x[..., :, m] + const[..., m] - |B_x x|^2 / 2`` with
+    ``W_x = B_x^T diag(sqrt(1 - 4 a)) W^T`` and ``const_m = sum_l [log(1 - 4 a_l)/4 +
+    a_l w_ml^2]`` (Thm 4.1 with diagonal ``A``), minus ``log(M)/2`` when ``normalize`` (so
+    that the ``M`` features' inner products average over the projections).
+
+    Parameters
+    ----------
+    params : DERFParameters, leading dims ``(...)``
+    W : array, shape (M, d)
+        Projections, rows ~ N(0, I).
+    normalize : bool
+        Include ``-log(M)/2`` in ``const``.
+    check : bool
+        Raise if some ``a_l >= 1/8`` (a data-dependent branch: pass False in compiled or
+        GPU code, where the fits always give ``a <= 0``).
+
+    Returns
+    -------
+    W_x, W_y : arrays, shape (..., d, M) (the same object for symmetric parameters)
+    const : array, shape (..., M)
+    """
+    xp = array_namespace(W)
+    a = xp.asarray(params.a, dtype=W.dtype, device=_device(W))
+    if check and bool(xp.any(8.0 * a >= 1.0)):
+        raise ValueError("DERF needs every A_l < 1/8 (Thm 4.1: 8A < I).")
+    s = xp.sqrt(1.0 - 4.0 * a)  # (..., d)
+    Wt = xp.matrix_transpose(W)  # (d, M)
+    const = 0.25 * xp.sum(xp.log1p(-4.0 * a), axis=-1, keepdims=True) + a @ (Wt * Wt)
+    if normalize:
+        const = const - 0.5 * math.log(W.shape[0])
+
+    def side(B):
+        SW = s[..., :, None] * Wt  # (..., d, M): diag(s) W^T
+        if B is None:
+            return SW
+        B = xp.asarray(B, dtype=W.dtype, device=_device(W))
+        if B.ndim == a.ndim:  # diagonal
+            return B[..., :, None] * SW
+        return xp.matrix_transpose(B) @ SW
+
+    W_x = side(params.B_x)
+    W_y = W_x if params.symmetric else side(params.B_y)
+    return W_x, W_y, const
+
+
+def transformed_sq_norm(params: DERFParameters, X, side: str = "x"):
+    """``|B x|^2`` per row of ``X`` (..., n, d), with ``B`` the ``side`` transform of
+    ``params`` (None, a diagonal or a matrix, told apart by the rank of ``params.a``, so
+    parameters with fewer batch dimensions than ``X`` broadcast); shape (..., n)."""
+    xp = array_namespace(X)
+    B = params.B_x if side == "x" else params.B_y
+    if B is not None:
+        B = xp.asarray(B, dtype=X.dtype, device=_device(X))
+        diagonal = B.ndim == xp.asarray(params.a).ndim
+        X = X * B[..., None, :] if diagonal else X @ xp.matrix_transpose(B)
+    return xp.sum(X * X, axis=-1)
