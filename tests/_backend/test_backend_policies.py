@@ -82,7 +82,7 @@ def test_validate_data_errors_name_the_argument(backend):
     with pytest.raises(ValueError, match=r"^Q is empty"):
         validate_data(backend.asarray(np.ones((0, 2))), "Q")
     assert validate_data(backend.asarray(np.ones((0, 2))), "Q", allow_empty=True)[0].shape[0] == 0
-    with pytest.raises(ValueError, match=r"^Q has 0 features"):
+    with pytest.raises(ValueError, match=r"^Q has 0 feature\(s\)"):
         validate_data(backend.asarray(np.ones((2, 0))), "Q", allow_empty=True)
     with pytest.raises(ValueError, match=r"^Q has 2 features, but this object was fitted with 3"):
         validate_data(backend.asarray(ok), "Q", n_features=3)

@@ -109,7 +109,7 @@ def test_one_dimensional_and_empty_inputs(cls, data):
         cls(n_features=4).fit(np.empty((0, 6)))
     with pytest.raises(ValueError, match=r"^Y is empty"):
         cls(n_features=4).fit(X, Y=np.empty((0, 6)))
-    with pytest.raises(ValueError, match=r"^X has 0 features"):
+    with pytest.raises(ValueError, match=r"^X has 0 feature\(s\)"):
         cls(n_features=4).fit(np.empty((5, 0)))
     fm = _fitted(cls, X, Y)
     with pytest.raises(ValueError, match=r"^X must be a 2-D array"):

@@ -22,9 +22,10 @@ import math
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
+from array_api_compat import device as _device
 from array_api_compat import (
     array_namespace,
-    device,
     is_numpy_namespace,
     is_torch_array,
     is_torch_namespace,
@@ -46,6 +47,13 @@ __all__ = [
     "validate_positive_float",
     "validate_positive_int",
 ]
+
+
+def device(x):
+    """The device of array ``x`` (``"cpu"`` for SciPy sparse matrices)."""
+    if sp.issparse(x):
+        return "cpu"
+    return _device(x)
 
 
 def get_namespace(*arrays):
@@ -189,13 +197,15 @@ def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_em
     if X.ndim != 2:
         raise ValueError(
             f"{name} must be a 2-D array of shape (n_samples, n_features), got {X.ndim}-D "
-            f"array with shape {tuple(X.shape)}. Reshape 1-D data with X.reshape(-1, 1) "
-            "(one feature) or X.reshape(1, -1) (one sample)."
+            f"array with shape {tuple(X.shape)}. Reshape your data: {name}.reshape(-1, 1) "
+            f"(one feature) or {name}.reshape(1, -1) (one sample)."
         )
     if X.shape[0] == 0 and not allow_empty:
         raise ValueError(f"{name} is empty: found 0 samples (shape {tuple(X.shape)}).")
     if X.shape[1] == 0:
-        raise ValueError(f"{name} has 0 features (shape {tuple(X.shape)}).")
+        raise ValueError(
+            f"{name} has 0 feature(s) (shape={tuple(X.shape)}) while a minimum of 1 is required."
+        )
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(
             f"{name} has {X.shape[1]} features, but this object was fitted with "

@@ -296,9 +296,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """Features of prepared ``X`` (n, output_dim); may overflow for huge norms."""
         base, log_scale = self._scaled_features(X, xp, side)
         if is_numpy_namespace(xp):
-            with np.errstate(over="ignore"):
+            with np.errstate(over="ignore", invalid="ignore"):
                 scale = np.exp(log_scale).astype(base.real.dtype, copy=False)
-            base *= scale[:, None]
+                base *= scale[:, None]
             return base
         return base * xp.exp(log_scale)[:, None]
 

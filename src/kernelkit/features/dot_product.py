@@ -544,7 +544,7 @@ class DotProductFeatureMap(FeatureMap):
                 im += t
             self._store(out, lo, hi, re, im)
 
-        map_row_blocks(block, n, ncols, X.itemsize, n_jobs=self.n_jobs)
+        map_row_blocks(block, n, ncols, X.dtype.itemsize, n_jobs=self.n_jobs)
         return out
 
     def _param(self, name, xp, like):
@@ -803,7 +803,7 @@ class TensorSRHT(DotProductFeatureMap):
             self._store(out, lo, hi, re, im)
 
         width = self.n_blocks_ * d * (2 if cplx else 1) * 2
-        map_row_blocks(block, n, width, X.itemsize, n_jobs=self.n_jobs)
+        map_row_blocks(block, n, width, X.dtype.itemsize, n_jobs=self.n_jobs)
         return out
 
     def _variance_from_stats(self, G, N, S, kind):
@@ -897,7 +897,7 @@ class TensorSketch(DotProductFeatureMap):
                 prod *= F[:, i]
             out[lo:hi] = sfft.irfft(prod, n=D, axis=-1, overwrite_x=True)
 
-        map_row_blocks(block, n, p * D, X.itemsize, n_jobs=self.n_jobs)
+        map_row_blocks(block, n, p * D, X.dtype.itemsize, n_jobs=self.n_jobs)
         return out
 
     def _variance_from_stats(self, G, N, S, kind):
