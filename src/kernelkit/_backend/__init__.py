@@ -23,7 +23,6 @@ import numbers
 
 import numpy as np
 import scipy.sparse as sp
-from array_api_compat import device as _device
 from array_api_compat import (
     array_namespace,
     is_numpy_namespace,
@@ -31,6 +30,7 @@ from array_api_compat import (
     is_torch_namespace,
     to_device,
 )
+from array_api_compat import device as _device
 
 __all__ = [
     "check_random_state",
