@@ -266,3 +266,136 @@ def test_torch_tensors(torch, method):
     np.testing.assert_allclose(rf_t.transform(X), rf.transform(X), rtol=1e-10)
     with pytest.raises(ValueError, match="features"):
         rf.transform(torch.ones((2, 3), dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- every method, "auto"
+from kernelkit.estimators._methods import METHODS, auto_candidates  # noqa: E402
+from kernelkit.kernels import polynomial_kernel  # noqa: E402
+
+ALL = [(name, k) for name, m in METHODS.items() for k in m.kernels]
+
+
+def _exact(kernel, X, Y, lengthscale, degree, coef0):
+    if kernel == "gaussian":
+        return gaussian_kernel(X, Y, lengthscale=lengthscale)
+    if kernel == "softmax":
+        return softmax_kernel(X / lengthscale, Y / lengthscale)
+    return polynomial_kernel(X / lengthscale, Y / lengthscale, degree=degree, coef0=coef0)
+
+
+@pytest.mark.parametrize(("method", "kernel"), ALL, ids=[f"{m}-{k}" for m, k in ALL])
+def test_every_method_builds_the_map_of_its_kernel(method, kernel):
+    """Every map is reachable by name, its output fits in n_components (unless the map's
+    smallest output is larger), and its exact kernel is the requested one: lengthscale,
+    degree and coef0 reach it the same way for every family."""
+    rng = np.random.default_rng(9)
+    X, Y = 0.3 * rng.normal(size=(15, 4)), 0.3 * rng.normal(size=(11, 4))
+    if method == "srf":  # eq. 57 on the unit sphere
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        Y /= np.linalg.norm(Y, axis=1, keepdims=True)
+    params = dict(kernel=kernel, n_components=72, lengthscale=1.3, degree=3, coef0=0.7)
+    rf = RandomFeatures(method=method, random_state=0, **params).fit(X, Y=Y)
+    fm = rf.feature_map_
+    assert isinstance(fm, METHODS[method].cls) and rf.method_ == method
+    Z, Zy = rf.transform(X), rf.transform_y(Y)
+    assert Z.shape[1] == fm.output_dim == Zy.shape[1]
+    assert fm.output_dim <= 72 or fm.n_features == 1
+    np.testing.assert_allclose(np.real(Z @ np.conj(Zy).T), fm.approx_kernel(X, Y), atol=1e-10)
+    if method != "srf":
+        ref = _exact(kernel, X, Y, 1.3, 3, 0.7)
+        np.testing.assert_allclose(fm.exact_kernel(X, Y), ref, rtol=1e-10)
+
+
+def test_method_unknown_for_kernel():
+    with pytest.raises(ValueError, match="estimates the kernels"):
+        RandomFeatures(method="rademacher", kernel="gaussian").fit(np.ones((4, 2)))
+    with pytest.raises(ValueError, match="estimates the kernels"):
+        RandomFeatures(method="sderf", kernel="polynomial").fit(np.ones((4, 2)))
+
+
+def test_hyperbolic_n_components_is_the_output_dimension():
+    X = np.random.default_rng(3).normal(size=(10, 4))
+    rf = RandomFeatures(method="hyperbolic", n_components=64, random_state=0).fit(X)
+    assert rf.feature_map_.n_features == 32 and rf.transform(X).shape == (10, 64)
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "softmax", "polynomial"])
+def test_auto_keeps_the_lowest_analytic_relative_variance(kernel):
+    rng = np.random.default_rng(10)
+    X = 0.4 * rng.normal(size=(300, 5))
+    rf = RandomFeatures(
+        method="auto", kernel=kernel, n_components=64, auto_sample_size=40, random_state=0
+    ).fit(X)
+    est = rf.variance_estimates_
+    assert set(est) == set(auto_candidates(kernel))
+    finite = {k: v for k, v in est.items() if np.isfinite(v)}
+    assert rf.method_ == min(finite, key=finite.get)
+    assert isinstance(rf.feature_map_, METHODS[rf.method_].cls)
+    assert rf.feature_map_.n_features_in_ == 5
+    assert rf.transform(X).shape[1] == rf.feature_map_.output_dim
+    # an estimate is the mean over distinct sample pairs of Var / K^2 of that candidate,
+    # fitted on the sample with the same seed: recompute one independently
+    sample_rng = np.random.default_rng(0)
+    seed = int(sample_rng.integers(0, 2**31 - 1))
+    S = X[np.sort(sample_rng.choice(300, size=40, replace=False))]
+    name = min(finite, key=finite.get)
+    fm = rf._make_map(name, seed).fit(S)
+    rel = fm.variance(S) / fm.expected_kernel(S) ** 2
+    off = ~np.eye(40, dtype=bool)
+    assert est[name] == pytest.approx(rel[off].mean(), rel=1e-8)
+
+
+def test_auto_prefers_fitted_positive_features_where_they_win():
+    """Softmax kernel on centred data of norm ~1.4: the fitted dense-exponential maps
+    (FAVOR#) beat trig and FAVOR+ by orders of magnitude in relative variance, as in
+    FAVOR# Fig. 2; on small norms the Maclaurin series wins (few degrees suffice)."""
+    rng = np.random.default_rng(11)
+    X = 0.5 * rng.normal(size=(200, 8))
+    rf = RandomFeatures(method="auto", kernel="softmax", n_components=64, random_state=0).fit(X)
+    est = rf.variance_estimates_
+    assert rf.method_ in ("gerf", "saderf", "aderf", "sderf")
+    assert est[rf.method_] < 0.05 * min(est["trig"], est["positive"])
+    X = 0.1 * rng.normal(size=(200, 8))
+    rf = RandomFeatures(method="auto", kernel="softmax", n_components=64, random_state=0).fit(X)
+    assert rf.method_ == "optimized_maclaurin"
+
+
+def test_auto_with_sparse_input_compares_projection_maps_only():
+    X = sp.random(60, 6, density=0.4, format="csr", random_state=0)
+    rf = RandomFeatures(method="auto", n_components=32, random_state=0).fit(X)
+    assert all(METHODS[m].cls.accepts_sparse for m in rf.variance_estimates_)
+    assert rf.transform(X).shape == (60, rf.feature_map_.output_dim)
+
+
+@pytest.mark.parametrize("method", ["trig", "positive", "rff", "tensor_sketch"])
+def test_sparse_input_accepted_by_projection_methods(method):
+    X = sp.random(30, 5, density=0.5, format="csr", random_state=1)
+    kernel = "polynomial" if method == "tensor_sketch" else "gaussian"
+    rf = RandomFeatures(method=method, kernel=kernel, n_components=16, random_state=0)
+    np.testing.assert_allclose(rf.fit(X).transform(X), rf.fit(X.toarray()).transform(X.toarray()))
+
+
+def test_the_issue_pipeline_with_a_feature_map():
+    """``Pipeline([("rf", SDERF(64)), ("clf", RidgeClassifier())]).fit(X, y)`` works: a
+    Pipeline's target never lands in the kernel's second data set."""
+    from sklearn.datasets import make_moons
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.pipeline import Pipeline
+
+    X, y = make_moons(300, noise=0.1, random_state=0)
+    pipe = Pipeline(
+        [("rf", SDERF(64, kernel="gaussian", random_state=0)), ("clf", RidgeClassifier())]
+    )
+    assert pipe.fit(X, y).score(X, y) > 0.85
+
+
+@parametrize_with_checks(
+    [
+        RandomFeatures(method="auto", n_components=16),
+        RandomFeatures(method="rff", n_components=16),
+        RandomFeatures(method="tensor_srht", kernel="polynomial", n_components=16),
+        RandomFeatures(method="saderf", n_components=16),
+    ]
+)
+def test_sklearn_compatible_more_methods(estimator, check):
+    check(estimator)

@@ -250,7 +250,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
                 estimates[name] = math.inf
                 continue
-            if sy is None:  # distinct pairs: K(x, x) is not a kernel estimate anyone needs
+            if sy is None and lrv.shape[0] > 1:  # distinct pairs only
                 lrv = lrv[~np.eye(lrv.shape[0], dtype=bool)]
             with np.errstate(over="ignore"):
                 rel = np.exp(lrv)

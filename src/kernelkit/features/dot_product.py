@@ -48,6 +48,7 @@ import scipy.sparse as sp
 from .._backend import device, is_numpy_namespace, validate_positive_int
 from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
 from .._backend.parallel import check_n_jobs, map_row_blocks
+from ..kernels import polynomial_kernel
 from ._base import FeatureMap, _detach, _matmul_augmented, _namespace_of, check_real, param_cache
 
 __all__ = [
@@ -58,7 +59,6 @@ __all__ = [
     "TensorSketch",
     "iid_sketch_variance",
     "pair_statistics",
-    "polynomial_kernel",
     "srht_c",
     "tensor_sketch_variance",
     "tensor_srht_variance",
@@ -66,13 +66,6 @@ __all__ = [
 
 
 # ============================================================== formulas
-def polynomial_kernel(X, Y=None, degree: int = 2, coef0: float = 0.0):
-    """Exact ``(X Y^T + coef0)^degree``, shape (n, m), on any array-API backend."""
-    Y = X if Y is None else Y
-    xp = _namespace_of(X)
-    return (X @ xp.matrix_transpose(Y) + coef0) ** int(degree)
-
-
 def pair_statistics(X, Y=None, coef0: float = 0.0):
     """``(G, N, S)`` of the augmented pairs ``x~ = [x; sqrt(coef0)]``, each (n, m).
 
@@ -474,7 +467,7 @@ class DotProductFeatureMap(FeatureMap):
 
     def _exact_kernel(self, X, Y, xp):
         """The exact kernel ``(X Y^T + coef0)^degree`` that this map estimates, (n, m)."""
-        return polynomial_kernel(X, Y, self._p, self._c)
+        return polynomial_kernel(X, Y, degree=self._p, coef0=self._c)
 
     # ------------------------------------------------------------------ variance
     def _variance_from_stats(self, G, N, S, kind):

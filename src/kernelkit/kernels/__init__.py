@@ -14,6 +14,7 @@ from .._backend import get_namespace
 __all__ = [
     "gaussian_kernel",
     "log_scaled_softmax_kernel",
+    "polynomial_kernel",
     "scaled_softmax_kernel",
     "softmax_attention",
     "softmax_kernel",
@@ -81,6 +82,16 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
     xp = get_namespace(X, Y)
     logk = log_scaled_softmax_kernel(X / lengthscale, Y / lengthscale, -0.5)
     return xp.exp(xp.minimum(logk, xp.zeros_like(logk)))
+
+
+def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 1.0):
+    """Polynomial kernel ``(gamma x^T y + coef0)^degree``, shape (..., n, m).
+
+    The kernel of the dot-product random features (Wacker et al., eq. 37), with
+    scikit-learn's parameter names.
+    """
+    xp = get_namespace(X, Y)
+    return (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** int(degree)
 
 
 def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None, scale=None):
