@@ -14,6 +14,7 @@ import pytest
 
 from kernelkit.features import OptimizedMaclaurin, RandomMaclaurin, dot_product
 from kernelkit.features import maclaurin as mc
+from kernelkit.features import maclaurin_series as series
 from kernelkit.features.dot_product import (
     iid_sketch_variance,
     pair_statistics,
@@ -92,7 +93,7 @@ def test_random_maclaurin_measure():
 def test_pair_sums_match_the_sketch_variance_formulas(kernel, sketch, cx, monkeypatch):
     """The blocked O(m^2 (d + p)) pair sums equal sum_{i != j} of the sketch classes'
     Theorem 2 / eq. 33 formulas and the bias of eq. 51 / 55, pair by pair."""
-    monkeypatch.setattr(mc, "_PAIR_BLOCK_ELEMENTS", 13)  # several row blocks
+    monkeypatch.setattr(series, "_PAIR_BLOCK_ELEMENTS", 13)  # several row blocks
     X = _points(7, 6, seed=3, scale=0.5)
     l = 1.3
     if kernel == "polynomial":
@@ -258,13 +259,13 @@ def test_srht_surrogate_is_convex_and_exact_on_blocks():
         D = np.arange(1, 50)
         s = mc.srht_surrogate(V, C, D, d)
         assert np.all(np.diff(s, 2) >= -1e-12) and np.all(np.diff(s) <= 1e-12)
-        exact = mc._srht_sum_variance(V, C, 1, d)
+        exact = series._srht_sum_variance(V, C, 1, d)
         for k in (1, 2, 3):
-            exact = mc._srht_sum_variance(V, C, k * d, d)
+            exact = series._srht_sum_variance(V, C, k * d, d)
             assert s[k * d - 1] == pytest.approx(exact, rel=1e-12)
         if C <= 0:  # exact on D <= d
             np.testing.assert_allclose(
-                s[:d], [mc._srht_sum_variance(V, C, k, d) for k in range(1, d + 1)], rtol=1e-12
+                s[:d], [series._srht_sum_variance(V, C, k, d) for k in range(1, d + 1)], rtol=1e-12
             )
 
 

@@ -49,7 +49,15 @@ from .._backend import device, is_numpy_namespace, validate_positive_int
 from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
 from .._backend.parallel import check_n_jobs, map_row_blocks
 from ..kernels import polynomial_kernel
-from ._base import FeatureMap, _detach, _matmul_augmented, _namespace_of, check_real, param_cache
+from ._base import FeatureMap, _detach, _matmul_augmented, check_real, param_cache
+from .dot_product_variance import (
+    _clip0,
+    iid_sketch_variance,
+    pair_statistics,
+    srht_c,
+    tensor_sketch_variance,
+    tensor_srht_variance,
+)
 
 __all__ = [
     "DotProductFeatureMap",
@@ -63,167 +71,6 @@ __all__ = [
     "tensor_sketch_variance",
     "tensor_srht_variance",
 ]
-
-
-# ============================================================== formulas
-def pair_statistics(X, Y=None, coef0: float = 0.0):
-    """``(G, N, S)`` of the augmented pairs ``x~ = [x; sqrt(coef0)]``, each (n, m).
-
-    ``G = x~.y~``, ``N = |x~|^2 |y~|^2``, ``S = sum_k x~_k^2 y~_k^2`` (note Sec. 3), in
-    ``O(nmd)`` without forming ``x~``.
-    """
-    Y = X if Y is None else Y
-    xp = _namespace_of(X)
-    c = float(coef0)
-    G = X @ xp.matrix_transpose(Y)
-    X2, Y2 = X * X, Y * Y
-    S = X2 @ xp.matrix_transpose(Y2)
-    nx = xp.sum(X2, axis=1)
-    ny = nx if Y is X else xp.sum(Y2, axis=1)
-    if c != 0.0:
-        G = G + c
-        S = S + c * c
-        nx, ny = nx + c, ny + c
-    N = nx[:, None] * ny[None, :]
-    return G, N, S
-
-
-def _pow_diff(A, B, delta, p: int):
-    """``A^p - B^p`` given ``delta = A - B``, as ``delta * sum_k A^(p-1-k) B^k``.
-
-    No cancellation when ``A, B >= 0`` (``delta`` is the only difference taken).
-    """
-    s = 1.0
-    Bk = None
-    for _ in range(1, p):
-        Bk = B if Bk is None else Bk * B
-        s = s * A + Bk
-    return delta * s
-
-
-def _clip0(xp, V):
-    return xp.clip(V, min=0.0) if hasattr(V, "shape") else max(V, 0.0)
-
-
-def iid_sketch_variance(
-    G,
-    N,
-    S,
-    degree: int,
-    n_features: int = 1,
-    *,
-    q: float = 1.0,
-    m4: float = 1.0,
-    kind: str = "complex",
-):
-    """Variance of an i.i.d. sketch estimate of ``G^degree`` (Theorem 2, eq. 16-21).
-
-    Parameters
-    ----------
-    G, N, S : arrays (or floats) from :func:`pair_statistics`.
-    degree : int
-    n_features : int
-        ``D``; the variance is divided by it.
-    q : float
-        ``E (Re z)^2`` of the weight entries (1: real, 1/2: Ex. 2-4).
-    m4 : float
-        ``E |z|^4`` (1: Rademacher / unit circle, 3: real Gaussian, 2: complex Gaussian).
-    kind : {"complex", "real"}
-        ``"complex"``: ``E|k_hat - k|^2`` (eq. 16, the paper's); ``"real"``:
-        ``E(Re k_hat - k)^2`` (the variance of the real part).
-
-    Returns
-    -------
-    Same shape as ``G``, non-negative.
-    """
-    p = int(degree)
-    r2 = (2.0 * q - 1.0) ** 2
-    G2 = G * G
-    # E|a|^2 - G^2 for one degree: (m4 - 2 - r^2) S + N + r^2 G^2  (eq. 16 with p = 1)
-    d_abs = (m4 - 2.0 - r2) * S + N + r2 * G2
-    V = _pow_diff(G2 + d_abs, G2, d_abs, p)
-    if kind == "real":
-        # E a^2 - G^2 for one degree: (m4 - r^2 - 2) S + r^2 N + G^2
-        d_sq = (m4 - r2 - 2.0) * S + r2 * N + G2
-        V = 0.5 * (V + _pow_diff(G2 + d_sq, G2, d_sq, p))
-    elif kind != "complex":
-        raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
-    return V / int(n_features)
-
-
-def srht_c(n_features: int, d: int) -> int:
-    """``c(D, d) = floor(D/d) d (d - 1) + r (r - 1)``, ``r = D mod d`` (eq. 29): the number of
-    ordered pairs of distinct features within the same block."""
-    D, d = int(n_features), int(d)
-    r = D % d
-    return (D // d) * d * (d - 1) + r * (r - 1)
-
-
-def tensor_srht_variance(
-    G, N, S, degree: int, n_features: int, d: int, *, complex: bool = False, kind: str = "complex"
-):
-    """Variance of the TensorSRHT estimate (Theorems 5 and 10, eq. 28/33).
-
-    ``V_q^(p)/D - c(D, d)/D^2 [G^(2p) - (G^2 - V_q^(1)/(d - 1))^p]`` with
-    ``V_q^(1) = N - S + (2q - 1)^2 (G^2 - S)`` (``q = 1`` real, ``1/2`` complex) and ``d``
-    the **padded** dimension (erratum 9). ``kind="real"`` gives ``E(Re k_hat - k)^2``
-    (see the module docstring).
-
-    Parameters
-    ----------
-    G, N, S : arrays from :func:`pair_statistics` (on the augmented, unpadded inputs;
-        zero-padding changes none of them).
-    degree, n_features : int
-    d : int
-        Padded dimension (a power of two).
-    complex : bool
-    kind : {"complex", "real"}
-    """
-    p, D, d = int(degree), int(n_features), int(d)
-    r2 = 0.0 if complex else 1.0
-    G2 = G * G
-    c = srht_c(D, d)
-
-    def one(v1):
-        V = _pow_diff(G2 + v1, G2, v1, p) / D
-        if c and d > 1:
-            e = v1 / (d - 1)
-            V = V - (c / (D * D)) * _pow_diff(G2, G2 - e, e, p)
-        return V
-
-    V = one(N - S + r2 * (G2 - S))
-    if kind == "real":
-        V = 0.5 * (V + one(G2 - S + r2 * (N - S)))
-    elif kind != "complex":
-        raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
-    return V
-
-
-def tensor_sketch_variance(G, N, S, degree: int, n_features: int):
-    """Variance of the TensorSketch estimate of ``G^degree`` (derived; not in the paper).
-
-    With ``A = N - S``, ``B = G^2 - S`` and ``g = gcd(2, D)``::
-
-        Var = [(G^2 + A)^p + (G^2 + B)^p - 2 G^(2p)] / D
-              + g / D^2 [(G^2 + A + B)^p - (G^2 + A)^p - (G^2 + B)^p + G^(2p)]
-
-    Derivation: ``k_hat - k = sum_(a != b) sigma(a) sigma(b) X_a Y_b 1[H(a) = H(b)]`` over
-    tensor indices ``a, b in [d]^p`` (``H(a) = sum_i h_i(a_i) mod D``). The sign expectation
-    leaves, on the set ``T`` of degrees where ``a_i != b_i``, ``(c_i, e_i) = (a_i, b_i)``
-    (weight ``x_a^2 y_b^2``, summing to ``A``) or ``(b_i, a_i)`` (weight ``B``), and
-    ``c_i = e_i`` elsewhere (``G^2``). Both hash collisions happen with probability ``1/D``
-    when the choice is the same on all of ``T``, else ``gcd(2, D)/D^2`` (the differences
-    ``h_i(a_i) - h_i(b_i)`` are independent and uniform on ``Z_D``). For ``p = 1`` this is
-    the count-sketch variance ``(N + G^2 - 2S)/D``.
-    """
-    p, D = int(degree), int(n_features)
-    g = 2 if D % 2 == 0 else 1
-    G2 = G * G
-    A, B = N - S, G2 - S
-    pa = _pow_diff(G2 + A, G2, A, p)  # (G^2 + A)^p - G^2p
-    pb = _pow_diff(G2 + B, G2, B, p)
-    pab = _pow_diff(G2 + A + B, G2, A + B, p)
-    return (pa + pb) / D + (g / (D * D)) * (pab - pa - pb)
 
 
 # ============================================================== base class
