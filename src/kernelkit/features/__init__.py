@@ -1,4 +1,14 @@
-"""Random feature maps, one module per family (see DESIGN.md, "Feature maps")."""
+"""Random feature maps: twenty maps, one contract (user guide, "The feature-map contract").
+
+Every class is a scikit-learn transformer with ``fit(X, y=None, *, Y=None)``,
+``transform`` / ``transform_y``, ``approx_kernel``, ``exact_kernel``, ``expected_kernel``,
+``variance`` (of the real part), ``complex_variance``, ``log_relative_variance``,
+``kernel`` and ``output_dim``. Families: :mod:`.softmax` (trig, FAVOR+, hyperbolic,
+FAVOR++, FAVOR#; the closed-form fits in :mod:`.favor`), :mod:`.hybrid` (hybrid random
+features), :mod:`.fourier` (random Fourier and spherical random features),
+:mod:`.dot_product` and :mod:`.maclaurin` (dot-product kernels); projections are drawn by
+:mod:`.sampling`.
+"""
 
 from ._base import KERNELS, FeatureMap
 from .dot_product import (
