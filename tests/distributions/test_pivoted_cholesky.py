@@ -130,7 +130,7 @@ def test_blocked_threaded_path(monkeypatch):
     trace_res = n - np.sum(L**2)
     assert trace_res == pytest.approx(res.trace_residual, rel=1e-8)
     assert trace_res <= 1e-3 * n
-    monkeypatch.setattr(_cholesky, "_n_threads", lambda n: 1)
+    monkeypatch.setattr(_cholesky, "_n_threads", lambda n, n_jobs=None: 1)
     serial = pivoted_cholesky("gaussian", X, lengthscale=1.5, rel_tol=1e-3)
     np.testing.assert_array_equal(serial.pivots, res.pivots)
     np.testing.assert_allclose(serial.L, L, atol=1e-12)

@@ -103,6 +103,8 @@ def test_chunked_bad_input():
         RandomFeatureRidge().fit(_blocks(X, y, 50), y)
     with pytest.raises(ValueError, match="empty"):
         RandomFeatureRidge().fit(iter([]), None)
+    with pytest.raises(ValueError, match="every block of the iterable is empty"):
+        RandomFeatureRidge().fit(iter([(X[:0], y[:0])]), None)
     bad = X.copy()
     bad[120, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
@@ -114,6 +116,19 @@ def test_chunked_bad_input():
         RandomFeatureRidge().fit(iter(blocks), None)
     with pytest.raises(TypeError, match="pairs"):
         RandomFeatureRidge().fit(iter([X[:5]]), None)
+    with pytest.raises(ValueError, match="block 0 had 1-D blocks"):
+        RandomFeatureRidge().fit(iter([(X[:50], y[:50]), (X[50:60], np.ones((10, 2)))]), None)
+    with pytest.raises(ValueError, match="y is required"):
+        RandomFeatureRidge().fit(da.from_array(X, chunks=50), None)
+
+
+def test_empty_dask_chunks_are_skipped():
+    X, y = _data(n=1000)
+    ref = RandomFeatureRidge(MAPS[0], alpha=0.3, solver="primal").fit(X, y)
+    Xd = da.from_array(X, chunks=((400, 0, 600), (5,)))
+    est = RandomFeatureRidge(MAPS[0], alpha=0.3).fit(Xd, y)
+    assert est.n_samples_seen_ == 1000
+    np.testing.assert_allclose(est.coef_, ref.coef_, atol=1e-10 * np.abs(ref.coef_).max())
 
 
 @pytest.mark.slow
@@ -229,7 +244,7 @@ def test_large_in_memory_primal_fits_stream_blocks_with_the_same_result(fm, monk
         monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1 << 62)
         direct = clone(est).fit(X, target)
         monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1000)
-        assert chunked.use_streaming(direct.feature_map_, X, "auto")
+        assert chunked.use_blocked_statistics(direct.feature_map_, X, "auto")
         streamed = clone(est).fit(X, target)
         np.testing.assert_allclose(streamed.predict(X[:200]), direct.predict(X[:200]), atol=1e-10)
         if isinstance(est, RandomFeatureGPRegressor):

@@ -1,20 +1,54 @@
-"""Chunked input shared by the out-of-core fits (estimators and distributions).
+"""Rows in blocks and chunks: one implementation for the out-of-core and blocked fits.
 
-What counts as chunked input (a Dask array, or an iterable of blocks), the binary tree
-that sums per-chunk results, and the BLAS thread limit while Dask's threaded scheduler
-runs those chunks. Dask is imported only when a Dask array is actually given.
+The estimators (ridge / GP statistics ``Phi^H Phi``, ``Phi^H Y``) and the distributions
+(JDL statistics ``L^T L``, ``L_Y^T L_X``) reduce sums over the rows of their training
+data in the same three ways (user guide: "Scale-out with Dask"):
+
+* **NumPy arrays** -- contiguous row blocks on kernelkit's threads (``n_jobs``, BLAS
+  single-threaded, :mod:`kernelkit._backend.parallel`), the block results combined left
+  to right in block order (:func:`reduce_blocks`, :func:`reduce_rows`);
+* **a Dask array** -- one task per row chunk on the active Dask scheduler (threads, or a
+  ``distributed.Client``), combined in a binary tree (:func:`tree_reduce`), with one BLAS
+  thread per task under the threaded scheduler (:func:`blas_threads_for_dask`);
+* **an iterable of** ``(X_block, Y_block)`` **pairs** -- consumed once, in order
+  (:func:`iter_block_pairs`).
+
+Every NumPy block is checked by :func:`check_block` (real, finite, the right columns,
+with a message naming the block), Dask arrays are checked and aligned lazily by
+:func:`as_dask_rows`, and :func:`map_row_chunks` maps a function over row chunks lazily
+(predictions on Dask input). Dask is imported only when a Dask array is actually given.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["blas_threads_for_dask", "is_chunked", "is_dask_array", "tree_reduce"]
+from .parallel import SingleThreadedBlas, block_map
+
+__all__ = [
+    "as_dask_rows",
+    "blas_threads_for_dask",
+    "check_block",
+    "is_chunked",
+    "is_dask_array",
+    "iter_block_pairs",
+    "map_row_chunks",
+    "reduce_blocks",
+    "reduce_rows",
+    "tree_reduce",
+]
+
+#: how a one-dimensional block / array is taken: as one column, kept 1-D (targets), or
+#: rejected (a data matrix of scikit-learn's ``(n_samples, n_features)`` convention)
+VECTOR_POLICIES = ("column", "keep", "error")
 
 
+# ------------------------------------------------------------------------ what is chunked
 def is_dask_array(X) -> bool:
     """Whether ``X`` is a ``dask.array.Array`` (without importing Dask)."""
     return type(X).__module__.split(".")[0] == "dask" and hasattr(X, "chunks")
@@ -29,6 +63,150 @@ def is_chunked(X) -> bool:
     if hasattr(X, "shape") or hasattr(X, "__array_namespace__"):  # torch & friends
         return False
     return isinstance(X, Iterable)
+
+
+def _is_real(dtype) -> bool:
+    return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)
+
+
+def _shape_for(Z, name: str, vector: str, what: str):
+    """``Z`` with the 1-D policy ``vector`` applied; ``ValueError`` for other ranks."""
+    if vector not in VECTOR_POLICIES:
+        raise ValueError(f"vector must be one of {VECTOR_POLICIES}, got {vector!r}.")
+    if Z.ndim == 1 and vector == "column":
+        Z = Z.reshape(-1, 1)
+    if Z.ndim != 2 and not (Z.ndim == 1 and vector == "keep"):
+        ranks = "1-D or 2-D" if vector == "keep" else "2-D (n_samples, n_features)"
+        raise ValueError(f"{name} must be {ranks}, got {what} of shape {Z.shape}.")
+    return Z
+
+
+# ---------------------------------------------------------------------- NumPy blocks
+def check_block(
+    Z,
+    name: str,
+    index: int,
+    *,
+    owner: str | None = None,
+    n_columns: int | None = None,
+    vector: str = "column",
+    dtype=np.float64,
+) -> np.ndarray:
+    """Block ``index`` of the chunked array ``name`` as a checked C-contiguous NumPy array.
+
+    ``vector`` says how a 1-D block is taken (:data:`VECTOR_POLICIES`); ``n_columns``, if
+    given, is the number of columns a 2-D block must have. ``dtype``: the result's dtype,
+    or None to keep float32 / float64 (other real dtypes become float64). Raises
+    ``TypeError`` for non-real dtypes and ``ValueError`` for a wrong shape or NaN /
+    infinity, each message naming ``owner`` (if given), ``name`` and the block.
+    """
+    where = f"{owner}: {name}" if owner else name
+    Z = _shape_for(np.asarray(Z), f"{where}: block {index}", vector, "an array")
+    if not _is_real(Z.dtype):
+        raise TypeError(f"{where}: block {index} has dtype {Z.dtype}; expected real numbers.")
+    if n_columns is not None and Z.ndim == 2 and Z.shape[1] != n_columns:
+        raise ValueError(
+            f"{where}: block {index} has shape {Z.shape}; expected {n_columns} columns."
+        )
+    if dtype is None:
+        dtype = Z.dtype if Z.dtype in (np.float32, np.float64) else np.float64
+    Z = np.ascontiguousarray(Z, dtype=dtype)
+    if not np.all(np.isfinite(Z)):
+        raise ValueError(f"{where}: block {index} contains NaN or infinity.")
+    return Z
+
+
+def iter_block_pairs(
+    blocks, owner: str, names=("X", "Y"), vector=("column", "column"), dtype=np.float64
+):
+    """The checked ``(X_block, Y_block)`` pairs of an iterable, in order (consumed once).
+
+    Each block goes through :func:`check_block` (``vector``: the 1-D policy of each side);
+    the two blocks of a pair must have as many rows, and every block as many columns as
+    block 0. Empty blocks are yielded too. ``ValueError`` if the iterable is empty,
+    ``TypeError`` if an item is not a pair.
+    """
+    nx, ny = names
+    cols = (None, None)
+    i = -1
+    for i, item in enumerate(blocks):
+        try:
+            Xb, Yb = item
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{owner}: an iterable X must yield ({nx}_block, {ny}_block) pairs; "
+                f"item {i} is a {type(item).__name__}."
+            ) from exc
+        Xb = check_block(Xb, nx, i, owner=owner, n_columns=cols[0], vector=vector[0], dtype=dtype)
+        Yb = check_block(Yb, ny, i, owner=owner, vector=vector[1], dtype=dtype)
+        if Xb.shape[0] != Yb.shape[0]:
+            raise ValueError(
+                f"{owner}: block {i} has {Xb.shape[0]} rows of {nx} but {Yb.shape[0]} of {ny}."
+            )
+        if i == 0:
+            cols = (Xb.shape[1], Yb.shape[1:])
+        elif Yb.shape[1:] != cols[1]:
+            raise ValueError(
+                f"{owner}: block {i} of {ny} has shape {Yb.shape}; block 0 had "
+                f"{'1-D blocks' if not cols[1] else f'{cols[1][0]} columns'}."
+            )
+        yield Xb, Yb
+    if i < 0:
+        raise ValueError(f"{owner}: the iterable of blocks is empty.")
+
+
+# ------------------------------------------------------------------------ Dask arrays
+def as_dask_rows(
+    Z,
+    name: str,
+    n_features: int | None = None,
+    rows_like=None,
+    *,
+    owner: str | None = None,
+    vector: str = "column",
+):
+    """``Z`` as a checked Dask array of row chunks (lazily: nothing is computed).
+
+    NumPy input is wrapped. The 1-D policy is ``vector`` (:data:`VECTOR_POLICIES`); the
+    dtype must be real, a 2-D array must have ``n_features`` columns (if given); unknown
+    chunk sizes are computed, the columns merged into one chunk (a chunk is a set of
+    whole rows) and, with ``rows_like`` (a Dask array), the rows rechunked to its row
+    chunks after checking the row counts agree.
+    """
+    import dask.array as da
+
+    where = f"{owner}: {name}" if owner else name
+    if not is_dask_array(Z):
+        Z = np.asarray(Z)
+        Z = da.from_array(Z, chunks=("auto",) + (-1,) * (Z.ndim - 1))
+    Z = _shape_for(Z, where, vector, "a Dask array")
+    if not _is_real(Z.dtype):
+        raise TypeError(f"{where} must hold real numbers, got dtype {Z.dtype}.")
+    if n_features is not None and Z.shape[1] != n_features:
+        raise ValueError(
+            f"{where} has {Z.shape[1]} features, but the model was fitted with "
+            f"{n_features} features."
+        )
+    if any(np.isnan(c) for c in Z.chunks[0]):
+        Z = Z.compute_chunk_sizes()
+    if Z.ndim == 2:
+        Z = Z.rechunk({1: -1})
+    if rows_like is not None:
+        if Z.shape[0] != rows_like.shape[0]:
+            raise ValueError(f"{where} has {Z.shape[0]} rows, expected {rows_like.shape[0]}.")
+        Z = Z.rechunk({0: rows_like.chunks[0]})
+    return Z
+
+
+def map_row_chunks(Z, fn, n_outputs: int | None = None):
+    """``fn`` over the row chunks of the Dask array ``Z`` (n, d), lazily: a float64 Dask
+    array of shape (n,) (``n_outputs=None``) or (n, n_outputs)."""
+    Z = Z.rechunk({1: -1})
+    if n_outputs is None:
+        return Z.map_blocks(fn, drop_axis=1, dtype=np.float64, meta=np.empty(0))
+    return Z.map_blocks(
+        fn, chunks=(Z.chunks[0], (n_outputs,)), dtype=np.float64, meta=np.empty((0, 0))
+    )
 
 
 def tree_reduce(parts: list, combine):
@@ -55,7 +233,40 @@ def blas_threads_for_dask(result, n_chunks: int):
     import dask.threaded
 
     if n_chunks > 1 and dask.base.get_scheduler(collections=[result]) is dask.threaded.get:
-        from .parallel import SingleThreadedBlas
-
         return SingleThreadedBlas()
     return contextlib.nullcontext()
+
+
+# ------------------------------------------------------------------------ reductions
+def reduce_blocks(fn, n: int, block: int, combine=operator.add, n_jobs=None):
+    """``combine``-fold of ``fn(a, b)`` over the blocks ``[a, b)`` of ``range(n)`` (n > 0).
+
+    The blocks run on kernelkit's threads (``n_jobs``, BLAS single-threaded;
+    :func:`kernelkit._backend.parallel.block_map`) and their results are combined left
+    to right in block order, so the result depends on ``block`` but not on the threads.
+    """
+    return functools.reduce(combine, block_map(fn, n, block, n_jobs=n_jobs))
+
+
+def reduce_rows(fn, arrays, combine=operator.add, *, block: int | None = None, n_jobs=None):
+    """``combine``-reduce of ``fn(index, *blocks)`` over the aligned row blocks of ``arrays``.
+
+    Dask arrays (all of them, aligned by :func:`as_dask_rows`): one task per row chunk
+    on the active scheduler, ``index`` the chunk number, combined in a binary tree and
+    computed with one BLAS thread per task under the threaded scheduler. NumPy arrays:
+    blocks of ``block`` rows (``index`` = block number) on kernelkit's threads
+    (:func:`reduce_blocks`). ``fn`` gets the blocks as they are; it validates them.
+    """
+    if is_dask_array(arrays[0]):
+        import dask
+
+        chunks = [a.to_delayed().ravel() for a in arrays]
+        call = dask.delayed(fn)
+        parts = [call(i, *blocks) for i, blocks in enumerate(zip(*chunks, strict=True))]
+        total = tree_reduce(parts, dask.delayed(combine))
+        with blas_threads_for_dask(total, len(parts)):
+            return total.compute()
+    n = arrays[0].shape[0]
+    return reduce_blocks(
+        lambda a, b: fn(a // block, *[z[a:b] for z in arrays]), n, block, combine, n_jobs
+    )

@@ -12,11 +12,12 @@ from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
-from .._backend.parallel import SingleThreadedBlas
+from .._backend.chunks import is_dask_array
+from .._backend.parallel import SingleThreadedBlas, check_n_jobs
 from . import _chunked
 from ._cholesky import _check_tolerances, _pivoted_cholesky
 from ._kernels import make_kernel
-from ._linalg import block_map, cross, gram_and_sums, left_matmul, right_matmul
+from ._linalg import cross, gram_and_sums, left_matmul, product_extremes, right_matmul
 
 __all__ = ["BasisCache", "LowRankBasis"]
 
@@ -47,46 +48,41 @@ def _sk_2d(est, X, reset):
 # products below never form A: each is one pass over L^T plus O(m^2) work. A basis
 # fitted without its factor (sampled pivots / out of core, ``factor_t_ = None``) keeps its
 # training samples ``train_data_`` instead, and each product is a pass over those
-# (:mod:`kernelkit.distributions._chunked`).
-def train_dot(basis, F: np.ndarray) -> np.ndarray:
+# (:mod:`kernelkit.distributions._chunked`). ``n_jobs``: threads of the blocked passes.
+def train_dot(basis, F: np.ndarray, n_jobs=None) -> np.ndarray:
     """``A^T F`` (m, k) for ``F`` (n, k): ``V^T (L^T F)``."""
     if basis.factor_t_ is None:
-        return _chunked.train_moments(basis, F)[0]
-    return basis.rotation_.T @ right_matmul(basis.factor_t_, F)
+        return _chunked.train_moments(basis, F, n_jobs)[0]
+    return basis.rotation_.T @ right_matmul(basis.factor_t_, F, n_jobs)
 
 
-def dot_train(basis, P: np.ndarray) -> np.ndarray:
+def dot_train(basis, P: np.ndarray, n_jobs=None) -> np.ndarray:
     """``P A^T`` (k, n) for ``P`` (k, m): ``(P V^T) L^T`` (lazy if Dask is involved)."""
     if basis.factor_t_ is None:
-        return _chunked.dot_train(basis, P)
-    if _chunked.is_dask_array(P):  # lazy (k, n) rows against the in-memory factor
+        return _chunked.dot_train(basis, P, n_jobs)
+    if is_dask_array(P):  # lazy (k, n) rows against the in-memory factor
         return (P @ basis.rotation_.T) @ basis.factor_t_
-    return left_matmul(P @ basis.rotation_.T, basis.factor_t_)
+    return left_matmul(P @ basis.rotation_.T, basis.factor_t_, n_jobs)
 
 
-def train_cross(basis_a, basis_b) -> np.ndarray:
+def train_cross(basis_a, basis_b, n_jobs=None) -> np.ndarray:
     """``A_a^T A_b`` (m_a, m_b) = ``V_a^T (L_a^T L_b) V_b`` (one BLAS-3 pass over both)."""
-    return basis_a.rotation_.T @ cross(basis_a.factor_t_, basis_b.factor_t_) @ basis_b.rotation_
+    L_ab = cross(basis_a.factor_t_, basis_b.factor_t_, n_jobs)  # (m_a, m_b)
+    return basis_a.rotation_.T @ L_ab @ basis_b.rotation_
 
 
-def train_extremes(basis) -> tuple[np.ndarray, np.ndarray]:
+def train_extremes(basis, n_jobs=None) -> tuple[np.ndarray, np.ndarray]:
     """Column minima and maxima of ``A = L V`` over the training points, each (m,).
 
     Computed block by block (``V^T L^T[:, block]``): A is never stored.
     """
     if basis.factor_t_ is None:
-        return _chunked.train_extremes(basis)
-    Lt, Vt = basis.factor_t_, np.ascontiguousarray(basis.rotation_.T)
+        return _chunked.train_extremes(basis, n_jobs)
+    Lt = basis.factor_t_  # (m, n)
     m, n = Lt.shape
     if m == 0 or n == 0:
         return np.zeros(m), np.zeros(m)
-
-    def part(a, b):
-        blk = Vt @ Lt[:, a:b]  # A^T[:, a:b], (m, b - a)
-        return blk.min(axis=1), blk.max(axis=1)
-
-    parts = block_map(part, n)
-    return (np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0))
+    return product_extremes(np.ascontiguousarray(basis.rotation_.T), Lt, n_jobs)
 
 
 class LowRankBasis(TransformerMixin, BaseEstimator):
@@ -117,6 +113,10 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     rotate : bool, default=True
         If False, ``V = I``: ``Psi(x) = k_piv(x) B[piv]`` and the training features are
         ``L`` itself (still orthonormal in the RKHS by (17)/(18)).
+    n_jobs : int, optional
+        Threads of :meth:`fit` (the row blocks of each Algorithm 1 step and the column
+        blocks of ``L^T L``), in scikit-learn's convention (None: kernelkit's default;
+        ``-1``: all CPUs; 0 is invalid). The fitted basis does not depend on it.
 
     Attributes
     ----------
@@ -145,6 +145,7 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         rel_tol=None,
         max_rank=None,
         rotate: bool = True,
+        n_jobs=None,
     ):
         self.kernel = kernel
         self.lengthscale = lengthscale
@@ -152,12 +153,13 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         self.rel_tol = rel_tol
         self.max_rank = max_rank
         self.rotate = rotate
+        self.n_jobs = n_jobs
 
     def fit(self, X, y=None):
         """Factorise the kernel matrix of ``X`` (n, d) and build the basis. Returns self."""
         X = _sk_2d(self, X, reset=True)
         chol = self._fit_pivots(X)
-        gram, sums = gram_and_sums(chol.Lt)  # L^T L (m, m), L^T 1 (m,)
+        gram, sums = gram_and_sums(chol.Lt, self.n_jobs)  # L^T L (m, m), L^T 1 (m,)
         self._set_statistics(
             gram, sums, chol.trace_residual, chol.trace, X.shape[0], factor_t=chol.Lt
         )
@@ -166,14 +168,15 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     # -- the two halves of a fit (the sampled / out-of-core fit of
     #    :mod:`kernelkit.distributions._chunked` runs them on different data) ------------
     def _fit_pivots(self, X: np.ndarray):
-        """Algorithm 1 on the rows ``X`` (validated float64): sets the pivots, the pivot
-        points ``centers_`` and ``pivot_coef_`` = ``B[piv]`` (m, m); returns the
-        :class:`~kernelkit.distributions.PivotedCholesky`."""
+        """Algorithm 1 on the rows ``X`` (validated float64; row blocks on ``n_jobs``
+        threads): sets the pivots, the pivot points ``centers_`` and ``pivot_coef_`` =
+        ``B[piv]`` (m, m); returns the :class:`~kernelkit.distributions.PivotedCholesky`."""
+        n_jobs = check_n_jobs(self.n_jobs)
         tol, rel_tol, max_rank = _check_tolerances(
             self.tol, self.rel_tol, self.max_rank, X.shape[0]
         )
         self.kernel_ = make_kernel(self.kernel, self.lengthscale)
-        chol = _pivoted_cholesky(self.kernel_, X, tol, rel_tol, max_rank)
+        chol = _pivoted_cholesky(self.kernel_, X, tol, rel_tol, max_rank, n_jobs=n_jobs)
         self.pivots_ = chol.pivots
         self.pivot_coef_ = chol.B_piv
         self.centers_ = X[chol.pivots].copy()
@@ -346,11 +349,22 @@ class BasisCache:
         rel_tol=None,
         max_rank=None,
         rotate: bool = True,
+        n_jobs=None,
     ) -> LowRankBasis:
-        """``LowRankBasis(kernel, lengthscale, ...).fit(X)``, or the cached equal fit."""
+        """``LowRankBasis(kernel, lengthscale, ...).fit(X)``, or the cached equal fit.
+
+        ``n_jobs`` (threads of a fit that runs) is not part of the key: the fitted basis
+        does not depend on it.
+        """
         X = np.ascontiguousarray(X, dtype=np.float64) if isinstance(X, np.ndarray) else X
         basis = LowRankBasis(
-            kernel, lengthscale, tol=tol, rel_tol=rel_tol, max_rank=max_rank, rotate=rotate
+            kernel,
+            lengthscale,
+            tol=tol,
+            rel_tol=rel_tol,
+            max_rank=max_rank,
+            rotate=rotate,
+            n_jobs=n_jobs,
         )
         if not isinstance(X, np.ndarray):
             return basis.fit(X)  # nothing to hash (e.g. lists): no caching

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import to_numpy, validate_data, validate_positive_float, validate_positive_int
-from .._backend.parallel import SingleThreadedBlas, num_threads, pool_map
+from .._backend.parallel import SingleThreadedBlas, effective_n_jobs, pool_map
 from ._kernels import Kernel, make_kernel
 
 __all__ = ["PivotedCholesky", "pivoted_cholesky"]
@@ -164,11 +164,12 @@ def pivoted_cholesky(
     return _pivoted_cholesky(k, X, tol, rel_tol, max_rank)
 
 
-def _n_threads(n: int) -> int:
-    """Worker threads for the row blocks: kernelkit's thread count (``num_threads``: the
-    CPUs this process may use, ``KERNELKIT_NUM_THREADS``, or 1 inside a
-    ``threadpoolctl.threadpool_limits(1)`` block), at most 8 and one per block."""
-    return max(1, min(num_threads(), 8, n // _BLOCK))
+def _n_threads(n: int, n_jobs=None) -> int:
+    """Worker threads for the row blocks: ``n_jobs`` in scikit-learn's convention (None:
+    kernelkit's thread count, the CPUs this process may use, ``KERNELKIT_NUM_THREADS``,
+    or 1 inside a ``threadpoolctl.threadpool_limits(1)`` block), at most 8 and one per
+    block."""
+    return max(1, min(effective_n_jobs(n_jobs), 8, n // _BLOCK))
 
 
 class _Step:
@@ -208,7 +209,7 @@ class _Step:
         return float(d.sum()), float(d[j]), a + j
 
 
-def _initial_capacity(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int) -> int:
+def _initial_capacity(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int, n_jobs=None) -> int:
     """Rows to reserve for ``L^T``: 128, or for large n 1.5 x the rank of a pilot run on
     every (n / 16384)-th point (same relative tolerance). Growing a (cap, n) buffer
     zero-fills and page-faults the new rows (0.65 s per 256 MB); rows reserved but never
@@ -220,15 +221,17 @@ def _initial_capacity(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int) -> 
         sub = X[:: n // _PILOT]
         sub_tol = None if tol is None else tol * sub.shape[0] / n
         m0 = _pivoted_cholesky(
-            k, np.ascontiguousarray(sub), sub_tol, rel_tol, max_rank, pilot=False
+            k, np.ascontiguousarray(sub), sub_tol, rel_tol, max_rank, pilot=False, n_jobs=n_jobs
         ).rank
         cap = max(cap, int(1.5 * m0) + 16)
     return min(cap, max_rank)
 
 
 def _pivoted_cholesky(
-    k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int, pilot: bool = True
+    k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int, pilot: bool = True, n_jobs=None
 ) -> PivotedCholesky:
+    """Algorithm 1 on validated float64 ``X`` (n, d); the row blocks of each step run on
+    ``n_jobs`` threads (:func:`_n_threads`)."""
     n = X.shape[0]
     d = k.diag(X)  # (n,)
     if np.any(d < 0):
@@ -240,14 +243,14 @@ def _pivoted_cholesky(
     Xt = np.ascontiguousarray(X.T) if k.stationary else None  # (d, n) for the columns
     col = None if Xt is not None else np.empty(n)
 
-    cap = _initial_capacity(k, X, tol, rel_tol, max_rank) if pilot else min(max_rank, 128)
+    cap = _initial_capacity(k, X, tol, rel_tol, max_rank, n_jobs) if pilot else min(max_rank, 128)
     Lt = np.empty((cap, n))  # rows of L^T, grown in place
     B_piv = np.zeros((cap, cap))  # B[pivots, :] in pivot order (upper triangular)
     pivots = np.empty(max_rank, dtype=np.intp)
     resid = trace
     p = int(np.argmax(d))
     starts = range(0, n, _BLOCK)
-    n_threads = _n_threads(n)
+    n_threads = _n_threads(n, n_jobs)
     step = _Step(k, Xt, col, Lt, d, {})
     m = 0
     # the per-step products are matrix-vector (memory bound): BLAS threads only add

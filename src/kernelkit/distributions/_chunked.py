@@ -1,4 +1,4 @@
-"""Sampled-pivot and out-of-core fits of the joint-distribution model (issue 8).
+"""Sampled-pivot and out-of-core fits of the joint-distribution model (Sec. 4).
 
 Algorithm 1 needs every row at every step, and its factor ``L`` (n, m) is the model's
 training features (8 GB at n = 10^7, m = 100). For large or chunked data the fit is split:
@@ -17,10 +17,12 @@ sample is all rows). Every later product over the training points (``A^T F`` for
 expectation, ``P A^T`` for conditional weights, column extremes for the positivity
 bounds) is again one pass over the stored training samples, never a stored factor.
 
-Training data may be NumPy (blocks in kernelkit's threads) or a ``dask.array.Array``
-(one task per chunk, tree-reduced by the active scheduler: threads, or a
-``distributed.Client``). Results on both agree to floating-point round-off: only the
-order of the block sums differs.
+Training data may be NumPy (blocks on kernelkit's threads, ``n_jobs``) or a
+``dask.array.Array`` (one task per chunk, tree-reduced by the active scheduler: threads,
+or a ``distributed.Client``): both go through :mod:`kernelkit._backend.chunks`, the row
+reductions the random-feature estimators use too (user guide: "Scale-out with Dask").
+Results on both agree to floating-point round-off: only the order of the block sums
+differs.
 """
 
 from __future__ import annotations
@@ -29,8 +31,17 @@ import numbers
 
 import numpy as np
 
-from .._backend.chunks import blas_threads_for_dask, is_chunked, is_dask_array, tree_reduce
-from ._linalg import block_map
+from .._backend import chunks
+from .._backend.chunks import (
+    as_dask_rows,
+    check_block,
+    is_chunked,
+    is_dask_array,
+    iter_block_pairs,
+    map_row_chunks,
+)
+from .._backend.parallel import block_map
+from ._linalg import combine_extremes
 
 __all__ = [
     "DEFAULT_PIVOT_SAMPLE",
@@ -68,81 +79,14 @@ def sample_rows(n: int, size: int, random_state) -> np.ndarray:
     return np.sort(rng.choice(n, size=size, replace=False))
 
 
-# ------------------------------------------------------------------------- validation
-def _block_float(Z, name: str, index: int) -> np.ndarray:
-    """One block as C-contiguous float64 (b, d), with a message naming its block."""
-    Z = np.asarray(Z)
-    if Z.ndim == 1:
-        Z = Z.reshape(-1, 1)
-    if not (np.issubdtype(Z.dtype, np.floating) or np.issubdtype(Z.dtype, np.integer)):
-        raise TypeError(f"{name}: block {index} has dtype {Z.dtype}; expected real numbers.")
-    Z = np.ascontiguousarray(Z, dtype=np.float64)
-    if not np.all(np.isfinite(Z)):
-        raise ValueError(f"{name}: block {index} contains NaN or infinity.")
-    return Z
-
-
-def as_dask_rows(Z, name: str, n_features: int | None = None, rows_like=None):
-    """Check a Dask array lazily: 2-D (a 1-D one becomes one column), real dtype, the
-    expected number of columns, known row chunks; one chunk of columns. With
-    ``rows_like`` (a Dask array), rechunk the rows to its row chunks."""
-    import dask.array as da
-
-    if not is_dask_array(Z):
-        Z = np.asarray(Z)
-        Z = da.from_array(Z, chunks=("auto",) + (-1,) * (Z.ndim - 1))
-    if Z.ndim == 1:
-        Z = Z.reshape(-1, 1)
-    if Z.ndim != 2:
-        raise ValueError(
-            f"{name} must be 2-D (n_samples, n_features), got a Dask array of shape {Z.shape}."
-        )
-    if not (np.issubdtype(Z.dtype, np.floating) or np.issubdtype(Z.dtype, np.integer)):
-        raise TypeError(f"{name} must hold real numbers, got dtype {Z.dtype}.")
-    if n_features is not None and Z.shape[1] != n_features:
-        raise ValueError(
-            f"{name} has {Z.shape[1]} features, but the model was fitted with "
-            f"{n_features} features."
-        )
-    if any(np.isnan(c) for c in Z.chunks[0]):
-        Z = Z.compute_chunk_sizes()
-    Z = Z.rechunk({1: -1})
-    if rows_like is not None:
-        if Z.shape[0] != rows_like.shape[0]:
-            raise ValueError(f"{name} has {Z.shape[0]} rows, expected {rows_like.shape[0]}.")
-        Z = Z.rechunk({0: rows_like.chunks[0]})
-    return Z
-
-
 def concat_blocks(blocks, owner: str) -> tuple[np.ndarray, np.ndarray]:
-    """Consume an iterable of ``(X_block, Y_block)`` pairs into two float64 arrays.
+    """Consume an iterable of ``(X_block, Y_block)`` pairs into two float64 arrays, (n, d_X)
+    and (n, d_Y), each block checked (:func:`kernelkit._backend.chunks.iter_block_pairs`).
 
     The samples are kept (the model needs the training targets for its conditionals);
     their features never are.
     """
-    xs, ys = [], []
-    for i, item in enumerate(blocks):
-        try:
-            Xb, Yb = item
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"{owner}: an iterable X must yield (X_block, Y_block) pairs; "
-                f"item {i} is a {type(item).__name__}."
-            ) from exc
-        Xb, Yb = _block_float(Xb, "X", i), _block_float(Yb, "Y", i)
-        if Xb.shape[0] != Yb.shape[0]:
-            raise ValueError(
-                f"{owner}: block {i} has {Xb.shape[0]} rows of X but {Yb.shape[0]} of Y."
-            )
-        if xs and (Xb.shape[1] != xs[0].shape[1] or Yb.shape[1] != ys[0].shape[1]):
-            raise ValueError(
-                f"{owner}: block {i} has {Xb.shape[1]} X and {Yb.shape[1]} Y "
-                f"columns; block 0 had {xs[0].shape[1]} and {ys[0].shape[1]}."
-            )
-        xs.append(Xb)
-        ys.append(Yb)
-    if not xs:
-        raise ValueError(f"{owner}: the iterable of blocks is empty.")
+    xs, ys = zip(*iter_block_pairs(blocks, owner), strict=True)
     return np.concatenate(xs), np.concatenate(ys)
 
 
@@ -162,68 +106,55 @@ def _in_sub_blocks(fn, combine, blocks):
     return out
 
 
-def reduce_rows(fn, arrays, names, combine=_add):
+def reduce_rows(fn, arrays, names, combine=_add, n_jobs=None):
     """``combine``-reduce of ``fn(*blocks)`` over aligned row blocks of ``arrays``.
 
-    ``fn`` gets float64 NumPy blocks (validated: finite, real; 1-D arrays as columns) and
+    ``fn`` gets float64 NumPy blocks (checked: finite, real; 1-D arrays as columns) and
     returns a tuple of arrays / numbers; ``combine`` (default: elementwise sum) merges two
-    such tuples. NumPy arrays go in row blocks over kernelkit's threads (results combined
-    in block order); if any array is a Dask array, all are aligned to its row chunks and
-    reduced by the active Dask scheduler in a binary tree.
+    such tuples. NumPy arrays go in row blocks of ``_BLOCK`` rows on ``n_jobs`` threads
+    (results combined in block order); if any array is a Dask array, all are aligned to
+    its row chunks and reduced by the active Dask scheduler in a binary tree
+    (:func:`kernelkit._backend.chunks.reduce_rows`).
     """
-    if any(is_dask_array(a) for a in arrays):
-        import dask
 
-        ref = next(a for a in arrays if is_dask_array(a))
-        ref = as_dask_rows(ref, names[arrays.index(ref)])
-        arrays = [as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays, names, strict=True)]
-        cols = [a.to_delayed().ravel() for a in arrays]
-        check = dask.delayed(_block_float)
-        call = dask.delayed(lambda *blocks: _in_sub_blocks(fn, combine, blocks))
-        parts = [
-            call(*[check(c[i], nm, i) for c, nm in zip(cols, names, strict=True)])
-            for i in range(len(cols[0]))
-        ]
-        total = tree_reduce(parts, dask.delayed(combine))
-        with blas_threads_for_dask(total, len(parts)):
-            return total.compute()
-    n = arrays[0].shape[0]
+    def checked(index, blocks):
+        return [check_block(z, nm, index) for z, nm in zip(blocks, names, strict=True)]
 
-    def part(a, b):
-        return fn(
-            *[_block_float(z[a:b], nm, a // _BLOCK) for z, nm in zip(arrays, names, strict=True)]
+    dask_at = [i for i, a in enumerate(arrays) if is_dask_array(a)]
+    if not dask_at:
+        return chunks.reduce_rows(
+            lambda i, *blocks: fn(*checked(i, blocks)),
+            arrays,
+            combine,
+            block=_BLOCK,
+            n_jobs=n_jobs,
         )
-
-    parts = block_map(part, n, _BLOCK)
-    out = parts[0]
-    for p in parts[1:]:
-        out = combine(out, p)
-    return out
+    ref = as_dask_rows(arrays[dask_at[0]], names[dask_at[0]])
+    arrays = [as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays, names, strict=True)]
+    return chunks.reduce_rows(
+        lambda i, *blocks: _in_sub_blocks(fn, combine, checked(i, blocks)), arrays, combine
+    )
 
 
 def lazy_transform(basis, Z, name: str = "X"):
     """``basis.transform`` mapped over the row chunks of a Dask array: lazy (n, m)."""
     Z = as_dask_rows(Z, name, n_features=basis.n_features_in_)
-    return Z.map_blocks(
-        basis.transform,
-        chunks=(Z.chunks[0], (basis.n_components_,)),
-        dtype=np.float64,
-        meta=np.empty((0, 0)),
-    )
+    return map_row_chunks(Z, basis.transform, basis.n_components_)
 
 
 # ------------------------------------------------- training-point products, factor-free
-def train_moments(basis, F):
+def train_moments(basis, F, n_jobs=None):
     """``(A^T F, 1^T F)``, shapes (m, k) and (k,), for values ``F`` (n, k) at the
     training samples: ``sum_b (Psi(Z_b)^T F_b, 1^T F_b)`` in one pass."""
     return reduce_rows(
         lambda Zb, Fb: (basis.transform(Zb).T @ Fb, Fb.sum(axis=0)),
         [basis.train_data_, F],
         ["training samples", "f values"],
+        n_jobs=n_jobs,
     )
 
 
-def dot_train(basis, P):
+def dot_train(basis, P, n_jobs=None):
     """``P A^T`` (k, n); a lazy Dask array if the training samples or ``P`` are Dask."""
     Z = basis.train_data_
     if is_dask_array(Z) or is_dask_array(P):
@@ -234,15 +165,12 @@ def dot_train(basis, P):
     def part(a, b):
         out[:, a:b] = P @ basis.transform(Z[a:b]).T
 
-    block_map(part, n, _BLOCK)
+    block_map(part, n, _BLOCK, n_jobs=n_jobs)
     return out
 
 
-def train_extremes(basis) -> tuple[np.ndarray, np.ndarray]:
+def train_extremes(basis, n_jobs=None) -> tuple[np.ndarray, np.ndarray]:
     """Column minima and maxima of ``A`` over the training samples, each (m,)."""
-
-    def minmax(u, v):
-        return np.minimum(u[0], v[0]), np.maximum(u[1], v[1])
 
     def fn(Zb):
         if len(Zb) == 0:  # an empty chunk: the identity of (min, max)
@@ -251,10 +179,12 @@ def train_extremes(basis) -> tuple[np.ndarray, np.ndarray]:
         A = basis.transform(Zb)  # (b, m)
         return A.min(axis=0), A.max(axis=0)
 
-    return reduce_rows(fn, [basis.train_data_], ["training samples"], combine=minmax)
+    return reduce_rows(
+        fn, [basis.train_data_], ["training samples"], combine=combine_extremes, n_jobs=n_jobs
+    )
 
 
-def pair_statistics(basis_x, basis_y, X, Y):
+def pair_statistics(basis_x, basis_y, X, Y, n_jobs=None):
     """One pass over the paired samples: the m-sized statistics of a JDL fit.
 
     Returns ``(n, L_X^T L_X, L_X^T 1, L_Y^T L_Y, L_Y^T 1, L_Y^T L_X, trace K_X,
@@ -278,4 +208,4 @@ def pair_statistics(basis_x, basis_y, X, Y):
             np.einsum("ij,ij->", Ly, Ly),
         )
 
-    return reduce_rows(fn, [X, Y], ["X", "Y"])
+    return reduce_rows(fn, [X, Y], ["X", "Y"], n_jobs=n_jobs)

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 
 from .._backend import validate_positive_float
+from .._backend.parallel import check_n_jobs
 from ._base import TensorJointModel, check_constraint, check_xy
 from ._basis import LowRankBasis, _sk_2d, fit_basis, train_cross, train_extremes
 from ._chunked import (
@@ -102,6 +103,13 @@ class JointDistribution(TensorJointModel):
         NumPy input, ``DEFAULT_PIVOT_SAMPLE`` (50 000) rows for chunked input.
     random_state : int, Generator or None, default=None
         Seed of the pivot sample (used only when it is smaller than n).
+    n_jobs : int, optional
+        Threads of the fit's blocked passes (the row blocks of Algorithm 1, the
+        statistics ``L^T L``, ``A_Y^T A_X``, ... and the column extremes of the positivity
+        bounds), in scikit-learn's convention (None: kernelkit's default, the CPUs
+        available unless limited by ``KERNELKIT_NUM_THREADS`` or a BLAS thread limit;
+        ``-1``: all CPUs; 0 is invalid). Dask input runs on the Dask scheduler instead.
+        The fitted model does not depend on it.
 
     Attributes
     ----------
@@ -165,6 +173,7 @@ class JointDistribution(TensorJointModel):
         basis_cache=None,
         pivot_sample=None,
         random_state=None,
+        n_jobs=None,
     ):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
@@ -178,6 +187,7 @@ class JointDistribution(TensorJointModel):
         self.basis_cache = basis_cache
         self.pivot_sample = pivot_sample
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     def fit(self, X, Y=None):
         """Fit on paired samples.
@@ -195,6 +205,7 @@ class JointDistribution(TensorJointModel):
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
         pivot_sample = check_pivot_sample(self.pivot_sample)
+        check_n_jobs(self.n_jobs)  # the threads of every blocked pass below
         if is_chunked(X) and not is_dask_array(X):
             if Y is not None:
                 raise ValueError(
@@ -214,8 +225,8 @@ class JointDistribution(TensorJointModel):
         bounds = None
         if constraint == "positive":
             (cmin_x, cmax_x), (cmin_y, cmax_y) = (
-                train_extremes(self.basis_x_),
-                train_extremes(self.basis_y_),
+                train_extremes(self.basis_x_, self.n_jobs),
+                train_extremes(self.basis_y_, self.n_jobs),
             )
             bounds = interval_bounds(
                 None, None, cmin_y=cmin_y, cmax_y=cmax_y, cmin_x=cmin_x, cmax_x=cmax_x
@@ -235,7 +246,13 @@ class JointDistribution(TensorJointModel):
 
     # -- the two fits ------------------------------------------------------------------
     def _common(self):
-        return {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
+        """Parameters shared by both bases (``n_jobs``: threads of their Algorithm 1)."""
+        return {
+            "tol": self.tol,
+            "rel_tol": self.rel_tol,
+            "max_rank": self.max_rank,
+            "n_jobs": self.n_jobs,
+        }
 
     def _fit_exact(self, X, Y):
         """Algorithm 1 on all rows (factors kept); returns ``A_Y^T A_X``."""
@@ -256,7 +273,7 @@ class JointDistribution(TensorJointModel):
         self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, X.shape[0]
         self.pivot_rows_ = None
         self._finish_fit()
-        return train_cross(self.basis_y_, self.basis_x_)  # A_Y^T A_X, (m_Y, m_X)
+        return train_cross(self.basis_y_, self.basis_x_, self.n_jobs)  # A_Y^T A_X (m_Y, m_X)
 
     def _fit_sampled(self, X, Y, pivot_sample: int, dask: bool):
         """Pivots from a uniform row sample, statistics from one pass over all rows
@@ -290,7 +307,7 @@ class JointDistribution(TensorJointModel):
         except ValueError as exc:
             raise ValueError(f"the pivot sample ({len(rows)} rows) is invalid: {exc}") from exc
         (n_seen, gram_x, sum_x, gram_y, sum_y, cross_yx, tr_x, tr_y, fro_x, fro_y) = (
-            pair_statistics(bx, by, X, Y)
+            pair_statistics(bx, by, X, Y, self.n_jobs)
         )
         if n_seen != n:
             raise ValueError(f"the row chunks hold {n_seen} rows, but X has {n} rows.")

@@ -1,47 +1,136 @@
-"""Out-of-core fits: sufficient statistics of random features, reduced over row chunks.
+"""Training rows and feature statistics of the random-feature ridge / GP fits.
 
-The primal (weight-space) fit of ridge / GP regression needs the data only through
+:class:`~kernelkit.estimators.RandomFeatureRidge` and
+:class:`~kernelkit.estimators.RandomFeatureGPRegressor` take their rows in one of three
+ways and branch on them once, in ``fit`` (user guide: "Scale-out with Dask"):
 
-    n,  s = sum_i phi_i (D,),  G = sum_i conj(phi_i) phi_i^T = Phi^H Phi (D, D),
-    R = sum_i conj(phi_i) y_i^T = Phi^H Y (D, T),  sum_i y_i (T,),  sum_i y_i^2 (T,)
+* **in memory** -- NumPy ``X`` (n, d), ``Y`` (n, T): all features ``Phi`` (n, D) are
+  formed and the posterior solved in the primal (App. D, eq. 88-90) or the dual
+  (eq. 84-85) form;
+* **blocked in memory** -- the same arrays, when the primal form is solved and ``n D``
+  exceeds :data:`STREAM_ENTRIES`: the statistics below are reduced over contiguous row
+  blocks on kernelkit's threads (``n_jobs``), never all features at once;
+* **chunked** -- a ``dask.array.Array`` (one task per row chunk on the active Dask
+  scheduler, or a ``distributed.Client``, tree-reduced) or an iterable of
+  ``(X_block, y_block)`` NumPy pairs (consumed once, in order); primal form only.
 
-so a data set too large for memory is fitted chunk by chunk: each chunk of rows is mapped
-to features a slab of rows at a time (``_SLAB_BYTES`` of features, never a whole chunk's),
-its statistics are accumulated (``Phi^T Phi`` by the BLAS symmetric rank-k update for
-real features), the statistics of the chunks are summed in a binary tree, and the
-``D x D`` system is solved once. Under the threaded Dask scheduler BLAS runs one thread
-per task (the scheduler already runs one task per core). Inputs:
+The primal form needs the data only through the sums over rows
 
-* a ``dask.array.Array`` (rows chunked; columns are merged into one chunk): the chunks
-  are processed in parallel by the active Dask scheduler (threads by default, or a
-  ``distributed.Client`` if one is active), with a tree reduction of the statistics;
-* an iterable of ``(X_block, y_block)`` NumPy pairs (e.g. a generator reading a file),
-  consumed once, sequentially.
+    n,  s = sum_i phi_i (D,),  G = Phi^H Phi (D, D),  R = Phi^H Y (D, T),
+    sum_i y_i (T,),  sum_i y_i^2 (T,)
 
-Data-dependent feature maps are fitted on the first chunk (documented on the estimators);
-data-independent ones (random Fourier features, sketches) only need its width.
+(:class:`FeatureStats`). Each block's rows are mapped to features a slab at a time
+(``_SLAB_BYTES`` of features, never a whole block's), ``Phi^T Phi`` is accumulated by the
+BLAS symmetric rank-k update for real features, and the blocks' statistics are summed
+(:func:`kernelkit._backend.chunks.reduce_rows`). Data-dependent feature maps are fitted
+on the first chunk; data-independent ones (random Fourier features, sketches) only need
+its width.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg.blas import dsyrk
+from sklearn.utils.validation import validate_data
 
-from .._backend.chunks import blas_threads_for_dask, is_chunked, is_dask_array, tree_reduce
-from ._posterior import gram_primal
+from .._backend.chunks import (
+    as_dask_rows,
+    check_block,
+    is_chunked,
+    is_dask_array,
+    iter_block_pairs,
+    reduce_rows,
+)
+from .._backend.parallel import effective_n_jobs
+from ._feature_map_param import map_features
+from ._posterior import choose_solver, gram_primal
 
 __all__ = [
+    "STREAM_ENTRIES",
     "FeatureStats",
+    "TrainingRows",
     "block_stats",
-    "fit_chunked_statistics",
-    "is_chunked",
-    "is_dask_array",
-    "lazy_predict",
-    "reduce_stats",
+    "blocked_statistics",
+    "chunk_statistics",
+    "training_rows",
+    "use_blocked_statistics",
 ]
 
+#: ``n x D`` above which an in-memory primal fit reduces statistics in row blocks
+#: (:func:`blocked_statistics`) instead of forming all features: same result to
+#: round-off, memory O(slab D + D^2) instead of O(n D), and the blocks run in parallel
+STREAM_ENTRIES = 1 << 22
+#: bytes of one slab of features inside a block (rows are mapped to features a slab at a
+#: time, so the (rows, D) slab stays in cache between the feature map and the Gram update)
+_SLAB_BYTES = 8 * 1024**2
+#: rows of the first slab (before the feature width D is known)
+_FIRST_SLAB = 256
+#: validate_data options of the regressors: real X, numeric 1-D or 2-D targets
+_VALIDATE = dict(dtype=[np.float64, np.float32], multi_output=True, y_numeric=True)
 
+
+# ---------------------------------------------------------------------- step 1: rows
+@dataclass
+class TrainingRows:
+    """The validated training data of a fit.
+
+    In memory: ``X`` (n, d) and ``Y`` (n, T) NumPy arrays. Chunked: ``X`` and ``Y`` are
+    aligned Dask arrays (``Y`` (n,) or (n, T)), or ``X`` is None and ``pairs`` yields the
+    remaining checked ``(X_block, y_block)`` pairs of an iterable. ``head`` (n_0, d) is
+    what the feature map is fitted on: all of ``X``, or the first chunk.
+    """
+
+    owner: str
+    chunked: bool
+    X: object
+    Y: object
+    head: np.ndarray
+    y_ndim: int
+    pairs: Iterator | None = None
+
+
+def training_rows(est, X, y) -> TrainingRows:
+    """Validate ``X``, ``y`` for ``est`` (sets ``n_features_in_``, scikit-learn's checks).
+
+    NumPy-like input is validated whole; chunked input (:func:`is_chunked`) by its first
+    chunk here and chunk by chunk while its statistics are reduced.
+    """
+    name = type(est).__name__
+    if not is_chunked(X):
+        X, y = validate_data(est, X, y, accept_sparse=False, **_VALIDATE)
+        y = np.asarray(y, dtype=np.float64)
+        return TrainingRows(name, False, X, y.reshape(len(y), -1), X, y.ndim)  # Y (n, T)
+    if est.solver == "dual":
+        raise ValueError(
+            f"{name}: solver='dual' needs all rows in memory; chunked "
+            "(Dask / iterable) input is fitted in the primal form."
+        )
+    pairs = None
+    if is_dask_array(X):
+        if y is None:
+            raise ValueError(f"{name}: y is required.")
+        X = as_dask_rows(X, "X", owner=name, vector="error")
+        y = as_dask_rows(y, "y", rows_like=X, owner=name, vector="keep")
+        X0, y0 = np.asarray(X.blocks[0].compute()), np.asarray(y.blocks[0].compute())
+    else:
+        if y is not None:
+            raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")
+        blocks = iter_block_pairs(X, name, ("X", "y"), vector=("error", "keep"), dtype=None)
+        pairs = (pair for pair in blocks if len(pair[0]))  # skips empty blocks
+        first = next(pairs, None)  # iter_block_pairs raises if there are no blocks
+        if first is None:
+            raise ValueError(f"{name}: every block of the iterable is empty.")
+        (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
+    validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
+    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs)
+
+
+# ------------------------------------------------------------------ step 3: statistics
 @dataclass
 class FeatureStats:
     """Sums over rows of features ``phi`` (D,) and targets ``y`` (T,); see module doc."""
@@ -69,11 +158,12 @@ class FeatureStats:
         """``(G_c, R_c)``: the Gram and right-hand side of shifted features and targets.
 
         With ``c = s_phi / n`` (feature mean) if ``centre_features`` else ``0``:
-        ``G_c = sum_i conj(phi_i - c) (phi_i - c)^T`` and
-        ``R_c = sum_i conj(phi_i - c) ((y_i - y_shift) / y_scale)^T``, expanded in the sums.
+        ``G_c = sum_i conj(phi_i - c) (phi_i - c)^T`` (D, D) and
+        ``R_c = sum_i conj(phi_i - c) ((y_i - y_shift) / y_scale)^T`` (D, T), expanded in
+        the sums.
         """
         n, s = self.n, self.s_phi
-        c = s / n if centre_features else np.zeros_like(s)
+        c = s / n if centre_features else np.zeros_like(s)  # (D,)
         G = (
             self.gram
             - np.outer(np.conj(s), c)
@@ -87,13 +177,6 @@ class FeatureStats:
             + n * np.outer(np.conj(c), y_shift)
         ) / y_scale
         return G, R
-
-
-#: bytes of one slab of features inside a block (rows are mapped to features a slab at a
-#: time, so the (rows, D) slab stays in cache between the feature map and the Gram update)
-_SLAB_BYTES = 8 * 1024**2
-#: rows of the first slab (before the feature width D is known)
-_FIRST_SLAB = 256
 
 
 class _Accumulator:
@@ -115,8 +198,6 @@ class _Accumulator:
 
     def add(self, Phi: np.ndarray, Y: np.ndarray) -> None:
         """Add a slab: features ``Phi`` (b, D), targets ``Y`` (b, T)."""
-        from scipy.linalg.blas import dsyrk
-
         self.n += len(Phi)
         self.s_phi += Phi.sum(axis=0)
         if self.complex:
@@ -148,8 +229,6 @@ def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
     The rows are mapped to features in slabs of about ``_SLAB_BYTES`` (never the whole
     block's ``(b, D)`` features at once); the statistics are accumulated over the slabs.
     """
-    from ._feature_map_param import map_features
-
     Xb = np.asarray(Xb)
     Y = np.asarray(yb, dtype=np.float64).reshape(len(Xb), -1)  # (b, T)
     n = len(Xb)
@@ -169,181 +248,42 @@ def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
     return acc.stats(Y)
 
 
-#: ``n x D`` above which an in-memory primal fit reduces statistics in row blocks
-#: (:func:`in_memory_stats`) instead of forming all features: same result to round-off,
-#: memory O(slab D + D^2) instead of O(n D), and the blocks run in parallel
-STREAM_ENTRIES = 1 << 22
-
-
-def use_streaming(fm, X, solver: str, amplitude: float = 1.0) -> bool:
-    """Whether an in-memory fit of ``X`` (n, d) with ``solver`` takes the blocked path."""
-    from ._feature_map_param import map_features
-    from ._posterior import choose_solver
-
-    D = map_features(fm, X[:1], amplitude).shape[1]
+def use_blocked_statistics(fm, X, solver: str) -> bool:
+    """Whether the in-memory fit of ``X`` (n, d) is primal with ``n D > STREAM_ENTRIES``."""
+    D = map_features(fm, X[:1]).shape[1]
     return choose_solver(solver, len(X), D) == "primal" and len(X) * D > STREAM_ENTRIES
 
 
-def in_memory_stats(fm, X, Y, amplitude: float = 1.0) -> FeatureStats:
-    """:func:`block_stats` of in-memory rows ``X`` (n, d), targets ``Y`` (n, T), in
-    contiguous row blocks over kernelkit's threads (one BLAS thread each), summed in
-    block order: the sums of the module doc (``Phi^H Phi`` (D, D), ``Phi^H Y`` (D, T), ...)."""
-    from .._backend.parallel import block_map, num_threads
+def blocked_statistics(fm, X, Y, amplitude: float = 1.0, n_jobs=None) -> FeatureStats:
+    """:class:`FeatureStats` of in-memory rows ``X`` (n, d), targets ``Y`` (n, T).
 
+    One contiguous row block per thread (``n_jobs``; at most 8 blocks, each one
+    ``(D, D)`` accumulator), summed in block order.
+    """
     n = len(X)
-    k = max(1, min(num_threads(), 8, n // (4 * _FIRST_SLAB)))
-    if k == 1:
-        return block_stats(fm, X, Y, amplitude)
-    parts = block_map(lambda a, b: block_stats(fm, X[a:b], Y[a:b], amplitude), n, -(-n // k))
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total
-
-
-def _check_block(Xb, yb, n_features: int, owner: str, index: int):
-    Xb = np.asarray(Xb)
-    if Xb.ndim != 2 or Xb.shape[1] != n_features:
-        raise ValueError(
-            f"{owner}: block {index} of X has shape {Xb.shape}; expected (rows, {n_features})."
-        )
-    if not np.issubdtype(Xb.dtype, np.floating) and not np.issubdtype(Xb.dtype, np.integer):
-        raise TypeError(f"{owner}: block {index} of X has dtype {Xb.dtype}; expected real numbers.")
-    yb = np.asarray(yb)
-    if len(yb) != len(Xb):
-        raise ValueError(f"{owner}: block {index} has {len(Xb)} rows of X but {len(yb)} targets y.")
-    if not (np.all(np.isfinite(Xb)) and np.all(np.isfinite(yb))):
-        raise ValueError(f"{owner}: block {index} contains NaN or infinity.")
-    return Xb, yb
-
-
-def _align_dask(X, y, owner: str):
-    import dask.array as da
-
-    if X.ndim != 2:
-        raise ValueError(f"{owner}: X must be 2-D (n_samples, n_features), got shape {X.shape}.")
-    X = X.rechunk({1: -1})  # one chunk of columns: a block is a set of whole rows
-    if y is None:
-        raise ValueError(f"{owner}: y is required.")
-    if not is_dask_array(y):
-        y = np.asarray(y)
-    if y.ndim not in (1, 2):
-        raise ValueError(f"{owner}: y must be 1-D or 2-D, got shape {y.shape}.")
-    if y.shape[0] != X.shape[0] and not (np.isnan(y.shape[0]) or np.isnan(X.shape[0])):
-        raise ValueError(f"{owner}: X has {X.shape[0]} rows but y has {y.shape[0]}.")
-    if not is_dask_array(y):
-        y = da.from_array(y, chunks=(X.chunks[0],) + ((-1,) if y.ndim > 1 else ()))
-    y = y.rechunk((X.chunks[0],) + ((-1,) if y.ndim > 1 else ()))
-    return X, y
-
-
-def first_block(X, y, owner: str):
-    """The first chunk as NumPy (used to fit data-dependent feature maps)."""
-    if is_dask_array(X):
-        X, y = _align_dask(X, y, owner)
-        return np.asarray(X.blocks[0].compute()), np.asarray(y.blocks[0].compute())
-    raise TypeError("first_block is for Dask arrays")
-
-
-def reduce_stats(
-    fm, X, y, amplitude: float, owner: str, n_features: int, first=None
-) -> FeatureStats:
-    """Sum of :func:`block_stats` over the row chunks of ``X`` (Dask array or iterable).
-
-    For an iterable, ``first`` is its already-consumed first ``(X, y)`` block.
-    """
-    if is_dask_array(X):
-        import dask
-
-        X, y = _align_dask(X, y, owner)
-        xb = X.to_delayed().ravel()
-        yb = y.to_delayed().ravel()
-        check = dask.delayed(_check_block, pure=True)
-        stats = dask.delayed(block_stats, pure=True)
-        parts = []
-        for i, (a, b) in enumerate(zip(xb, yb, strict=True)):
-            ab = check(a, b, n_features, owner, i)
-            parts.append(stats(fm, ab[0], ab[1], amplitude))
-        total = tree_reduce(parts, dask.delayed(lambda u, v: u + v, pure=True))
-        with blas_threads_for_dask(total, len(xb)):  # one D x D sum per tree node
-            return total.compute()
-    total = None
-    if first is not None:
-        total = block_stats(fm, *first, amplitude)
-    for i, (Xb, yb) in enumerate(X, start=1 if first is not None else 0):
-        Xb, yb = _check_block(Xb, yb, n_features, owner, i)
-        if len(Xb) == 0:
-            continue
-        s = block_stats(fm, Xb, yb, amplitude)
-        total = s if total is None else total + s
-    if total is None:
-        raise ValueError(f"{owner}: the iterable of blocks is empty.")
-    return total
-
-
-def iter_first(blocks, owner: str):
-    """Split an iterable of ``(X_block, y_block)`` into its first block and the rest."""
-    it = iter(blocks)
-    for i, item in enumerate(it):
-        try:
-            Xb, yb = item
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{owner}: an iterable X must yield (X_block, y_block) pairs.") from exc
-        Xb = np.asarray(Xb)
-        if Xb.ndim != 2:
-            raise ValueError(f"{owner}: block {i} of X must be 2-D, got shape {Xb.shape}.")
-        Xb, yb = _check_block(Xb, yb, Xb.shape[1], owner, i)
-        if len(Xb):
-            return (Xb, yb), it
-    raise ValueError(f"{owner}: the iterable of blocks is empty.")
-
-
-def fit_chunked_statistics(est, X, y, amplitude: float = 1.0):
-    """Validate, fit ``est.feature_map_`` on the first chunk, and reduce the statistics.
-
-    Shared by the ridge and GP estimators: sets ``n_features_in_`` (scikit-learn's
-    ``validate_data`` on the first chunk) and ``feature_map_``; returns
-    ``(stats, y0_ndim)`` with the :class:`FeatureStats` over all rows.
-    """
-    from sklearn.utils.validation import validate_data
-
-    from ._feature_map_param import fitted_feature_map
-
-    name = type(est).__name__
-    if est.solver == "dual":
-        raise ValueError(
-            f"{name}: solver='dual' needs all rows in memory; chunked "
-            "(Dask / iterable) input is fitted in the primal form."
-        )
-    if is_dask_array(X):
-        X0, y0 = first_block(X, y, name)
-        rest, first = X, None
-    else:
-        if y is not None:
-            raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")
-        (X0, y0), rest = iter_first(X, name)
-        first = (X0, y0)
-    X0, y0 = validate_data(
-        est,
-        X0,
-        y0,
-        dtype=[np.float64, np.float32],
-        multi_output=True,
-        y_numeric=True,
-        accept_sparse=False,
+    k = max(1, min(effective_n_jobs(n_jobs), 8, n // (4 * _FIRST_SLAB)))
+    return reduce_rows(
+        lambda _, Xb, Yb: block_stats(fm, Xb, Yb, amplitude),
+        [X, Y],
+        block=-(-n // k),
+        n_jobs=n_jobs,
     )
-    est.feature_map_ = fitted_feature_map(est.feature_map, est.random_state, X0, name)
-    stats = reduce_stats(
-        est.feature_map_, rest, y, amplitude, name, est.n_features_in_, first=first
-    )
-    return stats, np.ndim(y0)
 
 
-def lazy_predict(X, fn, n_outputs: int | None):
-    """``fn`` applied to each row chunk of a Dask array, lazily: (n,) or (n, T) output."""
-    X = X.rechunk({1: -1})
-    if n_outputs is None:
-        return X.map_blocks(fn, drop_axis=1, dtype=np.float64, meta=np.empty(0))
-    return X.map_blocks(
-        fn, chunks=(X.chunks[0], (n_outputs,)), dtype=np.float64, meta=np.empty((0, 0))
-    )
+def chunk_statistics(fm, rows: TrainingRows, amplitude: float = 1.0) -> FeatureStats:
+    """:class:`FeatureStats` over every chunk of chunked ``rows`` (each checked here)."""
+    if rows.pairs is not None:  # an iterable: checked by iter_block_pairs, in order
+        return functools.reduce(_add, (block_stats(fm, *pair, amplitude) for pair in rows.pairs))
+    owner, d = rows.owner, rows.head.shape[1]
+
+    def stats(index, Xb, yb):  # one Dask task per row chunk
+        Xb = check_block(Xb, "X", index, owner=owner, n_columns=d, vector="error", dtype=None)
+        yb = check_block(yb, "y", index, owner=owner, vector="keep", dtype=None)
+        return block_stats(fm, Xb, yb, amplitude) if len(Xb) else None  # None: empty chunk
+
+    return reduce_rows(stats, [rows.X, rows.Y], _add)
+
+
+def _add(u: FeatureStats | None, v: FeatureStats | None) -> FeatureStats | None:
+    """``u + v``, with None for the statistics of an empty chunk."""
+    return v if u is None else u if v is None else u + v

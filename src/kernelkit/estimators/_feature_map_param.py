@@ -1,4 +1,6 @@
-"""The ``feature_map`` parameter shared by the random-feature ridge / GP estimators."""
+"""The ``feature_map`` parameter of the random-feature ridge / GP estimators: step 2 of
+every fit (clone and fit the map), and the features ``sqrt(amplitude) phi(X)`` of the
+prior ``f ~ GP(0, amplitude * k_hat)`` (App. D.2)."""
 
 from __future__ import annotations
 
@@ -13,20 +15,22 @@ __all__ = ["DEFAULT_N_FEATURES", "fitted_feature_map", "map_features"]
 DEFAULT_N_FEATURES = 256
 
 
-def fitted_feature_map(feature_map, random_state, X, owner: str):
-    """Clone (or create) the feature map, check it is symmetric, fit it on ``X``.
+def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
+    """Clone (or create) the feature map, check it is symmetric, fit it on ``X`` (n, d).
 
-    ``None`` gives ``RandomFourierFeatures(n_features=256, random_state=random_state)``
-    (Gaussian kernel, lengthscale 1). A given map is cloned; when its ``random_state`` is
-    ``None`` and the estimator's is not, the estimator's seed is used (so
-    ``check_estimator``-style reproducibility holds).
+    ``None`` gives ``RandomFourierFeatures(n_features=256, random_state=random_state,
+    n_jobs=n_jobs)`` (Gaussian kernel, lengthscale 1). A given map is cloned, and the
+    estimator's ``random_state`` and ``n_jobs`` fill the clone's parameters of that name
+    that are ``None`` (so ``check_estimator``-style reproducibility holds, and one
+    ``n_jobs`` sets the estimator's threads, feature map included).
     """
     if feature_map is None:
         from ..features.fourier import RandomFourierFeatures
 
-        return RandomFourierFeatures(n_features=DEFAULT_N_FEATURES, random_state=random_state).fit(
-            X
+        fm = RandomFourierFeatures(
+            n_features=DEFAULT_N_FEATURES, random_state=random_state, n_jobs=n_jobs
         )
+        return fm.fit(X)
     if not (hasattr(feature_map, "fit") and hasattr(feature_map, "transform")):
         raise TypeError(
             f"{owner}: feature_map must be a kernelkit feature map (an object with fit(X) "
@@ -41,10 +45,15 @@ def fitted_feature_map(feature_map, random_state, X, owner: str):
             "RandomFourierFeatures, GaussianSketch, TensorSRHT, SDERF)."
         )
     fm = clone(feature_map, safe=False)
-    if random_state is not None and hasattr(fm, "get_params"):
+    if hasattr(fm, "get_params"):
         params = fm.get_params(deep=False)
-        if "random_state" in params and params["random_state"] is None:
-            fm.set_params(random_state=random_state)
+        inherit = {
+            key: value
+            for key, value in (("random_state", random_state), ("n_jobs", n_jobs))
+            if value is not None and key in params and params[key] is None
+        }
+        if inherit:
+            fm.set_params(**inherit)
     fm.fit(X)
     return fm
 

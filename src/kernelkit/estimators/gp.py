@@ -1,8 +1,7 @@
 """Gaussian-process regression and classification with random features (App. D).
 
 Wacker, Kanagawa & Filippone, "Improved Random Features for Dot Product Kernels",
-App. D (equation numbers refer to it; note ``shared/notes/dot_product_random_features.md``
-Sec. 4):
+App. D (equation numbers refer to it; user guide: "Estimators" and "Dot-product kernels"):
 
 * :class:`RandomFeatureGPRegressor` – the approximate GP posterior of eq. 84-90 with any
   symmetric (real or complex) feature map, prediction ``GP(Re mu, Re k_N)`` (eq. 86-87),
@@ -22,13 +21,14 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state, validate_positive_int
+from .._backend.chunks import is_dask_array, map_row_chunks
+from .._backend.parallel import check_n_jobs
 from ._chunked import (
-    fit_chunked_statistics,
-    in_memory_stats,
-    is_chunked,
-    is_dask_array,
-    lazy_predict,
-    use_streaming,
+    FeatureStats,
+    blocked_statistics,
+    chunk_statistics,
+    training_rows,
+    use_blocked_statistics,
 )
 from ._feature_map_param import fitted_feature_map, map_features
 from ._posterior import FeaturePosterior, choose_solver, gram_dual, gram_primal
@@ -89,12 +89,20 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
     solver : {"auto", "primal", "dual"}, default="auto"
     random_state : None, int or numpy.random.Generator
         Seed of the default feature map, or of a given map whose ``random_state`` is None.
+    n_jobs : int, optional
+        Threads of the fit, in scikit-learn's convention (None: kernelkit's default, the
+        CPUs available unless limited by ``KERNELKIT_NUM_THREADS`` or a BLAS thread limit;
+        ``-1``: all CPUs; ``-2``: all but one; 0 is invalid). Used by the row-block
+        reduction of large in-memory primal fits and, when its own ``n_jobs`` is None, by
+        the (cloned) feature map. The fitted model does not depend on it beyond round-off.
 
     Attributes
     ----------
     feature_map_ : the fitted feature map
     posterior_ : the fitted posterior (``mode`` is ``"primal"`` or ``"dual"``)
     n_features_in_ : int
+    n_samples_seen_ : int
+        Rows the model was fitted on.
     """
 
     def __init__(
@@ -105,6 +113,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         normalize_y: bool = False,
         solver: str = "auto",
         random_state=None,
+        n_jobs=None,
     ):
         self.feature_map = feature_map
         self.noise = noise
@@ -112,6 +121,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         self.normalize_y = normalize_y
         self.solver = solver
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     def fit(self, X, y):
         """Fit the feature map on ``X`` and compute the posterior.
@@ -132,60 +142,45 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         noise = check_positive_float(self.noise, "noise")
         amp = check_positive_float(self.amplitude, "amplitude")
         choose_solver(self.solver, 1, 1)  # validates the name
-        if is_chunked(X):
-            return self._fit_chunked(X, y, noise, amp)
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            dtype=[np.float64, np.float32],
-            multi_output=True,
-            y_numeric=True,
-            accept_sparse=False,
+        n_jobs = check_n_jobs(self.n_jobs)
+        rows = training_rows(self, X, y)  # 1. NumPy arrays, or chunks (Dask / iterable)
+        fm = self.feature_map_ = fitted_feature_map(  # 2. on X, or on the first chunk
+            self.feature_map, self.random_state, rows.head, type(self).__name__, n_jobs
         )
-        y = np.asarray(y, dtype=np.float64)
-        Y = y.reshape(len(y), -1)
-        if self.normalize_y:
-            self._y_mean = Y.mean(axis=0)
-            sd = Y.std(axis=0)
-            self._y_std = np.where(sd > 0, sd, 1.0)
-        else:
-            self._y_mean, self._y_std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
-        Yn = (Y - self._y_mean) / self._y_std
-        self.feature_map_ = fitted_feature_map(
-            self.feature_map, self.random_state, X, type(self).__name__
-        )
-        if use_streaming(self.feature_map_, X, self.solver, amp):  # large n x D, primal
-            return self._fit_from_stats(
-                in_memory_stats(self.feature_map_, X, Y, amp), y.ndim, noise, amp
-            )
-        Phi = map_features(self.feature_map_, X, amp)
-        self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
-        self._single = y.ndim == 1
-        self._amp = amp
+        # 3.-4. features or their statistics, and the posterior: the fit's only branch
+        if rows.chunked:  # statistics reduced over the chunks
+            self._solve_statistics(chunk_statistics(fm, rows, amp), noise)
+        elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
+            self._solve_statistics(blocked_statistics(fm, rows.X, rows.Y, amp, n_jobs), noise)
+        else:  # all features (n, D), primal (eq. 88-90) or dual (eq. 84-85)
+            self._solve_features(map_features(fm, rows.X, amp), rows.Y, noise)
+        self._single, self._amp = rows.y_ndim == 1, amp
         return self
 
-    def _fit_chunked(self, X, y, noise: float, amp: float):
-        stats, y_ndim = fit_chunked_statistics(self, X, y, amp)
-        return self._fit_from_stats(stats, y_ndim, noise, amp)
-
-    def _fit_from_stats(self, stats, y_ndim: int, noise: float, amp: float):
-        """Primal posterior from the reduced statistics (:class:`FeatureStats`)."""
-        T = stats.s_y.shape[0]
+    def _scale_targets(self, mean: np.ndarray, sd: np.ndarray) -> None:
+        """``_y_mean``, ``_y_std`` (T,): the target scaling of ``normalize_y`` (or none)."""
         if self.normalize_y:
-            self._y_mean = stats.s_y / stats.n
-            sd = np.sqrt(np.maximum(stats.s_yy / stats.n - self._y_mean**2, 0.0))
-            self._y_std = np.where(sd > 0, sd, 1.0)
+            self._y_mean, self._y_std = mean, np.where(sd > 0, sd, 1.0)
         else:
-            self._y_mean, self._y_std = np.zeros(T), np.ones(T)
+            self._y_mean, self._y_std = np.zeros(len(mean)), np.ones(len(mean))
+
+    def _solve_features(self, Phi, Y, noise: float) -> None:
+        """The posterior of features ``Phi`` (n, D) and targets ``Y`` (n, T)."""
+        self._scale_targets(Y.mean(axis=0), Y.std(axis=0))
+        Yn = (Y - self._y_mean) / self._y_std  # (n, T)
+        self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
+        self.n_samples_seen_ = len(Y)
+
+    def _solve_statistics(self, stats: FeatureStats, noise: float) -> None:
+        """The primal posterior (eq. 88-90) from the reduced statistics:
+        ``B = G / noise + I``, right-hand side ``R / noise`` of the scaled targets."""
+        mean = stats.s_y / stats.n  # (T,)
+        self._scale_targets(mean, np.sqrt(np.maximum(stats.s_yy / stats.n - mean**2, 0.0)))
         G, R = stats.centred(self._y_mean, self._y_std, centre_features=False)
         B = G / noise
         B[np.diag_indices_from(B)] += 1.0
         self.posterior_ = FeaturePosterior.from_primal(B, R / noise)
-        self._single = y_ndim == 1
-        self._amp = amp
         self.n_samples_seen_ = stats.n
-        return self
 
     def _features(self, X):
         check_is_fitted(self)
@@ -224,10 +219,10 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
                 )
             check_is_fitted(self)
             T = None if self._single else len(self._y_mean)
-            mean = lazy_predict(X, self.predict, T)
+            mean = map_row_chunks(X, self.predict, T)
             if not return_std:
                 return mean
-            std = lazy_predict(
+            std = map_row_chunks(
                 X, lambda b: self.predict(b, return_std=True, include_noise=include_noise)[1], T
             )
             return mean, std
@@ -289,6 +284,10 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     random_state : None, int or numpy.random.Generator
         Seeds the default feature map (or a given map whose ``random_state`` is None) and
         the Monte Carlo draws.
+    n_jobs : int, optional
+        Threads of the (cloned) feature map when its own ``n_jobs`` is None, in
+        scikit-learn's convention (None: kernelkit's default; ``-1``: all CPUs; 0 is
+        invalid). The fitted model does not depend on it beyond round-off.
 
     Attributes
     ----------
@@ -307,6 +306,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         n_samples: int = 1000,
         solver: str = "auto",
         random_state=None,
+        n_jobs=None,
     ):
         self.feature_map = feature_map
         self.alpha = alpha
@@ -314,6 +314,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         self.n_samples = n_samples
         self.solver = solver
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     def fit(self, X, y):
         """Fit the feature map and one heteroscedastic GP per class.
@@ -330,6 +331,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         alpha = check_positive_float(self.alpha, "alpha")
         amp = check_positive_float(self.amplitude, "amplitude")
         S = validate_positive_int(self.n_samples, "n_samples", maximum=10**7)
+        n_jobs = check_n_jobs(self.n_jobs)
+        # 1. validate: labels -> class indices y_idx (n,)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
@@ -339,39 +342,19 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, "
                 f"but the data contain only one class: {self.classes_[0]!r}."
             )
+        # 2. feature map (seeded by the generator that then draws the Monte Carlo noise)
         rng = check_random_state(self.random_state)
-        self.feature_map_ = fitted_feature_map(self.feature_map, rng, X, type(self).__name__)
+        self.feature_map_ = fitted_feature_map(
+            self.feature_map, rng, X, type(self).__name__, n_jobs
+        )
+        # 3. features (n, D)
         Phi = map_features(self.feature_map_, X, amp)
-        n, D = Phi.shape
-        (yt0, yt1), (s0, s1) = milios_transform(np.array([0.0, 1.0]), alpha)
-        mode = choose_solver(self.solver, n, D)
-        posteriors = []
-        if mode == "primal":
-            G_all = np.zeros((D, D), dtype=Phi.dtype)
-            s_all = np.zeros(D, dtype=Phi.dtype)  # Phi^H 1
-            parts = []
-            for c in range(C):
-                Pc = Phi[y_idx == c]
-                Gc = gram_primal(Pc)
-                sc = np.conj(Pc).sum(axis=0)
-                parts.append((Gc, sc))
-                G_all += Gc
-                s_all += sc
-            for Gc, sc in parts:
-                # B_c = I + Phi^H W_c Phi, W_c = 1/s1 on class-c rows and 1/s0 elsewhere
-                B = G_all / s0 + (1.0 / s1 - 1.0 / s0) * Gc
-                B[np.diag_indices(D)] += 1.0
-                rhs = (yt0 / s0) * s_all + (yt1 / s1 - yt0 / s0) * sc
-                posteriors.append(FeaturePosterior.from_primal(B, rhs[:, None]))
+        # 4. one heteroscedastic GP per class, with the noise of the Milios transform
+        labels = milios_transform(np.array([0.0, 1.0]), alpha)  # ((y~0, y~1), (s0, s1))
+        if choose_solver(self.solver, *Phi.shape) == "primal":
+            self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels)
         else:
-            K = gram_dual(Phi)
-            for c in range(C):
-                on = y_idx == c
-                Kc = K.copy()
-                Kc[np.diag_indices(n)] += np.where(on, s1, s0)
-                target = np.where(on, yt1, yt0)[:, None]
-                posteriors.append(FeaturePosterior.from_dual(Kc, target, Phi))
-        self.posteriors_ = posteriors
+            self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels)
         self.mc_noise_ = rng.standard_normal((S, C))
         self._amp = amp
         return self
@@ -413,6 +396,51 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _class_posteriors_primal(Phi, y_idx, C: int, y_tilde, s2) -> list:
+    """Primal posteriors of the ``C`` class GPs (eq. 88-90), sharing one Gram matrix.
+
+    The noise of class ``c`` is ``s1`` on its rows and ``s0`` elsewhere, so
+    ``B_c = I + Phi^H W_c Phi = I + G_all / s0 + (1/s1 - 1/s0) G_c`` with the Gram
+    matrices ``G_all = Phi^H Phi`` and ``G_c`` of the class-c rows (D, D), and the
+    right-hand side ``Phi^H W_c y~_c`` is built from the column sums the same way.
+    """
+    (yt0, yt1), (s0, s1) = y_tilde, s2
+    D = Phi.shape[1]
+    G_all = np.zeros((D, D), dtype=Phi.dtype)
+    s_all = np.zeros(D, dtype=Phi.dtype)  # Phi^H 1
+    parts = []
+    for c in range(C):
+        Pc = Phi[y_idx == c]  # (n_c, D)
+        Gc = gram_primal(Pc)
+        sc = np.conj(Pc).sum(axis=0)
+        parts.append((Gc, sc))
+        G_all += Gc
+        s_all += sc
+    posteriors = []
+    for Gc, sc in parts:
+        B = G_all / s0 + (1.0 / s1 - 1.0 / s0) * Gc
+        B[np.diag_indices(D)] += 1.0
+        rhs = (yt0 / s0) * s_all + (yt1 / s1 - yt0 / s0) * sc  # (D,)
+        posteriors.append(FeaturePosterior.from_primal(B, rhs[:, None]))
+    return posteriors
+
+
+def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2) -> list:
+    """Dual posteriors of the ``C`` class GPs (eq. 84-85): ``K_hat + diag(sigma^2_c)``
+    (n, n) per class from one ``K_hat = Phi Phi^H``."""
+    (yt0, yt1), (s0, s1) = y_tilde, s2
+    n = Phi.shape[0]
+    K = gram_dual(Phi)  # (n, n)
+    posteriors = []
+    for c in range(C):
+        on = y_idx == c
+        Kc = K.copy()
+        Kc[np.diag_indices(n)] += np.where(on, s1, s0)
+        target = np.where(on, yt1, yt0)[:, None]  # (n, 1)
+        posteriors.append(FeaturePosterior.from_dual(Kc, target, Phi))
+    return posteriors
 
 
 def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):

@@ -9,16 +9,17 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._backend.chunks import is_dask_array, map_row_chunks
+from .._backend.parallel import check_n_jobs
 from ._chunked import (
-    fit_chunked_statistics,
-    in_memory_stats,
-    is_chunked,
-    is_dask_array,
-    lazy_predict,
-    use_streaming,
+    FeatureStats,
+    blocked_statistics,
+    chunk_statistics,
+    training_rows,
+    use_blocked_statistics,
 )
 from ._feature_map_param import fitted_feature_map, map_features
-from ._posterior import FeaturePosterior
+from ._posterior import FeaturePosterior, choose_solver
 
 __all__ = ["RandomFeatureRidge", "check_positive_float"]
 
@@ -60,6 +61,12 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     solver : {"auto", "primal", "dual"}, default="auto"
     random_state : None, int or numpy.random.Generator
         Seed of the default feature map, or of a given map whose ``random_state`` is None.
+    n_jobs : int, optional
+        Threads of the fit, in scikit-learn's convention (None: kernelkit's default, the
+        CPUs available unless limited by ``KERNELKIT_NUM_THREADS`` or a BLAS thread limit;
+        ``-1``: all CPUs; ``-2``: all but one; 0 is invalid). Used by the row-block
+        reduction of large in-memory fits and, when its own ``n_jobs`` is None, by the
+        (cloned) feature map. The fitted model does not depend on it beyond round-off.
 
     Out of core
     -----------
@@ -69,6 +76,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     (:mod:`kernelkit.estimators._chunked`), in parallel on the active Dask scheduler or
     ``distributed.Client``; only the ``D x D`` primal system is solved. Data-dependent
     feature maps are fitted on the first chunk. ``predict`` on a Dask array is lazy.
+    See the user guide page "Scale-out with Dask".
 
     Attributes
     ----------
@@ -76,6 +84,8 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     coef_ : ndarray, shape (D,) or (D, T), float64 or complex128
     intercept_ : float or ndarray of shape (T,)
     n_features_in_ : int
+    n_samples_seen_ : int
+        Rows the model was fitted on.
     """
 
     def __init__(
@@ -85,12 +95,14 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         fit_intercept: bool = True,
         solver: str = "auto",
         random_state=None,
+        n_jobs=None,
     ):
         self.feature_map = feature_map
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     def fit(self, X, y):
         """Fit the feature map on ``X`` and solve the ridge problem.
@@ -98,6 +110,8 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Or a ``dask.array.Array`` / an iterable of ``(X_block, y_block)`` pairs
+            (``y=None``), fitted chunk by chunk (see "Out of core" above).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
 
         Returns
@@ -105,49 +119,41 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         self
         """
         alpha = check_positive_float(self.alpha, "alpha")
-        if is_chunked(X):
-            return self._fit_chunked(X, y, alpha)
-        X, y = validate_data(
-            self,
-            X,
-            y,
-            dtype=[np.float64, np.float32],
-            multi_output=True,
-            y_numeric=True,
-            accept_sparse=False,
+        choose_solver(self.solver, 1, 1)  # validates the name
+        n_jobs = check_n_jobs(self.n_jobs)
+        rows = training_rows(self, X, y)  # 1. NumPy arrays, or chunks (Dask / iterable)
+        fm = self.feature_map_ = fitted_feature_map(  # 2. on X, or on the first chunk
+            self.feature_map, self.random_state, rows.head, type(self).__name__, n_jobs
         )
-        y = np.asarray(y, dtype=np.float64)
-        Y = y.reshape(len(y), -1)
-        self.feature_map_ = fitted_feature_map(
-            self.feature_map, self.random_state, X, type(self).__name__
-        )
-        if use_streaming(self.feature_map_, X, self.solver):  # large n x D, primal
-            stats = in_memory_stats(self.feature_map_, X, Y)
-            return self._fit_from_stats(stats, y.ndim, alpha)
-        Phi = map_features(self.feature_map_, X)
-        if self.fit_intercept:
-            phi_mean = Phi.mean(axis=0)
-            y_mean = Y.mean(axis=0)
-            Phi = Phi - phi_mean
-            Yc = Y - y_mean
-        else:
-            phi_mean, y_mean, Yc = None, np.zeros(Y.shape[1]), Y
-        post = FeaturePosterior.fit(Phi, Yc, np.full(len(Y), alpha), self.solver)
-        coef = post.coef  # (D, T)
-        intercept = y_mean.copy()
-        if phi_mean is not None:
-            intercept = intercept - np.real(phi_mean @ coef)
-        self._single = y.ndim == 1
-        self.coef_ = coef[:, 0] if self._single else coef
+        # 3.-4. features or their statistics, and the solve: the fit's only branch
+        if rows.chunked:  # statistics reduced over the chunks
+            coef, intercept, n = self._solve_statistics(chunk_statistics(fm, rows), alpha)
+        elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
+            stats = blocked_statistics(fm, rows.X, rows.Y, n_jobs=n_jobs)
+            coef, intercept, n = self._solve_statistics(stats, alpha)
+        else:  # all features (n, D), primal or dual
+            coef, intercept, n = self._solve_features(map_features(fm, rows.X), rows.Y, alpha)
+        self._single = rows.y_ndim == 1
+        self.coef_ = coef[:, 0] if self._single else coef  # (D,) or (D, T)
         self.intercept_ = float(intercept[0]) if self._single else intercept
+        self.n_samples_seen_ = n
         return self
 
-    def _fit_chunked(self, X, y, alpha: float):
-        stats, y_ndim = fit_chunked_statistics(self, X, y, 1.0)
-        return self._fit_from_stats(stats, y_ndim, alpha)
+    def _solve_features(self, Phi, Y, alpha: float):
+        """``(coef (D, T), intercept (T,), n)`` from features ``Phi`` (n, D) and ``Y``
+        (n, T): Cholesky in the primal or dual form, after centring both."""
+        if self.fit_intercept:
+            phi_mean, y_mean = Phi.mean(axis=0), Y.mean(axis=0)  # (D,), (T,)
+            Phi, Y = Phi - phi_mean, Y - y_mean
+        else:
+            phi_mean, y_mean = None, np.zeros(Y.shape[1])
+        coef = FeaturePosterior.fit(Phi, Y, np.full(len(Y), alpha), self.solver).coef
+        intercept = y_mean if phi_mean is None else y_mean - np.real(phi_mean @ coef)
+        return coef, intercept, len(Y)
 
-    def _fit_from_stats(self, stats, y_ndim: int, alpha: float):
-        """Primal solve from the reduced statistics (:class:`FeatureStats`)."""
+    def _solve_statistics(self, stats: FeatureStats, alpha: float):
+        """``(coef (D, T), intercept (T,), n)`` from the statistics: the primal system
+        ``(G_c / alpha + I) coef = R_c / alpha`` of the centred sums."""
         y_mean = stats.s_y / stats.n if self.fit_intercept else np.zeros_like(stats.s_y)
         G, R = stats.centred(y_mean, np.ones_like(y_mean), self.fit_intercept)
         G = G / alpha
@@ -156,17 +162,13 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         intercept = y_mean.copy()
         if self.fit_intercept:
             intercept = intercept - np.real((stats.s_phi / stats.n) @ coef)
-        self._single = y_ndim == 1
-        self.coef_ = coef[:, 0] if self._single else coef
-        self.intercept_ = float(intercept[0]) if self._single else intercept
-        self.n_samples_seen_ = stats.n
-        return self
+        return coef, intercept, stats.n
 
     def predict(self, X):
         """``Re(phi(X) coef_) + intercept_``, shape (n,) or (n, T); lazy on Dask arrays."""
         check_is_fitted(self)
         if is_dask_array(X):
-            return lazy_predict(X, self.predict, None if self._single else len(self.intercept_))
+            return map_row_chunks(X, self.predict, None if self._single else len(self.intercept_))
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False)
         Phi = map_features(self.feature_map_, X)
         coef = self.coef_
