@@ -170,18 +170,18 @@ def make_feature_map(
     if m.style == "projection":
         params = {"kernel": kernel, "lengthscale": lengthscale, "sampler": sampler}
     elif m.style == "rff":
-        params = {"lengthscale": lengthscale, "sampler": sampler, "n_jobs": n_jobs}
+        params = {"lengthscale": lengthscale, "sampler": sampler}
     elif m.style == "sketch":
-        params = {"degree": degree, "coef0": coef0, "gamma": gamma, "n_jobs": n_jobs}
+        params = {"degree": degree, "coef0": coef0, "gamma": gamma}
     elif m.style == "srf":
-        params = {"degree": degree, "sampler": sampler, "n_jobs": n_jobs}
+        params = {"degree": degree, "sampler": sampler}
     else:  # maclaurin
-        params = {"kernel": kernel, "n_jobs": n_jobs}
+        params = {"kernel": kernel}
         if kernel == "polynomial":
             params |= {"degree": degree, "coef0": coef0, "gamma": gamma}
         else:
             params |= {"lengthscale": lengthscale}
-    if "n_jobs" in m.cls().get_params():
+    if "n_jobs" in m.cls().get_params():  # the maps with a threaded NumPy path
         params["n_jobs"] = n_jobs
     fm = m.cls(**common, **params)
     return fm.set_params(n_features=fm.n_features_for_output(n_components))

@@ -38,6 +38,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state, validate_positive_int
+from .._backend.parallel import check_n_jobs
 from ..features.sampling import SAMPLERS
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
@@ -232,6 +233,8 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
 
         Methods without data-dependent parameters (trig, positive, hyperbolic) are always
         fitted once at :meth:`fit`.
+    n_jobs : int, optional
+        Threads of the feature evaluation (scikit-learn's convention; None: all available).
 
     Attributes
     ----------
@@ -272,6 +275,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         random_state=None,
         exact: bool = False,
         fit_on: str = "batch",
+        n_jobs=None,
     ):
         self.method = method
         self.n_components = n_components
@@ -280,6 +284,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.exact = exact
         self.fit_on = fit_on
+        self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ helpers
     def _validate_params(self):
@@ -296,6 +301,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(
                 f"Unknown sampler {self.sampler!r}; expected one of {sorted(SAMPLERS)}."
             )
+        check_n_jobs(self.n_jobs)
         if self.fit_on not in ("batch", "train"):
             raise ValueError(f"fit_on must be 'batch' or 'train', got {self.fit_on!r}.")
         name = resolve_method(self.method, allowed=FEATURE_MAPS, owner="NadarayaWatsonClassifier")
@@ -310,6 +316,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             lengthscale=1.0 / float(self.sigma),
             sampler=self.sampler,
             random_state=self._feature_seed,
+            n_jobs=self.n_jobs,
         )
 
     def _key_side(self, fm):
