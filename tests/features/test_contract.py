@@ -275,3 +275,19 @@ def test_set_output_pandas(cls):
     assert list(out.columns) == list(fm.get_feature_names_out())
     np.testing.assert_allclose(out.to_numpy(), fm.set_output(transform="default").transform(X))
     assert list(fm.feature_names_in_) == list(frame.columns)
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_mixed_numpy_and_torch_follow_the_first_argument(cls, torch):
+    """One rule for every map: the second argument takes the first one's backend."""
+    X, Y = _data()
+    fm = _small(cls, random_state=0).fit(X, Y=Y)
+    ref = fm.approx_kernel(X, Y)
+    out = fm.approx_kernel(X, torch.from_numpy(Y))
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-14)
+    out = fm.approx_kernel(torch.from_numpy(X), Y)
+    assert isinstance(out, torch.Tensor)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-9, atol=1e-12)
+    # a torch target in a Pipeline-like call is ignored like any other y
+    fm.fit(torch.from_numpy(X), torch.zeros(len(X), dtype=torch.bfloat16))

@@ -126,11 +126,12 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
     def _check_positional_keys(self, X, y):
         """A second data set passed positionally would be silently ignored: say so."""
-        if y is None or not hasattr(y, "shape") or len(y.shape) != 2:
+        if y is None or not hasattr(y, "shape") or len(y.shape) != 2 or y.shape[1] != X.shape[1]:
             return
-        if y.shape[1] != X.shape[1] or not (
-            np.issubdtype(np.dtype(str(y.dtype).replace("torch.", "")), np.floating)
-        ):
+        floating = getattr(y.dtype, "is_floating_point", None)  # torch dtypes
+        if floating is None:
+            floating = np.issubdtype(np.asarray(y[:0]).dtype, np.floating)
+        if not floating:
             return
         if y.shape[0] != X.shape[0]:
             raise TypeError(
