@@ -1,8 +1,8 @@
 """Error metrics for kernel approximation and approximate GP inference.
 
 From Wacker, Kanagawa & Filippone, "Improved Random Features for Dot Product Kernels",
-Sec. 6.1.3 and App. D.5 (equation numbers refer to the paper; corrections from
-``shared/notes/dot_product_random_features.md`` Sec. 4-5):
+Sec. 6.1.3 and App. D.5 (equation numbers refer to the paper; errata as numbered on the
+user guide's dot-product page):
 
 * :func:`relative_frobenius_error` – eq. 58, ``|K - Re K_hat|_F / |K|_F``;
 * :func:`gaussian_kl` – eq. 93 corrected (erratum 5): KL between diagonal Gaussians of the
@@ -107,7 +107,7 @@ def gaussian_kl(
 ):
     """KL divergence between diagonal Gaussian posteriors (eq. 93, corrected).
 
-    Erratum 5 of the implementation note: eq. 93 is labelled ``KL[appr || exact]`` but its
+    Erratum 5 (user guide, dot-product page): eq. 93 is labelled ``KL[appr || exact]`` but its
     printed terms are not a KL divergence (they can be negative). The default here is
 
     ``KL[N(mu_e, var_e) || N(mu_a, var_a)] = 1/2 (var_e/var_a + log(var_a/var_e) - 1
@@ -176,7 +176,7 @@ def mean_negative_log_likelihood(
     """Mean negative log likelihood (MNLL) of test targets under a predictive distribution.
 
     Regression (``y_mean``, ``y_var``):
-    ``-mean_i log N(y_i | mu_i, var_i + noise_var)`` (note Sec. 4: the noise variance is
+    ``-mean_i log N(y_i | mu_i, var_i + noise_var)`` (Sec. 6.1.3; the noise variance is
     added to the latent predictive variance).
 
     Classification (``proba``): ``-mean_i log p_i[y_i]`` with ``p`` the predicted class
@@ -317,7 +317,7 @@ def error_rate(y_true, y_pred, labels=None) -> float:
         True labels.
     y_pred : array, shape (n,) or (n, C)
         Predicted labels, or class scores / probabilities, in which case the prediction is
-        the argmax (the paper does not state a decision rule; note Sec. 4), mapped through
+        the argmax (the paper does not state a decision rule; library choice), mapped through
         ``labels`` (default: column index).
     labels : array, shape (C,), optional
 

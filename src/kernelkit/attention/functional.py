@@ -4,12 +4,12 @@ Shapes and scaling follow :func:`torch.nn.functional.scaled_dot_product_attentio
 ``q`` (..., L, d), ``k`` (..., S, d), ``v`` (..., S, e); the target is
 ``softmax(q k^T * scale) v`` with ``scale = 1/sqrt(d)`` (:func:`kernelkit.kernels.
 softmax_attention` is the exact reference). Inputs are scaled to ``x = q sqrt(scale)``,
-``y = k sqrt(scale)`` so that ``exp(x.y)`` is the attention kernel (FAVOR# note Sec. 6).
+``y = k sqrt(scale)`` so that ``exp(x.y)`` is the attention kernel (FAVOR# eq. 4).
 
 Data-dependent parameters (FAVOR++ ``gerf``, FAVOR# ``saderf`` / ``aderf`` / ``sderf``):
 
 * bidirectional: fitted per batch element and head from that instance's queries and
-  (unmasked) keys, in closed form from their moments (note Sec. 2);
+  (unmasked) keys, in closed form from their moments (FAVOR# Sec. 3.1, Thm 4.2-4.3, eq. 20);
 * causal: a fit on the sequence itself would let position ``t`` see later tokens, and a
   per-prefix refit breaks the prefix sums (features of different prefixes would not
   pair). The parameters therefore come from ``moments`` computed on *other* data (earlier
@@ -668,7 +668,8 @@ def _bidirectional_trig(x, y, v, keep, W):
 
 
 def _bidirectional_hybrid(x, y, v, keep, W, T):
-    # Angular hybrid (HRF eq. 12, 19; note "real asymmetric map", shared W): with
+    # Angular hybrid (HRF eq. 12, 19; the real asymmetric map of the user guide's hybrid
+    # random features page, shared W): with
     # s(u) = sgn(T u) (n signs), phi++ (2m), phitrig (2m):
     #   Phi1(x) = [phi++(x); phitrig(x); s(x) o phitrig(x) / sqrt(n); s(x) o phi++(x) / sqrt(n)]
     #   Phi2(y) = [phi++(y); phitrig(y); s(y) o phitrig(y) / sqrt(n); -s(y) o phi++(y) / sqrt(n)]

@@ -1,4 +1,4 @@
-"""Classification benchmarks available offline (FAVOR# note, Sec. 8)."""
+"""Classification benchmarks available offline (stand-ins for FAVOR# Sec. 5.2, App. B.2)."""
 
 from __future__ import annotations
 
@@ -80,10 +80,10 @@ def load_classification(name: str, standardize_features: bool | None = None):
     ======================  =============  =======  =========================================
 
     By default the tabular sets (iris, wine, breast_cancer, diabetes) are standardised
-    (feature scales differ by orders of magnitude; FAVOR# note Sec. 8) with the mean and
-    standard deviation of the *whole* set, and the image sets keep raw pixel intensities
-    in [0, 1]. For leakage-free model selection pass ``standardize_features=False`` and
-    standardise inside each training split.
+    (feature scales differ by orders of magnitude; the paper does not state its
+    preprocessing) with the mean and standard deviation of the *whole* set, and the image
+    sets keep raw pixel intensities in [0, 1]. For leakage-free model selection pass
+    ``standardize_features=False`` and standardise inside each training split.
 
     Parameters
     ----------

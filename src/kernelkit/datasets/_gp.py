@@ -1,5 +1,5 @@
-"""Offline regression and classification sets for GP experiments (dot-product features
-note, Sec. 6-7).
+"""Offline regression and classification sets for GP experiments (dot-product paper,
+Sec. 6.1 and Table 2).
 
 Sources (all installed packages, no network at run time):
 

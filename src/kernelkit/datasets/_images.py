@@ -1,4 +1,4 @@
-"""Offline image data sets and the 28x28 -> 8x8 area resizer (FAVOR# note, Sec. 8)."""
+"""Offline image data sets and the 28x28 -> 8x8 area resizer (FAVOR# Sec. 5.1)."""
 
 from __future__ import annotations
 
@@ -67,8 +67,9 @@ _R_28_8 = area_resize_matrix(28, 8)
 def resize_to_8x8(images) -> np.ndarray:
     """Resize 28x28 images to 8x8 by area averaging, ``img8 = R img28 R^T``.
 
-    The resizer pinned in the FAVOR# note (Sec. 8): ``R`` from
-    :func:`area_resize_matrix` (``R[i, j] = len([j, j+1) ∩ [3.5i, 3.5(i+1))) / 3.5``),
+    The paper resizes to 8x8 without saying how; resizers differ, so kernelkit pins one
+    (library choice): ``R`` from :func:`area_resize_matrix`
+    (``R[i, j] = len([j, j+1) ∩ [3.5i, 3.5(i+1))) / 3.5``),
     so each output pixel is the exact mean of the image over a 3.5 x 3.5 pixel square.
     Intensities are preserved (a constant image stays constant).
 

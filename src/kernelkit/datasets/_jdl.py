@@ -1,4 +1,4 @@
-"""Data for the joint-distribution-learning experiments (JDL note, Sec. 9).
+"""Data for the joint-distribution-learning experiments (JDL paper, Sec. 5).
 
 Everything here is generated or loaded offline:
 
@@ -168,7 +168,7 @@ def random_correlation_matrix(p: int, random_state=None, *, scale: float = 1.0):
     """Random ``p x p`` correlation matrix: ``C(gamma)`` with ``gamma ~ N(0, scale^2 I)``.
 
     The paper draws its correlation matrices "following Archakov and Hansen (2021)" but
-    does not give the law of ``gamma`` (JDL note, Sec. 9 and 10): i.i.d. normal with
+    does not give the law of ``gamma`` (Sec. 5.1): i.i.d. normal with
     standard deviation ``scale`` is a library choice. With ``scale = 1`` and ``p = 6`` the
     absolute correlations spread over ``[0, 0.99]`` (quartiles about 0.28, 0.53, 0.75):
     from nearly independent to strongly dependent pairs. For ``p = 2``, ``C_12 =
@@ -213,7 +213,7 @@ def gaussian_conditional_moments(C, X, d_x: int | None = None):
 
     With ``B = Sigma_YX Sigma_XX^{-1}`` and the Schur complement
     ``S = Sigma_YY - B Sigma_XY``: ``E[Y | x] = B x`` and
-    ``E[Y Y^T | x] = S + (B x)(B x)^T`` (JDL note, Sec. 9).
+    ``E[Y Y^T | x] = S + (B x)(B x)^T`` (Gaussian conditioning; the truth in loss (31)).
 
     Parameters
     ----------
@@ -328,8 +328,8 @@ def load_french_portfolios():
     """Monthly excess returns of the 3x3 size/value portfolios (linearmodels).
 
     ``linearmodels.datasets.french`` ships 819 monthly rows (1949-01 to 2017-03). Its
-    portfolio columns are raw returns, so the risk-free rate ``RF`` is subtracted (JDL
-    note, Sec. 9).
+    portfolio columns are raw returns, so the risk-free rate ``RF`` is subtracted (an
+    offline stand-in for the daily excess returns of Sec. 5.2).
 
     Returns
     -------

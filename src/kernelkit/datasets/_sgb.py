@@ -1,7 +1,7 @@
 """Offline data sets for the SGB (SPFB / LSPFB) logistic-regression experiment.
 
-SGB note (``shared/notes/sgb_partition_function_bound.md``), Sec. 8-9. The paper uses
-adult (UCI), KMNIST and Fashion-MNIST; offline we have:
+Wang & Choromanska, "SGB: Stochastic Gradient Bound Method for Optimizing Partition
+Functions", Sec. 3. The paper uses adult (UCI), KMNIST and Fashion-MNIST; offline we have:
 
 ====================  ===============  ========  =================================================
 name                  shape            classes   source and preprocessing
@@ -19,7 +19,8 @@ name                  shape            classes   source and preprocessing
 ====================  ===============  ========  =================================================
 
 No bias column is added here (see :func:`add_bias`): the experiment appends a constant 1
-to every row, and the bias is penalised like every other weight (note Sec. 1, 10.7).
+to every row, and the bias is penalised like every other weight (library choice, with
+the mean-form objective of Appendix A).
 
 A missing source raises :class:`~kernelkit.datasets._images.DatasetNotAvailable` naming
 the package to install.

@@ -1,7 +1,8 @@
 """Joint and conditional distributions from samples (adaptive joint distribution learning).
 
-Filipović, Multerer, Schneider, "Adaptive joint distribution learning"; formulas follow
-the implementation note ``shared/notes/joint_distribution_learning.md``.
+Filipović, Multerer, Schneider, "Adaptive joint distribution learning" (equation numbers
+are the paper's); the derived formulas and library choices are on the user guide's joint
+distributions page.
 
 * :func:`pivoted_cholesky` - matrix-free Algorithm 1 with the biorthogonal basis.
 * :class:`LowRankBasis` - orthonormal low-rank RKHS basis evaluated from the pivots;

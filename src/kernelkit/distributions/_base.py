@@ -140,7 +140,8 @@ class TensorJointModel(BaseEstimator):
     so ``A = L V``, and ``train_sums_`` = ``A^T 1``), ``coef_`` = ``H`` (m_Y, m_X),
     ``X_fit_`` (n, d_X), ``Y_fit_`` (n, d_Y), ``n_samples_``; then call ``_finish_fit``.
 
-    Conditionals (5) and note §5, with ``psi = psi_X(x)``::
+    Conditionals (5) in the low-rank basis (derived; user guide, joint distributions page),
+    with ``psi = psi_X(x)``::
 
         w_j(x) = (1 + (A_Y H psi)_j) / (n + s_Y^T H psi)
         E[f(Y) | X=x] = (1^T f + f^T A_Y H psi) / (n + s_Y^T H psi)
@@ -227,7 +228,7 @@ class TensorJointModel(BaseEstimator):
         return F
 
     def conditional_expectation(self, f, X_new, given: str = "x") -> np.ndarray:
-        """``E_Q[f(Y) | X = x]`` for every row of ``X_new`` (note §5).
+        """``E_Q[f(Y) | X = x]`` for every row of ``X_new`` (conditionals (5)).
 
         Parameters
         ----------
@@ -249,7 +250,7 @@ class TensorJointModel(BaseEstimator):
         return self.expectation_function(f, given=given)(X_new)
 
     def expectation_function(self, f, given: str = "x"):
-        """Precompute ``x -> E_Q[f(Y) | X = x]`` for one ``f`` (note §5, "per f").
+        """Precompute ``x -> E_Q[f(Y) | X = x]`` for one ``f`` (conditionals (5)).
 
         The O(n m k) products ``f^T A_Y H`` and ``s_Y^T H`` are formed once; the returned
         callable maps ``X_new`` (n_new, d) to (n_new, ...) at O(m (m + k)) per point
@@ -327,8 +328,9 @@ class TensorJointModel(BaseEstimator):
         Y : array_like, shape (n_y, d_Y) or (n_y,)
         grid : bool, default=False
             ``False``: pairs ``(x_i, y_i)`` (needs ``n_x = n_y``), shape (n,).
-            ``True``: every pair, shape (n_y, n_x) with **y on rows** (note's convention
-            ``(h|_G)_ij = h(x_j, y_i)``), e.g. to check positivity on a grid.
+            ``True``: every pair, shape (n_y, n_x) with **y on rows** (the grid matrix
+            ``(h|_G)_ij = h(x_j, y_i)`` of the representer theorem, ``K_Y H K_X``), e.g. to
+            check positivity on a grid.
         """
         check_is_fitted(self, "coef_")
         if is_dask_array(X) or is_dask_array(Y):  # lazy, row chunk by row chunk

@@ -3,7 +3,7 @@
 A kernel is given by name with a lengthscale ``l`` (all are stationary, ``k(x, x) = 1``):
 
 ========================  ==========================================================
-``"gaussian"``            ``exp(-|x - x'|^2 / (2 l^2))`` (note §8, library choice)
+``"gaussian"``            ``exp(-|x - x'|^2 / (2 l^2))`` (library choice)
 ``"laplacian"``           ``exp(-|x - x'| / l)`` (alias ``"exponential"``)
 ``"matern32"``            ``(1 + sqrt(3) r / l) exp(-sqrt(3) r / l)``
 ``"matern52"``            ``(1 + sqrt(5) r / l + 5 r^2 / (3 l^2)) exp(-sqrt(5) r / l)``

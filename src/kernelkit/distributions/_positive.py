@@ -1,12 +1,12 @@
-"""Exact solver of the positivity-constrained low-rank JDL problem (note §4).
+"""Exact solver of the positivity-constrained low-rank JDL problem (Sec. 4.3).
 
-Problem (22) in the diagonal form of note §3::
+Problem (22) in its diagonal form (derived; user guide, joint distributions page)::
 
     min_H  sum_kl W_kl H_kl^2 - 2 c_kl H_kl
     s.t.   <S, H> = 0                                   (20)   [optional]
            1 + <C_lo, H^+> - <C_hi, H^->  >= 0           (29)
 
-solved through its two-multiplier dual (derived in the note, strong duality by Slater since
+solved through its two-multiplier dual (derived on the same page; strong duality by Slater since
 ``H = 0`` is strictly feasible): for multipliers ``nu`` (free) and ``kappa >= 0`` the
 Lagrangian minimiser is elementwise ``H = ((u + kappa C_lo)^+ - (u + kappa C_hi)^-) / W``
 with ``u = c - nu S``. For fixed ``kappa``, ``phi(nu) = <S, H>`` is continuous, piecewise

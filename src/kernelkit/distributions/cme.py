@@ -54,7 +54,8 @@ class ConditionalMeanEmbedding(BaseEstimator):
     """Low-rank conditional mean embedding (App. C, (44)-(46); baseline of Sec. 5).
 
     ``E[f(Y) | x] ~ f^T Q_Y F psi_X(x)`` with ``F`` minimising
-    ``-2 tr(A_Y F A_X^T) + tr(F Lambda_X F^T + n reg F F^T)`` (44). Closed form (note §6):
+    ``-2 tr(A_Y F A_X^T) + tr(F Lambda_X F^T + n reg F F^T)`` (44). Closed form (derived;
+    user guide, joint distributions page):
     ``F_kl = (A_Y^T A_X)_kl / (lambda_X_l + n reg)``. The weights ``Q_Y F psi(x)`` vanish
     outside the pivots of the Y basis (16), so only the ``m_Y`` pivot y's are used.
 

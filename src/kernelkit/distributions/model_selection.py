@@ -1,4 +1,4 @@
-"""The paper's losses (31) and (32) and its 4/5-1/5 hold-out selection (Sec. 5, note §8)."""
+"""The paper's losses (31) and (32) and its 4/5-1/5 hold-out selection (Sec. 5)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def holdout_select(
     random_state=0,
     refit: bool = True,
 ) -> HoldoutResult:
-    """The paper's hold-out selection: fit on 4/5 of the data, validate on 1/5 (note §8).
+    """The paper's hold-out selection: fit on 4/5 of the data, validate on 1/5 (Sec. 5).
 
     Parameters
     ----------
@@ -153,13 +153,15 @@ def holdout_select(
     refit : bool, default=True
         Refit the best parameters on all n points (the paper does not say; library choice).
 
-    Estimators with a ``basis_cache`` parameter left at None share a temporary
-    :class:`~kernelkit.distributions.BasisCache` over the grid, so a grid over ``reg``
-    factorises each kernel matrix once; results are unchanged.
-
     Returns
     -------
     HoldoutResult
+
+    Notes
+    -----
+    Estimators with a ``basis_cache`` parameter left at None share a temporary
+    :class:`~kernelkit.distributions.BasisCache` over the grid, so a grid over ``reg``
+    factorises each kernel matrix once; results are unchanged.
     """
     X, Y = check_xy(X, Y, min_samples=5)
     if not 0.0 < test_fraction < 1.0:

@@ -51,7 +51,7 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     ``k_q(x, x') = tau(x) G^{-1} tau(x')^T`` with the Vandermonde ``V`` (n, m) of the
     monomials of degree <= ``degree`` and ``G = V^T V / n``: ``A = L = V G^{-1/2}``,
     ``A^T A = n I`` (so ``Lambda = n I``), ``psi(x) = G^{-1/2} tau(x)^T``. Inputs are
-    standardised first (library choice, note §7: raw monomials are ill-conditioned).
+    standardised first (library choice: raw monomials are ill-conditioned).
 
     Attributes
     ----------
@@ -134,7 +134,8 @@ class PolynomialJointDistribution(TensorJointModel):
     """Polynomial JDL (JPDL, App. B): ``h(x, y) = psi_Y(y)^T H psi_X(x)`` with
     empirically orthonormal monomials of degree <= ``degree`` (exact, tolerance 0).
 
-    Objective (38) is note §3's diagonal problem with ``W = 1 + reg`` and ``A = L``:
+    Objective (38) is the diagonal form of problem (22) (user guide, joint distributions
+    page) with ``W = 1 + reg`` and ``A = L``:
     unconstrained ``H = (L_Y^T L_X / n - S / n^2) / (1 + reg)``; normalised with one
     multiplier. ``constraint="positive"`` adds the sum-of-squares condition (39)
     ``1 + h(z) = tau(z) M tau(z)^T``, ``M >= 0`` (PSD), ``z = (x, y)``, which makes

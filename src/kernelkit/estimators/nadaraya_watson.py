@@ -10,8 +10,8 @@ Training points ``u_i`` (``i = 1..L``) with one-hot labels ``r_i`` (``n`` classe
 ``r* ~ P (S^T R)``: ``O(L M n)`` preprocessing for ``S^T R`` and ``O(M n)`` per query
 instead of ``O(L n)``.
 
-Numerical stability (library choice; FAVOR# note Sec. 5). Positive features are handled
-in log space. With ``log S`` (L, D) and ``log P`` (Q, D):
+Numerical stability (library choice; user guide, FAVOR# page, "Library choices").
+Positive features are handled in log space. With ``log S`` (L, D) and ``log P`` (Q, D):
 
 * a per-*feature* constant ``c_m = max_i log S_im`` is moved from the key side to the
   query side: ``P_qm S_im = (P_qm e^{c_m}) (S_im e^{-c_m})`` exactly;

@@ -3,7 +3,7 @@
 model construction, grid searches that share bases through
 :class:`kernelkit.distributions.BasisCache`, and plotting helpers.
 
-Metrics (JDL note, Sec. 9):
+Metrics (JDL paper, Sec. 5.1):
 
 * loss (31): ``mean_i ||M(x_i) - M_hat(x_i)||_F^2 / ||M(x_i)||_F^2`` against the true
   conditional second moments (:func:`kernelkit.distributions.second_moment_loss`);

@@ -1,6 +1,6 @@
-"""Shared machinery of ``reproduce sgb-logreg`` and ``bench sgb`` (SGB note Sec. 8, 10).
+"""Shared machinery of ``reproduce sgb-logreg`` and ``bench sgb`` (SGB paper, Sec. 3).
 
-L2-regularised multinomial logistic regression in the note's **mean form** (Sec. 1),
+L2-regularised multinomial logistic regression in the **mean form** of Appendix A,
 
     L(Θ) = (1/T) Σ_i [logsumexp(x_iᵀΘ) − x_iᵀΘ e_{y_i}] + (λ/2) ‖Θ‖²_F,
 
@@ -12,7 +12,7 @@ What is here:
 
 * :func:`objective`, :func:`objective_grad`, :func:`hessp` -- exact L, ∇L and ∇²L·V;
 * :func:`optimum` -- L* from scikit-learn ``LogisticRegression`` (lbfgs, tight tol, matched
-  ``C``, note Sec. 10.7) polished by SciPy Newton-CG on the same objective; L* is the lower
+  ``C``, see :func:`optimum`) polished by SciPy Newton-CG on the same objective; L* is the lower
   of the two and ``|f_sklearn − f_newton|`` is recorded;
 * baselines with per-epoch traces (objective after each epoch, evaluation excluded from
   the clock): mini-batch SGD (:func:`run_sgd`), Adam (:func:`run_adam`, NumPy, the
@@ -23,8 +23,8 @@ What is here:
   (:func:`step_grid`, :func:`tune`), selection by the objective at the epoch budget;
 * threshold crossing (:func:`first_reach`) and the suboptimality plots.
 
-Step-size schedules (note Sec. 4): ``"constant"`` η_t = η₀, ``"inverse"`` η_t = η₀ / t (the
-paper's), ``"inverse_t0"`` η_t = η₀ / (1 + t / t₀) with t₀ = steps per epoch; t = 1, 2, ...
+Step-size schedules: ``"constant"`` η_t = η₀, ``"inverse"`` η_t = η₀ / t (the paper's,
+eq. 2.5), ``"inverse_t0"`` η_t = η₀ / (1 + t / t₀) with t₀ = steps per epoch; t = 1, 2, ...
 counts mini-batch steps over the whole run.
 """
 
@@ -81,7 +81,7 @@ class Problem:
     y : ndarray, shape (T,), int64 labels 0..n-1
     Y : ndarray, shape (T, n), float64 one-hot of ``y``
     lam : float
-        Mean-form λ (note Sec. 1: λ_sum = T λ).
+        Mean-form λ (Appendix A; the sum form of eq. 2.2 has λ_sum = T λ).
     """
 
     name: str
@@ -170,7 +170,7 @@ def optimum(problem: Problem) -> Optimum:
 
     scikit-learn ``LogisticRegression(C=1/(λT), fit_intercept=False, tol=1e-6)`` on X
     with its constant column minimises the same objective (binary: one weight vector w,
-    ``C = 2/(λT)``, Θ = [−w/2, w/2]; note Sec. 10.7). Its solution is then polished with
+    ``C = 2/(λT)``, Θ = [−w/2, w/2]). Its solution is then polished with
     SciPy Newton-CG (exact Hessian-vector products, :func:`hessp`).
     """
     if problem.key not in _OPTIMA:
@@ -525,7 +525,7 @@ def lspfb_available() -> bool:
 
 # --------------------------------------------------------------------------- tuning
 def log_grid(low: float, high: float) -> tuple[float, ...]:
-    """Half-decade grid ``{1, 3} × 10^k`` within ``[low, high]`` (factor ≈ 3; note Sec. 10)."""
+    """Half-decade grid ``{1, 3} × 10^k`` within ``[low, high]`` (factor ≈ 3)."""
     if not (0 < low <= high):
         raise ValueError(f"need 0 < low <= high, got {low}, {high}.")
     out = []

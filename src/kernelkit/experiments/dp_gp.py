@@ -2,8 +2,8 @@
 classification with a baseline sketch vs Optimized Maclaurin, non-centred vs centred.
 
 Reproduces the protocol of Wacker, Kanagawa & Filippone, "Improved Random Features for
-Dot Product Kernels", Sec. 6.1 / 6.4 and Table 3, offline (note
-``shared/notes/dot_product_random_features.md`` Sec. 4-7):
+Dot Product Kernels", Sec. 6.1 / 6.4, App. D and Table 3, offline (errata as numbered on
+the user guide's dot-product page):
 
 * **Kernels.** Polynomial kernel on the unit sphere, eq. 57 with ``a = 2``:
   ``sigma^2 ((1 + x^T y) / 2)^p`` (``p = 7``; Table 3 does not state ``p``, erratum 13),
@@ -143,7 +143,7 @@ class Config:
 
 _IMAGES = ("mnist", "fashion_mnist")
 
-#: The paper's scale (Sec. 6 / App. E, note Sec. 7): every data set whole (MNIST and
+#: The paper's scale (Sec. 6 / App. E): every data set whole (MNIST and
 #: Fashion-MNIST with their predefined 60000 / 10000 splits), ``m = m* = 5000``, 10 seeds.
 #: Not run here: the exact GP alone is O(5000^3) per seed and the image sets' features are
 #: 5120 wide. Kept to state the scale; ``FULL`` is what ``kernelkit reproduce dp-gp`` runs.

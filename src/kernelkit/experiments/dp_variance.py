@@ -1,8 +1,7 @@
 """Dot-product random features: variance of real vs complex sketches (paper Figs. 2-3).
 
 Reproduces, offline, the two variance studies of Wacker, Kanagawa, Filippone, "Improved
-Random Features for Dot Product Kernels" (``shared/notes/dot_product_random_features.md``
-Sec. 3 and 6):
+Random Features for Dot Product Kernels" (Theorems 2, 5 and 10, Sec. 3-4):
 
 * **Fig. 2** -- Monte Carlo mean squared error ``E|k_hat(x, y) - (x.y)^p|^2`` of the real
   and complex Rademacher and Gaussian sketches against the degree ``p``, for ``d`` in

@@ -1,8 +1,7 @@
 """FAVOR# Sec. 5.2 (App. B.2): Nadaraya-Watson kernel classification with random features.
 
 Reproduces Fig. 3 of Likhosherstov et al., "FAVOR#: Sharp Attention Kernel
-Approximations via New Classes of Positive Random Features" offline; see
-``shared/notes/favor_sharp_derf.md`` Sec. 7.2 and Sec. 8.
+Approximations via New Classes of Positive Random Features" offline.
 
 Classifier (paper): training points ``u_i`` with one-hot labels ``r_i``; a query ``u*`` is
 assigned ``argmax_l r*_l``, ``r* = sum_i K^(-1/2)(sigma u*, sigma u_i) r_i`` (Gaussian
@@ -12,13 +11,13 @@ training points on the y side). See :class:`kernelkit.estimators.NadarayaWatsonC
 Protocol (paper, App. B.2): per data set, shuffle once and split 90 / 5 / 5 %
 (train / validation / test), the same split for every method; features standardised with
 the training split's mean and standard deviation (preprocessing is not stated in the
-paper; note Sec. 8); ``sigma`` on 10 log-spaced values in [1e-2, 1e2] tuned on the
+paper); ``sigma`` on 10 log-spaced values in [1e-2, 1e2] tuned on the
 validation split (mean accuracy over the seeds), separately for each (method, M); test at
 the best ``sigma`` only; accuracy = mean over seeds (the paper's 50 in full mode);
 ``M in {16, 32, 64, 128}``; block-orthogonal ``omega`` for every RF type. Data-dependent
 parameters (GERF, SADERF, ADERF, SDERF) are fitted on ``(sigma * queries, sigma * training
 points)`` — the validation split during tuning, the test split at test time (the paper
-does not say; note Sec. 7.2). The exact-kernel classifier (tuned the same way) is shown as
+does not say). The exact-kernel classifier (tuned the same way) is shown as
 a reference.
 
 Data: the paper's 8 UCI benchmarks are not named; offline substitutes from

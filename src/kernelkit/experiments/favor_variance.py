@@ -1,8 +1,8 @@
 """FAVOR# Sec. 5.1 (App. B.1): variance of softmax-kernel random features.
 
 Reproduces Fig. 1 (bottom) / Fig. 2 of Likhosherstov et al., "FAVOR#: Sharp Attention
-Kernel Approximations via New Classes of Positive Random Features" offline; see
-``shared/notes/favor_sharp_derf.md`` Sec. 7.1 and Sec. 8.
+Kernel Approximations via New Classes of Positive Random Features" offline (App. B.1
+for the setup).
 
 Setup (paper): d = 64; 5 pairs of sets ``{x_i}``, ``{y_j}`` of L = 1024 points; for each
 sigma in [0.1, 1] the sets are scaled by sigma, GERF / SADERF / ADERF / SDERF are fitted on

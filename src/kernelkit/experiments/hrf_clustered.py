@@ -1,8 +1,9 @@
 """Hybrid Random Features, App. H.1 / H.3 (Fig. 6, Table 3): clustered hybrid features on
 synthetic clustered data.
 
-Reproduces Choromanski et al., "Hybrid Random Features" (ICLR 2022) offline; see
-``shared/notes/hybrid_random_features.md`` Sec. 2 (clustered HRF) and Sec. 6.
+Reproduces Choromanski et al., "Hybrid Random Features" (ICLR 2022) offline, with the
+paper's errata as numbered on the user guide's hybrid random features page (Erratum 8:
+query clusters ``i``, key clusters ``j``).
 
 Setup (paper): queries ``x`` from two 50-dim Gaussian clusters of 1000 points, keys ``y``
 from two others; cluster means are random rotations of two random vectors with coordinate
@@ -16,7 +17,7 @@ of random features; the empirical MSE over point pairs, min and max over 20 tria
 Every estimate is computed by the library's feature maps: the hybrid is
 :class:`kernelkit.features.ClusteredHybridRF` (zero-one mixture, the map
 ``Phi_1(x) = concat_j 1[x in X_i] Psi_{A^{ij}}(x)``, ``Phi_2(y) = concat_i 1[y in Y_j]
-Psi_{(A^{ij})^{-1}}(y)``, note Sec. 2), redrawn for every trial; the baselines are
+Psi_{(A^{ij})^{-1}}(y)``, Def. H.2), redrawn for every trial; the baselines are
 :class:`~kernelkit.features.PositiveRF`, :class:`~kernelkit.features.HyperbolicRF` and
 :class:`~kernelkit.features.ComplexExponentialRF` with ``A = iI`` (sin/cos trig).
 """
@@ -121,7 +122,7 @@ def _estimate(method, m, clustered, Xe, Ye, rng):
     ``clustered`` is the fitted :class:`~kernelkit.features.ClusteredHybridRF` (k-means
     centres and ``A^{ij}`` kept; ``redraw`` draws its projections). ``Trig`` is the
     complex exponential estimator with ``A = iI`` (its real part is the sin/cos SM^trig_m of
-    eq. 2, note Sec. 2), ``FAVOR+`` Performer's :class:`~kernelkit.features.PositiveRF`
+    eq. 2, Lemma 2.4), ``FAVOR+`` Performer's :class:`~kernelkit.features.PositiveRF`
     (= ``A = I``), ``FAVOR+ (++)`` the antithetic :class:`~kernelkit.features.HyperbolicRF`.
     """
     if method == "Hybrid":

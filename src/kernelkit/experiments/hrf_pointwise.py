@@ -1,8 +1,8 @@
 """Hybrid Random Features, Fig. 2 / Fig. 5 (Sec. 4.1, App. G): pointwise estimation of the
 softmax kernel on the sphere.
 
-Reproduces Choromanski et al., "Hybrid Random Features" (ICLR 2022) offline; see
-``shared/notes/hybrid_random_features.md`` Sec. 3 (Lemma 3.4, Thm 3.5) and Sec. 6.
+Reproduces Choromanski et al., "Hybrid Random Features" (ICLR 2022) offline (closed forms:
+Lemma 3.4, Thm 3.5 with the corrections of the user guide's hybrid random features page).
 
 Setup (paper): 64-dim inputs of equal length ``r`` in {1, 1.25, 1.5} at angles ``theta``
 over ``[0, pi]``; ``s = 10000`` independent estimates of ``SM(x, y) = exp(x.y)`` per angle;

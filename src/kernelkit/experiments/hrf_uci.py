@@ -1,7 +1,6 @@
 """Hybrid Random Features, Table 1 (Sec. 4.1): softmax-kernel MSE on UCI data.
 
-Reproduces Choromanski et al., "Hybrid Random Features" (ICLR 2022) offline; see
-``shared/notes/hybrid_random_features.md`` Sec. 6 (Table 1) and Sec. 7 (offline data).
+Reproduces Choromanski et al., "Hybrid Random Features" (ICLR 2022) offline.
 
 Paper: MSE (in 10^-3) of estimators of ``SM(x, y) = exp(x.y)`` averaged over 100 random
 pairs of points of the UCI data sets wine and Boston; the non-HRF estimators use 512

@@ -9,7 +9,7 @@ expectation of the indicator, and ``sigmoid(psi(x)^T c)`` for KLR (App. D). Metr
 (32) (clipped logistic loss, eta = 1e-12), the % of negative "probabilities" (Fig. 10),
 and the time to fit and evaluate the test points (Fig. 11).
 
-**Offline stand-in** (the daily data are not available offline; JDL note, Sec. 9): the
+**Offline stand-in** (the daily data of Sec. 5.2 are not available offline): the
 monthly 3x3 size/value portfolios shipped with ``linearmodels`` (819 months,
 1949-2017; excess returns = returns minus RF), giving 818 lagged pairs;
 ``d in {1, 5, 9}`` (the paper: 1, 5, 10, 25), ``n in {200, 400, 600}`` (the paper: 1000

@@ -1,7 +1,7 @@
 """JDL Sec. 5.1: conditional second moments of Gaussian data, JDL vs JPDL vs CME.
 
 Reproduces Figs. 1-5 and 8 of Filipović, Multerer, Schneider, "Adaptive joint
-distribution learning" offline (JDL note, Sec. 9).
+distribution learning" offline.
 
 Protocol (paper): for each of ``j = 1..100`` random correlation matrices ``C_j`` of size
 ``2d`` (Archakov-Hansen), draw ``n`` samples of ``Z ~ N(0, C_j)``; ``X`` = the first

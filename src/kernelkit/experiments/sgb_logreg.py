@@ -2,13 +2,13 @@
 L2-regularised multinomial logistic regression.
 
 Reproduces the experiment of Wang & Choromanska, "SGB: Stochastic Gradient Bound Method
-for Optimizing Partition Functions", offline; see ``shared/notes/
-sgb_partition_function_bound.md`` Sec. 8-10 (protocol) and 11 (errata).
+for Optimizing Partition Functions", offline, with the corrections listed on the user
+guide's partition-function bound page.
 
-* **Objective.** Mean form (note Sec. 1), ``L(Θ) = (1/T) Σ_i −log p(y_i | x_i) +
+* **Objective.** Mean form (Appendix A), ``L(Θ) = (1/T) Σ_i −log p(y_i | x_i) +
   (λ/2)‖Θ‖²`` with a constant feature (penalised bias) and the two-column model for
   binary sets. L* comes from scikit-learn ``LogisticRegression`` with matched ``C``
-  (note Sec. 10.7), polished by Newton-CG (:func:`._sgb_common.optimum`). The plotted
+  (``C = 1/(λT)``), polished by Newton-CG (:func:`._sgb_common.optimum`). The plotted
   quantity is ``L − L*`` (log scale), against epochs and against optimisation seconds
   (objective evaluations excluded); thresholds are on the relative gap
   ``(L − L*) / L*``.
@@ -19,7 +19,7 @@ sgb_partition_function_bound.md`` Sec. 8-10 (protocol) and 11 (errata).
   dimension allows; LSPFB with ranks ``k`` (the estimator's ``"exact"`` low-rank variant;
   ``LSPFB-paper``: Alg. LB as printed) where affordable; mini-batch SGD, Adam, and
   full-batch L-BFGS (SciPy; one epoch = one function-and-gradient evaluation).
-* **Tuning** (the paper tunes for test performance and reports nothing; note Sec. 8):
+* **Tuning** (the paper tunes for test performance and reports nothing; Sec. 3):
   every stochastic method gets a grid of the same size -- ``len(etas) ×
   len(schedules)`` step sizes η₀ and schedules η₀, η₀/t, η₀/(1 + t/t₀) (t₀ = one epoch);
   Adam's learning-rate grid has the same length (shifted to Adam's scale). The best
@@ -159,7 +159,7 @@ class Config:
 
 
 #: The paper's scale (every row of each set, the paper's m = 1000 where T >= 5000; the
-#: note's grid, factor 3 from 1e-3 to 10 times three schedules, on the small sets; a 4 x 2
+#: full grid, factor 3 from 1e-3 to 10 times three schedules, on the small sets; a 4 x 2
 #: grid on the image sets; 3 seeds; LSPFB ranks up to 100 within an hour each). Run time
 #: on 2 cores: hours, dominated by LSPFB and SPFB (CG 1e-4) on Fashion-MNIST. Not what
 #: ``kernelkit reproduce sgb-logreg`` runs (:data:`FULL`); pass ``config=PAPER`` for it.

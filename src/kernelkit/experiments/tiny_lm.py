@@ -16,10 +16,9 @@ layers, d_model 128, context 128, 500 steps x 16 windows per method, 8 methods) 
 CPU-minutes, dominated by the causal scans of the linear-attention runs.
 
 This stands in for the FAVOR# paper's Transformer experiments (Sec. 5.3: Conformer speech
-models and BERT on GLUE, neither reproducible offline on a CPU); see
-``shared/notes/favor_sharp_derf.md`` Sec. 7.3-7.4. The claims compared are the orderings
-the paper reports (FAVOR# >= FAVOR++ > FAVOR+, exact as the upper reference), not its
-numbers.
+models and BERT on GLUE, neither reproducible offline on a CPU; Tables 1-2, Fig. 4).
+The claims compared are the orderings the paper reports (FAVOR# >= FAVOR++ > FAVOR+,
+exact as the upper reference), not its numbers.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 sketches (real and complex), TensorSRHT (real and complex) and TensorSketch.
 
 Reference: Wacker, Kanagawa, Filippone, "Improved Random Features for Dot Product
-Kernels" (equation / algorithm numbers below are the paper's), with the corrections of
-``shared/notes/dot_product_random_features.md``:
+Kernels" (equation / algorithm numbers below are the paper's), with the errata as
+numbered on the user guide's dot-product page:
 
 * TensorSRHT draws a fresh sign vector *and permutation* per (block, degree) (erratum 4;
   a permutation shared by the degrees is unbiased but breaks eq. 28/33);
@@ -15,13 +15,13 @@ Every map estimates the polynomial kernel ``k(x, y) = (x.y + coef0)^degree`` by
 inhomogeneous trick ``x~ = [x; sqrt(coef0)]`` (appended before any zero-padding).
 :meth:`~DotProductFeatureMap.approx_kernel` returns ``Re k_hat``.
 
-Variances (note Sec. 3). With ``G = x~.y~``, ``N = |x~|^2 |y~|^2``,
+Variances (Theorems 2, 5, 10). With ``G = x~.y~``, ``N = |x~|^2 |y~|^2``,
 ``S = sum_k x~_k^2 y~_k^2`` and weights with ``q = E (Re z)^2``, ``m4 = E|z|^4``,
 ``r = E z^2 = 2q - 1``:
 
 * i.i.d. sketches, Theorem 2 (eq. 16): ``E|k_hat - k|^2 = [(m4 S + N - S + (r^2 + 1)(G^2 - S))^p
   - G^(2p)] / D``;
-* the real part (derived, note Sec. 2.6): ``E(Re k_hat - k)^2 = (E|k_hat - k|^2
+* the real part (derived; user guide, dot-product page): ``E(Re k_hat - k)^2 = (E|k_hat - k|^2
   + E(k_hat - k)^2) / 2`` with ``E(k_hat - k)^2 = [(m4 S + r^2 (N - S) + 2 (G^2 - S))^p
   - G^(2p)] / D`` (the same pairing argument as Theorem 2 without the conjugate);
 * TensorSRHT, Theorems 5/10 (eq. 28/33): ``V_q^(p)/D - c(D, d)/D^2 [G^(2p) - (G^2 -
@@ -661,7 +661,7 @@ class TensorSRHT(DotProductFeatureMap):
 
 # ============================================================== TensorSketch
 class TensorSketch(DotProductFeatureMap):
-    """TensorSketch (Pham & Pagh 2013; note Sec. 2.3) for ``(x.y + coef0)^degree``.
+    """TensorSketch (Pham & Pagh 2013) for ``(x.y + coef0)^degree``.
 
     For each degree ``i`` a hash ``h_i: [d~] -> [D]`` and signs ``s_i: [d~] -> {-1, 1}``
     give the count sketch ``C_i(x)_k = sum_(h_i(j) = k) s_i(j) x~_j``; the features are

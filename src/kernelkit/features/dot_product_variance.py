@@ -27,7 +27,7 @@ __all__ = [
 def pair_statistics(X, Y=None, coef0: float = 0.0):
     """``(G, N, S)`` of the augmented pairs ``x~ = [x; sqrt(coef0)]``, each (n, m).
 
-    ``G = x~.y~``, ``N = |x~|^2 |y~|^2``, ``S = sum_k x~_k^2 y~_k^2`` (note Sec. 3), in
+    ``G = x~.y~``, ``N = |x~|^2 |y~|^2``, ``S = sum_k x~_k^2 y~_k^2`` (Theorem 2), in
     ``O(nmd)`` without forming ``x~``.
     """
     Y = X if Y is None else Y

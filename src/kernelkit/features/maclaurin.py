@@ -1,8 +1,8 @@
 """Random Maclaurin and Optimized Maclaurin features for dot-product kernels.
 
 Reference: Wacker, Kanagawa, Filippone, "Improved Random Features for Dot Product
-Kernels" (equation / algorithm numbers below are the paper's), with the corrections of
-``shared/notes/dot_product_random_features.md`` (§2.4, §2.5, App. C surrogate, §5):
+Kernels" (equation / algorithm numbers below are the paper's), with the errata as
+numbered on the user guide's dot-product page:
 
 * Algorithm 2 is budget-respecting (erratum 1): ``D_n = 1[a_n > 0]`` to start, then one
   feature at a time while ``sum D_n < D_total``;

@@ -50,7 +50,7 @@ MACLAURIN_KERNELS = ("polynomial", "softmax", "gaussian")
 SKETCHES = {"rademacher": RademacherSketch, "gaussian": GaussianSketch, "srht": TensorSRHT}
 
 #: (sketch, complex) -> (q, m4) of Theorem 2: ``q = E(Re z)^2``, ``m4 = E|z|^4`` of the
-#: sketch classes' weights (note §2.1). TensorSRHT has the Rademacher moments plus a
+#: sketch classes' weights (eq. 18-21, Ex. 2-4). TensorSRHT has the Rademacher moments plus a
 #: covariance term (eq. 33).
 SKETCH_MOMENTS = {
     (name, cx): tuple(cls._moments[cx]) for name, cls in SKETCHES.items() for cx in (False, True)
@@ -206,7 +206,7 @@ def srht_surrogate(V, C, D, d: int):
     For ``C <= 0``: ``(V - C)/D + C`` for ``D <= d`` and ``(V + (d-1) C)/D`` beyond; for
     ``C > 0``: ``(V + (d-1) C)/D``. Exact at ``D`` in ``dN`` (and on ``D <= d`` when
     ``C <= 0``); ``V``, ``C`` are scalars (pair sums: the sign of the *summed* ``C`` picks
-    the branch, note §5 #10).
+    the branch, App. C; erratum 10 on the user guide's dot-product page).
     """
     V, C = float(V), float(C)
     if isinstance(D, numbers.Integral):  # scalar fast path (Algorithm 2's inner loop)

@@ -1,4 +1,4 @@
-"""Partition-function bound optimizers for log-linear models (SPFB / LSPFB, note sgb).
+"""Partition-function bound optimizers for log-linear models (SPFB / LSPFB).
 
 Public API
 ----------

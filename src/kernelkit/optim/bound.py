@@ -6,15 +6,16 @@ Theorem 1 gives, for all ``theta`` and ``delta = theta - theta~``,
     Z_x(theta) <= z exp(delta^T mu + delta^T Sigma delta / 2)            (eq. 2.3)
 
 with ``z = Z_x(theta~)``, ``mu = grad log Z_x(theta~)`` and ``Sigma >= Hessian``. Everything
-here runs in log space (note §2): ``alpha = exp(s)`` is never formed, so logits of order
-1e3 are fine.
+here runs in log space (user guide, partition-function bound page, "Derived formulas"):
+``alpha = exp(s)`` is never formed, so logits of order 1e3 are fine.
 
 Two forms:
 
 * :func:`partition_bound` – any feature function ``F[j, y] = f_{x_j}(y)``; O(m n d^2).
 * :func:`multinomial_partition_bound` – multinomial logistic regression, ``f_x(y) = e_y (x)
-  x``, where ``Sigma_j = C_j (x) x_j x_j^T`` (note §3) and only the ``(m, n, n)`` factors
-  ``C_j`` are built (O(m n^3)); the curvature of a batch is applied matrix-free by
+  x``, where ``Sigma_j = C_j (x) x_j x_j^T`` (its Kronecker structure, derived on the user
+  guide's partition-function bound page) and only the ``(m, n, n)`` factors ``C_j`` are
+  built (O(m n^3)); the curvature of a batch is applied matrix-free by
   :class:`kernelkit.optim.KroneckerCurvature`.
 
 Parameter layout for multinomial models: ``W`` has shape ``(p, n)`` (column ``y`` is the
@@ -122,7 +123,8 @@ def partition_bound(theta, F) -> PartitionBound:
 
     Notes
     -----
-    Label loop of note §2 (vectorized over the batch; the loop runs over the ``n`` labels)::
+    Label loop of Alg. B in log space (vectorized over the batch; the loop runs over the
+    ``n`` labels)::
 
         log z = s_1; mu = f(1); Sigma = 0
         y >= 2: u = s_y - log z; l = f(y) - mu; Sigma += beta(u) l l^T;
@@ -158,7 +160,8 @@ def partition_bound(theta, F) -> PartitionBound:
 
 
 class MultinomialBound(NamedTuple):
-    """Kronecker form of Alg. B for multinomial logistic regression (note §3).
+    """Kronecker form of Alg. B for multinomial logistic regression (derived; user guide,
+    partition-function bound page).
 
     ``Sigma_j = C_j (x) x_j x_j^T`` and ``mu_j = p_j (x) x_j`` in the layout
     ``theta = vec(W)`` (column-major, ``W`` of shape (p, n)).
@@ -192,7 +195,7 @@ class MultinomialBound(NamedTuple):
 
 
 def multinomial_partition_bound(W, X) -> MultinomialBound:
-    """Alg. B for multinomial logistic regression, ``f_x(y) = e_y (x) x`` (note §3).
+    """Alg. B for multinomial logistic regression, ``f_x(y) = e_y (x) x`` (Fig. 1, Lemma 1).
 
     Parameters
     ----------

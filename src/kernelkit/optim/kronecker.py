@@ -1,4 +1,4 @@
-"""Matrix-free curvature ``A = scale * sum_j C_j (x) x_j x_j^T + lam I`` (note §3).
+"""Matrix-free curvature ``A = scale * sum_j C_j (x) x_j x_j^T + lam I`` (derived).
 
 With ``V`` of shape (p, n) (``vec(V)`` column-major, the layout of
 :mod:`kernelkit.optim.bound`)::
@@ -11,7 +11,7 @@ Fashion-MNIST). :meth:`KroneckerCurvature.solve` solves ``A vec(D) = vec(G)`` by
 preconditioned conjugate gradients or, for small problems, by a dense Cholesky
 factorization. Preconditioners:
 
-* ``"jacobi"`` – the diagonal ``scale * sum_j diag(C_j) (x) x_j^2 + lam`` (note §3);
+* ``"jacobi"`` – the diagonal ``scale * sum_j diag(C_j) (x) x_j^2 + lam``;
 * ``"kronecker"`` (*derived*, K-FAC style) – :class:`KroneckerPreconditioner`, the exact
   inverse of ``scale * m * C_bar (x) M + lam I`` with ``C_bar`` the batch mean of ``C_j``
   and ``M = X_ref^T X_ref / T`` the second moment of reference data (eigendecomposed once,

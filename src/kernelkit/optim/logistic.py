@@ -157,9 +157,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         For ``"inverse_t0"``; ``None`` = the number of steps in one epoch.
     fit_intercept : bool, default=True
     reduction : {"mean", "sum"}, default="mean"
-        Mini-batch form of SPFB/LSPFB/SGD (note §4); ``"sum"`` equals ``"mean"`` with
-        ``alpha / m`` in the preconditioner and step, so its effective regularisation
-        depends on the batch size.
+        Mini-batch form of SPFB/LSPFB/SGD (user guide, partition-function bound page);
+        ``"sum"`` equals ``"mean"`` with ``alpha / m`` in the preconditioner and step, so
+        its effective regularisation depends on the batch size.
     linear_solver : {"auto", "cg", "dense"}, default="auto"
         How SPFB / bound steps solve with the curvature: matrix-free conjugate gradients
         or a dense Cholesky factorization of the ``(n (p+1))^2`` matrix (float64).
@@ -178,7 +178,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         the exact solve at a fraction of the cost (plausibly because the warm start
         carries the previous direction, like momentum, while the exact step of a
         mini-batch fits that batch and is short where the bound over-estimates the
-        Hessian, note §3). Relative gap (L - L*)/L* at the best
+        Hessian, ``C >= diag(p) - p p^T``). Relative gap (L - L*)/L* at the best
         ``eta0`` in {0.3, 1, 3} (schedule ``"inverse_t0"``, one seed, ``random_state=0``),
         for caps 2 / 3 / 10 / an exact solve (CG to 1e-4, 25-70 iterations, or dense):
         Fashion-MNIST (T = 60000, alpha = 1e-4, m = 1000, 3 epochs) 0.092 / 0.103 / 0.18
@@ -193,20 +193,21 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         CG preconditioner: ``"kronecker"`` inverts ``C_bar (x) M + alpha I`` exactly, with
         ``M`` the second moment of (up to 10 000 rows of) the training inputs, computed
         once per ``fit`` (O(p^3), counted in the training time; its 100 leading
-        eigenvectors when p > 200); ``"jacobi"`` is the diagonal of the note.
+        eigenvectors when p > 200); ``"jacobi"`` is the diagonal of the curvature.
     low_rank : {"exact", "eig", "paper"}, default="exact"
         Variant of the low-rank bound for ``"lspfb"`` (see
         :func:`~kernelkit.optim.low_rank_partition_bound`). ``"paper"`` is Alg. LB as
-        printed (with the note's corrections, §5 (a)-(e)); ``"exact"`` (note §5, "variant
-        without the cross term", applied to blocks of about ``rank`` rows) is the default
+        printed (with corrections (a)-(e) of the user guide's partition-function bound
+        page); ``"exact"`` (the variant without the cross term, applied to blocks of about
+        ``rank`` rows) is the default
         because it is both the tightest and the fastest. On one Fashion-MNIST mini-batch
         (m = 1000, p = 785, n = 10, d = 7850, at W = 0, one BLAS thread) the bound takes
         4.3 CPU-seconds at k = 100 against 52 for ``"paper"`` (whose O(k^2 d) rotation
         runs after each of the m (n-1) = 9000 rows) and 10 for ``"eig"``; the median
         diagonal ``D_ii`` is 6.9e3 against 1.6e5 (``"paper"``, ``"eig"``): the paper's
-        isotropic ``||g|| ||a||`` terms add up and grow with ``k`` (note §5, tightness
-        warning), so LSPFB-``"paper"`` with a large rank behaves like SGD with a step
-        ``eta / D``. At k = 10: 1.0 / 1.3 / 0.7 s and D 2.1e4 / 2.1e5 / 2.2e5.
+        isotropic ``||g|| ||a||`` terms add up and grow with ``k`` (Alg. LB, Lemma 4), so
+        LSPFB-``"paper"`` with a large rank behaves like SGD with a step ``eta / D``. At
+        k = 10: 1.0 / 1.3 / 0.7 s and D 2.1e4 / 2.1e5 / 2.2e5.
     shuffle : bool, default=True
         Reshuffle the samples every epoch.
     warm_start : bool, default=False

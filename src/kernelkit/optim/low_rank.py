@@ -1,28 +1,30 @@
-"""Low-rank partition-function bound (Alg. LB, Thm 3) and LSPFB (note §5).
+"""Low-rank partition-function bound (Alg. LB, Thm 3) and LSPFB (SGB Appendix B).
 
 The curvature of a batch, ``Sigma_full = sum_j Sigma_j = sum_j sum_y r_{jy} r_{jy}^T`` with
 ``r_{jy} = sqrt(beta(u_{jy})) (f_{x_j}(y) - upsilon_{j,y-1})`` (the label loop of Alg. B),
 is majorised by ``V^T S V + diag(D)`` with ``V`` (k, d), ``S`` (k, k) and ``D`` (d,) built
 by absorbing the rows ``r`` one at a time:
 
-``variant="paper"`` – Alg. LB with the note's corrections: (a) ``beta`` uses the
-  per-sample ``z_j``; (b) a residual ``g`` with ``||g|| <= 1e-12 max(1, ||r||)`` is dropped
-  (no 0/0), and on ties ``g`` is dropped; (c) ``S`` may be singular, so the solve uses the
+``variant="paper"`` – Alg. LB with the corrections listed on the user guide's
+  partition-function bound page: (a) ``beta`` uses the per-sample ``z_j``; (b) a residual
+  ``g`` with ``||g|| <= 1e-12 max(1, ||r||)`` is dropped (no 0/0), and on ties ``g`` is
+  dropped; (c) ``S`` may be singular, so the solve uses the
   Woodbury form ``(D + V^T S V)^{-1} = D^{-1} - D^{-1} V^T (I + S V D^{-1} V^T)^{-1} S V
   D^{-1}``; (d) the batch ``log z`` is ``sum_j log z_j``; (e) ``V_0 = 0`` (``init="zeros"``)
   or random orthonormal rows. Per row: ``p = V r``, ``a = V^T p``, ``g = r - a``, ``S += p
   p^T``, re-diagonalise ``S`` (eigh; ``V <- Q^T V``), ``D += ||g|| ||a||`` (Lemma 4), then
   put ``g`` in the weakest slot (repairing the evicted one with Lemma 2, ``c v v^T <= c
   (1^T|v|) diag|v|``) or repair ``g`` itself. O(k^2 d + k^3) per row.
-``variant="eig"`` – the note's cheaper update: ``S`` kept symmetric, its smallest eigenpair
+``variant="eig"`` – a cheaper update (derived): ``S`` kept symmetric, its smallest eigenpair
   ``(c, q)`` is swapped for ``g`` (``V <- V - q q^T V + q g^T / ||g||``) when ``c <
   ||g||^2``. O(k d + k^3) per row.
-``variant="exact"`` – no cross term (note §5, generalised to blocks, *derived*): a block
-  of about ``k`` rows (whole samples) is represented exactly in the basis ``[V; Y]`` (``Y``
-  spanning the residuals ``G = R - R V^T V``), the compressed ``(k + b) x (k + b)`` matrix is
-  diagonalised and its smallest eigenpairs beyond rank ``k`` are dropped with the Lemma 2
-  repair. The tightest variant and the fastest (one eigh and one O(k (k + b) d) rotation
-  per block instead of per label).
+``variant="exact"`` – no cross term (*derived*, applied to blocks; user guide,
+  partition-function bound page): a block of about ``k`` rows (whole samples) is
+  represented exactly in the basis ``[V; Y]`` (``Y`` spanning the residuals
+  ``G = R - R V^T V``), the compressed ``(k + b) x (k + b)`` matrix is diagonalised and its
+  smallest eigenpairs beyond rank ``k`` are dropped with the Lemma 2 repair. The tightest
+  variant and the fastest (one eigh and one O(k (k + b) d) rotation per block instead of
+  per label).
 
 Every variant adds to ``Sigma`` only positive semidefinite terms plus the repair of what it
 drops, so ``V^T S V + diag(D) >= Sigma_full`` (tested). While fewer than ``k`` directions
@@ -53,7 +55,7 @@ _GTOL = 1e-12
 
 
 class LowRankBound(NamedTuple):
-    """Low-rank quadratic bound of a batch (Thm 3 with the note's corrections).
+    """Low-rank quadratic bound of a batch (Thm 3 with corrections (a)-(e), user guide).
 
     Attributes
     ----------
@@ -94,7 +96,7 @@ class LowRankBound(NamedTuple):
 
 
 def woodbury_solve(V, S, Dvec, G) -> np.ndarray:
-    """``(diag(Dvec) + V^T S V)^{-1} G`` for a possibly singular ``S`` (note §5 (c)).
+    """``(diag(Dvec) + V^T S V)^{-1} G`` for a possibly singular ``S`` (correction (c)).
 
     Uses ``D^{-1} - D^{-1} V^T (I + S V D^{-1} V^T)^{-1} S V D^{-1}``, which needs only
     ``Dvec > 0``. Cost O(k d c + k^3).
@@ -186,7 +188,7 @@ class _Accumulator:
         self.S[slot, slot] = gn * gn
         V[slot] = g / gn
 
-    # --- cheaper eigen-swap update (note) --------------------------------------------------
+    # --- cheaper eigen-swap update (derived) -----------------------------------------------
     def _add_eig(self, r):
         L, V = self.live, self.V
         rn = float(np.linalg.norm(r))
@@ -329,8 +331,9 @@ def low_rank_partition_bound(
         ``k``, 1 <= k <= d.
     variant : {"paper", "eig", "exact"}
         See the module docstring. ``"paper"`` (default here: this function is Alg. LB) is
-        Alg. LB with the note's corrections; ``"exact"``, the tightest and fastest, is
-        what :class:`~kernelkit.optim.BoundLogisticRegression` uses by default.
+        Alg. LB with corrections (a)-(e) (user guide, partition-function bound page);
+        ``"exact"``, the tightest and fastest, is what
+        :class:`~kernelkit.optim.BoundLogisticRegression` uses by default.
     init : {"zeros", "random"}
         ``V_0 = 0`` (Appendix B) or random orthonormal rows.
     random_state : for ``init="random"``.
@@ -369,8 +372,9 @@ def multinomial_low_rank_bound(
 ) -> LowRankBound:
     """Alg. LB for multinomial logistic regression (``f_x(y) = e_y (x) x``).
 
-    The rows are ``r_{ji} = sqrt(beta(u_{ji})) (e_i - w_{i-1}) (x) x_j`` (note §3), built
-    one sample at a time (memory O(n d)); ``d = n p`` in the layout ``theta = vec(W)``.
+    The rows are ``r_{ji} = sqrt(beta(u_{ji})) (e_i - w_{i-1}) (x) x_j`` (the Kronecker
+    structure), built one sample at a time (memory O(n d)); ``d = n p`` in the layout
+    ``theta = vec(W)``.
 
     Parameters
     ----------
@@ -421,7 +425,7 @@ def lspfb_step(
     init="zeros",
     random_state=None,
 ):
-    """One LSPFB step (note §5): ``W <- W - eta (D/m + lam I + V^T S V / m)^{-1} G``.
+    """One LSPFB step (SGB Appendix B): ``W <- W - eta (D/m + lam I + V^T S V / m)^{-1} G``.
 
     ``variant="paper"`` (the default here) is the paper's Alg. LB;
     :class:`~kernelkit.optim.BoundLogisticRegression` uses ``"exact"`` by default.

@@ -1,4 +1,4 @@
-"""One step of each solver for L2-regularised multinomial logistic regression (note §4, §5).
+"""One step of each solver for L2-regularised multinomial logistic regression (SGB eq. 2.4-2.6).
 
 Objective (mean form, Appendix A; the definition used everywhere in kernelkit)::
 
@@ -103,6 +103,8 @@ def multinomial_objective(W, X, y, lam, mask=None) -> float:
     mask : ndarray, shape (p,), optional
         1 for penalised rows of ``W``, 0 for unpenalised ones (default: all penalised).
 
+    Notes
+    -----
     All functions of this module accept NumPy arrays or array-API arrays (torch tensors).
     """
     xp, W, X, y = _as_arrays(W, X, y)
