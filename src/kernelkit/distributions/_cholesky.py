@@ -3,7 +3,7 @@
 Only ``diag(K)`` and the ``m`` pivot columns of ``K`` are ever evaluated; the factor is
 stored row-major as ``L^T`` (m, n), so each step is one kernel column, one matrix-vector
 product over the rows found so far and a few O(n) vector operations: O(m^2 n) time and
-O(m n) memory in total (note §2).
+O(m n) memory in total.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ._kernels import Kernel, make_kernel
 __all__ = ["PivotedCholesky", "pivoted_cholesky"]
 
 # Stop when the largest remaining diagonal entry is below this fraction of max diag(K):
-# further pivots would be round-off (note §2, "Robustness").
+# further pivots would be round-off (library choice; user guide, joint distributions page).
 _RANK_EPS = 1e-14
 _BLOCK = 1 << 15  # rows per block: the block's vectors stay in cache within a step
 _GROWTH = 1.25  # capacity growth of the factor (ndarray.resize zero-fills what it adds)
@@ -134,7 +134,7 @@ def pivoted_cholesky(
         Absolute tolerance on ``trace(K - L L^T)``.
     rel_tol : float, optional
         Relative tolerance: stop when ``trace(K - L L^T) <= rel_tol * trace(K)`` (the
-        experiments' rule, note §2). If both are given, the larger threshold applies;
+        experiments' rule, Sec. 5). If both are given, the larger threshold applies;
         if neither, ``rel_tol = 1e-6``.
     max_rank : int, optional
         Upper bound on ``m``.
@@ -147,7 +147,7 @@ def pivoted_cholesky(
 
     Notes
     -----
-    Round-off guard (note §2): the residual diagonal is clipped at 0, set to 0 at each
+    Round-off guard (a library choice): the residual diagonal is clipped at 0, set to 0 at each
     pivot, and the iteration stops once ``max(d) <= 1e-14 max(diag K)``.
 
     ``X`` of any real dtype is converted to float64; all outputs are float64 (``B``

@@ -26,7 +26,7 @@ __all__ = ["JointDistribution", "solve_low_rank"]
 
 
 def solve_low_rank(G, s_x, s_y, lam_x, lam_y, n, reg, constraint=None, bounds=None):
-    """Solve problem (22) in its diagonal form (note §3).
+    """Solve problem (22) in its diagonal form (user guide, joint distributions page).
 
     ``R(H) = sum_kl W_kl H_kl^2 - 2 c_kl H_kl`` with ``W_kl = lam_Y_k lam_X_l / n^2 + reg``
     and ``c = G / n - S / n^2``, ``S = s_Y s_X^T``.
@@ -67,14 +67,14 @@ class JointDistribution(TensorJointModel):
     ``||h_hat - h||^2 + reg ||h||^2`` (8) over the low-rank bases of :class:`LowRankBasis`
     (problem (22)): ``h(x, y) = psi_Y(y)^T H psi_X(x)``. Fit costs O(n m^2) time and
     O(n m) memory (pivoted Cholesky of both kernels, one ``A_Y^T A_X``), then an O(m^2)
-    closed form (note §3) or the exact dual of note §4.
+    closed form or the exact dual (user guide, joint distributions page).
 
     Parameters
     ----------
     kernel_x, kernel_y : str or callable, default="gaussian"
         See :mod:`kernelkit.distributions._kernels`.
     lengthscale_x, lengthscale_y : float, default=1.0
-        Gaussian kernel ``exp(-|x - x'|^2 / (2 l^2))`` (library choice, note §8).
+        Gaussian kernel ``exp(-|x - x'|^2 / (2 l^2))`` (a library choice).
     reg : float, default=1e-3
         Regularisation ``lambda`` of (8).
     tol : float, optional
@@ -87,7 +87,7 @@ class JointDistribution(TensorJointModel):
     constraint : {None, "normalized", "positive"}, default=None
         ``None``: closed form; ``"normalized"``: with (20) (one multiplier);
         ``"positive"``: with (20) and the positivity tightening (29), which implies
-        ``1 + h >= 0`` on the training grid (Lemma 4.3), solved exactly (note §4).
+        ``1 + h >= 0`` on the training grid (Lemma 4.3), solved exactly (the exact dual).
     basis_cache : BasisCache, optional
         Reuse the bases of earlier fits on the same data with the same kernel,
         lengthscale and tolerances (e.g. in a grid search over ``reg``); see

@@ -690,7 +690,7 @@ def _claims(results, cfg, slopes):
     add("FAVOR# ADERF error <= FAVOR# SADERF", "SADERF ⊂ ADERF (Fig. 1 top)", "aderf", "saderf")
     add(
         "causal: FAVOR# SDERF error <= FAVOR+ (calibration moments)",
-        "not covered by the paper (note Sec. 5)",
+        "not covered by the paper (kernelkit's extrapolation)",
         "sderf",
         "positive",
         modes=("causal",),
@@ -703,8 +703,7 @@ def _claims(results, cfg, slopes):
     )
     add(
         "FAVOR+ (positive) error <= Trig",
-        "Performer / note Sec. 2: trig features are not positive, unsuitable for the "
-        "attention normaliser",
+        "Performer: trig features are not positive, unsuitable for the attention normaliser",
         "positive",
         "trig",
     )
@@ -713,7 +712,7 @@ def _claims(results, cfg, slopes):
     claims.append(
         {
             "claim": "FAVOR+ output error ∝ M^-1/2",
-            "paper": "note Sec. 9.9 (Monte Carlo rate)",
+            "paper": "Monte Carlo rate",
             "ours": "slopes " + ", ".join(f"{x:.2f}" for x in s),
             "holds": "n/a" if not s else ("yes" if all(ok) else ("partly" if any(ok) else "no")),
         }

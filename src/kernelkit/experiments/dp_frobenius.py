@@ -711,7 +711,7 @@ def run(out_dir, quick: bool = False, seed: int = 0, config: Config | None = Non
         for c in claims
     ]
     rep.add(
-        "## Paper claims (note §6, Fig. 6) vs our data",
+        "## Paper claims (Fig. 6) vs our data",
         "Each claim is checked on the mean error over seeds in every (centring, p, D) "
         'setting shown; "yes (k/n)": holds in all n settings, "mostly": in at least '
         "two thirds.",

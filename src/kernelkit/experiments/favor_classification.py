@@ -544,7 +544,7 @@ def _write_report(rep: Report, cfg: Config, results, names, skipped, seed, quick
         f"- M in {Ms}; block-orthogonal projections for every RF type; the classifier with "
         f"M < {max(Ms)} uses the first M of the {max(Ms)} features of the same seed.\n"
         "- Data-dependent parameters (GERF, SADERF, ADERF, SDERF) fitted in closed form on "
-        "(sigma · query split, sigma · training split): not stated in the paper (note 7.2).\n"
+        "(sigma · query split, sigma · training split): not stated in the paper.\n"
         "- Data: offline substitutes for the paper's 8 unnamed UCI benchmarks "
         "(`kernelkit.datasets.load_classification`)."
         + (

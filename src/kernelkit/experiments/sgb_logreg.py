@@ -756,7 +756,7 @@ def _write_report(rep, config, results, problems, all_res, summaries, verdict, b
         "## Setup",
         "L2-regularised multinomial logistic regression, mean form "
         "L(Θ) = (1/T) Σ −log p(y_i|x_i) + (λ/2)‖Θ‖² with a constant feature (bias, "
-        "penalised) and two columns for binary sets (note Sec. 1). L* from scikit-learn "
+        "penalised) and two columns for binary sets (user guide). L* from scikit-learn "
         "`LogisticRegression(C=1/(λT), fit_intercept=False)` (binary: C = 2/(λT)), polished "
         "by SciPy Newton-CG. Suboptimality L − L*; thresholds on (L − L*)/L*. Times are "
         "optimisation seconds on this machine (objective evaluations excluded), all "
@@ -1015,12 +1015,12 @@ def _write_report(rep, config, results, problems, all_res, summaries, verdict, b
                 "per epoch). Quick mode: subsets, m = 100, 3 step sizes and one schedule, "
                 "one seed, few epochs.",
                 "- SPFB uses the mini-batch mean form (the paper does not define its "
-                "mini-batch update; note Sec. 4). The row `SPFB` is kernelkit's default, "
+                "mini-batch update; user guide). The row `SPFB` is kernelkit's default, "
                 "a truncated CG solve of eq. 2.6 (not the paper's exact step); the paper's "
                 "step is `SPFB (CG 1e-4)` and, where the (np)² matrix is affordable, "
                 "`SPFB (dense)`.",
                 "- LSPFB (`LSPFB k=..`) uses the low-rank variant "
-                f"`{config.low_rank}` (note Sec. 5, tighter and faster than Alg. LB as "
+                f"`{config.low_rank}` (user guide: tighter and faster than Alg. LB as "
                 "printed); Alg. LB itself (with the note's corrections) is `LSPFB-paper "
                 "k=..` where listed. Ranks as listed in the results (a rank above the "
                 "parameter dimension or unaffordable is left out).",

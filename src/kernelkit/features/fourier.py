@@ -2,7 +2,7 @@
 
 Reference forms from Wacker, Kanagawa & Filippone, "Improved Random Features for Dot
 Product Kernels" (equation numbers below refer to it; implementation note
-``shared/notes/dot_product_random_features.md`` Sec. 2.6):
+the user guide's shift-invariant kernels page):
 
 * eq. 59 (real): ``phi(x) = sqrt(2/D) [cos(w_j^T x), sin(w_j^T x)]_{j <= D/2}``, all cosines
   first, then all sines, ``w_j ~ N(0, I / l^2)``; ``phi(x)^T phi(y) =
