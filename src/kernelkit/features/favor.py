@@ -35,7 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace, is_numpy_namespace
 
-from .._backend.parallel import PARALLEL_MIN_ELEMENTS, map_row_blocks
+from .._backend.parallel import (
+    PARALLEL_MIN_ELEMENTS,
+    SingleThreadedBlas,
+    effective_n_jobs,
+    pool_map,
+)
 
 __all__ = [
     "DERF_MAPS",
@@ -139,29 +144,70 @@ class Moments:
 def _one_side(X, weights, full, n_jobs):
     # mean (..., d) and second moment (..., d, d) or (..., d) of X (..., n, d)
     xp = array_namespace(X)
-    n, d = X.shape[-2], X.shape[-1]
     if weights is not None:
         Xw = X * weights[..., None]
         mean = xp.sum(Xw, axis=-2)
         second = xp.matrix_transpose(Xw) @ X if full else xp.sum(Xw * X, axis=-2)
         return mean, second
+    if _blocked(X):
+        return _blocked_moments([X], full, n_jobs)[0]
     if not full:
         return xp.mean(X, axis=-2), xp.mean(X * X, axis=-2)
-    if not is_numpy_namespace(xp) or X.ndim != 2 or n * d < 4 * PARALLEL_MIN_ELEMENTS:
-        return xp.mean(X, axis=-2), xp.matrix_transpose(X) @ X / n
-    # large 2-D NumPy: Gram (syrk) and column sums per row block, in threads, summed in
-    # block order (the result does not depend on the thread count)
-    parts = {}
+    n = X.shape[-2]
+    return xp.mean(X, axis=-2), xp.matrix_transpose(X) @ X / n
 
-    def block(lo, hi):
-        Xb = X[lo:hi]
-        parts[lo] = (np.ones(hi - lo) @ Xb, Xb.T @ Xb)
 
-    rows = max(256, _MOMENT_BLOCK_BYTES // (d * X.itemsize))
-    map_row_blocks(block, n, d, X.itemsize, rows=rows, n_jobs=n_jobs)
-    order = sorted(parts)
-    mean = sum(parts[k][0] for k in order) / n
-    return mean, sum(parts[k][1] for k in order) / n
+def _blocked(X) -> bool:
+    """Whether the moments of ``X`` are summed in threaded row blocks (large 2-D NumPy
+    input)."""
+    return (
+        isinstance(X, np.ndarray)
+        and X.ndim == 2
+        and X.dtype.kind == "f"
+        and X.shape[0] * X.shape[1] >= 4 * PARALLEL_MIN_ELEMENTS
+    )
+
+
+def _blocked_moments(arrays, full, n_jobs) -> list:
+    """``[(mean, second moment) for X in arrays]`` of 2-D NumPy arrays in one threaded pass.
+
+    The second moment is ``X^T X / n`` (``full``) or its diagonal. Every array is cut
+    into row blocks of about ``_MOMENT_BLOCK_BYTES`` (fixed by its shape); the blocks of
+    all arrays are spread over one pool of threads (BLAS on one thread: per block a Gram
+    matrix (syrk) or column sums of squares, and the column sums, in the core's cache),
+    and the block results are summed in block order, so the moments do not depend on the
+    thread count. (NumPy's matmul releases the GIL; SciPy's BLAS wrappers do not.)
+    """
+    tasks = []
+    for i, X in enumerate(arrays):
+        n, d = X.shape
+        rows = max(256, _MOMENT_BLOCK_BYTES // (d * X.itemsize))
+        tasks += [(i, lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+    ones = np.ones(max(hi - lo for _, lo, hi in tasks))
+
+    def block(task):
+        i, lo, hi = task
+        Xb = arrays[i][lo:hi]
+        second = Xb.T @ Xb if full else np.einsum("ij,ij->j", Xb, Xb)
+        return second, ones[: hi - lo] @ Xb  # column sums: gemv beats .sum(axis=0)
+
+    threads = min(effective_n_jobs(n_jobs), len(tasks))
+    if threads > 1:
+        with SingleThreadedBlas():
+            parts = pool_map(block, tasks, threads)
+    else:
+        parts = [block(t) for t in tasks]
+    out = []
+    for i, X in enumerate(arrays):
+        mine = [part for task, part in zip(tasks, parts, strict=True) if task[0] == i]
+        second, total = (a.copy() for a in mine[0])
+        for s2, t in mine[1:]:
+            second += s2
+            total += t
+        n = X.shape[0]
+        mean = total / n  # float64 (the ones are): as before for the full moments
+        out.append((mean if full else mean.astype(X.dtype, copy=False), second / n))
+    return out
 
 
 def moments(X, Y=None, *, full: bool = True, key_weights=None, n_jobs=None) -> Moments:
@@ -181,11 +227,17 @@ def moments(X, Y=None, *, full: bool = True, key_weights=None, n_jobs=None) -> M
     Returns
     -------
     Moments
-        Cost ``O((n + m) d^2)`` (``full``) or ``O((n + m) d)``.
+        Cost ``O((n + m) d^2)`` (``full``) or ``O((n + m) d)``. Large 2-D NumPy ``X`` and
+        ``Y`` are read in one threaded pass over both (row blocks of a fixed size, summed
+        in order: the result does not depend on the thread count).
     """
-    mx, sx = _one_side(X, None, full, n_jobs)
     if Y is None or (Y is X and key_weights is None):
+        mx, sx = _one_side(X, None, full, n_jobs)
         return Moments(mx, sx, mx, sx)
+    if key_weights is None and _blocked(X) and _blocked(Y):
+        (mx, sx), (my, sy) = _blocked_moments([X, Y], full, n_jobs)
+        return Moments(mx, sx, my, sy)
+    mx, sx = _one_side(X, None, full, n_jobs)
     my, sy = _one_side(Y, key_weights, full, n_jobs)
     return Moments(mx, sx, my, sy)
 

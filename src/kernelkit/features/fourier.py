@@ -232,10 +232,14 @@ class RandomFourierFeatures(FeatureMap):
 
     def _build(self):
         self._cache = {}
-        W_T = self.projection_.T / self.lengthscale_  # (d, n_freq)
-        We_T = self.extra_projection_.T / self.lengthscale_  # (d, r)
-        # [W^T, We^T; 0, b] for X augmented with a ones column: one matmul for all columns
-        W_aug = np.block([[W_T, We_T], [np.zeros((1, W_T.shape[1])), self.offset_[None, :]]])
+        (m, d), r = self.projection_.shape, self.extra_projection_.shape[0]
+        # [W^T, We^T; 0, b] / [l, l; 1, 1] for X augmented with a ones column: one matmul
+        # for all columns
+        W_aug = np.empty((d + 1, m + r))
+        np.divide(self.projection_.T, self.lengthscale_, out=W_aug[:d, :m])  # (d, n_freq)
+        np.divide(self.extra_projection_.T, self.lengthscale_, out=W_aug[:d, m:])  # (d, r)
+        W_aug[d, :m] = 0.0
+        W_aug[d, m:] = self.offset_
         self._consts = {"W_aug": W_aug, "W_aug_half": 0.5 * W_aug}
 
     def _param(self, name, xp, like):

@@ -230,12 +230,20 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         super()._build()
         params = self._parameters()
         W = self._projections()  # (M', d)
-        W_x, W_y, const = derf_log_weights(params, W)  # (d, M'), (d, M'), (M',)
+        if params.B_x is None and params.B_y is None and not np.any(params.a):
+            # FAVOR+ (a = 0, B = I): what derf_log_weights returns, bit for bit (its
+            # sqrt(1 - 4a) is exactly 1 and its const exactly -log(M')/2), without its
+            # (d, M') temporaries
+            W_x = W_y = W.T
+            const = np.full(W.shape[0], -0.5 * math.log(W.shape[0]))
+        else:
+            W_x, W_y, const = derf_log_weights(params, W)  # (d, M'), (d, M'), (M',)
         d, M = W_x.shape
         consts = {"const": const}
         for side, Wk, B in (("x", W_x, params.B_x), ("y", W_y, params.B_y)):
             if side == "y" and Wk is W_x:  # symmetric parameters: the x-side arrays serve
-                consts["W_T_y"], consts["W_aug_y"] = consts["W_T_x"], consts["W_aug_x"]
+                for key in ("W_T_", "W_aug_", "W_aug2_"):
+                    consts[key + "y"] = consts[key + "x"]
             else:
                 # W_aug = [W_eff; const; 1] for X augmented with [1, row term] (folded into
                 # the matmul: no pass over the (n, M) output for either)
@@ -245,6 +253,8 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
                 W_aug[d + 1] = 1.0
                 consts["W_T_" + side] = W_aug[:d]  # (d, M), a C-contiguous view
                 consts["W_aug_" + side] = W_aug
+                # exp(z) = exp2(z log2(e)): float64 exp2 is the cheaper SIMD kernel
+                consts["W_aug2_" + side] = W_aug * (1.0 / math.log(2.0))
             if B is not None and not params.orthogonal:
                 consts["B_" + side] = np.ascontiguousarray(B.T if B.ndim == 2 else B)
         self._consts = consts
@@ -320,7 +330,14 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             row = self._row_term(X, xp, side)[:, None]  # (n, 1)
             return xp.exp(xp.concat([X, ones, row], axis=1) @ W_aug)
         # NumPy: exp([X, 1, row] @ [W^T; const; 1]) per row block, in threads: one matmul
-        # and one in-place exp per block, nothing else touches the (n, M) output
+        # and one in-place exp per block, nothing else touches the (n, M) output. float64
+        # with a SIMD exp2: exp2([X, 1, row] @ ([W^T; const; 1] log2(e))), the same values
+        # up to rounding (~1e-15 relative) and ~15% less time in the exponential
+        from ._trig import simd_f64
+
+        exp = np.exp
+        if X.dtype == np.float64 and simd_f64("exp2"):
+            W_aug, exp = self._param("W_aug2_" + side, xp, X), np.exp2
         self._row_term(X[:1], xp, side)  # puts the row-term constants in the cache
         (n, d), M = X.shape, W_aug.shape[1]
         out = np.empty((n, M), dtype=X.dtype)
@@ -339,7 +356,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             else:
                 _matmul_augmented(Xb, (1.0, row), W_aug, o)
             with np.errstate(over="ignore"):
-                np.exp(o, out=o)
+                exp(o, out=o)
 
         # 4 MiB output blocks (512 float64 rows of 1024 features): fewer, larger matmuls
         # (each one packs all of W) measured faster than L2-sized blocks on 2 threads
