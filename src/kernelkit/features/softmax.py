@@ -216,15 +216,19 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         """:class:`DERFParameters` of the fitted attributes (diagonal ``B`` as a vector)."""
 
         def compact(B):
-            if B is None or _is_orthogonal(B):
-                return B
+            # (B, whether |B x| = |x|): None and rotations as they are, diagonal matrices
+            # as their diagonal (one pass over the (d, d) matrix each)
+            if B is None:
+                return None, True
+            if _is_orthogonal(B):
+                return B, True
             diag = _diagonal_of(B)
-            return B if diag is None else diag
+            return (B if diag is None else diag), False
 
-        bx = compact(self.B_x_)
-        by = bx if self.B_y_ is self.B_x_ else compact(self.B_y_)
-        ortho = all(B is None or (B.ndim == 2 and _is_orthogonal(B)) for B in (bx, by))
-        return DERFParameters(np.asarray(self.A_, dtype=np.float64), bx, by, orthogonal=ortho)
+        bx, ox = compact(self.B_x_)
+        by, oy = (bx, ox) if self.B_y_ is self.B_x_ else compact(self.B_y_)
+        a = np.asarray(self.A_, dtype=np.float64)
+        return DERFParameters(a, bx, by, orthogonal=ox and oy)
 
     def _build(self):
         super()._build()
