@@ -196,7 +196,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             xp = get_namespace(np.empty(0))
         else:
             foreign = _is_foreign_array(X)
-            if not foreign and (reset or like is None):
+            named = hasattr(X, "columns") or "feature_names_in_" in self.__dict__
+            if not foreign and named and (reset or like is None):
                 _check_feature_names(self, X, reset=reset)  # pandas column names
             X, xp = validate_array(X, name, allow_empty=allow_empty)
             if reset and foreign:
