@@ -37,6 +37,7 @@ __all__ = [
     "device",
     "float_dtype",
     "get_namespace",
+    "is_foreign_array",
     "is_numpy_namespace",
     "is_torch_array",
     "is_torch_namespace",
@@ -54,6 +55,14 @@ def device(x):
     if sp.issparse(x):
         return "cpu"
     return _device(x)
+
+
+def is_foreign_array(X) -> bool:
+    """Whether ``X`` is an array-API array other than NumPy (a torch tensor, ...): such
+    input keeps its backend and device; NumPy, lists, pandas and SciPy sparse do not."""
+    if isinstance(X, np.ndarray) or sp.issparse(X):
+        return False
+    return is_torch_array(X) or hasattr(X, "__array_namespace__")
 
 
 def get_namespace(*arrays):

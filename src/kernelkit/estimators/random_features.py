@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._backend import (
     check_random_state,
     get_namespace,
-    is_torch_array,
+    is_foreign_array,
     to_numpy,
     validate_positive_int,
 )
@@ -26,13 +26,6 @@ __all__ = ["RandomFeatures"]
 
 #: kernels the estimators know
 KERNEL_NAMES = ("gaussian", "softmax", "polynomial")
-
-
-def _is_foreign_array(X) -> bool:
-    """True for array-API arrays that are not NumPy (torch tensors, ...)."""
-    if isinstance(X, np.ndarray) or sp.issparse(X):
-        return False
-    return is_torch_array(X) or hasattr(X, "__array_namespace__")
 
 
 class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -219,7 +212,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         )
 
     def _validate(self, X, reset: bool, accept_sparse: bool):
-        if _is_foreign_array(X):
+        if is_foreign_array(X):
             X, _ = kk_validate_data(X, "X", n_features=None if reset else self.n_features_in_)
             if reset:
                 self.n_features_in_ = int(X.shape[1])
@@ -366,7 +359,7 @@ def _sample_rows(X, size: int, rng):
     if n <= size:
         return X
     idx = np.sort(rng.choice(n, size=size, replace=False))
-    if _is_foreign_array(X):
+    if is_foreign_array(X):
         import array_api_compat
 
         xp = array_api_compat.array_namespace(X)

@@ -49,8 +49,8 @@ from .._backend import (
     check_random_state,
     device,
     get_namespace,
+    is_foreign_array,
     is_numpy_namespace,
-    is_torch_array,
     to_backend,
     to_numpy,
 )
@@ -60,13 +60,6 @@ __all__ = ["KERNELS", "FeatureMap"]
 
 #: kernel name -> alpha of the scaled softmax kernel K^(alpha) (FAVOR# Sec. 2.1)
 KERNELS = {"softmax": 0.0, "gaussian": -0.5}
-
-
-def _is_foreign_array(X) -> bool:
-    """Array-API arrays that are not NumPy (torch tensors, ...): they keep their backend."""
-    if isinstance(X, np.ndarray) or sp.issparse(X):
-        return False
-    return is_torch_array(X) or hasattr(X, "__array_namespace__")
 
 
 def _sparse_classes() -> str:
@@ -195,7 +188,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             )
             xp = get_namespace(np.empty(0))
         else:
-            foreign = _is_foreign_array(X)
+            foreign = is_foreign_array(X)
             named = hasattr(X, "columns") or "feature_names_in_" in self.__dict__
             if not foreign and named and (reset or like is None):
                 _check_feature_names(self, X, reset=reset)  # pandas column names
