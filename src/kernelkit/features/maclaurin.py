@@ -37,7 +37,7 @@ import numpy as np
 from .._backend import check_random_state, device, to_numpy, validate_positive_int
 from .._backend.fwht import next_power_of_two
 from .._backend.parallel import check_n_jobs
-from ._base import FeatureMap, sq_norms
+from ._base import FeatureMap, check_real, sq_norms
 from .dot_product_variance import iid_sketch_variance, pair_statistics, tensor_srht_variance
 from .maclaurin_series import (
     MACLAURIN_KERNELS,
@@ -45,7 +45,6 @@ from .maclaurin_series import (
     SKETCHES,
     MaclaurinPairSums,
     _check_degree,
-    _check_real,
     greedy_allocation,
     maclaurin_coefficients,
     maclaurin_pair_sums,
@@ -109,10 +108,10 @@ class _MaclaurinBase(FeatureMap):
             raise TypeError(f"real_output must be a bool, got {self.real_output!r}.")
         if self.kernel == "polynomial":
             _check_degree(self.degree, "degree")
-            _check_real(self.gamma, "gamma", minimum=0.0, strict=True)
-            _check_real(self.coef0, "coef0", minimum=0.0)
+            check_real(self.gamma, "gamma", minimum=0.0, strict=True)
+            check_real(self.coef0, "coef0", minimum=0.0)
         else:
-            _check_real(self.lengthscale, "lengthscale", minimum=0.0, strict=True)
+            check_real(self.lengthscale, "lengthscale", minimum=0.0, strict=True)
 
     def _input_scale(self) -> float:
         """``s`` with ``x' = sqrt(s) x`` (the sketches see ``x'``)."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from .._backend.fwht import next_power_of_two
 from .._backend.parallel import map_row_blocks
+from ._base import check_real
 from .dot_product import GaussianSketch, RademacherSketch, TensorSRHT
 from .dot_product_variance import srht_c
 
@@ -58,18 +59,6 @@ SKETCH_MOMENTS = {
 
 
 # ============================================================== coefficients
-def _check_real(value, name, *, minimum=None, strict=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}.")
-    if minimum is not None and (value <= minimum if strict else value < minimum):
-        op = ">" if strict else ">="
-        raise ValueError(f"{name} must be {op} {minimum}, got {value}.")
-    return value
-
-
 def _check_degree(value, name, minimum=1):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -119,8 +108,8 @@ def maclaurin_coefficients(
         if degree is None:
             raise ValueError("The polynomial kernel needs its degree.")
         degree = _check_degree(degree, "degree")
-        gamma = _check_real(gamma, "gamma", minimum=0.0, strict=True)
-        coef0 = _check_real(coef0, "coef0", minimum=0.0)
+        gamma = check_real(gamma, "gamma", minimum=0.0, strict=True)
+        coef0 = check_real(coef0, "coef0", minimum=0.0)
         out = np.zeros(max_degree + 1)
         for k in range(min(degree, max_degree) + 1):
             # C(p, k) coef0^(p-k) gamma^k in log space (no overflow of the binomial)
@@ -137,7 +126,7 @@ def maclaurin_coefficients(
             out[k] = math.exp(log_a) if log_a < 709.0 else math.inf
         return out
     if kernel in ("softmax", "gaussian"):
-        lengthscale = _check_real(lengthscale, "lengthscale", minimum=0.0, strict=True)
+        lengthscale = check_real(lengthscale, "lengthscale", minimum=0.0, strict=True)
         log_a = -np.array([math.lgamma(k + 1) for k in n]) - 2.0 * n * math.log(lengthscale)
         with np.errstate(over="ignore"):
             return np.exp(log_a)
@@ -156,7 +145,7 @@ def unit_sphere_polynomial(a: float = 2.0) -> dict:
         ``{"gamma": s, "coef0": c}``, to pass to the polynomial maps
         (``RandomMaclaurin(kernel="polynomial", degree=p, **unit_sphere_polynomial(2))``).
     """
-    a = _check_real(a, "a", minimum=2.0)
+    a = check_real(a, "a", minimum=2.0)
     s = 2.0 / (a * a)
     return {"gamma": s, "coef0": 1.0 - s}
 
@@ -183,7 +172,7 @@ def random_maclaurin_measure(
     """
     a = np.asarray(coefficients, dtype=np.float64)
     p = len(a) - 1 if max_degree is None else int(max_degree)
-    c = _check_real(c, "c", minimum=1.0, strict=True)
+    c = check_real(c, "c", minimum=1.0, strict=True)
     n = np.arange(p + 1)
     mu = np.where((n >= 1) & (a[: p + 1] > 0), c ** (-(n + 1.0)), 0.0)
     total = mu.sum()

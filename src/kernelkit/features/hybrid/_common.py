@@ -115,11 +115,6 @@ def _sq_norms(xp, X):
     return xp.sum(X * X, axis=1)
 
 
-def _check_bool(value, name):
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {value!r}.")
-
-
 def _sq_norms3(xp, a):
     return xp.sum(a * a, axis=-1)
 

@@ -14,13 +14,12 @@ import math
 import numpy as np
 
 from ..._backend import device, is_numpy_namespace, validate_positive_int
-from .._base import _detach
+from .._base import _detach, check_bool
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
 from ._common import (
     _assemble,
-    _check_bool,
     _combine,
     _log1mexp,
     _outer,
@@ -65,7 +64,7 @@ class _BipolarHybrid(ProjectionFeatureMap):
     def _check_params(self):
         super()._check_params()
         validate_positive_int(self.n_lambda, "n_lambda", maximum=2**24)
-        _check_bool(self.shared_projection, "shared_projection")
+        check_bool(self.shared_projection, "shared_projection")
 
     def _fit_parameters(self, X, Y, rng):
         if self.shared_projection:
