@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from sklearn.exceptions import NotFittedError
 
-from kernelkit.features import ADERF, GERF, SADERF
+from kernelkit.features import ADERF, GERF, SADERF, SDERF
 
 
 def _name(cls):
@@ -247,3 +247,21 @@ def test_refit_replaces_parameters(cls, data):
     assert fm.n_features_in_ == 4 and fm.transform(X[:, :4]).shape == (len(X), fm.output_dim)
     fm.fit(X, Y=Y)
     np.testing.assert_allclose(fm.transform(X), first, rtol=1e-14)
+
+
+@pytest.mark.parametrize("cls", [GERF, SADERF, ADERF, SDERF])
+def test_fitted_maps_check_finiteness_through_their_moments(cls):
+    """The data-dependent fits skip the separate finite pass over the data: NaN / inf
+    are caught through the moments' sums (in the threaded path too), with the same
+    message, and finite data whose moments overflow gets its own message."""
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(40000, 8)), rng.normal(size=(30000, 8))  # threaded moments
+    for bad in (np.nan, np.inf, -np.inf):
+        Xb, Yb = X.copy(), Y.copy()
+        Xb[12345, 3], Yb[29999, 0] = bad, bad
+        with pytest.raises(ValueError, match=r"^X contains NaN or infinity"):
+            cls(n_features=4).fit(Xb, Y=Y)
+        with pytest.raises(ValueError, match=r"^Y contains NaN or infinity"):
+            cls(n_features=4).fit(X, Y=Yb)
+    with pytest.raises(ValueError, match="overflow"):
+        cls(n_features=4).fit(X[:50] * 1e200)

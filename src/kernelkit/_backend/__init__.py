@@ -33,6 +33,7 @@ from array_api_compat import (
 from array_api_compat import device as _device
 
 __all__ = [
+    "check_all_finite",
     "check_random_state",
     "device",
     "float_dtype",
@@ -156,7 +157,14 @@ def validate_positive_float(value, name: str) -> float:
     return float(value)
 
 
-def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_empty: bool = False):
+def validate_data(
+    X,
+    name: str = "X",
+    *,
+    n_features: int | None = None,
+    allow_empty: bool = False,
+    check_finite: bool = True,
+):
     """Validate a 2-D real data matrix and apply the dtype policy.
 
     Parameters
@@ -169,6 +177,9 @@ def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_em
         Expected number of columns (the one seen at ``fit``).
     allow_empty : bool
         Whether zero rows are accepted.
+    check_finite : bool
+        Check for NaN and infinity (a caller that sums the data anyway may check the sums
+        instead and call :func:`check_all_finite` only when they are not finite).
 
     Returns
     -------
@@ -223,9 +234,16 @@ def validate_data(X, name: str = "X", *, n_features: int | None = None, allow_em
     dtype = float_dtype(xp, X)
     if X.dtype != dtype:
         X = xp.astype(X, dtype)
-    if not _all_finite(xp, X):
+    if check_finite and not _all_finite(xp, X):
         raise ValueError(f"{name} contains NaN or infinity.")
     return X, xp
+
+
+def check_all_finite(X, name: str = "X") -> None:
+    """Raise the ``ValueError`` of :func:`validate_data` if ``X`` holds NaN or infinity."""
+    xp = get_namespace(X)
+    if not _all_finite(xp, X):
+        raise ValueError(f"{name} contains NaN or infinity.")
 
 
 def _all_finite(xp, X) -> bool:

@@ -89,6 +89,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     #: whether ``fit`` reads more of the data than its dimension
     data_dependent = False
 
+    def _checks_finite_in_fit(self) -> bool:
+        """Whether ``_fit`` checks the data for NaN / inf itself (through sums it computes
+        anyway), so that ``fit`` need not make a pass over the data for it."""
+        return False
+
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None, *, Y=None):
         """Draw the random parameters and fit the data-dependent ones.
@@ -108,11 +113,12 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         self
         """
         self._check_params()
-        X, xp = self._validate(X, "X", reset=True)
+        finite = not self._checks_finite_in_fit()
+        X, xp = self._validate(X, "X", reset=True, check_finite=finite)
         if Y is None:
             self._check_positional_keys(X, y)
         else:
-            Y, _ = self._validate(Y, "Y", like=X, allow_empty=False)
+            Y, _ = self._validate(Y, "Y", like=X, allow_empty=False, check_finite=finite)
         self._fit(X, Y, xp, check_random_state(self.random_state))
         self._is_fitted = True
         return self
@@ -158,7 +164,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             )
 
     # ------------------------------------------------------------------ inputs
-    def _validate(self, X, name: str, *, reset: bool = False, like=None, allow_empty=None):
+    def _validate(
+        self, X, name: str, *, reset: bool = False, like=None, allow_empty=None, check_finite=True
+    ):
         """Validated ``(X, xp)`` under the dtype / backend / sparse policy of the module doc.
 
         ``reset`` (``fit``'s ``X``) records ``n_features_in_`` and, for named columns,
@@ -192,7 +200,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             named = hasattr(X, "columns") or "feature_names_in_" in self.__dict__
             if not foreign and named and (reset or like is None):
                 _check_feature_names(self, X, reset=reset)  # pandas column names
-            X, xp = validate_array(X, name, allow_empty=allow_empty)
+            X, xp = validate_array(X, name, allow_empty=allow_empty, check_finite=check_finite)
             if reset and foreign:
                 self.__dict__.pop("feature_names_in_", None)
         if reset:

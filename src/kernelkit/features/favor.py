@@ -474,19 +474,22 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     if check and bool(xp.any(8.0 * a >= 1.0)):
         raise ValueError("DERF needs every A_l < 1/8 (Thm 4.1: 8A < I).")
     s = xp.sqrt(1.0 - 4.0 * a)  # (..., d)
-    Wt = xp.matrix_transpose(W)  # (d, M)
-    const = 0.25 * xp.sum(xp.log1p(-4.0 * a), axis=-1, keepdims=True) + a @ (Wt * Wt)
+    # sum_l a_l w_ml^2 as (W * W) @ a: contiguous operands, (..., M)
+    const = (
+        0.25 * xp.sum(xp.log1p(-4.0 * a), axis=-1, keepdims=True) + ((W * W) @ a[..., None])[..., 0]
+    )
     if normalize:
         const = const - 0.5 * math.log(W.shape[0])
+    Ws = W * s[..., None, :]  # (..., M, d): W diag(s)
 
     def side(B):
-        SW = s[..., :, None] * Wt  # (..., d, M): diag(s) W^T
+        # B^T diag(s) W^T = (W diag(s) B)^T, formed on the contiguous (M, d) side
         if B is None:
-            return SW
+            return xp.matrix_transpose(Ws)
         B = xp.asarray(B, dtype=W.dtype, device=_device(W))
         if B.ndim == a.ndim:  # diagonal
-            return B[..., :, None] * SW
-        return xp.matrix_transpose(B) @ SW
+            return xp.matrix_transpose(Ws * B[..., None, :])
+        return xp.matrix_transpose(Ws @ B)
 
     W_x = side(params.B_x)
     W_y = W_x if params.symmetric else side(params.B_y)

@@ -29,7 +29,7 @@ import numbers
 
 import numpy as np
 
-from .._backend import device, is_numpy_namespace, to_backend, to_numpy
+from .._backend import check_all_finite, device, is_numpy_namespace, to_backend, to_numpy
 from .._backend.parallel import check_n_jobs, map_row_blocks
 from ._base import _matmul_augmented, sq_norms
 from ._projection import ProjectionFeatureMap, SecondMomentVariance
@@ -187,11 +187,16 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
     #: whether the fit needs full second-moment matrices (ADERF, SDERF)
     _full_moments = True
 
+    def _checks_finite_in_fit(self):
+        return self._derf != "positive"  # the moments' sums see every entry
+
     def _fit_parameters(self, X, Y, rng):
         if self._derf == "positive":
             params = fit_derf("positive", None, dim=X.shape[1])
         else:
-            mom = moments(X, Y, full=self._full_moments, n_jobs=self.n_jobs)
+            with np.errstate(over="ignore", invalid="ignore"):  # NaN / inf: checked below
+                mom = moments(X, Y, full=self._full_moments, n_jobs=self.n_jobs)
+            _check_finite_moments(mom, X, Y)
             params = fit_derf(self._derf, mom, eps=getattr(self, "eps", DEFAULT_EPS))
         self._set_parameters(params)
 
@@ -426,6 +431,23 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         return float(out)
 
 
+def _check_finite_moments(mom, X, Y):
+    """NaN / inf in ``X`` or ``Y`` reach the moments' sums (an entry ``v`` adds ``v^2`` to
+    a diagonal second moment): check the sums, and only then the data, for the message."""
+    sx, sy = mom.diagonals()
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.sum(sx) + np.sum(sy) + np.sum(mom.mean_x) + np.sum(mom.mean_y)
+    if np.isfinite(total):
+        return
+    check_all_finite(X, "X")
+    check_all_finite(Y, "Y")
+    raise ValueError(
+        "The second moments of X and Y overflow float64 (entries of magnitude up to "
+        f"{max(np.abs(X).max(), np.abs(Y).max()):.3g} after dividing by the lengthscale): "
+        "rescale the data or increase lengthscale."
+    )
+
+
 def _is_orthogonal(B):
     B = np.asarray(B)
     return B.ndim == 2 and np.allclose(B @ B.T, np.eye(B.shape[0]), atol=1e-12)
@@ -530,6 +552,9 @@ class GERF(_DiagonalDERF):
                 raise TypeError(f"A must be a float below 1/8, got {self.A!r}.")
             if not (float(self.A) < 0.125 and math.isfinite(self.A)):
                 raise ValueError(f"A must be below 1/8 (1 - 8A > 0), got {self.A}.")
+
+    def _checks_finite_in_fit(self):
+        return self.A is None
 
     def _fit_parameters(self, X, Y, rng):
         if self.A is None:
