@@ -33,7 +33,7 @@ Timed in one run (JDL issue, "Done means"):
   ``JointDistribution`` fit + 5000 conditional means at the same ``n`` (round-robin,
   minimum of the rounds). Both errors against the closed-form ``E[Y | x]`` are printed.
 
-* **Out of core** (issue 8): the same model with ``pivot_sample = 50 000`` (Algorithm 1
+* **Out of core**: the same model with ``pivot_sample = 50 000`` (Algorithm 1
   on a uniform sample, the statistics of problem (22) reduced over all rows in blocks;
   :mod:`kernelkit.distributions._chunked`), on the n = 10^6 NumPy data of the exact run,
   and on ``n_ooc`` = 10^7 rows (quick: 4 x 10^5) of a lazily generated ``dask.array``
