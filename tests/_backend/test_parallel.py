@@ -71,3 +71,32 @@ def test_map_row_blocks_covers_every_row_once(n_jobs):
 def test_block_map_results_in_block_order():
     parts = parallel.block_map(lambda a, b: (a, b), 10, 3, n_jobs=2)
     assert parts == [(0, 3), (3, 6), (6, 9), (9, 10)]
+
+
+def test_run_beside_returns_both_results_and_uses_another_thread():
+    main = threading.get_ident()
+    side, work = parallel.run_beside(lambda: threading.get_ident(), lambda: "work")
+    assert work == "work"
+    # either a pool thread ran it, or it was cancelled and ran here: both give its value
+    assert isinstance(side, int)
+    seen = []
+    # a long main-thread task leaves the pool time to start the side task
+    side, _ = parallel.run_beside(
+        lambda: threading.get_ident(), lambda: seen.append(np.linalg.eigh(np.eye(300)))
+    )
+    assert side != main
+
+
+def test_run_beside_reraises_either_error():
+    with pytest.raises(ZeroDivisionError):
+        parallel.run_beside(lambda: 1 / 0, lambda: None)
+    with pytest.raises(KeyError):
+        parallel.run_beside(lambda: 1, lambda: {}["missing"])
+
+
+def test_run_beside_inside_a_busy_pool_does_not_deadlock():
+    # every pool thread runs a task that itself calls run_beside
+    out = parallel.pool_map(
+        lambda i: parallel.run_beside(lambda: i, lambda: -i), range(8), threads=2
+    )
+    assert out == [(i, -i) for i in range(8)]

@@ -26,7 +26,15 @@ from scipy.linalg import expm
 from scipy.optimize import minimize_scalar
 
 from kernelkit.features import ADERF, GERF, SADERF, SDERF, PositiveRF
-from kernelkit.features.favor import fit_aderf, fit_gerf, fit_saderf, fit_sderf, gerf_phi, moments
+from kernelkit.features.favor import (
+    fit_aderf,
+    fit_gerf,
+    fit_saderf,
+    fit_sderf,
+    gerf_phi,
+    moments,
+    moments_are_threaded,
+)
 
 N_PERTURB = 100
 
@@ -434,3 +442,17 @@ def test_hierarchy_collapses_on_isotropic_symmetric_data():
     }
     assert abs(L["GERF"] - L["SADERF"]) < 0.02 * abs(L["GERF"])
     assert L["GERF"] >= L["SADERF"] >= L["ADERF"] - 1e-12
+
+
+@pytest.mark.parametrize("cls", [SDERF, ADERF])
+def test_threaded_fit_draws_the_same_projections_as_a_serial_fit(cls):
+    # large inputs: the projections are drawn on a pool thread beside the moments
+    rng = np.random.default_rng(4)
+    X = 0.1 * rng.standard_normal((12000, 48))
+    Y = 0.1 * rng.standard_normal((11000, 48))
+    assert moments_are_threaded(X) and moments_are_threaded(Y)
+    serial = cls(64, random_state=7, n_jobs=1).fit(X, Y=Y)
+    threaded = cls(64, random_state=7, n_jobs=2).fit(X, Y=Y)
+    np.testing.assert_array_equal(threaded.projection_, serial.projection_)
+    np.testing.assert_array_equal(threaded.A_, serial.A_)
+    np.testing.assert_allclose(threaded.transform(X[:50]), serial.transform(X[:50]), rtol=1e-12)

@@ -34,6 +34,7 @@ __all__ = [
     "map_row_blocks",
     "num_threads",
     "pool_map",
+    "run_beside",
 ]
 
 #: target size in bytes of one row block of a feature matrix
@@ -204,6 +205,23 @@ def pool_map(fn, items, threads: int) -> list:
     if errors:
         raise errors[0]
     return results
+
+
+def run_beside(fn, work):
+    """``(fn(), work())`` with ``fn`` on a thread of the shared pool while the calling thread
+    runs ``work`` (which may use the pool itself: ``fn`` is then one more task in its queue).
+
+    ``fn`` must not touch what ``work`` touches. If no pool thread has started ``fn`` by the
+    time ``work`` returns, it is cancelled and run in the calling thread, so a busy pool
+    delays but never deadlocks. Exceptions of either are re-raised.
+    """
+    future = _worker_pool(1).submit(fn)
+    try:
+        result = work()
+    except BaseException:
+        future.cancel()
+        raise
+    return (fn() if future.cancel() else future.result()), result
 
 
 def map_row_blocks(fn, n: int, width: int, itemsize: int, rows=None, n_jobs=None) -> None:

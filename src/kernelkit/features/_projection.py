@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import to_numpy, validate_positive_float, validate_positive_int
-from .._backend.parallel import SingleThreadedBlas
+from .._backend.parallel import SingleThreadedBlas, run_beside
 from ._base import KERNELS, FeatureMap, param_cache, sq_norms
 from .sampling import SAMPLERS, draw_projection
 
@@ -79,20 +79,35 @@ class ProjectionFeatureMap(FeatureMap):
     # ------------------------------------------------------------------ fitting
     def _fit(self, X, Y, xp, rng):
         d = int(X.shape[1])
-        self.projection_ = draw_projection(self.n_features, d, rng, sampler=self.sampler)  # (M, d)
+
+        def draw():
+            return draw_projection(self.n_features, d, rng, sampler=self.sampler)  # (M, d)
+
         Xs = _fit_array(X, self.lengthscale)  # (n, d) float64 NumPy
         Ys = Xs if Y is None else _fit_array(Y, self.lengthscale)  # Y is X: the same object
         # O(n d^2 + d^3 + M d^2) work: kernelkit threads the O(n d^2) sums itself and runs
         # small-d linear algebra on one BLAS thread (see SingleThreadedBlas)
         with SingleThreadedBlas() if d <= _SMALL_D else contextlib.nullcontext():
-            self._fit_parameters(Xs, Ys, rng)
+            if self._draw_beside_fit(Xs, Ys):
+                # the draw runs beside the threaded moments (one more task of the pool)
+                self.projection_, _ = run_beside(draw, lambda: self._fit_parameters(Xs, Ys, None))
+            else:
+                self.projection_ = draw()
+                self._fit_parameters(Xs, Ys, rng)
             self._build()
+
+    def _draw_beside_fit(self, X, Y) -> bool:
+        """Whether to draw the projections on a pool thread while ``_fit_parameters`` runs
+        (same draws either way). Only for fits that neither draw from ``rng`` nor read
+        ``projection_``, and are long enough to pay for the hand-over."""
+        return False
 
     def _fit_parameters(self, X, Y, rng):
         """Fit data-dependent parameters from float64 NumPy ``X`` (n, d), ``Y`` (m, d).
 
         ``X`` and ``Y`` may be read-only views of the caller's data (do not modify them in
-        place); ``Y is X`` when ``fit`` got no ``Y``.
+        place); ``Y is X`` when ``fit`` got no ``Y``. ``rng`` is None when
+        ``_draw_beside_fit`` is True (``projection_`` is then not set yet).
         """
 
     def _build(self):

@@ -66,7 +66,7 @@ DEFAULT_EPS = 1e-6
 
 #: bytes of one row block of :func:`moments` on 2-D NumPy input (the blocks depend on the
 #: shape only, so the sums do not depend on the thread count)
-_MOMENT_BLOCK_BYTES = 1 << 20
+_MOMENT_BLOCK_BYTES = 1 << 19  # half a SkylakeX L2: the Gram and the column sums
 
 
 # ============================================================== A*(phi)
@@ -149,7 +149,7 @@ def _one_side(X, weights, full, n_jobs):
         mean = xp.sum(Xw, axis=-2)
         second = xp.matrix_transpose(Xw) @ X if full else xp.sum(Xw * X, axis=-2)
         return mean, second
-    if _blocked(X):
+    if moments_are_threaded(X):
         return _blocked_moments([X], full, n_jobs)[0]
     if not full:
         return xp.mean(X, axis=-2), xp.mean(X * X, axis=-2)
@@ -157,7 +157,7 @@ def _one_side(X, weights, full, n_jobs):
     return xp.mean(X, axis=-2), xp.matrix_transpose(X) @ X / n
 
 
-def _blocked(X) -> bool:
+def moments_are_threaded(X) -> bool:
     """Whether the moments of ``X`` are summed in threaded row blocks (large 2-D NumPy
     input)."""
     return (
@@ -234,7 +234,7 @@ def moments(X, Y=None, *, full: bool = True, key_weights=None, n_jobs=None) -> M
     if Y is None or (Y is X and key_weights is None):
         mx, sx = _one_side(X, None, full, n_jobs)
         return Moments(mx, sx, mx, sx)
-    if key_weights is None and _blocked(X) and _blocked(Y):
+    if key_weights is None and moments_are_threaded(X) and moments_are_threaded(Y):
         (mx, sx), (my, sy) = _blocked_moments([X, Y], full, n_jobs)
         return Moments(mx, sx, my, sy)
     mx, sx = _one_side(X, None, full, n_jobs)
@@ -480,16 +480,17 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     )
     if normalize:
         const = const - 0.5 * math.log(W.shape[0])
-    Ws = W * s[..., None, :]  # (..., M, d): W diag(s)
+    Wt = xp.matrix_transpose(W)  # (..., d, M), a view
 
     def side(B):
-        # B^T diag(s) W^T = (W diag(s) B)^T, formed on the contiguous (M, d) side
+        # B^T diag(s) W^T: the (d, d) or (d,) factor first, then one product with W^T
+        # (no (M, d) temporary; a C-contiguous (d, M) result)
         if B is None:
-            return xp.matrix_transpose(Ws)
+            return s[..., :, None] * Wt
         B = xp.asarray(B, dtype=W.dtype, device=_device(W))
         if B.ndim == a.ndim:  # diagonal
-            return xp.matrix_transpose(Ws * B[..., None, :])
-        return xp.matrix_transpose(Ws @ B)
+            return (B * s)[..., :, None] * Wt
+        return (xp.matrix_transpose(B) * s[..., None, :]) @ Wt
 
     W_x = side(params.B_x)
     W_y = W_x if params.symmetric else side(params.B_y)

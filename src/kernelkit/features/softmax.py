@@ -30,7 +30,7 @@ import numbers
 import numpy as np
 
 from .._backend import check_all_finite, device, is_numpy_namespace, to_backend, to_numpy
-from .._backend.parallel import check_n_jobs, map_row_blocks
+from .._backend.parallel import check_n_jobs, effective_n_jobs, map_row_blocks
 from ._base import _matmul_augmented, sq_norms
 from ._projection import ProjectionFeatureMap, SecondMomentVariance
 from ._trig import trig_features, use_half
@@ -41,6 +41,7 @@ from .favor import (
     derf_log_weights,
     fit_derf,
     moments,
+    moments_are_threaded,
 )
 
 __all__ = ["ADERF", "GERF", "SADERF", "SDERF", "HyperbolicRF", "PositiveRF", "TrigRF", "a_star"]
@@ -190,6 +191,15 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
     def _checks_finite_in_fit(self):
         return self._derf != "positive"  # the moments' sums see every entry
 
+    def _draw_beside_fit(self, X, Y):
+        # the threaded moments of large X, Y (O((n + m) d^2)) hide the O(M d) draw
+        return (
+            self._derf != "positive"
+            and effective_n_jobs(self.n_jobs) > 1
+            and moments_are_threaded(X)
+            and moments_are_threaded(Y)
+        )
+
     def _fit_parameters(self, X, Y, rng):
         if self._derf == "positive":
             params = fit_derf("positive", None, dim=X.shape[1])
@@ -201,8 +211,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         self._set_parameters(params)
 
     def _set_parameters(self, params: DERFParameters):
-        d = self.projection_.shape[1]
-        self.A_ = np.asarray(params.a, dtype=np.float64).reshape(d)
+        self.A_ = np.asarray(params.a, dtype=np.float64).reshape(-1)  # (d,)
 
         def full(B):
             if B is None:
@@ -450,7 +459,11 @@ def _check_finite_moments(mom, X, Y):
 
 def _is_orthogonal(B):
     B = np.asarray(B)
-    return B.ndim == 2 and np.allclose(B @ B.T, np.eye(B.shape[0]), atol=1e-12)
+    if B.ndim != 2 or B.shape[0] != B.shape[1]:
+        return False
+    # np.allclose(B @ B.T, I, atol=1e-12) without its broadcasting machinery
+    eye = np.eye(B.shape[0])
+    return bool(np.all(np.abs(B @ B.T - eye) <= 1e-12 + 1e-5 * eye))
 
 
 class PositiveRF(_DiagonalDERF):
