@@ -33,8 +33,8 @@ def test_causal_saves_no_feature_sized_tensor_and_allocates_per_chunk():
     row statistics), never an (L, M) or (L, M, e) one, and no op of the backward
     allocates more than a quarter of one (L, M) float tensor (with chunk = L / 32 the
     largest allocations are a few (chunk, M) blocks and (L, d) gradients): the chunked
-    scans work in O(chunk M e). The bidirectional path (which keeps its (L, M) features) shows that
-    the hook sees feature-sized tensors when they are saved."""
+    scans work in O(chunk M e). The trig map (which keeps its (L, M) features for autograd)
+    shows that the hook sees feature-sized tensors when they are saved."""
     B, H, L, d, e, M = 1, 2, 1024, 8, 8, 128
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, L, n, generator=g, requires_grad=True) for n in (d, d, e))
@@ -44,10 +44,31 @@ def test_causal_saves_no_feature_sized_tensor_and_allocates_per_chunk():
         )
     )
     assert max(sizes) <= B * H * L * (max(d, e) + 1)
-    _, sizes_bi = _saved_sizes(lambda: linear_attention(q, k, v, "positive", M, random_state=0))
-    assert max(sizes_bi) >= B * H * L * M  # the detector works
+    _, sizes_trig = _saved_sizes(lambda: linear_attention(q, k, v, "trig", M, random_state=0))
+    assert max(sizes_trig) >= B * H * L * M // 2  # the detector works
 
     feature_bytes = B * H * L * M * 4
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out.square().sum().backward()
+    largest = max(ev.cpu_memory_usage for ev in prof.events())
+    assert 0 < largest < feature_bytes / 4, (largest, feature_bytes)
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+
+
+@pytest.mark.parametrize("name", ["positive", "sderf", "aderf"])
+def test_bidirectional_streams_in_forward_and_backward(name):
+    """Bidirectional positive maps save only O(L (d + e)) tensors and O(M (d + e)) state
+    for backward, and neither pass allocates a tensor near the size of the (L, M)
+    features: both stream over blocks of rows."""
+    B, H, L, d, e, M = 1, 2, 4096, 8, 8, 256
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, n, generator=g, requires_grad=True) for n in (d, d, e))
+    feature_bytes = B * H * L * M * 4
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out, sizes = _saved_sizes(lambda: linear_attention(q, k, v, name, M, random_state=0))
+    assert max(sizes) <= max(B * H * L * (max(d, e) + 1), B * H * M * (d + 2))
+    largest = max(ev.cpu_memory_usage for ev in prof.events())
+    assert 0 < largest < feature_bytes / 4, (largest, feature_bytes)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out.square().sum().backward()
     largest = max(ev.cpu_memory_usage for ev in prof.events())

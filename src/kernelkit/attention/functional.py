@@ -37,7 +37,8 @@ from ..features.favor import Moments
 from ..features.hybrid import matched_n_features
 from ..features.sampling import SAMPLERS, draw_projection
 from . import _maps
-from ._linear import bidirectional_exp, bidirectional_plain, causal_exp
+from ._bidirectional import bidirectional_stream
+from ._linear import bidirectional_plain, causal_exp
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, build_log_map, fit_moments
 
 __all__ = ["attention_moments", "draw_features", "hybrid_base_size", "linear_attention"]
@@ -518,8 +519,10 @@ def _param(a, like):
 def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
     batch = q.shape[:-2]
     d = q.shape[-1]
-    x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
     keep = None if mask is None else ~mask  # (..., S)
+    if name in EXP_MAPS and not is_causal:
+        return _bidirectional(q, k, v, name, params, keep, scale, mom)
+    x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
 
     if name in ("relu", "elu"):
 
@@ -549,18 +552,45 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
         return _bidirectional_hybrid(x, y, v, keep, W, _param(params["T"], q))
 
     if name in FITTED_MAPS:
-        if mom is None:
-            w = None
-            if keep is not None:
-                kf = keep.to(y.dtype)
-                w = kf / kf.sum(-1, keepdim=True).clamp(min=1.0)
-            mom = fit_moments(x, y, w, full=name in ("aderf", "sderf"))
+        mom = _check_moments(mom, batch, d, name, q.device)
+    fmap = build_log_map(name, W, mom, d).to(q.dtype)
+    return _causal(x, y, v, keep, _FusedFeatures(_flatten_map(fmap, batch)), chunk, batch)
+
+
+def _key_weights(keep, dtype):
+    # uniform weights of the unmasked keys (..., S), or None
+    if keep is None:
+        return None
+    kf = keep.to(dtype)
+    return kf / kf.sum(-1, keepdim=True).clamp(min=1.0)
+
+
+def _bidirectional(q, k, v, name, params, keep, scale, mom):
+    """Positive maps, bidirectional: streamed over blocks of rows (no (L, M) tensor for
+    the whole sequence, no scaled copies of the inputs)."""
+    batch, L, d = q.shape[:-2], q.shape[-2], q.shape[-1]
+    S, e = k.shape[-2], v.shape[-1]
+    if name in FITTED_MAPS:
+        if mom is None:  # per instance, from its queries and (unmasked) keys
+            full = name in ("aderf", "sderf")
+            mom = _scaled(fit_moments(q, k, _key_weights(keep, k.dtype), full=full), scale)
         else:
             mom = _check_moments(mom, batch, d, name, q.device)
-    fmap = build_log_map(name, W, mom, d).to(q.dtype)
-    if not is_causal:
-        return bidirectional_exp(fmap, x, y, _augment_values(v, keep), keep)
-    return _causal(x, y, v, keep, _FusedFeatures(_flatten_map(fmap, batch)), chunk, batch)
+    W = _param(params["W"], q)  # (n_proj, d)
+    fmap = _flatten_map(build_log_map(name, W, mom, d).to(q.dtype), batch)
+    N = math.prod(batch)
+    kb = None if keep is None else keep.reshape(N, S)
+    out = bidirectional_stream(
+        q.reshape(N, L, d), k.reshape(N, S, d), v.reshape(N, S, e), fmap, scale, kb
+    )
+    return out.reshape(*batch, L, e)
+
+
+def _scaled(mom, scale):
+    # moments of (sqrt(scale) q, sqrt(scale) k) from those of (q, k)
+    return Moments(
+        mom.mean_x * scale**0.5, mom.second_x * scale, mom.mean_y * scale**0.5, mom.second_y * scale
+    )
 
 
 class _FusedFeatures:
