@@ -56,65 +56,78 @@ def block_rows(N: int, M: int, itemsize: int, device) -> int:
 
 
 class _Side:
-    """One side's weights: ``[W; 1]`` (..., d + 1, M) for ``[x, row] @ [W; 1]``, the input
-    transform ``B`` of the row term (None, (..., d) diagonal or (..., d, d)), and the
-    ``B^T B`` of the gradient of the row term."""
+    """One side's weights and row terms.
 
-    def __init__(self, W, B, s):
-        # W (d, M) shared or (N, d, M) per batch element and head
+    ``Wa = [s W; 1]`` (..., d + 1, M) for ``[u, row] @ Wa`` with *unscaled* rows ``u``
+    (the scale ``s`` folded into ``W``); the row term ``-s^2 |B u|^2 / 2`` is computed
+    once for the whole sequence, (N, L) and masked rows ``-1e30``, when ``B`` is None (a
+    norm reduction, no (L, d) temporary), else per block; ``s^2 B^T B`` serves the
+    gradient of the row term.
+    """
+
+    def __init__(self, W, B, s, u, keep):
+        # W (d, M) shared or (N, d, M) per batch element and head; u (N, L, d); keep (N, L)
         ones = torch.ones((*W.shape[:-2], 1, W.shape[-1]), dtype=W.dtype, device=W.device)
-        self.W = W
-        self.Wa = torch.cat([W, ones], dim=-2)  # (..., d + 1, M)
-        self.s = s
+        self.Ws = W * s
+        self.Wa = torch.cat([self.Ws, ones], dim=-2)  # (..., d + 1, M)
+        self.s2 = s * s
         self.B = B
         self.diag = B is not None and B.dim() == W.dim() - 1
+        self.rows = None
         if B is None:
+            rows = torch.linalg.vector_norm(u.detach(), dim=-1).square_().mul_(-0.5 * self.s2)
+            self.rows = rows if keep is None else torch.where(keep, rows, _NEG)
             self.BtB = None
         elif self.diag:
-            self.BtB = B * B  # (..., d)
+            self.BtB = B * B * self.s2  # (..., d)
         else:
-            self.BtB = B.transpose(-1, -2) @ B  # (..., d, d), symmetric
+            self.BtB = (B.transpose(-1, -2) @ B) * self.s2  # (..., d, d), symmetric
 
-    def _bx(self, x):
-        # B x for x (N, b, d)
-        if self.B is None:
-            return x
-        if self.diag:
-            return x * (self.B if self.B.dim() == 1 else self.B[:, None, :])
-        return x @ self.B.transpose(-1, -2)
-
-    def row(self, x, keep=None):
-        """Row term ``-|B x|^2 / 2`` (N, b, 1) of scaled ``x`` (N, b, d); masked rows
+    def row(self, u, lo, hi, keep=None):
+        """Row term (N, b, 1) of the rows ``lo:hi`` (``u`` (N, b, d) unscaled); masked rows
         ``-1e30`` (their log features are then ``-1e30`` up to rounding)."""
-        bx = self._bx(x)
-        row = (bx * bx).sum(-1, keepdim=True).mul_(-0.5)
+        if self.rows is not None:
+            return self.rows[:, lo:hi, None]
+        if self.diag:
+            bu = u * (self.B if self.B.dim() == 1 else self.B[:, None, :])
+        else:
+            bu = u @ self.B.transpose(-1, -2)
+        row = (bu * bu).sum(-1, keepdim=True).mul_(-0.5 * self.s2)
         if keep is not None:
-            row = torch.where(keep[..., None], row, torch.full_like(row, _NEG))
+            row = torch.where(keep[..., None], row, _NEG)
         return row
 
-    def grad_input(self, dl, x):
-        """``d/dq`` of ``sum dl * log features`` for a block of ``q`` with ``x = s q``:
-        ``s (dl W^T - (sum_m dl_m) B^T B x)``; dl (N, b, M), x (N, b, d)."""
-        dx = dl @ self.W.transpose(-1, -2)  # (N, b, d)
+    def grad_input(self, dl, u):
+        """Gradient w.r.t. unscaled rows ``u`` (N, b, d) of ``sum dl * log features``:
+        ``dl (s W)^T - (sum_m dl_m) s^2 B^T B u``; dl (N, b, M)."""
+        du = dl @ self.Ws.transpose(-1, -2)  # (N, b, d)
+        total = dl.sum(-1, keepdim=True)  # (N, b, 1)
         if self.BtB is None:
-            btbx = x
-        elif self.diag:
-            btbx = x * (self.BtB if self.BtB.dim() == 1 else self.BtB[:, None, :])
+            return du.sub_(u * total.mul_(self.s2))
+        if self.diag:
+            btbu = u * (self.BtB if self.BtB.dim() == 1 else self.BtB[:, None, :])
         else:
-            btbx = x @ self.BtB
-        dx.sub_(dl.sum(-1, keepdim=True) * btbx)
-        return dx.mul_(self.s)
+            btbu = u @ self.BtB
+        return du.sub_(btbu.mul_(total))
 
 
-def _values(v, keep):
-    # [v, 1] (N, b, e + 1), masked rows zero
-    va = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
-    if keep is not None:
-        va.mul_(keep[..., None].to(va.dtype))
-    return va
+class _Blocks:
+    """Row blocks of one call: ``[v, 1]`` blocks (masked rows zero) without a (S, e + 1)
+    copy of the values, and the ones column of the query weights."""
+
+    def __init__(self, v, keep, rows):
+        N = v.shape[0]
+        self.ones = torch.ones(N, rows, 1, dtype=v.dtype, device=v.device)
+        self.keep = None if keep is None else keep[..., None].to(v.dtype)  # (N, S, 1)
+        self.v = v
+
+    def values(self, lo, hi):
+        # [v, 1] (N, b, e + 1)
+        va = torch.cat([self.v[:, lo:hi], self.ones[:, : hi - lo]], dim=-1)
+        return va if self.keep is None else va.mul_(self.keep[:, lo:hi])
 
 
-def _key_pass(k, v, keep, side, rows):
+def _key_pass(k, keep, side, blocks, rows):
     """Online key state: ``K'`` (N, M), the per-feature maximum of the keys' log features
     (without ``c``), and ``[S, z]`` (N, M, e + 1) relative to ``exp(K')``."""
     S = k.shape[1]
@@ -122,8 +135,8 @@ def _key_pass(k, v, keep, side, rows):
     for lo in range(0, S, rows):
         hi = min(lo + rows, S)
         kb = None if keep is None else keep[:, lo:hi]
-        y = k[:, lo:hi] * side.s  # (N, b, d)
-        lk = torch.cat([y, side.row(y, kb)], dim=-1) @ side.Wa  # (N, b, M)
+        u = k[:, lo:hi]  # (N, b, d)
+        lk = torch.cat([u, side.row(u, lo, hi, kb)], dim=-1) @ side.Wa  # (N, b, M)
         bmax = lk.amax(dim=1)  # (N, M)
         if state is None:
             kmax = bmax
@@ -132,7 +145,7 @@ def _key_pass(k, v, keep, side, rows):
             state.mul_(torch.exp(kmax - new)[..., None])  # <= 1
             kmax = new
         pk = lk.sub_(kmax[:, None, :]).exp_()  # (N, b, M), <= 1
-        va = _values(v[:, lo:hi], kb)  # (N, b, e + 1)
+        va = blocks.values(lo, hi)  # (N, b, e + 1)
         if state is None:
             state = pk.transpose(1, 2) @ va  # (N, M, e + 1)
         else:
@@ -141,19 +154,19 @@ def _key_pass(k, v, keep, side, rows):
 
 
 def _query_weights(side, shift):
-    # [W; 1; shift] (N, d + 2, M) for [x, row, 1]
+    # [s W; 1; shift] (N, d + 2, M) for [u, row, 1]
     N = shift.shape[0]
     Wa = torch.broadcast_to(side.Wa, (N, *side.Wa.shape[-2:]))
     return torch.cat([Wa, shift[:, None, :]], dim=-2)
 
 
-def _query_probs(q, lo, hi, side, Wq):
+def _query_probs(q, lo, hi, side, Wq, blocks):
     """Stabilised query factors ``exp(lq + 2c + K' - R)`` (N, b, M) (row maximum exactly
-    1) and the scaled block ``x`` (N, b, d)."""
-    x = q[:, lo:hi] * side.s
-    row = side.row(x)
-    lq = torch.cat([x, row, torch.ones_like(row)], dim=-1) @ Wq  # (N, b, M)
-    return lq.sub_(lq.amax(dim=-1, keepdim=True)).exp_(), x
+    1) and the block ``u = q[:, lo:hi]`` (N, b, d)."""
+    u = q[:, lo:hi]
+    ua = torch.cat([u, side.row(u, lo, hi), blocks.ones[:, : hi - lo]], dim=-1)
+    lq = ua @ Wq  # (N, b, M)
+    return lq.sub_(lq.amax(dim=-1, keepdim=True)).exp_(), u
 
 
 class _BidirectionalExp(torch.autograd.Function):
@@ -167,28 +180,29 @@ class _BidirectionalExp(torch.autograd.Function):
         sq, sk = sides
         N, L, _ = q.shape
         e = v.shape[-1]
-        kmax, state = _key_pass(k, v, keep, sk, rows)
+        blocks = _Blocks(v, keep, rows)
+        kmax, state = _key_pass(k, keep, sk, blocks, rows)
         shift = kmax if c is None else kmax + 2.0 * c  # (N, M)
         Wq = _query_weights(sq, shift)  # (N, d + 2, M)
         out = torch.empty(N, L, e, dtype=q.dtype, device=q.device)
         den = torch.empty(N, L, dtype=q.dtype, device=q.device)
         for lo in range(0, L, rows):
             hi = min(lo + rows, L)
-            pq, _ = _query_probs(q, lo, hi, sq, Wq)
+            pq, _ = _query_probs(q, lo, hi, sq, Wq, blocks)
             num = pq @ state  # (N, b, e + 1)
             d = num[..., e]
             den[:, lo:hi] = d
             safe = torch.where(d > 0, d, torch.ones_like(d))  # no visible key: zeros
             torch.div(num[..., :e], safe[..., None], out=out[:, lo:hi])
         ctx.save_for_backward(q, k, v, keep, kmax, state, Wq, out, den)
-        ctx.sides, ctx.rows = sides, rows
+        ctx.sides, ctx.rows, ctx.blocks = sides, rows, blocks
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, keep, kmax, state, Wq, out, den = ctx.saved_tensors
         sq, sk = ctx.sides
-        rows = ctx.rows
+        rows, blocks = ctx.rows, ctx.blocks
         L, S, e = q.shape[1], k.shape[1], v.shape[-1]
         ok = den > 0
         inv = torch.where(ok, 1.0 / torch.where(ok, den, torch.ones_like(den)), 0.0)  # (N, L)
@@ -196,7 +210,7 @@ class _BidirectionalExp(torch.autograd.Function):
         dstate = torch.zeros_like(state)  # (N, M, e + 1)
         for lo in range(0, L, rows):
             hi = min(lo + rows, L)
-            pq, x = _query_probs(q, lo, hi, sq, Wq)
+            pq, u = _query_probs(q, lo, hi, sq, Wq, blocks)
             ib = inv[:, lo:hi, None]
             g = torch.cat(
                 [dout[:, lo:hi] * ib, -(dout[:, lo:hi] * out[:, lo:hi]).sum(-1, keepdim=True) * ib],
@@ -204,20 +218,20 @@ class _BidirectionalExp(torch.autograd.Function):
             )  # (N, b, e + 1)
             dstate.baddbmm_(pq.transpose(1, 2), g)
             dl = pq.mul_(g @ state.transpose(1, 2))  # (N, b, M)
-            dq[:, lo:hi] = sq.grad_input(dl, x)
+            dq[:, lo:hi] = sq.grad_input(dl, u)
         dk = torch.empty_like(k)
         dv = torch.empty_like(v)
         for lo in range(0, S, rows):
             hi = min(lo + rows, S)
             kb = None if keep is None else keep[:, lo:hi]
-            y = k[:, lo:hi] * sk.s
-            lk = torch.cat([y, sk.row(y, kb)], dim=-1) @ sk.Wa  # (N, b, M)
+            u = k[:, lo:hi]
+            lk = torch.cat([u, sk.row(u, lo, hi, kb)], dim=-1) @ sk.Wa  # (N, b, M)
             pk = lk.sub_(kmax[:, None, :]).exp_()  # (N, b, M), <= 1
-            va = _values(v[:, lo:hi], kb)
+            va = blocks.values(lo, hi)  # (N, b, e + 1)
             dva = pk @ dstate  # (N, b, e + 1)
             dv[:, lo:hi] = dva[..., :e] if kb is None else dva[..., :e] * kb[..., None]
             dl = pk.mul_(va @ dstate.transpose(1, 2))  # (N, b, M)
-            dk[:, lo:hi] = sk.grad_input(dl, y)
+            dk[:, lo:hi] = sk.grad_input(dl, u)
         return dq, dk, dv, None, None, None, None
 
 
@@ -231,7 +245,7 @@ def bidirectional_stream(q, k, v, fmap, scale: float, keep=None, rows=None):
     Rows without a visible key give zeros. Returns (N, L, e).
     """
     s = float(scale) ** 0.5
-    sides = (_Side(fmap.W_q, fmap.B_q, s), _Side(fmap.W_k, fmap.B_k, s))
+    sides = (_Side(fmap.W_q, fmap.B_q, s, q, None), _Side(fmap.W_k, fmap.B_k, s, k, keep))
     if rows is None:
         rows = block_rows(q.shape[0], fmap.n_out, q.element_size(), q.device)
     return _BidirectionalExp.apply(q, k, v, keep, sides, fmap.c, int(rows))

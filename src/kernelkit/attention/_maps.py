@@ -175,7 +175,8 @@ def build_log_map(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int)
         raise ValueError(f"feature map {name!r} needs moments to fit its parameters.")
     else:
         params = favor.fit_derf(name, mom)
-    W_x, W_y, const = favor.derf_log_weights(params, W)  # (..., d, M), (..., d, M), (..., M)
+    # the fits give a <= 0: no data-dependent check (host sync, graph break)
+    W_x, W_y, const = favor.derf_log_weights(params, W, check=False)  # (..., d, M), (..., M)
     if params.orthogonal:  # |B x| = |x|: the row term needs no transform
         return LogFeatureMap(W_x, W_y, const)
     return LogFeatureMap(W_x, W_y, const, params.B_x, params.B_y)

@@ -26,6 +26,7 @@ causal request raises a ``ValueError``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 
@@ -236,7 +237,22 @@ def _validate(q, k, v, is_causal, key_padding_mask):
     return mask
 
 
-def _finite_check(**tensors):
+def _finite_check(check_finite, **tensors):
+    """``check_finite`` policy: None checks eager CPU tensors only; True also checks in
+    compiled graphs (an asynchronous assert: no host sync, no graph break) and on
+    accelerators; False never checks."""
+    if check_finite is False:
+        return
+    if check_finite is not None and not isinstance(check_finite, bool):
+        raise TypeError(f"check_finite must be None, True or False, got {check_finite!r}.")
+    compiling = torch.compiler.is_compiling()
+    if compiling or any(t.device.type != "cpu" for t in tensors.values()):
+        if check_finite is None:
+            return
+        if compiling:
+            for name, t in tensors.items():
+                torch._assert_async(torch.isfinite(t).all(), f"{name} contains NaN or inf.")
+            return
     for name, t in tensors.items():
         # one reduction pass; the full check only when the sum is not finite
         if not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all()):
@@ -258,7 +274,7 @@ def linear_attention(
     projection=None,
     moments=None,
     chunk_size: int = 64,
-    check_finite: bool = True,
+    check_finite: bool | None = None,
     attn_mask=None,
     dropout_p: float = 0.0,
     enable_gqa: bool = False,
@@ -313,7 +329,10 @@ def linear_attention(
         parameters. Rows without any visible key give zeros (as
         :func:`kernelkit.kernels.softmax_attention`).
     random_state : None, int or numpy Generator
-        Draws the projections (NumPy; same seed, same features on every device).
+        Draws the projections (NumPy; same seed, same features on every device). An
+        integer seed's projections are drawn once and reused by later calls (a custom
+        op, ``kernelkit::draw_projection``, so compiled graphs keep them without a graph
+        break); None or a Generator draws on every call (eager only).
     scale : float, optional
         Defaults to ``1/sqrt(d)``.
     sampler : {"orthogonal", "iid", "sorf", "hadamard", "halton"}
@@ -333,8 +352,12 @@ def linear_attention(
         per-instance fit. Ignored by the other maps.
     chunk_size : int
         Causal chunk length (power of two).
-    check_finite : bool
-        Raise ``ValueError`` on NaN / inf inputs (one pass over q, k, v).
+    check_finite : bool or None
+        Raise on NaN / inf in q, k, v. None (default): eager CPU inputs are checked (one
+        reduction pass each, ``ValueError``); on accelerators and inside compiled graphs
+        the check is skipped, since it would wait for the device (NaN inputs then give
+        NaN outputs). True: also checked there, by an asynchronous assert in compiled
+        graphs (no host sync, no graph break). False: never checked.
     attn_mask : bool or float tensor, optional
         SDPA's mask, supported where linear attention can apply it: the causal ``(L, L)``
         mask (bool ``True`` on and below the diagonal, or float ``0`` there and ``-inf``
@@ -378,8 +401,7 @@ def linear_attention(
     if attn_mask is not None:
         is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask)
     mask = _validate(q, k, v, is_causal, key_padding_mask)
-    if check_finite:
-        _finite_check(q=q, k=k, v=v)
+    _finite_check(check_finite, q=q, k=k, v=v)
     if (
         not isinstance(chunk_size, numbers.Integral)
         or chunk_size < 1
@@ -491,8 +513,58 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _draw_seeded(name, n_features, d, seed, sampler, n_lambda):
+    # projections of an integer seed, drawn once (read-only NumPy arrays)
+    params = draw_features(name, n_features, d, seed, sampler, n_lambda)
+    for a in params.values():
+        a.setflags(write=False)
+    return params
+
+
+def _projection_rows(name, n_features, d, n_lambda):
+    # rows of W and T that draw_features gives
+    if name == "hybrid_angular":
+        return hybrid_base_size(n_features, d, n_lambda), n_lambda
+    return (max(1, n_features // 2) if name in ("hyperbolic", "trig") else n_features), 0
+
+
+@torch.library.custom_op("kernelkit::draw_projection", mutates_args=())
+def _draw_projection_op(
+    name: str, n_features: int, d: int, seed: int, sampler: str, n_lambda: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``draw_features(name, n_features, d, seed, sampler, n_lambda)`` as float64 tensors
+    ``(W, T)`` (``T`` empty except for ``hybrid_angular``), drawn once per argument set.
+    A custom op, so that compiled graphs (``torch.compile(fullgraph=True)``) call it as
+    one opaque node instead of breaking on the NumPy generator."""
+    params = _draw_seeded(name, n_features, d, seed, sampler, n_lambda)
+    W = torch.tensor(params["W"], dtype=torch.float64)
+    T = torch.tensor(params["T"], dtype=torch.float64) if "T" in params else torch.empty(0, d)
+    return W, T.to(torch.float64)
+
+
+@_draw_projection_op.register_fake
+def _(name, n_features, d, seed, sampler, n_lambda):
+    rows, trows = _projection_rows(name, n_features, d, n_lambda)
+    return (
+        torch.empty(rows, d, dtype=torch.float64),
+        torch.empty(trows, d, dtype=torch.float64),
+    )
+
+
 def _projection_params(name, n_features, d, random_state, sampler, projection):
     if projection is None:
+        if name in ("relu", "elu"):
+            return {}
+        if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+            if random_state < 0:
+                raise ValueError(
+                    f"random_state must be a non-negative integer, got {random_state}."
+                )
+            W, T = _draw_projection_op(
+                name, n_features, d, int(random_state), sampler, HYBRID_SIGNS
+            )
+            return {"W": W, "T": T} if name == "hybrid_angular" else {"W": W}
         return draw_features(name, n_features, d, random_state, sampler)
     if name in ("relu", "elu"):
         return {}

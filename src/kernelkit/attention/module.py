@@ -326,7 +326,8 @@ class FavorAttention(nn.Module):
         is_causal = self._check_attn_mask(attn_mask, is_causal, L, S)
         mask = self._check_padding_mask(key_padding_mask, N, S, query.device)
 
-        self._maybe_redraw()
+        if self.training and self.redraw_interval:  # eval / no redraw: nothing to trace
+            self._maybe_redraw()
         H, hd = self.num_heads, self.head_dim
         q, k, v = self._in_projection(query, key, value)
         q = q.view(N, L, H, hd).transpose(1, 2)  # (N, H, L, hd)
