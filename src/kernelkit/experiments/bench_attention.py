@@ -20,10 +20,10 @@ random-feature method:
   is a pure-PyTorch loop (seconds at L = 256), timed for information at L = 1024 in the
   full run only.
 
-Sizes: L in {1024, 4096, 16384, 65536} (``quick``: {512, 2048}); exact attention and the
-performer causal loop are skipped at an L where their time extrapolated from the previous
-L (quadratic / linear) exceeds ``max_call_s`` (that is what "where the exact one fits"
-means on a CPU: at L = 65536 SDPA would need ~16x its L = 16384 time).
+Sizes: L in {1024, 2048, 4096, 16384, 65536} (``quick``: {512, 2048}); exact attention
+and the performer causal loop are skipped at an L where their time extrapolated from the
+previous L (quadratic / linear) exceeds ``max_call_s`` (that is what "where the exact one
+fits" means on a CPU: at L = 65536 SDPA would need ~16x its L = 16384 time).
 
 Each size is timed for the forward pass (under ``torch.no_grad()``) and for forward +
 backward (``out.backward(g)`` with a fixed random ``g``, gradients for q, k and v).
@@ -31,15 +31,24 @@ Timing: :func:`kernelkit.experiments._timing.time_calls` -- one warm-up call eac
 ``repeats`` rounds calling everything round-robin (so every side of a ratio sees the same
 machine load); a time is the minimum over rounds. On CUDA every call synchronises.
 
-Targets (ratios of minimum times; "x / y" is how many times faster y is):
+Memory: the peak extra resident memory of one forward call (under ``no_grad``) at
+L = 16384 (``quick``: 2048), each call in a fresh Python subprocess: the process's peak
+(``VmHWM``) after the call minus its peak after allocating the inputs and warming the
+call up at a small L. On CUDA, ``torch.cuda.max_memory_allocated`` instead.
 
-* ``SDPA / kernelkit FAVOR#`` (bidirectional) >= 6 at L = 16384;
-* ``SDPA causal / kernelkit causal`` >= 3 at L = 16384 (FAVOR+ and FAVOR# causal rows);
-* ``kernelkit FAVOR# / kernelkit FAVOR+`` <= 1.5 at every L (bidirectional);
-* ``performer FAVOR+ / kernelkit FAVOR+`` >= 1 at every L (bidirectional).
+Targets (ratios of minimum times; "x / y" is how many times faster y is; mode and L in
+:data:`TARGETS`):
 
-Forward and forward + backward rows are both target rows. In ``quick`` mode the
-L = 16384 targets are not measured (reported rows only).
+* ``SDPA / kernelkit FAVOR#`` (bidirectional forward) >= 12 at L = 16384, >= 1.5 at
+  L = 1024;
+* ``SDPA causal / kernelkit causal`` (forward) >= 8 at L = 16384, >= 1 at L = 1024;
+  forward + backward >= 2 at L = 4096;
+* ``kernelkit FAVOR# / kernelkit FAVOR+`` <= 1.1 at every L and in both modes;
+* ``performer FAVOR+ / kernelkit FAVOR+`` >= 1 at every L (bidirectional);
+* ``kernelkit / SDPA peak extra memory`` (forward, bidirectional and causal) <= 2 at
+  L = 16384.
+
+In ``quick`` mode the L = 16384 targets are not measured (reported rows only).
 
 Run ``python benchmarks/bench_attention.py [--quick]`` or ``kernelkit bench attention``.
 """
@@ -49,6 +58,8 @@ from __future__ import annotations
 import math
 import os
 import platform
+import subprocess
+import sys
 from functools import partial
 
 from ._timing import meets, text_table, time_calls
@@ -59,17 +70,36 @@ DESCRIPTION = (
     "backward; batch 1, 8 heads, d = 64, M = 256)"
 )
 
-__all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
+__all__ = ["DESCRIPTION", "NAME", "TARGETS", "peak_extra_memory", "run"]
 
-#: quantity -> (comparison, threshold, L the target is set for or None for every L)
-TARGETS = {
-    "SDPA / kernelkit FAVOR#": (">=", 6.0, 16384),
-    "SDPA causal / kernelkit causal": (">=", 3.0, 16384),
-    "kernelkit FAVOR# / kernelkit FAVOR+": ("<=", 1.5, None),
-    "performer FAVOR+ / kernelkit FAVOR+": (">=", 1.0, None),
-}
+#: (quantity, mode or None for both, L or None for every L, comparison, threshold)
+TARGETS = (
+    ("SDPA / kernelkit FAVOR#", "forward", 16384, ">=", 12.0),
+    ("SDPA / kernelkit FAVOR#", "forward", 1024, ">=", 1.5),
+    ("SDPA causal / kernelkit causal", "forward", 16384, ">=", 8.0),
+    ("SDPA causal / kernelkit causal", "forward", 1024, ">=", 1.0),
+    ("SDPA causal / kernelkit causal", "forward+backward", 4096, ">=", 2.0),
+    ("kernelkit FAVOR# / kernelkit FAVOR+", None, None, "<=", 1.1),
+    ("performer FAVOR+ / kernelkit FAVOR+", None, None, ">=", 1.0),
+    ("kernelkit / SDPA peak extra memory", "forward", 16384, "<=", 2.0),
+)
 
-FULL_L = (1024, 4096, 16384, 65536)
+
+def _target(quantity, mode, L):
+    """``(comparison, threshold)`` of the target row for ``quantity`` at ``mode``, ``L``,
+    or None; ``(comparison, threshold, False)`` where the quantity has a target at
+    another L only (reported as meets / misses)."""
+    other = None
+    for q, m, lt, op, thr in TARGETS:
+        if q != quantity or (m is not None and m != mode):
+            continue
+        if lt is None or lt == L:
+            return op, thr, True
+        other = other or (op, thr, False)
+    return other
+
+
+FULL_L = (1024, 2048, 4096, 16384, 65536)
 QUICK_L = (512, 2048)
 B, H, D, M = 1, 8, 64, 256
 SHARP = ("sderf", "saderf")  # FAVOR# variants timed (SDERF: speech; SADERF: GLUE)
@@ -169,6 +199,61 @@ def _timed(fns, q, k, v, grad, backward, repeats, device):
 
     wrap = fwd_bwd if backward else fwd
     return time_calls({name: partial(wrap, fn) for name, fn in fns.items()}, repeats)
+
+
+#: calls whose peak extra memory is measured, with the SDPA call they are compared to
+_MEMORY_CALLS = {
+    "kernelkit FAVOR+": "SDPA",
+    "kernelkit FAVOR# sderf": "SDPA",
+    "kernelkit FAVOR+ causal": "SDPA causal",
+    "kernelkit FAVOR# sderf causal": "SDPA causal",
+}
+
+
+def _peak_bytes(device) -> float:
+    if str(device).startswith("cuda"):
+        import torch
+
+        return float(torch.cuda.max_memory_allocated())
+    with open("/proc/self/status") as f:  # peak resident set (Linux)
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024.0
+    raise OSError("no VmHWM in /proc/self/status")
+
+
+def _memory_child(name: str, L: int, device: str, seed: int) -> None:
+    """In a fresh process: print the peak extra memory (bytes) of one forward call."""
+    import torch
+
+    torch.set_num_threads(_bench_threads() if device == "cpu" else torch.get_num_threads())
+    fn = _calls(L, device, seed, set(), False)[name]
+    q, k, v, _ = _inputs(L, device, seed)
+    with torch.no_grad():
+        fn(*(t[..., :256, :].contiguous() for t in (q, k, v)))  # warm-up at a small L
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        base = _peak_bytes(device)
+        out = fn(q, k, v)
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+        peak = _peak_bytes(device)
+    del out
+    print(peak - base)
+
+
+def peak_extra_memory(name: str, L: int, device: str = "cpu", seed: int = 0) -> float:
+    """Peak extra memory (MiB) of one forward call of ``name`` (a key of the benchmark's
+    calls) at length ``L``, measured in a fresh Python subprocess (module docstring)."""
+    code = (
+        "from kernelkit.experiments.bench_attention import _memory_child; "
+        f"_memory_child({name!r}, {int(L)}, {device!r}, {int(seed)})"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"memory probe of {name!r} failed:\n{res.stderr[-2000:]}")
+    return float(res.stdout.strip().splitlines()[-1]) / 2**20
 
 
 def _accuracy(q, k, v, seed, performer_ok):
@@ -380,11 +465,12 @@ def run(
                     "value": value,
                 }
                 status = "(info)"
-                if quantity in TARGETS:
-                    op, thr, L_target = TARGETS[quantity]
+                tgt = _target(quantity, mode, L)
+                if tgt is not None:
+                    op, thr, here = tgt
                     ok = meets(value, op, thr)
                     entry.update(target=f"{op} {thr:g}", met=ok)
-                    if L_target is None or L_target == L:
+                    if here:
                         entry["is_target"] = True
                         targets.append(entry)
                         status = "met" if ok else "NOT MET"
@@ -399,6 +485,48 @@ def run(
         "set for L=16384):"
     )
     print(text_table(["mode", "L", "ratio", "value", "target", "status"], rows))
+
+    # ---- peak extra memory of the forward pass, each call in a fresh process
+    L_mem = 2048 if quick else 16384
+    memory = {}
+    if L_mem in lengths or not quick:
+        for name in ("SDPA", "SDPA causal", *_MEMORY_CALLS):
+            memory[name] = peak_extra_memory(name, L_mem, device, seed)
+        mem_rows = []
+        for name, ref in _MEMORY_CALLS.items():
+            value = memory[name] / max(memory[ref], 1e-9)
+            op, thr, here = _target("kernelkit / SDPA peak extra memory", "forward", L_mem) or (
+                "<=",
+                2.0,
+                False,
+            )
+            ok = meets(value, op, thr)
+            entry = {
+                "mode": "forward",
+                "L": L_mem,
+                "quantity": "kernelkit / SDPA peak extra memory",
+                "numerator": name,
+                "denominator": ref,
+                "value": value,
+                "target": f"{op} {thr:g}",
+                "met": ok,
+            }
+            if here:
+                entry["is_target"] = True
+                targets.append(entry)
+            ratio_rows.append(entry)
+            status = (
+                ("met" if ok else "NOT MET") if here else f"(report: {'meets' if ok else 'misses'})"
+            )
+            mem_rows.append(
+                [name, f"{memory[name]:.1f}", ref, f"{memory[ref]:.1f}", f"{value:.2f}", status]
+            )
+        print(
+            f"\nPeak extra memory of one forward call at L={L_mem} (MiB, fresh process each; "
+            "the (B, H, L, d) float32 output alone is "
+            f"{B * H * L_mem * D * 4 / 2**20:.0f} MiB):"
+        )
+        print(text_table(["call", "MiB", "vs", "MiB", "ratio", "status"], mem_rows))
 
     rows = [
         [mode, L, name, f"{v['min'] * 1e3:.1f}", f"{v['median'] * 1e3:.1f}"]
@@ -437,6 +565,7 @@ def run(
         "ratios": ratio_rows,
         "targets": targets,
         "skipped": skipped,
+        "memory_mib": memory,
         "accuracy": accuracy,
         "performer_eps0_vs_kernelkit": same_estimator,
         "all_pass": bool(targets) and n_met == len(targets),
