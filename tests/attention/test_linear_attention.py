@@ -457,3 +457,25 @@ def test_causal_one_pivot_and_dyadic_paths_agree(name, monkeypatch):
         results.append((out.detach(), qq.grad, kk.grad, vv.grad))
     for a, b in zip(*results, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_attention_moments_rejects_bad_input_by_name():
+    q, k, _ = _qkv(d=8)
+    with pytest.raises(ValueError, match="same last dim"):
+        attention_moments(q, k[..., :6])
+    with pytest.raises(ValueError, match="leading"):
+        attention_moments(q, k[:1])
+    with pytest.raises(TypeError, match="q must be a floating"):
+        attention_moments(q.long(), k)
+    with pytest.raises(ValueError, match="k must have shape"):
+        attention_moments(q, k[..., :0, :])
+    with pytest.raises(ValueError, match="scale"):
+        attention_moments(q, k, scale=-1.0)
+    bad = k.clone()
+    bad[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="k contains NaN"):
+        attention_moments(q, bad)
+    with pytest.raises(TypeError, match="key_padding_mask"):
+        attention_moments(q, k, key_padding_mask=torch.zeros(24))
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        attention_moments(q, k, key_padding_mask=torch.zeros(5, dtype=torch.bool))

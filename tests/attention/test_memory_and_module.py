@@ -278,3 +278,15 @@ def test_torch_compile():
     assert torch.isfinite(x.grad).all()
     outc, _ = cm(x, x, x, is_causal=True)
     torch.testing.assert_close(outc, m(x, x, x, is_causal=True)[0])
+
+
+def test_module_rejects_non_finite_input_by_name():
+    m = FavorAttention(16, 2, feature_map="sderf", n_features=16, random_state=0)
+    x = _x()
+    bad = x.clone()
+    bad[0, 3, 2] = float("nan")
+    with pytest.raises(ValueError, match="key contains NaN"):
+        m(x, bad, x)
+    bad[0, 3, 2] = float("inf")
+    with pytest.raises(ValueError, match="query contains NaN or inf"):
+        m(bad, x, x)

@@ -160,16 +160,66 @@ def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
     from: means (..., d) and second moments (..., d, d), float64, over the sequence
     (padded keys excluded), as a :class:`kernelkit.features.favor.Moments` (the fits of
     :mod:`kernelkit.features.favor` read nothing else). Average them over batches with
-    its fields."""
+    its fields.
+
+    Parameters
+    ----------
+    q : tensor (..., L, d)
+    k : tensor (..., S, d)
+        Floating, finite, same ``d`` and same leading dims as ``q``.
+    key_padding_mask : bool tensor (..., S), optional
+        True marks a padded key (excluded).
+    scale : float, optional
+        Defaults to ``1/sqrt(d)``.
+
+    Raises
+    ------
+    TypeError
+        Non-floating ``q`` / ``k`` or a non-bool ``key_padding_mask``.
+    ValueError
+        Mismatched shapes, empty or non-finite input, a bad ``scale``.
+    """
     q, k, _ = _as_torch(q, k, k)
+    for name, t in (("q", q), ("k", k)):
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
+        if t.dim() < 2 or t.shape[-2] == 0 or t.shape[-1] == 0:
+            raise ValueError(f"{name} must have shape (..., n >= 1, d >= 1), got {tuple(t.shape)}.")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dim d, got {q.shape[-1]} and {k.shape[-1]}."
+        )
+    if q.shape[:-2] != k.shape[:-2]:
+        raise ValueError(
+            "q and k must have the same leading (batch, head) dims, got "
+            f"{tuple(q.shape)} and {tuple(k.shape)}."
+        )
+    if scale is not None and not (
+        isinstance(scale, numbers.Real)
+        and not isinstance(scale, bool)
+        and scale > 0
+        and math.isfinite(scale)
+    ):
+        raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
+    _finite_check(None, q=q, k=k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     x, y = _maps.scale_inputs(
         q.float() if q.dtype in _HALF else q, k.float() if k.dtype in _HALF else k, scale
     )
     w = None
     if key_padding_mask is not None:
-        keep = ~torch.as_tensor(key_padding_mask, device=k.device).bool()
-        keep = torch.broadcast_to(keep, k.shape[:-1]).to(y.dtype)
+        mask = torch.as_tensor(key_padding_mask, device=k.device)
+        if mask.dtype != torch.bool:
+            raise TypeError(
+                f"key_padding_mask must be a bool tensor (True = padded key), got {mask.dtype}."
+            )
+        try:
+            keep = torch.broadcast_to(~mask, k.shape[:-1]).to(y.dtype)
+        except RuntimeError:
+            raise ValueError(
+                f"key_padding_mask of shape {tuple(mask.shape)} does not broadcast to the key "
+                f"shape {tuple(k.shape[:-1])}."
+            ) from None
         w = keep / keep.sum(-1, keepdim=True).clamp(min=1.0)
     return fit_moments(x, y, w, full=True)
 

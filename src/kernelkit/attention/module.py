@@ -40,7 +40,13 @@ from torch import nn
 from .._backend import check_random_state
 from ..features.favor import Moments
 from ._maps import FEATURE_MAPS, FITTED_MAPS
-from .functional import _check_sampler, attention_moments, draw_features, linear_attention
+from .functional import (
+    _check_sampler,
+    _finite_check,
+    attention_moments,
+    draw_features,
+    linear_attention,
+)
 
 __all__ = ["FavorAttention"]
 
@@ -323,6 +329,9 @@ class FavorAttention(nn.Module):
             )
         if L == 0 or S == 0:
             raise ValueError(f"empty sequence: L={L}, S={S}.")
+        # eager CPU inputs (linear_attention's check_finite=None policy): a clear error
+        # before the in-projection turns NaN into NaN queries and a failing fit
+        _finite_check(None, query=query, key=key, value=value)
         is_causal = self._check_attn_mask(attn_mask, is_causal, L, S)
         mask = self._check_padding_mask(key_padding_mask, N, S, query.device)
 
