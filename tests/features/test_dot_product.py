@@ -490,3 +490,19 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="method"):
         TensorSRHT(method="fast").fit(X)
     assert "complex" not in TensorSketch().get_params()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+def test_tensor_sketch_half_precision_torch_input(dtype_name):
+    """torch has no half-precision FFT on CPU: TensorSketch computes in float32 and
+    returns the input's dtype, equal to the float32 features up to the half rounding."""
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    X = 0.3 * torch.randn(30, 5, generator=torch.Generator().manual_seed(0))
+    fm = TensorSketch(n_features=64, degree=2, random_state=0).fit(X)
+    ref = fm.transform(X)
+    out = fm.transform(X.to(dtype))
+    assert out.dtype == dtype
+    eps = torch.finfo(dtype).eps
+    assert float((out.float() - ref).abs().max()) <= 20 * eps * float(ref.abs().max())

@@ -715,11 +715,14 @@ class TensorSketch(DotProductFeatureMap):
     def _raw_features(self, X, xp, c):
         D, p = int(self.n_features), self._p
         if not is_numpy_namespace(xp):
-            U = self._augment(X, xp, c) @ self._param("C", xp, X)  # (n, p D)
+            half = X.dtype in (xp.float16, getattr(xp, "bfloat16", xp.float16))
+            Xc = xp.astype(X, xp.float32) if half else X  # half FFTs: unsupported or lossy
+            U = self._augment(Xc, xp, c) @ self._param("C", xp, Xc)  # (n, p D)
             F = xp.fft.rfft(U[:, :D], axis=-1)
             for i in range(1, p):
                 F = F * xp.fft.rfft(U[:, i * D : (i + 1) * D], axis=-1)
-            return xp.fft.irfft(F, n=D, axis=-1)
+            out = xp.fft.irfft(F, n=D, axis=-1)  # (n, D)
+            return xp.astype(out, X.dtype) if half else out
 
         import scipy.fft as sfft
 
