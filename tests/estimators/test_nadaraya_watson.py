@@ -35,7 +35,7 @@ def _expected_failed_checks(est):
 @parametrize_with_checks(
     [
         NadarayaWatsonClassifier(),
-        NadarayaWatsonClassifier(fit_on="train"),
+        NadarayaWatsonClassifier(fit_on="batch"),
         NadarayaWatsonClassifier(exact=True),
         NadarayaWatsonClassifier(method="trig"),
         NadarayaWatsonClassifier(method="positive", n_components=32),
@@ -43,7 +43,7 @@ def _expected_failed_checks(est):
         NadarayaWatsonClassifier(method="gerf", fit_on="train"),
         NadarayaWatsonClassifier(method="saderf", fit_on="train"),
         NadarayaWatsonClassifier(method="aderf", fit_on="train"),
-        NadarayaWatsonClassifier(method="aderf"),
+        NadarayaWatsonClassifier(method="aderf", fit_on="batch"),
     ],
     expected_failed_checks=_expected_failed_checks,
 )
@@ -172,15 +172,16 @@ def test_asymmetric_methods_accepted(method):
 def test_fit_on_irrelevant_without_data_dependent_parameters(method):
     Xtr, ytr, Xte, _ = _split(load_iris)
     a = NadarayaWatsonClassifier(method=method, random_state=1).fit(Xtr, ytr)
-    b = NadarayaWatsonClassifier(method=method, random_state=1, fit_on="train").fit(Xtr, ytr)
+    b = NadarayaWatsonClassifier(method=method, random_state=1, fit_on="batch").fit(Xtr, ytr)
     np.testing.assert_array_equal(a.decision_function(Xte), b.decision_function(Xte))
     assert a.feature_map_ is not None
 
 
 def test_batch_mode_fits_on_queries_train_mode_on_training_set():
     Xtr, ytr, Xte, _ = _split(load_iris)
-    batch = NadarayaWatsonClassifier(random_state=0).fit(Xtr, ytr)
-    train = NadarayaWatsonClassifier(random_state=0, fit_on="train").fit(Xtr, ytr)
+    batch = NadarayaWatsonClassifier(random_state=0, fit_on="batch").fit(Xtr, ytr)
+    train = NadarayaWatsonClassifier(random_state=0).fit(Xtr, ytr)  # the default
+    assert train.fit_on == "train"
     assert batch.feature_map_ is None and train.feature_map_ is not None
     np.testing.assert_allclose(
         train.feature_map_.A_,
@@ -286,3 +287,15 @@ def test_predict_proba_with_negative_scores():
 def test_bad_parameters(params, match):
     with pytest.raises((ValueError, TypeError), match=match):
         NadarayaWatsonClassifier(**params).fit(np.eye(3), [0, 1, 1])
+
+
+@pytest.mark.parametrize("method", ["gerf", "saderf", "aderf", "sderf"])
+def test_default_predictions_do_not_depend_on_the_batch(method):
+    """With the default fit_on="train", a point's scores are the same alone, in a batch
+    and in another batch (scikit-learn's subset invariance)."""
+    Xtr, ytr, Xte, _ = _split(load_iris)
+    clf = NadarayaWatsonClassifier(method=method, n_components=32, random_state=0).fit(Xtr, ytr)
+    whole = clf.predict_proba(Xte)
+    alone = np.vstack([clf.predict_proba(Xte[i : i + 1]) for i in range(5)])
+    np.testing.assert_allclose(alone, whole[:5], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(clf.predict_proba(Xte[::-1])[::-1], whole, rtol=1e-10, atol=1e-12)

@@ -84,7 +84,9 @@ def test_engine_matches_classifier(method):
     for sigma in (0.3, 3.0):
         acc = fc.rf_accuracies(method, d["Xva"], target, d["Xtr"], R, sigma, seeds, (8, 32))
         ref = [
-            NadarayaWatsonClassifier(method=method, n_components=32, sigma=sigma, random_state=s)
+            NadarayaWatsonClassifier(
+                method=method, n_components=32, sigma=sigma, random_state=s, fit_on="batch"
+            )
             .fit(d["Xtr"], d["ytr"])
             .score(d["Xva"], d["yva"])
             for s in seeds

@@ -217,19 +217,20 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
     exact : bool, default=False
         Use the exact kernel (``O(L n)`` per query) instead of random features; the
         reference. ``method``, ``n_components`` and ``sampler`` are then ignored.
-    fit_on : {"batch", "train"}, default="batch"
+    fit_on : {"train", "batch"}, default="train"
         Where the *data-dependent* parameters (GERF, SADERF, ADERF, SDERF; FAVOR# Sec. 3.1,
         Thm 4.2, 4.3, eq. 20) are fitted:
 
-        * ``"batch"`` (the paper's protocol): at each :meth:`predict` /
+        * ``"train"`` (default): once at :meth:`fit`, on ``(sigma X_train, sigma
+          X_train)``; predictions are row-wise (a point's prediction does not depend on
+          the other points of the batch) and each costs ``O(M (d + n))``.
+        * ``"batch"`` (the paper's protocol, FAVOR# App. B.2): at each :meth:`predict` /
           :meth:`predict_proba` / :meth:`decision_function` call on the pair
-          ``(sigma X_query, sigma X_train)`` — the query batch is the x side, the training
+          ``(sigma X_query, sigma X_train)`` -- the query batch is the x side, the training
           set the y side. The parameters then depend on the whole query batch, so the
           prediction for one point can change with the other points in the batch, and
           each call redoes the ``O(L M (d + n))`` key-side preprocessing
           (``O(L d^2 + d^3)`` more for ADERF / SDERF).
-        * ``"train"``: once at :meth:`fit`, on ``(sigma X_train, sigma X_train)``;
-          predictions are then row-wise and each costs ``O(M (d + n))``.
 
         Methods without data-dependent parameters (trig, positive, hyperbolic) are always
         fitted once at :meth:`fit`.
@@ -274,7 +275,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         sampler: str = "orthogonal",
         random_state=None,
         exact: bool = False,
-        fit_on: str = "batch",
+        fit_on: str = "train",
         n_jobs=None,
     ):
         self.method = method

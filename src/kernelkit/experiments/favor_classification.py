@@ -29,9 +29,10 @@ a note where it is not installed).
 Implementation (library choices, all exact re-arrangements):
 
 * Seeds: feature seed ``s`` draws the projections (and trig phases) exactly like
-  ``NadarayaWatsonClassifier(random_state=s, n_components=128)``; the classifiers for
-  ``M < 128`` use the first ``M`` of those features (common random numbers across M; each
-  prefix is itself a valid block-orthogonal draw).
+  ``NadarayaWatsonClassifier(random_state=s, n_components=128, fit_on="batch")`` (the
+  paper's protocol); the classifiers for ``M < 128`` use the first ``M`` of those
+  features (common random numbers across M; each prefix is itself a valid
+  block-orthogonal draw).
 * Vectorised over seeds: the projections of many seeds are stacked into one feature map
   (one fit of the data-dependent parameters per (data set, split, sigma, method), one
   matmul per chunk of seeds); column blocks are split per seed afterwards.
@@ -246,7 +247,8 @@ def rf_accuracies(method, Q, target, T, R, sigma, seeds, Ms, draws=None):
     -------
     acc : ndarray, shape (len(Ms), len(seeds))
         For ``M = max(Ms)`` equal to
-        ``NadarayaWatsonClassifier(method, max(Ms), sigma, random_state=s).fit(T, y)
+        ``NadarayaWatsonClassifier(method, max(Ms), sigma, random_state=s, fit_on="batch")
+        .fit(T, y)
         .score(Q, yq)``.
     """
     if method == "hyperbolic":
