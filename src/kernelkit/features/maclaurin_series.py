@@ -388,12 +388,14 @@ def maclaurin_pair_sums(
                 Bn *= B
                 G2n *= G2
             np.subtract(Bn, G2n, out=tmp)
-            vb[k] = a_s[k] ** 2 * np.vdot(W, tmp)
+            with np.errstate(over="ignore", invalid="ignore"):  # checked after the sums
+                vb[k] = a_s[k] ** 2 * np.vdot(W, tmp)
             if srht:
                 if k > 1:
                     Cn *= C
                 np.subtract(Cn, G2n, out=tmp)
-                cb[k] = a_s[k] ** 2 * np.vdot(W, tmp)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    cb[k] = a_s[k] ** 2 * np.vdot(W, tmp)
         del B, Bn, G2n, W
         # bias: sqrt(w) (k - sum_{n <= p} a_n G^n), k per unit weight
         if exp_scale is None:
@@ -428,6 +430,14 @@ def maclaurin_pair_sums(
     bias2 = np.sum([parts[k][2] for k in order], axis=0)
     if kernel == "polynomial" and degree <= p:
         bias2[degree:] = 0.0  # exact: the series ends at the degree (no rounding residue)
+    if not (np.all(np.isfinite(var)) and np.all(np.isfinite(bias2))) or (
+        cov is not None and not np.all(np.isfinite(cov))
+    ):
+        raise ValueError(
+            "The variances of the kernel's Maclaurin terms overflow float64 on these inputs "
+            "(they grow like the kernel squared); scale the inputs (or the lengthscale / "
+            "gamma) down, or use RandomMaclaurin, which needs no variance estimate."
+        )
     return MaclaurinPairSums(
         m=m, var=var, cov=cov, bias2=bias2, d=d_pad, sketch=sketch, complex=bool(complex)
     )

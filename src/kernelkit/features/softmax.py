@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -275,6 +276,12 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
                 consts["W_aug2_" + side] = W_aug * (1.0 / math.log(2.0))
             if B is not None and not params.orthogonal:
                 consts["B_" + side] = np.ascontiguousarray(B.T if B.ndim == 2 else B)
+            # log-feature bound |x| max_m |W_x[:, m]| + max_m const_m (+ row term): where it
+            # cannot reach the largest finite exponent, transform skips the overflow check
+            consts["bound_" + side] = (
+                float(np.sqrt(np.max(np.einsum("dm,dm->m", Wk, Wk)))),
+                float(np.max(const)),
+            )
         self._consts = consts
 
     def _transformed_sq_norm(self, X, xp, side):
@@ -360,6 +367,9 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         (n, d), M = X.shape, W_aug.shape[1]
         out = np.empty((n, M), dtype=X.dtype)
         dense = isinstance(X, np.ndarray)
+        wmax, cmax = self._consts["bound_" + side]
+        limit = math.log(np.finfo(X.dtype).max)
+        overflow = []
 
         def block(lo, hi):
             o = out[lo:hi]
@@ -371,15 +381,30 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
                 Xa[:, d] = 1.0
                 Xa[:, d + 1] = row
                 np.matmul(Xa, W_aug, out=o)  # X W^T + const + row
+                sq = np.einsum("ij,ij->i", Xb, Xb)
             else:
                 _matmul_augmented(Xb, (1.0, row), W_aug, o)
+                sq = np.asarray(Xb.multiply(Xb).sum(axis=1)).ravel()
             with np.errstate(over="ignore"):
                 exp(o, out=o)
+            # (hi - lo,) bound on the block's log-features; a full check only past it
+            if np.max(np.sqrt(sq) * wmax + cmax + row) > limit and not np.all(np.isfinite(o)):
+                overflow.append(lo)
 
         # 4 MiB output blocks (512 float64 rows of 1024 features): fewer, larger matmuls
         # (each one packs all of W) measured faster than L2-sized blocks on 2 threads
         rows = max(64, (1 << 22) // (M * out.itemsize))
         map_row_blocks(block, n, M, out.itemsize, rows=rows, n_jobs=self.n_jobs)
+        if overflow:
+            name = "X" if side == "x" else "Y"
+            warnings.warn(
+                f"Some features of {name} overflow {X.dtype} to inf (log-features above "
+                f"{limit:.0f}) although the kernel may be finite: use "
+                f"log_transform{'' if side == 'x' else '_y'}, or approx_kernel, which works "
+                "in log space, or scale the inputs down.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return out
 
     def log_transform(self, X):
