@@ -190,10 +190,13 @@ class _BidirectionalExp(torch.autograd.Function):
             hi = min(lo + rows, L)
             pq, _ = _query_probs(q, lo, hi, sq, Wq, blocks)
             num = pq @ state  # (N, b, e + 1)
-            d = num[..., e]
-            den[:, lo:hi] = d
-            safe = torch.where(d > 0, d, torch.ones_like(d))  # no visible key: zeros
-            torch.div(num[..., :e], safe[..., None], out=out[:, lo:hi])
+            d = num[..., e:]  # (N, b, 1)
+            den[:, lo:hi] = d[..., 0]
+            if keep is not None:  # a head without a visible key: zeros, not 0 / 0
+                d = torch.where(d > 0, d, 1.0)
+            # (without a mask every denominator is >= 1: the row maximum of the query
+            # factors is 1 and every z_m >= 1, its key maximum's own term)
+            torch.div(num[..., :e], d, out=out[:, lo:hi])
         ctx.save_for_backward(q, k, v, keep, kmax, state, Wq, out, den)
         ctx.sides, ctx.rows, ctx.blocks = sides, rows, blocks
         return out
