@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from numbers import Real
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
 from .._backend.chunks import is_dask_array
 from .._backend.parallel import SingleThreadedBlas, check_n_jobs
+from .._backend.params import N_JOBS, POSITIVE, CaseInsensitiveStrOptions, int_range
 from . import _chunked
 from ._cholesky import _check_tolerances, _pivoted_cholesky
-from ._kernels import make_kernel
+from ._kernels import _ALIASES, KERNEL_NAMES, make_kernel
 from ._linalg import cross, gram_and_sums, left_matmul, product_extremes, right_matmul
 
 __all__ = ["BasisCache", "LowRankBasis"]
@@ -85,6 +89,19 @@ def train_extremes(basis, n_jobs=None) -> tuple[np.ndarray, np.ndarray]:
     return product_extremes(np.ascontiguousarray(basis.rotation_.T), Lt, n_jobs)
 
 
+#: ``kernel``: a name of :data:`~kernelkit.distributions._kernels.KERNEL_NAMES` or an
+#: alias (case-insensitive), or a callable
+KERNEL_CONSTRAINT = [CaseInsensitiveStrOptions({*KERNEL_NAMES, *_ALIASES}), callable]
+
+#: the pivoted-Cholesky tolerances of :func:`pivoted_cholesky` (``rel_tol`` is the
+#: fraction ``epsilon`` of ``trace(K)`` left: below 1, or the factor is empty)
+TOLERANCE_CONSTRAINTS = {
+    "tol": [None, *POSITIVE],
+    "rel_tol": [None, Interval(Real, 0, 1, closed="neither")],
+    "max_rank": [None, *int_range(1)],
+}
+
+
 class LowRankBasis(TransformerMixin, BaseEstimator):
     """Low-rank orthonormal basis of the RKHS from pivoted Cholesky (Alg. 1 + Sec. 4.2).
 
@@ -137,6 +154,14 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     arrays (the factor's round-off grows like ``1 / sqrt(d_p)`` at small pivots; a library choice).
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "kernel": KERNEL_CONSTRAINT,
+        "lengthscale": POSITIVE,
+        **TOLERANCE_CONSTRAINTS,
+        "rotate": ["boolean"],
+        "n_jobs": N_JOBS,
+    }
+
     def __init__(
         self,
         kernel="gaussian",
@@ -157,6 +182,7 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         """Factorise the kernel matrix of ``X`` (n, d) and build the basis. Returns self."""
+        self._validate_params()
         X = _sk_2d(self, X, reset=True)
         chol = self._fit_pivots(X)
         gram, sums = gram_and_sums(chol.Lt, self.n_jobs)  # L^T L (m, m), L^T 1 (m,)

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from scipy.optimize import nnls
 from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float
+from .._backend.params import POSITIVE
 from ._base import check_constraint, check_xy
-from ._basis import fit_basis, train_cross
+from ._basis import (
+    KERNEL_CONSTRAINT,
+    TOLERANCE_CONSTRAINTS,
+    BasisCache,
+    fit_basis,
+    train_cross,
+)
 
 __all__ = ["ConditionalMeanEmbedding"]
 
@@ -84,6 +94,17 @@ class ConditionalMeanEmbedding(BaseEstimator):
     Inputs of any real dtype are converted to float64; outputs are float64 NumPy arrays.
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "kernel_x": KERNEL_CONSTRAINT,
+        "kernel_y": KERNEL_CONSTRAINT,
+        "lengthscale_x": POSITIVE,
+        "lengthscale_y": POSITIVE,
+        "reg": POSITIVE,
+        **TOLERANCE_CONSTRAINTS,
+        "constraint": [None, StrOptions({"normalized", "positive"})],
+        "basis_cache": [None, BasisCache],
+    }
+
     def __init__(
         self,
         kernel_x="gaussian",
@@ -110,6 +131,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
 
     def fit(self, X, Y):
         """Fit on paired samples ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
+        self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
         X, Y = check_xy(X, Y, estimator=self)

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import warnings
+from typing import ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import StrOptions
 
 from .._backend import validate_positive_float
 from .._backend.parallel import check_n_jobs
+from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ._base import TensorJointModel, check_constraint, check_xy
-from ._basis import LowRankBasis, _sk_2d, fit_basis, train_cross, train_extremes
+from ._basis import (
+    KERNEL_CONSTRAINT,
+    TOLERANCE_CONSTRAINTS,
+    BasisCache,
+    LowRankBasis,
+    _sk_2d,
+    fit_basis,
+    train_cross,
+    train_extremes,
+)
 from ._chunked import (
     DEFAULT_PIVOT_SAMPLE,
     as_dask_rows,
@@ -159,6 +171,20 @@ class JointDistribution(TensorJointModel):
     True
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "kernel_x": KERNEL_CONSTRAINT,
+        "kernel_y": KERNEL_CONSTRAINT,
+        "lengthscale_x": POSITIVE,
+        "lengthscale_y": POSITIVE,
+        "reg": POSITIVE,
+        **TOLERANCE_CONSTRAINTS,
+        "constraint": [None, StrOptions({"normalized", "positive"})],
+        "basis_cache": [None, BasisCache],
+        "pivot_sample": [None, *int_range(2)],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+    }
+
     def __init__(
         self,
         kernel_x="gaussian",
@@ -202,6 +228,7 @@ class JointDistribution(TensorJointModel):
         -------
         self
         """
+        self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
         pivot_sample = check_pivot_sample(self.pivot_sample)

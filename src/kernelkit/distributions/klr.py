@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
@@ -12,7 +14,8 @@ from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
 from .._backend.parallel import SingleThreadedBlas
-from ._basis import fit_basis
+from .._backend.params import POSITIVE, int_range
+from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, fit_basis
 from .model_selection import clipped_log_loss
 
 __all__ = ["KernelLogisticRegression"]
@@ -47,6 +50,15 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     Inputs of any real dtype are converted to float64; outputs are float64.
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "kernel": KERNEL_CONSTRAINT,
+        "lengthscale": POSITIVE,
+        "reg": POSITIVE,
+        **TOLERANCE_CONSTRAINTS,
+        "max_iter": int_range(1),
+        "basis_cache": [None, BasisCache],
+    }
+
     def __init__(
         self,
         kernel="gaussian",
@@ -69,6 +81,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y):
         """Fit on ``X`` (n, d) and binary labels ``y`` (n,). Returns self."""
+        self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
         max_iter = validate_positive_int(self.max_iter, "max_iter")
         X, y = sk_validate_data(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
+from .._backend.params import POSITIVE, int_range
 from ._base import TensorJointModel, check_constraint, check_xy
 from ._basis import train_cross
 from .joint import solve_low_rank
@@ -68,11 +71,17 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     Inputs of any real dtype are converted to float64; outputs are float64.
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "degree": int_range(0, 64),
+        "standardize": ["boolean"],
+    }
+
     def __init__(self, degree: int = 4, standardize: bool = True):
         self.degree = degree
         self.standardize = standardize
 
     def fit(self, X, y=None):
+        self._validate_params()
         degree = validate_positive_int(self.degree, "degree", minimum=0, maximum=64)
         X = np.ascontiguousarray(sk_validate_data(self, X, dtype=np.float64, accept_sparse=False))
         n, d = X.shape
@@ -130,6 +139,15 @@ def _import_cvxpy():
     return cp
 
 
+#: cvxpy solvers of semidefinite programs (``solver`` of the ``"positive"`` SDP); cvxpy
+#: reads the names case-insensitively
+_SDP_SOLVERS = {
+    case(name)
+    for name in ("CLARABEL", "SCS", "MOSEK", "CVXOPT", "SDPA", "COPT", "COSMO", "CUCLARABEL")
+    for case in (str.upper, str.lower)
+}
+
+
 class PolynomialJointDistribution(TensorJointModel):
     """Polynomial JDL (JPDL, App. B): ``h(x, y) = psi_Y(y)^T H psi_X(x)`` with
     empirically orthonormal monomials of degree <= ``degree`` (exact, tolerance 0).
@@ -168,6 +186,14 @@ class PolynomialJointDistribution(TensorJointModel):
     Inputs of any real dtype are converted to float64; outputs are float64 NumPy arrays.
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "degree": int_range(0, 64),
+        "reg": POSITIVE,
+        "constraint": [None, StrOptions({"normalized", "positive"})],
+        "solver": [None, StrOptions(_SDP_SOLVERS)],
+        "standardize": ["boolean"],
+    }
+
     def __init__(
         self,
         degree: int = 4,
@@ -184,6 +210,7 @@ class PolynomialJointDistribution(TensorJointModel):
 
     def fit(self, X, Y):
         """Fit on ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
+        self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
         X, Y = check_xy(X, Y, estimator=self)

@@ -15,14 +15,18 @@ App. D (equation numbers refer to it; user guide: "Estimators" and "Dot-product 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state, validate_positive_int
 from .._backend.chunks import is_dask_array, map_row_chunks
 from .._backend.parallel import check_n_jobs
+from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ._chunked import (
     FeatureStats,
     blocked_statistics,
@@ -31,7 +35,7 @@ from ._chunked import (
     use_blocked_statistics,
 )
 from ._feature_map_param import fitted_feature_map, map_features
-from ._posterior import FeaturePosterior, choose_solver, gram_dual, gram_primal
+from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
 
 __all__ = ["RandomFeatureGPClassifier", "RandomFeatureGPRegressor", "milios_transform"]
@@ -105,6 +109,16 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         Rows the model was fitted on.
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "feature_map": [None, HasMethods(["fit", "transform"])],
+        "noise": POSITIVE,
+        "amplitude": POSITIVE,
+        "normalize_y": ["boolean"],
+        "solver": [StrOptions(set(SOLVERS))],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+    }
+
     def __init__(
         self,
         feature_map=None,
@@ -139,6 +153,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         -------
         self
         """
+        self._validate_params()
         noise = check_positive_float(self.noise, "noise")
         amp = check_positive_float(self.amplitude, "amplitude")
         choose_solver(self.solver, 1, 1)  # validates the name
@@ -298,6 +313,16 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     n_features_in_ : int
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "feature_map": [None, HasMethods(["fit", "transform"])],
+        "alpha": POSITIVE,
+        "amplitude": POSITIVE,
+        "n_samples": int_range(1, 10**7),
+        "solver": [StrOptions(set(SOLVERS))],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+    }
+
     def __init__(
         self,
         feature_map=None,
@@ -328,6 +353,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         -------
         self
         """
+        self._validate_params()
         alpha = check_positive_float(self.alpha, "alpha")
         amp = check_positive_float(self.amplitude, "amplitude")
         S = validate_positive_int(self.n_samples, "n_samples", maximum=10**7)

@@ -31,14 +31,17 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state, validate_positive_int
 from .._backend.parallel import check_n_jobs
+from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ..features.sampling import SAMPLERS
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
@@ -267,6 +270,19 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
     True
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        # a FAVOR# method name or alias, case-insensitive: resolve_method checks the name
+        # (its message lists the names and aliases)
+        "method": [str],
+        "n_components": int_range(1, 2**26),
+        "sigma": POSITIVE,
+        "sampler": [StrOptions(set(SAMPLERS))],
+        "random_state": RANDOM_STATE,
+        "exact": ["boolean"],
+        "fit_on": [StrOptions({"batch", "train"})],
+        "n_jobs": N_JOBS,
+    }
+
     def __init__(
         self,
         method: str = "sderf",
@@ -288,7 +304,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ helpers
-    def _validate_params(self):
+    def _check_params(self):
         s = self.sigma
         if (
             isinstance(s, bool)
@@ -341,7 +357,8 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         -------
         self : NadarayaWatsonClassifier
         """
-        self._method = self._validate_params()
+        self._validate_params()
+        self._method = self._check_params()
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=False)
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from numbers import Integral, Real
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import (
@@ -19,6 +22,13 @@ from .._backend import (
 )
 from .._backend import validate_data as kk_validate_data
 from .._backend.parallel import check_n_jobs
+from .._backend.params import (
+    N_JOBS,
+    NON_NEGATIVE,
+    POSITIVE,
+    RANDOM_STATE,
+    int_range,
+)
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
@@ -150,6 +160,25 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     True
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        # "auto", a name of METHODS or an alias, case-insensitive: resolve_method checks
+        # the name (its message lists the names and aliases)
+        "method": [str],
+        "kernel": [StrOptions(set(KERNEL_NAMES))],
+        "n_components": int_range(1, 2**26),
+        "lengthscale": POSITIVE,
+        # an int, or an integer-valued float (the sketches accept 2.0)
+        "degree": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(Real, 1, None, closed="left"),
+        ],
+        "coef0": NON_NEGATIVE,
+        "sampler": [StrOptions(set(SAMPLERS))],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+        "auto_sample_size": int_range(2),
+    }
+
     def __init__(
         self,
         method: str = "sderf",
@@ -275,6 +304,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         -------
         self : RandomFeatures
         """
+        self._validate_params()
         name = self._check_params()
         accept_sparse = name == "auto" or METHODS[name].cls.accepts_sparse
         if sp.issparse(X) and not accept_sparse:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend.chunks import is_dask_array, map_row_chunks
 from .._backend.parallel import check_n_jobs
+from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE
 from ._chunked import (
     FeatureStats,
     blocked_statistics,
@@ -19,7 +22,7 @@ from ._chunked import (
     use_blocked_statistics,
 )
 from ._feature_map_param import fitted_feature_map, map_features
-from ._posterior import FeaturePosterior, choose_solver
+from ._posterior import SOLVERS, FeaturePosterior, choose_solver
 
 __all__ = ["RandomFeatureRidge", "check_positive_float"]
 
@@ -88,6 +91,15 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         Rows the model was fitted on.
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "feature_map": [None, HasMethods(["fit", "transform"])],
+        "alpha": POSITIVE,
+        "fit_intercept": ["boolean"],
+        "solver": [StrOptions(set(SOLVERS))],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+    }
+
     def __init__(
         self,
         feature_map=None,
@@ -118,6 +130,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         -------
         self
         """
+        self._validate_params()
         alpha = check_positive_float(self.alpha, "alpha")
         choose_solver(self.solver, 1, 1)  # validates the name
         n_jobs = check_n_jobs(self.n_jobs)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -74,8 +75,10 @@ def _sparse_classes() -> str:
 class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Base class of every random feature map: the contract of the module docstring.
 
-    Subclasses implement ``_check_params()``, ``_fit(X, Y, xp, rng)`` (``X`` validated,
-    ``Y`` validated or None), ``_output_dim_for(n_features)``,
+    Subclasses declare ``_parameter_constraints`` (extending their parent's dict), which
+    :meth:`fit` checks first, and implement ``_check_params()`` (the checks the
+    constraints cannot express), ``_fit(X, Y, xp, rng)`` (``X`` validated, ``Y``
+    validated or None), ``_output_dim_for(n_features)``,
     ``_scaled_features(X, xp, side)``, ``_exact_kernel(X, Y, xp)`` and
     ``_variance(X, Y, xp)``; complex maps also ``_complex_variance``.
     """
@@ -88,6 +91,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     accepts_sparse = False
     #: whether ``fit`` reads more of the data than its dimension
     data_dependent = False
+    #: constructor parameter -> scikit-learn constraints, checked by ``fit`` through
+    #: ``_validate_params()`` (every map declares all of its ``__init__`` parameters)
+    _parameter_constraints: ClassVar[dict] = {}
 
     def _checks_finite_in_fit(self) -> bool:
         """Whether ``_fit`` checks the data for NaN / inf itself (through sums it computes
@@ -112,7 +118,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         -------
         self
         """
-        self._check_params()
+        self._validate_params()  # the declared constraints (errors name the parameter)
+        self._check_params()  # what they cannot express (cross-parameter rules)
         finite = not self._checks_finite_in_fit()
         X, xp = self._validate(X, "X", reset=True, check_finite=finite)
         if Y is None:

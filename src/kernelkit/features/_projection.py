@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils._param_validation import StrOptions
 
 from .._backend import to_numpy, validate_positive_float, validate_positive_int
 from .._backend.parallel import SingleThreadedBlas, run_beside
+from .._backend.params import POSITIVE, RANDOM_STATE, int_range
 from ._base import KERNELS, FeatureMap, param_cache, sq_norms
 from .sampling import SAMPLERS, draw_projection
 
@@ -45,6 +48,14 @@ class ProjectionFeatureMap(FeatureMap):
         SORF directions with chi norms (ORF-Had), randomised Halton (QMC).
     random_state : None, int or numpy.random.Generator
     """
+
+    _parameter_constraints: ClassVar[dict] = {
+        "n_features": int_range(1, 2**26),
+        "kernel": [StrOptions(set(KERNELS))],
+        "lengthscale": POSITIVE,
+        "sampler": [StrOptions(set(SAMPLERS))],
+        "random_state": RANDOM_STATE,
+    }
 
     def __init__(
         self,

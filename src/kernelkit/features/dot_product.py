@@ -40,14 +40,17 @@ from __future__ import annotations
 
 import math
 import numbers
+from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._backend import device, is_numpy_namespace, validate_positive_int
 from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
 from .._backend.parallel import check_n_jobs, map_row_blocks
+from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ..kernels import polynomial_kernel
 from ._base import FeatureMap, _detach, _matmul_augmented, check_real, param_cache
 from .dot_product_variance import (
@@ -116,6 +119,20 @@ class DotProductFeatureMap(FeatureMap):
     #: ``(q, m4)`` of the weight entries, real and complex (Theorem 2)
     _moments: ClassVar[dict] = {False: (1.0, 1.0), True: (0.5, 1.0)}
     accepts_sparse = True
+    _parameter_constraints: ClassVar[dict] = {
+        "n_features": int_range(1, 2**26),
+        # an int, or an integer-valued float (checked by _check_params)
+        "degree": [
+            Interval(Integral, 1, 4096, closed="both"),
+            Interval(Real, 1, 4096, closed="both"),
+        ],
+        "coef0": NON_NEGATIVE,
+        "complex": ["boolean"],
+        "real_output": ["boolean"],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+        "gamma": POSITIVE,
+    }
 
     def __init__(
         self,
@@ -540,6 +557,11 @@ class TensorSRHT(DotProductFeatureMap):
         )
         self.method = method
 
+    _parameter_constraints: ClassVar[dict] = {
+        **DotProductFeatureMap._parameter_constraints,
+        "method": [StrOptions({"auto", "dense", "fwht"})],
+    }
+
     def _check_params(self):
         super()._check_params()
         if self.method not in ("auto", "dense", "fwht"):
@@ -677,6 +699,11 @@ class TensorSketch(DotProductFeatureMap):
     """
 
     _supports_complex = False
+    _parameter_constraints: ClassVar[dict] = {
+        key: value
+        for key, value in DotProductFeatureMap._parameter_constraints.items()
+        if key not in ("complex", "real_output")  # not parameters of TensorSketch
+    }
 
     def __init__(
         self,

@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import functools
 import math
+from numbers import Real
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._backend import device, is_numpy_namespace, validate_positive_float, validate_positive_int
 from .._backend.parallel import check_n_jobs
+from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ._base import FeatureMap, check_bool, check_real, param_cache, real_gram, sq_norms
 from ._trig import trig_features, use_half
 from .sampling import SAMPLERS, draw_projection
@@ -153,6 +157,16 @@ class RandomFourierFeatures(FeatureMap):
     """
 
     accepts_sparse = True
+    _parameter_constraints: ClassVar[dict] = {
+        "n_features": int_range(1, 2**26),
+        "lengthscale": POSITIVE,
+        "gamma": [None, *POSITIVE],
+        "sampler": [StrOptions(set(SAMPLERS))],
+        "complex": ["boolean"],
+        "real_output": ["boolean"],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+    }
 
     def __init__(
         self,
@@ -431,6 +445,17 @@ class SphericalRandomFeatures(RandomFourierFeatures):
     real_output = False
     gamma = None
     lengthscale = 1.0
+    _parameter_constraints: ClassVar[dict] = {
+        "n_features": int_range(1, 2**26),
+        "degree": int_range(1, 10_000),
+        "a": [Interval(Real, 2, None, closed="left")],  # eq. 57 on the unit sphere
+        "amplitude": POSITIVE,
+        "sampler": [StrOptions(set(SAMPLERS))],
+        "n_components_mixture": int_range(1, 10_000),
+        "normalize": ["boolean"],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+    }
 
     def __init__(
         self,

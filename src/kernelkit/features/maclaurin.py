@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import Hidden, StrOptions
 
 from .._backend import check_random_state, device, to_numpy, validate_positive_int
 from .._backend.fwht import next_power_of_two
 from .._backend.parallel import check_n_jobs
+from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ._base import FeatureMap, check_real, sq_norms
 from .dot_product_variance import iid_sketch_variance, pair_statistics, tensor_srht_variance
 from .maclaurin_series import (
@@ -83,6 +86,21 @@ class _MaclaurinBase(FeatureMap):
     """
 
     _sketches: tuple[str, ...] = ("rademacher", "gaussian")
+    #: the parameters of both Maclaurin maps; every one is checked whatever the kernel
+    _parameter_constraints: ClassVar[dict] = {
+        "n_features": int_range(1, 2**26),
+        # "exponential" passes here so that _check_params can point to "softmax"
+        "kernel": [StrOptions(set(MACLAURIN_KERNELS)), Hidden(StrOptions({"exponential"}))],
+        "degree": int_range(1, 1000),
+        "gamma": POSITIVE,
+        "coef0": NON_NEGATIVE,
+        "lengthscale": POSITIVE,
+        "sketch": [StrOptions({"rademacher", "gaussian"})],
+        "complex": ["boolean"],
+        "real_output": ["boolean"],
+        "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
+    }
 
     # ------------------------------------------------------------------ parameters
     accepts_sparse = True
@@ -339,6 +357,11 @@ class RandomMaclaurin(_MaclaurinBase):
     sketches_ : list of (degree, sketch, weight)
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        **_MaclaurinBase._parameter_constraints,
+        "max_degree": int_range(1, 1000),
+    }
+
     def __init__(
         self,
         n_features: int = 256,
@@ -479,6 +502,14 @@ class OptimizedMaclaurin(_MaclaurinBase):
     """
 
     _sketches = ("rademacher", "gaussian", "srht")
+    _parameter_constraints: ClassVar[dict] = {
+        **_MaclaurinBase._parameter_constraints,
+        "p_min": int_range(1, 1000),
+        "p_max": int_range(1, 1000),  # p_min <= p_max: _check_params
+        "sketch": [StrOptions({"rademacher", "gaussian", "srht"})],
+        "constant_in_budget": ["boolean"],
+        "n_subsample": [None, *int_range(2)],
+    }
 
     def __init__(
         self,

@@ -27,11 +27,15 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from numbers import Real
+from typing import ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import Interval
 
 from .._backend import check_all_finite, device, is_numpy_namespace, to_backend, to_numpy
 from .._backend.parallel import check_n_jobs, effective_n_jobs, map_row_blocks
+from .._backend.params import N_JOBS, NON_NEGATIVE
 from ._base import _matmul_augmented, sq_norms
 from ._projection import ProjectionFeatureMap, SecondMomentVariance
 from ._trig import trig_features, use_half
@@ -50,6 +54,11 @@ __all__ = ["ADERF", "GERF", "SADERF", "SDERF", "HyperbolicRF", "PositiveRF", "Tr
 
 class _ThreadedMap(ProjectionFeatureMap):
     """Projection maps with a threaded NumPy path: adds ``n_jobs`` (scikit-learn's rule)."""
+
+    _parameter_constraints: ClassVar[dict] = {
+        **ProjectionFeatureMap._parameter_constraints,
+        "n_jobs": N_JOBS,
+    }
 
     def __init__(
         self,
@@ -569,6 +578,10 @@ class GERF(_DiagonalDERF):
     _derf = "gerf"
     _full_moments = False
     data_dependent = True
+    _parameter_constraints: ClassVar[dict] = {
+        **_DiagonalDERF._parameter_constraints,
+        "A": [None, Interval(Real, None, 0.125, closed="neither")],
+    }
 
     def __init__(
         self,
@@ -603,6 +616,10 @@ class GERF(_DiagonalDERF):
 class _AsymmetricDERF(_DiagonalDERF):
     symmetric = False
     data_dependent = True
+    _parameter_constraints: ClassVar[dict] = {
+        **_DiagonalDERF._parameter_constraints,
+        "eps": NON_NEGATIVE,
+    }
 
     def __init__(
         self,

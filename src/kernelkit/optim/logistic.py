@@ -22,16 +22,19 @@ from __future__ import annotations
 import numbers
 import time
 import warnings
+from typing import ClassVar
 
 import numpy as np
 from scipy.special import expit, logsumexp, softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model._base import LinearClassifierMixin
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state
+from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from . import solvers as _s
 from .kronecker import KroneckerPreconditioner
 
@@ -251,6 +254,31 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     converted to float64.
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "solver": [StrOptions(set(SOLVERS))],
+        "rank": int_range(1),
+        "alpha": POSITIVE,
+        "batch_size": int_range(1),
+        "max_epochs": int_range(1),
+        "tol": [None, *NON_NEGATIVE],
+        "n_iter_no_change": int_range(1),
+        "eta0": POSITIVE,
+        "schedule": [None, StrOptions(set(_s.SCHEDULES))],
+        "t0": [None, *POSITIVE],
+        "fit_intercept": ["boolean"],
+        "reduction": [StrOptions({"mean", "sum"})],
+        "linear_solver": [StrOptions({"auto", "cg", "dense"})],
+        "cg_rtol": POSITIVE,
+        "cg_maxiter": [None, *int_range(1)],
+        "preconditioner": [None, StrOptions({"kronecker", "jacobi"})],
+        "low_rank": [StrOptions({"paper", "eig", "exact"})],
+        "shuffle": ["boolean"],
+        "warm_start": ["boolean"],
+        "callback": [None, callable],
+        "compute_loss": ["boolean"],
+        "random_state": RANDOM_STATE,
+    }
+
     def __init__(
         self,
         solver="spfb",
@@ -356,6 +384,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y):
         """Fit on ``X`` (n_samples, n_features), ``y`` (n_samples,). Returns self."""
+        self._validate_params()
         schedule = self._check_params()
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         check_classification_targets(y)
@@ -378,6 +407,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
     def partial_fit(self, X, y, classes=None):
         """One epoch over ``(X, y)``; ``classes`` is required on the first call."""
+        self._validate_params()
         schedule = self._check_params()
         first = not hasattr(self, "coef_")
         X, y = validate_data(

@@ -10,10 +10,12 @@ Random Features" (ICLR 2022). The Gaussian-coefficient variants are in
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
 from ..._backend import device, is_numpy_namespace, validate_positive_int
+from ..._backend.params import int_range
 from .._base import _detach, check_bool
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
@@ -45,6 +47,11 @@ class _BipolarHybrid(ProjectionFeatureMap):
     positive = False
     #: whether the block ``sqrt|a| phi1`` is present (``a != 0``)
     _has_a_block = True
+    _parameter_constraints: ClassVar[dict] = {
+        **ProjectionFeatureMap._parameter_constraints,
+        "n_lambda": int_range(1, 2**24),
+        "shared_projection": ["boolean"],
+    }
 
     def __init__(
         self,

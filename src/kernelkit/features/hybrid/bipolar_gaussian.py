@@ -8,10 +8,13 @@ Features" (ICLR 2022), on the base class of :mod:`.bipolar`.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import StrOptions
 
 from ..._backend import device, validate_positive_float
+from ..._backend.params import POSITIVE
 from .._base import _detach
 from ..sampling import gaussian_projection
 from ._common import _sq_norms
@@ -48,6 +51,11 @@ class GaussianHybridRF(_BipolarHybrid):
     """
 
     _has_a_block = False
+    _parameter_constraints: ClassVar[dict] = {
+        **_BipolarHybrid._parameter_constraints,
+        "lambda_bandwidth": POSITIVE,
+        "lambda_features": [StrOptions({"positive", "trig"})],
+    }
 
     def __init__(
         self,
@@ -153,6 +161,12 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         ``r``; by default the root-mean-square norm of the (lengthscale-scaled) rows of
         ``X`` and ``Y`` at fit (attribute ``radius_``).
     """
+
+    _parameter_constraints: ClassVar[dict] = {
+        **_BipolarHybrid._parameter_constraints,
+        "sigma": POSITIVE,
+        "radius": [None, *POSITIVE],
+    }
 
     def __init__(
         self,

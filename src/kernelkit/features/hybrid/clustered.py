@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from numbers import Real
+from typing import ClassVar
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._backend import check_random_state, device, validate_positive_float, validate_positive_int
+from ..._backend.params import POSITIVE, int_range
 from .._base import _detach
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
@@ -83,6 +87,17 @@ class ClusteredHybridRF(ProjectionFeatureMap):
     """
 
     symmetric = False
+    _parameter_constraints: ClassVar[dict] = {
+        **ProjectionFeatureMap._parameter_constraints,
+        # an int, or a pair (n_q, n_k) whose entries _cluster_counts checks
+        "n_clusters": [*int_range(1), tuple, list],
+        "mixture": [StrOptions({"zero_one", "gaussian"})],
+        "n_lambda": int_range(1, 2**20),
+        "tau": POSITIVE,
+        "default_estimator": [StrOptions({"hyperbolic", "trig"})],
+        "eps": [Interval(Real, 0, 1, closed="neither")],
+        "n_init": int_range(1),
+    }
 
     def __init__(
         self,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import ClassVar
 
 import numpy as np
 
 from ..._backend import validate_positive_float
+from ..._backend.params import POSITIVE
 from .._base import _detach
 from .._projection import ProjectionFeatureMap
 from ._common import _scaled_nonneg, _sq_norms, _sum_prod
@@ -152,6 +154,11 @@ class ComplexExponentialRF(ProjectionFeatureMap):
     """
 
     symmetric = False
+    _parameter_constraints: ClassVar[dict] = {
+        **ProjectionFeatureMap._parameter_constraints,
+        "A": [None, "array-like"],  # shape, finiteness and condition checked at fit
+        "max_condition": POSITIVE,
+    }
 
     def __init__(
         self,

@@ -1,0 +1,69 @@
+"""Building blocks of the ``_parameter_constraints`` of kernelkit's estimators and maps.
+
+Every public estimator and feature map declares its constructor parameters in
+scikit-learn's ``_parameter_constraints`` convention
+(:mod:`sklearn.utils._param_validation`) and calls ``self._validate_params()`` at the
+start of ``fit`` (and ``partial_fit``); an invalid value raises ``InvalidParameterError``
+(a ``ValueError`` and a ``TypeError``) that names the parameter. The constraints shared
+by many classes live here.
+
+``Interval(Real, 0, None, closed="neither")`` rejects NaN and both infinities, so
+:data:`POSITIVE` is "a positive finite float"; :data:`NON_NEGATIVE` is "a finite float
+>= 0".
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+
+__all__ = [
+    "NON_NEGATIVE",
+    "N_JOBS",
+    "POSITIVE",
+    "RANDOM_STATE",
+    "CaseInsensitiveStrOptions",
+    "int_range",
+]
+
+#: ``random_state``: None, a non-negative int, a Generator or a legacy RandomState
+#: (scikit-learn's ``"random_state"`` constraint does not accept a Generator)
+RANDOM_STATE = [
+    None,
+    Interval(Integral, 0, None, closed="left"),
+    np.random.Generator,
+    np.random.RandomState,
+]
+
+#: ``n_jobs``: None or a non-zero integer (scikit-learn's convention; -1: all CPUs)
+N_JOBS = [
+    None,
+    Interval(Integral, None, -1, closed="right"),
+    Interval(Integral, 1, None, closed="left"),
+]
+
+#: a positive finite real number (NaN and +-inf rejected)
+POSITIVE = [Interval(Real, 0, None, closed="neither")]
+
+#: a finite real number >= 0 (NaN and +-inf rejected)
+NON_NEGATIVE = [Interval(Real, 0, None, closed="left")]
+
+
+def int_range(minimum: int = 1, maximum: int | None = None) -> list:
+    """An integer in ``[minimum, maximum]`` (no upper bound for ``maximum=None``)."""
+    closed = "left" if maximum is None else "both"
+    return [Interval(Integral, minimum, maximum, closed=closed)]
+
+
+class CaseInsensitiveStrOptions(StrOptions):
+    """``StrOptions`` for names read case-insensitively (and stripped), as kernelkit reads
+    ``method`` and the kernel names of :mod:`kernelkit.distributions`; ``options`` are
+    lower case."""
+
+    def is_satisfied_by(self, val):
+        return isinstance(val, str) and val.strip().lower() in self.options
+
+    def __str__(self):
+        return f"{super().__str__()} (case-insensitive)"
