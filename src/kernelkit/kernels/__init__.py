@@ -144,9 +144,14 @@ def _ldexp(x: float, e: int) -> float:
         return math.copysign(math.inf, x)
 
 
+def _detached(x):
+    """``x`` without autograd history (for host-side scalars such as scale factors)."""
+    return x.detach() if is_torch_array(x) else x
+
+
 def _exponent(xp, *arrays) -> int:
     """``e`` with ``max |a| < 2**e`` over the (finite, non-empty) ``arrays``."""
-    return max(math.frexp(float(xp.max(xp.abs(a))))[1] for a in arrays)
+    return max(math.frexp(float(xp.max(xp.abs(_detached(a)))))[1] for a in arrays)
 
 
 def _scaled_product(xp, X, Y, alpha, a):
@@ -192,7 +197,7 @@ def _exp_checked(xp, logk, func: str, hint: str):
     with np.errstate(over="ignore"):
         K = xp.exp(logk)
     if not _finite(xp, K):
-        top = float(xp.max(logk))
+        top = float(xp.max(_detached(logk)))
         raise ValueError(
             f"{func} overflows {K.dtype}: the largest exponent is {top:.6g} > "
             f"{math.log(float(xp.finfo(K.dtype).max)):.6g}; {hint}"
@@ -459,14 +464,18 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
             ) from None
     # |q_i^T k_j| <= |q_i| |k_j|: with that bound in range no partial sum overflows
     with np.errstate(over="ignore"):
-        nq, nk = float(xp.max(_sq_norms(xp, q))), float(xp.max(_sq_norms(xp, k)))
+        nq = float(xp.max(_sq_norms(xp, _detached(q))))
+        nk = float(xp.max(_sq_norms(xp, _detached(k))))
     big = math.sqrt(nq) * math.sqrt(nk)
     if big * scale < float(xp.finfo(q.dtype).max):
         logits, factor = (q @ xp.matrix_transpose(k)) * scale, 1.0  # (..., L, S)
     else:  # logits = factor * (q 2^-e)(k 2^-e)^T, the product at most d in magnitude
         e = _exponent(xp, q, k)
         t = math.ldexp(1.0, -e)
-        logits, factor = (q * t) @ xp.matrix_transpose(k * t), _ldexp(scale, 2 * e)
+        logits = (q * t) @ xp.matrix_transpose(k * t)
+        # capped at the largest float: the forward value is the same (exp gives 0 for all
+        # but the row maximum), and autograd never meets inf * 0
+        factor = min(_ldexp(scale, 2 * e), float(xp.finfo(q.dtype).max))
     allowed = None
     if is_causal:
         i = xp.arange(L)[:, None]
