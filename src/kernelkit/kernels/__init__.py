@@ -149,9 +149,15 @@ def _detached(x):
     return x.detach() if is_torch_array(x) else x
 
 
+def _max_abs(xp, a) -> float:
+    """``max |a|`` of a finite, non-empty array (two reductions, no temporary)."""
+    a = _detached(a)
+    return max(abs(float(xp.max(a))), abs(float(xp.min(a))))
+
+
 def _exponent(xp, *arrays) -> int:
     """``e`` with ``max |a| < 2**e`` over the (finite, non-empty) ``arrays``."""
-    return max(math.frexp(float(xp.max(xp.abs(_detached(a)))))[1] for a in arrays)
+    return max(math.frexp(_max_abs(xp, a))[1] for a in arrays)
 
 
 def _scaled_product(xp, X, Y, alpha, a):
@@ -462,12 +468,8 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
                 f"{tuple(key_padding_mask.shape)}) do not broadcast against those of q, k, v "
                 f"{batch}."
             ) from None
-    # |q_i^T k_j| <= |q_i| |k_j|: with that bound in range no partial sum overflows
-    with np.errstate(over="ignore"):
-        nq = float(xp.max(_sq_norms(xp, _detached(q))))
-        nk = float(xp.max(_sq_norms(xp, _detached(k))))
-    big = math.sqrt(nq) * math.sqrt(nk)
-    if big * scale < float(xp.finfo(q.dtype).max):
+    # |q_i^T k_j| <= d max|q| max|k|: with that bound in range no partial sum overflows
+    if d * _max_abs(xp, q) * _max_abs(xp, k) * max(scale, 1.0) < float(xp.finfo(q.dtype).max):
         logits, factor = (q @ xp.matrix_transpose(k)) * scale, 1.0  # (..., L, S)
     else:  # logits = factor * (q 2^-e)(k 2^-e)^T, the product at most d in magnitude
         e = _exponent(xp, q, k)
