@@ -211,18 +211,6 @@ def _exp_checked(xp, logk, func: str, hint: str):
     return K
 
 
-_PAIR_RAISES = """
-    Raises
-    ------
-    TypeError
-        ``X`` or ``Y`` is not a real numeric array (complex arrays raise ``ValueError``,
-        boolean and object arrays ``TypeError``), or a hyperparameter is not a real number.
-    ValueError
-        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
-        dimensions (last axis) differ or their batch dimensions do not broadcast; a
-        hyperparameter is out of range (see above)."""
-
-
 def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     """Logarithm of the scaled softmax kernel, ``alpha*|x|^2 + x.y + alpha*|y|^2``.
 
@@ -240,13 +228,20 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     array, shape (..., n, m)
         Never NaN: finite unless the exact value exceeds the floating range, where it is
         ``+-inf`` (inputs whose squared norms overflow are rescaled exactly).
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
     alpha = _check_real(alpha, "alpha")
     xp, X, Y = _check_pair(X, Y)
     return _log_kernel(xp, X, Y, alpha)
-
-
-log_scaled_softmax_kernel.__doc__ += _PAIR_RAISES
 
 
 def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
@@ -266,6 +261,16 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     array, shape (..., n, m)
         Finite: a value beyond the floating range raises ``ValueError`` (use
         :func:`log_scaled_softmax_kernel` for such inputs).
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
     alpha = _check_real(alpha, "alpha")
     xp, X, Y = _check_pair(X, Y)
@@ -275,9 +280,6 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
         "scaled_softmax_kernel",
         "scale X and Y down or use log_scaled_softmax_kernel.",
     )
-
-
-scaled_softmax_kernel.__doc__ += _PAIR_RAISES
 
 
 def softmax_kernel(X, Y, lengthscale: float = 1.0):
@@ -295,6 +297,16 @@ def softmax_kernel(X, Y, lengthscale: float = 1.0):
     array, shape (..., n, m)
         Finite: a value beyond the floating range raises ``ValueError`` (use
         :func:`log_scaled_softmax_kernel` on ``X / lengthscale``, ``Y / lengthscale``).
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
     xp, X, Y = _check_pair(X, Y)
@@ -304,9 +316,6 @@ def softmax_kernel(X, Y, lengthscale: float = 1.0):
         "softmax_kernel",
         "increase lengthscale, scale X and Y down or use log_scaled_softmax_kernel.",
     )
-
-
-softmax_kernel.__doc__ += _PAIR_RAISES
 
 
 def gaussian_kernel(X, Y, lengthscale: float = 1.0):
@@ -327,14 +336,21 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
     array, shape (..., n, m)
         Entries in [0, 1] for all finite inputs, however large (the exponent is computed
         on exactly rescaled inputs where the squared norms would overflow).
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
     xp, X, Y = _check_pair(X, Y)
     logk = _log_kernel(xp, X, Y, -0.5, lengthscale)
     return xp.exp(xp.minimum(logk, xp.zeros_like(logk)))
-
-
-gaussian_kernel.__doc__ += _PAIR_RAISES
 
 
 def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 1.0):
@@ -358,6 +374,16 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
     -------
     array, shape (..., n, m)
         Finite: a value beyond the floating range raises ``ValueError``.
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
     degree = validate_positive_int(degree, "degree", minimum=1)
     coef0 = _check_real(coef0, "coef0")
@@ -371,9 +397,6 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
             f"gamma={gamma}, coef0={coef0}; scale X and Y down or lower gamma or degree."
         )
     return K
-
-
-polynomial_kernel.__doc__ += _PAIR_RAISES
 
 
 def _check_mask(mask, S: int):
