@@ -546,3 +546,32 @@ def test_cg_finite_or_clear_error(b, rtol, maxiter):
         np.testing.assert_allclose(
             x.reshape(-1), np.linalg.solve(A, b.reshape(-1)), rtol=1e-6, atol=1e-300
         )
+
+
+# ----------------------------------------------------------------------------- bound methods
+def test_bound_methods_check_their_arguments():
+    W, X, _ = _problem(10, m=4, p=3, n=3)
+    gb = partition_bound(np.zeros(9), np.ones((4, 3, 9)))
+    with pytest.raises(ValueError, match=r"theta must have shape \(d,\) = \(9,\)"):
+        gb.log_bound(np.zeros(9), np.zeros(8))
+    with pytest.raises(ValueError, match=_names("theta_tilde")):
+        gb.log_bound(np.full(9, np.nan), np.zeros(9))
+    mb = multinomial_partition_bound(W, X)
+    with pytest.raises(ValueError, match=r"X must have the m = 4 rows"):
+        mb.mu(X[:2])
+    with pytest.raises(ValueError, match=_names("X")):
+        mb.sigma(X * np.nan)
+    lb = multinomial_low_rank_bound(W, X, rank=2)
+    with pytest.raises(ValueError, match=_names("lam")):
+        lb.solve(np.ones(9), lam=-1.0)
+    with pytest.raises(TypeError, match=_names("scale")):
+        lb.solve(np.ones(9), lam=0.1, scale=None)
+    with pytest.raises(ValueError, match=_names("G")):
+        lb.solve(np.ones(8), lam=0.1)
+    A = KroneckerCurvature(X, mb.C, lam=0.1)
+    with pytest.raises(ValueError, match=r"V must have shape \(p, n\) = \(3, 3\) or \(9,\)"):
+        A.matvec(np.ones((9, 1)))
+    with pytest.raises(TypeError, match=_names("V")):
+        A.matvec(np.ones((3, 3)) + 0j)
+    with pytest.raises(TypeError, match="KroneckerCurvature"):
+        KroneckerPreconditioner(X).for_operator(np.eye(9))

@@ -103,8 +103,19 @@ class PartitionBound(NamedTuple):
     sigma: np.ndarray
 
     def log_bound(self, theta_tilde, theta) -> np.ndarray:
-        """Log of the right-hand side of eq. 2.3 at ``theta``, shape (m,)."""
-        delta = np.asarray(theta, dtype=np.float64) - np.asarray(theta_tilde, dtype=np.float64)
+        """Log of the right-hand side of eq. 2.3 at ``theta``, shape (m,).
+
+        ``theta_tilde`` and ``theta`` must be finite real arrays of shape (d,)
+        (``ValueError`` / ``TypeError`` naming the argument otherwise).
+        """
+        d = self.mu.shape[1]
+        args = {"theta_tilde": theta_tilde, "theta": theta}
+        for name, a in args.items():
+            a = np.asarray(_v.check_array(a, name, f"(d,) = ({d},)", ndim=1), dtype=np.float64)
+            if a.shape != (d,):
+                raise ValueError(f"{name} must have shape (d,) = ({d},), got {a.shape}.")
+            args[name] = a
+        delta = args["theta"] - args["theta_tilde"]
         quad = np.einsum("jab,a,b->j", self.sigma, delta, delta)
         return self.log_z + self.mu @ delta + 0.5 * quad
 
@@ -202,17 +213,31 @@ class MultinomialBound(NamedTuple):
     C: np.ndarray
 
     def mu(self, X) -> np.ndarray:
-        """``mu_j = p_j (x) x_j`` as vectors of length ``n p``, shape (m, n p)."""
-        X = np.asarray(X, dtype=np.float64)
+        """``mu_j = p_j (x) x_j`` as vectors of length ``n p``, shape (m, n p).
+
+        ``X`` must be the finite (m, p) batch of the bound.
+        """
+        X = self._check_x(X)
         return (self.prob[:, :, None] * X[:, None, :]).reshape(len(X), -1)
 
     def sigma(self, X) -> np.ndarray:
-        """Dense ``Sigma_j = kron(C_j, x_j x_j^T)``, shape (m, n p, n p); small problems only."""
-        X = np.asarray(X, dtype=np.float64)
+        """Dense ``Sigma_j = kron(C_j, x_j x_j^T)``, shape (m, n p, n p); small problems only.
+
+        ``X`` must be the finite (m, p) batch of the bound.
+        """
+        X = self._check_x(X)
         m, n = self.prob.shape
         p = X.shape[1]
         out = self.C[:, :, None, :, None] * (X[:, None, :, None, None] * X[:, None, None, None, :])
         return out.reshape(m, n * p, n * p)
+
+    def _check_x(self, X):
+        X = np.asarray(_v.check_array(X, "X", "(m, p)"), dtype=np.float64)
+        if X.shape[0] != self.prob.shape[0]:
+            raise ValueError(
+                f"X must have the m = {self.prob.shape[0]} rows of the bound, got shape {X.shape}."
+            )
+        return X
 
 
 def multinomial_partition_bound(W, X) -> MultinomialBound:

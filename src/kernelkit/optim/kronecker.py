@@ -108,8 +108,20 @@ class KroneckerCurvature:
         return (d, d)
 
     def matvec(self, V) -> np.ndarray:
-        """``A vec(V)`` for ``V`` of shape (p, n) (returned as (p, n)) or ``vec(V)`` (d,)."""
+        """``A vec(V)`` for ``V`` of shape (p, n) (returned as (p, n)) or ``vec(V)`` (d,).
+
+        Only the shape and dtype of ``V`` are checked (O(1): this runs in the CG loop).
+        """
         xp = self.xp
+        shape = tuple(getattr(V, "shape", np.shape(V)))
+        if shape not in ((self.p, self.n), (self.p * self.n,)):
+            raise ValueError(
+                f"V must have shape (p, n) = ({self.p}, {self.n}) or ({self.p * self.n},), "
+                f"got {shape}."
+            )
+        kind = getattr(getattr(V, "dtype", None), "kind", "f")
+        if kind not in "fiu" or getattr(getattr(V, "dtype", None), "is_complex", False):
+            raise TypeError(f"V must be a real numeric array, got dtype {V.dtype}.")
         if is_numpy_namespace(xp):
             V = np.asarray(V, dtype=self.X.dtype)
         flat = V.ndim == 1
@@ -295,7 +307,13 @@ class KroneckerPreconditioner:
         return get_namespace(self.U)
 
     def for_operator(self, A: KroneckerCurvature):
-        """The preconditioner of ``A`` as a callable on (p, n) arrays."""
+        """The preconditioner of ``A`` as a callable on (p, n) arrays.
+
+        ``TypeError`` unless ``A`` is a :class:`KroneckerCurvature`; ``ValueError`` if its
+        ``p`` differs or its ``lam`` is not positive.
+        """
+        if not isinstance(A, KroneckerCurvature):
+            raise TypeError(f"A must be a KroneckerCurvature, got {type(A).__name__}.")
         if A.p != self.p:
             raise ValueError(f"the preconditioner has p = {self.p}, the operator p = {A.p}.")
         xp = self.xp

@@ -91,8 +91,10 @@ class LowRankBound(NamedTuple):
     def solve(self, G, lam=0.0, scale=1.0) -> np.ndarray:
         """``(scale (V^T S V + diag D) + lam I)^{-1} G`` by :func:`woodbury_solve`.
 
-        ``G`` has shape (d,) or (d, c).
+        ``G`` has shape (d,) or (d, c); ``lam >= 0`` and ``scale > 0`` are finite floats.
         """
+        lam = _v.check_nonneg_float(lam, "lam")
+        scale = _v.validate_positive_float(scale, "scale")
         return woodbury_solve(self.V, scale * self.S, scale * self.D + lam, G)
 
 
