@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 
@@ -228,21 +229,51 @@ _scalars = st.one_of(
 )
 
 
+_HAS_TORCH = importlib.util.find_spec("torch") is not None
+_libs = st.sampled_from(["numpy", "torch"] if _HAS_TORCH else ["numpy"])
+
+
+def _to_lib(lib, a):
+    if lib == "torch":
+        import torch
+
+        return torch.from_numpy(a)
+    return a
+
+
+def _numpy(a):
+    return a.numpy() if hasattr(a, "numpy") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
 def _reference_gaussian(X, Y, ls):
     D2 = np.sum((X[..., :, None, :] - Y[..., None, :, :]) ** 2, axis=-1)
     return np.exp(-D2 / (2 * ls**2))
 
 
+@st.composite
+def _pair_cases(draw):
+    """Half consistent cases (matching shapes, finite entries -- some huge -- and a valid
+    hyperparameter), half arbitrary ones (shapes, NaN, inf, any hyperparameter)."""
+    if draw(st.booleans()):
+        batch = draw(st.sampled_from([(), (2,)]))
+        n, m, d = (draw(st.integers(1, 3)) for _ in range(3))
+        finite = st.one_of(*[_moderate] * 6, st.floats(allow_nan=False, allow_infinity=False))
+        X = draw(hnp.arrays(np.float64, (*batch, n, d), elements=finite))
+        Y = draw(hnp.arrays(np.float64, (*batch, m, d), elements=finite))
+        ls = draw(st.one_of(st.sampled_from([0.5, 1.0, 2.0, 7.0]), st.floats(1e-3, 1e3)))
+        return X, Y, ls
+    X = draw(hnp.arrays(np.float64, _x_shapes, elements=_floats))
+    Y = draw(hnp.arrays(np.float64, _y_shapes, elements=_floats))
+    return X, Y, draw(_scalars)
+
+
 @settings(max_examples=200)
-@given(
-    X=hnp.arrays(np.float64, _x_shapes, elements=_floats),
-    Y=hnp.arrays(np.float64, _y_shapes, elements=_floats),
-    ls=_scalars,
-    name=st.sampled_from(sorted(PAIR_KERNELS)),
-)
-def test_pair_kernels_finite_or_clear_error(X, Y, ls, name):
+@given(case=_pair_cases(), name=st.sampled_from(sorted(PAIR_KERNELS)), lib=_libs)
+def test_pair_kernels_finite_or_clear_error(case, name, lib):
     """A finite (and for moderate inputs correct) result, or ValueError/TypeError naming an
-    argument -- never NaN and never an error from inside NumPy."""
+    argument -- never NaN and never an error from inside NumPy or torch."""
+    X, Y, ls = case
+    X, Y = _to_lib(lib, X), _to_lib(lib, Y)
     kw = {
         "gaussian_kernel": {"lengthscale": ls},
         "softmax_kernel": {"lengthscale": ls},
@@ -257,7 +288,7 @@ def test_pair_kernels_finite_or_clear_error(X, Y, ls, name):
         event(f"{type(exc).__name__}")
         return
     event("result")
-    out = np.asarray(out)
+    out, X, Y = _numpy(out), _numpy(X), _numpy(Y)
     assert out.shape == (*np.broadcast_shapes(X.shape[:-2], Y.shape[:-2]), X.shape[-2], Y.shape[-2])
     assert not np.any(np.isnan(out))
     if name != "log_scaled_softmax_kernel":
@@ -274,12 +305,15 @@ def test_pair_kernels_finite_or_clear_error(X, Y, ls, name):
     k=hnp.arrays(np.float64, st.sampled_from([(3, 2), (4, 2), (3, 3)]), elements=_floats),
     v=hnp.arrays(np.float64, st.sampled_from([(3, 2), (4, 1), (0, 2)]), elements=_floats),
     causal=st.booleans(),
+    lib=_libs,
 )
-def test_attention_finite_convex_or_clear_error(q, k, v, causal):
+def test_attention_finite_convex_or_clear_error(q, k, v, causal, lib):
     """Exact attention is a convex combination of the rows of v (any finite size of q, k)
     or a ValueError/TypeError naming an argument."""
     try:
-        out = softmax_attention(q, k, v, is_causal=causal)
+        out = _numpy(
+            softmax_attention(_to_lib(lib, q), _to_lib(lib, k), _to_lib(lib, v), is_causal=causal)
+        )
     except (ValueError, TypeError) as exc:
         assert re.search(r"\b(q|k|v|is_causal|scale)\b", str(exc)), exc
         event(f"{type(exc).__name__}")
