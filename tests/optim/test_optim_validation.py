@@ -187,10 +187,12 @@ def test_spfb_step_rejects_bad_warm_start():
         spfb_step(W, X, y, 0.1, x0=np.full(W.shape, np.nan))
 
 
-def test_numpy_labels_with_torch_arrays(torch):
+def test_labels_follow_the_library_of_the_data(torch):
     W, X, y = _problem(8)
     out = multinomial_gradient(torch.from_numpy(W), torch.from_numpy(X), y, 0.1)
     np.testing.assert_allclose(out.numpy(), multinomial_gradient(W, X, y, 0.1), rtol=1e-12)
+    out = multinomial_gradient(W, X, torch.from_numpy(y), 0.1)  # and the other way round
+    np.testing.assert_allclose(out, multinomial_gradient(W, X, y, 0.1), rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------- step_size

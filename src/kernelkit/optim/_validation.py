@@ -130,7 +130,8 @@ def check_labels(y, n_classes: int, n_samples: int, *, xp=None, like=None, name:
     """Integer class indices ``0..n_classes-1``, shape (n_samples,).
 
     Two reductions (min and max); the offending labels are listed only on failure. With
-    ``xp`` and ``like`` given, NumPy labels are moved to ``xp`` on the device of ``like``.
+    ``xp`` and ``like`` given, labels of another library are moved to ``xp`` on the device
+    of ``like``.
     """
     y = _as_array(y, name)
     if isinstance(y, np.ndarray) and y.dtype.kind not in "biufc":
@@ -154,8 +155,10 @@ def check_labels(y, n_classes: int, n_samples: int, *, xp=None, like=None, name:
             f"{name} contains labels {bad.tolist()} outside 0..{n_classes - 1} "
             f"(the {n_classes} classes of W)."
         )
-    if xp is not None and yxp is not xp and isinstance(y, np.ndarray):
-        y = xp.asarray(y, device=device(like))
+    if xp is not None and yxp is not xp:  # labels follow the data's library and device
+        y = to_numpy(y)
+        if not isinstance(like, np.ndarray):
+            y = xp.asarray(y, device=device(like))
     return y
 
 
