@@ -174,7 +174,9 @@ def _scaled_product(xp, X, Y, alpha, a):
     inner = Xs @ xp.matrix_transpose(Ys)
     if alpha != 0.0:
         inner = inner + alpha * (_sq_norms(xp, Xs)[..., :, None] + _sq_norms(xp, Ys)[..., None, :])
-    f = _ldexp(a, e)
+    # capped at the largest float: the same values (inner f f saturates either way) and
+    # autograd never meets inf * 0
+    f = min(_ldexp(a, e), float(xp.finfo(inner.dtype).max))
     with np.errstate(over="ignore", invalid="ignore"):
         out = (inner * f) * f
     return xp.where(inner == 0, xp.zeros_like(inner), out)
