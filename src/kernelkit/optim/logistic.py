@@ -141,7 +141,7 @@ def logistic_objective(coef, intercept, X, y, alpha, classes=None) -> float:
         from scipy.special import logsumexp
 
         data = float(np.mean(logsumexp(scores, axis=1) - scores[np.arange(len(y)), yi]))
-    return data + 0.5 * alpha * float(np.sum(coef * coef))
+    return data + _s._ridge(np, coef, coef, alpha)
 
 
 class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):

@@ -41,6 +41,7 @@ from scipy.special import expit
 from .._backend import check_random_state, to_numpy
 from . import _validation as _v
 from .bound import _beta, _check_features, _check_weights_data, multinomial_bound_from_logits
+from .solvers import _ridge
 
 __all__ = [
     "VARIANTS",
@@ -527,5 +528,5 @@ def lspfb_step(
     G = scale * (X.T @ Rg) + lam * Wp  # (p, n)
     delta = bnd.solve(G.T.ravel(), lam=lam, scale=scale).reshape(W.shape[1], W.shape[0]).T
     S = X @ W
-    batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + 0.5 * lam * float(np.sum(Wp * W))
+    batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + _ridge(np, W, Wp, lam)
     return W - eta * delta, {"direction": delta, "batch_loss": batch_loss}

@@ -26,6 +26,10 @@ Steps (``G`` = mini-batch gradient of ``L``, ``eta_t`` from :func:`step_size`):
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from .._backend import device, is_numpy_namespace, to_backend, to_numpy
 from . import _validation as _v
 from .bound import _np_float, multinomial_bound_from_logits
@@ -67,6 +71,19 @@ def step_size(schedule: str, eta0: float, t: int, t0: float = 1.0) -> float:
     if schedule == "constant":
         return eta0
     raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}.")
+
+
+def _ridge(xp, W, Wp, lam) -> float:
+    """``(lam / 2) sum(Wp * W)`` for finite ``W``: 0 for ``lam = 0``, and rescaled by
+    ``max |W|`` where the squares overflow although the value may not (never NaN)."""
+    if lam == 0.0:
+        return 0.0
+    with np.errstate(over="ignore"):
+        total = float(xp.sum(Wp * W))
+    if math.isfinite(total):
+        return 0.5 * lam * total
+    top = max(abs(float(xp.max(W))), abs(float(xp.min(W))))
+    return 0.5 * lam * float(xp.sum((Wp / top) * (W / top))) * top * top
 
 
 def _penalty(W, mask):
@@ -138,7 +155,7 @@ def multinomial_objective(W, X, y, lam, mask=None) -> float:
     _v.check_logits(xp, S, W, X)
     data = float(xp.mean(_logsumexp(xp, S) - xp.sum(S * _onehot(xp, y, W.shape[1], S), axis=1)))
     Wp = _penalty(W, mask)
-    return data + 0.5 * lam * float(xp.sum(Wp * W))
+    return data + _ridge(xp, W, Wp, lam)
 
 
 def _data_gradient(prob, X, Y, scale):
@@ -149,7 +166,7 @@ def _data_gradient(prob, X, Y, scale):
 def _batch_loss(xp, log_z, S, Y, W, Wp, lam):
     """Mini-batch objective at ``W``: mean of ``log Z - s_y`` plus the ridge."""
     s_y = xp.sum(S * Y, axis=1)
-    return float(xp.mean(log_z - s_y)) + 0.5 * lam * float(xp.sum(Wp * W))
+    return float(xp.mean(log_z - s_y)) + _ridge(xp, W, Wp, lam)
 
 
 def multinomial_gradient(W, X, y, lam, mask=None):
