@@ -2,14 +2,35 @@
 
 Everything here is O(n m d) or O(L^2 d) and exists to check the random-feature
 approximations against. All functions accept NumPy arrays or torch tensors
-(array API) and keep the input's dtype and device.
+(array API) and keep the input's dtype and device (integer input becomes the default
+float; mixed float32 / float64 input is computed in float64).
+
+Input checks (one pass over each input): every array must be real (not complex, bool or
+object), at least 2-D, non-empty and finite, and the shapes must agree; scalar
+hyperparameters must be finite real numbers (positive where a scale is expected).
+Violations raise ``TypeError`` (wrong type or dtype) or ``ValueError`` (anything else),
+with a message that names the argument. The kernels never return NaN for valid input:
+where the inputs are so large that the squared norms overflow, the exponent is computed
+on inputs rescaled by a power of two (exactly), so the Gaussian kernel stays in [0, 1]
+and exact attention stays finite; the unbounded kernels (softmax, scaled softmax,
+polynomial) raise ``ValueError`` when their values overflow the floating type.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
-from .._backend import get_namespace
+import numpy as np
+
+from .._backend import (
+    check_all_finite,
+    float_dtype,
+    get_namespace,
+    is_torch_array,
+    validate_positive_float,
+    validate_positive_int,
+)
 
 __all__ = [
     "gaussian_kernel",
@@ -21,9 +42,175 @@ __all__ = [
 ]
 
 
+# ----------------------------------------------------------------------------- validation
+def _check_array(x, name: str, shape: str = "(..., n, d)"):
+    """One array argument: real numeric, at least 2-D, non-empty, finite.
+
+    Returns ``x`` in its floating dtype (dtype policy of :mod:`kernelkit._backend`), same
+    backend and device. Lists and other array-likes become NumPy arrays.
+    """
+    if x is None:
+        raise TypeError(f"{name} must be an array of shape {shape}, got None.")
+    if not (is_torch_array(x) or hasattr(x, "__array_namespace__")):
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
+    if isinstance(x, np.ndarray) and x.dtype.kind not in "biufc":
+        raise TypeError(f"{name} must be a real numeric array, got dtype {x.dtype}.")
+    xp = get_namespace(x)
+    if xp.isdtype(x.dtype, "complex floating"):
+        raise ValueError(
+            f"Complex data not supported: {name} must be real-valued, got dtype {x.dtype}."
+        )
+    if xp.isdtype(x.dtype, "bool"):
+        raise TypeError(f"{name} must be a real numeric array, got boolean dtype {x.dtype}.")
+    if not xp.isdtype(x.dtype, ("real floating", "integral")):
+        raise TypeError(f"{name} must be a real numeric array, got dtype {x.dtype}.")
+    if x.ndim < 2:
+        raise ValueError(
+            f"{name} must be an array of shape {shape} (at least 2-D), got a {x.ndim}-D array "
+            f"of shape {tuple(x.shape)}; use {name}.reshape(1, -1) for one point."
+        )
+    if math.prod(x.shape) == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); expected shape {shape}.")
+    dtype = float_dtype(xp, x)
+    if x.dtype != dtype:
+        x = xp.astype(x, dtype)
+    check_all_finite(x, name)
+    return x
+
+
+def _common(arrays: dict):
+    """Namespace of the validated ``arrays`` ({name: array}) and the arrays in one dtype."""
+    names = ", ".join(arrays)
+    try:
+        xp = get_namespace(*arrays.values())
+    except TypeError as exc:
+        raise TypeError(f"{names} must be arrays of the same library: {exc}") from exc
+    dtype = xp.result_type(*arrays.values())
+    return xp, [a if a.dtype == dtype else xp.astype(a, dtype) for a in arrays.values()]
+
+
+def _check_batch_dims(arrays: dict):
+    """The leading (batch) dimensions of ``arrays`` must broadcast."""
+    try:
+        np.broadcast_shapes(*(tuple(a.shape[:-2]) for a in arrays.values()))
+    except ValueError:
+        shapes = ", ".join(f"{k} {tuple(a.shape)}" for k, a in arrays.items())
+        raise ValueError(
+            f"the leading (batch) dimensions of {' and '.join(arrays)} do not broadcast: {shapes}."
+        ) from None
+
+
+def _check_pair(X, Y):
+    """Validated ``X`` (..., n, d) and ``Y`` (..., m, d), their namespace and common dtype."""
+    X = _check_array(X, "X", "(..., n, d)")
+    Y = _check_array(Y, "Y", "(..., m, d)")
+    if X.shape[-1] != Y.shape[-1]:
+        raise ValueError(
+            f"X and Y must have the same number of features (last axis): X has shape "
+            f"{tuple(X.shape)}, Y has shape {tuple(Y.shape)}."
+        )
+    _check_batch_dims({"X": X, "Y": Y})
+    xp, (X, Y) = _common({"X": X, "Y": Y})
+    return xp, X, Y
+
+
+def _check_real(value, name: str) -> float:
+    """A finite real number (bools rejected), as ``float``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}.")
+    return float(value)
+
+
+# ----------------------------------------------------------------------------- numerics
 def _sq_norms(xp, X):
     # X: (..., n, d) -> (..., n)
     return xp.sum(X * X, axis=-1)
+
+
+def _finite(xp, a) -> bool:
+    return bool(xp.all(xp.isfinite(a)))
+
+
+def _ldexp(x: float, e: int) -> float:
+    """``x * 2**e`` saturating at +-inf instead of raising ``OverflowError``."""
+    try:
+        return math.ldexp(x, e)
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _detached(x):
+    """``x`` without autograd history (for host-side scalars such as scale factors)."""
+    return x.detach() if is_torch_array(x) else x
+
+
+def _max_abs(xp, a) -> float:
+    """``max |a|`` of a finite, non-empty array (two reductions, no temporary)."""
+    a = _detached(a)
+    return max(abs(float(xp.max(a))), abs(float(xp.min(a))))
+
+
+def _exponent(xp, *arrays) -> int:
+    """``e`` with ``max |a| < 2**e`` over the (finite, non-empty) ``arrays``."""
+    return max(math.frexp(_max_abs(xp, a))[1] for a in arrays)
+
+
+def _scaled_product(xp, X, Y, alpha, a):
+    """``a^2 (x^T y + alpha |x|^2 + alpha |y|^2)`` for all pairs, without overflow inside.
+
+    ``X`` and ``Y`` are divided by a common power of two ``2**e`` (exact) so that every
+    entry is at most 1 in magnitude; the bracket is then at most ``d (1 + 2 |alpha|)``, and
+    the factor ``(a 2**e)^2`` is applied last (an exact zero stays zero, the rest may
+    saturate to +-inf, which is the correctly rounded value).
+    """
+    e = _exponent(xp, X, Y)
+    t = math.ldexp(1.0, -e)
+    Xs, Ys = X * t, Y * t
+    inner = Xs @ xp.matrix_transpose(Ys)
+    if alpha != 0.0:
+        inner = inner + alpha * (_sq_norms(xp, Xs)[..., :, None] + _sq_norms(xp, Ys)[..., None, :])
+    # capped at the largest float: the same values (inner f f saturates either way) and
+    # autograd never meets inf * 0
+    f = min(_ldexp(a, e), float(xp.finfo(inner.dtype).max))
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = (inner * f) * f
+    return xp.where(inner == 0, xp.zeros_like(inner), out)
+
+
+def _log_kernel(xp, X, Y, alpha, lengthscale=1.0):
+    """``alpha |x/l|^2 + (x/l)^T y/l + alpha |y/l|^2``, never NaN for finite input.
+
+    Direct formula when the squared norms of ``X / l`` and ``Y / l`` are finite (then no
+    partial sum can overflow: ``|x^T y| <= |x| |y|``); otherwise :func:`_scaled_product`.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        Xl, Yl = (X, Y) if lengthscale == 1.0 else (X / lengthscale, Y / lengthscale)
+        nx, ny = _sq_norms(xp, Xl), _sq_norms(xp, Yl)
+    if not (_finite(xp, nx) and _finite(xp, ny)):
+        return _scaled_product(xp, X, Y, alpha, 1.0 / lengthscale)
+    out = Xl @ xp.matrix_transpose(Yl)  # (..., n, m)
+    if alpha != 0.0:
+        with np.errstate(over="ignore"):  # alpha |x|^2 may saturate: the exact value does
+            out = out + alpha * nx[..., :, None] + alpha * ny[..., None, :]
+    return out
+
+
+def _exp_checked(xp, logk, func: str, hint: str):
+    """``exp(logk)``; ``ValueError`` when a value overflows the floating type."""
+    with np.errstate(over="ignore"):
+        K = xp.exp(logk)
+    if not _finite(xp, K):
+        top = float(xp.max(_detached(logk)))
+        raise ValueError(
+            f"{func} overflows {K.dtype}: the largest exponent is {top:.6g} > "
+            f"{math.log(float(xp.finfo(K.dtype).max)):.6g}; {hint}"
+        )
+    return K
 
 
 def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
@@ -36,17 +223,27 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     X : array, shape (..., n, d)
     Y : array, shape (..., m, d)
     alpha : float
-        ``0`` gives the softmax kernel, ``-1/2`` the Gaussian kernel.
+        Any finite real; ``0`` gives the softmax kernel, ``-1/2`` the Gaussian kernel.
 
     Returns
     -------
     array, shape (..., n, m)
+        Never NaN: finite unless the exact value exceeds the floating range, where it is
+        ``+-inf`` (inputs whose squared norms overflow are rescaled exactly).
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
-    xp = get_namespace(X, Y)
-    out = X @ xp.matrix_transpose(Y)  # (..., n, m)
-    if alpha != 0.0:
-        out = out + alpha * _sq_norms(xp, X)[..., :, None] + alpha * _sq_norms(xp, Y)[..., None, :]
-    return out
+    alpha = _check_real(alpha, "alpha")
+    xp, X, Y = _check_pair(X, Y)
+    return _log_kernel(xp, X, Y, alpha)
 
 
 def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
@@ -59,18 +256,68 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     X : array, shape (..., n, d)
     Y : array, shape (..., m, d)
     alpha : float
+        Any finite real.
 
     Returns
     -------
     array, shape (..., n, m)
+        Finite: a value beyond the floating range raises ``ValueError`` (use
+        :func:`log_scaled_softmax_kernel` for such inputs).
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
-    xp = get_namespace(X, Y)
-    return xp.exp(log_scaled_softmax_kernel(X, Y, alpha))
+    alpha = _check_real(alpha, "alpha")
+    xp, X, Y = _check_pair(X, Y)
+    return _exp_checked(
+        xp,
+        _log_kernel(xp, X, Y, alpha),
+        "scaled_softmax_kernel",
+        "scale X and Y down or use log_scaled_softmax_kernel.",
+    )
 
 
 def softmax_kernel(X, Y, lengthscale: float = 1.0):
-    """Softmax kernel ``exp(x^T y / lengthscale^2)``, shape (..., n, m)."""
-    return scaled_softmax_kernel(X / lengthscale, Y / lengthscale, 0.0)
+    """Softmax kernel ``exp(x^T y / lengthscale^2)``, shape (..., n, m).
+
+    Parameters
+    ----------
+    X : array, shape (..., n, d)
+    Y : array, shape (..., m, d)
+    lengthscale : float
+        Positive and finite.
+
+    Returns
+    -------
+    array, shape (..., n, m)
+        Finite: a value beyond the floating range raises ``ValueError`` (use
+        :func:`log_scaled_softmax_kernel` on ``X / lengthscale``, ``Y / lengthscale``).
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
+    """
+    lengthscale = validate_positive_float(lengthscale, "lengthscale")
+    xp, X, Y = _check_pair(X, Y)
+    return _exp_checked(
+        xp,
+        _log_kernel(xp, X, Y, 0.0, lengthscale),
+        "softmax_kernel",
+        "increase lengthscale, scale X and Y down or use log_scaled_softmax_kernel.",
+    )
 
 
 def gaussian_kernel(X, Y, lengthscale: float = 1.0):
@@ -78,9 +325,33 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
 
     Computed as ``K^(-1/2)(x / l, y / l)``; entries are clipped at 1 to remove the
     rounding of the expanded square.
+
+    Parameters
+    ----------
+    X : array, shape (..., n, d)
+    Y : array, shape (..., m, d)
+    lengthscale : float
+        Positive and finite.
+
+    Returns
+    -------
+    array, shape (..., n, m)
+        Entries in [0, 1] for all finite inputs, however large (the exponent is computed
+        on exactly rescaled inputs where the squared norms would overflow).
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
-    xp = get_namespace(X, Y)
-    logk = log_scaled_softmax_kernel(X / lengthscale, Y / lengthscale, -0.5)
+    lengthscale = validate_positive_float(lengthscale, "lengthscale")
+    xp, X, Y = _check_pair(X, Y)
+    logk = _log_kernel(xp, X, Y, -0.5, lengthscale)
     return xp.exp(xp.minimum(logk, xp.zeros_like(logk)))
 
 
@@ -89,9 +360,65 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
 
     The kernel of the dot-product random features (Wacker et al., eq. 37), with
     scikit-learn's parameter names.
+
+    Parameters
+    ----------
+    X : array, shape (..., n, d)
+    Y : array, shape (..., m, d)
+    degree : int
+        ``>= 1``.
+    coef0 : float
+        Any finite real.
+    gamma : float
+        Positive and finite.
+
+    Returns
+    -------
+    array, shape (..., n, m)
+        Finite: a value beyond the floating range raises ``ValueError``.
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``Y`` has a boolean, object or other non-numeric dtype, or a
+        hyperparameter is not a real number (bools included).
+    ValueError
+        ``X`` or ``Y`` is complex, less than 2-D, empty or not finite; their feature
+        dimensions (last axis) differ or their batch dimensions do not broadcast; a
+        hyperparameter is out of range (see above).
     """
-    xp = get_namespace(X, Y)
-    return (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** int(degree)
+    degree = validate_positive_int(degree, "degree", minimum=1)
+    coef0 = _check_real(coef0, "coef0")
+    gamma = validate_positive_float(gamma, "gamma")
+    xp, X, Y = _check_pair(X, Y)
+    with np.errstate(over="ignore", invalid="ignore"):
+        K = (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** degree
+    if not _finite(xp, K):
+        raise ValueError(
+            f"polynomial_kernel overflows {K.dtype} for these X, Y, degree={degree}, "
+            f"gamma={gamma}, coef0={coef0}; scale X and Y down or lower gamma or degree."
+        )
+    return K
+
+
+def _check_mask(mask, S: int):
+    """``key_padding_mask``: bool or integer array of shape (..., S); returned as is."""
+    if not (is_torch_array(mask) or hasattr(mask, "__array_namespace__")):
+        try:
+            mask = np.asarray(mask)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"key_padding_mask could not be converted to an array: {exc}") from exc
+    if isinstance(mask, np.ndarray) and mask.dtype.kind not in "biu":
+        raise TypeError(f"key_padding_mask must be a boolean array, got dtype {mask.dtype}.")
+    xp = get_namespace(mask)
+    if not xp.isdtype(mask.dtype, ("bool", "integral")):
+        raise TypeError(f"key_padding_mask must be a boolean array, got dtype {mask.dtype}.")
+    if mask.ndim < 1 or mask.shape[-1] != S:
+        raise ValueError(
+            f"key_padding_mask must have shape (..., S) with S = {S} keys, got shape "
+            f"{tuple(mask.shape)}."
+        )
+    return mask
 
 
 def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None, scale=None):
@@ -99,7 +426,10 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
 
     Same convention as :func:`torch.nn.functional.scaled_dot_product_attention`:
     ``softmax(q k^T * scale) v`` with ``scale = 1/sqrt(d)`` by default; the row maximum
-    is subtracted before exponentiation.
+    is subtracted before exponentiation. The output is finite for all finite inputs: it is
+    a convex combination of the rows of ``v`` (where the logits would overflow, they are
+    formed from exactly rescaled ``q`` and ``k`` and the row maximum is subtracted before
+    the scale is applied).
 
     Parameters
     ----------
@@ -112,20 +442,69 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
         ``True`` marks a padded key that no query may attend to. Rows with every key
         masked give zeros.
     scale : float, optional
+        Positive and finite.
 
     Returns
     -------
     array, shape (..., L, d_v)
+
+    Raises
+    ------
+    TypeError
+        ``q``, ``k`` or ``v`` is not a real numeric array (boolean, object), ``is_causal``
+        is not a bool, ``scale`` is not a real number, or ``key_padding_mask`` is not a
+        boolean (or integer) array.
+    ValueError
+        ``q``, ``k`` or ``v`` is complex, less than 2-D, empty or not finite; ``q`` and
+        ``k`` differ in ``d`` or ``k`` and ``v`` in ``S``; the batch dimensions do not
+        broadcast; ``scale`` is not positive and finite; ``key_padding_mask`` does not end
+        in ``S``; ``is_causal`` with ``L != S``.
     """
-    xp = get_namespace(q, k, v)
+    if not isinstance(is_causal, bool | np.bool_):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}.")
+    q = _check_array(q, "q", "(..., L, d)")
+    k = _check_array(k, "k", "(..., S, d)")
+    v = _check_array(v, "v", "(..., S, d_v)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same feature dimension d (last axis): q has shape "
+            f"{tuple(q.shape)}, k has shape {tuple(k.shape)}."
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length S (axis -2): k has shape {tuple(k.shape)}, "
+            f"v has shape {tuple(v.shape)}."
+        )
+    _check_batch_dims({"q": q, "k": k, "v": v})
+    xp, (q, k, v) = _common({"q": q, "k": k, "v": v})
     d = q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    logits = (q @ xp.matrix_transpose(k)) * scale  # (..., L, S)
-    L, S = logits.shape[-2], logits.shape[-1]
+    L, S = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(d) if scale is None else validate_positive_float(scale, "scale")
+    if is_causal and L != S:
+        raise ValueError(f"is_causal needs L == S, got L={L}, S={S}.")
+    if key_padding_mask is not None:
+        key_padding_mask = _check_mask(key_padding_mask, S)
+        batch = np.broadcast_shapes(*(tuple(a.shape[:-2]) for a in (q, k, v)))
+        try:
+            np.broadcast_shapes((*key_padding_mask.shape[:-1], 1, S), (*batch, L, S))
+        except ValueError:
+            raise ValueError(
+                f"the batch dimensions of key_padding_mask (shape "
+                f"{tuple(key_padding_mask.shape)}) do not broadcast against those of q, k, v "
+                f"{batch}."
+            ) from None
+    # |q_i^T k_j| <= d max|q| max|k|: with that bound in range no partial sum overflows
+    if d * _max_abs(xp, q) * _max_abs(xp, k) * max(scale, 1.0) < float(xp.finfo(q.dtype).max):
+        logits, factor = (q @ xp.matrix_transpose(k)) * scale, 1.0  # (..., L, S)
+    else:  # logits = factor * (q 2^-e)(k 2^-e)^T, the product at most d in magnitude
+        e = _exponent(xp, q, k)
+        t = math.ldexp(1.0, -e)
+        logits = (q * t) @ xp.matrix_transpose(k * t)
+        # capped at the largest float: the forward value is the same (exp gives 0 for all
+        # but the row maximum), and autograd never meets inf * 0
+        factor = min(_ldexp(scale, 2 * e), float(xp.finfo(q.dtype).max))
     allowed = None
     if is_causal:
-        if L != S:
-            raise ValueError(f"is_causal needs L == S, got L={L}, S={S}.")
         i = xp.arange(L)[:, None]
         j = xp.arange(S)[None, :]
         allowed = j <= i  # (L, S)
@@ -133,13 +512,19 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
             allowed = xp.asarray(allowed, device=logits.device)
     if key_padding_mask is not None:
         keep = xp.logical_not(xp.asarray(key_padding_mask, dtype=xp.bool))[..., None, :]
+        if hasattr(logits, "device"):
+            keep = xp.asarray(keep, device=logits.device)
         allowed = keep if allowed is None else xp.logical_and(allowed, keep)
     if allowed is not None:
         neg = xp.asarray(-xp.inf, dtype=logits.dtype)
         logits = xp.where(allowed, logits, neg)
     row_max = xp.max(logits, axis=-1, keepdims=True)
     row_max = xp.where(xp.isfinite(row_max), row_max, xp.zeros_like(row_max))
-    w = xp.exp(logits - row_max)  # (..., L, S)
+    z = logits - row_max  # <= 0, -inf where masked
+    if factor != 1.0:  # the row maximum stays 0 (0 * inf would be NaN)
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = xp.where(z == 0, z, z * factor)
+    w = xp.exp(z)  # (..., L, S)
     denom = xp.sum(w, axis=-1, keepdims=True)
     denom = xp.where(denom > 0, denom, xp.ones_like(denom))
     return (w / denom) @ v

@@ -20,6 +20,15 @@ Public API
 The multinomial bound, the curvature operator, CG, the preconditioner and the SPFB / SGD
 steps follow the array API (NumPy or torch tensors on any device); the generic
 ``partition_bound``, the low-rank bound and the estimator use NumPy.
+
+Input checks (shared by every public function, at most one pass over each array): arrays
+must be real (complex raises ``ValueError``; bool, object and strings ``TypeError``), of
+the documented number of dimensions, non-empty and finite, with matching shapes (the
+message names both arguments and their shapes); labels ``y`` must be integers in
+``0..n-1`` (``n`` the columns of ``W``); ``lam`` must be ``>= 0`` and step sizes, ``scale``
+and ``t0`` positive, all finite real numbers (bools rejected). NaN or infinity in ``W`` or
+``X`` is found through the logits ``X W``, which every step forms anyway. Every error
+message names the offending argument.
 """
 
 from .bound import (

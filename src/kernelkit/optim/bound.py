@@ -31,6 +31,7 @@ import numpy as np
 from scipy.special import expit
 
 from .._backend import device, get_namespace, is_numpy_namespace
+from . import _validation as _v
 
 __all__ = [
     "MultinomialBound",
@@ -56,9 +57,25 @@ def beta(u):
     Even, at most 1/4, and ``beta(+-inf) = 0`` (the ``z -> 0+`` limit of the first label).
     For ``|u| < 1e-4`` the series ``1/4 - u^2/48`` avoids 0/0. NumPy or any array-API
     floating array (e.g. a torch tensor) in, the same kind out.
+
+    Raises
+    ------
+    TypeError
+        ``u`` is not real numeric (boolean, object, strings).
+    ValueError
+        ``u`` is complex or contains NaN (infinities are allowed).
     """
-    if isinstance(u, np.ndarray | float | int | list | tuple) or np.isscalar(u):
+    u = _v.check_array(u, "u", "(...)", ndim=None, allow_empty=True, check_finite=False)
+    xp = get_namespace(u)
+    if bool(xp.any(xp.isnan(u))):
+        raise ValueError("u contains NaN.")
+    if is_numpy_namespace(xp):
         u = _np_float(u)
+    return _beta(u)
+
+
+def _beta(u):
+    """:func:`beta` without input checks (floating ``u``; NaN propagates)."""
     xp = get_namespace(u)
     small = xp.abs(u) < _SERIES
     safe = xp.where(small, xp.ones_like(u), u)
@@ -86,24 +103,42 @@ class PartitionBound(NamedTuple):
     sigma: np.ndarray
 
     def log_bound(self, theta_tilde, theta) -> np.ndarray:
-        """Log of the right-hand side of eq. 2.3 at ``theta``, shape (m,)."""
-        delta = np.asarray(theta, dtype=np.float64) - np.asarray(theta_tilde, dtype=np.float64)
+        """Log of the right-hand side of eq. 2.3 at ``theta``, shape (m,).
+
+        ``theta_tilde`` and ``theta`` must be finite real arrays of shape (d,)
+        (``ValueError`` / ``TypeError`` naming the argument otherwise).
+        """
+        d = self.mu.shape[1]
+        args = {"theta_tilde": theta_tilde, "theta": theta}
+        for name, a in args.items():
+            a = np.asarray(_v.check_array(a, name, f"(d,) = ({d},)", ndim=1), dtype=np.float64)
+            if a.shape != (d,):
+                raise ValueError(f"{name} must have shape (d,) = ({d},), got {a.shape}.")
+            args[name] = a
+        delta = args["theta"] - args["theta_tilde"]
         quad = np.einsum("jab,a,b->j", self.sigma, delta, delta)
         return self.log_z + self.mu @ delta + 0.5 * quad
 
 
-def _check_finite(a, name):
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} contains NaN or infinity.")
-
-
 def _check_logits(xp, S):
-    """ValueError unless the (m, n) logits are finite: NaN or infinity in ``W`` or ``X``
-    (or an overflow of ``X W``) shows up here at O(m n) cost instead of O(m p)."""
-    if not bool(xp.all(xp.isfinite(S))):
+    """ValueError unless the (m, n) logits are finite (:func:`_validation.check_logits`)."""
+    _v.check_logits(xp, S)
+
+
+def _check_features(theta, F):
+    """Validated ``theta`` (d,) and ``F`` (m, n, d) (a 2-D ``F`` becomes m = 1), float64."""
+    theta = _v.check_array(theta, "theta", "(d,)", ndim=1, allow_empty=True)
+    F = _v.check_array(F, "F", "(m, n, d) or (n, d)", ndim=(2, 3))
+    theta = np.asarray(theta, dtype=np.float64)
+    F = np.asarray(F, dtype=np.float64)
+    if F.ndim == 2:
+        F = F[None]
+    if theta.shape[0] != F.shape[2]:
         raise ValueError(
-            "the logits X W are not finite: W or X contains NaN or infinity (or X W overflows)."
+            f"theta must have shape (d,) = ({F.shape[2]},) to match F of shape {F.shape}, got "
+            f"shape {theta.shape}."
         )
+    return theta, F
 
 
 def partition_bound(theta, F) -> PartitionBound:
@@ -121,6 +156,14 @@ def partition_bound(theta, F) -> PartitionBound:
     PartitionBound
         ``log_z`` (m,), ``mu`` (m, d), ``sigma`` (m, d, d); a 2-D ``F`` gives m = 1.
 
+    Raises
+    ------
+    TypeError
+        ``theta`` or ``F`` is not a real numeric array (boolean, object).
+    ValueError
+        ``theta`` or ``F`` is complex, has the wrong number of dimensions, is empty or
+        not finite, or their ``d`` differ.
+
     Notes
     -----
     Label loop of Alg. B in log space (vectorized over the batch; the loop runs over the
@@ -133,19 +176,8 @@ def partition_bound(theta, F) -> PartitionBound:
     ``Sigma`` depends on the label order (all orders are valid bounds); ``z`` and ``mu``
     do not. Cost O(m n d^2).
     """
-    theta = np.asarray(theta, dtype=np.float64)
-    F = np.asarray(F, dtype=np.float64)
-    if F.ndim == 2:
-        F = F[None]
-    if F.ndim != 3:
-        raise ValueError(f"F must have shape (m, n, d) or (n, d), got shape {F.shape}.")
-    if theta.ndim != 1 or theta.shape[0] != F.shape[2]:
-        raise ValueError(f"theta must have shape (d,) = ({F.shape[2]},), got shape {theta.shape}.")
+    theta, F = _check_features(theta, F)
     m, n, d = F.shape
-    if n == 0 or m == 0:
-        raise ValueError(f"F must have at least one sample and one label, got shape {F.shape}.")
-    _check_finite(theta, "theta")
-    _check_finite(F, "F")
     s = F @ theta  # (m, n) logits
     log_z = s[:, 0].copy()  # (m,)
     mu = F[:, 0].copy()  # (m, d)
@@ -153,7 +185,7 @@ def partition_bound(theta, F) -> PartitionBound:
     for y in range(1, n):
         u = s[:, y] - log_z  # (m,)
         ell = F[:, y] - mu  # (m, d)
-        sigma += beta(u)[:, None, None] * ell[:, :, None] * ell[:, None, :]
+        sigma += _beta(u)[:, None, None] * ell[:, :, None] * ell[:, None, :]
         mu += expit(u)[:, None] * ell
         log_z = np.logaddexp(log_z, s[:, y])
     return PartitionBound(log_z, mu, sigma)
@@ -181,17 +213,31 @@ class MultinomialBound(NamedTuple):
     C: np.ndarray
 
     def mu(self, X) -> np.ndarray:
-        """``mu_j = p_j (x) x_j`` as vectors of length ``n p``, shape (m, n p)."""
-        X = np.asarray(X, dtype=np.float64)
+        """``mu_j = p_j (x) x_j`` as vectors of length ``n p``, shape (m, n p).
+
+        ``X`` must be the finite (m, p) batch of the bound.
+        """
+        X = self._check_x(X)
         return (self.prob[:, :, None] * X[:, None, :]).reshape(len(X), -1)
 
     def sigma(self, X) -> np.ndarray:
-        """Dense ``Sigma_j = kron(C_j, x_j x_j^T)``, shape (m, n p, n p); small problems only."""
-        X = np.asarray(X, dtype=np.float64)
+        """Dense ``Sigma_j = kron(C_j, x_j x_j^T)``, shape (m, n p, n p); small problems only.
+
+        ``X`` must be the finite (m, p) batch of the bound.
+        """
+        X = self._check_x(X)
         m, n = self.prob.shape
         p = X.shape[1]
         out = self.C[:, :, None, :, None] * (X[:, None, :, None, None] * X[:, None, None, None, :])
         return out.reshape(m, n * p, n * p)
+
+    def _check_x(self, X):
+        X = np.asarray(_v.check_array(X, "X", "(m, p)"), dtype=np.float64)
+        if X.shape[0] != self.prob.shape[0]:
+            raise ValueError(
+                f"X must have the m = {self.prob.shape[0]} rows of the bound, got shape {X.shape}."
+            )
+        return X
 
 
 def multinomial_partition_bound(W, X) -> MultinomialBound:
@@ -209,6 +255,14 @@ def multinomial_partition_bound(W, X) -> MultinomialBound:
     MultinomialBound
         ``log_z`` (m,), ``prob`` (m, n), ``C`` (m, n, n).
 
+    Raises
+    ------
+    TypeError
+        ``W`` or ``X`` is not a real numeric array (boolean, object).
+    ValueError
+        ``W`` or ``X`` is complex, not 2-D or empty, ``X.shape[1] != W.shape[0]``, or
+        the logits ``X W`` are not finite (NaN or infinity in ``W`` or ``X``, or overflow).
+
     Notes
     -----
     With ``s = W^T x`` and ``c_i = logsumexp(s_1..s_i)``: ``w_{i-1} = exp(s_{1..i-1} -
@@ -217,22 +271,35 @@ def multinomial_partition_bound(W, X) -> MultinomialBound:
     array, then one batched matmul; cost O(m n^3). Written against the array API: torch
     tensors (any device, autograd) work as NumPy arrays do, and keep their dtype.
     """
-    xp = get_namespace(W, X)
+    W, X = _check_weights_data(W, X)
+    return multinomial_bound_from_logits(X @ W, W, X)
+
+
+def _check_weights_data(W, X):
+    """Validated ``W`` (p, n) and ``X`` (m, p), m >= 1 (``X`` is checked through the
+    logits); NumPy: float32 if both are, else float64."""
+    W = _v.check_array(W, "W", "(p, n)")
+    X = _v.check_array(X, "X", "(m, p)", check_finite=False)
+    xp = _v.namespace({"W": W, "X": X})
+    if X.shape[1] != W.shape[0]:
+        raise ValueError(
+            f"W must have shape (p, n) and X shape (m, p) with the same p; got W shape "
+            f"{tuple(W.shape)}, X shape {tuple(X.shape)}."
+        )
     if is_numpy_namespace(xp):
         W, X = _np_float(W, X), _np_float(X, W)
-    if W.ndim != 2 or X.ndim != 2 or X.shape[1] != W.shape[0]:
-        raise ValueError(
-            f"W must have shape (p, n) and X shape (m, p); got W {W.shape}, X {X.shape}."
-        )
-    return multinomial_bound_from_logits(X @ W)
+    return W, X
 
 
-def multinomial_bound_from_logits(S) -> MultinomialBound:
-    """:func:`multinomial_partition_bound` from the logits ``S = X W``, shape (m, n)."""
+def multinomial_bound_from_logits(S, W=None, X=None) -> MultinomialBound:
+    """:func:`multinomial_partition_bound` from the logits ``S = X W``, shape (m, n).
+
+    ``W`` and ``X``, if given, only name the culprit when ``S`` is not finite.
+    """
     xp = get_namespace(S)
     if is_numpy_namespace(xp):
         S = _np_float(S)
-    _check_logits(xp, S)
+    _v.check_logits(xp, S, W, X)
     m, n = S.shape
     dev = device(S)
     if is_numpy_namespace(xp):  # (m, n): c_i = logsumexp(s_1..s_i), one ufunc call
@@ -254,6 +321,6 @@ def multinomial_bound_from_logits(S) -> MultinomialBound:
     Wprev = xp.where(mask, xp.exp(xp.where(mask, expo, xp.zeros_like(expo))), xp.zeros_like(expo))
     onehot = xp.astype(lab[None, :] == (row[:, None] + 1), S.dtype)  # e_i, (n-1, n)
     L = onehot - Wprev  # l_i = e_i - w_{i-1}
-    b = beta(S[:, 1:] - cum[:, :-1])  # (m, n-1)
+    b = _beta(S[:, 1:] - cum[:, :-1])  # (m, n-1)
     C = xp.matmul(xp.permute_dims(L * b[:, :, None], (0, 2, 1)), L)  # (m, n, n)
     return MultinomialBound(log_z, prob, C)

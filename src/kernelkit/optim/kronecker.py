@@ -21,10 +21,14 @@ factorization. Preconditioners:
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 import scipy.linalg
 
-from .._backend import device, get_namespace, is_numpy_namespace, to_numpy
+from .._backend import check_all_finite, device, get_namespace, is_numpy_namespace, to_numpy
+from . import _validation as _v
 from .bound import _np_float
 
 __all__ = ["KroneckerCurvature", "KroneckerPreconditioner", "conjugate_gradient"]
@@ -47,20 +51,56 @@ class KroneckerCurvature:
     -----
     ``matvec``, ``diagonal`` and CG solves follow the array API: torch tensors (any
     device) work like NumPy arrays; ``todense`` and ``method="dense"`` return NumPy.
+
+    Raises
+    ------
+    TypeError
+        ``X`` or ``C`` is not a real numeric array, or ``lam`` / ``scale`` not a number.
+    ValueError
+        ``X`` not 2-D or empty, ``C`` not of shape (m, n, n), NaN or infinity in ``X``,
+        ``C`` or ``lam``; ``lam`` negative (or an array not of shape (p, n)); ``scale``
+        not positive and finite.
     """
 
     def __init__(self, X, C, lam=0.0, scale=1.0):
-        xp = get_namespace(X, C)
+        X = _v.check_array(X, "X", "(m, p)")
+        C = _v.check_array(C, "C", "(m, n, n)", ndim=3)
+        xp = _v.namespace({"X": X, "C": C})
+        m, p = X.shape
+        if C.shape[0] != m or C.shape[1] != C.shape[2]:
+            raise ValueError(
+                f"C must have shape (m, n, n) with m = {m} (X {tuple(X.shape)}), got "
+                f"{tuple(C.shape)}."
+            )
+        if isinstance(lam, numbers.Real):  # bools are rejected there
+            lam = _v.check_nonneg_float(lam, "lam")
+        else:
+            lam = _v.check_array(lam, "lam", "(p, n)")
+            if tuple(lam.shape) != (p, C.shape[1]):
+                raise ValueError(
+                    f"lam must be a float or an array of shape (p, n) = ({p}, {C.shape[1]}), "
+                    f"got shape {tuple(lam.shape)}."
+                )
+            if bool(get_namespace(lam).any(lam < 0)):
+                raise ValueError("lam must be non-negative.")
+        scale = _v.validate_positive_float(scale, "scale")
+        self._init(xp, X, C, lam, scale)
+
+    @classmethod
+    def _trusted(cls, X, C, lam, scale):
+        """Build from arguments a caller has already validated (no checks, no extra pass)."""
+        self = cls.__new__(cls)
+        self._init(get_namespace(X, C), X, C, lam, float(scale))
+        return self
+
+    def _init(self, xp, X, C, lam, scale):
         if is_numpy_namespace(xp):  # float32 if both are float32, else float64
             X, C = _np_float(X, C), _np_float(C, X)
         self.xp = xp
         self.X, self.C = X, C
-        m, p = self.X.shape
-        if self.C.shape[0] != m or self.C.ndim != 3 or self.C.shape[1] != self.C.shape[2]:
-            raise ValueError(f"C must have shape (m, n, n) with m = {m}, got {self.C.shape}.")
         self.lam = lam
-        self.scale = float(scale)
-        self.p, self.n = p, self.C.shape[1]
+        self.scale = scale
+        self.p, self.n = X.shape[1], C.shape[1]
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -68,8 +108,20 @@ class KroneckerCurvature:
         return (d, d)
 
     def matvec(self, V) -> np.ndarray:
-        """``A vec(V)`` for ``V`` of shape (p, n) (returned as (p, n)) or ``vec(V)`` (d,)."""
+        """``A vec(V)`` for ``V`` of shape (p, n) (returned as (p, n)) or ``vec(V)`` (d,).
+
+        Only the shape and dtype of ``V`` are checked (O(1): this runs in the CG loop).
+        """
         xp = self.xp
+        shape = tuple(getattr(V, "shape", np.shape(V)))
+        if shape not in ((self.p, self.n), (self.p * self.n,)):
+            raise ValueError(
+                f"V must have shape (p, n) = ({self.p}, {self.n}) or ({self.p * self.n},), "
+                f"got {shape}."
+            )
+        kind = getattr(getattr(V, "dtype", None), "kind", "f")
+        if kind not in "fiu" or getattr(getattr(V, "dtype", None), "is_complex", False):
+            raise TypeError(f"V must be a real numeric array, got dtype {V.dtype}.")
         if is_numpy_namespace(xp):
             V = np.asarray(V, dtype=self.X.dtype)
         flat = V.ndim == 1
@@ -139,15 +191,36 @@ class KroneckerCurvature:
         D : ndarray, shape (p, n)
         info : dict
             ``{"iterations": int, "residual": float}`` (relative residual; 0 for dense).
+
+        Raises
+        ------
+        TypeError
+            ``G`` or ``x0`` is not a real numeric array, ``rtol`` / ``maxiter`` of the
+            wrong type.
+        ValueError
+            ``G`` (or ``x0``) not of shape (p, n) or not finite; unknown ``method`` or
+            ``precondition``; ``rtol`` negative; ``maxiter`` negative; the dense matrix is
+            not positive definite.
         """
+        G = _v.check_array(G, "G", "(p, n)")
+        if tuple(G.shape) != (self.p, self.n):
+            raise ValueError(
+                f"G must have shape (p, n) = ({self.p}, {self.n}), got {tuple(G.shape)}."
+            )
         if is_numpy_namespace(self.xp):
             G = np.asarray(G, dtype=self.X.dtype)
         if method == "dense":  # always in float64 (the exact reference solve)
             A = self.todense()
+            try:
+                factor = scipy.linalg.cho_factor(
+                    A, lower=True, overwrite_a=True, check_finite=False
+                )
+            except np.linalg.LinAlgError as exc:
+                raise ValueError(
+                    f"the curvature is not positive definite ({exc}); use lam > 0."
+                ) from None
             sol = scipy.linalg.cho_solve(
-                scipy.linalg.cho_factor(A, lower=True, overwrite_a=True, check_finite=False),
-                to_numpy(G, np.float64).T.ravel(),
-                check_finite=False,
+                factor, to_numpy(G, np.float64).T.ravel(), check_finite=False
             )
             D = sol.reshape(self.n, self.p).T
             if is_numpy_namespace(self.xp):
@@ -162,7 +235,13 @@ class KroneckerCurvature:
         elif precondition == "kronecker":
             M = KroneckerPreconditioner(self.X).for_operator(self)
         elif precondition is True or precondition == "jacobi":
-            M = 1.0 / self.diagonal()
+            diag = self.diagonal()
+            if not bool(self.xp.all(diag > 0)):
+                raise ValueError(
+                    "the curvature has a zero diagonal entry (lam = 0 and a feature that is 0 "
+                    "on the whole batch): it is singular; use lam > 0."
+                )
+            M = 1.0 / diag
         elif precondition is False or precondition is None:
             M = None
         else:
@@ -192,21 +271,31 @@ class KroneckerPreconditioner:
         Keep the ``rank`` leading eigenvectors of ``M`` and replace the remaining
         eigenvalues by the largest of them (still symmetric positive definite); each
         application then costs O(p rank n + p n^2) instead of O(p^2 n). ``None``: all.
+
+    Raises
+    ------
+    TypeError
+        ``X_ref`` is not a real numeric array, or ``rank`` not an integer or None.
+    ValueError
+        ``X_ref`` is complex, not a non-empty 2-D array, or not finite (or its second
+        moment overflows); ``rank < 1``.
     """
 
     def __init__(self, X_ref, rank=None):
+        X_ref = _v.check_array(X_ref, "X_ref", "(T, p), a non-empty 2-D array")
+        if rank is not None:
+            rank = _v.validate_positive_int(rank, "rank", minimum=1)
         xp = get_namespace(X_ref)
         if is_numpy_namespace(xp):
             X_ref = _np_float(X_ref)
-        if X_ref.ndim != 2 or X_ref.shape[0] == 0:
-            raise ValueError(f"X_ref must be a non-empty 2-D array, got shape {X_ref.shape}.")
         p = X_ref.shape[1]
-        evals, U = xp.linalg.eigh(X_ref.T @ X_ref / X_ref.shape[0])  # ascending
+        M = X_ref.T @ X_ref / X_ref.shape[0]
+        if not bool(xp.all(xp.isfinite(M))):
+            raise ValueError("X_ref is too large: its second moment X_ref^T X_ref overflows.")
+        evals, U = xp.linalg.eigh(M)  # ascending
         evals = xp.clip(evals, 0.0, None)
         self.p = p
-        keep = p if rank is None or int(rank) >= p else int(rank)
-        if keep < 1:
-            raise ValueError(f"rank must be >= 1 or None, got {rank}.")
+        keep = p if rank is None or rank >= p else rank
         order = xp.arange(p - 1, p - 1 - keep, -1, device=device(U))
         self.evals = xp.take(evals, order)  # descending
         self.U = xp.take(U, order, axis=1)  # (p, keep)
@@ -218,7 +307,13 @@ class KroneckerPreconditioner:
         return get_namespace(self.U)
 
     def for_operator(self, A: KroneckerCurvature):
-        """The preconditioner of ``A`` as a callable on (p, n) arrays."""
+        """The preconditioner of ``A`` as a callable on (p, n) arrays.
+
+        ``TypeError`` unless ``A`` is a :class:`KroneckerCurvature`; ``ValueError`` if its
+        ``p`` differs or its ``lam`` is not positive.
+        """
+        if not isinstance(A, KroneckerCurvature):
+            raise TypeError(f"A must be a KroneckerCurvature, got {type(A).__name__}.")
         if A.p != self.p:
             raise ValueError(f"the preconditioner has p = {self.p}, the operator p = {A.p}.")
         xp = self.xp
@@ -272,8 +367,52 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None, ch
     -------
     x : ndarray
     info : dict with ``iterations`` and ``residual`` (relative).
+
+    Raises
+    ------
+    TypeError
+        ``matvec`` is not callable, ``b`` / ``x0`` / ``Minv`` not a real numeric array (or
+        ``Minv`` not callable), ``rtol`` not a number or ``maxiter`` not an integer.
+    ValueError
+        ``b`` is complex, empty or not finite; ``x0`` or an array ``Minv`` does not have
+        the shape of ``b`` or is not finite (an array ``Minv`` must be positive);
+        ``rtol < 0``; ``maxiter < 0``; ``matvec`` returns the wrong shape or NaN /
+        infinity.
+
+    Notes
+    -----
+    ``b`` is checked through its norm, which CG needs anyway; a finite ``b`` whose squared
+    norm could over- or underflow is solved as ``2^e CG(b / 2^e)`` (exact scaling, CG is
+    linear).
     """
-    xp = get_namespace(b)
+    if not callable(matvec):
+        raise TypeError(f"matvec must be callable, got {type(matvec).__name__}.")
+    b = _v.check_array(b, "b", "(...)", ndim=None, check_finite=False)
+    xp = _v.namespace({"b": b})
+    if x0 is not None:
+        x0 = _v.check_array(x0, "x0", "(the shape of b)", ndim=None, allow_empty=True)
+        if tuple(x0.shape) != tuple(b.shape):
+            raise ValueError(
+                f"x0 must have the shape of b {tuple(b.shape)}, got {tuple(x0.shape)}."
+            )
+    rtol = _v.check_nonneg_float(rtol, "rtol")
+    maxiter = _v.validate_positive_int(maxiter, "maxiter", minimum=0)
+    if not (Minv is None or callable(Minv)):
+        Minv = _v.check_array(Minv, "Minv", "(the shape of b)", ndim=None)
+        try:
+            np.broadcast_shapes(tuple(Minv.shape), tuple(b.shape))
+        except ValueError:
+            raise ValueError(
+                f"Minv must be callable or an array of the shape of b {tuple(b.shape)}, got "
+                f"shape {tuple(Minv.shape)}."
+            ) from None
+        if not bool(get_namespace(Minv).all(Minv > 0)):
+            raise ValueError("Minv (an inverse diagonal) must be positive.")
+    return _cg(matvec, b, xp, x0, rtol, maxiter, Minv, check_x0)
+
+
+def _cg(matvec, b, xp, x0, rtol, maxiter, Minv, check_x0):
+    """:func:`conjugate_gradient` on validated arguments."""
     if is_numpy_namespace(xp):
 
         def dot(u, v):
@@ -283,15 +422,36 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None, ch
         def dot(u, v):
             return float(xp.sum(u * v))
 
-    bnorm = dot(b, b) ** 0.5
-    if bnorm == 0.0:
-        return xp.zeros_like(b), {"iterations": 0, "residual": 0.0}
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        bnorm = dot(b, b) ** 0.5
+    fi = xp.finfo(b.dtype)
+    if not (float(fi.tiny) ** 0.25 <= bnorm <= float(fi.max) ** 0.25):  # NaN included
+        # NaN or infinity in b; else b is 0, or its products may over- or underflow: CG is
+        # linear, so solve for b / 2^e (exact) and scale back
+        check_all_finite(b, "b")
+        top = float(xp.max(xp.abs(b)))
+        if top == 0.0:
+            return xp.zeros_like(b), {"iterations": 0, "residual": 0.0}
+        e = math.frexp(top)[1]
+        if e != 0:  # 2^-e in two factors: a subnormal b needs more than 2^1023
+            t1, t2 = math.ldexp(1.0, -e // 2), math.ldexp(1.0, -e - (-e // 2))
+            x, info = _cg(
+                matvec,
+                b * t1 * t2,
+                xp,
+                None if x0 is None else x0 * t1 * t2,
+                rtol,
+                maxiter,
+                Minv,
+                check_x0,
+            )
+            return x / t1 / t2, info
     if x0 is None:
         x = xp.zeros_like(b)
         r = b * 1.0  # a copy
     else:
         x = x0 * 1.0
-        r = b - matvec(x)
+        r = b - _apply(matvec, x, b)
         if check_x0 and -0.5 * dot(x, b + r) >= 0.0:
             x = xp.zeros_like(b)
             r = b * 1.0
@@ -311,9 +471,14 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None, ch
     rz = dot(r, z)
     res = dot(r, r) ** 0.5 / bnorm
     it = 0
+    if not math.isfinite(res) or not math.isfinite(rz):
+        bad = "matvec" if not math.isfinite(res) else "Minv"
+        raise ValueError(f"{bad} returned NaN or infinity (at the start of CG).")
     while res > rtol and it < maxiter:
-        Ad = matvec(d)
+        Ad = _apply(matvec, d, b)
         dAd = dot(d, Ad)
+        if not math.isfinite(dAd):
+            raise ValueError(f"matvec returned NaN or infinity (CG iteration {it + 1}).")
         if dAd <= 0.0:  # not positive definite along d (or exact convergence)
             break
         a = rz / dAd
@@ -325,4 +490,17 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None, ch
         rz_new = dot(r, z)
         d = z + (rz_new / rz) * d
         rz = rz_new
+    if not math.isfinite(res):
+        raise ValueError(f"CG produced NaN or infinity (iteration {it}): check matvec and Minv.")
     return x, {"iterations": it, "residual": res}
+
+
+def _apply(matvec, v, b):
+    """``matvec(v)``, checked to have the shape of ``b`` (O(1))."""
+    out = matvec(v)
+    if tuple(getattr(out, "shape", ())) != tuple(b.shape):
+        raise ValueError(
+            f"matvec must return an array of the shape of b {tuple(b.shape)}, got "
+            f"{tuple(getattr(out, 'shape', ()))} ({type(out).__name__})."
+        )
+    return out

@@ -35,6 +35,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import check_random_state
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
+from . import _validation as _v
 from . import solvers as _s
 from .kronecker import KroneckerPreconditioner
 
@@ -91,16 +92,50 @@ def logistic_objective(coef, intercept, X, y, alpha, classes=None) -> float:
     -------
     float
         ``(1/T) sum_i -log p(y_i | x_i) + (alpha/2) ||coef||_F^2``.
+
+    Raises
+    ------
+    TypeError
+        ``X``, ``coef`` or ``intercept`` is not a real numeric array, or ``alpha`` not a
+        number.
+    ValueError
+        ``X`` not a non-empty 2-D array; ``y`` not 1-D of length ``T`` or with labels
+        not in ``classes``; ``classes`` not sorted and unique or with fewer than 2
+        labels; ``coef`` not of shape (n_classes, p) or (1, p) (binary), ``intercept``
+        not of matching length; NaN or infinity in ``X``, ``coef`` or ``intercept``;
+        ``alpha`` negative or not finite.
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = np.asarray(_v.check_array(X, "X", "(T, p)"), dtype=np.float64)
+    alpha = _v.check_nonneg_float(alpha, "alpha")
     y = np.asarray(y)
+    if y.ndim != 1 or len(y) != len(X):
+        raise ValueError(
+            f"y must have shape (T,) = ({len(X)},) to match X {X.shape}, got shape {y.shape}."
+        )
     classes = np.unique(y) if classes is None else np.asarray(classes)
+    if classes.ndim != 1 or len(classes) < 2 or np.any(classes[1:] <= classes[:-1]):
+        raise ValueError(
+            f"classes must be sorted, unique and hold >= 2 labels, got {classes.tolist()}."
+        )
     yi = np.searchsorted(classes, y)
     yi = np.clip(yi, 0, len(classes) - 1)
     if not np.array_equal(classes[yi], y):
-        raise ValueError("y contains labels that are not in classes.")
-    coef = np.asarray(coef, dtype=np.float64).reshape(-1, X.shape[1])
-    intercept = np.broadcast_to(np.asarray(intercept, dtype=np.float64), (coef.shape[0],))
+        unknown = np.unique(y[classes[yi] != y])[:5]
+        raise ValueError(f"y contains labels {unknown.tolist()} that are not in classes.")
+    coef = np.asarray(_v.check_array(coef, "coef", "(n_classes, p)", ndim=(1, 2)), np.float64)
+    k = 1 if len(classes) == 2 else len(classes)
+    if coef.size != k * X.shape[1]:
+        raise ValueError(
+            f"coef must have shape ({k}, {X.shape[1]}) for {len(classes)} classes and X "
+            f"{X.shape}, got shape {coef.shape}."
+        )
+    coef = coef.reshape(k, X.shape[1])
+    intercept = np.asarray(
+        _v.check_array(intercept, "intercept", f"({k},) or a float", ndim=(0, 1)), np.float64
+    )
+    if intercept.size not in (1, k):
+        raise ValueError(f"intercept must be a float or of shape ({k},), got {intercept.shape}.")
+    intercept = np.broadcast_to(intercept.reshape(-1), (k,))
     scores = X @ coef.T + intercept  # (T, k)
     if coef.shape[0] == 1:  # binary: -log p = logaddexp(0, -/+ score)
         sgn = np.where(yi == 1, -1.0, 1.0)
@@ -109,7 +144,7 @@ def logistic_objective(coef, intercept, X, y, alpha, classes=None) -> float:
         from scipy.special import logsumexp
 
         data = float(np.mean(logsumexp(scores, axis=1) - scores[np.arange(len(y)), yi]))
-    return data + 0.5 * alpha * float(np.sum(coef * coef))
+    return data + _s._ridge(np, coef, coef, alpha)
 
 
 class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstimator):

@@ -38,8 +38,10 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import expit
 
-from .._backend import check_random_state
-from .bound import beta, multinomial_bound_from_logits
+from .._backend import check_random_state, to_numpy
+from . import _validation as _v
+from .bound import _beta, _check_features, _check_weights_data, multinomial_bound_from_logits
+from .solvers import _ridge
 
 __all__ = [
     "VARIANTS",
@@ -90,8 +92,10 @@ class LowRankBound(NamedTuple):
     def solve(self, G, lam=0.0, scale=1.0) -> np.ndarray:
         """``(scale (V^T S V + diag D) + lam I)^{-1} G`` by :func:`woodbury_solve`.
 
-        ``G`` has shape (d,) or (d, c).
+        ``G`` has shape (d,) or (d, c); ``lam >= 0`` and ``scale > 0`` are finite floats.
         """
+        lam = _v.check_nonneg_float(lam, "lam")
+        scale = _v.validate_positive_float(scale, "scale")
         return woodbury_solve(self.V, scale * self.S, scale * self.D + lam, G)
 
 
@@ -107,17 +111,57 @@ def woodbury_solve(V, S, Dvec, G) -> np.ndarray:
     S : ndarray, shape (k, k)
     Dvec : ndarray, shape (d,), positive
     G : ndarray, shape (d,) or (d, c)
+
+    Returns
+    -------
+    ndarray, shape of ``G`` (float64)
+
+    Raises
+    ------
+    TypeError
+        An argument is not a real numeric array (boolean, object).
+    ValueError
+        An argument is complex, has the wrong number of dimensions, is not finite, or
+        its shape does not match the others (``V`` (k, d), ``S`` (k, k), ``Dvec`` (d,),
+        ``G`` (d,) or (d, c)); ``Dvec`` is not positive; ``I + S V D^-1 V^T`` is
+        singular (``S`` far from positive semidefinite).
     """
-    Dvec = np.asarray(Dvec, dtype=np.float64)
-    if np.any(Dvec <= 0) or not np.all(np.isfinite(Dvec)):
-        raise ValueError("the diagonal D + lam must be positive and finite; use lam > 0.")
-    G = np.asarray(G, dtype=np.float64)
+    V = _v.check_array(V, "V", "(k, d)", allow_empty=True)
+    S = _v.check_array(S, "S", "(k, k)", allow_empty=True)
+    Dvec = _v.check_array(Dvec, "Dvec", "(d,)", ndim=1)
+    G = _v.check_array(G, "G", "(d,) or (d, c)", ndim=(1, 2))
+    V, S, Dvec, G = (to_numpy(a, np.float64) for a in (V, S, Dvec, G))
+    k, d = V.shape
+    if S.shape != (k, k):
+        raise ValueError(
+            f"S must have shape (k, k) = ({k}, {k}) to match V {V.shape}, got {S.shape}."
+        )
+    if Dvec.shape != (d,):
+        raise ValueError(
+            f"Dvec must have shape (d,) = ({d},) to match V {V.shape}, got {Dvec.shape}."
+        )
+    if G.shape[0] != d:
+        raise ValueError(
+            f"G must have shape (d,) or (d, c) with d = {d} (V {V.shape}), got {G.shape}."
+        )
+    if np.any(Dvec <= 0):
+        raise ValueError("Dvec (the diagonal D + lam) must be positive; use lam > 0.")
     vec = G.ndim == 1
     G2 = G[:, None] if vec else G
     DiG = G2 / Dvec[:, None]  # (d, c)
     M = np.eye(len(S)) + S @ ((V / Dvec) @ V.T)  # (k, k): I + S V D^-1 V^T
-    z = np.linalg.solve(M, S @ (V @ DiG))  # (k, c)
+    try:
+        z = np.linalg.solve(M, S @ (V @ DiG))  # (k, c)
+    except np.linalg.LinAlgError as exc:
+        raise ValueError(
+            f"woodbury_solve: I + S V D^-1 V^T is singular ({exc}); S must be positive "
+            "semidefinite."
+        ) from None
     out = DiG - (V.T @ z) / Dvec[:, None]
+    if not np.all(np.isfinite(out)):
+        raise ValueError(
+            "woodbury_solve: the solution overflows (Dvec too small or V, S, G too large)."
+        )
     return out[:, 0] if vec else out
 
 
@@ -273,7 +317,7 @@ def _rows_general(theta, F, per_sample_z=True):
         for y in range(1, n):
             u = s[:, y] - log_z
             ell = F[:, y] - mu
-            R[:, y] = np.sqrt(beta(u))[:, None] * ell
+            R[:, y] = np.sqrt(_beta(u))[:, None] * ell
             mu += expit(u)[:, None] * ell
             log_z = np.logaddexp(log_z, s[:, y])
         return R, log_z, mu
@@ -285,7 +329,7 @@ def _rows_general(theta, F, per_sample_z=True):
         lz, ups = -np.inf, np.zeros(d)
         for y in range(n):
             u = s[j, y] - log_glob
-            R[j, y] = np.sqrt(beta(u)) * (F[j, y] - ups)
+            R[j, y] = np.sqrt(_beta(u)) * (F[j, y] - ups)
             ups = ups + expit(s[j, y] - lz) * (F[j, y] - ups)
             lz = np.logaddexp(lz, s[j, y])
             log_glob = np.logaddexp(log_glob, s[j, y])
@@ -345,17 +389,17 @@ def low_rank_partition_bound(
     -------
     LowRankBound
         ``log_z`` (m,), ``mu`` (m, d), ``V`` (k, d), ``S`` (k, k), ``D`` (d,).
+
+    Raises
+    ------
+    TypeError
+        ``theta`` or ``F`` is not a real numeric array, or ``rank`` not an integer.
+    ValueError
+        ``theta`` or ``F`` is complex, has the wrong number of dimensions, is empty or
+        not finite, or their ``d`` differ; ``rank`` outside ``1..d``; unknown ``variant``
+        or ``init``.
     """
-    theta = np.asarray(theta, dtype=np.float64)
-    F = np.asarray(F, dtype=np.float64)
-    if F.ndim == 2:
-        F = F[None]
-    if F.ndim != 3 or theta.ndim != 1 or theta.shape[0] != F.shape[2]:
-        raise ValueError(
-            f"F must have shape (m, n, d) and theta (d,); got F {F.shape}, theta {theta.shape}."
-        )
-    if not (np.all(np.isfinite(F)) and np.all(np.isfinite(theta))):
-        raise ValueError("theta and F must be finite (found NaN or infinity).")
+    theta, F = _check_features(theta, F)
     _check_variant(variant)
     m, n, d = F.shape
     k = _check_rank(rank, d)
@@ -386,23 +430,30 @@ def multinomial_low_rank_bound(
     -------
     LowRankBound
         With ``mu = None`` and ``prob`` (m, n).
+
+    Raises
+    ------
+    TypeError
+        ``W`` or ``X`` is not a real numeric array, or ``rank`` not an integer.
+    ValueError
+        ``W`` or ``X`` is complex, not 2-D or empty, ``X.shape[1] != W.shape[0]``, the
+        logits ``X W`` are not finite; ``rank`` outside ``1..n p``; unknown ``variant``
+        or ``init``.
     """
-    W = np.asarray(W, dtype=np.float64)
-    X = np.asarray(X, dtype=np.float64)
-    if W.ndim != 2 or X.ndim != 2 or X.shape[1] != W.shape[0]:
-        raise ValueError(f"W must have shape (p, n) and X (m, p); got W {W.shape}, X {X.shape}.")
+    W, X = _check_weights_data(W, X)
+    W, X = to_numpy(W, np.float64), to_numpy(X, np.float64)
     _check_variant(variant)
     p, n = W.shape
     d = n * p
     k = _check_rank(rank, d)
     S = X @ W  # (m, n)
-    bnd = multinomial_bound_from_logits(S)
+    bnd = multinomial_bound_from_logits(S, W, X)
     cum = np.logaddexp.accumulate(S, axis=1)
     mask = np.tri(n - 1, n, k=0, dtype=bool)
     Lw = -np.exp(np.where(mask[None], S[:, None, :] - cum[:, :-1, None], -np.inf))
     idx = np.arange(1, n)
     Lw[:, idx - 1, idx] += 1.0  # (m, n-1, n): e_i - w_{i-1}
-    Lw *= np.sqrt(beta(S[:, 1:] - cum[:, :-1]))[:, :, None]
+    Lw *= np.sqrt(_beta(S[:, 1:] - cum[:, :-1]))[:, :, None]
     acc = _Accumulator(k, d, variant, init, random_state)
     step = _block_samples(variant, k, n)
     for j in range(0, len(X), step):  # sequential by construction (Alg. LB)
@@ -447,7 +498,22 @@ def lspfb_step(
     -------
     W_new : ndarray, shape (p, n)
     info : dict with ``direction`` (p, n) and ``batch_loss``.
+
+    Raises
+    ------
+    TypeError
+        ``W``, ``X`` or ``mask`` is not a real numeric array, ``y`` does not hold
+        integers, or a scalar argument has the wrong type.
+    ValueError
+        ``W`` or ``X`` is complex, not 2-D or empty; ``X.shape[1] != W.shape[0]``; ``y``
+        is not 1-D of length ``m`` or has labels outside ``0..n-1``; ``lam < 0``; ``eta``
+        not positive and finite; NaN or infinity in ``W``, ``X`` or ``mask``; ``rank``,
+        ``variant``, ``init`` or ``reduction`` out of range.
     """
+    _, W, X, y, lam, mask = _v.check_problem(W, X, y, lam, mask)
+    eta = _v.validate_positive_float(eta, "eta")
+    W, X, y = to_numpy(W, np.float64), to_numpy(X, np.float64), to_numpy(y)
+    mask = None if mask is None else to_numpy(mask, np.float64)
     m = len(y)
     if reduction == "mean":
         scale = 1.0 / m
@@ -462,5 +528,5 @@ def lspfb_step(
     G = scale * (X.T @ Rg) + lam * Wp  # (p, n)
     delta = bnd.solve(G.T.ravel(), lam=lam, scale=scale).reshape(W.shape[1], W.shape[0]).T
     S = X @ W
-    batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + 0.5 * lam * float(np.sum(Wp * W))
+    batch_loss = float(np.mean(bnd.log_z - S[np.arange(m), y])) + _ridge(np, W, Wp, lam)
     return W - eta * delta, {"direction": delta, "batch_loss": batch_loss}

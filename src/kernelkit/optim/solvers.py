@@ -26,10 +26,13 @@ Steps (``G`` = mini-batch gradient of ``L``, ``eta_t`` from :func:`step_size`):
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .._backend import device, get_namespace, is_numpy_namespace, to_backend, to_numpy
-from .bound import _check_logits, _np_float, multinomial_bound_from_logits
+from .._backend import device, is_numpy_namespace, to_backend, to_numpy
+from . import _validation as _v
+from .bound import _np_float, multinomial_bound_from_logits
 from .kronecker import KroneckerCurvature
 
 __all__ = [
@@ -50,7 +53,17 @@ def step_size(schedule: str, eta0: float, t: int, t0: float = 1.0) -> float:
 
     ``"inverse"``: ``eta0 / t`` (the paper, eq. 2.5); ``"inverse_t0"``:
     ``eta0 / (1 + t / t0)``; ``"constant"``: ``eta0``.
+
+    Raises
+    ------
+    TypeError
+        ``eta0`` or ``t0`` is not a real number, or ``t`` not an integer (bools rejected).
+    ValueError
+        Unknown ``schedule``, ``eta0`` or ``t0`` not positive and finite, or ``t < 1``.
     """
+    eta0 = _v.validate_positive_float(eta0, "eta0")
+    t = _v.validate_positive_int(t, "t", minimum=1)
+    t0 = _v.validate_positive_float(t0, "t0")
     if schedule == "inverse":
         return eta0 / t
     if schedule == "inverse_t0":
@@ -58,6 +71,19 @@ def step_size(schedule: str, eta0: float, t: int, t0: float = 1.0) -> float:
     if schedule == "constant":
         return eta0
     raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}.")
+
+
+def _ridge(xp, W, Wp, lam) -> float:
+    """``(lam / 2) sum(Wp * W)`` for finite ``W``: 0 for ``lam = 0``, and rescaled by
+    ``max |W|`` where the squares overflow although the value may not (never NaN)."""
+    if lam == 0.0:
+        return 0.0
+    with np.errstate(over="ignore"):
+        total = float(xp.sum(Wp * W))
+    if math.isfinite(total):
+        return 0.5 * lam * total
+    top = max(abs(float(xp.max(W))), abs(float(xp.min(W))))
+    return 0.5 * lam * float(xp.sum((Wp / top) * (W / top))) * top * top
 
 
 def _penalty(W, mask):
@@ -76,12 +102,18 @@ def _logsumexp(xp, S):
     return xp.log(xp.sum(xp.exp(S - mx[:, None]), axis=1)) + mx
 
 
-def _as_arrays(W, X, y):
-    """NumPy: float32 if ``W`` and ``X`` both are, else float64; other namespaces as is."""
-    xp = get_namespace(W, X)
+def _as_arrays(W, X, y, lam, mask=None):
+    """Validated inputs (:func:`~kernelkit.optim._validation.check_problem`) in the compute
+    dtype: NumPy float32 if ``W`` and ``X`` both are, else float64; other namespaces as is.
+
+    Returns ``xp, W, X, y, lam, mask``.
+    """
+    xp, W, X, y, lam, mask = _v.check_problem(W, X, y, lam, mask)
     if is_numpy_namespace(xp):
-        return xp, _np_float(W, X), _np_float(X, W), np.asarray(y)
-    return xp, W, X, y
+        W, X = _np_float(W, X), _np_float(X, W)
+        if mask is not None:
+            mask = mask.astype(W.dtype, copy=False)
+    return xp, W, X, y, lam, mask
 
 
 def _logits(X, W):
@@ -106,12 +138,24 @@ def multinomial_objective(W, X, y, lam, mask=None) -> float:
     Notes
     -----
     All functions of this module accept NumPy arrays or array-API arrays (torch tensors).
+
+    Raises
+    ------
+    TypeError
+        ``W``, ``X`` or ``mask`` is not a real numeric array (boolean, object), ``y`` does
+        not hold integers, or a scalar argument is not a number.
+    ValueError
+        ``W`` or ``X`` is complex, not 2-D or empty; ``X.shape[1] != W.shape[0]``;
+        ``y`` is not 1-D of length ``m`` or has labels outside ``0..n-1``; ``lam < 0``;
+        ``mask`` is not of shape (p,); NaN or infinity in ``W``, ``X`` or ``mask`` (or
+        logits ``X W`` that overflow); another argument out of range.
     """
-    xp, W, X, y = _as_arrays(W, X, y)
+    xp, W, X, y, lam, mask = _as_arrays(W, X, y, lam, mask)
     S = _logits(X, W)  # (T, n)
+    _v.check_logits(xp, S, W, X)
     data = float(xp.mean(_logsumexp(xp, S) - xp.sum(S * _onehot(xp, y, W.shape[1], S), axis=1)))
     Wp = _penalty(W, mask)
-    return data + 0.5 * lam * float(xp.sum(Wp * W))
+    return data + _ridge(xp, W, Wp, lam)
 
 
 def _data_gradient(prob, X, Y, scale):
@@ -122,13 +166,28 @@ def _data_gradient(prob, X, Y, scale):
 def _batch_loss(xp, log_z, S, Y, W, Wp, lam):
     """Mini-batch objective at ``W``: mean of ``log Z - s_y`` plus the ridge."""
     s_y = xp.sum(S * Y, axis=1)
-    return float(xp.mean(log_z - s_y)) + 0.5 * lam * float(xp.sum(Wp * W))
+    return float(xp.mean(log_z - s_y)) + _ridge(xp, W, Wp, lam)
 
 
 def multinomial_gradient(W, X, y, lam, mask=None):
-    """Gradient of :func:`multinomial_objective`, shape (p, n): ``X^T (P - Y) / T + lam W``."""
-    xp, W, X, y = _as_arrays(W, X, y)
+    """Gradient of :func:`multinomial_objective`, shape (p, n): ``X^T (P - Y) / T + lam W``.
+
+    Arguments as :func:`multinomial_objective`.
+
+    Raises
+    ------
+    TypeError
+        ``W``, ``X`` or ``mask`` is not a real numeric array (boolean, object), ``y`` does
+        not hold integers, or a scalar argument is not a number.
+    ValueError
+        ``W`` or ``X`` is complex, not 2-D or empty; ``X.shape[1] != W.shape[0]``;
+        ``y`` is not 1-D of length ``m`` or has labels outside ``0..n-1``; ``lam < 0``;
+        ``mask`` is not of shape (p,); NaN or infinity in ``W``, ``X`` or ``mask`` (or
+        logits ``X W`` that overflow); another argument out of range.
+    """
+    xp, W, X, y, lam, mask = _as_arrays(W, X, y, lam, mask)
     S = _logits(X, W)
+    _v.check_logits(xp, S, W, X)
     P = xp.exp(S - _logsumexp(xp, S)[:, None])
     Y = _onehot(xp, y, W.shape[1], S)
     return _data_gradient(P, X, Y, 1.0 / y.shape[0]) + lam * _penalty(W, mask)
@@ -196,16 +255,34 @@ def spfb_step(
     info : dict
         ``direction`` (the solved ``Delta``, ``W_new = W - eta Delta``), ``iterations``,
         ``residual`` (CG), ``batch_loss`` (objective of the batch at ``W``).
+
+    Raises
+    ------
+    TypeError
+        ``W``, ``X`` or ``mask`` is not a real numeric array (boolean, object), ``y`` does
+        not hold integers, or a scalar argument is not a number.
+    ValueError
+        ``W`` or ``X`` is complex, not 2-D or empty; ``X.shape[1] != W.shape[0]``;
+        ``y`` is not 1-D of length ``m`` or has labels outside ``0..n-1``; ``lam < 0``;
+        ``mask`` is not of shape (p,); NaN or infinity in ``W``, ``X`` or ``mask`` (or
+        logits ``X W`` that overflow); another argument out of range.
     """
-    xp, W, X, y = _as_arrays(W, X, y)
+    xp, W, X, y, lam, mask = _as_arrays(W, X, y, lam, mask)
+    eta = _v.validate_positive_float(eta, "eta")
+    if x0 is not None:
+        x0 = _v.check_array(x0, "x0", "(p, n)")
+        if tuple(x0.shape) != tuple(W.shape):
+            raise ValueError(
+                f"x0 must have the shape of W {tuple(W.shape)}, got shape {tuple(x0.shape)}."
+            )
     m = y.shape[0]
     scale, lam_c = _scales(m, lam, reduction)
     S = _logits(X, W)  # (m, n)
-    bnd = multinomial_bound_from_logits(S)  # log_z (m,), prob (m, n), C (m, n, n)
+    bnd = multinomial_bound_from_logits(S, W, X)  # log_z (m,), prob (m, n), C (m, n, n)
     Y = _onehot(xp, y, W.shape[1], S)  # (m, n)
     Wp = _penalty(W, mask)
     G = _data_gradient(bnd.prob, X, Y, scale) + lam * Wp  # (p, n)
-    A = KroneckerCurvature(X, bnd.C, lam=lam_c, scale=scale)
+    A = KroneckerCurvature._trusted(X, bnd.C, lam=lam_c, scale=scale)
     # the warm start is used only where the majoriser is lower there than at 0
     delta, info = A.solve(
         G,
@@ -237,7 +314,7 @@ def bound_step(
     """Full-batch bound majorisation step (eq. 2.4, Alg. B) with ``eta = 1``.
 
     Minimises the quadratic majoriser of ``L`` at ``W`` over the whole data set, so ``L``
-    never increases. Returns ``(W_new, info)`` as :func:`spfb_step`.
+    never increases. Arguments, returns ``(W_new, info)`` and errors as :func:`spfb_step`.
     """
     return spfb_step(
         W,
@@ -258,13 +335,26 @@ def sgd_step(W, X, y, lam, eta, *, mask=None, reduction="mean"):
     """One mini-batch SGD step ``W <- W - eta G`` (the paper's baseline).
 
     ``G = scale X^T (P - Y) + lam mask W`` with ``scale = 1/m`` (mean) or 1 (sum).
-    Returns ``(W_new, info)`` with ``direction = G`` and ``batch_loss``.
+    Returns ``(W_new, info)`` with ``direction = G`` and ``batch_loss``; ``eta`` must be
+    positive and finite, the other arguments are checked as in :func:`spfb_step`.
+
+    Raises
+    ------
+    TypeError
+        ``W``, ``X`` or ``mask`` is not a real numeric array (boolean, object), ``y`` does
+        not hold integers, or a scalar argument is not a number.
+    ValueError
+        ``W`` or ``X`` is complex, not 2-D or empty; ``X.shape[1] != W.shape[0]``;
+        ``y`` is not 1-D of length ``m`` or has labels outside ``0..n-1``; ``lam < 0``;
+        ``mask`` is not of shape (p,); NaN or infinity in ``W``, ``X`` or ``mask`` (or
+        logits ``X W`` that overflow); another argument out of range.
     """
-    xp, W, X, y = _as_arrays(W, X, y)
+    xp, W, X, y, lam, mask = _as_arrays(W, X, y, lam, mask)
+    eta = _v.validate_positive_float(eta, "eta")
     m = y.shape[0]
     scale, _ = _scales(m, lam, reduction)
     S = _logits(X, W)  # (m, n)
-    _check_logits(xp, S)
+    _v.check_logits(xp, S, W, X)
     log_z = _logsumexp(xp, S)  # (m,)
     P = xp.exp(S - log_z[:, None])
     Y = _onehot(xp, y, W.shape[1], S)
