@@ -7,6 +7,7 @@ softmax attention is :func:`kernelkit.kernels.softmax_attention`. Needs PyTorch.
 
 from ..features.favor import Moments
 from ._maps import FEATURE_MAPS, FITTED_MAPS
+from .decoding import LinearAttentionState, init_decoding_state, linear_attention_step
 from .functional import (
     attention_moments,
     draw_features,
@@ -19,9 +20,12 @@ __all__ = [
     "FEATURE_MAPS",
     "FITTED_MAPS",
     "FavorAttention",
+    "LinearAttentionState",
     "Moments",
     "attention_moments",
     "draw_features",
     "hybrid_base_size",
+    "init_decoding_state",
     "linear_attention",
+    "linear_attention_step",
 ]
