@@ -43,10 +43,11 @@ class LinearAttentionState:
 
     Attributes
     ----------
-    kv : tensor (*batch_shape, M, e)
-        ``sum_j exp(lk_j - c) v_j^T``: key features times values, relative to ``exp(c)``.
-    z : tensor (*batch_shape, M)
-        ``sum_j exp(lk_j - c)``: the normaliser, relative to ``exp(c)``.
+    kvz : tensor (*batch_shape, M, e + 1)
+        ``[kv, z]`` in one buffer (one product per query): ``kv = sum_j exp(lk_j - c)
+        v_j^T`` (*batch_shape, M, e), key features times values, and ``z = sum_j
+        exp(lk_j - c)`` (*batch_shape, M), the normaliser, both relative to ``exp(c)``
+        (properties :attr:`kv`, :attr:`z` are views).
     c : tensor (*batch_shape, M)
         Running per-feature maximum of the key log features (``-1e30`` before any key).
     t : int
@@ -57,8 +58,7 @@ class LinearAttentionState:
         The prepared feature parameters (not rebuilt per step).
     """
 
-    kv: torch.Tensor
-    z: torch.Tensor
+    kvz: torch.Tensor
     c: torch.Tensor
     t: int
     feature_map: str
@@ -67,32 +67,45 @@ class LinearAttentionState:
     params: object
 
     @property
+    def kv(self) -> torch.Tensor:
+        return self.kvz[..., :-1]
+
+    @property
+    def z(self) -> torch.Tensor:
+        return self.kvz[..., -1]
+
+    @property
     def batch_shape(self) -> torch.Size:
-        return self.z.shape[:-1]
+        return self.c.shape[:-1]
 
     @property
     def dtype(self) -> torch.dtype:
         """Compute dtype (float32 for float16 / bfloat16 inputs)."""
-        return self.z.dtype
+        return self.c.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.z.device
+        return self.c.device
 
     def nbytes(self) -> int:
-        """Bytes of the running tensors ``kv``, ``z``, ``c`` (independent of ``t``)."""
-        return sum(x.numel() * x.element_size() for x in (self.kv, self.z, self.c))
+        """Bytes of the running tensors ``kvz``, ``c`` (independent of ``t``)."""
+        return sum(x.numel() * x.element_size() for x in (self.kvz, self.c))
 
 
 class _ExpFeatures:
-    # positive maps: log f = [x, -|B x|^2 / 2, 1] @ [W; 1; c] (one matmul per side)
-    def __init__(self, fmap: LogFeatureMap):
-        self.fmap = fmap
+    # positive maps: log f = [x, -|B x|^2 / 2, 1] @ [W; 1; c] (one matmul per side; one
+    # for both sides when they share the map: positive, hyperbolic, gerf, sderf)
+    def __init__(self, fmap: LogFeatureMap, shared: bool):
+        self.fmap, self.shared = fmap, shared
         self.n_out = fmap.n_out
         self.Wa = {s: fmap.augmented_weights(s) for s in ("q", "k")}  # (..., d + 2, M)
 
-    def __call__(self, x, side):  # x (..., T, d) -> (..., T, M)
-        return self.fmap.log_features_fused(x, side, Wa=self.Wa[side])
+    def __call__(self, x, y):  # x, y (..., T, d) -> lq, lk (..., T, M)
+        if self.shared:
+            lf = self.fmap.log_features_fused(torch.stack([x, y]), "q", Wa=self.Wa["q"])
+            return lf[0], lf[1]
+        lq = self.fmap.log_features_fused(x, "q", Wa=self.Wa["q"])
+        return lq, self.fmap.log_features_fused(y, "k", Wa=self.Wa["k"])
 
 
 class _PlainFeatures:
@@ -100,10 +113,10 @@ class _PlainFeatures:
     def __init__(self, name, d):
         self.name, self.n_out = name, d
 
-    def __call__(self, x, side):
+    def __call__(self, x, y):
         if self.name == "elu":  # log(elu(x) + 1) = x (x < 0), log1p(x) (x >= 0)
-            return torch.where(x < 0, x, torch.log1p(x.clamp(min=0)))
-        return torch.log(torch.relu(x) + 1e-3)
+            return tuple(torch.where(t < 0, t, torch.log1p(t.clamp(min=0))) for t in (x, y))
+        return tuple(torch.log(torch.relu(t) + 1e-3) for t in (x, y))
 
 
 def _positive_int(name, val):
@@ -163,7 +176,7 @@ def init_decoding_state(
     Returns
     -------
     LinearAttentionState
-        ``kv`` (*batch_shape, M, e) and ``z`` (*batch_shape, M) zero, ``c`` ``-1e30``.
+        ``kvz`` (*batch_shape, M, e + 1) zero, ``c`` (*batch_shape, M) ``-1e30``.
     """
     if not isinstance(feature_map, str) or feature_map.lower() not in FEATURE_MAPS:
         raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
@@ -210,12 +223,13 @@ def init_decoding_state(
         if W.dim() != 2 or W.shape[1] != d:
             raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
         mom = None if moments is None else _check_moments(moments, batch, d, name, device)
-        feats = _ExpFeatures(build_log_map(name, W, mom, d).to(ctype))
+        fmap = build_log_map(name, W, mom, d)  # float64, W_q is W_k for symmetric maps
+        shared = fmap.W_q is fmap.W_k and fmap.B_q is fmap.B_k
+        feats = _ExpFeatures(fmap.to(ctype), shared)
     M = feats.n_out
     kw = {"dtype": ctype, "device": device}
     return LinearAttentionState(
-        kv=torch.zeros(*batch, M, e, **kw),
-        z=torch.zeros(*batch, M, **kw),
+        kvz=torch.zeros(*batch, M, e + 1, **kw),
         c=torch.full((*batch, M), _NEG, **kw),
         t=0,
         feature_map=name,
@@ -289,36 +303,37 @@ def _growth_bound(dtype) -> float:
     return 60.0 if dtype == torch.float32 else 500.0
 
 
-def _safe_div(num, den):
-    # num (..., e), den (...): rows with no visible key give zeros, not NaN
-    ok = den > 0
-    return num / torch.where(ok, den, torch.ones_like(den))[..., None]
+def _ratio(nd):
+    # [num, den] (..., e + 1) -> num / den; rows with no visible key have num = 0 and
+    # den = 0 and give zeros (den >= exp(-G) otherwise, see the module docstring)
+    return nd[..., :-1] / nd[..., -1:].clamp(min=torch.finfo(nd.dtype).tiny)
 
 
-def _token(lq, lk, v, keep, kv, z, c):
-    # one token: lq, lk (..., M), v (..., e), keep (...) or None; state kv (..., M, e),
-    # z (..., M), c (..., M). Returns (num (..., e), den (...), kv, z, c), new tensors.
+def _token(lq, lk, va, keep, kvz, c, inplace):
+    # one token: lq, lk (..., M), va = [v, 1] (..., e + 1), keep (...) or None; state
+    # kvz (..., M, e + 1), c (..., M). Returns (out (..., e), kvz, c).
     with torch.no_grad():
         c_new = torch.maximum(c, lk.detach())  # (..., M)
-        a = torch.exp(c - c_new)  # (..., M) <= 1: rescale the state to the new maximum
+        a = torch.exp(c - c_new)[..., None]  # (..., M, 1) <= 1: rescale to the new maximum
     kf = torch.exp(lk - c_new)  # (..., M) <= 1
     if keep is not None:
         kf = kf * keep[..., None].to(kf.dtype)
-    kv = kv * a[..., None] + kf[..., :, None] * v[..., None, :]  # (..., M, e)
-    z = z * a + kf
+    if inplace:
+        kvz.mul_(a).addcmul_(kf[..., :, None], va[..., None, :])  # (..., M, e + 1)
+        c_new = c.copy_(c_new)
+    else:  # fresh tensor (in place on the product only: autograd-safe)
+        kvz = (kvz * a).addcmul_(kf[..., :, None], va[..., None, :])
     lqc = lq + c_new  # (..., M)
     with torch.no_grad():
         R = lqc.detach().amax(-1, keepdim=True)  # (..., 1): largest term 1
     qf = torch.exp(lqc - R)  # (..., M) <= 1
-    num = (qf[..., None, :] @ kv)[..., 0, :]  # (..., e)
-    den = (qf * z).sum(-1)  # (...)
-    return num, den, kv, z, c_new
+    return _ratio((qf[..., None, :] @ kvz)[..., 0, :]), kvz, c_new
 
 
-def _block(lq, lk, v, keep, kv, z, c):
-    # T tokens causally: lq, lk (..., T, M), v (..., T, e), keep (..., T) or None.
-    # One causal pivot c_ref = max(c, lk_0) when the key maxima grow by at most G over the
-    # block (as the chunks of _linear.causal_exp), else token by token.
+def _block(lq, lk, va, keep, kvz, c, inplace):
+    # T tokens causally: lq, lk (..., T, M), va = [v, 1] (..., T, e + 1), keep (..., T) or
+    # None. One causal pivot c_ref = max(c, lk_0) when the key maxima grow by at most G
+    # over the block (as the chunks of _linear.causal_exp), else token by token.
     with torch.no_grad():
         lkd = lk.detach()
         c_ref = torch.maximum(c, lkd[..., 0, :])  # (..., M)
@@ -328,28 +343,37 @@ def _block(lq, lk, v, keep, kv, z, c):
         outs = []
         for i in range(lq.shape[-2]):
             ki = None if keep is None else keep[..., i]
-            num, den, kv, z, c = _token(lq[..., i, :], lk[..., i, :], v[..., i, :], ki, kv, z, c)
-            outs.append(_safe_div(num, den))
-        return torch.stack(outs, dim=-2), kv, z, c
+            o, kvz, c = _token(lq[..., i, :], lk[..., i, :], va[..., i, :], ki, kvz, c, inplace)
+            outs.append(o)
+        return torch.stack(outs, dim=-2), kvz, c
     with torch.no_grad():
         R = (lq.detach() + c_end[..., None, :]).amax(-1, keepdim=True)  # (..., T, 1)
-        a = torch.exp(c - c_ref)  # (..., M) <= 1
+        a = torch.exp(c - c_ref)[..., None]  # (..., M, 1) <= 1
         b = torch.exp(c_ref - c_end)  # (..., M) <= 1
     qf = torch.exp(lq - R + c_ref[..., None, :])  # (..., T, M) <= 1
     kf = torch.exp(lk - c_ref[..., None, :])  # (..., T, M) <= e^G
     if keep is not None:
         kf = kf * keep[..., None].to(kf.dtype)
     A = (qf @ kf.transpose(-1, -2)).tril()  # (..., T, T) causal scores
-    num = qf @ (kv * a[..., None]) + A @ v  # (..., T, e)
-    den = (qf @ (z * a)[..., None])[..., 0] + A.sum(-1)  # (..., T)
-    kf = kf * b[..., None, :]  # (..., T, M) relative to c_end, <= 1
-    kv = kv * (a * b)[..., None] + kf.transpose(-1, -2) @ v  # (..., M, e)
-    z = z * (a * b) + kf.sum(-2)
-    return _safe_div(num, den), kv, z, c_end
+    nd = qf @ (kvz * a) + A @ va  # (..., T, e + 1): earlier tokens, then this block
+    upd = (kf * b[..., None, :]).transpose(-1, -2) @ va  # (..., M, e + 1) rel. to c_end
+    if inplace:
+        kvz.mul_(a * b[..., None]).add_(upd)
+        c_end = c.copy_(c_end)
+    else:
+        kvz = (kvz * (a * b[..., None])).add_(upd)
+    return _ratio(nd), kvz, c_end
 
 
 def linear_attention_step(
-    q_t, k_t, v_t, state: LinearAttentionState, *, key_padding_mask=None, check_finite=True
+    q_t,
+    k_t,
+    v_t,
+    state: LinearAttentionState,
+    *,
+    key_padding_mask=None,
+    check_finite=True,
+    inplace=False,
 ):
     """Causal linear attention for new tokens, from and to a recurrent state.
 
@@ -371,30 +395,40 @@ def linear_attention_step(
         ``True`` = padded token: its key and value are not added to the state.
     check_finite : bool
         Raise a ``ValueError`` for NaN / inf inputs.
+    inplace : bool
+        Update ``state.kvz`` and ``state.c`` in place (as a static KV cache is): no
+        allocation of ``M (e + 1)`` floats per step; the input state is then the new one.
+        Only without autograd (under ``torch.no_grad()`` or for inputs that do not
+        require grad); otherwise a ``ValueError``.
 
     Returns
     -------
     out_t : tensor (*batch_shape, e) or (*batch_shape, T, e)
         In the dtype of ``q_t`` (float16 / bfloat16 computed in float32).
     state : LinearAttentionState
-        The new state (fresh tensors; autograd flows through it when inputs require
-        grad).
+        The new state (fresh tensors unless ``inplace``; autograd flows through it when
+        inputs require grad).
     """
     single, keep = _check_step_inputs(q_t, k_t, v_t, state, key_padding_mask, check_finite)
+    if inplace and torch.is_grad_enabled():
+        if any(t.requires_grad for t in (q_t, k_t, v_t, state.kvz)):
+            raise ValueError(
+                "inplace=True would overwrite tensors autograd needs; use it under "
+                "torch.no_grad() or with inputs that do not require grad."
+            )
     ct = state.dtype
     r = math.sqrt(state.scale)
-    x, y, v = q_t.to(ct) * r, k_t.to(ct) * r, v_t.to(ct)  # scaled inputs (FAVOR# eq. 4)
+    x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)
+    ones = torch.ones_like(v_t[..., :1], dtype=ct)
+    va = torch.cat([v_t.to(ct), ones], dim=-1)  # (..., [T,] e + 1): values, normaliser
     if single:  # (..., d) -> (..., 1, d) for the batched feature matmul
         x, y = x[..., None, :], y[..., None, :]
-    lq = state.params(x, "q")  # (..., T, M)
-    lk = state.params(y, "k")
+    lq, lk = state.params(x, y)  # (..., T, M)
     if keep is not None:  # padded keys: out of the running maximum and the sums
         lk = torch.where(keep[..., None] if not single else keep[..., None, None], lk, _NEG)
+    step = _token if single else _block
     if single:
         lq, lk = lq[..., 0, :], lk[..., 0, :]  # (..., M)
-        num, den, kv, z, c = _token(lq, lk, v, keep, state.kv, state.z, state.c)
-        out = _safe_div(num, den)  # (..., e)
-    else:
-        out, kv, z, c = _block(lq, lk, v, keep, state.kv, state.z, state.c)
-    new = replace(state, kv=kv, z=z, c=c, t=state.t + (1 if single else q_t.shape[-2]))
+    out, kvz, c = step(lq, lk, va, keep, state.kvz, state.c, inplace)
+    new = replace(state, kvz=kvz, c=c, t=state.t + (1 if single else q_t.shape[-2]))
     return out.to(q_t.dtype), new
