@@ -138,6 +138,35 @@ def test_state_memory_is_constant_and_input_state_unchanged():
     assert torch.equal(st0.z, torch.zeros_like(st0.z))  # functional: the old state is kept
 
 
+def test_inplace_steps_reuse_the_state_tensors():
+    q, k, v = _qkv()
+    ref, _ = _step_all(q, k, v, _state("sderf", mom=_moments()))
+    st = _state("sderf", mom=_moments())
+    ptrs = (st.kvz.data_ptr(), st.c.data_ptr())
+    outs = []
+    with torch.no_grad():
+        o, st = linear_attention_step(q[..., :8, :], k[..., :8, :], v[..., :8, :], st, inplace=True)
+        outs.append(o)
+        for t in range(8, L):
+            o, st = linear_attention_step(
+                q[..., t, :], k[..., t, :], v[..., t, :], st, inplace=True
+            )
+            outs.append(o[..., None, :])
+    assert (st.kvz.data_ptr(), st.c.data_ptr()) == ptrs
+    assert _rel(torch.cat(outs, -2), ref) < 1e-10
+    with pytest.raises(ValueError, match="no_grad"):
+        linear_attention_step(
+            q[..., 0, :].requires_grad_(True), k[..., 0, :], v[..., 0, :], st, inplace=True
+        )
+    m = FavorAttention(12, 2, n_features=16, random_state=0).double().eval()
+    x = torch.randn(3, 5, 12, dtype=torch.float64)
+    with torch.no_grad():
+        st = m.init_state(3)
+        out, st2 = m.step(x, x, x, st, inplace=True)
+        assert st2.kvz is st.kvz
+        torch.testing.assert_close(out, m(x, x, x, is_causal=True)[0], rtol=1e-10, atol=1e-12)
+
+
 def test_module_step_equals_causal_forward():
     torch.manual_seed(0)
     x = torch.randn(3, 14, 12, dtype=torch.float64)

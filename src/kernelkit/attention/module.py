@@ -472,7 +472,7 @@ class FavorAttention(nn.Module):
             device=w.device if device is None else device,
         )
 
-    def step(self, query_t, key_t, value_t, state):
+    def step(self, query_t, key_t, value_t, state, *, inplace=False):
         """Causal self-attention for new tokens from a recurrent state: ``(out_t, state)``.
 
         query_t (N, E), key_t (N, kdim), value_t (N, vdim) for one token, or (N, T, E)
@@ -480,7 +480,9 @@ class FavorAttention(nn.Module):
         state from :meth:`init_state` or a previous step. In-projection, per-head
         :func:`kernelkit.attention.linear_attention_step`, out-projection: in eval mode,
         stepping a sequence equals ``forward(..., is_causal=True)``. Never redraws the
-        features nor updates the running statistics. Returns out_t shaped as query_t.
+        features nor updates the running statistics. ``inplace=True`` updates the state's
+        tensors in place (without autograd only, see ``linear_attention_step``). Returns
+        out_t shaped as query_t and the new state.
         """
         for name, t in (("query_t", query_t), ("key_t", key_t), ("value_t", value_t)):
             if not isinstance(t, torch.Tensor):
@@ -519,7 +521,7 @@ class FavorAttention(nn.Module):
             )
         q, k, v = self._in_projection(query_t, key_t, value_t)
         q, k, v = (t.view(N, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (N, H, T, hd)
-        out, state = linear_attention_step(q, k, v, state, check_finite=False)
+        out, state = linear_attention_step(q, k, v, state, check_finite=False, inplace=inplace)
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = self.out_proj(out.transpose(1, 2).reshape(N, T, self.embed_dim))  # (N, T, E)
         if single:
