@@ -1,0 +1,148 @@
+"""Recurrent decoding benchmark: ``python benchmarks/bench_decoding.py [--quick]``.
+
+Generates ``n`` tokens one at a time (batch 1, 8 heads, d = e = 64, float32, CPU, 2
+threads) with
+
+* kernelkit's :func:`~kernelkit.attention.linear_attention_step` (``positive`` and
+  ``sderf``, M = 256): a constant-size state;
+* ``torch.nn.functional.scaled_dot_product_attention`` with a preallocated KV cache of
+  ``n`` positions (as a static cache): each step writes its key and value at ``t`` and
+  attends to the first ``t + 1`` entries.
+
+All are timed in the same run on the same pre-drawn inputs (attention only, no
+projections). Prints tokens per second, the ratio to SDPA, the per-token time around
+t = 512 and t = n (constant for the state, growing for the cache; t = n / 4 and n with
+``--quick``), the bytes of the state vs the cache at t = n and the peak-RSS growth of a
+fresh subprocess per method.
+The kernelkit steps update the state in place (``inplace=True``), as the cache is
+written in place. ``--quick``: n = 512 and no RSS subprocesses (seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from kernelkit.attention import attention_moments, init_decoding_state, linear_attention_step
+
+H, D, M = 8, 64, 256
+METHODS = ("positive", "sderf", "sdpa")
+
+
+def _inputs(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(n, 1, H, D, generator=g) for _ in range(3))  # (n, 1, H, d)
+    return q, k, v
+
+
+def _decode(method, n):
+    """Per-token wall times (seconds, list of n) and the bytes of the state / cache."""
+    q, k, v = _inputs(n)
+    times = []
+    with torch.no_grad():
+        if method == "sdpa":
+            K = torch.zeros(1, H, n, D)  # (1, H, n, d) preallocated static cache
+            V = torch.zeros(1, H, n, D)
+            for t in range(n):
+                t0 = time.perf_counter()
+                K[:, :, t] = k[t]
+                V[:, :, t] = v[t]
+                F.scaled_dot_product_attention(
+                    q[t][:, :, None], K[:, :, : t + 1], V[:, :, : t + 1]
+                )  # (1, H, 1, d)
+                times.append(time.perf_counter() - t0)
+            return times, K.nbytes + V.nbytes
+        moments = None
+        if method == "sderf":  # calibration data: other tokens than the decoded ones
+            qc, kc, _ = _inputs(256, seed=1)
+            moments = attention_moments(qc[:, 0].transpose(0, 1), kc[:, 0].transpose(0, 1))
+        state = init_decoding_state((1, H), D, method, M, random_state=0, moments=moments)
+        for t in range(n):
+            t0 = time.perf_counter()
+            _, state = linear_attention_step(
+                q[t], k[t], v[t], state, check_finite=False, inplace=True
+            )
+            times.append(time.perf_counter() - t0)
+        return times, state.nbytes()
+
+
+def _rss_child(method, n):
+    # fresh process: peak-RSS growth (KiB on Linux) of the decoding loop alone
+    torch.set_num_threads(2)
+    _decode(method, 16)  # warm-up (lazy initialisation of kernels)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    _decode(method, n)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"rss_kib": after - before}))
+
+
+def _peak_rss(method, n):
+    cmd = [sys.executable, __file__, "--_rss", method, "--n", str(n)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])["rss_kib"]
+
+
+def _window(times, t, w=64):
+    # mean per-token time (microseconds) over the w steps ending at t
+    sl = times[max(0, t - w) : t]
+    return 1e6 * sum(sl) / len(sl)
+
+
+def run(quick=False, rss=True):
+    n = 512 if quick else 4096
+    t1 = 512 if n > 512 else n // 4  # early window for the per-token time
+    torch.set_num_threads(2)
+    for method in METHODS:  # warm-up
+        _decode(method, 16)
+    rows = {}
+    for method in METHODS:
+        times, nbytes = _decode(method, n)
+        rows[method] = {
+            "tok_s": n / sum(times),
+            "us_t1": _window(times, t1),
+            "us_n": _window(times, n),
+            "bytes": nbytes,
+            "rss_kib": _peak_rss(method, n) if rss else None,
+        }
+    print(f"decoding {n} tokens, batch 1, {H} heads, d = e = {D}, M = {M}, float32, CPU, 2 threads")
+    head = (
+        f"{'method':22s} {'tokens/s':>9s} {'vs SDPA':>8s} {'us/tok t=' + str(t1):>13s} "
+        f"{'us/tok t=' + str(n):>13s} {'state/cache':>12s} {'peak RSS +':>11s}"
+    )
+    print(head)
+    sd = rows["sdpa"]["tok_s"]
+    names = {
+        "positive": "kernelkit positive",
+        "sderf": "kernelkit sderf",
+        "sdpa": "SDPA + static KV cache",
+    }
+    for method, r in rows.items():
+        rss_txt = "-" if r["rss_kib"] is None else f"{r['rss_kib'] / 1024:.1f} MiB"
+        print(
+            f"{names[method]:22s} {r['tok_s']:9.0f} {r['tok_s'] / sd:7.2f}x "
+            f"{r['us_t1']:13.1f} {r['us_n']:13.1f} {r['bytes'] / 2**20:8.2f} MiB {rss_txt:>11s}"
+        )
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Recurrent linear-attention decoding vs SDPA.")
+    parser.add_argument("--quick", action="store_true", help="512 tokens, no RSS (seconds)")
+    parser.add_argument("--no-rss", action="store_true", help="skip the RSS subprocesses")
+    parser.add_argument("--_rss", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=4096, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args._rss:
+        return _rss_child(args._rss, args.n)
+    return run(quick=args.quick, rss=not (args.no_rss or args.quick))
+
+
+if __name__ == "__main__":
+    main()
