@@ -2,7 +2,10 @@
 
 ``linear_attention`` is a drop-in for :func:`torch.nn.functional.scaled_dot_product_attention`
 (shapes ``(..., L, d)``, softmax of ``q k^T / sqrt(d)``), bidirectional or causal; exact
-softmax attention is :func:`kernelkit.kernels.softmax_attention`. Needs PyTorch.
+softmax attention is :func:`kernelkit.kernels.softmax_attention`. Causal attention also
+runs as a recurrence with a constant-size state (autoregressive decoding):
+:func:`init_decoding_state` and :func:`linear_attention_step`, or
+:meth:`FavorAttention.step`. Needs PyTorch.
 """
 
 from ..features.favor import Moments

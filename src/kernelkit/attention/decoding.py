@@ -6,18 +6,22 @@ query features ``phi(q_t)`` and key features ``phi(k_j)`` (M of each),
     out_t = phi(q_t)^T KV_t / phi(q_t)^T z_t,
     KV_t = KV_{t-1} + phi(k_t) v_t^T  (M, e),    z_t = z_{t-1} + phi(k_t)  (M,),
 
-so a decoder needs only ``(KV_t, z_t)``, whatever ``t``: O(M d + M e) time and memory
-per token instead of a KV cache that grows with ``t``. The state is passed in and
+so a decoder needs only ``(KV_t, z_t)``, whatever ``t``: O(M d + M e) time per token and
+O(M e) memory, instead of a KV cache that grows with ``t``. The state is passed in and
 returned by every step (as the recurrent attention modules of fast-transformers, or a
 KV cache created empty and updated per step).
 
-Stabiliser (log space, as the causal kernel of :mod:`kernelkit.attention._linear`): all
-positive maps have log features ``lq``, ``lk``; the state keeps ``c_m = max_{j <= t}
-lk_jm`` and ``KV``, ``z`` *relative* to ``exp(c)`` (every key factor ``<= 1``), rescaled
-by ``exp(c_old - c_new)`` when the running maximum grows (online softmax); the query
-factor is ``exp(lq_m + c_m - R)`` with ``R = max_m (lq_m + c_m)`` (largest term 1). Both
-factors cancel exactly in the ratio, so stepping equals ``linear_attention(...,
-is_causal=True)`` to rounding at any input norm.
+Stabiliser (log space, as the causal kernel of :mod:`kernelkit.attention._linear`): every
+causal map (the positive maps, relu, elu) has log features ``lq``, ``lk``; the state
+keeps ``c_m = max_{j <= t} lk_jm`` and ``KV``, ``z`` *relative* to ``exp(c)`` (every key
+factor ``<= 1``), rescaled by ``exp(c_old - c_new)`` when the running maximum grows
+(online softmax); the query factor is ``exp(lq_m + c_m - R)`` with ``R = max_m (lq_m +
+c_m)`` (largest term 1, so the denominator is at least 1). Both factors cancel exactly in
+the ratio, so stepping equals ``linear_attention(..., is_causal=True)`` to rounding at
+any input norm. A block of ``T`` tokens (prefill) uses one causal pivot ``max(c,
+lk_first)`` and a masked ``T x T`` score matrix when the key maxima grow by at most
+``G`` (60 in float32, 500 in float64) inside the block, as the chunks of the causal
+kernel; otherwise it steps token by token.
 """
 
 from __future__ import annotations
