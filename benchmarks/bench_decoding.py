@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -42,9 +43,9 @@ def _inputs(n, seed=0):
     return q, k, v
 
 
-def _decode(method, n):
+def _decode(method, n, inputs=None):
     """Per-token wall times (seconds, list of n) and the bytes of the state / cache."""
-    q, k, v = _inputs(n)
+    q, k, v = _inputs(n) if inputs is None else inputs
     times = []
     with torch.no_grad():
         if method == "sdpa":
@@ -73,14 +74,30 @@ def _decode(method, n):
         return times, state.nbytes()
 
 
+def _vm_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(field)
+
+
 def _rss_child(method, n):
-    # fresh process: peak-RSS growth (KiB on Linux) of the decoding loop alone
+    # fresh process: peak RSS during the decoding loop above the RSS before it (KiB), the
+    # inputs drawn before; Linux: the high-water mark VmHWM reset through clear_refs,
+    # elsewhere getrusage's ru_maxrss (a peak since start, so a lower bound of 0)
     torch.set_num_threads(2)
     _decode(method, 16)  # warm-up (lazy initialisation of kernels)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    _decode(method, n)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"rss_kib": after - before}))
+    inputs = _inputs(n)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS to the current RSS
+        before, peak = _vm_kib("VmRSS"), lambda: _vm_kib("VmHWM")
+    except OSError:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # noqa: E731
+    _decode(method, n, inputs)
+    print(json.dumps({"rss_kib": max(0, peak() - before)}))
 
 
 def _peak_rss(method, n):
@@ -98,6 +115,7 @@ def _window(times, t, w=64):
 def run(quick=False, rss=True):
     n = 512 if quick else 4096
     t1 = 512 if n > 512 else n // 4  # early window for the per-token time
+    load = os.getloadavg()[0]
     torch.set_num_threads(2)
     for method in METHODS:  # warm-up
         _decode(method, 16)
@@ -112,6 +130,7 @@ def run(quick=False, rss=True):
             "rss_kib": _peak_rss(method, n) if rss else None,
         }
     print(f"decoding {n} tokens, batch 1, {H} heads, d = e = {D}, M = {M}, float32, CPU, 2 threads")
+    print(f"(load average before the run: {load:.1f} on {os.cpu_count()} CPUs)")
     head = (
         f"{'method':22s} {'tokens/s':>9s} {'vs SDPA':>8s} {'us/tok t=' + str(t1):>13s} "
         f"{'us/tok t=' + str(n):>13s} {'state/cache':>12s} {'peak RSS +':>11s}"
