@@ -259,6 +259,8 @@ def test_bad_input_errors():
         _state("nope")
     with pytest.raises(ValueError, match="projection"):
         _state("positive", projection=torch.zeros(4, D + 1))
+    with pytest.raises(ValueError, match="'W' entry"):
+        _state("positive", projection={"T": torch.zeros(4, D)})
     with pytest.raises(ValueError, match="n_features"):
         init_decoding_state((B, H), D, "positive", 0)
     with pytest.raises(ValueError, match="q_t must have last dim"):

@@ -223,6 +223,8 @@ def init_decoding_state(
             W = draw_features(name, n_features, d, random_state, sampler)["W"]
         else:
             W = projection.get("W") if isinstance(projection, dict) else projection
+            if W is None:
+                raise ValueError(f"projection for {name!r} needs a 'W' entry.")
         W = torch.as_tensor(W).to(device=device, dtype=ctype)  # (n_proj, d)
         if W.dim() != 2 or W.shape[1] != d:
             raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
