@@ -43,14 +43,29 @@ def _inputs(n, seed=0):
     return q, k, v
 
 
-def _decode(method, n, inputs=None):
-    """Per-token wall times (seconds, list of n) and the bytes of the state / cache."""
+def _moments(method):
+    # FAVOR# statistics from calibration data (other tokens than the decoded ones)
+    if method != "sderf":
+        return None
+    qc, kc, _ = _inputs(256, seed=1)
+    return attention_moments(qc[:, 0].transpose(0, 1), kc[:, 0].transpose(0, 1))  # (H, ..)
+
+
+def _decode(method, n, inputs=None, moments=None):
+    """Per-token wall times (seconds, list of n) and the bytes of the state / cache.
+
+    The empty state (features prepared, FAVOR# fitted from ``moments``) or the zeroed
+    cache of n positions is allocated here, before the loop."""
     q, k, v = _inputs(n) if inputs is None else inputs
+    if method == "sdpa":
+        state = torch.zeros(2, 1, H, n, D)  # [K, V], each (1, H, n, d): a static cache
+    else:
+        moments = _moments(method) if moments is None else moments
+        state = init_decoding_state((1, H), D, method, M, random_state=0, moments=moments)
     times = []
     with torch.no_grad():
         if method == "sdpa":
-            K = torch.zeros(1, H, n, D)  # (1, H, n, d) preallocated static cache
-            V = torch.zeros(1, H, n, D)
+            K, V = state
             for t in range(n):
                 t0 = time.perf_counter()
                 K[:, :, t] = k[t]
@@ -59,12 +74,7 @@ def _decode(method, n, inputs=None):
                     q[t][:, :, None], K[:, :, : t + 1], V[:, :, : t + 1]
                 )  # (1, H, 1, d)
                 times.append(time.perf_counter() - t0)
-            return times, K.nbytes + V.nbytes
-        moments = None
-        if method == "sderf":  # calibration data: other tokens than the decoded ones
-            qc, kc, _ = _inputs(256, seed=1)
-            moments = attention_moments(qc[:, 0].transpose(0, 1), kc[:, 0].transpose(0, 1))
-        state = init_decoding_state((1, H), D, method, M, random_state=0, moments=moments)
+            return times, state.nbytes
         for t in range(n):
             t0 = time.perf_counter()
             _, state = linear_attention_step(
@@ -83,12 +93,13 @@ def _vm_kib(field):
 
 
 def _rss_child(method, n):
-    # fresh process: peak RSS during the decoding loop above the RSS before it (KiB), the
-    # inputs drawn before; Linux: the high-water mark VmHWM reset through clear_refs,
-    # elsewhere getrusage's ru_maxrss (a peak since start, so a lower bound of 0)
+    # fresh process: peak RSS of allocating the state / cache and decoding, above the RSS
+    # before (KiB); inputs and calibration moments are made before. Linux: the high-water
+    # mark VmHWM reset through clear_refs; elsewhere getrusage's ru_maxrss (a peak since
+    # the start, so possibly 0)
     torch.set_num_threads(2)
     _decode(method, 16)  # warm-up (lazy initialisation of kernels)
-    inputs = _inputs(n)
+    inputs, moments = _inputs(n), _moments(method)
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the peak RSS to the current RSS
@@ -96,7 +107,7 @@ def _rss_child(method, n):
     except OSError:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # noqa: E731
-    _decode(method, n, inputs)
+    _decode(method, n, inputs, moments)
     print(json.dumps({"rss_kib": max(0, peak() - before)}))
 
 
