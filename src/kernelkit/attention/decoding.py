@@ -396,16 +396,18 @@ def linear_attention_step(
         One new token, or a block of ``T`` tokens processed causally.
     v_t : tensor (*batch_shape, e) or (*batch_shape, T, e)
     state : LinearAttentionState
-        From :func:`init_decoding_state` or a previous step; not modified.
+        From :func:`init_decoding_state` or a previous step; not modified unless
+        ``inplace``.
     key_padding_mask : bool tensor (*batch_shape) or (*batch_shape, T), optional
         ``True`` = padded token: its key and value are not added to the state.
     check_finite : bool
         Raise a ``ValueError`` for NaN / inf inputs.
     inplace : bool
         Update ``state.kvz`` and ``state.c`` in place (as a static KV cache is): no
-        allocation of ``M (e + 1)`` floats per step; the input state is then the new one.
-        Only without autograd (under ``torch.no_grad()`` or for inputs that do not
-        require grad); otherwise a ``ValueError``.
+        allocation of ``M (e + 1)`` floats per step; the returned state shares them (use
+        it: the input's ``t`` is not advanced). Only without autograd (under
+        ``torch.no_grad()`` or for inputs that do not require grad); otherwise a
+        ``ValueError``.
 
     Returns
     -------
@@ -430,11 +432,11 @@ def linear_attention_step(
     if single:  # (..., d) -> (..., 1, d) for the batched feature matmul
         x, y = x[..., None, :], y[..., None, :]
     lq, lk = state.params(x, y)  # (..., T, M)
-    if keep is not None:  # padded keys: out of the running maximum and the sums
-        lk = torch.where(keep[..., None] if not single else keep[..., None, None], lk, _NEG)
-    step = _token if single else _block
     if single:
         lq, lk = lq[..., 0, :], lk[..., 0, :]  # (..., M)
+    if keep is not None:  # padded keys: out of the running maximum and the sums
+        lk = torch.where(keep[..., None], lk, _NEG)
+    step = _token if single else _block
     out, kvz, c = step(lq, lk, va, keep, state.kvz, state.c, inplace)
     new = replace(state, kvz=kvz, c=c, t=state.t + (1 if single else q_t.shape[-2]))
     return out.to(q_t.dtype), new
