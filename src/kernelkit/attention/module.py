@@ -40,6 +40,7 @@ from torch import nn
 from .._backend import check_random_state
 from ..features.favor import Moments
 from ._maps import FEATURE_MAPS, FITTED_MAPS
+from .decoding import LinearAttentionState, init_decoding_state, linear_attention_step
 from .functional import (
     _check_sampler,
     _finite_check,
@@ -452,6 +453,90 @@ class FavorAttention(nn.Module):
         if self.training and self.feature_map in FITTED_MAPS:
             self._update_running(q, k, mask4)
         return out
+
+    # ------------------------------------------------------------ recurrent decoding
+    def init_state(self, batch_size, device=None, dtype=None) -> LinearAttentionState:
+        """Empty recurrent state for :meth:`step` (causal self-attention decoding).
+
+        Uses the module's ``projection`` buffer and, for fitted maps, its running
+        statistics as they are now (FAVOR+ features before the first update, as the causal
+        forward); a state made before a redraw keeps the old features. Batch shape
+        ``(batch_size, num_heads)``, ``d = e = head_dim``; ``device`` / ``dtype`` default
+        to those of the module's parameters (float16 / bfloat16 compute in float32).
+        See :func:`kernelkit.attention.init_decoding_state`.
+        """
+        fm, moments = self.feature_map, None
+        if fm in FITTED_MAPS:
+            moments = self._running_moments()
+            if moments is None:
+                fm = "positive"  # no statistics yet: A = 0 (as _causal_attention)
+        w = self.out_proj.weight
+        return init_decoding_state(
+            (batch_size, self.num_heads),
+            self.head_dim,
+            fm,
+            self.n_features,
+            projection=self.projection if self.projection.numel() else None,
+            moments=moments,
+            dtype=w.dtype if dtype is None else dtype,
+            device=w.device if device is None else device,
+        )
+
+    def step(self, query_t, key_t, value_t, state, *, inplace=False):
+        """Causal self-attention for new tokens from a recurrent state: ``(out_t, state)``.
+
+        query_t (N, E), key_t (N, kdim), value_t (N, vdim) for one token, or (N, T, E)
+        etc. for a block of ``T`` tokens (``(T, N, E)`` with ``batch_first=False``); the
+        state from :meth:`init_state` or a previous step. In-projection, per-head
+        :func:`kernelkit.attention.linear_attention_step`, out-projection: in eval mode,
+        stepping a sequence equals ``forward(..., is_causal=True)``. Never redraws the
+        features nor updates the running statistics. ``inplace=True`` updates the state's
+        tensors in place (without autograd only, see ``linear_attention_step``). Returns
+        out_t shaped as query_t and the new state.
+        """
+        for name, t in (("query_t", query_t), ("key_t", key_t), ("value_t", value_t)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+            if t.dim() not in (2, 3) or t.dim() != query_t.dim():
+                raise ValueError(
+                    f"{name} must be (N, E) for one token or (N, T, E) for a block, like "
+                    f"query_t; got shape {tuple(t.shape)}."
+                )
+        if not isinstance(state, LinearAttentionState):
+            raise TypeError(
+                f"state must be a LinearAttentionState (init_state), got {type(state).__name__}."
+            )
+        H, hd = self.num_heads, self.head_dim
+        if tuple(state.batch_shape[1:]) != (H,) or state.d != hd:
+            raise ValueError(
+                f"state has batch shape {tuple(state.batch_shape)} and d={state.d}; this "
+                f"module needs (N, {H}) and d={hd} (init_state)."
+            )
+        single = query_t.dim() == 2
+        if single:
+            query_t, key_t, value_t = query_t[:, None], key_t[:, None], value_t[:, None]
+        elif not self.batch_first:
+            query_t, key_t, value_t = (t.transpose(0, 1) for t in (query_t, key_t, value_t))
+        N, T, Eq = query_t.shape
+        if Eq != self.embed_dim or key_t.shape[-1] != self.kdim or value_t.shape[-1] != self.vdim:
+            raise ValueError(
+                f"query_t / key_t / value_t have dims {Eq} / {key_t.shape[-1]} / "
+                f"{value_t.shape[-1]}, the module expects {self.embed_dim} / {self.kdim} / "
+                f"{self.vdim}."
+            )
+        if key_t.shape[:2] != (N, T) or value_t.shape[:2] != (N, T):
+            raise ValueError(
+                f"batch / length mismatch: query_t {tuple(query_t.shape)}, key_t "
+                f"{tuple(key_t.shape)}, value_t {tuple(value_t.shape)}."
+            )
+        q, k, v = self._in_projection(query_t, key_t, value_t)
+        q, k, v = (t.view(N, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (N, H, T, hd)
+        out, state = linear_attention_step(q, k, v, state, check_finite=False, inplace=inplace)
+        out = nn.functional.dropout(out, self.dropout, self.training)
+        out = self.out_proj(out.transpose(1, 2).reshape(N, T, self.embed_dim))  # (N, T, E)
+        if single:
+            return out[:, 0], state
+        return (out if self.batch_first else out.transpose(0, 1)), state
 
     # ------------------------------------------------------------ running statistics
     def _running_moments(self):

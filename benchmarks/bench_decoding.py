@@ -1,0 +1,178 @@
+"""Recurrent decoding benchmark: ``python benchmarks/bench_decoding.py [--quick]``.
+
+Generates ``n`` tokens one at a time (batch 1, 8 heads, d = e = 64, float32, CPU, 2
+threads) with
+
+* kernelkit's :func:`~kernelkit.attention.linear_attention_step` (``positive`` and
+  ``sderf``, M = 256): a constant-size state;
+* ``torch.nn.functional.scaled_dot_product_attention`` with a preallocated KV cache of
+  ``n`` positions (as a static cache): each step writes its key and value at ``t`` and
+  attends to the first ``t + 1`` entries.
+
+All are timed in the same run on the same pre-drawn inputs (attention only, no
+projections). Prints tokens per second, the ratio to SDPA, the per-token time around
+t = 512 and t = n (constant for the state, growing for the cache; t = n / 4 and n with
+``--quick``), the bytes of the state vs the cache at t = n and the peak-RSS growth of a
+fresh subprocess per method.
+The kernelkit steps update the state in place (``inplace=True``), as the cache is
+written in place. ``--quick``: n = 512 and no RSS subprocesses (seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from kernelkit.attention import attention_moments, init_decoding_state, linear_attention_step
+
+H, D, M = 8, 64, 256
+METHODS = ("positive", "sderf", "sdpa")
+
+
+def _inputs(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(n, 1, H, D, generator=g) for _ in range(3))  # (n, 1, H, d)
+    return q, k, v
+
+
+def _moments(method):
+    # FAVOR# statistics from calibration data (other tokens than the decoded ones)
+    if method != "sderf":
+        return None
+    qc, kc, _ = _inputs(256, seed=1)
+    return attention_moments(qc[:, 0].transpose(0, 1), kc[:, 0].transpose(0, 1))  # (H, ..)
+
+
+def _decode(method, n, inputs=None, moments=None):
+    """Per-token wall times (seconds, list of n) and the bytes of the state / cache.
+
+    The empty state (features prepared, FAVOR# fitted from ``moments``) or the zeroed
+    cache of n positions is allocated here, before the loop."""
+    q, k, v = _inputs(n) if inputs is None else inputs
+    if method == "sdpa":
+        state = torch.zeros(2, 1, H, n, D)  # [K, V], each (1, H, n, d): a static cache
+    else:
+        moments = _moments(method) if moments is None else moments
+        state = init_decoding_state((1, H), D, method, M, random_state=0, moments=moments)
+    times = []
+    with torch.no_grad():
+        if method == "sdpa":
+            K, V = state
+            for t in range(n):
+                t0 = time.perf_counter()
+                K[:, :, t] = k[t]
+                V[:, :, t] = v[t]
+                F.scaled_dot_product_attention(
+                    q[t][:, :, None], K[:, :, : t + 1], V[:, :, : t + 1]
+                )  # (1, H, 1, d)
+                times.append(time.perf_counter() - t0)
+            return times, state.nbytes
+        for t in range(n):
+            t0 = time.perf_counter()
+            _, state = linear_attention_step(
+                q[t], k[t], v[t], state, check_finite=False, inplace=True
+            )
+            times.append(time.perf_counter() - t0)
+        return times, state.nbytes()
+
+
+def _vm_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(field)
+
+
+def _rss_child(method, n):
+    # fresh process: peak RSS of allocating the state / cache and decoding, above the RSS
+    # before (KiB); inputs and calibration moments are made before. Linux: the high-water
+    # mark VmHWM reset through clear_refs; elsewhere getrusage's ru_maxrss (a peak since
+    # the start, so possibly 0)
+    torch.set_num_threads(2)
+    _decode(method, 16)  # warm-up (lazy initialisation of kernels)
+    inputs, moments = _inputs(n), _moments(method)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS to the current RSS
+        before, peak = _vm_kib("VmRSS"), lambda: _vm_kib("VmHWM")
+    except OSError:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # noqa: E731
+    _decode(method, n, inputs, moments)
+    print(json.dumps({"rss_kib": max(0, peak() - before)}))
+
+
+def _peak_rss(method, n):
+    cmd = [sys.executable, __file__, "--_rss", method, "--n", str(n)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])["rss_kib"]
+
+
+def _window(times, t, w=64):
+    # mean per-token time (microseconds) over the w steps ending at t
+    sl = times[max(0, t - w) : t]
+    return 1e6 * sum(sl) / len(sl)
+
+
+def run(quick=False, rss=True):
+    n = 512 if quick else 4096
+    t1 = 512 if n > 512 else n // 4  # early window for the per-token time
+    load = os.getloadavg()[0]
+    torch.set_num_threads(2)
+    for method in METHODS:  # warm-up
+        _decode(method, 16)
+    rows = {}
+    for method in METHODS:
+        times, nbytes = _decode(method, n)
+        rows[method] = {
+            "tok_s": n / sum(times),
+            "us_t1": _window(times, t1),
+            "us_n": _window(times, n),
+            "bytes": nbytes,
+            "rss_kib": _peak_rss(method, n) if rss else None,
+        }
+    print(f"decoding {n} tokens, batch 1, {H} heads, d = e = {D}, M = {M}, float32, CPU, 2 threads")
+    print(f"(load average before the run: {load:.1f} on {os.cpu_count()} CPUs)")
+    head = (
+        f"{'method':22s} {'tokens/s':>9s} {'vs SDPA':>8s} {'us/tok t=' + str(t1):>13s} "
+        f"{'us/tok t=' + str(n):>13s} {'state/cache':>12s} {'peak RSS +':>11s}"
+    )
+    print(head)
+    sd = rows["sdpa"]["tok_s"]
+    names = {
+        "positive": "kernelkit positive",
+        "sderf": "kernelkit sderf",
+        "sdpa": "SDPA + static KV cache",
+    }
+    for method, r in rows.items():
+        rss_txt = "-" if r["rss_kib"] is None else f"{r['rss_kib'] / 1024:.1f} MiB"
+        print(
+            f"{names[method]:22s} {r['tok_s']:9.0f} {r['tok_s'] / sd:7.2f}x "
+            f"{r['us_t1']:13.1f} {r['us_n']:13.1f} {r['bytes'] / 2**20:8.2f} MiB {rss_txt:>11s}"
+        )
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Recurrent linear-attention decoding vs SDPA.")
+    parser.add_argument("--quick", action="store_true", help="512 tokens, no RSS (seconds)")
+    parser.add_argument("--no-rss", action="store_true", help="skip the RSS subprocesses")
+    parser.add_argument("--_rss", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=4096, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args._rss:
+        return _rss_child(args._rss, args.n)
+    return run(quick=args.quick, rss=not (args.no_rss or args.quick))
+
+
+if __name__ == "__main__":
+    main()

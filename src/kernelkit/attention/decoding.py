@@ -1,0 +1,442 @@
+"""Constant-memory recurrent decoding for causal linear attention.
+
+Causal linear attention is a recurrence (FAVOR# eq. 4 with causal prefix sums): with
+query features ``phi(q_t)`` and key features ``phi(k_j)`` (M of each),
+
+    out_t = phi(q_t)^T KV_t / phi(q_t)^T z_t,
+    KV_t = KV_{t-1} + phi(k_t) v_t^T  (M, e),    z_t = z_{t-1} + phi(k_t)  (M,),
+
+so a decoder needs only ``(KV_t, z_t)``, whatever ``t``: O(M d + M e) time per token and
+O(M e) memory, instead of a KV cache that grows with ``t``. The state is passed in and
+returned by every step (as the recurrent attention modules of fast-transformers, or a
+KV cache created empty and updated per step).
+
+Stabiliser (log space, as the causal kernel of :mod:`kernelkit.attention._linear`): every
+causal map (the positive maps, relu, elu) has log features ``lq``, ``lk``; the state
+keeps ``c_m = max_{j <= t} lk_jm`` and ``KV``, ``z`` *relative* to ``exp(c)`` (every key
+factor ``<= 1``), rescaled by ``exp(c_old - c_new)`` when the running maximum grows
+(online softmax); the query factor is ``exp(lq_m + c_m - R)`` with ``R = max_m (lq_m +
+c_m)`` (largest term 1, so the denominator is at least 1). Both factors cancel exactly in
+the ratio, so stepping equals ``linear_attention(..., is_causal=True)`` to rounding at
+any input norm. A block of ``T`` tokens (prefill) uses one causal pivot ``max(c,
+lk_first)`` and a masked ``T x T`` score matrix when the key maxima grow by at most
+``G`` (60 in float32, 500 in float64) inside the block, as the chunks of the causal
+kernel; otherwise it steps token by token.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, replace
+
+import torch
+
+from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
+from .functional import _check_moments, _check_sampler, draw_features
+
+__all__ = ["LinearAttentionState", "init_decoding_state", "linear_attention_step"]
+
+_NEG = -1e30  # finite "minus infinity": running maximum of an empty prefix
+_HALF = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class LinearAttentionState:
+    """Recurrent state of causal linear attention (see :func:`init_decoding_state`).
+
+    Attributes
+    ----------
+    kvz : tensor (*batch_shape, M, e + 1)
+        ``[kv, z]`` in one buffer (one product per query): ``kv = sum_j exp(lk_j - c)
+        v_j^T`` (*batch_shape, M, e), key features times values, and ``z = sum_j
+        exp(lk_j - c)`` (*batch_shape, M), the normaliser, both relative to ``exp(c)``
+        (properties :attr:`kv`, :attr:`z` are views).
+    c : tensor (*batch_shape, M)
+        Running per-feature maximum of the key log features (``-1e30`` before any key).
+    t : int
+        Number of tokens seen.
+    feature_map : str
+        Map name; ``scale`` the softmax scale; ``d`` the head dim.
+    params : object
+        The prepared feature parameters (not rebuilt per step).
+    """
+
+    kvz: torch.Tensor
+    c: torch.Tensor
+    t: int
+    feature_map: str
+    scale: float
+    d: int
+    params: object
+
+    @property
+    def kv(self) -> torch.Tensor:
+        return self.kvz[..., :-1]
+
+    @property
+    def z(self) -> torch.Tensor:
+        return self.kvz[..., -1]
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.c.shape[:-1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Compute dtype (float32 for float16 / bfloat16 inputs)."""
+        return self.c.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.c.device
+
+    def nbytes(self) -> int:
+        """Bytes of the running tensors ``kvz``, ``c`` (independent of ``t``)."""
+        return sum(x.numel() * x.element_size() for x in (self.kvz, self.c))
+
+
+class _ExpFeatures:
+    # positive maps: log f = [x, -|B x|^2 / 2, 1] @ [W; 1; c] (one matmul per side; one
+    # for both sides when they share the map: positive, hyperbolic, gerf, sderf)
+    def __init__(self, fmap: LogFeatureMap, shared: bool):
+        self.fmap, self.shared = fmap, shared
+        self.n_out = fmap.n_out
+        self.Wa = {s: fmap.augmented_weights(s) for s in ("q", "k")}  # (..., d + 2, M)
+
+    def __call__(self, x, y):  # x, y (..., T, d) -> lq, lk (..., T, M)
+        if self.shared:
+            lf = self.fmap.log_features_fused(torch.stack([x, y]), "q", Wa=self.Wa["q"])
+            return lf[0], lf[1]
+        lq = self.fmap.log_features_fused(x, "q", Wa=self.Wa["q"])
+        return lq, self.fmap.log_features_fused(y, "k", Wa=self.Wa["k"])
+
+
+class _PlainFeatures:
+    # relu / elu (Katharopoulos et al.), as logs so that one scan serves every map
+    def __init__(self, name, d):
+        self.name, self.n_out = name, d
+
+    def __call__(self, x, y):
+        if self.name == "elu":  # log(elu(x) + 1) = x (x < 0), log1p(x) (x >= 0)
+            return tuple(torch.where(t < 0, t, torch.log1p(t.clamp(min=0))) for t in (x, y))
+        return tuple(torch.log(torch.relu(t) + 1e-3) for t in (x, y))
+
+
+def _positive_int(name, val):
+    if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
+        raise ValueError(f"{name} must be a positive integer, got {val!r}.")
+    return int(val)
+
+
+def init_decoding_state(
+    batch_shape,
+    d: int,
+    feature_map: str = "positive",
+    n_features: int = 256,
+    *,
+    e: int | None = None,
+    random_state=None,
+    scale=None,
+    sampler: str = "orthogonal",
+    projection=None,
+    moments=None,
+    dtype=torch.float32,
+    device=None,
+) -> LinearAttentionState:
+    """Empty decoding state for :func:`linear_attention_step` (no token seen yet).
+
+    The feature-map arguments are those of :func:`kernelkit.attention.linear_attention`;
+    the same ``random_state`` / ``projection`` / ``moments`` give the same features, so
+    stepping through a sequence equals ``linear_attention(q, k, v, ..., is_causal=True)``.
+
+    Parameters
+    ----------
+    batch_shape : tuple of int
+        Leading dims of the inputs, e.g. ``(N, H)`` for inputs ``(N, H, d)``.
+    d : int
+        Query / key head dimension.
+    feature_map : str
+        ``"relu"``, ``"elu"`` or a positive map (``"positive"``, ``"hyperbolic"``,
+        ``"gerf"``, ``"saderf"``, ``"aderf"``, ``"sderf"``). ``"trig"`` and
+        ``"hybrid_angular"`` are bidirectional only and raise a ``ValueError``.
+    n_features : int
+        Feature dimension ``M``.
+    e : int, optional
+        Value dimension (default ``d``).
+    random_state, sampler, projection
+        As in ``linear_attention`` (``projection``: ``W`` (n_proj, d) or ``{"W": W}``).
+    scale : float, optional
+        Softmax scale (default ``1 / sqrt(d)``).
+    moments : Moments
+        Required by the fitted maps (``gerf``, ``saderf``, ``aderf``, ``sderf``): from
+        *other* data, ``attention_moments(q_calib, k_calib)`` (batch shape broadcastable
+        to ``batch_shape``), as in causal ``linear_attention``.
+    dtype : torch.dtype
+        Input dtype; float16 / bfloat16 are computed in float32 (the state is float32).
+    device : torch.device, optional
+        Of the state tensors (the inputs' device).
+
+    Returns
+    -------
+    LinearAttentionState
+        ``kvz`` (*batch_shape, M, e + 1) zero, ``c`` (*batch_shape, M) ``-1e30``.
+    """
+    if not isinstance(feature_map, str) or feature_map.lower() not in FEATURE_MAPS:
+        raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
+    name = feature_map.lower()
+    d = _positive_int("d", d)
+    e = d if e is None else _positive_int("e", e)
+    n_features = _positive_int("n_features", n_features)
+    try:
+        batch = torch.Size(batch_shape)
+    except TypeError:
+        raise TypeError(f"batch_shape must be a tuple of ints, got {batch_shape!r}.") from None
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    elif not (isinstance(scale, numbers.Real) and scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
+    if name not in EXP_MAPS and name not in ("relu", "elu"):
+        raise ValueError(
+            f"feature_map={name!r} is bidirectional only: its features are not positive, so "
+            "a causal prefix normaliser can be zero or negative. Causal mode supports "
+            f"'relu', 'elu' and the positive maps {EXP_MAPS}."
+        )
+    if name in FITTED_MAPS and moments is None:
+        raise ValueError(
+            f"feature_map={name!r} fits its parameters from the queries and keys; in causal "
+            "mode a fit on the sequence itself would leak later tokens. Pass "
+            "moments=kernelkit.attention.attention_moments(q_calib, k_calib), computed from "
+            "the queries and keys of earlier batches or a calibration set (last dim d, "
+            "batch shape broadcastable to batch_shape); or a map without fitted "
+            "parameters ('positive', 'hyperbolic')."
+        )
+    sampler = _check_sampler(sampler)
+    ctype = torch.float32 if dtype in _HALF else dtype
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if name in ("relu", "elu"):
+        feats = _PlainFeatures(name, d)
+    else:
+        if projection is None:
+            W = draw_features(name, n_features, d, random_state, sampler)["W"]
+        else:
+            W = projection.get("W") if isinstance(projection, dict) else projection
+            if W is None:
+                raise ValueError(f"projection for {name!r} needs a 'W' entry.")
+        W = torch.as_tensor(W).to(device=device, dtype=ctype)  # (n_proj, d)
+        if W.dim() != 2 or W.shape[1] != d:
+            raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
+        mom = None if moments is None else _check_moments(moments, batch, d, name, device)
+        fmap = build_log_map(name, W, mom, d)  # float64, W_q is W_k for symmetric maps
+        shared = fmap.W_q is fmap.W_k and fmap.B_q is fmap.B_k
+        feats = _ExpFeatures(fmap.to(ctype), shared)
+    M = feats.n_out
+    kw = {"dtype": ctype, "device": device}
+    return LinearAttentionState(
+        kvz=torch.zeros(*batch, M, e + 1, **kw),
+        c=torch.full((*batch, M), _NEG, **kw),
+        t=0,
+        feature_map=name,
+        scale=float(scale),
+        d=d,
+        params=feats,
+    )
+
+
+def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
+    if not isinstance(state, LinearAttentionState):
+        raise TypeError(
+            f"state must be a LinearAttentionState (init_decoding_state), got "
+            f"{type(state).__name__}."
+        )
+    for name, t in (("q_t", q), ("k_t", k), ("v_t", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
+        if t.device != state.device:
+            raise ValueError(f"{name} is on {t.device}, the state on {state.device}.")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q_t, k_t, v_t must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
+    ctype = torch.float32 if q.dtype in _HALF else q.dtype
+    if ctype != state.dtype:
+        raise TypeError(
+            f"q_t has dtype {q.dtype} but the state computes in {state.dtype} "
+            "(init_decoding_state(dtype=...))."
+        )
+    for name, t, dim in (("q_t", q, state.d), ("k_t", k, state.d), ("v_t", v, state.kv.shape[-1])):
+        if t.dim() == 0 or t.shape[-1] != dim:
+            raise ValueError(f"{name} must have last dim {dim}, got shape {tuple(t.shape)}.")
+    batch = state.batch_shape
+    if q.shape[:-1] == batch:
+        single = True
+    elif q.dim() >= 2 and q.shape[:-2] == batch and q.shape[-2] > 0:
+        single = False
+    else:
+        raise ValueError(
+            f"q_t must have shape (*batch_shape, d) or (*batch_shape, T, d) with the state's "
+            f"batch_shape={tuple(batch)}, got {tuple(q.shape)}."
+        )
+    for name, t in (("k_t", k), ("v_t", v)):
+        if t.shape[:-1] != q.shape[:-1]:
+            raise ValueError(
+                f"{name} must have the leading dims of q_t {tuple(q.shape[:-1])}, "
+                f"got {tuple(t.shape)}."
+            )
+    keep = None
+    if key_padding_mask is not None:
+        m = torch.as_tensor(key_padding_mask, device=q.device)
+        if m.dtype != torch.bool:
+            raise TypeError(
+                f"key_padding_mask must be a bool tensor (True = padded key), got {m.dtype}."
+            )
+        if m.shape != q.shape[:-1]:
+            raise ValueError(
+                f"key_padding_mask must have shape {tuple(q.shape[:-1])}, got {tuple(m.shape)}."
+            )
+        keep = ~m
+    if check_finite:
+        for name, t in (("q_t", q), ("k_t", k), ("v_t", v)):
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{name} contains NaN or inf.")
+    return single, keep
+
+
+def _growth_bound(dtype) -> float:
+    # largest growth of the key maxima inside a block for the one-pivot path (as _linear)
+    return 60.0 if dtype == torch.float32 else 500.0
+
+
+def _ratio(nd):
+    # [num, den] (..., e + 1) -> num / den; rows with no visible key have num = 0 and
+    # den = 0 and give zeros (den >= exp(-G) otherwise, see the module docstring)
+    return nd[..., :-1] / nd[..., -1:].clamp(min=torch.finfo(nd.dtype).tiny)
+
+
+def _token(lq, lk, va, keep, kvz, c, inplace):
+    # one token: lq, lk (..., M), va = [v, 1] (..., e + 1), keep (...) or None; state
+    # kvz (..., M, e + 1), c (..., M). Returns (out (..., e), kvz, c).
+    with torch.no_grad():
+        c_new = torch.maximum(c, lk.detach())  # (..., M)
+        a = torch.exp(c - c_new)[..., None]  # (..., M, 1) <= 1: rescale to the new maximum
+    kf = torch.exp(lk - c_new)  # (..., M) <= 1
+    if keep is not None:
+        kf = kf * keep[..., None].to(kf.dtype)
+    if inplace:
+        kvz.mul_(a).addcmul_(kf[..., :, None], va[..., None, :])  # (..., M, e + 1)
+        c_new = c.copy_(c_new)
+    else:  # fresh tensor (in place on the product only: autograd-safe)
+        kvz = (kvz * a).addcmul_(kf[..., :, None], va[..., None, :])
+    lqc = lq + c_new  # (..., M)
+    with torch.no_grad():
+        R = lqc.detach().amax(-1, keepdim=True)  # (..., 1): largest term 1
+    qf = torch.exp(lqc - R)  # (..., M) <= 1
+    return _ratio((qf[..., None, :] @ kvz)[..., 0, :]), kvz, c_new
+
+
+def _block(lq, lk, va, keep, kvz, c, inplace):
+    # T tokens causally: lq, lk (..., T, M), va = [v, 1] (..., T, e + 1), keep (..., T) or
+    # None. One causal pivot c_ref = max(c, lk_0) when the key maxima grow by at most G
+    # over the block (as the chunks of _linear.causal_exp), else token by token.
+    with torch.no_grad():
+        lkd = lk.detach()
+        c_ref = torch.maximum(c, lkd[..., 0, :])  # (..., M)
+        c_end = torch.maximum(c, lkd.amax(-2))  # (..., M)
+        one_pivot = float((c_end - c_ref).amax()) <= _growth_bound(lk.dtype)
+    if not one_pivot:
+        outs = []
+        for i in range(lq.shape[-2]):
+            ki = None if keep is None else keep[..., i]
+            o, kvz, c = _token(lq[..., i, :], lk[..., i, :], va[..., i, :], ki, kvz, c, inplace)
+            outs.append(o)
+        return torch.stack(outs, dim=-2), kvz, c
+    with torch.no_grad():
+        R = (lq.detach() + c_end[..., None, :]).amax(-1, keepdim=True)  # (..., T, 1)
+        a = torch.exp(c - c_ref)[..., None]  # (..., M, 1) <= 1
+        b = torch.exp(c_ref - c_end)  # (..., M) <= 1
+    qf = torch.exp(lq - R + c_ref[..., None, :])  # (..., T, M) <= 1
+    kf = torch.exp(lk - c_ref[..., None, :])  # (..., T, M) <= e^G
+    if keep is not None:
+        kf = kf * keep[..., None].to(kf.dtype)
+    A = (qf @ kf.transpose(-1, -2)).tril()  # (..., T, T) causal scores
+    nd = qf @ (kvz * a) + A @ va  # (..., T, e + 1): earlier tokens, then this block
+    upd = (kf * b[..., None, :]).transpose(-1, -2) @ va  # (..., M, e + 1) rel. to c_end
+    if inplace:
+        kvz.mul_(a * b[..., None]).add_(upd)
+        c_end = c.copy_(c_end)
+    else:
+        kvz = (kvz * (a * b[..., None])).add_(upd)
+    return _ratio(nd), kvz, c_end
+
+
+def linear_attention_step(
+    q_t,
+    k_t,
+    v_t,
+    state: LinearAttentionState,
+    *,
+    key_padding_mask=None,
+    check_finite=True,
+    inplace=False,
+):
+    """Causal linear attention for new tokens, from and to a recurrent state.
+
+    ``out_t = phi(q_t)^T KV_t / phi(q_t)^T z_t`` with the prefix sums ``KV_t``, ``z_t``
+    of FAVOR# eq. 4 (causal mode) updated by the new keys and values first; the
+    stabiliser is the module docstring's. Stepping a sequence token by token (or in
+    blocks, e.g. a prompt "prefill" then single tokens) equals ``linear_attention(q, k,
+    v, ..., is_causal=True)`` with the same feature arguments, to rounding. Cost per
+    token O(M d + M e); the state does not grow with ``t``.
+
+    Parameters
+    ----------
+    q_t, k_t : tensor (*batch_shape, d) or (*batch_shape, T, d)
+        One new token, or a block of ``T`` tokens processed causally.
+    v_t : tensor (*batch_shape, e) or (*batch_shape, T, e)
+    state : LinearAttentionState
+        From :func:`init_decoding_state` or a previous step; not modified unless
+        ``inplace``.
+    key_padding_mask : bool tensor (*batch_shape) or (*batch_shape, T), optional
+        ``True`` = padded token: its key and value are not added to the state.
+    check_finite : bool
+        Raise a ``ValueError`` for NaN / inf inputs.
+    inplace : bool
+        Update ``state.kvz`` and ``state.c`` in place (as a static KV cache is): no
+        allocation of ``M (e + 1)`` floats per step; the returned state shares them (use
+        it: the input's ``t`` is not advanced). Only without autograd (under
+        ``torch.no_grad()`` or for inputs that do not require grad); otherwise a
+        ``ValueError``.
+
+    Returns
+    -------
+    out_t : tensor (*batch_shape, e) or (*batch_shape, T, e)
+        In the dtype of ``q_t`` (float16 / bfloat16 computed in float32).
+    state : LinearAttentionState
+        The new state (fresh tensors unless ``inplace``; autograd flows through it when
+        inputs require grad).
+    """
+    single, keep = _check_step_inputs(q_t, k_t, v_t, state, key_padding_mask, check_finite)
+    if inplace and torch.is_grad_enabled():
+        if any(t.requires_grad for t in (q_t, k_t, v_t, state.kvz)):
+            raise ValueError(
+                "inplace=True would overwrite tensors autograd needs; use it under "
+                "torch.no_grad() or with inputs that do not require grad."
+            )
+    ct = state.dtype
+    r = math.sqrt(state.scale)
+    x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)
+    ones = torch.ones_like(v_t[..., :1], dtype=ct)
+    va = torch.cat([v_t.to(ct), ones], dim=-1)  # (..., [T,] e + 1): values, normaliser
+    if single:  # (..., d) -> (..., 1, d) for the batched feature matmul
+        x, y = x[..., None, :], y[..., None, :]
+    lq, lk = state.params(x, y)  # (..., T, M)
+    if single:
+        lq, lk = lq[..., 0, :], lk[..., 0, :]  # (..., M)
+    if keep is not None:  # padded keys: out of the running maximum and the sums
+        lk = torch.where(keep[..., None], lk, _NEG)
+    step = _token if single else _block
+    out, kvz, c = step(lq, lk, va, keep, state.kvz, state.c, inplace)
+    new = replace(state, kvz=kvz, c=c, t=state.t + (1 if single else q_t.shape[-2]))
+    return out.to(q_t.dtype), new
