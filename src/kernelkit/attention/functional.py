@@ -564,15 +564,39 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
 
 
 class _FusedFeatures:
-    """Chunk features for the causal scan: one fused matmul per chunk."""
+    """Block features for the causal scan: one fused matmul per block, and their analytic
+    vector-Jacobian product for the backward (no autograd on recomputed features).
+
+    ``lq = x @ W + c - |B x|^2 / 2`` (FAVOR# eq. 4 features in log form, see
+    :mod:`kernelkit.attention._maps`) gives ``dx = dl @ W^T - (sum_m dl_m) B^T B x``
+    (``B^T B x = x`` for ``B`` None); both terms come from one product with
+    ``[W^T, 1]`` (M, d + 1).
+    """
 
     def __init__(self, fmap):
         self.fmap = fmap
         self.n_out = fmap.n_out
         self.Wa = {"q": fmap.augmented_weights("q"), "k": fmap.augmented_weights("k")}
+        self.Wt = {}
+        for side, W in (("q", fmap.W_q), ("k", fmap.W_k)):
+            ones = torch.ones((*W.shape[:-2], W.shape[-1], 1), dtype=W.dtype, device=W.device)
+            self.Wt[side] = torch.cat([W.transpose(-1, -2), ones], dim=-1)  # (..., M, d + 1)
 
     def log_features(self, x, side, keep=None):
         return self.fmap.log_features_fused(x, side, keep=keep, Wa=self.Wa[side])
+
+    def vjp(self, x, side, dl):
+        # x (B, rows, d), dl (B, rows, M) -> dx (B, rows, d)
+        d = x.shape[-1]
+        Bm = self.fmap.B_q if side == "q" else self.fmap.B_k
+        ds = dl @ self.Wt[side]  # (B, rows, d + 1): [dl @ W^T, sum_m dl_m]
+        if Bm is None:
+            u = x
+        elif Bm.dim() == self.Wt[side].dim() - 1:  # diagonal B (..., d)
+            u = x * (Bm * Bm)[..., None, :]
+        else:  # B (..., d, d): B^T B x
+            u = (x @ Bm.transpose(-1, -2)) @ Bm
+        return ds[..., :d].addcmul_(ds[..., d:], u, value=-1.0)
 
 
 def _augment_values(v, keep):
@@ -633,18 +657,14 @@ def _flatten_map(fmap, batch):
 
 
 def _causal(x, y, v, keep, fmap, chunk, batch):
+    # x, y (..., L, d) scaled inputs, v (..., L, e), keep (..., L) bool or None
     B = math.prod(batch)
     L, d, e = x.shape[-2], x.shape[-1], v.shape[-1]
     xq = x.reshape(B, L, d)
     xk = y.reshape(B, L, d)
-    ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
-    va = torch.cat([v, ones], dim=-1).reshape(B, L, e + 1)
-    kb = None
-    if keep is not None:
-        kb = keep.reshape(B, L)
-        va = va * kb[..., None].to(va.dtype)
+    kb = None if keep is None else keep.reshape(B, L)
     chunk = min(chunk, 1 << max(0, (L - 1).bit_length()))  # no more padding than needed
-    out = causal_exp(xq, xk, va, kb, fmap, chunk)
+    out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)  # (B, L, e)
     return out.reshape(*batch, L, e)
 
 
