@@ -72,7 +72,28 @@ def test_feature_vjp_matches_autograd(name):
     for side, x in (("q", q), ("k", k)):
         xc = x.clone().requires_grad_(True)
         (ref,) = torch.autograd.grad(feat.log_features(xc, side), xc, dl)
-        torch.testing.assert_close(feat.vjp(x, side, dl), ref, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(
+            feat.vjp(x, side, dl, torch.empty_like(x)), ref, rtol=1e-12, atol=1e-12
+        )
+        acc = torch.ones_like(x)
+        feat.vjp(x, side, dl, acc, accumulate=True)
+        torch.testing.assert_close(acc, ref + 1.0, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_fused_block_features_equal_log_features(name):
+    """``[x, |B x|^2, 1] @ [W; -1/2; c]`` into a buffer equals the map's log features;
+    masked keys give exactly -1e30."""
+    q, k, _ = _data(L=12)
+    feat = _feat(name, q, k)
+    keep = torch.rand(3, 12, generator=torch.Generator().manual_seed(6)) > 0.4
+    for side, x, kb in (("q", q, None), ("k", k, keep)):
+        out = feat.log_features_into(x, side, kb, torch.empty(3, 12, feat.n_out, dtype=x.dtype))
+        ref = feat.fmap.log_features(x, side)
+        if kb is not None:
+            assert torch.all(out[~kb] == -1e30)
+            out, ref = out[kb], ref[kb]
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-10)
 
 
 @pytest.mark.parametrize("name", MAPS)

@@ -47,6 +47,8 @@ the output does not depend on them):
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["bidirectional_exp", "bidirectional_plain", "causal_exp"]
@@ -205,16 +207,32 @@ def _block_pivots(lk, c0, G):
     return c_prev, c_end
 
 
-def _scan(H, U, decay, reverse=False):
+class _Workspace:
+    """Reusable buffers for the per-block tensors of one call: ``ws(name, *shape)`` is a
+    contiguous view of a flat buffer kept across blocks (fresh MiB-sized allocations on
+    every block cost page faults that rival the arithmetic)."""
+
+    def __init__(self, dtype, device):
+        self.dtype, self.device, self.bufs = dtype, device, {}
+
+    def __call__(self, name, *shape):
+        n = math.prod(shape)
+        b = self.bufs.get(name)
+        if b is None or b.numel() < n:
+            b = torch.empty(n, dtype=self.dtype, device=self.device)
+            self.bufs[name] = b
+        return b[:n].view(shape)
+
+
+def _scan(H, U, decay, Hb, reverse=False):
     """Chunk states of a block in one pass of ``addcmul`` (no other per-chunk work).
 
     H (B, M, E) the state entering the block; U (B, n, M, E) the chunk contributions;
-    decay (B, n, M) factors ``<= 1``. Forward: ``Hb_0 = H``, ``Hb_{i+1} = Hb_i decay_i +
-    U_i``; reverse: ``Hb_{n-1} = H``, ``Hb_{i-1} = Hb_i decay_i + U_i``. Returns (Hb (B, n,
-    M, E), the state leaving the block).
+    decay (B, n, M) factors ``<= 1``; Hb (B, n, M, E) the output buffer. Forward:
+    ``Hb_0 = H``, ``Hb_{i+1} = Hb_i decay_i + U_i``; reverse: ``Hb_{n-1} = H``,
+    ``Hb_{i-1} = Hb_i decay_i + U_i``. Returns (Hb, the state leaving the block).
     """
     n = U.shape[1]
-    Hb = torch.empty_like(U)
     order = range(n - 1, -1, -1) if reverse else range(n)
     first, step = (n - 1, -1) if reverse else (0, 1)
     Hb[:, first] = H
@@ -224,44 +242,52 @@ def _scan(H, U, decay, reverse=False):
     return Hb, H
 
 
-def _values(v, keep, lo, hi):
-    """``[v, 1]`` rows ``lo:hi`` (B, rows, e + 1) with masked rows zero (one block)."""
-    B, _, e = v.shape
-    va = torch.empty(B, hi - lo, e + 1, dtype=v.dtype, device=v.device)
-    va[..., :e] = v[:, lo:hi]
+def _feats(feat, x, side, keep, out):
+    """Log features (B, rows, M) of x (B, rows, d), into ``out`` where the feature object
+    has ``log_features_into``."""
+    into = getattr(feat, "log_features_into", None)
+    if into is None:
+        return feat.log_features(x, side, keep).reshape(out.shape)
+    return into(x, side, keep, out)
+
+
+def _values(v, keep, lo, hi, out):
+    """``[v, 1]`` rows ``lo:hi`` into ``out`` (B, rows, e + 1), masked rows zero."""
+    e = v.shape[-1]
+    out[..., :e] = v[:, lo:hi]
     if keep is None:
-        va[..., e] = 1.0
+        out[..., e] = 1.0
     else:
-        kb = keep[:, lo:hi].to(v.dtype)
-        va[..., e] = kb
-        va[..., :e] *= kb[..., None]
-    return va
+        kb = keep[:, lo:hi]
+        out[..., e] = kb
+        out[..., :e].masked_fill_(~kb[..., None], 0.0)
+    return out
 
 
-def _num_grad(dout, out, inv, lo, hi):
-    """Gradient w.r.t. the stabilised numerator ``[N, D]`` of rows ``lo:hi``:
+def _num_grad(dout, out, inv, lo, hi, buf):
+    """Gradient w.r.t. the stabilised numerator ``[N, D]`` of rows ``lo:hi`` into ``buf``:
     ``g = [dO / D, -(dO . out) / D]`` (B, rows, e + 1); zero on rows with no visible key."""
-    B, _, e = dout.shape
-    d, o, iv = dout[:, lo:hi], out[:, lo:hi], inv[:, lo:hi]
-    g = torch.empty(B, hi - lo, e + 1, dtype=dout.dtype, device=dout.device)
-    torch.mul(d, iv[..., None], out=g[..., :e])
-    g[..., e] = (d * o).sum(-1).mul_(iv).neg_()
-    return g
+    e = dout.shape[-1]
+    d, o, iv = dout[:, lo:hi], out[:, lo:hi], inv[:, lo:hi, None]
+    torch.mul(d, iv, out=buf[..., :e])
+    buf[..., e] = (buf[..., :e] * o).sum(-1).neg_()
+    return buf
 
 
-def _feature_vjp(feat, x, side, dl, keep):
-    """``dl`` (B, rows, M) through the log features of ``x`` (B, rows, d): the feature
-    object's analytic ``vjp`` where it has one, else autograd on recomputed features."""
+def _feature_vjp(feat, x, side, dl, keep, out, accumulate=False):
+    """``dl`` (B, rows, M) through the log features of ``x`` (B, rows, d) into ``out``
+    (assigned or accumulated): the feature object's analytic ``vjp`` where it has one,
+    else autograd on recomputed features."""
     vjp = getattr(feat, "vjp", None)
     if vjp is not None:
-        return vjp(x, side, dl)
+        return vjp(x, side, dl, out, accumulate)
     with torch.enable_grad():
         xc = x.detach().requires_grad_(True)
         (dx,) = torch.autograd.grad(feat.log_features(xc, side, keep), xc, dl)
-    return dx
+    return out.add_(dx) if accumulate else out.copy_(dx)
 
 
-def _fwd_block(lq, lk, va, c, S, G):
+def _fwd_block(lq, lk, va, c, S, G, ws):
     """Forward of one block of ``n`` chunks on the one-pivot path (all chunks batched).
 
     lq, lk (B, n, C, M) fresh log features (consumed in place), va (B, n, C, E), c (B, M)
@@ -280,12 +306,13 @@ def _fwd_block(lq, lk, va, c, S, G):
     qf = z.sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1, row max 1
     kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
     qf3, kf3, va3 = qf.view(B * n, C, M), kf.view(B * n, C, M), va.view(B * n, C, E)
-    A = torch.bmm(qf3, kf3.transpose(1, 2)).tril_()  # (B n, C, C)
-    U = torch.bmm(kf3.transpose(1, 2), va3).view(B, n, M, E)  # chunk states
+    A = torch.bmm(qf3, kf3.transpose(1, 2), out=ws("A", B * n, C, C)).tril_()
+    U = ws("U", B, n, M, E)  # chunk states K^T v
+    torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
     decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
-    Sb, S = _scan(S, U, decay)  # Sb: state before each chunk, relative to c_prev
+    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E))  # state before each chunk, rel. c_prev
     Sb.mul_(decay[..., None])  # relative to the pivots c_end
-    num = torch.bmm(qf3, Sb.view(B * n, M, E)).baddbmm_(A, va3)  # (B n, C, E)
+    num = torch.bmm(qf3, Sb.view(B * n, M, E), out=ws("num", B * n, C, E)).baddbmm_(A, va3)
     return num.view(B, n * C, E), R.view(B, n * C), S, c_end[:, -1]
 
 
@@ -358,6 +385,41 @@ def _bwd_block(lq, lk, va, g, R, c, S, G):
     return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E), S, c_end[:, -1]
 
 
+def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
+    """Prefix-side gradients of one block on the one-pivot path (all chunks batched):
+    ``dlq`` (earlier chunks through the prefix state, and this chunk), ``dlk`` and ``dva``
+    from queries of the same chunk. Analytic: with ``A = tril(Q K^T)`` and ``N = A va +
+    Q S``, ``dA = tril(g va^T)``, ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dva = A^T g``
+    and ``dlq = dQ * Q``, ``dlk = dK * K`` (the features are exponentials).
+
+    lq, lk (B, n, C, M) fresh (consumed), va, g (B, n, C, E), R (B, n, C), c (B, M),
+    S (B, M, E). Returns None where a chunk's keys grow by more than ``G``; else
+    (dlq (B, n C, M), dlk (B, n C, M), dva (B, n C, E), S, c) after the block.
+    """
+    piv = _block_pivots(lk, c, G)
+    if piv is None:
+        return None
+    c_prev, c_end = piv
+    B, n, C, M = lq.shape
+    E = va.shape[-1]
+    qf = lq.add_(c_end[:, :, None, :]).sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1
+    kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    qf3, kf3 = qf.view(B * n, C, M), kf.view(B * n, C, M)
+    va3, g3 = va.view(B * n, C, E), g.view(B * n, C, E)
+    A = torch.bmm(qf3, kf3.transpose(1, 2), out=ws("A", B * n, C, C)).tril_()
+    dA = torch.bmm(g3, va3.transpose(1, 2), out=ws("dA", B * n, C, C)).tril_()
+    dva = torch.bmm(A.transpose(1, 2), g3, out=ws("dva", B * n, C, E))
+    dq = torch.bmm(dA, kf3, out=ws("dq", B * n, C, M))
+    dlk = torch.bmm(dA.transpose(1, 2), qf3, out=ws("dlk", B * n, C, M)).mul_(kf3)
+    U = ws("U", B, n, M, E)
+    torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
+    decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
+    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E))
+    Sb.mul_(decay[..., None])  # relative to c_end
+    dlq = dq.baddbmm_(g3, Sb.view(B * n, M, E).transpose(1, 2)).mul_(qf3)
+    return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E), S, c_end[:, -1]
+
+
 def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
     """Prefix-side gradients of one block chunk by chunk with local autograd (blocks with
     large key jumps; the dyadic scheme where needed). xq, xk (B, rows, d), keep (B, rows)
@@ -392,7 +454,7 @@ def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
     return dxq, dxk, dva, S, c
 
 
-def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs):
+def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
     """Key / value gradients of one block from the queries of *later* chunks (reverse
     scan). ``Gs = sum_t exp(lq_t - R_t + rho) g_t`` over later queries relative to
     ``rho_m = min_t (R_t - lq_tm)`` (every factor ``<= 1``; ``lk_jm <= R_t - lq_tm`` for
@@ -409,12 +471,13 @@ def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs):
     rho_c = torch.minimum(rho_c, rho[:, None, :])  # (B, n, M): over chunks >= i
     rho_n = torch.cat([rho_c[:, 1:], rho[:, None, :]], dim=1)  # over chunks > i
     qf = gap.neg_().add_(rho_c[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
-    V = torch.bmm(qf.view(B * n, C, M).transpose(1, 2), g.view(B * n, C, E))
-    Hn, Gs = _scan(Gs, V.view(B, n, M, E), torch.exp(rho_c - rho_n), reverse=True)
+    V = ws("U", B, n, M, E)
+    torch.bmm(qf.view(B * n, C, M).transpose(1, 2), g.view(B * n, C, E), out=V.view(B * n, M, E))
+    Hn, Gs = _scan(Gs, V, torch.exp(rho_c - rho_n), ws("Sb", B, n, M, E), reverse=True)
     kf = lk.sub_(rho_n[:, :, None, :]).exp_().view(B * n, C, M)  # <= 1
     Hn3, va3 = Hn.view(B * n, M, E), va.view(B * n, C, E)
-    dva = torch.bmm(kf, Hn3)  # (B n, C, E)
-    dlk = torch.bmm(va3, Hn3.transpose(1, 2)).mul_(kf)  # (B n, C, M)
+    dva = torch.bmm(kf, Hn3, out=ws("dva", B * n, C, E))
+    dlk = torch.bmm(va3, Hn3.transpose(1, 2), out=ws("dlk", B * n, C, M)).mul_(kf)
     return dlk.view(B, n * C, M), dva.view(B, n * C, E), rho_c[:, 0], Gs
 
 
@@ -449,6 +512,7 @@ class _CausalExp(torch.autograd.Function):
         M = feat.n_out
         dt, dev = xq.dtype, xq.device
         G = _growth_bound(dt)
+        ws = _Workspace(dt, dev)
         S = torch.zeros(B, M, e + 1, dtype=dt, device=dev)  # prefix state, rel. to c
         c = torch.full((B, M), _NEG, dtype=dt, device=dev)  # prefix key maxima
         out = torch.empty(B, L, e, dtype=dt, device=dev)
@@ -458,12 +522,20 @@ class _CausalExp(torch.autograd.Function):
             hi = min(lo + block, L)
             n = (hi - lo) // chunk
             kb = None if keep is None else keep[:, lo:hi]
-            lq = feat.log_features(xq[:, lo:hi], "q", None).reshape(B, n, chunk, M)
-            lk = feat.log_features(xk[:, lo:hi], "k", kb).reshape(B, n, chunk, M)
-            va = _values(v, keep, lo, hi)  # (B, rows, e + 1)
-            res = _fwd_block(lq, lk, va.view(B, n, chunk, e + 1), c, S, G)
+            lq = _feats(feat, xq[:, lo:hi], "q", None, ws("lq", B, hi - lo, M))
+            lk = _feats(feat, xk[:, lo:hi], "k", kb, ws("lk", B, hi - lo, M))
+            va = _values(v, keep, lo, hi, ws("va", B, hi - lo, e + 1))  # (B, rows, e + 1)
+            res = _fwd_block(
+                lq.view(B, n, chunk, M),
+                lk.view(B, n, chunk, M),
+                va.view(B, n, chunk, -1),
+                c,
+                S,
+                G,
+                ws,
+            )
             if res is None:
-                res = _fwd_chunks(lq.view(B, -1, M), lk.view(B, -1, M), va, c, S, G, chunk)
+                res = _fwd_chunks(lq, lk, va, c, S, G, chunk)
             num, Rall[:, lo:hi], S, c = res
             dn = den[:, lo:hi]
             dn.copy_(num[..., e])
@@ -485,12 +557,23 @@ class _CausalExp(torch.autograd.Function):
         M = feat.n_out
         dt, dev = xq.dtype, xq.device
         G = _growth_bound(dt)
+        ws = _Workspace(dt, dev)
         ok = den > 0  # rows with a visible key
         inv = torch.where(ok, 1.0 / torch.where(ok, den, 1.0), 0.0)  # (B, L)
+        dout = dout.contiguous()
         dxq = torch.empty_like(xq)
         dxk = torch.empty_like(xk)
         dv = torch.empty_like(v)
         blocks = [(lo, min(lo + block, L)) for lo in range(0, L, block)]
+
+        def block_inputs(lo, hi):
+            n, rows = (hi - lo) // chunk, hi - lo
+            kb = None if keep is None else keep[:, lo:hi]
+            va = _values(v, keep, lo, hi, ws("va", B, rows, e + 1))
+            g = _num_grad(dout, out, inv, lo, hi, ws("g", B, rows, e + 1))
+            lq = _feats(feat, xq[:, lo:hi], "q", None, ws("lq", B, rows, M))
+            lk = _feats(feat, xk[:, lo:hi], "k", kb, ws("lk", B, rows, M))
+            return n, kb, va, g, lq, lk
 
         # float32 / float64 as the forward, even when backward() is called under autocast
         with torch.no_grad(), torch.autocast(dev.type, enabled=False):
@@ -498,20 +581,17 @@ class _CausalExp(torch.autograd.Function):
             S = torch.zeros(B, M, e + 1, dtype=dt, device=dev)
             c = torch.full((B, M), _NEG, dtype=dt, device=dev)
             for lo, hi in blocks:
-                n = (hi - lo) // chunk
-                kb = None if keep is None else keep[:, lo:hi]
-                va, g = _values(v, keep, lo, hi), _num_grad(dout, out, inv, lo, hi)
-                lq = feat.log_features(xq[:, lo:hi], "q", None).reshape(B, n, chunk, M)
-                lk = feat.log_features(xk[:, lo:hi], "k", kb).reshape(B, n, chunk, M)
+                n, kb, va, g, lq, lk = block_inputs(lo, hi)
                 res = _bwd_block(
-                    lq,
-                    lk,
+                    lq.view(B, n, chunk, M),
+                    lk.view(B, n, chunk, M),
                     va.view(B, n, chunk, -1),
                     g.view(B, n, chunk, -1),
                     Rall[:, lo:hi].view(B, n, chunk),
                     c,
                     S,
                     G,
+                    ws,
                 )
                 if res is None:
                     dxq[:, lo:hi], dxk[:, lo:hi], dva, S, c = _bwd_chunks(
@@ -519,32 +599,29 @@ class _CausalExp(torch.autograd.Function):
                     )
                 else:
                     dlq, dlk, dva, S, c = res
-                    dxq[:, lo:hi] = _feature_vjp(feat, xq[:, lo:hi], "q", dlq, None)
-                    dxk[:, lo:hi] = _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb)
+                    _feature_vjp(feat, xq[:, lo:hi], "q", dlq, None, dxq[:, lo:hi])
+                    _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb, dxk[:, lo:hi])
                 dv[:, lo:hi] = dva[..., :e]
             # reverse scan: key / value gradients from the queries of later chunks
             Gs = torch.zeros(B, M, e + 1, dtype=dt, device=dev)
             rho = torch.full((B, M), _POS, dtype=dt, device=dev)
             for lo, hi in reversed(blocks):
-                n = (hi - lo) // chunk
-                kb = None if keep is None else keep[:, lo:hi]
-                va, g = _values(v, keep, lo, hi), _num_grad(dout, out, inv, lo, hi)
-                lq = feat.log_features(xq[:, lo:hi], "q", None).reshape(B, n, chunk, M)
-                lk = feat.log_features(xk[:, lo:hi], "k", kb).reshape(B, n, chunk, M)
+                n, kb, va, g, lq, lk = block_inputs(lo, hi)
                 dlk, dva, rho, Gs = _bwd_suffix(
-                    lq,
-                    lk,
+                    lq.view(B, n, chunk, M),
+                    lk.view(B, n, chunk, M),
                     va.view(B, n, chunk, -1),
                     g.view(B, n, chunk, -1),
                     Rall[:, lo:hi].view(B, n, chunk),
                     ok[:, lo:hi].view(B, n, chunk),
                     rho,
                     Gs,
+                    ws,
                 )
                 dv[:, lo:hi] += dva[..., :e]
-                dxk[:, lo:hi] += _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb)
+                _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb, dxk[:, lo:hi], accumulate=True)
             if keep is not None:
-                dv.mul_(keep[..., None].to(dt))
+                dv.masked_fill_(~keep[..., None], 0.0)
         return dxq, dxk, dv, None, None, None, None
 
 
