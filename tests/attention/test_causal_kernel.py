@@ -216,3 +216,21 @@ def test_key_jump_mid_block_takes_the_exact_path_and_stays_causal(dtype, monkeyp
     assert torch.isfinite(r2[0]).all()
     lo, hi = v.amin(dim=1, keepdim=True), v.amax(dim=1, keepdim=True)
     assert torch.all(r2[0] >= lo - 1e-4) and torch.all(r2[0] <= hi + 1e-4)
+
+
+def test_input_scale_folded_per_block_equals_scaled_inputs():
+    """Features of unscaled inputs with ``input_scale = r`` (``x = r q`` formed per block)
+    give the outputs of the scaled inputs and the gradients w.r.t. the unscaled ones."""
+    q, k, v = _data(L=24)
+    keep = torch.rand(3, 24, generator=torch.Generator().manual_seed(7)) > 0.2
+    r = 0.7
+    feat = _feat("aderf", q * r, k * r)
+    feat_r = _FusedFeatures(feat.fmap, input_scale=r)
+    res = []
+    for f, s in ((feat, r), (feat_r, 1.0)):
+        a, b, c = (x.clone().requires_grad_(True) for x in (q, k, v))
+        out = lin.causal_exp(a * s, b * s, c, keep, f, 4, 16)
+        out.sin().sum().backward()
+        res.append((out.detach(), a.grad, b.grad, c.grad))
+    for x, y in zip(*res, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-11, atol=1e-12)

@@ -573,10 +573,14 @@ class _FusedFeatures:
     ``|B x|^2 = 2e30``, so their log features are exactly ``-1e30``), and its gradient is
     ``dx = dl @ W^T - (sum_m dl_m) B^T B x`` (``B^T B x = x`` for ``B`` None), both terms
     from one product with ``[W^T, 1]`` (M, d + 1). The row buffers are kept across blocks.
+
+    ``input_scale`` ``r``: the inputs are unscaled (``x = r q`` is formed block by block,
+    so no scaled copy of the sequence exists); gradients are w.r.t. ``q``.
     """
 
-    def __init__(self, fmap):
+    def __init__(self, fmap, input_scale: float = 1.0):
         self.fmap = fmap
+        self.r = float(input_scale)
         self.n_out = fmap.n_out
         self.Wa, self.Wt = {}, {}
         self.Wf = {"q": fmap.augmented_weights("q"), "k": fmap.augmented_weights("k")}
@@ -594,7 +598,8 @@ class _FusedFeatures:
                 dim=-2,
             )  # (..., d + 2, M)
             ones = torch.ones((*W.shape[:-2], M, 1), dtype=W.dtype, device=W.device)
-            self.Wt[side] = torch.cat([W.transpose(-1, -2), ones], dim=-1)  # (..., M, d + 1)
+            Wt = torch.cat([W.transpose(-1, -2), ones], dim=-1)  # (..., M, d + 1)
+            self.Wt[side] = Wt * self.r if self.r != 1.0 else Wt  # dq = r dx
         self._bufs = {}
 
     def _row_input(self, x, side):
@@ -607,9 +612,8 @@ class _FusedFeatures:
         return x @ Bm.transpose(-1, -2)
 
     def log_features(self, x, side, keep=None):
-        return self.fmap.log_features_fused(
-            x, side, keep=keep, Wa=self.fmap.augmented_weights(side)
-        )
+        x = x * self.r if self.r != 1.0 else x
+        return self.fmap.log_features_fused(x, side, keep=keep, Wa=self.Wf[side])
 
     def _buf(self, name, *shape):
         # contiguous view of a flat buffer kept across blocks
@@ -625,7 +629,10 @@ class _FusedFeatures:
         # x (B, rows, d) -> out (B, rows, M)
         B, rows, d = x.shape
         xa = self._buf("xa", B, rows, d + 2)  # [x, |B x|^2, 1]
-        xa[..., :d] = x
+        if self.r != 1.0:
+            x = torch.mul(x, self.r, out=xa[..., :d])
+        else:
+            xa[..., :d] = x
         u = self._row_input(x, side)
         sq = torch.mul(u, u, out=self._buf("sq", B, rows, d))
         row = torch.sum(sq, dim=-1, out=self._buf("row", B, rows))  # (B, rows)
@@ -639,7 +646,9 @@ class _FusedFeatures:
         # x (B, rows, d), dl (B, rows, M) -> out (B, rows, d), assigned or accumulated
         d = x.shape[-1]
         Bm = self.fmap.B_q if side == "q" else self.fmap.B_k
-        ds = dl @ self.Wt[side]  # (B, rows, d + 1): [dl @ W^T, sum_m dl_m]
+        ds = dl @ self.Wt[side]  # (B, rows, d + 1): r [dl @ W^T, sum_m dl_m]
+        if self.r != 1.0:
+            x = x * self.r
         u = self._row_input(x, side)  # B^T B x: x, diag(B^2) x or B^T (B x)
         if Bm is not None:
             u = u * Bm[..., None, :] if Bm.dim() == self.Wt[side].dim() - 1 else u @ Bm
