@@ -224,20 +224,21 @@ class _Workspace:
         return b[:n].view(shape)
 
 
-def _scan(H, U, decay, Hb, reverse=False):
+def _scan(H, U, decay, Hb, H_out, reverse=False):
     """Chunk states of a block in one pass of ``addcmul`` (no other per-chunk work).
 
     H (B, M, E) the state entering the block; U (B, n, M, E) the chunk contributions;
     decay (B, n, M) factors ``<= 1``; Hb (B, n, M, E) the output buffer. Forward:
     ``Hb_0 = H``, ``Hb_{i+1} = Hb_i decay_i + U_i``; reverse: ``Hb_{n-1} = H``,
-    ``Hb_{i-1} = Hb_i decay_i + U_i``. Returns (Hb, the state leaving the block).
+    ``Hb_{i-1} = Hb_i decay_i + U_i``. Returns (Hb, the state leaving the block, written
+    into ``H_out`` (B, M, E), which may hold ``H``: it is read first).
     """
     n = U.shape[1]
     order = range(n - 1, -1, -1) if reverse else range(n)
     first, step = (n - 1, -1) if reverse else (0, 1)
     Hb[:, first] = H
     for i in order:
-        dst = Hb[:, i + step] if 0 <= i + step < n else None
+        dst = Hb[:, i + step] if 0 <= i + step < n else H_out
         H = torch.addcmul(U[:, i], Hb[:, i], decay[:, i, :, None], out=dst)
     return Hb, H
 
@@ -310,7 +311,7 @@ def _fwd_block(lq, lk, va, c, S, G, ws):
     U = ws("U", B, n, M, E)  # chunk states K^T v
     torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
     decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
-    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E))  # state before each chunk, rel. c_prev
+    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E), ws("S", B, M, E))  # rel. c_prev
     Sb.mul_(decay[..., None])  # relative to the pivots c_end
     num = torch.bmm(qf3, Sb.view(B * n, M, E), out=ws("num", B * n, C, E)).baddbmm_(A, va3)
     return num.view(B, n * C, E), R.view(B, n * C), S, c_end[:, -1]
@@ -351,40 +352,6 @@ def _fwd_chunks(lq, lk, va, c, S, G, chunk):
     return num, Rb, S, c
 
 
-def _bwd_block(lq, lk, va, g, R, c, S, G):
-    """Prefix-side gradients of one block on the one-pivot path (all chunks batched):
-    ``dlq`` (earlier chunks through the prefix state, and this chunk), ``dlk`` and ``dva``
-    from queries of the same chunk. Analytic: with ``A = tril(Q K^T)`` and ``N = A va +
-    Q S``, ``dA = tril(g va^T)``, ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dva = A^T g``
-    and ``dlq = dQ * Q``, ``dlk = dK * K`` (the features are exponentials).
-
-    lq, lk (B, n, C, M) fresh (consumed), va, g (B, n, C, E), R (B, n, C), c (B, M),
-    S (B, M, E). Returns None where a chunk's keys grow by more than ``G``; else
-    (dlq (B, n C, M), dlk (B, n C, M), dva (B, n C, E), S, c) after the block.
-    """
-    piv = _block_pivots(lk, c, G)
-    if piv is None:
-        return None
-    c_prev, c_end = piv
-    B, n, C, M = lq.shape
-    E = va.shape[-1]
-    qf = lq.add_(c_end[:, :, None, :]).sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1
-    kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
-    qf3, kf3 = qf.view(B * n, C, M), kf.view(B * n, C, M)
-    va3, g3 = va.view(B * n, C, E), g.view(B * n, C, E)
-    A = torch.bmm(qf3, kf3.transpose(1, 2)).tril_()  # (B n, C, C)
-    dA = torch.bmm(g3, va3.transpose(1, 2)).tril_()  # (B n, C, C)
-    dva = torch.bmm(A.transpose(1, 2), g3)  # (B n, C, E)
-    dq = torch.bmm(dA, kf3)  # (B n, C, M)
-    dlk = torch.bmm(dA.transpose(1, 2), qf3).mul_(kf3)  # (B n, C, M)
-    U = torch.bmm(kf3.transpose(1, 2), va3).view(B, n, M, E)
-    decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
-    Sb, S = _scan(S, U, decay)
-    Sb.mul_(decay[..., None])  # relative to c_end
-    dlq = dq.baddbmm_(g3, Sb.view(B * n, M, E).transpose(1, 2)).mul_(qf3)
-    return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E), S, c_end[:, -1]
-
-
 def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
     """Prefix-side gradients of one block on the one-pivot path (all chunks batched):
     ``dlq`` (earlier chunks through the prefix state, and this chunk), ``dlk`` and ``dva``
@@ -414,7 +381,7 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
     U = ws("U", B, n, M, E)
     torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
     decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
-    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E))
+    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E), ws("S", B, M, E))
     Sb.mul_(decay[..., None])  # relative to c_end
     dlq = dq.baddbmm_(g3, Sb.view(B * n, M, E).transpose(1, 2)).mul_(qf3)
     return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E), S, c_end[:, -1]
@@ -473,7 +440,8 @@ def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
     qf = gap.neg_().add_(rho_c[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
     V = ws("U", B, n, M, E)
     torch.bmm(qf.view(B * n, C, M).transpose(1, 2), g.view(B * n, C, E), out=V.view(B * n, M, E))
-    Hn, Gs = _scan(Gs, V, torch.exp(rho_c - rho_n), ws("Sb", B, n, M, E), reverse=True)
+    Hb, Gout = ws("Sb", B, n, M, E), ws("Gs", B, M, E)
+    Hn, Gs = _scan(Gs, V, torch.exp(rho_c - rho_n), Hb, Gout, reverse=True)
     kf = lk.sub_(rho_n[:, :, None, :]).exp_().view(B * n, C, M)  # <= 1
     Hn3, va3 = Hn.view(B * n, M, E), va.view(B * n, C, E)
     dva = torch.bmm(kf, Hn3, out=ws("dva", B * n, C, E))
