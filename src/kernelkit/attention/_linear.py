@@ -164,8 +164,9 @@ def _row_stabiliser(lq, zd, levels, c_prev):
 
 
 def _growth_bound(dtype) -> float:
-    # largest in-chunk growth of the key maxima for the one-pivot path: factors stay below
-    # e^G and terms lost to underflow are below e^{G - 87} (float32) of the row maximum
+    # largest in-chunk growth of the key maxima for the one-pivot path: R_t stays within
+    # e^G of the causal row maximum, so terms lost to underflow are below e^{G - 87}
+    # (float32) of the row's largest
     return 60.0 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 500.0
 
 
@@ -594,9 +595,10 @@ class _CausalExp(torch.autograd.Function):
 
 
 def _block_rows(L: int, chunk: int) -> int:
-    """Rows per block: a multiple of ``chunk``, at most 512 and at most ``L / 8`` (the
-    working set stays a small fraction of the sequence), at least one chunk."""
-    return chunk * max(1, min(512, L // 8) // chunk)
+    """Rows per block: a multiple of ``chunk``, ``max(4 chunk, L / 8)`` capped at 512 (the
+    working set, a few (rows, M) blocks, stays bounded and a fraction of long sequences;
+    short ones still get blocks of several chunks), at least one chunk."""
+    return chunk * max(1, min(512, max(4 * chunk, L // 8)) // chunk)
 
 
 def causal_exp(xq, xk, v, keep, feat, chunk: int, block: int | None = None):
