@@ -19,24 +19,35 @@ the output does not depend on them):
   Keys of earlier chunks enter through a running state kept relative to the prefix
   maximum of the keys before the chunk (rescaled when it grows, as in online softmax).
   Inside a chunk, when the per-feature key maxima grow by at most ``G`` (60 in float32)
-  over the chunk, one pivot ``c_ref = max(prefix, first key)`` (causal for every query of
-  the chunk) serves a masked ``C x C`` score matrix and ``R_t`` is the bound
-  ``max_m (lq_tm + c_end_m)``, within ``e^G`` of the causal maximum: a later key of the
-  chunk changes ``R_t`` only as a common factor of numerator and denominator (exact
-  cancellation; terms lost to underflow are below ``e^{G-87}`` of the row's largest).
-  Otherwise (large jumps of the keys) the exact dyadic scheme runs: queries of the
-  second half of every dyadic block see the keys of the first half through the maximum
-  of those keys (all earlier than the queries), down to single positions, with the
-  exact causal ``R_t``. No stabiliser can let a later token overflow, underflow or
+  over the chunk (growth ``c_end - max(prefix, first key)``, the first key being causal
+  for every query of the chunk), the chunk's pivot is ``c_end = max(prefix, max_j lk_j)``:
+  a masked ``C x C`` score matrix of ``Q = exp(lq - R + c_end) <= 1`` and ``K = exp(lk -
+  c_end) <= 1``, and ``R_t = max_m (lq_tm + c_end_m)``, within ``e^G`` of the causal
+  maximum: a later key of the chunk changes ``R_t`` and the pivot only as common
+  factors of numerator and denominator (exact cancellation; terms lost to underflow are
+  below ``e^{G-87}`` of the row's largest, as every factor is at least the term it
+  carries). Otherwise (large jumps of the keys) the exact dyadic scheme runs: queries of
+  the second half of every dyadic block see the keys of the first half through the
+  maximum of those keys (all earlier than the queries), down to single positions, with
+  the exact causal ``R_t``. No stabiliser can let a later token overflow, underflow or
   otherwise change an earlier output beyond rounding.
-* causal backward: a forward scan (prefix state) gives the query gradients and every
-  intra-chunk gradient (local autograd on recomputed chunk features); a reverse scan
-  keeps ``G_m = sum_t exp(lq_tm - R_t + rho_m) g_t`` relative to
-  ``rho_m = min_t (R_t - lq_tm)`` over later chunks (every factor ``<= 1`` because
-  ``lk_jm <= R_t - lq_tm`` for ``j <= t``) for the key / value gradients.
+* chunks are processed in blocks: the features of a block come from one product, the
+  chunks of a block are batched (scores, chunk states ``K^T v``), and the states are
+  chained by one ``addcmul`` per chunk; a block with a large key jump runs chunk by
+  chunk (the one-pivot path where a chunk allows it, else the dyadic scheme).
+* causal backward (analytic; the features are exponentials of affine maps): a forward
+  scan (prefix state) gives the query gradients and every intra-chunk gradient
+  (``dA = tril(g v^T)``, ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dv = A^T g``; local
+  autograd in blocks with large key jumps); a reverse scan keeps ``G_m = sum_t
+  exp(lq_tm - R_t + rho_m) g_t`` relative to ``rho_m = min_t (R_t - lq_tm)`` over later
+  chunks (every factor ``<= 1`` because ``lk_jm <= R_t - lq_tm`` for ``j <= t``) for the
+  key / value gradients. ``dlq``, ``dlk`` reach the inputs through the feature object's
+  ``vjp`` (``dx = dl W^T - (sum_m dl_m) B^T B x``) or autograd on recomputed features.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -153,193 +164,452 @@ def _row_stabiliser(lq, zd, levels, c_prev):
 
 
 def _growth_bound(dtype) -> float:
-    # largest in-chunk growth of the key maxima for the one-pivot path: factors stay below
-    # e^G and terms lost to underflow are below e^{G - 87} (float32) of the row maximum
+    # largest in-chunk growth of the key maxima for the one-pivot path: R_t stays within
+    # e^G of the causal row maximum, so terms lost to underflow are below e^{G - 87}
+    # (float32) of the row's largest
     return 60.0 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 500.0
 
 
 def _chunk_pivots(lk, c_prev, G):
-    """Pivot of the one-pivot path for a chunk, or None where keys grow too much.
-
-    ``c_ref = max(c_prev, lk_0)`` (prefix and the first key: causal for every query of the
-    chunk), ``c_end = max(c_prev, max_j lk_j)``. The path is taken when
-    ``max(c_end - c_ref) <= G``. Returns (c_ref, c_end) (B, M) or None.
+    """Pivot ``c_end = max(c_prev, max_j lk_j)`` (B, M) of the one-pivot path for a chunk,
+    or None where keys grow too much: the path is taken when ``max(c_end - c_ref) <= G``
+    with ``c_ref = max(c_prev, lk_0)`` (prefix and the first key: causal for every query
+    of the chunk).
     """
     c_end = torch.maximum(c_prev, lk.amax(dim=1))
-    c_ref = torch.maximum(c_prev, lk[:, 0])
-    if float((c_end - c_ref).amax()) > G:
+    if float((c_end - torch.maximum(c_prev, lk[:, 0])).amax()) > G:
         return None
-    return c_ref, c_end
+    return c_end
 
 
-def _intra_one_pivot(lq, lk, va, R, c_ref):
-    """Intra-chunk numerator with one causal pivot ``c_ref`` (see :func:`_chunk_pivots`):
-    ``(tril(Q K^T)) v`` with ``Q = exp(lq - R + c_ref) <= 1``, ``K = exp(lk - c_ref) <= e^G``.
-    lq, lk (B, C, M), va (B, C, E), R (B, C), c_ref (B, M). Autograd-safe."""
-    qf = (lq - R[..., None]).add_(c_ref[:, None, :]).exp_()
-    kf = (lk - c_ref[:, None, :]).exp_()
+def _intra_one_pivot(lq, lk, va, R, c_end):
+    """Intra-chunk numerator with the pivot ``c_end`` (see :func:`_chunk_pivots`):
+    ``(tril(Q K^T)) v`` with ``Q = exp(lq - R + c_end) <= 1``, ``K = exp(lk - c_end) <= 1``.
+    lq, lk (B, C, M), va (B, C, E), R (B, C), c_end (B, M). Autograd-safe."""
+    qf = (lq + c_end[:, None, :]).sub_(R[..., None]).exp_()
+    kf = (lk - c_end[:, None, :]).exp_()
     return (qf @ kf.transpose(-1, -2)).tril_() @ va
 
 
+def _block_pivots(lk, c0, G):
+    """Pivots of the one-pivot path for the ``n`` chunks of a block, or None where the keys
+    of some chunk grow by more than ``G`` (:func:`_chunk_pivots` for every chunk at once).
+
+    lk (B, n, C, M) log key features (masked -1e30); c0 (B, M) prefix key maxima before
+    the block. The growth of a chunk is ``c_end - max(c_prev, lk_0)`` (prefix and first
+    key: causal for every query of the chunk). Returns (c_prev, c_end), each (B, n, M): the
+    prefix maxima before and after each chunk; ``c_end`` is the chunk's pivot.
+    """
+    c_end = torch.cummax(lk.amax(dim=2), dim=1).values  # (B, n, M)
+    torch.maximum(c_end, c0[:, None, :], out=c_end)
+    c_prev = torch.cat([c0[:, None, :], c_end[:, :-1]], dim=1)  # (B, n, M)
+    if float((c_end - torch.maximum(c_prev, lk[:, :, 0])).amax()) > G:
+        return None
+    return c_prev, c_end
+
+
+class _Workspace:
+    """Reusable buffers for the per-block tensors of one call: ``ws(name, *shape)`` is a
+    contiguous view of a flat buffer kept across blocks (fresh MiB-sized allocations on
+    every block cost page faults that rival the arithmetic)."""
+
+    def __init__(self, dtype, device):
+        self.dtype, self.device, self.bufs = dtype, device, {}
+
+    def __call__(self, name, *shape):
+        n = math.prod(shape)
+        b = self.bufs.get(name)
+        if b is None or b.numel() < n:
+            b = torch.empty(n, dtype=self.dtype, device=self.device)
+            self.bufs[name] = b
+        return b[:n].view(shape)
+
+
+def _scan(H, U, decay, Hb, H_out, reverse=False):
+    """Chunk states of a block in one pass of ``addcmul`` (no other per-chunk work).
+
+    H (B, M, E) the state entering the block; U (B, n, M, E) the chunk contributions;
+    decay (B, n, M) factors ``<= 1``; Hb (B, n, M, E) the output buffer. Forward:
+    ``Hb_0 = H``, ``Hb_{i+1} = Hb_i decay_i + U_i``; reverse: ``Hb_{n-1} = H``,
+    ``Hb_{i-1} = Hb_i decay_i + U_i``. Returns (Hb, the state leaving the block, written
+    into ``H_out`` (B, M, E), which may hold ``H``: it is read first).
+    """
+    n = U.shape[1]
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    first, step = (n - 1, -1) if reverse else (0, 1)
+    Hb[:, first] = H
+    for i in order:
+        dst = Hb[:, i + step] if 0 <= i + step < n else H_out
+        H = torch.addcmul(U[:, i], Hb[:, i], decay[:, i, :, None], out=dst)
+    return Hb, H
+
+
+def _feats(feat, x, side, keep, out):
+    """Log features (B, rows, M) of x (B, rows, d), into ``out`` where the feature object
+    has ``log_features_into``."""
+    into = getattr(feat, "log_features_into", None)
+    if into is None:
+        return feat.log_features(x, side, keep).reshape(out.shape)
+    return into(x, side, keep, out)
+
+
+def _values(v, keep, lo, hi, out):
+    """``[v, 1]`` rows ``lo:hi`` into ``out`` (B, rows, e + 1), masked rows zero."""
+    e = v.shape[-1]
+    out[..., :e] = v[:, lo:hi]
+    if keep is None:
+        out[..., e] = 1.0
+    else:
+        kb = keep[:, lo:hi]
+        out[..., e] = kb
+        out[..., :e].masked_fill_(~kb[..., None], 0.0)
+    return out
+
+
+def _num_grad(dout, out, inv, lo, hi, buf):
+    """Gradient w.r.t. the stabilised numerator ``[N, D]`` of rows ``lo:hi`` into ``buf``:
+    ``g = [dO / D, -(dO . out) / D]`` (B, rows, e + 1); zero on rows with no visible key."""
+    e = dout.shape[-1]
+    d, o, iv = dout[:, lo:hi], out[:, lo:hi], inv[:, lo:hi, None]
+    torch.mul(d, iv, out=buf[..., :e])
+    buf[..., e] = (buf[..., :e] * o).sum(-1).neg_()
+    return buf
+
+
+def _feature_vjp(feat, x, side, dl, keep, out, accumulate=False):
+    """``dl`` (B, rows, M) through the log features of ``x`` (B, rows, d) into ``out``
+    (assigned or accumulated): the feature object's analytic ``vjp`` where it has one,
+    else autograd on recomputed features."""
+    vjp = getattr(feat, "vjp", None)
+    if vjp is not None:
+        return vjp(x, side, dl, out, accumulate)
+    with torch.enable_grad():
+        xc = x.detach().requires_grad_(True)
+        (dx,) = torch.autograd.grad(feat.log_features(xc, side, keep), xc, dl)
+    return out.add_(dx) if accumulate else out.copy_(dx)
+
+
+def _fwd_block(lq, lk, va, c, S, G, ws):
+    """Forward of one block of ``n`` chunks on the one-pivot path (all chunks batched).
+
+    lq, lk (B, n, C, M) fresh log features (consumed in place), va (B, n, C, E), c (B, M)
+    prefix key maxima, S (B, M, E) prefix state relative to ``c``. Returns None where a
+    chunk's keys grow by more than ``G``; else (num (B, n C, E), R (B, n C), S, c) with
+    the state and maxima after the block.
+    """
+    piv = _block_pivots(lk, c, G)
+    if piv is None:
+        return None
+    c_prev, c_end = piv
+    B, n, C, M = lq.shape
+    E = va.shape[-1]
+    z = lq.add_(c_end[:, :, None, :])  # (B, n, C, M): lq + c_end
+    R = z.amax(dim=-1)  # (B, n, C)
+    qf = z.sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1, row max 1
+    kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    qf3, kf3, va3 = qf.view(B * n, C, M), kf.view(B * n, C, M), va.view(B * n, C, E)
+    A = torch.bmm(qf3, kf3.transpose(1, 2), out=ws("A", B * n, C, C)).tril_()
+    U = ws("U", B, n, M, E)  # chunk states K^T v
+    torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
+    decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
+    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E), ws("S", B, M, E))  # rel. c_prev
+    Sb.mul_(decay[..., None])  # relative to the pivots c_end
+    num = torch.bmm(qf3, Sb.view(B * n, M, E), out=ws("num", B * n, C, E)).baddbmm_(A, va3)
+    return num.view(B, n * C, E), R.view(B, n * C), S, c_end[:, -1]
+
+
+def _fwd_chunks(lq, lk, va, c, S, G, chunk):
+    """Forward of one block chunk by chunk (blocks with large key jumps): the one-pivot
+    path where a chunk allows it, else the exact dyadic scheme. lq, lk (B, rows, M),
+    va (B, rows, E). Returns as :func:`_fwd_block`."""
+    B, rows, _ = lq.shape
+    num = torch.empty_like(va)
+    Rb = torch.empty(B, rows, dtype=lq.dtype, device=lq.device)
+    for lo in range(0, rows, chunk):
+        hi = lo + chunk
+        q, k, vc = lq[:, lo:hi].contiguous(), lk[:, lo:hi].contiguous(), va[:, lo:hi].contiguous()
+        c_new = _chunk_pivots(k, c, G)
+        if c_new is not None:
+            z = q.add_(c_new[:, None, :])  # (B, C, M): lq + c_end
+            R = z.amax(dim=-1)  # (B, C)
+            qf = z.sub_(R[..., None]).exp_()  # (B, C, M) <= 1
+            kf = k.sub_(c_new[:, None, :]).exp_()  # (B, C, M) <= 1
+            S.mul_(torch.exp(c - c_new)[..., None])  # relative to the pivot c_end
+            n = qf @ S  # earlier chunks
+            n.baddbmm_((qf @ kf.transpose(-1, -2)).tril_(), vc)  # this chunk
+            S.baddbmm_(kf.transpose(-1, -2), vc)
+        else:
+            levels = _levels(q, k)
+            zd = q + k
+            R, z0 = _row_stabiliser(q, zd, levels, c)
+            n = z0.sub_(R[..., None]).exp_() @ S  # keys of earlier chunks
+            n += _intra(q, k, vc, R, levels, zd)
+            c_new = torch.maximum(c, k.amax(dim=1))  # (B, M)
+            S.mul_(torch.exp(c - c_new)[..., None])
+            S.baddbmm_(k.sub_(c_new[:, None, :]).exp_().transpose(-1, -2), vc)
+        Rb[:, lo:hi] = R
+        num[:, lo:hi] = n
+        c = c_new
+    return num, Rb, S, c
+
+
+def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
+    """Prefix-side gradients of one block on the one-pivot path (all chunks batched):
+    ``dlq`` (earlier chunks through the prefix state, and this chunk), ``dlk`` and ``dva``
+    from queries of the same chunk. Analytic: with ``A = tril(Q K^T)`` and ``N = A va +
+    Q S``, ``dA = tril(g va^T)``, ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dva = A^T g``
+    and ``dlq = dQ * Q``, ``dlk = dK * K`` (the features are exponentials).
+
+    lq, lk (B, n, C, M) fresh (consumed), va, g (B, n, C, E), R (B, n, C), c (B, M),
+    S (B, M, E). Returns None where a chunk's keys grow by more than ``G``; else
+    (dlq (B, n C, M), dlk (B, n C, M), dva (B, n C, E), S, c) after the block.
+    """
+    piv = _block_pivots(lk, c, G)
+    if piv is None:
+        return None
+    c_prev, c_end = piv
+    B, n, C, M = lq.shape
+    E = va.shape[-1]
+    qf = lq.add_(c_end[:, :, None, :]).sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1
+    kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    qf3, kf3 = qf.view(B * n, C, M), kf.view(B * n, C, M)
+    va3, g3 = va.view(B * n, C, E), g.view(B * n, C, E)
+    A = torch.bmm(qf3, kf3.transpose(1, 2), out=ws("A", B * n, C, C)).tril_()
+    dA = torch.bmm(g3, va3.transpose(1, 2), out=ws("dA", B * n, C, C)).tril_()
+    dva = torch.bmm(A.transpose(1, 2), g3, out=ws("dva", B * n, C, E))
+    dq = torch.bmm(dA, kf3, out=ws("dq", B * n, C, M))
+    dlk = torch.bmm(dA.transpose(1, 2), qf3, out=ws("dlk", B * n, C, M)).mul_(kf3)
+    U = ws("U", B, n, M, E)
+    torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
+    decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
+    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E), ws("S", B, M, E))
+    Sb.mul_(decay[..., None])  # relative to c_end
+    dlq = dq.baddbmm_(g3, Sb.view(B * n, M, E).transpose(1, 2)).mul_(qf3)
+    return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E), S, c_end[:, -1]
+
+
+def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
+    """Prefix-side gradients of one block chunk by chunk with local autograd (blocks with
+    large key jumps; the dyadic scheme where needed). xq, xk (B, rows, d), keep (B, rows)
+    or None, va, g (B, rows, E), R (B, rows). Returns (dxq, dxk, dva, S, c)."""
+    dxq, dxk, dva = torch.empty_like(xq), torch.empty_like(xk), torch.empty_like(va)
+    with torch.enable_grad():
+        for lo in range(0, xq.shape[1], chunk):
+            hi = lo + chunk
+            Rc, gc = R[:, lo:hi], g[:, lo:hi]
+            xqc = xq[:, lo:hi].detach().requires_grad_(True)
+            xkc = xk[:, lo:hi].detach().requires_grad_(True)
+            lq = feat.log_features(xqc, "q", None)
+            lk = feat.log_features(xkc, "k", None if keep is None else keep[:, lo:hi])
+            vc = va[:, lo:hi].detach().contiguous().requires_grad_(True)
+            with torch.no_grad():
+                lkd = lk.detach()
+                piv = _chunk_pivots(lkd, c, G)
+                qf = (lq.detach() - Rc[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
+                dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
+            if piv is not None:
+                intra = _intra_one_pivot(lq, lk, vc, Rc, piv)
+            else:
+                intra = _intra(lq, lk, vc, Rc)
+            dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = torch.autograd.grad(
+                (intra, lq), (xqc, xkc, vc), (gc, dlq)
+            )
+            with torch.no_grad():
+                c_new = torch.maximum(c, lkd.amax(dim=1))
+                S.mul_(torch.exp(c - c_new)[..., None])
+                S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), vc.detach())
+                c = c_new
+    return dxq, dxk, dva, S, c
+
+
+def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
+    """Key / value gradients of one block from the queries of *later* chunks (reverse
+    scan). ``Gs = sum_t exp(lq_t - R_t + rho) g_t`` over later queries relative to
+    ``rho_m = min_t (R_t - lq_tm)`` (every factor ``<= 1``; ``lk_jm <= R_t - lq_tm`` for
+    ``j <= t``).
+
+    lq, lk (B, n, C, M) fresh (consumed), va, g (B, n, C, E), R (B, n, C), valid (B, n, C)
+    rows with a visible key, rho (B, M), Gs (B, M, E) from later blocks. Returns (dlk
+    (B, n C, M), dva (B, n C, E), rho, Gs) with the block's queries included.
+    """
+    B, n, C, M = lq.shape
+    E = va.shape[-1]
+    gap = lq.neg_().add_(R[..., None]).masked_fill_(~valid[..., None], _POS)  # R - lq
+    rho_c = torch.flip(torch.cummin(torch.flip(gap.amin(dim=2), (1,)), dim=1).values, (1,))
+    rho_c = torch.minimum(rho_c, rho[:, None, :])  # (B, n, M): over chunks >= i
+    rho_n = torch.cat([rho_c[:, 1:], rho[:, None, :]], dim=1)  # over chunks > i
+    qf = gap.neg_().add_(rho_c[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    V = ws("U", B, n, M, E)
+    torch.bmm(qf.view(B * n, C, M).transpose(1, 2), g.view(B * n, C, E), out=V.view(B * n, M, E))
+    Hb, Gout = ws("Sb", B, n, M, E), ws("Gs", B, M, E)
+    Hn, Gs = _scan(Gs, V, torch.exp(rho_c - rho_n), Hb, Gout, reverse=True)
+    kf = lk.sub_(rho_n[:, :, None, :]).exp_().view(B * n, C, M)  # <= 1
+    Hn3, va3 = Hn.view(B * n, M, E), va.view(B * n, C, E)
+    dva = torch.bmm(kf, Hn3, out=ws("dva", B * n, C, E))
+    dlk = torch.bmm(va3, Hn3.transpose(1, 2), out=ws("dlk", B * n, C, M)).mul_(kf)
+    return dlk.view(B, n * C, M), dva.view(B, n * C, E), rho_c[:, 0], Gs
+
+
 class _CausalExp(torch.autograd.Function):
-    """Causal linear attention with O(chunk M e) memory in forward and backward.
+    """Causal linear attention with O(block M e) memory in forward and backward.
 
-    Inputs are the *scaled inputs* and a feature object turning a chunk of them into
-    log features, so no (L, M) tensor is ever saved: the backward recomputes the features
-    chunk by chunk (a forward scan with the prefix state for the query gradients and all
-    intra-chunk gradients, a reverse scan with the suffix state of the queries for the
-    key / value gradients of earlier chunks). Saved for backward: the inputs, the output
-    (B, L, e) and two (B, L) row statistics.
+    Inputs are the *scaled inputs*, the values and a feature object turning rows of
+    them into log features, so no (L, M) tensor is ever formed or saved. The sequence
+    is processed in blocks of ``n`` chunks: features of a block in one product, then
+    every chunk of the block in batched products (masked ``C x C`` scores, chunk states
+    ``K^T v``), the states chained by one ``addcmul`` per chunk. The backward recomputes
+    the features block by block: a forward scan with the prefix state gives the query
+    gradients and all intra-chunk gradients, a reverse scan with the suffix state of the
+    queries the key / value gradients from later chunks, all analytic (the features are
+    exponentials; the feature object's ``vjp`` maps ``dlq``, ``dlk`` to the inputs).
+    Saved for backward: the inputs, the output (B, L, e) and two (B, L) row statistics.
 
-    Intra-chunk terms: where the per-feature key maxima grow by at most ``G`` inside the
-    chunk (the common case), one causal pivot (prefix and first key) and a masked
-    ``C x C`` score matrix; otherwise the exact dyadic scheme of :func:`_intra`. The row
-    stabiliser is then ``R_t = max_m (lq_tm + c_end_m)``, an upper bound within ``e^G``
-    of the causal one: later keys of the chunk change ``R_t`` (a common factor of
-    numerator and denominator, exactly cancelling) but can neither overflow nor
-    underflow the output of ``t``.
+    Intra-chunk terms: where the per-feature key maxima grow by at most ``G`` inside every
+    chunk of a block (the common case), one causal pivot per chunk (prefix and first key)
+    and a masked ``C x C`` score matrix; otherwise the block runs chunk by chunk, with the
+    exact dyadic scheme of :func:`_intra` where needed. The row stabiliser is then ``R_t =
+    max_m (lq_tm + c_end_m)``, an upper bound within ``e^G`` of the causal one: later keys
+    of the chunk change ``R_t`` (a common factor of numerator and denominator, exactly
+    cancelling) but can neither overflow nor underflow the output of ``t``.
     """
 
     @staticmethod
-    def forward(ctx, xq, xk, va, keep, feat, chunk):
-        # xq (B, L, d), xk (B, L, d), va (B, L, E) masked rows zero, keep (B, L) bool
+    def forward(ctx, xq, xk, v, keep, feat, chunk, block):
+        # xq (B, L, d), xk (B, L, d), v (B, L, e), keep (B, L) bool or None
         B, L, _ = xq.shape
-        E = va.shape[-1]
+        e = v.shape[-1]
         M = feat.n_out
-        dt = xq.dtype
+        dt, dev = xq.dtype, xq.device
         G = _growth_bound(dt)
-        S = torch.zeros(B, M, E, dtype=dt, device=xq.device)  # prefix state, rel. to c
-        c = torch.full((B, M), _NEG, dtype=dt, device=xq.device)  # prefix key maxima
-        num = torch.empty(B, L, E, dtype=dt, device=xq.device)
-        Rall = torch.empty(B, L, dtype=dt, device=xq.device)
-        for lo in range(0, L, chunk):
-            hi = lo + chunk
-            kc = None if keep is None else keep[:, lo:hi]
-            lq = feat.log_features(xq[:, lo:hi], "q", None)  # (B, C, M)
-            lk = feat.log_features(xk[:, lo:hi], "k", kc)  # (B, C, M), masked -1e30
-            vc = va[:, lo:hi]
-            piv = _chunk_pivots(lk, c, G)
-            if piv is not None:
-                c_ref, c_new = piv
-                R = (lq + c_new[:, None, :]).amax(dim=-1)  # (B, C)
-                qf = (lq - R[..., None]).add_(c_ref[:, None, :]).exp_()  # (B, C, M) <= 1
-                kf = lk.sub_(c_ref[:, None, :]).exp_()  # (B, C, M) <= e^G
-                n = qf @ (S * torch.exp(c - c_ref)[..., None])  # earlier chunks
-                n.baddbmm_((qf @ kf.transpose(-1, -2)).tril_(), vc)  # this chunk
-                S.mul_(torch.exp(c - c_new)[..., None])
-                S.baddbmm_(kf.mul_(torch.exp(c_ref - c_new)[:, None, :]).transpose(-1, -2), vc)
-            else:
-                levels = _levels(lq, lk)
-                zd = lq + lk
-                R, z0 = _row_stabiliser(lq, zd, levels, c)
-                n = z0.sub_(R[..., None]).exp_() @ S  # keys of earlier chunks
-                n += _intra(lq, lk, vc, R, levels, zd)
-                c_new = torch.maximum(c, lk.amax(dim=1))  # (B, M)
-                S.mul_(torch.exp(c - c_new)[..., None])
-                S.baddbmm_(lk.sub_(c_new[:, None, :]).exp_().transpose(-1, -2), vc)
-            Rall[:, lo:hi] = R
-            num[:, lo:hi] = n
-            c = c_new
-        den = num[..., -1]
-        out = _safe_div(num[..., :-1], den)  # (B, L, e)
+        ws = _Workspace(dt, dev)
+        S = torch.zeros(B, M, e + 1, dtype=dt, device=dev)  # prefix state, rel. to c
+        c = torch.full((B, M), _NEG, dtype=dt, device=dev)  # prefix key maxima
+        out = torch.empty(B, L, e, dtype=dt, device=dev)
+        den = torch.empty(B, L, dtype=dt, device=dev)
+        Rall = torch.empty(B, L, dtype=dt, device=dev)
+        for lo in range(0, L, block):
+            hi = min(lo + block, L)
+            n = (hi - lo) // chunk
+            kb = None if keep is None else keep[:, lo:hi]
+            lq = _feats(feat, xq[:, lo:hi], "q", None, ws("lq", B, hi - lo, M))
+            lk = _feats(feat, xk[:, lo:hi], "k", kb, ws("lk", B, hi - lo, M))
+            va = _values(v, keep, lo, hi, ws("va", B, hi - lo, e + 1))  # (B, rows, e + 1)
+            res = _fwd_block(
+                lq.view(B, n, chunk, M),
+                lk.view(B, n, chunk, M),
+                va.view(B, n, chunk, -1),
+                c,
+                S,
+                G,
+                ws,
+            )
+            if res is None:
+                res = _fwd_chunks(lq, lk, va, c, S, G, chunk)
+            num, Rall[:, lo:hi], S, c = res
+            dn = den[:, lo:hi]
+            dn.copy_(num[..., e])
+            torch.div(num[..., :e], torch.where(dn > 0, dn, 1.0)[..., None], out=out[:, lo:hi])
         ctx.save_for_backward(
-            xq, xk, va, keep if keep is not None else torch.empty(0), out, den, Rall
+            xq, xk, v, keep if keep is not None else torch.empty(0), out, den, Rall
         )
         ctx.has_keep = keep is not None
-        ctx.feat, ctx.chunk = feat, chunk
+        ctx.feat, ctx.chunk, ctx.block = feat, chunk, block
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        xq, xk, va, keep, out, den, Rall = ctx.saved_tensors
+        xq, xk, v, keep, out, den, Rall = ctx.saved_tensors
         keep = keep if ctx.has_keep else None
-        feat, chunk = ctx.feat, ctx.chunk
+        feat, chunk, block = ctx.feat, ctx.chunk, ctx.block
         B, L, _ = xq.shape
-        E = va.shape[-1]
+        e = v.shape[-1]
         M = feat.n_out
-        dt = xq.dtype
+        dt, dev = xq.dtype, xq.device
         G = _growth_bound(dt)
-        ok = den > 0
-        inv = torch.where(
-            ok, 1.0 / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(den)
-        )  # (B, L)
-        # gradient w.r.t. the stabilised numerator [N, D]: g = [dO / D, -(dO . out) / D]
-        g = torch.cat([dout * inv[..., None], (-(dout * out).sum(-1) * inv)[..., None]], -1)
+        ws = _Workspace(dt, dev)
+        ok = den > 0  # rows with a visible key
+        inv = torch.where(ok, 1.0 / torch.where(ok, den, 1.0), 0.0)  # (B, L)
+        dout = dout.contiguous()
         dxq = torch.empty_like(xq)
         dxk = torch.empty_like(xk)
-        dva = torch.empty_like(va)
+        dv = torch.empty_like(v)
+        blocks = [(lo, min(lo + block, L)) for lo in range(0, L, block)]
 
-        def feats(x, side, lo, hi):
-            xc = x[:, lo:hi].detach().requires_grad_(True)
-            kc = None if (keep is None or side == "q") else keep[:, lo:hi]
-            return xc, feat.log_features(xc, side, kc)
+        def block_inputs(lo, hi):
+            n, rows = (hi - lo) // chunk, hi - lo
+            kb = None if keep is None else keep[:, lo:hi]
+            va = _values(v, keep, lo, hi, ws("va", B, rows, e + 1))
+            g = _num_grad(dout, out, inv, lo, hi, ws("g", B, rows, e + 1))
+            lq = _feats(feat, xq[:, lo:hi], "q", None, ws("lq", B, rows, M))
+            lk = _feats(feat, xk[:, lo:hi], "k", kb, ws("lk", B, rows, M))
+            return n, kb, va, g, lq, lk
 
         # float32 / float64 as the forward, even when backward() is called under autocast
-        no_autocast = torch.autocast(xq.device.type, enabled=False)
-        with torch.enable_grad(), no_autocast:
+        with torch.no_grad(), torch.autocast(dev.type, enabled=False):
             # forward scan: query gradients through the prefix state, intra-chunk gradients
-            S = torch.zeros(B, M, E, dtype=dt, device=xq.device)
-            c = torch.full((B, M), _NEG, dtype=dt, device=xq.device)
-            for lo in range(0, L, chunk):
-                hi = lo + chunk
-                R, gc = Rall[:, lo:hi], g[:, lo:hi]
-                xqc, lq = feats(xq, "q", lo, hi)
-                xkc, lk = feats(xk, "k", lo, hi)
-                vc = va[:, lo:hi].detach().requires_grad_(True)
-                with torch.no_grad():
-                    lkd = lk.detach()
-                    piv = _chunk_pivots(lkd, c, G)
-                    qf = (lq.detach() - R[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
-                    dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
-                if piv is not None:
-                    intra = _intra_one_pivot(lq, lk, vc, R, piv[0])
-                else:
-                    intra = _intra(lq, lk, vc, R)
-                dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = torch.autograd.grad(
-                    (intra, lq), (xqc, xkc, vc), (gc, dlq)
+            S = torch.zeros(B, M, e + 1, dtype=dt, device=dev)
+            c = torch.full((B, M), _NEG, dtype=dt, device=dev)
+            for lo, hi in blocks:
+                n, kb, va, g, lq, lk = block_inputs(lo, hi)
+                res = _bwd_block(
+                    lq.view(B, n, chunk, M),
+                    lk.view(B, n, chunk, M),
+                    va.view(B, n, chunk, -1),
+                    g.view(B, n, chunk, -1),
+                    Rall[:, lo:hi].view(B, n, chunk),
+                    c,
+                    S,
+                    G,
+                    ws,
                 )
-                with torch.no_grad():
-                    c_new = torch.maximum(c, lkd.amax(dim=1))
-                    S.mul_(torch.exp(c - c_new)[..., None])
-                    S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), va[:, lo:hi])
-                    c = c_new
-            # reverse scan: key / value gradients from the queries of later chunks through
-            # G_m = sum_t exp(lq_tm - R_t + rho_m) g_t with rho_m = min_t (R_t - lq_tm) over
-            # those chunks (every factor <= 1 since lk_jm <= R_t - lq_tm for j <= t)
-            Gs = torch.zeros(B, M, E, dtype=dt, device=xq.device)
-            rho = torch.full((B, M), _POS, dtype=dt, device=xq.device)
-            for lo in reversed(range(0, L, chunk)):
-                hi = lo + chunk
-                R = Rall[:, lo:hi]
-                if lo + chunk < L:
-                    xkc, lk = feats(xk, "k", lo, hi)
-                    with torch.no_grad():
-                        kf = (lk.detach() - rho[:, None, :]).exp_()  # (B, C, M), <= 1
-                        dva[:, lo:hi] += kf @ Gs  # (B, C, E)
-                        dlk = kf.mul_(va[:, lo:hi] @ Gs.transpose(-1, -2))
-                    (dx,) = torch.autograd.grad(lk, xkc, dlk)
-                    dxk[:, lo:hi] += dx
-                if lo == 0:
-                    break
-                with torch.no_grad():
-                    lq = feat.log_features(xq[:, lo:hi], "q", None)
-                    valid = ok[:, lo:hi, None]  # rows with a visible key
-                    gap = torch.where(valid, R[..., None] - lq, _POS)  # (B, C, M)
-                    rho_new = torch.minimum(rho, gap.amin(dim=1))
-                    qf = torch.where(valid, (rho_new[:, None, :] - gap).exp_(), 0.0)
-                    Gs.mul_(torch.exp(rho_new - rho)[..., None])
-                    Gs.baddbmm_(qf.transpose(-1, -2), g[:, lo:hi])
-                    rho = rho_new
-        return dxq, dxk, dva, None, None, None
+                if res is None:
+                    dxq[:, lo:hi], dxk[:, lo:hi], dva, S, c = _bwd_chunks(
+                        feat, xq[:, lo:hi], xk[:, lo:hi], kb, va, g, Rall[:, lo:hi], c, S, G, chunk
+                    )
+                else:
+                    dlq, dlk, dva, S, c = res
+                    _feature_vjp(feat, xq[:, lo:hi], "q", dlq, None, dxq[:, lo:hi])
+                    _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb, dxk[:, lo:hi])
+                dv[:, lo:hi] = dva[..., :e]
+            # reverse scan: key / value gradients from the queries of later chunks
+            Gs = torch.zeros(B, M, e + 1, dtype=dt, device=dev)
+            rho = torch.full((B, M), _POS, dtype=dt, device=dev)
+            for lo, hi in reversed(blocks):
+                n, kb, va, g, lq, lk = block_inputs(lo, hi)
+                dlk, dva, rho, Gs = _bwd_suffix(
+                    lq.view(B, n, chunk, M),
+                    lk.view(B, n, chunk, M),
+                    va.view(B, n, chunk, -1),
+                    g.view(B, n, chunk, -1),
+                    Rall[:, lo:hi].view(B, n, chunk),
+                    ok[:, lo:hi].view(B, n, chunk),
+                    rho,
+                    Gs,
+                    ws,
+                )
+                dv[:, lo:hi] += dva[..., :e]
+                _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb, dxk[:, lo:hi], accumulate=True)
+            if keep is not None:
+                dv.masked_fill_(~keep[..., None], 0.0)
+        return dxq, dxk, dv, None, None, None, None
 
 
-def causal_exp(xq, xk, va, keep, feat, chunk: int):
-    """Causal attention from log features computed chunk by chunk.
+def _block_rows(L: int, chunk: int) -> int:
+    """Rows per block: a multiple of ``chunk``, ``max(4 chunk, L / 8)`` capped at 512 (the
+    working set, a few (rows, M) blocks, stays bounded and a fraction of long sequences;
+    short ones still get blocks of several chunks), at least one chunk."""
+    return chunk * max(1, min(512, max(4 * chunk, L // 8)) // chunk)
 
-    xq, xk (B, L, d) scaled inputs; va (B, L, E) values with the normaliser column last
-    (masked rows zero); keep (B, L) bool or None; ``feat`` has ``n_out`` and
-    ``log_features(x, side, keep)`` (masked keys -> -1e30); chunk a power of two. ``L`` is
-    padded to a multiple of ``chunk`` with masked keys. Returns (B, L, E - 1).
+
+def causal_exp(xq, xk, v, keep, feat, chunk: int, block: int | None = None):
+    """Causal attention from log features computed block by block (FAVOR# eq. 4).
+
+    xq, xk (B, L, d) scaled inputs; v (B, L, e) values; keep (B, L) bool or None;
+    ``feat`` has ``n_out``, ``log_features(x, side, keep)`` (masked keys -> -1e30) and
+    optionally ``vjp(x, side, dl)`` (the gradient of ``sum(dl * log_features(x))``
+    w.r.t. ``x``; autograd on recomputed features otherwise); chunk a power of two;
+    block the rows per block (a multiple of ``chunk``; default :func:`_block_rows`). ``L``
+    is padded to a multiple of ``chunk`` with masked keys. Returns (B, L, e).
     """
     B, L, _ = xq.shape
     pad = (-L) % chunk
@@ -348,6 +618,8 @@ def causal_exp(xq, xk, va, keep, feat, chunk: int):
         keep = torch.cat([keep_p, torch.zeros(B, pad, dtype=torch.bool, device=xq.device)], 1)
         xq = torch.nn.functional.pad(xq, (0, 0, 0, pad))
         xk = torch.nn.functional.pad(xk, (0, 0, 0, pad))
-        va = torch.nn.functional.pad(va, (0, 0, 0, pad))
-    out = _CausalExp.apply(xq, xk, va, keep, feat, chunk)
+        v = torch.nn.functional.pad(v, (0, 0, 0, pad))
+    if block is None:
+        block = _block_rows(L + pad, chunk)
+    out = _CausalExp.apply(xq, xk, v, keep, feat, chunk, block)
     return out[:, :L] if pad else out

@@ -716,15 +716,97 @@ def _scaled(mom, scale):
 
 
 class _FusedFeatures:
-    """Chunk features for the causal scan: one fused matmul per chunk."""
+    """Block features for the causal scan: one fused product per block, and their
+    analytic vector-Jacobian product for the backward (no autograd on recomputed
+    features).
 
-    def __init__(self, fmap):
+    ``lq = x @ W + c - |B x|^2 / 2`` (FAVOR# eq. 4 features in log form, see
+    :mod:`kernelkit.attention._maps`) is ``[x, |B x|^2, 1] @ [W; -1/2; c]`` (masked keys:
+    ``|B x|^2 = 2e30``, so their log features are exactly ``-1e30``), and its gradient is
+    ``dx = dl @ W^T - (sum_m dl_m) B^T B x`` (``B^T B x = x`` for ``B`` None), both terms
+    from one product with ``[W^T, 1]`` (M, d + 1). The row buffers are kept across blocks.
+
+    ``input_scale`` ``r``: the inputs are unscaled (``x = r q`` is formed block by block,
+    so no scaled copy of the sequence exists); gradients are w.r.t. ``q``.
+    """
+
+    def __init__(self, fmap, input_scale: float = 1.0):
         self.fmap = fmap
+        self.r = float(input_scale)
         self.n_out = fmap.n_out
-        self.Wa = {"q": fmap.augmented_weights("q"), "k": fmap.augmented_weights("k")}
+        self.Wa, self.Wt = {}, {}
+        self.Wf = {"q": fmap.augmented_weights("q"), "k": fmap.augmented_weights("k")}
+        for side, W in (("q", fmap.W_q), ("k", fmap.W_k)):
+            lead, (d, M) = W.shape[:-2], W.shape[-2:]
+            c = fmap.c if fmap.c is not None else torch.zeros(M, dtype=W.dtype, device=W.device)
+            lead = torch.broadcast_shapes(lead, c.shape[:-1])
+            half = torch.full((*lead, 1, M), -0.5, dtype=W.dtype, device=W.device)
+            self.Wa[side] = torch.cat(
+                [
+                    torch.broadcast_to(W, (*lead, d, M)),
+                    half,
+                    torch.broadcast_to(c, (*lead, M))[..., None, :],
+                ],
+                dim=-2,
+            )  # (..., d + 2, M)
+            ones = torch.ones((*W.shape[:-2], M, 1), dtype=W.dtype, device=W.device)
+            Wt = torch.cat([W.transpose(-1, -2), ones], dim=-1)  # (..., M, d + 1)
+            self.Wt[side] = Wt * self.r if self.r != 1.0 else Wt  # dq = r dx
+        self._bufs = {}
+
+    def _row_input(self, x, side):
+        # B x for the row term (x itself where B is None), (B, rows, d)
+        Bm = self.fmap.B_q if side == "q" else self.fmap.B_k
+        if Bm is None:
+            return x
+        if Bm.dim() == self.Wt[side].dim() - 1:  # diagonal B (..., d)
+            return x * Bm[..., None, :]
+        return x @ Bm.transpose(-1, -2)
 
     def log_features(self, x, side, keep=None):
-        return self.fmap.log_features_fused(x, side, keep=keep, Wa=self.Wa[side])
+        x = x * self.r if self.r != 1.0 else x
+        return self.fmap.log_features_fused(x, side, keep=keep, Wa=self.Wf[side])
+
+    def _buf(self, name, *shape):
+        # contiguous view of a flat buffer kept across blocks
+        n = math.prod(shape)
+        b = self._bufs.get(name)
+        if b is None or b.numel() < n:
+            b = self._bufs[name] = torch.empty(
+                n, dtype=self.Wt["q"].dtype, device=self.Wt["q"].device
+            )
+        return b[:n].view(shape)
+
+    def log_features_into(self, x, side, keep, out):
+        # x (B, rows, d) -> out (B, rows, M)
+        B, rows, d = x.shape
+        xa = self._buf("xa", B, rows, d + 2)  # [x, |B x|^2, 1]
+        if self.r != 1.0:
+            x = torch.mul(x, self.r, out=xa[..., :d])
+        else:
+            xa[..., :d] = x
+        u = self._row_input(x, side)
+        sq = torch.mul(u, u, out=self._buf("sq", B, rows, d))
+        row = torch.sum(sq, dim=-1, out=self._buf("row", B, rows))  # (B, rows)
+        if keep is not None:
+            row.masked_fill_(~keep, 2e30)
+        xa[..., d] = row
+        xa[..., d + 1] = 1.0
+        return torch.matmul(xa, self.Wa[side], out=out)
+
+    def vjp(self, x, side, dl, out, accumulate=False):
+        # x (B, rows, d), dl (B, rows, M) -> out (B, rows, d), assigned or accumulated
+        d = x.shape[-1]
+        Bm = self.fmap.B_q if side == "q" else self.fmap.B_k
+        ds = dl @ self.Wt[side]  # (B, rows, d + 1): r [dl @ W^T, sum_m dl_m]
+        if self.r != 1.0:
+            x = x * self.r
+        u = self._row_input(x, side)  # B^T B x: x, diag(B^2) x or B^T (B x)
+        if Bm is not None:
+            u = u * Bm[..., None, :] if Bm.dim() == self.Wt[side].dim() - 1 else u @ Bm
+        if accumulate:
+            return out.add_(ds[..., :d]).addcmul_(ds[..., d:], u, value=-1.0)
+        return torch.addcmul(ds[..., :d], ds[..., d:], u, value=-1.0, out=out)
 
 
 def _augment_values(v, keep):
@@ -785,18 +867,14 @@ def _flatten_map(fmap, batch):
 
 
 def _causal(x, y, v, keep, fmap, chunk, batch):
+    # x, y (..., L, d) scaled inputs, v (..., L, e), keep (..., L) bool or None
     B = math.prod(batch)
     L, d, e = x.shape[-2], x.shape[-1], v.shape[-1]
     xq = x.reshape(B, L, d)
     xk = y.reshape(B, L, d)
-    ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
-    va = torch.cat([v, ones], dim=-1).reshape(B, L, e + 1)
-    kb = None
-    if keep is not None:
-        kb = keep.reshape(B, L)
-        va = va * kb[..., None].to(va.dtype)
+    kb = None if keep is None else keep.reshape(B, L)
     chunk = min(chunk, 1 << max(0, (L - 1).bit_length()))  # no more padding than needed
-    out = causal_exp(xq, xk, va, kb, fmap, chunk)
+    out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)  # (B, L, e)
     return out.reshape(*batch, L, e)
 
 

@@ -1,0 +1,236 @@
+"""Causal kernel internals: blocks of several chunks (batched one-pivot path, per-chunk
+fallback where keys jump), the analytic backward and feature VJPs, stabilisers under
+huge late keys (FAVOR# eq. 4 computed densely as the reference)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from kernelkit.attention import _linear as lin  # noqa: E402
+from kernelkit.attention import attention_moments, draw_features  # noqa: E402
+from kernelkit.attention._maps import build_log_map  # noqa: E402
+from kernelkit.attention.functional import _FusedFeatures  # noqa: E402
+
+
+def _data(BH=3, L=40, d=5, e=3, scale=1.0, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(BH, L, d, generator=g, dtype=dtype) * scale
+    k = torch.randn(BH, L, d, generator=g, dtype=dtype) * scale
+    v = torch.randn(BH, L, e, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def _feat(name, q, k, M=16):
+    # per-instance parameters (BH leading dim) as the causal path flattens them
+    mom = attention_moments(q, k)
+    W = torch.as_tensor(draw_features(name, M, q.shape[-1], 0)["W"])
+    return _FusedFeatures(build_log_map(name, W, mom, q.shape[-1]).to(q.dtype))
+
+
+def _dense(feat, q, k, v, keep=None):
+    # FAVOR# eq. 4 with the same features, causal, masked keys dropped
+    lq, lk = feat.fmap.log_features(q, "q"), feat.fmap.log_features(k, "k")
+    A = torch.exp(lq) @ torch.exp(lk).mT  # (BH, L, L)
+    A = A * torch.tril(torch.ones_like(A[0]))
+    if keep is not None:
+        A = A * keep[:, None, :]
+    den = A.sum(-1, keepdim=True)
+    return torch.where(den > 0, A @ v / torch.where(den > 0, den, 1.0), 0.0)
+
+
+class _NoVJP:
+    """The same features without ``vjp``: the kernel falls back to autograd."""
+
+    def __init__(self, feat):
+        self.n_out = feat.n_out
+        self.log_features = feat.log_features
+
+
+MAPS = ["positive", "sderf", "saderf", "aderf"]  # B: none, orthogonal, diagonal, full
+
+
+@pytest.mark.parametrize("name", MAPS)
+@pytest.mark.parametrize("chunk,block", [(4, 16), (8, 8), (2, 32)])
+def test_blocks_equal_dense_formula(name, chunk, block):
+    """Several chunks per block (and a ragged last block) give the dense causal formula."""
+    q, k, v = _data(L=40)
+    keep = torch.rand(3, 40, generator=torch.Generator().manual_seed(2)) > 0.3
+    feat = _feat(name, q, k)
+    out = lin.causal_exp(q, k, v, keep, feat, chunk, block)
+    torch.testing.assert_close(out, _dense(feat, q, k, v, keep.double()), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_feature_vjp_matches_autograd(name):
+    """Analytic ``dx = dl W^T - (sum dl) B^T B x`` of the fused features equals autograd."""
+    q, k, _ = _data(L=12)
+    feat = _feat(name, q, k)
+    dl = torch.randn(3, 12, feat.n_out, dtype=torch.float64)
+    for side, x in (("q", q), ("k", k)):
+        xc = x.clone().requires_grad_(True)
+        (ref,) = torch.autograd.grad(feat.log_features(xc, side), xc, dl)
+        torch.testing.assert_close(
+            feat.vjp(x, side, dl, torch.empty_like(x)), ref, rtol=1e-12, atol=1e-12
+        )
+        acc = torch.ones_like(x)
+        feat.vjp(x, side, dl, acc, accumulate=True)
+        torch.testing.assert_close(acc, ref + 1.0, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_fused_block_features_equal_log_features(name):
+    """``[x, |B x|^2, 1] @ [W; -1/2; c]`` into a buffer equals the map's log features;
+    masked keys give exactly -1e30."""
+    q, k, _ = _data(L=12)
+    feat = _feat(name, q, k)
+    keep = torch.rand(3, 12, generator=torch.Generator().manual_seed(6)) > 0.4
+    for side, x, kb in (("q", q, None), ("k", k, keep)):
+        out = feat.log_features_into(x, side, kb, torch.empty(3, 12, feat.n_out, dtype=x.dtype))
+        ref = feat.fmap.log_features(x, side)
+        if kb is not None:
+            assert torch.all(out[~kb] == -1e30)
+            out, ref = out[kb], ref[kb]
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_gradcheck_multi_chunk_blocks(name):
+    """The analytic backward (prefix scan, suffix scan, feature VJPs) matches finite
+    differences with several chunks per block, masked keys and an empty first row."""
+    q, k, v = _data(BH=2, L=14, d=3, e=2)
+    feat = _feat(name, q, k, M=6)
+    keep = torch.ones(2, 14, dtype=torch.bool)
+    keep[:, 0] = False
+    keep[0, 9] = False
+    args = (q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: lin.causal_exp(a, b, c, keep, feat, 2, 8), args, fast_mode=True
+    )
+
+
+def test_autograd_feature_fallback_agrees_with_analytic_vjp():
+    """Features without ``vjp`` (autograd on recomputed features) give the same gradients."""
+    q, k, v = _data(L=24)
+    feat = _feat("aderf", q, k)
+    grads = []
+    for f in (feat, _NoVJP(feat)):
+        a, b, c = (x.clone().requires_grad_(True) for x in (q, k, v))
+        lin.causal_exp(a, b, c, None, f, 4, 16).sin().sum().backward()
+        grads.append((a.grad, b.grad, c.grad))
+    for x, y in zip(*grads, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_huge_late_key_inside_a_block_changes_no_earlier_output(dtype):
+    """A key of huge norm late in a block (its chunk, and the block, leave the one-pivot
+    path) changes neither earlier outputs nor their gradients beyond rounding, and no
+    row under- or overflows."""
+    q, k, v = _data(BH=2, L=64, d=8, dtype=dtype)
+    feat = _feat("positive", q, k, M=32)
+    t = 37  # inside the second chunk of 8 of the block [32, 64)
+    k2 = k.clone()
+    k2[:, t + 1] *= 40.0  # log features ~1e3 above the others
+    w = torch.randn(2, t + 1, 3, dtype=dtype, generator=torch.Generator().manual_seed(4))
+
+    def run(kk):
+        a, b, c = (x.clone().requires_grad_(True) for x in (q, kk, v))
+        out = lin.causal_exp(a, b, c, None, feat, 8, 32)
+        (out[:, : t + 1] * w).sum().backward()
+        return out.detach(), a.grad, b.grad, c.grad
+
+    r1, r2 = run(k), run(k2)
+    tol = 1e-11 if dtype == torch.float64 else 2e-5
+    torch.testing.assert_close(r1[0][:, : t + 1], r2[0][:, : t + 1], rtol=tol, atol=tol)
+    for g1, g2 in zip(r1[1:], r2[1:], strict=True):
+        torch.testing.assert_close(g1, g2, rtol=tol, atol=tol)
+    assert torch.isfinite(r2[0]).all()
+    # later rows attend to the huge key: convex combinations of the values, finite
+    lo, hi = v.amin(dim=1, keepdim=True), v.amax(dim=1, keepdim=True)
+    assert torch.all(r2[0] >= lo - 1e-4) and torch.all(r2[0] <= hi + 1e-4)
+
+
+def test_block_and_chunk_paths_agree_at_moderate_growth():
+    """Keys growing by less than the bound inside chunks (one-pivot, batched per block)
+    and the per-chunk dyadic scheme give the same outputs and gradients."""
+    q, k, v = _data(L=48, scale=2.0)
+    feat = _feat("sderf", q, k)
+    res = []
+    for bound in (1e300, -1.0):
+        saved = lin._growth_bound
+        lin._growth_bound = lambda dtype, b=bound: b
+        try:
+            a, b, c = (x.clone().requires_grad_(True) for x in (q, k, v))
+            out = lin.causal_exp(a, b, c, None, feat, 4, 16)
+            out.cos().sum().backward()
+        finally:
+            lin._growth_bound = saved
+        res.append((out.detach(), a.grad, b.grad, c.grad))
+    for x, y in zip(*res, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_key_jump_mid_block_takes_the_exact_path_and_stays_causal(dtype, monkeypatch):
+    """A key whose log features jump by far more than the growth bound in the middle of a
+    block sends that block chunk by chunk (the dyadic scheme for its chunk): earlier
+    outputs and gradients unchanged, later rows finite convex combinations."""
+    q, k, v = _data(BH=2, L=64, d=8, dtype=dtype)
+    W = torch.randn(8, 32, dtype=dtype, generator=torch.Generator().manual_seed(5)) * 3.0
+
+    class Linear:  # log features x @ W (no row term): a scaled key raises them directly
+        n_out = 32
+
+        @staticmethod
+        def log_features(x, side, keep=None):
+            lf = x @ W
+            return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
+
+    feat = Linear()
+    t = 37
+    k2 = k.clone()
+    k2[:, t + 1] *= 30.0 if dtype == torch.float32 else 200.0  # jump >> the growth bound
+    calls = []
+    for fn in ("_fwd_chunks", "_bwd_chunks"):
+        orig = getattr(lin, fn)
+        monkeypatch.setattr(lin, fn, lambda *a, _f=orig, _n=fn: calls.append(_n) or _f(*a))
+    w = torch.randn(2, t + 1, 3, dtype=dtype, generator=torch.Generator().manual_seed(4))
+
+    def run(kk):
+        a, b, c = (x.clone().requires_grad_(True) for x in (q, kk, v))
+        out = lin.causal_exp(a, b, c, None, feat, 8, 32)
+        (out[:, : t + 1] * w).sum().backward()
+        return out.detach(), a.grad, b.grad, c.grad
+
+    r1 = run(k)
+    assert not calls  # bounded growth everywhere: batched one-pivot blocks
+    r2 = run(k2)
+    assert calls == ["_fwd_chunks", "_bwd_chunks"]
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    torch.testing.assert_close(r1[0][:, : t + 1], r2[0][:, : t + 1], rtol=tol, atol=tol)
+    for g1, g2 in zip(r1[1:], r2[1:], strict=True):
+        torch.testing.assert_close(g1, g2, rtol=tol, atol=tol)
+    assert torch.isfinite(r2[0]).all()
+    lo, hi = v.amin(dim=1, keepdim=True), v.amax(dim=1, keepdim=True)
+    assert torch.all(r2[0] >= lo - 1e-4) and torch.all(r2[0] <= hi + 1e-4)
+
+
+def test_input_scale_folded_per_block_equals_scaled_inputs():
+    """Features of unscaled inputs with ``input_scale = r`` (``x = r q`` formed per block)
+    give the outputs of the scaled inputs and the gradients w.r.t. the unscaled ones."""
+    q, k, v = _data(L=24)
+    keep = torch.rand(3, 24, generator=torch.Generator().manual_seed(7)) > 0.2
+    r = 0.7
+    feat = _feat("aderf", q * r, k * r)
+    feat_r = _FusedFeatures(feat.fmap, input_scale=r)
+    res = []
+    for f, s in ((feat, r), (feat_r, 1.0)):
+        a, b, c = (x.clone().requires_grad_(True) for x in (q, k, v))
+        out = lin.causal_exp(a * s, b * s, c, keep, f, 4, 16)
+        out.sin().sum().backward()
+        res.append((out.detach(), a.grad, b.grad, c.grad))
+    for x, y in zip(*res, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-11, atol=1e-12)
