@@ -10,10 +10,11 @@ values ``v`` (S, e). The attention output is
 Stabilisers (all cancel exactly in the ratio; they are detached, which is exact since
 the output does not depend on them):
 
-* bidirectional: a per-feature key maximum ``c_m = max_j lk_jm`` is moved to the query
-  side (``lk - c``, ``lq + c``), then the query row maximum ``R_t = max_m (lq_tm + c_m)``
-  is subtracted. Every factor is ``<= 1`` and the largest term of every row is exactly 1,
-  so neither overflow nor a vanishing denominator is possible at any input norm.
+* bidirectional (positive maps: :mod:`kernelkit.attention._bidirectional`, streamed): a
+  per-feature key maximum ``c_m = max_j lk_jm`` is moved to the query side (``lk - c``,
+  ``lq + c``), then the query row maximum ``R_t = max_m (lq_tm + c_m)`` is subtracted.
+  Every factor is ``<= 1`` and the largest term of every row is exactly 1, so neither
+  overflow nor a vanishing denominator is possible at any input norm.
 * causal: the same with *causal* maxima, ``c_tm = max_{j <= t} lk_jm`` and
   ``R_t = max_m (lq_tm + c_tm)`` (the largest term among the keys a query may see).
   Keys of earlier chunks enter through a running state kept relative to the prefix
@@ -51,7 +52,7 @@ import math
 
 import torch
 
-__all__ = ["bidirectional_exp", "bidirectional_plain", "causal_exp"]
+__all__ = ["bidirectional_plain", "causal_exp"]
 
 _NEG = -1e30  # finite "minus infinity" for maxima over masked / empty sets
 _POS = 1e30
@@ -64,27 +65,6 @@ def _safe_div(num, den):
 
 
 # ============================================================== bidirectional
-def bidirectional_exp(fmap, x, y, va, keep=None):
-    """Bidirectional attention with affine-log features (FAVOR# eq. 4).
-
-    x (..., L, d), y (..., S, d) scaled inputs; va (..., S, e + 1) values with the
-    normaliser column last (masked rows zero); keep (..., S) bool or None.
-    Four passes over each (L, M) feature tensor: one matmul (row term and constants
-    folded in), a max, and an in-place subtract and exp. Returns (..., L, e).
-    """
-    lk = fmap.log_features_fused(y, "k", keep=keep)  # (..., S, M)
-    with torch.no_grad():
-        c = lk.amax(dim=-2)  # (..., M) per-feature key max
-    pk = lk.sub_(c[..., None, :]).exp_()  # (..., S, M), <= 1
-    kv = pk.transpose(-1, -2) @ va  # (..., M, e + 1)
-    lq = fmap.log_features_fused(x, "q", shift=c)  # (..., L, M): lq + c
-    with torch.no_grad():
-        r = lq.amax(dim=-1, keepdim=True)  # (..., L, 1)
-    pq = lq.sub_(r).exp_()  # (..., L, M), row max 1
-    num = pq @ kv  # (..., L, e + 1)
-    return _safe_div(num[..., :-1], num[..., -1])
-
-
 def bidirectional_plain(fq, fk, v, keep=None):
     """Bidirectional attention from explicit features (relu, elu, trig, hybrids).
 

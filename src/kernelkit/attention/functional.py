@@ -368,11 +368,12 @@ def linear_attention(
         (two features per projection), see :func:`hybrid_base_size` for the hybrid.
     is_causal : bool
         Query ``t`` sees keys ``j <= t`` only (needs ``L == S``). Chunked prefix sums
-        (``chunk_size``): O(chunk_size M e) working memory in the forward and the
-        backward pass (a custom autograd Function recomputes the features chunk by
-        chunk). Fitted parameters never use the sequence (``moments`` from other data,
-        module docstring); stabilisers are causal or exactly cancelling factors bounded
-        so that a later token cannot change an earlier output beyond rounding (see
+        (``chunk_size``), chunks processed in blocks of at most 512 rows: O(block M e)
+        working memory in the forward and the backward pass (a custom autograd Function
+        recomputes the features block by block, gradients in closed form). Fitted
+        parameters never use the sequence (``moments`` from other data, module
+        docstring); stabilisers are causal or exactly cancelling factors bounded so that
+        a later token cannot change an earlier output beyond rounding (see
         :mod:`kernelkit.attention._linear`).
     key_padding_mask : bool tensor (..., S), broadcastable to ``q.shape[:-2] + (S,)``
         True marks a padded key, excluded from the attention and from the fitted
@@ -644,6 +645,13 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
     keep = None if mask is None else ~mask  # (..., S)
     if name in EXP_MAPS and not is_causal:
         return _bidirectional(q, k, v, name, params, keep, scale, mom)
+    if name in EXP_MAPS:  # causal: the scale is applied block by block (no scaled copies)
+        if name in FITTED_MAPS:
+            mom = _check_moments(mom, batch, d, name, q.device)
+        W = _param(params["W"], q)  # (n_proj, d)
+        fmap = _flatten_map(build_log_map(name, W, mom, d).to(q.dtype), batch)
+        feats = _FusedFeatures(fmap, input_scale=math.sqrt(scale))
+        return _causal(q, k, v, keep, feats, chunk, batch)
     x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
 
     if name in ("relu", "elu"):
@@ -670,13 +678,7 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
     W = _param(params["W"], q)  # (n_proj, d)
     if name == "trig":
         return _bidirectional_trig(x, y, v, keep, W)
-    if name == "hybrid_angular":
-        return _bidirectional_hybrid(x, y, v, keep, W, _param(params["T"], q))
-
-    if name in FITTED_MAPS:
-        mom = _check_moments(mom, batch, d, name, q.device)
-    fmap = build_log_map(name, W, mom, d).to(q.dtype)
-    return _causal(x, y, v, keep, _FusedFeatures(_flatten_map(fmap, batch)), chunk, batch)
+    return _bidirectional_hybrid(x, y, v, keep, W, _param(params["T"], q))  # hybrid_angular
 
 
 def _key_weights(keep, dtype):
@@ -867,7 +869,8 @@ def _flatten_map(fmap, batch):
 
 
 def _causal(x, y, v, keep, fmap, chunk, batch):
-    # x, y (..., L, d) scaled inputs, v (..., L, e), keep (..., L) bool or None
+    # x, y (..., L, d) inputs (scaled, or unscaled with the scale in ``fmap``),
+    # v (..., L, e), keep (..., L) bool or None
     B = math.prod(batch)
     L, d, e = x.shape[-2], x.shape[-1], v.shape[-1]
     xq = x.reshape(B, L, d)
