@@ -80,3 +80,68 @@ def test_module_compiles_fullgraph_in_eval_mode(name):
     ref, _ = m(x, x, x)
     out, _ = torch.compile(m, fullgraph=True)(x, x, x)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["positive", "sderf", "elu"])
+def test_causal_compiles_fullgraph_and_matches_eager(name):
+    """The causal scan is one custom op in compiled graphs (its per-block path choice
+    reads the data): same output and gradients as eager, with a padding mask."""
+    from kernelkit.attention import attention_moments
+
+    q, k, v = _qkv(L=45)
+    mom = attention_moments(*_qkv(L=30, seed=5)[:2]) if name == "sderf" else None
+    mask = torch.zeros(1, 2, 45, dtype=torch.bool)
+    mask[..., 7] = True
+
+    def f(q, k, v):
+        return linear_attention(
+            q,
+            k,
+            v,
+            name,
+            32,
+            random_state=0,
+            is_causal=True,
+            moments=mom,
+            key_padding_mask=mask,
+            chunk_size=8,
+        )
+
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ref = f(*leaves)
+    ref.square().sum().backward()
+    grads = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    out = torch.compile(f, fullgraph=True)(*leaves)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    out.square().sum().backward()
+    for t, g in zip(leaves, grads, strict=True):
+        torch.testing.assert_close(t.grad, g, rtol=1e-4, atol=1e-5)
+
+
+def test_decoding_step_compiles_fullgraph():
+    from kernelkit.attention import init_decoding_state, linear_attention_step
+
+    q, k, v = _qkv(L=6)
+    state = init_decoding_state((1, 2), 16, "positive", 32, e=16, random_state=0)
+    step = torch.compile(linear_attention_step, fullgraph=True)
+    eager_state, outs, refs = state, [], []
+    for t in range(6):
+        o, state = step(q[..., t, :], k[..., t, :], v[..., t, :], state)
+        r, eager_state = linear_attention_step(
+            q[..., t, :], k[..., t, :], v[..., t, :], eager_state
+        )
+        outs.append(o)
+        refs.append(r)
+    torch.testing.assert_close(torch.stack(outs), torch.stack(refs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["positive", "sderf"])
+def test_module_causal_compiles_fullgraph_in_eval_mode(name):
+    torch.manual_seed(0)
+    m = FavorAttention(16, 2, feature_map=name, n_features=32, random_state=0).eval()
+    x = torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(1))
+    ref, _ = m(x, x, x, is_causal=True)
+    out, _ = torch.compile(m, fullgraph=True)(x, x, x, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
-from .functional import _check_moments, _check_sampler, draw_features
+from .functional import _check_moments, _check_sampler, _finite_check, draw_features
 
 __all__ = ["LinearAttentionState", "init_decoding_state", "linear_attention_step"]
 
@@ -297,10 +297,7 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
                 f"key_padding_mask must have shape {tuple(q.shape[:-1])}, got {tuple(m.shape)}."
             )
         keep = ~m
-    if check_finite:
-        for name, t in (("q_t", q), ("k_t", k), ("v_t", v)):
-            if not bool(torch.isfinite(t).all()):
-                raise ValueError(f"{name} contains NaN or inf.")
+    _finite_check(check_finite, q_t=q, k_t=k, v_t=v)
     return single, keep
 
 
@@ -378,7 +375,7 @@ def linear_attention_step(
     state: LinearAttentionState,
     *,
     key_padding_mask=None,
-    check_finite=True,
+    check_finite=None,
     inplace=False,
 ):
     """Causal linear attention for new tokens, from and to a recurrent state.
@@ -400,8 +397,10 @@ def linear_attention_step(
         ``inplace``.
     key_padding_mask : bool tensor (*batch_shape) or (*batch_shape, T), optional
         ``True`` = padded token: its key and value are not added to the state.
-    check_finite : bool
-        Raise a ``ValueError`` for NaN / inf inputs.
+    check_finite : bool or None
+        NaN / inf inputs: as :func:`~kernelkit.attention.linear_attention` (None: a
+        ``ValueError`` for eager CPU inputs, no check, so no host sync, on accelerators
+        and in compiled graphs; True: also there, as an asynchronous assert).
     inplace : bool
         Update ``state.kvz`` and ``state.c`` in place (as a static KV cache is): no
         allocation of ``M (e + 1)`` floats per step; the returned state shares them (use

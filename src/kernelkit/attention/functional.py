@@ -37,7 +37,7 @@ from .._backend import check_random_state
 from ..features.favor import Moments
 from ..features.hybrid import matched_n_features
 from ..features.sampling import SAMPLERS, draw_projection
-from . import _maps
+from . import _compiled, _maps
 from ._bidirectional import bidirectional_stream
 from ._linear import bidirectional_plain, causal_exp
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, build_log_map, fit_moments
@@ -662,18 +662,7 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
         if not is_causal:
             return bidirectional_plain(phi(x), phi(y), v, keep)
 
-        class _Plain:  # log of the positive linear features, for the causal scan
-            n_out = d
-
-            @staticmethod
-            def log_features(t, side, keep=None):
-                if name == "elu":  # log(elu(t) + 1) = t (t < 0), log1p(t) (t >= 0)
-                    lf = torch.where(t < 0, t, torch.log1p(t.clamp(min=0)))
-                else:
-                    lf = torch.log(torch.relu(t) + 1e-3)
-                return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
-
-        return _causal(x, y, v, keep, _Plain, chunk, batch)
+        return _causal(x, y, v, keep, _PlainFeatures(name, d), chunk, batch)
 
     W = _param(params["W"], q)  # (n_proj, d)
     if name == "trig":
@@ -868,6 +857,31 @@ def _flatten_map(fmap, batch):
     )
 
 
+class _PlainFeatures:
+    """Log of the positive linear features (relu, elu) for the causal scan."""
+
+    def __init__(self, name, d):
+        self.name, self.n_out = name, d
+
+    def log_features(self, t, side, keep=None):
+        if self.name == "elu":  # log(elu(t) + 1) = t (t < 0), log1p(t) (t >= 0)
+            lf = torch.where(t < 0, t, torch.log1p(t.clamp(min=0)))
+        else:
+            lf = torch.log(torch.relu(t) + 1e-3)
+        return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
+
+    def vjp(self, x, side, dl, out, accumulate=False):
+        # d/dx of sum(dl * log_features(x)): elu 1 (x < 0), 1 / (1 + x); relu
+        # 1[x > 0] / (x + 1e-3). x, dl, out (B, rows, d)
+        if self.name == "elu":
+            g = torch.where(x < 0, 1.0, 1.0 / (1.0 + x.clamp(min=0)))
+        else:
+            g = (x > 0).to(x.dtype) / (torch.relu(x) + 1e-3)
+        if accumulate:
+            return out.addcmul_(dl, g)
+        return torch.mul(dl, g, out=out)
+
+
 def _causal(x, y, v, keep, fmap, chunk, batch):
     # x, y (..., L, d) inputs (scaled, or unscaled with the scale in ``fmap``),
     # v (..., L, e), keep (..., L) bool or None
@@ -877,7 +891,10 @@ def _causal(x, y, v, keep, fmap, chunk, batch):
     xk = y.reshape(B, L, d)
     kb = None if keep is None else keep.reshape(B, L)
     chunk = min(chunk, 1 << max(0, (L - 1).bit_length()))  # no more padding than needed
-    out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)  # (B, L, e)
+    if torch.compiler.is_compiling():  # one opaque node running the eager scan
+        out = _compiled.causal(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)
+    else:
+        out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)  # (B, L, e)
     return out.reshape(*batch, L, e)
 
 

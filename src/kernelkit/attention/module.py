@@ -24,10 +24,10 @@ Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
   a batch never uses its own tokens and a position never sees later positions. Until the
   first update (``num_batches_tracked == 0``) they use FAVOR+ features (``A = 0``).
 
-``torch.compile``: the bidirectional path compiles (the feature redraw runs eagerly,
-outside the graph); the causal kernel is a custom autograd Function with a Python loop
-over chunks and is excluded from compilation (``torch.compiler.disable``): a compiled
-model runs it eagerly.
+``torch.compile``: both modes trace with ``fullgraph=True`` in eval mode (or with
+``redraw_interval=None``); the causal scan is one custom op in compiled graphs
+(:mod:`kernelkit.attention._compiled`); a feature redraw (NumPy) runs eagerly, outside
+the graph.
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ class FavorAttention(nn.Module):
       second moments of the scaled queries and keys) updated *after* each causal
       training forward, so no call sees its own tokens. Until the first update
       (``num_batches_tracked == 0``) they use FAVOR+ features. ``eval()`` freezes them.
-    * ``torch.compile``: the bidirectional path compiles; the causal kernel (a custom
-      autograd Function with a loop over chunks) and the redraw run eagerly
+    * ``torch.compile``: both modes compile with ``fullgraph=True`` in eval mode (the
+      causal scan as one custom op); a redraw in training mode runs eagerly
       (``torch.compiler.disable``).
     """
 
@@ -223,6 +223,7 @@ class FavorAttention(nn.Module):
         self.register_buffer(
             "num_batches_tracked", torch.zeros((), dtype=torch.long, device=device)
         )
+        self._n_tracked = 0  # its host mirror (see _batches_tracked)
 
     def _reset_parameters(self):
         if self._qkv_same_embed_dim:
@@ -428,7 +429,6 @@ class FavorAttention(nn.Module):
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
 
-    @torch.compiler.disable
     def _causal_attention(self, q, k, v, mask4, proj):
         # eager: chunk loop + custom autograd Function; running statistics read before and
         # updated after the call (training only), so no call sees its own tokens
@@ -539,8 +539,20 @@ class FavorAttention(nn.Module):
         return (out if self.batch_first else out.transpose(0, 1)), state
 
     # ------------------------------------------------------------ running statistics
+    def _batches_tracked(self) -> int:
+        """``num_batches_tracked`` as a Python int, mirrored on the host so that compiled
+        graphs read no buffer (a host sync and a graph break): refreshed after every
+        update and after ``load_state_dict``."""
+        if getattr(self, "_n_tracked", None) is None:
+            self._n_tracked = int(self.num_batches_tracked)
+        return self._n_tracked
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._n_tracked = int(self.num_batches_tracked)  # the loaded count
+
     def _running_moments(self):
-        if int(self.num_batches_tracked) == 0:
+        if self._batches_tracked() == 0:
             return None  # no statistics yet: FAVOR+ features (A = 0), see module doc
         return Moments(
             self.running_mean_q.double(),
@@ -557,7 +569,7 @@ class FavorAttention(nn.Module):
             t.mean(0).to(self.running_mean_q.dtype)
             for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
         ]
-        n = int(self.num_batches_tracked) + 1
+        n = self._batches_tracked() + 1
         f = 1.0 / n if self.momentum is None else (1.0 if n == 1 else float(self.momentum))
         for buf, val in zip(
             (
@@ -571,3 +583,4 @@ class FavorAttention(nn.Module):
         ):
             buf.mul_(1.0 - f).add_(val, alpha=f)
         self.num_batches_tracked += 1
+        self._n_tracked = n
