@@ -8,9 +8,9 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
-from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
+from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import dot_train, train_dot
 from ._chunked import as_dask_rows, is_dask_array, lazy_transform, reduce_rows, train_moments
 

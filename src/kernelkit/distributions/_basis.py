@@ -12,12 +12,12 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
-from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import to_numpy, validate_data
 from .._backend.chunks import is_dask_array
 from .._backend.parallel import SingleThreadedBlas, check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, CaseInsensitiveStrOptions, int_range
+from .._backend.sklearn_validation import validate_data as sk_validate_data
 from . import _chunked
 from ._cholesky import _check_tolerances, _pivoted_cholesky
 from ._kernels import _ALIASES, KERNEL_NAMES, make_kernel

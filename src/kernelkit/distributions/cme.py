@@ -9,10 +9,10 @@ from scipy.optimize import nnls
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
-from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float
 from .._backend.params import POSITIVE
+from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._base import check_constraint, check_xy
 from ._basis import (
     KERNEL_CONSTRAINT,

@@ -10,11 +10,11 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
-from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
 from .._backend.parallel import SingleThreadedBlas
 from .._backend.params import POSITIVE, int_range
+from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, fit_basis
 from .model_selection import clipped_log_loss
 

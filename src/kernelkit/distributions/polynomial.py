@@ -9,10 +9,10 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
-from sklearn.utils.validation import validate_data as sk_validate_data
 
 from .._backend import validate_positive_float, validate_positive_int
 from .._backend.params import POSITIVE, int_range
+from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._base import TensorJointModel, check_constraint, check_xy
 from ._basis import train_cross
 from .joint import solve_low_rank

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg.blas import dsyrk
-from sklearn.utils.validation import validate_data
 
 from .._backend.chunks import (
     as_dask_rows,
@@ -47,6 +46,7 @@ from .._backend.chunks import (
     reduce_rows,
 )
 from .._backend.parallel import effective_n_jobs
+from .._backend.sklearn_validation import validate_data
 from ._feature_map_param import map_features
 from ._posterior import choose_solver, gram_primal
 

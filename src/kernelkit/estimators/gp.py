@@ -21,12 +21,13 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
 from .._backend.chunks import is_dask_array, map_row_chunks
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
+from .._backend.sklearn_validation import validate_data
 from ._chunked import (
     FeatureStats,
     blocked_statistics,

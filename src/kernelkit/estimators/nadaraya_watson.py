@@ -37,11 +37,12 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
+from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._backend import (
     check_random_state,
@@ -29,6 +29,7 @@ from .._backend.params import (
     RANDOM_STATE,
     int_range,
 )
+from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 

@@ -9,11 +9,12 @@ from typing import ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import HasMethods, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._backend.chunks import is_dask_array, map_row_chunks
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE
+from .._backend.sklearn_validation import validate_data
 from ._chunked import (
     FeatureStats,
     blocked_statistics,

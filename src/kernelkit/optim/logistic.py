@@ -31,10 +31,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model._base import LinearClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
+from .._backend.sklearn_validation import validate_data
 from . import _validation as _v
 from . import solvers as _s
 from .kronecker import KroneckerPreconditioner
@@ -657,6 +658,13 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         )[1]["direction"]
 
     # ------------------------------------------------------------------ prediction
+    def decision_function(self, X):
+        """Class scores ``X coef_^T + intercept_``: (n_samples, n_classes), or
+        (n_samples,) for two classes."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return super().decision_function(X)
+
     def predict_proba(self, X):
         """Class probabilities, shape (n_samples, n_classes)."""
         scores = self.decision_function(X)
