@@ -1,8 +1,9 @@
 """Dot-product feature maps: construction, identities, exactness, backends, validation.
 
-Reference formulas are written here from ``shared/notes/dot_product_random_features.md``
-(eq. 18-21, 29, 33), independently of ``kernelkit.features.dot_product``. Monte Carlo
-checks (unbiasedness, variances) are in ``test_dot_product_mc.py``.
+Reference formulas are written here from the dot-product paper (eq. 18-21, 29, 33, with
+the corrections of the user guide's dot-product page), independently of
+``kernelkit.features.dot_product``. Monte Carlo checks (unbiasedness, variances) are in
+``test_dot_product_mc.py``.
 """
 
 from __future__ import annotations
