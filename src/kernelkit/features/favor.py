@@ -147,14 +147,23 @@ def _one_side(X, weights, full, n_jobs):
     if weights is not None:
         Xw = X * weights[..., None]
         mean = xp.sum(Xw, axis=-2)
-        second = xp.matrix_transpose(Xw) @ X if full else xp.sum(Xw * X, axis=-2)
+        second = xp.matrix_transpose(Xw) @ X if full else _column_dots(xp, Xw, X)
         return mean, second
     if moments_are_threaded(X):
         return _blocked_moments([X], full, n_jobs)[0]
-    if not full:
-        return xp.mean(X, axis=-2), xp.mean(X * X, axis=-2)
     n = X.shape[-2]
+    if not full:
+        return xp.mean(X, axis=-2), _column_dots(xp, X, X) / n
     return xp.mean(X, axis=-2), xp.matrix_transpose(X) @ X / n
+
+
+def _column_dots(xp, A, X):
+    """``sum_i A_il X_il`` (..., d) of A, X (..., n, d). For d <= 128 the diagonal of the
+    Gram product: a GEMM over the rows, several times faster than the elementwise product
+    and strided reduction it replaces (which also allocates an (n, d) temporary)."""
+    if X.shape[-1] <= 128:
+        return xp.linalg.diagonal(xp.matrix_transpose(A) @ X)
+    return xp.sum(A * X, axis=-2)
 
 
 def moments_are_threaded(X) -> bool:
