@@ -60,8 +60,8 @@ class _Side:
 
     ``Wa = [s W; 1]`` (..., d + 1, M) for ``[u, row] @ Wa`` with *unscaled* rows ``u``
     (the scale ``s`` folded into ``W``); the row term ``-s^2 |B u|^2 / 2`` is computed
-    once for the whole sequence, (N, L) and masked rows ``-1e30``, when ``B`` is None (a
-    norm reduction, no (L, d) temporary), else per block; ``s^2 B^T B`` serves the
+    once for the whole sequence, (N, L) with masked rows ``-1e30``: a norm reduction for
+    ``B`` None, chunks of :data:`_ROW_CHUNK` rows otherwise; ``s^2 B^T B`` serves the
     gradient of the row term.
     """
 
@@ -73,29 +73,22 @@ class _Side:
         self.s2 = s * s
         self.B = B
         self.diag = B is not None and B.dim() == W.dim() - 1
-        self.rows = None
+        u = u.detach()
         if B is None:
-            rows = torch.linalg.vector_norm(u.detach(), dim=-1).square_().mul_(-0.5 * self.s2)
-            self.rows = rows if keep is None else torch.where(keep, rows, _NEG)
+            rows = torch.linalg.vector_norm(u, dim=-1).square_().mul_(-0.5 * self.s2)
             self.BtB = None
-        elif self.diag:
-            self.BtB = B * B * self.s2  # (..., d)
         else:
-            self.BtB = (B.transpose(-1, -2) @ B) * self.s2  # (..., d, d), symmetric
+            if self.diag:
+                self.BtB = B * B * self.s2  # (..., d)
+            else:
+                self.BtB = (B.transpose(-1, -2) @ B) * self.s2  # (..., d, d), symmetric
+            rows = _transformed_rows(u, B, self.diag, -0.5 * self.s2)
+        self.rows = rows if keep is None else torch.where(keep, rows, _NEG)  # (N, L)
 
     def row(self, u, lo, hi, keep=None):
-        """Row term (N, b, 1) of the rows ``lo:hi`` (``u`` (N, b, d) unscaled); masked rows
-        ``-1e30`` (their log features are then ``-1e30`` up to rounding)."""
-        if self.rows is not None:
-            return self.rows[:, lo:hi, None]
-        if self.diag:
-            bu = u * (self.B if self.B.dim() == 1 else self.B[:, None, :])
-        else:
-            bu = u @ self.B.transpose(-1, -2)
-        row = (bu * bu).sum(-1, keepdim=True).mul_(-0.5 * self.s2)
-        if keep is not None:
-            row = torch.where(keep[..., None], row, _NEG)
-        return row
+        """Row term (N, b, 1) of the rows ``lo:hi``; masked rows ``-1e30`` (their log
+        features are then ``-1e30`` up to rounding)."""
+        return self.rows[:, lo:hi, None]
 
     def grad_input(self, dl, u):
         """Gradient w.r.t. unscaled rows ``u`` (N, b, d) of ``sum dl * log features``:
@@ -109,6 +102,27 @@ class _Side:
         else:
             btbu = u @ self.BtB
         return du.sub_(btbu.mul_(total))
+
+
+#: rows per chunk of the row-term pass of transformed inputs (a (N, rows, d) temporary)
+_ROW_CHUNK = 4096
+
+
+def _transformed_rows(u, B, diag, factor):
+    """``factor |B u_t|^2`` (N, L) of u (N, L, d) in chunks of rows: for diagonal ``B`` one
+    square and one product with ``B^2`` per chunk, else ``|u B^T|^2``."""
+    N, L, _ = u.shape
+    rows = torch.empty(N, L, dtype=u.dtype, device=u.device)
+    if diag:
+        w = (B * B * factor)[..., :, None]  # (d, 1) or (N, d, 1)
+    for lo in range(0, L, _ROW_CHUNK):
+        uc = u[:, lo : lo + _ROW_CHUNK]  # (N, c, d)
+        if diag:
+            rows[:, lo : lo + _ROW_CHUNK] = ((uc * uc) @ w)[..., 0]
+        else:
+            bu = uc @ B.transpose(-1, -2)
+            rows[:, lo : lo + _ROW_CHUNK] = (bu * bu).sum(-1).mul_(factor)
+    return rows
 
 
 class _Blocks:
