@@ -18,6 +18,22 @@ def _qkv(L=40, d=16, seed=0):
     return [torch.randn(1, 2, L, d, generator=g) for _ in range(3)]
 
 
+def _assert_compiled_matches_eager(f, q, k, v):
+    """``torch.compile(f, fullgraph=True)`` equals eager ``f``: outputs and the gradients
+    of ``sum(out^2)`` w.r.t. q, k, v."""
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ref = f(*leaves)
+    ref.square().sum().backward()
+    grads = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    out = torch.compile(f, fullgraph=True)(*leaves)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    out.square().sum().backward()
+    for t, g in zip(leaves, grads, strict=True):
+        torch.testing.assert_close(t.grad, g, rtol=1e-4, atol=1e-5)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
@@ -44,17 +60,7 @@ def test_bidirectional_compiles_fullgraph_and_matches_eager(name):
     def f(q, k, v):
         return linear_attention(q, k, v, name, 32, random_state=0)
 
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    ref = f(*leaves)
-    ref.square().sum().backward()
-    grads = [t.grad.clone() for t in leaves]
-    for t in leaves:
-        t.grad = None
-    out = torch.compile(f, fullgraph=True)(*leaves)
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
-    out.square().sum().backward()
-    for t, g in zip(leaves, grads, strict=True):
-        torch.testing.assert_close(t.grad, g, rtol=1e-4, atol=1e-5)
+    _assert_compiled_matches_eager(f, q, k, v)
 
 
 def test_check_finite_true_asserts_inside_compiled_graphs():
@@ -107,17 +113,7 @@ def test_causal_compiles_fullgraph_and_matches_eager(name):
             chunk_size=8,
         )
 
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    ref = f(*leaves)
-    ref.square().sum().backward()
-    grads = [t.grad.clone() for t in leaves]
-    for t in leaves:
-        t.grad = None
-    out = torch.compile(f, fullgraph=True)(*leaves)
-    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
-    out.square().sum().backward()
-    for t, g in zip(leaves, grads, strict=True):
-        torch.testing.assert_close(t.grad, g, rtol=1e-4, atol=1e-5)
+    _assert_compiled_matches_eager(f, q, k, v)
 
 
 def test_decoding_step_compiles_fullgraph():

@@ -85,7 +85,7 @@ class _Side:
             rows = _transformed_rows(u, B, self.diag, -0.5 * self.s2)
         self.rows = rows if keep is None else torch.where(keep, rows, _NEG)  # (N, L)
 
-    def row(self, u, lo, hi, keep=None):
+    def row(self, lo, hi):
         """Row term (N, b, 1) of the rows ``lo:hi``; masked rows ``-1e30`` (their log
         features are then ``-1e30`` up to rounding)."""
         return self.rows[:, lo:hi, None]
@@ -141,16 +141,15 @@ class _Blocks:
         return va if self.keep is None else va.mul_(self.keep[:, lo:hi])
 
 
-def _key_pass(k, keep, side, blocks, rows):
+def _key_pass(k, side, blocks, rows):
     """Online key state: ``K'`` (N, M), the per-feature maximum of the keys' log features
     (without ``c``), and ``[S, z]`` (N, M, e + 1) relative to ``exp(K')``."""
     S = k.shape[1]
     kmax = state = None
     for lo in range(0, S, rows):
         hi = min(lo + rows, S)
-        kb = None if keep is None else keep[:, lo:hi]
         u = k[:, lo:hi]  # (N, b, d)
-        lk = torch.cat([u, side.row(u, lo, hi, kb)], dim=-1) @ side.Wa  # (N, b, M)
+        lk = torch.cat([u, side.row(lo, hi)], dim=-1) @ side.Wa  # (N, b, M)
         bmax = lk.amax(dim=1)  # (N, M)
         if state is None:
             kmax = bmax
@@ -178,7 +177,7 @@ def _query_probs(q, lo, hi, side, Wq, blocks):
     """Stabilised query factors ``exp(lq + 2c + K' - R)`` (N, b, M) (row maximum exactly
     1) and the block ``u = q[:, lo:hi]`` (N, b, d)."""
     u = q[:, lo:hi]
-    ua = torch.cat([u, side.row(u, lo, hi), blocks.ones[:, : hi - lo]], dim=-1)
+    ua = torch.cat([u, side.row(lo, hi), blocks.ones[:, : hi - lo]], dim=-1)
     lq = ua @ Wq  # (N, b, M)
     return lq.sub_(lq.amax(dim=-1, keepdim=True)).exp_(), u
 
@@ -195,7 +194,7 @@ class _BidirectionalExp(torch.autograd.Function):
         N, L, _ = q.shape
         e = v.shape[-1]
         blocks = _Blocks(v, keep, rows)
-        kmax, state = _key_pass(k, keep, sk, blocks, rows)
+        kmax, state = _key_pass(k, sk, blocks, rows)
         shift = kmax if c is None else kmax + 2.0 * c  # (N, M)
         Wq = _query_weights(sq, shift)  # (N, d + 2, M)
         out = torch.empty(N, L, e, dtype=q.dtype, device=q.device)
@@ -242,7 +241,7 @@ class _BidirectionalExp(torch.autograd.Function):
             hi = min(lo + rows, S)
             kb = None if keep is None else keep[:, lo:hi]
             u = k[:, lo:hi]
-            lk = torch.cat([u, sk.row(u, lo, hi, kb)], dim=-1) @ sk.Wa  # (N, b, M)
+            lk = torch.cat([u, sk.row(lo, hi)], dim=-1) @ sk.Wa  # (N, b, M)
             pk = lk.sub_(kmax[:, None, :]).exp_()  # (N, b, M), <= 1
             va = blocks.values(lo, hi)  # (N, b, e + 1)
             dva = pk @ dstate  # (N, b, e + 1)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ._linear import _growth_bound
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
 from .functional import _check_moments, _check_sampler, _finite_check, draw_features
 
@@ -299,11 +300,6 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
         keep = ~m
     _finite_check(check_finite, q_t=q, k_t=k, v_t=v)
     return single, keep
-
-
-def _growth_bound(dtype) -> float:
-    # largest growth of the key maxima inside a block for the one-pivot path (as _linear)
-    return 60.0 if dtype == torch.float32 else 500.0
 
 
 def _ratio(nd):

@@ -378,6 +378,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         dense = isinstance(X, np.ndarray)
         wmax, cmax = self._consts["bound_" + side]
         limit = math.log(np.finfo(X.dtype).max)
+        plain_row = "B_" + side not in self._consts  # alpha is 0 or -1/2: never 1/2
         overflow = []
 
         def block(lo, hi):
@@ -390,9 +391,13 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
                 Xa[:, d] = 1.0
                 Xa[:, d + 1] = row
                 np.matmul(Xa, W_aug, out=o)  # X W^T + const + row
-                sq = np.einsum("ij,ij->i", Xb, Xb)
             else:
                 _matmul_augmented(Xb, (1.0, row), W_aug, o)
+            if plain_row:  # row = (alpha - 1/2) |x|^2: |x|^2 without another pass
+                sq = row / (self.alpha - 0.5)
+            elif dense:
+                sq = np.einsum("ij,ij->i", Xb, Xb)
+            else:
                 sq = np.asarray(Xb.multiply(Xb).sum(axis=1)).ravel()
             with np.errstate(over="ignore"):
                 exp(o, out=o)
