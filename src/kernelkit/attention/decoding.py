@@ -44,7 +44,8 @@ _HALF = (torch.float16, torch.bfloat16)
 
 @dataclass(frozen=True)
 class LinearAttentionState:
-    """Recurrent state of causal linear attention (see :func:`init_decoding_state`).
+    """Recurrent state of causal linear attention (see :func:`init_decoding_state`): the
+    prefix sums of FAVOR# eq. 4 in causal mode, kept relative to a running key maximum.
 
     Attributes
     ----------
