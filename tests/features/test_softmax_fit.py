@@ -446,7 +446,8 @@ def test_hierarchy_collapses_on_isotropic_symmetric_data():
 
 @pytest.mark.parametrize("cls", [SDERF, ADERF])
 def test_threaded_fit_draws_the_same_projections_as_a_serial_fit(cls):
-    # large inputs: the projections are drawn on a pool thread beside the moments
+    # large inputs: threaded moments first, then the projections drawn on a pool thread
+    # beside the serial fit
     rng = np.random.default_rng(4)
     X = 0.1 * rng.standard_normal((12000, 48))
     Y = 0.1 * rng.standard_normal((11000, 48))

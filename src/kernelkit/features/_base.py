@@ -95,6 +95,16 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     #: ``_validate_params()`` (every map declares all of its ``__init__`` parameters)
     _parameter_constraints: ClassVar[dict] = {}
 
+    @classmethod
+    def _get_param_names(cls):
+        # scikit-learn reads the names from the signature of __init__ on every get_params
+        # (so on every fit, through _validate_params): read it once per class
+        names = cls.__dict__.get("_param_names")
+        if names is None:
+            names = tuple(super()._get_param_names())
+            cls._param_names = names
+        return list(names)
+
     def _checks_finite_in_fit(self) -> bool:
         """Whether ``_fit`` checks the data for NaN / inf itself (through sums it computes
         anyway), so that ``fit`` need not make a pass over the data for it."""

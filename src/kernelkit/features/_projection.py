@@ -100,18 +100,28 @@ class ProjectionFeatureMap(FeatureMap):
         # small-d linear algebra on one BLAS thread (see SingleThreadedBlas)
         with SingleThreadedBlas() if d <= _SMALL_D else contextlib.nullcontext():
             if self._draw_beside_fit(Xs, Ys):
-                # the draw runs beside the threaded moments (one more task of the pool)
-                self.projection_, _ = run_beside(draw, lambda: self._fit_parameters(Xs, Ys, None))
+                # the O((n + m) d^2) statistics take every thread of the pool; the O(M d)
+                # draw then runs on a pool thread beside the serial O(d^3) solve
+                stats = self._fit_statistics(Xs, Ys)
+                self.projection_, _ = run_beside(
+                    draw, lambda: self._fit_parameters(Xs, Ys, None, stats=stats)
+                )
             else:
                 self.projection_ = draw()
                 self._fit_parameters(Xs, Ys, rng)
             self._build()
 
     def _draw_beside_fit(self, X, Y) -> bool:
-        """Whether to draw the projections on a pool thread while ``_fit_parameters`` runs
-        (same draws either way). Only for fits that neither draw from ``rng`` nor read
-        ``projection_``, and are long enough to pay for the hand-over."""
+        """Whether to compute :meth:`_fit_statistics` first and then draw the projections
+        on a pool thread while ``_fit_parameters`` runs (same draws either way). Only for
+        fits that neither draw from ``rng`` nor read ``projection_``, and are long enough to
+        pay for the hand-over."""
         return False
+
+    def _fit_statistics(self, X, Y):
+        """The threaded data pass of a fit that draws beside (see :meth:`_draw_beside_fit`),
+        handed to ``_fit_parameters(X, Y, None, stats=...)``."""
+        return None
 
     def _fit_parameters(self, X, Y, rng):
         """Fit data-dependent parameters from float64 NumPy ``X`` (n, d), ``Y`` (m, d).

@@ -202,7 +202,8 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         return self._derf != "positive"  # the moments' sums see every entry
 
     def _draw_beside_fit(self, X, Y):
-        # the threaded moments of large X, Y (O((n + m) d^2)) hide the O(M d) draw
+        # large X, Y: the threaded moments (O((n + m) d^2)) first, then the O(M d) draw on
+        # a pool thread beside the serial O(d^3) fit
         return (
             self._derf != "positive"
             and effective_n_jobs(self.n_jobs) > 1
@@ -210,13 +211,17 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             and moments_are_threaded(Y)
         )
 
-    def _fit_parameters(self, X, Y, rng):
+    def _fit_statistics(self, X, Y):
+        with np.errstate(over="ignore", invalid="ignore"):  # NaN / inf: checked below
+            mom = moments(X, Y, full=self._full_moments, n_jobs=self.n_jobs)
+        _check_finite_moments(mom, X, Y)
+        return mom
+
+    def _fit_parameters(self, X, Y, rng, stats=None):
         if self._derf == "positive":
             params = fit_derf("positive", None, dim=X.shape[1])
         else:
-            with np.errstate(over="ignore", invalid="ignore"):  # NaN / inf: checked below
-                mom = moments(X, Y, full=self._full_moments, n_jobs=self.n_jobs)
-            _check_finite_moments(mom, X, Y)
+            mom = self._fit_statistics(X, Y) if stats is None else stats
             params = fit_derf(self._derf, mom, eps=getattr(self, "eps", DEFAULT_EPS))
         self._set_parameters(params)
 
@@ -612,9 +617,12 @@ class GERF(_DiagonalDERF):
     def _checks_finite_in_fit(self):
         return self.A is None
 
-    def _fit_parameters(self, X, Y, rng):
+    def _draw_beside_fit(self, X, Y):
+        return self.A is None and super()._draw_beside_fit(X, Y)  # a given A needs no moments
+
+    def _fit_parameters(self, X, Y, rng, stats=None):
         if self.A is None:
-            return super()._fit_parameters(X, Y, rng)
+            return super()._fit_parameters(X, Y, rng, stats=stats)
         self._set_parameters(DERFParameters(np.full(X.shape[1], float(self.A))))
 
 
