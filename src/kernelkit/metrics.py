@@ -1,8 +1,8 @@
 """Error metrics for kernel approximation and approximate GP inference.
 
 From Wacker, Kanagawa & Filippone, "Improved Random Features for Dot Product Kernels",
-Sec. 6.1.3 and App. D.5 (equation numbers refer to the paper; errata as numbered on the
-user guide's dot-product page):
+Sec. 6.1.3 and App. D.5 (equation numbers refer to the paper; errata as numbered in
+``docs/derivations/dot_product.md``):
 
 * :func:`relative_frobenius_error` – eq. 58, ``|K - Re K_hat|_F / |K|_F``;
 * :func:`gaussian_kl` – eq. 93 corrected (erratum 5): KL between diagonal Gaussians of the
@@ -107,8 +107,9 @@ def gaussian_kl(
 ):
     """KL divergence between diagonal Gaussian posteriors (eq. 93, corrected).
 
-    Erratum 5 (user guide, dot-product page): eq. 93 is labelled ``KL[appr || exact]`` but its
-    printed terms are not a KL divergence (they can be negative). The default here is
+    Erratum 5 (``docs/derivations/dot_product.md``): eq. 93 is labelled ``KL[appr || exact]``
+    but its printed terms are not a KL divergence (they can be negative). The default
+    here is
 
     ``KL[N(mu_e, var_e) || N(mu_a, var_a)] = 1/2 (var_e/var_a + log(var_a/var_e) - 1
     + (mu_e - mu_a)^2 / var_a)``

@@ -1,7 +1,7 @@
 """Test helpers for the softmax-family feature maps: data, z-scores, reference formulas.
 
 Everything here is written from the formulas of the FAVOR# paper (with the corrections
-of the user guide's softmax page), independently of ``kernelkit.features.softmax``, so tests
+of docs/derivations/favor_sharp.md), independently of ``kernelkit.features.softmax``, so tests
 compare the library against the mathematics and not against itself.
 """
 

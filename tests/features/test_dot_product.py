@@ -1,7 +1,7 @@
 """Dot-product feature maps: construction, identities, exactness, backends, validation.
 
 Reference formulas are written here from the dot-product paper (eq. 18-21, 29, 33, with
-the corrections of the user guide's dot-product page), independently of
+the corrections of docs/derivations/dot_product.md), independently of
 ``kernelkit.features.dot_product``. Monte Carlo checks (unbiasedness, variances) are in
 ``test_dot_product_mc.py``.
 """

@@ -918,8 +918,8 @@ def _bidirectional_trig(x, y, v, keep, W):
 
 
 def _bidirectional_hybrid(x, y, v, keep, W, T):
-    # Angular hybrid (HRF eq. 12, 19; the real asymmetric map of the user guide's hybrid
-    # random features page, shared W): with
+    # Angular hybrid (HRF eq. 12, 19; the real asymmetric map derived in
+    # docs/derivations/hybrid.md, shared W): with
     # s(u) = sgn(T u) (n signs), phi++ (2m), phitrig (2m):
     #   Phi1(x) = [phi++(x); phitrig(x); s(x) o phitrig(x) / sqrt(n); s(x) o phi++(x) / sqrt(n)]
     #   Phi2(y) = [phi++(y); phitrig(y); s(y) o phitrig(y) / sqrt(n); -s(y) o phi++(y) / sqrt(n)]

@@ -1,8 +1,8 @@
 """Joint and conditional distributions from samples (adaptive joint distribution learning).
 
 Filipović, Multerer, Schneider, "Adaptive joint distribution learning" (equation numbers
-are the paper's); the derived formulas and library choices are on the user guide's joint
-distributions page.
+are the paper's); the errata, derived formulas and library choices are in
+``docs/derivations/joint_distribution.md``.
 
 * :func:`pivoted_cholesky` - matrix-free Algorithm 1 with the biorthogonal basis.
 * :class:`LowRankBasis` - orthonormal low-rank RKHS basis evaluated from the pivots;

@@ -114,7 +114,7 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     Because ``B`` vanishes outside the pivot rows (16), ``Psi(x)^T = k_piv(x) T`` with
     ``k_piv(x) = [k(x_{p_1}, x), ..., k(x_{p_m}, x)]`` and ``T = B[piv] V`` (m, m):
     :meth:`transform` costs m kernel evaluations plus O(m^2) per point and needs only the
-    pivot points (user guide, joint distributions page, Derived formulas).
+    pivot points (``docs/derivations/joint_distribution.md``, "Derived formulas").
 
     The rotated training features ``A`` (n, m) are not stored: the fit keeps the factor
     ``L^T`` (m, n) and ``V`` (m, m), and every statistic the estimators need

@@ -1,6 +1,6 @@
 """Exact solver of the positivity-constrained low-rank JDL problem (Sec. 4.3).
 
-Problem (22) in its diagonal form (derived; user guide, joint distributions page)::
+Problem (22) in its diagonal form (derived; ``docs/derivations/joint_distribution.md``)::
 
     min_H  sum_kl W_kl H_kl^2 - 2 c_kl H_kl
     s.t.   <S, H> = 0                                   (20)   [optional]

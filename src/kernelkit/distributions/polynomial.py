@@ -152,8 +152,8 @@ class PolynomialJointDistribution(TensorJointModel):
     """Polynomial JDL (JPDL, App. B): ``h(x, y) = psi_Y(y)^T H psi_X(x)`` with
     empirically orthonormal monomials of degree <= ``degree`` (exact, tolerance 0).
 
-    Objective (38) is the diagonal form of problem (22) (user guide, joint distributions
-    page) with ``W = 1 + reg`` and ``A = L``:
+    Objective (38) is the diagonal form of problem (22)
+    (``docs/derivations/joint_distribution.md``) with ``W = 1 + reg`` and ``A = L``:
     unconstrained ``H = (L_Y^T L_X / n - S / n^2) / (1 + reg)``; normalised with one
     multiplier. ``constraint="positive"`` adds the sum-of-squares condition (39)
     ``1 + h(z) = tau(z) M tau(z)^T``, ``M >= 0`` (PSD), ``z = (x, y)``, which makes

@@ -10,7 +10,7 @@ Training points ``u_i`` (``i = 1..L``) with one-hot labels ``r_i`` (``n`` classe
 ``r* ~ P (S^T R)``: ``O(L M n)`` preprocessing for ``S^T R`` and ``O(M n)`` per query
 instead of ``O(L n)``.
 
-Numerical stability (library choice; user guide, FAVOR# page, "Library choices").
+Numerical stability (library choice; ``docs/derivations/favor_sharp.md``, "Library choices").
 Positive features are handled in log space. With ``log S`` (L, D) and ``log P`` (Q, D):
 
 * a per-*feature* constant ``c_m = max_i log S_im`` is moved from the key side to the

@@ -3,7 +3,7 @@ sketches (real and complex), TensorSRHT (real and complex) and TensorSketch.
 
 Reference: Wacker, Kanagawa, Filippone, "Improved Random Features for Dot Product
 Kernels" (equation / algorithm numbers below are the paper's), with the errata as
-numbered on the user guide's dot-product page:
+numbered in ``docs/derivations/dot_product.md``:
 
 * TensorSRHT draws a fresh sign vector *and permutation* per (block, degree) (erratum 4;
   a permutation shared by the degrees is unbiased but breaks eq. 28/33);
@@ -21,9 +21,10 @@ Variances (Theorems 2, 5, 10). With ``G = x~.y~``, ``N = |x~|^2 |y~|^2``,
 
 * i.i.d. sketches, Theorem 2 (eq. 16): ``E|k_hat - k|^2 = [(m4 S + N - S + (r^2 + 1)(G^2 - S))^p
   - G^(2p)] / D``;
-* the real part (derived; user guide, dot-product page): ``E(Re k_hat - k)^2 = (E|k_hat - k|^2
-  + E(k_hat - k)^2) / 2`` with ``E(k_hat - k)^2 = [(m4 S + r^2 (N - S) + 2 (G^2 - S))^p
-  - G^(2p)] / D`` (the same pairing argument as Theorem 2 without the conjugate);
+* the real part (derived; ``docs/derivations/dot_product.md``):
+  ``E(Re k_hat - k)^2 = (E|k_hat - k|^2 + E(k_hat - k)^2) / 2`` with
+  ``E(k_hat - k)^2 = [(m4 S + r^2 (N - S) + 2 (G^2 - S))^p - G^(2p)] / D`` (the same
+  pairing argument as Theorem 2 without the conjugate);
 * TensorSRHT, Theorems 5/10 (eq. 28/33): ``V_q^(p)/D - c(D, d)/D^2 [G^(2p) - (G^2 -
   V_q^(1)/(d - 1))^p]`` with ``c(D, d)`` of eq. 29; the real part uses the same formula
   with ``V_q^(1) = N - S + r^2 (G^2 - S)`` replaced by ``W_q^(1) = G^2 - S + r^2 (N - S)``
@@ -339,8 +340,8 @@ class DotProductFeatureMap(FeatureMap):
         return iid_sketch_variance(G, N, S, self._p, self.n_features, q=q, m4=m4, kind=kind)
 
     def _variance(self, X, Y, xp):
-        # E(Re k_hat - k)^2, the variance of approx_kernel (derived, user guide); for real
-        # maps the paper's Theorem 2 / eq. 28 / 33
+        # E(Re k_hat - k)^2, the variance of approx_kernel (derived,
+        # docs/derivations/dot_product.md); for real maps the paper's Theorem 2 / eq. 28 / 33
         G, N, S = pair_statistics(X, Y, self._c)
         return _clip0(xp, self._variance_from_stats(G, N, S, "real"))
 

@@ -7,7 +7,8 @@ inputs ``x~ = [x; sqrt(coef0)]`` (:func:`pair_statistics`) and weights with
 i.i.d. sketches, Theorems 5 / 10 (eq. 28 / 33, with the padded dimension) for TensorSRHT,
 and the variance of TensorSketch (derived here; the paper has none). ``kind="complex"``
 is the paper's ``E|k_hat - k|^2``, ``kind="real"`` the variance of the real part
-(derived: the same pairing argument without the conjugate; user guide, dot-product page).
+(derived: the same pairing argument without the conjugate; ``docs/derivations/dot_product.md``,
+"Derived formulas").
 """
 
 from __future__ import annotations

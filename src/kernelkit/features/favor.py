@@ -23,8 +23,8 @@ on linearly transformed inputs ``x' = B x`` (Thm 4.1 with ``A = diag(a)``):
 
 which :func:`derf_log_weights` writes as one affine map, ``x @ W_eff + const``, plus the
 row term ``-|B x|^2 / 2`` (:func:`transformed_sq_norm`). Errata of the paper applied here
-(see the user guide's FAVOR# page): GERF uses ``-|x|^2/2`` (eq. 10-11 print ``C|x|^2/2``),
-and the ADERF scalar uses ``phi = 2 tr(Sigma)/d + 2 mu3``.
+(``docs/derivations/favor_sharp.md``, errata b and d): GERF uses ``-|x|^2/2`` (eq. 10-11
+print ``C|x|^2/2``), and the ADERF scalar uses ``phi = 2 tr(Sigma)/d + 2 mu3``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ __all__ = [
 #: maps whose features are :func:`derf_log_weights` of :func:`fit_derf` parameters
 DERF_MAPS = ("positive", "gerf", "saderf", "aderf", "sderf")
 
-#: relative ridge of the SADERF / ADERF second moments (library choice, user guide)
+#: relative ridge of the SADERF / ADERF second moments (library choice,
+#: ``docs/derivations/favor_sharp.md``, "Library choices")
 DEFAULT_EPS = 1e-6
 
 #: bytes of one row block of :func:`moments` on 2-D NumPy input (the blocks depend on the

@@ -1,8 +1,8 @@
 """Random Fourier features for the Gaussian kernel (Rahimi & Recht 2007).
 
 Reference forms from Wacker, Kanagawa & Filippone, "Improved Random Features for Dot
-Product Kernels" (equation numbers below refer to it; implementation note
-the user guide's shift-invariant kernels page):
+Product Kernels" (equation numbers below refer to it; the variances are derived in
+``docs/derivations/dot_product.md``):
 
 * eq. 59 (real): ``phi(x) = sqrt(2/D) [cos(w_j^T x), sin(w_j^T x)]_{j <= D/2}``, all cosines
   first, then all sines, ``w_j ~ N(0, I / l^2)``; ``phi(x)^T phi(y) =

@@ -2,7 +2,7 @@
 
 Reference: Wacker, Kanagawa, Filippone, "Improved Random Features for Dot Product
 Kernels" (equation / algorithm numbers below are the paper's), with the errata as
-numbered on the user guide's dot-product page:
+numbered in ``docs/derivations/dot_product.md``:
 
 * Algorithm 2 is budget-respecting (erratum 1): ``D_n = 1[a_n > 0]`` to start, then one
   feature at a time while ``sum D_n < D_total``;
@@ -253,7 +253,7 @@ class _MaclaurinBase(FeatureMap):
         return iid_sketch_variance(G, N, S, n, D, q=q, m4=m4, kind=kind)
 
     def _variance(self, X, Y, xp):
-        # the variance of approx_kernel, Re k_hat (derived, user guide)
+        # the variance of approx_kernel, Re k_hat (derived, docs/derivations/dot_product.md)
         return self._variance_kind(X, Y, xp, "real")
 
     def _complex_variance(self, X, Y, xp):

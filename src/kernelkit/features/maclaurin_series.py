@@ -9,7 +9,7 @@ Product Kernels", Sec. 5 and App. C; equation / algorithm numbers are the paper'
 * the budget-respecting Incremental Algorithm (Algorithm 2, erratum 1) and the search
   over the truncation degree (Algorithm 3), :func:`greedy_allocation`,
   :func:`optimize_allocation`, with the TensorSRHT surrogate of App. C
-  (:func:`srht_surrogate`; errata 9 and 10 on the user guide's dot-product page).
+  (:func:`srht_surrogate`; errata 9 and 10 in ``docs/derivations/dot_product.md``).
 
 The feature maps that use them are in :mod:`kernelkit.features.maclaurin`.
 """
@@ -195,7 +195,7 @@ def srht_surrogate(V, C, D, d: int):
     For ``C <= 0``: ``(V - C)/D + C`` for ``D <= d`` and ``(V + (d-1) C)/D`` beyond; for
     ``C > 0``: ``(V + (d-1) C)/D``. Exact at ``D`` in ``dN`` (and on ``D <= d`` when
     ``C <= 0``); ``V``, ``C`` are scalars (pair sums: the sign of the *summed* ``C`` picks
-    the branch, App. C; erratum 10 on the user guide's dot-product page).
+    the branch, App. C; erratum 10 in ``docs/derivations/dot_product.md``).
     """
     V, C = float(V), float(C)
     if isinstance(D, numbers.Integral):  # scalar fast path (Algorithm 2's inner loop)

@@ -2,8 +2,8 @@
 Gaussian kernels.
 
 Reference: K. Choromanski et al., "Hybrid Random Features" (ICLR 2022); equation, lemma
-and theorem numbers in this package are the paper's, with the corrections listed in the
-user guide's Hybrid random features page (the corrections win over the paper).
+and theorem numbers in this package are the paper's, with the corrections listed in
+``docs/derivations/hybrid.md`` (the corrections win over the paper).
 
 A hybrid estimator mixes two unbiased base estimators of ``SM(x, y) = exp(x^T y)`` with a
 random, data-dependent coefficient ``lambda_hat`` drawn independently of them (eq. 8-11):
