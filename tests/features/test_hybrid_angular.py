@@ -209,8 +209,9 @@ def test_errata_9_bound_holds_and_printed_eq27_fails():
         W / (r * np.sqrt(2 * m)) * np.sqrt(1 / np.pi - 1 / (n * np.pi) + 1 / (n * np.sqrt(np.pi)))
     )
     assert eps_max(r, n) > printed
-    # note Sec. 3 table: max eps(anghyb) / max eps(trig) = .165 at n = 1, r = 5 (equal m);
-    # with m = 1 this is the note's "max eps/W = 0.117 against a bound of 0.106"
+    # docs/derivations/hybrid.md, table of worst-case gains: max eps(anghyb) / max eps(trig)
+    # = .165 at n = 1, r = 5 (equal m); with m = 1 this is erratum 9's "max eps/W = 0.117
+    # against a bound of 0.106"
     np.testing.assert_allclose(eps_max(r, n) / W * np.sqrt(2 * m), 0.165, atol=1e-3)
     np.testing.assert_allclose(printed / W * np.sqrt(2 * m) / np.sqrt(2), 0.106, atol=1e-3)
 
