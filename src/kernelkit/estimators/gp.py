@@ -1,7 +1,8 @@
 """Gaussian-process regression and classification with random features (App. D).
 
 Wacker, Kanagawa & Filippone, "Improved Random Features for Dot Product Kernels",
-App. D (equation numbers refer to it; user guide: "Estimators" and "Dot-product kernels"):
+App. D (equation numbers refer to it; user guide: "Estimators"; derivations and the
+choices the paper leaves open: ``docs/derivations/dot_product.md``):
 
 * :class:`RandomFeatureGPRegressor` – the approximate GP posterior of eq. 84-90 with any
   symmetric (real or complex) feature map, prediction ``GP(Re mu, Re k_N)`` (eq. 86-87),
