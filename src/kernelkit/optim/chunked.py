@@ -43,7 +43,13 @@ import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 
-from .._backend.chunks import as_dask_rows, check_block, is_dask_array, reduce_rows
+from .._backend.chunks import (
+    as_dask_labels,
+    as_dask_rows,
+    check_block,
+    dask_unique,
+    reduce_rows,
+)
 from .._backend.sklearn_validation import validate_data
 from . import _validation as _v
 from . import solvers as _s
@@ -65,26 +71,6 @@ def _dask_rows(X, p=None, owner=None):
     if X.shape[0] == 0:
         raise ValueError(f"X is empty (shape {X.shape}); it needs >= 1 row.")
     return X
-
-
-def _dask_labels(y, X, owner=None, name="y"):
-    """``y`` (T,) as a Dask array with the row chunks of ``X`` (any dtype: labels)."""
-    import dask.array as da
-
-    where = f"{owner}: {name}" if owner else name
-    if not is_dask_array(y):
-        y = np.asarray(y)
-    if y.ndim != 1:
-        raise ValueError(f"{where} must be 1-D (n_samples,), got shape {y.shape}.")
-    if is_dask_array(y) and any(np.isnan(c) for c in y.chunks[0]):
-        y = y.compute_chunk_sizes()
-    if y.shape[0] != X.shape[0]:
-        raise ValueError(
-            f"{where} has {y.shape[0]} labels but X has {X.shape[0]} rows; they must match."
-        )
-    if not is_dask_array(y):
-        return da.from_array(y, chunks=(X.chunks[0],))
-    return y.rechunk({0: X.chunks[0]})
 
 
 def _check_weights(W):
@@ -359,7 +345,7 @@ def _bound(W, X, y, lam, mask, owner) -> ChunkedBound:
     """:func:`chunked_bound`; ``owner`` (an estimator's name) prefixes chunk messages."""
     W = _check_weights(W)
     X = _dask_rows(X, W.shape[0], owner)
-    y = _dask_labels(y, X, owner)
+    y = as_dask_labels(y, X, owner=owner)
     if y.dtype.kind not in "iu":
         raise TypeError(
             f"y must hold integer class indices 0..{W.shape[1] - 1}, got dtype {y.dtype}."
@@ -453,13 +439,11 @@ def fit_bound(est, X, y, schedule):
             "bound, summed over the row chunks). Use solver='bound' or X.compute()."
         )
     X = as_dask_rows(X, "X", owner=owner, vector="error")
-    if y is None:
-        raise ValueError(f"{owner}: y is required.")
-    y = _dask_labels(y, X, owner)
+    y = as_dask_labels(y, X, owner=owner)
     # scikit-learn's checks and n_features_in_ on the first row (dtype: float32 or float64)
     X0, y0 = (a.compute() for a in (X[:1], y[:1]))
     X0, _ = validate_data(est, X0, y0, dtype=[np.float64, np.float32], accept_sparse=False)
-    classes = reduce_rows(lambda _, yb: np.unique(yb), [y], np.union1d)  # sorted labels
+    classes = dask_unique(y)  # sorted labels
     check_classification_targets(classes)
     if len(classes) < 2:
         raise ValueError(

@@ -427,9 +427,11 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         """
         self._validate_params()
         schedule = self._check_params()
-        from .chunked import fit_bound, is_dask_array
+        from .._backend.chunks import is_dask_array
 
-        if is_dask_array(X) or is_dask_array(y):
+        if is_dask_array(X) or is_dask_array(y):  # sums over the row chunks
+            from .chunked import fit_bound
+
             return fit_bound(self, X, y, schedule)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         check_classification_targets(y)
