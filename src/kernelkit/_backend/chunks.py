@@ -15,8 +15,9 @@ data in the same three ways (user guide: "Scale-out with Dask"):
 
 Every NumPy block is checked by :func:`check_block` (real, finite, the right columns,
 with a message naming the block), Dask arrays are checked and aligned lazily by
-:func:`as_dask_rows`, and :func:`map_row_chunks` maps a function over row chunks lazily
-(predictions on Dask input). Dask is imported only when a Dask array is actually given.
+:func:`as_dask_rows` (class labels of any dtype by :func:`as_dask_labels`), and
+:func:`map_row_chunks` maps a function over row chunks lazily (predictions on Dask
+input). Dask is imported only when a Dask array is actually given.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ import numpy as np
 from .parallel import SingleThreadedBlas, block_map
 
 __all__ = [
+    "as_dask_labels",
     "as_dask_rows",
     "blas_threads_for_dask",
     "check_block",
+    "dask_unique",
     "is_chunked",
     "is_dask_array",
     "iter_block_pairs",
@@ -196,6 +199,36 @@ def as_dask_rows(
             raise ValueError(f"{where} has {Z.shape[0]} rows, expected {rows_like.shape[0]}.")
         Z = Z.rechunk({0: rows_like.chunks[0]})
     return Z
+
+
+def as_dask_labels(y, rows_like, name: str = "y", *, owner: str | None = None):
+    """Class labels ``y`` (n,) of any dtype as a Dask array with the row chunks of the
+    Dask array ``rows_like`` (NumPy is wrapped; lazily). ``ValueError`` unless ``y`` is
+    1-D with as many labels as ``rows_like`` has rows."""
+    import dask.array as da
+
+    where = f"{owner}: {name}" if owner else name
+    if y is None:
+        raise ValueError(f"{where} is required.")
+    if not is_dask_array(y):
+        y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"{where} must be 1-D (n_samples,), got shape {y.shape}.")
+    if is_dask_array(y) and any(np.isnan(c) for c in y.chunks[0]):
+        y = y.compute_chunk_sizes()
+    if y.shape[0] != rows_like.shape[0]:
+        raise ValueError(
+            f"{where} has {y.shape[0]} labels but X has {rows_like.shape[0]} rows; they must match."
+        )
+    if not is_dask_array(y):
+        return da.from_array(y, chunks=(rows_like.chunks[0],))
+    return y.rechunk({0: rows_like.chunks[0]})
+
+
+def dask_unique(y) -> np.ndarray:
+    """The sorted distinct values of the 1-D Dask array ``y``: each chunk's, merged in a
+    tree (:func:`reduce_rows`)."""
+    return reduce_rows(lambda _, yb: np.unique(yb), [y], np.union1d)
 
 
 def map_row_chunks(Z, fn, n_outputs: int | None = None):

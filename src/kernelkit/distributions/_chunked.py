@@ -48,6 +48,7 @@ __all__ = [
     "as_dask_rows",
     "check_pivot_sample",
     "concat_blocks",
+    "fit_sampled_bases",
     "is_chunked",
     "is_dask_array",
     "lazy_transform",
@@ -209,3 +210,81 @@ def pair_statistics(basis_x, basis_y, X, Y, n_jobs=None):
         )
 
     return reduce_rows(fn, [X, Y], ["X", "Y"], n_jobs=n_jobs)
+
+
+def basis_statistics(basis, X, n_jobs=None):
+    """One pass over the samples ``X`` of one basis: ``(n, L^T L, L^T 1, trace K,
+    ||L||_F^2)`` with ``L`` the factor rows ``k_piv(x) B[piv]`` (formed block by block)."""
+
+    def fn(Xb):
+        L = basis.pivot_factor(Xb)  # (b, m)
+        return (
+            Xb.shape[0],
+            L.T @ L,
+            L.sum(axis=0),
+            basis.kernel_.diag(Xb).sum(),
+            np.einsum("ij,ij->", L, L),
+        )
+
+    return reduce_rows(fn, [X], ["X"], n_jobs=n_jobs)
+
+
+def fit_sampled_bases(bases, arrays, names, pivot_sample, random_state, *, dask, n_jobs=None):
+    """Steps 1-2 of the module doc for one basis per array: pivots from a row sample,
+    statistics from one pass over all rows.
+
+    Parameters
+    ----------
+    bases : list of unfitted ``LowRankBasis`` (one or two)
+    arrays : list of arrays, shape (n, d_i)
+        Validated float64 NumPy arrays (``dask=False``), or NumPy / Dask arrays aligned
+        here to the row chunks of the first (``dask=True``; then checked chunk by chunk).
+    names : list of str            the arrays' names in messages
+    pivot_sample : int             rows of the pivot sample
+    random_state                   seed of the sample
+
+    Returns
+    -------
+    arrays : list                  the (aligned) training samples, kept by the bases as
+                                   ``train_data_``
+    rows : ndarray or None         the sample's rows (None: all rows)
+    cross : ndarray or None        ``L_1^T L_0`` for two bases, else None
+
+    Each basis gets its pivots (indices into the sample), ``centers_`` and the rotated
+    statistics over all n rows (``eigenvalues_``, ``train_sums_``, ``trace_residual_``).
+    """
+    from ._basis import _sk_2d
+
+    if dask:
+        ref = as_dask_rows(arrays[0], names[0])
+        arrays = [ref] + [
+            as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays[1:], names[1:], strict=True)
+        ]
+        if ref.shape[0] < 2:
+            raise ValueError(f"at least 2 samples are needed, got n_samples = {ref.shape[0]}.")
+    n = arrays[0].shape[0]
+    rows = sample_rows(n, pivot_sample, random_state)
+    samples = [a[rows] for a in arrays]
+    if dask:
+        import dask as _dask
+
+        samples = _dask.compute(*samples)
+    try:
+        for basis, sample in zip(bases, samples, strict=True):
+            basis._fit_pivots(_sk_2d(basis, sample, reset=True))
+    except ValueError as exc:
+        raise ValueError(f"the pivot sample ({len(rows)} rows) is invalid: {exc}") from exc
+    if len(bases) == 2:
+        (n_seen, gram_x, sum_x, gram_y, sum_y, cross, tr_x, tr_y, fro_x, fro_y) = pair_statistics(
+            bases[0], bases[1], arrays[0], arrays[1], n_jobs
+        )
+        stats = [(gram_x, sum_x, tr_x, fro_x), (gram_y, sum_y, tr_y, fro_y)]
+    else:
+        n_seen, gram, sums, tr, fro = basis_statistics(bases[0], arrays[0], n_jobs)
+        stats, cross = [(gram, sums, tr, fro)], None
+    if n_seen != n:
+        raise ValueError(f"the row chunks hold {n_seen} rows, but {names[0]} has {n} rows.")
+    for basis, array, (gram, sums, tr, fro) in zip(bases, arrays, stats, strict=True):
+        basis._set_statistics((gram + gram.T) / 2, sums, max(tr - fro, 0.0), tr, n)
+        basis.train_data_ = array
+    return arrays, (None if len(rows) == n else rows), cross

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import ClassVar
 
 import numpy as np
@@ -11,15 +12,26 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import validate_positive_float
-from .._backend.params import POSITIVE
+from .._backend.chunks import map_row_chunks
+from .._backend.params import POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._base import check_constraint, check_xy
 from ._basis import (
     KERNEL_CONSTRAINT,
     TOLERANCE_CONSTRAINTS,
     BasisCache,
+    LowRankBasis,
     fit_basis,
     train_cross,
+)
+from ._chunked import (
+    DEFAULT_PIVOT_SAMPLE,
+    as_dask_rows,
+    check_pivot_sample,
+    fit_sampled_bases,
+    is_dask_array,
+    lazy_transform,
+    reduce_rows,
 )
 
 __all__ = ["ConditionalMeanEmbedding"]
@@ -80,6 +92,14 @@ class ConditionalMeanEmbedding(BaseEstimator):
         simplex-constrained least-squares problem in ``m_Y`` unknowns).
     basis_cache : BasisCache, optional
         Share bases between fits (see :class:`~kernelkit.distributions.BasisCache`).
+        Used by exact fits only (NumPy input without ``pivot_sample``).
+    pivot_sample : int, optional
+        Run Algorithm 1 on this many rows drawn uniformly without replacement and reduce
+        the statistics of (44) (``A_Y^T A_X``, ``Lambda_X``, ``s_X``) over **all** rows in
+        one blocked pass, as :class:`~kernelkit.distributions.JointDistribution` does.
+        ``None``: all rows (exact Algorithm 1) for NumPy input, 50 000 rows for Dask input.
+    random_state : int, Generator or None, default=None
+        Seed of the pivot sample (used only when it is smaller than n).
 
     Attributes
     ----------
@@ -88,10 +108,23 @@ class ConditionalMeanEmbedding(BaseEstimator):
                                                  ``weights_map_ @ psi_X(x)``
     basis_x_, basis_y_ : LowRankBasis
     Y_pivots_ : ndarray, shape (m_Y, d_Y)        the pivot y's
+    pivot_rows_ : ndarray of int or None         rows of the pivot sample (None: all rows)
 
     Notes
     -----
-    Inputs of any real dtype are converted to float64; outputs are float64 NumPy arrays.
+    Scale-out: ``fit`` also takes ``dask.array.Array`` inputs (``X`` and / or ``Y``; rows
+    aligned to ``X``'s chunks). The pivots come from the pivot sample; the factor rows
+    of every chunk are formed in parallel on the active Dask scheduler (threads, or a
+    ``distributed.Client``) and reduced to the m-sized statistics in a tree (user guide:
+    "Scale-out with Dask"). With the same ``pivot_sample`` and ``random_state``, NumPy
+    and Dask input give the same model up to round-off. The model keeps its training
+    samples (``Y_fit_`` stays a lazy Dask array). On Dask ``X_new`` every prediction
+    (``pivot_weights``, ``conditional_weights``, ``normalization``,
+    ``conditional_expectation``, ``conditional_probability``) is a lazy Dask array;
+    ``validation_loss`` and ``score`` reduce over the chunks.
+
+    Inputs of any real dtype are converted to float64; outputs are float64 NumPy arrays
+    (Dask arrays for Dask ``X_new``).
     """
 
     _parameter_constraints: ClassVar[dict] = {
@@ -103,6 +136,8 @@ class ConditionalMeanEmbedding(BaseEstimator):
         **TOLERANCE_CONSTRAINTS,
         "constraint": [None, StrOptions({"normalized", "positive"})],
         "basis_cache": [None, BasisCache],
+        "pivot_sample": [None, *int_range(2)],
+        "random_state": RANDOM_STATE,
     }
 
     def __init__(
@@ -117,6 +152,8 @@ class ConditionalMeanEmbedding(BaseEstimator):
         max_rank=None,
         constraint=None,
         basis_cache=None,
+        pivot_sample=None,
+        random_state=None,
     ):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
@@ -128,22 +165,55 @@ class ConditionalMeanEmbedding(BaseEstimator):
         self.max_rank = max_rank
         self.constraint = constraint
         self.basis_cache = basis_cache
+        self.pivot_sample = pivot_sample
+        self.random_state = random_state
 
     def fit(self, X, Y):
-        """Fit on paired samples ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
+        """Fit on paired samples ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self.
+
+        ``X`` and ``Y`` may be NumPy or ``dask.array.Array`` (see Notes).
+        """
         self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
-        X, Y = check_xy(X, Y, estimator=self)
-        n = X.shape[0]
+        pivot_sample = check_pivot_sample(self.pivot_sample)
         common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
-        bx = fit_basis(
-            self.basis_cache, X, kernel=self.kernel_x, lengthscale=self.lengthscale_x, **common
-        )
-        by = fit_basis(
-            self.basis_cache, Y, kernel=self.kernel_y, lengthscale=self.lengthscale_y, **common
-        )
-        G = train_cross(by, bx)  # A_Y^T A_X, (m_Y, m_X)
+        dask = is_dask_array(X) or is_dask_array(Y)
+        if not dask:
+            X, Y = check_xy(X, Y, estimator=self)
+        if dask or (pivot_sample is not None and pivot_sample < X.shape[0]):
+            if Y is None:
+                check_xy(X, Y, estimator=self)  # the message of a missing Y
+            if self.basis_cache is not None:
+                warnings.warn(
+                    "basis_cache is not used by sampled-pivot / chunked fits (their "
+                    "statistics come from one pass over all rows, not a cached factor).",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            bx = LowRankBasis(self.kernel_x, self.lengthscale_x, **common)
+            by = LowRankBasis(self.kernel_y, self.lengthscale_y, **common)
+            (X, Y), self.pivot_rows_, cross = fit_sampled_bases(
+                [bx, by],
+                [X, Y],
+                ["X", "Y"],
+                pivot_sample or DEFAULT_PIVOT_SAMPLE,
+                self.random_state,
+                dask=dask,
+            )
+            G = by.rotation_.T @ cross @ bx.rotation_  # A_Y^T A_X = V_Y^T L_Y^T L_X V_X
+            if dask:
+                self.n_features_in_ = X.shape[1]
+        else:
+            bx = fit_basis(
+                self.basis_cache, X, kernel=self.kernel_x, lengthscale=self.lengthscale_x, **common
+            )
+            by = fit_basis(
+                self.basis_cache, Y, kernel=self.kernel_y, lengthscale=self.lengthscale_y, **common
+            )
+            G = train_cross(by, bx)  # A_Y^T A_X, (m_Y, m_X)
+            self.pivot_rows_ = None
+        n = X.shape[0]
         D = bx.eigenvalues_ + n * reg  # (m_X,)
         F = G / D
         T = by.coef_  # B_Y[piv] V_Y, (m_Y, m_Y)
@@ -163,15 +233,23 @@ class ConditionalMeanEmbedding(BaseEstimator):
         self.basis_x_, self.basis_y_ = bx, by
         self.coef_ = F
         self.weights_map_ = T @ F
-        self.Y_pivots_ = Y[by.pivots_].copy()
+        self.Y_pivots_ = by.centers_.copy()  # Y[pivot rows], (m_Y, d_Y)
         self.Y_fit_ = Y
         self.n_samples_ = n
         self.s_x_ = bx.train_sums_
         return self
 
+    def _pivot_train_rows(self) -> np.ndarray:
+        """Training rows of the pivot y's, (m_Y,) (pivots index the pivot sample)."""
+        piv = self.basis_y_.pivots_
+        return piv if self.pivot_rows_ is None else self.pivot_rows_[piv]
+
     def pivot_weights(self, X_new) -> np.ndarray:
-        """Weights over the pivot y's, ``B_Y[piv] V_Y F psi(x)``, shape (n_new, m_Y)."""
+        """Weights over the pivot y's, ``B_Y[piv] V_Y F psi(x)``, shape (n_new, m_Y)
+        (lazy for a Dask ``X_new``)."""
         check_is_fitted(self, "coef_")
+        if is_dask_array(X_new):  # each row chunk validated and mapped when computed
+            return lazy_transform(self.basis_x_, X_new, "X_new") @ self.weights_map_.T
         X_new = sk_validate_data(
             self, X_new, reset=False, dtype=np.float64, accept_sparse=False, ensure_min_samples=0
         )
@@ -184,9 +262,16 @@ class ConditionalMeanEmbedding(BaseEstimator):
         They need not sum to one: the normalisation error is ``|sum_j w_j - 1|``.
         """
         Wp = self.pivot_weights(X_new)
-        out = np.zeros((Wp.shape[0], self.n_samples_))
-        out[:, self.basis_y_.pivots_] = Wp
-        return out
+        cols, n = self._pivot_train_rows(), self.n_samples_
+
+        def spread(Wb):  # (b, m_Y) -> (b, n)
+            out = np.zeros((Wb.shape[0], n))
+            out[:, cols] = Wb
+            return out
+
+        if is_dask_array(Wp):
+            return map_row_chunks(Wp, spread, n)
+        return spread(Wp)
 
     def normalization(self, X_new) -> np.ndarray:
         """``E[1 | x] = sum_j w_j(x)``, shape (n_new,) (1 for a normalised conditional)."""
@@ -198,12 +283,13 @@ class ConditionalMeanEmbedding(BaseEstimator):
         Parameters
         ----------
         f : callable or array_like, shape (n, ...)
-            Values at the n training y's, or a vectorised callable (called on the pivots).
+            Values at the n training y's (NumPy or Dask: only the m_Y pivot rows are
+            read), or a vectorised callable (called on the pivots).
         X_new : array_like, shape (n_new, d_X)
 
         Returns
         -------
-        ndarray, shape (n_new, ...)
+        ndarray, shape (n_new, ...)  (a lazy Dask array for a Dask ``X_new``)
         """
         check_is_fitted(self, "coef_")
         if callable(f):
@@ -211,13 +297,13 @@ class ConditionalMeanEmbedding(BaseEstimator):
             if F.ndim == 0 or F.shape[0] != self.Y_pivots_.shape[0]:
                 raise ValueError("a callable f must return one value per sample (vectorised).")
         else:
-            F = np.asarray(f)
+            F = f if is_dask_array(f) else np.asarray(f)
             if F.ndim == 0 or F.shape[0] != self.n_samples_:
                 raise ValueError(
                     f"f must give one value per training sample: expected first "
                     f"dimension {self.n_samples_}, got shape {F.shape}."
                 )
-            F = F[self.basis_y_.pivots_]
+            F = np.asarray(F[self._pivot_train_rows()])  # (m_Y, ...): Dask computes m_Y rows
         F = F.astype(np.float64)
         if not np.all(np.isfinite(F)):
             raise ValueError("f values contain NaN or infinity.")
@@ -235,19 +321,30 @@ class ConditionalMeanEmbedding(BaseEstimator):
         )
 
     def validation_loss(self, X, Y) -> float:
-        """Held-out CME loss ``mean_i ||k_Y(y_i, .) - mu(x_i)||^2_{H_Y}`` (O(n' m^2))."""
+        """Held-out CME loss ``mean_i ||k_Y(y_i, .) - mu(x_i)||^2_{H_Y}`` (O(n' m^2));
+        Dask ``X`` / ``Y`` are reduced over their row chunks."""
         check_is_fitted(self, "coef_")
-        X, Y = check_xy(
-            X, Y, estimator=self, reset=False, min_samples=1, n_features_y=self.Y_fit_.shape[1]
-        )
-        Wp = self.pivot_weights(X)  # (n', m_Y)
         by = self.basis_y_
-        Ky = by.kernel_pivots(Y)  # (n', m_Y)
         Kpp = by.kernel_(by.centers_, by.centers_)  # (m_Y, m_Y)
-        diag = by.kernel_.diag(Y)
-        return float(
-            np.mean(diag - 2 * np.einsum("ij,ij->i", Wp, Ky) + np.einsum("ij,ij->i", Wp @ Kpp, Wp))
-        )
+
+        def total(Xb, Yb):  # (n', sum_i ||k_Y(y_i, .) - mu(x_i)||^2) of validated rows
+            Wp = self.basis_x_.transform(Xb) @ self.weights_map_.T  # (n', m_Y)
+            Ky = by.kernel_pivots(Yb)  # (n', m_Y)
+            diag = by.kernel_.diag(Yb)
+            loss = diag - 2 * np.einsum("ij,ij->i", Wp, Ky) + np.einsum("ij,ij->i", Wp @ Kpp, Wp)
+            return Xb.shape[0], float(loss.sum())
+
+        d_y = self.Y_fit_.shape[1]
+        if is_dask_array(X) or is_dask_array(Y):  # one pass over the held-out chunks
+            X = as_dask_rows(X, "X", n_features=self.n_features_in_)
+            Y = as_dask_rows(Y, "Y", n_features=d_y, rows_like=X)
+            n, loss = reduce_rows(total, [X, Y], ["X", "Y"])
+            if n < 1:
+                raise ValueError("validation_loss needs at least one sample.")
+        else:
+            X, Y = check_xy(X, Y, estimator=self, reset=False, min_samples=1, n_features_y=d_y)
+            n, loss = total(X, Y)
+        return loss / n
 
     def score(self, X, Y=None, y=None) -> float:
         """``-validation_loss(X, Y)`` (higher is better), for scikit-learn model selection.

@@ -17,20 +17,17 @@ from ._basis import (
     TOLERANCE_CONSTRAINTS,
     BasisCache,
     LowRankBasis,
-    _sk_2d,
     fit_basis,
     train_cross,
     train_extremes,
 )
 from ._chunked import (
     DEFAULT_PIVOT_SAMPLE,
-    as_dask_rows,
     check_pivot_sample,
     concat_blocks,
+    fit_sampled_bases,
     is_chunked,
     is_dask_array,
-    pair_statistics,
-    sample_rows,
 )
 from ._positive import interval_bounds, solve_positive
 
@@ -313,36 +310,22 @@ class JointDistribution(TensorJointModel):
                 UserWarning,
                 stacklevel=3,
             )
-        if dask:
-            X = as_dask_rows(X, "X")
-            Y = as_dask_rows(Y, "Y", rows_like=X)
-            if X.shape[0] < 2:
-                raise ValueError(f"at least 2 samples are needed, got n_samples = {X.shape[0]}.")
-            self.n_features_in_ = X.shape[1]
-        n = X.shape[0]
-        rows = sample_rows(n, pivot_sample, self.random_state)
-        Xs, Ys = X[rows], Y[rows]
-        if dask:
-            import dask as _dask
-
-            Xs, Ys = _dask.compute(Xs, Ys)
         bx = LowRankBasis(self.kernel_x, self.lengthscale_x, **self._common())
         by = LowRankBasis(self.kernel_y, self.lengthscale_y, **self._common())
-        try:
-            bx._fit_pivots(_sk_2d(bx, Xs, reset=True))
-            by._fit_pivots(_sk_2d(by, Ys, reset=True))
-        except ValueError as exc:
-            raise ValueError(f"the pivot sample ({len(rows)} rows) is invalid: {exc}") from exc
-        (n_seen, gram_x, sum_x, gram_y, sum_y, cross_yx, tr_x, tr_y, fro_x, fro_y) = (
-            pair_statistics(bx, by, X, Y, self.n_jobs)
+        (X, Y), rows, cross_yx = fit_sampled_bases(
+            [bx, by],
+            [X, Y],
+            ["X", "Y"],
+            pivot_sample,
+            self.random_state,
+            dask=dask,
+            n_jobs=self.n_jobs,
         )
-        if n_seen != n:
-            raise ValueError(f"the row chunks hold {n_seen} rows, but X has {n} rows.")
-        bx._set_statistics((gram_x + gram_x.T) / 2, sum_x, max(tr_x - fro_x, 0.0), tr_x, n)
-        by._set_statistics((gram_y + gram_y.T) / 2, sum_y, max(tr_y - fro_y, 0.0), tr_y, n)
-        bx.train_data_, by.train_data_ = X, Y
+        if dask:
+            self.n_features_in_ = X.shape[1]
+        n = X.shape[0]
         self.basis_x_, self.basis_y_ = bx, by
         self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, n
-        self.pivot_rows_ = None if len(rows) == n else rows
+        self.pivot_rows_ = rows
         self._finish_fit()
         return by.rotation_.T @ cross_yx @ bx.rotation_  # A_Y^T A_X = V_Y^T L_Y^T L_X V_X

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import ClassVar
 
 import numpy as np
@@ -11,11 +12,21 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import validate_positive_float, validate_positive_int
+from .._backend import chunks, validate_positive_float, validate_positive_int
+from .._backend.chunks import as_dask_labels, dask_unique
 from .._backend.parallel import SingleThreadedBlas
-from .._backend.params import POSITIVE, int_range
+from .._backend.params import POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data as sk_validate_data
-from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, fit_basis
+from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, LowRankBasis, fit_basis
+from ._chunked import (
+    DEFAULT_PIVOT_SAMPLE,
+    as_dask_rows,
+    check_pivot_sample,
+    fit_sampled_bases,
+    is_dask_array,
+    lazy_transform,
+    reduce_rows,
+)
 from .model_selection import clipped_log_loss
 
 __all__ = ["KernelLogisticRegression"]
@@ -38,15 +49,35 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     max_iter : int, default=500
     basis_cache : BasisCache, optional
         Share bases between fits (see :class:`~kernelkit.distributions.BasisCache`).
+        Used by exact fits only (NumPy input without ``pivot_sample``).
+    pivot_sample : int, optional
+        Run Algorithm 1 on this many rows drawn uniformly without replacement (as
+        :class:`~kernelkit.distributions.JointDistribution` does); the basis statistics and
+        every objective / gradient evaluation then sum over **all** rows in blocks,
+        forming the factor rows ``k_piv(x) B[piv]`` of each block (no stored factor).
+        ``None``: all rows (exact Algorithm 1) for NumPy input, 50 000 rows for Dask input.
+    random_state : int, Generator or None, default=None
+        Seed of the pivot sample (used only when it is smaller than n).
 
     Attributes
     ----------
     classes_ : ndarray, shape (2,)
     coef_ : ndarray, shape (m,)
     basis_ : LowRankBasis
+    pivot_rows_ : ndarray of int or None     rows of the pivot sample (None: all rows)
 
     Notes
     -----
+    Scale-out: ``fit`` also takes a ``dask.array.Array`` ``X`` (``y`` Dask or NumPy, labels
+    of any dtype). Each L-BFGS evaluation of the objective and its gradient
+    ``L^T (sigmoid(L u) - t) + 2 reg u`` is one pass over the row chunks on the active
+    Dask scheduler (threads, or a ``distributed.Client``), tree-reduced (user guide:
+    "Scale-out with Dask"); persist ``X`` first on a cluster. With the same
+    ``pivot_sample`` and ``random_state``, NumPy and Dask input give the same objective
+    to round-off and the same fit to the optimizer's tolerance. On a Dask ``X``,
+    ``decision_function``, ``predict_proba`` and ``predict`` are lazy Dask arrays and
+    ``score`` reduces over the chunks.
+
     Inputs of any real dtype are converted to float64; outputs are float64.
     """
 
@@ -57,6 +88,8 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         **TOLERANCE_CONSTRAINTS,
         "max_iter": int_range(1),
         "basis_cache": [None, BasisCache],
+        "pivot_sample": [None, *int_range(2)],
+        "random_state": RANDOM_STATE,
     }
 
     def __init__(
@@ -69,6 +102,8 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         max_rank=None,
         max_iter: int = 500,
         basis_cache=None,
+        pivot_sample=None,
+        random_state=None,
     ):
         self.kernel = kernel
         self.lengthscale = lengthscale
@@ -78,76 +113,161 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         self.max_rank = max_rank
         self.max_iter = max_iter
         self.basis_cache = basis_cache
+        self.pivot_sample = pivot_sample
+        self.random_state = random_state
 
     def fit(self, X, y):
-        """Fit on ``X`` (n, d) and binary labels ``y`` (n,). Returns self."""
+        """Fit on ``X`` (n, d) and binary labels ``y`` (n,). Returns self.
+
+        ``X`` (and ``y``) may be ``dask.array.Array`` (see Notes).
+        """
         self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
         max_iter = validate_positive_int(self.max_iter, "max_iter")
-        X, y = sk_validate_data(
-            self, X, y, dtype=np.float64, accept_sparse=False, ensure_min_samples=2
-        )
-        check_classification_targets(y)
-        self.classes_ = np.unique(y)
-        if self.classes_.shape[0] != 2:
+        pivot_sample = check_pivot_sample(self.pivot_sample)
+        name = type(self).__name__
+        dask = is_dask_array(X) or is_dask_array(y)
+        if dask:
+            X = as_dask_rows(X, "X", owner=name, vector="error")
+            y = as_dask_labels(y, X, owner=name)
+            classes = dask_unique(y)
+            check_classification_targets(classes)  # the type of target of its values
+        else:
+            X, y = sk_validate_data(
+                self, X, y, dtype=np.float64, accept_sparse=False, ensure_min_samples=2
+            )
+            check_classification_targets(y)
+            classes = np.unique(y)
+        if classes.shape[0] != 2:
             raise ValueError(
                 "Only binary classification is supported (KernelLogisticRegression "
-                f"is binary): y has {self.classes_.shape[0]} classes."
+                f"is binary): y has {classes.shape[0]} classes."
             )
-        t = (y == self.classes_[1]).astype(np.float64)
-        self.basis_ = fit_basis(
-            self.basis_cache,
-            X,
-            kernel=self.kernel,
-            lengthscale=self.lengthscale,
-            tol=self.tol,
-            rel_tol=self.rel_tol,
-            max_rank=self.max_rank,
-        )
-        # design A = L V: optimise over u = V c with design L (||u|| = ||c||, V orthogonal)
-        Lt = self.basis_.factor_t_  # (m, n)
+        self.classes_ = classes
+        positive = classes[1]
+        if dask:
+            t = y.map_blocks(lambda b: (b == positive).astype(np.float64), dtype=np.float64)
+        else:
+            t = (y == positive).astype(np.float64)
+        common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
+        if dask or (pivot_sample is not None and pivot_sample < X.shape[0]):
+            if self.basis_cache is not None:
+                warnings.warn(
+                    "basis_cache is not used by sampled-pivot / chunked fits (their "
+                    "statistics come from one pass over all rows, not a cached factor).",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            basis = LowRankBasis(self.kernel, self.lengthscale, **common)
+            (X,), self.pivot_rows_, _ = fit_sampled_bases(
+                [basis],
+                [X],
+                ["X"],
+                pivot_sample or DEFAULT_PIVOT_SAMPLE,
+                self.random_state,
+                dask=dask,
+            )
+            if dask:
+                self.n_features_in_ = X.shape[1]
 
+            def data_terms(u):  # one pass: factor rows L_b = k_piv(X_b) B[piv] per block
+                def fn(Xb, tb):
+                    L = basis.pivot_factor(Xb)  # (b, m)
+                    a, tb = L @ u, tb[:, 0]  # (b,) = L_b u, targets (b,)
+                    return np.sum(np.logaddexp(0.0, a) - tb * a), L.T @ (expit(a) - tb)
+
+                return reduce_rows(fn, [X, t], ["X", "y"])
+
+        else:
+            basis = fit_basis(
+                self.basis_cache, X, kernel=self.kernel, lengthscale=self.lengthscale, **common
+            )
+            self.pivot_rows_ = None
+            Lt = basis.factor_t_  # (m, n)
+
+            def data_terms(u):
+                a = Lt.T @ u  # (n,) = L u
+                return np.sum(np.logaddexp(0.0, a) - t * a), Lt @ (expit(a) - t)
+
+        self.basis_ = basis
+
+        # design A = L V: optimise over u = V c with design L (||u|| = ||c||, V orthogonal)
         def fun(u):
-            a = Lt.T @ u  # (n,) = A c
-            val = np.sum(np.logaddexp(0.0, a) - t * a) + reg * u @ u
-            grad = Lt @ (expit(a) - t) + 2 * reg * u
-            return val, grad
+            val, grad = data_terms(u)
+            return float(val) + reg * u @ u, grad + 2 * reg * u
 
         with SingleThreadedBlas():  # m-sized products: BLAS threads only synchronise
             res = minimize(
                 fun,
-                np.zeros(Lt.shape[0]),
+                np.zeros(basis.n_components_),
                 jac=True,
                 method="L-BFGS-B",
                 options={"maxiter": max_iter, "gtol": 1e-10, "ftol": 1e-14},
             )
-        self.coef_ = self.basis_.rotation_.T @ res.x  # c = V^T u
+        self.coef_ = basis.rotation_.T @ res.x  # c = V^T u
         self.n_iter_ = int(res.nit)
         return self
 
     def decision_function(self, X) -> np.ndarray:
-        """``psi(x)^T c``, shape (n,)."""
+        """``psi(x)^T c``, shape (n,) (lazy for a Dask ``X``)."""
         check_is_fitted(self, "coef_")
+        if is_dask_array(X):  # each row chunk validated and mapped when computed
+            return lazy_transform(self.basis_, X, "X") @ self.coef_
         X = sk_validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=False)
         return self.basis_.transform(X) @ self.coef_
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities, shape (n, 2) (columns in ``classes_`` order)."""
-        p = expit(self.decision_function(X))
-        return np.stack([1.0 - p, p], axis=1)
+        """Class probabilities, shape (n, 2) (columns in ``classes_`` order; lazy for Dask)."""
+
+        def proba(d):  # (b,) -> (b, 2)
+            p = expit(d)
+            return np.stack([1.0 - p, p], axis=1)
+
+        d = self.decision_function(X)
+        if is_dask_array(d):
+            return d.map_blocks(
+                proba,
+                new_axis=1,
+                chunks=(d.chunks[0], (2,)),
+                dtype=np.float64,
+                meta=np.empty((0, 0)),
+            )
+        return proba(d)
 
     def predict(self, X) -> np.ndarray:
-        """Class 1 where ``cl(x) >= 1/2``."""
+        """Class 1 where ``cl(x) >= 1/2`` (lazy for a Dask ``X``)."""
         check_is_fitted(self, "coef_")
-        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
+        classes = self.classes_
+
+        def label(d):
+            return classes[(d >= 0).astype(int)]
+
+        d = self.decision_function(X)
+        if is_dask_array(d):
+            return d.map_blocks(label, dtype=classes.dtype, meta=np.empty(0, classes.dtype))
+        return label(d)
 
     def score(self, X, y) -> float:
         """Negative clipped logistic loss (32) of ``predict_proba`` (higher is better).
 
-        Unlike scikit-learn's default accuracy: the paper validates with (32).
+        Unlike scikit-learn's default accuracy: the paper validates with (32). Dask
+        ``X`` / ``y``: the mean is reduced over the row chunks.
         """
-        y = np.asarray(y)
-        return -clipped_log_loss(y == self.classes_[1], self.predict_proba(X)[:, 1])
+        check_is_fitted(self, "coef_")
+        if not (is_dask_array(X) or is_dask_array(y)):
+            y = np.asarray(y)
+            return -clipped_log_loss(y == self.classes_[1], self.predict_proba(X)[:, 1])
+        X = as_dask_rows(X, "X", n_features=self.n_features_in_, vector="error")
+        y = as_dask_labels(y, X)
+
+        def total(_, Xb, yb):  # (rows, rows x the chunk's loss (32))
+            if len(Xb) == 0:
+                return 0, 0.0
+            p = self.predict_proba(np.asarray(Xb))[:, 1]
+            return len(Xb), len(Xb) * clipped_log_loss(np.asarray(yb) == self.classes_[1], p)
+
+        n, loss = chunks.reduce_rows(total, [X, y], lambda u, v: (u[0] + v[0], u[1] + v[1]))
+        return -loss / n
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

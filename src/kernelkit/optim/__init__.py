@@ -16,6 +16,10 @@ Public API
   ``"paper"``, ``"eig"``, ``"exact"``) and LSPFB.
 * :class:`BoundLogisticRegression`, :func:`logistic_objective` – scikit-learn classifier;
   its objective is scikit-learn's ``LogisticRegression`` with ``C = 1 / (alpha T)``.
+* :func:`chunked_bound`, :class:`ChunkedBound`, :class:`ChunkedCurvature`,
+  :func:`chunked_bound_step` – the full-batch bound, objective and gradient as sums over
+  the row chunks of a Dask array (``BoundLogisticRegression(solver="bound")`` uses them
+  for Dask input).
 
 The multinomial bound, the curvature operator, CG, the preconditioner and the SPFB / SGD
 steps follow the array API (NumPy or torch tensors on any device); the generic
@@ -38,6 +42,7 @@ from .bound import (
     multinomial_partition_bound,
     partition_bound,
 )
+from .chunked import ChunkedBound, ChunkedCurvature, chunked_bound, chunked_bound_step
 from .kronecker import KroneckerCurvature, KroneckerPreconditioner, conjugate_gradient
 from .logistic import BoundLogisticRegression, logistic_objective
 from .low_rank import (
@@ -58,6 +63,8 @@ from .solvers import (
 
 __all__ = [
     "BoundLogisticRegression",
+    "ChunkedBound",
+    "ChunkedCurvature",
     "KroneckerCurvature",
     "KroneckerPreconditioner",
     "LowRankBound",
@@ -65,6 +72,8 @@ __all__ = [
     "PartitionBound",
     "beta",
     "bound_step",
+    "chunked_bound",
+    "chunked_bound_step",
     "conjugate_gradient",
     "logistic_objective",
     "low_rank_partition_bound",

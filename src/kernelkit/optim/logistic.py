@@ -419,9 +419,20 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y):
-        """Fit on ``X`` (n_samples, n_features), ``y`` (n_samples,). Returns self."""
+        """Fit on ``X`` (n_samples, n_features), ``y`` (n_samples,). Returns self.
+
+        ``X`` (and ``y``) may be Dask arrays with ``solver="bound"``: every sum
+        over samples is then reduced over the row chunks
+        (:func:`kernelkit.optim.chunked.fit_bound`; the same model to round-off).
+        """
         self._validate_params()
         schedule = self._check_params()
+        from .._backend.chunks import is_dask_array
+
+        if is_dask_array(X) or is_dask_array(y):  # sums over the row chunks
+            from .chunked import fit_bound
+
+            return fit_bound(self, X, y, schedule)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         check_classification_targets(y)
         classes = np.unique(y)
