@@ -77,7 +77,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
 
     ``E[f(Y) | x] ~ f^T Q_Y F psi_X(x)`` with ``F`` minimising
     ``-2 tr(A_Y F A_X^T) + tr(F Lambda_X F^T + n reg F F^T)`` (44). Closed form (derived;
-    user guide, joint distributions page):
+    docs/derivations/joint_distribution.md):
     ``F_kl = (A_Y^T A_X)_kl / (lambda_X_l + n reg)``. The weights ``Q_Y F psi(x)`` vanish
     outside the pivots of the Y basis (16), so only the ``m_Y`` pivot y's are used.
 

@@ -4,7 +4,7 @@ hyperbolic, GERF (FAVOR++) and the dense-exponential family SADERF, ADERF, SDERF
 
 Reference: Likhosherstov et al., "FAVOR#: Sharp Attention Kernel Approximations via
 New Classes of Positive Random Features" (equation numbers below refer to it), with the
-errata listed on the user guide's FAVOR# page:
+errata listed in docs/derivations/favor_sharp.md:
 
 * TrigRF uses ``cos(w.y + theta)`` on the y side (eq. 7 prints ``-w.y``);
 * GERF uses ``-|x|^2/2`` (eq. 10-11 print ``C|x|^2/2`` with ``C = -1/2``);
@@ -86,8 +86,8 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
     exactly random Fourier features, ``sqrt(2/M) cos(X W^T + theta)``. Not positive.
     Accepts sparse input.
 
-    Variance (derived, user guide): ``Var f1 f2 = e^{|x|^2+|y|^2}(1 + e^{-2|x-y|^2}/2)
-    - e^{2 x.y}`` for the softmax kernel.
+    Variance (derived, docs/derivations/favor_sharp.md):
+    ``Var f1 f2 = e^{|x|^2+|y|^2}(1 + e^{-2|x-y|^2}/2) - e^{2 x.y}`` for the softmax kernel.
 
     Parameters
     ----------
@@ -444,7 +444,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         return X @ to_backend(np.ascontiguousarray(B.T), xp, X)
 
     def _log_second_moment(self, X, Y, xp):
-        # FAVOR# eq. (15) with diagonal A, transformed inputs (user guide, FAVOR# page):
+        # FAVOR# eq. (15) with diagonal A, transformed inputs (docs/derivations/favor_sharp.md):
         # log m2 = sum_l [log(1-4a_l) - log(1-8a_l)/2] + 2 sum_l w_l (x'_l + y'_l)^2
         #          - |x'|^2 - |y'|^2 + 2 alpha (|x|^2 + |y|^2),  w_l = (1-4a_l)/(1-8a_l)
         a = np.asarray(self.A_, dtype=np.float64)
@@ -697,9 +697,9 @@ class ADERF(_AsymmetricDERF):
     n_features, kernel, lengthscale, sampler, random_state, n_jobs
         See :class:`PositiveRF`.
     eps : float
-        Relative ridge on the second-moment matrices (a library choice, user guide): both
-        get ``eps (tr M_x + tr M_y) / (2d) I``. Keeps fewer-points-than-dimensions and
-        zero-column data valid and unbiased.
+        Relative ridge on the second-moment matrices (a library choice,
+        docs/derivations/favor_sharp.md): both get ``eps (tr M_x + tr M_y) / (2d) I``.
+        Keeps fewer-points-than-dimensions and zero-column data valid and unbiased.
     """
 
     _derf = "aderf"
