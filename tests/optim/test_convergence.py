@@ -189,3 +189,17 @@ def test_line_search_finds_the_minimum_along_the_direction(seed):
     best = minimize_scalar(phi, bracket=(0.0, 1e-3 * eta + 1e-9, 10 * eta + 1.0), tol=1e-12)
     assert eta > 0 and phi(eta) <= best.fun + 1e-12 * abs(best.fun)
     assert _line_search(X @ W, -(X @ D), y, W, -D, lam, mask) == 0.0  # ascent: no step
+
+
+def test_defaults_reach_the_optimum_binary():
+    """Binary (breast cancer, standardised, alpha = 1e-2, intercept): the internal
+    two-column model finishes at scikit-learn's optimum too."""
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    sk, f_star = _sklearn_opt(X, y, 1e-2, fit_intercept=True)
+    clf, caught = _fit_quietly(X=X, y=y, alpha=1e-2, batch_size=100, random_state=0)
+    assert not caught and clf.switch_epoch_ is not None
+    assert -1e-12 <= (clf.objective(X, y) - f_star) / f_star <= 1e-6
+    np.testing.assert_allclose(clf.predict_proba(X), sk.predict_proba(X), atol=1e-3)
