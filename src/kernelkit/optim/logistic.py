@@ -56,7 +56,7 @@ _DENSE_MAX_DIM = 1500  # linear_solver="auto": dense Cholesky up to this paramet
 _SPFB_CG_MAXITER = 3  # default CG iteration cap of solver="spfb" (cg_maxiter=None)
 _SWITCH_RATIO = 0.5  # a stochastic epoch "makes progress" if it at least halves ||grad L||
 _FINISH_CG_MAXITER = 200  # CG cap of a full-batch step of the finishing phase
-_FINISH_RTOL = (0.1, 0.5)  # its CG tolerance: sqrt(||g|| / ||g0||) clipped to this range
+_FINISH_RTOL = 0.5  # its CG tolerance (relative residual)
 
 
 def _augment(X, fit_intercept):
@@ -220,20 +220,22 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         ``"bound"``: once stochastic epochs stop making progress (``n_iter_no_change``),
         every further epoch is one full-batch bound step: the direction ``Z`` solves eq.
         2.4, ``(sum_i Sigma_i / T + alpha I) Z = grad L``, by preconditioned CG to the
-        relative residual ``sqrt(||grad L|| / ||grad L(0)||)`` clipped to [0.1, 0.5] (an
-        inexact solve that tightens as the iterate settles; at most 200 iterations), is
-        combined with the previous direction as in preconditioned nonlinear conjugate
-        gradients (Polak-Ribiere+, the bound's curvature as the preconditioner; restarted
-        when not a descent direction), and the step length minimises ``L`` exactly along
-        it (a 1-D convex problem on the logits), so ``L`` never increases. The plain bound
-        step (``eta = 1``, ``solver="bound"``) converges too, but slowly, because the bound
-        over-estimates the curvature of confidently classified samples (``beta(u) ~
-        1/(2|u|)`` against ``p (1 - p) ~ exp(-|u|)``): on digits (``alpha = 1e-3``) it is
-        still 1.5e-3 above the optimum after 100 steps. ``"lspfb"`` finishes with the same
-        (Kronecker) bound. ``None``: stochastic steps only, as in the paper. ``"auto"``:
-        ``"bound"`` for ``"spfb"`` and ``"lspfb"``, ``None`` for ``"sgd"`` (the baseline
-        stays plain SGD); ignored by ``"bound"``. ``partial_fit`` always takes stochastic
-        steps.
+        relative residual 0.5 (at most 200 iterations; any CG iterate from 0 is a descent
+        direction, and the outer iteration corrects the rest: on 2000 Fashion-MNIST images
+        a tolerance that tightens as the iterate settles, ``sqrt(||grad L|| / ||grad
+        L(0)||)`` clipped to [0.1, 0.5], took 125 epochs to a 1e-6 gap instead of 132, and
+        3.2 times the seconds), is combined with the previous direction as in
+        preconditioned nonlinear conjugate gradients (Polak-Ribiere+, the bound's
+        curvature as the preconditioner; restarted when not a descent direction), and the
+        step length minimises ``L`` exactly along it (a 1-D convex problem on the logits),
+        so ``L`` never increases. The plain bound step (``eta = 1``, ``solver="bound"``)
+        converges too, but slowly, because the bound over-estimates the curvature of
+        confidently classified samples (``beta(u) ~ 1/(2|u|)`` against ``p (1 - p) ~
+        exp(-|u|)``): on digits (``alpha = 1e-3``) it is still 1.5e-3 above the optimum
+        after 100 steps. ``"lspfb"`` finishes with the same (Kronecker) bound. ``None``:
+        stochastic steps only, as in the paper. ``"auto"``: ``"bound"`` for ``"spfb"`` and
+        ``"lspfb"``, ``None`` for ``"sgd"`` (the baseline stays plain SGD); ignored by
+        ``"bound"``. ``partial_fit`` always takes stochastic steps.
     fit_intercept : bool, default=True
     reduction : {"mean", "sum"}, default="mean"
         Mini-batch form of SPFB/LSPFB/SGD (user guide, partition-function bound page);
@@ -639,7 +641,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         for _ in range(epochs):
             tic = time.perf_counter()
             if finish and self._phase == "full":
-                self._finish_step(X1, yi, lam, lin, rel)
+                self._finish_step(X1, yi, lam, lin)
             else:
                 self._stochastic_epoch(X1, yi, full, m, schedule, t0, lam, lin)
             self._train_time += time.perf_counter() - tic
@@ -717,7 +719,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                     f": {exc} Decrease eta0 or increase alpha."
                 ) from exc
 
-    def _finish_step(self, X1, yi, lam, lin, rel):
+    def _finish_step(self, X1, yi, lam, lin):
         """One full-batch step of the finishing phase (``finish``): the bound direction of
         eq. 2.4 (inexact CG), made conjugate to the previous direction (Polak-Ribiere+),
         and an exact line search on ``L``."""
@@ -732,7 +734,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         Z, _ = A.solve(
             G.astype(X1.dtype),
             method=lin,
-            rtol=float(np.clip(math.sqrt(rel), *_FINISH_RTOL)) if math.isfinite(rel) else 0.5,
+            rtol=_FINISH_RTOL,
             maxiter=_FINISH_CG_MAXITER,
             precondition=self._precond_arg,
         )
