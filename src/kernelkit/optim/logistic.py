@@ -573,7 +573,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
     def _full_state(self, X1, yi):
         """Objective (float64), its gradient (p + 1, n) (float64) and the logits (T, n)
-        (data dtype) at the current parameters, in one pass over the data."""
+        (data dtype) at the current parameters; the gradient reuses the logits."""
         T = len(yi)
         S = _s._logits(X1, self._compute_W(X1.dtype))  # (T, n)
         S64 = S.astype(np.float64, copy=False)
@@ -611,11 +611,12 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         # the stopping rule or the finishing phase uses them, else monitoring only
         timed_eval = self.tol is not None or finish
         track = self.compute_loss or timed_eval
-        # ||grad L|| at W = 0: X^T (1/n - Y) / T (the ridge term vanishes)
-        R0 = np.full((T, n), 1.0 / n)
-        R0[np.arange(T), yi] -= 1.0
-        g_ref = float(np.linalg.norm((R0.astype(X1.dtype).T @ X1).T)) / T
-        g_ref = g_ref if g_ref > 0 else 1.0  # W = 0 is optimal: absolute norms
+        g_ref = 1.0
+        if track:  # ||grad L|| at W = 0: ||X^T (1/n - Y)|| / T (the ridge term vanishes)
+            R0 = np.full((T, n), 1.0 / n)
+            R0[np.arange(T), yi] -= 1.0
+            g_ref = float(np.linalg.norm((R0.astype(X1.dtype).T @ X1).T)) / T
+            g_ref = g_ref if g_ref > 0 else 1.0  # W = 0 is optimal: absolute norms
         self._state = None  # (logits, gradient) at the current W for this X
         self._ncg = None  # previous (gradient, bound direction, direction) of the finish
         if track and not self.loss_history_:  # entry 0: before any work (time 0)
