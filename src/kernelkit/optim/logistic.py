@@ -583,7 +583,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         R[rows, yi] -= 1.0  # ... minus the one-hot labels
         Wm = self._W * self._mask[:, None]
         loss = float(np.mean(lse - S64[rows, yi])) + 0.5 * self._lam() * float(np.sum(Wm * self._W))
-        G = np.asarray((R.astype(X1.dtype).T @ X1).T, dtype=np.float64) / T + self._lam() * Wm
+        G = (
+            np.asarray((R.astype(X1.dtype, copy=False).T @ X1).T, dtype=np.float64) / T
+            + self._lam() * Wm
+        )
         return loss, G, S
 
     def _train(self, X, yi, schedule, epochs):
@@ -615,7 +618,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         if track:  # ||grad L|| at W = 0: ||X^T (1/n - Y)|| / T (the ridge term vanishes)
             R0 = np.full((T, n), 1.0 / n)
             R0[np.arange(T), yi] -= 1.0
-            g_ref = float(np.linalg.norm((R0.astype(X1.dtype).T @ X1).T)) / T
+            g_ref = float(np.linalg.norm((R0.astype(X1.dtype, copy=False).T @ X1).T)) / T
             g_ref = g_ref if g_ref > 0 else 1.0  # W = 0 is optimal: absolute norms
         self._state = None  # (logits, gradient) at the current W for this X
         self._ncg = None  # previous (gradient, bound direction, direction) of the finish
@@ -733,7 +736,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         bnd = multinomial_bound_from_logits(S, W, X1)  # C (T, n, n)
         A = KroneckerCurvature._trusted(X1, bnd.C, lam=lam, scale=1.0 / T)
         Z, _ = A.solve(
-            G.astype(X1.dtype),
+            G.astype(X1.dtype, copy=False),
             method=lin,
             rtol=_FINISH_RTOL,
             maxiter=_FINISH_CG_MAXITER,
