@@ -231,8 +231,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         so ``L`` never increases. The plain bound step (``eta = 1``, ``solver="bound"``)
         converges too, but slowly, because the bound over-estimates the curvature of
         confidently classified samples (``beta(u) ~ 1/(2|u|)`` against ``p (1 - p) ~
-        exp(-|u|)``): on digits (``alpha = 1e-3``) it is still 1.5e-3 above the optimum
-        after 100 steps. ``"lspfb"`` finishes with the same (Kronecker) bound. ``None``:
+        exp(-|u|)``): on digits (``alpha = 1e-3``) its relative gap is still 1.5e-3 after
+        100 steps. ``"lspfb"`` finishes with the same (Kronecker) bound. ``None``:
         stochastic steps only, as in the paper. ``"auto"``: ``"bound"`` for ``"spfb"`` and
         ``"lspfb"``, ``None`` for ``"sgd"`` (the baseline stays plain SGD); ignored by
         ``"bound"``. ``partial_fit`` always takes stochastic steps.
