@@ -137,6 +137,7 @@ BAD = {
     "solver": _STR,
     "constraint": _STR,
     "schedule": _STR,
+    "finish": _STR,
     "reduction": _STR,
     "linear_solver": _STR,
     "preconditioner": _STR,
