@@ -1,4 +1,5 @@
-"""Alg. LB (Thm 3) with the note's corrections, its tighter variants, Woodbury, LSPFB."""
+"""Alg. LB (Thm 3) with corrections (a)-(e) of docs/derivations/sgb.md, its tighter
+variants, Woodbury, LSPFB."""
 
 from __future__ import annotations
 

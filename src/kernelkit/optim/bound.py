@@ -6,7 +6,7 @@ Theorem 1 gives, for all ``theta`` and ``delta = theta - theta~``,
     Z_x(theta) <= z exp(delta^T mu + delta^T Sigma delta / 2)            (eq. 2.3)
 
 with ``z = Z_x(theta~)``, ``mu = grad log Z_x(theta~)`` and ``Sigma >= Hessian``. Everything
-here runs in log space (user guide, partition-function bound page, "Derived formulas"):
+here runs in log space (docs/derivations/sgb.md, "Derived formulas"):
 ``alpha = exp(s)`` is never formed, so logits of order 1e3 are fine.
 
 Two forms:
@@ -192,8 +192,8 @@ def partition_bound(theta, F) -> PartitionBound:
 
 
 class MultinomialBound(NamedTuple):
-    """Kronecker form of Alg. B for multinomial logistic regression (derived; user guide,
-    partition-function bound page).
+    """Kronecker form of Alg. B for multinomial logistic regression (derived;
+    docs/derivations/sgb.md).
 
     ``Sigma_j = C_j (x) x_j x_j^T`` and ``mu_j = p_j (x) x_j`` in the layout
     ``theta = vec(W)`` (column-major, ``W`` of shape (p, n)).

@@ -1,8 +1,8 @@
 """The SGB full-batch bound as sums over the row chunks of a Dask array.
 
 At ``W`` (p, n) the full-batch bound of multinomial logistic regression (eq. 2.3, in the
-Kronecker form ``Sigma_j = C_j (x) x_j x_j^T`` of the user guide's partition-function
-bound page) and the mean-form objective of :mod:`kernelkit.optim.solvers` are sums over
+Kronecker form ``Sigma_j = C_j (x) x_j x_j^T`` of
+docs/derivations/sgb.md) and the mean-form objective of :mod:`kernelkit.optim.solvers` are sums over
 the T samples::
 
     L(W) = (1/T) sum_j [log Z_j(W) - s_{j, y_j}] + (lam/2) ||mask * W||_F^2

@@ -238,7 +238,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         ``"bound"``. ``partial_fit`` always takes stochastic steps.
     fit_intercept : bool, default=True
     reduction : {"mean", "sum"}, default="mean"
-        Mini-batch form of SPFB/LSPFB/SGD (user guide, partition-function bound page);
+        Mini-batch form of SPFB/LSPFB/SGD (docs/derivations/sgb.md);
         ``"sum"`` equals ``"mean"`` with ``alpha / m`` in the preconditioner and step, so
         its effective regularisation depends on the batch size.
     linear_solver : {"auto", "cg", "dense"}, default="auto"
@@ -278,9 +278,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     low_rank : {"exact", "eig", "paper"}, default="exact"
         Variant of the low-rank bound for ``"lspfb"`` (see
         :func:`~kernelkit.optim.low_rank_partition_bound`). ``"paper"`` is Alg. LB as
-        printed (with corrections (a)-(e) of the user guide's partition-function bound
-        page); ``"exact"`` (the variant without the cross term, applied to blocks of about
-        ``rank`` rows) is the default
+        printed (with corrections (a)-(e) of docs/derivations/sgb.md); ``"exact"`` (the
+        variant without the cross term, applied to blocks of about ``rank`` rows) is the
+        default
         because it is both the tightest and the fastest. On one Fashion-MNIST mini-batch
         (m = 1000, p = 785, n = 10, d = 7850, at W = 0, one BLAS thread) the bound takes
         4.3 CPU-seconds at k = 100 against 52 for ``"paper"`` (whose O(k^2 d) rotation

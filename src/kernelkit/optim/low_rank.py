@@ -5,8 +5,8 @@ The curvature of a batch, ``Sigma_full = sum_j Sigma_j = sum_j sum_y r_{jy} r_{j
 is majorised by ``V^T S V + diag(D)`` with ``V`` (k, d), ``S`` (k, k) and ``D`` (d,) built
 by absorbing the rows ``r`` one at a time:
 
-``variant="paper"`` – Alg. LB with the corrections listed on the user guide's
-  partition-function bound page: (a) ``beta`` uses the per-sample ``z_j``; (b) a residual
+``variant="paper"`` – Alg. LB with the corrections listed in
+  docs/derivations/sgb.md: (a) ``beta`` uses the per-sample ``z_j``; (b) a residual
   ``g`` with ``||g|| <= 1e-12 max(1, ||r||)`` is dropped (no 0/0), and on ties ``g`` is
   dropped; (c) ``S`` may be singular, so the solve uses the
   Woodbury form ``(D + V^T S V)^{-1} = D^{-1} - D^{-1} V^T (I + S V D^{-1} V^T)^{-1} S V
@@ -18,8 +18,8 @@ by absorbing the rows ``r`` one at a time:
 ``variant="eig"`` – a cheaper update (derived): ``S`` kept symmetric, its smallest eigenpair
   ``(c, q)`` is swapped for ``g`` (``V <- V - q q^T V + q g^T / ||g||``) when ``c <
   ||g||^2``. O(k d + k^3) per row.
-``variant="exact"`` – no cross term (*derived*, applied to blocks; user guide,
-  partition-function bound page): a block of about ``k`` rows (whole samples) is
+``variant="exact"`` – no cross term (*derived*, applied to blocks;
+  docs/derivations/sgb.md): a block of about ``k`` rows (whole samples) is
   represented exactly in the basis ``[V; Y]`` (``Y`` spanning the residuals
   ``G = R - R V^T V``), the compressed ``(k + b) x (k + b)`` matrix is diagonalised and its
   smallest eigenpairs beyond rank ``k`` are dropped with the Lemma 2 repair. The tightest
@@ -57,7 +57,8 @@ _GTOL = 1e-12
 
 
 class LowRankBound(NamedTuple):
-    """Low-rank quadratic bound of a batch (Thm 3 with corrections (a)-(e), user guide).
+    """Low-rank quadratic bound of a batch (Thm 3 with corrections (a)-(e) of
+    docs/derivations/sgb.md).
 
     Attributes
     ----------
@@ -375,7 +376,7 @@ def low_rank_partition_bound(
         ``k``, 1 <= k <= d.
     variant : {"paper", "eig", "exact"}
         See the module docstring. ``"paper"`` (default here: this function is Alg. LB) is
-        Alg. LB with corrections (a)-(e) (user guide, partition-function bound page);
+        Alg. LB with corrections (a)-(e) (docs/derivations/sgb.md);
         ``"exact"``, the tightest and fastest, is what
         :class:`~kernelkit.optim.BoundLogisticRegression` uses by default.
     init : {"zeros", "random"}
