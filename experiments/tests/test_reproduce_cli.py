@@ -88,7 +88,10 @@ def registry(monkeypatch):
         "nobench": E.Entry("nobench", "kernelkit.experiments._no_such_bench", "nope", "benchmark"),
     }
     suite = types.SimpleNamespace(
-        EXPERIMENTS=exps, write_summary=X.write_summary, collect_rows=X.collect_rows
+        EXPERIMENTS=exps,
+        write_summary=X.write_summary,
+        collect_rows=X.collect_rows,
+        claim_counts=X.claim_counts,
     )
     monkeypatch.setattr(E, "experiment_suite", lambda: suite)
     monkeypatch.setattr(E, "BENCHMARKS", benches)
@@ -176,6 +179,9 @@ def test_reproduce_all_continues_past_failures(registry, tmp_path):
     assert "broken" in summary and "FAILED" in summary and "boom" in summary
     assert "absent" in summary and "missing" in summary
     assert "1/3 succeeded" in summary
+    # one line per finished experiment, with its time and claim counts
+    assert "<== dummy: ok in " in res.output and "; claims 1 yes, 0 no, 0 tie" in res.output
+    assert "<== broken: FAILED in " in res.output
     report = (tmp_path / "REPORT.md").read_text()
     assert "| dummy beats nothing | 1.0 | 0.9 | yes |" in report  # claims copied
     assert "](dummy/line.png)" in report  # plot inline, relative to results/
@@ -276,11 +282,11 @@ def test_report_rebuilds_from_folders(registry, tmp_path):
     report = (tmp_path / "REPORT.md").read_text()
     assert "Mode: **full**" in report and "Linux-test" in report
     assert (
-        "| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min | 0 / 0 / 1 |"
+        "| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min | 0 / 0 / 1 / 0 |"
         in report
     )
     assert "| broken | Other experiments | not run | – | – | – |" in report
-    assert "In all: **0 yes, 0 partly, 1 no**" in report
+    assert "In all: **0 yes, 0 partly, 1 no, 0 tie (within noise)**" in report
     assert "| fake claim | 2.0 | 1.5 | **no** |" in report  # claims copied as they are
     assert "**Scale.** This run: 3 seeds. The paper: 10 seeds." in report
     assert "![a plot](dummy/plot.png)" in report  # plots relative to the report
@@ -294,7 +300,7 @@ def test_report_mixed_modes_and_errors(registry, tmp_path):
     assert res.exit_code == 0, res.output
     report = (tmp_path / "REPORT.md").read_text()
     assert "Mode: **mixed**" in report
-    assert "| ok | quick | 4 s | 0 / 0 / 1 |" in report and "| ok | full | 30 s |" in report
+    assert "| ok | quick | 4 s | 0 / 0 / 1 / 0 |" in report and "| ok | full | 30 s |" in report
     # a folder without results.json does not count as a run
     (tmp_path / "broken" / "results.json").unlink()
     CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
@@ -332,20 +338,23 @@ def test_claim_verdicts_counts_the_holds_column():
         "| e | 1 | 1 | yes (n.s.) |\n\nA table without a verdict column:\n\n"
         "| x | y |\n|---|---|\n| no | no |\n"
     )
-    assert claim_verdicts([sec]) == {"yes": 2, "partly": 1, "no": 1, "other": 1}
+    assert claim_verdicts([sec]) == {"yes": 2, "partly": 1, "no": 1, "tie": 0, "other": 1}
     # the verdict column need not be the last; "mostly" counts as partly
     sec2 = (
         "| claim | holds on our data? | detail |\n|---|---|---|\n| a | mostly (16/18) | x |\n"
         "| b | no | yes |\n| c | yes (18/18) | |\n"
     )
-    assert claim_verdicts([sec2]) == {"yes": 1, "partly": 1, "no": 1, "other": 0}
+    assert claim_verdicts([sec2]) == {"yes": 1, "partly": 1, "no": 1, "tie": 0, "other": 0}
     # unescaped pipes in an earlier cell (a norm |x|) do not shift the verdict column
     sec3 = (
         "| claim | setting | holds on our data? |\n|---|---|---|\n"
         "| a | s1 (|X0| x 1) | no |\n| b | max |e| / SM | yes |\n"
     )
-    assert claim_verdicts([sec3]) == {"yes": 1, "partly": 0, "no": 1, "other": 0}
-    assert claim_verdicts([]) == {"yes": 0, "partly": 0, "no": 0, "other": 0}
+    assert claim_verdicts([sec3]) == {"yes": 1, "partly": 0, "no": 1, "tie": 0, "other": 0}
+    assert claim_verdicts([]) == {"yes": 0, "partly": 0, "no": 0, "tie": 0, "other": 0}
+    # ties (within noise) are counted apart, not as "other"
+    sec4 = "| claim | holds on our data? |\n|---|---|\n| a | tie (within noise) |\n| b | no |\n"
+    assert claim_verdicts([sec4]) == {"yes": 0, "partly": 0, "no": 1, "tie": 1, "other": 0}
 
 
 def test_markdown_table_escapes_pipes_in_cells():
@@ -355,7 +364,7 @@ def test_markdown_table_escapes_pipes_in_cells():
     md = markdown_table(["claim", "holds on our data?"], [["max |e| / SM", "yes"], ["b", 0.5]])
     assert md.splitlines()[2] == "| max \\|e\\| / SM | yes |"
     assert md.splitlines()[3] == "| b | 0.5 |"
-    assert claim_verdicts([md]) == {"yes": 1, "partly": 0, "no": 0, "other": 1}
+    assert claim_verdicts([md]) == {"yes": 1, "partly": 0, "no": 0, "tie": 0, "other": 1}
 
 
 def test_entry_point_finds_the_package():

@@ -87,8 +87,16 @@ def registry(monkeypatch):
             for n in names
         ]
 
+    def claim_counts(exp_dir):  # what the suite reads from the report's claims table
+        if not (exp_dir / "report.md").is_file():
+            return None
+        return {"yes": 1, "partly": 0, "no": 0, "tie": 2, "other": 1}
+
     suite = types.SimpleNamespace(
-        EXPERIMENTS=exps, write_summary=write_summary, collect_rows=collect_rows
+        EXPERIMENTS=exps,
+        write_summary=write_summary,
+        collect_rows=collect_rows,
+        claim_counts=claim_counts,
     )
     monkeypatch.setattr(E, "experiment_suite", lambda: suite)
     monkeypatch.setattr(E, "BENCHMARKS", benches)
@@ -171,6 +179,13 @@ def test_reproduce_all_continues_past_failures(registry, tmp_path):
     assert "broken" in summary and "FAILED" in summary and "boom" in summary
     assert "absent" in summary and "missing" in summary
     assert "1/3 succeeded" in summary
+    # a line per finished experiment as it finishes: time and claim counts (ties apart)
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("<== ")]
+    assert len(lines) == 3
+    assert lines[0].startswith("<== dummy: ok in ")
+    assert lines[0].endswith("s; claims 1 yes, 0 no, 2 tie, 1 other")
+    assert lines[1].startswith("<== broken: FAILED in ") and "boom" in lines[1]
+    assert lines[2].startswith("<== absent: missing in ")
     # the suite writes REPORT.md from every row, in run order, failures included
     [(base, rows, mode)] = registry.summaries
     assert base == tmp_path and mode == "quick"

@@ -2,12 +2,14 @@
 
 A separate distribution (``kernelkit-experiments``), so that the ``kernelkit`` wheel holds
 the library alone. It registers itself under the ``kernelkit.experiments`` entry point
-group; the ``kernelkit`` command line finds it there and reads three names from this
+group; the ``kernelkit`` command line finds it there and reads these names from this
 module, which imports no experiment until one is run:
 
 * :data:`EXPERIMENTS` – name -> :class:`kernelkit.experiments.Entry` (module path and a
   one-line description), in the order ``kernelkit reproduce all`` runs them;
-* :func:`write_summary` and :func:`collect_rows` – ``REPORT.md`` over every experiment.
+* :func:`write_summary` and :func:`collect_rows` – ``REPORT.md`` over every experiment;
+* :func:`claim_counts` – the verdict counts of one experiment's report (the line
+  ``kernelkit reproduce`` prints when it finishes).
 
 Experiment modules expose::
 
@@ -23,9 +25,9 @@ from __future__ import annotations
 
 from kernelkit.experiments import Entry
 
-from ._summary import collect_rows, write_summary
+from ._summary import claim_counts, collect_rows, write_summary
 
-__all__ = ["EXPERIMENTS", "collect_rows", "write_summary"]
+__all__ = ["EXPERIMENTS", "claim_counts", "collect_rows", "write_summary"]
 
 
 def _exp(name, module, description):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 __all__ = [
     "PAPERS",
+    "claim_counts",
     "claim_sections",
     "claim_verdicts",
     "collect_rows",
@@ -164,11 +165,15 @@ def _scale_paragraphs(report_md: str) -> list[str]:
     return out
 
 
+VERDICTS = ("yes", "partly", "no", "tie")
+
+
 def claim_verdicts(sections: list[str]) -> dict[str, int]:
     """Count the verdicts of the claims tables in ``sections``: in every table with a
     header cell mentioning "holds", that column's cells by their first word: ``yes``;
-    ``partly`` (or ``mostly``); ``no``; anything else (n/a, "see ...") ``other``."""
-    counts = {"yes": 0, "partly": 0, "no": 0, "other": 0}
+    ``partly`` (or ``mostly``); ``no``; ``tie`` ("tie (within noise)": the difference is
+    within two standard errors); anything else (n/a, "see ...") ``other``."""
+    counts = {"yes": 0, "partly": 0, "no": 0, "tie": 0, "other": 0}
     for sec in sections:
         # verdict column of the current table, counted from the right: cells before it
         # may hold unescaped "|" (norms such as |x|), which shift the left-based index
@@ -188,14 +193,22 @@ def claim_verdicts(sections: list[str]) -> dict[str, int]:
             word = re.sub(r"[*_`]", "", cells[-col]).strip().lower()
             word = re.split(r"[\s(,;.:]", word, maxsplit=1)[0] if word else ""
             word = {"mostly": "partly"}.get(word, word)
-            counts[word if word in ("yes", "no", "partly") else "other"] += 1
+            counts[word if word in VERDICTS else "other"] += 1
     return counts
+
+
+def claim_counts(exp_dir) -> dict[str, int] | None:
+    """:func:`claim_verdicts` of the report in ``exp_dir`` (None without a report)."""
+    path = Path(exp_dir) / "report.md"
+    if not path.is_file():
+        return None
+    return claim_verdicts(claim_sections(path.read_text()))
 
 
 def _fmt_verdicts(c: dict[str, int] | None) -> str:
     if not c or not sum(c.values()):
         return "–"
-    out = f"{c['yes']} / {c['partly']} / {c['no']}"
+    out = f"{c['yes']} / {c['partly']} / {c['no']} / {c['tie']}"
     return out + (f" (+{c['other']} other)" if c["other"] else "")
 
 
@@ -225,7 +238,7 @@ def write_summary(
         rep_md = base / n / "report.md"
         if st == "ok" and rep_md.is_file():
             verdicts[n] = claim_verdicts(claim_sections(rep_md.read_text()))
-    tot = {k: sum(v[k] for v in verdicts.values()) for k in ("yes", "partly", "no", "other")}
+    tot = {k: sum(v[k] for v in verdicts.values()) for k in (*VERDICTS, "other")}
     parts = [
         "# kernelkit: reproduction report",
         f"Mode: **{mode}**; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
@@ -244,13 +257,14 @@ def write_summary(
         "include waiting for the CPU."
         + (f" Platform: {', '.join(platforms)}." if platforms else ""),
         "Claims columns: rows of the experiments' claims tables whose verdict ('holds on our "
-        "data?') starts with yes / partly (or mostly) / no; the tables below give each claim "
-        "with the "
+        "data?') starts with yes / partly (or mostly) / no / tie (within noise: the "
+        "difference is within two standard errors over the seeds, counted apart); the "
+        "tables below give each claim with the "
         f"paper's number and ours. In all: **{tot['yes']} yes, {tot['partly']} partly, "
-        f"{tot['no']} no**"
+        f"{tot['no']} no, {tot['tie']} tie (within noise)**"
         + (f", {tot['other']} other (not testable here, n/a)" if tot["other"] else "")
         + ".",
-        "| experiment | paper | status | mode | time | claims yes / partly / no |\n"
+        "| experiment | paper | status | mode | time | claims yes / partly / no / tie |\n"
         "|---|---|---|---|---|---|",
     ]
     parts[-1] += "".join(

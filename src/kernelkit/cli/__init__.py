@@ -79,6 +79,16 @@ def _use_agg_backend() -> None:
         matplotlib.use("Agg")
 
 
+def _claims_text(suite, out_dir: Path) -> str:
+    """``claims 3 yes, 1 no, 2 tie`` from the suite's count of the report's verdicts."""
+    counts = getattr(suite, "claim_counts", lambda _: None)(out_dir)
+    if not counts:
+        return "no claims table"
+    words = [f"{counts.get(k, 0)} {k}" for k in ("yes", "no", "tie")]
+    words += [f"{counts[k]} {k}" for k in ("partly", "other") if counts.get(k)]
+    return "claims " + ", ".join(words)
+
+
 def _lookup_or_exit(name: str, kind: str) -> _exp.Entry:
     try:
         return _exp._lookup(name, kind)
@@ -156,6 +166,8 @@ def reproduce(name, quick, out, seed, list_):
             status, secs, msg = _run_one(entry, base / entry.name, quick, seed)
             if status != "ok":
                 click.echo(f"    {status}: {msg}", err=True)
+            claims = _claims_text(suite, base / entry.name) if status == "ok" else msg
+            click.echo(f"<== {entry.name}: {status} in {_fmt_time(secs)}; {claims}")
             rows.append((entry.name, status, secs, msg))
         width = max((len(r[0]) for r in rows), default=4)
         click.echo(f"\nSummary ({mode} mode):")
@@ -179,7 +191,7 @@ def reproduce(name, quick, out, seed, list_):
         else:
             click.echo(f"Error: experiment {entry.name!r} failed: {msg}", err=True)
         raise SystemExit(_EXIT_FAILED)
-    click.echo(f"done in {_fmt_time(secs)}: {msg}")
+    click.echo(f"done in {_fmt_time(secs)}; {_claims_text(suite, out_dir)}: {msg}")
 
 
 @main.command()
