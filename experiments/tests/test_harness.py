@@ -180,3 +180,24 @@ def test_panels_have_legends_bands_and_at_most_six_series():
     with pytest.raises(ValueError, match="at most 6"):
         H.draw_panel(ax, too_many, agg, 4)
     plt.close(fig)
+
+
+#: experiment modules declared as harness specs (the others keep their own ``run``)
+CONVERTED = ("_harness", "jdl_small")
+
+
+@pytest.mark.parametrize("module", CONVERTED)
+def test_converted_modules_have_no_function_over_80_lines(module):
+    import ast
+    import importlib
+
+    mod = importlib.import_module(f"kernelkit_experiments.{module}")
+    tree = ast.parse(open(mod.__file__).read())
+    long = [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert long == []
+    if module != "_harness":
+        assert isinstance(mod.SPEC, H.Spec) and mod.SPEC.name == mod.NAME

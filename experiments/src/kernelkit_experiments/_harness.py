@@ -242,6 +242,9 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
             ax.fill_between(x, m - s, m + s, color=f"C{i}", alpha=0.2, linewidth=0)
         ax.set_xlabel(panel.xlabel)
     ax.set_xscale("log" if panel.logx else "linear")
+    if panel.kind != "bar" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
+        ax.set_xticks(list(panel.x), [f"{v:g}" for v in panel.x])
+        ax.minorticks_off()
     if panel.logy:
         ax.set_yscale("log")
     ax.set_ylabel(panel.ylabel)
