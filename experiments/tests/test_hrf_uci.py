@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from kernelkit.features import AngularHybridRF
+from kernelkit_experiments import _harness as HS
 from kernelkit_experiments import _hrf_common as H
 from kernelkit_experiments import hrf_uci as hu
 from kernelkit_experiments.datasets._hrf import hrf_preprocess, load_hrf_uci
 
-TINY = hu.Config(datasets=("wine",), modes=("sphere",), n_pairs=30, n_trials=40, n_features=64)
+TINY = {"datasets": ("wine",), "modes": ("sphere",), "n_pairs": 30, "n_features": 64}
+N_TRIALS = 40
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("hrf-uci")
-    return out, hu.run(out, quick=True, seed=0, config=TINY, progress=False)
+    spec = replace(hu.SPEC, seeds=(N_TRIALS, N_TRIALS))
+    return out, HS.run_spec(spec, out, quick=True, seed=0, progress=False, **TINY)
 
 
 def test_run_writes_report_and_finite_table(tiny_run):
@@ -30,12 +34,12 @@ def test_run_writes_report_and_finite_table(tiny_run):
     assert "holds on our data?" in report and "wine (paper)" in report
     assert "0.70 ± 0.08" in report  # the paper's HRF-ort number sits in the table
     data = json.loads((out / "results.json").read_text())
-    cells = data["mse_1e3"]["wine"]["sphere"]
-    assert set(cells) == set(hu.METHODS)
-    for v in cells.values():
-        assert math.isfinite(v["mean"]) and v["mean"] > 0 and math.isfinite(v["std"])
-    verdicts = {c["holds"] for c in data["claims"] if "holds" in c}
-    assert verdicts <= {"yes", "yes (n.s.)", "no"} and verdicts
+    assert len(data["runs"]) == N_TRIALS
+    for k in hu.METHODS:
+        v = np.array([r[f"wine sphere {k}"] for r in data["runs"]])
+        assert np.all(np.isfinite(v) & (v > 0)) and v.std() > 0
+    verdicts = [c["verdict"] for c in data["claims"]]
+    assert len(verdicts) == 6 and set(verdicts) <= {"yes", "no", HS.TIE}
 
 
 def test_monte_carlo_matches_closed_form(tiny_run):
@@ -43,8 +47,8 @@ def test_monte_carlo_matches_closed_form(tiny_run):
     pairs) within 5 standard errors of the trial mean; orthogonal features do not raise it
     (ORF reduces the variance of trig features)."""
     _, res = tiny_run
-    per = res["per_trial_mse"]["wine"]["sphere"]
-    closed = res["data"]["wine"]["sphere"]["closed_form_mse"]
+    closed = hu._data(replace(hu.QUICK, **TINY), "wine", "sphere")["closed_form_mse"]
+    per = {k: np.array([r[f"wine sphere {k}"] for r in res["runs"]]) / 1e3 for k in hu.METHODS}
     for name in ("Trig-iid", "HRF-iid"):
         t = per[name]
         se = t.std(ddof=1) / math.sqrt(t.size)
@@ -53,6 +57,21 @@ def test_monte_carlo_matches_closed_form(tiny_run):
         else:  # heavy-tailed FAVOR+ part: sample means are noisy, check the order only
             assert 0.3 * closed[name] < t.mean() < 3 * closed[name]
     assert per["ORF-reg"].mean() < per["Trig-iid"].mean()
+    # the verdict of "ORF-reg < ORF-Had" is the two-standard-error rule on the per-trial
+    # differences
+    diff = 1e3 * (per["ORF-reg"] - per["ORF-Had"])
+    claim = next(c for c in res["claims"] if c["claim"].startswith("ORF-reg < ORF-Had"))
+    assert claim["mean"] == pytest.approx(diff.mean())
+    decisive = abs(diff.mean()) > 2 * diff.std(ddof=1) / math.sqrt(diff.size)
+    expected = ("yes" if diff.mean() < 0 else "no") if decisive else HS.TIE
+    assert claim["verdict"] == expected
+
+
+def test_compute_is_reproducible_and_pairs_fixed():
+    cfg = replace(hu.QUICK, **TINY)
+    a, b, c = hu.compute(cfg, 5), hu.compute(cfg, 5), hu.compute(cfg, 6)
+    assert a == b and a != c
+    assert set(a) == {f"wine sphere {k}" for k in hu.METHODS}
 
 
 def test_library_hybrid_equals_batched_formula():
