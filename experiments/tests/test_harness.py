@@ -183,7 +183,7 @@ def test_panels_have_legends_bands_and_at_most_six_series():
 
 
 #: experiment modules declared as harness specs (the others keep their own ``run``)
-CONVERTED = ("_harness", "jdl_small", "hrf_uci")
+CONVERTED = ("_harness", "jdl_small", "hrf_uci", "hrf_clustered")
 
 
 @pytest.mark.parametrize("module", CONVERTED)

@@ -120,8 +120,8 @@ class Panel:
 
 @dataclass(frozen=True)
 class Plot:
-    """A figure: ``panels(config)`` gives its panels (drawn in a row), ``caption`` its
-    caption in the report."""
+    """A figure: ``panels(config)`` gives its panels (drawn in a row; none: the figure is
+    left out), ``caption`` its caption in the report."""
 
     filename: str
     caption: str
@@ -259,6 +259,8 @@ def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:
     import matplotlib.pyplot as plt
 
     panels = plot.panels(config)
+    if not panels:  # nothing of this plot in this configuration
+        return
     fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(4.2 * len(panels), 3.4))
     for ax, panel in zip(axes[0], panels, strict=True):
         draw_panel(ax, panel, agg, n)
