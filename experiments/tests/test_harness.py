@@ -176,6 +176,14 @@ def test_panels_have_legends_bands_and_at_most_six_series():
     m, s = agg["curve"]["mean"], agg["curve"]["sd"]
     assert band.min() == pytest.approx((m - s).min()) and band.max() == pytest.approx((m + s).max())
     assert "mean ± s.d., 4 seeds" in ax.get_title()
+    # reference lines: dashed, in their series' colour, no band
+    ref = H.Panel("r", {"a": "curve"}, "y", range(3), reference={"a exact": "curve2"})
+    H.draw_panel(ax, ref, agg, 4)
+    dashed = ax.get_lines()[-1]
+    assert dashed.get_linestyle() == "--" and dashed.get_color() == "C0"
+    np.testing.assert_allclose(dashed.get_ydata(), agg["curve2"]["mean"])
+    with pytest.raises(ValueError, match="reference"):
+        H.draw_panel(ax, H.Panel("r", {}, "y", range(3), reference={"x": "curve"}), agg, 4)
     too_many = H.Panel("busy", {str(i): "curve" for i in range(7)}, "y", range(3))
     with pytest.raises(ValueError, match="at most 6"):
         H.draw_panel(ax, too_many, agg, 4)
@@ -183,7 +191,7 @@ def test_panels_have_legends_bands_and_at_most_six_series():
 
 
 #: experiment modules declared as harness specs (the others keep their own ``run``)
-CONVERTED = ("_harness", "jdl_small", "hrf_uci", "hrf_clustered")
+CONVERTED = ("_harness", "jdl_small", "hrf_uci", "hrf_clustered", "hrf_pointwise")
 
 
 @pytest.mark.parametrize("module", CONVERTED)

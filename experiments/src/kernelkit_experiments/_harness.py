@@ -46,6 +46,7 @@ __all__ = [
     "Verdict",
     "aggregate",
     "draw_panel",
+    "format_mean_sd",
     "judge",
     "mean_sd",
     "run_seeds",
@@ -106,7 +107,9 @@ class Verdict:
 class Panel:
     """One panel: ``series`` maps a label to a metric name whose per-seed values are
     1-d arrays over ``x`` (``kind="line"``: mean line, ± 1 s.d. band) or scalars
-    (``kind="bar"``, one bar per series and ``x`` unused: mean, ± 1 s.d. error bar)."""
+    (``kind="bar"``, one bar per series and ``x`` unused: mean, ± 1 s.d. error bar).
+    ``reference`` (line panels): exact values drawn dashed, without a band, in the colour
+    of the series at the same position (e.g. a closed form next to its Monte Carlo)."""
 
     title: str
     series: Mapping[str, str]
@@ -116,6 +119,7 @@ class Panel:
     kind: str = "line"
     logx: bool = False
     logy: bool = False
+    reference: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,8 @@ def run_seeds(spec: Spec, config, seed: int, n_seeds: int, progress: bool = True
 def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n: int) -> None:
     """Draw ``panel`` from aggregated metrics: mean with ± 1 s.d. (band or error bar), a
     legend, and the seed count in the title."""
+    if len(panel.reference) > len(panel.series):
+        raise ValueError(f"panel {panel.title!r}: more reference lines than series.")
     if len(panel.series) > MAX_SERIES:
         raise ValueError(
             f"panel {panel.title!r} has {len(panel.series)} series; at most {MAX_SERIES} "
@@ -240,6 +246,8 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
             m, s = agg[key]["mean"], agg[key]["sd"]
             ax.plot(x, m, marker="o", ms=3, color=f"C{i}", label=lab)
             ax.fill_between(x, m - s, m + s, color=f"C{i}", alpha=0.2, linewidth=0)
+        for i, (lab, key) in enumerate(panel.reference.items()):
+            ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=f"C{i}", label=lab)
         ax.set_xlabel(panel.xlabel)
     ax.set_xscale("log" if panel.logx else "linear")
     if panel.kind != "bar" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
@@ -271,6 +279,11 @@ def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:
 # ---------------------------------------------------------------------- the run
 def _fmt(mean: float, sd: float) -> str:
     return "n/a" if not math.isfinite(mean) else f"{mean:.3g} ± {sd:.2g}"
+
+
+def format_mean_sd(values) -> str:
+    """``"mean ± s.d."`` of per-seed ``values`` (for the experiments' tables)."""
+    return _fmt(*mean_sd(values))
 
 
 def _claims_table(claims: Sequence[Claim], verdicts: Sequence[Verdict]) -> str:
