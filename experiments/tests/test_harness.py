@@ -191,7 +191,14 @@ def test_panels_have_legends_bands_and_at_most_six_series():
 
 
 #: experiment modules declared as harness specs (the others keep their own ``run``)
-CONVERTED = ("_harness", "jdl_small", "hrf_uci", "hrf_clustered", "hrf_pointwise")
+CONVERTED = (
+    "_harness",
+    "jdl_small",
+    "jdl_classification",
+    "hrf_uci",
+    "hrf_clustered",
+    "hrf_pointwise",
+)
 
 
 @pytest.mark.parametrize("module", CONVERTED)

@@ -11,49 +11,53 @@ from kernelkit_experiments import jdl_classification as jc
 
 pytest.importorskip("linearmodels")
 
-TINY = jc.Config(
-    ds=(1, 5),
-    ns=(200,),
-    n_sub=2,
-    quantiles=(0.05,),
-    ls_factors=(1.0,),
-    regs=(1e-5, 1e-3),
-    regs_klr=(1e-1,),
-)
+TINY = {
+    "ds": (1, 5),
+    "ns": (200,),
+    "quantiles": (0.05,),
+    "ls_factors": (1.0,),
+    "regs": (1e-5, 1e-3),
+    "regs_klr": (1e-1,),
+}
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("jdl_classification")
-    return out, jc._run(TINY, out, seed=0, quick=True, progress=False)
+    return out, jc.run(out, quick=True, seed=0, progress=False, **TINY)
 
 
 def test_module_interface():
-    assert jc.NAME == "jdl-classification" and jc.DESCRIPTION
-    assert jc.FULL.quantiles[0] == 0.01 and jc.FULL.n_sub >= 20 and jc.PAPER.n_sub == 100
+    assert jc.NAME == jc.SPEC.name == "jdl-classification" and jc.DESCRIPTION
+    assert jc.FULL.quantiles[0] == 0.01 and jc.SPEC.seeds[1] == jc.PAPER_SUBSAMPLES == 100
     assert {k for k, _ in jc.FULL.variants} == {"jdl", "cme", "klr"}
 
 
 @pytest.mark.slow
 def test_outputs_and_positivity(tiny):
-    out, _ = tiny
+    out, res = tiny
     for f in ("report.md", "results.json", "fig9_loss.png", "fig10_negative.png", "fig11_time.png"):
         assert (out / f).stat().st_size > 0, f
     text = (out / "report.md").read_text()
     assert "stand-in" in text and "holds on our data?" in text
-    s = json.loads((out / "results.json").read_text())["summary"]
-    for d in TINY.ds:
-        pre = f"q=0.05 d={d} n=200"
-        # Fig. 10: constrained JDL and KLR never give negative probabilities
-        assert s[f"{pre} jdl/c"]["neg_pct"] == 0.0
-        assert s[f"{pre} klr/u"]["neg_pct"] == 0.0
-        for key in ("jdl/u", "jdl/c", "cme/u", "cme/c", "klr/u"):
-            assert (
-                np.isfinite(s[f"{pre} {key}"]["loss_mean"]) and s[f"{pre} {key}"]["loss_mean"] >= 0
-            )
-        # the constant-frequency classifier at a 5 % event: loss near the binary entropy
-        h = -(0.05 * np.log(0.05) + 0.95 * np.log(0.95))
-        assert 0.5 * h < s[f"{pre} jdl/u"]["baseline_loss"] < 2 * h
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert len(runs) >= 5  # a fast run: at least five subsamples
+    h = -(0.05 * np.log(0.05) + 0.95 * np.log(0.95))
+    for r in runs:
+        for d in TINY["ds"]:
+            pre = f"q=0.05 d={d}"
+            # Fig. 10: constrained JDL and KLR never give negative probabilities
+            assert np.all(np.asarray(r[f"{pre} jdl/c neg_pct"]) == 0.0)
+            assert np.all(np.asarray(r[f"{pre} klr/u neg_pct"]) == 0.0)
+            for key in ("jdl/u", "jdl/c", "cme/u", "cme/c", "klr/u"):
+                loss = np.asarray(r[f"{pre} {key} loss"])
+                assert np.all(np.isfinite(loss) & (loss >= 0)), key
+            # the constant-frequency classifier at a 5 % event: near the binary entropy
+            base = np.asarray(r[f"{pre} unconditional loss"])
+            assert np.all((0.5 * h < base) & (base < 2 * h))
+    verdicts = {c["claim"]: c["verdict"] for c in res["claims"]}
+    assert verdicts["KLR positive by construction"] == "yes"
+    assert verdicts["Fig. 10: constraints cut JDL's negative probabilities to zero"] == "yes"
 
 
 def test_one_subsample_probabilities():

@@ -171,7 +171,9 @@ def mean_sd(values) -> tuple[float, float]:
 
 def judge(claim: Claim, runs: Sequence[Mapping[str, Any]]) -> Verdict:
     """The claim's verdict over the seeds' metrics (the two-standard-error rule)."""
-    vals = np.array([float(claim.value(r)) for r in runs])
+    with warnings.catch_warnings():  # empty or all-NaN slices give NaN: "n/a"
+        warnings.simplefilter("ignore", RuntimeWarning)
+        vals = np.array([float(claim.value(r)) for r in runs])
     vals = vals[np.isfinite(vals)]
     mean, sd = mean_sd(vals)
     n = int(vals.size)
