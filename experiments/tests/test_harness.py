@@ -193,6 +193,7 @@ def test_panels_have_legends_bands_and_at_most_six_series():
 #: experiment modules declared as harness specs (the others keep their own ``run``)
 CONVERTED = (
     "_harness",
+    "favor_variance",
     "jdl_small",
     "jdl_classification",
     "hrf_uci",

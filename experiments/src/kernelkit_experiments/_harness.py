@@ -124,12 +124,13 @@ class Panel:
 
 @dataclass(frozen=True)
 class Plot:
-    """A figure: ``panels(config)`` gives its panels (drawn in a row; none: the figure is
-    left out), ``caption`` its caption in the report."""
+    """A figure: ``panels(config)`` gives its panels (in rows of at most ``ncols``; none:
+    the figure is left out), ``caption`` its caption in the report."""
 
     filename: str
     caption: str
     panels: Callable[[Any], list[Panel]]
+    ncols: int = 5
 
 
 @dataclass(frozen=True)
@@ -271,9 +272,13 @@ def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:
     panels = plot.panels(config)
     if not panels:  # nothing of this plot in this configuration
         return
-    fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(4.2 * len(panels), 3.4))
-    for ax, panel in zip(axes[0], panels, strict=True):
+    ncols = min(len(panels), plot.ncols)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, figsize=(4.2 * ncols, 3.4 * nrows))
+    for ax, panel in zip(axes.flat, panels, strict=False):
         draw_panel(ax, panel, agg, n)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
     fig.tight_layout()
     rep.figure(fig, plot.filename, plot.caption)
 
