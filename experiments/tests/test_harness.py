@@ -134,6 +134,8 @@ def test_run_seeds_minimums(monkeypatch):
     monkeypatch.setattr(H, "FAST_S", 0.0)
     assert len(H.run_seeds(spec, Toy(), 0, n_seeds=1, progress=False)) == 3
     assert len(H.run_seeds(spec, Toy(), 0, n_seeds=4, progress=False)) == 4
+    with pytest.raises(ValueError, match="n_seeds"):
+        H.run_seeds(spec, Toy(), 0, n_seeds=1000, progress=False)
 
 
 def test_run_spec_writes_report_json_and_plot(tmp_path):

@@ -215,6 +215,8 @@ def run_seeds(spec: Spec, config, seed: int, n_seeds: int, progress: bool = True
     from tqdm.auto import tqdm
 
     n = max(int(n_seeds), MIN_SEEDS)
+    if n >= 1000:  # seed * 1000 + i must not reach the next base seed's range
+        raise ValueError(f"n_seeds must be below 1000, got {n_seeds}.")
     runs, t0 = [], time.perf_counter()
     with tqdm(total=n, desc=spec.name, unit="seed", disable=not progress, leave=False) as bar:
         while len(runs) < n or (len(runs) < MIN_SEEDS_FAST and time.perf_counter() - t0 < FAST_S):
