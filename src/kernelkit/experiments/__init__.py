@@ -1,24 +1,23 @@
-"""Paper experiments and benchmarks, behind a lazy registry.
+"""Benchmarks behind a lazy registry, and the hook to the paper experiments.
 
-Nothing here imports an experiment module until it is run: the registry maps a name to
-a module path and a one-line description, so ``kernelkit list`` is fast and a module
-that does not exist yet (or fails to import) only affects its own entry.
+Nothing here imports a benchmark module until it is run: the registry maps a name to a
+module path and a one-line description, so ``kernelkit list`` is fast and a module that
+does not exist yet (or fails to import) only affects its own entry. Benchmark modules
+expose ``run(quick: bool) -> dict`` and print their own table.
 
-Experiment modules expose::
-
-    NAME: str
-    DESCRIPTION: str
-    def run(out_dir: pathlib.Path, quick: bool = False, seed: int = 0) -> dict
-
-and write ``report.md``, PNG plots and ``results.json`` into ``out_dir`` through
-:class:`kernelkit.experiments._report.Report`. Benchmark modules expose
-``run(quick: bool) -> dict`` and print their own table.
+The paper experiments (``kernelkit reproduce``) are a separate distribution,
+``kernelkit-experiments`` (``pip install -e ./experiments`` from a kernelkit checkout),
+so that the ``kernelkit`` wheel holds the library alone. It registers a module under the
+entry point group :data:`ENTRY_POINT_GROUP` that provides ``EXPERIMENTS`` (name ->
+:class:`Entry`, in the order ``reproduce all`` runs them), ``write_summary`` and
+``collect_rows``; :func:`experiment_suite` finds it.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.metadata
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -27,10 +26,13 @@ from types import ModuleType
 
 __all__ = [
     "BENCHMARKS",
-    "EXPERIMENTS",
+    "ENTRY_POINT_GROUP",
+    "INSTALL_HINT",
     "Entry",
+    "ExperimentsNotInstalled",
     "ModuleNotAvailable",
     "UnknownName",
+    "experiment_suite",
     "get_benchmark",
     "get_experiment",
     "is_available",
@@ -38,6 +40,14 @@ __all__ = [
     "run_benchmark",
     "run_experiment",
 ]
+
+#: Entry point group under which the experiments package registers its module.
+ENTRY_POINT_GROUP = "kernelkit.experiments"
+#: The import name tried when no entry point is registered (a source checkout on
+#: ``sys.path`` without installation).
+SUITE_MODULE = "kernelkit_experiments"
+#: How to install the experiments (from the root of a kernelkit checkout).
+INSTALL_HINT = "pip install -e ./experiments"
 
 
 @dataclass(frozen=True)
@@ -57,91 +67,6 @@ def _exp(name, module, description):
 def _bench(name, module, description):
     return Entry(name, f"{__name__}.{module}", description, "benchmark")
 
-
-#: Experiments in the order ``kernelkit reproduce all`` runs them.
-EXPERIMENTS: dict[str, Entry] = {
-    e.name: e
-    for e in (
-        _exp(
-            "favor-variance",
-            "favor_variance",
-            "FAVOR# Sec. 5.1: relative variance of softmax-kernel random features "
-            "(Trig ... SDERF) vs sigma",
-        ),
-        _exp(
-            "favor-classification",
-            "favor_classification",
-            "FAVOR# Sec. 5.2: Nadaraya-Watson kernel classification with random features",
-        ),
-        _exp(
-            "dp-gp",
-            "dp_gp",
-            "Dot-product features Table 3: GP regression / classification with a Gaussian "
-            "sketch or RFF vs Optimized Maclaurin",
-        ),
-        _exp(
-            "dp-variance",
-            "dp_variance",
-            "Dot-product RF Figs. 2-3: MSE of real vs complex sketches vs degree; complex / "
-            "real TensorSRHT variance ratio on image data",
-        ),
-        _exp(
-            "dp-frobenius",
-            "dp_frobenius",
-            "Dot-product RF Fig. 6: relative Frobenius error of every sketch, Random and "
-            "Optimized Maclaurin on Fashion-MNIST (p = 3, 7, 10; D = d, 3d, 5d)",
-        ),
-        _exp(
-            "hrf-pointwise",
-            "hrf_pointwise",
-            "Hybrid RF Figs. 2/5: pointwise relative error of the softmax kernel on the "
-            "sphere (d = 64) vs angle, Trig / FAVOR+ vs FLOP-matched hybrids",
-        ),
-        _exp(
-            "hrf-uci",
-            "hrf_uci",
-            "Hybrid RF Table 1: softmax-kernel MSE on wine and Boston (HRF-ort, HRF-iid, "
-            "ORF-reg, ORF-Had, Halton-R)",
-        ),
-        _exp(
-            "hrf-clustered",
-            "hrf_clustered",
-            "Hybrid RF Table 3: clustered hybrid features on synthetic clustered data",
-        ),
-        _exp(
-            "attention-approx",
-            "attention_approx",
-            "Linear attention: error of every feature map against exact softmax attention "
-            "vs number of features",
-        ),
-        _exp(
-            "tiny-lm",
-            "tiny_lm",
-            "Linear attention: character-level Transformer LM with exact, FAVOR+, FAVOR++, "
-            "FAVOR# and hybrid attention",
-        ),
-        _exp(
-            "jdl-gaussian",
-            "jdl_gaussian",
-            "JDL Sec. 5.1: conditional second moments of Gaussian data, JDL vs JPDL vs CME",
-        ),
-        _exp(
-            "jdl-small",
-            "jdl_small",
-            "JDL Sec. 5.1: uniform and Cauchy data sets with n in {50, 100, 200}",
-        ),
-        _exp(
-            "jdl-classification",
-            "jdl_classification",
-            "JDL Sec. 5.2: classification as a conditional distribution, JDL vs CME vs KLR",
-        ),
-        _exp(
-            "sgb-logreg",
-            "sgb_logreg",
-            "SGB: multinomial logistic regression, SPFB / LSPFB vs SGD, Adam, L-BFGS",
-        ),
-    )
-}
 
 #: Benchmarks for ``kernelkit bench NAME``.
 BENCHMARKS: dict[str, Entry] = {
@@ -193,8 +118,52 @@ class ModuleNotAvailable(ImportError):
     """The entry is registered but its module does not exist (yet)."""
 
 
+class ExperimentsNotInstalled(ImportError):
+    """The paper experiments package (``kernelkit-experiments``) is not installed."""
+
+
+def experiment_suite() -> ModuleType:
+    """The installed paper experiments: a module with ``EXPERIMENTS``, ``write_summary``
+    and ``collect_rows``.
+
+    Found through the :data:`ENTRY_POINT_GROUP` entry point (the first one registered),
+    else by importing :data:`SUITE_MODULE` once.
+
+    Raises
+    ------
+    ExperimentsNotInstalled
+        If neither is there; the message says how to install it.
+    """
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        return ep.load()
+    try:
+        return importlib.import_module(SUITE_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != SUITE_MODULE:
+            raise
+        raise ExperimentsNotInstalled(
+            "The paper experiments are a separate package, kernelkit-experiments, which "
+            f"is not installed. From the root of a kernelkit checkout: `{INSTALL_HINT}`."
+        ) from None
+
+
+def _moved(module: str) -> ModuleType:
+    """``kernelkit_experiments.<module>``, for the aliases that keep the benchmarks'
+    relative imports of moved experiment modules working (until the benchmarks move)."""
+    try:
+        return importlib.import_module(f"{SUITE_MODULE}.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name != SUITE_MODULE:
+            raise
+        raise ExperimentsNotInstalled(
+            f"This benchmark uses {SUITE_MODULE}.{module}, from the paper experiments "
+            f"package, which is not installed. From the root of a kernelkit checkout: "
+            f"`{INSTALL_HINT}`."
+        ) from None
+
+
 def _registry(kind: str) -> dict[str, Entry]:
-    return EXPERIMENTS if kind == "experiment" else BENCHMARKS
+    return experiment_suite().EXPERIMENTS if kind == "experiment" else BENCHMARKS
 
 
 def _lookup(name: str, kind: str) -> Entry:

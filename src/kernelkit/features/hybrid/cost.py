@@ -15,7 +15,7 @@ def regular_feature_flops(n_features: int, d: int) -> int:
     A trig / positive / hyperbolic map with ``M = n_features`` projections costs
     ``2 M d`` (the projection ``W x``: a multiply and an add per entry) ``+ 2 M`` (two
     nonlinearities per projection: sin and cos, or ``exp(+w.x)`` and ``exp(-w.x)``).
-    The same constants as ``kernelkit.experiments._hrf_common.FLOP_RULE``.
+    The Hybrid RF experiments state their FLOP rule with the same constants.
     """
     M = validate_positive_int(n_features, "n_features")
     d = validate_positive_int(d, "d")

@@ -1,0 +1,359 @@
+"""One harness for the experiments: a declarative :class:`Spec` per experiment.
+
+An experiment declares its configurations (quick / full), a ``compute(config, seed)``
+function that runs *one* seed and returns a flat dict of metrics (floats or 1-d
+arrays), its paper :class:`Claim` s and its :class:`Plot` s. :func:`run_spec` does the
+rest, the same way for every experiment:
+
+* seeds: ``seed * 1000 + i`` for ``i = 0, 1, ...``; at least :data:`MIN_SEEDS`, and at
+  least :data:`MIN_SEEDS_FAST` where the run is over within :data:`FAST_S` seconds
+  (more seeds are drawn until it is); a progress bar over seeds;
+* aggregation: mean and sample standard deviation (``ddof=1``) of every metric over the
+  seeds;
+* verdicts that respect noise (:func:`judge`): a claim reads "yes" or "no" only where
+  its per-seed value differs from the claim's threshold by more than two standard
+  errors (``2 s.d. / sqrt(n)``), otherwise "tie (within noise)";
+* ``report.md`` (claims table with mean ± s.d., the experiment's own sections, plots),
+  ``results.json`` (config, seeds, per-seed metrics, claims with their statistics and
+  the verdict counts) and PNG plots with at most :data:`MAX_SERIES` series per panel, a
+  legend on every panel and ± 1 s.d. bands (:func:`draw_panel`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._report import Report, markdown_table
+
+__all__ = [
+    "FAST_S",
+    "MAX_SERIES",
+    "MIN_SEEDS",
+    "MIN_SEEDS_FAST",
+    "TIE",
+    "Claim",
+    "Panel",
+    "Plot",
+    "Spec",
+    "Verdict",
+    "aggregate",
+    "draw_panel",
+    "format_mean_sd",
+    "judge",
+    "mean_sd",
+    "run_seeds",
+    "run_spec",
+    "verdict_counts",
+]
+
+#: fewest seeds any claim is judged over
+MIN_SEEDS = 3
+#: fewest seeds where the whole run takes under :data:`FAST_S` seconds
+MIN_SEEDS_FAST = 5
+FAST_S = 60.0
+#: most series drawn in one panel (split panels otherwise)
+MAX_SERIES = 6
+#: the verdict where the difference is within two standard errors
+TIE = "tie (within noise)"
+
+_OPS = {">": np.greater, "<": np.less}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper claim, judged on a per-seed scalar.
+
+    ``value(metrics)`` maps one seed's metrics to a number; the claim holds where the
+    mean over seeds is ``op`` (``">"`` or ``"<"``) ``threshold`` by more than two
+    standard errors, fails where it is on the other side by as much, and is a tie
+    otherwise. ``quantity`` says in words what ``value`` is (shown in the table).
+    """
+
+    text: str
+    paper: str
+    quantity: str
+    value: Callable[[Mapping[str, Any]], float]
+    op: str = ">"
+    threshold: float = 0.0
+
+    def __post_init__(self):
+        if self.op not in _OPS:
+            raise ValueError(f"op must be '>' or '<', got {self.op!r}.")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's statistics over ``n`` seeds and its verdict ("yes", "no" or :data:`TIE`)."""
+
+    mean: float
+    sd: float
+    n: int
+    verdict: str
+
+    @property
+    def se(self) -> float:
+        return self.sd / math.sqrt(self.n) if self.n else math.nan
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel: ``series`` maps a label to a metric name whose per-seed values are
+    1-d arrays over ``x`` (``kind="line"``: mean line, ± 1 s.d. band) or scalars
+    (``kind="bar"``, one bar per series and ``x`` unused: mean, ± 1 s.d. error bar).
+    ``reference`` (line panels): exact values drawn dashed, without a band, in the colour
+    of the series at the same position (e.g. a closed form next to its Monte Carlo)."""
+
+    title: str
+    series: Mapping[str, str]
+    ylabel: str
+    x: Sequence[float] = ()
+    xlabel: str = ""
+    kind: str = "line"
+    logx: bool = False
+    logy: bool = False
+    reference: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A figure: ``panels(config)`` gives its panels (in rows of at most ``ncols``; none:
+    the figure is left out), ``caption`` its caption in the report."""
+
+    filename: str
+    caption: str
+    panels: Callable[[Any], list[Panel]]
+    ncols: int = 5
+
+
+@dataclass(frozen=True)
+class Spec:
+    """An experiment, declared.
+
+    ``compute(config, seed)`` runs one seed and returns ``{metric: float | 1-d array}``;
+    ``claims(config)``, ``setup(config)`` (the report's first section) and
+    ``sections(config, runs)`` (after the claims: tables, deviations; ``runs`` are the
+    per-seed metric dicts) may depend on the configuration. ``seeds`` is the number of
+    seeds (quick, full) before the minimums of :func:`run_spec`. ``check(config)``
+    raises on a bad configuration.
+    """
+
+    name: str
+    title: str
+    description: str
+    quick: Any
+    full: Any
+    compute: Callable[[Any, int], Mapping[str, Any]]
+    claims: Callable[[Any], list[Claim]]
+    plots: tuple[Plot, ...] = ()
+    setup: Callable[[Any], str] = lambda config: ""
+    sections: Callable[[Any, list], list[str]] = lambda config, runs: []
+    seeds: tuple[int, int] = (MIN_SEEDS_FAST, MIN_SEEDS)
+    check: Callable[[Any], None] = lambda config: None
+    extra: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- statistics
+def mean_sd(values) -> tuple[float, float]:
+    """Mean and sample s.d. (``ddof=1``; 0 for a single value) of finite ``values``."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return math.nan, math.nan
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def judge(claim: Claim, runs: Sequence[Mapping[str, Any]]) -> Verdict:
+    """The claim's verdict over the seeds' metrics (the two-standard-error rule)."""
+    with warnings.catch_warnings():  # empty or all-NaN slices give NaN: "n/a"
+        warnings.simplefilter("ignore", RuntimeWarning)
+        vals = np.array([float(claim.value(r)) for r in runs])
+    vals = vals[np.isfinite(vals)]
+    mean, sd = mean_sd(vals)
+    n = int(vals.size)
+    if n == 0:
+        return Verdict(mean, sd, 0, "n/a")
+    diff = mean - claim.threshold
+    if abs(diff) <= 2.0 * sd / math.sqrt(n):  # includes diff == 0 at sd == 0
+        return Verdict(mean, sd, n, TIE)
+    holds = bool(_OPS[claim.op](mean, claim.threshold))
+    return Verdict(mean, sd, n, "yes" if holds else "no")
+
+
+def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
+    """``{"yes", "no", "tie", "n/a"}`` counts."""
+    counts = {"yes": 0, "no": 0, "tie": 0, "n/a": 0}
+    for v in verdicts:
+        counts["tie" if v.verdict == TIE else v.verdict] += 1
+    return counts
+
+
+def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    """``{metric: {"mean", "sd"}}`` over seeds (arrays keep their shape; NaNs ignored)."""
+    out = {}
+    for key in runs[0]:
+        a = np.asarray([r[key] for r in runs], dtype=np.float64)  # (n_seeds, ...)
+        n = np.isfinite(a).sum(axis=0)
+        with warnings.catch_warnings():  # all-NaN slices: NaN mean, no warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(a, axis=0)
+            sd = np.where(n > 1, np.nanstd(a, axis=0, ddof=1), np.where(n == 1, 0.0, np.nan))
+        out[key] = {"mean": mean, "sd": sd}
+    return out
+
+
+def run_seeds(spec: Spec, config, seed: int, n_seeds: int, progress: bool = True) -> list:
+    """Per-seed metrics of ``n_seeds`` seeds (at least :data:`MIN_SEEDS`), then more until
+    :data:`MIN_SEEDS_FAST` where they finished within :data:`FAST_S` seconds."""
+    from tqdm.auto import tqdm
+
+    n = max(int(n_seeds), MIN_SEEDS)
+    if n >= 1000:  # seed * 1000 + i must not reach the next base seed's range
+        raise ValueError(f"n_seeds must be below 1000, got {n_seeds}.")
+    runs, t0 = [], time.perf_counter()
+    with tqdm(total=n, desc=spec.name, unit="seed", disable=not progress, leave=False) as bar:
+        while len(runs) < n or (len(runs) < MIN_SEEDS_FAST and time.perf_counter() - t0 < FAST_S):
+            if len(runs) >= n:
+                bar.total += 1
+            runs.append(dict(spec.compute(config, seed * 1000 + len(runs))))
+            bar.update(1)
+    return runs
+
+
+# ---------------------------------------------------------------------- plots
+def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n: int) -> None:
+    """Draw ``panel`` from aggregated metrics: mean with ± 1 s.d. (band or error bar), a
+    legend, and the seed count in the title."""
+    if len(panel.reference) > len(panel.series):
+        raise ValueError(f"panel {panel.title!r}: more reference lines than series.")
+    if len(panel.series) > MAX_SERIES:
+        raise ValueError(
+            f"panel {panel.title!r} has {len(panel.series)} series; at most {MAX_SERIES} "
+            "(split it into panels)."
+        )
+    if panel.kind == "bar":
+        labels = list(panel.series)
+        means = [float(agg[k]["mean"]) for k in panel.series.values()]
+        sds = [float(agg[k]["sd"]) for k in panel.series.values()]
+        for i, (lab, m, s) in enumerate(zip(labels, means, sds, strict=True)):
+            ax.bar(i, m, yerr=s, capsize=3, color=f"C{i}", label=lab)
+        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
+    else:
+        x = np.asarray(panel.x, dtype=np.float64)
+        for i, (lab, key) in enumerate(panel.series.items()):
+            m, s = agg[key]["mean"], agg[key]["sd"]
+            ax.plot(x, m, marker="o", ms=3, color=f"C{i}", label=lab)
+            ax.fill_between(x, m - s, m + s, color=f"C{i}", alpha=0.2, linewidth=0)
+        for i, (lab, key) in enumerate(panel.reference.items()):
+            ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=f"C{i}", label=lab)
+        ax.set_xlabel(panel.xlabel)
+    ax.set_xscale("log" if panel.logx else "linear")
+    if panel.kind != "bar" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
+        ax.set_xticks(list(panel.x), [f"{v:g}" for v in panel.x])
+        ax.minorticks_off()
+    if panel.logy:
+        ax.set_yscale("log")
+    ax.set_ylabel(panel.ylabel)
+    ax.set_title(f"{panel.title}\n(mean ± s.d., {n} seeds)", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = plot.panels(config)
+    if not panels:  # nothing of this plot in this configuration
+        return
+    ncols = min(len(panels), plot.ncols)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, figsize=(4.2 * ncols, 3.4 * nrows))
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        draw_panel(ax, panel, agg, n)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    rep.figure(fig, plot.filename, plot.caption)
+
+
+# ---------------------------------------------------------------------- the run
+def _fmt(mean: float, sd: float) -> str:
+    return "n/a" if not math.isfinite(mean) else f"{mean:.3g} ± {sd:.2g}"
+
+
+def format_mean_sd(values) -> str:
+    """``"mean ± s.d."`` of per-seed ``values`` (for the experiments' tables)."""
+    return _fmt(*mean_sd(values))
+
+
+def _claims_table(claims: Sequence[Claim], verdicts: Sequence[Verdict]) -> str:
+    rows = [
+        [
+            c.text,
+            c.paper,
+            f"{c.quantity} {c.op} {c.threshold:g}: {_fmt(v.mean, v.sd)} (n = {v.n})",
+            v.verdict,
+        ]
+        for c, v in zip(claims, verdicts, strict=True)
+    ]
+    return markdown_table(["claim", "paper", "ours (mean ± s.d.)", "holds on our data?"], rows)
+
+
+def _jsonable_config(config):
+    return asdict(config) if is_dataclass(config) else dict(config)
+
+
+def run_spec(
+    spec: Spec,
+    out_dir,
+    quick: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+    **overrides,
+) -> dict:
+    """Run ``spec`` into ``out_dir`` (``overrides`` replace configuration fields);
+    returns the results dict also written to ``results.json``."""
+    config = replace(spec.quick if quick else spec.full, **overrides)
+    spec.check(config)
+    rep = Report(out_dir, spec.name, quick=quick, title=spec.title)
+    runs = run_seeds(spec, config, seed, spec.seeds[0 if quick else 1], progress)
+    claims = spec.claims(config)
+    verdicts = [judge(c, runs) for c in claims]
+    counts = verdict_counts(verdicts)
+    n = len(runs)
+    rep.add(spec.setup(config))
+    rep.add(
+        "## Paper's claims vs ours\n\n"
+        f"Each claim is judged over {n} seeds: 'yes' or 'no' where the mean differs from "
+        "the threshold by more than two standard errors (2 s.d. / sqrt(n)), otherwise "
+        f"'{TIE}'.\n\n" + _claims_table(claims, verdicts)
+    )
+    rep.add(*spec.sections(config, runs))
+    agg = aggregate(runs)
+    for plot in spec.plots:
+        _figure(rep, plot, config, agg, n)
+    rep.results.update(
+        {
+            "config": _jsonable_config(config),
+            "seeds": [seed * 1000 + i for i in range(n)],
+            "runs": runs,
+            "claims": [
+                {"claim": c.text, "paper": c.paper, "quantity": c.quantity, "op": c.op}
+                | {"threshold": c.threshold}
+                | asdict(v)
+                for c, v in zip(claims, verdicts, strict=True)
+            ],
+            "claim_counts": counts,
+        }
+    )
+    rep.write()
+    return rep.results | {"report": str(Path(out_dir) / "report.md")}

@@ -1,0 +1,221 @@
+"""The shared experiment harness: seeds, the two-standard-error verdicts, aggregation,
+plots and the files of a run."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kernelkit_experiments import _harness as H
+from kernelkit_experiments._summary import claim_counts
+
+
+def _claim(op=">", threshold=0.0, key="v"):
+    return H.Claim("c", "p", key, lambda r: r[key], op=op, threshold=threshold)
+
+
+def test_judge_two_standard_error_rule():
+    runs = [{"v": 1.0}, {"v": 2.0}, {"v": 3.0}]  # mean 2, s.d. 1, s.e. 1/sqrt(3)
+    two_se = 2 / math.sqrt(3)  # 1.1547
+    v = H.judge(_claim(threshold=2 - two_se - 0.01), runs)
+    assert (v.mean, v.sd, v.n, v.verdict) == (2.0, 1.0, 3, "yes")
+    assert v.se == pytest.approx(1 / math.sqrt(3))
+    assert H.judge(_claim(threshold=2 - two_se + 0.01), runs).verdict == H.TIE
+    assert H.judge(_claim(threshold=2 + two_se - 0.01), runs).verdict == H.TIE
+    assert H.judge(_claim(threshold=2 + two_se + 0.01), runs).verdict == "no"
+    # "<" claims: the same distances, the verdicts swapped
+    assert H.judge(_claim("<", 2 - two_se - 0.01), runs).verdict == "no"
+    assert H.judge(_claim("<", 2 + two_se + 0.01), runs).verdict == "yes"
+
+
+def test_judge_noise_free_and_missing_values():
+    same = [{"v": 0.5}] * 4  # s.d. 0: any difference is decisive, none is a tie
+    assert H.judge(_claim(threshold=0.4), same).verdict == "yes"
+    assert H.judge(_claim(threshold=0.6), same).verdict == "no"
+    assert H.judge(_claim(threshold=0.5), same).verdict == H.TIE
+    # NaN seeds are left out of the statistics; no finite value at all: n/a
+    v = H.judge(_claim(), [{"v": 1.0}, {"v": math.nan}, {"v": 3.0}])
+    assert (v.mean, v.n) == (2.0, 2)
+    assert H.judge(_claim(), [{"v": math.nan}] * 3).verdict == "n/a"
+    with pytest.raises(ValueError, match="op"):
+        _claim(op=">=")
+
+
+def test_verdict_counts_keep_ties_apart():
+    vs = [H.Verdict(0, 0, 3, w) for w in ("yes", "yes", "no", H.TIE, "n/a")]
+    assert H.verdict_counts(vs) == {"yes": 2, "no": 1, "tie": 1, "n/a": 1}
+
+
+def test_aggregate_matches_numpy_and_ignores_nan():
+    rng = np.random.default_rng(0)
+    runs = [{"s": float(rng.normal()), "a": rng.normal(size=4)} for _ in range(5)]
+    agg = H.aggregate(runs)
+    s = np.array([r["s"] for r in runs])
+    a = np.stack([r["a"] for r in runs])  # (5, 4)
+    assert agg["s"]["mean"] == pytest.approx(s.mean()) and agg["s"]["sd"] == pytest.approx(
+        s.std(ddof=1)
+    )
+    np.testing.assert_allclose(agg["a"]["mean"], a.mean(0))
+    np.testing.assert_allclose(agg["a"]["sd"], a.std(0, ddof=1))
+    runs[0]["a"] = np.array([np.nan, 1.0, 1.0, 1.0])
+    agg = H.aggregate(runs)
+    assert agg["a"]["mean"][0] == pytest.approx(a[1:, 0].mean())
+    assert agg["a"]["sd"][0] == pytest.approx(a[1:, 0].std(ddof=1))
+
+
+@dataclass(frozen=True)
+class Toy:
+    n: int = 3
+    offset: float = 0.0
+
+
+def _toy_compute(config, seed):
+    i = seed % 1000  # 0, 1, 2, ...: per-seed values known exactly
+    x = np.arange(config.n, dtype=float)
+    return {
+        "gap": 1.0 + 0.01 * (i % 2),  # decisively above 0
+        "noise": (-1.0) ** i + config.offset,  # mean about 0, s.d. about 1: a tie
+        "curve": x + i,
+        "curve2": 2 * x,
+    }
+
+
+def _toy_check(config):
+    if config.n <= 0:
+        raise ValueError("n must be > 0")
+
+
+def _toy_spec(seeds=(3, 3)):
+    return H.Spec(
+        name="toy",
+        title="Toy experiment",
+        description="d",
+        quick=Toy(),
+        full=Toy(n=4),
+        compute=_toy_compute,
+        claims=lambda c: [
+            H.Claim("gap is positive", "yes", "gap", lambda r: r["gap"]),
+            H.Claim("gap is negative", "yes", "gap", lambda r: r["gap"], op="<"),
+            H.Claim("noise is positive", "yes", "noise", lambda r: r["noise"]),
+        ],
+        plots=(
+            H.Plot(
+                "curves.png",
+                "two curves",
+                lambda c: [
+                    H.Panel("curves", {"a": "curve", "b": "curve2"}, "y", range(c.n), "x"),
+                    H.Panel("bars", {"gap": "gap", "noise": "noise"}, "value", kind="bar"),
+                ],
+            ),
+        ),
+        setup=lambda c: f"## Setup\n\nn = {c.n}",
+        sections=lambda c, runs: [f"## Seeds\n\n{len(runs)} runs"],
+        seeds=seeds,
+        check=_toy_check,
+    )
+
+
+def test_run_seeds_minimums(monkeypatch):
+    seen = []
+
+    def compute(config, seed):
+        seen.append(seed)
+        return {"v": 0.0}
+
+    spec = H.Spec("s", "t", "d", Toy(), Toy(), compute, lambda c: [])
+    # fast runs get at least MIN_SEEDS_FAST seeds even when fewer are asked for
+    assert len(H.run_seeds(spec, Toy(), seed=2, n_seeds=1, progress=False)) == 5
+    assert seen == [2000, 2001, 2002, 2003, 2004]
+    # a slow run (here: every run counts as slow) stops at max(n_seeds, MIN_SEEDS)
+    monkeypatch.setattr(H, "FAST_S", 0.0)
+    assert len(H.run_seeds(spec, Toy(), 0, n_seeds=1, progress=False)) == 3
+    assert len(H.run_seeds(spec, Toy(), 0, n_seeds=4, progress=False)) == 4
+    with pytest.raises(ValueError, match="n_seeds"):
+        H.run_seeds(spec, Toy(), 0, n_seeds=1000, progress=False)
+
+
+def test_run_spec_writes_report_json_and_plot(tmp_path):
+    res = H.run_spec(_toy_spec(), tmp_path, quick=True, seed=0, progress=False)
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Toy experiment") and md.index("## Setup") < md.index("claims")
+    assert "| gap is positive | yes | gap > 0: 1 ± 0.0055 (n = 5) | yes |" in md
+    assert "| gap is negative | yes | gap < 0: 1 ± 0.0055 (n = 5) | no |" in md
+    assert "| noise is positive | yes | noise > 0: 0.2 ± 1.1 (n = 5) | tie (within noise) |" in md
+    assert "## Seeds\n\n5 runs" in md and "![two curves](curves.png)" in md
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["claim_counts"] == {"yes": 1, "no": 1, "tie": 1, "n/a": 0}
+    assert data["seeds"] == [0, 1, 2, 3, 4] and len(data["runs"]) == 5
+    assert data["config"] == {"n": 3, "offset": 0.0} and data["quick"] is True
+    assert data["claims"][2]["verdict"] == H.TIE and res["claim_counts"]["tie"] == 1
+    # the summary reads the same counts back from report.md, ties apart
+    assert claim_counts(tmp_path) == {"yes": 1, "partly": 0, "no": 1, "tie": 1, "other": 0}
+    # overrides replace configuration fields and go through the spec's check
+    H.run_spec(_toy_spec(), tmp_path / "o", quick=True, progress=False, offset=5.0)
+    counts = json.loads((tmp_path / "o" / "results.json").read_text())["claim_counts"]
+    assert counts["yes"] == 2 and counts["tie"] == 0
+    with pytest.raises(ValueError, match="n must be"):
+        H.run_spec(_toy_spec(), tmp_path / "bad", quick=True, progress=False, n=0)
+
+
+def test_panels_have_legends_bands_and_at_most_six_series():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [_toy_compute(Toy(), i) for i in range(4)]
+    agg = H.aggregate(runs)
+    fig, ax = plt.subplots()
+    H.draw_panel(ax, H.Panel("p", {"a": "curve", "b": "curve2"}, "y", range(3), "x"), agg, 4)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+    assert len(ax.collections) == 2  # one s.d. band per series
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    m, s = agg["curve"]["mean"], agg["curve"]["sd"]
+    assert band.min() == pytest.approx((m - s).min()) and band.max() == pytest.approx((m + s).max())
+    assert "mean ± s.d., 4 seeds" in ax.get_title()
+    # reference lines: dashed, in their series' colour, no band
+    ref = H.Panel("r", {"a": "curve"}, "y", range(3), reference={"a exact": "curve2"})
+    H.draw_panel(ax, ref, agg, 4)
+    dashed = ax.get_lines()[-1]
+    assert dashed.get_linestyle() == "--" and dashed.get_color() == "C0"
+    np.testing.assert_allclose(dashed.get_ydata(), agg["curve2"]["mean"])
+    with pytest.raises(ValueError, match="reference"):
+        H.draw_panel(ax, H.Panel("r", {}, "y", range(3), reference={"x": "curve"}), agg, 4)
+    too_many = H.Panel("busy", {str(i): "curve" for i in range(7)}, "y", range(3))
+    with pytest.raises(ValueError, match="at most 6"):
+        H.draw_panel(ax, too_many, agg, 4)
+    plt.close(fig)
+
+
+#: experiment modules declared as harness specs (the others keep their own ``run``)
+CONVERTED = (
+    "_harness",
+    "favor_variance",
+    "jdl_small",
+    "jdl_classification",
+    "hrf_uci",
+    "hrf_clustered",
+    "hrf_pointwise",
+)
+
+
+@pytest.mark.parametrize("module", CONVERTED)
+def test_converted_modules_have_no_function_over_80_lines(module):
+    import ast
+    import importlib
+
+    mod = importlib.import_module(f"kernelkit_experiments.{module}")
+    tree = ast.parse(open(mod.__file__).read())
+    long = [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert long == []
+    if module != "_harness":
+        assert isinstance(mod.SPEC, H.Spec) and mod.SPEC.name == mod.NAME
