@@ -97,6 +97,12 @@ EXPERIMENTS: dict[str, Entry] = {
             "FAVOR# and hybrid attention",
         ),
         _exp(
+            "mlm-encoder",
+            "mlm_encoder",
+            "FAVOR# Sec. 5.3 (bidirectional): masked character encoder with exact, FAVOR+, "
+            "FAVOR++ and FAVOR# (SADERF, SDERF) attention",
+        ),
+        _exp(
             "jdl-gaussian",
             "jdl_gaussian",
             "JDL Sec. 5.1: conditional second moments of Gaussian data, JDL vs JPDL vs CME",
