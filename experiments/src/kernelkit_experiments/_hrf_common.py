@@ -2,7 +2,7 @@
 ``hrf-clustered``).
 
 Reference: Choromanski et al., "Hybrid Random Features" (ICLR 2022); equation numbers are
-the paper's, formulas as corrected on the user guide's hybrid random features page.
+the paper's, formulas as corrected in docs/derivations/hybrid.md.
 
 The Monte Carlo studies need thousands of *independent* estimates of one kernel value, i.e.
 thousands of independent draws of the random parameters. Fitting thousands of feature-map
@@ -19,7 +19,7 @@ Conventions (the HRF paper's, Sec. 2):
 * ``FAVOR+`` = the paper's ``SM^{++}_m`` (eq. 3, antithetic ``±w``, dim ``2m``):
   ``e^{-(|x|^2+|y|^2)/2} mean_i cosh(w_i.(x + y))``.
 * ``FAVOR+ (one-sided)`` = Performer's ``SM^+_m`` (dim ``m``):
-  ``e^{-(|x|^2+|y|^2)/2} mean_i exp(w_i.(x + y))`` (Erratum 7, user guide).
+  ``e^{-(|x|^2+|y|^2)/2} mean_i exp(w_i.(x + y))`` (Erratum 7, docs/derivations/hybrid.md).
 * Angular hybrid (eq. 12, 19): ``lam SM^{++}_m + (1 - lam) SM^trig_m`` with
   ``lam = (1 - mean_j sgn(t_j.x) sgn(t_j.y)) / 2`` from ``n`` extra projections ``t_j``;
   the base estimators share ``W`` (variant II of Thm 3.1).

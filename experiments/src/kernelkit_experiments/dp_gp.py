@@ -2,8 +2,8 @@
 classification with a baseline sketch vs Optimized Maclaurin, non-centred vs centred.
 
 Reproduces the protocol of Wacker, Kanagawa & Filippone, "Improved Random Features for
-Dot Product Kernels", Sec. 6.1 / 6.4, App. D and Table 3, offline (errata as numbered on
-the user guide's dot-product page):
+Dot Product Kernels", Sec. 6.1 / 6.4, App. D and Table 3, offline (errata as numbered in
+docs/derivations/dot_product.md):
 
 * **Kernels.** Polynomial kernel on the unit sphere, eq. 57 with ``a = 2``:
   ``sigma^2 ((1 + x^T y) / 2)^p`` (``p = 7``; Table 3 does not state ``p``, erratum 13),

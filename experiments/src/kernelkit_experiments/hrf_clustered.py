@@ -2,7 +2,7 @@
 synthetic clustered data.
 
 Reproduces Choromanski et al., "Hybrid Random Features" (ICLR 2022) offline, with the
-paper's errata as numbered on the user guide's hybrid random features page (Erratum 8:
+paper's errata as numbered in docs/derivations/hybrid.md (Erratum 8:
 query clusters ``i``, key clusters ``j``).
 
 Setup (paper): queries ``x`` from two 50-dim Gaussian clusters of 1000 points, keys ``y``

@@ -2,7 +2,7 @@
 softmax kernel on the sphere.
 
 Reproduces Choromanski et al., "Hybrid Random Features" (ICLR 2022) offline (closed forms:
-Lemma 3.4, Thm 3.5 with the corrections of the user guide's hybrid random features page).
+Lemma 3.4, Thm 3.5 with the corrections of docs/derivations/hybrid.md).
 
 Setup (paper): 64-dim inputs of equal length ``r`` in {1, 1.25, 1.5} at angles ``theta``
 over ``[0, pi]``; ``s = 10000`` independent estimates of ``SM(x, y) = exp(x.y)`` per angle;

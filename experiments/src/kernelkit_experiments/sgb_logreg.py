@@ -93,7 +93,8 @@ LEGEND = (
     "truncated solve); SPFB (CG 1e-4) = the paper's exact step by CG to relative residual "
     "1e-4 (≤ 500 iterations); SPFB (dense) = the exact step by Cholesky of the (np)² "
     "matrix; LSPFB k = LSPFB with the rank-k bound, variant `{variant}`; LSPFB-paper k = "
-    "Alg. LB as printed (with the note's corrections); SGD, Adam: mini-batch, tuned step; "
+    "Alg. LB as printed (with corrections (a)-(e) of docs/derivations/sgb.md); "
+    "SGD, Adam: mini-batch, tuned step; "
     "L-BFGS: full batch (one epoch = one function-and-gradient evaluation)."
 )
 
@@ -757,7 +758,8 @@ def _write_report(rep, config, results, problems, all_res, summaries, verdict, b
         "## Setup",
         "L2-regularised multinomial logistic regression, mean form "
         "L(Θ) = (1/T) Σ −log p(y_i|x_i) + (λ/2)‖Θ‖² with a constant feature (bias, "
-        "penalised) and two columns for binary sets (user guide). L* from scikit-learn "
+        "penalised) and two columns for binary sets (docs/derivations/sgb.md). "
+        "L* from scikit-learn "
         "`LogisticRegression(C=1/(λT), fit_intercept=False)` (binary: C = 2/(λT)), polished "
         "by SciPy Newton-CG. Suboptimality L − L*; thresholds on (L − L*)/L*. Times are "
         "optimisation seconds on this machine (objective evaluations excluded), all "
@@ -1016,13 +1018,15 @@ def _write_report(rep, config, results, problems, all_res, summaries, verdict, b
                 "per epoch). Quick mode: subsets, m = 100, 3 step sizes and one schedule, "
                 "one seed, few epochs.",
                 "- SPFB uses the mini-batch mean form (the paper does not define its "
-                "mini-batch update; user guide). The row `SPFB` is kernelkit's default, "
+                "mini-batch update; docs/derivations/sgb.md). The row `SPFB` is kernelkit's "
+                "default, "
                 "a truncated CG solve of eq. 2.6 (not the paper's exact step); the paper's "
                 "step is `SPFB (CG 1e-4)` and, where the (np)² matrix is affordable, "
                 "`SPFB (dense)`.",
                 "- LSPFB (`LSPFB k=..`) uses the low-rank variant "
-                f"`{config.low_rank}` (user guide: tighter and faster than Alg. LB as "
-                "printed); Alg. LB itself (with the note's corrections) is `LSPFB-paper "
+                f"`{config.low_rank}` (docs/derivations/sgb.md: tighter and faster than "
+                "Alg. LB as printed); Alg. LB itself (with corrections (a)-(e) of "
+                "docs/derivations/sgb.md) is `LSPFB-paper "
                 "k=..` where listed. Ranks as listed in the results (a rank above the "
                 "parameter dimension or unaffordable is left out).",
                 "- Extra baselines (not in the paper): Adam and full-batch L-BFGS.",
