@@ -186,6 +186,44 @@ def test_dask_fit_equals_in_memory_fit_binary_float32_numpy_y():
     _assert_same_fit(ref, est, X32, atol=2e-5)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("binary", [False, True], ids=["multiclass", "binary"])
+def test_predictions_on_dask_input_are_lazy_and_equal_numpy(binary):
+    X, y = _iris()
+    if binary:
+        y = (y == 2).astype(int)
+    labels = np.array(["a", "b", "c"])[y]
+    est = BoundLogisticRegression(solver="bound", max_epochs=5).fit(X, labels)
+    dX = da.from_array(X, chunks=(40, 4))
+    calls = []
+
+    def counted(block):
+        if len(block):  # Dask may call it on an empty array to infer the output's type
+            calls.append(len(block))
+        return block
+
+    dXc = dX.map_blocks(counted, dtype=dX.dtype)
+    outs = {
+        name: getattr(est, name)(dXc)
+        for name in ("decision_function", "predict", "predict_proba", "predict_log_proba")
+    }
+    assert not calls  # nothing computed yet
+    for name, lazy in outs.items():
+        assert isinstance(lazy, da.Array)
+        got, ref = lazy.compute(), getattr(est, name)(X)
+        if name == "predict":
+            np.testing.assert_array_equal(got, ref)
+        else:
+            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
+    assert est.score(dX, da.from_array(labels, chunks=40)) == pytest.approx(est.score(X, labels))
+    w = np.linspace(0.5, 2.0, len(X))
+    assert est.score(dX, labels, sample_weight=w) == pytest.approx(
+        est.score(X, labels, sample_weight=w)
+    )
+    with pytest.raises(ValueError):
+        est.score(dX, da.from_array(np.array(["a", "zz"] * 75), chunks=40))
+
+
 def test_kronecker_preconditioner_from_a_row_sample_as_in_memory():
     """T > 10 000: both fits draw the same 10 000 rows for the preconditioner's moment."""
     rng = np.random.default_rng(5)

@@ -35,6 +35,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state
+from .._backend.chunks import is_dask_array
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from . import _validation as _v
@@ -811,22 +812,56 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         )[1]["direction"]
 
     # ------------------------------------------------------------------ prediction
+    def _lazy(self, X, method, n_outputs):
+        # a Dask X: ``method`` on every row chunk, lazily (float64 Dask array out)
+        from .._backend.chunks import map_row_chunks
+
+        return map_row_chunks(X, getattr(self, method), n_outputs)
+
     def decision_function(self, X):
         """Class scores ``X coef_^T + intercept_``: (n_samples, n_classes), or
-        (n_samples,) for two classes."""
+        (n_samples,) for two classes. Lazy (a Dask array) for a Dask ``X``."""
         check_is_fitted(self)
+        if is_dask_array(X):
+            binary = len(self.classes_) == 2
+            return self._lazy(X, "decision_function", None if binary else len(self.classes_))
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         return super().decision_function(X)
 
+    def predict(self, X):
+        """Class labels, shape (n_samples,); lazy for a Dask ``X``."""
+        check_is_fitted(self)
+        if not is_dask_array(X):
+            return super().predict(X)
+        classes = self.classes_
+
+        def label(scores):
+            idx = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
+            return classes[idx]
+
+        scores = self.decision_function(X)
+        return scores.map_blocks(
+            label,
+            drop_axis=1 if scores.ndim == 2 else None,
+            dtype=classes.dtype,
+            meta=np.empty(0, classes.dtype),
+        )
+
     def predict_proba(self, X):
-        """Class probabilities, shape (n_samples, n_classes)."""
+        """Class probabilities, shape (n_samples, n_classes); lazy for a Dask ``X``."""
+        if is_dask_array(X):
+            check_is_fitted(self)
+            return self._lazy(X, "predict_proba", len(self.classes_))
         scores = self.decision_function(X)
         if scores.ndim == 1:  # expit(-s), not 1 - expit(s): exact for confident rows
             return np.column_stack([expit(-scores), expit(scores)])
         return softmax(scores, axis=1)
 
     def predict_log_proba(self, X):
-        """Log of :meth:`predict_proba`, computed in log space."""
+        """Log of :meth:`predict_proba`, computed in log space; lazy for a Dask ``X``."""
+        if is_dask_array(X):
+            check_is_fitted(self)
+            return self._lazy(X, "predict_log_proba", len(self.classes_))
         scores = self.decision_function(X)
         if scores.ndim == 1:
             return -np.logaddexp(0.0, -np.column_stack([-scores, scores]))
@@ -837,6 +872,19 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     def score(self, X, y, sample_weight=None):
         """Mean accuracy on ``(X, y)``; ValueError if ``y`` has labels not in ``classes_``."""
         check_is_fitted(self)
+        if is_dask_array(X) or is_dask_array(y):  # one pass over the chunks
+            import dask.array as da
+
+            from .._backend.chunks import as_dask_labels, as_dask_rows
+
+            X = as_dask_rows(X, "X", owner=type(self).__name__)
+            y = as_dask_labels(y, X, owner=type(self).__name__)
+            self._encode(np.asarray(da.unique(y).compute()))
+            hit = (self.predict(X) == y).astype(np.float64)
+            if sample_weight is None:
+                return float(hit.mean().compute())
+            w = da.asarray(sample_weight)
+            return float(((hit * w).sum() / w.sum()).compute())
         self._encode(np.asarray(y).ravel())
         return super().score(X, y, sample_weight=sample_weight)
 
