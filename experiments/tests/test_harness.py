@@ -238,7 +238,7 @@ def _variant_spec():
             H.Claim("gap is positive", "yes", "gap", lambda r: r["gap"]),
             H.Claim("noise is positive", "yes", "noise", lambda r: r["noise"]),
             H.Claim("gap is negative", "yes", "gap", lambda r: r["gap"], "<", variant="flipped"),
-            H.Claim("Variant (text): gap above 2", "yes", "gap", lambda r: r["gap"], ">", 2.0),
+            H.Claim("Variant (t (x)): gap above 2", "yes", "gap", lambda r: r["gap"], ">", 2.0),
         ]
 
     return replace(
@@ -256,6 +256,8 @@ def test_claim_variant_from_text_and_errors():
     assert H.Claim("c", "p", "q", float).variant is None
     assert H.Claim("Variant (trig): c", "p", "q", float).variant == "trig"
     assert H.Claim("Variant (trig): c", "p", "q", float, variant="trig").variant == "trig"
+    # names may hold one level of parentheses: "Variant (gamma ~ N(0, 0.3^2)): ..."
+    assert H.Claim("Variant (g ~ N(0, 0.3^2)): c", "p", "q", float).variant == "g ~ N(0, 0.3^2)"
     with pytest.raises(ValueError, match="contradicts"):
         H.Claim("Variant (trig): c", "p", "q", float, variant="other")
     with pytest.raises(ValueError, match="variant"):
@@ -271,15 +273,23 @@ def test_run_spec_judges_variants_apart(tmp_path):
     head = md[md.index("## Paper's claims vs ours") : md.index("## Variant claims")]
     assert "**Reading.** The headline reading is the toy's own." in head
     assert "gap is positive" in head and "gap is negative" not in head
-    assert "Variant (text)" not in head
+    assert "Variant (t (x))" not in head
     assert res["claim_counts"] == {"yes": 1, "no": 0, "tie": 1, "n/a": 0}
-    assert [c["claim"] for c in res["claims"]] == ["gap is positive", "noise is positive"]
+    # results: every claim, the headline's first, each with its variant
+    assert [(c["claim"], c["variant"]) for c in res["claims"]] == [
+        ("gap is positive", None),
+        ("noise is positive", None),
+        ("gap is negative", "flipped"),
+        ("gap is positive", "shifted"),
+        ("noise is positive", "shifted"),
+        ("Variant (t (x)): gap above 2", "t (x)"),
+    ]
     # each variant: its own table after the headline claims, in declared order first
-    order = [md.index(f"## Variant claims: {v}") for v in ("flipped", "shifted", "text")]
+    order = [md.index(f"## Variant claims: {v}") for v in ("flipped", "shifted", "t (x)")]
     assert order == sorted(order) and order[0] > md.index("## Paper's claims vs ours")
     assert "**Reading.** Flipped, because a reader might." in md
     assert "| gap is negative | yes | gap < 0: 1 ± 0.0055 (n = 5) | no |" in md
-    assert "| Variant (text): gap above 2 | yes | gap > 2: 1 ± 0.0055 (n = 5) | no |" in md
+    assert "| Variant (t (x)): gap above 2 | yes | gap > 2: 1 ± 0.0055 (n = 5) | no |" in md
     assert "`offset = 5.0`" in md and "| noise is positive | yes | noise > 0: 5.2" in md
     v = res["variants"]
     assert v["flipped"]["claim_counts"] == {"yes": 0, "no": 1, "tie": 0, "n/a": 0}
@@ -287,10 +297,10 @@ def test_run_spec_judges_variants_apart(tmp_path):
     assert "runs" not in v["flipped"]  # judged on the headline run
     # the run with overrides: its own seeds and config; the unmarked claims, decisive now
     assert v["shifted"]["config"] == {"n": 3, "offset": 5.0} and len(v["shifted"]["runs"]) == 5
-    assert [c["verdict"] for c in v["shifted"]["claims"]] == ["yes", "yes"]
-    assert v["text"]["reason"] == "" and v["text"]["claim_counts"]["no"] == 1
+    assert [c["verdict"] for c in res["claims"][3:5]] == ["yes", "yes"]
+    assert v["t (x)"]["reason"] == "" and v["t (x)"]["claim_counts"]["no"] == 1
     data = json.loads((tmp_path / "results.json").read_text())
-    assert data["variants"].keys() == {"flipped", "shifted", "text"}
+    assert data["variants"].keys() == {"flipped", "shifted", "t (x)"}
     assert data["reading"] == "The headline reading is the toy's own."
     # the summary counts the 4 variant claims apart from the headline's yes / no / tie
     assert claim_counts(tmp_path) == {
@@ -311,7 +321,7 @@ def test_summary_counts_variant_claims_by_text_and_writes_the_column(tmp_path):
 
     sec = (
         "#### Paper's claims vs ours\n\n| claim | paper | holds on our data? |\n|---|---|---|\n"
-        "| a | x | yes |\n| Variant (lit): b | x | no |\n| **Variant (lit): c** | x | tie |"
+        "| a | x | yes |\n| Variant (lit): b | x | no |\n| **Variant (g ~ N(0, 1)): c** | x | tie |"
     )
     assert claim_verdicts([sec]) == {
         "yes": 1,

@@ -19,9 +19,10 @@ rest, the same way for every experiment:
   verdicts and their own table after the headline claims, counted apart. A variant
   either changes configuration fields (its own run) or owns claims of the headline run
   (``Claim(variant=name)``, or claim text starting with ``"Variant (<name>): "``);
-* ``report.md`` (claims table with mean ± s.d., the experiment's own sections, plots),
-  ``results.json`` (config, seeds, per-seed metrics, claims with their statistics and
-  the verdict counts) and PNG plots with at most :data:`MAX_SERIES` series per panel, a
+* ``report.md`` (claims table with mean ± s.d., one per variant, the experiment's own
+  sections, plots), ``results.json`` (config, seeds, per-seed metrics, claims with
+  their statistics and variant, the headline verdict counts, each variant's reason,
+  counts and own run) and PNG plots with at most :data:`MAX_SERIES` series per panel, a
   legend on every panel and ± 1 s.d. bands (:func:`draw_panel`).
 """
 
@@ -75,7 +76,7 @@ TIE = "tie (within noise)"
 
 _OPS = {">": np.greater, "<": np.less}
 #: claim text naming its variant: ``"Variant (<name>): ..."``
-VARIANT_PREFIX = re.compile(r"^Variant \(([^()]+)\):\s*")
+VARIANT_PREFIX = re.compile(r"^Variant \(((?:[^()]|\([^()]*\))+)\):\s*")
 
 
 @dataclass(frozen=True)
@@ -356,10 +357,10 @@ def _jsonable_config(config):
     return asdict(config) if is_dataclass(config) else dict(config)
 
 
-def _claims_json(claims: Sequence[Claim], verdicts: Sequence[Verdict]) -> list[dict]:
+def _claims_json(claims: Sequence[Claim], verdicts: Sequence[Verdict], variant=None):
     return [
         {"claim": c.text, "paper": c.paper, "quantity": c.quantity, "op": c.op}
-        | {"threshold": c.threshold}
+        | {"threshold": c.threshold, "variant": variant}
         | asdict(v)
         for c, v in zip(claims, verdicts, strict=True)
     ]
@@ -450,13 +451,18 @@ def run_spec(
             "seeds": [seed * 1000 + i for i in range(n)],
             "runs": runs,
             "reading": spec.reading,
-            "claims": _claims_json(head, verdicts),
-            "claim_counts": verdict_counts(verdicts),
+            # every claim, the headline's first; "variant" names a variant's claims
+            "claims": _claims_json(head, verdicts)
+            + [
+                c
+                for name, v in variants.items()
+                for c in _claims_json(v["claims"], v["verdicts"], name)
+            ],
+            "claim_counts": verdict_counts(verdicts),  # the headline claims only
             "variants": {
                 name: {
                     "reason": v["variant"].reason if v["variant"] else "",
                     "overrides": dict(v["variant"].overrides) if v["variant"] else {},
-                    "claims": _claims_json(v["claims"], v["verdicts"]),
                     "claim_counts": verdict_counts(v["verdicts"]),
                 }
                 | (

@@ -169,7 +169,7 @@ VERDICTS = ("yes", "partly", "no", "tie")
 #: a heading of a variant's claims section ("Variant claims: <name>")
 _VARIANT_HEADING = re.compile(r"^#+\s*variant\b", re.IGNORECASE)
 #: a claim of a named variant by its text ("Variant (<name>): ...")
-_VARIANT_CLAIM = re.compile(r"^[*_`]*variant \([^()]+\):", re.IGNORECASE)
+_VARIANT_CLAIM = re.compile(r"^[*_`]*variant \((?:[^()]|\([^()]*\))+\):", re.IGNORECASE)
 
 
 def claim_verdicts(sections: list[str]) -> dict[str, int]:
