@@ -299,7 +299,8 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
         for i, (lab, key) in enumerate(panel.reference.items()):
             ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=f"C{i}", label=lab)
         ax.set_xlabel(panel.xlabel)
-    ax.set_xscale("log" if panel.logx else "linear")
+    if panel.kind != "bar":  # (setting the scale resets the bars' tick labels)
+        ax.set_xscale("log" if panel.logx else "linear")
     if panel.kind != "bar" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
         ax.set_xticks(list(panel.x), [f"{v:g}" for v in panel.x])
         ax.minorticks_off()
