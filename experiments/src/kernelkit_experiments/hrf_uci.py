@@ -237,6 +237,7 @@ def _claims_of(ds: str, mode: str, base: str) -> list[HS.Claim]:
             variant=var,
         )
         for a, b in (("HRF-ort", "HRF-iid"), ("HRF-iid", orf), (orf, had), (had, halton))
+        if base == "positive" or a != "HRF-ort"  # (trig: the headline's hybrid claim again)
     ]
     paper_ratio = PAPER[ds]["HRF-ort"][0] / PAPER[ds]["ORF-reg"][0] if ds in PAPER else np.nan
     out.append(
