@@ -48,6 +48,7 @@ def test_run_writes_report_and_finite_table(tiny_run):
     # each compares with a trig baseline (HRF-ort < HRF-iid is the headline's claim)
     assert all("Trig" in c["quantity"] for c in trig)
     assert sum(data["variants"]["global"]["claim_counts"].values()) == 0  # no global data
+    assert "## Variant claims: global" not in report  # no table without claims
     assert "**Reading.** ORF-reg, ORF-Had and Halton-R are run as positive" in report
     assert "## Variant claims: trig" in report
 

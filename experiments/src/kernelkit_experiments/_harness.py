@@ -119,8 +119,9 @@ class Variant:
 
     ``reason``: one sentence, why this is not the headline reading. ``overrides``:
     configuration fields it changes; the variant then gets its own run (same seeds) and
-    is judged on the claims of its configuration (unmarked and its own). Without
-    overrides, it owns the headline run's claims marked with its name.
+    is judged on the claims of its configuration (unmarked and its own; the sections and
+    plots show the headline run). Without overrides, it owns the headline run's claims
+    marked with its name. A variant without claims in a run has no table.
     """
 
     reason: str
@@ -441,7 +442,7 @@ def run_spec(
     rep.add(spec.setup(config))
     reading = f"**Reading.** {spec.reading}\n\n" if spec.reading else ""
     rep.add(f"## Paper's claims vs ours\n\n{reading}{_rule(n)}\n\n" + _claims_table(head, verdicts))
-    rep.add(*(_variant_section(name, v) for name, v in variants.items()))
+    rep.add(*(_variant_section(name, v) for name, v in variants.items() if v["claims"]))
     rep.add(*spec.sections(config, runs))
     agg = aggregate(runs)
     for plot in spec.plots:
