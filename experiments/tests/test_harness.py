@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -153,7 +153,14 @@ def test_run_spec_writes_report_json_and_plot(tmp_path):
     assert data["config"] == {"n": 3, "offset": 0.0} and data["quick"] is True
     assert data["claims"][2]["verdict"] == H.TIE and res["claim_counts"]["tie"] == 1
     # the summary reads the same counts back from report.md, ties apart
-    assert claim_counts(tmp_path) == {"yes": 1, "partly": 0, "no": 1, "tie": 1, "other": 0}
+    assert claim_counts(tmp_path) == {
+        "yes": 1,
+        "partly": 0,
+        "no": 1,
+        "tie": 1,
+        "other": 0,
+        "variant": 0,
+    }
     # overrides replace configuration fields and go through the spec's check
     H.run_spec(_toy_spec(), tmp_path / "o", quick=True, progress=False, offset=5.0)
     counts = json.loads((tmp_path / "o" / "results.json").read_text())["claim_counts"]
@@ -186,6 +193,12 @@ def test_panels_have_legends_bands_and_at_most_six_series():
     np.testing.assert_allclose(dashed.get_ydata(), agg["curve2"]["mean"])
     with pytest.raises(ValueError, match="reference"):
         H.draw_panel(ax, H.Panel("r", {}, "y", range(3), reference={"x": "curve"}), agg, 4)
+    # bar panels: one bar per series, named on the x axis
+    fig2, ax2 = plt.subplots()
+    H.draw_panel(ax2, H.Panel("b", {"g": "gap", "n": "noise"}, "v", kind="bar"), agg, 4)
+    fig2.canvas.draw()
+    assert [t.get_text() for t in ax2.get_xticklabels()] == ["g", "n"]
+    plt.close(fig2)
     too_many = H.Panel("busy", {str(i): "curve" for i in range(7)}, "y", range(3))
     with pytest.raises(ValueError, match="at most 6"):
         H.draw_panel(ax, too_many, agg, 4)
@@ -219,3 +232,112 @@ def test_converted_modules_have_no_function_over_80_lines(module):
     assert long == []
     if module != "_harness":
         assert isinstance(mod.SPEC, H.Spec) and mod.SPEC.name == mod.NAME
+
+
+def _variant_spec():
+    """The toy with its headline reading, a marked variant ("flipped": claims of the
+    headline run), one named only by a claim's text ("text") and one with its own run
+    ("shifted": offset 5 turns the noise claim decisive)."""
+
+    def claims(c):
+        return [
+            H.Claim("gap is positive", "yes", "gap", lambda r: r["gap"]),
+            H.Claim("noise is positive", "yes", "noise", lambda r: r["noise"]),
+            H.Claim("gap is negative", "yes", "gap", lambda r: r["gap"], "<", variant="flipped"),
+            H.Claim("Variant (t (x)): gap above 2", "yes", "gap", lambda r: r["gap"], ">", 2.0),
+        ]
+
+    return replace(
+        _toy_spec(),
+        claims=claims,
+        reading="The headline reading is the toy's own.",
+        variants={
+            "flipped": H.Variant("Flipped, because a reader might."),
+            "shifted": H.Variant("Shifted, another reading.", {"offset": 5.0}),
+        },
+    )
+
+
+def test_claim_variant_from_text_and_errors():
+    assert H.Claim("c", "p", "q", float).variant is None
+    assert H.Claim("Variant (trig): c", "p", "q", float).variant == "trig"
+    assert H.Claim("Variant (trig): c", "p", "q", float, variant="trig").variant == "trig"
+    # names may hold one level of parentheses: "Variant (gamma ~ N(0, 0.3^2)): ..."
+    assert H.Claim("Variant (g ~ N(0, 0.3^2)): c", "p", "q", float).variant == "g ~ N(0, 0.3^2)"
+    with pytest.raises(ValueError, match="contradicts"):
+        H.Claim("Variant (trig): c", "p", "q", float, variant="other")
+    with pytest.raises(ValueError, match="variant"):
+        H.Claim("c", "p", "q", float, variant=" ")
+    with pytest.raises(ValueError, match="reason"):
+        H.Variant("")
+
+
+def test_run_spec_judges_variants_apart(tmp_path):
+    res = H.run_spec(_variant_spec(), tmp_path, quick=True, progress=False)
+    md = (tmp_path / "report.md").read_text()
+    # headline: its reading sentence, the unmarked claims only, counted alone
+    head = md[md.index("## Paper's claims vs ours") : md.index("## Variant claims")]
+    assert "**Reading.** The headline reading is the toy's own." in head
+    assert "gap is positive" in head and "gap is negative" not in head
+    assert "Variant (t (x))" not in head
+    assert res["claim_counts"] == {"yes": 1, "no": 0, "tie": 1, "n/a": 0}
+    # results: every claim, the headline's first, each with its variant
+    assert [(c["claim"], c["variant"]) for c in res["claims"]] == [
+        ("gap is positive", None),
+        ("noise is positive", None),
+        ("gap is negative", "flipped"),
+        ("gap is positive", "shifted"),
+        ("noise is positive", "shifted"),
+        ("Variant (t (x)): gap above 2", "t (x)"),
+    ]
+    # each variant: its own table after the headline claims, in declared order first
+    order = [md.index(f"## Variant claims: {v}") for v in ("flipped", "shifted", "t (x)")]
+    assert order == sorted(order) and order[0] > md.index("## Paper's claims vs ours")
+    assert "**Reading.** Flipped, because a reader might." in md
+    assert "| gap is negative | yes | gap < 0: 1 ± 0.0055 (n = 5) | no |" in md
+    assert "| Variant (t (x)): gap above 2 | yes | gap > 2: 1 ± 0.0055 (n = 5) | no |" in md
+    assert "`offset = 5.0`" in md and "| noise is positive | yes | noise > 0: 5.2" in md
+    v = res["variants"]
+    assert v["flipped"]["claim_counts"] == {"yes": 0, "no": 1, "tie": 0, "n/a": 0}
+    assert v["flipped"]["reason"] == "Flipped, because a reader might."
+    assert "runs" not in v["flipped"]  # judged on the headline run
+    # the run with overrides: its own seeds and config; the unmarked claims, decisive now
+    assert v["shifted"]["config"] == {"n": 3, "offset": 5.0} and len(v["shifted"]["runs"]) == 5
+    assert [c["verdict"] for c in res["claims"][3:5]] == ["yes", "yes"]
+    assert v["t (x)"]["reason"] == "" and v["t (x)"]["claim_counts"]["no"] == 1
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["variants"].keys() == {"flipped", "shifted", "t (x)"}
+    assert data["reading"] == "The headline reading is the toy's own."
+    # the summary counts the 4 variant claims apart from the headline's yes / no / tie
+    assert claim_counts(tmp_path) == {
+        "yes": 1,
+        "partly": 0,
+        "no": 0,
+        "tie": 1,
+        "other": 0,
+        "variant": 4,
+    }
+    with pytest.raises(ValueError, match="n must be"):
+        bad = replace(_variant_spec(), variants={"bad": H.Variant("Bad.", {"n": 0})})
+        H.run_spec(bad, tmp_path / "bad", quick=True, progress=False)
+
+
+def test_summary_counts_variant_claims_by_text_and_writes_the_column(tmp_path):
+    from kernelkit_experiments._summary import claim_verdicts, write_summary
+
+    sec = (
+        "#### Paper's claims vs ours\n\n| claim | paper | holds on our data? |\n|---|---|---|\n"
+        "| a | x | yes |\n| Variant (lit): b | x | no |\n| **Variant (g ~ N(0, 1)): c** | x | tie |"
+    )
+    assert claim_verdicts([sec]) == {
+        "yes": 1,
+        "partly": 0,
+        "no": 0,
+        "tie": 0,
+        "other": 0,
+        "variant": 2,
+    }
+    H.run_spec(_variant_spec(), tmp_path / "toy", quick=True, progress=False)
+    text = write_summary(tmp_path, [("toy", "ok", 1.0, "")]).read_text()
+    assert "**1 yes, 0 partly, 0 no, 1 tie (within noise)**; **4 variant** claims." in text
+    assert "| 1 / 0 / 0 / 1 / 4 |" in text and "#### Variant claims: shifted" in text

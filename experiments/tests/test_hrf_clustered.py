@@ -109,3 +109,25 @@ def test_make_clustered_hits_targets():
     np.testing.assert_allclose(s.ravel(), target, atol=0.015)
     with pytest.raises(ValueError, match="positive"):
         make_clustered(target, -1.0)
+
+
+def test_tight_clusters_are_the_headline_and_literal_a_variant(tiny_run):
+    """The claims at the headline scale (c = 10) are the headline's; those at c = 1 belong
+    to the named variant ``literal``, which the spec declares with its reason."""
+    claims = hc._claims(hc.FULL)
+    by = {}
+    for c in claims:
+        by.setdefault(c.variant, []).append(c.text)
+    assert set(by) == {None, "literal"} and len(by[None]) == len(by["literal"]) == 16
+    assert all("x 10)" in t for t in by[None]) and all("x 1)" in t for t in by["literal"])
+    assert hc.SPEC.variants["literal"].reason and hc.SPEC.reading.startswith("Tight clusters")
+    # moving the headline to c = 1 swaps the roles (the variant of c = 10 is then unnamed)
+    swapped = hc._claims(replace(hc.FULL, headline_scale=1.0))
+    assert {c.variant for c in swapped if "x 10)" in c.text} == {"means x10"}
+    out, res = tiny_run
+    report = (out / "report.md").read_text()
+    assert "**Scale of the cluster means.** Headline: c = 10" in report
+    assert "**Reading.** Tight clusters" in report
+    # c = 1 is not in this configuration: the declared variant has no claims here
+    assert sum(res["variants"]["literal"]["claim_counts"].values()) == 0
+    assert all(c["variant"] is None for c in res["claims"])

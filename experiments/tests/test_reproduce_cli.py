@@ -282,7 +282,7 @@ def test_report_rebuilds_from_folders(registry, tmp_path):
     report = (tmp_path / "REPORT.md").read_text()
     assert "Mode: **full**" in report and "Linux-test" in report
     assert (
-        "| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min | 0 / 0 / 1 / 0 |"
+        "| [dummy](dummy/report.md) | Other experiments | ok | full | 2.1 min | 0 / 0 / 1 / 0 / 0 |"
         in report
     )
     assert "| broken | Other experiments | not run | – | – | – |" in report
@@ -300,7 +300,7 @@ def test_report_mixed_modes_and_errors(registry, tmp_path):
     assert res.exit_code == 0, res.output
     report = (tmp_path / "REPORT.md").read_text()
     assert "Mode: **mixed**" in report
-    assert "| ok | quick | 4 s | 0 / 0 / 1 / 0 |" in report and "| ok | full | 30 s |" in report
+    assert "| ok | quick | 4 s | 0 / 0 / 1 / 0 / 0 |" in report and "| ok | full | 30 s |" in report
     # a folder without results.json does not count as a run
     (tmp_path / "broken" / "results.json").unlink()
     CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
@@ -338,23 +338,58 @@ def test_claim_verdicts_counts_the_holds_column():
         "| e | 1 | 1 | yes (n.s.) |\n\nA table without a verdict column:\n\n"
         "| x | y |\n|---|---|\n| no | no |\n"
     )
-    assert claim_verdicts([sec]) == {"yes": 2, "partly": 1, "no": 1, "tie": 0, "other": 1}
+    assert claim_verdicts([sec]) == {
+        "yes": 2,
+        "partly": 1,
+        "no": 1,
+        "tie": 0,
+        "other": 1,
+        "variant": 0,
+    }
     # the verdict column need not be the last; "mostly" counts as partly
     sec2 = (
         "| claim | holds on our data? | detail |\n|---|---|---|\n| a | mostly (16/18) | x |\n"
         "| b | no | yes |\n| c | yes (18/18) | |\n"
     )
-    assert claim_verdicts([sec2]) == {"yes": 1, "partly": 1, "no": 1, "tie": 0, "other": 0}
+    assert claim_verdicts([sec2]) == {
+        "yes": 1,
+        "partly": 1,
+        "no": 1,
+        "tie": 0,
+        "other": 0,
+        "variant": 0,
+    }
     # unescaped pipes in an earlier cell (a norm |x|) do not shift the verdict column
     sec3 = (
         "| claim | setting | holds on our data? |\n|---|---|---|\n"
         "| a | s1 (|X0| x 1) | no |\n| b | max |e| / SM | yes |\n"
     )
-    assert claim_verdicts([sec3]) == {"yes": 1, "partly": 0, "no": 1, "tie": 0, "other": 0}
-    assert claim_verdicts([]) == {"yes": 0, "partly": 0, "no": 0, "tie": 0, "other": 0}
+    assert claim_verdicts([sec3]) == {
+        "yes": 1,
+        "partly": 0,
+        "no": 1,
+        "tie": 0,
+        "other": 0,
+        "variant": 0,
+    }
+    assert claim_verdicts([]) == {
+        "yes": 0,
+        "partly": 0,
+        "no": 0,
+        "tie": 0,
+        "other": 0,
+        "variant": 0,
+    }
     # ties (within noise) are counted apart, not as "other"
     sec4 = "| claim | holds on our data? |\n|---|---|\n| a | tie (within noise) |\n| b | no |\n"
-    assert claim_verdicts([sec4]) == {"yes": 0, "partly": 0, "no": 1, "tie": 1, "other": 0}
+    assert claim_verdicts([sec4]) == {
+        "yes": 0,
+        "partly": 0,
+        "no": 1,
+        "tie": 1,
+        "other": 0,
+        "variant": 0,
+    }
 
 
 def test_markdown_table_escapes_pipes_in_cells():
@@ -364,7 +399,14 @@ def test_markdown_table_escapes_pipes_in_cells():
     md = markdown_table(["claim", "holds on our data?"], [["max |e| / SM", "yes"], ["b", 0.5]])
     assert md.splitlines()[2] == "| max \\|e\\| / SM | yes |"
     assert md.splitlines()[3] == "| b | 0.5 |"
-    assert claim_verdicts([md]) == {"yes": 1, "partly": 0, "no": 0, "tie": 0, "other": 1}
+    assert claim_verdicts([md]) == {
+        "yes": 1,
+        "partly": 0,
+        "no": 0,
+        "tie": 0,
+        "other": 1,
+        "variant": 0,
+    }
 
 
 def test_entry_point_finds_the_package():

@@ -90,7 +90,7 @@ def registry(monkeypatch):
     def claim_counts(exp_dir):  # what the suite reads from the report's claims table
         if not (exp_dir / "report.md").is_file():
             return None
-        return {"yes": 1, "partly": 0, "no": 0, "tie": 2, "other": 1}
+        return {"yes": 1, "partly": 0, "no": 0, "tie": 2, "other": 1, "variant": 3}
 
     suite = types.SimpleNamespace(
         EXPERIMENTS=exps,
@@ -183,7 +183,7 @@ def test_reproduce_all_continues_past_failures(registry, tmp_path):
     lines = [ln for ln in res.output.splitlines() if ln.startswith("<== ")]
     assert len(lines) == 3
     assert lines[0].startswith("<== dummy: ok in ")
-    assert lines[0].endswith("s; claims 1 yes, 0 no, 2 tie, 1 other")
+    assert lines[0].endswith("s; claims 1 yes, 0 no, 2 tie, 1 other, 3 variant")
     assert lines[1].startswith("<== broken: FAILED in ") and "boom" in lines[1]
     assert lines[2].startswith("<== absent: missing in ")
     # the suite writes REPORT.md from every row, in run order, failures included

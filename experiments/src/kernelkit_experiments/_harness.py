@@ -13,15 +13,23 @@ rest, the same way for every experiment:
 * verdicts that respect noise (:func:`judge`): a claim reads "yes" or "no" only where
   its per-seed value differs from the claim's threshold by more than two standard
   errors (``2 s.d. / sqrt(n)``), otherwise "tie (within noise)";
-* ``report.md`` (claims table with mean ± s.d., the experiment's own sections, plots),
-  ``results.json`` (config, seeds, per-seed metrics, claims with their statistics and
-  the verdict counts) and PNG plots with at most :data:`MAX_SERIES` series per panel, a
+* named readings: where the paper leaves a protocol choice open, the headline run takes
+  the most likely reading (``Spec.reading`` says in one sentence why) and every other
+  reading is a named :class:`Variant` (its own sentence why) whose claims get their own
+  verdicts and their own table after the headline claims, counted apart. A variant
+  either changes configuration fields (its own run) or owns claims of the headline run
+  (``Claim(variant=name)``, or claim text starting with ``"Variant (<name>): "``);
+* ``report.md`` (claims table with mean ± s.d., one per variant, the experiment's own
+  sections, plots), ``results.json`` (config, seeds, per-seed metrics, claims with
+  their statistics and variant, the headline verdict counts, each variant's reason,
+  counts and own run) and PNG plots with at most :data:`MAX_SERIES` series per panel, a
   legend on every panel and ± 1 s.d. bands (:func:`draw_panel`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -43,11 +51,13 @@ __all__ = [
     "Panel",
     "Plot",
     "Spec",
+    "Variant",
     "Verdict",
     "aggregate",
     "draw_panel",
     "format_mean_sd",
     "judge",
+    "judge_variants",
     "mean_sd",
     "run_seeds",
     "run_spec",
@@ -65,6 +75,8 @@ MAX_SERIES = 6
 TIE = "tie (within noise)"
 
 _OPS = {">": np.greater, "<": np.less}
+#: claim text naming its variant: ``"Variant (<name>): ..."``
+VARIANT_PREFIX = re.compile(r"^Variant \(((?:[^()]|\([^()]*\))+)\):\s*")
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,8 @@ class Claim:
     mean over seeds is ``op`` (``">"`` or ``"<"``) ``threshold`` by more than two
     standard errors, fails where it is on the other side by as much, and is a tie
     otherwise. ``quantity`` says in words what ``value`` is (shown in the table).
+    ``variant`` names the :class:`Variant` (reading) the claim belongs to (None: the
+    headline reading); text starting with ``"Variant (<name>): "`` sets it to ``name``.
     """
 
     text: str
@@ -83,10 +97,39 @@ class Claim:
     value: Callable[[Mapping[str, Any]], float]
     op: str = ">"
     threshold: float = 0.0
+    variant: str | None = None
 
     def __post_init__(self):
         if self.op not in _OPS:
             raise ValueError(f"op must be '>' or '<', got {self.op!r}.")
+        m = VARIANT_PREFIX.match(self.text)
+        if m:
+            if self.variant not in (None, m.group(1)):
+                raise ValueError(
+                    f"variant={self.variant!r} contradicts the claim text {self.text!r}."
+                )
+            object.__setattr__(self, "variant", m.group(1))
+        if self.variant is not None and not str(self.variant).strip():
+            raise ValueError("variant must be a non-empty name or None.")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named reading of the paper's protocol other than the headline's.
+
+    ``reason``: one sentence, why this is not the headline reading. ``overrides``:
+    configuration fields it changes; the variant then gets its own run (same seeds) and
+    is judged on the claims of its configuration (unmarked and its own; the sections and
+    plots show the headline run). Without overrides, it owns the headline run's claims
+    marked with its name. A variant without claims in a run has no table.
+    """
+
+    reason: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise ValueError("a Variant needs a reason: one sentence saying why.")
 
 
 @dataclass(frozen=True)
@@ -142,7 +185,8 @@ class Spec:
     ``sections(config, runs)`` (after the claims: tables, deviations; ``runs`` are the
     per-seed metric dicts) may depend on the configuration. ``seeds`` is the number of
     seeds (quick, full) before the minimums of :func:`run_spec`. ``check(config)``
-    raises on a bad configuration.
+    raises on a bad configuration. ``reading``: one sentence, why the headline run takes
+    its reading of the paper; ``variants``: the other readings by name (:class:`Variant`).
     """
 
     name: str
@@ -158,6 +202,8 @@ class Spec:
     seeds: tuple[int, int] = (MIN_SEEDS_FAST, MIN_SEEDS)
     check: Callable[[Any], None] = lambda config: None
     extra: dict = field(default_factory=dict)
+    reading: str = ""
+    variants: Mapping[str, Variant] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- statistics
@@ -254,7 +300,8 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
         for i, (lab, key) in enumerate(panel.reference.items()):
             ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=f"C{i}", label=lab)
         ax.set_xlabel(panel.xlabel)
-    ax.set_xscale("log" if panel.logx else "linear")
+    if panel.kind != "bar":  # (setting the scale resets the bars' tick labels)
+        ax.set_xscale("log" if panel.logx else "linear")
     if panel.kind != "bar" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
         ax.set_xticks(list(panel.x), [f"{v:g}" for v in panel.x])
         ax.minorticks_off()
@@ -312,6 +359,66 @@ def _jsonable_config(config):
     return asdict(config) if is_dataclass(config) else dict(config)
 
 
+def _claims_json(claims: Sequence[Claim], verdicts: Sequence[Verdict], variant=None):
+    return [
+        {"claim": c.text, "paper": c.paper, "quantity": c.quantity, "op": c.op}
+        | {"threshold": c.threshold, "variant": variant}
+        | asdict(v)
+        for c, v in zip(claims, verdicts, strict=True)
+    ]
+
+
+def _rule(n: int) -> str:
+    return (
+        f"Each claim is judged over {n} seeds: 'yes' or 'no' where the mean differs from "
+        "the threshold by more than two standard errors (2 s.d. / sqrt(n)), otherwise "
+        f"'{TIE}'."
+    )
+
+
+def judge_variants(spec: Spec, config, claims, runs, seed: int, n_seeds: int, progress=True):
+    """``{name: {"variant", "config", "runs", "claims", "verdicts"}}`` for the spec's
+    declared variants (in order) and then any other variant named by a claim.
+
+    A variant with ``overrides`` runs ``n_seeds`` seeds on ``config`` with them and is
+    judged on its configuration's unmarked claims and its own; one without is judged on
+    the headline ``runs``, on the claims marked with its name."""
+    names = list(spec.variants) + [
+        c.variant for c in claims if c.variant and c.variant not in spec.variants
+    ]
+    out = {}
+    for name in dict.fromkeys(names):
+        var = spec.variants.get(name)
+        vconfig, vruns, vclaims = config, runs, [c for c in claims if c.variant == name]
+        if var is not None and var.overrides:
+            vconfig = replace(config, **var.overrides)
+            spec.check(vconfig)
+            vruns = run_seeds(spec, vconfig, seed, n_seeds, progress)
+            vclaims = [c for c in spec.claims(vconfig) if c.variant in (None, name)]
+        out[name] = {
+            "variant": var,
+            "config": vconfig,
+            "runs": vruns,
+            "claims": vclaims,
+            "verdicts": [judge(c, vruns) for c in vclaims],
+        }
+    return out
+
+
+def _variant_section(name: str, v: dict) -> str:
+    reason = f"**Reading.** {v['variant'].reason}\n\n" if v["variant"] else ""
+    changes = v["variant"].overrides if v["variant"] else {}
+    how = (
+        "Its own run, with " + ", ".join(f"`{k} = {val!r}`" for k, val in changes.items())
+        if changes
+        else "Judged on the headline run"
+    )
+    return (
+        f"## Variant claims: {name}\n\n{reason}{how}; not counted with the headline "
+        f"claims. {_rule(len(v['runs']))}\n\n" + _claims_table(v["claims"], v["verdicts"])
+    )
+
+
 def run_spec(
     spec: Spec,
     out_dir,
@@ -325,18 +432,17 @@ def run_spec(
     config = replace(spec.quick if quick else spec.full, **overrides)
     spec.check(config)
     rep = Report(out_dir, spec.name, quick=quick, title=spec.title)
-    runs = run_seeds(spec, config, seed, spec.seeds[0 if quick else 1], progress)
+    n_seeds = spec.seeds[0 if quick else 1]
+    runs = run_seeds(spec, config, seed, n_seeds, progress)
     claims = spec.claims(config)
-    verdicts = [judge(c, runs) for c in claims]
-    counts = verdict_counts(verdicts)
+    head = [c for c in claims if c.variant is None]
+    verdicts = [judge(c, runs) for c in head]
+    variants = judge_variants(spec, config, claims, runs, seed, n_seeds, progress)
     n = len(runs)
     rep.add(spec.setup(config))
-    rep.add(
-        "## Paper's claims vs ours\n\n"
-        f"Each claim is judged over {n} seeds: 'yes' or 'no' where the mean differs from "
-        "the threshold by more than two standard errors (2 s.d. / sqrt(n)), otherwise "
-        f"'{TIE}'.\n\n" + _claims_table(claims, verdicts)
-    )
+    reading = f"**Reading.** {spec.reading}\n\n" if spec.reading else ""
+    rep.add(f"## Paper's claims vs ours\n\n{reading}{_rule(n)}\n\n" + _claims_table(head, verdicts))
+    rep.add(*(_variant_section(name, v) for name, v in variants.items() if v["claims"]))
     rep.add(*spec.sections(config, runs))
     agg = aggregate(runs)
     for plot in spec.plots:
@@ -346,13 +452,32 @@ def run_spec(
             "config": _jsonable_config(config),
             "seeds": [seed * 1000 + i for i in range(n)],
             "runs": runs,
-            "claims": [
-                {"claim": c.text, "paper": c.paper, "quantity": c.quantity, "op": c.op}
-                | {"threshold": c.threshold}
-                | asdict(v)
-                for c, v in zip(claims, verdicts, strict=True)
+            "reading": spec.reading,
+            # every claim, the headline's first; "variant" names a variant's claims
+            "claims": _claims_json(head, verdicts)
+            + [
+                c
+                for name, v in variants.items()
+                for c in _claims_json(v["claims"], v["verdicts"], name)
             ],
-            "claim_counts": counts,
+            "claim_counts": verdict_counts(verdicts),  # the headline claims only
+            "variants": {
+                name: {
+                    "reason": v["variant"].reason if v["variant"] else "",
+                    "overrides": dict(v["variant"].overrides) if v["variant"] else {},
+                    "claim_counts": verdict_counts(v["verdicts"]),
+                }
+                | (
+                    {
+                        "config": _jsonable_config(v["config"]),
+                        "seeds": [seed * 1000 + i for i in range(len(v["runs"]))],
+                        "runs": v["runs"],
+                    }
+                    if v["runs"] is not runs
+                    else {}
+                )
+                for name, v in variants.items()
+            },
         }
     )
     rep.write()

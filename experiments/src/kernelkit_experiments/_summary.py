@@ -166,15 +166,23 @@ def _scale_paragraphs(report_md: str) -> list[str]:
 
 
 VERDICTS = ("yes", "partly", "no", "tie")
+#: a heading of a variant's claims section ("Variant claims: <name>")
+_VARIANT_HEADING = re.compile(r"^#+\s*variant\b", re.IGNORECASE)
+#: a claim of a named variant by its text ("Variant (<name>): ...")
+_VARIANT_CLAIM = re.compile(r"^[*_`]*variant \((?:[^()]|\([^()]*\))+\):", re.IGNORECASE)
 
 
 def claim_verdicts(sections: list[str]) -> dict[str, int]:
     """Count the verdicts of the claims tables in ``sections``: in every table with a
     header cell mentioning "holds", that column's cells by their first word: ``yes``;
     ``partly`` (or ``mostly``); ``no``; ``tie`` ("tie (within noise)": the difference is
-    within two standard errors); anything else (n/a, "see ...") ``other``."""
-    counts = {"yes": 0, "partly": 0, "no": 0, "tie": 0, "other": 0}
+    within two standard errors); anything else (n/a, "see ...") ``other``. Claims of a
+    named variant (another reading of the paper's protocol) count as ``variant``
+    whatever their verdict: every row of a section headed "Variant ...", and rows whose
+    claim (first cell) starts with "Variant (<name>): "."""
+    counts = {"yes": 0, "partly": 0, "no": 0, "tie": 0, "other": 0, "variant": 0}
     for sec in sections:
+        variant_sec = bool(_VARIANT_HEADING.match(sec.lstrip()))
         # verdict column of the current table, counted from the right: cells before it
         # may hold unescaped "|" (norms such as |x|), which shift the left-based index
         col = None
@@ -189,6 +197,9 @@ def claim_verdicts(sections: list[str]) -> dict[str, int]:
                 col = heads[0] if heads else 0  # 0: a table without a verdict column
                 continue
             if not col or col > len(cells) or set(cells[-col]) <= set("-: "):
+                continue
+            if variant_sec or _VARIANT_CLAIM.match(cells[0]):
+                counts["variant"] += 1
                 continue
             word = re.sub(r"[*_`]", "", cells[-col]).strip().lower()
             word = re.split(r"[\s(,;.:]", word, maxsplit=1)[0] if word else ""
@@ -208,7 +219,7 @@ def claim_counts(exp_dir) -> dict[str, int] | None:
 def _fmt_verdicts(c: dict[str, int] | None) -> str:
     if not c or not sum(c.values()):
         return "–"
-    out = f"{c['yes']} / {c['partly']} / {c['no']} / {c['tie']}"
+    out = f"{c['yes']} / {c['partly']} / {c['no']} / {c['tie']} / {c.get('variant', 0)}"
     return out + (f" (+{c['other']} other)" if c["other"] else "")
 
 
@@ -238,7 +249,7 @@ def write_summary(
         rep_md = base / n / "report.md"
         if st == "ok" and rep_md.is_file():
             verdicts[n] = claim_verdicts(claim_sections(rep_md.read_text()))
-    tot = {k: sum(v[k] for v in verdicts.values()) for k in (*VERDICTS, "other")}
+    tot = {k: sum(v[k] for v in verdicts.values()) for k in (*VERDICTS, "other", "variant")}
     parts = [
         "# kernelkit: reproduction report",
         f"Mode: **{mode}**; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
@@ -258,14 +269,16 @@ def write_summary(
         + (f" Platform: {', '.join(platforms)}." if platforms else ""),
         "Claims columns: rows of the experiments' claims tables whose verdict ('holds on our "
         "data?') starts with yes / partly (or mostly) / no / tie (within noise: the "
-        "difference is within two standard errors over the seeds, counted apart); the "
-        "tables below give each claim with the "
+        "difference is within two standard errors over the seeds, counted apart); "
+        "variant: claims of another reading of a protocol the paper leaves open (a named "
+        "variant, with the sentence why), whatever their verdict, counted apart from the "
+        "headline claims; the tables below give each claim with the "
         f"paper's number and ours. In all: **{tot['yes']} yes, {tot['partly']} partly, "
         f"{tot['no']} no, {tot['tie']} tie (within noise)**"
         + (f", {tot['other']} other (not testable here, n/a)" if tot["other"] else "")
-        + ".",
-        "| experiment | paper | status | mode | time | claims yes / partly / no / tie |\n"
-        "|---|---|---|---|---|---|",
+        + f"; **{tot['variant']} variant** claims.",
+        "| experiment | paper | status | mode | time | claims yes / partly / no / tie / "
+        "variant |\n|---|---|---|---|---|---|",
     ]
     parts[-1] += "".join(
         f"\n| {f'[{n}]({n}/report.md)' if s == 'ok' else n} | "

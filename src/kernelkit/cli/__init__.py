@@ -85,7 +85,7 @@ def _claims_text(suite, out_dir: Path) -> str:
     if not counts:
         return "no claims table"
     words = [f"{counts.get(k, 0)} {k}" for k in ("yes", "no", "tie")]
-    words += [f"{counts[k]} {k}" for k in ("partly", "other") if counts.get(k)]
+    words += [f"{counts[k]} {k}" for k in ("partly", "other", "variant") if counts.get(k)]
     return "claims " + ", ".join(words)
 
 
