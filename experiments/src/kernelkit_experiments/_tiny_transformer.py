@@ -123,7 +123,7 @@ def torch_threads(n: int):
 BIDIRECTIONAL_ONLY = ("trig", "hybrid_angular")
 
 
-def masked_causal_attention(q, k, v, feature_map, n_features, random_state):
+def masked_causal_attention(q, k, v, feature_map, n_features, random_state, projection=None):
     """Causal random-feature attention of a map without a causal scan (trig, hybrid).
 
     Computes ``Y_t = sum_{j <= t} P_t.S_j v_j / sum_{j <= t} P_t.S_j`` exactly but at
@@ -132,14 +132,15 @@ def masked_causal_attention(q, k, v, feature_map, n_features, random_state):
     masked to ``j <= t`` and renormalised per row (the bidirectional normaliser cancels).
     A row whose masked sum is exactly zero gives zeros.
 
-    q, k (..., L, d), v (..., L, e) -> (..., L, e).
+    q, k (..., L, d), v (..., L, e) -> (..., L, e). ``projection``: fixed projections
+    (as for :func:`~kernelkit.attention.linear_attention`) instead of drawing them.
     """
     from kernelkit.attention import linear_attention
 
     L = q.shape[-2]
     eye = torch.eye(L, dtype=q.dtype, device=q.device).expand(*q.shape[:-2], L, L)
     a = linear_attention(
-        q, k, eye, feature_map, n_features, random_state=random_state
+        q, k, eye, feature_map, n_features, random_state=random_state, projection=projection
     )  # (..., L, L)
     a = a.masked_fill(torch.ones(L, L, dtype=torch.bool, device=q.device).triu(1), 0.0)
     den = a.sum(-1, keepdim=True)  # (..., L, 1)
