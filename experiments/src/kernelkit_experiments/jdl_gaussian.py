@@ -127,8 +127,10 @@ def _check(cfg: Config) -> None:
     bad = [m for m in cfg.models if m not in MODELS]
     if bad:
         raise ValueError(f"models must be among {MODELS}, got {bad}.")
-    if cfg.time_d not in cfg.ds or cfg.eps_d < 1:
+    if cfg.time_d not in cfg.ds:
         raise ValueError(f"time_d must be one of ds = {cfg.ds}, got {cfg.time_d}.")
+    if cfg.eps_d < 1:
+        raise ValueError(f"eps_d must be a positive dimension, got {cfg.eps_d}.")
     if cfg.gamma_scale <= 0 or (cfg.gamma_variant is not None and cfg.gamma_variant <= 0):
         raise ValueError("gamma_scale and gamma_variant must be positive.")
 
