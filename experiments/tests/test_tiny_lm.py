@@ -176,40 +176,57 @@ def test_windows_and_lengths():
         _cfg(d_model=30)
 
 
+TINY = dict(
+    corpus="pydoc",
+    context=32,
+    d_model=32,
+    n_heads=4,
+    n_layers=1,
+    n_features=16,
+    steps=12,
+    batch_size=4,
+    warmup=2,
+    log_every=4,
+    eval_windows=8,
+    max_chars=60_000,
+    methods=("exact", "FAVOR+", "FAVOR++", "FAVOR# (SDERF)", "hybrid (angular)"),
+)
+
+
+def test_compute_one_seed_is_reproducible_and_paired():
+    """Same seed, same numbers; every method starts from the same weights and batches, so
+    the first logged training losses agree closely (measured within 3e-4 bits)."""
+    cfg = tiny_lm.Config(**TINY)
+    a, b = tiny_lm.compute(cfg, 5), tiny_lm.compute(cfg, 5)
+    for label in cfg.methods:
+        assert a[f"{label} bpc"] == b[f"{label} bpc"], label
+        assert a[f"{label} curve"].shape == (3,) and a[f"{label} diverged"] == 0.0
+        assert abs(a[f"{label} curve"][0] - a["exact curve"][0]) < 0.01, label
+    c = tiny_lm.compute(cfg, 6)
+    assert c["exact bpc"] != a["exact bpc"]  # another seed: other weights and batches
+
+
 @pytest.mark.slow
 def test_run_writes_report_table_and_plot(tmp_path):
-    cfg = tiny_lm.Config(
-        corpus="pydoc",
-        context=32,
-        d_model=32,
-        n_heads=4,
-        n_layers=1,
-        n_features=16,
-        steps=12,
-        batch_size=4,
-        warmup=2,
-        log_every=4,
-        eval_windows=8,
-        max_chars=60_000,
-        methods=("exact", "FAVOR+", "FAVOR# (SDERF)", "hybrid (angular)"),
-    )
-    tiny_lm.run(tmp_path, quick=True, seed=0, config=cfg)
+    res = tiny_lm.run(tmp_path, quick=True, seed=0, **TINY)
     report = (tmp_path / "report.md").read_text()
     assert (tmp_path / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "holds on our data?" in report and "Deviations" in report
     data = json.loads((tmp_path / "results.json").read_text())
-    assert list(data["valid_bpc"]) == list(cfg.methods)
-    log2v = data["log2_vocab"]
-    for label, bpc in data["valid_bpc"].items():
-        assert math.isfinite(bpc) and 0 < bpc < log2v + 0.5, label
-        run = data["runs"][label]
-        assert len(run["curve"]) == 3 and run["finite"]
-    # same budget for every method
-    assert {r["train_config"]["steps"] for r in data["runs"].values()} == {12}
-    assert data["tokens_per_run"] == 12 * 4 * 32
-    # a rerun into the same directory reuses the finished runs (runs_cache.json)
-    again = tiny_lm.run(tmp_path, quick=True, seed=0, config=cfg)
-    assert all(r.get("cached") for r in again["runs"].values())
-    assert again["valid_bpc"] == data["valid_bpc"]
+    assert len(data["runs"]) >= 5  # fast: at least five seeds
+    log2v = math.log2(load_text_corpus("pydoc", max_chars=60_000).vocab_size)
+    for r in data["runs"]:
+        for label in TINY["methods"]:
+            assert 0 < r[f"{label} bpc"] < log2v + 0.5, label
+            # the loss falls from the uniform predictor's log2(V) within 12 steps
+            assert r[f"{label} curve"][-1] < r[f"{label} curve"][0], label
+    # claims over seeds: 3 comparisons among these methods and the exact reference
+    claims = {c["claim"]: c for c in res["claims"]}
+    assert set(claims) == {
+        "FAVOR++ beats FAVOR+",
+        "FAVOR# (SDERF) at least as good as FAVOR++",
+        "exact softmax attention is the reference (lowest bpc)",
+    }
+    assert all(c["n"] == len(data["runs"]) for c in claims.values())
     with pytest.raises(ValueError, match="unknown methods"):
-        tiny_lm.run(tmp_path, quick=True, config=cfg, methods=("exact", "FAVOR+++"))
+        tiny_lm.run(tmp_path, quick=True, methods=("exact", "FAVOR+++"))

@@ -123,7 +123,7 @@ def torch_threads(n: int):
 BIDIRECTIONAL_ONLY = ("trig", "hybrid_angular")
 
 
-def masked_causal_attention(q, k, v, feature_map, n_features, random_state):
+def masked_causal_attention(q, k, v, feature_map, n_features, random_state, projection=None):
     """Causal random-feature attention of a map without a causal scan (trig, hybrid).
 
     Computes ``Y_t = sum_{j <= t} P_t.S_j v_j / sum_{j <= t} P_t.S_j`` exactly but at
@@ -132,14 +132,15 @@ def masked_causal_attention(q, k, v, feature_map, n_features, random_state):
     masked to ``j <= t`` and renormalised per row (the bidirectional normaliser cancels).
     A row whose masked sum is exactly zero gives zeros.
 
-    q, k (..., L, d), v (..., L, e) -> (..., L, e).
+    q, k (..., L, d), v (..., L, e) -> (..., L, e). ``projection``: fixed projections
+    (as for :func:`~kernelkit.attention.linear_attention`) instead of drawing them.
     """
     from kernelkit.attention import linear_attention
 
     L = q.shape[-2]
     eye = torch.eye(L, dtype=q.dtype, device=q.device).expand(*q.shape[:-2], L, L)
     a = linear_attention(
-        q, k, eye, feature_map, n_features, random_state=random_state
+        q, k, eye, feature_map, n_features, random_state=random_state, projection=projection
     )  # (..., L, L)
     a = a.masked_fill(torch.ones(L, L, dtype=torch.bool, device=q.device).triu(1), 0.0)
     den = a.sum(-1, keepdim=True)  # (..., L, 1)
@@ -329,6 +330,31 @@ def _evaluate(model, data, max_windows, batch_size):
     return total / count / math.log(2.0), count
 
 
+def _optimizer(model, tc: TrainConfig):
+    """AdamW with weight decay on the matrices only."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": tc.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=tc.lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def _final_eval(model, valid, tc: TrainConfig) -> tuple[float, int, float]:
+    """(validation bpc, tokens evaluated, seconds); NaN bpc where activations blew up."""
+    bpc, n_eval, t0 = float("nan"), 0, time.perf_counter()
+    try:
+        bpc, n_eval = _evaluate(model, valid, tc.eval_windows, 32)
+    except ValueError as exc:
+        if "NaN or inf" not in str(exc):
+            raise
+    return bpc, n_eval, time.perf_counter() - t0
+
+
 def train_lm(
     cfg: LMConfig,
     tc: TrainConfig,
@@ -352,16 +378,7 @@ def train_lm(
 
     model = TinyLM(cfg, seed=seed)
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": tc.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=tc.lr,
-        betas=(0.9, 0.95),
-    )
+    opt = _optimizer(model, tc)
     rng = np.random.default_rng([seed, 7])  # the same batches for every attention type
     T = cfg.context
     curve, window, t_train = [], [], 0.0
@@ -401,13 +418,7 @@ def train_lm(
         curve.append((steps_done, float(np.mean(window))))
     bpc, n_eval, t_eval = float("nan"), 0, 0.0
     if diverged_at is None:
-        t0 = time.perf_counter()
-        try:
-            bpc, n_eval = _evaluate(model, valid, tc.eval_windows, 32)
-        except ValueError as exc:
-            if "NaN or inf" not in str(exc):
-                raise
-        t_eval = time.perf_counter() - t0
+        bpc, n_eval, t_eval = _final_eval(model, valid, tc)
     return {
         "model": model,
         "curve": curve,
