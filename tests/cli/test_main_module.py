@@ -22,9 +22,13 @@ _WIDTH = 78  # help text width: click wraps at min(terminal columns, 80) - 2
 
 
 def _run_module(*args):
-    """``python -m kernelkit ARGS`` in a subprocess that imports this checkout."""
+    """``python -m kernelkit ARGS`` in a subprocess that imports this checkout and sees
+    what this process sees (the experiments package may be on ``sys.path`` through
+    pytest's ``pythonpath`` rather than installed)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([_SRC, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [_SRC, *filter(None, [env.get("PYTHONPATH")]), *filter(None, sys.path)]
+    )
     env["COLUMNS"] = str(_WIDTH + 2)
     return subprocess.run(
         [sys.executable, "-m", "kernelkit", *args],
