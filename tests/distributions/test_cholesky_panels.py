@@ -53,7 +53,8 @@ def _gauss(X, ls):
 @pytest.fixture
 def small_panels(monkeypatch):
     """Row blocks of 97 rows (several blocks and threads at small n), pools of 16 to 64
-    rows (predictions miss, panels end early and pools grow) and panels of 8 pivots."""
+    rows (predictions miss, panels end early and pools grow) and panels of 8 pivots;
+    collects the candidates of each panel."""
     monkeypatch.setattr(_cholesky, "_BLOCK", 97)
     monkeypatch.setattr(_cholesky, "_POOL", 16)
     monkeypatch.setattr(_cholesky, "_POOL_MAX", 64)
@@ -63,7 +64,7 @@ def small_panels(monkeypatch):
 
     def counting(*args):
         cand = predict(*args)
-        panels.append(len(cand))
+        panels.append(cand)
         return cand
 
     monkeypatch.setattr(_cholesky, "_predict", counting)
@@ -99,7 +100,8 @@ def test_random_points_same_factor(small_panels, rel_tol):
     piv = _check(res, _gauss(X, 0.8), rel_tol=rel_tol)
     if rel_tol < 1e-2:
         assert len(piv) > 40
-        # predictions missed: more panels than a full panel per 8 pivots
+        # some predictions were wrong (candidates never used) and panels ended early
+        assert sum(len(c) for c in small_panels) > len(piv)
         assert len(small_panels) > math.ceil(len(piv) / 8)
 
 

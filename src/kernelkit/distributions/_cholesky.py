@@ -43,9 +43,10 @@ _RANK_EPS = 1e-14
 _BLOCK = 1 << 15  # rows per block: the block's vectors stay in cache within a step
 _GROWTH = 1.25  # capacity growth of the factor (ndarray.resize zero-fills what it adds)
 _PILOT = 1 << 14  # above 4x this many rows, a pilot run on a strided subsample sizes L
-_PANEL = 32  # candidate pivots per panel: one product over the factor per panel
+_PANEL = 24  # candidate pivots per panel: one product over the factor per panel
 _POOL = 4096  # rows with the largest residual diagonal that predict a panel's pivots
-_POOL_MAX = 1 << 16  # ... grown up to this many rows while the prediction is uncertain
+_POOL_MAX = 1 << 14  # ... grown up to this many rows while the prediction is uncertain
+_SPARE = 4  # uncertain predictions kept after the certain ones (most of them miss)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,7 +172,7 @@ def pivoted_cholesky(
 
     ``X`` of any real dtype is converted to float64; all outputs are float64 (``B``
     grows like ``1 / sqrt(d_p)`` at small pivots, so lower precision would break (17)).
-    The pivots are computed in panels of up to 32 (module doc): the same pivots and the
+    The pivots are computed in panels of up to 24 (module doc): the same pivots and the
     same factor, up to round-off, as one column at a time, with the ``O(n m^2)`` work
     in matrix products. Column and row blocks run in kernelkit's threads with BLAS
     single-threaded.
@@ -200,8 +201,8 @@ def _predict(k: Kernel, X: np.ndarray, Lt: np.ndarray, m: int, d: np.ndarray, p:
     the largest residual diagonal (and ``p``): its choices are Algorithm 1's (up to
     round-off) as long as the pool's largest residual stays above every residual outside
     the pool. The pool starts at ``_POOL`` rows and grows 4x while fewer than ``count``
-    choices are certain, up to ``_POOL_MAX`` rows; then the uncertain choices fill the
-    panel (a wrong guess costs one unused column). Costs O(count * pool * m).
+    choices are certain, up to ``_POOL_MAX`` rows; then ``_SPARE`` uncertain choices follow
+    the certain ones (a wrong guess costs one unused column). Costs O(count * pool * m).
     """
     n = d.shape[0]
     if count <= 1:
@@ -216,7 +217,7 @@ def _predict(k: Kernel, X: np.ndarray, Lt: np.ndarray, m: int, d: np.ndarray, p:
             outside, pool = -1.0, np.arange(n)
         chosen, certain = _pool_greedy(k, X[pool], Lt[:m, pool], d[pool], pool, p, count, outside)
         if 2 * certain >= count or size >= min(n, _POOL_MAX):
-            return pool[chosen]
+            return pool[chosen[: certain + _SPARE]]
         size *= 4
 
 
