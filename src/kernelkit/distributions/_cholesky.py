@@ -5,10 +5,11 @@ stored row-major as ``L^T`` (m, n): O(m^2 n) time and O(m n) memory in all.
 
 The pivots are Algorithm 1's greedy ones (``argmax`` of the exact residual diagonal,
 ties to the lowest row), but the work is done in *panels* so that the factor is read once
-per panel instead of once per pivot (left-looking, as in LAPACK's blocked Cholesky):
+per panel instead of once per pivot (a left-looking blocked Cholesky):
 
 1. predict the next ``c <= _PANEL`` pivots by running Algorithm 1 on a pool of the rows
-   with the largest residual diagonal (:func:`_predict`; O(c * pool * m), no pass over n);
+   with the largest residual diagonal (:func:`_predict`; O(c * pool * m) and one
+   selection over the n residuals);
 2. compute their columns ``K[:, C] - L L[C]^T`` in one matrix product (BLAS-3) plus ``c``
    kernel columns, in column blocks;
 3. run the steps of Algorithm 1 one by one: the pivot is the argmax of the exact residual
@@ -207,18 +208,21 @@ def _predict(k: Kernel, X: np.ndarray, Lt: np.ndarray, m: int, d: np.ndarray, p:
     n = d.shape[0]
     if count <= 1:
         return np.array([p])
+    if n > _POOL:  # one selection over n for every pool size
+        largest = min(n - 1, max(_POOL, _POOL_MAX))
+        top = np.argpartition(d, n - largest - 1)[n - largest - 1 :]  # (largest + 1,)
+        top = top[np.argsort(-d[top], kind="stable")]  # decreasing residual
     size = _POOL
     while True:
         if n > size:
-            top = np.argpartition(d, n - size - 1)[n - size - 1 :]  # (size + 1,)
-            outside = float(d[top[0]])  # the largest residual outside the pool
-            pool = np.union1d(top[1:], [p])  # sorted: ties go to the lowest row, as in _Step
+            outside = float(d[top[size]])  # the largest residual outside the pool
+            pool = np.union1d(top[:size], [p])  # sorted: ties go to the lowest row, as in _Step
         else:
             outside, pool = -1.0, np.arange(n)
         chosen, certain = _pool_greedy(k, X[pool], Lt[:m, pool], d[pool], pool, p, count, outside)
         if 2 * certain >= count or size >= min(n, _POOL_MAX):
             return pool[chosen[: certain + _SPARE]]
-        size *= 4
+        size = min(4 * size, _POOL_MAX)
 
 
 def _pool_greedy(k, Xp, Lp, dp, pool, p, count, outside):
