@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
 from .._backend import validate_positive_float
-from .._backend.parallel import check_n_jobs, run_beside
+from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ._base import TensorJointModel, check_constraint, check_xy
 from ._basis import (
@@ -282,29 +282,21 @@ class JointDistribution(TensorJointModel):
         }
 
     def _fit_exact(self, X, Y):
-        """Algorithm 1 on all rows (factors kept); returns ``A_Y^T A_X``.
-
-        The two bases are fitted side by side (Y on a thread of kernelkit's pool, X in
-        the calling thread; each takes the pool's threads as they come free), so that
-        the serial parts of one (pivot predictions, small products) overlap the other's
-        row passes. The bases do not depend on it."""
-        by, bx = run_beside(
-            lambda: fit_basis(
-                self.basis_cache,
-                Y,
-                kernel=self.kernel_y,
-                lengthscale=self.lengthscale_y,
-                **self._common(),
-            ),
-            lambda: fit_basis(
-                self.basis_cache,
-                X,
-                kernel=self.kernel_x,
-                lengthscale=self.lengthscale_x,
-                **self._common(),
-            ),
+        """Algorithm 1 on all rows (factors kept); returns ``A_Y^T A_X``."""
+        self.basis_x_ = fit_basis(
+            self.basis_cache,
+            X,
+            kernel=self.kernel_x,
+            lengthscale=self.lengthscale_x,
+            **self._common(),
         )
-        self.basis_x_, self.basis_y_ = bx, by
+        self.basis_y_ = fit_basis(
+            self.basis_cache,
+            Y,
+            kernel=self.kernel_y,
+            lengthscale=self.lengthscale_y,
+            **self._common(),
+        )
         self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, X.shape[0]
         self.pivot_rows_ = None
         self._finish_fit()
