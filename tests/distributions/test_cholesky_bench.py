@@ -23,3 +23,4 @@ def test_exact_fit_run_reports_ranks_and_ratio(monkeypatch):
     assert r["madds"] == bj.cholesky_madds(3000, r["m_x"], r["m_y"])
     assert r["gemm_k"] == bj.gemm_shape(3000, r["madds"])[1]
     assert r["ratio"] == r["fit_s"] / r["gemm_s"] > 0
+    assert r["cpu_ratio"] == r["cpu_s"] / r["gemm_cpu_s"] > 0

@@ -219,7 +219,11 @@ def _predict(k: Kernel, X: np.ndarray, Lt: np.ndarray, m: int, d: np.ndarray, p:
             pool = np.union1d(top[:size], [p])  # sorted: ties go to the lowest row, as in _Step
         else:
             outside, pool = -1.0, np.arange(n)
-        chosen, certain = _pool_greedy(k, X[pool], Lt[:m, pool], d[pool], pool, p, count, outside)
+        if pool.shape[0] < n:
+            Xp, Lp = X[pool], Lt[:m, pool]  # (t, dim), (m, t): copies
+        else:  # every row: no copies of the factor
+            Xp, Lp = X, Lt[:m]
+        chosen, certain = _pool_greedy(k, Xp, Lp, d[pool], pool, p, count, outside)
         if 2 * certain >= count or size >= min(n, _POOL_MAX):
             return pool[chosen[: certain + _SPARE]]
         size = min(4 * size, _POOL_MAX)
@@ -297,7 +301,8 @@ class _Step:
         b = min(a + _BLOCK, self.d.shape[0])
         buf = self.scratch.get(threading.get_ident())
         if buf is None:
-            buf = self.scratch.setdefault(threading.get_ident(), np.empty((2, _BLOCK)))
+            size = min(_BLOCK, self.d.shape[0])
+            buf = self.scratch.setdefault(threading.get_ident(), np.empty((2, size)))
         t1, t2 = buf[0, : b - a], buf[1, : b - a]
         l = self.Lt[self.m, a:b]
         if self.m > self.j0:
