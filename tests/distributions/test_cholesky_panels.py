@@ -50,16 +50,20 @@ def _gauss(X, ls):
     return rbf_kernel(X, X, gamma=0.5 / ls**2)
 
 
+class _Log(list):
+    """The candidates of each panel, and ``passes``: counts of single and paired passes."""
+
+
 @pytest.fixture
 def small_panels(monkeypatch):
     """Row blocks of 97 rows (several blocks and threads at small n), pools of 16 to 64
     rows (predictions miss, panels end early and pools grow) and panels of 8 pivots;
-    collects the candidates of each panel."""
+    collects the candidates of each panel and counts the passes over the rows."""
     monkeypatch.setattr(_cholesky, "_BLOCK", 97)
     monkeypatch.setattr(_cholesky, "_POOL", 16)
     monkeypatch.setattr(_cholesky, "_POOL_MAX", 64)
     monkeypatch.setattr(_cholesky, "_PANEL", 8)
-    panels = []
+    panels = _Log()
     predict = _cholesky._predict
 
     def counting(*args):
@@ -68,6 +72,19 @@ def small_panels(monkeypatch):
         return cand
 
     monkeypatch.setattr(_cholesky, "_predict", counting)
+    passes = {"single": 0, "pair": 0}  # passes over the rows: one step, or two at once
+    for cls, key, name in (
+        (_cholesky._Step, "single", "set"),
+        (_cholesky._PairStep, "pair", "set_pair"),
+    ):
+        setter = getattr(cls, name)
+
+        def wrapped(self, *args, _setter=setter, _key=key):
+            passes[_key] += 1
+            return _setter(self, *args)
+
+        monkeypatch.setattr(cls, name, wrapped)
+    panels.passes = passes
     return panels
 
 
@@ -103,6 +120,10 @@ def test_random_points_same_factor(small_panels, rel_tol):
         # some predictions were wrong (candidates never used) and panels ended early
         assert sum(len(c) for c in small_panels) > len(piv)
         assert len(small_panels) > math.ceil(len(piv) / 8)
+        # paired passes: some kept both steps, some only the first (q not the argmax)
+        passes = small_panels.passes
+        kept = len(piv) - passes["single"] - passes["pair"]  # second steps kept
+        assert 0 < kept < passes["pair"]
 
 
 def test_exact_ties_go_to_the_lowest_row(small_panels):

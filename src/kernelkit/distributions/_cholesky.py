@@ -16,11 +16,14 @@ per panel instead of once per pivot (a left-looking blocked Cholesky):
    diagonal; if it is one of the candidates, its column is the panel column minus the
    panel's own earlier columns (a product with at most ``c`` rows of ``L^T``), the
    residual diagonal is updated over all n rows (line 7), and so on; the first pivot
-   that is not a candidate starts the next panel.
+   that is not a candidate starts the next panel. Each pass over the rows also takes
+   the step of the next predicted candidate (:class:`_PairStep`), kept only if that
+   candidate is the argmax after the first step.
 
-A wrong prediction costs one unused column, never a different pivot. Per pivot this reads
-O(c) rows of ``L^T`` instead of all ``m``, and the ``O(n m^2)`` products run at BLAS-3
-speed (user guide, joint distributions page, for the measured figures).
+A wrong prediction costs one unused column or a discarded second step, never a
+different pivot. Per pivot this reads O(c) rows of ``L^T`` instead of all ``m``, and the
+``O(n m^2)`` products run at BLAS-3 speed (user guide, joint distributions page, for the
+measured figures).
 """
 
 from __future__ import annotations
@@ -321,6 +324,58 @@ class _Step:
         return float(d.sum()), float(d[j]), a + j
 
 
+class _PairStep(_Step):
+    """Two Algorithm 1 steps in one pass over a block of rows ``[a, b)``: pivot ``p`` and
+    the predicted next pivot ``q``, sharing the read of the panel's rows of ``L^T``.
+
+    ``l1`` and ``d1 = d - l1^2`` (written to ``d``) as in :class:`_Step`; then
+    ``l2 = (S[q] - L[:, j0:m] L[q, j0:m]^T - l1 l1[q]) / sqrt(d1[q])`` (line 4 at step
+    m + 1, with ``l1[q]`` and ``d1[q]`` from the pivot row beforehand) and
+    ``d2 = d1 - l2^2`` (written to ``spare``). Returns the sums and argmaxes of ``d1`` and
+    ``d2``: the second step stands only if ``q`` is the argmax of ``d1`` (Algorithm 1's
+    choice); otherwise ``d`` holds ``d1`` and the second column is discarded."""
+
+    def set_pair(self, cols, j0, m, p, q, lpq, s, s2, l1q, spare):
+        self.cols, self.j0, self.m, self.p, self.q = cols, j0, m, p, q
+        self.lpq, self.s, self.s2, self.l1q, self.spare = lpq, s, s2, l1q, spare
+
+    def __call__(self, a):
+        b = min(a + _BLOCK, self.d.shape[0])
+        buf = self.scratch.get(threading.get_ident())  # (3, block) buffers
+        if buf is None:
+            size = min(_BLOCK, self.d.shape[0])
+            buf = self.scratch.setdefault(threading.get_ident(), np.empty((3, size)))
+        t1, t2 = buf[0, : b - a], buf[1:, : b - a]
+        m, j0 = self.m, self.j0
+        l1, l2 = self.Lt[m, a:b], self.Lt[m + 1, a:b]
+        if m > j0:
+            np.matmul(self.lpq, self.Lt[j0:m, a:b], out=t2)  # (2, b - a), one read of L^T
+            np.subtract(self.cols[0][a:b], t2[0], out=l1)
+            np.subtract(self.cols[1][a:b], t2[1], out=l2)
+        else:
+            l1[:] = self.cols[0][a:b]
+            l2[:] = self.cols[1][a:b]
+        l1 *= self.s
+        d = self.d[a:b]
+        np.square(l1, out=t1)
+        d -= t1
+        if a <= self.p < b:
+            d[self.p - a] = 0.0
+        np.maximum(d, 0.0, out=d)
+        j1 = int(np.argmax(d))
+        np.multiply(l1, self.l1q, out=t1)
+        l2 -= t1
+        l2 *= self.s2
+        d2 = self.spare[a:b]
+        np.square(l2, out=t1)
+        np.subtract(d, t1, out=d2)
+        if a <= self.q < b:
+            d2[self.q - a] = 0.0
+        np.maximum(d2, 0.0, out=d2)
+        j2 = int(np.argmax(d2))
+        return float(d.sum()), float(d[j1]), a + j1, float(d2.sum()), float(d2[j2]), a + j2
+
+
 def _initial_capacity(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int, n_jobs=None) -> int:
     """Rows to reserve for ``L^T``: 128, or for large n 1.5 x the rank of a pilot run on
     every (n / 16384)-th point (same relative tolerance). Growing a (cap, n) buffer
@@ -365,6 +420,8 @@ def _pivoted_cholesky(
     starts = range(0, n, _BLOCK)
     n_threads = _n_threads(n, n_jobs)
     step = _Step(Lt, d, {})
+    pair = _PairStep(Lt, d, {})
+    spare = np.empty(n) if max_rank > 1 else None  # d after a pair's second step
     m = 0
 
     def more(p):  # the loop condition of Algorithm 1 and the round-off guard
@@ -381,21 +438,38 @@ def _pivoted_cholesky(
             Kc = None if Xt is not None else k(X, X[cand])  # callables: (n, c), this thread
             pool_map(_Panel(k, X, Xt, Kc, Lt, m, cand, S), starts, n_threads)
             slot = {int(c): i for i, c in enumerate(cand)}
+            nxt = 0  # position in cand of the next predicted pivot
             j0 = m
             # the panel's steps, while the greedy pivot is a candidate (line 3 unchanged)
             while more(p) and p in slot:
-                if m == cap:  # grow the buffers (C order: existing rows keep their place)
-                    cap = min(max(int(_GROWTH * cap), cap + 32), max_rank)
-                    Lt.resize((cap, n), refcheck=False)
-                    step.Lt = Lt
-                    B_new = np.zeros((cap, cap))
-                    B_new[:m, :m] = B_piv[:m, :m]
-                    B_piv = B_new
+                i = slot.pop(p)
                 dp = float(d[p])
                 lp = Lt[:m, p].copy()  # L[p, :m], (m,)
                 s = 1.0 / math.sqrt(dp)
-                step.set(S[slot.pop(p)], j0, m, p, lp[j0:], s)
-                parts = pool_map(step, starts, n_threads)
+                # the predicted next pivot q, stepped in the same pass if it stays valid
+                while nxt < len(cand) and int(cand[nxt]) not in slot:
+                    nxt += 1
+                q = int(cand[nxt]) if nxt < len(cand) and m + 1 < max_rank else -1
+                if q >= 0:  # L[q, m] and d1[q] of step m, from the pivot row
+                    l1q = (S[i, q] - lp[j0:] @ Lt[j0:m, q]) * s
+                    d1q = float(d[q]) - l1q * l1q
+                    if not d1q > d_floor:
+                        q = -1
+                if m + 1 + (q >= 0) > cap:  # grow the buffers (C order: rows keep their place)
+                    cap = min(max(int(_GROWTH * cap), cap + 32), max_rank)
+                    Lt.resize((cap, n), refcheck=False)
+                    step.Lt = pair.Lt = Lt
+                    B_new = np.zeros((cap, cap))
+                    B_new[:m, :m] = B_piv[:m, :m]
+                    B_piv = B_new
+                if q >= 0:
+                    lpq = np.stack([lp[j0:], Lt[j0:m, q]])  # (2, m - j0)
+                    s2 = 1.0 / math.sqrt(d1q)
+                    pair.set_pair((S[i], S[slot[q]]), j0, m, p, q, lpq, s, s2, l1q, spare)
+                    parts = pool_map(pair, starts, n_threads)
+                else:
+                    step.set(S[i], j0, m, p, lp[j0:], s)
+                    parts = pool_map(step, starts, n_threads)
                 # line 5 in pivot coordinates: b = (e_m - B L[p]^T) / sqrt(d_p)
                 if m:
                     B_piv[:m, m] = -(B_piv[:m, :m] @ lp) * s
@@ -404,6 +478,17 @@ def _pivoted_cholesky(
                 m += 1
                 resid = math.fsum(part[0] for part in parts)
                 p = max(parts, key=lambda part: part[1])[2]
+                if q >= 0 and p == q and more(q):  # Algorithm 1 takes q next: keep step 2
+                    slot.pop(q)
+                    lp = Lt[:m, q].copy()
+                    B_piv[:m, m] = -(B_piv[:m, :m] @ lp) * s2
+                    B_piv[m, m] = s2
+                    pivots[m] = q
+                    m += 1
+                    d, spare = spare, d
+                    step.d = pair.d = d
+                    resid = math.fsum(part[3] for part in parts)
+                    p = max(parts, key=lambda part: part[4])[5]
     Lt.resize((m, n), refcheck=False)
     return PivotedCholesky(
         Lt=Lt,
