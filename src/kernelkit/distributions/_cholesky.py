@@ -276,14 +276,17 @@ class _Panel:
     def __call__(self, a):
         b = min(a + _BLOCK, self.S.shape[1])
         S = self.S[:, a:b]  # (c, b - a)
-        if self.Kc is None:
-            tmp = np.empty(b - a)
-            for i, c in enumerate(self.cand):
-                self.k.column(self.Xt[:, a:b], self.X[c], S[i], tmp)  # K[a:b, c]
+        if not self.m:
+            S[:] = 0.0
         else:
-            S[:] = self.Kc[a:b].T
-        if self.m:
-            S -= self.Lc @ self.Lt[: self.m, a:b]  # (c, m) @ (m, b - a)
+            np.matmul(self.Lc, self.Lt[: self.m, a:b], out=S)  # (c, m) @ (m, b - a)
+        if self.Kc is None:
+            col, tmp = np.empty(b - a), np.empty(b - a)
+            for i, c in enumerate(self.cand):
+                self.k.column(self.Xt[:, a:b], self.X[c], col, tmp)  # K[a:b, c]
+                np.subtract(col, S[i], out=S[i])
+        else:
+            np.subtract(self.Kc[a:b].T, S, out=S)
 
 
 class _Step:
