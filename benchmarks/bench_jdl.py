@@ -1,4 +1,4 @@
-"""JDL benchmark: ``python benchmarks/bench_jdl.py [--quick]``.
+"""JDL benchmark: ``python benchmarks/bench_jdl.py [--quick] [--exact-fit]``.
 
 Thin wrapper around :mod:`kernelkit.experiments.bench_jdl` (also run by
 ``kernelkit bench jdl``); see that module for what is timed and how.
@@ -13,9 +13,14 @@ from kernelkit.experiments import bench_jdl
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=bench_jdl.DESCRIPTION)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (seconds)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument(
+        "--exact-fit",
+        action="store_true",
+        help="only the exact fit (l = 1, reg = 1e-6, rel_tol = 1e-2) next to its GEMM",
+    )
     args = parser.parse_args(argv)
-    return bench_jdl.run(quick=args.quick)
+    return bench_jdl.run(quick=args.quick, exact_fit_only=args.exact_fit)
 
 
 if __name__ == "__main__":

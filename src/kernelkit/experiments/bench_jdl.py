@@ -42,8 +42,20 @@ Timed in one run (JDL issue, "Done means"):
   (one more pass for ``A_Y^T F``). Printed: times, ranks, loss (31) against the closed
   form (to compare with the exact fit) and the growth of the process's max RSS.
 
-Run ``python benchmarks/bench_jdl.py [--quick]`` or ``kernelkit bench jdl``. Quick sizes:
-``n = 10^5`` and a KernelRidge ladder up to 2000 (the targets are set for the full run).
+* **Exact fit near its arithmetic floor**: ``JointDistribution(lengthscale_x=1,
+  lengthscale_y=1, reg=1e-6, rel_tol=1e-2).fit`` on ``n = 10^6`` pairs of the same data
+  (m of about 410 and 280 pivots), once, wall and CPU seconds, next to the time of one
+  matrix product (BLAS-3, BLAS's own threads) with as many multiply-adds as the two
+  pivoted Choleskys, ``n (m_X^2 + m_Y^2) / 2``: an ``(n, k) @ (k, k)`` product with
+  ``k^2 = (m_X^2 + m_Y^2) / 2``, timed in row blocks of 65536 (minimum of 3), and the
+  ratios of the wall and of the CPU seconds (the latter less sensitive to load). The fit
+  also forms ``L^T L`` of both sides and ``L_Y^T L_X`` (another ``n (m_X^2 + m_Y^2) / 2
+  + n m_X m_Y`` multiply-adds). Target: the fit in at most 20 s on 2 cores. The load
+  average is printed before and after (the machine is shared).
+
+Run ``python benchmarks/bench_jdl.py [--quick] [--exact-fit]`` or ``kernelkit bench jdl``
+(``--exact-fit``: only the exact fit and its GEMM). Quick sizes: ``n = 10^5`` (exact fit:
+``5 x 10^4``) and a KernelRidge ladder up to 2000 (the targets are set for the full run).
 """
 
 from __future__ import annotations
@@ -68,6 +80,7 @@ __all__ = ["DESCRIPTION", "NAME", "TARGETS", "run"]
 #: name -> (comparison, threshold)
 TARGETS = {
     "JDL fit + 5000 conditionals at n (1e6; quick 1e5), d = 3 [s]": ("<=", 60.0),
+    "exact fit, l = 1, reg = 1e-6, rel_tol = 1e-2, at n (1e6; quick 5e4) [s]": ("<=", 20.0),
     "peak traced memory / (8 n (m_X + m_Y))": ("<=", 4.0),
     "peak memory scaling exponent (n/4 -> n)": ("<=", 1.2),
     "KernelRidge / JDL time (fit + 5000 predictions, same n)": (">=", 1.0),
@@ -233,6 +246,112 @@ def _out_of_core_run(n, n_test, rel_tol, seed, dask_input: bool):
     }
 
 
+EXACT_FIT = {"lengthscale_x": 1.0, "lengthscale_y": 1.0, "reg": 1e-6, "rel_tol": 1e-2}
+GEMM_ROWS = 1 << 16
+
+
+def cholesky_madds(n: int, m_x: int, m_y: int) -> int:
+    """Multiply-adds of the two pivoted Choleskys: step j reads j columns, so
+    ``sum_j n j ~ n m^2 / 2`` per side."""
+    return n * (m_x * (m_x - 1) + m_y * (m_y - 1)) // 2
+
+
+def gemm_shape(n: int, madds: int) -> tuple[int, int]:
+    """``(n, k)`` of an ``(n, k) @ (k, k)`` product with about ``madds`` multiply-adds."""
+    return n, max(1, round(math.sqrt(madds / n)))
+
+
+def _time_gemm(n: int, k: int, repeats: int = 3) -> tuple[float, float]:
+    """Minimum wall and CPU seconds (user + system, all threads) of ``A @ B`` for ``A``
+    (n, k), ``B`` (k, k), float64, in row blocks of ``GEMM_ROWS`` (one output block
+    reused), BLAS threads as configured."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, k))
+    B = rng.standard_normal((k, k))
+    out = np.empty((min(n, GEMM_ROWS), k))
+    wall = cpu = math.inf
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        for a in range(0, n, GEMM_ROWS):
+            b = min(a + GEMM_ROWS, n)
+            np.matmul(A[a:b], B, out=out[: b - a])
+        wall, cpu = min(wall, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
+    return wall, cpu
+
+
+def _exact_fit_run(n: int, seed: int) -> dict:
+    """The exact fit at ``EXACT_FIT`` on n pairs, then the GEMM with the Choleskys'
+    multiply-adds (after the model is freed)."""
+    from ..distributions import JointDistribution
+
+    X, Y, _, _, _ = _data(n, 1, seed)
+    gc.collect()
+    load0 = os.getloadavg()
+    c0, t0 = time.process_time(), time.perf_counter()
+    model = JointDistribution(**EXACT_FIT).fit(X, Y)
+    fit_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    load1 = os.getloadavg()
+    mx, my = model.basis_x_.n_components_, model.basis_y_.n_components_
+    del model
+    gc.collect()
+    madds = cholesky_madds(n, mx, my)
+    _, k = gemm_shape(n, madds)
+    gemm_s, gemm_cpu_s = _time_gemm(n, k)
+    return {
+        "n": n,
+        "m_x": mx,
+        "m_y": my,
+        "fit_s": fit_s,
+        "cpu_s": cpu_s,
+        "madds": madds,
+        "gemm_k": k,
+        "gemm_s": gemm_s,
+        "gemm_cpu_s": gemm_cpu_s,
+        "ratio": fit_s / gemm_s,
+        "cpu_ratio": cpu_s / gemm_cpu_s,
+        "load_before": load0[0],
+        "load_after": load1[0],
+    }
+
+
+def _print_exact_fit(r: dict) -> None:
+    print(
+        f"\nExact fit (JointDistribution({', '.join(f'{k}={v:g}' for k, v in EXACT_FIT.items())}"
+        f"), all n rows) vs one GEMM with the pivoted Choleskys' n (m_X^2 + m_Y^2) / 2 "
+        "multiply-adds:"
+    )
+    rows = [
+        [
+            r["n"],
+            r["m_x"],
+            r["m_y"],
+            f"{r['fit_s']:.2f}",
+            f"{r['cpu_s']:.2f}",
+            f"{r['madds']:.3g}",
+            f"({r['n']}, {r['gemm_k']}) @ ({r['gemm_k']}, {r['gemm_k']})",
+            f"{r['gemm_s']:.2f}",
+            f"{r['gemm_cpu_s']:.2f}",
+            f"{r['ratio']:.1f}",
+            f"{r['cpu_ratio']:.1f}",
+        ]
+    ]
+    header = [
+        "n",
+        "m_X",
+        "m_Y",
+        "fit s",
+        "CPU s",
+        "multiply-adds",
+        "GEMM",
+        "GEMM s",
+        "GEMM CPU s",
+        "fit / GEMM",
+        "(CPU)",
+    ]
+    print(text_table(header, rows))
+    print(f"load average (1 min): {r['load_before']:.2f} before, {r['load_after']:.2f} after")
+
+
 def _available_bytes() -> int:
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
@@ -265,11 +384,18 @@ def _peer(n, n_test, seed, repeats):
     return t, err
 
 
-def run(quick: bool = False) -> dict:
-    """Run the benchmark, print its tables and return the numbers."""
+def run(quick: bool = False, exact_fit_only: bool = False) -> dict:
+    """Run the benchmark, print its tables and return the numbers (``exact_fit_only``:
+    only the exact fit next to its GEMM)."""
     from .._backend.parallel import num_threads
 
     seed = 0
+    n_exact = 50_000 if quick else 1_000_000
+    if exact_fit_only:
+        print(f"kernelkit bench jdl (exact fit only): n={n_exact}, {os.cpu_count()} CPUs")
+        exact = _exact_fit_run(n_exact, seed)
+        _print_exact_fit(exact)
+        return {"exact_fit": exact}
     n_big = 100_000 if quick else 1_000_000
     n_test = 5000
     rel_tol = 1e-2
@@ -318,12 +444,14 @@ def run(quick: bool = False) -> dict:
         pass
     t_peer, err = _peer(n_krr, n_test, seed, repeats)
     krr_ratio = t_peer["KernelRidge"]["min"] / t_peer["JointDistribution"]["min"]
+    exact = _exact_fit_run(n_exact, seed)
 
     values = {
         "JDL fit + 5000 conditionals at n (1e6; quick 1e5), d = 3 [s]": big["total_s"],
         "peak traced memory / (8 n (m_X + m_Y))": mem_ratio,
         "peak memory scaling exponent (n/4 -> n)": exponent,
         "KernelRidge / JDL time (fit + 5000 predictions, same n)": krr_ratio,
+        "exact fit, l = 1, reg = 1e-6, rel_tol = 1e-2, at n (1e6; quick 5e4) [s]": exact["fit_s"],
     }
     rows, targets = [], {}
     for name, (op, thr) in TARGETS.items():
@@ -439,6 +567,8 @@ def run(quick: bool = False) -> dict:
         f"~{extrap:.3g} s vs JDL {big['total_s']:.3g} s measured."
     )
 
+    _print_exact_fit(exact)
+
     met = sum(t["met"] for t in targets.values())
     print(f"\n{met}/{len(targets)} targets met.")
     return {
@@ -447,6 +577,7 @@ def run(quick: bool = False) -> dict:
         "out_of_core": ooc,
         "peer": t_peer,
         "peer_rmse": err,
+        "exact_fit": exact,
         "targets": targets,
         "all_met": met == len(targets),
         "max_rss_kib": {"before": rss0, "after": rss1},
