@@ -140,7 +140,7 @@ class TensorJointModel(BaseEstimator):
     so ``A = L V``, and ``train_sums_`` = ``A^T 1``), ``coef_`` = ``H`` (m_Y, m_X),
     ``X_fit_`` (n, d_X), ``Y_fit_`` (n, d_Y), ``n_samples_``; then call ``_finish_fit``.
 
-    Conditionals (5) in the low-rank basis (derived; user guide, joint distributions page),
+    Conditionals (5) in the low-rank basis (derived; docs/derivations/joint_distribution.md),
     with ``psi = psi_X(x)``::
 
         w_j(x) = (1 + (A_Y H psi)_j) / (n + s_Y^T H psi)

@@ -42,7 +42,7 @@ from ._kernels import Kernel, make_kernel
 __all__ = ["PivotedCholesky", "pivoted_cholesky"]
 
 # Stop when the largest remaining diagonal entry is below this fraction of max diag(K):
-# further pivots would be round-off (library choice; user guide, joint distributions page).
+# further pivots would be round-off (library choice; docs/derivations/joint_distribution.md).
 _RANK_EPS = 1e-14
 _BLOCK = 1 << 15  # rows per block: the block's vectors stay in cache within a step
 _GROWTH = 1.25  # capacity growth of the factor (ndarray.resize zero-fills what it adds)

@@ -35,7 +35,7 @@ __all__ = ["JointDistribution", "solve_low_rank"]
 
 
 def solve_low_rank(G, s_x, s_y, lam_x, lam_y, n, reg, constraint=None, bounds=None):
-    """Solve problem (22) in its diagonal form (user guide, joint distributions page).
+    """Solve problem (22) in its diagonal form (docs/derivations/joint_distribution.md).
 
     ``R(H) = sum_kl W_kl H_kl^2 - 2 c_kl H_kl`` with ``W_kl = lam_Y_k lam_X_l / n^2 + reg``
     and ``c = G / n - S / n^2``, ``S = s_Y s_X^T``.
@@ -76,7 +76,7 @@ class JointDistribution(TensorJointModel):
     ``||h_hat - h||^2 + reg ||h||^2`` (8) over the low-rank bases of :class:`LowRankBasis`
     (problem (22)): ``h(x, y) = psi_Y(y)^T H psi_X(x)``. Fit costs O(n m^2) time and
     O(n m) memory (pivoted Cholesky of both kernels, one ``A_Y^T A_X``), then an O(m^2)
-    closed form or the exact dual (user guide, joint distributions page).
+    closed form or the exact dual (docs/derivations/joint_distribution.md).
 
     Parameters
     ----------
