@@ -264,6 +264,10 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
             ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=f"C{i}", label=lab)
         ax.set_xlabel(panel.xlabel)
     ax.set_xscale("log" if panel.logx else "linear")
+    if panel.kind == "ecdf" and panel.logx:  # no overlapping minor labels within a decade
+        from matplotlib.ticker import NullFormatter
+
+        ax.xaxis.set_minor_formatter(NullFormatter())
     if panel.kind == "line" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
         ax.set_xticks(list(panel.x), [f"{v:g}" for v in panel.x])
         ax.minorticks_off()
