@@ -232,6 +232,8 @@ CONVERTED = (
     "hrf_uci",
     "hrf_clustered",
     "hrf_pointwise",
+    "favor_classification",
+    "dp_variance",
 )
 
 
