@@ -234,6 +234,7 @@ CONVERTED = (
     "hrf_pointwise",
     "favor_classification",
     "dp_variance",
+    "dp_frobenius",
 )
 
 
