@@ -245,6 +245,8 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
             f"panel {panel.title!r} has {len(panel.series)} series; at most {MAX_SERIES} "
             "(split it into panels)."
         )
+    # the scale first: setting it after the bars' tick labels would reset them
+    ax.set_xscale("log" if panel.logx and panel.kind != "bar" else "linear")
     if panel.kind == "ecdf":
         _draw_ecdf(ax, panel, agg)
     elif panel.kind == "bar":
@@ -263,7 +265,6 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
         for i, (lab, key) in enumerate(panel.reference.items()):
             ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=f"C{i}", label=lab)
         ax.set_xlabel(panel.xlabel)
-    ax.set_xscale("log" if panel.logx else "linear")
     if panel.kind == "ecdf" and panel.logx:  # no overlapping minor labels within a decade
         from matplotlib.ticker import NullFormatter
 
