@@ -186,6 +186,12 @@ def test_panels_have_legends_bands_and_at_most_six_series():
     np.testing.assert_allclose(dashed.get_ydata(), agg["curve2"]["mean"])
     with pytest.raises(ValueError, match="reference"):
         H.draw_panel(ax, H.Panel("r", {}, "y", range(3), reference={"x": "curve"}), agg, 4)
+    # bar panels keep their series' labels as tick labels
+    fig2, ax2 = plt.subplots()
+    H.draw_panel(ax2, H.Panel("b", {"gap": "gap", "noise": "noise"}, "v", kind="bar"), agg, 4)
+    fig2.canvas.draw()
+    assert [t.get_text() for t in ax2.get_xticklabels()] == ["gap", "noise"]
+    plt.close(fig2)
     too_many = H.Panel("busy", {str(i): "curve" for i in range(7)}, "y", range(3))
     with pytest.raises(ValueError, match="at most 6"):
         H.draw_panel(ax, too_many, agg, 4)
@@ -235,6 +241,7 @@ CONVERTED = (
     "favor_classification",
     "dp_variance",
     "dp_frobenius",
+    "dp_gp",
 )
 
 
