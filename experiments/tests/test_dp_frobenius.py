@@ -15,6 +15,7 @@ import pytest
 
 from kernelkit import datasets
 from kernelkit.experiments import get_experiment
+from kernelkit_experiments import claim_counts
 from kernelkit_experiments import dp_frobenius as dpf
 
 TINY = {"n_test": 60, "n_train": 80, "degrees": (3, 7), "multipliers": (1, 3), "image_size": 8}
@@ -45,6 +46,8 @@ def test_run_writes_report_plots_and_json(tiny_run):
     report = (out / "report.md").read_text()
     assert "holds on our data?" in report and "frobenius_sketches.png" in report
     assert "Setting by setting" in report and "Optimized Maclaurin allocations" in report
+    counts = claim_counts(out)  # the summary counts the claims table's verdicts only
+    assert sum(counts.values()) == 9 and counts["other"] == 0
     for m in dpf.METHODS:
         assert m.label in report
     data = json.loads((out / "results.json").read_text())

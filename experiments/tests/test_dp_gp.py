@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernelkit.experiments import get_experiment
-from kernelkit_experiments import dp_gp
+from kernelkit_experiments import claim_counts, dp_gp
 
 TINY = {
     "regression": ("boston",),
@@ -44,6 +44,8 @@ def test_writes_report_plot_and_json(tiny_run):
     data = json.loads((out / "results.json").read_text())
     assert data["experiment"] == "dp-gp" and len(data["runs"]) >= 5
     assert len(data["claims"]) == 3 and all(c["n"] == len(data["runs"]) for c in data["claims"])
+    counts = claim_counts(out)  # the summary reads the verdicts of the claims table
+    assert sum(counts.values()) == 3 and counts["other"] == 0
 
 
 def test_metrics_are_finite_and_sane(tiny_run):

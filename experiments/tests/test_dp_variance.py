@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kernelkit import datasets
+from kernelkit_experiments import claim_counts
 from kernelkit_experiments import dp_variance as dv
 
 TINY = {
@@ -39,6 +40,8 @@ def test_run_writes_report_plots_and_json(tiny_run):
     assert "not available offline" in report and "holds on our data?" in report
     data = json.loads((out / "results.json").read_text())
     assert data["experiment"] == "dp-variance" and len(data["runs"]) >= 5
+    counts = claim_counts(out)  # the summary reads the verdicts of the claims table
+    assert sum(counts.values()) == len(data["claims"]) and counts["other"] == 0
     assert {k.split()[0] for k in data["runs"][0] if k.startswith("d=")} == {"d=8", "d=16"}
     has_fashion = any(k.startswith("fashion ") for k in data["runs"][0])
     assert has_fashion == datasets.fashion_mnist_available()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kernelkit.estimators import NadarayaWatsonClassifier
+from kernelkit_experiments import claim_counts
 from kernelkit_experiments import favor_classification as fc
 
 TINY = {"datasets": ("iris", "wine"), "feature_seeds": 2, "Ms": (16, 32)}
@@ -48,6 +49,8 @@ def test_outputs_written(tiny_run):
         "SDERF best on average",
     ]
     assert all(c["n"] == len(data["runs"]) for c in data["claims"])
+    counts = claim_counts(out)  # the summary reads the verdicts of the claims table
+    assert sum(counts.values()) == 2 and counts["other"] == 0
 
 
 def test_per_seed_metrics(tiny_run):

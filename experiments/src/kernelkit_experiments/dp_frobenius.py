@@ -574,7 +574,7 @@ def _setting_counts(config: Config, runs: list) -> str:
     return (
         "**Setting by setting.** Settings in which the first method's mean log error over "
         "the seeds is below the second's:\n\n"
-        + markdown_table(["claim", "settings where it holds", "exceptions"], rows)
+        + markdown_table(["claim", "settings with the first lower", "exceptions"], rows)
     )
 
 
