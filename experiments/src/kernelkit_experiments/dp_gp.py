@@ -414,8 +414,10 @@ def _exact_gp(task, kernel, Xtr, ytr, Xs_te, amp, reg, C):
     return np.column_stack([m for m, _ in cols]), np.column_stack([v for _, v in cols])
 
 
-def _method_metrics(task, fm, P, Ps, Pss, ytr, yte, sub, reg, C, eps, exact) -> dict:
-    """MNLL, NMSE / error (%) and KL to the exact GP of one feature map."""
+def _method_metrics(task, P, Ps, Pss, ytr, yte, sub, reg, C, eps, exact) -> dict:
+    """MNLL, NMSE / error (%) and KL to the exact GP ``exact`` of one feature map, from
+    its features of the training split ``P`` (n_tr, D'), the test split ``Ps`` (n_te, D')
+    and the test subset ``Pss`` (m*, D'); ``sub`` indexes the training subset."""
     if task == "regression":
         res = _regression_metrics(_regression_fit(P, ytr, reg), Ps, yte, reg)
         post_sub = _regression_fit(P[sub], ytr[sub], reg)
@@ -451,7 +453,7 @@ def _one(task, Xtr, ytr, Xte, yte, kernel, config, seed, methods):
         t0 = time.perf_counter()
         fm = fm_base if method == "baseline" else kernel.maclaurin(D, seed, config).fit(Xtr)
         P, Ps, Pss = (_features(fm, A, amp) for A in (Xtr, Xte, Xs_te))
-        res = _method_metrics(task, fm, P, Ps, Pss, ytr, yte, sub, reg, C, eps, exact)
+        res = _method_metrics(task, P, Ps, Pss, ytr, yte, sub, reg, C, eps, exact)
         res["frob"] = relative_frobenius_error(K_te, amp * np.asarray(fm.approx_kernel(Xs_te)))
         res["time_s"] = time.perf_counter() - t0
         if method == "maclaurin":
