@@ -205,6 +205,37 @@ def test_panels_have_legends_bands_and_at_most_six_series():
     plt.close(fig)
 
 
+def test_ecdf_panel_draws_mean_order_statistics_with_sd_band():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # two seeds of 4 sorted samples: order statistics (1, 3), (2, 2), (3, 5), (4, 10)
+    runs = [{"r": np.array([1.0, 2.0, 3.0, 4.0])}, {"r": np.array([3.0, 2.0, 5.0, 10.0])}]
+    agg = H.aggregate(runs)
+    fig, ax = plt.subplots()
+    H.draw_panel(ax, H.Panel("e", {"ratio": "r"}, "ECDF", xlabel="ratio", kind="ecdf"), agg, 2)
+    line = ax.get_lines()[0]
+    np.testing.assert_allclose(line.get_xdata(), [2.0, 2.0, 4.0, 7.0])  # mean order stat.
+    np.testing.assert_allclose(line.get_ydata(), [0.25, 0.5, 0.75, 1.0])
+    assert line.get_drawstyle() == "steps-post"
+    band = ax.collections[0].get_paths()[0].vertices[:, 0]  # horizontal ± 1 s.d.
+    sd = np.std([[1, 2, 3, 4], [3, 2, 5, 10]], axis=0, ddof=1)  # (sqrt 2, 0, sqrt 2, 3 sqrt 2)
+    m = np.array([2.0, 2.0, 4.0, 7.0])
+    assert band.min() == pytest.approx((m - sd).min()) and band.max() == pytest.approx(
+        (m + sd).max()
+    )
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ratio"]
+    assert "mean ± s.d., 2 seeds" in ax.get_title()
+    unsorted = H.aggregate([{"r": np.array([2.0, 1.0])}])
+    with pytest.raises(ValueError, match="sorted"):
+        H.draw_panel(ax, H.Panel("e", {"ratio": "r"}, "ECDF", kind="ecdf"), unsorted, 1)
+    with pytest.raises(ValueError, match="kind"):
+        H.Panel("e", {"ratio": "r"}, "ECDF", kind="cdf")
+    plt.close(fig)
+
+
 #: experiment modules declared as harness specs (the others keep their own ``run``)
 CONVERTED = (
     "_harness",
@@ -214,6 +245,15 @@ CONVERTED = (
     "hrf_uci",
     "hrf_clustered",
     "hrf_pointwise",
+    "favor_classification",
+    "dp_variance",
+    "dp_frobenius",
+    "dp_gp",
+    "attention_approx",
+    "tiny_lm",
+    "jdl_gaussian",
+    "sgb_logreg",
+    "mlm_encoder",
 )
 
 

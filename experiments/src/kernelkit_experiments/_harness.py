@@ -150,9 +150,12 @@ class Verdict:
 class Panel:
     """One panel: ``series`` maps a label to a metric name whose per-seed values are
     1-d arrays over ``x`` (``kind="line"``: mean line, ± 1 s.d. band) or scalars
-    (``kind="bar"``, one bar per series and ``x`` unused: mean, ± 1 s.d. error bar).
-    ``reference`` (line panels): exact values drawn dashed, without a band, in the colour
-    of the series at the same position (e.g. a closed form next to its Monte Carlo)."""
+    (``kind="bar"``, one bar per series and ``x`` unused: mean, ± 1 s.d. error bar) or,
+    for ``kind="ecdf"``, samples sorted in increasing order, the same number per seed
+    (``x`` unused): the empirical CDF through the mean over seeds of each order statistic,
+    with a ± 1 s.d. band of the order statistics (horizontal). ``reference`` (line
+    panels): exact values drawn dashed, without a band, in the colour of the series at the
+    same position (e.g. a closed form next to its Monte Carlo)."""
 
     title: str
     series: Mapping[str, str]
@@ -163,6 +166,10 @@ class Panel:
     logx: bool = False
     logy: bool = False
     reference: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.kind not in ("line", "bar", "ecdf"):
+            raise ValueError(f"kind must be 'line', 'bar' or 'ecdf', got {self.kind!r}.")
 
 
 @dataclass(frozen=True)
@@ -284,7 +291,11 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
             f"panel {panel.title!r} has {len(panel.series)} series; at most {MAX_SERIES} "
             "(split it into panels)."
         )
-    if panel.kind == "bar":
+    # the scale first: setting it after the bars' tick labels would reset them
+    ax.set_xscale("log" if panel.logx and panel.kind != "bar" else "linear")
+    if panel.kind == "ecdf":
+        _draw_ecdf(ax, panel, agg)
+    elif panel.kind == "bar":
         labels = list(panel.series)
         means = [float(agg[k]["mean"]) for k in panel.series.values()]
         sds = [float(agg[k]["sd"]) for k in panel.series.values()]
@@ -300,9 +311,11 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
         for i, (lab, key) in enumerate(panel.reference.items()):
             ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=f"C{i}", label=lab)
         ax.set_xlabel(panel.xlabel)
-    if panel.kind != "bar":  # (setting the scale resets the bars' tick labels)
-        ax.set_xscale("log" if panel.logx else "linear")
-    if panel.kind != "bar" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
+    if panel.kind == "ecdf" and panel.logx:  # no overlapping minor labels within a decade
+        from matplotlib.ticker import NullFormatter
+
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    if panel.kind == "line" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
         ax.set_xticks(list(panel.x), [f"{v:g}" for v in panel.x])
         ax.minorticks_off()
     if panel.logy:
@@ -310,6 +323,22 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
     ax.set_ylabel(panel.ylabel)
     ax.set_title(f"{panel.title}\n(mean ± s.d., {n} seeds)", fontsize=9)
     ax.legend(fontsize=7)
+
+
+def _draw_ecdf(ax, panel: Panel, agg) -> None:
+    """ECDF panel: per-seed sorted samples -> mean order statistics, ± 1 s.d. band."""
+    for i, (lab, key) in enumerate(panel.series.items()):
+        m, s = np.asarray(agg[key]["mean"]), np.asarray(agg[key]["sd"])  # (n_samples,)
+        if m.ndim != 1 or np.any(np.diff(m) < 0):
+            raise ValueError(
+                f"panel {panel.title!r}: ecdf series {key!r} must be 1-d samples sorted "
+                "in increasing order in every seed."
+            )
+        y = np.arange(1, m.size + 1) / m.size  # ECDF at the k-th order statistic
+        ax.step(m, y, where="post", color=f"C{i}", label=lab)
+        ax.fill_betweenx(y, m - s, m + s, step="post", color=f"C{i}", alpha=0.2, linewidth=0)
+    ax.set_xlabel(panel.xlabel)
+    ax.set_ylim(0.0, 1.02)
 
 
 def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:

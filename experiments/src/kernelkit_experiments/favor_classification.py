@@ -38,13 +38,18 @@ Implementation (library choices, all exact re-arrangements):
   matmul per chunk of seeds); column blocks are split per seed afterwards.
 * Positive features in log space with the per-feature / per-query shifts of
   :mod:`kernelkit.estimators.nadaraya_watson` (finite for every sigma).
+
+Declared on the harness (:class:`~kernelkit_experiments._harness.Spec`): one seed is one
+shuffle / split of every data set together with its batch of ``feature_seeds`` feature
+seeds (the paper's 50 in full mode); sigma is tuned inside the seed on the mean
+validation accuracy over its feature seeds (the paper's protocol), and the claims are
+judged over the splits by the two-standard-error rule.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import asdict, dataclass, field, replace
+import functools
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +64,9 @@ from kernelkit.estimators.nadaraya_watson import (
 )
 from kernelkit.features import draw_projection
 
+from . import _harness as HS
 from . import datasets
-from ._report import Report, markdown_table
+from ._report import markdown_table
 
 __all__ = [
     "DESCRIPTION",
@@ -70,7 +76,10 @@ __all__ = [
     "NAME",
     "PAPER",
     "QUICK",
+    "SPEC",
     "Config",
+    "compute",
+    "dataset_metrics",
     "feature_seed",
     "prepare_dataset",
     "rf_accuracies",
@@ -109,13 +118,14 @@ _BLOCK_ELEMENTS = 1 << 24
 
 @dataclass(frozen=True)
 class Config:
-    """Experiment size. ``max_samples`` subsamples a data set (before splitting)."""
+    """Experiment size. ``feature_seeds``: feature seeds per split (harness seed);
+    ``max_samples`` subsamples a data set (before splitting)."""
 
     datasets: tuple[str, ...] = datasets.CLASSIFICATION_DATASETS
     methods: tuple[str, ...] = METHODS
     Ms: tuple[int, ...] = (16, 32, 64, 128)
     sigmas: tuple[float, ...] = tuple(float(s) for s in np.logspace(-2, 2, 10))
-    n_seeds: int = 50
+    feature_seeds: int = 50
     split: tuple[float, float, float] = (0.9, 0.05, 0.05)
     max_samples: dict[str, int] = field(default_factory=dict)
     exact: bool = True
@@ -123,9 +133,17 @@ class Config:
 
 #: The paper's protocol (App. B.2): 50 feature seeds for validation and test.
 PAPER = Config()
-#: Full mode: every data set and M at the paper's 50 feature seeds (~7 CPU-minutes).
+#: Full mode: every data set and M at the paper's 50 feature seeds per split (3 splits).
 FULL = PAPER
-QUICK = Config(n_seeds=4, Ms=(16, 32, 64, 128), max_samples={"mnist": 1500, "fashion_mnist": 1500})
+#: Quick mode: the five small data sets (digits subsampled), M in {16, 64}, the five
+#: middle sigmas of the full grid (where every selected sigma lies), 4 feature seeds.
+QUICK = Config(
+    datasets=("iris", "wine", "breast_cancer", "diabetes", "digits"),
+    Ms=(16, 64),
+    sigmas=PAPER.sigmas[2:7],
+    feature_seeds=4,
+    max_samples={"digits": 900},
+)
 
 
 def feature_seed(seed: int, s: int) -> int:
@@ -134,6 +152,11 @@ def feature_seed(seed: int, s: int) -> int:
 
 
 # ====================================================================== data
+@functools.lru_cache(maxsize=8)
+def _load(name: str):
+    return datasets.load_classification(name, standardize_features=False)
+
+
 def prepare_dataset(name: str, cfg: Config, seed: int):
     """Load, subsample, shuffle, split 90/5/5 and standardise with training statistics.
 
@@ -142,7 +165,7 @@ def prepare_dataset(name: str, cfg: Config, seed: int):
     dict with ``Xtr (n_tr, d)``, ``ytr``, ``Xva``, ``yva``, ``Xte``, ``yte`` (float64 /
     int64) and ``info`` (sizes, classes, subsampling).
     """
-    X, y = datasets.load_classification(name, standardize_features=False)
+    X, y = _load(name)
     n_raw = len(X)
     rng = np.random.default_rng([int(seed), 7_919])
     cap = cfg.max_samples.get(name)
@@ -309,410 +332,86 @@ def _exact_accuracy(sqd, R, target, sigma):
     return float((scores.argmax(axis=1) == target).mean())
 
 
-# ====================================================================== one data set
-def _run_dataset(name, cfg: Config, seed: int, pbar=None):
+# ====================================================================== one seed
+def _tune_and_test(method, data, R, t_va, t_te, cfg: Config, seeds, draws):
+    """Validation accuracy on the sigma grid, then test at the best sigma per M.
+
+    Returns ``(test (len(Ms), len(seeds)), best sigma per M)``.
+    """
+    Ms, sigmas = tuple(int(m) for m in cfg.Ms), tuple(cfg.sigmas)
+    val = np.stack(
+        [
+            rf_accuracies(method, data["Xva"], t_va, data["Xtr"], R, s, seeds, Ms, draws)
+            for s in sigmas
+        ]
+    )  # (sigma, M, seed)
+    best = val.mean(axis=2).argmax(axis=0)  # (M,) first maximum: the smoothest kernel among ties
+    test = np.empty((len(Ms), len(seeds)))
+    for b in np.unique(best):
+        acc = rf_accuracies(method, data["Xte"], t_te, data["Xtr"], R, sigmas[b], seeds, Ms, draws)
+        test[best == b] = acc[best == b]
+    return test, np.asarray(sigmas)[best]
+
+
+def dataset_metrics(name: str, cfg: Config, seed: int) -> dict:
+    """One split of data set ``name`` (shuffle ``seed``) and its ``cfg.feature_seeds``
+    feature seeds: ``"<name> <method> test"`` (test accuracy per M, mean over the feature
+    seeds), ``"<name> <method> sigma"`` (selected sigma per M) and, with ``cfg.exact``,
+    ``"<name> exact test"`` / ``"<name> exact sigma"``."""
     data = prepare_dataset(name, cfg, seed)
-    Xtr, Xva, Xte = data["Xtr"], data["Xva"], data["Xte"]
     R, t_va = _one_hot(data["ytr"], data["yva"])
     _, t_te = _one_hot(data["ytr"], data["yte"])
-    seeds = [feature_seed(seed, s) for s in range(cfg.n_seeds)]
-    Ms, sigmas = tuple(int(m) for m in cfg.Ms), tuple(cfg.sigmas)
-    out = {"info": data["info"], "methods": {}}
-    t0 = time.perf_counter()
-
+    seeds = [feature_seed(seed, s) for s in range(cfg.feature_seeds)]
+    out = {}
     if cfg.exact:
-        sq_va, sq_te = sq_distances(Xva, Xtr), sq_distances(Xte, Xtr)
-        val = np.array([_exact_accuracy(sq_va, R, t_va, s) for s in sigmas])
-        test_all = np.array([_exact_accuracy(sq_te, R, t_te, s) for s in sigmas])
-        best = int(np.argmax(val))  # first maximum: the smoothest kernel among ties
-        out["exact"] = {
-            "val": val,
-            "best_sigma": sigmas[best],
-            "test": float(test_all[best]),
-            "test_per_sigma": test_all,
-        }
-
+        sq_va = sq_distances(data["Xva"], data["Xtr"])
+        val = [_exact_accuracy(sq_va, R, t_va, s) for s in cfg.sigmas]
+        best = cfg.sigmas[int(np.argmax(val))]  # first maximum: the smoothest kernel
+        sq_te = sq_distances(data["Xte"], data["Xtr"])
+        out[f"{name} exact test"] = _exact_accuracy(sq_te, R, t_te, best)
+        out[f"{name} exact sigma"] = float(best)
     # one draw per seed serves every method (the trig phases come after the projection
     # in the generator's stream, so the projections are the same with or without them)
-    draws = _draw_seeds(seeds, max(Ms), Xtr.shape[1], trig=True)
+    draws = _draw_seeds(seeds, max(cfg.Ms), data["Xtr"].shape[1], trig=True)
     for method in cfg.methods:
-        val = np.empty((len(sigmas), len(Ms), len(seeds)))  # (sigma, M, seed)
-        for i, s in enumerate(sigmas):
-            val[i] = rf_accuracies(method, Xva, t_va, Xtr, R, s, seeds, Ms, draws)
-            if pbar is not None:
-                pbar.set_postfix_str(f"{name}/{method} sigma={s:.3g}")
-                pbar.update(1)
-        mean_val = val.mean(axis=2)  # (sigma, M)
-        best = mean_val.argmax(axis=0)  # (M,) first maximum: the smoothest kernel among ties
-        test = np.empty((len(Ms), len(seeds)))
-        for b in np.unique(best):
-            acc = rf_accuracies(method, Xte, t_te, Xtr, R, sigmas[b], seeds, Ms, draws)
-            test[best == b] = acc[best == b]
-        if pbar is not None:
-            pbar.update(1)
-        out["methods"][method] = {
-            "val_mean": mean_val,  # (sigma, M)
-            "best_sigma": [sigmas[b] for b in best],
-            "test": test,  # (M, seed)
-            "test_mean": test.mean(axis=1),
-            "test_se": test.std(axis=1, ddof=1) / math.sqrt(len(seeds))
-            if len(seeds) > 1
-            else np.zeros(len(Ms)),
-        }
-    out["seconds"] = time.perf_counter() - t0
+        test, best_sigma = _tune_and_test(method, data, R, t_va, t_te, cfg, seeds, draws)
+        out[f"{name} {method} test"] = test.mean(axis=1)  # (len(Ms),)
+        out[f"{name} {method} sigma"] = best_sigma
     return out
 
 
-# ====================================================================== claim
-def evaluate_claim(results, methods, Ms, datasets_done):
-    """FAVOR# Fig. 3 claim: SDERF best on most (benchmark, M) pairs and best on average.
-
-    Ties (equal mean accuracy) count as best ("best or tied"); strict wins are reported
-    too. Average: mean over data sets of the test accuracy, per M and over all M.
-    """
-    wins = {m: 0 for m in methods}
-    strict = {m: 0 for m in methods}
-    pairs = 0
-    for name in datasets_done:
-        res = results[name]["methods"]
-        for j in range(len(Ms)):
-            accs = {m: float(res[m]["test_mean"][j]) for m in methods}
-            top = max(accs.values())
-            best = [m for m in methods if accs[m] >= top - 1e-12]
-            pairs += 1
-            for m in best:
-                wins[m] += 1
-            if len(best) == 1:
-                strict[best[0]] += 1
-    avg = {
-        m: np.mean([results[n]["methods"][m]["test_mean"] for n in datasets_done], axis=0)
-        for m in methods
-    }  # (len(Ms),)
-    overall = {m: float(np.mean(avg[m])) for m in methods}
-    best_avg_per_M = [max(methods, key=lambda m, j=j: avg[m][j]) for j in range(len(Ms))]
-    target = "sderf"
-    head = {}
-    if target in methods:
-        for m in methods:
-            if m == target:
-                continue
-            diff = np.concatenate(
-                [
-                    results[n]["methods"][target]["test_mean"]
-                    - results[n]["methods"][m]["test_mean"]
-                    for n in datasets_done
-                ]
-            )
-            head[m] = {
-                "sderf_better": int((diff > 1e-12).sum()),
-                "tied": int((np.abs(diff) <= 1e-12).sum()),
-                "sderf_worse": int((diff < -1e-12).sum()),
-            }
-    most = wins.get(target, 0) > pairs / 2 if target in methods else False
-    best_overall = max(overall, key=overall.get) == target if target in methods else False
-    return {
-        "pairs": pairs,
-        "wins_or_ties": wins,
-        "strict_wins": strict,
-        "average_accuracy": {m: avg[m] for m in methods},
-        "overall_average": overall,
-        "best_on_average_per_M": best_avg_per_M,
-        "sderf_head_to_head": head,
-        "sderf_best_on_most_pairs": bool(most),
-        "sderf_best_on_average": bool(best_overall),
-        "holds": bool(most and best_overall),
-    }
+@functools.lru_cache(maxsize=4)
+def _available(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """``(names, skipped)``: the data sets that load, and ``(name, reason)`` for the others."""
+    ok, skipped = [], []
+    for n in names:
+        try:
+            _load(n)
+            ok.append(n)
+        except datasets.DatasetNotAvailable as exc:
+            skipped.append((n, str(exc)))
+    return tuple(ok), tuple(skipped)
 
 
-# ====================================================================== report
-def _fmt_acc(mean, se):
-    return f"{100 * mean:.1f} ± {100 * se:.1f}"
+def _names(cfg: Config) -> tuple[str, ...]:
+    return _available(tuple(cfg.datasets))[0]
 
 
-def _figure(results, cfg, names):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n_panels = len(names) + 1
-    cols = min(4, n_panels)
-    rows = -(-n_panels // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
-    Ms = np.asarray(cfg.Ms)
-    panels = [*names, "average"]
-    for ax, panel in zip(axes.ravel(), panels, strict=False):
-        for m in cfg.methods:
-            if panel == "average":
-                y = np.mean([results[n]["methods"][m]["test_mean"] for n in names], axis=0)
-                err = None
-            else:
-                y = results[panel]["methods"][m]["test_mean"]
-                err = results[panel]["methods"][m]["test_se"]
-            ax.errorbar(
-                Ms,
-                100 * np.asarray(y),
-                yerr=None if err is None else 100 * err,
-                marker="o",
-                ms=3,
-                lw=1.8 if m == "sderf" else 1.1,
-                color=_COLORS.get(m),
-                label=LABELS[m],
-                capsize=2,
-            )
-        if cfg.exact:
-            ref = (
-                np.mean([results[n]["exact"]["test"] for n in names])
-                if panel == "average"
-                else results[panel]["exact"]["test"]
-            )
-            ax.axhline(100 * ref, color="k", ls="--", lw=1, label=LABELS["exact"])
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(Ms, [str(m) for m in Ms])
-        ax.set_title(
-            panel
-            if panel == "average"
-            else f"{panel} (n={results[panel]['info']['n']}, d={results[panel]['info']['d']})",
-            fontsize=9,
-        )
-        ax.set_xlabel("M", fontsize=8)
-        ax.set_ylabel("test accuracy (%)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    for ax in axes.ravel()[len(panels) :]:
-        ax.axis("off")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(
-        handles,
-        labels,
-        loc="lower center",
-        ncol=min(7, len(labels)),
-        fontsize=8,
-        bbox_to_anchor=(0.5, -0.02),
-    )
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return fig
-
-
-def _average_figure(claim, cfg, results, names):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+def compute(cfg: Config, seed: int) -> dict:
+    """One split of every available data set: :func:`dataset_metrics`, plus
+    ``"average <method> test"`` (mean over the data sets, per M)."""
+    names = _names(cfg)
+    out = {}
+    for name in names:
+        out.update(dataset_metrics(name, cfg, seed))
     for m in cfg.methods:
-        ax.plot(
-            cfg.Ms,
-            100 * np.asarray(claim["average_accuracy"][m]),
-            marker="o",
-            lw=2.2 if m == "sderf" else 1.3,
-            color=_COLORS.get(m),
-            label=LABELS[m],
-        )
+        out[f"average {m} test"] = np.mean([out[f"{n} {m} test"] for n in names], axis=0)
     if cfg.exact:
-        ax.axhline(
-            100 * np.mean([results[n]["exact"]["test"] for n in names]),
-            color="k",
-            ls="--",
-            lw=1,
-            label=LABELS["exact"],
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(cfg.Ms, [str(m) for m in cfg.Ms])
-    ax.set_xlabel("number of random features M")
-    ax.set_ylabel(f"mean test accuracy over {len(names)} data sets (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+        out["average exact test"] = float(np.mean([out[f"{n} exact test"] for n in names]))
+    return out
 
 
-def _write_report(rep: Report, cfg: Config, results, names, skipped, seed, quick):
-    Ms = list(cfg.Ms)
-    rep.add(
-        "Reproduces **Fig. 3** (Sec. 5.2, App. B.2) of Likhosherstov et al., *FAVOR#: Sharp "
-        "Attention Kernel Approximations via New Classes of Positive Random Features*: "
-        "Nadaraya-Watson classification `argmax_l sum_i K^(-1/2)(sigma u*, sigma u_i) r_il` "
-        "with the Gaussian kernel replaced by random features.",
-        "## Setup\n\n"
-        f"- Split 90/5/5 % (train/val/test) after one shuffle (seed {seed}), the same for all "
-        "methods; features standardised with training-split statistics.\n"
-        f"- sigma tuned per (method, M) on {len(cfg.sigmas)} log-spaced values in "
-        f"[{cfg.sigmas[0]:g}, {cfg.sigmas[-1]:g}] by mean validation accuracy over "
-        f"{cfg.n_seeds} feature seeds; test at the best sigma with the same seeds; "
-        "accuracy = mean over seeds (± standard error over seeds).\n"
-        f"- **Scale.** This run: {cfg.n_seeds} feature seeds; the paper: {PAPER.n_seeds} "
-        "(`PAPER` in the module); data sets are offline substitutes (see below).\n"
-        f"- M in {Ms}; block-orthogonal projections for every RF type; the classifier with "
-        f"M < {max(Ms)} uses the first M of the {max(Ms)} features of the same seed.\n"
-        "- Data-dependent parameters (GERF, SADERF, ADERF, SDERF) fitted in closed form on "
-        "(sigma · query split, sigma · training split): not stated in the paper.\n"
-        "- Data: offline substitutes for the paper's 8 unnamed UCI benchmarks "
-        "(`kernelkit_experiments.datasets.load_classification`)."
-        + (
-            "\n- **Quick mode**: fewer seeds; "
-            + ", ".join(f"{k} subsampled to {v}" for k, v in cfg.max_samples.items())
-            + " before splitting."
-            if quick
-            else ""
-        ),
-    )
-    rows = []
-    for n in names:
-        i = results[n]["info"]
-        rows.append(
-            [
-                n,
-                i["n"],
-                i["d"],
-                i["classes"],
-                i["n_train"],
-                i["n_val"],
-                i["n_test"],
-                f"{results[n]['seconds']:.1f}",
-            ]
-        )
-    rep.add(
-        "## Data sets\n\n"
-        + markdown_table(
-            ["data set", "n", "d", "classes", "train", "val", "test", "time (s)"], rows
-        )
-    )
-    if skipped:
-        rep.add("Skipped: " + "; ".join(f"**{k}** ({v})" for k, v in skipped.items()))
-
-    # per-data-set tables
-    blocks = [
-        "## Test accuracy (%) per data set\n\nMean ± standard error over "
-        f"{cfg.n_seeds} seeds at the validation-selected sigma (in brackets). "
-        "**Bold**: best RF method in the column (ties included)."
-    ]
-    for n in names:
-        res = results[n]["methods"]
-        header = ["method", *[f"M={m}" for m in Ms]]
-        tops = [max(res[m]["test_mean"][j] for m in cfg.methods) for j in range(len(Ms))]
-        table = []
-        for m in cfg.methods:
-            cells = []
-            for j in range(len(Ms)):
-                cell = (
-                    f"{_fmt_acc(res[m]['test_mean'][j], res[m]['test_se'][j])} "
-                    f"(σ={res[m]['best_sigma'][j]:.3g})"
-                )
-                if res[m]["test_mean"][j] >= tops[j] - 1e-12:
-                    cell = f"**{cell}**"
-                cells.append(cell)
-            table.append([LABELS[m], *cells])
-        if cfg.exact:
-            ex = results[n]["exact"]
-            table.append(
-                [
-                    LABELS["exact"],
-                    *([f"{100 * ex['test']:.1f} (σ={ex['best_sigma']:.3g})"] * len(Ms)),
-                ]
-            )
-        i = results[n]["info"]
-        blocks.append(f"### {n} (test n = {i['n_test']})\n\n" + markdown_table(header, table))
-    rep.add(*blocks)
-
-    claim = evaluate_claim(results, cfg.methods, Ms, names)
-    avg_rows = [
-        [
-            LABELS[m],
-            *[f"{100 * v:.2f}" for v in claim["average_accuracy"][m]],
-            f"{100 * claim['overall_average'][m]:.2f}",
-            claim["wins_or_ties"][m],
-            claim["strict_wins"][m],
-        ]
-        for m in cfg.methods
-    ]
-    if cfg.exact:
-        ex = 100 * float(np.mean([results[n]["exact"]["test"] for n in names]))
-        avg_rows.append([LABELS["exact"], *[f"{ex:.2f}"] * len(Ms), f"{ex:.2f}", "", ""])
-    rep.add(
-        "## Average over data sets\n\n"
-        + markdown_table(
-            ["method", *[f"M={m}" for m in Ms], "mean", "best or tied (pairs)", "strictly best"],
-            avg_rows,
-        )
-    )
-    rep.figure(
-        _average_figure(claim, cfg, results, names),
-        "average_accuracy.png",
-        "Mean test accuracy over the data sets vs M (cf. the last panel of Fig. 3).",
-    )
-    rep.figure(
-        _figure(results, cfg, names),
-        "accuracy_per_dataset.png",
-        "Test accuracy vs M per data set (error bars: standard error over seeds) "
-        "and the average (cf. Fig. 3).",
-    )
-
-    verdict = "yes" if claim["holds"] else "no"
-    rep.add(
-        "## Paper claim\n\n"
-        + markdown_table(
-            ["claim (FAVOR# Sec. 5.2, Fig. 3)", "ours", "holds on our data?"],
-            [
-                [
-                    "SDERF best on most (benchmark, M) pairs",
-                    f"SDERF best or tied on {claim['wins_or_ties'].get('sderf', 0)} of "
-                    f"{claim['pairs']} pairs (strictly best on "
-                    f"{claim['strict_wins'].get('sderf', 0)})",
-                    "yes" if claim["sderf_best_on_most_pairs"] else "no",
-                ],
-                [
-                    "SDERF best on average",
-                    "best mean accuracy: "
-                    + LABELS[max(claim["overall_average"], key=claim["overall_average"].get)]
-                    + "; best per M: "
-                    + ", ".join(
-                        f"M={m}: {LABELS[b]}"
-                        for m, b in zip(Ms, claim["best_on_average_per_M"], strict=True)
-                    ),
-                    "yes" if claim["sderf_best_on_average"] else "no",
-                ],
-                ["both (the paper's statement)", "", f"**{verdict}**"],
-            ],
-        ),
-        "SDERF head to head over the (data set, M) pairs (mean test accuracy):\n\n"
-        + markdown_table(
-            ["SDERF vs", "SDERF better", "tied", "SDERF worse"],
-            [
-                [LABELS[m], h["sderf_better"], h["tied"], h["sderf_worse"]]
-                for m, h in claim["sderf_head_to_head"].items()
-            ],
-        ),
-        "Caveats: validation and test splits are 5 % of each data set (8 points for iris, 9 for "
-        "wine), so the selected sigma is unstable on the small sets (a single validation "
-        "point can move it, which also explains the exact kernel's low wine score) and "
-        "single-data-set differences below a few points are within noise; the paper's data "
-        "sets, preprocessing and fitting sets are not known exactly."
-        + (
-            " Quick mode uses few seeds and subsampled MNIST / Fashion-MNIST: the verdict "
-            "is indicative only."
-            if quick
-            else ""
-        ),
-    )
-    rep.results.update(
-        {
-            "config": {**asdict(cfg), "sigmas": list(cfg.sigmas)},
-            "seed": seed,
-            "datasets": {n: results[n] for n in names},
-            "skipped": skipped,
-            "claim": claim,
-        }
-    )
-    return claim
-
-
-# ====================================================================== entry points
-def _run(cfg: Config, out_dir, seed: int = 0, quick: bool = False, progress: bool = True):
-    """Run the experiment with configuration ``cfg``; write the report into ``out_dir``."""
-    from tqdm.auto import tqdm
-
+def _check(cfg: Config) -> None:
     unknown = [n for n in cfg.datasets if n not in datasets.CLASSIFICATION_DATASETS]
     if unknown:
         raise ValueError(
@@ -721,40 +420,194 @@ def _run(cfg: Config, out_dir, seed: int = 0, quick: bool = False, progress: boo
     bad = [m for m in cfg.methods if m not in FEATURE_MAPS or m == "hyperbolic"]
     if bad:
         raise ValueError(f"Unsupported methods {bad}; expected a subset of {METHODS}.")
-    rep = Report(out_dir, NAME, quick=quick, title="FAVOR# kernel classification (Fig. 3)")
-    results, skipped, names = {}, {}, []
-    steps = len(cfg.datasets) * len(cfg.methods) * (len(cfg.sigmas) + 1)
-    with tqdm(total=steps, desc=NAME, unit="fit", disable=not progress) as pbar:
-        for name in cfg.datasets:
-            try:
-                results[name] = _run_dataset(name, cfg, seed, pbar)
-                names.append(name)
-            except datasets.DatasetNotAvailable as exc:
-                skipped[name] = str(exc)
-                pbar.update(len(cfg.methods) * (len(cfg.sigmas) + 1))
-    if not names:
-        raise RuntimeError(f"No data set could be loaded: {skipped}")
-    claim = _write_report(rep, cfg, results, names, skipped, seed, quick)
-    rep.write()
-    return {"claim": claim, "results": rep.results, "report": str(Path(out_dir) / "report.md")}
+    if "sderf" not in cfg.methods:
+        raise ValueError("methods must include 'sderf' (the claims are about it).")
+    if not _names(cfg):
+        raise RuntimeError(f"No data set could be loaded: {dict(_available(cfg.datasets)[1])}")
 
 
-def run(out_dir: Path, quick: bool = False, seed: int = 0) -> dict:
+# ====================================================================== claims
+def best_or_tied_share(r, cfg: Config, target: str = "sderf") -> float:
+    """Share of the (data set, M) pairs on which ``target`` has the highest test accuracy
+    of the RF methods (ties count as best) in one seed's metrics ``r``."""
+    names = _names(cfg)
+    acc = np.array([[r[f"{n} {m} test"] for m in cfg.methods] for n in names])  # (n, meth, M)
+    best = acc >= acc.max(axis=1, keepdims=True) - 1e-12
+    return float(best[:, list(cfg.methods).index(target)].mean())
+
+
+def average_margin(r, cfg: Config, target: str = "sderf") -> float:
+    """``target``'s mean test accuracy over data sets and M minus the best other method's."""
+    avg = {m: float(np.mean(r[f"average {m} test"])) for m in cfg.methods}
+    return avg[target] - max(v for m, v in avg.items() if m != target)
+
+
+def _claims(cfg: Config) -> list[HS.Claim]:
+    return [
+        HS.Claim(
+            "SDERF best on most (benchmark, M) pairs",
+            "yes (Fig. 3)",
+            "share of (data set, M) pairs where SDERF is best or tied",
+            lambda r: best_or_tied_share(r, cfg),
+            op=">",
+            threshold=0.5,
+        ),
+        HS.Claim(
+            "SDERF best on average",
+            "yes (Fig. 3, last panel)",
+            "SDERF's mean test accuracy over data sets and M − the best other method's",
+            lambda r: average_margin(r, cfg),
+            op=">",
+            threshold=0.0,
+        ),
+    ]
+
+
+# ====================================================================== report
+def _setup(cfg: Config) -> str:
+    names, skipped = _names(cfg), dict(_available(tuple(cfg.datasets))[1])
+    rows = []
+    for n in names:
+        i = prepare_dataset(n, cfg, 0)["info"]
+        sub = f" (of {i['n_raw']})" if i["subsampled"] else ""
+        rows.append(
+            [n, f"{i['n']}{sub}", i["d"], i["classes"], i["n_train"], i["n_val"], i["n_test"]]
+        )
+    parts = [
+        "Reproduces **Fig. 3** (Sec. 5.2, App. B.2) of Likhosherstov et al., *FAVOR#: Sharp "
+        "Attention Kernel Approximations via New Classes of Positive Random Features*: "
+        "Nadaraya-Watson classification `argmax_l sum_i K^(-1/2)(sigma u*, sigma u_i) r_il` "
+        "with the Gaussian kernel replaced by random features.",
+        "## Setup\n\n"
+        "- One seed = one shuffle and 90/5/5 % split (train/val/test) of every data set, the "
+        f"same for all methods, with its own {cfg.feature_seeds} feature seeds; features "
+        "standardised with training-split statistics.\n"
+        f"- sigma tuned per (method, M) on {len(cfg.sigmas)} log-spaced values in "
+        f"[{cfg.sigmas[0]:.3g}, {cfg.sigmas[-1]:.3g}] by the mean validation accuracy over "
+        "the seed's feature seeds; test at the best sigma with the same feature seeds; a "
+        "seed's accuracy = mean over its feature seeds; tables: mean ± s.d. over seeds.\n"
+        f"- **Scale.** The paper: one split (not stated), {PAPER.feature_seeds} feature "
+        f"seeds, sigma in [1e-2, 1e2] (10 values), M in {list(PAPER.Ms)}; this run: "
+        f"{cfg.feature_seeds} feature seeds per split, M in {list(cfg.Ms)}.\n"
+        "- Block-orthogonal projections for every RF type; the classifier with "
+        f"M < {max(cfg.Ms)} uses the first M of the {max(cfg.Ms)} features of the same seed.\n"
+        "- Data-dependent parameters (GERF, SADERF, ADERF, SDERF) fitted in closed form on "
+        "(sigma · query split, sigma · training split): not stated in the paper.\n"
+        "- Data: offline substitutes for the paper's 8 unnamed UCI benchmarks "
+        "(`kernelkit_experiments.datasets.load_classification`).",
+        "## Data sets\n\n"
+        + markdown_table(["data set", "n", "d", "classes", "train", "val", "test"], rows),
+    ]
+    if skipped:
+        parts.append("Skipped: " + "; ".join(f"**{k}** ({v})" for k, v in skipped.items()))
+    return "\n\n".join(parts)
+
+
+def _pct(vals) -> str:
+    return HS.format_mean_sd(100 * np.asarray(vals, dtype=float))
+
+
+def _dataset_tables(cfg: Config, runs: list) -> str:
+    blocks = [
+        "## Test accuracy (%) per data set\n\nMean ± s.d. over the seeds (splits) of the "
+        "accuracy averaged over each seed's feature seeds; in brackets the most frequently "
+        "selected sigma. **Bold**: highest mean in the column (RF methods)."
+    ]
+    for n in _names(cfg):
+        means = {m: np.mean([r[f"{n} {m} test"] for r in runs], axis=0) for m in cfg.methods}
+        top = np.max(list(means.values()), axis=0)  # (len(Ms),)
+        table = []
+        for m in cfg.methods:
+            cells = []
+            for j in range(len(cfg.Ms)):
+                vals, sig = (
+                    [r[f"{n} {m} test"][j] for r in runs],
+                    [r[f"{n} {m} sigma"][j] for r in runs],
+                )
+                cell = f"{_pct(vals)} (σ={max(set(sig), key=sig.count):.3g})"
+                cells.append(f"**{cell}**" if means[m][j] >= top[j] - 1e-12 else cell)
+            table.append([LABELS[m], *cells])
+        if cfg.exact:
+            table.append(
+                [LABELS["exact"], *[_pct([r[f"{n} exact test"] for r in runs])] * len(cfg.Ms)]
+            )
+        blocks.append(
+            f"### {n}\n\n" + markdown_table(["method", *[f"M={m}" for m in cfg.Ms]], table)
+        )
+    return "\n\n".join(blocks)
+
+
+def _average_table(cfg: Config, runs: list) -> str:
+    rows = [
+        [
+            LABELS[m],
+            *[_pct([r[f"average {m} test"][j] for r in runs]) for j in range(len(cfg.Ms))],
+            _pct([np.mean(r[f"average {m} test"]) for r in runs]),
+            HS.format_mean_sd([best_or_tied_share(r, cfg, m) for r in runs]),
+        ]
+        for m in cfg.methods
+    ]
+    if cfg.exact:
+        ex = _pct([r["average exact test"] for r in runs])
+        rows.append([LABELS["exact"], *[ex] * len(cfg.Ms), ex, ""])
+    return (
+        "## Average over data sets\n\nTest accuracy (%) averaged over the data sets, mean ± "
+        "s.d. over seeds; last column: share of (data set, M) pairs on which the method is "
+        "best or tied.\n\n"
+        + markdown_table(
+            ["method", *[f"M={m}" for m in cfg.Ms], "mean", "best or tied (share)"], rows
+        )
+        + "\n\nCaveats: validation and test splits are 5 % of each data set (8 points for "
+        "iris, 9 for wine), so the selected sigma is unstable on the small sets and "
+        "single-data-set differences below a few points are within the split-to-split "
+        "noise; the paper's data sets, preprocessing and fitting sets are not known exactly."
+    )
+
+
+def _dataset_panels(cfg: Config) -> list[HS.Panel]:
+    return [
+        HS.Panel(
+            n,
+            {LABELS[m]: f"{n} {m} test" for m in cfg.methods},
+            "test accuracy",
+            cfg.Ms,
+            "M",
+            logx=True,
+        )
+        for n in (*_names(cfg), "average")
+    ]
+
+
+SPEC = HS.Spec(
+    name=NAME,
+    title="FAVOR# kernel classification (Fig. 3)",
+    description=DESCRIPTION,
+    quick=QUICK,
+    full=FULL,
+    compute=compute,
+    claims=_claims,
+    plots=(
+        HS.Plot(
+            "accuracy.png",
+            "Test accuracy vs M per data set and averaged over the data sets (last panel; "
+            "cf. Fig. 3). The exact-kernel accuracy is in the tables.",
+            _dataset_panels,
+            ncols=4,
+        ),
+    ),
+    setup=_setup,
+    sections=lambda cfg, runs: [_dataset_tables(cfg, runs), _average_table(cfg, runs)],
+    seeds=(5, 3),
+    check=_check,
+)
+
+
+def run(out_dir: Path, quick: bool = False, seed: int = 0, **overrides) -> dict:
     """``kernelkit reproduce favor-classification [--quick]``.
 
-    Full mode: 7 data sets, 50 seeds, M in {16, 32, 64, 128}, 10 sigmas (9-11 min on 2
-    busy CPU cores, ~1 GB of memory; MNIST and Fashion-MNIST take 90 % of it). Quick
-    mode: 4 seeds and MNIST / Fashion-MNIST subsampled to 1500 points each (under a
-    minute).
-
-    Returns
-    -------
-    dict with ``claim`` (see :func:`evaluate_claim`), ``results`` (as in results.json)
-    and ``report`` (path of report.md).
+    Full mode: 7 data sets, 50 feature seeds per split, M in {16, 32, 64, 128}, 10 sigmas,
+    3 splits (about 3 x 9-11 min on 2 busy CPU cores, ~1 GB of memory; MNIST and
+    Fashion-MNIST take 90 % of it). Quick mode: :data:`QUICK`. ``overrides`` replace
+    :class:`Config` fields.
     """
-    return _run(QUICK if quick else FULL, out_dir, seed=seed, quick=quick)
-
-
-def with_overrides(cfg: Config, **kw) -> Config:
-    """``dataclasses.replace`` for :class:`Config` (convenience for tests / notebooks)."""
-    return replace(cfg, **kw)
+    return HS.run_spec(SPEC, out_dir, quick=quick, seed=seed, **overrides)
