@@ -29,6 +29,7 @@ measured figures).
 from __future__ import annotations
 
 import math
+import os
 import threading
 from dataclasses import dataclass
 
@@ -380,11 +381,13 @@ class _PairStep(_Step):
 
 
 def _initial_capacity(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int, n_jobs=None) -> int:
-    """Rows to reserve for ``L^T``: 128, or for large n 1.5 x the rank of a pilot run on
-    every (n / 16384)-th point (same relative tolerance). Growing a (cap, n) buffer
-    zero-fills and page-faults the new rows (0.65 s per 256 MB); rows reserved but never
-    written are never touched, so they cost no physical memory, and are released by the
-    final shrink."""
+    """Rows to reserve for ``L^T``: 128, or for large n 3 x the rank of a pilot run on
+    every (n / 16384)-th point (same relative tolerance; the subsample's rank runs low:
+    at n = 10^6, d = 3 the full rank was 1.6-1.8 x the pilot's), at most a quarter of the
+    machine's memory. Rows reserved but never written are never touched, so they cost no
+    physical memory, and the final shrink releases them; growing a (cap, n) buffer instead
+    zero-fills the new rows on one thread and may move the whole buffer (measured: 5 s of
+    a 24 s fit at n = 10^6 with the old 1.5 x margin)."""
     n = X.shape[0]
     cap = 128
     if n > 4 * _PILOT:
@@ -393,8 +396,17 @@ def _initial_capacity(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int, n_j
         m0 = _pivoted_cholesky(
             k, np.ascontiguousarray(sub), sub_tol, rel_tol, max_rank, pilot=False, n_jobs=n_jobs
         ).rank
-        cap = max(cap, int(1.5 * m0) + 16)
+        cap = max(cap, min(3 * m0 + 64, _memory_rows(n)))
     return min(cap, max_rank)
+
+
+def _memory_rows(n: int) -> int:
+    """Rows of ``n`` float64 that fill a quarter of the physical memory (or 2 GB)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 8 << 30
+    return max(1, int(total // (4 * 8 * max(1, n))))
 
 
 def _pivoted_cholesky(
