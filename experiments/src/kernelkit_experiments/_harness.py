@@ -162,10 +162,11 @@ class Panel:
     ylabel: str
     x: Sequence[float] = ()
     xlabel: str = ""
-    kind: str = "line"
-    logx: bool = False
-    logy: bool = False
-    reference: Mapping[str, str] = field(default_factory=dict)
+    # keyword-only: a positional True would silently land in ``kind``
+    kind: str = field(default="line", kw_only=True)
+    logx: bool = field(default=False, kw_only=True)
+    logy: bool = field(default=False, kw_only=True)
+    reference: Mapping[str, str] = field(default_factory=dict, kw_only=True)
 
     def __post_init__(self):
         if self.kind not in ("line", "bar", "ecdf"):

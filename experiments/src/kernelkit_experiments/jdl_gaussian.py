@@ -600,7 +600,7 @@ def _grid_panels(metric, ylabel, logy=True):
                         ylabel,
                         cfg.ns,
                         "n",
-                        True,
+                        logx=True,
                         logy=logy,
                     )
                 )
@@ -639,8 +639,8 @@ def _time_panels(cfg: Config) -> list[H.Panel]:
             "seconds (fit + eval)",
             cfg.ns,
             "n",
-            True,
-            True,
+            logx=True,
+            logy=True,
         )
     ]
 
@@ -658,7 +658,13 @@ def _gamma_panels(cfg: Config) -> list[H.Panel]:
                 )
         out.append(
             H.Panel(
-                f"Fig. 1(b) by law of gamma, d = {d}", series, "loss (31)", cfg.ns, "n", True, True
+                f"Fig. 1(b) by law of gamma, d = {d}",
+                series,
+                "loss (31)",
+                cfg.ns,
+                "n",
+                logx=True,
+                logy=True,
             )
         )
     return out
