@@ -40,6 +40,10 @@ PAPERS = {
         "Linear attention built on FAVOR+/FAVOR++/FAVOR# and hybrid features",
         "favor_sharp_derf",
     ),
+    "mlm": (
+        "Linear attention built on FAVOR+/FAVOR++/FAVOR# and hybrid features",
+        "favor_sharp_derf",
+    ),
     "dp": (
         "Complex-to-real sketches for dot-product kernels (Wacker et al.)",
         "dot_product_random_features",

@@ -60,7 +60,7 @@ class Config:
     n_heads: int = 4
     n_layers: int = 2
     n_features: int = 16
-    steps: int = 1000
+    steps: int = 600
     batch_size: int = 64
     lr: float = 1e-2
     mask_rate: float = 0.25
