@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._tiny_transformer import Block, _lr, init_parameters  # _lr: warm-up, cosine decay
+
 __all__ = [
     "EncoderConfig",
     "MLMTrainConfig",
@@ -120,23 +122,6 @@ class SelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, T, D))
 
 
-class _Block(nn.Module):
-    def __init__(self, cfg: EncoderConfig, layer: int, seed: int):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = SelfAttention(cfg, layer, seed)
-        self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(cfg.d_model, 4 * cfg.d_model),
-            nn.GELU(),
-            nn.Linear(4 * cfg.d_model, cfg.d_model),
-        )
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
 class MaskedLM(nn.Module):
     """Encoder with a tied output head; ``forward(ids (B, T)) -> logits (B, T, V)``.
 
@@ -152,17 +137,11 @@ class MaskedLM(nn.Module):
         torch.manual_seed(seed)
         self.tok = nn.Embedding(cfg.vocab_size + 1, cfg.d_model)
         self.pos = nn.Embedding(cfg.context, cfg.d_model)
-        self.blocks = nn.ModuleList(_Block(cfg, i, seed) for i in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(
+            Block(cfg.d_model, SelfAttention(cfg, i, seed)) for i in range(cfg.n_layers)
+        )
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        torch.manual_seed(seed)  # the values below do not depend on the attention type
-        for name, p in self.named_parameters():
-            if p.dim() >= 2:
-                std = 0.02
-                if name.endswith(("attn.proj.weight", "attn.mha.out_proj.weight", "mlp.2.weight")):
-                    std /= math.sqrt(2 * cfg.n_layers)
-                nn.init.normal_(p, 0.0, std)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        init_parameters(self, cfg.n_layers, seed)  # independent of the attention type
         torch.random.set_rng_state(gen_state)
 
     def forward(self, ids):
@@ -190,13 +169,6 @@ def mask_batch(ids: np.ndarray, vocab_size: int, rate: float, rng: np.random.Gen
 
 def _windows(data: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
     return data[starts[:, None] + np.arange(length)[None, :]]  # (B, length)
-
-
-def _lr(step: int, tc: MLMTrainConfig) -> float:
-    if step < tc.warmup:
-        return tc.lr * (step + 1) / tc.warmup
-    frac = (step - tc.warmup) / max(1, tc.steps - tc.warmup)
-    return tc.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac)))
 
 
 @torch.no_grad()

@@ -221,20 +221,41 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: LMConfig, layer: int, seed: int):
+    """Pre-LayerNorm block ``x + attn(LN(x))``, ``x + MLP(LN(x))`` (MLP ``D -> 4D -> D``,
+    GELU) around the attention module ``attn`` (``(B, T, D) -> (B, T, D)``)."""
+
+    def __init__(self, d_model: int, attn: nn.Module):
         super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = CausalSelfAttention(cfg, layer, seed)
-        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = attn
+        self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
-            nn.Linear(cfg.d_model, 4 * cfg.d_model),
+            nn.Linear(d_model, 4 * d_model),
             nn.GELU(),
-            nn.Linear(4 * cfg.d_model, cfg.d_model),
+            nn.Linear(4 * d_model, d_model),
         )
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
+
+
+def init_parameters(model: nn.Module, n_layers: int, seed: int) -> None:
+    """Draw ``model``'s parameters from ``torch.manual_seed(seed)``: matrices normal with
+    std 0.02 (residual output projections ``/ sqrt(2 n_layers)``), biases zero.
+
+    Re-seeding here makes the values independent of the attention type (module
+    constructors consume different amounts of randomness; the parameters have the same
+    shapes in the same order for every type)."""
+    torch.manual_seed(seed)
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02
+            if name.endswith(("attn.proj.weight", "attn.mha.out_proj.weight", "mlp.2.weight")):
+                std /= math.sqrt(2 * n_layers)
+            nn.init.normal_(p, 0.0, std)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
 
 
 class TinyLM(nn.Module):
@@ -252,21 +273,13 @@ class TinyLM(nn.Module):
         torch.manual_seed(seed)
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = nn.Embedding(cfg.context, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, i, seed) for i in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(
+            Block(cfg.d_model, CausalSelfAttention(cfg, i, seed)) for i in range(cfg.n_layers)
+        )
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.head.weight = self.tok.weight  # tied
-        # re-seed: module constructors consume different amounts of randomness, the values
-        # below must not depend on the attention type (same shapes in the same order)
-        torch.manual_seed(seed)
-        for name, p in self.named_parameters():
-            if p.dim() >= 2:
-                std = 0.02
-                if name.endswith(("attn.proj.weight", "attn.mha.out_proj.weight", "mlp.2.weight")):
-                    std /= math.sqrt(2 * cfg.n_layers)
-                nn.init.normal_(p, 0.0, std)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        init_parameters(self, cfg.n_layers, seed)
         torch.random.set_rng_state(gen_state)
 
     def forward(self, ids):
