@@ -2,6 +2,9 @@
 
 ``backend`` parametrises a test over NumPy and PyTorch (skipped where torch is not
 importable). Tests build their data with NumPy and move it with ``backend.asarray``.
+``cluster_client`` is a two-worker ``distributed.LocalCluster`` on loopback (one per test
+process, started by the first test that asks for it); use it with
+``dask.config.set(scheduler=cluster_client)``.
 """
 
 from __future__ import annotations
@@ -80,3 +83,22 @@ def backend(request) -> Backend:
 def torch():
     """The torch module, skipping the test where it is not installed."""
     return pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="session")
+def cluster_client():
+    """A ``distributed.Client`` of a two-worker, one-thread-each ``LocalCluster`` on
+    loopback, not set as the default scheduler (skipped without ``distributed``)."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster, set_as_default=False) as client,
+    ):
+        assert len(client.scheduler_info()["workers"]) == 2
+        yield client

@@ -186,21 +186,10 @@ def test_exact_fit_predicts_lazily_on_dask(data):
 
 
 @pytest.mark.slow
-def test_local_cluster_fit_equals_in_memory_fit():
-    distributed = pytest.importorskip("distributed")
+def test_local_cluster_fit_equals_in_memory_fit(cluster_client):
     X, Y = _data(n=8000, seed=2)
     ref = JointDistribution(pivot_sample=1500, random_state=0, **KW).fit(X, Y)
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        assert len(client.scheduler_info()["workers"]) == 2
+    with dask.config.set(scheduler=cluster_client):  # every pass on the two workers
         Xd, Yd = da.from_array(X, chunks=(1000, 2)), da.from_array(Y, chunks=(1000, 1))
         model = JointDistribution(pivot_sample=1500, random_state=0, **KW).fit(Xd, Yd)
         got = _outputs(model, X, Y)

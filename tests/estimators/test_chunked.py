@@ -14,6 +14,7 @@ from kernelkit.estimators import RandomFeatureGPRegressor, RandomFeatureRidge
 from kernelkit.features import SDERF, GaussianSketch, RandomFourierFeatures
 
 da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
 
 
 def _data(n=3000, d=5, seed=0):
@@ -132,21 +133,10 @@ def test_empty_dask_chunks_are_skipped():
 
 
 @pytest.mark.slow
-def test_distributed_local_cluster_two_workers():
-    distributed = pytest.importorskip("distributed")
+def test_distributed_local_cluster_two_workers(cluster_client):
     X, y = _data(n=4000)
     ref = RandomFeatureRidge(MAPS[0], alpha=0.3, solver="primal").fit(X, y)
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        assert len(client.scheduler_info()["workers"]) == 2
+    with dask.config.set(scheduler=cluster_client):  # every pass on the two workers
         Xd = da.from_array(X, chunks=(500, 5))
         est = RandomFeatureRidge(MAPS[0], alpha=0.3).fit(Xd, y)
         pred = est.predict(Xd).compute()

@@ -305,23 +305,6 @@ def test_bad_dask_input_is_rejected():
 
 
 # ------------------------------------------------------------------------- the cluster
-@pytest.fixture(scope="module")
-def cluster_client():
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-        ) as cluster,
-        distributed.Client(cluster, set_as_default=False) as client,
-    ):
-        assert len(client.scheduler_info()["workers"]) == 2
-        yield client
-
-
 @pytest.mark.slow
 def test_local_cluster_fit_equals_in_memory_fit(cluster_client):
     X, y = _iris()
