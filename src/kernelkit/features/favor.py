@@ -29,6 +29,7 @@ print ``C|x|^2/2``), and the ADERF scalar uses ``phi = 2 tr(Sigma)/d + 2 mu3``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -68,6 +69,8 @@ DEFAULT_EPS = 1e-6
 #: bytes of one row block of :func:`moments` on 2-D NumPy input (the blocks depend on the
 #: shape only, so the sums do not depend on the thread count)
 _MOMENT_BLOCK_BYTES = 1 << 19  # half a SkylakeX L2: the Gram and the column sums
+#: most row blocks per task of :func:`moments` (about 5 MiB of input per Python hand-over)
+_MOMENT_CHUNK_BLOCKS = 10
 
 
 # ============================================================== A*(phi)
@@ -181,36 +184,53 @@ def moments_are_threaded(X) -> bool:
 def _blocked_moments(arrays, full, n_jobs) -> list:
     """``[(mean, second moment) for X in arrays]`` of 2-D NumPy arrays in one threaded pass.
 
-    The second moment is ``X^T X / n`` (``full``) or its diagonal. Every array is cut
-    into row blocks of about ``_MOMENT_BLOCK_BYTES`` (fixed by its shape); the blocks of
-    all arrays are spread over one pool of threads (BLAS on one thread: per block a Gram
-    matrix (syrk) or column sums of squares, and the column sums, in the core's cache),
-    and the block results are summed in block order, so the moments do not depend on the
-    thread count. (NumPy's matmul releases the GIL; SciPy's BLAS wrappers do not.)
+    The second moment is ``X^T X / n`` (``full``) or its diagonal. Every array is cut into
+    row blocks of about ``_MOMENT_BLOCK_BYTES``, and its blocks into the fewest chunks of
+    near-equal size with at most ``_MOMENT_CHUNK_BLOCKS`` blocks each (all fixed by the
+    shape). A thread of the pool takes a whole chunk (BLAS on one thread: per block a Gram
+    matrix (syrk) or column sums of squares, and the column sums, in the core's cache,
+    added into the chunk's sums in block order), and the chunk sums are added in chunk
+    order, so the moments do not depend on the thread count. Chunks keep the tasks few:
+    one Python hand-over per few MiB instead of per block. (NumPy's matmul releases the
+    GIL; SciPy's BLAS wrappers do not.)
     """
-    tasks = []
+    tasks = []  # (array index, [(lo, hi) row blocks])
     for i, X in enumerate(arrays):
         n, d = X.shape
         rows = max(256, _MOMENT_BLOCK_BYTES // (d * X.itemsize))
-        tasks += [(i, lo, min(lo + rows, n)) for lo in range(0, n, rows)]
-    ones = np.ones(max(hi - lo for _, lo, hi in tasks))
+        blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+        n_chunks = -(-len(blocks) // _MOMENT_CHUNK_BLOCKS)  # chunks of near-equal size
+        bounds = [len(blocks) * k // n_chunks for k in range(n_chunks + 1)]
+        tasks += [(i, blocks[a:b]) for a, b in itertools.pairwise(bounds)]
+    ones = np.ones(max(hi - lo for _, blocks in tasks for lo, hi in blocks))
 
-    def block(task):
-        i, lo, hi = task
-        Xb = arrays[i][lo:hi]
-        second = Xb.T @ Xb if full else np.einsum("ij,ij->j", Xb, Xb)
-        return second, ones[: hi - lo] @ Xb  # column sums: gemv beats .sum(axis=0)
+    def chunk(task):
+        i, blocks = task
+        X = arrays[i]
+        d = X.shape[1]
+        second = np.zeros((d, d) if full else d, dtype=X.dtype)
+        total = np.zeros(d)
+        buf = np.empty_like(second)  # one block's Gram / sums of squares
+        for lo, hi in blocks:
+            Xb = X[lo:hi]  # (rows, d), a view
+            if full:
+                np.matmul(Xb.T, Xb, out=buf)
+            else:
+                np.einsum("ij,ij->j", Xb, Xb, out=buf)
+            second += buf
+            total += ones[: hi - lo] @ Xb  # column sums: gemv beats .sum(axis=0)
+        return second, total
 
     threads = min(effective_n_jobs(n_jobs), len(tasks))
     if threads > 1:
         with SingleThreadedBlas():
-            parts = pool_map(block, tasks, threads)
+            parts = pool_map(chunk, tasks, threads)
     else:
-        parts = [block(t) for t in tasks]
+        parts = [chunk(t) for t in tasks]
     out = []
     for i, X in enumerate(arrays):
         mine = [part for task, part in zip(tasks, parts, strict=True) if task[0] == i]
-        second, total = (a.copy() for a in mine[0])
+        second, total = mine[0]
         for s2, t in mine[1:]:
             second += s2
             total += t

@@ -1,0 +1,50 @@
+"""The threaded, blocked moments of large 2-D NumPy input (``favor.moments``).
+
+They must equal the direct sums to round-off and must not depend on the thread count
+(row blocks and chunks are fixed by the shape, and summed in order).
+"""
+
+import numpy as np
+import pytest
+
+from kernelkit.features import favor
+
+
+def _direct(X):
+    X64 = X.astype(np.float64)
+    return X64.mean(axis=0), X64.T @ X64 / X.shape[0]
+
+
+# rows of 512 KiB blocks: 1024 at d = 64, 8192 at d = 8. 9001 x 64: 9 blocks (the last one
+# short) in one chunk; 30011 x 64: 30 blocks in 3 chunks of 10; 80000 x 8: 10 blocks
+@pytest.mark.parametrize("n, d", [(9001, 64), (30011, 64), (80000, 8)])
+@pytest.mark.parametrize("full", [True, False])
+def test_blocked_moments_equal_direct_sums_and_ignore_thread_count(n, d, full):
+    rng = np.random.default_rng(n + d)
+    X = rng.standard_normal((n, d)) + 0.5
+    Y = 2.0 * rng.standard_normal((n + 4099, d))
+    assert favor.moments_are_threaded(X) and favor.moments_are_threaded(Y)
+    one = favor.moments(X, Y, full=full, n_jobs=1)
+    two = favor.moments(X, Y, full=full, n_jobs=2)
+    for field in ("mean_x", "second_x", "mean_y", "second_y"):
+        # bit for bit: the order of the sums is fixed by the shapes
+        np.testing.assert_array_equal(getattr(one, field), getattr(two, field))
+    for mean, second, Z in ((one.mean_x, one.second_x, X), (one.mean_y, one.second_y, Y)):
+        mu, S = _direct(Z)
+        # float64 sums of n terms of size ~ max|z|^2: relative error ~ n eps
+        tol = Z.shape[0] * np.finfo(np.float64).eps * np.max(np.abs(S))
+        np.testing.assert_allclose(mean, mu, rtol=0, atol=tol)
+        np.testing.assert_allclose(second, S if full else np.diag(S), rtol=0, atol=tol)
+
+
+def test_blocked_moments_keep_float32_second_moments():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40000, 16)).astype(np.float32)
+    assert favor.moments_are_threaded(X)
+    mom = favor.moments(X, full=True, n_jobs=2)
+    assert mom.second_x.dtype == np.float32
+    mu, S = _direct(X)
+    # float32 block Grams (1024-row blocks summed in float32): error ~ n eps32 |S|
+    tol = X.shape[0] * np.finfo(np.float32).eps * np.max(np.abs(S))
+    np.testing.assert_allclose(mom.second_x, S, rtol=0, atol=tol)
+    np.testing.assert_allclose(mom.mean_x, mu, rtol=0, atol=X.shape[0] * np.finfo(np.float32).eps)
