@@ -67,12 +67,21 @@ def small_panels(monkeypatch):
     predict = _cholesky._predict
 
     def counting(*args):
-        cand = predict(*args)
+        cand, certain = predict(*args)
         panels.append(cand)
-        return cand
+        return cand, certain
 
     monkeypatch.setattr(_cholesky, "_predict", counting)
-    passes = {"single": 0, "pair": 0}  # passes over the rows: one step, or two at once
+    # passes over the rows: one step, two at once, or a panel's certain steps at once
+    passes = {"single": 0, "pair": 0, "commit": 0, "committed": 0}
+    commit_init = _cholesky._Commit.__init__
+
+    def counting_commit(self, Lt, d, S, Tinv, *args):
+        passes["commit"] += 1
+        passes["committed"] += Tinv.shape[0]
+        commit_init(self, Lt, d, S, Tinv, *args)
+
+    monkeypatch.setattr(_cholesky._Commit, "__init__", counting_commit)
     for cls, key, name in (
         (_cholesky._Step, "single", "set"),
         (_cholesky._PairStep, "pair", "set_pair"),
@@ -110,8 +119,13 @@ def _check(res, K, rel_tol=None, tol=None, max_rank=None, X=None):
     return piv
 
 
+@pytest.mark.parametrize("commits", [True, False], ids=["commits", "steps-only"])
 @pytest.mark.parametrize("rel_tol", [1e-1, 1e-3, 1e-6])
-def test_random_points_same_factor(small_panels, rel_tol):
+def test_random_points_same_factor(small_panels, monkeypatch, rel_tol, commits):
+    """With the certain pivots committed a panel at a time, and without (every step a
+    pass of its own, single or paired, as for the uncertain candidates)."""
+    if not commits:
+        monkeypatch.setattr(_cholesky, "_panel_factor", lambda *args: np.zeros((0, 0)))
     X = np.random.default_rng(0).standard_normal((1200, 3))
     res = pivoted_cholesky("gaussian", X, lengthscale=0.8, rel_tol=rel_tol)
     piv = _check(res, _gauss(X, 0.8), rel_tol=rel_tol)
@@ -120,10 +134,14 @@ def test_random_points_same_factor(small_panels, rel_tol):
         # some predictions were wrong (candidates never used) and panels ended early
         assert sum(len(c) for c in small_panels) > len(piv)
         assert len(small_panels) > math.ceil(len(piv) / 8)
-        # paired passes: some kept both steps, some only the first (q not the argmax)
         passes = small_panels.passes
-        kept = len(piv) - passes["single"] - passes["pair"]  # second steps kept
-        assert 0 < kept < passes["pair"]
+        if commits:  # most steps in commits, a few on their own (uncertain candidates)
+            assert passes["committed"] > len(piv) // 2
+            assert passes["single"] + passes["pair"] > 0
+        else:  # paired passes: some kept both steps, some only the first
+            assert passes["commit"] == 0
+            kept = len(piv) - passes["single"] - passes["pair"]  # second steps kept
+            assert 0 < kept < passes["pair"]
 
 
 def test_exact_ties_go_to_the_lowest_row(small_panels):

@@ -12,9 +12,14 @@ per panel instead of once per pivot (a left-looking blocked Cholesky):
    selection over the n residuals);
 2. compute their columns ``K[:, C] - L L[C]^T`` in one matrix product (BLAS-3) plus ``c``
    kernel columns, in column blocks;
-3. run the steps of Algorithm 1 one by one: the pivot is the argmax of the exact residual
-   diagonal; if it is one of the candidates, its column is the panel column minus the
-   panel's own earlier columns (a product with at most ``c`` rows of ``L^T``), the
+3. take the *certain* candidates (predicted while the pool's largest residual was above
+   every residual outside the pool, so that Algorithm 1 takes them) in one pass over the
+   rows (:class:`_Commit`): their rows of ``L^T`` are ``T^{-1} S`` with ``T`` the new
+   factor at the pivot rows, and ``d`` falls by their squares; the pass is cut back to the
+   steps whose trace residual is above the threshold (line 2);
+4. run the remaining steps of Algorithm 1 one by one: the pivot is the argmax of the exact
+   residual diagonal; if it is one of the candidates, its column is the panel column minus
+   the panel's own earlier columns (a product with at most ``c`` rows of ``L^T``), the
    residual diagonal is updated over all n rows (line 7), and so on; the first pivot
    that is not a candidate starts the next panel. Each pass over the rows also takes
    the step of the next predicted candidate (:class:`_PairStep`), kept only if that
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg import solve_triangular
 
 from .._backend import to_numpy, validate_data, validate_positive_float, validate_positive_int
 from .._backend.parallel import SingleThreadedBlas, effective_n_jobs, pool_map
@@ -49,6 +55,7 @@ _BLOCK = 1 << 15  # rows per block: the block's vectors stay in cache within a s
 _GROWTH = 1.25  # capacity growth of the factor (ndarray.resize zero-fills what it adds)
 _PILOT = 1 << 14  # above 4x this many rows, a pilot run on a strided subsample sizes L
 _PANEL = 24  # candidate pivots per panel: one product over the factor per panel
+_SUB = 2048  # columns of a sub-block of _Commit: (_PANEL, _SUB) squares fit in L2
 _POOL = 4096  # rows with the largest residual diagonal that predict a panel's pivots
 _POOL_MAX = 1 << 14  # ... grown up to this many rows while the prediction is uncertain
 _SPARE = 4  # uncertain predictions kept after the certain ones (most of them miss)
@@ -200,7 +207,9 @@ def _n_threads(n: int, n_jobs=None) -> int:
 
 
 def _predict(k: Kernel, X: np.ndarray, Lt: np.ndarray, m: int, d: np.ndarray, p: int, count: int):
-    """Up to ``count`` pivots that Algorithm 1 is expected to choose next, ``p`` first.
+    """Up to ``count`` pivots that Algorithm 1 is expected to choose next, ``p`` first, and
+    how many of the first are certain (chosen while the pool's largest residual was above
+    every residual outside the pool, so Algorithm 1 takes them, up to round-off).
 
     Algorithm 1 continued from the factor's first ``m`` rows on a pool of the rows with
     the largest residual diagonal (and ``p``): its choices are Algorithm 1's (up to
@@ -211,7 +220,7 @@ def _predict(k: Kernel, X: np.ndarray, Lt: np.ndarray, m: int, d: np.ndarray, p:
     """
     n = d.shape[0]
     if count <= 1:
-        return np.array([p])
+        return np.array([p]), 1
     if n > _POOL:  # one selection over n for every pool size
         largest = min(n - 1, max(_POOL, _POOL_MAX))
         top = np.argpartition(d, n - largest - 1)[n - largest - 1 :]  # (largest + 1,)
@@ -229,7 +238,7 @@ def _predict(k: Kernel, X: np.ndarray, Lt: np.ndarray, m: int, d: np.ndarray, p:
             Xp, Lp = X, Lt[:m]
         chosen, certain = _pool_greedy(k, Xp, Lp, d[pool], pool, p, count, outside)
         if 2 * certain >= count or size >= min(n, _POOL_MAX):
-            return pool[chosen[: certain + _SPARE]]
+            return pool[chosen[: certain + _SPARE]], certain
         size = min(4 * size, _POOL_MAX)
 
 
@@ -380,6 +389,62 @@ class _PairStep(_Step):
         return float(d.sum()), float(d[j1]), a + j1, float(d2.sum()), float(d2[j2]), a + j2
 
 
+class _Commit:
+    """The certified pivots ``P`` (k,) of a panel, all in one pass over a block of rows
+    ``[a, b)``: their rows of the factor ``Lt[m:m + k, a:b] = T^{-1} S[:k, a:b]``, with
+    ``T`` (k, k) the new factor at the pivot rows (``T[i, j] = l_j[P_i]``, lower
+    triangular: ``S[i] = sum_{j <= i} T[i, j] l_j`` is line 4 unrolled over the panel),
+    then ``d -= sum_i l_i^2`` (line 7 for the k steps), 0 at the pivots, clipped at 0.
+    Returns the rows' squared norms (k,) and the block's sum, max and argmax of ``d``."""
+
+    def __init__(self, Lt, d, S, Tinv, m, P, scratch):
+        self.Lt, self.d, self.S, self.Tinv, self.m = Lt, d, S, Tinv, m
+        self.P = np.sort(P)  # the pivots in row order (blocks find theirs by bisection)
+        self.scratch = scratch
+        self.ones = np.ones(max(Tinv.shape[0], _SUB))
+
+    def __call__(self, a):
+        b = min(a + _BLOCK, self.d.shape[0])
+        k = self.Tinv.shape[0]
+        buf = self.scratch.get(threading.get_ident())
+        if buf is None:
+            buf = np.empty((_PANEL, _SUB))
+            self.scratch[threading.get_ident()] = buf
+        norms = np.zeros(k)
+        for c in range(a, b, _SUB):  # sub-blocks: the squares stay in the core's cache
+            e = min(c + _SUB, b)
+            rows = self.Lt[self.m : self.m + k, c:e]  # (k, e - c)
+            np.matmul(self.Tinv, self.S[:, c:e], out=rows)
+            sq = buf[:k, : e - c]
+            np.square(rows, out=sq)
+            self.d[c:e] -= self.ones[:k] @ sq  # (e - c,)
+            norms += sq @ self.ones[: e - c]
+        d = self.d[a:b]
+        lo, hi = np.searchsorted(self.P, [a, b])
+        d[self.P[lo:hi] - a] = 0.0
+        np.maximum(d, 0.0, out=d)
+        j = int(np.argmax(d))
+        return norms, float(d.sum()), float(d[j]), a + j
+
+
+def _panel_factor(S, P, dP, d_floor):
+    """``T`` (k', k') of :class:`_Commit` from the panel columns ``S`` (k, n) at the pivot
+    rows ``P`` (k,): Algorithm 1's steps on those rows (line 4 with ``d_p`` from the tracked
+    residuals ``dP`` (k,)), stopped before a pivot whose residual is not above
+    ``d_floor`` (the round-off guard)."""
+    k = P.shape[0]
+    A = S[:, P].T  # A[r, i] = S[i][P_r], (k, k)
+    T = np.zeros((k, k))
+    for i in range(k):
+        di = dP[i] - T[i, :i] @ T[i, :i]
+        if not di > d_floor:
+            return T[:i, :i]
+        col = A[i:, i] - T[i:, :i] @ T[i, :i]
+        T[i:, i] = col / math.sqrt(di)
+        T[i, i] = math.sqrt(di)
+    return T
+
+
 def _initial_capacity(k: Kernel, X: np.ndarray, tol, rel_tol, max_rank: int, n_jobs=None) -> int:
     """Rows to reserve for ``L^T``: 128, or for large n 3 x the rank of a pilot run on
     every (n / 16384)-th point (same relative tolerance; the subsample's rank runs low:
@@ -437,10 +502,45 @@ def _pivoted_cholesky(
     step = _Step(Lt, d, {})
     pair = _PairStep(Lt, d, {})
     spare = np.empty(n) if max_rank > 1 else None  # d after a pair's second step
+    commit_scratch = {}  # per-thread (_PANEL, _BLOCK) buffers of _Commit
     m = 0
 
     def more(p):  # the loop condition of Algorithm 1 and the round-off guard
         return resid > threshold and m < max_rank and d[p] > d_floor
+
+    def grow(need):  # the buffers, to at least ``need`` rows (C order: rows keep their place)
+        nonlocal cap, Lt, B_piv
+        cap = min(max(int(_GROWTH * cap), cap + 32, need), max_rank)
+        Lt.resize((cap, n), refcheck=False)
+        step.Lt = pair.Lt = Lt
+        B_new = np.zeros((cap, cap))
+        B_new[:m, :m] = B_piv[:m, :m]
+        B_piv = B_new
+
+    def commit(T, cand, S, dP, resid):
+        """The first ``len(T)`` candidates' steps in one pass (:class:`_Commit`), cut
+        back to the steps that Algorithm 1 takes (line 2: the trace residual before each
+        step above the threshold; ``len(T) <= max_rank - m``). ``dP``: the pivots'
+        residuals before the panel. Returns the steps kept, the residual trace and the
+        next pivot."""
+        kc = T.shape[0]
+        P = cand[:kc]
+        Tinv = solve_triangular(T, np.eye(kc), lower=True)  # (kc, kc)
+        parts = pool_map(_Commit(Lt, d, S[:kc], Tinv, m, P, commit_scratch), starts, n_threads)
+        norms = np.sum([part[0] for part in parts], axis=0)  # (kc,) |l_i|^2
+        before = resid - np.concatenate([[0.0], np.cumsum(norms)[:-1]])  # trace before step i
+        kept = next((i for i in range(1, kc) if not before[i] > threshold), kc)
+        if kept == kc:
+            total = math.fsum(part[1] for part in parts)
+            return kc, total, max(parts, key=lambda part: part[2])[3]
+        # rare (the last panel): undo the steps after ``kept``, then the residuals as
+        # Algorithm 1 leaves them after step ``kept``
+        rows = Lt[m + kept : m + kc]  # (kc - kept, n)
+        np.add(d, np.einsum("ij,ij->j", rows, rows), out=d)
+        d[P[kept:]] = dP[kept:] - np.sum(T[kept:, :kept] ** 2, axis=1)
+        d[P[:kept]] = 0.0
+        np.maximum(d, 0.0, out=d)
+        return kept, float(d.sum()), int(np.argmax(d))
 
     # the per-step products are matrix-vector (memory bound): BLAS threads only add
     # synchronisation (measured 5x the CPU time on a loaded 2-core machine), so BLAS
@@ -448,13 +548,29 @@ def _pivoted_cholesky(
     with SingleThreadedBlas():  # threadpoolctl, reference counted
         while more(p):
             # a panel: candidate pivots, their columns in one product over the factor
-            cand = _predict(k, X, Lt, m, d, p, min(_PANEL, max_rank - m))
+            cand, certain = _predict(k, X, Lt, m, d, p, min(_PANEL, max_rank - m))
             S = S_buf[: cand.shape[0]]
             Kc = None if Xt is not None else k(X, X[cand])  # callables: (n, c), this thread
             pool_map(_Panel(k, X, Xt, Kc, Lt, m, cand, S), starts, n_threads)
             slot = {int(c): i for i, c in enumerate(cand)}
             nxt = 0  # position in cand of the next predicted pivot
             j0 = m
+            # the certain candidates: all their steps in one pass over the rows
+            T = _panel_factor(S[:certain], cand[:certain], d[cand[:certain]], d_floor)
+            if T.shape[0] >= 2:
+                if m + T.shape[0] > cap:
+                    grow(m + T.shape[0])
+                kept, resid, p = commit(T, cand, S, d[cand[: T.shape[0]]], resid)
+                for i in range(kept):
+                    lp = Lt[: m + i, cand[i]].copy()  # L[p, :m + i]
+                    s_i = 1.0 / T[i, i]
+                    if m + i:
+                        B_piv[: m + i, m + i] = -(B_piv[: m + i, : m + i] @ lp) * s_i
+                    B_piv[m + i, m + i] = s_i
+                    pivots[m + i] = cand[i]
+                    del slot[int(cand[i])]
+                m += kept
+                nxt = kept
             # the panel's steps, while the greedy pivot is a candidate (line 3 unchanged)
             while more(p) and p in slot:
                 i = slot.pop(p)
@@ -470,13 +586,8 @@ def _pivoted_cholesky(
                     d1q = float(d[q]) - l1q * l1q
                     if not d1q > d_floor:
                         q = -1
-                if m + 1 + (q >= 0) > cap:  # grow the buffers (C order: rows keep their place)
-                    cap = min(max(int(_GROWTH * cap), cap + 32), max_rank)
-                    Lt.resize((cap, n), refcheck=False)
-                    step.Lt = pair.Lt = Lt
-                    B_new = np.zeros((cap, cap))
-                    B_new[:m, :m] = B_piv[:m, :m]
-                    B_piv = B_new
+                if m + 1 + (q >= 0) > cap:
+                    grow(m + 1 + (q >= 0))
                 if q >= 0:
                     lpq = np.stack([lp[j0:], Lt[j0:m, q]])  # (2, m - j0)
                     s2 = 1.0 / math.sqrt(d1q)
