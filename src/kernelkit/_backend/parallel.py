@@ -255,14 +255,13 @@ def map_row_blocks(fn, n: int, width: int, itemsize: int, rows=None, n_jobs=None
 def block_map(fn, n: int, block: int, n_jobs=None, max_threads: int = 8) -> list:
     """``[fn(a, b) for each block [a, b) of range(n)]`` in block order, threaded.
 
-    BLAS is single-threaded while ``fn`` runs, on one thread too (so that the results do
-    not depend on ``n_jobs`` or BLAS's thread count); ``fn`` must only read shared data or
-    write its own block. At most ``max_threads`` threads (memory-bound products gain
-    nothing beyond).
+    BLAS is single-threaded while ``fn`` runs; ``fn`` must only read shared data or write
+    its own block. At most ``max_threads`` threads (memory-bound products gain nothing
+    beyond).
     """
     spans = [(a, min(a + block, n)) for a in range(0, n, block)]
     threads = max(1, min(effective_n_jobs(n_jobs), max_threads, len(spans)))
+    if threads == 1:
+        return [fn(a, b) for a, b in spans]
     with SingleThreadedBlas():
-        if threads == 1:
-            return [fn(a, b) for a, b in spans]
         return pool_map(lambda ab: fn(*ab), spans, threads)

@@ -6,16 +6,18 @@ the row-major factor ``Lt`` (m, n), the blocks spread over kernelkit's threads (
 scikit-learn's convention) with BLAS itself single-threaded (OpenBLAS threads split the
 two short dimensions of these skinny-wide products: 3-10x the CPU time of one thread on a
 loaded 2-core machine). The block results are combined in block order
-(:func:`kernelkit._backend.chunks.reduce_blocks`), so the result does not depend on the
-number of threads.
+(:func:`kernelkit._backend.chunks.reduce_blocks`), and BLAS is single-threaded for a
+single block too, so the result does not depend on the number of threads.
 """
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .._backend.chunks import reduce_blocks
-from .._backend.parallel import block_map
+from .._backend.parallel import SingleThreadedBlas, block_map
 
 __all__ = [
     "combine_extremes",
@@ -29,6 +31,14 @@ __all__ = [
 _BLOCK = 1 << 14  # columns per block: (m, _BLOCK) float64 panels of a few MB
 
 
+def _reduce(fn, n: int, combine=operator.add, n_jobs=None):
+    """:func:`reduce_blocks` over column blocks of ``_BLOCK``, BLAS on one thread even when
+    ``n`` is a single block (a threaded BLAS sums in another order: the statistics would
+    then depend on ``n_jobs`` and on BLAS's thread count)."""
+    with SingleThreadedBlas():
+        return reduce_blocks(fn, n, _BLOCK, combine, n_jobs)
+
+
 def gram_and_sums(Lt: np.ndarray, n_jobs=None) -> tuple[np.ndarray, np.ndarray]:
     """``(Lt Lt^T, Lt 1)``: shapes (m, m) and (m,), in one pass over ``Lt`` (m, n)."""
     m, n = Lt.shape
@@ -39,7 +49,7 @@ def gram_and_sums(Lt: np.ndarray, n_jobs=None) -> tuple[np.ndarray, np.ndarray]:
         blk = Lt[:, a:b]  # (m, b - a)
         return blk @ blk.T, blk.sum(axis=1)
 
-    G, s = reduce_blocks(part, n, _BLOCK, _add_pairs, n_jobs)
+    G, s = _reduce(part, n, _add_pairs, n_jobs)
     return (G + G.T) / 2, s  # exactly symmetric
 
 
@@ -48,7 +58,7 @@ def cross(At: np.ndarray, Bt: np.ndarray, n_jobs=None) -> np.ndarray:
     (ma, n), mb = At.shape, Bt.shape[0]
     if ma == 0 or mb == 0 or n == 0:
         return np.zeros((ma, mb))
-    return reduce_blocks(lambda a, b: At[:, a:b] @ Bt[:, a:b].T, n, _BLOCK, n_jobs=n_jobs)
+    return _reduce(lambda a, b: At[:, a:b] @ Bt[:, a:b].T, n, n_jobs=n_jobs)
 
 
 def right_matmul(Lt: np.ndarray, F: np.ndarray, n_jobs=None) -> np.ndarray:
@@ -56,7 +66,7 @@ def right_matmul(Lt: np.ndarray, F: np.ndarray, n_jobs=None) -> np.ndarray:
     m, n = Lt.shape
     if m == 0 or n == 0:
         return np.zeros((m, F.shape[1]))
-    return reduce_blocks(lambda a, b: Lt[:, a:b] @ F[a:b], n, _BLOCK, n_jobs=n_jobs)
+    return _reduce(lambda a, b: Lt[:, a:b] @ F[a:b], n, n_jobs=n_jobs)
 
 
 def left_matmul(P: np.ndarray, Lt: np.ndarray, n_jobs=None) -> np.ndarray:
@@ -80,7 +90,7 @@ def product_extremes(Vt: np.ndarray, Lt: np.ndarray, n_jobs=None) -> tuple[np.nd
         blk = Vt @ Lt[:, a:b]  # (m, b - a)
         return blk.min(axis=1), blk.max(axis=1)
 
-    return reduce_blocks(part, Lt.shape[1], _BLOCK, combine_extremes, n_jobs)
+    return _reduce(part, Lt.shape[1], combine_extremes, n_jobs)
 
 
 def combine_extremes(u, v):
