@@ -1,6 +1,6 @@
 """Linear-attention benchmark: ``python benchmarks/bench_attention.py [--quick]``.
 
-Thin wrapper around :mod:`kernelkit.experiments.bench_attention` (also run by
+Thin wrapper around :mod:`kernelkit_experiments.bench.bench_attention` (also run by
 ``kernelkit bench attention``); see that module for what is timed and how.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernelkit.experiments import bench_attention
+from kernelkit_experiments.bench import bench_attention
 
 
 def main(argv=None) -> dict:

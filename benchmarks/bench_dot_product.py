@@ -1,6 +1,6 @@
 """Dot-product feature-map benchmark: ``python benchmarks/bench_dot_product.py [--quick]``.
 
-Thin wrapper around :mod:`kernelkit.experiments.bench_dot_product` (also run by
+Thin wrapper around :mod:`kernelkit_experiments.bench.bench_dot_product` (also run by
 ``kernelkit bench dot-product``); see that module for what is timed and how.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernelkit.experiments import bench_dot_product
+from kernelkit_experiments.bench import bench_dot_product
 
 
 def main(argv=None) -> dict:

@@ -1,6 +1,6 @@
 """Feature-map benchmark: ``python benchmarks/bench_features.py [--quick] [--compare REF]``.
 
-Thin wrapper around :mod:`kernelkit.experiments.bench_features` (also run by
+Thin wrapper around :mod:`kernelkit_experiments.bench.bench_features` (also run by
 ``kernelkit bench features``); see that module for what is timed and how.
 ``--compare REF`` adds the before / after table of every feature map against git revision
 ``REF`` (e.g. ``--compare a850c55``), timed in two worker processes.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernelkit.experiments import bench_features
+from kernelkit_experiments.bench import bench_features
 
 
 def main(argv=None) -> dict:

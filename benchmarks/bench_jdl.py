@@ -1,6 +1,6 @@
 """JDL benchmark: ``python benchmarks/bench_jdl.py [--quick] [--exact-fit]``.
 
-Thin wrapper around :mod:`kernelkit.experiments.bench_jdl` (also run by
+Thin wrapper around :mod:`kernelkit_experiments.bench.bench_jdl` (also run by
 ``kernelkit bench jdl``); see that module for what is timed and how.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernelkit.experiments import bench_jdl
+from kernelkit_experiments.bench import bench_jdl
 
 
 def main(argv=None) -> dict:

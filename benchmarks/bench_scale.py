@@ -1,6 +1,6 @@
 """Scale-out benchmark: ``python benchmarks/bench_scale.py [--quick]``.
 
-Thin wrapper around :mod:`kernelkit.experiments.bench_scale` (also run by
+Thin wrapper around :mod:`kernelkit_experiments.bench.bench_scale` (also run by
 ``kernelkit bench scale``); see that module for what is timed and how.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernelkit.experiments import bench_scale
+from kernelkit_experiments.bench import bench_scale
 
 
 def main(argv=None) -> dict:

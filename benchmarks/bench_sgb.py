@@ -1,6 +1,6 @@
 """SPFB / LSPFB benchmark: ``python benchmarks/bench_sgb.py [--quick]``.
 
-Thin wrapper around :mod:`kernelkit.experiments.bench_sgb` (also run by
+Thin wrapper around :mod:`kernelkit_experiments.bench.bench_sgb` (also run by
 ``kernelkit bench sgb``); see that module for what is timed and how.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernelkit.experiments import bench_sgb
+from kernelkit_experiments.bench import bench_sgb
 
 
 def main(argv=None) -> dict:

@@ -351,7 +351,7 @@ def test_unaffordable_methods_are_skipped_and_listed(tmp_path):
 
 
 def test_bench_configs_have_equal_grids():
-    from kernelkit.experiments import bench_sgb
+    from kernelkit_experiments.bench import bench_sgb
 
     for quick in (True, False):
         cfg = bench_sgb._bench_config(quick)
@@ -365,7 +365,7 @@ def test_bench_configs_have_equal_grids():
 @needs_optim
 def test_bench_step_ratio_small():
     from kernelkit.datasets._images import fashion_mnist_available
-    from kernelkit.experiments import bench_sgb
+    from kernelkit_experiments.bench import bench_sgb
 
     if not fashion_mnist_available():
         pytest.skip("dataset-fashion-mnist not installed")

@@ -1,6 +1,6 @@
-"""The ``kernelkit`` command line (click's CliRunner), the lazy benchmark registry and
-the hook to the separate experiments package (here a stand-in suite; the real one is
-tested in experiments/tests)."""
+"""The ``kernelkit`` command line (click's CliRunner) and the hook to the separate
+experiments package, which holds the experiments and the benchmarks (here a stand-in
+suite; the real one is tested in experiments/tests)."""
 
 from __future__ import annotations
 
@@ -94,12 +94,12 @@ def registry(monkeypatch):
 
     suite = types.SimpleNamespace(
         EXPERIMENTS=exps,
+        BENCHMARKS=benches,
         write_summary=write_summary,
         collect_rows=collect_rows,
         claim_counts=claim_counts,
     )
     monkeypatch.setattr(E, "experiment_suite", lambda: suite)
-    monkeypatch.setattr(E, "BENCHMARKS", benches)
     return types.SimpleNamespace(dummy=dummy, bench=bench, suite=suite, summaries=summaries)
 
 
@@ -112,14 +112,6 @@ def test_help():
     res = runner.invoke(main, ["reproduce", "--help"])
     assert res.exit_code == 0 and "--quick" in res.output and "--seed" in res.output
     assert runner.invoke(main, ["--version"]).exit_code == 0
-
-
-def test_real_benchmark_registry():
-    assert E.BENCHMARKS["features"].module == "kernelkit.experiments.bench_features"
-    assert all(E.is_available(e) for e in E.BENCHMARKS.values())
-    res = CliRunner().invoke(main, ["list"])
-    assert res.exit_code == 0
-    assert "features" in res.output and "Experiments:" in res.output
 
 
 def test_list(registry):
@@ -227,8 +219,8 @@ def test_registry_api(registry):
 
 def test_import_error_inside_module_propagates(monkeypatch):
     # a module that exists but fails to import is a bug, not "missing"
-    entry = E.Entry("x", "kernelkit.experiments._timing", "x")
-    assert E.load(entry).__name__ == "kernelkit.experiments._timing"
+    entry = E.Entry("x", "kernelkit.metrics", "x")
+    assert E.load(entry).__name__ == "kernelkit.metrics"
     err = ModuleNotFoundError("No module named 'somedep'", name="somedep")
 
     def fake_import(name):
@@ -280,11 +272,11 @@ def test_without_experiments_package_cli_says_how_to_install(not_installed, tmp_
         assert not (tmp_path / "r").exists()
     res = runner.invoke(main, ["report", "--out", str(tmp_path)])
     assert res.exit_code == 1 and "pip install -e ./experiments" in res.output
-    res = runner.invoke(main, ["list"])  # benchmarks are still listed
-    assert res.exit_code == 0 and "not installed: `pip install -e ./experiments`" in res.output
-    assert "features" in res.output
-    with pytest.raises(E.ExperimentsNotInstalled, match="bench"):
-        E._moved("sgb_logreg")
+    res = runner.invoke(main, ["bench", "features", "--quick"])  # part of the same package
+    assert res.exit_code == 1 and "pip install -e ./experiments" in res.output
+    res = runner.invoke(main, ["list"])  # the library's command still works
+    assert res.exit_code == 0
+    assert res.output.count("not installed: `pip install -e ./experiments`") == 2
 
 
 def test_suite_found_through_entry_point_first(monkeypatch):

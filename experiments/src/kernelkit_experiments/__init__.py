@@ -7,6 +7,8 @@ module, which imports no experiment until one is run:
 
 * :data:`EXPERIMENTS` – name -> :class:`kernelkit.experiments.Entry` (module path and a
   one-line description), in the order ``kernelkit reproduce all`` runs them;
+* :data:`BENCHMARKS` – the same for ``kernelkit bench NAME`` (the benchmark modules live
+  in :mod:`kernelkit_experiments.bench`);
 * :func:`write_summary` and :func:`collect_rows` – ``REPORT.md`` over every experiment;
 * :func:`claim_counts` – the verdict counts of one experiment's report (the line
   ``kernelkit reproduce`` prints when it finishes).
@@ -26,8 +28,9 @@ from __future__ import annotations
 from kernelkit.experiments import Entry
 
 from ._summary import claim_counts, collect_rows, write_summary
+from .bench import BENCHMARKS
 
-__all__ = ["EXPERIMENTS", "claim_counts", "collect_rows", "write_summary"]
+__all__ = ["BENCHMARKS", "EXPERIMENTS", "claim_counts", "collect_rows", "write_summary"]
 
 
 def _exp(name, module, description):

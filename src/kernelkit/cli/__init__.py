@@ -10,8 +10,9 @@
     kernelkit bench NAME [--quick]
 
 Experiments write ``report.md``, PNG plots and ``results.json`` into ``results/NAME/``
-(or ``--out``); they are the separate package ``kernelkit-experiments``
-(``pip install -e ./experiments``), found through its entry point. Everything runs
+(or ``--out``); they and the benchmarks are the separate package
+``kernelkit-experiments`` (``pip install -e ./experiments``), found through its entry
+point. Everything runs
 offline. ``kernelkit report`` assembles ``REPORT.md`` from whatever experiment folders are
 already there (e.g. full runs started one by one with
 ``kernelkit reproduce NAME --out DIR/NAME``), without running anything.
@@ -53,10 +54,12 @@ def _suite_or_exit():
 
 def _echo_listing() -> None:
     try:
-        experiments = _exp.experiment_suite().EXPERIMENTS
+        suite = _exp.experiment_suite()
     except _exp.ExperimentsNotInstalled:
-        experiments = None
-    for title, reg in (("Experiments", experiments), ("Benchmarks", _exp.BENCHMARKS)):
+        experiments = benchmarks = None
+    else:
+        experiments, benchmarks = suite.EXPERIMENTS, getattr(suite, "BENCHMARKS", {})
+    for title, reg in (("Experiments", experiments), ("Benchmarks", benchmarks)):
         click.echo(f"{title}:")
         if reg is None:
             click.echo(f"  (not installed: `{_exp.INSTALL_HINT}`)")
@@ -241,6 +244,7 @@ def bench(name, quick, list_):
         return
     if not name:
         raise click.UsageError("Missing benchmark NAME; see `kernelkit list`.")
+    _suite_or_exit()
     _use_agg_backend()
     entry = _lookup_or_exit(name, "benchmark")
     t0 = time.perf_counter()

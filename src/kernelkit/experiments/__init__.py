@@ -1,16 +1,15 @@
-"""Benchmarks behind a lazy registry, and the hook to the paper experiments.
+"""The hook to kernelkit's paper experiments and benchmarks (a separate package).
 
-Nothing here imports a benchmark module until it is run: the registry maps a name to a
+The paper experiments (``kernelkit reproduce``) and the benchmarks (``kernelkit bench``)
+are a separate distribution, ``kernelkit-experiments`` (``pip install -e ./experiments``
+from a kernelkit checkout), so that the ``kernelkit`` wheel holds the library alone. It
+registers a module under the entry point group :data:`ENTRY_POINT_GROUP` that provides
+``EXPERIMENTS`` (name -> :class:`Entry`, in the order ``reproduce all`` runs them),
+``BENCHMARKS`` (name -> :class:`Entry`), ``write_summary`` and ``collect_rows``;
+:func:`experiment_suite` finds it. Nothing is imported until it is run: an entry is a
 module path and a one-line description, so ``kernelkit list`` is fast and a module that
-does not exist yet (or fails to import) only affects its own entry. Benchmark modules
-expose ``run(quick: bool) -> dict`` and print their own table.
-
-The paper experiments (``kernelkit reproduce``) are a separate distribution,
-``kernelkit-experiments`` (``pip install -e ./experiments`` from a kernelkit checkout),
-so that the ``kernelkit`` wheel holds the library alone. It registers a module under the
-entry point group :data:`ENTRY_POINT_GROUP` that provides ``EXPERIMENTS`` (name ->
-:class:`Entry`, in the order ``reproduce all`` runs them), ``write_summary`` and
-``collect_rows``; :func:`experiment_suite` finds it.
+does not exist (or fails to import) only affects its own entry. Benchmark modules expose
+``run(quick: bool) -> dict`` and print their own table.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from pathlib import Path
 from types import ModuleType
 
 __all__ = [
-    "BENCHMARKS",
     "ENTRY_POINT_GROUP",
     "INSTALL_HINT",
     "Entry",
@@ -58,53 +56,6 @@ class Entry:
     module: str  # fully qualified module path
     description: str  # one line, shown by ``kernelkit list``
     kind: str = "experiment"  # or "benchmark"
-
-
-def _exp(name, module, description):
-    return Entry(name, f"{__name__}.{module}", description, "experiment")
-
-
-def _bench(name, module, description):
-    return Entry(name, f"{__name__}.{module}", description, "benchmark")
-
-
-#: Benchmarks for ``kernelkit bench NAME``.
-BENCHMARKS: dict[str, Entry] = {
-    e.name: e
-    for e in (
-        _bench(
-            "features",
-            "bench_features",
-            "random feature maps: fit/transform time against their peers",
-        ),
-        _bench(
-            "dot-product",
-            "bench_dot_product",
-            "dot-product features: TensorSRHT vs scikit-learn PolynomialCountSketch "
-            "(time, Frobenius error)",
-        ),
-        _bench(
-            "attention",
-            "bench_attention",
-            "linear attention vs torch SDPA and performer-pytorch (forward, backward)",
-        ),
-        _bench(
-            "jdl", "bench_jdl", "joint distribution learning at n = 1e6 vs scikit-learn KernelRidge"
-        ),
-        _bench(
-            "sgb",
-            "bench_sgb",
-            "SPFB step matrix-free vs dense; epochs and seconds to suboptimality vs SGD, "
-            "Adam, L-BFGS",
-        ),
-        _bench(
-            "scale",
-            "bench_scale",
-            "out-of-core RandomFeatureRidge on Dask (10^7 x 16, 1024 features): rows/s in "
-            "memory, threads, LocalCluster; ratio to Nystroem + Ridge",
-        ),
-    )
-}
 
 
 class UnknownName(KeyError):
@@ -147,23 +98,9 @@ def experiment_suite() -> ModuleType:
         ) from None
 
 
-def _moved(module: str) -> ModuleType:
-    """``kernelkit_experiments.<module>``, for the aliases that keep the benchmarks'
-    relative imports of moved experiment modules working (until the benchmarks move)."""
-    try:
-        return importlib.import_module(f"{SUITE_MODULE}.{module}")
-    except ModuleNotFoundError as exc:
-        if exc.name != SUITE_MODULE:
-            raise
-        raise ExperimentsNotInstalled(
-            f"This benchmark uses {SUITE_MODULE}.{module}, from the paper experiments "
-            f"package, which is not installed. From the root of a kernelkit checkout: "
-            f"`{INSTALL_HINT}`."
-        ) from None
-
-
 def _registry(kind: str) -> dict[str, Entry]:
-    return experiment_suite().EXPERIMENTS if kind == "experiment" else BENCHMARKS
+    suite = experiment_suite()
+    return suite.EXPERIMENTS if kind == "experiment" else getattr(suite, "BENCHMARKS", {})
 
 
 def _lookup(name: str, kind: str) -> Entry:

@@ -27,7 +27,7 @@ fits" means on a CPU: at L = 65536 SDPA would need ~16x its L = 16384 time).
 
 Each size is timed for the forward pass (under ``torch.no_grad()``) and for forward +
 backward (``out.backward(g)`` with a fixed random ``g``, gradients for q, k and v).
-Timing: :func:`kernelkit.experiments._timing.time_calls` -- one warm-up call each, then
+Timing: :func:`kernelkit_experiments.bench._timing.time_calls` -- one warm-up call each, then
 ``repeats`` rounds calling everything round-robin (so every side of a ratio sees the same
 machine load); a time is the minimum over rounds. On CUDA every call synchronises.
 
@@ -247,7 +247,7 @@ def peak_extra_memory(name: str, L: int, device: str = "cpu", seed: int = 0) -> 
     """Peak extra memory (MiB) of one forward call of ``name`` (a key of the benchmark's
     calls) at length ``L``, measured in a fresh Python subprocess (module docstring)."""
     code = (
-        "from kernelkit.experiments.bench_attention import _memory_child; "
+        "from kernelkit_experiments.bench.bench_attention import _memory_child; "
         f"_memory_child({name!r}, {int(L)}, {device!r}, {int(seed)})"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelkit.experiments import bench_jdl as bj
+from kernelkit_experiments.bench import bench_jdl as bj
 
 
 def test_scale_run_memory_is_order_n_m():

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from kernelkit.experiments import bench_jdl as bj
+from kernelkit_experiments.bench import bench_jdl as bj
 
 
 def test_cholesky_madds_counts_the_column_products():

@@ -95,7 +95,7 @@ KRR_ALPHA_PER_N = 1e-5
 
 
 def _data(n, n_test, seed):
-    from ..datasets._jdl import (
+    from kernelkit.datasets._jdl import (
         gaussian_conditional_moments,
         random_correlation_matrix,
         sample_gaussian,
@@ -109,7 +109,7 @@ def _data(n, n_test, seed):
 
 
 def _jdl(rel_tol):
-    from ..distributions import JointDistribution
+    from kernelkit.distributions import JointDistribution
 
     return JointDistribution(
         lengthscale_x=LENGTHSCALE, lengthscale_y=LENGTHSCALE, reg=REG, rel_tol=rel_tol
@@ -125,7 +125,7 @@ def _moments_f(Y):
 
 def _scale_run(n, n_test, rel_tol, seed, trace=True):
     """Fit + conditional second moments at n; time, traced peak, ranks, loss (31)."""
-    from ..distributions import second_moment_loss
+    from kernelkit.distributions import second_moment_loss
 
     X, Y, Xq, _, second_q = _data(n, n_test, seed)
     F = _moments_f(Y)
@@ -200,8 +200,8 @@ def _out_of_core_run(n, n_test, rel_tol, seed, dask_input: bool):
     """Sampled-pivot fit (NumPy data, or lazily generated Dask chunks) + moments."""
     import contextlib
 
-    from ..datasets._jdl import random_correlation_matrix
-    from ..distributions import JointDistribution, second_moment_loss
+    from kernelkit.datasets._jdl import random_correlation_matrix
+    from kernelkit.distributions import JointDistribution, second_moment_loss
 
     if dask_input:
         import dask
@@ -282,7 +282,7 @@ def _time_gemm(n: int, k: int, repeats: int = 3) -> tuple[float, float]:
 def _exact_fit_run(n: int, seed: int) -> dict:
     """The exact fit at ``EXACT_FIT`` on n pairs, then the GEMM with the Choleskys'
     multiply-adds (after the model is freed)."""
-    from ..distributions import JointDistribution
+    from kernelkit.distributions import JointDistribution
 
     X, Y, _, _, _ = _data(n, 1, seed)
     gc.collect()
@@ -387,7 +387,7 @@ def _peer(n, n_test, seed, repeats):
 def run(quick: bool = False, exact_fit_only: bool = False) -> dict:
     """Run the benchmark, print its tables and return the numbers (``exact_fit_only``:
     only the exact fit next to its GEMM)."""
-    from .._backend.parallel import num_threads
+    from kernelkit._backend.parallel import num_threads
 
     seed = 0
     n_exact = 50_000 if quick else 1_000_000

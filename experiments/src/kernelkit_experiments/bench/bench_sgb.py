@@ -17,7 +17,7 @@ Everything comes from one run:
 2. **Time to suboptimality** on digits and Fashion-MNIST: epochs and seconds to reach
    relative suboptimality (L − L*)/L* of 1e-2 and 1e-3 for SPFB (the estimator's
    truncated CG, the exact step by CG to 1e-4, and the dense solve where affordable),
-   LSPFB, SGD, Adam and L-BFGS, run by :func:`kernelkit.experiments.sgb_logreg.compare`
+   LSPFB, SGD, Adam and L-BFGS, run by :func:`kernelkit_experiments.sgb_logreg.compare`
    (same objective, optimum, equal-size step-size grids and tuning as ``reproduce
    sgb-logreg``); the printed legend says which variant each row is.
 3. **SPFB time per epoch / SGD time per epoch** (kernelkit's goal: <= 10), from the same
@@ -25,7 +25,7 @@ Everything comes from one run:
    per second on each data set.
 
 Timing: step times are minima over rounds that alternate the two solvers
-(:func:`kernelkit.experiments._timing.time_calls`). All of it runs with ``blas_threads``
+(:func:`kernelkit_experiments.bench._timing.time_calls`). All of it runs with ``blas_threads``
 BLAS threads (default 1: on a shared 2-core machine threaded OpenBLAS under contention
 was up to 100x slower on small matrices, which would measure the machine, not the
 methods).
@@ -41,7 +41,8 @@ import platform
 
 import numpy as np
 
-from ..optim.logistic import _SPFB_CG_MAXITER
+from kernelkit.optim.logistic import _SPFB_CG_MAXITER
+
 from ._timing import meets, text_table, time_calls
 
 NAME = "sgb"
@@ -64,7 +65,7 @@ TARGETS = {
 
 
 def _bench_config(quick: bool):
-    from .sgb_logreg import Config, DataSpec
+    from ..sgb_logreg import Config, DataSpec
 
     if quick:
         specs = (
@@ -105,8 +106,8 @@ def _step_ratio(
     fit -- and at most :data:`DEFAULT_CG_MAXITER` CG iterations; the target applies to
     it) and a solve to ``rtol = 1e-4`` (at most 500 iterations, same preconditioner).
     """
-    from ..datasets._images import load_fashion_mnist
-    from ..optim import KroneckerPreconditioner, sgd_step, spfb_step
+    from kernelkit.datasets._images import load_fashion_mnist
+    from kernelkit.optim import KroneckerPreconditioner, sgd_step, spfb_step
 
     X, y = load_fashion_mnist("train", n=10 * m)  # (10 m, 784) in [0, 1]
     X = np.ascontiguousarray(X[:, :d])
@@ -166,7 +167,7 @@ def run(quick: bool = False, blas_threads: int | None = 1, seed: int = 0) -> dic
     dict with ``config``, ``step`` (part 1), ``curves`` (per data set: optimum, summary
     per method, verdicts), ``ratios``, ``targets`` (value, target, pass) and ``claims``.
     """
-    from .sgb_logreg import _blas_limit
+    from ..sgb_logreg import _blas_limit
 
     with _blas_limit(blas_threads):
         return _run(quick, blas_threads, seed)
@@ -175,10 +176,11 @@ def run(quick: bool = False, blas_threads: int | None = 1, seed: int = 0) -> dic
 def _run(quick, blas_threads, seed):
     from tqdm.auto import tqdm
 
-    from ..datasets._images import DatasetNotAvailable
-    from ..datasets._sgb import load_sgb_dataset
-    from . import _sgb_common as C
-    from .sgb_logreg import compare, legend, methods_for, summarize, verdicts
+    from kernelkit.datasets._images import DatasetNotAvailable
+    from kernelkit.datasets._sgb import load_sgb_dataset
+
+    from .. import _sgb_common as C
+    from ..sgb_logreg import compare, legend, methods_for, summarize, verdicts
 
     config = _bench_config(quick)
     repeats = 1 if quick else 5

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelkit.experiments import bench_features as bf
+from kernelkit_experiments.bench import bench_features as bf
 
 
 @pytest.mark.parametrize("M", [64, 65])

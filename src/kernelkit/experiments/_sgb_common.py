@@ -1,8 +1,0 @@
-"""Alias of :mod:`kernelkit_experiments._sgb_common` for ``bench_sgb``, which imports it
-relatively; it goes when the benchmarks move into the experiments package."""
-
-import sys
-
-from . import _moved
-
-sys.modules[__name__] = _moved("_sgb_common")
