@@ -272,6 +272,15 @@ def _pool_greedy(k, Xp, Lp, dp, pool, p, count, outside):
     return chosen, certain
 
 
+def _thread_buffer(scratch: dict, shape) -> np.ndarray:
+    """The calling thread's scratch buffer of ``shape`` in ``scratch`` (keyed by thread id;
+    made on the thread's first block of a factorisation, reused by its later blocks)."""
+    buf = scratch.get(threading.get_ident())
+    if buf is None:
+        buf = scratch.setdefault(threading.get_ident(), np.empty(shape))
+    return buf
+
+
 class _Panel:
     """Columns ``K[:, c] - L L[c]^T`` (line 4 before the division) of the candidate pivots
     ``C``, as rows of ``S`` (c, n), over a block of columns ``[a, b)``: the ``c`` kernel
@@ -315,10 +324,7 @@ class _Step:
 
     def __call__(self, a):
         b = min(a + _BLOCK, self.d.shape[0])
-        buf = self.scratch.get(threading.get_ident())
-        if buf is None:
-            size = min(_BLOCK, self.d.shape[0])
-            buf = self.scratch.setdefault(threading.get_ident(), np.empty((2, size)))
+        buf = _thread_buffer(self.scratch, (2, min(_BLOCK, self.d.shape[0])))
         t1, t2 = buf[0, : b - a], buf[1, : b - a]
         l = self.Lt[self.m, a:b]
         if self.m > self.j0:
@@ -354,10 +360,7 @@ class _PairStep(_Step):
 
     def __call__(self, a):
         b = min(a + _BLOCK, self.d.shape[0])
-        buf = self.scratch.get(threading.get_ident())  # (3, block) buffers
-        if buf is None:
-            size = min(_BLOCK, self.d.shape[0])
-            buf = self.scratch.setdefault(threading.get_ident(), np.empty((3, size)))
+        buf = _thread_buffer(self.scratch, (3, min(_BLOCK, self.d.shape[0])))
         t1, t2 = buf[0, : b - a], buf[1:, : b - a]
         m, j0 = self.m, self.j0
         l1, l2 = self.Lt[m, a:b], self.Lt[m + 1, a:b]
@@ -406,10 +409,7 @@ class _Commit:
     def __call__(self, a):
         b = min(a + _BLOCK, self.d.shape[0])
         k = self.Tinv.shape[0]
-        buf = self.scratch.get(threading.get_ident())
-        if buf is None:
-            buf = np.empty((_PANEL, _SUB))
-            self.scratch[threading.get_ident()] = buf
+        buf = _thread_buffer(self.scratch, (_PANEL, _SUB))
         norms = np.zeros(k)
         for c in range(a, b, _SUB):  # sub-blocks: the squares stay in the core's cache
             e = min(c + _SUB, b)
