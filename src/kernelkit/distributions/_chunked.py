@@ -28,6 +28,7 @@ differs.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -70,6 +71,19 @@ def check_pivot_sample(pivot_sample) -> int | None:
     if pivot_sample < 2:
         raise ValueError(f"pivot_sample must be at least 2, got {pivot_sample}.")
     return int(pivot_sample)
+
+
+def warn_unused_basis_cache(basis_cache, stacklevel: int = 3) -> None:
+    """Warn that ``basis_cache`` is ignored (when it is given): sampled-pivot and chunked
+    fits take their statistics from one pass over all rows, not from a cached factor.
+    ``stacklevel`` counts this function's frame (3: the caller of the calling ``fit``)."""
+    if basis_cache is not None:
+        warnings.warn(
+            "basis_cache is not used by sampled-pivot / chunked fits (their statistics "
+            "come from one pass over all rows, not a cached factor).",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
 
 
 def sample_rows(n: int, size: int, random_state) -> np.ndarray:

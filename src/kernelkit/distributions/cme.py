@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import ClassVar
 
 import numpy as np
@@ -32,6 +31,7 @@ from ._chunked import (
     is_dask_array,
     lazy_transform,
     reduce_rows,
+    warn_unused_basis_cache,
 )
 
 __all__ = ["ConditionalMeanEmbedding"]
@@ -184,13 +184,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
         if dask or (pivot_sample is not None and pivot_sample < X.shape[0]):
             if Y is None:
                 check_xy(X, Y, estimator=self)  # the message of a missing Y
-            if self.basis_cache is not None:
-                warnings.warn(
-                    "basis_cache is not used by sampled-pivot / chunked fits (their "
-                    "statistics come from one pass over all rows, not a cached factor).",
-                    UserWarning,
-                    stacklevel=2,
-                )
+            warn_unused_basis_cache(self.basis_cache)
             bx = LowRankBasis(self.kernel_x, self.lengthscale_x, **common)
             by = LowRankBasis(self.kernel_y, self.lengthscale_y, **common)
             (X, Y), self.pivot_rows_, cross = fit_sampled_bases(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import ClassVar
 
 import numpy as np
@@ -28,6 +27,7 @@ from ._chunked import (
     fit_sampled_bases,
     is_chunked,
     is_dask_array,
+    warn_unused_basis_cache,
 )
 from ._positive import interval_bounds, solve_positive
 
@@ -302,14 +302,7 @@ class JointDistribution(TensorJointModel):
     def _fit_sampled(self, X, Y, pivot_sample: int, dask: bool):
         """Pivots from a uniform row sample, statistics from one pass over all rows
         (module doc of :mod:`kernelkit.distributions._chunked`); returns ``A_Y^T A_X``."""
-        if self.basis_cache is not None:
-            warnings.warn(
-                "basis_cache is not used by sampled-pivot / chunked fits (their "
-                "statistics come from one pass over all rows, not a cached "
-                "factor).",
-                UserWarning,
-                stacklevel=3,
-            )
+        warn_unused_basis_cache(self.basis_cache, stacklevel=4)  # fit -> _fit_sampled
         bx = LowRankBasis(self.kernel_x, self.lengthscale_x, **self._common())
         by = LowRankBasis(self.kernel_y, self.lengthscale_y, **self._common())
         (X, Y), rows, cross_yx = fit_sampled_bases(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import ClassVar
 
 import numpy as np
@@ -26,6 +25,7 @@ from ._chunked import (
     is_dask_array,
     lazy_transform,
     reduce_rows,
+    warn_unused_basis_cache,
 )
 from .model_selection import clipped_log_loss
 
@@ -151,13 +151,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             t = (y == positive).astype(np.float64)
         common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
         if dask or (pivot_sample is not None and pivot_sample < X.shape[0]):
-            if self.basis_cache is not None:
-                warnings.warn(
-                    "basis_cache is not used by sampled-pivot / chunked fits (their "
-                    "statistics come from one pass over all rows, not a cached factor).",
-                    UserWarning,
-                    stacklevel=2,
-                )
+            warn_unused_basis_cache(self.basis_cache)
             basis = LowRankBasis(self.kernel, self.lengthscale, **common)
             (X,), self.pivot_rows_, _ = fit_sampled_bases(
                 [basis],
