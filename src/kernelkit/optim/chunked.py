@@ -54,7 +54,12 @@ from .._backend.sklearn_validation import validate_data
 from . import _validation as _v
 from . import solvers as _s
 from .bound import multinomial_bound_from_logits
-from .kronecker import KroneckerCurvature, KroneckerPreconditioner, conjugate_gradient
+from .kronecker import (
+    KroneckerCurvature,
+    KroneckerPreconditioner,
+    conjugate_gradient,
+    inverse_preconditioner,
+)
 
 __all__ = ["ChunkedBound", "ChunkedCurvature", "chunked_bound", "chunked_bound_step", "fit_bound"]
 
@@ -256,25 +261,13 @@ class ChunkedCurvature:
             return sol.reshape(self.n, self.p).T, {"iterations": 0, "residual": 0.0}
         if method != "cg":
             raise ValueError(f"method must be 'cg' or 'dense', got {method!r}.")
-        if precondition == "kronecker":
-            precondition = self.second_moment_preconditioner()
-        if isinstance(precondition, KroneckerPreconditioner):
-            M = precondition.for_operator(self._proxy())
-        elif precondition is True or precondition == "jacobi":
-            diag = self.diagonal()
-            if not np.all(diag > 0):
-                raise ValueError(
-                    "the curvature has a zero diagonal entry (lam = 0 and a feature that is 0 "
-                    "on every row): it is singular; use lam > 0."
-                )
-            M = 1.0 / diag
-        elif precondition is False or precondition is None:
-            M = None
-        else:
-            raise ValueError(
-                "precondition must be 'jacobi', 'kronecker', None, a bool or a "
-                f"KroneckerPreconditioner, got {precondition!r}."
-            )
+        M = inverse_preconditioner(
+            precondition,
+            self._proxy,
+            self.second_moment_preconditioner,
+            self.diagonal,
+            "on every row",
+        )
         return conjugate_gradient(
             self.matvec,
             G,
@@ -445,19 +438,7 @@ def fit_bound(est, X, y, schedule):
     X0, _ = validate_data(est, X0, y0, dtype=[np.float64, np.float32], accept_sparse=False)
     classes = dask_unique(y)  # sorted labels
     check_classification_targets(classes)
-    if len(classes) < 2:
-        raise ValueError(
-            f"y has only one class ({classes.tolist()}); this classifier "
-            "needs samples of at least 2 classes."
-        )
-    warm = (
-        est.warm_start
-        and hasattr(est, "coef_")
-        and np.array_equal(getattr(est, "classes_", None), classes)
-    )
-    est.classes_ = classes
-    if not warm:
-        est._init_state(X.shape[1])
+    est._start(classes, X.shape[1])
     yi = y.map_blocks(lambda b: np.searchsorted(classes, b), dtype=np.intp)
     X1 = _augment(X.astype(X0.dtype) if X.dtype != X0.dtype else X, est.fit_intercept)
     est._dtype = X1.dtype

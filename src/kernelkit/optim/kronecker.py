@@ -247,28 +247,45 @@ class KroneckerCurvature:
             raise ValueError(f"method must be 'cg' or 'dense', got {method!r}.")
         if maxiter is None:
             maxiter = 500
-        if isinstance(precondition, KroneckerPreconditioner):
-            M = precondition.for_operator(self)
-        elif precondition == "kronecker":
-            M = KroneckerPreconditioner(self.X).for_operator(self)
-        elif precondition is True or precondition == "jacobi":
-            diag = self.diagonal()
-            if not bool(self.xp.all(diag > 0)):
-                raise ValueError(
-                    "the curvature has a zero diagonal entry (lam = 0 and a feature that is 0 "
-                    "on the whole batch): it is singular; use lam > 0."
-                )
-            M = 1.0 / diag
-        elif precondition is False or precondition is None:
-            M = None
-        else:
-            raise ValueError(
-                "precondition must be 'jacobi', 'kronecker', None, a bool or a "
-                f"KroneckerPreconditioner, got {precondition!r}."
-            )
+        M = inverse_preconditioner(
+            precondition,
+            lambda: self,
+            lambda: KroneckerPreconditioner(self.X),
+            self.diagonal,
+            "on the whole batch",
+        )
         return conjugate_gradient(
             self.matvec, G, x0=x0, rtol=rtol, maxiter=maxiter, Minv=M, check_x0=check_x0
         )
+
+
+def inverse_preconditioner(precondition, operator, kronecker, diagonal, rows: str):
+    """``Minv`` of :func:`conjugate_gradient` on the bound curvature ``operator()``.
+
+    ``precondition``: ``"jacobi"`` or True (``1 / diag``, from ``diagonal()``), a
+    :class:`KroneckerPreconditioner` or ``"kronecker"`` (made by ``kronecker()``), None or
+    False (none). ``operator``, ``kronecker`` and ``diagonal`` are called only when the
+    choice needs them. ``rows`` says where a feature is zero in the singular-curvature
+    message.
+    """
+    if isinstance(precondition, str) and precondition == "kronecker":
+        precondition = kronecker()
+    if isinstance(precondition, KroneckerPreconditioner):
+        return precondition.for_operator(operator())
+    if precondition is True or precondition == "jacobi":
+        diag = diagonal()
+        if not bool(get_namespace(diag).all(diag > 0)):
+            raise ValueError(
+                "the curvature has a zero diagonal entry (lam = 0 and a feature that is 0 "
+                f"{rows}): it is singular; use lam > 0."
+            )
+        return 1.0 / diag
+    if precondition is False or precondition is None:
+        return None
+    raise ValueError(
+        "precondition must be 'jacobi', 'kronecker', None, a bool or a "
+        f"KroneckerPreconditioner, got {precondition!r}."
+    )
 
 
 class KroneckerPreconditioner:

@@ -492,7 +492,13 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             return fit_bound(self, X, y, schedule)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         check_classification_targets(y)
-        classes = np.unique(y)
+        self._start(np.unique(y), X.shape[1])
+        self._train(X, self._encode(y), schedule, self.max_epochs)
+        return self
+
+    def _start(self, classes, n_features: int) -> None:
+        """Set ``classes_`` (sorted labels, at least 2) and start from zero coefficients
+        unless ``warm_start`` continues a fit on the same classes."""
         if len(classes) < 2:
             raise ValueError(
                 f"y has only one class ({classes.tolist()}); this classifier "
@@ -505,9 +511,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         )
         self.classes_ = classes
         if not warm:
-            self._init_state(X.shape[1])
-        self._train(X, self._encode(y), schedule, self.max_epochs)
-        return self
+            self._init_state(n_features)
 
     def partial_fit(self, X, y, classes=None):
         """One epoch over ``(X, y)``; ``classes`` is required on the first call."""
