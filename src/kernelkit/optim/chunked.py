@@ -120,7 +120,8 @@ def _block(W, Xb, index, owner, yb=None):
 
 # ----------------------------------------------------------------------- the curvature
 class ChunkedCurvature:
-    """``scale * sum_j C_j (x) x_j x_j^T + lam I`` over the row chunks of a Dask ``X``.
+    """``scale * sum_j C_j (x) x_j x_j^T + lam I`` over the row chunks of a Dask ``X``
+    (the bound's ``Sigma`` of eq. 2.3 summed over the samples; the matrix of eq. 2.4).
 
     The :class:`~kernelkit.optim.KroneckerCurvature` of all T rows of ``X`` at the
     expansion point ``W``, never holding them: every product is one pass over the chunks,
@@ -281,7 +282,7 @@ class ChunkedCurvature:
 
 # ------------------------------------------------------------------------- the bound
 class ChunkedBound(NamedTuple):
-    """The full-batch bound at ``W`` over the chunks of ``X`` (module docstring).
+    """The full-batch bound (eq. 2.3) at ``W`` over the chunks of ``X`` (module docstring).
 
     Attributes
     ----------

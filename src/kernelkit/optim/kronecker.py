@@ -39,7 +39,9 @@ __all__ = ["KroneckerCurvature", "KroneckerPreconditioner", "conjugate_gradient"
 
 
 class KroneckerCurvature:
-    """The SPFB curvature ``scale * sum_j C_j (x) x_j x_j^T + lam I`` of a batch.
+    """The SPFB curvature ``scale * sum_j C_j (x) x_j x_j^T + lam I`` of a batch: the
+    bound's ``Sigma`` (eq. 2.3) summed over the samples, the matrix solved in the step of
+    eq. 2.4 (shapes below; it acts on (p, n) parameter matrices).
 
     Parameters
     ----------
