@@ -44,13 +44,15 @@ def _fresh_dynamo():
 def test_seeded_projections_are_drawn_once_and_equal_draw_features():
     from kernelkit.attention.functional import _draw_projection_op
 
-    W, T = _draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8)
+    W, T = _draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8, torch.device("cpu"))
     np.testing.assert_array_equal(W.numpy(), draw_features("sderf", 32, 16, 3)["W"])
     assert T.numel() == 0
-    W2, _ = _draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8)
+    W2, _ = _draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8, torch.device("cpu"))
     assert W2 is not W and torch.equal(W, W2)  # a fresh copy of the one draw
     W2.zero_()  # callers may modify theirs
-    assert torch.equal(_draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8)[0], W)
+    assert torch.equal(
+        _draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8, torch.device("cpu"))[0], W
+    )
 
 
 @pytest.mark.parametrize("name", ["positive", "sderf", "saderf"])

@@ -170,7 +170,7 @@ def build_log_map(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int)
     if name not in favor.DERF_MAPS:
         raise ValueError(f"unknown exponential feature map {name!r}.")
     if name == "positive":
-        params = favor.fit_derf("positive", None, dim=d)
+        params = favor.DERFParameters(W.new_zeros(d))  # a = 0, B = I, on W's device
     elif mom is None:
         raise ValueError(f"feature map {name!r} needs moments to fit its parameters.")
     else:

@@ -481,7 +481,7 @@ def linear_attention(
             "'hyperbolic')."
         )
     sampler = _check_sampler(sampler)
-    params = _projection_params(name, n_features, d, random_state, sampler, projection)
+    params = _projection_params(name, n_features, d, random_state, sampler, projection, q.device)
 
     out_dtype = q.dtype
     ctype = torch.float32 if q.dtype in _HALF else q.dtype
@@ -580,30 +580,49 @@ def _projection_rows(name, n_features, d, n_lambda):
     return (max(1, n_features // 2) if name in ("hyperbolic", "trig") else n_features), 0
 
 
+@functools.lru_cache(maxsize=64)
+def _seeded_tensors(name, n_features, d, seed, sampler, n_lambda, device):
+    # the one draw as float64 tensors on ``device`` (copied there once: no host-to-device
+    # copy, hence no wait for the device, on later calls)
+    params = _draw_seeded(name, n_features, d, seed, sampler, n_lambda)
+    W = torch.tensor(params["W"], dtype=torch.float64, device=device)
+    T = (
+        torch.tensor(params["T"], dtype=torch.float64, device=device)
+        if "T" in params
+        else torch.empty(0, d, dtype=torch.float64, device=device)
+    )
+    return W, T
+
+
 @torch.library.custom_op("kernelkit::draw_projection", mutates_args=())
 def _draw_projection_op(
-    name: str, n_features: int, d: int, seed: int, sampler: str, n_lambda: int
+    name: str,
+    n_features: int,
+    d: int,
+    seed: int,
+    sampler: str,
+    n_lambda: int,
+    device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``draw_features(name, n_features, d, seed, sampler, n_lambda)`` as float64 tensors
-    ``(W, T)`` (``T`` empty except for ``hybrid_angular``), drawn once per argument set.
-    A custom op, so that compiled graphs (``torch.compile(fullgraph=True)``) call it as
-    one opaque node instead of breaking on the NumPy generator."""
-    params = _draw_seeded(name, n_features, d, seed, sampler, n_lambda)
-    W = torch.tensor(params["W"], dtype=torch.float64)
-    T = torch.tensor(params["T"], dtype=torch.float64) if "T" in params else torch.empty(0, d)
-    return W, T.to(torch.float64)
+    ``(W, T)`` on ``device`` (``T`` empty except for ``hybrid_angular``), drawn and copied
+    to the device once per argument set; each call returns a fresh copy made on the
+    device. A custom op, so that compiled graphs (``torch.compile(fullgraph=True)``) call
+    it as one opaque node instead of breaking on the NumPy generator."""
+    W, T = _seeded_tensors(name, n_features, d, seed, sampler, n_lambda, str(device))
+    return W.clone(), T.clone()
 
 
 @_draw_projection_op.register_fake
-def _(name, n_features, d, seed, sampler, n_lambda):
+def _(name, n_features, d, seed, sampler, n_lambda, device):
     rows, trows = _projection_rows(name, n_features, d, n_lambda)
     return (
-        torch.empty(rows, d, dtype=torch.float64),
-        torch.empty(trows, d, dtype=torch.float64),
+        torch.empty(rows, d, dtype=torch.float64, device=device),
+        torch.empty(trows, d, dtype=torch.float64, device=device),
     )
 
 
-def _projection_params(name, n_features, d, random_state, sampler, projection):
+def _projection_params(name, n_features, d, random_state, sampler, projection, device):
     if projection is None:
         if name in ("relu", "elu"):
             return {}
@@ -613,7 +632,7 @@ def _projection_params(name, n_features, d, random_state, sampler, projection):
                     f"random_state must be a non-negative integer, got {random_state}."
                 )
             W, T = _draw_projection_op(
-                name, n_features, d, int(random_state), sampler, HYBRID_SIGNS
+                name, n_features, d, int(random_state), sampler, HYBRID_SIGNS, device
             )
             return {"W": W, "T": T} if name == "hybrid_angular" else {"W": W}
         return draw_features(name, n_features, d, random_state, sampler)
