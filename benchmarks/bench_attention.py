@@ -1,4 +1,5 @@
-"""Linear-attention benchmark: ``python benchmarks/bench_attention.py [--quick]``.
+"""Linear-attention benchmark: ``python benchmarks/bench_attention.py [--quick] [--device
+cuda] [--dtype bfloat16]``.
 
 Thin wrapper around :mod:`kernelkit_experiments.bench.bench_attention` (also run by
 ``kernelkit bench attention``); see that module for what is timed and how.
@@ -15,8 +16,19 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=bench_attention.DESCRIPTION)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (seconds)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if any)")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=bench_attention.DTYPES,
+        help="dtype of q, k, v (default float32; bfloat16 is the usual CUDA setting)",
+    )
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=None, help="sequence lengths L to time"
+    )
     args = parser.parse_args(argv)
-    return bench_attention.run(quick=args.quick, device=args.device)
+    return bench_attention.run(
+        quick=args.quick, device=args.device, dtype=args.dtype, lengths=args.lengths
+    )
 
 
 if __name__ == "__main__":

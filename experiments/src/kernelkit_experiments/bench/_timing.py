@@ -25,14 +25,18 @@ def settle(seconds: float = SETTLE_S) -> None:
         pass
 
 
-def time_calls(fns: dict, repeats: int) -> dict:
-    """Time the callables in ``fns`` round-robin; ``{name: {"min": s, "median": s}}``."""
+def time_calls(fns: dict, repeats: int, settle_s: float = SETTLE_S) -> dict:
+    """Time the callables in ``fns`` round-robin; ``{name: {"min": s, "median": s}}``.
+
+    ``settle_s``: the busy-wait before each call (:data:`SETTLE_S`; 0 where no CPU BLAS
+    threads are involved, e.g. CUDA calls that synchronise)."""
     for fn in fns.values():  # warm-up (caches, page mappings, thread start-up)
         fn()
     samples = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
-            settle()
+            if settle_s:
+                settle(settle_s)
             t0 = time.perf_counter()
             fn()
             samples[k].append(time.perf_counter() - t0)

@@ -62,7 +62,7 @@ import subprocess
 import sys
 from functools import partial
 
-from ._timing import meets, text_table, time_calls
+from ._timing import SETTLE_S, meets, text_table, time_calls
 
 NAME = "attention"
 DESCRIPTION = (
@@ -119,15 +119,18 @@ def _bench_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _inputs(L, device, seed):
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _inputs(L, device, seed, dtype="float32"):
     import torch
 
     g = torch.Generator().manual_seed(seed)
     q, k, v, grad = (torch.randn(B, H, L, D, generator=g) for _ in range(4))  # (B, H, L, D)
-    return tuple(t.to(device) for t in (q, k, v, grad))
+    return tuple(t.to(device=device, dtype=getattr(torch, dtype)) for t in (q, k, v, grad))
 
 
-def _calls(L, device, seed, skip, performer_ok):
+def _calls(L, device, seed, skip, performer_ok, dtype="float32"):
     """name -> callable(q, k, v) returning the output (B, H, L, D)."""
     import torch.nn.functional as F
 
@@ -135,7 +138,7 @@ def _calls(L, device, seed, skip, performer_ok):
 
     # causal FAVOR++/FAVOR# parameters come from statistics of *other* data (a module keeps
     # them as running buffers): moments of an independent calibration batch, computed once
-    qc, kc, _, _ = _inputs(1024, device, seed + 1)
+    qc, kc, _, _ = _inputs(1024, device, seed + 1, dtype)
     calib = attention_moments(qc, kc)
     fns = {}
     if "SDPA" not in skip:
@@ -198,7 +201,9 @@ def _timed(fns, q, k, v, grad, backward, repeats, device):
         sync()
 
     wrap = fwd_bwd if backward else fwd
-    return time_calls({name: partial(wrap, fn) for name, fn in fns.items()}, repeats)
+    calls = {name: partial(wrap, fn) for name, fn in fns.items()}
+    # no BLAS threads to wait out on a GPU: no settling pause (every call synchronises)
+    return time_calls(calls, repeats, settle_s=SETTLE_S if device == "cpu" else 0.0)
 
 
 #: calls whose peak extra memory is measured, with the SDPA call they are compared to
@@ -222,13 +227,13 @@ def _peak_bytes(device) -> float:
     raise OSError("no VmHWM in /proc/self/status")
 
 
-def _memory_child(name: str, L: int, device: str, seed: int) -> None:
+def _memory_child(name: str, L: int, device: str, seed: int, dtype: str = "float32") -> None:
     """In a fresh process: print the peak extra memory (bytes) of one forward call."""
     import torch
 
     torch.set_num_threads(_bench_threads() if device == "cpu" else torch.get_num_threads())
-    fn = _calls(L, device, seed, set(), False)[name]
-    q, k, v, _ = _inputs(L, device, seed)
+    fn = _calls(L, device, seed, set(), False, dtype)[name]
+    q, k, v, _ = _inputs(L, device, seed, dtype)
     with torch.no_grad():
         fn(*(t[..., :256, :].contiguous() for t in (q, k, v)))  # warm-up at a small L
         if str(device).startswith("cuda"):
@@ -243,12 +248,14 @@ def _memory_child(name: str, L: int, device: str, seed: int) -> None:
     print(peak - base)
 
 
-def peak_extra_memory(name: str, L: int, device: str = "cpu", seed: int = 0) -> float:
+def peak_extra_memory(
+    name: str, L: int, device: str = "cpu", seed: int = 0, dtype: str = "float32"
+) -> float:
     """Peak extra memory (MiB) of one forward call of ``name`` (a key of the benchmark's
     calls) at length ``L``, measured in a fresh Python subprocess (module docstring)."""
     code = (
         "from kernelkit_experiments.bench.bench_attention import _memory_child; "
-        f"_memory_child({name!r}, {int(L)}, {device!r}, {int(seed)})"
+        f"_memory_child({name!r}, {int(L)}, {device!r}, {int(seed)}, {dtype!r})"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if res.returncode != 0:
@@ -334,6 +341,7 @@ def run(
     lengths=None,
     max_call_s: float | None = None,
     seed: int = 0,
+    dtype: str = "float32",
 ) -> dict:
     """Run the benchmark, print its tables and return the numbers.
 
@@ -348,6 +356,12 @@ def run(
     max_call_s : float, optional
         Skip exact attention / the performer causal loop where one call would take longer
         (extrapolated); default 90 s (full), 5 s (quick).
+    seed : int
+        Seed of the inputs and of the random features.
+    dtype : {"float32", "bfloat16", "float16"}
+        Dtype of q, k, v for every call (kernelkit computes half-precision inputs in
+        float32 and returns their dtype; SDPA runs in the inputs' dtype, on CUDA with its
+        flash kernel).
 
     Returns
     -------
@@ -360,6 +374,8 @@ def run(
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     lengths = tuple(lengths or (QUICK_L if quick else FULL_L))
     max_call_s = max_call_s or (5.0 if quick else 90.0)
     performer_ok = importlib.util.find_spec("performer_pytorch") is not None
@@ -370,6 +386,7 @@ def run(
         "B": B,
         "H": H,
         "d": D,
+        "dtype": dtype,
         "M": M,
         "lengths": list(lengths),
         "device": device,
@@ -380,6 +397,7 @@ def run(
         "max_call_s": max_call_s,
         "machine": platform.machine(),
         "performer_pytorch": performer_ok,
+        "card": torch.cuda.get_device_name(device) if device.startswith("cuda") else None,
     }
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     config["load_average_1min"] = load
@@ -391,7 +409,7 @@ def run(
             "KERNELKIT_TORCH_THREADS=1 gives steadier numbers."
         )
     print(
-        f"kernelkit bench attention: batch {B}, {H} heads, d={D}, M={M}, float32, "
+        f"kernelkit bench attention: batch {B}, {H} heads, d={D}, M={M}, {dtype}, "
         f"L in {list(lengths)}, device={device}, torch {torch.__version__} "
         f"({threads} threads)"
         + (" [quick sizes; the L=16384 targets need the full run]" if quick else "")
@@ -425,10 +443,10 @@ def run(
                                 else "skipped at a smaller L"
                             )
                             skipped.setdefault(mode, {}).setdefault(L, []).append(f"{name} ({why})")
-                q, k, v, grad = _inputs(L, device, seed)
+                q, k, v, grad = _inputs(L, device, seed, dtype)
                 if mode == "forward" and L == lengths[0]:
                     accuracy, same_estimator = _accuracy(q, k, v, seed, performer_ok)
-                fns = _calls(L, device, seed, skip, performer_ok)
+                fns = _calls(L, device, seed, skip, performer_ok, dtype)
                 slowest = max(
                     (
                         timings[mode][prev_L].get(n, {}).get("min", 0.0) * (L / prev_L) ** 2
@@ -438,6 +456,8 @@ def run(
                     default=0.0,
                 )
                 repeats = 1 if slowest > 10 else (3 if slowest > 1 or L >= 16384 or quick else 5)
+                if device != "cpu" and slowest <= 0.1:
+                    repeats = 10  # milliseconds a call: more rounds against launch jitter
                 timings[mode][L] = _timed(fns, q, k, v, grad, backward, repeats, device)
                 prev_L = L
                 print(
@@ -491,7 +511,7 @@ def run(
     memory = {}
     if L_mem in lengths or not quick:
         for name in ("SDPA", "SDPA causal", *_MEMORY_CALLS):
-            memory[name] = peak_extra_memory(name, L_mem, device, seed)
+            memory[name] = peak_extra_memory(name, L_mem, device, seed, dtype)
         mem_rows = []
         for name, ref in _MEMORY_CALLS.items():
             value = memory[name] / max(memory[ref], 1e-9)
@@ -521,10 +541,11 @@ def run(
             mem_rows.append(
                 [name, f"{memory[name]:.1f}", ref, f"{memory[ref]:.1f}", f"{value:.2f}", status]
             )
+        itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         print(
             f"\nPeak extra memory of one forward call at L={L_mem} (MiB, fresh process each; "
-            "the (B, H, L, d) float32 output alone is "
-            f"{B * H * L_mem * D * 4 / 2**20:.0f} MiB):"
+            f"the (B, H, L, d) {dtype} output alone is "
+            f"{B * H * L_mem * D * itemsize / 2**20:.0f} MiB):"
         )
         print(text_table(["call", "MiB", "vs", "MiB", "ratio", "status"], mem_rows))
 
