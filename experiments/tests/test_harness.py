@@ -169,6 +169,29 @@ def test_run_spec_writes_report_json_and_plot(tmp_path):
         H.run_spec(_toy_spec(), tmp_path / "bad", quick=True, progress=False, n=0)
 
 
+def test_a_series_keeps_its_colour_across_the_panels_of_a_figure():
+    """A label missing from one panel does not shift the colours of the others."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agg = H.aggregate([_toy_compute(Toy(), i) for i in range(3)])
+    full = H.Panel("all", {"a": "curve", "b": "curve2", "c": "curve"}, "y", range(3), "x")
+    gap = H.Panel("no b", {"a": "curve", "c": "curve"}, "y", range(3), "x")
+    colors = H.series_colors([full, gap])
+    assert colors == {"a": "C0", "b": "C1", "c": "C2"}
+    _, (ax1, ax2) = plt.subplots(1, 2)
+    H.draw_panel(ax1, full, agg, 3, colors)
+    H.draw_panel(ax2, gap, agg, 3, colors)
+    by_label = {ln.get_label(): ln.get_color() for ln in ax2.get_lines()}
+    assert by_label == {"a": "C0", "c": "C2"}
+    assert [ln.get_color() for ln in ax1.get_lines()] == ["C0", "C1", "C2"]
+    many = H.Panel("m", {f"s{i}": "curve" for i in range(12)}, "y", range(3), "x")
+    assert len(set(H.series_colors([many]).values())) == 12  # past the 10-colour cycle
+    plt.close("all")
+
+
 def test_panels_have_legends_bands_and_at_most_six_series():
     import matplotlib
 

@@ -61,6 +61,7 @@ __all__ = [
     "mean_sd",
     "run_seeds",
     "run_spec",
+    "series_colors",
     "verdict_counts",
 ]
 
@@ -282,9 +283,30 @@ def run_seeds(spec: Spec, config, seed: int, n_seeds: int, progress: bool = True
 
 
 # ---------------------------------------------------------------------- plots
-def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n: int) -> None:
+def series_colors(panels: Sequence[Panel]) -> dict[str, str]:
+    """One colour per series label over all ``panels`` (in order of first appearance), so
+    that a method keeps its colour in every panel of a figure, also where another series
+    is missing from a panel."""
+    labels = list(dict.fromkeys(lab for p in panels for lab in p.series))
+    if len(labels) <= 10:
+        return {lab: f"C{i}" for i, lab in enumerate(labels)}
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    return {lab: matplotlib.colors.to_hex(cmap(i % 20)) for i, lab in enumerate(labels)}
+
+
+def draw_panel(
+    ax,
+    panel: Panel,
+    agg: Mapping[str, Mapping[str, np.ndarray]],
+    n: int,
+    colors: Mapping[str, str] | None = None,
+) -> None:
     """Draw ``panel`` from aggregated metrics: mean with ± 1 s.d. (band or error bar), a
-    legend, and the seed count in the title."""
+    legend, and the seed count in the title. ``colors`` maps series labels to colours
+    (:func:`series_colors` of the figure's panels); by default the panel's own series get
+    the colours of the cycle in order."""
     if len(panel.reference) > len(panel.series):
         raise ValueError(f"panel {panel.title!r}: more reference lines than series.")
     if len(panel.series) > MAX_SERIES:
@@ -292,25 +314,27 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
             f"panel {panel.title!r} has {len(panel.series)} series; at most {MAX_SERIES} "
             "(split it into panels)."
         )
+    colors = colors or series_colors([panel])
+    series_color = [colors[lab] for lab in panel.series]
     # the scale first: setting it after the bars' tick labels would reset them
     ax.set_xscale("log" if panel.logx and panel.kind != "bar" else "linear")
     if panel.kind == "ecdf":
-        _draw_ecdf(ax, panel, agg)
+        _draw_ecdf(ax, panel, agg, series_color)
     elif panel.kind == "bar":
         labels = list(panel.series)
         means = [float(agg[k]["mean"]) for k in panel.series.values()]
         sds = [float(agg[k]["sd"]) for k in panel.series.values()]
         for i, (lab, m, s) in enumerate(zip(labels, means, sds, strict=True)):
-            ax.bar(i, m, yerr=s, capsize=3, color=f"C{i}", label=lab)
+            ax.bar(i, m, yerr=s, capsize=3, color=series_color[i], label=lab)
         ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
     else:
         x = np.asarray(panel.x, dtype=np.float64)
         for i, (lab, key) in enumerate(panel.series.items()):
             m, s = agg[key]["mean"], agg[key]["sd"]
-            ax.plot(x, m, marker="o", ms=3, color=f"C{i}", label=lab)
-            ax.fill_between(x, m - s, m + s, color=f"C{i}", alpha=0.2, linewidth=0)
+            ax.plot(x, m, marker="o", ms=3, color=series_color[i], label=lab)
+            ax.fill_between(x, m - s, m + s, color=series_color[i], alpha=0.2, linewidth=0)
         for i, (lab, key) in enumerate(panel.reference.items()):
-            ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=f"C{i}", label=lab)
+            ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=series_color[i], label=lab)
         ax.set_xlabel(panel.xlabel)
     if panel.kind == "ecdf" and panel.logx:  # no overlapping minor labels within a decade
         from matplotlib.ticker import NullFormatter
@@ -326,7 +350,7 @@ def draw_panel(ax, panel: Panel, agg: Mapping[str, Mapping[str, np.ndarray]], n:
     ax.legend(fontsize=7)
 
 
-def _draw_ecdf(ax, panel: Panel, agg) -> None:
+def _draw_ecdf(ax, panel: Panel, agg, series_color) -> None:
     """ECDF panel: per-seed sorted samples -> mean order statistics, ± 1 s.d. band."""
     for i, (lab, key) in enumerate(panel.series.items()):
         m, s = np.asarray(agg[key]["mean"]), np.asarray(agg[key]["sd"])  # (n_samples,)
@@ -336,8 +360,9 @@ def _draw_ecdf(ax, panel: Panel, agg) -> None:
                 "in increasing order in every seed."
             )
         y = np.arange(1, m.size + 1) / m.size  # ECDF at the k-th order statistic
-        ax.step(m, y, where="post", color=f"C{i}", label=lab)
-        ax.fill_betweenx(y, m - s, m + s, step="post", color=f"C{i}", alpha=0.2, linewidth=0)
+        c = series_color[i]
+        ax.step(m, y, where="post", color=c, label=lab)
+        ax.fill_betweenx(y, m - s, m + s, step="post", color=c, alpha=0.2, linewidth=0)
     ax.set_xlabel(panel.xlabel)
     ax.set_ylim(0.0, 1.02)
 
@@ -354,8 +379,9 @@ def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:
     ncols = min(len(panels), plot.ncols)
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, figsize=(4.2 * ncols, 3.4 * nrows))
+    colors = series_colors(panels)  # a method keeps its colour across the panels
     for ax, panel in zip(axes.flat, panels, strict=False):
-        draw_panel(ax, panel, agg, n)
+        draw_panel(ax, panel, agg, n, colors)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
