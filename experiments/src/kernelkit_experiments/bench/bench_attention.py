@@ -1,8 +1,9 @@
 """Benchmark of linear attention (``kernelkit bench attention``).
 
-Everything is timed in one run, on the same inputs (batch 1, 8 heads, head dimension
-d = 64, float32, queries / keys / values with i.i.d. N(0, 1) entries, so the logits
-``q.k / sqrt(d)`` have unit variance), with M = 256 random features for every
+Everything is timed in one run, on the same inputs: batch 1, 8 heads, head dimension
+d = 64, queries / keys / values with i.i.d. N(0, 1) entries (so the logits ``q.k / sqrt(d)``
+have unit variance), float32 by default (``dtype`` / ``--dtype``: bfloat16 or float16
+inputs, which kernelkit computes in float32), and M = 256 random features for every
 random-feature method:
 
 * torch :func:`~torch.nn.functional.scaled_dot_product_attention` (SDPA, exact; on CPU
@@ -29,7 +30,8 @@ Each size is timed for the forward pass (under ``torch.no_grad()``) and for forw
 backward (``out.backward(g)`` with a fixed random ``g``, gradients for q, k and v).
 Timing: :func:`kernelkit_experiments.bench._timing.time_calls` -- one warm-up call each, then
 ``repeats`` rounds calling everything round-robin (so every side of a ratio sees the same
-machine load); a time is the minimum over rounds. On CUDA every call synchronises.
+machine load); a time is the minimum over rounds. On CUDA every call synchronises, and
+there is no settling pause between calls (no CPU BLAS threads to wait out).
 
 Memory: the peak extra resident memory of one forward call (under ``no_grad``) at
 L = 16384 (``quick``: 2048), each call in a fresh Python subprocess: the process's peak
