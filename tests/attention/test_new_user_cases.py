@@ -1,0 +1,220 @@
+"""Cases a new user of kernelkit.attention runs into: SDPA's mask and broadcasting forms,
+autocast with mixed dtypes, double backward, learnable projections, stale decoding
+states, and FavorAttention inside torch's Transformer layers. One regression test per
+fix, plus gradient checks for the map / mode pairs not covered elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from torch import nn  # noqa: E402
+
+from kernelkit.attention import (  # noqa: E402
+    attention_moments,
+    draw_features,
+    linear_attention,
+)
+from kernelkit.kernels import softmax_attention  # noqa: E402
+
+
+def _qkv(q_shape, k_shape=None, e=3, scale=1.0, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    k_shape = q_shape if k_shape is None else k_shape
+    q = torch.randn(*q_shape, generator=g, dtype=dtype) * scale
+    k = torch.randn(*k_shape, generator=g, dtype=dtype) * scale
+    v = torch.randn(*k_shape[:-1], e, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def _rel(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+# ------------------------------------------------------------------ SDPA attn_mask forms
+def _causal_with_padding(pad, L):
+    # SDPA boolean mask (True = attend), (B, 1, L, L): causal and not a padded key
+    tril = torch.ones(L, L, dtype=torch.bool).tril()
+    return tril & ~pad[:, None, None, :]
+
+
+@pytest.mark.parametrize("name", ["positive", "elu"])
+def test_broadcast_causal_and_padding_attn_masks_equal_their_arguments(name):
+    """SDPA users pass the causal mask as (1, 1, L, L) or expanded to (B, H, L, L), merged
+    with key padding, or a padding row repeated over the queries: each equals the call
+    with is_causal / key_padding_mask."""
+    B, H, L = 2, 3, 9
+    q, k, v = _qkv((B, H, L, 4))
+    pad = torch.zeros(B, L, dtype=torch.bool)
+    pad[0, 6:] = True
+    pad[1, 2] = True
+
+    def call(**kw):
+        return linear_attention(q, k, v, name, 64, random_state=0, **kw)
+
+    causal = call(is_causal=True)
+    tril = torch.ones(L, L, dtype=torch.bool).tril()
+    torch.testing.assert_close(call(attn_mask=tril[None, None]), causal, rtol=0, atol=0)
+    torch.testing.assert_close(call(attn_mask=tril.expand(B, H, L, L)), causal, rtol=0, atol=0)
+    additive = torch.zeros(1, 1, L, L, dtype=q.dtype).masked_fill(~tril, float("-inf"))
+    torch.testing.assert_close(call(attn_mask=additive), causal, rtol=0, atol=0)
+
+    both = call(is_causal=True, key_padding_mask=pad[:, None, :])
+    torch.testing.assert_close(call(attn_mask=_causal_with_padding(pad, L)), both, rtol=0, atol=0)
+    rows = (~pad)[:, None, None, :].expand(B, 1, L, L)  # padding only, every query row
+    padded = call(key_padding_mask=pad[:, None, :])
+    torch.testing.assert_close(call(attn_mask=rows), padded, rtol=0, atol=0)
+    unmasked = call()
+    torch.testing.assert_close(call(attn_mask=torch.ones(L, L, dtype=torch.bool)), unmasked)
+
+
+def test_causal_padding_attn_mask_converges_to_sdpa():
+    """The decomposition means what SDPA means: with many features the output approaches
+    SDPA's on the same mask (rows with a visible key; M = 8192, d = 2, |q| ~ 0.5, so the
+    relative error is a few times M^{-1/2} ~ 0.011)."""
+    B, H, L = 2, 2, 12
+    q, k, v = _qkv((B, H, L, 2), scale=0.5)
+    pad = torch.zeros(B, L, dtype=torch.bool)
+    pad[0, 8:] = True
+    pad[1, 3] = True
+    mask = _causal_with_padding(pad, L)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = linear_attention(q, k, v, "positive", 8192, attn_mask=mask, random_state=0)
+    assert _rel(out, ref) < 0.05
+    exact = softmax_attention(q, k, v, is_causal=True, key_padding_mask=pad[:, None, :])
+    torch.testing.assert_close(exact, ref)
+
+
+def test_masks_that_are_neither_causal_nor_padding_still_raise():
+    L = 7
+    q, k, v = _qkv((1, 2, L, 4))
+    near_causal = torch.ones(L, L, dtype=torch.bool).tril()
+    near_causal[5, 2] = False  # one extra blocked pair
+    with pytest.raises(ValueError, match="arbitrary"):
+        linear_attention(q, k, v, attn_mask=near_causal[None, None])
+    sliding = torch.ones(L, L, dtype=torch.bool).tril() & torch.ones(L, L, dtype=torch.bool).triu(
+        -2
+    )
+    with pytest.raises(ValueError, match="arbitrary"):
+        linear_attention(q, k, v, attn_mask=sliding)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        linear_attention(q, k, v, attn_mask=torch.ones(3, 1, 1, L, dtype=torch.bool).tril())
+
+
+# ------------------------------------------------------------------ broadcasting, dtypes
+@pytest.mark.parametrize("causal", [False, True])
+def test_batch_dims_broadcast_as_sdpa(causal):
+    """SDPA broadcasts the leading dims of q, k, v: keys shared by the batch, (H, S, d)
+    keys for (B, H, L, d) queries. The result and the gradients equal those of the
+    explicitly expanded inputs (gradients summed over the broadcast dims)."""
+    B, H, L, d = 2, 3, 8, 4
+    q, _, _ = _qkv((B, H, L, d))
+    _, k, v = _qkv((1, H, L, d), seed=1)
+    for k_, v_ in ((k, v), (k[0], v[0])):
+        kk, vv = k_.clone().requires_grad_(True), v_.clone().requires_grad_(True)
+        out = linear_attention(
+            q, kk, vv, "sderf" if not causal else "positive", 32, random_state=0, is_causal=causal
+        )
+        ke = k_.expand(B, H, L, d).clone().requires_grad_(True)
+        ve = v_.expand(B, H, L, 3).clone().requires_grad_(True)
+        ref = linear_attention(
+            q, ke, ve, "sderf" if not causal else "positive", 32, random_state=0, is_causal=causal
+        )
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+        w = torch.randn(ref.shape, generator=torch.Generator().manual_seed(2), dtype=ref.dtype)
+        (out * w).sum().backward()
+        (ref * w).sum().backward()
+        torch.testing.assert_close(kk.grad, ke.grad.sum(0).reshape(k_.shape))
+        torch.testing.assert_close(vv.grad, ve.grad.sum(0).reshape(v_.shape))
+    with pytest.raises(ValueError, match="broadcast"):
+        linear_attention(q, torch.cat([k, k, k]), torch.cat([v, v, v]))
+
+
+def test_mixed_dtypes_under_autocast_compute_in_float32():
+    """Under autocast a projected query is bfloat16 while cached keys stay float32, and
+    SDPA accepts that; the call computes in float32 and returns q's dtype. Outside
+    autocast, mixed dtypes still raise."""
+    q, k, v = _qkv((2, 2, 10, 4), dtype=torch.float32)
+    qh = q.to(torch.bfloat16)
+    ref = linear_attention(qh.float(), k, v, "sderf", 32, random_state=0)
+    for causal in (False, True):
+        mom = attention_moments(q, k) if causal else None
+        ref = linear_attention(
+            qh.float(), k, v, "sderf", 32, random_state=0, is_causal=causal, moments=mom
+        )
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = linear_attention(
+                qh, k, v, "sderf", 32, random_state=0, is_causal=causal, moments=mom
+            )
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out, ref.to(torch.bfloat16), rtol=0, atol=0)
+    with pytest.raises(TypeError, match="one dtype"):
+        linear_attention(qh, k, v, "sderf", 32, random_state=0)
+
+
+# ------------------------------------------------------------------ autograd
+
+
+def test_projection_that_requires_grad_raises_for_positive_maps():
+    """A learnable W (nn.Parameter) received no gradient (bidirectional) or failed with an
+    unrelated autograd error (causal): the positive maps' projections are constants."""
+    q, k, v = _qkv((1, 2, 6, 3))
+    W = nn.Parameter(torch.as_tensor(draw_features("positive", 16, 3, 0)["W"]))
+    for causal in (False, True):
+        with pytest.raises(ValueError, match=r"requires grad.*detach"):
+            linear_attention(q, k, v, "positive", 16, projection=W, is_causal=causal)
+        with torch.no_grad():
+            a = linear_attention(q, k, v, "positive", 16, projection=W, is_causal=causal)
+        b = linear_attention(q, k, v, "positive", 16, projection=W.detach(), is_causal=causal)
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    Wt = nn.Parameter(torch.as_tensor(draw_features("trig", 16, 3, 0)["W"]))
+    linear_attention(q, k, v, "trig", 16, projection=Wt).square().sum().backward()
+    assert Wt.grad is not None and Wt.grad.abs().sum() > 0  # trig's W is differentiable
+
+
+def test_projection_and_scale_validation():
+    q, k, v = _qkv((1, 2, 6, 3))
+    P = draw_features("hybrid_angular", 128, 3, 0)
+    with pytest.raises(ValueError, match="'T'"):  # was a bare KeyError
+        linear_attention(q, k, v, "hybrid_angular", 128, projection={"W": P["W"]})
+    with pytest.raises(ValueError, match="'T'"):
+        linear_attention(q, k, v, "hybrid_angular", 128, projection={**P, "T": P["T"][:, :2]})
+    with pytest.raises(ValueError, match="scale"):  # bool is not a scale (was 1.0)
+        linear_attention(q, k, v, scale=True)
+
+
+@pytest.mark.parametrize(
+    "name,causal",
+    [("gerf", False), ("gerf", True), ("aderf", False), ("saderf", True), ("hyperbolic", False)],
+)
+def test_gradcheck_remaining_maps_cross_and_single_query(name, causal):
+    """float64 gradcheck of the map / mode pairs test_linear_attention leaves out, with
+    fixed fitted parameters (moments), a padded key, S != L (bidirectional) and a
+    single-query instance."""
+    S = 7 if causal else 9
+    q, k, v = _qkv((2, 7, 3), (2, S, 3), e=2, scale=0.8)
+    mom = attention_moments(q, k)
+    mask = torch.zeros(2, S, dtype=torch.bool)
+    mask[:, 2] = True
+
+    def f(q, k, v):
+        return linear_attention(
+            q,
+            k,
+            v,
+            name,
+            6,
+            random_state=0,
+            is_causal=causal,
+            moments=mom,
+            key_padding_mask=mask,
+            chunk_size=2,
+        )
+
+    ins = tuple(t.clone().requires_grad_(True) for t in (q, k, v))
+    assert torch.autograd.gradcheck(f, ins)
+    if not causal:  # L = 1
+        ins = (ins[0][:, :1].detach().requires_grad_(True), *ins[1:])
+        assert torch.autograd.gradcheck(f, ins)
