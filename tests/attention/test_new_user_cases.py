@@ -155,6 +155,25 @@ def test_mixed_dtypes_under_autocast_compute_in_float32():
 
 
 # ------------------------------------------------------------------ autograd
+@pytest.mark.parametrize("causal", [False, True])
+def test_double_backward_raises_instead_of_dropping_second_derivatives(causal):
+    """The positive maps' backward is closed-form: with create_graph=True it used to give
+    a gradient without a graph (causal: second-order terms silently missing) or an
+    in-place autograd error (bidirectional). It now says so; plain-autograd maps keep
+    their double backward."""
+    q, k, v = (t.requires_grad_(True) for t in _qkv((1, 2, 6, 3)))
+    for name in ("positive", "sderf", "elu") if causal else ("positive", "sderf"):
+        mom = attention_moments(q.detach(), k.detach())
+        out = linear_attention(q, k, v, name, 16, random_state=0, is_causal=causal, moments=mom)
+        with pytest.raises(RuntimeError, match="second derivatives"):
+            torch.autograd.grad(out.sum(), q, create_graph=True)
+        (g,) = torch.autograd.grad(out.square().sum(), q)  # first order unchanged
+        assert torch.isfinite(g).all()
+    if not causal:
+        out = linear_attention(q, k, v, "trig", 16, random_state=0)
+        (g,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+        (h,) = torch.autograd.grad(g.sum(), k)
+        assert torch.isfinite(h).all() and h.abs().sum() > 0
 
 
 def test_projection_that_requires_grad_raises_for_positive_maps():

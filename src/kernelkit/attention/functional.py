@@ -437,6 +437,11 @@ def linear_attention(
 
     Notes
     -----
+    Autograd: the positive maps (and causal relu / elu) have closed-form first
+    derivatives only; a second derivative (``create_graph=True``) raises a
+    ``RuntimeError``. trig, hybrid_angular and bidirectional relu / elu use plain
+    autograd.
+
     Causal fitted maps: FAVOR++ / FAVOR# parameters come from ``moments`` of *other*
     data, so no position sees a later one through them; ``FavorAttention`` keeps those
     moments as running averages (buffers ``running_*``) updated after each training
