@@ -5,6 +5,8 @@ fix, plus gradient checks for the map / mode pairs not covered elsewhere."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -15,7 +17,9 @@ from torch import nn  # noqa: E402
 from kernelkit.attention import (  # noqa: E402
     attention_moments,
     draw_features,
+    init_decoding_state,
     linear_attention,
+    linear_attention_step,
 )
 from kernelkit.kernels import softmax_attention  # noqa: E402
 
@@ -237,3 +241,25 @@ def test_gradcheck_remaining_maps_cross_and_single_query(name, causal):
     if not causal:  # L = 1
         ins = (ins[0][:, :1].detach().requires_grad_(True), *ins[1:])
         assert torch.autograd.gradcheck(f, ins)
+
+
+# ------------------------------------------------------------------ decoding
+def test_stale_state_after_an_inplace_step_raises():
+    """Reusing a state after an inplace=True step advanced its tensors used to give
+    silently wrong outputs (e.g. one empty state shared by two sequences)."""
+    q, k, v = _qkv((2, 3, 6, 4))
+    empty = init_decoding_state((2, 3), 4, "positive", 16, e=3, random_state=0, dtype=q.dtype)
+    _, st = linear_attention_step(q[..., :3, :], k[..., :3, :], v[..., :3, :], empty)
+    shared = copy.deepcopy(st)  # a copy is a fresh state
+    with torch.no_grad():
+        out, st2 = linear_attention_step(q[..., 3, :], k[..., 3, :], v[..., 3, :], st, inplace=True)
+        linear_attention_step(q[..., 4, :], k[..., 4, :], v[..., 4, :], st2, inplace=True)
+        with pytest.raises(ValueError, match="stale"):
+            linear_attention_step(q[..., 3, :], k[..., 3, :], v[..., 3, :], st)
+        with pytest.raises(ValueError, match="stale"):
+            linear_attention_step(q[..., 3, :], k[..., 3, :], v[..., 3, :], st2)
+        again, _ = linear_attention_step(q[..., 3, :], k[..., 3, :], v[..., 3, :], shared)
+        torch.testing.assert_close(again, out, rtol=0, atol=0)
+        linear_attention_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], empty, inplace=True)
+    with pytest.raises(ValueError, match="stale"):
+        linear_attention_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], empty)
