@@ -15,6 +15,7 @@ pytestmark = pytest.mark.torch
 from torch import nn  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
+    FavorAttention,
     attention_moments,
     draw_features,
     init_decoding_state,
@@ -263,3 +264,49 @@ def test_stale_state_after_an_inplace_step_raises():
         linear_attention_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], empty, inplace=True)
     with pytest.raises(ValueError, match="stale"):
         linear_attention_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], empty)
+
+
+def test_module_step_rejects_non_finite_input_by_name():
+    m = FavorAttention(8, 2, feature_map="positive", n_features=16, random_state=0).eval()
+    x = torch.randn(2, 8)
+    bad = x.clone()
+    bad[1, 3] = float("nan")
+    with pytest.raises(ValueError, match="key_t contains NaN"):
+        m.step(x, bad, x, m.init_state(2))
+
+
+# ------------------------------------------------------------------ torch Transformer layers
+def test_encoder_layer_in_eval_runs_favor_attention_not_the_fused_fast_path():
+    """nn.TransformerEncoderLayer in eval mode without grad takes a fused fast path that
+    reads self_attn's in_proj weights and computes exact softmax attention (with
+    FavorAttention it failed on a missing ``merge_masks``). The layer now runs the
+    module's own forward, as with the fast path disabled."""
+    torch.manual_seed(0)
+    E, H = 8, 2
+    layer = nn.TransformerEncoderLayer(E, H, dim_feedforward=16, batch_first=True, dropout=0.0)
+    fav = FavorAttention(E, H, feature_map="positive", n_features=16, random_state=0)
+    fav.load_state_dict(layer.self_attn.state_dict(), strict=False)
+    exact_layer = copy.deepcopy(layer).eval()
+    layer.self_attn = fav
+    layer.eval()
+    x = torch.randn(2, 5, E)
+    pad = torch.zeros(2, 5, dtype=torch.bool)
+    pad[0, 3:] = True
+    with torch.no_grad():
+        out = layer(x, src_key_padding_mask=pad)
+        exact = exact_layer(x, src_key_padding_mask=pad)
+        enabled = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            slow = layer(x, src_key_padding_mask=pad)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(enabled)
+    torch.testing.assert_close(out, slow, rtol=0, atol=0)
+    assert _rel(out[1], exact[1]) > 1e-3  # M = 16 features: not the exact attention
+
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    with torch.no_grad(), pytest.raises(ValueError, match="enable_nested_tensor=False"):
+        encoder(x, src_key_padding_mask=pad)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    with torch.no_grad():
+        assert torch.isfinite(encoder(x, src_key_padding_mask=pad)).all()

@@ -52,6 +52,14 @@ from .functional import (
 __all__ = ["FavorAttention"]
 
 
+def _no_fused_fast_path(module, args):
+    """A no-op forward pre-hook. ``nn.TransformerEncoderLayer`` skips its fused fast path
+    (``torch._transformer_encoder_layer_fwd``, exact softmax attention computed from
+    ``self_attn.in_proj_weight``) when any submodule has a hook, so that in eval mode a
+    ``FavorAttention`` layer still runs its own forward."""
+    return None
+
+
 class FavorAttention(nn.Module):
     """Multi-head linear attention (FAVOR+ / FAVOR++ / FAVOR# / hybrid / linear maps).
 
@@ -117,6 +125,11 @@ class FavorAttention(nn.Module):
     * ``torch.compile``: both modes compile with ``fullgraph=True`` in eval mode (the
       causal scan as one custom op); a redraw in training mode runs eagerly
       (``torch.compiler.disable``).
+    * As ``self_attn`` of ``nn.TransformerEncoderLayer``: a (no-op) forward pre-hook
+      keeps the layer's fused eval-mode fast path, which would compute exact softmax
+      attention from ``in_proj_weight``, from bypassing this module. Nested tensors
+      (``nn.TransformerEncoder``'s eval fast path with a padding mask) raise: build the
+      encoder with ``enable_nested_tensor=False``.
     """
 
     def __init__(
@@ -224,6 +237,9 @@ class FavorAttention(nn.Module):
             "num_batches_tracked", torch.zeros((), dtype=torch.long, device=device)
         )
         self._n_tracked = 0  # its host mirror (see _batches_tracked)
+        # inside nn.TransformerEncoderLayer in eval mode, keep torch's fused exact-softmax
+        # fast path from replacing this module (it reads only the in_proj weights)
+        self.register_forward_pre_hook(_no_fused_fast_path)
 
     def _reset_parameters(self):
         if self._qkv_same_embed_dim:
@@ -292,6 +308,13 @@ class FavorAttention(nn.Module):
         for name, t in (("query", query), ("key", key), ("value", value)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+            if t.is_nested:
+                raise ValueError(
+                    f"{name} is a nested tensor, which FavorAttention does not take; "
+                    "nn.TransformerEncoder makes them from a padded batch in eval mode: build "
+                    "it with enable_nested_tensor=False (the key_padding_mask then reaches "
+                    "this module)."
+                )
             if t.dim() not in (2, 3):
                 raise ValueError(
                     f"{name} must be 2-D (unbatched) or 3-D (batched), got shape {tuple(t.shape)}."
@@ -529,6 +552,8 @@ class FavorAttention(nn.Module):
                 f"batch / length mismatch: query_t {tuple(query_t.shape)}, key_t "
                 f"{tuple(key_t.shape)}, value_t {tuple(value_t.shape)}."
             )
+        # eager CPU inputs, as forward: a clear error instead of a NaN state
+        _finite_check(None, query_t=query_t, key_t=key_t, value_t=value_t)
         q, k, v = self._in_projection(query_t, key_t, value_t)
         q, k, v = (t.view(N, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (N, H, T, hd)
         out, state = linear_attention_step(q, k, v, state, check_finite=False, inplace=inplace)
