@@ -275,6 +275,42 @@ def test_module_step_rejects_non_finite_input_by_name():
         m.step(x, bad, x, m.init_state(2))
 
 
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_module_step_takes_the_forward_key_padding_mask(batch_first):
+    """FavorAttention.step had no key_padding_mask, so a left-padded batch of prompts
+    could not be decoded as forward(..., key_padding_mask=..., is_causal=True) runs it.
+    Prefill (N, T) with a bool mask, then single tokens with a float (-inf) one."""
+    torch.manual_seed(0)
+    m = FavorAttention(
+        8, 2, feature_map="sderf", n_features=16, random_state=0, batch_first=batch_first
+    )
+    m = m.double()
+    x = torch.randn(3, 7, 8, dtype=torch.float64)  # (N, L, E)
+    m(x, x, x, is_causal=True)  # running statistics for the causal fitted map
+    m.eval()
+    pad = torch.zeros(3, 7, dtype=torch.bool)
+    pad[0, :3] = True  # left padding
+    pad[2, :1] = True
+    pad[1, 5] = True
+    xs = x if batch_first else x.transpose(0, 1)
+    with torch.no_grad():
+        full, _ = m(xs, xs, xs, key_padding_mask=pad, is_causal=True)
+        full = full if batch_first else full.transpose(0, 1)
+        st = m.init_state(3)
+        pre = xs[:, :4] if batch_first else xs[:4]
+        y, st = m.step(pre, pre, pre, st, key_padding_mask=pad[:, :4])
+        y = y if batch_first else y.transpose(0, 1)
+        steps = []
+        for t in range(4, 7):
+            fpad = torch.zeros(3, dtype=torch.float64).masked_fill(pad[:, t], float("-inf"))
+            y_t, st = m.step(x[:, t], x[:, t], x[:, t], st, key_padding_mask=fpad)
+            steps.append(y_t)
+    torch.testing.assert_close(y, full[:, :4], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(torch.stack(steps, 1), full[:, 4:], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        m.step(x[:, 0], x[:, 0], x[:, 0], st, key_padding_mask=pad[:2, 0])
+
+
 # ------------------------------------------------------------------ torch Transformer layers
 def test_encoder_layer_in_eval_runs_favor_attention_not_the_fused_fast_path():
     """nn.TransformerEncoderLayer in eval mode without grad takes a fused fast path that

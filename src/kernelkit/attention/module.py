@@ -505,7 +505,7 @@ class FavorAttention(nn.Module):
             device=w.device if device is None else device,
         )
 
-    def step(self, query_t, key_t, value_t, state, *, inplace=False):
+    def step(self, query_t, key_t, value_t, state, *, key_padding_mask=None, inplace=False):
         """Causal self-attention for new tokens from a recurrent state: ``(out_t, state)``.
 
         query_t (N, E), key_t (N, kdim), value_t (N, vdim) for one token, or (N, T, E)
@@ -513,7 +513,10 @@ class FavorAttention(nn.Module):
         state from :meth:`init_state` or a previous step. In-projection, per-head
         :func:`kernelkit.attention.linear_attention_step`, out-projection: in eval mode,
         stepping a sequence equals ``forward(..., is_causal=True)``. Never redraws the
-        features nor updates the running statistics. ``inplace=True`` updates the state's
+        features nor updates the running statistics. ``key_padding_mask`` (N,) for one
+        token or (N, T) for a block (whatever ``batch_first``), bool (True = padded) or
+        float (``-inf`` = padded): padded tokens' keys and values stay out of the state,
+        as in ``forward(..., key_padding_mask=...)``. ``inplace=True`` updates the state's
         tensors in place (without autograd only, see ``linear_attention_step``). Returns
         out_t shaped as query_t and the new state.
         """
@@ -556,7 +559,14 @@ class FavorAttention(nn.Module):
         _finite_check(None, query_t=query_t, key_t=key_t, value_t=value_t)
         q, k, v = self._in_projection(query_t, key_t, value_t)
         q, k, v = (t.view(N, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (N, H, T, hd)
-        out, state = linear_attention_step(q, k, v, state, check_finite=False, inplace=inplace)
+        mask = None
+        if key_padding_mask is not None:  # (N,) or (N, T) -> (N, H, T)
+            m = torch.as_tensor(key_padding_mask, device=query_t.device)
+            m = m[:, None] if single and m.dim() == 1 else m
+            mask = self._check_padding_mask(m, N, T, m.device)[:, None, :].expand(N, H, T)
+        out, state = linear_attention_step(
+            q, k, v, state, key_padding_mask=mask, check_finite=False, inplace=inplace
+        )
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = self.out_proj(out.transpose(1, 2).reshape(N, T, self.embed_dim))  # (N, T, E)
         if single:
