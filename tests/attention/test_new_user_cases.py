@@ -311,6 +311,43 @@ def test_module_step_takes_the_forward_key_padding_mask(batch_first):
         m.step(x[:, 0], x[:, 0], x[:, 0], st, key_padding_mask=pad[:2, 0])
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("name,causal,redraw", [("positive", False, 1), ("sderf", True, None)])
+def test_activation_checkpointing_recomputes_with_the_same_features(
+    name, causal, redraw, reentrant
+):
+    """torch.utils.checkpoint reruns forward during backward: a training-mode redraw
+    there drew new features (gradients off by ~80%), and a causal fitted map updated its
+    running statistics again and refitted from them. The recomputation now uses the
+    original call's features and statistics: gradients, buffers and counters equal
+    those of the same steps without checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    m = FavorAttention(
+        8, 2, feature_map=name, n_features=16, random_state=0, redraw_interval=redraw
+    )
+    ref = copy.deepcopy(m)
+    g = torch.Generator().manual_seed(1)
+    x0, x1 = (torch.randn(2, 5, 8, generator=g) for _ in range(2))
+    for mod in (m, ref):  # a first step: statistics / redraw counter move
+        mod(x0, x0, x0, is_causal=causal)[0].sum().backward()
+
+    def attend(x):
+        return m(x, x, x, is_causal=causal)[0]
+
+    xa, xb = x1.clone().requires_grad_(True), x1.clone().requires_grad_(True)
+    out = checkpoint(attend, xa, use_reentrant=reentrant)
+    out.square().sum().backward()
+    expected = ref(xb, xb, xb, is_causal=causal)[0]
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(xa.grad, xb.grad)
+    torch.testing.assert_close(m.in_proj_weight.grad, ref.in_proj_weight.grad)
+    for key, buf in ref.state_dict().items():
+        torch.testing.assert_close(m.state_dict()[key], buf, rtol=0, atol=0, msg=key)
+
+
 # ------------------------------------------------------------------ torch Transformer layers
 def test_encoder_layer_in_eval_runs_favor_attention_not_the_fused_fast_path():
     """nn.TransformerEncoderLayer in eval mode without grad takes a fused fast path that

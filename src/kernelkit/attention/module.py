@@ -125,6 +125,9 @@ class FavorAttention(nn.Module):
     * ``torch.compile``: both modes compile with ``fullgraph=True`` in eval mode (the
       causal scan as one custom op); a redraw in training mode runs eagerly
       (``torch.compiler.disable``).
+    * Activation checkpointing (``torch.utils.checkpoint``): the forward rerun during the
+      backward pass neither redraws nor updates the running statistics, and uses those
+      of the module's last call, so gradients are those of the original call.
     * As ``self_attn`` of ``nn.TransformerEncoderLayer``: a (no-op) forward pre-hook
       keeps the layer's fused eval-mode fast path, which would compute exact softmax
       attention from ``in_proj_weight``, from bypassing this module. Nested tensors
@@ -360,7 +363,10 @@ class FavorAttention(nn.Module):
         is_causal = self._check_attn_mask(attn_mask, is_causal, L, S)
         mask = self._check_padding_mask(key_padding_mask, N, S, query.device)
 
-        if self.training and self.redraw_interval:  # eval / no redraw: nothing to trace
+        # activation checkpointing recomputes this call during the backward pass: with the
+        # features and statistics of the original call (no redraw, no update)
+        recompute = self.training and self._in_recomputation()
+        if self.training and self.redraw_interval and not recompute:  # eval: nothing to trace
             self._maybe_redraw()
         H, hd = self.num_heads, self.head_dim
         q, k, v = self._in_projection(query, key, value)
@@ -372,7 +378,7 @@ class FavorAttention(nn.Module):
         if self.sign_projection.numel():
             proj["T"] = self.sign_projection
         if is_causal:
-            out = self._causal_attention(q, k, v, mask4, proj)
+            out = self._causal_attention(q, k, v, mask4, proj, recompute)
         else:
             out = linear_attention(
                 q,
@@ -452,12 +458,23 @@ class FavorAttention(nn.Module):
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
 
-    def _causal_attention(self, q, k, v, mask4, proj):
+    @staticmethod
+    def _in_recomputation() -> bool:
+        """Whether forward runs inside a backward pass, as when activation checkpointing
+        (``torch.utils.checkpoint``) recomputes it: that call must see the features and
+        running statistics of the original one."""
+        if torch.compiler.is_compiling():
+            return False
+        return torch._C._current_graph_task_id() != -1
+
+    def _causal_attention(self, q, k, v, mask4, proj, recompute=False):
         # eager: chunk loop + custom autograd Function; running statistics read before and
-        # updated after the call (training only), so no call sees its own tokens
+        # updated after the call (training only), so no call sees its own tokens. A
+        # checkpoint recomputation reuses the statistics of the module's last call.
         fm, moments = self.feature_map, None
         if fm in FITTED_MAPS:
-            moments = self._running_moments()
+            last = getattr(self, "_last_moments", None) if recompute else None
+            moments = last[0] if last is not None else self._running_moments()
             if moments is None:
                 fm = "positive"  # no statistics yet: A = 0
         out = linear_attention(
@@ -473,7 +490,8 @@ class FavorAttention(nn.Module):
             chunk_size=self.chunk_size,
             check_finite=False,
         )
-        if self.training and self.feature_map in FITTED_MAPS:
+        if self.training and self.feature_map in FITTED_MAPS and not recompute:
+            self._last_moments = (moments,)  # what a checkpoint recomputation must use
             self._update_running(q, k, mask4)
         return out
 
