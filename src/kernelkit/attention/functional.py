@@ -392,6 +392,9 @@ def linear_attention(
         block-orthogonal (Performer ORF) by default, each row N(0, I); ``"iid"``
         Gaussian; the structured and quasi-Monte Carlo samplers of
         :data:`kernelkit.features.sampling.SAMPLERS`. Unused with ``projection``.
+        ``"sorf"`` / ``"hadamard"`` directions take discrete values, so the estimate is
+        biased at small head dims (with ``"sorf"`` and ``d = 1`` every row is ``+-1`` and
+        the error stops shrinking with ``M``); prefer the Gaussian samplers there.
     projection : array (M, d) or dict, optional
         Fixed projections (as returned by :func:`draw_features`) instead of drawing them.
         They are constants for autograd with the positive maps (closed-form gradients for
