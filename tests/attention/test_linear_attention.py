@@ -399,8 +399,8 @@ def test_bad_input_errors():
         linear_attention(q, k[..., :3], v)
     with pytest.raises(ValueError, match="same length S"):
         linear_attention(q, k, v[..., :5, :])
-    with pytest.raises(ValueError, match="leading"):
-        linear_attention(q, k[0], v[0])
+    with pytest.raises(ValueError, match="leading"):  # (2, 1) and (3, 1) do not broadcast
+        linear_attention(q.expand(2, 1, 6, 4), k.expand(3, 1, 6, 4), v.expand(3, 1, 6, 5))
     with pytest.raises(TypeError, match="one dtype"):
         linear_attention(q, k.float(), v)
     with pytest.raises(TypeError, match="floating"):

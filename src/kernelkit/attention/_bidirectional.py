@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import torch
 
+from ._linear import first_order_only
+
 __all__ = ["bidirectional_stream", "block_rows"]
 
 _NEG = -1e30  # finite "minus infinity": log features of masked keys
@@ -217,6 +219,7 @@ class _BidirectionalExp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         q, k, v, keep, kmax, state, Wq, out, den = ctx.saved_tensors
+        first_order_only(q, k, v)
         sq, sk = ctx.sides
         rows, blocks = ctx.rows, ctx.blocks
         L, S, e = q.shape[1], k.shape[1], v.shape[-1]

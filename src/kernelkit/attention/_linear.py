@@ -58,6 +58,19 @@ _NEG = -1e30  # finite "minus infinity" for maxima over masked / empty sets
 _POS = 1e30
 
 
+def first_order_only(*inputs):
+    """Raise where a closed-form backward would be differentiated (``create_graph=True``
+    with inputs that require grad): it runs without autograd, so second derivatives
+    would be silently missing."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        raise RuntimeError(
+            "linear attention with a positive feature map (causal relu / elu too) has a "
+            "closed-form backward that is not differentiable: second derivatives "
+            "(create_graph=True, double backward) are not supported. The 'trig' and "
+            "'hybrid_angular' maps and bidirectional 'relu' / 'elu' use plain autograd."
+        )
+
+
 def _safe_div(num, den):
     # num (..., L, e), den (..., L): zero rows (no visible key) give zeros, not NaN
     ok = den > 0
@@ -499,6 +512,7 @@ class _CausalExp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         xq, xk, v, keep, out, den, Rall = ctx.saved_tensors
+        first_order_only(xq, xk, v)
         keep = keep if ctx.has_keep else None
         feat, chunk, block = ctx.feat, ctx.chunk, ctx.block
         B, L, _ = xq.shape

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -62,6 +62,9 @@ class LinearAttentionState:
         Map name; ``scale`` the softmax scale; ``d`` the head dim.
     params : object
         The prepared feature parameters (not rebuilt per step).
+
+    A state whose tensors a later ``inplace=True`` step has updated no longer holds the
+    prefix of its ``t`` tokens; :func:`linear_attention_step` refuses it (eager mode).
     """
 
     kvz: torch.Tensor
@@ -71,6 +74,8 @@ class LinearAttentionState:
     scale: float
     d: int
     params: object
+    # in-place version of ``kvz`` when this state was made (-1: unknown, not checked)
+    _version: int = field(default=-1, repr=False, compare=False)
 
     @property
     def kv(self) -> torch.Tensor:
@@ -123,6 +128,14 @@ class _PlainFeatures:
         if self.name == "elu":  # log(elu(x) + 1) = x (x < 0), log1p(x) (x >= 0)
             return tuple(torch.where(t < 0, t, torch.log1p(t.clamp(min=0))) for t in (x, y))
         return tuple(torch.log(torch.relu(t) + 1e-3) for t in (x, y))
+
+
+def _tensor_version(t) -> int:
+    # in-place version counter of a state tensor; -1 where none is read (inference
+    # tensors keep none, compiled graphs do not trace it)
+    if torch.compiler.is_compiling() or t.is_inference():
+        return -1
+    return t._version
 
 
 def _positive_int(name, val):
@@ -236,14 +249,16 @@ def init_decoding_state(
         feats = _ExpFeatures(fmap.to(ctype), shared)
     M = feats.n_out
     kw = {"dtype": ctype, "device": device}
+    kvz = torch.zeros(*batch, M, e + 1, **kw)
     return LinearAttentionState(
-        kvz=torch.zeros(*batch, M, e + 1, **kw),
+        kvz=kvz,
         c=torch.full((*batch, M), _NEG, **kw),
         t=0,
         feature_map=name,
         scale=float(scale),
         d=d,
         params=feats,
+        _version=_tensor_version(kvz),
     )
 
 
@@ -260,6 +275,15 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.device != state.device:
             raise ValueError(f"{name} is on {t.device}, the state on {state.device}.")
+    if state._version >= 0 and _tensor_version(state.kvz) > state._version:
+        # (a copy, e.g. copy.deepcopy(state), has fresh tensors: never flagged)
+        raise ValueError(
+            "state is stale: its tensors were modified in place (by an inplace=True step) "
+            f"since it was made, so they no longer hold the prefix of its t={state.t} "
+            "tokens. Continue from the state that step returned, and step a copy "
+            "(copy.deepcopy) of a state that several sequences share, e.g. an empty or "
+            "prefilled one."
+        )
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q_t, k_t, v_t must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
     ctype = torch.float32 if q.dtype in _HALF else q.dtype
@@ -401,9 +425,9 @@ def linear_attention_step(
     inplace : bool
         Update ``state.kvz`` and ``state.c`` in place (as a static KV cache is): no
         allocation of ``M (e + 1)`` floats per step; the returned state shares them (use
-        it: the input's ``t`` is not advanced). Only without autograd (under
-        ``torch.no_grad()`` or for inputs that do not require grad); otherwise a
-        ``ValueError``.
+        it: the input's ``t`` is not advanced; stepping the input state again raises a
+        ``ValueError``, in eager mode). Only without autograd (under ``torch.no_grad()``
+        or for inputs that do not require grad); otherwise a ``ValueError``.
 
     Returns
     -------
@@ -434,5 +458,6 @@ def linear_attention_step(
         lk = torch.where(keep[..., None], lk, _NEG)
     step = _token if single else _block
     out, kvz, c = step(lq, lk, va, keep, state.kvz, state.c, inplace)
-    new = replace(state, kvz=kvz, c=c, t=state.t + (1 if single else q_t.shape[-2]))
+    t = state.t + (1 if single else q_t.shape[-2])
+    new = replace(state, kvz=kvz, c=c, t=t, _version=_tensor_version(kvz))
     return out.to(q_t.dtype), new

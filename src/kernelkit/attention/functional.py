@@ -246,7 +246,7 @@ def _validate(q, k, v, is_causal, key_padding_mask):
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.dim() < 2:
             raise ValueError(f"{name} must have shape (..., L, d), got {tuple(t.shape)}.")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
+    if (k.dtype != q.dtype or v.dtype != q.dtype) and not torch.is_autocast_enabled(q.device.type):
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
     if q.shape[:-2] != k.shape[:-2] or q.shape[:-2] != v.shape[:-2]:
         raise ValueError(
@@ -345,9 +345,10 @@ def linear_attention(
     q : tensor (..., L, d)
     k : tensor (..., S, d)
     v : tensor (..., S, e)
-        Same dtype; float16 / bfloat16 inputs are computed in float32 (autocast is
-        disabled inside) and returned in their dtype. NumPy arrays are accepted and give
-        NumPy output.
+        Leading (batch, head) dims broadcast against each other, as in SDPA. Same dtype
+        (under ``torch.autocast`` they may differ, as SDPA allows there); float16 /
+        bfloat16 inputs are computed in float32 (autocast is disabled inside) and
+        returned in ``q``'s dtype. NumPy arrays are accepted and give NumPy output.
     feature_map : str
         ``"relu"``, ``"elu"`` (Katharopoulos et al.: ``relu(x) + 1e-3``, ``elu(x) + 1``;
         not softmax estimators, ``n_features`` unused), ``"trig"`` (``[sin, cos]``,
@@ -391,8 +392,14 @@ def linear_attention(
         block-orthogonal (Performer ORF) by default, each row N(0, I); ``"iid"``
         Gaussian; the structured and quasi-Monte Carlo samplers of
         :data:`kernelkit.features.sampling.SAMPLERS`. Unused with ``projection``.
+        ``"sorf"`` / ``"hadamard"`` directions take discrete values, so the estimate is
+        biased at small head dims (with ``"sorf"`` and ``d = 1`` every row is ``+-1`` and
+        the error stops shrinking with ``M``); prefer the Gaussian samplers there.
     projection : array (M, d) or dict, optional
         Fixed projections (as returned by :func:`draw_features`) instead of drawing them.
+        They are constants for autograd with the positive maps (closed-form gradients for
+        ``q``, ``k``, ``v``): a projection that requires grad raises a ``ValueError``
+        there, outside ``torch.no_grad()``.
     moments : Moments, optional
         Statistics to fit the FAVOR++ / FAVOR# parameters (``gerf``, ``saderf``,
         ``aderf``, ``sderf``) from, as returned by :func:`attention_moments`: required
@@ -410,13 +417,14 @@ def linear_attention(
         NaN outputs). True: also checked there, by an asynchronous assert in compiled
         graphs (no host sync, no graph break). False: never checked.
     attn_mask : bool or float tensor, optional
-        SDPA's mask, supported where linear attention can apply it: the causal ``(L, L)``
-        mask (bool ``True`` on and below the diagonal, or float ``0`` there and ``-inf``
-        above), which selects ``is_causal=True``; or a key-padding mask broadcast over
-        the queries, shape ``(..., 1, S)`` (bool ``True`` = attend, or float ``0`` /
-        ``-inf``), merged with ``key_padding_mask``. Any other mask (an arbitrary
-        ``(L, S)`` pattern or an additive bias) raises a ``ValueError``: the attention
-        matrix is never formed.
+        SDPA's mask (bool ``True`` = attend, or float ``0`` / ``-inf``), supported where
+        linear attention can apply it: the causal mask (``(L, L)``, or broadcast as
+        ``(..., L, L)``; blocked above the diagonal), which selects ``is_causal=True``; a
+        key-padding mask, the same keys blocked in every query row (shape ``(..., 1, S)``
+        or ``(..., L, S)``); or the causal mask with padded keys also blocked. The
+        padding is merged with ``key_padding_mask``. Any other mask (an arbitrary pattern
+        or an additive bias) raises a ``ValueError``: the attention matrix is never
+        formed.
     dropout_p : float
         Must be 0: SDPA drops attention weights, which do not exist here (dropout on
         the output is what :class:`~kernelkit.attention.FavorAttention` does).
@@ -428,10 +436,15 @@ def linear_attention(
     -------
     tensor (..., L, e)
         Same dtype as ``q`` (float32 for float32 inputs under autocast; the computation
-        never runs in half precision).
+        never runs in half precision); ``...`` the broadcast leading dims.
 
     Notes
     -----
+    Autograd: the positive maps (and causal relu / elu) have closed-form first
+    derivatives only; a second derivative (``create_graph=True``) raises a
+    ``RuntimeError``. trig, hybrid_angular and bidirectional relu / elu use plain
+    autograd.
+
     Causal fitted maps: FAVOR++ / FAVOR# parameters come from ``moments`` of *other*
     data, so no position sees a later one through them; ``FavorAttention`` keeps those
     moments as running averages (buffers ``running_*``) updated after each training
@@ -449,6 +462,7 @@ def linear_attention(
         )
     if enable_gqa:
         k, v = _expand_gqa(q, k, v)
+    q, k, v = _broadcast_batch(q, k, v)
     if attn_mask is not None:
         is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask)
     mask = _validate(q, k, v, is_causal, key_padding_mask)
@@ -462,7 +476,12 @@ def linear_attention(
     d = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    elif not (isinstance(scale, numbers.Real) and scale > 0 and math.isfinite(scale)):
+    elif not (
+        isinstance(scale, numbers.Real)
+        and not isinstance(scale, bool)
+        and scale > 0
+        and math.isfinite(scale)
+    ):
         raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
     if is_causal and name in ("trig", "hybrid_angular"):
         raise ValueError(
@@ -484,7 +503,10 @@ def linear_attention(
     params = _projection_params(name, n_features, d, random_state, sampler, projection, q.device)
 
     out_dtype = q.dtype
-    ctype = torch.float32 if q.dtype in _HALF else q.dtype
+    # float16 / bfloat16 compute in float32; mixed dtypes (autocast only) in the widest
+    ctype = functools.reduce(
+        torch.promote_types, [torch.float32 if t.dtype in _HALF else t.dtype for t in (q, k, v)]
+    )
     ac = (
         torch.autocast(q.device.type, enabled=False)
         if torch.is_autocast_enabled(q.device.type)
@@ -505,6 +527,20 @@ def linear_attention(
         )
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
+
+
+def _broadcast_batch(q, k, v):
+    # SDPA broadcasts the leading (batch, head) dims of q (..., L, d), k, v (..., S, .)
+    if q.shape[:-2] == k.shape[:-2] == v.shape[:-2] or min(q.dim(), k.dim(), v.dim()) < 2:
+        return q, k, v  # nothing to do, or _validate names the bad shape
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "q, k, v must have leading (batch, head) dims that broadcast, got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
+        ) from None
+    return tuple(t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))
 
 
 def _expand_gqa(q, k, v):
@@ -541,27 +577,46 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
             )
     else:
         raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")
-    if blocked.dim() >= 2 and blocked.shape[-2] == 1 and blocked.shape[-1] == S:
-        pad = blocked[..., 0, :]  # (..., S), True = padded key
-        if key_padding_mask is not None:
-            kpm = torch.as_tensor(key_padding_mask, device=q.device)
-            if kpm.dtype != torch.bool:
-                raise TypeError(
-                    f"key_padding_mask must be a bool tensor (True = padded key), got {kpm.dtype}."
-                )
-            pad = pad | kpm
-        return is_causal, pad
-    if (
-        blocked.shape == (L, S)
-        and L == S
-        and bool(torch.equal(blocked, torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)))
-    ):
-        return True, key_padding_mask
-    raise ValueError(
-        f"attn_mask of shape {tuple(m.shape)} is neither the causal (L, L) mask nor a key "
-        "padding mask of shape (..., 1, S): linear attention cannot apply an arbitrary "
-        "mask. Use is_causal=True and/or key_padding_mask (True = padded key)."
-    )
+    causal = is_causal
+    if blocked.dim() < 2 or blocked.shape[-1] != S or blocked.shape[-2] not in (1, L):
+        pad = None
+    elif blocked.shape[-2] == 1 or bool((blocked == blocked[..., :1, :]).all()):
+        pad = blocked[..., 0, :]  # (..., S): the same keys blocked in every query row
+    elif L == S:
+        # causal, possibly with padded keys: the last row blocks exactly the padding
+        pad = blocked[..., -1, :]  # (..., S)
+        upper = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)
+        causal = bool(torch.equal(blocked, upper | pad[..., None, :]))
+        pad = pad if causal else None
+    else:
+        pad = None
+    if pad is None:
+        raise ValueError(
+            f"attn_mask of shape {tuple(m.shape)} is neither a causal mask ((..., L, L), "
+            "blocked above the diagonal, possibly with padded keys blocked in every row) "
+            "nor a key padding mask (the same keys blocked in every query row, e.g. shape "
+            "(..., 1, S)): linear attention cannot apply an arbitrary mask. Use "
+            "is_causal=True and/or key_padding_mask (True = padded key)."
+        )
+    try:
+        ok = torch.broadcast_shapes(pad.shape[:-1], k.shape[:-2]) == k.shape[:-2]
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"attn_mask of shape {tuple(m.shape)} does not broadcast to the attention "
+            f"shape {(*k.shape[:-2], L, S)}."
+        )
+    if not bool(pad.any()):
+        return causal, key_padding_mask  # nothing padded: the unmasked kernels
+    if key_padding_mask is not None:
+        kpm = torch.as_tensor(key_padding_mask, device=q.device)
+        if kpm.dtype != torch.bool:
+            raise TypeError(
+                f"key_padding_mask must be a bool tensor (True = padded key), got {kpm.dtype}."
+            )
+        pad = pad | kpm
+    return causal, pad
 
 
 @functools.lru_cache(maxsize=64)
@@ -650,6 +705,23 @@ def _projection_params(name, n_features, d, random_state, sampler, projection, d
         params["W"] = W
     elif name not in ("relu", "elu"):
         raise ValueError(f"projection for {name!r} needs a 'W' entry.")
+    if name == "hybrid_angular":
+        T = params.get("T")
+        T = torch.as_tensor(T) if T is not None and not isinstance(T, torch.Tensor) else T
+        if T is None or T.dim() != 2 or T.shape[1] != d:
+            raise ValueError(
+                "projection for 'hybrid_angular' needs 'W' (m, d) and 'T' (n_lambda, d) "
+                f"entries with d={d}, as draw_features('hybrid_angular', ...) returns; got "
+                f"T {None if T is None else tuple(T.shape)}."
+            )
+        params["T"] = T
+    if name in EXP_MAPS and W.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"projection for {name!r} requires grad, but it is a constant for autograd: the "
+            "positive maps' gradients are written in closed form for q, k and v only, so "
+            "no gradient would reach it. Pass projection.detach() (the projections of "
+            "'trig' and 'hybrid_angular' are differentiable)."
+        )
     return params
 
 

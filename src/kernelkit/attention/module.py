@@ -52,6 +52,14 @@ from .functional import (
 __all__ = ["FavorAttention"]
 
 
+def _no_fused_fast_path(module, args):
+    """A no-op forward pre-hook. ``nn.TransformerEncoderLayer`` skips its fused fast path
+    (``torch._transformer_encoder_layer_fwd``, exact softmax attention computed from
+    ``self_attn.in_proj_weight``) when any submodule has a hook, so that in eval mode a
+    ``FavorAttention`` layer still runs its own forward."""
+    return None
+
+
 class FavorAttention(nn.Module):
     """Multi-head linear attention (FAVOR+ / FAVOR++ / FAVOR# / hybrid / linear maps).
 
@@ -117,6 +125,14 @@ class FavorAttention(nn.Module):
     * ``torch.compile``: both modes compile with ``fullgraph=True`` in eval mode (the
       causal scan as one custom op); a redraw in training mode runs eagerly
       (``torch.compiler.disable``).
+    * Activation checkpointing (``torch.utils.checkpoint``): the forward rerun during the
+      backward pass neither redraws nor updates the running statistics, and uses those
+      of the module's last call, so gradients are those of the original call.
+    * As ``self_attn`` of ``nn.TransformerEncoderLayer``: a (no-op) forward pre-hook
+      keeps the layer's fused eval-mode fast path, which would compute exact softmax
+      attention from ``in_proj_weight``, from bypassing this module. Nested tensors
+      (``nn.TransformerEncoder``'s eval fast path with a padding mask) raise: build the
+      encoder with ``enable_nested_tensor=False``.
     """
 
     def __init__(
@@ -224,6 +240,9 @@ class FavorAttention(nn.Module):
             "num_batches_tracked", torch.zeros((), dtype=torch.long, device=device)
         )
         self._n_tracked = 0  # its host mirror (see _batches_tracked)
+        # inside nn.TransformerEncoderLayer in eval mode, keep torch's fused exact-softmax
+        # fast path from replacing this module (it reads only the in_proj weights)
+        self.register_forward_pre_hook(_no_fused_fast_path)
 
     def _reset_parameters(self):
         if self._qkv_same_embed_dim:
@@ -292,6 +311,13 @@ class FavorAttention(nn.Module):
         for name, t in (("query", query), ("key", key), ("value", value)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+            if t.is_nested:
+                raise ValueError(
+                    f"{name} is a nested tensor, which FavorAttention does not take; "
+                    "nn.TransformerEncoder makes them from a padded batch in eval mode: build "
+                    "it with enable_nested_tensor=False (the key_padding_mask then reaches "
+                    "this module)."
+                )
             if t.dim() not in (2, 3):
                 raise ValueError(
                     f"{name} must be 2-D (unbatched) or 3-D (batched), got shape {tuple(t.shape)}."
@@ -337,7 +363,10 @@ class FavorAttention(nn.Module):
         is_causal = self._check_attn_mask(attn_mask, is_causal, L, S)
         mask = self._check_padding_mask(key_padding_mask, N, S, query.device)
 
-        if self.training and self.redraw_interval:  # eval / no redraw: nothing to trace
+        # activation checkpointing recomputes this call during the backward pass: with the
+        # features and statistics of the original call (no redraw, no update)
+        recompute = self.training and self._in_recomputation()
+        if self.training and self.redraw_interval and not recompute:  # eval: nothing to trace
             self._maybe_redraw()
         H, hd = self.num_heads, self.head_dim
         q, k, v = self._in_projection(query, key, value)
@@ -349,7 +378,7 @@ class FavorAttention(nn.Module):
         if self.sign_projection.numel():
             proj["T"] = self.sign_projection
         if is_causal:
-            out = self._causal_attention(q, k, v, mask4, proj)
+            out = self._causal_attention(q, k, v, mask4, proj, recompute)
         else:
             out = linear_attention(
                 q,
@@ -429,12 +458,23 @@ class FavorAttention(nn.Module):
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
 
-    def _causal_attention(self, q, k, v, mask4, proj):
+    @staticmethod
+    def _in_recomputation() -> bool:
+        """Whether forward runs inside a backward pass, as when activation checkpointing
+        (``torch.utils.checkpoint``) recomputes it: that call must see the features and
+        running statistics of the original one."""
+        if torch.compiler.is_compiling():
+            return False
+        return torch._C._current_graph_task_id() != -1
+
+    def _causal_attention(self, q, k, v, mask4, proj, recompute=False):
         # eager: chunk loop + custom autograd Function; running statistics read before and
-        # updated after the call (training only), so no call sees its own tokens
+        # updated after the call (training only), so no call sees its own tokens. A
+        # checkpoint recomputation reuses the statistics of the module's last call.
         fm, moments = self.feature_map, None
         if fm in FITTED_MAPS:
-            moments = self._running_moments()
+            last = getattr(self, "_last_moments", None) if recompute else None
+            moments = last[0] if last is not None else self._running_moments()
             if moments is None:
                 fm = "positive"  # no statistics yet: A = 0
         out = linear_attention(
@@ -450,7 +490,8 @@ class FavorAttention(nn.Module):
             chunk_size=self.chunk_size,
             check_finite=False,
         )
-        if self.training and self.feature_map in FITTED_MAPS:
+        if self.training and self.feature_map in FITTED_MAPS and not recompute:
+            self._last_moments = (moments,)  # what a checkpoint recomputation must use
             self._update_running(q, k, mask4)
         return out
 
@@ -482,7 +523,7 @@ class FavorAttention(nn.Module):
             device=w.device if device is None else device,
         )
 
-    def step(self, query_t, key_t, value_t, state, *, inplace=False):
+    def step(self, query_t, key_t, value_t, state, *, key_padding_mask=None, inplace=False):
         """Causal self-attention for new tokens from a recurrent state: ``(out_t, state)``.
 
         query_t (N, E), key_t (N, kdim), value_t (N, vdim) for one token, or (N, T, E)
@@ -490,7 +531,10 @@ class FavorAttention(nn.Module):
         state from :meth:`init_state` or a previous step. In-projection, per-head
         :func:`kernelkit.attention.linear_attention_step`, out-projection: in eval mode,
         stepping a sequence equals ``forward(..., is_causal=True)``. Never redraws the
-        features nor updates the running statistics. ``inplace=True`` updates the state's
+        features nor updates the running statistics. ``key_padding_mask`` (N,) for one
+        token or (N, T) for a block (whatever ``batch_first``), bool (True = padded) or
+        float (``-inf`` = padded): padded tokens' keys and values stay out of the state,
+        as in ``forward(..., key_padding_mask=...)``. ``inplace=True`` updates the state's
         tensors in place (without autograd only, see ``linear_attention_step``). Returns
         out_t shaped as query_t and the new state.
         """
@@ -529,9 +573,18 @@ class FavorAttention(nn.Module):
                 f"batch / length mismatch: query_t {tuple(query_t.shape)}, key_t "
                 f"{tuple(key_t.shape)}, value_t {tuple(value_t.shape)}."
             )
+        # eager CPU inputs, as forward: a clear error instead of a NaN state
+        _finite_check(None, query_t=query_t, key_t=key_t, value_t=value_t)
         q, k, v = self._in_projection(query_t, key_t, value_t)
         q, k, v = (t.view(N, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (N, H, T, hd)
-        out, state = linear_attention_step(q, k, v, state, check_finite=False, inplace=inplace)
+        mask = None
+        if key_padding_mask is not None:  # (N,) or (N, T) -> (N, H, T)
+            m = torch.as_tensor(key_padding_mask, device=query_t.device)
+            m = m[:, None] if single and m.dim() == 1 else m
+            mask = self._check_padding_mask(m, N, T, m.device)[:, None, :].expand(N, H, T)
+        out, state = linear_attention_step(
+            q, k, v, state, key_padding_mask=mask, check_finite=False, inplace=inplace
+        )
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = self.out_proj(out.transpose(1, 2).reshape(N, T, self.embed_dim))  # (N, T, E)
         if single:
