@@ -60,6 +60,12 @@ def _log1mexp(xp, t):
     return xp.log(-xp.expm1(-t))
 
 
+def _log_nonneg(xp, v):
+    """``log(v)`` of a non-negative array, ``-inf`` where ``v = 0`` (no warning)."""
+    pos = v > 0
+    return xp.where(pos, xp.log(xp.where(pos, v, xp.ones_like(v))), xp.full_like(v, -math.inf))
+
+
 def _weighted_exp(xp, w, log_v):
     """``w * exp(log_v)`` with ``0 * inf = 0`` (an exact zero weight wins over overflow)."""
     zero = w == 0

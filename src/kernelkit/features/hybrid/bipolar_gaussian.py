@@ -17,7 +17,7 @@ from ..._backend import device, validate_positive_float
 from ..._backend.params import POSITIVE
 from .._base import _detach
 from ..sampling import gaussian_projection
-from ._common import _sq_norms
+from ._common import _log1mexp, _sq_norms
 from .bipolar import _BipolarHybrid
 
 
@@ -120,21 +120,20 @@ class GaussianHybridRF(_BipolarHybrid):
         nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
         return xp.clip(nx + ny + 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0)
 
-    def _lambda_moments(self, X, Y, xp):
+    def _lambda_log_var(self, X, Y, xp):
         c2 = self.lambda_bandwidth**2
         z2 = self._z2(X, Y, xp) / c2  # |u - v|^2 with u = x/c, v = -y/c
-        lam = xp.exp(-0.5 * z2)
         if self.lambda_features == "trig":
             # Var cos(tau^T (u - v)) = (1 - e^{-|u-v|^2})^2 / 2
-            v1 = 0.5 * xp.expm1(-z2) ** 2
+            log_v1 = 2.0 * _log1mexp(xp, z2)
         else:
-            # antithetic positive: K_g^2 (cosh |u+v|^2 - 1), u + v = (x - y)/c
+            # antithetic positive: K_g^2 (cosh |u+v|^2 - 1) = e^{d2 - z2} (1 - e^{-d2})^2 / 2
+            # with d2 = |u+v|^2, u + v = (x - y)/c; in log space, as it exceeds the
+            # floating-point range for far-apart inputs
             nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
             d2 = xp.clip(nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0) / c2
-            # lam^2 (cosh(d2) - 1) = (e^{d2 - z2} + e^{-d2 - z2})/2 - e^{-z2}, computed stably
-            v1 = 0.5 * xp.exp(d2 - z2) * xp.expm1(-d2) ** 2
-        var = v1 / self.n_lambda
-        return lam * lam + var, (1.0 - lam) ** 2 + var, lam - lam * lam - var
+            log_v1 = (d2 - z2) + 2.0 * _log1mexp(xp, d2)
+        return -0.5 * z2, log_v1 - math.log(2.0 * self.n_lambda)  # lambda = e^{-z2/2}
 
 
 class NormalizedGaussianHybridRF(_BipolarHybrid):
@@ -233,10 +232,10 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         s2 = self.sigma**2
         return -xp.expm1(-0.5 * s2 * self._d2(X, Y, xp)) / self.rho_
 
-    def _lambda_moments(self, X, Y, xp):
-        # Thm F.1: E lambda_hat^2 = lambda^2 + (2 rho^2 n)^{-1} (1 - e^{-sigma^2 |D|^2})^2
+    def _lambda_log_var(self, X, Y, xp):
+        # Thm F.1: Var lambda_hat = (2 rho^2 n)^{-1} (1 - e^{-sigma^2 |D|^2})^2
         s2 = self.sigma**2
         d2 = self._d2(X, Y, xp)
-        lam = -xp.expm1(-0.5 * s2 * d2) / self.rho_
-        var = xp.expm1(-s2 * d2) ** 2 / (2.0 * self.rho_**2 * self.n_lambda)
-        return lam * lam + var, (1.0 - lam) ** 2 + var, lam - lam * lam - var
+        log_lam = _log1mexp(xp, 0.5 * s2 * d2) - math.log(self.rho_)
+        log_v = 2.0 * _log1mexp(xp, s2 * d2) - math.log(2.0 * self.rho_**2 * self.n_lambda)
+        return log_lam, log_v
