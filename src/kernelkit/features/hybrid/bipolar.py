@@ -199,11 +199,14 @@ class _BipolarHybrid(ProjectionFeatureMap):
             bx, lx = parts(Xs, xp)  # (n, 2m), (n,)
             by, ly = parts(Ys, xp)
             out.append((bx @ xp.matrix_transpose(by), lx[:, None] + ly[None, :] + extra))
+        return self._lambda_hat(Xs, Ys, xp), out[0], out[1]
+
+    def _lambda_hat(self, Xs, Ys, xp):
+        """``lambda_hat = a + c u(x)^T v(y)`` (n, m) of prepared inputs."""
         ux, ulx = self._lambda_features(Xs, xp, "x")
         uy, uly = self._lambda_features(Ys, xp, "y")
         uv = _combine(xp, ux @ xp.matrix_transpose(uy), ulx[:, None] + uly[None, :])
-        lam = self._lambda_a + self._lambda_c * uv  # (n, m)
-        return lam, out[0], out[1]
+        return self._lambda_a + self._lambda_c * uv  # (n, m)
 
     def approx_kernel(self, X, Y=None):
         """Unbiased hybrid estimate of the kernel matrix, shape (n, m).

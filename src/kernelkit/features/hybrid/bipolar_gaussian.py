@@ -150,6 +150,11 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
     constant ``rho`` (App. F assumes ``|x| = |y| = r``). Zero variance holds only at
     ``theta = 0`` (trig-estimated ``lambda``; ``lambda_hat = 0`` there).
 
+    For a small ``rho`` (``sigma * radius`` below about ``1e-4`` in float64, ``1e-2`` in
+    float32) the product ``transform(X) @ transform_y(Y).T`` loses about
+    ``log10(1 / rho)`` digits to cancellation in ``lambda_hat``; :meth:`approx_kernel`
+    computes ``lambda_hat`` without it there.
+
     Parameters
     ----------
     n_features, n_lambda, kernel, lengthscale, sampler, shared_projection, random_state
@@ -205,16 +210,24 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
 
     def _fit_lambda(self, X, Y, rng):
         if self.radius is None:
-            sq = np.concatenate([np.sum(X * X, axis=1), np.sum(Y * Y, axis=1)])
-            r = float(np.sqrt(sq.mean()))
+            big = max(float(np.max(np.abs(X), initial=0.0)), float(np.max(np.abs(Y), initial=0.0)))
+            if big > 0:  # root-mean-square norm, scaled so that tiny inputs do not underflow
+                Xb, Yb = X / big, Y / big
+                sq = np.concatenate([np.sum(Xb * Xb, axis=1), np.sum(Yb * Yb, axis=1)])
+                r = big * float(np.sqrt(sq.mean()))
+            else:
+                r = 0.0
             if not r > 0:
                 raise ValueError("radius could not be fitted: X and Y are all zero; pass radius=.")
         else:
             r = float(self.radius) / self.lengthscale
         self.radius_ = r
         self.rho_ = float(-np.expm1(-2.0 * self.sigma**2 * r * r))
-        if not self.rho_ > 0:
-            raise ValueError(f"radius * sigma is too small (rho = {self.rho_}); raise sigma.")
+        if not self.rho_ >= np.finfo(np.float64).tiny:
+            raise ValueError(
+                f"radius * sigma = {r * self.sigma:.3g} is too small (rho = 1 - exp(-2 sigma^2 "
+                f"radius^2) = {self.rho_:.3g} is below the float64 range); raise sigma."
+            )
         self.lambda_projection_ = self.sigma * gaussian_projection(
             self.n_lambda, X.shape[1], rng
         )  # (n, d), rows ~ N(0, sigma^2 I)
@@ -223,6 +236,21 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         p = X @ self._param("T_T", xp, X)  # (n_pts, n)
         base = xp.concat([xp.sin(p), xp.cos(p)], axis=1) / math.sqrt(self.n_lambda)
         return base, xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
+
+    def _lambda_hat(self, Xs, Ys, xp):
+        # a + c u^T v = (1 - mean_i cos(tau_i^T (x - y))) / rho cancels: its rounding error
+        # is ~eps / rho, large where rho is small (inputs of tiny norm). There, the same
+        # estimate as (2 / (n rho)) sum_i sin^2(tau_i^T (x - y) / 2), without cancellation
+        eps = float(xp.finfo(Xs.dtype).eps)
+        if self.rho_ >= math.sqrt(eps):  # the feature form keeps half of the digits
+            return super()._lambda_hat(Xs, Ys, xp)
+        T_T = self._param("T_T", xp, Xs)
+        px, py = Xs @ T_T, Ys @ T_T  # (n, n_lambda), (m, n_lambda)
+        acc = xp.zeros((Xs.shape[0], Ys.shape[0]), dtype=Xs.dtype, device=device(Xs))
+        for i in range(int(self.n_lambda)):  # (n, m) memory, one projection at a time
+            h = xp.sin(0.5 * (px[:, i : i + 1] - xp.matrix_transpose(py[:, i : i + 1])))
+            acc = acc + h * h
+        return acc * (2.0 / (self.n_lambda * self.rho_))
 
     def _d2(self, X, Y, xp):
         nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
@@ -237,5 +265,6 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         s2 = self.sigma**2
         d2 = self._d2(X, Y, xp)
         log_lam = _log1mexp(xp, 0.5 * s2 * d2) - math.log(self.rho_)
-        log_v = 2.0 * _log1mexp(xp, s2 * d2) - math.log(2.0 * self.rho_**2 * self.n_lambda)
+        log_v = 2.0 * (_log1mexp(xp, s2 * d2) - math.log(self.rho_))
+        log_v = log_v - math.log(2.0 * self.n_lambda)
         return log_lam, log_v

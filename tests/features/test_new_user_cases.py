@@ -1,0 +1,66 @@
+"""Inputs a new user brings that the contract suite does not: extreme scales, degenerate
+data, unusual layouts. Each test is the regression test of a fixed defect; values are
+compared with the exact kernel (or a closed form), tolerances derived from the analytic
+variance and the rounding of the dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernelkit.features import NormalizedGaussianHybridRF
+from kernelkit.features.hybrid.bipolar import _BipolarHybrid
+
+
+def _unit_rows(n, d, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+# ---------------------------------------------------------------------- tiny norms
+@pytest.mark.parametrize(("dtype", "scale"), [(np.float32, 1e-6), (np.float64, 1e-12)])
+def test_normalized_gaussian_hybrid_tiny_inputs_keep_their_digits(dtype, scale):
+    """With the fitted radius r ~ scale, rho = 1 - e^{-2 r^2} ~ 2 scale^2 and the feature
+    form lambda_hat = (1 - u(x).u(y)) / rho cancels to an error ~ eps / rho: the estimate of
+    K ~ 1 was off by 1e-2 (float32 at 1e-6) and 6e-8 (float64 at 1e-12), while its
+    standard deviation is ~ scale^2. approx_kernel now sums sin^2 terms instead."""
+    X = (scale * _unit_rows(6, 4, 0)).astype(dtype)
+    Y = (0.8 * scale * _unit_rows(5, 4, 1)).astype(dtype)
+    fm = NormalizedGaussianHybridRF(n_features=4, n_lambda=2, random_state=0).fit(X, Y=Y)
+    assert fm.rho_ < np.sqrt(np.finfo(dtype).eps)  # the regime of the fix
+    K = fm.exact_kernel(X.astype(np.float64), Y.astype(np.float64))
+    sd = np.sqrt(fm.variance(X.astype(np.float64), Y.astype(np.float64)))
+    Kh = fm.approx_kernel(X, Y)
+    assert Kh.dtype == dtype
+    # 6 sd of the random error plus the rounding of the two base estimates (each within a
+    # few eps of K ~ 1) mixed by lambda_hat = O(1)
+    tol = 6.0 * sd + 32.0 * np.finfo(dtype).eps * np.abs(K)
+    np.testing.assert_array_less(np.abs(Kh - K), tol)
+
+
+def test_normalized_gaussian_hybrid_stable_lambda_is_the_same_estimator():
+    """At scale 1e-5 (float64) the feature form still has ~eps / rho ~ 1e-6 relative
+    accuracy and the sin^2 form is used: both give the same lambda_hat of the same draw."""
+    X, Y = 1e-5 * _unit_rows(6, 4, 0), 0.7e-5 * _unit_rows(5, 4, 1)
+    fm = NormalizedGaussianHybridRF(n_features=4, n_lambda=3, random_state=0).fit(X, Y=Y)
+    assert fm.rho_ < np.sqrt(np.finfo(np.float64).eps)
+    stable = fm.approx_components(X, Y)[0]
+    feature_form = _BipolarHybrid._lambda_hat(fm, X, Y, np)  # a + c u(x)^T v(y)
+    eps_over_rho = np.finfo(np.float64).eps / fm.rho_
+    np.testing.assert_allclose(stable, feature_form, rtol=0, atol=16.0 * eps_over_rho)
+    assert stable.min() > 100 * 16.0 * eps_over_rho  # the comparison has digits to spare
+
+
+def test_normalized_gaussian_hybrid_radius_of_tiny_inputs():
+    """The root-mean-square norm was computed from squared norms, which underflow below
+    ~1e-154: inputs of norm 1e-160 were reported as 'all zero'. Now the radius is exact and
+    the error names the real limit (rho below the float64 range)."""
+    X, Y = _unit_rows(6, 4, 0), 0.5 * _unit_rows(5, 4, 1)
+    ref = NormalizedGaussianHybridRF(n_features=4, n_lambda=2).fit(X, Y=Y).radius_
+    fm = NormalizedGaussianHybridRF(n_features=4, n_lambda=2).fit(1e-150 * X, Y=1e-150 * Y)
+    np.testing.assert_allclose(fm.radius_, 1e-150 * ref, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"radius \* sigma .* too small .*raise sigma"):
+        NormalizedGaussianHybridRF(n_features=4, n_lambda=2).fit(1e-160 * X, Y=1e-160 * Y)
+    with pytest.raises(ValueError, match="all zero"):
+        NormalizedGaussianHybridRF(n_features=4, n_lambda=2).fit(np.zeros((3, 4)))
