@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernelkit.features import NormalizedGaussianHybridRF
+from kernelkit.estimators import RandomFeatures
+from kernelkit.features import NormalizedGaussianHybridRF, RandomMaclaurin
 from kernelkit.features.hybrid.bipolar import _BipolarHybrid
 
 
@@ -64,3 +65,44 @@ def test_normalized_gaussian_hybrid_radius_of_tiny_inputs():
         NormalizedGaussianHybridRF(n_features=4, n_lambda=2).fit(1e-160 * X, Y=1e-160 * Y)
     with pytest.raises(ValueError, match="all zero"):
         NormalizedGaussianHybridRF(n_features=4, n_lambda=2).fit(np.zeros((3, 4)))
+
+
+# ---------------------------------------------------------------------- large norms
+def test_maclaurin_gaussian_weight_does_not_underflow():
+    """Gaussian kernel: variance and expected kernel are the softmax series' times
+    e_x^2 e_y^2 resp. e_x e_y with e_x = e^{-|x|^2 / 2}. The factors were formed one
+    point at a time, and e^{-|x|^2} = 0 for |x|^2 = 760 zeroed a representable variance
+    (~1e-300) and gave log_relative_variance = -inf: RandomFeatures(method="auto") picked
+    random_maclaurin as 'exact' on unscaled data. The two kernels' maps share their
+    draw, so the softmax map is the reference (OptimizedMaclaurin shares the code, but
+    its softmax fit overflows on such data)."""
+    rng = np.random.default_rng(0)
+    X = np.sqrt(760.0) * _unit_rows(3, 4, 0)  # |x|^2 = 760
+    Y = 0.1 * X + rng.normal(size=(3, 4))  # x.y ~ 80: a large polynomial part
+    kw = {"n_features": 64, "random_state": 0, "gamma": 1.0}
+    g = RandomMaclaurin(kernel="gaussian", **kw).fit(X, Y=Y)
+    s = RandomMaclaurin(kernel="softmax", **kw).fit(X, Y=Y)
+    np.testing.assert_array_equal(g.n_features_per_degree_, s.n_features_per_degree_)
+    log_w = -0.5 * ((X * X).sum(1)[:, None] + (Y * Y).sum(1)[None, :])  # log e_x e_y
+    Vg, Vs = g.variance(X, Y), s.variance(X, Y)
+    assert np.all(Vg > 0) and np.all(np.isfinite(Vg))
+    # log-space comparison: the relative rounding of exponents ~ 800 is ~1e-13
+    np.testing.assert_allclose(np.log(Vg), np.log(Vs) + 2.0 * log_w, rtol=1e-12)
+    Ks = s.expected_kernel(X, Y)
+    Kg = g.expected_kernel(X, Y)
+    np.testing.assert_allclose(np.log(np.abs(Kg)), np.log(np.abs(Ks)) + log_w, rtol=1e-12)
+    np.testing.assert_array_equal(np.sign(Kg), np.sign(Ks))
+    np.testing.assert_allclose(
+        g.log_relative_variance(X, Y), s.log_relative_variance(X, Y), rtol=1e-12
+    )
+
+
+def test_auto_on_unscaled_data_sees_no_exact_candidate():
+    """Unscaled data (|x| ~ 60) and the Gaussian kernel: every candidate's relative
+    variance is positive (none is exact off the diagonal); random_maclaurin's was 0."""
+    X = 30.0 * np.random.default_rng(0).standard_normal((40, 4))
+    rf = RandomFeatures(method="auto", kernel="gaussian", n_components=32, random_state=0)
+    rf.fit(X)
+    est = rf.variance_estimates_
+    assert all(v > 0 for v in est.values()), est
+    assert est["random_maclaurin"] > 1.0  # a truncated series far outside its range
