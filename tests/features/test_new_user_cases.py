@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernelkit.estimators import RandomFeatures
-from kernelkit.features import NormalizedGaussianHybridRF, RandomMaclaurin
+from kernelkit.features import NormalizedGaussianHybridRF, RandomFourierFeatures, RandomMaclaurin
 from kernelkit.features.hybrid.bipolar import _BipolarHybrid
 
 
@@ -106,3 +106,29 @@ def test_auto_on_unscaled_data_sees_no_exact_candidate():
     est = rf.variance_estimates_
     assert all(v > 0 for v in est.values()), est
     assert est["random_maclaurin"] > 1.0  # a truncated series far outside its range
+
+
+# ---------------------------------------------------------------------- nearby points
+@pytest.mark.parametrize("complex_", [False, True])
+def test_rff_variance_of_nearby_points(complex_):
+    """Eq. 59 / 60: Var = ((1 + k^4)/2 - k^2) / (D/2) = (1 - k^2)^2 / D for the real map.
+    Evaluated as written it cancels to 0 for |x - y| ~ 1e-6 (true value ~ 1e-24 / D), so
+    that RandomFeatures(method="auto") saw rff as exact on data of tiny scale. Reference:
+    the same closed forms in 50-digit arithmetic."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    X, Y = 1e-6 * _unit_rows(4, 3, 0), 1e-6 * _unit_rows(3, 3, 1)
+    D = 16
+    fm = RandomFourierFeatures(n_features=D, complex=complex_, random_state=0).fit(X, Y=Y)
+    V, Vc = fm.variance(X, Y), fm.complex_variance(X, Y)
+    for (i, j), v in np.ndenumerate(V):
+        sq = mp.fsum(
+            (mp.mpf(float(a)) - mp.mpf(float(b))) ** 2 for a, b in zip(X[i], Y[j], strict=True)
+        )
+        k2 = mp.e ** (-sq)
+        d_eff = 2 * D if complex_ else D  # eq. 60's real part is eq. 59 with 2D features
+        ref = (1 + k2 * k2 - 2 * k2) / d_eff
+        # the Gram-based |x - y|^2 has relative error ~ eps |x|^2 / |x - y|^2 ~ 1e-15
+        assert abs(v - float(ref)) <= 1e-9 * float(ref), (i, j, v, ref)
+        if complex_:  # E|k_hat - k|^2 = (1 - k^2) / D
+            assert abs(Vc[i, j] - float((1 - k2) / D)) <= 1e-9 * float((1 - k2) / D)
