@@ -202,7 +202,16 @@ def validate_data(
             X = np.asarray(X)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
+    if isinstance(X, np.matrix):  # its products stay matrices: rejected, as in scikit-learn
+        raise TypeError(
+            f"{name} is a numpy.matrix, which is not supported; convert it with "
+            f"numpy.asarray({name})."
+        )
     if isinstance(X, np.ndarray) and (X.dtype == object or X.dtype.kind in "USV"):
+        if X.dtype == object:  # pandas nullable columns: pandas.NA is a missing value
+            missing = np.frompyfunc(lambda v: type(v).__name__ == "NAType", 1, 1)(X)
+            if missing.astype(bool).any():
+                X = np.where(missing.astype(bool), np.nan, X)  # reported as NaN below
         try:
             X = X.astype(np.float64)
         except (TypeError, ValueError) as exc:

@@ -332,6 +332,8 @@ class DotProductFeatureMap(FeatureMap):
 
     def _exact_kernel(self, X, Y, xp):
         """The exact kernel ``(X Y^T + coef0)^degree`` that this map estimates, (n, m)."""
+        if X.shape[0] == 0 or Y.shape[0] == 0:  # polynomial_kernel rejects empty inputs
+            return xp.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype, device=device(X))
         return polynomial_kernel(X, Y, degree=self._p, coef0=self._c)
 
     # ------------------------------------------------------------------ variance
