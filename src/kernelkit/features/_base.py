@@ -68,7 +68,12 @@ def _sparse_classes() -> str:
     import importlib
 
     pkg = importlib.import_module("kernelkit.features")
-    ok = [n for n in pkg.__all__ if getattr(getattr(pkg, n), "accepts_sparse", False) is True]
+    ok = [
+        n
+        for n in pkg.__all__
+        if getattr(getattr(pkg, n), "accepts_sparse", False) is True
+        and not n.endswith("FeatureMap")  # the base classes FeatureMap, DotProductFeatureMap
+    ]
     return ", ".join(sorted(ok))
 
 
