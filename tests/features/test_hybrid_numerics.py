@@ -208,6 +208,41 @@ def test_complex_exponential_variance_log_space(scale):
         assert _check_against(V, ref) >= 4  # finite entries are present and checked
 
 
+@pytest.mark.parametrize("scale", [3.0, 20.0, 40.0])
+def test_log_relative_variance_where_variance_and_kernel_leave_the_range(scale):
+    """Gaussian kernel, large norms: the MSE and K^2 under- (or over-) flow together while
+    their ratio is moderate. log_relative_variance was log(0) - 2 log(K) = -inf ('exact')
+    or log(0) - 2 log(0) = NaN; now it is formed from the log-space MSE."""
+    X, Y = _points(scale)
+    A = np.array([1.2j, 0.8, 1.0 + 0.2j, 0.9])
+    alpha = -0.5
+    maps = [
+        (ComplexExponentialRF(8, A=A, kernel="gaussian", random_state=0), _ce_ref, (A, 8, alpha)),
+        (AngularHybridRF(8, 4, kernel="gaussian", random_state=0), _angular_ref, (8, 4, alpha)),
+        (
+            GaussianHybridRF(8, 4, kernel="gaussian", lambda_bandwidth=1.3, random_state=0),
+            _gaussian_hybrid_ref,
+            (8, 4, 1.3, alpha),
+        ),
+    ]
+    for fm, ref_fn, args in maps:
+        fm.fit(X, Y=Y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            lrv = fm.log_relative_variance(X, Y)
+        assert not np.any(np.isnan(lrv)), type(fm).__name__
+        for (i, j), v in np.ndenumerate(lrv):
+            ref = ref_fn(X[i], Y[j], *args)
+            x, y = _mpv(X[i]), _mpv(Y[j])
+            log_k = _dot(x, y) + alpha * (_dot(x, x) + _dot(y, y))
+            if ref <= 0:
+                assert v == -np.inf, (type(fm).__name__, i, j, v)
+                continue
+            want = float(mp.log(ref) - 2 * log_k)
+            # logs of quantities ~ e^{+-1600}: absolute rounding ~ 1600 eps
+            assert abs(v - want) <= 1e-9 * max(1.0, abs(want)), (type(fm).__name__, i, j, v, want)
+
+
 @pytest.mark.parametrize("scale", [0.5, 10.0])
 def test_clustered_gaussian_mixture_variance_log_space(scale):
     X, Y = _points(scale)

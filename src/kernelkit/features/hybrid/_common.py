@@ -127,3 +127,21 @@ def _sq_norms3(xp, a):
 
 def _sum_prod(xp, a, b):
     return xp.sum(a * b, axis=1)
+
+
+class LogFormVariance:
+    """Variance and log relative variance from one log-space form (mixin).
+
+    Subclasses define ``_variance_log_form(X, Y, xp)``: ``(inner, log_scale)``, each (n, m),
+    with ``variance = max(inner, 0) exp(log_scale)``; ``_log_kernel`` comes from
+    :class:`~kernelkit.features._projection.ProjectionFeatureMap`.
+    """
+
+    def _variance(self, X, Y, xp):
+        return _scaled_nonneg(xp, *self._variance_log_form(X, Y, xp))
+
+    def _log_relative_variance(self, X, Y, xp):
+        # log(variance / K^2) without forming either: finite where both leave the
+        # floating-point range together (large norms; the Gaussian kernel); -inf where exact
+        inner, log_scale = self._variance_log_form(X, Y, xp)
+        return _log_nonneg(xp, inner) + log_scale - 2.0 * self._log_kernel(X, Y, xp)

@@ -14,25 +14,25 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..._backend import device, is_numpy_namespace, validate_positive_int
+from ..._backend import device, validate_positive_int
 from ..._backend.params import int_range
 from .._base import _detach, check_bool
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
 from ._common import (
+    LogFormVariance,
     _assemble,
     _combine,
     _log1mexp,
     _log_nonneg,
     _outer,
-    _scaled_nonneg,
     _shifted_sum,
     _sq_norms,
 )
 
 
-class _BipolarHybrid(ProjectionFeatureMap):
+class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
     """``lambda_hat SM^{++}_m + (1 - lambda_hat) SM^{trig}_m`` as a real asymmetric map.
 
     Subclasses set the coefficient ``lambda_hat = a + c u(x)^T v(y)`` through
@@ -241,8 +241,9 @@ class _BipolarHybrid(ProjectionFeatureMap):
         raise NotImplementedError
 
     # -------------------------------------------------------------- variance
-    def _variance(self, Xs, Ys, xp):
-        """Analytic MSE of :meth:`approx_kernel` (Thm 3.1 with Lemma 2.2).
+    def _variance_log_form(self, Xs, Ys, xp):
+        """Analytic MSE of :meth:`approx_kernel` (Thm 3.1 with Lemma 2.2) as
+        ``(inner, log_scale)``, ``MSE = max(inner, 0) exp(log_scale)``.
 
         ``MSE = E[lambda_hat^2] MSE(++) + E[(1-lambda_hat)^2] MSE(trig)
         - shared * (2/m) SM^2 (1 - cos(|x|^2 - |y|^2)) E[lambda_hat (1-lambda_hat)]``,
@@ -253,7 +254,7 @@ class _BipolarHybrid(ProjectionFeatureMap):
         MSE is multiplied by ``exp(-|x|^2 - |y|^2)``. Exact for i.i.d. projections; for
         structured samplers it is the i.i.d. value.
 
-        Returns (n, m), non-negative.
+        Returns ``(inner, log_scale)``, each (n, m).
         """
         m = self.n_features
         nx = _sq_norms(xp, Xs)[:, None]  # (n, 1)
@@ -279,19 +280,7 @@ class _BipolarHybrid(ProjectionFeatureMap):
             log_sm2 = 2.0 * xy + ka
             terms += [(-w * one_m_lam, log_lam + log_sm2), (w, log_v + log_sm2)]
         # log-space sum: finite wherever the MSE is representable (no inf - inf, 0 * inf)
-        inner, shift = _shifted_sum(xp, terms)
-        return _scaled_nonneg(xp, inner, shift)
-
-    def _log_relative_variance(self, Xs, Ys, xp):
-        # log(MSE / K^2) from the MSE (-inf where the estimate is exact)
-        v = self._variance(Xs, Ys, xp)
-        logk = Xs @ xp.matrix_transpose(Ys)
-        if self.alpha != 0.0:
-            logk = logk + self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
-        if is_numpy_namespace(xp):
-            with np.errstate(divide="ignore"):
-                return np.log(v) - 2.0 * logk
-        return xp.log(v) - 2.0 * logk
+        return _shifted_sum(xp, terms)
 
 
 class AngularHybridRF(_BipolarHybrid):
