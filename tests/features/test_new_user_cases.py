@@ -132,3 +132,43 @@ def test_rff_variance_of_nearby_points(complex_):
         assert abs(v - float(ref)) <= 1e-9 * float(ref), (i, j, v, ref)
         if complex_:  # E|k_hat - k|^2 = (1 - k^2) / D
             assert abs(Vc[i, j] - float((1 - k2) / D)) <= 1e-9 * float((1 - k2) / D)
+
+
+# ---------------------------------------------------------------------- float32
+def test_rff_log_relative_variance_float32_far_apart():
+    """k = e^{-|delta|^2 / 2} underflows float32 for |delta| > ~14, where log(Var / k^2) =
+    log Var + |delta|^2 is still ~ 200: it was +inf. Reference: eq. 59 in float64 from
+    the rounded float32 inputs, log Var = 2 log(1 - k^2) - log D for even D."""
+    X = 12.0 * _unit_rows(5, 3, 0)
+    Y = -12.0 * _unit_rows(4, 3, 1)
+    D = 16
+    fm = RandomFourierFeatures(n_features=D, random_state=0).fit(X)
+    X32, Y32 = X.astype(np.float32), Y.astype(np.float32)
+    lrv = fm.log_relative_variance(X32, Y32)
+    assert lrv.dtype == np.float32
+    X64, Y64 = X32.astype(np.float64), Y32.astype(np.float64)
+    sq = ((X64[:, None, :] - Y64[None, :, :]) ** 2).sum(-1)
+    want = 2.0 * np.log(-np.expm1(-sq)) - np.log(D) + sq
+    assert want.max() > 200  # k^2 = e^{-sq} is far below float32's range
+    # float32 Gram-based |delta|^2 (~ 500) has absolute rounding ~ 500 * 4 eps32
+    np.testing.assert_allclose(lrv, want, rtol=0, atol=2e-4 * want.max())
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
+def test_maclaurin_float32_variance_is_the_float64_one_rounded(kernel):
+    """The variance holds (x.y)^(2n) and (|x|^2 |y|^2)^n up to degree 10, which overflow
+    float32 (inf, or inf - inf = NaN) where the variance itself is representable (softmax,
+    ~1e33) or tiny (Gaussian, ~1e-81, which rounds to 0 in float32)."""
+    X, Y = 12.0 * _unit_rows(6, 3, 0), 10.8 * _unit_rows(5, 3, 1)
+    fm = RandomMaclaurin(n_features=16, kernel=kernel, random_state=0).fit(X, Y=Y)
+    X32, Y32 = X.astype(np.float32), Y.astype(np.float32)
+    X64, Y64 = X32.astype(np.float64), Y32.astype(np.float64)  # the same points
+    for method in ("variance", "expected_kernel"):
+        got = getattr(fm, method)(X32, Y32)
+        assert got.dtype == np.float32
+        with np.errstate(over="ignore"):
+            want = getattr(fm, method)(X64, Y64).astype(np.float32)
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=method)
+    lrv = fm.log_relative_variance(X32, Y32)
+    np.testing.assert_allclose(lrv, fm.log_relative_variance(X64, Y64), rtol=1e-6)
+    assert np.all(np.isfinite(lrv))

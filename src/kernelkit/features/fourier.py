@@ -341,6 +341,15 @@ class RandomFourierFeatures(FeatureMap):
         k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
         return rff_variance(k, int(self.n_features), complex=bool(self.complex), one_minus_k2=q)
 
+    def _log_relative_variance(self, X, Y, xp):
+        # log(Var / k^2) = log Var + |delta|^2: k = e^{-|delta|^2 / 2} underflows (float32:
+        # |delta| > 14) where the ratio is finite
+        sq = self._sq_dist(X, Y, xp)
+        k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
+        var = rff_variance(k, int(self.n_features), complex=bool(self.complex), one_minus_k2=q)
+        with np.errstate(divide="ignore"):  # -inf where exact (x = y)
+            return xp.log(var) + sq
+
     def _complex_variance(self, X, Y, xp):
         sq = self._sq_dist(X, Y, xp)
         k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
@@ -585,6 +594,10 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         """Eq. 57, ``sigma^2 (1 - |x - y|^2 / a^2)^p`` on unit vectors, (n, m)."""
         base = xp.clip(1.0 - self._sq_dist(X, Y, xp) / float(self.a) ** 2, min=0.0)
         return float(self.amplitude) * base ** int(self.degree)
+
+    def _log_relative_variance(self, X, Y, xp):
+        # from variance and kernel, not the Gaussian kernel's log form of the parent
+        return FeatureMap._log_relative_variance(self, X, Y, xp)
 
     def _variance(self, X, Y, xp):
         # With s = sigma^2 sum(alpha) and the normalised mixture kappa(tau) = k~(tau) / s

@@ -271,8 +271,9 @@ class _MaclaurinBase(FeatureMap):
         return self._variance_kind(X, Y, xp, "complex")
 
     def _variance_kind(self, X, Y, xp, kind):
-        out, log_e2 = self._series_variance(X, Y, xp, kind)
-        return _times_exp(xp, out, log_e2)
+        Xw, Yw, dtype = _widen(xp, X, Y)
+        out, log_e2 = self._series_variance(Xw, Yw, xp, kind)
+        return _narrow(xp, _times_exp(xp, out, log_e2), dtype)
 
     def _series_variance(self, X, Y, xp, kind):
         """``(variance of the polynomial part (n, m), log e_x^2 e_y^2 or None)``."""
@@ -282,10 +283,11 @@ class _MaclaurinBase(FeatureMap):
         # the Gaussian weights e_x^2 e_y^2 of the variance and of the squared expected
         # kernel cancel: the ratio of the polynomial parts, which do not underflow where
         # the weights do (large norms)
-        var, _ = self._series_variance(X, Y, xp, "real")
-        k = self._series(X, Y, xp)
+        Xw, Yw, dtype = _widen(xp, X, Y)
+        var, _ = self._series_variance(Xw, Yw, xp, "real")
+        k = self._series(Xw, Yw, xp)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return xp.log(var) - 2.0 * xp.log(xp.abs(k))
+            return _narrow(xp, xp.log(var) - 2.0 * xp.log(xp.abs(k)), dtype)
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)``: the truncated series ``sum_{n <= p} a_n (x^T y)^n``
@@ -301,7 +303,9 @@ class _MaclaurinBase(FeatureMap):
         return self._expected_kernel_prepared(self._densify(X), self._densify(Y), xp)
 
     def _expected_kernel_prepared(self, X, Y, xp):
-        return _times_exp(xp, self._series(X, Y, xp), self._gaussian_weight(X, Y, xp))
+        Xw, Yw, dtype = _widen(xp, X, Y)
+        out = _times_exp(xp, self._series(Xw, Yw, xp), self._gaussian_weight(Xw, Yw, xp))
+        return _narrow(xp, out, dtype)
 
     def _series(self, X, Y, xp):
         """The truncated series ``sum_{n <= p} a_n (x^T y)^n`` (n, m), without ``e_x e_y``."""
@@ -696,3 +700,23 @@ def _times_exp(xp, out, log_w):
     else:
         scaled = xp.exp(logabs)
     return xp.where(nz, xp.sign(out) * scaled, xp.zeros_like(out))
+
+
+def _widen(xp, X, Y):
+    """``(X, Y, dtype)``: the inputs in float64 and the dtype to return (None: float64).
+
+    The moments hold powers ``(x^T y)^(2n)`` and ``(|x|^2 |y|^2)^n`` up to the truncation
+    degree, which leave the float32 range long before the variance itself does."""
+    if X.dtype == xp.float64:
+        return X, Y, None
+    return xp.astype(X, xp.float64), xp.astype(Y, xp.float64), X.dtype
+
+
+def _narrow(xp, out, dtype):
+    """``out`` cast back to ``dtype`` (values beyond its range become inf / 0)."""
+    if dtype is None:
+        return out
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore"):
+            return out.astype(dtype)
+    return xp.astype(out, dtype)
