@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from kernelkit.estimators import RandomFeatures
-from kernelkit.features import NormalizedGaussianHybridRF, RandomFourierFeatures, RandomMaclaurin
+from kernelkit.features import (
+    GaussianSketch,
+    HyperbolicRF,
+    NormalizedGaussianHybridRF,
+    RandomFourierFeatures,
+    RandomMaclaurin,
+    TensorSketch,
+    TensorSRHT,
+)
 from kernelkit.features.hybrid.bipolar import _BipolarHybrid
 
 
@@ -172,3 +180,51 @@ def test_maclaurin_float32_variance_is_the_float64_one_rounded(kernel):
     lrv = fm.log_relative_variance(X32, Y32)
     np.testing.assert_allclose(lrv, fm.log_relative_variance(X64, Y64), rtol=1e-6)
     assert np.all(np.isfinite(lrv))
+
+
+@pytest.mark.parametrize(("dtype", "scale"), [(np.float32, 1e-3), (np.float64, 1e-7)])
+def test_hyperbolic_variance_of_small_inputs(dtype, scale):
+    """Antithetic features: Var / K^2 = (cosh|x+y|^2 - 1) / M ~ |x+y|^4 / (2M). Formed as
+    log m2 - 2 log K it cancelled (float32 at |x| ~ 1e-3: 3e-10 instead of 4e-15, or
+    -0 and a log relative variance of -inf). Reference: the closed form in 50 digits."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    X = (scale * _unit_rows(4, 3, 0)).astype(dtype)
+    Y = (0.9 * scale * _unit_rows(3, 3, 1)).astype(dtype)
+    M = 16
+    fm = HyperbolicRF(n_features=M, random_state=0).fit(X.astype(np.float64))
+    V, lrv = fm.variance(X, Y), fm.log_relative_variance(X, Y)
+    assert V.dtype == dtype and lrv.dtype == dtype
+    for (i, j), v in np.ndenumerate(V):
+        x = [mp.mpf(float(t)) for t in X[i]]
+        y = [mp.mpf(float(t)) for t in Y[j]]
+        z2 = mp.fsum((a + b) ** 2 for a, b in zip(x, y, strict=True))
+        rel = (mp.cosh(z2) - 1) / M
+        ref = rel * mp.e ** (2 * mp.fsum(a * b for a, b in zip(x, y, strict=True)))
+        # |x+y|^2 = |x|^2 + |y|^2 + 2 x.y from the Gram matrix (sums of d = 3 products, two
+        # additions): relative error <= (d + 2) eps times the cancellation
+        # sum(a^2 + b^2 + 2|a b|) / |x+y|^2, doubled in the variance ~ z2^2; a few eps more
+        # from exp / expm1 / log
+        cancel = mp.fsum(a * a + b * b + 2 * abs(a * b) for a, b in zip(x, y, strict=True)) / z2
+        eps = float(np.finfo(dtype).eps)
+        # (the variance is exp(2 log K + log rel): the rounding of the log, ~ eps |log rel|,
+        # becomes relative error)
+        want = float(mp.log(rel))
+        tol = 2 * 5 * eps * float(cancel) + 8 * eps + 4 * eps * abs(want)
+        assert abs(float(v) - float(ref)) <= tol * float(ref), (i, j, v, ref)
+        assert abs(float(lrv[i, j]) - want) <= tol, (i, j, lrv[i, j])
+
+
+@pytest.mark.parametrize("cls", [GaussianSketch, TensorSketch, TensorSRHT])
+def test_dot_product_log_relative_variance_float32_tiny_inputs(cls):
+    """Degree 2 on inputs of norm 1e-6: K ~ 1e-24 and its variance ~ 1e-48 (below float32's
+    range, so 0 in float32), but their ratio is ~ 1: log_relative_variance was -inf."""
+    X, Y = 1e-6 * _unit_rows(5, 3, 0), 1e-6 * _unit_rows(4, 3, 1)
+    fm = cls(n_features=16, random_state=0).fit(X)
+    got = fm.log_relative_variance(X.astype(np.float32), Y.astype(np.float32))
+    assert got.dtype == np.float32
+    want = fm.log_relative_variance(
+        X.astype(np.float32).astype(np.float64), Y.astype(np.float32).astype(np.float64)
+    )
+    assert np.all(np.isfinite(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -46,7 +46,7 @@ from .._backend import (
 from .._backend.fwht import next_power_of_two
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
-from ._base import FeatureMap, check_real, sq_norms
+from ._base import FeatureMap, check_real, narrow_to, sq_norms, widen_to_float64
 from .dot_product_variance import iid_sketch_variance, pair_statistics, tensor_srht_variance
 from .maclaurin_series import (
     MACLAURIN_KERNELS,
@@ -271,9 +271,9 @@ class _MaclaurinBase(FeatureMap):
         return self._variance_kind(X, Y, xp, "complex")
 
     def _variance_kind(self, X, Y, xp, kind):
-        Xw, Yw, dtype = _widen(xp, X, Y)
+        Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         out, log_e2 = self._series_variance(Xw, Yw, xp, kind)
-        return _narrow(xp, _times_exp(xp, out, log_e2), dtype)
+        return narrow_to(xp, _times_exp(xp, out, log_e2), dtype)
 
     def _series_variance(self, X, Y, xp, kind):
         """``(variance of the polynomial part (n, m), log e_x^2 e_y^2 or None)``."""
@@ -283,11 +283,11 @@ class _MaclaurinBase(FeatureMap):
         # the Gaussian weights e_x^2 e_y^2 of the variance and of the squared expected
         # kernel cancel: the ratio of the polynomial parts, which do not underflow where
         # the weights do (large norms)
-        Xw, Yw, dtype = _widen(xp, X, Y)
+        Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         var, _ = self._series_variance(Xw, Yw, xp, "real")
         k = self._series(Xw, Yw, xp)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return _narrow(xp, xp.log(var) - 2.0 * xp.log(xp.abs(k)), dtype)
+            return narrow_to(xp, xp.log(var) - 2.0 * xp.log(xp.abs(k)), dtype)
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)``: the truncated series ``sum_{n <= p} a_n (x^T y)^n``
@@ -303,9 +303,9 @@ class _MaclaurinBase(FeatureMap):
         return self._expected_kernel_prepared(self._densify(X), self._densify(Y), xp)
 
     def _expected_kernel_prepared(self, X, Y, xp):
-        Xw, Yw, dtype = _widen(xp, X, Y)
+        Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         out = _times_exp(xp, self._series(Xw, Yw, xp), self._gaussian_weight(Xw, Yw, xp))
-        return _narrow(xp, out, dtype)
+        return narrow_to(xp, out, dtype)
 
     def _series(self, X, Y, xp):
         """The truncated series ``sum_{n <= p} a_n (x^T y)^n`` (n, m), without ``e_x e_y``."""
@@ -700,23 +700,3 @@ def _times_exp(xp, out, log_w):
     else:
         scaled = xp.exp(logabs)
     return xp.where(nz, xp.sign(out) * scaled, xp.zeros_like(out))
-
-
-def _widen(xp, X, Y):
-    """``(X, Y, dtype)``: the inputs in float64 and the dtype to return (None: float64).
-
-    The moments hold powers ``(x^T y)^(2n)`` and ``(|x|^2 |y|^2)^n`` up to the truncation
-    degree, which leave the float32 range long before the variance itself does."""
-    if X.dtype == xp.float64:
-        return X, Y, None
-    return xp.astype(X, xp.float64), xp.astype(Y, xp.float64), X.dtype
-
-
-def _narrow(xp, out, dtype):
-    """``out`` cast back to ``dtype`` (values beyond its range become inf / 0)."""
-    if dtype is None:
-        return out
-    if is_numpy_namespace(xp):
-        with np.errstate(over="ignore"):
-            return out.astype(dtype)
-    return xp.astype(out, dtype)
