@@ -233,8 +233,11 @@ def test_sparse_input_or_clear_error(cls):
     X[np.abs(X) < 0.3] = 0.0  # genuinely sparse
     Xs = sp.csr_matrix(X)
     if not cls.accepts_sparse:
-        with pytest.raises(TypeError, match="does not support sparse input"):
+        with pytest.raises(TypeError, match="does not support sparse input") as err:
             _small(cls).fit(Xs)
+        # the maps it suggests are the public ones that accept sparse input, no base class
+        suggested = str(err.value).rsplit(": ", 1)[1].rstrip(".").split(", ")
+        assert suggested == sorted(c.__name__ for c in MAPS if c.accepts_sparse)
         fm = _small(cls, random_state=0).fit(X)
         with pytest.raises(TypeError, match="sparse"):
             fm.transform(Xs)

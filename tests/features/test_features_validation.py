@@ -121,8 +121,18 @@ def test_one_dimensional_and_empty_inputs(cls, data):
         fm.transform(X[0])
     # zero rows at transform time are fine: an empty result of the right width
     assert fm.transform(np.empty((0, 6))).shape == (0, fm.output_dim)
-    assert fm.approx_kernel(np.empty((0, 6)), Y).shape == (0, len(Y))
-    assert fm.approx_kernel(X, np.empty((0, 6))).shape == (len(X), 0)
+    # every pairwise method, not only approx_kernel (the dot-product sketches' exact and
+    # expected kernels raised "X is empty")
+    for method in (
+        "approx_kernel",
+        "exact_kernel",
+        "expected_kernel",
+        "variance",
+        "complex_variance",
+        "log_relative_variance",
+    ):
+        assert getattr(fm, method)(np.empty((0, 6)), Y).shape == (0, len(Y)), method
+        assert getattr(fm, method)(X, np.empty((0, 6))).shape == (len(X), 0), method
 
 
 # ------------------------------------------------------------------ dtypes
@@ -140,6 +150,34 @@ def test_non_numeric_input_is_rejected(cls):
         cls(n_features=4).fit(np.array([["a", "b"], ["c", "d"]]))
     with pytest.raises(TypeError, match="X"):
         cls(n_features=4).fit([[1.0, object()]])
+
+
+def test_pandas_missing_values_are_nan(cls, data):
+    """A nullable pandas column with pandas.NA is missing data, reported as NaN (it was a
+    TypeError about converting 'NAType' to float)."""
+    pd = pytest.importorskip("pandas")
+    X, Y = data
+    frame = pd.DataFrame(X).astype("Float64")
+    frame.iloc[1, 2] = pd.NA
+    with pytest.raises(ValueError, match=r"^X contains NaN"):
+        cls(n_features=4).fit(frame)
+    fm = _fitted(cls, X, Y)
+    with pytest.raises(ValueError, match=r"^X contains NaN"):
+        fm.transform(frame)
+    # without missing values, the nullable frame is its float64 values
+    out = fm.transform(pd.DataFrame(X).astype("Float64"))
+    np.testing.assert_allclose(out, fm.transform(X), rtol=1e-12, atol=1e-15)  # layout: 1 ulp
+
+
+def test_numpy_matrix_is_rejected(cls, data):
+    """np.matrix keeps its products 2-D (row sums of shape (n, 1)), which broke the maps
+    with shape errors from deep inside; rejected by name, as scikit-learn does."""
+    X, Y = data
+    with pytest.raises(TypeError, match=r"^X is a numpy.matrix.*numpy.asarray\(X\)"):
+        cls(n_features=4).fit(np.asmatrix(X))
+    fm = _fitted(cls, X, Y)
+    with pytest.raises(TypeError, match=r"^Y is a numpy.matrix"):
+        fm.approx_kernel(X, np.asmatrix(Y))
 
 
 def test_integer_bool_and_list_input_are_promoted_to_float64(cls):

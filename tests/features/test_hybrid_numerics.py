@@ -12,7 +12,12 @@ import warnings
 import numpy as np
 import pytest
 
-from kernelkit.features import AngularHybridRF, ClusteredHybridRF, ComplexExponentialRF
+from kernelkit.features import (
+    AngularHybridRF,
+    ClusteredHybridRF,
+    ComplexExponentialRF,
+    GaussianHybridRF,
+)
 
 mp = pytest.importorskip("mpmath")
 mp.mp.dps = 50
@@ -38,6 +43,23 @@ def _angular_ref(x, y, m, n, alpha):
     t = mp.acos(cos) / mp.pi
     e2, f2 = t * (t - t / n + mp.mpf(1) / n), (1 - t) * (1 - t + t / n)
     g = t * (1 - t) * (1 - mp.mpf(1) / n)
+    pp = sm**2 * mp.e**z2 * (1 - mp.e ** (-z2)) ** 2 / (2 * m)
+    tr = mp.e ** (nx + ny) * (1 - mp.e ** (-d2)) ** 2 / (2 * m)
+    out = e2 * pp + f2 * tr - mp.mpf(2) / m * sm**2 * (1 - mp.cos(nx - ny)) * g
+    return out * mp.e ** (2 * alpha * (nx + ny))
+
+
+def _gaussian_hybrid_ref(x, y, m, n, c, alpha):
+    """Thm 3.1 (shared W) with the moments of the antithetic positive Gaussian coefficient
+    (Sec. 2.4): lambda = e^{-|x+y|^2 / (2 c^2)}, Var lambda_hat = e^{(|x-y|^2 - |x+y|^2) / c^2}
+    (1 - e^{-|x-y|^2 / c^2})^2 / (2n)."""
+    x, y = _mpv(x), _mpv(y)
+    nx, ny, xy = _dot(x, x), _dot(y, y), _dot(x, y)
+    sm = mp.e**xy
+    z2, d2 = nx + ny + 2 * xy, nx + ny - 2 * xy
+    lam = mp.e ** (-z2 / (2 * c * c))
+    v = mp.e ** ((d2 - z2) / (c * c)) * (1 - mp.e ** (-d2 / (c * c))) ** 2 / (2 * n)
+    e2, f2, g = lam * lam + v, (1 - lam) ** 2 + v, lam * (1 - lam) - v
     pp = sm**2 * mp.e**z2 * (1 - mp.e ** (-z2)) ** 2 / (2 * m)
     tr = mp.e ** (nx + ny) * (1 - mp.e ** (-d2)) ** 2 / (2 * m)
     out = e2 * pp + f2 * tr - mp.mpf(2) / m * sm**2 * (1 - mp.cos(nx - ny)) * g
@@ -149,6 +171,28 @@ def test_angular_variance_log_space(scale, kernel):
     _check_against(V, ref)
 
 
+@pytest.mark.parametrize("scale", [3.0, 10.0, 20.0, 30.0])
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
+def test_gaussian_hybrid_variance_log_space(scale, kernel):
+    """Positive coefficient features: Var lambda_hat = e^{-4 x.y / c^2} (...) overflows for
+    x.y << 0 (near theta = pi), and lambda^2 = e^{-|x+y|^2 / c^2} underflows for x.y >> 0
+    (near theta = 0) where SM^{++}'s MSE is huge. From E lambda_hat^2 in floating point they
+    gave inf - inf (a NaN that the clip turned into a variance of 0) resp. a dropped term
+    (a variance of 0.02 instead of 1e268)."""
+    X, Y = _points(scale)
+    c = 1.3
+    fm = GaussianHybridRF(8, 4, kernel=kernel, lambda_bandwidth=c, random_state=0).fit(X, Y=Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        V = fm.variance(X, Y)
+    alpha = 0.0 if kernel == "softmax" else -0.5
+    ref = np.array(
+        [[_gaussian_hybrid_ref(x, y, 8, 4, c, alpha) for y in Y] for x in X], dtype=object
+    )
+    n_finite = _check_against(V, ref)
+    assert n_finite >= 4 or (kernel == "softmax" and scale > 10)  # else the MSE overflows
+
+
 @pytest.mark.parametrize("scale", [3.0, 20.0, 40.0])
 def test_complex_exponential_variance_log_space(scale):
     """Gaussian kernel, complex diagonal A: the MSE is small and finite although the
@@ -162,6 +206,41 @@ def test_complex_exponential_variance_log_space(scale):
             V = fm.variance(X, Y)
         ref = np.array([[_ce_ref(x, y, A, 8, alpha) for y in Y] for x in X], dtype=object)
         assert _check_against(V, ref) >= 4  # finite entries are present and checked
+
+
+@pytest.mark.parametrize("scale", [3.0, 20.0, 40.0])
+def test_log_relative_variance_where_variance_and_kernel_leave_the_range(scale):
+    """Gaussian kernel, large norms: the MSE and K^2 under- (or over-) flow together while
+    their ratio is moderate. log_relative_variance was log(0) - 2 log(K) = -inf ('exact')
+    or log(0) - 2 log(0) = NaN; now it is formed from the log-space MSE."""
+    X, Y = _points(scale)
+    A = np.array([1.2j, 0.8, 1.0 + 0.2j, 0.9])
+    alpha = -0.5
+    maps = [
+        (ComplexExponentialRF(8, A=A, kernel="gaussian", random_state=0), _ce_ref, (A, 8, alpha)),
+        (AngularHybridRF(8, 4, kernel="gaussian", random_state=0), _angular_ref, (8, 4, alpha)),
+        (
+            GaussianHybridRF(8, 4, kernel="gaussian", lambda_bandwidth=1.3, random_state=0),
+            _gaussian_hybrid_ref,
+            (8, 4, 1.3, alpha),
+        ),
+    ]
+    for fm, ref_fn, args in maps:
+        fm.fit(X, Y=Y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            lrv = fm.log_relative_variance(X, Y)
+        assert not np.any(np.isnan(lrv)), type(fm).__name__
+        for (i, j), v in np.ndenumerate(lrv):
+            ref = ref_fn(X[i], Y[j], *args)
+            x, y = _mpv(X[i]), _mpv(Y[j])
+            log_k = _dot(x, y) + alpha * (_dot(x, x) + _dot(y, y))
+            if ref <= 0:
+                assert v == -np.inf, (type(fm).__name__, i, j, v)
+                continue
+            want = float(mp.log(ref) - 2 * log_k)
+            # logs of quantities ~ e^{+-1600}: absolute rounding ~ 1600 eps
+            assert abs(v - want) <= 1e-9 * max(1.0, abs(want)), (type(fm).__name__, i, j, v, want)
 
 
 @pytest.mark.parametrize("scale", [0.5, 10.0])

@@ -157,6 +157,21 @@ def validate_positive_float(value, name: str) -> float:
     return float(value)
 
 
+def _pandas_na(X):
+    """Mask of the ``pandas.NA`` entries of an object array, or None if there are none (or
+    other non-numeric entries remain)."""
+    if X.dtype != object:
+        return None
+    missing = np.frompyfunc(lambda v: type(v).__name__ == "NAType", 1, 1)(X).astype(bool)
+    if not missing.any():
+        return None
+    try:
+        np.where(missing, 0.0, X).astype(np.float64)
+    except (TypeError, ValueError):
+        return None
+    return missing
+
+
 def validate_data(
     X,
     name: str = "X",
@@ -202,11 +217,19 @@ def validate_data(
             X = np.asarray(X)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
+    if isinstance(X, np.matrix):  # its products stay matrices: rejected, as in scikit-learn
+        raise TypeError(
+            f"{name} is a numpy.matrix, which is not supported; convert it with "
+            f"numpy.asarray({name})."
+        )
     if isinstance(X, np.ndarray) and (X.dtype == object or X.dtype.kind in "USV"):
         try:
             X = X.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be numeric, got dtype {X.dtype}: {exc}") from exc
+            missing = _pandas_na(X)  # nullable pandas columns: pandas.NA is missing data
+            if missing is None:
+                raise TypeError(f"{name} must be numeric, got dtype {X.dtype}: {exc}") from exc
+            X = np.where(missing, np.nan, X).astype(np.float64)  # reported as NaN below
     xp = array_namespace(X)
     if xp.isdtype(X.dtype, "complex floating"):
         raise ValueError(

@@ -68,7 +68,12 @@ def _sparse_classes() -> str:
     import importlib
 
     pkg = importlib.import_module("kernelkit.features")
-    ok = [n for n in pkg.__all__ if getattr(getattr(pkg, n), "accepts_sparse", False) is True]
+    ok = [
+        n
+        for n in pkg.__all__
+        if getattr(getattr(pkg, n), "accepts_sparse", False) is True
+        and not n.endswith("FeatureMap")  # the base classes FeatureMap, DotProductFeatureMap
+    ]
     return ", ".join(sorted(ok))
 
 
@@ -506,6 +511,26 @@ def _namespace_of(a):
     from array_api_compat import array_namespace
 
     return array_namespace(a)
+
+
+def widen_to_float64(xp, X, Y):
+    """``(X, Y, dtype)``: the inputs in float64 and the dtype to return (None: float64).
+
+    For analytic moments whose terms (powers of ``x^T y``, squared kernels) leave the
+    float32 range long before the result does."""
+    if X.dtype == xp.float64:
+        return X, Y, None
+    return xp.astype(X, xp.float64), xp.astype(Y, xp.float64), X.dtype
+
+
+def narrow_to(xp, out, dtype):
+    """``out`` cast back to ``dtype`` (values beyond its range become inf / 0)."""
+    if dtype is None:
+        return out
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore"):
+            return out.astype(dtype)
+    return xp.astype(out, dtype)
 
 
 def check_bool(value, name: str) -> bool:

@@ -53,7 +53,15 @@ from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
 from .._backend.parallel import check_n_jobs, map_row_blocks
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ..kernels import polynomial_kernel
-from ._base import FeatureMap, _detach, _matmul_augmented, check_real, param_cache
+from ._base import (
+    FeatureMap,
+    _detach,
+    _matmul_augmented,
+    check_real,
+    narrow_to,
+    param_cache,
+    widen_to_float64,
+)
 from .dot_product_variance import (
     _clip0,
     iid_sketch_variance,
@@ -332,6 +340,8 @@ class DotProductFeatureMap(FeatureMap):
 
     def _exact_kernel(self, X, Y, xp):
         """The exact kernel ``(X Y^T + coef0)^degree`` that this map estimates, (n, m)."""
+        if X.shape[0] == 0 or Y.shape[0] == 0:  # polynomial_kernel rejects empty inputs
+            return xp.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype, device=device(X))
         return polynomial_kernel(X, Y, degree=self._p, coef0=self._c)
 
     # ------------------------------------------------------------------ variance
@@ -344,6 +354,12 @@ class DotProductFeatureMap(FeatureMap):
         # docs/derivations/dot_product.md); for real maps the paper's Theorem 2 / eq. 28 / 33
         G, N, S = pair_statistics(X, Y, self._c)
         return _clip0(xp, self._variance_from_stats(G, N, S, "real"))
+
+    def _log_relative_variance(self, X, Y, xp):
+        # in float64: the variance ~ K^2 leaves float32's range (K ~ 1e-19 for inputs of
+        # norm ~1e-5, degree 2) where the ratio is moderate
+        Xw, Yw, dtype = widen_to_float64(xp, X, Y)
+        return narrow_to(xp, super()._log_relative_variance(Xw, Yw, xp), dtype)
 
     def _complex_variance(self, X, Y, xp):
         # E|k_hat - k|^2 of the complex estimate: the paper's variance (Theorem 2,

@@ -51,7 +51,9 @@ __all__ = [
 ]
 
 
-def rff_variance(k, n_features: int, *, complex: bool = False, part: str = "real"):
+def rff_variance(
+    k, n_features: int, *, complex: bool = False, part: str = "real", one_minus_k2=None
+):
     """Analytic variance of the random Fourier feature estimate for i.i.d. frequencies.
 
     With ``k = k(x, y) = exp(-|delta|^2 / 2)`` (``delta = (x - y) / l``) and
@@ -79,6 +81,9 @@ def rff_variance(k, n_features: int, *, complex: bool = False, part: str = "real
         Eq. 60 instead of eq. 59.
     part : {"real", "complex"}
         ``"complex"`` (complex maps only): mean squared modulus ``E|k_hat - k|^2``.
+    one_minus_k2 : array like ``k``, optional
+        ``1 - k^2 = -expm1(-|delta|^2)`` computed from the distance: accurate where ``k``
+        rounds to 1 (``|delta| < 1e-8``), where ``1 - k^2`` from ``k`` is 0.
 
     Returns
     -------
@@ -86,13 +91,14 @@ def rff_variance(k, n_features: int, *, complex: bool = False, part: str = "real
     """
     if part not in ("real", "complex"):
         raise ValueError(f"part must be 'real' or 'complex', got {part!r}.")
-    k2 = k * k
-    k4 = k2 * k2
-    pair = 0.5 * (1.0 + k4) - k2  # Var cos(w^T delta) for one frequency, >= 0
+    q = 1.0 - k * k if one_minus_k2 is None else one_minus_k2
+    # Var cos(w^T delta) for one frequency, (1 + k^4)/2 - k^2 = (1 - k^2)^2 / 2 >= 0 (the
+    # squared form keeps its digits for nearby points, where the other cancels)
+    pair = 0.5 * q * q
     D = int(n_features)
     if complex:
         if part == "complex":
-            return (1.0 - k2) / D
+            return q / D
         return pair / D
     m, r = divmod(D, 2)
     out = 4.0 * m * pair
@@ -331,12 +337,23 @@ class RandomFourierFeatures(FeatureMap):
 
     def _variance(self, X, Y, xp):
         # rff_variance: the variance of the real part, i.i.d. frequencies
-        k = xp.exp(-0.5 * self._sq_dist(X, Y, xp))
-        return rff_variance(k, int(self.n_features), complex=bool(self.complex))
+        sq = self._sq_dist(X, Y, xp)
+        k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
+        return rff_variance(k, int(self.n_features), complex=bool(self.complex), one_minus_k2=q)
+
+    def _log_relative_variance(self, X, Y, xp):
+        # log(Var / k^2) = log Var + |delta|^2: k = e^{-|delta|^2 / 2} underflows (float32:
+        # |delta| > 14) where the ratio is finite
+        sq = self._sq_dist(X, Y, xp)
+        k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
+        var = rff_variance(k, int(self.n_features), complex=bool(self.complex), one_minus_k2=q)
+        with np.errstate(divide="ignore"):  # -inf where exact (x = y)
+            return xp.log(var) + sq
 
     def _complex_variance(self, X, Y, xp):
-        k = xp.exp(-0.5 * self._sq_dist(X, Y, xp))
-        return rff_variance(k, int(self.n_features), complex=True, part="complex")
+        sq = self._sq_dist(X, Y, xp)
+        k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
+        return rff_variance(k, int(self.n_features), complex=True, part="complex", one_minus_k2=q)
 
     def _exact_kernel(self, X, Y, xp):
         """The Gaussian kernel ``exp(-|x - y|^2 / (2 l^2))``, (n, m)."""
@@ -577,6 +594,10 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         """Eq. 57, ``sigma^2 (1 - |x - y|^2 / a^2)^p`` on unit vectors, (n, m)."""
         base = xp.clip(1.0 - self._sq_dist(X, Y, xp) / float(self.a) ** 2, min=0.0)
         return float(self.amplitude) * base ** int(self.degree)
+
+    def _log_relative_variance(self, X, Y, xp):
+        # from variance and kernel, not the Gaussian kernel's log form of the parent
+        return FeatureMap._log_relative_variance(self, X, Y, xp)
 
     def _variance(self, X, Y, xp):
         # With s = sigma^2 sum(alpha) and the normalised mixture kappa(tau) = k~(tau) / s

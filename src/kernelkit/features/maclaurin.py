@@ -36,11 +36,17 @@ from typing import ClassVar
 import numpy as np
 from sklearn.utils._param_validation import Hidden, StrOptions
 
-from .._backend import check_random_state, device, to_numpy, validate_positive_int
+from .._backend import (
+    check_random_state,
+    device,
+    is_numpy_namespace,
+    to_numpy,
+    validate_positive_int,
+)
 from .._backend.fwht import next_power_of_two
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
-from ._base import FeatureMap, check_real, sq_norms
+from ._base import FeatureMap, check_real, narrow_to, sq_norms, widen_to_float64
 from .dot_product_variance import iid_sketch_variance, pair_statistics, tensor_srht_variance
 from .maclaurin_series import (
     MACLAURIN_KERNELS,
@@ -222,18 +228,22 @@ class _MaclaurinBase(FeatureMap):
 
     # ------------------------------------------------------------------ variance
     def _pair_moments(self, X, Y, xp):
-        """``(G, N, S, e2)`` of the scaled inputs (:func:`pair_statistics`) and the Gaussian
-        weight ``e_x^2 e_y^2`` (None for the other kernels)."""
+        """``(G, N, S, log_e2)`` of the scaled inputs (:func:`pair_statistics`) and the log
+        of the Gaussian weight ``e_x^2 e_y^2`` (None for the other kernels)."""
         s = self._input_scale()
         Xs, Ys = (X * s**0.5, Y * s**0.5) if s != 1.0 else (X, Y)
         G, N, S = pair_statistics(Xs, Ys, 0.0)
-        e2 = None
+        log_e2 = None
         if self.kernel == "gaussian":
-            e2 = (
-                xp.exp(-xp.sum(Xs * Xs, axis=1))[:, None]
-                * xp.exp(-xp.sum(Ys * Ys, axis=1))[None, :]
-            )
-        return G, N, S, e2
+            log_e2 = -(xp.sum(Xs * Xs, axis=1)[:, None] + xp.sum(Ys * Ys, axis=1)[None, :])
+        return G, N, S, log_e2
+
+    def _gaussian_weight(self, X, Y, xp):
+        """``log(e_x e_y)`` (n, m) of prepared inputs, None for the other kernels."""
+        if self.kernel != "gaussian":
+            return None
+        s = self._input_scale()
+        return -0.5 * s * (xp.sum(X * X, axis=1)[:, None] + xp.sum(Y * Y, axis=1)[None, :])
 
     def _degree_variance(self, G, N, S, n: int, D: int, kind: str):
         """Variance of one degree-``n`` sketch estimate of ``G^n`` with ``D`` features
@@ -261,7 +271,23 @@ class _MaclaurinBase(FeatureMap):
         return self._variance_kind(X, Y, xp, "complex")
 
     def _variance_kind(self, X, Y, xp, kind):
+        Xw, Yw, dtype = widen_to_float64(xp, X, Y)
+        out, log_e2 = self._series_variance(Xw, Yw, xp, kind)
+        return narrow_to(xp, _times_exp(xp, out, log_e2), dtype)
+
+    def _series_variance(self, X, Y, xp, kind):
+        """``(variance of the polynomial part (n, m), log e_x^2 e_y^2 or None)``."""
         raise NotImplementedError
+
+    def _log_relative_variance(self, X, Y, xp):
+        # the Gaussian weights e_x^2 e_y^2 of the variance and of the squared expected
+        # kernel cancel: the ratio of the polynomial parts, which do not underflow where
+        # the weights do (large norms)
+        Xw, Yw, dtype = widen_to_float64(xp, X, Y)
+        var, _ = self._series_variance(Xw, Yw, xp, "real")
+        k = self._series(Xw, Yw, xp)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return narrow_to(xp, xp.log(var) - 2.0 * xp.log(xp.abs(k)), dtype)
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)``: the truncated series ``sum_{n <= p} a_n (x^T y)^n``
@@ -277,6 +303,12 @@ class _MaclaurinBase(FeatureMap):
         return self._expected_kernel_prepared(self._densify(X), self._densify(Y), xp)
 
     def _expected_kernel_prepared(self, X, Y, xp):
+        Xw, Yw, dtype = widen_to_float64(xp, X, Y)
+        out = _times_exp(xp, self._series(Xw, Yw, xp), self._gaussian_weight(Xw, Yw, xp))
+        return narrow_to(xp, out, dtype)
+
+    def _series(self, X, Y, xp):
+        """The truncated series ``sum_{n <= p} a_n (x^T y)^n`` (n, m), without ``e_x e_y``."""
         s = self._input_scale()
         G = (X * s**0.5) @ xp.matrix_transpose(Y * s**0.5)
         b = self._unit_coefficients
@@ -286,9 +318,6 @@ class _MaclaurinBase(FeatureMap):
             Gp = Gp * G
             if b[n] > 0:
                 out = out + float(b[n]) * Gp
-        if self.kernel == "gaussian":
-            out = out * xp.exp(-0.5 * s * xp.sum(X * X, axis=1))[:, None]
-            out = out * xp.exp(-0.5 * s * xp.sum(Y * Y, axis=1))[None, :]
         return out
 
     def _exact_kernel(self, X, Y, xp):
@@ -416,7 +445,7 @@ class RandomMaclaurin(_MaclaurinBase):
             / (self.n_features * self.degree_measure_[n])
         )
 
-    def _variance_kind(self, X, Y, xp, kind):
+    def _series_variance(self, X, Y, xp, kind):
         """Variance of the estimate over the degree draw and the sketches.
 
         The ``D`` features are i.i.d. terms ``T = (a_n / mu(n)) Pi_n(x) conj Pi_n(y)`` with
@@ -429,7 +458,7 @@ class RandomMaclaurin(_MaclaurinBase):
         ``"complex"``: ``E|k_hat - E k_hat|^2`` of the complex estimate
         (:meth:`complex_variance`, the paper's). Identical for real sketches.
         """
-        G, N, S, e2 = self._pair_moments(X, Y, xp)
+        G, N, S, log_e2 = self._pair_moments(X, Y, xp)
         b, mu = self._unit_coefficients, self.degree_measure_
         second = xp.zeros_like(G)
         mean = xp.zeros_like(G)
@@ -440,8 +469,7 @@ class RandomMaclaurin(_MaclaurinBase):
                 m2 = Gn * Gn + self._degree_variance(G, N, S, n, 1, kind)
                 second = second + float(b[n] ** 2 / mu[n]) * m2
                 mean = mean + float(b[n]) * Gn
-        out = xp.clip(second - mean * mean, min=0.0) / int(self.n_features)
-        return out if e2 is None else out * e2
+        return xp.clip(second - mean * mean, min=0.0) / int(self.n_features), log_e2
 
 
 class OptimizedMaclaurin(_MaclaurinBase):
@@ -637,7 +665,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
     def _block_weight(self, n):
         return self._unit_coefficients[n]
 
-    def _variance_kind(self, X, Y, xp, kind):
+    def _series_variance(self, X, Y, xp, kind):
         """Variance ``sum_n a_n^2 Var[Phi_n(x)^T conj Phi_n(y)]`` of the estimate (eq. 47).
 
         Independent sketches per degree: Theorem 2 or, for TensorSRHT, eq. 33 with the
@@ -648,12 +676,27 @@ class OptimizedMaclaurin(_MaclaurinBase):
         ``"complex"``: ``E|k_hat - E k_hat|^2`` of the complex estimate
         (:meth:`complex_variance`, the paper's, and what the objective uses).
         """
-        G, N, S, e2 = self._pair_moments(X, Y, xp)
+        G, N, S, log_e2 = self._pair_moments(X, Y, xp)
         b, Dn = self._unit_coefficients, self.n_features_per_degree_
         out = xp.zeros_like(G)
         for n in range(1, self.degree_ + 1):
             if Dn[n] > 0:
                 V = self._degree_variance(G, N, S, n, int(Dn[n]), kind)
                 out = out + float(b[n] ** 2) * V
-        out = xp.clip(out, min=0.0)
-        return out if e2 is None else out * e2
+        return xp.clip(out, min=0.0), log_e2
+
+
+def _times_exp(xp, out, log_w):
+    """``out * exp(log_w)`` (n, m) as ``sign(out) exp(log|out| + log_w)``, so that a weight
+    below the floating-point range does not zero a representable product; ``out`` for
+    ``log_w = None``."""
+    if log_w is None:
+        return out
+    nz = out != 0
+    logabs = xp.log(xp.where(nz, xp.abs(out), xp.ones_like(out))) + log_w
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore"):
+            scaled = np.exp(logabs)
+    else:
+        scaled = xp.exp(logabs)
+    return xp.where(nz, xp.sign(out) * scaled, xp.zeros_like(out))

@@ -60,6 +60,12 @@ def _log1mexp(xp, t):
     return xp.log(-xp.expm1(-t))
 
 
+def _log_nonneg(xp, v):
+    """``log(v)`` of a non-negative array, ``-inf`` where ``v = 0`` (no warning)."""
+    pos = v > 0
+    return xp.where(pos, xp.log(xp.where(pos, v, xp.ones_like(v))), xp.full_like(v, -math.inf))
+
+
 def _weighted_exp(xp, w, log_v):
     """``w * exp(log_v)`` with ``0 * inf = 0`` (an exact zero weight wins over overflow)."""
     zero = w == 0
@@ -121,3 +127,21 @@ def _sq_norms3(xp, a):
 
 def _sum_prod(xp, a, b):
     return xp.sum(a * b, axis=1)
+
+
+class LogFormVariance:
+    """Variance and log relative variance from one log-space form (mixin).
+
+    Subclasses define ``_variance_log_form(X, Y, xp)``: ``(inner, log_scale)``, each (n, m),
+    with ``variance = max(inner, 0) exp(log_scale)``; ``_log_kernel`` comes from
+    :class:`~kernelkit.features._projection.ProjectionFeatureMap`.
+    """
+
+    def _variance(self, X, Y, xp):
+        return _scaled_nonneg(xp, *self._variance_log_form(X, Y, xp))
+
+    def _log_relative_variance(self, X, Y, xp):
+        # log(variance / K^2) without forming either: finite where both leave the
+        # floating-point range together (large norms; the Gaussian kernel); -inf where exact
+        inner, log_scale = self._variance_log_form(X, Y, xp)
+        return _log_nonneg(xp, inner) + log_scale - 2.0 * self._log_kernel(X, Y, xp)

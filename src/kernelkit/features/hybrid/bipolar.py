@@ -14,29 +14,30 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..._backend import device, is_numpy_namespace, validate_positive_int
+from ..._backend import device, validate_positive_int
 from ..._backend.params import int_range
 from .._base import _detach, check_bool
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
 from ._common import (
+    LogFormVariance,
     _assemble,
     _combine,
     _log1mexp,
+    _log_nonneg,
     _outer,
-    _scaled_nonneg,
     _shifted_sum,
     _sq_norms,
 )
 
 
-class _BipolarHybrid(ProjectionFeatureMap):
+class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
     """``lambda_hat SM^{++}_m + (1 - lambda_hat) SM^{trig}_m`` as a real asymmetric map.
 
     Subclasses set the coefficient ``lambda_hat = a + c u(x)^T v(y)`` through
     ``_lambda_a``, ``_lambda_c``, ``_fit_lambda``, ``_lambda_features``, ``_lambda_dim``,
-    ``exact_lambda`` and ``_lambda_moments``.
+    ``exact_lambda`` and ``_lambda_log_var``.
 
     Fitted attributes: ``projection_`` (m, d) the ``W`` of ``SM^{++}``;
     ``projection_trig_`` (m, d) the ``W`` of ``SM^{trig}`` (the same array when
@@ -198,11 +199,14 @@ class _BipolarHybrid(ProjectionFeatureMap):
             bx, lx = parts(Xs, xp)  # (n, 2m), (n,)
             by, ly = parts(Ys, xp)
             out.append((bx @ xp.matrix_transpose(by), lx[:, None] + ly[None, :] + extra))
+        return self._lambda_hat(Xs, Ys, xp), out[0], out[1]
+
+    def _lambda_hat(self, Xs, Ys, xp):
+        """``lambda_hat = a + c u(x)^T v(y)`` (n, m) of prepared inputs."""
         ux, ulx = self._lambda_features(Xs, xp, "x")
         uy, uly = self._lambda_features(Ys, xp, "y")
         uv = _combine(xp, ux @ xp.matrix_transpose(uy), ulx[:, None] + uly[None, :])
-        lam = self._lambda_a + self._lambda_c * uv  # (n, m)
-        return lam, out[0], out[1]
+        return self._lambda_a + self._lambda_c * uv  # (n, m)
 
     def approx_kernel(self, X, Y=None):
         """Unbiased hybrid estimate of the kernel matrix, shape (n, m).
@@ -229,13 +233,17 @@ class _BipolarHybrid(ProjectionFeatureMap):
     def _lambda_exact(self, X, Y, xp):
         raise NotImplementedError
 
-    def _lambda_moments(self, X, Y, xp):
-        """``(E lambda_hat^2, E (1-lambda_hat)^2, E lambda_hat (1-lambda_hat))``, each (n, m)."""
+    def _lambda_log_var(self, X, Y, xp):
+        """``(log lambda (n, m), log Var lambda_hat (n, m))``, ``-inf`` where ``lambda = 0``
+        resp. where ``lambda_hat`` is exact. Logs, as either may leave the floating-point
+        range where its product with a base estimator's MSE does not (Gaussian coefficient
+        at large norms)."""
         raise NotImplementedError
 
     # -------------------------------------------------------------- variance
-    def _variance(self, Xs, Ys, xp):
-        """Analytic MSE of :meth:`approx_kernel` (Thm 3.1 with Lemma 2.2).
+    def _variance_log_form(self, Xs, Ys, xp):
+        """Analytic MSE of :meth:`approx_kernel` (Thm 3.1 with Lemma 2.2) as
+        ``(inner, log_scale)``, ``MSE = max(inner, 0) exp(log_scale)``.
 
         ``MSE = E[lambda_hat^2] MSE(++) + E[(1-lambda_hat)^2] MSE(trig)
         - shared * (2/m) SM^2 (1 - cos(|x|^2 - |y|^2)) E[lambda_hat (1-lambda_hat)]``,
@@ -246,7 +254,7 @@ class _BipolarHybrid(ProjectionFeatureMap):
         MSE is multiplied by ``exp(-|x|^2 - |y|^2)``. Exact for i.i.d. projections; for
         structured samplers it is the i.i.d. value.
 
-        Returns (n, m), non-negative.
+        Returns ``(inner, log_scale)``, each (n, m).
         """
         m = self.n_features
         nx = _sq_norms(xp, Xs)[:, None]  # (n, 1)
@@ -258,26 +266,21 @@ class _BipolarHybrid(ProjectionFeatureMap):
         log2m = math.log(2.0 * m)
         log_pp = 2.0 * xy + z2 + 2.0 * _log1mexp(xp, z2) - log2m + ka
         log_tr = (nx + ny) + 2.0 * _log1mexp(xp, d2) - log2m + ka
-        e2, f2, g = self._lambda_moments(Xs, Ys, xp)
-        terms = [(e2, log_pp), (f2, log_tr)]
+        # E lambda_hat^2 = lam^2 + v, E (1-lambda_hat)^2 = (1-lam)^2 + v and
+        # E lambda_hat (1-lambda_hat) = lam (1-lam) - v, v = Var lambda_hat; lam^2 and v
+        # in log space (each may under- or overflow where its product with an MSE does not)
+        log_lam, log_v = self._lambda_log_var(Xs, Ys, xp)
+        one_m_lam = -xp.expm1(log_lam)  # 1 - lam
+        terms = [(1.0, 2.0 * log_lam + log_pp), (one_m_lam * one_m_lam, log_tr)]
+        terms += [(1.0, log_v + log_pp), (1.0, log_v + log_tr)]
         if self.shared_projection:
             # (2/m) SM^2 (1 - cos(|x|^2 - |y|^2)) = (4/m) SM^2 sin^2((|x|^2 - |y|^2)/2)
             s = xp.sin(0.5 * (nx - ny))
-            terms.append((-(4.0 / m) * g * s * s, 2.0 * xy + ka))
+            w = (4.0 / m) * s * s
+            log_sm2 = 2.0 * xy + ka
+            terms += [(-w * one_m_lam, log_lam + log_sm2), (w, log_v + log_sm2)]
         # log-space sum: finite wherever the MSE is representable (no inf - inf, 0 * inf)
-        inner, shift = _shifted_sum(xp, terms)
-        return _scaled_nonneg(xp, inner, shift)
-
-    def _log_relative_variance(self, Xs, Ys, xp):
-        # log(MSE / K^2) from the MSE (-inf where the estimate is exact)
-        v = self._variance(Xs, Ys, xp)
-        logk = Xs @ xp.matrix_transpose(Ys)
-        if self.alpha != 0.0:
-            logk = logk + self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
-        if is_numpy_namespace(xp):
-            with np.errstate(divide="ignore"):
-                return np.log(v) - 2.0 * logk
-        return xp.log(v) - 2.0 * logk
+        return _shifted_sum(xp, terms)
 
 
 class AngularHybridRF(_BipolarHybrid):
@@ -372,11 +375,9 @@ class AngularHybridRF(_BipolarHybrid):
         t, zero = self._angle_t(X, Y, xp)
         return xp.where(zero, xp.full_like(t, 0.5), t)
 
-    def _lambda_moments(self, X, Y, xp):
+    def _lambda_log_var(self, X, Y, xp):
         t, zero = self._angle_t(X, Y, xp)
-        n = float(self.n_lambda)
-        e2 = t * (t - t / n + 1.0 / n)
-        f2 = (1.0 - t) * (1.0 - t + t / n)
-        g = t * (1.0 - t) * (1.0 - 1.0 / n)
-        q = xp.full_like(t, 0.25)  # lambda_hat = 1/2 exactly when an input is zero
-        return xp.where(zero, q, e2), xp.where(zero, q, f2), xp.where(zero, q, g)
+        # Var lambda_hat = t (1 - t) / n (Lemma 3.2); lambda_hat = 1/2 exactly when an
+        # input is zero
+        v = xp.where(zero, xp.zeros_like(t), t * (1.0 - t) / float(self.n_lambda))
+        return _log_nonneg(xp, xp.where(zero, xp.full_like(t, 0.5), t)), _log_nonneg(xp, v)

@@ -17,7 +17,7 @@ from ..._backend import device, validate_positive_float
 from ..._backend.params import POSITIVE
 from .._base import _detach
 from ..sampling import gaussian_projection
-from ._common import _sq_norms
+from ._common import _log1mexp, _sq_norms
 from .bipolar import _BipolarHybrid
 
 
@@ -120,21 +120,20 @@ class GaussianHybridRF(_BipolarHybrid):
         nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
         return xp.clip(nx + ny + 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0)
 
-    def _lambda_moments(self, X, Y, xp):
+    def _lambda_log_var(self, X, Y, xp):
         c2 = self.lambda_bandwidth**2
         z2 = self._z2(X, Y, xp) / c2  # |u - v|^2 with u = x/c, v = -y/c
-        lam = xp.exp(-0.5 * z2)
         if self.lambda_features == "trig":
             # Var cos(tau^T (u - v)) = (1 - e^{-|u-v|^2})^2 / 2
-            v1 = 0.5 * xp.expm1(-z2) ** 2
+            log_v1 = 2.0 * _log1mexp(xp, z2)
         else:
-            # antithetic positive: K_g^2 (cosh |u+v|^2 - 1), u + v = (x - y)/c
+            # antithetic positive: K_g^2 (cosh |u+v|^2 - 1) = e^{d2 - z2} (1 - e^{-d2})^2 / 2
+            # with d2 = |u+v|^2, u + v = (x - y)/c; in log space, as it exceeds the
+            # floating-point range for far-apart inputs
             nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
             d2 = xp.clip(nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0) / c2
-            # lam^2 (cosh(d2) - 1) = (e^{d2 - z2} + e^{-d2 - z2})/2 - e^{-z2}, computed stably
-            v1 = 0.5 * xp.exp(d2 - z2) * xp.expm1(-d2) ** 2
-        var = v1 / self.n_lambda
-        return lam * lam + var, (1.0 - lam) ** 2 + var, lam - lam * lam - var
+            log_v1 = (d2 - z2) + 2.0 * _log1mexp(xp, d2)
+        return -0.5 * z2, log_v1 - math.log(2.0 * self.n_lambda)  # lambda = e^{-z2/2}
 
 
 class NormalizedGaussianHybridRF(_BipolarHybrid):
@@ -150,6 +149,11 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
     The estimator is unbiased for any inputs and any ``radius``; ``radius`` only fixes the
     constant ``rho`` (App. F assumes ``|x| = |y| = r``). Zero variance holds only at
     ``theta = 0`` (trig-estimated ``lambda``; ``lambda_hat = 0`` there).
+
+    For a small ``rho`` (``sigma * radius`` below about ``1e-4`` in float64, ``1e-2`` in
+    float32) the product ``transform(X) @ transform_y(Y).T`` loses about
+    ``log10(1 / rho)`` digits to cancellation in ``lambda_hat``; :meth:`approx_kernel`
+    computes ``lambda_hat`` without it there.
 
     Parameters
     ----------
@@ -206,16 +210,24 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
 
     def _fit_lambda(self, X, Y, rng):
         if self.radius is None:
-            sq = np.concatenate([np.sum(X * X, axis=1), np.sum(Y * Y, axis=1)])
-            r = float(np.sqrt(sq.mean()))
+            big = max(float(np.max(np.abs(X), initial=0.0)), float(np.max(np.abs(Y), initial=0.0)))
+            if big > 0:  # root-mean-square norm, scaled so that tiny inputs do not underflow
+                Xb, Yb = X / big, Y / big
+                sq = np.concatenate([np.sum(Xb * Xb, axis=1), np.sum(Yb * Yb, axis=1)])
+                r = big * float(np.sqrt(sq.mean()))
+            else:
+                r = 0.0
             if not r > 0:
                 raise ValueError("radius could not be fitted: X and Y are all zero; pass radius=.")
         else:
             r = float(self.radius) / self.lengthscale
         self.radius_ = r
         self.rho_ = float(-np.expm1(-2.0 * self.sigma**2 * r * r))
-        if not self.rho_ > 0:
-            raise ValueError(f"radius * sigma is too small (rho = {self.rho_}); raise sigma.")
+        if not self.rho_ >= np.finfo(np.float64).tiny:
+            raise ValueError(
+                f"radius * sigma = {r * self.sigma:.3g} is too small (rho = 1 - exp(-2 sigma^2 "
+                f"radius^2) = {self.rho_:.3g} is below the float64 range); raise sigma."
+            )
         self.lambda_projection_ = self.sigma * gaussian_projection(
             self.n_lambda, X.shape[1], rng
         )  # (n, d), rows ~ N(0, sigma^2 I)
@@ -225,6 +237,21 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         base = xp.concat([xp.sin(p), xp.cos(p)], axis=1) / math.sqrt(self.n_lambda)
         return base, xp.zeros(X.shape[0], dtype=X.dtype, device=device(X))
 
+    def _lambda_hat(self, Xs, Ys, xp):
+        # a + c u^T v = (1 - mean_i cos(tau_i^T (x - y))) / rho cancels: its rounding error
+        # is ~eps / rho, large where rho is small (inputs of tiny norm). There, the same
+        # estimate as (2 / (n rho)) sum_i sin^2(tau_i^T (x - y) / 2), without cancellation
+        eps = float(xp.finfo(Xs.dtype).eps)
+        if self.rho_ >= math.sqrt(eps):  # the feature form keeps half of the digits
+            return super()._lambda_hat(Xs, Ys, xp)
+        T_T = self._param("T_T", xp, Xs)
+        px, py = Xs @ T_T, Ys @ T_T  # (n, n_lambda), (m, n_lambda)
+        acc = xp.zeros((Xs.shape[0], Ys.shape[0]), dtype=Xs.dtype, device=device(Xs))
+        for i in range(int(self.n_lambda)):  # (n, m) memory, one projection at a time
+            h = xp.sin(0.5 * (px[:, i : i + 1] - xp.matrix_transpose(py[:, i : i + 1])))
+            acc = acc + h * h
+        return acc * (2.0 / (self.n_lambda * self.rho_))
+
     def _d2(self, X, Y, xp):
         nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
         return xp.clip(nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0)
@@ -233,10 +260,11 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         s2 = self.sigma**2
         return -xp.expm1(-0.5 * s2 * self._d2(X, Y, xp)) / self.rho_
 
-    def _lambda_moments(self, X, Y, xp):
-        # Thm F.1: E lambda_hat^2 = lambda^2 + (2 rho^2 n)^{-1} (1 - e^{-sigma^2 |D|^2})^2
+    def _lambda_log_var(self, X, Y, xp):
+        # Thm F.1: Var lambda_hat = (2 rho^2 n)^{-1} (1 - e^{-sigma^2 |D|^2})^2
         s2 = self.sigma**2
         d2 = self._d2(X, Y, xp)
-        lam = -xp.expm1(-0.5 * s2 * d2) / self.rho_
-        var = xp.expm1(-s2 * d2) ** 2 / (2.0 * self.rho_**2 * self.n_lambda)
-        return lam * lam + var, (1.0 - lam) ** 2 + var, lam - lam * lam - var
+        log_lam = _log1mexp(xp, 0.5 * s2 * d2) - math.log(self.rho_)
+        log_v = 2.0 * (_log1mexp(xp, s2 * d2) - math.log(self.rho_))
+        log_v = log_v - math.log(2.0 * self.n_lambda)
+        return log_lam, log_v

@@ -20,7 +20,7 @@ from ..._backend.params import POSITIVE, int_range
 from .._base import _detach
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
-from ._common import _assemble, _scaled_nonneg, _sq_norms, _sq_norms3
+from ._common import LogFormVariance, _assemble, _sq_norms, _sq_norms3
 from .complex_exponential import optimal_diagonal_A
 
 #: elements of the largest temporary of ClusteredHybridRF.variance per row block; re-exported
@@ -28,7 +28,7 @@ from .complex_exponential import optimal_diagonal_A
 _VARIANCE_BLOCK_ELEMENTS = 1 << 22
 
 
-class ClusteredHybridRF(ProjectionFeatureMap):
+class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
     """Clustered hybrid random features (Sec. 2.4, App. H, Def. H.1 / H.2).
 
     k-means (scikit-learn) on the queries ``X`` (``n_q`` centres ``r_i``) and on the keys
@@ -317,8 +317,9 @@ class ClusteredHybridRF(ProjectionFeatureMap):
         return self._assign(Xs, xp, "x")[0], self._assign(Ys, xp, "y")[0]
 
     # -------------------------------------------------------------- variance
-    def _variance(self, Xs, Ys, xp):
-        """Analytic MSE of :meth:`approx_kernel`, shape (n, m) (i.i.d. projections).
+    def _variance_log_form(self, Xs, Ys, xp):
+        """Analytic MSE of :meth:`approx_kernel` (i.i.d. projections) as
+        ``(inner, log_scale)``, each (n, m), ``MSE = max(inner, 0) exp(log_scale)``.
 
         * zero-one mixture: for ``x in X_i``, ``y in Y_j`` the estimate is the real complex
           exponential estimator with ``A = A^{ij}``,
@@ -339,7 +340,7 @@ class ClusteredHybridRF(ProjectionFeatureMap):
         blocks of ``X``: temporaries of at most ~4M elements (``(rows, m, d)`` zero-one,
         ``(rows, m, P, P + d)`` Gaussian), whatever ``n``.
 
-        Returns (n, m), non-negative.
+        Returns ``(inner, log_scale)``, each (n, m).
         """
         xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
         log_k2 = 2.0 * xy - math.log(self.n_features)  # log(K^2 / m)
@@ -351,7 +352,7 @@ class ClusteredHybridRF(ProjectionFeatureMap):
         # is), over row blocks of X so that the (rows, m, P[, P], d) temporaries stay small
         n, m_pts, d = Xs.shape[0], Ys.shape[0], Xs.shape[1]
         if n == 0 or m_pts == 0:
-            return xp.zeros_like(xy)
+            return xp.zeros_like(xy), xp.zeros_like(xy)
         P = self.A_.shape[0] * self.A_.shape[1]
         per_row = max(1, m_pts * d * (1 if self.mixture == "zero_one" else 2 * P * (P + d)))
         rows = max(1, _VARIANCE_BLOCK_ELEMENTS // per_row)
@@ -367,7 +368,7 @@ class ClusteredHybridRF(ProjectionFeatureMap):
         else:
             inner = xp.concat([q[0] for q in parts], axis=0)
             shift = xp.concat([q[1] for q in parts], axis=0)
-        return _scaled_nonneg(xp, inner, shift + log_k2)
+        return inner, shift + log_k2
 
     def _zero_one_rel_mse(self, Xs, Ys, xp):
         """``expm1(l) = (1 - e^{-l}) e^{l}`` as ``(inner, shift)``, ``l = |A x + A^{-1} y|^2``

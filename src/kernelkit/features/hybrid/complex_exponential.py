@@ -16,7 +16,7 @@ from ..._backend import validate_positive_float
 from ..._backend.params import POSITIVE
 from .._base import _detach
 from .._projection import ProjectionFeatureMap
-from ._common import _scaled_nonneg, _sq_norms, _sum_prod
+from ._common import LogFormVariance, _sq_norms, _sum_prod
 
 
 def optimal_diagonal_A(x_center, y_center, *, complex: bool = False, eps: float = 1e-3):
@@ -108,7 +108,7 @@ def _validate_matrix_A(A, d, max_condition):
     return A
 
 
-class ComplexExponentialRF(ProjectionFeatureMap):
+class ComplexExponentialRF(LogFormVariance, ProjectionFeatureMap):
     """Complex exponential random features for a given invertible ``A`` (Lemma 2.4, eq. 14-18).
 
     With ``B = (A^T)^{-1}`` (plain transpose, ``A`` may be complex) and the bilinear square
@@ -236,9 +236,9 @@ class ComplexExponentialRF(ProjectionFeatureMap):
         sgn = 1.0 if side == "x" else -1.0  # y side: [Re; -Im]
         return xp.concat([mod * xp.cos(im), sgn * mod * xp.sin(im)], axis=1), row_max + row
 
-    def _variance(self, Xs, Ys, xp):
-        # the MSE of the real part (class notes): exact for i.i.d. projections, zero where
-        # A x + B y = 0
+    def _variance_log_form(self, Xs, Ys, xp):
+        # the MSE of the real part (class notes) as (inner, log_scale): exact for i.i.d.
+        # projections, zero where A x + B y = 0
         ar, ai = self._transformed(Xs, xp, "x")
         br, bi = self._transformed(Ys, xp, "y")
         xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
@@ -253,7 +253,7 @@ class ComplexExponentialRF(ProjectionFeatureMap):
             c2 = xp.clip(
                 _sq_norms(xp, ar)[:, None] + _sq_norms(xp, br)[None, :] + 2.0 * rr, min=0.0
             )
-            return _scaled_nonneg(xp, -xp.expm1(-c2), c2 + log_k2)
+            return -xp.expm1(-c2), c2 + log_k2
         na_r, na_i = _sq_norms(xp, ar)[:, None], _sq_norms(xp, ai)[:, None]
         nb_r, nb_i = _sq_norms(xp, br)[None, :], _sq_norms(xp, bi)[None, :]
         ii = ai @ xp.matrix_transpose(bi)
@@ -271,4 +271,4 @@ class ComplexExponentialRF(ProjectionFeatureMap):
         small = (0.5 * (xp.expm1(pc) * xp.cos(q) - 2.0 * s * s) + 0.5 * xp.expm1(rc)) * xp.exp(-rc)
         large = 0.5 * xp.exp(p - r) * xp.cos(q) + 0.5 - xp.exp(-r)
         inner = xp.where(r < 1.0, small, large)
-        return _scaled_nonneg(xp, inner, r + log_k2)
+        return inner, r + log_k2
