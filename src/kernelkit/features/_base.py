@@ -533,6 +533,22 @@ def narrow_to(xp, out, dtype):
     return xp.astype(out, dtype)
 
 
+def times_exp(xp, out, log_w):
+    """``out * exp(log_w)`` (n, m) as ``sign(out) exp(log|out| + log_w)``, so that a weight
+    below the floating-point range does not zero a representable product (0 where
+    ``out = 0``, even if the weight overflows); ``out`` itself for ``log_w = None``."""
+    if log_w is None:
+        return out
+    nz = out != 0
+    logabs = xp.log(xp.where(nz, xp.abs(out), xp.ones_like(out))) + log_w
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore"):  # inf is the answer where the product overflows
+            scaled = np.exp(logabs)
+    else:
+        scaled = xp.exp(logabs)
+    return xp.where(nz, xp.sign(out) * scaled, xp.zeros_like(out))
+
+
 def check_bool(value, name: str) -> bool:
     """``value`` as a bool, or a ``TypeError`` naming the parameter."""
     if not isinstance(value, bool | np.bool_):

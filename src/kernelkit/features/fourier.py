@@ -335,25 +335,28 @@ class RandomFourierFeatures(FeatureMap):
         ny = xp.sum(Ys * Ys, axis=1)[None, :]
         return xp.clip(nx + ny - 2.0 * (Xs @ xp.matrix_transpose(Ys)), min=0.0)
 
-    def _variance(self, X, Y, xp):
-        # rff_variance: the variance of the real part, i.i.d. frequencies
+    def _rff_variance(self, X, Y, xp, part="real"):
+        """``(rff_variance (n, m), |delta|^2 (n, m))`` for i.i.d. frequencies, with
+        ``1 - k^2 = -expm1(-|delta|^2)`` from the distance (accurate for nearby points)."""
         sq = self._sq_dist(X, Y, xp)
         k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
-        return rff_variance(k, int(self.n_features), complex=bool(self.complex), one_minus_k2=q)
+        complex_ = part == "complex" or bool(self.complex)
+        var = rff_variance(k, int(self.n_features), complex=complex_, part=part, one_minus_k2=q)
+        return var, sq
+
+    def _variance(self, X, Y, xp):
+        # the variance of the real part
+        return self._rff_variance(X, Y, xp)[0]
 
     def _log_relative_variance(self, X, Y, xp):
         # log(Var / k^2) = log Var + |delta|^2: k = e^{-|delta|^2 / 2} underflows (float32:
         # |delta| > 14) where the ratio is finite
-        sq = self._sq_dist(X, Y, xp)
-        k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
-        var = rff_variance(k, int(self.n_features), complex=bool(self.complex), one_minus_k2=q)
+        var, sq = self._rff_variance(X, Y, xp)
         with np.errstate(divide="ignore"):  # -inf where exact (x = y)
             return xp.log(var) + sq
 
     def _complex_variance(self, X, Y, xp):
-        sq = self._sq_dist(X, Y, xp)
-        k, q = xp.exp(-0.5 * sq), -xp.expm1(-sq)
-        return rff_variance(k, int(self.n_features), complex=True, part="complex", one_minus_k2=q)
+        return self._rff_variance(X, Y, xp, part="complex")[0]
 
     def _exact_kernel(self, X, Y, xp):
         """The Gaussian kernel ``exp(-|x - y|^2 / (2 l^2))``, (n, m)."""

@@ -36,17 +36,11 @@ from typing import ClassVar
 import numpy as np
 from sklearn.utils._param_validation import Hidden, StrOptions
 
-from .._backend import (
-    check_random_state,
-    device,
-    is_numpy_namespace,
-    to_numpy,
-    validate_positive_int,
-)
+from .._backend import check_random_state, device, to_numpy, validate_positive_int
 from .._backend.fwht import next_power_of_two
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
-from ._base import FeatureMap, check_real, narrow_to, sq_norms, widen_to_float64
+from ._base import FeatureMap, check_real, narrow_to, sq_norms, times_exp, widen_to_float64
 from .dot_product_variance import iid_sketch_variance, pair_statistics, tensor_srht_variance
 from .maclaurin_series import (
     MACLAURIN_KERNELS,
@@ -233,10 +227,8 @@ class _MaclaurinBase(FeatureMap):
         s = self._input_scale()
         Xs, Ys = (X * s**0.5, Y * s**0.5) if s != 1.0 else (X, Y)
         G, N, S = pair_statistics(Xs, Ys, 0.0)
-        log_e2 = None
-        if self.kernel == "gaussian":
-            log_e2 = -(xp.sum(Xs * Xs, axis=1)[:, None] + xp.sum(Ys * Ys, axis=1)[None, :])
-        return G, N, S, log_e2
+        log_e = self._gaussian_weight(X, Y, xp)
+        return G, N, S, None if log_e is None else 2.0 * log_e
 
     def _gaussian_weight(self, X, Y, xp):
         """``log(e_x e_y)`` (n, m) of prepared inputs, None for the other kernels."""
@@ -273,7 +265,7 @@ class _MaclaurinBase(FeatureMap):
     def _variance_kind(self, X, Y, xp, kind):
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         out, log_e2 = self._series_variance(Xw, Yw, xp, kind)
-        return narrow_to(xp, _times_exp(xp, out, log_e2), dtype)
+        return narrow_to(xp, times_exp(xp, out, log_e2), dtype)
 
     def _series_variance(self, X, Y, xp, kind):
         """``(variance of the polynomial part (n, m), log e_x^2 e_y^2 or None)``."""
@@ -304,7 +296,7 @@ class _MaclaurinBase(FeatureMap):
 
     def _expected_kernel_prepared(self, X, Y, xp):
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
-        out = _times_exp(xp, self._series(Xw, Yw, xp), self._gaussian_weight(Xw, Yw, xp))
+        out = times_exp(xp, self._series(Xw, Yw, xp), self._gaussian_weight(Xw, Yw, xp))
         return narrow_to(xp, out, dtype)
 
     def _series(self, X, Y, xp):
@@ -684,19 +676,3 @@ class OptimizedMaclaurin(_MaclaurinBase):
                 V = self._degree_variance(G, N, S, n, int(Dn[n]), kind)
                 out = out + float(b[n] ** 2) * V
         return xp.clip(out, min=0.0), log_e2
-
-
-def _times_exp(xp, out, log_w):
-    """``out * exp(log_w)`` (n, m) as ``sign(out) exp(log|out| + log_w)``, so that a weight
-    below the floating-point range does not zero a representable product; ``out`` for
-    ``log_w = None``."""
-    if log_w is None:
-        return out
-    nz = out != 0
-    logabs = xp.log(xp.where(nz, xp.abs(out), xp.ones_like(out))) + log_w
-    if is_numpy_namespace(xp):
-        with np.errstate(over="ignore"):
-            scaled = np.exp(logabs)
-    else:
-        scaled = xp.exp(logabs)
-    return xp.where(nz, xp.sign(out) * scaled, xp.zeros_like(out))

@@ -11,7 +11,7 @@ import numbers
 import numpy as np
 
 from ..._backend import is_numpy_namespace
-from .._base import _detach
+from .._base import _detach, times_exp
 
 
 def _combine(xp, dot, scale):
@@ -108,13 +108,8 @@ def _shifted_sum(xp, terms):
 def _scaled_nonneg(xp, inner, log_scale):
     """``max(inner, 0) * exp(log_scale)``: 0 where ``inner <= 0`` (even if the scale
     overflows), ``inf`` only where the product itself exceeds the floating-point range."""
-    inner = xp.clip(inner, min=0.0)
-    pos = inner > 0
-    safe = xp.where(pos, inner, xp.ones_like(inner))
-    if is_numpy_namespace(xp):
-        with np.errstate(over="ignore"):  # inf is the answer where the MSE overflows
-            return np.where(pos, np.exp(np.log(safe) + log_scale), 0.0).astype(inner.dtype)
-    return xp.where(pos, xp.exp(xp.log(safe) + log_scale), xp.zeros_like(inner))
+    out = times_exp(xp, xp.where(inner > 0, inner, xp.zeros_like(inner)), log_scale)
+    return out.astype(inner.dtype, copy=False) if is_numpy_namespace(xp) else out
 
 
 def _sq_norms(xp, X):
