@@ -558,10 +558,15 @@ class HyperbolicRF(_DiagonalDERF):
     def _projections(self):
         return np.concatenate([self.projection_, -self.projection_], axis=0)  # (2M, d)
 
+    @staticmethod
+    def _sum_sq(X, Y, xp):
+        """``(|x|^2 (n, 1), |y|^2 (1, m), |x+y|^2 (n, m))``."""
+        nx = sq_norms(xp, X)[:, None]
+        ny = sq_norms(xp, Y)[None, :]
+        return nx, ny, nx + ny + 2.0 * (X @ xp.matrix_transpose(Y))
+
     def _log_second_moment(self, X, Y, xp):
-        nx = xp.sum(X * X, axis=1)[:, None]
-        ny = xp.sum(Y * Y, axis=1)[None, :]
-        z2 = nx + ny + 2.0 * (X @ xp.matrix_transpose(Y))  # |x+y|^2
+        nx, ny, z2 = self._sum_sq(X, Y, xp)
         out = xp.logaddexp(2.0 * z2, xp.zeros_like(z2)) - math.log(2.0) - nx - ny
         return out + 2.0 * self.alpha * (nx + ny)
 
@@ -569,12 +574,7 @@ class HyperbolicRF(_DiagonalDERF):
         # m2 / K^2 - 1 = cosh|x+y|^2 - 1 = e^{z2} (1 - e^{-z2})^2 / 2 (z2 = |x+y|^2): from z2
         # directly, not as the difference of two logs, which cancels for small inputs
         # (relative variance ~ z2^2 / 2: all digits lost in float32 at |x| ~ 1e-3)
-        z2 = xp.clip(
-            sq_norms(xp, X)[:, None]
-            + sq_norms(xp, Y)[None, :]
-            + 2.0 * (X @ xp.matrix_transpose(Y)),
-            min=0.0,
-        )
+        z2 = xp.clip(self._sum_sq(X, Y, xp)[2], min=0.0)
         with np.errstate(divide="ignore"):  # -inf where exact (y = -x)
             log1m = xp.log(-xp.expm1(-z2))
         return z2 + 2.0 * log1m - math.log(2.0 * self.n_features)
