@@ -514,7 +514,8 @@ def _namespace_of(a):
 
 
 def widen_to_float64(xp, X, Y):
-    """``(X, Y, dtype)``: the inputs in float64 and the dtype to return (None: float64).
+    """``(X, Y, dtype)``: the inputs ``X`` (n, d), ``Y`` (m, d) in float64 and the dtype
+    to return (None: float64).
 
     For analytic moments whose terms (powers of ``x^T y``, squared kernels) leave the
     float32 range long before the result does."""
@@ -524,7 +525,8 @@ def widen_to_float64(xp, X, Y):
 
 
 def narrow_to(xp, out, dtype):
-    """``out`` cast back to ``dtype`` (values beyond its range become inf / 0)."""
+    """``out`` (any shape, e.g. (n, m)) cast back to ``dtype`` (values beyond its range
+    become inf / 0); ``dtype`` None returns it as it is."""
     if dtype is None:
         return out
     if is_numpy_namespace(xp):
