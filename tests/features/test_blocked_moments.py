@@ -48,3 +48,41 @@ def test_blocked_moments_keep_float32_second_moments():
     tol = X.shape[0] * np.finfo(np.float32).eps * np.max(np.abs(S))
     np.testing.assert_allclose(mom.second_x, S, rtol=0, atol=tol)
     np.testing.assert_allclose(mom.mean_x, mu, rtol=0, atol=X.shape[0] * np.finfo(np.float32).eps)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_streamed_diagonal_moments_of_batched_input_equal_direct_sums(backend, dtype, weighted):
+    # batched (N-D) input larger than one row block: the diagonal moments are summed
+    # block by block (2-D NumPy input takes the threaded path above instead)
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((3, 5003, 24)) * np.array([0.1, 1.0, 10.0])[:, None, None] + 0.3
+    Y = rng.standard_normal((3, 4099, 24)) - 1.0
+    w = rng.uniform(0.0, 1.0, (3, 4099))
+    w /= w.sum(-1, keepdims=True)
+    assert X.astype(dtype).nbytes > 2 * favor._MOMENT_BLOCK_BYTES  # several blocks
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        conv = lambda a: torch.as_tensor(a.astype(dtype))  # noqa: E731
+        back = lambda t: t.numpy()  # noqa: E731
+    else:
+        conv, back = (lambda a: a.astype(dtype)), (lambda a: a)
+    kw = {"key_weights": conv(w)} if weighted else {}
+    mom = favor.moments(conv(X), conv(Y), full=False, **kw)
+    eps = np.finfo(dtype).eps
+    Xr, Yr = X.astype(dtype).astype(np.float64), Y.astype(dtype).astype(np.float64)
+    wy = w.astype(dtype).astype(np.float64) if weighted else np.full(w.shape, 1.0 / w.shape[-1])
+    cases = (
+        (mom.mean_x, mom.second_x, Xr, np.full(X.shape[:-1], 1.0 / X.shape[-2])),
+        (mom.mean_y, mom.second_y, Yr, wy),
+    )
+    for mean, second, Z, wz in cases:
+        assert back(mean).shape == Z.shape[::2] and back(second).shape == Z.shape[::2]
+        mu = np.einsum("bn,bnd->bd", wz, Z)
+        sq = np.einsum("bn,bnd->bd", wz, Z * Z)
+        # sums of n terms in the input dtype: error ~ n eps max|z|^2 per batch element
+        scale = np.max(Z * Z, axis=(1, 2))[:, None]
+        tol = Z.shape[1] * eps * scale
+        assert np.all(np.abs(back(second) - sq) <= tol)
+        assert np.all(np.abs(back(mean) - mu) <= Z.shape[1] * eps * np.sqrt(scale))
