@@ -82,14 +82,18 @@ def test_feature_vjp_matches_autograd(name):
 
 @pytest.mark.parametrize("name", MAPS)
 def test_fused_block_features_equal_log_features(name):
-    """``[x, |B x|^2, 1] @ [W; -1/2; c]`` into a buffer equals the map's log features;
-    masked keys give exactly -1e30."""
+    """Keys: ``[x, |B x|^2, 1] @ [W; -1/2; c]`` into a buffer equals the map's log
+    features; masked keys give exactly -1e30. Queries: ``[x, 1] @ [W; c]``, the map's log
+    features less their row term ``-|B x|^2 / 2`` (it cancels in the attention output)."""
     q, k, _ = _data(L=12)
     feat = _feat(name, q, k)
     keep = torch.rand(3, 12, generator=torch.Generator().manual_seed(6)) > 0.4
     for side, x, kb in (("q", q, None), ("k", k, keep)):
         out = feat.log_features_into(x, side, kb, torch.empty(3, 12, feat.n_out, dtype=x.dtype))
         ref = feat.fmap.log_features(x, side)
+        if side == "q":
+            ref = ref - feat.fmap._row(x, "q")
+            torch.testing.assert_close(feat.log_features(x, "q"), ref, rtol=1e-12, atol=1e-10)
         if kb is not None:
             assert torch.all(out[~kb] == -1e30)
             out, ref = out[kb], ref[kb]

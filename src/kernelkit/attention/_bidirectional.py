@@ -20,7 +20,9 @@ Stabilisers (exactly cancelling, so detached):
   ``exp(K_old - K_new) <= 1`` when a block raises it. Every key factor is ``<= 1``.
 * queries: ``K`` moves to the query side and the row maximum ``R_t = max_m (lq_tm + K_m)``
   is subtracted, so every query factor is ``<= 1`` and the largest term of every row is
-  exactly 1: neither overflow nor a vanishing denominator at any input norm.
+  exactly 1: neither overflow nor a vanishing denominator at any input norm. The query
+  row term ``-|B_q x_t|^2 / 2`` is the same for every feature of the row, so this
+  subtraction removes it exactly: it is never computed (nor its gradient, which is zero).
 
 The constant ``c`` enters the key side only through ``K`` (a per-feature constant
 cancels against its maximum), so the keys are computed without it and the query side
@@ -64,13 +66,17 @@ class _Side:
     (the scale ``s`` folded into ``W``); the row term ``-s^2 |B u|^2 / 2`` is computed
     once for the whole sequence, (N, L) with masked rows ``-1e30``: a norm reduction for
     ``B`` None, chunks of :data:`_ROW_CHUNK` rows otherwise; ``s^2 B^T B`` serves the
-    gradient of the row term.
+    gradient of the row term. ``row_term=False`` (queries: the row maximum removes it)
+    keeps only ``s W``.
     """
 
-    def __init__(self, W, B, s, u, keep):
+    def __init__(self, W, B, s, u, keep, row_term=True):
         # W (d, M) shared or (N, d, M) per batch element and head; u (N, L, d); keep (N, L)
-        ones = torch.ones((*W.shape[:-2], 1, W.shape[-1]), dtype=W.dtype, device=W.device)
         self.Ws = W * s
+        self.rows = None
+        if not row_term:
+            return
+        ones = torch.ones((*W.shape[:-2], 1, W.shape[-1]), dtype=W.dtype, device=W.device)
         self.Wa = torch.cat([self.Ws, ones], dim=-2)  # (..., d + 1, M)
         self.s2 = s * s
         self.B = B
@@ -94,8 +100,11 @@ class _Side:
 
     def grad_input(self, dl, u):
         """Gradient w.r.t. unscaled rows ``u`` (N, b, d) of ``sum dl * log features``:
-        ``dl (s W)^T - (sum_m dl_m) s^2 B^T B u``; dl (N, b, M)."""
+        ``dl (s W)^T - (sum_m dl_m) s^2 B^T B u`` (the first term only without a row
+        term); dl (N, b, M)."""
         du = dl @ self.Ws.transpose(-1, -2)  # (N, b, d)
+        if self.rows is None:
+            return du
         total = dl.sum(-1, keepdim=True)  # (N, b, 1)
         if self.BtB is None:
             return du.sub_(u * total.mul_(self.s2))
@@ -168,26 +177,21 @@ def _key_pass(k, side, blocks, rows):
     return kmax, state
 
 
-def _query_weights(side, shift):
-    # [s W; 1; shift] (N, d + 2, M) for [u, row, 1]
-    N = shift.shape[0]
-    Wa = torch.broadcast_to(side.Wa, (N, *side.Wa.shape[-2:]))
-    return torch.cat([Wa, shift[:, None, :]], dim=-2)
-
-
-def _query_probs(q, lo, hi, side, Wq, blocks):
+def _query_probs(q, lo, hi, side, shift):
     """Stabilised query factors ``exp(lq + 2c + K' - R)`` (N, b, M) (row maximum exactly
-    1) and the block ``u = q[:, lo:hi]`` (N, b, d)."""
+    1; ``lq`` without its row term, which the maximum removes) and the block
+    ``u = q[:, lo:hi]`` (N, b, d). shift (N, M) is ``2c + K'``."""
     u = q[:, lo:hi]
-    ua = torch.cat([u, side.row(lo, hi), blocks.ones[:, : hi - lo]], dim=-1)
-    lq = ua @ Wq  # (N, b, M)
+    N, _, d = u.shape
+    Ws = torch.broadcast_to(side.Ws, (N, d, shift.shape[-1]))
+    lq = torch.baddbmm(shift[:, None, :], u, Ws)  # (N, b, M)
     return lq.sub_(lq.amax(dim=-1, keepdim=True)).exp_(), u
 
 
 class _BidirectionalExp(torch.autograd.Function):
     """Streaming bidirectional attention (module docstring); saves only the inputs, the
-    output, the (N, M, e + 1) key state, its (N, M) maximum, the (N, d + 2, M) query
-    weights and the (N, L) denominators."""
+    output, the (N, M, e + 1) key state, its (N, M) maximum, the (N, M) query shift and
+    the (N, L) denominators."""
 
     @staticmethod
     def forward(ctx, q, k, v, keep, sides, c, rows):
@@ -198,12 +202,11 @@ class _BidirectionalExp(torch.autograd.Function):
         blocks = _Blocks(v, keep, rows)
         kmax, state = _key_pass(k, sk, blocks, rows)
         shift = kmax if c is None else kmax + 2.0 * c  # (N, M)
-        Wq = _query_weights(sq, shift)  # (N, d + 2, M)
         out = torch.empty(N, L, e, dtype=q.dtype, device=q.device)
         den = torch.empty(N, L, dtype=q.dtype, device=q.device)
         for lo in range(0, L, rows):
             hi = min(lo + rows, L)
-            pq, _ = _query_probs(q, lo, hi, sq, Wq, blocks)
+            pq, _ = _query_probs(q, lo, hi, sq, shift)
             num = pq @ state  # (N, b, e + 1)
             d = num[..., e:]  # (N, b, 1)
             den[:, lo:hi] = d[..., 0]
@@ -212,13 +215,13 @@ class _BidirectionalExp(torch.autograd.Function):
             # (without a mask every denominator is >= 1: the row maximum of the query
             # factors is 1 and every z_m >= 1, its key maximum's own term)
             torch.div(num[..., :e], d, out=out[:, lo:hi])
-        ctx.save_for_backward(q, k, v, keep, kmax, state, Wq, out, den)
+        ctx.save_for_backward(q, k, v, keep, kmax, state, shift, out, den)
         ctx.sides, ctx.rows, ctx.blocks = sides, rows, blocks
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, keep, kmax, state, Wq, out, den = ctx.saved_tensors
+        q, k, v, keep, kmax, state, shift, out, den = ctx.saved_tensors
         first_order_only(q, k, v)
         sq, sk = ctx.sides
         rows, blocks = ctx.rows, ctx.blocks
@@ -229,7 +232,7 @@ class _BidirectionalExp(torch.autograd.Function):
         dstate = torch.zeros_like(state)  # (N, M, e + 1)
         for lo in range(0, L, rows):
             hi = min(lo + rows, L)
-            pq, u = _query_probs(q, lo, hi, sq, Wq, blocks)
+            pq, u = _query_probs(q, lo, hi, sq, shift)
             ib = inv[:, lo:hi, None]
             g = torch.cat(
                 [dout[:, lo:hi] * ib, -(dout[:, lo:hi] * out[:, lo:hi]).sum(-1, keepdim=True) * ib],
@@ -264,7 +267,10 @@ def bidirectional_stream(q, k, v, fmap, scale: float, keep=None, rows=None):
     Rows without a visible key give zeros. Returns (N, L, e).
     """
     s = float(scale) ** 0.5
-    sides = (_Side(fmap.W_q, fmap.B_q, s, q, None), _Side(fmap.W_k, fmap.B_k, s, k, keep))
+    sides = (
+        _Side(fmap.W_q, None, s, q, None, row_term=False),
+        _Side(fmap.W_k, fmap.B_k, s, k, keep),
+    )
     if rows is None:
         rows = block_rows(q.shape[0], fmap.n_out, q.element_size(), q.device)
     return _BidirectionalExp.apply(q, k, v, keep, sides, fmap.c, int(rows))

@@ -802,50 +802,72 @@ class _FusedFeatures:
     analytic vector-Jacobian product for the backward (no autograd on recomputed
     features).
 
-    ``lq = x @ W + c - |B x|^2 / 2`` (FAVOR# eq. 4 features in log form, see
+    Keys: ``lk = x @ W_k + c - |B_k x|^2 / 2`` (FAVOR# eq. 4 features in log form, see
     :mod:`kernelkit.attention._maps`) is ``[x, |B x|^2, 1] @ [W; -1/2; c]`` (masked keys:
     ``|B x|^2 = 2e30``, so their log features are exactly ``-1e30``), and its gradient is
     ``dx = dl @ W^T - (sum_m dl_m) B^T B x`` (``B^T B x = x`` for ``B`` None), both terms
-    from one product with ``[W^T, 1]`` (M, d + 1). The row buffers are kept across blocks.
+    from one product with ``[W^T, 1]`` (M, d + 1).
 
-    ``input_scale`` ``r``: the inputs are unscaled (``x = r q`` is formed block by block,
-    so no scaled copy of the sequence exists); gradients are w.r.t. ``q``.
+    Queries: ``lq = x @ W_q + c``, *without* the row term ``-|B_q x|^2 / 2``. It is the
+    same for every feature of a row, so it cancels between the numerator and the
+    denominator of ``out_t`` (and in every stabilised query factor ``exp(lq_t - R_t)``,
+    whose row stabiliser ``R_t`` then lacks it too): the output and its gradients are
+    unchanged (the row term's gradient ``-(sum_m dl_m) B^T B x`` is exactly zero, as
+    ``sum_m dlq_tm = 0``), and each query block needs one product with ``[W_q; c]``
+    and no pass for its squares. The row buffers are kept across blocks.
+
+    ``input_scale`` ``r``: the inputs are unscaled (``x = r q`` is formed block by block
+    for the keys, and ``r`` is folded into the query weights, so no scaled copy of the
+    sequence exists); gradients are w.r.t. ``q``.
     """
 
     def __init__(self, fmap, input_scale: float = 1.0):
         self.fmap = fmap
         self.r = float(input_scale)
         self.n_out = fmap.n_out
-        self.Wa, self.Wt = {}, {}
-        self.Wf = {"q": fmap.augmented_weights("q"), "k": fmap.augmented_weights("k")}
-        for side, W in (("q", fmap.W_q), ("k", fmap.W_k)):
-            lead, (d, M) = W.shape[:-2], W.shape[-2:]
-            c = fmap.c if fmap.c is not None else torch.zeros(M, dtype=W.dtype, device=W.device)
-            lead = torch.broadcast_shapes(lead, c.shape[:-1])
-            half = torch.full((*lead, 1, M), -0.5, dtype=W.dtype, device=W.device)
-            self.Wa[side] = torch.cat(
-                [
-                    torch.broadcast_to(W, (*lead, d, M)),
-                    half,
-                    torch.broadcast_to(c, (*lead, M))[..., None, :],
-                ],
-                dim=-2,
-            )  # (..., d + 2, M)
-            ones = torch.ones((*W.shape[:-2], M, 1), dtype=W.dtype, device=W.device)
-            Wt = torch.cat([W.transpose(-1, -2), ones], dim=-1)  # (..., M, d + 1)
-            self.Wt[side] = Wt * self.r if self.r != 1.0 else Wt  # dq = r dx
+        W_q, W_k = fmap.W_q, fmap.W_k
+        d, M = W_k.shape[-2:]
+        c = fmap.c if fmap.c is not None else torch.zeros(M, dtype=W_k.dtype, device=W_k.device)
+        self.Wf = {"k": fmap.augmented_weights("k")}
+        # keys: [W; -1/2; c] (..., d + 2, M) for [r x, |B r x|^2, 1]
+        lead = torch.broadcast_shapes(W_k.shape[:-2], c.shape[:-1])
+        half = torch.full((*lead, 1, M), -0.5, dtype=W_k.dtype, device=W_k.device)
+        self.Wk = torch.cat(
+            [
+                torch.broadcast_to(W_k, (*lead, d, M)),
+                half,
+                torch.broadcast_to(c, (*lead, M))[..., None, :],
+            ],
+            dim=-2,
+        )
+        ones = torch.ones((*W_k.shape[:-2], M, 1), dtype=W_k.dtype, device=W_k.device)
+        Wt = torch.cat([W_k.transpose(-1, -2), ones], dim=-1)  # (..., M, d + 1)
+        self.Wt_k = Wt * self.r if self.r != 1.0 else Wt  # dq = r dx
+        # queries: [r W; c] (..., d + 1, M) for [x, 1] (unscaled x), and (r W)^T
+        rW = W_q * self.r if self.r != 1.0 else W_q
+        lead = torch.broadcast_shapes(W_q.shape[:-2], c.shape[:-1])
+        self.Wq = torch.cat(
+            [
+                torch.broadcast_to(rW, (*lead, d, M)),
+                torch.broadcast_to(c, (*lead, M))[..., None, :],
+            ],
+            dim=-2,
+        )
+        self.Wt_q = rW.transpose(-1, -2)  # (..., M, d)
         self._bufs = {}
 
-    def _row_input(self, x, side):
-        # B x for the row term (x itself where B is None), (B, rows, d)
-        Bm = self.fmap.B_q if side == "q" else self.fmap.B_k
+    def _row_input(self, x):
+        # B_k x for the keys' row term (x itself where B is None), (B, rows, d)
+        Bm = self.fmap.B_k
         if Bm is None:
             return x
-        if Bm.dim() == self.Wt[side].dim() - 1:  # diagonal B (..., d)
+        if Bm.dim() == self.Wt_k.dim() - 1:  # diagonal B (..., d)
             return x * Bm[..., None, :]
         return x @ Bm.transpose(-1, -2)
 
     def log_features(self, x, side, keep=None):
+        if side == "q":  # x (B, rows, d) -> (B, rows, M), without the row term
+            return x @ self.Wq[..., :-1, :] + self.Wq[..., -1:, :]
         x = x * self.r if self.r != 1.0 else x
         return self.fmap.log_features_fused(x, side, keep=keep, Wa=self.Wf[side])
 
@@ -854,38 +876,45 @@ class _FusedFeatures:
         n = math.prod(shape)
         b = self._bufs.get(name)
         if b is None or b.numel() < n:
-            b = self._bufs[name] = torch.empty(
-                n, dtype=self.Wt["q"].dtype, device=self.Wt["q"].device
-            )
+            b = self._bufs[name] = torch.empty(n, dtype=self.Wk.dtype, device=self.Wk.device)
         return b[:n].view(shape)
 
     def log_features_into(self, x, side, keep, out):
         # x (B, rows, d) -> out (B, rows, M)
         B, rows, d = x.shape
-        xa = self._buf("xa", B, rows, d + 2)  # [x, |B x|^2, 1]
+        if side == "q":
+            xa = self._buf("xq", B, rows, d + 1)  # [x, 1]
+            xa[..., :d] = x
+            xa[..., d] = 1.0
+            return torch.matmul(xa, self.Wq, out=out)
+        xa = self._buf("xk", B, rows, d + 2)  # [r x, |B r x|^2, 1]
         if self.r != 1.0:
             x = torch.mul(x, self.r, out=xa[..., :d])
         else:
             xa[..., :d] = x
-        u = self._row_input(x, side)
+        u = self._row_input(x)
         sq = torch.mul(u, u, out=self._buf("sq", B, rows, d))
         row = torch.sum(sq, dim=-1, out=self._buf("row", B, rows))  # (B, rows)
         if keep is not None:
             row.masked_fill_(~keep, 2e30)
         xa[..., d] = row
         xa[..., d + 1] = 1.0
-        return torch.matmul(xa, self.Wa[side], out=out)
+        return torch.matmul(xa, self.Wk, out=out)
 
     def vjp(self, x, side, dl, out, accumulate=False):
         # x (B, rows, d), dl (B, rows, M) -> out (B, rows, d), assigned or accumulated
+        if side == "q":  # r dl @ W^T (no row term)
+            if accumulate:
+                return out.add_(dl @ self.Wt_q)
+            return out.copy_(dl @ self.Wt_q)
         d = x.shape[-1]
-        Bm = self.fmap.B_q if side == "q" else self.fmap.B_k
-        ds = dl @ self.Wt[side]  # (B, rows, d + 1): r [dl @ W^T, sum_m dl_m]
+        Bm = self.fmap.B_k
+        ds = dl @ self.Wt_k  # (B, rows, d + 1): r [dl @ W^T, sum_m dl_m]
         if self.r != 1.0:
             x = x * self.r
-        u = self._row_input(x, side)  # B^T B x: x, diag(B^2) x or B^T (B x)
+        u = self._row_input(x)  # B^T B x: x, diag(B^2) x or B^T (B x)
         if Bm is not None:
-            u = u * Bm[..., None, :] if Bm.dim() == self.Wt[side].dim() - 1 else u @ Bm
+            u = u * Bm[..., None, :] if Bm.dim() == self.Wt_k.dim() - 1 else u @ Bm
         if accumulate:
             return out.add_(ds[..., :d]).addcmul_(ds[..., d:], u, value=-1.0)
         return torch.addcmul(ds[..., :d], ds[..., d:], u, value=-1.0, out=out)
