@@ -383,3 +383,57 @@ def test_encoder_layer_in_eval_runs_favor_attention_not_the_fused_fast_path():
     encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
     with torch.no_grad():
         assert torch.isfinite(encoder(x, src_key_padding_mask=pad)).all()
+
+
+# ---------------------------------------------------------------- finite checks
+# positive maps check eager CPU inputs through their output (one pass instead of one per
+# input) and the fitted maps through their moments: the error must still name the input
+
+
+@pytest.mark.parametrize(
+    "name, causal", [("positive", False), ("sderf", False), ("saderf", False), ("positive", True)]
+)
+@pytest.mark.parametrize("bad", ["q", "k", "v"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_input_is_named_by_the_positive_maps(name, causal, bad, value):
+    q, k, v = _qkv((2, 3, 12, 4))
+    keep = torch.ones(2, 3, 12, dtype=torch.bool)
+    t = {"q": q, "k": k, "v": v}[bad]
+    t[1, 2, 11, 0] = value  # the last position: in causal mode only the last query sees it
+    with pytest.raises(ValueError, match=f"^{bad} contains NaN or inf"):
+        linear_attention(q, k, v, name, 16, is_causal=causal, random_state=0)
+    if bad != "q":  # a padded key / value position is checked as well
+        keep[1, 2, 11] = False
+        with pytest.raises(ValueError, match=f"^{bad} contains NaN or inf"):
+            linear_attention(
+                q, k, v, name, 16, is_causal=causal, key_padding_mask=~keep, random_state=0
+            )
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_keys_that_overflow_the_features_raise_instead_of_nan(causal):
+    # finite float32 keys whose squared norm overflows: every key feature is exp(-inf),
+    # which the old input check let through as a NaN (bidirectional) or all-zero
+    # (causal: every key dropped) output
+    q, k, v = _qkv((1, 2, 8, 4), dtype=torch.float32)
+    with pytest.raises(ValueError, match="overflow the input dtype"):
+        linear_attention(q, k * 1e20, v, "positive", 16, is_causal=causal, random_state=0)
+    out = linear_attention(
+        q, k * 1e20, v, "positive", 16, is_causal=causal, random_state=0, check_finite=False
+    )
+    assert not torch.isfinite(out).all() or torch.all(out == 0)
+    # one such key among normal ones would be silently dropped: raised as well
+    k[0, 1, 5] *= 1e20
+    with pytest.raises(ValueError, match="squared norm of a key is not finite"):
+        linear_attention(q, k, v, "positive", 16, is_causal=causal, random_state=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_huge_finite_queries_give_finite_convex_outputs(causal):
+    # the query row term -|x|^2/2 cancels in the ratio and is never formed: queries whose
+    # squared norm overflows float32 still give rows inside the convex hull of the values
+    q, k, v = _qkv((1, 2, 8, 4), dtype=torch.float32)
+    out = linear_attention(q * 1e20, k, v, "positive", 16, is_causal=causal, random_state=0)
+    assert torch.isfinite(out).all()
+    lo, hi = v.amin(dim=-2, keepdim=True), v.amax(dim=-2, keepdim=True)
+    assert torch.all(out >= lo - 1e-5) and torch.all(out <= hi + 1e-5)

@@ -70,7 +70,7 @@ class _Side:
     keeps only ``s W``.
     """
 
-    def __init__(self, W, B, s, u, keep, row_term=True):
+    def __init__(self, W, B, s, u, keep, row_term=True, check=False):
         # W (d, M) shared or (N, d, M) per batch element and head; u (N, L, d); keep (N, L)
         self.Ws = W * s
         self.rows = None
@@ -91,6 +91,10 @@ class _Side:
             else:
                 self.BtB = (B.transpose(-1, -2) @ B) * self.s2  # (..., d, d), symmetric
             rows = _transformed_rows(u, B, self.diag, -0.5 * self.s2)
+        if check and not bool(torch.isfinite(rows).all()):  # before padding is applied
+            from .functional import _raise_not_finite
+
+            _raise_not_finite("the squared norm of a key", k=u)
         self.rows = rows if keep is None else torch.where(keep, rows, _NEG)  # (N, L)
 
     def row(self, lo, hi):
@@ -257,19 +261,21 @@ class _BidirectionalExp(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def bidirectional_stream(q, k, v, fmap, scale: float, keep=None, rows=None):
+def bidirectional_stream(q, k, v, fmap, scale: float, keep=None, rows=None, check=False):
     """Bidirectional FAVOR attention (FAVOR# eq. 4) streamed over blocks of rows.
 
     q (N, L, d), k (N, S, d), v (N, S, e) *unscaled* inputs of one dtype; ``fmap`` a
     :class:`~kernelkit.attention._maps.LogFeatureMap` whose tensors have no batch dims
     or a leading ``N``; ``scale`` the attention scale (inputs are multiplied by
     ``sqrt(scale)`` block by block); keep (N, S) bool or None (False = padded key).
-    Rows without a visible key give zeros. Returns (N, L, e).
+    Rows without a visible key give zeros. ``check``: raise where a key's squared norm
+    is not finite (NaN / inf in ``k``, or an overflow that would silently drop the key).
+    Returns (N, L, e).
     """
     s = float(scale) ** 0.5
     sides = (
         _Side(fmap.W_q, None, s, q, None, row_term=False),
-        _Side(fmap.W_k, fmap.B_k, s, k, keep),
+        _Side(fmap.W_k, fmap.B_k, s, k, keep, check=check),
     )
     if rows is None:
         rows = block_rows(q.shape[0], fmap.n_out, q.element_size(), q.device)

@@ -247,7 +247,9 @@ def _feats(feat, x, side, keep, out):
 
 
 def _values(v, keep, lo, hi, out):
-    """``[v, 1]`` rows ``lo:hi`` into ``out`` (B, rows, e + 1), masked rows zero."""
+    """``[v, 1]`` rows ``lo:hi`` into ``out`` (B, rows, e + 1), masked rows zero (by a
+    product: NaN / inf in a padded value still reaches the output, as with SDPA, for the
+    finite check)."""
     e = v.shape[-1]
     out[..., :e] = v[:, lo:hi]
     if keep is None:
@@ -255,7 +257,7 @@ def _values(v, keep, lo, hi, out):
     else:
         kb = keep[:, lo:hi]
         out[..., e] = kb
-        out[..., :e].masked_fill_(~kb[..., None], 0.0)
+        out[..., :e].mul_(kb[..., None])
     return out
 
 

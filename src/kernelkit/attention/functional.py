@@ -309,6 +309,23 @@ def _finite_check(check_finite, **tensors):
             raise ValueError(f"{name} contains NaN or inf.")
 
 
+def _eager_cpu(*tensors) -> bool:
+    return not torch.compiler.is_compiling() and all(t.device.type == "cpu" for t in tensors)
+
+
+def _raise_not_finite(what, **tensors):
+    """The input (by name) holding NaN or inf, else an overflow error for ``what`` (a sum
+    over finite inputs that is not finite)."""
+    for name, t in tensors.items():
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} contains NaN or inf.")
+    raise ValueError(
+        f"{what} is not finite although {', '.join(tensors)} are: the exponential features "
+        "overflow the input dtype (very large query or key norms). Scale the inputs down, "
+        "or compute in float64."
+    )
+
+
 def linear_attention(
     q,
     k,
@@ -411,11 +428,14 @@ def linear_attention(
     chunk_size : int
         Causal chunk length (power of two).
     check_finite : bool or None
-        Raise on NaN / inf in q, k, v. None (default): eager CPU inputs are checked (one
-        reduction pass each, ``ValueError``); on accelerators and inside compiled graphs
-        the check is skipped, since it would wait for the device (NaN inputs then give
-        NaN outputs). True: also checked there, by an asynchronous assert in compiled
-        graphs (no host sync, no graph break). False: never checked.
+        Raise on NaN / inf in q, k, v. None (default): eager CPU inputs are checked
+        (``ValueError`` naming the input; for the positive maps through the output, whose
+        rows are convex combinations of the values: one pass over the output instead of
+        one per input, and a clear error too where finite inputs overflow the features);
+        on accelerators and inside compiled graphs the check is skipped, since it would
+        wait for the device (NaN inputs then give NaN outputs). True: also checked
+        there, by an asynchronous assert in compiled graphs (no host sync, no graph
+        break). False: never checked.
     attn_mask : bool or float tensor, optional
         SDPA's mask (bool ``True`` = attend, or float ``0`` / ``-inf``), supported where
         linear attention can apply it: the causal mask (``(L, L)``, or broadcast as
@@ -466,7 +486,10 @@ def linear_attention(
     if attn_mask is not None:
         is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask)
     mask = _validate(q, k, v, is_causal, key_padding_mask)
-    _finite_check(check_finite, q=q, k=k, v=v)
+    # positive maps, eager CPU default: checked through the output (and the fit's moments)
+    deferred = check_finite is None and name in EXP_MAPS and _eager_cpu(q, k, v)
+    if not deferred:
+        _finite_check(check_finite, q=q, k=k, v=v)
     if (
         not isinstance(chunk_size, numbers.Integral)
         or chunk_size < 1
@@ -524,7 +547,11 @@ def linear_attention(
             float(scale),
             moments,
             int(chunk_size),
+            deferred,
         )
+    # one reduction pass; the full check only when the sum is not finite
+    if deferred and not bool(torch.isfinite(out.sum())) and not bool(torch.isfinite(out).all()):
+        _raise_not_finite("the attention output", q=q, k=k, v=v)
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
 
@@ -730,18 +757,18 @@ def _param(a, like):
     return t.to(device=like.device, dtype=like.dtype)
 
 
-def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk):
+def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk, check=False):
     batch = q.shape[:-2]
     d = q.shape[-1]
     keep = None if mask is None else ~mask  # (..., S)
     if name in EXP_MAPS and not is_causal:
-        return _bidirectional(q, k, v, name, params, keep, scale, mom)
+        return _bidirectional(q, k, v, name, params, keep, scale, mom, check)
     if name in EXP_MAPS:  # causal: the scale is applied block by block (no scaled copies)
         if name in FITTED_MAPS:
             mom = _check_moments(mom, batch, d, name, q.device)
         W = _param(params["W"], q)  # (n_proj, d)
         fmap = _flatten_map(build_log_map(name, W, mom, d).to(q.dtype), batch)
-        feats = _FusedFeatures(fmap, input_scale=math.sqrt(scale))
+        feats = _FusedFeatures(fmap, input_scale=math.sqrt(scale), check=check)
         return _causal(q, k, v, keep, feats, chunk, batch)
     x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
 
@@ -769,15 +796,23 @@ def _key_weights(keep, dtype):
     return kf / kf.sum(-1, keepdim=True).clamp(min=1.0)
 
 
-def _bidirectional(q, k, v, name, params, keep, scale, mom):
+def _bidirectional(q, k, v, name, params, keep, scale, mom, check=False):
     """Positive maps, bidirectional: streamed over blocks of rows (no (L, M) tensor for
-    the whole sequence, no scaled copies of the inputs)."""
+    the whole sequence, no scaled copies of the inputs). ``check``: q and k are checked
+    through the fitted moments (sums over all their rows) and the keys' squared norms
+    (the caller checks the output)."""
     batch, L, d = q.shape[:-2], q.shape[-2], q.shape[-1]
     S, e = k.shape[-2], v.shape[-1]
     if name in FITTED_MAPS:
         if mom is None:  # per instance, from its queries and (unmasked) keys
             full = name in ("aderf", "sderf")
-            mom = _scaled(fit_moments(q, k, _key_weights(keep, k.dtype), full=full), scale)
+            mom = fit_moments(q, k, _key_weights(keep, k.dtype), full=full)
+            if check and not all(
+                bool(torch.isfinite(t).all())
+                for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
+            ):
+                _raise_not_finite("the second moment of the queries or keys", q=q, k=k)
+            mom = _scaled(mom, scale)
         else:
             mom = _check_moments(mom, batch, d, name, q.device)
     W = _param(params["W"], q)  # (n_proj, d)
@@ -785,7 +820,7 @@ def _bidirectional(q, k, v, name, params, keep, scale, mom):
     N = math.prod(batch)
     kb = None if keep is None else keep.reshape(N, S)
     out = bidirectional_stream(
-        q.reshape(N, L, d), k.reshape(N, S, d), v.reshape(N, S, e), fmap, scale, kb
+        q.reshape(N, L, d), k.reshape(N, S, d), v.reshape(N, S, e), fmap, scale, kb, check=check
     )
     return out.reshape(*batch, L, e)
 
@@ -818,11 +853,14 @@ class _FusedFeatures:
 
     ``input_scale`` ``r``: the inputs are unscaled (``x = r q`` is formed block by block
     for the keys, and ``r`` is folded into the query weights, so no scaled copy of the
-    sequence exists); gradients are w.r.t. ``q``.
+    sequence exists); gradients are w.r.t. ``q``. ``check``: raise where a key block's
+    squared norms are not finite (NaN / inf in ``k``, or an overflow that would silently
+    drop the key), checked before padding is applied.
     """
 
-    def __init__(self, fmap, input_scale: float = 1.0):
+    def __init__(self, fmap, input_scale: float = 1.0, check: bool = False):
         self.fmap = fmap
+        self.check = check
         self.r = float(input_scale)
         self.n_out = fmap.n_out
         W_q, W_k = fmap.W_q, fmap.W_k
@@ -895,6 +933,8 @@ class _FusedFeatures:
         u = self._row_input(x)
         sq = torch.mul(u, u, out=self._buf("sq", B, rows, d))
         row = torch.sum(sq, dim=-1, out=self._buf("row", B, rows))  # (B, rows)
+        if self.check and not bool(torch.isfinite(row).all()):
+            _raise_not_finite("the squared norm of a key", k=x)
         if keep is not None:
             row.masked_fill_(~keep, 2e30)
         xa[..., d] = row
