@@ -5,7 +5,9 @@ values ``v`` (S, e). The attention output is
 
     out_t = sum_j W_tj v_j / sum_j W_tj,    W_tj = sum_m exp(lq_tm + lk_jm)
 
-(FAVOR# eq. 4), with ``j`` over unmasked keys (and ``j <= t`` in causal mode).
+(FAVOR# eq. 4), with ``j`` over unmasked keys (and ``j <= t`` in causal mode). Adding a
+constant to a query's row ``lq_t`` changes nothing, so the query features may leave out
+their row term ``-|B x_t|^2 / 2`` (the fused features do): ``R_t`` below then lacks it too.
 
 Stabilisers (all cancel exactly in the ratio; they are detached, which is exact since
 the output does not depend on them):
