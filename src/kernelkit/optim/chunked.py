@@ -57,6 +57,7 @@ from .bound import multinomial_bound_from_logits
 from .kronecker import (
     KroneckerCurvature,
     KroneckerPreconditioner,
+    _not_positive_definite,
     conjugate_gradient,
     inverse_preconditioner,
 )
@@ -255,9 +256,7 @@ class ChunkedCurvature:
                     self.todense(), lower=True, overwrite_a=True, check_finite=False
                 )
             except np.linalg.LinAlgError as exc:
-                raise ValueError(
-                    f"the curvature is not positive definite ({exc}); use lam > 0."
-                ) from None
+                raise _not_positive_definite(exc, self.lam) from None
             sol = scipy.linalg.cho_solve(factor, G.T.ravel(), check_finite=False)
             return sol.reshape(self.n, self.p).T, {"iterations": 0, "residual": 0.0}
         if method != "cg":

@@ -41,7 +41,7 @@ from .._backend.sklearn_validation import validate_data
 from . import _validation as _v
 from . import solvers as _s
 from .bound import multinomial_bound_from_logits
-from .kronecker import KroneckerCurvature, KroneckerPreconditioner
+from .kronecker import KroneckerCurvature, KroneckerPreconditioner, _SingularCurvature
 
 __all__ = ["BoundLogisticRegression", "logistic_objective"]
 
@@ -293,6 +293,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     shuffle : bool, default=True
         Reshuffle the samples every epoch.
     warm_start : bool, default=False
+        ``fit`` continues from the previous solution (and its histories) when the classes,
+        the number of features and ``fit_intercept`` are unchanged; otherwise it starts
+        from zero.
     callback : callable or None, default=None
         Called after every epoch as ``callback(estimator, info)`` with ``info`` a dict
         (``epoch``, ``loss``, ``grad_norm``, ``time``, ``steps``, ``phase``); returning
@@ -308,6 +311,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     classes_ : ndarray, shape (n_classes,)
     coef_ : ndarray, shape (1, n_features) (binary) or (n_classes, n_features)
     intercept_ : ndarray, shape (1,) or (n_classes,)
+        With more than two classes only defined up to a common shift; the one summing
+        to zero is reported, as by scikit-learn.
     loss_history_ : list of float
         Training objective before training (entry 0) and after every epoch.
     grad_norm_history_ : list of float
@@ -498,7 +503,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
     def _start(self, classes, n_features: int) -> None:
         """Set ``classes_`` (sorted labels, at least 2) and start from zero coefficients
-        unless ``warm_start`` continues a fit on the same classes."""
+        unless ``warm_start`` continues a fit on the same classes and number of features
+        (with the same ``fit_intercept``)."""
         if len(classes) < 2:
             raise ValueError(
                 f"y has only one class ({classes.tolist()}); this classifier "
@@ -508,6 +514,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             self.warm_start
             and hasattr(self, "coef_")
             and np.array_equal(getattr(self, "classes_", None), classes)
+            and self._W.shape[0] == n_features + int(self.fit_intercept)
         )
         self.classes_ = classes
         if not warm:
@@ -574,7 +581,11 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             w = W[:, 1] - W[:, 0]
             coef, icpt = w[None, :p], (w[p:] if self.fit_intercept else np.zeros(1))
         else:
-            coef, icpt = W[:p].T, (W[p] if self.fit_intercept else np.zeros(W.shape[1]))
+            # softmax is unchanged by a shift common to all intercepts, which are not
+            # penalised: report the zero-sum one (scikit-learn's); the steps of "spfb" and
+            # "bound" keep it, the low-rank steps of "lspfb" drift along it
+            icpt = W[p] - np.mean(W[p]) if self.fit_intercept else np.zeros(W.shape[1])
+            coef = W[:p].T
         dtype = getattr(self, "_dtype", np.float64)
         self.coef_ = np.ascontiguousarray(coef, dtype=dtype)
         self.intercept_ = np.array(icpt, dtype=dtype)
@@ -655,6 +666,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             precond = self._precond
             self._train_time += time.perf_counter() - tic
         self._precond_arg = precond  # its setup time is part of the first epoch
+        # eq. 2.4 with eta <= 1 never increases L in exact arithmetic (majorisation)
+        monotone = full and schedule == "constant" and float(self.eta0) <= 1.0
         no_progress = 0
         converged = False
         rel = self.grad_norm_history_[-1] if self.grad_norm_history_ else math.inf
@@ -680,6 +693,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                     self._train_time += time.perf_counter() - tic
                 self._state = (S, G)
                 rel = float(np.linalg.norm(G)) / g_ref
+                if monotone:
+                    self._check_descent(loss, X1.dtype)
                 self.loss_history_.append(loss)
                 self.grad_norm_history_.append(rel)
                 self.time_history_.append(self._train_time)
@@ -721,6 +736,18 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             )
         self._sync_coef()
 
+    def _check_descent(self, loss, dtype):
+        """FloatingPointError if a full-batch bound step raised ``L`` beyond round-off."""
+        prev = self.loss_history_[-1] if self.loss_history_ else math.inf
+        if loss > prev + math.sqrt(np.finfo(dtype).eps) * max(1.0, abs(prev)):
+            raise FloatingPointError(
+                f"{self.solver}: the objective rose from {prev:.6g} to {loss:.6g} at epoch "
+                f"{self.n_iter_}; the bound step (eq. 2.4, eta0 <= 1) cannot do that in "
+                f"exact arithmetic, so X is too badly scaled for {np.dtype(dtype).name} "
+                f"against alpha={self.alpha:g}: standardise X (e.g. with StandardScaler)"
+                f"{', use float64' if dtype == np.float32 else ''} or increase alpha."
+            )
+
     def _stochastic_epoch(self, X1, yi, full, m, schedule, t0, lam, lin):
         """One pass of mini-batch steps (one full-batch step for ``"bound"``)."""
         T = len(yi)
@@ -733,6 +760,12 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             # float64 master parameters; the step's products run in the data's dtype
             try:
                 self._W = self._W - eta * self._step(Xb, yb, lam, lin)
+            except _SingularCurvature as exc:  # a limit of the data's scale, no divergence
+                raise ValueError(
+                    f"{self.solver}: the dense solve at step {self.t_} failed: {exc} "
+                    "(lam is alpha, or 2 alpha for two classes: standardise X, e.g. with "
+                    "StandardScaler, or increase alpha.)"
+                ) from exc
             except ValueError as exc:  # X is validated: non-finite logits = divergence
                 raise FloatingPointError(
                     f"{self.solver} diverged at step {self.t_} (epoch {self.n_iter_ + 1})"
@@ -759,10 +792,16 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             precondition=self._precond_arg,
         )
         Z = np.asarray(Z, dtype=np.float64)  # (p + 1, n) the bound step of eq. 2.4
+        if not float(np.sum(Z * G)) > 0.0:
+            # CG stopped before its first update (the curvature is not positive
+            # definite in floating point, e.g. float32 features of scale 1e4): Z = 0 would
+            # stall the iteration, so take the steepest-descent direction instead
+            Z = G
         D = Z
         if self._ncg is not None:
             G_old, Z_old, D_old = self._ncg
-            beta = max(0.0, float(np.sum(Z * (G - G_old))) / float(np.sum(Z_old * G_old)))
+            den = float(np.sum(Z_old * G_old))  # > 0, or 0 where G_old = 0
+            beta = max(0.0, float(np.sum(Z * (G - G_old))) / den) if den > 0.0 else 0.0
             D = Z + beta * D_old
             if not float(np.sum(G * D)) > 0.0:  # not a descent direction: restart
                 D = Z
@@ -830,7 +869,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             binary = len(self.classes_) == 2
             return self._lazy(X, "decision_function", None if binary else len(self.classes_))
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return super().decision_function(X)
+        # not super().decision_function: it validates again, and the validated array has
+        # lost a DataFrame's column names (a spurious feature-names warning)
+        scores = X @ self.coef_.T + self.intercept_  # (n_samples, k)
+        return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict(self, X):
         """Class labels, shape (n_samples,); lazy for a Dask ``X``."""
