@@ -646,7 +646,15 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             R0 = np.full((T, n), 1.0 / n)
             R0[np.arange(T), yi] -= 1.0
             g_ref = float(np.linalg.norm((R0.astype(X1.dtype, copy=False).T @ X1).T)) / T
-            g_ref = g_ref if g_ref > 0 else 1.0  # W = 0 is optimal: absolute norms
+            # its rounding error is at most ~eps sum_i |x_i| per entry (|R0| <= 1): below
+            # that, W = 0 is optimal (e.g. every row present once per class) and a ratio
+            # of rounding errors could never reach tol; use absolute norms then
+            noise = (
+                np.finfo(X1.dtype).eps
+                * math.sqrt(n)
+                * float(np.linalg.norm(np.abs(X1).sum(axis=0)))
+            )
+            g_ref = g_ref if g_ref > noise else 1.0
         self._state = None  # (logits, gradient) at the current W for this X
         self._ncg = None  # previous (gradient, bound direction, direction) of the finish
         if track and not self.loss_history_:  # entry 0: before any work (time 0)
