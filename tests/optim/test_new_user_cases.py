@@ -180,3 +180,16 @@ def test_dask_fit_stops_by_the_same_rule():
     # the same arithmetic summed in another order: round-off of the Dask test suite
     np.testing.assert_allclose(est.grad_norm_history_, ref.grad_norm_history_, rtol=1e-8)
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-10)
+
+
+def test_unsortable_labels_name_the_argument():
+    """Numbers mixed with strings: numpy's bare "'<' not supported" from sorting the
+    labels; the TypeError now names y (or classes) and says what is wrong."""
+    X, _ = _data()
+    y = np.array(["a", 1, 2], dtype=object)[np.arange(len(X)) % 3]
+    with pytest.raises(TypeError, match="y: the labels must be mutually comparable"):
+        BoundLogisticRegression().fit(X, y)
+    with pytest.raises(TypeError, match="classes: the labels must be mutually comparable"):
+        BoundLogisticRegression().partial_fit(
+            X, np.arange(len(X)) % 3, classes=np.array([1, "a", 2], dtype=object)
+        )

@@ -197,8 +197,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     tol : float or None, default=1e-5
         Stop when the Frobenius norm of the gradient of the full training objective has
         fallen to ``tol`` times its value at ``coef_ = 0, intercept_ = 0``, checked after
-        every epoch (the ratio is recorded in ``grad_norm_history_``). Not met within
-        ``max_epochs``: ``ConvergenceWarning``. ``None``: run ``max_epochs``, no warning.
+        every epoch (the ratio is recorded in ``grad_norm_history_``; where that value is
+        at rounding level, ``coef_ = 0`` is optimal and the norm itself is used), on Dask
+        input too. Not met within ``max_epochs``: ``ConvergenceWarning``. ``None``: run
+        ``max_epochs``, no warning.
         The gradient norm bounds the distance to the optimum: without an intercept ``L``
         is ``alpha``-strongly convex, so ``L - L* <= ||grad L||^2 / (2 alpha)``.
     n_iter_no_change : int, default=1
@@ -496,8 +498,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
             return fit_bound(self, X, y, schedule)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
-        check_classification_targets(y)
-        self._start(np.unique(y), X.shape[1])
+        self._start(_labels(y, "y"), X.shape[1])
         self._train(X, self._encode(y), schedule, self.max_epochs)
         return self
 
@@ -528,11 +529,11 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         X, y = validate_data(
             self, X, y, dtype=[np.float64, np.float32], accept_sparse=False, reset=first
         )
-        check_classification_targets(y)
+        _labels(y, "y")
         if first:
             if classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit.")
-            classes = np.unique(np.asarray(classes))
+            classes = _labels(np.asarray(classes), "classes", check=False)
             if len(classes) < 2:
                 raise ValueError(
                     f"classes has only one class ({classes.tolist()}); this "
@@ -955,6 +956,21 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _labels(y, name, check=True):
+    """The sorted unique labels of ``y`` (after scikit-learn's classification-target check
+    if ``check``); labels that cannot be sorted (numbers mixed with strings or None) raise
+    a TypeError naming the argument instead of numpy's bare comparison error."""
+    try:  # both sort the labels
+        if check:
+            check_classification_targets(y)
+        return np.unique(y)
+    except TypeError as exc:
+        raise TypeError(
+            f"{name}: the labels must be mutually comparable (all strings or all numbers), "
+            f"got {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _pos_float(value, name, allow_zero=False):
