@@ -193,3 +193,29 @@ def test_unsortable_labels_name_the_argument():
         BoundLogisticRegression().partial_fit(
             X, np.arange(len(X)) % 3, classes=np.array([1, "a", 2], dtype=object)
         )
+
+
+def test_overflowing_scores_raise_instead_of_nan_probabilities():
+    """Finite X whose scores overflow gave NaN probabilities (with RuntimeWarnings only)."""
+    X, y = _data()
+    clf = BoundLogisticRegression(random_state=0).fit(X, y)
+    huge = np.full((2, 4), 1e308)
+    huge[:, 1] = -1e308  # X coef^T sums +inf and -inf: NaN scores
+    for method in ("decision_function", "predict", "predict_proba", "predict_log_proba"):
+        with pytest.raises(ValueError, match="overflow"):
+            getattr(clf, method)(huge)
+    clf32 = BoundLogisticRegression(random_state=0).fit(X.astype(np.float32), y)
+    with pytest.raises(ValueError, match="overflow float32"):
+        clf32.predict_proba(np.full((2, 4), 3e38, dtype=np.float32))
+    P = clf.predict_proba(X * 1e300)  # large but finite scores: exact 0/1 probabilities
+    assert np.all(np.isfinite(P)) and np.allclose(P.sum(axis=1), 1.0, rtol=0, atol=1e-15)
+
+
+def test_features_whose_squares_overflow_are_refused():
+    """Entries of 1e155: the curvature's sums of x x^T overflow. solver="bound" returned a
+    model at 45% training accuracy with an infinite gradient ratio (a ConvergenceWarning
+    only); every solver now raises a ValueError naming X."""
+    X, y = _data()
+    for solver in ("spfb", "bound", "sgd"):
+        with pytest.raises(ValueError, match="X is too large"):
+            BoundLogisticRegression(solver=solver, random_state=0).fit(X * 1e155, y)

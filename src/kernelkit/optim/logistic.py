@@ -623,6 +623,13 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         T, p1 = X1.shape
         n = self._W.shape[1]
         d = p1 * n
+        x_max = float(np.max(np.abs(X1)))
+        if x_max > math.sqrt(float(np.finfo(X1.dtype).max) / (T * p1)):  # sums of x x^T overflow
+            raise ValueError(
+                f"X is too large for the bound's curvature: max |X| = {x_max:.3g}, and sums "
+                f"of the products x_i x_i^T over {T} rows overflow {X1.dtype}; scale X "
+                "down (e.g. with StandardScaler)."
+            )
         lam = self._lam()
         if self.solver == "lspfb" and self.rank > d:
             raise ValueError(
@@ -880,7 +887,13 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         # not super().decision_function: it validates again, and the validated array has
         # lost a DataFrame's column names (a spurious feature-names warning)
-        scores = X @ self.coef_.T + self.intercept_  # (n_samples, k)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = X @ self.coef_.T + self.intercept_  # (n_samples, k)
+        if not np.all(np.isfinite(scores)):  # X is finite (validated)
+            raise ValueError(
+                "X is finite but its scores X coef_^T + intercept_ overflow "
+                f"{scores.dtype} (max |X| = {np.abs(X).max():.3g}); scale X down."
+            )
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict(self, X):
