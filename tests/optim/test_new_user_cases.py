@@ -219,3 +219,17 @@ def test_features_whose_squares_overflow_are_refused():
     for solver in ("spfb", "bound", "sgd"):
         with pytest.raises(ValueError, match="X is too large"):
             BoundLogisticRegression(solver=solver, random_state=0).fit(X * 1e155, y)
+
+
+def test_a_run_that_ends_worse_than_zero_says_why():
+    """SGD on features of scale 1e4 ends with an objective ~1e5 times its value at zero;
+    the ConvergenceWarning advised only 'increase max_epochs'. It now names the cause."""
+    X, y = _data()
+    clf = BoundLogisticRegression(solver="sgd", max_epochs=5, random_state=0)
+    with pytest.warns(ConvergenceWarning, match="objective rose .* standardise X"):
+        clf.fit(X * 1e4, y)
+    assert clf.loss_history_[-1] > clf.loss_history_[0]
+    with warnings.catch_warnings(record=True) as caught:  # a short run that improves
+        warnings.simplefilter("always")
+        BoundLogisticRegression(solver="sgd", max_epochs=5, random_state=0).fit(X, y)
+    assert caught and all("rose" not in str(w.message) for w in caught)

@@ -743,6 +743,13 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 break
         if self.tol is not None and epochs > 1 and not converged:
             hint = " or set finish='bound'" if self.solver != "bound" and not finish else ""
+            L = self.loss_history_
+            if L and L[-1] > L[0]:  # worse than coef_ = 0: more epochs will not help
+                hint = (
+                    f". But the objective rose from {L[0]:.3g} (coef_ = 0) to {L[-1]:.3g}: "
+                    "the steps are too long for the scale of X; standardise X (e.g. with "
+                    "StandardScaler) or decrease eta0"
+                )
             warnings.warn(
                 f"{type(self).__name__} ({self.solver}) did not converge in {epochs} "
                 f"epochs: ||grad L|| is {rel:.2e} times its value at coef_ = 0, above "
