@@ -38,6 +38,27 @@ _TODENSE_BLOCK_BYTES = 1 << 20
 __all__ = ["KroneckerCurvature", "KroneckerPreconditioner", "conjugate_gradient"]
 
 
+class _SingularCurvature(ValueError):
+    """The dense Cholesky factorisation of the curvature failed."""
+
+
+def _not_positive_definite(exc, lam) -> _SingularCurvature:
+    """The error for a failed Cholesky factorisation: with ``lam > 0`` the curvature is
+    positive definite in exact arithmetic, so the cause is its condition number."""
+    lam_max = (
+        float(lam) if isinstance(lam, numbers.Real) else float(np.max(to_numpy(lam, np.float64)))
+    )
+    if lam_max > 0:
+        why = (
+            f"it is positive definite in exact arithmetic, but lam = {lam_max:.3g} is too "
+            "small against the scale of X for floating point (ill-conditioned); "
+            "standardise the features or increase lam"
+        )
+    else:
+        why = "use lam > 0"
+    return _SingularCurvature(f"the curvature is not positive definite ({exc}); {why}.")
+
+
 class KroneckerCurvature:
     """The SPFB curvature ``scale * sum_j C_j (x) x_j x_j^T + lam I`` of a batch: the
     bound's ``Sigma`` (eq. 2.3) summed over the samples, the matrix solved in the step of
@@ -235,9 +256,7 @@ class KroneckerCurvature:
                     A, lower=True, overwrite_a=True, check_finite=False
                 )
             except np.linalg.LinAlgError as exc:
-                raise ValueError(
-                    f"the curvature is not positive definite ({exc}); use lam > 0."
-                ) from None
+                raise _not_positive_definite(exc, self.lam) from None
             sol = scipy.linalg.cho_solve(
                 factor, to_numpy(G, np.float64).T.ravel(), check_finite=False
             )

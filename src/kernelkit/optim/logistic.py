@@ -41,7 +41,7 @@ from .._backend.sklearn_validation import validate_data
 from . import _validation as _v
 from . import solvers as _s
 from .bound import multinomial_bound_from_logits
-from .kronecker import KroneckerCurvature, KroneckerPreconditioner
+from .kronecker import KroneckerCurvature, KroneckerPreconditioner, _SingularCurvature
 
 __all__ = ["BoundLogisticRegression", "logistic_objective"]
 
@@ -197,8 +197,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     tol : float or None, default=1e-5
         Stop when the Frobenius norm of the gradient of the full training objective has
         fallen to ``tol`` times its value at ``coef_ = 0, intercept_ = 0``, checked after
-        every epoch (the ratio is recorded in ``grad_norm_history_``). Not met within
-        ``max_epochs``: ``ConvergenceWarning``. ``None``: run ``max_epochs``, no warning.
+        every epoch (the ratio is recorded in ``grad_norm_history_``; where that value is
+        at rounding level, ``coef_ = 0`` is optimal and the norm itself is used), on Dask
+        input too. Not met within ``max_epochs``: ``ConvergenceWarning``. ``None``: run
+        ``max_epochs``, no warning.
         The gradient norm bounds the distance to the optimum: without an intercept ``L``
         is ``alpha``-strongly convex, so ``L - L* <= ||grad L||^2 / (2 alpha)``.
     n_iter_no_change : int, default=1
@@ -293,6 +295,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     shuffle : bool, default=True
         Reshuffle the samples every epoch.
     warm_start : bool, default=False
+        ``fit`` continues from the previous solution (and its histories) when the classes,
+        the number of features and ``fit_intercept`` are unchanged; otherwise it starts
+        from zero.
     callback : callable or None, default=None
         Called after every epoch as ``callback(estimator, info)`` with ``info`` a dict
         (``epoch``, ``loss``, ``grad_norm``, ``time``, ``steps``, ``phase``); returning
@@ -308,6 +313,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     classes_ : ndarray, shape (n_classes,)
     coef_ : ndarray, shape (1, n_features) (binary) or (n_classes, n_features)
     intercept_ : ndarray, shape (1,) or (n_classes,)
+        With more than two classes only defined up to a common shift; the one summing
+        to zero is reported, as by scikit-learn.
     loss_history_ : list of float
         Training objective before training (entry 0) and after every epoch.
     grad_norm_history_ : list of float
@@ -491,14 +498,14 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
             return fit_bound(self, X, y, schedule)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
-        check_classification_targets(y)
-        self._start(np.unique(y), X.shape[1])
+        self._start(_labels(y, "y"), X.shape[1])
         self._train(X, self._encode(y), schedule, self.max_epochs)
         return self
 
     def _start(self, classes, n_features: int) -> None:
         """Set ``classes_`` (sorted labels, at least 2) and start from zero coefficients
-        unless ``warm_start`` continues a fit on the same classes."""
+        unless ``warm_start`` continues a fit on the same classes and number of features
+        (with the same ``fit_intercept``)."""
         if len(classes) < 2:
             raise ValueError(
                 f"y has only one class ({classes.tolist()}); this classifier "
@@ -508,6 +515,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             self.warm_start
             and hasattr(self, "coef_")
             and np.array_equal(getattr(self, "classes_", None), classes)
+            and self._W.shape[0] == n_features + int(self.fit_intercept)
         )
         self.classes_ = classes
         if not warm:
@@ -521,11 +529,11 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         X, y = validate_data(
             self, X, y, dtype=[np.float64, np.float32], accept_sparse=False, reset=first
         )
-        check_classification_targets(y)
+        _labels(y, "y")
         if first:
             if classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit.")
-            classes = np.unique(np.asarray(classes))
+            classes = _labels(np.asarray(classes), "classes", check=False)
             if len(classes) < 2:
                 raise ValueError(
                     f"classes has only one class ({classes.tolist()}); this "
@@ -574,7 +582,11 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             w = W[:, 1] - W[:, 0]
             coef, icpt = w[None, :p], (w[p:] if self.fit_intercept else np.zeros(1))
         else:
-            coef, icpt = W[:p].T, (W[p] if self.fit_intercept else np.zeros(W.shape[1]))
+            # softmax is unchanged by a shift common to all intercepts, which are not
+            # penalised: report the zero-sum one (scikit-learn's); the steps of "spfb" and
+            # "bound" keep it, the low-rank steps of "lspfb" drift along it
+            icpt = W[p] - np.mean(W[p]) if self.fit_intercept else np.zeros(W.shape[1])
+            coef = W[:p].T
         dtype = getattr(self, "_dtype", np.float64)
         self.coef_ = np.ascontiguousarray(coef, dtype=dtype)
         self.intercept_ = np.array(icpt, dtype=dtype)
@@ -611,6 +623,13 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         T, p1 = X1.shape
         n = self._W.shape[1]
         d = p1 * n
+        x_max = float(np.max(np.abs(X1)))
+        if x_max > math.sqrt(float(np.finfo(X1.dtype).max) / (T * p1)):  # sums of x x^T overflow
+            raise ValueError(
+                f"X is too large for the bound's curvature: max |X| = {x_max:.3g}, and sums "
+                f"of the products x_i x_i^T over {T} rows overflow {X1.dtype}; scale X "
+                "down (e.g. with StandardScaler)."
+            )
         lam = self._lam()
         if self.solver == "lspfb" and self.rank > d:
             raise ValueError(
@@ -635,7 +654,15 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             R0 = np.full((T, n), 1.0 / n)
             R0[np.arange(T), yi] -= 1.0
             g_ref = float(np.linalg.norm((R0.astype(X1.dtype, copy=False).T @ X1).T)) / T
-            g_ref = g_ref if g_ref > 0 else 1.0  # W = 0 is optimal: absolute norms
+            # its rounding error is at most ~eps sum_i |x_i| per entry (|R0| <= 1): below
+            # that, W = 0 is optimal (e.g. every row present once per class) and a ratio
+            # of rounding errors could never reach tol; use absolute norms then
+            noise = (
+                np.finfo(X1.dtype).eps
+                * math.sqrt(n)
+                * float(np.linalg.norm(np.abs(X1).sum(axis=0)))
+            )
+            g_ref = g_ref if g_ref > noise else 1.0
         self._state = None  # (logits, gradient) at the current W for this X
         self._ncg = None  # previous (gradient, bound direction, direction) of the finish
         if track and not self.loss_history_:  # entry 0: before any work (time 0)
@@ -655,6 +682,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             precond = self._precond
             self._train_time += time.perf_counter() - tic
         self._precond_arg = precond  # its setup time is part of the first epoch
+        # eq. 2.4 with eta <= 1 never increases L in exact arithmetic (majorisation)
+        monotone = full and schedule == "constant" and float(self.eta0) <= 1.0
         no_progress = 0
         converged = False
         rel = self.grad_norm_history_[-1] if self.grad_norm_history_ else math.inf
@@ -680,6 +709,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                     self._train_time += time.perf_counter() - tic
                 self._state = (S, G)
                 rel = float(np.linalg.norm(G)) / g_ref
+                if monotone:
+                    self._check_descent(loss, X1.dtype)
                 self.loss_history_.append(loss)
                 self.grad_norm_history_.append(rel)
                 self.time_history_.append(self._train_time)
@@ -712,6 +743,13 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 break
         if self.tol is not None and epochs > 1 and not converged:
             hint = " or set finish='bound'" if self.solver != "bound" and not finish else ""
+            L = self.loss_history_
+            if L and L[-1] > L[0]:  # worse than coef_ = 0: more epochs will not help
+                hint = (
+                    f". But the objective rose from {L[0]:.3g} (coef_ = 0) to {L[-1]:.3g}: "
+                    "the steps are too long for the scale of X; standardise X (e.g. with "
+                    "StandardScaler) or decrease eta0"
+                )
             warnings.warn(
                 f"{type(self).__name__} ({self.solver}) did not converge in {epochs} "
                 f"epochs: ||grad L|| is {rel:.2e} times its value at coef_ = 0, above "
@@ -720,6 +758,18 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 stacklevel=3,
             )
         self._sync_coef()
+
+    def _check_descent(self, loss, dtype):
+        """FloatingPointError if a full-batch bound step raised ``L`` beyond round-off."""
+        prev = self.loss_history_[-1] if self.loss_history_ else math.inf
+        if loss > prev + math.sqrt(np.finfo(dtype).eps) * max(1.0, abs(prev)):
+            raise FloatingPointError(
+                f"{self.solver}: the objective rose from {prev:.6g} to {loss:.6g} at epoch "
+                f"{self.n_iter_}; the bound step (eq. 2.4, eta0 <= 1) cannot do that in "
+                f"exact arithmetic, so X is too badly scaled for {np.dtype(dtype).name} "
+                f"against alpha={self.alpha:g}: standardise X (e.g. with StandardScaler)"
+                f"{', use float64' if dtype == np.float32 else ''} or increase alpha."
+            )
 
     def _stochastic_epoch(self, X1, yi, full, m, schedule, t0, lam, lin):
         """One pass of mini-batch steps (one full-batch step for ``"bound"``)."""
@@ -733,6 +783,12 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             # float64 master parameters; the step's products run in the data's dtype
             try:
                 self._W = self._W - eta * self._step(Xb, yb, lam, lin)
+            except _SingularCurvature as exc:  # a limit of the data's scale, no divergence
+                raise ValueError(
+                    f"{self.solver}: the dense solve at step {self.t_} failed: {exc} "
+                    "(lam is alpha, or 2 alpha for two classes: standardise X, e.g. with "
+                    "StandardScaler, or increase alpha.)"
+                ) from exc
             except ValueError as exc:  # X is validated: non-finite logits = divergence
                 raise FloatingPointError(
                     f"{self.solver} diverged at step {self.t_} (epoch {self.n_iter_ + 1})"
@@ -759,10 +815,16 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             precondition=self._precond_arg,
         )
         Z = np.asarray(Z, dtype=np.float64)  # (p + 1, n) the bound step of eq. 2.4
+        if not float(np.sum(Z * G)) > 0.0:
+            # CG stopped before its first update (the curvature is not positive
+            # definite in floating point, e.g. float32 features of scale 1e4): Z = 0 would
+            # stall the iteration, so take the steepest-descent direction instead
+            Z = G
         D = Z
         if self._ncg is not None:
             G_old, Z_old, D_old = self._ncg
-            beta = max(0.0, float(np.sum(Z * (G - G_old))) / float(np.sum(Z_old * G_old)))
+            den = float(np.sum(Z_old * G_old))  # > 0, or 0 where G_old = 0
+            beta = max(0.0, float(np.sum(Z * (G - G_old))) / den) if den > 0.0 else 0.0
             D = Z + beta * D_old
             if not float(np.sum(G * D)) > 0.0:  # not a descent direction: restart
                 D = Z
@@ -830,7 +892,16 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             binary = len(self.classes_) == 2
             return self._lazy(X, "decision_function", None if binary else len(self.classes_))
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return super().decision_function(X)
+        # not super().decision_function: it validates again, and the validated array has
+        # lost a DataFrame's column names (a spurious feature-names warning)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = X @ self.coef_.T + self.intercept_  # (n_samples, k)
+        if not np.all(np.isfinite(scores)):  # X is finite (validated)
+            raise ValueError(
+                "X is finite but its scores X coef_^T + intercept_ overflow "
+                f"{scores.dtype} (max |X| = {np.abs(X).max():.3g}); scale X down."
+            )
+        return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict(self, X):
         """Class labels, shape (n_samples,); lazy for a Dask ``X``."""
@@ -905,6 +976,21 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _labels(y, name, check=True):
+    """The sorted unique labels of ``y`` (after scikit-learn's classification-target check
+    if ``check``); labels that cannot be sorted (numbers mixed with strings or None) raise
+    a TypeError naming the argument instead of numpy's bare comparison error."""
+    try:  # both sort the labels
+        if check:
+            check_classification_targets(y)
+        return np.unique(y)
+    except TypeError as exc:
+        raise TypeError(
+            f"{name}: the labels must be mutually comparable (all strings or all numbers), "
+            f"got {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _pos_float(value, name, allow_zero=False):
