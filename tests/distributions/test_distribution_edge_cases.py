@@ -1,0 +1,72 @@
+"""kernelkit.distributions on the inputs a new user brings: extreme lengthscales, far
+queries, pandas targets, unseen labels, non-numeric values, empty inputs; and exact
+references on discrete data, where the kernels are indicators."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from kernelkit.distributions import (
+    KERNEL_NAMES,
+    JointDistribution,
+    LowRankBasis,
+)
+from kernelkit.distributions._kernels import make_kernel
+
+
+def _data(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 2))
+    Y = X[:, :1] + 0.3 * rng.standard_normal((n, 1))
+    return X, Y
+
+
+def _indicator(A, B):
+    """``k(a, b) = 1(a = b)``: the limit of every named kernel as the lengthscale -> 0."""
+    return np.all(A[:, None, :] == B[None, :, :], axis=-1).astype(np.float64)
+
+
+def _ones(A, B):
+    """``k(a, b) = 1``: the limit of every named kernel as the lengthscale -> inf."""
+    return np.ones((A.shape[0], B.shape[0]))
+
+
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
+@pytest.mark.parametrize("ls", [1e-300, 1e-160, 1e160, 1e300])
+def test_extreme_lengthscales_give_the_kernel_limits(kernel, ls):
+    """1 / l^2 is 0 or not finite in float64 beyond l ~ 1e+-154 (and l^2 raised
+    ZeroDivisionError / OverflowError, or 0 * inf gave NaN). The kernel of distinct
+    points is then exactly the indicator (l -> 0) or the constant 1 (l -> inf), so the fit
+    equals the fit with that kernel given as a callable: the same 0/1 kernel values, the
+    same pivots, so the same arithmetic up to the order of the sums (1e-12)."""
+    X, Y = _data()
+    limit = _indicator if ls < 1 else _ones
+    kw = {"reg": 1e-3, "rel_tol": 1e-10}
+    named = JointDistribution(
+        kernel_x=kernel, kernel_y=kernel, lengthscale_x=ls, lengthscale_y=ls, **kw
+    ).fit(X, Y)
+    ref = JointDistribution(kernel_x=limit, kernel_y=limit, **kw).fit(X, Y)
+    got = named.conditional_expectation(Y, X[:5])
+    want = ref.conditional_expectation(Y, X[:5])
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    K = make_kernel(kernel, ls)(X[:4], np.vstack([X[:2], X[2:4] + 1.0]))
+    np.testing.assert_array_equal(K, limit(X[:4], np.vstack([X[:2], X[2:4] + 1.0])))
+
+
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
+def test_queries_far_outside_the_data_are_exact_zeros_without_warnings(kernel):
+    """A squared distance that overflows is inf and the kernel there is its limit 0
+    (every named kernel is below 1e-300 already at distance 1e3 here): the features are
+    exactly 0, with no overflow warning and no NaN (Matern's exp(-r) (1 + r) was
+    0 * inf)."""
+    X, _ = _data()
+    basis = LowRankBasis(kernel, 1.0, rel_tol=1e-6).fit(X)
+    far = np.array([[1e300, 1e300], [-1e200, 3.0], [1e155, -1e155]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        psi = basis.transform(far)
+    np.testing.assert_array_equal(psi, 0.0)
