@@ -11,8 +11,10 @@ import pytest
 
 from kernelkit.distributions import (
     KERNEL_NAMES,
+    ConditionalMeanEmbedding,
     JointDistribution,
     LowRankBasis,
+    PolynomialJointDistribution,
 )
 from kernelkit.distributions._kernels import make_kernel
 
@@ -70,3 +72,20 @@ def test_queries_far_outside_the_data_are_exact_zeros_without_warnings(kernel):
         warnings.simplefilter("error")
         psi = basis.transform(far)
     np.testing.assert_array_equal(psi, 0.0)
+
+
+@pytest.mark.parametrize(
+    "Estimator", [JointDistribution, ConditionalMeanEmbedding, PolynomialJointDistribution]
+)
+def test_pandas_series_target_equals_numpy(Estimator):
+    """A 1-D pandas ``Y`` (a Series has ``ndim`` but no ``reshape``) raised AttributeError;
+    it is the same column as the NumPy array, so the fits are identical."""
+    pd = pytest.importorskip("pandas")
+    X, Y = _data()
+    frame = pd.DataFrame(X, columns=["u", "v"])
+    a = Estimator().fit(frame, pd.Series(Y[:, 0], name="y"))
+    b = Estimator().fit(X, Y)
+    np.testing.assert_array_equal(
+        a.conditional_expectation(Y, frame[:4]), b.conditional_expectation(Y, X[:4])
+    )
+    assert a.score(frame, pd.Series(Y[:, 0])) == b.score(X, Y)
