@@ -13,6 +13,7 @@ from kernelkit.distributions import (
     KERNEL_NAMES,
     ConditionalMeanEmbedding,
     JointDistribution,
+    KernelLogisticRegression,
     LowRankBasis,
     PolynomialJointDistribution,
 )
@@ -89,3 +90,15 @@ def test_pandas_series_target_equals_numpy(Estimator):
         a.conditional_expectation(Y, frame[:4]), b.conditional_expectation(Y, X[:4])
     )
     assert a.score(frame, pd.Series(Y[:, 0])) == b.score(X, Y)
+
+
+def test_klr_score_rejects_labels_unseen_at_fit():
+    """Labels outside ``classes_`` silently counted as the negative class in (32)."""
+    X, _ = _data(60)
+    y = np.where(X[:, 0] > 0, "yes", "no")
+    klr = KernelLogisticRegression().fit(X, y)
+    assert np.isfinite(klr.score(X, y))
+    with pytest.raises(ValueError, match=r"not seen at fit.*'maybe'"):
+        klr.score(X, np.where(X[:, 0] > 0, "yes", "maybe"))
+    with pytest.raises(ValueError, match="not seen at fit"):
+        KernelLogisticRegression().fit(X, (X[:, 0] > 0).astype(int)).score(X, np.full(60, 5))
