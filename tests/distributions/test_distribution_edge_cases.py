@@ -102,3 +102,13 @@ def test_klr_score_rejects_labels_unseen_at_fit():
         klr.score(X, np.where(X[:, 0] > 0, "yes", "maybe"))
     with pytest.raises(ValueError, match="not seen at fit"):
         KernelLogisticRegression().fit(X, (X[:, 0] > 0).astype(int)).score(X, np.full(60, 5))
+
+
+@pytest.mark.parametrize("values", [np.full(30, "a"), np.ones(30) * 1j])
+def test_cme_rejects_non_real_f(values):
+    """Complex f lost its imaginary part with only a ComplexWarning; strings failed in
+    NumPy's conversion without naming f. JointDistribution already raised this TypeError."""
+    X, Y = _data()
+    for model in (ConditionalMeanEmbedding().fit(X, Y), JointDistribution().fit(X, Y)):
+        with pytest.raises(TypeError, match="f values must be real"):
+            model.conditional_expectation(values, X[:2])
