@@ -16,6 +16,8 @@ from kernelkit.distributions import (
     KernelLogisticRegression,
     LowRankBasis,
     PolynomialJointDistribution,
+    clipped_log_loss,
+    holdout_select,
 )
 from kernelkit.distributions._kernels import make_kernel
 
@@ -112,3 +114,22 @@ def test_cme_rejects_non_real_f(values):
     for model in (ConditionalMeanEmbedding().fit(X, Y), JointDistribution().fit(X, Y)):
         with pytest.raises(TypeError, match="f values must be real"):
             model.conditional_expectation(values, X[:2])
+
+
+def test_clipped_log_loss_rejects_empty_and_non_numeric_labels():
+    """An empty input gave NaN with RuntimeWarnings; string labels a NumPy message."""
+    with pytest.raises(ValueError, match="empty"):
+        clipped_log_loss([], [])
+    with pytest.raises(TypeError, match="labels must be 0/1 or bool"):
+        clipped_log_loss(["a", "b"], [0.5, 0.5])
+    # the loss itself, by hand: -(log 0.9 + log(1 - 0.2)) / 2
+    assert clipped_log_loss([True, False], [0.9, 0.2]) == pytest.approx(
+        -(np.log(0.9) + np.log(0.8)) / 2, rel=1e-15
+    )
+
+
+def test_holdout_select_names_an_empty_grid():
+    """``{"reg": []}`` has no grid points; it was reported as non-finite losses."""
+    X, Y = _data()
+    with pytest.raises(ValueError, match="no grid points"):
+        holdout_select(JointDistribution(), {"reg": []}, X, Y)
