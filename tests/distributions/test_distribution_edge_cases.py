@@ -106,6 +106,14 @@ def test_klr_score_rejects_labels_unseen_at_fit():
         KernelLogisticRegression().fit(X, (X[:, 0] > 0).astype(int)).score(X, np.full(60, 5))
 
 
+@pytest.mark.parametrize("labels", [["a", None], ["a", 1]])
+def test_klr_names_labels_that_cannot_be_sorted(labels):
+    """Labels of mixed types failed inside NumPy's sort with no mention of y."""
+    X, _ = _data(40)
+    with pytest.raises(TypeError, match="y: the labels must be mutually comparable"):
+        KernelLogisticRegression().fit(X, np.array(labels * 20, dtype=object))
+
+
 @pytest.mark.parametrize("values", [np.full(30, "a"), np.ones(30) * 1j])
 def test_cme_rejects_non_real_f(values):
     """Complex f lost its imaginary part with only a ComplexWarning; strings failed in

@@ -136,8 +136,13 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             X, y = sk_validate_data(
                 self, X, y, dtype=np.float64, accept_sparse=False, ensure_min_samples=2
             )
-            check_classification_targets(y)
-            classes = np.unique(y)
+            try:  # both sort the labels
+                check_classification_targets(y)
+                classes = np.unique(y)
+            except TypeError as exc:  # e.g. strings mixed with numbers or None
+                raise TypeError(
+                    f"y: the labels must be mutually comparable (all strings or all numbers): {exc}"
+                ) from exc
         if classes.shape[0] != 2:
             raise ValueError(
                 "Only binary classification is supported (KernelLogisticRegression "
