@@ -114,6 +114,22 @@ def test_klr_names_labels_that_cannot_be_sorted(labels):
         KernelLogisticRegression().fit(X, np.array(labels * 20, dtype=object))
 
 
+@pytest.mark.parametrize("scale", [1e-300, 1e-200, 1e200, 1e300])
+def test_polynomial_standardisation_is_scale_invariant(scale):
+    """``X.std`` squares the data: it overflowed beyond |x| ~ 1e154 (scale inf: all
+    monomials constant) and underflowed to 0 below ~1e-154 (scale reset to 1: the same),
+    so the model silently became independence. Standardised inputs are the same up to
+    a few ulps at any scale, so the conditional expectations agree to 1e-12 (the fits
+    solve well-conditioned m = 6 systems)."""
+    X, Y = _data(50)
+    ref = PolynomialJointDistribution(degree=2).fit(X, Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = PolynomialJointDistribution(degree=2).fit(X * scale, Y * scale)
+        values = got.conditional_expectation(Y, X[:5] * scale)
+    np.testing.assert_allclose(values, ref.conditional_expectation(Y, X[:5]), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("values", [np.full(30, "a"), np.ones(30) * 1j])
 def test_cme_rejects_non_real_f(values):
     """Complex f lost its imaginary part with only a ComplexWarning; strings failed in
