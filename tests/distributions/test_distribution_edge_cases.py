@@ -94,6 +94,20 @@ def test_pandas_series_target_equals_numpy(Estimator):
     assert a.score(frame, pd.Series(Y[:, 0])) == b.score(X, Y)
 
 
+def test_joint_distribution_takes_a_list_of_block_pairs():
+    """The documented iterable of ``(X_block, Y_block)`` pairs, given as a list, was
+    taken for array-like X and failed with "requires y to be passed". The blocks hold the
+    same rows, so the fit is the fit on the arrays (identical: same exact path)."""
+    X, Y = _data(60)
+    blocks = [(X[i : i + 20], Y[i : i + 20, 0]) for i in range(0, 60, 20)]
+    want = JointDistribution().fit(X, Y).conditional_expectation(Y, X[:4])
+    for given in (blocks, tuple(blocks), iter(blocks)):
+        got = JointDistribution().fit(given).conditional_expectation(Y, X[:4])
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="pass Y=None"):
+        JointDistribution().fit(blocks, Y)
+
+
 def test_klr_score_rejects_labels_unseen_at_fit():
     """Labels outside ``classes_`` silently counted as the negative class in (32)."""
     X, _ = _data(60)
