@@ -120,6 +120,19 @@ def test_klr_score_rejects_labels_unseen_at_fit():
         KernelLogisticRegression().fit(X, (X[:, 0] > 0).astype(int)).score(X, np.full(60, 5))
 
 
+def test_klr_probabilities_of_confident_rows_keep_their_precision():
+    """``1 - expit(d)`` is exactly 0 for d > 37 (and loses digits long before); the
+    class-0 probability is ``expit(-d)``, to a few ulps of relative error (1e-15)."""
+    X, _ = _data(60)
+    klr = KernelLogisticRegression(reg=1e-12).fit(X, X[:, 0] > 0)  # separable: large |d|
+    d = klr.decision_function(X)
+    assert d.max() > 40  # rows where 1 - expit(d) was 0
+    P = klr.predict_proba(X)
+    np.testing.assert_allclose(P[:, 0], 1.0 / (1.0 + np.exp(d)), rtol=1e-15, atol=0)
+    eps = np.finfo(np.float64).eps  # each term within an ulp of its value: the sum within 2 eps
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=0, atol=2 * eps)
+
+
 @pytest.mark.parametrize("labels", [["a", None], ["a", 1]])
 def test_klr_names_labels_that_cannot_be_sorted(labels):
     """Labels of mixed types failed inside NumPy's sort with no mention of y."""

@@ -218,9 +218,8 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, shape (n, 2) (columns in ``classes_`` order; lazy for Dask)."""
 
-        def proba(d):  # (b,) -> (b, 2)
-            p = expit(d)
-            return np.stack([1.0 - p, p], axis=1)
+        def proba(d):  # (b,) -> (b, 2); expit(-d), not 1 - expit(d): no cancellation
+            return np.stack([expit(-d), expit(d)], axis=1)
 
         d = self.decision_function(X)
         if is_dask_array(d):
