@@ -72,6 +72,8 @@ def _as_float2d(Z, name, n_features=None, allow_empty=False):
     if Z is not None and not hasattr(Z, "ndim"):
         Z = np.asarray(Z)
     if Z is not None and getattr(Z, "ndim", 2) == 1:
+        if not hasattr(Z, "reshape"):  # a pandas Series has ndim but no reshape
+            Z = np.asarray(Z)
         Z = Z.reshape(-1, 1)
     Z, _ = validate_data(Z, name, n_features=n_features, allow_empty=allow_empty)
     return np.ascontiguousarray(to_numpy(Z, dtype=np.float64))

@@ -13,6 +13,11 @@ A kernel is given by name with a lengthscale ``l`` (all are stationary, ``k(x, x
 or as a callable ``k(A, B) -> (len(A), len(B))`` array (positive semi-definite); an
 optional ``k.diag(A) -> (len(A),)`` attribute avoids evaluating diagonal blocks. The
 lengthscale is ignored for callables (scale the inputs inside the callable).
+
+Every lengthscale in ``(0, inf)`` gives the kernel's value or its limit (0 or 1). Squared
+distances are formed in float64 before they are divided by ``l^2``, so inputs whose
+distances exceed about 1e154 overflow (kernel 0) and those below about 1e-154 underflow
+(kernel 1) whatever the lengthscale: rescale such data first.
 """
 
 from __future__ import annotations
@@ -30,35 +35,59 @@ _DIRECT_DIMS = 8  # up to this dimension, squared distances from explicit differ
 KERNEL_NAMES = ("gaussian", "laplacian", "exponential", "matern32", "matern52", "cauchy")
 
 
+def _divide(r: np.ndarray, ls: float, times: int, a: float) -> np.ndarray:
+    """``a r / ls^times`` in place, dividing step by step (no ``ls^times``, no ``a / ls``):
+    exact limits 0 and inf at extreme lengthscales, never NaN for finite ``r``."""
+    with np.errstate(over="ignore", under="ignore"):
+        for _ in range(times):
+            r /= ls
+        r *= a
+    return r
+
+
 def _profile(name: str, r2: np.ndarray, ls: float) -> np.ndarray:
-    """Kernel value from squared distances ``r2`` (modified in place and returned)."""
-    if name == "gaussian":
-        r2 *= -0.5 / ls**2
-        return np.exp(r2, out=r2)
-    if name == "cauchy":
-        r2 *= 1.0 / ls**2
+    """Kernel value from squared distances ``r2`` (modified in place and returned).
+
+    ``r / l`` is formed as one product with a precomputed constant where that constant
+    is a normal float, and by division otherwise (lengthscales below about 1e-154 or
+    above about 1e154), so every lengthscale gives the kernel's value or its limit
+    (0 or 1), never a ``ZeroDivisionError``, an ``OverflowError`` or NaN.
+    """
+    sq = ls * ls  # a Python float: 0.0 or inf at extreme lengthscales, never raises
+    if name in ("gaussian", "cauchy"):
+        a = -0.5 if name == "gaussian" else 1.0
+        c = a / sq if sq > 0.0 else math.inf
+        if 0.0 < abs(c) < math.inf:
+            r2 *= c
+        else:
+            _divide(r2, ls, 2, a)
+        if name == "gaussian":
+            return np.exp(r2, out=r2)
         r2 += 1.0
         return np.reciprocal(r2, out=r2)
     r = np.sqrt(r2, out=r2)
+    a = {"laplacian": -1.0, "matern32": math.sqrt(3.0), "matern52": math.sqrt(5.0)}[name]
+    c = a / ls
+    if 0.0 < abs(c) < math.inf:
+        r *= c
+    else:
+        _divide(r, ls, 1, a)
     if name == "laplacian":
-        r *= -1.0 / ls
         return np.exp(r, out=r)
+    # beyond r = 1e3, exp(-r) is 0 in float64: clamping keeps the value and avoids inf * 0
+    np.minimum(r, 1e3, out=r)
     if name == "matern32":
-        r *= math.sqrt(3.0) / ls
         out = np.exp(-r)
         r += 1.0
         out *= r
         return out
-    if name == "matern52":
-        r *= math.sqrt(5.0) / ls
-        out = np.exp(-r)
-        poly = r * r
-        poly *= 1.0 / 3.0
-        poly += r
-        poly += 1.0
-        out *= poly
-        return out
-    raise AssertionError(name)  # pragma: no cover
+    out = np.exp(-r)
+    poly = r * r
+    poly *= 1.0 / 3.0
+    poly += r
+    poly += 1.0
+    out *= poly
+    return out
 
 
 class Kernel:
@@ -144,23 +173,26 @@ class Kernel:
                     f"{(A.shape[0], B.shape[0])}."
                 )
             return K
-        if A.shape[1] <= _DIRECT_DIMS:  # exact differences: no cancellation near r = 0
-            r2 = np.subtract.outer(A[:, 0], B[:, 0])  # (na, nb)
-            r2 *= r2
-            for j in range(1, A.shape[1]):
-                diff = np.subtract.outer(A[:, j], B[:, j])
-                diff *= diff
-                r2 += diff
-        else:
-            if a2 is None:
-                a2 = np.einsum("ij,ij->i", A, A)
-            if b2 is None:
-                b2 = np.einsum("ij,ij->i", B, B)
-            r2 = A @ B.T  # (na, nb)
-            r2 *= -2.0
-            r2 += a2[:, None]
-            r2 += b2[None, :]
-            np.maximum(r2, 0.0, out=r2)
+        # squared distances that overflow (points far from each other, e.g. queries far
+        # outside the data) are inf, and the kernel there is its limit 0: no warning
+        with np.errstate(over="ignore"):
+            if A.shape[1] <= _DIRECT_DIMS:  # exact differences: no cancellation near r = 0
+                r2 = np.subtract.outer(A[:, 0], B[:, 0])  # (na, nb)
+                r2 *= r2
+                for j in range(1, A.shape[1]):
+                    diff = np.subtract.outer(A[:, j], B[:, j])
+                    diff *= diff
+                    r2 += diff
+            else:
+                if a2 is None:
+                    a2 = np.einsum("ij,ij->i", A, A)
+                if b2 is None:
+                    b2 = np.einsum("ij,ij->i", B, B)
+                r2 = A @ B.T  # (na, nb)
+                r2 *= -2.0
+                r2 += a2[:, None]
+                r2 += b2[None, :]
+                np.maximum(r2, 0.0, out=r2)
         return _profile(self.name, r2, self.lengthscale)
 
 

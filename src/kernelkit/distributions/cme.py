@@ -298,6 +298,8 @@ class ConditionalMeanEmbedding(BaseEstimator):
                     f"dimension {self.n_samples_}, got shape {F.shape}."
                 )
             F = np.asarray(F[self._pivot_train_rows()])  # (m_Y, ...): Dask computes m_Y rows
+        if F.dtype != bool and (not np.issubdtype(F.dtype, np.number) or np.iscomplexobj(F)):
+            raise TypeError(f"f values must be real numbers, got dtype {F.dtype}.")
         F = F.astype(np.float64)
         if not np.all(np.isfinite(F)):
             raise ValueError("f values contain NaN or infinity.")

@@ -68,6 +68,21 @@ def solve_low_rank(G, s_x, s_y, lam_x, lam_y, n, reg, constraint=None, bounds=No
     return solve_positive(W, G / n - S / n**2, S, C_lo, C_hi, normalized=True)
 
 
+def _is_block_list(X) -> bool:
+    """Whether ``X`` is a list or tuple of ``(X_block, Y_block)`` array pairs (array-likes
+    of numbers are not: their items are numbers or rows without ``ndim``)."""
+    return (
+        isinstance(X, list | tuple)
+        and len(X) > 0
+        and all(
+            isinstance(b, list | tuple)
+            and len(b) == 2
+            and all(getattr(z, "ndim", 0) >= 1 for z in b)
+            for b in X
+        )
+    )
+
+
 class JointDistribution(TensorJointModel):
     """Joint distribution learning (JDL) with low-rank kernel bases.
 
@@ -230,6 +245,8 @@ class JointDistribution(TensorJointModel):
         constraint = check_constraint(self.constraint)
         pivot_sample = check_pivot_sample(self.pivot_sample)
         check_n_jobs(self.n_jobs)  # the threads of every blocked pass below
+        if _is_block_list(X):  # a list of (X_block, Y_block) pairs is an iterable of them
+            X = iter(X)
         if is_chunked(X) and not is_dask_array(X):
             if Y is not None:
                 raise ValueError(

@@ -136,8 +136,13 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             X, y = sk_validate_data(
                 self, X, y, dtype=np.float64, accept_sparse=False, ensure_min_samples=2
             )
-            check_classification_targets(y)
-            classes = np.unique(y)
+            try:  # both sort the labels
+                check_classification_targets(y)
+                classes = np.unique(y)
+            except TypeError as exc:  # e.g. strings mixed with numbers or None
+                raise TypeError(
+                    f"y: the labels must be mutually comparable (all strings or all numbers): {exc}"
+                ) from exc
         if classes.shape[0] != 2:
             raise ValueError(
                 "Only binary classification is supported (KernelLogisticRegression "
@@ -213,9 +218,8 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, shape (n, 2) (columns in ``classes_`` order; lazy for Dask)."""
 
-        def proba(d):  # (b,) -> (b, 2)
-            p = expit(d)
-            return np.stack([1.0 - p, p], axis=1)
+        def proba(d):  # (b,) -> (b, 2); expit(-d), not 1 - expit(d): no cancellation
+            return np.stack([expit(-d), expit(d)], axis=1)
 
         d = self.decision_function(X)
         if is_dask_array(d):
@@ -250,6 +254,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "coef_")
         if not (is_dask_array(X) or is_dask_array(y)):
             y = np.asarray(y)
+            self._check_labels(y)
             return -clipped_log_loss(y == self.classes_[1], self.predict_proba(X)[:, 1])
         X = as_dask_rows(X, "X", n_features=self.n_features_in_, vector="error")
         y = as_dask_labels(y, X)
@@ -258,10 +263,22 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             if len(Xb) == 0:
                 return 0, 0.0
             p = self.predict_proba(np.asarray(Xb))[:, 1]
-            return len(Xb), len(Xb) * clipped_log_loss(np.asarray(yb) == self.classes_[1], p)
+            yb = self._check_labels(np.asarray(yb))
+            return len(Xb), len(Xb) * clipped_log_loss(yb == self.classes_[1], p)
 
         n, loss = chunks.reduce_rows(total, [X, y], lambda u, v: (u[0] + v[0], u[1] + v[1]))
         return -loss / n
+
+    def _check_labels(self, y: np.ndarray) -> np.ndarray:
+        """``y`` unchanged if every label is one of ``classes_``; else a ``ValueError``
+        (a label unseen at fit would silently count as the negative class in (32))."""
+        unseen = np.setdiff1d(np.unique(y), self.classes_)
+        if unseen.size:
+            raise ValueError(
+                f"y contains labels not seen at fit: {unseen[:5].tolist()}; the classes are "
+                f"{self.classes_.tolist()}."
+            )
+        return y
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -51,12 +51,17 @@ def clipped_log_loss(labels, proba, eta: float = 1e-12) -> float:
     proba : array_like, shape (n,)   predicted ``P(I = 1 | x)`` (possibly signed)
     eta : float, default=1e-12
     """
-    labels = np.asarray(labels).astype(np.float64).reshape(-1)
+    labels = np.asarray(labels)
+    if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
+        raise TypeError(f"labels must be 0/1 or bool, got dtype {labels.dtype}.")
+    labels = labels.astype(np.float64).reshape(-1)
     proba = np.asarray(proba, dtype=np.float64).reshape(-1)
     if labels.shape != proba.shape:
         raise ValueError(
             f"labels and proba must have the same length, got {labels.shape} and {proba.shape}."
         )
+    if labels.size == 0:
+        raise ValueError("labels and proba are empty: the mean loss (32) is undefined.")
     if not np.all(np.isfinite(proba)):
         raise ValueError("proba contains NaN or infinity.")
     if not np.all((labels == 0) | (labels == 1)):
@@ -202,6 +207,10 @@ def holdout_select(
         results.append((params, value))
         if np.isfinite(value) and value < best[0]:
             best = (value, params, est)
+    if not results:
+        raise ValueError(
+            f"param_grid has no grid points (a list of values is empty): {param_grid!r}."
+        )
     if best[1] is None:
         raise ValueError("every grid point gave a non-finite validation loss.")
     best_est = best[2]

@@ -86,8 +86,13 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         X = np.ascontiguousarray(sk_validate_data(self, X, dtype=np.float64, accept_sparse=False))
         n, d = X.shape
         if self.standardize:
-            self.mean_ = X.mean(axis=0)
-            scale = X.std(axis=0)
+            # moments of X / max|X| (per column): X.std squares X, which overflows beyond
+            # |x| ~ 1e154 and underflows to 0 below ~1e-154 (constant monomials)
+            top = np.max(np.abs(X), axis=0)  # (d,)
+            top = np.where(top > 0, top, 1.0)
+            U = X / top  # (n, d), entries in [-1, 1]
+            self.mean_ = U.mean(axis=0) * top
+            scale = U.std(axis=0) * top
             self.scale_ = np.where(scale > 0, scale, 1.0)
         else:
             self.mean_, self.scale_ = np.zeros(d), np.ones(d)
