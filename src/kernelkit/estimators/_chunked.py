@@ -17,9 +17,13 @@ ways and branch on them once, in ``fit`` (user guide: "Scale-out with Dask"):
 The primal form needs the data only through the sums over rows
 
     n,  s = sum_i phi_i (D,),  G = Phi^H Phi (D, D),  R = Phi^H Y (D, T),
-    sum_i y_i (T,),  sum_i y_i^2 (T,)
+    sum_i y_i (T,),  sum_i (y_i - ybar)^2 (T,)
 
-(:class:`FeatureStats`). Each block's rows are mapped to features a slab at a time
+(:class:`FeatureStats`). The targets' sum of squares is taken about each block's mean and
+the blocks' sums are combined by the pairwise update of Chan, Golub & LeVeque (1979), so
+the target variance keeps its precision when the mean is large next to the spread (the
+raw ``sum_i y_i^2 / n - ybar^2`` loses every digit at ``y = 1e8 + N(0, 1)``).
+Each block's rows are mapped to features a slab at a time
 (``_SLAB_BYTES`` of features, never a whole block's), ``Phi^T Phi`` is accumulated by the
 BLAS symmetric rank-k update for real features, and the blocks' statistics are summed
 (:func:`kernelkit._backend.chunks.reduce_rows`). Data-dependent feature maps are fitted
@@ -140,16 +144,20 @@ class FeatureStats:
     gram: np.ndarray  # (D, D) Phi^H Phi
     rhs: np.ndarray  # (D, T) Phi^H Y
     s_y: np.ndarray  # (T,)
-    s_yy: np.ndarray  # (T,)
+    ss_y: np.ndarray  # (T,) sum_i (y_i - s_y / n)^2, the centred sum of squares
 
     def __add__(self, other: FeatureStats) -> FeatureStats:
+        # Chan et al.'s update of the centred sums of squares: exact in exact arithmetic,
+        # without the cancellation of sum y^2 - n ybar^2
+        n = self.n + other.n
+        delta = other.s_y / other.n - self.s_y / self.n  # (T,) difference of the means
         return FeatureStats(
-            self.n + other.n,
+            n,
             self.s_phi + other.s_phi,
             self.gram + other.gram,
             self.rhs + other.rhs,
             self.s_y + other.s_y,
-            self.s_yy + other.s_yy,
+            self.ss_y + other.ss_y + delta**2 * (self.n * other.n / n),
         )
 
     def centred(
@@ -219,7 +227,7 @@ class _Accumulator:
             gram=np.ascontiguousarray(G),
             rhs=self.rhs,
             s_y=Y.sum(axis=0),
-            s_yy=(Y * Y).sum(axis=0),
+            ss_y=((Y - Y.mean(axis=0)) ** 2).sum(axis=0),  # about the block mean
         )
 
 

@@ -192,7 +192,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         """The primal posterior (eq. 88-90) from the reduced statistics:
         ``B = G / noise + I``, right-hand side ``R / noise`` of the scaled targets."""
         mean = stats.s_y / stats.n  # (T,)
-        self._scale_targets(mean, np.sqrt(np.maximum(stats.s_yy / stats.n - mean**2, 0.0)))
+        self._scale_targets(mean, np.sqrt(stats.ss_y / stats.n))
         G, R = stats.centred(self._y_mean, self._y_std, centre_features=False)
         B = G / noise
         B[np.diag_indices_from(B)] += 1.0
