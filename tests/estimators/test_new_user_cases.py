@@ -49,3 +49,21 @@ def test_normalize_y_variance_of_offset_targets_in_chunked_fits(path, monkeypatc
     np.testing.assert_allclose(std_o, std_d, rtol=1e-9)
     # means: R = Phi^T y - s ybar cancels ybar = 1e8, leaving ~ 1e4 n eps ybar absolute
     np.testing.assert_allclose(mean_o, mean_d, rtol=0, atol=1e4 * EPS * 1e8)
+
+
+@pytest.mark.parametrize("value", [1e6 + 0.3, -123.456789, 0.1])
+def test_normalize_y_constant_target_scaled_by_one(value):
+    """A constant target whose ``y.std()`` is round-off (``1e6 + 0.3`` gives ~2e-10, not
+    0) is constant: scaled by 1 as an exactly constant one, so the predictive standard
+    deviation is the latent one (it was multiplied by the round-off, ~1e-12) and the
+    mean is the constant."""
+    X, _ = _offset_data(n=200)
+    est = RandomFeatureGPRegressor(
+        RandomFourierFeatures(n_features=64, random_state=0), noise=0.1, normalize_y=True
+    )
+    ref = clone(est).fit(X, np.zeros(len(X)))  # std exactly 0: scaled by 1
+    gp = clone(est).fit(X, np.full(len(X), value))
+    mean, std = gp.predict(X[:20], return_std=True)
+    _, std_ref = ref.predict(X[:20], return_std=True)
+    np.testing.assert_allclose(std, std_ref, rtol=1e-12)  # the same latent posterior
+    np.testing.assert_allclose(mean, value, rtol=0, atol=100 * EPS * abs(value))

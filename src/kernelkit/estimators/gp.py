@@ -174,16 +174,23 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         self._single, self._amp = rows.y_ndim == 1, amp
         return self
 
-    def _scale_targets(self, mean: np.ndarray, sd: np.ndarray) -> None:
-        """``_y_mean``, ``_y_std`` (T,): the target scaling of ``normalize_y`` (or none)."""
+    def _scale_targets(self, mean: np.ndarray, sd: np.ndarray, n: int) -> None:
+        """``_y_mean``, ``_y_std`` (T,): the target scaling of ``normalize_y`` (or none).
+
+        A target whose standard deviation ``sd`` of ``n`` values is within the round-off
+        of computing it about its ``mean`` (``sd^2 <= n eps sd^2 + (n eps mean)^2``, as
+        scikit-learn's scalers test) is constant and scaled by 1, not by the round-off.
+        """
         if self.normalize_y:
-            self._y_mean, self._y_std = mean, np.where(sd > 0, sd, 1.0)
+            eps = np.finfo(np.float64).eps
+            constant = sd**2 <= n * eps * sd**2 + (n * eps * mean) ** 2  # (T,)
+            self._y_mean, self._y_std = mean, np.where(constant, 1.0, sd)
         else:
             self._y_mean, self._y_std = np.zeros(len(mean)), np.ones(len(mean))
 
     def _solve_features(self, Phi, Y, noise: float) -> None:
         """The posterior of features ``Phi`` (n, D) and targets ``Y`` (n, T)."""
-        self._scale_targets(Y.mean(axis=0), Y.std(axis=0))
+        self._scale_targets(Y.mean(axis=0), Y.std(axis=0), len(Y))
         Yn = (Y - self._y_mean) / self._y_std  # (n, T)
         self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
         self.n_samples_seen_ = len(Y)
@@ -192,7 +199,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         """The primal posterior (eq. 88-90) from the reduced statistics:
         ``B = G / noise + I``, right-hand side ``R / noise`` of the scaled targets."""
         mean = stats.s_y / stats.n  # (T,)
-        self._scale_targets(mean, np.sqrt(stats.ss_y / stats.n))
+        self._scale_targets(mean, np.sqrt(stats.ss_y / stats.n), stats.n)
         G, R = stats.centred(self._y_mean, self._y_std, centre_features=False)
         B = G / noise
         B[np.diag_indices_from(B)] += 1.0
