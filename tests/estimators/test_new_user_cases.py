@@ -3,12 +3,14 @@ offset or no spread, ... Each test fails on the code before its fix."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.base import clone
 
 import kernelkit.estimators._chunked as chunked
-from kernelkit.estimators import RandomFeatureGPRegressor
+from kernelkit.estimators import RandomFeatureGPRegressor, RandomFeatures
 from kernelkit.features import RandomFourierFeatures
 
 EPS = np.finfo(np.float64).eps
@@ -67,3 +69,23 @@ def test_normalize_y_constant_target_scaled_by_one(value):
     _, std_ref = ref.predict(X[:20], return_std=True)
     np.testing.assert_allclose(std, std_ref, rtol=1e-12)  # the same latent posterior
     np.testing.assert_allclose(mean, value, rtol=0, atol=100 * EPS * abs(value))
+
+
+@pytest.mark.parametrize(
+    ("method", "n_components", "width"),
+    [("hybrid_gaussian", 64, 66), ("hybrid_normalized", 64, 68), ("hyperbolic", 1, 2)],
+)
+def test_random_features_below_one_feature_warns_with_the_width(method, n_components, width):
+    """Asking for fewer columns than one random feature gives (66 for the Gaussian hybrid
+    with its default parameters) returned that many columns silently; it now warns, and
+    the warning names the width that ``transform`` then has."""
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    rf = RandomFeatures(method=method, n_components=n_components, random_state=0)
+    with pytest.warns(UserWarning, match=rf"n_components={n_components} .* {width} columns"):
+        Z = rf.fit_transform(X)
+    assert Z.shape == (20, width)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning where one feature fits
+        assert RandomFeatures(method=method, n_components=width, random_state=0).fit_transform(
+            X
+        ).shape == (20, width)

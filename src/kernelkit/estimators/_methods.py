@@ -10,6 +10,7 @@ map from the estimators' common parameters (``kernel``, ``n_components`` output 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from ..features import (
@@ -158,6 +159,13 @@ def make_feature_map(
     ------
     ValueError
         When the method does not estimate ``kernel``.
+
+    Warns
+    -----
+    UserWarning
+        When the smallest output of the method (one random feature: 2 columns for
+        ``"hyperbolic"``, 66 for ``"hybrid_gaussian"``) has more than ``n_components``
+        columns; the map then has that smallest output.
     """
     m = METHODS[name]
     if kernel not in m.kernels:
@@ -184,4 +192,13 @@ def make_feature_map(
     if "n_jobs" in m.cls().get_params():  # the maps with a threaded NumPy path
         params["n_jobs"] = n_jobs
     fm = m.cls(**common, **params)
+    smallest = fm._output_dim_for(1)  # columns of one random feature
+    if smallest > n_components:  # scikit-learn's checks fit with n_components=1
+        warnings.warn(
+            f"n_components={n_components} is below the smallest output of method={name!r}: "
+            f"{m.cls.__name__} gives {smallest} columns with one random feature, so the "
+            f"output has {smallest} columns. Use n_components >= {smallest}.",
+            UserWarning,
+            stacklevel=3,
+        )
     return fm.set_params(n_features=fm.n_features_for_output(n_components))

@@ -108,7 +108,11 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Number of output columns, as in scikit-learn: each map gets the largest
         ``n_features`` whose ``output_dim`` is at most ``n_components`` (e.g.
         ``n_components // 2`` projections for ``"hyperbolic"``; the Maclaurin maps' exact
-        constant feature is one of the columns).
+        constant feature is one of the columns). Below the output of one random feature
+        (2 columns for ``"hyperbolic"`` and the Maclaurin maps, 36, 66 and 68 for
+        ``"hybrid_angular"``, ``"hybrid_gaussian"`` and ``"hybrid_normalized"`` with their
+        default parameters) the map gets one feature, with a ``UserWarning`` naming its
+        width.
     lengthscale : float, default=1.0
         ``l`` above (``gamma = 1 / (2 l^2)`` in :class:`~sklearn.kernel_approximation.
         RBFSampler` terms); every kernel divides its inputs by it.
