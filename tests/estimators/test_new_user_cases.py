@@ -10,7 +10,12 @@ import pytest
 from sklearn.base import clone
 
 import kernelkit.estimators._chunked as chunked
-from kernelkit.estimators import RandomFeatureGPRegressor, RandomFeatures
+from kernelkit.estimators import (
+    RandomFeatureGPClassifier,
+    RandomFeatureGPRegressor,
+    RandomFeatureRidge,
+    RandomFeatures,
+)
 from kernelkit.features import RandomFourierFeatures
 
 EPS = np.finfo(np.float64).eps
@@ -89,3 +94,23 @@ def test_random_features_below_one_feature_warns_with_the_width(method, n_compon
         assert RandomFeatures(method=method, n_components=width, random_state=0).fit_transform(
             X
         ).shape == (20, width)
+
+
+@pytest.mark.parametrize("method", ["saderf", "hybrid_angular"])
+@pytest.mark.parametrize(
+    "estimator", [RandomFeatureRidge, RandomFeatureGPRegressor, RandomFeatureGPClassifier]
+)
+def test_random_features_of_an_asymmetric_method_rejected_as_feature_map(estimator, method):
+    """``RandomFeatures(method="saderf")`` only knows it is asymmetric once fitted; it was
+    accepted and its query-side features used on both sides, ``k_hat(x, x') =
+    f1(x)^T f1(x')``, which estimates no kernel. Now rejected as the maps themselves are,
+    while a symmetric method's transformer gives the same model as its map."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    y = (X[:, 0] > 0).astype(int)
+    rf = RandomFeatures(method=method, n_components=128, random_state=0)
+    with pytest.raises(ValueError, match=r"symmetric feature map.*RandomFeatures's"):
+        estimator(feature_map=rf).fit(X, y)
+    sym = estimator(feature_map=RandomFeatures(method="rff", n_components=64, random_state=0))
+    ref = estimator(feature_map=RandomFourierFeatures(n_features=64, random_state=0))
+    np.testing.assert_allclose(sym.fit(X, y).predict(X), ref.fit(X, y).predict(X), atol=1e-12)

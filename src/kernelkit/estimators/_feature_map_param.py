@@ -36,14 +36,7 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
             f"{owner}: feature_map must be a kernelkit feature map (an object with fit(X) "
             f"and transform(X)), got {type(feature_map).__name__}."
         )
-    if getattr(feature_map, "symmetric", True) is False:
-        raise ValueError(
-            f"{owner} needs a symmetric feature map (the same features for both kernel "
-            f"arguments), but {type(feature_map).__name__} is asymmetric "
-            "(symmetric=False: transform and transform_y differ), so k_hat(x, x') = "
-            "phi(x)^T conj(phi(x')) is not defined by one map. Use a symmetric map (e.g. "
-            "RandomFourierFeatures, GaussianSketch, TensorSRHT, SDERF)."
-        )
+    _check_symmetric(feature_map, type(feature_map).__name__, owner)
     fm = clone(feature_map, safe=False)
     if hasattr(fm, "get_params"):
         params = fm.get_params(deep=False)
@@ -55,7 +48,22 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
         if inherit:
             fm.set_params(**inherit)
     fm.fit(X)
+    inner = getattr(fm, "feature_map_", None)  # RandomFeatures: the map of its method
+    if inner is not None:  # asymmetric methods are only known once fitted
+        _check_symmetric(inner, f"{type(fm).__name__}'s {type(inner).__name__}", owner)
     return fm
+
+
+def _check_symmetric(fm, name: str, owner: str) -> None:
+    """Raise if ``fm`` is asymmetric (``symmetric = False``); ``name`` names it."""
+    if getattr(fm, "symmetric", True) is False:
+        raise ValueError(
+            f"{owner} needs a symmetric feature map (the same features for both kernel "
+            f"arguments), but {name} is asymmetric "
+            "(symmetric=False: transform and transform_y differ), so k_hat(x, x') = "
+            "phi(x)^T conj(phi(x')) is not defined by one map. Use a symmetric map (e.g. "
+            "RandomFourierFeatures, GaussianSketch, TensorSRHT, SDERF)."
+        )
 
 
 def map_features(fm, X, amplitude: float = 1.0) -> np.ndarray:
