@@ -114,3 +114,28 @@ def test_random_features_of_an_asymmetric_method_rejected_as_feature_map(estimat
     sym = estimator(feature_map=RandomFeatures(method="rff", n_components=64, random_state=0))
     ref = estimator(feature_map=RandomFourierFeatures(n_features=64, random_state=0))
     np.testing.assert_allclose(sym.fit(X, y).predict(X), ref.fit(X, y).predict(X), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda fm: RandomFeatureGPClassifier(fm, n_samples=100, random_state=0),
+        lambda fm: RandomFeatureRidge(fm, random_state=np.random.default_rng(0)),
+    ],
+    ids=["gpc-int", "ridge-generator"],
+)
+def test_scikit_learn_feature_map_gets_an_int_seed(make):
+    """scikit-learn's feature maps reject a ``Generator`` random_state: the classifier
+    (which always seeds its map from a Generator) and a ridge given one crashed with
+    RBFSampler's parameter error. They now pass an int drawn from it: same seed, same
+    map and the same predictions."""
+    from sklearn.kernel_approximation import RBFSampler
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    y = (X[:, 0] > 0).astype(int)
+    a = make(RBFSampler(n_components=64)).fit(X, y)
+    b = make(RBFSampler(n_components=64)).fit(X, y)
+    assert isinstance(a.feature_map_.random_state, int)
+    np.testing.assert_array_equal(a.feature_map_.random_weights_, b.feature_map_.random_weights_)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))

@@ -22,7 +22,8 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
     n_jobs=n_jobs)`` (Gaussian kernel, lengthscale 1). A given map is cloned, and the
     estimator's ``random_state`` and ``n_jobs`` fill the clone's parameters of that name
     that are ``None`` (so ``check_estimator``-style reproducibility holds, and one
-    ``n_jobs`` sets the estimator's threads, feature map included).
+    ``n_jobs`` sets the estimator's threads, feature map included). A map from outside
+    kernelkit gets a ``Generator`` as an int seed drawn from it.
     """
     if feature_map is None:
         from ..features.fourier import RandomFourierFeatures
@@ -45,6 +46,11 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
             for key, value in (("random_state", random_state), ("n_jobs", n_jobs))
             if value is not None and key in params and params[key] is None
         }
+        rs = inherit.get("random_state")
+        if isinstance(rs, np.random.Generator) and not type(fm).__module__.startswith(
+            "kernelkit."
+        ):  # scikit-learn's maps (RBFSampler, Nystroem) take an int, not a Generator
+            inherit["random_state"] = int(rs.integers(2**32 - 1))
         if inherit:
             fm.set_params(**inherit)
     fm.fit(X)
