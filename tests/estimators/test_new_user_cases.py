@@ -139,3 +139,20 @@ def test_scikit_learn_feature_map_gets_an_int_seed(make):
     assert isinstance(a.feature_map_.random_state, int)
     np.testing.assert_array_equal(a.feature_map_.random_weights_, b.feature_map_.random_weights_)
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
+def test_auto_skips_candidates_wider_than_n_components():
+    """``method="auto"`` compared the hybrids at ``n_components=32`` although one of their
+    random features is 36-68 columns wide (so they could win with more columns than
+    asked for). They are now out of the comparison (variance ``inf``), silently, and the
+    output has ``n_components`` columns."""
+    X = np.random.default_rng(0).standard_normal((50, 3))
+    rf = RandomFeatures(method="auto", n_components=32, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        Z = rf.fit_transform(X)
+    assert Z.shape == (50, 32)
+    wide = ["hybrid_angular", "hybrid_gaussian", "hybrid_normalized"]
+    assert all(rf.variance_estimates_[m] == np.inf for m in wide if m in rf.variance_estimates_)
+    assert any(m in rf.variance_estimates_ for m in wide)
+    assert np.isfinite(rf.variance_estimates_[rf.method_])

@@ -146,6 +146,7 @@ def make_feature_map(
     sampler: str = "iid",
     random_state=None,
     n_jobs=None,
+    too_small: str = "warn",
 ):
     """The feature map of method ``name`` whose output has at most ``n_components`` columns.
 
@@ -160,12 +161,15 @@ def make_feature_map(
     ValueError
         When the method does not estimate ``kernel``.
 
+        With ``too_small="raise"``: when the smallest output of the method has more than
+        ``n_components`` columns.
+
     Warns
     -----
     UserWarning
-        When the smallest output of the method (one random feature: 2 columns for
-        ``"hyperbolic"``, 66 for ``"hybrid_gaussian"``) has more than ``n_components``
-        columns; the map then has that smallest output.
+        With ``too_small="warn"``: when the smallest output of the method (one random
+        feature: 2 columns for ``"hyperbolic"``, 66 for ``"hybrid_gaussian"``) has more
+        than ``n_components`` columns; the map then has that smallest output.
     """
     m = METHODS[name]
     if kernel not in m.kernels:
@@ -194,10 +198,14 @@ def make_feature_map(
     fm = m.cls(**common, **params)
     smallest = fm._output_dim_for(1)  # columns of one random feature
     if smallest > n_components:  # scikit-learn's checks fit with n_components=1
-        warnings.warn(
+        msg = (
             f"n_components={n_components} is below the smallest output of method={name!r}: "
-            f"{m.cls.__name__} gives {smallest} columns with one random feature, so the "
-            f"output has {smallest} columns. Use n_components >= {smallest}.",
+            f"{m.cls.__name__} gives {smallest} columns with one random feature"
+        )
+        if too_small == "raise":
+            raise ValueError(f"{msg}.")
+        warnings.warn(
+            f"{msg}, so the output has {smallest} columns. Use n_components >= {smallest}.",
             UserWarning,
             stacklevel=3,
         )

@@ -139,7 +139,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         The method used (the choice of ``method="auto"``).
     variance_estimates_ : dict
         ``method="auto"`` only: method -> mean relative variance on the sample (``inf``
-        where a candidate could not be fitted).
+        where a candidate could not be fitted, or has more than ``n_components`` columns
+        with one random feature).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of the input features, when ``X`` had string column names.
@@ -232,7 +233,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         validate_positive_int(self.auto_sample_size, "auto_sample_size", minimum=2)
         return name
 
-    def _make_map(self, name, random_state):
+    def _make_map(self, name, random_state, too_small: str = "warn"):
         return make_feature_map(
             name,
             kernel=self.kernel,
@@ -243,6 +244,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             sampler=self.sampler,
             random_state=random_state,
             n_jobs=self.n_jobs,
+            too_small=too_small,
         )
 
     def _validate(self, X, reset: bool, accept_sparse: bool):
@@ -271,8 +273,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng)
         estimates = {}
         for name in candidates:
-            try:
-                fm = self._make_map(name, seed).fit(sx, Y=sy)
+            try:  # a candidate wider than n_components with one feature is not one
+                fm = self._make_map(name, seed, too_small="raise").fit(sx, Y=sy)
                 lrv = to_numpy(fm.log_relative_variance(sx, sy), np.float64)
             except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
                 estimates[name] = math.inf
