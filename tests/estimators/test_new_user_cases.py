@@ -156,3 +156,13 @@ def test_auto_skips_candidates_wider_than_n_components():
     assert all(rf.variance_estimates_[m] == np.inf for m in wide if m in rf.variance_estimates_)
     assert any(m in rf.variance_estimates_ for m in wide)
     assert np.isfinite(rf.variance_estimates_[rf.method_])
+
+
+@pytest.mark.parametrize("estimator", [RandomFeatureRidge, RandomFeatureGPClassifier])
+def test_feature_map_class_instead_of_instance_is_named(estimator):
+    """A class has ``fit`` and ``transform`` attributes, so it passed the parameter check
+    and failed in ``clone`` with "get_params() missing 1 required positional argument"."""
+    X = np.random.default_rng(0).standard_normal((20, 2))
+    y = (X[:, 0] > 0).astype(int)
+    with pytest.raises(TypeError, match=r"feature_map .* the class RandomFourierFeatures"):
+        estimator(feature_map=RandomFourierFeatures).fit(X, y)

@@ -32,6 +32,11 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
             n_features=DEFAULT_N_FEATURES, random_state=random_state, n_jobs=n_jobs
         )
         return fm.fit(X)
+    if isinstance(feature_map, type):  # the class passes the fit / transform check
+        raise TypeError(
+            f"{owner}: feature_map must be a feature map instance, got the class "
+            f"{feature_map.__name__}; pass {feature_map.__name__}(...)."
+        )
     if not (hasattr(feature_map, "fit") and hasattr(feature_map, "transform")):
         raise TypeError(
             f"{owner}: feature_map must be a kernelkit feature map (an object with fit(X) "
