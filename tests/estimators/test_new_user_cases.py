@@ -166,3 +166,16 @@ def test_feature_map_class_instead_of_instance_is_named(estimator):
     y = (X[:, 0] > 0).astype(int)
     with pytest.raises(TypeError, match=r"feature_map .* the class RandomFourierFeatures"):
         estimator(feature_map=RandomFourierFeatures).fit(X, y)
+
+
+def test_include_noise_uses_the_fitted_noise():
+    """``predict(include_noise=True)`` read ``self.noise`` at prediction time, so
+    ``set_params(noise=...)`` without a refit mixed a new noise into a posterior fitted
+    with the old one; it now adds the noise the posterior was fitted with, ``var_y =
+    var_f + noise`` (eq. 87 plus the noise), as the latent posterior itself does."""
+    X = np.random.default_rng(0).standard_normal((30, 2))
+    gp = RandomFeatureGPRegressor(noise=0.1, random_state=0).fit(X, np.sin(X[:, 0]))
+    _, sd_f = gp.predict(X[:5], return_std=True)
+    gp.set_params(noise=100.0)  # not refitted
+    _, sd_y = gp.predict(X[:5], return_std=True, include_noise=True)
+    np.testing.assert_allclose(sd_y**2, sd_f**2 + 0.1, rtol=1e-12)

@@ -171,7 +171,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
             self._solve_statistics(blocked_statistics(fm, rows.X, rows.Y, amp, n_jobs), noise)
         else:  # all features (n, D), primal (eq. 88-90) or dual (eq. 84-85)
             self._solve_features(map_features(fm, rows.X, amp), rows.Y, noise)
-        self._single, self._amp = rows.y_ndim == 1, amp
+        self._single, self._amp, self._noise = rows.y_ndim == 1, amp, noise
         return self
 
     def _scale_targets(self, mean: np.ndarray, sd: np.ndarray, n: int) -> None:
@@ -256,7 +256,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
             mean = mean[:, 0]
         if not (return_std or return_cov):
             return mean
-        noise = float(self.noise) if include_noise else 0.0
+        noise = self._noise if include_noise else 0.0  # the fitted noise variance
         if return_std:
             var = self.posterior_.var(Phi) + noise  # (n,)
             std = np.sqrt(var)[:, None] * self._y_std  # (n, T)
