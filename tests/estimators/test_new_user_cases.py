@@ -179,3 +179,24 @@ def test_include_noise_uses_the_fitted_noise():
     gp.set_params(noise=100.0)  # not refitted
     _, sd_y = gp.predict(X[:5], return_std=True, include_noise=True)
     np.testing.assert_allclose(sd_y**2, sd_f**2 + 0.1, rtol=1e-12)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_normalize_y_overflowing_variance_is_a_clear_error(chunked):
+    """``y = 1e200 x``: the variance overflows, and ``normalize_y`` divided the targets by
+    ``inf``, so every prediction was NaN. Now a ValueError says so; without
+    ``normalize_y`` the fit is finite (the scaling is not needed)."""
+    X = np.random.default_rng(0).standard_normal((30, 2))
+    y = 1e200 * X[:, 0]
+
+    def data():
+        return (
+            (((X[i : i + 10], y[i : i + 10]) for i in range(0, 30, 10)), None)
+            if chunked
+            else (X, y)
+        )
+
+    with pytest.raises(ValueError, match="normalize_y=True: the variance of y overflows"):
+        RandomFeatureGPRegressor(normalize_y=True, solver="primal").fit(*data())
+    mean = RandomFeatureGPRegressor(solver="primal", random_state=0).fit(*data()).predict(X)
+    assert np.all(np.isfinite(mean))

@@ -151,13 +151,15 @@ class FeatureStats:
         # without the cancellation of sum y^2 - n ybar^2
         n = self.n + other.n
         delta = other.s_y / other.n - self.s_y / self.n  # (T,) difference of the means
+        with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
+            ss_y = self.ss_y + other.ss_y + delta**2 * (self.n * other.n / n)
         return FeatureStats(
             n,
             self.s_phi + other.s_phi,
             self.gram + other.gram,
             self.rhs + other.rhs,
             self.s_y + other.s_y,
-            self.ss_y + other.ss_y + delta**2 * (self.n * other.n / n),
+            ss_y,
         )
 
     def centred(
@@ -221,13 +223,15 @@ class _Accumulator:
         if not self.complex:
             G = np.triu(G)
             G += np.triu(G, 1).T
+        with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
+            ss_y = ((Y - Y.mean(axis=0)) ** 2).sum(axis=0)  # about the block mean
         return FeatureStats(
             n=self.n,
             s_phi=self.s_phi,
             gram=np.ascontiguousarray(G),
             rhs=self.rhs,
             s_y=Y.sum(axis=0),
-            ss_y=((Y - Y.mean(axis=0)) ** 2).sum(axis=0),  # about the block mean
+            ss_y=ss_y,
         )
 
 

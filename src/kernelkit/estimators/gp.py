@@ -182,6 +182,11 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         scikit-learn's scalers test) is constant and scaled by 1, not by the round-off.
         """
         if self.normalize_y:
+            if not np.all(np.isfinite(sd)):
+                raise ValueError(
+                    "normalize_y=True: the variance of y overflows float64; scale y down "
+                    "(e.g. divide it by its largest absolute value)."
+                )
             eps = np.finfo(np.float64).eps
             constant = sd**2 <= n * eps * sd**2 + (n * eps * mean) ** 2  # (T,)
             self._y_mean, self._y_std = mean, np.where(constant, 1.0, sd)
@@ -190,7 +195,8 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
 
     def _solve_features(self, Phi, Y, noise: float) -> None:
         """The posterior of features ``Phi`` (n, D) and targets ``Y`` (n, T)."""
-        self._scale_targets(Y.mean(axis=0), Y.std(axis=0), len(Y))
+        with np.errstate(over="ignore"):  # an overflowing std is reported by name
+            self._scale_targets(Y.mean(axis=0), Y.std(axis=0), len(Y))
         Yn = (Y - self._y_mean) / self._y_std  # (n, T)
         self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
         self.n_samples_seen_ = len(Y)
