@@ -200,3 +200,15 @@ def test_normalize_y_overflowing_variance_is_a_clear_error(chunked):
         RandomFeatureGPRegressor(normalize_y=True, solver="primal").fit(*data())
     mean = RandomFeatureGPRegressor(solver="primal", random_state=0).fit(*data()).predict(X)
     assert np.all(np.isfinite(mean))
+
+
+@pytest.mark.parametrize("estimator", [RandomFeatureRidge, RandomFeatureGPRegressor])
+def test_none_in_an_object_y_is_rejected(estimator):
+    """``y = [None, 1.0, ...]`` (object dtype) passes scikit-learn's finiteness check and is
+    then cast to float, None to NaN: every prediction was NaN, silently."""
+    X = np.random.default_rng(0).standard_normal((20, 2))
+    y = np.array([None, *X[1:, 0]], dtype=object)
+    with pytest.raises(ValueError, match="y contains NaN, infinity or None"):
+        estimator().fit(X, y)
+    y[0] = X[0, 0]  # the same object array without None fits
+    assert np.all(np.isfinite(estimator(random_state=0).fit(X, y).predict(X)))

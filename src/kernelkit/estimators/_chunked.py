@@ -108,6 +108,8 @@ def training_rows(est, X, y) -> TrainingRows:
     if not is_chunked(X):
         X, y = validate_data(est, X, y, accept_sparse=False, **_VALIDATE)
         y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.isfinite(y)):  # None in an object y passes scikit-learn as NaN
+            raise ValueError(f"{name}: y contains NaN, infinity or None.")
         return TrainingRows(name, False, X, y.reshape(len(y), -1), X, y.ndim)  # Y (n, T)
     if est.solver == "dual":
         raise ValueError(
