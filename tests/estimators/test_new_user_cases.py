@@ -212,3 +212,24 @@ def test_none_in_an_object_y_is_rejected(estimator):
         estimator().fit(X, y)
     y[0] = X[0, 0]  # the same object array without None fits
     assert np.all(np.isfinite(estimator(random_state=0).fit(X, y).predict(X)))
+
+
+@pytest.mark.parametrize(
+    ("Y", "error", "match"),
+    [
+        (np.zeros((20, 2)), ValueError, "Y has 2 features"),
+        (np.full((20, 3), np.nan), ValueError, "Y contains NaN"),
+        (np.zeros(20), ValueError, "Y must be a 2-D array"),
+    ],
+    ids=["other-d", "nan", "1-d"],
+)
+def test_auto_names_a_bad_Y(Y, error, match):
+    """``method="auto"`` swallowed each candidate's error about ``Y`` and reported "no
+    candidate ... has a finite variance on this data"; a list ``Y`` raised an
+    AttributeError. ``Y`` is now checked first, as the maps check it."""
+    X = np.random.default_rng(0).standard_normal((30, 3))
+    with pytest.raises(error, match=match):
+        RandomFeatures(method="auto", n_components=64, random_state=0).fit(X, Y=Y)
+    keys = np.random.default_rng(1).standard_normal((20, 3))
+    rf = RandomFeatures(method="auto", n_components=64, random_state=0)
+    assert rf.fit(X, Y=keys.tolist()).transform_y(keys).shape == (20, 64)

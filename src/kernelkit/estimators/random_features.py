@@ -324,6 +324,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             )
         X = self._validate(X, reset=True, accept_sparse=accept_sparse)
         if name == "auto":
+            if Y is not None and not sp.issparse(Y):  # else every candidate fails on Y
+                Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
             name, self.variance_estimates_ = self._choose(X, Y)
         else:
             self.__dict__.pop("variance_estimates_", None)
