@@ -233,3 +233,29 @@ def test_auto_names_a_bad_Y(Y, error, match):
     keys = np.random.default_rng(1).standard_normal((20, 3))
     rf = RandomFeatures(method="auto", n_components=64, random_state=0)
     assert rf.fit(X, Y=keys.tolist()).transform_y(keys).shape == (20, 64)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "param"),
+    [
+        (RandomFeatureRidge, "alpha"),
+        (RandomFeatureGPRegressor, "noise"),
+        (RandomFeatureGPClassifier, "alpha"),
+    ],
+)
+@pytest.mark.parametrize("value", [5e-324, np.finfo(np.float64).tiny])
+def test_overflowing_primal_system_is_an_error(estimator, param, value):
+    """A positive ``alpha`` / ``noise`` so small that ``Phi^H Phi / noise`` (or
+    ``1 / noise`` itself, for the subnormal 5e-324) overflows passed the positivity
+    check; Cholesky of the infinite ``B`` gave NaN factors and every prediction was NaN
+    (the classifier's ``alpha`` enters through ``log(1 / (y + alpha) + 1)``). Now an
+    error says the system overflows."""
+    X = np.random.default_rng(0).standard_normal((100, 2))
+    y = (X[:, 0] > 0).astype(int)
+    est = estimator(RandomFourierFeatures(n_features=16, random_state=0), solver="primal")
+    est.set_params(**{param: value})
+    if estimator is RandomFeatureGPClassifier and value > 5e-324:  # log(1/tiny) is finite
+        assert np.all(np.isfinite(est.fit(X, y).predict_proba(X)))
+        return
+    with pytest.raises(np.linalg.LinAlgError, match="overflows float64"):
+        est.fit(X, y)
