@@ -259,3 +259,20 @@ def test_overflowing_primal_system_is_an_error(estimator, param, value):
         return
     with pytest.raises(np.linalg.LinAlgError, match="overflows float64"):
         est.fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "y",
+    [np.array(list("pqpqpq")), list("pqpqpq"), "categorical"],
+    ids=["str-array", "str-list", "categorical"],
+)
+def test_string_regression_target_is_named(y):
+    """String targets to a regressor failed with NumPy's bare "could not convert string to
+    float: 'p'", which does not say that y is at fault (X may hold strings as well)."""
+    import pandas as pd
+
+    if isinstance(y, str):
+        y = pd.Series(pd.Categorical(list("pqpqpq")))
+    X = np.random.default_rng(0).standard_normal((6, 2))
+    with pytest.raises(ValueError, match="RandomFeatureRidge: y must be numeric"):
+        RandomFeatureRidge().fit(X, y)

@@ -106,6 +106,10 @@ def training_rows(est, X, y) -> TrainingRows:
     """
     name = type(est).__name__
     if not is_chunked(X):
+        try:  # string labels: scikit-learn's message would not name y
+            np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}: y must be numeric (a regression target); {exc}.") from None
         X, y = validate_data(est, X, y, accept_sparse=False, **_VALIDATE)
         y = np.asarray(y, dtype=np.float64)
         if not np.all(np.isfinite(y)):  # None in an object y passes scikit-learn as NaN
