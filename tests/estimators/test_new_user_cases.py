@@ -277,3 +277,12 @@ def test_string_regression_target_is_named(y):
     X = np.random.default_rng(0).standard_normal((6, 2))
     with pytest.raises(ValueError, match="RandomFeatureRidge: y must be numeric"):
         RandomFeatureRidge().fit(X, y)
+
+
+@pytest.mark.parametrize("method", ["saderf", "rff"])
+def test_transform_y_names_Y_on_a_wrong_width(method):
+    """``transform_y(Y)`` with the wrong number of columns said "X has 2 features"."""
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    rf = RandomFeatures(method=method, n_components=32, random_state=0).fit(X)
+    with pytest.raises(ValueError, match=r"^Y has 2 features, but RandomFeatures is expecting 3"):
+        rf.transform_y(X[:, :2])

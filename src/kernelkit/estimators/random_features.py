@@ -376,6 +376,12 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def transform_y(self, Y):
         """The y-side (key) features of ``Y``; :meth:`transform` for symmetric maps."""
         check_is_fitted(self)
+        shape = getattr(Y, "shape", ())
+        if len(shape) == 2 and shape[1] != self.n_features_in_:  # else the message says X
+            raise ValueError(
+                f"Y has {shape[1]} features, but RandomFeatures is expecting "
+                f"{self.n_features_in_} features as input."
+            )
         Y = self._validate(Y, reset=False, accept_sparse=self.feature_map_.accepts_sparse)
         return self._checked(self.feature_map_.transform_y(Y), Y)
 
