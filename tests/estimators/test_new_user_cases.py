@@ -1,5 +1,11 @@
-"""Regression tests for inputs a new user brings to the estimators: targets with a large
-offset or no spread, ... Each test fails on the code before its fix."""
+"""Regression tests for inputs a new user brings to the estimators.
+
+Targets with a large offset, no spread, an overflowing variance, None or strings;
+regularisation so small that the system overflows; ``n_components`` below one random
+feature; asymmetric ``RandomFeatures``, classes and scikit-learn maps as ``feature_map``;
+a bad ``Y`` for ``method="auto"``. Each test fails on the code before its fix (a few
+parameters are controls that pass on both).
+"""
 
 from __future__ import annotations
 
