@@ -176,7 +176,7 @@ def test_block_stats_in_slabs_equal_direct_sums(fm, monkeypatch):
     np.testing.assert_allclose(st.rhs, np.conj(P).T @ Y, rtol=0, atol=1e-12 * np.abs(Y).sum())
     np.testing.assert_allclose(st.s_phi, P.sum(axis=0), rtol=0, atol=1e-12 * len(X))
     np.testing.assert_allclose(st.s_y, Y.sum(axis=0), rtol=1e-14)
-    np.testing.assert_allclose(st.s_yy, (Y * Y).sum(axis=0), rtol=1e-14)
+    np.testing.assert_allclose(st.ss_y, ((Y - Y.mean(axis=0)) ** 2).sum(axis=0), rtol=1e-13)
 
 
 @pytest.mark.parametrize("kind", ["uniform", "positive", "with-zeros", "signed"])

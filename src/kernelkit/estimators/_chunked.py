@@ -17,9 +17,13 @@ ways and branch on them once, in ``fit`` (user guide: "Scale-out with Dask"):
 The primal form needs the data only through the sums over rows
 
     n,  s = sum_i phi_i (D,),  G = Phi^H Phi (D, D),  R = Phi^H Y (D, T),
-    sum_i y_i (T,),  sum_i y_i^2 (T,)
+    sum_i y_i (T,),  sum_i (y_i - ybar)^2 (T,)
 
-(:class:`FeatureStats`). Each block's rows are mapped to features a slab at a time
+(:class:`FeatureStats`). The targets' sum of squares is taken about each block's mean and
+the blocks' sums are combined by the pairwise update of Chan, Golub & LeVeque (1979), so
+the target variance keeps its precision when the mean is large next to the spread (the
+raw ``sum_i y_i^2 / n - ybar^2`` loses every digit at ``y = 1e8 + N(0, 1)``).
+Each block's rows are mapped to features a slab at a time
 (``_SLAB_BYTES`` of features, never a whole block's), ``Phi^T Phi`` is accumulated by the
 BLAS symmetric rank-k update for real features, and the blocks' statistics are summed
 (:func:`kernelkit._backend.chunks.reduce_rows`). Data-dependent feature maps are fitted
@@ -102,8 +106,14 @@ def training_rows(est, X, y) -> TrainingRows:
     """
     name = type(est).__name__
     if not is_chunked(X):
+        try:  # string labels: scikit-learn's message would not name y
+            np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name}: y must be numeric (a regression target); {exc}.") from None
         X, y = validate_data(est, X, y, accept_sparse=False, **_VALIDATE)
         y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.isfinite(y)):  # None in an object y passes scikit-learn as NaN
+            raise ValueError(f"{name}: y contains NaN, infinity or None.")
         return TrainingRows(name, False, X, y.reshape(len(y), -1), X, y.ndim)  # Y (n, T)
     if est.solver == "dual":
         raise ValueError(
@@ -140,16 +150,22 @@ class FeatureStats:
     gram: np.ndarray  # (D, D) Phi^H Phi
     rhs: np.ndarray  # (D, T) Phi^H Y
     s_y: np.ndarray  # (T,)
-    s_yy: np.ndarray  # (T,)
+    ss_y: np.ndarray  # (T,) sum_i (y_i - s_y / n)^2, the centred sum of squares
 
     def __add__(self, other: FeatureStats) -> FeatureStats:
+        # Chan et al.'s update of the centred sums of squares: exact in exact arithmetic,
+        # without the cancellation of sum y^2 - n ybar^2
+        n = self.n + other.n
+        delta = other.s_y / other.n - self.s_y / self.n  # (T,) difference of the means
+        with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
+            ss_y = self.ss_y + other.ss_y + delta**2 * (self.n * other.n / n)
         return FeatureStats(
-            self.n + other.n,
+            n,
             self.s_phi + other.s_phi,
             self.gram + other.gram,
             self.rhs + other.rhs,
             self.s_y + other.s_y,
-            self.s_yy + other.s_yy,
+            ss_y,
         )
 
     def centred(
@@ -213,13 +229,15 @@ class _Accumulator:
         if not self.complex:
             G = np.triu(G)
             G += np.triu(G, 1).T
+        with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
+            ss_y = ((Y - Y.mean(axis=0)) ** 2).sum(axis=0)  # about the block mean
         return FeatureStats(
             n=self.n,
             s_phi=self.s_phi,
             gram=np.ascontiguousarray(G),
             rhs=self.rhs,
             s_y=Y.sum(axis=0),
-            s_yy=(Y * Y).sum(axis=0),
+            ss_y=ss_y,
         )
 
 

@@ -22,7 +22,8 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
     n_jobs=n_jobs)`` (Gaussian kernel, lengthscale 1). A given map is cloned, and the
     estimator's ``random_state`` and ``n_jobs`` fill the clone's parameters of that name
     that are ``None`` (so ``check_estimator``-style reproducibility holds, and one
-    ``n_jobs`` sets the estimator's threads, feature map included).
+    ``n_jobs`` sets the estimator's threads, feature map included). A map from outside
+    kernelkit gets a ``Generator`` as an int seed drawn from it.
     """
     if feature_map is None:
         from ..features.fourier import RandomFourierFeatures
@@ -31,19 +32,17 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
             n_features=DEFAULT_N_FEATURES, random_state=random_state, n_jobs=n_jobs
         )
         return fm.fit(X)
+    if isinstance(feature_map, type):  # the class passes the fit / transform check
+        raise TypeError(
+            f"{owner}: feature_map must be a feature map instance, got the class "
+            f"{feature_map.__name__}; pass {feature_map.__name__}(...)."
+        )
     if not (hasattr(feature_map, "fit") and hasattr(feature_map, "transform")):
         raise TypeError(
             f"{owner}: feature_map must be a kernelkit feature map (an object with fit(X) "
             f"and transform(X)), got {type(feature_map).__name__}."
         )
-    if getattr(feature_map, "symmetric", True) is False:
-        raise ValueError(
-            f"{owner} needs a symmetric feature map (the same features for both kernel "
-            f"arguments), but {type(feature_map).__name__} is asymmetric "
-            "(symmetric=False: transform and transform_y differ), so k_hat(x, x') = "
-            "phi(x)^T conj(phi(x')) is not defined by one map. Use a symmetric map (e.g. "
-            "RandomFourierFeatures, GaussianSketch, TensorSRHT, SDERF)."
-        )
+    _check_symmetric(feature_map, type(feature_map).__name__, owner)
     fm = clone(feature_map, safe=False)
     if hasattr(fm, "get_params"):
         params = fm.get_params(deep=False)
@@ -52,10 +51,30 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
             for key, value in (("random_state", random_state), ("n_jobs", n_jobs))
             if value is not None and key in params and params[key] is None
         }
+        rs = inherit.get("random_state")
+        if isinstance(rs, np.random.Generator) and not type(fm).__module__.startswith(
+            "kernelkit."
+        ):  # scikit-learn's maps (RBFSampler, Nystroem) take an int, not a Generator
+            inherit["random_state"] = int(rs.integers(2**32 - 1))
         if inherit:
             fm.set_params(**inherit)
     fm.fit(X)
+    inner = getattr(fm, "feature_map_", None)  # RandomFeatures: the map of its method
+    if inner is not None:  # asymmetric methods are only known once fitted
+        _check_symmetric(inner, f"{type(fm).__name__}'s {type(inner).__name__}", owner)
     return fm
+
+
+def _check_symmetric(fm, name: str, owner: str) -> None:
+    """Raise if ``fm`` is asymmetric (``symmetric = False``); ``name`` names it."""
+    if getattr(fm, "symmetric", True) is False:
+        raise ValueError(
+            f"{owner} needs a symmetric feature map (the same features for both kernel "
+            f"arguments), but {name} is asymmetric "
+            "(symmetric=False: transform and transform_y differ), so k_hat(x, x') = "
+            "phi(x)^T conj(phi(x')) is not defined by one map. Use a symmetric map (e.g. "
+            "RandomFourierFeatures, GaussianSketch, TensorSRHT, SDERF)."
+        )
 
 
 def map_features(fm, X, amplitude: float = 1.0) -> np.ndarray:

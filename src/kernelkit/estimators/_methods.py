@@ -10,6 +10,7 @@ map from the estimators' common parameters (``kernel``, ``n_components`` output 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from ..features import (
@@ -145,6 +146,7 @@ def make_feature_map(
     sampler: str = "iid",
     random_state=None,
     n_jobs=None,
+    too_small: str = "warn",
 ):
     """The feature map of method ``name`` whose output has at most ``n_components`` columns.
 
@@ -158,6 +160,16 @@ def make_feature_map(
     ------
     ValueError
         When the method does not estimate ``kernel``.
+
+        With ``too_small="raise"``: when the smallest output of the method has more than
+        ``n_components`` columns.
+
+    Warns
+    -----
+    UserWarning
+        With ``too_small="warn"``: when the smallest output of the method (one random
+        feature: 2 columns for ``"hyperbolic"``, 66 for ``"hybrid_gaussian"``) has more
+        than ``n_components`` columns; the map then has that smallest output.
     """
     m = METHODS[name]
     if kernel not in m.kernels:
@@ -184,4 +196,17 @@ def make_feature_map(
     if "n_jobs" in m.cls().get_params():  # the maps with a threaded NumPy path
         params["n_jobs"] = n_jobs
     fm = m.cls(**common, **params)
+    smallest = fm._output_dim_for(1)  # columns of one random feature
+    if smallest > n_components:  # scikit-learn's checks fit with n_components=1
+        msg = (
+            f"n_components={n_components} is below the smallest output of method={name!r}: "
+            f"{m.cls.__name__} gives {smallest} columns with one random feature"
+        )
+        if too_small == "raise":
+            raise ValueError(f"{msg}.")
+        warnings.warn(
+            f"{msg}, so the output has {smallest} columns. Use n_components >= {smallest}.",
+            UserWarning,
+            stacklevel=3,
+        )
     return fm.set_params(n_features=fm.n_features_for_output(n_components))

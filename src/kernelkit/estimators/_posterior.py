@@ -84,6 +84,7 @@ def gram_dual(Phi: np.ndarray, Psi: np.ndarray | None = None) -> np.ndarray:
 
 
 def _cholesky(A: np.ndarray, what: str) -> np.ndarray:
+    _check_finite(A, what)  # an inf entry gives NaN factors, not an error
     try:
         return cholesky(A, lower=True, check_finite=False)
     except LinAlgError as exc:
@@ -92,6 +93,15 @@ def _cholesky(A: np.ndarray, what: str) -> np.ndarray:
             "noise is too small for the scale of the features; increase the noise / "
             "regularisation."
         ) from exc
+
+
+def _check_finite(A: np.ndarray, what: str) -> None:
+    """Raise if ``A`` has an entry that overflowed (an O(size) check)."""
+    if not np.all(np.isfinite(A)):
+        raise np.linalg.LinAlgError(
+            f"The {what} overflows float64: the noise / regularisation is too small for "
+            "the scale of the features and targets; increase it or scale the targets down."
+        )
 
 
 def choose_solver(solver: str, n: int, D: int) -> str:
@@ -141,6 +151,7 @@ class FeaturePosterior:
         """From ``B = Phi^H W Phi + I`` (D, D) and ``rhs = Phi^H W Y`` (D, T)."""
         L = _cholesky(B, "weight-space matrix B = Phi^H diag(sigma^-2) Phi + I")
         coef = cho_solve((L, True), rhs, check_finite=False)
+        _check_finite(coef, "posterior mean's weight vector B^-1 Phi^H diag(sigma^-2) Y")
         return cls("primal", L, coef)
 
     @classmethod
@@ -149,6 +160,7 @@ class FeaturePosterior:
         L = _cholesky(Kn, "kernel matrix K_hat + diag(sigma^2)")
         a = cho_solve((L, True), Y.astype(Kn.dtype, copy=False), check_finite=False)
         coef = np.conj(Phi).T @ a  # Phi^H K_n^-1 Y (D, T)
+        _check_finite(coef, "posterior mean's weight vector Phi^H K_n^-1 Y")
         return cls("dual", L, coef, Phi=Phi, dual_coef=a)
 
     # ------------------------------------------------------------------ predictions

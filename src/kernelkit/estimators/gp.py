@@ -171,19 +171,32 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
             self._solve_statistics(blocked_statistics(fm, rows.X, rows.Y, amp, n_jobs), noise)
         else:  # all features (n, D), primal (eq. 88-90) or dual (eq. 84-85)
             self._solve_features(map_features(fm, rows.X, amp), rows.Y, noise)
-        self._single, self._amp = rows.y_ndim == 1, amp
+        self._single, self._amp, self._noise = rows.y_ndim == 1, amp, noise
         return self
 
-    def _scale_targets(self, mean: np.ndarray, sd: np.ndarray) -> None:
-        """``_y_mean``, ``_y_std`` (T,): the target scaling of ``normalize_y`` (or none)."""
+    def _scale_targets(self, mean: np.ndarray, sd: np.ndarray, n: int) -> None:
+        """``_y_mean``, ``_y_std`` (T,): the target scaling of ``normalize_y`` (or none).
+
+        A target whose standard deviation ``sd`` of ``n`` values is within the round-off
+        of computing it about its ``mean`` (``sd^2 <= n eps sd^2 + (n eps mean)^2``, as
+        scikit-learn's scalers test) is constant and scaled by 1, not by the round-off.
+        """
         if self.normalize_y:
-            self._y_mean, self._y_std = mean, np.where(sd > 0, sd, 1.0)
+            if not np.all(np.isfinite(sd)):
+                raise ValueError(
+                    "normalize_y=True: the variance of y overflows float64; scale y down "
+                    "(e.g. divide it by its largest absolute value)."
+                )
+            eps = np.finfo(np.float64).eps
+            constant = sd**2 <= n * eps * sd**2 + (n * eps * mean) ** 2  # (T,)
+            self._y_mean, self._y_std = mean, np.where(constant, 1.0, sd)
         else:
             self._y_mean, self._y_std = np.zeros(len(mean)), np.ones(len(mean))
 
     def _solve_features(self, Phi, Y, noise: float) -> None:
         """The posterior of features ``Phi`` (n, D) and targets ``Y`` (n, T)."""
-        self._scale_targets(Y.mean(axis=0), Y.std(axis=0))
+        with np.errstate(over="ignore"):  # an overflowing std is reported by name
+            self._scale_targets(Y.mean(axis=0), Y.std(axis=0), len(Y))
         Yn = (Y - self._y_mean) / self._y_std  # (n, T)
         self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
         self.n_samples_seen_ = len(Y)
@@ -192,7 +205,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         """The primal posterior (eq. 88-90) from the reduced statistics:
         ``B = G / noise + I``, right-hand side ``R / noise`` of the scaled targets."""
         mean = stats.s_y / stats.n  # (T,)
-        self._scale_targets(mean, np.sqrt(np.maximum(stats.s_yy / stats.n - mean**2, 0.0)))
+        self._scale_targets(mean, np.sqrt(stats.ss_y / stats.n), stats.n)
         G, R = stats.centred(self._y_mean, self._y_std, centre_features=False)
         B = G / noise
         B[np.diag_indices_from(B)] += 1.0
@@ -249,7 +262,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
             mean = mean[:, 0]
         if not (return_std or return_cov):
             return mean
-        noise = float(self.noise) if include_noise else 0.0
+        noise = self._noise if include_noise else 0.0  # the fitted noise variance
         if return_std:
             var = self.posterior_.var(Phi) + noise  # (n,)
             std = np.sqrt(var)[:, None] * self._y_std  # (n, T)

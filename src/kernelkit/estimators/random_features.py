@@ -108,7 +108,11 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Number of output columns, as in scikit-learn: each map gets the largest
         ``n_features`` whose ``output_dim`` is at most ``n_components`` (e.g.
         ``n_components // 2`` projections for ``"hyperbolic"``; the Maclaurin maps' exact
-        constant feature is one of the columns).
+        constant feature is one of the columns). Below the output of one random feature
+        (2 columns for ``"hyperbolic"`` and the Maclaurin maps, 36, 66 and 68 for
+        ``"hybrid_angular"``, ``"hybrid_gaussian"`` and ``"hybrid_normalized"`` with their
+        default parameters) the map gets one feature, with a ``UserWarning`` naming its
+        width.
     lengthscale : float, default=1.0
         ``l`` above (``gamma = 1 / (2 l^2)`` in :class:`~sklearn.kernel_approximation.
         RBFSampler` terms); every kernel divides its inputs by it.
@@ -135,7 +139,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         The method used (the choice of ``method="auto"``).
     variance_estimates_ : dict
         ``method="auto"`` only: method -> mean relative variance on the sample (``inf``
-        where a candidate could not be fitted).
+        where a candidate could not be fitted, or has more than ``n_components`` columns
+        with one random feature).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of the input features, when ``X`` had string column names.
@@ -228,7 +233,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         validate_positive_int(self.auto_sample_size, "auto_sample_size", minimum=2)
         return name
 
-    def _make_map(self, name, random_state):
+    def _make_map(self, name, random_state, too_small: str = "warn"):
         return make_feature_map(
             name,
             kernel=self.kernel,
@@ -239,6 +244,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             sampler=self.sampler,
             random_state=random_state,
             n_jobs=self.n_jobs,
+            too_small=too_small,
         )
 
     def _validate(self, X, reset: bool, accept_sparse: bool):
@@ -267,8 +273,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng)
         estimates = {}
         for name in candidates:
-            try:
-                fm = self._make_map(name, seed).fit(sx, Y=sy)
+            try:  # a candidate wider than n_components with one feature is not one
+                fm = self._make_map(name, seed, too_small="raise").fit(sx, Y=sy)
                 lrv = to_numpy(fm.log_relative_variance(sx, sy), np.float64)
             except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
                 estimates[name] = math.inf
@@ -318,6 +324,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             )
         X = self._validate(X, reset=True, accept_sparse=accept_sparse)
         if name == "auto":
+            if Y is not None and not sp.issparse(Y):  # else every candidate fails on Y
+                Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
             name, self.variance_estimates_ = self._choose(X, Y)
         else:
             self.__dict__.pop("variance_estimates_", None)
@@ -368,6 +376,12 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def transform_y(self, Y):
         """The y-side (key) features of ``Y``; :meth:`transform` for symmetric maps."""
         check_is_fitted(self)
+        shape = getattr(Y, "shape", ())
+        if len(shape) == 2 and shape[1] != self.n_features_in_:  # else the message says X
+            raise ValueError(
+                f"Y has {shape[1]} features, but RandomFeatures is expecting "
+                f"{self.n_features_in_} features as input."
+            )
         Y = self._validate(Y, reset=False, accept_sparse=self.feature_map_.accepts_sparse)
         return self._checked(self.feature_map_.transform_y(Y), Y)
 
