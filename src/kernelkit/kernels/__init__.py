@@ -8,12 +8,16 @@ float; mixed float32 / float64 input is computed in float64).
 Input checks (one pass over each input): every array must be real (not complex, bool or
 object), at least 2-D, non-empty and finite, and the shapes must agree; scalar
 hyperparameters must be finite real numbers (positive where a scale is expected).
+SciPy sparse matrices are rejected (the kernels are dense); ``np.matrix`` and masked
+arrays without masked entries are used as plain arrays.
 Violations raise ``TypeError`` (wrong type or dtype) or ``ValueError`` (anything else),
 with a message that names the argument. The kernels never return NaN for valid input:
 where the inputs are so large that the squared norms overflow, the exponent is computed
 on inputs rescaled by a power of two (exactly), so the Gaussian kernel stays in [0, 1]
 and exact attention stays finite; the unbounded kernels (softmax, scaled softmax,
-polynomial) raise ``ValueError`` when their values overflow the floating type.
+polynomial) raise ``ValueError`` when their values overflow the floating type. The
+Gaussian kernel keeps the accuracy of the direct ``|x - y|^2`` on data far from the
+origin and for tiny lengthscales (its diagonal on ``X, X`` is exactly 1).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import math
 import numbers
 
 import numpy as np
+import scipy.sparse
 
 from .._backend import (
     check_all_finite,
@@ -51,6 +56,15 @@ def _check_array(x, name: str, shape: str = "(..., n, d)"):
     """
     if x is None:
         raise TypeError(f"{name} must be an array of shape {shape}, got None.")
+    if scipy.sparse.issparse(x):
+        raise TypeError(
+            f"{name} is a SciPy sparse {type(x).__name__}: the exact kernels need dense "
+            f"arrays; pass {name}.toarray()."
+        )
+    if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+        if np.ma.is_masked(x):
+            raise ValueError(f"{name} is a masked array with masked entries; fill them first.")
+        x = np.asarray(x)  # np.matrix, masked arrays: the plain array (matrix `*`, `@` differ)
     if not (is_torch_array(x) or hasattr(x, "__array_namespace__")):
         try:
             x = np.asarray(x)
@@ -200,6 +214,71 @@ def _log_kernel(xp, X, Y, alpha, lengthscale=1.0):
     return out
 
 
+def _gaussian_log_kernel(xp, X, Y, lengthscale):
+    """``-|x - y|^2 / (2 l^2)`` for all pairs, shape (..., n, m): accurate, ``<= 0``.
+
+    The expanded square ``|x|^2 + |y|^2 - 2 x^T y`` (one matrix product) is formed on
+    inputs centred on the mean of ``X`` (the kernel is translation invariant) and rescaled
+    by a power of two so that no sum overflows. Its rounding error is at most
+    ``(d + 2) eps (|x|^2 + |y|^2)``; pairs where that bound is not small next to the
+    distance itself (near-duplicates far from the centre, or a tiny lengthscale), and
+    where the kernel has not certainly underflowed, are recomputed from ``x - y`` directly.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = xp.mean(X * 0.5, axis=-2, keepdims=True) * 2.0  # (..., 1, d)
+        Xc, Yc = X - c, Y - c
+    if not (_finite(xp, Xc) and _finite(xp, Yc)):
+        Xc, Yc = X, Y
+    fmax = float(xp.finfo(X.dtype).max)
+    eps = float(xp.finfo(X.dtype).eps)
+
+    def scaled(A, B):  # A, B scaled by 2**-e (entries below 1) and f = 2**e / l, capped
+        e = _exponent(xp, A, B)
+        t = math.ldexp(1.0, -e)
+        return A * t, B * t, min(_ldexp(1.0 / lengthscale, e), fmax)
+
+    def exponent(d2, f):  # -d2 f^2 / 2 without overflow inside (d2 >= 0)
+        h = -0.5 * f * f
+        with np.errstate(over="ignore"):
+            return d2 * h if math.isfinite(h) else -((d2 * f) * (0.5 * f))
+
+    Xs, Ys, f = scaled(Xc, Yc)
+    nx, ny = _sq_norms(xp, Xs), _sq_norms(xp, Ys)  # (..., n), (..., m)
+    s = nx[..., :, None] + ny[..., None, :]  # (..., n, m)
+    d2 = xp.clip(s - 2.0 * (Xs @ xp.matrix_transpose(Ys)), min=0.0)
+    logk = exponent(d2, f)
+    # Rounding error of d2 <= gamma s. A pair is recomputed where that bound exceeds a
+    # quarter of d2 (cancellation), moves the exponent by more than eps, and the kernel
+    # has not certainly underflowed (exp(-limit) == 0).
+    gamma = (X.shape[-1] + 2) * eps
+    limit = -1.2 * math.log(float(xp.finfo(X.dtype).smallest_normal))
+    worst = gamma * (float(xp.max(_detached(nx))) + float(xp.max(_detached(ny))))
+    if 0.5 * worst * f * f <= eps:  # Python floats: saturates at inf
+        return logk
+    redo = s > 4.0 * d2  # (..., n, m)
+    if not bool(xp.any(redo)):
+        return logk
+    b, i, j = xp.nonzero(xp.reshape(redo, (-1, *redo.shape[-2:])))
+    s_r = xp.reshape(s, (-1, *s.shape[-2:]))[b, i, j]
+    d2_r = xp.reshape(d2, (-1, *d2.shape[-2:]))[b, i, j]
+    keep = (-exponent(gamma * s_r, f) > eps) & (-exponent(d2_r - gamma * s_r, f) < limit)
+    b, i, j = b[keep], i[keep], j[keep]
+    if b.shape[0] == 0:
+        return logk
+    n, m, d = X.shape[-2], Y.shape[-2], X.shape[-1]
+    batch = tuple(logk.shape[:-2])
+    Xr, Yr, f0 = scaled(X, Y)  # the uncentred inputs: x - y rounded once
+    Xr = xp.reshape(xp.broadcast_to(Xr, (*batch, n, d)), (-1, n, d))  # (B, n, d)
+    Yr = xp.reshape(xp.broadcast_to(Yr, (*batch, m, d)), (-1, m, d))  # (B, m, d)
+    logk = xp.reshape(logk, (-1, n, m))
+    step = max(1, 2**22 // d)  # pairs per chunk: memory step * d
+    for lo in range(0, b.shape[0], step):
+        bb, ii, jj = b[lo : lo + step], i[lo : lo + step], j[lo : lo + step]
+        diff = Xr[bb, ii, :] - Yr[bb, jj, :]  # (k, d)
+        logk[bb, ii, jj] = exponent(xp.sum(diff * diff, axis=-1), f0)
+    return xp.reshape(logk, (*batch, n, m))
+
+
 def _exp_checked(xp, logk, func: str, hint: str):
     """``exp(logk)``; ``ValueError`` when a value overflows the floating type."""
     with np.errstate(over="ignore"):
@@ -323,8 +402,10 @@ def softmax_kernel(X, Y, lengthscale: float = 1.0):
 def gaussian_kernel(X, Y, lengthscale: float = 1.0):
     """Gaussian kernel ``exp(-|x - y|^2 / (2 lengthscale^2))``, shape (..., n, m).
 
-    Computed as ``K^(-1/2)(x / l, y / l)``; entries are clipped at 1 to remove the
-    rounding of the expanded square.
+    Computed from the expanded square on centred, exactly rescaled inputs (one matrix
+    product); pairs where the expansion cancels (near-duplicates far from the data's mean,
+    tiny lengthscales) are recomputed from ``x - y``, so every entry carries the accuracy
+    of the direct formula.
 
     Parameters
     ----------
@@ -351,8 +432,7 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
     xp, X, Y = _check_pair(X, Y)
-    logk = _log_kernel(xp, X, Y, -0.5, lengthscale)
-    return xp.exp(xp.minimum(logk, xp.zeros_like(logk)))
+    return xp.exp(_gaussian_log_kernel(xp, X, Y, lengthscale))
 
 
 def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 1.0):
