@@ -151,3 +151,51 @@ def test_normalized_mse_and_error_rate():
     assert error_rate(["x", "y", "y"], P, labels=["x", "y"]) == pytest.approx(1 / 3)
     with pytest.raises(ValueError, match="Shape mismatch"):
         error_rate([0, 1], [0])
+
+
+# ------------------------------------------------------------------ new-user cases
+@pytest.mark.parametrize("scale", [1e300, 1e-300])
+def test_relative_frobenius_error_is_scale_free(scale):
+    # eq. 58 is a ratio: scaling K and K_hat together leaves it unchanged. The old sums of
+    # squares overflowed (NaN at 1e300) or underflowed ("K is all zeros" at 1e-300).
+    K = np.array([[2.0, 1.0], [1.0, 3.0]])
+    K_hat = K * (1 + 1e-3)
+    # K * scale and K_hat * scale are each rounded once (relative eps), so the 1e-3
+    # difference moves by at most ~2 eps / 1e-3 relative; 1e-11 covers it.
+    got = relative_frobenius_error(K * scale, K_hat * scale)
+    assert got == pytest.approx(relative_frobenius_error(K, K_hat), rel=1e-11)
+
+
+def test_gaussian_kl_extreme_variance_ratios():
+    # r = var_e / var_a = 1e-400 underflows to 0: the old log(r) gave KL = inf for a
+    # finite value 1/2 (r - log r - 1) = 1/2 (400 ln 10 - 1) (r itself < 1e-300).
+    mu = np.zeros(2)
+    kl = gaussian_kl(mu, np.full(2, 1e-200), mu, np.full(2, 1e200))
+    assert kl == pytest.approx(0.5 * (400 * np.log(10) - 1), rel=1e-14)
+    # r = 1e600 overflows: the exact KL ~ 5e599 is beyond float64, inf (not NaN)
+    assert gaussian_kl(mu, np.full(2, 1e300), mu, np.full(2, 1e-300)) == np.inf
+
+
+def test_metrics_reject_empty_inputs():
+    e = np.zeros(0)
+    with pytest.raises(ValueError, match="empty"):
+        gaussian_kl(e, e, e, e)
+    with pytest.raises(ValueError, match="n >= 1"):
+        mean_negative_log_likelihood(e, e, e)
+    with pytest.raises(ValueError, match="proba is empty"):
+        mean_negative_log_likelihood(np.zeros(0, dtype=int), proba=np.zeros((0, 3)))
+
+
+def test_normalized_mse_is_scale_free():
+    # mean (y - p)^2 / var(y) is invariant under y, p -> c y, c p; at c = 1e200 the old
+    # squares overflowed to inf / inf = NaN. Each scaled entry is rounded once, so the
+    # ratio moves by a few eps relative to the differences (~0.1 |y| here).
+    y = np.array([1.0, -2.0, 0.5, 3.0])
+    p = np.array([1.1, -1.8, 0.4, 2.7])
+    assert normalized_mse(y * 1e200, p * 1e200) == pytest.approx(normalized_mse(y, p), rel=1e-13)
+
+
+def test_error_rate_rejects_nan_scores():
+    # argmax of a row holding NaN is the NaN's column: the old code scored it silently
+    with pytest.raises(ValueError, match="finite"):
+        error_rate([0, 1], np.array([[np.nan, 1.0], [0.0, 1.0]]))

@@ -81,7 +81,9 @@ def relative_frobenius_error(K, K_hat) -> float:
     Raises
     ------
     ValueError
-        Shapes differ, non-2-D input, non-finite entries, or ``K`` is all zeros.
+        Shapes differ, non-2-D or empty input, non-finite entries, or ``K`` is all zeros.
+        (The norms are taken at a common power-of-two scale, so the ratio is exact for
+        any magnitude of ``K``.)
     """
     K = _as_array(K, "K")
     K_hat = _as_array(K_hat, "K_hat", allow_complex=True)
@@ -92,10 +94,16 @@ def relative_frobenius_error(K, K_hat) -> float:
     K = K.astype(np.float64, copy=False)
     _check_finite(K, "K")
     _check_finite(K_hat, "K_hat")
-    denom = float(np.linalg.norm(K))
-    if denom == 0.0:
+    if K.size == 0:
+        raise ValueError(f"K is empty (shape {K.shape}): the relative error is undefined.")
+    if not np.any(K):
         raise ValueError("K is all zeros: the relative error is undefined.")
-    return float(np.linalg.norm(K - K_hat) / denom)
+    # a common power-of-two scale (exact) keeps the sums of squares from overflowing or
+    # underflowing: the ratio is scale-free
+    s = np.ldexp(1.0, -np.frexp(np.max(np.abs(K)))[1])
+    with np.errstate(over="ignore"):
+        diff = K * s - K_hat * s  # (n, m); inf only where the error is beyond the range
+    return float(np.linalg.norm(diff) / np.linalg.norm(K * s))
 
 
 # ---------------------------------------------------------------------- KL
@@ -138,7 +146,8 @@ def gaussian_kl(
     Raises
     ------
     ValueError
-        Shape mismatch, non-positive variances, non-finite values, unknown options.
+        Shape mismatch, empty input, non-positive variances, non-finite values, unknown
+        options.
     """
     if direction not in _DIRECTIONS:
         raise ValueError(f"direction must be one of {_DIRECTIONS}, got {direction!r}.")
@@ -160,8 +169,13 @@ def gaussian_kl(
         raise ValueError("Variances must be positive (var_e > 0 and var_a > 0).")
     if direction == "approx||exact":  # swap the roles: KL[N(mu_a, v_a) || N(mu_e, v_e)]
         m_e, v_e, m_a, v_a = m_a, v_a, m_e, v_e
-    r = v_e / v_a
-    kl = 0.5 * (r - np.log(r) - 1.0 + (m_e - m_a) ** 2 / v_a)  # r - log r - 1 >= 0
+    if m_e.size == 0:
+        raise ValueError("mu_e, var_e, mu_a and var_a are empty: the KL divergence is undefined.")
+    with np.errstate(over="ignore", under="ignore"):
+        r = v_e / v_a
+        # log r from the two logs: the quotient may overflow or underflow, its log does not
+        log_r = np.log(v_e) - np.log(v_a)
+        kl = 0.5 * (r - log_r - 1.0 + (m_e - m_a) ** 2 / v_a)  # r - log r - 1 >= 0
     kl = np.maximum(kl, 0.0)  # rounding
     if reduction == "none":
         return kl
@@ -217,6 +231,8 @@ def mean_negative_log_likelihood(
                 f"Shape mismatch: y_true {y.shape}, proba {P.shape}; expected "
                 "y_true of shape (n,) for proba of shape (n, C)."
             )
+        if P.shape[0] == 0:
+            raise ValueError("proba is empty: the MNLL needs at least one point.")
         _check_finite(P, "proba")
         if np.any(P < 0) or np.any(P > 1 + 1e-9):
             raise ValueError("proba must lie in [0, 1].")
@@ -230,6 +246,8 @@ def mean_negative_log_likelihood(
     var = np.asarray(_as_array(y_var, "y_var"), dtype=np.float64)
     if mu.shape != y.shape:
         raise ValueError(f"Shape mismatch: y_true {y.shape}, y_mean {mu.shape}.")
+    if y.ndim == 0 or y.shape[0] == 0:
+        raise ValueError(f"y_true must have shape (n,) or (n, T) with n >= 1, got {y.shape}.")
     if var.shape != y.shape and not (var.ndim == 1 and var.shape[0] == y.shape[0]):
         raise ValueError(f"Shape mismatch: y_var {var.shape} must be {y.shape} or ({y.shape[0]},).")
     if var.shape != y.shape:
@@ -303,6 +321,10 @@ def normalized_mse(y_true, y_pred) -> float:
         raise ValueError(f"y_true must have shape (n,) or (n, T) with n >= 2, got {y.shape}.")
     _check_finite(y, "y_true")
     _check_finite(p, "y_pred")
+    # a common power-of-two scale (exact; the ratio is scale-free) keeps the squares in range
+    s = np.ldexp(1.0, -np.frexp(np.max(np.abs(y)))[1])
+    with np.errstate(over="ignore"):  # inf only where the exact error is beyond the range
+        y, p = y * s, p * s
     var = np.var(y, axis=0)
     if np.any(var == 0):
         raise ValueError("y_true is constant: the normalised MSE is undefined.")
@@ -325,6 +347,11 @@ def error_rate(y_true, y_pred, labels=None) -> float:
     Returns
     -------
     float in [0, 1]
+
+    Raises
+    ------
+    ValueError
+        Shape mismatch, empty input, or class scores that are not finite.
     """
     y = np.asarray(y_true)
     p = np.asarray(y_pred)
@@ -333,6 +360,10 @@ def error_rate(y_true, y_pred, labels=None) -> float:
     if p.ndim == 2:
         if p.shape[0] != y.shape[0]:
             raise ValueError(f"Shape mismatch: y_true {y.shape}, y_pred {p.shape}.")
+        if not (np.issubdtype(p.dtype, np.number) and np.all(np.isfinite(p))):
+            raise ValueError(
+                "y_pred (class scores) must be finite numbers: argmax of NaN is undefined."
+            )
         idx = np.argmax(p, axis=1)
         if labels is not None:
             labels = np.asarray(labels)
