@@ -22,24 +22,21 @@ from kernelkit.kernels import (
 
 
 def _gaussian_mpmath(X, Y, ls):
-    """exp(-|x - y|^2 / (2 ls^2)) of the given floats, at 40 digits, and the exponents."""
-    mpmath.mp.dps = 40
-    q = np.array(
-        [
+    """exp(-|x - y|^2 / (2 ls^2)) of the given floats at 40 digits, and the exponents q."""
+    with mpmath.workdps(40):
+        q = [
             [
-                float(
-                    sum(
-                        (mpmath.mpf(float(a)) - mpmath.mpf(float(b))) ** 2
-                        for a, b in zip(x, y, strict=True)
-                    )
+                sum(
+                    (mpmath.mpf(float(a)) - mpmath.mpf(float(b))) ** 2
+                    for a, b in zip(x, y, strict=True)
                 )
-                / (2 * ls**2)
+                / (2 * mpmath.mpf(ls) ** 2)
                 for y in Y
             ]
             for x in X
         ]
-    )
-    return np.exp(-q), q
+        K = np.array([[float(mpmath.exp(-v)) for v in row] for row in q])
+        return K, np.array([[float(v) for v in row] for row in q])
 
 
 @pytest.mark.parametrize(("dtype", "offset"), [(np.float64, 1e6), (np.float32, 1e3)])
