@@ -49,8 +49,12 @@ FRENCH_SV_PORTFOLIOS = ("S1V1", "S1V3", "S1V5", "S3V1", "S3V3", "S3V5", "S5V1", 
 
 
 def _rng(random_state) -> np.random.Generator:
-    if random_state is None or isinstance(random_state, numbers.Integral):
-        return np.random.default_rng(random_state)
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be a non-negative int, got {random_state}.")
+        return np.random.default_rng(int(random_state))
+    if random_state is None:
+        return np.random.default_rng()
     if isinstance(random_state, np.random.Generator):
         return random_state
     raise TypeError(
@@ -67,6 +71,23 @@ def _positive_int(value, name, minimum=1) -> int:
     return int(value)
 
 
+def _real(value, name: str) -> float:
+    """A finite real number (bools rejected), as ``float``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    return float(value)
+
+
+def _finite_2d(X, name: str) -> np.ndarray:
+    """``X`` as a finite float64 array of shape (n, d) with d >= 1."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] == 0:
+        raise ValueError(f"{name} must be two-dimensional with >= 1 column, got shape {X.shape}.")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"{name} must be finite (no NaN or inf).")
+    return X
+
+
 def _size_from_gamma_length(k: int) -> int:
     """``p`` with ``p (p - 1) / 2 == k``."""
     p = round((1 + float(np.sqrt(1 + 8 * k))) / 2)
@@ -76,13 +97,45 @@ def _size_from_gamma_length(k: int) -> int:
 
 
 # ====================================================================== Archakov-Hansen
+def _log_diag_expm(A, x, *, jacobian=False):
+    """``log diag(expm(A[x]))``, shape (p,), and its Jacobian in ``x``, shape (p, p).
+
+    ``A[x]`` is ``A`` with diagonal ``x``. With ``A[x] = V diag(w) V^T``:
+    ``diag_i = sum_k V_ik^2 e^{w_k}`` and, by the Daleckii-Krein formula,
+    ``d diag_i / d x_j = sum_kl V_ik V_il V_jk V_jl (e^{w_k} - e^{w_l}) / (w_k - w_l)``
+    (``e^{w_k}`` where ``w_k = w_l``). Everything is shifted by ``max w`` against overflow.
+    """
+    A = A.copy()
+    A[np.diag_indices(A.shape[0])] = x
+    w, V = np.linalg.eigh(A)
+    w_max = w.max()
+    e = np.exp(w - w_max)  # (p,)
+    diag = (V**2) @ e  # (p,)
+    F = np.log(diag) + w_max
+    if not jacobian:
+        return F
+    delta = w[:, None] - w[None, :]  # (p, p): w_k - w_l
+    near = np.abs(delta) < 1.0  # expm1 form (no cancellation); else the plain quotient
+    safe = np.where(near, delta, 1.0)
+    ratio = np.where(delta == 0, 1.0, np.expm1(safe) / np.where(safe == 0, 1.0, safe))
+    far = (e[:, None] - e[None, :]) / np.where(near, 1.0, delta)
+    phi = np.where(near, e[None, :] * ratio, far)  # divided differences of exp, shifted
+    T = V[:, :, None] * V[:, None, :]  # (p, k, l): V_ik V_il
+    J = np.einsum("ikl,kl,jkl->ij", T, phi, T) / diag[:, None]
+    return F, J
+
+
 def archakov_hansen_correlation(gamma, *, tol: float = 1e-13, max_iter: int = 1000):
     """Correlation matrix ``C(gamma)`` of Archakov and Hansen (2021).
 
     ``gamma`` fills the strictly lower triangle of a symmetric ``A`` (row-major order of
     ``numpy.tril_indices(p, -1)``, mirrored above the diagonal); the diagonal ``x`` is the
-    unique vector with ``diag(expm(A[x])) = 1``, found by the fixed-point iteration
-    ``x <- x - log(diag(expm(A[x])))`` (a contraction; Archakov & Hansen, Thm. 1). Then
+    unique vector with ``diag(expm(A[x])) = 1``, found by Newton's method on
+    ``log(diag(expm(A[x]))) = 0``, safeguarded by the fixed-point iteration
+    ``x <- x - log(diag(expm(A[x])))`` (a contraction; Archakov & Hansen, Thm. 1) where
+    a Newton step does not reduce the residual; where ``tol`` is below the rounding floor
+    (extreme ``gamma``) it stops once the residual is at most ``1e-8`` and has not
+    improved for 20 steps. Then
     ``C = expm(A[x])`` is a positive-definite correlation matrix and ``logm(C)`` has
     off-diagonal ``gamma``, so this is a bijection with inverse
     :func:`correlation_to_gamma`.
@@ -98,7 +151,14 @@ def archakov_hansen_correlation(gamma, *, tol: float = 1e-13, max_iter: int = 10
     Returns
     -------
     C : ndarray, shape (p, p)
-        Symmetric, unit diagonal (to ``tol``), positive definite.
+        Symmetric, unit diagonal (to ``tol``), positive definite (numerically
+        semi-definite for extreme ``gamma``, ``|gamma| >~ 30``).
+
+    Raises
+    ------
+    RuntimeError
+        No convergence in ``max_iter`` steps: only for extreme ``gamma`` (``|gamma|`` near
+        100 and beyond), where ``C`` is singular in floating point.
     """
     g = np.asarray(gamma, dtype=np.float64)
     if g.ndim != 1:
@@ -111,19 +171,33 @@ def archakov_hansen_correlation(gamma, *, tol: float = 1e-13, max_iter: int = 10
     A[rows, cols] = g
     A[cols, rows] = g
     x = np.zeros(p)
+    F, J = _log_diag_expm(A, x, jacobian=True)
+    best, stalls = np.inf, 0
     for _ in range(max_iter):
-        A[np.diag_indices(p)] = x
-        w, V = np.linalg.eigh(A)  # A = V diag(w) V^T, expm(A) = V diag(e^w) V^T
-        w_max = w.max()
-        # diag(expm(A)) = sum_k V_ik^2 e^{w_k}; shift by w_max against overflow
-        log_diag = np.log((V**2) @ np.exp(w - w_max)) + w_max  # (p,)
-        x = x - log_diag
-        if np.max(np.abs(log_diag)) <= tol:
+        res = np.max(np.abs(F))
+        # converged, or no progress at the rounding floor (eps times the conditioning of
+        # extreme gamma, |gamma| ~ 30, where tol is out of reach)
+        stalls = 0 if res < best else stalls + 1
+        if res <= tol or (res <= 1e-8 and stalls >= 20):
             break
-    else:  # pragma: no cover - the iteration contracts for every gamma
+        best = min(best, res)
+        # Newton step on F(x) = log diag expm(A[x]); the fixed-point step x - F (the
+        # contraction of Archakov & Hansen, Thm. 1) where Newton does not reduce max |F|
+        try:
+            x_new = x - np.linalg.solve(J, F)
+        except np.linalg.LinAlgError:
+            x_new = x - F
+        F_new, J_new = _log_diag_expm(A, x_new, jacobian=True)
+        if not np.max(np.abs(F_new)) < res:
+            x_new = x - F
+            F_new, J_new = _log_diag_expm(A, x_new, jacobian=True)
+        x, F, J = x_new, F_new, J_new
+    else:
         raise RuntimeError(
-            "Archakov-Hansen iteration did not converge; "
-            f"max |log diag| = {np.max(np.abs(log_diag)):.3g}."
+            f"Archakov-Hansen iteration did not converge in max_iter={max_iter} steps; "
+            f"max |log diag| = {np.max(np.abs(F)):.3g}. max |gamma| = "
+            f"{np.max(np.abs(g)):.3g} is so large that C is singular in floating point; "
+            "use smaller gamma (or scale)."
         )
     A[np.diag_indices(p)] = x
     w, V = np.linalg.eigh(A)
@@ -175,6 +249,7 @@ def random_correlation_matrix(p: int, random_state=None, *, scale: float = 1.0):
     tanh(gamma)``.
     """
     p = _positive_int(p, "p", minimum=2)
+    scale = _real(scale, "scale")
     if not (np.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be finite and >= 0, got {scale}.")
     gamma = _rng(random_state).normal(0.0, scale, size=p * (p - 1) // 2)
@@ -190,6 +265,16 @@ def _check_cov(C, d_x):
     d_x = _positive_int(d_x, "d_x")
     if d_x >= p:
         raise ValueError(f"d_x must be smaller than the size of C ({p}), got {d_x}.")
+    if not np.all(np.isfinite(C)):
+        raise ValueError("C must be finite (no NaN or inf).")
+    if not np.allclose(C, C.T, rtol=1e-10, atol=0):
+        raise ValueError("C must be symmetric (a covariance matrix).")
+    try:
+        np.linalg.cholesky(C)
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            f"C must be positive definite (smallest eigenvalue {np.linalg.eigvalsh(C).min():.3g})."
+        ) from None
     return C, p, d_x
 
 
@@ -227,9 +312,7 @@ def gaussian_conditional_moments(C, X, d_x: int | None = None):
     mean : ndarray, shape (n, d_y)
     second : ndarray, shape (n, d_y, d_y)
     """
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"X must be two-dimensional, got shape {X.shape}.")
+    X = _finite_2d(X, "X")
     C, _, d_x = _check_cov(C, X.shape[1] if d_x is None else d_x)
     if X.shape[1] != d_x:
         raise ValueError(f"X must have d_x = {d_x} columns, got {X.shape[1]}.")
@@ -284,9 +367,8 @@ def uniform_chain_conditional_moments(X, p: int = 6):
     mean : ndarray, shape (n, p - d_x)
     second : ndarray, shape (n, p - d_x, p - d_x)
     """
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"X must be two-dimensional, got shape {X.shape}.")
+    X = _finite_2d(X, "X")
+    p = _positive_int(p, "p", 2)
     d_x = X.shape[1]
     if d_x >= p:
         raise ValueError(f"X must have fewer than p = {p} columns, got {d_x}.")
@@ -317,6 +399,7 @@ def sample_cauchy_chain(n: int, random_state=None, *, p: int = 6, d_x: int = 3, 
     n, p, d_x = _positive_int(n, "n"), _positive_int(p, "p", 2), _positive_int(d_x, "d_x")
     if d_x >= p:
         raise ValueError(f"d_x must be smaller than p = {p}, got {d_x}.")
+    scale = _real(scale, "scale")
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be finite and > 0, got {scale}.")
     Z = _chain(scale * _rng(random_state).standard_cauchy(size=(n, p)))
