@@ -267,7 +267,7 @@ def _check_cov(C, d_x):
         raise ValueError(f"d_x must be smaller than the size of C ({p}), got {d_x}.")
     if not np.all(np.isfinite(C)):
         raise ValueError("C must be finite (no NaN or inf).")
-    if not np.allclose(C, C.T, rtol=1e-10, atol=0):
+    if not np.allclose(C, C.T, rtol=0, atol=1e-10 * np.max(np.abs(C))):
         raise ValueError("C must be symmetric (a covariance matrix).")
     try:
         np.linalg.cholesky(C)
