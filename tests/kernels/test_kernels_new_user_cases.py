@@ -1,9 +1,10 @@
 """Regression tests from trying the exact kernels as a new user would.
 
 Covers: the Gaussian kernel on data far from the origin (the expanded square cancels)
-and with a tiny lengthscale (the diagonal must stay exactly 1), SciPy sparse input (a
-clear ``TypeError``), and NumPy ``matrix`` / masked-array input (treated as the plain
-array, masked entries rejected).
+and with a tiny lengthscale (the diagonal must stay exactly 1), the scaled softmax
+kernel at ``alpha = -1/2`` (the Gaussian kernel) far from the origin and for huge
+inputs, SciPy sparse input (a clear ``TypeError``), and NumPy ``matrix`` / masked-array
+input (treated as the plain array, masked entries rejected).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import scipy.sparse
 
 from kernelkit.kernels import (
     gaussian_kernel,
+    log_scaled_softmax_kernel,
     polynomial_kernel,
+    scaled_softmax_kernel,
     softmax_attention,
     softmax_kernel,
 )
@@ -92,3 +95,27 @@ def test_pair_kernels_take_matrix_and_masked_arrays_as_plain_arrays(func):
     masked = np.ma.masked_array(X, mask=np.eye(4, 3, dtype=bool))
     with pytest.raises(ValueError, match="X is a masked array with masked entries"):
         func(masked, Y)
+
+
+def test_log_scaled_softmax_at_minus_half_accurate_far_from_the_origin():
+    # alpha = -1/2: alpha |x|^2 + x.y + alpha |y|^2 = -|x - y|^2 / 2 = -q. The old sum of
+    # three terms ~ 1e8 lost ~ eps 1e8 = 4e-8 absolute; the direct formula's error is
+    # (d + 1) eps q (x - y exact by Sterbenz, d squares summed).
+    rng = np.random.default_rng(0)
+    d = 3
+    X = rng.normal(size=(5, d)) + 1e4
+    Y = X + 0.3 * rng.normal(size=X.shape)
+    _, q = _gaussian_mpmath(X, Y, 1.0)
+    eps = np.finfo(np.float64).eps
+    got = log_scaled_softmax_kernel(X, Y, alpha=-0.5)
+    np.testing.assert_allclose(got, -q, rtol=(d + 1) * eps + eps, atol=0)
+
+
+def test_scaled_softmax_at_minus_half_is_the_gaussian_for_huge_inputs():
+    # K^(-1/2) <= 1 for all inputs; at |x| ~ 1e200 the old code formed alpha |x|^2 = -inf
+    # and |x|^2 terms that overflowed, and raised "overflows float64" (or gave 0 on the
+    # diagonal of X, X). Exact: exp(0) = 1 on the diagonal; the Gaussian kernel elsewhere.
+    X = np.random.default_rng(2).normal(size=(3, 2)) * 1e200  # a seed where the old raised
+    K = scaled_softmax_kernel(X, X, alpha=-0.5)
+    np.testing.assert_array_equal(np.diag(K), np.ones(3))
+    np.testing.assert_array_equal(K, gaussian_kernel(X, X))

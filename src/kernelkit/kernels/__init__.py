@@ -279,6 +279,28 @@ def _gaussian_log_kernel(xp, X, Y, lengthscale):
     return xp.reshape(logk, (*batch, n, m))
 
 
+def _log_scaled(xp, X, Y, alpha):
+    """``alpha |x|^2 + x^T y + alpha |y|^2`` for all pairs, shape (..., n, m).
+
+    For ``alpha <= -1/2`` it is written as ``-|x - y|^2 / 2 + (alpha + 1/2)(|x|^2 +
+    |y|^2)``: two terms of one sign, the first from :func:`_gaussian_log_kernel`, so no
+    cancellation (``alpha = -1/2`` is the Gaussian kernel, exactly ``0`` at ``x = y``).
+    Otherwise :func:`_log_kernel`.
+    """
+    if alpha > -0.5:
+        return _log_kernel(xp, X, Y, alpha)
+    logk = _gaussian_log_kernel(xp, X, Y, 1.0)
+    beta = alpha + 0.5  # <= 0
+    if beta == 0.0:
+        return logk
+    e = _exponent(xp, X, Y)
+    t = math.ldexp(1.0, -e)
+    s = _sq_norms(xp, X * t)[..., :, None] + _sq_norms(xp, Y * t)[..., None, :]  # (..., n, m)
+    f = min(_ldexp(1.0, e), float(xp.finfo(X.dtype).max))
+    with np.errstate(over="ignore"):  # saturates at -inf, the correctly rounded value
+        return logk + (s * (beta * f)) * f
+
+
 def _exp_checked(xp, logk, func: str, hint: str):
     """``exp(logk)``; ``ValueError`` when a value overflows the floating type."""
     with np.errstate(over="ignore"):
@@ -303,6 +325,8 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     Y : array, shape (..., m, d)
     alpha : float
         Any finite real; ``0`` gives the softmax kernel, ``-1/2`` the Gaussian kernel.
+        For ``alpha <= -1/2`` the value is formed as ``-|x - y|^2 / 2 + (alpha + 1/2)
+        (|x|^2 + |y|^2)``, two terms of one sign (no cancellation far from the origin).
 
     Returns
     -------
@@ -322,7 +346,7 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     """
     alpha = _check_real(alpha, "alpha")
     xp, X, Y = _check_pair(X, Y)
-    return _log_kernel(xp, X, Y, alpha)
+    return _log_scaled(xp, X, Y, alpha)
 
 
 def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
@@ -357,7 +381,7 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     xp, X, Y = _check_pair(X, Y)
     return _exp_checked(
         xp,
-        _log_kernel(xp, X, Y, alpha),
+        _log_scaled(xp, X, Y, alpha),
         "scaled_softmax_kernel",
         "scale X and Y down or use log_scaled_softmax_kernel.",
     )
