@@ -59,12 +59,17 @@ def test_gaussian_kernel_accurate_far_from_the_origin(dtype, offset):
     np.testing.assert_allclose(gaussian_kernel(X, Y), ref, rtol=rtol, atol=0)
 
 
-def test_gaussian_kernel_diagonal_exactly_one_for_tiny_lengthscale():
+@pytest.mark.parametrize(
+    ("dtype", "scale", "ls"), [(np.float64, 1.0, 1e-300), (np.float16, 1e3, 1e-3)]
+)
+def test_gaussian_kernel_diagonal_exactly_one_for_tiny_lengthscale(dtype, scale, ls):
     # x = y gives exp(0) = 1 exactly for every lengthscale; the old code formed the
     # exponent from rounded norms times 1/l^2 ~ 1e600 and returned 0 on the diagonal.
-    X = np.random.default_rng(6).normal(size=(3, 2))  # a seed where the old code failed
-    K = gaussian_kernel(X, X, lengthscale=1e-300)
-    np.testing.assert_array_equal(K, np.eye(3))  # off the diagonal exp(-1e600) = 0
+    # float16: 1/l^2 beyond its range must not turn 0 * inf into NaN.
+    X = (np.random.default_rng(6).normal(size=(3, 2)) * scale).astype(dtype)  # old: failed
+    K = gaussian_kernel(X, X, lengthscale=ls)
+    assert K.dtype == dtype
+    np.testing.assert_array_equal(K, np.eye(3))  # off the diagonal exp(-huge) = 0
 
 
 @pytest.mark.parametrize(

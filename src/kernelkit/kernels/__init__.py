@@ -238,9 +238,9 @@ def _gaussian_log_kernel(xp, X, Y, lengthscale):
         return A * t, B * t, min(_ldexp(1.0 / lengthscale, e), fmax)
 
     def exponent(d2, f):  # -d2 f^2 / 2 without overflow inside (d2 >= 0)
-        h = -0.5 * f * f
+        h = -0.5 * f * f  # a Python float: must also be in the array's range
         with np.errstate(over="ignore"):
-            return d2 * h if math.isfinite(h) else -((d2 * f) * (0.5 * f))
+            return d2 * h if abs(h) <= fmax else -((d2 * f) * (0.5 * f))
 
     Xs, Ys, f = scaled(Xc, Yc)
     nx, ny = _sq_norms(xp, Xs), _sq_norms(xp, Ys)  # (..., n), (..., m)
@@ -297,8 +297,9 @@ def _log_scaled(xp, X, Y, alpha):
     t = math.ldexp(1.0, -e)
     s = _sq_norms(xp, X * t)[..., :, None] + _sq_norms(xp, Y * t)[..., None, :]  # (..., n, m)
     f = min(_ldexp(1.0, e), float(xp.finfo(X.dtype).max))
-    with np.errstate(over="ignore"):  # saturates at -inf, the correctly rounded value
-        return logk + (s * (beta * f)) * f
+    with np.errstate(over="ignore", invalid="ignore"):  # saturates at -inf (correct)
+        term = (s * max(beta * f, -float(xp.finfo(X.dtype).max))) * f
+    return logk + xp.where(s == 0, xp.zeros_like(term), term)
 
 
 def _exp_checked(xp, logk, func: str, hint: str):
