@@ -199,3 +199,11 @@ def test_error_rate_rejects_nan_scores():
     # argmax of a row holding NaN is the NaN's column: the old code scored it silently
     with pytest.raises(ValueError, match="finite"):
         error_rate([0, 1], np.array([[np.nan, 1.0], [0.0, 1.0]]))
+
+
+@pytest.mark.parametrize("noise_var", ["0.1", True, None])
+def test_mnll_rejects_non_numeric_noise_var(noise_var):
+    # old: float("0.1") and float(True) accepted silently, None a bare float() TypeError
+    y = np.array([0.0, 1.0])
+    with pytest.raises(TypeError, match="noise_var must be a real number"):
+        mean_negative_log_likelihood(y, y, np.ones(2), noise_var=noise_var)

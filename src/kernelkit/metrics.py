@@ -19,6 +19,7 @@ All functions take NumPy-compatible arrays and return Python floats (or arrays f
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -256,6 +257,10 @@ def mean_negative_log_likelihood(
     mu = np.asarray(mu, dtype=np.float64)
     for name, a in (("y_true", y), ("y_mean", mu), ("y_var", var)):
         _check_finite(a, name)
+    if isinstance(noise_var, np.ndarray) and noise_var.ndim == 0 and noise_var.dtype.kind in "iuf":
+        noise_var = noise_var.item()  # a 0-d array of a real number
+    if isinstance(noise_var, bool) or not isinstance(noise_var, numbers.Real):
+        raise TypeError(f"noise_var must be a real number, got {noise_var!r}.")
     noise_var = float(noise_var)
     if not (math.isfinite(noise_var) and noise_var >= 0):
         raise ValueError(f"noise_var must be a non-negative float, got {noise_var}.")
