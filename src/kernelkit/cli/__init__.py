@@ -92,6 +92,20 @@ def _claims_text(suite, out_dir: Path) -> str:
     return "claims " + ", ".join(words)
 
 
+def _out_dir_or_exit(path: Path) -> None:
+    """Create the output directory ``path`` (and its parents) before anything runs, or
+    exit with why it cannot be written to (not a traceback after the run)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        click.echo(f"Error: cannot create the output directory {str(path)!r}: {why}.", err=True)
+        raise SystemExit(_EXIT_USAGE) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        click.echo(f"Error: the output directory {str(path)!r} is not writable.", err=True)
+        raise SystemExit(_EXIT_USAGE)
+
+
 def _lookup_or_exit(name: str, kind: str) -> _exp.Entry:
     try:
         return _exp._lookup(name, kind)
@@ -143,7 +157,9 @@ def list_cmd():
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Output directory (default results/NAME). With `all`: the parent "
-    "directory, each experiment writes to OUT/NAME (default results/).",
+    "directory, each experiment writes to OUT/NAME (default results/). Created if "
+    "missing; a second run into it overwrites report.md, results.json and the plots "
+    "(other files stay).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--list", "list_", is_flag=True, help="List experiments and benchmarks.")
@@ -163,6 +179,7 @@ def reproduce(name, quick, out, seed, list_):
     mode = "quick" if quick else "full"
     if name == "all":
         base = out if out is not None else Path("results")
+        _out_dir_or_exit(base)
         rows = []
         for entry in suite.EXPERIMENTS.values():
             click.echo(f"==> {entry.name} ({mode})")
@@ -186,6 +203,7 @@ def reproduce(name, quick, out, seed, list_):
         return
     entry = _lookup_or_exit(name, "experiment")
     out_dir = out if out is not None else Path("results") / entry.name
+    _out_dir_or_exit(out_dir)
     click.echo(f"==> {entry.name} ({mode}) -> {out_dir}")
     status, secs, msg = _run_one(entry, out_dir, quick, seed)
     if status != "ok":
@@ -220,6 +238,9 @@ def report(out):
     rows = suite.collect_rows(out, list(suite.EXPERIMENTS))
     n_ok = sum(r[1] == "ok" for r in rows)
     if not n_ok:
+        for n, status, _, msg in rows:
+            if status not in ("ok", "not run"):  # there, but damaged
+                click.echo(f"  {n}: {status}: {msg}", err=True)
         click.echo(
             f"Error: no experiment results (NAME/report.md + NAME/results.json) in "
             f"{str(out)!r}; run `kernelkit reproduce NAME --out {out}/NAME` first.",
