@@ -161,7 +161,14 @@ def list_cmd():
     "missing; a second run into it overwrites report.md, results.json and the plots "
     "(other files stay).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option(
+    "--seed",
+    # seeds of the runs are seed * 1000 + i; NumPy refuses negative seeds
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Random seed (a non-negative integer).",
+)
 @click.option("--list", "list_", is_flag=True, help="List experiments and benchmarks.")
 def reproduce(name, quick, out, seed, list_):
     """Run experiment NAME (or `all`) and write report.md, PNG plots and results.json.
