@@ -106,3 +106,19 @@ def test_negative_seed_is_a_usage_error_before_the_run(dummy, tmp_path):
     assert res.exit_code == 2
     assert "Invalid value for '--seed'" in res.output and "x>=0" in res.output
     assert dummy.calls == []
+
+
+def test_a_failing_benchmark_ends_with_an_error_line_and_exit_1(dummy, monkeypatch):
+    bench = types.ModuleType("kernelkit_test_failing_bench")
+
+    def run(quick=False):
+        raise RuntimeError("out of memory")
+
+    bench.run = run
+    monkeypatch.setitem(sys.modules, bench.__name__, bench)
+    suite = E.experiment_suite()
+    suite.BENCHMARKS["bad"] = E.Entry("bad", bench.__name__, "fails", "benchmark")
+    res = CliRunner().invoke(main, ["bench", "bad", "--quick"])
+    assert res.exit_code == 1
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert "Error: benchmark 'bad' failed: RuntimeError: out of memory" in res.output

@@ -281,7 +281,12 @@ def bench(name, quick, list_):
     except _exp.ModuleNotAvailable as exc:
         click.echo(f"Error: {exc}", err=True)
         raise SystemExit(_EXIT_FAILED) from None
-    module.run(quick=quick)
+    try:
+        module.run(quick=quick)
+    except Exception as exc:  # the traceback, then the one-line error reproduce prints
+        traceback.print_exc()
+        click.echo(f"Error: benchmark {entry.name!r} failed: {type(exc).__name__}: {exc}", err=True)
+        raise SystemExit(_EXIT_FAILED) from None
     click.echo(f"benchmark {entry.name!r} done in {_fmt_time(time.perf_counter() - t0)}.")
 
 
