@@ -122,3 +122,12 @@ def test_a_failing_benchmark_ends_with_an_error_line_and_exit_1(dummy, monkeypat
     assert res.exit_code == 1
     assert res.exception is None or isinstance(res.exception, SystemExit)
     assert "Error: benchmark 'bad' failed: RuntimeError: out of memory" in res.output
+
+
+def test_report_hint_quotes_a_folder_with_spaces(tmp_path):
+    empty = tmp_path / "my results"
+    empty.mkdir()
+    res = CliRunner().invoke(main, ["report", "--out", str(empty)])
+    assert res.exit_code == 1
+    # the suggested command can be pasted as it is
+    assert f"run `kernelkit reproduce NAME --out '{empty}/NAME'` first" in res.output

@@ -21,6 +21,7 @@ already there (e.g. full runs started one by one with
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -250,7 +251,8 @@ def report(out):
                 click.echo(f"  {n}: {status}: {msg}", err=True)
         click.echo(
             f"Error: no experiment results (NAME/report.md + NAME/results.json) in "
-            f"{str(out)!r}; run `kernelkit reproduce NAME --out {out}/NAME` first.",
+            f"{str(out)!r}; run `kernelkit reproduce NAME --out "
+            f"{shlex.quote(f'{out}/NAME')}` first.",
             err=True,
         )
         raise SystemExit(_EXIT_FAILED)
