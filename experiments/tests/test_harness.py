@@ -460,3 +460,27 @@ def test_log_axes_without_positive_values_and_panels_without_series():
     assert "no positive" not in axes[3].get_title()
     assert axes[4].get_legend() is None and axes[4].texts[0].get_text() == "no series"
     plt.close(fig)
+
+
+def test_missing_or_ragged_metrics_are_named():
+    """A metric missing from one seed, of another shape in one seed, or a panel series
+    that names no metric: a ValueError that names it (was a bare KeyError, or NumPy's
+    'inhomogeneous shape', or a metric silently left out when seed 0 lacked it)."""
+    with pytest.raises(ValueError, match=r"seed 1 returned other metrics than seed 0 \('b'\)"):
+        H.aggregate([{"a": 1.0}, {"a": 2.0, "b": 3.0}])
+    with pytest.raises(ValueError, match=r"seed 2 .*'a'"):
+        H.aggregate([{"a": 1.0}, {"a": 1.0}, {}])
+    with pytest.raises(ValueError, match="metric 'a' has a different shape"):
+        H.aggregate([{"a": [1.0, 2.0]}, {"a": [1.0]}])
+    with pytest.raises(ValueError, match="at least one seed"):
+        H.aggregate([])
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    panel = H.Panel("p", {"A": "a", "B": "typo"}, "y", x=[1.0])
+    with pytest.raises(ValueError, match="panel 'p': no metric 'typo'"):
+        H.draw_panel(ax, panel, H.aggregate([{"a": [1.0]}]), 1)
+    plt.close(fig)

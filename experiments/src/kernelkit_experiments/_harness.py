@@ -262,10 +262,25 @@ def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
 
 
 def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
-    """``{metric: {"mean", "sd"}}`` over seeds (arrays keep their shape; NaNs ignored)."""
+    """``{metric: {"mean", "sd"}}`` over seeds (arrays keep their shape; NaNs ignored).
+
+    Every seed must return the same metrics, each of one shape (NaN where a measurement
+    is missing); otherwise a ValueError names the metric and the seed."""
+    if not runs:
+        raise ValueError("aggregate needs the metrics of at least one seed.")
+    for i, r in enumerate(runs):
+        if set(r) != set(runs[0]):
+            odd = sorted(set(r) ^ set(runs[0]))
+            raise ValueError(
+                f"seed {i} returned other metrics than seed 0 ({', '.join(map(repr, odd))}); "
+                "compute must return the same metrics for every seed (NaN where missing)."
+            )
     out = {}
     for key in runs[0]:
-        a = np.asarray([r[key] for r in runs], dtype=np.float64)  # (n_seeds, ...)
+        try:
+            a = np.asarray([r[key] for r in runs], dtype=np.float64)  # (n_seeds, ...)
+        except ValueError as exc:
+            raise ValueError(f"metric {key!r} has a different shape in different seeds.") from exc
         n = np.isfinite(a).sum(axis=0)
         with warnings.catch_warnings():  # all-NaN slices: NaN mean, no warning
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -330,6 +345,9 @@ def draw_panel(
             f"panel {panel.title!r} has {len(panel.series)} series; at most {MAX_SERIES} "
             "(split it into panels)."
         )
+    absent = [k for k in (*panel.series.values(), *panel.reference.values()) if k not in agg]
+    if absent:
+        raise ValueError(f"panel {panel.title!r}: no metric {absent[0]!r} in the runs.")
     colors = colors or series_colors([panel])
     series_color = [colors[lab] for lab in panel.series]
     means = [agg[k]["mean"] for k in (*panel.series.values(), *panel.reference.values())]
