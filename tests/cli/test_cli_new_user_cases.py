@@ -131,3 +131,12 @@ def test_report_hint_quotes_a_folder_with_spaces(tmp_path):
     assert res.exit_code == 1
     # the suggested command can be pasted as it is
     assert f"run `kernelkit reproduce NAME --out '{empty}/NAME'` first" in res.output
+
+
+def test_report_md_that_cannot_be_written_is_an_error_line(tmp_path):
+    _results_folder(tmp_path, _REPORT, '{"quick": true, "elapsed_s": 1.0}')
+    (tmp_path / "REPORT.md").mkdir()  # as a read-only or odd folder would refuse it
+    res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
+    assert res.exit_code == 1
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert f"Error: cannot write {str(tmp_path / 'REPORT.md')!r}: Is a directory." in res.output

@@ -107,6 +107,16 @@ def _out_dir_or_exit(path: Path) -> None:
         raise SystemExit(_EXIT_USAGE)
 
 
+def _write_summary_or_exit(suite, base: Path, rows, mode: str | None = None) -> Path:
+    """``suite.write_summary``, or exit 1 with why ``base/REPORT.md`` cannot be written."""
+    try:
+        return suite.write_summary(base, rows, mode)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        click.echo(f"Error: cannot write {str(base / 'REPORT.md')!r}: {why}.", err=True)
+        raise SystemExit(_EXIT_FAILED) from None
+
+
 def _lookup_or_exit(name: str, kind: str) -> _exp.Entry:
     try:
         return _exp._lookup(name, kind)
@@ -203,7 +213,7 @@ def reproduce(name, quick, out, seed, list_):
             click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs):>12}  {msg}")
         total = sum(r[2] for r in rows)
         n_bad = sum(r[1] != "ok" for r in rows)
-        summary = suite.write_summary(base, rows, mode)
+        summary = _write_summary_or_exit(suite, base, rows, mode)
         click.echo(f"  report: {summary}")
         click.echo(f"  total {_fmt_time(total)}; {len(rows) - n_bad}/{len(rows)} succeeded.")
         if n_bad:
@@ -256,7 +266,7 @@ def report(out):
             err=True,
         )
         raise SystemExit(_EXIT_FAILED)
-    path = suite.write_summary(out, rows)
+    path = _write_summary_or_exit(suite, out, rows)
     width = max(len(r[0]) for r in rows)
     for n, status, secs, _ in rows:
         click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs) if status == 'ok' else '':>12}")
