@@ -1,6 +1,8 @@
-"""The command line as a new user meets it: output folders that cannot be written and
-results folders that are damaged give a clear message and an exit code, not a
-traceback. Each test of a fix failed before it."""
+"""The command line as a new user meets it: an --out that cannot be created, a negative
+--seed, a benchmark that raises, damaged results folders (a report.md that is not UTF-8,
+a NaN run time, a results.json that is not JSON) and a REPORT.md that cannot be written
+give a clear message and exit code, not a traceback. Each test of a fix failed before
+it; the relative --out with spaces is a case that already worked."""
 
 from __future__ import annotations
 

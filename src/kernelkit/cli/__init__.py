@@ -150,6 +150,9 @@ def main():
 
     Reproduce paper experiments offline (`kernelkit reproduce NAME`) and run
     benchmarks (`kernelkit bench NAME`). `kernelkit list` shows what is available.
+
+    Exit status: 0 on success; 2 on a usage error (unknown name or option, an --out
+    that cannot be created); 1 on any other failure (a run that fails included).
     """
 
 
