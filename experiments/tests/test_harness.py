@@ -3,6 +3,7 @@ plots and the files of a run."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass, replace
@@ -404,3 +405,82 @@ def test_summary_counts_variant_claims_by_text_and_writes_the_column(tmp_path):
     text = write_summary(tmp_path, [("toy", "ok", 1.0, "")]).read_text()
     assert "**1 yes, 0 partly, 0 no, 1 tie (within noise)**; **4 variant** claims." in text
     assert "| 1 / 0 / 0 / 1 / 4 |" in text and "#### Variant claims: shifted" in text
+
+
+def test_judge_infinite_values_are_not_dropped():
+    """A ratio over a zero baseline is infinite: decisive when every seed agrees, n/a
+    when seeds disagree (there is no finite mean or standard error); never left out."""
+    inf = [{"v": math.inf}] * 3
+    v = H.judge(_claim(">", 1.0), inf)
+    assert (v.mean, v.sd, v.n, v.verdict) == (math.inf, 0.0, 3, "yes")
+    assert H.judge(_claim("<", 1.0), inf).verdict == "no"
+    assert H.judge(_claim("<", 1.0), [{"v": -math.inf}] * 3).verdict == "yes"
+    # one infinite seed among finite ones: the finite ones alone would read "tie"
+    mixed = [{"v": 1.0}, {"v": 2.0}, {"v": math.inf}, {"v": math.nan}]
+    v = H.judge(_claim(">", 1.0), mixed)
+    assert (v.n, v.verdict) == (3, "n/a") and math.isnan(v.mean)
+    assert "inf ± 0" in H._claims_table([_claim(">", 1.0)], [H.judge(_claim(">", 1.0), inf)])
+
+
+def test_claim_threshold_nan_is_refused():
+    # every comparison with NaN is False: such a claim would always read "no"
+    with pytest.raises(ValueError, match="threshold"):
+        _claim(threshold=math.nan)
+
+
+def test_log_axes_without_positive_values_and_panels_without_series():
+    """All-NaN or all-zero data on a log axis, and an empty panel, draw without an error or
+    a warning: the axis stays linear and the title says why; an empty panel says so."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nan_runs = [{"c": np.full(3, np.nan), "z": 0.0, "one": np.array([2.0])} for _ in range(3)]
+    agg = H.aggregate(nan_runs)
+    panels = [
+        H.Panel("nan", {"a": "c"}, "y", x=[1, 2, 3], logy=True),
+        H.Panel("zero bars", {"a": "z"}, "y", kind="bar", logy=True),
+        H.Panel("x at 0", {"a": "one"}, "y", x=[0.0], logx=True),
+        H.Panel("one point", {"a": "one"}, "y", x=[10.0], logx=True, logy=True),
+        H.Panel("empty", {}, "y", x=[1, 2, 3]),
+    ]
+    fig, axes = plt.subplots(1, len(panels))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for ax, panel in zip(axes, panels, strict=True):
+            H.draw_panel(ax, panel, agg, 3)
+        fig.savefig(io.BytesIO(), format="png")
+    scales = [(ax.get_xscale(), ax.get_yscale()) for ax in axes]
+    assert scales[:4] == [("linear", "linear")] * 3 + [("log", "log")]
+    assert axes[0].get_title().endswith("linear y: no positive values)")
+    assert axes[2].get_title().endswith("linear x: no positive values)")
+    assert "no positive" not in axes[3].get_title()
+    assert axes[4].get_legend() is None and axes[4].texts[0].get_text() == "no series"
+    plt.close(fig)
+
+
+def test_missing_or_ragged_metrics_are_named():
+    """A metric missing from one seed, of another shape in one seed, or a panel series
+    that names no metric: a ValueError that names it (was a bare KeyError, or NumPy's
+    'inhomogeneous shape', or a metric silently left out when seed 0 lacked it)."""
+    with pytest.raises(ValueError, match=r"seed 1 returned other metrics than seed 0 \('b'\)"):
+        H.aggregate([{"a": 1.0}, {"a": 2.0, "b": 3.0}])
+    with pytest.raises(ValueError, match=r"seed 2 .*'a'"):
+        H.aggregate([{"a": 1.0}, {"a": 1.0}, {}])
+    with pytest.raises(ValueError, match="metric 'a' has a different shape"):
+        H.aggregate([{"a": [1.0, 2.0]}, {"a": [1.0]}])
+    with pytest.raises(ValueError, match="at least one seed"):
+        H.aggregate([])
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    panel = H.Panel("p", {"A": "a", "B": "typo"}, "y", x=[1.0])
+    with pytest.raises(ValueError, match="panel 'p': no metric 'typo'"):
+        H.draw_panel(ax, panel, H.aggregate([{"a": [1.0]}]), 1)
+    plt.close(fig)

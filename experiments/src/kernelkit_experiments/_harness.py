@@ -103,6 +103,8 @@ class Claim:
     def __post_init__(self):
         if self.op not in _OPS:
             raise ValueError(f"op must be '>' or '<', got {self.op!r}.")
+        if math.isnan(self.threshold):  # every comparison with NaN is False: always "no"
+            raise ValueError(f"threshold must be a number, got {self.threshold!r}.")
         m = VARIANT_PREFIX.match(self.text)
         if m:
             if self.variant not in (None, m.group(1)):
@@ -226,15 +228,24 @@ def mean_sd(values) -> tuple[float, float]:
 
 
 def judge(claim: Claim, runs: Sequence[Mapping[str, Any]]) -> Verdict:
-    """The claim's verdict over the seeds' metrics (the two-standard-error rule)."""
+    """The claim's verdict over the seeds' metrics (the two-standard-error rule).
+
+    NaN values (a seed without the measurement) are left out. An infinite value (a ratio
+    over a zero baseline) is decisive where every seed has the same infinity, and makes
+    the claim "n/a" otherwise: there is no finite mean and standard error to judge by."""
     with warnings.catch_warnings():  # empty or all-NaN slices give NaN: "n/a"
         warnings.simplefilter("ignore", RuntimeWarning)
         vals = np.array([float(claim.value(r)) for r in runs])
-    vals = vals[np.isfinite(vals)]
-    mean, sd = mean_sd(vals)
+    vals = vals[~np.isnan(vals)]  # NaN: a seed without this measurement
     n = int(vals.size)
     if n == 0:
-        return Verdict(mean, sd, 0, "n/a")
+        return Verdict(math.nan, math.nan, 0, "n/a")
+    if np.isinf(vals).any():  # e.g. a ratio over a zero baseline
+        if np.all(vals == vals[0]):  # the same infinity in every seed: no noise
+            holds = bool(_OPS[claim.op](vals[0], claim.threshold))
+            return Verdict(float(vals[0]), 0.0, n, "yes" if holds else "no")
+        return Verdict(math.nan, math.nan, n, "n/a")  # no finite mean and s.e. to judge by
+    mean, sd = mean_sd(vals)
     diff = mean - claim.threshold
     if abs(diff) <= 2.0 * sd / math.sqrt(n):  # includes diff == 0 at sd == 0
         return Verdict(mean, sd, n, TIE)
@@ -251,10 +262,25 @@ def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
 
 
 def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
-    """``{metric: {"mean", "sd"}}`` over seeds (arrays keep their shape; NaNs ignored)."""
+    """``{metric: {"mean", "sd"}}`` over seeds (arrays keep their shape; NaNs ignored).
+
+    Every seed must return the same metrics, each of one shape (NaN where a measurement
+    is missing); otherwise a ValueError names the metric and the seed."""
+    if not runs:
+        raise ValueError("aggregate needs the metrics of at least one seed.")
+    for i, r in enumerate(runs):
+        if set(r) != set(runs[0]):
+            odd = sorted(set(r) ^ set(runs[0]))
+            raise ValueError(
+                f"seed {i} returned other metrics than seed 0 ({', '.join(map(repr, odd))}); "
+                "compute must return the same metrics for every seed (NaN where missing)."
+            )
     out = {}
     for key in runs[0]:
-        a = np.asarray([r[key] for r in runs], dtype=np.float64)  # (n_seeds, ...)
+        try:
+            a = np.asarray([r[key] for r in runs], dtype=np.float64)  # (n_seeds, ...)
+        except ValueError as exc:
+            raise ValueError(f"metric {key!r} has a different shape in different seeds.") from exc
         n = np.isfinite(a).sum(axis=0)
         with warnings.catch_warnings():  # all-NaN slices: NaN mean, no warning
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -296,6 +322,11 @@ def series_colors(panels: Sequence[Panel]) -> dict[str, str]:
     return {lab: matplotlib.colors.to_hex(cmap(i % 20)) for i, lab in enumerate(labels)}
 
 
+def _any_positive(arrays) -> bool:
+    """Whether any of ``arrays`` holds a finite positive value (a log axis can show it)."""
+    return any(np.any(np.isfinite(a) & (a > 0)) for a in map(np.asarray, arrays) if a.size)
+
+
 def draw_panel(
     ax,
     panel: Panel,
@@ -314,10 +345,21 @@ def draw_panel(
             f"panel {panel.title!r} has {len(panel.series)} series; at most {MAX_SERIES} "
             "(split it into panels)."
         )
+    absent = [k for k in (*panel.series.values(), *panel.reference.values()) if k not in agg]
+    if absent:
+        raise ValueError(f"panel {panel.title!r}: no metric {absent[0]!r} in the runs.")
     colors = colors or series_colors([panel])
     series_color = [colors[lab] for lab in panel.series]
+    means = [agg[k]["mean"] for k in (*panel.series.values(), *panel.reference.values())]
+    # a log axis only where it has something positive to show (all NaN or zeros: linear)
+    logx = (
+        panel.logx
+        and panel.kind != "bar"
+        and _any_positive(means if panel.kind == "ecdf" else [panel.x])
+    )
+    logy = panel.logy and (panel.kind == "ecdf" or _any_positive(means))
     # the scale first: setting it after the bars' tick labels would reset them
-    ax.set_xscale("log" if panel.logx and panel.kind != "bar" else "linear")
+    ax.set_xscale("log" if logx else "linear")
     if panel.kind == "ecdf":
         _draw_ecdf(ax, panel, agg, series_color)
     elif panel.kind == "bar":
@@ -336,18 +378,27 @@ def draw_panel(
         for i, (lab, key) in enumerate(panel.reference.items()):
             ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=series_color[i], label=lab)
         ax.set_xlabel(panel.xlabel)
-    if panel.kind == "ecdf" and panel.logx:  # no overlapping minor labels within a decade
+    if panel.kind == "ecdf" and logx:  # no overlapping minor labels within a decade
         from matplotlib.ticker import NullFormatter
 
         ax.xaxis.set_minor_formatter(NullFormatter())
     if panel.kind == "line" and 0 < len(panel.x) <= 8:  # the x values themselves as ticks
         ax.set_xticks(list(panel.x), [f"{v:g}" for v in panel.x])
         ax.minorticks_off()
-    if panel.logy:
+    if logy:
         ax.set_yscale("log")
+    unlogged = [
+        a
+        for a, asked, got in (("x", panel.logx, logx), ("y", panel.logy, logy))
+        if asked and not got
+    ]
     ax.set_ylabel(panel.ylabel)
-    ax.set_title(f"{panel.title}\n(mean ± s.d., {n} seeds)", fontsize=9)
-    ax.legend(fontsize=7)
+    note = f"; linear {' and '.join(unlogged)}: no positive values" if unlogged else ""
+    ax.set_title(f"{panel.title}\n(mean ± s.d., {n} seeds{note})", fontsize=9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:  # no series: say so instead of an empty legend (and matplotlib's warning)
+        ax.text(0.5, 0.5, "no series", transform=ax.transAxes, ha="center", va="center")
 
 
 def _draw_ecdf(ax, panel: Panel, agg, series_color) -> None:
@@ -390,7 +441,7 @@ def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:
 
 # ---------------------------------------------------------------------- the run
 def _fmt(mean: float, sd: float) -> str:
-    return "n/a" if not math.isfinite(mean) else f"{mean:.3g} ± {sd:.2g}"
+    return "n/a" if math.isnan(mean) else f"{mean:.3g} ± {sd:.2g}"
 
 
 def format_mean_sd(values) -> str:

@@ -11,6 +11,7 @@ re-running anything (:func:`write_summary`).
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from pathlib import Path
@@ -121,9 +122,10 @@ def read_run_info(exp_dir) -> dict | None:
         return None
     quick = data.get("quick")
     secs = data.get("elapsed_s")
+    finite = isinstance(secs, int | float) and math.isfinite(secs)  # json reads NaN too
     return {
         "mode": "quick" if quick is True else "full" if quick is False else "?",
-        "seconds": float(secs) if isinstance(secs, int | float) else None,
+        "seconds": float(secs) if finite else None,
         "platform": data.get("platform"),
     }
 
@@ -131,12 +133,18 @@ def read_run_info(exp_dir) -> dict | None:
 def collect_rows(results_dir, names) -> list[tuple[str, str, float, str]]:
     """``(name, status, seconds, message)`` for each experiment in ``names`` from the
     folders already in ``results_dir`` (status ``"ok"`` when ``NAME/report.md`` and
-    ``NAME/results.json`` exist; seconds from ``results.json``), for :func:`write_summary`.
+    ``NAME/results.json`` exist; seconds from ``results.json``; ``"unreadable"`` when
+    ``results.json`` is there but not a JSON object), for :func:`write_summary`.
     """
     base = Path(results_dir)
     rows = []
     for name in names:
         info = read_run_info(base / name)
+        if info is None and (base / name / "results.json").is_file():
+            rows.append(
+                (name, "unreadable", 0.0, f"{name}/results.json is unreadable (not a JSON object)")
+            )
+            continue
         if info is None or not (base / name / "report.md").is_file():
             rows.append(
                 (name, "not run", 0.0, f"no {name}/report.md and results.json in this directory")
@@ -217,7 +225,7 @@ def claim_counts(exp_dir) -> dict[str, int] | None:
     path = Path(exp_dir) / "report.md"
     if not path.is_file():
         return None
-    return claim_verdicts(claim_sections(path.read_text()))
+    return claim_verdicts(claim_sections(path.read_text(errors="replace")))
 
 
 def _fmt_verdicts(c: dict[str, int] | None) -> str:
@@ -252,7 +260,7 @@ def write_summary(
     for n, st, _, _ in rows:
         rep_md = base / n / "report.md"
         if st == "ok" and rep_md.is_file():
-            verdicts[n] = claim_verdicts(claim_sections(rep_md.read_text()))
+            verdicts[n] = claim_verdicts(claim_sections(rep_md.read_text(errors="replace")))
     tot = {k: sum(v[k] for v in verdicts.values()) for k in (*VERDICTS, "other", "variant")}
     parts = [
         "# kernelkit: reproduction report",
@@ -302,7 +310,7 @@ def write_summary(
             if status != "ok" or not report.is_file():
                 parts.append(f"Not in this report: **{status}** ({msg}).")
                 continue
-            text = report.read_text()
+            text = report.read_text(errors="replace")
             parts.extend(_scale_paragraphs(text))
             sections = claim_sections(text)
             if sections:

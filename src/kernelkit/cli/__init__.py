@@ -21,6 +21,7 @@ already there (e.g. full runs started one by one with
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -92,6 +93,30 @@ def _claims_text(suite, out_dir: Path) -> str:
     return "claims " + ", ".join(words)
 
 
+def _out_dir_or_exit(path: Path) -> None:
+    """Create the output directory ``path`` (and its parents) before anything runs, or
+    exit with why it cannot be written to (not a traceback after the run)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        click.echo(f"Error: cannot create the output directory {str(path)!r}: {why}.", err=True)
+        raise SystemExit(_EXIT_USAGE) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        click.echo(f"Error: the output directory {str(path)!r} is not writable.", err=True)
+        raise SystemExit(_EXIT_USAGE)
+
+
+def _write_summary_or_exit(suite, base: Path, rows, mode: str | None = None) -> Path:
+    """``suite.write_summary``, or exit 1 with why ``base/REPORT.md`` cannot be written."""
+    try:
+        return suite.write_summary(base, rows, mode)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        click.echo(f"Error: cannot write {str(base / 'REPORT.md')!r}: {why}.", err=True)
+        raise SystemExit(_EXIT_FAILED) from None
+
+
 def _lookup_or_exit(name: str, kind: str) -> _exp.Entry:
     try:
         return _exp._lookup(name, kind)
@@ -125,6 +150,9 @@ def main():
 
     Reproduce paper experiments offline (`kernelkit reproduce NAME`) and run
     benchmarks (`kernelkit bench NAME`). `kernelkit list` shows what is available.
+
+    Exit status: 0 on success; 2 on a usage error (unknown name or option, an --out
+    that cannot be created); 1 on any other failure (a run that fails included).
     """
 
 
@@ -143,9 +171,18 @@ def list_cmd():
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Output directory (default results/NAME). With `all`: the parent "
-    "directory, each experiment writes to OUT/NAME (default results/).",
+    "directory, each experiment writes to OUT/NAME (default results/). Created if "
+    "missing; a second run into it overwrites report.md, results.json and the plots "
+    "(other files stay).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option(
+    "--seed",
+    # seeds of the runs are seed * 1000 + i; NumPy refuses negative seeds
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Random seed (a non-negative integer).",
+)
 @click.option("--list", "list_", is_flag=True, help="List experiments and benchmarks.")
 def reproduce(name, quick, out, seed, list_):
     """Run experiment NAME (or `all`) and write report.md, PNG plots and results.json.
@@ -163,6 +200,7 @@ def reproduce(name, quick, out, seed, list_):
     mode = "quick" if quick else "full"
     if name == "all":
         base = out if out is not None else Path("results")
+        _out_dir_or_exit(base)
         rows = []
         for entry in suite.EXPERIMENTS.values():
             click.echo(f"==> {entry.name} ({mode})")
@@ -178,7 +216,7 @@ def reproduce(name, quick, out, seed, list_):
             click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs):>12}  {msg}")
         total = sum(r[2] for r in rows)
         n_bad = sum(r[1] != "ok" for r in rows)
-        summary = suite.write_summary(base, rows, mode)
+        summary = _write_summary_or_exit(suite, base, rows, mode)
         click.echo(f"  report: {summary}")
         click.echo(f"  total {_fmt_time(total)}; {len(rows) - n_bad}/{len(rows)} succeeded.")
         if n_bad:
@@ -186,6 +224,7 @@ def reproduce(name, quick, out, seed, list_):
         return
     entry = _lookup_or_exit(name, "experiment")
     out_dir = out if out is not None else Path("results") / entry.name
+    _out_dir_or_exit(out_dir)
     click.echo(f"==> {entry.name} ({mode}) -> {out_dir}")
     status, secs, msg = _run_one(entry, out_dir, quick, seed)
     if status != "ok":
@@ -220,13 +259,17 @@ def report(out):
     rows = suite.collect_rows(out, list(suite.EXPERIMENTS))
     n_ok = sum(r[1] == "ok" for r in rows)
     if not n_ok:
+        for n, status, _, msg in rows:
+            if status not in ("ok", "not run"):  # there, but damaged
+                click.echo(f"  {n}: {status}: {msg}", err=True)
         click.echo(
             f"Error: no experiment results (NAME/report.md + NAME/results.json) in "
-            f"{str(out)!r}; run `kernelkit reproduce NAME --out {out}/NAME` first.",
+            f"{str(out)!r}; run `kernelkit reproduce NAME --out "
+            f"{shlex.quote(f'{out}/NAME')}` first.",
             err=True,
         )
         raise SystemExit(_EXIT_FAILED)
-    path = suite.write_summary(out, rows)
+    path = _write_summary_or_exit(suite, out, rows)
     width = max(len(r[0]) for r in rows)
     for n, status, secs, _ in rows:
         click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs) if status == 'ok' else '':>12}")
@@ -253,7 +296,12 @@ def bench(name, quick, list_):
     except _exp.ModuleNotAvailable as exc:
         click.echo(f"Error: {exc}", err=True)
         raise SystemExit(_EXIT_FAILED) from None
-    module.run(quick=quick)
+    try:
+        module.run(quick=quick)
+    except Exception as exc:  # the traceback, then the one-line error reproduce prints
+        traceback.print_exc()
+        click.echo(f"Error: benchmark {entry.name!r} failed: {type(exc).__name__}: {exc}", err=True)
+        raise SystemExit(_EXIT_FAILED) from None
     click.echo(f"benchmark {entry.name!r} done in {_fmt_time(time.perf_counter() - t0)}.")
 
 
