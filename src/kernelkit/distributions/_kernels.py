@@ -35,9 +35,16 @@ _DIRECT_DIMS = 8  # up to this dimension, squared distances from explicit differ
 KERNEL_NAMES = ("gaussian", "laplacian", "exponential", "matern32", "matern52", "cauchy")
 
 
-def _divide(r: np.ndarray, ls: float, times: int, a: float) -> np.ndarray:
-    """``a r / ls^times`` in place, dividing step by step (no ``ls^times``, no ``a / ls``):
-    exact limits 0 and inf at extreme lengthscales, never NaN for finite ``r``."""
+def _scale(r: np.ndarray, a: float, ls: float, times: int) -> np.ndarray:
+    """``a r / ls^times`` in place (``times`` 1 or 2): one product with the constant where
+    it is a finite nonzero float, else division step by step (no ``ls^times``, no
+    ``a / ls``): exact limits 0 and inf at extreme lengthscales, never NaN for finite
+    ``r``."""
+    p = ls if times == 1 else ls * ls  # a Python float: 0.0 or inf, never raises
+    c = a / p if p > 0.0 else math.inf
+    if 0.0 < abs(c) < math.inf:
+        r *= c
+        return r
     with np.errstate(over="ignore", under="ignore"):
         for _ in range(times):
             r /= ls
@@ -53,25 +60,15 @@ def _profile(name: str, r2: np.ndarray, ls: float) -> np.ndarray:
     above about 1e154), so every lengthscale gives the kernel's value or its limit
     (0 or 1), never a ``ZeroDivisionError``, an ``OverflowError`` or NaN.
     """
-    sq = ls * ls  # a Python float: 0.0 or inf at extreme lengthscales, never raises
     if name in ("gaussian", "cauchy"):
-        a = -0.5 if name == "gaussian" else 1.0
-        c = a / sq if sq > 0.0 else math.inf
-        if 0.0 < abs(c) < math.inf:
-            r2 *= c
-        else:
-            _divide(r2, ls, 2, a)
+        _scale(r2, -0.5 if name == "gaussian" else 1.0, ls, 2)
         if name == "gaussian":
             return np.exp(r2, out=r2)
         r2 += 1.0
         return np.reciprocal(r2, out=r2)
     r = np.sqrt(r2, out=r2)
     a = {"laplacian": -1.0, "matern32": math.sqrt(3.0), "matern52": math.sqrt(5.0)}[name]
-    c = a / ls
-    if 0.0 < abs(c) < math.inf:
-        r *= c
-    else:
-        _divide(r, ls, 1, a)
+    _scale(r, a, ls, 1)
     if name == "laplacian":
         return np.exp(r, out=r)
     # beyond r = 1e3, exp(-r) is 0 in float64: clamping keeps the value and avoids inf * 0
