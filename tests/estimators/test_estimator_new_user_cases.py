@@ -292,3 +292,15 @@ def test_transform_y_names_Y_on_a_wrong_width(method):
     rf = RandomFeatures(method=method, n_components=32, random_state=0).fit(X)
     with pytest.raises(ValueError, match=r"^Y has 2 features, but RandomFeatures is expecting 3"):
         rf.transform_y(X[:, :2])
+
+
+def test_transform_y_names_y_in_its_nan_error():
+    # scikit-learn's validation always says "Input X"; transform_y's argument is Y
+    X = np.random.default_rng(0).standard_normal((20, 4))
+    Y = X.copy()
+    Y[0, 0] = np.nan
+    rf = RandomFeatures(n_components=16, method="saderf", random_state=0).fit(X)
+    with pytest.raises(ValueError, match=r"^Input Y contains NaN"):
+        rf.transform_y(Y)
+    with pytest.raises(ValueError, match=r"^Input X contains NaN"):
+        rf.transform(Y)

@@ -247,20 +247,26 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             too_small=too_small,
         )
 
-    def _validate(self, X, reset: bool, accept_sparse: bool):
+    def _validate(self, X, reset: bool, accept_sparse: bool, name: str = "X"):
+        # ``name``: the argument the messages name (X, or Y for transform_y)
         if is_foreign_array(X):
-            X, _ = kk_validate_data(X, "X", n_features=None if reset else self.n_features_in_)
+            X, _ = kk_validate_data(X, name, n_features=None if reset else self.n_features_in_)
             if reset:
                 self.n_features_in_ = int(X.shape[1])
                 self.__dict__.pop("feature_names_in_", None)
             return X
-        return validate_data(
-            self,
-            X,
-            dtype=[np.float64, np.float32],
-            accept_sparse="csr" if accept_sparse else False,
-            reset=reset,
-        )
+        try:
+            return validate_data(
+                self,
+                X,
+                dtype=[np.float64, np.float32],
+                accept_sparse="csr" if accept_sparse else False,
+                reset=reset,
+            )
+        except ValueError as exc:  # scikit-learn's messages always say "Input X"
+            if name == "X" or "Input X" not in str(exc):
+                raise
+            raise ValueError(str(exc).replace("Input X", f"Input {name}", 1)) from None
 
     def _choose(self, X, Y):
         """``method="auto"``: the candidate of lowest mean relative variance on a sample."""
@@ -382,7 +388,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 f"Y has {shape[1]} features, but RandomFeatures is expecting "
                 f"{self.n_features_in_} features as input."
             )
-        Y = self._validate(Y, reset=False, accept_sparse=self.feature_map_.accepts_sparse)
+        Y = self._validate(Y, reset=False, accept_sparse=self.feature_map_.accepts_sparse, name="Y")
         return self._checked(self.feature_map_.transform_y(Y), Y)
 
     def __sklearn_tags__(self):
