@@ -91,10 +91,11 @@ class _Side:
             else:
                 self.BtB = (B.transpose(-1, -2) @ B) * self.s2  # (..., d, d), symmetric
             rows = _transformed_rows(u, B, self.diag, -0.5 * self.s2)
-        if check and not bool(torch.isfinite(rows).all()):  # before padding is applied
-            from .functional import _raise_not_finite
+        if check:  # before padding is applied
+            from .functional import _all_finite, _raise_not_finite
 
-            _raise_not_finite("the squared norm of a key", k=u)
+            if not _all_finite(rows):
+                _raise_not_finite("the squared norm of a key", k=u)
         self.rows = rows if keep is None else torch.where(keep, rows, _NEG)  # (N, L)
 
     def row(self, lo, hi):

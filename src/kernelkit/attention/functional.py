@@ -304,9 +304,14 @@ def _finite_check(check_finite, **tensors):
                 torch._assert_async(torch.isfinite(t).all(), f"{name} contains NaN or inf.")
             return
     for name, t in tensors.items():
-        # one reduction pass; the full check only when the sum is not finite
-        if not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all()):
+        if not _all_finite(t):
             raise ValueError(f"{name} contains NaN or inf.")
+
+
+def _all_finite(t) -> bool:
+    """Whether tensor ``t`` has no NaN or inf: one reduction pass, and the full check only
+    where the sum is not finite (a sum of finite entries may overflow)."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
 def _eager_cpu(*tensors) -> bool:
@@ -316,9 +321,7 @@ def _eager_cpu(*tensors) -> bool:
 def _raise_not_finite(what, **tensors):
     """The input (by name) holding NaN or inf, else an overflow error for ``what`` (a sum
     over finite inputs that is not finite)."""
-    for name, t in tensors.items():
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} contains NaN or inf.")
+    _finite_check(True, **tensors)  # eager: raises naming the input with a NaN or inf
     raise ValueError(
         f"{what} is not finite although {', '.join(tensors)} are: the exponential features "
         "overflow the input dtype (very large query or key norms). Scale the inputs down, "
@@ -549,8 +552,7 @@ def linear_attention(
             int(chunk_size),
             deferred,
         )
-    # one reduction pass; the full check only when the sum is not finite
-    if deferred and not bool(torch.isfinite(out.sum())) and not bool(torch.isfinite(out).all()):
+    if deferred and not _all_finite(out):
         _raise_not_finite("the attention output", q=q, k=k, v=v)
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
@@ -808,8 +810,7 @@ def _bidirectional(q, k, v, name, params, keep, scale, mom, check=False):
             full = name in ("aderf", "sderf")
             mom = fit_moments(q, k, _key_weights(keep, k.dtype), full=full)
             if check and not all(
-                bool(torch.isfinite(t).all())
-                for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
+                _all_finite(t) for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
             ):
                 _raise_not_finite("the second moment of the queries or keys", q=q, k=k)
             mom = _scaled(mom, scale)
@@ -933,7 +934,7 @@ class _FusedFeatures:
         u = self._row_input(x)
         sq = torch.mul(u, u, out=self._buf("sq", B, rows, d))
         row = torch.sum(sq, dim=-1, out=self._buf("row", B, rows))  # (B, rows)
-        if self.check and not bool(torch.isfinite(row).all()):
+        if self.check and not _all_finite(row):
             _raise_not_finite("the squared norm of a key", k=x)
         if keep is not None:
             row.masked_fill_(~keep, 2e30)

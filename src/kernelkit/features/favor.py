@@ -191,7 +191,7 @@ def _streamed_diagonal_moments(xp, X, weights):
 
 def _on_cpu(X) -> bool:
     # host memory (NumPy, or a torch / CuPy array on the CPU)
-    dev = getattr(X, "device", "cpu")
+    dev = _device(X)
     return str(getattr(dev, "type", dev)) == "cpu"
 
 
