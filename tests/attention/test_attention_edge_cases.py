@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
+from attention_helpers import qkv as _qkv  # noqa: E402
+from attention_helpers import rel_error as _rel  # noqa: E402
 from torch import nn  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
@@ -23,19 +25,6 @@ from kernelkit.attention import (  # noqa: E402
     linear_attention_step,
 )
 from kernelkit.kernels import softmax_attention  # noqa: E402
-
-
-def _qkv(q_shape, k_shape=None, e=3, scale=1.0, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    k_shape = q_shape if k_shape is None else k_shape
-    q = torch.randn(*q_shape, generator=g, dtype=dtype) * scale
-    k = torch.randn(*k_shape, generator=g, dtype=dtype) * scale
-    v = torch.randn(*k_shape[:-1], e, generator=g, dtype=dtype)
-    return q, k, v
-
-
-def _rel(a, b):
-    return float((a - b).norm() / b.norm())
 
 
 # ------------------------------------------------------------------ SDPA attn_mask forms

@@ -9,6 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
+from attention_helpers import rel_error as _rel  # noqa: E402
+
 from kernelkit.attention import (  # noqa: E402
     FavorAttention,
     LinearAttentionState,
@@ -33,10 +35,6 @@ def _qkv(scale=1.0, dtype=torch.float64, seed=0, L=L):
 def _moments():
     qc, kc, _ = _qkv(seed=7, L=40)  # calibration batch: other data than the decoded one
     return attention_moments(qc, kc)
-
-
-def _rel(a, b):
-    return float((a - b).norm() / b.norm())
 
 
 def _state(name, dtype=torch.float64, mom=None, **kw):

@@ -3,11 +3,16 @@ hybrid map against kernelkit.features.AngularHybridRF, precision paths and edge 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
+
+from attention_helpers import qkv  # noqa: E402
+from attention_helpers import rel_error as _rel  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
     FavorAttention,
@@ -34,16 +39,7 @@ ALL = [
 CAUSAL_OK = [n for n in ALL if n not in ("trig", "hybrid_angular")]
 
 
-def _qkv(shape=(2, 3, 21, 13), e=5, scale=1.0, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(*shape, generator=g, dtype=dtype) * scale
-    k = torch.randn(*shape, generator=g, dtype=dtype) * scale
-    v = torch.randn(*shape[:-1], e, generator=g, dtype=dtype)
-    return q, k, v
-
-
-def _rel(a, b):
-    return float((a - b).norm() / b.norm())
+_qkv = functools.partial(qkv, e=5)  # (q, k, v) of one shape, values of width 5
 
 
 # ------------------------------------------------------------------ hybrid = AngularHybridRF

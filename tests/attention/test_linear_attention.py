@@ -9,6 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
+from attention_helpers import rel_error as _rel  # noqa: E402
+
 from kernelkit.attention import (  # noqa: E402
     attention_moments,
     draw_features,
@@ -27,10 +29,6 @@ def _qkv(B=2, H=2, L=24, d=8, e=5, scale=1.0, dtype=torch.float64, seed=0):
     k = torch.randn(B, H, L, d, generator=g, dtype=dtype) * scale
     v = torch.randn(B, H, L, e, generator=g, dtype=dtype)
     return q, k, v
-
-
-def _rel(a, b):
-    return float((a - b).norm() / b.norm())
 
 
 # ------------------------------------------------------------------ exact kernels
