@@ -60,8 +60,39 @@ def test_normalize_y_variance_of_offset_targets_in_chunked_fits(path, monkeypatc
     mean_o, std_o = other.predict(X[:50], return_std=True)
     # same features and Gram to round-off: the std agree to a few hundred n eps relative
     np.testing.assert_allclose(std_o, std_d, rtol=1e-9)
-    # means: R = Phi^T y - s ybar cancels ybar = 1e8, leaving ~ 1e4 n eps ybar absolute
-    np.testing.assert_allclose(mean_o, mean_d, rtol=0, atol=1e4 * EPS * 1e8)
+    # means: a few roundings of the 1e8 offset (the statistics keep y relative to a block
+    # mean, so nothing cancels the offset's digits)
+    np.testing.assert_allclose(mean_o, mean_d, rtol=0, atol=16 * EPS * 1e8)
+
+
+@pytest.mark.parametrize("path", ["blocks", "streamed"])
+@pytest.mark.parametrize("estimator", ["ridge", "gp"])
+def test_chunked_fit_keeps_the_digits_of_offset_targets(estimator, path, monkeypatch):
+    """``y = 1e10 + O(1)``: the chunked and blocked fits formed the centred right-hand side
+    ``sum_i phi_i (y_i - ybar)`` from the raw ``Phi^T y``, cancelling the offset's digits:
+    predictions differed from the in-memory fit by ~1e-13 x offset (9e-4 for the ridge,
+    1e-4 for the GP at 1e10), where the in-memory fit is exact to a few roundings of the
+    offset (``eps x 1e10 ~ 2e-6``). The sums are now kept relative to a block mean."""
+    offset = 1e10
+    X, y = _offset_data(offset=offset)
+    fm = RandomFourierFeatures(n_features=64, lengthscale=1.0, random_state=0)
+    if estimator == "ridge":
+        est = RandomFeatureRidge(fm, alpha=1e-2, solver="primal")
+    else:
+        est = RandomFeatureGPRegressor(fm, noise=0.1, normalize_y=True, solver="primal")
+    monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1 << 62)
+    direct = clone(est).fit(X, y)
+    if path == "blocks":
+        blocks = ((X[i : i + 97], y[i : i + 97]) for i in range(0, len(X), 97))
+        other = clone(est).fit(blocks, None)
+    else:
+        monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1000)
+        assert chunked.use_blocked_statistics(direct.feature_map_, X, "primal")
+        other = clone(est).fit(X, y)
+    pred_d, pred_o = direct.predict(X[:50]), other.predict(X[:50])
+    np.testing.assert_allclose(pred_o, pred_d, rtol=0, atol=16 * EPS * offset)
+    if estimator == "ridge":  # the intercept carries the offset
+        assert abs(other.intercept_ - direct.intercept_) <= 16 * EPS * offset
 
 
 @pytest.mark.parametrize("value", [1e6 + 0.3, -123.456789, 0.1])

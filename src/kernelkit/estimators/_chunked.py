@@ -16,13 +16,17 @@ ways and branch on them once, in ``fit`` (user guide: "Scale-out with Dask"):
 
 The primal form needs the data only through the sums over rows
 
-    n,  s = sum_i phi_i (D,),  G = Phi^H Phi (D, D),  R = Phi^H Y (D, T),
-    sum_i y_i (T,),  sum_i (y_i - ybar)^2 (T,)
+    n,  s = sum_i phi_i (D,),  G = Phi^H Phi (D, D),  R = Phi^H (Y - 1 r^T) (D, T),
+    sum_i (y_i - r) (T,),  sum_i (y_i - ybar)^2 (T,)
 
-(:class:`FeatureStats`). The targets' sum of squares is taken about each block's mean and
-the blocks' sums are combined by the pairwise update of Chan, Golub & LeVeque (1979), so
-the target variance keeps its precision when the mean is large next to the spread (the
-raw ``sum_i y_i^2 / n - ybar^2`` loses every digit at ``y = 1e8 + N(0, 1)``).
+(:class:`FeatureStats`), with the targets taken relative to a reference ``r`` (T,): the
+first block's mean. The targets' sum of squares is taken about each block's mean and the
+blocks' sums are combined by the pairwise update of Chan, Golub & LeVeque (1979), so the
+target variance keeps its precision when the mean is large next to the spread (the raw
+``sum_i y_i^2 / n - ybar^2`` loses every digit at ``y = 1e8 + N(0, 1)``). For the same
+reason ``R`` and the target sum are kept relative to ``r``: the centred right-hand side
+``sum_i phi_i (y_i - ybar)`` formed from the raw ``Phi^H Y`` would cancel the offset's
+digits (predictions off by ``1e-13`` times the offset instead of ``1e-16``).
 Each block's rows are mapped to features a slab at a time
 (``_SLAB_BYTES`` of features, never a whole block's), ``Phi^T Phi`` is accumulated by the
 BLAS symmetric rank-k update for real features, and the blocks' statistics are summed
@@ -143,40 +147,57 @@ def training_rows(est, X, y) -> TrainingRows:
 # ------------------------------------------------------------------ step 3: statistics
 @dataclass
 class FeatureStats:
-    """Sums over rows of features ``phi`` (D,) and targets ``y`` (T,); see module doc."""
+    """Sums over rows of features ``phi`` (D,) and targets ``y`` (T,); see module doc.
+
+    The target sums are relative to the reference ``y_ref`` (T,) (a block mean), so that a
+    large common offset of the targets never enters a sum that is later cancelled.
+    """
 
     n: int
     s_phi: np.ndarray  # (D,)
     gram: np.ndarray  # (D, D) Phi^H Phi
-    rhs: np.ndarray  # (D, T) Phi^H Y
-    s_y: np.ndarray  # (T,)
-    ss_y: np.ndarray  # (T,) sum_i (y_i - s_y / n)^2, the centred sum of squares
+    rhs: np.ndarray  # (D, T) Phi^H (Y - 1 y_ref^T)
+    s_y: np.ndarray  # (T,) sum_i (y_i - y_ref)
+    ss_y: np.ndarray  # (T,) sum_i (y_i - ybar)^2, the centred sum of squares
+    y_ref: np.ndarray  # (T,) the reference of rhs and s_y
+
+    @property
+    def y_mean(self) -> np.ndarray:
+        """The targets' mean ``ybar`` (T,)."""
+        return self.y_ref + self.s_y / self.n
 
     def __add__(self, other: FeatureStats) -> FeatureStats:
+        # other's target sums moved to self's reference: shift = the references' difference,
+        # of the size of the spread of the block means (no cancellation of a common offset)
+        shift = other.y_ref - self.y_ref  # (T,)
+        s_y_other = other.s_y + other.n * shift
+        rhs_other = other.rhs + np.multiply.outer(np.conj(other.s_phi), shift)
         # Chan et al.'s update of the centred sums of squares: exact in exact arithmetic,
         # without the cancellation of sum y^2 - n ybar^2
         n = self.n + other.n
-        delta = other.s_y / other.n - self.s_y / self.n  # (T,) difference of the means
+        delta = other.s_y / other.n + shift - self.s_y / self.n  # (T,) difference of the means
         with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
             ss_y = self.ss_y + other.ss_y + delta**2 * (self.n * other.n / n)
         return FeatureStats(
             n,
             self.s_phi + other.s_phi,
             self.gram + other.gram,
-            self.rhs + other.rhs,
-            self.s_y + other.s_y,
+            self.rhs + rhs_other,
+            self.s_y + s_y_other,
             ss_y,
+            self.y_ref,
         )
 
     def centred(
-        self, y_shift: np.ndarray, y_scale: np.ndarray, centre_features: bool
+        self, centre_targets: bool, y_scale: np.ndarray, centre_features: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(G_c, R_c)``: the Gram and right-hand side of shifted features and targets.
 
-        With ``c = s_phi / n`` (feature mean) if ``centre_features`` else ``0``:
+        With ``c = s_phi / n`` (feature mean) if ``centre_features`` else ``0``, and the
+        target shift ``t = ybar`` (:attr:`y_mean`) if ``centre_targets`` else ``0``:
         ``G_c = sum_i conj(phi_i - c) (phi_i - c)^T`` (D, D) and
-        ``R_c = sum_i conj(phi_i - c) ((y_i - y_shift) / y_scale)^T`` (D, T), expanded in
-        the sums.
+        ``R_c = sum_i conj(phi_i - c) ((y_i - t) / y_scale)^T`` (D, T), expanded in the
+        sums (the targets through ``y_i - t = (y_i - y_ref) - (t - y_ref)``).
         """
         n, s = self.n, self.s_phi
         c = s / n if centre_features else np.zeros_like(s)  # (D,)
@@ -186,11 +207,10 @@ class FeatureStats:
             - np.outer(np.conj(c), s)
             + n * np.outer(np.conj(c), c)
         )
+        # t - y_ref, computed without forming t itself (exact for t = ybar)
+        t_rel = self.s_y / n if centre_targets else -self.y_ref  # (T,)
         R = (
-            self.rhs
-            - np.outer(np.conj(s), y_shift)
-            - np.outer(np.conj(c), self.s_y)
-            + n * np.outer(np.conj(c), y_shift)
+            self.rhs - np.outer(np.conj(s), t_rel) - np.outer(np.conj(c), self.s_y - n * t_rel)
         ) / y_scale
         return G, R
 
@@ -224,20 +244,23 @@ class _Accumulator:
             self.gram = dsyrk(1.0, Phi.T, beta=1.0, c=self.gram, trans=0, lower=0, overwrite_c=1)
             self.rhs += Phi.T @ Y
 
-    def stats(self, Y: np.ndarray) -> FeatureStats:
+    def stats(self, Yc: np.ndarray, y_ref: np.ndarray) -> FeatureStats:
+        """The block's statistics; ``Yc`` (b, T): its targets minus ``y_ref`` (T,)."""
         G = self.gram
         if not self.complex:
             G = np.triu(G)
             G += np.triu(G, 1).T
+        s_y = Yc.sum(axis=0)  # (T,)
         with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
-            ss_y = ((Y - Y.mean(axis=0)) ** 2).sum(axis=0)  # about the block mean
+            ss_y = ((Yc - s_y / len(Yc)) ** 2).sum(axis=0)  # about the block mean
         return FeatureStats(
             n=self.n,
             s_phi=self.s_phi,
             gram=np.ascontiguousarray(G),
             rhs=self.rhs,
-            s_y=Y.sum(axis=0),
+            s_y=s_y,
             ss_y=ss_y,
+            y_ref=y_ref,
         )
 
 
@@ -252,6 +275,9 @@ def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
     n = len(Xb)
     if n == 0:
         raise ValueError("empty block")
+    with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
+        y_ref = Y.mean(axis=0)  # (T,) the block's reference (module doc)
+        Y = Y - y_ref  # (b, T)
     acc, lo, step = None, 0, _FIRST_SLAB
     while lo < n:
         Phi = map_features(fm, Xb[lo : lo + step], amplitude)  # (<= step, D) f64 / c128
@@ -263,7 +289,7 @@ def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
             hi = lo + step
         acc.add(Phi, Y[lo:hi])
         lo = hi
-    return acc.stats(Y)
+    return acc.stats(Y, y_ref)
 
 
 def use_blocked_statistics(fm, X, solver: str) -> bool:

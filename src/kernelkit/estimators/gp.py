@@ -204,9 +204,8 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
     def _solve_statistics(self, stats: FeatureStats, noise: float) -> None:
         """The primal posterior (eq. 88-90) from the reduced statistics:
         ``B = G / noise + I``, right-hand side ``R / noise`` of the scaled targets."""
-        mean = stats.s_y / stats.n  # (T,)
-        self._scale_targets(mean, np.sqrt(stats.ss_y / stats.n), stats.n)
-        G, R = stats.centred(self._y_mean, self._y_std, centre_features=False)
+        self._scale_targets(stats.y_mean, np.sqrt(stats.ss_y / stats.n), stats.n)
+        G, R = stats.centred(bool(self.normalize_y), self._y_std, centre_features=False)
         B = G / noise
         B[np.diag_indices_from(B)] += 1.0
         self.posterior_ = FeaturePosterior.from_primal(B, R / noise)

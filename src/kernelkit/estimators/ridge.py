@@ -168,8 +168,8 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     def _solve_statistics(self, stats: FeatureStats, alpha: float):
         """``(coef (D, T), intercept (T,), n)`` from the statistics: the primal system
         ``(G_c / alpha + I) coef = R_c / alpha`` of the centred sums."""
-        y_mean = stats.s_y / stats.n if self.fit_intercept else np.zeros_like(stats.s_y)
-        G, R = stats.centred(y_mean, np.ones_like(y_mean), self.fit_intercept)
+        y_mean = stats.y_mean if self.fit_intercept else np.zeros_like(stats.s_y)
+        G, R = stats.centred(self.fit_intercept, np.ones_like(y_mean), self.fit_intercept)
         G = G / alpha
         G[np.diag_indices_from(G)] += 1.0
         coef = FeaturePosterior.from_primal(G, R / alpha).coef  # (D, T)
