@@ -65,3 +65,23 @@ def test_site_builds_strict():
     assert (site / "index.html").is_file()
     api = (site / "api" / "features" / "index.html").read_text()
     assert "SDERF" in api and "approx_kernel" in api  # rendered from the docstrings
+    # the docstrings' Sphinx roles are rendered as code (docs/hooks/sphinx_roles.py)
+    for page in (site / "api").rglob("index.html"):
+        text = page.read_text()
+        assert not re.search(r":(class|func|meth|mod|attr|data):<code>", text), page
+
+
+def test_sphinx_roles_hook():
+    """The hook drops the role, keeps the code span, and shortens a ``~`` name."""
+    sys.path.insert(0, str(DOCS / "hooks"))
+    try:
+        from sphinx_roles import render_roles
+    finally:
+        sys.path.remove(str(DOCS / "hooks"))
+    html = (
+        "see :class:<code>~kernelkit.features.SDERF</code> and :func:<code>a_star</code>, "
+        "not <code>:class:</code>"
+    )
+    assert render_roles(html) == (
+        "see <code>SDERF</code> and <code>a_star</code>, not <code>:class:</code>"
+    )
