@@ -1,4 +1,5 @@
-"""The documentation: every ```python block runs, and the MkDocs site builds offline.
+"""The documentation: every ```python block (of docs/ and the README) runs, and the MkDocs
+site builds offline.
 
 Blocks of one page run in order in one namespace (a page is one session). The site is
 built with ``mkdocs build --strict`` (mkdocstrings renders the API reference from the
@@ -48,6 +49,17 @@ def test_examples_run(page, monkeypatch, tmp_path):
             raise AssertionError(
                 f"{page.relative_to(DOCS)} block {i} failed: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+def test_readme_example_runs(monkeypatch, tmp_path):
+    """The README's example, the first code a new user runs, runs as written."""
+    blocks = python_blocks((ROOT / "README.md").read_text())
+    assert blocks, "README.md has no python example"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__docs__"}
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"README.md[block {i}]", "exec"), namespace)
+    assert namespace["K_hat"].shape == (500, 400)
 
 
 @pytest.mark.slow
