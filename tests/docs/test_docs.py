@@ -8,6 +8,7 @@ docstrings; a broken reference or link fails the build).
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -18,6 +19,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = sorted(p for p in DOCS.rglob("*.md"))
+#: the packages with an API reference page, docs/api/<pkg>.md
+API_PACKAGES = (
+    "features",
+    "kernels",
+    "attention",
+    "estimators",
+    "distributions",
+    "optim",
+    "metrics",
+    "datasets",
+)
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -77,11 +89,26 @@ def test_site_builds_strict():
     assert (site / "index.html").is_file()
     api = (site / "api" / "features" / "index.html").read_text()
     assert "SDERF" in api and "approx_kernel" in api  # rendered from the docstrings
+    # every public name of every package has its entry in the API reference
+    for pkg in API_PACKAGES:
+        _check_api_entries(site, pkg)
     # the docstrings' Sphinx roles are rendered as code (docs/hooks/sphinx_roles.py)
     for page in (site / "api").rglob("index.html"):
         text = page.read_text()
         assert not re.search(r":(class|func|meth|mod|attr|data):<code>", text), page
         assert "::</p>" not in text, page
+
+
+def _check_api_entries(site: Path, pkg: str) -> None:
+    """Every name of ``kernelkit.<pkg>.__all__`` is an entry (an anchor) of its API page."""
+    if pkg == "attention":
+        pytest.importorskip("torch")
+    module = importlib.import_module(f"kernelkit.{pkg}")
+    html = (site / "api" / pkg / "index.html").read_text()
+    anchors = set(re.findall(r'id="(kernelkit\.[\w.]+)"', html))
+    short = {a.rsplit(".", 1)[-1] for a in anchors}
+    missing = [name for name in module.__all__ if name not in short]
+    assert not missing, f"kernelkit.{pkg}: no API entry for {missing}"
 
 
 def test_sphinx_roles_hook():
