@@ -46,6 +46,8 @@ _HALF = (torch.float16, torch.bfloat16)
 class LinearAttentionState:
     """Recurrent state of causal linear attention (see :func:`init_decoding_state`): the
     prefix sums of FAVOR# eq. 4 in causal mode, kept relative to a running key maximum.
+    A state whose tensors a later ``inplace=True`` step has updated no longer holds the
+    prefix of its ``t`` tokens; :func:`linear_attention_step` refuses it (eager mode).
 
     Attributes
     ----------
@@ -59,12 +61,13 @@ class LinearAttentionState:
     t : int
         Number of tokens seen.
     feature_map : str
-        Map name; ``scale`` the softmax scale; ``d`` the head dim.
+        Map name.
+    scale : float
+        The softmax scale.
+    d : int
+        The head dimension.
     params : object
         The prepared feature parameters (not rebuilt per step).
-
-    A state whose tensors a later ``inplace=True`` step has updated no longer holds the
-    prefix of its ``t`` tokens; :func:`linear_attention_step` refuses it (eager mode).
     """
 
     kvz: torch.Tensor

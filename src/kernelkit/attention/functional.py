@@ -358,7 +358,8 @@ def linear_attention(
     Drop-in use: ``F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0,
     is_causal=..., scale=..., enable_gqa=...)`` becomes ``linear_attention(q, k, v,
     "sderf", 256, attn_mask=None, dropout_p=0.0, is_causal=..., scale=...,
-    enable_gqa=...)`` (the arguments after ``v`` are keyword-only here).
+    enable_gqa=...)`` (``feature_map`` and ``n_features`` follow ``v``; the other
+    arguments are keyword-only here).
 
     Parameters
     ----------

@@ -361,6 +361,8 @@ def uniform_chain_conditional_moments(X, p: int = 6):
     Parameters
     ----------
     X : array_like, shape (n, d_x)
+    p : int, default=6
+        Length of the chain, as in :func:`sample_uniform_chain`; ``d_x < p``.
 
     Returns
     -------

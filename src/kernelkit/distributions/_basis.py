@@ -138,14 +138,22 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     pivots_ : ndarray of int, shape (m,)
-    centers_ : ndarray, shape (m, d)          the pivot points ``x_{p_j}``
-    coef_ : ndarray, shape (m, m)             ``T = B[piv] V``
-    eigenvalues_ : ndarray, shape (m,)        ``Lambda`` (descending; ``A^T A``)
-    factor_t_ : ndarray, shape (m, n)         ``L^T``, the pivoted Cholesky factor, row-major
-    rotation_ : ndarray, shape (m, m)         ``V`` (the identity if ``rotate=False``)
-    train_sums_ : ndarray, shape (m,)         ``A^T 1``
-    trace_residual_ : float                  ``trace(K - L L^T)``
-    n_components_ : int                      ``m``
+    centers_ : ndarray, shape (m, d)
+        The pivot points ``x_{p_j}``
+    coef_ : ndarray, shape (m, m)
+        ``T = B[piv] V``
+    eigenvalues_ : ndarray, shape (m,)
+        ``Lambda`` (descending; ``A^T A``)
+    factor_t_ : ndarray, shape (m, n)
+        ``L^T``, the pivoted Cholesky factor, row-major
+    rotation_ : ndarray, shape (m, m)
+        ``V`` (the identity if ``rotate=False``)
+    train_sums_ : ndarray, shape (m,)
+        ``A^T 1``
+    trace_residual_ : float
+        ``trace(K - L L^T)``
+    n_components_ : int
+        ``m``
     n_features_in_ : int
 
     Notes

@@ -103,12 +103,16 @@ class ConditionalMeanEmbedding(BaseEstimator):
 
     Attributes
     ----------
-    coef_ : ndarray, shape (m_Y, m_X)            ``F~``
-    weights_map_ : ndarray, shape (m_Y, m_X)     ``B_Y[piv] V_Y F~``: pivot weights are
-                                                 ``weights_map_ @ psi_X(x)``
+    coef_ : ndarray, shape (m_Y, m_X)
+        ``F~``
+    weights_map_ : ndarray, shape (m_Y, m_X)
+        ``B_Y[piv] V_Y F~``: pivot weights are
+        ``weights_map_ @ psi_X(x)``
     basis_x_, basis_y_ : LowRankBasis
-    Y_pivots_ : ndarray, shape (m_Y, d_Y)        the pivot y's
-    pivot_rows_ : ndarray of int or None         rows of the pivot sample (None: all rows)
+    Y_pivots_ : ndarray, shape (m_Y, d_Y)
+        The pivot y's
+    pivot_rows_ : ndarray of int or None
+        Rows of the pivot sample (None: all rows)
 
     Notes
     -----

@@ -137,14 +137,20 @@ class JointDistribution(TensorJointModel):
 
     Attributes
     ----------
-    coef_ : ndarray, shape (m_Y, m_X)       ``H~`` of (22)
+    coef_ : ndarray, shape (m_Y, m_X)
+        ``H~`` of (22)
     basis_x_, basis_y_ : LowRankBasis
-    s_x_, s_y_ : ndarray                    ``A_X^T 1``, ``A_Y^T 1``
-    X_fit_, Y_fit_ : ndarray                training samples, (n, d_X), (n, d_Y)
+    s_x_, s_y_ : ndarray
+        ``A_X^T 1``, ``A_Y^T 1``
+    X_fit_, Y_fit_ : ndarray
+        Training samples, (n, d_X), (n, d_Y)
     n_samples_ : int
-    solver_info_ : dict                     multipliers of the constrained solves
-    n_features_in_ : int                    ``d_X``
-    pivot_rows_ : ndarray of int or None    rows of the pivot sample (None: all rows)
+    solver_info_ : dict
+        Multipliers of the constrained solves
+    n_features_in_ : int
+        ``d_X``
+    pivot_rows_ : ndarray of int or None
+        Rows of the pivot sample (None: all rows)
 
     Notes
     -----

@@ -64,7 +64,8 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     classes_ : ndarray, shape (2,)
     coef_ : ndarray, shape (m,)
     basis_ : LowRankBasis
-    pivot_rows_ : ndarray of int or None     rows of the pivot sample (None: all rows)
+    pivot_rows_ : ndarray of int or None
+        Rows of the pivot sample (None: all rows)
 
     Notes
     -----

@@ -48,7 +48,8 @@ def clipped_log_loss(labels, proba, eta: float = 1e-12) -> float:
     Parameters
     ----------
     labels : array_like of {0, 1} or bool, shape (n,)
-    proba : array_like, shape (n,)   predicted ``P(I = 1 | x)`` (possibly signed)
+    proba : array_like, shape (n,)
+        Predicted ``P(I = 1 | x)`` (possibly signed)
     eta : float, default=1e-12
     """
     labels = np.asarray(labels)

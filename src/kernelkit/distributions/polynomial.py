@@ -59,12 +59,17 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     exponents_ : ndarray of int, shape (m, d)
-    mean_, scale_ : ndarray, shape (d,)        standardisation
-    coef_ : ndarray, shape (m, r)              ``G^{-1/2}`` (r = m), or ``U Lambda^{-1/2}``
-                                               on the range of ``G`` if it is singular
-    eigenvalues_ : ndarray, shape (m,)         ``n`` (all equal)
-    train_features_t_ : ndarray, shape (m, n)  ``A^T`` (also ``factor_t_``; ``rotation_ = I``)
-    train_sums_ : ndarray, shape (m,)          ``A^T 1``
+    mean_, scale_ : ndarray, shape (d,)
+        Standardisation
+    coef_ : ndarray, shape (m, r)
+        ``G^{-1/2}`` (r = m), or ``U Lambda^{-1/2}``
+        on the range of ``G`` if it is singular
+    eigenvalues_ : ndarray, shape (m,)
+        ``n`` (all equal)
+    train_features_t_ : ndarray, shape (m, n)
+        ``A^T`` (also ``factor_t_``; ``rotation_ = I``)
+    train_sums_ : ndarray, shape (m,)
+        ``A^T 1``
 
     Notes
     -----

@@ -1,7 +1,8 @@
 """scikit-learn compatible estimators built on kernelkit's random features.
 
-* :class:`RandomFeatures` – transformer over every symmetric feature map
-  (trig / positive / hyperbolic / GERF / SDERF) for the Gaussian or softmax kernel.
+* :class:`RandomFeatures` – transformer over any of the twenty feature maps by name, for
+  the Gaussian, softmax or polynomial kernel, or ``method="auto"``: the map of lowest
+  analytic variance on a sample of the data.
 * :class:`NadarayaWatsonClassifier` – kernel classification of FAVOR# Sec. 5.2 with any
   feature map, asymmetric ones (SADERF, ADERF) included, or the exact kernel.
 * :class:`RandomFeatureRidge` – kernel ridge regression with any symmetric feature map.

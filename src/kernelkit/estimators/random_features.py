@@ -49,30 +49,28 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     ``method`` name, and ``method="auto"``, which picks the map of lowest analytic
     variance for the data.
 
-    ======================= ============================================= ==============
-    method                  feature map                                   kernels
-    ======================= ============================================= ==============
-    ``"trig"``              :class:`~kernelkit.features.TrigRF`           gauss., softm.
-    ``"positive"``          :class:`~kernelkit.features.PositiveRF`       gauss., softm.
-    ``"hyperbolic"``        :class:`~kernelkit.features.HyperbolicRF`     gauss., softm.
-    ``"gerf"``              :class:`~kernelkit.features.GERF`             gauss., softm.
-    ``"saderf"``            :class:`~kernelkit.features.SADERF`           gauss., softm.
-    ``"aderf"``             :class:`~kernelkit.features.ADERF`            gauss., softm.
-    ``"sderf"``             :class:`~kernelkit.features.SDERF`            gauss., softm.
-    ``"rff"``               :class:`~kernelkit.features.RandomFourierFeatures` Gaussian
-    ``"hybrid_angular"``    :class:`~kernelkit.features.AngularHybridRF`  gauss., softm.
-    ``"hybrid_gaussian"``   :class:`~kernelkit.features.GaussianHybridRF` gauss., softm.
-    ``"hybrid_normalized"`` :class:`~kernelkit.features.NormalizedGaussianHybridRF`
-    ``"complex_exponential"`` :class:`~kernelkit.features.ComplexExponentialRF`
-    ``"hybrid_clustered"``  :class:`~kernelkit.features.ClusteredHybridRF` gauss., softm.
-    ``"rademacher"``        :class:`~kernelkit.features.RademacherSketch` polynomial
-    ``"gaussian_sketch"``   :class:`~kernelkit.features.GaussianSketch`   polynomial
-    ``"tensor_srht"``       :class:`~kernelkit.features.TensorSRHT`       polynomial
-    ``"tensor_sketch"``     :class:`~kernelkit.features.TensorSketch`     polynomial
-    ``"random_maclaurin"``  :class:`~kernelkit.features.RandomMaclaurin`  all three
-    ``"optimized_maclaurin"`` :class:`~kernelkit.features.OptimizedMaclaurin` all three
-    ``"srf"``               :class:`~kernelkit.features.SphericalRandomFeatures` eq. 57
-    ======================= ============================================= ==============
+    | ``method`` | feature map (:mod:`kernelkit.features`) | kernels |
+    |---|---|---|
+    | ``"trig"`` | :class:`TrigRF` | Gaussian, softmax |
+    | ``"positive"`` | :class:`PositiveRF` | Gaussian, softmax |
+    | ``"hyperbolic"`` | :class:`HyperbolicRF` | Gaussian, softmax |
+    | ``"gerf"`` | :class:`GERF` | Gaussian, softmax |
+    | ``"saderf"`` | :class:`SADERF` | Gaussian, softmax |
+    | ``"aderf"`` | :class:`ADERF` | Gaussian, softmax |
+    | ``"sderf"`` | :class:`SDERF` | Gaussian, softmax |
+    | ``"rff"`` | :class:`RandomFourierFeatures` | Gaussian |
+    | ``"hybrid_angular"`` | :class:`AngularHybridRF` | Gaussian, softmax |
+    | ``"hybrid_gaussian"`` | :class:`GaussianHybridRF` | Gaussian, softmax |
+    | ``"hybrid_normalized"`` | :class:`NormalizedGaussianHybridRF` | Gaussian, softmax |
+    | ``"complex_exponential"`` | :class:`ComplexExponentialRF` | Gaussian, softmax |
+    | ``"hybrid_clustered"`` | :class:`ClusteredHybridRF` | Gaussian, softmax |
+    | ``"rademacher"`` | :class:`RademacherSketch` | polynomial |
+    | ``"gaussian_sketch"`` | :class:`GaussianSketch` | polynomial |
+    | ``"tensor_srht"`` | :class:`TensorSRHT` | polynomial |
+    | ``"tensor_sketch"`` | :class:`TensorSketch` | polynomial |
+    | ``"random_maclaurin"`` | :class:`RandomMaclaurin` | all three |
+    | ``"optimized_maclaurin"`` | :class:`OptimizedMaclaurin` | all three |
+    | ``"srf"`` | :class:`SphericalRandomFeatures` | eq. 57 |
 
     Aliases: ``"favor+"``, ``"favor++"``, ``"favor#"``, ``"rbf"``; names are
     case-insensitive. ``"srf"`` estimates the unit-sphere kernel of the dot-product paper's

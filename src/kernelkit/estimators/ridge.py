@@ -72,15 +72,15 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         reduction of large in-memory fits and, when its own ``n_jobs`` is None, by the
         (cloned) feature map. The fitted model does not depend on it beyond round-off.
 
-    Out of core
-    -----------
-    ``fit`` also takes ``X`` as a ``dask.array.Array`` (with ``y`` a Dask or NumPy array)
-    or as an iterable of ``(X_block, y_block)`` NumPy pairs (then ``y=None``). Each chunk
-    of rows is mapped to features and reduced to ``Phi^H Phi``, ``Phi^H Y`` and sums
-    (:mod:`kernelkit.estimators._chunked`), in parallel on the active Dask scheduler or
-    ``distributed.Client``; only the ``D x D`` primal system is solved. Data-dependent
-    feature maps are fitted on the first chunk. ``predict`` on a Dask array is lazy.
-    See the user guide page "Scale-out with Dask".
+    Notes
+    -----
+    Out of core: ``fit`` also takes ``X`` as a ``dask.array.Array`` (with ``y`` a Dask or
+    NumPy array) or as an iterable of ``(X_block, y_block)`` NumPy pairs (then
+    ``y=None``). Each chunk of rows is mapped to features and reduced to ``Phi^H Phi``,
+    ``Phi^H Y`` and sums (:mod:`kernelkit.estimators._chunked`), in parallel on the active
+    Dask scheduler or ``distributed.Client``; only the ``D x D`` primal system is solved.
+    Data-dependent feature maps are fitted on the first chunk. ``predict`` on a Dask array
+    is lazy. See the user guide page "Scale-out with Dask".
 
     Attributes
     ----------

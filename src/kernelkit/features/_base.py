@@ -29,8 +29,10 @@ first argument's backend and dtype.
 Stabilised representation. Internally every map returns ``(base, log_scale)`` with
 ``features = base * exp(log_scale)[:, None]``; ``base`` is O(1) and ``log_scale`` carries
 the magnitude. :meth:`FeatureMap.approx_kernel` multiplies the scales in log space, so
-the estimate is finite whenever the kernel value itself is representable, even where
-the raw features of :meth:`transform` overflow.
+the estimate is finite whenever it is itself representable, even where the raw features
+of :meth:`transform` overflow. For large norms one draw's estimate can still overflow
+(trigonometric and bipolar hybrid maps) or underflow (positive maps) where the kernel is
+moderate: its relative variance is then huge (:meth:`FeatureMap.log_relative_variance`).
 """
 
 from __future__ import annotations

@@ -480,7 +480,7 @@ class RademacherSketch(_IIDSketch):
 
     Parameters
     ----------
-    n_features, degree, coef0, complex, real_output, random_state
+    n_features, degree, coef0, complex, real_output, random_state, n_jobs, gamma
         See :class:`DotProductFeatureMap`.
     """
 
@@ -497,6 +497,11 @@ class GaussianSketch(_IIDSketch):
 
     Real: ``w ~ N(0, I)`` (``m4 = 3``); complex: ``(v + i w)/sqrt 2`` with ``v, w ~ N(0, I)``
     (``q = 1/2``, ``m4 = 2``). Variance eq. 20 / 21.
+
+    Parameters
+    ----------
+    n_features, degree, coef0, complex, real_output, random_state, n_jobs, gamma
+        See :class:`DotProductFeatureMap`.
     """
 
     _moments: ClassVar[dict] = {False: (1.0, 3.0), True: (0.5, 2.0)}
@@ -528,7 +533,7 @@ class TensorSRHT(DotProductFeatureMap):
 
     Parameters
     ----------
-    n_features, degree, coef0, complex, real_output, random_state
+    n_features, degree, coef0, complex, real_output, random_state, n_jobs, gamma
         See :class:`DotProductFeatureMap`.
     method : {"auto", "dense", "fwht"}
         How to evaluate ``(x~ * z) H_d P``: ``"fwht"`` runs the Walsh-Hadamard transform
@@ -539,8 +544,8 @@ class TensorSRHT(DotProductFeatureMap):
         and its matrices fit in 64 MiB. The features are the same either way (up to
         rounding).
 
-    Fitted attributes
-    -----------------
+    Attributes
+    ----------
     padded_dim_ : int
         ``d``.
     n_blocks_ : int
@@ -713,6 +718,11 @@ class TensorSketch(DotProductFeatureMap):
 
     Variance (derived here; the paper gives none): see :func:`tensor_sketch_variance`.
     The estimate is real, so ``kind`` makes no difference.
+
+    Parameters
+    ----------
+    n_features, degree, coef0, random_state, n_jobs, gamma
+        See :class:`DotProductFeatureMap` (TensorSketch has no complex variant).
     """
 
     _supports_complex = False

@@ -400,6 +400,8 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     Parameters
     ----------
     mom : Moments with full second moments.
+    eps : float, default=1e-6
+        Relative ridge ``lambda`` above.
 
     Returns
     -------

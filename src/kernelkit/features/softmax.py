@@ -548,6 +548,12 @@ class HyperbolicRF(_DiagonalDERF):
     ``M = n_features`` projections. Accepts sparse input.
 
     Variance: ``Var = (e^{2|x+y|^2} + 1)/2 e^{-|x|^2-|y|^2} - e^{2x.y}`` per projection.
+
+    Parameters
+    ----------
+    n_features, kernel, lengthscale, sampler, random_state, n_jobs
+        As in :class:`PositiveRF`; ``n_features`` is the number of projections ``M``
+        (the output has ``2 M`` columns).
     """
 
     accepts_sparse = True

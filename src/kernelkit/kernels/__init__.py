@@ -10,8 +10,9 @@ object), at least 2-D, non-empty and finite, and the shapes must agree; scalar
 hyperparameters must be finite real numbers (positive where a scale is expected).
 SciPy sparse matrices are rejected (the kernels are dense); ``np.matrix`` and masked
 arrays without masked entries are used as plain arrays.
-Violations raise ``TypeError`` (wrong type or dtype) or ``ValueError`` (anything else),
-with a message that names the argument. The kernels never return NaN for valid input:
+Violations raise ``TypeError`` (wrong type or dtype: bool, object, strings) or
+``ValueError`` (anything else, complex input included, as in scikit-learn), with a
+message that names the argument. The kernels never return NaN for valid input:
 where the inputs are so large that the squared norms overflow, the exponent is computed
 on inputs rescaled by a power of two (exactly), so the Gaussian kernel stays in [0, 1]
 and exact attention stays finite; the unbounded kernels (softmax, scaled softmax,

@@ -166,7 +166,8 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
 
     # -------------------------------------------------------------- estimates
     def approx_components(self, X, Y=None):
-        """The three random parts of the hybrid estimate.
+        """The three random parts of the hybrid estimate (eq. 8-11):
+        ``approx_kernel = lambda_hat * k_positive + (1 - lambda_hat) * k_trig``.
 
         Parameters
         ----------
@@ -181,8 +182,6 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
             ``SM^{++}_m`` estimate (times ``exp(-(|x|^2+|y|^2)/2)`` for the Gaussian kernel).
         k_trig : array, shape (n, m)
             ``SM^{trig}_m`` estimate (same kernel scaling).
-
-        ``approx_kernel = lambda_hat * k_positive + (1 - lambda_hat) * k_trig``.
         """
         lam, (dp, sp), (dt, st) = self._scaled_components(X, Y)
         return lam, _combine(xp_of(lam), dp, sp), _combine(xp_of(lam), dt, st)
