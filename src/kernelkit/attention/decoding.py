@@ -26,9 +26,10 @@ kernel; otherwise it steps token by token.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -101,6 +102,21 @@ class LinearAttentionState:
     def nbytes(self) -> int:
         """Bytes of the running tensors ``kvz``, ``c`` (independent of ``t``)."""
         return sum(x.numel() * x.element_size() for x in (self.kvz, self.c))
+
+    def _stale(self) -> bool:
+        # kvz was modified in place since this state was made
+        return self._version >= 0 and _tensor_version(self.kvz) > self._version
+
+    def __deepcopy__(self, memo):
+        """A copy with its own tensors, checked against *their* in-place version
+        (``copy.deepcopy`` of a tensor advances the copy's counter, which the copied
+        ``_version`` would read as an in-place step): fresh, or stale if this state is."""
+        new = {f.name: copy.deepcopy(getattr(self, f.name), memo) for f in fields(self)}
+        version = _tensor_version(new["kvz"])
+        if version >= 0 and self._stale():
+            version -= 1  # one behind its tensors: stale, as this state
+        new["_version"] = version
+        return LinearAttentionState(**new)
 
 
 class _ExpFeatures:
@@ -275,8 +291,8 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.device != state.device:
             raise ValueError(f"{name} is on {t.device}, the state on {state.device}.")
-    if state._version >= 0 and _tensor_version(state.kvz) > state._version:
-        # (a copy, e.g. copy.deepcopy(state), has fresh tensors: never flagged)
+    if state._stale():
+        # (a copy, copy.deepcopy(state), is checked against its own tensors)
         raise ValueError(
             "state is stale: its tensors were modified in place (by an inplace=True step) "
             f"since it was made, so they no longer hold the prefix of its t={state.t} "
