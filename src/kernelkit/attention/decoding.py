@@ -314,7 +314,7 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
     batch = state.batch_shape
     if q.shape[:-1] == batch:
         single = True
-    elif q.dim() >= 2 and q.shape[:-2] == batch and q.shape[-2] > 0:
+    elif q.dim() >= 2 and q.shape[:-2] == batch:
         single = False
     else:
         raise ValueError(
@@ -427,7 +427,8 @@ def linear_attention_step(
     Parameters
     ----------
     q_t, k_t : tensor (*batch_shape, d) or (*batch_shape, T, d)
-        One new token, or a block of ``T`` tokens processed causally.
+        One new token, or a block of ``T`` tokens processed causally (``T = 0``: an
+        empty output, the state as it was).
     v_t : tensor (*batch_shape, e) or (*batch_shape, T, e)
     state : LinearAttentionState
         From :func:`init_decoding_state` or a previous step; not modified unless
@@ -460,6 +461,8 @@ def linear_attention_step(
                 "inplace=True would overwrite tensors autograd needs; use it under "
                 "torch.no_grad() or with inputs that do not require grad."
             )
+    if not single and q_t.shape[-2] == 0:  # an empty block (T = 0): nothing to add
+        return (q_t @ k_t.transpose(-1, -2)) @ v_t, state  # (..., 0, e)
     ct = state.dtype
     r = math.sqrt(state.scale)
     x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)

@@ -262,9 +262,9 @@ def _validate(q, k, v, is_causal, key_padding_mask):
             f"k and v must have the same length S, got {k.shape[-2]} and {v.shape[-2]}."
         )
     L, S = q.shape[-2], k.shape[-2]
-    if L == 0 or S == 0 or q.shape[-1] == 0:
-        raise ValueError(f"empty attention input: L={L}, S={S}, d={q.shape[-1]}.")
-    if is_causal and L != S:
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k have head dim d=0: no features to draw (L={L}, S={S}).")
+    if is_causal and L != S and L and S:
         raise ValueError(f"is_causal needs L == S, got L={L}, S={S}.")
     if key_padding_mask is None:
         return None
@@ -459,7 +459,9 @@ def linear_attention(
     -------
     tensor (..., L, e)
         Same dtype as ``q`` (float32 for float32 inputs under autocast; the computation
-        never runs in half precision); ``...`` the broadcast leading dims.
+        never runs in half precision); ``...`` the broadcast leading dims. As in SDPA,
+        ``L = 0`` gives an empty output and ``S = 0`` zeros (no visible key); ``d = 0``
+        raises a ``ValueError``.
 
     Notes
     -----
@@ -526,6 +528,11 @@ def linear_attention(
             "'hyperbolic')."
         )
     sampler = _check_sampler(sampler)
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        # as SDPA: no queries (L = 0) give an empty output, no keys (S = 0) zeros (the
+        # rows of a fully padded instance); the product keeps the inputs in the graph
+        out = ((q @ k.transpose(-1, -2)) @ v).to(q.dtype)  # (..., L, e)
+        return out.detach().numpy() if is_numpy else out
     params = _projection_params(name, n_features, d, random_state, sampler, projection, q.device)
 
     out_dtype = q.dtype

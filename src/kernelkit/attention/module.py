@@ -355,8 +355,6 @@ class FavorAttention(nn.Module):
                 f"batch / length mismatch: query {tuple(query.shape)}, key "
                 f"{tuple(key.shape)}, value {tuple(value.shape)}."
             )
-        if L == 0 or S == 0:
-            raise ValueError(f"empty sequence: L={L}, S={S}.")
         # eager CPU inputs (linear_attention's check_finite=None policy): a clear error
         # before the in-projection turns NaN into NaN queries and a failing fit
         _finite_check(None, query=query, key=key, value=value)
@@ -490,9 +488,9 @@ class FavorAttention(nn.Module):
             chunk_size=self.chunk_size,
             check_finite=False,
         )
-        if self.training and self.feature_map in FITTED_MAPS and not recompute:
+        if self.training and self.feature_map in FITTED_MAPS and not recompute and q.shape[-2]:
             self._last_moments = (moments,)  # what a checkpoint recomputation must use
-            self._update_running(q, k, mask4)
+            self._update_running(q, k, mask4)  # (an empty batch has no statistics)
         return out
 
     # ------------------------------------------------------------ recurrent decoding
