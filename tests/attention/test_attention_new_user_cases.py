@@ -79,6 +79,7 @@ def test_empty_sequences_give_sdpa_outputs(name, causal):
         out.sum().backward()
         assert all(t.grad is not None and not t.grad.any() for t in ins)
     # module: MultiheadAttention's shapes (S = 0 gives out_proj(0), its bias)
+    torch.manual_seed(0)
     m = FavorAttention(8, 2, feature_map=name, n_features=16, random_state=0).train()
     mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
     m.load_state_dict(mha.state_dict(), strict=False)
@@ -88,3 +89,57 @@ def test_empty_sequences_give_sdpa_outputs(name, causal):
         out, _ = m(a, b, b, is_causal=causal)
         torch.testing.assert_close(out, mha(a, b, b, need_weights=False)[0])
     assert int(m.num_batches_tracked) == 0  # an empty batch has no statistics
+
+
+# ------------------------------------------------------------------ SDPA parity
+@pytest.mark.parametrize("S", [4, 9])
+@pytest.mark.parametrize("how", ["is_causal", "attn_mask"])
+def test_causal_with_l_not_s_is_top_left_aligned_as_sdpa(S, how):
+    """SDPA's is_causal for L != S lets query i see keys j <= i (top left); it used to
+    raise (and the explicit (L, S) mask was refused as 'neither causal nor padding').
+    Exact check: the first min(L, S) rows are the causal call on the common prefix, the
+    rows i >= S see every key (the bidirectional call, same features); then the
+    orientation against SDPA itself with many features."""
+    L = 6
+    q, k, v = _qkv((2, 3, L, 2), (2, 3, S, 2), e=3, scale=0.5)
+    pad = torch.zeros(2, 1, S, dtype=torch.bool)
+    pad[1, :, 1] = True
+    n = min(L, S)
+    blocked = torch.ones(L, S, dtype=torch.bool).triu(1)
+    kw = {"is_causal": True} if how == "is_causal" else {"attn_mask": ~blocked}
+    out = linear_attention(q, k, v, "positive", 64, random_state=0, key_padding_mask=pad, **kw)
+    head = linear_attention(
+        q[..., :n, :],
+        k[..., :n, :],
+        v[..., :n, :],
+        "positive",
+        64,
+        random_state=0,
+        is_causal=True,
+        key_padding_mask=pad[..., :n],
+    )
+    torch.testing.assert_close(out[..., :n, :], head, rtol=1e-12, atol=1e-12)
+    if L > S:
+        tail = linear_attention(
+            q[..., S:, :], k, v, "positive", 64, random_state=0, key_padding_mask=pad
+        )
+        torch.testing.assert_close(out[..., S:, :], tail, rtol=1e-12, atol=1e-12)
+    # against SDPA: the M = 2^14 estimate is within a few 1e-3 (d = 2, |q|, |k| ~ 0.7),
+    # the other alignment (bottom right) differs by O(1)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    ref = sdpa(q, k, v, attn_mask=~(blocked | pad[..., None, :]))
+    approx = linear_attention(
+        q, k, v, "positive", 2**14, random_state=0, key_padding_mask=pad, **kw
+    )
+    assert float((approx - ref).norm() / ref.norm()) < 0.02
+    # FavorAttention: the same (L, S) causal mask as MultiheadAttention
+    torch.manual_seed(0)
+    m = FavorAttention(8, 2, feature_map="positive", n_features=2**14, random_state=0).eval()
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    m.load_state_dict(mha.state_dict(), strict=False)
+    x, y = 0.3 * torch.randn(2, L, 8), 0.3 * torch.randn(2, S, 8)
+    with torch.no_grad():
+        got = m(x, y, y, attn_mask=blocked)[0]
+        assert torch.equal(got, m(x, y, y, is_causal=True)[0])
+        ref = mha(x, y, y, attn_mask=blocked)[0]
+    assert float((got - ref).norm() / ref.norm()) < 0.02

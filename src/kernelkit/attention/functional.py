@@ -264,8 +264,6 @@ def _validate(q, k, v, is_causal, key_padding_mask):
     L, S = q.shape[-2], k.shape[-2]
     if q.shape[-1] == 0:
         raise ValueError(f"q and k have head dim d=0: no features to draw (L={L}, S={S}).")
-    if is_causal and L != S and L and S:
-        raise ValueError(f"is_causal needs L == S, got L={L}, S={S}.")
     if key_padding_mask is None:
         return None
     mask = torch.as_tensor(key_padding_mask, device=q.device)
@@ -388,7 +386,10 @@ def linear_attention(
         projections for positive / FAVOR++ / FAVOR#, ``M / 2`` for trig and hyperbolic
         (two features per projection), see :func:`hybrid_base_size` for the hybrid.
     is_causal : bool
-        Query ``t`` sees keys ``j <= t`` only (needs ``L == S``). Chunked prefix sums
+        Query ``t`` sees keys ``j <= t`` only; for ``L != S`` aligned to the top left as in
+        SDPA (keys ``j >= L`` are never seen, queries ``t >= S`` see every key; for the
+        last ``L`` of ``S`` positions, decode with :func:`linear_attention_step`). Chunked
+        prefix sums
         (``chunk_size``), chunks processed in blocks of at most 512 rows: O(block M e)
         working memory in the forward and the backward pass (a custom autograd Function
         recomputes the features block by block, gradients in closed form). Fitted
@@ -491,6 +492,8 @@ def linear_attention(
     if attn_mask is not None:
         is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask)
     mask = _validate(q, k, v, is_causal, key_padding_mask)
+    if is_causal and q.shape[-2] != k.shape[-2] and q.shape[-2] and k.shape[-2]:
+        k, v, mask = _top_left(k, v, mask, q.shape[-2])
     # positive maps, eager CPU default: checked through the output (and the fit's moments)
     deferred = check_finite is None and name in EXP_MAPS and _eager_cpu(q, k, v)
     if not deferred:
@@ -565,6 +568,20 @@ def linear_attention(
     return out.detach().numpy() if is_numpy else out
 
 
+def _top_left(k, v, mask, L):
+    """SDPA's ``is_causal`` for ``L != S``: query ``i`` sees keys ``j <= i`` (top left
+    aligned). That is ``L x L`` causal attention over the first ``L`` keys: the keys
+    ``j >= L`` are cut where ``S > L``, and ``L - S`` padded keys appended where
+    ``S < L``. k (..., S, d), v (..., S, e), mask (..., S) or None (True = padded)."""
+    S = k.shape[-2]
+    if S > L:
+        return k[..., :L, :], v[..., :L, :], None if mask is None else mask[..., :L]
+    pad = torch.ones(*k.shape[:-2], L - S, dtype=torch.bool, device=k.device)
+    mask = torch.zeros(k.shape[:-1], dtype=torch.bool, device=k.device) if mask is None else mask
+    k, v = (torch.nn.functional.pad(t, (0, 0, 0, L - S)) for t in (k, v))  # zero rows
+    return k, v, torch.cat([mask, pad], dim=-1)  # (..., L, d), (..., L, e), (..., L)
+
+
 def _broadcast_batch(q, k, v):
     # SDPA broadcasts the leading (batch, head) dims of q (..., L, d), k, v (..., S, .)
     if q.shape[:-2] == k.shape[:-2] == v.shape[:-2] or min(q.dim(), k.dim(), v.dim()) < 2:
@@ -618,14 +635,13 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
         pad = None
     elif blocked.shape[-2] == 1 or bool((blocked == blocked[..., :1, :]).all()):
         pad = blocked[..., 0, :]  # (..., S): the same keys blocked in every query row
-    elif L == S:
-        # causal, possibly with padded keys: the last row blocks exactly the padding
+    else:
+        # causal (top left aligned as SDPA's is_causal where L != S), possibly with padded
+        # keys: the last row blocks exactly the padding (and the keys j >= L)
         pad = blocked[..., -1, :]  # (..., S)
         upper = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)
         causal = bool(torch.equal(blocked, upper | pad[..., None, :]))
         pad = pad if causal else None
-    else:
-        pad = None
     if pad is None:
         raise ValueError(
             f"attn_mask of shape {tuple(m.shape)} is neither a causal mask ((..., L, L), "

@@ -418,9 +418,9 @@ class FavorAttention(nn.Module):
         if attn_mask is None:
             return bool(is_causal)
         m = torch.as_tensor(attn_mask)
-        if m.shape != (L, S) or L != S:
+        if m.shape != (L, S):
             raise ValueError(
-                f"attn_mask must be None or the causal (L, L) mask, got shape "
+                f"attn_mask must be None or the causal (L, S) mask, got shape "
                 f"{tuple(m.shape)} for L={L}, S={S}."
             )
         upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)
