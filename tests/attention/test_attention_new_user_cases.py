@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from attention_helpers import qkv as _qkv  # noqa: E402
+from torch import nn  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
     FavorAttention,
@@ -143,3 +144,72 @@ def test_causal_with_l_not_s_is_top_left_aligned_as_sdpa(S, how):
         assert torch.equal(got, m(x, y, y, is_causal=True)[0])
         ref = mha(x, y, y, attn_mask=blocked)[0]
     assert float((got - ref).norm() / ref.norm()) < 0.02
+
+
+# ------------------------------------------------------------------ torch Transformers
+def test_transformer_eval_with_padding_takes_nested_tensors():
+    """nn.TransformerEncoder (enable_nested_tensor=True, the default, also inside
+    nn.Transformer) passes a padded batch as a nested tensor in eval mode; FavorAttention
+    raised, and nn.Transformer gives no constructor argument to avoid it. The nested
+    call equals the padded one on every real row (the padded rows are zero there)."""
+    torch.manual_seed(0)
+    E, H, N, L = 8, 2, 3, 6
+    model = nn.Transformer(E, H, 2, 1, 16, dropout=0.0, batch_first=True)
+    for i, layer in enumerate([*model.encoder.layers, *model.decoder.layers]):
+        layer.self_attn = FavorAttention(E, H, feature_map="sderf", n_features=32, random_state=i)
+    model.eval()
+    src, tgt = torch.randn(N, L, E), torch.randn(N, 4, E)
+    pad = torch.zeros(N, L, dtype=torch.bool)
+    pad[0, 4:] = True
+    pad[2, 1:] = True
+    kw = {"src_key_padding_mask": pad, "memory_key_padding_mask": pad}
+    with torch.no_grad():
+        memory = model.encoder(src, src_key_padding_mask=pad)
+        out = model(src, tgt, **kw)
+        model.encoder.use_nested_tensor = False  # the padded path
+        memory_ref = model.encoder(src, src_key_padding_mask=pad)
+        out_ref = model(src, tgt, **kw)
+    torch.testing.assert_close(memory[~pad], memory_ref[~pad], rtol=1e-5, atol=1e-6)
+    assert not memory[pad].any()  # nested: padded rows are zero
+    torch.testing.assert_close(out, out_ref, rtol=1e-5, atol=1e-6)
+    # the nested path only serves TransformerEncoder's call
+    nested = torch.nested.as_nested_tensor([src[0], src[1, :2]])
+    with pytest.raises(ValueError, match="nested"):
+        model.encoder.layers[0].self_attn(nested, nested, nested, attn_mask=torch.ones(6, 6))
+
+
+@pytest.mark.parametrize("name", ["gerf", "saderf", "aderf", "sderf"])
+def test_padded_self_attention_rows_do_not_depend_on_the_padding(name):
+    """In self-attention, FavorAttention(x, x, x, key_padding_mask=pad), the padded
+    positions are queries too. Their content entered the fitted parameters (the default
+    map sderf included), so the real rows changed with the padding (by 0.1 here),
+    unlike MultiheadAttention; the causal running statistics took them in too. Now the
+    real rows equal those of the unpadded sequence."""
+    torch.manual_seed(0)
+    m = FavorAttention(8, 2, feature_map=name, n_features=32, random_state=0)
+    m = m.to(torch.float64).eval()
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    x2 = x.clone()
+    x2[1, 4:] = 5.0 * torch.randn(2, 8, dtype=torch.float64)  # other padding content
+    with torch.no_grad():
+        a = m(x, x, x, key_padding_mask=pad)[0][1, :4]
+        b = m(x2, x2, x2, key_padding_mask=pad)[0][1, :4]
+        ref = m(x[1:, :4], x[1:, :4], x[1:, :4])[0][0]
+    torch.testing.assert_close(a, ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(b, ref, rtol=1e-10, atol=1e-12)
+    # causal training: the running statistics ignore the padded queries as well
+    bufs = []
+    for inp in (x, x2):
+        mm = copy.deepcopy(m).train()
+        mm(inp, inp, inp, key_padding_mask=pad, is_causal=True)
+        bufs.append([mm.running_mean_q, mm.running_second_q, mm.running_second_k])
+    for got, want in zip(*bufs, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    # attention_moments(query_padding_mask=...) equals the moments of the truncated rows
+    q, k = torch.randn(2, 2, 2, 6, 3, dtype=torch.float64).unbind(0)
+    mom = attention_moments(q, k, key_padding_mask=pad[:, None], query_padding_mask=pad[:, None])
+    cut = attention_moments(q[1, :, :4], k[1, :, :4])
+    for f in ("mean_x", "second_x", "mean_y", "second_y"):
+        torch.testing.assert_close(getattr(mom, f)[1], getattr(cut, f), rtol=1e-12, atol=1e-14)

@@ -155,7 +155,9 @@ def draw_features(
     return {"W": draw_projection(n_proj, d, rng, sampler=sampler)}
 
 
-def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
+def attention_moments(
+    q, k, key_padding_mask=None, scale=None, *, query_padding_mask=None
+) -> Moments:
     """Moments of the scaled queries and keys that FAVOR++ / FAVOR# parameters are fitted
     from: means (..., d) and second moments (..., d, d), float64, over the sequence
     (padded keys excluded), as a :class:`kernelkit.features.favor.Moments` (the fits of
@@ -171,11 +173,16 @@ def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
         True marks a padded key (excluded).
     scale : float, optional
         Defaults to ``1/sqrt(d)``.
+    query_padding_mask : bool tensor (..., L), optional
+        True marks a padded query (excluded). In self-attention the padded positions are
+        queries too: pass the key padding mask here as well, so that their content does
+        not enter the fit (``linear_attention`` fits from every query row; pass these
+        moments as its ``moments``).
 
     Raises
     ------
     TypeError
-        Non-floating ``q`` / ``k`` or a non-bool ``key_padding_mask``.
+        Non-floating ``q`` / ``k`` or a non-bool padding mask.
     ValueError
         Mismatched shapes, empty or non-finite input, a bad ``scale``.
     """
@@ -206,22 +213,28 @@ def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
     x, y = _maps.scale_inputs(
         q.float() if q.dtype in _HALF else q, k.float() if k.dtype in _HALF else k, scale
     )
-    w = None
-    if key_padding_mask is not None:
-        mask = torch.as_tensor(key_padding_mask, device=k.device)
-        if mask.dtype != torch.bool:
-            raise TypeError(
-                f"key_padding_mask must be a bool tensor (True = padded key), got {mask.dtype}."
-            )
-        try:
-            keep = torch.broadcast_to(~mask, k.shape[:-1]).to(y.dtype)
-        except RuntimeError:
-            raise ValueError(
-                f"key_padding_mask of shape {tuple(mask.shape)} does not broadcast to the key "
-                f"shape {tuple(k.shape[:-1])}."
-            ) from None
-        w = keep / keep.sum(-1, keepdim=True).clamp(min=1.0)
-    return fit_moments(x, y, w, full=True)
+    wk = _row_weights(key_padding_mask, "key", k.shape[:-1], y)
+    wq = _row_weights(query_padding_mask, "query", q.shape[:-1], x)
+    return fit_moments(x, y, wk, full=True, query_weights=wq)
+
+
+def _row_weights(mask, side, shape, like):
+    # uniform weights (shape) of the rows a padding mask keeps, or None
+    if mask is None:
+        return None
+    mask = torch.as_tensor(mask, device=like.device)
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{side}_padding_mask must be a bool tensor (True = padded {side}), got {mask.dtype}."
+        )
+    try:
+        keep = torch.broadcast_to(~mask, shape).to(like.dtype)
+    except RuntimeError:
+        raise ValueError(
+            f"{side}_padding_mask of shape {tuple(mask.shape)} does not broadcast to the "
+            f"{side} shape {tuple(shape)}."
+        ) from None
+    return keep / keep.sum(-1, keepdim=True).clamp(min=1.0)
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -400,7 +413,10 @@ def linear_attention(
     key_padding_mask : bool tensor (..., S), broadcastable to ``q.shape[:-2] + (S,)``
         True marks a padded key, excluded from the attention and from the fitted
         parameters. Rows without any visible key give zeros (as
-        :func:`kernelkit.kernels.softmax_attention`).
+        :func:`kernelkit.kernels.softmax_attention`). The per-instance fit uses every
+        query row: in self-attention, where padded keys are padded queries too, pass
+        ``moments=attention_moments(q, k, key_padding_mask=m, query_padding_mask=m)``
+        to leave them out.
     random_state : None, int or numpy Generator
         Draws the projections (NumPy; same seed, same features on every device). An
         integer seed's projections are drawn once and reused by later calls (a custom
