@@ -213,3 +213,26 @@ def test_padded_self_attention_rows_do_not_depend_on_the_padding(name):
     cut = attention_moments(q[1, :, :4], k[1, :, :4])
     for f in ("mean_x", "second_x", "mean_y", "second_y"):
         torch.testing.assert_close(getattr(mom, f)[1], getattr(cut, f), rtol=1e-12, atol=1e-14)
+
+
+def test_step_padding_mask_broadcasts_and_bool_scale_is_refused():
+    """The step's key_padding_mask had to have the exact shape (*batch_shape, T): the
+    (N, 1, T) mask used with linear_attention raised. init_decoding_state took
+    scale=True as 1.0 (linear_attention refuses a bool scale)."""
+    q, k, v = _qkv((2, 3, 5, 4))
+    pad = torch.zeros(2, 1, 5, dtype=torch.bool)
+    pad[1, :, :2] = True  # left-padded prompt
+    st = init_decoding_state((2, 3), 4, "positive", 16, e=3, random_state=0, dtype=q.dtype)
+    out, _ = linear_attention_step(q, k, v, st, key_padding_mask=pad)
+    full = linear_attention(
+        q, k, v, "positive", 16, random_state=0, is_causal=True, key_padding_mask=pad
+    )
+    torch.testing.assert_close(out, full, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="broadcast"):
+        linear_attention_step(q, k, v, st, key_padding_mask=pad[..., :4])
+    with pytest.raises(ValueError, match="broadcast"):  # no dims added: (3,) is not (2, 3)
+        linear_attention_step(
+            q[..., 0, :], k[..., 0, :], v[..., 0, :], st, key_padding_mask=pad[0, 0, :3]
+        )
+    with pytest.raises(ValueError, match="scale"):
+        init_decoding_state((2, 3), 4, "positive", 16, scale=True)

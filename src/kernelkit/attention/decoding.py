@@ -227,7 +227,12 @@ def init_decoding_state(
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    elif not (isinstance(scale, numbers.Real) and scale > 0 and math.isfinite(scale)):
+    elif not (
+        isinstance(scale, numbers.Real)
+        and not isinstance(scale, bool)
+        and scale > 0
+        and math.isfinite(scale)
+    ):
         raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
     if name not in EXP_MAPS and name not in ("relu", "elu"):
         raise ValueError(
@@ -334,10 +339,15 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
             raise TypeError(
                 f"key_padding_mask must be a bool tensor (True = padded key), got {m.dtype}."
             )
-        if m.shape != q.shape[:-1]:
+        try:  # size-1 dims broadcast, e.g. (N, 1, T) over the heads; no dims are added
+            if m.dim() != q.dim() - 1:
+                raise RuntimeError
+            m = torch.broadcast_to(m, q.shape[:-1])
+        except RuntimeError:
             raise ValueError(
-                f"key_padding_mask must have shape {tuple(q.shape[:-1])}, got {tuple(m.shape)}."
-            )
+                f"key_padding_mask must have shape {tuple(q.shape[:-1])} (size-1 dims "
+                f"broadcast), got {tuple(m.shape)}."
+            ) from None
         keep = ~m
     _finite_check(check_finite, q_t=q, k_t=k, v_t=v)
     return single, keep
@@ -435,6 +445,7 @@ def linear_attention_step(
         ``inplace``.
     key_padding_mask : bool tensor (*batch_shape) or (*batch_shape, T), optional
         ``True`` = padded token: its key and value are not added to the state.
+        Its size-1 dims broadcast (e.g. ``(N, 1, T)`` over the heads).
     check_finite : bool or None
         NaN / inf inputs: as :func:`~kernelkit.attention.linear_attention` (None: a
         ``ValueError`` for eager CPU inputs, no check, so no host sync, on accelerators
