@@ -92,6 +92,23 @@ def test_empty_sequences_give_sdpa_outputs(name, causal):
     assert int(m.num_batches_tracked) == 0  # an empty batch has no statistics
 
 
+@pytest.mark.parametrize("name", ["positive", "sderf"])
+def test_empty_batch_in_causal_mode_gives_an_empty_output(name):
+    """A batch of 0 sequences (as SDPA: an empty output) failed in causal mode with a
+    reshape error from the scan; the module must not average 0 batches into NaN running
+    statistics."""
+    q, k, v = _qkv((0, 3, 5, 4), e=2)
+    mom = attention_moments(*_qkv((3, 5, 4))[:2])
+    out = linear_attention(q, k, v, name, 16, random_state=0, is_causal=True, moments=mom)
+    assert out.shape == (0, 3, 5, 2)
+    torch.manual_seed(0)
+    m = FavorAttention(8, 2, feature_map=name, n_features=16, random_state=0).train()
+    x = torch.randn(0, 5, 8)
+    assert m(x, x, x, is_causal=True)[0].shape == (0, 5, 8)
+    assert int(m.num_batches_tracked) == 0
+    assert all(torch.isfinite(b).all() for b in m.buffers())
+
+
 # ------------------------------------------------------------------ SDPA parity
 @pytest.mark.parametrize("S", [4, 9])
 @pytest.mark.parametrize("how", ["is_causal", "attn_mask"])

@@ -547,9 +547,10 @@ def linear_attention(
             "'hyperbolic')."
         )
     sampler = _check_sampler(sampler)
-    if q.shape[-2] == 0 or k.shape[-2] == 0:
-        # as SDPA: no queries (L = 0) give an empty output, no keys (S = 0) zeros (the
-        # rows of a fully padded instance); the product keeps the inputs in the graph
+    if q.shape[-2] == 0 or k.shape[-2] == 0 or math.prod(q.shape[:-2]) == 0:
+        # as SDPA: no queries (L = 0) or an empty batch give an empty output, no keys
+        # (S = 0) zeros (the rows of a fully padded instance); the product keeps the
+        # inputs in the graph
         out = ((q @ k.transpose(-1, -2)) @ v).to(q.dtype)  # (..., L, e)
         return out.detach().numpy() if is_numpy else out
     params = _projection_params(name, n_features, d, random_state, sampler, projection, q.device)

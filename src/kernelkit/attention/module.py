@@ -528,7 +528,7 @@ class FavorAttention(nn.Module):
             chunk_size=self.chunk_size,
             check_finite=False,
         )
-        if self.training and self.feature_map in FITTED_MAPS and not recompute and q.shape[-2]:
+        if self.training and self.feature_map in FITTED_MAPS and not recompute and q.numel():
             self._last_moments = (moments,)  # what a checkpoint recomputation must use
             self._update_running(q, k, mask4, qmask)  # (an empty batch has no statistics)
         return out
