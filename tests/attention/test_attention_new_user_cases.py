@@ -253,3 +253,15 @@ def test_step_padding_mask_broadcasts_and_bool_scale_is_refused():
         )
     with pytest.raises(ValueError, match="scale"):
         init_decoding_state((2, 3), 4, "positive", 16, scale=True)
+
+
+def test_sdpa_positional_call_and_nonpositive_scale_say_what_differs():
+    """SDPA's positional attn_mask=None (linear_attention(q, k, v, None, ...)) gave no
+    hint that attn_mask is keyword-only here; a scale <= 0, which SDPA takes, gave no
+    reason and no way out."""
+    q, k, v = _qkv((1, 2, 5, 4))
+    with pytest.raises(TypeError, match="keyword-only"):
+        linear_attention(q, k, v, None)
+    for scale in (0.0, -0.5):
+        with pytest.raises(ValueError, match="pass -q and -scale"):
+            linear_attention(q, k, v, scale=scale)

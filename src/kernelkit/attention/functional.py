@@ -70,7 +70,7 @@ def _check_name(feature_map) -> str:
     if not isinstance(feature_map, str):
         hint = (
             " (attn_mask is keyword-only in linear_attention)"
-            if isinstance(feature_map, torch.Tensor)
+            if feature_map is None or isinstance(feature_map, torch.Tensor)
             else ""
         )
         raise TypeError(f"feature_map must be a string, got {type(feature_map).__name__}{hint}.")
@@ -529,7 +529,11 @@ def linear_attention(
         and scale > 0
         and math.isfinite(scale)
     ):
-        raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
+        raise ValueError(
+            f"scale must be a positive finite float, got {scale!r}: the features estimate "
+            "exp(scale q.k) from sqrt(scale) q and sqrt(scale) k, so SDPA's scale <= 0 is "
+            "not supported (for a negative scale, pass -q and -scale)."
+        )
     if is_causal and name in ("trig", "hybrid_angular"):
         raise ValueError(
             f"feature_map={name!r} is bidirectional only: its features are not positive, so "
