@@ -265,3 +265,30 @@ def test_sdpa_positional_call_and_nonpositive_scale_say_what_differs():
     for scale in (0.0, -0.5):
         with pytest.raises(ValueError, match="pass -q and -scale"):
             linear_attention(q, k, v, scale=scale)
+
+
+def test_additive_masks_with_the_dtype_minimum_block_as_minus_infinity():
+    """Many libraries build additive masks with torch.finfo(dtype).min instead of -inf
+    (SDPA gives those keys weight exactly 0); they were refused as 'a bias'."""
+    q, k, v = _qkv((2, 3, 5, 4), (2, 3, 7, 4), e=2)
+    pad = torch.zeros(2, 1, 1, 7, dtype=torch.bool)
+    pad[1, ..., 4:] = True
+    low = torch.zeros(pad.shape, dtype=q.dtype).masked_fill(pad, torch.finfo(q.dtype).min)
+    out = linear_attention(q, k, v, "sderf", 32, random_state=0, attn_mask=low)
+    ref = linear_attention(q, k, v, "sderf", 32, random_state=0, attn_mask=~pad)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.manual_seed(0)
+    m = FavorAttention(8, 2, feature_map="sderf", n_features=16, random_state=0).eval()
+    x = torch.randn(2, 6, 8)
+    kpm = torch.zeros(2, 6, dtype=torch.bool)
+    kpm[0, 3:] = True
+    kpm_low = torch.zeros(2, 6).masked_fill(kpm, torch.finfo(torch.float32).min)
+    causal_low = torch.zeros(6, 6).masked_fill(
+        torch.ones(6, 6, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min
+    )
+    with torch.no_grad():
+        a = m(x, x, x, key_padding_mask=kpm_low, attn_mask=causal_low)[0]
+        b = m(x, x, x, key_padding_mask=kpm, is_causal=True)[0]
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="bias"):  # other large negatives stay a bias
+        linear_attention(q, k, v, attn_mask=low / 2)

@@ -457,7 +457,8 @@ def linear_attention(
         there, by an asynchronous assert in compiled graphs (no host sync, no graph
         break). False: never checked.
     attn_mask : bool or float tensor, optional
-        SDPA's mask (bool ``True`` = attend, or float ``0`` / ``-inf``), supported where
+        SDPA's mask (bool ``True`` = attend, or float ``0`` / ``-inf``; the dtype's
+        minimum counts as ``-inf``), supported where
         linear attention can apply it: the causal mask (``(L, L)``, or broadcast as
         ``(..., L, L)``; blocked above the diagonal), which selects ``is_causal=True``; a
         key-padding mask, the same keys blocked in every query row (shape ``(..., 1, S)``
@@ -636,6 +637,13 @@ def _expand_gqa(q, k, v):
     return k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
 
 
+def _float_blocked(m):
+    """Blocked entries of an additive float mask: ``-inf``, or the dtype's minimum (the
+    "large negative" masks of many libraries, e.g. ``torch.finfo(dtype).min``: SDPA's
+    weight of such a key is exactly 0 wherever the row keeps a key)."""
+    return torch.isneginf(m) | (m == torch.finfo(m.dtype).min)
+
+
 def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     """SDPA ``attn_mask`` -> (is_causal, key_padding_mask) where it is causal or padding."""
     m = torch.as_tensor(attn_mask, device=q.device)
@@ -643,11 +651,11 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     if m.dtype == torch.bool:
         blocked = ~m
     elif m.is_floating_point():
-        blocked = torch.isneginf(m)
+        blocked = _float_blocked(m)
         if not bool((m[~blocked] == 0).all()):
             raise ValueError(
-                "a float attn_mask may only hold 0 (attend) and -inf (blocked): "
-                "linear attention cannot add a bias to scores it never forms."
+                "a float attn_mask may only hold 0 (attend) and -inf or the dtype's minimum "
+                "(blocked): linear attention cannot add a bias to scores it never forms."
             )
     else:
         raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")

@@ -8,9 +8,9 @@ Differences from ``nn.MultiheadAttention`` (the attention matrix is never formed
   ``-inf`` above it) or None; ``is_causal=True`` alone selects causal attention.
 * ``dropout`` is applied to the attention output of every head (before ``out_proj``),
   not to attention weights. ``add_bias_kv`` / ``add_zero_attn`` are not supported.
-* ``key_padding_mask``: bool (True = padded) or float (``-inf`` = padded, 0 = kept).
-  Called as self-attention (``query is key``), the padded positions are left out of the
-  fitted parameters as queries too.
+* ``key_padding_mask``: bool (True = padded) or float (``-inf`` or the dtype's
+  minimum = padded, 0 = kept). Called as self-attention (``query is key``), the padded
+  positions are left out of the fitted parameters as queries too.
 
 Random features: one projection matrix (``n_features x head_dim``, drawn by ``sampler``,
 block-orthogonal by default) shared by the heads, a buffer (saved in the ``state_dict``).
@@ -46,6 +46,7 @@ from .decoding import LinearAttentionState, init_decoding_state, linear_attentio
 from .functional import (
     _check_sampler,
     _finite_check,
+    _float_blocked,
     attention_moments,
     draw_features,
     linear_attention,
@@ -113,7 +114,8 @@ class FavorAttention(nn.Module):
     * ``need_weights=True`` raises (no weights exist).
     * ``attn_mask`` may only be the causal mask (bool ``True`` above the diagonal, or
       float ``-inf`` above it) or None; ``is_causal=True`` alone selects causal attention.
-    * ``key_padding_mask``: bool (True = padded) or float (``-inf`` = padded, 0 = kept).
+    * ``key_padding_mask``: bool (True = padded) or float (``-inf`` or the dtype's
+      minimum = padded, 0 = kept).
       Called as self-attention (``query is key``), the padded positions are left out of
       the fitted parameters (and the running statistics) as queries too, so the real rows
       do not depend on the padding.
@@ -467,7 +469,7 @@ class FavorAttention(nn.Module):
         if m.dtype == torch.bool:
             causal = bool(torch.equal(m, upper))
         else:
-            causal = bool(torch.equal(torch.isneginf(m), upper)) and bool((m[~upper] == 0).all())
+            causal = bool(torch.equal(_float_blocked(m), upper)) and bool((m[~upper] == 0).all())
         if not causal:
             raise ValueError(
                 "FavorAttention supports only the causal attn_mask (linear "
@@ -488,10 +490,11 @@ class FavorAttention(nn.Module):
         if m.dtype == torch.bool:
             return m
         if m.is_floating_point():
-            pad = torch.isneginf(m)
+            pad = _float_blocked(m)
             if not bool((m[~pad] == 0).all()):
                 raise ValueError(
-                    "a float key_padding_mask may only hold 0 (keep) and -inf (padded)."
+                    "a float key_padding_mask may only hold 0 (keep) and -inf or the dtype's "
+                    "minimum (padded)."
                 )
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
