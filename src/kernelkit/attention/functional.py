@@ -401,14 +401,13 @@ def linear_attention(
     is_causal : bool
         Query ``t`` sees keys ``j <= t`` only; for ``L != S`` aligned to the top left as in
         SDPA (keys ``j >= L`` are never seen, queries ``t >= S`` see every key; for the
-        last ``L`` of ``S`` positions, decode with :func:`linear_attention_step`). Chunked
-        prefix sums
-        (``chunk_size``), chunks processed in blocks of at most 512 rows: O(block M e)
-        working memory in the forward and the backward pass (a custom autograd Function
-        recomputes the features block by block, gradients in closed form). Fitted
-        parameters never use the sequence (``moments`` from other data, module
-        docstring); stabilisers are causal or exactly cancelling factors bounded so that
-        a later token cannot change an earlier output beyond rounding (see
+        last ``L`` of ``S`` positions, decode with :func:`linear_attention_step`).
+        Chunked prefix sums (``chunk_size``), chunks processed in blocks of at most 512
+        rows: O(block M e) working memory in the forward and the backward pass (a custom
+        autograd Function recomputes the features block by block, gradients in closed
+        form). Fitted parameters never use the sequence (``moments`` from other data,
+        module docstring); stabilisers are causal or exactly cancelling factors bounded
+        so that a later token cannot change an earlier output beyond rounding (see
         :mod:`kernelkit.attention._linear`).
     key_padding_mask : bool tensor (..., S), broadcastable to ``q.shape[:-2] + (S,)``
         True marks a padded key, excluded from the attention and from the fitted
@@ -458,14 +457,13 @@ def linear_attention(
         break). False: never checked.
     attn_mask : bool or float tensor, optional
         SDPA's mask (bool ``True`` = attend, or float ``0`` / ``-inf``; the dtype's
-        minimum counts as ``-inf``), supported where
-        linear attention can apply it: the causal mask (``(L, L)``, or broadcast as
-        ``(..., L, L)``; blocked above the diagonal), which selects ``is_causal=True``; a
-        key-padding mask, the same keys blocked in every query row (shape ``(..., 1, S)``
-        or ``(..., L, S)``); or the causal mask with padded keys also blocked. The
-        padding is merged with ``key_padding_mask``. Any other mask (an arbitrary pattern
-        or an additive bias) raises a ``ValueError``: the attention matrix is never
-        formed.
+        minimum counts as ``-inf``), supported where linear attention can apply it: the
+        causal mask (``(L, S)``, or broadcast as ``(..., L, S)``; blocked above the
+        diagonal, top left aligned), which selects ``is_causal=True``; a key-padding
+        mask, the same keys blocked in every query row (shape ``(..., 1, S)`` or
+        ``(..., L, S)``); or the causal mask with padded keys also blocked. The padding
+        is merged with ``key_padding_mask``. Any other mask (an arbitrary pattern or an
+        additive bias) raises a ``ValueError``: the attention matrix is never formed.
     dropout_p : float
         Must be 0: SDPA drops attention weights, which do not exist here (dropout on
         the output is what :class:`~kernelkit.attention.FavorAttention` does).
