@@ -1,5 +1,8 @@
-"""A second new-user sweep of kernelkit.attention: the cases it found broken, one
-regression test each (decoding-state copies, empty sequences as SDPA, ...)."""
+"""A second new-user sweep of kernelkit.attention: one regression test per case it found
+broken (decoding-state copies, empty prefill blocks, empty sequences and batches as SDPA,
+is_causal with L != S, nested tensors from nn.Transformer, padded queries in the fitted
+parameters, step masks, SDPA-style calls and masks), and the closed-form gradients of
+every positive map against autograd through the dense estimator."""
 
 from __future__ import annotations
 
@@ -14,12 +17,15 @@ from attention_helpers import qkv as _qkv  # noqa: E402
 from torch import nn  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
+    FITTED_MAPS,
     FavorAttention,
     attention_moments,
+    draw_features,
     init_decoding_state,
     linear_attention,
     linear_attention_step,
 )
+from kernelkit.attention._maps import build_log_map  # noqa: E402
 
 
 # ------------------------------------------------------------------ decoding
@@ -292,3 +298,53 @@ def test_additive_masks_with_the_dtype_minimum_block_as_minus_infinity():
     torch.testing.assert_close(a, b, rtol=0, atol=0)
     with pytest.raises(ValueError, match="bias"):  # other large negatives stay a bias
         linear_attention(q, k, v, attn_mask=low / 2)
+
+
+# ------------------------------------------------------------------ gradients
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["positive", "hyperbolic", "gerf", "saderf", "aderf", "sderf"])
+def test_closed_form_gradients_equal_autograd_through_the_dense_estimator(name, causal):
+    """The streamed kernels' closed-form q, k, v gradients equal autograd through the
+    dense estimator diag(P S^T 1)^-1 P S^T v (FAVOR# eq. 4) with the same projections
+    and the fitted parameters held constant, padded keys and S != L included; in
+    bidirectional mode the parameters are the call's own per-instance fit (which
+    gradcheck cannot hold constant), in causal mode those of calibration moments."""
+    L, S = 7, 7 if causal else 9
+    q, k, v = _qkv((2, 2, L, 3), (2, 2, S, 3), e=2, scale=0.8, seed=3)
+    pad = torch.zeros(2, 2, S, dtype=torch.bool)
+    pad[1, :, -3:] = True
+    pad[0, 0, 1] = True
+    if causal:  # moments of other data
+        mom = attention_moments(*_qkv((2, 2, 5, 3), seed=4)[:2])
+    else:  # the per-instance fit of the call: unpadded keys, every query
+        mom = attention_moments(q, k, key_padding_mask=pad)
+    W = torch.as_tensor(draw_features(name, 16, 3, 0)["W"])
+    fmap = build_log_map(name, W, mom if name in FITTED_MAPS else None, 3)
+
+    def dense(q, k, v):
+        x, y = q * 3**-0.25, k * 3**-0.25
+        A = torch.exp(fmap.log_features(x, "q")) @ torch.exp(fmap.log_features(y, "k")).mT
+        A = A * (~pad)[..., None, :]
+        if causal:
+            A = A * torch.ones(L, S, dtype=A.dtype).tril()
+        return (A @ v) / A.sum(-1, keepdim=True)
+
+    w = torch.randn(2, 2, L, 2, generator=torch.Generator().manual_seed(5), dtype=q.dtype)
+    ins = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = linear_attention(
+        *ins,
+        name,
+        16,
+        random_state=0,
+        is_causal=causal,
+        key_padding_mask=pad,
+        moments=mom if causal else None,
+        chunk_size=2,
+    )
+    ref_ins = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ref = dense(*ref_ins)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+    got = torch.autograd.grad((out * w).sum(), ins)
+    want = torch.autograd.grad((ref * w).sum(), ref_ins)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
