@@ -300,6 +300,32 @@ def test_additive_masks_with_the_dtype_minimum_block_as_minus_infinity():
         linear_attention(q, k, v, attn_mask=low / 2)
 
 
+def test_module_takes_the_per_head_causal_mask_of_multihead_attention():
+    """MultiheadAttention takes a 3-D attn_mask (N * num_heads, L, S); the causal one was
+    refused by shape. A 3-D mask that is not causal in every slice still raises."""
+    torch.manual_seed(0)
+    m = FavorAttention(8, 2, feature_map="positive", n_features=16, random_state=0).eval()
+    x = torch.randn(3, 5, 8)
+    upper = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    with torch.no_grad():
+        ref = m(x, x, x, is_causal=True)[0]
+        for mask in (
+            upper,
+            upper.expand(6, 5, 5),
+            torch.zeros(6, 5, 5).masked_fill(upper, -torch.inf),
+        ):
+            torch.testing.assert_close(m(x, x, x, attn_mask=mask)[0], ref, rtol=0, atol=0)
+        torch.testing.assert_close(
+            m(x[0], x[0], x[0], attn_mask=upper.expand(2, 5, 5))[0], ref[0], rtol=1e-5, atol=1e-6
+        )  # unbatched: (num_heads, L, S); float32 rounding of another batch shape
+        bad = upper.expand(6, 5, 5).clone()
+        bad[4, 0, 1] = False
+        with pytest.raises(ValueError, match="only the causal"):
+            m(x, x, x, attn_mask=bad)
+        with pytest.raises(ValueError, match="num_heads"):
+            m(x, x, x, attn_mask=upper.expand(4, 5, 5))
+
+
 # ------------------------------------------------------------------ gradients
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", ["positive", "hyperbolic", "gerf", "saderf", "aderf", "sderf"])

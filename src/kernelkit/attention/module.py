@@ -4,8 +4,9 @@
 Differences from ``nn.MultiheadAttention`` (the attention matrix is never formed):
 
 * ``need_weights=True`` raises (no weights exist); ``forward`` returns ``(out, None)``.
-* ``attn_mask`` may only be the causal mask (bool ``True`` above the diagonal, or float
-  ``-inf`` above it) or None; ``is_causal=True`` alone selects causal attention.
+* ``attn_mask`` may only be the causal mask, ``(L, S)`` or ``(N * num_heads, L, S)``
+  (bool ``True`` above the diagonal, or float ``-inf`` above it, top left aligned) or
+  None; ``is_causal=True`` alone selects causal attention.
 * ``dropout`` is applied to the attention output of every head (before ``out_proj``),
   not to attention weights. ``add_bias_kv`` / ``add_zero_attn`` are not supported.
 * ``key_padding_mask``: bool (True = padded) or float (``-inf`` or the dtype's
@@ -112,8 +113,9 @@ class FavorAttention(nn.Module):
     Notes
     -----
     * ``need_weights=True`` raises (no weights exist).
-    * ``attn_mask`` may only be the causal mask (bool ``True`` above the diagonal, or
-      float ``-inf`` above it) or None; ``is_causal=True`` alone selects causal attention.
+    * ``attn_mask`` may only be the causal mask, ``(L, S)`` or ``(N * num_heads, L, S)``
+      (bool ``True`` above the diagonal, or float ``-inf`` above it, top left aligned)
+      or None; ``is_causal=True`` alone selects causal attention.
     * ``key_padding_mask``: bool (True = padded) or float (``-inf`` or the dtype's
       minimum = padded, 0 = kept).
       Called as self-attention (``query is key``), the padded positions are left out of
@@ -369,7 +371,7 @@ class FavorAttention(nn.Module):
         # eager CPU inputs (linear_attention's check_finite=None policy): a clear error
         # before the in-projection turns NaN into NaN queries and a failing fit
         _finite_check(None, query=query, key=key, value=value)
-        is_causal = self._check_attn_mask(attn_mask, is_causal, L, S)
+        is_causal = self._check_attn_mask(attn_mask, is_causal, L, S, N * self.num_heads)
         mask = self._check_padding_mask(key_padding_mask, N, S, query.device)
 
         # activation checkpointing recomputes this call during the backward pass: with the
@@ -456,20 +458,22 @@ class FavorAttention(nn.Module):
         )
 
     @staticmethod
-    def _check_attn_mask(attn_mask, is_causal, L, S):
+    def _check_attn_mask(attn_mask, is_causal, L, S, NH):
+        # MultiheadAttention's (L, S) or (N * num_heads, L, S) mask, if it is causal
         if attn_mask is None:
             return bool(is_causal)
         m = torch.as_tensor(attn_mask)
-        if m.shape != (L, S):
+        if m.shape not in ((L, S), (NH, L, S)):
             raise ValueError(
-                f"attn_mask must be None or the causal (L, S) mask, got shape "
-                f"{tuple(m.shape)} for L={L}, S={S}."
+                f"attn_mask must be None or the causal (L, S) or (N * num_heads, L, S) mask, "
+                f"got shape {tuple(m.shape)} for L={L}, S={S}, N * num_heads={NH}."
             )
         upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)
         if m.dtype == torch.bool:
-            causal = bool(torch.equal(m, upper))
+            causal = bool((m == upper).all())
         else:
-            causal = bool(torch.equal(_float_blocked(m), upper)) and bool((m[~upper] == 0).all())
+            blocked = _float_blocked(m)
+            causal = bool((blocked == upper).all()) and bool((m[~blocked] == 0).all())
         if not causal:
             raise ValueError(
                 "FavorAttention supports only the causal attn_mask (linear "
