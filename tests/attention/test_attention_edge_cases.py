@@ -366,9 +366,6 @@ def test_encoder_layer_in_eval_runs_favor_attention_not_the_fused_fast_path():
     torch.testing.assert_close(out, slow, rtol=0, atol=0)
     assert _rel(out[1], exact[1]) > 1e-3  # M = 16 features: not the exact attention
 
-    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
-    with torch.no_grad(), pytest.raises(ValueError, match="enable_nested_tensor=False"):
-        encoder(x, src_key_padding_mask=pad)
     encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
     with torch.no_grad():
         assert torch.isfinite(encoder(x, src_key_padding_mask=pad)).all()

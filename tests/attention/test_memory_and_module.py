@@ -234,8 +234,6 @@ def test_module_errors():
         m(_x(E=8), _x(E=8), _x(E=8))
     with pytest.raises(TypeError, match="dtype"):
         m(x, x.double(), x)
-    with pytest.raises(ValueError, match="empty"):
-        m(x[:, :0], x[:, :0], x[:, :0])
     with pytest.raises(ValueError, match="key_padding_mask"):
         m(x, x, x, key_padding_mask=torch.zeros(2, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match="key_padding_mask"):

@@ -62,16 +62,22 @@ FITTED_MAPS = ("gerf", "saderf", "aderf", "sderf")
 FEATURE_MAPS = ("relu", "elu", "trig", *EXP_MAPS, "hybrid_angular")
 
 
-def fit_moments(x, y, key_weights=None, full=True) -> favor.Moments:
+def fit_moments(x, y, key_weights=None, full=True, query_weights=None) -> favor.Moments:
     """:func:`kernelkit.features.favor.moments` of ``x`` (..., L, d) and ``y`` (..., S, d),
     detached and without autograd, returned in float64.
 
     The sums run in the inputs' floating dtype (float32 or float64) and are cast to
-    float64 for the fits. ``key_weights`` (..., S): non-negative weights of the keys
-    summing to one per row (padding excluded); None means uniform.
+    float64 for the fits. ``key_weights`` (..., S), ``query_weights`` (..., L):
+    non-negative weights of the keys / queries summing to one per row (padding
+    excluded); None means uniform.
     """
     with torch.no_grad():
-        mom = favor.moments(x.detach(), y.detach(), full=full, key_weights=key_weights)
+        x, y = x.detach(), y.detach()
+        xs = x if query_weights is None else x[..., :1, :]  # (weighted below)
+        mom = favor.moments(xs, y, full=full, key_weights=key_weights)
+        if query_weights is not None:  # the queries weighted, as favor's second argument
+            mq = favor.moments(y[..., :1, :], x, full=full, key_weights=query_weights)
+            mom = favor.Moments(mq.mean_y, mq.second_y, mom.mean_y, mom.second_y)
         return favor.Moments(
             mom.mean_x.double(), mom.second_x.double(), mom.mean_y.double(), mom.second_y.double()
         )

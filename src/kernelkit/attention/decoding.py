@@ -26,9 +26,10 @@ kernel; otherwise it steps token by token.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -104,6 +105,21 @@ class LinearAttentionState:
     def nbytes(self) -> int:
         """Bytes of the running tensors ``kvz``, ``c`` (independent of ``t``)."""
         return sum(x.numel() * x.element_size() for x in (self.kvz, self.c))
+
+    def _stale(self) -> bool:
+        # kvz was modified in place since this state was made
+        return self._version >= 0 and _tensor_version(self.kvz) > self._version
+
+    def __deepcopy__(self, memo):
+        """A copy with its own tensors, checked against *their* in-place version
+        (``copy.deepcopy`` of a tensor advances the copy's counter, which the copied
+        ``_version`` would read as an in-place step): fresh, or stale if this state is."""
+        new = {f.name: copy.deepcopy(getattr(self, f.name), memo) for f in fields(self)}
+        version = _tensor_version(new["kvz"])
+        if version >= 0 and self._stale():
+            version -= 1  # one behind its tensors: stale, as this state
+        new["_version"] = version
+        return LinearAttentionState(**new)
 
 
 class _ExpFeatures:
@@ -214,7 +230,12 @@ def init_decoding_state(
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    elif not (isinstance(scale, numbers.Real) and scale > 0 and math.isfinite(scale)):
+    elif not (
+        isinstance(scale, numbers.Real)
+        and not isinstance(scale, bool)
+        and scale > 0
+        and math.isfinite(scale)
+    ):
         raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
     if name not in EXP_MAPS and name not in ("relu", "elu"):
         raise ValueError(
@@ -278,8 +299,8 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.device != state.device:
             raise ValueError(f"{name} is on {t.device}, the state on {state.device}.")
-    if state._version >= 0 and _tensor_version(state.kvz) > state._version:
-        # (a copy, e.g. copy.deepcopy(state), has fresh tensors: never flagged)
+    if state._stale():
+        # (a copy, copy.deepcopy(state), is checked against its own tensors)
         raise ValueError(
             "state is stale: its tensors were modified in place (by an inplace=True step) "
             f"since it was made, so they no longer hold the prefix of its t={state.t} "
@@ -301,7 +322,7 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
     batch = state.batch_shape
     if q.shape[:-1] == batch:
         single = True
-    elif q.dim() >= 2 and q.shape[:-2] == batch and q.shape[-2] > 0:
+    elif q.dim() >= 2 and q.shape[:-2] == batch:
         single = False
     else:
         raise ValueError(
@@ -321,10 +342,15 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
             raise TypeError(
                 f"key_padding_mask must be a bool tensor (True = padded key), got {m.dtype}."
             )
-        if m.shape != q.shape[:-1]:
+        try:  # size-1 dims broadcast, e.g. (N, 1, T) over the heads; no dims are added
+            if m.dim() != q.dim() - 1:
+                raise RuntimeError
+            m = torch.broadcast_to(m, q.shape[:-1])
+        except RuntimeError:
             raise ValueError(
-                f"key_padding_mask must have shape {tuple(q.shape[:-1])}, got {tuple(m.shape)}."
-            )
+                f"key_padding_mask must have shape {tuple(q.shape[:-1])} (size-1 dims "
+                f"broadcast), got {tuple(m.shape)}."
+            ) from None
         keep = ~m
     _finite_check(check_finite, q_t=q, k_t=k, v_t=v)
     return single, keep
@@ -414,13 +440,15 @@ def linear_attention_step(
     Parameters
     ----------
     q_t, k_t : tensor (*batch_shape, d) or (*batch_shape, T, d)
-        One new token, or a block of ``T`` tokens processed causally.
+        One new token, or a block of ``T`` tokens processed causally (``T = 0``: an
+        empty output, the state as it was).
     v_t : tensor (*batch_shape, e) or (*batch_shape, T, e)
     state : LinearAttentionState
         From :func:`init_decoding_state` or a previous step; not modified unless
         ``inplace``.
     key_padding_mask : bool tensor (*batch_shape) or (*batch_shape, T), optional
         ``True`` = padded token: its key and value are not added to the state.
+        Its size-1 dims broadcast (e.g. ``(N, 1, T)`` over the heads).
     check_finite : bool or None
         NaN / inf inputs: as :func:`~kernelkit.attention.linear_attention` (None: a
         ``ValueError`` for eager CPU inputs, no check, so no host sync, on accelerators
@@ -447,6 +475,8 @@ def linear_attention_step(
                 "inplace=True would overwrite tensors autograd needs; use it under "
                 "torch.no_grad() or with inputs that do not require grad."
             )
+    if not single and q_t.shape[-2] == 0:  # an empty block (T = 0): nothing to add
+        return (q_t @ k_t.transpose(-1, -2)) @ v_t, state  # (..., 0, e)
     ct = state.dtype
     r = math.sqrt(state.scale)
     x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)

@@ -70,7 +70,7 @@ def _check_name(feature_map) -> str:
     if not isinstance(feature_map, str):
         hint = (
             " (attn_mask is keyword-only in linear_attention)"
-            if isinstance(feature_map, torch.Tensor)
+            if feature_map is None or isinstance(feature_map, torch.Tensor)
             else ""
         )
         raise TypeError(f"feature_map must be a string, got {type(feature_map).__name__}{hint}.")
@@ -155,7 +155,9 @@ def draw_features(
     return {"W": draw_projection(n_proj, d, rng, sampler=sampler)}
 
 
-def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
+def attention_moments(
+    q, k, key_padding_mask=None, scale=None, *, query_padding_mask=None
+) -> Moments:
     """Moments of the scaled queries and keys that FAVOR++ / FAVOR# parameters are fitted
     from: means (..., d) and second moments (..., d, d), float64, over the sequence
     (padded keys excluded), as a :class:`kernelkit.features.favor.Moments` (the fits of
@@ -171,11 +173,16 @@ def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
         True marks a padded key (excluded).
     scale : float, optional
         Defaults to ``1/sqrt(d)``.
+    query_padding_mask : bool tensor (..., L), optional
+        True marks a padded query (excluded). In self-attention the padded positions are
+        queries too: pass the key padding mask here as well, so that their content does
+        not enter the fit (``linear_attention`` fits from every query row; pass these
+        moments as its ``moments``).
 
     Raises
     ------
     TypeError
-        Non-floating ``q`` / ``k`` or a non-bool ``key_padding_mask``.
+        Non-floating ``q`` / ``k`` or a non-bool padding mask.
     ValueError
         Mismatched shapes, empty or non-finite input, a bad ``scale``.
     """
@@ -206,22 +213,28 @@ def attention_moments(q, k, key_padding_mask=None, scale=None) -> Moments:
     x, y = _maps.scale_inputs(
         q.float() if q.dtype in _HALF else q, k.float() if k.dtype in _HALF else k, scale
     )
-    w = None
-    if key_padding_mask is not None:
-        mask = torch.as_tensor(key_padding_mask, device=k.device)
-        if mask.dtype != torch.bool:
-            raise TypeError(
-                f"key_padding_mask must be a bool tensor (True = padded key), got {mask.dtype}."
-            )
-        try:
-            keep = torch.broadcast_to(~mask, k.shape[:-1]).to(y.dtype)
-        except RuntimeError:
-            raise ValueError(
-                f"key_padding_mask of shape {tuple(mask.shape)} does not broadcast to the key "
-                f"shape {tuple(k.shape[:-1])}."
-            ) from None
-        w = keep / keep.sum(-1, keepdim=True).clamp(min=1.0)
-    return fit_moments(x, y, w, full=True)
+    wk = _row_weights(key_padding_mask, "key", k.shape[:-1], y)
+    wq = _row_weights(query_padding_mask, "query", q.shape[:-1], x)
+    return fit_moments(x, y, wk, full=True, query_weights=wq)
+
+
+def _row_weights(mask, side, shape, like):
+    # uniform weights (shape) of the rows a padding mask keeps, or None
+    if mask is None:
+        return None
+    mask = torch.as_tensor(mask, device=like.device)
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{side}_padding_mask must be a bool tensor (True = padded {side}), got {mask.dtype}."
+        )
+    try:
+        keep = torch.broadcast_to(~mask, shape).to(like.dtype)
+    except RuntimeError:
+        raise ValueError(
+            f"{side}_padding_mask of shape {tuple(mask.shape)} does not broadcast to the "
+            f"{side} shape {tuple(shape)}."
+        ) from None
+    return keep / keep.sum(-1, keepdim=True).clamp(min=1.0)
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -262,10 +275,8 @@ def _validate(q, k, v, is_causal, key_padding_mask):
             f"k and v must have the same length S, got {k.shape[-2]} and {v.shape[-2]}."
         )
     L, S = q.shape[-2], k.shape[-2]
-    if L == 0 or S == 0 or q.shape[-1] == 0:
-        raise ValueError(f"empty attention input: L={L}, S={S}, d={q.shape[-1]}.")
-    if is_causal and L != S:
-        raise ValueError(f"is_causal needs L == S, got L={L}, S={S}.")
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k have head dim d=0: no features to draw (L={L}, S={S}).")
     if key_padding_mask is None:
         return None
     mask = torch.as_tensor(key_padding_mask, device=q.device)
@@ -389,18 +400,23 @@ def linear_attention(
         projections for positive / FAVOR++ / FAVOR#, ``M / 2`` for trig and hyperbolic
         (two features per projection), see :func:`hybrid_base_size` for the hybrid.
     is_causal : bool
-        Query ``t`` sees keys ``j <= t`` only (needs ``L == S``). Chunked prefix sums
-        (``chunk_size``), chunks processed in blocks of at most 512 rows: O(block M e)
-        working memory in the forward and the backward pass (a custom autograd Function
-        recomputes the features block by block, gradients in closed form). Fitted
-        parameters never use the sequence (``moments`` from other data, module
-        docstring); stabilisers are causal or exactly cancelling factors bounded so that
-        a later token cannot change an earlier output beyond rounding (see
+        Query ``t`` sees keys ``j <= t`` only; for ``L != S`` aligned to the top left as in
+        SDPA (keys ``j >= L`` are never seen, queries ``t >= S`` see every key; for the
+        last ``L`` of ``S`` positions, decode with :func:`linear_attention_step`).
+        Chunked prefix sums (``chunk_size``), chunks processed in blocks of at most 512
+        rows: O(block M e) working memory in the forward and the backward pass (a custom
+        autograd Function recomputes the features block by block, gradients in closed
+        form). Fitted parameters never use the sequence (``moments`` from other data,
+        module docstring); stabilisers are causal or exactly cancelling factors bounded
+        so that a later token cannot change an earlier output beyond rounding (see
         :mod:`kernelkit.attention._linear`).
     key_padding_mask : bool tensor (..., S), broadcastable to ``q.shape[:-2] + (S,)``
         True marks a padded key, excluded from the attention and from the fitted
         parameters. Rows without any visible key give zeros (as
-        :func:`kernelkit.kernels.softmax_attention`).
+        :func:`kernelkit.kernels.softmax_attention`). The per-instance fit uses every
+        query row: in self-attention, where padded keys are padded queries too, pass
+        ``moments=attention_moments(q, k, key_padding_mask=m, query_padding_mask=m)``
+        to leave them out.
     random_state : None, int or numpy Generator
         Draws the projections (NumPy; same seed, same features on every device). An
         integer seed's projections are drawn once and reused by later calls (a custom
@@ -441,14 +457,14 @@ def linear_attention(
         there, by an asynchronous assert in compiled graphs (no host sync, no graph
         break). False: never checked.
     attn_mask : bool or float tensor, optional
-        SDPA's mask (bool ``True`` = attend, or float ``0`` / ``-inf``), supported where
-        linear attention can apply it: the causal mask (``(L, L)``, or broadcast as
-        ``(..., L, L)``; blocked above the diagonal), which selects ``is_causal=True``; a
-        key-padding mask, the same keys blocked in every query row (shape ``(..., 1, S)``
-        or ``(..., L, S)``); or the causal mask with padded keys also blocked. The
-        padding is merged with ``key_padding_mask``. Any other mask (an arbitrary pattern
-        or an additive bias) raises a ``ValueError``: the attention matrix is never
-        formed.
+        SDPA's mask (bool ``True`` = attend, or float ``0`` / ``-inf``; the dtype's
+        minimum counts as ``-inf``), supported where linear attention can apply it: the
+        causal mask (``(L, S)``, or broadcast as ``(..., L, S)``; blocked above the
+        diagonal, top left aligned), which selects ``is_causal=True``; a key-padding
+        mask, the same keys blocked in every query row (shape ``(..., 1, S)`` or
+        ``(..., L, S)``); or the causal mask with padded keys also blocked. The padding
+        is merged with ``key_padding_mask``. Any other mask (an arbitrary pattern or an
+        additive bias) raises a ``ValueError``: the attention matrix is never formed.
     dropout_p : float
         Must be 0: SDPA drops attention weights, which do not exist here (dropout on
         the output is what :class:`~kernelkit.attention.FavorAttention` does).
@@ -460,7 +476,9 @@ def linear_attention(
     -------
     tensor (..., L, e)
         Same dtype as ``q`` (float32 for float32 inputs under autocast; the computation
-        never runs in half precision); ``...`` the broadcast leading dims.
+        never runs in half precision); ``...`` the broadcast leading dims. As in SDPA,
+        ``L = 0`` gives an empty output and ``S = 0`` zeros (no visible key); ``d = 0``
+        raises a ``ValueError``.
 
     Notes
     -----
@@ -490,6 +508,8 @@ def linear_attention(
     if attn_mask is not None:
         is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask)
     mask = _validate(q, k, v, is_causal, key_padding_mask)
+    if is_causal and q.shape[-2] != k.shape[-2] and q.shape[-2] and k.shape[-2]:
+        k, v, mask = _top_left(k, v, mask, q.shape[-2])
     # positive maps, eager CPU default: checked through the output (and the fit's moments)
     deferred = check_finite is None and name in EXP_MAPS and _eager_cpu(q, k, v)
     if not deferred:
@@ -509,7 +529,11 @@ def linear_attention(
         and scale > 0
         and math.isfinite(scale)
     ):
-        raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
+        raise ValueError(
+            f"scale must be a positive finite float, got {scale!r}: the features estimate "
+            "exp(scale q.k) from sqrt(scale) q and sqrt(scale) k, so SDPA's scale <= 0 is "
+            "not supported (for a negative scale, pass -q and -scale)."
+        )
     if is_causal and name in ("trig", "hybrid_angular"):
         raise ValueError(
             f"feature_map={name!r} is bidirectional only: its features are not positive, so "
@@ -527,6 +551,12 @@ def linear_attention(
             "'hyperbolic')."
         )
     sampler = _check_sampler(sampler)
+    if q.shape[-2] == 0 or k.shape[-2] == 0 or math.prod(q.shape[:-2]) == 0:
+        # as SDPA: no queries (L = 0) or an empty batch give an empty output, no keys
+        # (S = 0) zeros (the rows of a fully padded instance); the product keeps the
+        # inputs in the graph
+        out = ((q @ k.transpose(-1, -2)) @ v).to(q.dtype)  # (..., L, e)
+        return out.detach().numpy() if is_numpy else out
     params = _projection_params(name, n_features, d, random_state, sampler, projection, q.device)
 
     out_dtype = q.dtype
@@ -557,6 +587,20 @@ def linear_attention(
         _raise_not_finite("the attention output", q=q, k=k, v=v)
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
+
+
+def _top_left(k, v, mask, L):
+    """SDPA's ``is_causal`` for ``L != S``: query ``i`` sees keys ``j <= i`` (top left
+    aligned). That is ``L x L`` causal attention over the first ``L`` keys: the keys
+    ``j >= L`` are cut where ``S > L``, and ``L - S`` padded keys appended where
+    ``S < L``. k (..., S, d), v (..., S, e), mask (..., S) or None (True = padded)."""
+    S = k.shape[-2]
+    if S > L:
+        return k[..., :L, :], v[..., :L, :], None if mask is None else mask[..., :L]
+    pad = torch.ones(*k.shape[:-2], L - S, dtype=torch.bool, device=k.device)
+    mask = torch.zeros(k.shape[:-1], dtype=torch.bool, device=k.device) if mask is None else mask
+    k, v = (torch.nn.functional.pad(t, (0, 0, 0, L - S)) for t in (k, v))  # zero rows
+    return k, v, torch.cat([mask, pad], dim=-1)  # (..., L, d), (..., L, e), (..., L)
 
 
 def _broadcast_batch(q, k, v):
@@ -592,6 +636,13 @@ def _expand_gqa(q, k, v):
     return k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
 
 
+def _float_blocked(m):
+    """Blocked entries of an additive float mask: ``-inf``, or the dtype's minimum (the
+    "large negative" masks of many libraries, e.g. ``torch.finfo(dtype).min``: SDPA's
+    weight of such a key is exactly 0 wherever the row keeps a key)."""
+    return torch.isneginf(m) | (m == torch.finfo(m.dtype).min)
+
+
 def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     """SDPA ``attn_mask`` -> (is_causal, key_padding_mask) where it is causal or padding."""
     m = torch.as_tensor(attn_mask, device=q.device)
@@ -599,11 +650,11 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     if m.dtype == torch.bool:
         blocked = ~m
     elif m.is_floating_point():
-        blocked = torch.isneginf(m)
+        blocked = _float_blocked(m)
         if not bool((m[~blocked] == 0).all()):
             raise ValueError(
-                "a float attn_mask may only hold 0 (attend) and -inf (blocked): "
-                "linear attention cannot add a bias to scores it never forms."
+                "a float attn_mask may only hold 0 (attend) and -inf or the dtype's minimum "
+                "(blocked): linear attention cannot add a bias to scores it never forms."
             )
     else:
         raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")
@@ -612,14 +663,13 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
         pad = None
     elif blocked.shape[-2] == 1 or bool((blocked == blocked[..., :1, :]).all()):
         pad = blocked[..., 0, :]  # (..., S): the same keys blocked in every query row
-    elif L == S:
-        # causal, possibly with padded keys: the last row blocks exactly the padding
+    else:
+        # causal (top left aligned as SDPA's is_causal where L != S), possibly with padded
+        # keys: the last row blocks exactly the padding (and the keys j >= L)
         pad = blocked[..., -1, :]  # (..., S)
         upper = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)
         causal = bool(torch.equal(blocked, upper | pad[..., None, :]))
         pad = pad if causal else None
-    else:
-        pad = None
     if pad is None:
         raise ValueError(
             f"attn_mask of shape {tuple(m.shape)} is neither a causal mask ((..., L, L), "

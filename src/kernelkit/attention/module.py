@@ -4,11 +4,14 @@
 Differences from ``nn.MultiheadAttention`` (the attention matrix is never formed):
 
 * ``need_weights=True`` raises (no weights exist); ``forward`` returns ``(out, None)``.
-* ``attn_mask`` may only be the causal mask (bool ``True`` above the diagonal, or float
-  ``-inf`` above it) or None; ``is_causal=True`` alone selects causal attention.
+* ``attn_mask`` may only be the causal mask, ``(L, S)`` or ``(N * num_heads, L, S)``
+  (bool ``True`` above the diagonal, or float ``-inf`` above it, top left aligned) or
+  None; ``is_causal=True`` alone selects causal attention.
 * ``dropout`` is applied to the attention output of every head (before ``out_proj``),
   not to attention weights. ``add_bias_kv`` / ``add_zero_attn`` are not supported.
-* ``key_padding_mask``: bool (True = padded) or float (``-inf`` = padded, 0 = kept).
+* ``key_padding_mask``: bool (True = padded) or float (``-inf`` or the dtype's
+  minimum = padded, 0 = kept). Called as self-attention (``query is key``), the padded
+  positions are left out of the fitted parameters as queries too.
 
 Random features: one projection matrix (``n_features x head_dim``, drawn by ``sampler``,
 block-orthogonal by default) shared by the heads, a buffer (saved in the ``state_dict``).
@@ -44,6 +47,7 @@ from .decoding import LinearAttentionState, init_decoding_state, linear_attentio
 from .functional import (
     _check_sampler,
     _finite_check,
+    _float_blocked,
     attention_moments,
     draw_features,
     linear_attention,
@@ -109,9 +113,14 @@ class FavorAttention(nn.Module):
     Notes
     -----
     * ``need_weights=True`` raises (no weights exist).
-    * ``attn_mask`` may only be the causal mask (bool ``True`` above the diagonal, or
-      float ``-inf`` above it) or None; ``is_causal=True`` alone selects causal attention.
-    * ``key_padding_mask``: bool (True = padded) or float (``-inf`` = padded, 0 = kept).
+    * ``attn_mask`` may only be the causal mask, ``(L, S)`` or ``(N * num_heads, L, S)``
+      (bool ``True`` above the diagonal, or float ``-inf`` above it, top left aligned)
+      or None; ``is_causal=True`` alone selects causal attention.
+    * ``key_padding_mask``: bool (True = padded) or float (``-inf`` or the dtype's
+      minimum = padded, 0 = kept).
+      Called as self-attention (``query is key``), the padded positions are left out of
+      the fitted parameters (and the running statistics) as queries too, so the real rows
+      do not depend on the padding.
     * Random features: one projection matrix (buffer ``projection``, plus
       ``sign_projection`` for ``hybrid_angular``) shared by the heads and saved in the
       ``state_dict``.
@@ -130,9 +139,9 @@ class FavorAttention(nn.Module):
       of the module's last call, so gradients are those of the original call.
     * As ``self_attn`` of ``nn.TransformerEncoderLayer``: a (no-op) forward pre-hook
       keeps the layer's fused eval-mode fast path, which would compute exact softmax
-      attention from ``in_proj_weight``, from bypassing this module. Nested tensors
-      (``nn.TransformerEncoder``'s eval fast path with a padding mask) raise: build the
-      encoder with ``enable_nested_tensor=False``.
+      attention from ``in_proj_weight``, from bypassing this module. The nested tensors
+      of ``nn.TransformerEncoder``'s eval fast path with a padding mask (also inside
+      ``nn.Transformer``) are padded back, attended with that mask and nested again.
     """
 
     def __init__(
@@ -308,15 +317,16 @@ class FavorAttention(nn.Module):
             raise ValueError(
                 "FavorAttention never forms attention weights; call it with need_weights=False."
             )
+        if isinstance(query, torch.Tensor) and query.is_nested:
+            return self._forward_nested(query, key, value, key_padding_mask, attn_mask, is_causal)
         for name, t in (("query", query), ("key", key), ("value", value)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
             if t.is_nested:
                 raise ValueError(
-                    f"{name} is a nested tensor, which FavorAttention does not take; "
-                    "nn.TransformerEncoder makes them from a padded batch in eval mode: build "
-                    "it with enable_nested_tensor=False (the key_padding_mask then reaches "
-                    "this module)."
+                    f"{name} is a nested tensor: FavorAttention takes nested tensors only as "
+                    "nn.TransformerEncoder passes them (self-attention, query is key is value, "
+                    "batch_first=True, no masks)."
                 )
             if t.dim() not in (2, 3):
                 raise ValueError(
@@ -332,6 +342,9 @@ class FavorAttention(nn.Module):
                 f"query, key, value must share one dtype, got {query.dtype}, "
                 f"{key.dtype}, {value.dtype}."
             )
+        # self-attention (one tensor, as nn.Transformer*Layer pass): padded keys are padded
+        # queries too, and stay out of the fitted parameters on both sides
+        self_attention = query is key
         unbatched = query.dim() == 2
         if unbatched:
             query, key, value = query[None], key[None], value[None]
@@ -355,12 +368,10 @@ class FavorAttention(nn.Module):
                 f"batch / length mismatch: query {tuple(query.shape)}, key "
                 f"{tuple(key.shape)}, value {tuple(value.shape)}."
             )
-        if L == 0 or S == 0:
-            raise ValueError(f"empty sequence: L={L}, S={S}.")
         # eager CPU inputs (linear_attention's check_finite=None policy): a clear error
         # before the in-projection turns NaN into NaN queries and a failing fit
         _finite_check(None, query=query, key=key, value=value)
-        is_causal = self._check_attn_mask(attn_mask, is_causal, L, S)
+        is_causal = self._check_attn_mask(attn_mask, is_causal, L, S, N * self.num_heads)
         mask = self._check_padding_mask(key_padding_mask, N, S, query.device)
 
         # activation checkpointing recomputes this call during the backward pass: with the
@@ -377,9 +388,13 @@ class FavorAttention(nn.Module):
         proj = {"W": self.projection} if self.projection.numel() else {}
         if self.sign_projection.numel():
             proj["T"] = self.sign_projection
+        qmask = mask4 if self_attention and L else None  # (N, 1, L): padded queries
         if is_causal:
-            out = self._causal_attention(q, k, v, mask4, proj, recompute)
+            out = self._causal_attention(q, k, v, mask4, proj, recompute, qmask)
         else:
+            mom = None
+            if self.feature_map in FITTED_MAPS and qmask is not None:
+                mom = attention_moments(q, k, key_padding_mask=mask4, query_padding_mask=qmask)
             out = linear_attention(
                 q,
                 k,
@@ -388,6 +403,7 @@ class FavorAttention(nn.Module):
                 self.n_features,
                 key_padding_mask=mask4,
                 projection=proj,
+                moments=mom,
                 check_finite=False,
             )
         out = nn.functional.dropout(out, self.dropout, self.training)
@@ -398,6 +414,32 @@ class FavorAttention(nn.Module):
         elif not self.batch_first:
             out = out.transpose(0, 1)
         return out, None
+
+    def _forward_nested(self, query, key, value, key_padding_mask, attn_mask, is_causal):
+        """Self-attention on a nested batch (N sequences of shapes (L_i, E)), as
+        ``nn.TransformerEncoder`` passes a padded batch in eval mode
+        (``enable_nested_tensor``): padded to (N, max L_i, E), attended with the padding
+        as ``key_padding_mask``, and nested again (the padded rows dropped)."""
+        if not (
+            key is query
+            and value is query
+            and self.batch_first
+            and key_padding_mask is None
+            and attn_mask is None
+        ):
+            raise ValueError(
+                "query is a nested tensor: FavorAttention takes nested tensors only as "
+                "nn.TransformerEncoder passes them (self-attention, query is key is value, "
+                "batch_first=True, no masks); pass a padded batch and a key_padding_mask."
+            )
+        lengths = [t.shape[0] for t in query.unbind()]
+        x = query.to_padded_tensor(0.0)  # (N, L, E)
+        n = torch.tensor(lengths, device=x.device)
+        pad = torch.arange(x.shape[1], device=x.device) >= n[:, None]  # (N, L)
+        out, _ = self.forward(x, x, x, key_padding_mask=pad, is_causal=is_causal)
+        return torch.nested.as_nested_tensor(
+            [o[:m] for o, m in zip(out, lengths, strict=True)]
+        ), None
 
     def _in_projection(self, query, key, value):
         E = self.embed_dim
@@ -416,20 +458,22 @@ class FavorAttention(nn.Module):
         )
 
     @staticmethod
-    def _check_attn_mask(attn_mask, is_causal, L, S):
+    def _check_attn_mask(attn_mask, is_causal, L, S, NH):
+        # MultiheadAttention's (L, S) or (N * num_heads, L, S) mask, if it is causal
         if attn_mask is None:
             return bool(is_causal)
         m = torch.as_tensor(attn_mask)
-        if m.shape != (L, S) or L != S:
+        if m.shape not in ((L, S), (NH, L, S)):
             raise ValueError(
-                f"attn_mask must be None or the causal (L, L) mask, got shape "
-                f"{tuple(m.shape)} for L={L}, S={S}."
+                f"attn_mask must be None or the causal (L, S) or (N * num_heads, L, S) mask, "
+                f"got shape {tuple(m.shape)} for L={L}, S={S}, N * num_heads={NH}."
             )
         upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)
         if m.dtype == torch.bool:
-            causal = bool(torch.equal(m, upper))
+            causal = bool((m == upper).all())
         else:
-            causal = bool(torch.equal(torch.isneginf(m), upper)) and bool((m[~upper] == 0).all())
+            blocked = _float_blocked(m)
+            causal = bool((blocked == upper).all()) and bool((m[~blocked] == 0).all())
         if not causal:
             raise ValueError(
                 "FavorAttention supports only the causal attn_mask (linear "
@@ -450,10 +494,11 @@ class FavorAttention(nn.Module):
         if m.dtype == torch.bool:
             return m
         if m.is_floating_point():
-            pad = torch.isneginf(m)
+            pad = _float_blocked(m)
             if not bool((m[~pad] == 0).all()):
                 raise ValueError(
-                    "a float key_padding_mask may only hold 0 (keep) and -inf (padded)."
+                    "a float key_padding_mask may only hold 0 (keep) and -inf or the dtype's "
+                    "minimum (padded)."
                 )
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
@@ -467,7 +512,7 @@ class FavorAttention(nn.Module):
             return False
         return torch._C._current_graph_task_id() != -1
 
-    def _causal_attention(self, q, k, v, mask4, proj, recompute=False):
+    def _causal_attention(self, q, k, v, mask4, proj, recompute=False, qmask=None):
         # eager: chunk loop + custom autograd Function; running statistics read before and
         # updated after the call (training only), so no call sees its own tokens. A
         # checkpoint recomputation reuses the statistics of the module's last call.
@@ -490,9 +535,9 @@ class FavorAttention(nn.Module):
             chunk_size=self.chunk_size,
             check_finite=False,
         )
-        if self.training and self.feature_map in FITTED_MAPS and not recompute:
+        if self.training and self.feature_map in FITTED_MAPS and not recompute and q.numel():
             self._last_moments = (moments,)  # what a checkpoint recomputation must use
-            self._update_running(q, k, mask4)
+            self._update_running(q, k, mask4, qmask)  # (an empty batch has no statistics)
         return out
 
     # ------------------------------------------------------------ recurrent decoding
@@ -615,8 +660,10 @@ class FavorAttention(nn.Module):
         )
 
     @torch.no_grad()
-    def _update_running(self, q, k, mask4):
-        mom = attention_moments(q.detach(), k.detach(), key_padding_mask=mask4)
+    def _update_running(self, q, k, mask4, qmask=None):
+        mom = attention_moments(
+            q.detach(), k.detach(), key_padding_mask=mask4, query_padding_mask=qmask
+        )
         # average over the batch: (N, H, ...) -> (H, ...)
         new = [
             t.mean(0).to(self.running_mean_q.dtype)
