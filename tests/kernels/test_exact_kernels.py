@@ -173,10 +173,14 @@ def test_softmax_attention_large_logits_are_stable():
     np.testing.assert_allclose(out, _naive_attention(q * 300, k * 300, v), rtol=1e-10, atol=1e-12)
 
 
-def test_causal_needs_square_logits():
-    q, k, v = _qkv(11, L=3, S=5)
-    with pytest.raises(ValueError, match="is_causal needs L == S"):
-        softmax_attention(q, k, v, is_causal=True)
+@pytest.mark.parametrize(("L", "S"), [(3, 5), (5, 3)])
+def test_causal_with_l_not_s_is_top_left(L, S):
+    """As scaled_dot_product_attention: query i sees keys j <= i (was a ValueError)."""
+    q, k, v = _qkv(11, L=L, S=S)
+    out = softmax_attention(q, k, v, is_causal=True)
+    for i in range(L):
+        j = min(i, S - 1) + 1  # keys 0 .. min(i, S - 1)
+        np.testing.assert_allclose(out[i], _naive_attention(q[i : i + 1], k[:j], v[:j])[0])
 
 
 def test_softmax_attention_matches_torch_sdpa(torch):
@@ -186,6 +190,12 @@ def test_softmax_attention_matches_torch_sdpa(torch):
         ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
         got = softmax_attention(qt, kt, vt, is_causal=causal)
         assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-14)
+    for L in (3, 6):  # causal with L != S: top-left aligned, as SDPA
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            qt[:, :L], kt[:, : 9 - L], vt[:, : 9 - L], is_causal=True
+        )
+        got = softmax_attention(qt[:, :L], kt[:, : 9 - L], vt[:, : 9 - L], is_causal=True)
         np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-14)
     mask = torch.tensor([[False, False, True, False, True, False]] * 2)
     ref = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=~mask[:, None, :])

@@ -543,7 +543,9 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
     k : array, shape (..., S, d)
     v : array, shape (..., S, d_v)
     is_causal : bool
-        Query ``i`` attends to keys ``j <= i`` only (requires ``L == S``).
+        Query ``i`` attends to keys ``j <= i`` only: the mask ``tril(ones(L, S))``, aligned
+        top left as in ``scaled_dot_product_attention`` when ``L != S`` (with ``L > S``
+        the last queries see every key).
     key_padding_mask : array of bool, shape (..., S), optional
         ``True`` marks a padded key that no query may attend to. Rows with every key
         masked give zeros.
@@ -564,7 +566,7 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
         ``q``, ``k`` or ``v`` is complex, less than 2-D, empty or not finite; ``q`` and
         ``k`` differ in ``d`` or ``k`` and ``v`` in ``S``; the batch dimensions do not
         broadcast; ``scale`` is not positive and finite; ``key_padding_mask`` does not end
-        in ``S``; ``is_causal`` with ``L != S``.
+        in ``S``.
     """
     if not isinstance(is_causal, bool | np.bool_):
         raise TypeError(f"is_causal must be a bool, got {is_causal!r}.")
@@ -586,8 +588,6 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
     d = q.shape[-1]
     L, S = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(d) if scale is None else validate_positive_float(scale, "scale")
-    if is_causal and L != S:
-        raise ValueError(f"is_causal needs L == S, got L={L}, S={S}.")
     if key_padding_mask is not None:
         key_padding_mask = _check_mask(key_padding_mask, S)
         batch = np.broadcast_shapes(*(tuple(a.shape[:-2]) for a in (q, k, v)))
