@@ -493,9 +493,11 @@ def combine_scaled(xp, dot, scale):
     if float(_detach(xp.max(scale))) < limit:
         return dot * xp.exp(scale)
     absdot = xp.abs(dot)
-    tiny = xp.asarray(float(xp.finfo(dot.dtype).tiny), dtype=dot.dtype)
-    logabs = xp.log(xp.maximum(absdot, tiny)) + scale
-    logabs = xp.where(absdot > 0, logabs, xp.full_like(logabs, -math.inf))  # exp -> 0
+    # log of the subnormal values too (a product of two row-normalised bases can fall
+    # below tiny while the scale brings it back into range); 1 stands in for the zeros
+    nonzero = absdot > 0
+    logabs = xp.log(xp.where(nonzero, absdot, xp.ones_like(absdot))) + scale
+    logabs = xp.where(nonzero, logabs, xp.full_like(logabs, -math.inf))  # exp -> 0
     if is_numpy_namespace(xp):
         with np.errstate(over="ignore"):
             return xp.sign(dot) * xp.exp(logabs)
