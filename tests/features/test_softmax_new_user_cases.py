@@ -11,6 +11,8 @@ for the structured samplers. The regression tests of the fixed defects say so.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from favor_helpers import ALL_MAPS
@@ -125,3 +127,29 @@ def test_float32_approx_kernel_at_large_norms_is_not_inflated(cls):
     err = np.abs(est - ref)[inside]
     bound = (rtol * ref + subnormal)[inside]
     assert np.all(err <= bound), np.max(err / bound)
+
+
+@pytest.mark.parametrize("cls", ALL_MAPS, ids=_name)
+def test_float32_variance_is_finite_where_representable(cls):
+    """Regression: the variance of the FAVOR# maps was ``exp(log m2) (1 - K^2 / m2) / M``,
+    so float32 input gave inf where the second moment m2 passes 3.4e38 although the
+    variance m2 (1 - K^2 / m2) / M does not (|x| ~ 9: 5 to 9 pairs of 400 per map), with
+    an overflow warning. Reference: the float64 variance of the same rounded inputs."""
+    rng = np.random.default_rng(0)
+    X = (9 * rng.standard_normal((20, 8)) / np.sqrt(8)).astype(np.float32)
+    Y = (9 * rng.standard_normal((20, 8)) / np.sqrt(8)).astype(np.float32)
+    X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
+    for kernel in ("softmax", "gaussian"):
+        fm = cls(1000, kernel=kernel, random_state=0).fit(X, Y=Y)
+        ref = fm.variance(X64, Y64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no overflow warning either
+            v = fm.variance(X, Y)
+        assert v.dtype == np.float32
+        f32 = np.finfo(np.float32)
+        inside = (ref < float(f32.max) / 2) & (ref > float(f32.tiny))
+        assert np.all(np.isinf(v[ref > 2.0 * float(f32.max)]))
+        # log m2 and 2 log K: float32 sums of terms up to 4 (|x|^2 + |y|^2) in size
+        sq = (X64 * X64).sum(1)[:, None] + (Y64 * Y64).sum(1)[None, :]
+        rtol = 32 * EPS32 * float(sq.max())
+        np.testing.assert_allclose(v[inside], ref[inside], rtol=rtol)
