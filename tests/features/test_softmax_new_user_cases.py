@@ -15,9 +15,10 @@ import warnings
 
 import numpy as np
 import pytest
-from favor_helpers import ALL_MAPS, Z_BOUND
+from favor_helpers import ALL_MAPS, Z_BOUND, mc_variance_z, single_products
 
 from kernelkit.estimators import RandomFeatures
+from kernelkit.estimators._methods import auto_candidates, make_feature_map
 from kernelkit.features import GERF, SADERF, RandomFourierFeatures, TrigRF
 from kernelkit.features._base import combine_scaled
 
@@ -80,6 +81,38 @@ CASES = [
     "zero_column",
     "rank_one",
 ]
+
+
+# ---------------------------------------------------------------------- i.i.d. projections
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("cls", ALL_MAPS, ids=_name)
+def test_unbiased_and_variance_on_unseen_data(cls, case):
+    """Mean and variance of the single-projection products f1(w, x) f2(w, y) of one fit
+    with 10^5 i.i.d. projections (the fitted parameters depend on the data only) against
+    ``exact_kernel`` and ``n_features * variance``.
+
+    The mean's z-score uses the analytic variance. The sample variance is compared only
+    where one product's relative variance ``Var / K^2`` is at most 8: the positive maps'
+    products are log-normal-like (``exp(sigma^2) - 1 = Var / K^2``), and beyond that their
+    fourth moment (``~ exp(6 sigma^2)``, which the z-score of the sample variance needs) is
+    too heavy-tailed to estimate from 10^5 draws (PositiveRF on the anisotropic data:
+    z = -28 with a correct variance). Cases without such pairs check the mean only."""
+    X, Y = _case(case)
+    Yv = X if Y is None else Y
+    for kernel in ("softmax", "gaussian"):
+        fm = cls(n_features=100_000, kernel=kernel, random_state=3).fit(X, Y=Y)
+        g = single_products(fm, X, Yv)  # (n, m, M)
+        M = g.shape[-1]
+        K, V1 = fm.exact_kernel(X, Yv), fm.variance(X, Yv) * M  # one product's variance
+        z_mean = (g.mean(-1) - K) / np.sqrt(V1 / M + (1e-12 * K) ** 2)
+        assert np.abs(z_mean).max() < Z_BOUND, (kernel, z_mean)
+        light = V1 <= 8.0 * K * K
+        if not light.any():
+            continue
+        z_var, rel_se = mc_variance_z(g[light], V1[light])
+        assert rel_se.max() < 0.2, (kernel, rel_se.max())  # power: a 2x error gives |z| ~ 5
+        assert np.abs(z_var).max() < Z_BOUND, (kernel, z_var)
 
 
 # ---------------------------------------------------------------------- samplers
@@ -241,3 +274,77 @@ def test_float32_variance_is_finite_where_representable(cls):
         sq = (X64 * X64).sum(1)[:, None] + (Y64 * Y64).sum(1)[None, :]
         rtol = 32 * EPS32 * float(sq.max())
         np.testing.assert_allclose(v[inside], ref[inside], rtol=rtol)
+
+
+# ---------------------------------------------------------------------- torch
+@pytest.mark.torch
+@pytest.mark.parametrize("sampler", ["iid", "orthogonal", "halton"])
+@pytest.mark.parametrize("cls", MAPS_AND_RFF, ids=_name)
+def test_torch_and_numpy_agree_for_every_method(cls, sampler):
+    """Every value method on torch float64 (CPU) equals NumPy to round-off, for maps
+    fitted on torch tensors with Y != X, a lengthscale, both kernels."""
+    torch = pytest.importorskip("torch")
+    X, Y = _case("different_distributions")
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    kernels = ["gaussian"] if cls is RandomFourierFeatures else ["softmax", "gaussian"]
+    for kernel in kernels:
+        kw = {"lengthscale": 1.7, "sampler": sampler, "random_state": 0}
+        if cls is not RandomFourierFeatures:
+            kw["kernel"] = kernel
+        a, b = cls(16, **kw).fit(X, Y=Y), cls(16, **kw).fit(Xt, Y=Yt)
+        for method, args in [
+            ("transform", (X,)),
+            ("transform_y", (Y,)),
+            ("approx_kernel", (X, Y)),
+            ("exact_kernel", (X, Y)),
+            ("expected_kernel", (X, Y)),
+            ("variance", (X, Y)),
+            ("complex_variance", (X, Y)),
+            ("log_relative_variance", (X, Y)),
+        ]:
+            ref = getattr(a, method)(*args)
+            out = getattr(b, method)(*(torch.from_numpy(v) for v in args))
+            assert isinstance(out, torch.Tensor), method
+            np.testing.assert_allclose(out.numpy(), ref, rtol=1e-10, atol=0, err_msg=method)
+
+
+# ---------------------------------------------------------------------- RandomFeatures
+def _full_data_relative_variance(name, kernel, X, Y, n_components):
+    fm = make_feature_map(name, kernel=kernel, n_components=n_components, random_state=0)
+    lrv = fm.fit(X, Y=Y).log_relative_variance(X, Y)
+    if Y is None:
+        lrv = lrv[~np.eye(len(X), dtype=bool)]
+    return float(np.mean(np.exp(lrv)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kernel", "case", "expected"),
+    [
+        ("gaussian", "far_cluster", {"optimized_maclaurin", "rff", "trig"}),
+        ("gaussian", "anisotropic", {"sderf"}),
+        ("softmax", "large", {"sderf"}),
+    ],
+)
+@pytest.mark.parametrize("n_components", [64, 63])
+def test_auto_picks_the_lowest_variance_candidate(kernel, case, expected, n_components):
+    """With all rows in the sample (n <= auto_sample_size) the choice is the candidate of
+    lowest mean relative variance on the data, among the expected ones (bounded features
+    for a cluster far from the origin, SDERF for anisotropic data and large softmax
+    inputs); odd ``n_components`` is respected exactly."""
+    rng = np.random.default_rng(0)
+    if case == "far_cluster":
+        X = 5.0 + 0.3 * rng.standard_normal((120, 6))
+    elif case == "anisotropic":
+        X = rng.standard_normal((120, 6)) * np.array([3.0, 0.3, 0.3, 0.3, 0.3, 0.3])
+    else:
+        X = rng.standard_normal((120, 6))
+    rf = RandomFeatures(method="auto", kernel=kernel, n_components=n_components, random_state=0)
+    rf.fit(X)
+    assert rf.method_ in expected
+    full = {c: _full_data_relative_variance(c, kernel, X, None, n_components) for c in expected}
+    assert rf.method_ == min(full, key=full.get)
+    assert set(rf.variance_estimates_) == set(auto_candidates(kernel))
+    assert rf.variance_estimates_[rf.method_] == min(rf.variance_estimates_.values())
+    assert rf.feature_map_.output_dim == n_components == rf.transform(X[:3]).shape[1]
+    assert rf.get_feature_names_out().shape == (n_components,)
