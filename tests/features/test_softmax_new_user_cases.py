@@ -15,11 +15,12 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from favor_helpers import ALL_MAPS, Z_BOUND, mc_variance_z, single_products
 
 from kernelkit.estimators import RandomFeatures
 from kernelkit.estimators._methods import auto_candidates, make_feature_map
-from kernelkit.features import GERF, SADERF, RandomFourierFeatures, TrigRF
+from kernelkit.features import GERF, SADERF, HyperbolicRF, PositiveRF, RandomFourierFeatures, TrigRF
 from kernelkit.features._base import combine_scaled
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -274,6 +275,31 @@ def test_float32_variance_is_finite_where_representable(cls):
         sq = (X64 * X64).sum(1)[:, None] + (Y64 * Y64).sum(1)[None, :]
         rtol = 32 * EPS32 * float(sq.max())
         np.testing.assert_allclose(v[inside], ref[inside], rtol=rtol)
+
+
+@pytest.mark.parametrize("cls", [TrigRF, PositiveRF, HyperbolicRF], ids=_name)
+def test_sparse_float32_with_a_lengthscale_stays_float32(cls):
+    """Regression: SciPy divides a sparse matrix by the Python float ``lengthscale`` in
+    float64, so sparse float32 input with ``lengthscale != 1`` gave float64 features,
+    kernels and variances (dense float32 input gives float32). Reference: the dense
+    float32 path on the same values; only the summation order of the products differs
+    (d = 5 float32 terms of size O(1) in each exponent: a few ulps)."""
+    rng = np.random.default_rng(0)
+    X = np.maximum(0.4 * rng.standard_normal((6, 5)), 0.0).astype(np.float32)
+    Y = (0.3 * rng.standard_normal((4, 5))).astype(np.float32)
+    Y[:, 1] = 0.0
+    fm = cls(9, kernel="gaussian", lengthscale=0.7, random_state=0).fit(X, Y=Y)
+    for method, args in [
+        ("transform", (X,)),
+        ("transform_y", (Y,)),
+        ("approx_kernel", (X, Y)),
+        ("exact_kernel", (X, Y)),
+        ("variance", (X, Y)),
+    ]:
+        ref = getattr(fm, method)(*args)
+        out = getattr(fm, method)(*(sp.csr_matrix(a) for a in args))
+        assert ref.dtype == out.dtype == np.float32, method
+        np.testing.assert_allclose(out, ref, rtol=64 * EPS32, atol=0, err_msg=method)
 
 
 # ---------------------------------------------------------------------- torch

@@ -141,7 +141,15 @@ class ProjectionFeatureMap(FeatureMap):
         return param_cache(self, name, xp, like, self._consts)
 
     def _prepare(self, X, xp):
-        return X / self.lengthscale if self.lengthscale != 1.0 else X
+        if self.lengthscale == 1.0:
+            return X
+        if sp.issparse(X):
+            # SciPy divides by a Python float in float64: divide the stored values in
+            # their own dtype, as NumPy does for dense float32 X (float32 stays float32)
+            X = X.copy()
+            X.data /= X.dtype.type(self.lengthscale)
+            return X
+        return X / self.lengthscale
 
     # ------------------------------------------------------------------ kernel
     def _log_kernel(self, X, Y, xp):
