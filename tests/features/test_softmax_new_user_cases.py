@@ -116,6 +116,29 @@ def test_unbiased_and_variance_on_unseen_data(cls, case):
         assert np.abs(z_var).max() < Z_BOUND, (kernel, z_var)
 
 
+@pytest.mark.parametrize("cls", MAPS_AND_RFF, ids=_name)
+def test_lengthscale_is_the_map_of_rescaled_inputs(cls):
+    """Every value of a map with lengthscale ``l`` (fitted parameters included) is that of
+    the unit-lengthscale map on ``X / l``, ``Y / l``: the kernels are ``K(x / l, y / l)``
+    and the estimator is the same one. Exact up to the rounding of the division."""
+    X, Y = _case("different_distributions")
+    ell = 2.5
+    kernels = ["gaussian"] if cls is RandomFourierFeatures else ["softmax", "gaussian"]
+    for kernel in kernels:
+        kw = {} if cls is RandomFourierFeatures else {"kernel": kernel}
+        a = cls(16, lengthscale=ell, random_state=0, **kw).fit(X, Y=Y)
+        b = cls(16, random_state=0, **kw).fit(X / ell, Y=Y / ell)
+        np.testing.assert_allclose(a.transform(X), b.transform(X / ell), rtol=1e-10, atol=1e-14)
+        for method in ("approx_kernel", "exact_kernel", "variance", "log_relative_variance"):
+            np.testing.assert_allclose(
+                getattr(a, method)(X, Y),
+                getattr(b, method)(X / ell, Y / ell),
+                rtol=1e-10,
+                atol=1e-14,
+                err_msg=f"{kernel} {method}",
+            )
+
+
 # ---------------------------------------------------------------------- samplers
 def _over_seeds(cls, sampler, X, Y, n_seeds, n_features=8):
     """``(K, V, estimates (n_seeds, n, m))`` of fits with seeds 0 .. n_seeds - 1."""
