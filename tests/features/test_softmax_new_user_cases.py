@@ -16,11 +16,19 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from favor_helpers import ALL_MAPS, Z_BOUND, mc_variance_z, single_products
+from favor_helpers import ALL_MAPS, Z_BOUND, mc_variance_z, single_products, textbook_a_star
 
 from kernelkit.estimators import RandomFeatures
 from kernelkit.estimators._methods import auto_candidates, make_feature_map
-from kernelkit.features import GERF, SADERF, HyperbolicRF, PositiveRF, RandomFourierFeatures, TrigRF
+from kernelkit.features import (
+    GERF,
+    SADERF,
+    SDERF,
+    HyperbolicRF,
+    PositiveRF,
+    RandomFourierFeatures,
+    TrigRF,
+)
 from kernelkit.features._base import combine_scaled
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -139,6 +147,25 @@ def test_lengthscale_is_the_map_of_rescaled_inputs(cls):
             )
 
 
+def test_huge_n_tiny_d_fits_equal_the_closed_forms():
+    """n = 600 000 rows in d = 1 (the threaded, blocked moments) with X and Y of different
+    means and spreads: in one dimension GERF's and SDERF's A is A*(phi) with phi =
+    E x^2 + E y^2 + 2 E x E y (Lemma A.1, textbook root), and SADERF's psi =
+    (E y^2 / E x^2)^(1/4) gives phi = 2 sqrt(E x^2 E y^2) + 2 E x E y."""
+    rng = np.random.default_rng(0)
+    X = 0.5 * rng.standard_normal((600_000, 1)) + 0.3
+    Y = 0.7 * rng.standard_normal((500_001, 1)) - 0.1
+    mx, my = X.mean(), Y.mean()
+    sx, sy = (X * X).mean(), (Y * Y).mean()
+    a_gerf = textbook_a_star(sx + sy + 2 * mx * my)
+    np.testing.assert_allclose(GERF(8).fit(X, Y=Y).A_, [a_gerf], rtol=1e-12)
+    np.testing.assert_allclose(SDERF(8).fit(X, Y=Y).A_, [a_gerf], rtol=1e-12)
+    fm = SADERF(8, eps=0.0).fit(X, Y=Y)
+    np.testing.assert_allclose(fm.psi_, [(sy / sx) ** 0.25], rtol=1e-12)
+    a_saderf = textbook_a_star(2 * np.sqrt(sx * sy) + 2 * mx * my)
+    np.testing.assert_allclose(fm.A_, [a_saderf], rtol=1e-12)
+
+
 # ---------------------------------------------------------------------- samplers
 def _over_seeds(cls, sampler, X, Y, n_seeds, n_features=8):
     """``(K, V, estimates (n_seeds, n, m))`` of fits with seeds 0 .. n_seeds - 1."""
@@ -185,7 +212,8 @@ def test_exact_samplers_unbiased_and_variance_is_an_upper_bound(cls, case, sampl
 @pytest.mark.parametrize("cls", MAPS_AND_RFF, ids=_name)
 def test_biased_samplers_warn_that_the_variance_is_the_iid_value(cls, sampler):
     """SORF and ORF-Had rows have discrete directions: the estimate is biased and its error
-    is not bounded by the i.i.d. variance (see the next test). ``variance``,
+    is not bounded by the i.i.d. variance
+    (``test_biased_samplers_error_exceeds_the_iid_variance``). ``variance``,
     ``complex_variance`` and ``log_relative_variance`` say so instead of returning the
     number silently."""
     X, Y = _case("correlated")
