@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -279,7 +280,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         for name in candidates:
             try:  # a candidate wider than n_components with one feature is not one
                 fm = self._make_map(name, seed, too_small="raise").fit(sx, Y=sy)
-                lrv = to_numpy(fm.log_relative_variance(sx, sy), np.float64)
+                with warnings.catch_warnings():  # i.i.d. values by design (docstring)
+                    warnings.filterwarnings("ignore", "(?s).*value for i.i.d. projections")
+                    lrv = to_numpy(fm.log_relative_variance(sx, sy), np.float64)
             except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
                 estimates[name] = math.inf
                 continue

@@ -64,6 +64,10 @@ __all__ = ["KERNELS", "FeatureMap"]
 #: kernel name -> alpha of the scaled softmax kernel K^(alpha) (FAVOR# Sec. 2.1)
 KERNELS = {"softmax": 0.0, "gaussian": -0.5}
 
+#: samplers whose rows are only approximately N(0, I) (discrete directions): their
+#: estimates are biased and the analytic (i.i.d.) variance does not bound their error
+BIASED_SAMPLERS = ("sorf", "hadamard")
+
 
 def _sparse_classes() -> str:
     """Names of the public feature maps that accept sparse input."""
@@ -415,22 +419,43 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def _exact_kernel(self, X, Y, xp):
         raise NotImplementedError
 
+    def _warn_biased_sampler(self, method: str):
+        """Warn that ``method`` returns the i.i.d. value, which does not bound the error of
+        a biased structured sampler (user guide: "The feature-map contract", Variances)."""
+        sampler = getattr(self, "sampler", None)
+        if isinstance(sampler, str) and sampler in BIASED_SAMPLERS:
+            warnings.warn(
+                f"{type(self).__name__}(sampler={sampler!r}).{method} is the value for "
+                f"i.i.d. projections. {sampler!r} projections have discrete directions: the "
+                "estimate is biased (O(1/sqrt(d)), large for small d) and its mean squared "
+                "error can exceed this value many times. With sampler='orthogonal' or "
+                "'halton' the estimate is unbiased and this value an upper bound in practice.",
+                UserWarning,
+                stacklevel=3,
+            )
+
     def variance(self, X, Y=None):
         """Analytic variance of :meth:`approx_kernel` (the real part), shape (n, m).
 
-        For i.i.d. projections; for structured samplers (orthogonal, SORF, Halton) it is
-        the i.i.d. value. Sparse inputs are densified.
+        For i.i.d. projections. For ``sampler="orthogonal"`` and ``"halton"`` (unbiased) it
+        is the i.i.d. value, in practice an upper bound of the variance. For ``"sorf"`` and
+        ``"hadamard"`` (biased, discrete directions) it is the i.i.d. value too, which the
+        mean squared error can exceed many times for small ``d``: a ``UserWarning`` says
+        so. Sparse inputs are densified.
         """
         X, Y, xp = self._check_pair(X, Y)
+        self._warn_biased_sampler("variance")
         return self._variance(self._densify(X), self._densify(Y), xp)
 
     def complex_variance(self, X, Y=None):
         """``E|k_hat - E k_hat|^2`` of the complex estimate ``phi(x)^T conj(psi(y))``.
 
         The variance the dot-product paper reports for complex maps (Theorem 2); never
-        smaller than :meth:`variance`, and equal to it for real maps. Shape (n, m).
+        smaller than :meth:`variance`, and equal to it for real maps. Shape (n, m). The
+        i.i.d. value for every ``sampler`` (see :meth:`variance`).
         """
         X, Y, xp = self._check_pair(X, Y)
+        self._warn_biased_sampler("complex_variance")
         X, Y = self._densify(X), self._densify(Y)
         if not self.is_complex:
             return self._variance(X, Y, xp)
@@ -446,9 +471,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """``log(variance / expected_kernel^2)``, shape (n, m); ``-inf`` where exact.
 
         The scale-free relative variance of FAVOR# Sec. 5.1, the criterion of
-        ``RandomFeatures(method="auto")``.
+        ``RandomFeatures(method="auto")``. The i.i.d. value for every ``sampler`` (see
+        :meth:`variance`).
         """
         X, Y, xp = self._check_pair(X, Y)
+        self._warn_biased_sampler("log_relative_variance")
         X, Y = self._densify(X), self._densify(Y)
         return self._log_relative_variance(X, Y, xp)
 
@@ -495,9 +522,11 @@ def combine_scaled(xp, dot, scale):
     if float(_detach(xp.max(scale))) < limit:
         return dot * xp.exp(scale)
     absdot = xp.abs(dot)
-    tiny = xp.asarray(float(xp.finfo(dot.dtype).tiny), dtype=dot.dtype)
-    logabs = xp.log(xp.maximum(absdot, tiny)) + scale
-    logabs = xp.where(absdot > 0, logabs, xp.full_like(logabs, -math.inf))  # exp -> 0
+    # log of the subnormal values too (a product of two row-normalised bases can fall
+    # below tiny while the scale brings it back into range); 1 stands in for the zeros
+    nonzero = absdot > 0
+    logabs = xp.log(xp.where(nonzero, absdot, xp.ones_like(absdot))) + scale
+    logabs = xp.where(nonzero, logabs, xp.full_like(logabs, -math.inf))  # exp -> 0
     if is_numpy_namespace(xp):
         with np.errstate(over="ignore"):
             return xp.sign(dot) * xp.exp(logabs)

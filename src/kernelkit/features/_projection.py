@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils._param_validation import StrOptions
 
-from .._backend import to_numpy, validate_positive_float, validate_positive_int
+from .._backend import is_numpy_namespace, to_numpy, validate_positive_float, validate_positive_int
 from .._backend.parallel import SingleThreadedBlas, run_beside
 from .._backend.params import POSITIVE, RANDOM_STATE, int_range
 from ._base import KERNELS, FeatureMap, param_cache, sq_norms
@@ -141,7 +141,15 @@ class ProjectionFeatureMap(FeatureMap):
         return param_cache(self, name, xp, like, self._consts)
 
     def _prepare(self, X, xp):
-        return X / self.lengthscale if self.lengthscale != 1.0 else X
+        if self.lengthscale == 1.0:
+            return X
+        if sp.issparse(X):
+            # SciPy divides by a Python float in float64: divide the stored values in
+            # their own dtype, as NumPy does for dense float32 X (float32 stays float32)
+            X = X.copy()
+            X.data /= X.dtype.type(self.lengthscale)
+            return X
+        return X / self.lengthscale
 
     # ------------------------------------------------------------------ kernel
     def _log_kernel(self, X, Y, xp):
@@ -167,9 +175,20 @@ class SecondMomentVariance:
         # Var K_hat(x, y) = (E[(f1 f2)^2] - K(x, y)^2) / M (FAVOR# eq. 12-13, 15)
         log_m2 = self._log_second_moment(X, Y, xp)  # (n, m)
         log_k2 = 2.0 * self._log_kernel(X, Y, xp)  # (n, m)
-        # m2 - K^2 = m2 * (1 - exp(log K^2 - log m2)), accurate when Var << m2
+        # m2 - K^2 = m2 * (1 - exp(log K^2 - log m2)), accurate when Var << m2, and formed
+        # as exp(log m2 - log M + log(1 - K^2 / m2)): finite wherever the variance is,
+        # although m2 itself may overflow the dtype (float32: m2 > 3e38)
         ratio = xp.minimum(log_k2 - log_m2, xp.zeros_like(log_m2))
-        return xp.exp(log_m2) * (-xp.expm1(ratio)) / self.n_features
+        rel = -xp.expm1(ratio)  # 1 - K^2 / m2, in [0, 1]
+        exact = rel == 0.0  # zero variance: log would give -inf (and NaN gradients)
+        log_rel = xp.log(xp.where(exact, xp.ones_like(rel), rel))
+        log_var = log_m2 - math.log(self.n_features) + log_rel
+        if is_numpy_namespace(xp):
+            with np.errstate(over="ignore"):  # inf is the answer beyond the dtype's range
+                var = np.exp(log_var)
+        else:
+            var = xp.exp(log_var)
+        return xp.where(exact, xp.zeros_like(var), var)
 
     def _log_relative_variance(self, X, Y, xp):
         # log(m2 / K^2 - 1) - log M, as t + log(-expm1(-t)) - log M, t = log m2 - 2 log K:

@@ -158,8 +158,9 @@ class RandomFourierFeatures(FeatureMap):
     The same seed draws the same frequencies for ``RandomFourierFeatures(2D)`` (real) and
     ``RandomFourierFeatures(D, complex=True)``, so the latter's ``real_output=True``
     features equal the former's exactly. :meth:`variance` is the i.i.d. formula
-    (:func:`rff_variance`); for ``"orthogonal"`` it is an upper bound in practice and for
-    ``"sorf"`` an approximation.
+    (:func:`rff_variance`); for ``"orthogonal"`` and ``"halton"`` it is an upper bound in
+    practice; ``"sorf"`` and ``"hadamard"`` estimates are biased, their error can exceed
+    it many times for small ``d``, and :meth:`variance` warns.
     """
 
     accepts_sparse = True

@@ -587,7 +587,11 @@ class HyperbolicRF(_DiagonalDERF):
 
     def _variance(self, X, Y, xp):
         # K^2 times the relative variance, in log space
-        return xp.exp(2.0 * self._log_kernel(X, Y, xp) + self._log_relative_variance(X, Y, xp))
+        log_var = 2.0 * self._log_kernel(X, Y, xp) + self._log_relative_variance(X, Y, xp)
+        if is_numpy_namespace(xp):
+            with np.errstate(over="ignore"):  # inf is the answer beyond the dtype's range
+                return np.exp(log_var)
+        return xp.exp(log_var)
 
 
 class GERF(_DiagonalDERF):
