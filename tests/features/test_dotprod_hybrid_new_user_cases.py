@@ -443,3 +443,41 @@ def test_gp_on_sketches_approaches_the_exact_gp(make):
             e.append(np.abs(mu - mu0).max() + np.abs(sd - sd0).max())
         errs[D] = np.mean(e)
     assert errs[4096] < errs[64] / 3, errs
+
+
+# ---------------------------------------------------------------- variances out of range
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RademacherSketch(64, degree=3, complex=True),
+        lambda: GaussianSketch(64, degree=3),
+        lambda: TensorSRHT(64, degree=3),
+        lambda: TensorSRHT(64, degree=3, complex=True, real_output=True),
+        lambda: TensorSketch(64, degree=3),
+    ],
+    ids=["rademacher-complex", "gaussian", "srht", "srht-complex", "tensor-sketch"],
+)
+def test_sketch_variance_beyond_the_float_range(make):
+    """Rows of norms 1e100, 1 and 1e-120 against 1e-100, 1 and 1e-120 (``coef0 = 0``): the kernel
+    ``G^3 ~ 1e299`` is representable and its variance ``~ G^6`` is not, so ``variance``
+    is ``+inf`` (not NaN), and ``log_relative_variance``, which is scale-free (the
+    variances are homogeneous of degree ``2p`` in ``x`` and ``y``, like ``k^2``), equals
+    its value on the unit rows, also where ``k`` itself underflows."""
+    u = np.random.default_rng(11).standard_normal((3, 4))
+    X = u * np.array([1e100, 1.0, 1e-120])[:, None]
+    Y = u[::-1] * np.array([1e-100, 1.0, 1e-120])[:, None]
+    fm = make().set_params(random_state=0).fit(X)
+    k = fm.exact_kernel(X, Y)
+    assert np.isfinite(k[0, 1]) and abs(k[0, 1]) > 1e290
+    V, Vc = fm.variance(X, Y), fm.complex_variance(X, Y)
+    assert V[0, 1] == np.inf and Vc[0, 1] == np.inf
+    assert not np.any(np.isnan(V)) and not np.any(np.isnan(Vc))
+    un, vn = (
+        u / np.linalg.norm(u, axis=1)[:, None],
+        u[::-1] / np.linalg.norm(u[::-1], axis=1)[:, None],
+    )
+    ref = fm.log_relative_variance(un, vn)  # O(1) kernel values and variances
+    np.testing.assert_allclose(fm.log_relative_variance(X, Y), ref, rtol=1e-12, atol=1e-12)
+    # and, where the variance is representable, it is the unit-row one times |x|^6 |y|^6
+    w = (np.sum(X[1] ** 2) * np.sum(Y[1] ** 2)) ** 3
+    np.testing.assert_allclose(V[1, 1], w * fm.variance(un, vn)[1, 1], rtol=1e-12)
