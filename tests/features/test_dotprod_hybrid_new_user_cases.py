@@ -481,3 +481,38 @@ def test_sketch_variance_beyond_the_float_range(make):
     # and, where the variance is representable, it is the unit-row one times |x|^6 |y|^6
     w = (np.sum(X[1] ** 2) * np.sum(Y[1] ** 2)) ** 3
     np.testing.assert_allclose(V[1, 1], w * fm.variance(un, vn)[1, 1], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RandomMaclaurin(64, kernel="polynomial", degree=3, coef0=0.0),
+        lambda: OptimizedMaclaurin(64, kernel="polynomial", degree=3, coef0=0.0),
+        lambda: RandomMaclaurin(64, kernel="softmax", max_degree=4, complex=True),
+    ],
+    ids=["random-poly", "optimized-poly", "random-softmax-complex"],
+)
+def test_maclaurin_variance_beyond_the_float_range(make):
+    """The Maclaurin variances are sums of degree-``n`` terms homogeneous of degree ``2n``
+    in ``x`` and ``y``: formed on unit rows, they are ``+inf`` (not NaN) where they
+    overflow, and for the homogeneous polynomial kernel ``(x.y)^3`` the relative variance
+    is scale-free, so it equals its value on the unit rows (it was NaN or inf)."""
+    u = np.random.default_rng(12).standard_normal((3, 4))
+    X = u * np.array([1e100, 1.0, 1e-120])[:, None]
+    Y = u[::-1] * np.array([1e-100, 1.0, 1e-120])[:, None]
+    fm = make().set_params(random_state=0).fit(u)
+    V, Vc = fm.variance(X, Y), fm.complex_variance(X, Y)
+    assert not np.any(np.isnan(V)) and not np.any(np.isnan(Vc))
+    if fm.kernel == "polynomial":
+        assert V[0, 1] == np.inf  # k ~ 1e300, Var ~ k^2
+        un = u / np.linalg.norm(u, axis=1)[:, None]
+        vn = u[::-1] / np.linalg.norm(u[::-1], axis=1)[:, None]
+        ref = fm.log_relative_variance(un, vn)
+        np.testing.assert_allclose(fm.log_relative_variance(X, Y), ref, rtol=1e-12, atol=1e-12)
+    # where representable the variance is unchanged: the unit-row formula at ordinary norms
+    Xo, Yo = 0.5 * u, 0.3 * u[::-1]
+    w = (np.sum(Xo**2, axis=1)[:, None] * np.sum(Yo**2, axis=1)[None, :]) ** 3
+    if fm.kernel == "polynomial":
+        un = Xo / np.linalg.norm(Xo, axis=1)[:, None]
+        vn = Yo / np.linalg.norm(Yo, axis=1)[:, None]
+        np.testing.assert_allclose(fm.variance(Xo, Yo), w * fm.variance(un, vn), rtol=1e-12)
