@@ -376,6 +376,11 @@ class DotProductFeatureMap(FeatureMap):
         return G, N, S, lx[:, None] + ly[None, :]
 
     def _scaled_variance(self, X, Y, xp, kind):
+        with np.errstate(over="ignore", invalid="ignore"):  # checked below
+            G, N, S = pair_statistics(X, Y, self._c)  # the raw rows: no extra pass if finite
+            V = _clip0(xp, self._variance_from_stats(G, N, S, kind))
+        if bool(xp.all(xp.isfinite(V))):
+            return V
         G, N, S, log_n = self._unit_statistics(X, Y, xp)
         V = _clip0(xp, self._variance_from_stats(G, N, S, kind))
         return times_exp(xp, V, self._p * log_n)  # V |x~|^(2p) |y~|^(2p)
