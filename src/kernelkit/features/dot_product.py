@@ -60,6 +60,7 @@ from ._base import (
     check_real,
     narrow_to,
     param_cache,
+    times_exp,
     widen_to_float64,
 )
 from .dot_product_variance import (
@@ -349,23 +350,61 @@ class DotProductFeatureMap(FeatureMap):
         q, m4 = self._moments[bool(self.complex)]
         return iid_sketch_variance(G, N, S, self._p, self.n_features, q=q, m4=m4, kind=kind)
 
+    def _unit_statistics(self, X, Y, xp):
+        """``(G, N, S)`` (:func:`pair_statistics`) of the unit rows ``x~ / |x~|`` and
+        ``y~ / |y~|``, and ``log(|x~|^2 |y~|^2)``, each (n, m).
+
+        Every variance formula is homogeneous of degree ``2p`` in ``x~`` and in ``y~``, as
+        ``k^2 = G^(2p)`` is, so the variances are formed on unit rows and scaled back in
+        log space: they overflow only where the variance itself leaves the floating-point
+        range (the raw powers gave ``inf - inf = nan`` there), and the relative variance
+        is finite wherever it is.
+        """
+
+        def unit(A):
+            A = self._augment(A, xp, self._c)  # (n, d~)
+            amax = xp.max(xp.abs(A), axis=1)  # |x~| = amax |x~ / amax| never overflows
+            amax = xp.where(amax > 0, amax, xp.ones_like(amax))
+            A = A / amax[:, None]
+            norm = xp.sqrt(xp.sum(A * A, axis=1))
+            norm = xp.where(norm > 0, norm, xp.ones_like(norm))  # zero rows stay zero
+            return A / norm[:, None], 2.0 * (xp.log(amax) + xp.log(norm))
+
+        Xu, lx = unit(X)
+        Yu, ly = (Xu, lx) if Y is X else unit(Y)
+        G, N, S = pair_statistics(Xu, Yu, 0.0)
+        return G, N, S, lx[:, None] + ly[None, :]
+
+    def _scaled_variance(self, X, Y, xp, kind):
+        with np.errstate(over="ignore", invalid="ignore"):  # checked below
+            G, N, S = pair_statistics(X, Y, self._c)  # the raw rows: no extra pass if finite
+            V = _clip0(xp, self._variance_from_stats(G, N, S, kind))
+        if bool(xp.all(xp.isfinite(V))):
+            return V
+        G, N, S, log_n = self._unit_statistics(X, Y, xp)
+        V = _clip0(xp, self._variance_from_stats(G, N, S, kind))
+        return times_exp(xp, V, self._p * log_n)  # V |x~|^(2p) |y~|^(2p)
+
     def _variance(self, X, Y, xp):
         # E(Re k_hat - k)^2, the variance of approx_kernel (derived,
         # docs/derivations/dot_product.md); for real maps the paper's Theorem 2 / eq. 28 / 33
-        G, N, S = pair_statistics(X, Y, self._c)
-        return _clip0(xp, self._variance_from_stats(G, N, S, "real"))
+        return self._scaled_variance(X, Y, xp, "real")
 
     def _log_relative_variance(self, X, Y, xp):
-        # in float64: the variance ~ K^2 leaves float32's range (K ~ 1e-19 for inputs of
-        # norm ~1e-5, degree 2) where the ratio is moderate
+        # log(V / k^2) of the unit rows (scale-free), in float64: the variance ~ k^2 leaves
+        # float32's range (k ~ 1e-19 for inputs of norm ~1e-5, degree 2) where the ratio is
+        # moderate
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
-        return narrow_to(xp, super()._log_relative_variance(Xw, Yw, xp), dtype)
+        G, N, S, _ = self._unit_statistics(Xw, Yw, xp)
+        V = _clip0(xp, self._variance_from_stats(G, N, S, "real"))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = xp.log(V) - (2.0 * self._p) * xp.log(xp.abs(G))
+        return narrow_to(xp, out, dtype)
 
     def _complex_variance(self, X, Y, xp):
         # E|k_hat - k|^2 of the complex estimate: the paper's variance (Theorem 2,
         # eq. 16-21; eq. 28/33 for TensorSRHT)
-        G, N, S = pair_statistics(X, Y, self._c)
-        return _clip0(xp, self._variance_from_stats(G, N, S, "complex"))
+        return self._scaled_variance(X, Y, xp, "complex")
 
     # ------------------------------------------------------------------ shared engine
     def _weight_matrix(self):

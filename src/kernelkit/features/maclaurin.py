@@ -74,6 +74,11 @@ __all__ = [
 
 
 # ============================================================== feature maps
+def _exp(xp, v):
+    """``exp(v)`` of a float (the raw-row weights) or an array."""
+    return math.exp(v) if isinstance(v, float) else xp.exp(v)
+
+
 class _MaclaurinBase(FeatureMap):
     """Shared machinery: coefficients, per-degree sketches, constant, Gaussian factor.
 
@@ -221,14 +226,57 @@ class _MaclaurinBase(FeatureMap):
         return base, log_scale
 
     # ------------------------------------------------------------------ variance
-    def _pair_moments(self, X, Y, xp):
-        """``(G, N, S, log_e2)`` of the scaled inputs (:func:`pair_statistics`) and the log
-        of the Gaussian weight ``e_x^2 e_y^2`` (None for the other kernels)."""
+    def _pair_moments(self, X, Y, xp, unit=True):
+        """``(G, N, S, log_n, log_e2)``: :func:`pair_statistics` of the unit rows
+        ``x' / |x'|``, ``y' / |y'|`` of the scaled inputs (``N`` is 1, or 0 for a zero row),
+        ``log_n = log(|x'|^2 |y'|^2)``, and the log of the Gaussian weight ``e_x^2 e_y^2``
+        (None for the other kernels), each (n, m); ``unit=False``: of the scaled rows
+        themselves, with ``log_n = 0``.
+
+        The degree-``n`` terms of the variances are homogeneous of degree ``2n`` in ``x'``
+        and in ``y'``, so they are formed on unit rows with the weights
+        ``exp(n log_n)`` (:meth:`_term_logs`) and never overflow where the variance does
+        not.
+        """
         s = self._input_scale()
-        Xs, Ys = (X * s**0.5, Y * s**0.5) if s != 1.0 else (X, Y)
-        G, N, S = pair_statistics(Xs, Ys, 0.0)
         log_e = self._gaussian_weight(X, Y, xp)
-        return G, N, S, None if log_e is None else 2.0 * log_e
+        log_e2 = None if log_e is None else 2.0 * log_e
+        if not unit:
+            Xs, Ys = (X * s**0.5, Y * s**0.5) if s != 1.0 else (X, Y)
+            return (*pair_statistics(Xs, Ys, 0.0), 0.0, log_e2)
+
+        def to_unit(A):
+            A = A * s**0.5 if s != 1.0 else A  # (n, d)
+            amax = xp.max(xp.abs(A), axis=1)  # |x'| = amax |x' / amax| never overflows
+            amax = xp.where(amax > 0, amax, xp.ones_like(amax))
+            A = A / amax[:, None]
+            norm = xp.sqrt(xp.sum(A * A, axis=1))
+            norm = xp.where(norm > 0, norm, xp.ones_like(norm))  # zero rows stay zero
+            return A / norm[:, None], 2.0 * (xp.log(amax) + xp.log(norm))
+
+        Xu, lx = to_unit(X)
+        Yu, ly = to_unit(Y)
+        G, N, S = pair_statistics(Xu, Yu, 0.0)
+        return G, N, S, lx[:, None] + ly[None, :], log_e2
+
+    def _term_logs(self, log_n, xp):
+        """``(c, L)``: ``c[n] = log(b_n |x'|^n |y'|^n) - L / 2`` (n, m) for the degrees
+        ``n <= p`` with ``b_n > 0`` (``c[n]`` None otherwise) and ``L = 2 max_n`` of
+        these logs, the scale of the squared series: every scaled term is at most 1.
+        For the raw rows (``log_n = 0``): ``c[n] = log b_n`` (floats) and ``L = 0``."""
+        b = self._unit_coefficients
+        c = [None] * (self.degree_ + 1)
+        active = [n for n in range(self.degree_ + 1) if b[n] > 0]
+        for n in active:
+            c[n] = math.log(float(b[n])) + 0.5 * n * log_n
+        if isinstance(log_n, float):
+            return c, 0.0
+        L = c[active[0]]
+        for n in active[1:]:
+            L = xp.maximum(L, c[n])  # (n, m)
+        for n in active:
+            c[n] = c[n] - L
+        return c, 2.0 * L
 
     def _gaussian_weight(self, X, Y, xp):
         """``log(e_x e_y)`` (n, m) of prepared inputs, None for the other kernels."""
@@ -264,20 +312,46 @@ class _MaclaurinBase(FeatureMap):
 
     def _variance_kind(self, X, Y, xp, kind):
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
-        out, log_e2 = self._series_variance(Xw, Yw, xp, kind)
-        return narrow_to(xp, times_exp(xp, out, log_e2), dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # checked below
+            out, log_w = self._series_variance(Xw, Yw, xp, kind, unit=False)  # raw rows
+        if not bool(xp.all(xp.isfinite(out))):  # the terms overflow: unit rows
+            out, log_w = self._series_variance(Xw, Yw, xp, kind)
+        return narrow_to(xp, times_exp(xp, out, log_w), dtype)
 
-    def _series_variance(self, X, Y, xp, kind):
-        """``(variance of the polynomial part (n, m), log e_x^2 e_y^2 or None)``."""
+    def _series_variance(self, X, Y, xp, kind, scaled=False, unit=True, moments=None):
+        """``(V, log_w)``: the variance is ``V exp(log_w)`` (n, m), ``log_w`` the scale
+        ``L`` of :meth:`_term_logs` plus ``log e_x^2 e_y^2`` for the Gaussian kernel.
+        ``scaled=True`` leaves ``V`` divided by ``exp(L)`` (for ratios); ``unit=False``
+        forms the terms on the raw rows (cheaper; may overflow); ``moments``: those of
+        :meth:`_pair_moments`, if already computed."""
         raise NotImplementedError
+
+    def _finish_variance(self, V, L, log_e2, scaled):
+        if scaled or isinstance(L, float):  # L = 0 on the raw rows
+            return V, log_e2
+        return V, L if log_e2 is None else L + log_e2
 
     def _log_relative_variance(self, X, Y, xp):
         # the Gaussian weights e_x^2 e_y^2 of the variance and of the squared expected
-        # kernel cancel: the ratio of the polynomial parts, which do not underflow where
-        # the weights do (large norms)
+        # kernel cancel, and so do the scales exp(L) of the unit-row terms: the ratio of
+        # the scaled polynomial parts, finite where the variance and the kernel leave the
+        # floating-point range together
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
-        var, _ = self._series_variance(Xw, Yw, xp, "real")
-        k = self._series(Xw, Yw, xp)
+        for unit in (False, True):  # the raw rows unless their terms leave the range
+            with np.errstate(over="ignore", invalid="ignore"):
+                moments = self._pair_moments(Xw, Yw, xp, unit)
+                var, _ = self._series_variance(Xw, Yw, xp, "real", True, unit, moments)
+                G, log_n = moments[0], moments[3]
+                c, _ = self._term_logs(log_n, xp)
+                k = xp.zeros_like(G)
+                Gn = xp.ones_like(G)
+                for n in range(self.degree_ + 1):
+                    if n:
+                        Gn = Gn * G
+                    if c[n] is not None:
+                        k = k + _exp(xp, c[n]) * Gn  # b_n G^n e^(-L/2)
+            if bool(xp.all(xp.isfinite(var)) and xp.all(xp.isfinite(k)) and xp.all(k != 0)):
+                break
         with np.errstate(divide="ignore", invalid="ignore"):
             return narrow_to(xp, xp.log(var) - 2.0 * xp.log(xp.abs(k)), dtype)
 
@@ -437,7 +511,7 @@ class RandomMaclaurin(_MaclaurinBase):
             / (self.n_features * self.degree_measure_[n])
         )
 
-    def _series_variance(self, X, Y, xp, kind):
+    def _series_variance(self, X, Y, xp, kind, scaled=False, unit=True, moments=None):
         """Variance of the estimate over the degree draw and the sketches.
 
         The ``D`` features are i.i.d. terms ``T = (a_n / mu(n)) Pi_n(x) conj Pi_n(y)`` with
@@ -450,8 +524,9 @@ class RandomMaclaurin(_MaclaurinBase):
         ``"complex"``: ``E|k_hat - E k_hat|^2`` of the complex estimate
         (:meth:`complex_variance`, the paper's). Identical for real sketches.
         """
-        G, N, S, log_e2 = self._pair_moments(X, Y, xp)
-        b, mu = self._unit_coefficients, self.degree_measure_
+        G, N, S, log_n, log_e2 = moments or self._pair_moments(X, Y, xp, unit)
+        c, L = self._term_logs(log_n, xp)  # terms scaled by exp(-L) (second moments)
+        mu = self.degree_measure_
         second = xp.zeros_like(G)
         mean = xp.zeros_like(G)
         Gn = xp.ones_like(G)
@@ -459,9 +534,10 @@ class RandomMaclaurin(_MaclaurinBase):
             Gn = Gn * G
             if mu[n] > 0:
                 m2 = Gn * Gn + self._degree_variance(G, N, S, n, 1, kind)
-                second = second + float(b[n] ** 2 / mu[n]) * m2
-                mean = mean + float(b[n]) * Gn
-        return xp.clip(second - mean * mean, min=0.0) / int(self.n_features), log_e2
+                second = second + (_exp(xp, 2.0 * c[n]) / float(mu[n])) * m2
+                mean = mean + _exp(xp, c[n]) * Gn
+        V = xp.clip(second - mean * mean, min=0.0) / int(self.n_features)
+        return self._finish_variance(V, L, log_e2, scaled)
 
 
 class OptimizedMaclaurin(_MaclaurinBase):
@@ -657,7 +733,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
     def _block_weight(self, n):
         return self._unit_coefficients[n]
 
-    def _series_variance(self, X, Y, xp, kind):
+    def _series_variance(self, X, Y, xp, kind, scaled=False, unit=True, moments=None):
         """Variance ``sum_n a_n^2 Var[Phi_n(x)^T conj Phi_n(y)]`` of the estimate (eq. 47).
 
         Independent sketches per degree: Theorem 2 or, for TensorSRHT, eq. 33 with the
@@ -668,11 +744,12 @@ class OptimizedMaclaurin(_MaclaurinBase):
         ``"complex"``: ``E|k_hat - E k_hat|^2`` of the complex estimate
         (:meth:`complex_variance`, the paper's, and what the objective uses).
         """
-        G, N, S, log_e2 = self._pair_moments(X, Y, xp)
-        b, Dn = self._unit_coefficients, self.n_features_per_degree_
+        G, N, S, log_n, log_e2 = moments or self._pair_moments(X, Y, xp, unit)
+        c, L = self._term_logs(log_n, xp)  # terms scaled by exp(-L)
+        Dn = self.n_features_per_degree_
         out = xp.zeros_like(G)
         for n in range(1, self.degree_ + 1):
             if Dn[n] > 0:
                 V = self._degree_variance(G, N, S, n, int(Dn[n]), kind)
-                out = out + float(b[n] ** 2) * V
-        return xp.clip(out, min=0.0), log_e2
+                out = out + _exp(xp, 2.0 * c[n]) * V
+        return self._finish_variance(xp.clip(out, min=0.0), L, log_e2, scaled)

@@ -74,6 +74,9 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         Sec. 2.4) or sin/cos trig features, ``2m`` features either way.
     eps : float
         Clip of the diagonal entries of ``A`` to ``[eps, 1/eps]`` (:func:`optimal_diagonal_A`).
+        A centre coordinate near zero gives an entry near ``1/eps``, and the points of its
+        cluster far from the centre a variance growing like ``exp(|A x + A^-1 y|^2)``
+        (user guide, "Hybrid random features": check :meth:`variance` on the data).
     n_init : int
         k-means restarts.
 
