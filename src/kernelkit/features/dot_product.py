@@ -70,6 +70,7 @@ from .dot_product_variance import (
     srht_c,
     tensor_sketch_variance,
     tensor_srht_variance,
+    unit_rows,
 )
 
 __all__ = [
@@ -362,13 +363,7 @@ class DotProductFeatureMap(FeatureMap):
         """
 
         def unit(A):
-            A = self._augment(A, xp, self._c)  # (n, d~)
-            amax = xp.max(xp.abs(A), axis=1)  # |x~| = amax |x~ / amax| never overflows
-            amax = xp.where(amax > 0, amax, xp.ones_like(amax))
-            A = A / amax[:, None]
-            norm = xp.sqrt(xp.sum(A * A, axis=1))
-            norm = xp.where(norm > 0, norm, xp.ones_like(norm))  # zero rows stay zero
-            return A / norm[:, None], 2.0 * (xp.log(amax) + xp.log(norm))
+            return unit_rows(self._augment(A, xp, self._c))  # (n, d~), (n,)
 
         Xu, lx = unit(X)
         Yu, ly = (Xu, lx) if Y is X else unit(Y)

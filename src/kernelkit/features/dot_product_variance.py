@@ -47,6 +47,23 @@ def pair_statistics(X, Y=None, coef0: float = 0.0):
     return G, N, S
 
 
+def unit_rows(A):
+    """``(A / |A|, log |A|^2)`` of the rows of ``A`` (n, d), shapes (n, d) and (n,).
+
+    ``|a| = amax |a / amax|`` with ``amax = max_k |a_k|``, so the norm never overflows
+    or underflows; zero rows stay zero (with ``log |a|^2 = -inf``). The variances of the
+    dot-product maps are homogeneous in each row, so they are formed on these unit rows
+    and scaled back in log space.
+    """
+    xp = _namespace_of(A)
+    amax = xp.max(xp.abs(A), axis=1)  # (n,)
+    amax = xp.where(amax > 0, amax, xp.ones_like(amax))
+    A = A / amax[:, None]
+    norm = xp.sqrt(xp.sum(A * A, axis=1))  # (n,) in [1, sqrt(d)] or 0
+    norm = xp.where(norm > 0, norm, xp.ones_like(norm))  # zero rows stay zero
+    return A / norm[:, None], 2.0 * (xp.log(amax) + xp.log(norm))
+
+
 def _pow_diff(A, B, delta, p: int):
     """``A^p - B^p`` given ``delta = A - B``, as ``delta * sum_k A^(p-1-k) B^k``.
 

@@ -41,7 +41,12 @@ from .._backend.fwht import next_power_of_two
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ._base import FeatureMap, check_real, narrow_to, sq_norms, times_exp, widen_to_float64
-from .dot_product_variance import iid_sketch_variance, pair_statistics, tensor_srht_variance
+from .dot_product_variance import (
+    iid_sketch_variance,
+    pair_statistics,
+    tensor_srht_variance,
+    unit_rows,
+)
 from .maclaurin_series import (
     MACLAURIN_KERNELS,
     SKETCH_MOMENTS,
@@ -246,13 +251,7 @@ class _MaclaurinBase(FeatureMap):
             return (*pair_statistics(Xs, Ys, 0.0), 0.0, log_e2)
 
         def to_unit(A):
-            A = A * s**0.5 if s != 1.0 else A  # (n, d)
-            amax = xp.max(xp.abs(A), axis=1)  # |x'| = amax |x' / amax| never overflows
-            amax = xp.where(amax > 0, amax, xp.ones_like(amax))
-            A = A / amax[:, None]
-            norm = xp.sqrt(xp.sum(A * A, axis=1))
-            norm = xp.where(norm > 0, norm, xp.ones_like(norm))  # zero rows stay zero
-            return A / norm[:, None], 2.0 * (xp.log(amax) + xp.log(norm))
+            return unit_rows(A * s**0.5 if s != 1.0 else A)  # (n, d), (n,)
 
         Xu, lx = to_unit(X)
         Yu, ly = to_unit(Y)
