@@ -34,6 +34,19 @@ def _offset_data(n=600, offset=1e8, seed=0):
     return X, y
 
 
+def _direct_and_chunked(est, X, y, path, monkeypatch):
+    """``est`` fitted in memory (all features) and from statistics: an iterable of blocks
+    of 97 rows (``"blocks"``) or the blocked in-memory path (``"streamed"``)."""
+    monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1 << 62)
+    direct = clone(est).fit(X, y)
+    if path == "blocks":
+        blocks = ((X[i : i + 97], y[i : i + 97]) for i in range(0, len(X), 97))
+        return direct, clone(est).fit(blocks, None)
+    monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1000)
+    assert chunked.use_blocked_statistics(direct.feature_map_, X, "primal")
+    return direct, clone(est).fit(X, y)
+
+
 @pytest.mark.parametrize("path", ["blocks", "streamed"])
 def test_normalize_y_variance_of_offset_targets_in_chunked_fits(path, monkeypatch):
     """``normalize_y`` with ``y = 1e8 + O(1)``: the chunked / blocked fit's target scale is
@@ -47,15 +60,7 @@ def test_normalize_y_variance_of_offset_targets_in_chunked_fits(path, monkeypatc
         normalize_y=True,
         solver="primal",
     )
-    monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1 << 62)
-    direct = clone(est).fit(X, y)
-    if path == "blocks":
-        blocks = ((X[i : i + 97], y[i : i + 97]) for i in range(0, len(X), 97))
-        other = clone(est).fit(blocks, None)
-    else:
-        monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1000)
-        assert chunked.use_blocked_statistics(direct.feature_map_, X, "primal")
-        other = clone(est).fit(X, y)
+    direct, other = _direct_and_chunked(est, X, y, path, monkeypatch)
     mean_d, std_d = direct.predict(X[:50], return_std=True)
     mean_o, std_o = other.predict(X[:50], return_std=True)
     # same features and Gram to round-off: the std agree to a few hundred n eps relative
@@ -80,15 +85,7 @@ def test_chunked_fit_keeps_the_digits_of_offset_targets(estimator, path, monkeyp
         est = RandomFeatureRidge(fm, alpha=1e-2, solver="primal")
     else:
         est = RandomFeatureGPRegressor(fm, noise=0.1, normalize_y=True, solver="primal")
-    monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1 << 62)
-    direct = clone(est).fit(X, y)
-    if path == "blocks":
-        blocks = ((X[i : i + 97], y[i : i + 97]) for i in range(0, len(X), 97))
-        other = clone(est).fit(blocks, None)
-    else:
-        monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1000)
-        assert chunked.use_blocked_statistics(direct.feature_map_, X, "primal")
-        other = clone(est).fit(X, y)
+    direct, other = _direct_and_chunked(est, X, y, path, monkeypatch)
     pred_d, pred_o = direct.predict(X[:50]), other.predict(X[:50])
     np.testing.assert_allclose(pred_o, pred_d, rtol=0, atol=16 * EPS * offset)
     if estimator == "ridge":  # the intercept carries the offset
