@@ -516,3 +516,23 @@ def test_maclaurin_variance_beyond_the_float_range(make):
         un = Xo / np.linalg.norm(Xo, axis=1)[:, None]
         vn = Yo / np.linalg.norm(Yo, axis=1)[:, None]
         np.testing.assert_allclose(fm.variance(Xo, Yo), w * fm.variance(un, vn), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "cls", [RademacherSketch, GaussianSketch, TensorSRHT, TensorSketch, RandomMaclaurin]
+)
+def test_zero_row_without_offset_is_exact_not_nan(cls):
+    """A zero row with ``coef0 = 0``: every feature is 0, so the estimate is exactly the
+    kernel 0 (variance 0). ``log_relative_variance`` said NaN (log(0 / 0)); the contract
+    is ``-inf`` where the estimate is exact. Other pairs keep their finite values."""
+    X = np.random.default_rng(5).standard_normal((4, 3))
+    X[0] = 0.0
+    fm = cls(n_features=32, coef0=0.0, random_state=0).fit(X)
+    np.testing.assert_array_equal(fm.approx_kernel(X)[0], 0.0)
+    np.testing.assert_array_equal(fm.variance(X)[0], 0.0)
+    lrv = fm.log_relative_variance(X)
+    assert np.all(lrv[0] == -np.inf) and np.all(lrv[:, 0] == -np.inf)
+    assert np.all(np.isfinite(lrv[1:, 1:]))
+    # the finite entries are log(variance / kernel^2) of the same pairs
+    K = fm.exact_kernel(X)[1:, 1:]
+    np.testing.assert_allclose(np.exp(lrv[1:, 1:]), fm.variance(X)[1:, 1:] / K**2, rtol=1e-9)

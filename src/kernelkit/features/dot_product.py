@@ -394,6 +394,9 @@ class DotProductFeatureMap(FeatureMap):
         V = _clip0(xp, self._variance_from_stats(G, N, S, "real"))
         with np.errstate(divide="ignore", invalid="ignore"):
             out = xp.log(V) - (2.0 * self._p) * xp.log(xp.abs(G))
+        # V = 0 (a zero augmented row: every feature is 0, the estimate exactly k = 0):
+        # exact, -inf, not log(0 / 0)
+        out = xp.where(V == 0, xp.full_like(out, -math.inf), out)
         return narrow_to(xp, out, dtype)
 
     def _complex_variance(self, X, Y, xp):

@@ -352,7 +352,11 @@ class _MaclaurinBase(FeatureMap):
             if bool(xp.all(xp.isfinite(var)) and xp.all(xp.isfinite(k)) and xp.all(k != 0)):
                 break
         with np.errstate(divide="ignore", invalid="ignore"):
-            return narrow_to(xp, xp.log(var) - 2.0 * xp.log(xp.abs(k)), dtype)
+            out = xp.log(var) - 2.0 * xp.log(xp.abs(k))
+        # var = 0: the estimate is exact (e.g. a zero row with a_0 = 0 gives k = 0 and
+        # only zero features): -inf, not log(0 / 0)
+        out = xp.where(var == 0, xp.full_like(out, -math.inf), out)
+        return narrow_to(xp, out, dtype)
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)``: the truncated series ``sum_{n <= p} a_n (x^T y)^n``
