@@ -35,7 +35,13 @@ import torch
 
 from ._linear import _growth_bound
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
-from .functional import _check_moments, _check_sampler, _finite_check, draw_features
+from .functional import (
+    _bool_padding_mask,
+    _check_moments,
+    _check_sampler,
+    _finite_check,
+    draw_features,
+)
 
 __all__ = ["LinearAttentionState", "init_decoding_state", "linear_attention_step"]
 
@@ -337,11 +343,7 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
             )
     keep = None
     if key_padding_mask is not None:
-        m = torch.as_tensor(key_padding_mask, device=q.device)
-        if m.dtype != torch.bool:
-            raise TypeError(
-                f"key_padding_mask must be a bool tensor (True = padded key), got {m.dtype}."
-            )
+        m = _bool_padding_mask(key_padding_mask, "key", q.device)
         try:  # size-1 dims broadcast, e.g. (N, 1, T) over the heads; no dims are added
             if m.dim() != q.dim() - 1:
                 raise RuntimeError

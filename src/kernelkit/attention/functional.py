@@ -218,15 +218,22 @@ def attention_moments(
     return fit_moments(x, y, wk, full=True, query_weights=wq)
 
 
-def _row_weights(mask, side, shape, like):
-    # uniform weights (shape) of the rows a padding mask keeps, or None
-    if mask is None:
-        return None
-    mask = torch.as_tensor(mask, device=like.device)
+def _bool_padding_mask(mask, side, device):
+    """``mask`` as a bool tensor on ``device``; a ``TypeError`` naming ``{side}_padding_mask``
+    for any other dtype (True = padded)."""
+    mask = torch.as_tensor(mask, device=device)
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{side}_padding_mask must be a bool tensor (True = padded {side}), got {mask.dtype}."
         )
+    return mask
+
+
+def _row_weights(mask, side, shape, like):
+    # uniform weights (shape) of the rows a padding mask keeps, or None
+    if mask is None:
+        return None
+    mask = _bool_padding_mask(mask, side, like.device)
     try:
         keep = torch.broadcast_to(~mask, shape).to(like.dtype)
     except RuntimeError:
@@ -279,11 +286,7 @@ def _validate(q, k, v, is_causal, key_padding_mask):
         raise ValueError(f"q and k have head dim d=0: no features to draw (L={L}, S={S}).")
     if key_padding_mask is None:
         return None
-    mask = torch.as_tensor(key_padding_mask, device=q.device)
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"key_padding_mask must be a bool tensor (True = padded key), got {mask.dtype}."
-        )
+    mask = _bool_padding_mask(key_padding_mask, "key", q.device)
     if mask.dim() == 0 or mask.shape[-1] != S:
         raise ValueError(
             f"key_padding_mask must have shape (..., S) with S={S}, got {tuple(mask.shape)}."
@@ -690,12 +693,7 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     if not bool(pad.any()):
         return causal, key_padding_mask  # nothing padded: the unmasked kernels
     if key_padding_mask is not None:
-        kpm = torch.as_tensor(key_padding_mask, device=q.device)
-        if kpm.dtype != torch.bool:
-            raise TypeError(
-                f"key_padding_mask must be a bool tensor (True = padded key), got {kpm.dtype}."
-            )
-        pad = pad | kpm
+        pad = pad | _bool_padding_mask(key_padding_mask, "key", q.device)
     return causal, pad
 
 
