@@ -73,11 +73,7 @@ def fit_moments(x, y, key_weights=None, full=True, query_weights=None) -> favor.
     """
     with torch.no_grad():
         x, y = x.detach(), y.detach()
-        xs = x if query_weights is None else x[..., :1, :]  # (weighted below)
-        mom = favor.moments(xs, y, full=full, key_weights=key_weights)
-        if query_weights is not None:  # the queries weighted, as favor's second argument
-            mq = favor.moments(y[..., :1, :], x, full=full, key_weights=query_weights)
-            mom = favor.Moments(mq.mean_y, mq.second_y, mom.mean_y, mom.second_y)
+        mom = favor.moments(x, y, full=full, key_weights=key_weights, query_weights=query_weights)
         return favor.Moments(
             mom.mean_x.double(), mom.second_x.double(), mom.mean_y.double(), mom.second_y.double()
         )

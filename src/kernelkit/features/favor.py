@@ -274,7 +274,9 @@ def _blocked_moments(arrays, full, n_jobs) -> list:
     return out
 
 
-def moments(X, Y=None, *, full: bool = True, key_weights=None, n_jobs=None) -> Moments:
+def moments(
+    X, Y=None, *, full: bool = True, key_weights=None, query_weights=None, n_jobs=None
+) -> Moments:
     """Moments of ``X`` (..., n, d) and ``Y`` (..., m, d) (``Y`` defaults to ``X``).
 
     Parameters
@@ -285,6 +287,8 @@ def moments(X, Y=None, *, full: bool = True, key_weights=None, n_jobs=None) -> M
     key_weights : array (..., m), optional
         Non-negative weights of the rows of ``Y`` summing to one (padding excluded);
         uniform by default.
+    query_weights : array (..., n), optional
+        The same for the rows of ``X``.
     n_jobs : int, optional
         Threads for large 2-D NumPy input (scikit-learn convention).
 
@@ -295,13 +299,15 @@ def moments(X, Y=None, *, full: bool = True, key_weights=None, n_jobs=None) -> M
         ``Y`` are read in one threaded pass over both (row blocks of a fixed size, summed
         in order: the result does not depend on the thread count).
     """
-    if Y is None or (Y is X and key_weights is None):
+    if query_weights is None and (Y is None or (Y is X and key_weights is None)):
         mx, sx = _one_side(X, None, full, n_jobs)
         return Moments(mx, sx, mx, sx)
-    if key_weights is None and moments_are_threaded(X) and moments_are_threaded(Y):
+    Y = X if Y is None else Y
+    unweighted = key_weights is None and query_weights is None
+    if unweighted and moments_are_threaded(X) and moments_are_threaded(Y):
         (mx, sx), (my, sy) = _blocked_moments([X, Y], full, n_jobs)
         return Moments(mx, sx, my, sy)
-    mx, sx = _one_side(X, None, full, n_jobs)
+    mx, sx = _one_side(X, query_weights, full, n_jobs)
     my, sy = _one_side(Y, key_weights, full, n_jobs)
     return Moments(mx, sx, my, sy)
 
