@@ -3,6 +3,8 @@ shared by the estimators and the distributions."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,24 @@ def test_as_dask_rows_checks_lazily_and_map_row_chunks():
     pairs = map_row_chunks(X, lambda b: 2 * b, 2)
     np.testing.assert_array_equal(sums.compute(), np.arange(12.0).reshape(6, 2).sum(axis=1))
     assert pairs.shape == (6, 2) and pairs.compute()[5, 1] == 22.0
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_reduce_blocks_folds_as_it_goes(n_jobs):
+    """Regression: all block results were kept until the end (a list of n / block
+    statistics); now each wave of one block per thread is folded before the next."""
+    lock, live = threading.Lock(), [0, 0]  # results alive now, most alive at once
+
+    def fn(a, b):
+        with lock:
+            live[0] += 1
+            live[1] = max(live[1], live[0])
+        return b - a
+
+    def combine(u, v):
+        with lock:
+            live[0] -= 1  # two results in, one out
+        return u + v
+
+    assert reduce_blocks(fn, 1000, 50, combine, n_jobs=n_jobs) == 1000  # 20 blocks
+    assert live == [1, n_jobs + 1]

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .parallel import SingleThreadedBlas, block_map
+from .parallel import MAX_THREADS, SingleThreadedBlas, block_map, effective_n_jobs
 
 __all__ = [
     "as_dask_labels",
@@ -275,10 +275,20 @@ def reduce_blocks(fn, n: int, block: int, combine=operator.add, n_jobs=None):
     """``combine``-fold of ``fn(a, b)`` over the blocks ``[a, b)`` of ``range(n)`` (n > 0).
 
     The blocks run on kernelkit's threads (``n_jobs``, BLAS single-threaded;
-    :func:`kernelkit._backend.parallel.block_map`) and their results are combined left
-    to right in block order, so the result depends on ``block`` but not on the threads.
+    :func:`kernelkit._backend.parallel.block_map`) in waves of one block per thread, each
+    wave folded into the running total before the next starts: at most ``threads + 1``
+    block results are alive at once, however many blocks there are. The results are
+    combined left to right in block order, so the result depends on ``block`` but not on
+    the threads.
     """
-    return functools.reduce(combine, block_map(fn, n, block, n_jobs=n_jobs))
+    wave = block * max(1, min(effective_n_jobs(n_jobs), MAX_THREADS))  # rows of one wave
+    total = None
+    for lo in range(0, n, wave):
+        parts = block_map(
+            lambda a, b, lo=lo: fn(lo + a, lo + b), min(wave, n - lo), block, n_jobs=n_jobs
+        )
+        total = functools.reduce(combine, parts if total is None else [total, *parts])
+    return total
 
 
 def reduce_rows(fn, arrays, combine=operator.add, *, block: int | None = None, n_jobs=None):

@@ -43,6 +43,8 @@ BLOCK_BYTES = 1 << 21
 MIN_BLOCK_ROWS = 64
 #: outputs with fewer elements are computed in one block in the calling thread
 PARALLEL_MIN_ELEMENTS = 1 << 17
+#: most threads of :func:`block_map` (memory-bound products gain nothing beyond)
+MAX_THREADS = 8
 
 _lock = threading.Lock()
 _blas_state = {"users": 0, "ctx": None, "controller": None, "orig": None}
@@ -252,7 +254,7 @@ def map_row_blocks(fn, n: int, width: int, itemsize: int, rows=None, n_jobs=None
         pool_map(lambda block: fn(*block), blocks, threads)
 
 
-def block_map(fn, n: int, block: int, n_jobs=None, max_threads: int = 8) -> list:
+def block_map(fn, n: int, block: int, n_jobs=None, max_threads: int = MAX_THREADS) -> list:
     """``[fn(a, b) for each block [a, b) of range(n)]`` in block order, threaded.
 
     BLAS is single-threaded while ``fn`` runs; ``fn`` must only read shared data or write

