@@ -42,3 +42,26 @@ def test_blocked_fit_is_the_same_on_any_number_of_threads(est, monkeypatch):
         preds = [m.predict(X[:200]) for m in (one, two, all_)]
     np.testing.assert_array_equal(preds[1], preds[0])
     np.testing.assert_array_equal(preds[2], preds[0])
+
+
+def test_dask_fit_whose_first_chunk_is_empty():
+    """Boolean filtering can empty the first chunk; the feature map was fitted on it
+    ("Found array with 0 sample(s)"). Now on the first non-empty chunk: the same model as
+    the in-memory fit of the kept rows, to round-off."""
+    da = pytest.importorskip("dask.array")
+    X, y = _data(n=1200)
+    X[:400, 0] = -np.abs(X[:400, 0])  # no kept row in the first chunk
+    Xd, yd = da.from_array(X, chunks=(400, 4)), da.from_array(y, chunks=400)
+    keep = Xd[:, 0] > 0  # unknown chunk sizes, the first one 0
+    est = RandomFeatureRidge(FM, alpha=0.3).fit(Xd[keep], yd[keep])
+    m = X[:, 0] > 0
+    ref = RandomFeatureRidge(FM, alpha=0.3, solver="primal").fit(X[m], y[m])
+    assert est.n_samples_seen_ == m.sum()
+    # sums of n rows in another order, solved by Cholesky: relative round-off of the
+    # coefficients ~ cond(G_c / alpha + I) n eps
+    Phi = ref.feature_map_.transform(X[m])
+    Phi = Phi - Phi.mean(axis=0)  # (n, D) centred
+    cond = np.linalg.cond(Phi.T @ Phi / 0.3 + np.eye(Phi.shape[1]))
+    atol = cond * m.sum() * np.finfo(float).eps * np.abs(ref.coef_).max()
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=atol)
+    np.testing.assert_allclose(est.predict(X[:50]), ref.predict(X[:50]), rtol=0, atol=atol)

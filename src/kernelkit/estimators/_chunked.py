@@ -31,8 +31,8 @@ Each block's rows are mapped to features a slab at a time
 (``_SLAB_BYTES`` of features, never a whole block's), ``Phi^T Phi`` is accumulated by the
 BLAS symmetric rank-k update for real features, and the blocks' statistics are summed
 (:func:`kernelkit._backend.chunks.reduce_rows`). Data-dependent feature maps are fitted
-on the first chunk; data-independent ones (random Fourier features, sketches) only need
-its width.
+on the first non-empty chunk; data-independent ones (random Fourier features, sketches)
+only need its width.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class TrainingRows:
     In memory: ``X`` (n, d) and ``Y`` (n, T) NumPy arrays. Chunked: ``X`` and ``Y`` are
     aligned Dask arrays (``Y`` (n,) or (n, T)), or ``X`` is None and ``pairs`` yields the
     remaining checked ``(X_block, y_block)`` pairs of an iterable. ``head`` (n_0, d) is
-    what the feature map is fitted on: all of ``X``, or the first chunk.
+    what the feature map is fitted on: all of ``X``, or the first non-empty chunk.
     """
 
     owner: str
@@ -131,7 +131,9 @@ def training_rows(est, X, y) -> TrainingRows:
             raise ValueError(f"{name}: y is required.")
         X = as_dask_rows(X, "X", owner=name, vector="error")
         y = as_dask_rows(y, "y", rows_like=X, owner=name, vector="keep")
-        X0, y0 = np.asarray(X.blocks[0].compute()), np.asarray(y.blocks[0].compute())
+        # the first non-empty chunk (boolean filtering can empty any chunk, the first too)
+        i = next((i for i, rows in enumerate(X.chunks[0]) if rows), 0)
+        X0, y0 = np.asarray(X.blocks[i].compute()), np.asarray(y.blocks[i].compute())
     else:
         if y is not None:
             raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")

@@ -148,7 +148,8 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
             Or a ``dask.array.Array`` / an iterable of ``(X_block, y_block)`` pairs
             (``y=None``): fitted out of core in the primal form, chunk by chunk, as
             :class:`~kernelkit.estimators.RandomFeatureRidge` (data-dependent feature
-            maps fitted on the first chunk); predictions on Dask arrays are lazy.
+            maps fitted on the first non-empty chunk); predictions on Dask arrays are
+            lazy.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
 
         Returns

@@ -79,8 +79,8 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     ``y=None``). Each chunk of rows is mapped to features and reduced to ``Phi^H Phi``,
     ``Phi^H Y`` and sums (:mod:`kernelkit.estimators._chunked`), in parallel on the active
     Dask scheduler or ``distributed.Client``; only the ``D x D`` primal system is solved.
-    Data-dependent feature maps are fitted on the first chunk. ``predict`` on a Dask array
-    is lazy. See the user guide page "Scale-out with Dask".
+    Data-dependent feature maps are fitted on the first non-empty chunk. ``predict`` on a
+    Dask array is lazy. See the user guide page "Scale-out with Dask".
 
     Attributes
     ----------
