@@ -65,3 +65,37 @@ def test_dask_fit_whose_first_chunk_is_empty():
     atol = cond * m.sum() * np.finfo(float).eps * np.abs(ref.coef_).max()
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=atol)
     np.testing.assert_allclose(est.predict(X[:50]), ref.predict(X[:50]), rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize(
+    "est", [RandomFeatureRidge(FM, alpha=0.3), RandomFeatureGPRegressor(FM, noise=0.2)]
+)
+def test_predict_on_dask_checks_its_input_when_called_and_stays_lazy(est):
+    """A 1-D Dask X raised numpy's AxisError and a wrong width or dtype surfaced only at
+    compute(); now each is named when predict is called, and rows of unknown count
+    (boolean filtering) are still mapped lazily, without running the filter."""
+    da = pytest.importorskip("dask.array")
+    X, y = _data(n=600)
+    est = clone(est).fit(X, y)
+    name = type(est).__name__
+    with pytest.raises(ValueError, match=f"{name}: X must be 2-D"):
+        est.predict(da.from_array(y, chunks=100))
+    with pytest.raises(ValueError, match=f"{name}: X has 3 features, but .* 4 features"):
+        est.predict(da.from_array(X[:, :3], chunks=100))
+    with pytest.raises(TypeError, match=f"{name}: X must hold real numbers"):
+        est.predict(da.from_array(X + 1j, chunks=100))
+    calls = []
+
+    def source(block):
+        calls.append(len(block))
+        return block
+
+    Xd = da.from_array(X, chunks=(100, 4)).map_blocks(source, meta=np.empty((0, 0)))
+    pred = est.predict(Xd[Xd[:, 0] > 0])
+    assert calls == [] and np.isnan(pred.shape[0])  # nothing computed yet
+    # the same D-term dot products on fewer rows at a time: |phi_j| <= sqrt(2 / D), so
+    # they differ by at most D eps sqrt(2 / D) sum |w| (w: the weights of the features)
+    w = est.coef_ if hasattr(est, "coef_") else est.posterior_.coef
+    D = FM.n_features
+    atol = D * np.finfo(float).eps * np.sqrt(2 / D) * np.abs(w).sum()
+    np.testing.assert_allclose(pred.compute(), est.predict(X[X[:, 0] > 0]), rtol=0, atol=atol)

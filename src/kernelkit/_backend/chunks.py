@@ -167,14 +167,16 @@ def as_dask_rows(
     *,
     owner: str | None = None,
     vector: str = "column",
+    known_rows: bool = True,
 ):
     """``Z`` as a checked Dask array of row chunks (lazily: nothing is computed).
 
     NumPy input is wrapped. The 1-D policy is ``vector`` (:data:`VECTOR_POLICIES`); the
     dtype must be real, a 2-D array must have ``n_features`` columns (if given); unknown
-    chunk sizes are computed, the columns merged into one chunk (a chunk is a set of
-    whole rows) and, with ``rows_like`` (a Dask array), the rows rechunked to its row
-    chunks after checking the row counts agree.
+    chunk sizes are computed (unless ``known_rows=False``: a row-wise map needs no row
+    counts, and computing them would run the graph that filtered the rows), the columns
+    merged into one chunk (a chunk is a set of whole rows) and, with ``rows_like`` (a
+    Dask array), the rows rechunked to its row chunks after checking the row counts agree.
     """
     import dask.array as da
 
@@ -190,7 +192,7 @@ def as_dask_rows(
             f"{where} has {Z.shape[1]} features, but the model was fitted with "
             f"{n_features} features."
         )
-    if any(np.isnan(c) for c in Z.chunks[0]):
+    if (known_rows or rows_like is not None) and any(np.isnan(c) for c in Z.chunks[0]):
         Z = Z.compute_chunk_sizes()
     if Z.ndim == 2:
         Z = Z.rechunk({1: -1})

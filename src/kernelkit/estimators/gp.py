@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
-from .._backend.chunks import is_dask_array, map_row_chunks
+from .._backend.chunks import as_dask_rows, is_dask_array, map_row_chunks
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
@@ -248,6 +248,14 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
                     "matrix); not available for Dask arrays."
                 )
             check_is_fitted(self)
+            X = as_dask_rows(
+                X,
+                "X",
+                self.n_features_in_,
+                owner=type(self).__name__,
+                vector="error",
+                known_rows=False,
+            )  # checked now, mapped lazily
             T = None if self._single else len(self._y_mean)
             mean = map_row_chunks(X, self.predict, T)
             if not return_std:
