@@ -27,6 +27,16 @@ def _data(n=2500, d=4, seed=0):
     return X, y
 
 
+def _coef_atol(ref, X, alpha):
+    """Round-off bound of ``ref``'s coefficients (fitted on ``X``) when the same sums are
+    formed in another order: ``cond(G_c / alpha + I) n eps |coef|``, ``G_c`` the Gram
+    matrix of the centred features (the primal system solved by Cholesky)."""
+    Phi = ref.feature_map_.transform(np.asarray(X, dtype=float))
+    Phi = Phi - Phi.mean(axis=0)  # (n, D) centred
+    cond = np.linalg.cond(Phi.T @ Phi / alpha + np.eye(Phi.shape[1]))
+    return cond * len(X) * np.finfo(float).eps * np.abs(ref.coef_).max()
+
+
 @pytest.mark.parametrize(
     "est", [RandomFeatureRidge(FM, alpha=0.3), RandomFeatureGPRegressor(FM, noise=0.2)]
 )
@@ -57,12 +67,7 @@ def test_dask_fit_whose_first_chunk_is_empty():
     m = X[:, 0] > 0
     ref = RandomFeatureRidge(FM, alpha=0.3, solver="primal").fit(X[m], y[m])
     assert est.n_samples_seen_ == m.sum()
-    # sums of n rows in another order, solved by Cholesky: relative round-off of the
-    # coefficients ~ cond(G_c / alpha + I) n eps
-    Phi = ref.feature_map_.transform(X[m])
-    Phi = Phi - Phi.mean(axis=0)  # (n, D) centred
-    cond = np.linalg.cond(Phi.T @ Phi / 0.3 + np.eye(Phi.shape[1]))
-    atol = cond * m.sum() * np.finfo(float).eps * np.abs(ref.coef_).max()
+    atol = _coef_atol(ref, X[m], 0.3)
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=atol)
     np.testing.assert_allclose(est.predict(X[:50]), ref.predict(X[:50]), rtol=0, atol=atol)
 
@@ -99,3 +104,21 @@ def test_predict_on_dask_checks_its_input_when_called_and_stays_lazy(est):
     D = FM.n_features
     atol = D * np.finfo(float).eps * np.sqrt(2 / D) * np.abs(w).sum()
     np.testing.assert_allclose(pred.compute(), est.predict(X[X[:, 0] > 0]), rtol=0, atol=atol)
+
+
+def test_boolean_columns_and_targets_in_chunks_are_numbers_as_in_memory():
+    """In memory, bool X and y are taken as 0 / 1 (scikit-learn's policy); in Dask
+    arrays and blocks they were a TypeError. Now the same model as in memory."""
+    da = pytest.importorskip("dask.array")
+    X, y = _data(n=900)
+    Xb, yb = X > 0, y > 0  # (n, 4) and (n,) bool
+    ref = RandomFeatureRidge(FM, alpha=0.3, solver="primal").fit(Xb, yb)
+    lazy = RandomFeatureRidge(FM, alpha=0.3).fit(
+        da.from_array(Xb, chunks=(300, 4)), da.from_array(yb, chunks=300)
+    )
+    blocks = RandomFeatureRidge(FM, alpha=0.3).fit(
+        ((Xb[i : i + 300], yb[i : i + 300]) for i in range(0, 900, 300)), None
+    )
+    atol = _coef_atol(ref, Xb, 0.3)
+    for est in (lazy, blocks):
+        np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=atol)

@@ -69,7 +69,12 @@ def is_chunked(X) -> bool:
 
 
 def _is_real(dtype) -> bool:
-    return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)
+    """Real numbers: floats, integers and bool (as in memory, the last two become float)."""
+    return (
+        np.issubdtype(dtype, np.floating)
+        or np.issubdtype(dtype, np.integer)
+        or np.issubdtype(dtype, np.bool_)
+    )
 
 
 def _shape_for(Z, name: str, vector: str, what: str):
