@@ -160,7 +160,10 @@ def iter_block_pairs(
             )
         yield Xb, Yb
     if i < 0:
-        raise ValueError(f"{owner}: the iterable of blocks is empty.")
+        raise ValueError(
+            f"{owner}: the iterable of blocks is empty (a generator or iterator yields its "
+            "blocks once: make a new one for each fit)."
+        )
 
 
 # ------------------------------------------------------------------------ Dask arrays

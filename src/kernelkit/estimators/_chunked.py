@@ -111,6 +111,12 @@ def training_rows(est, X, y) -> TrainingRows:
     """
     name = type(est).__name__
     if not is_chunked(X):
+        if y is None and isinstance(X, list | tuple):  # scikit-learn would not say why
+            raise ValueError(
+                f"{name}: y is required; a list or tuple X is an array of rows. To fit "
+                "(X_block, y_block) pairs chunk by chunk, pass an iterator over them, "
+                "e.g. iter(blocks), with y=None."
+            )
         try:  # string labels: scikit-learn's message would not name y
             np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError) as exc:
