@@ -14,7 +14,12 @@ from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
 import kernelkit.estimators._chunked as chunked
-from kernelkit.estimators import RandomFeatureGPRegressor, RandomFeatureRidge
+from kernelkit.estimators import (
+    NadarayaWatsonClassifier,
+    RandomFeatureGPClassifier,
+    RandomFeatureGPRegressor,
+    RandomFeatureRidge,
+)
 from kernelkit.features import RandomFourierFeatures
 
 FM = RandomFourierFeatures(n_features=48, lengthscale=1.5, random_state=0)
@@ -143,3 +148,16 @@ def test_a_list_of_pairs_and_a_consumed_generator_are_explained():
     RandomFeatureGPRegressor(FM).fit(blocks, None)
     with pytest.raises(ValueError, match="yields its blocks once: make a new one"):
         RandomFeatureGPRegressor(FM).fit(blocks, None)
+
+
+@pytest.mark.parametrize("cls", [RandomFeatureGPClassifier, NadarayaWatsonClassifier])
+def test_in_memory_classifiers_name_an_iterable_of_blocks(cls):
+    """The classifiers fit in memory; an iterable of (X_block, y_block) pairs got
+    scikit-learn's "requires y to be passed" (with y=None) or "float() argument must be
+    ... not 'generator'". Now a TypeError that names the estimators that take blocks."""
+    X, y = _data(n=100)
+    labels = (y > 0).astype(int)
+    for target in (None, labels):
+        blocks = ((X[i : i + 50], labels[i : i + 50]) for i in range(0, 100, 50))
+        with pytest.raises(TypeError, match=f"{cls.__name__} fits in memory.*generator"):
+            cls(random_state=0).fit(blocks, target)

@@ -64,6 +64,7 @@ __all__ = [
     "block_stats",
     "blocked_statistics",
     "chunk_statistics",
+    "reject_block_iterable",
     "training_rows",
     "use_blocked_statistics",
 ]
@@ -151,6 +152,18 @@ def training_rows(est, X, y) -> TrainingRows:
         (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
     validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
     return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs)
+
+
+def reject_block_iterable(est, X) -> None:
+    """``TypeError`` if ``X`` is an iterable of blocks (not a Dask array) for ``est``, an
+    estimator that fits in memory (scikit-learn would only say that ``y`` is missing)."""
+    if is_chunked(X) and not is_dask_array(X):
+        raise TypeError(
+            f"{type(est).__name__} fits in memory: X must be an array (n_samples, "
+            f"n_features), got a {type(X).__name__}. RandomFeatureRidge and "
+            "RandomFeatureGPRegressor fit an iterable of (X_block, y_block) pairs chunk "
+            'by chunk (user guide: "Scale-out with Dask").'
+        )
 
 
 # ------------------------------------------------------------------ step 3: statistics

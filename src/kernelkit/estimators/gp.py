@@ -33,6 +33,7 @@ from ._chunked import (
     FeatureStats,
     blocked_statistics,
     chunk_statistics,
+    reject_block_iterable,
     training_rows,
     use_blocked_statistics,
 )
@@ -382,6 +383,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         S = validate_positive_int(self.n_samples, "n_samples", maximum=10**7)
         n_jobs = check_n_jobs(self.n_jobs)
         # 1. validate: labels -> class indices y_idx (n,)
+        reject_block_iterable(self, X)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)

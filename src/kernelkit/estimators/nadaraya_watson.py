@@ -44,6 +44,7 @@ from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
+from ._chunked import reject_block_iterable
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
 __all__ = [
@@ -360,6 +361,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         """
         self._validate_params()
         self._method = self._check_params()
+        reject_block_iterable(self, X)
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=False)
         check_classification_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
