@@ -8,12 +8,15 @@ fails on the code before its fix.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
 import kernelkit.estimators._chunked as chunked
+from kernelkit._backend.parallel import effective_n_jobs
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
     RandomFeatureGPClassifier,
@@ -161,3 +164,32 @@ def test_in_memory_classifiers_name_an_iterable_of_blocks(cls):
         blocks = ((X[i : i + 50], labels[i : i + 50]) for i in range(0, 100, 50))
         with pytest.raises(TypeError, match=f"{cls.__name__} fits in memory.*generator"):
             cls(random_state=0).fit(blocks, target)
+
+
+class _ThreadCountingMap(RandomFourierFeatures):
+    """Random Fourier features that record kernelkit's default thread count
+    (``n_jobs=None``) each time they map rows."""
+
+    seen: ClassVar[list] = []
+
+    def transform(self, X):
+        _ThreadCountingMap.seen.append(effective_n_jobs(None))
+        return super().transform(X)
+
+
+def test_threaded_dask_tasks_add_no_kernelkit_threads(monkeypatch):
+    """Under Dask's threaded scheduler each task (one per core) mapped its rows on
+    kernelkit's default threads, the cores again: up to 2 cores - 1 threads beyond the
+    cores. Now the default is one thread inside the tasks (BLAS already was), and the
+    same as before outside them."""
+    da = pytest.importorskip("dask.array")
+    dask = pytest.importorskip("dask")
+    monkeypatch.setenv("KERNELKIT_NUM_THREADS", "3")  # the default outside: 3 threads
+    X, y = _data(n=1200)
+    fm = _ThreadCountingMap(n_features=48, lengthscale=1.5, random_state=0)
+    _ThreadCountingMap.seen.clear()
+    with dask.config.set(scheduler="threads"):
+        RandomFeatureRidge(fm, alpha=0.3).fit(da.from_array(X, chunks=(300, 4)), y)
+    assert len(_ThreadCountingMap.seen) >= 4  # every chunk's rows mapped in its task
+    assert set(_ThreadCountingMap.seen) == {1}
+    assert effective_n_jobs(None) == 3  # restored after the fit

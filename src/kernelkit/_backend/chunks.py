@@ -8,8 +8,9 @@ data in the same three ways (user guide: "Scale-out with Dask"):
   single-threaded, :mod:`kernelkit._backend.parallel`), the block results combined left
   to right in block order (:func:`reduce_blocks`, :func:`reduce_rows`);
 * **a Dask array** -- one task per row chunk on the active Dask scheduler (threads, or a
-  ``distributed.Client``), combined in a binary tree (:func:`tree_reduce`), with one BLAS
-  thread per task under the threaded scheduler (:func:`blas_threads_for_dask`);
+  ``distributed.Client``), combined in a binary tree (:func:`tree_reduce`), with one
+  thread (BLAS and kernelkit's) per task under the threaded scheduler
+  (:func:`blas_threads_for_dask`);
 * **an iterable of** ``(X_block, Y_block)`` **pairs** -- consumed once, in order
   (:func:`iter_block_pairs`).
 
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .parallel import MAX_THREADS, SingleThreadedBlas, block_map, effective_n_jobs
+from .parallel import MAX_THREADS, OneThreadPerTask, block_map, effective_n_jobs
 
 __all__ = [
     "as_dask_labels",
@@ -264,19 +265,21 @@ def tree_reduce(parts: list, combine):
 
 
 def blas_threads_for_dask(result, n_chunks: int):
-    """One BLAS thread per task while the threaded scheduler computes ``result`` (chunks > 1).
+    """One thread per task while the threaded scheduler computes ``result`` (chunks > 1).
 
-    The threaded scheduler runs one task per core, each calling BLAS; with BLAS's own
-    thread pool on top, ``cores x cores`` threads compete for the cores. Limited for the
-    duration of the ``compute`` (process-wide, as BLAS thread counts are). Other
-    schedulers are left alone (``distributed`` workers already start with one BLAS
-    thread; the synchronous scheduler runs one task at a time).
+    The threaded scheduler runs one task per core, each calling BLAS and kernelkit's
+    threaded feature maps; with their threads on top, up to ``cores x cores`` threads
+    compete for the cores. BLAS and kernelkit's default thread count (``n_jobs=None``)
+    are limited to one for the duration of the ``compute`` (process-wide, as BLAS thread
+    counts are; :class:`~kernelkit._backend.parallel.OneThreadPerTask`). Other schedulers
+    are left alone (``distributed`` workers already start with one BLAS thread, hence one
+    kernelkit thread; the synchronous scheduler runs one task at a time).
     """
     import dask
     import dask.threaded
 
     if n_chunks > 1 and dask.base.get_scheduler(collections=[result]) is dask.threaded.get:
-        return SingleThreadedBlas()
+        return OneThreadPerTask()
     return contextlib.nullcontext()
 
 
@@ -306,7 +309,7 @@ def reduce_rows(fn, arrays, combine=operator.add, *, block: int | None = None, n
 
     Dask arrays (all of them, aligned by :func:`as_dask_rows`): one task per row chunk
     on the active scheduler, ``index`` the chunk number, combined in a binary tree and
-    computed with one BLAS thread per task under the threaded scheduler. NumPy arrays:
+    computed with one thread per task under the threaded scheduler. NumPy arrays:
     blocks of ``block`` rows (``index`` = block number) on kernelkit's threads
     (:func:`reduce_blocks`). ``fn`` gets the blocks as they are; it validates them.
     """

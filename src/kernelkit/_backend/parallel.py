@@ -27,6 +27,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
+    "OneThreadPerTask",
     "SingleThreadedBlas",
     "block_map",
     "check_n_jobs",
@@ -48,6 +49,8 @@ MAX_THREADS = 8
 
 _lock = threading.Lock()
 _blas_state = {"users": 0, "ctx": None, "controller": None, "orig": None}
+#: users of :class:`OneThreadPerTask` (an outer scheduler runs one task per core)
+_task_state = {"users": 0}
 _pool_state = {"pool": None, "size": 0, "pid": None}
 
 
@@ -65,8 +68,11 @@ def num_threads() -> int:
     ``KERNELKIT_NUM_THREADS`` if set, else the CPUs available to this process
     (``os.sched_getaffinity``, falling back to ``os.cpu_count()``), and never more than
     the current BLAS thread limit (so ``threadpoolctl.threadpool_limits(1)``, joblib
-    workers and ``OPENBLAS_NUM_THREADS=1`` keep kernelkit single-threaded).
+    workers and ``OPENBLAS_NUM_THREADS=1`` keep kernelkit single-threaded); 1 inside
+    :class:`OneThreadPerTask` (Dask's threads already run one task per core).
     """
+    if _task_state["users"] > 0:
+        return 1
     env = os.environ.get("KERNELKIT_NUM_THREADS", "").strip()
     if env:
         try:
@@ -153,6 +159,25 @@ class SingleThreadedBlas:
                 ctx, _blas_state["ctx"] = _blas_state["ctx"], None
                 ctx.restore_original_limits()
         return False
+
+
+class OneThreadPerTask(SingleThreadedBlas):
+    """Context manager: while an outer scheduler (Dask's threaded scheduler) runs one task
+    per core, each task runs on one thread: BLAS single-threaded and ``n_jobs=None`` one
+    kernelkit thread (explicit ``n_jobs`` are kept), so tasks add no threads to the
+    cores. Process-wide and reference counted, as :class:`SingleThreadedBlas`.
+    """
+
+    def __enter__(self):
+        super().__enter__()
+        with _lock:
+            _task_state["users"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        with _lock:
+            _task_state["users"] -= 1
+        return super().__exit__(*exc)
 
 
 # ---------------------------------------------------------------------- the pool
