@@ -2,8 +2,9 @@
 
 Large in-memory fits on any number of threads, Dask arrays whose first chunk is empty
 (after boolean filtering), predictions on Dask arrays of the wrong rank, width or dtype,
-boolean targets in chunks, and iterables that are lists or already consumed. Each test
-fails on the code before its fix.
+boolean columns and targets in chunks, iterables that are lists or already consumed or
+given to the in-memory classifiers, and the threads of Dask's tasks. Each test fails on
+the code before its fix.
 """
 
 from __future__ import annotations
