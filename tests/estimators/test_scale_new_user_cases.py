@@ -3,8 +3,8 @@
 Large in-memory fits on any number of threads, Dask arrays whose first chunk is empty
 (after boolean filtering), predictions on Dask arrays of the wrong rank, width or dtype,
 boolean columns and targets in chunks, iterables that are lists or already consumed or
-given to the in-memory classifiers, and the threads of Dask's tasks. Each test fails on
-the code before its fix.
+given to the in-memory classifiers, the threads of Dask's tasks, and the GP's mean and
+standard deviation of a Dask X. Each test fails on the code before its fix.
 """
 
 from __future__ import annotations
@@ -167,14 +167,14 @@ def test_in_memory_classifiers_name_an_iterable_of_blocks(cls):
             cls(random_state=0).fit(blocks, target)
 
 
-class _ThreadCountingMap(RandomFourierFeatures):
+class _RecordingMap(RandomFourierFeatures):
     """Random Fourier features that record kernelkit's default thread count
-    (``n_jobs=None``) each time they map rows."""
+    (``n_jobs=None``) each time they map rows (one entry per call)."""
 
     seen: ClassVar[list] = []
 
     def transform(self, X):
-        _ThreadCountingMap.seen.append(effective_n_jobs(None))
+        _RecordingMap.seen.append(effective_n_jobs(None))
         return super().transform(X)
 
 
@@ -187,10 +187,32 @@ def test_threaded_dask_tasks_add_no_kernelkit_threads(monkeypatch):
     dask = pytest.importorskip("dask")
     monkeypatch.setenv("KERNELKIT_NUM_THREADS", "3")  # the default outside: 3 threads
     X, y = _data(n=1200)
-    fm = _ThreadCountingMap(n_features=48, lengthscale=1.5, random_state=0)
-    _ThreadCountingMap.seen.clear()
+    fm = _RecordingMap(n_features=48, lengthscale=1.5, random_state=0)
+    _RecordingMap.seen.clear()
     with dask.config.set(scheduler="threads"):
         RandomFeatureRidge(fm, alpha=0.3).fit(da.from_array(X, chunks=(300, 4)), y)
-    assert len(_ThreadCountingMap.seen) >= 4  # every chunk's rows mapped in its task
-    assert set(_ThreadCountingMap.seen) == {1}
+    assert len(_RecordingMap.seen) >= 4  # every chunk's rows mapped in its task
+    assert set(_RecordingMap.seen) == {1}
     assert effective_n_jobs(None) == 3  # restored after the fit
+
+
+@pytest.mark.parametrize("targets", [1, 2])
+def test_gp_mean_and_std_on_dask_map_each_chunk_once(targets):
+    """predict(return_std=True) on a Dask X built two graphs that each mapped every chunk
+    to features; now one task per chunk gives both (computed together: one map each)."""
+    da = pytest.importorskip("dask.array")
+    dask = pytest.importorskip("dask")
+    X, y = _data(n=600)
+    Y = y if targets == 1 else np.c_[y, np.cos(X[:, 1])]
+    fm = _RecordingMap(n_features=48, lengthscale=1.5, random_state=0)
+    gp = RandomFeatureGPRegressor(fm, noise=0.2).fit(X, Y)
+    mean, std = gp.predict(da.from_array(X, chunks=(150, 4)), return_std=True)
+    _RecordingMap.seen.clear()
+    with dask.config.set(scheduler="sync"):
+        mean, std = dask.compute(mean, std)
+    assert len(_RecordingMap.seen) == 4  # one map of each of the 4 chunks
+    # each chunk's task is the NumPy prediction of its rows (the in-memory comparison of
+    # the whole array is test_chunked.py's): the same numbers, in their places
+    chunks = [gp.predict(X[i : i + 150], return_std=True) for i in range(0, 600, 150)]
+    np.testing.assert_array_equal(mean, np.concatenate([m for m, _ in chunks]))
+    np.testing.assert_array_equal(std, np.concatenate([s for _, s in chunks]))

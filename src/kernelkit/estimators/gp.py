@@ -257,14 +257,17 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
                 vector="error",
                 known_rows=False,
             )  # checked now, mapped lazily
-            T = None if self._single else len(self._y_mean)
-            mean = map_row_chunks(X, self.predict, T)
+            T = len(self._y_mean)
             if not return_std:
-                return mean
-            std = map_row_chunks(
-                X, lambda b: self.predict(b, return_std=True, include_noise=include_noise)[1], T
-            )
-            return mean, std
+                return map_row_chunks(X, self.predict, None if self._single else T)
+
+            def mean_and_std(Xb):  # one task per chunk maps its rows once: (b, 2 T)
+                m, s = self.predict(Xb, return_std=True, include_noise=include_noise)
+                return np.hstack([m.reshape(len(Xb), T), s.reshape(len(Xb), T)])
+
+            both = map_row_chunks(X, mean_and_std, 2 * T)  # (n, 2 T)
+            mean, std = both[:, :T], both[:, T:]
+            return (mean[:, 0], std[:, 0]) if self._single else (mean, std)
         Phi = self._features(X)
         mean = self.posterior_.mean(Phi) * self._y_std + self._y_mean  # (n, T)
         if self._single:
