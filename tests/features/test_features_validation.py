@@ -152,6 +152,19 @@ def test_non_numeric_input_is_rejected(cls):
         cls(n_features=4).fit([[1.0, object()]])
 
 
+def test_iterators_and_scalar_objects_are_type_errors(cls, data):
+    """A generator of rows (or any object NumPy wraps in a 0-d object array) gets a
+    TypeError naming the argument; it was an AttributeError from the pandas.NA check."""
+    X, Y = data
+    with pytest.raises(TypeError, match=r"^X is an iterator \(generator\).*asarray"):
+        cls(n_features=4).fit(row for row in X)
+    with pytest.raises(TypeError, match=r"^X must be numeric, got dtype object"):
+        cls(n_features=4).fit({"a": 1.0})
+    fm = _fitted(cls, X, Y)
+    with pytest.raises(TypeError, match=r"^X is an iterator \(list_iterator\)"):
+        fm.transform(iter(list(X)))
+
+
 def test_pandas_missing_values_are_nan(cls, data):
     """A nullable pandas column with pandas.NA is missing data, reported as NaN (it was a
     TypeError about converting 'NAType' to float)."""

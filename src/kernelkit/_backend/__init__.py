@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -162,7 +163,7 @@ def _pandas_na(X):
     other non-numeric entries remain)."""
     if X.dtype != object:
         return None
-    missing = np.frompyfunc(lambda v: type(v).__name__ == "NAType", 1, 1)(X).astype(bool)
+    missing = np.asarray(np.frompyfunc(lambda v: type(v).__name__ == "NAType", 1, 1)(X), bool)
     if not missing.any():
         return None
     try:
@@ -212,6 +213,11 @@ def validate_data(
     """
     if X is None:
         raise ValueError(f"{name} is None; expected a 2-D array.")
+    if isinstance(X, Iterator):  # a generator would become a 0-d object array
+        raise TypeError(
+            f"{name} is an iterator ({type(X).__name__}); expected a 2-D array. Materialise "
+            f"it first, e.g. numpy.asarray(list({name}))."
+        )
     if not (is_torch_array(X) or hasattr(X, "__array_namespace__")):
         try:
             X = np.asarray(X)
