@@ -58,6 +58,7 @@ from .._backend import (
     to_numpy,
 )
 from .._backend import validate_data as validate_array
+from ._dask import fit_dask, is_dask_array, lazy_features
 
 __all__ = ["KERNELS", "FeatureMap"]
 
@@ -102,6 +103,10 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     accepts_sparse = False
     #: whether ``fit`` reads more of the data than its dimension
     data_dependent = False
+    #: what ``fit`` reads of a Dask array (:mod:`kernelkit.features._dask`): ``"shape"``
+    #: (its dimension: fitted on the first chunk), ``"moments"`` (the FAVOR# moments, from
+    #: one pass of chunk sums) or ``"all"`` (the rows: computed first)
+    _fit_reads: ClassVar[str] = "all"
     #: constructor parameter -> scikit-learn constraints, checked by ``fit`` through
     #: ``_validate_params()`` (every map declares all of its ``__init__`` parameters)
     _parameter_constraints: ClassVar[dict] = {}
@@ -141,6 +146,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """
         self._validate_params()  # the declared constraints (errors name the parameter)
         self._check_params()  # what they cannot express (cross-parameter rules)
+        if is_dask_array(X) or is_dask_array(Y):
+            return fit_dask(self, X, Y)
         finite = not self._checks_finite_in_fit()
         X, xp = self._validate(X, "X", reset=True, check_finite=finite)
         if Y is None:
@@ -347,11 +354,15 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             maps). May overflow for huge norms; use :meth:`approx_kernel` or
             :meth:`transform_scaled` there.
         """
+        if is_dask_array(X):
+            return lazy_features(self, X, "x")
         X, xp = self._check_X(X, "X")
         return self._features(X, xp, "x")
 
     def transform_y(self, Y):
         """y-side (key) features, shape (m, output_dim); :meth:`transform` for symmetric maps."""
+        if is_dask_array(Y):
+            return lazy_features(self, Y, "y")
         Y, xp = self._check_X(Y, "Y")
         return self._features(Y, xp, "y")
 

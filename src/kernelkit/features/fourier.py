@@ -163,6 +163,8 @@ class RandomFourierFeatures(FeatureMap):
     it many times for small ``d``, and :meth:`variance` warns.
     """
 
+    _fit_reads = "shape"  # the frequencies need the dimension only
+
     accepts_sparse = True
     _parameter_constraints: ClassVar[dict] = {
         "n_features": int_range(1, 2**26),
@@ -461,6 +463,8 @@ class SphericalRandomFeatures(RandomFourierFeatures):
     components_ : ndarray (n_frequencies,), the component drawn for each frequency
     projection_ : ndarray (n_frequencies, d), frequencies ``w_j`` (lengthscales folded in)
     """
+
+    _fit_reads = "all"  # fit checks that every row has unit norm
 
     complex = False
     real_output = False

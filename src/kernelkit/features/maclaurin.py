@@ -455,6 +455,8 @@ class RandomMaclaurin(_MaclaurinBase):
     sketches_ : list of (degree, sketch, weight)
     """
 
+    _fit_reads = "shape"  # the degrees and sketches need the dimension only
+
     _parameter_constraints: ClassVar[dict] = {
         **_MaclaurinBase._parameter_constraints,
         "max_degree": int_range(1, 1000),
@@ -599,6 +601,8 @@ class OptimizedMaclaurin(_MaclaurinBase):
         The precomputed U-statistic sums.
     sketches_ : list of (degree, sketch, weight)
     """
+
+    _fit_reads = "all"  # the degree allocation is optimised on the rows
 
     _sketches = ("rademacher", "gaussian", "srht")
     _parameter_constraints: ClassVar[dict] = {

@@ -55,6 +55,8 @@ __all__ = ["ADERF", "GERF", "SADERF", "SDERF", "HyperbolicRF", "PositiveRF", "Tr
 class _ThreadedMap(ProjectionFeatureMap):
     """Projection maps with a threaded NumPy path: adds ``n_jobs`` (scikit-learn's rule)."""
 
+    _fit_reads = "shape"
+
     _parameter_constraints: ClassVar[dict] = {
         **ProjectionFeatureMap._parameter_constraints,
         "n_jobs": N_JOBS,
@@ -197,6 +199,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
     _derf = "positive"
     #: whether the fit needs full second-moment matrices (ADERF, SDERF)
     _full_moments = True
+    _fit_reads = "moments"  # only through _fit_statistics
 
     def _checks_finite_in_fit(self):
         return self._derf != "positive"  # the moments' sums see every entry
@@ -212,6 +215,9 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         )
 
     def _fit_statistics(self, X, Y):
+        dask_moments = self.__dict__.get("_dask_moments")
+        if dask_moments is not None:  # fitting a Dask array: the moments of all its rows
+            return dask_moments()
         with np.errstate(over="ignore", invalid="ignore"):  # NaN / inf: checked below
             mom = moments(X, Y, full=self._full_moments, n_jobs=self.n_jobs)
         _check_finite_moments(mom, X, Y)

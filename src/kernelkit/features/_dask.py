@@ -1,0 +1,173 @@
+"""Dask arrays in the feature maps: lazy transforms and fits that read the data once.
+
+A ``dask.array.Array`` of shape (n, d) is accepted wherever a feature map takes a data set
+(user guide: "Scale-out with Dask"):
+
+* ``transform`` / ``transform_y`` return a lazy Dask array (n, output_dim) with the input's
+  row chunks, one task per chunk (each block validated and mapped as a NumPy array would
+  be, so a NaN is reported when its chunk is computed);
+* ``fit`` reads as little as the map needs. Maps whose parameters depend on the input
+  dimension only (``_fit_reads = "shape"``) are fitted on the first non-empty chunk: the
+  same draws as a fit on all rows. The FAVOR# maps (``"moments"``) get their first and
+  second moments (FAVOR# Sec. 3-4) from one pass of chunk sums, reduced by the active
+  Dask scheduler, and are fitted from them exactly as from in-memory rows. The other
+  maps (``"all"``: k-means centres, optimised degree allocations, unit-row checks) read
+  every row, so ``fit`` computes the array first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+
+from .._backend.chunks import is_dask_array
+from .._backend.parallel import OneThreadPerTask
+
+__all__ = ["fit_dask", "is_dask_array", "lazy_features"]
+
+
+def check_dask(X, name: str, n_features: int | None = None):
+    """Checks a Dask array can make before computing: rank, dtype and width.
+
+    Returns X with its columns in one chunk (each task maps whole rows).
+    """
+    if X.ndim != 2:
+        raise ValueError(
+            f"{name} must be a 2-D array of shape (n_samples, n_features), got a {X.ndim}-D "
+            f"Dask array with shape {X.shape}."
+        )
+    kind = np.dtype(X.dtype).kind
+    if kind == "c":
+        raise ValueError(
+            f"Complex data not supported: {name} must be real-valued, got complex dtype {X.dtype}."
+        )
+    if kind not in "biuf":
+        raise TypeError(f"{name} must be numeric, got dtype {X.dtype}.")
+    d = X.shape[1]
+    if d == 0:
+        raise ValueError(
+            f"{name} has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required."
+        )
+    if n_features is not None and d != n_features:
+        raise ValueError(
+            f"{name} has {d} features, but this object was fitted with {n_features} features."
+        )
+    return X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
+
+
+def lazy_features(fm, X, side: str):
+    """``fm``'s features of the Dask array ``X`` (n, d), lazily: (n, output_dim) with the row
+    chunks of ``X``."""
+    name = "X" if side == "x" else "Y"
+    fm._check_fitted()
+    X = check_dask(X, name, fm.n_features_in_)
+
+    def block(Xb):  # (rows, d) NumPy -> (rows, output_dim): the in-memory path
+        Xb, xp = fm._check_X(Xb, name)
+        return fm._features(Xb, xp, side)
+
+    # output dtype of the in-memory path for this input dtype (unit rows: valid for every
+    # map), without the set_output wrapper (blocks are arrays)
+    d = X.shape[1]
+    probe = block(np.full((1, d), 1.0 / math.sqrt(d), dtype=X.dtype))  # (1, output_dim)
+    return X.map_blocks(
+        block,
+        dtype=probe.dtype,
+        chunks=(X.chunks[0], (probe.shape[1],)),
+        meta=np.empty((0, 0), dtype=probe.dtype),
+    )
+
+
+def _first_rows(X):
+    """The first non-empty row chunk of a Dask array, computed (NumPy (rows, d))."""
+    for block in X.to_delayed().ravel():
+        rows = np.asarray(block.compute())
+        if rows.shape[0]:
+            return rows
+    raise ValueError(
+        f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required."
+    )
+
+
+def _chunk_sums(X, full: bool):
+    """Lazy ``[n, sum_i x_i, sum_i x_i x_i^T (or its diagonal)]`` of a Dask X (n, d), float64,
+    flattened into one vector: one small array per chunk, summed by Dask's tree reduction."""
+    d = X.shape[1]
+    width = 1 + d + (d * d if full else d)
+
+    def sums(Xb):  # (rows, d) -> (1, width)
+        Xb = np.asarray(Xb, dtype=np.float64)
+        second = Xb.T @ Xb if full else np.einsum("ij,ij->j", Xb, Xb)
+        return np.concatenate([[Xb.shape[0]], Xb.sum(axis=0), second.ravel()])[None, :]
+
+    parts = X.map_blocks(sums, dtype=np.float64, chunks=((1,) * X.numblocks[0], (width,)))
+    return parts.sum(axis=0)
+
+
+def _moments_of(total, d: int, full: bool, lengthscale: float, name: str):
+    """(mean (d,), second moment (d, d) or (d,)) of the inputs divided by ``lengthscale``."""
+    n = total[0]
+    if n == 0:
+        raise ValueError(f"{name} is empty: found 0 samples.")
+    mean = total[1 : 1 + d] / (n * lengthscale)
+    second = total[1 + d :] / (n * lengthscale**2)
+    return mean, second.reshape(d, d) if full else second
+
+
+def dask_moments_thunk(X, Y, full: bool, lengthscale: float):
+    """A function computing the FAVOR# :class:`~kernelkit.features.favor.Moments` of the Dask
+    arrays ``X`` and ``Y`` (``Y`` None: the keys are ``X``) in one pass of the scheduler."""
+    import dask
+
+    from .favor import Moments
+
+    def compute():
+        d = X.shape[1]
+        lazy = [_chunk_sums(X, full)] + ([] if Y is None else [_chunk_sums(Y, full)])
+        with np.errstate(over="ignore", invalid="ignore"), OneThreadPerTask():
+            totals = dask.compute(*lazy)
+        mx, sx = _moments_of(totals[0], d, full, lengthscale, "X")
+        my, sy = (mx, sx) if Y is None else _moments_of(totals[1], d, full, lengthscale, "Y")
+        for name, parts in (("X", (mx, sx)), ("Y", (my, sy))):
+            if not all(np.isfinite(p).all() for p in parts):
+                raise ValueError(
+                    f"{name} contains NaN or infinity (or values whose squares overflow "
+                    "float64): its moments are not finite."
+                )
+        return Moments(mx, sx, my, sy)
+
+    return compute
+
+
+def fit_dask(fm, X, Y):
+    """``fm.fit(X, Y=Y)`` where ``X`` or ``Y`` is a Dask array; see the module docstring."""
+    import dask.array as da
+
+    X = check_dask(X if is_dask_array(X) else da.asarray(X), "X")
+    if Y is not None:
+        Y = check_dask(Y if is_dask_array(Y) else da.asarray(Y), "Y", X.shape[1])
+    reads = getattr(fm, "_fit_reads", "all")
+    if reads == "all":  # every row: computed, then the in-memory fit
+        return fm.fit(X.compute(), Y=None if Y is None else Y.compute())
+    # the first chunk sets the dimension, dtype and draws; the moments (if the fit asks
+    # for them) come from all rows
+    Xs = _first_rows(X)
+    Ys = None if Y is None else _first_rows(Y)
+    ctx = contextlib.nullcontext()
+    if reads == "moments":
+        ctx = _injected_moments(fm, X, Y)
+    with ctx:
+        fm.fit(Xs, Y=Ys)
+    return fm
+
+
+@contextlib.contextmanager
+def _injected_moments(fm, X, Y):
+    """While fitting on a sample, ``fm._fit_statistics`` returns the moments of all rows."""
+    fm._dask_moments = dask_moments_thunk(X, Y, bool(fm._full_moments), float(fm.lengthscale))
+    try:
+        yield
+    finally:
+        del fm._dask_moments

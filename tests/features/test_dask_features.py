@@ -1,0 +1,154 @@
+"""Feature maps on Dask arrays: lazy transforms and fits that read only what they need.
+
+Every map fitted on a Dask array gives the features of the same map fitted on the same
+rows in memory; ``transform`` / ``transform_y`` stay lazy, keep the row chunks and check
+each block when it is computed; maps whose fit needs the dimension only never compute
+more than the first chunk, and the FAVOR# maps read the moments of all rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kernelkit.features as features
+from kernelkit.features import GERF, SDERF, FeatureMap, PositiveRF
+
+da = pytest.importorskip("dask.array")
+
+MAPS = [
+    getattr(features, name)
+    for name in features.__all__
+    if isinstance(getattr(features, name), type)
+    and issubclass(getattr(features, name), FeatureMap)
+    and name not in ("FeatureMap", "DotProductFeatureMap")
+]
+IDS = [cls.__name__ for cls in MAPS]
+SMALL = {"ClusteredHybridRF": {"n_clusters": 2}}
+
+
+def _data(cls, n=300, m=200, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = 0.3 * rng.standard_normal((n, d))
+    Y = 0.3 * rng.standard_normal((m, d)) + 0.1
+    if cls.__name__ == "SphericalRandomFeatures":  # unit rows
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        Y /= np.linalg.norm(Y, axis=1, keepdims=True)
+    return X, Y
+
+
+def _map(cls):
+    return cls(n_features=32, random_state=0, **SMALL.get(cls.__name__, {}))
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_fit_and_transform_on_dask_equal_the_in_memory_map(cls):
+    X, Y = _data(cls)
+    dX = da.from_array(X, chunks=((70, 130, 100), (2, 3)))  # uneven rows, split columns
+    dY = da.from_array(Y, chunks=(64, 5))
+    ref = _map(cls).fit(X, Y=Y)
+    fm = _map(cls).fit(dX, Y=dY)
+    assert fm.n_features_in_ == 5
+    out, out_y = fm.transform(dX), fm.transform_y(dY)
+    assert isinstance(out, da.Array) and isinstance(out_y, da.Array)  # lazy
+    assert out.chunks[0] == (70, 130, 100) and out_y.chunks[0] == dY.chunks[0]
+    assert out.shape == (300, ref.output_dim) and out.dtype == ref.transform(X).dtype
+    # "shape" and "all" maps are fitted on the same draws and rows; the FAVOR# maps on
+    # moments summed chunk by chunk (a different order of the sums: round-off of
+    # n eps = 3e-14 relative, through the d x d eigendecomposition of the fit)
+    rtol = 1e-10 if cls._fit_reads == "moments" else 1e-13
+    for got, want in ((out.compute(), ref.transform(X)), (out_y.compute(), ref.transform_y(Y))):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+def _only_first_chunk_computable(X, rows):
+    """A Dask array of X whose chunks after the first raise when computed."""
+
+    def block(b, block_info=None):
+        if block_info[None]["chunk-location"][0] > 0:
+            raise AssertionError("a chunk after the first was computed")
+        return b
+
+    return da.from_array(X, chunks=(rows, -1)).map_blocks(block, dtype=X.dtype)
+
+
+@pytest.mark.parametrize(
+    "cls", [c for c in MAPS if c._fit_reads == "shape"], ids=lambda c: c.__name__
+)
+def test_dimension_only_fits_compute_only_the_first_chunk(cls):
+    X, Y = _data(cls)
+    fm = _map(cls).fit(_only_first_chunk_computable(X, 50))
+    ref = _map(cls).fit(X)
+    np.testing.assert_allclose(fm.transform(Y), ref.transform(Y), rtol=1e-13, atol=1e-15)
+
+
+def test_favor_sharp_fit_reads_the_moments_of_all_rows():
+    """SDERF's parameters come from all rows: equal to the in-memory fit, different from a
+    fit on the first chunk (so the comparison can fail)."""
+    X, Y = _data(SDERF, n=400, m=300)
+    X[200:] *= 3.0  # later rows change the moments
+    dX, dY = da.from_array(X, chunks=100), da.from_array(Y, chunks=100)
+    fm = SDERF(n_features=16, random_state=1).fit(dX, Y=dY)
+    ref = SDERF(n_features=16, random_state=1).fit(X, Y=Y)
+    first = SDERF(n_features=16, random_state=1).fit(X[:100], Y=Y[:100])
+    np.testing.assert_allclose(fm.A_, ref.A_, rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(np.abs(fm.B_x_), np.abs(ref.B_x_), rtol=1e-9, atol=1e-12)
+    assert np.abs(fm.A_ - first.A_).max() > 1e-3
+    # GERF with diagonal moments and a lengthscale: the scaled inputs' moments
+    g = GERF(n_features=16, lengthscale=1.7, random_state=1).fit(dX, Y=dY)
+    g_ref = GERF(n_features=16, lengthscale=1.7, random_state=1).fit(X, Y=Y)
+    np.testing.assert_allclose(g.A_, g_ref.A_, rtol=1e-12)
+
+
+def test_unknown_chunk_sizes_and_an_empty_first_chunk():
+    X, _ = _data(SDERF)
+    dX = da.from_array(X, chunks=50)
+    keep = dX[:, 0] > -10.0  # all rows, chunk sizes unknown to Dask
+    keep[:50] = False  # the first chunk is emptied
+    filtered = dX[keep]
+    assert np.isnan(filtered.shape[0])
+    fm = SDERF(n_features=16, random_state=0).fit(filtered)
+    ref = SDERF(n_features=16, random_state=0).fit(X[50:])
+    np.testing.assert_allclose(fm.A_, ref.A_, rtol=1e-11, atol=1e-14)
+    out = fm.transform(filtered).compute()
+    np.testing.assert_allclose(out, ref.transform(X[50:]), rtol=1e-10)
+
+
+def test_transform_checks_each_block_when_computed():
+    X, _ = _data(PositiveRF)
+    X[250, 1] = np.nan
+    fm = PositiveRF(n_features=8, random_state=0).fit(X[:100])
+    lazy = fm.transform(da.from_array(X, chunks=100))  # no error yet: nothing computed
+    with pytest.raises(ValueError, match="X contains NaN"):
+        lazy.compute()
+
+
+def test_favor_sharp_fit_rejects_non_finite_rows_in_any_chunk():
+    X, _ = _data(SDERF)
+    X[250, 1] = np.inf
+    with pytest.raises(ValueError, match=r"^X contains NaN or infinity"):
+        SDERF(n_features=8).fit(da.from_array(X, chunks=100))
+
+
+def test_float32_chunks_give_float32_features():
+    X, _ = _data(PositiveRF)
+    X32 = X.astype(np.float32)
+    fm = PositiveRF(n_features=8, random_state=0).fit(X32)
+    out = fm.transform(da.from_array(X32, chunks=100))
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out.compute(), fm.transform(X32), rtol=1e-6)
+
+
+def test_bad_dask_input_is_named_before_computing():
+    X, _ = _data(PositiveRF)
+    fm = PositiveRF(n_features=8, random_state=0).fit(X)
+    with pytest.raises(ValueError, match=r"^X has 4 features, but this object was fitted with 5"):
+        fm.transform(da.from_array(X[:, :4], chunks=100))
+    with pytest.raises(ValueError, match=r"^Y must be a 2-D array"):
+        fm.transform_y(da.from_array(X[:, 0], chunks=100))
+    with pytest.raises(ValueError, match=r"^Complex data not supported: X"):
+        PositiveRF().fit(da.from_array(X + 1j, chunks=100))
+    with pytest.raises(TypeError, match=r"^X must be numeric"):
+        PositiveRF().fit(da.from_array(X.astype(str), chunks=100))
+    with pytest.raises(ValueError, match=r"^Y has 4 features, but this object was fitted with 5"):
+        SDERF().fit(da.from_array(X, chunks=100), Y=da.from_array(X[:, :4], chunks=100))
