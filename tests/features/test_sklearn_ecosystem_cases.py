@@ -10,7 +10,11 @@ of float64 input) to the last bit, or to round-off where the computation differs
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import sklearn
+from sklearn.linear_model import Ridge
+from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import (
     check_transformer_preserve_dtypes,
     parametrize_with_checks,
@@ -41,6 +45,12 @@ from kernelkit.features import (
 )
 
 HYBRID = {"n_features": 4, "n_lambda": 2}
+
+
+def _data(seed=0, n=30, d=4):
+    rng = np.random.default_rng(seed)
+    return 0.35 * rng.standard_normal((n, d))
+
 
 #: non-default configurations: each sampler, the other kernel, the complex variants and
 #: the maps' own options (the defaults are checked in test_contract.py)
@@ -105,3 +115,38 @@ def test_complex_maps_do_not_claim_to_preserve_real_dtypes(fm):
     real = fm.set_params(real_output=True)
     assert real.__sklearn_tags__().transformer_tags.preserves_dtype == ["float64", "float32"]
     check_transformer_preserve_dtypes(type(fm).__name__, real)
+
+
+# ---------------------------------------------------------------------- output containers
+@pytest.mark.parametrize(
+    ("method", "kernel"), [("sderf", "gaussian"), ("trig", "softmax"), ("auto", "gaussian")]
+)
+def test_random_features_under_global_pandas_output(method, kernel):
+    """``sklearn.set_config(transform_output="pandas")`` applies to every transformer,
+    the map inside ``RandomFeatures`` included: its DataFrame reached the finiteness check
+    of ``RandomFeatures.transform``, which raised a TypeError. The inner map now always
+    returns arrays and ``RandomFeatures`` alone follows the configuration: the same
+    numbers as without it, with the frame's index and the feature names."""
+    pd = pytest.importorskip("pandas")
+    X = _data()
+    y = X[:, 0] - X[:, 1] ** 2
+    frame = pd.DataFrame(X, columns=list("abcd"), index=np.arange(100, 100 + len(X)))
+
+    def make():
+        return RandomFeatures(method=method, kernel=kernel, n_components=32, random_state=0)
+
+    ref = make().fit(X).transform(X)
+    pred = make_pipeline(make(), Ridge()).fit(X, y).predict(X)
+    with sklearn.config_context(transform_output="pandas"):
+        rf = make().fit(frame)
+        out = rf.transform(frame)
+        pred_pd = make_pipeline(make(), Ridge()).fit(frame, y).predict(frame)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.index) == list(frame.index)
+    assert list(out.columns) == list(rf.get_feature_names_out())
+    # a frame converts to a Fortran-ordered array: other BLAS kernels, round-off apart
+    np.testing.assert_allclose(out.to_numpy(), ref, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(pred_pd, pred, rtol=1e-10, atol=1e-12)
+    if method == "sderf":  # the same seed gives the map class's features
+        fm = SDERF(32, kernel=kernel, random_state=0).fit(X)
+        np.testing.assert_array_equal(ref, fm.transform(X))

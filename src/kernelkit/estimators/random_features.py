@@ -233,7 +233,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return name
 
     def _make_map(self, name, random_state, too_small: str = "warn"):
-        return make_feature_map(
+        fm = make_feature_map(
             name,
             kernel=self.kernel,
             n_components=self.n_components,
@@ -245,6 +245,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             n_jobs=self.n_jobs,
             too_small=too_small,
         )
+        # arrays from the inner map whatever scikit-learn's global ``transform_output``:
+        # :meth:`transform` checks them, and its own output follows the configuration
+        return fm.set_output(transform="default")
 
     def _validate(self, X, reset: bool, accept_sparse: bool, name: str = "X"):
         # ``name``: the argument the messages name (X, or Y for transform_y)
