@@ -20,6 +20,7 @@ from sklearn.utils.estimator_checks import (
     parametrize_with_checks,
 )
 
+import kernelkit.features as features
 from kernelkit.estimators import RandomFeatures
 from kernelkit.features import (
     ADERF,
@@ -45,6 +46,25 @@ from kernelkit.features import (
 )
 
 HYBRID = {"n_features": 4, "n_lambda": 2}
+
+#: every public feature-map class
+MAPS = [
+    getattr(features, name)
+    for name in features.__all__
+    if isinstance(getattr(features, name), type)
+    and issubclass(getattr(features, name), features.FeatureMap)
+    and name not in ("FeatureMap", "DotProductFeatureMap")
+]
+SMALL = {
+    "AngularHybridRF": HYBRID,
+    "GaussianHybridRF": HYBRID,
+    "NormalizedGaussianHybridRF": HYBRID,
+    "ClusteredHybridRF": {"n_features": 8, "n_init": 1},
+}
+
+
+def _small(cls, **kw):
+    return cls(**{"n_features": 16, **SMALL.get(cls.__name__, {}), "random_state": 0, **kw})
 
 
 def _data(seed=0, n=30, d=4):
@@ -150,3 +170,23 @@ def test_random_features_under_global_pandas_output(method, kernel):
     if method == "sderf":  # the same seed gives the map class's features
         fm = SDERF(32, kernel=kernel, random_state=0).fit(X)
         np.testing.assert_array_equal(ref, fm.transform(X))
+
+
+# ---------------------------------------------------------------------- dtypes
+@pytest.mark.parametrize("cls", MAPS, ids=lambda c: c.__name__)
+def test_numpy_float16_input_is_computed_in_float64(cls):
+    """Half-precision NumPy input became half-precision features (three decimal digits,
+    overflow above 65504), where scikit-learn's ``check_array``, ``RandomFeatures`` and
+    the maps' own dtype policy (float32 or float64 kept, the rest float64) give float64:
+    the half-precision values are now converted to float64 first, so the map fitted and
+    evaluated on them is exactly the one on their float64 copy."""
+    X16 = _data().astype(np.float16)
+    X64 = X16.astype(np.float64)  # the same numbers
+    fm = _small(cls).fit(X16)
+    ref = _small(cls).fit(X64)
+    out = fm.transform(X16)
+    assert out.dtype == ref.transform(X64).dtype
+    assert out.real.dtype == np.float64
+    np.testing.assert_array_equal(out, ref.transform(X64))
+    np.testing.assert_array_equal(fm.transform_y(X16), ref.transform_y(X64))
+    np.testing.assert_array_equal(fm.approx_kernel(X16), ref.approx_kernel(X64))

@@ -23,8 +23,9 @@ Inputs are NumPy arrays (anything :func:`numpy.asarray` takes, pandas included),
 sparse matrices for the maps whose first step is a linear projection
 (``accepts_sparse``), or torch tensors (CPU or GPU, with autograd) and other array-API
 arrays, which keep their backend, device and dtype. float32 stays float32, float64 stays
-float64, integers become float64. A second argument of another backend is moved to the
-first argument's backend and dtype.
+float64; integers, booleans and NumPy float16 become float64 (as scikit-learn's
+``check_array``). A second argument of another backend is moved to the first argument's
+backend and dtype.
 
 Stabilised representation. Internally every map returns ``(base, log_scale)`` with
 ``features = base * exp(log_scale)[:, None]``; ``base`` is O(1) and ``log_scale`` carries
@@ -229,6 +230,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             if not foreign and named and (reset or like is None):
                 _check_feature_names(self, X, reset=reset)  # pandas column names
             X, xp = validate_array(X, name, allow_empty=allow_empty, check_finite=check_finite)
+            if not foreign and X.dtype == np.float16:  # as scikit-learn's check_array
+                X = X.astype(np.float64)
             if reset and foreign:
                 self.__dict__.pop("feature_names_in_", None)
         if reset:
