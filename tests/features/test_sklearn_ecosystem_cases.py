@@ -190,3 +190,44 @@ def test_numpy_float16_input_is_computed_in_float64(cls):
     np.testing.assert_array_equal(out, ref.transform(X64))
     np.testing.assert_array_equal(fm.transform_y(X16), ref.transform_y(X64))
     np.testing.assert_array_equal(fm.approx_kernel(X16), ref.approx_kernel(X64))
+
+
+# ---------------------------------------------------------------------- fitted state
+@pytest.mark.parametrize("cls", MAPS, ids=lambda c: c.__name__)
+def test_set_params_after_fit_takes_effect_at_the_next_fit(cls):
+    """The fitted draw belongs to the parameters of ``fit``. ``set_params(n_features=...)``
+    on a fitted map used to leave a map whose ``transform`` either failed deep inside
+    (broadcast / reshape errors of the old draw against the new size) or silently
+    rescaled the old features, and whose ``get_feature_names_out`` (computed from the
+    current parameters, even unfitted) disagreed with its columns, so a pandas
+    ``transform`` raised "Length mismatch". Now the names are those of the fitted map
+    (none before a fit, as in scikit-learn), the methods that use the fitted map raise
+    ``NotFittedError`` naming the changed parameter until the map is refitted, and
+    ``n_jobs`` (threads only) can change freely."""
+    pytest.importorskip("pandas")
+    from sklearn.exceptions import NotFittedError
+
+    X = _data()
+    with pytest.raises(NotFittedError):
+        _small(cls).get_feature_names_out()
+    ref = _small(cls).fit(X)
+    names, Z = ref.get_feature_names_out(), ref.transform(X)
+    assert len(names) == Z.shape[1]
+    fm = _small(cls).fit(X)
+    n = fm.n_features
+    fm.set_params(n_features=2 * n)
+    np.testing.assert_array_equal(fm.get_feature_names_out(), names)
+    for method in (fm.transform, fm.transform_y, fm.approx_kernel, fm.variance):
+        with pytest.raises(NotFittedError, match=f"n_features: {n} -> {2 * n}"):
+            method(X)
+    fm.set_params(n_features=n)  # back to the fitted value: the fitted map again
+    np.testing.assert_array_equal(fm.transform(X), Z)
+    out = fm.set_output(transform="pandas").transform(X)
+    assert list(out.columns) == list(names)
+    np.testing.assert_array_equal(out.to_numpy(), Z)
+    if "n_jobs" in fm.get_params():
+        fm.set_params(n_jobs=1)
+        np.testing.assert_array_equal(fm.set_output(transform="default").transform(X), Z)
+    fm.set_params(n_features=2 * n).set_output(transform="default").fit(X)
+    wide = fm.transform(X)
+    assert len(fm.get_feature_names_out()) == wide.shape[1] > Z.shape[1]

@@ -149,6 +149,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         else:
             Y, _ = self._validate(Y, "Y", like=X, allow_empty=False, check_finite=finite)
         self._fit(X, Y, xp, check_random_state(self.random_state))
+        # the columns of the fitted map, for get_feature_names_out: a set_params after
+        # fit (as on any scikit-learn estimator) changes nothing until the next fit
+        self._n_features_out = self.output_dim
+        self._fitted_params = self.get_params(deep=False)
+        self.__dict__.pop("_changed_params", None)
         self._is_fitted = True
         return self
 
@@ -191,6 +196,30 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
                 "appropriate arguments before using this feature map."
             )
+        changed = self.__dict__.get("_changed_params")
+        if changed:
+            what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            raise NotFittedError(
+                f"The parameters of this {type(self).__name__} changed since fit ({what}); "
+                "call 'fit' again before using this feature map."
+            )
+
+    def set_params(self, **params):
+        """Set parameters (scikit-learn's ``set_params``); they take effect at the next
+        :meth:`fit`. On a fitted map, a change of any parameter but ``n_jobs`` and
+        ``random_state`` makes the methods that use the fitted map raise
+        ``NotFittedError`` until it is refitted (the fitted draw belongs to the old
+        values: its columns, scales and kernel would not match the new ones)."""
+        super().set_params(**params)
+        fitted = self.__dict__.get("_fitted_params")
+        if fitted is not None:
+            now = self.get_params(deep=False)
+            self._changed_params = {
+                k: (fitted[k], now[k])
+                for k in fitted
+                if k not in ("n_jobs", "random_state") and not _same_value(fitted[k], now[k])
+            }
+        return self
 
     # ------------------------------------------------------------------ inputs
     def _validate(
@@ -289,10 +318,6 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def output_dim(self) -> int:
         """Number of output columns of :meth:`transform`."""
         return self._output_dim_for(int(self.n_features))
-
-    @property
-    def _n_features_out(self) -> int:
-        return self.output_dim
 
     def n_features_for_output(self, n_components: int) -> int:
         """The largest ``n_features`` whose output has at most ``n_components`` columns.
@@ -502,6 +527,18 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
 
 # ---------------------------------------------------------------------- helpers
+def _same_value(a, b) -> bool:
+    """Whether two parameter values are equal (arrays by value; False if not comparable)."""
+    if a is b:
+        return True
+    try:
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            return bool(np.array_equal(a, b))
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
 def real_gram(xp, P, S):
     """``Re(P conj(S)^T)`` (n, m); ``S is P`` reads the parts once."""
     if not xp.isdtype(P.dtype, "complex floating"):
