@@ -105,6 +105,7 @@ NON_DEFAULT = [
     RandomFeatures(method="auto", kernel="polynomial", n_components=16),
     RandomFeatures(method="trig", sampler="halton", n_components=16),
     RandomFeatures(method="hybrid_angular", n_components=40, lengthscale=2.0),
+    RandomFeatures(method="hybrid_clustered", n_components=40),
     RandomFeatures(method="random_maclaurin", kernel="softmax", lengthscale=3.0),
     RandomFeatures(method="tensor_srht", kernel="polynomial", degree=3, n_components=16),
 ]
@@ -231,3 +232,16 @@ def test_set_params_after_fit_takes_effect_at_the_next_fit(cls):
     fm.set_params(n_features=2 * n).set_output(transform="default").fit(X)
     wide = fm.transform(X)
     assert len(fm.get_feature_names_out()) == wide.shape[1] > Z.shape[1]
+
+
+def test_clustered_hybrid_on_one_sample_says_so():
+    """``RandomFeatures(method="hybrid_clustered")`` cannot lower the map's ``n_clusters``
+    (scikit-learn's one-sample check lowers ``n_components`` only): its error on one row
+    now gives the number of samples, in the words scikit-learn's check looks for."""
+    from sklearn.utils.estimator_checks import check_fit2d_1sample
+
+    rf = RandomFeatures(method="hybrid_clustered", n_components=40)
+    check_fit2d_1sample("RandomFeatures", rf)
+    X = np.array([[0.1, 0.2], [0.1, 0.2], [0.3, -0.1], [0.3, -0.1]])  # 2 distinct points
+    with pytest.raises(ValueError, match=r"distinct X points \(2\) among its n_samples=4"):
+        ClusteredHybridRF(8, n_clusters=3).fit(X)
