@@ -122,9 +122,10 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}, default="iid"
         How Gaussian projections are drawn (:func:`~kernelkit.features.draw_projection`);
         the sketches and Maclaurin maps have their own distributions and ignore it.
-    random_state : None, int or numpy.random.Generator, default=None
+    random_state : None, int, numpy.random.Generator or RandomState, default=None
         Seed of the random features. The same seed gives the same features as the
-        feature-map class with that seed.
+        feature-map class with that seed; a ``Generator`` or ``RandomState`` gives another
+        draw on every fit (user guide, "The feature-map contract").
     n_jobs : int, optional
         Threads of the NumPy feature evaluation (scikit-learn's convention).
     auto_sample_size : int, default=256
