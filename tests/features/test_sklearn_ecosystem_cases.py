@@ -245,3 +245,28 @@ def test_clustered_hybrid_on_one_sample_says_so():
     X = np.array([[0.1, 0.2], [0.1, 0.2], [0.3, -0.1], [0.3, -0.1]])  # 2 distinct points
     with pytest.raises(ValueError, match=r"distinct X points \(2\) among its n_samples=4"):
         ClusteredHybridRF(8, n_clusters=3).fit(X)
+
+
+def test_random_features_whole_float_degree_is_the_int():
+    """``RandomFeatures`` accepts ``degree=2.0`` (a search grid of floats, a continuous
+    distribution rounded by the user) but passed it on as a float: the Maclaurin maps and
+    ``"srf"``, which take integers, raised about their own constraint, and
+    ``method="auto"`` silently dropped them (variance ``inf``). Now ``2.0`` is ``2`` for
+    every method; a fractional degree of the polynomial kernel is an error naming
+    ``degree`` instead of "no candidate has a finite variance"."""
+    X = _data(n=40, d=3)
+    for method in ("random_maclaurin", "optimized_maclaurin", "srf", "tensor_sketch"):
+        kw = {"method": method, "kernel": "polynomial", "n_components": 16, "random_state": 0}
+        ref = RandomFeatures(degree=3, **kw).fit(X).transform(X)
+        np.testing.assert_array_equal(RandomFeatures(degree=3.0, **kw).fit(X).transform(X), ref)
+    kw = {"method": "auto", "kernel": "polynomial", "n_components": 16, "random_state": 0}
+    ref = RandomFeatures(degree=2, **kw).fit(X)
+    rf = RandomFeatures(degree=2.0, **kw).fit(X)
+    assert rf.variance_estimates_ == ref.variance_estimates_
+    assert all(np.isfinite(v) for v in rf.variance_estimates_.values())
+    assert rf.method_ == ref.method_
+    np.testing.assert_array_equal(rf.transform(X), ref.transform(X))
+    with pytest.raises(ValueError, match=r"degree must be a whole number .* got 2\.5"):
+        RandomFeatures(degree=2.5, **kw).fit(X)
+    # the other kernels do not read degree
+    RandomFeatures(kernel="gaussian", degree=2.5, n_components=16).fit(X)

@@ -116,7 +116,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         ``l`` above (``gamma = 1 / (2 l^2)`` in :class:`~sklearn.kernel_approximation.
         RBFSampler` terms); every kernel divides its inputs by it.
     degree : int, default=2
-        Degree of the polynomial kernel (``"srf"``: ``p`` of eq. 57).
+        Degree of the polynomial kernel (``"srf"``: ``p`` of eq. 57); a whole float such
+        as ``2.0`` (from a search grid) is the int ``2`` for every method.
     coef0 : float, default=1.0
         Constant of the polynomial kernel.
     sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}, default="iid"
@@ -213,6 +214,11 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _check_params(self) -> str:
         if not isinstance(self.kernel, str) or self.kernel not in KERNEL_NAMES:
             raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of {KERNEL_NAMES}.")
+        if self.kernel == "polynomial" and not float(self.degree).is_integer():
+            raise ValueError(
+                f"degree must be a whole number for kernel='polynomial' (2 or 2.0), got "
+                f"{self.degree!r}."
+            )
         if isinstance(self.method, str) and self.method.strip().lower() == "auto":
             name = "auto"
         else:
@@ -239,7 +245,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             kernel=self.kernel,
             n_components=self.n_components,
             lengthscale=float(self.lengthscale),
-            degree=self.degree,
+            # 2.0 as 2: the Maclaurin maps and "srf" take integers only
+            degree=int(self.degree) if float(self.degree).is_integer() else self.degree,
             coef0=self.coef0,
             sampler=self.sampler,
             random_state=random_state,
