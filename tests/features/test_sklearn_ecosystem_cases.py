@@ -270,3 +270,27 @@ def test_random_features_whole_float_degree_is_the_int():
         RandomFeatures(degree=2.5, **kw).fit(X)
     # the other kernels do not read degree
     RandomFeatures(kernel="gaussian", degree=2.5, n_components=16).fit(X)
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=lambda c: c.__name__)
+def test_second_argument_column_names_are_checked(cls):
+    """``transform_y(frame)`` checks the frame's column names against those of ``fit``,
+    but the second argument of ``approx_kernel``, ``variance`` and ``exact_kernel``
+    was not checked: a frame with its columns in another order gave another kernel
+    without a word. It now gets scikit-learn's error, as ``transform_y`` does, and a frame
+    in the fitted order gives the numbers of the plain arrays."""
+    pd = pytest.importorskip("pandas")
+    X = _data()
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    fm = _small(cls).fit(frame)
+    ref = _small(cls).fit(X)
+    shuffled = frame[["c", "a", "d", "b"]]
+    for method in ("approx_kernel", "variance", "exact_kernel"):
+        with pytest.raises(ValueError, match="feature names should match"):
+            getattr(fm, method)(frame, shuffled)
+        np.testing.assert_allclose(
+            getattr(fm, method)(frame, frame[:7]),
+            getattr(ref, method)(X, X[:7]),
+            rtol=1e-12,
+            atol=1e-14,
+        )

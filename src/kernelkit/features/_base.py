@@ -223,13 +223,23 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
     # ------------------------------------------------------------------ inputs
     def _validate(
-        self, X, name: str, *, reset: bool = False, like=None, allow_empty=None, check_finite=True
+        self,
+        X,
+        name: str,
+        *,
+        reset: bool = False,
+        like=None,
+        allow_empty=None,
+        check_finite=True,
+        check_names=False,
     ):
         """Validated ``(X, xp)`` under the dtype / backend / sparse policy of the module doc.
 
         ``reset`` (``fit``'s ``X``) records ``n_features_in_`` and, for named columns,
         ``feature_names_in_``; otherwise the number of columns must match. ``like``: an
-        already validated array whose backend, device and dtype ``X`` takes.
+        already validated array whose backend, device and dtype ``X`` takes; its column
+        names are checked against ``feature_names_in_`` only with ``check_names`` (the
+        second argument of the fitted map's methods, not ``fit``'s ``Y``).
         """
         if allow_empty is None:
             allow_empty = not reset
@@ -256,7 +266,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         else:
             foreign = is_foreign_array(X)
             named = hasattr(X, "columns") or "feature_names_in_" in self.__dict__
-            if not foreign and named and (reset or like is None):
+            if not foreign and named and (reset or like is None or check_names):
                 _check_feature_names(self, X, reset=reset)  # pandas column names
             X, xp = validate_array(X, name, allow_empty=allow_empty, check_finite=check_finite)
             if not foreign and X.dtype == np.float16:  # as scikit-learn's check_array
@@ -293,7 +303,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def _check_X(self, X, name: str = "X", like=None):
         """Fitted check, validation and :meth:`_prepare`: ``(X, xp)``."""
         self._check_fitted()
-        X, xp = self._validate(X, name, like=like)
+        X, xp = self._validate(X, name, like=like, check_names=True)
         return self._prepare(X, xp), xp
 
     def _check_pair(self, X, Y):
