@@ -275,16 +275,23 @@ def test_random_features_whole_float_degree_is_the_int():
 @pytest.mark.parametrize("cls", MAPS, ids=lambda c: c.__name__)
 def test_second_argument_column_names_are_checked(cls):
     """``transform_y(frame)`` checks the frame's column names against those of ``fit``,
-    but the second argument of ``approx_kernel``, ``variance`` and ``exact_kernel``
-    was not checked: a frame with its columns in another order gave another kernel
-    without a word. It now gets scikit-learn's error, as ``transform_y`` does, and a frame
-    in the fitted order gives the numbers of the plain arrays."""
+    but the second argument of ``approx_kernel``, ``variance`` and ``exact_kernel``, and
+    ``fit``'s own ``Y``, were not checked: a frame with its columns in another order gave
+    another kernel (or fitted the data-dependent parameters on misaligned keys) without a
+    word. They now get scikit-learn's error, as ``transform_y`` does, and frames in the
+    fitted order give the numbers of the plain arrays."""
     pd = pytest.importorskip("pandas")
     X = _data()
     frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
     fm = _small(cls).fit(frame)
     ref = _small(cls).fit(X)
     shuffled = frame[["c", "a", "d", "b"]]
+    with pytest.raises(ValueError, match="feature names should match"):
+        _small(cls).fit(frame, Y=shuffled)
+    keyed = _small(cls).fit(frame, Y=frame[5:])
+    np.testing.assert_allclose(
+        keyed.transform(frame), _small(cls).fit(X, Y=X[5:]).transform(X), rtol=1e-12, atol=1e-14
+    )
     for method in ("approx_kernel", "variance", "exact_kernel"):
         with pytest.raises(ValueError, match="feature names should match"):
             getattr(fm, method)(frame, shuffled)

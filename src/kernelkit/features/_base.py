@@ -147,7 +147,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         if Y is None:
             self._check_positional_keys(X, y)
         else:
-            Y, _ = self._validate(Y, "Y", like=X, allow_empty=False, check_finite=finite)
+            Y, _ = self._validate(
+                Y, "Y", like=X, allow_empty=False, check_finite=finite, check_names=True
+            )
         self._fit(X, Y, xp, check_random_state(self.random_state))
         # the columns of the fitted map, for get_feature_names_out: a set_params after
         # fit (as on any scikit-learn estimator) changes nothing until the next fit
@@ -237,9 +239,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         ``reset`` (``fit``'s ``X``) records ``n_features_in_`` and, for named columns,
         ``feature_names_in_``; otherwise the number of columns must match. ``like``: an
-        already validated array whose backend, device and dtype ``X`` takes; its column
-        names are checked against ``feature_names_in_`` only with ``check_names`` (the
-        second argument of the fitted map's methods, not ``fit``'s ``Y``).
+        already validated array whose backend, device and dtype ``X`` takes; the column
+        names of such a second argument (``Y``) are checked against ``feature_names_in_``
+        with ``check_names``.
         """
         if allow_empty is None:
             allow_empty = not reset
