@@ -301,3 +301,26 @@ def test_second_argument_column_names_are_checked(cls):
             rtol=1e-12,
             atol=1e-14,
         )
+
+
+@pytest.mark.parametrize("method", ["saderf", "sderf", "auto"])
+def test_random_features_keys_as_a_frame(method):
+    """``RandomFeatures.fit(frame, Y=keys_frame)`` gives the map fitted on the arrays,
+    without a warning (the keys' names are checked once, against ``X``'s, and the map
+    gets arrays), and keys with reordered columns are an error, not misaligned keys."""
+    pd = pytest.importorskip("pandas")
+    import warnings
+
+    X = _data()
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    kw = {"method": method, "n_components": 16, "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rf = RandomFeatures(**kw).fit(frame, Y=frame[10:])
+        Zx, Zy = rf.transform(frame), rf.transform_y(frame)
+    ref = RandomFeatures(**kw).fit(X, Y=X[10:])
+    assert rf.method_ == ref.method_
+    np.testing.assert_allclose(Zx, ref.transform(X), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(Zy, ref.transform_y(X), rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="feature names should match"):
+        RandomFeatures(**kw).fit(frame, Y=frame[["b", "a", "c", "d"]])

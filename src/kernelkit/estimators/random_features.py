@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _check_feature_names, check_is_fitted
 
 from .._backend import (
     check_random_state,
@@ -341,9 +341,13 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 "random_maclaurin, optimized_maclaurin, srf)."
             )
         X = self._validate(X, reset=True, accept_sparse=accept_sparse)
+        if Y is not None and not sp.issparse(Y):  # sparse keys: the map checks them
+            if not is_foreign_array(Y) and (
+                hasattr(Y, "columns") or "feature_names_in_" in self.__dict__
+            ):
+                _check_feature_names(self, Y, reset=False)  # the keys' columns are X's
+            Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
         if name == "auto":
-            if Y is not None and not sp.issparse(Y):  # else every candidate fails on Y
-                Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
             name, self.variance_estimates_ = self._choose(X, Y)
         else:
             self.__dict__.pop("variance_estimates_", None)
