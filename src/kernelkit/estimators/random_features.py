@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _check_feature_names, check_is_fitted
 
 from .._backend import (
     check_random_state,
@@ -116,15 +116,17 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         ``l`` above (``gamma = 1 / (2 l^2)`` in :class:`~sklearn.kernel_approximation.
         RBFSampler` terms); every kernel divides its inputs by it.
     degree : int, default=2
-        Degree of the polynomial kernel (``"srf"``: ``p`` of eq. 57).
+        Degree of the polynomial kernel (``"srf"``: ``p`` of eq. 57); a whole float such
+        as ``2.0`` (from a search grid) is the int ``2`` for every method.
     coef0 : float, default=1.0
         Constant of the polynomial kernel.
     sampler : {"iid", "orthogonal", "sorf", "hadamard", "halton"}, default="iid"
         How Gaussian projections are drawn (:func:`~kernelkit.features.draw_projection`);
         the sketches and Maclaurin maps have their own distributions and ignore it.
-    random_state : None, int or numpy.random.Generator, default=None
+    random_state : None, int, numpy.random.Generator or RandomState, default=None
         Seed of the random features. The same seed gives the same features as the
-        feature-map class with that seed.
+        feature-map class with that seed; a ``Generator`` or ``RandomState`` gives another
+        draw on every fit (user guide, "The feature-map contract").
     n_jobs : int, optional
         Threads of the NumPy feature evaluation (scikit-learn's convention).
     auto_sample_size : int, default=256
@@ -212,6 +214,11 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _check_params(self) -> str:
         if not isinstance(self.kernel, str) or self.kernel not in KERNEL_NAMES:
             raise ValueError(f"Unknown kernel {self.kernel!r}; expected one of {KERNEL_NAMES}.")
+        if self.kernel == "polynomial" and not float(self.degree).is_integer():
+            raise ValueError(
+                f"degree must be a whole number for kernel='polynomial' (2 or 2.0), got "
+                f"{self.degree!r}."
+            )
         if isinstance(self.method, str) and self.method.strip().lower() == "auto":
             name = "auto"
         else:
@@ -233,18 +240,22 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return name
 
     def _make_map(self, name, random_state, too_small: str = "warn"):
-        return make_feature_map(
+        fm = make_feature_map(
             name,
             kernel=self.kernel,
             n_components=self.n_components,
             lengthscale=float(self.lengthscale),
-            degree=self.degree,
+            # 2.0 as 2: the Maclaurin maps and "srf" take integers only
+            degree=int(self.degree) if float(self.degree).is_integer() else self.degree,
             coef0=self.coef0,
             sampler=self.sampler,
             random_state=random_state,
             n_jobs=self.n_jobs,
             too_small=too_small,
         )
+        # arrays from the inner map whatever scikit-learn's global ``transform_output``:
+        # :meth:`transform` checks them, and its own output follows the configuration
+        return fm.set_output(transform="default")
 
     def _validate(self, X, reset: bool, accept_sparse: bool, name: str = "X"):
         # ``name``: the argument the messages name (X, or Y for transform_y)
@@ -330,9 +341,13 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 "random_maclaurin, optimized_maclaurin, srf)."
             )
         X = self._validate(X, reset=True, accept_sparse=accept_sparse)
+        if Y is not None and not sp.issparse(Y):  # sparse keys: the map checks them
+            if not is_foreign_array(Y) and (
+                hasattr(Y, "columns") or "feature_names_in_" in self.__dict__
+            ):
+                _check_feature_names(self, Y, reset=False)  # the keys' columns are X's
+            Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
         if name == "auto":
-            if Y is not None and not sp.issparse(Y):  # else every candidate fails on Y
-                Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
             name, self.variance_estimates_ = self._choose(X, Y)
         else:
             self.__dict__.pop("variance_estimates_", None)

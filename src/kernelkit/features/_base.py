@@ -23,8 +23,9 @@ Inputs are NumPy arrays (anything :func:`numpy.asarray` takes, pandas included),
 sparse matrices for the maps whose first step is a linear projection
 (``accepts_sparse``), or torch tensors (CPU or GPU, with autograd) and other array-API
 arrays, which keep their backend, device and dtype. float32 stays float32, float64 stays
-float64, integers become float64. A second argument of another backend is moved to the
-first argument's backend and dtype.
+float64; integers, booleans and NumPy float16 become float64 (as scikit-learn's
+``check_array``). A second argument of another backend is moved to the first argument's
+backend and dtype.
 
 Stabilised representation. Internally every map returns ``(base, log_scale)`` with
 ``features = base * exp(log_scale)[:, None]``; ``base`` is O(1) and ``log_scale`` carries
@@ -153,8 +154,15 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         if Y is None:
             self._check_positional_keys(X, y)
         else:
-            Y, _ = self._validate(Y, "Y", like=X, allow_empty=False, check_finite=finite)
+            Y, _ = self._validate(
+                Y, "Y", like=X, allow_empty=False, check_finite=finite, check_names=True
+            )
         self._fit(X, Y, xp, check_random_state(self.random_state))
+        # the columns of the fitted map, for get_feature_names_out: a set_params after
+        # fit (as on any scikit-learn estimator) changes nothing until the next fit
+        self._n_features_out = self.output_dim
+        self._fitted_params = self.get_params(deep=False)
+        self.__dict__.pop("_changed_params", None)
         self._is_fitted = True
         return self
 
@@ -197,16 +205,50 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
                 "appropriate arguments before using this feature map."
             )
+        changed = self.__dict__.get("_changed_params")
+        if changed:
+            what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            raise NotFittedError(
+                f"The parameters of this {type(self).__name__} changed since fit ({what}); "
+                "call 'fit' again before using this feature map."
+            )
+
+    def set_params(self, **params):
+        """Set parameters (scikit-learn's ``set_params``); they take effect at the next
+        :meth:`fit`. On a fitted map, a change of any parameter but ``n_jobs`` and
+        ``random_state`` makes the methods that use the fitted map raise
+        ``NotFittedError`` until it is refitted (the fitted draw belongs to the old
+        values: its columns, scales and kernel would not match the new ones)."""
+        super().set_params(**params)
+        fitted = self.__dict__.get("_fitted_params")
+        if fitted is not None:
+            now = self.get_params(deep=False)
+            self._changed_params = {
+                k: (fitted[k], now[k])
+                for k in fitted
+                if k not in ("n_jobs", "random_state") and not _same_value(fitted[k], now[k])
+            }
+        return self
 
     # ------------------------------------------------------------------ inputs
     def _validate(
-        self, X, name: str, *, reset: bool = False, like=None, allow_empty=None, check_finite=True
+        self,
+        X,
+        name: str,
+        *,
+        reset: bool = False,
+        like=None,
+        allow_empty=None,
+        check_finite=True,
+        check_names=False,
     ):
         """Validated ``(X, xp)`` under the dtype / backend / sparse policy of the module doc.
 
         ``reset`` (``fit``'s ``X``) records ``n_features_in_`` and, for named columns,
         ``feature_names_in_``; otherwise the number of columns must match. ``like``: an
-        already validated array whose backend, device and dtype ``X`` takes.
+        already validated array whose backend, device and dtype ``X`` takes; the column
+        names of such a second argument (``Y``) are checked against ``feature_names_in_``
+        with ``check_names``.
         """
         if allow_empty is None:
             allow_empty = not reset
@@ -233,9 +275,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         else:
             foreign = is_foreign_array(X)
             named = hasattr(X, "columns") or "feature_names_in_" in self.__dict__
-            if not foreign and named and (reset or like is None):
+            if not foreign and named and (reset or like is None or check_names):
                 _check_feature_names(self, X, reset=reset)  # pandas column names
             X, xp = validate_array(X, name, allow_empty=allow_empty, check_finite=check_finite)
+            if not foreign and X.dtype == np.float16:  # as scikit-learn's check_array
+                X = X.astype(np.float64)
             if reset and foreign:
                 self.__dict__.pop("feature_names_in_", None)
         if reset:
@@ -268,7 +312,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def _check_X(self, X, name: str = "X", like=None):
         """Fitted check, validation and :meth:`_prepare`: ``(X, xp)``."""
         self._check_fitted()
-        X, xp = self._validate(X, name, like=like)
+        X, xp = self._validate(X, name, like=like, check_names=True)
         return self._prepare(X, xp), xp
 
     def _check_pair(self, X, Y):
@@ -293,10 +337,6 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def output_dim(self) -> int:
         """Number of output columns of :meth:`transform`."""
         return self._output_dim_for(int(self.n_features))
-
-    @property
-    def _n_features_out(self) -> int:
-        return self.output_dim
 
     def n_features_for_output(self, n_components: int) -> int:
         """The largest ``n_features`` whose output has at most ``n_components`` columns.
@@ -502,13 +542,26 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     # ------------------------------------------------------------------ scikit-learn
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        # complex maps return complex64 / complex128: no real dtype is preserved
+        tags.transformer_tags.preserves_dtype = [] if self.is_complex else ["float64", "float32"]
         tags.input_tags.sparse = bool(self.accepts_sparse)
         tags.non_deterministic = False
         return tags
 
 
 # ---------------------------------------------------------------------- helpers
+def _same_value(a, b) -> bool:
+    """Whether two parameter values are equal (arrays by value; False if not comparable)."""
+    if a is b:
+        return True
+    try:
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            return bool(np.array_equal(a, b))
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
 def real_gram(xp, P, S):
     """``Re(P conj(S)^T)`` (n, m); ``S is P`` reads the parts once."""
     if not xp.isdtype(P.dtype, "complex floating"):

@@ -176,7 +176,7 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         if k > n_distinct:
             raise ValueError(
                 f"n_clusters={k} for {name} exceeds the number of distinct {name} points "
-                f"({n_distinct}); lower n_clusters."
+                f"({n_distinct}) among its n_samples={Z.shape[0]}; lower n_clusters."
             )
         km = KMeans(n_clusters=k, n_init=self.n_init, random_state=seed).fit(Z)
         return km.cluster_centers_  # (k, d)
