@@ -133,8 +133,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like or sparse matrix, shape (n, d)
-            x-side (query) points.
+        X : array-like, sparse matrix, tensor or Dask array, shape (n, d)
+            x-side (query) points. A Dask array is read chunk by chunk, as little as the
+            map needs (user guide: "Scale-out with Dask").
         y : ignored
             A scikit-learn ``Pipeline`` passes its target here; it is not used.
         Y : array-like, shape (m, d), optional, keyword-only
@@ -385,14 +386,15 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
         Parameters
         ----------
-        X : array-like, sparse matrix (``accepts_sparse`` maps) or tensor, shape (n, d)
+        X : array-like, sparse matrix (``accepts_sparse`` maps), tensor or Dask array
+            Shape (n, d).
 
         Returns
         -------
         array, shape (n, output_dim)
             Same backend, device and dtype as ``X`` (complex64 / complex128 for complex
-            maps). May overflow for huge norms; use :meth:`approx_kernel` or
-            :meth:`transform_scaled` there.
+            maps); for a Dask ``X`` a lazy Dask array with its row chunks. May overflow
+            for huge norms; use :meth:`approx_kernel` or :meth:`transform_scaled` there.
         """
         if is_dask_array(X):
             return lazy_features(self, X, "x")
