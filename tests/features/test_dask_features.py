@@ -142,13 +142,35 @@ def test_float32_chunks_give_float32_features():
 def test_bad_dask_input_is_named_before_computing():
     X, _ = _data(PositiveRF)
     fm = PositiveRF(n_features=8, random_state=0).fit(X)
-    with pytest.raises(ValueError, match=r"^X has 4 features, but this object was fitted with 5"):
+    with pytest.raises(ValueError, match=r"^X has 4 features, but the model was fitted with 5"):
         fm.transform(da.from_array(X[:, :4], chunks=100))
     with pytest.raises(ValueError, match=r"^Y must be a 2-D array"):
         fm.transform_y(da.from_array(X[:, 0], chunks=100))
     with pytest.raises(ValueError, match=r"^Complex data not supported: X"):
         PositiveRF().fit(da.from_array(X + 1j, chunks=100))
-    with pytest.raises(TypeError, match=r"^X must be numeric"):
+    with pytest.raises(TypeError, match=r"^X must hold real numbers"):
         PositiveRF().fit(da.from_array(X.astype(str), chunks=100))
-    with pytest.raises(ValueError, match=r"^Y has 4 features, but this object was fitted with 5"):
+    with pytest.raises(ValueError, match=r"^Y has 4 features, but the model was fitted with 5"):
         SDERF().fit(da.from_array(X, chunks=100), Y=da.from_array(X[:, :4], chunks=100))
+
+
+def test_random_features_on_dask_equals_in_memory_and_auto_picks_the_same_map():
+    from kernelkit.estimators import RandomFeatures
+
+    X, Y = _data(SDERF, n=400, m=300)
+    dX, dY = da.from_array(X, chunks=150), da.from_array(Y, chunks=100)
+    for method in ("sderf", "auto"):
+        kw = dict(method=method, n_components=64, auto_sample_size=120, random_state=3)
+        rf = RandomFeatures(**kw).fit(dX, Y=dY)
+        ref = RandomFeatures(**kw).fit(X, Y=Y)
+        assert rf.method_ == ref.method_
+        if method == "auto":
+            assert rf.variance_estimates_.keys() == ref.variance_estimates_.keys()
+            for name, value in ref.variance_estimates_.items():
+                np.testing.assert_allclose(rf.variance_estimates_[name], value, rtol=1e-9)
+        out = rf.transform(dX)
+        assert isinstance(out, da.Array) and out.chunks[0] == dX.chunks[0]
+        np.testing.assert_allclose(out.compute(), ref.transform(X), rtol=1e-9)
+        np.testing.assert_allclose(rf.transform_y(dY).compute(), ref.transform_y(Y), rtol=1e-9)
+    with pytest.raises(ValueError, match=r"^X has 4 features, but the model was fitted with 5"):
+        rf.transform(dX[:, :4])

@@ -37,6 +37,7 @@ __all__ = [
     "as_dask_rows",
     "blas_threads_for_dask",
     "check_block",
+    "check_dask_matrix",
     "dask_unique",
     "is_chunked",
     "is_dask_array",
@@ -210,6 +211,22 @@ def as_dask_rows(
             raise ValueError(f"{where} has {Z.shape[0]} rows, expected {rows_like.shape[0]}.")
         Z = Z.rechunk({0: rows_like.chunks[0]})
     return Z
+
+
+def check_dask_matrix(X, name: str, n_features: int | None = None):
+    """A Dask data matrix (n, d) for a map of its rows, checked before computing: rank,
+    dtype and width (complex input is a ``ValueError``, as in memory). Returns X with its
+    columns in one chunk (each task maps whole rows); unknown row counts stay unknown."""
+    if np.dtype(X.dtype).kind == "c":
+        raise ValueError(
+            f"Complex data not supported: {name} must be real-valued, got complex dtype {X.dtype}."
+        )
+    if X.ndim != 2 or X.shape[1] == 0:
+        raise ValueError(
+            f"{name} must be a 2-D array of shape (n_samples, n_features) with at least one "
+            f"feature, got a Dask array of shape {X.shape}."
+        )
+    return as_dask_rows(X, name, n_features, known_rows=False)
 
 
 def as_dask_labels(y, rows_like, name: str = "y", *, owner: str | None = None):

@@ -22,6 +22,7 @@ from .._backend import (
     validate_positive_int,
 )
 from .._backend import validate_data as kk_validate_data
+from .._backend.chunks import check_dask_matrix, is_dask_array
 from .._backend.parallel import check_n_jobs
 from .._backend.params import (
     N_JOBS,
@@ -340,6 +341,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 "hyperbolic, rff, rademacher, gaussian_sketch, tensor_srht, tensor_sketch, "
                 "random_maclaurin, optimized_maclaurin, srf)."
             )
+        if is_dask_array(X) or is_dask_array(Y):
+            return self._fit_dask(X, Y, name)
         X = self._validate(X, reset=True, accept_sparse=accept_sparse)
         if Y is not None and not sp.issparse(Y):  # sparse keys: the map checks them
             if not is_foreign_array(Y) and (
@@ -356,7 +359,28 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self._n_features_out = int(self.feature_map_.output_dim)
         return self
 
+    def _fit_dask(self, X, Y, name):
+        # Dask X / Y: the map reads them chunk by chunk (user guide: "Scale-out with
+        # Dask"); method="auto" compares the candidates on the same rows as in memory
+        import dask.array as da
+
+        X = check_dask_matrix(X if is_dask_array(X) else da.asarray(X), "X")
+        if Y is not None:
+            Y = check_dask_matrix(Y if is_dask_array(Y) else da.asarray(Y), "Y", X.shape[1])
+        self.n_features_in_ = int(X.shape[1])
+        self.__dict__.pop("feature_names_in_", None)
+        if name == "auto":
+            name, self.variance_estimates_ = self._choose(X, Y)
+        else:
+            self.__dict__.pop("variance_estimates_", None)
+        self.method_ = name
+        self.feature_map_ = self._make_map(name, self.random_state).fit(X, Y=Y)
+        self._n_features_out = int(self.feature_map_.output_dim)
+        return self
+
     def _checked(self, Z, X):
+        if is_dask_array(Z):  # each block when it is computed
+            return Z.map_blocks(self._checked, X, dtype=Z.dtype)
         xp = get_namespace(Z)
         if bool(xp.all(xp.isfinite(Z))):
             return Z
@@ -392,6 +416,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             range (softmax kernel with large ``|x| / lengthscale``).
         """
         check_is_fitted(self)
+        if is_dask_array(X):  # lazy, row chunk by row chunk
+            X = check_dask_matrix(X, "X", self.n_features_in_)
+            return self._checked(self.feature_map_.transform(X), X)
         X = self._validate(X, reset=False, accept_sparse=self.feature_map_.accepts_sparse)
         return self._checked(self.feature_map_.transform(X), X)
 
@@ -404,6 +431,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 f"Y has {shape[1]} features, but RandomFeatures is expecting "
                 f"{self.n_features_in_} features as input."
             )
+        if is_dask_array(Y):
+            Y = check_dask_matrix(Y, "Y", self.n_features_in_)
+            return self._checked(self.feature_map_.transform_y(Y), Y)
         Y = self._validate(Y, reset=False, accept_sparse=self.feature_map_.accepts_sparse, name="Y")
         return self._checked(self.feature_map_.transform_y(Y), Y)
 
@@ -422,6 +452,12 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
 def _sample_rows(X, size: int, rng):
     """At most ``size`` rows of ``X`` drawn without replacement (all rows when fewer)."""
+    if is_dask_array(X):  # the same rows as in memory, computed
+        X = X.compute_chunk_sizes() if math.isnan(X.shape[0]) else X
+        n = X.shape[0]
+        if n <= size:
+            return X.compute()
+        return X[np.sort(rng.choice(n, size=size, replace=False))].compute()
     n = X.shape[0]
     if n <= size:
         return X

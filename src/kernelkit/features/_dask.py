@@ -22,39 +22,10 @@ import math
 
 import numpy as np
 
-from .._backend.chunks import is_dask_array
+from .._backend.chunks import check_dask_matrix, is_dask_array
 from .._backend.parallel import OneThreadPerTask
 
 __all__ = ["fit_dask", "is_dask_array", "lazy_features"]
-
-
-def check_dask(X, name: str, n_features: int | None = None):
-    """Checks a Dask array can make before computing: rank, dtype and width.
-
-    Returns X with its columns in one chunk (each task maps whole rows).
-    """
-    if X.ndim != 2:
-        raise ValueError(
-            f"{name} must be a 2-D array of shape (n_samples, n_features), got a {X.ndim}-D "
-            f"Dask array with shape {X.shape}."
-        )
-    kind = np.dtype(X.dtype).kind
-    if kind == "c":
-        raise ValueError(
-            f"Complex data not supported: {name} must be real-valued, got complex dtype {X.dtype}."
-        )
-    if kind not in "biuf":
-        raise TypeError(f"{name} must be numeric, got dtype {X.dtype}.")
-    d = X.shape[1]
-    if d == 0:
-        raise ValueError(
-            f"{name} has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required."
-        )
-    if n_features is not None and d != n_features:
-        raise ValueError(
-            f"{name} has {d} features, but this object was fitted with {n_features} features."
-        )
-    return X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
 
 
 def lazy_features(fm, X, side: str):
@@ -62,7 +33,7 @@ def lazy_features(fm, X, side: str):
     chunks of ``X``."""
     name = "X" if side == "x" else "Y"
     fm._check_fitted()
-    X = check_dask(X, name, fm.n_features_in_)
+    X = check_dask_matrix(X, name, fm.n_features_in_)
 
     def block(Xb):  # (rows, d) NumPy -> (rows, output_dim): the in-memory path
         Xb, xp = fm._check_X(Xb, name)
@@ -145,9 +116,9 @@ def fit_dask(fm, X, Y):
     """``fm.fit(X, Y=Y)`` where ``X`` or ``Y`` is a Dask array; see the module docstring."""
     import dask.array as da
 
-    X = check_dask(X if is_dask_array(X) else da.asarray(X), "X")
+    X = check_dask_matrix(X if is_dask_array(X) else da.asarray(X), "X")
     if Y is not None:
-        Y = check_dask(Y if is_dask_array(Y) else da.asarray(Y), "Y", X.shape[1])
+        Y = check_dask_matrix(Y if is_dask_array(Y) else da.asarray(Y), "Y", X.shape[1])
     reads = getattr(fm, "_fit_reads", "all")
     if reads == "all":  # every row: computed, then the in-memory fit
         return fm.fit(X.compute(), Y=None if Y is None else Y.compute())
