@@ -319,8 +319,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Parameters
         ----------
         X : array-like or sparse matrix of shape (n_samples, n_features)
-            Real data (NumPy, pandas, lists, SciPy sparse for projection maps, or a torch
-            tensor).
+            Real data (NumPy, pandas, lists, SciPy sparse for projection maps, a torch
+            tensor, or a Dask array, which the map reads chunk by chunk).
         y : None
             Ignored (a Pipeline's target).
         Y : array-like of shape (m_samples, n_features), optional, keyword-only
@@ -407,7 +407,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         -------
         Z : array of shape (n_samples, n_components_out)
             At most ``n_components`` columns (``feature_map_.output_dim``). NumPy for
-            NumPy-like input (float32 kept), otherwise the input's backend and device.
+            NumPy-like input (float32 kept), a lazy Dask array for a Dask ``X`` (its row
+            chunks), otherwise the input's backend and device.
 
         Raises
         ------
