@@ -350,6 +350,10 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             ):
                 _check_feature_names(self, Y, reset=False)  # the keys' columns are X's
             Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
+        return self._fit_map(X, Y, name)
+
+    def _fit_map(self, X, Y, name):
+        """Choose (``name == "auto"``), then draw and fit the map on validated X, Y."""
         if name == "auto":
             name, self.variance_estimates_ = self._choose(X, Y)
         else:
@@ -369,14 +373,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             Y = check_dask_matrix(Y if is_dask_array(Y) else da.asarray(Y), "Y", X.shape[1])
         self.n_features_in_ = int(X.shape[1])
         self.__dict__.pop("feature_names_in_", None)
-        if name == "auto":
-            name, self.variance_estimates_ = self._choose(X, Y)
-        else:
-            self.__dict__.pop("variance_estimates_", None)
-        self.method_ = name
-        self.feature_map_ = self._make_map(name, self.random_state).fit(X, Y=Y)
-        self._n_features_out = int(self.feature_map_.output_dim)
-        return self
+        return self._fit_map(X, Y, name)
 
     def _checked(self, Z, X):
         if is_dask_array(Z):  # each block when it is computed
