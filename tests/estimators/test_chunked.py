@@ -68,14 +68,23 @@ def test_ridge_chunked_multi_target_and_dask_targets():
     np.testing.assert_allclose(pred.compute(), ref.predict(X[:100]), atol=1e-10)
 
 
-def test_data_dependent_map_fitted_on_first_chunk():
+def test_data_dependent_map_fitted_on_all_dask_rows_or_the_first_block():
+    """A Dask X: SDERF is fitted on the moments of every row (as in memory); an iterable
+    of blocks (read once): on the first block."""
     X, y = _data(d=4)
     X = 0.3 * X
-    est = RandomFeatureRidge(
-        SDERF(n_features=32, kernel="gaussian", random_state=0), alpha=0.5
-    ).fit(da.from_array(X, chunks=(600, 4)), y)
-    ref_map = SDERF(n_features=32, kernel="gaussian", random_state=0).fit(X[:600])
-    np.testing.assert_allclose(est.feature_map_.transform(X[:5]), ref_map.transform(X[:5]))
+    fm = SDERF(n_features=32, kernel="gaussian", random_state=0)
+    est = RandomFeatureRidge(fm, alpha=0.5).fit(da.from_array(X, chunks=(600, 4)), y)
+    ref_map = clone(fm).fit(X)
+    np.testing.assert_allclose(
+        est.feature_map_.transform(X[:5]), ref_map.transform(X[:5]), rtol=1e-10
+    )
+    blocks = iter([(X[:600], y[:600]), (X[600:], y[600:])])
+    streamed = RandomFeatureRidge(fm, alpha=0.5).fit(blocks, None)
+    first_map = clone(fm).fit(X[:600])
+    np.testing.assert_allclose(
+        streamed.feature_map_.transform(X[:5]), first_map.transform(X[:5]), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("normalize_y", [True, False])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 import kernelkit.features as features
 from kernelkit.features import GERF, SDERF, FeatureMap, PositiveRF
@@ -56,7 +57,7 @@ def test_fit_and_transform_on_dask_equal_the_in_memory_map(cls):
     # "shape" and "all" maps are fitted on the same draws and rows; the FAVOR# maps on
     # moments summed chunk by chunk (a different order of the sums: round-off of
     # n eps = 3e-14 relative, through the d x d eigendecomposition of the fit)
-    rtol = 1e-10 if cls._fit_reads == "moments" else 1e-13
+    rtol = 1e-10 if cls.fit_reads == "moments" else 1e-13
     for got, want in ((out.compute(), ref.transform(X)), (out_y.compute(), ref.transform_y(Y))):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
 
@@ -73,7 +74,7 @@ def _only_first_chunk_computable(X, rows):
 
 
 @pytest.mark.parametrize(
-    "cls", [c for c in MAPS if c._fit_reads == "shape"], ids=lambda c: c.__name__
+    "cls", [c for c in MAPS if c.fit_reads == "shape"], ids=lambda c: c.__name__
 )
 def test_dimension_only_fits_compute_only_the_first_chunk(cls):
     X, Y = _data(cls)
@@ -82,7 +83,7 @@ def test_dimension_only_fits_compute_only_the_first_chunk(cls):
     np.testing.assert_allclose(fm.transform(Y), ref.transform(Y), rtol=1e-13, atol=1e-15)
 
 
-def test_favor_sharp_fit_reads_the_moments_of_all_rows():
+def test_favor_sharpfit_reads_the_moments_of_all_rows():
     """SDERF's parameters come from all rows: equal to the in-memory fit, different from a
     fit on the first chunk (so the comparison can fail)."""
     X, Y = _data(SDERF, n=400, m=300)
@@ -174,3 +175,28 @@ def test_random_features_on_dask_equals_in_memory_and_auto_picks_the_same_map():
         np.testing.assert_allclose(rf.transform_y(dY).compute(), ref.transform_y(Y), rtol=1e-9)
     with pytest.raises(ValueError, match=r"^X has 4 features, but the model was fitted with 5"):
         rf.transform(dX[:, :4])
+
+
+@pytest.mark.parametrize("estimator", ["ridge", "gp"])
+def test_estimators_fit_a_favor_sharp_map_on_every_dask_row(estimator):
+    """RandomFeatureRidge / GP with an SDERF map on a Dask X: the map is fitted on the
+    moments of every row, so the model equals the in-memory fit (it was fitted on the
+    first chunk, whose moments differ here)."""
+    from kernelkit.estimators import RandomFeatureGPRegressor, RandomFeatureRidge
+
+    rng = np.random.default_rng(5)
+    X = 0.3 * rng.standard_normal((600, 4))
+    X[300:] *= 2.5  # later chunks change the moments
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(600)
+    fm = SDERF(n_features=32, kernel="gaussian", random_state=0)
+    est = (
+        RandomFeatureRidge(fm, alpha=0.1) if estimator == "ridge" else RandomFeatureGPRegressor(fm)
+    )
+    chunked = clone(est).fit(da.from_array(X, chunks=150), y)
+    in_memory = clone(est).set_params(solver="primal").fit(X, y)
+    np.testing.assert_allclose(chunked.feature_map_.A_, in_memory.feature_map_.A_, rtol=1e-11)
+    # predictions: the same model up to the order of the sums (cond(G) n eps, G the
+    # regularised 32 x 32 Gram of the features)
+    np.testing.assert_allclose(chunked.predict(X[:50]), in_memory.predict(X[:50]), atol=1e-8)
+    first = SDERF(n_features=32, kernel="gaussian", random_state=0).fit(X[:150])
+    assert np.abs(first.A_ - in_memory.feature_map_.A_).max() > 1e-3  # the test can fail

@@ -30,9 +30,9 @@ digits (predictions off by ``1e-13`` times the offset instead of ``1e-16``).
 Each block's rows are mapped to features a slab at a time
 (``_SLAB_BYTES`` of features, never a whole block's), ``Phi^T Phi`` is accumulated by the
 BLAS symmetric rank-k update for real features, and the blocks' statistics are summed
-(:func:`kernelkit._backend.chunks.reduce_rows`). Data-dependent feature maps are fitted
-on the first non-empty chunk; data-independent ones (random Fourier features, sketches)
-only need its width.
+(:func:`kernelkit._backend.chunks.reduce_rows`). The feature map is fitted
+on a Dask ``X`` itself when it reads only the dimension or the FAVOR# moments of its data
+(``fit_reads``), else on the first non-empty chunk (or block of an iterable).
 """
 
 from __future__ import annotations

@@ -15,8 +15,12 @@ __all__ = ["DEFAULT_N_FEATURES", "fitted_feature_map", "map_features"]
 DEFAULT_N_FEATURES = 256
 
 
-def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
+def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None, all_rows=None):
     """Clone (or create) the feature map, check it is symmetric, fit it on ``X`` (n, d).
+
+    ``all_rows``: the whole Dask array of a chunked fit, whose first chunk is ``X``. A
+    kernelkit map that reads only the dimension or the moments of its data (``fit_reads``
+    ``"shape"`` or ``"moments"``) is fitted on it, as in memory; others on ``X``.
 
     ``None`` gives ``RandomFourierFeatures(n_features=256, random_state=random_state,
     n_jobs=n_jobs)`` (Gaussian kernel, lengthscale 1). A given map is cloned, and the
@@ -31,7 +35,7 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
         fm = RandomFourierFeatures(
             n_features=DEFAULT_N_FEATURES, random_state=random_state, n_jobs=n_jobs
         )
-        return fm.fit(X)
+        return fm.fit(X if all_rows is None else all_rows)
     if isinstance(feature_map, type):  # the class passes the fit / transform check
         raise TypeError(
             f"{owner}: feature_map must be a feature map instance, got the class "
@@ -58,7 +62,8 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None):
             inherit["random_state"] = int(rs.integers(2**32 - 1))
         if inherit:
             fm.set_params(**inherit)
-    fm.fit(X)
+    streams = all_rows is not None and getattr(fm, "fit_reads", "all") in ("shape", "moments")
+    fm.fit(all_rows if streams else X)
     inner = getattr(fm, "feature_map_", None)  # RandomFeatures: the map of its method
     if inner is not None:  # asymmetric methods are only known once fitted
         _check_symmetric(inner, f"{type(fm).__name__}'s {type(inner).__name__}", owner)

@@ -148,9 +148,8 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         X : array-like of shape (n_samples, n_features)
             Or a ``dask.array.Array`` / an iterable of ``(X_block, y_block)`` pairs
             (``y=None``): fitted out of core in the primal form, chunk by chunk, as
-            :class:`~kernelkit.estimators.RandomFeatureRidge` (data-dependent feature
-            maps fitted on the first non-empty chunk); predictions on Dask arrays are
-            lazy.
+            :class:`~kernelkit.estimators.RandomFeatureRidge` (the feature map fitted
+            as there); predictions on Dask arrays are lazy.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
 
         Returns
@@ -163,8 +162,15 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         choose_solver(self.solver, 1, 1)  # validates the name
         n_jobs = check_n_jobs(self.n_jobs)
         rows = training_rows(self, X, y)  # 1. NumPy arrays, or chunks (Dask / iterable)
-        fm = self.feature_map_ = fitted_feature_map(  # 2. on X, or on the first chunk
-            self.feature_map, self.random_state, rows.head, type(self).__name__, n_jobs
+        fm = self.feature_map_ = (
+            fitted_feature_map(  # 2. on X (Dask: see fit_reads), or the first block
+                self.feature_map,
+                self.random_state,
+                rows.head,
+                type(self).__name__,
+                n_jobs,
+                all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
+            )
         )
         # 3.-4. features or their statistics, and the posterior: the fit's only branch
         if rows.chunked:  # statistics reduced over the chunks

@@ -79,7 +79,9 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     ``y=None``). Each chunk of rows is mapped to features and reduced to ``Phi^H Phi``,
     ``Phi^H Y`` and sums (:mod:`kernelkit.estimators._chunked`), in parallel on the active
     Dask scheduler or ``distributed.Client``; only the ``D x D`` primal system is solved.
-    Data-dependent feature maps are fitted on the first non-empty chunk. ``predict`` on a
+    The feature map is fitted on a Dask array as in memory when it reads only the
+    dimension or the FAVOR# moments of its data (``fit_reads``; one extra pass of chunk
+    sums), else on the first non-empty chunk (or block of an iterable). ``predict`` on a
     Dask array is lazy. See the user guide page "Scale-out with Dask".
 
     Attributes
@@ -136,8 +138,15 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         choose_solver(self.solver, 1, 1)  # validates the name
         n_jobs = check_n_jobs(self.n_jobs)
         rows = training_rows(self, X, y)  # 1. NumPy arrays, or chunks (Dask / iterable)
-        fm = self.feature_map_ = fitted_feature_map(  # 2. on X, or on the first chunk
-            self.feature_map, self.random_state, rows.head, type(self).__name__, n_jobs
+        fm = self.feature_map_ = (
+            fitted_feature_map(  # 2. on X (Dask: see fit_reads), or the first block
+                self.feature_map,
+                self.random_state,
+                rows.head,
+                type(self).__name__,
+                n_jobs,
+                all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
+            )
         )
         # 3.-4. features or their statistics, and the solve: the fit's only branch
         if rows.chunked:  # statistics reduced over the chunks

@@ -104,10 +104,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     accepts_sparse = False
     #: whether ``fit`` reads more of the data than its dimension
     data_dependent = False
-    #: what ``fit`` reads of a Dask array (:mod:`kernelkit.features._dask`): ``"shape"``
-    #: (its dimension: fitted on the first chunk), ``"moments"`` (the FAVOR# moments, from
-    #: one pass of chunk sums) or ``"all"`` (the rows: computed first)
-    _fit_reads: ClassVar[str] = "all"
+    #: what ``fit`` reads of its data: ``"shape"`` (the dimension only; a Dask array is
+    #: fitted on its first chunk), ``"moments"`` (the FAVOR# first and second moments; a
+    #: Dask array in one pass of chunk sums) or ``"all"`` (the rows; a Dask array is
+    #: computed first). User guide: "Scale-out with Dask".
+    fit_reads: ClassVar[str] = "all"
     #: constructor parameter -> scikit-learn constraints, checked by ``fit`` through
     #: ``_validate_params()`` (every map declares all of its ``__init__`` parameters)
     _parameter_constraints: ClassVar[dict] = {}

@@ -7,7 +7,7 @@ A ``dask.array.Array`` of shape (n, d) is accepted wherever a feature map takes 
   row chunks, one task per chunk (each block validated and mapped as a NumPy array would
   be, so a NaN is reported when its chunk is computed);
 * ``fit`` reads as little as the map needs. Maps whose parameters depend on the input
-  dimension only (``_fit_reads = "shape"``) are fitted on the first non-empty chunk: the
+  dimension only (``fit_reads = "shape"``) are fitted on the first non-empty chunk: the
   same draws as a fit on all rows. The FAVOR# maps (``"moments"``) get their first and
   second moments (FAVOR# Sec. 3-4) from one pass of chunk sums, reduced by the active
   Dask scheduler, and are fitted from them exactly as from in-memory rows. The other
@@ -119,7 +119,7 @@ def fit_dask(fm, X, Y):
     X = check_dask_matrix(X if is_dask_array(X) else da.asarray(X), "X")
     if Y is not None:
         Y = check_dask_matrix(Y if is_dask_array(Y) else da.asarray(Y), "Y", X.shape[1])
-    reads = getattr(fm, "_fit_reads", "all")
+    reads = getattr(fm, "fit_reads", "all")
     if reads == "all":  # every row: computed, then the in-memory fit
         return fm.fit(X.compute(), Y=None if Y is None else Y.compute())
     # the first chunk sets the dimension, dtype and draws; the moments (if the fit asks

@@ -130,7 +130,7 @@ class DotProductFeatureMap(FeatureMap):
     #: ``(q, m4)`` of the weight entries, real and complex (Theorem 2)
     _moments: ClassVar[dict] = {False: (1.0, 1.0), True: (0.5, 1.0)}
     accepts_sparse = True
-    _fit_reads = "shape"  # the random parameters depend on the dimension only
+    fit_reads = "shape"  # the random parameters depend on the dimension only
     _parameter_constraints: ClassVar[dict] = {
         "n_features": int_range(1, 2**26),
         # an int, or an integer-valued float (checked by _check_params)

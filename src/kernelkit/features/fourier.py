@@ -163,7 +163,7 @@ class RandomFourierFeatures(FeatureMap):
     it many times for small ``d``, and :meth:`variance` warns.
     """
 
-    _fit_reads = "shape"  # the frequencies need the dimension only
+    fit_reads = "shape"  # the frequencies need the dimension only
 
     accepts_sparse = True
     _parameter_constraints: ClassVar[dict] = {
@@ -464,7 +464,7 @@ class SphericalRandomFeatures(RandomFourierFeatures):
     projection_ : ndarray (n_frequencies, d), frequencies ``w_j`` (lengthscales folded in)
     """
 
-    _fit_reads = "all"  # fit checks that every row has unit norm
+    fit_reads = "all"  # fit checks that every row has unit norm
 
     complex = False
     real_output = False

@@ -455,7 +455,7 @@ class RandomMaclaurin(_MaclaurinBase):
     sketches_ : list of (degree, sketch, weight)
     """
 
-    _fit_reads = "shape"  # the degrees and sketches need the dimension only
+    fit_reads = "shape"  # the degrees and sketches need the dimension only
 
     _parameter_constraints: ClassVar[dict] = {
         **_MaclaurinBase._parameter_constraints,
@@ -602,7 +602,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
     sketches_ : list of (degree, sketch, weight)
     """
 
-    _fit_reads = "all"  # the degree allocation is optimised on the rows
+    fit_reads = "all"  # the degree allocation is optimised on the rows
 
     _sketches = ("rademacher", "gaussian", "srht")
     _parameter_constraints: ClassVar[dict] = {

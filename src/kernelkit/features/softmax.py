@@ -55,7 +55,7 @@ __all__ = ["ADERF", "GERF", "SADERF", "SDERF", "HyperbolicRF", "PositiveRF", "Tr
 class _ThreadedMap(ProjectionFeatureMap):
     """Projection maps with a threaded NumPy path: adds ``n_jobs`` (scikit-learn's rule)."""
 
-    _fit_reads = "shape"
+    fit_reads = "shape"
 
     _parameter_constraints: ClassVar[dict] = {
         **ProjectionFeatureMap._parameter_constraints,
@@ -199,7 +199,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
     _derf = "positive"
     #: whether the fit needs full second-moment matrices (ADERF, SDERF)
     _full_moments = True
-    _fit_reads = "moments"  # only through _fit_statistics
+    fit_reads = "moments"  # only through _fit_statistics
 
     def _checks_finite_in_fit(self):
         return self._derf != "positive"  # the moments' sums see every entry
