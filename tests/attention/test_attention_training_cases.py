@@ -1,0 +1,74 @@
+"""FavorAttention, linear_attention and the decoding API inside training and serving code
+(third new-user sweep): compiled training steps, module state, padded batched generation,
+beam-search reordering of states, torch.func."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from torch import nn  # noqa: E402
+
+from kernelkit.attention import FavorAttention  # noqa: E402
+
+
+def _tokens(N, L, seed):
+    return torch.randn(N, L, 16, generator=torch.Generator().manual_seed(seed))
+
+
+def _encoder_layer(feature_map, **kw):
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    layer.self_attn = FavorAttention(
+        16, 2, feature_map=feature_map, n_features=16, random_state=0, **kw
+    )
+    return layer
+
+
+@pytest.fixture
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_compiled_encoder_layer_takes_its_causal_src_mask_with_is_causal(_fresh_dynamo):
+    """nn.TransformerEncoderLayer(x, src_mask=causal, is_causal=True) hands the mask and
+    the hint to self_attn; a compiled graph cannot read the mask's values, so the hint is
+    trusted there (as nn.MultiheadAttention does), and the result equals eager."""
+    torch.manual_seed(0)
+    layer = _encoder_layer("positive").eval()
+    x = _tokens(2, 12, 1)
+    mask = nn.Transformer.generate_square_subsequent_mask(12)
+    ref = layer(x, src_mask=mask, is_causal=True)
+    out = torch.compile(layer, fullgraph=True)(x, src_mask=mask, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_causal_training_steps_update_statistics_without_retracing(_fresh_dynamo):
+    """Compiled train-mode steps of causal FAVOR# (redraw_interval=None) equal eager ones,
+    running statistics included, and trace at most twice (before and after the first
+    update), not once per step as when the count of updates was a Python value."""
+    torch.manual_seed(0)
+    eager = _encoder_layer("sderf", redraw_interval=None, momentum=None)
+    compiled = copy.deepcopy(eager)
+    step = torch.compile(lambda x: compiled(x, is_causal=True), fullgraph=True)
+    for i in range(4):
+        x = _tokens(2, 12, i)
+        with torch._dynamo.config.patch(error_on_recompile=i >= 2):
+            out = step(x)
+        ref = eager(x, is_causal=True)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        out.square().mean().backward()
+        ref.square().mean().backward()
+        for (name, a), b in zip(eager.named_parameters(), compiled.parameters(), strict=True):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5, msg=name)
+            a.grad = b.grad = None
+    for (name, a), b in zip(eager.named_buffers(), compiled.buffers(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+    assert int(compiled.self_attn.num_batches_tracked) == 4
