@@ -72,3 +72,28 @@ def test_compiled_causal_training_steps_update_statistics_without_retracing(_fre
     for (name, a), b in zip(eager.named_buffers(), compiled.buffers(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
     assert int(compiled.self_attn.num_batches_tracked) == 4
+
+
+@pytest.mark.slow
+def test_compiled_module_step_in_a_generation_loop_equals_the_causal_forward(_fresh_dynamo):
+    """FavorAttention.step on one token at a time compiles with fullgraph=True (the
+    one-token path, with no block pivot read from the keys) and, in place after an
+    eager prefill, reproduces the causal forward; a compiled prefill block says why not."""
+    torch.manual_seed(0)
+    m = FavorAttention(16, 2, feature_map="sderf", n_features=16, random_state=0)
+    m(_tokens(2, 8, 5), _tokens(2, 8, 5), _tokens(2, 8, 5), is_causal=True)  # statistics
+    m.eval()
+    x = _tokens(2, 12, 1)
+    step = torch.compile(
+        lambda x_t, state: m.step(x_t, x_t, x_t, state, inplace=True), fullgraph=True
+    )
+    with torch.no_grad():
+        ref, _ = m(x, x, x, is_causal=True)
+        out, state = m.step(x[:, :4], x[:, :4], x[:, :4], m.init_state(2))  # eager prefill
+        outs = [out]
+        for t in range(4, 12):
+            out_t, state = step(x[:, t], state)  # (2, 16)
+            outs.append(out_t[:, None])
+        torch.testing.assert_close(torch.cat(outs, 1), ref, rtol=1e-4, atol=1e-5)
+        with pytest.raises(Exception, match="T > 1 tokens"):
+            torch.compile(lambda x: m.step(x, x, x, m.init_state(2)), fullgraph=True)(x)

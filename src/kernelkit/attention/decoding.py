@@ -479,6 +479,13 @@ def linear_attention_step(
             )
     if not single and q_t.shape[-2] == 0:  # an empty block (T = 0): nothing to add
         return (q_t @ k_t.transpose(-1, -2)) @ v_t, state  # (..., 0, e)
+    if not single and q_t.shape[-2] > 1 and torch.compiler.is_compiling():
+        raise ValueError(
+            "linear_attention_step traces one token at a time: a block of T > 1 tokens (a "
+            "prefill) chooses its path by reading the keys, which a compiled graph cannot "
+            "do. Prefill outside the compiled function (or without fullgraph=True), then "
+            "step single tokens (q_t (*batch_shape, d)) in it."
+        )
     ct = state.dtype
     r = math.sqrt(state.scale)
     x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)

@@ -596,7 +596,8 @@ class FavorAttention(nn.Module):
         float (``-inf`` = padded): padded tokens' keys and values stay out of the state,
         as in ``forward(..., key_padding_mask=...)``. ``inplace=True`` updates the state's
         tensors in place (without autograd only, see ``linear_attention_step``). Returns
-        out_t shaped as query_t and the new state.
+        out_t shaped as query_t and the new state. Under ``torch.compile(fullgraph=True)``
+        step one token at a time (a block reads the keys to choose its path).
         """
         for name, t in (("query_t", query_t), ("key_t", key_t), ("value_t", value_t)):
             if not isinstance(t, torch.Tensor):
@@ -642,9 +643,13 @@ class FavorAttention(nn.Module):
             m = torch.as_tensor(key_padding_mask, device=query_t.device)
             m = m[:, None] if single and m.dim() == 1 else m
             mask = self._check_padding_mask(m, N, T, m.device)[:, None, :].expand(N, H, T)
+        if single:  # the one-token step (N, H, hd): no block pivot to choose, so it traces
+            q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
+            mask = None if mask is None else mask[..., 0]  # (N, H)
         out, state = linear_attention_step(
             q, k, v, state, key_padding_mask=mask, check_finite=False, inplace=inplace
         )
+        out = out[:, :, None] if single else out  # (N, H, T, hd)
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = self.out_proj(out.transpose(1, 2).reshape(N, T, self.embed_dim))  # (N, T, E)
         if single:
