@@ -97,3 +97,52 @@ def test_compiled_module_step_in_a_generation_loop_equals_the_causal_forward(_fr
         torch.testing.assert_close(torch.cat(outs, 1), ref, rtol=1e-4, atol=1e-5)
         with pytest.raises(Exception, match="T > 1 tokens"):
             torch.compile(lambda x: m.step(x, x, x, m.init_state(2)), fullgraph=True)(x)
+
+
+def test_state_index_select_reorders_beams_with_per_sequence_parameters():
+    """Beam search: state.index_select(0, beam_idx) continues each beam from the prefix
+    it was chosen from, feature parameters fitted per sequence included (moments per
+    batch entry), and equals causal attention over the reordered sequences."""
+    from kernelkit.attention import (
+        attention_moments,
+        init_decoding_state,
+        linear_attention,
+        linear_attention_step,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 7, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    mom = attention_moments(*(torch.randn(3, 2, 20, 8, generator=g) for _ in range(2)))
+    state = init_decoding_state(
+        (3, 2), 8, "sderf", 16, random_state=0, moments=mom, dtype=torch.float64
+    )
+    _, state = linear_attention_step(q[..., :6, :], k[..., :6, :], v[..., :6, :], state)
+    beam = torch.tensor([2, 0, 0])
+    out, _ = linear_attention_step(
+        q[..., 6, :], k[..., 6, :], v[..., 6, :], state.index_select(0, beam)
+    )
+    # reference: the prefixes of the chosen beams, the new token of each position
+    qr, kr, vr = (torch.cat([t[beam, :, :6], t[:, :, 6:]], dim=2) for t in (q, k, v))
+    mom_r = type(mom)(*(t[beam] for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)))
+    ref = linear_attention(qr, kr, vr, "sderf", 16, random_state=0, is_causal=True, moments=mom_r)
+    torch.testing.assert_close(out, ref[..., -1, :], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="dim"):
+        state.index_select(2, beam)
+
+
+def test_state_to_moves_features_and_sums_to_the_new_dtype():
+    """A float32 state moved with .to(dtype=torch.float64) keeps its prefix and steps
+    float64 tokens (feature parameters converted too), to float32 round-off of the float64
+    causal pass."""
+    from kernelkit.attention import init_decoding_state, linear_attention, linear_attention_step
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 9, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    state = init_decoding_state((2,), 8, "positive", 32, random_state=0)
+    _, state = linear_attention_step(*(t[:, :6].float() for t in (q, k, v)), state)
+    state = state.to(dtype=torch.float64)
+    assert state.dtype == torch.float64 and state.kvz.dtype == torch.float64
+    out, state = linear_attention_step(q[:, 6:], k[:, 6:], v[:, 6:], state)
+    ref = linear_attention(q, k, v, "positive", 32, random_state=0, is_causal=True)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, ref[:, 6:], rtol=1e-5, atol=1e-6)
