@@ -146,3 +146,25 @@ def test_state_to_moves_features_and_sums_to_the_new_dtype():
     ref = linear_attention(q, k, v, "positive", 32, random_state=0, is_causal=True)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, ref[:, 6:], rtol=1e-5, atol=1e-6)
+
+
+def test_torch_manual_seed_makes_a_module_without_random_state_reproducible():
+    """Built twice after torch.manual_seed(0) with random_state=None, two modules have
+    the same weights, projections and redraws (as every torch module); another torch seed
+    gives other projections."""
+
+    def build(seed):
+        torch.manual_seed(seed)
+        return FavorAttention(16, 2, feature_map="positive", n_features=16, redraw_interval=1)
+
+    a, b, c = build(0), build(0), build(1)
+    for name, t in a.state_dict().items():
+        torch.testing.assert_close(b.state_dict()[name], t, rtol=0, atol=0, msg=name)
+    assert not torch.equal(a.projection, c.projection)
+    x = _tokens(2, 6, 0)
+    a(x, x, x)
+    a(x, x, x)  # second training call: redrawn
+    b(x, x, x)
+    b(x, x, x)
+    assert torch.equal(a.projection, b.projection)
+    assert not torch.equal(a.projection, build(0).projection)  # a redraw happened

@@ -110,7 +110,10 @@ class FavorAttention(nn.Module):
         Update of the running statistics of causal fitted maps (exponential average;
         None: cumulative average).
     random_state : None, int or numpy.random.Generator
-        Seeds the projections (drawn with NumPy).
+        Seeds the projections (drawn with NumPy). None: a seed drawn from torch's global
+        generator, so that ``torch.manual_seed`` makes the module (its first projections
+        and its redraws) reproducible, as it does its weights. The generator's state is
+        not in the ``state_dict``: a loaded module redraws from its own ``random_state``.
 
     Notes
     -----
@@ -236,6 +239,8 @@ class FavorAttention(nn.Module):
         self.out_proj = nn.Linear(E, E, bias=bias, **fk)
         self._reset_parameters()
 
+        if random_state is None:  # torch's global generator: torch.manual_seed fixes it
+            random_state = int(torch.randint(0, 2**62, (), dtype=torch.int64))
         self._rng = check_random_state(random_state)
         hd, H = self.head_dim, self.num_heads
         self.register_buffer("projection", torch.empty(0, device=device))
