@@ -168,3 +168,72 @@ def test_torch_manual_seed_makes_a_module_without_random_state_reproducible():
     b(x, x, x)
     assert torch.equal(a.projection, b.projection)
     assert not torch.equal(a.projection, build(0).projection)  # a redraw happened
+
+
+def test_torch_func_runs_the_plain_maps_and_names_the_kernels_it_cannot_run():
+    """torch.func: bidirectional relu / trig and the one-token decoding step run under
+    vmap and grad (equal to a loop and to autograd); the custom-autograd kernels (positive
+    maps, causal mode) raise a ValueError naming the map instead of torch's
+    setup_context error."""
+    from torch.func import grad, vmap
+
+    from kernelkit.attention import init_decoding_state, linear_attention, linear_attention_step
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    for name in ("relu", "trig"):
+
+        def attend(qi, name=name):
+            return linear_attention(qi, k[0], v[0], name, 16, random_state=0)
+
+        loop = torch.stack([attend(qi) for qi in q])
+        torch.testing.assert_close(vmap(attend)(q), loop, rtol=1e-12, atol=1e-12)
+        qg = q[0].clone().requires_grad_(True)
+        attend(qg).square().sum().backward()
+        gf = grad(lambda qi, name=name: attend(qi, name).square().sum())(q[0])
+        torch.testing.assert_close(gf, qg.grad, rtol=1e-12, atol=1e-12)
+    state = init_decoding_state((2,), 4, "positive", 8, random_state=0, dtype=torch.float64)
+
+    def step(x):
+        return linear_attention_step(x, x, x, state)[0]  # (2, 4)
+
+    loop = torch.stack([step(x) for x in q[:, :, 0]])
+    torch.testing.assert_close(vmap(step)(q[:, :, 0]), loop, rtol=1e-12, atol=1e-12)
+    for causal in (False, True):
+        with pytest.raises(ValueError, match=r"feature_map='positive'.*torch\.func"):
+            grad(
+                lambda qi, c=causal: linear_attention(
+                    qi, k[0], v[0], "positive", 16, random_state=0, is_causal=c
+                ).sum()
+            )(q[0])
+    with pytest.raises(ValueError, match="feature_map='relu' with is_causal=True"):
+        vmap(lambda qi: linear_attention(qi, qi, qi, "relu", 16, is_causal=True))(q)
+
+
+@pytest.mark.parametrize(("name", "causal"), [("positive", False), ("sderf", True)])
+def test_module_gradcheck_float64_and_functional_call(name, causal):
+    """FavorAttention's gradients (inputs and in-projection weight) pass gradcheck at
+    float64 in eval mode, and torch.func.functional_call with its parameters and buffers
+    equals the module call. (Bidirectional fitted maps are left out: their per-call fit
+    is a constant for autograd, as in the FAVOR# paper, so finite differences see it.)"""
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    m = FavorAttention(8, 2, feature_map=name, n_features=16, random_state=0)
+    m = m.double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    m(x, x, x, is_causal=causal)  # running statistics for causal sderf
+    m.eval()
+    state = {**dict(m.named_parameters()), **dict(m.named_buffers())}
+    ref, _ = m(x, x, x, is_causal=causal)
+    out, _ = functional_call(m, state, (x, x, x), {"is_causal": causal})
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    xs = x[:1, :4].clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda t: m(t, t, t, is_causal=causal)[0], (xs,))
+    w = m.in_proj_weight.detach().clone().requires_grad_(True)
+
+    def with_weight(w):
+        args = (xs.detach(),) * 3
+        return functional_call(m, {**state, "in_proj_weight": w}, args, {"is_causal": causal})[0]
+
+    assert torch.autograd.gradcheck(with_weight, (w,))

@@ -309,6 +309,8 @@ def _finite_check(check_finite, **tensors):
         return
     if check_finite is not None and not isinstance(check_finite, bool):
         raise TypeError(f"check_finite must be None, True or False, got {check_finite!r}.")
+    if check_finite is None and _in_func_transform():
+        return  # vmap'd values cannot be read (data-dependent control flow)
     compiling = torch.compiler.is_compiling()
     if compiling or any(t.device.type != "cpu" for t in tensors.values()):
         if check_finite is None:
@@ -326,6 +328,13 @@ def _all_finite(t) -> bool:
     """Whether tensor ``t`` has no NaN or inf: one reduction pass, and the full check only
     where the sum is not finite (a sum of finite entries may overflow)."""
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
+def _in_func_transform() -> bool:
+    """Whether a ``torch.func`` transform (``grad``, ``vmap``, ``jacrev``, ...) is active."""
+    if torch.compiler.is_compiling():
+        return False
+    return torch._C._functorch.peek_interpreter_stack() is not None
 
 
 def _eager_cpu(*tensors) -> bool:
@@ -552,6 +561,15 @@ def linear_attention(
             "batch shape broadcastable to q.shape[:-2]); or use FavorAttention, which "
             "keeps running statistics; or a map without fitted parameters ('positive', "
             "'hyperbolic')."
+        )
+    if (is_causal or name in EXP_MAPS) and _in_func_transform():
+        raise ValueError(
+            f"feature_map={name!r}{' with is_causal=True' if is_causal else ''} does not "
+            "support torch.func transforms (grad, vmap, jacrev, ...): its kernels are "
+            "torch.autograd.Function with closed-form gradients and stabilisers chosen from "
+            "the data. Use torch.autograd.grad or .backward() for gradients and leading "
+            "batch dims (they broadcast) instead of vmap; bidirectional 'relu', 'elu', "
+            "'trig' and 'hybrid_angular' run under torch.func."
         )
     sampler = _check_sampler(sampler)
     if q.shape[-2] == 0 or k.shape[-2] == 0 or math.prod(q.shape[:-2]) == 0:
