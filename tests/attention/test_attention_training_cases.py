@@ -35,6 +35,97 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+V, L = 4, 32  # vocabulary, sequence length of the toy task
+
+
+def _majority_batch(g, N=16):
+    """Tokens (N, L) where one token per row is frequent, and the target (N, L): the most
+    frequent token of the row (bidirectional) or of its prefix (causal)."""
+    dom = torch.randint(0, V, (N, 1), generator=g)
+    noise = torch.randint(0, V, (N, L), generator=g)
+    tokens = torch.where(torch.rand(N, L, generator=g) < 0.4, dom, noise)
+    onehot = nn.functional.one_hot(tokens, V).float()  # (N, L, V)
+    return tokens, onehot, onehot.sum(1, keepdim=True), onehot.cumsum(1)
+
+
+class _Classifier(nn.Module):
+    """Embedding + 2 nn.TransformerEncoderLayer whose self_attn is a FavorAttention
+    (``name="exact"``: nn.MultiheadAttention, the reference) + a linear head."""
+
+    def __init__(self, name, E=16, H=2):
+        super().__init__()
+        self.emb = nn.Embedding(V, E)
+        self.pos = nn.Parameter(0.1 * torch.randn(L, E))
+        self.layers = nn.ModuleList()
+        for i in range(2):
+            layer = nn.TransformerEncoderLayer(E, H, 32, dropout=0.0, batch_first=True)
+            if name != "exact":
+                layer.self_attn = FavorAttention(
+                    E, H, feature_map=name, n_features=32, redraw_interval=10, random_state=i
+                )
+            self.layers.append(layer)
+        self.head = nn.Linear(E, V)
+
+    def forward(self, tokens, causal):
+        h = self.emb(tokens) + self.pos  # (N, L, E)
+        mask = nn.Transformer.generate_square_subsequent_mask(L) if causal else None
+        for layer in self.layers:
+            h = layer(h, src_mask=mask, is_causal=causal)
+        return self.head(h)  # (N, L, V)
+
+
+def _train(name, causal, steps=50, autocast=False):
+    """AdamW with gradient clipping on the majority task; the loss is taken on the second
+    half of the positions (the prefix majority is ambiguous early on). Returns the model
+    and the losses."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    model = _Classifier(name)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(steps):
+        tokens, _, total, prefix = _majority_batch(g)
+        target = (prefix if causal else total.expand_as(prefix)).argmax(-1)  # (N, L)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(tokens, causal)
+        loss = nn.functional.cross_entropy(
+            logits.float()[:, L // 2 :].reshape(-1, V), target[:, L // 2 :].reshape(-1)
+        )
+        opt.zero_grad()
+        loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    return model, losses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize("name", ["exact", "positive", "sderf", "saderf"])
+def test_small_model_learns_the_majority_task_like_exact_attention(name, causal):
+    """50 AdamW steps: the loss falls from chance (log 4 = 1.39) to below 0.3 (exact
+    attention reaches about 0.02) with finite gradients, and the eval model under
+    no_grad (frozen features and statistics) labels at least 90% of held-out positions."""
+    model, losses = _train(name, causal)
+    assert losses[0] > 1.0 and max(losses[-5:]) < 0.3, losses[::10]
+    model.eval()
+    tokens, _, total, prefix = _majority_batch(torch.Generator().manual_seed(99), N=64)
+    target = (prefix if causal else total.expand_as(prefix)).argmax(-1)
+    with torch.no_grad():
+        pred = model(tokens, causal).argmax(-1)
+    assert (pred == target)[:, L // 2 :].float().mean() > 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_small_model_trains_under_bfloat16_autocast(causal):
+    """The same training with the forward under torch.autocast('cpu', bfloat16) (the
+    attention itself in float32, backward outside the region) learns as well."""
+    _, losses = _train("sderf", causal, autocast=True)
+    assert losses[0] > 1.0 and max(losses[-5:]) < 0.3, losses[::10]
+
+
 @pytest.mark.slow
 def test_compiled_encoder_layer_takes_its_causal_src_mask_with_is_causal(_fresh_dynamo):
     """nn.TransformerEncoderLayer(x, src_mask=causal, is_causal=True) hands the mask and
@@ -237,3 +328,64 @@ def test_module_gradcheck_float64_and_functional_call(name, causal):
         return functional_call(m, {**state, "in_proj_weight": w}, args, {"is_causal": causal})[0]
 
     assert torch.autograd.gradcheck(with_weight, (w,))
+
+
+def _trained_attention(seed=0):
+    """A causal FAVOR# module after 3 training steps (2 redraws, running statistics)."""
+    torch.manual_seed(seed)
+    m = FavorAttention(16, 2, feature_map="sderf", n_features=16, redraw_interval=1)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    for i in range(3):
+        x = _tokens(2, 12, i)
+        loss = m(x, x, x, is_causal=True)[0].square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.eval()
+
+
+def test_saved_state_dict_restores_outputs_and_decoding_in_a_fresh_module(tmp_path):
+    """torch.save(state_dict) + torch.load(weights_only=True) into a module built with
+    another seed (strict=True) gives the trained module's outputs exactly, causal (the
+    running statistics) and bidirectional (the projections), and the same decoding steps;
+    so does copy.deepcopy."""
+    m = _trained_attention()
+    assert int(m.num_batches_tracked) == 3
+    torch.save(m.state_dict(), tmp_path / "attn.pt")
+    fresh = _trained_attention(seed=1)
+    assert not torch.equal(fresh.projection, m.projection)
+    fresh.load_state_dict(torch.load(tmp_path / "attn.pt", weights_only=True), strict=True)
+    x = _tokens(2, 10, 7)
+    with torch.no_grad():
+        for other in (fresh, copy.deepcopy(m)):
+            for causal in (False, True):
+                assert torch.equal(
+                    other(x, x, x, is_causal=causal)[0], m(x, x, x, is_causal=causal)[0]
+                )
+            a, _ = other.step(x[:, :4], x[:, :4], x[:, :4], other.init_state(2))
+            b, _ = m.step(x[:, :4], x[:, :4], x[:, :4], m.init_state(2))
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_converted_module_computes_in_its_dtype(dtype):
+    """.to(dtype) of a trained module: outputs and decoding steps in that dtype, equal to
+    the float32 module to that dtype's precision (float16 / bfloat16 parameters round the
+    projections and statistics; the attention runs in float32)."""
+    m = _trained_attention()
+    x = _tokens(2, 10, 7)
+    # float32 round-off for float64; about 8 unit roundoffs of float16 (2^-11) and
+    # bfloat16 (2^-8) for the rounded inputs, weights, projections and statistics
+    tol = {torch.float64: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+    conv = copy.deepcopy(m).to(dtype)
+    xd = x.to(dtype)
+    with torch.no_grad():
+        for causal in (False, True):
+            out, _ = conv(xd, xd, xd, is_causal=causal)
+            ref, _ = m(x, x, x, is_causal=causal)
+            assert out.dtype == dtype
+            torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
+        out_t, _ = conv.step(xd[:, :3], xd[:, :3], xd[:, :3], conv.init_state(2))
+        ref_t, _ = m.step(x[:, :3], x[:, :3], x[:, :3], m.init_state(2))
+    assert out_t.dtype == dtype
+    torch.testing.assert_close(out_t.float(), ref_t, rtol=tol, atol=tol)
