@@ -389,3 +389,40 @@ def test_converted_module_computes_in_its_dtype(dtype):
         ref_t, _ = m.step(x[:, :3], x[:, :3], x[:, :3], m.init_state(2))
     assert out_t.dtype == dtype
     torch.testing.assert_close(out_t.float(), ref_t, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_batched_generation_equals_each_sequence_alone(side):
+    """Serving: prompts of lengths 5, 9 and 3 padded to 9 on the left (as Hugging Face
+    generation) or the right, prefilled as one block with key_padding_mask, then 4 tokens
+    stepped in place; every sequence's outputs equal its own unpadded causal forward, and
+    the padded causal forward agrees on the real rows. Then beam search: the batch state
+    reordered with index_select continues the chosen prefixes."""
+    m = _trained_attention()
+    lens, G, P = [5, 9, 3], 4, 9
+    seqs = [_tokens(1, n + G, 10 + i)[0] for i, n in enumerate(lens)]  # (n + G, 16)
+    x = torch.zeros(3, P, 16)
+    pad = torch.ones(3, P, dtype=torch.bool)
+    rows = [slice(P - n, P) if side == "left" else slice(0, n) for n in lens]
+    for i, n in enumerate(lens):
+        x[i, rows[i]], pad[i, rows[i]] = seqs[i][:n], False
+    with torch.no_grad():
+        refs = [m(s[None], s[None], s[None], is_causal=True)[0][0] for s in seqs]
+        padded, _ = m(x, x, x, key_padding_mask=pad, is_causal=True)
+        prompt_out, state = m.step(x, x, x, m.init_state(3), key_padding_mask=pad)
+        for i, n in enumerate(lens):
+            torch.testing.assert_close(prompt_out[i, rows[i]], refs[i][:n], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(padded[i, rows[i]], refs[i][:n], rtol=1e-5, atol=1e-6)
+        for g in range(G):
+            x_t = torch.stack([s[n + g] for s, n in zip(seqs, lens, strict=True)])  # (3, 16)
+            out_t, state = m.step(x_t, x_t, x_t, state, inplace=True)
+            for i, n in enumerate(lens):
+                torch.testing.assert_close(out_t[i], refs[i][n + g], rtol=1e-5, atol=1e-6)
+        beam = torch.tensor([1, 1, 0])
+        nxt = _tokens(3, 1, 20)[:, 0]  # (3, 16)
+        out_b, _ = m.step(nxt, nxt, nxt, state.index_select(0, beam))
+        for j, i in enumerate(beam.tolist()):
+            s = torch.cat([seqs[i], nxt[j, None]])[None]
+            torch.testing.assert_close(
+                out_b[j], m(s, s, s, is_causal=True)[0][0, -1], rtol=1e-5, atol=1e-6
+            )
