@@ -426,3 +426,44 @@ def test_padded_batched_generation_equals_each_sequence_alone(side):
             torch.testing.assert_close(
                 out_b[j], m(s, s, s, is_causal=True)[0][0, -1], rtol=1e-5, atol=1e-6
             )
+
+
+@pytest.mark.slow
+def test_compiled_causal_module_with_dynamic_shapes_traces_once_for_two_lengths(_fresh_dynamo):
+    """torch.compile(dynamic=True) of causal FavorAttention: one graph serves L = 12 and
+    L = 20 (the causal op fits its chunk to the concrete length inside, instead of the
+    graph branching on a symbolic L), and both equal eager."""
+    torch.manual_seed(0)
+    m = FavorAttention(16, 2, feature_map="positive", n_features=16, random_state=0).eval()
+    f = torch.compile(lambda x: m(x, x, x, is_causal=True)[0], fullgraph=True, dynamic=True)
+    for i, n in enumerate((12, 20)):
+        x = _tokens(2, n, n)
+        with torch._dynamo.config.patch(error_on_recompile=i > 0):
+            out = f(x)
+        torch.testing.assert_close(out, m(x, x, x, is_causal=True)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("momentum", [0.25, None])
+def test_running_statistics_follow_momentum_in_training_only(momentum):
+    """Causal training calls update the running second moment of the scaled queries as
+    batch norm does: the first batch's value, then an exponential average with
+    ``momentum`` (None: the cumulative mean); eval calls and bidirectional calls leave
+    it alone."""
+    from kernelkit.attention import attention_moments
+
+    torch.manual_seed(0)
+    m = FavorAttention(16, 2, feature_map="sderf", n_features=16, momentum=momentum)
+    batches, expected = [_tokens(2, 12, i) for i in range(3)], None
+    for n, x in enumerate(batches, start=1):
+        q, k, _ = m._in_projection(x, x, x)
+        q, k = (t.view(2, 12, 2, 8).transpose(1, 2).detach() for t in (q, k))  # (N, H, L, hd)
+        new = attention_moments(q, k).second_x.mean(0)  # of the scaled q: (H, hd, hd)
+        f = 1.0 if n == 1 else (1.0 / n if momentum is None else momentum)
+        expected = new if expected is None else (1 - f) * expected + f * new
+        m(x, x, x, is_causal=True)
+        m(x, x, x)  # bidirectional: fitted per call, no update
+        torch.testing.assert_close(m.running_second_q.double(), expected, rtol=1e-5, atol=1e-6)
+    m.eval()
+    m(batches[0], batches[0], batches[0], is_causal=True)
+    torch.testing.assert_close(m.running_second_q.double(), expected, rtol=1e-5, atol=1e-6)
+    assert int(m.num_batches_tracked) == 3

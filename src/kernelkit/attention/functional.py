@@ -1118,11 +1118,11 @@ def _causal(x, y, v, keep, fmap, chunk, batch):
     xq = x.reshape(B, L, d)
     xk = y.reshape(B, L, d)
     kb = None if keep is None else keep.reshape(B, L)
-    chunk = min(chunk, 1 << max(0, (L - 1).bit_length()))  # no more padding than needed
-    if torch.compiler.is_compiling():  # one opaque node running the eager scan
+    if torch.compiler.is_compiling():  # one opaque node running the eager scan; it fits
+        # the chunk to its concrete L, so L stays symbolic in the graph
         out = _compiled.causal(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)
-    else:
-        out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)  # (B, L, e)
+    else:  # (B, L, e), no more padding than needed
+        out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, _compiled.fit_chunk(chunk, L))
     return out.reshape(*batch, L, e)
 
 
