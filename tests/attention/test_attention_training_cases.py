@@ -467,3 +467,33 @@ def test_running_statistics_follow_momentum_in_training_only(momentum):
     m(batches[0], batches[0], batches[0], is_causal=True)
     torch.testing.assert_close(m.running_second_q.double(), expected, rtol=1e-5, atol=1e-6)
     assert int(m.num_batches_tracked) == 3
+
+
+@pytest.mark.slow
+def test_compiled_encoder_layer_takes_a_key_padding_mask(_fresh_dynamo):
+    """nn.TransformerEncoderLayer turns a bool src_key_padding_mask into a float one
+    before self_attn; its validation is an asynchronous assert in a compiled graph (no
+    host read), so the layer compiles with fullgraph=True and equals eager on real rows."""
+    torch.manual_seed(0)
+    layer = _encoder_layer("positive").eval()
+    x = _tokens(2, 12, 1)
+    pad = torch.zeros(2, 12, dtype=torch.bool)
+    pad[1, 8:] = True
+    ref = layer(x, src_key_padding_mask=pad)
+    out = torch.compile(layer, fullgraph=True)(x, src_key_padding_mask=pad)
+    torch.testing.assert_close(out[~pad], ref[~pad], rtol=1e-4, atol=1e-5)
+
+
+def test_float_key_padding_mask_is_validated_in_eager_mode():
+    """A float key_padding_mask (as nn.TransformerEncoderLayer passes it) blocks -inf and
+    the dtype's minimum, keeps 0, and any other value raises a ValueError."""
+    m = FavorAttention(16, 2, feature_map="positive", n_features=16, random_state=0).eval()
+    x = _tokens(2, 6, 0)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    ref, _ = m(x, x, x, key_padding_mask=pad)
+    for blocked in (float("-inf"), torch.finfo(torch.float32).min):
+        fm = torch.zeros(2, 6).masked_fill(pad, blocked)
+        assert torch.equal(m(x, x, x, key_padding_mask=fm)[0], ref)
+    with pytest.raises(ValueError, match="float key_padding_mask may only hold 0"):
+        m(x, x, x, key_padding_mask=torch.zeros(2, 6).masked_fill(pad, 1.0))
