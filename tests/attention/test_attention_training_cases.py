@@ -497,3 +497,29 @@ def test_float_key_padding_mask_is_validated_in_eager_mode():
         assert torch.equal(m(x, x, x, key_padding_mask=fm)[0], ref)
     with pytest.raises(ValueError, match="float key_padding_mask may only hold 0"):
         m(x, x, x, key_padding_mask=torch.zeros(2, 6).masked_fill(pad, 1.0))
+
+
+@pytest.mark.slow
+def test_compiled_linear_attention_takes_an_sdpa_padding_mask(_fresh_dynamo):
+    """An SDPA-style padding attn_mask (B, 1, 1, S) needs no mask values in a compiled
+    graph (its float check is an asynchronous assert) and equals eager; an (L, S) mask
+    would have to be read to tell causal from padding, so there it raises, saying what
+    to pass instead."""
+    from kernelkit.attention import linear_attention
+
+    q, k, v = (_tokens(2, 12, i).view(2, 12, 2, 8).transpose(1, 2) for i in range(3))
+    keep = torch.ones(2, 1, 1, 12, dtype=torch.bool)
+    keep[1, ..., 9:] = False
+    for mask in (keep, torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))):
+
+        def f(q, k, v, mask=mask):
+            return linear_attention(q, k, v, "positive", 16, random_state=0, attn_mask=mask)
+
+        torch.testing.assert_close(
+            torch.compile(f, fullgraph=True)(q, k, v), f(q, k, v), rtol=1e-4, atol=1e-5
+        )
+    causal = torch.ones(12, 12, dtype=torch.bool).tril()
+    with pytest.raises(Exception, match="cannot be read to tell a causal mask"):
+        torch.compile(
+            lambda q: linear_attention(q, q, q, "positive", 16, attn_mask=causal), fullgraph=True
+        )(q)

@@ -668,21 +668,34 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     """SDPA ``attn_mask`` -> (is_causal, key_padding_mask) where it is causal or padding."""
     m = torch.as_tensor(attn_mask, device=q.device)
     L, S = q.shape[-2], k.shape[-2]
+    compiling = torch.compiler.is_compiling()  # a graph reads no mask values
     if m.dtype == torch.bool:
         blocked = ~m
     elif m.is_floating_point():
         blocked = _float_blocked(m)
-        if not bool((m[~blocked] == 0).all()):
-            raise ValueError(
-                "a float attn_mask may only hold 0 (attend) and -inf or the dtype's minimum "
-                "(blocked): linear attention cannot add a bias to scores it never forms."
-            )
+        msg = (
+            "a float attn_mask may only hold 0 (attend) and -inf or the dtype's minimum "
+            "(blocked): linear attention cannot add a bias to scores it never forms."
+        )
+        valid = ((m == 0) | blocked).all()
+        if compiling:
+            torch._assert_async(valid, msg)
+        elif not bool(valid):
+            raise ValueError(msg)
     else:
         raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")
     causal = is_causal
     if blocked.dim() < 2 or blocked.shape[-1] != S or blocked.shape[-2] not in (1, L):
         pad = None
-    elif blocked.shape[-2] == 1 or bool((blocked == blocked[..., :1, :]).all()):
+    elif blocked.shape[-2] == 1:
+        pad = blocked[..., 0, :]  # (..., S): the same keys blocked in every query row
+    elif compiling:
+        raise ValueError(
+            f"attn_mask of shape {tuple(m.shape)}: inside torch.compile its values cannot "
+            "be read to tell a causal mask from a padding mask; pass is_causal=True and / "
+            "or key_padding_mask (True = padded key), or a padding mask of shape (..., 1, S)."
+        )
+    elif bool((blocked == blocked[..., :1, :]).all()):
         pad = blocked[..., 0, :]  # (..., S): the same keys blocked in every query row
     else:
         # causal (top left aligned as SDPA's is_causal where L != S), possibly with padded
@@ -708,7 +721,7 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
             f"attn_mask of shape {tuple(m.shape)} does not broadcast to the attention "
             f"shape {(*k.shape[:-2], L, S)}."
         )
-    if not bool(pad.any()):
+    if not compiling and not bool(pad.any()):
         return causal, key_padding_mask  # nothing padded: the unmasked kernels
     if key_padding_mask is not None:
         pad = pad | _bool_padding_mask(key_padding_mask, "key", q.device)
