@@ -1,6 +1,14 @@
 """FavorAttention, linear_attention and the decoding API inside training and serving code
-(third new-user sweep): compiled training steps, module state, padded batched generation,
-beam-search reordering of states, torch.func."""
+(third new-user sweep).
+
+Training: a 2-layer encoder learns a majority task like exact attention (positive,
+sderf, saderf; causal and bidirectional; gradient clipping, bfloat16 autocast, no_grad
+eval); running statistics against momentum. torch.compile(fullgraph=True): encoder
+layers with a causal src_mask and is_causal, with a key padding mask, compiled training
+steps without retracing, dynamic shapes, the token step in a generation loop, SDPA
+padding masks. Module state: torch.save / weights_only load, deepcopy, dtype
+conversions, torch.manual_seed. Serving: left / right padded batched prefill, beam
+reordering (index_select), state dtype moves. torch.func and gradcheck."""
 
 from __future__ import annotations
 
@@ -523,3 +531,11 @@ def test_compiled_linear_attention_takes_an_sdpa_padding_mask(_fresh_dynamo):
         torch.compile(
             lambda q: linear_attention(q, q, q, "positive", 16, attn_mask=causal), fullgraph=True
         )(q)
+
+
+def test_module_without_random_state_builds_on_the_meta_device():
+    """Under torch.device('meta') (empty-weight initialisation before loading a
+    checkpoint), the seed for random_state=None is still drawn on the CPU."""
+    with torch.device("meta"):
+        m = FavorAttention(16, 2, feature_map="positive", n_features=16)
+    assert m.in_proj_weight.is_meta and m.projection.is_meta

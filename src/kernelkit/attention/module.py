@@ -240,7 +240,7 @@ class FavorAttention(nn.Module):
         self._reset_parameters()
 
         if random_state is None:  # torch's global generator: torch.manual_seed fixes it
-            random_state = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+            random_state = int(torch.randint(0, 2**62, (), dtype=torch.int64, device="cpu"))
         self._rng = check_random_state(random_state)
         hd, H = self.head_dim, self.num_heads
         self.register_buffer("projection", torch.empty(0, device=device))
