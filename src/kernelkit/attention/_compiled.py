@@ -28,9 +28,17 @@ def _features(kind, W_q, W_k, c, B_q, B_k, input_scale, d):
     return _PlainFeatures(kind, d)
 
 
+def fit_chunk(chunk: int, L: int) -> int:
+    """The causal chunk for ``L`` rows: ``chunk``, or the smallest power of two holding
+    ``L`` if that is smaller (no more padding than needed). The ops below apply it to
+    their concrete ``L``, so that a compiled graph never branches on a symbolic length
+    (``dynamic=True`` traces one graph for all lengths)."""
+    return min(chunk, 1 << max(0, (L - 1).bit_length()))
+
+
 def _run(xq, xk, v, keep, W_q, W_k, c, B_q, B_k, kind, input_scale, chunk):
     feat = _features(kind, W_q, W_k, c, B_q, B_k, input_scale, xq.shape[-1])
-    return causal_exp(xq, xk, v, keep, feat, chunk)
+    return causal_exp(xq, xk, v, keep, feat, fit_chunk(chunk, xq.shape[1]))
 
 
 @torch.library.custom_op("kernelkit::causal_linear_attention", mutates_args=())
@@ -87,6 +95,7 @@ def _causal_backward_op(
     kernel's forward (recomputed) and streamed backward."""
     feat = _features(kind, W_q, W_k, c, B_q, B_k, input_scale, xq.shape[-1])
     L = xq.shape[1]
+    chunk = fit_chunk(chunk, L)
     pad = (-L) % chunk
     if pad:  # as causal_exp pads: masked keys, zero values and output gradients
         B = xq.shape[0]

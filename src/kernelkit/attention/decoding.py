@@ -55,6 +55,7 @@ class LinearAttentionState:
     prefix sums of FAVOR# eq. 4 in causal mode, kept relative to a running key maximum.
     A state whose tensors a later ``inplace=True`` step has updated no longer holds the
     prefix of its ``t`` tokens; :func:`linear_attention_step` refuses it (eager mode).
+    :meth:`index_select` reorders its batch (beam search), :meth:`to` moves it.
 
     Attributes
     ----------
@@ -112,6 +113,49 @@ class LinearAttentionState:
         """Bytes of the running tensors ``kvz``, ``c`` (independent of ``t``)."""
         return sum(x.numel() * x.element_size() for x in (self.kvz, self.c))
 
+    def index_select(self, dim: int, index) -> LinearAttentionState:
+        """A state whose batch entries are ``index`` along batch dim ``dim``, as
+        ``torch.index_select`` on every state tensor: reorders or repeats sequences, e.g.
+        the beams of beam search (``state.index_select(0, beam_idx)``, as a KV cache's
+        ``index_select(0, beam_idx)``). Feature parameters that differ along ``dim``
+        (``moments`` per batch entry) are selected too. A new state with new tensors."""
+        nb = len(self.batch_shape)
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -nb <= dim < nb:
+            raise ValueError(f"dim must be a batch dim in [{-nb}, {nb}), got {dim!r}.")
+        dim = int(dim) % nb
+        index = torch.as_tensor(index, device=self.device)
+        if index.dim() != 1 or index.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"index must be a 1-D integer tensor, got {index.dtype} {index.shape}.")
+
+        def select(t, trailing):  # t (..., *trailing dims), leading dims aligned with the batch
+            j = dim - (nb - (t.dim() - trailing))
+            return t if j < 0 or t.shape[j] == 1 else t.index_select(j, index)
+
+        kvz = self.kvz.index_select(dim, index)
+        return replace(
+            self,
+            kvz=kvz,
+            c=self.c.index_select(dim, index),
+            params=_map_params(self.params, select),
+            _version=_tensor_version(kvz),
+        )
+
+    def to(self, device=None, dtype=None) -> LinearAttentionState:
+        """The state on ``device`` and / or for inputs of ``dtype`` (float16 / bfloat16
+        compute in float32), feature parameters included. A new state."""
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
+        ctype = self.dtype if dtype is None else (torch.float32 if dtype in _HALF else dtype)
+        device = self.device if device is None else torch.device(device)
+        kvz = self.kvz.to(device=device, dtype=ctype)
+        return replace(
+            self,
+            kvz=kvz,
+            c=self.c.to(device=device, dtype=ctype),
+            params=_map_params(self.params, lambda t, _: t.to(device=device, dtype=ctype)),
+            _version=_tensor_version(kvz),
+        )
+
     def _stale(self) -> bool:
         # kvz was modified in place since this state was made
         return self._version >= 0 and _tensor_version(self.kvz) > self._version
@@ -153,6 +197,25 @@ class _PlainFeatures:
         if self.name == "elu":  # log(elu(x) + 1) = x (x < 0), log1p(x) (x >= 0)
             return tuple(torch.where(t < 0, t, torch.log1p(t.clamp(min=0))) for t in (x, y))
         return tuple(torch.log(torch.relu(t) + 1e-3) for t in (x, y))
+
+
+def _map_params(params, fn):
+    """``params`` with ``fn(t, trailing)`` applied to each tensor (``trailing``: how many
+    of its last dims are not batch dims; the leading ones broadcast against the batch)."""
+    if not isinstance(params, _ExpFeatures):
+        return params  # relu / elu: no tensors
+    f = params.fmap
+
+    def cv(t, trailing):
+        return None if t is None else fn(t, trailing)
+
+    def cb(B):  # a (..., d) diagonal or a (..., d, d) matrix
+        return cv(B, 1 if B is not None and B.dim() == f.W_q.dim() - 1 else 2)
+
+    new = copy.copy(params)
+    new.fmap = LogFeatureMap(cv(f.W_q, 2), cv(f.W_k, 2), cv(f.c, 1), cb(f.B_q), cb(f.B_k))
+    new.Wa = {s: fn(w, 2) for s, w in params.Wa.items()}  # (..., d + 2, M)
+    return new
 
 
 def _tensor_version(t) -> int:
@@ -479,6 +542,13 @@ def linear_attention_step(
             )
     if not single and q_t.shape[-2] == 0:  # an empty block (T = 0): nothing to add
         return (q_t @ k_t.transpose(-1, -2)) @ v_t, state  # (..., 0, e)
+    if not single and q_t.shape[-2] > 1 and torch.compiler.is_compiling():
+        raise ValueError(
+            "linear_attention_step traces one token at a time: a block of T > 1 tokens (a "
+            "prefill) chooses its path by reading the keys, which a compiled graph cannot "
+            "do. Prefill outside the compiled function (or without fullgraph=True), then "
+            "step single tokens (q_t (*batch_shape, d)) in it."
+        )
     ct = state.dtype
     r = math.sqrt(state.scale)
     x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)

@@ -309,6 +309,8 @@ def _finite_check(check_finite, **tensors):
         return
     if check_finite is not None and not isinstance(check_finite, bool):
         raise TypeError(f"check_finite must be None, True or False, got {check_finite!r}.")
+    if check_finite is None and _in_func_transform():
+        return  # vmap'd values cannot be read (data-dependent control flow)
     compiling = torch.compiler.is_compiling()
     if compiling or any(t.device.type != "cpu" for t in tensors.values()):
         if check_finite is None:
@@ -326,6 +328,13 @@ def _all_finite(t) -> bool:
     """Whether tensor ``t`` has no NaN or inf: one reduction pass, and the full check only
     where the sum is not finite (a sum of finite entries may overflow)."""
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
+def _in_func_transform() -> bool:
+    """Whether a ``torch.func`` transform (``grad``, ``vmap``, ``jacrev``, ...) is active."""
+    if torch.compiler.is_compiling():
+        return False
+    return torch._C._functorch.peek_interpreter_stack() is not None
 
 
 def _eager_cpu(*tensors) -> bool:
@@ -553,6 +562,15 @@ def linear_attention(
             "keeps running statistics; or a map without fitted parameters ('positive', "
             "'hyperbolic')."
         )
+    if (is_causal or name in EXP_MAPS) and _in_func_transform():
+        raise ValueError(
+            f"feature_map={name!r}{' with is_causal=True' if is_causal else ''} does not "
+            "support torch.func transforms (grad, vmap, jacrev, ...): its kernels are "
+            "torch.autograd.Function with closed-form gradients and stabilisers chosen from "
+            "the data. Use torch.autograd.grad or .backward() for gradients and leading "
+            "batch dims (they broadcast) instead of vmap; bidirectional 'relu', 'elu', "
+            "'trig' and 'hybrid_angular' run under torch.func."
+        )
     sampler = _check_sampler(sampler)
     if q.shape[-2] == 0 or k.shape[-2] == 0 or math.prod(q.shape[:-2]) == 0:
         # as SDPA: no queries (L = 0) or an empty batch give an empty output, no keys
@@ -650,21 +668,34 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     """SDPA ``attn_mask`` -> (is_causal, key_padding_mask) where it is causal or padding."""
     m = torch.as_tensor(attn_mask, device=q.device)
     L, S = q.shape[-2], k.shape[-2]
+    compiling = torch.compiler.is_compiling()  # a graph reads no mask values
     if m.dtype == torch.bool:
         blocked = ~m
     elif m.is_floating_point():
         blocked = _float_blocked(m)
-        if not bool((m[~blocked] == 0).all()):
-            raise ValueError(
-                "a float attn_mask may only hold 0 (attend) and -inf or the dtype's minimum "
-                "(blocked): linear attention cannot add a bias to scores it never forms."
-            )
+        msg = (
+            "a float attn_mask may only hold 0 (attend) and -inf or the dtype's minimum "
+            "(blocked): linear attention cannot add a bias to scores it never forms."
+        )
+        valid = ((m == 0) | blocked).all()
+        if compiling:
+            torch._assert_async(valid, msg)
+        elif not bool(valid):
+            raise ValueError(msg)
     else:
         raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")
     causal = is_causal
     if blocked.dim() < 2 or blocked.shape[-1] != S or blocked.shape[-2] not in (1, L):
         pad = None
-    elif blocked.shape[-2] == 1 or bool((blocked == blocked[..., :1, :]).all()):
+    elif blocked.shape[-2] == 1:
+        pad = blocked[..., 0, :]  # (..., S): the same keys blocked in every query row
+    elif compiling:
+        raise ValueError(
+            f"attn_mask of shape {tuple(m.shape)}: inside torch.compile its values cannot "
+            "be read to tell a causal mask from a padding mask; pass is_causal=True and / "
+            "or key_padding_mask (True = padded key), or a padding mask of shape (..., 1, S)."
+        )
+    elif bool((blocked == blocked[..., :1, :]).all()):
         pad = blocked[..., 0, :]  # (..., S): the same keys blocked in every query row
     else:
         # causal (top left aligned as SDPA's is_causal where L != S), possibly with padded
@@ -690,7 +721,7 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
             f"attn_mask of shape {tuple(m.shape)} does not broadcast to the attention "
             f"shape {(*k.shape[:-2], L, S)}."
         )
-    if not bool(pad.any()):
+    if not compiling and not bool(pad.any()):
         return causal, key_padding_mask  # nothing padded: the unmasked kernels
     if key_padding_mask is not None:
         pad = pad | _bool_padding_mask(key_padding_mask, "key", q.device)
@@ -1100,11 +1131,11 @@ def _causal(x, y, v, keep, fmap, chunk, batch):
     xq = x.reshape(B, L, d)
     xk = y.reshape(B, L, d)
     kb = None if keep is None else keep.reshape(B, L)
-    chunk = min(chunk, 1 << max(0, (L - 1).bit_length()))  # no more padding than needed
-    if torch.compiler.is_compiling():  # one opaque node running the eager scan
+    if torch.compiler.is_compiling():  # one opaque node running the eager scan; it fits
+        # the chunk to its concrete L, so L stays symbolic in the graph
         out = _compiled.causal(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)
-    else:
-        out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)  # (B, L, e)
+    else:  # (B, L, e), no more padding than needed
+        out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, _compiled.fit_chunk(chunk, L))
     return out.reshape(*batch, L, e)
 
 

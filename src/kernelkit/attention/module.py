@@ -30,7 +30,9 @@ Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
 ``torch.compile``: both modes trace with ``fullgraph=True`` in eval mode (or with
 ``redraw_interval=None``); the causal scan is one custom op in compiled graphs
 (:mod:`kernelkit.attention._compiled`); a feature redraw (NumPy) runs eagerly, outside
-the graph.
+the graph. A compiled graph cannot read an ``attn_mask``'s values: pass
+``is_causal=True`` with the causal mask (as ``nn.TransformerEncoderLayer`` does), which is
+then trusted, as ``nn.MultiheadAttention`` trusts it.
 """
 
 from __future__ import annotations
@@ -108,7 +110,10 @@ class FavorAttention(nn.Module):
         Update of the running statistics of causal fitted maps (exponential average;
         None: cumulative average).
     random_state : None, int or numpy.random.Generator
-        Seeds the projections (drawn with NumPy).
+        Seeds the projections (drawn with NumPy). None: a seed drawn from torch's global
+        generator, so that ``torch.manual_seed`` makes the module (its first projections
+        and its redraws) reproducible, as it does its weights. The generator's state is
+        not in the ``state_dict``: a loaded module redraws from its own ``random_state``.
 
     Notes
     -----
@@ -133,7 +138,8 @@ class FavorAttention(nn.Module):
       (``num_batches_tracked == 0``) they use FAVOR+ features. ``eval()`` freezes them.
     * ``torch.compile``: both modes compile with ``fullgraph=True`` in eval mode (the
       causal scan as one custom op); a redraw in training mode runs eagerly
-      (``torch.compiler.disable``).
+      (``torch.compiler.disable``). In a compiled graph an ``attn_mask`` must come with
+      ``is_causal=True`` (its values cannot be read there; the hint is trusted).
     * Activation checkpointing (``torch.utils.checkpoint``): the forward rerun during the
       backward pass neither redraws nor updates the running statistics, and uses those
       of the module's last call, so gradients are those of the original call.
@@ -233,6 +239,8 @@ class FavorAttention(nn.Module):
         self.out_proj = nn.Linear(E, E, bias=bias, **fk)
         self._reset_parameters()
 
+        if random_state is None:  # torch's global generator: torch.manual_seed fixes it
+            random_state = int(torch.randint(0, 2**62, (), dtype=torch.int64, device="cpu"))
         self._rng = check_random_state(random_state)
         hd, H = self.head_dim, self.num_heads
         self.register_buffer("projection", torch.empty(0, device=device))
@@ -248,7 +256,7 @@ class FavorAttention(nn.Module):
         self.register_buffer(
             "num_batches_tracked", torch.zeros((), dtype=torch.long, device=device)
         )
-        self._n_tracked = 0  # its host mirror (see _batches_tracked)
+        self._any_tracked = False  # its host mirror (see _tracked)
         # inside nn.TransformerEncoderLayer in eval mode, keep torch's fused exact-softmax
         # fast path from replacing this module (it reads only the in_proj weights)
         self.register_forward_pre_hook(_no_fused_fast_path)
@@ -468,6 +476,18 @@ class FavorAttention(nn.Module):
                 f"attn_mask must be None or the causal (L, S) or (N * num_heads, L, S) mask, "
                 f"got shape {tuple(m.shape)} for L={L}, S={S}, N * num_heads={NH}."
             )
+        if torch.compiler.is_compiling():
+            # a compiled graph cannot branch on the mask's values: trust the hint
+            # is_causal=True, as nn.MultiheadAttention does (nn.Transformer*Layer passes it
+            # with its causal src_mask); eager calls check the values below
+            if is_causal:
+                return True
+            raise ValueError(
+                "inside torch.compile FavorAttention cannot read attn_mask's values to see "
+                "whether it is the causal mask; pass is_causal=True with it (as "
+                "nn.TransformerEncoderLayer(..., is_causal=True) does), or attn_mask=None "
+                "with is_causal=True."
+            )
         upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)
         if m.dtype == torch.bool:
             causal = bool((m == upper).all())
@@ -495,11 +515,15 @@ class FavorAttention(nn.Module):
             return m
         if m.is_floating_point():
             pad = _float_blocked(m)
-            if not bool((m[~pad] == 0).all()):
-                raise ValueError(
-                    "a float key_padding_mask may only hold 0 (keep) and -inf or the dtype's "
-                    "minimum (padded)."
-                )
+            msg = (
+                "a float key_padding_mask may only hold 0 (keep) and -inf or the dtype's "
+                "minimum (padded)."
+            )
+            valid = ((m == 0) | pad).all()
+            if torch.compiler.is_compiling():  # (nn.TransformerEncoderLayer passes floats)
+                torch._assert_async(valid, msg)  # no host read in a graph
+            elif not bool(valid):
+                raise ValueError(msg)
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
 
@@ -581,7 +605,8 @@ class FavorAttention(nn.Module):
         float (``-inf`` = padded): padded tokens' keys and values stay out of the state,
         as in ``forward(..., key_padding_mask=...)``. ``inplace=True`` updates the state's
         tensors in place (without autograd only, see ``linear_attention_step``). Returns
-        out_t shaped as query_t and the new state.
+        out_t shaped as query_t and the new state. Under ``torch.compile(fullgraph=True)``
+        step one token at a time (a block reads the keys to choose its path).
         """
         for name, t in (("query_t", query_t), ("key_t", key_t), ("value_t", value_t)):
             if not isinstance(t, torch.Tensor):
@@ -627,9 +652,13 @@ class FavorAttention(nn.Module):
             m = torch.as_tensor(key_padding_mask, device=query_t.device)
             m = m[:, None] if single and m.dim() == 1 else m
             mask = self._check_padding_mask(m, N, T, m.device)[:, None, :].expand(N, H, T)
+        if single:  # the one-token step (N, H, hd): no block pivot to choose, so it traces
+            q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
+            mask = None if mask is None else mask[..., 0]  # (N, H)
         out, state = linear_attention_step(
             q, k, v, state, key_padding_mask=mask, check_finite=False, inplace=inplace
         )
+        out = out[:, :, None] if single else out  # (N, H, T, hd)
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = self.out_proj(out.transpose(1, 2).reshape(N, T, self.embed_dim))  # (N, T, E)
         if single:
@@ -637,20 +666,22 @@ class FavorAttention(nn.Module):
         return (out if self.batch_first else out.transpose(0, 1)), state
 
     # ------------------------------------------------------------ running statistics
-    def _batches_tracked(self) -> int:
-        """``num_batches_tracked`` as a Python int, mirrored on the host so that compiled
-        graphs read no buffer (a host sync and a graph break): refreshed after every
-        update and after ``load_state_dict``."""
-        if getattr(self, "_n_tracked", None) is None:
-            self._n_tracked = int(self.num_batches_tracked)
-        return self._n_tracked
+    def _tracked(self) -> bool:
+        """Whether any statistics were tracked (``num_batches_tracked > 0``), mirrored on
+        the host so that compiled graphs read no buffer (a host sync and a graph break):
+        refreshed by every update and by ``load_state_dict``. Only this flag, never the
+        count, is a Python value, so a compiled training step is traced again once (when
+        it turns True), not at every update."""
+        if getattr(self, "_any_tracked", None) is None:
+            self._any_tracked = bool(int(self.num_batches_tracked))
+        return self._any_tracked
 
     def _load_from_state_dict(self, *args, **kwargs):
         super()._load_from_state_dict(*args, **kwargs)
-        self._n_tracked = int(self.num_batches_tracked)  # the loaded count
+        self._any_tracked = bool(int(self.num_batches_tracked))  # the loaded count
 
     def _running_moments(self):
-        if self._batches_tracked() == 0:
+        if not self._tracked():
             return None  # no statistics yet: FAVOR+ features (A = 0), see module doc
         return Moments(
             self.running_mean_q.double(),
@@ -669,8 +700,11 @@ class FavorAttention(nn.Module):
             t.mean(0).to(self.running_mean_q.dtype)
             for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
         ]
-        n = self._batches_tracked() + 1
-        f = 1.0 / n if self.momentum is None else (1.0 if n == 1 else float(self.momentum))
+        self.num_batches_tracked += 1
+        if self.momentum is None:  # cumulative average: 1 / n, read on the device
+            f = 1.0 / self.num_batches_tracked.to(self.running_mean_q.dtype)  # ()
+        else:
+            f = float(self.momentum) if self._tracked() else 1.0
         for buf, val in zip(
             (
                 self.running_mean_q,
@@ -681,6 +715,5 @@ class FavorAttention(nn.Module):
             new,
             strict=True,
         ):
-            buf.mul_(1.0 - f).add_(val, alpha=f)
-        self.num_batches_tracked += 1
-        self._n_tracked = n
+            buf.mul_(1.0 - f).add_(val * f)
+        self._any_tracked = True
