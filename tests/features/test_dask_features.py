@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.base import clone
 
 import kernelkit.features as features
@@ -200,3 +201,35 @@ def test_estimators_fit_a_favor_sharp_map_on_every_dask_row(estimator):
     np.testing.assert_allclose(chunked.predict(X[:50]), in_memory.predict(X[:50]), atol=1e-8)
     first = SDERF(n_features=32, kernel="gaussian", random_state=0).fit(X[:150])
     assert np.abs(first.A_ - in_memory.feature_map_.A_).max() > 1e-3  # the test can fail
+
+
+def test_empty_dask_inputs_are_named():
+    """No rows (none at all, or every chunk emptied by a filter): the message names X or
+    Y, as in memory (it named neither)."""
+    X, Y = _data(SDERF)
+    dX, dY = da.from_array(X, chunks=100), da.from_array(Y, chunks=100)
+    for cls in (SDERF, PositiveRF, features.RandomFourierFeatures):
+        with pytest.raises(ValueError, match=r"^X is empty: found 0 samples \(shape \(0, 5\)\)"):
+            cls(n_features=8).fit(da.zeros((0, 5), chunks=2))
+        with pytest.raises(ValueError, match=r"^X is empty: found 0 samples"):
+            cls(n_features=8).fit(dX[dX[:, 0] > 100.0])  # unknown sizes, all chunks empty
+        with pytest.raises(ValueError, match=r"^Y is empty: found 0 samples"):
+            cls(n_features=8).fit(dX, Y=dY[dY[:, 0] > 100.0])
+
+
+def test_sparse_backed_chunks_follow_the_in_memory_sparse_policy():
+    """Dask chunks holding SciPy sparse matrices: maps that accept sparse input fit and
+    transform them as the dense rows (the fit raised an IndexError); the others raise the
+    in-memory TypeError."""
+    S = sp.random(300, 5, density=0.4, format="csr", random_state=0)
+    dS = da.from_array(S, chunks=(100, 5), asarray=False)
+    for cls in (features.RandomFourierFeatures, PositiveRF):
+        fm = cls(n_features=16, random_state=0).fit(dS)
+        ref = cls(n_features=16, random_state=0).fit(S.toarray())
+        out = fm.transform(dS)
+        assert isinstance(out, da.Array)
+        # the same draws; sparse and dense products differ in summation order only
+        want = ref.transform(S.toarray())
+        np.testing.assert_allclose(out.compute(), want, rtol=1e-13, atol=1e-13 * np.abs(want).max())
+    with pytest.raises(TypeError, match=r"^SDERF does not support sparse input \(X is a csr"):
+        SDERF(n_features=8).fit(dS)

@@ -21,6 +21,7 @@ import contextlib
 import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._backend.chunks import check_dask_matrix, is_dask_array
 from .._backend.parallel import OneThreadPerTask
@@ -51,15 +52,15 @@ def lazy_features(fm, X, side: str):
     )
 
 
-def _first_rows(X):
-    """The first non-empty row chunk of a Dask array, computed (NumPy (rows, d))."""
+def _first_rows(X, name: str):
+    """The first non-empty row chunk of the Dask array ``name``, computed: (rows, d), NumPy
+    or the chunks' SciPy sparse matrix (which the map accepts or rejects as in memory)."""
     for block in X.to_delayed().ravel():
-        rows = np.asarray(block.compute())
+        rows = block.compute()
+        rows = rows if sp.issparse(rows) else np.asarray(rows)
         if rows.shape[0]:
             return rows
-    raise ValueError(
-        f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required."
-    )
+    raise ValueError(f"{name} is empty: found 0 samples (shape {(0, X.shape[1])}).")
 
 
 def _chunk_sums(X, full: bool):
@@ -124,8 +125,8 @@ def fit_dask(fm, X, Y):
         return fm.fit(X.compute(), Y=None if Y is None else Y.compute())
     # the first chunk sets the dimension, dtype and draws; the moments (if the fit asks
     # for them) come from all rows
-    Xs = _first_rows(X)
-    Ys = None if Y is None else _first_rows(Y)
+    Xs = _first_rows(X, "X")
+    Ys = None if Y is None else _first_rows(Y, "Y")
     ctx = contextlib.nullcontext()
     if reads == "moments":
         ctx = _injected_moments(fm, X, Y)
