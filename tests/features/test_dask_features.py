@@ -233,3 +233,22 @@ def test_sparse_backed_chunks_follow_the_in_memory_sparse_policy():
         np.testing.assert_allclose(out.compute(), want, rtol=1e-13, atol=1e-13 * np.abs(want).max())
     with pytest.raises(TypeError, match=r"^SDERF does not support sparse input \(X is a csr"):
         SDERF(n_features=8).fit(dS)
+
+
+def test_set_output_container_with_a_dask_x_is_an_error():
+    """set_output(transform="pandas") would compute the lazy features into one DataFrame
+    (it did, silently): a ValueError says so; NumPy input is still wrapped."""
+    from kernelkit.estimators import RandomFeatures
+
+    pd = pytest.importorskip("pandas")
+    X, _ = _data(SDERF)
+    dX = da.from_array(X, chunks=100)
+    for est in (SDERF(n_features=8, random_state=0), RandomFeatures(n_components=8)):
+        est.fit(dX).set_output(transform="pandas")
+        with pytest.raises(ValueError, match=r"transform of a Dask X returns a lazy Dask"):
+            est.transform(dX)
+        with pytest.raises(ValueError, match=r"set_output\(transform='pandas'\)"):
+            est.fit_transform(dX)
+        assert isinstance(est.transform(X), pd.DataFrame)
+        est.set_output(transform="default")
+        assert isinstance(est.transform(dX), da.Array)

@@ -32,6 +32,7 @@ from .._backend.params import (
     int_range,
 )
 from .._backend.sklearn_validation import validate_data
+from ..features._dask import check_lazy_output
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
@@ -415,6 +416,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """
         check_is_fitted(self)
         if is_dask_array(X):  # lazy, row chunk by row chunk
+            check_lazy_output(self)
             X = check_dask_matrix(X, "X", self.n_features_in_)
             return self._checked(self.feature_map_.transform(X), X)
         X = self._validate(X, reset=False, accept_sparse=self.feature_map_.accepts_sparse)

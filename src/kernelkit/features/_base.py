@@ -59,7 +59,7 @@ from .._backend import (
     to_numpy,
 )
 from .._backend import validate_data as validate_array
-from ._dask import fit_dask, is_dask_array, lazy_features
+from ._dask import check_lazy_output, fit_dask, is_dask_array, lazy_features
 
 __all__ = ["KERNELS", "FeatureMap"]
 
@@ -398,6 +398,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             for huge norms; use :meth:`approx_kernel` or :meth:`transform_scaled` there.
         """
         if is_dask_array(X):
+            check_lazy_output(self)
             return lazy_features(self, X, "x")
         X, xp = self._check_X(X, "X")
         return self._features(X, xp, "x")

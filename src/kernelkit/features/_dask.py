@@ -26,7 +26,7 @@ import scipy.sparse as sp
 from .._backend.chunks import check_dask_matrix, is_dask_array
 from .._backend.parallel import OneThreadPerTask
 
-__all__ = ["fit_dask", "is_dask_array", "lazy_features"]
+__all__ = ["check_lazy_output", "fit_dask", "is_dask_array", "lazy_features"]
 
 
 def lazy_features(fm, X, side: str):
@@ -50,6 +50,21 @@ def lazy_features(fm, X, side: str):
         chunks=(X.chunks[0], (probe.shape[1],)),
         meta=np.empty((0, 0), dtype=probe.dtype),
     )
+
+
+def check_lazy_output(est):
+    """``ValueError`` if ``est.set_output`` asks ``transform`` for a container (pandas,
+    polars): it would compute the lazy features of a Dask array into memory at once."""
+    from sklearn.utils._set_output import _get_output_config
+
+    dense = _get_output_config("transform", est)["dense"]
+    if dense != "default":
+        raise ValueError(
+            f"{type(est).__name__}.transform of a Dask X returns a lazy Dask array, which "
+            f"set_output(transform={dense!r}) would compute into one in-memory DataFrame. "
+            "Pass X.compute(), or use set_output(transform='default') and convert lazily "
+            "(dask.dataframe.from_dask_array(features, columns=get_feature_names_out()))."
+        )
 
 
 def _first_rows(X, name: str):
