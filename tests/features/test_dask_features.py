@@ -252,3 +252,40 @@ def test_set_output_container_with_a_dask_x_is_an_error():
         assert isinstance(est.transform(X), pd.DataFrame)
         est.set_output(transform="default")
         assert isinstance(est.transform(dX), da.Array)
+
+
+def _counted(Z, rows, log):
+    """A Dask array of Z (row chunks of ``rows``) that records the index of every chunk
+    computed in ``log``."""
+
+    def block(b, block_info=None):
+        log.append(block_info[None]["chunk-location"][0])
+        return b
+
+    return da.from_array(Z, chunks=(rows, -1)).map_blocks(block, dtype=Z.dtype)
+
+
+@pytest.mark.parametrize(
+    "cls", [c for c in MAPS if c.fit_reads != "shape"], ids=lambda c: c.__name__
+)
+def test_fits_compute_each_chunk_once(cls):
+    """The FAVOR# fits read the first chunk and the moments of the others, each chunk once
+    (chunk 0 was computed twice); the fits that read every row compute X and Y in one pass
+    (an upstream shared by X and Y was computed twice: here X and Y are the columns of one
+    array). PositiveRF and HyperbolicRF need no moments: the first chunks only."""
+    X, Y = _data(cls, n=400, m=400)
+    ref = _map(cls).fit(X, Y=Y)
+    if cls.fit_reads == "all":
+        log = []
+        Z = _counted(np.hstack([X, Y]), 100, log)  # 4 chunks of (100, 10)
+        fm = _map(cls).fit(Z[:, :5], Y=Z[:, 5:])
+        assert sorted(log) == [0, 1, 2, 3]
+    else:
+        log_x, log_y = [], []
+        fm = _map(cls).fit(_counted(X, 100, log_x), Y=_counted(Y, 150, log_y))
+        no_moments = cls in (PositiveRF, features.HyperbolicRF)
+        assert sorted(log_x) == ([0] if no_moments else [0, 1, 2, 3])
+        assert sorted(log_y) == ([0] if no_moments else [0, 1, 2])
+    want = ref.transform(X)
+    # moments summed in another order: n eps round-off through the d x d fit (see above)
+    np.testing.assert_allclose(fm.transform(X), want, rtol=1e-10, atol=1e-10 * np.abs(want).max())

@@ -68,29 +68,39 @@ def check_lazy_output(est):
 
 
 def _first_rows(X, name: str):
-    """The first non-empty row chunk of the Dask array ``name``, computed: (rows, d), NumPy
-    or the chunks' SciPy sparse matrix (which the map accepts or rejects as in memory)."""
-    for block in X.to_delayed().ravel():
+    """``(rows, k)``: the first non-empty row chunk ``k`` of the Dask array ``name``,
+    computed: (rows, d), NumPy or the chunks' SciPy sparse matrix (which the map accepts or
+    rejects as in memory)."""
+    for k, block in enumerate(X.to_delayed().ravel()):
         rows = block.compute()
         rows = rows if sp.issparse(rows) else np.asarray(rows)
         if rows.shape[0]:
-            return rows
+            return rows, k
     raise ValueError(f"{name} is empty: found 0 samples (shape {(0, X.shape[1])}).")
 
 
-def _chunk_sums(X, full: bool):
-    """Lazy ``[n, sum_i x_i, sum_i x_i x_i^T (or its diagonal)]`` of a Dask X (n, d), float64,
-    flattened into one vector: one small array per chunk, summed by Dask's tree reduction."""
-    d = X.shape[1]
-    width = 1 + d + (d * d if full else d)
+def _sums(Xb, full: bool):
+    """``[n, sum_i x_i, sum_i x_i x_i^T (or its diagonal)]`` of rows (n, d), float64,
+    flattened: (1, 1 + d + d^2 or 2 d)."""
+    Xb = np.asarray(Xb, dtype=np.float64)
+    second = Xb.T @ Xb if full else np.einsum("ij,ij->j", Xb, Xb)
+    return np.concatenate([[Xb.shape[0]], Xb.sum(axis=0), second.ravel()])[None, :]
 
-    def sums(Xb):  # (rows, d) -> (1, width)
-        Xb = np.asarray(Xb, dtype=np.float64)
-        second = Xb.T @ Xb if full else np.einsum("ij,ij->j", Xb, Xb)
-        return np.concatenate([[Xb.shape[0]], Xb.sum(axis=0), second.ravel()])[None, :]
 
-    parts = X.map_blocks(sums, dtype=np.float64, chunks=((1,) * X.numblocks[0], (width,)))
-    return parts.sum(axis=0)
+def _chunk_sums(X, full: bool, first):
+    """Lazy :func:`_sums` of a Dask X (n, d) whose first non-empty chunk ``first = (rows,
+    k)`` is already computed: the chunks after ``k``, one small array per chunk summed by
+    Dask's tree reduction, plus the sums of ``rows`` (chunks 0..k are not computed again)."""
+    rows, k = first
+    head = _sums(rows, full)[0]  # (width,)
+    if k + 1 == X.numblocks[0]:
+        return head
+    rest = X.blocks[k + 1 :]
+    width = head.shape[0]
+    parts = rest.map_blocks(
+        _sums, full, dtype=np.float64, chunks=((1,) * rest.numblocks[0], (width,))
+    )
+    return parts.sum(axis=0) + head
 
 
 def _moments_of(total, d: int, full: bool, lengthscale: float, name: str):
@@ -103,16 +113,18 @@ def _moments_of(total, d: int, full: bool, lengthscale: float, name: str):
     return mean, second.reshape(d, d) if full else second
 
 
-def dask_moments_thunk(X, Y, full: bool, lengthscale: float):
+def dask_moments_thunk(X, Y, full: bool, lengthscale: float, firsts):
     """A function computing the FAVOR# :class:`~kernelkit.features.favor.Moments` of the Dask
-    arrays ``X`` and ``Y`` (``Y`` None: the keys are ``X``) in one pass of the scheduler."""
+    arrays ``X`` and ``Y`` (``Y`` None: the keys are ``X``) in one pass of the scheduler;
+    ``firsts``: their first non-empty chunks, already computed (:func:`_first_rows`)."""
     import dask
 
     from .favor import Moments
 
     def compute():
         d = X.shape[1]
-        lazy = [_chunk_sums(X, full)] + ([] if Y is None else [_chunk_sums(Y, full)])
+        lazy = [_chunk_sums(X, full, firsts[0])]
+        lazy += [] if Y is None else [_chunk_sums(Y, full, firsts[1])]
         with np.errstate(over="ignore", invalid="ignore"), OneThreadPerTask():
             totals = dask.compute(*lazy)
         mx, sx = _moments_of(totals[0], d, full, lengthscale, "X")
@@ -136,24 +148,29 @@ def fit_dask(fm, X, Y):
     if Y is not None:
         Y = check_dask_matrix(Y if is_dask_array(Y) else da.asarray(Y), "Y", X.shape[1])
     reads = getattr(fm, "fit_reads", "all")
-    if reads == "all":  # every row: computed, then the in-memory fit
-        return fm.fit(X.compute(), Y=None if Y is None else Y.compute())
+    if reads == "all":  # every row: computed (in one pass), then the in-memory fit
+        import dask
+
+        if Y is None:
+            return fm.fit(X.compute())
+        Xc, Yc = dask.compute(X, Y)
+        return fm.fit(Xc, Y=Yc)
     # the first chunk sets the dimension, dtype and draws; the moments (if the fit asks
     # for them) come from all rows
-    Xs = _first_rows(X, "X")
-    Ys = None if Y is None else _first_rows(Y, "Y")
+    firsts = (_first_rows(X, "X"), None if Y is None else _first_rows(Y, "Y"))
     ctx = contextlib.nullcontext()
     if reads == "moments":
-        ctx = _injected_moments(fm, X, Y)
+        ctx = _injected_moments(fm, X, Y, firsts)
     with ctx:
-        fm.fit(Xs, Y=Ys)
+        fm.fit(firsts[0][0], Y=None if Y is None else firsts[1][0])
     return fm
 
 
 @contextlib.contextmanager
-def _injected_moments(fm, X, Y):
+def _injected_moments(fm, X, Y, firsts):
     """While fitting on a sample, ``fm._fit_statistics`` returns the moments of all rows."""
-    fm._dask_moments = dask_moments_thunk(X, Y, bool(fm._full_moments), float(fm.lengthscale))
+    full, lengthscale = bool(fm._full_moments), float(fm.lengthscale)
+    fm._dask_moments = dask_moments_thunk(X, Y, full, lengthscale, firsts)
     try:
         yield
     finally:
