@@ -289,3 +289,20 @@ def test_fits_compute_each_chunk_once(cls):
     want = ref.transform(X)
     # moments summed in another order: n eps round-off through the d x d fit (see above)
     np.testing.assert_allclose(fm.transform(X), want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+
+
+def test_random_features_auto_on_sparse_chunks_compares_the_sparse_candidates():
+    """RandomFeatures(method="auto") on a Dask X of SciPy sparse chunks compares the
+    candidates that accept sparse input, as on the sparse matrix in memory (it tried GERF
+    on the sparse sample and raised a TypeError)."""
+    from kernelkit.estimators import RandomFeatures
+
+    S = sp.random(400, 5, density=0.4, format="csr", random_state=0)
+    dS = da.from_array(S, chunks=(100, 5), asarray=False)
+    kw = dict(method="auto", n_components=16, auto_sample_size=150, random_state=0)
+    rf = RandomFeatures(**kw).fit(dS)
+    ref = RandomFeatures(**kw).fit(S)
+    assert rf.method_ == ref.method_
+    assert rf.variance_estimates_ == ref.variance_estimates_  # the same sampled rows
+    want = ref.transform(S)
+    np.testing.assert_allclose(rf.transform(dS).compute(), want, rtol=1e-13, atol=1e-13)

@@ -283,12 +283,12 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _choose(self, X, Y):
         """``method="auto"``: the candidate of lowest mean relative variance on a sample."""
         candidates = auto_candidates(self.kernel)
-        if sp.issparse(X):
-            candidates = [c for c in candidates if METHODS[c].cls.accepts_sparse]
         rng = check_random_state(self.random_state)
         seed = int(rng.integers(0, 2**31 - 1))
         sx = _sample_rows(X, self.auto_sample_size, rng)
         sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng)
+        if sp.issparse(sx):  # sparse X, or a Dask X of sparse chunks
+            candidates = [c for c in candidates if METHODS[c].cls.accepts_sparse]
         estimates = {}
         for name in candidates:
             try:  # a candidate wider than n_components with one feature is not one
