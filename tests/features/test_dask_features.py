@@ -306,3 +306,21 @@ def test_random_features_auto_on_sparse_chunks_compares_the_sparse_candidates():
     assert rf.variance_estimates_ == ref.variance_estimates_  # the same sampled rows
     want = ref.transform(S)
     np.testing.assert_allclose(rf.transform(dS).compute(), want, rtol=1e-13, atol=1e-13)
+
+
+def test_unknown_width_is_named_before_computing():
+    """Columns selected by a Dask mask leave the width unknown: a ValueError naming X or Y
+    (it was Dask's error from rechunking, naming neither)."""
+    from kernelkit.estimators import RandomFeatures
+
+    X, _ = _data(SDERF)
+    dX = da.from_array(X, chunks=100)
+    Z = dX[:, da.from_array(np.array([True, False, True, True, True]))]  # (300, nan)
+    with pytest.raises(ValueError, match=r"^X has an unknown number of columns"):
+        SDERF(n_features=8).fit(Z)
+    with pytest.raises(ValueError, match=r"^Y has an unknown number of columns"):
+        SDERF(n_features=8).fit(dX, Y=Z)
+    with pytest.raises(ValueError, match=r"^Y has an unknown number of columns"):
+        PositiveRF(n_features=8).fit(X[:, :4]).transform_y(Z)
+    with pytest.raises(ValueError, match=r"^X has an unknown number of columns"):
+        RandomFeatures(n_components=8).fit(X).transform(Z)

@@ -215,8 +215,9 @@ def as_dask_rows(
 
 def check_dask_matrix(X, name: str, n_features: int | None = None):
     """A Dask data matrix (n, d) for a map of its rows, checked before computing: rank,
-    dtype and width (complex input is a ``ValueError``, as in memory). Returns X with its
-    columns in one chunk (each task maps whole rows); unknown row counts stay unknown."""
+    dtype and width (complex input is a ``ValueError``, as in memory; so is a width Dask
+    does not know). Returns X with its columns in one chunk (each task maps whole rows);
+    unknown row counts stay unknown."""
     if np.dtype(X.dtype).kind == "c":
         raise ValueError(
             f"Complex data not supported: {name} must be real-valued, got complex dtype {X.dtype}."
@@ -225,6 +226,11 @@ def check_dask_matrix(X, name: str, n_features: int | None = None):
         raise ValueError(
             f"{name} must be a 2-D array of shape (n_samples, n_features) with at least one "
             f"feature, got a Dask array of shape {X.shape}."
+        )
+    if np.isnan(X.shape[1]):
+        raise ValueError(
+            f"{name} has an unknown number of columns (a Dask array with unknown chunk sizes "
+            f"along axis 1, shape {X.shape}): call {name}.compute_chunk_sizes() first."
         )
     return as_dask_rows(X, name, n_features, known_rows=False)
 
