@@ -8,6 +8,8 @@ more than the first chunk, and the FAVOR# maps read the moments of all rows.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -324,3 +326,20 @@ def test_unknown_width_is_named_before_computing():
         PositiveRF(n_features=8).fit(X[:, :4]).transform_y(Z)
     with pytest.raises(ValueError, match=r"^X has an unknown number of columns"):
         RandomFeatures(n_components=8).fit(X).transform(Z)
+
+
+def test_keys_passed_positionally_with_a_dask_x_are_caught():
+    """fit(dX, dY) puts the keys in scikit-learn's ignored y: as in memory, a TypeError
+    (other row count) or a warning (data-dependent map); it was silently ignored."""
+    X, Y = _data(SDERF)
+    dX, dY = da.from_array(X, chunks=100), da.from_array(Y, chunks=100)
+    with pytest.raises(TypeError, match=r"^SDERF.fit got a second data set of shape \(200, 5\)"):
+        SDERF(n_features=8).fit(dX, dY)
+    with pytest.warns(UserWarning, match=r"^SDERF.fit ignores its positional argument y"):
+        SDERF(n_features=8).fit(dX, da.from_array(X[::-1], chunks=100))
+    keep = dX[:, 0] > -10.0  # unknown row counts are not compared: a warning at most
+    with pytest.warns(UserWarning, match=r"^SDERF.fit ignores its positional argument y"):
+        SDERF(n_features=8).fit(dX[keep], dY[dY[:, 0] > -10.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a target (one column) is no set of keys
+        SDERF(n_features=8).fit(dX, dX[:, :1])

@@ -150,6 +150,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         self._validate_params()  # the declared constraints (errors name the parameter)
         self._check_params()  # what they cannot express (cross-parameter rules)
         if is_dask_array(X) or is_dask_array(Y):
+            if Y is None and X.ndim == 2:
+                self._check_positional_keys(X, y)
             return fit_dask(self, X, Y)
         finite = not self._checks_finite_in_fit()
         X, xp = self._validate(X, "X", reset=True, check_finite=finite)
@@ -174,10 +176,12 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             return
         floating = getattr(y.dtype, "is_floating_point", None)  # torch dtypes
         if floating is None:
-            floating = np.issubdtype(np.asarray(y[:0]).dtype, np.floating)
+            dtype = y.dtype if is_dask_array(y) else np.asarray(y[:0]).dtype
+            floating = np.issubdtype(dtype, np.floating)
         if not floating:
             return
-        if y.shape[0] != X.shape[0]:
+        rows = (X.shape[0], y.shape[0])  # Dask: NaN where unknown, then not compared
+        if rows[0] != rows[1] and not any(math.isnan(r) for r in rows):
             raise TypeError(
                 f"{type(self).__name__}.fit got a second data set of shape {tuple(y.shape)} "
                 "as its positional argument y, which a scikit-learn transformer ignores. "
