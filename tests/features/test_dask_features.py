@@ -343,3 +343,19 @@ def test_keys_passed_positionally_with_a_dask_x_are_caught():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a target (one column) is no set of keys
         SDERF(n_features=8).fit(dX, dX[:, :1])
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_lazy_features_belong_to_the_map_as_fitted_at_transform(cls):
+    """transform / transform_y of a Dask array give the features of the map as fitted when
+    they are called: a refit before compute (another draw, another width) changes nothing
+    (the graph read the map's parameters when computed)."""
+    X, Y = _data(cls)
+    fm = _map(cls).fit(X, Y=Y)
+    want, want_y = fm.transform(X), fm.transform_y(Y)
+    out = fm.transform(da.from_array(X, chunks=100))
+    out_y = fm.transform_y(da.from_array(Y, chunks=100))
+    fm.set_params(random_state=1, n_features=16).fit(X, Y=Y)
+    assert fm.output_dim != want.shape[1] or np.abs(fm.transform(X) - want).max() > 1e-3
+    for got, ref in ((out.compute(), want), (out_y.compute(), want_y)):  # chunked: round-off
+        np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-13 * np.abs(ref).max())

@@ -18,6 +18,7 @@ A ``dask.array.Array`` of shape (n, d) is accepted wherever a feature map takes 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 
 import numpy as np
@@ -31,10 +32,11 @@ __all__ = ["check_lazy_output", "fit_dask", "is_dask_array", "lazy_features"]
 
 def lazy_features(fm, X, side: str):
     """``fm``'s features of the Dask array ``X`` (n, d), lazily: (n, output_dim) with the row
-    chunks of ``X``."""
+    chunks of ``X``, computed by a copy of ``fm`` as fitted when this is called."""
     name = "X" if side == "x" else "Y"
     fm._check_fitted()
     X = check_dask_matrix(X, name, fm.n_features_in_)
+    fm = copy.deepcopy(fm)  # the map as fitted now: a refit before compute changes nothing
 
     def block(Xb):  # (rows, d) NumPy -> (rows, output_dim): the in-memory path
         Xb, xp = fm._check_X(Xb, name)
