@@ -235,6 +235,9 @@ def test_sparse_backed_chunks_follow_the_in_memory_sparse_policy():
         np.testing.assert_allclose(out.compute(), want, rtol=1e-13, atol=1e-13 * np.abs(want).max())
     with pytest.raises(TypeError, match=r"^SDERF does not support sparse input \(X is a csr"):
         SDERF(n_features=8).fit(dS)
+    lazy_error = r"^SDERF does not support sparse input \(Y is a csr"
+    with pytest.raises(TypeError, match=lazy_error):  # at once, not when computed
+        SDERF(n_features=8).fit(S.toarray()).transform_y(dS)
 
 
 def test_set_output_container_with_a_dask_x_is_an_error():

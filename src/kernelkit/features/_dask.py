@@ -43,9 +43,11 @@ def lazy_features(fm, X, side: str):
         return fm._features(Xb, xp, side)
 
     # output dtype of the in-memory path for this input dtype (unit rows: valid for every
-    # map), without the set_output wrapper (blocks are arrays)
+    # map), without the set_output wrapper (blocks are arrays); sparse chunks (a SciPy
+    # sparse meta) probed as sparse, so a map without sparse support says so at once
     d = X.shape[1]
-    probe = block(np.full((1, d), 1.0 / math.sqrt(d), dtype=X.dtype))  # (1, output_dim)
+    row = np.full((1, d), 1.0 / math.sqrt(d), dtype=X.dtype)  # (1, d)
+    probe = block(sp.csr_matrix(row) if sp.issparse(X._meta) else row)  # (1, output_dim)
     return X.map_blocks(
         block,
         dtype=probe.dtype,
