@@ -247,6 +247,27 @@ def test_fit_is_deterministic_and_redraw_keeps_clusters(data):
     assert not np.allclose(a.projection_, W0)
 
 
+def test_redraw_after_set_params_of_the_random_part(data):
+    """``set_params(n_features=m).redraw(seed)`` (Monte Carlo at several widths, as the
+    clustered-hybrid experiment does) draws m projections for the fitted clusters; a
+    change of the fitted part (``n_clusters``) still needs ``fit``."""
+    from sklearn.exceptions import NotFittedError
+
+    X, Y, _, _ = data
+    fm = ClusteredHybridRF(3, random_state=7).fit(X, Y=Y)
+    A0 = fm.A_.copy()
+    fm.set_params(n_features=5).redraw(1)
+    np.testing.assert_array_equal(fm.A_, A0)
+    assert fm.projection_.shape[0] == 5 and fm.transform(X).shape[1] == fm.output_dim
+    assert fm.get_feature_names_out().shape == (fm.output_dim,)
+    # the same draws as a map fitted at that width and redrawn with the same seed
+    ref = ClusteredHybridRF(5, random_state=7).fit(X, Y=Y).redraw(1)
+    np.testing.assert_array_equal(fm.approx_kernel(X, Y), ref.approx_kernel(X, Y))
+    fm.set_params(n_clusters=1)
+    with pytest.raises(NotFittedError, match="n_clusters"):
+        fm.redraw(2)
+
+
 @pytest.mark.parametrize("mixture", ["zero_one", "gaussian"])
 def test_variance_in_row_blocks_equals_one_block(data, monkeypatch, mixture):
     """The row-blocked variance (bounded temporaries) equals the one-block evaluation."""

@@ -162,11 +162,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 Y, "Y", like=X, allow_empty=False, check_finite=finite, check_names=True
             )
         self._fit(X, Y, xp, check_random_state(self.random_state))
-        # the columns of the fitted map, for get_feature_names_out: a set_params after
-        # fit (as on any scikit-learn estimator) changes nothing until the next fit
-        self._n_features_out = self.output_dim
-        self._fitted_params = self.get_params(deep=False)
-        self.__dict__.pop("_changed_params", None)
+        self._record_fitted_params()
         self._is_fitted = True
         return self
 
@@ -205,19 +201,31 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def __sklearn_is_fitted__(self) -> bool:
         return getattr(self, "_is_fitted", False)
 
-    def _check_fitted(self):
+    def _check_fitted(self, redrawn=()):
+        """``NotFittedError`` before ``fit`` or after a ``set_params`` that changed a
+        parameter of the fitted map (but those named in ``redrawn``: a ``redraw`` method
+        draws the random part again from the current values of those)."""
         if not self.__sklearn_is_fitted__():
             raise NotFittedError(
                 f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
                 "appropriate arguments before using this feature map."
             )
         changed = self.__dict__.get("_changed_params")
+        changed = changed and {k: v for k, v in changed.items() if k not in redrawn}
         if changed:
             what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
             raise NotFittedError(
                 f"The parameters of this {type(self).__name__} changed since fit ({what}); "
                 "call 'fit' again before using this feature map."
             )
+
+    def _record_fitted_params(self):
+        """The parameters the fitted map belongs to (after ``fit`` or a ``redraw``), and
+        its columns for get_feature_names_out: a set_params after fit (as on any
+        scikit-learn estimator) changes nothing until the next fit."""
+        self._n_features_out = self.output_dim
+        self._fitted_params = self.get_params(deep=False)
+        self.__dict__.pop("_changed_params", None)
 
     def set_params(self, **params):
         """Set parameters (scikit-learn's ``set_params``); they take effect at the next

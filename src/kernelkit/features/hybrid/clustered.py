@@ -196,15 +196,18 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         """Draw new random projections (``W``, and ``W'`` of the Gaussian mixture), keeping
         the fitted clusters and matrices ``A^{ij}``; returns ``self``.
 
-        Cheap repetitions for Monte Carlo (k-means is not rerun).
+        Cheap repetitions for Monte Carlo (k-means is not rerun). The draws follow the
+        current ``n_features``, ``sampler`` and ``n_lambda``, so these may be changed by
+        ``set_params`` before a redraw (other changes need ``fit``).
         """
-        self._check_fitted()
+        self._check_fitted(redrawn=("n_features", "sampler", "n_lambda"))
         rng = check_random_state(random_state)
         d = self.A_.shape[-1]
         self.projection_ = draw_projection(self.n_features, d, rng, sampler=self.sampler)
         if self.mixture == "gaussian":
             self.lambda_projection_ = gaussian_projection(self.n_lambda, d, rng)
         self._build()
+        self._record_fitted_params()
         return self
 
     def _build(self):
