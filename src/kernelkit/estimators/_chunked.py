@@ -54,7 +54,7 @@ from .._backend.chunks import (
     reduce_rows,
 )
 from .._backend.sklearn_validation import validate_data
-from ._feature_map_param import map_features
+from ._feature_map_param import fitted_feature_map, map_features
 from ._posterior import choose_solver, gram_primal
 
 __all__ = [
@@ -152,6 +152,21 @@ def training_rows(est, X, y) -> TrainingRows:
         (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
     validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
     return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs)
+
+
+def fit_feature_map(est, rows: TrainingRows, n_jobs):
+    """Step 2 of the ridge / GP fits: ``est.feature_map`` cloned and fitted on the rows. In
+    memory on ``X``; on a Dask ``X`` itself when the map reads only the dimension or the
+    FAVOR# moments (``fit_reads``), else on the first non-empty chunk; on the first block
+    of an iterable (read once)."""
+    return fitted_feature_map(
+        est.feature_map,
+        est.random_state,
+        rows.head,
+        rows.owner,
+        n_jobs,
+        all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
+    )
 
 
 def reject_block_iterable(est, X) -> None:

@@ -19,10 +19,11 @@ from ._chunked import (
     FeatureStats,
     blocked_statistics,
     chunk_statistics,
+    fit_feature_map,
     training_rows,
     use_blocked_statistics,
 )
-from ._feature_map_param import fitted_feature_map, map_features
+from ._feature_map_param import map_features
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver
 
 __all__ = ["RandomFeatureRidge", "check_positive_float"]
@@ -138,16 +139,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         choose_solver(self.solver, 1, 1)  # validates the name
         n_jobs = check_n_jobs(self.n_jobs)
         rows = training_rows(self, X, y)  # 1. NumPy arrays, or chunks (Dask / iterable)
-        fm = self.feature_map_ = (
-            fitted_feature_map(  # 2. on X (Dask: see fit_reads), or the first block
-                self.feature_map,
-                self.random_state,
-                rows.head,
-                type(self).__name__,
-                n_jobs,
-                all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
-            )
-        )
+        fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs)  # 2. the map
         # 3.-4. features or their statistics, and the solve: the fit's only branch
         if rows.chunked:  # statistics reduced over the chunks
             coef, intercept, n = self._solve_statistics(chunk_statistics(fm, rows), alpha)
