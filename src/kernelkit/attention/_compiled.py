@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._linear import _block_rows, _CausalExp, causal_exp
+from ._linear import _block_rows, _CausalExp, causal_exp, fit_chunk
 from ._maps import LogFeatureMap
 
 __all__ = ["causal"]
@@ -28,17 +28,9 @@ def _features(kind, W_q, W_k, c, B_q, B_k, input_scale, d):
     return _PlainFeatures(kind, d)
 
 
-def fit_chunk(chunk: int, L: int) -> int:
-    """The causal chunk for ``L`` rows: ``chunk``, or the smallest power of two holding
-    ``L`` if that is smaller (no more padding than needed). The ops below apply it to
-    their concrete ``L``, so that a compiled graph never branches on a symbolic length
-    (``dynamic=True`` traces one graph for all lengths)."""
-    return min(chunk, 1 << max(0, (L - 1).bit_length()))
-
-
 def _run(xq, xk, v, keep, W_q, W_k, c, B_q, B_k, kind, input_scale, chunk):
     feat = _features(kind, W_q, W_k, c, B_q, B_k, input_scale, xq.shape[-1])
-    return causal_exp(xq, xk, v, keep, feat, fit_chunk(chunk, xq.shape[1]))
+    return causal_exp(xq, xk, v, keep, feat, chunk)  # fits the chunk to the concrete L
 
 
 @torch.library.custom_op("kernelkit::causal_linear_attention", mutates_args=())

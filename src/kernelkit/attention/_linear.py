@@ -54,7 +54,7 @@ import math
 
 import torch
 
-__all__ = ["bidirectional_plain", "causal_exp"]
+__all__ = ["bidirectional_plain", "causal_exp", "fit_chunk"]
 
 _NEG = -1e30  # finite "minus infinity" for maxima over masked / empty sets
 _POS = 1e30
@@ -599,6 +599,14 @@ def _block_rows(L: int, chunk: int) -> int:
     return chunk * max(1, min(512, max(4 * chunk, L // 8)) // chunk)
 
 
+def fit_chunk(chunk: int, L: int) -> int:
+    """The causal chunk for ``L`` rows: ``chunk``, or the smallest power of two holding
+    ``L`` if that is smaller (no more padding than needed). Applied to the concrete ``L``
+    inside the kernel (and the compiled ops), so that a compiled graph never branches on a
+    symbolic length (``dynamic=True`` traces one graph for all lengths)."""
+    return min(chunk, 1 << max(0, (L - 1).bit_length()))
+
+
 def causal_exp(xq, xk, v, keep, feat, chunk: int, block: int | None = None):
     """Causal attention from log features computed block by block (FAVOR# eq. 4).
 
@@ -606,10 +614,12 @@ def causal_exp(xq, xk, v, keep, feat, chunk: int, block: int | None = None):
     ``feat`` has ``n_out``, ``log_features(x, side, keep)`` (masked keys -> -1e30) and
     optionally ``vjp(x, side, dl)`` (the gradient of ``sum(dl * log_features(x))``
     w.r.t. ``x``; autograd on recomputed features otherwise); chunk a power of two;
-    block the rows per block (a multiple of ``chunk``; default :func:`_block_rows`). ``L``
-    is padded to a multiple of ``chunk`` with masked keys. Returns (B, L, e).
+    block the rows per block (a multiple of ``chunk``; default :func:`_block_rows`). The
+    chunk is at most the smallest power of two holding ``L`` (:func:`fit_chunk`); ``L`` is
+    padded to a multiple of it with masked keys. Returns (B, L, e).
     """
     B, L, _ = xq.shape
+    chunk = fit_chunk(chunk, L)
     pad = (-L) % chunk
     if pad:
         keep_p = torch.ones(B, L, dtype=torch.bool, device=xq.device) if keep is None else keep

@@ -1135,7 +1135,7 @@ def _causal(x, y, v, keep, fmap, chunk, batch):
         # the chunk to its concrete L, so L stays symbolic in the graph
         out = _compiled.causal(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)
     else:  # (B, L, e), no more padding than needed
-        out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, _compiled.fit_chunk(chunk, L))
+        out = causal_exp(xq, xk, v.reshape(B, L, e), kb, fmap, chunk)
     return out.reshape(*batch, L, e)
 
 
