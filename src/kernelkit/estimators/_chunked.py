@@ -64,6 +64,8 @@ __all__ = [
     "block_stats",
     "blocked_statistics",
     "chunk_statistics",
+    "fit_feature_map",
+    "prediction_rows",
     "reject_block_iterable",
     "training_rows",
     "use_blocked_statistics",
@@ -166,6 +168,15 @@ def fit_feature_map(est, rows: TrainingRows, n_jobs):
         rows.owner,
         n_jobs,
         all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
+    )
+
+
+def prediction_rows(est, X):
+    """A Dask ``X`` for the fitted ``est``'s predictions, checked now (2-D, real, the fitted
+    width); its columns in one chunk and unknown row counts left unknown (a row-wise map
+    needs none)."""
+    return as_dask_rows(
+        X, "X", est.n_features_in_, owner=type(est).__name__, vector="error", known_rows=False
     )
 
 

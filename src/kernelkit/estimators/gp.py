@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
-from .._backend.chunks import as_dask_rows, is_dask_array, map_row_chunks
+from .._backend.chunks import is_dask_array, map_row_chunks
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
@@ -34,6 +34,7 @@ from ._chunked import (
     blocked_statistics,
     chunk_statistics,
     fit_feature_map,
+    prediction_rows,
     reject_block_iterable,
     training_rows,
     use_blocked_statistics,
@@ -247,14 +248,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
                     "matrix); not available for Dask arrays."
                 )
             check_is_fitted(self)
-            X = as_dask_rows(
-                X,
-                "X",
-                self.n_features_in_,
-                owner=type(self).__name__,
-                vector="error",
-                known_rows=False,
-            )  # checked now, mapped lazily
+            X = prediction_rows(self, X)  # checked now, mapped lazily
             T = len(self._y_mean)
             if not return_std:
                 return map_row_chunks(X, self.predict, None if self._single else T)

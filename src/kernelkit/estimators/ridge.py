@@ -11,7 +11,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend.chunks import as_dask_rows, is_dask_array, map_row_chunks
+from .._backend.chunks import is_dask_array, map_row_chunks
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE
 from .._backend.sklearn_validation import validate_data
@@ -20,6 +20,7 @@ from ._chunked import (
     blocked_statistics,
     chunk_statistics,
     fit_feature_map,
+    prediction_rows,
     training_rows,
     use_blocked_statistics,
 )
@@ -183,14 +184,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         """``Re(phi(X) coef_) + intercept_``, shape (n,) or (n, T); lazy on Dask arrays."""
         check_is_fitted(self)
         if is_dask_array(X):  # checked now (rank, dtype, width), mapped lazily
-            X = as_dask_rows(
-                X,
-                "X",
-                self.n_features_in_,
-                owner=type(self).__name__,
-                vector="error",
-                known_rows=False,
-            )
+            X = prediction_rows(self, X)
             return map_row_chunks(X, self.predict, None if self._single else len(self.intercept_))
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False)
         Phi = map_features(self.feature_map_, X)
