@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.validation import validate_data as _sk_validate_data
 
-__all__ = ["validate_data"]
+__all__ = ["check_lazy_output", "validate_data"]
 
 
 def _check_real(a, name: str) -> None:
@@ -44,3 +44,18 @@ def validate_data(_estimator, /, X="no_validation", y="no_validation", **kwargs)
     _check_real(X, "X")
     _check_real(y, "y")
     return _sk_validate_data(_estimator, X, y, **kwargs)
+
+
+def check_lazy_output(est):
+    """``ValueError`` if ``est.set_output`` asks ``transform`` for a container (pandas,
+    polars): it would compute the lazy features of a Dask array into memory at once."""
+    from sklearn.utils._set_output import _get_output_config
+
+    dense = _get_output_config("transform", est)["dense"]
+    if dense != "default":
+        raise ValueError(
+            f"{type(est).__name__}.transform of a Dask X returns a lazy Dask array, which "
+            f"set_output(transform={dense!r}) would compute into one in-memory DataFrame. "
+            "Pass X.compute(), or use set_output(transform='default') and convert lazily "
+            "(dask.dataframe.from_dask_array(features, columns=get_feature_names_out()))."
+        )

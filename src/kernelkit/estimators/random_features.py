@@ -31,8 +31,7 @@ from .._backend.params import (
     RANDOM_STATE,
     int_range,
 )
-from .._backend.sklearn_validation import validate_data
-from ..features._dask import check_lazy_output
+from .._backend.sklearn_validation import check_lazy_output, validate_data
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 

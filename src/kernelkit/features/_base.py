@@ -59,7 +59,9 @@ from .._backend import (
     to_numpy,
 )
 from .._backend import validate_data as validate_array
-from ._dask import check_lazy_output, fit_dask, is_dask_array, lazy_features
+from .._backend.chunks import is_dask_array
+from .._backend.sklearn_validation import check_lazy_output
+from ._dask import fit_dask, lazy_features
 
 __all__ = ["KERNELS", "FeatureMap"]
 

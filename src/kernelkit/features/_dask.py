@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from .._backend.chunks import check_dask_matrix, is_dask_array
 from .._backend.parallel import OneThreadPerTask
 
-__all__ = ["check_lazy_output", "fit_dask", "is_dask_array", "lazy_features"]
+__all__ = ["fit_dask", "lazy_features"]
 
 
 def lazy_features(fm, X, side: str):
@@ -54,21 +54,6 @@ def lazy_features(fm, X, side: str):
         chunks=(X.chunks[0], (probe.shape[1],)),
         meta=np.empty((0, 0), dtype=probe.dtype),
     )
-
-
-def check_lazy_output(est):
-    """``ValueError`` if ``est.set_output`` asks ``transform`` for a container (pandas,
-    polars): it would compute the lazy features of a Dask array into memory at once."""
-    from sklearn.utils._set_output import _get_output_config
-
-    dense = _get_output_config("transform", est)["dense"]
-    if dense != "default":
-        raise ValueError(
-            f"{type(est).__name__}.transform of a Dask X returns a lazy Dask array, which "
-            f"set_output(transform={dense!r}) would compute into one in-memory DataFrame. "
-            "Pass X.compute(), or use set_output(transform='default') and convert lazily "
-            "(dask.dataframe.from_dask_array(features, columns=get_feature_names_out()))."
-        )
 
 
 def _first_rows(X, name: str):
@@ -107,11 +92,10 @@ def _chunk_sums(X, full: bool, first):
     return parts.sum(axis=0) + head
 
 
-def _moments_of(total, d: int, full: bool, lengthscale: float, name: str):
-    """(mean (d,), second moment (d, d) or (d,)) of the inputs divided by ``lengthscale``."""
+def _moments_of(total, d: int, full: bool, lengthscale: float):
+    """(mean (d,), second moment (d, d) or (d,)) of the inputs divided by ``lengthscale``;
+    ``total`` holds at least the rows of the first non-empty chunk."""
     n = total[0]
-    if n == 0:
-        raise ValueError(f"{name} is empty: found 0 samples.")
     mean = total[1 : 1 + d] / (n * lengthscale)
     second = total[1 + d :] / (n * lengthscale**2)
     return mean, second.reshape(d, d) if full else second
@@ -131,8 +115,8 @@ def dask_moments_thunk(X, Y, full: bool, lengthscale: float, firsts):
         lazy += [] if Y is None else [_chunk_sums(Y, full, firsts[1])]
         with np.errstate(over="ignore", invalid="ignore"), OneThreadPerTask():
             totals = dask.compute(*lazy)
-        mx, sx = _moments_of(totals[0], d, full, lengthscale, "X")
-        my, sy = (mx, sx) if Y is None else _moments_of(totals[1], d, full, lengthscale, "Y")
+        mx, sx = _moments_of(totals[0], d, full, lengthscale)
+        my, sy = (mx, sx) if Y is None else _moments_of(totals[1], d, full, lengthscale)
         for name, parts in (("X", (mx, sx)), ("Y", (my, sy))):
             if not all(np.isfinite(p).all() for p in parts):
                 raise ValueError(
