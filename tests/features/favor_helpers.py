@@ -9,7 +9,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernelkit.features import ADERF, GERF, SADERF, SDERF, HyperbolicRF, PositiveRF, TrigRF
+import kernelkit.features as features
+from kernelkit.features import (
+    ADERF,
+    GERF,
+    SADERF,
+    SDERF,
+    FeatureMap,
+    HyperbolicRF,
+    PositiveRF,
+    TrigRF,
+)
+
+#: every public feature-map class of kernelkit.features (all families), for the suites
+#: that check the shared contract on each
+PUBLIC_MAPS = [
+    getattr(features, name)
+    for name in features.__all__
+    if isinstance(getattr(features, name), type)
+    and issubclass(getattr(features, name), FeatureMap)
+    and name not in ("FeatureMap", "DotProductFeatureMap")
+]
 
 #: |z| bound for the entries of one Monte-Carlo estimate (entries are correlated, so a
 #: per-pair bound rather than a chi-square test; two-sided p ~ 7e-6 per entry).

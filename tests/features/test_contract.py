@@ -14,21 +14,15 @@ import pickle
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from favor_helpers import PUBLIC_MAPS
 from sklearn.linear_model import RidgeClassifier
 from sklearn.pipeline import Pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import kernelkit.features as features
-from kernelkit.features import FeatureMap
 
 #: every public feature-map class
-MAPS = [
-    getattr(features, name)
-    for name in features.__all__
-    if isinstance(getattr(features, name), type)
-    and issubclass(getattr(features, name), FeatureMap)
-    and name not in ("FeatureMap", "DotProductFeatureMap")
-]
+MAPS = PUBLIC_MAPS
 IDS = [cls.__name__ for cls in MAPS]
 
 #: small configurations: few features, so that the Monte Carlo tests have power

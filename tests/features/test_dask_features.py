@@ -13,20 +13,15 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from favor_helpers import PUBLIC_MAPS
 from sklearn.base import clone
 
 import kernelkit.features as features
-from kernelkit.features import GERF, SDERF, FeatureMap, PositiveRF
+from kernelkit.features import GERF, SDERF, PositiveRF
 
 da = pytest.importorskip("dask.array")
 
-MAPS = [
-    getattr(features, name)
-    for name in features.__all__
-    if isinstance(getattr(features, name), type)
-    and issubclass(getattr(features, name), FeatureMap)
-    and name not in ("FeatureMap", "DotProductFeatureMap")
-]
+MAPS = PUBLIC_MAPS
 IDS = [cls.__name__ for cls in MAPS]
 SMALL = {"ClusteredHybridRF": {"n_clusters": 2}}
 

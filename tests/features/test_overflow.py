@@ -12,17 +12,9 @@ import warnings
 
 import numpy as np
 import pytest
+from favor_helpers import PUBLIC_MAPS
 
-import kernelkit.features as features
-from kernelkit.features import FeatureMap
-
-MAPS = [
-    getattr(features, name)
-    for name in features.__all__
-    if isinstance(getattr(features, name), type)
-    and issubclass(getattr(features, name), FeatureMap)
-    and name not in ("FeatureMap", "DotProductFeatureMap")
-]
+MAPS = PUBLIC_MAPS
 SMALL = {
     "AngularHybridRF": {"n_features": 4, "n_lambda": 2},
     "GaussianHybridRF": {"n_features": 4, "n_lambda": 2},
