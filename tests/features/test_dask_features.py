@@ -357,3 +357,21 @@ def test_lazy_features_belong_to_the_map_as_fitted_at_transform(cls):
     assert fm.output_dim != want.shape[1] or np.abs(fm.transform(X) - want).max() > 1e-3
     for got, ref in ((out.compute(), want), (out_y.compute(), want_y)):  # chunked: round-off
         np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-13 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("cls", [SDERF, GERF], ids=lambda c: c.__name__)
+def test_one_chunk_moments_are_the_in_memory_moments_bit_for_bit(cls):
+    """A chunk's moment sums and the in-memory moments are one function (row blocks of a
+    fixed size, summed in order), so a fit on a one-chunk Dask array reads bit for bit the
+    moments of the in-memory fit (the chunk's sums were one Gram product of the whole
+    chunk, which differs in the last bits). 9001 x 64 rows take the blocked path."""
+    from kernelkit.features import favor
+
+    rng = np.random.default_rng(11)
+    X = 0.1 * rng.standard_normal((9001, 64)) + 0.05
+    assert favor.moments_are_threaded(X)
+    fm = cls(n_features=16, random_state=0).fit(da.from_array(X, chunks=(-1, 16)))
+    ref = cls(n_features=16, random_state=0).fit(X)
+    np.testing.assert_array_equal(fm.A_, ref.A_)
+    if ref.B_x_ is not None:
+        np.testing.assert_array_equal(fm.B_x_, ref.B_x_)

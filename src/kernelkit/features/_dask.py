@@ -26,6 +26,7 @@ import scipy.sparse as sp
 
 from .._backend.chunks import check_dask_matrix, is_dask_array
 from .._backend.parallel import OneThreadPerTask
+from .favor import blocked_sums
 
 __all__ = ["fit_dask", "lazy_features"]
 
@@ -70,10 +71,11 @@ def _first_rows(X, name: str):
 
 def _sums(Xb, full: bool):
     """``[n, sum_i x_i, sum_i x_i x_i^T (or its diagonal)]`` of rows (n, d), float64,
-    flattened: (1, 1 + d + d^2 or 2 d)."""
-    Xb = np.asarray(Xb, dtype=np.float64)
-    second = Xb.T @ Xb if full else np.einsum("ij,ij->j", Xb, Xb)
-    return np.concatenate([[Xb.shape[0]], Xb.sum(axis=0), second.ravel()])[None, :]
+    flattened: (1, 1 + d + d^2 or 2 d); the in-memory moments' sums
+    (:func:`~kernelkit.features.favor.blocked_sums`) of the rows as float64."""
+    Xb = np.ascontiguousarray(Xb, dtype=np.float64)  # (n, d)
+    ((second, total),) = blocked_sums([Xb], full)
+    return np.concatenate([[Xb.shape[0]], total, second.ravel()])[None, :]
 
 
 def _chunk_sums(X, full: bool, first):

@@ -215,45 +215,64 @@ def moments_are_threaded(X) -> bool:
     )
 
 
-def _blocked_moments(arrays, full, n_jobs) -> list:
-    """``[(mean, second moment) for X in arrays]`` of 2-D NumPy arrays in one threaded pass.
+def _row_blocks(n: int, d: int, itemsize: int) -> list:
+    """The row blocks ``[(lo, hi), ...]`` of an (n, d) array of ``itemsize``-byte entries:
+    about ``_MOMENT_BLOCK_BYTES`` each, at least 256 rows (fixed by the shape)."""
+    rows = max(256, _MOMENT_BLOCK_BYTES // (d * itemsize))
+    return [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
 
-    The second moment is ``X^T X / n`` (``full``) or its diagonal. Every array is cut into
-    row blocks of about ``_MOMENT_BLOCK_BYTES``, and its blocks into the fewest chunks of
-    near-equal size with at most ``_MOMENT_CHUNK_BLOCKS`` blocks each (all fixed by the
-    shape). A thread of the pool takes a whole chunk (BLAS on one thread: per block a Gram
-    matrix (syrk) or column sums of squares, and the column sums, in the core's cache,
-    added into the chunk's sums in block order), and the chunk sums are added in chunk
-    order, so the moments do not depend on the thread count. Chunks keep the tasks few:
-    one Python hand-over per few MiB instead of per block. (NumPy's matmul releases the
-    GIL; SciPy's BLAS wrappers do not.)
+
+def _block_sums(X, blocks, full: bool, ones):
+    """``(sum_i x_i x_i^T or its diagonal, sum_i x_i)`` over the rows of the row blocks
+    ``blocks`` ``[(lo, hi), ...]`` of the 2-D NumPy ``X`` (n, d), added in block order.
+
+    The one inner loop of the moment sums (through :func:`blocked_sums`: the in-memory
+    moments and the chunk sums of the feature maps' Dask and blocked fits). Per block,
+    with the block in the core's cache: its Gram matrix (syrk) or column sums of squares,
+    then its column sums (a product with ``ones``, float64, at least as long as the
+    longest block: a gemv beats ``.sum(axis=0)``). Returns the second sums (d, d) or (d,)
+    in ``X``'s dtype and the column sums (d,) in float64.
+    """
+    d = X.shape[1]
+    second = np.zeros((d, d) if full else d, dtype=X.dtype)
+    total = np.zeros(d)
+    buf = np.empty_like(second)  # one block's Gram / sums of squares
+    for lo, hi in blocks:
+        Xb = X[lo:hi]  # (rows, d), a view
+        if full:
+            np.matmul(Xb.T, Xb, out=buf)
+        else:
+            np.einsum("ij,ij->j", Xb, Xb, out=buf)
+        second += buf
+        total += ones[: hi - lo] @ Xb  # (d,)
+    return second, total
+
+
+def blocked_sums(arrays, full: bool, n_jobs=None) -> list:
+    """``[(sum_i x_i x_i^T or its diagonal, sum_i x_i) for X in arrays]`` of 2-D NumPy
+    arrays in one threaded pass (shapes (d, d) or (d,) in ``X``'s dtype, and (d,) float64).
+
+    Every array is cut into row blocks of about ``_MOMENT_BLOCK_BYTES``
+    (:func:`_row_blocks`), and its blocks into the fewest chunks of near-equal size with at
+    most ``_MOMENT_CHUNK_BLOCKS`` blocks each (all fixed by the shape). A thread of the
+    pool takes a whole chunk (BLAS on one thread: :func:`_block_sums` of its blocks), and
+    the chunk sums are added in chunk order, so the sums do not depend on the thread
+    count. Chunks keep the tasks few: one Python hand-over per few MiB instead of per
+    block. (NumPy's matmul releases the GIL; SciPy's BLAS wrappers do not.)
     """
     tasks = []  # (array index, [(lo, hi) row blocks])
     for i, X in enumerate(arrays):
-        n, d = X.shape
-        rows = max(256, _MOMENT_BLOCK_BYTES // (d * X.itemsize))
-        blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+        blocks = _row_blocks(*X.shape, X.itemsize)
+        if not blocks:  # no rows: zero sums
+            continue
         n_chunks = -(-len(blocks) // _MOMENT_CHUNK_BLOCKS)  # chunks of near-equal size
         bounds = [len(blocks) * k // n_chunks for k in range(n_chunks + 1)]
         tasks += [(i, blocks[a:b]) for a, b in itertools.pairwise(bounds)]
-    ones = np.ones(max(hi - lo for _, blocks in tasks for lo, hi in blocks))
+    ones = np.ones(max((hi - lo for _, blocks in tasks for lo, hi in blocks), default=0))
 
     def chunk(task):
         i, blocks = task
-        X = arrays[i]
-        d = X.shape[1]
-        second = np.zeros((d, d) if full else d, dtype=X.dtype)
-        total = np.zeros(d)
-        buf = np.empty_like(second)  # one block's Gram / sums of squares
-        for lo, hi in blocks:
-            Xb = X[lo:hi]  # (rows, d), a view
-            if full:
-                np.matmul(Xb.T, Xb, out=buf)
-            else:
-                np.einsum("ij,ij->j", Xb, Xb, out=buf)
-            second += buf
-            total += ones[: hi - lo] @ Xb  # column sums: gemv beats .sum(axis=0)
-        return second, total
+        return _block_sums(arrays[i], blocks, full, ones)
 
     threads = min(effective_n_jobs(n_jobs), len(tasks))
     if threads > 1:
@@ -264,10 +283,24 @@ def _blocked_moments(arrays, full, n_jobs) -> list:
     out = []
     for i, X in enumerate(arrays):
         mine = [part for task, part in zip(tasks, parts, strict=True) if task[0] == i]
+        if not mine:  # no rows
+            d = X.shape[1]
+            out.append((np.zeros((d, d) if full else d, dtype=X.dtype), np.zeros(d)))
+            continue
         second, total = mine[0]
         for s2, t in mine[1:]:
             second += s2
             total += t
+        out.append((second, total))
+    return out
+
+
+def _blocked_moments(arrays, full, n_jobs) -> list:
+    """``[(mean, second moment) for X in arrays]`` of 2-D NumPy arrays in one threaded pass
+    of :func:`blocked_sums`: the second moment is ``X^T X / n`` (``full``) or its
+    diagonal; neither depends on the thread count."""
+    out = []
+    for X, (second, total) in zip(arrays, blocked_sums(arrays, full, n_jobs), strict=True):
         n = X.shape[0]
         mean = total / n  # float64 (the ones are): as before for the full moments
         out.append((mean if full else mean.astype(X.dtype, copy=False), second / n))
