@@ -375,3 +375,68 @@ def test_one_chunk_moments_are_the_in_memory_moments_bit_for_bit(cls):
     np.testing.assert_array_equal(fm.A_, ref.A_)
     if ref.B_x_ is not None:
         np.testing.assert_array_equal(fm.B_x_, ref.B_x_)
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return min((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1)
+
+
+@pytest.mark.parametrize("cls", [PositiveRF, features.RandomFourierFeatures], ids=["PRF", "RFF"])
+def test_lazy_transform_tasks_run_on_one_thread_under_the_threaded_scheduler(cls, monkeypatch):
+    """Under Dask's threaded scheduler (several worker threads) each chunk task of a lazy
+    transform runs on one thread, BLAS and kernelkit's (it used kernelkit's default
+    thread count, here 4, and BLAS's: cores x cores threads); under the synchronous
+    scheduler it keeps them. The features are bit for bit those of each chunk in memory:
+    a 10 000-row chunk takes the threaded row-block path in memory, a 500-row chunk the
+    one-call path. The BLAS limit is set and restored by the worker threads (threadpoolctl
+    ignored it from any thread but the first to set one, the main thread)."""
+    import dask
+
+    from kernelkit._backend.parallel import SingleThreadedBlas, effective_n_jobs
+
+    monkeypatch.setenv("KERNELKIT_NUM_THREADS", "4")
+    with SingleThreadedBlas():  # as in-memory fits do: the main thread sets a limit first
+        pass
+    rng = np.random.default_rng(3)
+    X = 0.3 * rng.standard_normal((20500, 16))
+    fm = cls(n_features=64, random_state=0).fit(X)
+    seen = []
+    features_of = cls._features
+
+    def spy(self, Xb, xp, side):
+        seen.append((effective_n_jobs(None), _blas_threads()))
+        return features_of(self, Xb, xp, side)
+
+    monkeypatch.setattr(cls, "_features", spy)
+    dX = da.from_array(X, chunks=((10000, 10000, 500), 16))
+    lazy = fm.transform(dX)
+    outside = effective_n_jobs(None), _blas_threads()
+    assert outside[0] == 4
+    for scheduler, want in (("threads", (1, 1)), ("sync", outside)):
+        seen.clear()
+        with dask.config.set(scheduler=scheduler, num_workers=3):
+            out = lazy.compute()
+        assert seen == [want] * 3
+        for lo, hi in ((0, 10000), (10000, 20000), (20000, 20500)):
+            np.testing.assert_array_equal(out[lo:hi], fm.transform(X[lo:hi]))
+    assert (effective_n_jobs(None), _blas_threads()) == outside  # restored
+
+
+def test_lazy_transform_on_a_distributed_cluster_is_unchanged(cluster_client):
+    """On ``distributed`` workers a task keeps its threads (one each: the workers start
+    with one BLAS thread), and the features are those of each chunk in memory."""
+    import dask
+
+    from kernelkit._backend.chunks import one_thread_per_task
+
+    rng = np.random.default_rng(4)
+    X = 0.3 * rng.standard_normal((3000, 8))
+    fm = PositiveRF(n_features=32, random_state=0).fit(X)
+    with dask.config.set(scheduler=cluster_client):
+        out = fm.transform(da.from_array(X, chunks=1000)).compute()
+    for lo in range(0, 3000, 1000):
+        np.testing.assert_array_equal(out[lo : lo + 1000], fm.transform(X[lo : lo + 1000]))
+    context = cluster_client.submit(lambda: type(one_thread_per_task()).__name__, pure=False)
+    assert context.result() == "nullcontext"

@@ -18,7 +18,8 @@ Every NumPy block is checked by :func:`check_block` (real, finite, the right col
 with a message naming the block), Dask arrays are checked and aligned lazily by
 :func:`as_dask_rows` (class labels of any dtype by :func:`as_dask_labels`), and
 :func:`map_row_chunks` maps a function over row chunks lazily (predictions on Dask
-input). Dask is imported only when a Dask array is actually given.
+input), each task on one thread under the threaded scheduler (:func:`one_thread_per_task`).
+Dask is imported only when a Dask array is actually given.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ __all__ = [
     "is_dask_array",
     "iter_block_pairs",
     "map_row_chunks",
+    "one_thread_per_task",
+    "one_thread_per_task_map",
     "reduce_blocks",
     "reduce_rows",
     "tree_reduce",
@@ -269,6 +272,7 @@ def map_row_chunks(Z, fn, n_outputs: int | None = None):
     """``fn`` over the row chunks of the Dask array ``Z`` (n, d), lazily: a float64 Dask
     array of shape (n,) (``n_outputs=None``) or (n, n_outputs)."""
     Z = Z.rechunk({1: -1})
+    fn = one_thread_per_task_map(fn)  # one thread per task on the threaded scheduler
     if n_outputs is None:
         return Z.map_blocks(fn, drop_axis=1, dtype=np.float64, meta=np.empty(0))
     return Z.map_blocks(
@@ -304,6 +308,63 @@ def blas_threads_for_dask(result, n_chunks: int):
     if n_chunks > 1 and dask.base.get_scheduler(collections=[result]) is dask.threaded.get:
         return OneThreadPerTask()
     return contextlib.nullcontext()
+
+
+def _threaded_scheduler_workers() -> int:
+    """Worker threads of the Dask threaded-scheduler pool whose thread calls this, or 0.
+
+    The pools are those of ``dask.threaded.get``: its default pool, the pools it makes
+    per calling thread and worker count, and a ``concurrent.futures`` pool set as
+    ``dask.config.set(pool=...)``. Other threads (the synchronous scheduler's caller, a
+    ``distributed`` worker's, kernelkit's own) are not in them. Dask is not imported.
+    """
+    import sys
+    import threading
+
+    threaded = sys.modules.get("dask.threaded")
+    if threaded is None:  # no threaded scheduler has run in this process
+        return 0
+    import dask
+
+    pools = [getattr(threaded, "default_pool", None), dask.config.get("pool", None)]
+    with threaded.pools_lock:  # the scheduler adds pools from other threads
+        pools += [pool for per_thread in threaded.pools.values() for pool in per_thread.values()]
+    thread = threading.current_thread()
+    for pool in pools:
+        # a ThreadPoolExecutor's worker: named "<prefix>_<k>" (a new worker runs its first
+        # task before the pool adds it to its _threads)
+        prefix = getattr(pool, "_thread_name_prefix", None)
+        named = bool(prefix) and thread.name.startswith(f"{prefix}_")
+        if named or thread in getattr(pool, "_threads", ()):
+            return int(pool._max_workers)
+    return 0
+
+
+def one_thread_per_task():
+    """One thread (BLAS and kernelkit's) for a Dask task that the threaded scheduler runs
+    on a pool of several threads, as :func:`blas_threads_for_dask` gives the fits' tasks:
+    a context manager to enter inside the task. Elsewhere (the synchronous scheduler, a
+    ``distributed`` worker, a one-thread pool, no Dask) it changes nothing.
+
+    The lazy maps of Dask arrays (feature maps' ``transform``, predictions) do not
+    control the ``compute`` that runs them, so each task decides for itself; the values
+    do not depend on it (kernelkit's results never depend on its thread count, and its
+    parallel blocks run BLAS on one thread anyway).
+    """
+    if _threaded_scheduler_workers() > 1:
+        return OneThreadPerTask()
+    return contextlib.nullcontext()
+
+
+def one_thread_per_task_map(fn):
+    """``fn`` run under :func:`one_thread_per_task` (a function to map over row chunks)."""
+
+    @functools.wraps(fn)
+    def task(*args, **kwargs):
+        with one_thread_per_task():
+            return fn(*args, **kwargs)
+
+    return task
 
 
 # ------------------------------------------------------------------------ reductions

@@ -129,12 +129,36 @@ def _blas_threads():
     return min(counts) if counts else None
 
 
+def _as_blas_controller(fn):
+    """``fn()`` with this thread allowed to set OpenBLAS's (process-wide) thread count.
+
+    threadpoolctl (3.8) lets only one "controlling" Python thread set a pthreads
+    OpenBLAS's thread count, the first that sets it, and silently ignores the others;
+    a limit set without a ``with`` block never hands control back. So once the main
+    thread had set a limit, a limit set (or restored) by a Dask worker thread did
+    nothing. kernelkit sets and restores its limit under its own lock, as the
+    controlling thread of that moment, and then hands control back.
+    """
+    try:
+        from threadpoolctl import OpenBLASController
+
+        clear = OpenBLASController.clear_controlling_thread
+    except (ImportError, AttributeError):  # older threadpoolctl: any thread sets
+        return fn()
+    clear(force=True)
+    try:
+        return fn()
+    finally:
+        clear(force=True)
+
+
 class SingleThreadedBlas:
     """Context manager: BLAS on one thread while kernelkit's own threads (or Dask's) run.
 
     Reference counted, so concurrent and nested users restore the original limit exactly
-    once. Also used around small (d x d, m x m) linear algebra: a threaded OpenBLAS call
-    leaves its worker threads spinning for ~0.1 s, which slows the next big computation.
+    once, whichever thread enters first or leaves last. Also used around small (d x d,
+    m x m) linear algebra: a threaded OpenBLAS call leaves its worker threads spinning for
+    ~0.1 s, which slows the next big computation.
     """
 
     def __enter__(self):
@@ -145,7 +169,7 @@ class SingleThreadedBlas:
                 _blas_state["orig"] = _blas_threads()
                 if ctl:
                     try:
-                        ctx = ctl.limit(limits=1)
+                        ctx = _as_blas_controller(lambda: ctl.limit(limits=1))
                     except Exception:
                         ctx = None
                 _blas_state["ctx"] = ctx
@@ -157,7 +181,7 @@ class SingleThreadedBlas:
             _blas_state["users"] -= 1
             if _blas_state["users"] == 0 and _blas_state["ctx"] is not None:
                 ctx, _blas_state["ctx"] = _blas_state["ctx"], None
-                ctx.restore_original_limits()
+                _as_blas_controller(ctx.restore_original_limits)
         return False
 
 

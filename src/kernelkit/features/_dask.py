@@ -5,7 +5,8 @@ A ``dask.array.Array`` of shape (n, d) is accepted wherever a feature map takes 
 
 * ``transform`` / ``transform_y`` return a lazy Dask array (n, output_dim) with the input's
   row chunks, one task per chunk (each block validated and mapped as a NumPy array would
-  be, so a NaN is reported when its chunk is computed);
+  be, so a NaN is reported when its chunk is computed; on one thread, BLAS and
+  kernelkit's, when the threaded scheduler runs the tasks on several threads);
 * ``fit`` reads as little as the map needs. Maps whose parameters depend on the input
   dimension only (``fit_reads = "shape"``) are fitted on the first non-empty chunk: the
   same draws as a fit on all rows. The FAVOR# maps (``"moments"``) get their first and
@@ -24,7 +25,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend.chunks import check_dask_matrix, is_dask_array
+from .._backend.chunks import check_dask_matrix, is_dask_array, one_thread_per_task_map
 from .._backend.parallel import OneThreadPerTask
 from .favor import blocked_sums
 
@@ -39,6 +40,7 @@ def lazy_features(fm, X, side: str):
     X = check_dask_matrix(X, name, fm.n_features_in_)
     fm = copy.deepcopy(fm)  # the map as fitted now: a refit before compute changes nothing
 
+    @one_thread_per_task_map  # a task of the threaded scheduler: one thread, not cores
     def block(Xb):  # (rows, d) NumPy -> (rows, output_dim): the in-memory path
         Xb, xp = fm._check_X(Xb, name)
         return fm._features(Xb, xp, side)
