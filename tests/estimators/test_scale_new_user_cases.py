@@ -134,20 +134,22 @@ def test_boolean_columns_and_targets_in_chunks_are_numbers_as_in_memory():
 
 
 def test_a_list_of_pairs_and_a_consumed_generator_are_explained():
-    """A list of (X_block, y_block) pairs is array-like (scikit-learn's convention), so it
-    was taken as X with y missing ("requires y to be passed"); refitting a consumed
-    generator said only that the iterable is empty. Both messages now say what to do."""
+    """A list of (X_block, y_block) pairs was taken as array-like X with y missing
+    ("requires y to be passed"); it is now fitted block by block, as the iterator over it
+    is. A list of rows without y says what to pass; refitting a consumed generator said
+    only that the iterable is empty. Both messages now say what to do."""
     X, y = _data(n=400)
     pairs = [(X[:200], y[:200]), (X[200:], y[200:])]
-    with pytest.raises(ValueError, match=r"RandomFeatureRidge: y is required.*iter\(blocks\)"):
-        RandomFeatureRidge(FM).fit(pairs, None)
+    with pytest.raises(ValueError, match=r"RandomFeatureRidge: y is required.*\[\(X0, y0\)"):
+        RandomFeatureRidge(FM).fit([list(row) for row in X], None)
     ref = RandomFeatureRidge(FM, solver="primal").fit(X, y)
-    np.testing.assert_allclose(  # the hint works
-        RandomFeatureRidge(FM).fit(iter(pairs), None).coef_,
-        ref.coef_,
-        rtol=0,
-        atol=_coef_atol(ref, X, 1.0),
-    )
+    for given in (pairs, tuple(pairs), iter(pairs)):
+        np.testing.assert_allclose(
+            RandomFeatureRidge(FM).fit(given, None).coef_,
+            ref.coef_,
+            rtol=0,
+            atol=_coef_atol(ref, X, 1.0),
+        )
     blocks = iter(pairs)
     RandomFeatureGPRegressor(FM).fit(blocks, None)
     with pytest.raises(ValueError, match="yields its blocks once: make a new one"):

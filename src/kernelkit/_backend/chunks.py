@@ -12,7 +12,8 @@ data in the same three ways (user guide: "Scale-out with Dask"):
   thread (BLAS and kernelkit's) per task under the threaded scheduler
   (:func:`blas_threads_for_dask`);
 * **an iterable of** ``(X_block, Y_block)`` **pairs** -- consumed once, in order
-  (:func:`iter_block_pairs`).
+  (:func:`iter_block_pairs`); a list, tuple or other sequence of them
+  (:func:`is_block_sequence`) can be read again.
 
 Every NumPy block is checked by :func:`check_block` (real, finite, the right columns,
 with a message naming the block), Dask arrays are checked and aligned lazily by
@@ -27,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -40,6 +41,7 @@ __all__ = [
     "check_block",
     "check_dask_matrix",
     "dask_unique",
+    "is_block_sequence",
     "is_chunked",
     "is_dask_array",
     "iter_block_pairs",
@@ -71,6 +73,21 @@ def is_chunked(X) -> bool:
     if hasattr(X, "shape") or hasattr(X, "__array_namespace__"):  # torch & friends
         return False
     return isinstance(X, Iterable)
+
+
+def is_block_sequence(X) -> bool:
+    """Whether ``X`` is an iterable of blocks that can be read again: a list or tuple of
+    ``(X_block, Y_block)`` pairs of arrays (array-likes of numbers are not: their items
+    are numbers, or rows without ``ndim``), or another ``collections.abc.Sequence`` that
+    is not array-like (:func:`is_chunked`). Generators and iterators are read once."""
+    if isinstance(X, list | tuple):
+        return len(X) > 0 and all(
+            isinstance(pair, list | tuple)
+            and len(pair) == 2
+            and all(getattr(z, "ndim", 0) >= 1 for z in pair)
+            for pair in X
+        )
+    return isinstance(X, Sequence) and is_chunked(X) and not is_dask_array(X)
 
 
 def _is_real(dtype) -> bool:

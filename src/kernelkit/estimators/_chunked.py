@@ -12,7 +12,9 @@ ways and branch on them once, in ``fit`` (user guide: "Scale-out with Dask"):
   blocks on kernelkit's threads (``n_jobs``), never all features at once;
 * **chunked** -- a ``dask.array.Array`` (one task per row chunk on the active Dask
   scheduler, or a ``distributed.Client``, tree-reduced) or an iterable of
-  ``(X_block, y_block)`` NumPy pairs (consumed once, in order); primal form only.
+  ``(X_block, y_block)`` NumPy pairs (consumed once, in order; a list, tuple or other
+  sequence of pairs is read once more for the moments of a FAVOR# map); primal form
+  only.
 
 The primal form needs the data only through the sums over rows
 
@@ -32,14 +34,15 @@ Each block's rows are mapped to features a slab at a time
 BLAS symmetric rank-k update for real features, and the blocks' statistics are summed
 (:func:`kernelkit._backend.chunks.reduce_rows`). The feature map is fitted
 on a Dask ``X`` itself when it reads only the dimension or the FAVOR# moments of its data
-(``fit_reads``), else on the first non-empty chunk (or block of an iterable).
+(``fit_reads``), and on a sequence of blocks with the moments of all its blocks when it
+reads them; else on the first non-empty chunk (or block of an iterable).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +51,7 @@ from scipy.linalg.blas import dsyrk
 from .._backend.chunks import (
     as_dask_rows,
     check_block,
+    is_block_sequence,
     is_chunked,
     is_dask_array,
     iter_block_pairs,
@@ -93,8 +97,10 @@ class TrainingRows:
 
     In memory: ``X`` (n, d) and ``Y`` (n, T) NumPy arrays. Chunked: ``X`` and ``Y`` are
     aligned Dask arrays (``Y`` (n,) or (n, T)), or ``X`` is None and ``pairs`` yields the
-    remaining checked ``(X_block, y_block)`` pairs of an iterable. ``head`` (n_0, d) is
-    what the feature map is fitted on: all of ``X``, or the first non-empty chunk.
+    checked ``(X_block, y_block)`` pairs of an iterable (``blocks``: the iterable itself
+    when it can be read again, a list, tuple or other sequence; None when it is read
+    once). ``head`` (n_0, d) is what the feature map is fitted on: all of ``X``, or the
+    first non-empty chunk.
     """
 
     owner: str
@@ -104,6 +110,7 @@ class TrainingRows:
     head: np.ndarray
     y_ndim: int
     pairs: Iterator | None = None
+    blocks: Sequence | None = None
 
 
 def training_rows(est, X, y) -> TrainingRows:
@@ -113,12 +120,15 @@ def training_rows(est, X, y) -> TrainingRows:
     chunk here and chunk by chunk while its statistics are reduced.
     """
     name = type(est).__name__
-    if not is_chunked(X):
+    # pairs that can be read again (a list of pairs would be array-like X otherwise)
+    sequence = X if y is None and is_block_sequence(X) else None
+    if sequence is None and not is_chunked(X):
         if y is None and isinstance(X, list | tuple):  # scikit-learn would not say why
             raise ValueError(
-                f"{name}: y is required; a list or tuple X is an array of rows. To fit "
-                "(X_block, y_block) pairs chunk by chunk, pass an iterator over them, "
-                "e.g. iter(blocks), with y=None."
+                f"{name}: y is required; a list or tuple X that is not a list of "
+                "(X_block, y_block) array pairs is an array of rows. To fit pairs chunk "
+                "by chunk, pass a list (or another sequence, or an iterator) of them, "
+                "e.g. [(X0, y0), (X1, y1)], with y=None."
             )
         try:  # string labels: scikit-learn's message would not name y
             np.asarray(y, dtype=np.float64)
@@ -153,14 +163,26 @@ def training_rows(est, X, y) -> TrainingRows:
             raise ValueError(f"{name}: every block of the iterable is empty.")
         (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
     validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
-    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs)
+    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence)
 
 
 def fit_feature_map(est, rows: TrainingRows, n_jobs):
     """Step 2 of the ridge / GP fits: ``est.feature_map`` cloned and fitted on the rows. In
     memory on ``X``; on a Dask ``X`` itself when the map reads only the dimension or the
-    FAVOR# moments (``fit_reads``), else on the first non-empty chunk; on the first block
-    of an iterable (read once)."""
+    FAVOR# moments (``fit_reads``), else on the first non-empty chunk. On an iterable of
+    blocks: on the first non-empty block, with the FAVOR# moments of all blocks when the
+    map reads them and the iterable can be read again (a sequence: one more pass over its
+    blocks, before the pass of :func:`chunk_statistics`); a generator or iterator is read
+    once, by the statistics, so its map sees the first block only."""
+    blocks = None
+    if rows.blocks is not None:
+
+        def blocks():  # a new pass over the sequence's X blocks, each checked
+            pairs = iter_block_pairs(
+                rows.blocks, rows.owner, ("X", "y"), vector=("error", "keep"), dtype=None
+            )
+            return (Xb for Xb, _ in pairs)
+
     return fitted_feature_map(
         est.feature_map,
         est.random_state,
@@ -168,6 +190,7 @@ def fit_feature_map(est, rows: TrainingRows, n_jobs):
         rows.owner,
         n_jobs,
         all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
+        blocks=blocks,
     )
 
 

@@ -15,12 +15,18 @@ __all__ = ["DEFAULT_N_FEATURES", "fitted_feature_map", "map_features"]
 DEFAULT_N_FEATURES = 256
 
 
-def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None, all_rows=None):
+def fitted_feature_map(
+    feature_map, random_state, X, owner: str, n_jobs=None, all_rows=None, blocks=None
+):
     """Clone (or create) the feature map, check it is symmetric, fit it on ``X`` (n, d).
 
     ``all_rows``: the whole Dask array of a chunked fit, whose first chunk is ``X``. A
     kernelkit map that reads only the dimension or the moments of its data (``fit_reads``
     ``"shape"`` or ``"moments"``) is fitted on it, as in memory; others on ``X``.
+    ``blocks``: for a sequence of blocks that can be read again, whose first non-empty
+    block is ``X``, a function returning a new iterator over its X blocks: a map that
+    reads the moments is fitted on the moments of all of them
+    (:func:`kernelkit.features._dask.fit_on_blocks`); others on ``X``.
 
     ``None`` gives ``RandomFourierFeatures(n_features=256, random_state=random_state,
     n_jobs=n_jobs)`` (Gaussian kernel, lengthscale 1). A given map is cloned, and the
@@ -62,8 +68,15 @@ def fitted_feature_map(feature_map, random_state, X, owner: str, n_jobs=None, al
             inherit["random_state"] = int(rs.integers(2**32 - 1))
         if inherit:
             fm.set_params(**inherit)
-    streams = all_rows is not None and getattr(fm, "fit_reads", "all") in ("shape", "moments")
-    fm.fit(all_rows if streams else X)
+    reads = getattr(fm, "fit_reads", "all")
+    if all_rows is not None and reads in ("shape", "moments"):
+        fm.fit(all_rows)
+    elif blocks is not None and reads == "moments":
+        from ..features._dask import fit_on_blocks
+
+        fit_on_blocks(fm, X, blocks)  # one pass over the blocks for the moments
+    else:
+        fm.fit(X)
     inner = getattr(fm, "feature_map_", None)  # RandomFeatures: the map of its method
     if inner is not None:  # asymmetric methods are only known once fitted
         _check_symmetric(inner, f"{type(fm).__name__}'s {type(inner).__name__}", owner)

@@ -78,13 +78,15 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     -----
     Out of core: ``fit`` also takes ``X`` as a ``dask.array.Array`` (with ``y`` a Dask or
     NumPy array) or as an iterable of ``(X_block, y_block)`` NumPy pairs (then
-    ``y=None``). Each chunk of rows is mapped to features and reduced to ``Phi^H Phi``,
-    ``Phi^H Y`` and sums (:mod:`kernelkit.estimators._chunked`), in parallel on the active
-    Dask scheduler or ``distributed.Client``; only the ``D x D`` primal system is solved.
-    The feature map is fitted on a Dask array as in memory when it reads only the
-    dimension or the FAVOR# moments of its data (``fit_reads``; one extra pass of chunk
-    sums), else on the first non-empty chunk (or block of an iterable). ``predict`` on a
-    Dask array is lazy. See the user guide page "Scale-out with Dask".
+    ``y=None``: a list, tuple or other sequence of pairs, or a generator). Each chunk of
+    rows is mapped to features and reduced to ``Phi^H Phi``, ``Phi^H Y`` and sums
+    (:mod:`kernelkit.estimators._chunked`), in parallel on the active Dask scheduler or
+    ``distributed.Client``; only the ``D x D`` primal system is solved. The feature map
+    is fitted as in memory when it reads only the dimension of its data, or its FAVOR#
+    moments (``fit_reads``) and ``X`` is a Dask array or a sequence of blocks (one extra
+    pass of chunk sums); else on the first non-empty chunk or block (a generator or
+    iterator is read once). ``predict`` on a Dask array is lazy. See the user guide page
+    "Scale-out with Dask".
 
     Attributes
     ----------

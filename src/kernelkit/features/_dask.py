@@ -14,6 +14,9 @@ A ``dask.array.Array`` of shape (n, d) is accepted wherever a feature map takes 
   Dask scheduler, and are fitted from them exactly as from in-memory rows. The other
   maps (``"all"``: k-means centres, optimised degree allocations, unit-row checks) read
   every row, so ``fit`` computes the array first.
+
+The same moment sums fit a map on a sequence of NumPy row blocks that can be read again
+(:func:`fit_on_blocks`: the ridge / GP estimators' fits on a list of blocks).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .._backend.chunks import check_dask_matrix, is_dask_array, one_thread_per_t
 from .._backend.parallel import OneThreadPerTask
 from .favor import blocked_sums
 
-__all__ = ["fit_dask", "lazy_features"]
+__all__ = ["fit_dask", "fit_on_blocks", "lazy_features"]
 
 
 def lazy_features(fm, X, side: str):
@@ -71,12 +74,13 @@ def _first_rows(X, name: str):
     raise ValueError(f"{name} is empty: found 0 samples (shape {(0, X.shape[1])}).")
 
 
-def _sums(Xb, full: bool):
+def _sums(Xb, full: bool, n_jobs=None):
     """``[n, sum_i x_i, sum_i x_i x_i^T (or its diagonal)]`` of rows (n, d), float64,
     flattened: (1, 1 + d + d^2 or 2 d); the in-memory moments' sums
-    (:func:`~kernelkit.features.favor.blocked_sums`) of the rows as float64."""
+    (:func:`~kernelkit.features.favor.blocked_sums`, on ``n_jobs`` threads) of the rows
+    as float64."""
     Xb = np.ascontiguousarray(Xb, dtype=np.float64)  # (n, d)
-    ((second, total),) = blocked_sums([Xb], full)
+    ((second, total),) = blocked_sums([Xb], full, n_jobs)
     return np.concatenate([[Xb.shape[0]], total, second.ravel()])[None, :]
 
 
@@ -105,31 +109,67 @@ def _moments_of(total, d: int, full: bool, lengthscale: float):
     return mean, second.reshape(d, d) if full else second
 
 
+def _finite_moments(totals, d: int, full: bool, lengthscale: float):
+    """The FAVOR# :class:`~kernelkit.features.favor.Moments` of the sums ``totals`` of X
+    (and of Y, if given: ``[x_sums]`` or ``[x_sums, y_sums]``, each :func:`_sums`' row);
+    ``ValueError`` naming ``X`` or ``Y`` if they are not finite."""
+    from .favor import Moments
+
+    mx, sx = _moments_of(totals[0], d, full, lengthscale)
+    my, sy = (mx, sx) if len(totals) == 1 else _moments_of(totals[1], d, full, lengthscale)
+    for name, parts in (("X", (mx, sx)), ("Y", (my, sy))):
+        if not all(np.isfinite(p).all() for p in parts):
+            raise ValueError(
+                f"{name} contains NaN or infinity (or values whose squares overflow "
+                "float64): its moments are not finite."
+            )
+    return Moments(mx, sx, my, sy)
+
+
 def dask_moments_thunk(X, Y, full: bool, lengthscale: float, firsts):
     """A function computing the FAVOR# :class:`~kernelkit.features.favor.Moments` of the Dask
     arrays ``X`` and ``Y`` (``Y`` None: the keys are ``X``) in one pass of the scheduler;
     ``firsts``: their first non-empty chunks, already computed (:func:`_first_rows`)."""
     import dask
 
-    from .favor import Moments
-
     def compute():
-        d = X.shape[1]
         lazy = [_chunk_sums(X, full, firsts[0])]
         lazy += [] if Y is None else [_chunk_sums(Y, full, firsts[1])]
         with np.errstate(over="ignore", invalid="ignore"), OneThreadPerTask():
             totals = dask.compute(*lazy)
-        mx, sx = _moments_of(totals[0], d, full, lengthscale)
-        my, sy = (mx, sx) if Y is None else _moments_of(totals[1], d, full, lengthscale)
-        for name, parts in (("X", (mx, sx)), ("Y", (my, sy))):
-            if not all(np.isfinite(p).all() for p in parts):
-                raise ValueError(
-                    f"{name} contains NaN or infinity (or values whose squares overflow "
-                    "float64): its moments are not finite."
-                )
-        return Moments(mx, sx, my, sy)
+        return _finite_moments(totals, X.shape[1], full, lengthscale)
 
     return compute
+
+
+def fit_on_blocks(fm, head, blocks):
+    """``fm.fit(head)`` on the first non-empty block ``head`` (n_0, d) of a sequence of row
+    blocks that can be read again, with the FAVOR# moments of all its rows when the map's
+    fit reads them (``fit_reads == "moments"``; the fits that read the dimension only, or
+    every row, see ``head``).
+
+    ``blocks``: a function returning a new iterator over the (checked) NumPy blocks
+    (n_k, d), ``head`` among them. It is called once, and only if the fit asks for the
+    moments (GERF, SADERF, ADERF, SDERF; not PositiveRF or a GERF with a given ``A``):
+    one pass of :func:`_sums` per block, added in block order, so the map equals the fit
+    on the concatenated blocks to rounding (about ``n eps`` relative).
+    """
+    if getattr(fm, "fit_reads", "all") != "moments":
+        return fm.fit(head)
+    full, lengthscale = bool(fm._full_moments), float(fm.lengthscale)
+    n_jobs = getattr(fm, "n_jobs", None)
+
+    def compute():
+        total = None
+        with np.errstate(over="ignore", invalid="ignore"):
+            for Xb in blocks():
+                part = _sums(Xb, full, n_jobs)[0]  # (1 + d + d^2 or 2 d,)
+                total = part if total is None else total + part
+        return _finite_moments([total], head.shape[1], full, lengthscale)
+
+    with _injected_moments(fm, compute):
+        fm.fit(head)
+    return fm
 
 
 def fit_dask(fm, X, Y):
@@ -152,17 +192,18 @@ def fit_dask(fm, X, Y):
     firsts = (_first_rows(X, "X"), None if Y is None else _first_rows(Y, "Y"))
     ctx = contextlib.nullcontext()
     if reads == "moments":
-        ctx = _injected_moments(fm, X, Y, firsts)
+        full, lengthscale = bool(fm._full_moments), float(fm.lengthscale)
+        ctx = _injected_moments(fm, dask_moments_thunk(X, Y, full, lengthscale, firsts))
     with ctx:
         fm.fit(firsts[0][0], Y=None if Y is None else firsts[1][0])
     return fm
 
 
 @contextlib.contextmanager
-def _injected_moments(fm, X, Y, firsts):
-    """While fitting on a sample, ``fm._fit_statistics`` returns the moments of all rows."""
-    full, lengthscale = bool(fm._full_moments), float(fm.lengthscale)
-    fm._dask_moments = dask_moments_thunk(X, Y, full, lengthscale, firsts)
+def _injected_moments(fm, moments):
+    """While fitting on a sample, ``fm._fit_statistics`` returns ``moments()``, the moments
+    of all rows (called only if the fit reads them)."""
+    fm._dask_moments = moments
     try:
         yield
     finally:
