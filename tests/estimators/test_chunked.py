@@ -230,6 +230,33 @@ def test_threaded_dask_runs_blas_single_threaded():
             assert blas_threads() == before
 
 
+def test_lazy_predictions_run_one_thread_per_task_on_the_threaded_scheduler(monkeypatch):
+    """Each row chunk of a lazy ``predict`` computes on one kernelkit thread under the
+    threaded scheduler (it used kernelkit's default, here 4, in each of the scheduler's
+    threads), with the in-memory predictions bit for bit."""
+    from kernelkit._backend.parallel import effective_n_jobs
+
+    monkeypatch.setenv("KERNELKIT_NUM_THREADS", "4")
+    X, y = _data(n=2000)
+    est = RandomFeatureRidge(MAPS[0], alpha=0.1).fit(X, y)
+    seen = []
+    predict = RandomFeatureRidge.predict
+
+    def spy(self, Z):
+        if not isinstance(Z, da.Array):  # a row chunk, inside its task
+            seen.append(effective_n_jobs(None))
+        return predict(self, Z)
+
+    monkeypatch.setattr(RandomFeatureRidge, "predict", spy)
+    lazy = est.predict(da.from_array(X, chunks=500))
+    for scheduler, want in (("threads", 1), ("sync", 4)):
+        seen.clear()
+        with dask.config.set(scheduler=scheduler, num_workers=2):
+            out = lazy.compute()
+        assert seen == [want] * 4
+        np.testing.assert_array_equal(out, predict(est, X))
+
+
 @pytest.mark.parametrize("fm", MAPS)
 def test_large_in_memory_primal_fits_stream_blocks_with_the_same_result(fm, monkeypatch):
     """Above STREAM_ENTRIES (n x D) an in-memory primal fit reduces statistics over row

@@ -392,6 +392,8 @@ def test_lazy_transform_tasks_run_on_one_thread_under_the_threaded_scheduler(cls
     a 10 000-row chunk takes the threaded row-block path in memory, a 500-row chunk the
     one-call path. The BLAS limit is set and restored by the worker threads (threadpoolctl
     ignored it from any thread but the first to set one, the main thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import dask
 
     from kernelkit._backend.parallel import SingleThreadedBlas, effective_n_jobs
@@ -414,13 +416,20 @@ def test_lazy_transform_tasks_run_on_one_thread_under_the_threaded_scheduler(cls
     lazy = fm.transform(dX)
     outside = effective_n_jobs(None), _blas_threads()
     assert outside[0] == 4
-    for scheduler, want in (("threads", (1, 1)), ("sync", outside)):
-        seen.clear()
-        with dask.config.set(scheduler=scheduler, num_workers=3):
-            out = lazy.compute()
-        assert seen == [want] * 3
-        for lo, hi in ((0, 10000), (10000, 20000), (20000, 20500)):
-            np.testing.assert_array_equal(out[lo:hi], fm.transform(X[lo:hi]))
+    with ThreadPoolExecutor(2) as pool:
+        configs = (
+            ({"scheduler": "threads", "num_workers": 3}, (1, 1)),
+            ({"scheduler": "threads", "pool": pool}, (1, 1)),  # a pool of the user's
+            ({"scheduler": "threads", "num_workers": 1}, outside),  # one task at a time
+            ({"scheduler": "sync"}, outside),
+        )
+        for config, want in configs:
+            seen.clear()
+            with dask.config.set(**config):
+                out = lazy.compute()
+            assert seen == [want] * 3, config
+            for lo, hi in ((0, 10000), (10000, 20000), (20000, 20500)):
+                np.testing.assert_array_equal(out[lo:hi], fm.transform(X[lo:hi]))
     assert (effective_n_jobs(None), _blas_threads()) == outside  # restored
 
 
