@@ -333,7 +333,9 @@ def _threaded_scheduler_workers() -> int:
     The pools are those of ``dask.threaded.get``: its default pool, the pools it makes
     per calling thread and worker count, and a ``concurrent.futures`` pool set as
     ``dask.config.set(pool=...)``. Other threads (the synchronous scheduler's caller, a
-    ``distributed`` worker's, kernelkit's own) are not in them. Dask is not imported.
+    ``distributed`` worker's, kernelkit's own) are not in them. Imports nothing: without
+    ``dask.threaded`` loaded, no threaded scheduler has run. Attributes that a future
+    Dask or Python might lack count as absent (0: the task keeps its threads).
     """
     import sys
     import threading
@@ -341,19 +343,19 @@ def _threaded_scheduler_workers() -> int:
     threaded = sys.modules.get("dask.threaded")
     if threaded is None:  # no threaded scheduler has run in this process
         return 0
-    import dask
-
-    pools = [getattr(threaded, "default_pool", None), dask.config.get("pool", None)]
-    with threaded.pools_lock:  # the scheduler adds pools from other threads
-        pools += [pool for per_thread in threaded.pools.values() for pool in per_thread.values()]
+    config = sys.modules["dask"].config
+    pools = [getattr(threaded, "default_pool", None), config.get("pool", None)]
+    with getattr(threaded, "pools_lock", None) or contextlib.nullcontext():  # pools grow
+        per_thread = list(getattr(threaded, "pools", {}).values())
+    pools += [pool for by_workers in per_thread for pool in list(by_workers.values())]
     thread = threading.current_thread()
     for pool in pools:
         # a ThreadPoolExecutor's worker: named "<prefix>_<k>" (a new worker runs its first
         # task before the pool adds it to its _threads)
         prefix = getattr(pool, "_thread_name_prefix", None)
-        named = bool(prefix) and thread.name.startswith(f"{prefix}_")
+        named = isinstance(prefix, str) and thread.name.startswith(f"{prefix}_")
         if named or thread in getattr(pool, "_threads", ()):
-            return int(pool._max_workers)
+            return int(getattr(pool, "_max_workers", 0))
     return 0
 
 
