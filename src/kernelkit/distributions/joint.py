@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
 from .._backend import validate_positive_float
+from .._backend.chunks import is_block_sequence
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ._base import TensorJointModel, check_constraint, check_xy
@@ -66,21 +67,6 @@ def solve_low_rank(G, s_x, s_y, lam_x, lam_y, n, reg, constraint=None, bounds=No
         return (G / n - mu * S) / W, {"mu": mu}
     C_lo, C_hi = bounds
     return solve_positive(W, G / n - S / n**2, S, C_lo, C_hi, normalized=True)
-
-
-def _is_block_list(X) -> bool:
-    """Whether ``X`` is a list or tuple of ``(X_block, Y_block)`` array pairs (array-likes
-    of numbers are not: their items are numbers or rows without ``ndim``)."""
-    return (
-        isinstance(X, list | tuple)
-        and len(X) > 0
-        and all(
-            isinstance(b, list | tuple)
-            and len(b) == 2
-            and all(getattr(z, "ndim", 0) >= 1 for z in b)
-            for b in X
-        )
-    )
 
 
 class JointDistribution(TensorJointModel):
@@ -251,7 +237,7 @@ class JointDistribution(TensorJointModel):
         constraint = check_constraint(self.constraint)
         pivot_sample = check_pivot_sample(self.pivot_sample)
         check_n_jobs(self.n_jobs)  # the threads of every blocked pass below
-        if _is_block_list(X):  # a list of (X_block, Y_block) pairs is an iterable of them
+        if is_block_sequence(X):  # a list of (X_block, Y_block) pairs is an iterable of them
             X = iter(X)
         if is_chunked(X) and not is_dask_array(X):
             if Y is not None:
