@@ -12,6 +12,7 @@ import pytest
 
 from kernelkit.estimators import RandomFeatures
 from kernelkit.estimators._methods import make_feature_map
+from kernelkit.features import SphericalRandomFeatures
 from kernelkit.kernels import gaussian_kernel
 
 MACLAURIN = ("optimized_maclaurin", "random_maclaurin")
@@ -60,3 +61,26 @@ def test_auto_counts_the_truncation_bias_of_the_maclaurin_maps(case):
         mse = _relative_mse(name, X, range(3))
         assert mse > 0.9
         assert est[name] > 0.5 * mse
+
+
+def test_spherical_features_of_a_zero_row_have_a_finite_gradient():
+    """``SphericalRandomFeatures(normalize=True)`` keeps a zero row (padding, say) zero, but
+    ``where(norm > 0, norm, 1)`` after the square root gave the row the gradient
+    ``0 * inf = nan`` in autograd, which a sum over the batch spreads to every parameter.
+    The safe square root now gives the zero row the gradient of ``x / 1``, and the other
+    rows their gradient without it (the map is row-wise)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    Xn = np.vstack([rng.standard_normal((4, 3)), np.zeros((1, 3))])
+    fm = SphericalRandomFeatures(16, random_state=0).fit(Xn)
+    for method in ("transform", "exact_kernel"):
+        X = torch.tensor(Xn, requires_grad=True)
+        ref = torch.tensor(Xn[:4], requires_grad=True)
+        if method == "transform":
+            fm.transform(X).sum().backward()
+            fm.transform(ref).sum().backward()
+        else:  # the kernel of the rows with the nonzero ones
+            fm.exact_kernel(X, ref.detach()).sum().backward()
+            fm.exact_kernel(ref, ref.detach()).sum().backward()
+        assert torch.isfinite(X.grad).all(), method
+        np.testing.assert_allclose(X.grad[:4].numpy(), ref.grad.numpy(), rtol=1e-12)
