@@ -12,7 +12,12 @@ import pytest
 
 from kernelkit.estimators import RandomFeatures
 from kernelkit.estimators._methods import make_feature_map
-from kernelkit.features import SphericalRandomFeatures
+from kernelkit.features import (
+    AngularHybridRF,
+    GaussianHybridRF,
+    NormalizedGaussianHybridRF,
+    SphericalRandomFeatures,
+)
 from kernelkit.kernels import gaussian_kernel
 
 MACLAURIN = ("optimized_maclaurin", "random_maclaurin")
@@ -84,3 +89,32 @@ def test_spherical_features_of_a_zero_row_have_a_finite_gradient():
             fm.exact_kernel(ref, ref.detach()).sum().backward()
         assert torch.isfinite(X.grad).all(), method
         np.testing.assert_allclose(X.grad[:4].numpy(), ref.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "cls", [AngularHybridRF, GaussianHybridRF, NormalizedGaussianHybridRF], ids=lambda c: c.__name__
+)
+def test_bipolar_hybrid_variance_has_a_gradient_at_equal_points(cls):
+    """``variance(X, X)`` of the bipolar hybrids with autograd: the trig MSE has the factor
+    ``(1 - exp(-|x - y|^2))^2``, smooth and 0 at ``x = y``, but its log form
+    ``2 log(1 - exp(-|x - y|^2))`` gave the gradient ``log'(0) * 0 = nan`` on the
+    diagonal (and the angular ``acos`` at ``cos = 1`` did too), so every row's gradient
+    was nan. Now it is the central finite difference of the NumPy values; rows of zeros
+    (no angle) get a finite gradient."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    Xn = 0.5 * rng.standard_normal((3, 3))
+    fm = cls(4, n_lambda=3, random_state=0).fit(Xn)
+    X = torch.tensor(Xn, requires_grad=True)
+    fm.variance(X, X).sum().backward()
+    h = 1e-6
+    fd = np.zeros_like(Xn)
+    for i, j in np.ndindex(*Xn.shape):
+        E = np.zeros_like(Xn)
+        E[i, j] = h
+        fd[i, j] = (fm.variance(Xn + E, Xn + E).sum() - fm.variance(Xn - E, Xn - E).sum()) / (2 * h)
+    # central difference: O(h^2) truncation, O(eps / h) rounding of values O(1)
+    np.testing.assert_allclose(X.grad.numpy(), fd, rtol=1e-6, atol=1e-8 * np.abs(fd).max())
+    Z = torch.tensor(np.vstack([Xn, np.zeros((1, 3))]), requires_grad=True)
+    fm.variance(Z, Z).sum().backward()
+    assert torch.isfinite(Z.grad).all()

@@ -57,7 +57,11 @@ def _log1mexp(xp, t):
     if is_numpy_namespace(xp):
         with np.errstate(divide="ignore"):
             return np.log(-np.expm1(-t))
-    return xp.log(-xp.expm1(-t))
+    # the log of a guarded value: autograd's gradient at t = 0 (x = y, or x = -y) is 0,
+    # not log'(0) times 0 = nan; the -inf value is that of NumPy
+    pos = t > 0
+    safe = xp.where(pos, t, xp.ones_like(t))
+    return xp.where(pos, xp.log(-xp.expm1(-safe)), xp.full_like(t, -math.inf))
 
 
 def _log_nonneg(xp, v):
