@@ -15,6 +15,7 @@ from kernelkit.estimators._methods import make_feature_map
 from kernelkit.features import (
     AngularHybridRF,
     GaussianHybridRF,
+    HyperbolicRF,
     NormalizedGaussianHybridRF,
     SphericalRandomFeatures,
 )
@@ -92,19 +93,25 @@ def test_spherical_features_of_a_zero_row_have_a_finite_gradient():
 
 
 @pytest.mark.parametrize(
-    "cls", [AngularHybridRF, GaussianHybridRF, NormalizedGaussianHybridRF], ids=lambda c: c.__name__
+    "cls",
+    [AngularHybridRF, GaussianHybridRF, NormalizedGaussianHybridRF, HyperbolicRF],
+    ids=lambda c: c.__name__,
 )
-def test_bipolar_hybrid_variance_has_a_gradient_at_equal_points(cls):
-    """``variance(X, X)`` of the bipolar hybrids with autograd: the trig MSE has the factor
-    ``(1 - exp(-|x - y|^2))^2``, smooth and 0 at ``x = y``, but its log form
-    ``2 log(1 - exp(-|x - y|^2))`` gave the gradient ``log'(0) * 0 = nan`` on the
-    diagonal (and the angular ``acos`` at ``cos = 1`` did too), so every row's gradient
-    was nan. Now it is the central finite difference of the NumPy values; rows of zeros
-    (no angle) get a finite gradient."""
+def test_variance_has_a_gradient_where_the_estimate_is_exact(cls):
+    """``variance(X, X)`` with autograd, on data with ``y = x`` and ``y = -x`` pairs. The
+    MSEs have the factors ``(1 - exp(-|x -+ y|^2))^2``, smooth and 0 there, but their log
+    form ``2 log(1 - exp(-t))`` gave the gradient ``log'(0) * 0 = nan`` (and the angular
+    hybrid's ``acos`` at ``cos = +-1`` did too), so every row's gradient was nan. Now it is
+    the central finite difference of the NumPy values (the angular hybrid's variance has a
+    kink in the angle at ``y = -x``: finite there, not compared); a zero row (no angle)
+    gets a finite gradient."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(4)
-    Xn = 0.5 * rng.standard_normal((3, 3))
-    fm = cls(4, n_lambda=3, random_state=0).fit(Xn)
+    X0 = 0.5 * rng.standard_normal((3, 3))
+    X0 = np.vstack([X0, -X0[:1]])  # (4, 3): the pairs (x0, x0), (x0, -x0), ...
+    Xn = X0[:3] if cls is AngularHybridRF else X0
+    kw = {} if cls is HyperbolicRF else {"n_lambda": 3}
+    fm = cls(4, random_state=0, **kw).fit(Xn)
     X = torch.tensor(Xn, requires_grad=True)
     fm.variance(X, X).sum().backward()
     h = 1e-6
@@ -115,6 +122,6 @@ def test_bipolar_hybrid_variance_has_a_gradient_at_equal_points(cls):
         fd[i, j] = (fm.variance(Xn + E, Xn + E).sum() - fm.variance(Xn - E, Xn - E).sum()) / (2 * h)
     # central difference: O(h^2) truncation, O(eps / h) rounding of values O(1)
     np.testing.assert_allclose(X.grad.numpy(), fd, rtol=1e-6, atol=1e-8 * np.abs(fd).max())
-    Z = torch.tensor(np.vstack([Xn, np.zeros((1, 3))]), requires_grad=True)
+    Z = torch.tensor(np.vstack([X0, np.zeros((1, 3))]), requires_grad=True)
     fm.variance(Z, Z).sum().backward()
     assert torch.isfinite(Z.grad).all()

@@ -685,6 +685,21 @@ def check_real(value, name: str, *, minimum=None, strict: bool = False, maximum=
     return value
 
 
+def log1mexp(xp, t):
+    """``log(1 - exp(-t))`` for ``t >= 0`` (``-inf`` at 0), elementwise.
+
+    The log of a guarded value: autograd's gradient at ``t = 0`` is 0 (the squared form
+    ``(1 - exp(-t))^2`` of the variances is smooth there), not ``log'(0) * 0 = nan``.
+    """
+    t = xp.clip(t, min=0.0)
+    if is_numpy_namespace(xp):
+        with np.errstate(divide="ignore"):
+            return np.log(-np.expm1(-t))
+    pos = t > 0
+    safe = xp.where(pos, t, xp.ones_like(t))
+    return xp.where(pos, xp.log(-xp.expm1(-safe)), xp.full_like(t, -math.inf))
+
+
 def sq_norms(xp, X):
     """Squared row norms (n,) of dense or sparse ``X``."""
     if sp.issparse(X):

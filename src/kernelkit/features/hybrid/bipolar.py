@@ -16,7 +16,7 @@ import numpy as np
 
 from ..._backend import device, validate_positive_int
 from ..._backend.params import int_range
-from .._base import _detach, check_bool
+from .._base import _detach, check_bool, log1mexp
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
@@ -24,7 +24,6 @@ from ._common import (
     LogFormVariance,
     _assemble,
     _combine,
-    _log1mexp,
     _log_nonneg,
     _outer,
     _shifted_sum,
@@ -263,8 +262,8 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         d2 = xp.clip(nx + ny - 2.0 * xy, min=0.0)  # |x-y|^2
         ka = 2.0 * self.alpha * (nx + ny)  # log of the Gaussian-kernel factor on the MSE
         log2m = math.log(2.0 * m)
-        log_pp = 2.0 * xy + z2 + 2.0 * _log1mexp(xp, z2) - log2m + ka
-        log_tr = (nx + ny) + 2.0 * _log1mexp(xp, d2) - log2m + ka
+        log_pp = 2.0 * xy + z2 + 2.0 * log1mexp(xp, z2) - log2m + ka
+        log_tr = (nx + ny) + 2.0 * log1mexp(xp, d2) - log2m + ka
         # E lambda_hat^2 = lam^2 + v, E (1-lambda_hat)^2 = (1-lam)^2 + v and
         # E lambda_hat (1-lambda_hat) = lam (1-lam) - v, v = Var lambda_hat; lam^2 and v
         # in log space (each may under- or overflow where its product with an MSE does not)
