@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+from favor_helpers import PUBLIC_MAPS
 
 from kernelkit.estimators import RandomFeatures
 from kernelkit.estimators._methods import make_feature_map
@@ -125,3 +126,34 @@ def test_variance_has_a_gradient_where_the_estimate_is_exact(cls):
     Z = torch.tensor(np.vstack([X0, np.zeros((1, 3))]), requires_grad=True)
     fm.variance(Z, Z).sum().backward()
     assert torch.isfinite(Z.grad).all()
+
+
+@pytest.mark.parametrize("cls", PUBLIC_MAPS, ids=lambda c: c.__name__)
+def test_integer_torch_tensors_become_the_default_float(cls):
+    """Documented (user guide, "Inputs and outputs"): integer and boolean tensors become
+    ``torch.get_default_dtype()``, as torch itself promotes them, with the features of
+    the float tensor of the same values; NumPy integers become float64."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    Xi = rng.integers(-1, 2, size=(6, 3))
+    Xi[:, 0] = 1  # no zero rows: every map takes them (SphericalRandomFeatures normalises)
+    nf = 2 if "Hybrid" in cls.__name__ else 8
+    for default in (torch.float32, torch.float64):
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(default)
+        try:
+            fm = cls(nf, random_state=0).fit(Xi)
+            for X in (torch.tensor(Xi), torch.tensor(Xi > 0)):
+                Z, ref = fm.transform(X), fm.transform(X.to(default))
+                assert Z.dtype == ref.dtype
+                assert Z.dtype in (
+                    default,
+                    torch.complex64 if default == torch.float32 else torch.complex128,
+                )
+                torch.testing.assert_close(Z, ref, rtol=0, atol=0)
+        finally:
+            torch.set_default_dtype(previous)
+    assert np.asarray(cls(nf, random_state=0).fit(Xi).transform(Xi)).dtype in (
+        np.float64,
+        np.complex128,
+    )
