@@ -32,6 +32,7 @@ from .._backend.params import (
     int_range,
 )
 from .._backend.sklearn_validation import check_lazy_output, validate_data
+from ..features import FeatureMap
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
@@ -49,7 +50,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     maps). A drop-in for :class:`sklearn.kernel_approximation.RBFSampler` and
     ``PolynomialCountSketch`` with every map of :mod:`kernelkit.features` behind one
     ``method`` name, and ``method="auto"``, which picks the map of lowest analytic
-    variance for the data.
+    mean squared error for the data.
 
     | ``method`` | feature map (:mod:`kernelkit.features`) | kernels |
     |---|---|---|
@@ -88,11 +89,15 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     kernel, except ``"complex_exponential"``, which with its default ``A = I`` is
     ``"positive"``, and ``"srf"``) at the requested output dimension on a sample of
     ``auto_sample_size`` rows of the training data, evaluates its analytic relative
-    variance ``Var K_hat / K^2`` (:meth:`~kernelkit.features.FeatureMap.
-    log_relative_variance`) on all pairs of the sample (of ``X`` with ``Y`` when given;
-    distinct pairs otherwise), keeps the lowest mean, and refits it on all the data. The
-    choice is ``method_`` and the estimates ``variance_estimates_``. The analytic
-    variances are those of i.i.d. projections, whatever ``sampler``.
+    mean squared error ``E (K_hat - K)^2 / K^2`` on all pairs of the sample (of ``X``
+    with ``Y`` when given; distinct pairs otherwise), keeps the lowest mean, and refits it
+    on all the data. For the unbiased maps that is the relative variance ``Var K_hat /
+    K^2`` (:meth:`~kernelkit.features.FeatureMap.log_relative_variance`); the Maclaurin
+    maps estimate a truncated series (:meth:`~kernelkit.features.FeatureMap.
+    expected_kernel`), whose squared bias is added, so that data where the truncation
+    fails (large ``|x^T y| / l^2``) does not choose them. The choice is ``method_`` and
+    the estimates ``variance_estimates_``. The analytic variances are those of i.i.d.
+    projections, whatever ``sampler``.
 
     Parameters
     ----------
@@ -140,9 +145,10 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     method_ : str
         The method used (the choice of ``method="auto"``).
     variance_estimates_ : dict
-        ``method="auto"`` only: method -> mean relative variance on the sample (``inf``
-        where a candidate could not be fitted, or has more than ``n_components`` columns
-        with one random feature).
+        ``method="auto"`` only: method -> mean relative mean squared error on the sample,
+        the relative variance plus, for the Maclaurin maps, the squared relative bias of
+        their truncated series (``inf`` where a candidate could not be fitted, or has more
+        than ``n_components`` columns with one random feature).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of the input features, when ``X`` had string column names.
@@ -298,10 +304,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
                 estimates[name] = math.inf
                 continue
-            if sy is None and lrv.shape[0] > 1:  # distinct pairs only
-                lrv = lrv[~np.eye(lrv.shape[0], dtype=bool)]
-            with np.errstate(over="ignore"):
-                rel = np.exp(lrv)
+            rel = _relative_mse(fm, sx, sy, lrv)
+            if sy is None and rel.shape[0] > 1:  # distinct pairs only
+                rel = rel[~np.eye(rel.shape[0], dtype=bool)]
             rel = rel[~np.isnan(rel)]
             estimates[name] = float(rel.mean()) if rel.size else math.inf
         finite = {k: v for k, v in estimates.items() if math.isfinite(v)}
@@ -447,6 +452,25 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             name in METHODS and bool(METHODS[name].cls.accepts_sparse)
         )
         return tags
+
+
+def _relative_mse(fm, X, Y, lrv):
+    """``E (K_hat - K)^2 / K^2`` per pair (n, m) of a fitted map, from its log relative
+    variance ``lrv = log(Var K_hat / (E K_hat)^2)``.
+
+    Unbiased maps: ``exp(lrv)``. Maps that estimate a surrogate (the truncated Maclaurin
+    series) add the squared relative bias: with ``r = E K_hat / K``,
+    ``Var / K^2 + (r - 1)^2 = exp(lrv) r^2 + (r - 1)^2``.
+    """
+    with np.errstate(over="ignore"):
+        rel = np.exp(lrv)
+    if type(fm).expected_kernel is FeatureMap.expected_kernel:  # the exact kernel
+        return rel
+    mean = to_numpy(fm.expected_kernel(X, Y), np.float64)
+    exact = to_numpy(fm.exact_kernel(X, Y), np.float64)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        r = mean / exact  # (n, m)
+        return rel * r * r + (r - 1.0) ** 2
 
 
 def _sample_rows(X, size: int, rng):

@@ -24,8 +24,8 @@ sparse matrices for the maps whose first step is a linear projection
 (``accepts_sparse``), or torch tensors (CPU or GPU, with autograd) and other array-API
 arrays, which keep their backend, device and dtype. float32 stays float32, float64 stays
 float64; integers, booleans and NumPy float16 become float64 (as scikit-learn's
-``check_array``). A second argument of another backend is moved to the first argument's
-backend and dtype.
+``check_array``; integer and boolean torch tensors become ``torch.get_default_dtype()``).
+A second argument of another backend is moved to the first argument's backend and dtype.
 
 Stabilised representation. Internally every map returns ``(base, log_scale)`` with
 ``features = base * exp(log_scale)[:, None]``; ``base`` is O(1) and ``log_scale`` carries
@@ -540,8 +540,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """``log(variance / expected_kernel^2)``, shape (n, m); ``-inf`` where exact.
 
         The scale-free relative variance of FAVOR# Sec. 5.1, the criterion of
-        ``RandomFeatures(method="auto")``. The i.i.d. value for every ``sampler`` (see
-        :meth:`variance`).
+        ``RandomFeatures(method="auto")`` (which adds the squared relative bias of the
+        maps whose :meth:`expected_kernel` is a surrogate). The i.i.d. value for every
+        ``sampler`` (see :meth:`variance`).
         """
         X, Y, xp = self._check_pair(X, Y)
         self._warn_biased_sampler("log_relative_variance")
@@ -683,6 +684,21 @@ def check_real(value, name: str, *, minimum=None, strict: bool = False, maximum=
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}.")
     return value
+
+
+def log1mexp(xp, t):
+    """``log(1 - exp(-t))`` for ``t >= 0`` (``-inf`` at 0), elementwise.
+
+    The log of a guarded value: autograd's gradient at ``t = 0`` is 0 (the squared form
+    ``(1 - exp(-t))^2`` of the variances is smooth there), not ``log'(0) * 0 = nan``.
+    """
+    t = xp.clip(t, min=0.0)
+    if is_numpy_namespace(xp):
+        with np.errstate(divide="ignore"):
+            return np.log(-np.expm1(-t))
+    pos = t > 0
+    safe = xp.where(pos, t, xp.ones_like(t))
+    return xp.where(pos, xp.log(-xp.expm1(-safe)), xp.full_like(t, -math.inf))
 
 
 def sq_norms(xp, X):

@@ -555,17 +555,19 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         """``X`` with unit-norm rows (normalised or checked); sparse stays sparse."""
         if X.shape[0] == 0:
             return X
-        norms = sq_norms(xp, X) ** 0.5
-        if sp.issparse(X):
-            if self.normalize:
-                safe = np.where(norms > 0, norms, 1.0)
+        sq = sq_norms(xp, X)  # (n,)
+        if self.normalize:
+            # zero rows are divided by 1 and stay zero; the square root of the guarded
+            # value keeps autograd's gradient finite there (sqrt'(0) = inf times 0 is nan)
+            if sp.issparse(X):
+                safe = np.sqrt(np.where(sq > 0, sq, 1.0))
                 return sp.csr_matrix(sp.diags(1.0 / safe) @ X, dtype=X.dtype)
-            dev = float(np.max(np.abs(norms - 1.0)))
-        elif self.normalize:
-            safe = xp.where(norms > 0, norms, xp.ones_like(norms))
+            safe = xp.where(sq > 0, sq, xp.ones_like(sq)) ** 0.5
             return X / safe[:, None]
+        if sp.issparse(X):
+            dev = float(np.max(np.abs(np.sqrt(sq) - 1.0)))
         else:
-            dev = float(xp.max(xp.abs(norms - 1.0)))
+            dev = float(xp.max(xp.abs(sq**0.5 - 1.0)))
         if not dev <= 1e-6:
             raise ValueError(
                 f"SphericalRandomFeatures needs unit-norm rows of {name} (eq. 57 on the "

@@ -36,7 +36,7 @@ from sklearn.utils._param_validation import Interval
 from .._backend import check_all_finite, device, is_numpy_namespace, to_backend, to_numpy
 from .._backend.parallel import check_n_jobs, effective_n_jobs, map_row_blocks
 from .._backend.params import N_JOBS, NON_NEGATIVE
-from ._base import _matmul_augmented, sq_norms
+from ._base import _matmul_augmented, log1mexp, sq_norms
 from ._projection import ProjectionFeatureMap, SecondMomentVariance
 from ._trig import trig_features, use_half
 from .favor import (
@@ -587,8 +587,7 @@ class HyperbolicRF(_DiagonalDERF):
         # directly, not as the difference of two logs, which cancels for small inputs
         # (relative variance ~ z2^2 / 2: all digits lost in float32 at |x| ~ 1e-3)
         z2 = xp.clip(self._sum_sq(X, Y, xp)[2], min=0.0)
-        with np.errstate(divide="ignore"):  # -inf where exact (y = -x)
-            log1m = xp.log(-xp.expm1(-z2))
+        log1m = log1mexp(xp, z2)  # -inf where exact (y = -x)
         return z2 + 2.0 * log1m - math.log(2.0 * self.n_features)
 
     def _variance(self, X, Y, xp):

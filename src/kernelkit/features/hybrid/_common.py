@@ -8,8 +8,6 @@ from __future__ import annotations
 import math
 import numbers
 
-import numpy as np
-
 from ..._backend import is_numpy_namespace
 from .._base import _detach, times_exp
 
@@ -49,15 +47,6 @@ def _assemble(xp, blocks):
     for base, ls, coef in blocks:
         parts.append(base * (coef * xp.exp(ls - common))[:, None])
     return xp.concat(parts, axis=1), common
-
-
-def _log1mexp(xp, t):
-    """``log(1 - exp(-t))`` for ``t >= 0`` (``-inf`` at 0), elementwise."""
-    t = xp.clip(t, min=0.0)
-    if is_numpy_namespace(xp):
-        with np.errstate(divide="ignore"):
-            return np.log(-np.expm1(-t))
-    return xp.log(-xp.expm1(-t))
 
 
 def _log_nonneg(xp, v):

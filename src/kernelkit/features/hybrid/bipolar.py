@@ -16,7 +16,7 @@ import numpy as np
 
 from ..._backend import device, validate_positive_int
 from ..._backend.params import int_range
-from .._base import _detach, check_bool
+from .._base import _detach, check_bool, log1mexp
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
@@ -24,7 +24,6 @@ from ._common import (
     LogFormVariance,
     _assemble,
     _combine,
-    _log1mexp,
     _log_nonneg,
     _outer,
     _shifted_sum,
@@ -263,8 +262,8 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         d2 = xp.clip(nx + ny - 2.0 * xy, min=0.0)  # |x-y|^2
         ka = 2.0 * self.alpha * (nx + ny)  # log of the Gaussian-kernel factor on the MSE
         log2m = math.log(2.0 * m)
-        log_pp = 2.0 * xy + z2 + 2.0 * _log1mexp(xp, z2) - log2m + ka
-        log_tr = (nx + ny) + 2.0 * _log1mexp(xp, d2) - log2m + ka
+        log_pp = 2.0 * xy + z2 + 2.0 * log1mexp(xp, z2) - log2m + ka
+        log_tr = (nx + ny) + 2.0 * log1mexp(xp, d2) - log2m + ka
         # E lambda_hat^2 = lam^2 + v, E (1-lambda_hat)^2 = (1-lam)^2 + v and
         # E lambda_hat (1-lambda_hat) = lam (1-lam) - v, v = Var lambda_hat; lam^2 and v
         # in log space (each may under- or overflow where its product with an MSE does not)
@@ -356,19 +355,21 @@ class AngularHybridRF(_BipolarHybrid):
 
     def _angle_t(self, X, Y, xp):
         """``(t = theta / pi (n, m), degenerate mask (n, m))``; degenerate: a zero input."""
-        nx = xp.sqrt(_sq_norms(xp, X))[:, None]
-        ny = xp.sqrt(_sq_norms(xp, Y))[None, :]
-        denom = nx * ny
-        zero = denom == 0
-        safe = xp.where(zero, xp.ones_like(denom), denom)
-        cos = xp.clip((X @ xp.matrix_transpose(Y)) / safe, min=-1.0, max=1.0)
+        # square roots and acos only of guarded values, so that autograd's gradient stays
+        # finite at zero rows and parallel pairs (sqrt'(0), acos'(+-1) times 0 is nan)
+        sx, sy = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
+        zero = (sx == 0) | (sy == 0)  # (n, m)
+        nx = xp.sqrt(xp.where(sx == 0, xp.ones_like(sx), sx))
+        ny = xp.sqrt(xp.where(sy == 0, xp.ones_like(sy), sy))
+        cos = xp.clip((X @ xp.matrix_transpose(Y)) / (nx * ny), min=-1.0, max=1.0)
         # Gram-based angles resolve theta only to ~sqrt(eps): snap cos within rounding of
         # +-1 (|1 -+ cos| <= 4 eps) to exactly parallel / antiparallel, where the MSE is 0
         # for equal norms (theta ~ 1e-8 would otherwise give a spurious MSE ~ 1e-8 SM^2)
         tol = 4.0 * float(xp.finfo(cos.dtype).eps)
-        cos = xp.where(cos >= 1.0 - tol, xp.ones_like(cos), cos)
-        cos = xp.where(cos <= -1.0 + tol, -xp.ones_like(cos), cos)
-        return xp.acos(cos) / math.pi, zero
+        parallel, antiparallel = cos >= 1.0 - tol, cos <= -1.0 + tol
+        t = xp.acos(xp.where(parallel | antiparallel, xp.zeros_like(cos), cos)) / math.pi
+        t = xp.where(parallel, xp.zeros_like(t), t)
+        return xp.where(antiparallel, xp.ones_like(t), t), zero
 
     def _lambda_exact(self, X, Y, xp):
         t, zero = self._angle_t(X, Y, xp)

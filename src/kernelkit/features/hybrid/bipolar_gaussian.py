@@ -15,9 +15,9 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..._backend import device, validate_positive_float
 from ..._backend.params import POSITIVE
-from .._base import _detach
+from .._base import _detach, log1mexp
 from ..sampling import gaussian_projection
-from ._common import _log1mexp, _sq_norms
+from ._common import _sq_norms
 from .bipolar import _BipolarHybrid
 
 
@@ -125,14 +125,14 @@ class GaussianHybridRF(_BipolarHybrid):
         z2 = self._z2(X, Y, xp) / c2  # |u - v|^2 with u = x/c, v = -y/c
         if self.lambda_features == "trig":
             # Var cos(tau^T (u - v)) = (1 - e^{-|u-v|^2})^2 / 2
-            log_v1 = 2.0 * _log1mexp(xp, z2)
+            log_v1 = 2.0 * log1mexp(xp, z2)
         else:
             # antithetic positive: K_g^2 (cosh |u+v|^2 - 1) = e^{d2 - z2} (1 - e^{-d2})^2 / 2
             # with d2 = |u+v|^2, u + v = (x - y)/c; in log space, as it exceeds the
             # floating-point range for far-apart inputs
             nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
             d2 = xp.clip(nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0) / c2
-            log_v1 = (d2 - z2) + 2.0 * _log1mexp(xp, d2)
+            log_v1 = (d2 - z2) + 2.0 * log1mexp(xp, d2)
         return -0.5 * z2, log_v1 - math.log(2.0 * self.n_lambda)  # lambda = e^{-z2/2}
 
 
@@ -264,7 +264,7 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         # Thm F.1: Var lambda_hat = (2 rho^2 n)^{-1} (1 - e^{-sigma^2 |D|^2})^2
         s2 = self.sigma**2
         d2 = self._d2(X, Y, xp)
-        log_lam = _log1mexp(xp, 0.5 * s2 * d2) - math.log(self.rho_)
-        log_v = 2.0 * (_log1mexp(xp, s2 * d2) - math.log(self.rho_))
+        log_lam = log1mexp(xp, 0.5 * s2 * d2) - math.log(self.rho_)
+        log_v = 2.0 * (log1mexp(xp, s2 * d2) - math.log(self.rho_))
         log_v = log_v - math.log(2.0 * self.n_lambda)
         return log_lam, log_v
