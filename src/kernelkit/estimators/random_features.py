@@ -47,7 +47,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     ``transform(X) @ transform_y(Y).T`` is an unbiased estimate of the kernel matrix
     ``K(X, Y)`` (its real part, for complex maps; ``transform_y = transform`` for symmetric
-    maps). A drop-in for :class:`sklearn.kernel_approximation.RBFSampler` and
+    maps), except for the Maclaurin methods, which are unbiased for the kernel's
+    Maclaurin series truncated at their maximum degree (``expected_kernel`` of the fitted
+    map). A drop-in for :class:`sklearn.kernel_approximation.RBFSampler` and
     ``PolynomialCountSketch`` with every map of :mod:`kernelkit.features` behind one
     ``method`` name, and ``method="auto"``, which picks the map of lowest analytic
     mean squared error for the data.
