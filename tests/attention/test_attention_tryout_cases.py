@@ -13,7 +13,7 @@ pytestmark = pytest.mark.torch
 
 from attention_helpers import qkv as _qkv  # noqa: E402
 
-from kernelkit.attention import attention_moments, linear_attention  # noqa: E402
+from kernelkit.attention import FavorAttention, attention_moments, linear_attention  # noqa: E402
 from kernelkit.kernels import softmax_attention  # noqa: E402
 
 ALL_MAPS = (
@@ -29,6 +29,20 @@ ALL_MAPS = (
     "elu",
 )
 RUNNING = ("mean_q", "second_q", "mean_k", "second_k")
+
+
+# ------------------------------------------------------------------ argument checks
+@pytest.mark.parametrize("bad", ["yes", 1, 0.0, torch.tensor(True)])
+def test_non_bool_is_causal_is_refused_by_name(bad):
+    """SDPA and softmax_attention take a bool ``is_causal``; a string (or any other
+    truthy object) used to select causal attention silently."""
+    q, k, v = _qkv((1, 2, 5, 4))
+    with pytest.raises(TypeError, match="is_causal"):
+        linear_attention(q, k, v, "positive", 16, is_causal=bad, random_state=0)
+    fav = FavorAttention(8, 2, feature_map="positive", n_features=16, random_state=0)
+    x = torch.randn(2, 5, 8)
+    with pytest.raises(TypeError, match="is_causal"):
+        fav(x, x, x, is_causal=bad)
 
 
 # ------------------------------------------------------------------ guide claims

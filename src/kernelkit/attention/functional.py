@@ -80,6 +80,16 @@ def _check_name(feature_map) -> str:
     return name
 
 
+def _check_is_causal(is_causal) -> bool:
+    """``is_causal`` as a bool (None: False); a ``TypeError`` for anything else, as SDPA
+    (a string or a tensor would otherwise select causal attention by its truthiness)."""
+    if is_causal is None:
+        return False
+    if not isinstance(is_causal, bool | np.bool_):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}.")
+    return bool(is_causal)
+
+
 def _check_sampler(sampler) -> str:
     if not isinstance(sampler, str) or sampler not in SAMPLERS:
         hint = (
@@ -508,6 +518,7 @@ def linear_attention(
     q, k, v = _as_torch(q, k, v)
     name = _check_name(feature_map)
     n_features = _check_n_features(n_features)
+    is_causal = _check_is_causal(is_causal)
     if not (isinstance(dropout_p, numbers.Real) and dropout_p == 0):
         raise ValueError(
             f"dropout_p must be 0, got {dropout_p!r}: linear attention never forms the "

@@ -47,6 +47,7 @@ from ..features.favor import Moments
 from ._maps import FEATURE_MAPS, FITTED_MAPS
 from .decoding import LinearAttentionState, init_decoding_state, linear_attention_step
 from .functional import (
+    _check_is_causal,
     _check_sampler,
     _finite_check,
     _float_blocked,
@@ -468,8 +469,9 @@ class FavorAttention(nn.Module):
     @staticmethod
     def _check_attn_mask(attn_mask, is_causal, L, S, NH):
         # MultiheadAttention's (L, S) or (N * num_heads, L, S) mask, if it is causal
+        is_causal = _check_is_causal(is_causal)
         if attn_mask is None:
-            return bool(is_causal)
+            return is_causal
         m = torch.as_tensor(attn_mask)
         if m.shape not in ((L, S), (NH, L, S)):
             raise ValueError(
