@@ -45,6 +45,15 @@ def test_non_bool_is_causal_is_refused_by_name(bad):
         fav(x, x, x, is_causal=bad)
 
 
+def test_bool_chunk_size_is_refused():
+    """``True`` is an integral power of two to Python; as a chunk length it is a slip."""
+    q, k, v = _qkv((1, 2, 5, 4))
+    with pytest.raises(ValueError, match="chunk_size"):
+        linear_attention(q, k, v, "positive", 16, is_causal=True, chunk_size=True)
+    with pytest.raises(ValueError, match="chunk_size"):
+        FavorAttention(8, 2, chunk_size=True)
+
+
 # ------------------------------------------------------------------ guide claims
 @pytest.mark.parametrize("name", ALL_MAPS)
 @pytest.mark.parametrize("causal", [False, True])

@@ -538,7 +538,8 @@ def linear_attention(
     if not deferred:
         _finite_check(check_finite, q=q, k=k, v=v)
     if (
-        not isinstance(chunk_size, numbers.Integral)
+        isinstance(chunk_size, bool)
+        or not isinstance(chunk_size, numbers.Integral)
         or chunk_size < 1
         or chunk_size & (chunk_size - 1)
     ):

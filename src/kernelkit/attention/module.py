@@ -202,7 +202,8 @@ class FavorAttention(nn.Module):
         if momentum is not None and not (0.0 < float(momentum) <= 1.0):
             raise ValueError(f"momentum must be None or in (0, 1], got {momentum!r}.")
         if (
-            not isinstance(chunk_size, numbers.Integral)
+            isinstance(chunk_size, bool)
+            or not isinstance(chunk_size, numbers.Integral)
             or chunk_size < 1
             or chunk_size & (chunk_size - 1)
         ):
