@@ -54,6 +54,25 @@ def test_bool_chunk_size_is_refused():
         FavorAttention(8, 2, chunk_size=True)
 
 
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"kdim": 0}, "kdim"),
+        ({"kdim": 6.5}, "kdim"),
+        ({"vdim": -1}, "vdim"),
+        ({"vdim": True}, "vdim"),
+        ({"dropout": "a"}, "dropout"),
+        ({"dropout": None}, "dropout"),
+        ({"momentum": "a"}, "momentum"),
+    ],
+)
+def test_module_constructor_names_the_bad_argument(kwargs, name):
+    """kdim = 0 or 6.5 used to build a module, vdim = -1 failed in torch.empty, and a
+    non-numeric dropout / momentum raised float()'s error without the argument's name."""
+    with pytest.raises((TypeError, ValueError), match=name):
+        FavorAttention(8, 2, **kwargs)
+
+
 # ------------------------------------------------------------------ guide claims
 @pytest.mark.parametrize("name", ALL_MAPS)
 @pytest.mark.parametrize("causal", [False, True])

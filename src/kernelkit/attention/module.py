@@ -174,9 +174,20 @@ class FavorAttention(nn.Module):
         random_state=None,
     ):
         super().__init__()
-        for name, val in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+        for name, val in (
+            ("embed_dim", embed_dim),
+            ("num_heads", num_heads),
+            ("kdim", 1 if kdim is None else kdim),
+            ("vdim", 1 if vdim is None else vdim),
+        ):
             if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
                 raise ValueError(f"{name} must be a positive integer, got {val!r}.")
+        for name, val in (
+            ("dropout", dropout),
+            ("momentum", 0.5 if momentum is None else momentum),
+        ):
+            if isinstance(val, bool) or not isinstance(val, numbers.Real):
+                raise TypeError(f"{name} must be a float, got {val!r}.")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}.")
         if add_bias_kv or add_zero_attn:
