@@ -73,6 +73,41 @@ def test_module_constructor_names_the_bad_argument(kwargs, name):
         FavorAttention(8, 2, **kwargs)
 
 
+# ------------------------------------------------------------------ running statistics
+def test_causal_training_without_keys_gives_zeros_and_tracks_nothing():
+    """As SDPA (and linear_attention), no keys (S = 0) give zeros; the causal training
+    forward of a fitted map used to raise while updating its running statistics from the
+    empty keys."""
+    fav = FavorAttention(8, 2, feature_map="sderf", n_features=16, random_state=0)
+    x = torch.randn(2, 5, 8)
+    out, _ = fav(x, x[:, :0], x[:, :0], is_causal=True)
+    assert out.shape == x.shape
+    torch.testing.assert_close(out, fav.out_proj.bias.expand_as(out).detach())
+    assert int(fav.num_batches_tracked) == 0
+
+
+@pytest.mark.parametrize("momentum", [None, 0.3])
+def test_fully_padded_sequences_do_not_dilute_the_running_statistics(momentum):
+    """Padded keys (and, in self-attention, queries) stay out of the fitted parameters:
+    adding a fully padded sequence to a batch must leave the running statistics as they
+    are for the real sequences alone. They used to enter the batch mean as zeros
+    (halving the statistics here)."""
+    x = torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(1))
+    x2 = torch.cat([x, 5.0 * torch.randn(1, 6, 8)])
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1] = True
+    stats = []
+    for inp, mask in ((x, pad[:1]), (x2, pad)):
+        torch.manual_seed(0)  # same in-projection weights
+        fav = FavorAttention(8, 2, feature_map="sderf", n_features=16, momentum=momentum)
+        for _ in range(2):
+            fav(inp, inp, inp, is_causal=True, key_padding_mask=mask)
+        stats.append([getattr(fav, f"running_{n}").clone() for n in RUNNING])
+    assert int(fav.num_batches_tracked) == 2
+    for a, b in zip(*stats, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+
+
 # ------------------------------------------------------------------ guide claims
 @pytest.mark.parametrize("name", ALL_MAPS)
 @pytest.mark.parametrize("causal", [False, True])

@@ -573,9 +573,15 @@ class FavorAttention(nn.Module):
             chunk_size=self.chunk_size,
             check_finite=False,
         )
-        if self.training and self.feature_map in FITTED_MAPS and not recompute and q.numel():
+        if (
+            self.training
+            and self.feature_map in FITTED_MAPS
+            and not recompute
+            and q.numel()
+            and k.numel()
+        ):
             self._last_moments = (moments,)  # what a checkpoint recomputation must use
-            self._update_running(q, k, mask4, qmask)  # (an empty batch has no statistics)
+            self._update_running(q, k, mask4, qmask)  # (no queries or keys: no statistics)
         return out
 
     # ------------------------------------------------------------ recurrent decoding
@@ -706,14 +712,25 @@ class FavorAttention(nn.Module):
 
     @torch.no_grad()
     def _update_running(self, q, k, mask4, qmask=None):
+        # q (N, H, L, hd), k (N, H, S, hd); mask4 / qmask (N, 1, S) / (N, 1, L), True = padded
         mom = attention_moments(
             q.detach(), k.detach(), key_padding_mask=mask4, query_padding_mask=qmask
         )
-        # average over the batch: (N, H, ...) -> (H, ...)
-        new = [
-            t.mean(0).to(self.running_mean_q.dtype)
-            for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
-        ]
+        fields = (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)  # (N, H, ...)
+        if mask4 is None and qmask is None:  # average over the batch: (N, H, ...) -> (H, ...)
+            new = [t.mean(0).to(self.running_mean_q.dtype) for t in fields]
+        else:
+            # a fully padded sequence has no statistics (its moments are zeros): only the
+            # sequences with a kept key (and, in self-attention, a kept query) are averaged
+            has = torch.ones(q.shape[0], dtype=torch.bool, device=q.device)  # (N,)
+            for m in (mask4, qmask):
+                if m is not None:
+                    has = has & (~m).any(-1).reshape(-1)
+            if not torch.compiler.is_compiling() and not bool(has.any()):
+                return  # nothing to track (a graph reads no values: there it averages zeros)
+            w = has.to(fields[0].dtype)
+            w = w / w.sum().clamp(min=1.0)  # (N,)
+            new = [torch.tensordot(w, t, dims=1).to(self.running_mean_q.dtype) for t in fields]
         self.num_batches_tracked += 1
         if self.momentum is None:  # cumulative average: 1 / n, read on the device
             f = 1.0 / self.num_batches_tracked.to(self.running_mean_q.dtype)  # ()
