@@ -1,6 +1,8 @@
-"""An independent tryout of kernelkit.attention with the user guide as the only map:
-checks of guide claims no earlier sweep covered (``scale=`` against pre-scaled inputs,
-strided inputs, inputs without a head axis)."""
+"""An independent tryout of kernelkit.attention with the user guide as the only map: one
+regression test per case it found broken (non-bool ``is_causal`` / ``chunk_size``, the
+module's constructor arguments, causal training with no keys, fully padded sequences in
+the running statistics), and checks of guide claims no earlier sweep covered (``scale=``
+against pre-scaled inputs, strided inputs, inputs without a head axis)."""
 
 from __future__ import annotations
 

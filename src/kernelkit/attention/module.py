@@ -26,6 +26,8 @@ Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
   forward from that batch (exponential average with ``momentum``; None: cumulative), so
   a batch never uses its own tokens and a position never sees later positions. Until the
   first update (``num_batches_tracked == 0``) they use FAVOR+ features (``A = 0``).
+  Padded keys (and, in self-attention, queries) stay out of the statistics; a fully
+  padded sequence stays out of the batch mean, and a batch without keys updates nothing.
 
 ``torch.compile``: both modes trace with ``fullgraph=True`` in eval mode (or with
 ``redraw_interval=None``); the causal scan is one custom op in compiled graphs
