@@ -75,6 +75,31 @@ def test_module_constructor_names_the_bad_argument(kwargs, name):
         FavorAttention(8, 2, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"key_padding_mask": "pad"}, "key_padding_mask"),
+        ({"attn_mask": "causal"}, "attn_mask"),
+        ({"projection": "W"}, "projection"),
+        ({"projection": torch.randn(16, 4, dtype=torch.complex128)}, "projection"),
+    ],
+)
+def test_non_array_masks_and_projections_are_named(kwargs, name):
+    """A string mask or projection used to fail in torch.as_tensor ("new(): invalid data
+    type 'str'") without the argument's name, and a complex projection was cast to its
+    real part with a warning."""
+    q, k, v = _qkv((1, 2, 5, 4))
+    with pytest.raises(TypeError, match=name):
+        linear_attention(q, k, v, "positive", 16, random_state=0, **kwargs)
+    if name != "projection":
+        fav = FavorAttention(8, 2, feature_map="positive", n_features=16, random_state=0)
+        x = torch.randn(2, 5, 8)
+        with pytest.raises(TypeError, match=name):
+            fav(x, x, x, **kwargs)
+    with pytest.raises(TypeError, match="q"):
+        linear_attention([["a"]], [["b"]], [["c"]])
+
+
 # ------------------------------------------------------------------ running statistics
 def test_causal_training_without_keys_gives_zeros_and_tracks_nothing():
     """As SDPA (and linear_attention), no keys (S = 0) give zeros; the causal training

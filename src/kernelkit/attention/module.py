@@ -53,6 +53,7 @@ from .functional import (
     _check_sampler,
     _finite_check,
     _float_blocked,
+    _tensor_arg,
     attention_moments,
     draw_features,
     linear_attention,
@@ -372,7 +373,7 @@ class FavorAttention(nn.Module):
         if unbatched:
             query, key, value = query[None], key[None], value[None]
             if key_padding_mask is not None:
-                key_padding_mask = torch.as_tensor(key_padding_mask)[None]
+                key_padding_mask = _tensor_arg(key_padding_mask, "key_padding_mask")[None]
         elif not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         N, L, Eq = query.shape
@@ -486,7 +487,7 @@ class FavorAttention(nn.Module):
         is_causal = _check_is_causal(is_causal)
         if attn_mask is None:
             return is_causal
-        m = torch.as_tensor(attn_mask)
+        m = _tensor_arg(attn_mask, "attn_mask")
         if m.shape not in ((L, S), (NH, L, S)):
             raise ValueError(
                 f"attn_mask must be None or the causal (L, S) or (N * num_heads, L, S) mask, "
@@ -522,7 +523,7 @@ class FavorAttention(nn.Module):
     def _check_padding_mask(mask, N, S, device):
         if mask is None:
             return None
-        m = torch.as_tensor(mask, device=device)
+        m = _tensor_arg(mask, "key_padding_mask", device)
         if m.shape != (N, S):
             raise ValueError(
                 f"key_padding_mask must have shape (N, S) = ({N}, {S}), got {tuple(m.shape)}."
