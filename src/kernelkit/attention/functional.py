@@ -80,6 +80,16 @@ def _check_name(feature_map) -> str:
     return name
 
 
+def _check_is_causal(is_causal) -> bool:
+    """``is_causal`` as a bool (None: False); a ``TypeError`` for anything else, as SDPA
+    (a string or a tensor would otherwise select causal attention by its truthiness)."""
+    if is_causal is None:
+        return False
+    if not isinstance(is_causal, bool | np.bool_):
+        raise TypeError(f"is_causal must be a bool, got {is_causal!r}.")
+    return bool(is_causal)
+
+
 def _check_sampler(sampler) -> str:
     if not isinstance(sampler, str) or sampler not in SAMPLERS:
         hint = (
@@ -218,10 +228,23 @@ def attention_moments(
     return fit_moments(x, y, wk, full=True, query_weights=wq)
 
 
+def _tensor_arg(value, name, device=None):
+    """``torch.as_tensor(value, device=device)``, with a ``TypeError`` naming the argument
+    where ``value`` is not array-like (a string, an object)."""
+    if isinstance(value, torch.Tensor):  # (no try block in compiled graphs)
+        return torch.as_tensor(value, device=device)
+    try:
+        return torch.as_tensor(value, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(
+            f"{name} must be a tensor or an array, got {type(value).__name__}: {err}"
+        ) from None
+
+
 def _bool_padding_mask(mask, side, device):
     """``mask`` as a bool tensor on ``device``; a ``TypeError`` naming ``{side}_padding_mask``
     for any other dtype (True = padded)."""
-    mask = torch.as_tensor(mask, device=device)
+    mask = _tensor_arg(mask, f"{side}_padding_mask", device)
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{side}_padding_mask must be a bool tensor (True = padded {side}), got {mask.dtype}."
@@ -253,11 +276,7 @@ def _as_torch(q, k, v):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor like q, got {type(t).__name__}.")
         return q, k, v
-    return (
-        torch.as_tensor(np.asarray(q)),
-        torch.as_tensor(np.asarray(k)),
-        torch.as_tensor(np.asarray(v)),
-    )
+    return tuple(_tensor_arg(np.asarray(t), name) for name, t in (("q", q), ("k", k), ("v", v)))
 
 
 def _validate(q, k, v, is_causal, key_padding_mask):
@@ -508,6 +527,7 @@ def linear_attention(
     q, k, v = _as_torch(q, k, v)
     name = _check_name(feature_map)
     n_features = _check_n_features(n_features)
+    is_causal = _check_is_causal(is_causal)
     if not (isinstance(dropout_p, numbers.Real) and dropout_p == 0):
         raise ValueError(
             f"dropout_p must be 0, got {dropout_p!r}: linear attention never forms the "
@@ -527,7 +547,8 @@ def linear_attention(
     if not deferred:
         _finite_check(check_finite, q=q, k=k, v=v)
     if (
-        not isinstance(chunk_size, numbers.Integral)
+        isinstance(chunk_size, bool)
+        or not isinstance(chunk_size, numbers.Integral)
         or chunk_size < 1
         or chunk_size & (chunk_size - 1)
     ):
@@ -666,7 +687,7 @@ def _float_blocked(m):
 
 def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     """SDPA ``attn_mask`` -> (is_causal, key_padding_mask) where it is causal or padding."""
-    m = torch.as_tensor(attn_mask, device=q.device)
+    m = _tensor_arg(attn_mask, "attn_mask", q.device)
     L, S = q.shape[-2], k.shape[-2]
     compiling = torch.compiler.is_compiling()  # a graph reads no mask values
     if m.dtype == torch.bool:
@@ -808,7 +829,9 @@ def _projection_params(name, n_features, d, random_state, sampler, projection, d
         params = {"W": projection}
     W = params.get("W")
     if W is not None:
-        W = torch.as_tensor(W) if not isinstance(W, torch.Tensor) else W
+        W = _tensor_arg(W, "projection") if not isinstance(W, torch.Tensor) else W
+        if W.is_complex() or W.dtype == torch.bool:
+            raise TypeError(f"projection must be real, got dtype {W.dtype}.")
         if W.dim() != 2 or W.shape[1] != d:
             raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
         params["W"] = W
@@ -816,7 +839,11 @@ def _projection_params(name, n_features, d, random_state, sampler, projection, d
         raise ValueError(f"projection for {name!r} needs a 'W' entry.")
     if name == "hybrid_angular":
         T = params.get("T")
-        T = torch.as_tensor(T) if T is not None and not isinstance(T, torch.Tensor) else T
+        T = (
+            _tensor_arg(T, "projection['T']")
+            if T is not None and not isinstance(T, torch.Tensor)
+            else T
+        )
         if T is None or T.dim() != 2 or T.shape[1] != d:
             raise ValueError(
                 "projection for 'hybrid_angular' needs 'W' (m, d) and 'T' (n_lambda, d) "

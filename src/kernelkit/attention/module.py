@@ -26,6 +26,8 @@ Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
   forward from that batch (exponential average with ``momentum``; None: cumulative), so
   a batch never uses its own tokens and a position never sees later positions. Until the
   first update (``num_batches_tracked == 0``) they use FAVOR+ features (``A = 0``).
+  Padded keys (and, in self-attention, queries) stay out of the statistics; a fully
+  padded sequence stays out of the batch mean, and a batch without keys updates nothing.
 
 ``torch.compile``: both modes trace with ``fullgraph=True`` in eval mode (or with
 ``redraw_interval=None``); the causal scan is one custom op in compiled graphs
@@ -47,9 +49,11 @@ from ..features.favor import Moments
 from ._maps import FEATURE_MAPS, FITTED_MAPS
 from .decoding import LinearAttentionState, init_decoding_state, linear_attention_step
 from .functional import (
+    _check_is_causal,
     _check_sampler,
     _finite_check,
     _float_blocked,
+    _tensor_arg,
     attention_moments,
     draw_features,
     linear_attention,
@@ -173,9 +177,20 @@ class FavorAttention(nn.Module):
         random_state=None,
     ):
         super().__init__()
-        for name, val in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+        for name, val in (
+            ("embed_dim", embed_dim),
+            ("num_heads", num_heads),
+            ("kdim", 1 if kdim is None else kdim),
+            ("vdim", 1 if vdim is None else vdim),
+        ):
             if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
                 raise ValueError(f"{name} must be a positive integer, got {val!r}.")
+        for name, val in (
+            ("dropout", dropout),
+            ("momentum", 0.5 if momentum is None else momentum),
+        ):
+            if isinstance(val, bool) or not isinstance(val, numbers.Real):
+                raise TypeError(f"{name} must be a float, got {val!r}.")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}.")
         if add_bias_kv or add_zero_attn:
@@ -201,7 +216,8 @@ class FavorAttention(nn.Module):
         if momentum is not None and not (0.0 < float(momentum) <= 1.0):
             raise ValueError(f"momentum must be None or in (0, 1], got {momentum!r}.")
         if (
-            not isinstance(chunk_size, numbers.Integral)
+            isinstance(chunk_size, bool)
+            or not isinstance(chunk_size, numbers.Integral)
             or chunk_size < 1
             or chunk_size & (chunk_size - 1)
         ):
@@ -357,7 +373,7 @@ class FavorAttention(nn.Module):
         if unbatched:
             query, key, value = query[None], key[None], value[None]
             if key_padding_mask is not None:
-                key_padding_mask = torch.as_tensor(key_padding_mask)[None]
+                key_padding_mask = _tensor_arg(key_padding_mask, "key_padding_mask")[None]
         elif not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         N, L, Eq = query.shape
@@ -468,9 +484,10 @@ class FavorAttention(nn.Module):
     @staticmethod
     def _check_attn_mask(attn_mask, is_causal, L, S, NH):
         # MultiheadAttention's (L, S) or (N * num_heads, L, S) mask, if it is causal
+        is_causal = _check_is_causal(is_causal)
         if attn_mask is None:
-            return bool(is_causal)
-        m = torch.as_tensor(attn_mask)
+            return is_causal
+        m = _tensor_arg(attn_mask, "attn_mask")
         if m.shape not in ((L, S), (NH, L, S)):
             raise ValueError(
                 f"attn_mask must be None or the causal (L, S) or (N * num_heads, L, S) mask, "
@@ -506,7 +523,7 @@ class FavorAttention(nn.Module):
     def _check_padding_mask(mask, N, S, device):
         if mask is None:
             return None
-        m = torch.as_tensor(mask, device=device)
+        m = _tensor_arg(mask, "key_padding_mask", device)
         if m.shape != (N, S):
             raise ValueError(
                 f"key_padding_mask must have shape (N, S) = ({N}, {S}), got {tuple(m.shape)}."
@@ -559,9 +576,15 @@ class FavorAttention(nn.Module):
             chunk_size=self.chunk_size,
             check_finite=False,
         )
-        if self.training and self.feature_map in FITTED_MAPS and not recompute and q.numel():
+        if (
+            self.training
+            and self.feature_map in FITTED_MAPS
+            and not recompute
+            and q.numel()
+            and k.numel()
+        ):
             self._last_moments = (moments,)  # what a checkpoint recomputation must use
-            self._update_running(q, k, mask4, qmask)  # (an empty batch has no statistics)
+            self._update_running(q, k, mask4, qmask)  # (no queries or keys: no statistics)
         return out
 
     # ------------------------------------------------------------ recurrent decoding
@@ -692,14 +715,25 @@ class FavorAttention(nn.Module):
 
     @torch.no_grad()
     def _update_running(self, q, k, mask4, qmask=None):
+        # q (N, H, L, hd), k (N, H, S, hd); mask4 / qmask (N, 1, S) / (N, 1, L), True = padded
         mom = attention_moments(
             q.detach(), k.detach(), key_padding_mask=mask4, query_padding_mask=qmask
         )
-        # average over the batch: (N, H, ...) -> (H, ...)
-        new = [
-            t.mean(0).to(self.running_mean_q.dtype)
-            for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
-        ]
+        fields = (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)  # (N, H, ...)
+        if mask4 is None and qmask is None:  # average over the batch: (N, H, ...) -> (H, ...)
+            new = [t.mean(0).to(self.running_mean_q.dtype) for t in fields]
+        else:
+            # a fully padded sequence has no statistics (its moments are zeros): only the
+            # sequences with a kept key (and, in self-attention, a kept query) are averaged
+            has = torch.ones(q.shape[0], dtype=torch.bool, device=q.device)  # (N,)
+            for m in (mask4, qmask):
+                if m is not None:
+                    has = has & (~m).any(-1).reshape(-1)
+            if not torch.compiler.is_compiling() and not bool(has.any()):
+                return  # nothing to track (a graph reads no values: there it averages zeros)
+            w = has.to(fields[0].dtype)
+            w = w / w.sum().clamp(min=1.0)  # (N,)
+            new = [torch.tensordot(w, t, dims=1).to(self.running_mean_q.dtype) for t in fields]
         self.num_batches_tracked += 1
         if self.momentum is None:  # cumulative average: 1 / n, read on the device
             f = 1.0 / self.num_batches_tracked.to(self.running_mean_q.dtype)  # ()
