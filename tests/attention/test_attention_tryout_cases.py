@@ -135,6 +135,32 @@ def test_fully_padded_sequences_do_not_dilute_the_running_statistics(momentum):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("momentum", [None, 0.3])
+def test_an_all_padded_batch_tracks_nothing(momentum):
+    """A training batch whose every sequence is fully padded has no statistics: the
+    running statistics and ``num_batches_tracked`` stay as they are (decided on the
+    device, without a host read), and the next real batch is the first tracked one
+    (weight 1, as if the padded batch had not been seen)."""
+    x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(2))
+    all_pad = torch.ones(2, 6, dtype=torch.bool)
+    no_pad = torch.zeros(2, 6, dtype=torch.bool)
+    stats = []
+    for first in (True, False):
+        torch.manual_seed(0)  # same in-projection weights
+        fav = FavorAttention(8, 2, feature_map="sderf", n_features=16, momentum=momentum)
+        if first:
+            fav(x, x, x, is_causal=True, key_padding_mask=all_pad)
+            assert int(fav.num_batches_tracked) == 0
+            for n in RUNNING:
+                assert not getattr(fav, f"running_{n}").any()
+        fav(x, x, x, is_causal=True, key_padding_mask=no_pad)
+        assert int(fav.num_batches_tracked) == 1
+        stats.append([getattr(fav, f"running_{n}").clone() for n in RUNNING])
+    for a, b in zip(*stats, strict=True):
+        assert b.abs().max() > 0
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 # ------------------------------------------------------------------ guide claims
 @pytest.mark.parametrize("name", ALL_MAPS)
 @pytest.mark.parametrize("causal", [False, True])

@@ -694,7 +694,9 @@ class FavorAttention(nn.Module):
         the host so that compiled graphs read no buffer (a host sync and a graph break):
         refreshed by every update and by ``load_state_dict``. Only this flag, never the
         count, is a Python value, so a compiled training step is traced again once (when
-        it turns True), not at every update."""
+        it turns True), not at every update. (An update whose batch is fully padded
+        tracks nothing but sets the flag: its statistics are still the initial zeros,
+        whose fitted parameters are FAVOR+'s, ``A = 0``.)"""
         if getattr(self, "_any_tracked", None) is None:
             self._any_tracked = bool(int(self.num_batches_tracked))
         return self._any_tracked
@@ -720,34 +722,38 @@ class FavorAttention(nn.Module):
             q.detach(), k.detach(), key_padding_mask=mask4, query_padding_mask=qmask
         )
         fields = (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)  # (N, H, ...)
+        buffers = (
+            self.running_mean_q,
+            self.running_second_q,
+            self.running_mean_k,
+            self.running_second_k,
+        )
+        dt = self.running_mean_q.dtype
         if mask4 is None and qmask is None:  # average over the batch: (N, H, ...) -> (H, ...)
-            new = [t.mean(0).to(self.running_mean_q.dtype) for t in fields]
+            new = [t.mean(0).to(dt) for t in fields]
+            tracked = torch.ones((), dtype=torch.bool, device=q.device)
         else:
             # a fully padded sequence has no statistics (its moments are zeros): only the
-            # sequences with a kept key (and, in self-attention, a kept query) are averaged
+            # sequences with a kept key (and, in self-attention, a kept query) are
+            # averaged, and a batch without any leaves the statistics as they are
             has = torch.ones(q.shape[0], dtype=torch.bool, device=q.device)  # (N,)
             for m in (mask4, qmask):
                 if m is not None:
                     has = has & (~m).any(-1).reshape(-1)
-            if not torch.compiler.is_compiling() and not bool(has.any()):
-                return  # nothing to track (a graph reads no values: there it averages zeros)
             w = has.to(fields[0].dtype)
             w = w / w.sum().clamp(min=1.0)  # (N,)
-            new = [torch.tensordot(w, t, dims=1).to(self.running_mean_q.dtype) for t in fields]
-        self.num_batches_tracked += 1
-        if self.momentum is None:  # cumulative average: 1 / n, read on the device
-            f = 1.0 / self.num_batches_tracked.to(self.running_mean_q.dtype)  # ()
+            new = [torch.tensordot(w, t, dims=1).to(dt) for t in fields]
+            tracked = has.any()  # () bool
+        # the weight f of this batch, on the device (no host read: no sync, no graph
+        # break, no retrace): 0 without a tracked sequence; else 1 / n (cumulative
+        # average) or the momentum, 1 for the first tracked batch
+        seen = self.num_batches_tracked > 0  # () bool, before this batch
+        self.num_batches_tracked += tracked.to(self.num_batches_tracked.dtype)
+        t = tracked.to(dt)
+        if self.momentum is None:
+            f = t / self.num_batches_tracked.clamp(min=1).to(dt)
         else:
-            f = float(self.momentum) if self._tracked() else 1.0
-        for buf, val in zip(
-            (
-                self.running_mean_q,
-                self.running_second_q,
-                self.running_mean_k,
-                self.running_second_k,
-            ),
-            new,
-            strict=True,
-        ):
+            f = torch.where(seen, torch.full_like(t, float(self.momentum)), torch.ones_like(t)) * t
+        for buf, val in zip(buffers, new, strict=True):
             buf.mul_(1.0 - f).add_(val * f)
         self._any_tracked = True
