@@ -257,3 +257,78 @@ def test_redrawn_projections_keep_the_module_dtype(dtype, feature_map):
     # a module built in that dtype starts with its projections in it too
     built = FavorAttention(8, 2, feature_map=feature_map, n_features=16, dtype=dtype)
     assert built.projection.dtype == dtype and built.sign_projection.dtype == dtype
+
+
+# ------------------------------------------------ linear_attention: once per key head
+BIDIRECTIONAL = ["positive", "hyperbolic", "relu", "elu", "trig", "hybrid_angular", *FITTED]
+
+
+def _repeat(k, v, g=G):
+    return k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+
+
+@pytest.mark.parametrize("name", BIDIRECTIONAL)
+def test_bidirectional_gqa_runs_once_per_key_head(name, monkeypatch):
+    """Bidirectional, key features shared by a group (unfitted maps; fitted maps with
+    moments shared by the heads), with and without a (B, 1, S) padding mask: outputs and
+    gradients equal those of the repeated keys to round-off, and no key is repeated."""
+    from kernelkit.attention import functional
+
+    q, k, v = _qkv(L=L)
+    k, v = k[..., :11, :], v[..., :11, :]  # S = 11 != L
+    mom = _moments(True) if name in FITTED else None
+    pad = torch.rand(B, 1, 11, generator=torch.Generator().manual_seed(3)) < 0.3
+    pad[1] = True  # batch entry 1: no visible key, zeros
+    kw = {"random_state": 0, "moments": mom}
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    ref = {
+        m: linear_attention(qg, *_repeat(kg, vg), name, M, key_padding_mask=m, **kw)
+        for m in (None, pad)
+    }
+    grads = {m: torch.autograd.grad(ref[m].square().sum(), (qg, kg, vg)) for m in ref}
+
+    def no_repeat(*args):
+        raise AssertionError("keys repeated")
+
+    monkeypatch.setattr(functional, "_expand_gqa", no_repeat)
+    for m in (None, pad):
+        out = linear_attention(qg, kg, vg, name, M, key_padding_mask=m, enable_gqa=True, **kw)
+        assert out.shape == (B, HQ, L, E) and _rel(out.detach(), ref[m].detach()) < 1e-12
+        got = torch.autograd.grad(out.square().sum(), (qg, kg, vg))
+        assert all(_rel(a, b) < 1e-12 for a, b in zip(got, grads[m], strict=True))
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    # NumPy in, NumPy out
+    out_np = linear_attention(q.numpy(), k.numpy(), v.numpy(), name, M, enable_gqa=True, **kw)
+    assert _rel(torch.as_tensor(out_np), ref[None].detach()) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "case", ["causal", "per_head_moments", "fitted_per_instance", "per_head_mask", "attn_mask"]
+)
+def test_gqa_that_needs_the_repeat_still_equals_it(case):
+    """Where the query heads of a group differ on the key side (per-head moments, a
+    per-instance fit, a per-head mask) or the mask is SDPA's, and in causal mode, the
+    keys are repeated: still equal to explicit repetition."""
+    q, k, v = _qkv()
+    name = {"per_head_moments": "sderf", "fitted_per_instance": "gerf"}.get(case, "positive")
+    kw = {"random_state": 0, "is_causal": case == "causal"}
+    if case == "per_head_moments":
+        kw["moments"] = _moments(False)
+    if case == "per_head_mask":
+        pad = torch.rand(B, HKV, L, generator=torch.Generator().manual_seed(4)) < 0.3
+        kw["key_padding_mask"] = pad.repeat_interleave(G, dim=1)
+    if case == "attn_mask":
+        kw["attn_mask"] = torch.ones(L, L, dtype=torch.bool).tril()
+    ref = linear_attention(q, *_repeat(k, v), name, M, **kw)
+    out = linear_attention(q, k, v, name, M, enable_gqa=True, **kw)
+    assert _rel(out, ref) < 1e-12
+
+
+def test_gqa_bad_heads_in_linear_attention():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="Hq=6, Hk=4, Hv=4"):
+        linear_attention(q, *_repeat(k, v, 2), enable_gqa=True)
+    with pytest.raises(ValueError, match="Hk=2, Hv=3"):
+        linear_attention(q, k, torch.cat([v, v[:, :1]], 1), enable_gqa=True)
+    with pytest.raises(ValueError, match="enable_gqa needs"):
+        linear_attention(q[0, 0], k[0, 0], v[0, 0], enable_gqa=True)
