@@ -482,7 +482,14 @@ def linear_attention(
         the output is what :class:`~kernelkit.attention.FavorAttention` does).
     enable_gqa : bool
         Grouped-query attention as in SDPA: ``k`` / ``v`` with ``Hkv`` heads (dim -3)
-        serve ``q`` with ``Hq = g Hkv`` heads (each key head repeated ``g`` times).
+        serve ``q`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h //
+        g``). Bidirectional, where the key features are the same for the ``g`` query
+        heads of a group (maps without fitted parameters, or ``moments`` without a head
+        dim > 1; no ``attn_mask``, a ``key_padding_mask`` without a head dim > 1), the
+        key features and ``phi(K)^T [V, 1]`` are formed once per key head; otherwise
+        (causal, per-head fits) each key head is repeated ``g`` times, as SDPA does.
+        Decoding: :func:`~kernelkit.attention.linear_attention_step` keeps its state
+        per key head.
 
     Returns
     -------
