@@ -7,7 +7,9 @@ threads) with
   ``sderf``, M = 256): a constant-size state;
 * ``torch.nn.functional.scaled_dot_product_attention`` with a preallocated KV cache of
   ``n`` positions (as a static cache): each step writes its key and value at ``t`` and
-  attends to the first ``t + 1`` entries.
+  attends to the first ``t + 1`` entries;
+* both with grouped-query attention (``enable_gqa``, 2 key / value heads for the 8 query
+  heads): the ``positive`` state is kept per key head, the cache holds 2 heads.
 
 All are timed in the same run on the same pre-drawn inputs (attention only, no
 projections). Prints tokens per second, the ratio to SDPA, the per-token time around
@@ -34,12 +36,14 @@ import torch.nn.functional as F
 from kernelkit.attention import attention_moments, init_decoding_state, linear_attention_step
 
 H, D, M = 8, 64, 256
-METHODS = ("positive", "sderf", "sdpa")
+HKV = 2  # key / value heads of the GQA rows
+METHODS = ("positive", "sderf", "sdpa", "positive_gqa", "sdpa_gqa")
 
 
-def _inputs(n, seed=0):
+def _inputs(n, seed=0, hkv=H):
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(n, 1, H, D, generator=g) for _ in range(3))  # (n, 1, H, d)
+    q = torch.randn(n, 1, H, D, generator=g)  # (n, 1, H, d)
+    k, v = (torch.randn(n, 1, hkv, D, generator=g) for _ in range(2))  # (n, 1, Hkv, d)
     return q, k, v
 
 
@@ -56,29 +60,40 @@ def _decode(method, n, inputs=None, moments=None):
 
     The empty state (features prepared, FAVOR# fitted from ``moments``) or the zeroed
     cache of n positions is allocated here, before the loop."""
-    q, k, v = _inputs(n) if inputs is None else inputs
-    if method == "sdpa":
-        state = torch.zeros(2, 1, H, n, D)  # [K, V], each (1, H, n, d): a static cache
+    gqa = method.endswith("_gqa")
+    hkv = HKV if gqa else H
+    q, k, v = _inputs(n, hkv=hkv) if inputs is None else inputs
+    if method.startswith("sdpa"):
+        state = torch.zeros(2, 1, hkv, n, D)  # [K, V], each (1, Hkv, n, d): a static cache
     else:
         moments = _moments(method) if moments is None else moments
-        state = init_decoding_state((1, H), D, method, M, random_state=0, moments=moments)
+        state = init_decoding_state(
+            (1, H),
+            D,
+            method.removesuffix("_gqa"),
+            M,
+            random_state=0,
+            moments=moments,
+            enable_gqa=gqa,
+            num_kv_heads=HKV if gqa else None,
+        )
     times = []
     with torch.no_grad():
-        if method == "sdpa":
+        if method.startswith("sdpa"):
             K, V = state
             for t in range(n):
                 t0 = time.perf_counter()
                 K[:, :, t] = k[t]
                 V[:, :, t] = v[t]
                 F.scaled_dot_product_attention(
-                    q[t][:, :, None], K[:, :, : t + 1], V[:, :, : t + 1]
+                    q[t][:, :, None], K[:, :, : t + 1], V[:, :, : t + 1], enable_gqa=gqa
                 )  # (1, H, 1, d)
                 times.append(time.perf_counter() - t0)
             return times, state.nbytes
         for t in range(n):
             t0 = time.perf_counter()
             _, state = linear_attention_step(
-                q[t], k[t], v[t], state, check_finite=False, inplace=True
+                q[t], k[t], v[t], state, check_finite=False, inplace=True, enable_gqa=gqa
             )
             times.append(time.perf_counter() - t0)
         return times, state.nbytes()
@@ -99,7 +114,8 @@ def _rss_child(method, n):
     # the start, so possibly 0)
     torch.set_num_threads(2)
     _decode(method, 16)  # warm-up (lazy initialisation of kernels)
-    inputs, moments = _inputs(n), _moments(method)
+    inputs = _inputs(n, hkv=HKV if method.endswith("_gqa") else H)
+    moments = _moments(method)
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the peak RSS to the current RSS
@@ -140,7 +156,10 @@ def run(quick=False, rss=True):
             "bytes": nbytes,
             "rss_kib": _peak_rss(method, n) if rss else None,
         }
-    print(f"decoding {n} tokens, batch 1, {H} heads, d = e = {D}, M = {M}, float32, CPU, 2 threads")
+    print(
+        f"decoding {n} tokens, batch 1, {H} heads (GQA rows: {HKV} key / value heads), "
+        f"d = e = {D}, M = {M}, float32, CPU, 2 threads"
+    )
     print(f"(load average before the run: {load:.1f} on {os.cpu_count()} CPUs)")
     head = (
         f"{'method':22s} {'tokens/s':>9s} {'vs SDPA':>8s} {'us/tok t=' + str(t1):>13s} "
@@ -152,6 +171,8 @@ def run(quick=False, rss=True):
         "positive": "kernelkit positive",
         "sderf": "kernelkit sderf",
         "sdpa": "SDPA + static KV cache",
+        "positive_gqa": "kernelkit positive GQA",
+        "sdpa_gqa": "SDPA GQA static cache",
     }
     for method, r in rows.items():
         rss_txt = "-" if r["rss_kib"] is None else f"{r['rss_kib'] / 1024:.1f} MiB"

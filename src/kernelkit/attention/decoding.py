@@ -22,6 +22,15 @@ any input norm. A block of ``T`` tokens (prefill) uses one causal pivot ``max(c,
 lk_first)`` and a masked ``T x T`` score matrix when the key maxima grow by at most
 ``G`` (60 in float32, 500 in float64) inside the block, as the chunks of the causal
 kernel; otherwise it steps token by token.
+
+Grouped-query attention (``enable_gqa``, as SDPA's): ``k_t``, ``v_t`` with ``Hkv`` heads
+serve ``q_t`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h // g``).
+Where the key features do not depend on the query head (the unfitted maps, and fitted
+maps whose moments are shared by the heads), the ``g`` query heads of a group see the
+same key features and values, hence the same ``KV``, ``z`` and ``c``: the state is kept
+once per key head, ``g`` times smaller. Fitted maps with per-head moments fit each query
+head's parameters from its query *and* key moments, so the key features differ per
+query head and the state stays per query head (the keys are repeated as in SDPA).
 """
 
 from __future__ import annotations
@@ -76,6 +85,11 @@ class LinearAttentionState:
         The head dimension.
     params : object
         The prepared feature parameters (not rebuilt per step).
+    kv_heads : int or None
+        ``enable_gqa``: the heads ``Hkv`` of ``k_t``, ``v_t`` (None: those of ``q_t``).
+    group : int
+        Query heads per state head: ``g = Hq / Hkv`` where the state is kept per key
+        head (``kvz`` (*batch_shape[:-1], Hkv, M, e + 1)), else 1.
     """
 
     kvz: torch.Tensor
@@ -85,6 +99,8 @@ class LinearAttentionState:
     scale: float
     d: int
     params: object
+    kv_heads: int | None = None
+    group: int = 1
     # in-place version of ``kvz`` when this state was made (-1: unknown, not checked)
     _version: int = field(default=-1, repr=False, compare=False)
 
@@ -98,7 +114,15 @@ class LinearAttentionState:
 
     @property
     def batch_shape(self) -> torch.Size:
-        return self.c.shape[:-1]
+        """Leading dims of ``q_t`` (``(N, Hq)`` for inputs ``(N, Hq, d)``)."""
+        s = self.c.shape[:-1]
+        return s if self.group == 1 else torch.Size((*s[:-1], s[-1] * self.group))
+
+    @property
+    def kv_batch_shape(self) -> torch.Size:
+        """Leading dims of ``k_t``, ``v_t``: ``batch_shape`` with ``Hkv`` heads (GQA)."""
+        s = self.batch_shape
+        return s if self.kv_heads is None else torch.Size((*s[:-1], self.kv_heads))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -110,7 +134,9 @@ class LinearAttentionState:
         return self.c.device
 
     def nbytes(self) -> int:
-        """Bytes of the running tensors ``kvz``, ``c`` (independent of ``t``)."""
+        """Bytes of the running tensors ``kvz``, ``c`` (independent of ``t``):
+        ``(M (e + 2)) x itemsize`` per state head, ``g`` times less with a state per key
+        head (GQA)."""
         return sum(x.numel() * x.element_size() for x in (self.kvz, self.c))
 
     def index_select(self, dim: int, index) -> LinearAttentionState:
@@ -118,11 +144,19 @@ class LinearAttentionState:
         ``torch.index_select`` on every state tensor: reorders or repeats sequences, e.g.
         the beams of beam search (``state.index_select(0, beam_idx)``, as a KV cache's
         ``index_select(0, beam_idx)``). Feature parameters that differ along ``dim``
-        (``moments`` per batch entry) are selected too. A new state with new tensors."""
+        (``moments`` per batch entry) are selected too. A new state with new tensors.
+        A GQA state (``kv_heads``) cannot select along its head dim (the last batch dim):
+        its query heads are tied to the key heads."""
         nb = len(self.batch_shape)
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -nb <= dim < nb:
             raise ValueError(f"dim must be a batch dim in [{-nb}, {nb}), got {dim!r}.")
         dim = int(dim) % nb
+        if self.kv_heads is not None and dim == nb - 1:
+            raise ValueError(
+                f"dim={dim} is the head dim of a GQA state (enable_gqa, kv_heads="
+                f"{self.kv_heads}): its query heads are grouped over the key heads; select "
+                "along a leading batch dim."
+            )
         index = torch.as_tensor(index, device=self.device)
         if index.dim() != 1 or index.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"index must be a 1-D integer tensor, got {index.dtype} {index.shape}.")
@@ -181,7 +215,7 @@ class _ExpFeatures:
         self.Wa = {s: fmap.augmented_weights(s) for s in ("q", "k")}  # (..., d + 2, M)
 
     def __call__(self, x, y):  # x, y (..., T, d) -> lq, lk (..., T, M)
-        if self.shared:
+        if self.shared and x.shape == y.shape:  # (GQA: fewer key heads, two matmuls)
             lf = self.fmap.log_features_fused(torch.stack([x, y]), "q", Wa=self.Wa["q"])
             return lf[0], lf[1]
         lq = self.fmap.log_features_fused(x, "q", Wa=self.Wa["q"])
@@ -246,6 +280,8 @@ def init_decoding_state(
     moments=None,
     dtype=torch.float32,
     device=None,
+    enable_gqa: bool = False,
+    num_kv_heads: int | None = None,
 ) -> LinearAttentionState:
     """Empty decoding state for :func:`linear_attention_step` (no token seen yet).
 
@@ -256,7 +292,7 @@ def init_decoding_state(
     Parameters
     ----------
     batch_shape : tuple of int
-        Leading dims of the inputs, e.g. ``(N, H)`` for inputs ``(N, H, d)``.
+        Leading dims of the queries, e.g. ``(N, H)`` for inputs ``(N, H, d)``.
     d : int
         Query / key head dimension.
     feature_map : str
@@ -279,11 +315,23 @@ def init_decoding_state(
         Input dtype; float16 / bfloat16 are computed in float32 (the state is float32).
     device : torch.device, optional
         Of the state tensors (the inputs' device).
+    enable_gqa : bool
+        Grouped-query attention as in SDPA and ``linear_attention``: ``k_t``, ``v_t``
+        with ``num_kv_heads`` heads serve ``q_t`` with ``Hq = batch_shape[-1] = g
+        num_kv_heads`` heads (query head ``h`` reads key head ``h // g``); the steps then
+        take ``enable_gqa=True``.
+    num_kv_heads : int, optional
+        ``Hkv``, required with ``enable_gqa`` (a divisor of ``batch_shape[-1]``).
 
     Returns
     -------
     LinearAttentionState
-        ``kvz`` (*batch_shape, M, e + 1) zero, ``c`` (*batch_shape, M) ``-1e30``.
+        ``kvz`` (*batch_shape, M, e + 1) zero, ``c`` (*batch_shape, M) ``-1e30``. With
+        ``enable_gqa`` and key features shared by the query heads of a group (every map
+        but a fitted one whose ``moments`` differ per head, i.e. have a last batch dim
+        > 1), one state per key head: ``kvz`` (*batch_shape[:-1], Hkv, M, e + 1), ``c``
+        (*batch_shape[:-1], Hkv, M), ``g`` times smaller (``state.group = g``); otherwise
+        per query head.
     """
     if not isinstance(feature_map, str) or feature_map.lower() not in FEATURE_MAPS:
         raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
@@ -322,8 +370,10 @@ def init_decoding_state(
             "parameters ('positive', 'hyperbolic')."
         )
     sampler = _check_sampler(sampler)
+    kv_heads = _gqa_heads(enable_gqa, num_kv_heads, batch)
     ctype = torch.float32 if dtype in _HALF else dtype
     device = torch.device("cpu") if device is None else torch.device(device)
+    per_head = False  # feature parameters that differ per query head
     if name in ("relu", "elu"):
         feats = _PlainFeatures(name, d)
     else:
@@ -337,11 +387,18 @@ def init_decoding_state(
         if W.dim() != 2 or W.shape[1] != d:
             raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
         mom = None if moments is None else _check_moments(moments, batch, d, name, device)
+        if mom is not None and name in FITTED_MAPS:
+            mb = mom.mean_x.shape[:-1]  # moments' batch shape, aligned to batch_shape's end
+            per_head = len(mb) > 0 and mb[-1] > 1
         fmap = build_log_map(name, W, mom, d)  # float64, W_q is W_k for symmetric maps
         shared = fmap.W_q is fmap.W_k and fmap.B_q is fmap.B_k
         feats = _ExpFeatures(fmap.to(ctype), shared)
     M = feats.n_out
     kw = {"dtype": ctype, "device": device}
+    group = 1
+    if kv_heads is not None and not per_head:  # one state per key head
+        group = batch[-1] // kv_heads
+        batch = torch.Size((*batch[:-1], kv_heads))
     kvz = torch.zeros(*batch, M, e + 1, **kw)
     return LinearAttentionState(
         kvz=kvz,
@@ -351,11 +408,41 @@ def init_decoding_state(
         scale=float(scale),
         d=d,
         params=feats,
+        kv_heads=kv_heads,
+        group=group,
         _version=_tensor_version(kvz),
     )
 
 
-def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
+def _gqa_heads(enable_gqa, num_kv_heads, batch):
+    # Hkv of a GQA state (None without enable_gqa), checked against batch = (..., Hq)
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    if not enable_gqa:
+        if num_kv_heads is not None:
+            raise ValueError(
+                f"num_kv_heads={num_kv_heads!r} needs enable_gqa=True (grouped-query attention)."
+            )
+        return None
+    if len(batch) == 0:
+        raise ValueError(
+            "enable_gqa needs a head dim: batch_shape must be (..., Hq), got an empty batch_shape."
+        )
+    if num_kv_heads is None:
+        raise ValueError(
+            "enable_gqa=True needs num_kv_heads, the number of key / value heads Hkv (a "
+            f"divisor of the query heads batch_shape[-1]={batch[-1]})."
+        )
+    Hkv = _positive_int("num_kv_heads", num_kv_heads)
+    if batch[-1] % Hkv:
+        raise ValueError(
+            f"num_kv_heads={Hkv} must divide the query heads batch_shape[-1]={batch[-1]} "
+            "(enable_gqa: each key / value head serves a group of query heads)."
+        )
+    return Hkv
+
+
+def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gqa):
     if not isinstance(state, LinearAttentionState):
         raise TypeError(
             f"state must be a LinearAttentionState (init_decoding_state), got "
@@ -368,6 +455,14 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.device != state.device:
             raise ValueError(f"{name} is on {t.device}, the state on {state.device}.")
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    if enable_gqa != (state.kv_heads is not None):
+        raise ValueError(
+            f"enable_gqa={enable_gqa} but the state was made with "
+            f"enable_gqa={state.kv_heads is not None} (init_decoding_state(..., "
+            "enable_gqa=True, num_kv_heads=Hkv) for grouped-query attention)."
+        )
     if state._stale():
         # (a copy, copy.deepcopy(state), is checked against its own tensors)
         raise ValueError(
@@ -398,22 +493,24 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite):
             f"q_t must have shape (*batch_shape, d) or (*batch_shape, T, d) with the state's "
             f"batch_shape={tuple(batch)}, got {tuple(q.shape)}."
         )
+    # leading dims of k_t, v_t: those of q_t with Hkv heads (GQA)
+    kv_lead = (*state.kv_batch_shape, *q.shape[len(batch) : -1])
     for name, t in (("k_t", k), ("v_t", v)):
-        if t.shape[:-1] != q.shape[:-1]:
+        if t.shape[:-1] != kv_lead:
+            what = "of q_t" if state.kv_heads is None else f"of q_t with {state.kv_heads} heads"
             raise ValueError(
-                f"{name} must have the leading dims of q_t {tuple(q.shape[:-1])}, "
-                f"got {tuple(t.shape)}."
+                f"{name} must have the leading dims {what} {kv_lead}, got {tuple(t.shape)}."
             )
     keep = None
     if key_padding_mask is not None:
         m = _bool_padding_mask(key_padding_mask, "key", q.device)
         try:  # size-1 dims broadcast, e.g. (N, 1, T) over the heads; no dims are added
-            if m.dim() != q.dim() - 1:
+            if m.dim() != k.dim() - 1:
                 raise RuntimeError
-            m = torch.broadcast_to(m, q.shape[:-1])
+            m = torch.broadcast_to(m, k.shape[:-1])
         except RuntimeError:
             raise ValueError(
-                f"key_padding_mask must have shape {tuple(q.shape[:-1])} (size-1 dims "
+                f"key_padding_mask must have shape {tuple(k.shape[:-1])} (size-1 dims "
                 f"broadcast), got {tuple(m.shape)}."
             ) from None
         keep = ~m
@@ -427,9 +524,11 @@ def _ratio(nd):
     return nd[..., :-1] / nd[..., -1:].clamp(min=torch.finfo(nd.dtype).tiny)
 
 
-def _token(lq, lk, va, keep, kvz, c, inplace):
+def _token(lq, lk, va, keep, kvz, c, inplace, grouped=False):
     # one token: lq, lk (..., M), va = [v, 1] (..., e + 1), keep (...) or None; state
-    # kvz (..., M, e + 1), c (..., M). Returns (out (..., e), kvz, c).
+    # kvz (..., M, e + 1), c (..., M). Returns (out (..., e), kvz, c). ``grouped`` (a
+    # state per key head): lq (..., g, M) for the g query heads of each state head,
+    # out (..., g, e).
     with torch.no_grad():
         c_new = torch.maximum(c, lk.detach())  # (..., M)
         a = torch.exp(c - c_new)[..., None]  # (..., M, 1) <= 1: rescale to the new maximum
@@ -441,17 +540,19 @@ def _token(lq, lk, va, keep, kvz, c, inplace):
         c_new = c.copy_(c_new)
     else:  # fresh tensor (in place on the product only: autograd-safe)
         kvz = (kvz * a).addcmul_(kf[..., :, None], va[..., None, :])
-    lqc = lq + c_new  # (..., M)
+    lqc = lq + (c_new[..., None, :] if grouped else c_new)  # (..., [g,] M)
     with torch.no_grad():
-        R = lqc.detach().amax(-1, keepdim=True)  # (..., 1): largest term 1
-    qf = torch.exp(lqc - R)  # (..., M) <= 1
-    return _ratio((qf[..., None, :] @ kvz)[..., 0, :]), kvz, c_new
+        R = lqc.detach().amax(-1, keepdim=True)  # (..., [g,] 1): largest term 1
+    qf = torch.exp(lqc - R)  # (..., [g,] M) <= 1
+    kq = kvz[..., None, :, :] if grouped else kvz  # (..., [1,] M, e + 1)
+    return _ratio((qf[..., None, :] @ kq)[..., 0, :]), kvz, c_new
 
 
-def _block(lq, lk, va, keep, kvz, c, inplace):
+def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False):
     # T tokens causally: lq, lk (..., T, M), va = [v, 1] (..., T, e + 1), keep (..., T) or
     # None. One causal pivot c_ref = max(c, lk_0) when the key maxima grow by at most G
     # over the block (as the chunks of _linear.causal_exp), else token by token.
+    # ``grouped``: lq (..., g, T, M) (g query heads per state head), out (..., g, T, e).
     with torch.no_grad():
         lkd = lk.detach()
         c_ref = torch.maximum(c, lkd[..., 0, :])  # (..., M)
@@ -461,19 +562,26 @@ def _block(lq, lk, va, keep, kvz, c, inplace):
         outs = []
         for i in range(lq.shape[-2]):
             ki = None if keep is None else keep[..., i]
-            o, kvz, c = _token(lq[..., i, :], lk[..., i, :], va[..., i, :], ki, kvz, c, inplace)
+            o, kvz, c = _token(
+                lq[..., i, :], lk[..., i, :], va[..., i, :], ki, kvz, c, inplace, grouped
+            )
             outs.append(o)
         return torch.stack(outs, dim=-2), kvz, c
+
+    def qs(t):  # a state-side tensor (..., X, Y) against the query rows (..., [g,] X, Y)
+        return t[..., None, :, :] if grouped else t
+
     with torch.no_grad():
-        R = (lq.detach() + c_end[..., None, :]).amax(-1, keepdim=True)  # (..., T, 1)
+        R = (lq.detach() + qs(c_end[..., None, :])).amax(-1, keepdim=True)  # (..., [g,] T, 1)
         a = torch.exp(c - c_ref)[..., None]  # (..., M, 1) <= 1
         b = torch.exp(c_ref - c_end)  # (..., M) <= 1
-    qf = torch.exp(lq - R + c_ref[..., None, :])  # (..., T, M) <= 1
+    qf = torch.exp(lq - R + qs(c_ref[..., None, :]))  # (..., [g,] T, M) <= 1
     kf = torch.exp(lk - c_ref[..., None, :])  # (..., T, M) <= e^G
     if keep is not None:
         kf = kf * keep[..., None].to(kf.dtype)
-    A = (qf @ kf.transpose(-1, -2)).tril()  # (..., T, T) causal scores
-    nd = qf @ (kvz * a) + A @ va  # (..., T, e + 1): earlier tokens, then this block
+    A = (qf @ qs(kf.transpose(-1, -2))).tril()  # (..., [g,] T, T) causal scores
+    # (..., [g,] T, e + 1): earlier tokens, then this block
+    nd = qf @ qs(kvz * a) + A @ qs(va)
     upd = (kf * b[..., None, :]).transpose(-1, -2) @ va  # (..., M, e + 1) rel. to c_end
     if inplace:
         kvz.mul_(a * b[..., None]).add_(upd)
@@ -492,6 +600,7 @@ def linear_attention_step(
     key_padding_mask=None,
     check_finite=None,
     inplace=False,
+    enable_gqa=False,
 ):
     """Causal linear attention for new tokens, from and to a recurrent state.
 
@@ -506,14 +615,16 @@ def linear_attention_step(
     ----------
     q_t, k_t : tensor (*batch_shape, d) or (*batch_shape, T, d)
         One new token, or a block of ``T`` tokens processed causally (``T = 0``: an
-        empty output, the state as it was).
+        empty output, the state as it was). With ``enable_gqa``, ``k_t`` and ``v_t``
+        have ``Hkv`` heads (``state.kv_batch_shape``), ``q_t`` ``Hq = g Hkv``.
     v_t : tensor (*batch_shape, e) or (*batch_shape, T, e)
     state : LinearAttentionState
         From :func:`init_decoding_state` or a previous step; not modified unless
         ``inplace``.
     key_padding_mask : bool tensor (*batch_shape) or (*batch_shape, T), optional
         ``True`` = padded token: its key and value are not added to the state.
-        Its size-1 dims broadcast (e.g. ``(N, 1, T)`` over the heads).
+        Its size-1 dims broadcast (e.g. ``(N, 1, T)`` over the heads). It masks keys, so
+        with ``enable_gqa`` it has the key heads (``(N, Hkv, T)`` or ``(N, 1, T)``).
     check_finite : bool or None
         NaN / inf inputs: as :func:`~kernelkit.attention.linear_attention` (None: a
         ``ValueError`` for eager CPU inputs, no check, so no host sync, on accelerators
@@ -524,6 +635,11 @@ def linear_attention_step(
         it: the input's ``t`` is not advanced; stepping the input state again raises a
         ``ValueError``, in eager mode). Only without autograd (under ``torch.no_grad()``
         or for inputs that do not require grad); otherwise a ``ValueError``.
+    enable_gqa : bool
+        Grouped-query attention as in SDPA: ``k_t``, ``v_t`` with ``Hkv`` heads serve
+        ``q_t`` with ``Hq = g Hkv`` heads; must match the state's
+        (``init_decoding_state(..., enable_gqa=True, num_kv_heads=Hkv)``). Equals
+        ``linear_attention(q, k, v, ..., is_causal=True, enable_gqa=True)``.
 
     Returns
     -------
@@ -533,14 +649,23 @@ def linear_attention_step(
         The new state (fresh tensors unless ``inplace``; autograd flows through it when
         inputs require grad).
     """
-    single, keep = _check_step_inputs(q_t, k_t, v_t, state, key_padding_mask, check_finite)
+    single, keep = _check_step_inputs(
+        q_t, k_t, v_t, state, key_padding_mask, check_finite, enable_gqa
+    )
     if inplace and torch.is_grad_enabled():
         if any(t.requires_grad for t in (q_t, k_t, v_t, state.kvz)):
             raise ValueError(
                 "inplace=True would overwrite tensors autograd needs; use it under "
                 "torch.no_grad() or with inputs that do not require grad."
             )
+    hd = len(state.batch_shape) - 1  # the head dim of q_t, k_t, v_t (GQA)
+    g = 1 if state.kv_heads is None else state.batch_shape[-1] // state.kv_heads
+    if g > 1 and state.group == 1:  # a state per query head: repeat the keys (as SDPA)
+        k_t, v_t = (t.repeat_interleave(g, dim=hd) for t in (k_t, v_t))
+        keep = None if keep is None else keep.repeat_interleave(g, dim=hd)
     if not single and q_t.shape[-2] == 0:  # an empty block (T = 0): nothing to add
+        if k_t.shape[hd] != q_t.shape[hd]:
+            k_t, v_t = (t.repeat_interleave(g, dim=hd) for t in (k_t, v_t))
         return (q_t @ k_t.transpose(-1, -2)) @ v_t, state  # (..., 0, e)
     if not single and q_t.shape[-2] > 1 and torch.compiler.is_compiling():
         raise ValueError(
@@ -556,13 +681,18 @@ def linear_attention_step(
     va = torch.cat([v_t.to(ct), ones], dim=-1)  # (..., [T,] e + 1): values, normaliser
     if single:  # (..., d) -> (..., 1, d) for the batched feature matmul
         x, y = x[..., None, :], y[..., None, :]
-    lq, lk = state.params(x, y)  # (..., T, M)
+    lq, lk = state.params(x, y)  # (..., H, T, M), (..., Hkv, T, M) with a GQA state
     if single:
         lq, lk = lq[..., 0, :], lk[..., 0, :]  # (..., M)
     if keep is not None:  # padded keys: out of the running maximum and the sums
         lk = torch.where(keep[..., None], lk, _NEG)
+    grouped = state.group > 1  # (..., Hq, [T,] M) -> (..., Hkv, g, [T,] M)
+    if grouped:
+        lq = lq.unflatten(hd, (state.kv_heads, state.group))
     step = _token if single else _block
-    out, kvz, c = step(lq, lk, va, keep, state.kvz, state.c, inplace)
+    out, kvz, c = step(lq, lk, va, keep, state.kvz, state.c, inplace, grouped)
+    if grouped:
+        out = out.flatten(hd, hd + 1)  # (..., Hq, [T,] e)
     t = state.t + (1 if single else q_t.shape[-2])
     new = replace(state, kvz=kvz, c=c, t=t, _version=_tensor_version(kvz))
     return out.to(q_t.dtype), new

@@ -501,7 +501,14 @@ def linear_attention(
         the output is what :class:`~kernelkit.attention.FavorAttention` does).
     enable_gqa : bool
         Grouped-query attention as in SDPA: ``k`` / ``v`` with ``Hkv`` heads (dim -3)
-        serve ``q`` with ``Hq = g Hkv`` heads (each key head repeated ``g`` times).
+        serve ``q`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h //
+        g``). Bidirectional, where the key features are the same for the ``g`` query
+        heads of a group (maps without fitted parameters, or ``moments`` without a head
+        dim > 1; no ``attn_mask``, a ``key_padding_mask`` without a head dim > 1), the
+        key features and ``phi(K)^T [V, 1]`` are formed once per key head; otherwise
+        (causal, per-head fits) each key head is repeated ``g`` times, as SDPA does.
+        Decoding: :func:`~kernelkit.attention.linear_attention_step` keeps its state
+        per key head.
 
     Returns
     -------
@@ -535,7 +542,32 @@ def linear_attention(
             "instead (FavorAttention(dropout=...) does)."
         )
     if enable_gqa:
-        k, v = _expand_gqa(q, k, v)
+        g = _gqa_group(q, k, v)
+        if g > 1 and _group_shared(name, is_causal, attn_mask, key_padding_mask, moments):
+            # bidirectional, key features shared by the g query heads of a group: the
+            # queries of a group are rows of one call with its key head, so the key
+            # features and the sums phi(K)^T [V, 1] are formed once per key head (no
+            # repeated keys). (..., Hq, L, d) -> (..., Hkv, g L, d): head h = i g + j
+            # reads key head i, as SDPA's repeat_interleave
+            Hkv, L = k.shape[-3], q.shape[-2]
+            out = linear_attention(
+                q.unflatten(-3, (Hkv, g)).flatten(-3, -2),
+                k,
+                v,
+                name,
+                n_features,
+                key_padding_mask=key_padding_mask,
+                random_state=random_state,
+                scale=scale,
+                sampler=sampler,
+                projection=projection,
+                moments=moments,
+                chunk_size=chunk_size,
+                check_finite=check_finite,
+            )  # (..., Hkv, g L, e)
+            out = out.unflatten(-2, (g, L)).flatten(-4, -3)  # (..., Hq, L, e)
+            return out.detach().numpy() if is_numpy else out
+        k, v = _expand_gqa(q, k, v, g)
     q, k, v = _broadcast_batch(q, k, v)
     if attn_mask is not None:
         is_causal, key_padding_mask = _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask)
@@ -659,23 +691,50 @@ def _broadcast_batch(q, k, v):
     return tuple(t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))
 
 
-def _expand_gqa(q, k, v):
-    # SDPA's enable_gqa: k, v (..., Hkv, S, .) serve q (..., Hq, L, d) with Hq = g Hkv
+def _gqa_group(q, k, v) -> int:
+    # SDPA's enable_gqa: k, v (..., Hkv, S, .) serve q (..., Hq, L, d) with Hq = g Hkv;
+    # returns g
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() < 3:
             raise ValueError(
                 f"enable_gqa needs (..., H, L, d) inputs, {name} has shape {tuple(t.shape)}."
             )
     Hq, Hk, Hv = q.shape[-3], k.shape[-3], v.shape[-3]
-    if Hk != Hv or Hq % Hk:
+    if Hk != Hv or Hk == 0 or Hq % Hk:
         raise ValueError(
             f"enable_gqa needs k and v with the same number of heads dividing "
             f"q's, got Hq={Hq}, Hk={Hk}, Hv={Hv}."
         )
-    g = Hq // Hk
+    return Hq // Hk
+
+
+def _expand_gqa(q, k, v, g=None):
+    # k, v repeated over the query groups: (..., Hkv, S, .) -> (..., g Hkv, S, .)
+    g = _gqa_group(q, k, v) if g is None else g
     if g == 1:
         return k, v
     return k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+
+
+def _group_shared(name, is_causal, attn_mask, key_padding_mask, moments) -> bool:
+    """Whether GQA can run once per key head (bidirectional, no ``attn_mask``): the key
+    features and the padding must be the same for every query head of a group, i.e. a
+    map without fitted parameters or with ``moments`` shared by the heads (no head dim
+    > 1), and a padding mask without a head dim > 1. The causal scan keeps the repeat:
+    it pairs each query chunk with the prefix sums of the same positions of its own
+    instance, so sharing them across a group would need a grouped scan kernel."""
+    if is_causal or attn_mask is not None:
+        return False
+    if name in FITTED_MAPS:
+        mean = getattr(moments, "mean_x", None) if isinstance(moments, Moments) else None
+        shape = getattr(mean, "shape", None)
+        if shape is None or (len(shape) > 1 and shape[-2] > 1):  # (..., H, d)
+            return False
+    if key_padding_mask is not None:
+        shape = getattr(key_padding_mask, "shape", None)
+        if shape is None or (len(shape) > 1 and shape[-2] > 1):  # (..., H, S)
+            return False
+    return True
 
 
 def _float_blocked(m):

@@ -259,8 +259,10 @@ class FavorAttention(nn.Module):
             random_state = int(torch.randint(0, 2**62, (), dtype=torch.int64, device="cpu"))
         self._rng = check_random_state(random_state)
         hd, H = self.head_dim, self.num_heads
-        self.register_buffer("projection", torch.empty(0, device=device))
-        self.register_buffer("sign_projection", torch.empty(0, device=device))
+        # in the module's dtype, as its parameters; redraws keep the buffers' dtype and
+        # device (those of a later .to() / .half() / .double())
+        self.register_buffer("projection", torch.empty(0, device=device, dtype=dtype))
+        self.register_buffer("sign_projection", torch.empty(0, device=device, dtype=dtype))
         self.register_buffer("calls_since_redraw", torch.zeros((), dtype=torch.long, device=device))
         self.redraw_features()
         # allocated for every map (tiny), so state dicts load across feature maps
@@ -297,18 +299,18 @@ class FavorAttention(nn.Module):
 
     @torch.compiler.disable
     def redraw_features(self):
-        """Draw new random projections (NumPy) into the ``projection`` buffers."""
+        """Draw new random projections (NumPy) into the ``projection`` buffers, each in
+        the dtype and on the device of the buffer it replaces (the module's, after
+        ``.to()``, ``.half()``, ``.double()``)."""
         params = draw_features(
             self.feature_map, self.n_features, self.head_dim, self._rng, self.sampler
         )
-        dev = self.calls_since_redraw.device
-        # the module's floating dtype (float32 unless converted with .double() / .to())
-        dt = self.out_proj.weight.dtype
-        dt = dt if dt in (torch.float32, torch.float64) else torch.float32
         for key, name in (("W", "projection"), ("T", "sign_projection")):
+            old = getattr(self, name)
             val = params.get(key)
-            t = torch.empty(0, dtype=dt) if val is None else torch.as_tensor(val, dtype=dt)
-            setattr(self, name, t.to(dev))
+            # drawn in float64, rounded once to the buffer's dtype
+            t = torch.empty(0) if val is None else torch.as_tensor(val)
+            setattr(self, name, t.to(device=old.device, dtype=old.dtype))
         self.calls_since_redraw.zero_()
 
     @torch.compiler.disable
