@@ -100,6 +100,15 @@ def test_non_array_masks_and_projections_are_named(kwargs, name):
         linear_attention([["a"]], [["b"]], [["c"]])
 
 
+@pytest.mark.parametrize("bad", ["yes", 1, torch.tensor(True)])
+def test_enable_gqa_must_be_a_bool(bad):
+    """As ``is_causal``: a string, an int or a tensor used to select GQA by truthiness."""
+    q = torch.randn(1, 4, 5, 8)
+    k = v = torch.randn(1, 2, 5, 8)
+    with pytest.raises(TypeError, match="enable_gqa"):
+        linear_attention(q, k, v, enable_gqa=bad)
+
+
 # ------------------------------------------------------------------ running statistics
 def test_causal_training_without_keys_gives_zeros_and_tracks_nothing():
     """As SDPA (and linear_attention), no keys (S = 0) give zeros; the causal training

@@ -541,6 +541,8 @@ def linear_attention(
             "attention weights that SDPA's dropout_p drops; apply dropout to the output "
             "instead (FavorAttention(dropout=...) does)."
         )
+    if not isinstance(enable_gqa, bool | np.bool_):  # as is_causal: no truthiness
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
     if enable_gqa:
         g = _gqa_group(q, k, v)
         if g > 1 and _group_shared(name, is_causal, attn_mask, key_padding_mask, moments):
