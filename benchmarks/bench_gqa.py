@@ -4,10 +4,12 @@ Bidirectional ``linear_attention(q, k, v, ..., enable_gqa=True)`` with ``Hq = 32
 heads and ``Hkv = 8`` key / value heads (batch 1, L = S = 4096, d = e = 64, M = 256,
 float32, CPU, 2 threads) for ``positive`` and ``sderf`` (moments shared by the heads),
 in the same run, against the same call on keys and values repeated over the query
-groups (``repeat_interleave``, as SDPA's ``enable_gqa`` and as ``linear_attention``
-does where the key features differ per query head): the grouped call forms the key
-features and ``phi(K)^T [V, 1]`` once per key head. Times the forward without autograd
-and forward + backward, minimum over alternating rounds; prints the ratio, and the
+groups (``repeat_interleave``, as ``linear_attention`` does where the key features
+differ per query head): the grouped call forms the key features and ``phi(K)^T [V, 1]``
+once per key head. The peer is exact attention with the same heads, torch's
+``scaled_dot_product_attention(..., enable_gqa=True)``. Times the forward without autograd
+and forward + backward, minimum over alternating rounds; prints the ratios (grouped /
+repeat, SDPA / grouped), and the
 peak-RSS growth of one forward (+ backward) in a fresh subprocess per method.
 ``--quick``: L = 1024, 3 rounds, no subprocesses.
 """
@@ -28,7 +30,7 @@ from kernelkit.features.favor import Moments
 
 HQ, HKV, D, M = 32, 8, 64, 256
 MAPS = ("positive", "sderf")
-METHODS = ("grouped", "repeat")
+METHODS = ("grouped", "repeat", "sdpa")
 
 
 def _inputs(L, seed=0):
@@ -49,6 +51,11 @@ def _moments(name):
 
 
 def _call(method, name, q, k, v, mom, backward):
+    if method == "sdpa":  # the exact peer, the same grouped heads
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        if backward:
+            out.sum().backward()
+        return out
     if method == "repeat":  # keys and values repeated over the groups (before the call)
         k, v = k.repeat_interleave(HQ // HKV, dim=1), v.repeat_interleave(HQ // HKV, dim=1)
     gqa = method == "grouped"
@@ -109,7 +116,8 @@ def run(quick=False, rss=True, rounds=None):
     print(f"(load average before the run: {load:.1f} on {os.cpu_count()} CPUs)")
     print(
         f"{'map':9s} {'pass':9s} {'grouped s':>10s} {'repeat s':>9s} {'ratio':>6s} "
-        f"{'grouped RSS+':>13s} {'repeat RSS+':>12s}"
+        f"{'SDPA s':>8s} {'SDPA/grouped':>13s} {'grouped RSS+':>13s} {'repeat RSS+':>12s} "
+        f"{'SDPA RSS+':>10s}"
     )
     rows = {}
     for name in MAPS:
@@ -130,8 +138,9 @@ def run(quick=False, rss=True, rounds=None):
             txt = {m: "-" if peak[m] is None else f"{peak[m] / 1024:.0f} MiB" for m in METHODS}
             print(
                 f"{name:9s} {key[1]:9s} {best['grouped']:10.3f} {best['repeat']:9.3f} "
-                f"{best['grouped'] / best['repeat']:6.2f} {txt['grouped']:>13s} "
-                f"{txt['repeat']:>12s}"
+                f"{best['grouped'] / best['repeat']:6.2f} {best['sdpa']:8.3f} "
+                f"{best['sdpa'] / best['grouped']:13.2f} {txt['grouped']:>13s} "
+                f"{txt['repeat']:>12s} {txt['sdpa']:>10s}"
             )
     return rows
 

@@ -220,3 +220,20 @@ def test_strided_expanded_and_headless_inputs_equal_the_contiguous_call(causal):
     # no head axis: (B, L, d) is the per-head call
     ref3 = linear_attention(q[:, 1], k[:, 1], v[:, 1], **kw)
     torch.testing.assert_close(ref3, linear_attention(q, k, v, **kw)[:, 1], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("name", ["gerf", "saderf", "aderf", "sderf"])
+def test_attention_moments_broadcast_like_linear_attention(name):
+    """One key / value head for every query head (multi-query attention): the leading
+    dims broadcast in linear_attention, and ``moments=attention_moments(q, k)`` of the
+    same inputs gives its own fit (it used to demand equal leading dims)."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 10, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 1, 10, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    own = linear_attention(q, k, v, name, 16, random_state=0)
+    mom = attention_moments(q, k)
+    assert mom.mean_x.shape == (2, 4, 8) and mom.mean_y.shape == (2, 1, 8)
+    given = linear_attention(q, k, v, name, 16, random_state=0, moments=mom)
+    torch.testing.assert_close(given, own, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="broadcastable"):
+        attention_moments(q, k.expand(2, 3, 10, 8).contiguous())

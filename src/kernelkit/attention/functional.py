@@ -178,7 +178,8 @@ def attention_moments(
     ----------
     q : tensor (..., L, d)
     k : tensor (..., S, d)
-        Floating, finite, same ``d`` and same leading dims as ``q``.
+        Floating, finite, same ``d`` as ``q``, leading dims broadcastable with ``q``'s
+        (the query moments keep ``q``'s leading dims, the key moments ``k``'s).
     key_padding_mask : bool tensor (..., S), optional
         True marks a padded key (excluded).
     scale : float, optional
@@ -206,11 +207,13 @@ def attention_moments(
         raise ValueError(
             f"q and k must have the same last dim d, got {q.shape[-1]} and {k.shape[-1]}."
         )
-    if q.shape[:-2] != k.shape[:-2]:
+    try:  # as linear_attention: leading dims broadcast (one key head for all, MQA)
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    except RuntimeError:
         raise ValueError(
-            "q and k must have the same leading (batch, head) dims, got "
+            "q and k must have broadcastable leading (batch, head) dims, got "
             f"{tuple(q.shape)} and {tuple(k.shape)}."
-        )
+        ) from None
     if scale is not None and not (
         isinstance(scale, numbers.Real)
         and not isinstance(scale, bool)
@@ -429,7 +432,8 @@ def linear_attention(
     n_features : int
         Feature dimension ``M`` (the number of columns of ``P`` and ``S``): ``M``
         projections for positive / FAVOR++ / FAVOR#, ``M / 2`` for trig and hyperbolic
-        (two features per projection), see :func:`hybrid_base_size` for the hybrid.
+        (two features per projection: an odd ``M`` gives ``M - 1`` features), see
+        :func:`hybrid_base_size` for the hybrid.
     is_causal : bool
         Query ``t`` sees keys ``j <= t`` only; for ``L != S`` aligned to the top left as in
         SDPA (keys ``j >= L`` are never seen, queries ``t >= S`` see every key; for the
