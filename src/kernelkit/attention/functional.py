@@ -722,6 +722,14 @@ def _expand_gqa(q, k, v, g=None):
     return k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
 
 
+def _varies_per_head(t) -> bool:
+    """Whether ``t`` (..., H, X) may differ per head: a head dim ``H > 1`` (unknown shape:
+    True). Moments' means (..., H, d) and padding masks (..., H, S) shared by every head
+    of a GQA group have none."""
+    shape = getattr(t, "shape", None)
+    return shape is None or (len(shape) > 1 and shape[-2] > 1)
+
+
 def _group_shared(name, is_causal, attn_mask, key_padding_mask, moments) -> bool:
     """Whether GQA can run once per key head (bidirectional, no ``attn_mask``): the key
     features and the padding must be the same for every query head of a group, i.e. a
@@ -731,15 +739,12 @@ def _group_shared(name, is_causal, attn_mask, key_padding_mask, moments) -> bool
     instance, so sharing them across a group would need a grouped scan kernel."""
     if is_causal or attn_mask is not None:
         return False
-    if name in FITTED_MAPS:
-        mean = getattr(moments, "mean_x", None) if isinstance(moments, Moments) else None
-        shape = getattr(mean, "shape", None)
-        if shape is None or (len(shape) > 1 and shape[-2] > 1):  # (..., H, d)
-            return False
-    if key_padding_mask is not None:
-        shape = getattr(key_padding_mask, "shape", None)
-        if shape is None or (len(shape) > 1 and shape[-2] > 1):  # (..., H, S)
-            return False
+    if name in FITTED_MAPS and (
+        not isinstance(moments, Moments) or _varies_per_head(moments.mean_x)  # (..., H, d)
+    ):
+        return False
+    if key_padding_mask is not None and _varies_per_head(key_padding_mask):  # (..., H, S)
+        return False
     return True
 
 
