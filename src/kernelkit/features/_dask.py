@@ -203,8 +203,8 @@ def fit_dask(fm, X, Y):
 def _injected_moments(fm, moments):
     """While fitting on a sample, ``fm._fit_statistics`` returns ``moments()``, the moments
     of all rows (called only if the fit reads them)."""
-    fm._dask_moments = moments
+    fm._all_rows_moments = moments
     try:
         yield
     finally:
-        del fm._dask_moments
+        del fm._all_rows_moments

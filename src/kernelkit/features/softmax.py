@@ -215,9 +215,9 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         )
 
     def _fit_statistics(self, X, Y):
-        dask_moments = self.__dict__.get("_dask_moments")
-        if dask_moments is not None:  # fitting a Dask array: the moments of all its rows
-            return dask_moments()
+        all_rows = self.__dict__.get("_all_rows_moments")
+        if all_rows is not None:  # fitting a Dask array or a sequence of blocks on its
+            return all_rows()  # first rows: the moments of all its rows
         with np.errstate(over="ignore", invalid="ignore"):  # NaN / inf: checked below
             mom = moments(X, Y, full=self._full_moments, n_jobs=self.n_jobs)
         _check_finite_moments(mom, X, Y)
