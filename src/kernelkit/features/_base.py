@@ -552,8 +552,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     def _log_relative_variance(self, X, Y, xp):
         var = self._variance(X, Y, xp)
         k = self._expected_kernel_prepared(X, Y, xp)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return xp.log(var) - 2.0 * xp.log(xp.abs(k))
+        with np.errstate(invalid="ignore"):  # 0 / 0: nan (no estimate, no kernel)
+            return safe_log(xp, var) - 2.0 * safe_log(xp, xp.abs(k))
 
     def _expected_kernel_prepared(self, X, Y, xp):
         return self._exact_kernel(X, Y, xp)
@@ -699,6 +699,18 @@ def log1mexp(xp, t):
     pos = t > 0
     safe = xp.where(pos, t, xp.ones_like(t))
     return xp.where(pos, xp.log(-xp.expm1(-safe)), xp.full_like(t, -math.inf))
+
+
+def safe_log(xp, v):
+    """``log(v)`` for ``v >= 0`` (``-inf`` at 0), elementwise, with autograd's gradient 0
+    where ``v = 0`` (an exact estimate: zero variance, or a zero kernel) instead of
+    ``log'(0) * 0 = nan`` flowing into the whole gradient."""
+    if is_numpy_namespace(xp):
+        with np.errstate(divide="ignore"):
+            return np.log(v)
+    pos = v > 0
+    safe = xp.where(pos, v, xp.ones_like(v))
+    return xp.where(pos, xp.log(safe), xp.full_like(v, -math.inf))
 
 
 def sq_norms(xp, X):

@@ -22,7 +22,7 @@ from sklearn.utils._param_validation import StrOptions
 from .._backend import is_numpy_namespace, to_numpy, validate_positive_float, validate_positive_int
 from .._backend.parallel import SingleThreadedBlas, run_beside
 from .._backend.params import POSITIVE, RANDOM_STATE, int_range
-from ._base import KERNELS, FeatureMap, param_cache, sq_norms
+from ._base import KERNELS, FeatureMap, log1mexp, param_cache, sq_norms
 from .sampling import SAMPLERS, draw_projection
 
 __all__ = ["ProjectionFeatureMap", "SecondMomentVariance"]
@@ -195,8 +195,7 @@ class SecondMomentVariance:
         # never overflows; -inf marks an exact (zero-variance) estimate
         t = self._log_second_moment(X, Y, xp) - 2.0 * self._log_kernel(X, Y, xp)  # (n, m)
         t = xp.clip(t, min=0.0)
-        with np.errstate(divide="ignore"):
-            return t + xp.log(-xp.expm1(-t)) - math.log(self.n_features)
+        return t + log1mexp(xp, t) - math.log(self.n_features)
 
     def log_objective(self, X, Y=None):
         """The fitting objective of FAVOR# eq. (14) for this map's kernel.

@@ -60,6 +60,7 @@ from ._base import (
     check_real,
     narrow_to,
     param_cache,
+    safe_log,
     times_exp,
     widen_to_float64,
 )
@@ -393,8 +394,8 @@ class DotProductFeatureMap(FeatureMap):
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         G, N, S, _ = self._unit_statistics(Xw, Yw, xp)
         V = _clip0(xp, self._variance_from_stats(G, N, S, "real"))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = xp.log(V) - (2.0 * self._p) * xp.log(xp.abs(G))
+        with np.errstate(invalid="ignore"):
+            out = safe_log(xp, V) - (2.0 * self._p) * safe_log(xp, xp.abs(G))
         # V = 0 (a zero augmented row: every feature is 0, the estimate exactly k = 0):
         # exact, -inf, not log(0 / 0)
         out = xp.where(V == 0, xp.full_like(out, -math.inf), out)

@@ -51,16 +51,17 @@ def unit_rows(A):
     """``(A / |A|, log |A|^2)`` of the rows of ``A`` (n, d), shapes (n, d) and (n,).
 
     ``|a| = amax |a / amax|`` with ``amax = max_k |a_k|``, so the norm never overflows
-    or underflows; zero rows stay zero (with ``log |a|^2 = -inf``). The variances of the
-    dot-product maps are homogeneous in each row, so they are formed on these unit rows
-    and scaled back in log space.
+    or underflows; zero rows stay zero (with ``log |a|^2`` reported as 0: every variance
+    of a zero row is 0 whatever its scale). The variances of the dot-product maps are
+    homogeneous in each row, so they are formed on these unit rows and scaled back in log
+    space. Autograd-safe at zero rows (gradient 0 there, not ``sqrt'(0) * 0 = nan``).
     """
     xp = _namespace_of(A)
     amax = xp.max(xp.abs(A), axis=1)  # (n,)
     amax = xp.where(amax > 0, amax, xp.ones_like(amax))
     A = A / amax[:, None]
-    norm = xp.sqrt(xp.sum(A * A, axis=1))  # (n,) in [1, sqrt(d)] or 0
-    norm = xp.where(norm > 0, norm, xp.ones_like(norm))  # zero rows stay zero
+    sq = xp.sum(A * A, axis=1)  # (n,) in [1, d] or 0
+    norm = xp.sqrt(xp.where(sq > 0, sq, xp.ones_like(sq)))  # zero rows stay zero
     return A / norm[:, None], 2.0 * (xp.log(amax) + xp.log(norm))
 
 

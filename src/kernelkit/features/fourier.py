@@ -39,7 +39,15 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._backend import device, is_numpy_namespace, validate_positive_float, validate_positive_int
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
-from ._base import FeatureMap, check_bool, check_real, param_cache, real_gram, sq_norms
+from ._base import (
+    FeatureMap,
+    check_bool,
+    check_real,
+    param_cache,
+    real_gram,
+    safe_log,
+    sq_norms,
+)
 from ._trig import trig_features, use_half
 from .sampling import SAMPLERS, draw_projection
 
@@ -355,8 +363,7 @@ class RandomFourierFeatures(FeatureMap):
         # log(Var / k^2) = log Var + |delta|^2: k = e^{-|delta|^2 / 2} underflows (float32:
         # |delta| > 14) where the ratio is finite
         var, sq = self._rff_variance(X, Y, xp)
-        with np.errstate(divide="ignore"):  # -inf where exact (x = y)
-            return xp.log(var) + sq
+        return safe_log(xp, var) + sq  # -inf where exact (x = y)
 
     def _complex_variance(self, X, Y, xp):
         return self._rff_variance(X, Y, xp, part="complex")[0]

@@ -40,7 +40,15 @@ from .._backend import check_random_state, device, to_numpy, validate_positive_i
 from .._backend.fwht import next_power_of_two
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
-from ._base import FeatureMap, check_real, narrow_to, sq_norms, times_exp, widen_to_float64
+from ._base import (
+    FeatureMap,
+    check_real,
+    narrow_to,
+    safe_log,
+    sq_norms,
+    times_exp,
+    widen_to_float64,
+)
 from .dot_product_variance import (
     iid_sketch_variance,
     pair_statistics,
@@ -351,8 +359,8 @@ class _MaclaurinBase(FeatureMap):
                         k = k + _exp(xp, c[n]) * Gn  # b_n G^n e^(-L/2)
             if bool(xp.all(xp.isfinite(var)) and xp.all(xp.isfinite(k)) and xp.all(k != 0)):
                 break
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = xp.log(var) - 2.0 * xp.log(xp.abs(k))
+        with np.errstate(invalid="ignore"):
+            out = safe_log(xp, var) - 2.0 * safe_log(xp, xp.abs(k))
         # var = 0: the estimate is exact (e.g. a zero row with a_0 = 0 gives k = 0 and
         # only zero features): -inf, not log(0 / 0)
         out = xp.where(var == 0, xp.full_like(out, -math.inf), out)
