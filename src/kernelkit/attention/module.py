@@ -21,13 +21,21 @@ In training mode it is redrawn every ``redraw_interval`` forward calls (None or 
 Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
 
 * bidirectional: fitted per batch element and head from that call's queries and keys;
-* causal: fitted from running statistics (per head means and second moments of the
-  scaled queries and keys, buffers ``running_*``), updated *after* each training
+* causal: fitted from running statistics (means and second moments of the scaled
+  queries per query head and of the keys per key head, buffers ``running_*``), updated
+  *after* each training
   forward from that batch (exponential average with ``momentum``; None: cumulative), so
   a batch never uses its own tokens and a position never sees later positions. Until the
   first update (``num_batches_tracked == 0``) they use FAVOR+ features (``A = 0``).
   Padded keys (and, in self-attention, queries) stay out of the statistics; a fully
   padded sequence stays out of the batch mean, and a batch without keys updates nothing.
+
+Grouped-query attention (``num_kv_heads < num_heads``, as Llama's
+``num_key_value_heads``): the keys and values are projected to ``num_kv_heads`` heads,
+each serving ``g = num_heads / num_kv_heads`` query heads (query head ``h`` reads key
+head ``h // g``, as SDPA's ``enable_gqa``); ``forward`` calls
+``linear_attention(..., enable_gqa=True)`` and ``init_state`` makes a grouped decoding
+state. See :class:`FavorAttention`.
 
 ``torch.compile``: both modes trace with ``fullgraph=True`` in eval mode (or with
 ``redraw_interval=None``); the causal scan is one custom op in compiled graphs
@@ -76,7 +84,8 @@ class FavorAttention(nn.Module):
     A replacement for ``torch.nn.MultiheadAttention(batch_first=True)``: same constructor
     arguments, parameters (``in_proj_weight`` or ``q/k/v_proj_weight``, ``in_proj_bias``,
     ``out_proj``; an MHA ``state_dict`` loads with ``strict=False``) and forward
-    signature; ``forward`` returns ``(out, None)``.
+    signature; ``forward`` returns ``(out, None)``. ``num_kv_heads`` makes it
+    grouped-query attention (Llama-style, fewer key / value heads than query heads).
 
     Parameters
     ----------
@@ -118,6 +127,16 @@ class FavorAttention(nn.Module):
         generator, so that ``torch.manual_seed`` makes the module (its first projections
         and its redraws) reproducible, as it does its weights. The generator's state is
         not in the ``state_dict``: a loaded module redraws from its own ``random_state``.
+    num_kv_heads : int, optional
+        Key / value heads ``Hkv`` (grouped-query attention), a divisor of ``num_heads``;
+        None (default): ``num_heads``, plain multi-head attention with the parameters of
+        ``nn.MultiheadAttention``. With ``Hkv < num_heads`` each key / value head serves
+        ``g = num_heads / Hkv`` query heads (query head ``h`` reads key head ``h // g``,
+        as ``enable_gqa`` in :func:`linear_attention` and SDPA), and the parameters are
+        ``q_proj_weight`` (E, E), ``k_proj_weight`` (Hkv head_dim, kdim),
+        ``v_proj_weight`` (Hkv head_dim, vdim) (never ``in_proj_weight``: the packed
+        (3 E, E) layout cannot hold them), ``in_proj_bias`` (E + 2 Hkv head_dim) =
+        ``[b_q, b_k, b_v]`` and ``out_proj`` (E, E) as without GQA.
 
     Notes
     -----
@@ -136,10 +155,22 @@ class FavorAttention(nn.Module):
     * Fitted maps (``gerf``, ``saderf``, ``aderf``, ``sderf``): bidirectional calls fit
       their parameters per batch element and head from that call's queries and keys;
       causal calls use running statistics (buffers ``running_mean_q``,
-      ``running_second_q``, ``running_mean_k``, ``running_second_k``: per-head means and
-      second moments of the scaled queries and keys) updated *after* each causal
-      training forward, so no call sees its own tokens. Until the first update
-      (``num_batches_tracked == 0``) they use FAVOR+ features. ``eval()`` freezes them.
+      ``running_second_q``, ``running_mean_k``, ``running_second_k``: means and second
+      moments of the scaled queries per query head, ``(num_heads, head_dim[, head_dim])``,
+      and of the scaled keys per key / value head, ``(num_kv_heads, head_dim[,
+      head_dim])``) updated *after* each causal training forward, so no call sees its own
+      tokens. Until the first update (``num_batches_tracked == 0``) they use FAVOR+
+      features. ``eval()`` freezes them.
+    * Grouped-query attention (``num_kv_heads < num_heads``): ``forward`` calls
+      :func:`linear_attention` with ``enable_gqa=True``, which forms the key features
+      once per key head where they are shared by a group (bidirectional, unfitted maps)
+      and repeats the keys only where they are not (causal, per-head fits). The key
+      statistics are kept per key head because they describe the keys that head's
+      ``g`` query heads all attend; query head ``h`` is fitted from its own query
+      statistics and those of key head ``h // g``, the same in ``forward`` and
+      ``init_state``, so stepping equals the causal forward. A fitted map's key features
+      then differ per query head, so its decoding state is per query head; the unfitted
+      maps (and fitted ones before the first update) keep one per key head.
     * ``torch.compile``: both modes compile with ``fullgraph=True`` in eval mode (the
       causal scan as one custom op); a redraw in training mode runs eagerly
       (``torch.compiler.disable``). In a compiled graph an ``attn_mask`` must come with
