@@ -479,8 +479,8 @@ def test_redraw_dtypes_state_dict_and_deepcopy():
     # a state dict of the other head layout does not load
     with pytest.raises(RuntimeError, match="k_proj_weight"):
         _module("sderf", num_kv_heads=3).load_state_dict(m.state_dict())
-    # .float() / .half(): parameters and buffers convert, the forward runs in float32
-    f32 = copy.deepcopy(m).float()
+    # .to(float32) / .half(): parameters and buffers convert (half computes in float32)
+    f32 = copy.deepcopy(m).to(torch.float32)
     out32, _ = f32(x.float(), x.float(), x.float(), key_padding_mask=pad, is_causal=True)
     assert out32.dtype == torch.float32 and _rel(out32.double(), ref) < 1e-4
     half = copy.deepcopy(m).half()

@@ -22,13 +22,13 @@ Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
 
 * bidirectional: fitted per batch element and head from that call's queries and keys;
 * causal: fitted from running statistics (means and second moments of the scaled
-  queries per query head and of the keys per key head, buffers ``running_*``), updated
-  *after* each training
-  forward from that batch (exponential average with ``momentum``; None: cumulative), so
-  a batch never uses its own tokens and a position never sees later positions. Until the
-  first update (``num_batches_tracked == 0``) they use FAVOR+ features (``A = 0``).
-  Padded keys (and, in self-attention, queries) stay out of the statistics; a fully
-  padded sequence stays out of the batch mean, and a batch without keys updates nothing.
+  queries per query head and of the scaled keys per key head, buffers ``running_*``),
+  updated *after* each training forward from that batch (exponential average with
+  ``momentum``; None: cumulative), so a batch never uses its own tokens and a position
+  never sees later positions. Until the first update (``num_batches_tracked == 0``)
+  they use FAVOR+ features (``A = 0``). Padded keys (and, in self-attention, queries)
+  stay out of the statistics; a fully padded sequence stays out of the batch mean, and a
+  batch without keys updates nothing.
 
 Grouped-query attention (``num_kv_heads < num_heads``, as Llama's
 ``num_key_value_heads``): the keys and values are projected to ``num_kv_heads`` heads,
