@@ -21,13 +21,21 @@ In training mode it is redrawn every ``redraw_interval`` forward calls (None or 
 Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
 
 * bidirectional: fitted per batch element and head from that call's queries and keys;
-* causal: fitted from running statistics (per head means and second moments of the
-  scaled queries and keys, buffers ``running_*``), updated *after* each training
-  forward from that batch (exponential average with ``momentum``; None: cumulative), so
-  a batch never uses its own tokens and a position never sees later positions. Until the
-  first update (``num_batches_tracked == 0``) they use FAVOR+ features (``A = 0``).
-  Padded keys (and, in self-attention, queries) stay out of the statistics; a fully
-  padded sequence stays out of the batch mean, and a batch without keys updates nothing.
+* causal: fitted from running statistics (means and second moments of the scaled
+  queries per query head and of the scaled keys per key head, buffers ``running_*``),
+  updated *after* each training forward from that batch (exponential average with
+  ``momentum``; None: cumulative), so a batch never uses its own tokens and a position
+  never sees later positions. Until the first update (``num_batches_tracked == 0``)
+  they use FAVOR+ features (``A = 0``). Padded keys (and, in self-attention, queries)
+  stay out of the statistics; a fully padded sequence stays out of the batch mean, and a
+  batch without keys updates nothing.
+
+Grouped-query attention (``num_kv_heads < num_heads``, as Llama's
+``num_key_value_heads``): the keys and values are projected to ``num_kv_heads`` heads,
+each serving ``g = num_heads / num_kv_heads`` query heads (query head ``h`` reads key
+head ``h // g``, as SDPA's ``enable_gqa``); ``forward`` calls
+``linear_attention(..., enable_gqa=True)`` and ``init_state`` makes a grouped decoding
+state. See :class:`FavorAttention`.
 
 ``torch.compile``: both modes trace with ``fullgraph=True`` in eval mode (or with
 ``redraw_interval=None``); the causal scan is one custom op in compiled graphs
@@ -76,7 +84,8 @@ class FavorAttention(nn.Module):
     A replacement for ``torch.nn.MultiheadAttention(batch_first=True)``: same constructor
     arguments, parameters (``in_proj_weight`` or ``q/k/v_proj_weight``, ``in_proj_bias``,
     ``out_proj``; an MHA ``state_dict`` loads with ``strict=False``) and forward
-    signature; ``forward`` returns ``(out, None)``.
+    signature; ``forward`` returns ``(out, None)``. ``num_kv_heads`` makes it
+    grouped-query attention (Llama-style, fewer key / value heads than query heads).
 
     Parameters
     ----------
@@ -118,6 +127,16 @@ class FavorAttention(nn.Module):
         generator, so that ``torch.manual_seed`` makes the module (its first projections
         and its redraws) reproducible, as it does its weights. The generator's state is
         not in the ``state_dict``: a loaded module redraws from its own ``random_state``.
+    num_kv_heads : int, optional
+        Key / value heads ``Hkv`` (grouped-query attention), a divisor of ``num_heads``;
+        None (default): ``num_heads``, plain multi-head attention with the parameters of
+        ``nn.MultiheadAttention``. With ``Hkv < num_heads`` each key / value head serves
+        ``g = num_heads / Hkv`` query heads (query head ``h`` reads key head ``h // g``,
+        as ``enable_gqa`` in :func:`linear_attention` and SDPA), and the parameters are
+        ``q_proj_weight`` (E, E), ``k_proj_weight`` (Hkv head_dim, kdim),
+        ``v_proj_weight`` (Hkv head_dim, vdim) (never ``in_proj_weight``: the packed
+        (3 E, E) layout cannot hold them), ``in_proj_bias`` (E + 2 Hkv head_dim) =
+        ``[b_q, b_k, b_v]`` and ``out_proj`` (E, E) as without GQA.
 
     Notes
     -----
@@ -136,10 +155,22 @@ class FavorAttention(nn.Module):
     * Fitted maps (``gerf``, ``saderf``, ``aderf``, ``sderf``): bidirectional calls fit
       their parameters per batch element and head from that call's queries and keys;
       causal calls use running statistics (buffers ``running_mean_q``,
-      ``running_second_q``, ``running_mean_k``, ``running_second_k``: per-head means and
-      second moments of the scaled queries and keys) updated *after* each causal
-      training forward, so no call sees its own tokens. Until the first update
-      (``num_batches_tracked == 0``) they use FAVOR+ features. ``eval()`` freezes them.
+      ``running_second_q``, ``running_mean_k``, ``running_second_k``: means and second
+      moments of the scaled queries per query head, ``(num_heads, head_dim[, head_dim])``,
+      and of the scaled keys per key / value head, ``(num_kv_heads, head_dim[,
+      head_dim])``) updated *after* each causal training forward, so no call sees its own
+      tokens. Until the first update (``num_batches_tracked == 0``) they use FAVOR+
+      features. ``eval()`` freezes them.
+    * Grouped-query attention (``num_kv_heads < num_heads``): ``forward`` calls
+      :func:`linear_attention` with ``enable_gqa=True``, which forms the key features
+      once per key head where they are shared by a group (bidirectional, unfitted maps)
+      and repeats the keys only where they are not (causal, per-head fits). The key
+      statistics are kept per key head because they describe the keys that head's
+      ``g`` query heads all attend; query head ``h`` is fitted from its own query
+      statistics and those of key head ``h // g``, the same in ``forward`` and
+      ``init_state``, so stepping equals the causal forward. A fitted map's key features
+      then differ per query head, so its decoding state is per query head; the unfitted
+      maps (and fitted ones before the first update) keep one per key head.
     * ``torch.compile``: both modes compile with ``fullgraph=True`` in eval mode (the
       causal scan as one custom op); a redraw in training mode runs eagerly
       (``torch.compiler.disable``). In a compiled graph an ``attn_mask`` must come with
@@ -175,6 +206,7 @@ class FavorAttention(nn.Module):
         chunk_size=64,
         momentum=0.1,
         random_state=None,
+        num_kv_heads=None,
     ):
         super().__init__()
         for name, val in (
@@ -182,6 +214,7 @@ class FavorAttention(nn.Module):
             ("num_heads", num_heads),
             ("kdim", 1 if kdim is None else kdim),
             ("vdim", 1 if vdim is None else vdim),
+            ("num_kv_heads", 1 if num_kv_heads is None else num_kv_heads),
         ):
             if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
                 raise ValueError(f"{name} must be a positive integer, got {val!r}.")
@@ -193,6 +226,11 @@ class FavorAttention(nn.Module):
                 raise TypeError(f"{name} must be a float, got {val!r}.")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}.")
+        if num_kv_heads is not None and num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads} (grouped-query "
+                "attention: each key / value head serves a group of query heads)."
+            )
         if add_bias_kv or add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn are not supported by FavorAttention.")
         if not (0.0 <= float(dropout) < 1.0):
@@ -229,6 +267,11 @@ class FavorAttention(nn.Module):
         self._qkv_same_embed_dim = self.kdim == self.embed_dim and self.vdim == self.embed_dim
         self.num_heads = int(num_heads)
         self.head_dim = self.embed_dim // self.num_heads
+        self.num_kv_heads = self.num_heads if num_kv_heads is None else int(num_kv_heads)
+        # grouped-query attention: fewer key / value heads than query heads
+        self._gqa = self.num_kv_heads != self.num_heads
+        if self._gqa:  # no packed in_proj_weight (3 E, E): q, k, v weights differ in size
+            self._qkv_same_embed_dim = False
         self.dropout = float(dropout)
         self.batch_first = bool(batch_first)
         self.feature_map = feature_map.lower()
@@ -237,19 +280,19 @@ class FavorAttention(nn.Module):
         self.sampler = _check_sampler(sampler)
         self.chunk_size = int(chunk_size)
         self.momentum = momentum
-        E = self.embed_dim
+        E, Ekv = self.embed_dim, self.num_kv_heads * self.head_dim
         if self._qkv_same_embed_dim:
             self.in_proj_weight = nn.Parameter(torch.empty(3 * E, E, **fk))
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
-        else:
+        else:  # (GQA: k, v project to the Hkv key / value heads, Ekv = Hkv head_dim)
             self.q_proj_weight = nn.Parameter(torch.empty(E, E, **fk))
-            self.k_proj_weight = nn.Parameter(torch.empty(E, self.kdim, **fk))
-            self.v_proj_weight = nn.Parameter(torch.empty(E, self.vdim, **fk))
+            self.k_proj_weight = nn.Parameter(torch.empty(Ekv, self.kdim, **fk))
+            self.v_proj_weight = nn.Parameter(torch.empty(Ekv, self.vdim, **fk))
             self.register_parameter("in_proj_weight", None)
-        if bias:
-            self.in_proj_bias = nn.Parameter(torch.empty(3 * E, **fk))
+        if bias:  # [b_q (E), b_k (Ekv), b_v (Ekv)]
+            self.in_proj_bias = nn.Parameter(torch.empty(E + 2 * Ekv, **fk))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = nn.Linear(E, E, bias=bias, **fk)
@@ -265,12 +308,13 @@ class FavorAttention(nn.Module):
         self.register_buffer("sign_projection", torch.empty(0, device=device, dtype=dtype))
         self.register_buffer("calls_since_redraw", torch.zeros((), dtype=torch.long, device=device))
         self.redraw_features()
-        # allocated for every map (tiny), so state dicts load across feature maps
-        shape2, shape1 = (H, hd, hd), (H, hd)
-        self.register_buffer("running_mean_q", torch.zeros(shape1, device=device))
-        self.register_buffer("running_second_q", torch.zeros(shape2, device=device))
-        self.register_buffer("running_mean_k", torch.zeros(shape1, device=device))
-        self.register_buffer("running_second_k", torch.zeros(shape2, device=device))
+        # allocated for every map (tiny), so state dicts load across feature maps; the
+        # queries' per query head, the keys' per key / value head (GQA: Hkv < H)
+        Hkv = self.num_kv_heads
+        self.register_buffer("running_mean_q", torch.zeros(H, hd, device=device))
+        self.register_buffer("running_second_q", torch.zeros(H, hd, hd, device=device))
+        self.register_buffer("running_mean_k", torch.zeros(Hkv, hd, device=device))
+        self.register_buffer("running_second_k", torch.zeros(Hkv, hd, hd, device=device))
         self.register_buffer(
             "num_batches_tracked", torch.zeros((), dtype=torch.long, device=device)
         )
@@ -291,8 +335,9 @@ class FavorAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     def extra_repr(self):
+        kv = f"num_kv_heads={self.num_kv_heads}, " if self._gqa else ""
         return (
-            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, {kv}"
             f"feature_map={self.feature_map!r}, n_features={self.n_features}, "
             f"redraw_interval={self.redraw_interval}"
         )
@@ -405,11 +450,11 @@ class FavorAttention(nn.Module):
         recompute = self.training and self._in_recomputation()
         if self.training and self.redraw_interval and not recompute:  # eval: nothing to trace
             self._maybe_redraw()
-        H, hd = self.num_heads, self.head_dim
+        H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         q, k, v = self._in_projection(query, key, value)
         q = q.view(N, L, H, hd).transpose(1, 2)  # (N, H, L, hd)
-        k = k.view(N, S, H, hd).transpose(1, 2)
-        v = v.view(N, S, H, hd).transpose(1, 2)
+        k = k.view(N, S, Hkv, hd).transpose(1, 2)  # (N, Hkv, S, hd)
+        v = v.view(N, S, Hkv, hd).transpose(1, 2)
         mask4 = None if mask is None else mask[:, None, :]  # (N, 1, S)
         proj = {"W": self.projection} if self.projection.numel() else {}
         if self.sign_projection.numel():
@@ -420,7 +465,8 @@ class FavorAttention(nn.Module):
         else:
             mom = None
             if self.feature_map in FITTED_MAPS and qmask is not None:
-                mom = attention_moments(q, k, key_padding_mask=mask4, query_padding_mask=qmask)
+                mom = self._per_query_head(self._moments(q, k, mask4, qmask))  # (N, H, ...)
+            # GQA: the functional API groups the query heads over the key heads itself
             out = linear_attention(
                 q,
                 k,
@@ -431,6 +477,7 @@ class FavorAttention(nn.Module):
                 projection=proj,
                 moments=mom,
                 check_finite=False,
+                enable_gqa=self._gqa,
             )
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
@@ -468,9 +515,10 @@ class FavorAttention(nn.Module):
         ), None
 
     def _in_projection(self, query, key, value):
-        E = self.embed_dim
+        # -> q (..., E), k, v (..., Ekv) with Ekv = num_kv_heads head_dim (E without GQA)
+        E, Ekv = self.embed_dim, self.num_kv_heads * self.head_dim
         b = self.in_proj_bias
-        bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E : 2 * E], b[2 * E :])
+        bq, bk, bv = (None, None, None) if b is None else b.split([E, Ekv, Ekv])
         if self._qkv_same_embed_dim:
             Wq, Wk, Wv = self.in_proj_weight.split(E)
         else:
@@ -577,6 +625,7 @@ class FavorAttention(nn.Module):
             moments=moments,
             chunk_size=self.chunk_size,
             check_finite=False,
+            enable_gqa=self._gqa,
         )
         if (
             self.training
@@ -598,7 +647,13 @@ class FavorAttention(nn.Module):
         forward); a state made before a redraw keeps the old features. Batch shape
         ``(batch_size, num_heads)``, ``d = e = head_dim``; ``device`` / ``dtype`` default
         to those of the module's parameters (float16 / bfloat16 compute in float32).
-        See :func:`kernelkit.attention.init_decoding_state`.
+        With ``num_kv_heads < num_heads`` it is a grouped state (``enable_gqa``,
+        ``state.kv_heads == num_kv_heads``): kept once per key / value head (``state.kvz``
+        ``(batch_size, num_kv_heads, M, head_dim + 1)``, ``g`` times smaller) where the key
+        features do not depend on the query head (the unfitted maps, and the fitted maps
+        before the first update of their statistics), else per query head (fitted maps
+        with statistics: each query head's parameters come from its own query
+        statistics). See :func:`kernelkit.attention.init_decoding_state`.
         """
         fm, moments = self.feature_map, None
         if fm in FITTED_MAPS:
@@ -615,6 +670,8 @@ class FavorAttention(nn.Module):
             moments=moments,
             dtype=w.dtype if dtype is None else dtype,
             device=w.device if device is None else device,
+            enable_gqa=self._gqa,
+            num_kv_heads=self.num_kv_heads if self._gqa else None,
         )
 
     def step(self, query_t, key_t, value_t, state, *, key_padding_mask=None, inplace=False):
@@ -645,11 +702,13 @@ class FavorAttention(nn.Module):
             raise TypeError(
                 f"state must be a LinearAttentionState (init_state), got {type(state).__name__}."
             )
-        H, hd = self.num_heads, self.head_dim
-        if tuple(state.batch_shape[1:]) != (H,) or state.d != hd:
+        H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
+        kv_heads = Hkv if self._gqa else None
+        if tuple(state.batch_shape[1:]) != (H,) or state.d != hd or state.kv_heads != kv_heads:
             raise ValueError(
-                f"state has batch shape {tuple(state.batch_shape)} and d={state.d}; this "
-                f"module needs (N, {H}) and d={hd} (init_state)."
+                f"state has batch shape {tuple(state.batch_shape)}, d={state.d} and "
+                f"kv_heads={state.kv_heads}; this module needs (N, {H}), d={hd} and "
+                f"kv_heads={kv_heads} (init_state)."
             )
         single = query_t.dim() == 2
         if single:
@@ -671,17 +730,25 @@ class FavorAttention(nn.Module):
         # eager CPU inputs, as forward: a clear error instead of a NaN state
         _finite_check(None, query_t=query_t, key_t=key_t, value_t=value_t)
         q, k, v = self._in_projection(query_t, key_t, value_t)
-        q, k, v = (t.view(N, T, H, hd).transpose(1, 2) for t in (q, k, v))  # (N, H, T, hd)
+        q = q.view(N, T, H, hd).transpose(1, 2)  # (N, H, T, hd)
+        k, v = (t.view(N, T, Hkv, hd).transpose(1, 2) for t in (k, v))  # (N, Hkv, T, hd)
         mask = None
-        if key_padding_mask is not None:  # (N,) or (N, T) -> (N, H, T)
+        if key_padding_mask is not None:  # (N,) or (N, T) -> (N, Hkv, T): it masks keys
             m = torch.as_tensor(key_padding_mask, device=query_t.device)
             m = m[:, None] if single and m.dim() == 1 else m
-            mask = self._check_padding_mask(m, N, T, m.device)[:, None, :].expand(N, H, T)
+            mask = self._check_padding_mask(m, N, T, m.device)[:, None, :].expand(N, Hkv, T)
         if single:  # the one-token step (N, H, hd): no block pivot to choose, so it traces
             q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
-            mask = None if mask is None else mask[..., 0]  # (N, H)
+            mask = None if mask is None else mask[..., 0]  # (N, Hkv)
         out, state = linear_attention_step(
-            q, k, v, state, key_padding_mask=mask, check_finite=False, inplace=inplace
+            q,
+            k,
+            v,
+            state,
+            key_padding_mask=mask,
+            check_finite=False,
+            inplace=inplace,
+            enable_gqa=self._gqa,
         )
         out = out[:, :, None] if single else out  # (N, H, T, hd)
         out = nn.functional.dropout(out, self.dropout, self.training)
@@ -708,22 +775,61 @@ class FavorAttention(nn.Module):
         self._any_tracked = bool(int(self.num_batches_tracked))  # the loaded count
 
     def _running_moments(self):
+        # (H, ...) moments of every query head, the keys' those of its key head
         if not self._tracked():
             return None  # no statistics yet: FAVOR+ features (A = 0), see module doc
+        return self._per_query_head(
+            Moments(
+                self.running_mean_q.double(),
+                self.running_second_q.double(),
+                self.running_mean_k.double(),
+                self.running_second_k.double(),
+            )
+        )
+
+    def _per_query_head(self, mom):
+        """GQA: key moments (..., Hkv, d[, d]) repeated over the ``g`` query heads of each
+        group, (..., H, d[, d]) (query head ``h`` reads key head ``h // g``), so that the
+        fitted parameters of head ``h`` come from its queries and the keys it attends."""
+        if not self._gqa:
+            return mom
+        g = self.num_heads // self.num_kv_heads
         return Moments(
-            self.running_mean_q.double(),
-            self.running_second_q.double(),
-            self.running_mean_k.double(),
-            self.running_second_k.double(),
+            mom.mean_x,
+            mom.second_x,
+            mom.mean_y.repeat_interleave(g, dim=-2),  # (..., H, d)
+            mom.second_y.repeat_interleave(g, dim=-3),  # (..., H, d, d)
+        )
+
+    @staticmethod
+    def _moments(q, k, mask4, qmask):
+        """Per batch element moments of the scaled queries (N, H, ...) and keys
+        (N, Hkv, ...) (:func:`~kernelkit.attention.attention_moments`); q (N, H, L, hd),
+        k (N, Hkv, S, hd), mask4 / qmask (N, 1, S) / (N, 1, L) or None, True = padded."""
+        Hkv = k.shape[1]
+        g = q.shape[1] // Hkv
+        if g == 1:
+            return attention_moments(q, k, key_padding_mask=mask4, query_padding_mask=qmask)
+        # GQA: (N, Hkv, g, L, hd) queries against (N, Hkv, 1, S, hd) keys, so that the key
+        # moments are formed once per key head
+        mom = attention_moments(
+            q.unflatten(1, (Hkv, g)),
+            k[:, :, None],
+            key_padding_mask=None if mask4 is None else mask4[:, :, None],
+            query_padding_mask=None if qmask is None else qmask[:, :, None],
+        )
+        return Moments(
+            mom.mean_x.flatten(1, 2),  # (N, H, hd)
+            mom.second_x.flatten(1, 2),  # (N, H, hd, hd)
+            mom.mean_y[:, :, 0],  # (N, Hkv, hd)
+            mom.second_y[:, :, 0],  # (N, Hkv, hd, hd)
         )
 
     @torch.no_grad()
     def _update_running(self, q, k, mask4, qmask=None):
-        # q (N, H, L, hd), k (N, H, S, hd); mask4 / qmask (N, 1, S) / (N, 1, L), True = padded
-        mom = attention_moments(
-            q.detach(), k.detach(), key_padding_mask=mask4, query_padding_mask=qmask
-        )
-        fields = (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)  # (N, H, ...)
+        # q (N, H, L, hd), k (N, Hkv, S, hd); mask4 / qmask (N, 1, S) / (N, 1, L), True = padded
+        mom = self._moments(q.detach(), k.detach(), mask4, qmask)
+        fields = (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)  # (N, H or Hkv, ...)
         buffers = (
             self.running_mean_q,
             self.running_second_q,
