@@ -14,7 +14,7 @@ from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import dot_train, train_dot
 from ._chunked import as_dask_rows, is_dask_array, lazy_transform, reduce_rows, train_moments
 
-__all__ = ["TensorJointModel", "check_xy"]
+__all__ = ["TensorJointModel", "check_indicator", "check_xy"]
 
 CONSTRAINTS = (None, "normalized", "positive")
 
@@ -113,6 +113,33 @@ def _divide_by_mass(num, add, den, n: int):
     num += add
     num /= den[:, None]
     return num
+
+
+def _indicator_block(values: np.ndarray) -> np.ndarray:
+    """``values`` as float64 if every entry is 0 or 1 (booleans included), else ValueError."""
+    values = np.asarray(values)
+    if values.dtype != bool and (
+        not np.issubdtype(values.dtype, np.number) or np.iscomplexobj(values)
+    ):
+        raise TypeError(f"event must be boolean or 0/1 values, got dtype {values.dtype}.")
+    values = values.astype(np.float64)
+    bad = (values != 0.0) & (values != 1.0)
+    if np.any(bad):
+        raise ValueError(
+            "event must be an indicator (boolean or 0/1 at the training targets), got "
+            f"{int(bad.sum())} other value(s), e.g. {values[bad].ravel()[0]!r}; for the "
+            "expectation of other values use conditional_expectation."
+        )
+    return values
+
+
+def check_indicator(values):
+    """An event's indicator values (n,) or (n, 1) as float64; lazily checked, block by
+    block, for a Dask array. ``TypeError`` / ``ValueError`` naming ``event`` unless every
+    value is boolean, 0 or 1."""
+    if is_dask_array(values):
+        return values.map_blocks(_indicator_block, dtype=np.float64)
+    return _indicator_block(values)
 
 
 def check_constraint(constraint):
@@ -302,8 +329,8 @@ class TensorJointModel(BaseEstimator):
         Parameters
         ----------
         event : callable or array_like of bool, shape (n,)
-            Indicator at the training targets, or a vectorised callable
-            ``event(Y_train) -> (n,) bool``.
+            Indicator at the training targets (boolean, or 0 / 1), or a vectorised
+            callable ``event(Y_train) -> (n,) bool``; other values raise ``ValueError``.
         X_new : array_like, shape (n_new, d)
         given : {"x", "y"}
 
@@ -313,7 +340,7 @@ class TensorJointModel(BaseEstimator):
         """
         check_is_fitted(self, "coef_")
         _, _, _, _, target = self._side(given)
-        ind = self._values(event, target)
+        ind = check_indicator(self._values(event, target))  # (n,) or (n, 1) of 0 / 1
         if ind.ndim != 1:
             ind = ind.reshape(ind.shape[0], -1)
             if ind.shape[1] != 1:

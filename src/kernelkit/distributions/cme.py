@@ -14,7 +14,7 @@ from .._backend import validate_positive_float
 from .._backend.chunks import map_row_chunks
 from .._backend.params import POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data as sk_validate_data
-from ._base import check_constraint, check_xy
+from ._base import check_constraint, check_indicator, check_xy
 from ._basis import (
     KERNEL_CONSTRAINT,
     TOLERANCE_CONSTRAINTS,
@@ -312,11 +312,13 @@ class ConditionalMeanEmbedding(BaseEstimator):
         return out.reshape((Wp.shape[0], *F.shape[1:]))
 
     def conditional_probability(self, event, X_new) -> np.ndarray:
-        """``P(Y in event | x)`` as the expectation of the indicator, shape (n_new,)."""
+        """``P(Y in event | x)`` as the expectation of the indicator, shape (n_new,).
+
+        ``event``: boolean or 0 / 1 values at the n training targets, or a vectorised
+        callable returning them; other values raise ``ValueError``.
+        """
         return self.conditional_expectation(
-            (lambda t: np.asarray(event(t), dtype=np.float64))
-            if callable(event)
-            else np.asarray(event, dtype=np.float64),
+            (lambda t: check_indicator(event(t))) if callable(event) else check_indicator(event),
             X_new,
         )
 
