@@ -9,6 +9,7 @@ import pytest
 from kernelkit.distributions import (
     ConditionalMeanEmbedding,
     JointDistribution,
+    clipped_log_loss,
 )
 
 
@@ -43,3 +44,16 @@ def test_conditional_probability_needs_an_indicator(model, form):
     if model == "jdl":
         w = fitted.conditional_weights(X[:3])  # (3, n)
         np.testing.assert_allclose(ref, w @ ind, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("eta", [0.0, -1e-3, 1.0, 2.0, np.nan, "0.1"])
+def test_clipped_log_loss_checks_eta(eta):
+    """``eta`` of (32) was not checked: 0 gave an infinite loss with a divide-by-zero
+    RuntimeWarning, a negative eta a NaN-free but meaningless value. It must lie in
+    (0, 1)."""
+    exc = TypeError if isinstance(eta, str) else ValueError
+    with pytest.raises(exc, match="eta"):
+        clipped_log_loss([0, 1], [0.2, -0.5], eta=eta)
+    # inside (0, 1) the loss is the clipped formula of (32)
+    expected = -0.5 * (np.log(0.8) + np.log(1e-6))
+    assert clipped_log_loss([0, 1], [0.2, -0.5], eta=1e-6) == pytest.approx(expected)

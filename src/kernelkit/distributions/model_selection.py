@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,7 +52,12 @@ def clipped_log_loss(labels, proba, eta: float = 1e-12) -> float:
     proba : array_like, shape (n,)
         Predicted ``P(I = 1 | x)`` (possibly signed)
     eta : float, default=1e-12
+        Clipping level in (0, 1).
     """
+    if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
+        raise TypeError(f"eta must be a float in (0, 1), got {eta!r}.")
+    if not 0.0 < eta < 1.0:
+        raise ValueError(f"eta must lie in (0, 1) (a clipping level of (32)), got {eta}.")
     labels = np.asarray(labels)
     if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
         raise TypeError(f"labels must be 0/1 or bool, got dtype {labels.dtype}.")
