@@ -3,13 +3,17 @@ map: one regression test per defect found (each failed before its fix)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 from kernelkit.distributions import (
     ConditionalMeanEmbedding,
     JointDistribution,
+    KernelLogisticRegression,
     clipped_log_loss,
+    holdout_select,
 )
 
 
@@ -18,6 +22,45 @@ def _gaussian_pair(n=200, seed=0):
     X = rng.standard_normal((n, 2))  # (n, 2)
     Y = 0.8 * X[:, :1] + 0.6 * rng.standard_normal((n, 1))  # (n, 1)
     return X, Y
+
+
+@pytest.mark.parametrize("labels", ["int", "str"])
+def test_holdout_select_passes_a_classifier_its_labels(labels):
+    """``holdout_select(KernelLogisticRegression(), ..., X, y)`` with the classifier's own
+    loss (``loss=None``) turned ``y`` into a float column: every fit warned about a
+    column-vector y, ``classes_`` became floats, and string labels raised "Y must be
+    numeric". The labels now reach the classifier as given, and the selected model is
+    the one its own score picks on the same split."""
+    X, Y = _gaussian_pair()
+    y = (Y[:, 0] > 0).astype(int)
+    if labels == "str":
+        y = np.where(y == 1, "up", "down")
+    grid = {"reg": [1e-3, 1e-1]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no DataConversionWarning
+        res = holdout_select(KernelLogisticRegression(), grid, X, y, random_state=0)
+    assert res.best_estimator.classes_.tolist() == np.unique(y).tolist()
+    assert res.best_estimator.predict(X[:5]).dtype == y.dtype
+    # the same split by hand: validation loss = -score of the fit on the other 4/5
+    perm = np.random.default_rng(0).permutation(len(y))
+    val, tr = perm[:40], perm[40:]
+    for params, loss in res.results:
+        est = KernelLogisticRegression(**params).fit(X[tr], y[tr])
+        assert loss == pytest.approx(-est.score(X[val], y[val]), rel=1e-10)
+
+
+def test_holdout_select_rejects_bad_classifier_labels():
+    """Labels of the wrong shape or length name ``Y``; the second-moment loss, which
+    needs conditional expectations, is refused for a classifier."""
+    X, Y = _gaussian_pair()
+    y = (Y[:, 0] > 0).astype(int)
+    est = KernelLogisticRegression()
+    with pytest.raises(ValueError, match="Y"):
+        holdout_select(est, {"reg": [1e-3]}, X, np.c_[y, y])
+    with pytest.raises(ValueError, match="Y"):
+        holdout_select(est, {"reg": [1e-3]}, X, y[:-1])
+    with pytest.raises(ValueError, match="second_moment"):
+        holdout_select(est, {"reg": [1e-3]}, X, y, loss="second_moment", true_moment=lambda x: x)
 
 
 @pytest.mark.parametrize("model", ["jdl", "cme"])

@@ -10,7 +10,7 @@ import numpy as np
 from sklearn.base import clone
 
 from .._backend import check_random_state
-from ._base import check_xy
+from ._base import _as_float2d, check_xy
 from ._basis import BasisCache
 
 __all__ = ["HoldoutResult", "clipped_log_loss", "holdout_select", "second_moment_loss"]
@@ -96,6 +96,27 @@ class HoldoutResult:
     results: list = field(default_factory=list)
 
 
+def _check_labels(X, Y):
+    """``X`` (n, d) as float64 and the labels ``Y`` (n,) (or (n, 1)) as given, n >= 5."""
+    X = _as_float2d(X, "X")
+    y = np.asarray(Y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(
+            f"Y must hold one class label per sample for a classifier, shape (n,) or (n, 1), "
+            f"got shape {y.shape}."
+        )
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"X and Y must have the same number of rows (samples), got X with {X.shape[0]} "
+            f"and Y with {y.shape[0]}."
+        )
+    if X.shape[0] < 5:
+        raise ValueError(f"at least 5 samples are needed, got n_samples = {X.shape[0]}.")
+    return X, y
+
+
 def _grid(param_grid):
     if isinstance(param_grid, dict):
         param_grid = [param_grid]
@@ -149,6 +170,8 @@ def holdout_select(
     param_grid : dict or list of dicts of lists (as scikit-learn's ``ParameterGrid``)
     X : array_like, shape (n, d_X)
     Y : array_like, shape (n, d_Y) or (n,)
+        For a classifier (KLR) with ``loss`` None or a callable: its class labels (any
+        type), passed to ``fit`` and ``score`` as given.
     loss : None, "second_moment", "classification" or callable
         * ``None``: the estimator's own held-out loss (``-score``; for JDL the L2 loss
           of (8) up to a constant).
@@ -175,7 +198,15 @@ def holdout_select(
     :class:`~kernelkit.distributions.BasisCache` over the grid, so a grid over ``reg``
     factorises each kernel matrix once; results are unchanged.
     """
-    X, Y = check_xy(X, Y, min_samples=5)
+    # a classifier (KLR) with its own or a callable loss is fitted on the labels as given
+    labels = _is_classifier_like(estimator) and loss != "classification"
+    if labels and loss == "second_moment":
+        raise ValueError(
+            f"loss='second_moment' needs conditional expectations, which the classifier "
+            f"{type(estimator).__name__} does not give; use loss=None, 'classification' "
+            "or a callable."
+        )
+    X, Y = _check_labels(X, Y) if labels else check_xy(X, Y, min_samples=5)
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}.")
     if loss == "second_moment" and not callable(true_moment):
