@@ -14,6 +14,7 @@ from kernelkit.distributions import (
     KernelLogisticRegression,
     clipped_log_loss,
     holdout_select,
+    second_moment_loss,
 )
 
 
@@ -100,3 +101,58 @@ def test_clipped_log_loss_checks_eta(eta):
     # inside (0, 1) the loss is the clipped formula of (32)
     expected = -0.5 * (np.log(0.8) + np.log(1e-6))
     assert clipped_log_loss([0, 1], [0.2, -0.5], eta=1e-6) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("model", ["jdl", "cme"])
+def test_conditional_probability_names_event_in_its_errors(model):
+    """A wrong-length or non-numeric event was reported as a bad ``f`` (the argument of
+    ``conditional_expectation``, which the user did not pass)."""
+    X, Y = _gaussian_pair()
+    Est = JointDistribution if model == "jdl" else ConditionalMeanEmbedding
+    fitted = Est().fit(X, Y)
+    with pytest.raises(ValueError, match=r"^event must give one value per training sample"):
+        fitted.conditional_probability(np.ones(len(Y) - 1, dtype=bool), X[:2])
+    with pytest.raises(ValueError, match=r"^a callable event|^event must give one value"):
+        fitted.conditional_probability(lambda t: True, X[:2])
+    with pytest.raises(TypeError, match=r"^event"):
+        fitted.conditional_probability(np.array(["a"] * len(Y)), X[:2])
+
+
+def test_losses_name_non_numeric_arguments():
+    """Strings reached ``np.asarray(..., dtype=float64)`` and raised NumPy's "could not
+    convert string to float" without the argument's name."""
+    with pytest.raises(TypeError, match=r"^M_true"):
+        second_moment_loss(np.array([["a"]]), np.ones((1, 1)))
+    with pytest.raises(TypeError, match=r"^M_pred"):
+        second_moment_loss(np.ones((1, 1)), [["a"]])
+    with pytest.raises(TypeError, match=r"^proba"):
+        clipped_log_loss([0, 1], ["a", "b"])
+
+
+@pytest.mark.parametrize(
+    ("grid", "match"),
+    [
+        ({"reg": 1e-3}, r"param_grid\['reg'\] must be a list"),
+        ({"reg": "1e-3"}, r"param_grid\['reg'\] must be a list"),
+        ([1, 2], "param_grid must be a dict or a list of dicts"),
+        (3, "param_grid must be a dict or a list of dicts"),
+    ],
+)
+def test_holdout_select_names_a_malformed_grid(grid, match):
+    """A scalar where a list of values belongs gave "'float' object is not iterable" (a
+    string was even split into characters), a list of non-dicts "'int' object is not
+    iterable"; scikit-learn's ``ParameterGrid`` refuses both by name."""
+    X, Y = _gaussian_pair(n=50)
+    with pytest.raises(TypeError, match=match):
+        holdout_select(JointDistribution(), grid, X, Y)
+
+
+@pytest.mark.parametrize(("threshold", "exc"), [("0.5", TypeError), (np.nan, ValueError)])
+def test_holdout_select_checks_the_threshold(threshold, exc):
+    """A string threshold raised NumPy's UFuncTypeError from ``Y <= threshold``, and NaN
+    made every label False; both now name ``threshold``."""
+    X, Y = _gaussian_pair(n=50)
+    with pytest.raises(exc, match="threshold"):
+        holdout_select(
+            JointDistribution(), {"reg": [1e-3]}, X, Y, loss="classification", threshold=threshold
+        )

@@ -229,7 +229,8 @@ class TensorJointModel(BaseEstimator):
         den = self.n_samples_ + P @ s  # (n_new,)
         return _divide_by_mass(num, 1.0, den, self.n_samples_)
 
-    def _values(self, f, target):
+    def _values(self, f, target, name="f"):
+        """The values of ``f`` (named ``name`` in errors) at the n training targets."""
         n = target.shape[0]
         F = f(target) if callable(f) else f
         # lazy values stay lazy only against lazy training samples (then their finiteness
@@ -243,17 +244,17 @@ class TensorJointModel(BaseEstimator):
             F = F.astype(np.float64)
         if F.ndim == 0 or F.shape[0] != n:
             raise ValueError(
-                f"f must give one value per training sample: expected first dimension {n}, "
-                f"got shape {F.shape}. A callable f receives the (n, d) array of training "
-                "samples and must be vectorised."
+                f"{name} must give one value per training sample: expected first dimension "
+                f"{n}, got shape {F.shape}. A callable {name} receives the (n, d) array of "
+                "training samples and must be vectorised."
             )
         if not np.issubdtype(F.dtype, np.number) or np.iscomplexobj(F):
-            raise TypeError(f"f values must be real numbers, got dtype {F.dtype}.")
+            raise TypeError(f"{name} values must be real numbers, got dtype {F.dtype}.")
         if lazy:
             return F
         F = F.astype(np.float64, copy=False)
         if not np.all(np.isfinite(F)):
-            raise ValueError("f values contain NaN or infinity.")
+            raise ValueError(f"{name} values contain NaN or infinity.")
         return F
 
     def conditional_expectation(self, f, X_new, given: str = "x") -> np.ndarray:
@@ -340,7 +341,7 @@ class TensorJointModel(BaseEstimator):
         """
         check_is_fitted(self, "coef_")
         _, _, _, _, target = self._side(given)
-        ind = check_indicator(self._values(event, target))  # (n,) or (n, 1) of 0 / 1
+        ind = check_indicator(self._values(event, target, "event"))  # (n,) or (n, 1): 0 / 1
         if ind.ndim != 1:
             ind = ind.reshape(ind.shape[0], -1)
             if ind.shape[1] != 1:

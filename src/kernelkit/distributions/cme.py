@@ -289,24 +289,30 @@ class ConditionalMeanEmbedding(BaseEstimator):
         -------
         ndarray, shape (n_new, ...)  (a lazy Dask array for a Dask ``X_new``)
         """
+        return self._expectation(f, X_new, "f")
+
+    def _expectation(self, f, X_new, name):
+        """:meth:`conditional_expectation`, naming ``f`` as ``name`` in errors."""
         check_is_fitted(self, "coef_")
         if callable(f):
             F = np.asarray(f(self.Y_pivots_))
             if F.ndim == 0 or F.shape[0] != self.Y_pivots_.shape[0]:
-                raise ValueError("a callable f must return one value per sample (vectorised).")
+                raise ValueError(
+                    f"a callable {name} must return one value per sample (vectorised)."
+                )
         else:
             F = f if is_dask_array(f) else np.asarray(f)
             if F.ndim == 0 or F.shape[0] != self.n_samples_:
                 raise ValueError(
-                    f"f must give one value per training sample: expected first "
+                    f"{name} must give one value per training sample: expected first "
                     f"dimension {self.n_samples_}, got shape {F.shape}."
                 )
             F = np.asarray(F[self._pivot_train_rows()])  # (m_Y, ...): Dask computes m_Y rows
         if F.dtype != bool and (not np.issubdtype(F.dtype, np.number) or np.iscomplexobj(F)):
-            raise TypeError(f"f values must be real numbers, got dtype {F.dtype}.")
+            raise TypeError(f"{name} values must be real numbers, got dtype {F.dtype}.")
         F = F.astype(np.float64)
         if not np.all(np.isfinite(F)):
-            raise ValueError("f values contain NaN or infinity.")
+            raise ValueError(f"{name} values contain NaN or infinity.")
         Wp = self.pivot_weights(X_new)  # (n_new, m_Y)
         out = Wp @ F.reshape(F.shape[0], -1)
         return out.reshape((Wp.shape[0], *F.shape[1:]))
@@ -317,9 +323,10 @@ class ConditionalMeanEmbedding(BaseEstimator):
         ``event``: boolean or 0 / 1 values at the n training targets, or a vectorised
         callable returning them; other values raise ``ValueError``.
         """
-        return self.conditional_expectation(
+        return self._expectation(
             (lambda t: check_indicator(event(t))) if callable(event) else check_indicator(event),
             X_new,
+            "event",
         )
 
     def validation_loss(self, X, Y) -> float:

@@ -16,6 +16,14 @@ from ._basis import BasisCache
 __all__ = ["HoldoutResult", "clipped_log_loss", "holdout_select", "second_moment_loss"]
 
 
+def _real_array(a, name: str) -> np.ndarray:
+    """``a`` as a float64 array; ``TypeError`` naming ``name`` unless real numbers."""
+    a = np.asarray(a)
+    if a.dtype != bool and (not np.issubdtype(a.dtype, np.number) or np.iscomplexobj(a)):
+        raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}.")
+    return a.astype(np.float64)
+
+
 def second_moment_loss(M_true, M_pred) -> float:
     """Loss (31): ``mean_i ||M(x_i) - M_hat(x_i)||_F^2 / ||M(x_i)||_F^2``.
 
@@ -24,8 +32,8 @@ def second_moment_loss(M_true, M_pred) -> float:
     M_true, M_pred : array_like, shape (n, ...)
         True and predicted conditional moments (e.g. (n, d, d) second moments).
     """
-    M_true = np.asarray(M_true, dtype=np.float64)
-    M_pred = np.asarray(M_pred, dtype=np.float64)
+    M_true = _real_array(M_true, "M_true")
+    M_pred = _real_array(M_pred, "M_pred")
     if M_true.shape != M_pred.shape or M_true.ndim == 0:
         raise ValueError(
             f"M_true and M_pred must have the same shape (n, ...), got "
@@ -62,7 +70,7 @@ def clipped_log_loss(labels, proba, eta: float = 1e-12) -> float:
     if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
         raise TypeError(f"labels must be 0/1 or bool, got dtype {labels.dtype}.")
     labels = labels.astype(np.float64).reshape(-1)
-    proba = np.asarray(proba, dtype=np.float64).reshape(-1)
+    proba = _real_array(proba, "proba").reshape(-1)
     if labels.shape != proba.shape:
         raise ValueError(
             f"labels and proba must have the same length, got {labels.shape} and {proba.shape}."
@@ -120,7 +128,22 @@ def _check_labels(X, Y):
 def _grid(param_grid):
     if isinstance(param_grid, dict):
         param_grid = [param_grid]
+    if isinstance(param_grid, (str, bytes)) or not hasattr(param_grid, "__iter__"):
+        raise TypeError(
+            f"param_grid must be a dict or a list of dicts, got {type(param_grid).__name__}."
+        )
     for g in param_grid:
+        if not isinstance(g, dict):
+            raise TypeError(
+                f"param_grid must be a dict or a list of dicts, got an item of type "
+                f"{type(g).__name__}."
+            )
+        for k, v in g.items():
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+                raise TypeError(
+                    f"param_grid[{k!r}] must be a list (or array) of values, got {v!r}; wrap "
+                    "a single value in a list."
+                )
         keys = list(g)
         for values in itertools.product(*(list(g[k]) for k in keys)):
             yield dict(zip(keys, values, strict=True))
@@ -211,8 +234,13 @@ def holdout_select(
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}.")
     if loss == "second_moment" and not callable(true_moment):
         raise ValueError("loss='second_moment' needs a callable true_moment(X) -> (n, d, d).")
-    if loss == "classification" and threshold is None:
-        raise ValueError("loss='classification' needs a threshold.")
+    if loss == "classification":
+        if threshold is None:
+            raise ValueError("loss='classification' needs a threshold.")
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+            raise TypeError(f"threshold must be a real number, got {threshold!r}.")
+        if not np.isfinite(threshold):
+            raise ValueError(f"threshold must be finite, got {threshold}.")
     if not (loss is None or callable(loss) or loss in ("second_moment", "classification")):
         raise ValueError(f"unknown loss {loss!r}.")
     n = X.shape[0]
