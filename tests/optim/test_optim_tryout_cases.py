@@ -35,6 +35,17 @@ def test_one_epoch_fit_applies_the_stopping_rule(solver):
         BoundLogisticRegression(solver=solver, batch_size=20).partial_fit(X, y, classes=[0, 1, 2])
 
 
+def test_one_epoch_dask_fit_applies_the_stopping_rule():
+    """The Dask fit (``solver="bound"``, sums over row chunks) skipped the rule for one
+    epoch in the same way."""
+    da = pytest.importorskip("dask.array")
+    X, y = _data()
+    clf = BoundLogisticRegression(solver="bound", alpha=1e-3, max_epochs=1)
+    with pytest.warns(ConvergenceWarning, match="did not converge in 1 epochs"):
+        clf.fit(da.from_array(X, chunks=20), da.from_array(y, chunks=20))
+    assert clf.n_iter_ == 1 and clf.grad_norm_history_[-1] > 1e-5
+
+
 def test_one_epoch_fit_that_converges_stops_without_warning():
     """A one-epoch ``fit`` that meets ``tol`` (a loose tol, met after the first epoch)
     converges: no warning."""
