@@ -127,7 +127,7 @@ def _indicator_block(values: np.ndarray) -> np.ndarray:
     if np.any(bad):
         raise ValueError(
             "event must be an indicator (boolean or 0/1 at the training targets), got "
-            f"{int(bad.sum())} other value(s), e.g. {values[bad].ravel()[0]!r}; for the "
+            f"{int(bad.sum())} other value(s), e.g. {float(values[bad].ravel()[0])!r}; for the "
             "expectation of other values use conditional_expectation."
         )
     return values
