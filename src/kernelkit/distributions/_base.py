@@ -14,7 +14,7 @@ from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import dot_train, train_dot
 from ._chunked import as_dask_rows, is_dask_array, lazy_transform, reduce_rows, train_moments
 
-__all__ = ["TensorJointModel", "check_xy"]
+__all__ = ["TensorJointModel", "check_indicator", "check_xy"]
 
 CONSTRAINTS = (None, "normalized", "positive")
 
@@ -115,6 +115,33 @@ def _divide_by_mass(num, add, den, n: int):
     return num
 
 
+def _indicator_block(values: np.ndarray) -> np.ndarray:
+    """``values`` as float64 if every entry is 0 or 1 (booleans included), else ValueError."""
+    values = np.asarray(values)
+    if values.dtype != bool and (
+        not np.issubdtype(values.dtype, np.number) or np.iscomplexobj(values)
+    ):
+        raise TypeError(f"event must be boolean or 0/1 values, got dtype {values.dtype}.")
+    values = values.astype(np.float64)
+    bad = (values != 0.0) & (values != 1.0)
+    if np.any(bad):
+        raise ValueError(
+            "event must be an indicator (boolean or 0/1 at the training targets), got "
+            f"{int(bad.sum())} other value(s), e.g. {float(values[bad].ravel()[0])!r}; for the "
+            "expectation of other values use conditional_expectation."
+        )
+    return values
+
+
+def check_indicator(values):
+    """An event's indicator values (n,) or (n, 1) as float64; lazily checked, block by
+    block, for a Dask array. ``TypeError`` / ``ValueError`` naming ``event`` unless every
+    value is boolean, 0 or 1."""
+    if is_dask_array(values):
+        return values.map_blocks(_indicator_block, dtype=np.float64)
+    return _indicator_block(values)
+
+
 def check_constraint(constraint):
     if constraint not in CONSTRAINTS:
         raise ValueError(f"constraint must be one of {CONSTRAINTS}, got {constraint!r}.")
@@ -202,7 +229,8 @@ class TensorJointModel(BaseEstimator):
         den = self.n_samples_ + P @ s  # (n_new,)
         return _divide_by_mass(num, 1.0, den, self.n_samples_)
 
-    def _values(self, f, target):
+    def _values(self, f, target, name="f"):
+        """The values of ``f`` (named ``name`` in errors) at the n training targets."""
         n = target.shape[0]
         F = f(target) if callable(f) else f
         # lazy values stay lazy only against lazy training samples (then their finiteness
@@ -216,17 +244,17 @@ class TensorJointModel(BaseEstimator):
             F = F.astype(np.float64)
         if F.ndim == 0 or F.shape[0] != n:
             raise ValueError(
-                f"f must give one value per training sample: expected first dimension {n}, "
-                f"got shape {F.shape}. A callable f receives the (n, d) array of training "
-                "samples and must be vectorised."
+                f"{name} must give one value per training sample: expected first dimension "
+                f"{n}, got shape {F.shape}. A callable {name} receives the (n, d) array of "
+                "training samples and must be vectorised."
             )
         if not np.issubdtype(F.dtype, np.number) or np.iscomplexobj(F):
-            raise TypeError(f"f values must be real numbers, got dtype {F.dtype}.")
+            raise TypeError(f"{name} values must be real numbers, got dtype {F.dtype}.")
         if lazy:
             return F
         F = F.astype(np.float64, copy=False)
         if not np.all(np.isfinite(F)):
-            raise ValueError("f values contain NaN or infinity.")
+            raise ValueError(f"{name} values contain NaN or infinity.")
         return F
 
     def conditional_expectation(self, f, X_new, given: str = "x") -> np.ndarray:
@@ -302,8 +330,8 @@ class TensorJointModel(BaseEstimator):
         Parameters
         ----------
         event : callable or array_like of bool, shape (n,)
-            Indicator at the training targets, or a vectorised callable
-            ``event(Y_train) -> (n,) bool``.
+            Indicator at the training targets (boolean, or 0 / 1), or a vectorised
+            callable ``event(Y_train) -> (n,) bool``; other values raise ``ValueError``.
         X_new : array_like, shape (n_new, d)
         given : {"x", "y"}
 
@@ -313,7 +341,7 @@ class TensorJointModel(BaseEstimator):
         """
         check_is_fitted(self, "coef_")
         _, _, _, _, target = self._side(given)
-        ind = self._values(event, target)
+        ind = check_indicator(self._values(event, target, "event"))  # (n,) or (n, 1): 0 / 1
         if ind.ndim != 1:
             ind = ind.reshape(ind.shape[0], -1)
             if ind.shape[1] != 1:

@@ -14,7 +14,7 @@ from .._backend import validate_positive_float
 from .._backend.chunks import map_row_chunks
 from .._backend.params import POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data as sk_validate_data
-from ._base import check_constraint, check_xy
+from ._base import check_constraint, check_indicator, check_xy
 from ._basis import (
     KERNEL_CONSTRAINT,
     TOLERANCE_CONSTRAINTS,
@@ -289,35 +289,44 @@ class ConditionalMeanEmbedding(BaseEstimator):
         -------
         ndarray, shape (n_new, ...)  (a lazy Dask array for a Dask ``X_new``)
         """
+        return self._expectation(f, X_new, "f")
+
+    def _expectation(self, f, X_new, name):
+        """:meth:`conditional_expectation`, naming ``f`` as ``name`` in errors."""
         check_is_fitted(self, "coef_")
         if callable(f):
             F = np.asarray(f(self.Y_pivots_))
             if F.ndim == 0 or F.shape[0] != self.Y_pivots_.shape[0]:
-                raise ValueError("a callable f must return one value per sample (vectorised).")
+                raise ValueError(
+                    f"a callable {name} must return one value per sample (vectorised)."
+                )
         else:
             F = f if is_dask_array(f) else np.asarray(f)
             if F.ndim == 0 or F.shape[0] != self.n_samples_:
                 raise ValueError(
-                    f"f must give one value per training sample: expected first "
+                    f"{name} must give one value per training sample: expected first "
                     f"dimension {self.n_samples_}, got shape {F.shape}."
                 )
             F = np.asarray(F[self._pivot_train_rows()])  # (m_Y, ...): Dask computes m_Y rows
         if F.dtype != bool and (not np.issubdtype(F.dtype, np.number) or np.iscomplexobj(F)):
-            raise TypeError(f"f values must be real numbers, got dtype {F.dtype}.")
+            raise TypeError(f"{name} values must be real numbers, got dtype {F.dtype}.")
         F = F.astype(np.float64)
         if not np.all(np.isfinite(F)):
-            raise ValueError("f values contain NaN or infinity.")
+            raise ValueError(f"{name} values contain NaN or infinity.")
         Wp = self.pivot_weights(X_new)  # (n_new, m_Y)
         out = Wp @ F.reshape(F.shape[0], -1)
         return out.reshape((Wp.shape[0], *F.shape[1:]))
 
     def conditional_probability(self, event, X_new) -> np.ndarray:
-        """``P(Y in event | x)`` as the expectation of the indicator, shape (n_new,)."""
-        return self.conditional_expectation(
-            (lambda t: np.asarray(event(t), dtype=np.float64))
-            if callable(event)
-            else np.asarray(event, dtype=np.float64),
+        """``P(Y in event | x)`` as the expectation of the indicator, shape (n_new,).
+
+        ``event``: boolean or 0 / 1 values at the n training targets, or a vectorised
+        callable returning them; other values raise ``ValueError``.
+        """
+        return self._expectation(
+            (lambda t: check_indicator(event(t))) if callable(event) else check_indicator(event),
             X_new,
+            "event",
         )
 
     def validation_loss(self, X, Y) -> float:

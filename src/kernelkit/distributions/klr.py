@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import ClassVar
 
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -47,6 +49,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     reg : float, default=1e-3
     tol, rel_tol, max_rank : pivoted Cholesky tolerances (see ``LowRankBasis``).
     max_iter : int, default=500
+        L-BFGS iterations at most; a fit that reaches it raises a ``ConvergenceWarning``.
     basis_cache : BasisCache, optional
         Share bases between fits (see :class:`~kernelkit.distributions.BasisCache`).
         Used by exact fits only (NumPy input without ``pivot_sample``).
@@ -206,6 +209,14 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             )
         self.coef_ = basis.rotation_.T @ res.x  # c = V^T u
         self.n_iter_ = int(res.nit)
+        if res.status == 1:  # L-BFGS-B stopped at its iteration (or evaluation) limit
+            warnings.warn(
+                f"{name} did not converge in max_iter={max_iter} L-BFGS iterations "
+                f"(largest gradient entry {float(np.max(np.abs(res.jac))):.2e}); increase "
+                "max_iter, or reg for (nearly) separable classes.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         return self
 
     def decision_function(self, X) -> np.ndarray:

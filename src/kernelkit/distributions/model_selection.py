@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import itertools
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 from sklearn.base import clone
 
 from .._backend import check_random_state
-from ._base import check_xy
+from ._base import _as_float2d, check_xy
 from ._basis import BasisCache
 
 __all__ = ["HoldoutResult", "clipped_log_loss", "holdout_select", "second_moment_loss"]
+
+
+def _real_array(a, name: str) -> np.ndarray:
+    """``a`` as a float64 array; ``TypeError`` naming ``name`` unless real numbers."""
+    a = np.asarray(a)
+    if a.dtype != bool and (not np.issubdtype(a.dtype, np.number) or np.iscomplexobj(a)):
+        raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}.")
+    return a.astype(np.float64)
 
 
 def second_moment_loss(M_true, M_pred) -> float:
@@ -23,8 +32,8 @@ def second_moment_loss(M_true, M_pred) -> float:
     M_true, M_pred : array_like, shape (n, ...)
         True and predicted conditional moments (e.g. (n, d, d) second moments).
     """
-    M_true = np.asarray(M_true, dtype=np.float64)
-    M_pred = np.asarray(M_pred, dtype=np.float64)
+    M_true = _real_array(M_true, "M_true")
+    M_pred = _real_array(M_pred, "M_pred")
     if M_true.shape != M_pred.shape or M_true.ndim == 0:
         raise ValueError(
             f"M_true and M_pred must have the same shape (n, ...), got "
@@ -51,12 +60,17 @@ def clipped_log_loss(labels, proba, eta: float = 1e-12) -> float:
     proba : array_like, shape (n,)
         Predicted ``P(I = 1 | x)`` (possibly signed)
     eta : float, default=1e-12
+        Clipping level in (0, 1).
     """
+    if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
+        raise TypeError(f"eta must be a float in (0, 1), got {eta!r}.")
+    if not 0.0 < eta < 1.0:
+        raise ValueError(f"eta must lie in (0, 1) (a clipping level of (32)), got {eta}.")
     labels = np.asarray(labels)
     if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == bool):
         raise TypeError(f"labels must be 0/1 or bool, got dtype {labels.dtype}.")
     labels = labels.astype(np.float64).reshape(-1)
-    proba = np.asarray(proba, dtype=np.float64).reshape(-1)
+    proba = _real_array(proba, "proba").reshape(-1)
     if labels.shape != proba.shape:
         raise ValueError(
             f"labels and proba must have the same length, got {labels.shape} and {proba.shape}."
@@ -90,10 +104,46 @@ class HoldoutResult:
     results: list = field(default_factory=list)
 
 
+def _check_labels(X, Y):
+    """``X`` (n, d) as float64 and the labels ``Y`` (n,) (or (n, 1)) as given, n >= 5."""
+    X = _as_float2d(X, "X")
+    y = np.asarray(Y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(
+            f"Y must hold one class label per sample for a classifier, shape (n,) or (n, 1), "
+            f"got shape {y.shape}."
+        )
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"X and Y must have the same number of rows (samples), got X with {X.shape[0]} "
+            f"and Y with {y.shape[0]}."
+        )
+    if X.shape[0] < 5:
+        raise ValueError(f"at least 5 samples are needed, got n_samples = {X.shape[0]}.")
+    return X, y
+
+
 def _grid(param_grid):
     if isinstance(param_grid, dict):
         param_grid = [param_grid]
+    if isinstance(param_grid, (str, bytes)) or not hasattr(param_grid, "__iter__"):
+        raise TypeError(
+            f"param_grid must be a dict or a list of dicts, got {type(param_grid).__name__}."
+        )
     for g in param_grid:
+        if not isinstance(g, dict):
+            raise TypeError(
+                f"param_grid must be a dict or a list of dicts, got an item of type "
+                f"{type(g).__name__}."
+            )
+        for k, v in g.items():
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+                raise TypeError(
+                    f"param_grid[{k!r}] must be a list (or array) of values, got {v!r}; wrap "
+                    "a single value in a list."
+                )
         keys = list(g)
         for values in itertools.product(*(list(g[k]) for k in keys)):
             yield dict(zip(keys, values, strict=True))
@@ -143,6 +193,8 @@ def holdout_select(
     param_grid : dict or list of dicts of lists (as scikit-learn's ``ParameterGrid``)
     X : array_like, shape (n, d_X)
     Y : array_like, shape (n, d_Y) or (n,)
+        For a classifier (KLR) with ``loss`` None or a callable: its class labels (any
+        type), passed to ``fit`` and ``score`` as given.
     loss : None, "second_moment", "classification" or callable
         * ``None``: the estimator's own held-out loss (``-score``; for JDL the L2 loss
           of (8) up to a constant).
@@ -169,13 +221,26 @@ def holdout_select(
     :class:`~kernelkit.distributions.BasisCache` over the grid, so a grid over ``reg``
     factorises each kernel matrix once; results are unchanged.
     """
-    X, Y = check_xy(X, Y, min_samples=5)
+    # a classifier (KLR) with its own or a callable loss is fitted on the labels as given
+    labels = _is_classifier_like(estimator) and loss != "classification"
+    if labels and loss == "second_moment":
+        raise ValueError(
+            f"loss='second_moment' needs conditional expectations, which the classifier "
+            f"{type(estimator).__name__} does not give; use loss=None, 'classification' "
+            "or a callable."
+        )
+    X, Y = _check_labels(X, Y) if labels else check_xy(X, Y, min_samples=5)
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}.")
     if loss == "second_moment" and not callable(true_moment):
         raise ValueError("loss='second_moment' needs a callable true_moment(X) -> (n, d, d).")
-    if loss == "classification" and threshold is None:
-        raise ValueError("loss='classification' needs a threshold.")
+    if loss == "classification":
+        if threshold is None:
+            raise ValueError("loss='classification' needs a threshold.")
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+            raise TypeError(f"threshold must be a real number, got {threshold!r}.")
+        if not np.isfinite(threshold):
+            raise ValueError(f"threshold must be finite, got {threshold}.")
     if not (loss is None or callable(loss) or loss in ("second_moment", "classification")):
         raise ValueError(f"unknown loss {loss!r}.")
     n = X.shape[0]

@@ -544,10 +544,10 @@ def _train(est, X1, yi, schedule, epochs, dense_max_dim, precond_rank, owner):
             }
             stop = bool(est.callback(est, info))
         # the in-memory stopping rule: ||grad L|| <= tol ||grad L(0)||
-        if (est.tol is not None and epochs > 1 and rel <= float(est.tol)) or stop:
+        if (est.tol is not None and rel <= float(est.tol)) or stop:
             converged = True
             break
-    if est.tol is not None and epochs > 1 and not converged:
+    if est.tol is not None and not converged:
         warnings.warn(
             f"{owner} ({est.solver}) did not converge in {epochs} epochs: ||grad L|| is "
             f"{rel:.2e} times its value at coef_ = 0, above tol={est.tol:g}; increase "

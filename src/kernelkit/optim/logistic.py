@@ -103,8 +103,8 @@ def logistic_objective(coef, intercept, X, y, alpha, classes=None) -> float:
     Raises
     ------
     TypeError
-        ``X``, ``coef`` or ``intercept`` is not a real numeric array, or ``alpha`` not a
-        number.
+        ``X``, ``coef`` or ``intercept`` is not a real numeric array, ``alpha`` not a
+        number, or the labels of ``y`` cannot be sorted (numbers mixed with strings).
     ValueError
         ``X`` not a non-empty 2-D array; ``y`` not 1-D of length ``T`` or with labels
         not in ``classes``; ``classes`` not sorted and unique or with fewer than 2
@@ -119,12 +119,15 @@ def logistic_objective(coef, intercept, X, y, alpha, classes=None) -> float:
         raise ValueError(
             f"y must have shape (T,) = ({len(X)},) to match X {X.shape}, got shape {y.shape}."
         )
-    classes = np.unique(y) if classes is None else np.asarray(classes)
+    classes = _labels(y, "y", check=False) if classes is None else np.asarray(classes)
     if classes.ndim != 1 or len(classes) < 2 or np.any(classes[1:] <= classes[:-1]):
         raise ValueError(
             f"classes must be sorted, unique and hold >= 2 labels, got {classes.tolist()}."
         )
-    yi = np.searchsorted(classes, y)
+    try:
+        yi = np.searchsorted(classes, y)
+    except TypeError as exc:  # labels that cannot be compared with the classes
+        raise TypeError(f"y: the labels cannot be compared with classes: {exc}") from exc
     yi = np.clip(yi, 0, len(classes) - 1)
     if not np.array_equal(classes[yi], y):
         unknown = np.unique(y[classes[yi] != y])[:5]
@@ -499,7 +502,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             return fit_bound(self, X, y, schedule)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         self._start(_labels(y, "y"), X.shape[1])
-        self._train(X, self._encode(y), schedule, self.max_epochs)
+        self._train(X, self._encode(y), schedule, self.max_epochs, stopping=True)
         return self
 
     def _start(self, classes, n_features: int) -> None:
@@ -546,7 +549,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 f"classes {np.unique(classes).tolist()} differ from classes_ "
                 f"{self.classes_.tolist()} of the first partial_fit call."
             )
-        self._train(X, self._encode(y), schedule, 1)
+        self._train(X, self._encode(y), schedule, 1, stopping=False)
         return self
 
     def _init_state(self, p):
@@ -617,7 +620,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         )
         return loss, G, S
 
-    def _train(self, X, yi, schedule, epochs):
+    def _train(self, X, yi, schedule, epochs, *, stopping):
+        """``epochs`` epochs on ``(X, yi)``: ``fit`` (``stopping``: the finishing phase,
+        ``tol`` and its ConvergenceWarning, also for ``max_epochs=1``) or ``partial_fit``
+        (one epoch of stochastic steps only)."""
         X1 = _augment(X, self.fit_intercept)
         self._dtype = X1.dtype
         T, p1 = X1.shape
@@ -644,7 +650,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         if lin == "auto":
             lin = "dense" if (self.solver == "bound" and d <= _DENSE_MAX_DIM) else "cg"
         rng = self._rng
-        finish = self._finish_on() and epochs > 1  # partial_fit: stochastic steps only
+        finish = self._finish_on() and stopping  # partial_fit: stochastic steps only
         # the per-epoch full objective and gradient: part of the algorithm (timed) when
         # the stopping rule or the finishing phase uses them, else monitoring only
         timed_eval = self.tol is not None or finish
@@ -730,7 +736,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                         },
                     )
                 )
-            if self.tol is not None and epochs > 1 and rel <= float(self.tol):
+            if self.tol is not None and stopping and rel <= float(self.tol):
                 converged = True
                 break
             if finish and self._phase == "stochastic":
@@ -741,7 +747,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             if stop:
                 converged = True
                 break
-        if self.tol is not None and epochs > 1 and not converged:
+        if self.tol is not None and stopping and not converged:
             hint = " or set finish='bound'" if self.solver != "bound" and not finish else ""
             L = self.loss_history_
             if L and L[-1] > L[0]:  # worse than coef_ = 0: more epochs will not help
