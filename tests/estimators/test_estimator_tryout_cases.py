@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from kernelkit.estimators import (
+    NadarayaWatsonClassifier,
+    RandomFeatureGPClassifier,
     RandomFeatureGPRegressor,
     RandomFeatureRidge,
+    RandomFeatures,
 )
 from kernelkit.features import RandomFourierFeatures
 
@@ -55,3 +58,57 @@ def test_lazy_predictions_of_a_filtered_dask_array_with_empty_chunks(est, keep):
             m_ref, s_ref = est.predict(X[mask], return_std=True)
             np.testing.assert_allclose(mean, m_ref, rtol=1e-12, atol=1e-14)
             np.testing.assert_allclose(std, s_ref, rtol=1e-12, atol=1e-14)
+
+
+def _fails_late(est):
+    """A refit that fails after the model's first attributes were replaced: a NaN in the
+    last chunk of a wider Dask X (ridge, GP), labels of one class (GP classifier),
+    an overflowing moment fit (Nadaraya-Watson), too few distinct rows (RandomFeatures)."""
+    X5 = np.random.default_rng(5).standard_normal((120, 5))
+    labels = np.where(X5[:, 0] > 0, "c", "d")
+    if isinstance(est, RandomFeatureRidge | RandomFeatureGPRegressor):
+        X5[100, 2] = np.nan
+        return lambda: est.fit(da.from_array(X5, chunks=(30, 5)), X5[:, 1])
+    if isinstance(est, RandomFeatureGPClassifier):
+        return lambda: est.fit(X5, np.full(len(X5), "c"))  # one class
+    if isinstance(est, NadarayaWatsonClassifier):
+        return lambda: est.fit(1e200 * X5, labels)
+    return lambda: est.fit(np.ones((10, 5)))  # RandomFeatures
+
+
+@pytest.mark.parametrize(
+    "est",
+    [
+        RandomFeatureRidge(FM, alpha=0.3),
+        RandomFeatureGPRegressor(FM, noise=0.2),
+        RandomFeatureGPClassifier(FM, n_samples=50, random_state=0),
+        NadarayaWatsonClassifier(n_components=16, random_state=0),
+        RandomFeatures(method="hybrid_clustered", n_components=80, random_state=0),
+    ],
+    ids=lambda est: type(est).__name__,
+)
+def test_a_refit_that_fails_leaves_the_fitted_model_as_it_was(est):
+    """A failed refit replaced some attributes (the width, the feature map, the classes)
+    and kept others: the GP classifier then named the new classes with the old model,
+    the regressors mapped a wider X with the new map and the old weights, and the
+    Nadaraya-Watson classifier lost its features. The previous model is now kept whole."""
+    X, y = _data()
+    labels = np.where(y > 0, "a", "b")
+    is_classifier = isinstance(est, RandomFeatureGPClassifier | NadarayaWatsonClassifier)
+    est.fit(X, labels if is_classifier else y)
+    if isinstance(est, RandomFeatures):
+        before = est.transform(X[:10])
+    else:
+        before = est.predict_proba(X[:10]) if is_classifier else est.predict(X[:10])
+    state = set(vars(est))
+    with pytest.raises((ValueError, ArithmeticError)):
+        _fails_late(est)()
+    assert set(vars(est)) == state
+    assert est.n_features_in_ == 3
+    if isinstance(est, RandomFeatures):
+        np.testing.assert_array_equal(est.transform(X[:10]), before)
+    elif is_classifier:
+        np.testing.assert_array_equal(est.predict_proba(X[:10]), before)
+        assert set(est.predict(X)) <= {"a", "b"}
+    else:
+        np.testing.assert_array_equal(est.predict(X[:10]), before)

@@ -40,6 +40,7 @@ from ._chunked import (
     use_blocked_statistics,
 )
 from ._feature_map_param import fitted_feature_map, map_features
+from ._fit_state import keep_model_on_error
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
 
@@ -142,6 +143,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
+    @keep_model_on_error
     def fit(self, X, y):
         """Fit the feature map on ``X`` and compute the posterior.
 
@@ -360,6 +362,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
+    @keep_model_on_error
     def fit(self, X, y):
         """Fit the feature map and one heteroscedastic GP per class.
 

@@ -45,6 +45,7 @@ from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
 from ._chunked import reject_block_iterable
+from ._fit_state import keep_model_on_error
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
 __all__ = [
@@ -346,6 +347,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         return ("signed", S.T @ self._R)
 
     # ------------------------------------------------------------------ API
+    @keep_model_on_error
     def fit(self, X, y):
         """Store the training set; draw / fit the features where possible.
 

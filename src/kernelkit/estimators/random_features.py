@@ -34,6 +34,7 @@ from .._backend.params import (
 from .._backend.sklearn_validation import check_lazy_output, validate_data
 from ..features import FeatureMap
 from ..features.sampling import SAMPLERS
+from ._fit_state import keep_model_on_error
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
 __all__ = ["RandomFeatures"]
@@ -321,6 +322,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return min(finite, key=finite.get), estimates
 
     # ------------------------------------------------------------------ API
+    @keep_model_on_error
     def fit(self, X, y=None, *, Y=None):
         """Choose (``method="auto"``), draw and fit the feature map.
 
