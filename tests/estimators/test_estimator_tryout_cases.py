@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.base import is_classifier
 
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
@@ -112,3 +113,55 @@ def test_a_refit_that_fails_leaves_the_fitted_model_as_it_was(est):
         assert set(est.predict(X)) <= {"a", "b"}
     else:
         np.testing.assert_array_equal(est.predict(X[:10]), before)
+
+
+def _outputs(est, X):
+    """What a fitted estimator returns for ``X``: probabilities, predictions, features."""
+    for method in ("predict_proba", "predict", "transform"):
+        if hasattr(est, method):
+            return getattr(est, method)(X)
+
+
+def _scaled_map(*maps):
+    """A feature map in a scikit-learn Pipeline: standardise, then the map(s)."""
+    from sklearn.pipeline import make_pipeline, make_union
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), maps[0] if len(maps) == 1 else make_union(*maps))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda fm: RandomFeatureRidge(fm, alpha=0.3, random_state=0),
+        lambda fm: RandomFeatureGPRegressor(fm, noise=0.2, random_state=0),
+        lambda fm: RandomFeatureGPClassifier(fm, n_samples=50, random_state=0),
+    ],
+    ids=["ridge", "gp", "gpc"],
+)
+def test_the_estimators_seed_reaches_a_map_inside_a_pipeline(make):
+    """``feature_map=make_pipeline(StandardScaler(), RandomFourierFeatures(64))`` was
+    left unseeded (only the Pipeline's own parameters were filled), so the same
+    ``random_state`` gave other predictions on every fit. The maps inside are seeded now;
+    two maps of a union get different seeds, not the same features twice."""
+    X, y = _data()
+    target = np.where(y > 0, "a", "b") if is_classifier(make(None)) else y
+    fm = _scaled_map(RandomFourierFeatures(n_features=32, lengthscale=1.5))
+    a, b = make(fm).fit(X, target), make(fm).fit(X, target)
+    np.testing.assert_array_equal(_outputs(a, X[:10]), _outputs(b, X[:10]))
+    assert fm.steps[-1][1].random_state is None  # the given map is cloned, not changed
+    union = _scaled_map(RandomFourierFeatures(n_features=8), RandomFourierFeatures(n_features=8))
+    Z = make(union).fit(X, target).feature_map_.transform(X)  # (n, 16)
+    assert not np.allclose(Z[:, :8], Z[:, 8:])
+
+
+@pytest.mark.parametrize("est", [RandomFeatureRidge(), RandomFeatureGPRegressor()], ids=type)
+def test_a_pipeline_ending_in_an_asymmetric_map_is_rejected(est):
+    """The symmetric-map check read the Pipeline's own ``symmetric`` attribute, which it
+    has not, so a Pipeline ending in SADERF (whose ``transform`` is one side of the
+    kernel only) was fitted as if ``k_hat(x, x') = phi(x)^T phi(x')``."""
+    from kernelkit.features import SADERF
+
+    X, y = _data()
+    with pytest.raises(ValueError, match="SADERF is asymmetric"):
+        est.set_params(feature_map=_scaled_map(SADERF(16))).fit(X, y)
