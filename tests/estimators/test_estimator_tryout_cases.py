@@ -165,3 +165,22 @@ def test_a_pipeline_ending_in_an_asymmetric_map_is_rejected(est):
     X, y = _data()
     with pytest.raises(ValueError, match="SADERF is asymmetric"):
         est.set_params(feature_map=_scaled_map(SADERF(16))).fit(X, y)
+
+
+@pytest.mark.parametrize("cls", [RandomFeatureGPClassifier, NadarayaWatsonClassifier])
+@pytest.mark.parametrize(
+    ("labels", "error", "match"),
+    [
+        (["a", "b", None, "a", "b", "a"], ValueError, "y contains a missing label"),
+        (["a", "b", np.nan, "a", "b", "a"], ValueError, "y contains a missing label"),
+        (["a", "b", 1, "a", "b", "a"], TypeError, "y: class labels .* one type.*int, str"),
+    ],
+    ids=["None", "NaN", "int and str"],
+)
+def test_class_labels_of_mixed_types_are_named(cls, labels, error, match):
+    """A missing label or labels of two types failed in ``np.unique`` ("'<' not supported
+    between instances of 'NoneType' and 'str'") or with "Input contains NaN", naming
+    neither ``y`` nor the fix; both classifiers now say what is wrong with ``y``."""
+    X = np.random.default_rng(0).standard_normal((6, 2))
+    with pytest.raises(error, match=match):
+        cls().fit(X, np.array(labels, dtype=object))

@@ -21,7 +21,6 @@ from typing import ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import HasMethods, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
@@ -41,6 +40,7 @@ from ._chunked import (
 )
 from ._feature_map_param import fitted_feature_map, map_features
 from ._fit_state import keep_model_on_error
+from ._labels import check_missing_labels, encode_labels
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
 
@@ -382,9 +382,9 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         n_jobs = check_n_jobs(self.n_jobs)
         # 1. validate: labels -> class indices y_idx (n,)
         reject_block_iterable(self, X)
+        check_missing_labels(type(self).__name__, y)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
-        check_classification_targets(y)
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        self.classes_, y_idx = encode_labels(type(self).__name__, y)
         C = len(self.classes_)
         if C < 2:
             raise ValueError(
