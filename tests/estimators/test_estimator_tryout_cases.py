@@ -7,9 +7,11 @@ and the method names the classifier lists. Each test fails on the code before it
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
-from sklearn.base import is_classifier
+from sklearn.base import clone, is_classifier
 
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
@@ -184,3 +186,26 @@ def test_class_labels_of_mixed_types_are_named(cls, labels, error, match):
     X = np.random.default_rng(0).standard_normal((6, 2))
     with pytest.raises(error, match=match):
         cls().fit(X, np.array(labels, dtype=object))
+
+
+@pytest.mark.parametrize("est", [RandomFeatureRidge(FM), RandomFeatureGPRegressor(FM)], ids=type)
+@pytest.mark.parametrize("form", ["list", "generator"])
+def test_dataframe_blocks_keep_their_column_names(est, form):
+    """Blocks read with pandas (``pd.read_csv(..., chunksize=...)``) lost their column
+    names: ``predict`` of a DataFrame warned that the model had none, and a block whose
+    columns came in another order was fitted silently as if they were in order. The
+    names of block 0 are now the model's, as for an in-memory DataFrame, and every block
+    must have them in that order."""
+    pd = pytest.importorskip("pandas")
+    X, y = _data()
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    pairs = [(df[i : i + 40], y[i : i + 40]) for i in range(0, len(df), 40)]
+    fitted = est.fit(pairs if form == "list" else iter(pairs), None)
+    np.testing.assert_array_equal(fitted.feature_names_in_, ["a", "b", "c"])
+    in_memory = clone(est).set_params(solver="primal").fit(df, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "X has feature names, but ... without" before
+        np.testing.assert_allclose(fitted.predict(df[:5]), in_memory.predict(df[:5]), atol=1e-10)
+    pairs[2] = (pairs[2][0][["b", "a", "c"]], pairs[2][1])
+    with pytest.raises(ValueError, match=r"X: block 2 has the columns \['b', 'a', 'c'\]"):
+        clone(est).fit(pairs if form == "list" else iter(pairs), None)

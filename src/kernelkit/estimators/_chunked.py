@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg.blas import dsyrk
+from sklearn.utils.validation import _get_feature_names
 
 from .._backend.chunks import (
     as_dask_rows,
@@ -156,14 +157,44 @@ def training_rows(est, X, y) -> TrainingRows:
     else:
         if y is not None:
             raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")
-        blocks = iter_block_pairs(X, name, ("X", "y"), vector=("error", "keep"), dtype=None)
+        columns = []  # the column names of block 0 (None: not a DataFrame)
+        blocks = _checked_pairs(X, name, columns)
         pairs = (pair for pair in blocks if len(pair[0]))  # skips empty blocks
         first = next(pairs, None)  # iter_block_pairs raises if there are no blocks
         if first is None:
             raise ValueError(f"{name}: every block of the iterable is empty.")
         (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
     validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
+    if pairs is not None and columns[0] is not None:  # DataFrame blocks: as in memory
+        est.feature_names_in_ = columns[0]
     return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence)
+
+
+def _checked_pairs(blocks, owner: str, columns: list | None = None):
+    """:func:`iter_block_pairs` of the regressors (1-D ``X`` blocks refused, ``y`` blocks
+    1-D or 2-D, float32 kept), with the column names of DataFrame ``X`` blocks checked:
+    every named block must have block 0's names in the same order (a ``ValueError``
+    naming the block), so a block whose columns come in another order is not mixed
+    silently. ``columns`` (a list) receives block 0's names, or None."""
+
+    def named(pairs):  # the pairs as given, their X blocks' names checked
+        first = None
+        for i, pair in enumerate(pairs):
+            Xb = pair[0] if isinstance(pair, list | tuple) and len(pair) == 2 else None
+            names = _get_feature_names(Xb) if hasattr(Xb, "columns") else None
+            if i == 0:
+                first = names
+                if columns is not None:
+                    columns.append(names)
+            elif names is not None and first is not None and not np.array_equal(names, first):
+                raise ValueError(
+                    f"{owner}: X: block {i} has the columns {names.tolist()}, but block 0 "
+                    f"had {first.tolist()}; give every block the same columns in the same "
+                    "order."
+                )
+            yield pair
+
+    return iter_block_pairs(named(blocks), owner, ("X", "y"), vector=("error", "keep"), dtype=None)
 
 
 def fit_feature_map(est, rows: TrainingRows, n_jobs):
@@ -178,10 +209,7 @@ def fit_feature_map(est, rows: TrainingRows, n_jobs):
     if rows.blocks is not None:
 
         def blocks():  # a new pass over the sequence's X blocks, each checked
-            pairs = iter_block_pairs(
-                rows.blocks, rows.owner, ("X", "y"), vector=("error", "keep"), dtype=None
-            )
-            return (Xb for Xb, _ in pairs)
+            return (Xb for Xb, _ in _checked_pairs(rows.blocks, rows.owner))
 
     return fitted_feature_map(
         est.feature_map,
