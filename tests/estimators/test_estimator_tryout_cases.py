@@ -209,3 +209,16 @@ def test_dataframe_blocks_keep_their_column_names(est, form):
     pairs[2] = (pairs[2][0][["b", "a", "c"]], pairs[2][1])
     with pytest.raises(ValueError, match=r"X: block 2 has the columns \['b', 'a', 'c'\]"):
         clone(est).fit(pairs if form == "list" else iter(pairs), None)
+
+
+def test_the_classifier_lists_only_the_aliases_it_accepts():
+    """NadarayaWatsonClassifier's unknown-method message offered the alias "rbf", which
+    names random Fourier features, a method it refuses ("Unknown method 'rbf' ...;
+    aliases favor+, favor++, favor#, rbf"). It lists the aliases of its own methods."""
+    X = np.random.default_rng(0).standard_normal((6, 2))
+    with pytest.raises(ValueError, match="Unknown method 'rbf'") as info:
+        NadarayaWatsonClassifier(method="rbf").fit(X, [0, 1] * 3)
+    assert "favor#" in str(info.value)
+    assert "rbf)" not in str(info.value) and "rbf," not in str(info.value)
+    with pytest.raises(ValueError, match="aliases favor\\+, favor\\+\\+, favor#, rbf\\)"):
+        RandomFeatures(method="xyz").fit(X)  # all four for the transformer
