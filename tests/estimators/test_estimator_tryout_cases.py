@@ -222,3 +222,45 @@ def test_the_classifier_lists_only_the_aliases_it_accepts():
     assert "rbf)" not in str(info.value) and "rbf," not in str(info.value)
     with pytest.raises(ValueError, match="aliases favor\\+, favor\\+\\+, favor#, rbf\\)"):
         RandomFeatures(method="xyz").fit(X)  # all four for the transformer
+
+
+@pytest.mark.parametrize(
+    "est", [RandomFeatureRidge(alpha=0.5), RandomFeatureGPRegressor()], ids=type
+)
+@pytest.mark.parametrize("method", ["sderf", "gerf", "rff"])
+@pytest.mark.parametrize("form", ["dask", "list"])
+def test_random_features_as_feature_map_fitted_on_every_row_out_of_core(est, method, form):
+    """``feature_map=RandomFeatures(method="sderf")`` on a Dask array or a list of blocks
+    was fitted on the first chunk (RandomFeatures declared no ``fit_reads``), so the
+    FAVOR# parameters came from its moments alone and the model differed from the
+    in-memory one by 0.1 in its predictions; the map of the method is now fitted as that
+    map would be (the moments of every row), and the models agree to rounding."""
+    X, y = _data(n=400, d=4)
+    X = 0.3 * X
+    X[200:] += 0.5  # the first chunk's moments are not all rows'
+    fm = RandomFeatures(method=method, n_components=32, random_state=0)
+    data = (
+        (da.from_array(X, chunks=(100, 4)), y)
+        if form == "dask"
+        else ([(X[i : i + 100], y[i : i + 100]) for i in range(0, 400, 100)], None)
+    )
+    chunked = clone(est).set_params(feature_map=fm).fit(*data)
+    in_memory = clone(est).set_params(feature_map=fm, solver="primal").fit(X, y)
+    assert chunked.feature_map_.method_ == method
+    np.testing.assert_allclose(chunked.predict(X[:20]), in_memory.predict(X[:20]), atol=1e-8)
+
+
+def test_auto_as_feature_map_of_a_dask_fit_compares_the_in_memory_sample():
+    """``method="auto"`` as the feature map of a Dask fit compared the candidates on rows
+    of the first chunk; it now compares them on the rows the in-memory fit samples."""
+    X, y = _data(n=400, d=4)
+    X = 0.3 * X
+    X[200:] += 0.5  # all rows choose "sderf", the first chunk "optimized_maclaurin"
+    fm = RandomFeatures(method="auto", n_components=32, random_state=0)
+    est = RandomFeatureRidge(fm, alpha=0.5)
+    chunked = clone(est).fit(da.from_array(X, chunks=(100, 4)), y)
+    in_memory = clone(est).set_params(solver="primal").fit(X, y)
+    assert chunked.feature_map_.method_ == in_memory.feature_map_.method_ == "sderf"
+    for name, value in in_memory.feature_map_.variance_estimates_.items():
+        np.testing.assert_allclose(chunked.feature_map_.variance_estimates_[name], value, rtol=1e-9)
+    np.testing.assert_allclose(chunked.predict(X[:20]), in_memory.predict(X[:20]), atol=1e-8)

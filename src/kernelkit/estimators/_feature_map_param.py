@@ -59,7 +59,9 @@ def fitted_feature_map(
     if hasattr(fm, "get_params"):
         _inherit(fm, random_state, n_jobs)
     reads = getattr(fm, "fit_reads", "all")
-    if all_rows is not None and reads in ("shape", "moments"):
+    if hasattr(fm, "_fit_chunked") and (all_rows is not None or blocks is not None):
+        fm._fit_chunked(X, all_rows, blocks)  # RandomFeatures: its method's map, as below
+    elif all_rows is not None and reads in ("shape", "moments"):
         fm.fit(all_rows)
     elif blocks is not None and reads == "moments":
         from ..features._dask import fit_on_blocks
