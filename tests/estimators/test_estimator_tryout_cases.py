@@ -264,3 +264,74 @@ def test_auto_as_feature_map_of_a_dask_fit_compares_the_in_memory_sample():
     for name, value in in_memory.feature_map_.variance_estimates_.items():
         np.testing.assert_allclose(chunked.feature_map_.variance_estimates_[name], value, rtol=1e-9)
     np.testing.assert_allclose(chunked.predict(X[:20]), in_memory.predict(X[:20]), atol=1e-8)
+
+
+def _labelled(n=400, d=4, seed=0):
+    X, _ = _data(n=n, d=d, seed=seed)
+    X = 0.5 * X
+    labels = np.array(["low", "mid", "high"])[np.digitize(X[:, 0] + X[:, 1], [-0.3, 0.3])]
+    return X, labels
+
+
+@pytest.mark.parametrize("fm", [FM, RandomFeatures(method="sderf", n_components=32)], ids=type)
+@pytest.mark.parametrize("form", ["dask", "dask labels", "list", "generator"])
+def test_gp_classifier_fits_chunk_by_chunk_as_in_memory(fm, form):
+    """RandomFeatureGPClassifier computed a Dask X into memory and refused iterables of
+    blocks; it now reduces each chunk to the Gram matrix and column sums of each class's
+    features (all the primal posteriors need), as the regressors do, and its predictions
+    on a Dask X are lazy. The model equals the in-memory fit to rounding (a generator:
+    a FAVOR# map fitted on its first block, so random Fourier features only)."""
+    if form == "generator" and isinstance(fm, RandomFeatures):
+        pytest.skip("a generator's FAVOR# map sees its first block only (by design)")
+    X, labels = _labelled()
+    est = RandomFeatureGPClassifier(fm, n_samples=64, random_state=0)
+    in_memory = clone(est).set_params(solver="primal").fit(X, labels)
+    blocks = [(X[i : i + 100], labels[i : i + 100]) for i in range(0, 400, 100)]
+    blocks.insert(2, (X[:0], labels[:0]))  # an empty block
+    Xd = da.from_array(X, chunks=(100, 4))
+    data = {
+        "dask": (Xd, labels),
+        "dask labels": (Xd, da.from_array(labels, chunks=150)),
+        "list": (blocks, None),
+        "generator": (iter(blocks), None),
+    }[form]
+    chunked = clone(est).fit(*data)
+    np.testing.assert_array_equal(chunked.classes_, in_memory.classes_)
+    for a, b in zip(chunked.predict_latent(X[:50]), in_memory.predict_latent(X[:50]), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-8)
+    P = chunked.predict_proba(Xd[:50])  # lazy
+    assert isinstance(P, da.Array)
+    np.testing.assert_allclose(P.compute(), in_memory.predict_proba(X[:50]), atol=1e-8)
+    lazy_labels = chunked.predict(Xd[Xd[:, 0] > 0])  # a filter empties no chunk or some
+    np.testing.assert_array_equal(lazy_labels.compute(), in_memory.predict(X[X[:, 0] > 0]))
+
+
+def test_gp_classifier_chunked_input_errors_name_the_block():
+    """The chunked GP classifier's checks: a class met in a later block only counts, one
+    class in all is refused, DataFrame blocks give their column names, and a bad block
+    is named."""
+    X, labels = _labelled(n=200)
+    est = RandomFeatureGPClassifier(FM, n_samples=16, random_state=0)
+    late = [(X[:100], np.full(100, "a")), (X[100:], np.where(X[100:, 0] > 0, "a", "b"))]
+    np.testing.assert_array_equal(clone(est).fit(late, None).classes_, ["a", "b"])
+    with pytest.raises(ValueError, match="only one class"):
+        clone(est).fit([(X, np.full(200, "a"))], None)
+    pd = pytest.importorskip("pandas")
+    frames = [
+        (pd.DataFrame(X[i : i + 100], columns=list("abcd")), labels[i : i + 100]) for i in (0, 100)
+    ]
+    np.testing.assert_array_equal(clone(est).fit(frames, None).feature_names_in_, list("abcd"))
+    bad = X.copy()
+    bad[150, 1] = np.nan
+    with pytest.raises(ValueError, match="X: block 1 contains NaN"):
+        clone(est).fit(da.from_array(bad, chunks=(100, 4)), labels)
+    with pytest.raises(ValueError, match="block 1: y contains a missing label"):
+        clone(est).fit([(X[:100], labels[:100]), (X[100:], np.full(100, None))], None)
+    mixed = [(X[:100], labels[:100]), (X[100:], np.arange(100))]
+    with pytest.raises(TypeError, match="y: class labels must be of one type"):
+        clone(est).fit(mixed, None)
+    generator = ((X[i : i + 100], labels[i : i + 100]) for i in (0, 100))
+    with pytest.raises(ValueError, match="pairs, pass y=None"):
+        clone(est).fit(generator, labels)
+    with pytest.raises(ValueError, match="solver='dual' needs all rows in memory"):
+        clone(est).set_params(solver="dual").fit(da.from_array(X, chunks=(100, 4)), labels)

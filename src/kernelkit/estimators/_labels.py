@@ -23,13 +23,15 @@ def check_missing_labels(owner: str, y) -> None:
         )
 
 
-def encode_labels(owner: str, y) -> tuple[np.ndarray, np.ndarray]:
+def encode_labels(owner: str, y, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``(classes, indices)`` of validated labels ``y`` (n,): the sorted distinct labels
     (C,) and each sample's index into them (n,), as ``np.unique(y, return_inverse=True)``
-    after scikit-learn's check of classification targets; a ``TypeError`` naming ``y``
-    and its types when the labels cannot be sorted (strings mixed with numbers)."""
+    after scikit-learn's check of classification targets (``check=False``: without it);
+    a ``TypeError`` naming ``y`` and its types when the labels cannot be sorted (strings
+    mixed with numbers)."""
     try:
-        check_classification_targets(y)
+        if check:
+            check_classification_targets(y)
         return np.unique(y, return_inverse=True)
     except TypeError:
         types = sorted({type(label).__name__ for label in np.asarray(y, dtype=object).ravel()})
