@@ -93,8 +93,7 @@ def _inherit(fm, random_state, n_jobs) -> None:
     if n_jobs is not None and "n_jobs" in params and params["n_jobs"] is None:
         inherit["n_jobs"] = n_jobs
     if random_state is not None:
-        nested = [key for key, value in params.items() if key.endswith("__random_state")]
-        nested = [key for key in nested if params[key] is None]
+        nested = [k for k, v in params.items() if k.endswith("__random_state") and v is None]
         seeds = check_random_state(random_state) if nested else None
         if "random_state" in params and params["random_state"] is None:
             rs = random_state
