@@ -20,7 +20,6 @@ import kernelkit.estimators._chunked as chunked
 from kernelkit._backend.parallel import effective_n_jobs
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
-    RandomFeatureGPClassifier,
     RandomFeatureGPRegressor,
     RandomFeatureRidge,
 )
@@ -156,11 +155,12 @@ def test_a_list_of_pairs_and_a_consumed_generator_are_explained():
         RandomFeatureGPRegressor(FM).fit(blocks, None)
 
 
-@pytest.mark.parametrize("cls", [RandomFeatureGPClassifier, NadarayaWatsonClassifier])
+@pytest.mark.parametrize("cls", [NadarayaWatsonClassifier])
 def test_in_memory_classifiers_name_an_iterable_of_blocks(cls):
-    """The classifiers fit in memory; an iterable of (X_block, y_block) pairs got
-    scikit-learn's "requires y to be passed" (with y=None) or "float() argument must be
-    ... not 'generator'". Now a TypeError that names the estimators that take blocks."""
+    """The Nadaraya-Watson classifier fits in memory; an iterable of (X_block, y_block)
+    pairs got scikit-learn's "requires y to be passed" (with y=None) or "float() argument
+    must be ... not 'generator'". Now a TypeError that names the estimators that take
+    blocks (RandomFeatureGPClassifier among them: it fits blocks chunk by chunk)."""
     X, y = _data(n=100)
     labels = (y > 0).astype(int)
     for target in (None, labels):

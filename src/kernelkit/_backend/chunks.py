@@ -287,13 +287,20 @@ def dask_unique(y) -> np.ndarray:
 
 def map_row_chunks(Z, fn, n_outputs: int | None = None):
     """``fn`` over the row chunks of the Dask array ``Z`` (n, d), lazily: a float64 Dask
-    array of shape (n,) (``n_outputs=None``) or (n, n_outputs)."""
+    array of shape (n,) (``n_outputs=None``) or (n, n_outputs). A chunk without rows (a
+    boolean filter can empty any) maps to no rows; ``fn`` sees non-empty chunks only."""
     Z = Z.rechunk({1: -1})
-    fn = one_thread_per_task_map(fn)  # one thread per task on the threaded scheduler
+    tail = () if n_outputs is None else (n_outputs,)
+
+    @functools.wraps(fn)
+    def rows(Zb):  # (b, d) -> (b,) or (b, n_outputs)
+        return fn(Zb) if len(Zb) else np.empty((0, *tail))
+
+    rows = one_thread_per_task_map(rows)  # one thread per task on the threaded scheduler
     if n_outputs is None:
-        return Z.map_blocks(fn, drop_axis=1, dtype=np.float64, meta=np.empty(0))
+        return Z.map_blocks(rows, drop_axis=1, dtype=np.float64, meta=np.empty(0))
     return Z.map_blocks(
-        fn, chunks=(Z.chunks[0], (n_outputs,)), dtype=np.float64, meta=np.empty((0, 0))
+        rows, chunks=(Z.chunks[0], (n_outputs,)), dtype=np.float64, meta=np.empty((0, 0))
     )
 
 

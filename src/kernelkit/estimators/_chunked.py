@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg.blas import dsyrk
+from sklearn.utils.validation import _get_feature_names
 
 from .._backend.chunks import (
     as_dask_rows,
@@ -59,6 +60,7 @@ from .._backend.chunks import (
 )
 from .._backend.sklearn_validation import validate_data
 from ._feature_map_param import fitted_feature_map, map_features
+from ._labels import check_missing_labels
 from ._posterior import choose_solver, gram_primal
 
 __all__ = [
@@ -111,6 +113,7 @@ class TrainingRows:
     y_ndim: int
     pairs: Iterator | None = None
     blocks: Sequence | None = None
+    labels: bool = False  # Y holds class labels (a classifier's rows)
 
 
 def training_rows(est, X, y) -> TrainingRows:
@@ -156,36 +159,101 @@ def training_rows(est, X, y) -> TrainingRows:
     else:
         if y is not None:
             raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")
-        blocks = iter_block_pairs(X, name, ("X", "y"), vector=("error", "keep"), dtype=None)
+        columns = []  # the column names of block 0 (None: not a DataFrame)
+        blocks = _checked_pairs(X, name, columns)
         pairs = (pair for pair in blocks if len(pair[0]))  # skips empty blocks
         first = next(pairs, None)  # iter_block_pairs raises if there are no blocks
         if first is None:
             raise ValueError(f"{name}: every block of the iterable is empty.")
         (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
     validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
+    if pairs is not None and columns[0] is not None:  # DataFrame blocks: as in memory
+        est.feature_names_in_ = columns[0]
     return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence)
 
 
-def fit_feature_map(est, rows: TrainingRows, n_jobs):
+def _checked_pairs(blocks, owner: str, columns: list | None = None, labels: bool = False):
+    """:func:`iter_block_pairs` of the regressors (1-D ``X`` blocks refused, ``y`` blocks
+    1-D or 2-D, float32 kept), with the column names of DataFrame ``X`` blocks checked
+    (:func:`named_pairs`; ``columns`` receives block 0's names). ``labels``: the ``y``
+    blocks are class labels of any dtype (:func:`label_pairs`)."""
+    pairs = named_pairs(blocks, owner, columns)
+    if labels:
+        return label_pairs(pairs, owner)
+    return iter_block_pairs(pairs, owner, ("X", "y"), vector=("error", "keep"), dtype=None)
+
+
+def named_pairs(pairs, owner: str, columns: list | None = None):
+    """The pairs as given, their DataFrame ``X`` blocks' column names checked: every named
+    block must have block 0's names in the same order (a ``ValueError`` naming the
+    block), so a block whose columns come in another order is not mixed silently.
+    ``columns`` (a list) receives block 0's names, or None."""
+    first = None
+    for i, pair in enumerate(pairs):
+        Xb = pair[0] if isinstance(pair, list | tuple) and len(pair) == 2 else None
+        names = _get_feature_names(Xb) if hasattr(Xb, "columns") else None
+        if i == 0:
+            first = names
+            if columns is not None:
+                columns.append(names)
+        elif names is not None and first is not None and not np.array_equal(names, first):
+            raise ValueError(
+                f"{owner}: X: block {i} has the columns {names.tolist()}, but block 0 "
+                f"had {first.tolist()}; give every block the same columns in the same "
+                "order."
+            )
+        yield pair
+
+
+def label_pairs(pairs, owner: str):
+    """The checked ``(X_block, labels)`` pairs of an iterable, in order: ``X`` blocks as
+    :func:`iter_block_pairs` checks them, each labels block 1-D (any dtype, no missing
+    label) with one label per row. Empty blocks are yielded too."""
+    d, i = None, -1
+    for i, pair in enumerate(pairs):
+        try:
+            Xb, yb = pair
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{owner}: an iterable X must yield (X_block, y_block) pairs; item {i} is a "
+                f"{type(pair).__name__}."
+            ) from exc
+        Xb = check_block(Xb, "X", i, owner=owner, n_columns=d, vector="error", dtype=None)
+        yb = np.asarray(yb)
+        if yb.ndim != 1 or len(yb) != len(Xb):
+            raise ValueError(
+                f"{owner}: y: block {i} has shape {yb.shape}; expected ({len(Xb)},), one class "
+                "label per row of its X block."
+            )
+        check_missing_labels(f"{owner}: block {i}", yb)
+        d = Xb.shape[1]
+        yield Xb, yb
+    if i < 0:
+        raise ValueError(
+            f"{owner}: the iterable of blocks is empty (a generator or iterator yields its "
+            "blocks once: make a new one for each fit)."
+        )
+
+
+def fit_feature_map(est, rows: TrainingRows, n_jobs, random_state=None):
     """Step 2 of the ridge / GP fits: ``est.feature_map`` cloned and fitted on the rows. In
     memory on ``X``; on a Dask ``X`` itself when the map reads only the dimension or the
     FAVOR# moments (``fit_reads``), else on the first non-empty chunk. On an iterable of
     blocks: on the first non-empty block, with the FAVOR# moments of all blocks when the
     map reads them and the iterable can be read again (a sequence: one more pass over its
     blocks, before the pass of :func:`chunk_statistics`); a generator or iterator is read
-    once, by the statistics, so its map sees the first block only."""
+    once, by the statistics, so its map sees the first block only. ``random_state``:
+    the seed of the map (default ``est.random_state``)."""
     blocks = None
     if rows.blocks is not None:
 
         def blocks():  # a new pass over the sequence's X blocks, each checked
-            pairs = iter_block_pairs(
-                rows.blocks, rows.owner, ("X", "y"), vector=("error", "keep"), dtype=None
-            )
+            pairs = _checked_pairs(rows.blocks, rows.owner, labels=rows.labels)
             return (Xb for Xb, _ in pairs)
 
     return fitted_feature_map(
         est.feature_map,
-        est.random_state,
+        est.random_state if random_state is None else random_state,
         rows.head,
         rows.owner,
         n_jobs,
@@ -209,9 +277,9 @@ def reject_block_iterable(est, X) -> None:
     if is_chunked(X) and not is_dask_array(X):
         raise TypeError(
             f"{type(est).__name__} fits in memory: X must be an array (n_samples, "
-            f"n_features), got a {type(X).__name__}. RandomFeatureRidge and "
-            "RandomFeatureGPRegressor fit an iterable of (X_block, y_block) pairs chunk "
-            'by chunk (user guide: "Scale-out with Dask").'
+            f"n_features), got a {type(X).__name__}. RandomFeatureRidge, "
+            "RandomFeatureGPRegressor and RandomFeatureGPClassifier fit an iterable of "
+            '(X_block, y_block) pairs chunk by chunk (user guide: "Scale-out with Dask").'
         )
 
 

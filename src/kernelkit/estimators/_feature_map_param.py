@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import clone
 
+from .._backend import check_random_state
 from ._posterior import as_feature_matrix
 
 __all__ = ["DEFAULT_N_FEATURES", "fitted_feature_map", "map_features"]
@@ -52,24 +53,15 @@ def fitted_feature_map(
             f"{owner}: feature_map must be a kernelkit feature map (an object with fit(X) "
             f"and transform(X)), got {type(feature_map).__name__}."
         )
-    _check_symmetric(feature_map, type(feature_map).__name__, owner)
+    for part in _output_maps(feature_map):
+        _check_symmetric(part, type(part).__name__, owner)
     fm = clone(feature_map, safe=False)
     if hasattr(fm, "get_params"):
-        params = fm.get_params(deep=False)
-        inherit = {
-            key: value
-            for key, value in (("random_state", random_state), ("n_jobs", n_jobs))
-            if value is not None and key in params and params[key] is None
-        }
-        rs = inherit.get("random_state")
-        if isinstance(rs, np.random.Generator) and not type(fm).__module__.startswith(
-            "kernelkit."
-        ):  # scikit-learn's maps (RBFSampler, Nystroem) take an int, not a Generator
-            inherit["random_state"] = int(rs.integers(2**32 - 1))
-        if inherit:
-            fm.set_params(**inherit)
+        _inherit(fm, random_state, n_jobs)
     reads = getattr(fm, "fit_reads", "all")
-    if all_rows is not None and reads in ("shape", "moments"):
+    if hasattr(fm, "_fit_chunked") and (all_rows is not None or blocks is not None):
+        fm._fit_chunked(X, all_rows, blocks)  # RandomFeatures: its method's map, as below
+    elif all_rows is not None and reads in ("shape", "moments"):
         fm.fit(all_rows)
     elif blocks is not None and reads == "moments":
         from ..features._dask import fit_on_blocks
@@ -77,10 +69,57 @@ def fitted_feature_map(
         fit_on_blocks(fm, X, blocks)  # one pass over the blocks for the moments
     else:
         fm.fit(X)
-    inner = getattr(fm, "feature_map_", None)  # RandomFeatures: the map of its method
-    if inner is not None:  # asymmetric methods are only known once fitted
-        _check_symmetric(inner, f"{type(fm).__name__}'s {type(inner).__name__}", owner)
+    for part in _output_maps(fm):
+        inner = getattr(part, "feature_map_", None)  # RandomFeatures: its method's map
+        if inner is not None:  # asymmetric methods are only known once fitted
+            _check_symmetric(inner, f"{type(part).__name__}'s {type(inner).__name__}", owner)
     return fm
+
+
+def _inherit(fm, random_state, n_jobs) -> None:
+    """Fill the parameters of the clone ``fm`` that are ``None``: its own ``n_jobs`` and
+    ``random_state``, and the ``random_state`` of the estimators inside it (the steps of
+    a ``Pipeline``, the parts of a ``FeatureUnion``).
+
+    ``fm``'s own seed is ``random_state`` itself (an int gives the map's features with
+    that seed); each nested one is an int drawn from ``random_state`` in the order of
+    ``get_params``, so two maps of a union get different draws, and the same seed the
+    same draws on every fit. A map from outside kernelkit gets a ``Generator`` as an int
+    drawn from it (scikit-learn's maps, ``RBFSampler`` and ``Nystroem``, take no
+    ``Generator``).
+    """
+    params = fm.get_params(deep=True)  # own parameters and "step__param" ones
+    inherit = {}
+    if n_jobs is not None and "n_jobs" in params and params["n_jobs"] is None:
+        inherit["n_jobs"] = n_jobs
+    if random_state is not None:
+        nested = [k for k, v in params.items() if k.endswith("__random_state") and v is None]
+        seeds = check_random_state(random_state) if nested else None
+        if "random_state" in params and params["random_state"] is None:
+            rs = random_state
+            if isinstance(rs, np.random.Generator) and not _is_kernelkit(fm):
+                rs = int(rs.integers(2**32 - 1))
+            inherit["random_state"] = rs
+        for key in nested:
+            inherit[key] = int(seeds.integers(2**32 - 1))
+    if inherit:
+        fm.set_params(**inherit)
+
+
+def _is_kernelkit(obj) -> bool:
+    return type(obj).__module__.startswith("kernelkit.")
+
+
+def _output_maps(fm) -> list:
+    """The maps whose features ``fm`` returns: ``fm`` itself, the last step of a
+    ``Pipeline`` or the parts of a ``FeatureUnion`` (recursively)."""
+    steps = getattr(fm, "steps", None)
+    if isinstance(steps, list) and steps:
+        return _output_maps(steps[-1][1])
+    parts = getattr(fm, "transformer_list", None)
+    if isinstance(parts, list):
+        return [m for _, part in parts for m in _output_maps(part)]
+    return [fm]
 
 
 def _check_symmetric(fm, name: str, owner: str) -> None:

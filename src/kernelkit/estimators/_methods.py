@@ -123,9 +123,10 @@ def resolve_method(method, *, allowed=None, owner: str = "") -> str:
         raise ValueError(f"method must be a string, one of {sorted(allowed)}; got {method!r}.")
     name = ALIASES.get(method.strip().lower(), method.strip().lower())
     if name not in allowed:
+        aliases = [alias for alias, target in ALIASES.items() if target in allowed]
         raise ValueError(
             f"Unknown method {method!r}{' for ' + owner if owner else ''}; expected one of "
-            f"{', '.join(allowed)} (case-insensitive; aliases {', '.join(ALIASES)})."
+            f"{', '.join(allowed)} (case-insensitive; aliases {', '.join(aliases)})."
         )
     return name
 

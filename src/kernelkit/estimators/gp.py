@@ -21,11 +21,10 @@ from typing import ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import HasMethods, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
-from .._backend.chunks import is_dask_array, map_row_chunks
+from .._backend.chunks import is_block_sequence, is_chunked, is_dask_array, map_row_chunks
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
@@ -35,11 +34,13 @@ from ._chunked import (
     chunk_statistics,
     fit_feature_map,
     prediction_rows,
-    reject_block_iterable,
     training_rows,
     use_blocked_statistics,
 )
+from ._chunked_classes import class_statistics, class_training_rows
 from ._feature_map_param import fitted_feature_map, map_features
+from ._fit_state import keep_model_on_error
+from ._labels import check_missing_labels, encode_labels
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
 
@@ -142,6 +143,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
+    @keep_model_on_error
     def fit(self, X, y):
         """Fit the feature map on ``X`` and compute the posterior.
 
@@ -360,13 +362,20 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
+    @keep_model_on_error
     def fit(self, X, y):
         """Fit the feature map and one heteroscedastic GP per class.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Or a ``dask.array.Array`` / an iterable of ``(X_block, labels)`` pairs
+            (``y=None``): fitted out of core in the primal form, each chunk reduced to
+            the Gram matrix and column sums of each class's features (the feature map
+            fitted as :class:`~kernelkit.estimators.RandomFeatureRidge` fits it);
+            predictions on Dask arrays are lazy.
         y : array-like of shape (n_samples,)
+            Class labels (any sortable type), or a Dask array of them.
 
         Returns
         -------
@@ -377,33 +386,43 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         amp = check_positive_float(self.amplitude, "amplitude")
         S = validate_positive_int(self.n_samples, "n_samples", maximum=10**7)
         n_jobs = check_n_jobs(self.n_jobs)
-        # 1. validate: labels -> class indices y_idx (n,)
-        reject_block_iterable(self, X)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
-        check_classification_targets(y)
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
-        C = len(self.classes_)
-        if C < 2:
+        labels = milios_transform(np.array([0.0, 1.0]), alpha)  # ((y~0, y~1), (s0, s1))
+        # the feature map is seeded by the generator that then draws the Monte Carlo noise
+        rng = check_random_state(self.random_state)
+        if is_chunked(X) or (y is None and is_block_sequence(X)):  # Dask / blocks:
+            # the per-class sums, chunk by chunk
+            rows = class_training_rows(self, X, y)
+            fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs, random_state=rng)
+            self.classes_, grams = class_statistics(fm, rows, amp)  # (C,), [(G_c, s_c)]
+            self._check_classes()
+            self.posteriors_ = _posteriors_from_grams(grams, *labels)
+        else:
+            # 1. validate: labels -> class indices y_idx (n,)
+            check_missing_labels(type(self).__name__, y)
+            X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
+            self.classes_, y_idx = encode_labels(type(self).__name__, y)
+            self._check_classes()
+            # 2. feature map, 3. features (n, D)
+            self.feature_map_ = fitted_feature_map(
+                self.feature_map, rng, X, type(self).__name__, n_jobs
+            )
+            Phi = map_features(self.feature_map_, X, amp)
+            # 4. one heteroscedastic GP per class, with the noise of the Milios transform
+            C = len(self.classes_)
+            if choose_solver(self.solver, *Phi.shape) == "primal":
+                self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels)
+            else:
+                self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels)
+        self.mc_noise_ = rng.standard_normal((S, len(self.classes_)))
+        self._amp = amp
+        return self
+
+    def _check_classes(self) -> None:
+        if len(self.classes_) < 2:
             raise ValueError(
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, "
                 f"but the data contain only one class: {self.classes_[0]!r}."
             )
-        # 2. feature map (seeded by the generator that then draws the Monte Carlo noise)
-        rng = check_random_state(self.random_state)
-        self.feature_map_ = fitted_feature_map(
-            self.feature_map, rng, X, type(self).__name__, n_jobs
-        )
-        # 3. features (n, D)
-        Phi = map_features(self.feature_map_, X, amp)
-        # 4. one heteroscedastic GP per class, with the noise of the Milios transform
-        labels = milios_transform(np.array([0.0, 1.0]), alpha)  # ((y~0, y~1), (s0, s1))
-        if choose_solver(self.solver, *Phi.shape) == "primal":
-            self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels)
-        else:
-            self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels)
-        self.mc_noise_ = rng.standard_normal((S, C))
-        self._amp = amp
-        return self
 
     def predict_latent(self, X):
         """Posterior mean and variance of the latent GPs ``f_c`` (before the softmax).
@@ -415,8 +434,15 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         Returns
         -------
         mean, var : ndarrays of shape (n, n_classes)
+            Lazy Dask arrays for a Dask ``X`` (one task per row chunk).
         """
         check_is_fitted(self)
+        if is_dask_array(X):  # checked now, mapped lazily: (n, 2 C) split in two
+            C = len(self.classes_)
+            both = map_row_chunks(
+                prediction_rows(self, X), lambda Xb: np.hstack(self.predict_latent(Xb)), 2 * C
+            )
+            return both[:, :C], both[:, C:]
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False)
         Phi = map_features(self.feature_map_, X, self._amp)
         mean = np.column_stack([p.mean(Phi)[:, 0] for p in self.posteriors_])
@@ -428,15 +454,27 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
 
         Returns
         -------
-        ndarray of shape (n, n_classes), rows summing to 1.
+        ndarray of shape (n, n_classes), rows summing to 1 (lazy for a Dask ``X``).
         """
+        if is_dask_array(X):  # checked now, mapped lazily
+            check_is_fitted(self)
+            return map_row_chunks(prediction_rows(self, X), self.predict_proba, len(self.classes_))
         mean, var = self.predict_latent(X)
         return mc_softmax(mean, var, self.mc_noise_)
 
     def predict(self, X):
-        """Class labels: argmax of :meth:`predict_proba`."""
+        """Class labels: argmax of :meth:`predict_proba` (lazy for a Dask ``X``)."""
         check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        P = self.predict_proba(X)  # (n, C)
+        if is_dask_array(P):
+            dtype = self.classes_.dtype
+            return P.map_blocks(
+                lambda p: self.classes_[np.argmax(p, axis=1)],
+                drop_axis=1,
+                dtype=dtype,
+                meta=np.empty(0, dtype=dtype),
+            )
+        return self.classes_[np.argmax(P, axis=1)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -445,25 +483,30 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
 
 
 def _class_posteriors_primal(Phi, y_idx, C: int, y_tilde, s2) -> list:
-    """Primal posteriors of the ``C`` class GPs (eq. 88-90), sharing one Gram matrix.
-
-    The noise of class ``c`` is ``s1`` on its rows and ``s0`` elsewhere, so
-    ``B_c = I + Phi^H W_c Phi = I + G_all / s0 + (1/s1 - 1/s0) G_c`` with the Gram
-    matrices ``G_all = Phi^H Phi`` and ``G_c`` of the class-c rows (D, D), and the
-    right-hand side ``Phi^H W_c y~_c`` is built from the column sums the same way.
-    """
-    (yt0, yt1), (s0, s1) = y_tilde, s2
-    D = Phi.shape[1]
-    G_all = np.zeros((D, D), dtype=Phi.dtype)
-    s_all = np.zeros(D, dtype=Phi.dtype)  # Phi^H 1
+    """Primal posteriors of the ``C`` class GPs (eq. 88-90) of features ``Phi`` (n, D)
+    and class indices ``y_idx`` (n,): :func:`_posteriors_from_grams` of each class's
+    Gram matrix and column sums."""
     parts = []
     for c in range(C):
         Pc = Phi[y_idx == c]  # (n_c, D)
-        Gc = gram_primal(Pc)
-        sc = np.conj(Pc).sum(axis=0)
-        parts.append((Gc, sc))
-        G_all += Gc
-        s_all += sc
+        parts.append((gram_primal(Pc), np.conj(Pc).sum(axis=0)))
+    return _posteriors_from_grams(parts, y_tilde, s2)
+
+
+def _posteriors_from_grams(parts, y_tilde, s2) -> list:
+    """Primal posteriors of the class GPs from ``parts = [(G_c, s_c)]``: the Gram matrix
+    ``G_c = Phi_c^H Phi_c`` (D, D) and the column sums ``s_c = Phi_c^H 1`` (D,) of the
+    rows of each class, sharing one Gram matrix.
+
+    The noise of class ``c`` is ``s1`` on its rows and ``s0`` elsewhere, so
+    ``B_c = I + Phi^H W_c Phi = I + G_all / s0 + (1/s1 - 1/s0) G_c`` with
+    ``G_all = sum_c G_c``, and the right-hand side ``Phi^H W_c y~_c`` is built from the
+    column sums the same way.
+    """
+    (yt0, yt1), (s0, s1) = y_tilde, s2
+    D = parts[0][0].shape[0]
+    G_all = sum(Gc for Gc, _ in parts)  # (D, D) Phi^H Phi
+    s_all = sum(sc for _, sc in parts)  # (D,) Phi^H 1
     posteriors = []
     for Gc, sc in parts:
         B = G_all / s0 + (1.0 / s1 - 1.0 / s0) * Gc

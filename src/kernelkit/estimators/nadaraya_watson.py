@@ -36,7 +36,6 @@ from typing import ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
@@ -45,6 +44,8 @@ from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
 from ._chunked import reject_block_iterable
+from ._fit_state import keep_model_on_error
+from ._labels import check_missing_labels, encode_labels
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
 __all__ = [
@@ -346,6 +347,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         return ("signed", S.T @ self._R)
 
     # ------------------------------------------------------------------ API
+    @keep_model_on_error
     def fit(self, X, y):
         """Store the training set; draw / fit the features where possible.
 
@@ -362,9 +364,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         self._validate_params()
         self._method = self._check_params()
         reject_block_iterable(self, X)
+        check_missing_labels(type(self).__name__, y)
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=False)
-        check_classification_targets(y)
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        self.classes_, y_idx = encode_labels(type(self).__name__, y)
         R = np.zeros((X.shape[0], len(self.classes_)))
         R[np.arange(X.shape[0]), y_idx] = 1.0
         self.X_fit_ = X

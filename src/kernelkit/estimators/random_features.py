@@ -34,6 +34,7 @@ from .._backend.params import (
 from .._backend.sklearn_validation import check_lazy_output, validate_data
 from ..features import FeatureMap
 from ..features.sampling import SAMPLERS
+from ._fit_state import keep_model_on_error
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
 __all__ = ["RandomFeatures"]
@@ -321,6 +322,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return min(finite, key=finite.get), estimates
 
     # ------------------------------------------------------------------ API
+    @keep_model_on_error
     def fit(self, X, y=None, *, Y=None):
         """Choose (``method="auto"``), draw and fit the feature map.
 
@@ -360,18 +362,20 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
         return self._fit_map(X, Y, name)
 
-    def _fit_map(self, X, Y, name):
-        """Choose (``name == "auto"``), then draw and fit the map on validated X, Y."""
+    def _fit_map(self, X, Y, name, fit=None):
+        """Choose (``name == "auto"``), then draw and fit the map on validated X, Y
+        (``fit(fm)``, if given, fits the drawn map ``fm`` instead of ``fm.fit(X, Y=Y)``)."""
         if name == "auto":
             name, self.variance_estimates_ = self._choose(X, Y)
         else:
             self.__dict__.pop("variance_estimates_", None)
         self.method_ = name
-        self.feature_map_ = self._make_map(name, self.random_state).fit(X, Y=Y)
+        fm = self._make_map(name, self.random_state)
+        self.feature_map_ = fm.fit(X, Y=Y) if fit is None else fit(fm)
         self._n_features_out = int(self.feature_map_.output_dim)
         return self
 
-    def _fit_dask(self, X, Y, name):
+    def _fit_dask(self, X, Y, name, fit=None):
         # Dask X / Y: the map reads them chunk by chunk (user guide: "Scale-out with
         # Dask"); method="auto" compares the candidates on the same rows as in memory
         import dask.array as da
@@ -381,7 +385,34 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             Y = check_dask_matrix(Y if is_dask_array(Y) else da.asarray(Y), "Y", X.shape[1])
         self.n_features_in_ = int(X.shape[1])
         self.__dict__.pop("feature_names_in_", None)
-        return self._fit_map(X, Y, name)
+        return self._fit_map(X, Y, name, fit)
+
+    @keep_model_on_error
+    def _fit_chunked(self, head, all_rows=None, blocks=None):
+        """``fit`` as the random-feature ridge / GP estimators fit a map out of core.
+
+        ``head`` (n_0, d): the first non-empty chunk or block, checked; ``all_rows``: the
+        Dask array (or None); ``blocks``: a function returning a new pass over the X
+        blocks of a sequence that can be read again (or None). ``method="auto"`` chooses
+        on the rows the in-memory fit samples (of ``all_rows``; of ``head`` for blocks).
+        The method's map is then fitted as the estimators fit that map itself: on
+        ``all_rows`` when it reads the dimension or the FAVOR# moments, on the moments
+        of all blocks when it reads them, else on ``head``.
+        """
+        from ..features._dask import fit_on_blocks
+
+        self._validate_params()
+        name = self._check_params()
+        if all_rows is not None:
+            return self._fit_dask(all_rows, None, name, fit=_fit_chunked_map(all_rows, head))
+        X = self._validate(head, reset=True, accept_sparse=False)
+
+        def fit(fm):
+            if blocks is not None and fm.fit_reads == "moments":
+                return fit_on_blocks(fm, X, blocks)
+            return fm.fit(X)
+
+        return self._fit_map(X, None, name, fit)
 
     def _checked(self, Z, X):
         if is_dask_array(Z):  # each block when it is computed
@@ -455,6 +486,16 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             name in METHODS and bool(METHODS[name].cls.accepts_sparse)
         )
         return tags
+
+
+def _fit_chunked_map(all_rows, head):
+    """``fit(fm)`` of :meth:`RandomFeatures._fit_chunked` for a Dask ``all_rows``: the
+    whole array for a map that reads its dimension or moments, else ``head``."""
+
+    def fit(fm):
+        return fm.fit(all_rows if fm.fit_reads in ("shape", "moments") else head)
+
+    return fit
 
 
 def _relative_mse(fm, X, Y, lrv):

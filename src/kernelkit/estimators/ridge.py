@@ -25,6 +25,7 @@ from ._chunked import (
     use_blocked_statistics,
 )
 from ._feature_map_param import map_features
+from ._fit_state import keep_model_on_error
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver
 
 __all__ = ["RandomFeatureRidge", "check_positive_float"]
@@ -123,6 +124,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
+    @keep_model_on_error
     def fit(self, X, y):
         """Fit the feature map on ``X`` and solve the ridge problem.
 

@@ -1,0 +1,127 @@
+"""Training rows and per-class feature statistics of the GP classifier's chunked fit.
+
+:class:`~kernelkit.estimators.RandomFeatureGPClassifier` needs its training rows only
+through the Gram matrix ``G_c = Phi_c^H Phi_c`` (D, D) and the column sums
+``s_c = Phi_c^H 1`` (D,) of the rows of each class ``c`` (the primal form of App. D,
+eq. 88-90, with the noise of the Milios et al. transform: ``_class_posteriors_primal``).
+A Dask ``X`` (labels ``y`` of any dtype, NumPy or Dask) or an iterable of
+``(X_block, labels)`` pairs is reduced to these sums chunk by chunk, one task per chunk
+on the active Dask scheduler, as the ridge / GP regression fits are
+(:mod:`kernelkit.estimators._chunked`; the feature map is fitted as there). The classes
+are the labels met in any chunk; memory is ``O(C D^2)`` on top of one chunk's features.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import warnings
+
+import numpy as np
+from sklearn.utils.multiclass import check_classification_targets
+
+from .._backend.chunks import (
+    as_dask_labels,
+    as_dask_rows,
+    check_block,
+    is_block_sequence,
+    is_dask_array,
+    reduce_rows,
+)
+from .._backend.sklearn_validation import validate_data
+from ._chunked import _FIRST_SLAB, _SLAB_BYTES, TrainingRows, label_pairs, named_pairs
+from ._feature_map_param import map_features
+from ._labels import check_missing_labels, encode_labels
+from ._posterior import gram_primal
+
+__all__ = ["class_statistics", "class_training_rows"]
+
+
+def class_training_rows(est, X, y) -> TrainingRows:
+    """The chunked rows of a classifier: ``X`` a Dask array with labels ``y`` (n,), or an
+    iterable of ``(X_block, labels)`` pairs with ``y=None``. Checked here by the first
+    non-empty chunk (which sets ``n_features_in_``), the others as they are reduced."""
+    name = type(est).__name__
+    if est.solver == "dual":
+        raise ValueError(
+            f"{name}: solver='dual' needs all rows in memory; chunked (Dask / iterable) "
+            "input is fitted in the primal form."
+        )
+    sequence = X if y is None and is_block_sequence(X) else None
+    pairs = None
+    if is_dask_array(X):
+        X = as_dask_rows(X, "X", owner=name, vector="error")
+        y = as_dask_labels(y, X, owner=name)
+        # the first non-empty chunk (boolean filtering can empty any chunk, the first too)
+        i = next((i for i, rows in enumerate(X.chunks[0]) if rows), 0)
+        X0, y0 = np.asarray(X.blocks[i].compute()), np.asarray(y.blocks[i].compute())
+    else:
+        if y is not None:
+            raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")
+        columns = []  # the column names of block 0 (None: not a DataFrame)
+        blocks = label_pairs(named_pairs(X, name, columns), name)
+        pairs = (pair for pair in blocks if len(pair[0]))  # skips empty blocks
+        first = next(pairs, None)  # label_pairs raises if there are no blocks
+        if first is None:
+            raise ValueError(f"{name}: every block of the iterable is empty.")
+        (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
+    check_missing_labels(name, y0)
+    validate_data(est, X0, y0, dtype=[np.float64, np.float32], accept_sparse=False)
+    if pairs is not None and columns[0] is not None:  # DataFrame blocks: as in memory
+        est.feature_names_in_ = columns[0]
+    return TrainingRows(name, True, X, y, X0, 1, pairs, sequence, labels=True)
+
+
+def class_block_stats(fm, Xb, yb, amplitude: float, owner: str) -> dict:
+    """``{label: (G_c (D, D), s_c (D,))}`` of one block: rows ``Xb`` (b, d), labels ``yb``
+    (b,). The rows are mapped to features a slab at a time (``_SLAB_BYTES``), never the
+    whole block's; a class absent from the block has no entry."""
+    labels, idx = encode_labels(owner, yb, check=False)  # (k,), (b,): checked at the end
+    out, lo, step = {}, 0, _FIRST_SLAB
+    while lo < len(Xb):
+        Phi = map_features(fm, Xb[lo : lo + step], amplitude)  # (<= step, D)
+        hi = lo + len(Phi)
+        for k, label in enumerate(labels):  # the classes of the slab (not its rows)
+            P = Phi[idx[lo:hi] == k]  # (n_k, D)
+            if len(P):
+                part = (gram_primal(P), np.conj(P).sum(axis=0))
+                out = _merge(out, {label: part})
+        step = max(_FIRST_SLAB, _SLAB_BYTES // (Phi.itemsize * Phi.shape[1]))
+        lo = hi
+    return out
+
+
+def class_statistics(fm, rows: TrainingRows, amplitude: float):
+    """``(classes (C,), [(G_c, s_c)] in the order of classes)`` over every chunk."""
+    owner, d = rows.owner, rows.head.shape[1]
+    if rows.pairs is not None:  # an iterable: checked by label_pairs, in order
+        parts = (class_block_stats(fm, Xb, yb, amplitude, owner) for Xb, yb in rows.pairs)
+        stats = functools.reduce(_merge, parts, {})
+    else:
+
+        def block(index, Xb, yb):  # one Dask task per row chunk
+            Xb = check_block(Xb, "X", index, owner=owner, n_columns=d, vector="error", dtype=None)
+            yb = np.asarray(yb)
+            check_missing_labels(f"{owner}: block {index}", yb)
+            return class_block_stats(fm, Xb, yb, amplitude, owner) if len(Xb) else {}
+
+        stats = reduce_rows(block, [rows.X, rows.Y], _merge)
+    keys = np.empty(len(stats), dtype=object)
+    keys[:] = list(stats)
+    _, order = encode_labels(owner, keys, check=False)  # a TypeError naming y: mixed types
+    ranked = [None] * len(keys)
+    for key, rank in zip(keys, order, strict=True):
+        ranked[rank] = key
+    classes = np.asarray(ranked)  # the labels' own dtype, as np.unique of all labels
+    with warnings.catch_warnings():  # distinct labels: many classes for their number
+        warnings.filterwarnings("ignore", "The number of unique classes", UserWarning)
+        check_classification_targets(classes)  # e.g. "Unknown label type: continuous"
+    return classes, [stats[key] for key in ranked]
+
+
+def _merge(u: dict, v: dict) -> dict:
+    """The per-class sums of ``u`` and ``v`` added (a class in one of them only kept)."""
+    out = dict(u)
+    for key, (G, s) in v.items():
+        out[key] = (out[key][0] + G, out[key][1] + s) if key in out else (G, s)
+    return out

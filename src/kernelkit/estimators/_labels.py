@@ -1,0 +1,42 @@
+"""Class labels of the classifiers: missing labels and labels of several types named."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.utils.multiclass import check_classification_targets
+
+__all__ = ["check_missing_labels", "encode_labels"]
+
+
+def check_missing_labels(owner: str, y) -> None:
+    """``ValueError`` naming ``y`` if a list or object array of labels holds ``None`` or
+    NaN (scikit-learn would fail in a sort, or say only "Input contains NaN")."""
+    if not (isinstance(y, list | tuple) or getattr(getattr(y, "dtype", None), "kind", "") == "O"):
+        return
+    labels = np.asarray(y, dtype=object).ravel()
+    missing = (labels == None) | (labels != labels)  # noqa: E711 (elementwise): None, NaN
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        raise ValueError(
+            f"{owner}: y contains a missing label ({labels[i]!r} at index {i}); drop those "
+            "samples or give them a class of their own."
+        )
+
+
+def encode_labels(owner: str, y, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes, indices)`` of validated labels ``y`` (n,): the sorted distinct labels
+    (C,) and each sample's index into them (n,), as ``np.unique(y, return_inverse=True)``
+    after scikit-learn's check of classification targets (``check=False``: without it);
+    a ``TypeError`` naming ``y`` and its types when the labels cannot be sorted (strings
+    mixed with numbers)."""
+    try:
+        if check:
+            check_classification_targets(y)
+        return np.unique(y, return_inverse=True)
+    except TypeError:
+        types = sorted({type(label).__name__ for label in np.asarray(y, dtype=object).ravel()})
+        raise TypeError(
+            f"{owner}: y: class labels must be of one type that can be sorted (all "
+            f"strings or all numbers), got {', '.join(types)}; convert them, e.g. "
+            "y.astype(str)."
+        ) from None
