@@ -50,6 +50,7 @@ from scipy.linalg.blas import dsyrk
 from sklearn.utils.validation import _get_feature_names
 
 from .._backend.chunks import (
+    as_dask_labels,
     as_dask_rows,
     check_block,
     is_block_sequence,
@@ -147,29 +148,45 @@ def training_rows(est, X, y) -> TrainingRows:
             f"{name}: solver='dual' needs all rows in memory; chunked "
             "(Dask / iterable) input is fitted in the primal form."
         )
-    pairs = None
+    X, y, X0, y0, pairs, names = chunked_head(X, y, name, labels=False)
+    validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
+    if names is not None:  # DataFrame blocks: as in memory
+        est.feature_names_in_ = names
+    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence)
+
+
+def chunked_head(X, y, owner: str, *, labels: bool):
+    """The first non-empty chunk of chunked training input, and the rest to reduce.
+
+    ``X`` a Dask array with ``y`` (Dask or NumPy rows: regression targets, or class
+    labels of any dtype with ``labels``), or an iterable of ``(X_block, y_block)`` pairs
+    with ``y=None`` (checked in order by :func:`_checked_pairs`). Returns ``(X, y, X0,
+    y0, pairs, names)``: the Dask arrays (None for an iterable), the first non-empty
+    chunk ``X0`` (n_0, d), ``y0`` as NumPy, the iterable's non-empty pairs from the
+    first one on (None for Dask), and the column names of DataFrame blocks (else None).
+    """
     if is_dask_array(X):
         if y is None:
-            raise ValueError(f"{name}: y is required.")
-        X = as_dask_rows(X, "X", owner=name, vector="error")
-        y = as_dask_rows(y, "y", rows_like=X, owner=name, vector="keep")
+            raise ValueError(f"{owner}: y is required.")
+        X = as_dask_rows(X, "X", owner=owner, vector="error")
+        if labels:
+            y = as_dask_labels(y, X, owner=owner)
+        else:
+            y = as_dask_rows(y, "y", rows_like=X, owner=owner, vector="keep")
         # the first non-empty chunk (boolean filtering can empty any chunk, the first too)
         i = next((i for i, rows in enumerate(X.chunks[0]) if rows), 0)
         X0, y0 = np.asarray(X.blocks[i].compute()), np.asarray(y.blocks[i].compute())
-    else:
-        if y is not None:
-            raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")
-        columns = []  # the column names of block 0 (None: not a DataFrame)
-        blocks = _checked_pairs(X, name, columns)
-        pairs = (pair for pair in blocks if len(pair[0]))  # skips empty blocks
-        first = next(pairs, None)  # iter_block_pairs raises if there are no blocks
-        if first is None:
-            raise ValueError(f"{name}: every block of the iterable is empty.")
-        (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
-    validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
-    if pairs is not None and columns[0] is not None:  # DataFrame blocks: as in memory
-        est.feature_names_in_ = columns[0]
-    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence)
+        return X, y, X0, y0, None, None
+    if y is not None:
+        raise ValueError(f"{owner}: with an iterable of (X_block, y_block) pairs, pass y=None.")
+    columns = []  # the column names of block 0 (None: not a DataFrame)
+    blocks = _checked_pairs(X, owner, columns, labels=labels)
+    pairs = (pair for pair in blocks if len(pair[0]))  # skips empty blocks
+    first = next(pairs, None)  # the checks raise if there are no blocks
+    if first is None:
+        raise ValueError(f"{owner}: every block of the iterable is empty.")
+    X0, y0 = first
+    return None, None, X0, y0, itertools.chain([first], pairs), columns[0]
 
 
 def _checked_pairs(blocks, owner: str, columns: list | None = None, labels: bool = False):

@@ -14,22 +14,18 @@ are the labels met in any chunk; memory is ``O(C D^2)`` on top of one chunk's fe
 from __future__ import annotations
 
 import functools
-import itertools
 import warnings
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
 from .._backend.chunks import (
-    as_dask_labels,
-    as_dask_rows,
     check_block,
     is_block_sequence,
-    is_dask_array,
     reduce_rows,
 )
 from .._backend.sklearn_validation import validate_data
-from ._chunked import _FIRST_SLAB, _SLAB_BYTES, TrainingRows, label_pairs, named_pairs
+from ._chunked import _FIRST_SLAB, _SLAB_BYTES, TrainingRows, chunked_head
 from ._feature_map_param import map_features
 from ._labels import check_missing_labels, encode_labels
 from ._posterior import gram_primal
@@ -48,27 +44,11 @@ def class_training_rows(est, X, y) -> TrainingRows:
             "input is fitted in the primal form."
         )
     sequence = X if y is None and is_block_sequence(X) else None
-    pairs = None
-    if is_dask_array(X):
-        X = as_dask_rows(X, "X", owner=name, vector="error")
-        y = as_dask_labels(y, X, owner=name)
-        # the first non-empty chunk (boolean filtering can empty any chunk, the first too)
-        i = next((i for i, rows in enumerate(X.chunks[0]) if rows), 0)
-        X0, y0 = np.asarray(X.blocks[i].compute()), np.asarray(y.blocks[i].compute())
-    else:
-        if y is not None:
-            raise ValueError(f"{name}: with an iterable of (X_block, y_block) pairs, pass y=None.")
-        columns = []  # the column names of block 0 (None: not a DataFrame)
-        blocks = label_pairs(named_pairs(X, name, columns), name)
-        pairs = (pair for pair in blocks if len(pair[0]))  # skips empty blocks
-        first = next(pairs, None)  # label_pairs raises if there are no blocks
-        if first is None:
-            raise ValueError(f"{name}: every block of the iterable is empty.")
-        (X0, y0), pairs, X = first, itertools.chain([first], pairs), None
+    X, y, X0, y0, pairs, names = chunked_head(X, y, name, labels=True)
     check_missing_labels(name, y0)
     validate_data(est, X0, y0, dtype=[np.float64, np.float32], accept_sparse=False)
-    if pairs is not None and columns[0] is not None:  # DataFrame blocks: as in memory
-        est.feature_names_in_ = columns[0]
+    if names is not None:  # DataFrame blocks: as in memory
+        est.feature_names_in_ = names
     return TrainingRows(name, True, X, y, X0, 1, pairs, sequence, labels=True)
 
 
