@@ -27,7 +27,7 @@ def test_one_epoch_fit_applies_the_stopping_rule(solver):
     with the gradient ratio it reached; ``partial_fit`` stays silent."""
     X, y = _data()
     clf = BoundLogisticRegression(solver=solver, alpha=1e-3, batch_size=20, max_epochs=1)
-    with pytest.warns(ConvergenceWarning, match="did not converge in 1 epochs"):
+    with pytest.warns(ConvergenceWarning, match="did not converge in 1 epoch:"):
         clf.fit(X, y)
     assert clf.n_iter_ == 1 and clf.grad_norm_history_[-1] > 1e-5
     with warnings.catch_warnings():
@@ -41,7 +41,7 @@ def test_one_epoch_dask_fit_applies_the_stopping_rule():
     da = pytest.importorskip("dask.array")
     X, y = _data()
     clf = BoundLogisticRegression(solver="bound", alpha=1e-3, max_epochs=1)
-    with pytest.warns(ConvergenceWarning, match="did not converge in 1 epochs"):
+    with pytest.warns(ConvergenceWarning, match="did not converge in 1 epoch:"):
         clf.fit(da.from_array(X, chunks=20), da.from_array(y, chunks=20))
     assert clf.n_iter_ == 1 and clf.grad_norm_history_[-1] > 1e-5
 

@@ -549,8 +549,9 @@ def _train(est, X1, yi, schedule, epochs, dense_max_dim, precond_rank, owner):
             break
     if est.tol is not None and not converged:
         warnings.warn(
-            f"{owner} ({est.solver}) did not converge in {epochs} epochs: ||grad L|| is "
-            f"{rel:.2e} times its value at coef_ = 0, above tol={est.tol:g}; increase "
+            f"{owner} ({est.solver}) did not converge in {epochs} "
+            f"epoch{'s' * (epochs != 1)}: ||grad L|| is {rel:.2e} times its value at "
+            f"coef_ = 0, above tol={est.tol:g}; increase "
             "max_epochs.",
             ConvergenceWarning,
             stacklevel=4,

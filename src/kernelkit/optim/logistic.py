@@ -758,8 +758,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 )
             warnings.warn(
                 f"{type(self).__name__} ({self.solver}) did not converge in {epochs} "
-                f"epochs: ||grad L|| is {rel:.2e} times its value at coef_ = 0, above "
-                f"tol={self.tol:g}; increase max_epochs{hint}.",
+                f"epoch{'s' * (epochs != 1)}: ||grad L|| is {rel:.2e} times its value at "
+                f"coef_ = 0, above tol={self.tol:g}; increase max_epochs{hint}.",
                 ConvergenceWarning,
                 stacklevel=3,
             )
