@@ -15,10 +15,12 @@ pytestmark = pytest.mark.torch
 from attention_helpers import rel_error as _rel  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
+    attention_moments,
     init_decoding_state,
     linear_attention,
     linear_attention_step,
 )
+from kernelkit.features.favor import Moments  # noqa: E402
 
 B, HQ, HKV, L, S, D, E, M = 2, 6, 2, 9, 7, 5, 3, 24
 G = HQ // HKV
@@ -100,3 +102,43 @@ def test_padding_mask_with_neither_head_count_names_both():
         linear_attention(
             q, k, v, key_padding_mask=torch.zeros(B, 4, S, dtype=torch.bool), enable_gqa=True
         )
+
+
+# ------------------------------------------- moments shared by the queries, not the keys
+def _mixed_moments():
+    """Query moments shared by every head (d,), key moments per query head (B, Hq, d):
+    the key features differ between the query heads of a group."""
+    g = torch.Generator().manual_seed(5)
+    qc, kc = (torch.randn(B, HQ, 30, D, generator=g, dtype=torch.float64) for _ in range(2))
+    kc = kc * torch.linspace(0.3, 1.5, HQ, dtype=torch.float64)[:, None, None]  # heads differ
+    mom = attention_moments(qc, kc)
+    return Moments(mom.mean_x.mean((0, 1)), mom.second_x.mean((0, 1)), mom.mean_y, mom.second_y)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_moments_per_head_on_the_key_side_only(causal):
+    """Whether the key features are shared by a group depends on every moment, not only
+    the queries' means: equal to the repeated keys, and decoding keeps a state per query
+    head (it crashed with a RuntimeError in both)."""
+    q, k, v = _qkv(S=L)
+    mom = _mixed_moments()
+    kw = {"random_state": 0, "is_causal": causal, "moments": mom}
+    ref = linear_attention(q, _rep(k), _rep(v), "sderf", M, **kw)
+    out = linear_attention(q, k, v, "sderf", M, enable_gqa=True, **kw)
+    assert _rel(out, ref) < TOL
+    if causal:
+        st = init_decoding_state(
+            (B, HQ),
+            D,
+            "sderf",
+            M,
+            e=E,
+            random_state=0,
+            moments=mom,
+            dtype=q.dtype,
+            enable_gqa=True,
+            num_kv_heads=HKV,
+        )
+        assert st.kvz.shape == (B, HQ, M, E + 1) and st.group == 1
+        steps, _ = _steps(q, k, v, st, [4, 1, 4])
+        assert _rel(steps, ref) < 1e-10

@@ -49,7 +49,7 @@ from .functional import (
     _check_moments,
     _check_sampler,
     _finite_check,
-    _varies_per_head,
+    _moments_per_head,
     draw_features,
 )
 
@@ -389,7 +389,7 @@ def init_decoding_state(
             raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
         mom = None if moments is None else _check_moments(moments, batch, d, name, device)
         if mom is not None and name in FITTED_MAPS:
-            per_head = _varies_per_head(mom.mean_x)  # means (..., H, d)
+            per_head = _moments_per_head(mom)  # a head dim > 1 in any moment
         fmap = build_log_map(name, W, mom, d)  # float64, W_q is W_k for symmetric maps
         shared = fmap.W_q is fmap.W_k and fmap.B_q is fmap.B_k
         feats = _ExpFeatures(fmap.to(ctype), shared)

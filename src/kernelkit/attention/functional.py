@@ -734,10 +734,25 @@ def _expand_gqa(q, k, v, g=None):
 
 def _varies_per_head(t) -> bool:
     """Whether ``t`` (..., H, X) may differ per head: a head dim ``H > 1`` (unknown shape:
-    True). Moments' means (..., H, d) and padding masks (..., H, S) shared by every head
-    of a GQA group have none."""
+    True). Padding masks (..., H, S) shared by every head of a GQA group have none."""
     shape = getattr(t, "shape", None)
     return shape is None or (len(shape) > 1 and shape[-2] > 1)
+
+
+def _moments_per_head(mom) -> bool:
+    """Whether any of the four moments may differ per head: a head dim ``H > 1`` in the
+    batch shape of a mean (..., H, d) or a second moment (..., H, d[, d]). The key
+    features of a fitted map depend on the query *and* key moments, so moments shared
+    by the heads of a GQA group need all four shared."""
+    try:
+        full = mom.full
+        batches = [
+            *(t.shape[:-1] for t in (mom.mean_x, mom.mean_y)),
+            *(t.shape[:-2] if full else t.shape[:-1] for t in (mom.second_x, mom.second_y)),
+        ]
+    except AttributeError:  # not array-like: unknown, per head
+        return True
+    return any(len(b) > 0 and b[-1] > 1 for b in batches)
 
 
 def _per_key_head(key_padding_mask, Hkv) -> bool:
@@ -756,9 +771,7 @@ def _group_shared(name, is_causal, attn_mask, key_padding_mask, moments) -> bool
     instance, so sharing them across a group would need a grouped scan kernel."""
     if is_causal or attn_mask is not None:
         return False
-    if name in FITTED_MAPS and (
-        not isinstance(moments, Moments) or _varies_per_head(moments.mean_x)  # (..., H, d)
-    ):
+    if name in FITTED_MAPS and (not isinstance(moments, Moments) or _moments_per_head(moments)):
         return False
     if key_padding_mask is not None and _varies_per_head(key_padding_mask):  # (..., H, S)
         return False
