@@ -142,3 +142,22 @@ def test_moments_per_head_on_the_key_side_only(causal):
         assert st.kvz.shape == (B, HQ, M, E + 1) and st.group == 1
         steps, _ = _steps(q, k, v, st, [4, 1, 4])
         assert _rel(steps, ref) < 1e-10
+
+
+# ---------------------------------------------------------------- an empty batch
+@pytest.mark.parametrize("gqa", [True, False])
+def test_empty_batch_prefills_as_a_block(gqa):
+    """Batch 0 (as SDPA and linear_attention allow): a prefilled block gives an empty
+    output and advances the state, then single tokens do too (the block raised a
+    RuntimeError from amax on an empty tensor)."""
+    hk = HKV if gqa else HQ
+    st = init_decoding_state(
+        (0, HQ), D, "positive", M, e=E, enable_gqa=gqa, num_kv_heads=hk if gqa else None
+    )
+    q, k, v = torch.randn(0, HQ, 4, D), torch.randn(0, hk, 4, D), torch.randn(0, hk, 4, E)
+    out, st = linear_attention_step(q, k, v, st, enable_gqa=gqa)
+    assert out.shape == (0, HQ, 4, E) and st.t == 4
+    ref = linear_attention(q, k, v, "positive", M, is_causal=True, enable_gqa=gqa)
+    assert ref.shape == out.shape
+    out1, st = linear_attention_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], st, enable_gqa=gqa)
+    assert out1.shape == (0, HQ, E) and st.t == 5

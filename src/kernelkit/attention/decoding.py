@@ -557,7 +557,8 @@ def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False):
         lkd = lk.detach()
         c_ref = torch.maximum(c, lkd[..., 0, :])  # (..., M)
         c_end = torch.maximum(c, lkd.amax(-2))  # (..., M)
-        one_pivot = float((c_end - c_ref).amax()) <= _growth_bound(lk.dtype)
+        growth = c_end - c_ref  # (..., M); empty for an empty batch: nothing grows
+        one_pivot = growth.numel() == 0 or float(growth.amax()) <= _growth_bound(lk.dtype)
     if not one_pivot:
         outs = []
         for i in range(lq.shape[-2]):
