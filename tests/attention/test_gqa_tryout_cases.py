@@ -15,6 +15,7 @@ pytestmark = pytest.mark.torch
 from attention_helpers import rel_error as _rel  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
+    FavorAttention,
     attention_moments,
     init_decoding_state,
     linear_attention,
@@ -161,3 +162,39 @@ def test_empty_batch_prefills_as_a_block(gqa):
     assert ref.shape == out.shape
     out1, st = linear_attention_step(q[..., 0, :], k[..., 0, :], v[..., 0, :], st, enable_gqa=gqa)
     assert out1.shape == (0, HQ, E) and st.t == 5
+
+
+# ------------------------------------------------------- messages naming the argument
+def test_different_head_counts_without_enable_gqa_name_it():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="enable_gqa=True"):
+        linear_attention(q, k, v)
+
+
+def _fav(hkv, **kw):
+    return FavorAttention(
+        16, 4, num_kv_heads=hkv, feature_map="positive", n_features=8, random_state=0, **kw
+    )
+
+
+@pytest.mark.parametrize(("src", "dst"), [(2, 4), (2, None), (None, 2), (1, 2), (2, 1)])
+def test_state_dict_across_num_kv_heads_names_them(src, dst):
+    """A checkpoint of another key / value head count cannot load (the key / value
+    projections differ in size): the error says which counts, not only torch's size
+    mismatch of in_proj_bias; also with strict=False."""
+    sd = _fav(src).state_dict()
+    have = 4 if src is None else src
+    want = 4 if dst is None else dst
+    for strict in (True, False):
+        with pytest.raises(RuntimeError, match=f"num_kv_heads={have}.*num_kv_heads={want}"):
+            _fav(dst).load_state_dict(sd, strict=strict)
+
+
+def test_state_dict_of_the_same_head_count_loads_and_reproduces():
+    a, b = _fav(2).eval(), _fav(2, bias=True).eval()
+    b.redraw_features()  # other projections: outputs differ until loaded
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        assert not torch.allclose(a(x, x, x)[0], b(x, x, x)[0])
+        b.load_state_dict(a.state_dict())
+        assert torch.equal(a(x, x, x)[0], b(x, x, x)[0])

@@ -700,9 +700,15 @@ def _broadcast_batch(q, k, v):
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
+        hint = ""
+        if min(q.dim(), k.dim()) >= 3 and k.shape[-3] and not q.shape[-3] % k.shape[-3]:
+            hint = (
+                f" For grouped-query attention (k, v with {k.shape[-3]} heads serving "
+                f"{q.shape[-3]} query heads) pass enable_gqa=True, as to SDPA."
+            )
         raise ValueError(
             "q, k, v must have leading (batch, head) dims that broadcast, got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.{hint}"
         ) from None
     return tuple(t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))
 
