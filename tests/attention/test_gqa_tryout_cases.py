@@ -7,6 +7,8 @@ does, equal to round-off in float64; and SDPA itself for the estimate."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -251,3 +253,86 @@ def test_estimate_converges_to_sdpa_with_enable_gqa(name, causal):
         ]
         err[m] = sum(_rel(o, ref) for o in outs) / len(outs)
     assert err[4096] < 0.05 and err[64] / err[4096] > 4, err
+
+
+# --------------------------------------------------------------- a Llama-like block
+class _RMSNorm(torch.nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class _Block(torch.nn.Module):
+    """Pre-norm decoder block as in Llama: RMSNorm, GQA attention without biases, SiLU MLP."""
+
+    def __init__(self, dim, heads, kv_heads, feature_map):
+        super().__init__()
+        self.norm1, self.norm2 = _RMSNorm(dim), _RMSNorm(dim)
+        self.attn = FavorAttention(
+            dim,
+            heads,
+            num_kv_heads=kv_heads,
+            bias=False,
+            feature_map=feature_map,
+            n_features=32,
+            redraw_interval=4,
+            random_state=0,
+        )
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(dim, 2 * dim, bias=False),
+            torch.nn.SiLU(),
+            torch.nn.Linear(2 * dim, dim, bias=False),
+        )
+
+    def forward(self, x, pad=None):
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, key_padding_mask=pad, is_causal=True)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+@pytest.mark.parametrize("feature_map", ["positive", "sderf"])
+def test_llama_like_block_trains_with_left_padding(feature_map):
+    """A drop-in in a small decoder trained for 12 Adam steps on a fixed left-padded batch:
+    no NaN anywhere, gradients reach the grouped key / value projections, the loss on
+    the real tokens falls below 3/4 of its start (measured: 0.53 to 0.56), the fitted map
+    tracks its statistics; then, in eval mode, decoding token by token equals the causal
+    forward (float32 round-off)."""
+    torch.manual_seed(0)
+    V, dim = 11, 16
+    emb, block, head = (
+        torch.nn.Embedding(V, dim),
+        _Block(dim, 4, 2, feature_map),
+        torch.nn.Linear(dim, V),
+    )
+    params = [*emb.parameters(), *block.parameters(), *head.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-2)
+    tokens = torch.randint(0, V, (4, 13))
+    pad = torch.zeros(4, 12, dtype=torch.bool)
+    pad[0, :3] = pad[1, :5] = True  # left-padded prompts
+    losses = []
+    for _ in range(12):
+        logits = head(block(emb(tokens[:, :-1]), pad))  # (4, 12, V)
+        loss = torch.nn.functional.cross_entropy(logits[~pad], tokens[:, 1:][~pad])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(torch.isfinite(p).all() for p in params) and all(map(math.isfinite, losses))
+    assert losses[-1] < 0.75 * losses[0], losses
+    for w in (block.attn.k_proj_weight, block.attn.v_proj_weight):
+        assert w.shape == (8, dim) and torch.isfinite(w.grad).all() and w.grad.norm() > 0
+    tracked = int(block.attn.num_batches_tracked)
+    assert tracked == (12 if feature_map == "sderf" else 0)
+    block.eval()
+    attn, x = block.attn, block.norm1(emb(tokens[:, :-1])).detach()
+    with torch.no_grad():
+        full, _ = attn(x, x, x, key_padding_mask=pad, is_causal=True)
+        state, outs = attn.init_state(4), []
+        for t in range(12):
+            y, state = attn.step(x[:, t], x[:, t], x[:, t], state, key_padding_mask=pad[:, t])
+            outs.append(y)
+    keep = ~pad
+    assert _rel(torch.stack(outs, 1)[keep], full[keep]) < 1e-5
