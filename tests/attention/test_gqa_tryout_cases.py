@@ -336,3 +336,28 @@ def test_llama_like_block_trains_with_left_padding(feature_map):
             outs.append(y)
     keep = ~pad
     assert _rel(torch.stack(outs, 1)[keep], full[keep]) < 1e-5
+
+
+def test_numpy_bool_enable_gqa_as_in_linear_attention():
+    """linear_attention takes enable_gqa=np.True_ (as is_causal); so do the decoding
+    functions (they raised a TypeError), with the same outputs."""
+    np = pytest.importorskip("numpy")
+    q, k, v = _qkv(S=L)
+    st = init_decoding_state(
+        (B, HQ),
+        D,
+        "positive",
+        M,
+        e=E,
+        random_state=0,
+        dtype=q.dtype,
+        enable_gqa=np.True_,
+        num_kv_heads=HKV,
+    )
+    out, _ = linear_attention_step(q, k, v, st, enable_gqa=np.True_)
+    ref = linear_attention(
+        q, k, v, "positive", M, random_state=0, is_causal=True, enable_gqa=np.True_
+    )
+    assert _rel(out, ref) < 1e-10
+    with pytest.raises(TypeError, match="enable_gqa must be a bool"):
+        init_decoding_state((B, HQ), D, enable_gqa=np.int64(1), num_kv_heads=HKV)

@@ -40,6 +40,7 @@ import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
 import torch
 
 from ._linear import _growth_bound
@@ -414,10 +415,16 @@ def init_decoding_state(
     )
 
 
+def _check_gqa_flag(enable_gqa) -> bool:
+    # a bool (NumPy's too, as linear_attention), no truthiness
+    if not isinstance(enable_gqa, bool | np.bool_):
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    return bool(enable_gqa)
+
+
 def _gqa_heads(enable_gqa, num_kv_heads, batch):
     # Hkv of a GQA state (None without enable_gqa), checked against batch = (..., Hq)
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    enable_gqa = _check_gqa_flag(enable_gqa)
     if not enable_gqa:
         if num_kv_heads is not None:
             raise ValueError(
@@ -455,8 +462,7 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.device != state.device:
             raise ValueError(f"{name} is on {t.device}, the state on {state.device}.")
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    enable_gqa = _check_gqa_flag(enable_gqa)
     if enable_gqa != (state.kv_heads is not None):
         raise ValueError(
             f"enable_gqa={enable_gqa} but the state was made with "
