@@ -65,15 +65,16 @@ def _steps(q, k, v, state, blocks, pad=None):
 def test_padding_mask_per_key_head(name, causal, monkeypatch):
     """A key_padding_mask masks keys, so with enable_gqa it may have the key heads
     (B, Hkv, S), as linear_attention_step requires: equal to the mask repeated with the
-    keys; bidirectional, still without repeating the keys; and the decoding steps with
-    the same mask equal the causal pass."""
+    keys, outputs and gradients to q, k, v; bidirectional, still without repeating the
+    keys; and the decoding steps with the same mask equal the causal pass."""
     from kernelkit.attention import functional
 
-    q, k, v = _qkv(S=L)
+    q, k, v = (t.requires_grad_(True) for t in _qkv(S=L))
     pad = torch.rand(B, HKV, L, generator=torch.Generator().manual_seed(1)) < 0.3
     pad[0, 1] = True  # key head 1 of batch 0 sees nothing: zeros for its query heads
     kw = {"random_state": 0, "is_causal": causal}
     ref = linear_attention(q, _rep(k), _rep(v), name, M, key_padding_mask=_rep(pad), **kw)
+    grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
     if not causal:
 
         def no_repeat(*args):
@@ -81,7 +82,10 @@ def test_padding_mask_per_key_head(name, causal, monkeypatch):
 
         monkeypatch.setattr(functional, "_expand_gqa", no_repeat)
     out = linear_attention(q, k, v, name, M, key_padding_mask=pad, enable_gqa=True, **kw)
-    assert _rel(out, ref) < TOL
+    assert _rel(out.detach(), ref.detach()) < TOL
+    got = torch.autograd.grad(out.square().sum(), (q, k, v))
+    assert all(_rel(a, b) < TOL for a, b in zip(got, grads, strict=True))
+    out = out.detach()
     assert torch.equal(out[0, G : 2 * G], torch.zeros_like(out[0, G : 2 * G]))
     if causal:
         st = init_decoding_state(
@@ -99,7 +103,7 @@ def test_padding_mask_per_key_head(name, causal, monkeypatch):
         assert _rel(steps, out) < 1e-10  # as test_gqa: sums in a different order
 
 
-def test_padding_mask_with_neither_head_count_names_both():
+def test_padding_mask_with_neither_head_count_is_refused():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"key_padding_mask.*\(2, 4, 7\)"):
         linear_attention(
