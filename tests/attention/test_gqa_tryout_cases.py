@@ -365,3 +365,45 @@ def test_numpy_bool_enable_gqa_as_in_linear_attention():
     assert _rel(out, ref) < 1e-10
     with pytest.raises(TypeError, match="enable_gqa must be a bool"):
         init_decoding_state((B, HQ), D, enable_gqa=np.int64(1), num_kv_heads=HKV)
+
+
+# ------------------------------------------------- calibration moments of GQA inputs
+def test_attention_moments_of_grouped_keys():
+    """Causal FAVOR# needs moments of other data (the guide's calibration set); with GQA
+    those queries have Hq heads and the keys Hkv. attention_moments(..., enable_gqa=True)
+    gives each query head the moments of the keys it attends (key head h // g): equal to
+    the moments with the keys (and a per-key-head padding mask) repeated, and usable as
+    linear_attention's and init_decoding_state's moments. Without enable_gqa the head
+    counts do not broadcast, and the error says to pass it (it did not)."""
+    qc, kc, _ = _qkv(S=L, seed=3)
+    pad = torch.rand(B, HKV, L, generator=torch.Generator().manual_seed(4)) < 0.3
+    with pytest.raises(ValueError, match="enable_gqa=True"):
+        attention_moments(qc, kc)
+    for mask in (None, pad, pad[:, :1]):
+        got = attention_moments(qc, kc, key_padding_mask=mask, enable_gqa=True)
+        rep_mask = None if mask is None else (_rep(mask) if mask.shape[1] == HKV else mask)
+        ref = attention_moments(qc, _rep(kc), key_padding_mask=rep_mask)
+        for f in ("mean_x", "second_x", "mean_y", "second_y"):
+            assert torch.equal(getattr(got, f), getattr(ref, f)), (f, mask is None)
+    with pytest.raises(TypeError, match="enable_gqa must be a bool"):
+        attention_moments(qc, kc, enable_gqa="yes")
+    # per query head (H,) moments of the calibration batch: causal pass == decoding
+    mom = Moments(*(t.mean(0) for t in (got.mean_x, got.second_x, got.mean_y, got.second_y)))
+    q, k, v = _qkv(S=L)
+    ref = linear_attention(
+        q, k, v, "sderf", M, random_state=0, is_causal=True, moments=mom, enable_gqa=True
+    )
+    st = init_decoding_state(
+        (B, HQ),
+        D,
+        "sderf",
+        M,
+        e=E,
+        random_state=0,
+        moments=mom,
+        dtype=q.dtype,
+        enable_gqa=True,
+        num_kv_heads=HKV,
+    )
+    steps, _ = _steps(q, k, v, st, [5, 1, 3])
+    assert _rel(steps, ref) < 1e-10

@@ -166,7 +166,7 @@ def draw_features(
 
 
 def attention_moments(
-    q, k, key_padding_mask=None, scale=None, *, query_padding_mask=None
+    q, k, key_padding_mask=None, scale=None, *, query_padding_mask=None, enable_gqa=False
 ) -> Moments:
     """Moments of the scaled queries and keys that FAVOR++ / FAVOR# parameters are fitted
     from: means (..., d) and second moments (..., d, d), float64, over the sequence
@@ -189,6 +189,12 @@ def attention_moments(
         queries too: pass the key padding mask here as well, so that their content does
         not enter the fit (``linear_attention`` fits from every query row; pass these
         moments as its ``moments``).
+    enable_gqa : bool
+        Grouped-query attention, as in ``linear_attention``: ``k`` with ``Hkv`` heads
+        (dim -3) serves ``q`` with ``Hq = g Hkv``; the key moments of query head ``h``
+        are those of key head ``h // g`` (``(..., Hq, d)``, the keys repeated as in
+        SDPA), so that every query head is fitted from the keys it attends.
+        ``key_padding_mask`` may then have the key heads, ``(..., Hkv, S)``.
 
     Raises
     ------
@@ -203,6 +209,14 @@ def attention_moments(
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.dim() < 2 or t.shape[-2] == 0 or t.shape[-1] == 0:
             raise ValueError(f"{name} must have shape (..., n >= 1, d >= 1), got {tuple(t.shape)}.")
+    if not isinstance(enable_gqa, bool | np.bool_):  # as linear_attention
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    if enable_gqa:  # the key heads repeated over their groups (..., Hkv, S, d) -> (..., Hq, S, d)
+        g = _gqa_group(q, k, k)
+        if g > 1 and _per_key_head(key_padding_mask, k.shape[-3]):
+            mask = _bool_padding_mask(key_padding_mask, "key", k.device)
+            key_padding_mask = mask.repeat_interleave(g, dim=-2)
+        k = _expand_gqa(q, k, k, g)[0]
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dim d, got {q.shape[-1]} and {k.shape[-1]}."
@@ -212,7 +226,7 @@ def attention_moments(
     except RuntimeError:
         raise ValueError(
             "q and k must have broadcastable leading (batch, head) dims, got "
-            f"{tuple(q.shape)} and {tuple(k.shape)}."
+            f"{tuple(q.shape)} and {tuple(k.shape)}.{_gqa_hint(q, k)}"
         ) from None
     if scale is not None and not (
         isinstance(scale, numbers.Real)
@@ -700,17 +714,21 @@ def _broadcast_batch(q, k, v):
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
-        hint = ""
-        if min(q.dim(), k.dim()) >= 3 and k.shape[-3] and not q.shape[-3] % k.shape[-3]:
-            hint = (
-                f" For grouped-query attention (k, v with {k.shape[-3]} heads serving "
-                f"{q.shape[-3]} query heads) pass enable_gqa=True, as to SDPA."
-            )
         raise ValueError(
             "q, k, v must have leading (batch, head) dims that broadcast, got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.{hint}"
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.{_gqa_hint(q, k)}"
         ) from None
     return tuple(t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))
+
+
+def _gqa_hint(q, k) -> str:
+    # for head counts that do not broadcast: suggest enable_gqa where they would group
+    if min(q.dim(), k.dim()) >= 3 and k.shape[-3] and not q.shape[-3] % k.shape[-3]:
+        return (
+            f" For grouped-query attention (k with {k.shape[-3]} heads serving "
+            f"{q.shape[-3]} query heads) pass enable_gqa=True, as to SDPA."
+        )
+    return ""
 
 
 def _gqa_group(q, k, v) -> int:
