@@ -407,3 +407,23 @@ def test_attention_moments_of_grouped_keys():
     )
     steps, _ = _steps(q, k, v, st, [5, 1, 3])
     assert _rel(steps, ref) < 1e-10
+
+
+# ------------------------------------------------------------- shapes SDPA accepts
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hkv", [1, HQ])
+def test_unbatched_mqa_and_equal_head_counts(causal, hkv):
+    """3-D inputs without a batch axis (SDPA takes them with enable_gqa) equal each batch
+    entry of the batched call; Hkv = 1 (MQA) and Hkv = Hq (g = 1) equal the keys
+    repeated (or not) without enable_gqa."""
+    g = torch.Generator().manual_seed(6)
+    q = 0.5 * torch.randn(B, HQ, L, D, generator=g, dtype=torch.float64)
+    k = 0.5 * torch.randn(B, hkv, S, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, hkv, S, E, generator=g, dtype=torch.float64)
+    kw = {"random_state": 0, "is_causal": causal}
+    out = linear_attention(q, k, v, "positive", M, enable_gqa=True, **kw)
+    rep = [t.repeat_interleave(HQ // hkv, dim=1) for t in (k, v)]
+    assert _rel(out, linear_attention(q, *rep, "positive", M, **kw)) < TOL
+    for b in range(B):
+        one = linear_attention(q[b], k[b], v[b], "positive", M, enable_gqa=True, **kw)
+        assert one.shape == (HQ, L, E) and _rel(one, out[b]) < TOL
