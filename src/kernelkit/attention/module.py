@@ -789,8 +789,8 @@ class FavorAttention(nn.Module):
 
     def _checkpoint_kv_heads(self, state_dict, prefix):
         """Key / value heads of a checkpoint of this module (or of MultiheadAttention),
-        from its key projection (packed ``in_proj_weight`` (E + 2 Ekv, E) or
-        ``k_proj_weight`` (Ekv, kdim), Ekv = Hkv head_dim) or ``running_mean_k`` (Hkv,
+        from its key projection (``k_proj_weight`` (Ekv, kdim) with Ekv = Hkv head_dim,
+        or the packed ``in_proj_weight`` (3 E, E), Ekv = E) or ``running_mean_k`` (Hkv,
         head_dim); None where it has none of them."""
         hd = self.head_dim
         for key, rows in (("in_proj_weight", 3), ("k_proj_weight", 1), ("running_mean_k", None)):
