@@ -40,6 +40,7 @@ import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
 import torch
 
 from ._linear import _growth_bound
@@ -49,7 +50,7 @@ from .functional import (
     _check_moments,
     _check_sampler,
     _finite_check,
-    _varies_per_head,
+    _moments_per_head,
     draw_features,
 )
 
@@ -389,7 +390,7 @@ def init_decoding_state(
             raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
         mom = None if moments is None else _check_moments(moments, batch, d, name, device)
         if mom is not None and name in FITTED_MAPS:
-            per_head = _varies_per_head(mom.mean_x)  # means (..., H, d)
+            per_head = _moments_per_head(mom)  # a head dim > 1 in any moment
         fmap = build_log_map(name, W, mom, d)  # float64, W_q is W_k for symmetric maps
         shared = fmap.W_q is fmap.W_k and fmap.B_q is fmap.B_k
         feats = _ExpFeatures(fmap.to(ctype), shared)
@@ -414,10 +415,16 @@ def init_decoding_state(
     )
 
 
+def _check_gqa_flag(enable_gqa) -> bool:
+    # a bool (NumPy's too, as linear_attention), no truthiness
+    if not isinstance(enable_gqa, bool | np.bool_):
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    return bool(enable_gqa)
+
+
 def _gqa_heads(enable_gqa, num_kv_heads, batch):
     # Hkv of a GQA state (None without enable_gqa), checked against batch = (..., Hq)
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    enable_gqa = _check_gqa_flag(enable_gqa)
     if not enable_gqa:
         if num_kv_heads is not None:
             raise ValueError(
@@ -455,8 +462,7 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.device != state.device:
             raise ValueError(f"{name} is on {t.device}, the state on {state.device}.")
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    enable_gqa = _check_gqa_flag(enable_gqa)
     if enable_gqa != (state.kv_heads is not None):
         raise ValueError(
             f"enable_gqa={enable_gqa} but the state was made with "
@@ -557,7 +563,8 @@ def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False):
         lkd = lk.detach()
         c_ref = torch.maximum(c, lkd[..., 0, :])  # (..., M)
         c_end = torch.maximum(c, lkd.amax(-2))  # (..., M)
-        one_pivot = float((c_end - c_ref).amax()) <= _growth_bound(lk.dtype)
+        growth = c_end - c_ref  # (..., M); empty for an empty batch: nothing grows
+        one_pivot = growth.numel() == 0 or float(growth.amax()) <= _growth_bound(lk.dtype)
     if not one_pivot:
         outs = []
         for i in range(lq.shape[-2]):

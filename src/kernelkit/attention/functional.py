@@ -166,7 +166,7 @@ def draw_features(
 
 
 def attention_moments(
-    q, k, key_padding_mask=None, scale=None, *, query_padding_mask=None
+    q, k, key_padding_mask=None, scale=None, *, query_padding_mask=None, enable_gqa=False
 ) -> Moments:
     """Moments of the scaled queries and keys that FAVOR++ / FAVOR# parameters are fitted
     from: means (..., d) and second moments (..., d, d), float64, over the sequence
@@ -189,6 +189,12 @@ def attention_moments(
         queries too: pass the key padding mask here as well, so that their content does
         not enter the fit (``linear_attention`` fits from every query row; pass these
         moments as its ``moments``).
+    enable_gqa : bool
+        Grouped-query attention, as in ``linear_attention``: ``k`` with ``Hkv`` heads
+        (dim -3) serves ``q`` with ``Hq = g Hkv``; the key moments of query head ``h``
+        are those of key head ``h // g`` (``(..., Hq, d)``, the keys repeated as in
+        SDPA), so that every query head is fitted from the keys it attends.
+        ``key_padding_mask`` may then have the key heads, ``(..., Hkv, S)``.
 
     Raises
     ------
@@ -203,6 +209,14 @@ def attention_moments(
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.dim() < 2 or t.shape[-2] == 0 or t.shape[-1] == 0:
             raise ValueError(f"{name} must have shape (..., n >= 1, d >= 1), got {tuple(t.shape)}.")
+    if not isinstance(enable_gqa, bool | np.bool_):  # as linear_attention
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    if enable_gqa:  # the key heads repeated over their groups (..., Hkv, S, d) -> (..., Hq, S, d)
+        g = _gqa_group(q, k, k)
+        if g > 1 and _per_key_head(key_padding_mask, k.shape[-3]):
+            mask = _bool_padding_mask(key_padding_mask, "key", k.device)
+            key_padding_mask = mask.repeat_interleave(g, dim=-2)
+        k = _expand_gqa(q, k, k, g)[0]
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dim d, got {q.shape[-1]} and {k.shape[-1]}."
@@ -212,7 +226,7 @@ def attention_moments(
     except RuntimeError:
         raise ValueError(
             "q and k must have broadcastable leading (batch, head) dims, got "
-            f"{tuple(q.shape)} and {tuple(k.shape)}."
+            f"{tuple(q.shape)} and {tuple(k.shape)}.{_gqa_hint(q, k)}"
         ) from None
     if scale is not None and not (
         isinstance(scale, numbers.Real)
@@ -451,7 +465,9 @@ def linear_attention(
         :func:`kernelkit.kernels.softmax_attention`). The per-instance fit uses every
         query row: in self-attention, where padded keys are padded queries too, pass
         ``moments=attention_moments(q, k, key_padding_mask=m, query_padding_mask=m)``
-        to leave them out.
+        to leave them out. With ``enable_gqa`` it may also have the key heads, ``(...,
+        Hkv, S)`` (as in :func:`~kernelkit.attention.linear_attention_step`), repeated
+        over each group as the keys.
     random_state : None, int or numpy Generator
         Draws the projections (NumPy; same seed, same features on every device). An
         integer seed's projections are drawn once and reused by later calls (a custom
@@ -508,9 +524,10 @@ def linear_attention(
         serve ``q`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h //
         g``). Bidirectional, where the key features are the same for the ``g`` query
         heads of a group (maps without fitted parameters, or ``moments`` without a head
-        dim > 1; no ``attn_mask``, a ``key_padding_mask`` without a head dim > 1), the
-        key features and ``phi(K)^T [V, 1]`` are formed once per key head; otherwise
-        (causal, per-head fits) each key head is repeated ``g`` times, as SDPA does.
+        dim > 1; no ``attn_mask``, a ``key_padding_mask`` per key head or without a
+        head dim > 1), the key features and ``phi(K)^T [V, 1]`` are formed once per key
+        head; otherwise (causal, per-head fits) each key head is repeated ``g`` times,
+        as SDPA does.
         Decoding: :func:`~kernelkit.attention.linear_attention_step` keeps its state
         per key head.
 
@@ -549,7 +566,12 @@ def linear_attention(
         raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
     if enable_gqa:
         g = _gqa_group(q, k, v)
-        if g > 1 and _group_shared(name, is_causal, attn_mask, key_padding_mask, moments):
+        # a padding mask per key head (..., Hkv, S): the same for every query head of a group
+        kv_mask = g > 1 and _per_key_head(key_padding_mask, k.shape[-3])
+        if kv_mask:
+            key_padding_mask = _bool_padding_mask(key_padding_mask, "key", q.device)
+        shared_mask = None if kv_mask else key_padding_mask
+        if g > 1 and _group_shared(name, is_causal, attn_mask, shared_mask, moments):
             # bidirectional, key features shared by the g query heads of a group: the
             # queries of a group are rows of one call with its key head, so the key
             # features and the sums phi(K)^T [V, 1] are formed once per key head (no
@@ -573,6 +595,8 @@ def linear_attention(
             )  # (..., Hkv, g L, e)
             out = out.unflatten(-2, (g, L)).flatten(-4, -3)  # (..., Hq, L, e)
             return out.detach().numpy() if is_numpy else out
+        if kv_mask:  # repeated over the groups, as the keys: (..., Hkv, S) -> (..., Hq, S)
+            key_padding_mask = key_padding_mask.repeat_interleave(g, dim=-2)
         k, v = _expand_gqa(q, k, v, g)
     q, k, v = _broadcast_batch(q, k, v)
     if attn_mask is not None:
@@ -692,9 +716,19 @@ def _broadcast_batch(q, k, v):
     except RuntimeError:
         raise ValueError(
             "q, k, v must have leading (batch, head) dims that broadcast, got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.{_gqa_hint(q, k)}"
         ) from None
     return tuple(t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))
+
+
+def _gqa_hint(q, k) -> str:
+    # for head counts that do not broadcast: suggest enable_gqa where they would group
+    if min(q.dim(), k.dim()) >= 3 and k.shape[-3] and not q.shape[-3] % k.shape[-3]:
+        return (
+            f" For grouped-query attention (k with {k.shape[-3]} heads serving "
+            f"{q.shape[-3]} query heads) pass enable_gqa=True, as to SDPA."
+        )
+    return ""
 
 
 def _gqa_group(q, k, v) -> int:
@@ -724,10 +758,32 @@ def _expand_gqa(q, k, v, g=None):
 
 def _varies_per_head(t) -> bool:
     """Whether ``t`` (..., H, X) may differ per head: a head dim ``H > 1`` (unknown shape:
-    True). Moments' means (..., H, d) and padding masks (..., H, S) shared by every head
-    of a GQA group have none."""
+    True). Padding masks (..., H, S) shared by every head of a GQA group have none."""
     shape = getattr(t, "shape", None)
     return shape is None or (len(shape) > 1 and shape[-2] > 1)
+
+
+def _moments_per_head(mom) -> bool:
+    """Whether any of the four moments may differ per head: a head dim ``H > 1`` in the
+    batch shape of a mean (..., H, d) or a second moment (..., H, d[, d]). The key
+    features of a fitted map depend on the query *and* key moments, so moments shared
+    by the heads of a GQA group need all four shared."""
+    try:
+        full = mom.full
+        batches = [
+            *(t.shape[:-1] for t in (mom.mean_x, mom.mean_y)),
+            *(t.shape[:-2] if full else t.shape[:-1] for t in (mom.second_x, mom.second_y)),
+        ]
+    except AttributeError:  # not array-like: unknown, per head
+        return True
+    return any(len(b) > 0 and b[-1] > 1 for b in batches)
+
+
+def _per_key_head(key_padding_mask, Hkv) -> bool:
+    """Whether a padding mask (..., H, S) has the ``Hkv > 1`` key heads of a GQA call
+    (a mask broadcastable to the query heads has 1 or ``Hq != Hkv`` there)."""
+    shape = getattr(key_padding_mask, "shape", None)
+    return shape is not None and len(shape) > 1 and Hkv > 1 and shape[-2] == Hkv
 
 
 def _group_shared(name, is_causal, attn_mask, key_padding_mask, moments) -> bool:
@@ -739,9 +795,7 @@ def _group_shared(name, is_causal, attn_mask, key_padding_mask, moments) -> bool
     instance, so sharing them across a group would need a grouped scan kernel."""
     if is_causal or attn_mask is not None:
         return False
-    if name in FITTED_MAPS and (
-        not isinstance(moments, Moments) or _varies_per_head(moments.mean_x)  # (..., H, d)
-    ):
+    if name in FITTED_MAPS and (not isinstance(moments, Moments) or _moments_per_head(moments)):
         return False
     if key_padding_mask is not None and _varies_per_head(key_padding_mask):  # (..., H, S)
         return False

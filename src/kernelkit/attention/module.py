@@ -770,9 +770,38 @@ class FavorAttention(nn.Module):
             self._any_tracked = bool(int(self.num_batches_tracked))
         return self._any_tracked
 
-    def _load_from_state_dict(self, *args, **kwargs):
-        super()._load_from_state_dict(*args, **kwargs)
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        have = self._checkpoint_kv_heads(state_dict, prefix)
+        if have is not None and have != self.num_kv_heads:
+            # before torch's size mismatches, which do not say why
+            error_msgs.append(
+                f"{prefix or 'FavorAttention'}: the checkpoint has num_kv_heads={have} key / "
+                f"value heads of head_dim {self.head_dim}, this module num_kv_heads="
+                f"{self.num_kv_heads}: the key / value projections differ in size. Build "
+                f"FavorAttention(..., num_kv_heads={have}) to load it."
+            )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
         self._any_tracked = bool(int(self.num_batches_tracked))  # the loaded count
+
+    def _checkpoint_kv_heads(self, state_dict, prefix):
+        """Key / value heads of a checkpoint of this module (or of MultiheadAttention),
+        from its key projection (``k_proj_weight`` (Ekv, kdim) with Ekv = Hkv head_dim,
+        or the packed ``in_proj_weight`` (3 E, E), Ekv = E) or ``running_mean_k`` (Hkv,
+        head_dim); None where it has none of them."""
+        hd = self.head_dim
+        for key, rows in (("in_proj_weight", 3), ("k_proj_weight", 1), ("running_mean_k", None)):
+            shape = getattr(state_dict.get(prefix + key), "shape", None)
+            if shape is None or len(shape) != 2:
+                continue
+            if rows is None:
+                return int(shape[0])
+            if shape[0] % (rows * hd) == 0:
+                return int(shape[0]) // (rows * hd)
+        return None
 
     def _running_moments(self):
         # (H, ...) moments of every query head, the keys' those of its key head
