@@ -18,7 +18,8 @@ on inputs rescaled by a power of two (exactly), so the Gaussian kernel stays in 
 and exact attention stays finite; the unbounded kernels (softmax, scaled softmax,
 polynomial) raise ``ValueError`` when their values overflow the floating type. The
 Gaussian kernel keeps the accuracy of the direct ``|x - y|^2`` on data far from the
-origin and for tiny lengthscales (its diagonal on ``X, X`` is exactly 1).
+origin and for tiny lengthscales (its diagonal on ``X, X`` is exactly 1). Every kernel's
+Gram matrix ``K(X, X)`` (``Y`` the same points as ``X``) is exactly symmetric.
 """
 
 from __future__ import annotations
@@ -130,6 +131,32 @@ def _check_pair(X, Y):
     _check_batch_dims({"X": X, "Y": Y})
     xp, (X, Y) = _common({"X": X, "Y": Y})
     return xp, X, Y
+
+
+def _is_gram(xp, X, Y, same: bool) -> bool:
+    """Whether ``K(X, Y)`` is a Gram matrix ``K(X, X)``: ``same`` (the caller passed one
+    object twice), or equal values in equal shapes. Tensors that require gradients count
+    only when they are the same object: for ``Y`` a copy of ``X``, the gradient with
+    respect to ``Y`` alone is not that of a mirrored matrix."""
+    if same:
+        return True
+    if tuple(X.shape) != tuple(Y.shape):
+        return False
+    if is_torch_array(X) and (X.requires_grad or Y.requires_grad):
+        return False
+    return bool(xp.all(X == Y))
+
+
+def _mirror(xp, K):
+    """``K`` (..., n, n) with its upper triangle copied to the lower one: exactly
+    symmetric (the Gram matrix of a kernel is; rounding in the matrix product and in the
+    norm terms need not be), each entry one of the two computed values."""
+    n = K.shape[-1]
+    i = xp.arange(n)
+    upper = i[:, None] <= i[None, :]  # (n, n)
+    if hasattr(K, "device"):
+        upper = xp.asarray(upper, device=K.device)
+    return xp.where(upper, K, xp.matrix_transpose(K))
 
 
 def _check_real(value, name: str) -> float:
@@ -347,8 +374,10 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
         hyperparameter is out of range (see above).
     """
     alpha = _check_real(alpha, "alpha")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
-    return _log_scaled(xp, X, Y, alpha)
+    logk = _log_scaled(xp, X, Y, alpha)
+    return _mirror(xp, logk) if _is_gram(xp, X, Y, same) else logk
 
 
 def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
@@ -380,10 +409,12 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
         hyperparameter is out of range (see above).
     """
     alpha = _check_real(alpha, "alpha")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    logk = _log_scaled(xp, X, Y, alpha)
     return _exp_checked(
         xp,
-        _log_scaled(xp, X, Y, alpha),
+        _mirror(xp, logk) if _is_gram(xp, X, Y, same) else logk,
         "scaled_softmax_kernel",
         "scale X and Y down or use log_scaled_softmax_kernel.",
     )
@@ -416,10 +447,12 @@ def softmax_kernel(X, Y, lengthscale: float = 1.0):
         hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    logk = _log_kernel(xp, X, Y, 0.0, lengthscale)
     return _exp_checked(
         xp,
-        _log_kernel(xp, X, Y, 0.0, lengthscale),
+        _mirror(xp, logk) if _is_gram(xp, X, Y, same) else logk,
         "softmax_kernel",
         "increase lengthscale, scale X and Y down or use log_scaled_softmax_kernel.",
     )
@@ -457,8 +490,10 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
         hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
-    return xp.exp(_gaussian_log_kernel(xp, X, Y, lengthscale))
+    logk = _gaussian_log_kernel(xp, X, Y, lengthscale)
+    return xp.exp(_mirror(xp, logk) if _is_gram(xp, X, Y, same) else logk)
 
 
 def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 1.0):
@@ -496,9 +531,12 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
     degree = validate_positive_int(degree, "degree", minimum=1)
     coef0 = _check_real(coef0, "coef0")
     gamma = validate_positive_float(gamma, "gamma")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
     with np.errstate(over="ignore", invalid="ignore"):
         K = (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** degree
+    if _is_gram(xp, X, Y, same):
+        K = _mirror(xp, K)
     if not _finite(xp, K):
         raise ValueError(
             f"polynomial_kernel overflows {K.dtype} for these X, Y, degree={degree}, "
