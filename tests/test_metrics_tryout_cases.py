@@ -89,3 +89,14 @@ def test_mnll_shape_message_for_one_dimensional_targets():
     y = np.zeros(4)
     with pytest.raises(ValueError, match=r"y_var \(4, 1\) must be \(4,\)\.$"):
         mean_negative_log_likelihood(y, y, np.ones((4, 1)))
+
+
+@pytest.mark.parametrize("where", ["y_true", "y_pred"])
+def test_error_rate_rejects_nan_labels(where):
+    # NaN != NaN: a NaN label used to count silently as a misclassification
+    y = np.array([0.0, 1.0, 2.0, 1.0])
+    bad = y.copy()
+    bad[1] = np.nan
+    args = (bad, y) if where == "y_true" else (y, bad)
+    with pytest.raises(ValueError, match=f"{where} contains NaN"):
+        error_rate(*args)

@@ -374,7 +374,7 @@ def error_rate(y_true, y_pred, labels=None) -> float:
     Raises
     ------
     ValueError
-        Shape mismatch, empty input, class scores that are not finite, or a 2-D
+        Shape mismatch, empty input, labels or class scores that are not finite, or a 2-D
         ``y_pred`` with one column (labels or scores? pass labels as shape (n,)).
     """
     y = np.asarray(y_true)
@@ -405,4 +405,7 @@ def error_rate(y_true, y_pred, labels=None) -> float:
         raise ValueError(f"Shape mismatch: y_true {y.shape}, y_pred {p.shape}.")
     if y.shape[0] == 0:
         raise ValueError("y_true is empty.")
+    for name, a in (("y_true", y), ("y_pred", p)):  # NaN != NaN: a silent miscount
+        if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} contains NaN or infinity: not a class label.")
     return float(np.mean(p != y))
