@@ -290,8 +290,10 @@ def report(out):
         raise SystemExit(_EXIT_FAILED)
     path = _write_summary_or_exit(suite, out, rows)
     width = max(len(r[0]) for r in rows)
+    swidth = max(7, *(len(r[1]) for r in rows))  # "unreadable", "mismatch"
     for n, status, secs, _ in rows:
-        click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs) if status == 'ok' else '':>12}")
+        t = _fmt_time(secs) if status == "ok" else ""
+        click.echo(f"  {n:<{width}}  {status:<{swidth}} {t:>12}")
     click.echo(f"report: {path} ({n_ok}/{len(rows)} experiments)")
 
 
