@@ -150,8 +150,22 @@ def _is_gram(xp, X, Y, same: bool) -> bool:
 def _mirror(xp, K):
     """``K`` (..., n, n) with its upper triangle copied to the lower one: exactly
     symmetric (the Gram matrix of a kernel is; rounding in the matrix product and in the
-    norm terms need not be), each entry one of the two computed values."""
+    norm terms need not be), each entry one of the two computed values.
+
+    A NumPy array is mirrored in place, by cache-sized tiles (a strided transpose of the
+    whole matrix costs half the Gaussian kernel); other arrays (torch, where autograd may
+    hold ``K``) out of place.
+    """
     n = K.shape[-1]
+    if isinstance(K, np.ndarray) and K.flags.writeable:
+        b = 128
+        for i0 in range(0, n, b):  # tiles, not samples: (n / 128)^2 / 2 steps
+            i1 = min(i0 + b, n)
+            for j0 in range(0, i0, b):  # below the diagonal: the transposed tile above
+                K[..., i0:i1, j0 : j0 + b] = np.swapaxes(K[..., j0 : j0 + b, i0:i1], -1, -2)
+            D = K[..., i0:i1, i0:i1]  # (..., b, b): its own upper triangle
+            D[...] = np.where(np.tri(i1 - i0, k=-1, dtype=bool), np.swapaxes(D, -1, -2), D)
+        return K
     i = xp.arange(n)
     upper = i[:, None] <= i[None, :]  # (n, n)
     if hasattr(K, "device"):
@@ -212,7 +226,8 @@ def _scaled_product(xp, X, Y, alpha, a):
     """
     e = _exponent(xp, X, Y)
     t = math.ldexp(1.0, -e)
-    Xs, Ys = X * t, Y * t
+    Xs = X * t
+    Ys = Xs if Y is X else Y * t
     inner = Xs @ xp.matrix_transpose(Ys)
     if alpha != 0.0:
         inner = inner + alpha * (_sq_norms(xp, Xs)[..., :, None] + _sq_norms(xp, Ys)[..., None, :])
@@ -231,8 +246,10 @@ def _log_kernel(xp, X, Y, alpha, lengthscale=1.0):
     partial sum can overflow: ``|x^T y| <= |x| |y|``); otherwise :func:`_scaled_product`.
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        Xl, Yl = (X, Y) if lengthscale == 1.0 else (X / lengthscale, Y / lengthscale)
-        nx, ny = _sq_norms(xp, Xl), _sq_norms(xp, Yl)
+        Xl = X if lengthscale == 1.0 else X / lengthscale
+        Yl = Xl if Y is X else Y if lengthscale == 1.0 else Y / lengthscale
+        nx = _sq_norms(xp, Xl)
+        ny = nx if Yl is Xl else _sq_norms(xp, Yl)
     if not (_finite(xp, nx) and _finite(xp, ny)):
         return _scaled_product(xp, X, Y, alpha, 1.0 / lengthscale)
     out = Xl @ xp.matrix_transpose(Yl)  # (..., n, m)
@@ -254,7 +271,7 @@ def _gaussian_log_kernel(xp, X, Y, lengthscale):
     """
     with np.errstate(over="ignore", invalid="ignore"):
         c = xp.mean(X * 0.5, axis=-2, keepdims=True) * 2.0  # (..., 1, d)
-        Xc, Yc = X - c, Y - c
+        Xc, Yc = X - c, Y - c  # two objects: a general product (faster than syrk here)
     if not (_finite(xp, Xc) and _finite(xp, Yc)):
         Xc, Yc = X, Y
     fmax = float(xp.finfo(X.dtype).max)
@@ -376,8 +393,11 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     alpha = _check_real(alpha, "alpha")
     same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: the products below are symmetric (and faster)
     logk = _log_scaled(xp, X, Y, alpha)
-    return _mirror(xp, logk) if _is_gram(xp, X, Y, same) else logk
+    return _mirror(xp, logk) if gram else logk
 
 
 def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
@@ -411,10 +431,13 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     alpha = _check_real(alpha, "alpha")
     same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: the products below are symmetric (and faster)
     logk = _log_scaled(xp, X, Y, alpha)
     return _exp_checked(
         xp,
-        _mirror(xp, logk) if _is_gram(xp, X, Y, same) else logk,
+        _mirror(xp, logk) if gram else logk,
         "scaled_softmax_kernel",
         "scale X and Y down or use log_scaled_softmax_kernel.",
     )
@@ -449,10 +472,13 @@ def softmax_kernel(X, Y, lengthscale: float = 1.0):
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
     same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: the products below are symmetric (and faster)
     logk = _log_kernel(xp, X, Y, 0.0, lengthscale)
     return _exp_checked(
         xp,
-        _mirror(xp, logk) if _is_gram(xp, X, Y, same) else logk,
+        _mirror(xp, logk) if gram else logk,
         "softmax_kernel",
         "increase lengthscale, scale X and Y down or use log_scaled_softmax_kernel.",
     )
@@ -492,8 +518,11 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
     same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: the products below are symmetric (and faster)
     logk = _gaussian_log_kernel(xp, X, Y, lengthscale)
-    return xp.exp(_mirror(xp, logk) if _is_gram(xp, X, Y, same) else logk)
+    return xp.exp(_mirror(xp, logk) if gram else logk)
 
 
 def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 1.0):
@@ -533,9 +562,12 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
     gamma = validate_positive_float(gamma, "gamma")
     same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: the products below are symmetric (and faster)
     with np.errstate(over="ignore", invalid="ignore"):
         K = (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** degree
-    if _is_gram(xp, X, Y, same):
+    if gram:
         K = _mirror(xp, K)
     if not _finite(xp, K):
         raise ValueError(
