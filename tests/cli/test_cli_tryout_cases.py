@@ -70,9 +70,19 @@ def test_ctrl_c_in_one_experiment_exits_130_with_one_line(suite, tmp_path):
 def test_ctrl_c_in_reproduce_all_says_what_finished(suite, tmp_path):
     res = CliRunner().invoke(main, ["reproduce", "all", "--quick", "--out", str(tmp_path)])
     assert res.exit_code == 130, res.output
-    assert "Interrupted during 'interrupted' (1 experiment(s) finished before it)" in res.output
-    assert f"kernelkit report --out {tmp_path}" in res.output
+    assert (
+        f"Interrupted during 'interrupted' (1 finished before it: `kernelkit report --out "
+        f"{tmp_path}` summarises them)." in res.output
+    )
     assert (tmp_path / "ok" / "report.md").is_file()  # the finished one is kept
+
+
+def test_ctrl_c_in_the_first_experiment_of_all_suggests_no_report(suite, tmp_path):
+    suite.EXPERIMENTS = dict(reversed(list(suite.EXPERIMENTS.items())))  # interrupted first
+    res = CliRunner().invoke(main, ["reproduce", "all", "--quick", "--out", str(tmp_path)])
+    assert res.exit_code == 130, res.output
+    assert "Interrupted during 'interrupted'." in res.output
+    assert "kernelkit report" not in res.output
 
 
 def test_ctrl_c_in_a_benchmark_exits_130(suite):

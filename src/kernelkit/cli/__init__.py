@@ -216,11 +216,13 @@ def reproduce(name, quick, out, seed, list_):
                 status, secs, msg = _run_one(entry, base / entry.name, quick, seed)
             except KeyboardInterrupt:
                 done = sum(r[1] == "ok" for r in rows)
-                _exit_interrupted(
-                    f"during {entry.name!r} ({done} experiment(s) finished before it); "
-                    f"`kernelkit report --out {shlex.quote(str(base))}` summarises the "
-                    "finished ones"
-                )
+                where = f"during {entry.name!r}"
+                if done:
+                    where += (
+                        f" ({done} finished before it: `kernelkit report --out "
+                        f"{shlex.quote(str(base))}` summarises them)"
+                    )
+                _exit_interrupted(where)
             if status != "ok":
                 click.echo(f"    {status}: {msg}", err=True)
             claims = _claims_text(suite, base / entry.name) if status == "ok" else msg
