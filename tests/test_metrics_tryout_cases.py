@@ -100,3 +100,14 @@ def test_error_rate_rejects_nan_labels(where):
     args = (bad, y) if where == "y_true" else (y, bad)
     with pytest.raises(ValueError, match=f"{where} contains NaN"):
         error_rate(*args)
+
+
+def test_error_rate_of_scores_needs_labels_for_non_index_classes():
+    # string classes against argmax column indices never match: the rate was silently 1.0
+    y = np.array(["a", "b", "a", "c"])
+    scores = np.eye(3)[[0, 1, 0, 2]]  # every prediction right
+    with pytest.raises(ValueError, match=r"integer class indices 0\.\.C-1 \(or pass labels=\)"):
+        error_rate(y, scores)
+    assert error_rate(y, scores, labels=["a", "b", "c"]) == 0.0
+    with pytest.raises(ValueError, match=r"Class indices must lie in 0\.\.2"):
+        error_rate(np.array([0, 1, 3]), np.eye(3))  # a class the scores do not have

@@ -364,7 +364,7 @@ def error_rate(y_true, y_pred, labels=None) -> float:
     y_pred : array, shape (n,) or (n, C)
         Predicted labels, or class scores / probabilities, in which case the prediction is
         the argmax (the paper does not state a decision rule; library choice), mapped through
-        ``labels`` (default: column index).
+        ``labels`` (default: column index; ``y_true`` must then hold indices ``0 .. C-1``).
     labels : array, shape (C,), optional
 
     Returns
@@ -399,7 +399,10 @@ def error_rate(y_true, y_pred, labels=None) -> float:
             if labels.shape != (p.shape[1],):
                 raise ValueError(f"labels must have shape ({p.shape[1]},), got {labels.shape}.")
             p = labels[idx]
-        else:
+        else:  # column indices: y_true must be indices too (strings never match them)
+            if y.dtype.kind in "fc" and not np.all(np.isfinite(y)):
+                raise ValueError("y_true contains NaN or infinity: not a class label.")
+            _label_index(y, None, p.shape[1])
             p = idx
     elif p.shape != y.shape:
         raise ValueError(f"Shape mismatch: y_true {y.shape}, y_pred {p.shape}.")
