@@ -1,14 +1,16 @@
 """The metrics as an independent tester meets them: subnormal kernels and targets (the
 power-of-two rescaling overflowed and gave NaN), a column vector of predicted labels
 (its argmax is always 0: a silently wrong error rate) and unnormalised class scores
-passed as ``proba`` (a silently wrong MNLL). Each test failed before its fix; the
-references are scikit-learn or the formula."""
+passed as ``proba`` (a silently wrong MNLL), NaN or string labels against argmax
+indices (silently counted as errors). Each test of a fix failed before it; the
+multi-output NMSE test pins the behaviour its docstring now describes (it described a
+pooled ratio). The references are scikit-learn or the formula."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.metrics import log_loss, zero_one_loss
+from sklearn.metrics import log_loss, mean_squared_error, zero_one_loss
 
 from kernelkit.metrics import (
     error_rate,
@@ -111,3 +113,14 @@ def test_error_rate_of_scores_needs_labels_for_non_index_classes():
     assert error_rate(y, scores, labels=["a", "b", "c"]) == 0.0
     with pytest.raises(ValueError, match=r"Class indices must lie in 0\.\.2"):
         error_rate(np.array([0, 1, 3]), np.eye(3))  # a class the scores do not have
+
+
+def test_normalized_mse_of_multi_output_targets_averages_per_output_ratios():
+    # outputs on different scales: the mean of the per-output NMSEs, not pooled sums
+    rng = np.random.default_rng(4)
+    Y = rng.standard_normal((30, 2)) * [1.0, 10.0]
+    P = Y + rng.standard_normal((30, 2))
+    per_output = [mean_squared_error(Y[:, t], P[:, t]) / np.var(Y[:, t]) for t in range(2)]
+    assert normalized_mse(Y, P) == pytest.approx(np.mean(per_output), rel=1e-12)
+    pooled = np.mean((Y - P) ** 2) / np.mean(np.var(Y, axis=0))
+    assert abs(normalized_mse(Y, P) - pooled) > 0.1  # the two readings differ here

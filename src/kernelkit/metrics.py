@@ -319,8 +319,8 @@ def normalized_mse(y_true, y_pred) -> float:
     """Normalised mean squared error, ``mean (y - y_pred)^2 / var(y)``.
 
     The variance is that of the test targets ``y_true`` (population variance, ddof=0;
-    Sec. 6.1.3). For multi-output targets, both means run over all entries and the variance
-    is per output, averaged.
+    Sec. 6.1.3). For multi-output targets, the NMSE of each output (its MSE over its own
+    variance), averaged over the outputs.
 
     Parameters
     ----------
