@@ -1,6 +1,6 @@
 """The exact kernels as an independent tester meets them: a Gram matrix ``K(X, X)`` must
-be exactly symmetric (``K == K.T``, what ``scipy.linalg.eigh(check_finite)``-style
-checks and Cholesky-based code assume), yet the scaled softmax kernel (the norm terms
+be exactly symmetric (``K == K.T``: eigh and Cholesky read one triangle, and a tester's
+``np.array_equal(K, K.T)`` fails on an ulp), yet the scaled softmax kernel (the norm terms
 added in two steps) and, for larger ``n``, the Gaussian and softmax kernels (a general
 matrix product of two differently scaled copies) were not. Each value is also checked
 against the formula; gradients through a Gram matrix and with respect to a copy of ``X``
