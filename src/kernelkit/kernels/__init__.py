@@ -395,7 +395,7 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     xp, X, Y = _check_pair(X, Y)
     gram = _is_gram(xp, X, Y, same)
     if gram:
-        Y = X  # one object: the products below are symmetric (and faster)
+        Y = X  # one object: one scaled copy and one vector of norms below
     logk = _log_scaled(xp, X, Y, alpha)
     return _mirror(xp, logk) if gram else logk
 
@@ -433,7 +433,7 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     xp, X, Y = _check_pair(X, Y)
     gram = _is_gram(xp, X, Y, same)
     if gram:
-        Y = X  # one object: the products below are symmetric (and faster)
+        Y = X  # one object: one scaled copy and one vector of norms below
     logk = _log_scaled(xp, X, Y, alpha)
     return _exp_checked(
         xp,
@@ -474,7 +474,7 @@ def softmax_kernel(X, Y, lengthscale: float = 1.0):
     xp, X, Y = _check_pair(X, Y)
     gram = _is_gram(xp, X, Y, same)
     if gram:
-        Y = X  # one object: the products below are symmetric (and faster)
+        Y = X  # one object: one scaled copy and one vector of norms below
     logk = _log_kernel(xp, X, Y, 0.0, lengthscale)
     return _exp_checked(
         xp,
@@ -520,7 +520,7 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
     xp, X, Y = _check_pair(X, Y)
     gram = _is_gram(xp, X, Y, same)
     if gram:
-        Y = X  # one object: the products below are symmetric (and faster)
+        Y = X  # one object: one scaled copy and one vector of norms below
     logk = _gaussian_log_kernel(xp, X, Y, lengthscale)
     return xp.exp(_mirror(xp, logk) if gram else logk)
 
@@ -564,7 +564,7 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
     xp, X, Y = _check_pair(X, Y)
     gram = _is_gram(xp, X, Y, same)
     if gram:
-        Y = X  # one object: the products below are symmetric (and faster)
+        Y = X  # one object: one scaled copy and one vector of norms below
     with np.errstate(over="ignore", invalid="ignore"):
         K = (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** degree
     if gram:
