@@ -101,10 +101,12 @@ def relative_frobenius_error(K, K_hat) -> float:
         raise ValueError("K is all zeros: the relative error is undefined.")
     # a common power-of-two scale (exact) keeps the sums of squares from overflowing or
     # underflowing: the ratio is scale-free
-    s = np.ldexp(1.0, -np.frexp(np.max(np.abs(K)))[1])
+    # (np.ldexp on the arrays: the factor 2**-e itself overflows for a subnormal K)
+    e = int(np.frexp(np.max(np.abs(K)))[1])
     with np.errstate(over="ignore"):
-        diff = K * s - K_hat * s  # (n, m); inf only where the error is beyond the range
-    return float(np.linalg.norm(diff) / np.linalg.norm(K * s))
+        Ks, K_hats = np.ldexp(K, -e), np.ldexp(K_hat.astype(np.float64, copy=False), -e)
+        diff = Ks - K_hats  # (n, m); inf only where the error is beyond the range
+    return float(np.linalg.norm(diff) / np.linalg.norm(Ks))
 
 
 # ---------------------------------------------------------------------- KL
@@ -208,7 +210,8 @@ def mean_negative_log_likelihood(
     y_var : array, shape (n,) or same shape as ``y_true``
         Latent predictive variance (``> 0`` after adding ``noise_var``).
     proba : array, shape (n, C)
-        Class probabilities (rows summing to 1); give it *instead of* ``y_mean``/``y_var``.
+        Class probabilities (rows summing to 1 to within the square root of the dtype's
+        machine epsilon, else ``ValueError``); give it *instead of* ``y_mean``/``y_var``.
     noise_var : float, default=0.0
         Observation noise variance added to ``y_var``.
     labels : array, shape (C,), optional
@@ -224,7 +227,8 @@ def mean_negative_log_likelihood(
             raise ValueError(
                 "Give either proba (classification) or y_mean and y_var (regression), not both."
             )
-        P = np.asarray(_as_array(proba, "proba"), dtype=np.float64)
+        P_in = _as_array(proba, "proba")
+        P = np.asarray(P_in, dtype=np.float64)
         if P.ndim != 2:
             raise ValueError(f"proba must have shape (n, C), got {P.shape}.")
         if y.ndim != 1 or y.shape[0] != P.shape[0]:
@@ -237,6 +241,18 @@ def mean_negative_log_likelihood(
         _check_finite(P, "proba")
         if np.any(P < 0) or np.any(P > 1 + 1e-9):
             raise ValueError("proba must lie in [0, 1].")
+        # rows must be distributions (to the rounding of the input's dtype, as scikit-learn's
+        # log_loss checks): unnormalised scores would give a silently wrong MNLL
+        in_dtype = P_in.dtype if P_in.dtype.kind == "f" else np.dtype(np.float64)
+        tol = math.sqrt(float(np.finfo(in_dtype).eps))
+        row_sums = np.sum(P, axis=1)  # (n,)
+        bad = np.abs(row_sums - 1.0) > tol
+        if np.any(bad):
+            i = int(np.argmax(bad))
+            raise ValueError(
+                f"proba rows must sum to 1 (class probabilities); row {i} sums to "
+                f"{row_sums[i]:.6g}. Normalise the scores first (e.g. a softmax)."
+            )
         idx = _label_index(y, labels, P.shape[1])
         p = P[np.arange(P.shape[0]), idx]
         return float(-np.mean(np.log(np.maximum(p, np.finfo(np.float64).tiny))))
@@ -250,7 +266,8 @@ def mean_negative_log_likelihood(
     if y.ndim == 0 or y.shape[0] == 0:
         raise ValueError(f"y_true must have shape (n,) or (n, T) with n >= 1, got {y.shape}.")
     if var.shape != y.shape and not (var.ndim == 1 and var.shape[0] == y.shape[0]):
-        raise ValueError(f"Shape mismatch: y_var {var.shape} must be {y.shape} or ({y.shape[0]},).")
+        allowed = f"{y.shape}" if y.ndim == 1 else f"{y.shape} or ({y.shape[0]},)"
+        raise ValueError(f"Shape mismatch: y_var {var.shape} must be {allowed}.")
     if var.shape != y.shape:
         var = var.reshape((-1,) + (1,) * (y.ndim - 1))
     y = np.asarray(y, dtype=np.float64)
@@ -302,8 +319,8 @@ def normalized_mse(y_true, y_pred) -> float:
     """Normalised mean squared error, ``mean (y - y_pred)^2 / var(y)``.
 
     The variance is that of the test targets ``y_true`` (population variance, ddof=0;
-    Sec. 6.1.3). For multi-output targets, both means run over all entries and the variance
-    is per output, averaged.
+    Sec. 6.1.3). For multi-output targets, the NMSE of each output (its MSE over its own
+    variance), averaged over the outputs.
 
     Parameters
     ----------
@@ -327,9 +344,10 @@ def normalized_mse(y_true, y_pred) -> float:
     _check_finite(y, "y_true")
     _check_finite(p, "y_pred")
     # a common power-of-two scale (exact; the ratio is scale-free) keeps the squares in range
-    s = np.ldexp(1.0, -np.frexp(np.max(np.abs(y)))[1])
+    # (np.ldexp on the arrays: the factor 2**-e itself overflows for subnormal targets)
+    e = int(np.frexp(np.max(np.abs(y)))[1])
     with np.errstate(over="ignore"):  # inf only where the exact error is beyond the range
-        y, p = y * s, p * s
+        y, p = np.ldexp(y, -e), np.ldexp(p, -e)
     var = np.var(y, axis=0)
     if np.any(var == 0):
         raise ValueError("y_true is constant: the normalised MSE is undefined.")
@@ -346,7 +364,7 @@ def error_rate(y_true, y_pred, labels=None) -> float:
     y_pred : array, shape (n,) or (n, C)
         Predicted labels, or class scores / probabilities, in which case the prediction is
         the argmax (the paper does not state a decision rule; library choice), mapped through
-        ``labels`` (default: column index).
+        ``labels`` (default: column index; ``y_true`` must then hold indices ``0 .. C-1``).
     labels : array, shape (C,), optional
 
     Returns
@@ -356,7 +374,8 @@ def error_rate(y_true, y_pred, labels=None) -> float:
     Raises
     ------
     ValueError
-        Shape mismatch, empty input, or class scores that are not finite.
+        Shape mismatch, empty input, labels or class scores that are not finite, or a 2-D
+        ``y_pred`` with one column (labels or scores? pass labels as shape (n,)).
     """
     y = np.asarray(y_true)
     p = np.asarray(y_pred)
@@ -369,16 +388,27 @@ def error_rate(y_true, y_pred, labels=None) -> float:
             raise ValueError(
                 "y_pred (class scores) must be finite numbers: argmax of NaN is undefined."
             )
+        if p.shape[1] < 2:
+            raise ValueError(
+                f"y_pred of shape {p.shape} is ambiguous: pass predicted labels of shape "
+                f"(n,) (e.g. y_pred.ravel()) or class scores of shape (n, C) with C >= 2."
+            )
         idx = np.argmax(p, axis=1)
         if labels is not None:
             labels = np.asarray(labels)
             if labels.shape != (p.shape[1],):
                 raise ValueError(f"labels must have shape ({p.shape[1]},), got {labels.shape}.")
             p = labels[idx]
-        else:
+        else:  # column indices: y_true must be indices too (strings never match them)
+            if y.dtype.kind in "fc" and not np.all(np.isfinite(y)):
+                raise ValueError("y_true contains NaN or infinity: not a class label.")
+            _label_index(y, None, p.shape[1])
             p = idx
     elif p.shape != y.shape:
         raise ValueError(f"Shape mismatch: y_true {y.shape}, y_pred {p.shape}.")
     if y.shape[0] == 0:
         raise ValueError("y_true is empty.")
+    for name, a in (("y_true", y), ("y_pred", p)):  # NaN != NaN: a silent miscount
+        if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} contains NaN or infinity: not a class label.")
     return float(np.mean(p != y))

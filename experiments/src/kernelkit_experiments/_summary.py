@@ -123,10 +123,12 @@ def read_run_info(exp_dir) -> dict | None:
     quick = data.get("quick")
     secs = data.get("elapsed_s")
     finite = isinstance(secs, int | float) and math.isfinite(secs)  # json reads NaN too
+    name = data.get("experiment")
     return {
         "mode": "quick" if quick is True else "full" if quick is False else "?",
         "seconds": float(secs) if finite else None,
         "platform": data.get("platform"),
+        "experiment": name if isinstance(name, str) else None,
     }
 
 
@@ -134,7 +136,8 @@ def collect_rows(results_dir, names) -> list[tuple[str, str, float, str]]:
     """``(name, status, seconds, message)`` for each experiment in ``names`` from the
     folders already in ``results_dir`` (status ``"ok"`` when ``NAME/report.md`` and
     ``NAME/results.json`` exist; seconds from ``results.json``; ``"unreadable"`` when
-    ``results.json`` is there but not a JSON object), for :func:`write_summary`.
+    ``results.json`` is there but not a JSON object; ``"mismatch"`` when it records a run
+    of another experiment), for :func:`write_summary`.
     """
     base = Path(results_dir)
     rows = []
@@ -148,6 +151,18 @@ def collect_rows(results_dir, names) -> list[tuple[str, str, float, str]]:
         if info is None or not (base / name / "report.md").is_file():
             rows.append(
                 (name, "not run", 0.0, f"no {name}/report.md and results.json in this directory")
+            )
+            continue
+        other = info.get("experiment")
+        if other is not None and other != name:  # e.g. `reproduce A --out DIR/B`
+            rows.append(
+                (
+                    name,
+                    "mismatch",
+                    0.0,
+                    f"{name}/results.json holds a run of {other!r}, not {name!r} (written "
+                    f"with `--out` pointing at the wrong folder?)",
+                )
             )
             continue
         rows.append((name, "ok", info["seconds"] or 0.0, str(base / name / "report.md")))

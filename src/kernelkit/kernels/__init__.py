@@ -18,7 +18,8 @@ on inputs rescaled by a power of two (exactly), so the Gaussian kernel stays in 
 and exact attention stays finite; the unbounded kernels (softmax, scaled softmax,
 polynomial) raise ``ValueError`` when their values overflow the floating type. The
 Gaussian kernel keeps the accuracy of the direct ``|x - y|^2`` on data far from the
-origin and for tiny lengthscales (its diagonal on ``X, X`` is exactly 1).
+origin and for tiny lengthscales (its diagonal on ``X, X`` is exactly 1). Every kernel's
+Gram matrix ``K(X, X)`` (``Y`` the same points as ``X``) is exactly symmetric.
 """
 
 from __future__ import annotations
@@ -132,6 +133,46 @@ def _check_pair(X, Y):
     return xp, X, Y
 
 
+def _is_gram(xp, X, Y, same: bool) -> bool:
+    """Whether ``K(X, Y)`` is a Gram matrix ``K(X, X)``: ``same`` (the caller passed one
+    object twice), or equal values in equal shapes. Tensors that require gradients count
+    only when they are the same object: for ``Y`` a copy of ``X``, the gradient with
+    respect to ``Y`` alone is not that of a mirrored matrix."""
+    if same:
+        return True
+    if tuple(X.shape) != tuple(Y.shape):
+        return False
+    if is_torch_array(X) and (X.requires_grad or Y.requires_grad):
+        return False
+    return bool(xp.all(X == Y))
+
+
+def _mirror(xp, K):
+    """``K`` (..., n, n) with its upper triangle copied to the lower one: exactly
+    symmetric (the Gram matrix of a kernel is; rounding in the matrix product and in the
+    norm terms need not be), each entry one of the two computed values.
+
+    A NumPy array is mirrored in place, by cache-sized tiles (a strided transpose of the
+    whole matrix costs half the Gaussian kernel); other arrays (torch, where autograd may
+    hold ``K``) out of place.
+    """
+    n = K.shape[-1]
+    if isinstance(K, np.ndarray) and K.flags.writeable:
+        b = 128
+        for i0 in range(0, n, b):  # tiles, not samples: (n / 128)^2 / 2 steps
+            i1 = min(i0 + b, n)
+            for j0 in range(0, i0, b):  # below the diagonal: the transposed tile above
+                K[..., i0:i1, j0 : j0 + b] = np.swapaxes(K[..., j0 : j0 + b, i0:i1], -1, -2)
+            D = K[..., i0:i1, i0:i1]  # (..., b, b): its own upper triangle
+            D[...] = np.where(np.tri(i1 - i0, k=-1, dtype=bool), np.swapaxes(D, -1, -2), D)
+        return K
+    i = xp.arange(n)
+    upper = i[:, None] <= i[None, :]  # (n, n)
+    if hasattr(K, "device"):
+        upper = xp.asarray(upper, device=K.device)
+    return xp.where(upper, K, xp.matrix_transpose(K))
+
+
 def _check_real(value, name: str) -> float:
     """A finite real number (bools rejected), as ``float``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -185,7 +226,8 @@ def _scaled_product(xp, X, Y, alpha, a):
     """
     e = _exponent(xp, X, Y)
     t = math.ldexp(1.0, -e)
-    Xs, Ys = X * t, Y * t
+    Xs = X * t
+    Ys = Xs if Y is X else Y * t
     inner = Xs @ xp.matrix_transpose(Ys)
     if alpha != 0.0:
         inner = inner + alpha * (_sq_norms(xp, Xs)[..., :, None] + _sq_norms(xp, Ys)[..., None, :])
@@ -204,8 +246,10 @@ def _log_kernel(xp, X, Y, alpha, lengthscale=1.0):
     partial sum can overflow: ``|x^T y| <= |x| |y|``); otherwise :func:`_scaled_product`.
     """
     with np.errstate(over="ignore", invalid="ignore"):
-        Xl, Yl = (X, Y) if lengthscale == 1.0 else (X / lengthscale, Y / lengthscale)
-        nx, ny = _sq_norms(xp, Xl), _sq_norms(xp, Yl)
+        Xl = X if lengthscale == 1.0 else X / lengthscale
+        Yl = Xl if Y is X else Y if lengthscale == 1.0 else Y / lengthscale
+        nx = _sq_norms(xp, Xl)
+        ny = nx if Yl is Xl else _sq_norms(xp, Yl)
     if not (_finite(xp, nx) and _finite(xp, ny)):
         return _scaled_product(xp, X, Y, alpha, 1.0 / lengthscale)
     out = Xl @ xp.matrix_transpose(Yl)  # (..., n, m)
@@ -227,7 +271,7 @@ def _gaussian_log_kernel(xp, X, Y, lengthscale):
     """
     with np.errstate(over="ignore", invalid="ignore"):
         c = xp.mean(X * 0.5, axis=-2, keepdims=True) * 2.0  # (..., 1, d)
-        Xc, Yc = X - c, Y - c
+        Xc, Yc = X - c, Y - c  # two objects: a general product (faster than syrk here)
     if not (_finite(xp, Xc) and _finite(xp, Yc)):
         Xc, Yc = X, Y
     fmax = float(xp.finfo(X.dtype).max)
@@ -347,8 +391,13 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
         hyperparameter is out of range (see above).
     """
     alpha = _check_real(alpha, "alpha")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
-    return _log_scaled(xp, X, Y, alpha)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: one scaled copy and one vector of norms below
+    logk = _log_scaled(xp, X, Y, alpha)
+    return _mirror(xp, logk) if gram else logk
 
 
 def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
@@ -380,10 +429,15 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
         hyperparameter is out of range (see above).
     """
     alpha = _check_real(alpha, "alpha")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: one scaled copy and one vector of norms below
+    logk = _log_scaled(xp, X, Y, alpha)
     return _exp_checked(
         xp,
-        _log_scaled(xp, X, Y, alpha),
+        _mirror(xp, logk) if gram else logk,
         "scaled_softmax_kernel",
         "scale X and Y down or use log_scaled_softmax_kernel.",
     )
@@ -416,10 +470,15 @@ def softmax_kernel(X, Y, lengthscale: float = 1.0):
         hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: one scaled copy and one vector of norms below
+    logk = _log_kernel(xp, X, Y, 0.0, lengthscale)
     return _exp_checked(
         xp,
-        _log_kernel(xp, X, Y, 0.0, lengthscale),
+        _mirror(xp, logk) if gram else logk,
         "softmax_kernel",
         "increase lengthscale, scale X and Y down or use log_scaled_softmax_kernel.",
     )
@@ -457,8 +516,13 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
         hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
-    return xp.exp(_gaussian_log_kernel(xp, X, Y, lengthscale))
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: one scaled copy and one vector of norms below
+    logk = _gaussian_log_kernel(xp, X, Y, lengthscale)
+    return xp.exp(_mirror(xp, logk) if gram else logk)
 
 
 def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 1.0):
@@ -496,9 +560,15 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
     degree = validate_positive_int(degree, "degree", minimum=1)
     coef0 = _check_real(coef0, "coef0")
     gamma = validate_positive_float(gamma, "gamma")
+    same = X is Y
     xp, X, Y = _check_pair(X, Y)
+    gram = _is_gram(xp, X, Y, same)
+    if gram:
+        Y = X  # one object: one scaled copy and one vector of norms below
     with np.errstate(over="ignore", invalid="ignore"):
         K = (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** degree
+    if gram:
+        K = _mirror(xp, K)
     if not _finite(xp, K):
         raise ValueError(
             f"polynomial_kernel overflows {K.dtype} for these X, Y, degree={degree}, "
