@@ -335,3 +335,22 @@ def test_gp_classifier_chunked_input_errors_name_the_block():
         clone(est).fit(generator, labels)
     with pytest.raises(ValueError, match="solver='dual' needs all rows in memory"):
         clone(est).set_params(solver="dual").fit(da.from_array(X, chunks=(100, 4)), labels)
+
+
+def test_gp_classifier_predict_log_proba():
+    """RandomFeatureGPClassifier had no predict_log_proba (scikit-learn's classifiers and
+    NadarayaWatsonClassifier have one): it is the log of predict_proba, lazy on Dask, and
+    a class with probability 0 gives -inf, not a warning."""
+    X, labels = _labelled()
+    est = RandomFeatureGPClassifier(FM, n_samples=64, random_state=0).fit(X, labels)
+    P = est.predict_proba(X[:30])
+    logP = est.predict_log_proba(X[:30])
+    np.testing.assert_allclose(np.exp(logP), P, rtol=1e-12)
+    lazy = est.predict_log_proba(da.from_array(X[:30], chunks=(10, 4)))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_allclose(lazy.compute(), logP, rtol=1e-12)
+    est.predict_proba = lambda X: np.array([[0.0, 1.0, 0.0]])  # a zero probability
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # log(0) must not warn
+        out = est.predict_log_proba(X[:1])
+    assert np.array_equal(out, np.array([[-np.inf, 0.0, -np.inf]]))

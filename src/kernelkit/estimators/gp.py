@@ -462,6 +462,14 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         mean, var = self.predict_latent(X)
         return mc_softmax(mean, var, self.mc_noise_)
 
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`, shape (n, n_classes) (``-inf`` for a zero
+        probability; lazy for a Dask ``X``)."""
+        P = self.predict_proba(X)
+        if is_dask_array(P):
+            return P.map_blocks(_log_proba, dtype=P.dtype)
+        return _log_proba(P)
+
     def predict(self, X):
         """Class labels: argmax of :meth:`predict_proba` (lazy for a Dask ``X``)."""
         check_is_fitted(self)
@@ -556,3 +564,8 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):
         Z /= Z.sum(axis=2, keepdims=True)
         out[lo : lo + rows] = Z.mean(axis=1)
     return out
+
+
+def _log_proba(P):
+    with np.errstate(divide="ignore"):  # a zero probability: -inf
+        return np.log(P)
