@@ -94,3 +94,15 @@ def test_resize_to_8x8_is_the_area_average():
     np.testing.assert_allclose(D.resize_to_8x8(img).reshape(3, 8, 8), ref, rtol=1e-13)
     R = D.area_resize_matrix(np.int64(28), 8)
     np.testing.assert_allclose(R.sum(axis=1), 1.0, rtol=1e-14)
+
+
+def test_fashion_mnist_dir_without_the_files_warns(tmp_path, monkeypatch):
+    """KERNELKIT_FASHION_MNIST_DIR pointing at a folder without the IDX files was ignored
+    silently (the system copy, if any, was loaded instead); it now warns, naming the
+    variable and the missing files, and the fall-back is unchanged."""
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"")  # one file, not all
+    monkeypatch.setenv("KERNELKIT_FASHION_MNIST_DIR", str(tmp_path))
+    with pytest.warns(UserWarning, match="KERNELKIT_FASHION_MNIST_DIR=.*missing: "):
+        available = D.fashion_mnist_available()
+    monkeypatch.delenv("KERNELKIT_FASHION_MNIST_DIR")
+    assert available == D.fashion_mnist_available()

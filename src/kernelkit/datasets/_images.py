@@ -10,6 +10,7 @@ import os
 import shutil
 import struct
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,16 @@ def _fashion_dir() -> Path | None:
     candidates = []
     env = os.environ.get("KERNELKIT_FASHION_MNIST_DIR")
     if env:
+        files = [f for pair in _FASHION_FILES.values() for f in pair]
+        missing = [f for f in files if not (Path(env) / f).is_file()]
+        if missing:  # set on purpose: say so before falling back on the system copy
+            warnings.warn(
+                f"KERNELKIT_FASHION_MNIST_DIR={env!r} does not hold the Fashion-MNIST "
+                f"files (missing: {', '.join(missing)}); it is ignored and the system "
+                "copy (if any) is used. Point it at a directory with all of them.",
+                UserWarning,
+                stacklevel=3,
+            )
         candidates.append(Path(env))
     candidates.append(Path(FASHION_MNIST_DIR))
     for c in candidates:
