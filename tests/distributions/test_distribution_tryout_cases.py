@@ -13,6 +13,7 @@ from kernelkit.distributions import (
     ConditionalMeanEmbedding,
     JointDistribution,
     KernelLogisticRegression,
+    PolynomialJointDistribution,
     clipped_log_loss,
     holdout_select,
     second_moment_loss,
@@ -173,3 +174,29 @@ def test_klr_that_stops_at_max_iter_warns():
         warnings.simplefilter("error", ConvergenceWarning)
         clf = KernelLogisticRegression(reg=1e-1, max_iter=500).fit(X, y)
     assert clf.n_iter_ < 500
+
+
+def test_sos_fit_at_reduced_accuracy_warns(monkeypatch):
+    """A sum-of-squares fit whose solver stops at 'optimal_inaccurate' was accepted
+    silently; 1 + h >= 0 may then hold only approximately, so it warns (naming the
+    status and the remedies) and still returns the fit."""
+    cp = pytest.importorskip("cvxpy")
+    solve = cp.Problem.solve
+
+    def inaccurate(self, *args, **kwargs):
+        out = solve(self, *args, **kwargs)
+        self._status = "optimal_inaccurate"
+        return out
+
+    rng = np.random.default_rng(6)
+    X = rng.uniform(-1, 1, (80, 1))
+    Y = X**2 + 0.1 * rng.standard_normal((80, 1))
+    model = PolynomialJointDistribution(degree=2, reg=1e-3, constraint="positive")
+    monkeypatch.setattr(cp.Problem, "solve", inaccurate)
+    with pytest.warns(ConvergenceWarning, match="optimal_inaccurate"):
+        model.fit(X, Y)
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        exact = PolynomialJointDistribution(degree=2, reg=1e-3, constraint="positive").fit(X, Y)
+    np.testing.assert_allclose(model.sos_gram_, exact.sos_gram_)

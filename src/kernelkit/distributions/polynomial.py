@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -294,6 +296,14 @@ class PolynomialJointDistribution(TensorJointModel):
         prob.solve(solver=solver)
         if prob.status not in ("optimal", "optimal_inaccurate") or H.value is None:
             raise RuntimeError(f"the SOS program did not solve: status {prob.status!r}.")
+        if prob.status == "optimal_inaccurate":
+            warnings.warn(
+                f"{type(self).__name__}: the SOS program ({solver}) stopped at reduced "
+                "accuracy (status 'optimal_inaccurate'); the constraint 1 + h >= 0 may hold "
+                "only approximately. Try another solver (solver=...) or a larger reg.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
         self.sos_exponents_ = ez
         return (
             np.asarray(H.value),
