@@ -98,8 +98,13 @@ def test_sigint_to_the_process_exits_130_without_traceback(tmp_path):
     script.write_text(
         textwrap.dedent(
             f"""
-            import sys, time, types
+            import signal, sys, time, types
             from kernelkit import experiments as E
+
+            # Ctrl-C as a terminal delivers it: a parent that runs the suite in the
+            # background (or CI) may pass SIGINT on ignored, and Python then installs
+            # no KeyboardInterrupt handler of its own
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             from kernelkit.cli import main
 
             mod = types.ModuleType("slow_exp")
