@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from _peak_rss import start_peak_rss
 from kernelkit.attention import attention_moments, init_decoding_state, linear_attention_step
 
 H, D, M = 8, 64, 256
@@ -99,30 +99,14 @@ def _decode(method, n, inputs=None, moments=None):
         return times, state.nbytes()
 
 
-def _vm_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(field)
-
-
 def _rss_child(method, n):
     # fresh process: peak RSS of allocating the state / cache and decoding, above the RSS
-    # before (KiB); inputs and calibration moments are made before. Linux: the high-water
-    # mark VmHWM reset through clear_refs; elsewhere getrusage's ru_maxrss (a peak since
-    # the start, so possibly 0)
+    # before (KiB); inputs and calibration moments are made before
     torch.set_num_threads(2)
     _decode(method, 16)  # warm-up (lazy initialisation of kernels)
     inputs = _inputs(n, hkv=HKV if method.endswith("_gqa") else H)
     moments = _moments(method)
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak RSS to the current RSS
-        before, peak = _vm_kib("VmRSS"), lambda: _vm_kib("VmHWM")
-    except OSError:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # noqa: E731
+    before, peak = start_peak_rss()
     _decode(method, n, inputs, moments)
     print(json.dumps({"rss_kib": max(0, peak() - before)}))
 

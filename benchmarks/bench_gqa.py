@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from _peak_rss import start_peak_rss
 from kernelkit.attention import attention_moments, linear_attention
 from kernelkit.features.favor import Moments
 
@@ -76,25 +77,14 @@ def _run(method, name, inputs, mom, backward):
         return _call(method, name, q, k, v, mom, False)
 
 
-def _vm_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(field)
-
-
 def _rss_child(method, name, L, backward):
-    # fresh process: peak RSS of one call above the RSS before (KiB), inputs made before;
-    # the high-water mark VmHWM reset through clear_refs (Linux)
+    # fresh process: peak RSS of one call above the RSS before (KiB), inputs made before
     torch.set_num_threads(2)
     inputs, mom = _inputs(L), _moments(name)
     _run(method, name, _inputs(64), mom, backward)  # warm-up (lazy initialisation)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _vm_kib("VmRSS")
+    before, peak = start_peak_rss()
     _run(method, name, inputs, mom, backward)
-    print(json.dumps({"rss_kib": max(0, _vm_kib("VmHWM") - before)}))
+    print(json.dumps({"rss_kib": max(0, peak() - before)}))
 
 
 def _peak_rss(method, name, L, backward):
