@@ -58,6 +58,22 @@ def _steps(q, k, v, state, blocks, pad=None):
     return torch.cat(outs, dim=-2), state
 
 
+def _gqa_state(name, dtype, moments=None, enable_gqa=True):
+    """Empty grouped decoding state (B, HQ) with HKV key heads, seed 0."""
+    return init_decoding_state(
+        (B, HQ),
+        D,
+        name,
+        M,
+        e=E,
+        random_state=0,
+        moments=moments,
+        dtype=dtype,
+        enable_gqa=enable_gqa,
+        num_kv_heads=HKV,
+    )
+
+
 # ------------------------------------------------------------- padding per key head
 @pytest.mark.parametrize(
     ("name", "causal"), [("positive", False), ("elu", False), ("positive", True)]
@@ -88,17 +104,7 @@ def test_padding_mask_per_key_head(name, causal, monkeypatch):
     out = out.detach()
     assert torch.equal(out[0, G : 2 * G], torch.zeros_like(out[0, G : 2 * G]))
     if causal:
-        st = init_decoding_state(
-            (B, HQ),
-            D,
-            name,
-            M,
-            e=E,
-            random_state=0,
-            dtype=q.dtype,
-            enable_gqa=True,
-            num_kv_heads=HKV,
-        )
+        st = _gqa_state(name, q.dtype)
         steps, _ = _steps(q, k, v, st, [4, 1, 4], pad=pad)
         assert _rel(steps.detach(), out) < 1e-10  # as test_gqa: sums in another order
 
@@ -134,18 +140,7 @@ def test_moments_per_head_on_the_key_side_only(causal):
     out = linear_attention(q, k, v, "sderf", M, enable_gqa=True, **kw)
     assert _rel(out, ref) < TOL
     if causal:
-        st = init_decoding_state(
-            (B, HQ),
-            D,
-            "sderf",
-            M,
-            e=E,
-            random_state=0,
-            moments=mom,
-            dtype=q.dtype,
-            enable_gqa=True,
-            num_kv_heads=HKV,
-        )
+        st = _gqa_state("sderf", q.dtype, moments=mom)
         assert st.kvz.shape == (B, HQ, M, E + 1) and st.group == 1
         steps, _ = _steps(q, k, v, st, [4, 1, 4])
         assert _rel(steps, ref) < 1e-10
@@ -347,17 +342,7 @@ def test_numpy_bool_enable_gqa_as_in_linear_attention():
     functions (they raised a TypeError), with the same outputs."""
     np = pytest.importorskip("numpy")
     q, k, v = _qkv(S=L)
-    st = init_decoding_state(
-        (B, HQ),
-        D,
-        "positive",
-        M,
-        e=E,
-        random_state=0,
-        dtype=q.dtype,
-        enable_gqa=np.True_,
-        num_kv_heads=HKV,
-    )
+    st = _gqa_state("positive", q.dtype, enable_gqa=np.True_)
     out, _ = linear_attention_step(q, k, v, st, enable_gqa=np.True_)
     ref = linear_attention(
         q, k, v, "positive", M, random_state=0, is_causal=True, enable_gqa=np.True_
@@ -393,18 +378,7 @@ def test_attention_moments_of_grouped_keys():
     ref = linear_attention(
         q, k, v, "sderf", M, random_state=0, is_causal=True, moments=mom, enable_gqa=True
     )
-    st = init_decoding_state(
-        (B, HQ),
-        D,
-        "sderf",
-        M,
-        e=E,
-        random_state=0,
-        moments=mom,
-        dtype=q.dtype,
-        enable_gqa=True,
-        num_kv_heads=HKV,
-    )
+    st = _gqa_state("sderf", q.dtype, moments=mom)
     steps, _ = _steps(q, k, v, st, [5, 1, 3])
     assert _rel(steps, ref) < 1e-10
 
