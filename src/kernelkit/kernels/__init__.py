@@ -147,6 +147,20 @@ def _is_gram(xp, X, Y, same: bool) -> bool:
     return bool(xp.all(X == Y))
 
 
+def _pair_values(X, Y, values):
+    """``(xp, values(xp, X, Y))`` on the checked inputs (:func:`_check_pair`), (..., n, m).
+
+    For a Gram matrix ``K(X, X)`` (:func:`_is_gram`) ``values`` gets ``X`` twice (one
+    scaled copy and one vector of norms) and its result is mirrored (:func:`_mirror`),
+    so that every kernel's Gram matrix is exactly symmetric.
+    """
+    same = X is Y
+    xp, X, Y = _check_pair(X, Y)
+    if _is_gram(xp, X, Y, same):
+        return xp, _mirror(xp, values(xp, X, X))
+    return xp, values(xp, X, Y)
+
+
 def _mirror(xp, K):
     """``K`` (..., n, n) with its upper triangle copied to the lower one: exactly
     symmetric (the Gram matrix of a kernel is; rounding in the matrix product and in the
@@ -391,13 +405,7 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
         hyperparameter is out of range (see above).
     """
     alpha = _check_real(alpha, "alpha")
-    same = X is Y
-    xp, X, Y = _check_pair(X, Y)
-    gram = _is_gram(xp, X, Y, same)
-    if gram:
-        Y = X  # one object: one scaled copy and one vector of norms below
-    logk = _log_scaled(xp, X, Y, alpha)
-    return _mirror(xp, logk) if gram else logk
+    return _pair_values(X, Y, lambda xp, X, Y: _log_scaled(xp, X, Y, alpha))[1]
 
 
 def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
@@ -429,15 +437,10 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
         hyperparameter is out of range (see above).
     """
     alpha = _check_real(alpha, "alpha")
-    same = X is Y
-    xp, X, Y = _check_pair(X, Y)
-    gram = _is_gram(xp, X, Y, same)
-    if gram:
-        Y = X  # one object: one scaled copy and one vector of norms below
-    logk = _log_scaled(xp, X, Y, alpha)
+    xp, logk = _pair_values(X, Y, lambda xp, X, Y: _log_scaled(xp, X, Y, alpha))
     return _exp_checked(
         xp,
-        _mirror(xp, logk) if gram else logk,
+        logk,
         "scaled_softmax_kernel",
         "scale X and Y down or use log_scaled_softmax_kernel.",
     )
@@ -470,15 +473,10 @@ def softmax_kernel(X, Y, lengthscale: float = 1.0):
         hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
-    same = X is Y
-    xp, X, Y = _check_pair(X, Y)
-    gram = _is_gram(xp, X, Y, same)
-    if gram:
-        Y = X  # one object: one scaled copy and one vector of norms below
-    logk = _log_kernel(xp, X, Y, 0.0, lengthscale)
+    xp, logk = _pair_values(X, Y, lambda xp, X, Y: _log_kernel(xp, X, Y, 0.0, lengthscale))
     return _exp_checked(
         xp,
-        _mirror(xp, logk) if gram else logk,
+        logk,
         "softmax_kernel",
         "increase lengthscale, scale X and Y down or use log_scaled_softmax_kernel.",
     )
@@ -516,13 +514,8 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
         hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
-    same = X is Y
-    xp, X, Y = _check_pair(X, Y)
-    gram = _is_gram(xp, X, Y, same)
-    if gram:
-        Y = X  # one object: one scaled copy and one vector of norms below
-    logk = _gaussian_log_kernel(xp, X, Y, lengthscale)
-    return xp.exp(_mirror(xp, logk) if gram else logk)
+    xp, logk = _pair_values(X, Y, lambda xp, X, Y: _gaussian_log_kernel(xp, X, Y, lengthscale))
+    return xp.exp(logk)
 
 
 def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 1.0):
@@ -560,15 +553,12 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
     degree = validate_positive_int(degree, "degree", minimum=1)
     coef0 = _check_real(coef0, "coef0")
     gamma = validate_positive_float(gamma, "gamma")
-    same = X is Y
-    xp, X, Y = _check_pair(X, Y)
-    gram = _is_gram(xp, X, Y, same)
-    if gram:
-        Y = X  # one object: one scaled copy and one vector of norms below
-    with np.errstate(over="ignore", invalid="ignore"):
-        K = (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** degree
-    if gram:
-        K = _mirror(xp, K)
+
+    def values(xp, X, Y):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** degree
+
+    xp, K = _pair_values(X, Y, values)
     if not _finite(xp, K):
         raise ValueError(
             f"polynomial_kernel overflows {K.dtype} for these X, Y, degree={degree}, "
