@@ -357,9 +357,10 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
     Q S``, ``dA = tril(g va^T)``, ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dva = A^T g``
     and ``dlq = dQ * Q``, ``dlk = dK * K`` (the features are exponentials).
 
-    lq, lk (B, n, C, M) fresh (consumed), va, g (B, n, C, E), R (B, n, C), c (B, M),
-    S (B, M, E). Returns None where a chunk's keys grow by more than ``G``; else
-    (dlq (B, n C, M), dlk (B, n C, M), dva (B, n C, E), S, c) after the block.
+    lq, lk (B, n, C, M) log features (left unchanged), va, g (B, n, C, E), R (B, n, C),
+    c (B, M), S (B, M, E) the prefix maxima and state before the block. Returns None where
+    a chunk's keys grow by more than ``G``; else (dlq (B, n C, M), dlk (B, n C, M), dva
+    (B, n C, E)) in workspace buffers.
     """
     piv = _block_pivots(lk, c, G)
     if piv is None:
@@ -367,8 +368,10 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
     c_prev, c_end = piv
     B, n, C, M = lq.shape
     E = va.shape[-1]
-    qf = lq.add_(c_end[:, :, None, :]).sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1
-    kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    # into fresh buffers (one pass each, as in place): lq, lk stay for the suffix side
+    qf = torch.add(lq, c_end[:, :, None, :], out=ws("qf", B, n, C, M))
+    qf.sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1
+    kf = torch.sub(lk, c_end[:, :, None, :], out=ws("kf", B, n, C, M)).exp_()  # <= 1
     qf3, kf3 = qf.view(B * n, C, M), kf.view(B * n, C, M)
     va3, g3 = va.view(B * n, C, E), g.view(B * n, C, E)
     A = torch.bmm(qf3, kf3.transpose(1, 2), out=ws("A", B * n, C, C)).tril_()
@@ -379,10 +382,10 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
     U = ws("U", B, n, M, E)
     torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
     decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
-    Sb, S = _scan(S, U, decay, ws("Sb", B, n, M, E), ws("S", B, M, E))
+    Sb, _ = _scan(S, U, decay, ws("Sb", B, n, M, E), ws("S", B, M, E))
     Sb.mul_(decay[..., None])  # relative to c_end
     dlq = dq.baddbmm_(g3, Sb.view(B * n, M, E).transpose(1, 2)).mul_(qf3)
-    return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E), S, c_end[:, -1]
+    return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E)
 
 
 def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
@@ -426,12 +429,15 @@ def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
     ``j <= t``).
 
     lq, lk (B, n, C, M) fresh (consumed), va, g (B, n, C, E), R (B, n, C), valid (B, n, C)
-    rows with a visible key, rho (B, M), Gs (B, M, E) from later blocks. Returns (dlk
-    (B, n C, M), dva (B, n C, E), rho, Gs) with the block's queries included.
+    rows with a visible key (None: every row, as without a mask each query sees itself),
+    rho (B, M), Gs (B, M, E) from later blocks. Returns (dlk (B, n C, M), dva (B, n C, E),
+    rho, Gs) with the block's queries included.
     """
     B, n, C, M = lq.shape
     E = va.shape[-1]
-    gap = lq.neg_().add_(R[..., None]).masked_fill_(~valid[..., None], _POS)  # R - lq
+    gap = lq.neg_().add_(R[..., None])  # R - lq
+    if valid is not None:
+        gap.masked_fill_(~valid[..., None], _POS)
     rho_c = torch.flip(torch.cummin(torch.flip(gap.amin(dim=2), (1,)), dim=1).values, (1,))
     rho_c = torch.minimum(rho_c, rho[:, None, :])  # (B, n, M): over chunks >= i
     rho_n = torch.cat([rho_c[:, 1:], rho[:, None, :]], dim=1)  # over chunks > i
@@ -442,8 +448,8 @@ def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
     Hn, Gs = _scan(Gs, V, torch.exp(rho_c - rho_n), Hb, Gout, reverse=True)
     kf = lk.sub_(rho_n[:, :, None, :]).exp_().view(B * n, C, M)  # <= 1
     Hn3, va3 = Hn.view(B * n, M, E), va.view(B * n, C, E)
-    dva = torch.bmm(kf, Hn3, out=ws("dva", B * n, C, E))
-    dlk = torch.bmm(va3, Hn3.transpose(1, 2), out=ws("dlk", B * n, C, M)).mul_(kf)
+    dva = torch.bmm(kf, Hn3, out=ws("dva_s", B * n, C, E))
+    dlk = torch.bmm(va3, Hn3.transpose(1, 2), out=ws("dlk_s", B * n, C, M)).mul_(kf)
     return dlk.view(B, n * C, M), dva.view(B, n * C, E), rho_c[:, 0], Gs
 
 
@@ -471,8 +477,9 @@ class _CausalExp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, xq, xk, v, keep, feat, chunk, block):
-        # xq (B, L, d), xk (B, L, d), v (B, L, e), keep (B, L) bool or None
+    def forward(ctx, xq, xk, v, keep, feat, chunk, block, keep_states=True):
+        # xq (B, L, d), xk (B, L, d), v (B, L, e), keep (B, L) bool or None; keep_states:
+        # save the prefix state and maxima entering every block for the backward
         B, L, _ = xq.shape
         e = v.shape[-1]
         M = feat.n_out
@@ -484,9 +491,16 @@ class _CausalExp(torch.autograd.Function):
         out = torch.empty(B, L, e, dtype=dt, device=dev)
         den = torch.empty(B, L, dtype=dt, device=dev)
         Rall = torch.empty(B, L, dtype=dt, device=dev)
-        for lo in range(0, L, block):
+        nblk = -(-L // block)
+        if keep_states:  # (B, blocks, M, e + 1), (B, blocks, M): M / block of the output
+            S_in = torch.empty(B, nblk, M, e + 1, dtype=dt, device=dev)
+            c_in = torch.empty(B, nblk, M, dtype=dt, device=dev)
+        for bi, lo in enumerate(range(0, L, block)):
             hi = min(lo + block, L)
             n = (hi - lo) // chunk
+            if keep_states:
+                S_in[:, bi] = S
+                c_in[:, bi] = c
             kb = None if keep is None else keep[:, lo:hi]
             lq = _feats(feat, xq[:, lo:hi], "q", None, ws("lq", B, hi - lo, M))
             lk = _feats(feat, xk[:, lo:hi], "k", kb, ws("lk", B, hi - lo, M))
@@ -506,8 +520,10 @@ class _CausalExp(torch.autograd.Function):
             dn = den[:, lo:hi]
             dn.copy_(num[..., e])
             torch.div(num[..., :e], torch.where(dn > 0, dn, 1.0)[..., None], out=out[:, lo:hi])
+        if not keep_states:
+            S_in = c_in = torch.empty(0)
         ctx.save_for_backward(
-            xq, xk, v, keep if keep is not None else torch.empty(0), out, den, Rall
+            xq, xk, v, keep if keep is not None else torch.empty(0), out, den, Rall, S_in, c_in
         )
         ctx.has_keep = keep is not None
         ctx.feat, ctx.chunk, ctx.block = feat, chunk, block
@@ -515,8 +531,10 @@ class _CausalExp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        xq, xk, v, keep, out, den, Rall = ctx.saved_tensors
+        xq, xk, v, keep, out, den, Rall, S_in, c_in = ctx.saved_tensors
         first_order_only(xq, xk, v)
+        if S_in.numel() == 0:
+            raise RuntimeError("the causal forward ran without keeping its block states.")
         keep = keep if ctx.has_keep else None
         feat, chunk, block = ctx.feat, ctx.chunk, ctx.block
         B, L, _ = xq.shape
@@ -533,63 +551,45 @@ class _CausalExp(torch.autograd.Function):
         dv = torch.empty_like(v)
         blocks = [(lo, min(lo + block, L)) for lo in range(0, L, block)]
 
-        def block_inputs(lo, hi):
-            n, rows = (hi - lo) // chunk, hi - lo
-            kb = None if keep is None else keep[:, lo:hi]
-            va = _values(v, keep, lo, hi, ws("va", B, rows, e + 1))
-            g = _num_grad(dout, out, inv, lo, hi, ws("g", B, rows, e + 1))
-            lq = _feats(feat, xq[:, lo:hi], "q", None, ws("lq", B, rows, M))
-            lk = _feats(feat, xk[:, lo:hi], "k", kb, ws("lk", B, rows, M))
-            return n, kb, va, g, lq, lk
-
         # float32 / float64 as the forward, even when backward() is called under autocast
         with torch.no_grad(), torch.autocast(dev.type, enabled=False):
-            # forward scan: query gradients through the prefix state, intra-chunk gradients
-            S = torch.zeros(B, M, e + 1, dtype=dt, device=dev)
-            c = torch.full((B, M), _NEG, dtype=dt, device=dev)
-            for lo, hi in blocks:
-                n, kb, va, g, lq, lk = block_inputs(lo, hi)
-                res = _bwd_block(
-                    lq.view(B, n, chunk, M),
-                    lk.view(B, n, chunk, M),
-                    va.view(B, n, chunk, -1),
-                    g.view(B, n, chunk, -1),
-                    Rall[:, lo:hi].view(B, n, chunk),
-                    c,
-                    S,
-                    G,
-                    ws,
-                )
-                if res is None:
-                    dxq[:, lo:hi], dxk[:, lo:hi], dva, S, c = _bwd_chunks(
-                        feat, xq[:, lo:hi], xk[:, lo:hi], kb, va, g, Rall[:, lo:hi], c, S, G, chunk
-                    )
-                else:
-                    dlq, dlk, dva, S, c = res
-                    _feature_vjp(feat, xq[:, lo:hi], "q", dlq, None, dxq[:, lo:hi])
-                    _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb, dxk[:, lo:hi])
-                dv[:, lo:hi] = dva[..., :e]
-            # reverse scan: key / value gradients from the queries of later chunks
+            # one reverse pass over the blocks, features computed once per block: the
+            # prefix side (query gradients through the saved state entering the block,
+            # intra-chunk gradients) and the suffix side (key / value gradients from the
+            # queries of later chunks, a reverse scan)
             Gs = torch.zeros(B, M, e + 1, dtype=dt, device=dev)
             rho = torch.full((B, M), _POS, dtype=dt, device=dev)
-            for lo, hi in reversed(blocks):
-                n, kb, va, g, lq, lk = block_inputs(lo, hi)
-                dlk, dva, rho, Gs = _bwd_suffix(
-                    lq.view(B, n, chunk, M),
-                    lk.view(B, n, chunk, M),
-                    va.view(B, n, chunk, -1),
-                    g.view(B, n, chunk, -1),
-                    Rall[:, lo:hi].view(B, n, chunk),
-                    ok[:, lo:hi].view(B, n, chunk),
-                    rho,
-                    Gs,
-                    ws,
-                )
-                dv[:, lo:hi] += dva[..., :e]
-                _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb, dxk[:, lo:hi], accumulate=True)
+            for bi in range(len(blocks) - 1, -1, -1):
+                lo, hi = blocks[bi]
+                n, rows = (hi - lo) // chunk, hi - lo
+                kb = None if keep is None else keep[:, lo:hi]
+                va = _values(v, keep, lo, hi, ws("va", B, rows, e + 1))
+                g = _num_grad(dout, out, inv, lo, hi, ws("g", B, rows, e + 1))
+                lq = _feats(feat, xq[:, lo:hi], "q", None, ws("lq", B, rows, M))
+                lk = _feats(feat, xk[:, lo:hi], "k", kb, ws("lk", B, rows, M))
+                R = Rall[:, lo:hi].view(B, n, chunk)
+                va4, g4 = va.view(B, n, chunk, -1), g.view(B, n, chunk, -1)
+                lq4, lk4 = lq.view(B, n, chunk, M), lk.view(B, n, chunk, M)
+                c, S = c_in[:, bi], S_in[:, bi]
+                pre = _bwd_block(lq4, lk4, va4, g4, R, c, S, G, ws)  # lq, lk unchanged
+                if pre is None:  # large key jumps: chunk by chunk, local autograd
+                    dxq[:, lo:hi], dxk[:, lo:hi], dva_p, _, _ = _bwd_chunks(
+                        feat, xq[:, lo:hi], xk[:, lo:hi], kb, va, g, Rall[:, lo:hi],
+                        c, S.clone(), G, chunk,
+                    )  # fmt: skip
+                valid = None if keep is None else ok[:, lo:hi].view(B, n, chunk)
+                dlk_s, dva_s, rho, Gs = _bwd_suffix(lq4, lk4, va4, g4, R, valid, rho, Gs, ws)
+                if pre is None:
+                    dv[:, lo:hi] = (dva_p + dva_s)[..., :e]
+                    _feature_vjp(feat, xk[:, lo:hi], "k", dlk_s, kb, dxk[:, lo:hi], True)
+                else:
+                    dlq, dlk, dva = pre
+                    dv[:, lo:hi] = dva.add_(dva_s)[..., :e]
+                    _feature_vjp(feat, xq[:, lo:hi], "q", dlq, None, dxq[:, lo:hi])
+                    _feature_vjp(feat, xk[:, lo:hi], "k", dlk.add_(dlk_s), kb, dxk[:, lo:hi])
             if keep is not None:
                 dv.masked_fill_(~keep[..., None], 0.0)
-        return dxq, dxk, dv, None, None, None, None
+        return dxq, dxk, dv, None, None, None, None, None
 
 
 def _block_rows(L: int, chunk: int) -> int:
@@ -629,5 +629,7 @@ def causal_exp(xq, xk, v, keep, feat, chunk: int, block: int | None = None):
         v = torch.nn.functional.pad(v, (0, 0, 0, pad))
     if block is None:
         block = _block_rows(L + pad, chunk)
-    out = _CausalExp.apply(xq, xk, v, keep, feat, chunk, block)
+    # the block states are kept only where a backward can follow
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (xq, xk, v))
+    out = _CausalExp.apply(xq, xk, v, keep, feat, chunk, block, grad)
     return out[:, :L] if pad else out
