@@ -38,14 +38,17 @@ the output does not depend on them):
   chunks of a block are batched (scores, chunk states ``K^T v``), and the states are
   chained by one ``addcmul`` per chunk; a block with a large key jump runs chunk by
   chunk (the one-pivot path where a chunk allows it, else the dyadic scheme).
-* causal backward (analytic; the features are exponentials of affine maps): a forward
-  scan (prefix state) gives the query gradients and every intra-chunk gradient
-  (``dA = tril(g v^T)``, ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dv = A^T g``; local
-  autograd in blocks with large key jumps); a reverse scan keeps ``G_m = sum_t
-  exp(lq_tm - R_t + rho_m) g_t`` relative to ``rho_m = min_t (R_t - lq_tm)`` over later
-  chunks (every factor ``<= 1`` because ``lk_jm <= R_t - lq_tm`` for ``j <= t``) for the
-  key / value gradients. ``dlq``, ``dlk`` reach the inputs through the feature object's
-  ``vjp`` (``dx = dl W^T - (sum_m dl_m) B^T B x``) or autograd on recomputed features.
+* causal backward (analytic; the features are exponentials of affine maps): one pass over
+  the blocks in reverse order, the features of each block recomputed once. The prefix
+  side starts from the state and maxima the forward kept at the block's start (an
+  (M, e + 1) state per block, ``M / block`` of the output's size; inference keeps none)
+  and gives the query gradients and every intra-chunk gradient (``dA = tril(g v^T)``,
+  ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dv = A^T g``; local autograd in blocks with
+  large key jumps); the suffix side keeps ``G_m = sum_t exp(lq_tm - R_t + rho_m) g_t``
+  relative to ``rho_m = min_t (R_t - lq_tm)`` over later chunks (every factor ``<= 1``
+  because ``lk_jm <= R_t - lq_tm`` for ``j <= t``) for the key / value gradients. ``dlq``
+  and the summed ``dlk`` reach the inputs through the feature object's ``vjp`` (``dx = dl
+  W^T - (sum_m dl_m) B^T B x``) or autograd on recomputed features.
 """
 
 from __future__ import annotations
@@ -461,11 +464,13 @@ class _CausalExp(torch.autograd.Function):
     is processed in blocks of ``n`` chunks: features of a block in one product, then
     every chunk of the block in batched products (masked ``C x C`` scores, chunk states
     ``K^T v``), the states chained by one ``addcmul`` per chunk. The backward recomputes
-    the features block by block: a forward scan with the prefix state gives the query
-    gradients and all intra-chunk gradients, a reverse scan with the suffix state of the
-    queries the key / value gradients from later chunks, all analytic (the features are
-    exponentials; the feature object's ``vjp`` maps ``dlq``, ``dlk`` to the inputs).
-    Saved for backward: the inputs, the output (B, L, e) and two (B, L) row statistics.
+    the features block by block, once, in one reverse pass: from the prefix state the
+    forward kept at the block's start, the query gradients and all intra-chunk
+    gradients; from the suffix state of the queries, the key / value gradients from later
+    chunks; all analytic (the features are exponentials; the feature object's ``vjp``
+    maps ``dlq``, ``dlk`` to the inputs). Saved for backward: the inputs, the output
+    (B, L, e), two (B, L) row statistics and, where a backward can follow, the prefix
+    state (B, blocks, M, e + 1) and maxima (B, blocks, M) entering every block.
 
     Intra-chunk terms: where the per-feature key maxima grow by at most ``G`` inside every
     chunk of a block (the common case), one causal pivot per chunk (prefix and first key)
