@@ -224,3 +224,27 @@ def test_klr_indicator_kernel_gives_the_event_frequencies():
     klr = KernelLogisticRegression(kernel=_indicator, reg=1e-9, rel_tol=1e-14).fit(X, event)
     p = klr.predict_proba(np.array([[0.0], [1.0], [2.0]]))[:, 1]
     np.testing.assert_allclose(p, counts[:, 2:].sum(axis=1) / counts.sum(axis=1), atol=1e-7)
+
+
+def test_polynomial_monomial_count_is_checked_before_anything_is_built():
+    """degree 4 on 40 features is C(44, 4) = 135751 monomials (a 137 GiB Gram matrix):
+    refused up front, naming degree and max_monomials, for the basis and for the joint
+    model (either side); raising max_monomials deliberately lets a count through."""
+    from kernelkit.distributions import PolynomialBasis, PolynomialJointDistribution
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((30, 40)), rng.standard_normal((30, 2))
+    with pytest.raises(ValueError, match=r"degree=4 on 40 features .* = 135751 .*max_monomials"):
+        PolynomialBasis(degree=4).fit(X)
+    for a, b in ((X, Y), (Y, X)):
+        with pytest.raises(ValueError, match=r"C\(44, 4\) = 135751"):
+            PolynomialJointDistribution(degree=4).fit(a, b)
+    # 2 features, degree 3: C(5, 3) = 10 monomials
+    with pytest.raises(ValueError, match="max_monomials=9"):
+        PolynomialBasis(degree=3, max_monomials=9).fit(Y)
+    basis = PolynomialBasis(degree=3, max_monomials=10).fit(Y)
+    assert basis.exponents_.shape == (10, 2)
+    model = PolynomialJointDistribution(degree=2, max_monomials=6).fit(Y, Y[:, :1])
+    assert model.basis_x_.exponents_.shape == (6, 2)
+    with pytest.raises(ValueError, match="max_monomials"):
+        PolynomialBasis(max_monomials=0).fit(Y)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from typing import ClassVar
 
@@ -37,6 +38,21 @@ def monomial_exponents(d: int, degree: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, d)
 
 
+def check_monomial_count(d: int, degree: int, max_monomials: int) -> int:
+    """The number of monomials ``C(d + degree, degree)``, or a ``ValueError`` naming
+    ``degree`` and ``max_monomials`` where it exceeds ``max_monomials``."""
+    m = math.comb(d + degree, degree)
+    if m > max_monomials:
+        gib = 8.0 * m * m / 2**30
+        raise ValueError(
+            f"degree={degree} on {d} features gives C({d + degree}, {degree}) = {m} "
+            f"monomials, more than max_monomials={max_monomials}: the basis decomposes an "
+            f"{m} x {m} Gram matrix ({gib:.3g} GiB, O(m^3) time). Lower the degree, reduce "
+            "the features first (e.g. PCA), or raise max_monomials deliberately."
+        )
+    return m
+
+
 def _monomials(Z: np.ndarray, exps: np.ndarray) -> np.ndarray:
     """Vandermonde matrix ``[z_i^alpha]``, shape (n, n_monomials)."""
     q = int(exps.max()) if exps.size else 0
@@ -57,6 +73,18 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     monomials of degree <= ``degree`` and ``G = V^T V / n``: ``A = L = V G^{-1/2}``,
     ``A^T A = n I`` (so ``Lambda = n I``), ``psi(x) = G^{-1/2} tau(x)^T``. Inputs are
     standardised first (library choice: raw monomials are ill-conditioned).
+
+    Parameters
+    ----------
+    degree : int, default=4
+        Total degree of the monomials.
+    standardize : bool, default=True
+        Centre and scale every column before forming the monomials.
+    max_monomials : int, default=10000
+        Largest number of monomials ``m = C(d + degree, degree)`` to build: the basis
+        forms an (n, m) Vandermonde matrix and decomposes an (m, m) Gram matrix (8 m^2
+        bytes, O(m^3) time), so ``fit`` refuses a larger ``m`` up front with a
+        ``ValueError`` instead of exhausting memory. Raise it deliberately.
 
     Attributes
     ----------
@@ -81,17 +109,20 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
     _parameter_constraints: ClassVar[dict] = {
         "degree": int_range(0, 64),
         "standardize": ["boolean"],
+        "max_monomials": int_range(1, None),
     }
 
-    def __init__(self, degree: int = 4, standardize: bool = True):
+    def __init__(self, degree: int = 4, standardize: bool = True, max_monomials: int = 10_000):
         self.degree = degree
         self.standardize = standardize
+        self.max_monomials = max_monomials
 
     def fit(self, X, y=None):
         self._validate_params()
         degree = validate_positive_int(self.degree, "degree", minimum=0, maximum=64)
         X = np.ascontiguousarray(sk_validate_data(self, X, dtype=np.float64, accept_sparse=False))
         n, d = X.shape
+        check_monomial_count(d, degree, self.max_monomials)
         if self.standardize:
             # moments of X / max|X| (per column): X.std squares X, which overflows beyond
             # |x| ~ 1e154 and underflows to 0 below ~1e-154 (constant monomials)
@@ -185,6 +216,9 @@ class PolynomialJointDistribution(TensorJointModel):
     solver : str, optional
         cvxpy solver for the SDP ("CLARABEL" default, or "SCS").
     standardize : bool, default=True
+    max_monomials : int, default=10000
+        Largest monomial count of either basis (:class:`PolynomialBasis`); checked for
+        both sides before anything is built.
 
     Attributes
     ----------
@@ -204,6 +238,7 @@ class PolynomialJointDistribution(TensorJointModel):
         "constraint": [None, StrOptions({"normalized", "positive"})],
         "solver": [None, StrOptions(_SDP_SOLVERS)],
         "standardize": ["boolean"],
+        "max_monomials": int_range(1, None),
     }
 
     def __init__(
@@ -213,12 +248,14 @@ class PolynomialJointDistribution(TensorJointModel):
         constraint=None,
         solver=None,
         standardize: bool = True,
+        max_monomials: int = 10_000,
     ):
         self.degree = degree
         self.reg = reg
         self.constraint = constraint
         self.solver = solver
         self.standardize = standardize
+        self.max_monomials = max_monomials
 
     def fit(self, X, Y):
         """Fit on ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
@@ -227,8 +264,10 @@ class PolynomialJointDistribution(TensorJointModel):
         constraint = check_constraint(self.constraint)
         X, Y = check_xy(X, Y, estimator=self)
         n = X.shape[0]
-        self.basis_x_ = PolynomialBasis(self.degree, self.standardize).fit(X)
-        self.basis_y_ = PolynomialBasis(self.degree, self.standardize).fit(Y)
+        for Z in (X, Y):  # both sides before either is built
+            check_monomial_count(Z.shape[1], int(self.degree), self.max_monomials)
+        self.basis_x_ = PolynomialBasis(self.degree, self.standardize, self.max_monomials).fit(X)
+        self.basis_y_ = PolynomialBasis(self.degree, self.standardize, self.max_monomials).fit(Y)
         self.X_fit_, self.Y_fit_, self.n_samples_ = X, Y, n
         self._finish_fit()
         G = train_cross(self.basis_y_, self.basis_x_)  # L_Y^T L_X, (m_Y, m_X)
