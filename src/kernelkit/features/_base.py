@@ -148,7 +148,25 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         Returns
         -------
         self
+
+        Notes
+        -----
+        A ``fit`` that raises leaves the map as it was before the call (fitted or not):
+        the width and column names of the new ``X`` are recorded before its values are
+        checked, and a Dask fit reads the chunks one after another.
         """
+        params = set(self.get_params(deep=False))
+        state = {key: value for key, value in vars(self).items() if key not in params}
+        try:
+            return self._fit_checked(X, y, Y)
+        except BaseException:
+            for key in [key for key in vars(self) if key not in params]:
+                del self.__dict__[key]
+            self.__dict__.update(state)
+            raise
+
+    def _fit_checked(self, X, y, Y):
+        """:meth:`fit` without the restore of the previous state on an error."""
         self._validate_params()  # the declared constraints (errors name the parameter)
         self._check_params()  # what they cannot express (cross-parameter rules)
         if is_dask_array(X) or is_dask_array(Y):
@@ -191,7 +209,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 "target). If it holds the kernel's y-side points (keys), pass them as "
                 "fit(X, Y=keys).",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     def _check_params(self):
