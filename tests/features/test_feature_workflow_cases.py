@@ -11,13 +11,21 @@ kernel's within a bound derived from the map's analytic variance.
 
 from __future__ import annotations
 
+import copy
+import pickle
 import warnings
 
 import dask.array as da
+import joblib
 import numpy as np
 import pandas as pd
 import pytest
 from favor_helpers import PUBLIC_MAPS
+from sklearn.base import clone
+from sklearn.datasets import make_moons
+from sklearn.linear_model import RidgeClassifier
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import Pipeline
 
 from kernelkit.features import SDERF
 
@@ -89,3 +97,131 @@ def test_a_refit_failing_on_a_late_dask_chunk_keeps_the_fitted_map():
     with pytest.raises(ValueError, match="NaN"):
         fm.fit(da.from_array(bad, chunks=100))
     np.testing.assert_array_equal(fm.transform(X), Z)
+
+
+# ---------------------------------------------------------------------- model selection
+def _grid(cls):
+    """A grid over the map's own parameters: its size, and its lengthscale or sampler."""
+    params = cls().get_params()
+    n = SMALL.get(cls.__name__, {}).get("n_features", 16)
+    grid = {"rf__n_features": [n // 2, n]}
+    if "lengthscale" in params:
+        grid["rf__lengthscale"] = [0.5, 1.0]
+    elif "sampler" in params:
+        grid["rf__sampler"] = ["iid", "orthogonal"]
+    return grid
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_grid_search_in_processes_equals_the_sequential_search(cls):
+    """joblib's loky workers pickle the unfitted map and return fitted ones: the scores
+    equal those of the sequential search, and the refitted best map is a fresh fit of the
+    best parameters."""
+    X, y = make_moons(60, noise=0.2, random_state=0)
+    X = 0.5 * X
+    pipe = Pipeline([("rf", _small(cls, random_state=0)), ("clf", RidgeClassifier())])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        par = GridSearchCV(pipe, _grid(cls), cv=2, n_jobs=2, error_score="raise").fit(X, y)
+        seq = GridSearchCV(pipe, _grid(cls), cv=2, n_jobs=1, error_score="raise").fit(X, y)
+        best = _small(cls, random_state=0).set_params(
+            **{k[4:]: v for k, v in par.best_params_.items()}
+        )
+        ref = best.fit(X).transform(X)
+    np.testing.assert_allclose(
+        par.cv_results_["mean_test_score"], seq.cv_results_["mean_test_score"], rtol=0, atol=0
+    )
+    np.testing.assert_allclose(par.best_estimator_[0].transform(X), ref, rtol=1e-12, atol=0)
+
+
+# ---------------------------------------------------------------------- persistence
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_joblib_deepcopy_and_pickled_pipelines_give_identical_numbers(cls, tmp_path):
+    X, y = make_moons(40, noise=0.2, random_state=1)
+    X = 0.5 * X
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fm = _small(cls, random_state=0).fit(X)
+        pipe = Pipeline([("rf", _small(cls, random_state=0)), ("clf", RidgeClassifier())])
+        pipe.fit(X, y)
+        joblib.dump(fm, tmp_path / "fm.joblib")
+        joblib.dump(pipe, tmp_path / "pipe.joblib")
+        copies = [joblib.load(tmp_path / "fm.joblib"), copy.deepcopy(fm)]
+        copies.append(pickle.loads(pickle.dumps(fm)))
+        for c in copies:
+            np.testing.assert_array_equal(c.transform(X), fm.transform(X))
+            np.testing.assert_array_equal(c.transform_y(X), fm.transform_y(X))
+            np.testing.assert_array_equal(c.approx_kernel(X), fm.approx_kernel(X))
+            np.testing.assert_array_equal(c.variance(X), fm.variance(X))
+        loaded = joblib.load(tmp_path / "pipe.joblib")
+        np.testing.assert_array_equal(loaded.decision_function(X), pipe.decision_function(X))
+
+
+# ---------------------------------------------------------------------- refits
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_a_refit_on_other_data_is_a_fresh_fit(cls):
+    """Fit on 4 columns of float32, then refit on 6 columns of float64 (and another
+    number of features): nothing of the first fit is left (width, dtype, moments, names)."""
+    X, X2 = _data(0).astype(np.float32), _data(1, n=25, d=6) + 0.1
+    names = pd.DataFrame(X, columns=list("abcd"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fm = _small(cls, random_state=0).fit(names)
+        fm.set_params(n_features=SMALL.get(cls.__name__, {}).get("n_features", 16) // 2)
+        fm.fit(X2)
+        fresh = _small(cls, random_state=0, n_features=fm.n_features).fit(X2)
+        assert fm.n_features_in_ == 6 and not hasattr(fm, "feature_names_in_")
+        assert fm.output_dim == fresh.output_dim
+        assert list(fm.get_feature_names_out()) == list(fresh.get_feature_names_out())
+        Z = fm.transform(X2)
+        assert Z.dtype == fresh.transform(X2).dtype
+        np.testing.assert_array_equal(Z, fresh.transform(X2))
+        np.testing.assert_array_equal(fm.variance(X2), fresh.variance(X2))
+        with pytest.raises(ValueError, match=r"^X has 4 features, but .* expecting 6"):
+            fm.transform(X)
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_float32_fit_serves_float64_input_and_back(cls):
+    """A map fitted on float32 data transforms float64 data in float64, to float32
+    round-off of the float64 fit (and a float64 fit serves float32 in float32)."""
+    X = _data(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        f32 = _small(cls, random_state=0).fit(X.astype(np.float32))
+        f64 = _small(cls, random_state=0).fit(X)
+        Z, ref = f32.transform(X), f64.transform(X)
+        assert Z.dtype == ref.dtype  # float64 (complex128 for complex maps)
+        # the fitted parameters of float32 data carry float32 round-off (eps 1.2e-7)
+        scale = np.max(np.abs(ref))
+        np.testing.assert_allclose(Z, ref, rtol=0, atol=1e-4 * scale)
+        Z32 = f64.transform(X.astype(np.float32))
+        assert Z32.dtype in (np.float32, np.complex64)
+        np.testing.assert_allclose(Z32, ref, rtol=0, atol=1e-4 * scale)
+
+
+# ---------------------------------------------------------------------- random streams
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_random_state_streams_as_in_scikit_learn(cls):
+    """An int repeats its draw; a Generator or RandomState is consumed (two fits differ,
+    and the same seeded stream repeats the sequence); clones of a map holding a stream
+    start from the same state; None draws afresh."""
+    X = _data(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+
+        def two_fits(rs):
+            fm = _small(cls, random_state=rs)
+            return fm.fit(X).transform(X), fm.fit(X).transform(X)
+
+        a, b = two_fits(7)
+        np.testing.assert_array_equal(a, b)
+        for stream in (np.random.default_rng, np.random.RandomState):
+            a, b = two_fits(stream(7))
+            assert not np.allclose(a, b)
+            np.testing.assert_array_equal((a, b), two_fits(stream(7)))
+            fm = _small(cls, random_state=stream(7))
+            np.testing.assert_array_equal(clone(fm).fit(X).transform(X), a)
+            np.testing.assert_array_equal(clone(fm).fit(X).transform(X), a)
+        a, b = (_small(cls).fit(X).transform(X) for _ in range(2))
+        assert not np.allclose(a, b)
