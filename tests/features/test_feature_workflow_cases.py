@@ -225,3 +225,28 @@ def test_random_state_streams_as_in_scikit_learn(cls):
             np.testing.assert_array_equal(clone(fm).fit(X).transform(X), a)
         a, b = (_small(cls).fit(X).transform(X) for _ in range(2))
         assert not np.allclose(a, b)
+
+
+# ---------------------------------------------------------------------- what a Pipeline sees
+#: asymmetric by construction: x-side and y-side features differ even on one data set
+HYBRIDS = ("AngularHybridRF", "ClusteredHybridRF", "GaussianHybridRF", "NormalizedGaussianHybridRF")
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_a_pipeline_s_linear_model_sees_the_estimate_except_for_the_hybrids(cls):
+    """A linear model after the map (a Pipeline) uses the Gram matrix of ``transform``,
+    ``phi(x)^T phi(x')``. Fitted on ``X`` alone, every map but the four hybrids has
+    ``psi = phi`` (to round-off for ADERF), so that Gram matrix is the map's estimate; the
+    hybrids' is not (user guide, "The feature-map contract")."""
+    X = _data(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fm = _small(cls, random_state=0).fit(X)
+    P = fm.transform(X)
+    gram = np.real(P @ np.conj(P).T)
+    K = fm.approx_kernel(X)
+    if cls.__name__ in HYBRIDS:
+        assert np.max(np.abs(gram - K)) > 0.1 * np.max(np.abs(K))
+    else:
+        np.testing.assert_allclose(fm.transform_y(X), P, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(gram, K, rtol=1e-9, atol=1e-12)
