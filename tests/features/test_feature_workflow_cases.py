@@ -20,12 +20,15 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 from favor_helpers import PUBLIC_MAPS
 from sklearn.base import clone
+from sklearn.compose import ColumnTransformer
 from sklearn.datasets import make_moons
-from sklearn.linear_model import RidgeClassifier
+from sklearn.linear_model import LogisticRegression, RidgeClassifier
 from sklearn.model_selection import GridSearchCV
-from sklearn.pipeline import Pipeline
+from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from kernelkit.features import SDERF
 
@@ -250,3 +253,56 @@ def test_a_pipeline_s_linear_model_sees_the_estimate_except_for_the_hybrids(cls)
     else:
         np.testing.assert_allclose(fm.transform_y(X), P, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(gram, K, rtol=1e-9, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- composition
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_column_transformer_and_union_with_pandas_output(cls):
+    """A map on two numeric columns beside a one-hot encoder, pandas output through the
+    whole pipeline: the map's block is its own features of those columns, with unique,
+    stable names; a FeatureUnion of two draws of the map names its blocks apart."""
+    X, y = make_moons(60, noise=0.2, random_state=2)
+    df = pd.DataFrame(
+        {"a": 0.5 * X[:, 0], "b": 0.5 * X[:, 1], "c": np.array(list("xyz"))[np.arange(60) % 3]},
+        index=np.arange(100, 160),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ct = ColumnTransformer(
+            [
+                ("rf", _small(cls, random_state=0), ["a", "b"]),
+                ("oh", OneHotEncoder(sparse_output=False), ["c"]),
+            ]
+        )
+        pipe = make_pipeline(ct, LogisticRegression()).set_output(transform="pandas")
+        pipe.fit(df, y)
+        Z = pipe[0].transform(df)
+        ref = _small(cls, random_state=0).fit(df[["a", "b"]]).transform(df[["a", "b"]])
+        union = FeatureUnion(
+            [("u", _small(cls, random_state=0)), ("v", _small(cls, random_state=1))]
+        )
+        U = union.set_output(transform="pandas").fit_transform(df[["a", "b"]])
+    assert isinstance(Z, pd.DataFrame) and list(Z.index) == list(df.index)
+    names = list(pipe[0].get_feature_names_out())
+    assert list(Z.columns) == names and len(set(names)) == len(names)
+    prefix = cls.__name__.lower()
+    rf_cols = [f"rf__{prefix}{i}" for i in range(ref.shape[1])]
+    assert names == [*rf_cols, "oh__c_x", "oh__c_y", "oh__c_z"]
+    np.testing.assert_array_equal(Z[rf_cols].to_numpy(), np.real(ref))
+    assert pipe.score(df, y) > 0.5
+    assert U.shape[1] == 2 * ref.shape[1] and len(set(U.columns)) == U.shape[1]
+    np.testing.assert_array_equal(U.iloc[:, : ref.shape[1]].to_numpy(), ref)
+
+
+SPARSE_MAPS = [cls for cls in MAPS if cls.accepts_sparse]
+
+
+@pytest.mark.parametrize("cls", SPARSE_MAPS, ids=[c.__name__ for c in SPARSE_MAPS])
+def test_scaled_sparse_input_in_a_pipeline_equals_the_dense_features(cls):
+    S = sp.random(40, 30, density=0.1, random_state=0, format="csr")
+    pipe = make_pipeline(StandardScaler(with_mean=False), _small(cls, random_state=0))
+    Z = pipe.fit_transform(S)
+    dense = StandardScaler(with_mean=False).fit_transform(S).toarray()
+    assert not sp.issparse(Z)
+    ref = _small(cls, random_state=0).fit(dense).transform(dense)
+    np.testing.assert_allclose(Z, ref, rtol=1e-10, atol=1e-12 * np.max(np.abs(ref)))
