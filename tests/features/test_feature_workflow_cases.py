@@ -31,6 +31,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import FeatureUnion, Pipeline, make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
+from kernelkit.estimators import RandomFeatures
 from kernelkit.features import (
     GERF,
     SDERF,
@@ -412,3 +413,43 @@ def test_ridge_on_features_approaches_kernel_ridge_with_the_exact_kernel(case):
     # the bound says something: below the predictions' size (a map of another kernel or
     # scale, or predicting 0, fails)
     assert 3 * rms + bias < 0.6 * np.linalg.norm(ref)
+
+
+# ---------------------------------------------------------------------- RandomFeatures
+def test_random_features_auto_in_a_process_parallel_search():
+    """``method`` searched with ``"auto"`` among the names, in loky workers: the refitted
+    best transformer exposes its choice (``method_``, ``feature_map_``), and its features
+    are those of the chosen class fitted with the same seed (the documented promise)."""
+    X, y = make_moons(80, noise=0.2, random_state=3)
+    X = 0.5 * X
+    pipe = Pipeline(
+        [("rf", RandomFeatures(n_components=32, random_state=0)), ("clf", RidgeClassifier())]
+    )
+    grid = {"rf__method": ["auto", "trig", "rff"], "rf__lengthscale": [0.5, 1.0]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        par = GridSearchCV(pipe, grid, cv=2, n_jobs=2, error_score="raise").fit(X, y)
+        seq = GridSearchCV(pipe, grid, cv=2, n_jobs=1, error_score="raise").fit(X, y)
+    np.testing.assert_array_equal(
+        par.cv_results_["mean_test_score"], seq.cv_results_["mean_test_score"]
+    )
+    rf = par.best_estimator_[0]
+    fm = rf.feature_map_
+    if rf.method == "auto":
+        assert rf.method_ in rf.variance_estimates_
+        assert rf.variance_estimates_[rf.method_] == min(rf.variance_estimates_.values())
+    else:
+        assert rf.method_ == rf.method
+    ref = type(fm)(**{**fm.get_params(), "random_state": 0}).fit(X)
+    np.testing.assert_array_equal(rf.transform(X), ref.transform(X))
+    np.testing.assert_array_equal(par.predict(X), seq.predict(X))
+
+
+def test_random_features_refuses_a_method_of_another_kernel_in_a_search():
+    """A grid pairing a method with a kernel it does not estimate fails with the
+    method's name and kernels (error_score="raise"), not with a score of nan."""
+    X, y = make_moons(40, noise=0.2, random_state=3)
+    pipe = Pipeline([("rf", RandomFeatures(n_components=16)), ("clf", RidgeClassifier())])
+    grid = {"rf__method": ["rff"], "rf__kernel": ["softmax"]}
+    with pytest.raises(ValueError, match=r"method='rff' \(RandomFourierFeatures\).*'softmax'"):
+        GridSearchCV(pipe, grid, cv=2, error_score="raise").fit(X, y)
