@@ -453,3 +453,24 @@ def test_random_features_refuses_a_method_of_another_kernel_in_a_search():
     grid = {"rf__method": ["rff"], "rf__kernel": ["softmax"]}
     with pytest.raises(ValueError, match=r"method='rff' \(RandomFourierFeatures\).*'softmax'"):
         GridSearchCV(pipe, grid, cv=2, error_score="raise").fit(X, y)
+
+
+THREADED = [cls for cls in MAPS if "n_jobs" in cls().get_params()]
+
+
+@pytest.mark.parametrize("cls", THREADED, ids=[c.__name__ for c in THREADED])
+def test_n_jobs_does_not_change_the_features(cls):
+    """Threads split the rows (the softmax maps' 4 MiB output blocks hold 2048 rows of
+    256 float64 features: two blocks here): one or two threads give the same fit and
+    features, to round-off of the blocked sums."""
+    X, Y = _data(6, n=2500, d=8), _data(7, n=300, d=8) + 0.05
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        one = cls(n_features=256, random_state=0, n_jobs=1).fit(X[:500], Y=Y)
+        two = cls(n_features=256, random_state=0, n_jobs=2).fit(X[:500], Y=Y)
+    for method in ("transform", "transform_y"):
+        a, b = getattr(one, method)(X), getattr(two, method)(X)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14 * np.max(np.abs(a)))
+    np.testing.assert_allclose(
+        one.approx_kernel(X[:200], Y), two.approx_kernel(X[:200], Y), rtol=1e-10
+    )
