@@ -180,12 +180,13 @@ def test_auto_skips_candidates_wider_than_n_components():
     """``method="auto"`` compared the hybrids at ``n_components=32`` although one of their
     random features is 36-68 columns wide (so they could win with more columns than
     asked for). They are now out of the comparison (variance ``inf``), silently, and the
-    output has ``n_components`` columns."""
+    output has ``n_components`` columns. (The hybrids compete only when keys are given:
+    without them a transformer's Gram matrix is not their estimate.)"""
     X = np.random.default_rng(0).standard_normal((50, 3))
     rf = RandomFeatures(method="auto", n_components=32, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        Z = rf.fit_transform(X)
+        Z = rf.fit_transform(X, Y=X)
     assert Z.shape == (50, 32)
     wide = ["hybrid_angular", "hybrid_gaussian", "hybrid_normalized"]
     assert all(rf.variance_estimates_[m] == np.inf for m in wide if m in rf.variance_estimates_)

@@ -256,6 +256,7 @@ def test_a_pipeline_s_linear_model_sees_the_estimate_except_for_the_hybrids(cls)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         fm = _small(cls, random_state=0).fit(X)
+    assert cls.gram_is_estimate == (cls.__name__ not in HYBRIDS)
     P = fm.transform(X)
     gram = np.real(P @ np.conj(P).T)
     K = fm.approx_kernel(X)
@@ -474,3 +475,30 @@ def test_n_jobs_does_not_change_the_features(cls):
     np.testing.assert_allclose(
         one.approx_kernel(X[:200], Y), two.approx_kernel(X[:200], Y), rtol=1e-10
     )
+
+
+def _two_opposite_clusters(seed=0, n=200, d=2):
+    """Points near +u and -u: the angular hybrid's best case (exact at angles 0 and pi)."""
+    rng = np.random.default_rng(seed)
+    u = np.array([0.6, 0.8])
+    return rng.choice([-1.0, 1.0], size=(n, 1)) * u + 0.02 * rng.standard_normal((n, d))
+
+
+def test_random_features_auto_without_keys_chooses_a_map_whose_gram_is_the_estimate():
+    """Fitted without ``Y`` (as in a Pipeline), ``"auto"`` compares only the maps whose
+    ``transform(X) @ transform(X').T`` is their estimate: the hybrids' is not (their
+    x-side Gram is biased), so on their best-case data, where their ``approx_kernel`` has
+    the lowest variance, a transformer fitted on ``X`` alone does not choose them. Fitted
+    with ``Y``, both sides are used and the hybrids compete."""
+    X = _two_opposite_clusters()
+    rf = RandomFeatures(
+        method="auto", kernel="softmax", n_components=1024, random_state=0, auto_sample_size=100
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        keyed = clone(rf).fit(X, Y=X)
+        rf.fit(X)
+    assert keyed.method_ == "hybrid_angular"  # its estimate is the best one here
+    assert not any(name.startswith("hybrid") for name in rf.variance_estimates_)
+    P = rf.transform(X[:50])
+    np.testing.assert_allclose(P @ P.T, rf.feature_map_.approx_kernel(X[:50]), rtol=1e-9)

@@ -131,9 +131,19 @@ def resolve_method(method, *, allowed=None, owner: str = "") -> str:
     return name
 
 
-def auto_candidates(kernel: str) -> list[str]:
-    """The methods ``method="auto"`` compares for ``kernel``."""
-    return [name for name, m in METHODS.items() if m.auto and kernel in m.kernels]
+def auto_candidates(kernel: str, *, keys: bool = False) -> list[str]:
+    """The methods ``method="auto"`` compares for ``kernel``.
+
+    Without ``keys`` (a transformer fitted on ``X`` alone, whose next step uses the Gram
+    matrix of ``transform``), only the maps where that Gram matrix is the estimate
+    (``gram_is_estimate``: not the hybrids); with ``keys`` (fitted with ``Y``, both
+    sides mapped), every map.
+    """
+    return [
+        name
+        for name, m in METHODS.items()
+        if m.auto and kernel in m.kernels and (keys or m.cls.gram_is_estimate)
+    ]
 
 
 def make_feature_map(

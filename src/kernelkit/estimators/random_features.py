@@ -90,7 +90,9 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     **method="auto"** fits every candidate for ``kernel`` (those of the table with the
     kernel, except ``"complex_exponential"``, which with its default ``A = I`` is
-    ``"positive"``, and ``"srf"``) at the requested output dimension on a sample of
+    ``"positive"``, and ``"srf"``; without ``Y`` also except the four hybrids, whose
+    ``transform(X) @ transform(X').T``, what a linear model after the transformer uses,
+    is not their estimate) at the requested output dimension on a sample of
     ``auto_sample_size`` rows of the training data, evaluates its analytic relative
     mean squared error ``E (K_hat - K)^2 / K^2`` on all pairs of the sample (of ``X``
     with ``Y`` when given; distinct pairs otherwise), keeps the lowest mean, and refits it
@@ -291,7 +293,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _choose(self, X, Y):
         """``method="auto"``: the candidate of lowest mean relative mean squared error on a
         sample (the relative variance for the unbiased maps)."""
-        candidates = auto_candidates(self.kernel)
+        candidates = auto_candidates(self.kernel, keys=Y is not None)
         rng = check_random_state(self.random_state)
         seed = int(rng.integers(0, 2**31 - 1))
         sx = _sample_rows(X, self.auto_sample_size, rng)
