@@ -33,7 +33,9 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from kernelkit.estimators import RandomFeatures
 from kernelkit.features import (
+    ADERF,
     GERF,
+    SADERF,
     SDERF,
     OptimizedMaclaurin,
     RademacherSketch,
@@ -502,3 +504,31 @@ def test_random_features_auto_without_keys_chooses_a_map_whose_gram_is_the_estim
     assert not any(name.startswith("hybrid") for name in rf.variance_estimates_)
     P = rf.transform(X[:50])
     np.testing.assert_allclose(P @ P.T, rf.feature_map_.approx_kernel(X[:50]), rtol=1e-9)
+
+
+def test_random_features_auto_as_an_estimator_s_feature_map_compares_symmetric_maps():
+    """An estimator fits its ``feature_map`` on ``X`` alone and needs a symmetric map: with
+    ``"auto"`` it could choose ADERF (it did on 2 N(0, 1) data) and then refuse it. Without
+    ``Y`` the candidates are the symmetric maps (SADERF and ADERF fitted on one data set are
+    GERF: the same variance), with ``Y`` all of them; the model then fits."""
+    from kernelkit.estimators import RandomFeatureRidge
+    from kernelkit.estimators._methods import METHODS, auto_candidates
+
+    for kernel in ("softmax", "gaussian"):
+        alone, keyed = auto_candidates(kernel), auto_candidates(kernel, keys=True)
+        assert all(METHODS[n].cls.symmetric for n in alone)
+        assert {"saderf", "aderf"} <= set(keyed) - set(alone)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 2))  # (at scale 2 the softmax kernel spans e^20: no ridge)
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(200)
+    fm = RandomFeatures(method="auto", kernel="softmax", n_components=512)
+    model = RandomFeatureRidge(feature_map=fm, alpha=1e-2, random_state=0).fit(X, y)
+    chosen = model.feature_map_.feature_map_
+    assert chosen.symmetric and model.feature_map_.method_ in auto_candidates("softmax")
+    assert model.score(X, y) > 0.9  # sin(x_0) plus noise of variance 0.01
+    # SADERF / ADERF on one data set have GERF's variance, so excluding them costs nothing
+    P, Q = X[:30], X[30:60]
+    var = {c.__name__: float(np.mean(c(256, random_state=0).fit(X).variance(P, Q)))
+           for c in (GERF, SADERF, ADERF)}  # fmt: skip
+    np.testing.assert_allclose(var["SADERF"], var["GERF"], rtol=1e-10)
+    np.testing.assert_allclose(var["ADERF"], var["GERF"], rtol=1e-6)

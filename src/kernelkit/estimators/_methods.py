@@ -135,14 +135,16 @@ def auto_candidates(kernel: str, *, keys: bool = False) -> list[str]:
     """The methods ``method="auto"`` compares for ``kernel``.
 
     Without ``keys`` (a transformer fitted on ``X`` alone, whose next step uses the Gram
-    matrix of ``transform``), only the maps where that Gram matrix is the estimate
-    (``gram_is_estimate``: not the hybrids); with ``keys`` (fitted with ``Y``, both
-    sides mapped), every map.
+    matrix of ``transform``: a Pipeline, or an estimator's ``feature_map``, which needs a
+    symmetric map), only the symmetric maps. That leaves out the hybrids, whose Gram
+    matrix is not their estimate, and SADERF / ADERF, which fitted on one data set reduce
+    to GERF (``psi = 1``; ``B~1 = B~2`` a rotation of GERF's isotropic projections), so
+    nothing is lost. With ``keys`` (fitted with ``Y``, both sides mapped), every map.
     """
     return [
         name
         for name, m in METHODS.items()
-        if m.auto and kernel in m.kernels and (keys or m.cls.gram_is_estimate)
+        if m.auto and kernel in m.kernels and (keys or m.cls.symmetric)
     ]
 
 

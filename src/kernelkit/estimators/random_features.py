@@ -90,9 +90,11 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     **method="auto"** fits every candidate for ``kernel`` (those of the table with the
     kernel, except ``"complex_exponential"``, which with its default ``A = I`` is
-    ``"positive"``, and ``"srf"``; without ``Y`` also except the four hybrids, whose
-    ``transform(X) @ transform(X').T``, what a linear model after the transformer uses,
-    is not their estimate) at the requested output dimension on a sample of
+    ``"positive"``, and ``"srf"``; without ``Y`` only the symmetric maps: not the four
+    hybrids, whose ``transform(X) @ transform(X').T``, what a linear model after the
+    transformer uses, is not their estimate, nor SADERF and ADERF, which fitted on one
+    data set reduce to GERF, so that an estimator's ``feature_map`` may be "auto") at the
+    requested output dimension on a sample of
     ``auto_sample_size`` rows of the training data, evaluates its analytic relative
     mean squared error ``E (K_hat - K)^2 / K^2`` on all pairs of the sample (of ``X``
     with ``Y`` when given; distinct pairs otherwise), keeps the lowest mean, and refits it
