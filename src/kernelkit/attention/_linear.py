@@ -394,34 +394,37 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
 def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
     """Prefix-side gradients of one block chunk by chunk with local autograd (blocks with
     large key jumps; the dyadic scheme where needed). xq, xk (B, rows, d), keep (B, rows)
-    or None, va, g (B, rows, E), R (B, rows). Returns (dxq, dxk, dva, S, c)."""
+    or None, va, g (B, rows, E), R (B, rows). Returns (dxq, dxk, dva, S, c).
+
+    The local gradients come from ``torch.func.vjp``, which also differentiates where
+    autograd does not record (inside the compiled backward op, a custom op)."""
     dxq, dxk, dva = torch.empty_like(xq), torch.empty_like(xk), torch.empty_like(va)
-    with torch.enable_grad():
-        for lo in range(0, xq.shape[1], chunk):
-            hi = lo + chunk
-            Rc, gc = R[:, lo:hi], g[:, lo:hi]
-            xqc = xq[:, lo:hi].detach().requires_grad_(True)
-            xkc = xk[:, lo:hi].detach().requires_grad_(True)
+    for lo in range(0, xq.shape[1], chunk):
+        hi = lo + chunk
+        Rc, gc = R[:, lo:hi], g[:, lo:hi]
+        kc = None if keep is None else keep[:, lo:hi]
+
+        def local(xqc, xkc, vc, Rc=Rc, kc=kc, c=c):
+            # (intra-chunk numerator (B, C, E), lq (B, C, M)), aux: lk (B, C, M) detached
             lq = feat.log_features(xqc, "q", None)
-            lk = feat.log_features(xkc, "k", None if keep is None else keep[:, lo:hi])
-            vc = va[:, lo:hi].detach().contiguous().requires_grad_(True)
-            with torch.no_grad():
-                lkd = lk.detach()
-                piv = _chunk_pivots(lkd, c, G)
-                qf = (lq.detach() - Rc[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
-                dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
+            lk = feat.log_features(xkc, "k", kc)
+            piv = _chunk_pivots(lk.detach(), c, G)
             if piv is not None:
                 intra = _intra_one_pivot(lq, lk, vc, Rc, piv)
             else:
                 intra = _intra(lq, lk, vc, Rc)
-            dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = torch.autograd.grad(
-                (intra, lq), (xqc, xkc, vc), (gc, dlq)
-            )
-            with torch.no_grad():
-                c_new = torch.maximum(c, lkd.amax(dim=1))
-                S.mul_(torch.exp(c - c_new)[..., None])
-                S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), vc.detach())
-                c = c_new
+            return (intra, lq), lk.detach()
+
+        vc = va[:, lo:hi].contiguous()
+        (_, lq), pull, lkd = torch.func.vjp(local, xq[:, lo:hi], xk[:, lo:hi], vc, has_aux=True)
+        with torch.no_grad():
+            qf = (lq - Rc[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
+            dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
+            dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = pull((gc, dlq))
+            c_new = torch.maximum(c, lkd.amax(dim=1))
+            S.mul_(torch.exp(c - c_new)[..., None])
+            S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), vc)
+            c = c_new
     return dxq, dxk, dva, S, c
 
 
