@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from kernelkit.attention import attention_moments, linear_attention  # noqa: E402
+from kernelkit.attention import FavorAttention, attention_moments, linear_attention  # noqa: E402
 
 
 def _qkv4(B=2, H=2, L=45, d=8, seed=1):
@@ -184,3 +184,162 @@ def test_chunk_by_chunk_block_anywhere_equals_dense(dtype, where, monkeypatch):
     chunked = {"first": 2, "middle": 1, "last": 0}[where]  # reverse order of the blocks
     assert paths == [i != chunked for i in range(3)]
     _assert_grads_close(got, ref, 1e-9 if dtype == torch.float64 else 1e-4)
+
+
+# ------------------------------------------------------------ training workflows
+_MOM = attention_moments(*_qkv4(H=1, L=30, seed=7)[:2])  # (2, 1): every head count
+
+
+def _attend(q, k, v, **kw):
+    return linear_attention(
+        q, k, v, "sderf", 32, is_causal=True, moments=_MOM, random_state=0, chunk_size=8, **kw
+    )
+
+
+def _public_grads(req=(True, True, True), dtype=torch.float32, ctx=None, **kw):
+    """Output and gradients of ``sum(w * out)`` for leaves requiring grad as ``req``."""
+    q, k, v = (t.to(dtype).requires_grad_(r) for t, r in zip(_qkv4(), req, strict=True))
+    w = _qkv4(seed=2)[0]
+    out = _attend(q, k, v, **kw)
+    (out.float() * w).sum().backward()
+    return out.detach(), *(t.grad for t in (q, k, v))
+
+
+def test_only_some_inputs_requiring_grad_get_the_full_gradients():
+    """v only, q only, k only, q and k: the same gradients as with all three, and none for
+    the inputs that do not require them."""
+    full = _public_grads()
+    for req in [(False, False, True), (True, False, False), (False, True, False)]:
+        got = _public_grads(req)
+        for r, g, ref in zip(req, got[1:], full[1:], strict=True):
+            if r:
+                torch.testing.assert_close(g, ref, rtol=0, atol=0)
+            else:
+                assert g is None
+
+
+def test_no_grad_and_inference_forwards_then_training_forward_and_double_backward():
+    """An inference forward (no_grad, inference_mode) keeps no states and gives the
+    training forward's output; backward twice through one graph (retain_graph) gives the
+    same gradients twice."""
+    q, k, v = (t.requires_grad_(True) for t in _qkv4())
+    with torch.no_grad():
+        o1 = _attend(q, k, v)
+    with torch.inference_mode():
+        o2 = _attend(q, k, v)
+    out = _attend(q, k, v)
+    torch.testing.assert_close(o1, out.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(o2, out.detach(), rtol=0, atol=0)
+    w = _qkv4(seed=2)[0]
+    (out * w).sum().backward(retain_graph=True)
+    first = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    (out * w).sum().backward()
+    for g, t, ref in zip(first, (q, k, v), _public_grads()[1:], strict=True):
+        torch.testing.assert_close(t.grad, g, rtol=0, atol=0)
+        torch.testing.assert_close(g, ref, rtol=0, atol=0)
+
+
+def test_autocast_forward_and_half_inputs_match_float32_gradients():
+    """Forward under autocast (bfloat16, CPU) with backward outside: float32 output and the
+    float32 gradients. float16 / bfloat16 inputs (computed in float32): finite gradients
+    within the rounding of the half output gradient and the half result."""
+    ref = _public_grads()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q, k, v = (t.requires_grad_(True) for t in _qkv4())
+        out = _attend(q, k, v)
+    assert out.dtype == torch.float32
+    (out * _qkv4(seed=2)[0]).sum().backward()
+    for t, g in zip((q, k, v), ref[1:], strict=True):
+        torch.testing.assert_close(t.grad, g, rtol=1e-6, atol=1e-7)
+    for dtype in (torch.float16, torch.bfloat16):
+        eps = torch.finfo(dtype).eps
+        ref = _public_grads(dtype=dtype)  # half leaves, half output
+        q, k, v = (t.to(dtype).float().requires_grad_(True) for t in _qkv4())
+        out = _attend(q, k, v)  # the same inputs in float32
+        dout = (_qkv4(seed=2)[0]).to(dtype).float()  # the output gradient reaches it in half
+        (out * dout).sum().backward()
+        for g, t in zip(ref[1:], (q, k, v), strict=True):
+            assert g.dtype == dtype and torch.isfinite(g).all()
+            torch.testing.assert_close(g.float(), t.grad, rtol=0, atol=4 * eps * t.grad.abs().max())
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_causal_favor_attention_training_equals_plain(reentrant):
+    """torch.utils.checkpoint around a causal grouped-query FavorAttention in training (the
+    forward recomputed in the backward; the reentrant variant runs it first under no_grad,
+    without block states): the gradients of the input and every parameter are those of
+    the plain training step."""
+    import copy
+
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    m0 = FavorAttention(32, 4, feature_map="sderf", n_features=16, chunk_size=8, random_state=0,
+                        num_kv_heads=2, redraw_interval=None).train()  # fmt: skip
+    x = torch.randn(2, 45, 32, generator=torch.Generator().manual_seed(1))
+    mask = torch.zeros(2, 45, dtype=torch.bool)
+    mask[1, :4] = True
+    m0(x, x, x, key_padding_mask=mask, is_causal=True)  # running statistics from a first batch
+    w = torch.randn(2, 45, 32, generator=torch.Generator().manual_seed(2))
+
+    def step(wrap):
+        m = copy.deepcopy(m0)
+        xx = x.clone().requires_grad_(True)
+
+        def f(t):
+            return m(t, t, t, key_padding_mask=mask, is_causal=True)[0]
+
+        out = checkpoint(f, xx, use_reentrant=reentrant) if wrap else f(xx)
+        (out * w).sum().backward()
+        return [xx.grad, *(p.grad for p in m.parameters() if p.requires_grad)]
+
+    ref = step(False)
+    assert all(g is not None for g in ref)
+    for g, r in zip(step(True), ref, strict=True):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+
+
+def test_gqa_causal_training_equals_repeated_key_heads():
+    """enable_gqa=True causal training: the gradients of the shared key / value heads are
+    the sums over their query groups (as with the heads repeated)."""
+    q = _qkv4(H=4)[0]
+    k, v = _qkv4(H=2, seed=3)[1:]
+    w = _qkv4(H=4, seed=2)[0]
+    res = []
+    for gqa in (True, False):
+        a, b, c = (t.clone().requires_grad_(True) for t in (q, k, v))
+        kk, vv = (b, c) if gqa else (b.repeat_interleave(2, 1), c.repeat_interleave(2, 1))
+        (_attend(a, kk, vv, enable_gqa=gqa) * w).sum().backward()
+        res.append((a.grad, b.grad, c.grad))
+    for g, r in zip(*res, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-6)
+
+
+def test_long_sequence_loss_on_early_rows_gives_exact_zeros_later(monkeypatch):
+    """L = 8192 (16 blocks of 512), float32, a loss on the first 40 rows only: the
+    gradients of every later query, key and value are exactly zero (no later position
+    reaches them), all finite, and the early ones equal those of the 40-row prefix alone;
+    also with a key jump far beyond the growth bound at row 5000 (its block chunk by
+    chunk)."""
+    q, k, v = _data(B=2, L=8192, d=16, e=16, seed=8, dtype=torch.float32)
+    W = 0.3 * torch.randn(16, 32, generator=torch.Generator().manual_seed(10))
+    feat = _Linear(W)
+    T = 40
+    w = torch.randn(2, T, 16, generator=torch.Generator().manual_seed(9))
+    prefix = _grads(lambda a, b, c: lin.causal_exp(a, b, c, None, feat, 64), q[:, :T], k[:, :T],
+                    v[:, :T], w, torch.float32)  # fmt: skip
+    calls = []
+    orig = lin._bwd_chunks
+    monkeypatch.setattr(lin, "_bwd_chunks", lambda *a: calls.append(1) or orig(*a))
+    for jump in (1.0, 100.0):  # log features of row 5000 up by about 180 > 60
+        k2 = k.clone()
+        k2[:, 5000] *= jump
+        a, b, c = (t.clone().requires_grad_(True) for t in (q, k2, v))
+        (lin.causal_exp(a, b, c, None, feat, 64)[:, :T] * w).sum().backward()
+        assert len(calls) == (jump > 1)
+        for g, p in zip((a.grad, b.grad, c.grad), prefix[1:], strict=True):
+            assert torch.isfinite(g).all()
+            assert torch.all(g[:, T:] == 0)
+            torch.testing.assert_close(g[:, :T].double(), p, rtol=1e-4, atol=1e-5)
