@@ -343,3 +343,34 @@ def test_long_sequence_loss_on_early_rows_gives_exact_zeros_later(monkeypatch):
             assert torch.isfinite(g).all()
             assert torch.all(g[:, T:] == 0)
             torch.testing.assert_close(g[:, :T].double(), p, rtol=1e-4, atol=1e-5)
+
+
+def test_saved_tensors_are_the_inputs_output_row_stats_and_block_states_only():
+    """Memory: a training forward saves, besides its inputs, the output (B, L, e), two
+    (B, L) row statistics and the block states (B, blocks, M, e + 1) and maxima
+    (B, blocks, M); a forward under no_grad, or with no input requiring grad, saves
+    nothing."""
+    B, L, e, block, chunk = 2, 96, 3, 32, 8
+    q, k, v = _data(B=B, L=L, e=e)
+    feat = _features("sderf", q, k, M=8)
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    for grad_mode, req in ((True, True), (False, True), (True, False)):
+        saved.clear()
+        leaves = [t.clone().requires_grad_(req) for t in (q, k, v)]
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with torch.set_grad_enabled(grad_mode):
+                out = lin.causal_exp(*leaves, None, feat, chunk, block)
+        if not (grad_mode and req):
+            assert saved == []
+            continue
+        extra = [t for t in saved if not any(t is x for x in leaves) and t.numel()]
+        assert any(t is out for t in extra)
+        shapes = sorted(tuple(t.shape) for t in extra)
+        assert shapes == sorted([(B, L, e), (B, L), (B, L), (B, L // block, 8, e + 1),
+                                 (B, L // block, 8)])  # fmt: skip
+        assert sum(t.numel() for t in extra) == B * L * (e + 2) + B * (L // block) * 8 * (e + 2)
