@@ -374,3 +374,18 @@ def test_saved_tensors_are_the_inputs_output_row_stats_and_block_states_only():
         assert shapes == sorted([(B, L, e), (B, L), (B, L), (B, L // block, 8, e + 1),
                                  (B, L // block, 8)])  # fmt: skip
         assert sum(t.numel() for t in extra) == B * L * (e + 2) + B * (L // block) * 8 * (e + 2)
+
+
+def test_empty_sequence_trains_through_the_kernel():
+    """``causal_exp`` with no rows (L = 0, no blocks, so empty block states that were
+    nevertheless kept): forward and backward run and give what the public function gives,
+    an empty output and empty gradients, instead of "ran without keeping its block
+    states"."""
+    feat = _PlainFeatures("elu", 4)
+    q, k, v = (torch.randn(2, 0, 4, dtype=torch.float64).requires_grad_(True) for _ in "qkv")
+    out = lin.causal_exp(q, k, v, None, feat, 4)
+    out.sum().backward()
+    ref = linear_attention(q[:, None], k[:, None], v[:, None], "elu", is_causal=True)
+    torch.testing.assert_close(out, ref[:, 0], rtol=0, atol=0)
+    for t in (q, k, v):
+        torch.testing.assert_close(t.grad, torch.zeros_like(t), rtol=0, atol=0)

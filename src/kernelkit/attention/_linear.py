@@ -533,7 +533,7 @@ class _CausalExp(torch.autograd.Function):
         ctx.save_for_backward(
             xq, xk, v, keep if keep is not None else torch.empty(0), out, den, Rall, S_in, c_in
         )
-        ctx.has_keep = keep is not None
+        ctx.has_keep, ctx.keep_states = keep is not None, keep_states
         ctx.feat, ctx.chunk, ctx.block = feat, chunk, block
         return out
 
@@ -541,7 +541,7 @@ class _CausalExp(torch.autograd.Function):
     def backward(ctx, dout):
         xq, xk, v, keep, out, den, Rall, S_in, c_in = ctx.saved_tensors
         first_order_only(xq, xk, v)
-        if S_in.numel() == 0:
+        if not ctx.keep_states:  # (an empty S_in may also be an empty batch or sequence)
             raise RuntimeError("the causal forward ran without keeping its block states.")
         keep = keep if ctx.has_keep else None
         feat, chunk, block = ctx.feat, ctx.chunk, ctx.block
