@@ -396,9 +396,11 @@ def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
     large key jumps; the dyadic scheme where needed). xq, xk (B, rows, d), keep (B, rows)
     or None, va, g (B, rows, E), R (B, rows). Returns (dxq, dxk, dva, S, c).
 
-    The local gradients come from ``torch.func.vjp``, which also differentiates where
-    autograd does not record (inside the compiled backward op, a custom op)."""
+    Local autograd where it records; ``torch.func.vjp`` where it does not (inside the
+    compiled backward op, a custom op), the same gradients at some extra cost per chunk."""
     dxq, dxk, dva = torch.empty_like(xq), torch.empty_like(xk), torch.empty_like(va)
+    with torch.enable_grad():
+        recording = torch.ones(1, requires_grad=True).mul(1.0).requires_grad
     for lo in range(0, xq.shape[1], chunk):
         hi = lo + chunk
         Rc, gc = R[:, lo:hi], g[:, lo:hi]
@@ -416,7 +418,14 @@ def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
             return (intra, lq), lk.detach()
 
         vc = va[:, lo:hi].contiguous()
-        (_, lq), pull, lkd = torch.func.vjp(local, xq[:, lo:hi], xk[:, lo:hi], vc, has_aux=True)
+        if recording:
+            xs = [t.detach().requires_grad_(True) for t in (xq[:, lo:hi], xk[:, lo:hi], vc)]
+            with torch.enable_grad():
+                (intra, lq), lkd = local(*xs)
+            pull = lambda cot, o=(intra, lq), xs=xs: torch.autograd.grad(o, xs, cot)  # noqa: E731
+            lq = lq.detach()
+        else:
+            (_, lq), pull, lkd = torch.func.vjp(local, xq[:, lo:hi], xk[:, lo:hi], vc, has_aux=True)
         with torch.no_grad():
             qf = (lq - Rc[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
             dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
