@@ -218,16 +218,20 @@ def test_only_some_inputs_requiring_grad_get_the_full_gradients():
                 assert g is None
 
 
-def test_no_grad_and_inference_forwards_then_training_forward_and_double_backward():
+@pytest.mark.parametrize("left_pad", [False, True])
+def test_no_grad_and_inference_forwards_then_training_forward_and_double_backward(left_pad):
     """An inference forward (no_grad, inference_mode) keeps no states and gives the
     training forward's output; backward twice through one graph (retain_graph) gives the
-    same gradients twice."""
+    same gradients twice, also where the first block runs chunk by chunk (left padding:
+    its saved state must survive the first backward)."""
+    mask = torch.zeros(2, 45, dtype=torch.bool)
+    mask[1, :3] = left_pad
     q, k, v = (t.requires_grad_(True) for t in _qkv4())
     with torch.no_grad():
-        o1 = _attend(q, k, v)
+        o1 = _attend(q, k, v, key_padding_mask=mask)
     with torch.inference_mode():
-        o2 = _attend(q, k, v)
-    out = _attend(q, k, v)
+        o2 = _attend(q, k, v, key_padding_mask=mask)
+    out = _attend(q, k, v, key_padding_mask=mask)
     torch.testing.assert_close(o1, out.detach(), rtol=0, atol=0)
     torch.testing.assert_close(o2, out.detach(), rtol=0, atol=0)
     w = _qkv4(seed=2)[0]
@@ -236,7 +240,7 @@ def test_no_grad_and_inference_forwards_then_training_forward_and_double_backwar
     for t in (q, k, v):
         t.grad = None
     (out * w).sum().backward()
-    for g, t, ref in zip(first, (q, k, v), _public_grads()[1:], strict=True):
+    for g, t, ref in zip(first, (q, k, v), _public_grads(key_padding_mask=mask)[1:], strict=True):
         torch.testing.assert_close(t.grad, g, rtol=0, atol=0)
         torch.testing.assert_close(g, ref, rtol=0, atol=0)
 
