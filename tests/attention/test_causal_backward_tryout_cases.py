@@ -11,7 +11,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from kernelkit.attention import FavorAttention, attention_moments, linear_attention  # noqa: E402
+from kernelkit.attention import (  # noqa: E402
+    FavorAttention,
+    attention_moments,
+    draw_features,
+    linear_attention,
+)
+from kernelkit.attention import _linear as lin  # noqa: E402
+from kernelkit.attention._maps import EXP_MAPS, build_log_map  # noqa: E402
+from kernelkit.attention.functional import _FusedFeatures, _PlainFeatures  # noqa: E402
 
 
 def _qkv4(B=2, H=2, L=45, d=8, seed=1):
@@ -52,10 +60,6 @@ def test_compiled_causal_training_step_with_left_padding_equals_eager():
 
 
 # ------------------------------------------------------------ against the dense formula
-from kernelkit.attention import _linear as lin  # noqa: E402
-from kernelkit.attention import draw_features  # noqa: E402
-from kernelkit.attention._maps import EXP_MAPS, build_log_map  # noqa: E402
-from kernelkit.attention.functional import _FusedFeatures, _PlainFeatures  # noqa: E402
 
 
 def _data(B=2, L=40, d=4, e=3, seed=0, dtype=torch.float64):
