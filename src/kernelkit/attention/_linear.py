@@ -394,34 +394,46 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
 def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
     """Prefix-side gradients of one block chunk by chunk with local autograd (blocks with
     large key jumps; the dyadic scheme where needed). xq, xk (B, rows, d), keep (B, rows)
-    or None, va, g (B, rows, E), R (B, rows). Returns (dxq, dxk, dva, S, c)."""
+    or None, va, g (B, rows, E), R (B, rows). Returns (dxq, dxk, dva, S, c).
+
+    Local autograd where it records; ``torch.func.vjp`` where it does not (inside the
+    compiled backward op, a custom op), the same gradients at some extra cost per chunk."""
     dxq, dxk, dva = torch.empty_like(xq), torch.empty_like(xk), torch.empty_like(va)
     with torch.enable_grad():
-        for lo in range(0, xq.shape[1], chunk):
-            hi = lo + chunk
-            Rc, gc = R[:, lo:hi], g[:, lo:hi]
-            xqc = xq[:, lo:hi].detach().requires_grad_(True)
-            xkc = xk[:, lo:hi].detach().requires_grad_(True)
+        recording = torch.ones(1, requires_grad=True).mul(1.0).requires_grad
+    for lo in range(0, xq.shape[1], chunk):
+        hi = lo + chunk
+        Rc, gc = R[:, lo:hi], g[:, lo:hi]
+        kc = None if keep is None else keep[:, lo:hi]
+
+        def local(xqc, xkc, vc, Rc=Rc, kc=kc, c=c):
+            # (intra-chunk numerator (B, C, E), lq (B, C, M)), aux: lk (B, C, M) detached
             lq = feat.log_features(xqc, "q", None)
-            lk = feat.log_features(xkc, "k", None if keep is None else keep[:, lo:hi])
-            vc = va[:, lo:hi].detach().contiguous().requires_grad_(True)
-            with torch.no_grad():
-                lkd = lk.detach()
-                piv = _chunk_pivots(lkd, c, G)
-                qf = (lq.detach() - Rc[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
-                dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
+            lk = feat.log_features(xkc, "k", kc)
+            piv = _chunk_pivots(lk.detach(), c, G)
             if piv is not None:
                 intra = _intra_one_pivot(lq, lk, vc, Rc, piv)
             else:
                 intra = _intra(lq, lk, vc, Rc)
-            dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = torch.autograd.grad(
-                (intra, lq), (xqc, xkc, vc), (gc, dlq)
-            )
-            with torch.no_grad():
-                c_new = torch.maximum(c, lkd.amax(dim=1))
-                S.mul_(torch.exp(c - c_new)[..., None])
-                S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), vc.detach())
-                c = c_new
+            return (intra, lq), lk.detach()
+
+        vc = va[:, lo:hi].contiguous()
+        if recording:
+            xs = [t.detach().requires_grad_(True) for t in (xq[:, lo:hi], xk[:, lo:hi], vc)]
+            with torch.enable_grad():
+                (intra, lq), lkd = local(*xs)
+            pull = lambda cot, o=(intra, lq), xs=xs: torch.autograd.grad(o, xs, cot)  # noqa: E731
+            lq = lq.detach()
+        else:
+            (_, lq), pull, lkd = torch.func.vjp(local, xq[:, lo:hi], xk[:, lo:hi], vc, has_aux=True)
+        with torch.no_grad():
+            qf = (lq - Rc[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
+            dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
+            dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = pull((gc, dlq))
+            c_new = torch.maximum(c, lkd.amax(dim=1))
+            S.mul_(torch.exp(c - c_new)[..., None])
+            S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), vc)
+            c = c_new
     return dxq, dxk, dva, S, c
 
 
@@ -530,7 +542,7 @@ class _CausalExp(torch.autograd.Function):
         ctx.save_for_backward(
             xq, xk, v, keep if keep is not None else torch.empty(0), out, den, Rall, S_in, c_in
         )
-        ctx.has_keep = keep is not None
+        ctx.has_keep, ctx.keep_states = keep is not None, keep_states
         ctx.feat, ctx.chunk, ctx.block = feat, chunk, block
         return out
 
@@ -538,7 +550,7 @@ class _CausalExp(torch.autograd.Function):
     def backward(ctx, dout):
         xq, xk, v, keep, out, den, Rall, S_in, c_in = ctx.saved_tensors
         first_order_only(xq, xk, v)
-        if S_in.numel() == 0:
+        if not ctx.keep_states:  # (an empty S_in may also be an empty batch or sequence)
             raise RuntimeError("the causal forward ran without keeping its block states.")
         keep = keep if ctx.has_keep else None
         feat, chunk, block = ctx.feat, ctx.chunk, ctx.block
