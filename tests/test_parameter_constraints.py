@@ -67,6 +67,7 @@ BAD = {
     "n_components": _POS_INT,
     "n_lambda": _POS_INT,
     "n_init": _POS_INT,
+    "max_monomials": _POS_INT,
     "n_samples": _POS_INT,
     "n_components_mixture": _POS_INT,
     "max_iter": _POS_INT,
