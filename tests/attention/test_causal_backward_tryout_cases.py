@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
+from attention_helpers import batched_block_paths  # noqa: E402
+
 from kernelkit.attention import (  # noqa: E402
     FavorAttention,
     attention_moments,
@@ -172,15 +174,7 @@ def test_chunk_by_chunk_block_anywhere_equals_dense(dtype, where, monkeypatch):
     keep = torch.ones(2, 45, dtype=torch.bool)
     keep[1, 1:9] = False  # whole chunks, the first key still visible
     keep[0, 28:32] = False
-    paths = []
-    orig = lin._bwd_block
-
-    def spy(*args):
-        res = orig(*args)
-        paths.append(res is not None)
-        return res
-
-    monkeypatch.setattr(lin, "_bwd_block", spy)
+    paths = batched_block_paths(monkeypatch)
     w = torch.randn(2, 45, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
     feat = _Linear(W)
     ref = _grads(lambda a, b, c: _dense(feat, a, b, c, keep), q, k, v, w)

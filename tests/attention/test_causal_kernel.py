@@ -9,6 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
+from attention_helpers import batched_block_paths  # noqa: E402
+
 from kernelkit.attention import _linear as lin  # noqa: E402
 from kernelkit.attention import attention_moments, draw_features  # noqa: E402
 from kernelkit.attention._maps import build_log_map  # noqa: E402
@@ -282,15 +284,7 @@ def test_backward_with_a_chunk_by_chunk_block_between_batched_ones_equals_dense(
     k[:, 21] *= 40.0  # log features jump by about 85 > 60 (float32 bound) in block 2 of 3
     keep = torch.rand(2, 48, generator=torch.Generator().manual_seed(13)) > 0.2
     keep[:, 0] = True  # a masked first key would send the first block chunk by chunk too
-    paths = []
-    orig = lin._bwd_block
-
-    def spy(*args):
-        res = orig(*args)
-        paths.append(res is not None)
-        return res
-
-    monkeypatch.setattr(lin, "_bwd_block", spy)
+    paths = batched_block_paths(monkeypatch)
     w = torch.randn(2, 48, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
 
     class Dense:  # _dense reads feat.fmap.log_features(x, side)

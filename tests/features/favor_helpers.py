@@ -31,6 +31,16 @@ PUBLIC_MAPS = [
     and name not in ("FeatureMap", "DotProductFeatureMap")
 ]
 
+#: small configurations of the maps whose output is large by default (the hybrids' output
+#: grows like n_features * n_lambda * d): few features, so that the Monte Carlo tests
+#: have power and the sweeps over every map stay fast
+SMALL_CONFIGS = {
+    "AngularHybridRF": {"n_features": 4, "n_lambda": 2},
+    "GaussianHybridRF": {"n_features": 4, "n_lambda": 2},
+    "NormalizedGaussianHybridRF": {"n_features": 4, "n_lambda": 2},
+    "ClusteredHybridRF": {"n_features": 8, "n_clusters": 2},
+}
+
 #: |z| bound for the entries of one Monte-Carlo estimate (entries are correlated, so a
 #: per-pair bound rather than a chi-square test; two-sided p ~ 7e-6 per entry).
 Z_BOUND = 4.5

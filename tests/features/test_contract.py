@@ -14,7 +14,7 @@ import pickle
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from favor_helpers import PUBLIC_MAPS
+from favor_helpers import PUBLIC_MAPS, SMALL_CONFIGS
 from sklearn.linear_model import RidgeClassifier
 from sklearn.pipeline import Pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -25,13 +25,7 @@ import kernelkit.features as features
 MAPS = PUBLIC_MAPS
 IDS = [cls.__name__ for cls in MAPS]
 
-#: small configurations: few features, so that the Monte Carlo tests have power
-SMALL = {
-    "AngularHybridRF": {"n_features": 4, "n_lambda": 2},
-    "GaussianHybridRF": {"n_features": 4, "n_lambda": 2},
-    "NormalizedGaussianHybridRF": {"n_features": 4, "n_lambda": 2},
-    "ClusteredHybridRF": {"n_features": 8, "n_clusters": 2},
-}
+SMALL = SMALL_CONFIGS
 Z_TOL = 4.5  # two-sided z-score bound; with ~60 tested statistics the false alarm rate is tiny
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-from favor_helpers import PUBLIC_MAPS
+from favor_helpers import PUBLIC_MAPS, SMALL_CONFIGS
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
 from sklearn.datasets import make_moons
@@ -48,13 +48,7 @@ from kernelkit.features import (
 MAPS = PUBLIC_MAPS
 IDS = [cls.__name__ for cls in MAPS]
 
-#: small configurations: the hybrids' output grows like n_features * n_lambda * d
-SMALL = {
-    "AngularHybridRF": {"n_features": 4, "n_lambda": 2},
-    "GaussianHybridRF": {"n_features": 4, "n_lambda": 2},
-    "NormalizedGaussianHybridRF": {"n_features": 4, "n_lambda": 2},
-    "ClusteredHybridRF": {"n_features": 8, "n_clusters": 2},
-}
+SMALL = SMALL_CONFIGS
 
 
 def _small(cls, **kw):

@@ -12,15 +12,10 @@ import warnings
 
 import numpy as np
 import pytest
-from favor_helpers import PUBLIC_MAPS
+from favor_helpers import PUBLIC_MAPS, SMALL_CONFIGS
 
 MAPS = PUBLIC_MAPS
-SMALL = {
-    "AngularHybridRF": {"n_features": 4, "n_lambda": 2},
-    "GaussianHybridRF": {"n_features": 4, "n_lambda": 2},
-    "NormalizedGaussianHybridRF": {"n_features": 4, "n_lambda": 2},
-    "ClusteredHybridRF": {"n_features": 8, "n_clusters": 2},
-}
+SMALL = SMALL_CONFIGS
 #: input norms tried: 1.3^k up to ~3e4, then absurd ones
 SCALES = [1.3**k for k in range(40)] + [1e10, 1e50, 1e150]
 
