@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
 from .._backend.chunks import is_block_sequence, is_chunked, is_dask_array, map_row_chunks
+from .._backend.fit_state import keep_model_on_error
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
@@ -39,7 +40,6 @@ from ._chunked import (
 )
 from ._chunked_classes import class_statistics, class_training_rows
 from ._feature_map_param import fitted_feature_map, map_features
-from ._fit_state import keep_model_on_error
 from ._labels import check_missing_labels, encode_labels
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float

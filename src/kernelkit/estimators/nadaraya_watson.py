@@ -39,12 +39,12 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
+from .._backend.fit_state import keep_model_on_error
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
 from ._chunked import reject_block_iterable
-from ._fit_state import keep_model_on_error
 from ._labels import check_missing_labels, encode_labels
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 

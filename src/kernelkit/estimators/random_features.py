@@ -23,6 +23,7 @@ from .._backend import (
 )
 from .._backend import validate_data as kk_validate_data
 from .._backend.chunks import check_dask_matrix, is_dask_array
+from .._backend.fit_state import keep_model_on_error
 from .._backend.parallel import check_n_jobs
 from .._backend.params import (
     N_JOBS,
@@ -34,7 +35,6 @@ from .._backend.params import (
 from .._backend.sklearn_validation import check_lazy_output, validate_data
 from ..features import FeatureMap
 from ..features.sampling import SAMPLERS
-from ._fit_state import keep_model_on_error
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
 __all__ = ["RandomFeatures"]

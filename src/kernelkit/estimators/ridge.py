@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend.chunks import is_dask_array, map_row_chunks
+from .._backend.fit_state import keep_model_on_error
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE
 from .._backend.sklearn_validation import validate_data
@@ -25,7 +26,6 @@ from ._chunked import (
     use_blocked_statistics,
 )
 from ._feature_map_param import map_features
-from ._fit_state import keep_model_on_error
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver
 
 __all__ = ["RandomFeatureRidge", "check_positive_float"]

@@ -60,6 +60,7 @@ from .._backend import (
 )
 from .._backend import validate_data as validate_array
 from .._backend.chunks import is_dask_array
+from .._backend.fit_state import keep_model_on_error
 from .._backend.sklearn_validation import check_lazy_output
 from ._dask import fit_dask, lazy_features
 
@@ -136,6 +137,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         return False
 
     # ------------------------------------------------------------------ fitting
+    @keep_model_on_error
     def fit(self, X, y=None, *, Y=None):
         """Draw the random parameters and fit the data-dependent ones.
 
@@ -160,18 +162,6 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         the width and column names of the new ``X`` are recorded before its values are
         checked, and a Dask fit reads the chunks one after another.
         """
-        params = set(self.get_params(deep=False))
-        state = {key: value for key, value in vars(self).items() if key not in params}
-        try:
-            return self._fit_checked(X, y, Y)
-        except BaseException:
-            for key in [key for key in vars(self) if key not in params]:
-                del self.__dict__[key]
-            self.__dict__.update(state)
-            raise
-
-    def _fit_checked(self, X, y, Y):
-        """:meth:`fit` without the restore of the previous state on an error."""
         self._validate_params()  # the declared constraints (errors name the parameter)
         self._check_params()  # what they cannot express (cross-parameter rules)
         if is_dask_array(X) or is_dask_array(Y):
