@@ -40,13 +40,13 @@ import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
 
-import numpy as np
 import torch
 
 from ._linear import _growth_bound
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
 from .functional import (
     _bool_padding_mask,
+    _check_gqa_flag,
     _check_moments,
     _check_sampler,
     _finite_check,
@@ -413,13 +413,6 @@ def init_decoding_state(
         group=group,
         _version=_tensor_version(kvz),
     )
-
-
-def _check_gqa_flag(enable_gqa) -> bool:
-    # a bool (NumPy's too, as linear_attention), no truthiness
-    if not isinstance(enable_gqa, bool | np.bool_):
-        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
-    return bool(enable_gqa)
 
 
 def _gqa_heads(enable_gqa, num_kv_heads, batch):

@@ -209,9 +209,9 @@ def attention_moments(
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.dim() < 2 or t.shape[-2] == 0 or t.shape[-1] == 0:
             raise ValueError(f"{name} must have shape (..., n >= 1, d >= 1), got {tuple(t.shape)}.")
-    if not isinstance(enable_gqa, bool | np.bool_):  # as linear_attention
-        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
-    if enable_gqa:  # the key heads repeated over their groups (..., Hkv, S, d) -> (..., Hq, S, d)
+    if _check_gqa_flag(
+        enable_gqa
+    ):  # the key heads repeated over their groups (..., Hkv, S, d) -> (..., Hq, S, d)
         g = _gqa_group(q, k, k)
         if g > 1 and _per_key_head(key_padding_mask, k.shape[-3]):
             mask = _bool_padding_mask(key_padding_mask, "key", k.device)
@@ -562,9 +562,7 @@ def linear_attention(
             "attention weights that SDPA's dropout_p drops; apply dropout to the output "
             "instead (FavorAttention(dropout=...) does)."
         )
-    if not isinstance(enable_gqa, bool | np.bool_):  # as is_causal: no truthiness
-        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
-    if enable_gqa:
+    if _check_gqa_flag(enable_gqa):
         g = _gqa_group(q, k, v)
         # a padding mask per key head (..., Hkv, S): the same for every query head of a group
         kv_mask = g > 1 and _per_key_head(key_padding_mask, k.shape[-3])
@@ -719,6 +717,14 @@ def _broadcast_batch(q, k, v):
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}.{_gqa_hint(q, k)}"
         ) from None
     return tuple(t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))
+
+
+def _check_gqa_flag(enable_gqa) -> bool:
+    """``enable_gqa`` as a bool: ``bool`` or NumPy's ``bool_`` (as ``is_causal``, no
+    truthiness), else a ``TypeError`` naming it."""
+    if not isinstance(enable_gqa, bool | np.bool_):
+        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
+    return bool(enable_gqa)
 
 
 def _gqa_hint(q, k) -> str:
