@@ -1,11 +1,12 @@
-"""Class labels of the classifiers: missing labels and labels of several types named."""
+"""Class labels of the classifiers: missing labels and labels of several types named, and
+the log of class probabilities."""
 
 from __future__ import annotations
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
-__all__ = ["check_missing_labels", "encode_labels"]
+__all__ = ["check_missing_labels", "encode_labels", "log_proba"]
 
 
 def check_missing_labels(owner: str, y) -> None:
@@ -40,3 +41,10 @@ def encode_labels(owner: str, y, check: bool = True) -> tuple[np.ndarray, np.nda
             f"strings or all numbers), got {', '.join(types)}; convert them, e.g. "
             "y.astype(str)."
         ) from None
+
+
+def log_proba(P):
+    """``log P`` of class probabilities (n, C), ``-inf`` where a probability is zero
+    (without a divide-by-zero warning): the classifiers' ``predict_log_proba``."""
+    with np.errstate(divide="ignore"):
+        return np.log(P)

@@ -40,7 +40,7 @@ from ._chunked import (
 )
 from ._chunked_classes import class_statistics, class_training_rows
 from ._feature_map_param import fitted_feature_map, map_features
-from ._labels import check_missing_labels, encode_labels
+from ._labels import check_missing_labels, encode_labels, log_proba
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
 
@@ -467,8 +467,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         probability; lazy for a Dask ``X``)."""
         P = self.predict_proba(X)
         if is_dask_array(P):
-            return P.map_blocks(_log_proba, dtype=P.dtype)
-        return _log_proba(P)
+            return P.map_blocks(log_proba, dtype=P.dtype)
+        return log_proba(P)
 
     def predict(self, X):
         """Class labels: argmax of :meth:`predict_proba` (lazy for a Dask ``X``)."""
@@ -564,8 +564,3 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):
         Z /= Z.sum(axis=2, keepdims=True)
         out[lo : lo + rows] = Z.mean(axis=1)
     return out
-
-
-def _log_proba(P):
-    with np.errstate(divide="ignore"):  # a zero probability: -inf
-        return np.log(P)

@@ -45,7 +45,7 @@ from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
 from ._chunked import reject_block_iterable
-from ._labels import check_missing_labels, encode_labels
+from ._labels import check_missing_labels, encode_labels, log_proba
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
 __all__ = [
@@ -443,8 +443,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba` (``-inf`` for zero probabilities)."""
-        with np.errstate(divide="ignore"):
-            return np.log(self.predict_proba(X))
+        return log_proba(self.predict_proba(X))
 
     def predict(self, X):
         """Predicted classes ``classes_[argmax_l r*_l]``, shape (Q,)."""
