@@ -62,6 +62,16 @@ def _check_finite(arr: np.ndarray, name: str) -> None:
 
 
 # ---------------------------------------------------------------------- kernels
+def _scaled_by_max(ref, *arrays):
+    """``arrays`` times ``2^-e`` with ``2^(e-1) <= max |ref| < 2^e`` (exact: a power of
+    two), so that ``ref`` peaks in ``[1/2, 1)``; entries beyond the range become ``inf``,
+    without a warning. ``np.ldexp`` on the arrays themselves: the factor ``2^-e`` alone
+    overflows for a subnormal ``ref``."""
+    e = int(np.frexp(np.max(np.abs(ref)))[1])
+    with np.errstate(over="ignore"):
+        return tuple(np.ldexp(a, -e) for a in arrays)
+
+
 def relative_frobenius_error(K, K_hat) -> float:
     """Relative Frobenius norm error of an approximate kernel matrix (eq. 58).
 
@@ -99,12 +109,9 @@ def relative_frobenius_error(K, K_hat) -> float:
         raise ValueError(f"K is empty (shape {K.shape}): the relative error is undefined.")
     if not np.any(K):
         raise ValueError("K is all zeros: the relative error is undefined.")
-    # a common power-of-two scale (exact) keeps the sums of squares from overflowing or
-    # underflowing: the ratio is scale-free
-    # (np.ldexp on the arrays: the factor 2**-e itself overflows for a subnormal K)
-    e = int(np.frexp(np.max(np.abs(K)))[1])
+    # the ratio is scale-free: a common power-of-two scale keeps the sums of squares in range
+    Ks, K_hats = _scaled_by_max(K, K, K_hat.astype(np.float64, copy=False))
     with np.errstate(over="ignore"):
-        Ks, K_hats = np.ldexp(K, -e), np.ldexp(K_hat.astype(np.float64, copy=False), -e)
         diff = Ks - K_hats  # (n, m); inf only where the error is beyond the range
     return float(np.linalg.norm(diff) / np.linalg.norm(Ks))
 
@@ -343,11 +350,8 @@ def normalized_mse(y_true, y_pred) -> float:
         raise ValueError(f"y_true must have shape (n,) or (n, T) with n >= 2, got {y.shape}.")
     _check_finite(y, "y_true")
     _check_finite(p, "y_pred")
-    # a common power-of-two scale (exact; the ratio is scale-free) keeps the squares in range
-    # (np.ldexp on the arrays: the factor 2**-e itself overflows for subnormal targets)
-    e = int(np.frexp(np.max(np.abs(y)))[1])
-    with np.errstate(over="ignore"):  # inf only where the exact error is beyond the range
-        y, p = np.ldexp(y, -e), np.ldexp(p, -e)
+    # the ratio is scale-free: a common power-of-two scale keeps the squares in range
+    y, p = _scaled_by_max(y, y, p)
     var = np.var(y, axis=0)
     if np.any(var == 0):
         raise ValueError("y_true is constant: the normalised MSE is undefined.")
