@@ -101,11 +101,6 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
     #: whether ``transform_y`` equals ``transform`` (one map for both kernel arguments)
     symmetric = True
-    #: whether, fitted on one data set (no ``Y``), ``transform_y`` equals ``transform``
-    #: (to round-off), so that ``transform(X) @ transform(X').T``, the Gram matrix a
-    #: linear model after the map uses, is the map's estimate; not for the hybrids
-    #: (user guide: "The feature-map contract")
-    gram_is_estimate: ClassVar[bool] = True
     #: whether every feature is positive (usable as attention weights)
     positive = False
     #: whether ``scipy.sparse`` input is accepted (the first step is a linear projection)

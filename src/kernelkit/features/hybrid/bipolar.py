@@ -44,8 +44,6 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
     """
 
     symmetric = False
-    #: x-side features differ from y-side ones even on one data set
-    gram_is_estimate: ClassVar[bool] = False
     positive = False
     #: whether the block ``sqrt|a| phi1`` is present (``a != 0``)
     _has_a_block = True

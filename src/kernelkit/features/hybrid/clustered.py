@@ -90,8 +90,6 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
     """
 
     symmetric = False
-    #: x-side features differ from y-side ones even on one data set
-    gram_is_estimate: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict] = {
         **ProjectionFeatureMap._parameter_constraints,
         # an int, or a pair (n_q, n_k) whose entries _cluster_counts checks
