@@ -230,14 +230,18 @@ def _scan(H, U, decay, Hb, H_out, reverse=False):
     decay (B, n, M) factors ``<= 1``; Hb (B, n, M, E) the output buffer. Forward:
     ``Hb_0 = H``, ``Hb_{i+1} = Hb_i decay_i + U_i``; reverse: ``Hb_{n-1} = H``,
     ``Hb_{i-1} = Hb_i decay_i + U_i``. Returns (Hb, the state leaving the block, written
-    into ``H_out`` (B, M, E), which may hold ``H``: it is read first).
+    into ``H_out`` (B, M, E), which may hold ``H``: it is read first). ``H_out`` None:
+    the state leaving the block is not needed, and its step is not taken (returns None).
     """
     n = U.shape[1]
     order = range(n - 1, -1, -1) if reverse else range(n)
     first, step = (n - 1, -1) if reverse else (0, 1)
     Hb[:, first] = H
     for i in order:
-        dst = Hb[:, i + step] if 0 <= i + step < n else H_out
+        inside = 0 <= i + step < n
+        if not inside and H_out is None:
+            return Hb, None
+        dst = Hb[:, i + step] if inside else H_out
         H = torch.addcmul(U[:, i], Hb[:, i], decay[:, i, :, None], out=dst)
     return Hb, H
 
@@ -385,7 +389,7 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
     U = ws("U", B, n, M, E)
     torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
     decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
-    Sb, _ = _scan(S, U, decay, ws("Sb", B, n, M, E), ws("S", B, M, E))
+    Sb, _ = _scan(S, U, decay, ws("Sb", B, n, M, E), None)  # the state after: not needed
     Sb.mul_(decay[..., None])  # relative to c_end
     dlq = dq.baddbmm_(g3, Sb.view(B * n, M, E).transpose(1, 2)).mul_(qf3)
     return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E)
@@ -394,7 +398,9 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
 def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
     """Prefix-side gradients of one block chunk by chunk with local autograd (blocks with
     large key jumps; the dyadic scheme where needed). xq, xk (B, rows, d), keep (B, rows)
-    or None, va, g (B, rows, E), R (B, rows). Returns (dxq, dxk, dva, S, c).
+    or None, va, g (B, rows, E), R (B, rows), c (B, M) and S (B, M, E) the prefix maxima
+    and state entering the block (S is updated in place, chunk by chunk). Returns (dxq,
+    dxk, dva).
 
     Local autograd where it records; ``torch.func.vjp`` where it does not (inside the
     compiled backward op, a custom op), the same gradients at some extra cost per chunk."""
@@ -430,11 +436,13 @@ def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
             qf = (lq - Rc[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
             dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
             dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = pull((gc, dlq))
+            if hi >= xq.shape[1]:  # the state after the block: not needed
+                break
             c_new = torch.maximum(c, lkd.amax(dim=1))
             S.mul_(torch.exp(c - c_new)[..., None])
             S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), vc)
             c = c_new
-    return dxq, dxk, dva, S, c
+    return dxq, dxk, dva
 
 
 def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
@@ -590,7 +598,7 @@ class _CausalExp(torch.autograd.Function):
                 c, S = c_in[:, bi], S_in[:, bi]
                 pre = _bwd_block(lq4, lk4, va4, g4, R, c, S, G, ws)  # lq, lk unchanged
                 if pre is None:  # large key jumps: chunk by chunk, local autograd
-                    dxq[:, lo:hi], dxk[:, lo:hi], dva_p, _, _ = _bwd_chunks(
+                    dxq[:, lo:hi], dxk[:, lo:hi], dva_p = _bwd_chunks(
                         feat, xq[:, lo:hi], xk[:, lo:hi], kb, va, g, Rall[:, lo:hi],
                         c, S.clone(), G, chunk,
                     )  # fmt: skip
