@@ -37,3 +37,25 @@ def batched_block_paths(monkeypatch):
 
     monkeypatch.setattr(lin, "_bwd_block", spy)
     return paths
+
+
+def step_in_blocks(q, k, v, state, blocks, pad=None, single_tokens=True, **step_kw):
+    """Outputs (..., L, e) of ``linear_attention_step`` through ``blocks`` (lengths along
+    the sequence axis -2 of q, k, v (..., L, .) and of ``pad`` (..., L)), concatenated,
+    and the final state. ``single_tokens``: a block of length 1 is passed as one token
+    (..., d), the step's token form; otherwise as a (..., 1, d) block. ``step_kw`` go to
+    every step (``enable_gqa``, ``inplace``)."""
+    from kernelkit.attention import linear_attention_step
+
+    outs, lo = [], 0
+    for n in blocks:
+        one = single_tokens and n == 1
+        sl = lo if one else slice(lo, lo + n)
+        m = None if pad is None else pad[..., sl]
+        o, state = linear_attention_step(
+            q[..., sl, :], k[..., sl, :], v[..., sl, :], state, key_padding_mask=m, **step_kw
+        )
+        outs.append(o[..., None, :] if one else o)
+        lo += n
+    assert lo == q.shape[-2]
+    return torch.cat(outs, dim=-2), state

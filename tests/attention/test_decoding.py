@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from attention_helpers import rel_error as _rel  # noqa: E402
+from attention_helpers import step_in_blocks  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
     FavorAttention,
@@ -45,19 +46,9 @@ def _state(name, dtype=torch.float64, mom=None, **kw):
 
 def _step_all(q, k, v, state, blocks=None):
     """Outputs (B, H, L, E) stepping one token at a time or through the given blocks."""
-    outs = []
     if blocks is None:
-        for t in range(q.shape[-2]):
-            o, state = linear_attention_step(q[..., t, :], k[..., t, :], v[..., t, :], state)
-            outs.append(o[..., None, :])
-    else:
-        lo = 0
-        for n in blocks:
-            sl = slice(lo, lo + n)
-            o, state = linear_attention_step(q[..., sl, :], k[..., sl, :], v[..., sl, :], state)
-            outs.append(o)
-            lo += n
-    return torch.cat(outs, dim=-2), state
+        return step_in_blocks(q, k, v, state, [1] * q.shape[-2])
+    return step_in_blocks(q, k, v, state, blocks, single_tokens=False)
 
 
 @pytest.mark.parametrize("name", CAUSAL_MAPS)

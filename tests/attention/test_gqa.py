@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from attention_helpers import rel_error as _rel  # noqa: E402
+from attention_helpers import step_in_blocks  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
     FavorAttention,
@@ -68,23 +69,7 @@ def _state(name, dtype=torch.float64, mom=None, **kw):
 
 def _decode(q, k, v, state, blocks, pad=None, inplace=False):
     """Outputs (B, HQ, L, E) through blocks of the given lengths (1: a single token)."""
-    outs, lo = [], 0
-    for n in blocks:
-        sl = slice(lo, lo + n) if n > 1 else lo
-        m = None if pad is None else pad[..., sl]
-        o, state = linear_attention_step(
-            q[..., sl, :],
-            k[..., sl, :],
-            v[..., sl, :],
-            state,
-            key_padding_mask=m,
-            enable_gqa=True,
-            inplace=inplace,
-        )
-        outs.append(o if n > 1 else o[..., None, :])
-        lo += n
-    assert lo == q.shape[-2]
-    return torch.cat(outs, dim=-2), state
+    return step_in_blocks(q, k, v, state, blocks, pad, enable_gqa=True, inplace=inplace)
 
 
 def _cases():

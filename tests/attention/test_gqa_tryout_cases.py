@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from attention_helpers import rel_error as _rel  # noqa: E402
+from attention_helpers import step_in_blocks  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
     FavorAttention,
@@ -46,16 +47,8 @@ def _rep(t):
 
 
 def _steps(q, k, v, state, blocks, pad=None):
-    outs, lo = [], 0
-    for n in blocks:
-        sl = slice(lo, lo + n)
-        m = None if pad is None else pad[..., sl]
-        o, state = linear_attention_step(
-            q[..., sl, :], k[..., sl, :], v[..., sl, :], state, key_padding_mask=m, enable_gqa=True
-        )
-        outs.append(o)
-        lo += n
-    return torch.cat(outs, dim=-2), state
+    # every block, length 1 too, as a (..., n, d) block
+    return step_in_blocks(q, k, v, state, blocks, pad, single_tokens=False, enable_gqa=True)
 
 
 def _gqa_state(name, dtype, moments=None, enable_gqa=True):
