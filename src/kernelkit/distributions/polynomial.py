@@ -39,7 +39,9 @@ def monomial_exponents(d: int, degree: int) -> np.ndarray:
 
 
 def check_monomial_count(d: int, degree: int, max_monomials: int) -> int:
-    """The number of monomials ``C(d + degree, degree)``, or a ``ValueError`` naming
+    """The number of monomials of total degree ``<= degree`` in ``d`` variables, ``m =
+    C(d + degree, degree)`` (the length of the basis vector ``tau(x)`` of App. B, whose
+    (m, m) Gram matrix :class:`PolynomialBasis` decomposes), or a ``ValueError`` naming
     ``degree`` and ``max_monomials`` where it exceeds ``max_monomials``."""
     m = math.comb(d + degree, degree)
     if m > max_monomials:
