@@ -234,15 +234,18 @@ def _scan(H, U, decay, Hb, H_out, reverse=False):
     the state leaving the block is not needed, and its step is not taken (returns None).
     """
     n = U.shape[1]
-    order = range(n - 1, -1, -1) if reverse else range(n)
-    first, step = (n - 1, -1) if reverse else (0, 1)
-    Hb[:, first] = H
+    # per-chunk views made once (one unbind each, not an indexing call per step)
+    Us, Hs, ds = U.unbind(1), Hb.unbind(1), decay.unsqueeze(-1).unbind(1)
+    order, step = (range(n - 1, -1, -1), -1) if reverse else (range(n), 1)
+    Hs[order[0]].copy_(H)
     for i in order:
-        inside = 0 <= i + step < n
-        if not inside and H_out is None:
+        if 0 <= i + step < n:
+            dst = Hs[i + step]
+        elif H_out is None:
             return Hb, None
-        dst = Hb[:, i + step] if inside else H_out
-        H = torch.addcmul(U[:, i], Hb[:, i], decay[:, i, :, None], out=dst)
+        else:
+            dst = H_out
+        H = torch.addcmul(Us[i], Hs[i], ds[i], out=dst)
     return Hb, H
 
 
@@ -357,17 +360,25 @@ def _fwd_chunks(lq, lk, va, c, S, G, chunk):
     return num, Rb, S, c
 
 
-def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
-    """Prefix-side gradients of one block on the one-pivot path (all chunks batched):
-    ``dlq`` (earlier chunks through the prefix state, and this chunk), ``dlk`` and ``dva``
-    from queries of the same chunk. Analytic: with ``A = tril(Q K^T)`` and ``N = A va +
-    Q S``, ``dA = tril(g va^T)``, ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dva = A^T g``
-    and ``dlq = dQ * Q``, ``dlk = dK * K`` (the features are exponentials).
+def _bwd_block(lq, lk, va, g, R, c, S, G, ws, valid, rho, Gs):
+    """Gradients of one block on the one-pivot path (all chunks batched), both sides.
 
-    lq, lk (B, n, C, M) log features (left unchanged), va, g (B, n, C, E), R (B, n, C),
-    c (B, M), S (B, M, E) the prefix maxima and state before the block. Returns None where
-    a chunk's keys grow by more than ``G``; else (dlq (B, n C, M), dlk (B, n C, M), dva
-    (B, n C, E)) in workspace buffers.
+    Prefix side, analytic: with ``A = tril(Q K^T)`` and ``N = A va + Q S``, ``dA =
+    tril(g va^T)``, ``dQ = dA K + g S^T``, ``dK = dA^T Q``, ``dva = A^T g`` and ``dlq = dQ
+    * Q``, ``dlk = dK * K`` (the features are exponentials). Suffix side (the queries of
+    later chunks, :func:`_suffix_states`): its key features ``exp(lk - rho_n)`` are the
+    prefix ones ``K = exp(lk - c_end)`` times ``f = exp(c_end - rho_n) <= 1`` per chunk
+    and feature (``c_end <= rho_n``: every later query's stabiliser covers the keys up to
+    the chunk's end), so ``f`` is folded into the suffix state ``Hf = f Hn`` and both
+    sides share one product each: ``dva = A^T g + K Hf`` and ``dlk = (dA^T Q + va Hf^T)
+    * K``. The factors are ``<= 1``, and a suffix key feature that underflows here
+    underflows when computed directly too.
+
+    lq, lk (B, n, C, M) log features (lq consumed by the suffix side), va, g (B, n, C,
+    E), R (B, n, C), c (B, M), S (B, M, E) the prefix maxima and state before the block;
+    valid, rho, Gs as :func:`_suffix_states`. Returns None where a chunk's keys grow by
+    more than ``G`` (lq, lk untouched); else (dlq (B, n C, M), dlk (B, n C, M), dva
+    (B, n C, E)) in workspace buffers, and the suffix's ``rho`` and ``Gs``.
     """
     piv = _block_pivots(lk, c, G)
     if piv is None:
@@ -375,24 +386,27 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws):
     c_prev, c_end = piv
     B, n, C, M = lq.shape
     E = va.shape[-1]
-    # into fresh buffers (one pass each, as in place): lq, lk stay for the suffix side
+    # into their own buffers (one pass each, as in place): lq then serves the suffix side
     qf = torch.add(lq, c_end[:, :, None, :], out=ws("qf", B, n, C, M))
     qf.sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1
-    kf = torch.sub(lk, c_end[:, :, None, :], out=ws("kf", B, n, C, M)).exp_()  # <= 1
-    qf3, kf3 = qf.view(B * n, C, M), kf.view(B * n, C, M)
+    kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    Hn, rho_n, rho, Gs = _suffix_states(lq, g, R, valid, rho, Gs, ws)
+    Hf = torch.mul(Hn, torch.exp(c_end - rho_n)[..., None], out=ws("Hf", B, n, M, E))
+    qf3, kf3, Hf3 = qf.view(B * n, C, M), kf.view(B * n, C, M), Hf.view(B * n, M, E)
     va3, g3 = va.view(B * n, C, E), g.view(B * n, C, E)
     A = torch.bmm(qf3, kf3.transpose(1, 2), out=ws("A", B * n, C, C)).tril_()
     dA = torch.bmm(g3, va3.transpose(1, 2), out=ws("dA", B * n, C, C)).tril_()
-    dva = torch.bmm(A.transpose(1, 2), g3, out=ws("dva", B * n, C, E))
+    dva = torch.bmm(A.transpose(1, 2), g3, out=ws("dva", B * n, C, E)).baddbmm_(kf3, Hf3)
     dq = torch.bmm(dA, kf3, out=ws("dq", B * n, C, M))
-    dlk = torch.bmm(dA.transpose(1, 2), qf3, out=ws("dlk", B * n, C, M)).mul_(kf3)
+    dlk = torch.bmm(dA.transpose(1, 2), qf3, out=ws("dlk", B * n, C, M))
+    dlk.baddbmm_(va3, Hf3.transpose(1, 2)).mul_(kf3)
     U = ws("U", B, n, M, E)
     torch.bmm(kf3.transpose(1, 2), va3, out=U.view(B * n, M, E))
     decay = torch.exp(c_prev - c_end)  # (B, n, M) <= 1
     Sb, _ = _scan(S, U, decay, ws("Sb", B, n, M, E), None)  # the state after: not needed
     Sb.mul_(decay[..., None])  # relative to c_end
     dlq = dq.baddbmm_(g3, Sb.view(B * n, M, E).transpose(1, 2)).mul_(qf3)
-    return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E)
+    return dlq.view(B, n * C, M), dlk.view(B, n * C, M), dva.view(B, n * C, E), rho, Gs
 
 
 def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
@@ -445,35 +459,50 @@ def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
     return dxq, dxk, dva
 
 
-def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
-    """Key / value gradients of one block from the queries of *later* chunks (reverse
-    scan). ``Gs = sum_t exp(lq_t - R_t + rho) g_t`` over later queries relative to
-    ``rho_m = min_t (R_t - lq_tm)`` (every factor ``<= 1``; ``lk_jm <= R_t - lq_tm`` for
-    ``j <= t``).
+def _suffix_states(lq, g, R, valid, rho, Gs, ws):
+    """Suffix states of one block: for every chunk, the queries of *later* chunks summed
+    by a reverse scan, ``Hn = sum_t exp(lq_t - R_t + rho_n) g_t`` relative to ``rho_n,m =
+    min_t (R_t - lq_tm)`` over those queries (every factor ``<= 1``; ``lk_jm <= R_t -
+    lq_tm`` for ``j <= t``).
 
-    lq, lk (B, n, C, M) fresh (consumed), va, g (B, n, C, E), R (B, n, C), valid (B, n, C)
-    rows with a visible key (None: every row, as without a mask each query sees itself),
-    rho (B, M), Gs (B, M, E) from later blocks. Returns (dlk (B, n C, M), dva (B, n C, E),
-    rho, Gs) with the block's queries included.
+    lq (B, n, C, M) fresh (consumed), g (B, n, C, E), R (B, n, C), valid (B, n, C) rows
+    with a visible key (None: every row, as without a mask each query sees itself), rho
+    (B, M), Gs (B, M, E) from later blocks. Returns (Hn (B, n, M, E) in a workspace
+    buffer, rho_n (B, n, M), and rho, Gs with the block's queries included).
+    """
+    B, n, C, M = lq.shape
+    E = g.shape[-1]
+    z = lq.sub_(R[..., None])  # lq - R
+    if valid is not None:
+        z.masked_fill_(~valid[..., None], _NEG)
+    # rho_c = min over the rows of chunks >= i of R - lq = -(max of z), by a reverse cummax
+    rho_c = torch.flip(torch.cummax(torch.flip(z.amax(dim=2), (1,)), dim=1).values, (1,)).neg_()
+    rho_c = torch.minimum(rho_c, rho[:, None, :])  # (B, n, M): over chunks >= i
+    rho_n = torch.cat([rho_c[:, 1:], rho[:, None, :]], dim=1)  # over chunks > i
+    qf = z.add_(rho_c[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    V = ws("V", B, n, M, E)
+    torch.bmm(qf.view(B * n, C, M).transpose(1, 2), g.view(B * n, C, E), out=V.view(B * n, M, E))
+    Hb, Gout = ws("Hb", B, n, M, E), ws("Gs", B, M, E)
+    Hn, Gs = _scan(Gs, V, torch.exp(rho_c - rho_n), Hb, Gout, reverse=True)
+    return Hn, rho_n, rho_c[:, 0], Gs
+
+
+def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
+    """Key / value gradients of one block from the queries of later chunks (the blocks
+    that run chunk by chunk): :func:`_suffix_states`, then ``dva = exp(lk - rho_n) Hn``
+    and ``dlk = (va Hn^T) * exp(lk - rho_n)``.
+
+    lq, lk (B, n, C, M) fresh (consumed), va (B, n, C, E), the rest as
+    :func:`_suffix_states`. Returns (dlk (B, n C, M), dva (B, n C, E), rho, Gs).
     """
     B, n, C, M = lq.shape
     E = va.shape[-1]
-    gap = lq.neg_().add_(R[..., None])  # R - lq
-    if valid is not None:
-        gap.masked_fill_(~valid[..., None], _POS)
-    rho_c = torch.flip(torch.cummin(torch.flip(gap.amin(dim=2), (1,)), dim=1).values, (1,))
-    rho_c = torch.minimum(rho_c, rho[:, None, :])  # (B, n, M): over chunks >= i
-    rho_n = torch.cat([rho_c[:, 1:], rho[:, None, :]], dim=1)  # over chunks > i
-    qf = gap.neg_().add_(rho_c[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
-    V = ws("U", B, n, M, E)
-    torch.bmm(qf.view(B * n, C, M).transpose(1, 2), g.view(B * n, C, E), out=V.view(B * n, M, E))
-    Hb, Gout = ws("Sb", B, n, M, E), ws("Gs", B, M, E)
-    Hn, Gs = _scan(Gs, V, torch.exp(rho_c - rho_n), Hb, Gout, reverse=True)
+    Hn, rho_n, rho, Gs = _suffix_states(lq, g, R, valid, rho, Gs, ws)
     kf = lk.sub_(rho_n[:, :, None, :]).exp_().view(B * n, C, M)  # <= 1
     Hn3, va3 = Hn.view(B * n, M, E), va.view(B * n, C, E)
     dva = torch.bmm(kf, Hn3, out=ws("dva_s", B * n, C, E))
     dlk = torch.bmm(va3, Hn3.transpose(1, 2), out=ws("dlk_s", B * n, C, M)).mul_(kf)
-    return dlk.view(B, n * C, M), dva.view(B, n * C, E), rho_c[:, 0], Gs
+    return dlk.view(B, n * C, M), dva.view(B, n * C, E), rho, Gs
 
 
 class _CausalExp(torch.autograd.Function):
@@ -596,22 +625,21 @@ class _CausalExp(torch.autograd.Function):
                 va4, g4 = va.view(B, n, chunk, -1), g.view(B, n, chunk, -1)
                 lq4, lk4 = lq.view(B, n, chunk, M), lk.view(B, n, chunk, M)
                 c, S = c_in[:, bi], S_in[:, bi]
-                pre = _bwd_block(lq4, lk4, va4, g4, R, c, S, G, ws)  # lq, lk unchanged
+                valid = None if keep is None else ok[:, lo:hi].view(B, n, chunk)
+                pre = _bwd_block(lq4, lk4, va4, g4, R, c, S, G, ws, valid, rho, Gs)
                 if pre is None:  # large key jumps: chunk by chunk, local autograd
                     dxq[:, lo:hi], dxk[:, lo:hi], dva_p = _bwd_chunks(
                         feat, xq[:, lo:hi], xk[:, lo:hi], kb, va, g, Rall[:, lo:hi],
                         c, S.clone(), G, chunk,
                     )  # fmt: skip
-                valid = None if keep is None else ok[:, lo:hi].view(B, n, chunk)
-                dlk_s, dva_s, rho, Gs = _bwd_suffix(lq4, lk4, va4, g4, R, valid, rho, Gs, ws)
-                if pre is None:
+                    dlk_s, dva_s, rho, Gs = _bwd_suffix(lq4, lk4, va4, g4, R, valid, rho, Gs, ws)
                     dv[:, lo:hi] = (dva_p + dva_s)[..., :e]
                     _feature_vjp(feat, xk[:, lo:hi], "k", dlk_s, kb, dxk[:, lo:hi], True)
-                else:
-                    dlq, dlk, dva = pre
-                    dv[:, lo:hi] = dva.add_(dva_s)[..., :e]
+                else:  # both sides in one (see _bwd_block)
+                    dlq, dlk, dva, rho, Gs = pre
+                    dv[:, lo:hi] = dva[..., :e]
                     _feature_vjp(feat, xq[:, lo:hi], "q", dlq, None, dxq[:, lo:hi])
-                    _feature_vjp(feat, xk[:, lo:hi], "k", dlk.add_(dlk_s), kb, dxk[:, lo:hi])
+                    _feature_vjp(feat, xk[:, lo:hi], "k", dlk, kb, dxk[:, lo:hi])
             if keep is not None:
                 dv.masked_fill_(~keep[..., None], 0.0)
         return dxq, dxk, dv, None, None, None, None, None
