@@ -321,3 +321,29 @@ def test_forward_without_autograd_keeps_no_block_states():
     finally:
         lin._CausalExp.forward = staticmethod(orig)
     assert seen == [False, False, True]
+
+
+def test_faint_keys_get_their_gradients_from_later_queries_to_round_off(monkeypatch):
+    """Keys whose log features lie tens of nats below their chunk's maxima: their
+    gradients come almost only from later queries (the suffix side, whose key features
+    the batched path takes as the prefix ones times ``exp(c_end - rho_n) <= 1``). Each
+    key's gradient equals autograd through the dense formula to round-off relative to
+    its own size, not only to the largest gradient."""
+    q, k, v = _data(BH=2, L=64, d=4, e=3, scale=1.5, seed=21)
+    k = k.clone()
+    k[:, 1::4] *= -4.0  # every fourth key far from the queries: log features far lower
+    feat = _feat("positive", q, k)
+    lk = feat.fmap.log_features(k, "k")
+    assert float((lk.amax(-1)[:, 1::4] - lk.amax(-1)[:, 0::4]).median()) < -20.0
+    w = torch.randn(2, 64, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(22))
+    paths = batched_block_paths(monkeypatch)
+    b = k.clone().requires_grad_(True)
+    c = v.clone().requires_grad_(True)
+    (lin.causal_exp(q, b, c, None, feat, 4, 16) * w).sum().backward()
+    assert paths == [True] * 4  # every block on the batched path
+    _, dk, dv = _dense_grads(feat, q, k, v, w)
+    for got, ref in ((b.grad, dk), (c.grad, dv)):
+        err = (got - ref).norm(dim=-1) / ref.norm(dim=-1)  # (BH, L) per key
+        faint = ref.norm(dim=-1)[:, 1::4] / ref.norm(dim=-1).max()
+        assert float(faint.median()) < 1e-8  # the faint keys' gradients are tiny ...
+        assert float(err.max()) < 1e-9  # ... and exact to round-off all the same
