@@ -374,11 +374,11 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws, valid, rho, Gs):
     * K``. The factors are ``<= 1``, and a suffix key feature that underflows here
     underflows when computed directly too.
 
-    lq, lk (B, n, C, M) log features (lq consumed by the suffix side), va, g (B, n, C,
-    E), R (B, n, C), c (B, M), S (B, M, E) the prefix maxima and state before the block;
-    valid, rho, Gs as :func:`_suffix_states`. Returns None where a chunk's keys grow by
-    more than ``G`` (lq, lk untouched); else (dlq (B, n C, M), dlk (B, n C, M), dva
-    (B, n C, E)) in workspace buffers, and the suffix's ``rho`` and ``Gs``.
+    lq, lk (B, n, C, M) log features (consumed: lk becomes K, lq serves the suffix
+    side), va, g (B, n, C, E), R (B, n, C), c (B, M), S (B, M, E) the prefix maxima and
+    state before the block; valid, rho, Gs as :func:`_suffix_states`. Returns None where
+    a chunk's keys grow by more than ``G`` (lq, lk untouched); else (dlq (B, n C, M),
+    dlk (B, n C, M), dva (B, n C, E)) in workspace buffers, and the suffix's ``rho`` and ``Gs``.
     """
     piv = _block_pivots(lk, c, G)
     if piv is None:
@@ -467,8 +467,8 @@ def _suffix_states(lq, g, R, valid, rho, Gs, ws):
 
     lq (B, n, C, M) fresh (consumed), g (B, n, C, E), R (B, n, C), valid (B, n, C) rows
     with a visible key (None: every row, as without a mask each query sees itself), rho
-    (B, M), Gs (B, M, E) from later blocks. Returns (Hn (B, n, M, E) in a workspace
-    buffer, rho_n (B, n, M), and rho, Gs with the block's queries included).
+    (B, M), Gs (B, M, E) from later blocks. Returns (Hn (B, n, M, E) in the workspace
+    buffer "Sb", rho_n (B, n, M), and rho, Gs with the block's queries included).
     """
     B, n, C, M = lq.shape
     E = g.shape[-1]
@@ -480,9 +480,10 @@ def _suffix_states(lq, g, R, valid, rho, Gs, ws):
     rho_c = torch.minimum(rho_c, rho[:, None, :])  # (B, n, M): over chunks >= i
     rho_n = torch.cat([rho_c[:, 1:], rho[:, None, :]], dim=1)  # over chunks > i
     qf = z.add_(rho_c[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
-    V = ws("V", B, n, M, E)
+    # "U" and "Sb" as the prefix side's scan: that runs after Hn is used (see _bwd_block)
+    V = ws("U", B, n, M, E)
     torch.bmm(qf.view(B * n, C, M).transpose(1, 2), g.view(B * n, C, E), out=V.view(B * n, M, E))
-    Hb, Gout = ws("Hb", B, n, M, E), ws("Gs", B, M, E)
+    Hb, Gout = ws("Sb", B, n, M, E), ws("Gs", B, M, E)
     Hn, Gs = _scan(Gs, V, torch.exp(rho_c - rho_n), Hb, Gout, reverse=True)
     return Hn, rho_n, rho_c[:, 0], Gs
 
