@@ -1,0 +1,275 @@
+"""Generating text with the decoding step, as a user of PyTorch's KV-cache conventions
+would: a tiny decoder-only LM of causal ``FavorAttention`` layers prefilled in blocks and
+decoded token by token, left-padded batches, beams (``index_select``, copies, pickling),
+module changes between steps, ``torch.compile`` and long generations. The reference is
+always the module's (or ``linear_attention``'s) causal full-sequence pass."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from attention_helpers import rel_error as _rel  # noqa: E402
+from torch import nn  # noqa: E402
+
+from kernelkit.attention import (  # noqa: E402
+    FavorAttention,
+    init_decoding_state,
+    linear_attention,
+    linear_attention_step,
+)
+
+V, E, H = 30, 16, 2  # vocabulary, model dim, heads (head_dim 8)
+
+
+class _TinyLM(nn.Module):
+    """Embedding, two pre-residual causal FavorAttention + MLP layers, LM head."""
+
+    def __init__(self, feature_map, num_kv_heads=None, n_features=32):
+        super().__init__()
+        self.emb = nn.Embedding(V, E)
+        self.attn = nn.ModuleList(
+            FavorAttention(
+                E,
+                H if num_kv_heads is None else 4,
+                feature_map=feature_map,
+                n_features=n_features,
+                random_state=i,
+                num_kv_heads=num_kv_heads,
+            )
+            for i in range(2)
+        )
+        self.mlp = nn.ModuleList(
+            nn.Sequential(nn.Linear(E, 2 * E), nn.GELU(), nn.Linear(2 * E, E)) for _ in range(2)
+        )
+        self.head = nn.Linear(E, V)
+
+    def forward(self, ids, pad=None):  # ids (N, L) -> logits (N, L, V)
+        x = self.emb(ids)
+        for a, f in zip(self.attn, self.mlp, strict=True):
+            x = x + a(x, x, x, key_padding_mask=pad, is_causal=True)[0]
+            x = x + f(x)
+        return self.head(x)
+
+    def init_state(self, n):
+        return [a.init_state(n) for a in self.attn]
+
+    def step(self, ids, states, pad=None, inplace=False):  # ids (N,) or (N, T)
+        x = self.emb(ids)
+        new = []
+        for a, f, s in zip(self.attn, self.mlp, states, strict=True):
+            o, s = a.step(x, x, x, s, key_padding_mask=pad, inplace=inplace)
+            x = x + o
+            x = x + f(x)
+            new.append(s)
+        return self.head(x), new
+
+
+def _trained_lm(feature_map, dtype=torch.float64, **kw):
+    """A few SGD steps in training mode, so that a fitted map has running moments."""
+    torch.manual_seed(0)
+    m = _TinyLM(feature_map, **kw).to(dtype)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(3):
+        ids = torch.randint(0, V, (4, 12))
+        logits = m(ids[:, :-1])
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if feature_map == "sderf":
+        assert all(bool(a.num_batches_tracked > 0) for a in m.attn)
+    return m.eval()
+
+
+def _generate(m, ids, blocks, inplace=False):
+    """Logits (N, L, V) of ``ids`` (N, L) stepped through ``blocks`` (1 = one token)."""
+    states, outs, lo = m.init_state(ids.shape[0]), [], 0
+    for n in blocks:
+        if n == 1:
+            o, states = m.step(ids[:, lo], states, inplace=inplace)
+            o = o[:, None]
+        else:
+            o, states = m.step(ids[:, lo : lo + n], states, inplace=inplace)
+        outs.append(o)
+        lo += n
+    assert lo == ids.shape[1]
+    return torch.cat(outs, 1), states
+
+
+# float64: the steps reorder the causal pass's sums only (round-off ~ 1e-16 per layer)
+@pytest.mark.parametrize("feature_map", ["sderf", "positive", "hyperbolic"])
+def test_lm_prefill_in_uneven_chunks_then_tokens_equals_the_forward(feature_map):
+    m = _trained_lm(feature_map)
+    ids = torch.randint(0, V, (3, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = m(ids)
+        chunks, _ = _generate(m, ids, [1, 3, 7, 9])
+        prefill, st = _generate(m, ids, [8] + [1] * 12, inplace=True)
+    assert _rel(chunks, ref) < 1e-12 and _rel(prefill, ref) < 1e-12
+    assert [s.t for s in st] == [20, 20]
+
+
+def test_lm_float32_generation_equals_the_forward_to_float32_round_off():
+    m = _trained_lm("sderf", dtype=torch.float32)
+    ids = torch.randint(0, V, (2, 20), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        ref = m(ids)
+        out, _ = _generate(m, ids, [5, 1, 1, 6] + [1] * 7, inplace=True)
+    # float32 eps 1.2e-7 times sums of 20 terms through two layers: 1e-5 leaves 4x margin
+    assert out.dtype == torch.float32 and _rel(out, ref) < 1e-5
+
+
+def test_left_padded_batch_generation_equals_each_prompt_alone():
+    """Prompts of lengths 12, 7, 3 left-padded to 12, prefilled with the padding mask,
+    then 5 generated tokens: each row equals that prompt decoded alone, and the forward
+    with the same mask; garbage in the padded slots changes nothing."""
+    m = _trained_lm("sderf")
+    g = torch.Generator().manual_seed(3)
+    lens, P = [12, 7, 3], 12
+    ids = torch.randint(0, V, (3, P), generator=g)
+    new = torch.randint(0, V, (3, 5), generator=g)
+    pad = torch.arange(P)[None, :] < torch.tensor([P - n for n in lens])[:, None]  # (3, P)
+    with torch.no_grad():
+        st = m.init_state(3)
+        o, st = m.step(ids, st, pad=pad)
+        outs = [o]
+        for t in range(5):
+            o, st = m.step(new[:, t], st)
+            outs.append(o[:, None])
+        out = torch.cat(outs, 1)  # (3, P + 5, V)
+        ids2 = torch.where(pad, (ids + 11) % V, ids)  # other tokens where padded
+        o2, st2 = m.step(ids2, m.init_state(3), pad=pad)
+        o2, _ = m.step(new[:, 0], st2)
+        full = m(torch.cat([ids, new], 1), pad=torch.cat([pad, pad.new_zeros(3, 5)], 1))
+        for i, n in enumerate(lens):
+            alone = m(torch.cat([ids[i : i + 1, P - n :], new[i : i + 1]], 1))[0]
+            assert _rel(out[i, P - n :], alone) < 1e-12, i
+    keep = torch.cat([~pad, pad.new_ones(3, 5)], 1)
+    assert _rel(out[keep], full[keep]) < 1e-12
+    assert _rel(o2, out[:, P]) < 1e-12
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_beams_reorder_duplicate_and_copies_survive_inplace_steps(num_kv_heads):
+    """Beam search bookkeeping: after 7 tokens, beams (1, 0, 1) (a duplicated sequence)
+    from ``index_select``, decoded in place; a deepcopy taken before, and a float32 copy
+    (``state.to``) in a float32 copy of the model, continue equally."""
+    m = _trained_lm("sderf", num_kv_heads=num_kv_heads)
+    ids = torch.randint(0, V, (2, 10), generator=torch.Generator().manual_seed(4))
+    idx = torch.tensor([1, 0, 1])
+    with torch.no_grad():
+        _, st = m.step(ids[:, :7], m.init_state(2))
+        beams = [s.index_select(0, idx) for s in st]
+        kept = copy.deepcopy(beams)
+        outs = []
+        for t in range(7, 10):
+            o, beams = m.step(ids[idx, t], beams, inplace=True)
+            outs.append(o)
+        ref = m(ids[idx])[:, 7:]
+        again, _ = m.step(ids[idx, 7], kept)
+        m32 = copy.deepcopy(m).float()
+        o32, _ = m32.step(ids[:, 7], [s.to(dtype=torch.float32) for s in st])
+        ref8 = m(ids[:, :8])[:, -1]
+    assert _rel(torch.stack(outs, 1), ref) < 1e-12
+    assert _rel(again, ref[:, 0]) < 1e-12
+    # the float32 model differs from the float64 one by its rounded weights only
+    assert o32.dtype == torch.float32 and _rel(o32.double(), ref8) < 1e-5
+
+
+def test_a_state_keeps_its_features_when_the_module_changes():
+    """A redraw (training forward, redraw_interval=1), an update of the running moments
+    and a load_state_dict of other feature buffers between prefill and decoding: the
+    state keeps the features it was made with, so decoding continues the prompt with one
+    consistent feature map (equal to the module as it was at init_state), never a mix of
+    old and new features."""
+    m = _trained_lm("sderf")
+    snapshot = copy.deepcopy(m)
+    ids = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        _, st = m.step(ids[:, :6], m.init_state(2))
+        m.train()
+        for a in m.attn:
+            a.redraw_interval = 1
+        m(ids * 0 + 3)  # redraws and updates the running moments
+        m(ids)
+        m.eval()
+        assert not torch.equal(m.attn[0].projection, snapshot.attn[0].projection)
+        o, st = m.step(ids[:, 6], st)
+        other = _TinyLM("sderf").double()  # other projections and running moments
+        for a in other.attn:
+            a.redraw_features()
+            a.running_mean_q.normal_()
+        buffers = ("projection", "running_mean_q", "running_second_q", "running_mean_k")
+        feats = {k: t for k, t in other.state_dict().items() if k.endswith(buffers)}
+        m.load_state_dict(feats, strict=False)
+        assert not torch.equal(m.attn[1].projection, snapshot.attn[1].projection)
+        assert not torch.equal(m.attn[1].running_mean_q, snapshot.attn[1].running_mean_q)
+        o2, st = m.step(ids[:, 7:], st)
+        ref = snapshot(ids)
+    assert _rel(o, ref[:, 6]) < 1e-12 and _rel(o2, ref[:, 7:]) < 1e-12
+
+
+def test_compiled_decode_step_has_no_graph_break_nor_a_recompile_per_token():
+    """``torch.compile(fullgraph=True)`` of a decode step calling FavorAttention.step
+    (out of place and in place, with a per-token padding mask): equal to eager, and at
+    most two graphs for 8 tokens (the second when ``state.t`` becomes dynamic)."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    att = _trained_lm("sderf", dtype=torch.float32).attn[0]
+    x = torch.randn(2, 12, E)
+    for inplace in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+
+        def dec(x_t, st, pad, inplace=inplace):
+            return att.step(x_t, x_t, x_t, st, key_padding_mask=pad, inplace=inplace)
+
+        cdec = torch.compile(dec, fullgraph=True, backend="aot_eager")
+        with torch.no_grad():
+            _, st = att.step(x[:, :4], x[:, :4], x[:, :4], att.init_state(2))
+            se = copy.deepcopy(st)
+            outs, refs = [], []
+            for t in range(4, 12):
+                pad = torch.tensor([t == 6, False])
+                o, st = cdec(x[:, t], st, pad)
+                r, se = att.step(x[:, t], x[:, t], x[:, t], se, key_padding_mask=pad)
+                outs.append(o)
+                refs.append(r)
+        torch.testing.assert_close(torch.stack(outs), torch.stack(refs), rtol=1e-5, atol=1e-6)
+        assert st.t == 12 and counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(
+    ("feature_map", "dtype", "tol"),
+    # float64: round-off; float32: eps 1.2e-7 times the 4096-term sums' condition, 4x margin
+    [("positive", torch.float64, 1e-12), ("hyperbolic", torch.float32, 2e-5)],
+)
+def test_long_generation_with_growing_key_norms(feature_map, dtype, tol):
+    """4096 tokens (d = 16, M = 32) whose key norms grow 12-fold: the running maxima
+    rescale the state, the outputs stay finite and equal the causal pass, and the state
+    has the same size at every step."""
+    L, d, M = 4096, 16, 32
+    g = torch.Generator().manual_seed(6)
+    grow = torch.linspace(0.5, 6.0, L, dtype=dtype)[:, None]  # (L, 1)
+    q = torch.randn(1, 2, L, d, generator=g, dtype=dtype)
+    k = torch.randn(1, 2, L, d, generator=g, dtype=dtype) * grow
+    v = torch.randn(1, 2, L, d, generator=g, dtype=dtype)
+    ref = linear_attention(q, k, v, feature_map, M, is_causal=True, random_state=0)
+    st = init_decoding_state((1, 2), d, feature_map, M, random_state=0, dtype=dtype)
+    size, outs = st.nbytes(), []
+    with torch.no_grad():
+        for t in range(L):
+            o, st = linear_attention_step(
+                q[..., t, :], k[..., t, :], v[..., t, :], st, inplace=True
+            )
+            outs.append(o)
+            assert st.nbytes() == size
+    out = torch.stack(outs, -2)
+    assert bool(out.isfinite().all()) and _rel(out, ref) < tol and st.t == L
