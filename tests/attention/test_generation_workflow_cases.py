@@ -273,3 +273,68 @@ def test_long_generation_with_growing_key_norms(feature_map, dtype, tol):
             assert st.nbytes() == size
     out = torch.stack(outs, -2)
     assert bool(out.isfinite().all()) and _rel(out, ref) < tol and st.t == L
+
+
+# ------------------------------------------------------------------ defects found
+def _stepped_in_place(n=3, inference=False):
+    """A state after a prefill of 4 tokens and ``n`` in-place steps, and its inputs."""
+    q, k, v = (
+        torch.randn(2, 2, 10, 4, generator=torch.Generator().manual_seed(s)) for s in (7, 8, 9)
+    )
+    ctx = torch.inference_mode() if inference else torch.no_grad()
+    with ctx:
+        st = init_decoding_state((2, 2), 4, "positive", 16, random_state=0)
+        _, st = linear_attention_step(q[..., :4, :], k[..., :4, :], v[..., :4, :], st)
+        for t in range(4, 4 + n):
+            _, st = linear_attention_step(
+                q[..., t, :], k[..., t, :], v[..., t, :], st, inplace=True
+            )
+    return st, (q, k, v)
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_a_saved_state_still_refuses_reuse_after_an_in_place_step(how):
+    """A state pickled or torch.save'd mid-generation (after in-place steps) and loaded:
+    its tensors restart the in-place version counter at 0, below the recorded version,
+    so reusing the loaded state after an in-place step of it went unnoticed (silently
+    wrong outputs, as for any stale state)."""
+    import io
+    import pickle
+
+    st, (q, k, v) = _stepped_in_place()
+    if how == "pickle":
+        loaded = pickle.loads(pickle.dumps(st))
+    else:
+        buf = io.BytesIO()
+        torch.save(st, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)  # a Python object, as a KV cache class
+    with torch.no_grad():
+        ref, _ = linear_attention_step(q[..., 7, :], k[..., 7, :], v[..., 7, :], st)
+        out, new = linear_attention_step(
+            q[..., 7, :], k[..., 7, :], v[..., 7, :], loaded, inplace=True
+        )
+        with pytest.raises(ValueError, match="stale"):
+            linear_attention_step(q[..., 7, :], k[..., 7, :], v[..., 7, :], loaded)
+        linear_attention_step(q[..., 8, :], k[..., 8, :], v[..., 8, :], new)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+def test_inference_mode_steps_refuse_a_stale_state():
+    """Under torch.inference_mode() (tensors without version counters) the stale-state
+    check was off: stepping a state again after an in-place step of it silently gave
+    wrong outputs. States made there are checked as everywhere in eager mode."""
+    st, (q, k, v) = _stepped_in_place(inference=True)
+    with torch.inference_mode():
+        _, new = linear_attention_step(q[..., 7, :], k[..., 7, :], v[..., 7, :], st, inplace=True)
+        with pytest.raises(ValueError, match="stale"):
+            linear_attention_step(q[..., 7, :], k[..., 7, :], v[..., 7, :], st, inplace=True)
+        kept = copy.deepcopy(new)
+        _, new2 = linear_attention_step(q[..., 8, :], k[..., 8, :], v[..., 8, :], new, inplace=True)
+        with pytest.raises(ValueError, match="stale"):
+            linear_attention_step(q[..., 8, :], k[..., 8, :], v[..., 8, :], new)
+        a, _ = linear_attention_step(q[..., 8, :], k[..., 8, :], v[..., 8, :], kept)
+        b, _ = linear_attention_step(q[..., 9, :], k[..., 9, :], v[..., 9, :], new2)
+    ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
+    torch.testing.assert_close(a, ref[..., 8, :], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b, ref[..., 9, :], rtol=1e-5, atol=1e-6)

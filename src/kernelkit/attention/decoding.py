@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -65,7 +65,10 @@ class LinearAttentionState:
     """Recurrent state of causal linear attention (see :func:`init_decoding_state`): the
     prefix sums of FAVOR# eq. 4 in causal mode, kept relative to a running key maximum.
     A state whose tensors a later ``inplace=True`` step has updated no longer holds the
-    prefix of its ``t`` tokens; :func:`linear_attention_step` refuses it (eager mode).
+    prefix of its ``t`` tokens; :func:`linear_attention_step` refuses it (in eager mode,
+    also under ``torch.inference_mode()`` and for copies made by ``copy.deepcopy``,
+    ``pickle`` or ``torch.save``, which keep the count of in-place steps of the tensors
+    they copy).
     :meth:`index_select` reorders its batch (beam search), :meth:`to` moves it.
 
     Attributes
@@ -103,8 +106,11 @@ class LinearAttentionState:
     params: object
     kv_heads: int | None = None
     group: int = 1
-    # in-place version of ``kvz`` when this state was made (-1: unknown, not checked)
-    _version: int = field(default=-1, repr=False, compare=False)
+    # the record of in-place steps of ``kvz``, ``c``, shared by the states that hold
+    # them (None: not checked, e.g. made in a compiled graph), and its count when this
+    # state was made
+    _owner: _Owner | None = field(default=None, repr=False, compare=False)
+    _steps: int = field(default=0, repr=False, compare=False)
 
     @property
     def kv(self) -> torch.Tensor:
@@ -167,13 +173,13 @@ class LinearAttentionState:
             j = dim - (nb - (t.dim() - trailing))
             return t if j < 0 or t.shape[j] == 1 else t.index_select(j, index)
 
-        kvz = self.kvz.index_select(dim, index)
         return replace(
             self,
-            kvz=kvz,
+            kvz=self.kvz.index_select(dim, index),
             c=self.c.index_select(dim, index),
             params=_map_params(self.params, select),
-            _version=_tensor_version(kvz),
+            _owner=_Owner.new(),
+            _steps=0,
         )
 
     def to(self, device=None, dtype=None) -> LinearAttentionState:
@@ -184,28 +190,37 @@ class LinearAttentionState:
         ctype = self.dtype if dtype is None else (torch.float32 if dtype in _HALF else dtype)
         device = self.device if device is None else torch.device(device)
         kvz = self.kvz.to(device=device, dtype=ctype)
+        same = kvz is self.kvz  # (no conversion: the same tensors, the same record)
         return replace(
             self,
             kvz=kvz,
             c=self.c.to(device=device, dtype=ctype),
             params=_map_params(self.params, lambda t, _: t.to(device=device, dtype=ctype)),
-            _version=_tensor_version(kvz),
+            _owner=self._owner if same else _Owner.new(),
+            _steps=self._steps if same else 0,
         )
 
     def _stale(self) -> bool:
-        # kvz was modified in place since this state was made
-        return self._version >= 0 and _tensor_version(self.kvz) > self._version
+        # kvz, c were modified in place since this state was made (unchecked in graphs)
+        if torch.compiler.is_compiling() or self._owner is None:
+            return False
+        return self._owner.steps != self._steps
 
-    def __deepcopy__(self, memo):
-        """A copy with its own tensors, checked against *their* in-place version
-        (``copy.deepcopy`` of a tensor advances the copy's counter, which the copied
-        ``_version`` would read as an in-place step): fresh, or stale if this state is."""
-        new = {f.name: copy.deepcopy(getattr(self, f.name), memo) for f in fields(self)}
-        version = _tensor_version(new["kvz"])
-        if version >= 0 and self._stale():
-            version -= 1  # one behind its tensors: stale, as this state
-        new["_version"] = version
-        return LinearAttentionState(**new)
+
+class _Owner:
+    """The in-place steps applied to one pair of state tensors ``kvz``, ``c``, shared by
+    the states that hold them: a state made when the count was ``n`` is stale once it
+    is larger. A plain Python object (not a tensor's version counter), so the check also
+    holds for inference tensors, and ``copy.deepcopy`` / ``pickle`` copy it with the
+    tensors (copies of a fresh state are fresh, of a stale one stale)."""
+
+    def __init__(self):
+        self.steps = 0
+
+    @staticmethod
+    def new():
+        # the record of new tensors; none in a compiled graph (not checked there)
+        return None if torch.compiler.is_compiling() else _Owner()
 
 
 class _ExpFeatures:
@@ -252,14 +267,6 @@ def _map_params(params, fn):
     new.fmap = LogFeatureMap(cv(f.W_q, 2), cv(f.W_k, 2), cv(f.c, 1), cb(f.B_q), cb(f.B_k))
     new.Wa = {s: fn(w, 2) for s, w in params.Wa.items()}  # (..., d + 2, M)
     return new
-
-
-def _tensor_version(t) -> int:
-    # in-place version counter of a state tensor; -1 where none is read (inference
-    # tensors keep none, compiled graphs do not trace it)
-    if torch.compiler.is_compiling() or t.is_inference():
-        return -1
-    return t._version
 
 
 def _positive_int(name, val):
@@ -411,7 +418,7 @@ def init_decoding_state(
         params=feats,
         kv_heads=kv_heads,
         group=group,
-        _version=_tensor_version(kvz),
+        _owner=_Owner.new(),
     )
 
 
@@ -694,5 +701,10 @@ def linear_attention_step(
     if grouped:
         out = out.flatten(hd, hd + 1)  # (..., Hq, [T,] e)
     t = state.t + (1 if single else q_t.shape[-2])
-    new = replace(state, kvz=kvz, c=c, t=t, _version=_tensor_version(kvz))
+    owner, n = _Owner.new(), 0  # new tensors (or a step in a compiled graph: unchecked)
+    if inplace and owner is not None and state._owner is not None:
+        owner = state._owner  # the same tensors: the input state is now stale
+        owner.steps += 1
+        n = owner.steps
+    new = replace(state, kvz=kvz, c=c, t=t, _owner=owner, _steps=n)
     return out.to(q_t.dtype), new
