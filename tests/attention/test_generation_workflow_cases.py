@@ -338,3 +338,41 @@ def test_inference_mode_steps_refuse_a_stale_state():
     ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
     torch.testing.assert_close(a, ref[..., 8, :], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(b, ref[..., 9, :], rtol=1e-5, atol=1e-6)
+
+
+def test_module_converted_after_init_state_names_state_to():
+    """``.double()`` of a model after ``init_state`` (a float32 state) used to fail
+    inside the functional step with a hint at init_decoding_state(dtype=...), an argument
+    a module user never passes; it now names ``state.to(dtype=...)`` and init_state, and
+    the converted state continues equally."""
+    torch.manual_seed(0)
+    m = FavorAttention(E, H, feature_map="positive", n_features=16, random_state=0).eval()
+    x = torch.randn(2, 6, E)
+    with torch.no_grad():
+        _, st = m.step(x[:, :5], x[:, :5], x[:, :5], m.init_state(2))
+        m.double()
+        x = x.double()
+        with pytest.raises(TypeError, match=r"state\.to\(dtype=torch\.float64\).*init_state"):
+            m.step(x[:, 5], x[:, 5], x[:, 5], st)
+        out, _ = m.step(x[:, 5], x[:, 5], x[:, 5], st.to(dtype=torch.float64))
+        ref, _ = m(x, x, x, is_causal=True)
+    # the prefix was summed in float32: float32 round-off
+    assert _rel(out, ref[:, 5]) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("other", "what"),
+    [
+        ({"feature_map": "positive", "n_features": 8}, "n_features"),
+        ({"feature_map": "relu", "n_features": 16}, "feature_map"),
+        ({"feature_map": "hyperbolic", "n_features": 16}, "feature_map"),
+    ],
+)
+def test_a_state_of_another_module_is_refused(other, what):
+    """A state made by another module's init_state (other M, or another map) was stepped
+    silently with that module's features: the outputs were no longer this module's."""
+    m = FavorAttention(E, H, feature_map="positive", n_features=16, random_state=0)
+    st = FavorAttention(E, H, random_state=1, **other).init_state(2)
+    x = torch.randn(2, E)
+    with pytest.raises(ValueError, match=f"init_state.*{what}|{what}.*init_state"):
+        m.step(x, x, x, st)
