@@ -376,3 +376,23 @@ def test_a_state_of_another_module_is_refused(other, what):
     x = torch.randn(2, E)
     with pytest.raises(ValueError, match=f"init_state.*{what}|{what}.*init_state"):
         m.step(x, x, x, st)
+
+
+def test_module_step_errors_speak_of_the_module_shapes():
+    """A step with another batch size than the state named the per-head shape (N, H,
+    head_dim) of the functional step; a token's mask of the wrong length reported
+    (N, S) = (N, 1); init_state(batch_size) took -1 (a torch error) and True."""
+    m = FavorAttention(E, H, feature_map="positive", n_features=16, random_state=0)
+    st = m.init_state(3)
+    x = torch.randn(2, E)
+    with pytest.raises(ValueError, match=r"batch size 2.*state.*3.*init_state"):
+        m.step(x, x, x, st)
+    with pytest.raises(ValueError, match=r"batch size 2.*state.*3"):
+        m.step(x[:, None], x[:, None], x[:, None], st)
+    x3 = torch.randn(3, E)
+    with pytest.raises(ValueError, match=r"key_padding_mask.*\(N,\) = \(3,\).*\(2,\)"):
+        m.step(x3, x3, x3, st, key_padding_mask=torch.zeros(2, dtype=torch.bool))
+    for bad in (-1, True, 2.0, "2"):
+        with pytest.raises(ValueError, match="batch_size"):
+            m.init_state(bad)
+    assert m.init_state(0).kvz.shape == (0, H, 16, E // H + 1)

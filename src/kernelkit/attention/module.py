@@ -655,6 +655,12 @@ class FavorAttention(nn.Module):
         with statistics: each query head's parameters come from its own query
         statistics). See :func:`kernelkit.attention.init_decoding_state`.
         """
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, numbers.Integral)
+            or batch_size < 0
+        ):
+            raise ValueError(f"batch_size must be a non-negative integer, got {batch_size!r}.")
         fm, moments = self.feature_map, None
         if fm in FITTED_MAPS:
             moments = self._running_moments()
@@ -662,7 +668,7 @@ class FavorAttention(nn.Module):
                 fm = "positive"  # no statistics yet: A = 0 (as _causal_attention)
         w = self.out_proj.weight
         return init_decoding_state(
-            (batch_size, self.num_heads),
+            (int(batch_size), self.num_heads),
             self.head_dim,
             fm,
             self.n_features,
@@ -721,6 +727,12 @@ class FavorAttention(nn.Module):
                 f"batch / length mismatch: query_t {tuple(query_t.shape)}, key_t "
                 f"{tuple(key_t.shape)}, value_t {tuple(value_t.shape)}."
             )
+        if N != state.batch_shape[0]:
+            raise ValueError(
+                f"query_t has batch size {N}, the state batch size {state.batch_shape[0]}: "
+                f"step the sequences the state was made for (init_state(batch_size={N}) for "
+                "new ones, state.index_select(0, index) to reorder or repeat them)."
+            )
         # eager CPU inputs, as forward: a clear error instead of a NaN state
         _finite_check(None, query_t=query_t, key_t=key_t, value_t=value_t)
         q, k, v = self._in_projection(query_t, key_t, value_t)
@@ -729,7 +741,13 @@ class FavorAttention(nn.Module):
         mask = None
         if key_padding_mask is not None:  # (N,) or (N, T) -> (N, Hkv, T): it masks keys
             m = torch.as_tensor(key_padding_mask, device=query_t.device)
-            m = m[:, None] if single and m.dim() == 1 else m
+            if single:  # one token: (N,) (or (N, 1), a block of one)
+                if m.shape not in ((N,), (N, 1)):
+                    raise ValueError(
+                        f"key_padding_mask of one token must have shape (N,) = ({N},), got "
+                        f"{tuple(m.shape)}."
+                    )
+                m = m.reshape(N, 1)
             mask = self._check_padding_mask(m, N, T, m.device)[:, None, :].expand(N, Hkv, T)
         if single:  # the one-token step (N, H, hd): no block pivot to choose, so it traces
             q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
