@@ -396,3 +396,20 @@ def test_module_step_errors_speak_of_the_module_shapes():
         with pytest.raises(ValueError, match="batch_size"):
             m.init_state(bad)
     assert m.init_state(0).kvz.shape == (0, H, 16, E // H + 1)
+
+
+def test_beams_of_a_stale_state_are_refused():
+    """``index_select`` (beam reordering) or ``to`` of a state after an in-place step of
+    it gave a fresh-looking state whose tensors hold one more token than its ``t``; they
+    now raise as stepping the stale state does."""
+    st, (q, k, v) = _stepped_in_place(n=0)
+    with torch.no_grad():
+        _, new = linear_attention_step(q[..., 4, :], k[..., 4, :], v[..., 4, :], st, inplace=True)
+    with pytest.raises(ValueError, match="stale"):
+        st.index_select(0, torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="stale"):
+        st.to(dtype=torch.float64)
+    beams = new.index_select(0, torch.tensor([1, 1]))  # the returned state is fine
+    out, _ = linear_attention_step(q[[1, 1], :, 5], k[[1, 1], :, 5], v[[1, 1], :, 5], beams)
+    ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
+    torch.testing.assert_close(out, ref[[1, 1], :, 5], rtol=1e-5, atol=1e-6)

@@ -154,7 +154,8 @@ class LinearAttentionState:
         ``index_select(0, beam_idx)``). Feature parameters that differ along ``dim``
         (``moments`` per batch entry) are selected too. A new state with new tensors.
         A GQA state (``kv_heads``) cannot select along its head dim (the last batch dim):
-        its query heads are tied to the key heads."""
+        its query heads are tied to the key heads. A stale state (see the class) raises
+        a ``ValueError``, as stepping it does."""
         nb = len(self.batch_shape)
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -nb <= dim < nb:
             raise ValueError(f"dim must be a batch dim in [{-nb}, {nb}), got {dim!r}.")
@@ -165,6 +166,7 @@ class LinearAttentionState:
                 f"{self.kv_heads}): its query heads are grouped over the key heads; select "
                 "along a leading batch dim."
             )
+        self._check_fresh()
         index = torch.as_tensor(index, device=self.device)
         if index.dim() != 1 or index.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"index must be a 1-D integer tensor, got {index.dtype} {index.shape}.")
@@ -184,9 +186,11 @@ class LinearAttentionState:
 
     def to(self, device=None, dtype=None) -> LinearAttentionState:
         """The state on ``device`` and / or for inputs of ``dtype`` (float16 / bfloat16
-        compute in float32), feature parameters included. A new state."""
+        compute in float32), feature parameters included. A new state (sharing the
+        tensors when neither changes, as ``Tensor.to``); a stale state raises."""
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
+        self._check_fresh()
         ctype = self.dtype if dtype is None else (torch.float32 if dtype in _HALF else dtype)
         device = self.device if device is None else torch.device(device)
         kvz = self.kvz.to(device=device, dtype=ctype)
@@ -199,6 +203,16 @@ class LinearAttentionState:
             _owner=self._owner if same else _Owner.new(),
             _steps=self._steps if same else 0,
         )
+
+    def _check_fresh(self):
+        if self._stale():  # (a copy, copy.deepcopy(state), is checked with its tensors)
+            raise ValueError(
+                "state is stale: its tensors were modified in place (by an inplace=True "
+                f"step) since it was made, so they no longer hold the prefix of its t={self.t} "
+                "tokens. Continue from the state that step returned, and step a copy "
+                "(copy.deepcopy) of a state that several sequences share, e.g. an empty or "
+                "prefilled one."
+            )
 
     def _stale(self) -> bool:
         # kvz, c were modified in place since this state was made (unchecked in graphs)
@@ -469,15 +483,7 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
             f"enable_gqa={state.kv_heads is not None} (init_decoding_state(..., "
             "enable_gqa=True, num_kv_heads=Hkv) for grouped-query attention)."
         )
-    if state._stale():
-        # (a copy, copy.deepcopy(state), is checked against its own tensors)
-        raise ValueError(
-            "state is stale: its tensors were modified in place (by an inplace=True step) "
-            f"since it was made, so they no longer hold the prefix of its t={state.t} "
-            "tokens. Continue from the state that step returned, and step a copy "
-            "(copy.deepcopy) of a state that several sequences share, e.g. an empty or "
-            "prefilled one."
-        )
+    state._check_fresh()
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q_t, k_t, v_t must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
     ctype = torch.float32 if q.dtype in _HALF else q.dtype
