@@ -358,6 +358,9 @@ def test_module_converted_after_init_state_names_state_to():
         ref, _ = m(x, x, x, is_causal=True)
     # the prefix was summed in float32: float32 round-off
     assert _rel(out, ref[:, 5]) < 1e-5
+    q = torch.randn(2, H, E // H, dtype=torch.float64)  # the functional step names it too
+    with pytest.raises(TypeError, match=r"state\.to\(dtype=torch\.float64\)"):
+        linear_attention_step(q, q, q, init_decoding_state((2, H), E // H, "positive", 16))
 
 
 @pytest.mark.parametrize(

@@ -490,7 +490,7 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
     if ctype != state.dtype:
         raise TypeError(
             f"q_t has dtype {q.dtype} but the state computes in {state.dtype} "
-            "(init_decoding_state(dtype=...))."
+            f"(init_decoding_state(dtype=...); state.to(dtype={q.dtype}) converts a state)."
         )
     for name, t, dim in (("q_t", q, state.d), ("k_t", k, state.d), ("v_t", v, state.kv.shape[-1])):
         if t.dim() == 0 or t.shape[-1] != dim:
