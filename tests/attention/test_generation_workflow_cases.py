@@ -416,3 +416,39 @@ def test_beams_of_a_stale_state_are_refused():
     out, _ = linear_attention_step(q[[1, 1], :, 5], k[[1, 1], :, 5], v[[1, 1], :, 5], beams)
     ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
     torch.testing.assert_close(out, ref[[1, 1], :, 5], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_long_prefill_goes_in_chunks_and_equals_the_causal_pass(dtype, monkeypatch):
+    """A prompt of 300 tokens prefilled as one block formed (..., 300, 300) scores:
+    O(T^2 M) work and memory, 5 times slower than the causal forward at T = 2048. It now
+    goes in chunks of 64 tokens (the state carried between them), each with its own
+    pivot; a chunk whose key maxima grow by more than the bound G (the first, whose
+    first key is 20 times too long, so its log features start ~570 nats low, beyond G
+    in float32 and float64) steps its tokens one by one, the others stay batched."""
+    from kernelkit.attention import decoding
+
+    sizes, tokens = [], []
+    chunk, token = decoding._chunk, decoding._token
+
+    def spy_chunk(lq, lk, *args):
+        sizes.append(lk.shape[-2])
+        return chunk(lq, lk, *args)
+
+    def spy_token(*args):
+        tokens.append(1)
+        return token(*args)
+
+    monkeypatch.setattr(decoding, "_chunk", spy_chunk)
+    monkeypatch.setattr(decoding, "_token", spy_token)
+    T, d = 300, 8
+    g = torch.Generator().manual_seed(10)
+    q, k, v = (torch.randn(2, 2, T, d, generator=g, dtype=dtype) for _ in range(3))
+    k[..., 0, :] *= 20.0  # log features ~ -|y|^2 / 2 ~ -(400 * 8 / sqrt(8)) / 2 ~ -570
+    ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
+    st = init_decoding_state((2, 2), d, "positive", 16, random_state=0, dtype=dtype)
+    with torch.no_grad():
+        out, st = linear_attention_step(q, k, v, st)
+    assert sizes == [64, 64, 64, 64, 44] and len(tokens) == 64 and st.t == T
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert _rel(out, ref) < tol

@@ -18,10 +18,11 @@ factor ``<= 1``), rescaled by ``exp(c_old - c_new)`` when the running maximum gr
 (online softmax); the query factor is ``exp(lq_m + c_m - R)`` with ``R = max_m (lq_m +
 c_m)`` (largest term 1, so the denominator is at least 1). Both factors cancel exactly in
 the ratio, so stepping equals ``linear_attention(..., is_causal=True)`` to rounding at
-any input norm. A block of ``T`` tokens (prefill) uses one causal pivot ``max(c,
-lk_first)`` and a masked ``T x T`` score matrix when the key maxima grow by at most
-``G`` (60 in float32, 500 in float64) inside the block, as the chunks of the causal
-kernel; otherwise it steps token by token.
+any input norm. A block of ``T`` tokens (prefill) goes in chunks of ``C = 64`` tokens,
+as the causal kernel: O(T C M) work, never a ``T x T`` matrix. Each chunk uses one causal
+pivot ``max(c, lk_first)`` and a masked ``C x C`` score matrix when the key maxima grow
+by at most ``G`` (60 in float32, 500 in float64) inside it; otherwise it steps its
+tokens one by one.
 
 Grouped-query attention (``enable_gqa``, as SDPA's): ``k_t``, ``v_t`` with ``Hkv`` heads
 serve ``q_t`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h // g``).
@@ -58,6 +59,7 @@ __all__ = ["LinearAttentionState", "init_decoding_state", "linear_attention_step
 
 _NEG = -1e30  # finite "minus infinity": running maximum of an empty prefix
 _HALF = (torch.float16, torch.bfloat16)
+_PREFILL_CHUNK = 64  # tokens per chunk of a block (prefill), as the causal kernel's
 
 
 @dataclass(frozen=True)
@@ -560,7 +562,32 @@ def _token(lq, lk, va, keep, kvz, c, inplace, grouped=False):
     return _ratio((qf[..., None, :] @ kq)[..., 0, :]), kvz, c_new
 
 
-def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False):
+def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False, chunk=None):
+    # T tokens causally, in chunks of ``chunk`` tokens (the state carried from one to the
+    # next): O(T C M) work and (..., C, C) scores instead of O(T^2 M) and (..., T, T) for
+    # one chunk of the whole block. Shapes as _chunk.
+    C = _PREFILL_CHUNK if chunk is None else chunk
+    T = lk.shape[-2]
+    if T <= C:
+        return _chunk(lq, lk, va, keep, kvz, c, inplace, grouped)
+    outs = []
+    for lo in range(0, T, C):
+        sl = slice(lo, lo + C)
+        o, kvz, c = _chunk(
+            lq[..., sl, :],
+            lk[..., sl, :],
+            va[..., sl, :],
+            None if keep is None else keep[..., sl],
+            kvz,
+            c,
+            inplace,
+            grouped,
+        )
+        outs.append(o)
+    return torch.cat(outs, dim=-2), kvz, c
+
+
+def _chunk(lq, lk, va, keep, kvz, c, inplace, grouped=False):
     # T tokens causally: lq, lk (..., T, M), va = [v, 1] (..., T, e + 1), keep (..., T) or
     # None. One causal pivot c_ref = max(c, lk_0) when the key maxima grow by at most G
     # over the block (as the chunks of _linear.causal_exp), else token by token.
