@@ -452,3 +452,19 @@ def test_a_long_prefill_goes_in_chunks_and_equals_the_causal_pass(dtype, monkeyp
     assert sizes == [64, 64, 64, 64, 44] and len(tokens) == 64 and st.t == T
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     assert _rel(out, ref) < tol
+
+
+def test_an_inference_mode_state_stepped_in_place_outside_it_names_the_fix():
+    """A state made under torch.inference_mode() (e.g. a prompt prefilled there) then
+    decoded in place under torch.no_grad() failed with torch's internal "Inplace update
+    to inference tensor outside InferenceMode"; the error now says what to do, and an
+    out-of-place step (which reads it) continues equally."""
+    st, (q, k, v) = _stepped_in_place(n=0, inference=True)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"inference_mode.*inplace=False"):
+            linear_attention_step(q[..., 4, :], k[..., 4, :], v[..., 4, :], st, inplace=True)
+        out, st = linear_attention_step(q[..., 4, :], k[..., 4, :], v[..., 4, :], st)
+        out2, _ = linear_attention_step(q[..., 5, :], k[..., 5, :], v[..., 5, :], st, inplace=True)
+    ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
+    torch.testing.assert_close(out, ref[..., 4, :], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out2, ref[..., 5, :], rtol=1e-5, atol=1e-6)

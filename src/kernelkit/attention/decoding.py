@@ -674,7 +674,9 @@ def linear_attention_step(
         allocation of ``M (e + 1)`` floats per step; the returned state shares them (use
         it: the input's ``t`` is not advanced; stepping the input state again raises a
         ``ValueError``, in eager mode). Only without autograd (under ``torch.no_grad()``
-        or for inputs that do not require grad); otherwise a ``ValueError``.
+        or for inputs that do not require grad); otherwise a ``ValueError``. A state made
+        under ``torch.inference_mode()`` is updated in place only inside it (a
+        ``ValueError`` outside).
     enable_gqa : bool
         Grouped-query attention as in SDPA: ``k_t``, ``v_t`` with ``Hkv`` heads serve
         ``q_t`` with ``Hq = g Hkv`` heads; must match the state's
@@ -698,6 +700,17 @@ def linear_attention_step(
                 "inplace=True would overwrite tensors autograd needs; use it under "
                 "torch.no_grad() or with inputs that do not require grad."
             )
+    if (
+        inplace
+        and not torch.compiler.is_compiling()
+        and state.kvz.is_inference()
+        and not torch.is_inference_mode_enabled()
+    ):
+        raise ValueError(
+            "inplace=True: the state was made under torch.inference_mode(), whose tensors "
+            "can only be updated in place inside it. Step it there, or once with "
+            "inplace=False (which returns ordinary tensors) and in place from then on."
+        )
     hd = len(state.batch_shape) - 1  # the head dim of q_t, k_t, v_t (GQA)
     g = 1 if state.kv_heads is None else state.batch_shape[-1] // state.kv_heads
     if g > 1 and state.group == 1:  # a state per query head: repeat the keys (as SDPA)
