@@ -468,3 +468,34 @@ def test_an_inference_mode_state_stepped_in_place_outside_it_names_the_fix():
     ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
     torch.testing.assert_close(out, ref[..., 4, :], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out2, ref[..., 5, :], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("feature_map", ["positive", "sderf"])
+def test_a_long_grouped_prefill_with_left_padding_equals_the_causal_pass(feature_map):
+    """The chunked prefill with GQA (a state per key head for ``positive``, per query head
+    for ``sderf`` with per-head moments), a padded first row over 70 tokens (two chunks)
+    and gradients through the chunks: equal to ``linear_attention(..., enable_gqa=True)``."""
+    from kernelkit.attention import attention_moments
+
+    T, d = 150, 8
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(2, 4, T, d, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, 2, T, d, generator=g, dtype=torch.float64) for _ in range(2))
+    mom = None
+    if feature_map == "sderf":
+        qc, kc = torch.randn(2, 4, 30, d, generator=g), torch.randn(2, 2, 30, d, generator=g)
+        mom = attention_moments(qc.double(), kc.double(), enable_gqa=True)
+    pad = torch.zeros(2, 2, T, dtype=torch.bool)
+    pad[0, :, :70] = True  # (N, Hkv, T): left padding of the first row
+    kw = {"random_state": 0, "moments": mom, "enable_gqa": True}
+    ref = linear_attention(q, k, v, feature_map, 16, is_causal=True, key_padding_mask=pad, **kw)
+    st = init_decoding_state((2, 4), d, feature_map, 16, num_kv_heads=2, dtype=torch.float64, **kw)
+    assert st.group == (2 if feature_map == "positive" else 1)
+    out, st = linear_attention_step(q, k, v, st, key_padding_mask=pad, enable_gqa=True)
+    keep = torch.ones(2, 4, T, dtype=torch.bool)
+    keep[0, :, :70] = False  # queries with no visible key: zeros in both
+    assert _rel(out[keep].detach(), ref[keep].detach()) < 1e-12
+    assert float(out[~keep].abs().max()) == 0.0
+    (ga,) = torch.autograd.grad((out[keep] ** 2).sum(), q)
+    (gb,) = torch.autograd.grad((ref[keep] ** 2).sum(), q)
+    assert _rel(ga, gb) < 1e-12
