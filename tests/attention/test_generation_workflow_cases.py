@@ -499,3 +499,33 @@ def test_a_long_grouped_prefill_with_left_padding_equals_the_causal_pass(feature
     (ga,) = torch.autograd.grad((out[keep] ** 2).sum(), q)
     (gb,) = torch.autograd.grad((ref[keep] ** 2).sum(), q)
     assert _rel(ga, gb) < 1e-12
+
+
+def test_the_chunk_paths_of_a_prefill_are_read_at_once_and_as_each_chunk_would():
+    """The chunked prefill decides every chunk's path (one pivot, or token by token)
+    with one host read; each decision equals the test on that chunk with the maxima
+    the state carries into it. Keys 0-69 are 100 times too long (log features ~10^4
+    nats low), so the second chunk of the block (tokens 65-128) starts low and jumps:
+    token by token."""
+    from kernelkit.attention import decoding
+
+    seen, chunk = [], decoding._chunk
+
+    def spy(lq, lk, va, keep, kvz, c, inplace, grouped, one_pivot=None):
+        growth = torch.maximum(c, lk.amax(-2)) - torch.maximum(c, lk[..., 0, :])
+        seen.append((one_pivot, float(growth.amax()) <= 500.0))  # G in float64
+        return chunk(lq, lk, va, keep, kvz, c, inplace, grouped, one_pivot)
+
+    T, d = 200, 8
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(2, 2, T, d, generator=g, dtype=torch.float64) for _ in range(3))
+    k[..., :70, :] *= 100.0
+    ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
+    st = init_decoding_state((2, 2), d, "positive", 16, random_state=0, dtype=torch.float64)
+    _, st = linear_attention_step(q[..., :1, :], k[..., :1, :], v[..., :1, :], st)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decoding, "_chunk", spy)
+        out, st = linear_attention_step(q[..., 1:, :], k[..., 1:, :], v[..., 1:, :], st)
+    assert len(seen) == 4 and all(got == want for got, want in seen)
+    assert seen[1][0] is False and seen[3][0] is True
+    assert _rel(out, ref[..., 1:, :]) < 1e-12

@@ -570,8 +570,9 @@ def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False, chunk=None):
     T = lk.shape[-2]
     if T <= C:
         return _chunk(lq, lk, va, keep, kvz, c, inplace, grouped)
+    pivots = _one_pivot_chunks(lk, c, C)  # one host read for all chunks
     outs = []
-    for lo in range(0, T, C):
+    for j, lo in enumerate(range(0, T, C)):
         sl = slice(lo, lo + C)
         o, kvz, c = _chunk(
             lq[..., sl, :],
@@ -582,22 +583,46 @@ def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False, chunk=None):
             c,
             inplace,
             grouped,
+            pivots[j],
         )
         outs.append(o)
     return torch.cat(outs, dim=-2), kvz, c
 
 
-def _chunk(lq, lk, va, keep, kvz, c, inplace, grouped=False):
+def _one_pivot_chunks(lk, c, C):
+    """Whether each chunk of ``C`` tokens of ``lk`` (..., T, M) (after the state's maxima
+    ``c`` (..., M)) grows its key maxima by at most G (the test of :func:`_chunk`, with
+    the maxima it carries from the chunks before: ``max(c, lk of earlier chunks)``), as
+    a list of bools from one host read."""
+    with torch.no_grad():
+        lkd = lk.detach()
+        T, n = lkd.shape[-2], -(-lk.shape[-2] // C)
+        pad = lkd.new_full((*lkd.shape[:-2], n * C - T, lkd.shape[-1]), _NEG)
+        ch = torch.cat([lkd, pad], dim=-2).unflatten(-2, (n, C))  # (..., n, C, M)
+        top = ch.amax(-2)  # (..., n, M): each chunk's maxima
+        before = torch.cat([c[..., None, :], top[..., :-1, :]], dim=-2).cummax(-2).values
+        c_ref = torch.maximum(before, ch[..., 0, :])  # (..., n, M)
+        growth = torch.maximum(before, top) - c_ref  # (..., n, M)
+        if growth.numel() == 0:  # an empty batch: nothing grows
+            return [True] * n
+        per_chunk = growth.movedim(-2, 0).reshape(n, -1).amax(1)  # (n,)
+        return (per_chunk <= _growth_bound(lk.dtype)).tolist()
+
+
+def _chunk(lq, lk, va, keep, kvz, c, inplace, grouped=False, one_pivot=None):
     # T tokens causally: lq, lk (..., T, M), va = [v, 1] (..., T, e + 1), keep (..., T) or
     # None. One causal pivot c_ref = max(c, lk_0) when the key maxima grow by at most G
-    # over the block (as the chunks of _linear.causal_exp), else token by token.
+    # over the block (as the chunks of _linear.causal_exp), else token by token
+    # (``one_pivot``: that test's result, computed here when None).
     # ``grouped``: lq (..., g, T, M) (g query heads per state head), out (..., g, T, e).
     with torch.no_grad():
         lkd = lk.detach()
         c_ref = torch.maximum(c, lkd[..., 0, :])  # (..., M)
         c_end = torch.maximum(c, lkd.amax(-2))  # (..., M)
-        growth = c_end - c_ref  # (..., M); empty for an empty batch: nothing grows
-        one_pivot = growth.numel() == 0 or float(growth.amax()) <= _growth_bound(lk.dtype)
+        if one_pivot is None:
+            growth = c_end - c_ref  # (..., M); empty for an empty batch: nothing grows
+            bound = _growth_bound(lk.dtype)
+            one_pivot = growth.numel() == 0 or float(growth.amax()) <= bound
     if not one_pivot:
         outs = []
         for i in range(lq.shape[-2]):
