@@ -529,3 +529,18 @@ def test_the_chunk_paths_of_a_prefill_are_read_at_once_and_as_each_chunk_would()
     assert len(seen) == 4 and all(got == want for got, want in seen)
     assert seen[1][0] is False and seen[3][0] is True
     assert _rel(out, ref[..., 1:, :]) < 1e-12
+
+
+def test_to_without_a_change_shares_the_tensors_and_their_staleness():
+    """``state.to()`` to its own dtype and device returns the same tensors (as
+    ``Tensor.to``): an in-place step of either makes the other stale; a real conversion
+    is independent."""
+    st, (q, k, v) = _stepped_in_place(n=0)
+    same, other = st.to(dtype=torch.float32), st.to(dtype=torch.float64)
+    assert same.kvz is st.kvz and other.kvz is not st.kvz
+    with torch.no_grad():
+        out, _ = linear_attention_step(q[..., 4, :], k[..., 4, :], v[..., 4, :], same, inplace=True)
+        with pytest.raises(ValueError, match="stale"):
+            linear_attention_step(q[..., 4, :], k[..., 4, :], v[..., 4, :], st)
+        out64, _ = linear_attention_step(*(t[..., 4, :].double() for t in (q, k, v)), other)
+    torch.testing.assert_close(out64.float(), out, rtol=1e-5, atol=1e-6)
