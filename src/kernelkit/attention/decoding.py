@@ -562,12 +562,11 @@ def _token(lq, lk, va, keep, kvz, c, inplace, grouped=False):
     return _ratio((qf[..., None, :] @ kq)[..., 0, :]), kvz, c_new
 
 
-def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False, chunk=None):
-    # T tokens causally, in chunks of ``chunk`` tokens (the state carried from one to the
-    # next): O(T C M) work and (..., C, C) scores instead of O(T^2 M) and (..., T, T) for
-    # one chunk of the whole block. Shapes as _chunk.
-    C = _PREFILL_CHUNK if chunk is None else chunk
-    T = lk.shape[-2]
+def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False):
+    # T tokens causally, in chunks of C = _PREFILL_CHUNK tokens (the state carried from
+    # one to the next): O(T C M) work and (..., C, C) scores instead of O(T^2 M) and
+    # (..., T, T) for one chunk of the whole block. Shapes as _chunk.
+    C, T = _PREFILL_CHUNK, lk.shape[-2]
     if T <= C:
         return _chunk(lq, lk, va, keep, kvz, c, inplace, grouped)
     pivots = _one_pivot_chunks(lk, c, C)  # one host read for all chunks
