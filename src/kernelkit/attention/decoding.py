@@ -18,10 +18,11 @@ factor ``<= 1``), rescaled by ``exp(c_old - c_new)`` when the running maximum gr
 (online softmax); the query factor is ``exp(lq_m + c_m - R)`` with ``R = max_m (lq_m +
 c_m)`` (largest term 1, so the denominator is at least 1). Both factors cancel exactly in
 the ratio, so stepping equals ``linear_attention(..., is_causal=True)`` to rounding at
-any input norm. A block of ``T`` tokens (prefill) uses one causal pivot ``max(c,
-lk_first)`` and a masked ``T x T`` score matrix when the key maxima grow by at most
-``G`` (60 in float32, 500 in float64) inside the block, as the chunks of the causal
-kernel; otherwise it steps token by token.
+any input norm. A block of ``T`` tokens (prefill) goes in chunks of ``C = 64`` tokens,
+as the causal kernel: O(T C M) work, never a ``T x T`` matrix. Each chunk uses one causal
+pivot ``max(c, lk_first)`` and a masked ``C x C`` score matrix when the key maxima grow
+by at most ``G`` (60 in float32, 500 in float64) inside it; otherwise it steps its
+tokens one by one.
 
 Grouped-query attention (``enable_gqa``, as SDPA's): ``k_t``, ``v_t`` with ``Hkv`` heads
 serve ``q_t`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h // g``).
@@ -38,7 +39,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -58,6 +59,7 @@ __all__ = ["LinearAttentionState", "init_decoding_state", "linear_attention_step
 
 _NEG = -1e30  # finite "minus infinity": running maximum of an empty prefix
 _HALF = (torch.float16, torch.bfloat16)
+_PREFILL_CHUNK = 64  # tokens per chunk of a block (prefill), as the causal kernel's
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,10 @@ class LinearAttentionState:
     """Recurrent state of causal linear attention (see :func:`init_decoding_state`): the
     prefix sums of FAVOR# eq. 4 in causal mode, kept relative to a running key maximum.
     A state whose tensors a later ``inplace=True`` step has updated no longer holds the
-    prefix of its ``t`` tokens; :func:`linear_attention_step` refuses it (eager mode).
+    prefix of its ``t`` tokens; :func:`linear_attention_step` refuses it (in eager mode,
+    also under ``torch.inference_mode()`` and for copies made by ``copy.deepcopy``,
+    ``pickle`` or ``torch.save``, which keep the count of in-place steps of the tensors
+    they copy).
     :meth:`index_select` reorders its batch (beam search), :meth:`to` moves it.
 
     Attributes
@@ -103,8 +108,11 @@ class LinearAttentionState:
     params: object
     kv_heads: int | None = None
     group: int = 1
-    # in-place version of ``kvz`` when this state was made (-1: unknown, not checked)
-    _version: int = field(default=-1, repr=False, compare=False)
+    # the record of in-place steps of ``kvz``, ``c``, shared by the states that hold
+    # them (None: not checked, e.g. made in a compiled graph), and its count when this
+    # state was made
+    _owner: _Owner | None = field(default=None, repr=False, compare=False)
+    _steps: int = field(default=0, repr=False, compare=False)
 
     @property
     def kv(self) -> torch.Tensor:
@@ -148,7 +156,8 @@ class LinearAttentionState:
         ``index_select(0, beam_idx)``). Feature parameters that differ along ``dim``
         (``moments`` per batch entry) are selected too. A new state with new tensors.
         A GQA state (``kv_heads``) cannot select along its head dim (the last batch dim):
-        its query heads are tied to the key heads."""
+        its query heads are tied to the key heads. A stale state (see the class) raises
+        a ``ValueError``, as stepping it does."""
         nb = len(self.batch_shape)
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -nb <= dim < nb:
             raise ValueError(f"dim must be a batch dim in [{-nb}, {nb}), got {dim!r}.")
@@ -159,6 +168,7 @@ class LinearAttentionState:
                 f"{self.kv_heads}): its query heads are grouped over the key heads; select "
                 "along a leading batch dim."
             )
+        self._check_fresh()
         index = torch.as_tensor(index, device=self.device)
         if index.dim() != 1 or index.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"index must be a 1-D integer tensor, got {index.dtype} {index.shape}.")
@@ -167,45 +177,66 @@ class LinearAttentionState:
             j = dim - (nb - (t.dim() - trailing))
             return t if j < 0 or t.shape[j] == 1 else t.index_select(j, index)
 
-        kvz = self.kvz.index_select(dim, index)
         return replace(
             self,
-            kvz=kvz,
+            kvz=self.kvz.index_select(dim, index),
             c=self.c.index_select(dim, index),
             params=_map_params(self.params, select),
-            _version=_tensor_version(kvz),
+            _owner=_Owner.new(),
+            _steps=0,
         )
 
     def to(self, device=None, dtype=None) -> LinearAttentionState:
         """The state on ``device`` and / or for inputs of ``dtype`` (float16 / bfloat16
-        compute in float32), feature parameters included. A new state."""
+        compute in float32), feature parameters included. A new state (sharing the
+        tensors when neither changes, as ``Tensor.to``); a stale state raises."""
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
+        self._check_fresh()
         ctype = self.dtype if dtype is None else (torch.float32 if dtype in _HALF else dtype)
         device = self.device if device is None else torch.device(device)
         kvz = self.kvz.to(device=device, dtype=ctype)
+        same = kvz is self.kvz  # (no conversion: the same tensors, the same record)
         return replace(
             self,
             kvz=kvz,
             c=self.c.to(device=device, dtype=ctype),
             params=_map_params(self.params, lambda t, _: t.to(device=device, dtype=ctype)),
-            _version=_tensor_version(kvz),
+            _owner=self._owner if same else _Owner.new(),
+            _steps=self._steps if same else 0,
         )
 
-    def _stale(self) -> bool:
-        # kvz was modified in place since this state was made
-        return self._version >= 0 and _tensor_version(self.kvz) > self._version
+    def _check_fresh(self):
+        if self._stale():  # (a copy, copy.deepcopy(state), is checked with its tensors)
+            raise ValueError(
+                "state is stale: its tensors were modified in place (by an inplace=True "
+                f"step) since it was made, so they no longer hold the prefix of its t={self.t} "
+                "tokens. Continue from the state that step returned, and step a copy "
+                "(copy.deepcopy) of a state that several sequences share, e.g. an empty or "
+                "prefilled one."
+            )
 
-    def __deepcopy__(self, memo):
-        """A copy with its own tensors, checked against *their* in-place version
-        (``copy.deepcopy`` of a tensor advances the copy's counter, which the copied
-        ``_version`` would read as an in-place step): fresh, or stale if this state is."""
-        new = {f.name: copy.deepcopy(getattr(self, f.name), memo) for f in fields(self)}
-        version = _tensor_version(new["kvz"])
-        if version >= 0 and self._stale():
-            version -= 1  # one behind its tensors: stale, as this state
-        new["_version"] = version
-        return LinearAttentionState(**new)
+    def _stale(self) -> bool:
+        # kvz, c were modified in place since this state was made (unchecked in graphs)
+        if torch.compiler.is_compiling() or self._owner is None:
+            return False
+        return self._owner.steps != self._steps
+
+
+class _Owner:
+    """The in-place steps applied to one pair of state tensors ``kvz``, ``c``, shared by
+    the states that hold them: a state made when the count was ``n`` is stale once it
+    is larger. A plain Python object (not a tensor's version counter), so the check also
+    holds for inference tensors, and ``copy.deepcopy`` / ``pickle`` copy it with the
+    tensors (copies of a fresh state are fresh, of a stale one stale)."""
+
+    def __init__(self):
+        self.steps = 0
+
+    @staticmethod
+    def new():
+        # the record of new tensors; none in a compiled graph (not checked there)
+        return None if torch.compiler.is_compiling() else _Owner()
 
 
 class _ExpFeatures:
@@ -252,14 +283,6 @@ def _map_params(params, fn):
     new.fmap = LogFeatureMap(cv(f.W_q, 2), cv(f.W_k, 2), cv(f.c, 1), cb(f.B_q), cb(f.B_k))
     new.Wa = {s: fn(w, 2) for s, w in params.Wa.items()}  # (..., d + 2, M)
     return new
-
-
-def _tensor_version(t) -> int:
-    # in-place version counter of a state tensor; -1 where none is read (inference
-    # tensors keep none, compiled graphs do not trace it)
-    if torch.compiler.is_compiling() or t.is_inference():
-        return -1
-    return t._version
 
 
 def _positive_int(name, val):
@@ -411,7 +434,7 @@ def init_decoding_state(
         params=feats,
         kv_heads=kv_heads,
         group=group,
-        _version=_tensor_version(kvz),
+        _owner=_Owner.new(),
     )
 
 
@@ -462,22 +485,14 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
             f"enable_gqa={state.kv_heads is not None} (init_decoding_state(..., "
             "enable_gqa=True, num_kv_heads=Hkv) for grouped-query attention)."
         )
-    if state._stale():
-        # (a copy, copy.deepcopy(state), is checked against its own tensors)
-        raise ValueError(
-            "state is stale: its tensors were modified in place (by an inplace=True step) "
-            f"since it was made, so they no longer hold the prefix of its t={state.t} "
-            "tokens. Continue from the state that step returned, and step a copy "
-            "(copy.deepcopy) of a state that several sequences share, e.g. an empty or "
-            "prefilled one."
-        )
+    state._check_fresh()
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q_t, k_t, v_t must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
     ctype = torch.float32 if q.dtype in _HALF else q.dtype
     if ctype != state.dtype:
         raise TypeError(
             f"q_t has dtype {q.dtype} but the state computes in {state.dtype} "
-            "(init_decoding_state(dtype=...))."
+            f"(init_decoding_state(dtype=...); state.to(dtype={q.dtype}) converts a state)."
         )
     for name, t, dim in (("q_t", q, state.d), ("k_t", k, state.d), ("v_t", v, state.kv.shape[-1])):
         if t.dim() == 0 or t.shape[-1] != dim:
@@ -548,16 +563,65 @@ def _token(lq, lk, va, keep, kvz, c, inplace, grouped=False):
 
 
 def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False):
+    # T tokens causally, in chunks of C = _PREFILL_CHUNK tokens (the state carried from
+    # one to the next): O(T C M) work and (..., C, C) scores instead of O(T^2 M) and
+    # (..., T, T) for one chunk of the whole block. Shapes as _chunk.
+    C, T = _PREFILL_CHUNK, lk.shape[-2]
+    if T <= C:
+        return _chunk(lq, lk, va, keep, kvz, c, inplace, grouped)
+    pivots = _one_pivot_chunks(lk, c, C)  # one host read for all chunks
+    outs = []
+    for j, lo in enumerate(range(0, T, C)):
+        sl = slice(lo, lo + C)
+        o, kvz, c = _chunk(
+            lq[..., sl, :],
+            lk[..., sl, :],
+            va[..., sl, :],
+            None if keep is None else keep[..., sl],
+            kvz,
+            c,
+            inplace,
+            grouped,
+            pivots[j],
+        )
+        outs.append(o)
+    return torch.cat(outs, dim=-2), kvz, c
+
+
+def _one_pivot_chunks(lk, c, C):
+    """Whether each chunk of ``C`` tokens of ``lk`` (..., T, M) (after the state's maxima
+    ``c`` (..., M)) grows its key maxima by at most G (the test of :func:`_chunk`, with
+    the maxima it carries from the chunks before: ``max(c, lk of earlier chunks)``), as
+    a list of bools from one host read."""
+    with torch.no_grad():
+        lkd = lk.detach()
+        T, n = lkd.shape[-2], -(-lk.shape[-2] // C)
+        pad = lkd.new_full((*lkd.shape[:-2], n * C - T, lkd.shape[-1]), _NEG)
+        ch = torch.cat([lkd, pad], dim=-2).unflatten(-2, (n, C))  # (..., n, C, M)
+        top = ch.amax(-2)  # (..., n, M): each chunk's maxima
+        before = torch.cat([c[..., None, :], top[..., :-1, :]], dim=-2).cummax(-2).values
+        c_ref = torch.maximum(before, ch[..., 0, :])  # (..., n, M)
+        growth = torch.maximum(before, top) - c_ref  # (..., n, M)
+        if growth.numel() == 0:  # an empty batch: nothing grows
+            return [True] * n
+        per_chunk = growth.movedim(-2, 0).reshape(n, -1).amax(1)  # (n,)
+        return (per_chunk <= _growth_bound(lk.dtype)).tolist()
+
+
+def _chunk(lq, lk, va, keep, kvz, c, inplace, grouped=False, one_pivot=None):
     # T tokens causally: lq, lk (..., T, M), va = [v, 1] (..., T, e + 1), keep (..., T) or
     # None. One causal pivot c_ref = max(c, lk_0) when the key maxima grow by at most G
-    # over the block (as the chunks of _linear.causal_exp), else token by token.
+    # over the block (as the chunks of _linear.causal_exp), else token by token
+    # (``one_pivot``: that test's result, computed here when None).
     # ``grouped``: lq (..., g, T, M) (g query heads per state head), out (..., g, T, e).
     with torch.no_grad():
         lkd = lk.detach()
         c_ref = torch.maximum(c, lkd[..., 0, :])  # (..., M)
         c_end = torch.maximum(c, lkd.amax(-2))  # (..., M)
-        growth = c_end - c_ref  # (..., M); empty for an empty batch: nothing grows
-        one_pivot = growth.numel() == 0 or float(growth.amax()) <= _growth_bound(lk.dtype)
+        if one_pivot is None:
+            growth = c_end - c_ref  # (..., M); empty for an empty batch: nothing grows
+            bound = _growth_bound(lk.dtype)
+            one_pivot = growth.numel() == 0 or float(growth.amax()) <= bound
     if not one_pivot:
         outs = []
         for i in range(lq.shape[-2]):
@@ -634,7 +698,9 @@ def linear_attention_step(
         allocation of ``M (e + 1)`` floats per step; the returned state shares them (use
         it: the input's ``t`` is not advanced; stepping the input state again raises a
         ``ValueError``, in eager mode). Only without autograd (under ``torch.no_grad()``
-        or for inputs that do not require grad); otherwise a ``ValueError``.
+        or for inputs that do not require grad); otherwise a ``ValueError``. A state made
+        under ``torch.inference_mode()`` is updated in place only inside it (a
+        ``ValueError`` outside).
     enable_gqa : bool
         Grouped-query attention as in SDPA: ``k_t``, ``v_t`` with ``Hkv`` heads serve
         ``q_t`` with ``Hq = g Hkv`` heads; must match the state's
@@ -658,6 +724,17 @@ def linear_attention_step(
                 "inplace=True would overwrite tensors autograd needs; use it under "
                 "torch.no_grad() or with inputs that do not require grad."
             )
+    if (
+        inplace
+        and not torch.compiler.is_compiling()
+        and state.kvz.is_inference()
+        and not torch.is_inference_mode_enabled()
+    ):
+        raise ValueError(
+            "inplace=True: the state was made under torch.inference_mode(), whose tensors "
+            "can only be updated in place inside it. Step it there, or once with "
+            "inplace=False (which returns ordinary tensors) and in place from then on."
+        )
     hd = len(state.batch_shape) - 1  # the head dim of q_t, k_t, v_t (GQA)
     g = 1 if state.kv_heads is None else state.batch_shape[-1] // state.kv_heads
     if g > 1 and state.group == 1:  # a state per query head: repeat the keys (as SDPA)
@@ -694,5 +771,10 @@ def linear_attention_step(
     if grouped:
         out = out.flatten(hd, hd + 1)  # (..., Hq, [T,] e)
     t = state.t + (1 if single else q_t.shape[-2])
-    new = replace(state, kvz=kvz, c=c, t=t, _version=_tensor_version(kvz))
+    owner, n = _Owner.new(), 0  # new tensors (or a step in a compiled graph: unchecked)
+    if inplace and owner is not None and state._owner is not None:
+        owner = state._owner  # the same tensors: the input state is now stale
+        owner.steps += 1
+        n = owner.steps
+    new = replace(state, kvz=kvz, c=c, t=t, _owner=owner, _steps=n)
     return out.to(q_t.dtype), new

@@ -655,6 +655,12 @@ class FavorAttention(nn.Module):
         with statistics: each query head's parameters come from its own query
         statistics). See :func:`kernelkit.attention.init_decoding_state`.
         """
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, numbers.Integral)
+            or batch_size < 0
+        ):
+            raise ValueError(f"batch_size must be a non-negative integer, got {batch_size!r}.")
         fm, moments = self.feature_map, None
         if fm in FITTED_MAPS:
             moments = self._running_moments()
@@ -662,7 +668,7 @@ class FavorAttention(nn.Module):
                 fm = "positive"  # no statistics yet: A = 0 (as _causal_attention)
         w = self.out_proj.weight
         return init_decoding_state(
-            (batch_size, self.num_heads),
+            (int(batch_size), self.num_heads),
             self.head_dim,
             fm,
             self.n_features,
@@ -679,7 +685,11 @@ class FavorAttention(nn.Module):
 
         query_t (N, E), key_t (N, kdim), value_t (N, vdim) for one token, or (N, T, E)
         etc. for a block of ``T`` tokens (``(T, N, E)`` with ``batch_first=False``); the
-        state from :meth:`init_state` or a previous step. In-projection, per-head
+        state from this module's :meth:`init_state` or a previous step (a state of another
+        feature map or feature count raises a ``ValueError``; after a ``.to(dtype)`` of
+        the module, convert the state with ``state.to(dtype=...)``). The state keeps the
+        features it was made with: a later redraw, statistics update or
+        ``load_state_dict`` does not change them. In-projection, per-head
         :func:`kernelkit.attention.linear_attention_step`, out-projection: in eval mode,
         stepping a sequence equals ``forward(..., is_causal=True)``. Never redraws the
         features nor updates the running statistics. ``key_padding_mask`` (N,) for one
@@ -698,18 +708,8 @@ class FavorAttention(nn.Module):
                     f"{name} must be (N, E) for one token or (N, T, E) for a block, like "
                     f"query_t; got shape {tuple(t.shape)}."
                 )
-        if not isinstance(state, LinearAttentionState):
-            raise TypeError(
-                f"state must be a LinearAttentionState (init_state), got {type(state).__name__}."
-            )
+        self._check_state(state)
         H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        kv_heads = Hkv if self._gqa else None
-        if tuple(state.batch_shape[1:]) != (H,) or state.d != hd or state.kv_heads != kv_heads:
-            raise ValueError(
-                f"state has batch shape {tuple(state.batch_shape)}, d={state.d} and "
-                f"kv_heads={state.kv_heads}; this module needs (N, {H}), d={hd} and "
-                f"kv_heads={kv_heads} (init_state)."
-            )
         single = query_t.dim() == 2
         if single:
             query_t, key_t, value_t = query_t[:, None], key_t[:, None], value_t[:, None]
@@ -727,6 +727,12 @@ class FavorAttention(nn.Module):
                 f"batch / length mismatch: query_t {tuple(query_t.shape)}, key_t "
                 f"{tuple(key_t.shape)}, value_t {tuple(value_t.shape)}."
             )
+        if N != state.batch_shape[0]:
+            raise ValueError(
+                f"query_t has batch size {N}, the state batch size {state.batch_shape[0]}: "
+                f"step the sequences the state was made for (init_state(batch_size={N}) for "
+                "new ones, state.index_select(0, index) to reorder or repeat them)."
+            )
         # eager CPU inputs, as forward: a clear error instead of a NaN state
         _finite_check(None, query_t=query_t, key_t=key_t, value_t=value_t)
         q, k, v = self._in_projection(query_t, key_t, value_t)
@@ -735,7 +741,13 @@ class FavorAttention(nn.Module):
         mask = None
         if key_padding_mask is not None:  # (N,) or (N, T) -> (N, Hkv, T): it masks keys
             m = torch.as_tensor(key_padding_mask, device=query_t.device)
-            m = m[:, None] if single and m.dim() == 1 else m
+            if single:  # one token: (N,) (or (N, 1), a block of one)
+                if m.shape not in ((N,), (N, 1)):
+                    raise ValueError(
+                        f"key_padding_mask of one token must have shape (N,) = ({N},), got "
+                        f"{tuple(m.shape)}."
+                    )
+                m = m.reshape(N, 1)
             mask = self._check_padding_mask(m, N, T, m.device)[:, None, :].expand(N, Hkv, T)
         if single:  # the one-token step (N, H, hd): no block pivot to choose, so it traces
             q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
@@ -756,6 +768,43 @@ class FavorAttention(nn.Module):
         if single:
             return out[:, 0], state
         return (out if self.batch_first else out.transpose(0, 1)), state
+
+    def _check_state(self, state):
+        """A state of this module (its :meth:`init_state`): its heads, head dim, feature
+        map and feature count, and its dtype that of the parameters (after ``.to()``)."""
+        if not isinstance(state, LinearAttentionState):
+            raise TypeError(
+                f"state must be a LinearAttentionState (init_state), got {type(state).__name__}."
+            )
+        H, hd = self.num_heads, self.head_dim
+        kv_heads = self.num_kv_heads if self._gqa else None
+        if tuple(state.batch_shape[1:]) != (H,) or state.d != hd or state.kv_heads != kv_heads:
+            raise ValueError(
+                f"state has batch shape {tuple(state.batch_shape)}, d={state.d} and "
+                f"kv_heads={state.kv_heads}; this module needs (N, {H}), d={hd} and "
+                f"kv_heads={kv_heads} (init_state)."
+            )
+        # the maps and feature count M of this module's states (fitted maps: FAVOR+
+        # features before the first statistics update)
+        fitted = self.feature_map in FITTED_MAPS
+        maps = (self.feature_map, "positive") if fitted else (self.feature_map,)
+        n = self.projection.shape[0] if self.projection.dim() == 2 else hd  # relu / elu: d
+        M = 2 * n if self.feature_map == "hyperbolic" else n
+        if state.feature_map not in maps or state.kv.shape[-2] != M:
+            raise ValueError(
+                f"state has feature_map={state.feature_map!r} with M={state.kv.shape[-2]} "
+                f"features, this module feature_map={self.feature_map!r} with M={M} "
+                f"(n_features={self.n_features}): a state of another module. Make it with "
+                "this module's init_state."
+            )
+        w = self.out_proj.weight.dtype
+        ctype = torch.float32 if w in (torch.float16, torch.bfloat16) else w
+        if state.dtype != ctype:
+            raise TypeError(
+                f"state computes in {state.dtype}, this module's parameters are {w} (converted "
+                f"after init_state?): continue with state.to(dtype={w}), or start again "
+                "from init_state."
+            )
 
     # ------------------------------------------------------------ running statistics
     def _tracked(self) -> bool:
