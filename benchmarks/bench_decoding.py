@@ -17,7 +17,14 @@ t = 512 and t = n (constant for the state, growing for the cache; t = n / 4 and 
 ``--quick``), the bytes of the state vs the cache at t = n and the peak-RSS growth of a
 fresh subprocess per method.
 The kernelkit steps update the state in place (``inplace=True``), as the cache is
-written in place. ``--quick``: n = 512 and no RSS subprocesses (seconds).
+written in place.
+
+Prefill: a prompt of ``P`` tokens (2048; 256 with ``--quick``) given to
+:func:`~kernelkit.attention.linear_attention_step` as one block (``positive`` and
+``sderf``), against SDPA writing the prompt into the cache and attending causally
+(``is_causal=True``), and against kernelkit's causal ``linear_attention`` forward on the
+same prompt (the same work without a state to return); minimum of interleaved rounds.
+``--quick``: n = 512 and no RSS subprocesses (seconds).
 """
 
 from __future__ import annotations
@@ -33,7 +40,12 @@ import torch
 import torch.nn.functional as F
 
 from _peak_rss import start_peak_rss
-from kernelkit.attention import attention_moments, init_decoding_state, linear_attention_step
+from kernelkit.attention import (
+    attention_moments,
+    init_decoding_state,
+    linear_attention,
+    linear_attention_step,
+)
 
 H, D, M = 8, 64, 256
 HKV = 2  # key / value heads of the GQA rows
@@ -97,6 +109,57 @@ def _decode(method, n, inputs=None, moments=None):
             )
             times.append(time.perf_counter() - t0)
         return times, state.nbytes()
+
+
+def _prefill_calls(P):
+    """name -> callable prefilling a prompt of P tokens (batch 1, H heads), no grad."""
+    q, k, v = (t[:, 0].transpose(0, 1)[None].contiguous() for t in _inputs(P))  # (1, H, P, d)
+    calls = {}
+    for method in ("positive", "sderf"):
+        moments = _moments(method)
+
+        def step(method=method, moments=moments):
+            state = init_decoding_state(
+                (1, H), D, method, M, random_state=0, moments=moments
+            )  # the empty state: part of a prefill
+            return linear_attention_step(q, k, v, state, check_finite=False)
+
+        def forward(method=method, moments=moments):
+            return linear_attention(
+                q, k, v, feature_map=method, n_features=M, is_causal=True,
+                random_state=0, moments=moments, check_finite=False,
+            )  # fmt: skip
+
+        calls[f"kernelkit {method} step (block)"] = step
+        calls[f"kernelkit {method} causal forward"] = forward
+    cache = torch.zeros(2, 1, H, P, D)  # a static cache of the prompt's length
+
+    def sdpa():
+        cache[0], cache[1] = k, v
+        return F.scaled_dot_product_attention(q, cache[0], cache[1], is_causal=True)
+
+    calls["SDPA causal + KV cache"] = sdpa
+    return calls
+
+
+def prefill(P, rounds=5):
+    """Minimum prefill time (ms) of every call of :func:`_prefill_calls`, interleaved."""
+    calls = _prefill_calls(P)
+    best = dict.fromkeys(calls, float("inf"))
+    with torch.no_grad():
+        for fn in calls.values():  # warm-up
+            fn()
+        for _ in range(rounds):
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                fn()
+                best[name] = min(best[name], 1e3 * (time.perf_counter() - t0))
+    sd = best["SDPA causal + KV cache"]
+    print(f"\nprefill of a {P}-token prompt (min of {rounds} interleaved rounds):")
+    print(f"{'call':34s} {'ms':>8s} {'SDPA / call':>12s}")
+    for name, ms in best.items():
+        print(f"{name:34s} {ms:8.2f} {sd / ms:11.2f}x")
+    return best
 
 
 def _rss_child(method, n):
@@ -164,6 +227,7 @@ def run(quick=False, rss=True):
             f"{names[method]:22s} {r['tok_s']:9.0f} {r['tok_s'] / sd:7.2f}x "
             f"{r['us_t1']:13.1f} {r['us_n']:13.1f} {r['bytes'] / 2**20:8.2f} MiB {rss_txt:>11s}"
         )
+    rows["prefill"] = prefill(256 if quick else 2048)
     return rows
 
 

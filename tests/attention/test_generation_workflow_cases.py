@@ -447,11 +447,64 @@ def test_a_long_prefill_goes_in_chunks_and_equals_the_causal_pass(dtype, monkeyp
     k[..., 0, :] *= 20.0  # log features ~ -|y|^2 / 2 ~ -(400 * 8 / sqrt(8)) / 2 ~ -570
     ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
     st = init_decoding_state((2, 2), d, "positive", 16, random_state=0, dtype=dtype)
-    with torch.no_grad():
-        out, st = linear_attention_step(q, k, v, st)
+    # with autograd (values requiring grad): the chunk loop, differentiable
+    out, st = linear_attention_step(q, k, v.clone().requires_grad_(True), st)
     assert sizes == [64, 64, 64, 64, 44] and len(tokens) == 64 and st.t == T
     tol = 1e-12 if dtype == torch.float64 else 1e-5
-    assert _rel(out, ref) < tol
+    assert _rel(out.detach(), ref) < tol
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_long_prefill_without_autograd_runs_the_causal_kernel(dtype, monkeypatch):
+    """Without autograd a block (prefill) runs the forward of the causal kernel: blocks of
+    chunks in batched products, starting from the state and ending as the new one. A
+    block whose first chunk's key maxima jump (a key 20 times too long) goes chunk by
+    chunk; the output, the state and the decoding after it equal the causal pass, also
+    with left padding."""
+    from kernelkit.attention import decoding
+
+    paths = []
+    fwd_block = decoding._fwd_block
+
+    def spy(*args):
+        res = fwd_block(*args)
+        paths.append(res is not None)
+        return res
+
+    monkeypatch.setattr(decoding, "_fwd_block", spy)
+    T, d = 300, 8
+    g = torch.Generator().manual_seed(10)
+    q, k, v = (torch.randn(2, 2, T + 3, d, generator=g, dtype=dtype) for _ in range(3))
+    k[..., 0, :] *= 20.0  # the first block's first chunk: a key jump beyond G
+    pad = torch.zeros(2, T + 3, dtype=torch.bool)
+    pad[1, :5] = True  # the second row left-padded by 5
+    ref = linear_attention(
+        q, k, v, "positive", 16, is_causal=True, random_state=0, key_padding_mask=pad[:, None]
+    )
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    for inplace in (False, True):
+        paths.clear()
+        st = init_decoding_state((2, 2), d, "positive", 16, random_state=0, dtype=dtype)
+        with torch.no_grad():
+            out, st = linear_attention_step(
+                q[..., :T, :], k[..., :T, :], v[..., :T, :], st,
+                key_padding_mask=pad[:, None, :T], inplace=inplace,
+            )  # fmt: skip
+            assert paths == [False, True] and st.t == T  # blocks of 256 rows; first by chunks
+            outs = [out]
+            for t in range(T, T + 3):  # then token by token from the kernel's state
+                o, st = linear_attention_step(
+                    q[..., t, :], k[..., t, :], v[..., t, :], st, inplace=inplace
+                )
+                outs.append(o[..., None, :])
+        assert _rel(torch.cat(outs, -2), ref) < tol
+    k[..., 0, :] /= 20.0  # no jump: the batched path
+    paths.clear()
+    st = init_decoding_state((2, 2), d, "positive", 16, random_state=0, dtype=dtype)
+    with torch.no_grad():
+        out, st = linear_attention_step(q, k, v, st)
+    ref = linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
+    assert paths == [True, True] and _rel(out, ref) < tol
 
 
 def test_an_inference_mode_state_stepped_in_place_outside_it_names_the_fix():
@@ -502,8 +555,8 @@ def test_a_long_grouped_prefill_with_left_padding_equals_the_causal_pass(feature
 
 
 def test_the_chunk_paths_of_a_prefill_are_read_at_once_and_as_each_chunk_would():
-    """The chunked prefill decides every chunk's path (one pivot, or token by token)
-    with one host read; each decision equals the test on that chunk with the maxima
+    """The chunked prefill with autograd decides every chunk's path (one pivot, or token
+    by token) with one host read; each decision equals the test on that chunk with the maxima
     the state carries into it. Keys 0-69 are 100 times too long (log features ~10^4
     nats low), so the second chunk of the block (tokens 65-128) starts low and jumps:
     token by token."""
@@ -525,10 +578,11 @@ def test_the_chunk_paths_of_a_prefill_are_read_at_once_and_as_each_chunk_would()
     _, st = linear_attention_step(q[..., :1, :], k[..., :1, :], v[..., :1, :], st)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(decoding, "_chunk", spy)
-        out, st = linear_attention_step(q[..., 1:, :], k[..., 1:, :], v[..., 1:, :], st)
+        vg = v[..., 1:, :].clone().requires_grad_(True)  # autograd: the chunk loop
+        out, st = linear_attention_step(q[..., 1:, :], k[..., 1:, :], vg, st)
     assert len(seen) == 4 and all(got == want for got, want in seen)
     assert seen[1][0] is False and seen[3][0] is True
-    assert _rel(out, ref[..., 1:, :]) < 1e-12
+    assert _rel(out.detach(), ref[..., 1:, :]) < 1e-12
 
 
 def test_to_without_a_change_shares_the_tensors_and_their_staleness():

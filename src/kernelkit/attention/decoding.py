@@ -22,7 +22,9 @@ any input norm. A block of ``T`` tokens (prefill) goes in chunks of ``C = 64`` t
 as the causal kernel: O(T C M) work, never a ``T x T`` matrix. Each chunk uses one causal
 pivot ``max(c, lk_first)`` and a masked ``C x C`` score matrix when the key maxima grow
 by at most ``G`` (60 in float32, 500 in float64) inside it; otherwise it steps its
-tokens one by one.
+tokens one by one. Without autograd (and without grouped query rows) the block runs the
+forward of the causal kernel itself, whose running state is the decoding state
+(:func:`_prefill_batched`): blocks of up to 512 rows with all their chunks batched.
 
 Grouped-query attention (``enable_gqa``, as SDPA's): ``k_t``, ``v_t`` with ``Hkv`` heads
 serve ``q_t`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h // g``).
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ._linear import _growth_bound
+from ._linear import _block_rows, _fwd_block, _fwd_chunks, _growth_bound, _Workspace
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
 from .functional import (
     _bool_padding_mask,
@@ -588,6 +590,60 @@ def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False):
     return torch.cat(outs, dim=-2), kvz, c
 
 
+def _prefill_batched(params, x, y, va, keep, kvz, c, inplace):
+    """A block of T tokens through the forward of the causal kernel
+    (:func:`kernelkit.attention._linear._fwd_block`): blocks of up to 512 rows, the log
+    features of each computed when it is reached, all its chunks of C tokens in batched
+    products, the state chained from chunk to chunk. The kernel's running state (the
+    sums of ``exp(lk - c) [v, 1]`` relative to the key maxima ``c``) is the decoding
+    state, so it starts from ``kvz``, ``c`` and ends as the new ones. Without autograd
+    (the kernel works in place) and for a state per query head.
+
+    params: the state's features; x, y (..., T, d) scaled inputs; va (..., T, e + 1);
+    keep (..., T) or None; kvz (..., M, e + 1), c (..., M), with ``...`` the state's
+    batch shape. Returns (out (..., T, e), kvz, c).
+    """
+    batch, T = x.shape[:-2], x.shape[-2]
+    M, E = kvz.shape[-2], va.shape[-1]
+    B, C, dt = math.prod(batch), _PREFILL_CHUNK, kvz.dtype
+    block = _block_rows(T + (-T) % C, C)
+    G = _growth_bound(dt)
+    ws = _Workspace(dt, kvz.device)
+    S, cb = kvz.reshape(B, M, E).clone(), c.reshape(B, M).clone()  # (B, M, e + 1), (B, M)
+    out = torch.empty(*batch, T, E - 1, dtype=dt, device=kvz.device)
+    out3 = out.view(B, T, E - 1)
+    tiny = torch.finfo(dt).tiny
+    for lo in range(0, T, block):
+        hi = min(lo + block, T)
+        rows, pad = hi - lo, (lo - hi) % C  # the last block padded to whole chunks
+        lq, lk = params(x[..., lo:hi, :], y[..., lo:hi, :])  # (..., rows, M) fresh
+        vb = va[..., lo:hi, :]
+        if keep is not None:  # masked keys: out of the maxima; their [v, 1] rows zero
+            kb = keep[..., lo:hi, None]
+            lk = lk.masked_fill_(~kb, _NEG)
+            vb = vb * kb.to(dt)
+        lq, lk, vb = lq.reshape(B, rows, M), lk.reshape(B, rows, M), vb.reshape(B, rows, E)
+        if pad:
+            lq = torch.nn.functional.pad(lq, (0, 0, 0, pad))
+            lk = torch.nn.functional.pad(lk, (0, 0, 0, pad), value=_NEG)
+        vb = torch.nn.functional.pad(vb, (0, 0, 0, pad))  # contiguous (B, rows', e + 1)
+        n = (rows + pad) // C
+        lq, lk = lq.contiguous(), lk.contiguous()
+        res = _fwd_block(
+            lq.view(B, n, C, M), lk.view(B, n, C, M), vb.view(B, n, C, E), cb, S, G, ws
+        )
+        if res is None:  # a key jump: this block chunk by chunk (exact where needed)
+            res = _fwd_chunks(lq, lk, vb, cb, S, G, C)
+        nd, _, S, cb = res  # nd (B, rows', e + 1) = [numerator, denominator]
+        # rows with no visible key have nd = 0 and give zeros (as _ratio)
+        torch.div(nd[:, :rows, :-1], nd[:, :rows, -1:].clamp(min=tiny), out=out3[:, lo:hi])
+    # the workspace is this call's: its final state and maxima are fresh tensors
+    S, cb = S.reshape(kvz.shape), cb.reshape(c.shape)
+    if inplace:
+        return out, kvz.copy_(S), c.copy_(cb)
+    return out, S, cb
+
+
 def _one_pivot_chunks(lk, c, C):
     """Whether each chunk of ``C`` tokens of ``lk`` (..., T, M) (after the state's maxima
     ``c`` (..., M)) grows its key maxima by at most G (the test of :func:`_chunk`, with
@@ -756,6 +812,9 @@ def linear_attention_step(
     x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)
     ones = torch.ones_like(v_t[..., :1], dtype=ct)
     va = torch.cat([v_t.to(ct), ones], dim=-1)  # (..., [T,] e + 1): values, normaliser
+    if _runs_the_kernel(single, x, y, va, keep, state):
+        out, kvz, c = _prefill_batched(state.params, x, y, va, keep, state.kvz, state.c, inplace)
+        return _stepped(state, out.to(q_t.dtype), kvz, c, q_t.shape[-2], inplace)
     if single:  # (..., d) -> (..., 1, d) for the batched feature matmul
         x, y = x[..., None, :], y[..., None, :]
     lq, lk = state.params(x, y)  # (..., H, T, M), (..., Hkv, T, M) with a GQA state
@@ -770,11 +829,29 @@ def linear_attention_step(
     out, kvz, c = step(lq, lk, va, keep, state.kvz, state.c, inplace, grouped)
     if grouped:
         out = out.flatten(hd, hd + 1)  # (..., Hq, [T,] e)
-    t = state.t + (1 if single else q_t.shape[-2])
+    return _stepped(state, out.to(q_t.dtype), kvz, c, 1 if single else q_t.shape[-2], inplace)
+
+
+def _runs_the_kernel(single, x, y, va, keep, state) -> bool:
+    """Whether a block goes through :func:`_prefill_batched`: more than one chunk, no
+    autograd, a state per query head, inputs (and mask) of the state's batch shape."""
+    if single or x.shape[-2] <= _PREFILL_CHUNK or state.group > 1:
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, y, va)):
+        return False
+    shape = state.kvz.shape[:-2]
+    return (
+        x.shape[:-2] == shape
+        and y.shape[:-2] == shape
+        and (keep is None or keep.shape == x.shape[:-1])
+    )
+
+
+def _stepped(state, out, kvz, c, tokens, inplace):
+    # (out, the new state after ``tokens`` tokens): an in-place step makes the input stale
     owner, n = _Owner.new(), 0  # new tensors (or a step in a compiled graph: unchecked)
     if inplace and owner is not None and state._owner is not None:
         owner = state._owner  # the same tensors: the input state is now stale
         owner.steps += 1
         n = owner.steps
-    new = replace(state, kvz=kvz, c=c, t=t, _owner=owner, _steps=n)
-    return out.to(q_t.dtype), new
+    return out, replace(state, kvz=kvz, c=c, t=state.t + tokens, _owner=owner, _steps=n)
