@@ -17,7 +17,9 @@ from attention_helpers import rel_error as _rel  # noqa: E402
 from torch import nn  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
+    FITTED_MAPS,
     FavorAttention,
+    attention_moments,
     init_decoding_state,
     linear_attention,
     linear_attention_step,
@@ -598,3 +600,48 @@ def test_to_without_a_change_shares_the_tensors_and_their_staleness():
             linear_attention_step(q[..., 4, :], k[..., 4, :], v[..., 4, :], st)
         out64, _ = linear_attention_step(*(t[..., 4, :].double() for t in (q, k, v)), other)
     torch.testing.assert_close(out64.float(), out, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "name", ["positive", "hyperbolic", "gerf", "saderf", "aderf", "sderf", "relu", "elu"]
+)
+def test_every_causal_map_prefills_through_the_kernel_then_decodes(name, monkeypatch):
+    """Five tokens one at a time, then a 145-token block (two full chunks and a partial
+    one) with padded keys in one row, without autograd (the causal kernel's forward from
+    the state of the five tokens, seen by a spy), then three tokens one at a time: equal
+    to the causal pass in float64 for every causal map, fitted ones with calibration
+    moments."""
+    from kernelkit.attention import decoding
+
+    calls = []
+    fwd_block = decoding._fwd_block
+
+    def spy(*args):
+        calls.append(1)
+        return fwd_block(*args)
+
+    monkeypatch.setattr(decoding, "_fwd_block", spy)
+    T, d = 153, 8
+    g = torch.Generator().manual_seed(31)
+    q, k, v = (torch.randn(2, 3, T, d, generator=g, dtype=torch.float64) for _ in range(3))
+    qc, kc = (torch.randn(2, 3, 40, d, generator=g, dtype=torch.float64) for _ in range(2))
+    mom = attention_moments(qc, kc)  # calibration data
+    pad = torch.zeros(2, T, dtype=torch.bool)
+    pad[0, 140:150] = True  # padded keys inside the prompt of the first row
+    kw = dict(random_state=0, moments=mom if name in FITTED_MAPS else None)
+    ref = linear_attention(q, k, v, name, 16, is_causal=True, key_padding_mask=pad[:, None], **kw)
+    st = init_decoding_state((2, 3), d, name, 16, dtype=torch.float64, **kw)
+    with torch.no_grad():
+        outs = []
+        for t in (*range(5), None, *range(150, T)):
+            if t is None:  # the block of tokens 5-149
+                o, st = linear_attention_step(
+                    q[..., 5:150, :], k[..., 5:150, :], v[..., 5:150, :], st,
+                    key_padding_mask=pad[:, None, 5:150],
+                )  # fmt: skip
+            else:
+                o, st = linear_attention_step(q[..., t, :], k[..., t, :], v[..., t, :], st)
+                o = o[..., None, :]
+            outs.append(o)
+    assert calls and st.t == T
+    assert _rel(torch.cat(outs, -2), ref) < 1e-10
