@@ -21,22 +21,29 @@ def rel_error(a, b) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def batched_block_paths(monkeypatch):
-    """Record, for every block of a causal backward (in the order the backward takes them,
-    last block first), whether it ran on the batched one-pivot path (True) or chunk by
-    chunk (False): a spy on ``kernelkit.attention._linear._bwd_block``."""
-    from kernelkit.attention import _linear as lin
-
+def spy_paths(monkeypatch, module, name):
+    """Record, for every call of ``module.name`` (a function that returns None where it
+    declines, as the batched block functions of the causal kernel), whether it returned
+    a result (True) or None (False), in call order."""
     paths = []
-    orig = lin._bwd_block
+    orig = getattr(module, name)
 
     def spy(*args):
         res = orig(*args)
         paths.append(res is not None)
         return res
 
-    monkeypatch.setattr(lin, "_bwd_block", spy)
+    monkeypatch.setattr(module, name, spy)
     return paths
+
+
+def batched_block_paths(monkeypatch):
+    """Record, for every block of a causal backward (in the order the backward takes them,
+    last block first), whether it ran on the batched one-pivot path (True) or chunk by
+    chunk (False): a spy on ``kernelkit.attention._linear._bwd_block``."""
+    from kernelkit.attention import _linear as lin
+
+    return spy_paths(monkeypatch, lin, "_bwd_block")
 
 
 def step_in_blocks(q, k, v, state, blocks, pad=None, single_tokens=True, **step_kw):

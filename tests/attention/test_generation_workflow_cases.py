@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from attention_helpers import rel_error as _rel  # noqa: E402
+from attention_helpers import spy_paths  # noqa: E402
 from torch import nn  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
@@ -465,15 +466,7 @@ def test_a_long_prefill_without_autograd_runs_the_causal_kernel(dtype, monkeypat
     with left padding."""
     from kernelkit.attention import decoding
 
-    paths = []
-    fwd_block = decoding._fwd_block
-
-    def spy(*args):
-        res = fwd_block(*args)
-        paths.append(res is not None)
-        return res
-
-    monkeypatch.setattr(decoding, "_fwd_block", spy)
+    paths = spy_paths(monkeypatch, decoding, "_fwd_block")  # batched (True) or by chunks
     T, d = 300, 8
     g = torch.Generator().manual_seed(10)
     q, k, v = (torch.randn(2, 2, T + 3, d, generator=g, dtype=dtype) for _ in range(3))
@@ -613,14 +606,7 @@ def test_every_causal_map_prefills_through_the_kernel_then_decodes(name, monkeyp
     moments."""
     from kernelkit.attention import decoding
 
-    calls = []
-    fwd_block = decoding._fwd_block
-
-    def spy(*args):
-        calls.append(1)
-        return fwd_block(*args)
-
-    monkeypatch.setattr(decoding, "_fwd_block", spy)
+    calls = spy_paths(monkeypatch, decoding, "_fwd_block")
     T, d = 153, 8
     g = torch.Generator().manual_seed(31)
     q, k, v = (torch.randn(2, 3, T, d, generator=g, dtype=torch.float64) for _ in range(3))
