@@ -631,3 +631,15 @@ def test_every_causal_map_prefills_through_the_kernel_then_decodes(name, monkeyp
             outs.append(o)
     assert calls and st.t == T
     assert _rel(torch.cat(outs, -2), ref) < 1e-10
+
+
+def test_an_empty_batch_prefills_a_long_block():
+    """A batch of zero sequences and a block longer than one chunk (the kernel's path
+    reads the keys' growth by a reduction, which an empty batch cannot give): an empty
+    output, the state advanced by T and decoding on, as for one chunk."""
+    st = init_decoding_state((0, 2), 8, "positive", 16, random_state=0)
+    q = torch.randn(0, 2, 100, 8)
+    with torch.no_grad():
+        out, st = linear_attention_step(q, q, q, st)
+        out1, st = linear_attention_step(q[..., 0, :], q[..., 0, :], q[..., 0, :], st)
+    assert out.shape == (0, 2, 100, 8) and out1.shape == (0, 2, 8) and st.t == 101
