@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from attention_helpers import qkv  # noqa: E402
+from attention_helpers import qkv, spy_paths, step_in_blocks  # noqa: E402
 from attention_helpers import rel_error as _rel  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
@@ -37,3 +37,84 @@ def test_block_from_a_state_that_requires_grad_keeps_the_graph():
     (ref * w).sum().backward()
     assert st.t == 150 and _rel(out.detach(), ref.detach()) < 1e-12
     assert _rel(k0.grad, kr.grad[..., 0, :]) < 1e-10
+
+
+@pytest.mark.parametrize("name", ["positive", "hyperbolic"])
+def test_prefill_with_a_key_jump_then_batched_blocks_equals_causal_pass(name, monkeypatch):
+    """Huge keys (norm x12) for the first 110 tokens, then ordinary ones: the log key
+    maxima jump by hundreds of nats inside a chunk (beyond the float64 bound), so the
+    first 512-row block of a 697-token prefill runs chunk by chunk with one chunk on the
+    exact dyadic path, and the next blocks batched; left padding over 90 tokens in one
+    row (a chunk whose first key is masked, from an empty state) and a masked tail in the
+    other, in place from a three-token state: equal to the causal pass in float64."""
+    from kernelkit.attention import _linear as lin
+    from kernelkit.attention import decoding
+
+    paths = spy_paths(monkeypatch, decoding, "_fwd_block")
+    levels = spy_paths(monkeypatch, lin, "_levels")  # the exact dyadic scheme
+    T = 700
+    q, k, v = qkv((2, 2, T, 8), e=8, seed=3)
+    k[..., :110, :] *= 12.0
+    pad = torch.zeros(2, T, dtype=torch.bool)
+    pad[1, :90], pad[0, 650:] = True, True
+    kw = dict(random_state=0)
+    ref = linear_attention(q, k, v, name, 16, is_causal=True, key_padding_mask=pad[:, None], **kw)
+    st = init_decoding_state((2, 2), 8, name, 16, dtype=torch.float64, **kw)
+    with torch.no_grad():
+        outs, st = step_in_blocks(q, k, v, st, [3, T - 3], pad=pad[:, None], inplace=True)
+    assert paths == [False, True, True] and levels and st.t == T
+    assert _rel(outs, ref) < 1e-13
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_low_precision_prefill_is_as_accurate_as_the_chunk_path(dtype, monkeypatch):
+    """A 1290-token block (three kernel blocks, the last ragged) in float32 / bfloat16
+    after five tokens whose keys sit 8 above the rest (state maxima above the new keys),
+    with left padding over 100 tokens and a padded tail: the kernel prefill's error
+    against the float64 causal pass is that of the chunk path's (the prefill before the
+    kernel, forced here) to within 10 %, and within the input rounding's tolerance."""
+    from kernelkit.attention import decoding
+
+    T = 1300
+    q, k, v = qkv((2, 2, T, 8), e=8, seed=6)
+    k[..., :5, :] += 8.0
+    pad = torch.zeros(2, T, dtype=torch.bool)
+    pad[0, :100], pad[1, 1200:] = True, True
+    kw = dict(random_state=0)
+    # the reference from the inputs as rounded to dtype: the error is the computation's
+    q, k, v = (t.to(dtype).double() for t in (q, k, v))
+    ref = linear_attention(
+        q, k, v, "hyperbolic", 16, is_causal=True, key_padding_mask=pad[:, None], **kw
+    )
+    errs = []
+    for kernel in (True, False):
+        if not kernel:
+            monkeypatch.setattr(decoding, "_runs_the_kernel", lambda *a: False)
+        st = init_decoding_state((2, 2), 8, "hyperbolic", 16, dtype=torch.float32, **kw)
+        with torch.no_grad():
+            args = (t.to(dtype) for t in (q, k, v))
+            outs, st = step_in_blocks(*args, st, [1] * 5 + [1290, 5], pad=pad[:, None])
+        errs.append(_rel(outs.double(), ref))
+    # the float32 computation (~1e-6) plus the output rounded to dtype (2^-24, 2^-9)
+    tol = 1e-5 if dtype == torch.float32 else 2.0**-8
+    assert errs[0] < tol and errs[0] < 1.1 * errs[1]
+
+
+def test_a_prefilled_state_is_independent_of_later_steps():
+    """A state returned by a prefill (inplace=False) keeps its tensors when it is stepped
+    again out of place (twice, the same block) and when the results are stepped in place:
+    the two out-of-place continuations are equal and share no storage."""
+    q, k, v = qkv((2, 3, 260, 8), e=8, seed=7)
+    st0 = init_decoding_state((2, 3), 8, "positive", 16, dtype=torch.float64, random_state=0)
+    with torch.no_grad():
+        _, s1 = linear_attention_step(q[..., :130, :], k[..., :130, :], v[..., :130, :], st0)
+        kvz, c = s1.kvz.clone(), s1.c.clone()
+        blk = (t[..., 130:, :] for t in (q, k, v))
+        q2, k2, v2 = blk
+        o2, s2 = linear_attention_step(q2, k2, v2, s1)
+        o3, s3 = linear_attention_step(q2, k2, v2, s1)
+        linear_attention_step(q2[..., 0, :], k2[..., 0, :], v2[..., 0, :], s2, inplace=True)
+    assert torch.equal(s1.kvz, kvz) and torch.equal(s1.c, c) and torch.equal(o2, o3)
+    assert not torch.equal(s2.kvz, s3.kvz)  # s2 stepped in place, s3 untouched
+    ptrs = {t.untyped_storage().data_ptr() for t in (st0.kvz, s1.kvz, s3.kvz, s1.c, s3.c)}
+    assert len(ptrs) == 5
