@@ -118,3 +118,79 @@ def test_a_prefilled_state_is_independent_of_later_steps():
     assert not torch.equal(s2.kvz, s3.kvz)  # s2 stepped in place, s3 untouched
     ptrs = {t.untyped_storage().data_ptr() for t in (st0.kvz, s1.kvz, s3.kvz, s1.c, s3.c)}
     assert len(ptrs) == 5
+
+
+class _Linear:
+    """Log features ``x @ W`` (masked keys -1e30): scaling a key raises them directly."""
+
+    n_out = 16
+
+    def __init__(self, W):
+        self.W = W
+
+    def log_features(self, x, side, keep=None):
+        lf = x @ self.W
+        return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
+
+
+def _dense_linear(W, q, k, v, keep):
+    # FAVOR# eq. 4 densely with the features exp(x @ W), causal, masked keys dropped
+    A = torch.exp(q @ W) @ torch.exp(k @ W).mT  # (B, L, L)
+    A = A * torch.tril(torch.ones_like(A[0])) * keep[:, None, :]
+    den = A.sum(-1, keepdim=True)
+    return torch.where(den > 0, A @ v / torch.where(den > 0, den, 1.0), 0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_folded_suffix_factor_stays_at_most_one_and_gradients_equal_dense(seed, monkeypatch):
+    """The batched backward takes the suffix key features as the prefix ones times
+    ``f = exp(c_end - rho_n)``, assuming ``c_end <= rho_n``. Float32, 75 rows (a ragged
+    last block), a key jump beyond the float32 bound in block 1 and a row left-padded over
+    20 rows (rows with no visible key; a chunk whose first key is masked after them):
+    blocks 1 (and 2 for some seeds) run chunk by chunk in both passes, the later ones
+    batched; queries scaled by 4 (a wide range of ``lq``), random masked keys. On every
+    batched block ``c_end - rho_n`` stays at rounding level, and the gradients equal
+    autograd through the dense formula in float64."""
+    from kernelkit.attention import _linear as lin
+
+    g = torch.Generator().manual_seed(40 + seed)
+    L = 75
+    q, k, v = qkv((2, L, 6), e=3, seed=40 + seed)
+    q = q * 4.0
+    W = torch.randn(6, 16, dtype=torch.float64, generator=g)
+    k[:, 5] *= 40.0  # log features jump by about 100 > 60 in block 1
+    keep = torch.rand(2, L, generator=g) > 0.25
+    keep[0, :20] = False
+    keep[1, 4] = True  # the jump is a visible key in one row
+    w = torch.randn(2, L, 3, dtype=torch.float64, generator=g)
+
+    gaps, pivots, paths = [], [], []
+    bwd_block, suffix = lin._bwd_block, lin._suffix_states
+
+    def spy_block(lq, lk, va, gr, R, c, S, G, *rest):
+        pivots.append(lin._block_pivots(lk.clone(), c, G))
+        res = bwd_block(lq, lk, va, gr, R, c, S, G, *rest)
+        pivots.pop()
+        paths.append(res is not None)
+        return res
+
+    def spy_suffix(*args):
+        res = suffix(*args)
+        if pivots and pivots[-1] is not None:  # inside a batched block
+            c_end, rho_n = pivots[-1][1], res[1]
+            seen = (rho_n < 1e29) & (c_end > -1e29)  # a later visible query, a key
+            gaps.append(float((c_end - rho_n)[seen].max()))
+        return res
+
+    monkeypatch.setattr(lin, "_bwd_block", spy_block)
+    monkeypatch.setattr(lin, "_suffix_states", spy_suffix)
+    a, b, c = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    (_dense_linear(W, a, b, c, keep.double()) * w).sum().backward()
+    ref = (a.grad, b.grad, c.grad)
+    a, b, c = (x.float().requires_grad_(True) for x in (q, k, v))
+    (lin.causal_exp(a, b, c, keep, _Linear(W.float()), 4, 16) * w.float()).sum().backward()
+    assert paths[-1] is False and paths[:2] == [True, True]  # last block first
+    assert len(gaps) >= 2 and max(gaps) < 1e-3  # f <= 1 to float32 rounding of R - lq
+    for got, want in zip((a.grad, b.grad, c.grad), ref, strict=True):
+        scale = want.abs().max()
+        torch.testing.assert_close(got.double() / scale, want / scale, rtol=0, atol=2e-5)
