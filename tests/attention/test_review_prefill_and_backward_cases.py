@@ -194,3 +194,23 @@ def test_folded_suffix_factor_stays_at_most_one_and_gradients_equal_dense(seed, 
     for got, want in zip((a.grad, b.grad, c.grad), ref, strict=True):
         scale = want.abs().max()
         torch.testing.assert_close(got.double() / scale, want / scale, rtol=0, atol=2e-5)
+
+
+def test_block_with_a_projection_that_requires_grad_differentiates_it():
+    """A state whose projection requires grad, a 130-token block with grad enabled: the
+    features carry autograd, so the block cannot run the in-place kernel forward (it
+    raised torch's out= error); it steps with autograd. The output equals the causal pass
+    (projection detached) and the projection's gradient that of 130 single-token steps
+    (another path, the token update)."""
+    q, k, v = qkv((1, 2, 130, 8), e=8, seed=9)
+    P = torch.randn(16, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(10))
+    P.requires_grad_(True)
+    w = torch.randn(1, 2, 130, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
+    st = init_decoding_state((1, 2), 8, "positive", 16, dtype=torch.float64, projection=P)
+    out, _ = linear_attention_step(q, k, v, st)
+    (grad_block,) = torch.autograd.grad((out * w).sum(), P, retain_graph=True)
+    toks, _ = step_in_blocks(q, k, v, st, [1] * 130)
+    (grad_tokens,) = torch.autograd.grad((toks * w).sum(), P)
+    ref = linear_attention(q, k, v, "positive", 16, is_causal=True, projection=P.detach())
+    assert _rel(out.detach(), ref) < 1e-12
+    assert _rel(grad_block, grad_tokens) < 1e-10 and grad_tokens.norm() > 0

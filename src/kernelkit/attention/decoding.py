@@ -834,13 +834,16 @@ def linear_attention_step(
 
 def _runs_the_kernel(single, x, y, va, keep, state) -> bool:
     """Whether a block goes through :func:`_prefill_batched`: more than one chunk, no
-    autograd (neither the inputs nor the state, which may carry a graph from earlier
-    steps), a state per query head, inputs (and mask) of the state's batch shape, and
-    a non-empty batch (the kernel reads the keys' growth from a reduction)."""
+    autograd (neither the inputs, nor the state, which may carry a graph from earlier
+    steps, nor its features, from a ``projection`` that requires grad), a state per query
+    head, inputs (and mask) of the state's batch shape, and a non-empty batch (the kernel
+    reads the keys' growth from a reduction)."""
     if single or x.shape[-2] <= _PREFILL_CHUNK or state.group > 1 or state.kvz.numel() == 0:
         return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, y, va, state.kvz)):
-        return False
+    if torch.is_grad_enabled():
+        feats = getattr(state.params, "Wa", {}).values()  # (..., d + 2, M) per side
+        if any(t.requires_grad for t in (x, y, va, state.kvz, *feats)):
+            return False
     shape = state.kvz.shape[:-2]
     return (
         x.shape[:-2] == shape
