@@ -637,8 +637,9 @@ def _prefill_batched(params, x, y, va, keep, kvz, c, inplace):
         nd, _, S, cb = res  # nd (B, rows', e + 1) = [numerator, denominator]
         # rows with no visible key have nd = 0 and give zeros (as _ratio)
         torch.div(nd[:, :rows, :-1], nd[:, :rows, -1:].clamp(min=tiny), out=out3[:, lo:hi])
-    # the workspace is this call's: its final state and maxima are fresh tensors
-    S, cb = S.reshape(kvz.shape), cb.reshape(c.shape)
+    # the workspace is this call's: its final state and maxima are fresh tensors (the
+    # maxima a contiguous copy, as on the other paths, not a view of the block's pivots)
+    S, cb = S.reshape(kvz.shape), cb.reshape(c.shape).contiguous()
     if inplace:
         return out, kvz.copy_(S), c.copy_(cb)
     return out, S, cb
