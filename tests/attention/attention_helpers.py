@@ -21,6 +21,19 @@ def rel_error(a, b) -> float:
     return float((a - b).norm() / b.norm())
 
 
+class LinearLogFeatures:
+    """Log features ``x @ W`` (no row term; masked keys ``-1e30``), the feature object of
+    the causal kernel's tests: scaling a key raises its log features directly, so key
+    jumps beyond the growth bound are easy to place. ``W`` (d, M)."""
+
+    def __init__(self, W):
+        self.W, self.n_out = W, W.shape[1]
+
+    def log_features(self, x, side, keep=None):
+        lf = x @ self.W.to(x.dtype)
+        return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
+
+
 def spy_paths(monkeypatch, module, name):
     """Record, for every call of ``module.name`` (a function that returns None where it
     declines, as the batched block functions of the causal kernel), whether it returned

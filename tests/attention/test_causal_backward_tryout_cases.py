@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from attention_helpers import batched_block_paths  # noqa: E402
+from attention_helpers import LinearLogFeatures, batched_block_paths  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
     FavorAttention,
@@ -149,17 +149,6 @@ def test_gradients_equal_dense_autograd_for_every_map_mask_and_length(name):
             _assert_grads_close(got, ref, 1e-10)
 
 
-class _Linear:
-    """Log features ``x @ W`` (no row term): scaling a key raises them directly."""
-
-    def __init__(self, W):
-        self.W, self.n_out = W, W.shape[1]
-
-    def log_features(self, x, side, keep=None):
-        lf = x @ self.W.to(x.dtype)
-        return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
-
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 def test_chunk_by_chunk_block_anywhere_equals_dense(dtype, where, monkeypatch):
@@ -176,7 +165,7 @@ def test_chunk_by_chunk_block_anywhere_equals_dense(dtype, where, monkeypatch):
     keep[0, 28:32] = False
     paths = batched_block_paths(monkeypatch)
     w = torch.randn(2, 45, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
-    feat = _Linear(W)
+    feat = LinearLogFeatures(W)
     ref = _grads(lambda a, b, c: _dense(feat, a, b, c, keep), q, k, v, w)
     got = _grads(lambda a, b, c: lin.causal_exp(a, b, c, keep, feat, 4, 16), q, k, v, w, dtype)
     chunked = {"first": 2, "middle": 1, "last": 0}[where]  # reverse order of the blocks
@@ -327,7 +316,7 @@ def test_long_sequence_loss_on_early_rows_gives_exact_zeros_later(monkeypatch):
     chunk)."""
     q, k, v = _data(B=2, L=8192, d=16, e=16, seed=8, dtype=torch.float32)
     W = 0.3 * torch.randn(16, 32, generator=torch.Generator().manual_seed(10))
-    feat = _Linear(W)
+    feat = LinearLogFeatures(W)
     T = 40
     w = torch.randn(2, T, 16, generator=torch.Generator().manual_seed(9))
     prefix = _grads(lambda a, b, c: lin.causal_exp(a, b, c, None, feat, 64), q[:, :T], k[:, :T],

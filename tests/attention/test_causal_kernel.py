@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from attention_helpers import batched_block_paths  # noqa: E402
+from attention_helpers import LinearLogFeatures, batched_block_paths  # noqa: E402
 
 from kernelkit.attention import _linear as lin  # noqa: E402
 from kernelkit.attention import attention_moments, draw_features  # noqa: E402
@@ -270,16 +270,6 @@ def test_backward_with_a_chunk_by_chunk_block_between_batched_ones_equals_dense(
     q, k, v = _data(BH=2, L=48, d=6, e=3, seed=11)
     W = torch.randn(6, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
 
-    class Linear:  # log features x @ W: scaling a key raises them directly
-        n_out = 16
-
-        def __init__(self, W):
-            self.W = W
-
-        def log_features(self, x, side, keep=None):
-            lf = x @ self.W
-            return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
-
     k = k.clone()
     k[:, 21] *= 40.0  # log features jump by about 85 > 60 (float32 bound) in block 2 of 3
     keep = torch.rand(2, 48, generator=torch.Generator().manual_seed(13)) > 0.2
@@ -288,10 +278,10 @@ def test_backward_with_a_chunk_by_chunk_block_between_batched_ones_equals_dense(
     w = torch.randn(2, 48, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
 
     class Dense:  # _dense reads feat.fmap.log_features(x, side)
-        fmap = Linear(W)
+        fmap = LinearLogFeatures(W)
 
     ref = _dense_grads(Dense, q, k, v, w, keep.double())
-    f32 = Linear(W.float())
+    f32 = LinearLogFeatures(W.float())
     a, b, c = (x.float().requires_grad_(True) for x in (q, k, v))
     (lin.causal_exp(a, b, c, keep, f32, 4, 16) * w.float()).sum().backward()
     assert paths == [True, False, True]  # blocks 3, 2, 1 (reverse pass)

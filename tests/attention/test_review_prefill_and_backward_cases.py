@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from attention_helpers import qkv, spy_paths, step_in_blocks  # noqa: E402
+from attention_helpers import LinearLogFeatures, qkv, spy_paths, step_in_blocks  # noqa: E402
 from attention_helpers import rel_error as _rel  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
@@ -120,19 +120,6 @@ def test_a_prefilled_state_is_independent_of_later_steps():
     assert len(ptrs) == 5
 
 
-class _Linear:
-    """Log features ``x @ W`` (masked keys -1e30): scaling a key raises them directly."""
-
-    n_out = 16
-
-    def __init__(self, W):
-        self.W = W
-
-    def log_features(self, x, side, keep=None):
-        lf = x @ self.W
-        return lf if keep is None else torch.where(keep[..., None], lf, -1e30)
-
-
 def _dense_linear(W, q, k, v, keep):
     # FAVOR# eq. 4 densely with the features exp(x @ W), causal, masked keys dropped
     A = torch.exp(q @ W) @ torch.exp(k @ W).mT  # (B, L, L)
@@ -188,7 +175,9 @@ def test_folded_suffix_factor_stays_at_most_one_and_gradients_equal_dense(seed, 
     (_dense_linear(W, a, b, c, keep.double()) * w).sum().backward()
     ref = (a.grad, b.grad, c.grad)
     a, b, c = (x.float().requires_grad_(True) for x in (q, k, v))
-    (lin.causal_exp(a, b, c, keep, _Linear(W.float()), 4, 16) * w.float()).sum().backward()
+    (
+        lin.causal_exp(a, b, c, keep, LinearLogFeatures(W.float()), 4, 16) * w.float()
+    ).sum().backward()
     assert paths[-1] is False and paths[:2] == [True, True]  # last block first
     assert len(gaps) >= 2 and max(gaps) < 1e-3  # f <= 1 to float32 rounding of R - lq
     for got, want in zip((a.grad, b.grad, c.grad), ref, strict=True):
