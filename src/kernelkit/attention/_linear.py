@@ -198,12 +198,25 @@ def _block_pivots(lk, c0, G):
     key: causal for every query of the chunk). Returns (c_prev, c_end), each (B, n, M): the
     prefix maxima before and after each chunk; ``c_end`` is the chunk's pivot.
     """
-    c_end = torch.cummax(lk.amax(dim=2), dim=1).values  # (B, n, M)
-    torch.maximum(c_end, c0[:, None, :], out=c_end)
-    c_prev = torch.cat([c0[:, None, :], c_end[:, :-1]], dim=1)  # (B, n, M)
-    if float((c_end - torch.maximum(c_prev, lk[:, :, 0])).amax()) > G:
+    c_prev, c_end, growth = _chunk_maxima(lk, c0)
+    if float(growth.amax()) > G:
         return None
     return c_prev, c_end
+
+
+def _chunk_maxima(lk, c0):
+    """The key maxima around every chunk and their growth inside it.
+
+    lk (..., n, C, M) log key features of ``n`` consecutive chunks (masked -1e30), c0
+    (..., M) the maxima of the keys before them. Returns (c_prev, c_end, growth), each
+    (..., n, M): the maxima before and after each chunk, and ``c_end - max(c_prev, lk_0)``,
+    the growth beyond the maxima that every query of the chunk sees (prefix and first
+    key), which the one-pivot path bounds by ``G``.
+    """
+    c_end = torch.cummax(lk.amax(dim=-2), dim=-2).values  # (..., n, M)
+    torch.maximum(c_end, c0[..., None, :], out=c_end)
+    c_prev = torch.cat([c0[..., None, :], c_end[..., :-1, :]], dim=-2)  # (..., n, M)
+    return c_prev, c_end, c_end - torch.maximum(c_prev, lk[..., 0, :])
 
 
 class _Workspace:

@@ -45,7 +45,14 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ._linear import _block_rows, _fwd_block, _fwd_chunks, _growth_bound, _Workspace
+from ._linear import (
+    _block_rows,
+    _chunk_maxima,
+    _fwd_block,
+    _fwd_chunks,
+    _growth_bound,
+    _Workspace,
+)
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
 from .functional import (
     _bool_padding_mask,
@@ -655,10 +662,7 @@ def _one_pivot_chunks(lk, c, C):
         T, n = lkd.shape[-2], -(-lk.shape[-2] // C)
         pad = lkd.new_full((*lkd.shape[:-2], n * C - T, lkd.shape[-1]), _NEG)
         ch = torch.cat([lkd, pad], dim=-2).unflatten(-2, (n, C))  # (..., n, C, M)
-        top = ch.amax(-2)  # (..., n, M): each chunk's maxima
-        before = torch.cat([c[..., None, :], top[..., :-1, :]], dim=-2).cummax(-2).values
-        c_ref = torch.maximum(before, ch[..., 0, :])  # (..., n, M)
-        growth = torch.maximum(before, top) - c_ref  # (..., n, M)
+        _, _, growth = _chunk_maxima(ch, c)  # (..., n, M)
         if growth.numel() == 0:  # an empty batch: nothing grows
             return [True] * n
         per_chunk = growth.movedim(-2, 0).reshape(n, -1).amax(1)  # (n,)
