@@ -319,44 +319,27 @@ def test_scaled_sparse_input_in_a_pipeline_equals_the_dense_features(cls):
 L = 0.6  # lengthscale of the Gaussian and softmax kernels
 GAMMA = 2.0  # polynomial kernel (GAMMA x.y + 1)^2
 
+RBF = {"kernel": "rbf", "gamma": 0.5 / L**2}  # KernelRidge's Gaussian kernel
+GAUSSIAN = ({"kernel": "gaussian", "lengthscale": L}, RBF)  # (map parameters, exact kernel)
+POLY2 = (
+    {"gamma": GAMMA, "coef0": 1.0},
+    {"kernel": "poly", "gamma": GAMMA, "coef0": 1.0, "degree": 2},
+)
+
 #: (map, its parameters, the exact kernel as scikit-learn's KernelRidge takes it)
 RIDGE_CASES = {
-    "rff": (RandomFourierFeatures, {"lengthscale": L}, {"kernel": "rbf", "gamma": 0.5 / L**2}),
-    "trig": (
-        TrigRF,
-        {"kernel": "gaussian", "lengthscale": L},
-        {"kernel": "rbf", "gamma": 0.5 / L**2},
-    ),
-    "sderf": (
-        SDERF,
-        {"kernel": "gaussian", "lengthscale": L},
-        {"kernel": "rbf", "gamma": 0.5 / L**2},
-    ),
+    "rff": (RandomFourierFeatures, {"lengthscale": L}, RBF),
+    "trig": (TrigRF, *GAUSSIAN),
+    "sderf": (SDERF, *GAUSSIAN),
     "gerf-softmax": (
         GERF,
         {"kernel": "softmax", "lengthscale": L},
         {"kernel": lambda x, y: np.exp(x @ y / L**2)},
     ),
-    "rademacher": (
-        RademacherSketch,
-        {"gamma": GAMMA, "coef0": 1.0},
-        {"kernel": "poly", "gamma": GAMMA, "coef0": 1.0, "degree": 2},
-    ),
-    "tensor_srht": (
-        TensorSRHT,
-        {"gamma": GAMMA, "coef0": 1.0},
-        {"kernel": "poly", "gamma": GAMMA, "coef0": 1.0, "degree": 2},
-    ),
-    "random_maclaurin": (
-        RandomMaclaurin,
-        {"gamma": GAMMA, "coef0": 1.0},
-        {"kernel": "poly", "gamma": GAMMA, "coef0": 1.0, "degree": 2},
-    ),
-    "optimized_maclaurin-gaussian": (
-        OptimizedMaclaurin,
-        {"kernel": "gaussian", "lengthscale": L},
-        {"kernel": "rbf", "gamma": 0.5 / L**2},
-    ),
+    "rademacher": (RademacherSketch, *POLY2),
+    "tensor_srht": (TensorSRHT, *POLY2),
+    "random_maclaurin": (RandomMaclaurin, *POLY2),
+    "optimized_maclaurin-gaussian": (OptimizedMaclaurin, *GAUSSIAN),
 }
 
 

@@ -209,9 +209,8 @@ def attention_moments(
             raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}.")
         if t.dim() < 2 or t.shape[-2] == 0 or t.shape[-1] == 0:
             raise ValueError(f"{name} must have shape (..., n >= 1, d >= 1), got {tuple(t.shape)}.")
-    if _check_gqa_flag(
-        enable_gqa
-    ):  # the key heads repeated over their groups (..., Hkv, S, d) -> (..., Hq, S, d)
+    if _check_gqa_flag(enable_gqa):
+        # the key heads repeated over their groups (..., Hkv, S, d) -> (..., Hq, S, d)
         g = _gqa_group(q, k, k)
         if g > 1 and _per_key_head(key_padding_mask, k.shape[-3]):
             mask = _bool_padding_mask(key_padding_mask, "key", k.device)
