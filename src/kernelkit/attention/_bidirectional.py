@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from ._linear import first_order_only
+from ._linear import exp_, first_order_only
 
 __all__ = ["bidirectional_stream", "block_rows"]
 
@@ -173,7 +173,7 @@ def _key_pass(k, side, blocks, rows):
             new = torch.maximum(kmax, bmax)
             state.mul_(torch.exp(kmax - new)[..., None])  # <= 1
             kmax = new
-        pk = lk.sub_(kmax[:, None, :]).exp_()  # (N, b, M), <= 1
+        pk = exp_(lk.sub_(kmax[:, None, :]))  # (N, b, M), <= 1
         va = blocks.values(lo, hi)  # (N, b, e + 1)
         if state is None:
             state = pk.transpose(1, 2) @ va  # (N, M, e + 1)
@@ -190,7 +190,7 @@ def _query_probs(q, lo, hi, side, shift):
     N, _, d = u.shape
     Ws = torch.broadcast_to(side.Ws, (N, d, shift.shape[-1]))
     lq = torch.baddbmm(shift[:, None, :], u, Ws)  # (N, b, M)
-    return lq.sub_(lq.amax(dim=-1, keepdim=True)).exp_(), u
+    return exp_(lq.sub_(lq.amax(dim=-1, keepdim=True))), u
 
 
 class _BidirectionalExp(torch.autograd.Function):
@@ -253,7 +253,7 @@ class _BidirectionalExp(torch.autograd.Function):
             kb = None if keep is None else keep[:, lo:hi]
             u = k[:, lo:hi]
             lk = torch.cat([u, sk.row(lo, hi)], dim=-1) @ sk.Wa  # (N, b, M)
-            pk = lk.sub_(kmax[:, None, :]).exp_()  # (N, b, M), <= 1
+            pk = exp_(lk.sub_(kmax[:, None, :]))  # (N, b, M), <= 1
             va = blocks.values(lo, hi)  # (N, b, e + 1)
             dva = pk @ dstate  # (N, b, e + 1)
             dv[:, lo:hi] = dva[..., :e] if kb is None else dva[..., :e] * kb[..., None]

@@ -61,6 +61,25 @@ __all__ = ["bidirectional_plain", "causal_exp", "fit_chunk"]
 
 _NEG = -1e30  # finite "minus infinity" for maxima over masked / empty sets
 _POS = 1e30
+_LOG2E = 1.4426950408889634
+#: CPU builds whose vectorised ``exp2`` kernel beats ``exp`` (ATen's CPU ``exp`` measured
+#: 3-4x slower than ``exp2`` on 1M float32 entries under AVX-512 and 1.8x under AVX2;
+#: without SIMD ``exp2`` is the slower one)
+_EXP2_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+def exp_(t):
+    """``t.exp_()``: the exponential in place, on the CPU in float32 / float64 as
+    ``exp2(t log2 e)`` where ATen's ``exp2`` kernel is the faster one (``_EXP2_CPU``).
+
+    The product rounds ``t log2 e`` to ``|t| eps`` relative, so each entry changes by at
+    most ``|t| eps`` relative: for the stabilised arguments here (``t <= 0``, the largest
+    term ``exp(0) = 1`` exact) at most ``eps / e`` of the largest term. In place, so not
+    for tensors that autograd records. Returns ``t``.
+    """
+    if _EXP2_CPU and t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64):
+        return t.mul_(_LOG2E).exp2_()
+    return t.exp_()
 
 
 def first_order_only(*inputs):
@@ -325,8 +344,8 @@ def _fwd_block(lq, lk, va, c, S, G, ws):
     E = va.shape[-1]
     z = lq.add_(c_end[:, :, None, :])  # (B, n, C, M): lq + c_end
     R = z.amax(dim=-1)  # (B, n, C)
-    qf = z.sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1, row max 1
-    kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    qf = exp_(z.sub_(R[..., None]))  # (B, n, C, M) <= 1, row max 1
+    kf = exp_(lk.sub_(c_end[:, :, None, :]))  # (B, n, C, M) <= 1
     qf3, kf3, va3 = qf.view(B * n, C, M), kf.view(B * n, C, M), va.view(B * n, C, E)
     A = torch.bmm(qf3, kf3.transpose(1, 2), out=ws("A", B * n, C, C)).tril_()
     U = ws("U", B, n, M, E)  # chunk states K^T v
@@ -352,8 +371,8 @@ def _fwd_chunks(lq, lk, va, c, S, G, chunk):
         if c_new is not None:
             z = q.add_(c_new[:, None, :])  # (B, C, M): lq + c_end
             R = z.amax(dim=-1)  # (B, C)
-            qf = z.sub_(R[..., None]).exp_()  # (B, C, M) <= 1
-            kf = k.sub_(c_new[:, None, :]).exp_()  # (B, C, M) <= 1
+            qf = exp_(z.sub_(R[..., None]))  # (B, C, M) <= 1
+            kf = exp_(k.sub_(c_new[:, None, :]))  # (B, C, M) <= 1
             S.mul_(torch.exp(c - c_new)[..., None])  # relative to the pivot c_end
             n = qf @ S  # earlier chunks
             n.baddbmm_((qf @ kf.transpose(-1, -2)).tril_(), vc)  # this chunk
@@ -362,11 +381,11 @@ def _fwd_chunks(lq, lk, va, c, S, G, chunk):
             levels = _levels(q, k)
             zd = q + k
             R, z0 = _row_stabiliser(q, zd, levels, c)
-            n = z0.sub_(R[..., None]).exp_() @ S  # keys of earlier chunks
+            n = exp_(z0.sub_(R[..., None])) @ S  # keys of earlier chunks
             n += _intra(q, k, vc, R, levels, zd)
             c_new = torch.maximum(c, k.amax(dim=1))  # (B, M)
             S.mul_(torch.exp(c - c_new)[..., None])
-            S.baddbmm_(k.sub_(c_new[:, None, :]).exp_().transpose(-1, -2), vc)
+            S.baddbmm_(exp_(k.sub_(c_new[:, None, :])).transpose(-1, -2), vc)
         Rb[:, lo:hi] = R
         num[:, lo:hi] = n
         c = c_new
@@ -401,8 +420,8 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws, valid, rho, Gs):
     E = va.shape[-1]
     # into their own buffers (one pass each, as in place): lq then serves the suffix side
     qf = torch.add(lq, c_end[:, :, None, :], out=ws("qf", B, n, C, M))
-    qf.sub_(R[..., None]).exp_()  # (B, n, C, M) <= 1
-    kf = lk.sub_(c_end[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    exp_(qf.sub_(R[..., None]))  # (B, n, C, M) <= 1
+    kf = exp_(lk.sub_(c_end[:, :, None, :]))  # (B, n, C, M) <= 1
     Hn, rho_n, rho, Gs = _suffix_states(lq, g, R, valid, rho, Gs, ws)
     Hf = torch.mul(Hn, torch.exp(c_end - rho_n)[..., None], out=ws("Hf", B, n, M, E))
     qf3, kf3, Hf3 = qf.view(B * n, C, M), kf.view(B * n, C, M), Hf.view(B * n, M, E)
@@ -460,14 +479,14 @@ def _bwd_chunks(feat, xq, xk, keep, va, g, R, c, S, G, chunk):
         else:
             (_, lq), pull, lkd = torch.func.vjp(local, xq[:, lo:hi], xk[:, lo:hi], vc, has_aux=True)
         with torch.no_grad():
-            qf = (lq - Rc[..., None]).add_(c[:, None, :]).exp_()  # (B, C, M)
+            qf = exp_((lq - Rc[..., None]).add_(c[:, None, :]))  # (B, C, M)
             dlq = qf.mul_(gc @ S.transpose(-1, -2))  # (B, C, M)
             dxq[:, lo:hi], dxk[:, lo:hi], dva[:, lo:hi] = pull((gc, dlq))
             if hi >= xq.shape[1]:  # the state after the block: not needed
                 break
             c_new = torch.maximum(c, lkd.amax(dim=1))
             S.mul_(torch.exp(c - c_new)[..., None])
-            S.baddbmm_((lkd - c_new[:, None, :]).exp_().transpose(-1, -2), vc)
+            S.baddbmm_(exp_(lkd - c_new[:, None, :]).transpose(-1, -2), vc)
             c = c_new
     return dxq, dxk, dva
 
@@ -492,7 +511,7 @@ def _suffix_states(lq, g, R, valid, rho, Gs, ws):
     rho_c = torch.flip(torch.cummax(torch.flip(z.amax(dim=2), (1,)), dim=1).values, (1,)).neg_()
     rho_c = torch.minimum(rho_c, rho[:, None, :])  # (B, n, M): over chunks >= i
     rho_n = torch.cat([rho_c[:, 1:], rho[:, None, :]], dim=1)  # over chunks > i
-    qf = z.add_(rho_c[:, :, None, :]).exp_()  # (B, n, C, M) <= 1
+    qf = exp_(z.add_(rho_c[:, :, None, :]))  # (B, n, C, M) <= 1
     # "U" and "Sb" as the prefix side's scan: that runs after Hn is used (see _bwd_block)
     V = ws("U", B, n, M, E)
     torch.bmm(qf.view(B * n, C, M).transpose(1, 2), g.view(B * n, C, E), out=V.view(B * n, M, E))
@@ -512,7 +531,7 @@ def _bwd_suffix(lq, lk, va, g, R, valid, rho, Gs, ws):
     B, n, C, M = lq.shape
     E = va.shape[-1]
     Hn, rho_n, rho, Gs = _suffix_states(lq, g, R, valid, rho, Gs, ws)
-    kf = lk.sub_(rho_n[:, :, None, :]).exp_().view(B * n, C, M)  # <= 1
+    kf = exp_(lk.sub_(rho_n[:, :, None, :])).view(B * n, C, M)  # <= 1
     Hn3, va3 = Hn.view(B * n, M, E), va.view(B * n, C, E)
     dva = torch.bmm(kf, Hn3, out=ws("dva_s", B * n, C, E))
     dlk = torch.bmm(va3, Hn3.transpose(1, 2), out=ws("dlk_s", B * n, C, M)).mul_(kf)
