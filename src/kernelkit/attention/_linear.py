@@ -57,29 +57,12 @@ import math
 
 import torch
 
+from .._backend.exponential import exp_
+
 __all__ = ["bidirectional_plain", "causal_exp", "fit_chunk"]
 
 _NEG = -1e30  # finite "minus infinity" for maxima over masked / empty sets
 _POS = 1e30
-_LOG2E = 1.4426950408889634
-#: CPU builds whose vectorised ``exp2`` kernel beats ``exp`` (ATen's CPU ``exp`` measured
-#: 3-4x slower than ``exp2`` on 1M float32 entries under AVX-512 and 1.8x under AVX2;
-#: without SIMD ``exp2`` is the slower one)
-_EXP2_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-
-
-def exp_(t):
-    """``t.exp_()``: the exponential in place, on the CPU in float32 / float64 as
-    ``exp2(t log2 e)`` where ATen's ``exp2`` kernel is the faster one (``_EXP2_CPU``).
-
-    The product rounds ``t log2 e`` to ``|t| eps`` relative, so each entry changes by at
-    most ``|t| eps`` relative: for the stabilised arguments here (``t <= 0``, the largest
-    term ``exp(0) = 1`` exact) at most ``eps / e`` of the largest term. In place, so not
-    for tensors that autograd records. Returns ``t``.
-    """
-    if _EXP2_CPU and t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64):
-        return t.mul_(_LOG2E).exp2_()
-    return t.exp_()
 
 
 def first_order_only(*inputs):

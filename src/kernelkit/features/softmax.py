@@ -33,7 +33,15 @@ from typing import ClassVar
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from .._backend import check_all_finite, device, is_numpy_namespace, to_backend, to_numpy
+from .._backend import (
+    check_all_finite,
+    device,
+    is_numpy_namespace,
+    is_torch_namespace,
+    to_backend,
+    to_numpy,
+)
+from .._backend.exponential import exp2_is_faster
 from .._backend.parallel import check_n_jobs, effective_n_jobs, map_row_blocks
 from .._backend.params import N_JOBS, NON_NEGATIVE
 from ._base import _matmul_augmented, log1mexp, sq_norms
@@ -373,7 +381,16 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             # [X, 1, row] @ [W^T; const; 1]: one (n, M) temporary fewer per folded term
             ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
             row = self._row_term(X, xp, side)[:, None]  # (n, 1)
-            return xp.exp(xp.concat([X, ones, row], axis=1) @ W_aug)
+            Xa = xp.concat([X, ones, row], axis=1)  # (n, d + 2)
+            if not is_torch_namespace(xp):
+                return xp.exp(Xa @ W_aug)
+            # torch: in place on the fresh product (a second (n, M) allocation costs as
+            # much as the product's page faults), with exp2 and log2(e) folded into the
+            # weights where ATen's exp2 is the faster kernel (the same values up to
+            # rounding; autograd records both in-place exponentials)
+            if exp2_is_faster(X):
+                return (Xa @ self._param("W_aug2_" + side, xp, X)).exp2_()
+            return (Xa @ W_aug).exp_()
         # NumPy: exp([X, 1, row] @ [W^T; const; 1]) per row block, in threads: one matmul
         # and one in-place exp per block, nothing else touches the (n, M) output. float64
         # with a SIMD exp2: exp2([X, 1, row] @ ([W^T; const; 1] log2(e))), the same values
