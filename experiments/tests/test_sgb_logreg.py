@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from kernelkit.datasets import DatasetNotAvailable
 from kernelkit.datasets._sgb import SGBData, load_sgb_dataset
 from kernelkit_experiments import _sgb_common as C
 from kernelkit_experiments import sgb_logreg as S
@@ -242,9 +243,15 @@ def tiny_run(tmp_path_factory):
 
 def test_paper_sets_match_the_loaders_labels():
     """The claims count on the sets the loader marks as the paper's (or stand-ins) only."""
+    checked = set()
     for name in ("fashion_mnist", "mnist", "digits", "breast_cancer", "income"):
-        paper = load_sgb_dataset(name, n=50, random_state=0).paper
+        try:
+            paper = load_sgb_dataset(name, n=50, random_state=0).paper
+        except DatasetNotAvailable:  # optional data without its Debian package
+            continue
+        checked.add(name)
         assert (name in S.PAPER_SETS) == ("not in the paper" not in paper), name
+    assert checked >= {"mnist", "digits", "breast_cancer"}  # shipped with the test extras
     assert {s.name for s in S.QUICK.datasets} >= set(S.PAPER_SETS)
 
 

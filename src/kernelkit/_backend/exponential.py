@@ -11,18 +11,23 @@ Torch is imported on first use only (it is an optional dependency).
 
 from __future__ import annotations
 
-import functools
-
 __all__ = ["LOG2E", "exp2_is_faster", "exp_"]
 
 LOG2E = 1.4426950408889634
 
 
-@functools.cache
-def _cpu_exp2_faster() -> bool:
-    import torch
+_CPU_EXP2 = None  # whether the CPU build's exp2 is the faster kernel, set on first use
 
-    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+def _cpu_exp2_faster() -> bool:
+    # a plain cached global, not functools.cache: torch.compile traces through it (the
+    # attention kernels set it on import, before any graph is traced)
+    global _CPU_EXP2
+    if _CPU_EXP2 is None:
+        import torch
+
+        _CPU_EXP2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    return _CPU_EXP2
 
 
 def exp2_is_faster(t) -> bool:

@@ -57,9 +57,12 @@ import math
 
 import torch
 
+from .._backend import exponential
 from .._backend.exponential import exp_
 
 __all__ = ["bidirectional_plain", "causal_exp", "fit_chunk"]
+
+exponential._cpu_exp2_faster()  # read the CPU build once, outside any traced graph
 
 _NEG = -1e30  # finite "minus infinity" for maxima over masked / empty sets
 _POS = 1e30

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from .._backend.exponential import exp_
 from ._linear import (
     _block_rows,
     _chunk_maxima,
@@ -700,8 +701,8 @@ def _chunk(lq, lk, va, keep, kvz, c, inplace, grouped=False, one_pivot=None):
         R = (lq.detach() + qs(c_end[..., None, :])).amax(-1, keepdim=True)  # (..., [g,] T, 1)
         a = torch.exp(c - c_ref)[..., None]  # (..., M, 1) <= 1
         b = torch.exp(c_ref - c_end)  # (..., M) <= 1
-    qf = torch.exp(lq - R + qs(c_ref[..., None, :]))  # (..., [g,] T, M) <= 1
-    kf = torch.exp(lk - c_ref[..., None, :])  # (..., T, M) <= e^G
+    qf = exp_(lq - R + qs(c_ref[..., None, :]))  # (..., [g,] T, M) <= 1
+    kf = exp_(lk - c_ref[..., None, :])  # (..., T, M) <= e^G
     if keep is not None:
         kf = kf * keep[..., None].to(kf.dtype)
     A = (qf @ qs(kf.transpose(-1, -2))).tril()  # (..., [g,] T, T) causal scores
