@@ -86,3 +86,18 @@ def test_streamed_diagonal_moments_of_batched_input_equal_direct_sums(backend, d
         tol = Z.shape[1] * eps * scale
         assert np.all(np.abs(back(second) - sq) <= tol)
         assert np.all(np.abs(back(mean) - mu) <= Z.shape[1] * eps * np.sqrt(scale))
+
+
+@pytest.mark.parametrize("d", [5, 32, 33, 64, 67])
+def test_torch_gram_from_two_products_is_the_gram(d):
+    # the CPU torch Gram (X_1^T X and X_2^T X_2, the lower-left block transposed): the
+    # same matrix as one product to rounding, any d (odd, below 32)
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(d)
+    X = torch.randn(2, 3, 200, d, generator=g, dtype=torch.float64) + 0.5
+    G = favor._gram(favor.array_namespace(X), X)
+    ref = X.mT @ X
+    assert G.shape == ref.shape
+    torch.testing.assert_close(G, ref, rtol=1e-13, atol=1e-12)
+    mom = favor.moments(X, X[..., :150, :], full=True)  # the moments use it
+    torch.testing.assert_close(mom.second_x, ref / 200, rtol=1e-13, atol=1e-14)
