@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import torch
 
-from ._linear import exp_, first_order_only
+from .._backend.exponential import exp_
+from ._linear import first_order_only
 
 __all__ = ["bidirectional_stream", "block_rows"]
 
