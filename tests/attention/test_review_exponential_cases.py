@@ -17,6 +17,7 @@ pytestmark = pytest.mark.torch
 from kernelkit._backend import exponential  # noqa: E402
 from kernelkit._backend.exponential import LOG2E, exp2_is_faster, exp_  # noqa: E402
 from kernelkit.attention import (  # noqa: E402
+    attention_moments,
     draw_features,
     init_decoding_state,
     linear_attention,
@@ -269,3 +270,45 @@ def test_gradcheck_against_autograd_of_the_dense_reference(name, causal):
     for a, b in zip(got, ref, strict=True):
         # float64, |log features| <= ~15 here: 1e-11 is ~ 2^12 eps x 15
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+# ------------------------------------------------------------------ check_finite=True
+@pytest.mark.parametrize(
+    ("name", "causal", "where"),
+    [
+        ("sderf", False, "q"),  # the per-call fit's second moment overflows float32
+        ("saderf", False, "k"),
+        ("positive", False, "k"),  # a key's squared norm overflows float32
+        ("positive", True, "k"),
+    ],
+)
+def test_check_finite_true_is_at_least_the_default_check_on_eager_cpu(name, causal, where):
+    """Finite float32 inputs whose features overflow: the default (None) raises a clear
+    ``ValueError`` on eager CPU; ``check_finite=True`` ("also checked" on accelerators and
+    in compiled graphs) must too, not an eigh failure, NaN output or a dropped key."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 20, 16, generator=g) for _ in range(3))
+    {"q": q, "k": k}[where][0, 1, 5] *= 1e20  # |x|^2 ~ 1e41 > float32 max
+    mom = None
+    if causal and name != "positive":
+        mom = attention_moments(torch.randn(64, 16, generator=g), torch.randn(64, 16, generator=g))
+    for check in (None, True):
+        with pytest.raises(ValueError, match="not finite although"):
+            linear_attention(
+                q,
+                k,
+                v,
+                name,
+                16,
+                is_causal=causal,
+                random_state=0,
+                moments=mom,
+                check_finite=check,
+            )
+    # NaN inputs (otherwise moderate): the error still names the input
+    q, k = torch.randn(1, 2, 20, 16, generator=g), torch.randn(1, 2, 20, 16, generator=g)
+    q[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="q contains NaN or inf"):
+        linear_attention(q, k, v, name, 16, is_causal=causal, random_state=0, check_finite=True)
+    with pytest.raises(TypeError, match="check_finite must be None, True or False"):
+        linear_attention(q, k, v, name, 16, is_causal=causal, random_state=0, check_finite=1)
