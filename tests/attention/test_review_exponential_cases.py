@@ -82,6 +82,16 @@ def test_exp_uses_exp2_on_simd_cpu_builds_only(monkeypatch):
     assert torch.equal(exp_(t.clone()), torch.exp2(t * LOG2E))
 
 
+def test_cpu_capability_is_read_on_import_of_the_attention_kernels():
+    """torch.compile cannot trace ``torch.backends.cpu.get_cpu_capability()`` (a torch op
+    that returns a str): the attention kernels read it on import, so that compiled graphs
+    only read the cached global."""
+    import kernelkit.attention._linear  # noqa: F401
+
+    assert isinstance(exponential._CPU_EXP2, bool)
+    assert exponential._CPU_EXP2 == (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
+
+
 def test_exp_is_in_place_and_differentiable():
     x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
 
