@@ -253,9 +253,9 @@ def test_decoding_matches_the_dense_reference_at_large_norms(block):
 def test_gradcheck_against_autograd_of_the_dense_reference(name, causal):
     """The closed-form backward of the kernels (exp_ on the recomputed features) equals
     autograd through the dense reference, float64, masked keys, L = 5, d = 3."""
-    q = _unit_rows((1, 2, 5, 3), 3.0, 12).requires_grad_(True)
-    k = _unit_rows((1, 2, 5, 3), 3.0, 13).requires_grad_(True)
-    v = _unit_rows((1, 2, 5, 2), 1.0, 14).requires_grad_(True)
+    q = _unit_rows((1, 1, 5, 3), 3.0, 12).requires_grad_(True)
+    k = _unit_rows((1, 1, 5, 3), 3.0, 13).requires_grad_(True)
+    v = _unit_rows((1, 1, 5, 2), 1.0, 14).requires_grad_(True)
     W = torch.from_numpy(draw_features(name, 8, 3, 4)["W"])
     keep = torch.tensor([[True, False, True, True, False]])
 
@@ -273,7 +273,7 @@ def test_gradcheck_against_autograd_of_the_dense_reference(name, causal):
         )
 
     assert torch.autograd.gradcheck(f, (q, k, v))
-    g = torch.randn(1, 2, 5, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    g = torch.randn(1, 1, 5, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     got = torch.autograd.grad((f(q, k, v) * g).sum(), (q, k, v))
     ref_out = _dense_reference(q, k, v, W, causal, keep[:, None], name == "hyperbolic")[0]
     ref = torch.autograd.grad((ref_out * g).sum(), (q, k, v))
