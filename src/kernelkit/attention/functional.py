@@ -601,8 +601,11 @@ def linear_attention(
     mask = _validate(q, k, v, is_causal, key_padding_mask)
     if is_causal and q.shape[-2] != k.shape[-2] and q.shape[-2] and k.shape[-2]:
         k, v, mask = _top_left(k, v, mask, q.shape[-2])
-    # positive maps, eager CPU default: checked through the output (and the fit's moments)
-    deferred = check_finite is None and name in EXP_MAPS and _eager_cpu(q, k, v)
+    # positive maps on eager CPU, checked (None or True): through the output (and the
+    # fit's moments, the keys' squared norms), which also catches finite inputs whose
+    # features overflow; True must not check less than the default does there
+    checked = check_finite is None or check_finite is True
+    deferred = checked and name in EXP_MAPS and _eager_cpu(q, k, v)
     if not deferred:
         _finite_check(check_finite, q=q, k=k, v=v)
     if (
