@@ -282,3 +282,45 @@ def test_bad_input_errors():
         m.step(x[None, None], x, x, m.init_state(3))
     with pytest.raises(ValueError, match="module expects"):
         m.step(x[:, :8], x[:, :8], x[:, :8], m.init_state(3))
+
+
+@pytest.mark.parametrize("T", [6, 80])  # a block by tokens and chunks; one through the kernel
+@pytest.mark.parametrize("name", ["positive", "saderf"])
+def test_a_query_whose_squared_norm_overflows_still_decodes(name, T):
+    # a finite float32 query of norm ~1e20 (its squared norm overflows): the step leaves
+    # out the queries' row term as the causal kernel does, so its output is finite and
+    # equals the causal pass (before, NaN with no error); float32 rounding of the features
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, T, 8, generator=g) for _ in range(3))
+    q[0, 0, 3] *= 1e20
+    calib = (torch.randn(1, 2, 16, 8, generator=g) for _ in range(2))  # FAVOR#: other data
+    extra = {"moments": attention_moments(*calib)} if name == "saderf" else {}
+    ref = linear_attention(q, k, v, name, 16, is_causal=True, random_state=0, **extra)
+    st = init_decoding_state((1, 2), 8, name, 16, random_state=0, **extra)
+    tokens = []
+    for t in range(4):
+        o, st = linear_attention_step(q[..., t, :], k[..., t, :], v[..., t, :], st)
+        tokens.append(o)
+    rest, _ = linear_attention_step(q[..., 4:, :], k[..., 4:, :], v[..., 4:, :], st)
+    out = torch.cat([torch.stack(tokens, -2), rest], -2)
+    assert torch.isfinite(out).all()
+    assert _rel(out, ref) < 1e-5
+
+
+def test_a_key_whose_features_overflow_is_an_error_as_in_linear_attention():
+    # a finite key of norm ~1e20: linear_attention raises; so does the step (token and
+    # block), where before the key was silently left out; check_finite=False skips it
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 70, 8, generator=g) for _ in range(3))
+    k[0, 1, 2] *= 1e20
+    with pytest.raises(ValueError, match="squared norm of a key"):
+        linear_attention(q, k, v, "positive", 16, is_causal=True, random_state=0)
+    st = init_decoding_state((1, 2), 8, "positive", 16, random_state=0)
+    for sl in (slice(2, 3), slice(0, 6), slice(0, 70)):
+        args = (q[..., sl, :], k[..., sl, :], v[..., sl, :])
+        if sl.stop - sl.start == 1:
+            args = tuple(a[..., 0, :] for a in args)
+        with pytest.raises(ValueError, match=r"squared norm of a key.*k_t"):
+            linear_attention_step(*args, st)
+    out, _ = linear_attention_step(q[..., 2, :], k[..., 2, :], v[..., 2, :], st, check_finite=False)
+    assert out.shape == (1, 2, 8)

@@ -56,12 +56,15 @@ from ._linear import (
 )
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
 from .functional import (
+    _all_finite,
     _bool_padding_mask,
     _check_gqa_flag,
     _check_moments,
     _check_sampler,
     _finite_check,
+    _in_func_transform,
     _moments_per_head,
+    _raise_not_finite,
     draw_features,
 )
 
@@ -258,11 +261,17 @@ class _ExpFeatures:
         self.Wa = {s: fmap.augmented_weights(s) for s in ("q", "k")}  # (..., d + 2, M)
 
     def __call__(self, x, y):  # x, y (..., T, d) -> lq, lk (..., T, M)
+        # the queries leave out their row term -|B x|^2 / 2, as the causal kernel does:
+        # it is the same for all M features of a query and cancels in its ratio, and a
+        # query whose squared norm overflows the dtype still gives a finite output
+        rq = torch.zeros_like(x[..., :1])  # (..., T, 1)
+        rk = self.fmap._row(y, "k")  # (..., T, 1)
         if self.shared and x.shape == y.shape:  # (GQA: fewer key heads, two matmuls)
-            lf = self.fmap.log_features_fused(torch.stack([x, y]), "q", Wa=self.Wa["q"])
+            xy, r = torch.stack([x, y]), torch.stack([rq, rk])
+            lf = torch.cat([xy, r, torch.ones_like(r)], dim=-1) @ self.Wa["q"]
             return lf[0], lf[1]
-        lq = self.fmap.log_features_fused(x, "q", Wa=self.Wa["q"])
-        return lq, self.fmap.log_features_fused(y, "k", Wa=self.Wa["k"])
+        lq = torch.cat([x, rq, torch.ones_like(rq)], dim=-1) @ self.Wa["q"]
+        return lq, torch.cat([y, rk, torch.ones_like(rk)], dim=-1) @ self.Wa["k"]
 
 
 class _PlainFeatures:
@@ -542,6 +551,19 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
     return single, keep
 
 
+def _checks_key_norms(check_finite, params, y) -> bool:
+    """Whether the step checks its keys' squared norms (the row term of their log
+    features) for overflow: positive maps on eager CPU with ``check_finite`` None or True,
+    as its input check (not inside compiled graphs or ``torch.func`` transforms)."""
+    return (
+        isinstance(params, _ExpFeatures)
+        and check_finite is not False
+        and y.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not _in_func_transform()
+    )
+
+
 def _ratio(nd):
     # [num, den] (..., e + 1) -> num / den; rows with no visible key have num = 0 and
     # den = 0 and give zeros (den >= exp(-G) otherwise, see the module docstring)
@@ -754,7 +776,11 @@ def linear_attention_step(
     check_finite : bool or None
         NaN / inf inputs: as :func:`~kernelkit.attention.linear_attention` (None: a
         ``ValueError`` for eager CPU inputs, no check, so no host sync, on accelerators
-        and in compiled graphs; True: also there, as an asynchronous assert).
+        and in compiled graphs; True: also there, as an asynchronous assert). On eager
+        CPU, None and True also raise a ``ValueError`` for finite keys whose squared
+        norm overflows the dtype (their features would), as ``linear_attention`` does; a
+        query's squared norm never enters (its row term cancels, as in the causal
+        kernel), so a huge finite query still gives a finite output.
     inplace : bool
         Update ``state.kvz`` and ``state.c`` in place (as a static KV cache is): no
         allocation of ``M (e + 1)`` floats per step; the returned state shares them (use
@@ -818,12 +844,20 @@ def linear_attention_step(
     x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)
     ones = torch.ones_like(v_t[..., :1], dtype=ct)
     va = torch.cat([v_t.to(ct), ones], dim=-1)  # (..., [T,] e + 1): values, normaliser
+    # finite keys (checked above) whose features overflow are an error, as in
+    # linear_attention, not keys silently left out: checked through their squared norms
+    # (the row term of their log features) here, or through the log features below
+    check_keys = _checks_key_norms(check_finite, state.params, y)
     if _runs_the_kernel(single, x, y, va, keep, state):
+        if check_keys and not _all_finite(state.params.fmap._row(y, "k")):
+            _raise_not_finite("the squared norm of a key", k_t=k_t)
         out, kvz, c = _prefill_batched(state.params, x, y, va, keep, state.kvz, state.c, inplace)
         return _stepped(state, out.to(q_t.dtype), kvz, c, q_t.shape[-2], inplace)
     if single:  # (..., d) -> (..., 1, d) for the batched feature matmul
         x, y = x[..., None, :], y[..., None, :]
     lq, lk = state.params(x, y)  # (..., H, T, M), (..., Hkv, T, M) with a GQA state
+    if check_keys and not bool(torch.isfinite(lk.sum())):  # a key's row term overflowed
+        _raise_not_finite("the squared norm of a key", k_t=k_t)
     if single:
         lq, lk = lq[..., 0, :], lk[..., 0, :]  # (..., M)
     if keep is not None:  # padded keys: out of the running maximum and the sums
