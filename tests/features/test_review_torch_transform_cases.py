@@ -125,7 +125,8 @@ def test_overflowing_torch_features_are_inf_where_numpy_is_and_never_nan(cls):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # NumPy says they overflow
             ref = fm.transform(X)
-        got = fm.transform(torch.from_numpy(X)).numpy()
+        with pytest.warns(RuntimeWarning, match="overflow"):  # as NumPy warns
+            got = fm.transform(torch.from_numpy(X)).numpy()
         assert not np.any(np.isnan(got))
         clear = np.abs(lt - limit) > 1e-3 * limit  # not within rounding of the limit
         assert np.any(np.isinf(got) & clear)  # the case overflows
@@ -208,3 +209,19 @@ def test_attention_moments_of_half_inputs_with_padding(dtype):
                 # |x|^T |x| / n
                 tol = n * 2.0**-23 * (xb.abs().mT @ xb.abs()) / n
                 assert torch.all((second[b] - ref).abs() <= tol)
+
+
+@pytest.mark.parametrize("to_torch", [False, True])
+def test_overflow_warning_points_at_the_users_call(to_torch):
+    # NumPy and torch transforms warn alike, at the line that called transform (not at
+    # scikit-learn's set_output wrapper or inside kernelkit)
+    rng = np.random.default_rng(0)
+    X0 = rng.standard_normal((12, 4))
+    X0 /= np.linalg.norm(X0, axis=1, keepdims=True)
+    fm = GERF(n_features=16, random_state=0).fit(X0 * 60, Y=X0)
+    X = torch.from_numpy(X0 * 60) if to_torch else X0 * 60
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fm.transform(X)
+    assert [w.category for w in caught] == [RuntimeWarning]
+    assert caught[0].filename == __file__

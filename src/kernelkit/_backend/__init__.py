@@ -34,6 +34,7 @@ from array_api_compat import (
 from array_api_compat import device as _device
 
 __all__ = [
+    "caller_stacklevel",
     "check_all_finite",
     "check_random_state",
     "device",
@@ -287,3 +288,22 @@ def _all_finite(xp, X) -> bool:
             if np.isfinite(np.sum(X, dtype=np.float64)):
                 return True
     return bool(xp.all(xp.isfinite(X)))
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of ``warnings.warn`` that points at the first frame outside
+    kernelkit and scikit-learn (the user's call, whatever path led to the warning: a
+    transform is wrapped by scikit-learn's ``set_output``). Call it from the function that
+    warns."""
+    import os
+    import sys
+
+    skip = tuple(
+        os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+        for m in (sys.modules["kernelkit"], sys.modules.get("sklearn"))
+        if m is not None and getattr(m, "__file__", None)
+    )
+    frame, level = sys._getframe(1), 1  # the caller of this function: stacklevel 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
+        frame, level = frame.f_back, level + 1
+    return level

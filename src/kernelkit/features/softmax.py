@@ -34,6 +34,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from .._backend import (
+    caller_stacklevel,
     check_all_finite,
     device,
     is_numpy_namespace,
@@ -389,8 +390,12 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             # weights where ATen's exp2 is the faster kernel (the same values up to
             # rounding; autograd records both in-place exponentials)
             if exp2_is_faster(X):
-                return (Xa @ self._param("W_aug2_" + side, xp, X)).exp2_()
-            return (Xa @ W_aug).exp_()
+                out = (Xa @ self._param("W_aug2_" + side, xp, X)).exp2_()
+            else:
+                out = (Xa @ W_aug).exp_()
+            if X.device.type == "cpu" and X.shape[0]:  # (a host sync elsewhere)
+                self._check_torch_overflow(X, row[:, 0], out, side)
+            return out
         # NumPy: exp([X, 1, row] @ [W^T; const; 1]) per row block, in threads: one matmul
         # and one in-place exp per block, nothing else touches the (n, M) output. float64
         # with a SIMD exp2: exp2([X, 1, row] @ ([W^T; const; 1] log2(e))), the same values
@@ -438,16 +443,33 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         rows = max(64, (1 << 22) // (M * out.itemsize))
         map_row_blocks(block, n, M, out.itemsize, rows=rows, n_jobs=self.n_jobs)
         if overflow:
-            name = "X" if side == "x" else "Y"
-            warnings.warn(
-                f"Some features of {name} overflow {X.dtype} to inf (log-features above "
-                f"{limit:.0f}) although the kernel may be finite: use "
-                f"log_transform{'' if side == 'x' else '_y'}, or approx_kernel, which works "
-                "in log space, or scale the inputs down.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            self._warn_overflow(side, X.dtype, limit)
         return out
+
+    def _check_torch_overflow(self, X, row, out, side):
+        # as the NumPy path: the (n,) bound |x| max_m |W_x[:, m]| + max_m const_m + row on
+        # the log features, and the full check of the (n, M) output only past it
+        import torch
+
+        wmax, cmax = self._consts["bound_" + side]
+        limit = math.log(torch.finfo(X.dtype).max)
+        sq = (X * X).sum(1)  # (n,)
+        if float((sq.sqrt() * wmax + cmax + row).max()) > limit and not bool(
+            torch.isfinite(out).all()
+        ):
+            self._warn_overflow(side, X.dtype, limit)
+
+    @staticmethod
+    def _warn_overflow(side, dtype, limit):
+        name = "X" if side == "x" else "Y"
+        warnings.warn(
+            f"Some features of {name} overflow {dtype} to inf (log-features above "
+            f"{limit:.0f}) although the kernel may be finite: use "
+            f"log_transform{'' if side == 'x' else '_y'}, or approx_kernel, which works "
+            "in log space, or scale the inputs down.",
+            RuntimeWarning,
+            stacklevel=caller_stacklevel(),  # the user's call of transform
+        )
 
     def log_transform(self, X):
         """Logarithm of the x-side features, shape (n, output_dim); never overflows."""
