@@ -264,14 +264,16 @@ class _ExpFeatures:
         # the queries leave out their row term -|B x|^2 / 2, as the causal kernel does:
         # it is the same for all M features of a query and cancels in its ratio, and a
         # query whose squared norm overflows the dtype still gives a finite output
-        rq = torch.zeros_like(x[..., :1])  # (..., T, 1)
-        rk = self.fmap._row(y, "k")  # (..., T, 1)
         if self.shared and x.shape == y.shape:  # (GQA: fewer key heads, two matmuls)
-            xy, r = torch.stack([x, y]), torch.stack([rq, rk])
+            xy = torch.stack([x, y])  # (2, ..., T, d)
+            r = self.fmap._row(xy, "k")  # (2, ..., T, 1), fresh: shared maps, one row term
+            r[0] = 0.0  # the queries'
             lf = torch.cat([xy, r, torch.ones_like(r)], dim=-1) @ self.Wa["q"]
             return lf[0], lf[1]
-        lq = torch.cat([x, rq, torch.ones_like(rq)], dim=-1) @ self.Wa["q"]
-        return lq, torch.cat([y, rk, torch.ones_like(rk)], dim=-1) @ self.Wa["k"]
+        lq = x @ self.fmap.W_q  # (..., T, M)
+        if self.fmap.c is not None:
+            lq = lq + self.fmap.c[..., None, :]
+        return lq, self.fmap.log_features_fused(y, "k", Wa=self.Wa["k"])
 
 
 class _PlainFeatures:
