@@ -434,8 +434,12 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
                 sq = np.asarray(Xb.multiply(Xb).sum(axis=1)).ravel()
             with np.errstate(over="ignore"):
                 exp(o, out=o)
-            # (hi - lo,) bound on the block's log-features; a full check only past it
-            if np.max(np.sqrt(sq) * wmax + cmax + row) > limit and not np.all(np.isfinite(o)):
+            # (hi - lo,) bound on the block's log-features; a full check only past it. A
+            # row whose squared norm overflows makes it inf - inf = NaN: not within the
+            # limit either (other rows of the block may overflow)
+            with np.errstate(invalid="ignore"):
+                bound = np.max(np.sqrt(sq) * wmax + cmax + row)
+            if not bound <= limit and not np.all(np.isfinite(o)):
                 overflow.append(lo)
 
         # 4 MiB output blocks (512 float64 rows of 1024 features): fewer, larger matmuls
@@ -453,10 +457,11 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
 
         wmax, cmax = self._consts["bound_" + side]
         limit = math.log(torch.finfo(X.dtype).max)
+        X, row = X.detach(), row.detach()  # a check: no graph, no float() of a grad tensor
         sq = (X * X).sum(1)  # (n,)
-        if float((sq.sqrt() * wmax + cmax + row).max()) > limit and not bool(
-            torch.isfinite(out).all()
-        ):
+        # NaN (inf - inf for a row whose squared norm overflows) is not within the limit
+        bound = float((sq.sqrt() * wmax + cmax + row).max())
+        if not bound <= limit and not bool(torch.isfinite(out).all()):
             self._warn_overflow(side, X.dtype, limit)
 
     @staticmethod
