@@ -549,7 +549,12 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
                 f"broadcast), got {tuple(m.shape)}."
             ) from None
         keep = ~m
-    _finite_check(check_finite, q_t=q, k_t=k, v_t=v)
+    if _checks_key_norms(check_finite, state.params, k):
+        # the keys are checked with their features (linear_attention_step): a NaN or inf
+        # in k_t makes them non-finite too, and the error still names k_t
+        _finite_check(check_finite, q_t=q, v_t=v)
+    else:
+        _finite_check(check_finite, q_t=q, k_t=k, v_t=v)
     return single, keep
 
 
@@ -846,9 +851,9 @@ def linear_attention_step(
     x, y = q_t.to(ct) * r, k_t.to(ct) * r  # scaled inputs (FAVOR# eq. 4)
     ones = torch.ones_like(v_t[..., :1], dtype=ct)
     va = torch.cat([v_t.to(ct), ones], dim=-1)  # (..., [T,] e + 1): values, normaliser
-    # finite keys (checked above) whose features overflow are an error, as in
-    # linear_attention, not keys silently left out: checked through their squared norms
-    # (the row term of their log features) here, or through the log features below
+    # keys whose features are not finite (a NaN / inf in k_t, or a squared norm that
+    # overflows) are an error, as in linear_attention, not keys silently left out:
+    # checked through their row terms here (a prefill block) or their log features below
     check_keys = _checks_key_norms(check_finite, state.params, y)
     if _runs_the_kernel(single, x, y, va, keep, state):
         if check_keys and not _all_finite(state.params.fmap._row(y, "k")):
