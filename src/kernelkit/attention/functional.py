@@ -40,7 +40,14 @@ from ..features.sampling import SAMPLERS, draw_projection
 from . import _compiled, _maps
 from ._bidirectional import bidirectional_stream
 from ._linear import bidirectional_plain, causal_exp
-from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, build_log_map, fit_moments
+from ._maps import (
+    EXP_MAPS,
+    FEATURE_MAPS,
+    FITTED_MAPS,
+    build_log_map,
+    build_log_map_for,
+    fit_moments,
+)
 
 __all__ = ["attention_moments", "draw_features", "hybrid_base_size", "linear_attention"]
 
@@ -1008,7 +1015,7 @@ def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk, check=
         if name in FITTED_MAPS:
             mom = _check_moments(mom, batch, d, name, q.device)
         W = _param(params["W"], q)  # (n_proj, d)
-        fmap = _flatten_map(build_log_map(name, W, mom, d).to(q.dtype), batch)
+        fmap = _flatten_map(build_log_map_for(name, W, mom, d).to(q.dtype), batch)
         feats = _FusedFeatures(fmap, input_scale=math.sqrt(scale), check=check)
         return _causal(q, k, v, keep, feats, chunk, batch)
     x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
@@ -1053,10 +1060,14 @@ def _bidirectional(q, k, v, name, params, keep, scale, mom, check=False):
             ):
                 _raise_not_finite("the second moment of the queries or keys", q=q, k=k)
             mom = _scaled(mom, scale)
+            build = build_log_map  # moments of this call: a new fit each time
         else:
             mom = _check_moments(mom, batch, d, name, q.device)
+            build = build_log_map_for  # the caller's moments: reused while they are equal
+    else:
+        build = build_log_map
     W = _param(params["W"], q)  # (n_proj, d)
-    fmap = _flatten_map(build_log_map(name, W, mom, d).to(q.dtype), batch)
+    fmap = _flatten_map(build(name, W, mom, d).to(q.dtype), batch)
     N = math.prod(batch)
     kb = None if keep is None else keep.reshape(N, S)
     out = bidirectional_stream(
