@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -28,7 +30,7 @@ def _data(seed=0, L=40):
 @pytest.fixture
 def builds(monkeypatch):
     # count the fits, starting from an empty cache
-    monkeypatch.setattr(_maps, "_BUILT", {})
+    monkeypatch.setattr(_maps, "_BUILT", OrderedDict())
     calls = []
     real = _maps.build_log_map
 
@@ -43,7 +45,7 @@ def builds(monkeypatch):
 
 def _fresh(monkeypatch, *args, **kw):
     # the same call with nothing to reuse
-    monkeypatch.setattr(_maps, "_BUILT", {})
+    monkeypatch.setattr(_maps, "_BUILT", OrderedDict())
     return linear_attention(*args, **kw)
 
 
@@ -119,3 +121,19 @@ def test_a_module_in_eval_mode_fits_its_running_statistics_once(builds):
         b, _ = attn(x, x, x, is_causal=True)
     assert builds == ["sderf"]
     assert torch.equal(a, b)
+
+
+def test_layers_with_their_own_statistics_each_keep_their_fit(builds):
+    # a model's layers alternate between moments: each keeps its own build (up to
+    # _BUILT_MAX), and the oldest goes first beyond that
+    q, k, v, _ = _data()
+    layers = [_data(seed)[3] for seed in range(1, 4)]
+    kw = dict(feature_map="sderf", n_features=16, is_causal=True, random_state=0)
+    outs = [[linear_attention(q, k, v, moments=m, **kw) for m in layers] for _ in range(3)]
+    assert len(builds) == 3
+    assert all(torch.equal(a, b) for rnd in outs[1:] for a, b in zip(rnd, outs[0], strict=True))
+    for seed in range(4, 4 + _maps._BUILT_MAX):  # push them out
+        linear_attention(q, k, v, moments=_data(seed)[3], **kw)
+    assert len(_maps._BUILT) == _maps._BUILT_MAX
+    linear_attention(q, k, v, moments=layers[0], **kw)
+    assert len(builds) == 3 + _maps._BUILT_MAX + 1

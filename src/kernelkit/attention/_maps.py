@@ -39,6 +39,7 @@ differentiate through.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -191,18 +192,21 @@ def scale_inputs(q, k, scale):
     return q * r, k * r
 
 
-#: the last build per (map, d, projection shape and dtype) for moments given by the caller:
-#: (projection, moment tensors, LogFeatureMap), see build_log_map_for
-_BUILT: dict = {}
+#: recent builds for moments given by the caller, most recent last: (map, d, projection
+#: shape and dtype, sums of the projection and moments) -> (projection, moments,
+#: LogFeatureMap), see build_log_map_for
+_BUILT: OrderedDict = OrderedDict()
+#: how many builds are kept (a model's layers each have their own statistics)
+_BUILT_MAX = 16
 
 
 def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int):
     """:func:`build_log_map` for moments the caller passes (calibration statistics, a
     module's running statistics in eval mode), where the same moments come back call after
-    call: the last build per map name, ``d`` and projection shape is reused while the
-    projection and the four moment tensors are equal to those it was built from (four
-    ``d x d`` comparisons instead of a fit with an eigendecomposition per head, about 2 ms
-    for 8 heads of d = 64). Equal inputs give the same parameters (the fits are
+    call: a recent build (the last ``_BUILT_MAX``, found by the sums of the projection and
+    the moments) is reused where the projection and the four moment tensors are equal to
+    those it was built from, instead of a fit with an eigendecomposition per head (about
+    2 ms for 8 heads of d = 64). Equal inputs give the same parameters (the fits are
     deterministic, eigenvector signs included), so a reused build is what a new one would
     be. Eager CPU only: in compiled graphs and on accelerators (where the comparison would
     wait for the device) every call builds; under ``torch.inference_mode()`` a build is
@@ -215,14 +219,17 @@ def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: 
         or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (W, *fields))
     ):
         return build_log_map(name, W, mom, d)
-    key = (name, d, tuple(W.shape), W.dtype)
+    key = (name, d, tuple(W.shape), W.dtype, *(float(t.sum()) for t in (W, *fields)))
     hit = _BUILT.get(key)
     if hit is not None and _equal(hit[0], W) and all(map(_equal, hit[1], fields)):
+        _BUILT.move_to_end(key)
         return hit[2]
     fmap = build_log_map(name, W, mom, d)
     if not torch.is_inference_mode_enabled():
         with torch.no_grad():
             _BUILT[key] = (W.detach().clone(), tuple(t.detach().clone() for t in fields), fmap)
+        while len(_BUILT) > _BUILT_MAX:
+            _BUILT.popitem(last=False)
     return fmap
 
 
