@@ -9,9 +9,12 @@ which argument is at fault instead, before delegating everything else to
 from __future__ import annotations
 
 import numpy as np
+from sklearn import get_config
 from sklearn.utils.validation import validate_data as _sk_validate_data
 
-__all__ = ["check_lazy_output", "validate_data"]
+from . import is_torch_array, to_numpy
+
+__all__ = ["check_lazy_output", "for_container", "host_array", "validate_data"]
 
 
 def _check_real(a, name: str) -> None:
@@ -37,12 +40,24 @@ def _check_real(a, name: str) -> None:
         )
 
 
+def host_array(a):
+    """A torch tensor as the NumPy array scikit-learn would make of it, detached from
+    autograd and with its float dtype kept (scikit-learn converts a tensor that requires
+    grad with ``numpy()``, which raises, and reads a float32 tensor as float64 where a
+    float32 array stays float32). Kept as it is under ``array_api_dispatch``."""
+    if is_torch_array(a) and not get_config()["array_api_dispatch"]:
+        return to_numpy(a)
+    return a
+
+
 def validate_data(_estimator, /, X="no_validation", y="no_validation", **kwargs):
     """:func:`sklearn.utils.validation.validate_data` (same arguments and return value),
     with complex ``X`` or ``y`` and non-numeric ``X`` reported by name (class labels
-    ``y`` may be strings)."""
+    ``y`` may be strings), and torch tensors converted as NumPy arrays of their dtype
+    (detached from autograd) unless array API dispatch is on."""
     _check_real(X, "X")
     _check_real(y, "y")
+    X, y = host_array(X), host_array(y)
     return _sk_validate_data(_estimator, X, y, **kwargs)
 
 
@@ -59,3 +74,15 @@ def check_lazy_output(est):
             "Pass X.compute(), or use set_output(transform='default') and convert lazily "
             "(dask.dataframe.from_dask_array(features, columns=get_feature_names_out()))."
         )
+
+
+def for_container(est, Z):
+    """``Z`` detached from autograd where ``est.set_output`` asks ``transform`` for a
+    container (pandas, polars): a DataFrame holds values, not a graph, and building one
+    from a tensor that requires grad raises in torch's ``numpy()``."""
+    if getattr(Z, "requires_grad", False) and is_torch_array(Z):
+        from sklearn.utils._set_output import _get_output_config
+
+        if _get_output_config("transform", est)["dense"] != "default":
+            return Z.detach()
+    return Z

@@ -59,7 +59,7 @@ from .._backend.chunks import (
     iter_block_pairs,
     reduce_rows,
 )
-from .._backend.sklearn_validation import validate_data
+from .._backend.sklearn_validation import host_array, validate_data
 from ._feature_map_param import fitted_feature_map, map_features
 from ._labels import check_missing_labels
 from ._posterior import choose_solver, gram_primal
@@ -134,6 +134,7 @@ def training_rows(est, X, y) -> TrainingRows:
                 "by chunk, pass a list (or another sequence, or an iterator) of them, "
                 "e.g. [(X0, y0), (X1, y1)], with y=None."
             )
+        y = host_array(y)  # a tensor that requires grad: np.asarray would raise
         try:  # string labels: scikit-learn's message would not name y
             np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError) as exc:

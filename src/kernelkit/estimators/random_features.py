@@ -32,7 +32,7 @@ from .._backend.params import (
     RANDOM_STATE,
     int_range,
 )
-from .._backend.sklearn_validation import check_lazy_output, validate_data
+from .._backend.sklearn_validation import check_lazy_output, for_container, validate_data
 from ..features import FeatureMap
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
@@ -462,7 +462,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             X = check_dask_matrix(X, "X", self.n_features_in_)
             return self._checked(self.feature_map_.transform(X), X)
         X = self._validate(X, reset=False, accept_sparse=self.feature_map_.accepts_sparse)
-        return self._checked(self.feature_map_.transform(X), X)
+        return for_container(self, self._checked(self.feature_map_.transform(X), X))
 
     def transform_y(self, Y):
         """The y-side (key) features of ``Y``; :meth:`transform` for symmetric maps."""

@@ -61,7 +61,7 @@ from .._backend import (
 from .._backend import validate_data as validate_array
 from .._backend.chunks import is_dask_array
 from .._backend.fit_state import keep_model_on_error
-from .._backend.sklearn_validation import check_lazy_output
+from .._backend.sklearn_validation import check_lazy_output, for_container
 from ._dask import fit_dask, lazy_features
 
 __all__ = ["KERNELS", "FeatureMap"]
@@ -423,7 +423,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
             check_lazy_output(self)
             return lazy_features(self, X, "x")
         X, xp = self._check_X(X, "X")
-        return self._features(X, xp, "x")
+        return for_container(self, self._features(X, xp, "x"))
 
     def transform_y(self, Y):
         """y-side (key) features, shape (m, output_dim); :meth:`transform` for symmetric maps."""
