@@ -39,6 +39,7 @@ differentiate through.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -198,6 +199,8 @@ def scale_inputs(q, k, scale):
 _BUILT: OrderedDict = OrderedDict()
 #: how many builds are kept (a model's layers each have their own statistics)
 _BUILT_MAX = 16
+#: guards _BUILT's order and size (the comparisons run outside it, on the entry's copies)
+_BUILT_LOCK = threading.Lock()
 
 
 def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int):
@@ -210,26 +213,36 @@ def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: 
     deterministic, eigenvector signs included), so a reused build is what a new one would
     be. Eager CPU only: in compiled graphs and on accelerators (where the comparison would
     wait for the device) every call builds; under ``torch.inference_mode()`` a build is
-    reused but not kept (its tensors could not serve autograd later).
+    reused but not kept (its tensors could not serve autograd later). Moments that require
+    grad, with grad enabled, build every time and are not kept: their fit carries a graph
+    that one backward frees.
     """
     fields = None if mom is None else (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
     if (
         fields is None
         or torch.compiler.is_compiling()
         or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (W, *fields))
+        or (torch.is_grad_enabled() and any(t.requires_grad for t in (W, *fields)))
     ):
         return build_log_map(name, W, mom, d)
-    key = (name, d, tuple(W.shape), W.dtype, *(float(t.sum()) for t in (W, *fields)))
-    hit = _BUILT.get(key)
+    with torch.no_grad():
+        key = (name, d, tuple(W.shape), W.dtype, *(float(t.sum()) for t in (W, *fields)))
+    with _BUILT_LOCK:
+        hit = _BUILT.get(key)
     if hit is not None and _equal(hit[0], W) and all(map(_equal, hit[1], fields)):
-        _BUILT.move_to_end(key)
+        with _BUILT_LOCK:  # another thread may have evicted it meanwhile
+            if key in _BUILT:
+                _BUILT.move_to_end(key)
         return hit[2]
     fmap = build_log_map(name, W, mom, d)
     if not torch.is_inference_mode_enabled():
         with torch.no_grad():
-            _BUILT[key] = (W.detach().clone(), tuple(t.detach().clone() for t in fields), fmap)
-        while len(_BUILT) > _BUILT_MAX:
-            _BUILT.popitem(last=False)
+            entry = (W.detach().clone(), tuple(t.detach().clone() for t in fields), fmap)
+        with _BUILT_LOCK:
+            _BUILT[key] = entry
+            _BUILT.move_to_end(key)
+            while len(_BUILT) > _BUILT_MAX:
+                _BUILT.popitem(last=False)
     return fmap
 
 
