@@ -3,6 +3,7 @@ behave as a new one."""
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import OrderedDict
 
@@ -12,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from kernelkit.attention import (  # noqa: E402
+    FavorAttention,
     Moments,
     _maps,
     attention_moments,
@@ -67,3 +69,50 @@ def test_a_build_evicted_between_lookup_and_reuse(monkeypatch):
     monkeypatch.setattr(_maps, "_equal", evicting)
     out = linear_attention(q, k, v, moments=calib, **kw)
     assert torch.equal(out, ref)  # the same parameters: bit for bit
+
+
+def test_a_modules_padded_batch_moments_are_not_kept():
+    # padded self-attention fits each batch's own moments (N, H, ...): never equal from
+    # one batch to the next, so keeping them held up to 16 per-batch fits (each N * H
+    # projections of d x M in float64) that no call reuses
+    torch.manual_seed(0)
+    attn = FavorAttention(16, 2, feature_map="sderf", n_features=16).eval()
+    mask = torch.zeros(3, 10, dtype=torch.bool)
+    mask[0, 7:] = True
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3, 10, 16)
+            attn(x, x, x, key_padding_mask=mask)
+    assert len(_maps._BUILT) == 0
+
+
+def test_concurrent_calls_get_their_own_builds_and_the_cache_stays_bounded():
+    # two threads, 20 distinct calibration moments (more than the 16 kept, so entries
+    # are evicted while the other thread looks up): every output is bit for bit that of
+    # a fit of its own moments (fits are deterministic, so equality is exact)
+    q, k, v, _ = _data(L=8)
+    g = torch.Generator().manual_seed(1)
+    cal = [
+        attention_moments(*(torch.randn(2, 3, 16, 8, generator=g) for _ in range(2)))
+        for _ in range(20)
+    ]
+    kw = dict(feature_map="sderf", n_features=8, is_causal=True, random_state=0)
+    refs = [linear_attention(q, k, v, moments=c, **kw) for c in cal]
+    bad, errors = [], []
+
+    def work(idx):
+        try:
+            for _ in range(2):
+                for i in idx:
+                    if not torch.equal(linear_attention(q, k, v, moments=cal[i], **kw), refs[i]):
+                        bad.append(i)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(list(range(j, 20, 2)),)) for j in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and bad == []
+    assert len(_maps._BUILT) == _maps._BUILT_MAX

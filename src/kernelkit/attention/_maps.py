@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -201,6 +202,21 @@ _BUILT: OrderedDict = OrderedDict()
 _BUILT_MAX = 16
 #: guards _BUILT's order and size (the comparisons run outside it, on the entry's copies)
 _BUILT_LOCK = threading.Lock()
+#: .off set (per thread) while moments of the call itself are passed as given ones
+_NOT_KEPT = threading.local()
+
+
+@contextmanager
+def builds_not_kept():
+    """Context: :func:`build_log_map_for` builds every time and keeps nothing, for callers
+    that pass moments of the call itself (a module's per-batch moments of a padded batch),
+    which no later call reuses."""
+    prev = getattr(_NOT_KEPT, "off", False)
+    _NOT_KEPT.off = True
+    try:
+        yield
+    finally:
+        _NOT_KEPT.off = prev
 
 
 def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int):
@@ -221,6 +237,7 @@ def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: 
     if (
         fields is None
         or torch.compiler.is_compiling()
+        or getattr(_NOT_KEPT, "off", False)
         or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (W, *fields))
         or (torch.is_grad_enabled() and any(t.requires_grad for t in (W, *fields)))
     ):

@@ -48,13 +48,14 @@ then trusted, as ``nn.MultiheadAttention`` trusts it.
 from __future__ import annotations
 
 import numbers
+from contextlib import nullcontext
 
 import torch
 from torch import nn
 
 from .._backend import check_random_state
 from ..features.favor import Moments
-from ._maps import FEATURE_MAPS, FITTED_MAPS
+from ._maps import FEATURE_MAPS, FITTED_MAPS, builds_not_kept
 from .decoding import LinearAttentionState, init_decoding_state, linear_attention_step
 from .functional import (
     _check_is_causal,
@@ -466,19 +467,21 @@ class FavorAttention(nn.Module):
             mom = None
             if self.feature_map in FITTED_MAPS and qmask is not None:
                 mom = self._per_query_head(self._moments(q, k, mask4, qmask))  # (N, H, ...)
-            # GQA: the functional API groups the query heads over the key heads itself
-            out = linear_attention(
-                q,
-                k,
-                v,
-                self.feature_map,
-                self.n_features,
-                key_padding_mask=mask4,
-                projection=proj,
-                moments=mom,
-                check_finite=False,
-                enable_gqa=self._gqa,
-            )
+            # GQA: the functional API groups the query heads over the key heads itself;
+            # this batch's own moments: fitted, not kept for reuse (compiled graphs keep none)
+            with nullcontext() if torch.compiler.is_compiling() else builds_not_kept():
+                out = linear_attention(
+                    q,
+                    k,
+                    v,
+                    self.feature_map,
+                    self.n_features,
+                    key_padding_mask=mask4,
+                    projection=proj,
+                    moments=mom,
+                    check_finite=False,
+                    enable_gqa=self._gqa,
+                )
         out = nn.functional.dropout(out, self.dropout, self.training)
         out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
         out = self.out_proj(out)
