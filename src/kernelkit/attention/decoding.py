@@ -549,13 +549,14 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
                 f"broadcast), got {tuple(m.shape)}."
             ) from None
         keep = ~m
-    if _checks_key_norms(check_finite, state.params, k):
+    check_keys = _checks_key_norms(check_finite, state.params, k)
+    if check_keys:
         # the keys are checked with their features (linear_attention_step): a NaN or inf
         # in k_t makes them non-finite too, and the error still names k_t
         _finite_check(check_finite, q_t=q, v_t=v)
     else:
         _finite_check(check_finite, q_t=q, k_t=k, v_t=v)
-    return single, keep
+    return single, keep, check_keys
 
 
 def _checks_key_norms(check_finite, params, y) -> bool:
@@ -810,7 +811,7 @@ def linear_attention_step(
         The new state (fresh tensors unless ``inplace``; autograd flows through it when
         inputs require grad).
     """
-    single, keep = _check_step_inputs(
+    single, keep, check_keys = _check_step_inputs(
         q_t, k_t, v_t, state, key_padding_mask, check_finite, enable_gqa
     )
     if inplace and torch.is_grad_enabled():
@@ -854,7 +855,6 @@ def linear_attention_step(
     # keys whose features are not finite (a NaN / inf in k_t, or a squared norm that
     # overflows) are an error, as in linear_attention, not keys silently left out:
     # checked through their row terms here (a prefill block) or their log features below
-    check_keys = _checks_key_norms(check_finite, state.params, y)
     if _runs_the_kernel(single, x, y, va, keep, state):
         if check_keys and not _all_finite(state.params.fmap._row(y, "k")):
             _raise_not_finite("the squared norm of a key", k_t=k_t)

@@ -1051,6 +1051,7 @@ def _bidirectional(q, k, v, name, params, keep, scale, mom, check=False):
     (the caller checks the output)."""
     batch, L, d = q.shape[:-2], q.shape[-2], q.shape[-1]
     S, e = k.shape[-2], v.shape[-1]
+    build = build_log_map  # moments of this call (or none): a new fit each time
     if name in FITTED_MAPS:
         if mom is None:  # per instance, from its queries and (unmasked) keys
             full = name in ("aderf", "sderf")
@@ -1060,12 +1061,9 @@ def _bidirectional(q, k, v, name, params, keep, scale, mom, check=False):
             ):
                 _raise_not_finite("the second moment of the queries or keys", q=q, k=k)
             mom = _scaled(mom, scale)
-            build = build_log_map  # moments of this call: a new fit each time
         else:
             mom = _check_moments(mom, batch, d, name, q.device)
             build = build_log_map_for  # the caller's moments: reused while they are equal
-    else:
-        build = build_log_map
     W = _param(params["W"], q)  # (n_proj, d)
     fmap = _flatten_map(build(name, W, mom, d).to(q.dtype), batch)
     N = math.prod(batch)
