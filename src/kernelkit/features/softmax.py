@@ -394,7 +394,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             else:
                 out = (Xa @ W_aug).exp_()
             if X.device.type == "cpu" and X.shape[0]:  # (a host sync elsewhere)
-                self._check_torch_overflow(X, row[:, 0], out, side)
+                self._check_torch_overflow(X, xp, row[:, 0], out, side)
             return out
         # NumPy: exp([X, 1, row] @ [W^T; const; 1]) per row block, in threads: one matmul
         # and one in-place exp per block, nothing else touches the (n, M) output. float64
@@ -450,7 +450,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             self._warn_overflow(side, X.dtype, limit)
         return out
 
-    def _check_torch_overflow(self, X, row, out, side):
+    def _check_torch_overflow(self, X, xp, row, out, side):
         # as the NumPy path: the (n,) bound |x| max_m |W_x[:, m]| + max_m const_m + row on
         # the log features, and the full check of the (n, M) output only past it
         import torch
@@ -458,7 +458,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         wmax, cmax = self._consts["bound_" + side]
         limit = math.log(torch.finfo(X.dtype).max)
         X, row = X.detach(), row.detach()  # a check: no graph, no float() of a grad tensor
-        sq = (X * X).sum(1)  # (n,)
+        sq = sq_norms(xp, X)  # (n,)
         # NaN (inf - inf for a row whose squared norm overflows) is not within the limit
         bound = float((sq.sqrt() * wmax + cmax + row).max())
         if not bound <= limit and not bool(torch.isfinite(out).all()):
