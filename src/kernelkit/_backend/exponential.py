@@ -42,8 +42,9 @@ def exp2_is_faster(t) -> bool:
 
 
 def exp_(t):
-    """``t.exp_()``: the exponential of the torch tensor ``t`` in place, as ``exp2(t
-    log2 e)`` where that is faster (:func:`exp2_is_faster`).
+    """``t.exp_()``: the exponential of the torch tensor ``t`` (any shape) in place, as
+    ``exp2(t log2 e)`` where that is faster (:func:`exp2_is_faster`); in the attention
+    kernels, the stabilised positive features of FAVOR# eq. 4.
 
     Each entry is within ``(|t| + 1) eps`` relative of ``exp(t)``: at most ``|t| eps``
     from rounding ``t log2 e``, one ulp from ``exp2`` itself (which alone dominates for

@@ -220,7 +220,8 @@ def builds_not_kept():
 
 
 def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int):
-    """:func:`build_log_map` for moments the caller passes (calibration statistics, a
+    """:func:`build_log_map` (same arguments and shapes: W (M, d), moments (..., d[, d]);
+    the FAVOR# Thm 4.1-4.3 fits) for moments the caller passes (calibration statistics, a
     module's running statistics in eval mode), where the same moments come back call after
     call: a recent build (the last ``_BUILT_MAX``, found by the sums of the projection and
     the moments) is reused where the projection and the four moment tensors are equal to

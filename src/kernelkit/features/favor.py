@@ -196,7 +196,8 @@ def _on_cpu(X) -> bool:
 
 
 def _gram(xp, X):
-    """``X^T X`` (..., d, d) of X (..., n, d).
+    """``X^T X`` (..., d, d) of X (..., n, d): the second-moment sums of the FAVOR# fits
+    (Sec. 4, the matrices ``M_x``, ``M_y`` of Thm 4.2-4.3 up to ``1 / n``).
 
     On CPU torch tensors with ``d >= 32``, from two products: the upper rows ``X_1^T X``
     (..., h, d) and the lower-right block ``X_2^T X_2`` (``X = [X_1, X_2]``, ``h = d /
