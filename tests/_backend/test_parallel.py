@@ -79,11 +79,17 @@ def test_run_beside_returns_both_results_and_uses_another_thread():
     assert work == "work"
     # either a pool thread ran it, or it was cancelled and ran here: both give its value
     assert isinstance(side, int)
-    seen = []
-    # a long main-thread task leaves the pool time to start the side task
-    side, _ = parallel.run_beside(
-        lambda: threading.get_ident(), lambda: seen.append(np.linalg.eigh(np.eye(300)))
-    )
+    # the calling thread's work waits until the side task has started, so the side task
+    # cannot be cancelled and run here, however loaded the machine is (a fixed amount of
+    # main-thread work raced the pool and lost under a parallel test run)
+    started = threading.Event()
+
+    def side_task():
+        started.set()
+        return threading.get_ident()
+
+    side, waited = parallel.run_beside(side_task, lambda: started.wait(timeout=60))
+    assert waited, "the side task never started on a pool thread"
     assert side != main
 
 
