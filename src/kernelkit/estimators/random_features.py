@@ -97,9 +97,11 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     requested output dimension on a sample of
     ``auto_sample_size`` rows of the training data, evaluates its analytic relative
     mean squared error ``E (K_hat - K)^2 / K^2`` on all pairs of the sample (of ``X``
-    with ``Y`` when given; distinct pairs otherwise), keeps the lowest mean, and refits it
-    on all the data. For the unbiased maps that is the relative variance ``Var K_hat /
-    K^2`` (:meth:`~kernelkit.features.FeatureMap.log_relative_variance`); the Maclaurin
+    with ``Y`` when given; distinct pairs otherwise; pairs where it is infinite or undefined
+    for every candidate, such as zeros of the polynomial kernel on integer or one-hot data,
+    rank none and are left out), keeps the lowest mean, and refits it on all the data.
+    For the unbiased maps that is the relative variance ``Var K_hat / K^2``
+    (:meth:`~kernelkit.features.FeatureMap.log_relative_variance`); the Maclaurin
     maps estimate a truncated series (:meth:`~kernelkit.features.FeatureMap.
     expected_kernel`), whose squared bias is added, so that data where the truncation
     fails (large ``|x^T y| / l^2``) does not choose them. The choice is ``method_`` and
@@ -302,7 +304,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng)
         if sp.issparse(sx):  # sparse X, or a Dask X of sparse chunks
             candidates = [c for c in candidates if METHODS[c].cls.accepts_sparse]
-        estimates = {}
+        estimates, rels = {}, {}
         for name in candidates:
             try:  # a candidate wider than n_components with one feature is not one
                 fm = self._make_map(name, seed, too_small="raise").fit(sx, Y=sy)
@@ -315,8 +317,16 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             rel = _relative_mse(fm, sx, sy, lrv)
             if sy is None and rel.shape[0] > 1:  # distinct pairs only
                 rel = rel[~np.eye(rel.shape[0], dtype=bool)]
+            rels[name] = rel.ravel()
+        # A pair where no candidate's relative error is finite, such as a zero of the
+        # polynomial kernel (x.y / l^2 + coef0 = 0, common for integer or one-hot data),
+        # where E (K_hat - K)^2 / K^2 is undefined for every map, ranks none of them.
+        undefined = np.logical_and.reduce([~np.isfinite(r) for r in rels.values()])
+        for name, rel in rels.items():
+            rel = rel[~undefined]
             rel = rel[~np.isnan(rel)]
             estimates[name] = float(rel.mean()) if rel.size else math.inf
+        estimates = {name: estimates[name] for name in candidates}  # ties: table order
         finite = {k: v for k, v in estimates.items() if math.isfinite(v)}
         if not finite:
             raise ValueError(
