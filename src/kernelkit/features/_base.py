@@ -279,6 +279,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         n_in = None if (reset or like is not None) else self.n_features_in_
         if like is not None:
             n_in = like.shape[1]
+        if is_dask_array(X):  # the methods that are not lazy compute a Dask argument; its
+            X = X.compute()  # chunks may be SciPy sparse (numpy.asarray: an object array)
         if sp.issparse(X):
             if not self.accepts_sparse:
                 raise TypeError(
