@@ -1,5 +1,5 @@
 """The estimators with the inputs of a real project: integer and one-hot data, whose
-kernel values can be exactly zero.
+kernel values can be exactly zero, and SciPy sparse rows in Dask chunks or blocks.
 
 Expected values are exact references: the same seed gives the same draw, so a choice of
 ``method="auto"`` is compared with the map of the chosen method fitted directly.
@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import math
 
+import dask.array as da
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
 
-from kernelkit.estimators import RandomFeatures
+from kernelkit.estimators import (
+    NadarayaWatsonClassifier,
+    RandomFeatureGPClassifier,
+    RandomFeatureGPRegressor,
+    RandomFeatureRidge,
+    RandomFeatures,
+)
+from kernelkit.features import RandomFourierFeatures
 
 
 def _integer_data(n=40, d=3, seed=0):
@@ -48,3 +58,39 @@ def test_auto_chooses_a_polynomial_map_on_data_with_zero_kernel_values(X, coef0)
         method=rf.method_, kernel="polynomial", coef0=coef0, n_components=32, random_state=0
     )
     np.testing.assert_array_equal(direct.fit(X).transform(X), Z)
+
+
+ESTIMATORS = [
+    RandomFeatureRidge(RandomFourierFeatures(8), random_state=0),
+    RandomFeatureGPRegressor(RandomFourierFeatures(8), random_state=0),
+    RandomFeatureGPClassifier(RandomFourierFeatures(8), random_state=0),
+    NadarayaWatsonClassifier(method="sderf", n_components=8, random_state=0),
+]
+CHUNKED = ESTIMATORS[:3]  # the estimators that fit an iterable of blocks
+
+
+def _sparse_rows():
+    S = sp.random(60, 5, density=0.4, format="csr", random_state=0)
+    return S, da.from_array(S, chunks=(20, 5), asarray=False), np.arange(60) % 2
+
+
+@pytest.mark.parametrize("est", ESTIMATORS, ids=lambda e: type(e).__name__)
+def test_a_dask_array_of_sparse_chunks_is_refused_by_name(est):
+    # The estimators need dense rows, as for a SciPy matrix in memory; a Dask array of
+    # sparse chunks gave "X must be numeric; setting an array element with a sequence"
+    # at fit and "sparse array length is ambiguous" at predict.
+    S, dS, y = _sparse_rows()
+    sparse_chunks = r"X is a Dask array of SciPy sparse chunks"
+    with pytest.raises(TypeError, match=sparse_chunks):
+        clone(est).fit(dS, y)
+    fitted = clone(est).fit(S.toarray(), y)
+    with pytest.raises(TypeError, match=sparse_chunks):
+        np.asarray(fitted.predict(dS))
+
+
+@pytest.mark.parametrize("est", CHUNKED, ids=lambda e: type(e).__name__)
+def test_sparse_blocks_of_an_iterable_are_refused_by_name(est):
+    # they were read as 0-d object arrays: "X: block 0 must be 2-D ..., got shape ()"
+    S, _, y = _sparse_rows()
+    with pytest.raises(TypeError, match=r"X: block 1 is a SciPy sparse csr_matrix"):
+        clone(est).fit([(S[:30].toarray(), y[:30]), (S[30:], y[30:])], None)

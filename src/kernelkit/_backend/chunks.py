@@ -50,6 +50,7 @@ __all__ = [
     "one_thread_per_task_map",
     "reduce_blocks",
     "reduce_rows",
+    "reject_sparse",
     "tree_reduce",
 ]
 
@@ -99,6 +100,24 @@ def _is_real(dtype) -> bool:
     )
 
 
+def reject_sparse(Z, where: str) -> None:
+    """``TypeError`` naming ``where`` if ``Z`` is a SciPy sparse matrix, or a Dask array of
+    sparse chunks: these rows must be dense (the estimators, as scikit-learn's without
+    sparse support; NumPy would wrap a sparse matrix in a 0-d object array)."""
+    import scipy.sparse as sp
+
+    if sp.issparse(Z):
+        raise TypeError(
+            f"{where} is a SciPy sparse {type(Z).__name__}, but dense data is required: "
+            "convert it with .toarray()."
+        )
+    if is_dask_array(Z) and sp.issparse(getattr(Z, "_meta", None)):
+        raise TypeError(
+            f"{where} is a Dask array of SciPy sparse chunks, but dense data is required: "
+            "convert its chunks with .map_blocks(lambda b: b.toarray())."
+        )
+
+
 def _shape_for(Z, name: str, vector: str, what: str):
     """``Z`` with the 1-D policy ``vector`` applied; ``ValueError`` for other ranks."""
     if vector not in VECTOR_POLICIES:
@@ -131,6 +150,7 @@ def check_block(
     infinity, each message naming ``owner`` (if given), ``name`` and the block.
     """
     where = f"{owner}: {name}" if owner else name
+    reject_sparse(Z, f"{where}: block {index}")
     Z = _shape_for(np.asarray(Z), f"{where}: block {index}", vector, "an array")
     if not _is_real(Z.dtype):
         raise TypeError(f"{where}: block {index} has dtype {Z.dtype}; expected real numbers.")
@@ -211,6 +231,7 @@ def as_dask_rows(
     import dask.array as da
 
     where = f"{owner}: {name}" if owner else name
+    reject_sparse(Z, where)
     if not is_dask_array(Z):
         Z = np.asarray(Z)
         Z = da.from_array(Z, chunks=("auto",) + (-1,) * (Z.ndim - 1))

@@ -13,6 +13,7 @@ from sklearn import get_config
 from sklearn.utils.validation import validate_data as _sk_validate_data
 
 from . import is_torch_array, to_numpy
+from .chunks import is_dask_array, reject_sparse
 
 __all__ = ["check_lazy_output", "for_container", "host_array", "validate_data"]
 
@@ -55,6 +56,8 @@ def validate_data(_estimator, /, X="no_validation", y="no_validation", **kwargs)
     with complex ``X`` or ``y`` and non-numeric ``X`` reported by name (class labels
     ``y`` may be strings), and torch tensors converted as NumPy arrays of their dtype
     (detached from autograd) unless array API dispatch is on."""
+    if is_dask_array(X):  # NumPy would make its computed sparse matrix an object array
+        reject_sparse(X, "X")
     _check_real(X, "X")
     _check_real(y, "y")
     X, y = host_array(X), host_array(y)
