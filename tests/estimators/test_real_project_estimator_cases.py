@@ -1,5 +1,6 @@
 """The estimators with the inputs of a real project: integer and one-hot data, whose
-kernel values can be exactly zero, and SciPy sparse rows in Dask chunks or blocks.
+kernel values can be exactly zero, SciPy sparse rows in Dask chunks or blocks, and
+DataFrames with non-numeric columns.
 
 Expected values are exact references: the same seed gives the same draw, so a choice of
 ``method="auto"`` is compared with the map of the chosen method fitted directly.
@@ -11,6 +12,7 @@ import math
 
 import dask.array as da
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone
@@ -94,3 +96,48 @@ def test_sparse_blocks_of_an_iterable_are_refused_by_name(est):
     S, _, y = _sparse_rows()
     with pytest.raises(TypeError, match=r"X: block 1 is a SciPy sparse csr_matrix"):
         clone(est).fit([(S[:30].toarray(), y[:30]), (S[30:], y[30:])], None)
+
+
+def _frame_with(column):
+    X = np.random.default_rng(0).standard_normal((10, 2))
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    frame["c"] = column
+    return frame
+
+
+@pytest.mark.parametrize(
+    "est",
+    [*ESTIMATORS, RandomFeatures(method="trig", n_components=8, random_state=0)],
+    ids=lambda e: type(e).__name__,
+)
+@pytest.mark.parametrize(
+    "column",
+    [
+        ["x", "y"] * 5,
+        pd.Categorical(["x", "y"] * 5),
+        pd.date_range("2020-01-01", periods=10),
+    ],
+    ids=["strings", "categorical", "datetime"],
+)
+def test_a_dataframe_with_a_non_numeric_column_is_a_type_error_naming_x(est, column):
+    # as a NumPy array of strings and the feature maps' own fit: it was scikit-learn's
+    # bare "could not convert string to float: 'x'" (a ValueError) or NumPy's
+    # DTypePromotionError, naming neither X nor the column
+    y = np.arange(10) % 2
+    with pytest.raises(TypeError, match=r"^X must be numeric; column 'c' has dtype"):
+        clone(est).fit(_frame_with(column), y)
+
+
+@pytest.mark.parametrize("est", ESTIMATORS[:2], ids=lambda e: type(e).__name__)
+def test_a_dataframe_with_numeric_object_and_categorical_columns_fits(est):
+    # guard: object columns of numbers (pandas.NA aside), numeric categoricals and numeric
+    # strings are numbers, as for scikit-learn: the same model as the float frame, to the
+    # last bit (the same float64 rows reach the same computation)
+    y = np.arange(10) % 2
+    ref = clone(est).fit(_frame_with(np.arange(10.0)), y).predict(_frame_with(np.arange(10.0)))
+    for column in (np.arange(10.0).astype(object), pd.Categorical(np.arange(10.0))):
+        frame = _frame_with(column)
+        np.testing.assert_array_equal(clone(est).fit(frame, y).predict(frame), ref)
+    with_na = _frame_with(pd.array([1, pd.NA, *range(8)], dtype=object))
+    with pytest.raises(ValueError, match="NaN"):  # missing data, not a non-numeric column
+        clone(est).fit(with_na, y)

@@ -18,8 +18,34 @@ from .chunks import is_dask_array, reject_sparse
 __all__ = ["check_lazy_output", "for_container", "host_array", "validate_data"]
 
 
+def _check_columns(frame, name: str) -> None:
+    """``TypeError`` naming ``name`` and the column if a DataFrame column is not numeric
+    (strings, categories of strings, datetimes). Columns of numbers in another dtype (an
+    object column of numbers and missing values, a categorical of numbers, numeric
+    strings) convert to float, as in scikit-learn; a missing value in one (``None``,
+    ``pandas.NA``, on which scikit-learn's conversion raises a ``TypeError``) is NaN: a
+    ``ValueError``."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    for i, (column, dtype) in enumerate(frame.dtypes.items()):
+        if is_numeric_dtype(dtype) or is_bool_dtype(dtype):
+            continue
+        values = frame.iloc[:, i].to_numpy(dtype=object, na_value=np.nan)
+        try:
+            values = values.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{name} must be numeric; column {column!r} has dtype {dtype}: {exc}."
+            ) from None
+        if np.isnan(values).any():
+            raise ValueError(f"Input {name} contains NaN (missing values in column {column!r}).")
+
+
 def _check_real(a, name: str) -> None:
     if isinstance(a, str) or a is None:
+        return
+    if name == "X" and hasattr(a, "columns") and hasattr(a, "dtypes"):  # a DataFrame
+        _check_columns(a, name)
         return
     dtype = getattr(a, "dtype", None)
     if dtype is None:
