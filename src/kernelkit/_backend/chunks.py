@@ -218,6 +218,7 @@ def as_dask_rows(
     owner: str | None = None,
     vector: str = "column",
     known_rows: bool = True,
+    dense: bool = True,
 ):
     """``Z`` as a checked Dask array of row chunks (lazily: nothing is computed).
 
@@ -227,11 +228,14 @@ def as_dask_rows(
     counts, and computing them would run the graph that filtered the rows), the columns
     merged into one chunk (a chunk is a set of whole rows) and, with ``rows_like`` (a
     Dask array), the rows rechunked to its row chunks after checking the row counts agree.
+    ``dense``: SciPy sparse chunks are a ``TypeError`` (:func:`reject_sparse`); the
+    feature maps that take sparse input pass False.
     """
     import dask.array as da
 
     where = f"{owner}: {name}" if owner else name
-    reject_sparse(Z, where)
+    if dense:
+        reject_sparse(Z, where)
     if not is_dask_array(Z):
         Z = np.asarray(Z)
         Z = da.from_array(Z, chunks=("auto",) + (-1,) * (Z.ndim - 1))
@@ -273,7 +277,7 @@ def check_dask_matrix(X, name: str, n_features: int | None = None):
             f"{name} has an unknown number of columns (a Dask array with unknown chunk sizes "
             f"along axis 1, shape {X.shape}): call {name}.compute_chunk_sizes() first."
         )
-    return as_dask_rows(X, name, n_features, known_rows=False)
+    return as_dask_rows(X, name, n_features, known_rows=False, dense=False)
 
 
 def as_dask_labels(y, rows_like, name: str = "y", *, owner: str | None = None):
