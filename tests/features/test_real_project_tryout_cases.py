@@ -142,16 +142,19 @@ def test_sparse_forms_give_the_features_of_the_dense_rows(make):
 def test_threads_and_n_jobs_do_not_change_a_data_dependent_fit():
     from threadpoolctl import threadpool_limits
 
-    X = _rows(n=4000, d=8)
+    # 20 000 x 64 rows: moments summed in row blocks, more than one chunk of them, so
+    # that n_jobs=-1 sums the chunks on threads
+    X = _rows(n=20_000, d=64) / 8
     ref = SDERF(n_features=16, kernel="gaussian", random_state=0, n_jobs=1).fit(X)
     with threadpool_limits(1):
         one_blas = SDERF(n_features=16, kernel="gaussian", random_state=0).fit(X)
     all_cpus = SDERF(n_features=16, kernel="gaussian", random_state=0, n_jobs=-1).fit(X)
     want = ref.transform(X[:50])
     for fm in (one_blas, all_cpus):
-        # the moments are sums of 4000 rows in another order: relative round-off of
-        # about 4000 * 2**-53 ~ 1e-12 in the fitted parameters and so in the features
-        np.testing.assert_allclose(fm.transform(X[:50]), want, rtol=1e-10)
+        # the same chunk sums, added in chunk order; BLAS threads change the order within
+        # a product: relative round-off below 20 000 * 2**-53 ~ 1e-12 in the moments, and
+        # so in the fitted parameters and the features
+        np.testing.assert_allclose(fm.transform(X[:50]), want, rtol=1e-9)
 
 
 @pytest.mark.parametrize("make", GUARD_MAPS, ids=GUARD_IDS)
