@@ -1,0 +1,228 @@
+"""Inputs as real models make them: q, k, v sliced from a fused projection and transposed
+to ``(B, H, L, d)`` (non-contiguous), keys expanded over heads (stride 0), extra batch
+dims, head dims that are not powers of two, odd ``M``, lengths that are not a multiple
+of the chunk; autocast with the backward inside the autocast region; gradcheck of the
+fitted maps where their parameters are constants; the module's life cycle (state_dict,
+deepcopy, pickle) and decoding from non-contiguous inputs."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from kernelkit.attention import (  # noqa: E402
+    FavorAttention,
+    Moments,
+    attention_moments,
+    init_decoding_state,
+    linear_attention,
+    linear_attention_step,
+)
+
+FITTED = ("gerf", "saderf", "aderf", "sderf")
+CAUSAL_MAPS = ("positive", "hyperbolic", "gerf", "saderf", "aderf", "sderf", "relu", "elu")
+
+
+def _fused_qkv(B=2, L=37, H=3, d=48, dtype=torch.float64, seed=0, scale=0.3):
+    """q, k, v as ``qkv.chunk(3, -1)`` then ``view(B, L, H, d).transpose(1, 2)``: views
+    of one (B, L, 3 H d) tensor, none of them contiguous."""
+    g = torch.Generator().manual_seed(seed)
+    qkv = scale * torch.randn(B, L, 3 * H * d, generator=g, dtype=dtype)
+    return tuple(t.view(B, L, H, d).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+
+
+def _per_head(mom):
+    """Moments averaged over the batch dim (dim 0): one fit per head."""
+    return Moments(*(t.mean(0) for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)))
+
+
+def _kwargs(name, causal, mom):
+    kw = {"is_causal": causal, "random_state": 0}
+    if causal and name in FITTED:
+        kw["moments"] = mom
+    return kw
+
+
+# ------------------------------------------------------------------ layouts
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["positive", "sderf", "aderf", "relu", "trig", "hybrid_angular"])
+def test_fused_projection_views_give_the_contiguous_result(name, causal):
+    if causal and name in ("trig", "hybrid_angular"):
+        pytest.skip("bidirectional only")
+    q, k, v = _fused_qkv()  # d = 48, L = 37: not a multiple of the chunk
+    assert not any(t.is_contiguous() for t in (q, k, v))
+    qc, kc, vc = (t.contiguous() for t in (q, k, v))
+    kw = _kwargs(name, causal, _per_head(attention_moments(qc, kc)))
+    out = linear_attention(q, k, v, name, 65, chunk_size=16, **kw)  # M odd
+    ref = linear_attention(qc, kc, vc, name, 65, chunk_size=16, **kw)
+    # the same arithmetic on the same values: only the order of a few float64 sums may
+    # differ with the memory layout, so a few ulps of the O(1) outputs
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["positive", "sderf"])
+def test_expanded_keys_and_their_gradient(name, causal):
+    """Keys and values of one head expanded (stride 0) over 4 query heads, as GQA-like
+    sharing without ``enable_gqa``: the result and the gradient of the shared key equal
+    those of materialised copies (the gradient summed over the heads)."""
+    g = torch.Generator().manual_seed(1)
+    B, H, L, d = 2, 4, 19, 80
+    q = 0.3 * torch.randn(B, H, L, d, generator=g, dtype=torch.float64)
+    k1, v1 = (0.3 * torch.randn(B, 1, L, d, generator=g, dtype=torch.float64) for _ in range(2))
+    mom = _per_head(attention_moments(q, k1.expand(B, H, L, d)))
+    kw = _kwargs(name, causal, mom)
+    ks = k1.clone().requires_grad_()
+    out = linear_attention(q, ks.expand(B, H, L, d), v1.expand(B, H, L, d), name, 33, **kw)
+    out.square().sum().backward()
+    kr = k1.repeat(1, H, 1, 1).requires_grad_()
+    ref = linear_attention(q, kr, v1.repeat(1, H, 1, 1), name, 33, **kw)
+    ref.square().sum().backward()
+    # float64 rounding of O(1) outputs and gradients (sums over 4 heads of 19 terms)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-13)
+    torch.testing.assert_close(ks.grad, kr.grad.sum(1, keepdim=True), rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------ autocast
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["positive", "hyperbolic", "sderf"])
+def test_backward_inside_autocast_region_gives_the_float32_gradients(name, causal):
+    """``loss.backward()`` called inside ``torch.autocast`` (common in training loops,
+    though PyTorch recommends outside): the closed-form backward of the positive maps
+    must run in float32 as its forward did, not mix autocast's bfloat16 products into
+    its float32 state (bidirectional: a dtype error from ``baddbmm_``). Bidirectional
+    relu / elu / trig use plain autograd, whose backward follows autocast as PyTorch's
+    own ops do."""
+    g = torch.Generator().manual_seed(2)
+    q0, k0, v0 = (torch.randn(1, 2, 9, 8, generator=g) for _ in range(3))
+    mom = attention_moments(q0, k0)
+    kw = _kwargs(name, causal, mom)
+    grads = []
+    for inside in (False, True):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = linear_attention(q, k, v, name, 16, **kw)
+            loss = out.float().square().sum()
+            if inside:
+                loss.backward()
+        if not inside:
+            loss.backward()
+        assert out.dtype == torch.float32
+        grads.append([t.grad for t in (q, k, v)])
+    for a, b in zip(*grads, strict=True):
+        # the same float32 computation (autocast off inside): equal up to float32 sums
+        # of O(10) terms of size O(1), i.e. well within 1e-5 relative
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_module_trains_under_autocast_with_backward_inside(causal):
+    torch.manual_seed(0)
+    fav = FavorAttention(48, 4, feature_map="sderf", n_features=32, random_state=0)
+    x = torch.randn(2, 13, 48, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = fav(x, x, x, is_causal=causal)
+        assert out.dtype == torch.bfloat16  # out_proj follows autocast
+        out.float().square().mean().backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in fav.parameters())
+
+
+# ------------------------------------------------------------------ autograd
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["positive", "sderf"])
+def test_gradcheck_small_cases(name, causal):
+    """float64 gradcheck with L = 7 over chunks of 4 (a partial chunk). A fitted map is
+    differentiable as documented only with its parameters constant: given ``moments``
+    (bidirectional ones fitted per call are constants for autograd by design)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (0.5 * torch.randn(1, 2, 7, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    calib = (0.5 * torch.randn(4, 2, 20, 5, generator=g, dtype=torch.float64) for _ in range(2))
+    kw = {"is_causal": causal, "random_state": 0, "chunk_size": 4}
+    if name == "sderf":
+        kw["moments"] = _per_head(attention_moments(*calib))
+    args = tuple(t.requires_grad_() for t in (q, k, v))
+    assert torch.autograd.gradcheck(lambda a, b, c: linear_attention(a, b, c, name, 9, **kw), args)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_only_some_inputs_require_grad(causal):
+    q0, k0, v0 = _fused_qkv(B=1, L=11, H=2, d=10, seed=4)
+    kw = _kwargs("sderf", causal, _per_head(attention_moments(q0, k0)))
+    full = [t.detach().clone().requires_grad_() for t in (q0, k0, v0)]
+    linear_attention(*full, "sderf", 17, **kw).square().sum().backward()
+    for i in range(3):
+        ts = [t.detach().clone().requires_grad_(j == i) for j, t in enumerate((q0, k0, v0))]
+        linear_attention(*ts, "sderf", 17, **kw).square().sum().backward()
+        torch.testing.assert_close(ts[i].grad, full[i].grad, rtol=0, atol=0)
+        assert all(ts[j].grad is None for j in range(3) if j != i)
+
+
+# ------------------------------------------------------------------ module life cycle
+def _trained_module(causal, feature_map="sderf"):
+    torch.manual_seed(5)
+    fav = FavorAttention(80, 4, feature_map=feature_map, n_features=33, redraw_interval=2)
+    for _ in range(3):
+        x = torch.randn(2, 13, 80)
+        fav(x, x, x, is_causal=causal)[0].sum().backward()
+    return fav.eval()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_module_copies_reproduce_outputs(causal):
+    fav = _trained_module(causal)
+    x = torch.randn(13, 2, 80).transpose(0, 1)  # non-contiguous batch-first input
+    with torch.no_grad():
+        ref, _ = fav(x, x, x, is_causal=causal)
+        fresh = FavorAttention(80, 4, feature_map="sderf", n_features=33, random_state=9)
+        fresh.load_state_dict(fav.state_dict())
+        buf = io.BytesIO()
+        torch.save(fav, buf)
+        buf.seek(0)
+        copies = [
+            fresh.eval(),
+            copy.deepcopy(fav),
+            pickle.loads(pickle.dumps(fav)),
+            torch.load(buf, weights_only=False),
+        ]
+        for other in copies:
+            assert torch.equal(other(x, x, x, is_causal=causal)[0], ref)
+
+
+# ------------------------------------------------------------------ decoding
+@pytest.mark.parametrize("name", CAUSAL_MAPS)
+def test_prefill_and_steps_from_fused_views_equal_causal_pass(name):
+    q, k, v = _fused_qkv(L=37, d=48)
+    kw = _kwargs(name, True, _per_head(attention_moments(q, k)))
+    full = linear_attention(q, k, v, name, 33, **kw)
+    kw.pop("is_causal")
+    state = init_decoding_state((2, 3), 48, name, 33, dtype=torch.float64, **kw)
+    outs = []
+    with torch.no_grad():
+        y, state = linear_attention_step(q[..., :19, :], k[..., :19, :], v[..., :19, :], state)
+        outs.append(y)
+        for t in range(19, 37):
+            y, state = linear_attention_step(
+                q[..., t, :], k[..., t, :], v[..., t, :], state, inplace=True
+            )
+            outs.append(y.unsqueeze(-2))
+    # the step computes the causal pass's ratio with the same stabilisers (guide,
+    # "Why stepping equals the causal pass"): equal to float64 rounding of O(1) values
+    torch.testing.assert_close(torch.cat(outs, dim=-2), full, rtol=0, atol=1e-12)
+    assert state.t == 37
+
+
+def test_step_with_another_batch_size_names_the_remedy():
+    q, k, v = _fused_qkv(B=2)
+    state = init_decoding_state((2, 3), 48, "positive", 16, random_state=0, dtype=torch.float64)
+    with pytest.raises(ValueError, match="batch_shape"):
+        linear_attention_step(q[:1, :, 0], k[:1, :, 0], v[:1, :, 0], state)
+    fav = FavorAttention(48, 4, feature_map="positive", n_features=16, random_state=0).eval()
+    with pytest.raises(ValueError, match="init_state"):
+        fav.step(torch.randn(1, 48), torch.randn(1, 48), torch.randn(1, 48), fav.init_state(2))
