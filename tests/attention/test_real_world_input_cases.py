@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import re
 
 import pytest
 
@@ -226,3 +227,44 @@ def test_step_with_another_batch_size_names_the_remedy():
     fav = FavorAttention(48, 4, feature_map="positive", n_features=16, random_state=0).eval()
     with pytest.raises(ValueError, match="init_state"):
         fav.step(torch.randn(1, 48), torch.randn(1, 48), torch.randn(1, 48), fav.init_state(2))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_redraw_under_inference_mode_leaves_ordinary_buffers(causal):
+    """A training-mode module run under ``torch.inference_mode()`` (an evaluation loop
+    that forgot ``eval()``) redraws its projections there: the new buffers must stay
+    ordinary tensors, as BatchNorm's running statistics do, so that a later
+    ``load_state_dict`` (an in-place copy) and training still work."""
+    torch.manual_seed(6)
+    fav = FavorAttention(48, 4, feature_map="sderf", n_features=32, redraw_interval=1)
+    x = torch.randn(2, 9, 48)
+    with torch.inference_mode():
+        for _ in range(2):  # the second call redraws
+            fav(x, x, x, is_causal=causal)
+    assert not any(b.is_inference() for b in fav.buffers())
+    with torch.inference_mode():
+        fav.redraw_features()  # called by hand there too
+    assert not any(b.is_inference() for b in fav.buffers())
+    src = FavorAttention(48, 4, feature_map="sderf", n_features=32, random_state=1)
+    src(x, x, x, is_causal=causal)  # statistics (causal) and projections to load
+    fav.load_state_dict(src.state_dict())
+    with torch.no_grad():
+        assert torch.equal(
+            fav.eval()(x, x, x, is_causal=causal)[0], src.eval()(x, x, x, is_causal=causal)[0]
+        )
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_step_shape_error_names_the_modules_layout(batch_first):
+    """A wrong-rank token (an unbatched ``(E,)`` vector) to a sequence-first module: the
+    error names that module's block layout, ``(T, N, E)``, not the batch-first one."""
+    fav = FavorAttention(48, 4, n_features=16, batch_first=batch_first, random_state=0).eval()
+    layout = "(N, T, E)" if batch_first else "(T, N, E)"
+    x = torch.randn(48)
+    with pytest.raises(
+        ValueError, match=re.escape(f"query_t must be (N, E) for one token or {layout}")
+    ) as err:
+        fav.step(x, x, x, fav.init_state(1))
+    assert "like query_t" not in str(err.value)
+    with pytest.raises(ValueError, match="like query_t"):  # the other inputs: as query_t
+        fav.step(torch.randn(1, 48), x, x, fav.init_state(1))
