@@ -268,3 +268,51 @@ def test_step_shape_error_names_the_modules_layout(batch_first):
     assert "like query_t" not in str(err.value)
     with pytest.raises(ValueError, match="like query_t"):  # the other inputs: as query_t
         fav.step(torch.randn(1, 48), x, x, fav.init_state(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sderf_gradients_of_a_short_sequence_do_not_depend_on_the_layout(dtype):
+    """SDERF fitted per call on a sequence shorter than the head dim (L = 21 queries and
+    keys, d = 48): the second moment ``N`` of FAVOR# Thm 4.3 has rank 2L - 1 = 41, so a
+    7-dimensional null space whose eigenvectors LAPACK picks arbitrarily. The outputs do
+    not see that choice (the inputs have no component there) but the closed-form
+    gradients ``dl W_x^T`` do: a transposed view and its contiguous copy, whose moments
+    differ by rounding, gave gradients 30% apart. The null space's basis must be a
+    function of the data alone, like the eigenvectors' signs."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (0.3 * torch.randn(2, 3, 48, 21, generator=g, dtype=dtype).mT for _ in range(3))
+    grads = []
+    for ins in ((q, k, v), tuple(t.contiguous() for t in (q, k, v))):
+        ts = [t.detach().clone().requires_grad_() for t in ins]
+        linear_attention(*ts, "sderf", 64, random_state=0).square().sum().backward()
+        grads.append([t.grad for t in ts])
+    # the fit is continuous in the moments once the null basis is canonical: rounding of
+    # the moments (eps of the dtype, relative to the eigenvalue gap of about 5e-4 of the
+    # largest) moves the gradients by about eps / 5e-4; allow 1e3 eps relative
+    eps = torch.finfo(dtype).eps
+    for a, b in zip(*grads, strict=True):
+        assert float((a - b).norm() / b.norm()) < 1e3 * eps
+
+
+def test_sderf_null_space_basis_is_canonical():
+    """The fit itself: rank-deficient moments (zero columns, as inputs with unused
+    features give) perturbed by rounding give the same rotation to that rounding."""
+    from kernelkit.features.favor import Moments as FMoments
+    from kernelkit.features.favor import fit_sderf
+
+    g = torch.Generator().manual_seed(8)
+    x, y = (torch.randn(4, 500, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    x[..., 10:], y[..., 10:] = 0.0, 0.0  # a 6-dimensional null space
+    mom = FMoments(x.mean(1), x.mT @ x / 500, y.mean(1), y.mT @ y / 500)
+    noise = 1e-15 * torch.randn(4, 16, 16, generator=g, dtype=torch.float64)
+    noisy = FMoments(mom.mean_x, mom.second_x + (noise + noise.mT), mom.mean_y, mom.second_y)
+    Q1, a1 = fit_sderf(mom)
+    Q2, a2 = fit_sderf(noisy)
+    # a perturbation of 1e-15 against an eigenvalue gap of O(1): eigenvectors move by
+    # about 1e-15; 1e-10 leaves room for the d x d products and still fails an arbitrary
+    # basis (O(1) apart)
+    torch.testing.assert_close(Q1, Q2, rtol=0, atol=1e-10)
+    torch.testing.assert_close(a1, a2, rtol=0, atol=1e-12)
+    assert torch.allclose(
+        Q1 @ Q1.mT, torch.eye(16, dtype=torch.float64).expand(4, 16, 16), atol=1e-12
+    )
