@@ -326,3 +326,74 @@ def test_sderf_null_space_basis_is_canonical():
     assert torch.allclose(
         Q1 @ Q1.mT, torch.eye(16, dtype=torch.float64).expand(4, 16, 16), atol=1e-12
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_attention_moments_under_autocast_are_computed_in_float32(dtype):
+    """Moments of half-precision projections, taken inside the ``torch.autocast`` region
+    that made them (as ``FavorAttention`` does for its running statistics): their
+    products must not run in autocast's half precision, whose rounded sums lose bits
+    (bfloat16) or overflow to inf (float16, sums of 4096 squares of 30)."""
+    g = torch.Generator().manual_seed(10)
+    q, k = (30.0 * torch.randn(2, 4096, 16, generator=g) for _ in range(2))
+    q, k = q.to(dtype), k.to(dtype)
+    ref = attention_moments(q, k)
+    with torch.autocast("cpu", dtype=dtype):
+        got = attention_moments(q, k)
+    # the same float32 sums of the same half-precision inputs, reported in float64:
+    # equal up to float32 summation order (4096 terms: well within 1e-5 relative)
+    for a, b in zip(
+        (got.mean_x, got.second_x, got.mean_y, got.second_y),
+        (ref.mean_x, ref.second_x, ref.mean_y, ref.second_y),
+        strict=True,
+    ):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
+
+
+def test_module_running_statistics_under_float16_autocast():
+    """A causal FAVOR# training step under float16 autocast with large activations (x of
+    scale 30): the running statistics stay finite and the next step fits from them
+    (was: inf second moments, then LinAlgError from eigh)."""
+    torch.manual_seed(11)
+    fav = FavorAttention(32, 2, feature_map="sderf", n_features=16, random_state=0)
+    ref = copy.deepcopy(fav)
+    x = 30.0 * torch.randn(1, 4096, 32)
+    with torch.autocast("cpu", dtype=torch.float16):
+        for _ in range(2):
+            out, _ = fav(x, x, x, is_causal=True)
+    assert torch.isfinite(out).all()
+    for _ in range(2):
+        ref(x, x, x, is_causal=True)
+    # float16 projections (2^-11 relative rounding per entry) against float32 ones:
+    # second moments within about 2 * 2^-11 ~ 1e-3 relative; allow 1e-2
+    for name in ("running_mean_q", "running_second_q", "running_mean_k", "running_second_k"):
+        a, b = getattr(fav, name), getattr(ref, name)
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2 * float(b.abs().max()))
+
+
+@pytest.mark.parametrize("name", ["positive", "sderf"])
+def test_decoding_step_under_autocast_computes_in_float32(name):
+    """A generation loop inside ``torch.autocast`` (the usual way to run a model in
+    mixed precision): the step must compute in float32 as the causal forward does under
+    autocast, not in bfloat16 (outputs 2e-2 off and a state accumulating bfloat16
+    products)."""
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=g) for _ in range(3))
+    mom = _per_head(attention_moments(q, k)) if name == "sderf" else None
+    state0 = init_decoding_state((1, 2), 16, name, 32, random_state=0, moments=mom)
+    outs = []
+    for enabled in (False, True):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            y, state = linear_attention_step(q[..., :39, :], k[..., :39, :], v[..., :39, :], state0)
+            y_t, state = linear_attention_step(q[..., 39, :], k[..., 39, :], v[..., 39, :], state)
+            full = linear_attention(q, k, v, name, 32, is_causal=True, random_state=0, moments=mom)
+        assert y.dtype == y_t.dtype == torch.float32
+        outs.append((y, y_t, state.kvz, full))
+    # the same float32 arithmetic with autocast on and off: equal up to float32
+    # rounding (1e-5 relative; bfloat16 products are off by about 2^-8 = 4e-3)
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    # and the steps equal the causal forward under autocast, as they do without it
+    torch.testing.assert_close(outs[1][1], outs[1][3][..., 39, :], rtol=1e-5, atol=1e-5)
