@@ -1,9 +1,10 @@
 """Inputs as real models make them: q, k, v sliced from a fused projection and transposed
 to ``(B, H, L, d)`` (non-contiguous), keys expanded over heads (stride 0), extra batch
 dims, head dims that are not powers of two, odd ``M``, lengths that are not a multiple
-of the chunk; autocast with the backward inside the autocast region; gradcheck of the
-fitted maps where their parameters are constants; the module's life cycle (state_dict,
-deepcopy, pickle) and decoding from non-contiguous inputs."""
+of the chunk, sequences shorter than the head dim; ``torch.autocast`` around the
+backward, the moments and the decoding steps; gradcheck of the fitted maps where their
+parameters are constants; the module's life cycle (state_dict, deepcopy, pickle,
+``inference_mode``) and decoding from non-contiguous inputs."""
 
 from __future__ import annotations
 
@@ -88,6 +89,21 @@ def test_expanded_keys_and_their_gradient(name, causal):
     # float64 rounding of O(1) outputs and gradients (sums over 4 heads of 19 terms)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-13)
     torch.testing.assert_close(ks.grad, kr.grad.sum(1, keepdim=True), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_two_batch_dims_equal_a_loop_over_the_first(causal):
+    g = torch.Generator().manual_seed(13)
+    q, k, v = (
+        0.3 * torch.randn(2, 3, 4, 19, 80, generator=g, dtype=torch.float64) for _ in range(3)
+    )
+    mom = attention_moments(q, k)
+    mom = Moments(*(t.mean((0, 1)) for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)))
+    kw = _kwargs("sderf", causal, mom)
+    out = linear_attention(q, k, v, "sderf", 33, **kw)
+    ref = torch.stack([linear_attention(q[i], k[i], v[i], "sderf", 33, **kw) for i in range(2)])
+    # the same per-(batch, head) arithmetic: float64 rounding of O(1) outputs
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-13)
 
 
 # ------------------------------------------------------------------ autocast
