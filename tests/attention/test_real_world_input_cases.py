@@ -111,8 +111,9 @@ def test_two_batch_dims_equal_a_loop_over_the_first(causal):
 def test_fused_views_against_exact_softmax_attention(name, causal):
     """Monte Carlo accuracy on fused-projection views (d = 80) against SDPA: the relative
     error shrinks like M^{-1/2}. Measured over seeds 0-5 at M = 1024 it is 0.032-0.044
-    (spread +-10%), at M = 256 twice that; the bound 0.1 at M = 1024 is more than twice
-    the largest, and the ratio of the two errors must be near sqrt(4) = 2."""
+    (spread +-10%), at M = 256 twice that; the bound 0.065 at M = 1024 is 1.5 times the
+    largest (a scale off by 1.5, a bias that does not shrink, reads 0.08-0.09), and the
+    ratio of the two errors must be near sqrt(4) = 2."""
     F = pytest.importorskip("torch.nn.functional")
     q, k, v = _fused_qkv(L=50, d=80, seed=3)
     exact = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -121,7 +122,7 @@ def test_fused_views_against_exact_softmax_attention(name, causal):
         float((linear_attention(q, k, v, name, M, **kw) - exact).norm() / exact.norm())
         for M in (256, 1024)
     ]
-    assert errs[1] < 0.1
+    assert errs[1] < 0.065
     assert 1.4 < errs[0] / errs[1] < 2.8
 
 
