@@ -522,7 +522,7 @@ def fit_sderf(mom: Moments):
 
 
 #: eigenvalues of N up to this fraction of the largest form its (numerical) null space
-#: (rounding of float32 moments leaves about 1e-8 there; a_l moves by about half of it)
+#: (rounding of float32 moments leaves about 1e-8 there); they are set to 0 (a_l = 0)
 _NULL_RTOL = 1e-5
 
 
@@ -547,10 +547,10 @@ def _canonical_null_basis(xp, lam, Q):
     layout, another summation order) turns them by O(1). Every rotation of it is an
     equally valid fit (its ``a_l`` are all ``A*(0) = 0``, the eigenvalues being set to
     0 there rather than left to rounding), and the inputs' features do not see it, but
-    their closed-form gradients ``dl W_x^T`` do.
-    The canonical basis orthonormalises the projections ``P g_1, ..., P g_r`` of fixed
-    generic vectors onto the null space (``P = Q_0 Q_0^T``, continuous in the data):
-    a QR of ``P G``, whose first ``r`` columns span the same space as those of ``P G``.
+    their closed-form gradients ``dl W_x^T`` do. The canonical basis orthonormalises
+    the projections ``P g_1, ..., P g_r`` of fixed generic vectors onto the null space
+    (``P = Q_0 Q_0^T``, continuous in the data): a QR of ``P G``, whose first ``r``
+    columns span the same space as those of ``P G``.
     Signs are made canonical afterwards (:func:`row_signs`).
     """
     d = Q.shape[-1]
@@ -561,7 +561,8 @@ def _canonical_null_basis(xp, lam, Q):
     Q0 = xp.where(null[..., None, :], Q, xp.zeros_like(Q))
     P = Q0 @ xp.matrix_transpose(Q0)  # (..., d, d) projector on the null space
     # fixed pseudo-random G (d, d) from a hash of the indices: elementwise ops only, so
-    # the same on every backend and traceable
+    # traceable and the same on every backend up to the rounding of sin (G moves by about
+    # 1e-11, and the basis with it)
     i = xp.astype(xp.arange(1, d + 1, device=_device(Q)), Q.dtype)
     t = xp.sin(12.9898 * i[:, None] + 78.233 * i[None, :]) * 43758.5453
     G = t - xp.floor(t) - 0.5
