@@ -227,6 +227,13 @@ class _BidirectionalExp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
+        # in the forward's dtype, even when backward() is called under autocast (whose
+        # bfloat16 / float16 products would otherwise meet the float32 state)
+        with torch.autocast(dout.device.type, enabled=False):
+            return _BidirectionalExp._backward(ctx, dout)
+
+    @staticmethod
+    def _backward(ctx, dout):
         q, k, v, keep, kmax, state, shift, out, den = ctx.saved_tensors
         first_order_only(q, k, v)
         sq, sk = ctx.sides

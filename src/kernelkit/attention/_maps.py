@@ -70,12 +70,15 @@ def fit_moments(x, y, key_weights=None, full=True, query_weights=None) -> favor.
     """:func:`kernelkit.features.favor.moments` of ``x`` (..., L, d) and ``y`` (..., S, d),
     detached and without autograd, returned in float64.
 
-    The sums run in the inputs' floating dtype (float32 or float64) and are cast to
-    float64 for the fits. ``key_weights`` (..., S), ``query_weights`` (..., L):
-    non-negative weights of the keys / queries summing to one per row (padding
-    excluded); None means uniform.
+    The sums run in the inputs' floating dtype (float32 or float64), also inside a
+    ``torch.autocast`` region, and are cast to float64 for the fits. ``key_weights``
+    (..., S), ``query_weights`` (..., L): non-negative weights of the keys / queries
+    summing to one per row (padding excluded); None means uniform.
     """
-    with torch.no_grad():
+    # autocast off: its half-precision products would round the sums (bfloat16) or
+    # overflow them (float16) when the moments are taken inside an autocast region, as
+    # FavorAttention's running statistics are
+    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
         x, y = x.detach(), y.detach()
         mom = favor.moments(x, y, full=full, key_weights=key_weights, query_weights=query_weights)
         return favor.Moments(

@@ -806,11 +806,23 @@ def linear_attention_step(
     Returns
     -------
     out_t : tensor (*batch_shape, e) or (*batch_shape, T, e)
-        In the dtype of ``q_t`` (float16 / bfloat16 computed in float32).
+        In the dtype of ``q_t`` (float16 / bfloat16 computed in float32; computed in
+        the state's dtype under ``torch.autocast`` too, as ``linear_attention``).
     state : LinearAttentionState
         The new state (fresh tensors unless ``inplace``; autograd flows through it when
         inputs require grad).
     """
+    dev = state.kvz.device.type if isinstance(state, LinearAttentionState) else None
+    if dev is not None and torch.is_autocast_enabled(dev):
+        # in the state's dtype, as linear_attention under autocast: autocast's bfloat16 /
+        # float16 products would round the outputs and the state's sums
+        with torch.autocast(dev, enabled=False):
+            return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
+    return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
+
+
+def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa):
+    """:func:`linear_attention_step` (same arguments) with autocast off."""
     single, keep, check_keys = _check_step_inputs(
         q_t, k_t, v_t, state, key_padding_mask, check_finite, enable_gqa
     )

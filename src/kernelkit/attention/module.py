@@ -351,12 +351,16 @@ class FavorAttention(nn.Module):
         params = draw_features(
             self.feature_map, self.n_features, self.head_dim, self._rng, self.sampler
         )
-        for key, name in (("W", "projection"), ("T", "sign_projection")):
-            old = getattr(self, name)
-            val = params.get(key)
-            # drawn in float64, rounded once to the buffer's dtype
-            t = torch.empty(0) if val is None else torch.as_tensor(val)
-            setattr(self, name, t.to(device=old.device, dtype=old.dtype))
+        # ordinary tensors even under torch.inference_mode() (a training-mode forward
+        # there redraws): an inference tensor as a buffer would refuse every later
+        # in-place update, load_state_dict's copy included
+        with torch.inference_mode(False):
+            for key, name in (("W", "projection"), ("T", "sign_projection")):
+                old = getattr(self, name)
+                val = params.get(key)
+                # drawn in float64, rounded once to the buffer's dtype
+                t = torch.empty(0) if val is None else torch.as_tensor(val)
+                setattr(self, name, t.to(device=old.device, dtype=old.dtype))
         self.calls_since_redraw.zero_()
 
     @torch.compiler.disable
@@ -703,13 +707,15 @@ class FavorAttention(nn.Module):
         out_t shaped as query_t and the new state. Under ``torch.compile(fullgraph=True)``
         step one token at a time (a block reads the keys to choose its path).
         """
+        block = "(N, T, E)" if self.batch_first else "(T, N, E)"
         for name, t in (("query_t", query_t), ("key_t", key_t), ("value_t", value_t)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
             if t.dim() not in (2, 3) or t.dim() != query_t.dim():
+                like = "" if name == "query_t" else ", like query_t"
                 raise ValueError(
-                    f"{name} must be (N, E) for one token or (N, T, E) for a block, like "
-                    f"query_t; got shape {tuple(t.shape)}."
+                    f"{name} must be (N, E) for one token or {block} for a block (batch_first="
+                    f"{self.batch_first}){like}; got shape {tuple(t.shape)}."
                 )
         self._check_state(state)
         H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim

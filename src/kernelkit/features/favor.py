@@ -501,7 +501,9 @@ def fit_sderf(mom: Moments):
     ``N = M_x + M_y + mu_x mu_y^T + mu_y mu_x^T = Q3 L3 Q3^T`` (the mean of
     ``(x_i + y_j)(x_i + y_j)^T``), ``a_l = A*(L3_l)``; the map uses
     ``B = (I - 4A)^{1/2} Q3^T``. Zero eigenvalues give ``a_l = 0``; no inverse is needed,
-    so no regularisation.
+    so no regularisation. The eigenvectors of a null space (rank-deficient moments) are
+    a canonical basis of it (:func:`_canonical_null_basis`), so the rotation is a
+    function of the data alone.
 
     Returns
     -------
@@ -513,9 +515,61 @@ def fit_sderf(mom: Moments):
     cross = mom.mean_x[..., :, None] * mom.mean_y[..., None, :]
     N = mom.second_x + mom.second_y + cross + xp.matrix_transpose(cross)
     lam, Q3 = _sym_eigh(xp, N)
+    lam, Q3 = _canonical_null_basis(xp, lam, Q3)
     lam, Q3 = xp.flip(lam, axis=-1), xp.flip(Q3, axis=-1)
     Q3t = xp.matrix_transpose(Q3)
     return Q3t * row_signs(Q3t), a_star(xp.clip(lam, min=0.0))
+
+
+#: eigenvalues of N up to this fraction of the largest form its (numerical) null space
+#: (rounding of float32 moments leaves about 1e-8 there); they are set to 0 (a_l = 0)
+_NULL_RTOL = 1e-5
+
+
+def _host_readable(xp, a) -> bool:
+    """Whether a value of ``a`` can be read without a device sync or a graph break:
+    NumPy, or eager torch on the CPU."""
+    if is_numpy_namespace(xp):
+        return True
+    import torch
+
+    return is_torch_namespace(xp) and a.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def _canonical_null_basis(xp, lam, Q):
+    """Eigenvalues ``lam`` (..., d) in ascending order and their eigenvectors ``Q``
+    (..., d, d), with the null space (``lam <= _NULL_RTOL max(lam)``, the first ``r``)
+    set to 0 and its columns replaced by a basis that depends on that subspace alone.
+
+    Rank-deficient moments (fewer queries and keys than dimensions, unused input
+    coordinates) leave ``N`` an ``r``-dimensional null space whose eigenvectors LAPACK
+    chooses arbitrarily, so that a rounding-level change of the data (another memory
+    layout, another summation order) turns them by O(1). Every rotation of it is an
+    equally valid fit (its ``a_l`` are all ``A*(0) = 0``, the eigenvalues being set to
+    0 there rather than left to rounding), and the inputs' features do not see it, but
+    their closed-form gradients ``dl W_x^T`` do. The canonical basis orthonormalises
+    the projections ``P g_1, ..., P g_r`` of fixed generic vectors onto the null space
+    (``P = Q_0 Q_0^T``, continuous in the data): a QR of ``P G``, whose first ``r``
+    columns span the same space as those of ``P G``.
+    Signs are made canonical afterwards (:func:`row_signs`).
+    """
+    d = Q.shape[-1]
+    top = xp.max(lam, axis=-1, keepdims=True)
+    null = lam <= _NULL_RTOL * xp.clip(top, min=float(np.finfo(np.float64).tiny))  # (..., d)
+    if _host_readable(xp, lam) and not bool(xp.any(null)):
+        return lam, Q  # full rank (the usual case): skip the QR where the check is free
+    Q0 = xp.where(null[..., None, :], Q, xp.zeros_like(Q))
+    P = Q0 @ xp.matrix_transpose(Q0)  # (..., d, d) projector on the null space
+    # fixed pseudo-random G (d, d) from a hash of the indices: elementwise ops only, so
+    # traceable and the same on every backend up to the rounding of sin (G moves by about
+    # 1e-11, and the basis with it)
+    i = xp.astype(xp.arange(1, d + 1, device=_device(Q)), Q.dtype)
+    t = xp.sin(12.9898 * i[:, None] + 78.233 * i[None, :]) * 43758.5453
+    G = t - xp.floor(t) - 0.5
+    Qg, _ = xp.linalg.qr(P @ G)
+    # ascending eigenvalues: the null space is the first r columns of Q, and the first r
+    # columns of Qg span P g_1, ..., P g_r (generic G: independent)
+    return xp.where(null, xp.zeros_like(lam), lam), xp.where(null[..., None, :], Qg, Q)
 
 
 # ============================================================== parameters -> features
