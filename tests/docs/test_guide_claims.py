@@ -33,3 +33,21 @@ def test_unknown_method_is_an_invalid_parameter_error(estimator, method):
         estimator(method=method).fit(X, y)
     assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
     assert "sderf" in str(info.value)  # the values it accepts
+
+
+def test_n_jobs_none_is_every_available_cpu_not_one(monkeypatch):
+    """contract.md, "One name for each thing", and scale.md, "Threads": ``n_jobs=-1`` and
+    ``k`` are scikit-learn's, but ``None`` is all the CPUs available (capped by
+    ``KERNELKIT_NUM_THREADS``), not scikit-learn's one job."""
+    from threadpoolctl import threadpool_limits
+
+    from kernelkit._backend.parallel import _cpus, effective_n_jobs
+
+    assert effective_n_jobs(3) == 3
+    assert effective_n_jobs(-1) == _cpus()
+    monkeypatch.setenv("KERNELKIT_NUM_THREADS", "3")
+    assert effective_n_jobs(None) == 3  # scikit-learn's None would be 1
+    monkeypatch.delenv("KERNELKIT_NUM_THREADS")
+    with threadpool_limits(limits=1, user_api="blas"):  # a surrounding limit caps it
+        assert effective_n_jobs(None) == 1
+        assert effective_n_jobs(2) == 2  # an explicit count is not capped

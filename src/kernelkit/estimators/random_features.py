@@ -143,7 +143,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         feature-map class with that seed; a ``Generator`` or ``RandomState`` gives another
         draw on every fit (user guide, "The feature-map contract").
     n_jobs : int, optional
-        Threads of the NumPy feature evaluation (scikit-learn's convention).
+        Threads of the NumPy feature evaluation (None: all available CPUs, not
+        scikit-learn's one job).
     auto_sample_size : int, default=256
         Rows of the training data used by ``method="auto"``.
 

@@ -149,7 +149,7 @@ class RandomFourierFeatures(FeatureMap):
         features and the same frequencies. Ignored for real maps.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------
@@ -460,7 +460,7 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         raise ``ValueError``.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------
