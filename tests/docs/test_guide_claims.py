@@ -51,3 +51,50 @@ def test_n_jobs_none_is_every_available_cpu_not_one(monkeypatch):
     with threadpool_limits(limits=1, user_api="blas"):  # a surrounding limit caps it
         assert effective_n_jobs(None) == 1
         assert effective_n_jobs(2) == 2  # an explicit count is not capped
+
+
+def test_relu_and_elu_ignore_n_features():
+    """attention.md, "Choosing the feature map": ``relu`` and ``elu`` have no random
+    features, so ``n_features`` is unused and their feature dimension is ``d``."""
+    torch = pytest.importorskip("torch")
+    from kernelkit.attention import init_decoding_state, linear_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 4, dtype=torch.float64) for _ in range(3))
+    for name in ("relu", "elu"):
+        for causal in (False, True):
+            a = linear_attention(q, k, v, name, 16, is_causal=causal)
+            b = linear_attention(q, k, v, name, 256, is_causal=causal)
+            assert torch.equal(a, b)  # the same computation: bit for bit
+        state = init_decoding_state((1, 2), 4, name, 256)
+        assert state.kvz.shape == (1, 2, 4, 4 + 1)  # M = d = 4, e = d
+
+
+def test_chunked_cme_and_klr_losses_reduce_over_the_chunks():
+    """scale.md, "Conditional mean embeddings and kernel logistic regression": on Dask
+    input the embedding's ``validation_loss`` and both models' ``score`` are numbers
+    reduced over the chunks, equal to the in-memory ones. The embedding is the same
+    model to round-off (rtol 1e-8: a few chunk sums of 300 rows); kernel logistic
+    regression agrees to its L-BFGS tolerance (the page says about 1e-7 in
+    probability, so 1e-5 on the mean log loss)."""
+    da = pytest.importorskip("dask.array")
+    from kernelkit.distributions import ConditionalMeanEmbedding, KernelLogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 2))
+    Y = 0.8 * X[:, :1] + 0.6 * rng.standard_normal((300, 1))
+    Xd, Yd = da.from_array(X, chunks=(100, 2)), da.from_array(Y, chunks=(100, 1))
+    kw = dict(pivot_sample=60, random_state=0)
+    cme, cme_np = ConditionalMeanEmbedding(**kw).fit(Xd, Yd), ConditionalMeanEmbedding(**kw)
+    cme_np.fit(X, Y)
+    for method in ("validation_loss", "score"):
+        value = getattr(cme, method)(Xd, Yd)
+        assert isinstance(value, float)
+        np.testing.assert_allclose(value, getattr(cme_np, method)(X, Y), rtol=1e-8)
+    y = (X[:, 0] > 0).astype(int)
+    klr = KernelLogisticRegression(**kw).fit(Xd, y)
+    assert not hasattr(klr, "validation_loss")
+    score = klr.score(Xd, y)
+    assert isinstance(score, float)
+    expected = KernelLogisticRegression(**kw).fit(X, y).score(X, y)
+    np.testing.assert_allclose(score, expected, atol=1e-5)
