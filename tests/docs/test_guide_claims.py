@@ -98,3 +98,36 @@ def test_chunked_cme_and_klr_losses_reduce_over_the_chunks():
     assert isinstance(score, float)
     expected = KernelLogisticRegression(**kw).fit(X, y).score(X, y)
     np.testing.assert_allclose(score, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("method", "kernels"),
+    [("rff", {"gaussian"}), ("srf", {"polynomial"}), ("trig", {"gaussian", "softmax"})],
+)
+def test_random_features_method_kernels(method, kernels):
+    """estimators.md, the list of ``RandomFeatures`` methods: ``"rff"`` estimates the
+    Gaussian kernel only and ``"srf"`` is asked for with ``kernel="polynomial"``; a
+    method asked for another kernel raises a ValueError naming the method."""
+    X = np.random.default_rng(0).standard_normal((12, 3))
+    for kernel in ("softmax", "gaussian", "polynomial"):
+        rf = RandomFeatures(method=method, kernel=kernel, n_components=16, random_state=0)
+        if kernel in kernels:
+            assert rf.fit(X).transform(X).shape == (12, 16)
+        else:
+            with pytest.raises(ValueError, match=f"method='{method}'"):
+                rf.fit(X)
+
+
+def test_srf_ignores_lengthscale_and_coef0_but_not_degree():
+    """estimators.md: ``"srf"`` is eq. 57 of the dot-product paper on normalised inputs
+    with ``p = degree``; ``lengthscale`` and ``coef0`` do not enter it. The same seed
+    draws the same features, so equal parameters give equal features bit for bit."""
+    X = np.random.default_rng(0).standard_normal((12, 3))
+
+    def features(**kw):
+        rf = RandomFeatures(method="srf", kernel="polynomial", n_components=16, random_state=0)
+        return rf.set_params(**kw).fit(X).transform(X)
+
+    base = features()
+    np.testing.assert_array_equal(features(lengthscale=3.0, coef0=5.0), base)
+    assert not np.allclose(features(degree=3), base)
