@@ -131,3 +131,30 @@ def test_srf_ignores_lengthscale_and_coef0_but_not_degree():
     base = features()
     np.testing.assert_array_equal(features(lengthscale=3.0, coef0=5.0), base)
     assert not np.allclose(features(degree=3), base)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"n_components": 32}, {"method": "trig"}, {"kernel": "softmax"}, {"lengthscale": 2.0}],
+)
+def test_random_features_set_params_after_fit_needs_a_refit(params):
+    """contract.md, "Parameters after fit": for the maps and ``RandomFeatures`` alike, a
+    changed parameter makes the methods that use the fitted draw raise NotFittedError
+    naming it until the next fit (``transform`` would otherwise return the old map's
+    columns: 16 after ``n_components=32``); ``n_jobs`` and ``random_state`` do not."""
+    from sklearn.exceptions import NotFittedError
+
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    rf = RandomFeatures(n_components=16, random_state=0).fit(X)
+    Z = rf.transform(X)
+    name = next(iter(params))
+    rf.set_params(**params)
+    for method in (rf.transform, rf.transform_y):
+        with pytest.raises(NotFittedError, match=f"{name}: "):
+            method(X)
+    assert rf.get_feature_names_out().shape == (16,)  # names the fitted columns
+    rf.set_params(**{name: RandomFeatures(n_components=16).get_params()[name]})
+    np.testing.assert_array_equal(rf.transform(X), Z)  # the old values back: no refit
+    rf.set_params(n_jobs=2, random_state=5)
+    np.testing.assert_array_equal(rf.transform(X), Z)
+    assert rf.set_params(**params).fit(X).transform(X).shape[0] == 20
