@@ -158,3 +158,30 @@ def test_random_features_set_params_after_fit_needs_a_refit(params):
     rf.set_params(n_jobs=2, random_state=5)
     np.testing.assert_array_equal(rf.transform(X), Z)
     assert rf.set_params(**params).fit(X).transform(X).shape[0] == 20
+
+
+def test_positional_keys_warning_for_every_map_fitted_on_the_pair():
+    """contract.md, "Fitting": a second data set passed positionally with as many rows as
+    ``X`` is ignored, and a map that fits its parameters on the pair ``(X, Y)`` warns that
+    it fitted without it. The clustered hybrid fits k-means centres on ``Y`` (``fit(X,
+    Y=keys)`` is another map than ``fit(X)``), so it warns as the FAVOR# maps do; Optimized
+    Maclaurin fits its degree allocation on ``X`` alone, so ``Y`` changes nothing there
+    and it does not warn."""
+    import warnings
+
+    from kernelkit.features import SDERF, ClusteredHybridRF, OptimizedMaclaurin
+
+    rng = np.random.default_rng(0)
+    X = 0.3 * rng.standard_normal((40, 3))
+    Y = 0.3 * rng.standard_normal((40, 3)) + 1.0
+    for cls in (SDERF, ClusteredHybridRF):
+        with pytest.warns(UserWarning, match=r"ignores its positional argument y"):
+            fm = cls(random_state=0).fit(X, Y)
+        np.testing.assert_array_equal(fm.transform(X), cls(random_state=0).fit(X).transform(X))
+        keyed = cls(random_state=0).fit(X, Y=Y)  # the pair: another map
+        assert not np.allclose(keyed.transform_y(X), fm.transform_y(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning
+        fm = OptimizedMaclaurin(16, random_state=0).fit(X, Y)
+    keyed = OptimizedMaclaurin(16, random_state=0).fit(X, Y=Y)
+    np.testing.assert_array_equal(keyed.transform(X), fm.transform(X))  # fitted on X only
