@@ -185,3 +185,33 @@ def test_positional_keys_warning_for_every_map_fitted_on_the_pair():
         fm = OptimizedMaclaurin(16, random_state=0).fit(X, Y)
     keyed = OptimizedMaclaurin(16, random_state=0).fit(X, Y=Y)
     np.testing.assert_array_equal(keyed.transform(X), fm.transform(X))  # fitted on X only
+
+
+@pytest.mark.parametrize("sampler", ["sorf", "hadamard"])
+def test_expected_kernel_of_a_biased_sampler_warns(sampler):
+    """contract.md, "Variances": ``"sorf"`` and ``"hadamard"`` draw discrete directions
+    and their estimate is biased, so ``expected_kernel`` (``E approx_kernel``, given as
+    the i.i.d. value, the exact kernel) warns as ``variance`` does. The bias is real:
+    over 2000 seeds the mean estimate at d = 2 misses the kernel by far more than its
+    Monte Carlo standard error, sqrt(variance / 2000) (the i.i.d. variance, which the
+    page says is the right order for these samplers, is at most 1/M = 1/8 here)."""
+    import warnings
+
+    from kernelkit.features import RandomFourierFeatures
+
+    X = 0.5 * np.random.default_rng(0).standard_normal((6, 2))
+    fm = RandomFourierFeatures(8, sampler=sampler, random_state=0).fit(X)
+    with pytest.warns(UserWarning, match=r"expected_kernel is the value for i\.i\.d"):
+        expected = fm.expected_kernel(X)
+    np.testing.assert_allclose(expected, fm.exact_kernel(X))
+    mean = np.mean(
+        [
+            RandomFourierFeatures(8, sampler=sampler, random_state=s).fit(X).approx_kernel(X)
+            for s in range(2000)
+        ],
+        axis=0,
+    )
+    assert np.abs(mean - expected).max() > 10 * np.sqrt(1 / 8 / 2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # unbiased samplers: no warning
+        RandomFourierFeatures(8, sampler="orthogonal", random_state=0).fit(X).expected_kernel(X)

@@ -601,7 +601,9 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         )
 
     def expected_kernel(self, X, Y=None):
-        """``E approx_kernel``: the mixture kernel ``k~`` (:meth:`mixture_kernel`)."""
+        """``E approx_kernel``: the mixture kernel ``k~`` (:meth:`mixture_kernel`); for
+        i.i.d. projections (``"sorf"`` / ``"hadamard"`` warn, as for the base maps)."""
+        self._warn_biased_sampler("expected_kernel")
         return self.mixture_kernel(X, Y)
 
     def _expected_kernel_prepared(self, X, Y, xp):
