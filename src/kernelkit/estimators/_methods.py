@@ -13,6 +13,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+from sklearn.utils._param_validation import InvalidParameterError
+
 from ..features import (
     ADERF,
     GERF,
@@ -115,18 +117,22 @@ def resolve_method(method, *, allowed=None, owner: str = "") -> str:
 
     Raises
     ------
-    ValueError
-        Unknown or not allowed name.
+    InvalidParameterError
+        Unknown or not allowed name (scikit-learn's error for an invalid constructor
+        parameter, both a ``ValueError`` and a ``TypeError``), naming the parameter.
     """
     allowed = tuple(METHODS) if allowed is None else tuple(allowed)
     if not isinstance(method, str):
-        raise ValueError(f"method must be a string, one of {sorted(allowed)}; got {method!r}.")
+        raise InvalidParameterError(
+            f"method must be a string, one of {sorted(allowed)}; got {method!r}."
+        )
     name = ALIASES.get(method.strip().lower(), method.strip().lower())
     if name not in allowed:
         aliases = [alias for alias, target in ALIASES.items() if target in allowed]
-        raise ValueError(
-            f"Unknown method {method!r}{' for ' + owner if owner else ''}; expected one of "
-            f"{', '.join(allowed)} (case-insensitive; aliases {', '.join(aliases)})."
+        raise InvalidParameterError(
+            f"Unknown method {method!r}{' for ' + owner if owner else ''}: the 'method' "
+            f"parameter must be one of {', '.join(allowed)} (case-insensitive; aliases "
+            f"{', '.join(aliases)})."
         )
     return name
 

@@ -241,7 +241,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         Methods without data-dependent parameters (trig, positive, hyperbolic) are always
         fitted once at :meth:`fit`.
     n_jobs : int, optional
-        Threads of the feature evaluation (scikit-learn's convention; None: all available).
+        Threads of the feature evaluation (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------

@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_feature_names, check_is_fitted
 
@@ -34,6 +35,7 @@ from .._backend.params import (
 )
 from .._backend.sklearn_validation import check_lazy_output, for_container, validate_data
 from ..features import FeatureMap
+from ..features._base import _same_value
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
@@ -143,7 +145,8 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         feature-map class with that seed; a ``Generator`` or ``RandomState`` gives another
         draw on every fit (user guide, "The feature-map contract").
     n_jobs : int, optional
-        Threads of the NumPy feature evaluation (scikit-learn's convention).
+        Threads of the NumPy feature evaluation (None: all available CPUs, not
+        scikit-learn's one job).
     auto_sample_size : int, default=256
         Rows of the training data used by ``method="auto"``.
 
@@ -387,7 +390,36 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         fm = self._make_map(name, self.random_state)
         self.feature_map_ = fm.fit(X, Y=Y) if fit is None else fit(fm)
         self._n_features_out = int(self.feature_map_.output_dim)
+        self._fitted_params = self.get_params(deep=False)
+        self.__dict__.pop("_changed_params", None)
         return self
+
+    def set_params(self, **params):
+        """Set parameters (scikit-learn's ``set_params``); they take effect at the next
+        :meth:`fit`. As on the feature maps, a change of any parameter but ``n_jobs`` and
+        ``random_state`` after ``fit`` makes :meth:`transform` and :meth:`transform_y`
+        raise ``NotFittedError`` until the next ``fit`` (the fitted map belongs to the
+        old values: its columns, kernel and scale would not match the new ones)."""
+        super().set_params(**params)
+        fitted = self.__dict__.get("_fitted_params")
+        if fitted is not None:
+            now = self.get_params(deep=False)
+            self._changed_params = {
+                k: (fitted[k], now[k])
+                for k in fitted
+                if k not in ("n_jobs", "random_state") and not _same_value(fitted[k], now[k])
+            }
+        return self
+
+    def _check_fitted(self):
+        check_is_fitted(self)
+        changed = self.__dict__.get("_changed_params")
+        if changed:
+            what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            raise NotFittedError(
+                f"The parameters of this RandomFeatures changed since fit ({what}); call "
+                "'fit' again before using this transformer."
+            )
 
     def _fit_dask(self, X, Y, name, fit=None):
         # Dask X / Y: the map reads them chunk by chunk (user guide: "Scale-out with
@@ -466,7 +498,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             Wrong number of features, NaN / inf, or features that overflow the dtype's
             range (softmax kernel with large ``|x| / lengthscale``).
         """
-        check_is_fitted(self)
+        self._check_fitted()
         if is_dask_array(X):  # lazy, row chunk by row chunk
             check_lazy_output(self)
             X = check_dask_matrix(X, "X", self.n_features_in_)
@@ -476,7 +508,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     def transform_y(self, Y):
         """The y-side (key) features of ``Y``; :meth:`transform` for symmetric maps."""
-        check_is_fitted(self)
+        self._check_fitted()
         shape = getattr(Y, "shape", ())
         if len(shape) == 2 and shape[1] != self.n_features_in_:  # else the message says X
             raise ValueError(

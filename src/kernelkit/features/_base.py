@@ -491,8 +491,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         """``E approx_kernel(X, Y)`` over the random draw of ``fit``, shape (n, m).
 
         The exact kernel for unbiased maps; maps that estimate a surrogate (a truncated
-        series, a fitted mixture) override it.
+        series, a fitted mixture) override it. For i.i.d. projections: with
+        ``sampler="sorf"`` or ``"hadamard"`` (biased, discrete directions) it is the i.i.d.
+        value, not the mean of their estimate, and a ``UserWarning`` says so.
         """
+        self._warn_biased_sampler("expected_kernel")
         return self.exact_kernel(X, Y)
 
     def _exact_kernel(self, X, Y, xp):
@@ -503,12 +506,21 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         a biased structured sampler (user guide: "The feature-map contract", Variances)."""
         sampler = getattr(self, "sampler", None)
         if isinstance(sampler, str) and sampler in BIASED_SAMPLERS:
+            if method == "expected_kernel":
+                tail = (
+                    "so its mean differs from this value. With sampler='orthogonal' or "
+                    "'halton' the estimate is unbiased."
+                )
+            else:
+                tail = (
+                    "and its mean squared error can exceed this value many times. With "
+                    "sampler='orthogonal' or 'halton' the estimate is unbiased and this value "
+                    "an upper bound in practice."
+                )
             warnings.warn(
                 f"{type(self).__name__}(sampler={sampler!r}).{method} is the value for "
                 f"i.i.d. projections. {sampler!r} projections have discrete directions: the "
-                "estimate is biased (O(1/sqrt(d)), large for small d) and its mean squared "
-                "error can exceed this value many times. With sampler='orthogonal' or "
-                "'halton' the estimate is unbiased and this value an upper bound in practice.",
+                f"estimate is biased (O(1/sqrt(d)), large for small d), {tail}",
                 UserWarning,
                 stacklevel=3,
             )

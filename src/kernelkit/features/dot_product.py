@@ -115,7 +115,7 @@ class DotProductFeatureMap(FeatureMap):
         exactly ``Re k_hat``. No effect on real maps or on :meth:`approx_kernel`.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Notes
     -----

@@ -149,7 +149,7 @@ class RandomFourierFeatures(FeatureMap):
         features and the same frequencies. Ignored for real maps.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------
@@ -460,7 +460,7 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         raise ``ValueError``.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------
@@ -601,7 +601,9 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         )
 
     def expected_kernel(self, X, Y=None):
-        """``E approx_kernel``: the mixture kernel ``k~`` (:meth:`mixture_kernel`)."""
+        """``E approx_kernel``: the mixture kernel ``k~`` (:meth:`mixture_kernel`); for
+        i.i.d. projections (``"sorf"`` / ``"hadamard"`` warn, as for the base maps)."""
+        self._warn_biased_sampler("expected_kernel")
         return self.mixture_kernel(X, Y)
 
     def _expected_kernel_prepared(self, X, Y, xp):

@@ -448,7 +448,7 @@ class RandomMaclaurin(_MaclaurinBase):
         whose inner products equal ``Re k_hat``.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------
@@ -592,7 +592,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
         the Gaussian kernel (App. F); ``None`` uses all rows.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------

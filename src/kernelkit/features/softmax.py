@@ -105,7 +105,7 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
     n_features, kernel, lengthscale, sampler, random_state
         See :class:`~kernelkit.features.PositiveRF`.
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------
@@ -578,7 +578,7 @@ class PositiveRF(_DiagonalDERF):
         How the projections are drawn (:func:`~kernelkit.features.draw_projection`).
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
-        Threads of the NumPy path (scikit-learn's convention; None: all available).
+        Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
 
     Attributes
     ----------

@@ -90,6 +90,8 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
     """
 
     symmetric = False
+    # k-means centres of X and of Y: fitted on the pair (X, Y), or on (X, X) without Y
+    data_dependent = True
     _parameter_constraints: ClassVar[dict] = {
         **ProjectionFeatureMap._parameter_constraints,
         # an int, or a pair (n_q, n_k) whose entries _cluster_counts checks
