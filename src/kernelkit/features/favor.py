@@ -562,10 +562,12 @@ def _canonical_null_basis(xp, lam, Q):
     P = Q0 @ xp.matrix_transpose(Q0)  # (..., d, d) projector on the null space
     # fixed pseudo-random G (d, d) from a hash of the indices: elementwise ops only, so
     # traceable and the same on every backend up to the rounding of sin (G moves by about
-    # 1e-11, and the basis with it)
-    i = xp.astype(xp.arange(1, d + 1, device=_device(Q)), Q.dtype)
+    # 1e-11, and the basis with it). In float64 whatever Q's dtype: in float32 the
+    # fractional part of sin(...) * 43758 keeps no correct digit, so float32 moments
+    # would get another basis than float64 ones (and NumPy's another than torch's)
+    i = xp.arange(1, d + 1, dtype=xp.float64, device=_device(Q))
     t = xp.sin(12.9898 * i[:, None] + 78.233 * i[None, :]) * 43758.5453
-    G = t - xp.floor(t) - 0.5
+    G = xp.astype(t - xp.floor(t) - 0.5, Q.dtype)
     Qg, _ = xp.linalg.qr(P @ G)
     # ascending eigenvalues: the null space is the first r columns of Q, and the first r
     # columns of Qg span P g_1, ..., P g_r (generic G: independent)
