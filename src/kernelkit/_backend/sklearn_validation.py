@@ -27,8 +27,13 @@ def _check_columns(frame, name: str) -> None:
     ``ValueError``."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-    for i, (column, dtype) in enumerate(frame.dtypes.items()):
-        if is_numeric_dtype(dtype) or is_bool_dtype(dtype):
+    # each distinct dtype tested once: a wide frame of numbers costs no per-column loop
+    dtypes = frame.dtypes
+    other = [dt for dt in dtypes.unique() if not (is_numeric_dtype(dt) or is_bool_dtype(dt))]
+    if not other:
+        return
+    for i, (column, dtype) in enumerate(dtypes.items()):
+        if not any(dtype == dt for dt in other):
             continue
         values = frame.iloc[:, i].to_numpy(dtype=object, na_value=np.nan)
         try:
