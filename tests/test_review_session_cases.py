@@ -6,13 +6,18 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 import torch
 
-from kernelkit.estimators import RandomFeatures
-from kernelkit.features import favor
+from kernelkit.estimators import RandomFeatureRidge, RandomFeatures
+from kernelkit.features import TrigRF, favor
 
 
 def _rank_deficient_moments(dtype):
@@ -77,3 +82,28 @@ def test_column_check_still_names_a_text_column_among_many():
     df["city"] = pd.Series([1.0, None, 2.0, 3.0], dtype=object)
     with pytest.raises(ValueError, match="missing values in column 'city'"):
         RandomFeatures(method="trig", n_components=8, random_state=0).fit(df)
+
+
+def test_guide_on_sparse_input_of_the_estimators():
+    """estimators.md, "Inputs and outputs": the estimators that solve on the rows refuse
+    SciPy sparse X (in memory or as Dask chunks) with a TypeError, but RandomFeatures, a
+    transformer like the maps, takes it with a projection method; the guide said all
+    estimators need dense rows."""
+    rng = np.random.default_rng(3)
+    dense = rng.standard_normal((40, 5))
+    dense[dense < 0.5] = 0.0
+    S = sp.csr_matrix(dense)
+    chunks = da.from_array(S, chunks=(20, 5), asarray=False)
+    y = dense[:, 0]
+    for X in (S, chunks):
+        with pytest.raises(TypeError, match="dense data is required"):
+            RandomFeatureRidge(TrigRF(n_features=8, random_state=0)).fit(X, y)
+        rf = RandomFeatures(method="trig", n_components=8, random_state=0).fit(X)
+        # the same draw on the same rows: the dense input's features to the last bits
+        ref = RandomFeatures(method="trig", n_components=8, random_state=0).fit(dense)
+        out = rf.transform(X)
+        out = out.compute() if hasattr(out, "compute") else out
+        np.testing.assert_allclose(out, ref.transform(dense), rtol=1e-12, atol=1e-12)
+    guide = (Path(__file__).parents[1] / "docs" / "guide" / "estimators.md").read_text()
+    sentence = re.search(r"need dense rows[^.]*\.", " ".join(guide.split()))
+    assert sentence is not None and "RandomFeatures" in sentence.group(0)
