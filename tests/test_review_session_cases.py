@@ -107,3 +107,21 @@ def test_guide_on_sparse_input_of_the_estimators():
     guide = (Path(__file__).parents[1] / "docs" / "guide" / "estimators.md").read_text()
     sentence = re.search(r"need dense rows[^.]*\.", " ".join(guide.split()))
     assert sentence is not None and "RandomFeatures" in sentence.group(0)
+
+
+@pytest.mark.parametrize("kind", ["frame", "array"])
+def test_transform_y_names_y_for_non_numeric_keys(kind):
+    """The column check's TypeError (a DataFrame with a text column, or an array of
+    strings) of the keys given to transform_y said 'X must be numeric', as its NaN
+    ValueError already says 'Input Y'."""
+    df = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [0.5, 1.0, 2.0, 3.0]})
+    rf = RandomFeatures(method="gerf", kernel="softmax", n_components=8, random_state=0)
+    rf.fit(df)
+    if kind == "frame":
+        bad, match = df.assign(b=["u", "v", "w", "z"]), r"^Y must be numeric; column 'b'"
+    else:
+        bad, match = np.array([["u", "v"]]), r"^Y must be numeric"
+    with pytest.raises(TypeError, match=match):
+        rf.transform_y(bad)
+    with pytest.raises(TypeError, match=r"^X must be numeric"):  # transform: still X
+        rf.transform(bad)

@@ -296,6 +296,10 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             if name == "X" or "Input X" not in str(exc):
                 raise
             raise ValueError(str(exc).replace("Input X", f"Input {name}", 1)) from None
+        except TypeError as exc:  # so does validate_data's check of non-numeric data
+            if name == "X" or not str(exc).startswith("X must be numeric"):
+                raise
+            raise TypeError(f"{name}{str(exc)[1:]}") from None
 
     def _choose(self, X, Y):
         """``method="auto"``: the candidate of lowest mean relative mean squared error on a
