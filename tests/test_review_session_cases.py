@@ -125,3 +125,22 @@ def test_transform_y_names_y_for_non_numeric_keys(kind):
         rf.transform_y(bad)
     with pytest.raises(TypeError, match=r"^X must be numeric"):  # transform: still X
         rf.transform(bad)
+
+
+def test_autocast_switch_accepts_a_device_without_autocast():
+    """The autocast switch of the attention kernels (moments, step, backward) is a null
+    context on devices autocast does not know: ``torch.autocast("meta", enabled=False)``
+    raises, and attention_moments of meta tensors (shape inference) worked before the
+    switch was added."""
+    from kernelkit.attention import attention_moments
+    from kernelkit.attention._linear import autocast_off
+
+    q = torch.randn(1, 2, 8, 16, device="meta")
+    mom = attention_moments(q, q)
+    assert mom.mean_x.shape == (1, 2, 16) and mom.second_x.shape == (1, 2, 16, 16)
+    with autocast_off("meta"):
+        pass
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast_off("cpu"):
+            assert not torch.is_autocast_enabled("cpu")
+        assert torch.is_autocast_enabled("cpu")

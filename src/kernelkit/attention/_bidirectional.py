@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 
 from .._backend.exponential import exp_
-from ._linear import first_order_only
+from ._linear import autocast_off, first_order_only
 
 __all__ = ["bidirectional_stream", "block_rows"]
 
@@ -229,7 +229,7 @@ class _BidirectionalExp(torch.autograd.Function):
     def backward(ctx, dout):
         # in the forward's dtype, even when backward() is called under autocast (whose
         # bfloat16 / float16 products would otherwise meet the float32 state)
-        with torch.autocast(dout.device.type, enabled=False):
+        with autocast_off(dout.device.type):
             return _BidirectionalExp._backward(ctx, dout)
 
     @staticmethod

@@ -53,6 +53,7 @@ the output does not depend on them):
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -60,12 +61,22 @@ import torch
 from .._backend import exponential
 from .._backend.exponential import exp_
 
-__all__ = ["bidirectional_plain", "causal_exp", "fit_chunk"]
+__all__ = ["autocast_off", "bidirectional_plain", "causal_exp", "fit_chunk"]
 
 exponential._cpu_exp2_faster()  # read the CPU build once, outside any traced graph
 
 _NEG = -1e30  # finite "minus infinity" for maxima over masked / empty sets
 _POS = 1e30
+
+
+def autocast_off(device_type: str):
+    """A context in which ``torch.autocast`` is off for ``device_type``, so that products
+    run in their inputs' own dtype (float32 sums and states, not autocast's float16 /
+    bfloat16); a null context where autocast is not on, or has no such device (``meta``,
+    on which ``torch.autocast`` itself raises)."""
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def first_order_only(*inputs):
@@ -625,7 +636,7 @@ class _CausalExp(torch.autograd.Function):
         blocks = [(lo, min(lo + block, L)) for lo in range(0, L, block)]
 
         # float32 / float64 as the forward, even when backward() is called under autocast
-        with torch.no_grad(), torch.autocast(dev.type, enabled=False):
+        with torch.no_grad(), autocast_off(dev.type):
             # one reverse pass over the blocks, features computed once per block: the
             # prefix side (query gradients through the saved state entering the block,
             # intra-chunk gradients) and the suffix side (key / value gradients from the

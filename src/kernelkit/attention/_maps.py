@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from ..features import favor
+from ._linear import autocast_off
 
 __all__ = [
     "EXP_MAPS",
@@ -78,7 +79,7 @@ def fit_moments(x, y, key_weights=None, full=True, query_weights=None) -> favor.
     # autocast off: its half-precision products would round the sums (bfloat16) or
     # overflow them (float16) when the moments are taken inside an autocast region, as
     # FavorAttention's running statistics are
-    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+    with torch.no_grad(), autocast_off(x.device.type):
         x, y = x.detach(), y.detach()
         mom = favor.moments(x, y, full=full, key_weights=key_weights, query_weights=query_weights)
         return favor.Moments(

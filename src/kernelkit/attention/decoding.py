@@ -53,6 +53,7 @@ from ._linear import (
     _fwd_chunks,
     _growth_bound,
     _Workspace,
+    autocast_off,
 )
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
 from .functional import (
@@ -812,13 +813,12 @@ def linear_attention_step(
         The new state (fresh tensors unless ``inplace``; autograd flows through it when
         inputs require grad).
     """
-    dev = state.kvz.device.type if isinstance(state, LinearAttentionState) else None
-    if dev is not None and torch.is_autocast_enabled(dev):
-        # in the state's dtype, as linear_attention under autocast: autocast's bfloat16 /
-        # float16 products would round the outputs and the state's sums
-        with torch.autocast(dev, enabled=False):
-            return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
-    return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
+    if not isinstance(state, LinearAttentionState):  # the input check names it
+        return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
+    # in the state's dtype, as linear_attention under autocast: autocast's bfloat16 /
+    # float16 products would round the outputs and the state's sums
+    with autocast_off(state.kvz.device.type):
+        return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
 
 
 def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa):

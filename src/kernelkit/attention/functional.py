@@ -25,7 +25,6 @@ causal request raises a ``ValueError``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import numbers
@@ -39,7 +38,7 @@ from ..features.hybrid import matched_n_features
 from ..features.sampling import SAMPLERS, draw_projection
 from . import _compiled, _maps
 from ._bidirectional import bidirectional_stream
-from ._linear import bidirectional_plain, causal_exp
+from ._linear import autocast_off, bidirectional_plain, causal_exp
 from ._maps import (
     EXP_MAPS,
     FEATURE_MAPS,
@@ -675,12 +674,7 @@ def linear_attention(
     ctype = functools.reduce(
         torch.promote_types, [torch.float32 if t.dtype in _HALF else t.dtype for t in (q, k, v)]
     )
-    ac = (
-        torch.autocast(q.device.type, enabled=False)
-        if torch.is_autocast_enabled(q.device.type)
-        else contextlib.nullcontext()
-    )
-    with ac:
+    with autocast_off(q.device.type):
         out = _attention(
             q.to(ctype),
             k.to(ctype),
