@@ -1,11 +1,14 @@
-"""A ``fit`` that raises leaves the estimator's (or feature map's) fitted state as it was
-before the call."""
+"""The fitted state of an estimator (or feature map): a ``fit`` that raises leaves it as
+it was before the call, and a ``set_params`` after ``fit`` is recorded until the next
+``fit``."""
 
 from __future__ import annotations
 
 import functools
 
-__all__ = ["keep_model_on_error"]
+import numpy as np
+
+__all__ = ["ParamsSinceFit", "keep_model_on_error", "same_value"]
 
 
 def keep_model_on_error(fit):
@@ -32,3 +35,59 @@ def keep_model_on_error(fit):
             raise
 
     return wrapper
+
+
+def same_value(a, b) -> bool:
+    """Whether two parameter values are equal (arrays by value; False if not comparable)."""
+    if a is b:
+        return True
+    try:
+        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+            return bool(np.array_equal(a, b))
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+class ParamsSinceFit:
+    """Mixin (before ``BaseEstimator``): the constructor parameters that changed since
+    ``fit``.
+
+    A ``set_params`` takes effect at the next ``fit``, as on any scikit-learn estimator;
+    on a fitted object, a change of any parameter but those in ``_kept_after_fit``
+    (``n_jobs``, ``random_state``: they do not change what was fitted) is recorded, and
+    :meth:`_changed_since_fit` names it, so that the methods that use the fitted state
+    raise ``NotFittedError`` until the next ``fit`` (the fitted state belongs to the old
+    values: its columns, scales and kernel would not match the new ones).
+    """
+
+    #: parameters whose change leaves the fitted state valid
+    _kept_after_fit = ("n_jobs", "random_state")
+
+    def _record_fit_params(self):
+        """The parameters the fitted state belongs to (call at the end of ``fit``)."""
+        self._fitted_params = self.get_params(deep=False)
+        self.__dict__.pop("_changed_params", None)
+
+    def set_params(self, **params):
+        """Set parameters (scikit-learn's ``set_params``); they take effect at the next
+        ``fit``. After ``fit``, a change of any parameter but ``n_jobs`` and
+        ``random_state`` makes the methods that use the fitted state raise
+        ``NotFittedError`` until the next ``fit``."""
+        super().set_params(**params)
+        fitted = self.__dict__.get("_fitted_params")
+        if fitted is not None:
+            now = self.get_params(deep=False)
+            self._changed_params = {
+                k: (fitted[k], now[k])
+                for k in fitted
+                if k not in self._kept_after_fit and not same_value(fitted[k], now[k])
+            }
+        return self
+
+    def _changed_since_fit(self, ignore=()) -> str | None:
+        """``"name: old -> new, ..."`` of the parameters changed since ``fit`` (but those
+        in ``ignore``), or None."""
+        changed = self.__dict__.get("_changed_params") or {}
+        what = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items() if k not in ignore]
+        return ", ".join(what) or None

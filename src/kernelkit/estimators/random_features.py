@@ -24,7 +24,7 @@ from .._backend import (
 )
 from .._backend import validate_data as kk_validate_data
 from .._backend.chunks import check_dask_matrix, is_dask_array
-from .._backend.fit_state import keep_model_on_error
+from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.parallel import check_n_jobs
 from .._backend.params import (
     N_JOBS,
@@ -35,7 +35,6 @@ from .._backend.params import (
 )
 from .._backend.sklearn_validation import check_lazy_output, for_container, validate_data
 from ..features import FeatureMap
-from ..features._base import _same_value
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
@@ -45,7 +44,9 @@ __all__ = ["RandomFeatures"]
 KERNEL_NAMES = ("gaussian", "softmax", "polynomial")
 
 
-class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class RandomFeatures(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceFit, BaseEstimator
+):
     """Random features of the Gaussian, softmax or polynomial kernel as a transformer.
 
     ``transform(X) @ transform_y(Y).T`` is an unbiased estimate of the kernel matrix
@@ -394,32 +395,13 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         fm = self._make_map(name, self.random_state)
         self.feature_map_ = fm.fit(X, Y=Y) if fit is None else fit(fm)
         self._n_features_out = int(self.feature_map_.output_dim)
-        self._fitted_params = self.get_params(deep=False)
-        self.__dict__.pop("_changed_params", None)
-        return self
-
-    def set_params(self, **params):
-        """Set parameters (scikit-learn's ``set_params``); they take effect at the next
-        :meth:`fit`. As on the feature maps, a change of any parameter but ``n_jobs`` and
-        ``random_state`` after ``fit`` makes :meth:`transform` and :meth:`transform_y`
-        raise ``NotFittedError`` until the next ``fit`` (the fitted map belongs to the
-        old values: its columns, kernel and scale would not match the new ones)."""
-        super().set_params(**params)
-        fitted = self.__dict__.get("_fitted_params")
-        if fitted is not None:
-            now = self.get_params(deep=False)
-            self._changed_params = {
-                k: (fitted[k], now[k])
-                for k in fitted
-                if k not in ("n_jobs", "random_state") and not _same_value(fitted[k], now[k])
-            }
+        self._record_fit_params()
         return self
 
     def _check_fitted(self):
         check_is_fitted(self)
-        changed = self.__dict__.get("_changed_params")
-        if changed:
-            what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        what = self._changed_since_fit()
+        if what:
             raise NotFittedError(
                 f"The parameters of this RandomFeatures changed since fit ({what}); call "
                 "'fit' again before using this transformer."

@@ -60,7 +60,7 @@ from .._backend import (
 )
 from .._backend import validate_data as validate_array
 from .._backend.chunks import is_dask_array
-from .._backend.fit_state import keep_model_on_error
+from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.sklearn_validation import check_lazy_output, for_container
 from ._dask import fit_dask, lazy_features
 
@@ -88,7 +88,7 @@ def _sparse_classes() -> str:
     return ", ".join(sorted(ok))
 
 
-class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceFit, BaseEstimator):
     """Base class of every random feature map: the contract of the module docstring.
 
     Subclasses declare ``_parameter_constraints`` (extending their parent's dict), which
@@ -220,10 +220,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
                 f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
                 "appropriate arguments before using this feature map."
             )
-        changed = self.__dict__.get("_changed_params")
-        changed = changed and {k: v for k, v in changed.items() if k not in redrawn}
-        if changed:
-            what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        what = self._changed_since_fit(ignore=redrawn)
+        if what:
             raise NotFittedError(
                 f"The parameters of this {type(self).__name__} changed since fit ({what}); "
                 "call 'fit' again before using this feature map."
@@ -234,25 +232,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
         its columns for get_feature_names_out: a set_params after fit (as on any
         scikit-learn estimator) changes nothing until the next fit."""
         self._n_features_out = self.output_dim
-        self._fitted_params = self.get_params(deep=False)
-        self.__dict__.pop("_changed_params", None)
-
-    def set_params(self, **params):
-        """Set parameters (scikit-learn's ``set_params``); they take effect at the next
-        :meth:`fit`. On a fitted map, a change of any parameter but ``n_jobs`` and
-        ``random_state`` makes the methods that use the fitted map raise
-        ``NotFittedError`` until it is refitted (the fitted draw belongs to the old
-        values: its columns, scales and kernel would not match the new ones)."""
-        super().set_params(**params)
-        fitted = self.__dict__.get("_fitted_params")
-        if fitted is not None:
-            now = self.get_params(deep=False)
-            self._changed_params = {
-                k: (fitted[k], now[k])
-                for k in fitted
-                if k not in ("n_jobs", "random_state") and not _same_value(fitted[k], now[k])
-            }
-        return self
+        self._record_fit_params()
 
     # ------------------------------------------------------------------ inputs
     def _validate(
@@ -591,18 +571,6 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
 
 # ---------------------------------------------------------------------- helpers
-def _same_value(a, b) -> bool:
-    """Whether two parameter values are equal (arrays by value; False if not comparable)."""
-    if a is b:
-        return True
-    try:
-        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-            return bool(np.array_equal(a, b))
-        return bool(a == b)
-    except (TypeError, ValueError, RuntimeError):
-        return False
-
-
 def real_gram(xp, P, S):
     """``Re(P conj(S)^T)`` (n, m); ``S is P`` reads the parts once."""
     if not xp.isdtype(P.dtype, "complex floating"):
