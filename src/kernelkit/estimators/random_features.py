@@ -55,7 +55,7 @@ class RandomFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     map). A drop-in for :class:`sklearn.kernel_approximation.RBFSampler` and
     ``PolynomialCountSketch`` with every map of :mod:`kernelkit.features` behind one
     ``method`` name, and ``method="auto"``, which picks the map of lowest analytic
-    mean squared error for the data.
+    relative mean squared error ``E (K_hat - K)^2 / K^2`` for the data.
 
     | ``method`` | feature map (:mod:`kernelkit.features`) | kernels |
     |---|---|---|
