@@ -132,3 +132,53 @@ def test_auto_maclaurin_estimates_include_the_truncation_bias(kernel):
             mean, se = np.mean(errs), np.std(errs, ddof=1) / np.sqrt(SEEDS)
             assert abs(rf.variance_estimates_[name] - mean) <= 5 * se, (name, mean, se)
     assert rf.method_ not in ("random_maclaurin", "optimized_maclaurin")
+
+
+def test_auto_is_deterministic_and_reads_every_row_of_a_small_sample():
+    """The same random_state gives the same sample, choice, estimates and features (those
+    of the chosen method fitted by name with that seed); an auto_sample_size above n reads
+    all n rows, as auto_sample_size = n does."""
+    X = _data("anisotropic", 6, n=30)
+
+    def fit(**kw):
+        return RandomFeatures(method="auto", n_components=32, random_state=4, **kw).fit(X)
+
+    a, b = fit(auto_sample_size=12), fit(auto_sample_size=12)  # 12 of the 30 rows
+    assert a.method_ == b.method_ and a.variance_estimates_ == b.variance_estimates_
+    np.testing.assert_array_equal(a.transform(X), b.transform(X))
+    named = RandomFeatures(method=a.method_, n_components=32, random_state=4).fit(X)
+    np.testing.assert_array_equal(a.transform(X), named.transform(X))
+    assert (
+        fit(auto_sample_size=1000).variance_estimates_
+        == fit(auto_sample_size=30).variance_estimates_
+    )
+
+
+def test_auto_sparse_and_keys_rank_the_same_pairs_as_dense_data():
+    """Sparse X: only the projection maps are candidates, with the estimates they have on
+    the same rows dense (the same seed and sample). With Y: every map is a candidate and
+    the estimates are over all pairs (x, y) of the two samples, so for a symmetric map
+    Y = X adds the diagonal pairs to the distinct pairs of the fit without Y."""
+    import scipy.sparse as sp
+
+    X = _data("clustered", 5, n=24)
+    X[np.abs(X) < 0.05] = 0.0
+    dense = RandomFeatures(method="auto", n_components=32, random_state=1).fit(X)
+    sparse = RandomFeatures(method="auto", n_components=32, random_state=1).fit(sp.csr_matrix(X))
+    assert set(sparse.variance_estimates_) == {"trig", "positive", "hyperbolic", "rff"} | {
+        "random_maclaurin",
+        "optimized_maclaurin",
+    }
+    for name, est in sparse.variance_estimates_.items():
+        # the same float operations on the same rows, up to the sparse product's order
+        np.testing.assert_allclose(est, dense.variance_estimates_[name], rtol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # hybrid widths above 32
+        keys = RandomFeatures(method="auto", n_components=32, random_state=1).fit(X, Y=X)
+    assert {"saderf", "aderf", "hybrid_angular"} <= set(keys.variance_estimates_)
+    n = len(X)
+    fm = RandomFeatures(method="positive", n_components=32).fit(X).feature_map_
+    diagonal = np.exp(np.diag(fm.log_relative_variance(X))).sum()
+    # mean over n^2 pairs = (mean over n(n-1) distinct pairs * n(n-1) + diagonal) / n^2
+    expected = (dense.variance_estimates_["positive"] * n * (n - 1) + diagonal) / n**2
+    np.testing.assert_allclose(keys.variance_estimates_["positive"], expected, rtol=1e-10)
