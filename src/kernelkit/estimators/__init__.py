@@ -2,7 +2,7 @@
 
 * :class:`RandomFeatures` – transformer over any of the twenty feature maps by name, for
   the Gaussian, softmax or polynomial kernel, or ``method="auto"``: the map of lowest
-  analytic mean squared error on a sample of the data.
+  analytic relative mean squared error on a sample of the data.
 * :class:`NadarayaWatsonClassifier` – kernel classification of FAVOR# Sec. 5.2 with any
   feature map, asymmetric ones (SADERF, ADERF) included, or the exact kernel.
 * :class:`RandomFeatureRidge` – kernel ridge regression with any symmetric feature map.

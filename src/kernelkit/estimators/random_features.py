@@ -56,7 +56,7 @@ class RandomFeatures(
     map). A drop-in for :class:`sklearn.kernel_approximation.RBFSampler` and
     ``PolynomialCountSketch`` with every map of :mod:`kernelkit.features` behind one
     ``method`` name, and ``method="auto"``, which picks the map of lowest analytic
-    mean squared error for the data.
+    relative mean squared error ``E (K_hat - K)^2 / K^2`` for the data.
 
     | ``method`` | feature map (:mod:`kernelkit.features`) | kernels |
     |---|---|---|
@@ -102,7 +102,9 @@ class RandomFeatures(
     mean squared error ``E (K_hat - K)^2 / K^2`` on all pairs of the sample (of ``X``
     with ``Y`` when given; distinct pairs otherwise; pairs where it is infinite or undefined
     for every candidate, such as zeros of the polynomial kernel on integer or one-hot data,
-    rank none and are left out), keeps the lowest mean, and refits it on all the data.
+    rank none and are left out; one undefined for some candidates only, such as a Maclaurin
+    map's relative bias where the kernel and the map's expected kernel both underflow to
+    0, counts as infinite for those), keeps the lowest mean, and refits it on all the data.
     For the unbiased maps that is the relative variance ``Var K_hat / K^2``
     (:meth:`~kernelkit.features.FeatureMap.log_relative_variance`); the Maclaurin
     maps estimate a truncated series (:meth:`~kernelkit.features.FeatureMap.
@@ -330,9 +332,13 @@ class RandomFeatures(
         # polynomial kernel (x.y / l^2 + coef0 = 0, common for integer or one-hot data),
         # where E (K_hat - K)^2 / K^2 is undefined for every map, ranks none of them.
         undefined = np.logical_and.reduce([~np.isfinite(r) for r in rels.values()])
+        # A pair undefined for some candidates only is no pair to leave out for them
+        # alone: where the kernel and a Maclaurin map's expected kernel both underflow to
+        # 0, its relative bias is 0/0 but in truth astronomical (far points of the
+        # Gaussian kernel), while the other candidates are ranked on that pair. Such a
+        # candidate's error there is unknown, so it is infinite.
         for name, rel in rels.items():
-            rel = rel[~undefined]
-            rel = rel[~np.isnan(rel)]
+            rel = np.where(np.isnan(rel), math.inf, rel)[~undefined]
             estimates[name] = float(rel.mean()) if rel.size else math.inf
         estimates = {name: estimates[name] for name in candidates}  # ties: table order
         finite = {k: v for k, v in estimates.items() if math.isfinite(v)}
