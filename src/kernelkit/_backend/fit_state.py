@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+from sklearn.exceptions import NotFittedError
 
 __all__ = ["ParamsSinceFit", "keep_model_on_error", "same_value"]
 
@@ -56,8 +57,8 @@ class ParamsSinceFit:
     A ``set_params`` takes effect at the next ``fit``, as on any scikit-learn estimator;
     on a fitted object, a change of any parameter but those in ``_kept_after_fit``
     (``n_jobs``, ``random_state``: they do not change what was fitted) is recorded, and
-    :meth:`_changed_since_fit` names it, so that the methods that use the fitted state
-    raise ``NotFittedError`` until the next ``fit`` (the fitted state belongs to the old
+    the methods that use the fitted state call :meth:`_check_unchanged_since_fit`, which
+    raises ``NotFittedError`` until the next ``fit`` (the fitted state belongs to the old
     values: its columns, scales and kernel would not match the new ones).
     """
 
@@ -85,9 +86,14 @@ class ParamsSinceFit:
             }
         return self
 
-    def _changed_since_fit(self, ignore=()) -> str | None:
-        """``"name: old -> new, ..."`` of the parameters changed since ``fit`` (but those
-        in ``ignore``), or None."""
+    def _check_unchanged_since_fit(self, ignore=(), using: str = "this estimator"):
+        """``NotFittedError`` naming the parameters changed since ``fit`` (but those in
+        ``ignore``: a ``redraw`` method draws again from their current values), asking for
+        a new ``fit`` before ``using`` the fitted state."""
         changed = self.__dict__.get("_changed_params") or {}
         what = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items() if k not in ignore]
-        return ", ".join(what) or None
+        if what:
+            raise NotFittedError(
+                f"The parameters of this {type(self).__name__} changed since fit "
+                f"({', '.join(what)}); call 'fit' again before using {using}."
+            )

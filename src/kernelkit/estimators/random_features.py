@@ -11,7 +11,6 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_feature_names, check_is_fitted
 
@@ -406,12 +405,7 @@ class RandomFeatures(
 
     def _check_fitted(self):
         check_is_fitted(self)
-        what = self._changed_since_fit()
-        if what:
-            raise NotFittedError(
-                f"The parameters of this RandomFeatures changed since fit ({what}); call "
-                "'fit' again before using this transformer."
-            )
+        self._check_unchanged_since_fit(using="this transformer")
 
     def _fit_dask(self, X, Y, name, fit=None):
         # Dask X / Y: the map reads them chunk by chunk (user guide: "Scale-out with

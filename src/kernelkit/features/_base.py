@@ -220,12 +220,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
                 f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
                 "appropriate arguments before using this feature map."
             )
-        what = self._changed_since_fit(ignore=redrawn)
-        if what:
-            raise NotFittedError(
-                f"The parameters of this {type(self).__name__} changed since fit ({what}); "
-                "call 'fit' again before using this feature map."
-            )
+        self._check_unchanged_since_fit(ignore=redrawn, using="this feature map")
 
     def _record_fitted_params(self):
         """The parameters the fitted map belongs to (after ``fit`` or a ``redraw``), and
