@@ -140,16 +140,18 @@ class LogFeatureMap:
         cb = torch.broadcast_to(c, (*lead, c.shape[-1]))[..., None, :]
         return torch.cat([Wb, ones, cb], dim=-2)
 
-    def log_features_fused(self, x, side, shift=None, keep=None, Wa=None):
+    def log_features_fused(self, x, side, shift=None, keep=None, Wa=None, row=None):
         """``log_features(x) + shift`` in one matmul: ``[x, row, 1] @ [W; 1; c + shift]``.
 
         x (..., L, d); shift (..., M) or None; keep (..., L) bool or None: masked rows
         get the row term ``-1e30``, which absorbs the rest, so their log features are
         exactly ``-1e30`` (callers also zero their values). ``Wa`` may hold
-        :meth:`augmented_weights` precomputed. Returns a fresh contiguous (..., L, M)
-        tensor that may be modified in place.
+        :meth:`augmented_weights` precomputed; ``row`` (..., L, 1) may replace the row
+        term ``-|B x|^2 / 2`` (e.g. zero where it cancels). Returns a fresh contiguous
+        (..., L, M) tensor that may be modified in place.
         """
-        row = self._row(x, side)  # (..., L, 1)
+        if row is None:
+            row = self._row(x, side)  # (..., L, 1)
         if keep is not None:
             row = torch.where(keep[..., None], row, torch.full_like(row, -1e30))
         xa = torch.cat([x, row, torch.ones_like(row)], dim=-1)  # (..., L, d + 2)

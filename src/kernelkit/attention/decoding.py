@@ -269,7 +269,7 @@ class _ExpFeatures:
             xy = torch.stack([x, y])  # (2, ..., T, d)
             r = self.fmap._row(xy, "k")  # (2, ..., T, 1), fresh: shared maps, one row term
             r[0] = 0.0  # the queries'
-            lf = torch.cat([xy, r, torch.ones_like(r)], dim=-1) @ self.Wa["q"]
+            lf = self.fmap.log_features_fused(xy, "q", Wa=self.Wa["q"], row=r)
             return lf[0], lf[1]
         lq = x @ self.fmap.W_q  # (..., T, M)
         if self.fmap.c is not None:
