@@ -354,10 +354,43 @@ def test_nadaraya_watson_exact_is_exact_for_inputs_with_a_large_offset(offset):
     (coordinates in metres, timestamps in seconds) leaves the exact estimate unchanged.
     ``exact=True`` must then equal the hand-written estimate from the differences to
     round-off of the differences (``|x - y| * eps``: 1e-12 here), not lose the distances
-    to ``|x|^2 + |y|^2 - 2 x.y`` (an error of ``|x|^2 eps`` ~ 0.1 .. 600)."""
+    to ``|x|^2 + |y|^2 - 2 x.y`` (an error of ``|x|^2 eps``, ~0.07 .. 2000)."""
     X, labels, Xq = _nw_data(offset=offset)
     sigma = 0.7
     ref = _exact_nw(X, labels, Xq, sigma)
     clf = NadarayaWatsonClassifier(exact=True, sigma=sigma).fit(X, labels)
     np.testing.assert_allclose(clf.predict_proba(Xq), ref, atol=1e-9)
     np.testing.assert_array_equal(clf.predict(Xq), np.unique(labels)[ref.argmax(1)])
+
+
+@pytest.mark.parametrize(
+    ("method", "fit_on"),
+    [
+        ("positive", "train"),
+        ("hyperbolic", "train"),
+        ("gerf", "train"),
+        ("gerf", "batch"),
+        ("aderf", "batch"),
+        ("sderf", "train"),
+        ("sderf", "batch"),
+    ],
+)
+def test_nadaraya_watson_random_features_do_not_depend_on_an_offset_of_the_inputs(method, fit_on):
+    """The exact estimate does not change when every input is shifted by 10, so neither
+    may the random-feature one: the same seed gives the same probabilities to the
+    round-off of the shifted inputs (``10 eps`` relative in the features: 1e-9 here),
+    and they stay within ``c / sqrt(M)`` of the exact estimate (c = 3, as at offset 0).
+    Positive features of the Gaussian kernel on uncentred inputs have the relative
+    variance ``exp(sigma^2 |x + y|^2) - 1`` (FAVOR# Sec. 2), ~1e250 at this offset:
+    their estimate at offset 10 was off by up to 0.7 in probability (GERF 0.2).
+    """
+    X, labels, Xq = _nw_data()
+    sigma, M = 0.7, 4096
+    kw = dict(method=method, n_components=M, sigma=sigma, sampler="iid", fit_on=fit_on)
+    at_0 = NadarayaWatsonClassifier(random_state=0, **kw).fit(X, labels).predict_proba(Xq)
+    shifted = NadarayaWatsonClassifier(random_state=0, **kw).fit(X + 10.0, labels)
+    at_10 = shifted.predict_proba(Xq + 10.0)
+    np.testing.assert_allclose(at_10, at_0, atol=1e-9)
+    if method != "positive" and method != "hyperbolic":  # their variance is large even at 0
+        ref = _exact_nw(X, labels, Xq, sigma)
+        assert np.abs(at_10 - ref).max() < 3.0 / np.sqrt(M)
