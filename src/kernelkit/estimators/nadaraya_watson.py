@@ -25,6 +25,17 @@ So every row of the stabilised ``r*`` is finite with sum ``>= 1``, whatever ``si
 the norms. (A per-*key* constant would change the argmax and is never used.)
 Trigonometric features (random Fourier features for the Gaussian kernel) are bounded by
 ``sqrt(2/M)`` and need no stabilisation; their ``r*`` may be negative.
+
+Centring (library choice). The Gaussian kernel depends on ``u* - u_i`` only, so the
+estimator subtracts the mean of the training points from every input, training points
+and queries, before any kernel or feature is evaluated. The exact estimate is unchanged,
+but (a) the exact scores' squared distances ``|q|^2 + |t|^2 - 2 q.t`` keep their digits
+for inputs with a large common offset (timestamps, projected coordinates), instead of an
+absolute error of ``|x|^2 eps`` (~2000 for three coordinates near 1.7e9), and (b) the
+random features' variance, which grows with the norms of the inputs (positive features:
+relative variance ``(exp(sigma^2 |x + y|^2) - 1) / M``, FAVOR# Sec. 2; GERF, ADERF,
+SDERF and the hyperbolic features grow too), is that of the centred inputs, so the
+estimate does not degrade when the data are shifted.
 """
 
 from __future__ import annotations
@@ -217,7 +228,8 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         block-orthogonal, as for all RF types in FAVOR# App. B.2.
     random_state : None, int or numpy.random.Generator, default=None
         Seed of the random features. An int is passed to the feature map as is (so the
-        features equal ``kernelkit.features.SDERF(..., random_state=seed)``'s); otherwise
+        features equal ``kernelkit.features.SDERF(..., random_state=seed)``'s of the
+        centred inputs ``X - X_mean_``); otherwise
         one seed is drawn at :meth:`fit` and reused by every prediction. Same seed, same
         predictions.
     exact : bool, default=False
@@ -228,8 +240,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         Thm 4.2, 4.3, eq. 20) are fitted:
 
         * ``"train"`` (default): once at :meth:`fit`, on ``(sigma X_train, sigma
-          X_train)``; predictions are row-wise (a point's prediction does not depend on
-          the other points of the batch) and each costs ``O(M (d + n))``.
+          X_train)`` (centred, as every input: Notes); predictions are row-wise (a
+          point's prediction does not depend on the other points of the batch) and each
+          costs ``O(M (d + n))``.
         * ``"batch"`` (the paper's protocol, FAVOR# App. B.2): at each :meth:`predict` /
           :meth:`predict_proba` / :meth:`decision_function` call on the pair
           ``(sigma X_query, sigma X_train)`` -- the query batch is the x side, the training
@@ -251,6 +264,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         Only when ``X`` had string column names.
     X_fit_ : ndarray of shape (L, n_features_in_)
         The training points (float64).
+    X_mean_ : ndarray of shape (n_features_in_,)
+        Their mean, subtracted from every input (training points and queries) before the
+        kernel or the features are evaluated (Notes).
     feature_map_ : kernelkit.features.FeatureMap or None
         The feature map fitted at :meth:`fit` (``None`` with ``exact=True`` or when the
         parameters are fitted per query batch).
@@ -260,6 +276,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
     Scores are computed stably for any ``sigma`` (see the module docstring): positive
     features in log space with a per-feature constant moved from the key to the query
     side and a per-query constant removed; neither changes the argmax.
+    Every input is centred at ``X_mean_`` first: the Gaussian kernel does not change, and
+    neither the exact scores' squared distances nor the random features' variance then
+    depend on a common offset of the data (module docstring, "Centring").
     :meth:`decision_function` returns these scores scaled to unit L1 norm per row, so for
     positive features it equals the Nadaraya-Watson class-probability estimate.
 
@@ -340,10 +359,10 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         )
 
     def _key_side(self, fm):
-        log_S = log_features(fm, self.X_fit_, "y")
+        log_S = log_features(fm, self._X_centred, "y")
         if log_S is not None:
             return ("log", *nw_key_summary(log_S, self._R))
-        S = fm.transform_y(self.X_fit_)  # (L, D), bounded (trig)
+        S = fm.transform_y(self._X_centred)  # (L, D), bounded (trig)
         return ("signed", S.T @ self._R)
 
     # ------------------------------------------------------------------ API
@@ -370,6 +389,12 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         R = np.zeros((X.shape[0], len(self.classes_)))
         R[np.arange(X.shape[0]), y_idx] = 1.0
         self.X_fit_ = X
+        # the kernel depends on differences only: centred inputs keep the exact scores'
+        # distances and the features' variance free of a common offset (module docstring)
+        with np.errstate(over="ignore"):
+            centre = X.mean(axis=0)  # a sum that overflows: no centring
+        self.X_mean_ = np.where(np.isfinite(centre), centre, 0.0)
+        self._X_centred = X - self.X_mean_
         self._R = R  # (L, n) one-hot
         rs = self.random_state
         if isinstance(rs, numbers.Integral) and not isinstance(rs, bool):
@@ -379,7 +404,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         self.feature_map_ = None
         self._keys = None
         if not self.exact and (self._method not in DATA_DEPENDENT or self.fit_on == "train"):
-            self.feature_map_ = self._new_map().fit(X)  # (X_train, X_train)
+            self.feature_map_ = self._new_map().fit(self._X_centred)  # (X_train, X_train)
             self._keys = self._key_side(self.feature_map_)
         return self
 
@@ -387,12 +412,13 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         """Stabilised ``r*`` (Q, n): each row a positive multiple of the true scores."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, accept_sparse=False, reset=False)
+        X = X - self.X_mean_  # centred as the training points
         if self.exact:
-            return exact_nw_scores(X, self.X_fit_, self._R, float(self.sigma))
+            return exact_nw_scores(X, self._X_centred, self._R, float(self.sigma))
         if self.feature_map_ is not None:
             fm, keys = self.feature_map_, self._keys
         else:  # paper protocol: x side = query batch, y side = training points
-            fm = self._new_map().fit(X, Y=self.X_fit_)
+            fm = self._new_map().fit(X, Y=self._X_centred)
             keys = self._key_side(fm)
         if keys[0] == "log":
             return nw_query_scores(log_features(fm, X, "x"), keys[1], keys[2])
