@@ -143,7 +143,12 @@ def nw_query_scores(log_P, c, T):
 
 
 def sq_distances(Xq, Xt):
-    """Squared Euclidean distances ``|q - t|^2``, shape (Q, L), clipped at 0."""
+    """Squared Euclidean distances ``|q - t|^2``, shape (Q, L), clipped at 0.
+
+    Formed as ``|q|^2 + |t|^2 - 2 q.t`` (one matrix product), so with an absolute error of
+    about ``max(|q|^2, |t|^2) eps``: centre the points first when they share a large
+    offset (:class:`NadarayaWatsonClassifier` does).
+    """
     sq_q = np.einsum("ij,ij->i", Xq, Xq)
     sq_t = np.einsum("ij,ij->i", Xt, Xt)
     D2 = Xq @ Xt.T
