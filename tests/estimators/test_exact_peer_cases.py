@@ -30,6 +30,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import Ridge
 from sklearn.pipeline import make_pipeline
+from threadpoolctl import threadpool_limits
 
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
@@ -41,6 +42,16 @@ from kernelkit.estimators import (
 from kernelkit.features import RandomFourierFeatures
 
 SEEDS = range(4)
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """The systems here are small (n <= 60): one BLAS thread is the fastest, and spinning
+    BLAS threads slow such tests down many times over on a loaded machine."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 M_SMALL, M_LARGE = 1024, 16384  # 16x the features: 1 / sqrt(M) predicts a 4x smaller error
 
 
