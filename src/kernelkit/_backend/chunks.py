@@ -39,7 +39,9 @@ __all__ = [
     "as_dask_rows",
     "blas_threads_for_dask",
     "check_block",
+    "check_chunk",
     "check_dask_matrix",
+    "checked_chunks",
     "dask_unique",
     "is_block_sequence",
     "is_chunked",
@@ -278,6 +280,40 @@ def check_dask_matrix(X, name: str, n_features: int | None = None):
             f"along axis 1, shape {X.shape}): call {name}.compute_chunk_sizes() first."
         )
     return as_dask_rows(X, name, n_features, known_rows=False, dense=False)
+
+
+def check_chunk(block, name: str, index: int, n_columns: int, finite: bool = False) -> None:
+    """``ValueError`` naming ``name`` and its chunk ``index`` unless the computed chunk
+    ``block`` (NumPy or SciPy sparse) has the ``n_columns`` columns of its Dask array
+    (and, with ``finite``, only finite values). A chunk that is not the width its Dask
+    array says (a reader returning other columns for one file) would otherwise fit a
+    map of another dimension in silence, or fail where Dask joins the chunks with an
+    error that names neither the argument nor the chunk."""
+    shape = tuple(block.shape)
+    if len(shape) != 2 or shape[1] != n_columns:
+        raise ValueError(
+            f"{name}: block {index} has shape {shape}; expected {n_columns} columns (the "
+            f"width of the Dask array {name})."
+        )
+    if finite:
+        import scipy.sparse as sp
+
+        values = block.data if sp.issparse(block) else np.asarray(block)
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{name}: block {index} contains NaN or infinity.")
+
+
+def _checked_block(block, name, n_columns, finite, block_info=None):
+    check_chunk(block, name, block_info[None]["chunk-location"][0], n_columns, finite)
+    return block
+
+
+def checked_chunks(Z, name: str, *, finite: bool = False):
+    """The Dask data matrix ``Z`` (n, d) with its columns in one chunk, each row chunk
+    checked by :func:`check_chunk` when it is computed (lazily: a task per chunk, in the
+    same pass). For the places that compute rows of a Dask array into one NumPy array."""
+    Z = Z.rechunk({1: -1})
+    return Z.map_blocks(_checked_block, name, int(Z.shape[1]), finite, dtype=Z.dtype, meta=Z._meta)
 
 
 def as_dask_labels(y, rows_like, name: str = "y", *, owner: str | None = None):
