@@ -292,8 +292,8 @@ def check_chunk(block, name: str, index: int, n_columns: int, finite: bool = Fal
     shape = tuple(block.shape)
     if len(shape) != 2 or shape[1] != n_columns:
         raise ValueError(
-            f"{name}: block {index} has shape {shape}; expected {n_columns} columns (the "
-            f"width of the Dask array {name})."
+            f"{name}: block {index} has shape {shape}; expected {n_columns} columns, the "
+            "Dask array's width."
         )
     if finite:
         import scipy.sparse as sp

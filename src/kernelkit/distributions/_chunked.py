@@ -36,6 +36,7 @@ from .._backend import chunks
 from .._backend.chunks import (
     as_dask_rows,
     check_block,
+    checked_chunks,
     is_chunked,
     is_dask_array,
     iter_block_pairs,
@@ -278,11 +279,15 @@ def fit_sampled_bases(bases, arrays, names, pivot_sample, random_state, *, dask,
             raise ValueError(f"at least 2 samples are needed, got n_samples = {ref.shape[0]}.")
     n = arrays[0].shape[0]
     rows = sample_rows(n, pivot_sample, random_state)
-    samples = [a[rows] for a in arrays]
     if dask:
         import dask as _dask
 
-        samples = _dask.compute(*samples)
+        # each chunk the sample reads is checked for its width (a chunk of other columns
+        # than its Dask array is named, not left to Dask's join of the chunks)
+        checked = [checked_chunks(a, nm) for a, nm in zip(arrays, names, strict=True)]
+        samples = _dask.compute(*[a[rows] for a in checked])
+    else:
+        samples = [a[rows] for a in arrays]
     try:
         for basis, sample in zip(bases, samples, strict=True):
             basis._fit_pivots(_sk_2d(basis, sample, reset=True))

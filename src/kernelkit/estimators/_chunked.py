@@ -53,6 +53,7 @@ from .._backend.chunks import (
     as_dask_labels,
     as_dask_rows,
     check_block,
+    check_chunk,
     is_block_sequence,
     is_chunked,
     is_dask_array,
@@ -176,7 +177,11 @@ def chunked_head(X, y, owner: str, *, labels: bool):
             y = as_dask_rows(y, "y", rows_like=X, owner=owner, vector="keep")
         # the first non-empty chunk (boolean filtering can empty any chunk, the first too)
         i = next((i for i, rows in enumerate(X.chunks[0]) if rows), 0)
-        X0, y0 = np.asarray(X.blocks[i].compute()), np.asarray(y.blocks[i].compute())
+        import dask
+
+        X0, y0 = (np.asarray(b) for b in dask.compute(X.blocks[i], y.blocks[i]))  # one pass
+        # its width sets n_features_in_ and the map's dimension: it must be X's
+        check_chunk(X0, f"{owner}: X", i, X.shape[1])
         return X, y, X0, y0, None, None
     if y is not None:
         raise ValueError(f"{owner}: with an iterable of (X_block, y_block) pairs, pass y=None.")

@@ -48,6 +48,7 @@ from .._backend.chunks import (
     as_dask_labels,
     as_dask_rows,
     check_block,
+    checked_chunks,
     dask_unique,
     reduce_rows,
 )
@@ -441,6 +442,9 @@ def fit_bound(est, X, y, schedule):
     check_classification_targets(classes)
     est._start(classes, X.shape[1])
     yi = y.map_blocks(lambda b: np.searchsorted(classes, b), dtype=np.intp)
+    # each chunk's width checked before the bias column is appended (a chunk of other
+    # width was reported with the augmented shapes: "(20, 3); expected 4 columns")
+    X = checked_chunks(X, f"{owner}: X")
     X1 = _augment(X.astype(X0.dtype) if X.dtype != X0.dtype else X, est.fit_intercept)
     est._dtype = X1.dtype
     _train(est, X1, yi, schedule, est.max_epochs, _DENSE_MAX_DIM, _PRECOND_RANK, owner)
