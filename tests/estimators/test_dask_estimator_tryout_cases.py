@@ -21,6 +21,7 @@ Schedulers: the same tasks on the same chunks, combined in the same tree: ``1e-1
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -35,6 +36,7 @@ from kernelkit.estimators import (
     RandomFeatureGPClassifier,
     RandomFeatureGPRegressor,
     RandomFeatureRidge,
+    RandomFeatures,
 )
 from kernelkit.features import SDERF, RandomFourierFeatures
 from kernelkit.optim import BoundLogisticRegression
@@ -220,3 +222,57 @@ def test_schedulers_give_the_synchronous_models(scheduler):
         got = outputs()
     for name, g, w in zip(names, got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-12 * np.abs(w).max(), err_msg=name)
+
+
+READS = {  # estimator, and whether its map reads the FAVOR# moments (one more pass)
+    "ridge-rff": (ESTIMATORS["ridge-rff"], False),
+    "ridge-sderf": (ESTIMATORS["ridge-sderf"], True),
+    "gp": (ESTIMATORS["gp"], False),
+    "gp-classifier": (lambda: RandomFeatureGPClassifier(SDERF(16), random_state=0), True),
+    "random-features-map": (
+        lambda: RandomFeatureRidge(RandomFeatures(method="positive", n_components=16)),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", READS, ids=list(READS))
+def test_fit_reads_each_chunk_once_plus_the_moment_pass(name):
+    """X and y as columns of one array (one upstream, as a DataFrame's): a fit reads
+    every chunk once for its statistics, and once more for the moments of a FAVOR# map
+    (scale guide), in one compute per pass after the first chunk's. The first chunk was
+    read three times (X and y apart, then again by the map's fit and the statistics),
+    in four or five computes."""
+    X, y, _ = _data()
+    t = (X[:, 0] > 0).astype(float) if name == "gp-classifier" else y
+    log, counter = Counter(), Computes()
+
+    def block(b, block_info=None):
+        log[block_info[None]["chunk-location"][0]] += 1
+        return b
+
+    Z = da.from_array(np.c_[X, t], chunks=(20, -1)).map_blocks(block, dtype=float)
+    make, moments = READS[name]
+    with dask.config.set(scheduler=counter):
+        make().fit(Z[:, :D], Z[:, D])
+    assert dict(log) == ({0: 1, 1: 2, 2: 2} if moments else {0: 1, 1: 1, 2: 1})
+    assert counter.calls == 2 + moments  # the first chunk, the statistics (the moments)
+
+
+@pytest.mark.parametrize("cls", [JointDistribution, ConditionalMeanEmbedding])
+def test_distribution_fits_read_the_sample_and_one_pass(cls):
+    """X and Y as columns of one array: the pivot sample (here every row) and one pass
+    over all rows for the statistics (scale guide), each chunk read once per step; the
+    pass read every chunk twice (once for X, once for Y)."""
+    X, y, _ = _data()
+    log, counter = Counter(), Computes()
+
+    def block(b, block_info=None):
+        log[block_info[None]["chunk-location"][0]] += 1
+        return b
+
+    Z = da.from_array(np.c_[X, y], chunks=(20, -1)).map_blocks(block, dtype=float)
+    with dask.config.set(scheduler=counter):
+        cls(**{**DIST_KW, "pivot_sample": N}).fit(Z[:, :D], Z[:, D:])
+    assert dict(log) == {0: 2, 1: 2, 2: 2}
+    assert counter.calls == 2
