@@ -475,21 +475,30 @@ def reduce_blocks(fn, n: int, block: int, combine=operator.add, n_jobs=None):
     return total
 
 
-def reduce_rows(fn, arrays, combine=operator.add, *, block: int | None = None, n_jobs=None):
+def reduce_rows(
+    fn, arrays, combine=operator.add, *, block: int | None = None, n_jobs=None, known=None
+):
     """``combine``-reduce of ``fn(index, *blocks)`` over the aligned row blocks of ``arrays``.
 
     Dask arrays (all of them, aligned by :func:`as_dask_rows`): one task per row chunk
     on the active scheduler, ``index`` the chunk number, combined in a binary tree and
-    computed with one thread per task under the threaded scheduler. NumPy arrays:
+    computed with one thread per task under the threaded scheduler; ``known``: ``{index:
+    blocks}`` for chunks the caller has computed already (their NumPy blocks are used,
+    the chunks not computed again). NumPy arrays:
     blocks of ``block`` rows (``index`` = block number) on kernelkit's threads
     (:func:`reduce_blocks`). ``fn`` gets the blocks as they are; it validates them.
     """
     if is_dask_array(arrays[0]):
         import dask
 
-        chunks = [a.to_delayed().ravel() for a in arrays]
-        call = dask.delayed(fn)
-        parts = [call(i, *blocks) for i, blocks in enumerate(zip(*chunks, strict=True))]
+        # the graphs as built, not optimised array by array: a chunk the arrays share
+        # upstream (X and y as columns of one array or DataFrame) stays one task,
+        # computed once (each array's optimisation fused its own copy of it)
+        chunks = [a.to_delayed(optimize_graph=False).ravel() for a in arrays]
+        call, known = dask.delayed(fn), known or {}
+        parts = [
+            call(i, *known.get(i, blocks)) for i, blocks in enumerate(zip(*chunks, strict=True))
+        ]
         total = tree_reduce(parts, dask.delayed(combine))
         with blas_threads_for_dask(total, len(parts)):
             return total.compute()

@@ -22,6 +22,7 @@ The same moment sums fit a map on a sequence of NumPy row blocks that can be rea
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import math
 
@@ -38,7 +39,24 @@ from .._backend.chunks import (
 from .._backend.parallel import OneThreadPerTask
 from .favor import blocked_sums
 
-__all__ = ["fit_dask", "fit_on_blocks", "lazy_features"]
+__all__ = ["fit_dask", "fit_on_blocks", "known_first_rows", "lazy_features"]
+
+#: ``(name of a Dask array, its first non-empty row chunk computed, the chunk's index)``
+#: while a caller that has already computed that chunk fits a map on the array
+_KNOWN_FIRST = contextvars.ContextVar("kernelkit_known_first_rows", default=None)
+
+
+@contextlib.contextmanager
+def known_first_rows(X, rows, index: int):
+    """While fitting maps on the Dask array ``X`` (its columns in one chunk), its first
+    non-empty row chunk ``index`` is ``rows`` (n_0, d), already computed and checked by
+    the caller: :func:`fit_dask` takes it instead of computing the chunk again (the
+    random-feature estimators' chunked fits, which read it to validate their input)."""
+    token = _KNOWN_FIRST.set((X.name, rows, index))
+    try:
+        yield
+    finally:
+        _KNOWN_FIRST.reset(token)
 
 
 def lazy_features(fm, X, side: str):
@@ -71,7 +89,11 @@ def lazy_features(fm, X, side: str):
 def _first_rows(X, name: str):
     """``(rows, k)``: the first non-empty row chunk ``k`` of the Dask array ``name``,
     computed: (rows, d), NumPy or the chunks' SciPy sparse matrix (which the map accepts or
-    rejects as in memory), checked to have the array's d columns."""
+    rejects as in memory), checked to have the array's d columns. A chunk the caller has
+    computed already (:func:`known_first_rows`) is not computed again."""
+    known = _KNOWN_FIRST.get()
+    if known is not None and known[0] == X.name:
+        return known[1], known[2]
     for k, block in enumerate(X.to_delayed().ravel()):
         rows = block.compute()
         rows = rows if sp.issparse(rows) else np.asarray(rows)
