@@ -276,3 +276,46 @@ def test_distribution_fits_read_the_sample_and_one_pass(cls):
         cls(**{**DIST_KW, "pivot_sample": N}).fit(Z[:, :D], Z[:, D:])
     assert dict(log) == {0: 2, 1: 2, 2: 2}
     assert counter.calls == 2
+
+
+UNKNOWN = {  # model, target, the passes of its fit after the one for the chunk sizes
+    "ridge": (ESTIMATORS["ridge-rff"], "y", 1),
+    "gp-classifier": (lambda: RandomFeatureGPClassifier(random_state=0), "labels", 1),
+    "joint": (lambda: JointDistribution(**{**DIST_KW, "pivot_sample": N}), "Y", 2),
+    "bound-logistic": (
+        lambda: BoundLogisticRegression(solver="bound", max_epochs=1, tol=None),
+        "labels",
+        None,  # several passes (epochs, curvature): only the sizes' pass is counted
+    ),
+}
+
+
+@pytest.mark.parametrize("name", UNKNOWN, ids=list(UNKNOWN))
+def test_unknown_chunk_sizes_of_x_and_y_take_one_pass(name):
+    """X and y filtered by one boolean mask (unknown chunk sizes): their sizes are
+    computed together, in one pass (each was computed on its own: every chunk read once
+    more), then the fit's own passes (scale guide)."""
+    X, y, _ = _data()
+    t = {"y": y, "Y": y, "labels": (X[:, 0] > 0).astype(float)}[UNKNOWN[name][1]]
+    log = Counter()
+
+    def block(b, block_info=None):
+        log[block_info[None]["chunk-location"][0]] += 1
+        return b
+
+    Z = da.from_array(np.c_[X, t], chunks=(20, -1)).map_blocks(block, dtype=float)
+    Z = Z[Z[:, 0] > -0.5]  # unknown chunk sizes
+    make, target, passes = UNKNOWN[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one epoch: no convergence
+        make().fit(Z[:, :D], Z[:, D:] if target == "Y" else Z[:, D])
+    if passes is not None:
+        assert dict(log) == {k: 1 + passes for k in range(3)}
+    else:  # the bound fit: as often as with known sizes, plus one
+        known = Counter()
+        Zk = da.from_array(np.c_[X, t], chunks=(20, -1)).map_blocks(block, dtype=float)
+        log, reads = known, dict(log)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            make().fit(Zk[:, :D], Zk[:, D])
+        assert reads == {k: 1 + known[k] for k in range(3)}
