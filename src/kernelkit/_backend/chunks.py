@@ -47,6 +47,7 @@ __all__ = [
     "is_chunked",
     "is_dask_array",
     "iter_block_pairs",
+    "known_row_chunks",
     "map_row_chunks",
     "one_thread_per_task",
     "one_thread_per_task_map",
@@ -258,6 +259,43 @@ def as_dask_rows(
             raise ValueError(f"{where} has {Z.shape[0]} rows, expected {rows_like.shape[0]}.")
         Z = Z.rechunk({0: rows_like.chunks[0]})
     return Z
+
+
+def _n_rows(block) -> int:
+    return int(block.shape[0])
+
+
+def known_row_chunks(*arrays):
+    """``arrays`` with the unknown row-chunk sizes of their Dask arrays computed, in one
+    pass for all of them (a chunk they share upstream, as X and y filtered by one
+    boolean mask, is computed once; ``compute_chunk_sizes`` array by array read it once
+    per array). Other items (NumPy, None) and Dask arrays of known sizes are returned as
+    they are."""
+    import dask
+    import dask.array as da
+
+    todo = [
+        i
+        for i, a in enumerate(arrays)
+        if is_dask_array(a) and a.ndim and any(np.isnan(c) for c in a.chunks[0])
+    ]
+    if not todo:
+        return arrays
+    counts = [
+        [
+            dask.delayed(_n_rows)(b)  # the first column chunk of each row chunk
+            for b in arrays[i]
+            .to_delayed(optimize_graph=False)
+            .reshape(arrays[i].numblocks[0], -1)[:, 0]
+        ]
+        for i in todo
+    ]
+    sizes = dask.compute(*counts)
+    out = list(arrays)
+    for i, rows in zip(todo, sizes, strict=True):
+        a = arrays[i]
+        out[i] = da.Array(a.dask, a.name, (tuple(rows), *a.chunks[1:]), meta=a._meta)
+    return tuple(out)
 
 
 def check_dask_matrix(X, name: str, n_features: int | None = None):

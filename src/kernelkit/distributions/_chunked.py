@@ -40,6 +40,7 @@ from .._backend.chunks import (
     is_chunked,
     is_dask_array,
     iter_block_pairs,
+    known_row_chunks,
     map_row_chunks,
 )
 from .._backend.parallel import block_map
@@ -271,6 +272,7 @@ def fit_sampled_bases(bases, arrays, names, pivot_sample, random_state, *, dask,
     from ._basis import _sk_2d
 
     if dask:
+        arrays = known_row_chunks(*arrays)  # unknown sizes (a filter): one pass for all
         ref = as_dask_rows(arrays[0], names[0])
         arrays = [ref] + [
             as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays[1:], names[1:], strict=True)

@@ -59,6 +59,7 @@ from .._backend.chunks import (
     is_chunked,
     is_dask_array,
     iter_block_pairs,
+    known_row_chunks,
     reduce_rows,
 )
 from .._backend.sklearn_validation import host_array, validate_data
@@ -185,7 +186,8 @@ def chunked_head(X, y, owner: str, *, labels: bool):
     if is_dask_array(X):
         if y is None:
             raise ValueError(f"{owner}: y is required.")
-        X = as_dask_rows(X, "X", owner=owner, vector="error")
+        X = as_dask_rows(X, "X", owner=owner, vector="error", known_rows=False)
+        X, y = known_row_chunks(X, y)  # unknown sizes (a filter): one pass for both
         if labels:
             y = as_dask_labels(y, X, owner=owner)
         else:

@@ -50,6 +50,7 @@ from .._backend.chunks import (
     check_block,
     checked_chunks,
     dask_unique,
+    known_row_chunks,
     reduce_rows,
 )
 from .._backend.sklearn_validation import validate_data
@@ -433,7 +434,8 @@ def fit_bound(est, X, y, schedule):
             "NumPy input; a dask.array.Array is fitted by solver='bound' (the full-batch "
             "bound, summed over the row chunks). Use solver='bound' or X.compute()."
         )
-    X = as_dask_rows(X, "X", owner=owner, vector="error")
+    X = as_dask_rows(X, "X", owner=owner, vector="error", known_rows=False)
+    X, y = known_row_chunks(X, y)  # unknown sizes (a filter): one pass for both
     y = as_dask_labels(y, X, owner=owner)
     # scikit-learn's checks and n_features_in_ on the first row (dtype: float32 or float64)
     X0, y0 = (a.compute() for a in (X[:1], y[:1]))
