@@ -53,7 +53,9 @@ ESTIMATORS = {
         SDERF(16, kernel="gaussian", random_state=0), alpha=0.1
     ),
     "gp": lambda: RandomFeatureGPRegressor(RandomFourierFeatures(16, random_state=0)),
-    "gp-classifier": lambda: RandomFeatureGPClassifier(n_samples=200, random_state=0),
+    "gp-classifier": lambda: RandomFeatureGPClassifier(
+        RandomFourierFeatures(16), n_samples=200, random_state=0
+    ),
     "nadaraya-watson": lambda: NadarayaWatsonClassifier(n_components=16, random_state=0),
     "joint": lambda: JointDistribution(**DIST_KW),
     "cme": lambda: ConditionalMeanEmbedding(**DIST_KW),
