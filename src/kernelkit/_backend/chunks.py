@@ -39,12 +39,15 @@ __all__ = [
     "as_dask_rows",
     "blas_threads_for_dask",
     "check_block",
+    "check_chunk",
     "check_dask_matrix",
+    "checked_chunks",
     "dask_unique",
     "is_block_sequence",
     "is_chunked",
     "is_dask_array",
     "iter_block_pairs",
+    "known_row_chunks",
     "map_row_chunks",
     "one_thread_per_task",
     "one_thread_per_task_map",
@@ -258,6 +261,43 @@ def as_dask_rows(
     return Z
 
 
+def _n_rows(block) -> int:
+    return int(block.shape[0])
+
+
+def known_row_chunks(*arrays):
+    """``arrays`` with the unknown row-chunk sizes of their Dask arrays computed, in one
+    pass for all of them (a chunk they share upstream, as X and y filtered by one
+    boolean mask, is computed once; ``compute_chunk_sizes`` array by array read it once
+    per array). Other items (NumPy, None) and Dask arrays of known sizes are returned as
+    they are."""
+    import dask
+    import dask.array as da
+
+    todo = [
+        i
+        for i, a in enumerate(arrays)
+        if is_dask_array(a) and a.ndim and any(np.isnan(c) for c in a.chunks[0])
+    ]
+    if not todo:
+        return arrays
+    counts = [
+        [
+            dask.delayed(_n_rows)(b)  # the first column chunk of each row chunk
+            for b in arrays[i]
+            .to_delayed(optimize_graph=False)
+            .reshape(arrays[i].numblocks[0], -1)[:, 0]
+        ]
+        for i in todo
+    ]
+    sizes = dask.compute(*counts)
+    out = list(arrays)
+    for i, rows in zip(todo, sizes, strict=True):
+        a = arrays[i]
+        out[i] = da.Array(a.dask, a.name, (tuple(rows), *a.chunks[1:]), meta=a._meta)
+    return tuple(out)
+
+
 def check_dask_matrix(X, name: str, n_features: int | None = None):
     """A Dask data matrix (n, d) for a map of its rows, checked before computing: rank,
     dtype and width (complex input is a ``ValueError``, as in memory; so is a width Dask
@@ -278,6 +318,40 @@ def check_dask_matrix(X, name: str, n_features: int | None = None):
             f"along axis 1, shape {X.shape}): call {name}.compute_chunk_sizes() first."
         )
     return as_dask_rows(X, name, n_features, known_rows=False, dense=False)
+
+
+def check_chunk(block, name: str, index: int, n_columns: int, finite: bool = False) -> None:
+    """``ValueError`` naming ``name`` and its chunk ``index`` unless the computed chunk
+    ``block`` (NumPy or SciPy sparse) has the ``n_columns`` columns of its Dask array
+    (and, with ``finite``, only finite values). A chunk that is not the width its Dask
+    array says (a reader returning other columns for one file) would otherwise fit a
+    map of another dimension in silence, or fail where Dask joins the chunks with an
+    error that names neither the argument nor the chunk."""
+    shape = tuple(block.shape)
+    if len(shape) != 2 or shape[1] != n_columns:
+        raise ValueError(
+            f"{name}: block {index} has shape {shape}; expected {n_columns} columns, the "
+            "Dask array's width."
+        )
+    if finite:
+        import scipy.sparse as sp
+
+        values = block.data if sp.issparse(block) else np.asarray(block)
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{name}: block {index} contains NaN or infinity.")
+
+
+def _checked_block(block, name, n_columns, finite, block_info=None):
+    check_chunk(block, name, block_info[None]["chunk-location"][0], n_columns, finite)
+    return block
+
+
+def checked_chunks(Z, name: str, *, finite: bool = False):
+    """The Dask data matrix ``Z`` (n, d) with its columns in one chunk, each row chunk
+    checked by :func:`check_chunk` when it is computed (lazily: a task per chunk, in the
+    same pass). For the places that compute rows of a Dask array into one NumPy array."""
+    Z = Z.rechunk({1: -1})
+    return Z.map_blocks(_checked_block, name, int(Z.shape[1]), finite, dtype=Z.dtype, meta=Z._meta)
 
 
 def as_dask_labels(y, rows_like, name: str = "y", *, owner: str | None = None):
@@ -439,21 +513,30 @@ def reduce_blocks(fn, n: int, block: int, combine=operator.add, n_jobs=None):
     return total
 
 
-def reduce_rows(fn, arrays, combine=operator.add, *, block: int | None = None, n_jobs=None):
+def reduce_rows(
+    fn, arrays, combine=operator.add, *, block: int | None = None, n_jobs=None, known=None
+):
     """``combine``-reduce of ``fn(index, *blocks)`` over the aligned row blocks of ``arrays``.
 
     Dask arrays (all of them, aligned by :func:`as_dask_rows`): one task per row chunk
     on the active scheduler, ``index`` the chunk number, combined in a binary tree and
-    computed with one thread per task under the threaded scheduler. NumPy arrays:
+    computed with one thread per task under the threaded scheduler; ``known``: ``{index:
+    blocks}`` for chunks the caller has computed already (their NumPy blocks are used,
+    the chunks not computed again). NumPy arrays:
     blocks of ``block`` rows (``index`` = block number) on kernelkit's threads
     (:func:`reduce_blocks`). ``fn`` gets the blocks as they are; it validates them.
     """
     if is_dask_array(arrays[0]):
         import dask
 
-        chunks = [a.to_delayed().ravel() for a in arrays]
-        call = dask.delayed(fn)
-        parts = [call(i, *blocks) for i, blocks in enumerate(zip(*chunks, strict=True))]
+        # the graphs as built, not optimised array by array: a chunk the arrays share
+        # upstream (X and y as columns of one array or DataFrame) stays one task,
+        # computed once (each array's optimisation fused its own copy of it)
+        chunks = [a.to_delayed(optimize_graph=False).ravel() for a in arrays]
+        call, known = dask.delayed(fn), known or {}
+        parts = [
+            call(i, *known.get(i, blocks)) for i, blocks in enumerate(zip(*chunks, strict=True))
+        ]
         total = tree_reduce(parts, dask.delayed(combine))
         with blas_threads_for_dask(total, len(parts)):
             return total.compute()

@@ -13,7 +13,7 @@ from sklearn import get_config
 from sklearn.utils.validation import validate_data as _sk_validate_data
 
 from . import is_torch_array, to_numpy
-from .chunks import is_dask_array, reject_sparse
+from .chunks import checked_chunks, is_dask_array, reject_sparse
 
 __all__ = ["check_lazy_output", "for_container", "host_array", "validate_data"]
 
@@ -89,6 +89,8 @@ def validate_data(_estimator, /, X="no_validation", y="no_validation", **kwargs)
     (detached from autograd) unless array API dispatch is on."""
     if is_dask_array(X):  # NumPy would make its computed sparse matrix an object array
         reject_sparse(X, "X")
+        if X.ndim == 2 and not np.isnan(X.shape[1]):  # computed here, each chunk's width
+            X = checked_chunks(X, "X").compute()  # named (not Dask's join error)
     _check_real(X, "X")
     _check_real(y, "y")
     X, y = host_array(X), host_array(y)

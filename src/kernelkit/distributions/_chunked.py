@@ -36,9 +36,11 @@ from .._backend import chunks
 from .._backend.chunks import (
     as_dask_rows,
     check_block,
+    checked_chunks,
     is_chunked,
     is_dask_array,
     iter_block_pairs,
+    known_row_chunks,
     map_row_chunks,
 )
 from .._backend.parallel import block_map
@@ -270,6 +272,7 @@ def fit_sampled_bases(bases, arrays, names, pivot_sample, random_state, *, dask,
     from ._basis import _sk_2d
 
     if dask:
+        arrays = known_row_chunks(*arrays)  # unknown sizes (a filter): one pass for all
         ref = as_dask_rows(arrays[0], names[0])
         arrays = [ref] + [
             as_dask_rows(a, nm, rows_like=ref) for a, nm in zip(arrays[1:], names[1:], strict=True)
@@ -278,11 +281,15 @@ def fit_sampled_bases(bases, arrays, names, pivot_sample, random_state, *, dask,
             raise ValueError(f"at least 2 samples are needed, got n_samples = {ref.shape[0]}.")
     n = arrays[0].shape[0]
     rows = sample_rows(n, pivot_sample, random_state)
-    samples = [a[rows] for a in arrays]
     if dask:
         import dask as _dask
 
-        samples = _dask.compute(*samples)
+        # each chunk the sample reads is checked for its width (a chunk of other columns
+        # than its Dask array is named, not left to Dask's join of the chunks)
+        checked = [checked_chunks(a, nm) for a, nm in zip(arrays, names, strict=True)]
+        samples = _dask.compute(*[a[rows] for a in checked])
+    else:
+        samples = [a[rows] for a in arrays]
     try:
         for basis, sample in zip(bases, samples, strict=True):
             basis._fit_pivots(_sk_2d(basis, sample, reset=True))

@@ -14,7 +14,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import chunks, validate_positive_float, validate_positive_int
-from .._backend.chunks import as_dask_labels, dask_unique
+from .._backend.chunks import as_dask_labels, dask_unique, known_row_chunks
 from .._backend.parallel import SingleThreadedBlas
 from .._backend.params import POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data as sk_validate_data
@@ -132,7 +132,8 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         name = type(self).__name__
         dask = is_dask_array(X) or is_dask_array(y)
         if dask:
-            X = as_dask_rows(X, "X", owner=name, vector="error")
+            X = as_dask_rows(X, "X", owner=name, vector="error", known_rows=False)
+            X, y = known_row_chunks(X, y)  # unknown sizes: one pass for both
             y = as_dask_labels(y, X, owner=name)
             classes = dask_unique(y)
             check_classification_targets(classes)  # the type of target of its values

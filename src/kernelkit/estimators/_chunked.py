@@ -40,6 +40,7 @@ reads them; else on the first non-empty chunk (or block of an iterable).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 from collections.abc import Iterator, Sequence
@@ -53,10 +54,12 @@ from .._backend.chunks import (
     as_dask_labels,
     as_dask_rows,
     check_block,
+    check_chunk,
     is_block_sequence,
     is_chunked,
     is_dask_array,
     iter_block_pairs,
+    known_row_chunks,
     reduce_rows,
 )
 from .._backend.sklearn_validation import host_array, validate_data
@@ -115,6 +118,20 @@ class TrainingRows:
     pairs: Iterator | None = None
     blocks: Sequence | None = None
     labels: bool = False  # Y holds class labels (a classifier's rows)
+    head_y: object = None  # a Dask fit: the targets of the chunk ``head``, as NumPy
+
+    @property
+    def known_head(self) -> dict:
+        """``{index: (head, head_y)}``: the first non-empty Dask chunk, computed once by
+        :func:`chunked_head`, for the passes that would read it again; else ``{}``."""
+        if not is_dask_array(self.X):
+            return {}
+        return {_first_nonempty(self.X): (self.head, self.head_y)}
+
+
+def _first_nonempty(X) -> int:
+    """The index of the first row chunk of the Dask ``X`` (known sizes) with rows."""
+    return next((i for i, rows in enumerate(X.chunks[0]) if rows), 0)
 
 
 def training_rows(est, X, y) -> TrainingRows:
@@ -153,7 +170,7 @@ def training_rows(est, X, y) -> TrainingRows:
     validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
     if names is not None:  # DataFrame blocks: as in memory
         est.feature_names_in_ = names
-    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence)
+    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence, head_y=y0)
 
 
 def chunked_head(X, y, owner: str, *, labels: bool):
@@ -169,14 +186,19 @@ def chunked_head(X, y, owner: str, *, labels: bool):
     if is_dask_array(X):
         if y is None:
             raise ValueError(f"{owner}: y is required.")
-        X = as_dask_rows(X, "X", owner=owner, vector="error")
+        X = as_dask_rows(X, "X", owner=owner, vector="error", known_rows=False)
+        X, y = known_row_chunks(X, y)  # unknown sizes (a filter): one pass for both
         if labels:
             y = as_dask_labels(y, X, owner=owner)
         else:
             y = as_dask_rows(y, "y", rows_like=X, owner=owner, vector="keep")
         # the first non-empty chunk (boolean filtering can empty any chunk, the first too)
-        i = next((i for i, rows in enumerate(X.chunks[0]) if rows), 0)
-        X0, y0 = np.asarray(X.blocks[i].compute()), np.asarray(y.blocks[i].compute())
+        i = _first_nonempty(X)
+        import dask
+
+        X0, y0 = (np.asarray(b) for b in dask.compute(X.blocks[i], y.blocks[i]))  # one pass
+        # its width sets n_features_in_ and the map's dimension: it must be X's
+        check_chunk(X0, f"{owner}: X", i, X.shape[1])
         return X, y, X0, y0, None, None
     if y is not None:
         raise ValueError(f"{owner}: with an iterable of (X_block, y_block) pairs, pass y=None.")
@@ -269,15 +291,21 @@ def fit_feature_map(est, rows: TrainingRows, n_jobs, random_state=None):
             pairs = _checked_pairs(rows.blocks, rows.owner, labels=rows.labels)
             return (Xb for Xb, _ in pairs)
 
-    return fitted_feature_map(
-        est.feature_map,
-        est.random_state if random_state is None else random_state,
-        rows.head,
-        rows.owner,
-        n_jobs,
-        all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
-        blocks=blocks,
-    )
+    known = contextlib.nullcontext()
+    if is_dask_array(rows.X):  # the map's fit takes the head, computed once
+        from ..features._dask import known_first_rows
+
+        known = known_first_rows(rows.X, rows.head, _first_nonempty(rows.X))
+    with known:
+        return fitted_feature_map(
+            est.feature_map,
+            est.random_state if random_state is None else random_state,
+            rows.head,
+            rows.owner,
+            n_jobs,
+            all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
+            blocks=blocks,
+        )
 
 
 def prediction_rows(est, X):
@@ -484,7 +512,7 @@ def chunk_statistics(fm, rows: TrainingRows, amplitude: float = 1.0) -> FeatureS
         yb = check_block(yb, "y", index, owner=owner, vector="keep", dtype=None)
         return block_stats(fm, Xb, yb, amplitude) if len(Xb) else None  # None: empty chunk
 
-    return reduce_rows(stats, [rows.X, rows.Y], _add)
+    return reduce_rows(stats, [rows.X, rows.Y], _add, known=rows.known_head)
 
 
 def _add(u: FeatureStats | None, v: FeatureStats | None) -> FeatureStats | None:

@@ -49,7 +49,7 @@ def class_training_rows(est, X, y) -> TrainingRows:
     validate_data(est, X0, y0, dtype=[np.float64, np.float32], accept_sparse=False)
     if names is not None:  # DataFrame blocks: as in memory
         est.feature_names_in_ = names
-    return TrainingRows(name, True, X, y, X0, 1, pairs, sequence, labels=True)
+    return TrainingRows(name, True, X, y, X0, 1, pairs, sequence, labels=True, head_y=y0)
 
 
 def class_block_stats(fm, Xb, yb, amplitude: float, owner: str) -> dict:
@@ -85,7 +85,7 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
             check_missing_labels(f"{owner}: block {index}", yb)
             return class_block_stats(fm, Xb, yb, amplitude, owner) if len(Xb) else {}
 
-        stats = reduce_rows(block, [rows.X, rows.Y], _merge)
+        stats = reduce_rows(block, [rows.X, rows.Y], _merge, known=rows.known_head)
     keys = np.empty(len(stats), dtype=object)
     keys[:] = list(stats)
     _, order = encode_labels(owner, keys, check=False)  # a TypeError naming y: mixed types

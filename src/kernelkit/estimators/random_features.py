@@ -22,7 +22,7 @@ from .._backend import (
     validate_positive_int,
 )
 from .._backend import validate_data as kk_validate_data
-from .._backend.chunks import check_dask_matrix, is_dask_array
+from .._backend.chunks import check_dask_matrix, checked_chunks, is_dask_array
 from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.parallel import check_n_jobs
 from .._backend.params import (
@@ -309,8 +309,8 @@ class RandomFeatures(
         candidates = auto_candidates(self.kernel, keys=Y is not None)
         rng = check_random_state(self.random_state)
         seed = int(rng.integers(0, 2**31 - 1))
-        sx = _sample_rows(X, self.auto_sample_size, rng)
-        sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng)
+        sx = _sample_rows(X, self.auto_sample_size, rng, "X")
+        sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng, "Y")
         if sp.issparse(sx):  # sparse X, or a Dask X of sparse chunks
             candidates = [c for c in candidates if METHODS[c].cls.accepts_sparse]
         estimates, rels = {}, {}
@@ -549,10 +549,15 @@ def _relative_mse(fm, X, Y, lrv):
         return rel * r * r + (r - 1.0) ** 2
 
 
-def _sample_rows(X, size: int, rng):
-    """At most ``size`` rows of ``X`` drawn without replacement (all rows when fewer)."""
+def _sample_rows(X, size: int, rng, name: str = "X"):
+    """At most ``size`` rows of ``X`` drawn without replacement (all rows when fewer).
+
+    A Dask ``X`` (checked by ``fit``: real, 2-D) is computed, each chunk it reads checked
+    for its width and for NaN or infinity (a ``ValueError`` naming ``name`` and the
+    chunk), as the in-memory fit validates its rows before the candidates see them."""
     if is_dask_array(X):  # the same rows as in memory, computed
         X = X.compute_chunk_sizes() if math.isnan(X.shape[0]) else X
+        X = checked_chunks(X, name, finite=True)
         n = X.shape[0]
         if n <= size:
             return X.compute()

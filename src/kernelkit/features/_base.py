@@ -59,7 +59,7 @@ from .._backend import (
     to_numpy,
 )
 from .._backend import validate_data as validate_array
-from .._backend.chunks import is_dask_array
+from .._backend.chunks import checked_chunks, is_dask_array
 from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.sklearn_validation import check_lazy_output, for_container
 from ._dask import fit_dask, lazy_features
@@ -255,7 +255,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         if like is not None:
             n_in = like.shape[1]
         if is_dask_array(X):  # the methods that are not lazy compute a Dask argument; its
-            X = X.compute()  # chunks may be SciPy sparse (numpy.asarray: an object array)
+            # chunks may be SciPy sparse (numpy.asarray: an object array); each chunk's
+            # width is checked (named) before Dask joins them
+            if X.ndim == 2 and not math.isnan(X.shape[1]):
+                X = checked_chunks(X, name)
+            X = X.compute()
         if sp.issparse(X):
             if not self.accepts_sparse:
                 raise TypeError(

@@ -22,17 +22,41 @@ The same moment sums fit a map on a sequence of NumPy row blocks that can be rea
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import math
 
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend.chunks import check_dask_matrix, is_dask_array, one_thread_per_task_map
+from .._backend.chunks import (
+    check_chunk,
+    check_dask_matrix,
+    checked_chunks,
+    is_dask_array,
+    one_thread_per_task_map,
+)
 from .._backend.parallel import OneThreadPerTask
 from .favor import blocked_sums
 
-__all__ = ["fit_dask", "fit_on_blocks", "lazy_features"]
+__all__ = ["fit_dask", "fit_on_blocks", "known_first_rows", "lazy_features"]
+
+#: ``(name of a Dask array, its first non-empty row chunk computed, the chunk's index)``
+#: while a caller that has already computed that chunk fits a map on the array
+_KNOWN_FIRST = contextvars.ContextVar("kernelkit_known_first_rows", default=None)
+
+
+@contextlib.contextmanager
+def known_first_rows(X, rows, index: int):
+    """While fitting maps on the Dask array ``X`` (its columns in one chunk), its first
+    non-empty row chunk ``index`` is ``rows`` (n_0, d), already computed and checked by
+    the caller: :func:`fit_dask` takes it instead of computing the chunk again (the
+    random-feature estimators' chunked fits, which read it to validate their input)."""
+    token = _KNOWN_FIRST.set((X.name, rows, index))
+    try:
+        yield
+    finally:
+        _KNOWN_FIRST.reset(token)
 
 
 def lazy_features(fm, X, side: str):
@@ -65,10 +89,15 @@ def lazy_features(fm, X, side: str):
 def _first_rows(X, name: str):
     """``(rows, k)``: the first non-empty row chunk ``k`` of the Dask array ``name``,
     computed: (rows, d), NumPy or the chunks' SciPy sparse matrix (which the map accepts or
-    rejects as in memory)."""
+    rejects as in memory), checked to have the array's d columns. A chunk the caller has
+    computed already (:func:`known_first_rows`) is not computed again."""
+    known = _KNOWN_FIRST.get()
+    if known is not None and known[0] == X.name:
+        return known[1], known[2]
     for k, block in enumerate(X.to_delayed().ravel()):
         rows = block.compute()
         rows = rows if sp.issparse(rows) else np.asarray(rows)
+        check_chunk(rows, name, k, X.shape[1])
         if rows.shape[0]:
             return rows, k
     raise ValueError(f"{name} is empty: found 0 samples (shape {(0, X.shape[1])}).")
@@ -84,15 +113,16 @@ def _sums(Xb, full: bool, n_jobs=None):
     return np.concatenate([[Xb.shape[0]], total, second.ravel()])[None, :]
 
 
-def _chunk_sums(X, full: bool, first):
+def _chunk_sums(X, full: bool, first, name: str):
     """Lazy :func:`_sums` of a Dask X (n, d) whose first non-empty chunk ``first = (rows,
     k)`` is already computed: the chunks after ``k``, one small array per chunk summed by
-    Dask's tree reduction, plus the sums of ``rows`` (chunks 0..k are not computed again)."""
+    Dask's tree reduction, plus the sums of ``rows`` (chunks 0..k are not computed again).
+    Each chunk's width is checked (a ``ValueError`` naming ``name`` and the chunk)."""
     rows, k = first
     head = _sums(rows, full)[0]  # (width,)
     if k + 1 == X.numblocks[0]:
         return head
-    rest = X.blocks[k + 1 :]
+    rest = checked_chunks(X, name).blocks[k + 1 :]
     width = head.shape[0]
     parts = rest.map_blocks(
         _sums, full, dtype=np.float64, chunks=((1,) * rest.numblocks[0], (width,))
@@ -133,8 +163,8 @@ def dask_moments_thunk(X, Y, full: bool, lengthscale: float, firsts):
     import dask
 
     def compute():
-        lazy = [_chunk_sums(X, full, firsts[0])]
-        lazy += [] if Y is None else [_chunk_sums(Y, full, firsts[1])]
+        lazy = [_chunk_sums(X, full, firsts[0], "X")]
+        lazy += [] if Y is None else [_chunk_sums(Y, full, firsts[1], "Y")]
         with np.errstate(over="ignore", invalid="ignore"), OneThreadPerTask():
             totals = dask.compute(*lazy)
         return _finite_moments(totals, X.shape[1], full, lengthscale)
@@ -183,9 +213,10 @@ def fit_dask(fm, X, Y):
     if reads == "all":  # every row: computed (in one pass), then the in-memory fit
         import dask
 
+        X = checked_chunks(X, "X")  # the width of every chunk, named if wrong
         if Y is None:
             return fm.fit(X.compute())
-        Xc, Yc = dask.compute(X, Y)
+        Xc, Yc = dask.compute(X, checked_chunks(Y, "Y"))
         return fm.fit(Xc, Y=Yc)
     # the first chunk sets the dimension, dtype and draws; the moments (if the fit asks
     # for them) come from all rows

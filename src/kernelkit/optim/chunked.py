@@ -48,7 +48,9 @@ from .._backend.chunks import (
     as_dask_labels,
     as_dask_rows,
     check_block,
+    checked_chunks,
     dask_unique,
+    known_row_chunks,
     reduce_rows,
 )
 from .._backend.sklearn_validation import validate_data
@@ -432,7 +434,8 @@ def fit_bound(est, X, y, schedule):
             "NumPy input; a dask.array.Array is fitted by solver='bound' (the full-batch "
             "bound, summed over the row chunks). Use solver='bound' or X.compute()."
         )
-    X = as_dask_rows(X, "X", owner=owner, vector="error")
+    X = as_dask_rows(X, "X", owner=owner, vector="error", known_rows=False)
+    X, y = known_row_chunks(X, y)  # unknown sizes (a filter): one pass for both
     y = as_dask_labels(y, X, owner=owner)
     # scikit-learn's checks and n_features_in_ on the first row (dtype: float32 or float64)
     X0, y0 = (a.compute() for a in (X[:1], y[:1]))
@@ -441,6 +444,9 @@ def fit_bound(est, X, y, schedule):
     check_classification_targets(classes)
     est._start(classes, X.shape[1])
     yi = y.map_blocks(lambda b: np.searchsorted(classes, b), dtype=np.intp)
+    # each chunk's width checked before the bias column is appended (a chunk of other
+    # width was reported with the augmented shapes: "(20, 3); expected 4 columns")
+    X = checked_chunks(X, f"{owner}: X")
     X1 = _augment(X.astype(X0.dtype) if X.dtype != X0.dtype else X, est.fit_intercept)
     est._dtype = X1.dtype
     _train(est, X1, yi, schedule, est.max_epochs, _DENSE_MAX_DIM, _PRECOND_RANK, owner)
