@@ -1,0 +1,277 @@
+"""The distribution estimators against exact peers written out from their formulas.
+
+On problems small enough for the full ``n x n`` Gram matrices, every low-rank estimate is
+compared with a hand-written exact reference: the pivoted Cholesky with SciPy's Cholesky
+of the pivoted kernel matrix (full rank) and with the trace bound (truncated), KLR with a
+Newton solve of the kernel logistic regression on the full Gram matrix, CME with kernel
+ridge weights ``(K + n reg I)^{-1} k(x)``, JPDL with its closed form from the monomials,
+and the conditionals, marginal ratios and held-out loss of JDL with direct sums over the
+grid. Where the rank is truncated, the error must shrink as the tolerance tightens.
+Then the degenerate inputs (n = 1, duplicated rows, a constant column, n < d) and the
+classification hold-out with a single class in its training split.
+
+Tolerances: the exact identities (weights against sums, symmetry, grid means) hold to
+round-off of sums of ``n <= 40`` terms of size O(1) (``1e-12``); the full-rank
+comparisons are limited by the conditioning of the Gram matrices, stated at each test.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.linalg
+from scipy.special import expit
+from threadpoolctl import threadpool_limits
+
+from kernelkit.distributions import (
+    ConditionalMeanEmbedding,
+    JointDistribution,
+    KernelLogisticRegression,
+    PolynomialJointDistribution,
+    pivoted_cholesky,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """The systems are tiny (n <= 60): BLAS threads only slow them down."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def _gram(A, B, ell):
+    return np.exp(-((A[:, None] - B[None]) ** 2).sum(-1) / (2 * ell**2))
+
+
+def _pairs(n=15, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, 2))
+    Y = X[:, :1] + 0.3 * rng.standard_normal((n, 1))
+    return X, Y
+
+
+# ----------------------------------------------------------------- pivoted Cholesky
+
+
+def test_full_rank_pivoted_cholesky_is_scipys_cholesky_of_the_pivoted_matrix():
+    X, _ = _pairs()
+    K = _gram(X, X, 1.0)
+    L, B, piv = pivoted_cholesky("gaussian", X, lengthscale=1.0, rel_tol=1e-15)
+    assert L.shape == (15, 15)  # 15 distinct points: K is numerically of full rank
+    # the rows of L in pivot order are the lower-triangular Cholesky factor of K[piv, piv];
+    # cond(K) ~ 1e6 here and both factorisations are backward stable, so the factors agree
+    # to about cond * eps ~ 1e-10 (measured 6e-15)
+    Lc = scipy.linalg.cholesky(K[np.ix_(piv, piv)], lower=True)
+    np.testing.assert_allclose(L[piv], Lc, atol=1e-10)
+    np.testing.assert_allclose(L @ L.T, K, atol=1e-12)
+    np.testing.assert_allclose(B.T @ L, np.eye(15), atol=1e-8)
+
+
+def test_truncated_pivoted_cholesky_meets_the_trace_bound_and_improves_with_the_tolerance():
+    X, _ = _pairs(n=40, seed=2)
+    K = _gram(X, X, 1.0)
+    ranks, errors = [], []
+    for rel_tol in (1e-1, 1e-2, 1e-3, 1e-5):
+        L, _, piv = pivoted_cholesky("gaussian", X, lengthscale=1.0, rel_tol=rel_tol)
+        R = K - L @ L.T
+        assert np.trace(R) <= rel_tol * np.trace(K)
+        # the residual is a Schur complement, positive semi-definite up to round-off of
+        # O(m eps) on entries of size 1
+        assert np.linalg.eigvalsh(R).min() >= -1e-12
+        assert np.all(np.abs(np.diag(R)[piv]) <= 1e-12)  # exact at the pivots
+        ranks.append(L.shape[1])
+        errors.append(np.abs(R).max())
+    assert ranks == sorted(ranks) and ranks[0] < ranks[-1]
+    assert all(b <= a for a, b in itertools.pairwise(errors))
+    assert errors[-1] < errors[0] / 100
+
+
+# ----------------------------------------------------------------- JDL identities
+
+
+@pytest.mark.parametrize("constraint", [None, "normalized", "positive"])
+def test_jdl_conditionals_are_direct_sums_and_given_y_is_the_swapped_fit(constraint):
+    X, Y = _pairs()
+    kw = dict(reg=1e-3, rel_tol=1e-12, constraint=constraint)
+    model = JointDistribution(lengthscale_x=0.7, lengthscale_y=0.5, **kw).fit(X, Y)
+    swapped = JointDistribution(lengthscale_x=0.5, lengthscale_y=0.7, **kw).fit(Y, X)
+    Xq = np.random.default_rng(3).uniform(-2, 2, (6, 2))
+    Yq = np.linspace(-2, 2, 5)[:, None]
+
+    w = model.conditional_weights(Xq)
+    np.testing.assert_allclose(w.sum(axis=1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(model.conditional_expectation(Y, Xq), w @ Y, atol=1e-12)
+    event = Y[:, 0] <= 0.0
+    np.testing.assert_allclose(
+        model.conditional_probability(lambda t: t[:, 0] <= 0.0, Xq), w @ event, atol=1e-12
+    )
+    # conditioning on Y is the model of (Y, X) conditioned on its first argument
+    np.testing.assert_allclose(
+        model.conditional_expectation(X, Yq, given="y"),
+        swapped.conditional_expectation(X, Yq),
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(
+        model.conditional_weights(Yq, given="y"), swapped.conditional_weights(Yq), atol=1e-12
+    )
+    # the marginal ratio is the mean of 1 + h over the training targets
+    grid = model.density_ratio(X, Y, grid=True)  # (n_y, n_x)
+    np.testing.assert_allclose(model.marginal_ratio(X), grid.mean(axis=0), atol=1e-12)
+    if constraint is not None:
+        assert abs(grid.mean() - 1.0) < 1e-12  # normalisation (20)
+    if constraint == "positive":
+        assert grid.min() >= -1e-12  # Lemma 4.3: 1 + h >= 0 on the training grid
+
+
+def test_jdl_validation_loss_is_the_grid_loss_of_eq_8():
+    X, Y = _pairs(n=30, seed=4)
+    model = JointDistribution(lengthscale_x=0.7, lengthscale_y=0.5, reg=1e-3).fit(X[:20], Y[:20])
+    Xv, Yv = X[20:], Y[20:]
+    n = len(Xv)
+    h = model.density_ratio(Xv, Yv, grid=True) - 1.0  # h on the held-out grid
+    loss = np.sum((n * np.eye(n) - np.ones((n, n)) - h) ** 2) / n**2
+    # validation_loss is E(h) - (n - 1), E(0) = n - 1; both are sums of n^2 terms of O(1)
+    np.testing.assert_allclose(model.validation_loss(Xv, Yv), loss - (n - 1), atol=1e-12)
+    assert model.score(Xv, Yv) == -model.validation_loss(Xv, Yv)
+
+
+# ----------------------------------------------------------------- KLR, CME, JPDL
+
+
+def _klr_newton(K, y, reg):
+    """Kernel logistic regression ``min -loglik(f) + reg ||f||_H^2`` with ``f = K a``,
+    solved by Newton's method in the eigenbasis of ``K`` (``K = A A^T``, ``||f||^2 =
+    ||u||^2``): well conditioned where ``a`` itself is not. Returns ``a``."""
+    ev, U = np.linalg.eigh(K)
+    keep = ev > 1e-15 * ev.max()
+    U, ev = U[:, keep], ev[keep]
+    A = U * np.sqrt(ev)
+    u = np.zeros(A.shape[1])
+    for _ in range(50):
+        p = expit(A @ u)
+        g = A.T @ (p - y) + 2 * reg * u
+        H = A.T @ (A * (p * (1 - p))[:, None]) + 2 * reg * np.eye(len(u))
+        u -= np.linalg.solve(H, g)
+    assert np.abs(g).max() < 1e-12
+    return U @ (u / np.sqrt(ev))
+
+
+def test_klr_reaches_the_full_gram_kernel_logistic_regression():
+    rng = np.random.default_rng(4)
+    n, ell, reg = 25, 0.7, 1e-2
+    X = rng.uniform(-2, 2, (n, 1))
+    y = (X[:, 0] + 0.5 * rng.standard_normal(n) > 0).astype(int)
+    a = _klr_newton(_gram(X, X, ell), y, reg)
+    Xq = np.linspace(-3, 3, 13)[:, None]
+    exact = _gram(Xq, X, ell) @ a
+    errors = []
+    for rel_tol in (1e-2, 1e-4, 1e-8, 1e-15):
+        fit = KernelLogisticRegression(lengthscale=ell, reg=reg, rel_tol=rel_tol).fit(X, y)
+        errors.append(np.abs(fit.decision_function(Xq) - exact).max())
+    # the basis drops the directions of K below 1e-14 of its largest eigenvalue, and
+    # L-BFGS stops at gtol 1e-10 on an objective of curvature >= 2 reg: measured 1.2e-7
+    assert errors[-1] < 1e-6
+    assert all(b < a for a, b in itertools.pairwise(errors))  # finer basis, closer
+
+
+def test_cme_converges_to_kernel_ridge_weights_as_the_tolerance_tightens():
+    rng = np.random.default_rng(4)
+    n, ell, reg = 25, 0.7, 1e-2
+    X = rng.uniform(-2, 2, (n, 1))
+    Y = np.sin(X) + 0.1 * rng.standard_normal((n, 1))
+    Xq = np.linspace(-3, 3, 7)[:, None]
+    K = _gram(X, X, ell)
+    exact = np.linalg.solve(K + n * reg * np.eye(n), _gram(Xq, X, ell).T).T @ Y
+    errors = []
+    for rel_tol in (1e-2, 1e-4, 1e-8, 1e-15):
+        cme = ConditionalMeanEmbedding(lengthscale_x=ell, lengthscale_y=0.5, reg=reg)
+        cme.set_params(rel_tol=rel_tol).fit(X, Y)
+        errors.append(np.abs(cme.conditional_expectation(Y, Xq) - exact).max())
+    # at full numerical rank the only error is the dropped spectrum below 1e-14 of
+    # trace(K), amplified by 1 / (n reg) = 4: measured 1.2e-8
+    assert errors[-1] < 1e-7
+    assert all(b < a for a, b in itertools.pairwise(errors))
+
+
+def _monomials(Z, q):
+    cols = []
+    for deg in range(q + 1):
+        for c in itertools.combinations_with_replacement(range(Z.shape[1]), deg):
+            cols.append(np.prod(Z[:, list(c)], axis=1) if c else np.ones(len(Z)))
+    return np.stack(cols, axis=1)
+
+
+def _jpdl_density_ratio(X, Y, q, reg, Xq, Yq):
+    """App. B written out: standardised monomials, ``psi = G^{-1/2} tau`` (pseudo-inverse
+    root on the range of ``G``), ``H = (A_Y^T A_X / n - s_Y s_X^T / n^2) / (1 + reg)``."""
+    n = len(X)
+
+    def basis(Z):
+        mu, sd = Z.mean(0), Z.std(0)
+        V = _monomials((Z - mu) / sd, q)
+        ev, U = np.linalg.eigh(V.T @ V / n)
+        keep = ev > 1e-12 * ev.max()
+        R = U[:, keep] / np.sqrt(ev[keep])
+        return (lambda Zn: _monomials((Zn - mu) / sd, q) @ R), V @ R
+
+    psi_x, Ax = basis(X)
+    psi_y, Ay = basis(Y)
+    H = (Ay.T @ Ax / n - np.outer(Ay.sum(0), Ax.sum(0)) / n**2) / (1 + reg)
+    return 1.0 + np.einsum("ik,kl,il->i", psi_y(Yq), H, psi_x(Xq))
+
+
+@pytest.mark.parametrize("n, dx, dy, q", [(30, 1, 1, 3), (40, 2, 1, 2), (8, 2, 2, 2)])
+def test_jpdl_equals_its_closed_form_from_the_monomials(n, dx, dy, q):
+    rng = np.random.default_rng(n)
+    X = rng.standard_normal((n, dx))
+    Y = X[:, :1] ** 2 + rng.standard_normal((n, dy))
+    Xq, Yq = rng.standard_normal((5, dx)), rng.standard_normal((5, dy))
+    fit = PolynomialJointDistribution(degree=q, reg=1e-2).fit(X, Y)
+    # (8, 2, 2, 2): 6 monomials on 8 points, G condition ~1e4; the density ratio is a
+    # product of two G^{-1/2}: agreement to cond(G) eps ~ 1e-12 (measured 2e-13)
+    np.testing.assert_allclose(
+        fit.density_ratio(Xq, Yq), _jpdl_density_ratio(X, Y, q, 1e-2, Xq, Yq), atol=1e-11
+    )
+    np.testing.assert_allclose(fit.conditional_weights(Xq).sum(axis=1), 1.0, atol=1e-12)
+    assert abs(fit.density_ratio(X, Y, grid=True).mean() - 1.0) < 1e-12  # constant in basis
+
+
+# ----------------------------------------------------------------- degenerate data
+
+ESTIMATORS = [
+    JointDistribution(),
+    JointDistribution(constraint="normalized"),
+    JointDistribution(constraint="positive"),
+    ConditionalMeanEmbedding(),
+    PolynomialJointDistribution(degree=2),
+]
+
+
+@pytest.mark.parametrize("est", ESTIMATORS, ids=lambda e: f"{type(e).__name__}-{e.constraint}")
+def test_degenerate_data_gives_a_clear_error_or_finite_conditionals(est):
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((20, 2)), rng.standard_normal((20, 1))
+    with pytest.raises(ValueError, match="1 sample"):
+        est.fit(X[:1], Y[:1])
+    Xc = X.copy()
+    Xc[:, 1] = 3.0  # a constant column
+    cases = {
+        "duplicated rows": (np.repeat(X[:3], 5, axis=0), np.repeat(Y[:3], 5, axis=0)),
+        "constant column": (Xc, Y),
+        "constant X": (np.ones((20, 2)), Y),
+        "n < d": (rng.standard_normal((5, 30)), Y[:5]),
+    }
+    for name, (Xd, Yd) in cases.items():
+        fit = est.fit(Xd, Yd)
+        mean = fit.conditional_expectation(Yd, Xd[:4])
+        assert np.all(np.isfinite(mean)), name
+        if name == "constant X":  # X carries no information: the same answer everywhere
+            np.testing.assert_allclose(mean, mean[:1].repeat(4, axis=0), atol=1e-12)
+    # a constant Y: every conditional mean is that constant (CME is normalised only at
+    # the mean feature, so it is left out here)
+    if not isinstance(est, ConditionalMeanEmbedding):
+        ones = np.ones((20, 1))
+        mean = est.fit(X, ones).conditional_expectation(ones, X[:4])
+        np.testing.assert_allclose(mean, 1.0, atol=1e-12)
