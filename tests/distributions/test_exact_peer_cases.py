@@ -30,6 +30,7 @@ from kernelkit.distributions import (
     JointDistribution,
     KernelLogisticRegression,
     PolynomialJointDistribution,
+    holdout_select,
     pivoted_cholesky,
 )
 
@@ -275,3 +276,55 @@ def test_degenerate_data_gives_a_clear_error_or_finite_conditionals(est):
         ones = np.ones((20, 1))
         mean = est.fit(X, ones).conditional_expectation(ones, X[:4])
         np.testing.assert_allclose(mean, 1.0, atol=1e-12)
+
+
+# ----------------------------------------------------------------- hold-out, one class
+
+
+def _rare_event(n=20):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, 1))
+    Y = X + 0.1 * rng.standard_normal((n, 1))
+    return X, Y, float(np.min(Y))  # exactly one sample has Y <= threshold
+
+
+def test_holdout_classification_names_a_training_split_with_one_class():
+    X, Y, q = _rare_event()
+    # random_state=3 puts the only sample of the event into the validation fifth: the
+    # classifier's training labels are all False; the error must say so in the caller's
+    # terms (the split, the event and what to change), not "y has 1 classes"
+    with pytest.raises(ValueError, match=r"training split .* only .*Y\[:, 0\] <= threshold"):
+        holdout_select(
+            KernelLogisticRegression(),
+            {"reg": [1e-3]},
+            X,
+            Y,
+            loss="classification",
+            threshold=q,
+            random_state=3,
+        )
+    # an event that holds for every sample
+    with pytest.raises(ValueError, match=r"training split .* only"):
+        holdout_select(
+            KernelLogisticRegression(), {"reg": [1e-3]}, X, Y, loss="classification", threshold=9.0
+        )
+    # labels passed as given (loss=None): the same check, naming the labels
+    labels = (Y[:, 0] <= q).astype(int)
+    with pytest.raises(ValueError, match=r"training split .* only the label"):
+        holdout_select(KernelLogisticRegression(), {"reg": [1e-3]}, X, labels, random_state=3)
+    # JDL has no classes: the estimate of the event's probability is just close to 0
+    res = holdout_select(
+        JointDistribution(),
+        {"reg": [1e-3]},
+        X,
+        Y,
+        loss="classification",
+        threshold=q,
+        random_state=3,
+    )
+    assert np.isfinite(res.best_loss)
+    # other splits hold both classes and fit
+    res = holdout_select(
+        KernelLogisticRegression(), {"reg": [1e-3]}, X, Y, loss="classification", threshold=q
+    )
+    assert np.isfinite(res.best_loss)
