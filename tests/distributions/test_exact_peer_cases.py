@@ -18,6 +18,7 @@ comparisons are limited by the conditioning of the Gram matrices, stated at each
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -365,3 +366,32 @@ def test_holdout_classification_names_a_training_split_with_one_class():
         KernelLogisticRegression(), {"reg": [1e-3]}, X, Y, loss="classification", threshold=q
     )
     assert np.isfinite(res.best_loss)
+
+
+def test_polynomial_queries_beyond_the_float64_range_of_the_monomials_raise():
+    """Degree-4 monomials of a standardised query overflow float64 beyond |z| ~ 1e77: the
+    conditionals there were NaN (with overflow / invalid-value RuntimeWarnings); they must
+    be a clear error instead, and queries whose monomials are finite stay finite."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 2))
+    Y = X[:, :1] + rng.standard_normal((30, 1))
+    fit = PolynomialJointDistribution(degree=4).fit(X, Y)
+    near = np.array([[1e70, 0.5]])  # |z|^4 ~ 1e280: finite
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert np.all(np.isfinite(fit.basis_x_.transform(near)))
+        for far in ([[1e80, 0.5]], [[0.5, -1e200]]):
+            for method in (fit.conditional_expectation, fit.conditional_weights):
+                args = (Y, far) if method == fit.conditional_expectation else (far,)
+                with pytest.raises(ValueError, match=r"monomials .* overflow"):
+                    method(*args)
+            with pytest.raises(ValueError, match=r"monomials .* overflow"):
+                fit.density_ratio(far, Y[:1])
+        with pytest.raises(ValueError, match=r"monomials .* overflow"):
+            fit.conditional_expectation(X, [[1e100]], given="y")
+    # unstandardised training data whose monomials overflow: a clear error, not a
+    # RuntimeWarning and a LinAlgError (or NaN coefficients)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match="monomials overflows float64"):
+            PolynomialJointDistribution(degree=4, standardize=False).fit(X * 1e80, Y)
