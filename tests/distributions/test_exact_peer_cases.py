@@ -90,6 +90,27 @@ def test_truncated_pivoted_cholesky_meets_the_trace_bound_and_improves_with_the_
     assert errors[-1] < errors[0] / 100
 
 
+def _kernel_matrix(name, X, ell):
+    r = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))
+    s3, s5 = np.sqrt(3) * r / ell, np.sqrt(5) * r / ell
+    return {
+        "gaussian": np.exp(-(r**2) / (2 * ell**2)),
+        "laplacian": np.exp(-r / ell),
+        "matern32": (1 + s3) * np.exp(-s3),
+        "matern52": (1 + s5 + s5**2 / 3) * np.exp(-s5),
+        "cauchy": 1 / (1 + r**2 / ell**2),
+    }[name]
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "laplacian", "matern32", "matern52", "cauchy"])
+def test_full_rank_factor_reproduces_each_kernel_written_out(kernel):
+    X = np.random.default_rng(0).uniform(-2, 2, (20, 3))
+    L, _, _ = pivoted_cholesky(kernel, X, lengthscale=0.9, rel_tol=1e-15)
+    assert L.shape[1] == 20
+    # entries of size <= 1, a factor of full rank: L L^T = K to a few ulps (measured 9e-16)
+    np.testing.assert_allclose(L @ L.T, _kernel_matrix(kernel, X, 0.9), atol=1e-13)
+
+
 # ----------------------------------------------------------------- JDL identities
 
 
