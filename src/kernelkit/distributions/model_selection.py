@@ -149,6 +149,29 @@ def _grid(param_grid):
             yield dict(zip(keys, values, strict=True))
 
 
+def _check_two_classes(labels, what: str, event: bool) -> None:
+    """A ``ValueError`` naming ``what`` (the training split, or all samples) where the
+    labels a classifier would be fitted on hold a single class."""
+    try:
+        classes = np.unique(labels)
+    except TypeError:  # labels that cannot be sorted: the classifier names them
+        return
+    if classes.size >= 2:
+        return
+    if event:
+        raise ValueError(
+            f"{what} holds only samples with the event Y[:, 0] <= threshold "
+            f"{'true' if classes[0] else 'false'}, so the classifier cannot be fitted on it: "
+            "choose a threshold inside the range of Y[:, 0] with samples on both sides in "
+            "the training split (another random_state or test_fraction moves the split)."
+        )
+    raise ValueError(
+        f"{what} holds only the label {classes.tolist()[0]!r}, so the classifier cannot be fitted "
+        "on it: each label needs samples in the training split (another random_state or "
+        "test_fraction moves the split)."
+    )
+
+
 def _is_classifier_like(est):
     return hasattr(est, "predict_proba") and not hasattr(est, "conditional_probability")
 
@@ -215,6 +238,13 @@ def holdout_select(
     -------
     HoldoutResult
 
+    Raises
+    ------
+    ValueError
+        Among others: a classifier (KLR) whose training split (or, for the refit, the
+        whole data) holds a single class, e.g. an event ``Y[:, 0] <= threshold`` whose
+        few samples all fell into the validation fifth.
+
     Notes
     -----
     Estimators with a ``basis_cache`` parameter left at None share a temporary
@@ -249,10 +279,18 @@ def holdout_select(
     n_val = max(1, round(test_fraction * n))
     val, tr = perm[:n_val], perm[n_val:]
 
-    def fit(est, Xf, Yf):
+    def fit(est, Xf, Yf, what):
         if loss == "classification" and _is_classifier_like(est):
+            _check_two_classes(Yf[:, 0] <= threshold, what, event=True)
             return est.fit(Xf, Yf[:, 0] <= threshold)
+        if labels:
+            _check_two_classes(Yf, what, event=False)
         return est.fit(Xf, Yf)
+
+    split = (
+        f"the training split ({tr.size} of {n} samples; test_fraction={test_fraction}, "
+        f"random_state={random_state!r})"
+    )
 
     # the grid fits share their kernel bases (one pivoted Cholesky per side and
     # lengthscale) unless the caller passed a cache of their own
@@ -268,7 +306,7 @@ def holdout_select(
         est = clone(estimator).set_params(**params)
         if own_cache is not None and "basis_cache" not in params:
             est.set_params(basis_cache=own_cache)
-        fit(est, X[tr], Y[tr])
+        fit(est, X[tr], Y[tr], split)
         value = _loss(est, X[val], Y[val], loss, threshold, true_moment)
         results.append((params, value))
         if np.isfinite(value) and value < best[0]:
@@ -283,7 +321,7 @@ def holdout_select(
     if own_cache is not None and best_est.get_params(deep=False)["basis_cache"] is own_cache:
         best_est.set_params(basis_cache=None)  # the fitted bases stay; the cache is freed
     if refit:
-        best_est = fit(clone(estimator).set_params(**best[1]), X, Y)
+        best_est = fit(clone(estimator).set_params(**best[1]), X, Y, f"all {n} samples")
     return HoldoutResult(
         best_params=best[1], best_loss=best[0], best_estimator=best_est, results=results
     )

@@ -137,8 +137,16 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         else:
             self.mean_, self.scale_ = np.zeros(d), np.ones(d)
         self.exponents_ = monomial_exponents(d, degree)
-        V = _monomials((X - self.mean_) / self.scale_, self.exponents_)  # (n, m)
-        G = V.T @ V / n
+        with np.errstate(over="ignore", invalid="ignore"):
+            V = _monomials((X - self.mean_) / self.scale_, self.exponents_)  # (n, m)
+            G = V.T @ V / n
+        if not np.all(np.isfinite(G)):
+            raise ValueError(
+                f"X: the Gram matrix of the degree-{degree} monomials overflows float64 "
+                f"(max |x| = {float(np.max(np.abs(X))):.3g}"
+                f"{', standardize=False' if not self.standardize else ''}); standardise X "
+                "(standardize=True) or lower the degree."
+            )
         ev, U = np.linalg.eigh(G)
         keep = ev > 1e-12 * ev.max()
         if np.all(keep):
@@ -166,11 +174,33 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
                 self, X, reset=False, dtype=np.float64, accept_sparse=False, ensure_min_samples=0
             )
         )
-        return _monomials((X - self.mean_) / self.scale_, self.exponents_)
+        with np.errstate(over="ignore", invalid="ignore"):
+            Z = (X - self.mean_) / self.scale_
+            return self._finite(_monomials(Z, self.exponents_), Z)
 
     def transform(self, X) -> np.ndarray:
-        """``psi(x) = G^{-1/2} tau(x)^T``, shape (n, m)."""
-        return self.monomials(X) @ self.coef_
+        """``psi(x) = G^{-1/2} tau(x)^T``, shape (n, m).
+
+        Raises a ``ValueError`` where the monomials (or ``psi``) of a row overflow
+        float64 (``|z|^degree`` beyond ~1e308 for the standardised ``z``, e.g.
+        ``|z| > 1e77`` at degree 4): the polynomial model cannot be evaluated there.
+        """
+        V = self.monomials(X)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._finite(V @ self.coef_, (X - self.mean_) / self.scale_)
+
+    def _finite(self, values: np.ndarray, Z: np.ndarray) -> np.ndarray:
+        """``values`` (n, k), or a ``ValueError`` naming the rows whose monomials overflow."""
+        bad = ~np.all(np.isfinite(values), axis=1)
+        if np.any(bad):
+            zmax = float(np.max(np.abs(Z[bad])))
+            raise ValueError(
+                f"X: the degree-{self.degree} monomials of the standardised inputs overflow "
+                f"float64 at {int(bad.sum())} of {len(bad)} rows (largest |z| = {zmax:.3g} "
+                "standard deviations from the training mean): the polynomial model cannot "
+                "be evaluated that far from its training data."
+            )
+        return values
 
 
 def _import_cvxpy():

@@ -347,7 +347,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
     steps ``eta_t Delta`` of size 1e-4 relative would lose them) and the objective and
     gradient of the full training set (means over ``T`` samples; ``tol`` compares the
     gradient's norm to 1e-5 of its initial value).
-    The dense Cholesky solve and the low-rank bound of ``"lspfb"`` always run in float64
+    The dense Cholesky solve (its system too: the bound's ``C_j`` and the batch gradient,
+    from the float32 logits) and the low-rank bound of ``"lspfb"`` always run in float64
     (an ill-conditioned factorization and a sequential eigen-update). Other inputs are
     converted to float64.
     """

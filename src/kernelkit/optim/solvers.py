@@ -222,8 +222,9 @@ def spfb_step(
     paper's step up to that tolerance). :class:`~kernelkit.optim.BoundLogisticRegression`
     instead truncates CG at a few warm-started iterations by default (``maxiter=3``,
     ``x0`` = the previous direction, the Kronecker preconditioner); see its
-    ``cg_maxiter``. NumPy float32 ``W`` and ``X`` are computed in float32 (the dense
-    solve factorises in float64 and returns float32).
+    ``cg_maxiter``. NumPy float32 ``W`` and ``X`` are computed in float32, except the
+    dense solve: its system (the bound's ``C_j``, the gradient and the Cholesky factor)
+    is formed in float64 from the float32 logits, and the direction returned in float32.
 
     Parameters
     ----------
@@ -282,10 +283,22 @@ def spfb_step(
     Y = _onehot(xp, y, W.shape[1], S)  # (m, n)
     Wp = _penalty(W, mask)
     G = _data_gradient(bnd.prob, X, Y, scale) + lam * Wp  # (p, n)
-    A = KroneckerCurvature._trusted(X, bnd.C, lam=lam_c, scale=scale)
+    C, Xs, Gs = bnd.C, X, G
+    if linear_solver == "dense" and is_numpy_namespace(xp) and S.dtype == np.float32:
+        # the dense solve runs in float64, and so must the system it solves: C_j is ~0
+        # along the classes' common direction, where its float32 rounding (~1e-8) times
+        # |x|^2 summed over the batch can outweigh lam (pixels 0..255, lam = 1e-4) and
+        # make the matrix indefinite, and the float32 rounding of the gradient there is
+        # amplified by 1 / lam. The expansion point stays the float32 logits; the
+        # direction is returned in float32.
+        b64 = multinomial_bound_from_logits(S.astype(np.float64))
+        Xs = X.astype(np.float64)
+        C = b64.C
+        Gs = _data_gradient(b64.prob, Xs, Y.astype(np.float64), scale) + lam * Wp.astype(np.float64)
+    A = KroneckerCurvature._trusted(Xs, C, lam=lam_c, scale=scale)
     # the warm start is used only where the majoriser is lower there than at 0
     delta, info = A.solve(
-        G,
+        Gs,
         method=linear_solver,
         x0=x0,
         rtol=rtol,
@@ -295,6 +308,8 @@ def spfb_step(
     )
     if not is_numpy_namespace(xp):
         delta = to_backend(to_numpy(delta), xp, like=W)
+    else:
+        delta = delta.astype(S.dtype, copy=False)  # float32 data: a float32 step
     info = dict(info, direction=delta, batch_loss=_batch_loss(xp, bnd.log_z, S, Y, W, Wp, lam))
     return W - eta * delta, info
 
