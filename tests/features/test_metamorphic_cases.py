@@ -350,7 +350,12 @@ def test_large_norms_no_nan_and_overflow_warns(cls, radius):
 
 @pytest.mark.parametrize("cls", MAPS, ids=IDS)
 def test_tiny_norms_are_the_limit_at_zero(cls):
-    """|x| = 1e-200: the kernel is its value at 0 to rounding; every output is finite."""
+    """|x| = 1e-200: every output is finite, without a RuntimeWarning, and the features
+    are those of x = 0 to rounding (they are continuous in x and move by ~ |w| |x|, far
+    below one unit of rounding), but for the maps with a scale-free part, discontinuous
+    at 0: SphericalRandomFeatures normalises the rows (x / |x|,
+    ``test_spherical_normalisation_is_scale_free``) and AngularHybridRF's coefficient
+    features are ``sign(T x)`` (the angle between x and y)."""
     rng = np.random.default_rng(10)
     U = rng.standard_normal((3, D))
     U /= np.linalg.norm(U, axis=1, keepdims=True)
@@ -361,11 +366,15 @@ def test_tiny_norms_are_the_limit_at_zero(cls):
             fm = _fit(cls, X, random_state=0, **kw)
         except ValueError as err:  # a parameter that cannot resolve such scales, said so
             assert "too small" in str(err), err
-            continue
+            fm = _fit(cls, U, random_state=0, **kw)
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             for out in (fm.transform(X), fm.approx_kernel(X), fm.variance(X)):
                 assert np.all(np.isfinite(_to_np(out)))
+        if cls.__name__ not in ("SphericalRandomFeatures", "AngularHybridRF"):
+            zero = np.zeros_like(X)
+            assert_rows_close(fm.transform(X), fm.transform(zero), err_msg=str(kernel))
+            assert_rows_close(fm.transform_y(X), fm.transform_y(zero), err_msg=str(kernel))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
