@@ -320,6 +320,7 @@ def test_large_norms_no_nan_and_overflow_warns(cls, radius):
     carry exp(+-|x|^2 / 2). Contract, "Large and small norms": no NaN anywhere; features
     of the positive maps that overflow to inf come with a RuntimeWarning; or fit raises a
     clear ValueError."""
+    torch = pytest.importorskip("torch")
     rng = np.random.default_rng(9)
     U = rng.standard_normal((3, D))
     U /= np.linalg.norm(U, axis=1, keepdims=True)
@@ -331,16 +332,20 @@ def test_large_norms_no_nan_and_overflow_warns(cls, radius):
         except ValueError as err:
             assert "overflow" in str(err), err
             continue
-        for method, args in (("transform", (X,)), ("transform_y", (Y,))):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                F = _to_np(getattr(fm, method)(*args))
-            assert not np.any(np.isnan(F)), (kernel, method)
-            if fm.positive and not np.all(np.isfinite(F)):
-                assert any(issubclass(w.category, RuntimeWarning) for w in caught), (
-                    kernel,
-                    method,
-                )
+        # NumPy float64 and float32, and CPU tensors (whose check the contract promises)
+        for method, arg in (("transform", X), ("transform_y", Y)):
+            for label, Z in (
+                ("float64", arg),
+                ("float32", arg.astype(np.float32)),
+                ("torch", torch.from_numpy(arg)),
+            ):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    F = _to_np(getattr(fm, method)(Z))
+                assert not np.any(np.isnan(F)), (kernel, method, label)
+                if fm.positive and not np.all(np.isfinite(F)):
+                    warned = any(issubclass(w.category, RuntimeWarning) for w in caught)
+                    assert warned, (kernel, method, label)
         for method in ("approx_kernel", "variance", "log_relative_variance"):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
