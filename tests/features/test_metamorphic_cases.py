@@ -307,6 +307,31 @@ def test_lengthscale_is_a_scaling_of_the_inputs(cls, kernel, X, Y, log2_l):
         )
 
 
+POLYNOMIAL = [c for c in MAPS if "gamma" in c().get_params() and "coef0" in c().get_params()]
+
+
+@pytest.mark.parametrize("cls", POLYNOMIAL, ids=lambda c: c.__name__)
+@FEW
+@given(
+    X=_points(),
+    Y=_points(),
+    log2_gamma=st.floats(-2.0, 2.0),
+    coef0=st.sampled_from([0.0, 1.0]),
+)
+def test_gamma_is_a_scaling_of_the_inputs(cls, X, Y, log2_gamma, coef0):
+    """``(gamma x.y + coef0)^p`` is the kernel with ``gamma = 1`` on ``sqrt(gamma) x``:
+    the sketches and Maclaurin maps draw the same parameters for both (same seed)."""
+    gamma = 2.0**log2_gamma
+    a = _fit(cls, X, random_state=9, gamma=gamma, coef0=coef0)
+    r = np.sqrt(gamma)
+    b = _fit(cls, r * X, random_state=9, gamma=1.0, coef0=coef0)
+    # r X is rounded once (relative eps per entry); |r x| <= 2.1 doubles the row bound
+    ulps = 2 * ROW_ULPS
+    assert_rows_close(a.transform(X), b.transform(r * X), ulps=ulps, err_msg="transform")
+    for method in ("approx_kernel", "exact_kernel", "variance"):
+        assert_rows_close(getattr(a, method)(X, Y), getattr(b, method)(r * X, r * Y), ulps=2 * ulps)
+
+
 # ---------------------------------------------------------------------- large norms
 def _kernels(cls):
     return ("softmax", "gaussian") if "kernel" in cls().get_params() else (None,)
