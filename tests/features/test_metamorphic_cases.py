@@ -12,8 +12,10 @@ NumPy against torch on one data set, Monte Carlo) is not repeated:
 * data-dependent maps fit a function of the data *set* (row order does not matter), and
   ``fit(X)`` is ``fit(X, Y=X)``; the other maps ignore ``Y``;
 * NumPy and torch float64 agree to rounding, float32 and float64 to float32 rounding;
-* the lengthscale is a scaling of the inputs (same seed);
-* large norms give no NaN, and overflowing features a ``RuntimeWarning``;
+* the lengthscale (and the polynomial kernel's gamma) is a scaling of the inputs (same
+  seed);
+* large norms give no NaN (NumPy float64 / float32, CPU tensors), and overflowing
+  features of the positive maps a ``RuntimeWarning``; tiny norms the features of 0;
 * ``random_state``: an int repeats its draw, a ``RandomState`` / ``Generator`` is a stream.
 
 Tolerances. Every feature is a smooth function (exp, cos, or a product of ``p``
