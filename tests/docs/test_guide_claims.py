@@ -164,17 +164,23 @@ def test_positional_keys_warning_for_every_map_fitted_on_the_pair():
     """contract.md, "Fitting": a second data set passed positionally with as many rows as
     ``X`` is ignored, and a map that fits its parameters on the pair ``(X, Y)`` warns that
     it fitted without it. The clustered hybrid fits k-means centres on ``Y`` (``fit(X,
-    Y=keys)`` is another map than ``fit(X)``), so it warns as the FAVOR# maps do; Optimized
+    Y=keys)`` is another map than ``fit(X)``), and the normalised Gaussian hybrid its
+    default radius on ``X`` and ``Y``, so they warn as the FAVOR# maps do; Optimized
     Maclaurin fits its degree allocation on ``X`` alone, so ``Y`` changes nothing there
     and it does not warn."""
     import warnings
 
-    from kernelkit.features import SDERF, ClusteredHybridRF, OptimizedMaclaurin
+    from kernelkit.features import (
+        SDERF,
+        ClusteredHybridRF,
+        NormalizedGaussianHybridRF,
+        OptimizedMaclaurin,
+    )
 
     rng = np.random.default_rng(0)
     X = 0.3 * rng.standard_normal((40, 3))
     Y = 0.3 * rng.standard_normal((40, 3)) + 1.0
-    for cls in (SDERF, ClusteredHybridRF):
+    for cls in (SDERF, ClusteredHybridRF, NormalizedGaussianHybridRF):
         with pytest.warns(UserWarning, match=r"ignores its positional argument y"):
             fm = cls(random_state=0).fit(X, Y)
         np.testing.assert_array_equal(fm.transform(X), cls(random_state=0).fit(X).transform(X))

@@ -41,6 +41,7 @@ from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ._base import (
     FeatureMap,
+    _detach,
     check_bool,
     check_real,
     param_cache,
@@ -562,15 +563,24 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         """``X`` with unit-norm rows (normalised or checked); sparse stays sparse."""
         if X.shape[0] == 0:
             return X
-        sq = sq_norms(xp, X)  # (n,)
         if self.normalize:
-            # zero rows are divided by 1 and stay zero; the square root of the guarded
+            # each row is first divided by its largest |entry| (exactly where that is a
+            # power of two, else rounded once), so that its squared norm neither underflows
+            # nor overflows: x / |x| is then scale-free over the whole range of the dtype.
+            # Zero rows are divided by 1 and stay zero; the square root of the guarded
             # value keeps autograd's gradient finite there (sqrt'(0) = inf times 0 is nan)
             if sp.issparse(X):
+                big = np.asarray(abs(X).max(axis=1).toarray()).ravel()
+                Xb = sp.diags(1.0 / np.where(big > 0, big, 1.0)) @ X
+                sq = sq_norms(xp, sp.csr_matrix(Xb))
                 safe = np.sqrt(np.where(sq > 0, sq, 1.0))
-                return sp.csr_matrix(sp.diags(1.0 / safe) @ X, dtype=X.dtype)
+                return sp.csr_matrix(sp.diags(1.0 / safe) @ Xb, dtype=X.dtype)
+            big = _detach(xp.max(xp.abs(X), axis=1))  # the result does not depend on it
+            Xb = X / xp.where(big > 0, big, xp.ones_like(big))[:, None]
+            sq = sq_norms(xp, Xb)  # (n,), in [1, d] for nonzero rows
             safe = xp.where(sq > 0, sq, xp.ones_like(sq)) ** 0.5
-            return X / safe[:, None]
+            return Xb / safe[:, None]
+        sq = sq_norms(xp, X)  # (n,)
         if sp.issparse(X):
             dev = float(np.max(np.abs(np.sqrt(sq) - 1.0)))
         else:

@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..._backend import device, validate_positive_int
+from ..._backend import device, is_numpy_namespace, validate_positive_int
 from ..._backend.params import int_range
-from .._base import _detach, check_bool, log1mexp
+from .._base import _detach, check_bool, log1mexp, times_exp
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
@@ -139,6 +139,32 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         raise NotImplementedError
 
     def _scaled_features(self, X, xp, side):
+        blocks, extra = self._blocks(X, xp, side)
+        base, log_scale = _assemble(xp, blocks)  # (n, D), (n,)
+        if extra is not None:
+            log_scale = log_scale + extra
+        return base, log_scale
+
+    def _features(self, X, xp, side):
+        # base * exp(log_scale) with the common row scale of the blocks: where that scale
+        # overflows, the blocks far below it (underflowed to 0 in the base, e.g. the
+        # positive ones, ~ exp(-|x|^2/2), next to the trig ones, ~ exp(|x|^2/2)) would be
+        # 0 * inf = NaN. There each block is scaled by its own factor instead: inf only
+        # where a feature itself overflows, its value (or 0 below the range) elsewhere.
+        out = super()._features(X, xp, side)
+        on_host = is_numpy_namespace(xp) or getattr(X.device, "type", None) == "cpu"
+        if out.shape[0] == 0 or not on_host or bool(xp.all(xp.isfinite(out))):
+            return out  # (on accelerators the check would wait for the device)
+        blocks, extra = self._blocks(X, xp, side)
+        parts = []
+        for base, ls, coef in blocks:
+            log_w = ls if extra is None else ls + extra
+            parts.append(times_exp(xp, coef * base, log_w[:, None]))  # 0 where coef = 0
+        return xp.concat(parts, axis=1)
+
+    def _blocks(self, X, xp, side):
+        """The feature blocks ``[(base (n, k), log_scale (n,), coef), ...]`` and the
+        kernel's extra row term ``alpha |x|^2`` (None for the softmax kernel)."""
         a, c = self._lambda_a, self._lambda_c
         pb, pl = self._positive_parts(X, xp)  # (n, 2m), (n,)
         tb, tl = self._trig_parts(X, xp)  # (n, 2m), (n,)
@@ -158,10 +184,8 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
             (_outer(xp, ub, pb), ul + pl, cp),
             (_outer(xp, ub, tb), ul + tl, ct),
         ]
-        base, log_scale = _assemble(xp, blocks)  # (n, D), (n,)
-        if self.alpha != 0.0:
-            log_scale = log_scale + self.alpha * _sq_norms(xp, X)
-        return base, log_scale
+        extra = self.alpha * _sq_norms(xp, X) if self.alpha != 0.0 else None
+        return blocks, extra
 
     # -------------------------------------------------------------- estimates
     def approx_components(self, X, Y=None):

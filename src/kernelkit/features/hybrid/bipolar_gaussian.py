@@ -166,6 +166,9 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         ``X`` and ``Y`` at fit (attribute ``radius_``).
     """
 
+    #: the default ``radius`` is the root-mean-square norm of the rows of ``X`` and ``Y``
+    data_dependent = True
+
     _parameter_constraints: ClassVar[dict] = {
         **_BipolarHybrid._parameter_constraints,
         "sigma": POSITIVE,

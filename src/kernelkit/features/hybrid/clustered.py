@@ -180,8 +180,13 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
                 f"n_clusters={k} for {name} exceeds the number of distinct {name} points "
                 f"({n_distinct}) among its n_samples={Z.shape[0]}; lower n_clusters."
             )
+        # k-means++ seeds from row indices: on the rows in lexicographic order, and with
+        # the centres in that order too, the fit is a function of the data set, not of
+        # the order of its rows (the pair blocks of the features follow the centres)
+        Z = Z[np.lexsort(Z.T[::-1])]
         km = KMeans(n_clusters=k, n_init=self.n_init, random_state=seed).fit(Z)
-        return km.cluster_centers_  # (k, d)
+        C = km.cluster_centers_  # (k, d)
+        return C[np.lexsort(C.T[::-1])]
 
     def _fit_parameters(self, X, Y, rng):
         n_q, n_k = self._cluster_counts()
