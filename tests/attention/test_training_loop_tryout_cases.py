@@ -11,6 +11,7 @@ registration of parameters and buffers."""
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 
@@ -206,3 +207,237 @@ def test_a_checkpoint_without_the_generator_state_still_loads_strictly():
     assert not torch.equal(b.projection, a.projection)
     with pytest.raises(ValueError, match="redraw generator"):
         c.load_state_dict({**sd, "_extra_state": torch.arange(3)})
+
+
+# ------------------------------------------------------------------ determinism
+def test_same_seeds_give_identical_losses_with_deterministic_algorithms():
+    """torch.use_deterministic_algorithms(True) raises nowhere in a training loop (causal
+    FAVOR# with running statistics, bidirectional FAVOR+ with redraws, both from
+    random_state=None, i.e. seeded by torch.manual_seed); two runs from the same seeds
+    give the same losses bit for bit, another torch seed other ones."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for feature_map, causal in (("sderf", True), ("positive", False)):
+            runs = [
+                _run(*_build(feature_map, seed=s, random_state=None), 5, causal) for s in (0, 0, 1)
+            ]
+            assert runs[0] == runs[1]
+            assert runs[0] != runs[2]
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+# ------------------------------------------------------------------ the training loop
+@pytest.mark.parametrize(
+    ("feature_map", "causal"), [("positive", True), ("positive", False), ("sderf", False)]
+)
+def test_gradient_accumulation_equals_the_full_batch(feature_map, causal):
+    """Two micro-batches of 4 with the loss halved accumulate the gradients of the batch
+    of 8 (no redraw in between; bidirectional fits are per sequence), to float32
+    round-off of sums taken in another order: the gradients are O(1e-2 .. 1), so rtol
+    1e-5 with atol 1e-6 leaves a factor of 10 over the measured 5e-8. Clipping the
+    accumulated gradients gives the full batch's total norm and clipped gradients."""
+    full, _ = _build(feature_map, redraw_interval=None)
+    acc = copy.deepcopy(full)
+    _loss(full, 0, causal).backward()
+    tokens, target = _batch(0, causal)
+    for part in (slice(0, 4), slice(4, 8)):
+        logits = acc(tokens[part], causal)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, V), target[part].reshape(-1))
+        (loss / 2).backward()
+    norms = [nn.utils.clip_grad_norm_(m.parameters(), 0.5) for m in (full, acc)]
+    torch.testing.assert_close(norms[1], norms[0], rtol=1e-5, atol=0)
+    assert norms[0] > 0.5  # clipping acted
+    for (name, a), b in zip(full.named_parameters(), acc.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(("feature_map", "causal"), [("sderf", True), ("positive", False)])
+def test_bfloat16_autocast_training_learns_like_float32(feature_map, causal):
+    """The forward under torch.autocast('cpu', bfloat16), backward outside: every loss
+    finite, the logits bfloat16, the first loss that of float32 to bfloat16 precision
+    (2^-8 relative per rounding, a few roundings through the block: 3e-2), and after 30
+    steps the loss has fallen by at least 0.3 nats, as in float32."""
+    ref = _loss(_build(feature_map)[0], 0, causal).item()
+    model, opt = _build(feature_map)
+    losses = []
+    for i in range(30):
+        tokens, target = _batch(i, causal)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(tokens, causal)
+        assert logits.dtype == torch.bfloat16
+        loss = nn.functional.cross_entropy(logits.float().reshape(-1, V), target.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    assert all(math.isfinite(x) for x in losses), losses
+    assert abs(losses[0] - ref) < 3e-2 * ref
+    assert _mean_last(losses) < losses[0] - 0.3, losses[::5]
+
+
+@pytest.mark.parametrize("feature_map", ["sderf", "positive", "aderf", "elu"])
+def test_eval_generation_with_the_step_api_equals_the_causal_forward(feature_map):
+    """After 6 training steps (redraws, running statistics), model.eval() and greedy
+    generation: the 4-token prompt prefilled as one block with attn.step, then one token
+    at a time in place; every position's logits equal the causal forward of the model on
+    the generated sequence, and so do the chosen tokens. Tolerance: the step and the
+    causal pass differ by float32 round-off of sums over at most L = 16 tokens (measured
+    3e-7 on the attention output); the MLP and head have O(1) gains, so 1e-5."""
+    model, opt = _build(feature_map)
+    _run(model, opt, 6, True)
+    model.eval()
+    attn = model.attn
+    tokens = _batch(50, True, N=2)[0][:, :4]  # (2, 4) prompts
+
+    def after_attention(x, a):
+        x = x + a
+        return model.head(x + model.mlp(model.norm2(x)))
+
+    with torch.no_grad():
+        x = model.emb(tokens) + model.pos[:4]
+        h = model.norm1(x)
+        a, state = attn.step(h, h, h, attn.init_state(2))
+        logits = [after_attention(x, a)]  # (2, 4, V)
+        for t in range(4, L):
+            tokens = torch.cat([tokens, logits[-1][:, -1].argmax(-1, keepdim=True)], 1)
+            x = model.emb(tokens[:, t]) + model.pos[t]  # (2, E)
+            h = model.norm1(x)
+            a, state = attn.step(h, h, h, state, inplace=True)
+            logits.append(after_attention(x, a)[:, None])
+        steps = torch.cat(logits, 1)  # (2, L, V)
+        full = model(tokens, True)
+    assert state.t == L
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
+    assert torch.equal(full[:, 3:-1].argmax(-1), tokens[:, 4:])
+
+
+@pytest.mark.slow
+def test_compiled_training_steps_agree_with_eager():
+    """torch.compile(model, fullgraph=True) of the block with causal FAVOR#
+    (redraw_interval=None; redraw_features() called by hand between steps, as the guide
+    says): 3 AdamW steps give the eager losses, parameters and running statistics to
+    float32 round-off (rtol 1e-5: compiled graphs may reassociate sums). The aot_eager
+    backend traces what inductor would (dynamo without graph breaks, the causal custom
+    op and its backward through AOTAutograd) in a fraction of inductor's compile time."""
+    torch._dynamo.reset()
+    try:
+        eager, opt = _build("sderf", redraw_interval=None)
+        model = copy.deepcopy(eager)
+        copt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        for i in range(3):
+            if i == 2:
+                eager.attn.redraw_features()
+                model.attn.redraw_features()
+            ref = _train_step(eager, opt, i, True)
+            out = _train_step(compiled, copt, i, True)
+            assert abs(out - ref) < 1e-5 * ref
+        for (name, a), b in zip(
+            eager.state_dict().items(), model.state_dict().values(), strict=True
+        ):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+        assert int(model.attn.num_batches_tracked) == 3
+    finally:
+        torch._dynamo.reset()
+
+
+def test_fullgraph_compile_with_redraws_says_what_to_do():
+    """With a redraw interval, a training-mode FavorAttention cannot be one graph (the
+    redraw runs NumPy): the fullgraph error says to use redraw_interval=None and
+    redraw_features() (or no fullgraph) instead of naming an internal function and
+    hinting to remove a torch.compiler.disable."""
+    torch._dynamo.reset()
+    try:
+        model, _ = _build("positive", redraw_interval=3)
+        with pytest.raises(Exception, match="redraw_interval=None and call redraw_features"):
+            torch.compile(model, fullgraph=True, backend="eager")(_batch(0, True)[0], True)
+    finally:
+        torch._dynamo.reset()
+
+
+# ------------------------------------------------------------------ parts of the model
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_frozen_parts_train_the_rest(causal):
+    """requires_grad_(False) on the MLP and the embedding: no gradient and no update
+    there, the attention and the rest train and the loss falls. Frozen attention (a
+    pretrained layer kept fixed): no gradient in it, but it passes gradients to the
+    layers before it, and its running statistics still update in training mode."""
+    model, _ = _build("sderf")
+    model.mlp.requires_grad_(False)
+    model.emb.requires_grad_(False)
+    frozen = {k: t.clone() for k, t in model.mlp.named_parameters()}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    losses = _run(model, opt, 20, causal)
+    assert _mean_last(losses) < losses[0] - 0.2, losses[::4]
+    for name, p in model.mlp.named_parameters():
+        assert p.grad is None and torch.equal(p, frozen[name]), name
+    assert model.emb.weight.grad is None and model.attn.in_proj_weight.grad is not None
+    model, _ = _build("sderf")
+    model.attn.requires_grad_(False)
+    _loss(model, 0, causal).backward()
+    assert all(p.grad is None for p in model.attn.parameters())
+    assert model.emb.weight.grad is not None and model.emb.weight.grad.abs().sum() > 0
+    assert int(model.attn.num_batches_tracked) == int(causal)
+
+
+@pytest.mark.parametrize(("feature_map", "causal"), [("sderf", True), ("positive", False)])
+def test_float64_switch_mid_training(feature_map, causal):
+    """model.to(torch.float64) after 3 steps (the optimizer state converted by
+    load_state_dict into a new optimizer, as torch's optimizers need): parameters,
+    projections and running statistics become float64, the outputs right after the
+    switch equal the float32 model's to float32 round-off (1e-5 on O(1) logits), and
+    training goes on with finite losses and float64 gradients."""
+    model, opt = _build(feature_map)
+    _run(model, opt, 3, causal)
+    tokens = _batch(9, causal)[0]
+    with torch.no_grad():
+        ref = model.eval()(tokens, causal)
+    model.train().to(torch.float64)
+    state = opt.state_dict()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt.load_state_dict(state)
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        assert not t.is_floating_point() or t.dtype == torch.float64, name
+    with torch.no_grad():
+        out = model.eval()(tokens, causal)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out.float(), ref, rtol=1e-5, atol=1e-5)
+    losses = _run(model.train(), opt, 4, causal, start=3)
+    assert all(math.isfinite(x) for x in losses)
+    assert all(p.grad.dtype == torch.float64 for p in model.parameters())
+
+
+@pytest.mark.parametrize("feature_map", ["sderf", "hybrid_angular"])
+def test_parameters_and_buffers_are_registered_as_such(feature_map):
+    """named_parameters holds exactly nn.MultiheadAttention's trainable tensors, every one
+    of them receives a gradient from a training step; named_buffers holds the features,
+    counters and running statistics, none of which requires or receives a gradient; the
+    state_dict is the two plus the redraw generator's state."""
+    model, opt = _build(feature_map)
+    attn = model.attn
+    mha = nn.MultiheadAttention(E, H, batch_first=True)
+    assert [n for n, _ in attn.named_parameters()] == [n for n, _ in mha.named_parameters()]
+    buffers = dict(attn.named_buffers())
+    assert set(buffers) == {
+        "projection",
+        "sign_projection",
+        "calls_since_redraw",
+        "running_mean_q",
+        "running_second_q",
+        "running_mean_k",
+        "running_second_k",
+        "num_batches_tracked",
+    }
+    _run(model, opt, 2, feature_map != "hybrid_angular")
+    for name, p in model.named_parameters():
+        assert p.requires_grad and p.grad is not None and p.grad.abs().sum() > 0, name
+    for name, b in attn.named_buffers():
+        assert not b.requires_grad and b.grad is None, name
+    assert set(attn.state_dict()) == {
+        *(n for n, _ in attn.named_parameters()),
+        *buffers,
+        "_extra_state",
+    }

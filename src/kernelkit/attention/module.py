@@ -121,6 +121,14 @@ def _rng_state_dict(t: torch.Tensor) -> dict:
     }
 
 
+_REDRAW_BREAK = (
+    "FavorAttention redraws its random features every redraw_interval training calls, "
+    "with NumPy outside the compiled graph: a graph break. Under "
+    "torch.compile(fullgraph=True) build it with redraw_interval=None and call "
+    "redraw_features() yourself between compiled steps, or compile without fullgraph."
+)
+
+
 class FavorAttention(nn.Module):
     """Multi-head linear attention (FAVOR+ / FAVOR++ / FAVOR# / hybrid / linear maps).
 
@@ -501,6 +509,10 @@ class FavorAttention(nn.Module):
         # features and statistics of the original call (no redraw, no update)
         recompute = self.training and self._in_recomputation()
         if self.training and self.redraw_interval and not recompute:  # eval: nothing to trace
+            if torch.compiler.is_compiling():
+                # the redraw runs NumPy outside the graph: a graph break, which under
+                # fullgraph=True should say what to do rather than name _maybe_redraw
+                torch._dynamo.graph_break(msg=_REDRAW_BREAK)
             self._maybe_redraw()
         H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         q, k, v = self._in_projection(query, key, value)
