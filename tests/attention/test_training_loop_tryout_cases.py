@@ -381,6 +381,18 @@ def test_frozen_parts_train_the_rest(causal):
     assert all(p.grad is None for p in model.attn.parameters())
     assert model.emb.weight.grad is not None and model.emb.weight.grad.abs().sum() > 0
     assert int(model.attn.num_batches_tracked) == int(causal)
+    # the input gradient through the frozen layer is that through a trainable copy
+    # (eval mode: the same features and statistics; the same backward of the same
+    # values, to float32 round-off at most: rtol 1e-6)
+    model.attn.eval()
+    trainable = copy.deepcopy(model.attn).requires_grad_(True)
+    grads = []
+    for attn in (model.attn, trainable):
+        x = torch.randn(2, L, E, generator=torch.Generator().manual_seed(3), requires_grad=True)
+        attn(x, x, x, is_causal=causal)[0].square().sum().backward()
+        grads.append(x.grad)
+    assert grads[0].abs().sum() > 0
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize(("feature_map", "causal"), [("sderf", True), ("positive", False)])
@@ -408,6 +420,23 @@ def test_float64_switch_mid_training(feature_map, causal):
     losses = _run(model.train(), opt, 4, causal, start=3)
     assert all(math.isfinite(x) for x in losses)
     assert all(p.grad.dtype == torch.float64 for p in model.parameters())
+    if feature_map == "positive":
+        # computed in float64, not float32 cast back: FAVOR+ written out in float64,
+        # phi(x) = exp(W x - |x|^2 / 2) of x = q d^(-1/4) (the 1/sqrt(M) cancels),
+        # agrees to 1e-10 (float32 would leave about 1e-7)
+        attn = model.attn.eval()
+        h = torch.randn(2, L, E, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+        with torch.no_grad():
+            q, k, v = attn._in_projection(h, h, h)
+            q, k, v = (t.view(2, L, H, E // H).transpose(1, 2) for t in (q, k, v))
+            scale = (E // H) ** -0.25
+            pq, pk = (
+                torch.exp(scale * t @ attn.projection.T - (scale * t).square().sum(-1, True) / 2)
+                for t in (q, k)
+            )
+            ref = (pq @ (pk.transpose(-1, -2) @ v)) / (pq @ pk.sum(-2)[..., None])
+            ref = attn.out_proj(ref.transpose(1, 2).reshape(2, L, E))
+            torch.testing.assert_close(attn(h, h, h)[0], ref, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("feature_map", ["sderf", "hybrid_angular"])
