@@ -299,7 +299,7 @@ def test_bfloat16_autocast_training_learns_like_float32(feature_map, causal):
     assert abs(_mean_last(losses) - _mean_last(ref)) < 0.05, (losses[::5], ref[::5])
 
 
-@pytest.mark.parametrize("feature_map", ["sderf", "positive", "aderf", "elu"])
+@pytest.mark.parametrize("feature_map", CAUSAL_MAPS)
 def test_eval_generation_with_the_step_api_equals_the_causal_forward(feature_map):
     """After 6 training steps (redraws, running statistics), model.eval() and greedy
     generation: the 4-token prompt prefilled as one block with attn.step, then one token
