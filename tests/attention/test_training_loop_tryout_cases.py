@@ -380,8 +380,17 @@ def test_fullgraph_compile_with_redraws_says_what_to_do():
     torch._dynamo.reset()
     try:
         model, _ = _build("positive", redraw_interval=3)
+        eager = copy.deepcopy(model)
         with pytest.raises(Exception, match="redraw_interval=None and call redraw_features"):
             torch.compile(model, fullgraph=True, backend="eager")(_batch(0, True)[0], True)
+        # without fullgraph the redraw is a graph break, and 5 calls (a redraw at the
+        # fourth) give the eager outputs and projections (the same float32 operations)
+        compiled = torch.compile(model, backend="eager")
+        for i in range(5):
+            tokens = _batch(i, True)[0]
+            torch.testing.assert_close(compiled(tokens, True), eager(tokens, True))
+        assert torch.equal(model.attn.projection, eager.attn.projection)
+        assert int(model.attn.calls_since_redraw) == 2
     finally:
         torch._dynamo.reset()
 
