@@ -16,7 +16,8 @@ Differences from ``nn.MultiheadAttention`` (the attention matrix is never formed
 Random features: one projection matrix (``n_features x head_dim``, drawn by ``sampler``,
 block-orthogonal by default) shared by the heads, a buffer (saved in the ``state_dict``).
 In training mode it is redrawn every ``redraw_interval`` forward calls (None or 0: never);
-``eval()`` keeps it.
+``eval()`` keeps it. The redraw generator's state is the module's extra state in the
+``state_dict``, so a resumed training run redraws as the uninterrupted one.
 
 Data-dependent maps (``gerf``, ``saderf``, ``aderf``, ``sderf``):
 
@@ -50,6 +51,7 @@ from __future__ import annotations
 import numbers
 from contextlib import nullcontext
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -77,6 +79,54 @@ def _no_fused_fast_path(module, args):
     ``self_attn.in_proj_weight``) when any submodule has a hook, so that in eval mode a
     ``FavorAttention`` layer still runs its own forward."""
     return None
+
+
+# the redraw generator's state in the state_dict (extra state): a PCG64 state and
+# increment, 128 bits each as four 32-bit words (low first), then has_uint32 and uinteger
+_RNG_WORDS = 10
+
+
+def _rng_state_tensor(rng) -> torch.Tensor:
+    """The state of a PCG64 ``numpy.random.Generator`` as an int64 tensor of
+    ``_RNG_WORDS`` words; empty for another bit generator (not saved)."""
+    st = rng.bit_generator.state
+    if st.get("bit_generator") != "PCG64":
+        return torch.zeros(0, dtype=torch.int64)
+    words = [
+        (int(v) >> (32 * i)) & 0xFFFFFFFF
+        for v in (st["state"]["state"], st["state"]["inc"])
+        for i in range(4)
+    ]
+    words += [int(st["has_uint32"]), int(st["uinteger"])]
+    return torch.tensor(words, dtype=torch.int64)
+
+
+def _rng_state_dict(t: torch.Tensor) -> dict:
+    """Inverse of :func:`_rng_state_tensor`: the PCG64 ``bit_generator.state`` dict."""
+    w = [int(x) for x in t.tolist()]
+    if len(w) != _RNG_WORDS or any(x < 0 or x > 0xFFFFFFFF for x in w):
+        raise ValueError(
+            "FavorAttention's _extra_state must be the state of its redraw generator, "
+            f"{_RNG_WORDS} 32-bit words as saved by state_dict(); got {len(w)} values."
+        )
+
+    def join(ws):
+        return sum(x << (32 * i) for i, x in enumerate(ws))
+
+    return {
+        "bit_generator": "PCG64",
+        "state": {"state": join(w[:4]), "inc": join(w[4:8])},
+        "has_uint32": w[8],
+        "uinteger": w[9],
+    }
+
+
+_REDRAW_BREAK = (
+    "FavorAttention redraws its random features every redraw_interval training calls, "
+    "with NumPy outside the compiled graph: a graph break. Under "
+    "torch.compile(fullgraph=True) build it with redraw_interval=None and call "
+    "redraw_features() yourself between compiled steps, or compile without fullgraph."
+)
 
 
 class FavorAttention(nn.Module):
@@ -127,7 +177,11 @@ class FavorAttention(nn.Module):
         Seeds the projections (drawn with NumPy). None: a seed drawn from torch's global
         generator, so that ``torch.manual_seed`` makes the module (its first projections
         and its redraws) reproducible, as it does its weights. The generator's state is
-        not in the ``state_dict``: a loaded module redraws from its own ``random_state``.
+        in the ``state_dict`` (its ``_extra_state``), so a module loaded to resume
+        training redraws the projections the saved one would have drawn (a ``state_dict``
+        without it, as a MultiheadAttention's or one saved by an older kernelkit, leaves
+        the module's own generator; so does a Generator other than NumPy's default
+        PCG64, whose state is not saved).
     num_kv_heads : int, optional
         Key / value heads ``Hkv`` (grouped-query attention), a divisor of ``num_heads``;
         None (default): ``num_heads``, plain multi-head attention with the parameters of
@@ -152,7 +206,8 @@ class FavorAttention(nn.Module):
       do not depend on the padding.
     * Random features: one projection matrix (buffer ``projection``, plus
       ``sign_projection`` for ``hybrid_angular``) shared by the heads and saved in the
-      ``state_dict``.
+      ``state_dict``, with the state of the generator that redraws it (``_extra_state``),
+      so that training resumed from a checkpoint redraws as the uninterrupted run.
     * Fitted maps (``gerf``, ``saderf``, ``aderf``, ``sderf``): bidirectional calls fit
       their parameters per batch element and head from that call's queries and keys;
       causal calls use running statistics (buffers ``running_mean_q``,
@@ -454,6 +509,10 @@ class FavorAttention(nn.Module):
         # features and statistics of the original call (no redraw, no update)
         recompute = self.training and self._in_recomputation()
         if self.training and self.redraw_interval and not recompute:  # eval: nothing to trace
+            if torch.compiler.is_compiling():
+                # the redraw runs NumPy outside the graph: a graph break, which under
+                # fullgraph=True should say what to do rather than name _maybe_redraw
+                torch._dynamo.graph_break(msg=_REDRAW_BREAK)
             self._maybe_redraw()
         H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         q, k, v = self._in_projection(query, key, value)
@@ -828,6 +887,24 @@ class FavorAttention(nn.Module):
             self._any_tracked = bool(int(self.num_batches_tracked))
         return self._any_tracked
 
+    def get_extra_state(self):
+        """The state of the redraw generator (int64 words, see ``_rng_state_tensor``),
+        so that a loaded module's next redraws are those of the module it was saved
+        from: resumed training equals the uninterrupted run."""
+        return _rng_state_tensor(self._rng)
+
+    def set_extra_state(self, state):
+        """Restore the redraw generator saved by :meth:`get_extra_state` (an empty
+        state, of a generator that is not PCG64, leaves the module's own)."""
+        t = torch.as_tensor(state)
+        if t.numel() == 0:
+            return
+        st = _rng_state_dict(t)
+        if not isinstance(self._rng.bit_generator, np.random.PCG64):
+            self._rng = np.random.Generator(np.random.PCG64())
+        # in place: a Generator shared by several modules stays shared
+        self._rng.bit_generator.state = st
+
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ):
@@ -843,6 +920,11 @@ class FavorAttention(nn.Module):
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
+        # a checkpoint without the generator's state (saved before it was kept, or a
+        # MultiheadAttention's) still loads with strict=True: the module keeps its own
+        extra = prefix + "_extra_state"
+        if extra in missing_keys:
+            missing_keys.remove(extra)
         self._any_tracked = bool(int(self.num_batches_tracked))  # the loaded count
 
     def _checkpoint_kv_heads(self, state_dict, prefix):
