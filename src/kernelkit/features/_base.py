@@ -378,12 +378,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
     def _features(self, X, xp, side: str):
         """Features of prepared ``X`` (n, output_dim); may overflow for huge norms."""
         base, log_scale = self._scaled_features(X, xp, side)
-        if is_numpy_namespace(xp):
-            with np.errstate(over="ignore", invalid="ignore"):
-                scale = np.exp(log_scale).astype(base.real.dtype, copy=False)
-                base *= scale[:, None]
-            return base
-        return base * xp.exp(log_scale)[:, None]
+        return scale_rows(xp, base, log_scale)
 
     def transform(self, X):
         """x-side (query) features.
@@ -636,6 +631,18 @@ def narrow_to(xp, out, dtype):
         with np.errstate(over="ignore"):
             return out.astype(dtype)
     return xp.astype(out, dtype)
+
+
+def scale_rows(xp, base, log_scale):
+    """``base * exp(log_scale)[:, None]`` (n, D) for ``base`` (n, D), ``log_scale`` (n,):
+    in place for NumPy (``base`` is the map's own temporary), overflow to inf without a
+    NumPy warning (the maps warn themselves where they promise to)."""
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore", invalid="ignore"):
+            scale = np.exp(log_scale).astype(base.real.dtype, copy=False)
+            base *= scale[:, None]
+        return base
+    return base * xp.exp(log_scale)[:, None]
 
 
 def times_exp(xp, out, log_w):

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..._backend import device, is_numpy_namespace, validate_positive_int
 from ..._backend.params import int_range
-from .._base import _detach, check_bool, log1mexp, times_exp
+from .._base import _detach, check_bool, log1mexp, scale_rows, times_exp
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
@@ -151,16 +151,21 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         # positive ones, ~ exp(-|x|^2/2), next to the trig ones, ~ exp(|x|^2/2)) would be
         # 0 * inf = NaN. There each block is scaled by its own factor instead: inf only
         # where a feature itself overflows, its value (or 0 below the range) elsewhere.
-        out = super()._features(X, xp, side)
-        on_host = is_numpy_namespace(xp) or getattr(X.device, "type", None) == "cpu"
-        if out.shape[0] == 0 or not on_host or bool(xp.all(xp.isfinite(out))):
-            return out  # (on accelerators the check would wait for the device)
+        # The test is on the (n,) row scales, not on the (n, D) output.
         blocks, extra = self._blocks(X, xp, side)
-        parts = []
-        for base, ls, coef in blocks:
-            log_w = ls if extra is None else ls + extra
-            parts.append(times_exp(xp, coef * base, log_w[:, None]))  # 0 where coef = 0
-        return xp.concat(parts, axis=1)
+        base, log_scale = _assemble(xp, blocks)  # (n, D), (n,)
+        if extra is not None:
+            log_scale = log_scale + extra
+        on_host = is_numpy_namespace(xp) or getattr(X.device, "type", None) == "cpu"
+        if base.shape[0] and on_host:  # (on accelerators the test would wait for the device)
+            limit = math.log(float(xp.finfo(base.dtype).max))
+            if not bool(xp.all(log_scale < limit)):
+                parts = []
+                for b, ls, coef in blocks:
+                    log_w = ls if extra is None else ls + extra
+                    parts.append(times_exp(xp, coef * b, log_w[:, None]))  # 0 where coef = 0
+                return xp.concat(parts, axis=1)
+        return scale_rows(xp, base, log_scale)
 
     def _blocks(self, X, xp, side):
         """The feature blocks ``[(base (n, k), log_scale (n,), coef), ...]`` and the
