@@ -67,3 +67,57 @@ def test_tensor_sketch_is_the_count_sketch_of_the_definition(kind):
     assert Z.dtype == (np.float32 if kind == "float32" else np.float64)
     tol = 1e-4 if kind == "float32" else 1e-12
     np.testing.assert_allclose(Z, expected, atol=tol * np.abs(expected).max())
+
+
+def test_maclaurin_maps_take_the_named_kernels_only():
+    """dot_product.md: the Maclaurin maps estimate ``polynomial``, ``softmax``
+    (``exp(x.y / l^2)``) and ``gaussian``; an arbitrary ``f`` is not a parameter, and
+    another name raises a ValueError naming the accepted ones."""
+    X = np.random.default_rng(0).standard_normal((10, 3)) / 3
+    K = np.exp(X @ X.T / 0.8**2)
+    for cls in (F.RandomMaclaurin, F.OptimizedMaclaurin):
+        fm = cls(n_features=4096, kernel="softmax", lengthscale=0.8, random_state=0).fit(X)
+        np.testing.assert_allclose(fm.exact_kernel(X, X), K, rtol=1e-12)
+        for kernel in ("polynomial", "gaussian"):
+            cls(n_features=8, kernel=kernel, random_state=0).fit(X)
+        with pytest.raises(ValueError, match="softmax"):
+            cls(n_features=8, kernel="arccos", random_state=0).fit(X)
+    text = _page("dot_product.md")
+    assert "any `f` with a non-negative Maclaurin series" not in text
+    assert "general dot-product kernel `f(x.y)`" not in _page("choosing.md")
+
+
+def test_complex_tensor_srht_halves_the_variance_on_non_negative_data():
+    """dot_product.md: complex sketches have lower variance on non-negative data. With
+    256 complex features (512 real columns, ``real_output=True``) TensorSRHT's expected
+    squared Frobenius error (the sum of the analytic variances) is below that of 512 real
+    features: here 0.45 times it. The analytic variance is checked against 600 draws at
+    three points: the mean squared error of each pair is within 4.5 Monte Carlo standard
+    errors of it (9 pairs; the standard error from the draws' own spread)."""
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.standard_normal((60, 64)))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    kw = dict(degree=3, coef0=1.0)
+    real = F.TensorSRHT(n_features=512, random_state=0, **kw).fit(X)
+    cplx = F.TensorSRHT(n_features=256, complex=True, real_output=True, random_state=0, **kw)
+    cplx.fit(X)
+    assert cplx.transform(X).shape == real.transform(X).shape == (60, 512)
+    assert cplx.variance(X, X).sum() < 0.6 * real.variance(X, X).sum()
+    Xs = X[:3]
+    K = (Xs @ Xs.T + 1.0) ** 3
+    for params in ({"n_features": 512}, {"n_features": 256, "complex": True}):
+        sq = np.array(
+            [
+                (F.TensorSRHT(random_state=s, **params, **kw).fit(Xs).approx_kernel(Xs) - K) ** 2
+                for s in range(600)
+            ]
+        )
+        var = F.TensorSRHT(random_state=0, **params, **kw).fit(Xs).variance(Xs, Xs)
+        z = (sq.mean(axis=0) - var) / (sq.std(axis=0) / np.sqrt(len(sq)))
+        assert np.abs(z).max() < 4.5, z
+
+
+def _page(name: str) -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parents[2] / "docs" / "guide" / name).read_text()
