@@ -117,6 +117,24 @@ def test_complex_tensor_srht_halves_the_variance_on_non_negative_data():
         assert np.abs(z).max() < 4.5, z
 
 
+def test_kronecker_curvature_default_scale_is_the_sum():
+    """optim.md: ``KroneckerCurvature(X, C, lam, scale)`` applies
+    ``scale * sum_j C_j (x) x_j x_j^T + lam I``; the default ``scale=1`` is the sum form,
+    ``scale=1/m`` the mean form of SPFB (to round-off: 12 x 12 products)."""
+    from kernelkit.optim import KroneckerCurvature, multinomial_partition_bound
+
+    rng = np.random.default_rng(0)
+    X, W, V = rng.normal(size=(50, 4)), rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    C = multinomial_partition_bound(W, X).C
+    total = sum(np.kron(c, np.outer(x, x)) for c, x in zip(C, X, strict=True))
+    for kwargs, dense in (({}, total), ({"scale": 1 / 50}, total / 50)):
+        A = KroneckerCurvature(X, C, lam=1e-2, **kwargs)
+        expected = (dense + 1e-2 * np.eye(12)) @ V.T.ravel()
+        np.testing.assert_allclose(A.matvec(V).T.ravel(), expected, rtol=1e-10)
+    text = _page("optim.md")
+    assert "`KroneckerCurvature` applies `(1/m) Σ_j" not in text
+
+
 def _page(name: str) -> str:
     from pathlib import Path
 
