@@ -139,3 +139,31 @@ def _page(name: str) -> str:
     from pathlib import Path
 
     return (Path(__file__).resolve().parents[2] / "docs" / "guide" / name).read_text()
+
+
+def test_data_independent_maps_of_the_choosing_table():
+    """choosing.md, "you need a map that does not look at the data": FAVOR+ draws its
+    projections only, and GERF is data-independent only with a fixed ``A``; by default it
+    fits ``A`` to the data (Sec. 3.1), so the fit on rescaled data is another map."""
+    X = 0.3 * np.random.default_rng(0).standard_normal((50, 4))
+    Z = 0.5 * np.ones((3, 4))
+
+    def features(cls, data, **kw):
+        return cls(16, random_state=0, **kw).fit(data).transform(Z)
+
+    np.testing.assert_array_equal(features(F.PositiveRF, X), features(F.PositiveRF, 3 * X))
+    np.testing.assert_array_equal(features(F.GERF, X, A=-0.1), features(F.GERF, 3 * X, A=-0.1))
+    assert F.GERF(16, random_state=0).fit(X).A_[0] != F.GERF(16, random_state=0).fit(3 * X).A_[0]
+    assert "| `GERF` (FAVOR++) or `PositiveRF` (FAVOR+) |" not in _page("choosing.md")
+
+
+def test_random_fourier_features_are_gaussian_only():
+    """choosing.md, the shift-invariant row: ``RandomFourierFeatures`` has no ``kernel``
+    parameter; it estimates the Gaussian kernel (``lengthscale`` or ``gamma``), not the
+    Laplacian or Matern ones, which the page no longer promises."""
+    import inspect
+
+    assert "kernel" not in inspect.signature(F.RandomFourierFeatures).parameters
+    with pytest.raises(TypeError):
+        F.RandomFourierFeatures(kernel="laplacian")
+    assert "Gaussian / Laplacian / Matern" not in _page("choosing.md")
