@@ -799,17 +799,29 @@ class TensorSketch(DotProductFeatureMap):
     def _build(self):
         super()._build()
         p, din, D = self._p, self.input_dim_, int(self.n_features)
-        C = np.zeros((din, p * D))
-        rows = np.arange(din)
-        for i in range(p):
-            C[rows, i * D + np.asarray(self.hashes_[i])] = self.signs_[i]
-        self._consts["C"] = C  # (d~, p D) count-sketch matrices
+        cols = np.asarray(self.hashes_, dtype=np.int64) + D * np.arange(p)[:, None]  # (p, d~)
+        rows = np.broadcast_to(np.arange(din), (p, din))
+        # (d~, p D) count-sketch matrices, stored sparse: one non-zero per input coordinate
+        # and degree, so a row costs O(p nnz) to sketch and no d~ x p D array is formed
+        self._count_sketch = sp.csr_array(
+            (np.asarray(self.signs_, dtype=np.float64).ravel(), (rows.ravel(), cols.ravel())),
+            shape=(din, p * D),
+        )
+
+    def _sketch_matrix(self, dtype):
+        """The sparse count-sketch matrices (d~, p D) in ``dtype`` (cached)."""
+        key = ("count_sketch", np.dtype(dtype).str)
+        if key not in self._cache:
+            self._cache[key] = self._count_sketch.astype(dtype)
+        return self._cache[key]
 
     def _raw_features(self, X, xp, c):
         D, p = int(self.n_features), self._p
         if not is_numpy_namespace(xp):
             half = X.dtype in (xp.float16, getattr(xp, "bfloat16", xp.float16))
             Xc = xp.astype(X, xp.float32) if half else X  # half FFTs: unsupported or lossy
+            if "C" not in self._consts:  # dense on the array-API backends (GPU products)
+                self._consts["C"] = self._count_sketch.toarray()
             U = self._augment(Xc, xp, c) @ self._param("C", xp, Xc)  # (n, p D)
             F = xp.fft.rfft(U[:, :D], axis=-1)
             for i in range(1, p):
@@ -819,14 +831,21 @@ class TensorSketch(DotProductFeatureMap):
 
         import scipy.fft as sfft
 
-        C = self._param("C", np, X)
-        n = X.shape[0]
+        C = self._sketch_matrix(X.dtype)
+        n, d = X.shape
         out = np.empty((n, D), dtype=X.dtype)
-        extra = (math.sqrt(c),) if c > 0 else ()
+        # the appended coordinate sqrt(c) adds its signed column to every row
+        const = math.sqrt(c) * C[[d]].toarray() if c > 0 else None  # (1, p D)
+        Cx = C[:d] if c > 0 else C
 
         def block(lo, hi):
-            U = np.empty((hi - lo, p * D), dtype=X.dtype)
-            _matmul_augmented(X[lo:hi], extra, C, U)
+            # count sketches of the rows: O(p nnz) with the sparse matrix (a sparse X gives
+            # a sparse product, a dense X a dense one)
+            Ut = Cx.T @ X[lo:hi].T  # (p D, k)
+            Ut = Ut.toarray() if sp.issparse(Ut) else Ut
+            U = np.array(Ut.T, dtype=X.dtype, order="C")  # (k, p D)
+            if const is not None:
+                U += const
             F = sfft.rfft(U.reshape(hi - lo, p, D), axis=-1, overwrite_x=True)
             prod = F[:, 0]
             for i in range(1, p):
