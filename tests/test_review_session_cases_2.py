@@ -71,3 +71,53 @@ def test_polynomial_transform_overflow_still_names_the_rows():
         pb.transform(Q)
     with pytest.raises(ValueError, match="overflow float64 at 1 of 3 rows"):
         pb.monomials(Q)
+
+
+# ---------------------------------------------------------------- SphericalRandomFeatures
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_spherical_normalisation_in_range_takes_one_pass(monkeypatch, backend):
+    """normalize=True divided every row by its largest |entry| before the norm (an abs,
+    a max and a division over X on each transform: +20% per call at the defaults, d = 16),
+    which only rows whose squared norm leaves the dtype's range need. Rows in range are
+    x / sqrt(|x|^2) as before; zero rows and tiny / huge ones still take the scale-free
+    path (its detached row maximum)."""
+    from kernelkit.features import SphericalRandomFeatures, fourier
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((6, 5))
+    fm = SphericalRandomFeatures(16, random_state=0).fit(X)
+    calls = []
+    detach = fourier._detach
+    monkeypatch.setattr(fourier, "_detach", lambda a: calls.append(1) or detach(a))
+    as_in = (lambda a: a) if backend == "numpy" else torch_tensor
+    fm.transform(as_in(X))
+    assert calls == []
+    for odd in (np.zeros((1, 5)), 1e-170 * X[:1], 1e170 * X[:1]):
+        fm.transform(as_in(np.vstack([X, odd])))
+        assert calls, odd
+        calls.clear()
+
+
+def torch_tensor(a):
+    torch = pytest.importorskip("torch")
+    return torch.as_tensor(a)
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0**-600, 2.0**600])
+def test_spherical_normalisation_sparse_equals_dense(scale):
+    """The sparse rows take the same two paths (in range: one pass; else scale-free)."""
+    import scipy.sparse as sp
+
+    from kernelkit.features import SphericalRandomFeatures
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((6, 5)) * (rng.random((6, 5)) < 0.6)
+    X[:, 0] = 1.0 + rng.random(6)  # no zero row: at scale 1 every row is in range
+    fm = SphericalRandomFeatures(16, random_state=0).fit(rng.standard_normal((3, 5)))
+    dense = fm.transform(scale * X)
+    # x / |x| is rounded in each path (the scale is a power of two, exact): |du| <= 2 eps
+    # sqrt(d) per row; the features move by at most |w| |du|, |w| < 10 sqrt(d) for these
+    # draws, so 100 d eps bounds the difference
+    atol = 100 * X.shape[1] * np.finfo(np.float64).eps
+    np.testing.assert_allclose(fm.transform(sp.csr_matrix(scale * X)), dense, atol=atol)
+    np.testing.assert_allclose(dense, fm.transform(X), atol=atol)
