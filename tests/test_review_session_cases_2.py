@@ -226,3 +226,14 @@ def test_shared_generator_resumes_when_loaded_into_shared_layers():
     own.load_state_dict(saved)
     first, second = step(own)
     torch.testing.assert_close(first, second, rtol=0, atol=0)  # the caveat the guide states
+
+
+def test_polynomial_standardisation_overflow_is_the_value_error_only():
+    """A query whose standardisation overflows (training scale 1e-300) is the ValueError
+    naming the rows, without a RuntimeWarning from the division first."""
+    rng = np.random.default_rng(5)
+    pb = PolynomialBasis(degree=2).fit(1e-300 * rng.standard_normal((20, 1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match="overflow float64 at 1 of 1 rows"):
+            pb.transform(np.array([[1e10]]))

@@ -193,7 +193,8 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
                 self, X, reset=False, dtype=np.float64, accept_sparse=False, ensure_min_samples=0
             )
         )
-        return (X - self.mean_) / self.scale_
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: named by _finite
+            return (X - self.mean_) / self.scale_
 
     def _finite(self, values: np.ndarray, Z: np.ndarray) -> np.ndarray:
         """``values`` (n, k), or a ``ValueError`` naming the rows whose monomials overflow."""
