@@ -424,17 +424,19 @@ def _mixture_kernel(sq_dist, alpha, ls, xp):
     return out
 
 
-def _norms_in_range(xp, X, sq) -> bool:
-    """Whether every squared row norm ``sq`` (n,) of ``X`` lies in ``[tiny / eps, max]``
-    of its dtype, so that ``x / sqrt(|x|^2)`` is accurate (a square that underflowed is
-    below ``eps^2 |x|^2``); zero rows, and rows whose norm under- or overflows, take the
-    scale-free path. False on accelerators, where the test would wait for the device."""
+def _in_range_norms(xp, X):
+    """The squared row norms (n,) of ``X`` if every one lies in ``[tiny / eps, max]`` of
+    its dtype, so that ``x / sqrt(|x|^2)`` is accurate (a square that underflowed is below
+    ``eps^2 |x|^2``); else None: zero rows, and rows whose norm under- or overflows, take
+    the scale-free path. None on accelerators, where the test would wait for the device."""
     on_host = sp.issparse(X) or is_numpy_namespace(xp) or getattr(X.device, "type", None) == "cpu"
     if not on_host:
-        return False
+        return None
+    with np.errstate(over="ignore"):  # out of range: the scale-free path
+        sq = sq_norms(xp, X)  # (n,)
     info = np.finfo(X.dtype) if sp.issparse(X) else xp.finfo(X.dtype)
     lo, hi = float(info.smallest_normal) / float(info.eps), float(info.max)
-    return bool(xp.all((sq >= lo) & (sq <= hi)))
+    return sq if bool(xp.all((sq >= lo) & (sq <= hi))) else None
 
 
 class SphericalRandomFeatures(RandomFourierFeatures):
@@ -577,9 +579,8 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         if X.shape[0] == 0:
             return X
         if self.normalize:
-            with np.errstate(over="ignore"):  # out of range: the scale-free path below
-                sq = sq_norms(xp, X)  # (n,)
-            if _norms_in_range(xp, X, sq):  # x / sqrt(|x|^2) keeps its digits: one pass
+            sq = _in_range_norms(xp, X)
+            if sq is not None:  # x / sqrt(|x|^2) keeps its digits: one pass
                 safe = sq**0.5
                 if sp.issparse(X):
                     return sp.csr_matrix(sp.diags(1.0 / safe) @ X, dtype=X.dtype)
