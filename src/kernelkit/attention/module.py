@@ -181,7 +181,9 @@ class FavorAttention(nn.Module):
         training redraws the projections the saved one would have drawn (a ``state_dict``
         without it, as a MultiheadAttention's or one saved by an older kernelkit, leaves
         the module's own generator; so does a Generator other than NumPy's default
-        PCG64, whose state is not saved).
+        PCG64, whose state is not saved). Modules built with one shared Generator each
+        save its state: load them into modules that share one too, or they all redraw
+        the same projections.
     num_kv_heads : int, optional
         Key / value heads ``Hkv`` (grouped-query attention), a divisor of ``num_heads``;
         None (default): ``num_heads``, plain multi-head attention with the parameters of

@@ -168,14 +168,8 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
 
     def monomials(self, X) -> np.ndarray:
         """``tau(x)`` of the standardised inputs, shape (n, m)."""
-        check_is_fitted(self, "coef_")
-        X = np.ascontiguousarray(
-            sk_validate_data(
-                self, X, reset=False, dtype=np.float64, accept_sparse=False, ensure_min_samples=0
-            )
-        )
+        Z = self._standardized(X)
         with np.errstate(over="ignore", invalid="ignore"):
-            Z = (X - self.mean_) / self.scale_
             return self._finite(_monomials(Z, self.exponents_), Z)
 
     def transform(self, X) -> np.ndarray:
@@ -185,13 +179,29 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         float64 (``|z|^degree`` beyond ~1e308 for the standardised ``z``, e.g.
         ``|z| > 1e77`` at degree 4): the polynomial model cannot be evaluated there.
         """
-        V = self.monomials(X)
+        Z = self._standardized(X)
         with np.errstate(over="ignore", invalid="ignore"):
-            return self._finite(V @ self.coef_, (X - self.mean_) / self.scale_)
+            # one check, of psi: a monomial that overflows makes its whole row of psi
+            # non-finite (inf times a coefficient, inf - inf or inf * 0 = NaN)
+            return self._finite(_monomials(Z, self.exponents_) @ self.coef_, Z)
+
+    def _standardized(self, X) -> np.ndarray:
+        """The validated ``X`` (n, d), standardised as at fit (float64)."""
+        check_is_fitted(self, "coef_")
+        X = np.ascontiguousarray(
+            sk_validate_data(
+                self, X, reset=False, dtype=np.float64, accept_sparse=False, ensure_min_samples=0
+            )
+        )
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: named by _finite
+            return (X - self.mean_) / self.scale_
 
     def _finite(self, values: np.ndarray, Z: np.ndarray) -> np.ndarray:
         """``values`` (n, k), or a ``ValueError`` naming the rows whose monomials overflow."""
-        bad = ~np.all(np.isfinite(values), axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(values.sum()):  # one pass, no (n, k) temporary: the usual case
+                return values
+        bad = ~np.all(np.isfinite(values), axis=1)  # (the sum may overflow for finite values)
         if np.any(bad):
             zmax = float(np.max(np.abs(Z[bad])))
             raise ValueError(

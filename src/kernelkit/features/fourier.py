@@ -424,6 +424,21 @@ def _mixture_kernel(sq_dist, alpha, ls, xp):
     return out
 
 
+def _in_range_norms(xp, X):
+    """The squared row norms (n,) of ``X`` if every one lies in ``[tiny / eps, max]`` of
+    its dtype, so that ``x / sqrt(|x|^2)`` is accurate (a square that underflowed is below
+    ``eps^2 |x|^2``); else None: zero rows, and rows whose norm under- or overflows, take
+    the scale-free path. None on accelerators, where the test would wait for the device."""
+    on_host = sp.issparse(X) or is_numpy_namespace(xp) or getattr(X.device, "type", None) == "cpu"
+    if not on_host:
+        return None
+    with np.errstate(over="ignore"):  # out of range: the scale-free path
+        sq = sq_norms(xp, X)  # (n,)
+    info = np.finfo(X.dtype) if sp.issparse(X) else xp.finfo(X.dtype)
+    lo, hi = float(info.smallest_normal) / float(info.eps), float(info.max)
+    return sq if bool(xp.all((sq >= lo) & (sq <= hi))) else None
+
+
 class SphericalRandomFeatures(RandomFourierFeatures):
     """Spherical Random Features (SRF, Pennington et al. 2015) for the polynomial kernel.
 
@@ -564,6 +579,12 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         if X.shape[0] == 0:
             return X
         if self.normalize:
+            sq = _in_range_norms(xp, X)
+            if sq is not None:  # x / sqrt(|x|^2) keeps its digits: one pass
+                safe = sq**0.5
+                if sp.issparse(X):
+                    return sp.csr_matrix(sp.diags(1.0 / safe) @ X, dtype=X.dtype)
+                return X / safe[:, None]
             # each row is first divided by its largest |entry| (exactly where that is a
             # power of two, else rounded once), so that its squared norm neither underflows
             # nor overflows: x / |x| is then scale-free over the whole range of the dtype.

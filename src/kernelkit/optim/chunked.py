@@ -27,7 +27,9 @@ returns the in-memory operator's result on its rows: a chunk's curvature is the
 * :func:`chunked_bound_step` -- one full-batch bound step (:func:`bound_step` on Dask);
 * :func:`fit_bound` -- ``BoundLogisticRegression(solver="bound").fit`` on Dask input.
 
-Per-chunk work runs in the data's dtype (float32 stays float32, as in memory); the chunk
+Per-chunk work runs in the data's dtype (float32 stays float32, as in memory), except
+for the dense solve, whose system (``C_b`` and the gradient) float32 chunks form in
+float64 from their logits, as :func:`~kernelkit.optim.spfb_step` does; the chunk
 results are added in float64. Results equal the in-memory ones to round-off: only the
 order of the sums differs.
 """
@@ -108,10 +110,15 @@ class _Rows:
         if yb is not None:
             self.y = _v.check_labels(np.asarray(yb), W.shape[1], len(Xb), name=f"y: block {index}")
 
-    def curvature(self):
-        """This chunk's ``sum_j C_j (x) x_j x_j^T`` (a :class:`KroneckerCurvature`)."""
-        C = multinomial_bound_from_logits(self.S).C  # (b, n, n)
-        return KroneckerCurvature._trusted(self.X, C, 0.0, 1.0)
+    def curvature(self, float64: bool = False):
+        """This chunk's ``sum_j C_j (x) x_j x_j^T`` (a :class:`KroneckerCurvature`);
+        ``float64``: ``C_j`` from the logits in float64 (for the dense solve, as in
+        :func:`~kernelkit.optim.spfb_step`: float32 ``C_j`` made it indefinite)."""
+        S, X = self.S, self.X
+        if float64:
+            S, X = S.astype(np.float64, copy=False), X.astype(np.float64, copy=False)
+        C = multinomial_bound_from_logits(S).C  # (b, n, n)
+        return KroneckerCurvature._trusted(X, C, 0.0, 1.0)
 
 
 def _block(W, Xb, index, owner, yb=None):
@@ -209,7 +216,10 @@ class ChunkedCurvature:
     def todense(self) -> np.ndarray:
         """The ``(n p) x (n p)`` matrix, the chunks' dense curvatures summed (one pass;
         each chunk O(b n^2 p^2) flops, and an (n p)^2 result per task)."""
-        A = self.scale * self._reduce(lambda r: r.curvature().todense())
+        # always in float64, as the in-memory dense solve: a float32 C_j is ~0 along the
+        # classes' common direction, where its rounding times |x|^2 summed over the rows
+        # can outweigh lam and make the matrix indefinite
+        A = self.scale * self._reduce(lambda r: r.curvature(float64=True).todense())
         A[np.diag_indices_from(A)] += self.lam
         return A
 
@@ -337,8 +347,10 @@ def chunked_bound(W, X, y, lam, *, mask=None) -> ChunkedBound:
     return _bound(W, X, y, lam, mask, None)
 
 
-def _bound(W, X, y, lam, mask, owner) -> ChunkedBound:
-    """:func:`chunked_bound`; ``owner`` (an estimator's name) prefixes chunk messages."""
+def _bound(W, X, y, lam, mask, owner, float64: bool = False) -> ChunkedBound:
+    """:func:`chunked_bound`; ``owner`` (an estimator's name) prefixes chunk messages;
+    ``float64``: float32 chunks' gradients formed in float64 from their logits (for the
+    dense solve, whose float64 system amplifies their rounding by ``1 / lam``)."""
     W = _check_weights(W)
     X = _dask_rows(X, W.shape[0], owner)
     y = as_dask_labels(y, X, owner=owner)
@@ -355,12 +367,14 @@ def _bound(W, X, y, lam, mask, owner) -> ChunkedBound:
         rows = _block(W, Xb, index, owner, yb=yb)
         if rows is None:
             return None
-        S = rows.S
+        S, Xb = rows.S, rows.X
+        if float64:
+            S, Xb = S.astype(np.float64, copy=False), Xb.astype(np.float64, copy=False)
         log_z = _s._logsumexp(np, S)  # (b,)
         Y = _s._onehot(np, rows.y, n, S)  # (b, n)
         P = np.exp(S - log_z[:, None])
         data = np.sum(log_z - np.sum(S * Y, axis=1), dtype=np.float64)
-        return data, _s._data_gradient(P, rows.X, Y, 1.0).astype(np.float64)
+        return data, _s._data_gradient(P, Xb, Y, 1.0).astype(np.float64)
 
     data, grad = reduce_rows(fn, [X, y], _add)
     loss = float(data) / T + _s._ridge(np, W, Wp, lam)
@@ -388,7 +402,7 @@ def chunked_bound_step(
     :meth:`ChunkedCurvature.solve`. Arguments, returns ``(W_new, info)`` and errors as
     :func:`~kernelkit.optim.bound_step`.
     """
-    bnd = chunked_bound(W, X, y, lam, mask=mask)
+    bnd = _bound(W, X, y, lam, mask, None, float64=linear_solver == "dense")
     delta, info = bnd.curvature.solve(
         bnd.gradient,
         method=linear_solver,
@@ -479,7 +493,7 @@ def _train(est, X1, yi, schedule, epochs, dense_max_dim, precond_rank, owner):
     est._precond_arg = precond
 
     def bound_at(W):
-        return _bound(W, X1, yi, lam, est._mask, owner)
+        return _bound(W, X1, yi, lam, est._mask, owner, float64=lin == "dense")
 
     start = est._train_time
     tic = time.perf_counter()

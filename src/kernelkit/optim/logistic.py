@@ -812,10 +812,15 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         else:
             S, G = self._state
         W = self._compute_W(X1.dtype)
-        bnd = multinomial_bound_from_logits(S, W, X1)  # C (T, n, n)
-        A = KroneckerCurvature._trusted(X1, bnd.C, lam=lam, scale=1.0 / T)
+        Ss, Xs = S, X1
+        if lin == "dense" and X1.dtype != np.float64:
+            # the dense solve is float64, and so must its system be (as spfb_step's): a
+            # float32 C_j, ~0 along the classes' common direction, made it indefinite
+            Ss, Xs = S.astype(np.float64), X1.astype(np.float64)
+        bnd = multinomial_bound_from_logits(Ss, W, X1)  # C (T, n, n)
+        A = KroneckerCurvature._trusted(Xs, bnd.C, lam=lam, scale=1.0 / T)
         Z, _ = A.solve(
-            G.astype(X1.dtype, copy=False),
+            G.astype(Xs.dtype, copy=False),
             method=lin,
             rtol=_FINISH_RTOL,
             maxiter=_FINISH_CG_MAXITER,

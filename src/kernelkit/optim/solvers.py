@@ -224,7 +224,8 @@ def spfb_step(
     ``x0`` = the previous direction, the Kronecker preconditioner); see its
     ``cg_maxiter``. NumPy float32 ``W`` and ``X`` are computed in float32, except the
     dense solve: its system (the bound's ``C_j``, the gradient and the Cholesky factor)
-    is formed in float64 from the float32 logits, and the direction returned in float32.
+    is formed in float64 from the float32 logits, and the direction returned in float32
+    (so for float32 torch tensors, whose dense solve is NumPy's).
 
     Parameters
     ----------
@@ -284,17 +285,19 @@ def spfb_step(
     Wp = _penalty(W, mask)
     G = _data_gradient(bnd.prob, X, Y, scale) + lam * Wp  # (p, n)
     C, Xs, Gs = bnd.C, X, G
-    if linear_solver == "dense" and is_numpy_namespace(xp) and S.dtype == np.float32:
+    if linear_solver == "dense" and xp.finfo(S.dtype).bits < 64:
         # the dense solve runs in float64, and so must the system it solves: C_j is ~0
         # along the classes' common direction, where its float32 rounding (~1e-8) times
         # |x|^2 summed over the batch can outweigh lam (pixels 0..255, lam = 1e-4) and
         # make the matrix indefinite, and the float32 rounding of the gradient there is
         # amplified by 1 / lam. The expansion point stays the float32 logits; the
-        # direction is returned in float32.
-        b64 = multinomial_bound_from_logits(S.astype(np.float64))
-        Xs = X.astype(np.float64)
+        # direction is returned in float32. (Torch tensors too: the dense solve is NumPy.)
+        b64 = multinomial_bound_from_logits(to_numpy(S, np.float64))
+        Xs = to_numpy(X, np.float64)
         C = b64.C
-        Gs = _data_gradient(b64.prob, Xs, Y.astype(np.float64), scale) + lam * Wp.astype(np.float64)
+        Gs = _data_gradient(b64.prob, Xs, to_numpy(Y, np.float64), scale) + lam * to_numpy(
+            Wp, np.float64
+        )
     A = KroneckerCurvature._trusted(Xs, C, lam=lam_c, scale=scale)
     # the warm start is used only where the majoriser is lower there than at 0
     delta, info = A.solve(
