@@ -37,3 +37,21 @@ def test_negative_zeros_fit_as_zeros():
     a = ClusteredHybridRF(n_clusters=6, n_init=1, random_state=0).fit(X)
     b = ClusteredHybridRF(n_clusters=6, n_init=1, random_state=0).fit(Xn)
     np.testing.assert_array_equal(a.centers_x_, b.centers_x_)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_canonical_row_order_is_the_lexicographic_order_of_the_values(dtype):
+    from kernelkit.features.hybrid.clustered import _canonical_row_order
+
+    rng = np.random.default_rng(5)
+    X = np.concatenate(
+        [
+            rng.standard_normal((200, 4)),  # both signs
+            np.round(rng.standard_normal((200, 4))),  # ties in leading columns, zeros
+            np.eye(4)[rng.integers(0, 4, 50)],  # one-hot
+            [[-0.0, 1.0, -1e-300, 1e300], [0.0, 1.0, 0.0, -1e300]],  # signed zeros, extremes
+        ]
+    ).astype(dtype)
+    order = _canonical_row_order(X)
+    ref = np.lexsort(X.astype(np.float64).T[::-1])  # numeric, column 0 first
+    np.testing.assert_array_equal(X[order], X[ref])

@@ -180,8 +180,8 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
                 f"n_clusters={k} for {name} exceeds the number of distinct {name} points "
                 f"({n_distinct}) among its n_samples={Z.shape[0]}; lower n_clusters."
             )
-        # k-means++ seeds from row indices: on the rows in a canonical order, and with
-        # the centres in lexicographic order, the fit is a function of the data set, not
+        # k-means++ seeds from row indices: on the rows in lexicographic order, and with
+        # the centres in that order too, the fit is a function of the data set, not
         # of the order of its rows (the pair blocks of the features follow the centres)
         Z = Z[_canonical_row_order(Z)]
         km = KMeans(n_clusters=k, n_init=self.n_init, random_state=seed).fit(Z)
@@ -489,10 +489,15 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
 
 
 def _canonical_row_order(Z):
-    """A permutation sorting the rows of ``Z`` (n, d) into an order that depends only on
-    the set of rows: by their bytes (one stable argsort of a void view, about 10x faster
-    than a lexicographic sort over d keys), after ``+ 0.0`` maps -0.0 to 0.0 so that
-    equal values have equal bytes."""
-    Zc = np.ascontiguousarray(Z + 0.0)  # (n, d), no negative zeros
-    rows = Zc.view(np.dtype((np.void, Zc.itemsize * Zc.shape[1]))).ravel()  # (n,)
+    """A permutation sorting the rows of ``Z`` (n, d) lexicographically by value (ties in
+    any order: they are equal rows), as ``np.lexsort`` over the d columns but in one
+    argsort: each float is mapped to an unsigned integer of the same order (sign bit
+    set for non-negative values, all bits flipped for negative ones; ``+ 0.0`` first
+    maps -0.0 to 0.0) and stored big-endian, so that comparing the rows' bytes compares
+    their values column by column. Float32 data sorts as its float64 values. About 4x
+    faster than ``np.lexsort`` at n = 20000, d = 64."""
+    u = (np.asarray(Z, dtype=np.float64) + 0.0).view(np.uint64)  # (n, d)
+    flip = (u >> np.uint64(63)) * np.uint64(0xFFFFFFFFFFFFFFFF) | np.uint64(1 << 63)
+    keys = np.ascontiguousarray(u ^ flip, dtype=">u8")  # (n, d), order-preserving
+    rows = keys.view(np.dtype((np.void, 8 * keys.shape[1]))).ravel()  # (n,)
     return np.argsort(rows, kind="stable")
