@@ -26,7 +26,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from kernelkit.attention import (  # noqa: E402
@@ -466,3 +466,128 @@ def test_decoding_in_random_blocks_equals_causal_pass(
     _assert_matches(stepped, ref, lam, v)
     _assert_matches(full, ref, lam, v)
     assert state.t == L
+
+
+@settings(SETTINGS, max_examples=25)
+@given(
+    name=st.sampled_from(["positive", "sderf"]),
+    L=st.integers(1, 16),
+    cuts=st.lists(st.integers(0, 9), min_size=1, max_size=5),
+    d=st.integers(1, 4),
+    M=st.integers(1, 6),
+    norm=st.sampled_from([0.5, 3.0, 10.0]),
+    pad=st.sampled_from(["none", "random", "all_but_one"]),
+    gqa=st.booleans(),
+    chunk=st.sampled_from([2, 64]),
+    seed=st.integers(0, 2**16),
+)
+@example(  # a row padded everywhere but at t = 3: NaN gradients before the fix
+    name="positive",
+    L=7,
+    cuts=[1],
+    d=1,
+    M=1,
+    norm=0.5,
+    pad="all_but_one",
+    gqa=False,
+    chunk=2,
+    seed=1,
+)
+def test_gradients_through_decoding_steps_equal_dense_autograd(
+    name, L, cuts, d, M, norm, pad, gqa, chunk, seed
+):
+    # autograd through the step (blocks and single tokens, the state carried) vs the
+    # dense causal reference
+    batch, kv_batch, e = (2, 2), ((2, 1) if gqa else (2, 2)), 3
+    q, k, v = _inputs(batch, L, L, d, e, norm, norm, seed, kv_batch=kv_batch)
+    W = _projection(name, M, d, seed)
+    mom = _moments(name, batch, d, seed)
+    kpm = _pad(pad, (*kv_batch, L), seed)
+    blocks, left = [], L
+    for n in cuts:
+        blocks.append(min(n, left))
+        left -= blocks[-1]
+    if left:
+        blocks.append(left)
+    w = torch.randn(*batch, L, e, generator=torch.Generator().manual_seed(seed + 1)).double()
+    g = batch[-1] // kv_batch[-1]
+
+    def stepped(a, b, c):
+        state = init_decoding_state(
+            batch,
+            d,
+            name,
+            M,
+            e=e,
+            projection=W,
+            moments=mom,
+            dtype=torch.float64,
+            enable_gqa=gqa,
+            num_kv_heads=kv_batch[-1] if gqa else None,
+        )
+        outs, lo = [], 0
+        with mock.patch.object(decoding, "_PREFILL_CHUNK", chunk):
+            for i, n in enumerate(blocks):
+                sl = lo if n == 1 and i % 2 else slice(lo, lo + n)
+                o, state = linear_attention_step(
+                    a[..., sl, :],
+                    b[..., sl, :],
+                    c[..., sl, :],
+                    state,
+                    key_padding_mask=None if kpm is None else kpm[..., sl],
+                    enable_gqa=gqa,
+                )
+                outs.append(o[..., None, :] if isinstance(sl, int) else o)
+                lo += n
+        return torch.cat(outs, dim=-2)
+
+    pr = None if kpm is None else kpm.repeat_interleave(g, dim=-2)
+
+    def dense(a, b, c):
+        b, c = (t.repeat_interleave(g, dim=-3) for t in (b, c))
+        return _dense(name, W, mom, a, b, c, None, True, pr)[0]
+
+    def grads(fn):
+        qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
+        (fn(qq, kk, vv) * w).sum().backward()
+        return qq.grad, kk.grad, vv.grad
+
+    kr, vr = (t.repeat_interleave(g, dim=-3) for t in (k, v))
+    lam = _dense(name, W, mom, q, kr, vr, None, True, pr)[1]
+    # as test_gradients_equal_dense_autograd
+    tol = _tol(lam, v) * (1.0 + norm) * (1.0 + float(W.abs().amax()))
+    for a, b in zip(grads(stepped), grads(dense), strict=True):
+        assert torch.isfinite(a).all()
+        assert float((a - b).abs().amax()) <= tol
+
+
+# --------------------------------------------------------------------------------------
+# defects found by the searches above, pinned
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_left_padded_prompt_gives_finite_gradients_through_the_step(single):
+    # four padded tokens, then one real one (a left-padded prompt): the padded rows see no
+    # key (num = den = 0, output 0), and their output's gradient must not be 1 / tiny
+    # per row (four of them overflowed to inf, and inf * 0 gave a NaN value gradient)
+    L = 5
+    W = torch.ones(1, 1, dtype=torch.float64)
+    q = torch.full((L, 1), 0.5, dtype=torch.float64, requires_grad=True)
+    k = torch.full((L, 1), 0.5, dtype=torch.float64, requires_grad=True)
+    v = torch.arange(float(L), dtype=torch.float64)[:, None].requires_grad_(True)
+    pad = torch.tensor([True, True, True, True, False])
+    state = init_decoding_state((), 1, "positive", 1, projection=W, dtype=torch.float64)
+    if single:
+        outs = []
+        for t in range(L):
+            o, state = linear_attention_step(q[t], k[t], v[t], state, key_padding_mask=pad[t])
+            outs.append(o)
+        out = torch.stack(outs)
+    else:
+        out, state = linear_attention_step(q, k, v, state, key_padding_mask=pad)
+    out.sum().backward()
+    # one visible key: the last row is v_4 (weight exactly 1), the others are zeros, so
+    # dv = e_4 and dq = dk = 0 exactly (the weights' rounding cancels in w / w)
+    torch.testing.assert_close(out.detach(), torch.tensor([[0.0], [0], [0], [0], [4]]).double())
+    torch.testing.assert_close(v.grad, torch.tensor([[0.0], [0], [0], [0], [1]]).double())
+    assert torch.equal(q.grad, torch.zeros_like(q)) and torch.equal(k.grad, torch.zeros_like(k))
