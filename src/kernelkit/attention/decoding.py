@@ -783,7 +783,8 @@ def linear_attention_step(
         From :func:`init_decoding_state` or a previous step; not modified unless
         ``inplace``.
     key_padding_mask : bool tensor (*batch_shape) or (*batch_shape, T), optional
-        ``True`` = padded token: its key and value are not added to the state.
+        ``True`` = padded token: its key and value are not added to the state. A token
+        that sees no key yet (left padding) gets zeros, with zero gradients.
         Its size-1 dims broadcast (e.g. ``(N, 1, T)`` over the heads). It masks keys, so
         with ``enable_gqa`` it has the key heads (``(N, Hkv, T)`` or ``(N, 1, T)``).
     check_finite : bool or None
