@@ -12,8 +12,10 @@ Tolerance (:func:`_tol`): every weight ``exp(l)`` is computed from log features 
 magnitude at most ``Lam`` (the largest ``|lq| + |lk|``), whose absolute rounding
 ``~Lam eps`` becomes a relative error ``~Lam eps`` of the weight; the sums over at most a
 few hundred keys and features add ``~n eps``. The outputs are convex combinations of the
-values, so ``1e3 (1 + Lam) eps max|v|`` bounds the difference with a margin (about
-``1e-10 max|v|`` at ``Lam ~ 500``, the largest here).
+values, so ``1e3 (1 + Lam) eps max|v|`` bounds the difference with a margin: about
+``2e-13 max|v|`` at unit norms, ``6e-10 max|v|`` at the largest ``Lam`` here (rows of
+norm 30 at ``scale = 2.5``: ``|x|^2 / 2 ~ 1100`` per side). The errors seen in the
+searches stayed below a thousandth of it.
 """
 
 from __future__ import annotations
