@@ -575,8 +575,12 @@ def _checks_key_norms(check_finite, params, y) -> bool:
 
 def _ratio(nd):
     # [num, den] (..., e + 1) -> num / den; rows with no visible key have num = 0 and
-    # den = 0 and give zeros (den >= exp(-G) otherwise, see the module docstring)
-    return nd[..., :-1] / nd[..., -1:].clamp(min=torch.finfo(nd.dtype).tiny)
+    # den = 0 and give zeros (den >= exp(-G) otherwise, see the module docstring). Their
+    # den is replaced by 1, not clamped to the dtype's tiny: a clamped den gives their
+    # numerator the gradient 1 / tiny, whose sums over a few such rows (a left-padded
+    # prompt) overflow to inf and turn the zero key factors' products into NaN
+    den = nd[..., -1:]
+    return nd[..., :-1] / torch.where(den > 0, den, torch.ones_like(den))
 
 
 def _token(lq, lk, va, keep, kvz, c, inplace, grouped=False):
@@ -779,7 +783,8 @@ def linear_attention_step(
         From :func:`init_decoding_state` or a previous step; not modified unless
         ``inplace``.
     key_padding_mask : bool tensor (*batch_shape) or (*batch_shape, T), optional
-        ``True`` = padded token: its key and value are not added to the state.
+        ``True`` = padded token: its key and value are not added to the state. A token
+        that sees no key yet (left padding) gets zeros, with zero gradients.
         Its size-1 dims broadcast (e.g. ``(N, 1, T)`` over the heads). It masks keys, so
         with ``enable_gqa`` it has the key heads (``(N, Hkv, T)`` or ``(N, 1, T)``).
     check_finite : bool or None
