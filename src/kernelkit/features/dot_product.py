@@ -753,7 +753,10 @@ class TensorSketch(DotProductFeatureMap):
     :class:`~sklearn.kernel_approximation.PolynomialCountSketch`.
 
     Fitted attributes: ``hashes_`` (degree, input_dim_) int64 in ``[0, D)`` and ``signs_``
-    (degree, input_dim_) float64 ``+-1``.
+    (degree, input_dim_) float64 ``+-1``. The count sketches are kept as a sparse
+    ``(d~, p D)`` matrix (one non-zero per coordinate and degree), so the NumPy path costs
+    ``O(p (nnz + D log D))`` per row and ``O(p d~)`` memory whatever ``D``; other array-API
+    backends apply its dense form in one matrix product.
 
     Variance (derived here; the paper gives none): see :func:`tensor_sketch_variance`.
     The estimate is real, so ``kind`` makes no difference.
@@ -799,17 +802,34 @@ class TensorSketch(DotProductFeatureMap):
     def _build(self):
         super()._build()
         p, din, D = self._p, self.input_dim_, int(self.n_features)
-        C = np.zeros((din, p * D))
-        rows = np.arange(din)
-        for i in range(p):
-            C[rows, i * D + np.asarray(self.hashes_[i])] = self.signs_[i]
-        self._consts["C"] = C  # (d~, p D) count-sketch matrices
+        cols = (np.asarray(self.hashes_) + (np.arange(p) * D)[:, None]).T  # (d~, p)
+        vals = np.asarray(self.signs_, dtype=np.float64).T
+        # (d~, p D) count-sketch matrices, one non-zero per coordinate and degree: sparse,
+        # so that fit and the NumPy transform cost O(p d~) memory and O(p nnz) per row
+        self._consts["C_sparse"] = sp.csr_matrix(
+            (vals.ravel(), cols.ravel(), np.arange(0, din * p + 1, p)), shape=(din, p * D)
+        )
+
+    def _dense_C(self):
+        """The dense ``(d~, p D)`` matrix (array-API backends: one matrix product)."""
+        if "C" not in self._consts:
+            self._consts["C"] = self._consts["C_sparse"].toarray()
+        return self._consts["C"]
+
+    def _sketch_matrix(self, dtype):
+        """The sparse count-sketch matrix in ``dtype`` (NumPy path), cached."""
+        key = ("sparse_C", np.dtype(dtype).str)
+        cache = self.__dict__.setdefault("_cache", {})
+        if key not in cache:
+            cache[key] = self._consts["C_sparse"].astype(dtype)
+        return cache[key]
 
     def _raw_features(self, X, xp, c):
         D, p = int(self.n_features), self._p
         if not is_numpy_namespace(xp):
             half = X.dtype in (xp.float16, getattr(xp, "bfloat16", xp.float16))
             Xc = xp.astype(X, xp.float32) if half else X  # half FFTs: unsupported or lossy
+            self._dense_C()
             U = self._augment(Xc, xp, c) @ self._param("C", xp, Xc)  # (n, p D)
             F = xp.fft.rfft(U[:, :D], axis=-1)
             for i in range(1, p):
@@ -819,14 +839,19 @@ class TensorSketch(DotProductFeatureMap):
 
         import scipy.fft as sfft
 
-        C = self._param("C", np, X)
+        C = self._sketch_matrix(X.dtype)
+        din = self.input_dim_
         n = X.shape[0]
         out = np.empty((n, D), dtype=X.dtype)
-        extra = (math.sqrt(c),) if c > 0 else ()
+        # the row of C of the appended coordinate sqrt(c), dense (p D,)
+        tail = math.sqrt(c) * C[din - 1].toarray().ravel() if c > 0 else None
+        Cx = C[: X.shape[1]]
 
         def block(lo, hi):
-            U = np.empty((hi - lo, p * D), dtype=X.dtype)
-            _matmul_augmented(X[lo:hi], extra, C, U)
+            U = Cx.T @ X[lo:hi].T  # (p D, k): sparse @ dense or sparse, O(p nnz)
+            U = np.ascontiguousarray((U.toarray() if sp.issparse(U) else U).T, dtype=X.dtype)
+            if tail is not None:
+                U += tail
             F = sfft.rfft(U.reshape(hi - lo, p, D), axis=-1, overwrite_x=True)
             prod = F[:, 0]
             for i in range(1, p):
