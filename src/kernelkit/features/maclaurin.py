@@ -107,6 +107,14 @@ def _canonical_row_order(X, xp) -> np.ndarray:
     return np.lexsort((keys[:, 1], keys[:, 0]))
 
 
+def _fit_streams(rng):
+    """Two independent generators (the subsample's, the sketches') seeded by two draws
+    from ``rng``: a ``Generator`` passed as ``random_state`` advances, as with every map
+    (``Generator.spawn`` would leave its stream where it was)."""
+    seeds = rng.integers(0, 2**63 - 1, size=2)
+    return np.random.default_rng(int(seeds[0])), np.random.default_rng(int(seeds[1]))
+
+
 def _exp(xp, v):
     """``exp(v)`` of a float (the raw-row weights) or an array."""
     return math.exp(v) if isinstance(v, float) else xp.exp(v)
@@ -721,7 +729,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
                 f"the {max(1, needed)} degrees 1..p_min={p_min} with a_n > 0 need (one each)."
             )
         # independent streams: the subsample does not shift the sketches (see redraw)
-        sub_rng, sketch_rng = rng.spawn(2)
+        sub_rng, sketch_rng = _fit_streams(rng)
         # the rows in a canonical order, so that the subsample (and the rounding of the
         # pair sums) depends on the data set and the seed, not on the order of the rows
         order, m = _canonical_row_order(X, xp), X.shape[0]
@@ -766,7 +774,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
         self._check_fitted()
         new = copy.copy(self)
         new.random_state = random_state
-        new._draw_sketches(self.n_features_in_, check_random_state(random_state).spawn(2)[1])
+        new._draw_sketches(self.n_features_in_, _fit_streams(check_random_state(random_state))[1])
         return new
 
     def _block_weight(self, n):
