@@ -108,11 +108,13 @@ def _canonical_row_order(X, xp) -> np.ndarray:
 
 
 def _fit_streams(rng):
-    """Two independent generators (the subsample's, the sketches') seeded by two draws
-    from ``rng``: a ``Generator`` passed as ``random_state`` advances, as with every map
-    (``Generator.spawn`` would leave its stream where it was)."""
-    seeds = rng.integers(0, 2**63 - 1, size=2)
-    return np.random.default_rng(int(seeds[0])), np.random.default_rng(int(seeds[1]))
+    """Two independent generators (the subsample's, the sketches') spawned from ``rng``,
+    which then advances by one draw: a ``Generator`` passed as ``random_state`` is a
+    stream that every fit moves on, as with every map (``Generator.spawn`` alone leaves
+    its stream where it was). An int seed gives the same two streams as ``spawn``."""
+    streams = rng.spawn(2)
+    rng.integers(0, 2)
+    return streams
 
 
 def _exp(xp, v):
