@@ -12,12 +12,58 @@ exact value directly.
 """
 
 import numpy as np
+import pytest
+import scipy.sparse as sp
 
 from kernelkit.features import (
+    GaussianSketch,
     OptimizedMaclaurin,
+    RademacherSketch,
+    RandomMaclaurin,
+    TensorSketch,
+    TensorSRHT,
 )
 
 Z_MAX = 5.0
+
+
+def hard_rows(d=5):
+    """Rows a statistician would try: one-hot, two non-zeros, a zero row, a tiny and a
+    large row, and (as the y side) their negatives: ``x = -y`` and ``x = y`` pairs."""
+    if d == 1:  # one-hot, a negative, zero, tiny, large
+        X = np.array([[1.0], [-0.7], [0.0], [0.05], [3.0], [0.4]])
+        return X, np.concatenate([X[:2], -X[3:], X[4:5]])
+    rng = np.random.default_rng(11)
+    X = np.zeros((6, d))
+    X[0, 0] = 1.0  # one-hot
+    X[1, [1, d - 1]] = [0.5, -0.7]  # sparse
+    # row 2 stays zero
+    X[3] = 0.05 * rng.standard_normal(d)  # tiny
+    X[4] = 3.0 * rng.standard_normal(d)  # large
+    X[5] = np.abs(rng.standard_normal(d))
+    return X, np.concatenate([X[:2], -X[3:], X[4:5]])
+
+
+def check_mc(est, E, V, Vc, label):
+    """``est`` (S, n, m) replicates (complex for complex maps) of an estimate with mean
+    ``E`` (n, m), variance of the real part ``V`` and ``E|k_hat - E|^2 = Vc``. z-scores
+    from the spread of the replicates (the second moments' from their 4th moments)."""
+    S = est.shape[0]
+    re = np.real(est)
+    spread = re.std(axis=0, ddof=1)
+    exact = spread <= 1e-12 * (1.0 + np.abs(E))  # no spread: the estimate is exact
+    np.testing.assert_allclose(re.mean(0)[exact], E[exact], rtol=1e-9, atol=1e-12)
+    z = (re.mean(0) - E) / np.where(exact, 1.0, spread / np.sqrt(S))
+    assert np.all(np.abs(z[~exact]) < Z_MAX), (label, "mean", z)
+    for name, sq, ref in (
+        ("variance", (re - E) ** 2, V),
+        ("complex_variance", np.abs(est - E) ** 2, Vc),
+    ):
+        m, se = sq.mean(0), sq.std(0, ddof=1) / np.sqrt(S)
+        # an exact entry has variance 0 up to the rounding of k^2 (1e-14 relative)
+        assert np.all(ref[exact] <= 1e-12 * (1.0 + E[exact] ** 2)), (label, name)
+        zv = (m - ref) / np.where(exact, 1.0, se)
+        assert np.all(np.abs(zv[~exact]) < Z_MAX), (label, name, zv)
 
 
 # ====================================================================== Optimized Maclaurin
@@ -94,3 +140,143 @@ def test_optimized_maclaurin_advances_a_generator_random_state():
     a = OptimizedMaclaurin(16, kernel="softmax", random_state=np.random.default_rng(3)).fit(X)
     b = OptimizedMaclaurin(16, kernel="softmax", random_state=np.random.default_rng(3)).fit(X)
     np.testing.assert_array_equal(a.transform(X), b.transform(X))
+
+
+# ====================================================================== Monte Carlo
+IID_PARAMS = [(1, 0.0, 1.0), (2, 0.0, 0.5), (3, 1.0, 2.0), (2, 25.0, 1.0)]
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("cls", [RademacherSketch, GaussianSketch])
+@pytest.mark.parametrize("degree,coef0,gamma", IID_PARAMS)
+def test_iid_sketch_unbiased_with_documented_variances_on_hard_rows(
+    cls, cplx, degree, coef0, gamma
+):
+    """One fit with ``S D`` i.i.d. features holds ``S`` independent ``D``-feature
+    estimates (column groups); their mean, real-part and complex second moments against
+    ``exact_kernel``, ``variance`` and ``complex_variance`` on one-hot / sparse / zero /
+    tiny / large rows, ``x = -y`` and ``x = y``, ``coef0`` 0 to 25, ``gamma != 1``."""
+    X, Y = hard_rows()
+    S, D = 8000, 2
+    fm = cls(S * D, degree=degree, coef0=coef0, gamma=gamma, complex=cplx, random_state=1)
+    fm.fit(X)
+    P, Q = fm.transform(X), fm.transform(Y)
+    prod = P[:, None, :] * np.conj(Q[None, :, :]) * (S * D / D)  # rescale D_big -> D
+    est = np.moveaxis(prod.reshape(len(X), len(Y), S, D).sum(-1), -1, 0)
+    small = cls(D, degree=degree, coef0=coef0, gamma=gamma, complex=cplx, random_state=1)
+    small.fit(X)
+    E = small.exact_kernel(X, Y)
+    np.testing.assert_allclose(small.expected_kernel(X, Y), E)
+    check_mc(est, E, small.variance(X, Y), small.complex_variance(X, Y), cls.__name__)
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize(
+    "d,coef0,D",
+    [(5, 0.0, 8), (5, 1.0, 3), (6, 4.0, 11), (1, 0.0, 1), (1, 0.5, 2)],
+    ids=["d5-pad8", "d5-coef0-D<d", "d6-pad8-D=d+3", "d1", "d1-coef0"],
+)
+@pytest.mark.parametrize("degree", [1, 3])
+def test_tensor_srht_unbiased_with_documented_variances_padded_and_d1(cplx, d, coef0, D, degree):
+    """TensorSRHT blocks (one per ``padded_dim_`` features) are independent, and the first
+    ``r`` features of a block are a partial block: replicates of a ``D``-feature estimate
+    from one big fit, on the hard rows, with zero-padding (``d~`` not a power of two) and
+    ``d = 1``."""
+    X, Y = hard_rows(d)
+    probe = TensorSRHT(D, degree=degree, coef0=coef0, complex=cplx, random_state=0).fit(X)
+    pd = probe.padded_dim_
+    k, r = divmod(D, pd)
+    per = k + (r > 0)
+    S = 6000
+    big = TensorSRHT(S * per * pd, degree=degree, coef0=coef0, complex=cplx, random_state=3)
+    big.fit(X)
+    scale = big.n_features  # unscaled features: P sqrt(D_big)
+    g = (big.transform(X)[:, None, :] * np.conj(big.transform(Y))[None, :, :]) * scale
+    g = g.reshape(len(X), len(Y), S, per, pd)
+    tot = g[..., :k, :].sum(axis=(-1, -2))
+    if r:
+        tot = tot + g[..., k, :r].sum(-1)
+    est = np.moveaxis(tot / D, -1, 0)
+    E = probe.exact_kernel(X, Y)
+    check_mc(est, E, probe.variance(X, Y), probe.complex_variance(X, Y), "TensorSRHT")
+    if degree == 1 and D % pd == 0:  # the docstring: exact for degree 1, D a multiple of d
+        np.testing.assert_allclose(probe.approx_kernel(X, Y), E, atol=1e-12 * np.abs(E).max())
+
+
+@pytest.mark.parametrize("degree,coef0,D", [(1, 0.0, 3), (2, 0.0, 4), (3, 1.0, 5), (8, 0.0, 2)])
+def test_tensor_sketch_unbiased_with_documented_variance_on_hard_rows(degree, coef0, D):
+    """Refits (the columns of one TensorSketch are not independent) on the hard rows."""
+    X, Y = hard_rows(4)
+    X, Y = X[[0, 1, 2, 5]], Y[[0, 1, 4]]  # one-hot, sparse, zero, positive; x = -y
+    S = 3000
+    est = np.array(
+        [
+            TensorSketch(D, degree=degree, coef0=coef0, random_state=s).fit(X).approx_kernel(X, Y)
+            for s in range(S)
+        ]
+    )
+    fm = TensorSketch(D, degree=degree, coef0=coef0, random_state=0).fit(X)
+    V = fm.variance(X, Y)
+    check_mc(est, fm.exact_kernel(X, Y), V, V, "TensorSketch")
+
+
+# ====================================================================== backends
+MAPS = [
+    (GaussianSketch, dict(degree=3, coef0=0.5, gamma=0.7, complex=True)),
+    (RademacherSketch, dict(degree=9, coef0=0.0, gamma=1.3)),
+    (TensorSRHT, dict(degree=4, coef0=2.0, complex=True, real_output=True)),
+    (TensorSketch, dict(degree=10, coef0=1.0, gamma=0.4)),
+    (RandomMaclaurin, dict(kernel="softmax", lengthscale=1.7, complex=True)),
+    (OptimizedMaclaurin, dict(kernel="polynomial", degree=5, coef0=1.0, sketch="srht")),
+]
+
+
+@pytest.mark.parametrize("cls,kw", MAPS, ids=lambda v: getattr(v, "__name__", ""))
+def test_sparse_torch_and_dask_match_numpy_to_rounding(cls, kw):
+    """CSR / CSC, float64 torch tensors and Dask arrays give NumPy's features, estimate and
+    variance to rounding (rtol 1e-10: the same float64 operations, reordered)."""
+    import dask.array as da
+    import torch
+
+    X, Y = hard_rows(6)
+    fm = cls(16, random_state=0, **kw).fit(X)
+    T, K, V = fm.transform(X), fm.approx_kernel(X, Y), fm.variance(X, Y)
+
+    def close(a, b):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13 * np.abs(b).max())
+
+    for fmt in (sp.csr_matrix, sp.csc_matrix):
+        close(fm.transform(fmt(X)), T)
+        close(fm.approx_kernel(fmt(X), fmt(Y)), K)
+        close(fm.variance(fmt(X), fmt(Y)), V)
+    tX, tY = torch.tensor(X), torch.tensor(Y)
+    close(fm.transform(tX).numpy(), T)
+    close(fm.approx_kernel(tX, tY).numpy(), K)
+    close(fm.variance(tX, tY).numpy(), V)
+    dX = da.from_array(X, chunks=4)
+    close(fm.transform(dX).compute(), T)
+    fd = cls(16, random_state=0, **kw).fit(dX)
+    close(fd.transform(X), T)
+
+
+@pytest.mark.parametrize("cls", [GaussianSketch, RademacherSketch])
+@pytest.mark.parametrize("degree", [2, 8])
+def test_float32_estimate_within_the_rounding_bound(cls, degree):
+    """float32 input: each of the ``p`` projections ``w.x~`` is a sum of ``d~`` products,
+    off by at most ``~d~ eps sum_j |w_j x~_j|`` (standard summation bound); the product of
+    ``p`` of them and the sum over ``D`` features add ``~(p + D) eps`` relative. So
+    ``|K32 - K64| <= (d~ + p + D) eps32 A`` with ``A = sum_l prod_i (|w_il|.|x~|)
+    (|w_il|.|y~|) / D`` (the estimate with every cancellation removed)."""
+    X, Y = hard_rows(6)
+    X, Y = X / 2.0, Y / 2.0  # float32 range for degree 8
+    D = 64
+    fm = cls(D, degree=degree, coef0=1.0, random_state=0).fit(X)
+    K32 = fm.approx_kernel(X.astype(np.float32), Y.astype(np.float32))
+    assert K32.dtype == np.float32
+    K64 = fm.approx_kernel(X, Y)
+    W = np.abs(fm.weights_)  # (p, d~, D)
+    Xa, Ya = (np.abs(np.hstack([A, np.ones((len(A), 1))])) for A in (X, Y))
+    AX = np.prod(np.einsum("nj,pjl->pnl", Xa, W), axis=0)  # (n, D)
+    AY = np.prod(np.einsum("nj,pjl->pnl", Ya, W), axis=0)
+    bound = (7 + degree + D) * np.finfo(np.float32).eps * (AX @ AY.T) / D
+    assert np.all(np.abs(K32 - K64) <= bound)
