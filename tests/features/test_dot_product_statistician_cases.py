@@ -257,6 +257,56 @@ def test_tensor_sketch_variance_exact_by_enumeration_for_two_features(degree, co
     )
 
 
+def _complex_estimate(fm, X, Y):
+    P, Q = fm.transform(X), fm.transform(Y)
+    return P @ np.conj(Q).T
+
+
+@pytest.mark.parametrize(
+    "sketch,cplx", [("rademacher", False), ("rademacher", True), ("srht", False), ("srht", True)]
+)
+def test_optimized_maclaurin_unbiased_far_from_its_fitting_data(sketch, cplx):
+    """The allocation is fitted on ``X`` (small norms); the estimate must stay unbiased for
+    the truncated series, with the documented variances, at points unlike ``X``: norms 10x
+    larger, a zero row, ``x = -y``. Sketches redrawn on the fixed allocation."""
+    rng = np.random.default_rng(4)
+    X = 0.3 * rng.standard_normal((40, 4))
+    Z = np.array([[2.0, 0, 0, 0], [0, 0, -1.5, 0], [0, 0, 0, 0], [1.0, 1.0, 1.0, 1.0]])
+    W = np.concatenate([Z[:1], -Z[1:2], 0.1 * Z[3:]])
+    fm = OptimizedMaclaurin(
+        12, kernel="softmax", p_max=5, sketch=sketch, complex=cplx, random_state=0
+    ).fit(X)
+    est = np.array([_complex_estimate(fm.redraw(s), Z, W) for s in range(3000)])
+    E = fm.expected_kernel(Z, W)
+    check_mc(est, E, fm.variance(Z, W), fm.complex_variance(Z, W), "OptimizedMaclaurin")
+
+
+@pytest.mark.parametrize("cplx", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(kernel="polynomial", degree=3, coef0=0.0, gamma=0.7),
+        dict(kernel="polynomial", degree=2, coef0=5.0),
+        dict(kernel="softmax", max_degree=4, lengthscale=0.8),
+        dict(kernel="gaussian", max_degree=3, lengthscale=1.3),
+    ],
+    ids=["poly-coef0-0", "poly-coef0-5", "softmax", "gaussian"],
+)
+def test_random_maclaurin_unbiased_on_hard_rows(kw, cplx):
+    """Random Maclaurin over the draw of the degrees and the sketches (refits)."""
+    Z = np.array([[1.2, 0, 0], [0, 0, -0.5], [0, 0, 0], [0.3, 0.4, 1.0]])
+    W = np.concatenate([-Z[:2], 0.1 * Z[3:]])
+    est = np.array(
+        [
+            _complex_estimate(RandomMaclaurin(6, complex=cplx, random_state=s, **kw).fit(Z), Z, W)
+            for s in range(3000)
+        ]
+    )
+    fm = RandomMaclaurin(6, complex=cplx, random_state=0, **kw).fit(Z)
+    E = fm.expected_kernel(Z, W)
+    check_mc(est, E, fm.variance(Z, W), fm.complex_variance(Z, W), "RandomMaclaurin")
+
+
 # ====================================================================== backends
 MAPS = [
     (GaussianSketch, dict(degree=3, coef0=0.5, gamma=0.7, complex=True)),
