@@ -367,3 +367,16 @@ def test_float32_estimate_within_the_rounding_bound(cls, degree):
     AY = np.prod(np.einsum("nj,pjl->pnl", Ya, W), axis=0)
     bound = (7 + degree + D) * np.finfo(np.float32).eps * (AX @ AY.T) / D
     assert np.all(np.abs(K32 - K64) <= bound)
+
+
+@pytest.mark.parametrize("cls", [RademacherSketch, GaussianSketch, TensorSRHT])
+def test_docstrings_say_which_method_gives_the_papers_complex_variance(cls):
+    """The paper's complex variances (eq. 19, 21, 33) are ``E|k_hat - k|^2``, which is
+    :meth:`complex_variance`; :meth:`variance` is the real part's (smaller). The class
+    docstrings cited both equations under "see :meth:`variance`"."""
+    X = np.abs(np.random.default_rng(0).standard_normal((4, 5)))
+    fm = cls(8, degree=2, complex=True, random_state=0).fit(X)
+    assert np.all(fm.variance(X) < fm.complex_variance(X))
+    doc = " ".join(cls.__doc__.split())
+    assert "complex_variance" in doc, cls.__name__
+    assert "variance of the real part" in doc or "real part's" in doc, cls.__name__
