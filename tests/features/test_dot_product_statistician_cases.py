@@ -382,3 +382,21 @@ def test_docstrings_say_which_method_gives_the_papers_complex_variance(cls):
     doc = " ".join(cls.__doc__.split())
     assert "complex_variance" in doc, cls.__name__
     assert "variance of the real part" in doc or "real part's" in doc, cls.__name__
+
+
+def test_optimized_maclaurin_srht_does_not_chase_rounding_beyond_d():
+    """TensorSRHT of degree 1 is exact at ``D_1 = d`` (the padded dimension): the convex
+    surrogate (eq. 72-73) is ``(V + (d - 1) C) / D`` there and beyond, with
+    ``C = -V / (d - 1)``, i.e. exactly 0. Its rounding residue (1e-45 here) outweighed the
+    true gains of degrees 2-4 (1e-60) on small-norm data, so the greedy gave degree 1
+    13 features, where the exact variance (eq. 33, D not a multiple of d) is 1e-30 and at
+    ``D_1 = 4`` it is 0. The class docstring promises ``D_1 <= d`` when other degrees are
+    used."""
+    X = 1e-8 * np.random.default_rng(0).standard_normal((10, 3))
+    fm = OptimizedMaclaurin(
+        16, kernel="polynomial", degree=4, coef0=1.0, sketch="srht", random_state=0
+    ).fit(X)
+    Dn, d = fm.n_features_per_degree_, fm.pair_sums_.d
+    assert fm.degree_ == 1 or Dn[1] <= d, (Dn, d)
+    for n in range(2, 6):
+        assert fm.pair_sums_.degree_cost(1, d + n) == 0.0  # the surrogate, exactly 0

@@ -591,7 +591,8 @@ class OptimizedMaclaurin(_MaclaurinBase):
     integrated mean squared error (variance + squared truncation bias, eq. 49-51; eq. 55
     for the Gaussian kernel) on (a subsample of) ``X``, with the budget-respecting
     Incremental Algorithm (erratum 1) for every ``p`` (Algorithm 3). TensorSRHT sketches
-    are allocated on the convex surrogate of App. C (so ``D_1 <= d``, Remark 15). The map
+    are allocated on the convex surrogate of App. C (so ``D_1 <= d``, Remark 15, whenever
+    another degree gains from a feature; ``p* = 1`` puts the whole budget on degree 1). The map
     (Algorithm 4)
 
         Phi(x) = [sqrt(a_0), sqrt(a_n) Phi_n(x)]_{n <= p*, D_n > 0}
