@@ -515,7 +515,9 @@ class RademacherSketch(_IIDSketch):
     Real: weights uniform on ``{-1, 1}``. Complex: uniform on ``{1, -1, i, -i}`` (Ex. 4,
     ``q = 1/2``, ``m4 = 1``; the same estimate as Ex. 2's ``(v + iw)/sqrt 2``): each weight
     is purely real or imaginary, so ``X z = X Re z + i X Im z`` costs two real matmuls.
-    Variance eq. 18 (real) / 19 (complex); see :meth:`variance`.
+    Variance: eq. 18 (real); for complex weights eq. 19, ``E|k_hat - k|^2``, is
+    :meth:`complex_variance`, and :meth:`variance` is the variance of the real part
+    (what :meth:`approx_kernel` returns; smaller, derived).
 
     Parameters
     ----------
@@ -535,7 +537,9 @@ class GaussianSketch(_IIDSketch):
     """Gaussian sketch for ``(x.y + coef0)^degree`` (eq. 5; complex: Ex. 3).
 
     Real: ``w ~ N(0, I)`` (``m4 = 3``); complex: ``(v + i w)/sqrt 2`` with ``v, w ~ N(0, I)``
-    (``q = 1/2``, ``m4 = 2``). Variance eq. 20 / 21.
+    (``q = 1/2``, ``m4 = 2``). Variance: eq. 20 (real); for complex weights eq. 21,
+    ``E|k_hat - k|^2``, is :meth:`complex_variance`, and :meth:`variance` is the variance
+    of the real part (what :meth:`approx_kernel` returns; smaller, derived).
 
     Parameters
     ----------
@@ -567,8 +571,10 @@ class TensorSRHT(DotProductFeatureMap):
     ``{1, -1, i, -i}`` for ``complex=True``) and a permutation ``pi`` are drawn (per
     (block, degree): erratum 4); ``U_(b,i) = FWHT(x~ * z)[pi]``, ``Phi_b = prod_i U_(b,i)``,
     and ``Phi`` is the first ``D`` entries of the concatenated blocks times ``D^-1/2``.
-    Unbiased; for ``degree = 1`` and ``D`` a multiple of ``d`` it is exact. Variance
-    eq. 28 / 33 with the padded ``d``.
+    Unbiased; for ``degree = 1`` and ``D`` a multiple of ``d`` it is exact. Variance:
+    eq. 28 (real) with the padded ``d``; for ``complex=True`` eq. 33, ``E|k_hat - k|^2``,
+    is :meth:`complex_variance`, and :meth:`variance` is the variance of the real part
+    (what :meth:`approx_kernel` returns; smaller, derived).
 
     Parameters
     ----------
@@ -753,7 +759,10 @@ class TensorSketch(DotProductFeatureMap):
     :class:`~sklearn.kernel_approximation.PolynomialCountSketch`.
 
     Fitted attributes: ``hashes_`` (degree, input_dim_) int64 in ``[0, D)`` and ``signs_``
-    (degree, input_dim_) float64 ``+-1``.
+    (degree, input_dim_) float64 ``+-1``. The count sketches are kept as a sparse
+    ``(d~, p D)`` matrix (one non-zero per coordinate and degree), so the NumPy path costs
+    ``O(p (nnz + D log D))`` per row and ``O(p d~)`` memory whatever ``D``; other array-API
+    backends apply its dense form in one matrix product.
 
     Variance (derived here; the paper gives none): see :func:`tensor_sketch_variance`.
     The estimate is real, so ``kind`` makes no difference.

@@ -36,7 +36,13 @@ from typing import ClassVar
 import numpy as np
 from sklearn.utils._param_validation import Hidden, StrOptions
 
-from .._backend import check_random_state, device, to_numpy, validate_positive_int
+from .._backend import (
+    check_random_state,
+    device,
+    to_backend,
+    to_numpy,
+    validate_positive_int,
+)
 from .._backend.fwht import next_power_of_two
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
@@ -87,6 +93,30 @@ __all__ = [
 
 
 # ============================================================== feature maps
+def _canonical_row_order(X, xp) -> np.ndarray:
+    """Indices that sort the rows of ``X`` (dense, sparse or a tensor) by two fixed random
+    projections: the same rows in any order give the same sequence of rows (rows that
+    agree to rounding in both projections keep their relative order; they are equal up
+    to rounding). O(n d + n log n)."""
+    d = X.shape[1]
+    V = np.random.default_rng(0x5EED).standard_normal((d, 2))
+    if hasattr(X, "toarray") or isinstance(X, np.ndarray):
+        keys = np.asarray(X @ V, dtype=np.float64)
+    else:
+        keys = to_numpy(X @ to_backend(V, xp, like=X), np.float64)
+    return np.lexsort((keys[:, 1], keys[:, 0]))
+
+
+def _fit_streams(rng):
+    """Two independent generators (the subsample's, the sketches') spawned from ``rng``,
+    which then advances by one draw: a ``Generator`` passed as ``random_state`` is a
+    stream that every fit moves on, as with every map (``Generator.spawn`` alone leaves
+    its stream where it was). An int seed gives the same two streams as ``spawn``."""
+    streams = rng.spawn(2)
+    rng.integers(0, 2)
+    return streams
+
+
 def _exp(xp, v):
     """``exp(v)`` of a float (the raw-row weights) or an array."""
     return math.exp(v) if isinstance(v, float) else xp.exp(v)
@@ -561,7 +591,8 @@ class OptimizedMaclaurin(_MaclaurinBase):
     integrated mean squared error (variance + squared truncation bias, eq. 49-51; eq. 55
     for the Gaussian kernel) on (a subsample of) ``X``, with the budget-respecting
     Incremental Algorithm (erratum 1) for every ``p`` (Algorithm 3). TensorSRHT sketches
-    are allocated on the convex surrogate of App. C (so ``D_1 <= d``, Remark 15). The map
+    are allocated on the convex surrogate of App. C (so ``D_1 <= d``, Remark 15, whenever
+    another degree gains from a feature; ``p* = 1`` puts the whole budget on degree 1). The map
     (Algorithm 4)
 
         Phi(x) = [sqrt(a_0), sqrt(a_n) Phi_n(x)]_{n <= p*, D_n > 0}
@@ -589,7 +620,9 @@ class OptimizedMaclaurin(_MaclaurinBase):
     n_subsample : int or None
         ``m``: the objective uses ``min(n, m)`` rows of ``X`` drawn without replacement
         (cost O(m^2 (d + p_max))). The paper uses up to 5000 and finds 2000 enough for
-        the Gaussian kernel (App. F); ``None`` uses all rows.
+        the Gaussian kernel (App. F); ``None`` uses all rows. The draw uses
+        ``random_state``, so for ``n > m`` the allocation, too, may change with the seed;
+        it does not depend on the order of the rows of ``X``.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
         Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
@@ -699,11 +732,13 @@ class OptimizedMaclaurin(_MaclaurinBase):
                 f"the {max(1, needed)} degrees 1..p_min={p_min} with a_n > 0 need (one each)."
             )
         # independent streams: the subsample does not shift the sketches (see redraw)
-        sub_rng, sketch_rng = rng.spawn(2)
-        Xn, m = X, X.shape[0]
+        sub_rng, sketch_rng = _fit_streams(rng)
+        # the rows in a canonical order, so that the subsample (and the rounding of the
+        # pair sums) depends on the data set and the seed, not on the order of the rows
+        order, m = _canonical_row_order(X, xp), X.shape[0]
         if self.n_subsample is not None and m > int(self.n_subsample):
-            Xn = Xn[np.sort(sub_rng.choice(m, size=int(self.n_subsample), replace=False))]
-        Xn = to_numpy(self._densify(Xn), np.float64)
+            order = order[np.sort(sub_rng.choice(m, size=int(self.n_subsample), replace=False))]
+        Xn = to_numpy(self._densify(X[order]), np.float64)
         self.pair_sums_ = maclaurin_pair_sums(
             Xn,
             a_kernel,
@@ -742,7 +777,7 @@ class OptimizedMaclaurin(_MaclaurinBase):
         self._check_fitted()
         new = copy.copy(self)
         new.random_state = random_state
-        new._draw_sketches(self.n_features_in_, check_random_state(random_state).spawn(2)[1])
+        new._draw_sketches(self.n_features_in_, _fit_streams(check_random_state(random_state))[1])
         return new
 
     def _block_weight(self, n):

@@ -198,15 +198,23 @@ def srht_surrogate(V, C, D, d: int):
     the branch, App. C; erratum 10 in ``docs/derivations/dot_product.md``).
     """
     V, C = float(V), float(C)
+    # R = V + (d - 1) C: D times the surrogate at D = d and beyond. For degree 1,
+    # C = -V / (d - 1) and R is exactly 0 (the estimate is exact at D = d): a rounding
+    # residue (a few ulps of the two terms) is set to 0, or the greedy allocation would
+    # add degree-1 features for it (Remark 15: D_1 <= d)
+    R = V + (d - 1) * C
+    if abs(R) <= 8.0 * np.finfo(np.float64).eps * (abs(V) + (d - 1) * abs(C)):
+        R = 0.0
+    # below d (C <= 0): (V - C) / D + C = (R - (d - D) C) / D, which is R / d at D = d
     if isinstance(D, numbers.Integral):  # scalar fast path (Algorithm 2's inner loop)
         if C > 0 or D > d:
-            return (V + (d - 1) * C) / D
-        return (V - C) / D + C
+            return R / D
+        return (R - (d - D) * C) / D
     D = np.asarray(D, dtype=np.float64)
-    far = (V + (d - 1) * C) / D
+    far = R / D
     if C > 0:
         return far
-    return np.where(D <= d, (V - C) / D + C, far)
+    return np.where(D <= d, (R - (d - D) * C) / D, far)
 
 
 # ============================================================== U-statistic pair sums
