@@ -100,7 +100,12 @@ def _canonical_row_order(X, xp) -> np.ndarray:
     to rounding). O(n d + n log n)."""
     d = X.shape[1]
     V = np.random.default_rng(0x5EED).standard_normal((d, 2))
-    if hasattr(X, "toarray") or isinstance(X, np.ndarray):
+    if isinstance(X, np.ndarray):
+        # einsum's own loop, not BLAS: a threaded BLAS call here (1.3 M multiply-adds at
+        # n = 10000, d = 64) left OpenBLAS's threads spinning beside the pair sums' pool,
+        # +30% on the whole fit
+        keys = np.einsum("ij,jk->ik", X, V, optimize=False).astype(np.float64, copy=False)
+    elif hasattr(X, "toarray"):  # SciPy sparse: its own product
         keys = np.asarray(X @ V, dtype=np.float64)
     else:
         keys = to_numpy(X @ to_backend(V, xp, like=X), np.float64)
