@@ -176,6 +176,12 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         self._is_fitted = True
         return self
 
+    def _fit_reads_data(self) -> bool:
+        """Whether this map's ``fit`` reads the data beyond its dimension: the class's
+        ``data_dependent``, False where the parameters that would be fitted are given
+        (``GERF(A=...)``, ``NormalizedGaussianHybridRF(radius=...)``)."""
+        return self.data_dependent
+
     def _check_positional_keys(self, X, y):
         """A second data set passed positionally would be silently ignored: say so."""
         if y is None or not hasattr(y, "shape") or len(y.shape) != 2 or y.shape[1] != X.shape[1]:
@@ -193,7 +199,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
                 "as its positional argument y, which a scikit-learn transformer ignores. "
                 "The kernel's y side (keys) is keyword-only: fit(X, Y=keys)."
             )
-        if self.data_dependent:
+        if self._fit_reads_data():
             warnings.warn(
                 f"{type(self).__name__}.fit ignores its positional argument y (a Pipeline's "
                 "target). If it holds the kernel's y-side points (keys), pass them as "

@@ -702,6 +702,9 @@ class GERF(_DiagonalDERF):
             return super()._fit_parameters(X, Y, rng, stats=stats)
         self._set_parameters(DERFParameters(np.full(X.shape[1], float(self.A))))
 
+    def _fit_reads_data(self) -> bool:
+        return self.A is None  # a given A: nothing is fitted to the data
+
 
 class _AsymmetricDERF(_DiagonalDERF):
     symmetric = False

@@ -199,6 +199,9 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         if self.radius is not None:
             validate_positive_float(self.radius, "radius")
 
+    def _fit_reads_data(self) -> bool:
+        return self.radius is None  # a given radius: nothing is fitted to the data
+
     @property
     def _lambda_a(self) -> float:
         return 1.0 / self.rho_
