@@ -439,6 +439,14 @@ def _in_range_norms(xp, X):
     return sq if bool(xp.all((sq >= lo) & (sq <= hi))) else None
 
 
+def _divide_rows(xp, X, v):
+    """``X`` (n, d) with row ``i`` divided by ``v[i]`` (n,); SciPy sparse stays sparse (CSR)
+    in ``X``'s dtype."""
+    if sp.issparse(X):
+        return sp.csr_matrix(sp.diags(1.0 / v) @ X, dtype=X.dtype)
+    return X / v[:, None]
+
+
 class SphericalRandomFeatures(RandomFourierFeatures):
     """Spherical Random Features (SRF, Pennington et al. 2015) for the polynomial kernel.
 
@@ -580,27 +588,23 @@ class SphericalRandomFeatures(RandomFourierFeatures):
             return X
         if self.normalize:
             sq = _in_range_norms(xp, X)
-            if sq is not None:  # x / sqrt(|x|^2) keeps its digits: one pass
-                safe = sq**0.5
+            if sq is None:
+                # each row is first divided by its largest |entry| (exactly where that is a
+                # power of two, else rounded once), so that its squared norm neither
+                # underflows nor overflows: x / |x| is then scale-free over the whole range
+                # of the dtype (zero rows are divided by 1)
                 if sp.issparse(X):
-                    return sp.csr_matrix(sp.diags(1.0 / safe) @ X, dtype=X.dtype)
-                return X / safe[:, None]
-            # each row is first divided by its largest |entry| (exactly where that is a
-            # power of two, else rounded once), so that its squared norm neither underflows
-            # nor overflows: x / |x| is then scale-free over the whole range of the dtype.
-            # Zero rows are divided by 1 and stay zero; the square root of the guarded
+                    big = np.asarray(abs(X).max(axis=1).toarray()).ravel()
+                    X = _divide_rows(xp, X, np.where(big > 0, big, 1.0))
+                else:
+                    big = _detach(xp.max(xp.abs(X), axis=1))  # the result does not depend on it
+                    X = _divide_rows(xp, X, xp.where(big > 0, big, xp.ones_like(big)))
+                sq = sq_norms(xp, X)  # (n,), in [1, d] for nonzero rows
+            # zero rows are divided by 1 and stay zero; the square root of the guarded
             # value keeps autograd's gradient finite there (sqrt'(0) = inf times 0 is nan)
             if sp.issparse(X):
-                big = np.asarray(abs(X).max(axis=1).toarray()).ravel()
-                Xb = sp.diags(1.0 / np.where(big > 0, big, 1.0)) @ X
-                sq = sq_norms(xp, sp.csr_matrix(Xb))
-                safe = np.sqrt(np.where(sq > 0, sq, 1.0))
-                return sp.csr_matrix(sp.diags(1.0 / safe) @ Xb, dtype=X.dtype)
-            big = _detach(xp.max(xp.abs(X), axis=1))  # the result does not depend on it
-            Xb = X / xp.where(big > 0, big, xp.ones_like(big))[:, None]
-            sq = sq_norms(xp, Xb)  # (n,), in [1, d] for nonzero rows
-            safe = xp.where(sq > 0, sq, xp.ones_like(sq)) ** 0.5
-            return Xb / safe[:, None]
+                return _divide_rows(xp, X, np.sqrt(np.where(sq > 0, sq, 1.0)))
+            return _divide_rows(xp, X, xp.where(sq > 0, sq, xp.ones_like(sq)) ** 0.5)
         sq = sq_norms(xp, X)  # (n,)
         if sp.issparse(X):
             dev = float(np.max(np.abs(np.sqrt(sq) - 1.0)))
