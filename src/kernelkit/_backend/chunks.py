@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import operator
 from collections.abc import Iterable, Sequence
 
@@ -349,7 +350,11 @@ def _checked_block(block, name, n_columns, finite, block_info=None):
 def checked_chunks(Z, name: str, *, finite: bool = False):
     """The Dask data matrix ``Z`` (n, d) with its columns in one chunk, each row chunk
     checked by :func:`check_chunk` when it is computed (lazily: a task per chunk, in the
-    same pass). For the places that compute rows of a Dask array into one NumPy array."""
+    same pass). For the places that compute rows of a Dask array into one NumPy array.
+    An array that is not 2-D, or of unknown width, has no width to check: it is returned
+    as it is."""
+    if Z.ndim != 2 or math.isnan(Z.shape[1]):
+        return Z
     Z = Z.rechunk({1: -1})
     return Z.map_blocks(_checked_block, name, int(Z.shape[1]), finite, dtype=Z.dtype, meta=Z._meta)
 

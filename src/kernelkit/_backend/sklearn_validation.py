@@ -89,8 +89,7 @@ def validate_data(_estimator, /, X="no_validation", y="no_validation", **kwargs)
     (detached from autograd) unless array API dispatch is on."""
     if is_dask_array(X):  # NumPy would make its computed sparse matrix an object array
         reject_sparse(X, "X")
-        if X.ndim == 2 and not np.isnan(X.shape[1]):  # computed here, each chunk's width
-            X = checked_chunks(X, "X").compute()  # named (not Dask's join error)
+        X = checked_chunks(X, "X").compute()  # each chunk's width named, not Dask's join error
     _check_real(X, "X")
     _check_real(y, "y")
     X, y = host_array(X), host_array(y)

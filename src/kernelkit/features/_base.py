@@ -263,9 +263,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         if is_dask_array(X):  # the methods that are not lazy compute a Dask argument; its
             # chunks may be SciPy sparse (numpy.asarray: an object array); each chunk's
             # width is checked (named) before Dask joins them
-            if X.ndim == 2 and not math.isnan(X.shape[1]):
-                X = checked_chunks(X, name)
-            X = X.compute()
+            X = checked_chunks(X, name).compute()
         if sp.issparse(X):
             if not self.accepts_sparse:
                 raise TypeError(
