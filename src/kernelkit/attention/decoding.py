@@ -52,6 +52,7 @@ from ._linear import (
     _fwd_block,
     _fwd_chunks,
     _growth_bound,
+    _safe_div,
     _Workspace,
     autocast_off,
 )
@@ -576,11 +577,11 @@ def _checks_key_norms(check_finite, params, y) -> bool:
 def _ratio(nd):
     # [num, den] (..., e + 1) -> num / den; rows with no visible key have num = 0 and
     # den = 0 and give zeros (den >= exp(-G) otherwise, see the module docstring). Their
-    # den is replaced by 1, not clamped to the dtype's tiny: a clamped den gives their
-    # numerator the gradient 1 / tiny, whose sums over a few such rows (a left-padded
-    # prompt) overflow to inf and turn the zero key factors' products into NaN
-    den = nd[..., -1:]
-    return nd[..., :-1] / torch.where(den > 0, den, torch.ones_like(den))
+    # den is replaced by 1 (_safe_div, as in the causal kernel), not clamped to the
+    # dtype's tiny: a clamped den gives their numerator the gradient 1 / tiny, whose sums
+    # over a few such rows (a left-padded prompt) overflow to inf and turn the zero key
+    # factors' products into NaN
+    return _safe_div(nd[..., :-1], nd[..., -1])
 
 
 def _token(lq, lk, va, keep, kvz, c, inplace, grouped=False):
