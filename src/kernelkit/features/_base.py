@@ -112,6 +112,12 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
     #: Dask array in one pass of chunk sums) or ``"all"`` (the rows; a Dask array is
     #: computed first). User guide: "Scale-out with Dask".
     fit_reads: ClassVar[str] = "all"
+    #: whether :meth:`variance`, :meth:`complex_variance` and :meth:`log_relative_variance`
+    #: evaluate their formulas on float64 copies of float32 input (the result is cast
+    #: back): formulas that read ``|x - y|^2``, ``|x + y|^2`` or an angle from the Gram
+    #: matrix lose every digit there in float32 where the variance is small (near
+    #: ``y = x`` or ``y = -x``)
+    _variance_in_float64: ClassVar[bool] = False
     #: constructor parameter -> scikit-learn constraints, checked by ``fit`` through
     #: ``_validate_params()`` (every map declares all of its ``__init__`` parameters)
     _parameter_constraints: ClassVar[dict] = {}
@@ -514,7 +520,17 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp = self._check_pair(X, Y)
         self._warn_biased_sampler("variance")
-        return self._variance(self._densify(X), self._densify(Y), xp)
+        X, Y, dtype = self._analytic_pair(X, Y, xp)
+        return narrow_to(xp, self._variance(X, Y, xp), dtype)
+
+    def _analytic_pair(self, X, Y, xp):
+        """``(X, Y, dtype)``: the prepared inputs densified for the analytic moments, in
+        float64 where :attr:`_variance_in_float64` asks for it (``dtype`` the one to return,
+        None to keep the result's)."""
+        X, Y = self._densify(X), self._densify(Y)
+        if not self._variance_in_float64:
+            return X, Y, None
+        return widen_to_float64(xp, X, Y)
 
     def complex_variance(self, X, Y=None):
         """``E|k_hat - E k_hat|^2`` of the complex estimate ``phi(x)^T conj(psi(y))``.
@@ -525,10 +541,10 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp = self._check_pair(X, Y)
         self._warn_biased_sampler("complex_variance")
-        X, Y = self._densify(X), self._densify(Y)
+        X, Y, dtype = self._analytic_pair(X, Y, xp)
         if not self.is_complex:
-            return self._variance(X, Y, xp)
-        return self._complex_variance(X, Y, xp)
+            return narrow_to(xp, self._variance(X, Y, xp), dtype)
+        return narrow_to(xp, self._complex_variance(X, Y, xp), dtype)
 
     def _variance(self, X, Y, xp):
         raise NotImplementedError
@@ -546,8 +562,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp = self._check_pair(X, Y)
         self._warn_biased_sampler("log_relative_variance")
-        X, Y = self._densify(X), self._densify(Y)
-        return self._log_relative_variance(X, Y, xp)
+        X, Y, dtype = self._analytic_pair(X, Y, xp)
+        return narrow_to(xp, self._log_relative_variance(X, Y, xp), dtype)
 
     def _log_relative_variance(self, X, Y, xp):
         var = self._variance(X, Y, xp)

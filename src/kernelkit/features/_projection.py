@@ -49,6 +49,10 @@ class ProjectionFeatureMap(FeatureMap):
     random_state : None, int or numpy.random.Generator
     """
 
+    #: the softmax-family and hybrid variances read |x +- y|^2 and angles from the Gram
+    #: matrix: float64 for float32 input (they vanish at y = +-x, the hybrids' exact angles)
+    _variance_in_float64 = True
+
     _parameter_constraints: ClassVar[dict] = {
         "n_features": int_range(1, 2**26),
         "kernel": [StrOptions(set(KERNELS))],
