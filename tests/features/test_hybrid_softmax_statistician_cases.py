@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from kernelkit.features import (
+    ADERF,
     GERF,
+    SADERF,
     SDERF,
     AngularHybridRF,
     ClusteredHybridRF,
@@ -173,3 +175,87 @@ def test_mean_variance_is_not_what_the_fits_order():
     )
     assert "fitted maps have lower variance than FAVOR+ on the same data" not in guide
     assert "the mean *log* second moment" in guide and "but not always" in guide
+
+
+# ====================================================================== DERF maps, hard pairs
+def _derf_hard_cases():
+    """(fit X, fit Y, query rows, key rows) for every hard case, d = 6."""
+    rng = np.random.default_rng(5)
+    d = 6
+    scales = np.geomspace(0.1, 10, d) * 0.05  # column scales 0.005 ... 0.5
+    Xa, Ya = rng.standard_normal((30, d)) * scales, rng.standard_normal((30, d)) * scales[::-1]
+    u = rng.standard_normal(d)
+    u *= 0.5 / np.linalg.norm(u)
+    w = rng.standard_normal(d)
+    w -= (w @ u) / (u @ u) * u
+    w *= 1e-3 / np.linalg.norm(w)  # 0.8 u + w: angle 2.5e-3 from u
+    Xs, Ys = 0.3 * rng.standard_normal((2, d)), 0.3 * rng.standard_normal((3, d))
+    Xi, Yi = 0.2 * rng.standard_normal((30, d)), 0.2 * rng.standard_normal((30, d))
+    return {
+        "anisotropic": (Xa, Ya, Xa[:3], Ya[:3]),
+        "x=y": (Xa, Ya, Xa[:3], Xa[:3]),
+        "x=-y": (Xa, Ya, Xa[:3], -Xa[:3]),
+        "collinear": (Xi, Yi, u[None], (0.8 * u + w)[None]),
+        "n<d": (Xs, Ys, Xs, Ys),
+        "far-query": (Xs, Ys, Xs + 0.25, Ys),
+    }
+
+
+def _derf_moment(fm, Xe, Ye, k):
+    """``E[(f1 f2)^k]`` (n, m) of one feature of a fitted diagonal DERF, from its definition
+    ``f1 f2 = prod_l (1-4a_l)^{1/2} exp(2 a_l w_l^2 + sqrt(1-4a_l) w_l z_l)
+    e^{-(|x'|^2+|y'|^2)/2}``, ``z = x' + y'``, and
+    ``E exp(c w^2 + b w) = (1-2c)^{-1/2} exp(b^2 / (2(1-2c)))``."""
+    a = np.asarray(fm.A_, dtype=np.float64)
+    Xp = Xe if fm.B_x_ is None else Xe @ fm.B_x_.T
+    Yp = Ye if fm.B_y_ is None else Ye @ fm.B_y_.T
+    z = Xp[:, None, :] + Yp[None, :, :]  # (n, m, d)
+    c0 = np.sum(0.5 * k * np.log1p(-4 * a) - 0.5 * np.log1p(-4 * k * a))
+    quad = np.sum(k * k * (1 - 4 * a) * z * z / (2 * (1 - 4 * k * a)), axis=-1)
+    norms = (Xp * Xp).sum(1)[:, None] + (Yp * Yp).sum(1)[None, :]
+    with np.errstate(over="ignore"):  # ADERF's far query: inf, as its variance
+        return np.exp(c0 + quad - 0.5 * k * norms)
+
+
+_DERF = [PositiveRF, GERF, SADERF, ADERF, SDERF]
+_INFORMATIVE = 0.05  # relative SE of the sample variance below which it is compared
+
+
+@pytest.mark.parametrize("case", list(_derf_hard_cases()))
+@pytest.mark.parametrize("cls", _DERF, ids=lambda c: c.__name__)
+def test_derf_maps_unbiased_and_variance_on_hard_pairs(cls, case):
+    """The one-feature estimates ``M f1(w_m, x) f2(w_m, y)`` of 100 000 features are i.i.d.
+    draws: their mean must be the kernel within 4.5 standard errors of the map's analytic
+    variance (plus 1e-12 relative for rounding: exact pairs such as FAVOR+ at ``y = -x``
+    have zero variance), and their sample variance the analytic variance within 4.5
+    standard errors of the sample variance, ``sqrt((mu4 - var^2) / M)`` with the central
+    fourth moment ``mu4`` from the exact moments ``E[(f1 f2)^k]``, k <= 4 (fitted
+    ``a_l <= 0``, so all are finite). Pairs whose sample variance has a relative SE above
+    5 % (heavy tails: an asymmetric map's key side fed queries, ADERF's ridge directions)
+    are checked for the mean only; every case has informative pairs except ADERF's far
+    query (next test)."""
+    X, Y, Xe, Ye = _derf_hard_cases()[case]
+    M = 100_000
+    fm = cls(M, random_state=3).fit(X, Y=Y)
+    g = (fm.transform(Xe) * M)[:, None, :] * fm.transform_y(Ye)[None, :, :]  # (n, m, M)
+    K = np.exp(Xe @ Ye.T)
+    V = fm.variance(Xe, Ye) * M  # one feature
+    np.testing.assert_allclose(_derf_moment(fm, Xe, Ye, 1), K, rtol=1e-10)
+    m2, m3, m4 = (_derf_moment(fm, Xe, Ye, k) for k in (2, 3, 4))
+    np.testing.assert_allclose(V, m2 - K * K, rtol=1e-8, atol=1e-14 * K.max() ** 2)
+    mean = g.mean(-1)
+    assert np.all(np.abs(mean - K) <= Z_BOUND * np.sqrt(V / M) + 1e-12 * K), case
+    mu4 = m4 - 4 * K * m3 + 6 * K * K * m2 - 3 * K**4
+    with np.errstate(invalid="ignore", over="ignore"):
+        se_var = np.sqrt(np.clip(mu4 - V * V, 0, None) / M)
+        informative = (V > 1e-12 * K * K) & (se_var <= _INFORMATIVE * V)
+    # exact pairs (FAVOR+ at y = -x): every draw is the kernel up to rounding (1e-16
+    # relative per draw, so a sample variance of order 1e-32 K^2)
+    exact = V == 0
+    assert np.all(g.var(-1)[exact] <= 1e-24 * (K * K)[exact]), case
+    if cls is ADERF and case == "far-query":
+        assert not informative.any()  # the ridge directions: see the next test
+        return
+    assert informative.any(), case
+    dev = np.abs(g.var(-1) - V)[informative]
+    assert np.all(dev <= Z_BOUND * se_var[informative]), case
