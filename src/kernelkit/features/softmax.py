@@ -748,7 +748,13 @@ class SADERF(_AsymmetricDERF):
         See :class:`PositiveRF`.
     eps : float
         Relative ridge on the per-coordinate second moments (a library choice, user
-        guide), so that zero coordinates give finite ``psi``.
+        guide), so that zero coordinates give finite ``psi``. Valid and unbiased for any
+        input, but a coordinate that is zero in every fitting query and non-zero in a
+        later one is scaled by about ``eps**-1/4`` (``psi_l`` ~ 30 with the default):
+        that later query's relative variance can be astronomical (e^59 for
+        ``x_l = 0.3`` where the keys' coordinates have scale 0.3) and its estimates
+        collapse to 0. Pass a larger ``eps`` (1e-2 costs little on the fitting data),
+        fit on data that covers every coordinate, or use SDERF (no ridge).
 
     Attributes
     ----------
@@ -779,7 +785,13 @@ class ADERF(_AsymmetricDERF):
     eps : float
         Relative ridge on the second-moment matrices (a library choice,
         docs/derivations/favor_sharp.md): both get ``eps (tr M_x + tr M_y) / (2d) I``.
-        Keeps fewer-points-than-dimensions and zero-column data valid and unbiased.
+        Keeps fewer-points-than-dimensions and zero-column data valid and unbiased, but
+        the directions the fitting queries (or keys) do not span are scaled up, the more
+        the smaller ``eps``: a later query with a component there gets a huge relative
+        variance (e^170 for 2 fitting queries in d = 6 and an offset of 0.25 per
+        coordinate) and estimates near 0. Pass a larger ``eps`` (1e-2 costs little on
+        the fitting data), fit on data that spans the later inputs, or use SDERF, whose
+        fit needs no ridge.
     """
 
     _derf = "aderf"
