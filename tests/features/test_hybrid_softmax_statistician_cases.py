@@ -293,3 +293,108 @@ def test_ridge_directions_of_aderf_and_saderf_and_their_documentation():
     for cls in (ADERF, SADERF):
         doc = " ".join(cls.__doc__.split())
         assert "later" in doc and "larger ``eps``" in doc and "SDERF" in doc, cls
+
+
+# ====================================================================== hybrids, hard pairs
+def _hybrid_hard_pairs():
+    """Pairs (rows of X with rows of Y), d = 4: equal norms 2e-3 from the exact angles 0
+    and pi, unequal norms at the same angles, a right angle, a zero query, a mid angle."""
+    u, v = _orthonormal_pair(4)
+
+    def at(r_x, r_y, theta):
+        return r_x * u, r_y * (np.cos(theta) * u + np.sin(theta) * v)
+
+    pairs = [
+        at(0.5, 0.5, 2e-3),
+        at(0.5, 0.5, np.pi - 2e-3),
+        at(0.3, 0.6, 2e-3),
+        at(0.3, 0.6, np.pi - 2e-3),
+        at(0.4, 0.7, np.pi / 2),
+        (np.zeros(4), 0.6 * u),
+        at(0.45, 0.45, 1.0),
+    ]
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
+_HYBRIDS = [
+    (AngularHybridRF, {}),
+    (AngularHybridRF, {"shared_projection": False}),
+    (GaussianHybridRF, {"lambda_features": "trig"}),
+    (GaussianHybridRF, {}),
+    (NormalizedGaussianHybridRF, {}),
+    (NormalizedGaussianHybridRF, {"kernel": "gaussian", "shared_projection": False}),
+]
+
+
+@pytest.mark.parametrize(
+    "cls,kw", _HYBRIDS, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(_HYBRIDS)]
+)
+def test_bipolar_hybrids_unbiased_and_mse_on_hard_pairs(cls, kw):
+    """2000 independent draws (m = 4, n = 2) of the bipolar hybrids on the hard pairs:
+    the mean error within 4.5 SE of the analytic variance (1e-12 relative for rounding),
+    and away from the exact angles (pairs 3-7) the mean squared error within 4.5 SE of
+    ``variance``, the SE from the spread of the squared errors. (Next to the exact angles
+    the error is a rare event, ``lambda_hat != 0`` in a fraction ``~theta`` of the draws,
+    and the sample spread says nothing; the antithetic positive ``lambda_hat`` of the
+    Gaussian hybrid is heavy-tailed, so only its mean is compared.)"""
+    X, Y = _hybrid_hard_pairs()
+    if kw.get("kernel") == "gaussian":
+        K = np.exp(-0.5 * np.sum((X - Y) ** 2, axis=1))
+    else:
+        K = np.exp(np.sum(X * Y, axis=1))
+    S = 2000
+    V = np.diag(cls(4, 2, random_state=0, **kw).fit(X, Y=Y).variance(X, Y))
+    draws = np.array(
+        [np.diag(cls(4, 2, random_state=s, **kw).fit(X, Y=Y).approx_kernel(X, Y)) for s in range(S)]
+    )
+    err = draws - K
+    assert np.all(np.abs(err.mean(0)) <= Z_BOUND * np.sqrt(V / S) + 1e-12 * K)
+    if cls is GaussianHybridRF and kw.get("lambda_features", "positive") == "positive":
+        return
+    sq = err[:, 2:] ** 2
+    se = sq.std(0) / np.sqrt(S)
+    assert np.all(np.abs(sq.mean(0) - V[2:]) <= Z_BOUND * se)
+
+
+def test_clustered_hybrid_with_a_singleton_cluster_and_a_zero_centre_coordinate():
+    """k-means on 20 points and one outlier gives a singleton query cluster whose centre
+    is the outlier, with a coordinate exactly 0: ``A^{ij}`` has the clipped entry
+    ``1/eps = 1000`` there. Over 3000 redraws (m = 4) the zero-one and Gaussian mixtures
+    stay unbiased (4.5 SE of the analytic variance where it is finite) for queries of
+    either cluster, the zero query and a query far from the data; the zero-one mixture's
+    mean squared error matches ``variance`` within 4.5 SE of the squared errors on the
+    pairs of the fitted clusters. The Gaussian mixture gives every pair all ``n_q n_k``
+    estimators, so the entry 1000 makes its variance inf (beyond float64) for a query
+    that is not at 0 in that coordinate: it must be reported as inf, not as a number."""
+    rng = np.random.default_rng(0)
+    d = 3
+    X = np.concatenate([[0.5, -0.4, 0.3] + 0.05 * rng.standard_normal((20, d)), [[-0.6, 0, 0.2]]])
+    Y = np.concatenate(
+        [
+            [-0.3, 0.5, -0.2] + 0.05 * rng.standard_normal((20, d)),
+            [0.4, 0.3, 0.0] + 0.05 * rng.standard_normal((5, d)),
+        ]
+    )
+    Xe = np.concatenate([X[[0, 20]], [[0.0, 0.0, 0.0]], [[1.0, 1.0, -1.0]]])
+    Ye = Y[[0, 22, 3, 21]]
+    K = np.exp(Xe @ Ye.T)
+    S = 3000
+    for mixture in ("zero_one", "gaussian"):
+        kw = {"mixture": mixture, "n_lambda": 2} if mixture == "gaussian" else {}
+        fm = ClusteredHybridRF(4, n_clusters=2, random_state=0, **kw).fit(X, Y=Y)
+        assert fm.A_.max() == pytest.approx(1000.0)  # the singleton's zero coordinate
+        np.testing.assert_array_equal(fm.cluster_pairs(X[[20]], Y[:1])[0], [0])  # singleton
+        V = fm.variance(Xe, Ye)
+        draws = np.array([fm.redraw(s).approx_kernel(Xe, Ye) for s in range(S)])
+        assert np.all(np.isfinite(draws))
+        err = draws - K
+        finite = np.isfinite(V)
+        assert np.all(np.abs(err.mean(0))[finite] <= Z_BOUND * np.sqrt(V[finite] / S))
+        if mixture == "gaussian":
+            assert not finite[0].any() and finite[2].all()  # inf, not NaN; the zero query
+            assert not np.isnan(V).any()
+            continue
+        assert finite.all()
+        sq = err[:, :3] ** 2  # the fitted queries and the zero query
+        se = sq.std(0) / np.sqrt(S)
+        assert np.all(np.abs(sq.mean(0) - V[:3]) <= Z_BOUND * se)
