@@ -398,3 +398,81 @@ def test_clustered_hybrid_with_a_singleton_cluster_and_a_zero_centre_coordinate(
         sq = err[:, :3] ** 2  # the fitted queries and the zero query
         se = sq.std(0) / np.sqrt(S)
         assert np.all(np.abs(sq.mean(0) - V[:3]) <= Z_BOUND * se)
+
+
+# ====================================================================== fitted optima, hard sets
+def _hard_fit_sets():
+    rng = np.random.default_rng(11)
+    d = 6
+    scales = np.geomspace(0.1, 10, d) * 0.1
+
+    def normal(n, scale):
+        return rng.standard_normal((n, d)) * scale
+
+    zero = normal(40, 0.4)
+    zero[:, 0] = 0.0
+    u = rng.standard_normal(d) * 0.4
+    return {
+        "anisotropic": (normal(40, scales), normal(40, scales[::-1])),
+        "n<d": (normal(3, 0.5), normal(2, 0.5)),
+        "n<d-anisotropic": (normal(3, scales), normal(4, scales)),
+        "zero-column": (zero, normal(25, 0.4)),
+        "large-norms": (normal(40, 1.5), normal(40, 1.5)),
+        "collinear": (np.outer(rng.uniform(0.5, 1, 30), u), np.outer(rng.uniform(0.5, 1, 20), u)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_hard_fit_sets()))
+def test_fitted_objectives_are_ordered_on_hard_sets(case):
+    """The nested families give ordered fitted optima of (14): FAVOR+ >= GERF >= SADERF >=
+    ADERF and GERF >= SDERF, all above the zero-variance bound ``2 mean(x).mean(y)``
+    (erratum e), also where the fits need their ridge (fewer points than dimensions, a
+    zero column, exactly collinear sets) and for norms ~3.7. Tolerance: rounding of the
+    O((n + m) d^2) objective, 1e-9 of its size."""
+    X, Y = _hard_fit_sets()[case]
+    obj = {
+        cls.__name__: cls(8, random_state=0).fit(X, Y=Y).log_objective(X, Y)
+        for cls in (PositiveRF, GERF, SADERF, ADERF, SDERF)
+    }
+    tol = 1e-9 * (1 + max(abs(v) for v in obj.values()))
+    for big, small in [
+        ("PositiveRF", "GERF"),
+        ("GERF", "SADERF"),
+        ("SADERF", "ADERF"),
+        ("GERF", "SDERF"),
+    ]:
+        assert obj[small] <= obj[big] + tol, (case, big, small, obj)
+    bound = 2 * X.mean(0) @ Y.mean(0)
+    assert min(obj.values()) >= bound - tol
+
+
+def test_saderf_means_not_sums_for_sets_of_different_sizes():
+    """Eq. 20 prints ``psi_l = (sum_j y_jl^2 / sum_i x_il^2)^{1/4}``; the library uses means
+    (its docstring says so). For 10 queries and 40 keys the printed sums give
+    ``psi * (40/10)^{1/4}``, and the objective (14) of that ``psi`` (with its own optimal
+    ``A``) is higher: the GERF statistic of ``(psi x, y / psi)`` is
+    ``sum_l psi_l^2 mean_i x_il^2 + mean_j y_jl^2 / psi_l^2``, minimised exactly by the
+    means' ``psi``. Moving one entry of the fitted ``psi`` by 1 % either way raises it too."""
+    from kernelkit.features import a_star
+
+    rng = np.random.default_rng(2)
+    d = 5
+    X = 0.4 * rng.standard_normal((10, d)) * np.linspace(0.3, 1.5, d)
+    Y = 0.4 * rng.standard_normal((40, d)) * np.linspace(1.5, 0.3, d)
+    sa = SADERF(8, random_state=0, eps=0.0).fit(X, Y=Y)
+    best = sa.log_objective(X, Y)
+
+    def objective(psi):
+        Xp, Yp = X * psi, Y / psi
+        phi = ((Xp**2).sum(1).mean() + (Yp**2).sum(1).mean() + 2 * X.mean(0) @ Y.mean(0)) / d
+        sa.B_x_, sa.B_y_, sa.A_ = np.diag(psi), np.diag(1 / psi), np.full(d, a_star(phi))
+        return sa.log_objective(X, Y)
+
+    psi = sa.psi_.copy()
+    np.testing.assert_allclose(objective(psi), best, rtol=1e-12)
+    assert objective(psi * (40 / 10) ** 0.25) > best + 1e-3
+    for ell in range(d):  # one coordinate at a time
+        for f in (0.99, 1.01):
+            moved = psi.copy()
+            moved[ell] *= f
+            assert objective(moved) > best, (ell, f)
