@@ -476,3 +476,27 @@ def test_saderf_means_not_sums_for_sets_of_different_sizes():
             moved = psi.copy()
             moved[ell] *= f
             assert objective(moved) > best, (ell, f)
+
+
+def test_aderf_without_ridge_on_singular_moments_is_refused_not_biased():
+    """``eps = 0`` is a valid parameter, but Thm 4.2 needs nonsingular second moments.
+    With 3 queries in d = 6 and no ridge the fitted ``B~1``, ``B~2`` had entries of 1e144
+    and ``B~1^T B~2`` missed the identity by 1e137, so ``x'.y' != x.y``: a biased map whose
+    estimates were all 0 and whose ``log_relative_variance`` was 1e258, without a word.
+    The fit must refuse it, naming ``eps``; a tiny ridge (1e-12) is enough for an
+    unbiased map (z-score of the mean of 200 000 features against the analytic
+    variance)."""
+    rng = np.random.default_rng(0)
+    X, Y = 0.4 * rng.standard_normal((3, 6)), 0.4 * rng.standard_normal((2, 6))
+    with pytest.raises(ValueError, match="eps"):
+        ADERF(16, random_state=0, eps=0.0).fit(X, Y=Y)
+    M = 200_000
+    fm = ADERF(M, random_state=0, eps=1e-12).fit(X, Y=Y)
+    # the constraint of Thm 4.2 to rounding (entries of B~2 up to ~600: 1e-9)
+    np.testing.assert_allclose(fm.B_x_.T @ fm.B_y_, np.eye(6), atol=1e-9)
+    K = np.exp(X @ Y.T)
+    z = (fm.approx_kernel(X, Y) - K) / np.sqrt(fm.variance(X, Y))
+    assert np.all(np.abs(z) < Z_BOUND)
+    # a well-conditioned fit with eps = 0 stays allowed
+    Xf, Yf = 0.4 * rng.standard_normal((40, 6)), 0.4 * rng.standard_normal((40, 6))
+    ADERF(16, random_state=0, eps=0.0).fit(Xf, Y=Yf)

@@ -791,10 +791,32 @@ class ADERF(_AsymmetricDERF):
         variance (e^170 for 2 fitting queries in d = 6 and an offset of 0.25 per
         coordinate) and estimates near 0. Pass a larger ``eps`` (1e-2 costs little on
         the fitting data), fit on data that spans the later inputs, or use SDERF, whose
-        fit needs no ridge.
+        fit needs no ridge. Moments too ill-conditioned for the ridge (singular ones with
+        ``eps = 0``) raise a ``ValueError``: their ``B~1^T B~2`` would miss the identity,
+        and the map would be biased.
     """
 
     _derf = "aderf"
+
+    #: largest accepted ``max |B_x^T B_y - I|`` (Thm 4.2's constraint, which makes
+    #: ``x'.y' = x.y``): beyond it the fit is too ill-conditioned for its ridge
+    _CONSTRAINT_TOL = 1e-6
+
+    def _set_parameters(self, params):
+        super()._set_parameters(params)
+        # singular second moments with eps = 0 (or a ridge too small for their
+        # conditioning) leave B~1, B~2 of huge entries whose product misses the identity:
+        # the map would be biased (x'.y' != x.y), with estimates of 0, so refuse it
+        with np.errstate(over="ignore", invalid="ignore"):
+            dev = float(np.max(np.abs(self.B_x_.T @ self.B_y_ - np.eye(self.B_x_.shape[0]))))
+        if not dev <= self._CONSTRAINT_TOL:
+            raise ValueError(
+                f"ADERF(eps={self.eps!r}): the second moments of X and Y are singular or too "
+                "ill-conditioned for this ridge (fewer points than dimensions, constant "
+                f"coordinates): B_x^T B_y misses the identity by {dev:.3g}, so the estimate "
+                "would be biased. Pass a larger eps (default 1e-6), or use SDERF, which "
+                "needs no ridge."
+            )
 
 
 class SDERF(_DiagonalDERF):
