@@ -500,3 +500,23 @@ def test_aderf_without_ridge_on_singular_moments_is_refused_not_biased():
     # a well-conditioned fit with eps = 0 stays allowed
     Xf, Yf = 0.4 * rng.standard_normal((40, 6)), 0.4 * rng.standard_normal((40, 6))
     ADERF(16, random_state=0, eps=0.0).fit(Xf, Y=Yf)
+
+
+@pytest.mark.parametrize(
+    "cls", [AngularHybridRF, NormalizedGaussianHybridRF, GaussianHybridRF], ids=lambda c: c.__name__
+)
+def test_float32_exact_lambda_near_the_exact_angles(cls, backend):
+    """``exact_lambda`` (``E lambda_hat``: ``theta / pi`` for the angular hybrid,
+    ``(1 - e^{-sigma^2 |x-y|^2 / 2}) / rho`` for the normalised one) of float32 input is
+    the float64 value of the same inputs: in float32 the Gram-based angle of a pair
+    5e-4 rad apart was 0 (the angular coefficient 0 instead of 1.6e-4, the normalised one
+    off by 100 %). Rounding: the result's float32 cast, 6e-8, amplified at most ~100
+    times by ``1 - cos`` at these angles (1e-5)."""
+    X, Y = _angle_pairs(0.6, 0.6, [1e-4, 5e-4, 2e-3, 0.7, np.pi - 5e-4])
+    X32, Y32 = X.astype(np.float32), Y.astype(np.float32)
+    X64, Y64 = X32.astype(np.float64), Y32.astype(np.float64)
+    fm = cls(4, 2, random_state=0).fit(X64, Y=Y64)
+    ref = np.diag(fm.exact_lambda(X64, Y64))
+    lam = fm.exact_lambda(backend.asarray(X32), backend.asarray(Y32))
+    assert backend.dtype_name(lam) == "float32"
+    np.testing.assert_allclose(np.diag(backend.to_numpy(lam)), ref, rtol=1e-5)

@@ -16,7 +16,15 @@ import numpy as np
 
 from ..._backend import device, is_numpy_namespace, validate_positive_int
 from ..._backend.params import int_range
-from .._base import _detach, check_bool, log1mexp, scale_rows, times_exp
+from .._base import (
+    _detach,
+    check_bool,
+    log1mexp,
+    narrow_to,
+    scale_rows,
+    times_exp,
+    widen_to_float64,
+)
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
@@ -253,9 +261,13 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         return _combine(xp, inner, shift)
 
     def exact_lambda(self, X, Y=None):
-        """The coefficient ``lambda(x, y) = E lambda_hat``, shape (n, m)."""
+        """The coefficient ``lambda(x, y) = E lambda_hat``, shape (n, m).
+
+        Evaluated in float64 for float32 input, as :meth:`variance` (angles and
+        ``|x -+ y|^2`` from the float32 Gram matrix would round near the exact angles)."""
         Xs, Ys, xp = self._check_pair(X, Y)
-        return self._lambda_exact(Xs, Ys, xp)
+        Xs, Ys, dtype = widen_to_float64(xp, Xs, Ys)
+        return narrow_to(xp, self._lambda_exact(Xs, Ys, xp), dtype)
 
     def _lambda_exact(self, X, Y, xp):
         raise NotImplementedError
