@@ -520,3 +520,19 @@ def test_float32_exact_lambda_near_the_exact_angles(cls, backend):
     lam = fm.exact_lambda(backend.asarray(X32), backend.asarray(Y32))
     assert backend.dtype_name(lam) == "float32"
     np.testing.assert_allclose(np.diag(backend.to_numpy(lam)), ref, rtol=1e-5)
+
+
+def test_normalized_gaussian_radius_is_in_the_units_of_x():
+    """``radius`` is divided by ``lengthscale`` like the inputs (``radius_`` is the scaled
+    value), while the default is the root-mean-square norm of the *scaled* rows: with
+    ``lengthscale = 2`` a user reading "r" as the scaled radius of App. F would pass half
+    of what is meant, and ``rho`` (hence ``lambda`` and its endpoints 0 and 1) would be
+    wrong. The docstring must say which units ``radius`` is in. With the radius in the
+    units of X, ``lambda(pi) = 1`` for inputs of that norm."""
+    X, Y = _angle_pairs(1.4, 1.4, [np.pi])
+    fm = NormalizedGaussianHybridRF(4, 2, lengthscale=2.0, radius=1.4, random_state=0)
+    fm.fit(X, Y=Y)
+    assert fm.radius_ == pytest.approx(0.7)
+    np.testing.assert_allclose(fm.exact_lambda(X, Y), [[1.0]], rtol=1e-12)
+    doc = " ".join(NormalizedGaussianHybridRF.__doc__.split())
+    assert "in the units of ``X``" in doc

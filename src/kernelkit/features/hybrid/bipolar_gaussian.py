@@ -162,8 +162,10 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
     sigma : float
         Scale of ``tau_i``.
     radius : float, optional
-        ``r``; by default the root-mean-square norm of the (lengthscale-scaled) rows of
-        ``X`` and ``Y`` at fit (attribute ``radius_``).
+        ``r``, in the units of ``X``: divided by ``lengthscale`` like the inputs (the
+        attribute ``radius_`` holds ``radius / lengthscale``, the ``r`` of App. F). By
+        default ``radius_`` is the root-mean-square norm of the lengthscale-scaled rows
+        of ``X`` and ``Y`` at fit.
     """
 
     #: the default ``radius`` is the root-mean-square norm of the rows of ``X`` and ``Y``
