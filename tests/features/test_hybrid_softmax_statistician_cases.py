@@ -536,3 +536,28 @@ def test_normalized_gaussian_radius_is_in_the_units_of_x():
     np.testing.assert_allclose(fm.exact_lambda(X, Y), [[1.0]], rtol=1e-12)
     doc = " ".join(NormalizedGaussianHybridRF.__doc__.split())
     assert "in the units of ``X``" in doc
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
+@pytest.mark.parametrize("r", [3.0, 5.0, 8.0])
+def test_gaussian_hybrid_with_trig_lambda_is_exact_at_y_equals_minus_x(r, kernel, backend):
+    """The guide's table: ``GaussianHybridRF`` with trig-estimated ``lambda`` has zero
+    variance at ``x = -y``, where ``lambda_hat = mean_i cos(tau_i.(x + y)/c) = 1`` drops
+    the trig estimator and ``SM^{++}`` is exact; ``variance`` says 0. The estimate formed
+    ``lambda_hat`` as ``u(x).v(y) = mean_i (sin^2 + cos^2)``, 1 only to rounding
+    (1e-16), and that rounding times the trig estimate, ``~e^{|x|^2}`` against a kernel of
+    ``e^{-|x|^2}``, was the whole answer at ``|x| = 8``: off by 1e38 relative in float64.
+    ``approx_kernel`` must be exact there to the rounding of the kernel itself (float64:
+    1e-10; float32: ``|x|^2`` times its eps in the exponent, 1e-4 at ``|x|^2 = 64``)."""
+    X, _ = _angle_pairs(r, r, [0.0])
+    Y = -X
+    fm = GaussianHybridRF(8, 4, kernel=kernel, lambda_features="trig", random_state=0)
+    fm.fit(X, Y=Y)
+    K = fm.exact_kernel(X, Y)
+    assert fm.variance(X, Y)[0, 0] == 0.0
+    for dtype, rtol in (("float64", 1e-10), ("float32", 1e-4)):
+        k = backend.to_numpy(fm.approx_kernel(backend.asarray(X, dtype), backend.asarray(Y, dtype)))
+        if K[0, 0] < np.finfo(dtype).tiny:  # e^{-128} (Gaussian kernel, |x| = 8): float32 has 0
+            assert abs(k[0, 0]) <= np.finfo(dtype).tiny, dtype
+        else:
+            np.testing.assert_allclose(k, K, rtol=rtol, err_msg=dtype)

@@ -21,6 +21,18 @@ from ._common import _sq_norms
 from .bipolar import _BipolarHybrid
 
 
+def _mean_half_angle_sin2(xp, px, py):
+    """``mean_i sin^2((px_i - py_i) / 2)`` over the columns of ``px`` (n, L) and
+    ``py`` (m, L), shape (n, m): ``(1 - mean_i cos(px_i - py_i)) / 2`` without its
+    cancellation (exactly 0 where the projections agree). (n, m) memory, one projection
+    at a time."""
+    acc = xp.zeros((px.shape[0], py.shape[0]), dtype=px.dtype, device=device(px))
+    for i in range(px.shape[1]):
+        h = xp.sin(0.5 * (px[:, i : i + 1] - xp.matrix_transpose(py[:, i : i + 1])))
+        acc = acc + h * h
+    return acc / px.shape[1]
+
+
 class GaussianHybridRF(_BipolarHybrid):
     """Gaussian-lambda bipolar hybrid (Sec. 2.4, eq. 20 with ``M = I``).
 
@@ -36,6 +48,11 @@ class GaussianHybridRF(_BipolarHybrid):
 
     Output dimension ``2m (4n + 1)``: ``[phitrig; rho (x) phi++; rho (x) phitrig]``.
     Unlike the angular hybrid it cannot be exact at both ``theta = 0`` and ``theta = pi``.
+    With ``lambda_features="trig"`` it is exact at ``x = -y``; there
+    :meth:`approx_kernel` forms ``lambda_hat = 1 - (2/n) sum_i sin^2(tau_i.(x + y)/(2c))``,
+    exactly 1, while ``transform(X) @ transform_y(Y).T`` has ``1 - lambda_hat`` only to
+    rounding, times a trig estimate ``~e^{|x|^2}`` against a kernel ``~e^{-|x|^2}``: for
+    large norms near ``x = -y`` use :meth:`approx_kernel`.
 
     Parameters
     ----------
@@ -134,6 +151,18 @@ class GaussianHybridRF(_BipolarHybrid):
             d2 = xp.clip(nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0) / c2
             log_v1 = (d2 - z2) + 2.0 * log1mexp(xp, d2)
         return -0.5 * z2, log_v1 - math.log(2.0 * self.n_lambda)  # lambda = e^{-z2/2}
+
+    def _lambda_hat(self, Xs, Ys, xp):
+        if self.lambda_features != "trig":
+            return super()._lambda_hat(Xs, Ys, xp)
+        # mean_i cos(tau_i.(u - v)), u = x/c, v = -y/c, as 1 - 2 mean_i sin^2(tau_i.(u - v)/2):
+        # exactly 1 at x = -y, where the feature form u(x).v(y) = mean_i (sin^2 + cos^2) is
+        # 1 only to rounding, and 1 - lambda_hat multiplies the trig estimate (~e^{|x|^2},
+        # against a kernel ~e^{-|x|^2}): that rounding was the whole estimate at |x| ~ 5
+        T_T = self._param("T_T", xp, Xs)
+        px = (Xs / self.lambda_bandwidth) @ T_T  # (n, n_lambda): tau.u
+        py = (Ys / (-self.lambda_bandwidth)) @ T_T  # (m, n_lambda): tau.v
+        return 1.0 - 2.0 * _mean_half_angle_sin2(xp, px, py)
 
 
 class NormalizedGaussianHybridRF(_BipolarHybrid):
@@ -254,11 +283,7 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
             return super()._lambda_hat(Xs, Ys, xp)
         T_T = self._param("T_T", xp, Xs)
         px, py = Xs @ T_T, Ys @ T_T  # (n, n_lambda), (m, n_lambda)
-        acc = xp.zeros((Xs.shape[0], Ys.shape[0]), dtype=Xs.dtype, device=device(Xs))
-        for i in range(int(self.n_lambda)):  # (n, m) memory, one projection at a time
-            h = xp.sin(0.5 * (px[:, i : i + 1] - xp.matrix_transpose(py[:, i : i + 1])))
-            acc = acc + h * h
-        return acc * (2.0 / (self.n_lambda * self.rho_))
+        return _mean_half_angle_sin2(xp, px, py) * (2.0 / self.rho_)
 
     def _d2(self, X, Y, xp):
         nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
