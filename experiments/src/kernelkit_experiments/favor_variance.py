@@ -538,7 +538,7 @@ SPEC = HS.Spec(
     ),
     setup=_setup,
     sections=lambda config, runs: [_gap_tables(config, runs), _numbers(config, runs)],
-    seeds=(3, 5),
+    seeds=(5, 5),
 )
 
 

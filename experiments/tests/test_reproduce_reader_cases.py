@@ -1,0 +1,43 @@
+"""Cases found by reading ``kernelkit reproduce`` runs as a paper reader: the same seed
+gives the same run, and the reports say in words what their tables hold."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from kernelkit_experiments import _harness as H
+
+
+@dataclass(frozen=True)
+class _Toy:
+    n: int = 3
+
+
+def _spec(seconds_per_seed: float, clock: list):
+    """A spec whose every seed "takes" ``seconds_per_seed`` on the fake ``clock``."""
+
+    def compute(config, seed):
+        clock[0] += seconds_per_seed
+        return {"v": float(seed % 7)}
+
+    claim = H.Claim("v positive", "yes", "v", lambda r: r["v"], ">", -1.0)
+    return H.Spec("toy", "Toy", "toy", _Toy(), _Toy(), compute, lambda c: [claim], seeds=(3, 3))
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_same_seed_same_seeds_on_a_fast_and_a_slow_machine(tmp_path, monkeypatch, quick):
+    # `--seed N` must fix the run: the seed list (and so every mean and verdict) may not
+    # depend on how long the seeds took (a loaded or a faster machine)
+    clock = [0.0]
+    monkeypatch.setattr("time.perf_counter", lambda: clock[0])
+    seeds = {}
+    for label, secs in (("fast", 1.0), ("slow", 100.0)):
+        out = tmp_path / label
+        H.run_spec(_spec(secs, clock), out, quick=quick, seed=4, progress=False)
+        seeds[label] = json.loads((out / "results.json").read_text())["seeds"]
+    assert seeds["fast"] == seeds["slow"]
+    assert seeds["fast"] == [4000 + i for i in range(len(seeds["fast"]))]
+    assert len(seeds["fast"]) >= H.MIN_SEEDS
