@@ -41,3 +41,19 @@ def test_same_seed_same_seeds_on_a_fast_and_a_slow_machine(tmp_path, monkeypatch
     assert seeds["fast"] == seeds["slow"]
     assert seeds["fast"] == [4000 + i for i in range(len(seeds["fast"]))]
     assert len(seeds["fast"]) >= H.MIN_SEEDS
+
+
+def test_jdl_gaussian_report_says_the_seeds_per_n_in_words():
+    # the setup and the results table said "{1000: 10, 10000: 5, 100000: 3}", a Python
+    # dict, for how many seeds ran each n
+    from kernelkit_experiments import jdl_gaussian as jg
+
+    cfg = jg.FULL
+    setup = jg._setup(cfg)
+    results = jg._sections(cfg, [{"x": 0.0}])[0]  # no metric: every cell "–"
+    for text in (setup, results):
+        assert "{" not in text and "}" not in text
+        assert "n = 1000: 10 seeds at most; n = 10000: 5 seeds at most" in text
+    assert results.splitlines()[0] == "## Results"
+    quick = jg._setup(jg.QUICK)
+    assert all(f"n = {n}: every seed" in quick for n in jg.QUICK.ns if n not in jg.QUICK.n_corr)
