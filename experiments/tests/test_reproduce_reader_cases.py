@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from kernelkit_experiments import _harness as H
@@ -86,3 +87,40 @@ def test_dp_gp_report_compares_the_claims_on_the_data_sets_the_paper_has():
     )
     assert "| centred Frobenius error | mnist | SRF | Opt. Macl. | no |" in text
     assert "| centred Frobenius error | concrete | Opt. Macl. | Opt. Macl. | yes |" in text
+
+
+def test_attention_approx_says_why_the_hybrid_loses_to_favor_plus():
+    # the claim "hybrid matrix error < FAVOR+" (HRF Fig. 3) reads "no" by orders of
+    # magnitude with nothing saying why: the hybrid's trig half is not positive, so the
+    # row normalisation of its estimated weights blows up
+    torch = pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from kernelkit_experiments import attention_approx as aa
+
+    # the experiment's `normal` regime (d = 64, sigma = 0.25), M = 256, L = 128
+    g = torch.Generator().manual_seed(0)
+    d, L = 64, 128
+    q, k, v = (
+        0.25 * d**0.25 * torch.randn(1, 1, L, d, generator=g, dtype=torch.float64) for _ in range(3)
+    )
+    maps = ["positive", "trig", "hybrid_angular"]
+    r = aa.compute_errors(q, k, v, maps, (256,), 2, causal=False, matrix_L=L)
+    # FAVOR+ weights are positive and at most 1 (up to rounding). Trig's and the hybrid's:
+    # over 2 draws x 128^2 weights about 35 % are negative (0.34-0.37 over input seeds
+    # 0-2) and some row has a weight of |.| 6-20: 0.2 and 1 leave a wide margin
+    assert r["positive"]["matrix_neg"] == [0.0] and r["positive"]["matrix_max"][0] <= 1.0 + 1e-9
+    for fm in ("trig", "hybrid_angular"):
+        assert r[fm]["matrix_neg"][0] > 0.2 and r[fm]["matrix_max"][0] > 1.0
+    cfg = replace(aa.QUICK, regimes=("normal",), modes=("bidirectional",), maps=tuple(maps))
+    run = {
+        f"{m} normal bidirectional {fm}": np.asarray(r[fm][m])
+        for fm in maps
+        for m in ("output", "matrix", "matrix_neg", "matrix_max")
+    }
+    text = "\n\n".join(aa._sections(replace(cfg, Ms=(256,)), [run, run]))
+    assert "## Positivity: why Trig and the hybrids lose to FAVOR+ here" in text
+    assert "| FAVOR+ (positive) | 0 % / " in text
+    section = text[text.index("## Positivity") :]
+    row = next(line for line in section.splitlines() if line.startswith("| Trig |"))
+    assert float(row.split("|")[2].split("%")[0]) > 20.0
