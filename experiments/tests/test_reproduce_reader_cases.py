@@ -124,3 +124,21 @@ def test_attention_approx_says_why_the_hybrid_loses_to_favor_plus():
     section = text[text.index("## Positivity") :]
     row = next(line for line in section.splitlines() if line.startswith("| Trig |"))
     assert float(row.split("|")[2].split("%")[0]) > 20.0
+
+
+def test_attention_approx_tables_name_the_causal_mode_in_full():
+    # the error tables' columns read "normal causa" (the mode cut to five letters)
+    from dataclasses import replace
+
+    from kernelkit_experiments import attention_approx as aa
+
+    cfg = replace(aa.QUICK, regimes=("normal",), Ms=(16,), maps=("relu",))
+    run = {
+        f"{m} normal {mode} relu": np.asarray([0.5])
+        for m in ("output", "matrix", "matrix_neg", "matrix_max")
+        for mode in cfg.modes
+    }
+    assert set(cfg.modes) == {"bidirectional", "causal"}
+    text = "\n\n".join(aa._sections(cfg, [run, run]))
+    assert "| feature map | normal bidir | normal causal |" in text
+    assert "causa |" not in text

@@ -559,7 +559,8 @@ def _positivity(cfg: Config, runs: list, agg) -> str:
 def _sections(cfg: Config, runs: list) -> list[str]:
     agg = H.aggregate(runs)
     cols = [(reg, mode) for reg in cfg.regimes for mode in cfg.modes]
-    header = ["feature map"] + [f"{reg} {mode[:5]}" for reg, mode in cols]
+    short = {"bidirectional": "bidir", "causal": "causal"}
+    header = ["feature map"] + [f"{reg} {short.get(mode, mode)}" for reg, mode in cols]
     out = []
     for metric in ("output", "matrix"):
         rows = [
