@@ -177,3 +177,17 @@ def test_hrf_clustered_report_says_why_the_hybrid_loses_to_favor_plus():
         assert (hc._key(name, 10.0) in listed) == above
     run = {f"{hc._key(n, 10.0)} {m}": np.ones(1) for n in cfg.settings for m in hc.METHODS}
     assert text in "\n\n".join(hc._sections(cfg, [run, run]))
+
+
+def test_jdl_classification_report_says_why_the_constraints_leave_negatives(monkeypatch):
+    # "constraints cut CME's negative probabilities 2-5 fold" reads "no" and the JDL one
+    # can tie, with nothing saying that both constraints hold only on the training
+    # features (JDL: the grid of (29); CME: the mean feature s_X of (51)-(52))
+    from kernelkit_experiments import jdl_classification as jc
+
+    monkeypatch.setattr(jc, "_results", lambda cfg, runs: "## Results")  # no runs needed
+    text = "\n\n".join(jc.SPEC.sections(jc.QUICK, []))
+    notes = text[text.index("## Notes on the findings") :]
+    assert "(29)" in notes and "training grid" in notes
+    assert "(51) and (52)" in notes and "mean training feature s_X" in notes
+    assert text.index("## Notes on the findings") < text.index("## Deviations")
