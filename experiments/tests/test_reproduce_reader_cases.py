@@ -191,3 +191,45 @@ def test_jdl_classification_report_says_why_the_constraints_leave_negatives(monk
     assert "(29)" in notes and "training grid" in notes
     assert "(51) and (52)" in notes and "mean training feature s_X" in notes
     assert text.index("## Notes on the findings") < text.index("## Deviations")
+
+
+def test_largest_seed_runs_the_torch_experiments():
+    # the largest `--seed` the command line takes reaches torch's generators in range
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from kernelkit.cli import MAX_SEED
+    from kernelkit_experiments import attention_approx as aa
+
+    assert MAX_SEED == H.MAX_SEED
+    cfg = replace(
+        aa.QUICK,
+        Ms=(16,),
+        n_draws=2,
+        regimes=("normal",),
+        maps=("positive",),
+        modes=("bidirectional",),
+        L_out=16,
+        L_mat=8,
+        batch=1,
+        heads=1,
+    )
+    out = aa.compute(cfg, MAX_SEED * 1000 + 999)
+    assert np.isfinite(out["output normal bidirectional positive"]).all()
+    with pytest.raises(ValueError, match="seed must be"):
+        H.run_seeds(aa.SPEC, cfg, MAX_SEED + 1, 3, progress=False)
+
+
+@pytest.mark.parametrize("seed", ["4294967296", "20000000000000000"])
+def test_seed_beyond_32_bits_is_a_usage_error(seed):
+    # `--seed 20000000000000000` was accepted and failed minutes later, inside the torch
+    # experiments, with "Overflow when unpacking long long" (seed * 1000 * draws > 2^64)
+    from click.testing import CliRunner
+
+    from kernelkit.cli import MAX_SEED, main
+
+    res = CliRunner().invoke(main, ["reproduce", "favor-variance", "--seed", seed])
+    assert res.exit_code == 2
+    assert "Invalid value for '--seed'" in res.output and str(MAX_SEED) in res.output
+    res = CliRunner().invoke(main, ["reproduce", "--help"])
+    assert res.exit_code == 0 and f"0 to {MAX_SEED}" in " ".join(res.output.split())

@@ -41,6 +41,7 @@ import numpy as np
 from ._report import Report, markdown_table
 
 __all__ = [
+    "MAX_SEED",
     "MAX_SERIES",
     "MIN_SEEDS",
     "MIN_SEEDS_FAST",
@@ -65,6 +66,9 @@ __all__ = [
 
 #: fewest seeds any claim is judged over
 MIN_SEEDS = 3
+#: largest base seed (``kernelkit reproduce --seed``): 32 bits, so that the seeds
+#: ``seed * 1000 + i`` and the experiments' multiples of them fit torch's 64-bit generators
+MAX_SEED = 2**32 - 1
 #: seeds of a quick run unless the spec says otherwise (``Spec.seeds``); an experiment
 #: whose run takes under a minute asks for at least this many
 MIN_SEEDS_FAST = 5
@@ -298,6 +302,8 @@ def run_seeds(spec: Spec, config, seed: int, n_seeds: int, progress: bool = True
     n = max(int(n_seeds), MIN_SEEDS)
     if n >= 1000:  # seed * 1000 + i must not reach the next base seed's range
         raise ValueError(f"n_seeds must be below 1000, got {n_seeds}.")
+    if not 0 <= seed <= MAX_SEED:  # torch's generators take at most 64 bits
+        raise ValueError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed}.")
     runs = []
     with tqdm(total=n, desc=spec.name, unit="seed", disable=not progress, leave=False) as bar:
         for i in range(n):
