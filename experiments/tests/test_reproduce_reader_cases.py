@@ -261,3 +261,14 @@ def test_favor_variance_report_says_where_and_why_trig_beats_sderf():
     var = TrigRF(7, random_state=0).fit(x, Y=y).variance(x, y) * 7  # one feature
     # the same closed form rearranged, in float64: round-off only (rtol 1e-9)
     np.testing.assert_allclose(var / K**2, np.exp(d2) * (1 + 0.5 * np.exp(-2 * d2)) - 1, rtol=1e-9)
+
+
+def test_sgb_logreg_deviations_state_the_quick_grid_it_runs():
+    # the deviations said "Quick mode: ... 3 step sizes and one schedule, one seed"
+    # while quick mode tunes 2 step sizes and runs one final run per harness seed (5)
+    from kernelkit_experiments import sgb_logreg as sg
+
+    text = sg._deviations(sg.QUICK)
+    assert len(sg.QUICK.etas) == 2 and len(sg.QUICK.schedules) == 1
+    assert "2 step sizes x 1 schedule(s)" in text
+    assert "3 step sizes" not in text and "one seed," not in text

@@ -1038,8 +1038,9 @@ def _deviations(config: Config) -> str:
             "Test accuracy is not reported (optimisation experiment).",
             "- Mini-batch 1000 (paper) on Fashion-MNIST, MNIST and income; 100 on "
             "digits and breast cancer (T < 2000: m = 1000 would be one or two steps "
-            "per epoch). Quick mode: subsets, m = 100, 3 step sizes and one schedule, "
-            "one seed, few epochs.",
+            "per epoch). Quick mode: subsets, m = 100, "
+            f"{len(QUICK.etas)} step sizes x {len(QUICK.schedules)} schedule(s), few "
+            "epochs, tuned on the first seed (one final run per seed, as in full mode).",
             "- SPFB uses the mini-batch mean form (the paper does not define its "
             "mini-batch update; docs/derivations/sgb.md). The row `SPFB` is kernelkit's "
             "default, "
