@@ -272,3 +272,19 @@ def test_sgb_logreg_deviations_state_the_quick_grid_it_runs():
     assert len(sg.QUICK.etas) == 2 and len(sg.QUICK.schedules) == 1
     assert "2 step sizes x 1 schedule(s)" in text
     assert "3 step sizes" not in text and "one seed," not in text
+
+
+def test_sgb_logreg_checks_say_why_spfb_loses_per_second():
+    # "SPFB beats SGD per second" reads "no" where "per epoch" reads "yes", and nothing
+    # tied that to SPFB's time per epoch over SGD's (the Checks column)
+    from kernelkit_experiments import sgb_logreg as sg
+
+    name = sg.QUICK.datasets[0].name
+    run = {
+        f"{name} SPFB min_gap": 0.1,
+        f"{name} SPFB sec_per_epoch": 6.0,
+        f"{name} SGD sec_per_epoch": 2.0,
+    }
+    text = sg._checks_section(sg.QUICK, [run, run])
+    assert "'per second' claims can read 'no' where the 'per epoch' ones read 'yes'" in text
+    assert f"| {name} | 1.0e-01 | yes | 3 ± 0 |" in text
