@@ -166,6 +166,14 @@ def test_hrf_clustered_report_says_why_the_hybrid_loses_to_favor_plus():
         med, top = data["exponent_hybrid"]
         assert med == pytest.approx(np.median(l_lib), rel=1e-6)  # float64 round-off
         assert top == pytest.approx(l_lib.max(), rel=1e-6)
+        # the O(n k)-memory expansion equals eq. 21 evaluated directly (round-off)
+        from kernelkit.features.hybrid import diagonal_A_loss
+
+        ex, ey = fm.cluster_pairs(Xe, Ye)
+        direct = diagonal_A_loss(
+            fm.A_[np.asarray(ex)[:, None], np.asarray(ey)[None]], Xe[:, None], Ye[None]
+        )
+        np.testing.assert_allclose(hc._hybrid_exponent(fm, Xe, Ye), direct, rtol=1e-10)
         fav = np.sum((Xe[:, None] + Ye[None]) ** 2, axis=-1)
         assert data["exponent_favor"] == pytest.approx((np.median(fav), fav.max()))
         row = f"| {hc._key(name, 10.0).replace('|', chr(92) + '|')} | "
