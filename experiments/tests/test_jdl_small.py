@@ -42,7 +42,7 @@ def test_outputs_and_metrics(tiny):
     for f in ("report.md", "results.json", "fig6_small_uniform.png", "fig7_small_cauchy.png"):
         assert (out / f).stat().st_size > 0, f
     md = (out / "report.md").read_text()
-    assert "holds on our data?" in md and "(n = 5)" in md  # fast: at least 5 seeds
+    assert "holds on our data?" in md and "(n = 5)" in md  # quick: 5 seeds
     data = json.loads((out / "results.json").read_text())
     assert len(data["runs"]) == 5 and sum(data["claim_counts"].values()) == 8
     runs = res["runs"]

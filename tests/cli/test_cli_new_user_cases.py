@@ -106,7 +106,7 @@ def test_negative_seed_is_a_usage_error_before_the_run(dummy, tmp_path):
     # it used to start the run and fail in NumPy with a traceback
     res = CliRunner().invoke(main, ["reproduce", "dummy", "--seed", "-1", "--out", str(tmp_path)])
     assert res.exit_code == 2
-    assert "Invalid value for '--seed'" in res.output and "x>=0" in res.output
+    assert "Invalid value for '--seed'" in res.output and "0<=x<=" in res.output
     assert dummy.calls == []
 
 

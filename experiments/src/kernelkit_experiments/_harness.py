@@ -5,9 +5,9 @@ function that runs *one* seed and returns a flat dict of metrics (floats or 1-d
 arrays), its paper :class:`Claim` s and its :class:`Plot` s. :func:`run_spec` does the
 rest, the same way for every experiment:
 
-* seeds: ``seed * 1000 + i`` for ``i = 0, 1, ...``; at least :data:`MIN_SEEDS`, and at
-  least :data:`MIN_SEEDS_FAST` where the run is over within :data:`FAST_S` seconds
-  (more seeds are drawn until it is); a progress bar over seeds;
+* seeds: ``seed * 1000 + i`` for ``i = 0, 1, ...``; the spec's count for the mode, at
+  least :data:`MIN_SEEDS`, and nothing else (not the machine's speed): the same
+  ``seed`` gives the same seeds, so the same numbers; a progress bar over seeds;
 * aggregation: mean and sample standard deviation (``ddof=1``) of every metric over the
   seeds;
 * verdicts that respect noise (:func:`judge`): a claim reads "yes" or "no" only where
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
@@ -42,7 +41,7 @@ import numpy as np
 from ._report import Report, markdown_table
 
 __all__ = [
-    "FAST_S",
+    "MAX_SEED",
     "MAX_SERIES",
     "MIN_SEEDS",
     "MIN_SEEDS_FAST",
@@ -67,9 +66,12 @@ __all__ = [
 
 #: fewest seeds any claim is judged over
 MIN_SEEDS = 3
-#: fewest seeds where the whole run takes under :data:`FAST_S` seconds
+#: largest base seed (``kernelkit reproduce --seed``): 32 bits, so that the seeds
+#: ``seed * 1000 + i`` and the experiments' multiples of them fit torch's 64-bit generators
+MAX_SEED = 2**32 - 1
+#: seeds of a quick run unless the spec says otherwise (``Spec.seeds``); an experiment
+#: whose run takes under a minute asks for at least this many
 MIN_SEEDS_FAST = 5
-FAST_S = 60.0
 #: most series drawn in one panel (split panels otherwise)
 MAX_SERIES = 6
 #: the verdict where the difference is within two standard errors
@@ -195,7 +197,7 @@ class Spec:
     ``claims(config)``, ``setup(config)`` (the report's first section) and
     ``sections(config, runs)`` (after the claims: tables, deviations; ``runs`` are the
     per-seed metric dicts) may depend on the configuration. ``seeds`` is the number of
-    seeds (quick, full) before the minimums of :func:`run_spec`. ``check(config)``
+    seeds (quick, full), at least :data:`MIN_SEEDS` (:func:`run_seeds`). ``check(config)``
     raises on a bad configuration. ``reading``: one sentence, why the headline run takes
     its reading of the paper; ``variants``: the other readings by name (:class:`Variant`).
     """
@@ -291,19 +293,21 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarr
 
 
 def run_seeds(spec: Spec, config, seed: int, n_seeds: int, progress: bool = True) -> list:
-    """Per-seed metrics of ``n_seeds`` seeds (at least :data:`MIN_SEEDS`), then more until
-    :data:`MIN_SEEDS_FAST` where they finished within :data:`FAST_S` seconds."""
+    """Per-seed metrics of ``max(n_seeds, MIN_SEEDS)`` seeds ``seed * 1000 + i``.
+
+    The count depends on nothing else (in particular not on how long the seeds take), so
+    that the same ``seed`` reproduces the run on any machine."""
     from tqdm.auto import tqdm
 
     n = max(int(n_seeds), MIN_SEEDS)
     if n >= 1000:  # seed * 1000 + i must not reach the next base seed's range
         raise ValueError(f"n_seeds must be below 1000, got {n_seeds}.")
-    runs, t0 = [], time.perf_counter()
+    if not 0 <= seed <= MAX_SEED:  # torch's generators take at most 64 bits
+        raise ValueError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed}.")
+    runs = []
     with tqdm(total=n, desc=spec.name, unit="seed", disable=not progress, leave=False) as bar:
-        while len(runs) < n or (len(runs) < MIN_SEEDS_FAST and time.perf_counter() - t0 < FAST_S):
-            if len(runs) >= n:
-                bar.total += 1
-            runs.append(dict(spec.compute(config, seed * 1000 + len(runs))))
+        for i in range(n):
+            runs.append(dict(spec.compute(config, seed * 1000 + i)))
             bar.update(1)
     return runs
 

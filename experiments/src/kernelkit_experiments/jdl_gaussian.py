@@ -494,8 +494,12 @@ def _label(key):
     return f"{C.MODEL_LABELS[kind]} ({'constrained' if v == 'c' else 'unconstrained'})"
 
 
-def _reps(cfg: Config) -> dict:
-    return {n: cfg.n_corr.get(n, "every seed") for n in cfg.ns}
+def _reps(cfg: Config) -> str:
+    """Seeds per n in words (``n = 1000: 10 seeds at most; n = 10000: every seed``)."""
+    return "; ".join(
+        f"n = {n}: " + (f"{cfg.n_corr[n]} seeds at most" if n in cfg.n_corr else "every seed")
+        for n in cfg.ns
+    )
 
 
 def _setup(cfg: Config) -> str:
@@ -503,7 +507,7 @@ def _setup(cfg: Config) -> str:
     return (
         "## Setup\n\n"
         f"d in {list(cfg.ds)}, n in {list(cfg.ns)}, one correlation matrix per seed and "
-        f"(d, n); repetitions (seeds) per n {_reps(cfg)} (paper: 100); n_test = "
+        f"(d, n); repetitions (seeds) per n: {_reps(cfg)} (paper: 100); n_test = "
         f"{cfg.n_test} fresh draws. Archakov-Hansen correlation matrices with **gamma ~ "
         f"N(0, {cfg.gamma_scale:g}^2)** i.i.d.; the paper does not give the law of gamma, "
         "and the headline reads its unstated scale as the standard normal, which gives the "
@@ -553,7 +557,8 @@ def _sections(cfg: Config, runs: list) -> list[str]:
     ]
     header = ["d", "n", "model", "loss (31)", "unconditional loss", "max norm. error"]
     return [
-        f"## Results (mean ± s.d. over the seeds that ran each n; {_reps(cfg)})\n\n"
+        "## Results\n\n"
+        f"Mean ± s.d. over the seeds that ran each n ({_reps(cfg)}).\n\n"
         + markdown_table([*header, "% non-PSD", "seconds (fit + eval)"], rows),
         "## Notes on the findings\n\n"
         "- Constrained JDL: the single-inequality tightening (29) bounds "

@@ -37,6 +37,8 @@ __all__ = ["main"]
 _EXIT_FAILED = 1
 _EXIT_USAGE = 2
 _EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
+#: largest ``--seed`` (NumPy's legacy seed range, 32 bits)
+MAX_SEED = 2**32 - 1
 
 
 def _fmt_time(seconds: float) -> str:
@@ -185,11 +187,12 @@ def list_cmd():
 )
 @click.option(
     "--seed",
-    # seeds of the runs are seed * 1000 + i; NumPy refuses negative seeds
-    type=click.IntRange(min=0),
+    # seeds of the runs are seed * 1000 + i; NumPy refuses negative seeds, and torch's
+    # generators take at most 64 bits, which seed * 1000 * (feature draws) can exceed
+    type=click.IntRange(min=0, max=MAX_SEED),
     default=0,
     show_default=True,
-    help="Random seed (a non-negative integer).",
+    help=f"Random seed (an integer from 0 to {MAX_SEED}).",
 )
 @click.option("--list", "list_", is_flag=True, help="List experiments and benchmarks.")
 def reproduce(name, quick, out, seed, list_):
