@@ -118,3 +118,27 @@ def test_fitted_arrays_are_documented_with_their_shapes(name):
 def test_array_methods_state_shapes(method):
     doc = inspect.getdoc(method) or ""
     assert _SHAPE.search(doc), doc
+
+
+# ---------------------------------------------------------------- which paper is cited
+def test_unqualified_citations_name_their_paper():
+    # "App. D, eq. 88" (ridge), "eq. 2.1 ... Theorem 1" (optim, whose bound.py names only
+    # Jebara & Choromanska 2012) and "eq. 58" (bench) did not say which of the five papers
+    # they number from; the hybrid paper has an eq. 88 and an App. D too
+    import kernelkit.optim.bound as bound
+
+    assert "SGB" in inspect.getdoc(ko)
+    assert "SGB paper" in inspect.getdoc(bound)
+    assert "Dot Product Kernels" in inspect.getdoc(ke.RandomFeatureRidge)
+    bench = (EXPERIMENTS / "bench" / "bench_dot_product.py").read_text(encoding="utf-8")
+    assert "eq. 58 of Wacker" in bench
+
+
+def test_guide_does_not_attribute_the_computed_gain_to_thm_3_5():
+    # Thm 3.5 bounds the angular hybrid's worst relative error by (1/r) sqrt(1/pi - 1/(n pi)
+    # + 1/(n sqrt pi)) times trig's, 0.75 at r = n = 1: "at most half" is the derivations
+    # page's computed table, not the theorem
+    text = (ROOT / "docs" / "guide" / "hybrid.md").read_text(encoding="utf-8")
+    start = text.index("is at most half")
+    sentence = text[start : text.index("\n- ", start)]
+    assert "derivations/hybrid.md" in sentence
