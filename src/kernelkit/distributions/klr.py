@@ -246,7 +246,8 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         return proba(d)
 
     def predict(self, X) -> np.ndarray:
-        """Class 1 where ``cl(x) >= 1/2`` (lazy for a Dask ``X``)."""
+        """Labels, shape (n,) for ``X`` (n, d): class 1 where ``cl(x) >= 1/2`` (lazy for a
+        Dask ``X``)."""
         check_is_fitted(self, "coef_")
         classes = self.classes_
 

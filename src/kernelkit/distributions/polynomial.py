@@ -120,6 +120,11 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         self.max_monomials = max_monomials
 
     def fit(self, X, y=None):
+        """Fit the orthonormal monomial basis on ``X`` (n, d); ``y`` is ignored. Returns self.
+
+        Sets the attributes of the class docstring (``coef_`` (m, r),
+        ``train_features_t_`` (r, n), ...) for the ``m`` monomials of degree <= ``degree``.
+        """
         self._validate_params()
         degree = validate_positive_int(self.degree, "degree", minimum=0, maximum=64)
         X = np.ascontiguousarray(sk_validate_data(self, X, dtype=np.float64, accept_sparse=False))

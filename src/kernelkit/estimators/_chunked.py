@@ -5,8 +5,8 @@
 ways and branch on them once, in ``fit`` (user guide: "Scale-out with Dask"):
 
 * **in memory** -- NumPy ``X`` (n, d), ``Y`` (n, T): all features ``Phi`` (n, D) are
-  formed and the posterior solved in the primal (App. D, eq. 88-90) or the dual
-  (eq. 84-85) form;
+  formed and the posterior solved in the primal (App. D, eq. 88-90 of the dot-product
+  paper, Wacker et al.) or the dual (eq. 84-85) form;
 * **blocked in memory** -- the same arrays, when the primal form is solved and ``n D``
   exceeds :data:`STREAM_ENTRIES`: the statistics below are reduced over contiguous row
   blocks on kernelkit's threads (``n_jobs``), never all features at once;

@@ -3,7 +3,8 @@
 :class:`~kernelkit.estimators.RandomFeatureGPClassifier` needs its training rows only
 through the Gram matrix ``G_c = Phi_c^H Phi_c`` (D, D) and the column sums
 ``s_c = Phi_c^H 1`` (D,) of the rows of each class ``c`` (the primal form of App. D,
-eq. 88-90, with the noise of the Milios et al. transform: ``_class_posteriors_primal``).
+eq. 88-90, of the dot-product paper, Wacker et al., with the noise of the Milios et al.
+transform: ``_class_posteriors_primal``).
 A Dask ``X`` (labels ``y`` of any dtype, NumPy or Dask) or an iterable of
 ``(X_block, labels)`` pairs is reduced to these sums chunk by chunk, one task per chunk
 on the active Dask scheduler, as the ridge / GP regression fits are

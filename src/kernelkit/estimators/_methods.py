@@ -92,7 +92,8 @@ METHODS = {
     "tensor_sketch": Method(TensorSketch, ("polynomial",), "sketch"),
     "random_maclaurin": Method(RandomMaclaurin, _DOT, "maclaurin"),
     "optimized_maclaurin": Method(OptimizedMaclaurin, _DOT, "maclaurin"),
-    # eq. 57 on the unit sphere, not the polynomial kernel of the other maps
+    # the dot-product paper's eq. 57 on the unit sphere, not the polynomial kernel of the
+    # other maps
     "srf": Method(SphericalRandomFeatures, ("polynomial",), "srf", auto=False),
 }
 

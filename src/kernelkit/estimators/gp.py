@@ -471,7 +471,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         return log_proba(P)
 
     def predict(self, X):
-        """Class labels: argmax of :meth:`predict_proba` (lazy for a Dask ``X``)."""
+        """Class labels, shape (n,) for ``X`` (n, d): argmax of :meth:`predict_proba`
+        (lazy for a Dask ``X``)."""
         check_is_fitted(self)
         P = self.predict_proba(X)  # (n, C)
         if is_dask_array(P):

@@ -473,7 +473,8 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         return P / tot[:, None]
 
     def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba` (``-inf`` for zero probabilities)."""
+        """Logarithm of :meth:`predict_proba`, shape (Q, n_classes) for ``X`` (Q, d)
+        (``-inf`` for zero probabilities)."""
         return log_proba(self.predict_proba(X))
 
     def predict(self, X):

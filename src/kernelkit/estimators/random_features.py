@@ -493,7 +493,11 @@ class RandomFeatures(
         return for_container(self, self._checked(self.feature_map_.transform(X), X))
 
     def transform_y(self, Y):
-        """The y-side (key) features of ``Y``; :meth:`transform` for symmetric maps."""
+        """The y-side (key) features of ``Y``; :meth:`transform` for symmetric maps.
+
+        ``Y`` (n_samples, n_features_in_) -> (n_samples, n_components_out), with the
+        containers and backends of :meth:`transform`.
+        """
         self._check_fitted()
         shape = getattr(Y, "shape", ())
         if len(shape) == 2 and shape[1] != self.n_features_in_:  # else the message says X

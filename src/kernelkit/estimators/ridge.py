@@ -49,8 +49,9 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
 
     ``coef = argmin_w |Y - Phi w|^2 + alpha |w|^2 = (Phi^H Phi + alpha I)^-1 Phi^H Y`` and
     ``predict(X) = Re(phi(X) coef) + intercept``, i.e. the posterior mean of the random-
-    feature GP (App. D, eq. 88) with noise variance ``alpha``. Complex feature maps are
-    handled as in App. D (real part of the complex predictor). Solved by Cholesky in the
+    feature GP (App. D, eq. 88 of Wacker, Kanagawa & Filippone, "Improved Random Features
+    for Dot Product Kernels") with noise variance ``alpha``. Complex feature maps are
+    handled as in that App. D (real part of the complex predictor). Solved by Cholesky in the
     primal (``D x D``, O(N D^2 + D^3)) or dual (``N x N``, O(N^2 D + N^3)) form, whichever
     is smaller (``solver="auto"``).
 

@@ -523,6 +523,13 @@ class RademacherSketch(_IIDSketch):
     ----------
     n_features, degree, coef0, complex, real_output, random_state, n_jobs, gamma
         See :class:`DotProductFeatureMap`.
+
+    Attributes
+    ----------
+    input_dim_ : int
+        ``d~ = d + 1`` for ``coef0 > 0`` (the appended ``sqrt(coef0)``), else ``d``.
+    weights_ : ndarray (degree, input_dim_, n_features)
+        float64 (real) or complex128 (complex); column ``l`` of slice ``i`` is ``w_(i,l)``.
     """
 
     _moments: ClassVar[dict] = {False: (1.0, 1.0), True: (0.5, 1.0)}
@@ -545,6 +552,13 @@ class GaussianSketch(_IIDSketch):
     ----------
     n_features, degree, coef0, complex, real_output, random_state, n_jobs, gamma
         See :class:`DotProductFeatureMap`.
+
+    Attributes
+    ----------
+    input_dim_ : int
+        ``d~ = d + 1`` for ``coef0 > 0`` (the appended ``sqrt(coef0)``), else ``d``.
+    weights_ : ndarray (degree, input_dim_, n_features)
+        float64 (real) or complex128 (complex); column ``l`` of slice ``i`` is ``w_(i,l)``.
     """
 
     _moments: ClassVar[dict] = {False: (1.0, 3.0), True: (0.5, 2.0)}

@@ -156,6 +156,9 @@ class RandomFourierFeatures(FeatureMap):
     ----------
     projection_ : ndarray, shape (n_frequencies, d)
         Unit-lengthscale frequencies (rows ~ N(0, I)); the map uses ``projection_ / l``.
+    extra_projection_ : ndarray, shape (1, d) or (0, d)
+        Unit-lengthscale frequency of the extra feature for odd real ``D`` (empty
+        otherwise).
     offset_ : ndarray, shape (1,) or (0,)
         Phase of the extra feature for odd real ``D`` (empty otherwise).
     lengthscale_ : float
@@ -488,11 +491,13 @@ class SphericalRandomFeatures(RandomFourierFeatures):
 
     Attributes
     ----------
-    mixture_weights_ : ndarray, ``alpha_i`` (unit amplitude)
-    mixture_lengthscales_ : ndarray, ``l_i``
+    mixture_weights_ : ndarray (K,), ``alpha_i`` (unit amplitude), ``K`` mixture components
+    mixture_lengthscales_ : ndarray (K,), ``l_i``
     fit_error_ : float, ``max_{tau in [0, 2]} |k~(tau) - k(tau)|`` (unit amplitude)
     components_ : ndarray (n_frequencies,), the component drawn for each frequency
     projection_ : ndarray (n_frequencies, d), frequencies ``w_j`` (lengthscales folded in)
+    extra_projection_ : ndarray (1, d) or (0, d), ``offset_`` : ndarray (1,) or (0,)
+        Frequency and phase of the extra column of an odd ``n_features`` (empty otherwise).
     """
 
     fit_reads = "all"  # fit checks that every row has unit norm

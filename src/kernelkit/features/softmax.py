@@ -604,6 +604,12 @@ class HyperbolicRF(_DiagonalDERF):
     n_features, kernel, lengthscale, sampler, random_state, n_jobs
         As in :class:`PositiveRF`; ``n_features`` is the number of projections ``M``
         (the output has ``2 M`` columns).
+
+    Attributes
+    ----------
+    projection_ : ndarray (M, d)
+        ``W``; the features use ``[W; -W]``.
+    A_ : ndarray (d,), zeros
     """
 
     accepts_sparse = True
@@ -660,6 +666,11 @@ class GERF(_DiagonalDERF):
         See :class:`PositiveRF`.
     A : float, optional
         A fixed ``A < 1/8`` instead of the fitted one.
+
+    Attributes
+    ----------
+    projection_ : ndarray (M, d)
+    A_ : ndarray (d,), constant: the fitted (or given) ``A``
     """
 
     _derf = "gerf"
@@ -758,6 +769,7 @@ class SADERF(_AsymmetricDERF):
 
     Attributes
     ----------
+    projection_ : ndarray (M, d)
     psi_ : ndarray (d,)
     A_ : ndarray (d,), constant
     B_x_, B_y_ : ndarray (d, d), ``diag(psi)`` and ``diag(1 / psi)``
@@ -794,6 +806,13 @@ class ADERF(_AsymmetricDERF):
         fit needs no ridge. Moments too ill-conditioned for the ridge (singular ones with
         ``eps = 0``) raise a ``ValueError``: their ``B~1^T B~2`` would miss the identity,
         and the map would be biased.
+
+    Attributes
+    ----------
+    projection_ : ndarray (M, d)
+    A_ : ndarray (d,), constant: the fitted ``A``
+    B_x_, B_y_ : ndarray (d, d)
+        ``B~1`` (query side) and ``B~2`` (key side), ``B_x_.T @ B_y_ = I``.
     """
 
     _derf = "aderf"
@@ -835,6 +854,14 @@ class SDERF(_DiagonalDERF):
     ----------
     n_features, kernel, lengthscale, sampler, random_state, n_jobs
         See :class:`PositiveRF`.
+
+    Attributes
+    ----------
+    projection_ : ndarray (M, d)
+    A_ : ndarray (d,)
+        The diagonal ``a_l = A*(L3_l)`` of ``A``.
+    B_x_, B_y_ : ndarray (d, d)
+        Both ``Q3^T`` (the same array): the rotation of the inputs.
     """
 
     _derf = "sderf"

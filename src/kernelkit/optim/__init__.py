@@ -1,5 +1,10 @@
 """Partition-function bound optimizers for log-linear models (SPFB / LSPFB).
 
+Reference: J. Wang, A. Choromanska, "SGB: Stochastic Gradient Bound Method for Optimizing
+Partition Functions" (equation, theorem, lemma and appendix numbers in this package are
+that paper's; its Alg. B is the bound of Jebara & Choromanska 2012); the errata and
+derivations are in ``docs/derivations/sgb.md``.
+
 Public API
 ----------
 * :func:`partition_bound`, :class:`PartitionBound`, :func:`beta` – Alg. B (eq. 2.3) for a

@@ -1,7 +1,9 @@
 """Quadratic upper bound on the log-partition function (Alg. B; Jebara & Choromanska 2012).
 
-For a log-linear model ``p(y | x, theta) = exp(theta^T f_x(y)) / Z_x(theta)`` (eq. 2.1),
-Theorem 1 gives, for all ``theta`` and ``delta = theta - theta~``,
+Equation and theorem numbers are those of the SGB paper (Wang & Choromanska, "SGB:
+Stochastic Gradient Bound Method for Optimizing Partition Functions"), which restates
+the bound. For a log-linear model ``p(y | x, theta) = exp(theta^T f_x(y)) / Z_x(theta)``
+(eq. 2.1), its Theorem 1 gives, for all ``theta`` and ``delta = theta - theta~``,
 
     Z_x(theta) <= z exp(delta^T mu + delta^T Sigma delta / 2)            (eq. 2.3)
 

@@ -945,7 +945,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         return softmax(scores, axis=1)
 
     def predict_log_proba(self, X):
-        """Log of :meth:`predict_proba`, computed in log space; lazy for a Dask ``X``."""
+        """Log of :meth:`predict_proba`, shape (n_samples, n_classes), computed in log
+        space; lazy for a Dask ``X``."""
         if is_dask_array(X):
             check_is_fitted(self)
             return self._lazy(X, "predict_log_proba", len(self.classes_))

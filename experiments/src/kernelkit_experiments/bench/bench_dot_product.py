@@ -6,7 +6,8 @@ The peer is scikit-learn's :class:`~sklearn.kernel_approximation.PolynomialCount
 * **speed** -- ``PolynomialCountSketch.transform`` time divided by kernelkit
   ``TensorSRHT.transform`` time (real TensorSRHT, the same number of output columns),
   float64 (scikit-learn's dtype);
-* **accuracy** -- relative Frobenius error ``|K - K_hat|_F / |K|_F`` (eq. 58) of complex
+* **accuracy** -- relative Frobenius error ``|K - K_hat|_F / |K|_F`` (eq. 58 of Wacker,
+  Kanagawa & Filippone, "Improved Random Features for Dot Product Kernels") of complex
   TensorSRHT with ``real_output=True`` and ``D/2`` complex features (so ``D`` real
   columns, as many as scikit-learn's) divided by scikit-learn's error, each the mean over
   ``seeds`` draws, on the first ``m`` rows (exact kernel) of non-negative, non-centred

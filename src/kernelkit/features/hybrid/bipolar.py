@@ -367,6 +367,15 @@ class AngularHybridRF(_BipolarHybrid):
         (variant I, cost ``(2m + n) d``).
     random_state : None, int or numpy.random.Generator
 
+    Attributes
+    ----------
+    projection_ : ndarray (m, d)
+        ``W`` of ``SM^{++}``.
+    projection_trig_ : ndarray (m, d)
+        ``W`` of ``SM^{trig}`` (the same array when ``shared_projection``).
+    lambda_projection_ : ndarray (n, d)
+        ``T``, the rows ``tau_i`` of the coefficient estimator.
+
     Notes
     -----
     MSE (:meth:`variance`): Thm 3.1 with Lemma 3.2, ``E lambda_hat^2 = t(t - t/n + 1/n)``,

@@ -65,6 +65,15 @@ class GaussianHybridRF(_BipolarHybrid):
     lambda_bandwidth : float
         ``c`` above (in lengthscale-scaled units).
     lambda_features : {"positive", "trig"}
+
+    Attributes
+    ----------
+    projection_ : ndarray (m, d)
+        ``W`` of ``SM^{++}``.
+    projection_trig_ : ndarray (m, d)
+        ``W`` of ``SM^{trig}`` (the same array when ``shared_projection``).
+    lambda_projection_ : ndarray (n, d)
+        ``T``, the rows ``tau_i`` of the coefficient estimator.
     """
 
     _has_a_block = False
@@ -195,6 +204,19 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         attribute ``radius_`` holds ``radius / lengthscale``, the ``r`` of App. F). By
         default ``radius_`` is the root-mean-square norm of the lengthscale-scaled rows
         of ``X`` and ``Y`` at fit.
+
+    Attributes
+    ----------
+    projection_ : ndarray (m, d)
+        ``W`` of ``SM^{++}``.
+    projection_trig_ : ndarray (m, d)
+        ``W`` of ``SM^{trig}`` (the same array when ``shared_projection``).
+    lambda_projection_ : ndarray (n, d)
+        ``T``, the rows ``tau_i ~ N(0, sigma^2 I)`` of the coefficient estimator.
+    radius_ : float
+        ``r`` in lengthscale-scaled units.
+    rho_ : float
+        ``rho = 1 - exp(-2 sigma^2 r^2)``.
     """
 
     #: the default ``radius`` is the root-mean-square norm of the rows of ``X`` and ``Y``

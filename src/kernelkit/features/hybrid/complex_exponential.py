@@ -144,6 +144,15 @@ class ComplexExponentialRF(LogFormVariance, ProjectionFeatureMap):
     max_condition : float
         Largest accepted condition number of ``A``.
 
+    Attributes
+    ----------
+    projection_ : ndarray (m, d)
+        ``W``.
+    A_ : ndarray (d, d), float64 or complex128
+        The validated ``A`` (a diagonal given as a vector made full).
+    B_ : ndarray (d, d), float64 or complex128
+        ``(A^T)^{-1}``.
+
     Notes
     -----
     :meth:`variance` (derived from Lemma 2.4): with ``a = Ax``, ``b = By``, one projection
