@@ -380,7 +380,7 @@ def test_bench_step_ratio_small():
     assert r["ratio"] > 0 and r["ratio_full_solve"] > 0
     assert r["cg_full"]["residual"] <= 1e-4
     # CG solves the same system as Cholesky: relative error <= cond(A) * residual with
-    # cond(A) <= 1 + ((n - 1)/2) max|x|^2 / lam (note Sec. 3) = 1 + 4.5 * 40 / 1e-2 here;
+    # cond(A) <= 1 + ((n - 1)/2) max|x|^2 / lam (SGB derivations page) = 1 + 4.5 * 40 / 1e-2;
     # measured 1.4e-4, so a much tighter 1e-3 is asserted
     assert r["cg_full"]["direction_rel_diff"] < 1e-3
     assert r["cg"]["iterations"] <= bench_sgb.DEFAULT_CG_MAXITER

@@ -264,7 +264,7 @@ def test_mask_broadcasts_over_heads():
 )
 def test_gradcheck_float64(name, causal):
     """Autograd (custom causal backward included) matches finite differences. Fitted
-    parameters are constants (detached, FAVOR# note Sec. 5), so they are fixed here."""
+    parameters are constants (detached; user guide, attention), so they are fixed here."""
     q, k, v = _qkv(B=1, H=2, L=11, d=4, e=3)
     q, k, v = (x.requires_grad_(True) for x in (q, k, v))
     mom = attention_moments(q.detach(), k.detach())

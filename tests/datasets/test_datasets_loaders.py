@@ -1,4 +1,4 @@
-"""Offline loaders and the 28x28 -> 8x8 area resizer (FAVOR# note, Sec. 8)."""
+"""Offline loaders and the 28x28 -> 8x8 area resizer (FAVOR# Sec. 5 images)."""
 
 from __future__ import annotations
 

@@ -45,14 +45,14 @@ def test_income_one_hot():
         assert int(y.sum()) == 1812  # complete rows: 1812 high vs 5064
     except DatasetNotAvailable as exc:
         pytest.skip(str(exc))
-    # note Sec. 9: 6876 complete rows, 75 one-hot columns, 13 predictors
+    # 6876 complete rows, 75 one-hot columns, 13 predictors
     assert X.shape == (6876, 75) and len(names) == 75
     assert len({n.split("=")[0] for n in names}) == 13
     assert set(np.unique(X)) == {0.0, 1.0}
     np.testing.assert_array_equal(X.sum(axis=1), 13.0)  # exactly one level per predictor
     Xa, ya, _ = load_income(complete_only=False)
     assert Xa.shape == (8993, 75)
-    assert int(ya.sum()) == 2192 and int((1 - ya).sum()) == 6801  # note Sec. 9 counts
+    assert int(ya.sum()) == 2192 and int((1 - ya).sum()) == 6801  # the data set's class counts
     assert Xa.sum(axis=1).min() < 13  # a missing answer leaves its block empty
     assert len(INCOME_HIGH_LEVELS) == 2
 

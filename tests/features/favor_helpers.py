@@ -216,7 +216,7 @@ def gerf_log_m2(A, X, Y, alpha=0.0):
 
 
 def gerf_objective_1d(A, X, Y):
-    """Lbar_GE(A) = d [log(1-4A) - log(1-8A)/2 + phi/(1-8A)] + 2 d mu3 (note Sec. 3)."""
+    """Lbar_GE(A) = d [log(1-4A) - log(1-8A)/2 + phi/(1-8A)] + 2 d mu3 (FAVOR# Sec. 4, eq. 14)."""
     d = X.shape[1]
     phi = np.mean(np.sum((X[:, None, :] + Y[None, :, :]) ** 2, axis=-1)) / d
     mu3 = X.mean(0) @ Y.mean(0) / d

@@ -1,4 +1,4 @@
-"""The scalar solver A*(phi) of FAVOR# Lemma A.1 (note Sec. 2 and 9.6)."""
+"""The scalar solver A*(phi) of FAVOR# Lemma A.1 (derivations page, FAVOR#)."""
 
 from __future__ import annotations
 

@@ -286,7 +286,7 @@ def test_complex_beats_real_on_nonnegative_inputs_eq_22():
 
 
 def test_note_worked_examples():
-    """Note Sec. 3: ratios 0.539, 0.452, 0.370, 0.234; Sec. 2.6: 1.175 vs 1.285."""
+    """Derived ratios 0.539, 0.452, 0.370, 0.234 and 1.175 vs 1.285 (derivations page)."""
     x, y = np.array([[0.6, 0.8]]), np.array([[0.8, 0.6]])
     ratios = []
     for p in (1, 2, 3, 5):

@@ -90,7 +90,7 @@ def test_complex_mean_squared_modulus_matches_monte_carlo():
     v = fm.complex_variance(X)[0, 1]
     assert v == pytest.approx((1 - K**2) / D)
     assert abs(sq.mean() - v) < Z * sq.std(ddof=1) / np.sqrt(n_seeds)
-    # the real part never has a larger mean squared error (note Sec. 2.6)
+    # the real part never has a larger mean squared error (user guide, Fourier features)
     assert fm.variance(X)[0, 1] <= v
 
 

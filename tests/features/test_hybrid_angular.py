@@ -286,7 +286,7 @@ def test_shared_projection_lowers_mse_for_unequal_norms():
 
 def test_max_relative_error_on_sphere_analytic_equal_m():
     """Equal m: max_theta eps(anghyb) <= 0.5 max_theta eps(trig) = 0.5 max eps(++)
-    (note Sec. 3, derived table), from :meth:`variance` on a theta grid."""
+    (derivations page, derived table), from :meth:`variance` on a theta grid."""
     thetas = np.linspace(0.0, np.pi, 61)
     d = 3
     pairs = [_pair_on_sphere(d, 1.0, th, seed=3) for th in thetas]

@@ -74,7 +74,7 @@ def test_backends_and_dtypes_agree(backend, idx):
 
 @pytest.mark.parametrize("idx", range(len(_maps())), ids=_ids())
 def test_gaussian_kernel_is_the_rescaled_softmax_estimator(idx):
-    """kernel="gaussian" multiplies every feature by exp(-|u|^2/2) (note Sec. 1; lambda_hat
+    """kernel="gaussian" multiplies every feature by exp(-|u|^2/2) (hybrid paper Sec. 2; lambda_hat
     unchanged), so for the same draws its estimate is the softmax estimate times
     exp(-(|x|^2+|y|^2)/2) and its variance the softmax variance times exp(-|x|^2-|y|^2).
     With this identity the softmax Monte Carlo tests cover the Gaussian kernel too."""

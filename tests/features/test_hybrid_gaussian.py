@@ -1,6 +1,6 @@
 """Gaussian-lambda (Sec. 2.4, eq. 20) and normalised Gaussian (App. F) hybrids: feature
 identities, unbiasedness, coefficient moments and the Thm 3.1 / F.1 / F.2 MSE against
-Monte Carlo (norms kept small: positive-feature errors are heavy-tailed, note Sec. 8).
+Monte Carlo (norms kept small: positive-feature errors are heavy-tailed).
 The Gaussian kernel is covered by the exact rescaling identity of
 ``test_hybrid_backends.py::test_gaussian_kernel_is_the_rescaled_softmax_estimator``."""
 

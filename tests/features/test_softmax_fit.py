@@ -1,5 +1,5 @@
 """Closed-form fits of GERF / SADERF / ADERF / SDERF: objectives, optimality, constraints,
-inclusions (FAVOR# note Sec. 9.3-9.5 and 9.8).
+inclusions (FAVOR# Sec. 4, Thm 4.1-4.3).
 
 The objective is eq. (14), ``Lbar = mean_ij log E[(f1 f2)^2]``, as returned by
 ``fm.log_objective``. Optimality is checked by editing the fitted attributes ``A_``,

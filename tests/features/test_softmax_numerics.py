@@ -1,4 +1,4 @@
-"""Positivity, degenerate data and large norms (FAVOR# note Sec. 5 and 9.7; DESIGN.md
+"""Positivity, degenerate data and large norms (FAVOR# Sec. 4; the design's
 "overflow-prone norms get a correct finite result")."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_degenerate_data_fits_are_finite_and_unbiased(cls, case):
     for B in (fm.B_x_, fm.B_y_):
         assert B is None or np.all(np.isfinite(B))
     if fm.B_x_ is not None:
-        # any B~2 = B~1^{-T} keeps the estimator unbiased (note Sec. 5)
+        # any B~2 = B~1^{-T} keeps the estimator unbiased (FAVOR# Thm 4.2)
         np.testing.assert_allclose(fm.B_x_.T @ fm.B_y_, np.eye(d), atol=1e-9)
     assert np.isfinite(fm.log_objective(X, Y))
     Xe, Ye = X[:3], Y[:3]

@@ -1,6 +1,6 @@
 """Unbiasedness of every softmax-family feature map against the exact kernel (MC, z-scores).
 
-FAVOR# note Sec. 9.1: d = 6, 2e5 features, |x|, |y| <~ 1, every map and the Gaussian
+Setting: d = 6, 2e5 features, |x|, |y| <~ 1, every map and the Gaussian
 versions, |K_hat - K| < 4.5 SE with SE from the map's own analytic variance. The printed
 (wrong) forms of TrigRF (erratum a) and GERF (erratum b) must be caught by the same
 machinery.
@@ -125,7 +125,7 @@ def _gerf_products(W, A, X, Y, coef):
 
 
 def _pairs():
-    # pairs with clearly non-zero x.y, |x|, |y| ~ 0.7 (note Sec. 4: K ~ 2)
+    # pairs with clearly non-zero x.y, |x|, |y| ~ 0.7 (K ~ 2)
     rng = np.random.default_rng(5)
     X = rng.standard_normal((3, 6))
     X *= 0.75 / np.linalg.norm(X, axis=1, keepdims=True)

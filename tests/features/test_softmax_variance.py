@@ -1,8 +1,9 @@
 """Analytic variances of the softmax-family maps against Monte Carlo and quadrature.
 
-Note Sec. 9.2: the empirical variance of single-projection products f1 f2 (2e5
+The empirical variance of single-projection products f1 f2 (2e5
 projections) must match ``M * fm.variance``, with a z-score built from the empirical 4th
-moment; every parameter used has a_l <= 1/32 (note Sec. 3, MC caveat). Exact checks:
+moment; every parameter used has a_l <= 1/32 (larger a_l: heavy-tailed Monte Carlo).
+Exact checks:
 Gauss-Hermite quadrature of the first and second moments (the product factorises over
 the coordinates of w when A is diagonal), GERF's closed form (eq. 12-13) and the
 general DERF formula (eq. 15) written from Thm 4.1's parameters.
@@ -155,7 +156,7 @@ def test_gerf_variance_closed_form(A):
 
 
 def test_trig_and_hyperbolic_variance_closed_forms():
-    """Note Sec. 3 (TrigRF, derived) and the antithetic hyperbolic formula."""
+    """TrigRF (derived, see the derivations page) and the antithetic hyperbolic formula."""
     X, Y = make_xy(13)
     nx, ny = np.sum(X * X, 1)[:, None], np.sum(Y * Y, 1)[None, :]
     d2 = nx + ny - 2 * X @ Y.T

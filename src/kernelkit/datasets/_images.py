@@ -1,4 +1,5 @@
-"""Offline image data sets and the 28x28 -> 8x8 area resizer (FAVOR# Sec. 5.1)."""
+"""Offline image data sets and the 28x28 -> 8x8 area resizer (a library choice for the
+FAVOR# image experiments, Sec. 5.1; the paper does not say how it resizes)."""
 
 from __future__ import annotations
 
