@@ -21,7 +21,7 @@ def _gauss(n, rho=0.8, seed=0):
 
 
 def test_cme_full_rank_is_kernel_ridge():
-    """With m = n the low-rank CME reproduces (K_X + n reg I)^{-1} (note §6)."""
+    """With m = n the low-rank CME reproduces (K_X + n reg I)^{-1} (derivations page)."""
     n, ls, reg = 25, 0.2, 1e-3
     rng = np.random.default_rng(0)
     X = np.sort(rng.uniform(-2, 2, (n, 1)), axis=0)

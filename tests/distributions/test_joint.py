@@ -97,7 +97,7 @@ def test_closed_forms_equal_full_problem(constraint):
 
 
 def _cvxpy_positive(model):
-    """The split QP of note §4 solved by cvxpy (reference for the exact dual)."""
+    """The split QP of the derivations page solved by cvxpy (reference for the exact dual)."""
     cp = pytest.importorskip("cvxpy")
     from kernelkit.distributions._positive import interval_bounds
 
@@ -422,7 +422,7 @@ def test_bad_input_all_estimators(name):
 
 
 def test_positivity_bounds_brute_force():
-    """C_lo / C_hi of (27)/(28) (interval products of the column extremes, note §4) equal
+    """C_lo / C_hi of (27)/(28) (interval products of the column extremes) equal
     the min / max over the whole training grid of A_Y[j, k] A_X[i, l], computed directly
     from explicit kernel matrices."""
     from kernelkit.distributions._basis import train_extremes

@@ -1,4 +1,4 @@
-"""Random Maclaurin and Optimized Maclaurin (Wacker et al. Sec. 5; note §2.4-2.5, §8.6).
+"""Random Maclaurin and Optimized Maclaurin (Wacker et al. Sec. 5; derivations page).
 
 Monte Carlo checks use fixed seeds and 4-standard-error tolerances from the analytic
 variances; the allocation is checked against brute force.
@@ -204,7 +204,7 @@ def test_algorithm3_equals_brute_force_over_p():
 
 def test_budget_erratum_1():
     """Algorithm 2 as printed allocates p + D_total features; the fix allocates exactly
-    D_total and starts from D_n = 1[a_n > 0] (note §5 #1)."""
+    D_total and starts from D_n = 1[a_n > 0] (derivations page)."""
     X = _points(10, 3)
     a = mc.maclaurin_coefficients("softmax", 5)
     sums = mc.maclaurin_pair_sums(X, a, 5, kernel="softmax")

@@ -1,4 +1,4 @@
-"""Alg. B (eq. 2.3): the quadratic partition-function bound and its Kronecker form (note §2-3)."""
+"""Alg. B (eq. 2.3): the quadratic partition-function bound and its Kronecker form."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def test_partition_bound_bad_input(bad):
         partition_bound(theta, F)
 
 
-# ---------------------------------------------------------------- Kronecker form (note §3)
+# ---------------------------------------------------------------- Kronecker form
 @pytest.mark.parametrize("seed", range(8))
 def test_multinomial_matches_generic_alg_b(seed):
     rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""Matrix-free curvature (note §3): product, dense form, diagonal and solves against dense."""
+"""Matrix-free curvature: product, dense form, diagonal and solves against dense."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def test_low_rank_dominates_property(seed, variant):
 
 
 def test_global_z_is_not_a_bound_per_sample_z_is():
-    """Correction (a): the paper's global z in beta fails on some batches (note §5)."""
+    """Correction (a): the paper's global z in beta fails on some batches (derivations page)."""
     rng = np.random.default_rng(0)
     failures = 0
     for _ in range(60):

@@ -107,7 +107,7 @@ def test_spfb_converges_to_sklearn_optimum(name, batch_size, eta0, linear_solver
     ("kw", "ratio"),
     [
         ({"solver": "lspfb", "rank": 4, "low_rank": "exact"}, 0.1),
-        ({"solver": "lspfb", "rank": 2, "low_rank": "paper"}, 0.2),  # looser D (note §5 warning)
+        ({"solver": "lspfb", "rank": 2, "low_rank": "paper"}, 0.2),  # looser D (derivations page)
         ({"solver": "lspfb", "rank": 2, "low_rank": "eig"}, 0.2),
         ({"solver": "sgd"}, 0.1),
     ],

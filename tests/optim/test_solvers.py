@@ -79,7 +79,7 @@ def test_full_batch_bound_step_never_increases_objective(seed, lam, scale, solve
 
 
 def test_full_batch_step_is_eq_2_4_with_sum_lambda():
-    """Mean form on the whole set = eq. 2.4 with lam_sum = T lam (note §4, §10.6)."""
+    """Mean form on the whole set = eq. 2.4 with lam_sum = T lam (derivations page)."""
     X, y, W = _problem(2, m=12, p=3, n=3)
     T, lam = len(y), 0.05
     F = mlr_features(X, 3)
