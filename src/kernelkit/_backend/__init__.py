@@ -128,9 +128,13 @@ def to_backend(arr, xp, like=None, dtype=None):
 
 
 def to_numpy(x, dtype=None) -> np.ndarray:
-    """A NumPy copy/view of ``x`` (detached from autograd, on the host)."""
+    """A NumPy copy/view of ``x`` (detached from autograd, on the host); a bfloat16
+    tensor, which NumPy has no dtype for, as float32 (which holds each of its values)."""
     if is_torch_array(x):
-        x = x.detach().cpu().numpy()
+        import torch  # only reached with torch inputs
+
+        x = x.detach().cpu()
+        x = (x.float() if x.dtype == torch.bfloat16 else x).numpy()
     return np.asarray(x, dtype=dtype)
 
 
