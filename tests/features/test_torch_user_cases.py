@@ -57,3 +57,25 @@ def test_a_bfloat16_second_argument_follows_a_numpy_first_one(cls):
     out = fm.approx_kernel(X, Yb)
     assert isinstance(out, np.ndarray) and out.dtype == np.float64
     np.testing.assert_array_equal(out, fm.approx_kernel(X, Yb.double().numpy()))
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_pandas_output_of_a_bfloat16_tensor(cls):
+    # A DataFrame holds NumPy columns and NumPy has no bfloat16: the bfloat16 features'
+    # values as float32, which holds each of them exactly (as for a tensor that requires
+    # grad: the values). scikit-learn's wrapper raised "Got unsupported ScalarType".
+    pytest.importorskip("pandas")
+    X, _ = _data()
+    Xb = torch.from_numpy(X).bfloat16()
+    fm = _small(cls, random_state=0).fit(Xb)
+    if fm.is_complex:
+        pytest.skip("complex features")
+    ref = fm.transform(Xb)
+    for Xin in (Xb, Xb.clone().requires_grad_(True)):
+        out = fm.set_output(transform="pandas").transform(Xin)
+        assert list(out.columns) == list(fm.get_feature_names_out())
+        assert all(out.dtypes == np.float32)
+        np.testing.assert_array_equal(out.to_numpy(), ref.float().numpy())
+        out = fm.fit_transform(Xin)
+        np.testing.assert_array_equal(out.to_numpy(), ref.float().numpy())
+        fm.set_output(transform="default")
