@@ -79,3 +79,35 @@ def test_pandas_output_of_a_bfloat16_tensor(cls):
         out = fm.fit_transform(Xin)
         np.testing.assert_array_equal(out.to_numpy(), ref.float().numpy())
         fm.set_output(transform="default")
+
+
+# ---------------------------------------------------------------------- no rows, one row
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_tensors_with_no_rows_after_fit(cls, dtype):
+    # The contract: after fit an input with no rows is valid; transform returns
+    # (0, output_dim) and approx_kernel a matrix with no rows (or columns), in the input's
+    # backend and dtype. TensorSketch's torch FFT of an empty batch raised MKL's
+    # "Inconsistent configuration parameters".
+    X, Y = _data()
+    fm = _small(cls, random_state=0).fit(X, Y=Y)
+    Xt, Yt = torch.from_numpy(X).to(dtype), torch.from_numpy(Y).to(dtype)
+    empty = Xt[:0]
+    cdtype = {torch.float32: torch.complex64, torch.float64: torch.complex128}[dtype]
+    for f in (fm.transform, fm.transform_y, lambda a: fm.transform_scaled(a)[0]):
+        out = f(empty)
+        assert out.shape == (0, fm.output_dim)
+        assert out.dtype == (cdtype if fm.is_complex else dtype)
+    assert fm.transform_scaled(empty)[1].shape == (0,)
+    assert fm.transform(empty.clone().requires_grad_(True)).requires_grad  # part of a graph
+    assert fm.transform(X[:0].astype(_np(empty).dtype)).shape == (0, fm.output_dim)  # NumPy
+    for method in ("approx_kernel", "exact_kernel", "variance", "log_relative_variance"):
+        a, b = getattr(fm, method)(empty, Yt), getattr(fm, method)(Xt, Yt[:0])
+        assert a.shape == (0, len(Y)) and b.shape == (len(X), 0), method
+        assert a.dtype == b.dtype == dtype, method
+    # one row: the batch's first row, to rounding (a one-row product takes another BLAS
+    # kernel, which sums the projection's d + 2 = 5 terms in another order: a few eps of
+    # the features' scale, amplified by an exponential of arguments below 2 here)
+    one, batch = fm.transform(Xt[:1]), fm.transform(Xt)[:1]
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(one, batch, rtol=16 * eps, atol=16 * eps * float(batch.abs().max()))

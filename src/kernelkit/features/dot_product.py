@@ -832,10 +832,13 @@ class TensorSketch(DotProductFeatureMap):
             if "C" not in self._consts:  # dense on the array-API backends (GPU products)
                 self._consts["C"] = self._count_sketch.toarray()
             U = self._augment(Xc, xp, c) @ self._param("C", xp, Xc)  # (n, p D)
-            F = xp.fft.rfft(U[:, :D], axis=-1)
-            for i in range(1, p):
-                F = F * xp.fft.rfft(U[:, i * D : (i + 1) * D], axis=-1)
-            out = xp.fft.irfft(F, n=D, axis=-1)  # (n, D)
+            if U.shape[0] == 0:  # torch's FFT of no rows raises (MKL: inconsistent
+                out = U[:, :D]  # configuration); no rows, no products (and autograd's graph)
+            else:
+                F = xp.fft.rfft(U[:, :D], axis=-1)
+                for i in range(1, p):
+                    F = F * xp.fft.rfft(U[:, i * D : (i + 1) * D], axis=-1)
+                out = xp.fft.irfft(F, n=D, axis=-1)  # (n, D)
             return xp.astype(out, X.dtype) if half else out
 
         import scipy.fft as sfft
