@@ -26,7 +26,13 @@ def _data(seed=0, n=6, m=5, d=3):
 
 
 def _np(a):
-    return a.detach().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    """NumPy values of ``a``; half tensors widened exactly to float64."""
+    if not isinstance(a, torch.Tensor):
+        return np.asarray(a)
+    a = a.detach()
+    if a.dtype in (torch.float16, torch.bfloat16):
+        a = a.to(torch.complex128 if a.is_complex() else torch.float64)
+    return a.numpy()
 
 
 # ---------------------------------------------------------------------- bfloat16
@@ -111,3 +117,45 @@ def test_tensors_with_no_rows_after_fit(cls, dtype):
     one, batch = fm.transform(Xt[:1]), fm.transform(Xt)[:1]
     eps = torch.finfo(dtype).eps
     torch.testing.assert_close(one, batch, rtol=16 * eps, atol=16 * eps * float(batch.abs().max()))
+
+
+# ---------------------------------------------------------------------- half precision
+def _complex_variants():
+    out = []
+    for cls in MAPS:
+        if "complex" in cls().get_params():
+            out += [(cls, {"complex": True}), (cls, {"complex": True, "real_output": True})]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    ("cls", "kw"),
+    _complex_variants(),
+    ids=lambda v: v.__name__ if isinstance(v, type) else "_".join(v),
+)
+def test_complex_maps_keep_a_half_tensors_dtype(cls, kw, dtype):
+    # Outputs keep the input's dtype: approx_kernel, the variances and the real (n, 2D)
+    # features of real_output=True are half tensors like the input, and complex features
+    # are complex64 (torch's complex32 is experimental, and there is no complex bfloat16).
+    # RandomFourierFeatures(complex=True) returned complex128 features and a float64
+    # approx_kernel; the complex sketches and Maclaurin maps a float32 approx_kernel (and
+    # float32 real_output features) for bfloat16. Values: those of the float64 map on the
+    # same (rounded) inputs, to the half type's precision (a few of its eps, times the
+    # largest entry: sums of a few products of rounded factors).
+    X, Y = _data()
+    fm = _small(cls, random_state=0, **kw).fit(X, Y=Y)
+    Xh, Yh = torch.from_numpy(X).to(dtype), torch.from_numpy(Y).to(dtype)
+    Xr, Yr = Xh.double().numpy(), Yh.double().numpy()
+    tol = 8 * torch.finfo(dtype).eps
+    feats = fm.transform(Xh)
+    assert feats.dtype == (torch.complex64 if fm.is_complex else dtype)
+    ref = fm.transform(Xr)
+    np.testing.assert_allclose(_np(feats), ref, rtol=tol, atol=tol * np.abs(ref).max())
+    for method in ("approx_kernel", "variance", "complex_variance", "exact_kernel"):
+        out = getattr(fm, method)(Xh, Yh)
+        assert out.dtype == dtype, method
+        ref = getattr(fm, method)(Xr, Yr)
+        np.testing.assert_allclose(
+            _np(out), ref, rtol=tol, atol=tol * np.abs(ref).max(), err_msg=method
+        )

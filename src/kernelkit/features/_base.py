@@ -457,7 +457,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp = self._check_pair(X, Y)
         bx, sx, by, sy = self._scaled_pair(X, Y, xp)
-        return combine_scaled(xp, real_gram(xp, bx, by), sx[:, None] + sy[None, :])
+        out = combine_scaled(xp, real_gram(xp, bx, by), sx[:, None] + sy[None, :])
+        return as_real_dtype(xp, out, X.dtype)
 
     # ------------------------------------------------------------------ kernels
     def exact_kernel(self, X, Y=None):
@@ -579,6 +580,19 @@ def real_gram(xp, P, S):
         Pr, Pi = np.ascontiguousarray(Pr), np.ascontiguousarray(Pi)
         Sr, Si = (Pr, Pi) if S is P else (np.ascontiguousarray(Sr), np.ascontiguousarray(Si))
     return Pr @ xp.matrix_transpose(Sr) + Pi @ xp.matrix_transpose(Si)
+
+
+def complex_dtype(xp, dtype):
+    """The complex dtype of features of real ``dtype`` on an array-API backend: complex128
+    for float64, complex64 otherwise (half-precision tensors too: torch's complex32 is
+    experimental, and there is no complex bfloat16)."""
+    return xp.complex128 if dtype == xp.float64 else xp.complex64
+
+
+def as_real_dtype(xp, out, dtype):
+    """``out`` in the real ``dtype`` of the input (a real product of complex64 features of
+    a half-precision input is float32)."""
+    return out if out.dtype == dtype else xp.astype(out, dtype)
 
 
 def combine_scaled(xp, dot, scale):

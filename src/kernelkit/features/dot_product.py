@@ -58,6 +58,7 @@ from ._base import (
     _detach,
     _matmul_augmented,
     check_real,
+    complex_dtype,
     narrow_to,
     param_cache,
     safe_log,
@@ -312,7 +313,8 @@ class DotProductFeatureMap(FeatureMap):
         """Combine real and imaginary parts per ``real_output`` (array-API path)."""
         if self.real_output:
             return xp.concat([re, im], axis=1)
-        return re + 1j * im
+        cdtype = complex_dtype(xp, re.dtype)
+        return xp.astype(re, cdtype) + 1j * xp.astype(im, cdtype)
 
     def _new_output(self, n, dtype):
         """Empty NumPy output of shape (n, output_dim) and the right dtype."""

@@ -42,8 +42,10 @@ from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ._base import (
     FeatureMap,
     _detach,
+    as_real_dtype,
     check_bool,
     check_real,
+    complex_dtype,
     param_cache,
     real_gram,
     safe_log,
@@ -299,7 +301,7 @@ class RandomFourierFeatures(FeatureMap):
             C, S = xp.cos(Z) * scale, xp.sin(Z) * scale
             if self.real_output:
                 return xp.concat([C, S], axis=1)  # (n, 2D)
-            cdtype = xp.complex64 if X.dtype == xp.float32 else xp.complex128
+            cdtype = complex_dtype(xp, X.dtype)
             return xp.astype(C, cdtype) + 1j * xp.astype(S, cdtype)
         scale = self._scale() * math.sqrt(2.0 / D)
         parts = [xp.cos(Z[:, :m]) * scale, xp.sin(Z[:, :m]) * scale]
@@ -337,7 +339,7 @@ class RandomFourierFeatures(FeatureMap):
         """
         X, Y, xp = self._check_pair(X, Y)
         P, _, S, _ = self._scaled_pair(X, Y, xp)
-        return real_gram(xp, P, S)
+        return as_real_dtype(xp, real_gram(xp, P, S), X.dtype)
 
     # ------------------------------------------------------------------ variance
     def _sq_dist(self, X, Y, xp):
