@@ -159,3 +159,30 @@ def test_complex_maps_keep_a_half_tensors_dtype(cls, kw, dtype):
         np.testing.assert_allclose(
             _np(out), ref, rtol=tol, atol=tol * np.abs(ref).max(), err_msg=method
         )
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_variances_of_half_tensors_are_those_of_their_values(cls, dtype):
+    # The analytic variances of half-precision tensors are the float64 values of the
+    # (rounded) inputs, rounded once to the half dtype: 1 eps relative for the variances
+    # (and float16's subnormal spacing, tiny * eps = 6e-8, for those below its tiny),
+    # 1 eps of max(|log|, 1) for the log relative variance. Computed in the half dtype
+    # itself, the cancellations of the variance formulas (E k_hat^2 - k^2, ...) left
+    # AngularHybridRF's bfloat16 variance wrong by a factor of 100 on pairs whose relative
+    # variance is ~1e-4 (below bfloat16's eps), and the sketches' float16 variances
+    # wrong by 100-250 eps.
+    for seed in (1, 2):
+        X, Y = _data(seed)
+        fm = _small(cls, random_state=0).fit(X, Y=Y)
+        Xh, Yh = torch.from_numpy(X).to(dtype), torch.from_numpy(Y).to(dtype)
+        Xr, Yr = Xh.double().numpy(), Yh.double().numpy()
+        eps = torch.finfo(dtype).eps
+        for method in ("variance", "complex_variance"):
+            out, ref = getattr(fm, method)(Xh, Yh), getattr(fm, method)(Xr, Yr)
+            assert out.dtype == dtype
+            atol = torch.finfo(dtype).tiny * eps
+            np.testing.assert_allclose(_np(out), ref, rtol=eps, atol=atol, err_msg=method)
+        out, ref = fm.log_relative_variance(Xh, Yh), fm.log_relative_variance(Xr, Yr)
+        assert out.dtype == dtype
+        assert np.all(np.abs(_np(out) - ref) <= eps * np.maximum(np.abs(ref), 1.0))

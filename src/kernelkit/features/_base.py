@@ -332,6 +332,25 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         Yp, _ = self._check_X(Y, "Y", like=Xp)
         return Xp, Yp, xp
 
+    def _check_pair_widened(self, X, Y):
+        """Dense prepared ``(X, Y, xp, dtype)`` for the analytic methods (variances):
+        inputs of a half-precision dtype (torch's float16, bfloat16) in float32 before
+        :meth:`_prepare`, and ``dtype`` the one to return (the input's).
+
+        The variance formulas cancel (``E k_hat^2 - k^2``, ``1 - cos``, ...) and the
+        preparation (a lengthscale, unit rows) rounds: formed in the half dtype, variances
+        below its eps relative to those terms lost every digit; formed in float32 and
+        rounded once, they are the values of the inputs to the half dtype's precision."""
+        self._check_fitted()
+        Xv, xp = self._validate(X, "X", check_names=True)
+        dtype = Xv.dtype
+        if not sp.issparse(Xv) and xp.finfo(dtype).bits < 32:
+            Xv = xp.astype(Xv, xp.float32)
+        Xp = self._prepare(Xv, xp)
+        Xd = self._densify(Xp)
+        Yd = Xd if Y is None else self._densify(self._check_X(Y, "Y", like=Xp)[0])
+        return Xd, Yd, xp, dtype
+
     @staticmethod
     def _densify(X):
         """Dense version of a prepared input (sparse inputs of the O(n m) methods)."""
@@ -513,9 +532,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         mean squared error can exceed many times for small ``d``: a ``UserWarning`` says
         so. Sparse inputs are densified.
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("variance")
-        return self._variance(self._densify(X), self._densify(Y), xp)
+        return as_real_dtype(xp, self._variance(X, Y, xp), dtype)
 
     def complex_variance(self, X, Y=None):
         """``E|k_hat - E k_hat|^2`` of the complex estimate ``phi(x)^T conj(psi(y))``.
@@ -524,12 +543,10 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         smaller than :meth:`variance`, and equal to it for real maps. Shape (n, m). The
         i.i.d. value for every ``sampler`` (see :meth:`variance`).
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("complex_variance")
-        X, Y = self._densify(X), self._densify(Y)
-        if not self.is_complex:
-            return self._variance(X, Y, xp)
-        return self._complex_variance(X, Y, xp)
+        out = self._complex_variance(X, Y, xp) if self.is_complex else self._variance(X, Y, xp)
+        return as_real_dtype(xp, out, dtype)
 
     def _variance(self, X, Y, xp):
         raise NotImplementedError
@@ -545,10 +562,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         maps whose :meth:`expected_kernel` is a surrogate). The i.i.d. value for every
         ``sampler`` (see :meth:`variance`).
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("log_relative_variance")
-        X, Y = self._densify(X), self._densify(Y)
-        return self._log_relative_variance(X, Y, xp)
+        return as_real_dtype(xp, self._log_relative_variance(X, Y, xp), dtype)
 
     def _log_relative_variance(self, X, Y, xp):
         var = self._variance(X, Y, xp)
