@@ -186,3 +186,48 @@ def test_variances_of_half_tensors_are_those_of_their_values(cls, dtype):
         out, ref = fm.log_relative_variance(Xh, Yh), fm.log_relative_variance(Xr, Yr)
         assert out.dtype == dtype
         assert np.all(np.abs(_np(out) - ref) <= eps * np.maximum(np.abs(ref), 1.0))
+
+
+# ---------------------------------------------------------------------- persistence
+def _pickled_modules(obj):
+    """The modules named by the globals of ``obj``'s pickle (what loading it imports)."""
+    import pickle
+    import pickletools
+
+    out, strings = set(), []
+    for op, arg, _ in pickletools.genops(pickle.dumps(obj)):
+        if op.name == "GLOBAL":
+            out.add(arg.split(" ")[0])
+        elif op.name == "STACK_GLOBAL":
+            out.add(strings[-2])
+        if isinstance(arg, str):
+            strings.append(arg)
+    return out
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_a_map_used_on_tensors_pickles_without_them(cls):
+    # A map fitted and used on tensors caches its constants on their backend and device;
+    # pickled with them, it could not be loaded where torch is missing, or (used on a
+    # GPU) where there is no GPU. The pickle holds NumPy parameters only, the loaded map
+    # rebuilds the constants on first use: the same NumPy and torch features, exactly.
+    import io
+    import pickle
+
+    X, Y = _data()
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    fm = _small(cls, random_state=0).fit(Xt, Y=Yt)
+    ref_t, ref_k = fm.transform(Xt), fm.approx_kernel(Xt.float(), Yt.float())
+    fm.variance(Xt, Yt)
+    assert not {m for m in _pickled_modules(fm) if m.split(".")[0] == "torch"}
+    buf = io.BytesIO()
+    torch.save(fm, buf)
+    for back in (
+        pickle.loads(pickle.dumps(fm)),
+        torch.load(io.BytesIO(buf.getvalue()), weights_only=False),
+    ):
+        np.testing.assert_array_equal(back.transform(X), fm.transform(X))
+        torch.testing.assert_close(back.transform(Xt), ref_t, rtol=0, atol=0)
+        torch.testing.assert_close(
+            back.approx_kernel(Xt.float(), Yt.float()), ref_k, rtol=0, atol=0
+        )

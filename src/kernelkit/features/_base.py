@@ -576,6 +576,18 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         return self._exact_kernel(X, Y, xp)
 
     # ------------------------------------------------------------------ scikit-learn
+    def __getstate__(self):
+        """The pickled state: without the constants cached on other backends than NumPy
+        (torch tensors, on the device they were used on), which the loaded map rebuilds
+        from its NumPy parameters on first use, so that a map used on a GPU loads where
+        there is none, or no torch."""
+        state = super().__getstate__()
+        cache = state.get("_cache")
+        if cache and any(is_foreign_array(v) for v in cache.values()):
+            state = dict(state)  # scikit-learn returns the instance's own __dict__
+            state["_cache"] = {k: v for k, v in cache.items() if not is_foreign_array(v)}
+        return state
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # complex maps return complex64 / complex128: no real dtype is preserved
