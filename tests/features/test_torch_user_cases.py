@@ -231,3 +231,34 @@ def test_a_map_used_on_tensors_pickles_without_them(cls):
         torch.testing.assert_close(
             back.approx_kernel(Xt.float(), Yt.float()), ref_k, rtol=0, atol=0
         )
+
+
+# ---------------------------------------------------------------------- inference mode
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_autograd_after_a_call_in_inference_mode(cls):
+    # Evaluate under torch.inference_mode(), then train: the constants the map caches on
+    # the tensors' backend were inference tensors, which autograd cannot save ("Inference
+    # tensors cannot be saved for backward") - every later backward through the map
+    # raised. The gradients are those of a map never used in inference mode, exactly.
+    X, Y = _data()
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    used, fresh = (_small(cls, random_state=0).fit(X, Y=Y) for _ in range(2))
+    with torch.inference_mode():
+        out = used.transform(Xt)
+        used.transform_y(Yt), used.approx_kernel(Xt, Yt), used.variance(Xt, Yt)
+        used.transform(Xt.float())
+    assert out.is_inference()
+    for g, r in zip(_input_grads(used, Xt, Yt), _input_grads(fresh, Xt, Yt), strict=True):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+
+
+def _input_grads(fm, Xt, Yt):
+    """Gradients in ``Xt`` of the sums of the features (both sides), the estimate and the
+    variance."""
+    grads = []
+    for method in ("transform", "transform_y", "approx_kernel", "variance"):
+        a = Xt.clone().requires_grad_(True)
+        out = getattr(fm, method)(*((a,) if method.startswith("transform") else (a, Yt)))
+        out.real.sum().backward()
+        grads.append(a.grad)
+    return grads

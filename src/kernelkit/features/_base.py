@@ -55,6 +55,7 @@ from .._backend import (
     get_namespace,
     is_foreign_array,
     is_numpy_namespace,
+    is_torch_array,
     to_backend,
     to_numpy,
 )
@@ -793,8 +794,22 @@ def param_cache(owner, name: str, xp, like, arrays: dict):
         if is_numpy_namespace(xp):
             real = like.real.dtype if np.iscomplexobj(like) else like.dtype
             cache[key] = np.ascontiguousarray(arr, dtype=real) if kind == "f" else arr
-        elif kind == "f":
-            cache[key] = to_backend(arr, xp, like)
         else:
-            cache[key] = to_backend(arr, xp, like, dtype=xp.int64)
+            with _outside_inference_mode(like):
+                dtype = None if kind == "f" else xp.int64
+                cache[key] = to_backend(arr, xp, like, dtype=dtype)
     return cache[key]
+
+
+def _outside_inference_mode(like):
+    """A context in which torch makes ordinary tensors, also within
+    ``torch.inference_mode()``: a constant cached there would be an inference tensor,
+    which every later call with autograd could not save for backward."""
+    import contextlib
+
+    if is_torch_array(like):
+        import torch  # only reached with torch inputs
+
+        if torch.is_inference_mode_enabled():
+            return torch.inference_mode(False)
+    return contextlib.nullcontext()
