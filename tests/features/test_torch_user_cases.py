@@ -262,3 +262,50 @@ def _input_grads(fm, Xt, Yt):
         out.real.sum().backward()
         grads.append(a.grad)
     return grads
+
+
+# ---------------------------------------------------------------------- spherical inputs
+def _unit(A):
+    return A / np.linalg.norm(A, axis=1, keepdims=True)
+
+
+def test_spherical_features_name_the_argument_whose_rows_are_not_unit():
+    # SphericalRandomFeatures(normalize=False) checks the rows of both kernel arguments;
+    # a Y that is not on the sphere was reported as X.
+    from kernelkit.features import SphericalRandomFeatures
+
+    X, Y = _data()
+    X = _unit(X)
+    fm = SphericalRandomFeatures(16, normalize=False, random_state=0).fit(X)
+    for Xin, Yin in ((X, Y), (torch.from_numpy(X), torch.from_numpy(Y))):
+        for method, args in (
+            ("approx_kernel", (Xin, Yin)),
+            ("variance", (Xin, Yin)),
+            ("transform_y", (Yin,)),
+            ("transform_scaled", (Yin, "y")),
+        ):
+            with pytest.raises(ValueError, match="unit-norm rows of Y"):
+                getattr(fm, method)(*args)
+    with pytest.raises(ValueError, match="unit-norm rows of X"):
+        fm.approx_kernel(Y, X)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_spherical_features_take_unit_rows_rounded_to_a_half_dtype(dtype):
+    # Unit rows rounded to a half dtype are unit to its precision (| |x| - 1 | up to
+    # eps / 2 from rounding each coordinate), far beyond the 1e-6 tolerance of
+    # normalize=False: every such input was rejected. The features are those of the
+    # float64 rows holding the same values, to the half dtype's precision (each is
+    # sigma-scaled cos / sin of a projection of 3 terms of size < 1: 4 eps absolute).
+    from kernelkit.features import SphericalRandomFeatures
+
+    X, _ = _data()
+    Xh = torch.from_numpy(_unit(X)).to(dtype)
+    fm = SphericalRandomFeatures(16, normalize=False, random_state=0).fit(_unit(X))
+    out = fm.transform(Xh)
+    assert out.dtype == dtype
+    ref = fm.transform(Xh.double().numpy() / np.linalg.norm(Xh.double().numpy(), axis=1)[:, None])
+    eps = torch.finfo(dtype).eps
+    np.testing.assert_allclose(_np(out), ref, rtol=0, atol=4 * eps * np.abs(ref).max())
+    with pytest.raises(ValueError, match="unit-norm rows of X"):
+        fm.transform(Xh * (1 + 4 * eps))  # off the sphere by more than the rounding

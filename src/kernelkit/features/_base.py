@@ -315,15 +315,16 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
             X = xp.astype(X, like.dtype)
         return X, xp
 
-    def _prepare(self, X, xp):
-        """Map-specific input transform (lengthscale, normalisation) of validated ``X``."""
+    def _prepare(self, X, xp, name: str = "X"):
+        """Map-specific input transform (lengthscale, normalisation) of validated ``X``,
+        the argument ``name`` (for its errors)."""
         return X
 
     def _check_X(self, X, name: str = "X", like=None):
         """Fitted check, validation and :meth:`_prepare`: ``(X, xp)``."""
         self._check_fitted()
         X, xp = self._validate(X, name, like=like, check_names=True)
-        return self._prepare(X, xp), xp
+        return self._prepare(X, xp, name), xp
 
     def _check_pair(self, X, Y):
         """Prepared ``(X, Y, xp)``; ``Y`` defaults to ``X`` and follows ``X``'s backend."""

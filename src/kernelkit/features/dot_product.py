@@ -234,7 +234,7 @@ class DotProductFeatureMap(FeatureMap):
         self._consts = {}
 
     # ------------------------------------------------------------------ features
-    def _prepare(self, X, xp):
+    def _prepare(self, X, xp, name="X"):
         # (gamma x.y + coef0)^p = (x'.y' + coef0)^p with x' = sqrt(gamma) x
         return X * math.sqrt(float(self.gamma)) if float(self.gamma) != 1.0 else X
 
