@@ -309,3 +309,24 @@ def test_spherical_features_take_unit_rows_rounded_to_a_half_dtype(dtype):
     np.testing.assert_allclose(_np(out), ref, rtol=0, atol=4 * eps * np.abs(ref).max())
     with pytest.raises(ValueError, match="unit-norm rows of X"):
         fm.transform(Xh * (1 + 4 * eps))  # off the sphere by more than the rounding
+
+
+# ---------------------------------------------------------------------- errors
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_sparse_tensors_raise_a_type_error_that_names_the_argument(cls):
+    # torch's sparse layouts are not array-API arrays the maps can compute with; they
+    # raised torch's own errors from inside kernelkit ("Could not run 'aten::ne.Scalar'
+    # with arguments from the 'SparseCPU' backend", "unsupported tensor layout").
+    X, Y = _data()
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    fm = _small(cls, random_state=0).fit(X, Y=Y)
+    for to_sparse in (torch.Tensor.to_sparse, torch.Tensor.to_sparse_csr):
+        with pytest.raises(TypeError, match=r"X is a sparse torch tensor .*to_dense\(\)"):
+            _small(cls).fit(to_sparse(Xt))
+        with pytest.raises(TypeError, match=r"Y is a sparse torch tensor"):
+            _small(cls).fit(Xt, Y=to_sparse(Yt))
+        with pytest.raises(TypeError, match=r"X is a sparse torch tensor"):
+            fm.transform(to_sparse(Xt))
+        with pytest.raises(TypeError, match=r"Y is a sparse torch tensor"):
+            fm.approx_kernel(Xt, to_sparse(Yt))

@@ -212,7 +212,7 @@ def validate_data(
     Raises
     ------
     TypeError
-        Non-numeric input.
+        Non-numeric input, or a sparse torch tensor.
     ValueError
         Complex input, not 2-D, empty, NaN/inf entries, or the wrong number of columns.
     """
@@ -222,6 +222,12 @@ def validate_data(
         raise TypeError(
             f"{name} is an iterator ({type(X).__name__}); expected a 2-D array. Materialise "
             f"it first, e.g. numpy.asarray(list({name}))."
+        )
+    if is_torch_array(X) and str(X.layout) != "torch.strided":
+        raise TypeError(
+            f"{name} is a sparse torch tensor (layout {X.layout}), which is not supported; "
+            f"pass {name}.to_dense(), or a SciPy sparse matrix to a map that accepts sparse "
+            "input."
         )
     if not (is_torch_array(X) or hasattr(X, "__array_namespace__")):
         try:
