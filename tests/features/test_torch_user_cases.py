@@ -1,7 +1,8 @@
 """Every map of :mod:`kernelkit.features` with CPU torch tensors, as a deep-learning user
-meets them: half-precision tensors in ``fit``, in a mixed call and in a DataFrame, rows
-that the torch path handles apart (no rows), gradients (gradcheck, fitted parameters),
-``torch.compile``, views and inference mode, persistence and seeding."""
+meets them: half-precision tensors (``fit``, mixed calls, DataFrames, complex features,
+variances), tensors without rows, sparse tensors, inference mode, persistence, the
+spherical map's unit rows; and what held: seeding through both backends, gradients
+(gradcheck, fitted parameters) and views."""
 
 from __future__ import annotations
 
@@ -330,3 +331,119 @@ def test_sparse_tensors_raise_a_type_error_that_names_the_argument(cls):
             fm.transform(to_sparse(Xt))
         with pytest.raises(TypeError, match=r"Y is a sparse torch tensor"):
             fm.approx_kernel(Xt, to_sparse(Yt))
+
+
+# ---------------------------------------------------------------------- what held
+def _variants(cls):
+    """The map's options that change how it draws or what it returns: every sampler,
+    the Gaussian kernel, the complex variant."""
+    params = cls().get_params()
+    out = [{}]
+    if "sampler" in params:
+        out += [{"sampler": s} for s in ("orthogonal", "sorf", "hadamard", "halton")]
+    if "kernel" in params and cls.__name__ not in ("OptimizedMaclaurin",):
+        out.append({"kernel": "gaussian"})
+    if "complex" in params:
+        out.append({"complex": True})
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # sorf / hadamard variances warn
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_same_seed_same_features_through_numpy_and_torch_for_every_variant(cls):
+    # The contract: random parameters are drawn with NumPy, so the same random_state
+    # gives the same features through both backends; float64 to rounding (the two
+    # backends' products may sum in another order: 1e-12 of entries of order 1).
+    X, Y = _data(3)
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    for kw in _variants(cls):
+        a = _small(cls, random_state=7, **kw).fit(X, Y=Y)
+        b = _small(cls, random_state=7, **kw).fit(Xt, Y=Yt)
+        for method, args in (
+            ("transform", (X,)),
+            ("transform_y", (Y,)),
+            ("approx_kernel", (X, Y)),
+            ("variance", (X, Y)),
+        ):
+            ref = getattr(a, method)(*args)
+            out = getattr(b, method)(*(torch.from_numpy(v) for v in args))
+            np.testing.assert_allclose(_np(out), ref, rtol=1e-12, atol=1e-12, err_msg=f"{kw}")
+
+
+def _real_parts(f):
+    """``f`` with complex outputs as their (real, imaginary) pairs (for gradcheck)."""
+
+    def g(*args):
+        out = f(*args)
+        return torch.view_as_real(out) if out.is_complex() else out
+
+    return g
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_gradcheck_of_every_variant(cls):
+    # transform (both sides), approx_kernel and variance are differentiable in float64:
+    # central differences (eps 1e-6) against autograd, with gradcheck's own tolerances
+    # tightened to 1e-7 absolute / 1e-5 relative (the difference quotient's error is
+    # O(eps^2) times third derivatives of order 1 here, plus 1e-16 / eps rounding), in
+    # fast mode (the Jacobian contracted with random vectors on both sides).
+    X, Y = _data(4, n=3, m=2)
+    for kw in _variants(cls):
+        if kw.get("sampler") in ("sorf", "hadamard", "halton"):
+            continue  # same formulas as "orthogonal" once drawn
+        fm = _small(cls, random_state=0, **kw).fit(X, Y=Y)
+        Xg = torch.from_numpy(X).requires_grad_(True)
+        Yg = torch.from_numpy(Y).requires_grad_(True)
+
+        checks = [
+            (_real_parts(fm.transform), (Xg,)),
+            (_real_parts(fm.transform_y), (Yg,)),
+            (fm.approx_kernel, (Xg, Yg)),
+            (fm.variance, (Xg, Yg)),
+        ]
+        for f, args in checks:
+            assert torch.autograd.gradcheck(
+                f, args, eps=1e-6, atol=1e-7, rtol=1e-5, fast_mode=True
+            ), kw
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_views_of_a_tensor_are_its_values(cls):
+    # Transposed, strided, expanded (stride 0) and overlapping views give the features
+    # and estimates of their contiguous copies, to float64 rounding (another BLAS kernel
+    # may sum the d = 3 terms of a projection in another order).
+    X, Y = _data()
+    fm = _small(cls, random_state=0).fit(X, Y=Y)
+    Xt = torch.from_numpy(X)
+    base = torch.from_numpy(np.ascontiguousarray(np.repeat(X, 2, axis=0).T))  # (d, 2n)
+    views = {
+        "transposed": base.T[::2],  # strided rows of a transposed tensor
+        "expanded": Xt[1:2].expand(4, -1),
+        "column-offset": torch.cat([Xt, Xt], 1)[:, 3:],
+    }
+    for name, view in views.items():
+        ref = fm.transform(view.contiguous())
+        np.testing.assert_allclose(_np(fm.transform(view)), _np(ref), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(
+            _np(fm.approx_kernel(view, Xt[1:4])),
+            _np(fm.approx_kernel(view.contiguous(), Xt[1:4].contiguous())),
+            rtol=1e-12,
+            atol=1e-14,
+            err_msg=name,
+        )
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_fitted_parameters_are_constants_for_autograd(cls):
+    # Parameters are drawn and fitted with NumPy in float64 (the contract): fitted on
+    # tensors that require grad, the map's features have no path back to the fit's data,
+    # and fit leaves the tensors' graphs alone (no grad accumulated).
+    X, Y = _data()
+    Xf = torch.from_numpy(X).requires_grad_(True)
+    Yf = torch.from_numpy(Y).requires_grad_(True)
+    fm = _small(cls, random_state=0).fit(Xf, Y=Yf)
+    a = torch.from_numpy(X).requires_grad_(True)
+    out = fm.approx_kernel(a, torch.from_numpy(Y)).sum()
+    grads = torch.autograd.grad(out, (a, Xf, Yf), allow_unused=True)
+    assert grads[0] is not None and grads[1] is None and grads[2] is None
+    assert Xf.grad is None and Yf.grad is None
