@@ -447,3 +447,18 @@ def test_fitted_parameters_are_constants_for_autograd(cls):
     grads = torch.autograd.grad(out, (a, Xf, Yf), allow_unused=True)
     assert grads[0] is not None and grads[1] is None and grads[2] is None
     assert Xf.grad is None and Yf.grad is None
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=IDS)
+def test_the_variance_of_a_half_tensor_and_a_float64_array(cls):
+    # The mixed-input rule holds for the variances formed in float32: the NumPy Y takes
+    # the half tensor's dtype (its values rounded to float16) before both are widened,
+    # so the result is exactly that of the two float16 tensors.
+    X, Y = _data()
+    Xh = torch.from_numpy(X).half()
+    fm = _small(cls, random_state=0).fit(X, Y=Y)
+    for method in ("variance", "log_relative_variance"):
+        out = getattr(fm, method)(Xh, Y)
+        assert out.dtype == torch.float16
+        ref = getattr(fm, method)(Xh, torch.from_numpy(Y).half())
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)

@@ -346,11 +346,13 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         self._check_fitted()
         Xv, xp = self._validate(X, "X", check_names=True)
         dtype = Xv.dtype
+        # Y takes X's backend and dtype first (the mixed-input rule), then both widen
+        Yv = None if Y is None else self._validate(Y, "Y", like=Xv, check_names=True)[0]
         if not sp.issparse(Xv) and xp.finfo(dtype).bits < 32:
             Xv = xp.astype(Xv, xp.float32)
-        Xp = self._prepare(Xv, xp)
-        Xd = self._densify(Xp)
-        Yd = Xd if Y is None else self._densify(self._check_X(Y, "Y", like=Xp)[0])
+            Yv = None if Yv is None else xp.astype(Yv, xp.float32)
+        Xd = self._densify(self._prepare(Xv, xp, "X"))
+        Yd = Xd if Yv is None else self._densify(self._prepare(Yv, xp, "Y"))
         return Xd, Yd, xp, dtype
 
     @staticmethod
