@@ -128,9 +128,13 @@ def to_backend(arr, xp, like=None, dtype=None):
 
 
 def to_numpy(x, dtype=None) -> np.ndarray:
-    """A NumPy copy/view of ``x`` (detached from autograd, on the host)."""
+    """A NumPy copy/view of ``x`` (detached from autograd, on the host); a bfloat16
+    tensor, which NumPy has no dtype for, as float32 (which holds each of its values)."""
     if is_torch_array(x):
-        x = x.detach().cpu().numpy()
+        import torch  # only reached with torch inputs
+
+        x = x.detach().cpu()
+        x = (x.float() if x.dtype == torch.bfloat16 else x).numpy()
     return np.asarray(x, dtype=dtype)
 
 
@@ -208,7 +212,7 @@ def validate_data(
     Raises
     ------
     TypeError
-        Non-numeric input.
+        Non-numeric input, or a sparse torch tensor.
     ValueError
         Complex input, not 2-D, empty, NaN/inf entries, or the wrong number of columns.
     """
@@ -218,6 +222,12 @@ def validate_data(
         raise TypeError(
             f"{name} is an iterator ({type(X).__name__}); expected a 2-D array. Materialise "
             f"it first, e.g. numpy.asarray(list({name}))."
+        )
+    if is_torch_array(X) and str(X.layout) != "torch.strided":
+        raise TypeError(
+            f"{name} is a sparse torch tensor (layout {X.layout}), which is not supported; "
+            f"pass {name}.to_dense(), or a SciPy sparse matrix to a map that accepts sparse "
+            "input."
         )
     if not (is_torch_array(X) or hasattr(X, "__array_namespace__")):
         try:

@@ -112,12 +112,18 @@ def check_lazy_output(est):
 
 
 def for_container(est, Z):
-    """``Z`` detached from autograd where ``est.set_output`` asks ``transform`` for a
-    container (pandas, polars): a DataFrame holds values, not a graph, and building one
-    from a tensor that requires grad raises in torch's ``numpy()``."""
-    if getattr(Z, "requires_grad", False) and is_torch_array(Z):
+    """``Z`` as a container can hold it where ``est.set_output`` asks ``transform`` for
+    one (pandas, polars): detached from autograd (a DataFrame holds values, not a graph,
+    and building one from a tensor that requires grad raises in torch's ``numpy()``), and
+    a bfloat16 tensor as float32 (NumPy has no bfloat16; float32 holds each value)."""
+    if not is_torch_array(Z):
+        return Z
+    import torch  # only reached with torch tensors
+
+    if Z.requires_grad or Z.dtype == torch.bfloat16:
         from sklearn.utils._set_output import _get_output_config
 
         if _get_output_config("transform", est)["dense"] != "default":
-            return Z.detach()
+            Z = Z.detach()
+            return Z.float() if Z.dtype == torch.bfloat16 else Z
     return Z

@@ -55,6 +55,7 @@ from .._backend import (
     get_namespace,
     is_foreign_array,
     is_numpy_namespace,
+    is_torch_array,
     to_backend,
     to_numpy,
 )
@@ -320,15 +321,16 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
             X = xp.astype(X, like.dtype)
         return X, xp
 
-    def _prepare(self, X, xp):
-        """Map-specific input transform (lengthscale, normalisation) of validated ``X``."""
+    def _prepare(self, X, xp, name: str = "X"):
+        """Map-specific input transform (lengthscale, normalisation) of validated ``X``,
+        the argument ``name`` (for its errors)."""
         return X
 
     def _check_X(self, X, name: str = "X", like=None):
         """Fitted check, validation and :meth:`_prepare`: ``(X, xp)``."""
         self._check_fitted()
         X, xp = self._validate(X, name, like=like, check_names=True)
-        return self._prepare(X, xp), xp
+        return self._prepare(X, xp, name), xp
 
     def _check_pair(self, X, Y):
         """Prepared ``(X, Y, xp)``; ``Y`` defaults to ``X`` and follows ``X``'s backend."""
@@ -337,6 +339,32 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
             return Xp, Xp, xp
         Yp, _ = self._check_X(Y, "Y", like=Xp)
         return Xp, Yp, xp
+
+    def _check_pair_widened(self, X, Y):
+        """Dense prepared ``(X, Y, xp, dtype)`` for the analytic methods (variances):
+        inputs of a half-precision dtype (torch's float16, bfloat16) in float32 before
+        :meth:`_prepare`, prepared inputs in float64 where :attr:`_variance_in_float64`
+        asks for it, and ``dtype`` the one to return (the input's).
+
+        The variance formulas cancel (``E k_hat^2 - k^2``, ``1 - cos``, ...) and the
+        preparation (a lengthscale, unit rows) rounds: formed in the half dtype, variances
+        below its eps relative to those terms lost every digit; formed in float32 and
+        rounded once, they are the values of the inputs to the half dtype's precision."""
+        self._check_fitted()
+        Xv, xp = self._validate(X, "X", check_names=True)
+        dtype = Xv.dtype
+        # Y takes X's backend and dtype first (the mixed-input rule), then both widen
+        Yv = None if Y is None else self._validate(Y, "Y", like=Xv, check_names=True)[0]
+        if not sp.issparse(Xv) and xp.finfo(dtype).bits < 32:
+            Xv = xp.astype(Xv, xp.float32)
+            Yv = None if Yv is None else xp.astype(Yv, xp.float32)
+        Xd = self._densify(self._prepare(Xv, xp, "X"))
+        Yd = Xd if Yv is None else self._densify(self._prepare(Yv, xp, "Y"))
+        if self._variance_in_float64 and Xd.dtype != xp.float64:
+            Xw = xp.astype(Xd, xp.float64)
+            Yd = Xw if Yd is Xd else xp.astype(Yd, xp.float64)
+            Xd = Xw
+        return Xd, Yd, xp, dtype
 
     @staticmethod
     def _densify(X):
@@ -463,7 +491,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp = self._check_pair(X, Y)
         bx, sx, by, sy = self._scaled_pair(X, Y, xp)
-        return combine_scaled(xp, real_gram(xp, bx, by), sx[:, None] + sy[None, :])
+        out = combine_scaled(xp, real_gram(xp, bx, by), sx[:, None] + sy[None, :])
+        return as_real_dtype(xp, out, X.dtype)
 
     # ------------------------------------------------------------------ kernels
     def exact_kernel(self, X, Y=None):
@@ -518,19 +547,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         mean squared error can exceed many times for small ``d``: a ``UserWarning`` says
         so. Sparse inputs are densified.
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("variance")
-        X, Y, dtype = self._analytic_pair(X, Y, xp)
-        return narrow_to(xp, self._variance(X, Y, xp), dtype)
-
-    def _analytic_pair(self, X, Y, xp):
-        """``(X, Y, dtype)``: the prepared inputs densified for the analytic moments, in
-        float64 where :attr:`_variance_in_float64` asks for it (``dtype`` the one to return,
-        None to keep the result's)."""
-        X, Y = self._densify(X), self._densify(Y)
-        if not self._variance_in_float64:
-            return X, Y, None
-        return widen_to_float64(xp, X, Y)
+        return as_real_dtype(xp, self._variance(X, Y, xp), dtype)
 
     def complex_variance(self, X, Y=None):
         """``E|k_hat - E k_hat|^2`` of the complex estimate ``phi(x)^T conj(psi(y))``.
@@ -539,12 +558,10 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         smaller than :meth:`variance`, and equal to it for real maps. Shape (n, m). The
         i.i.d. value for every ``sampler`` (see :meth:`variance`).
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("complex_variance")
-        X, Y, dtype = self._analytic_pair(X, Y, xp)
-        if not self.is_complex:
-            return narrow_to(xp, self._variance(X, Y, xp), dtype)
-        return narrow_to(xp, self._complex_variance(X, Y, xp), dtype)
+        out = self._complex_variance(X, Y, xp) if self.is_complex else self._variance(X, Y, xp)
+        return as_real_dtype(xp, out, dtype)
 
     def _variance(self, X, Y, xp):
         raise NotImplementedError
@@ -560,10 +577,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         maps whose :meth:`expected_kernel` is a surrogate). The i.i.d. value for every
         ``sampler`` (see :meth:`variance`).
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("log_relative_variance")
-        X, Y, dtype = self._analytic_pair(X, Y, xp)
-        return narrow_to(xp, self._log_relative_variance(X, Y, xp), dtype)
+        return as_real_dtype(xp, self._log_relative_variance(X, Y, xp), dtype)
 
     def _log_relative_variance(self, X, Y, xp):
         var = self._variance(X, Y, xp)
@@ -575,6 +591,18 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         return self._exact_kernel(X, Y, xp)
 
     # ------------------------------------------------------------------ scikit-learn
+    def __getstate__(self):
+        """The pickled state: without the constants cached on other backends than NumPy
+        (torch tensors, on the device they were used on), which the loaded map rebuilds
+        from its NumPy parameters on first use, so that a map used on a GPU loads where
+        there is none, or no torch."""
+        state = super().__getstate__()
+        cache = state.get("_cache")
+        if cache and any(is_foreign_array(v) for v in cache.values()):
+            state = dict(state)  # scikit-learn returns the instance's own __dict__
+            state["_cache"] = {k: v for k, v in cache.items() if not is_foreign_array(v)}
+        return state
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # complex maps return complex64 / complex128: no real dtype is preserved
@@ -595,6 +623,20 @@ def real_gram(xp, P, S):
         Pr, Pi = np.ascontiguousarray(Pr), np.ascontiguousarray(Pi)
         Sr, Si = (Pr, Pi) if S is P else (np.ascontiguousarray(Sr), np.ascontiguousarray(Si))
     return Pr @ xp.matrix_transpose(Sr) + Pi @ xp.matrix_transpose(Si)
+
+
+def complex_dtype(xp, dtype):
+    """The complex dtype of features of real ``dtype`` on an array-API backend: complex128
+    for float64, complex64 otherwise (half-precision tensors too: torch's complex32 is
+    experimental, and there is no complex bfloat16)."""
+    return xp.complex128 if dtype == xp.float64 else xp.complex64
+
+
+def as_real_dtype(xp, out, dtype):
+    """``out`` in the real ``dtype`` of the input (a real product of complex64 features of
+    a half-precision input is float32; a variance formed in float64 for float32 input);
+    values beyond its range become inf / 0 (:func:`narrow_to`)."""
+    return out if out.dtype == dtype else narrow_to(xp, out, dtype)
 
 
 def combine_scaled(xp, dot, scale):
@@ -767,8 +809,22 @@ def param_cache(owner, name: str, xp, like, arrays: dict):
         if is_numpy_namespace(xp):
             real = like.real.dtype if np.iscomplexobj(like) else like.dtype
             cache[key] = np.ascontiguousarray(arr, dtype=real) if kind == "f" else arr
-        elif kind == "f":
-            cache[key] = to_backend(arr, xp, like)
         else:
-            cache[key] = to_backend(arr, xp, like, dtype=xp.int64)
+            with _outside_inference_mode(like):
+                dtype = None if kind == "f" else xp.int64
+                cache[key] = to_backend(arr, xp, like, dtype=dtype)
     return cache[key]
+
+
+def _outside_inference_mode(like):
+    """A context in which torch makes ordinary tensors, also within
+    ``torch.inference_mode()``: a constant cached there would be an inference tensor,
+    which every later call with autograd could not save for backward."""
+    import contextlib
+
+    if is_torch_array(like):
+        import torch  # only reached with torch inputs
+
+        if torch.is_inference_mode_enabled():
+            return torch.inference_mode(False)
+    return contextlib.nullcontext()

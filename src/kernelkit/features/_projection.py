@@ -144,7 +144,7 @@ class ProjectionFeatureMap(FeatureMap):
         """Cached copy of ``self._consts[name]`` on ``like``'s backend, device and dtype."""
         return param_cache(self, name, xp, like, self._consts)
 
-    def _prepare(self, X, xp):
+    def _prepare(self, X, xp, name="X"):
         if self.lengthscale == 1.0:
             return X
         if sp.issparse(X):

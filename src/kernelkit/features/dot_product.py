@@ -58,6 +58,7 @@ from ._base import (
     _detach,
     _matmul_augmented,
     check_real,
+    complex_dtype,
     narrow_to,
     param_cache,
     safe_log,
@@ -233,7 +234,7 @@ class DotProductFeatureMap(FeatureMap):
         self._consts = {}
 
     # ------------------------------------------------------------------ features
-    def _prepare(self, X, xp):
+    def _prepare(self, X, xp, name="X"):
         # (gamma x.y + coef0)^p = (x'.y' + coef0)^p with x' = sqrt(gamma) x
         return X * math.sqrt(float(self.gamma)) if float(self.gamma) != 1.0 else X
 
@@ -312,7 +313,8 @@ class DotProductFeatureMap(FeatureMap):
         """Combine real and imaginary parts per ``real_output`` (array-API path)."""
         if self.real_output:
             return xp.concat([re, im], axis=1)
-        return re + 1j * im
+        cdtype = complex_dtype(xp, re.dtype)
+        return xp.astype(re, cdtype) + 1j * xp.astype(im, cdtype)
 
     def _new_output(self, n, dtype):
         """Empty NumPy output of shape (n, output_dim) and the right dtype."""
@@ -846,10 +848,13 @@ class TensorSketch(DotProductFeatureMap):
             if "C" not in self._consts:  # dense on the array-API backends (GPU products)
                 self._consts["C"] = self._count_sketch.toarray()
             U = self._augment(Xc, xp, c) @ self._param("C", xp, Xc)  # (n, p D)
-            F = xp.fft.rfft(U[:, :D], axis=-1)
-            for i in range(1, p):
-                F = F * xp.fft.rfft(U[:, i * D : (i + 1) * D], axis=-1)
-            out = xp.fft.irfft(F, n=D, axis=-1)  # (n, D)
+            if U.shape[0] == 0:  # torch's FFT of no rows raises (MKL: inconsistent
+                out = U[:, :D]  # configuration); no rows, no products (and autograd's graph)
+            else:
+                F = xp.fft.rfft(U[:, :D], axis=-1)
+                for i in range(1, p):
+                    F = F * xp.fft.rfft(U[:, i * D : (i + 1) * D], axis=-1)
+                out = xp.fft.irfft(F, n=D, axis=-1)  # (n, D)
             return xp.astype(out, X.dtype) if half else out
 
         import scipy.fft as sfft

@@ -42,8 +42,10 @@ from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from ._base import (
     FeatureMap,
     _detach,
+    as_real_dtype,
     check_bool,
     check_real,
+    complex_dtype,
     param_cache,
     real_gram,
     safe_log,
@@ -302,7 +304,7 @@ class RandomFourierFeatures(FeatureMap):
             C, S = xp.cos(Z) * scale, xp.sin(Z) * scale
             if self.real_output:
                 return xp.concat([C, S], axis=1)  # (n, 2D)
-            cdtype = xp.complex64 if X.dtype == xp.float32 else xp.complex128
+            cdtype = complex_dtype(xp, X.dtype)
             return xp.astype(C, cdtype) + 1j * xp.astype(S, cdtype)
         scale = self._scale() * math.sqrt(2.0 / D)
         parts = [xp.cos(Z[:, :m]) * scale, xp.sin(Z[:, :m]) * scale]
@@ -340,7 +342,7 @@ class RandomFourierFeatures(FeatureMap):
         """
         X, Y, xp = self._check_pair(X, Y)
         P, _, S, _ = self._scaled_pair(X, Y, xp)
-        return real_gram(xp, P, S)
+        return as_real_dtype(xp, real_gram(xp, P, S), X.dtype)
 
     # ------------------------------------------------------------------ variance
     def _sq_dist(self, X, Y, xp):
@@ -483,8 +485,8 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         Size of the lengthscale grid (0.05 .. 50, log-spaced).
     normalize : bool, default=True
         Divide the rows of the inputs by their norm (zero rows stay zero), so that any
-        data can be fed. With ``False``, rows that are not unit norm (tolerance 1e-6)
-        raise ``ValueError``.
+        data can be fed. With ``False``, rows that are not unit norm (tolerance 1e-6, or
+        the eps of a float16 / bfloat16 tensor) raise ``ValueError``.
     random_state : None, int or numpy.random.Generator
     n_jobs : int, optional
         Threads of the NumPy path (None: all available CPUs, not scikit-learn's one job).
@@ -610,12 +612,20 @@ class SphericalRandomFeatures(RandomFourierFeatures):
             if sp.issparse(X):
                 return _divide_rows(xp, X, np.sqrt(np.where(sq > 0, sq, 1.0)))
             return _divide_rows(xp, X, xp.where(sq > 0, sq, xp.ones_like(sq)) ** 0.5)
-        sq = sq_norms(xp, X)  # (n,)
+        # a half-precision tensor (torch's float16, bfloat16): its norms in float32, and
+        # rows unit to its precision pass (rounding each coordinate of a unit row moves
+        # its norm by up to eps / 2)
+        tol = 1e-6
+        if not sp.issparse(X) and xp.finfo(X.dtype).bits < 32:
+            tol = max(tol, float(xp.finfo(X.dtype).eps))
+            sq = sq_norms(xp, xp.astype(_detach(X), xp.float32))
+        else:
+            sq = sq_norms(xp, X)  # (n,)
         if sp.issparse(X):
             dev = float(np.max(np.abs(np.sqrt(sq) - 1.0)))
         else:
-            dev = float(xp.max(xp.abs(sq**0.5 - 1.0)))
-        if not dev <= 1e-6:
+            dev = float(_detach(xp.max(xp.abs(sq**0.5 - 1.0))))
+        if not dev <= tol:
             raise ValueError(
                 f"SphericalRandomFeatures needs unit-norm rows of {name} (eq. 57 on the "
                 f"unit sphere); the largest | |x| - 1 | is {dev:.3g}. Normalise the "
@@ -623,8 +633,8 @@ class SphericalRandomFeatures(RandomFourierFeatures):
             )
         return X
 
-    def _prepare(self, X, xp):
-        return self._unit_rows(X, xp, "X")
+    def _prepare(self, X, xp, name="X"):
+        return self._unit_rows(X, xp, name)
 
     def _scale(self) -> float:
         return math.sqrt(float(self.amplitude) * float(self.mixture_weights_.sum()))

@@ -48,6 +48,7 @@ from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ._base import (
     FeatureMap,
+    as_real_dtype,
     check_real,
     narrow_to,
     safe_log,
@@ -257,7 +258,9 @@ class _MaclaurinBase(FeatureMap):
         blocks = [w * sk._features(Xs, xp, side) for _, sk, w in self.sketches_]
         cplx = bool(self.complex)
         if cplx and self.real_output:
-            blocks = [xp.real(B) for B in blocks] + [xp.imag(B) for B in blocks]
+            # the parts of complex64 sketches of a half-precision X: back to X's dtype
+            parts = [xp.real(B) for B in blocks] + [xp.imag(B) for B in blocks]
+            blocks = [as_real_dtype(xp, B, X.dtype) for B in parts]
             cplx = False
         if self.n_features_per_degree_[0]:
             const = xp.full(

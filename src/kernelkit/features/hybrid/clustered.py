@@ -271,9 +271,7 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
             A = xp.take(xp.permute_dims(Ainv, (1, 0, 2)), idx, axis=0)  # (n, n_q, d)
         logits = self._psi_logits(A * X[:, None, :], xp, X)  # (n, k_other, m)
         if n == 0:
-            return xp.zeros((0, self.output_dim), dtype=X.dtype, device=device(X)), xp.zeros(
-                0, dtype=X.dtype, device=device(X)
-            )
+            return _no_rows(xp, X, self.output_dim)
         row_max = _detach(xp.max(xp.reshape(logits, (n, -1)), axis=1))  # (n,)
         psi = xp.exp(logits - row_max[:, None, None])  # (n, k_other, m)
         if side == "x":  # block (i(x), j) for every j
@@ -307,9 +305,7 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
             z_b = xp.concat([xp.sin(proj), xp.cos(proj)], axis=1) / math.sqrt(m)  # (n, 2m)
             z_ls = 0.5 * _sq_norms(xp, X)
         if n == 0:
-            return xp.zeros((0, self.output_dim), dtype=X.dtype, device=device(X)), xp.zeros(
-                0, dtype=X.dtype, device=device(X)
-            )
+            return _no_rows(xp, X, self.output_dim)
         # stabilise each log-domain part by its row max
         ps_max = _detach(xp.max(xp.reshape(psi_l, (n, -1)), axis=1))
         psi = xp.exp(psi_l - ps_max[:, None, None])  # (n, P, m)
@@ -501,3 +497,10 @@ def _canonical_row_order(Z):
     keys = np.ascontiguousarray(u ^ flip, dtype=">u8")  # (n, d), order-preserving
     rows = keys.view(np.dtype((np.void, 8 * keys.shape[1]))).ravel()  # (n,)
     return np.argsort(rows, kind="stable")
+
+
+def _no_rows(xp, X, width):
+    """``(base (0, width), log_scale (0,))`` of an ``X`` without rows, on ``X``'s autograd
+    graph as every other transform's output is (a loss over no rows backpropagates)."""
+    zero = X[:, :1] * 0.0  # (0, 1)
+    return zero * xp.zeros((1, width), dtype=X.dtype, device=device(X)), zero[:, 0]
