@@ -218,6 +218,9 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         """``lambda_hat (n, m)`` and the two base estimates as ``(dot, log_scale)`` pairs,
         each ``(n, m)``, with ``estimate = dot * exp(log_scale)``."""
         Xs, Ys, xp = self._check_pair(X, Y)
+        return self._components_prepared(Xs, Ys, xp)
+
+    def _components_prepared(self, Xs, Ys, xp):
         extra = 0.0
         if self.alpha != 0.0:
             extra = self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
@@ -245,8 +248,12 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         result is finite wherever the estimate itself is representable, and an exact
         ``lambda_hat = 0`` or ``1`` drops the other estimator entirely (never ``0 * inf``).
         """
-        lam, (dp, sp), (dt, st) = self._scaled_components(X, Y)
-        xp = xp_of(lam)
+        Xs, Ys, xp = self._check_pair(X, Y)
+        # row blocks of X for NumPy: a dozen (n, m) temporaries per block, not per call
+        return self._pairwise(self._approx_prepared, Xs, Ys, xp)
+
+    def _approx_prepared(self, Xs, Ys, xp):
+        lam, (dp, sp), (dt, st) = self._components_prepared(Xs, Ys, xp)
         if dp.shape[0] == 0 or dp.shape[1] == 0:
             return lam * dp
         inner, shift = _shifted_sum(xp, [(lam * dp, sp), ((1.0 - lam) * dt, st)])

@@ -1,0 +1,150 @@
+"""Memory at scale, as a user with big data on a small machine sees it.
+
+Peak memory is measured with ``tracemalloc`` (NumPy reports its buffers to it); each
+bound is derived from the output's size and the library's block sizes, never from a
+timing. The pairwise methods are checked against the same computation
+in one piece on small inputs.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+from kernelkit.features import (
+    SDERF,
+    AngularHybridRF,
+    ClusteredHybridRF,
+    GaussianHybridRF,
+    RandomFourierFeatures,
+    RandomMaclaurin,
+    SphericalRandomFeatures,
+    TensorSketch,
+)
+from kernelkit.features._base import PAIR_BLOCK_ELEMENTS, PAIR_MIN_ROWS
+
+MB = 1 << 20
+
+
+def _peak(fn):
+    """``(fn(), peak bytes traced while it ran)``."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return out, peak
+
+
+def _rows(n, d, seed, scale=0.3):
+    return scale * np.random.default_rng(seed).standard_normal((n, d)) / np.sqrt(d)
+
+
+MAPS = {
+    "SDERF": lambda: SDERF(n_features=32, kernel="gaussian", random_state=0),
+    "RandomFourierFeatures": lambda: RandomFourierFeatures(n_features=32, random_state=0),
+    "RandomFourierFeatures-complex": lambda: RandomFourierFeatures(
+        n_features=32, complex=True, random_state=0
+    ),
+    "RandomMaclaurin": lambda: RandomMaclaurin(n_features=32, random_state=0),
+    "TensorSketch": lambda: TensorSketch(n_features=32, random_state=0),
+    "SphericalRandomFeatures": lambda: SphericalRandomFeatures(n_features=32, random_state=0),
+    "AngularHybridRF": lambda: AngularHybridRF(n_features=8, n_lambda=4, random_state=0),
+    "GaussianHybridRF": lambda: GaussianHybridRF(n_features=8, n_lambda=4, random_state=0),
+    "ClusteredHybridRF": lambda: ClusteredHybridRF(
+        n_features=8, n_lambda=4, n_init=1, random_state=0
+    ),  # fitted on 300 rows (k-means), below
+}
+
+
+def _pair_bound(n, m, temporaries):
+    """The output (n, m) float64 plus ``temporaries`` arrays of one row block (the maps'
+    variances hold up to about 30 of them at once; before blocking, as many (n, m)
+    arrays) and 2 MB for the inputs, the features and the interpreter."""
+    rows = max(PAIR_MIN_ROWS, PAIR_BLOCK_ELEMENTS // m)
+    return 8 * n * m + temporaries * 8 * rows * m + 2 * MB
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    # one block in flight at a time, so the bound counts one block's temporaries
+    monkeypatch.setenv("KERNELKIT_NUM_THREADS", "1")
+
+
+@pytest.mark.parametrize("name", list(MAPS))
+def test_variance_of_large_x_holds_its_temporaries_per_row_block(name, one_thread):
+    X, Y = _rows(2000, 6, 1), _rows(800, 6, 2)
+    fm = MAPS[name]().fit(X[:300])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a hybrid's variance formula warnings, if any
+        V, peak = _peak(lambda: fm.variance(X, Y))
+        L, peak_log = _peak(lambda: fm.log_relative_variance(X, Y))
+    assert V.shape == L.shape == (2000, 800)
+    # 54 MB (the blocked variances take 18 to 41 MB); the (n, m) temporaries took 61 MB
+    # (complex random Fourier features) to 343 MB (the hybrids) for the 12 MB output
+    bound = _pair_bound(2000, 800, 40)
+    assert peak < bound, (peak / MB, bound / MB)
+    assert peak_log < bound, (peak_log / MB, bound / MB)
+
+
+@pytest.mark.parametrize("name", list(MAPS))
+def test_blocked_pairwise_methods_equal_one_block(name):
+    # more rows than one block, each block against every Y row: the values of the
+    # unblocked computation up to the rounding of the block products (BLAS may sum the
+    # d terms of a block in another order: a few eps relative, amplified by the log-space
+    # terms of size < 50 to well below 1e-10 relative)
+    X, Y = _rows(900, 5, 3, scale=0.5), _rows(300, 5, 4, scale=0.5)
+    fm = MAPS[name]().fit(X[:300])
+    Xp, Yp, xp = fm._check_pair(X, Y)
+    assert X.shape[0] > max(PAIR_MIN_ROWS, PAIR_BLOCK_ELEMENTS // 300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pairs = [
+            (fm.variance(X, Y), fm._variance(Xp, Yp, xp)),
+            (fm.log_relative_variance(X, Y), fm._log_relative_variance(Xp, Yp, xp)),
+            (fm.exact_kernel(X, Y), fm._exact_kernel(Xp, Yp, xp)),
+        ]
+        if fm.is_complex:
+            pairs.append((fm.complex_variance(X, Y), fm._complex_variance(Xp, Yp, xp)))
+    for blocked, whole in pairs:
+        assert blocked.dtype == whole.dtype
+        finite = np.isfinite(whole)
+        np.testing.assert_array_equal(np.isfinite(blocked), finite)
+        scale = np.max(np.abs(whole[finite]))
+        np.testing.assert_allclose(blocked[finite], whole[finite], rtol=1e-10, atol=1e-13 * scale)
+
+
+@pytest.mark.parametrize(
+    ("name", "temporaries"),
+    [("SDERF", 4), ("RandomFourierFeatures-complex", 4), ("AngularHybridRF", 24)],
+)
+def test_approx_kernel_of_large_x_is_about_its_output(name, temporaries, one_thread):
+    X, Y = _rows(2000, 6, 5), _rows(800, 6, 6)
+    fm = MAPS[name]().fit(X)
+    K, peak = _peak(lambda: fm.approx_kernel(X, Y))
+    assert K.shape == (2000, 800) and K.dtype == np.float64
+    # the output and a few block temporaries (the scales and their exp; the hybrid's
+    # ~16 components): 18 MB (hybrid: 38 MB), where the (n, m) scale, its exp and the
+    # product (complex: the two part products; the hybrid: ~15 (n, m) arrays) took 2.1x
+    # to 15x the 12 MB output
+    bound = _pair_bound(2000, 800, temporaries)
+    assert peak < bound, (peak / MB, bound / MB)
+
+
+def test_approx_kernel_float32_stays_float32_and_blocked_equals_one_block():
+    X, Y = _rows(900, 5, 7).astype(np.float32), _rows(300, 5, 8).astype(np.float32)
+    for name in ("SDERF", "RandomFourierFeatures-complex", "AngularHybridRF"):
+        fm = MAPS[name]().fit(X)
+        K = fm.approx_kernel(X, Y)
+        assert K.dtype == np.float32
+        # the features' Gram matrix in one piece (float64, so the reference's own
+        # rounding is negligible): float32 rounding of the D-term sums, ~1e-6 relative
+        ref = np.real(
+            fm.transform(X.astype(np.float64)) @ np.conj(fm.transform_y(Y.astype(np.float64))).T
+        )
+        np.testing.assert_allclose(K, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
