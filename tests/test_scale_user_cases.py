@@ -2,7 +2,7 @@
 
 Peak memory is measured with ``tracemalloc`` (NumPy reports its buffers to it); each
 bound is derived from the output's size and the library's block sizes, never from a
-timing. The pairwise methods are checked against the same computation
+timing. The pairwise methods and predictions are checked against the same computation
 in one piece on small inputs.
 """
 
@@ -10,10 +10,21 @@ from __future__ import annotations
 
 import tracemalloc
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
 
+from kernelkit.distributions import KernelLogisticRegression
+from kernelkit.distributions import klr as klr_module
+from kernelkit.estimators import (
+    NadarayaWatsonClassifier,
+    RandomFeatureGPClassifier,
+    RandomFeatureGPRegressor,
+    RandomFeatureRidge,
+    _chunked,
+    gp,
+)
 from kernelkit.features import (
     SDERF,
     AngularHybridRF,
@@ -72,7 +83,7 @@ def _pair_bound(n, m, temporaries):
 
 @pytest.fixture
 def one_thread(monkeypatch):
-    # one block in flight at a time, so the bound counts one block's temporaries
+    # one block (slab) in flight at a time, so the bound counts one block's temporaries
     monkeypatch.setenv("KERNELKIT_NUM_THREADS", "1")
 
 
@@ -148,3 +159,102 @@ def test_approx_kernel_float32_stays_float32_and_blocked_equals_one_block():
             fm.transform(X.astype(np.float64)) @ np.conj(fm.transform_y(Y.astype(np.float64))).T
         )
         np.testing.assert_allclose(K, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+# ---------------------------------------------------------------------- estimators
+SLAB = _chunked._SLAB_BYTES
+
+
+def _regression(n, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    return X, np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
+
+
+def _fm():
+    return RandomFourierFeatures(n_features=256, random_state=0)
+
+
+def test_ridge_and_gp_predict_on_a_large_batch_hold_one_slab_of_features(one_thread):
+    X, y = _regression(2000)
+    Xbig = _regression(40_000, seed=1)[0]  # all features: 40 000 x 256 x 8 = 82 MB
+    ridge = RandomFeatureRidge(_fm(), alpha=1.0).fit(X, y)
+    gpr = RandomFeatureGPRegressor(_fm(), noise=0.1).fit(X, y)
+    # one slab of features, the transform's temporaries of it (about as large) and the
+    # outputs (40 000 x 8 bytes each): ~17 MB, where the whole feature matrix took 82 MB
+    bound = 2 * SLAB + 4 * 8 * len(Xbig) + MB
+    pred, peak = _peak(lambda: ridge.predict(Xbig))
+    assert peak < bound, (peak / MB, bound / MB)
+    (mean, std), peak_gp = _peak(lambda: gpr.predict(Xbig, return_std=True))
+    assert peak_gp < bound, (peak_gp / MB, bound / MB)
+    # the same values as the features in one piece (slabs of rows: the products of
+    # each row unchanged up to BLAS's summation order, ~1e-15 relative)
+    Phi = ridge.feature_map_.transform(Xbig[:3000])
+    np.testing.assert_allclose(pred[:3000], Phi @ ridge.coef_ + ridge.intercept_, rtol=1e-10)
+    m1, s1 = gpr.predict(Xbig[:3000], return_std=True)
+    np.testing.assert_allclose(mean[:3000], m1, rtol=1e-12)
+    np.testing.assert_allclose(std[:3000], s1, rtol=1e-12)
+    assert pred.shape == mean.shape == std.shape == (len(Xbig),)
+
+
+def test_gp_classifier_fits_and_predicts_a_slab_of_features_at_a_time(one_thread):
+    X, _ = _regression(17_000)
+    y = np.where(X[:, 0] > 0, "up", "down")
+
+    def make():
+        return RandomFeatureGPClassifier(_fm(), random_state=0, n_jobs=1)
+
+    clf, peak = _peak(lambda: make().fit(X, y))
+    # n x D = 4.4M entries > STREAM_ENTRIES: the per-class sums over slabs, as the ridge's
+    # blocked fit (a slab, its transform temporaries and the (D, D) Gram matrices:
+    # ~25 MB), where the whole feature matrix and its per-class copies took 70 MB
+    assert len(X) * 256 > _chunked.STREAM_ENTRIES
+    bound = 2 * SLAB + 8 * 256 * 256 * 16 + MB
+    assert peak < bound, (peak / MB, bound / MB)
+    Xq = X[:10_000]  # five slabs; all their features: 20 MB
+    _, peak_latent = _peak(lambda: clf.predict_latent(Xq))
+    assert peak_latent < 1.5 * SLAB + 8 * 8 * len(Xq) + MB, peak_latent / MB
+    # the same model as the features in one piece (sums in another order: round-off of
+    # sums of 17 000 terms, ~1e-12 relative)
+    with mock.patch.object(gp, "use_blocked_statistics", lambda *args: False):
+        whole = make().fit(X, y)
+    Xq = X[:500]
+    for a, b in zip(clf.predict_latent(Xq), whole.predict_latent(Xq), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_nadaraya_watson_and_klr_predict_on_a_large_batch_hold_one_slab(one_thread):
+    X, _ = _regression(3000)
+    y = (X[:, 0] > 0).astype(int)
+    Xbig = _regression(40_000, seed=2)[0]
+    nw = NadarayaWatsonClassifier(n_components=256, random_state=0).fit(X, y)
+    klr = KernelLogisticRegression(max_rank=200, random_state=0).fit(X, y)
+    # the centred copy of X (1.3 MB), one slab of features (log features, their shifted
+    # exp: 3 slabs) and (n, C) scores, where all features took 3 x 82 MB (NW) and the
+    # (n, m) basis values 64 MB (KLR)
+    bound = 3 * SLAB + 8 * 8 * len(Xbig) + 2 * MB
+    p, peak = _peak(lambda: nw.predict_proba(Xbig))
+    assert peak < bound, (peak / MB, bound / MB)
+    # KLR: a slab of basis values and the kernel's temporaries of it (~4 such arrays)
+    bound_klr = 5 * 8 * klr_module._PREDICT_ELEMENTS + 8 * len(Xbig) + 2 * MB
+    d, peak_klr = _peak(lambda: klr.decision_function(Xbig))
+    assert peak_klr < bound_klr, (peak_klr / MB, bound_klr / MB)
+    # rows are independent: a prefix gives the same values (to BLAS's summation order)
+    np.testing.assert_allclose(p[:1000], nw.predict_proba(Xbig[:1000]), rtol=1e-12)
+    ref = klr.basis_.transform(Xbig[:1000]) @ klr.coef_
+    np.testing.assert_allclose(d[:1000], ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+
+
+def test_predict_with_a_scikit_learn_feature_map_holds_one_slab(one_thread):
+    # any transformer as the feature map (no output_dim): its width is read from one row
+    from sklearn.kernel_approximation import RBFSampler
+
+    X, y = _regression(2000)
+    Xbig = _regression(40_000, seed=3)[0]
+    ridge = RandomFeatureRidge(RBFSampler(n_components=256, random_state=0)).fit(X, y)
+    pred, peak = _peak(lambda: ridge.predict(Xbig))
+    # as for kernelkit's maps: a slab of features and its temporaries, plus the output
+    bound = 2 * SLAB + 4 * 8 * len(Xbig) + MB
+    assert peak < bound, (peak / MB, bound / MB)
+    Phi = ridge.feature_map_.transform(Xbig[:3000])
+    np.testing.assert_allclose(pred[:3000], Phi @ ridge.coef_ + ridge.intercept_, rtol=1e-10)
