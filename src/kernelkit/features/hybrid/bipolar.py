@@ -16,7 +16,7 @@ import numpy as np
 
 from ..._backend import device, is_numpy_namespace, validate_positive_int
 from ..._backend.params import int_range
-from .._base import _detach, check_bool, log1mexp, scale_rows, times_exp
+from .._base import _detach, check_bool, log1mexp, pairwise_rows, scale_rows, times_exp
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
@@ -146,6 +146,11 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         return base, log_scale
 
     def _features(self, X, xp, side):
+        # NumPy rows in blocks of ~2^17 features: the blocks, their scaled copies and the
+        # concatenation of the whole (n, D) output took 3x its size
+        return pairwise_rows(lambda Xb: self._features_rows(Xb, xp, side), X, self.output_dim, xp)
+
+    def _features_rows(self, X, xp, side):
         # base * exp(log_scale) with the common row scale of the blocks: where that scale
         # overflows, the blocks far below it (underflowed to 0 in the base, e.g. the
         # positive ones, ~ exp(-|x|^2/2), next to the trig ones, ~ exp(|x|^2/2)) would be
