@@ -387,8 +387,23 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """Return ``(base (n, D), log_scale (n,))`` for prepared ``X``."""
         raise NotImplementedError
 
+    #: whether :meth:`_features` maps NumPy rows in blocks of about 2^17 features (maps
+    #: whose features of all rows would take several (n, D) temporaries at once)
+    _row_blocked_features: ClassVar[bool] = False
+
     def _features(self, X, xp, side: str):
         """Features of prepared ``X`` (n, output_dim); may overflow for huge norms."""
+        if self._row_blocked_features and X.shape[0] > PAIR_MIN_ROWS:
+            return pairwise_rows(
+                lambda Xb: self._features_of_rows(Xb, xp, side),
+                X,
+                self.output_dim,
+                xp,
+                self._pair_jobs(),
+            )
+        return self._features_of_rows(X, xp, side)
+
+    def _features_of_rows(self, X, xp, side: str):
         base, log_scale = self._scaled_features(X, xp, side)
         return scale_rows(xp, base, log_scale)
 
