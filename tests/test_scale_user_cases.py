@@ -277,3 +277,15 @@ def test_predict_with_a_scikit_learn_feature_map_holds_one_slab(one_thread):
     assert peak < bound, (peak / MB, bound / MB)
     Phi = ridge.feature_map_.transform(Xbig[:3000])
     np.testing.assert_allclose(pred[:3000], Phi @ ridge.coef_ + ridge.intercept_, rtol=1e-10)
+
+
+def test_gp_classifier_monte_carlo_blocks_do_not_change_the_probabilities():
+    # row blocks on kernelkit's threads: each row's average over the same draws, so the
+    # same bits whatever the block size and the threads
+    rng = np.random.default_rng(4)
+    mean, var = rng.standard_normal((900, 3)), rng.random((900, 3))
+    eps = rng.standard_normal((200, 3))
+    one_block = gp.mc_softmax(mean, var, eps, max_elements=10**9)
+    for n_jobs in (1, 2):
+        blocked = gp.mc_softmax(mean, var, eps, max_elements=200 * 3 * 64, n_jobs=n_jobs)
+        np.testing.assert_array_equal(blocked, one_block)

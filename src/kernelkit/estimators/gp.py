@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import check_random_state, validate_positive_int
 from .._backend.chunks import is_block_sequence, is_chunked, is_dask_array, map_row_chunks
 from .._backend.fit_state import keep_model_on_error
-from .._backend.parallel import check_n_jobs
+from .._backend.parallel import block_map, check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ._chunked import (
@@ -486,7 +486,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             check_is_fitted(self)
             return map_row_chunks(prediction_rows(self, X), self.predict_proba, len(self.classes_))
         mean, var = self.predict_latent(X)
-        return mc_softmax(mean, var, self.mc_noise_)
+        return mc_softmax(mean, var, self.mc_noise_, n_jobs=self.n_jobs)
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`, shape (n, n_classes) (``-inf`` for a zero
@@ -566,13 +566,18 @@ def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2) -> list:
     return posteriors
 
 
-def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):
+def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None):
     """``mean_s softmax(mean + sqrt(var) * eps_s)`` per row.
 
     Parameters
     ----------
     mean, var : ndarray, shape (n, C)
     eps : ndarray, shape (S, C)
+    max_elements : int
+        Entries of the (rows, S, C) draws of one row block (8 MB of float64 by default).
+    n_jobs : int or None
+        kernelkit's threads for the row blocks (rows are independent: the result does
+        not depend on it).
 
     Returns
     -------
@@ -583,10 +588,13 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):
     sd = np.sqrt(np.maximum(var, 0.0))
     out = np.empty((n, C))
     rows = max(1, max_elements // max(1, S * C))
-    for lo in range(0, n, rows):
-        Z = mean[lo : lo + rows, None, :] + sd[lo : lo + rows, None, :] * eps[None, :, :]
+
+    def block(lo, hi):
+        Z = mean[lo:hi, None, :] + sd[lo:hi, None, :] * eps[None, :, :]
         Z -= Z.max(axis=2, keepdims=True)
         np.exp(Z, out=Z)
         Z /= Z.sum(axis=2, keepdims=True)
-        out[lo : lo + rows] = Z.mean(axis=1)
+        out[lo:hi] = Z.mean(axis=1)
+
+    block_map(block, n, rows, n_jobs)
     return out
