@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ from .._backend.chunks import (
     known_row_chunks,
     reduce_rows,
 )
+from .._backend.parallel import OneThreadPerTask, block_map, effective_n_jobs
 from .._backend.sklearn_validation import host_array, validate_data
 from ._feature_map_param import fitted_feature_map, map_features
 from ._labels import check_missing_labels
@@ -75,6 +77,7 @@ __all__ = [
     "blocked_statistics",
     "chunk_statistics",
     "fit_feature_map",
+    "predict_in_slabs",
     "prediction_rows",
     "reject_block_iterable",
     "training_rows",
@@ -315,6 +318,35 @@ def prediction_rows(est, X):
     return as_dask_rows(
         X, "X", est.n_features_in_, owner=type(est).__name__, vector="error", known_rows=False
     )
+
+
+def predict_in_slabs(fn, X, fm, n_jobs=None):
+    """``fn(X)`` for in-memory rows ``X`` (n, d), a slab of rows at a time.
+
+    ``fn`` maps rows to an array, or a tuple of arrays, with one row per input row (the
+    predictions of their features by the fitted transformer ``fm``); a slab's features
+    take about ``_SLAB_BYTES`` (``D`` complex columns), so a prediction holds one slab of
+    features per thread instead of all ``n x D`` of them. The slabs run on ``n_jobs`` of
+    kernelkit's threads, each slab on one thread with BLAS on one thread (switching BLAS's
+    threads for each slab's feature map, or nesting the map's threads, would cost more
+    than the slab), and rows are independent: the same values as one call, to the
+    rounding of the products.
+    """
+    n = X.shape[0]
+    if n <= _FIRST_SLAB:
+        return fn(X)
+    width = getattr(fm, "output_dim", None)  # a kernelkit map; else any transformer
+    if not isinstance(width, numbers.Integral):
+        width = map_features(fm, X[:1]).shape[1]
+    rows = max(_FIRST_SLAB, _SLAB_BYTES // (16 * max(1, int(width))))
+    if n <= rows:
+        return fn(X)
+    threads = effective_n_jobs(n_jobs)  # the slabs' threads; each slab runs on one
+    with OneThreadPerTask():
+        parts = block_map(lambda lo, hi: fn(X[lo:hi]), n, rows, threads)
+    if isinstance(parts[0], tuple):
+        return tuple(np.concatenate(p, axis=0) for p in zip(*parts, strict=True))
+    return np.concatenate(parts, axis=0)
 
 
 def reject_block_iterable(est, X) -> None:

@@ -26,12 +26,12 @@ from .._backend.chunks import (
     reduce_rows,
 )
 from .._backend.sklearn_validation import validate_data
-from ._chunked import _FIRST_SLAB, _SLAB_BYTES, TrainingRows, chunked_head
+from ._chunked import _FIRST_SLAB, _MAX_BLOCKS, _SLAB_BYTES, TrainingRows, chunked_head
 from ._feature_map_param import map_features
 from ._labels import check_missing_labels, encode_labels
 from ._posterior import gram_primal
 
-__all__ = ["class_statistics", "class_training_rows"]
+__all__ = ["blocked_class_statistics", "class_statistics", "class_training_rows"]
 
 
 def class_training_rows(est, X, y) -> TrainingRows:
@@ -98,6 +98,23 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
         warnings.filterwarnings("ignore", "The number of unique classes", UserWarning)
         check_classification_targets(classes)  # e.g. "Unknown label type: continuous"
     return classes, [stats[key] for key in ranked]
+
+
+def blocked_class_statistics(fm, X, y_idx, n_classes: int, amplitude: float, n_jobs=None):
+    """``[(G_c, s_c)]`` for ``c = 0 .. n_classes - 1`` of in-memory rows ``X`` (n, d) with
+    class indices ``y_idx`` (n,), over row blocks as
+    :func:`~kernelkit.estimators._chunked.blocked_statistics` (a number of blocks fixed by
+    ``n``, summed in block order on ``n_jobs`` threads): one slab of features at a time."""
+    n = len(X)
+    k = max(1, min(_MAX_BLOCKS, n // (4 * _FIRST_SLAB)))
+    stats = reduce_rows(
+        lambda _, Xb, yb: class_block_stats(fm, Xb, yb, amplitude, "classes"),
+        [X, np.asarray(y_idx)],
+        _merge,
+        block=-(-n // k),
+        n_jobs=n_jobs,
+    )
+    return [stats[c] for c in range(n_classes)]
 
 
 def _merge(u: dict, v: dict) -> dict:

@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import check_random_state, validate_positive_int
 from .._backend.chunks import is_block_sequence, is_chunked, is_dask_array, map_row_chunks
 from .._backend.fit_state import keep_model_on_error
-from .._backend.parallel import check_n_jobs
+from .._backend.parallel import block_map, check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ._chunked import (
@@ -34,11 +34,12 @@ from ._chunked import (
     blocked_statistics,
     chunk_statistics,
     fit_feature_map,
+    predict_in_slabs,
     prediction_rows,
     training_rows,
     use_blocked_statistics,
 )
-from ._chunked_classes import class_statistics, class_training_rows
+from ._chunked_classes import blocked_class_statistics, class_statistics, class_training_rows
 from ._feature_map_param import fitted_feature_map, map_features
 from ._labels import check_missing_labels, encode_labels, log_proba
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gram_primal
@@ -262,21 +263,35 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
             both = map_row_chunks(X, mean_and_std, 2 * T)  # (n, 2 T)
             mean, std = both[:, :T], both[:, T:]
             return (mean[:, 0], std[:, 0]) if self._single else (mean, std)
-        Phi = self._features(X)
-        mean = self.posterior_.mean(Phi) * self._y_std + self._y_mean  # (n, T)
-        if self._single:
-            mean = mean[:, 0]
-        if not (return_std or return_cov):
-            return mean
         noise = self._noise if include_noise else 0.0  # the fitted noise variance
-        if return_std:
-            var = self.posterior_.var(Phi) + noise  # (n,)
-            std = np.sqrt(var)[:, None] * self._y_std  # (n, T)
-            return mean, (std[:, 0] if self._single else std)
+        if not return_cov:  # row by row: one slab of features at a time
+            check_is_fitted(self)
+            X = validate_data(
+                self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False
+            )
+            return predict_in_slabs(
+                lambda Xb: self._mean_std(Xb, return_std, noise), X, self.feature_map_, self.n_jobs
+            )
+        Phi = self._features(X)
+        mean = self._mean(Phi)
         cov = self.posterior_.cov(Phi)
         cov[np.diag_indices_from(cov)] += noise
         cov = cov[:, :, None] * self._y_std**2
         return mean, (cov[:, :, 0] if self._single else cov)
+
+    def _mean(self, Phi):
+        mean = self.posterior_.mean(Phi) * self._y_std + self._y_mean  # (n, T)
+        return mean[:, 0] if self._single else mean
+
+    def _mean_std(self, X, return_std: bool, noise: float):
+        """Predictive mean (and standard deviation) of validated rows ``X``."""
+        Phi = map_features(self.feature_map_, X, self._amp)
+        mean = self._mean(Phi)
+        if not return_std:
+            return mean
+        var = self.posterior_.var(Phi) + noise  # (n,)
+        std = np.sqrt(var)[:, None] * self._y_std  # (n, T)
+        return mean, (std[:, 0] if self._single else std)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -406,9 +421,17 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             self.feature_map_ = fitted_feature_map(
                 self.feature_map, rng, X, type(self).__name__, n_jobs
             )
-            Phi = map_features(self.feature_map_, X, amp)
             # 4. one heteroscedastic GP per class, with the noise of the Milios transform
             C = len(self.classes_)
+            if use_blocked_statistics(self.feature_map_, X, self.solver):
+                # n x D beyond STREAM_ENTRIES: the per-class sums over row blocks, as a
+                # chunked fit (one slab of features at a time, never all of them)
+                grams = blocked_class_statistics(self.feature_map_, X, y_idx, C, amp, n_jobs)
+                self.posteriors_ = _posteriors_from_grams(grams, *labels)
+                self.mc_noise_ = rng.standard_normal((S, C))
+                self._amp = amp
+                return self
+            Phi = map_features(self.feature_map_, X, amp)
             if choose_solver(self.solver, *Phi.shape) == "primal":
                 self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels)
             else:
@@ -444,6 +467,9 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             )
             return both[:, :C], both[:, C:]
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False)
+        return predict_in_slabs(self._latent_rows, X, self.feature_map_, self.n_jobs)
+
+    def _latent_rows(self, X):
         Phi = map_features(self.feature_map_, X, self._amp)
         mean = np.column_stack([p.mean(Phi)[:, 0] for p in self.posteriors_])
         var = np.column_stack([p.var(Phi) for p in self.posteriors_])
@@ -460,7 +486,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             check_is_fitted(self)
             return map_row_chunks(prediction_rows(self, X), self.predict_proba, len(self.classes_))
         mean, var = self.predict_latent(X)
-        return mc_softmax(mean, var, self.mc_noise_)
+        return mc_softmax(mean, var, self.mc_noise_, n_jobs=self.n_jobs)
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`, shape (n, n_classes) (``-inf`` for a zero
@@ -541,13 +567,18 @@ def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2) -> list:
     return posteriors
 
 
-def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):
+def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None):
     """``mean_s softmax(mean + sqrt(var) * eps_s)`` per row.
 
     Parameters
     ----------
     mean, var : ndarray, shape (n, C)
     eps : ndarray, shape (S, C)
+    max_elements : int
+        Entries of the (rows, S, C) draws of one row block (8 MB of float64 by default).
+    n_jobs : int or None
+        kernelkit's threads for the row blocks (rows are independent: the result does
+        not depend on it).
 
     Returns
     -------
@@ -558,10 +589,13 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 22):
     sd = np.sqrt(np.maximum(var, 0.0))
     out = np.empty((n, C))
     rows = max(1, max_elements // max(1, S * C))
-    for lo in range(0, n, rows):
-        Z = mean[lo : lo + rows, None, :] + sd[lo : lo + rows, None, :] * eps[None, :, :]
+
+    def block(lo, hi):
+        Z = mean[lo:hi, None, :] + sd[lo:hi, None, :] * eps[None, :, :]
         Z -= Z.max(axis=2, keepdims=True)
         np.exp(Z, out=Z)
         Z /= Z.sum(axis=2, keepdims=True)
-        out[lo : lo + rows] = Z.mean(axis=1)
+        out[lo:hi] = Z.mean(axis=1)
+
+    block_map(block, n, rows, n_jobs)
     return out

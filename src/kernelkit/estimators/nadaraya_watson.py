@@ -55,7 +55,7 @@ from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
-from ._chunked import reject_block_iterable
+from ._chunked import predict_in_slabs, reject_block_iterable
 from ._labels import check_missing_labels, encode_labels, log_proba
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
@@ -420,11 +420,17 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         X = X - self.X_mean_  # centred as the training points
         if self.exact:
             return exact_nw_scores(X, self._X_centred, self._R, float(self.sigma))
-        if self.feature_map_ is not None:
+        if self.feature_map_ is not None:  # rows independent: one slab of features at a time
             fm, keys = self.feature_map_, self._keys
-        else:  # paper protocol: x side = query batch, y side = training points
-            fm = self._new_map().fit(X, Y=self._X_centred)
-            keys = self._key_side(fm)
+            return predict_in_slabs(
+                lambda Xb: self._feature_scores(fm, keys, Xb), X, fm, self.n_jobs
+            )
+        # paper protocol: x side = query batch, y side = training points
+        fm = self._new_map().fit(X, Y=self._X_centred)
+        return self._feature_scores(fm, self._key_side(fm), X)
+
+    @staticmethod
+    def _feature_scores(fm, keys, X):
         if keys[0] == "log":
             return nw_query_scores(log_features(fm, X, "x"), keys[1], keys[2])
         return fm.transform(X) @ keys[1]

@@ -21,6 +21,7 @@ from ._chunked import (
     blocked_statistics,
     chunk_statistics,
     fit_feature_map,
+    predict_in_slabs,
     prediction_rows,
     training_rows,
     use_blocked_statistics,
@@ -192,6 +193,9 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
             X = prediction_rows(self, X)
             return map_row_chunks(X, self.predict, None if self._single else len(self.intercept_))
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False, accept_sparse=False)
+        return predict_in_slabs(self._predict_rows, X, self.feature_map_, self.n_jobs)
+
+    def _predict_rows(self, X):
         Phi = map_features(self.feature_map_, X)
         coef = self.coef_
         if np.iscomplexobj(Phi):

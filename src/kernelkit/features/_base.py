@@ -62,6 +62,7 @@ from .._backend import (
 from .._backend import validate_data as validate_array
 from .._backend.chunks import checked_chunks, is_dask_array
 from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
+from .._backend.parallel import block_map
 from .._backend.sklearn_validation import check_lazy_output, for_container
 from ._dask import fit_dask, lazy_features
 
@@ -69,6 +70,13 @@ __all__ = ["KERNELS", "FeatureMap"]
 
 #: kernel name -> alpha of the scaled softmax kernel K^(alpha) (FAVOR# Sec. 2.1)
 KERNELS = {"softmax": 0.0, "gaussian": -0.5}
+
+#: entries of one row block of the (n, m) methods (approx_kernel, variance, ...) for NumPy
+#: input: their temporaries (a dozen or more (n, m) arrays for some variances) are formed
+#: one block at a time, so the peak memory is the output's plus a few MB
+PAIR_BLOCK_ELEMENTS = 1 << 17
+#: fewest rows of such a block (each block maps its Y side again)
+PAIR_MIN_ROWS = 64
 
 #: samplers whose rows are only approximately N(0, I) (discrete directions): their
 #: estimates are biased and the analytic (i.i.d.) variance does not bound their error
@@ -413,8 +421,23 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """Return ``(base (n, D), log_scale (n,))`` for prepared ``X``."""
         raise NotImplementedError
 
+    #: whether :meth:`_features` maps NumPy rows in blocks of about 2^17 features (maps
+    #: whose features of all rows would take several (n, D) temporaries at once)
+    _row_blocked_features: ClassVar[bool] = False
+
     def _features(self, X, xp, side: str):
         """Features of prepared ``X`` (n, output_dim); may overflow for huge norms."""
+        if self._row_blocked_features and X.shape[0] > PAIR_MIN_ROWS:
+            return pairwise_rows(
+                lambda Xb: self._features_of_rows(Xb, xp, side),
+                X,
+                self.output_dim,
+                xp,
+                self._pair_jobs(),
+            )
+        return self._features_of_rows(X, xp, side)
+
+    def _features_of_rows(self, X, xp, side: str):
         base, log_scale = self._scaled_features(X, xp, side)
         return scale_rows(xp, base, log_scale)
 
@@ -491,14 +514,14 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp = self._check_pair(X, Y)
         bx, sx, by, sy = self._scaled_pair(X, Y, xp)
-        out = combine_scaled(xp, real_gram(xp, bx, by), sx[:, None] + sy[None, :])
+        out = combine_row_scales(xp, real_gram(xp, bx, by), sx, sy, self._pair_jobs())
         return as_real_dtype(xp, out, X.dtype)
 
     # ------------------------------------------------------------------ kernels
     def exact_kernel(self, X, Y=None):
         """The kernel this map approximates, ``K(X, Y)``, shape (n, m)."""
         X, Y, xp = self._check_pair(X, Y)
-        return self._exact_kernel(self._densify(X), self._densify(Y), xp)
+        return self._pairwise(self._exact_kernel, self._densify(X), self._densify(Y), xp)
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)`` over the random draw of ``fit``, shape (n, m).
@@ -549,7 +572,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("variance")
-        return as_real_dtype(xp, self._variance(X, Y, xp), dtype)
+        return as_real_dtype(xp, self._pairwise(self._variance, X, Y, xp), dtype)
 
     def complex_variance(self, X, Y=None):
         """``E|k_hat - E k_hat|^2`` of the complex estimate ``phi(x)^T conj(psi(y))``.
@@ -560,8 +583,16 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("complex_variance")
-        out = self._complex_variance(X, Y, xp) if self.is_complex else self._variance(X, Y, xp)
-        return as_real_dtype(xp, out, dtype)
+        fn = self._complex_variance if self.is_complex else self._variance
+        return as_real_dtype(xp, self._pairwise(fn, X, Y, xp), dtype)
+
+    def _pair_jobs(self):
+        n_jobs = getattr(self, "n_jobs", None)
+        return n_jobs if isinstance(n_jobs, numbers.Integral) else None
+
+    def _pairwise(self, fn, X, Y, xp):
+        """``fn(X, Y, xp)`` (n, m) of prepared dense inputs, over row blocks of ``X``."""
+        return pairwise_rows(lambda Xb: fn(Xb, Y, xp), X, Y.shape[0], xp, self._pair_jobs())
 
     def _variance(self, X, Y, xp):
         raise NotImplementedError
@@ -579,7 +610,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("log_relative_variance")
-        return as_real_dtype(xp, self._log_relative_variance(X, Y, xp), dtype)
+        return as_real_dtype(xp, self._pairwise(self._log_relative_variance, X, Y, xp), dtype)
 
     def _log_relative_variance(self, X, Y, xp):
         var = self._variance(X, Y, xp)
@@ -613,16 +644,66 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
 
 
 # ---------------------------------------------------------------------- helpers
+def _pair_rows(m: int) -> int:
+    return max(PAIR_MIN_ROWS, PAIR_BLOCK_ELEMENTS // max(1, m))
+
+
+def pairwise_rows(fn, X, m: int, xp, n_jobs=None):
+    """``fn(X)`` (n, m) for NumPy ``X`` (n, d) formed over row blocks of ``X``.
+
+    ``fn`` maps rows to their (rows, m) block, each row independently of the others. A
+    NumPy result larger than one block is written block by block into the output, so
+    the temporaries of ``fn`` are those of a block (a few MB) instead of a dozen (n, m)
+    arrays; the blocks have fixed sizes and run on kernelkit's threads (the result does
+    not depend on ``n_jobs``). Other backends, and small results, take one call.
+    """
+    n = X.shape[0]
+    rows = _pair_rows(m)
+    if not is_numpy_namespace(xp) or n <= rows:
+        return fn(X)
+    first = fn(X[:rows])
+    out = np.empty((n, m), dtype=first.dtype)
+    out[:rows] = first
+
+    def block(lo, hi):
+        lo += rows
+        hi += rows
+        out[lo:hi] = fn(X[lo:hi])
+
+    block_map(block, n - rows, rows, n_jobs)
+    return out
+
+
 def real_gram(xp, P, S):
     """``Re(P conj(S)^T)`` (n, m); ``S is P`` reads the parts once."""
     if not xp.isdtype(P.dtype, "complex floating"):
         return P @ xp.matrix_transpose(S)
     Pr, Pi = xp.real(P), xp.imag(P)
     Sr, Si = (Pr, Pi) if S is P else (xp.real(S), xp.imag(S))
-    if is_numpy_namespace(xp):  # strided views would miss BLAS
-        Pr, Pi = np.ascontiguousarray(Pr), np.ascontiguousarray(Pi)
-        Sr, Si = (Pr, Pi) if S is P else (np.ascontiguousarray(Sr), np.ascontiguousarray(Si))
-    return Pr @ xp.matrix_transpose(Sr) + Pi @ xp.matrix_transpose(Si)
+    if not is_numpy_namespace(xp):
+        return Pr @ xp.matrix_transpose(Sr) + Pi @ xp.matrix_transpose(Si)
+    # strided views would miss BLAS; the imaginary products are added block by block
+    # into the real one (no second (n, m) temporary)
+    Pr, Pi = np.ascontiguousarray(Pr), np.ascontiguousarray(Pi)
+    Sr, Si = (Pr, Pi) if S is P else (np.ascontiguousarray(Sr), np.ascontiguousarray(Si))
+    out = Pr @ Sr.T
+    rows = _pair_rows(out.shape[1])
+    for lo in range(0, out.shape[0], rows):
+        out[lo : lo + rows] += Pi[lo : lo + rows] @ Si.T
+    return out
+
+
+def combine_row_scales(xp, dot, sx, sy, n_jobs=None):
+    """``dot * exp(sx[:, None] + sy[None, :])`` (n, m) as :func:`combine_scaled`; for
+    NumPy in place in ``dot`` (a fresh product), one row block of scales at a time."""
+    if not is_numpy_namespace(xp) or dot.shape[0] <= _pair_rows(dot.shape[1]):
+        return combine_scaled(xp, dot, sx[:, None] + sy[None, :])
+
+    def block(lo, hi):
+        dot[lo:hi] = combine_scaled(xp, dot[lo:hi], sx[lo:hi, None] + sy[None, :])
+
+    block_map(block, dot.shape[0], _pair_rows(dot.shape[1]), n_jobs)
+    return dot
 
 
 def complex_dtype(xp, dtype):

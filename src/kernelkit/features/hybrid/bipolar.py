@@ -21,6 +21,7 @@ from .._base import (
     check_bool,
     log1mexp,
     narrow_to,
+    pairwise_rows,
     scale_rows,
     times_exp,
     widen_to_float64,
@@ -154,6 +155,11 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         return base, log_scale
 
     def _features(self, X, xp, side):
+        # NumPy rows in blocks of ~2^17 features: the blocks, their scaled copies and the
+        # concatenation of the whole (n, D) output took 3x its size
+        return pairwise_rows(lambda Xb: self._features_rows(Xb, xp, side), X, self.output_dim, xp)
+
+    def _features_rows(self, X, xp, side):
         # base * exp(log_scale) with the common row scale of the blocks: where that scale
         # overflows, the blocks far below it (underflowed to 0 in the base, e.g. the
         # positive ones, ~ exp(-|x|^2/2), next to the trig ones, ~ exp(|x|^2/2)) would be
@@ -226,6 +232,9 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         """``lambda_hat (n, m)`` and the two base estimates as ``(dot, log_scale)`` pairs,
         each ``(n, m)``, with ``estimate = dot * exp(log_scale)``."""
         Xs, Ys, xp = self._check_pair(X, Y)
+        return self._components_prepared(Xs, Ys, xp)
+
+    def _components_prepared(self, Xs, Ys, xp):
         extra = 0.0
         if self.alpha != 0.0:
             extra = self.alpha * (_sq_norms(xp, Xs)[:, None] + _sq_norms(xp, Ys)[None, :])
@@ -253,8 +262,12 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         result is finite wherever the estimate itself is representable, and an exact
         ``lambda_hat = 0`` or ``1`` drops the other estimator entirely (never ``0 * inf``).
         """
-        lam, (dp, sp), (dt, st) = self._scaled_components(X, Y)
-        xp = xp_of(lam)
+        Xs, Ys, xp = self._check_pair(X, Y)
+        # row blocks of X for NumPy: a dozen (n, m) temporaries per block, not per call
+        return self._pairwise(self._approx_prepared, Xs, Ys, xp)
+
+    def _approx_prepared(self, Xs, Ys, xp):
+        lam, (dp, sp), (dt, st) = self._components_prepared(Xs, Ys, xp)
         if dp.shape[0] == 0 or dp.shape[1] == 0:
             return lam * dp
         inner, shift = _shifted_sum(xp, [(lam * dp, sp), ((1.0 - lam) * dt, st)])

@@ -89,6 +89,9 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
     projection_ : ndarray (m, d); lambda_projection_ : ndarray (n, d) (Gaussian mixture).
     """
 
+    #: NumPy rows in blocks: the whole (n, D) parts took 2x to 3x the output
+    _row_blocked_features = True
+
     symmetric = False
     # k-means centres of X and of Y: fitted on the pair (X, Y), or on (X, X) without Y
     data_dependent = True
