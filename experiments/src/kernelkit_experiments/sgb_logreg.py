@@ -380,8 +380,10 @@ def methods_for(
 #: ``CALL_SECONDS[kind]`` per Python-level update (one per bound row for the paper's
 #: Alg. LB, one per block of rows for the ``"exact"`` variant) plus ``STEP_SECONDS``.
 #: The constants are nominal, fitted to one BLAS thread of the 2-core development
-#: machine (2026-11, unloaded), where the model came within a factor 2 of the measured
-#: step time on every quick- and full-mode method (the report prints both).
+#: machine (2026-11, unloaded), where the model came within a factor 2 of a warm step's
+#: measured time on every quick- and full-mode method. The report prints it next to one
+#: cold step timed on the machine (steps of a few ms there are dominated by first-call
+#: costs).
 NOMINAL_FLOPS_PER_S = 2e10
 CALL_SECONDS = {"row": 3e-5, "block": 6e-5}
 STEP_SECONDS = 3e-4
@@ -392,9 +394,12 @@ def is_gated(method: str) -> bool:
     return method == "SPFB (dense)" or method.startswith("LSPFB")
 
 
-def step_cost(method: str, p: int, n_classes: int, m: int) -> tuple[float, int, str]:
+def step_cost(
+    method: str, p: int, n_classes: int, m: int, variant: str = "exact"
+) -> tuple[float, int, str]:
     """``(flops, calls, kind)`` of one step of a gated method on a mini-batch of ``m``
-    rows with ``p`` features (bias included) and ``n_classes`` classes (``d = p n``).
+    rows with ``p`` features (bias included) and ``n_classes`` classes (``d = p n``);
+    ``variant``: the low-rank variant of an ``LSPFB k=..`` label (``Config.low_rank``).
 
     * SPFB (dense): the curvature ``sum_j C_j (x) x_j x_j^T`` (upper blocks,
       ``m p^2 n (n + 1)`` flops), its Cholesky factor (``d^3 / 3``) and the solve.
@@ -404,7 +409,8 @@ def step_cost(method: str, p: int, n_classes: int, m: int) -> tuple[float, int, 
       rotation (``4 b^2 d``), the rotation of the ``k + b`` directions (``2 (k + b)^2 d``)
       and their ``(k + b)``-sized eigh (``10 (k + b)^3``).
     * LSPFB-paper: per row the projections (``4 k d``), the rotation of ``V``
-      (``2 k^2 d``) and a ``k x k`` eigh (``10 k^3``).
+      (``2 k^2 d``) and a ``k x k`` eigh (``10 k^3``); ``variant="eig"``: per row the
+      projections and a rank-one swap (``8 k d``) and a ``k x k`` eigh.
 
     Every step also forms the logits and the gradient (``8 m p n``).
     """
@@ -414,9 +420,11 @@ def step_cost(method: str, p: int, n_classes: int, m: int) -> tuple[float, int, 
         return base + m * p * p * n * (n + 1) + d**3 / 3 + 2.0 * d * d, 0, "row"
     k = min(int(method.split("=")[1]), d)
     rows = m * max(n - 1, 1)
-    if method.startswith("LSPFB-paper"):
+    if method.startswith("LSPFB-paper") or variant == "paper":
         per_row = d * (4.0 * k + 2.0 * k * k + 8.0) + 10.0 * k**3
         return base + rows * per_row, rows, "row"
+    if variant == "eig":
+        return base + rows * (d * (8.0 * k + 8.0) + 10.0 * k**3), rows, "row"
     from kernelkit.optim.low_rank import _block_samples
 
     s = _block_samples("exact", k, n)
@@ -443,7 +451,8 @@ def model_seconds(
     """``(model seconds per step, model seconds for the method)`` from the shapes alone
     (:func:`step_cost` at the nominal rates); the method runs if the second is at most
     ``config.max_method_s``."""
-    flops, calls, kind = step_cost(method, p, n_classes, min(spec.batch_size, T))
+    m = min(spec.batch_size, T)
+    flops, calls, kind = step_cost(method, p, n_classes, m, _variant(method, config))
     per_step = flops / NOMINAL_FLOPS_PER_S + calls * CALL_SECONDS[kind] + STEP_SECONDS
     return per_step, per_step * method_steps(method, T, spec, config)
 
@@ -503,9 +512,10 @@ def compare(
             shape = (problem.T, problem.p, problem.n_classes)
             model_step, model = model_seconds(method, *shape, spec, config)
             per_step, est = estimate_seconds(method, problem, spec, config, seed)
-            flops = step_cost(
-                method, problem.p, problem.n_classes, min(spec.batch_size, problem.T)
-            )[0]
+            m_b = min(spec.batch_size, problem.T)
+            flops = step_cost(method, problem.p, problem.n_classes, m_b, _variant(method, config))[
+                0
+            ]
             runs = model <= config.max_method_s
             out["_cost"][method] = {
                 "steps": method_steps(method, problem.T, spec, config),
@@ -1020,7 +1030,8 @@ def _cost_text(config: Config) -> str:
         f"{STEP_SECONDS * 1e3:g} ms per step (one BLAS thread of the development machine). "
         "Next to it, one step timed on this machine times the same steps: it varies "
         "with the machine and its load, so it is shown, not used; the ratio says how "
-        "this machine ran against the nominal one.\n\n"
+        "this machine ran against the nominal one (one cold step: where a step takes a "
+        "few ms, first-call costs dominate it).\n\n"
     )
 
 
