@@ -17,6 +17,12 @@ hold-out by loss (31) for the uniform data and by each model's own held-out loss
 (``validation_loss``: the L2 loss of (8) for JDL / JPDL, the CME loss) for the Cauchy data,
 whose second moments do not exist.
 
+CME diagnosis (uniform data): the paper's "0 % non-PSD beyond n = 50" for CME does not
+hold here, and the report says why from the run: the rate at a PSD tolerance 10^7 times
+looser, the size of the violations, and the rate and loss (31) at every reg (plus
+``diag_regs`` beyond the validation grid) at the selected lengthscales
+(:func:`cme_diagnosis_keys`).
+
 Declared as a :class:`~kernelkit_experiments._harness.Spec`: one seed is one repetition
 (fresh data for every data set and ``n``), and each claim is judged over the seeds.
 """
