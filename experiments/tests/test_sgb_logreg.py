@@ -354,7 +354,7 @@ def test_unaffordable_methods_are_skipped_and_listed(tmp_path):
     assert est == pytest.approx(per_step * 6 * 2, rel=1e-12)  # 6 steps/epoch, 1 config
     S.run(tmp_path, quick=True, config=cfg)
     text = (tmp_path / "report.md").read_text()
-    assert "**Not run**" in text and "LSPFB k=5: one step" in text
+    assert "**Not run**" in text and "LSPFB k=5: cost model" in text
 
 
 def test_bench_configs_have_equal_grids():

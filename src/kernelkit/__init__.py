@@ -7,19 +7,28 @@ estimators (:mod:`kernelkit.estimators`), joint and conditional distributions
 (:mod:`kernelkit.distributions`), partition-function bound optimizers
 (:mod:`kernelkit.optim`), metrics and offline data sets.
 
-Subpackages other than ``features`` and ``kernels`` are imported on first access, so
-``import kernelkit`` stays light and does not need PyTorch.
+Every subpackage is imported on first access (``kernelkit.features``,
+``from kernelkit import kernels``), so ``import kernelkit`` stays light and does not need
+PyTorch; the ``kernelkit`` command line then handles Ctrl-C from its start.
 """
 
 import importlib
 
 __version__ = "0.1.0"
 
-from . import features, kernels
+_LAZY = (
+    "attention",
+    "datasets",
+    "distributions",
+    "estimators",
+    "experiments",
+    "features",
+    "kernels",
+    "metrics",
+    "optim",
+)
 
-_LAZY = ("attention", "datasets", "distributions", "estimators", "experiments", "metrics", "optim")
-
-__all__ = ["__version__", "features", "kernels", *_LAZY]
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name):

@@ -17,6 +17,12 @@ hold-out by loss (31) for the uniform data and by each model's own held-out loss
 (``validation_loss``: the L2 loss of (8) for JDL / JPDL, the CME loss) for the Cauchy data,
 whose second moments do not exist.
 
+CME diagnosis (uniform data): the paper's "0 % non-PSD beyond n = 50" for CME does not
+hold here, and the report says why from the run: the rate at a PSD tolerance 10^7 times
+looser, the size of the violations, and the rate and loss (31) at every reg (plus
+``diag_regs`` beyond the validation grid) at the selected lengthscales
+(:func:`cme_diagnosis_keys`).
+
 Declared as a :class:`~kernelkit_experiments._harness.Spec`: one seed is one repetition
 (fresh data for every data set and ``n``), and each claim is judged over the seeds.
 """
@@ -38,7 +44,18 @@ from . import _harness as H
 from . import _jdl_common as C
 from ._report import markdown_table
 
-__all__ = ["DESCRIPTION", "FULL", "NAME", "QUICK", "SPEC", "Config", "compute", "run"]
+__all__ = [
+    "DESCRIPTION",
+    "FULL",
+    "LOOSE_PSD_RTOL",
+    "NAME",
+    "QUICK",
+    "SPEC",
+    "Config",
+    "cme_diagnosis_keys",
+    "compute",
+    "run",
+]
 
 NAME = "jdl-small"
 DESCRIPTION = "JDL Sec. 5.1: uniform and Cauchy data sets with n in {50, 100, 200}"
@@ -52,6 +69,10 @@ METRICS = {
     "nonpos_mass_pct": "% mass <= 0",
 }
 
+#: a PSD tolerance 10^7 times looser than ``PSD_RTOL`` (still far below the violations
+#: measured here): the CME diagnosis counts non-PSD matrices at both
+LOOSE_PSD_RTOL = 1e-6
+
 
 @dataclass(frozen=True)
 class Config:
@@ -63,10 +84,57 @@ class Config:
     ls_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     regs: tuple[float, ...] = (1e-6, 1e-4, 1e-2)
     regs_poly: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0)
+    #: larger CME regs, outside the validation grid: only for the report's CME diagnosis
+    diag_regs: tuple[float, ...] = (1e-1,)
 
 
 FULL = Config()
 QUICK = Config(n_test=2000)
+
+
+def cme_diagnosis_keys(cfg: Config) -> list[str]:
+    """Per-seed metrics of the CME positivity diagnosis (uniform data, CME run), each
+    (len(ns),): the rate at ``LOOSE_PSD_RTOL``, the median ``lambda_min / max |lambda|``
+    of the non-PSD matrices, the selected ``log10 reg``, and the rate and test loss (31)
+    at every reg of ``regs + diag_regs`` (selected lengthscales)."""
+    if "uniform" not in cfg.datasets or "cme" not in cfg.models:
+        return []
+    keys = [
+        f"uniform cme pos_err_pct rtol {LOOSE_PSD_RTOL:g}",
+        "uniform cme neg_eig_rel",
+        "uniform cme log10 reg",
+    ]
+    for r in _diag_regs(cfg):
+        keys += [f"uniform cme pos_err_pct reg {r:g}", f"uniform cme loss reg {r:g}"]
+    return keys
+
+
+def _diag_regs(cfg: Config) -> list[float]:
+    return sorted(set(cfg.regs) | set(cfg.diag_regs))
+
+
+def _cme_diagnosis(cfg, model, params, Xtr, Ytr, Xte, M, Mte, cache) -> dict:
+    """The CME diagnosis metrics of one fit (keys of :func:`cme_diagnosis_keys` without
+    the data-set and model prefix)."""
+    w = np.linalg.eigvalsh((M + np.swapaxes(M, -1, -2)) / 2)
+    rel = w[:, 0] / np.abs(w).max(axis=1)
+    bad = rel < -C.PSD_RTOL
+    out = {
+        f"pos_err_pct rtol {LOOSE_PSD_RTOL:g}": 100 * C.psd_violation_fraction(M, LOOSE_PSD_RTOL),
+        "neg_eig_rel": float(np.median(rel[bad])) if bad.any() else np.nan,
+        "log10 reg": float(np.log10(params["reg"])),
+    }
+    for r in _diag_regs(cfg):  # the selected lengthscales at every reg (bases cached)
+        p = {**params, "reg": r}
+        fit = (
+            model
+            if r == params["reg"]
+            else C.fit_model("cme", False, Xtr, Ytr, p, cfg.rel_tol, cache)
+        )
+        Mr = M if fit is model else C.moments_and_totals(fit, Ytr, Xte)[0]
+        out[f"pos_err_pct reg {r:g}"] = 100 * C.psd_violation_fraction(Mr)
+        out[f"loss reg {r:g}"] = C.second_moment_loss(Mte, Mr)
+    return out
 
 
 def _check(cfg: Config) -> None:
@@ -113,7 +181,9 @@ def _run_one(cfg, name, n, seed) -> dict:
     for kind in cfg.models:
         grid = C.grid_for(kind, ls_x, ls_y, cfg.regs, cfg.regs_poly)
         try:
-            model, _, _, _ = C.select(kind, False, Xtr, Ytr, grid, val_loss, cfg.rel_tol, cache)
+            model, params, _, _ = C.select(
+                kind, False, Xtr, Ytr, grid, val_loss, cfg.rel_tol, cache
+            )
         except RuntimeError:  # no grid point fitted: NaN metrics, left out of the means
             out[kind] = {}
             continue
@@ -129,6 +199,8 @@ def _run_one(cfg, name, n, seed) -> dict:
             "loss": C.second_moment_loss(Mte, M) if Mte is not None else np.nan,
             "nonpos_mass_pct": np.nan if mass is None else 100 * mass,
         }
+        if kind == "cme" and name == "uniform":
+            out[kind].update(_cme_diagnosis(cfg, model, params, Xtr, Ytr, Xte, M, Mte, cache))
     return out
 
 
@@ -145,6 +217,9 @@ def compute(cfg: Config, seed: int) -> dict:
                 out[f"{name} {kind} {m}"] = np.array(
                     [r[name][kind].get(m, np.nan) for r in per_n], dtype=np.float64
                 )
+    for key in cme_diagnosis_keys(cfg):
+        m = key.removeprefix("uniform cme ")
+        out[key] = np.array([r["uniform"]["cme"].get(m, np.nan) for r in per_n], dtype=np.float64)
     return out
 
 
@@ -259,6 +334,7 @@ def _sections(cfg: Config, runs: list) -> list[str]:
         for kind in cfg.models
     ]
     cme_norm = agg["uniform cme norm_err"]["mean"] if "uniform" in cfg.datasets else []
+    why = [_why_cme(cfg, agg, len(runs))] if cme_diagnosis_keys(cfg) else []
     return [
         f"## Results (mean ± s.d. over {len(runs)} seeds)\n\n"
         + markdown_table(["data", "n", "model", *METRICS.values(), "unconditional loss (31)"], rows)
@@ -268,12 +344,73 @@ def _sections(cfg: Config, runs: list) -> list[str]:
         "Fig. 6's remark that CME's normalisation error is smaller than on Gaussian data: "
         f"CME's max norm. error here {', '.join(f'{v:.2g}' for v in cme_norm)} over n "
         "(compare jdl-gaussian).",
+        *why,
         "## Deviations\n\n- Repetitions: the paper does not say how many; one per seed "
         "here.\n- Hyper-parameter grids and the Cauchy validation loss "
         "(the models' own held-out losses) are library choices.\n- Fig. 7(b) counts "
         "negative weights over all (test x, training y) pairs (CME: pivot y's).\n"
         "- X / Y split of z: first / last three coordinates (not stated).",
     ]
+
+
+def _why_cme(cfg: Config, agg: dict, n_seeds: int) -> str:
+    """Why CME's '% non-PSD' at n > ns[0] is not about 0 (Fig. 6), from the run."""
+
+    def mean(key, sl=slice(None)):
+        v = agg[key]["mean"][sl]
+        return float(np.nanmean(v)) if np.isfinite(v).any() else np.nan
+
+    later = slice(1, None) if len(cfg.ns) > 1 else slice(None)
+    regs = _diag_regs(cfg)
+    loose = f"uniform cme pos_err_pct rtol {LOOSE_PSD_RTOL:g}"
+    rows = []
+    for j, n in enumerate(cfg.ns):
+        row = [
+            n,
+            f"{agg['uniform cme log10 reg']['mean'][j]:.2g}",
+            f"{agg['uniform cme pos_err_pct']['mean'][j]:.3g}",
+            f"{agg[loose]['mean'][j]:.3g}",
+            f"{agg['uniform cme neg_eig_rel']['mean'][j]:.2g}",
+        ]
+        row += [f"{agg[f'uniform cme pos_err_pct reg {r:g}']['mean'][j]:.3g}" for r in regs]
+        row += [f"{agg[f'uniform cme loss reg {r:g}']['mean'][j]:.3g}" for r in regs]
+        rows.append(row)
+    per_reg = ", ".join(
+        f"{mean(f'uniform cme pos_err_pct reg {r:g}', later):.3g} % at reg {r:g} (loss "
+        f"{mean(f'uniform cme loss reg {r:g}', later):.3g})"
+        for r in regs
+    )
+    header = [
+        "n",
+        "selected log10 reg",
+        "% non-PSD",
+        f"% non-PSD at tolerance {LOOSE_PSD_RTOL:g}",
+        "lambda_min / max abs lambda of the non-PSD (median)",
+        *(f"% non-PSD at reg {r:g}" for r in regs),
+        *(f"loss (31) at reg {r:g}" for r in regs),
+    ]
+    return (
+        f"**Why CME is not about 0 % non-PSD at n > {cfg.ns[0]} (uniform data).** "
+        f"Not the PSD test: at a tolerance of {LOOSE_PSD_RTOL:g} (10^7 times ours, "
+        f"{C.PSD_RTOL:g}) CME's rate at n > {cfg.ns[0]} is "
+        f"{mean(loose, later):.3g} % against {mean('uniform cme pos_err_pct', later):.3g} %: "
+        "the non-PSD M(x) have lambda_min / max |lambda| around "
+        f"{mean('uniform cme neg_eig_rel'):.2g} (median column below), orders of magnitude "
+        "beyond round-off. Not the estimator either: the low-rank "
+        "CME reproduces the kernel ridge form (K_X + n reg I)^-1 of (41)-(43) at m = n "
+        "(the library's tests), and its weights Q_Y F psi(x) are not constrained to be "
+        "non-negative (unconstrained models, as in Fig. 6), so M(x) = sum_j w_j y_j y_j^T "
+        "is indefinite wherever the negative weights dominate a direction. The rate is set "
+        "by the regularisation: at the selected lengthscales, mean over "
+        f"n > {cfg.ns[0]}, it is {per_reg}; regs {list(cfg.diag_regs)} lie outside the "
+        "validation grid and are shown for this diagnosis only. Validation by loss (31) "
+        "on the n/5 held-out points picks the reg that predicts the moments best (column "
+        "'selected log10 reg'), where the negative weights are not yet damped out. The "
+        "paper gives neither its "
+        "reg nor its grid; its 0 % at larger n is what a CME regularised into the range "
+        "where the rate vanishes gives, at the loss (31) shown, not what loss-validated "
+        f"CME gives on these data. Means over {n_seeds} seeds:\n\n" + markdown_table(header, rows)
+    )
 
 
 def _panels(name: str):
