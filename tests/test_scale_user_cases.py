@@ -36,7 +36,7 @@ from kernelkit.features import (
     SphericalRandomFeatures,
     TensorSketch,
 )
-from kernelkit.features._base import PAIR_BLOCK_ELEMENTS, PAIR_MIN_ROWS
+from kernelkit.features._base import PAIR_BLOCK_ELEMENTS, PAIR_MIN_ROWS, PAIR_ONE_CALL_ELEMENTS
 
 MB = 1 << 20
 
@@ -110,10 +110,11 @@ def test_blocked_pairwise_methods_equal_one_block(name):
     # unblocked computation up to the rounding of the block products (BLAS may sum the
     # d terms of a block in another order: a few eps relative, amplified by the log-space
     # terms of size < 50 to well below 1e-10 relative)
-    X, Y = _rows(900, 5, 3, scale=0.5), _rows(300, 5, 4, scale=0.5)
+    X, Y = _rows(2000, 5, 3, scale=0.5), _rows(300, 5, 4, scale=0.5)
     fm = MAPS[name]().fit(X[:300])
     Xp, Yp, xp = fm._check_pair(X, Y)
     assert X.shape[0] > max(PAIR_MIN_ROWS, PAIR_BLOCK_ELEMENTS // 300)
+    assert X.shape[0] * Y.shape[0] > PAIR_ONE_CALL_ELEMENTS  # several blocks
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pairs = [
@@ -149,7 +150,7 @@ def test_approx_kernel_of_large_x_is_about_its_output(name, temporaries, one_thr
 
 
 def test_approx_kernel_float32_stays_float32_and_blocked_equals_one_block():
-    X, Y = _rows(900, 5, 7).astype(np.float32), _rows(300, 5, 8).astype(np.float32)
+    X, Y = _rows(2000, 5, 7).astype(np.float32), _rows(300, 5, 8).astype(np.float32)
     for name in ("SDERF", "RandomFourierFeatures-complex", "AngularHybridRF"):
         fm = MAPS[name]().fit(X)
         K = fm.approx_kernel(X, Y)
