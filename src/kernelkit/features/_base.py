@@ -370,13 +370,19 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         if not sp.issparse(Xv) and xp.finfo(dtype).bits < 32:
             Xv = xp.astype(Xv, xp.float32)
             Yv = None if Yv is None else xp.astype(Yv, xp.float32)
-        Xd = self._densify(self._prepare(Xv, xp, "X"))
-        Yd = Xd if Yv is None else self._densify(self._prepare(Yv, xp, "Y"))
+        Xd = self._densify(self._prepare_widened(Xv, xp, "X", dtype))
+        Yd = Xd if Yv is None else self._densify(self._prepare_widened(Yv, xp, "Y", dtype))
         if self._variance_in_float64 and Xd.dtype != xp.float64:
             Xw = xp.astype(Xd, xp.float64)
             Yd = Xw if Yd is Xd else xp.astype(Yd, xp.float64)
             Xd = Xw
         return Xd, Yd, xp, dtype
+
+    def _prepare_widened(self, X, xp, name: str, dtype):
+        """:meth:`_prepare` of ``X`` that may have been widened from ``dtype`` (a
+        half-precision input of the variances): checks of its values allow the rounding
+        of ``dtype``, as they do for the input itself."""
+        return self._prepare(X, xp, name)
 
     @staticmethod
     def _densify(X):

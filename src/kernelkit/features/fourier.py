@@ -589,8 +589,10 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         return 1.0
 
     # ------------------------------------------------------------------ inputs
-    def _unit_rows(self, X, xp, name):
-        """``X`` with unit-norm rows (normalised or checked); sparse stays sparse."""
+    def _unit_rows(self, X, xp, name, rounded_to=None):
+        """``X`` with unit-norm rows (normalised or checked); sparse stays sparse.
+        ``rounded_to``: the dtype ``X`` was rounded to before it was widened (its rows are
+        checked to that dtype's precision)."""
         if X.shape[0] == 0:
             return X
         if self.normalize:
@@ -616,8 +618,9 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         # rows unit to its precision pass (rounding each coordinate of a unit row moves
         # its norm by up to eps / 2)
         tol = 1e-6
-        if not sp.issparse(X) and xp.finfo(X.dtype).bits < 32:
-            tol = max(tol, float(xp.finfo(X.dtype).eps))
+        rounded_to = X.dtype if rounded_to is None or sp.issparse(X) else rounded_to
+        if not sp.issparse(X) and xp.finfo(rounded_to).bits < 32:
+            tol = max(tol, float(xp.finfo(rounded_to).eps))
             sq = sq_norms(xp, xp.astype(_detach(X), xp.float32))
         else:
             sq = sq_norms(xp, X)  # (n,)
@@ -635,6 +638,9 @@ class SphericalRandomFeatures(RandomFourierFeatures):
 
     def _prepare(self, X, xp, name="X"):
         return self._unit_rows(X, xp, name)
+
+    def _prepare_widened(self, X, xp, name, dtype):
+        return self._unit_rows(X, xp, name, rounded_to=dtype)
 
     def _scale(self) -> float:
         return math.sqrt(float(self.amplitude) * float(self.mixture_weights_.sum()))
