@@ -1,0 +1,108 @@
+"""Benchmark scripts read by a skeptic: what they measure and print (no timing asserts)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelkit_experiments.bench import bench_attention as ba
+
+MiB = 2**20
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/self/clear_refs"
+)
+def test_attention_peak_extra_memory_counts_from_the_current_rss_not_an_earlier_peak():
+    # a freed 96 MiB buffer leaves the process's peak 96 MiB above its resident set (as
+    # the float32 draws of bfloat16 inputs do); buffers above 32 MiB are mmap-ed, so they
+    # go back to the system when freed and np.ones touches every page of the new one
+    slack = np.ones(96 * MiB // 8)
+    del slack
+    extra = ba._peak_extra_bytes(lambda: np.ones(48 * MiB // 8), "cpu")
+    # the call adds its 48 MiB array (measured from the RSS: a baseline at the earlier
+    # peak reads 0); 4 MiB below for pages the allocator or the interpreter returns in
+    # between, 16 MiB above for unrelated allocations of the test process
+    assert 44 * MiB <= extra <= 64 * MiB
+
+
+@pytest.mark.parametrize(
+    ("quick", "lengths", "expected"),
+    [
+        (False, ba.FULL_L, 16384),
+        (True, ba.QUICK_L, 2048),
+        (False, (1024,), None),  # --lengths 1024: no six probes at L = 16384
+        (True, (512,), None),
+        (False, (1024, 16384), 16384),
+    ],
+)
+def test_attention_memory_probes_only_at_a_requested_length(quick, lengths, expected):
+    assert ba.memory_length(quick, lengths) == expected
+
+
+def test_attention_run_with_lengths_skips_the_memory_probes(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    probed = []
+    monkeypatch.setattr(ba, "peak_extra_memory", lambda *a, **k: probed.append(a) or 1.0)
+    monkeypatch.setattr(ba, "SETTLE_S", 0.0)  # no busy-wait between the calls
+    res = ba.run(quick=False, device="cpu", lengths=[32])
+    assert probed == [] and res["memory_mib"] == {}
+    assert "Peak extra memory not measured" in capsys.readouterr().out
+
+
+def test_attention_ratio_table_has_the_user_guide_columns():
+    names = ["SDPA", "SDPA causal"] + [
+        f"kernelkit {label}{suffix}"
+        for label in ("FAVOR+", "FAVOR# sderf", "FAVOR# saderf")
+        for suffix in ("", " causal")
+    ]
+    rows = {(n, d) for _, n, d in ba._ratio_rows(dict.fromkeys(names))}
+    # the CPU table of docs/guide/attention.md: SDPA time over kernelkit time for
+    # bidirectional FAVOR+ and FAVOR# (sderf), causal FAVOR+ and FAVOR# (sderf)
+    assert ("SDPA", "kernelkit FAVOR+") in rows
+    assert ("SDPA", "kernelkit FAVOR# sderf") in rows
+    assert ("SDPA causal", "kernelkit FAVOR+ causal") in rows
+    assert ("SDPA causal", "kernelkit FAVOR# sderf causal") in rows
+    # the new FAVOR+ row is reported without a target
+    assert ba._target("SDPA / kernelkit FAVOR+", "forward", 16384) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"lengths": [0]}, "positive integers"),
+        ({"lengths": [-3]}, "positive integers"),
+        ({"lengths": []}, "positive integers"),
+        ({"device": "foo"}, "unknown device"),
+        ({"device": "mps"}, "cpu or cuda"),
+        ({"dtype": "float64"}, "dtype must be one of"),
+    ],
+)
+def test_attention_bad_arguments_raise_clear_errors(kwargs, message):
+    pytest.importorskip("torch")
+    with pytest.raises(ValueError, match=message):
+        ba.check_args(**kwargs)
+
+
+def test_attention_cuda_without_cuda_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ValueError, match="no CUDA device"):
+        ba.check_args(device="cuda")
+
+
+def test_attention_script_reports_bad_lengths_as_a_usage_error(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    sys.modules.pop("bench_attention", None)
+    import bench_attention
+
+    with pytest.raises(SystemExit) as exc:
+        bench_attention.main(["--lengths", "0"])
+    assert exc.value.code == 2
+    assert "lengths must be positive integers" in capsys.readouterr().err
