@@ -106,3 +106,37 @@ def test_attention_script_reports_bad_lengths_as_a_usage_error(monkeypatch, caps
         bench_attention.main(["--lengths", "0"])
     assert exc.value.code == 2
     assert "lengths must be positive integers" in capsys.readouterr().err
+
+
+def _bench_script(monkeypatch, name):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    sys.modules.pop(name, None)
+    return __import__(name)
+
+
+def test_decoding_rounds_alternate_and_keep_each_methods_fastest_round(monkeypatch):
+    bd = _bench_script(monkeypatch, "bench_decoding")
+    calls = []
+
+    def fake_decode(method, n):
+        r = sum(m == method for m, _ in calls)  # this method's round
+        calls.append((method, n))
+        stall = 1.0 if (method, r) == ("a", 0) else 0.0  # a stall in a's first round
+        return [0.001 * (r + 1) + stall] * n, 8
+
+    best = bd.decode_rounds(4, 3, methods=("a", "b"), decode=fake_decode)
+    # every method decodes in every round; the order alternates between rounds
+    assert [m for m, _ in calls] == ["a", "b", "b", "a", "a", "b"]
+    assert best["a"][0] == [0.002] * 4  # not the stalled round, the fastest of the others
+    assert best["b"][0] == [0.001] * 4
+    assert all(nbytes == 8 for _, nbytes in best.values())
+
+
+@pytest.mark.parametrize("name", ["bench_decoding", "bench_gqa"])
+def test_decoding_and_gqa_reject_rounds_below_one(monkeypatch, capsys, name):
+    mod = _bench_script(monkeypatch, name)
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--rounds", "-1"])
+    assert exc.value.code == 2
+    assert "--rounds must be at least 1" in capsys.readouterr().err
