@@ -140,3 +140,29 @@ def test_decoding_and_gqa_reject_rounds_below_one(monkeypatch, capsys, name):
         mod.main(["--rounds", "-1"])
     assert exc.value.code == 2
     assert "--rounds must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/self/clear_refs"
+)
+def test_peak_rss_growth_is_counted_from_the_current_rss():
+    from kernelkit_experiments.bench._timing import start_peak_rss
+
+    slack = np.ones(96 * MiB // 8)  # the process's max RSS now exceeds its RSS by 96 MiB
+    del slack
+    before, peak = start_peak_rss()
+    a = np.ones(48 * MiB // 8)
+    growth = (peak() - before) * 1024
+    del a
+    # the 48 MiB array (ru_maxrss growth would read 0); bounds as in the attention test
+    assert 44 * MiB <= growth <= 64 * MiB
+
+
+def test_jdl_out_of_core_reports_the_peak_growth_of_its_own_fit(monkeypatch):
+    from kernelkit_experiments.bench import bench_jdl
+
+    # the peak after the fit is 5 MiB above the RSS before it, whatever the process's
+    # earlier max RSS (the exact n = 1e6 runs come first in the benchmark)
+    monkeypatch.setattr(bench_jdl, "start_peak_rss", lambda: (100, lambda: 100 + 5 * 1024))
+    res = bench_jdl._out_of_core_run(3000, 50, 1e-2, 0, dask_input=False)
+    assert res["rss_growth_mib"] == 5.0
