@@ -166,3 +166,19 @@ def test_jdl_out_of_core_reports_the_peak_growth_of_its_own_fit(monkeypatch):
     monkeypatch.setattr(bench_jdl, "start_peak_rss", lambda: (100, lambda: 100 + 5 * 1024))
     res = bench_jdl._out_of_core_run(3000, 50, 1e-2, 0, dask_input=False)
     assert res["rss_growth_mib"] == 5.0
+
+
+def test_sgb_rejects_negative_blas_threads(monkeypatch, capsys):
+    from kernelkit_experiments.bench import bench_sgb
+
+    monkeypatch.setattr(bench_sgb, "run", lambda **kw: kw)  # nothing is benchmarked
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    sys.modules.pop("bench_sgb", None)
+    import bench_sgb as script
+
+    assert script.main(["--blas-threads", "0"])["blas_threads"] is None  # the default
+    assert script.main([])["blas_threads"] == 1
+    with pytest.raises(SystemExit) as exc:
+        script.main(["--blas-threads", "-2"])
+    assert exc.value.code == 2
+    assert "--blas-threads must be 0" in capsys.readouterr().err
