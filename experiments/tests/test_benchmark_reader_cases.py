@@ -48,7 +48,16 @@ def test_attention_run_with_lengths_skips_the_memory_probes(monkeypatch, capsys)
     pytest.importorskip("torch")
     probed = []
     monkeypatch.setattr(ba, "peak_extra_memory", lambda *a, **k: probed.append(a) or 1.0)
-    monkeypatch.setattr(ba, "SETTLE_S", 0.0)  # no busy-wait between the calls
+
+    def once(fns, *args, **kwargs):  # each call once, no timing (not what is tested here)
+        for fn in fns.values():
+            fn()
+        return {name: {"min": 1.0, "median": 1.0} for name in fns}
+
+    monkeypatch.setattr(ba, "time_calls", once)
+    # one cheap call and no accuracy table: only the memory section is under test
+    monkeypatch.setattr(ba, "_calls", lambda *a, **k: {"SDPA": lambda q, k, v: q})
+    monkeypatch.setattr(ba, "_accuracy", lambda *a, **k: ({}, None))
     res = ba.run(quick=False, device="cpu", lengths=[32])
     assert probed == [] and res["memory_mib"] == {}
     assert "Peak extra memory not measured" in capsys.readouterr().out
@@ -182,3 +191,25 @@ def test_sgb_rejects_negative_blas_threads(monkeypatch, capsys):
         script.main(["--blas-threads", "-2"])
     assert exc.value.code == 2
     assert "--blas-threads must be 0" in capsys.readouterr().err
+
+
+def test_attention_causal_favor_sharp_fits_in_every_timed_call(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from kernelkit.attention import _maps
+
+    builds, real = [], _maps.build_log_map
+
+    def counting(name, *args):
+        builds.append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(_maps, "build_log_map", counting)
+    q, k, v, _ = ba._inputs(64, "cpu", 0)
+    with torch.no_grad():
+        # the benchmark makes its calls anew per length and mode: no call of any of them
+        # may reuse an earlier call's fit (a training step refits: its statistics move)
+        for _ in range(2):
+            fn = ba._calls(64, "cpu", 0, set(), False)["kernelkit FAVOR# sderf causal"]
+            for _ in range(3):
+                fn(q, k, v)
+    assert builds.count("sderf") == 6
