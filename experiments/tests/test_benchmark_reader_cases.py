@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +214,31 @@ def test_attention_causal_favor_sharp_fits_in_every_timed_call(monkeypatch):
             for _ in range(3):
                 fn(q, k, v)
     assert builds.count("sderf") == 6
+
+
+def test_sgb_convergence_seconds_count_the_fit_outside_its_epochs(monkeypatch):
+    pytest.importorskip("sklearn")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    sys.modules.pop("bench_sgb_convergence", None)
+    import bench_sgb_convergence as bsc
+
+    clock = [100.0]
+
+    class FakeBound:  # set-up 2 s outside time_history_, then epochs of 1 s each
+        def __init__(self, **kw):
+            pass
+
+        def fit(self, X, y):
+            clock[0] += 2.0 + 3.0
+            self.loss_history_ = [4.0, 2.0, 1.0, 1.0]
+            self.time_history_ = [0.0, 1.0, 2.0, 3.0]
+            self.switch_epoch_, self.n_iter_ = None, 3
+            return self
+
+    monkeypatch.setattr(bsc, "BoundLogisticRegression", FakeBound)
+    monkeypatch.setattr(bsc, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    res = bsc.run_bound(None, None, 1e-3, True, 10, 1.0, "spfb", 10, 60.0)
+    # the target (gap 0) at epoch 2, 2 s of epochs, plus the 2 s outside them: what a
+    # wall-clock timing of a fit stopped there gives, as the L-BFGS peer's seconds do
+    assert res["epochs"] == 2
+    assert res["seconds"] == 4.0
