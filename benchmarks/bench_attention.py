@@ -26,6 +26,10 @@ def main(argv=None) -> dict:
         "--lengths", type=int, nargs="+", default=None, help="sequence lengths L to time"
     )
     args = parser.parse_args(argv)
+    try:
+        bench_attention.check_args(args.device, args.dtype, args.lengths)
+    except ValueError as exc:
+        parser.error(str(exc))
     return bench_attention.run(
         quick=args.quick, device=args.device, dtype=args.dtype, lengths=args.lengths
     )

@@ -142,6 +142,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per method")
     parser.add_argument("--_rss", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args._rss:
         method, name, L, backward = args._rss
         return _rss_child(method, name, int(L), bool(int(backward)))

@@ -21,6 +21,8 @@ def main(argv=None) -> dict:
         help="BLAS threads for every method (0: leave the default)",
     )
     args = parser.parse_args(argv)
+    if args.blas_threads < 0:
+        parser.error(f"--blas-threads must be 0 (the default) or more, got {args.blas_threads}")
     return bench_sgb.run(quick=args.quick, blas_threads=args.blas_threads or None)
 
 

@@ -6,10 +6,11 @@ of minimum times; they are never tests.
 
 from __future__ import annotations
 
+import resource
 import statistics
 import time
 
-__all__ = ["meets", "settle", "text_table", "time_calls"]
+__all__ = ["meets", "settle", "start_peak_rss", "text_table", "time_calls"]
 
 #: pause before each timed call: OpenBLAS worker threads spin for up to ~0.1 s after a
 #: threaded BLAS call (``OPENBLAS_THREAD_TIMEOUT``), stealing a core from whatever runs
@@ -60,3 +61,30 @@ def text_table(header, rows) -> str:
     out = [line.format(*header), line.format(*("-" * w for w in widths))]
     out += [line.format(*(str(c) for c in r)) for r in rows]
     return "\n".join(out)
+
+
+def _vm_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(field)
+
+
+def start_peak_rss():
+    """Reset the peak and return ``(before, peak)``: the RSS now (KiB) and a function
+    returning the peak RSS since (KiB), so ``peak() - before`` is what the code run in
+    between added. Linux: the high-water mark ``VmHWM`` reset to ``VmRSS`` through
+    ``/proc/self/clear_refs``; elsewhere ``getrusage``'s ``ru_maxrss``, a peak since the
+    process started, so the difference reads 0 wherever an earlier step peaked higher.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS to the current RSS
+        return _vm_kib("VmRSS"), lambda: _vm_kib("VmHWM")
+    except OSError:
+
+        def peak():
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+        return peak(), peak

@@ -13,7 +13,10 @@ random-feature method:
   bidirectional (parameters fitted per batch element and head inside the call) and causal
   (FAVOR# parameters fitted inside the call from ``moments`` of an independent
   calibration batch, as :class:`~kernelkit.attention.FavorAttention` does from its
-  running statistics: a causal fit must not see the sequence itself);
+  running statistics: a causal fit must not see the sequence itself; the moments differ
+  slightly from call to call, as running statistics do between training steps, so that
+  every timed call fits instead of reusing the fit of equal moments, see
+  :class:`_Refitting`);
 * performer-pytorch ``FastAttention(dim_heads=64, nb_features=256)`` (FAVOR+, the
   reference Performer implementation; it draws block-orthogonal projections like
   kernelkit, takes ``(B, H, L, d)`` and scales by ``d^{-1/4}`` itself, so it computes the
@@ -34,9 +37,12 @@ machine load); a time is the minimum over rounds. On CUDA every call synchronise
 there is no settling pause between calls (no CPU BLAS threads to wait out).
 
 Memory: the peak extra resident memory of one forward call (under ``no_grad``) at
-L = 16384 (``quick``: 2048), each call in a fresh Python subprocess: the process's peak
-(``VmHWM``) after the call minus its peak after allocating the inputs and warming the
-call up at a small L. On CUDA, ``torch.cuda.max_memory_allocated`` instead.
+L = 16384 (``quick``: 2048; only where that L is among the timed lengths), each call in a
+fresh Python subprocess: after allocating the inputs and warming the call up at a small
+L, the process's peak resident set (``VmHWM``) is reset to its current one (``VmRSS``),
+and the measure is the peak after the call minus that RSS. On CUDA,
+``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` minus
+``memory_allocated`` before the call.
 
 Targets (ratios of minimum times; "x / y" is how many times faster y is; mode and L in
 :data:`TARGETS`):
@@ -57,6 +63,7 @@ Run ``python benchmarks/bench_attention.py [--quick]`` or ``kernelkit bench atte
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import platform
@@ -153,21 +160,48 @@ def _calls(L, device, seed, skip, performer_ok, dtype="float32"):
             name = f"kernelkit {label}" + (" causal" if causal else "")
             if name in skip:
                 continue
-            extra = {"moments": calib} if causal and fm in FITTED_MAPS else {}
-            fns[name] = partial(
+            fn = partial(
                 linear_attention,
                 feature_map=fm,
                 n_features=M,
                 is_causal=causal,
                 random_state=seed,
-                **extra,
             )
+            fns[name] = _Refitting(fn, calib) if causal and fm in FITTED_MAPS else fn
     if performer_ok:
         fa = _performer(device, causal=False, seed=seed)
         fns["performer FAVOR+"] = fa
         if "performer causal" not in skip:
             fns["performer causal"] = _performer(device, causal=True, seed=seed)
     return fns
+
+
+#: calls of :class:`_Refitting` in this process (a counter shared by every instance, so
+#: that no two calls pass equal moments)
+_REFIT_CALLS = itertools.count(1)
+
+
+class _Refitting:
+    """``fn(q, k, v, moments=...)`` with moments that differ slightly from every earlier
+    call's, so that each call fits its FAVOR# parameters.
+
+    ``linear_attention`` reuses the fit of moments equal to a recent call's (a module's
+    frozen running statistics in eval mode); timed repeatedly on one calibration set,
+    only the warm-up call would fit, and the timed calls would leave out a cost a
+    training step pays (its running statistics move every step). The ``i``-th such call
+    of the process scales the (float64) moments by ``1 + i 2^-20``: never equal to an
+    earlier call's, and about ``1e-4`` off after a hundred calls; four small tensors per
+    call."""
+
+    def __init__(self, fn, moments):
+        self.fn, self.moments = fn, moments
+
+    def __call__(self, q, k, v):
+        from kernelkit.features.favor import Moments
+
+        s, m = 1.0 + next(_REFIT_CALLS) * 2.0**-20, self.moments
+        moments = Moments(m.mean_x * s, m.second_x * s, m.mean_y * s, m.second_y * s)
+        return self.fn(q, k, v, moments=moments)
 
 
 def _performer(device, causal, seed):
@@ -217,16 +251,53 @@ _MEMORY_CALLS = {
 }
 
 
+def _status_bytes(field: str) -> float:
+    with open("/proc/self/status") as f:  # Linux
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024.0
+    raise OSError(f"no {field} in /proc/self/status")
+
+
 def _peak_bytes(device) -> float:
     if str(device).startswith("cuda"):
         import torch
 
         return float(torch.cuda.max_memory_allocated())
-    with open("/proc/self/status") as f:  # peak resident set (Linux)
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024.0
-    raise OSError("no VmHWM in /proc/self/status")
+    return _status_bytes("VmHWM")  # peak resident set
+
+
+def _reset_peak(device) -> float:
+    """Reset the peak to the memory in use now and return the latter (bytes), so that
+    ``_peak_bytes(device) - _reset_peak(device)`` is what the code run in between added.
+
+    CPU: the process's peak resident set ``VmHWM`` is reset to its current ``VmRSS``
+    (``/proc/self/clear_refs``). Without the reset the baseline would be the peak so far,
+    which exceeds the current RSS by whatever was freed before (e.g. the float32 draws of
+    bfloat16 inputs) and would hide up to that much of the call's own memory."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return float(torch.cuda.memory_allocated())
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    return _status_bytes("VmRSS")
+
+
+def _peak_extra_bytes(call, device) -> float:
+    """Peak memory (bytes) that ``call()`` adds to what is in use before it (see
+    :func:`_reset_peak`); the result of the call is alive at the peak reading."""
+    base = _reset_peak(device)
+    out = call()
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    peak = _peak_bytes(device)
+    del out
+    return peak - base
 
 
 def _memory_child(name: str, L: int, device: str, seed: int, dtype: str = "float32") -> None:
@@ -238,16 +309,8 @@ def _memory_child(name: str, L: int, device: str, seed: int, dtype: str = "float
     q, k, v, _ = _inputs(L, device, seed, dtype)
     with torch.no_grad():
         fn(*(t[..., :256, :].contiguous() for t in (q, k, v)))  # warm-up at a small L
-        if str(device).startswith("cuda"):
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        base = _peak_bytes(device)
-        out = fn(q, k, v)
-        if str(device).startswith("cuda"):
-            torch.cuda.synchronize()
-        peak = _peak_bytes(device)
-    del out
-    print(peak - base)
+        extra = _peak_extra_bytes(lambda: fn(q, k, v), device)
+    print(extra)
 
 
 def peak_extra_memory(
@@ -308,9 +371,43 @@ def _accuracy(q, k, v, seed, performer_ok):
         return errs, same
 
 
+def memory_length(quick: bool, lengths) -> int | None:
+    """The L of the memory probes: 16384 (``quick``: 2048), or None where that L is not
+    among the timed ``lengths`` (``--lengths`` asks for those sizes only)."""
+    L_mem = 2048 if quick else 16384
+    return L_mem if L_mem in tuple(lengths) else None
+
+
+def check_args(device=None, dtype="float32", lengths=None) -> None:
+    """Raise ValueError with a clear message for an unknown dtype or device, a CUDA
+    device without CUDA, or lengths that are not positive integers."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if lengths is not None:
+        lengths = list(lengths)
+        bad = [L for L in lengths if isinstance(L, bool) or int(L) != L or L < 1]
+        if not lengths or bad:
+            raise ValueError(f"lengths must be positive integers, got {lengths}")
+    if device is not None:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"unknown device {device!r}: {exc}") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {device!r}")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"device {device!r} requested, but torch {torch.__version__} sees no CUDA "
+                "device (torch.cuda.is_available() is False)"
+            )
+
+
 def _ratio_rows(times):
     """(quantity, numerator, denominator) for every ratio that can be formed."""
-    rows = []
+    # FAVOR+ bidirectional has no SDPA target but is a column of the user guide's table
+    rows = [("SDPA / kernelkit FAVOR+", "SDPA", "kernelkit FAVOR+")]
     for fm in SHARP:
         rows.append(("SDPA / kernelkit FAVOR#", "SDPA", f"kernelkit FAVOR# {fm}"))
     for label in ("FAVOR+", *(f"FAVOR# {fm}" for fm in SHARP)):
@@ -352,9 +449,11 @@ def run(
     quick : bool
         L in :data:`QUICK_L` (seconds) instead of :data:`FULL_L`.
     device : str, optional
-        ``"cuda"`` when available, else ``"cpu"``.
+        ``"cpu"`` or ``"cuda"`` (ValueError where CUDA is missing); default ``"cuda"`` when
+        available, else ``"cpu"``.
     lengths : sequence of int, optional
-        Overrides the L set.
+        Overrides the L set (positive integers); the peak memory is measured only where
+        its L (:func:`memory_length`) is among them.
     max_call_s : float, optional
         Skip exact attention / the performer causal loop where one call would take longer
         (extrapolated); default 90 s (full), 5 s (quick).
@@ -375,9 +474,8 @@ def run(
 
     import torch
 
+    check_args(device, dtype, lengths)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     lengths = tuple(lengths or (QUICK_L if quick else FULL_L))
     max_call_s = max_call_s or (5.0 if quick else 90.0)
     performer_ok = importlib.util.find_spec("performer_pytorch") is not None
@@ -509,9 +607,14 @@ def run(
     print(text_table(["mode", "L", "ratio", "value", "target", "status"], rows))
 
     # ---- peak extra memory of the forward pass, each call in a fresh process
-    L_mem = 2048 if quick else 16384
+    L_mem = memory_length(quick, lengths)
     memory = {}
-    if L_mem in lengths or not quick:
+    if L_mem is None:
+        print(
+            f"\nPeak extra memory not measured: it is measured at L={2048 if quick else 16384}"
+            f"{' (quick)' if quick else ''}, which is not among the lengths {list(lengths)}."
+        )
+    else:
         for name in ("SDPA", "SDPA causal", *_MEMORY_CALLS):
             memory[name] = peak_extra_memory(name, L_mem, device, seed, dtype)
         mem_rows = []
