@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import mmap
 import sys
 import types
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from kernelkit_experiments.bench import bench_attention as ba
 
 MiB = 2**20
+
+
+def _touched_mapping(n_bytes):
+    """An anonymous mapping of ``n_bytes`` with every page written (resident). Mapped
+    directly, not through malloc: closing it returns its pages to the system whatever the
+    allocator's state (a freed NumPy buffer can stay in the heap after earlier tests, and
+    a later one then reuses its resident pages without any RSS growth)."""
+    m = mmap.mmap(-1, n_bytes)
+    page = mmap.PAGESIZE
+    for off in range(0, n_bytes, page):
+        m[off] = 1
+    return m
+
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -20,11 +34,10 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 )
 def test_attention_peak_extra_memory_counts_from_the_current_rss_not_an_earlier_peak():
     # a freed 96 MiB buffer leaves the process's peak 96 MiB above its resident set (as
-    # the float32 draws of bfloat16 inputs do); buffers above 32 MiB are mmap-ed, so they
-    # go back to the system when freed and np.ones touches every page of the new one
-    slack = np.ones(96 * MiB // 8)
-    del slack
-    extra = ba._peak_extra_bytes(lambda: np.ones(48 * MiB // 8), "cpu")
+    # the float32 draws of bfloat16 inputs do); the buffers are mapped and unmapped
+    # directly (_touched_mapping), so the test does not depend on the allocator's state
+    _touched_mapping(96 * MiB).close()
+    extra = ba._peak_extra_bytes(lambda: _touched_mapping(48 * MiB), "cpu")
     # the call adds its 48 MiB array (measured from the RSS: a baseline at the earlier
     # peak reads 0); 4 MiB below for pages the allocator or the interpreter returns in
     # between, 16 MiB above for unrelated allocations of the test process
@@ -158,12 +171,11 @@ def test_decoding_and_gqa_reject_rounds_below_one(monkeypatch, capsys, name):
 def test_peak_rss_growth_is_counted_from_the_current_rss():
     from kernelkit_experiments.bench._timing import start_peak_rss
 
-    slack = np.ones(96 * MiB // 8)  # the process's max RSS now exceeds its RSS by 96 MiB
-    del slack
+    _touched_mapping(96 * MiB).close()  # the process's max RSS now exceeds its RSS by 96 MiB
     before, peak = start_peak_rss()
-    a = np.ones(48 * MiB // 8)
+    a = _touched_mapping(48 * MiB)
     growth = (peak() - before) * 1024
-    del a
+    a.close()
     # the 48 MiB array (ru_maxrss growth would read 0); bounds as in the attention test
     assert 44 * MiB <= growth <= 64 * MiB
 
