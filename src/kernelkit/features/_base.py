@@ -658,6 +658,15 @@ def _pair_rows(m: int) -> int:
     return max(PAIR_MIN_ROWS, PAIR_BLOCK_ELEMENTS // max(1, m))
 
 
+def _row_blocks_of(xp, n: int, m: int):
+    """Rows per block of an (n, m) NumPy result formed over row blocks, or None where
+    it takes one call (other backends, one block, up to :data:`PAIR_ONE_CALL_ELEMENTS`)."""
+    rows = _pair_rows(m)
+    if not is_numpy_namespace(xp) or n <= rows or n * m <= PAIR_ONE_CALL_ELEMENTS:
+        return None
+    return rows
+
+
 def pairwise_rows(fn, X, m: int, xp, n_jobs=None):
     """``fn(X)`` (n, m) for NumPy ``X`` (n, d) formed over row blocks of ``X``.
 
@@ -669,8 +678,8 @@ def pairwise_rows(fn, X, m: int, xp, n_jobs=None):
     one call.
     """
     n = X.shape[0]
-    rows = _pair_rows(m)
-    if not is_numpy_namespace(xp) or n <= rows or n * m <= PAIR_ONE_CALL_ELEMENTS:
+    rows = _row_blocks_of(xp, n, m)
+    if rows is None:
         return fn(X)
     first = fn(X[:rows])
     out = np.empty((n, m), dtype=first.dtype)
@@ -707,14 +716,14 @@ def real_gram(xp, P, S):
 def combine_row_scales(xp, dot, sx, sy, n_jobs=None):
     """``dot * exp(sx[:, None] + sy[None, :])`` (n, m) as :func:`combine_scaled`; for
     NumPy in place in ``dot`` (a fresh product), one row block of scales at a time."""
-    n, m = dot.shape
-    if not is_numpy_namespace(xp) or n <= _pair_rows(m) or n * m <= PAIR_ONE_CALL_ELEMENTS:
+    rows = _row_blocks_of(xp, *dot.shape)
+    if rows is None:
         return combine_scaled(xp, dot, sx[:, None] + sy[None, :])
 
     def block(lo, hi):
         dot[lo:hi] = combine_scaled(xp, dot[lo:hi], sx[lo:hi, None] + sy[None, :])
 
-    block_map(block, dot.shape[0], _pair_rows(dot.shape[1]), n_jobs)
+    block_map(block, dot.shape[0], rows, n_jobs)
     return dot
 
 
