@@ -18,13 +18,12 @@ from ..._backend import device, is_numpy_namespace, validate_positive_int
 from ..._backend.params import int_range
 from .._base import (
     _detach,
+    as_real_dtype,
     check_bool,
     log1mexp,
-    narrow_to,
     pairwise_rows,
     scale_rows,
     times_exp,
-    widen_to_float64,
 )
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
@@ -276,11 +275,11 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
     def exact_lambda(self, X, Y=None):
         """The coefficient ``lambda(x, y) = E lambda_hat``, shape (n, m).
 
-        Evaluated in float64 for float32 input, as :meth:`variance` (angles and
-        ``|x -+ y|^2`` from the float32 Gram matrix would round near the exact angles)."""
-        Xs, Ys, xp = self._check_pair(X, Y)
-        Xs, Ys, dtype = widen_to_float64(xp, Xs, Ys)
-        return narrow_to(xp, self._lambda_exact(Xs, Ys, xp), dtype)
+        Evaluated as :meth:`variance` is (:meth:`_check_pair_widened`: in float64 for
+        float32 input, as angles and ``|x -+ y|^2`` from the float32 Gram matrix would
+        round near the exact angles), and returned in the input's dtype."""
+        Xs, Ys, xp, dtype = self._check_pair_widened(X, Y)
+        return as_real_dtype(xp, self._lambda_exact(Xs, Ys, xp), dtype)
 
     def _lambda_exact(self, X, Y, xp):
         raise NotImplementedError
