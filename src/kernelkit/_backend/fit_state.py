@@ -74,7 +74,17 @@ class ParamsSinceFit:
         """Set parameters (scikit-learn's ``set_params``); they take effect at the next
         ``fit``. After ``fit``, a change of any parameter but ``n_jobs`` and
         ``random_state`` makes the methods that use the fitted state raise
-        ``NotFittedError`` until the next ``fit``."""
+        ``NotFittedError`` until the next ``fit``.
+
+        Parameters
+        ----------
+        **params
+            Constructor parameters by name.
+
+        Returns
+        -------
+        self
+        """
         super().set_params(**params)
         fitted = self.__dict__.get("_fitted_params")
         if fitted is not None:

@@ -161,7 +161,12 @@ class LinearAttentionState:
     def nbytes(self) -> int:
         """Bytes of the running tensors ``kvz``, ``c`` (independent of ``t``):
         ``(M (e + 2)) x itemsize`` per state head, ``g`` times less with a state per key
-        head (GQA)."""
+        head (GQA).
+
+        Returns
+        -------
+        int
+        """
         return sum(x.numel() * x.element_size() for x in (self.kvz, self.c))
 
     def index_select(self, dim: int, index) -> LinearAttentionState:
@@ -172,7 +177,20 @@ class LinearAttentionState:
         (``moments`` per batch entry) are selected too. A new state with new tensors.
         A GQA state (``kv_heads``) cannot select along its head dim (the last batch dim):
         its query heads are tied to the key heads. A stale state (see the class) raises
-        a ``ValueError``, as stepping it does."""
+        a ``ValueError``, as stepping it does.
+
+        Parameters
+        ----------
+        dim : int
+            A batch dim of the state (of ``batch_shape``).
+        index : tensor of int, shape (k,)
+            The batch entries to keep, in order (repeats allowed).
+
+        Returns
+        -------
+        LinearAttentionState
+            Batch dim ``dim`` of size ``k``.
+        """
         nb = len(self.batch_shape)
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -nb <= dim < nb:
             raise ValueError(f"dim must be a batch dim in [{-nb}, {nb}), got {dim!r}.")
@@ -204,7 +222,19 @@ class LinearAttentionState:
     def to(self, device=None, dtype=None) -> LinearAttentionState:
         """The state on ``device`` and / or for inputs of ``dtype`` (float16 / bfloat16
         compute in float32), feature parameters included. A new state (sharing the
-        tensors when neither changes, as ``Tensor.to``); a stale state raises."""
+        tensors when neither changes, as ``Tensor.to``); a stale state raises.
+
+        Parameters
+        ----------
+        device : torch.device or str, optional
+            Keep the current device when None.
+        dtype : torch.dtype, optional
+            The dtype of the inputs the state will step; keep the current one when None.
+
+        Returns
+        -------
+        LinearAttentionState
+        """
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
         self._check_fresh()

@@ -65,6 +65,21 @@ def hybrid_base_size(n_features: int, d: int, n_lambda: int = HYBRID_SIGNS) -> i
     whose dimension does not exceed that of a trig map with ``M / 2`` projections
     (:func:`kernelkit.features.matched_n_features`). Budgets below ``4 (n + 1)`` give
     ``m = 1`` (dimension ``4 (n + 1) > M``).
+
+    Parameters
+    ----------
+    n_features : int
+        The attention feature dimension ``M``.
+    d : int
+        The head dimension.
+    n_lambda : int, optional
+        ``n``, the number of sign pairs of the hybrid (default ``HYBRID_SIGNS``, the
+        attention map's).
+
+    Returns
+    -------
+    int
+        ``m >= 1``.
     """
     try:
         return matched_n_features(max(1, n_features // 2), d, n_lambda, rule="dimension")
@@ -208,6 +223,12 @@ def attention_moments(
         Non-floating ``q`` / ``k`` or a non-bool padding mask.
     ValueError
         Mismatched shapes, empty or non-finite input, a bad ``scale``.
+
+    Returns
+    -------
+    Moments
+        ``mean_x`` (..., d) and ``second_x`` (..., d, d) with the leading dims of ``q``,
+        ``mean_y`` and ``second_y`` with those of ``k``; float64 tensors.
     """
     q, k, _ = _as_torch(q, k, k)
     for name, t in (("q", q), ("k", k)):

@@ -393,6 +393,12 @@ class FavorAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     def extra_repr(self):
+        """The constructor arguments that ``repr(module)`` shows.
+
+        Returns
+        -------
+        str
+        """
         kv = f"num_kv_heads={self.num_kv_heads}, " if self._gqa else ""
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, {kv}"
@@ -442,9 +448,30 @@ class FavorAttention(nn.Module):
     ):
         """Attention output and ``None`` (no weights), shapes as ``nn.MultiheadAttention``.
 
-        query (N, L, E), key (N, S, kdim), value (N, S, vdim) with ``batch_first=True``
-        (``(L, N, E)`` etc. otherwise), or unbatched (L, E), (S, kdim), (S, vdim);
-        key_padding_mask (N, S) or (S,). Returns ``(out (N, L, E), None)``.
+        Parameters
+        ----------
+        query : tensor, shape (N, L, E)
+            ``(L, N, E)`` with ``batch_first=False``; unbatched (L, E).
+        key : tensor, shape (N, S, kdim)
+            ``(S, N, kdim)`` with ``batch_first=False``; unbatched (S, kdim).
+        value : tensor, shape (N, S, vdim)
+            ``(S, N, vdim)`` with ``batch_first=False``; unbatched (S, vdim).
+        key_padding_mask : tensor, shape (N, S) or (S,), optional
+            Bool (True = padded) or float (``-inf`` = padded).
+        need_weights : bool, default False
+            Must be False: the weights are never formed (True raises a ``ValueError``).
+        attn_mask : tensor, shape (L, S) or (N * num_heads, L, S), optional
+            Only the causal mask is accepted (the same as ``is_causal=True``).
+        average_attn_weights : bool, default True
+            Accepted for ``nn.MultiheadAttention`` compatibility; ignored (no weights).
+        is_causal : bool, default False
+            Causal attention (query ``i`` attends to keys ``j <= i``).
+
+        Returns
+        -------
+        out : tensor, shape (N, L, E)
+            ``(L, N, E)`` with ``batch_first=False``, (L, E) unbatched; dtype of ``query``.
+        weights : None
         """
         if need_weights:
             raise ValueError(
@@ -722,6 +749,19 @@ class FavorAttention(nn.Module):
         before the first update of their statistics), else per query head (fitted maps
         with statistics: each query head's parameters come from its own query
         statistics). See :func:`kernelkit.attention.init_decoding_state`.
+
+        Parameters
+        ----------
+        batch_size : int
+            ``N``.
+        device : torch.device, optional
+        dtype : torch.dtype, optional
+
+        Returns
+        -------
+        LinearAttentionState
+            ``state.kvz`` (batch_size, num_heads, M, head_dim + 1) (``num_kv_heads`` for a
+            grouped state), ``state.c`` (batch_size, num_heads, M), ``state.t == 0``.
         """
         if (
             isinstance(batch_size, bool)
@@ -751,22 +791,36 @@ class FavorAttention(nn.Module):
     def step(self, query_t, key_t, value_t, state, *, key_padding_mask=None, inplace=False):
         """Causal self-attention for new tokens from a recurrent state: ``(out_t, state)``.
 
-        query_t (N, E), key_t (N, kdim), value_t (N, vdim) for one token, or (N, T, E)
-        etc. for a block of ``T`` tokens (``(T, N, E)`` with ``batch_first=False``); the
-        state from this module's :meth:`init_state` or a previous step (a state of another
-        feature map or feature count raises a ``ValueError``; after a ``.to(dtype)`` of
-        the module, convert the state with ``state.to(dtype=...)``). The state keeps the
-        features it was made with: a later redraw, statistics update or
-        ``load_state_dict`` does not change them. In-projection, per-head
+        The state comes from this module's :meth:`init_state` or a previous step (a state of
+        another feature map or feature count raises a ``ValueError``; after a ``.to(dtype)``
+        of the module, convert the state with ``state.to(dtype=...)``). The state keeps the
+        features it was made with: a later redraw, statistics update or ``load_state_dict``
+        does not change them. In-projection, per-head
         :func:`kernelkit.attention.linear_attention_step`, out-projection: in eval mode,
         stepping a sequence equals ``forward(..., is_causal=True)``. Never redraws the
-        features nor updates the running statistics. ``key_padding_mask`` (N,) for one
-        token or (N, T) for a block (whatever ``batch_first``), bool (True = padded) or
-        float (``-inf`` = padded): padded tokens' keys and values stay out of the state,
-        as in ``forward(..., key_padding_mask=...)``. ``inplace=True`` updates the state's
-        tensors in place (without autograd only, see ``linear_attention_step``). Returns
-        out_t shaped as query_t and the new state. Under ``torch.compile(fullgraph=True)``
-        step one token at a time (a block reads the keys to choose its path).
+        features nor updates the running statistics. ``key_padding_mask`` (N,) for one token
+        or (N, T) for a block (whatever ``batch_first``), bool (True = padded) or float
+        (``-inf`` = padded): padded tokens' keys and values stay out of the state, as in
+        ``forward(..., key_padding_mask=...)``. ``inplace=True`` updates the state's tensors
+        in place (without autograd only, see ``linear_attention_step``). Returns out_t
+        shaped as query_t and the new state. Under ``torch.compile(fullgraph=True)`` step
+        one token at a time (a block reads the keys to choose its path).
+
+        Parameters
+        ----------
+        query_t : tensor, shape (N, E) or (N, T, E)
+            One token, or a block of ``T`` tokens (``(T, N, E)`` with ``batch_first=False``).
+        key_t : tensor, shape (N, kdim) or (N, T, kdim)
+        value_t : tensor, shape (N, vdim) or (N, T, vdim)
+        state : LinearAttentionState
+        key_padding_mask : tensor, shape (N,) or (N, T), optional, keyword-only
+        inplace : bool, default False, keyword-only
+
+        Returns
+        -------
+        out_t : tensor, same shape as ``query_t``
+        state : LinearAttentionState
+            The state after the new tokens.
         """
         block = "(N, T, E)" if self.batch_first else "(T, N, E)"
         for name, t in (("query_t", query_t), ("key_t", key_t), ("value_t", value_t)):
@@ -890,14 +944,26 @@ class FavorAttention(nn.Module):
         return self._any_tracked
 
     def get_extra_state(self):
-        """The state of the redraw generator (int64 words, see ``_rng_state_tensor``),
-        so that a loaded module's next redraws are those of the module it was saved
-        from: resumed training equals the uninterrupted run."""
+        """The state of the redraw generator, so that a loaded module's next redraws are
+        those of the module it was saved from: resumed training equals the uninterrupted
+        run.
+
+        Returns
+        -------
+        tensor, shape (k,), int64
+            The generator's state words.
+        """
         return _rng_state_tensor(self._rng)
 
     def set_extra_state(self, state):
         """Restore the redraw generator saved by :meth:`get_extra_state` (an empty
-        state, of a generator that is not PCG64, leaves the module's own)."""
+        state, of a generator that is not PCG64, leaves the module's own).
+
+        Parameters
+        ----------
+        state : tensor, shape (k,), int64
+            What :meth:`get_extra_state` returned.
+        """
         t = torch.as_tensor(state)
         if t.numel() == 0:
             return

@@ -68,6 +68,18 @@ def area_resize_matrix(n_in: int = 28, n_out: int = 8) -> np.ndarray:
     28 -> 8): output cell ``i`` is the coverage-weighted mean of the input pixels it
     overlaps. Rows sum to 1; every column sums to ``1 / s`` (each input pixel is split
     between the cells that cover it).
+
+    Parameters
+    ----------
+    n_in : int, default=28
+        Input side length (pixels).
+    n_out : int, default=8
+        Output side length (cells).
+
+    Returns
+    -------
+    ndarray, shape (n_out, n_in)
+        ``R``; an image ``I`` (n_in, n_in) resizes to ``R I R^T`` (n_out, n_out).
     """
     for name, v in (("n_in", n_in), ("n_out", n_out)):
         if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Integral):
@@ -224,7 +236,12 @@ def _dpkg_fashion_dir() -> Path | None:
 
 
 def fashion_mnist_available() -> bool:
-    """Whether the ``dataset-fashion-mnist`` files can be found."""
+    """Whether the ``dataset-fashion-mnist`` files can be found.
+
+    Returns
+    -------
+    bool
+    """
     return _fashion_dir() is not None
 
 

@@ -247,6 +247,19 @@ def random_correlation_matrix(p: int, random_state=None, *, scale: float = 1.0):
     absolute correlations spread over ``[0, 0.99]`` (quartiles about 0.28, 0.53, 0.75):
     from nearly independent to strongly dependent pairs. For ``p = 2``, ``C_12 =
     tanh(gamma)``.
+
+    Parameters
+    ----------
+    p : int
+        The dimension.
+    random_state : None, int or numpy.random.Generator
+    scale : float, default=1.0
+        Keyword-only; the standard deviation of the entries of ``gamma``.
+
+    Returns
+    -------
+    ndarray, shape (p, p)
+        Symmetric positive definite, unit diagonal.
     """
     p = _positive_int(p, "p", minimum=2)
     scale = _real(scale, "scale")
@@ -280,6 +293,16 @@ def _check_cov(C, d_x):
 
 def sample_gaussian(C, n: int, d_x: int, random_state=None):
     """``n`` draws of ``Z ~ N(0, C)``; ``X = Z[:, :d_x]``, ``Y = Z[:, d_x:]``.
+
+    Parameters
+    ----------
+    C : array_like, shape (p, p)
+        Covariance (e.g. :func:`random_correlation_matrix`).
+    n : int
+        Number of draws.
+    d_x : int
+        Number of coordinates in ``X``, ``0 < d_x < p``.
+    random_state : None, int or numpy.random.Generator
 
     Returns
     -------
@@ -338,6 +361,16 @@ def sample_uniform_chain(n: int, random_state=None, *, p: int = 6, d_x: int = 3)
     the last ``p - d_x`` coordinates (the split is not given in the paper; library
     choice, as for the Gaussian data).
 
+    Parameters
+    ----------
+    n : int
+        Number of draws.
+    random_state : None, int or numpy.random.Generator
+    p : int, default=6
+        Keyword-only; the length of the chain ``z``.
+    d_x : int, default=3
+        Keyword-only; the coordinates in ``X``.
+
     Returns
     -------
     X : ndarray, shape (n, d_x)
@@ -393,6 +426,18 @@ def sample_cauchy_chain(n: int, random_state=None, *, p: int = 6, d_x: int = 3, 
     ``E[Y Y^T | x]`` does not exist for this law; the experiments report only positivity
     and normalisation of the model's conditional moments.
 
+    Parameters
+    ----------
+    n : int
+        Number of draws.
+    random_state : None, int or numpy.random.Generator
+    p : int, default=6
+        Keyword-only; the length of the chain ``z``.
+    d_x : int, default=3
+        Keyword-only; the coordinates in ``X``.
+    scale : float, default=0.1
+        Keyword-only; the scale of the Cauchy increments.
+
     Returns
     -------
     X : ndarray, shape (n, d_x)
@@ -444,6 +489,11 @@ def french_classification_data(d: int):
 
     ``y_t = sum_{i <= d} z_{t,i}`` (scalar) and ``x_t = (z_{t-1,1}, ..., z_{t-1,d})``,
     with ``z`` the excess returns of the first ``d`` of :data:`FRENCH_SV_PORTFOLIOS`.
+
+    Parameters
+    ----------
+    d : int
+        The number of portfolios (at most ``len(FRENCH_SV_PORTFOLIOS)``).
 
     Returns
     -------

@@ -284,8 +284,20 @@ class TensorJointModel(BaseEstimator):
 
         The O(n m k) products ``f^T A_Y H`` and ``s_Y^T H`` are formed once; the returned
         callable maps ``X_new`` (n_new, d) to (n_new, ...) at O(m (m + k)) per point
-        (plus the m kernel evaluations of ``psi``). Arguments as
-        :meth:`conditional_expectation`.
+        (plus the m kernel evaluations of ``psi``).
+
+        Parameters
+        ----------
+        f : callable or array_like, shape (n, ...)
+            As in :meth:`conditional_expectation`.
+        given : {"x", "y"}
+            As in :meth:`conditional_expectation`.
+
+        Returns
+        -------
+        callable
+            ``X_new`` (n_new, d_X) (``(n_new, d_Y)`` if ``given="y"``) -> ndarray
+            (n_new, ...), the values :meth:`conditional_expectation` returns.
         """
         check_is_fitted(self, "coef_")
         basis, H, target_basis, s, target = self._side(given)
@@ -314,6 +326,12 @@ class TensorJointModel(BaseEstimator):
         empirical ones only if it is 1 on the training points (Lemma 2.1; not imposed).
         Where it is <= 0 the conditional at x is no probability distribution (the
         conditional methods then warn). ``given="y"``: the same for Q's Y-marginal.
+
+        Parameters
+        ----------
+        X_new : array_like, shape (n_new, d_X)
+            ``(n_new, d_Y)`` if ``given="y"``.
+        given : {"x", "y"}
 
         Returns
         -------
@@ -361,6 +379,12 @@ class TensorJointModel(BaseEstimator):
             ``True``: every pair, shape (n_y, n_x) with **y on rows** (the grid matrix
             ``(h|_G)_ij = h(x_j, y_i)`` of the representer theorem, ``K_Y H K_X``), e.g. to
             check positivity on a grid.
+
+        Returns
+        -------
+        ndarray, shape (n,) or (n_y, n_x)
+            ``1 + h(x_i, y_i)`` (``grid=False``), or ``1 + h(x_j, y_i)`` at row ``i``,
+            column ``j`` (``grid=True``).
         """
         check_is_fitted(self, "coef_")
         if is_dask_array(X) or is_dask_array(Y):  # lazy, row chunk by row chunk
@@ -403,6 +427,15 @@ class TensorJointModel(BaseEstimator):
             ||A'_Y H A'_X^T||_F^2 / n'^2 - (2/n') sum_i h(x_i, y_i) + (2/n'^2) s'_Y^T H s'_X
 
         computed in O(n' m^2) without the grid.
+
+        Parameters
+        ----------
+        X : array_like, shape (n', d_X)
+        Y : array_like, shape (n', d_Y) or (n',)
+
+        Returns
+        -------
+        float
         """
         check_is_fitted(self, "coef_")
         H = self.coef_
@@ -438,12 +471,21 @@ class TensorJointModel(BaseEstimator):
     def score(self, X, Y=None, y=None) -> float:
         """Negative held-out loss, ``-validation_loss(X, Y)`` (higher is better).
 
-        ``y`` is an alias of ``Y`` (scikit-learn passes it by that name).
-
         ``score > 0`` means the model beats independence (``h = 0``) on ``(X, Y)``. Use it
         with scikit-learn's ``GridSearchCV`` (``fit(X, Y)``). The paper's losses (31) and
         (32) need the true moments / a threshold: see
         :func:`kernelkit.distributions.holdout_select`.
+
+        Parameters
+        ----------
+        X : array_like, shape (n', d_X)
+        Y : array_like, shape (n', d_Y) or (n',)
+        y : array_like, shape (n', d_Y) or (n',), optional
+            An alias of ``Y`` (scikit-learn passes it by that name).
+
+        Returns
+        -------
+        float
         """
         return -self.validation_loss(X, Y if Y is not None else y)
 

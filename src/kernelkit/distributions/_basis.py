@@ -126,7 +126,8 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     ----------
     kernel : str or callable, default="gaussian"
     lengthscale : float, default=1.0
-    tol, rel_tol, max_rank : see :func:`pivoted_cholesky` (default ``rel_tol=1e-6``).
+    tol, rel_tol, max_rank : float, float, int, optional
+        See :func:`pivoted_cholesky` (all None: ``rel_tol=1e-6``).
     rotate : bool, default=True
         If False, ``V = I``: ``Psi(x) = k_piv(x) B[piv]`` and the training features are
         ``L`` itself (still orthonormal in the RKHS by (17)/(18)).
@@ -189,7 +190,19 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         self.n_jobs = n_jobs
 
     def fit(self, X, y=None):
-        """Factorise the kernel matrix of ``X`` (n, d) and build the basis. Returns self."""
+        """Factorise the kernel matrix of ``X`` and build the basis.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        y : None
+            Ignored (scikit-learn's transformer signature).
+
+        Returns
+        -------
+        LowRankBasis
+            ``self``.
+        """
         self._validate_params()
         X = _sk_2d(self, X, reset=True)
         chol = self._fit_pivots(X)
@@ -219,9 +232,20 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         return chol
 
     def pivot_factor(self, X: np.ndarray) -> np.ndarray:
-        """Rows of the factor ``L`` at validated points ``X`` (b, d): ``k_piv(X) B[piv]``,
-        shape (b, m). By (16) and (18) (``K B = L``, ``B`` zero off the pivot rows) these
-        are the rows of Algorithm 1's ``L`` at training points, for any point set."""
+        """Rows of the factor ``L`` at validated points ``X``: ``k_piv(X) B[piv]``.
+
+        By (16) and (18) (``K B = L``, ``B`` zero off the pivot rows) these are the rows
+        of Algorithm 1's ``L`` at training points, for any point set.
+
+        Parameters
+        ----------
+        X : ndarray of shape (b, d)
+            Validated (float64) points.
+
+        Returns
+        -------
+        ndarray of shape (b, m)
+        """
         Kp = self.kernel_(X, self.centers_, None, self.center_sq_norms_)  # (b, m)
         return Kp @ self.pivot_coef_
 
@@ -266,13 +290,31 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         return self.train_features_t_.T
 
     def kernel_pivots(self, X) -> np.ndarray:
-        """``[k(x_i, x_{p_j})]``, shape (len(X), m)."""
+        """``[k(x_i, x_{p_j})]``, the kernel between the points and the pivots.
+
+        Parameters
+        ----------
+        X : array-like of shape (b, d)
+
+        Returns
+        -------
+        ndarray of shape (b, m)
+        """
         check_is_fitted(self, "coef_")
         X = _sk_2d(self, X, reset=False)
         return self.kernel_(X, self.centers_, None, self.center_sq_norms_)
 
     def transform(self, X) -> np.ndarray:
-        """``Psi(X) = k_piv(X) T``, shape (len(X), m)."""
+        """``Psi(X) = k_piv(X) T``, the basis functions at the points.
+
+        Parameters
+        ----------
+        X : array-like of shape (b, d)
+
+        Returns
+        -------
+        ndarray of shape (b, m)
+        """
         check_is_fitted(self, "coef_")
         X = _sk_2d(self, X, reset=False)
         out = np.empty((X.shape[0], self.n_components_))
@@ -389,6 +431,17 @@ class BasisCache:
 
         ``n_jobs`` (threads of a fit that runs) is not part of the key: the fitted basis
         does not depend on it.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        kernel, lengthscale, tol, rel_tol, max_rank, rotate, n_jobs
+            Keyword-only; the parameters of :class:`LowRankBasis`.
+
+        Returns
+        -------
+        LowRankBasis
+            Fitted, shared with the other users of the cache (read-only arrays).
         """
         X = np.ascontiguousarray(X, dtype=np.float64) if isinstance(X, np.ndarray) else X
         basis = LowRankBasis(

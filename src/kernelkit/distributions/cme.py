@@ -173,9 +173,19 @@ class ConditionalMeanEmbedding(BaseEstimator):
         self.random_state = random_state
 
     def fit(self, X, Y):
-        """Fit on paired samples ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self.
+        """Fit on paired samples.
 
         ``X`` and ``Y`` may be NumPy or ``dask.array.Array`` (see Notes).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d_X)
+        Y : array-like of shape (n, d_Y) or (n,)
+
+        Returns
+        -------
+        ConditionalMeanEmbedding
+            ``self``.
         """
         self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
@@ -243,8 +253,17 @@ class ConditionalMeanEmbedding(BaseEstimator):
         return piv if self.pivot_rows_ is None else self.pivot_rows_[piv]
 
     def pivot_weights(self, X_new) -> np.ndarray:
-        """Weights over the pivot y's, ``B_Y[piv] V_Y F psi(x)``, shape (n_new, m_Y)
-        (lazy for a Dask ``X_new``)."""
+        """Weights over the pivot y's, ``B_Y[piv] V_Y F psi(x)``.
+
+        Parameters
+        ----------
+        X_new : array-like of shape (n_new, d_X)
+
+        Returns
+        -------
+        ndarray of shape (n_new, m_Y)
+            Lazy for a Dask ``X_new``.
+        """
         check_is_fitted(self, "coef_")
         if is_dask_array(X_new):  # each row chunk validated and mapped when computed
             return lazy_transform(self.basis_x_, X_new, "X_new") @ self.weights_map_.T
@@ -255,9 +274,17 @@ class ConditionalMeanEmbedding(BaseEstimator):
         return psi @ self.weights_map_.T
 
     def conditional_weights(self, X_new) -> np.ndarray:
-        """Weights ``Q_Y F psi(x)`` over all n training y's (zero off the pivots), (n_new, n).
+        """Weights ``Q_Y F psi(x)`` over all n training y's (zero off the pivots).
 
         They need not sum to one: the normalisation error is ``|sum_j w_j - 1|``.
+
+        Parameters
+        ----------
+        X_new : array-like of shape (n_new, d_X)
+
+        Returns
+        -------
+        ndarray of shape (n_new, n)
         """
         Wp = self.pivot_weights(X_new)
         cols, n = self._pivot_train_rows(), self.n_samples_
@@ -272,7 +299,16 @@ class ConditionalMeanEmbedding(BaseEstimator):
         return spread(Wp)
 
     def normalization(self, X_new) -> np.ndarray:
-        """``E[1 | x] = sum_j w_j(x)``, shape (n_new,) (1 for a normalised conditional)."""
+        """``E[1 | x] = sum_j w_j(x)`` (1 for a normalised conditional).
+
+        Parameters
+        ----------
+        X_new : array-like of shape (n_new, d_X)
+
+        Returns
+        -------
+        ndarray of shape (n_new,)
+        """
         return self.pivot_weights(X_new).sum(axis=1)
 
     def conditional_expectation(self, f, X_new) -> np.ndarray:
@@ -318,10 +354,23 @@ class ConditionalMeanEmbedding(BaseEstimator):
         return out.reshape((Wp.shape[0], *F.shape[1:]))
 
     def conditional_probability(self, event, X_new) -> np.ndarray:
-        """``P(Y in event | x)`` as the expectation of the indicator, shape (n_new,).
+        """``P(Y in event | x)`` as the expectation of the indicator.
 
-        ``event``: boolean or 0 / 1 values at the n training targets, or a vectorised
-        callable returning them; other values raise ``ValueError``.
+        Parameters
+        ----------
+        event : array-like of shape (n,), or callable
+            Boolean or 0 / 1 values at the n training targets, or a vectorised callable
+            returning them from the targets.
+        X_new : array-like of shape (n_new, d_X)
+
+        Returns
+        -------
+        ndarray of shape (n_new,)
+
+        Raises
+        ------
+        ValueError
+            ``event`` has values other than 0 / 1.
         """
         return self._expectation(
             (lambda t: check_indicator(event(t))) if callable(event) else check_indicator(event),
@@ -331,7 +380,17 @@ class ConditionalMeanEmbedding(BaseEstimator):
 
     def validation_loss(self, X, Y) -> float:
         """Held-out CME loss ``mean_i ||k_Y(y_i, .) - mu(x_i)||^2_{H_Y}`` (O(n' m^2));
-        Dask ``X`` / ``Y`` are reduced over their row chunks."""
+        Dask ``X`` / ``Y`` are reduced over their row chunks.
+
+        Parameters
+        ----------
+        X : array-like of shape (n', d_X)
+        Y : array-like of shape (n', d_Y) or (n',)
+
+        Returns
+        -------
+        float
+        """
         check_is_fitted(self, "coef_")
         by = self.basis_y_
         Kpp = by.kernel_(by.centers_, by.centers_)  # (m_Y, m_Y)
@@ -358,7 +417,16 @@ class ConditionalMeanEmbedding(BaseEstimator):
     def score(self, X, Y=None, y=None) -> float:
         """``-validation_loss(X, Y)`` (higher is better), for scikit-learn model selection.
 
-        ``y`` is an alias of ``Y`` (scikit-learn passes it by that name).
+        Parameters
+        ----------
+        X : array-like of shape (n', d_X)
+        Y : array-like of shape (n', d_Y) or (n',)
+        y : array-like of shape (n', d_Y) or (n',), optional
+            An alias of ``Y`` (scikit-learn passes it by that name).
+
+        Returns
+        -------
+        float
         """
         return -self.validation_loss(X, Y if Y is not None else y)
 

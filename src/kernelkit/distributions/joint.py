@@ -126,7 +126,7 @@ class JointDistribution(TensorJointModel):
     coef_ : ndarray, shape (m_Y, m_X)
         ``H~`` of (22)
     basis_x_, basis_y_ : LowRankBasis
-    s_x_, s_y_ : ndarray
+    s_x_, s_y_ : ndarray, shape (m_X,), (m_Y,)
         ``A_X^T 1``, ``A_Y^T 1``
     X_fit_, Y_fit_ : ndarray
         Training samples, (n, d_X), (n, d_Y)

@@ -50,7 +50,8 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     kernel : str or callable, default="gaussian"
     lengthscale : float, default=1.0
     reg : float, default=1e-3
-    tol, rel_tol, max_rank : pivoted Cholesky tolerances (see ``LowRankBasis``).
+    tol, rel_tol, max_rank : float, float, int, optional
+        Pivoted Cholesky tolerances (see :class:`LowRankBasis`).
     max_iter : int, default=500
         L-BFGS iterations at most; a fit that reaches it raises a ``ConvergenceWarning``.
     basis_cache : BasisCache, optional
@@ -124,9 +125,20 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     def fit(self, X, y):
-        """Fit on ``X`` (n, d) and binary labels ``y`` (n,). Returns self.
+        """Fit on binary labelled samples.
 
         ``X`` (and ``y``) may be ``dask.array.Array`` (see Notes).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        y : array-like of shape (n,)
+            Two distinct labels.
+
+        Returns
+        -------
+        KernelLogisticRegression
+            ``self``.
         """
         self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
@@ -224,7 +236,17 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         return self
 
     def decision_function(self, X) -> np.ndarray:
-        """``psi(x)^T c``, shape (n,) (lazy for a Dask ``X``)."""
+        """``psi(x)^T c``, the log-odds of class ``classes_[1]``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            Lazy for a Dask ``X``.
+        """
         check_is_fitted(self, "coef_")
         if is_dask_array(X):  # each row chunk validated and mapped when computed
             return lazy_transform(self.basis_, X, "X") @ self.coef_
@@ -237,7 +259,17 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         return out
 
     def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities, shape (n, 2) (columns in ``classes_`` order; lazy for Dask)."""
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        ndarray of shape (n, 2)
+            Columns in ``classes_`` order; lazy for a Dask ``X``.
+        """
 
         def proba(d):  # (b,) -> (b, 2); expit(-d), not 1 - expit(d): no cancellation
             return np.stack([expit(-d), expit(d)], axis=1)
@@ -254,8 +286,17 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         return proba(d)
 
     def predict(self, X) -> np.ndarray:
-        """Labels, shape (n,) for ``X`` (n, d): class 1 where ``cl(x) >= 1/2`` (lazy for a
-        Dask ``X``)."""
+        """Labels: class 1 where ``cl(x) >= 1/2``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            Entries of ``classes_``; lazy for a Dask ``X``.
+        """
         check_is_fitted(self, "coef_")
         classes = self.classes_
 
@@ -272,6 +313,15 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
 
         Unlike scikit-learn's default accuracy: the paper validates with (32). Dask
         ``X`` / ``y``: the mean is reduced over the row chunks.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        y : array-like of shape (n,)
+
+        Returns
+        -------
+        float
         """
         check_is_fitted(self, "coef_")
         if not (is_dask_array(X) or is_dask_array(y)):

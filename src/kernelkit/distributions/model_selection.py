@@ -31,6 +31,10 @@ def second_moment_loss(M_true, M_pred) -> float:
     ----------
     M_true, M_pred : array_like, shape (n, ...)
         True and predicted conditional moments (e.g. (n, d, d) second moments).
+
+    Returns
+    -------
+    float
     """
     M_true = _real_array(M_true, "M_true")
     M_pred = _real_array(M_pred, "M_pred")
@@ -61,6 +65,10 @@ def clipped_log_loss(labels, proba, eta: float = 1e-12) -> float:
         Predicted ``P(I = 1 | x)`` (possibly signed)
     eta : float, default=1e-12
         Clipping level in (0, 1).
+
+    Returns
+    -------
+    float
     """
     if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
         raise TypeError(f"eta must be a float in (0, 1), got {eta!r}.")

@@ -95,13 +95,15 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         Standardisation
     coef_ : ndarray, shape (m, r)
         ``G^{-1/2}`` (r = m), or ``U Lambda^{-1/2}``
-        on the range of ``G`` if it is singular
-    eigenvalues_ : ndarray, shape (m,)
+        on the range of ``G`` if it is singular (r = its rank < m)
+    eigenvalues_ : ndarray, shape (r,)
         ``n`` (all equal)
-    train_features_t_ : ndarray, shape (m, n)
+    train_features_t_ : ndarray, shape (r, n)
         ``A^T`` (also ``factor_t_``; ``rotation_ = I``)
-    train_sums_ : ndarray, shape (m,)
+    train_sums_ : ndarray, shape (r,)
         ``A^T 1``
+    n_components_ : int
+        ``r``
 
     Notes
     -----
@@ -120,10 +122,21 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         self.max_monomials = max_monomials
 
     def fit(self, X, y=None):
-        """Fit the orthonormal monomial basis on ``X`` (n, d); ``y`` is ignored. Returns self.
+        """Fit the orthonormal monomial basis.
 
         Sets the attributes of the class docstring (``coef_`` (m, r),
         ``train_features_t_`` (r, n), ...) for the ``m`` monomials of degree <= ``degree``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        PolynomialBasis
+            ``self``.
         """
         self._validate_params()
         degree = validate_positive_int(self.degree, "degree", minimum=0, maximum=64)
@@ -172,17 +185,40 @@ class PolynomialBasis(TransformerMixin, BaseEstimator):
         return self.train_features_t_.T
 
     def monomials(self, X) -> np.ndarray:
-        """``tau(x)`` of the standardised inputs, shape (n, m)."""
+        """``tau(x)``, the ``m`` monomials of the standardised inputs.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        ndarray of shape (n, m)
+            float64.
+        """
         Z = self._standardized(X)
         with np.errstate(over="ignore", invalid="ignore"):
             return self._finite(_monomials(Z, self.exponents_), Z)
 
     def transform(self, X) -> np.ndarray:
-        """``psi(x) = G^{-1/2} tau(x)^T``, shape (n, m).
+        """``psi(x) = coef_^T tau(x)``: ``G^{-1/2} tau(x)``, or its projection on the
+        range of a singular ``G``.
 
-        Raises a ``ValueError`` where the monomials (or ``psi``) of a row overflow
-        float64 (``|z|^degree`` beyond ~1e308 for the standardised ``z``, e.g.
-        ``|z| > 1e77`` at degree 4): the polynomial model cannot be evaluated there.
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        ndarray of shape (n, r)
+            float64; ``r = n_components_`` (``m`` unless ``G`` is singular).
+
+        Raises
+        ------
+        ValueError
+            The monomials (or ``psi``) of a row overflow float64 (``|z|^degree`` beyond
+            ~1e308 for the standardised ``z``, e.g. ``|z| > 1e77`` at degree 4): the
+            polynomial model cannot be evaluated there.
         """
         Z = self._standardized(X)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -305,7 +341,18 @@ class PolynomialJointDistribution(TensorJointModel):
         self.max_monomials = max_monomials
 
     def fit(self, X, Y):
-        """Fit on ``X`` (n, d_X), ``Y`` (n, d_Y) or (n,). Returns self."""
+        """Fit on paired samples.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d_X)
+        Y : array-like of shape (n, d_Y) or (n,)
+
+        Returns
+        -------
+        PolynomialJointDistribution
+            ``self``.
+        """
         self._validate_params()
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)

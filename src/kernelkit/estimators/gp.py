@@ -109,8 +109,10 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
 
     Attributes
     ----------
-    feature_map_ : the fitted feature map
-    posterior_ : the fitted posterior (``mode`` is ``"primal"`` or ``"dual"``)
+    feature_map_ : FeatureMap
+        The fitted feature map.
+    posterior_ : object
+        The fitted posterior (``mode`` is ``"primal"`` or ``"dual"``).
     n_features_in_ : int
     n_samples_seen_ : int
         Rows the model was fitted on.
@@ -343,9 +345,12 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-    feature_map_ : the fitted feature map
-    posteriors_ : list of one fitted posterior per class
+    feature_map_ : FeatureMap
+        The fitted feature map.
+    posteriors_ : list
+        One fitted posterior per class.
     mc_noise_ : ndarray, shape (n_samples, n_classes)
+        The fixed Monte Carlo draws (``n_samples`` is the parameter, not the data size).
     n_features_in_ : int
     """
 
@@ -478,6 +483,10 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X):
         """Class probabilities: Monte Carlo average of ``softmax(mu + sd * eps)``.
 
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features)
+
         Returns
         -------
         ndarray of shape (n, n_classes), rows summing to 1 (lazy for a Dask ``X``).
@@ -489,16 +498,34 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         return mc_softmax(mean, var, self.mc_noise_, n_jobs=self.n_jobs)
 
     def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`, shape (n, n_classes) (``-inf`` for a zero
-        probability; lazy for a Dask ``X``)."""
+        """Logarithm of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n, n_classes)
+            ``-inf`` for a zero probability; lazy for a Dask ``X``.
+        """
         P = self.predict_proba(X)
         if is_dask_array(P):
             return P.map_blocks(log_proba, dtype=P.dtype)
         return log_proba(P)
 
     def predict(self, X):
-        """Class labels, shape (n,) for ``X`` (n, d): argmax of :meth:`predict_proba`
-        (lazy for a Dask ``X``)."""
+        """Class labels: argmax of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            Entries of ``classes_``; lazy for a Dask ``X``.
+        """
         check_is_fitted(self)
         P = self.predict_proba(X)  # (n, C)
         if is_dask_array(P):

@@ -462,6 +462,11 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         they are clipped at 0; a row with no positive score falls back to
         ``r* - min(r*)`` (same argmax), and to uniform if all scores are equal.
 
+        Parameters
+        ----------
+        X : array-like of shape (Q, d)
+            The query points.
+
         Returns
         -------
         ndarray of shape (Q, n_classes), rows sum to 1, ``argmax`` equals :meth:`predict`.
@@ -479,12 +484,33 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         return P / tot[:, None]
 
     def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`, shape (Q, n_classes) for ``X`` (Q, d)
-        (``-inf`` for zero probabilities)."""
+        """Logarithm of :meth:`predict_proba`.
+
+        Parameters
+        ----------
+        X : array-like of shape (Q, d)
+            The query points.
+
+        Returns
+        -------
+        ndarray of shape (Q, n_classes)
+            ``-inf`` for zero probabilities.
+        """
         return log_proba(self.predict_proba(X))
 
     def predict(self, X):
-        """Predicted classes ``classes_[argmax_l r*_l]``, shape (Q,)."""
+        """Predicted classes ``classes_[argmax_l r*_l]``.
+
+        Parameters
+        ----------
+        X : array-like of shape (Q, d)
+            The query points.
+
+        Returns
+        -------
+        ndarray of shape (Q,)
+            Entries of ``classes_``.
+        """
         scores = self._scores(X)  # checks is-fitted first
         return self.classes_[np.argmax(scores, axis=1)]
 

@@ -495,8 +495,15 @@ class RandomFeatures(
     def transform_y(self, Y):
         """The y-side (key) features of ``Y``; :meth:`transform` for symmetric maps.
 
-        ``Y`` (n_samples, n_features_in_) -> (n_samples, n_components_out), with the
-        containers and backends of :meth:`transform`.
+        Parameters
+        ----------
+        Y : array-like of shape (n_samples, n_features_in_)
+            The containers and backends :meth:`transform` takes.
+
+        Returns
+        -------
+        array of shape (n_samples, n_components_out)
+            The container and backend of ``Y``, as :meth:`transform` returns.
         """
         self._check_fitted()
         shape = getattr(Y, "shape", ())

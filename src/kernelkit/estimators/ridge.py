@@ -93,7 +93,8 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
 
     Attributes
     ----------
-    feature_map_ : the fitted feature map
+    feature_map_ : FeatureMap
+        The fitted feature map.
     coef_ : ndarray, shape (D,) or (D, T), float64 or complex128
     intercept_ : float or ndarray of shape (T,)
     n_features_in_ : int
@@ -187,7 +188,17 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         return coef, intercept, stats.n
 
     def predict(self, X):
-        """``Re(phi(X) coef_) + intercept_``, shape (n,) or (n, T); lazy on Dask arrays."""
+        """``Re(phi(X) coef_) + intercept_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, n_features_in_)
+
+        Returns
+        -------
+        ndarray of shape (n,) or (n, T)
+            (n, T) for a ``y`` of ``T`` targets at fit; lazy on Dask arrays.
+        """
         check_is_fitted(self)
         if is_dask_array(X):  # checked now (rank, dtype, width), mapped lazily
             X = prediction_rows(self, X)

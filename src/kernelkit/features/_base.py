@@ -408,6 +408,16 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         :class:`~kernelkit.features.HyperbolicRF`). At least 1: below the smallest output
         of the map (2 for HyperbolicRF, ``4 (n_lambda + 1)`` for AngularHybridRF) the
         output has more than ``n_components`` columns.
+
+        Parameters
+        ----------
+        n_components : int
+            The number of output columns wanted.
+
+        Returns
+        -------
+        int
+            ``n_features``, at least 1.
         """
         n_components = int(n_components)
         if self._output_dim_for(1) >= n_components:
@@ -473,7 +483,18 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         return for_container(self, self._features(X, xp, "x"))
 
     def transform_y(self, Y):
-        """y-side (key) features, shape (m, output_dim); :meth:`transform` for symmetric maps."""
+        """y-side (key) features; :meth:`transform` for symmetric maps.
+
+        Parameters
+        ----------
+        Y : array-like, sparse matrix (``accepts_sparse`` maps), tensor or Dask array
+            Shape (m, d).
+
+        Returns
+        -------
+        array, shape (m, output_dim)
+            As :meth:`transform` returns for ``X``.
+        """
         if is_dask_array(Y):
             return lazy_features(self, Y, "y")
         Y, xp = self._check_X(Y, "Y")
@@ -529,7 +550,18 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
 
     # ------------------------------------------------------------------ kernels
     def exact_kernel(self, X, Y=None):
-        """The kernel this map approximates, ``K(X, Y)``, shape (n, m)."""
+        """The kernel this map approximates, ``K(X, Y)``.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m), real
+            The floating dtype of ``X`` (float64 for an integer ``X``).
+        """
         X, Y, xp = self._check_pair(X, Y)
         return self._pairwise(self._exact_kernel, self._densify(X), self._densify(Y), xp)
 
@@ -540,6 +572,16 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         series, a fitted mixture) override it. For i.i.d. projections: with
         ``sampler="sorf"`` or ``"hadamard"`` (biased, discrete directions) it is the i.i.d.
         value, not the mean of their estimate, and a ``UserWarning`` says so.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m), real
+            The floating dtype of ``X`` (float64 for an integer ``X``).
         """
         self._warn_biased_sampler("expected_kernel")
         return self.exact_kernel(X, Y)
@@ -579,6 +621,16 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         ``"hadamard"`` (biased, discrete directions) it is the i.i.d. value too, which the
         mean squared error can exceed many times for small ``d``: a ``UserWarning`` says
         so. Sparse inputs are densified.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m), real
+            The floating dtype of ``X`` (float64 for an integer ``X``).
         """
         X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("variance")
@@ -588,8 +640,18 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """``E|k_hat - E k_hat|^2`` of the complex estimate ``phi(x)^T conj(psi(y))``.
 
         The variance the dot-product paper reports for complex maps (Theorem 2); never
-        smaller than :meth:`variance`, and equal to it for real maps. Shape (n, m). The
-        i.i.d. value for every ``sampler`` (see :meth:`variance`).
+        smaller than :meth:`variance`, and equal to it for real maps. The i.i.d. value
+        for every ``sampler`` (see :meth:`variance`).
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m), real
+            The floating dtype of ``X`` (float64 for an integer ``X``).
         """
         X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("complex_variance")
@@ -611,12 +673,22 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         raise NotImplementedError
 
     def log_relative_variance(self, X, Y=None):
-        """``log(variance / expected_kernel^2)``, shape (n, m); ``-inf`` where exact.
+        """``log(variance / expected_kernel^2)``; ``-inf`` where exact.
 
         The scale-free relative variance of FAVOR# Sec. 5.1, the criterion of
         ``RandomFeatures(method="auto")`` (which adds the squared relative bias of the
         maps whose :meth:`expected_kernel` is a surrogate). The i.i.d. value for every
         ``sampler`` (see :meth:`variance`).
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m), real
+            The floating dtype of ``X`` (float64 for an integer ``X``).
         """
         X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("log_relative_variance")

@@ -207,6 +207,11 @@ class SecondMomentVariance:
         ``mean_ij log(Var f1(w,x_i) f2(w,y_j) + K(x_i, y_j)^2)`` = mean log second moment.
         The data-dependent maps minimise it in closed form.
 
+        Parameters
+        ----------
+        X : array-like, shape (n, d)
+        Y : array-like, shape (m, d), optional (defaults to ``X``)
+
         Returns
         -------
         float

@@ -83,11 +83,13 @@ def a_star(phi):
 
     Parameters
     ----------
-    phi : float or array, ``phi >= 0`` (negative values are clipped to 0).
+    phi : float or array of any shape
+        ``phi >= 0`` (negative values are clipped to 0).
 
     Returns
     -------
-    A : float or array shaped like ``phi``; ``A <= 0``, ``A*(0) = 0``, strictly decreasing.
+    A : float or array shaped like ``phi``
+        ``A <= 0``, ``A*(0) = 0``, strictly decreasing.
     """
     if isinstance(phi, np.generic):  # NumPy scalars (np.float64 is also a float): 0-d
         phi = np.asarray(phi, dtype=np.float64)
@@ -114,9 +116,19 @@ def _a_star(xp, phi):
 class Moments:
     """First and second moments of the queries ``x`` and keys ``y`` (FAVOR# Sec. 3-4).
 
-    Shapes: ``mean_x``, ``mean_y`` (..., d); ``second_x``, ``second_y`` (..., d, d)
-    (``full``) or (..., d) (their diagonals, enough for GERF and SADERF). Any array
-    backend; float64 for the fits.
+    Any array backend; float64 for the fits.
+
+    Attributes
+    ----------
+    mean_x : array, shape (..., d)
+        Mean of the queries.
+    second_x : array, shape (..., d, d) or (..., d)
+        Second moment ``E[x x^T]`` of the queries (``full``), or its diagonal (enough
+        for GERF and SADERF).
+    mean_y : array, shape (..., d)
+        Mean of the keys.
+    second_y : array, shape (..., d, d) or (..., d)
+        Second moment of the keys, as ``second_x``.
     """
 
     mean_x: object
@@ -135,7 +147,15 @@ class Moments:
         return int(self.mean_x.shape[-1])
 
     def diagonals(self):
-        """``(diag M_x, diag M_y)``, shapes (..., d)."""
+        """The diagonals of the second moments.
+
+        Returns
+        -------
+        diag_x : array, shape (..., d)
+            ``diag M_x``.
+        diag_y : array, shape (..., d)
+            ``diag M_y``.
+        """
         if not self.full:
             return self.second_x, self.second_y
         xp = array_namespace(self.second_x)

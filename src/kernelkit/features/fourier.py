@@ -498,8 +498,10 @@ class SphericalRandomFeatures(RandomFourierFeatures):
     fit_error_ : float, ``max_{tau in [0, 2]} |k~(tau) - k(tau)|`` (unit amplitude)
     components_ : ndarray (n_frequencies,), the component drawn for each frequency
     projection_ : ndarray (n_frequencies, d), frequencies ``w_j`` (lengthscales folded in)
-    extra_projection_ : ndarray (1, d) or (0, d), ``offset_`` : ndarray (1,) or (0,)
-        Frequency and phase of the extra column of an odd ``n_features`` (empty otherwise).
+    extra_projection_ : ndarray (1, d) or (0, d)
+        Frequency of the extra column of an odd ``n_features`` (empty otherwise).
+    offset_ : ndarray (1,) or (0,)
+        Phase of that extra column (empty otherwise).
     """
 
     fit_reads = "all"  # fit checks that every row has unit norm
@@ -647,7 +649,19 @@ class SphericalRandomFeatures(RandomFourierFeatures):
 
     # ------------------------------------------------------------------ kernels
     def mixture_kernel(self, X, Y=None):
-        """``k~(x, y)``, the kernel :meth:`approx_kernel` estimates without bias, (n, m)."""
+        """``k~(x, y)``, the kernel :meth:`approx_kernel` estimates without bias.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+            Unit-norm rows.
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m)
+            The floating dtype of ``X`` (float64 for an integer ``X``).
+        """
         X, Y, xp = self._check_pair(X, Y)
         return self._mixture(self._densify(X), self._densify(Y), xp)
 
@@ -658,7 +672,17 @@ class SphericalRandomFeatures(RandomFourierFeatures):
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel``: the mixture kernel ``k~`` (:meth:`mixture_kernel`); for
-        i.i.d. projections (``"sorf"`` / ``"hadamard"`` warn, as for the base maps)."""
+        i.i.d. projections (``"sorf"`` / ``"hadamard"`` warn, as for the base maps).
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m)
+        """
         self._warn_biased_sampler("expected_kernel")
         return self.mixture_kernel(X, Y)
 

@@ -410,6 +410,11 @@ class _MaclaurinBase(FeatureMap):
         is over every random draw of ``fit``: for Random Maclaurin that includes the
         degrees (a single draw may give a degree no features).
 
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
         Returns
         -------
         array, shape (n, m)
@@ -777,6 +782,11 @@ class OptimizedMaclaurin(_MaclaurinBase):
         copy's sketches are those ``fit`` draws with ``random_state`` (its ``random_state``
         parameter is set to it); when ``fit`` used every row (``n <= n_subsample``) the copy
         equals ``set_params(random_state=random_state).fit(X)``.
+
+        Parameters
+        ----------
+        random_state : None, int or numpy.random.Generator
+            Seeds the copy's sketches.
 
         Returns
         -------

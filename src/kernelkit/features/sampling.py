@@ -26,9 +26,18 @@ __all__ = [
 def gaussian_projection(n_features: int, d: int, random_state=None) -> np.ndarray:
     """I.i.d. Gaussian projection rows.
 
+    Parameters
+    ----------
+    n_features : int
+        The number of rows.
+    d : int
+        The input dimension.
+    random_state : None, int or numpy.random.Generator
+
     Returns
     -------
-    W : ndarray, shape (n_features, d), entries i.i.d. N(0, 1).
+    W : ndarray, shape (n_features, d)
+        Entries i.i.d. N(0, 1).
     """
     n_features = validate_positive_int(n_features, "n_features")
     d = validate_positive_int(d, "d")
@@ -57,6 +66,14 @@ def block_orthogonal_projection(n_features: int, d: int, random_state=None) -> n
     each row is rescaled by an independent ``chi_d`` norm (the norm of a fresh
     ``N(0, I_d)`` vector), and the first ``n_features`` rows are kept. Rows inside one
     block are exactly orthogonal; each row is marginally ``N(0, I_d)``.
+
+    Parameters
+    ----------
+    n_features : int
+        The number of rows.
+    d : int
+        The input dimension.
+    random_state : None, int or numpy.random.Generator
 
     Returns
     -------

@@ -477,12 +477,32 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         )
 
     def log_transform(self, X):
-        """Logarithm of the x-side features, shape (n, output_dim); never overflows."""
+        """Logarithm of the x-side features; never overflows.
+
+        Parameters
+        ----------
+        X : array-like, shape (n, d)
+
+        Returns
+        -------
+        array, shape (n, output_dim)
+            The floating dtype of ``X`` (float64 for an integer ``X``).
+        """
         X, xp = self._check_X(X, "X")
         return self._logits(X, xp, "x") + self._row_term(X, xp, "x")[:, None]
 
     def log_transform_y(self, Y):
-        """Logarithm of the y-side features, shape (m, output_dim)."""
+        """Logarithm of the y-side features.
+
+        Parameters
+        ----------
+        Y : array-like, shape (m, d)
+
+        Returns
+        -------
+        array, shape (m, output_dim)
+            The floating dtype of ``Y`` (float64 for an integer ``Y``).
+        """
         Y, xp = self._check_X(Y, "Y")
         return self._logits(Y, xp, "y") + self._row_term(Y, xp, "y")[:, None]
 
@@ -516,6 +536,16 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         """FAVOR# eq. (14): mean over pairs of the log second moment, in O((n+m) d^2).
 
         For the fitted ADERF / SDERF this equals the optimum (16) / (17).
+
+        Parameters
+        ----------
+        X : array-like, shape (n, d)
+        Y : array-like, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        float
+            Evaluated in float64.
         """
         X, Y, _ = self._check_pair(X, Y)
         X, Y = to_numpy(self._densify(X), np.float64), to_numpy(self._densify(Y), np.float64)

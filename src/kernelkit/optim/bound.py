@@ -57,8 +57,17 @@ def beta(u):
     """``beta(u) = tanh(u / 2) / (2 u)`` (Alg. B), elementwise, with ``beta(0) = 1/4``.
 
     Even, at most 1/4, and ``beta(+-inf) = 0`` (the ``z -> 0+`` limit of the first label).
-    For ``|u| < 1e-4`` the series ``1/4 - u^2/48`` avoids 0/0. NumPy or any array-API
-    floating array (e.g. a torch tensor) in, the same kind out.
+    For ``|u| < 1e-4`` the series ``1/4 - u^2/48`` avoids 0/0.
+
+    Parameters
+    ----------
+    u : float or array of any shape
+        NumPy or any array-API floating array (e.g. a torch tensor).
+
+    Returns
+    -------
+    array shaped like ``u``
+        The same kind as ``u`` (a 0-d NumPy array for a Python float).
 
     Raises
     ------
@@ -105,10 +114,24 @@ class PartitionBound(NamedTuple):
     sigma: np.ndarray
 
     def log_bound(self, theta_tilde, theta) -> np.ndarray:
-        """Log of the right-hand side of eq. 2.3 at ``theta``, shape (m,).
+        """Log of the right-hand side of eq. 2.3 at ``theta``.
 
-        ``theta_tilde`` and ``theta`` must be finite real arrays of shape (d,)
-        (``ValueError`` / ``TypeError`` naming the argument otherwise).
+        Parameters
+        ----------
+        theta_tilde : array_like, shape (d,)
+            The expansion point the bound was computed at.
+        theta : array_like, shape (d,)
+
+        Returns
+        -------
+        ndarray, shape (m,)
+
+        Raises
+        ------
+        TypeError
+            ``theta_tilde`` or ``theta`` is not a real numeric array.
+        ValueError
+            ``theta_tilde`` or ``theta`` is not finite or not of shape (d,).
         """
         d = self.mu.shape[1]
         args = {"theta_tilde": theta_tilde, "theta": theta}
@@ -215,17 +238,31 @@ class MultinomialBound(NamedTuple):
     C: np.ndarray
 
     def mu(self, X) -> np.ndarray:
-        """``mu_j = p_j (x) x_j`` as vectors of length ``n p``, shape (m, n p).
+        """``mu_j = p_j (x) x_j`` as vectors of length ``n p``.
 
-        ``X`` must be the finite (m, p) batch of the bound.
+        Parameters
+        ----------
+        X : ndarray, shape (m, p)
+            The finite batch of the bound.
+
+        Returns
+        -------
+        ndarray, shape (m, n p)
         """
         X = self._check_x(X)
         return (self.prob[:, :, None] * X[:, None, :]).reshape(len(X), -1)
 
     def sigma(self, X) -> np.ndarray:
-        """Dense ``Sigma_j = kron(C_j, x_j x_j^T)``, shape (m, n p, n p); small problems only.
+        """Dense ``Sigma_j = kron(C_j, x_j x_j^T)``; small problems only.
 
-        ``X`` must be the finite (m, p) batch of the bound.
+        Parameters
+        ----------
+        X : ndarray, shape (m, p)
+            The finite batch of the bound.
+
+        Returns
+        -------
+        ndarray, shape (m, n p, n p)
         """
         X = self._check_x(X)
         m, n = self.prob.shape

@@ -185,7 +185,18 @@ class ChunkedCurvature:
         return reduce_rows(fn, [self.X], _add)[0]
 
     def matvec(self, V) -> np.ndarray:
-        """``A vec(V)`` for ``V`` (p, n) (returned as (p, n)) or ``vec(V)`` (n p,): one pass."""
+        """``A vec(V)``: one pass.
+
+        Parameters
+        ----------
+        V : ndarray, shape (p, n) or (n p,)
+            ``V``, or ``vec(V)``.
+
+        Returns
+        -------
+        ndarray, shape (p, n) or (n p,)
+            The shape of ``V``.
+        """
         shape = tuple(np.shape(V))
         if shape not in ((self.p, self.n), (self.p * self.n,)):
             raise ValueError(
@@ -203,19 +214,34 @@ class ChunkedCurvature:
     __matmul__ = matvec
 
     def diagonal(self) -> np.ndarray:
-        """Diagonal of ``A`` as a (p, n) array (one pass)."""
+        """Diagonal of ``A`` (one pass).
+
+        Returns
+        -------
+        ndarray, shape (p, n)
+        """
         return self.scale * self._reduce(lambda r: r.curvature().diagonal()) + self.lam
 
     def class_sum(self) -> np.ndarray:
-        """``scale * sum_j C_j``, shape (n, n): the class factor of the Kronecker
-        preconditioner (one pass, then cached)."""
+        """``scale * sum_j C_j``: the class factor of the Kronecker preconditioner (one
+        pass, then cached).
+
+        Returns
+        -------
+        ndarray, shape (n, n)
+        """
         if self._class_sum is None:
             self._class_sum = self.scale * self._reduce(lambda r: r.curvature().C.sum(axis=0))
         return self._class_sum
 
     def todense(self) -> np.ndarray:
         """The ``(n p) x (n p)`` matrix, the chunks' dense curvatures summed (one pass;
-        each chunk O(b n^2 p^2) flops, and an (n p)^2 result per task)."""
+        each chunk O(b n^2 p^2) flops, and an (n p)^2 result per task).
+
+        Returns
+        -------
+        ndarray, shape (n p, n p)
+        """
         # always in float64, as the in-memory dense solve: a float32 C_j is ~0 along the
         # classes' common direction, where its rounding times |x|^2 summed over the rows
         # can outweigh lam and make the matrix indefinite
@@ -234,6 +260,15 @@ class ChunkedCurvature:
 
         ``M = X^T X / T`` is reduced in one pass and handed over as a (p, p) square root
         ``R`` with ``R^T R / p = M`` (the preconditioner only uses the second moment).
+
+        Parameters
+        ----------
+        rank : int, optional
+            As the ``rank`` of :class:`~kernelkit.optim.KroneckerPreconditioner`.
+
+        Returns
+        -------
+        KroneckerPreconditioner
         """
 
         def piece(index, Xb):
@@ -256,6 +291,18 @@ class ChunkedCurvature:
         ``precondition="kronecker"`` takes the second moment of all rows
         (:meth:`second_moment_preconditioner`, one pass); pass a prebuilt
         :class:`~kernelkit.optim.KroneckerPreconditioner` to reuse one.
+
+        Parameters
+        ----------
+        G : ndarray, shape (p, n)
+        method, x0, rtol, maxiter, precondition, check_x0
+            As in :meth:`KroneckerCurvature.solve`.
+
+        Returns
+        -------
+        D : ndarray, shape (p, n)
+        info : dict
+            ``{"iterations": int, "residual": float}``.
         """
         G = _v.check_array(G, "G", "(p, n)")
         if tuple(G.shape) != (self.p, self.n):
@@ -399,8 +446,21 @@ def chunked_bound_step(
 
     :func:`~kernelkit.optim.bound_step` for a ``dask.array.Array`` ``X`` (and ``y``):
     the gradient in one pass (:func:`chunked_bound`), the curvature solved by
-    :meth:`ChunkedCurvature.solve`. Arguments, returns ``(W_new, info)`` and errors as
-    :func:`~kernelkit.optim.bound_step`.
+    :meth:`ChunkedCurvature.solve`. Errors as :func:`~kernelkit.optim.bound_step`.
+
+    Parameters
+    ----------
+    W : ndarray, shape (p, n)
+    X : dask.array.Array, shape (T, p)
+    y : array_like, shape (T,)
+    lam, mask, linear_solver, rtol, maxiter, preconditioner
+        As in :func:`~kernelkit.optim.bound_step` (all but ``lam`` keyword-only).
+
+    Returns
+    -------
+    W_new : ndarray, shape (p, n)
+    info : dict
+        As :func:`~kernelkit.optim.bound_step` returns.
     """
     bnd = _bound(W, X, y, lam, mask, None, float64=linear_solver == "dense")
     delta, info = bnd.curvature.solve(

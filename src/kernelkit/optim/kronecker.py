@@ -135,9 +135,19 @@ class KroneckerCurvature:
         return (d, d)
 
     def matvec(self, V) -> np.ndarray:
-        """``A vec(V)`` for ``V`` of shape (p, n) (returned as (p, n)) or ``vec(V)`` (d,).
+        """``A vec(V)``.
 
         Only the shape and dtype of ``V`` are checked (O(1): this runs in the CG loop).
+
+        Parameters
+        ----------
+        V : ndarray, shape (p, n) or (n p,)
+            ``V``, or ``vec(V)``.
+
+        Returns
+        -------
+        ndarray, shape (p, n) or (n p,)
+            The shape of ``V``.
         """
         xp = self.xp
         shape = tuple(getattr(V, "shape", np.shape(V)))
@@ -166,7 +176,12 @@ class KroneckerCurvature:
     __matmul__ = matvec
 
     def diagonal(self) -> np.ndarray:
-        """Diagonal of ``A`` as a (p, n) array: ``scale * X^2^T diag(C) + lam``."""
+        """Diagonal of ``A``: ``scale * X^2^T diag(C) + lam``.
+
+        Returns
+        -------
+        ndarray, shape (p, n)
+        """
         dC = self.xp.linalg.diagonal(self.C)  # (m, n): diagonals of C_j
         return self.scale * (dC.T @ (self.X * self.X)).T + self.lam
 
@@ -177,6 +192,10 @@ class KroneckerCurvature:
         (``X_r^T [C_r[:, a, b] * X_r]_{a <= b}``, a (p, n (n + 1) p / 2) result, the factor
         in the core's cache), summed in row-block order on kernelkit's threads; the lower
         blocks are their transposes. O(m n^2 p^2) flops, memory O(n^2 p^2) beyond ``X``.
+
+        Returns
+        -------
+        ndarray, shape (n p, n p)
         """
         n, p = self.n, self.p
         X, C = to_numpy(self.X, np.float64), to_numpy(self.C, np.float64)
@@ -364,8 +383,21 @@ class KroneckerPreconditioner:
     def for_operator(self, A: KroneckerCurvature):
         """The preconditioner of ``A`` as a callable on (p, n) arrays.
 
-        ``TypeError`` unless ``A`` is a :class:`KroneckerCurvature`; ``ValueError`` if its
-        ``p`` differs or its ``lam`` is not positive.
+        Parameters
+        ----------
+        A : KroneckerCurvature
+
+        Returns
+        -------
+        callable
+            (p, n) ndarray -> (p, n) ndarray, an approximation of ``A^{-1}``.
+
+        Raises
+        ------
+        TypeError
+            ``A`` is not a :class:`KroneckerCurvature`.
+        ValueError
+            Its ``p`` differs or its ``lam`` is not positive.
         """
         if not isinstance(A, KroneckerCurvature):
             raise TypeError(f"A must be a KroneckerCurvature, got {type(A).__name__}.")
@@ -406,8 +438,9 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None, ch
     Parameters
     ----------
     matvec : callable, array -> array of the shape of ``b``
-    b : ndarray
+    b : ndarray of any shape
     x0 : ndarray, optional
+        Of the shape of ``b``.
     rtol : float
         Stop at ``||r|| <= rtol ||b||`` (Frobenius norms).
     maxiter : int
@@ -420,8 +453,9 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None, ch
 
     Returns
     -------
-    x : ndarray
-    info : dict with ``iterations`` and ``residual`` (relative).
+    x : ndarray, same shape as ``b``
+    info : dict
+        ``iterations`` and ``residual`` (relative).
 
     Raises
     ------

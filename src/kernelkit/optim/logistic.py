@@ -92,7 +92,7 @@ def logistic_objective(coef, intercept, X, y, alpha, classes=None) -> float:
     y : array_like, shape (T,)
     alpha : float
         Mean-form ridge (``alpha = 1 / (C T)`` for scikit-learn's ``C``).
-    classes : array_like, optional
+    classes : array_like, shape (n_classes,), optional
         Sorted class labels (default ``np.unique(y)``); labels of ``y`` must be among them.
 
     Returns
@@ -487,11 +487,21 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y):
-        """Fit on ``X`` (n_samples, n_features), ``y`` (n_samples,). Returns self.
+        """Fit on the labelled samples.
 
         ``X`` (and ``y``) may be Dask arrays with ``solver="bound"``: every sum
         over samples is then reduced over the row chunks
         (:func:`kernelkit.optim.chunked.fit_bound`; the same model to round-off).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+
+        Returns
+        -------
+        BoundLogisticRegression
+            ``self``.
         """
         self._validate_params()
         schedule = self._check_params()
@@ -526,7 +536,20 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             self._init_state(n_features)
 
     def partial_fit(self, X, y, classes=None):
-        """One epoch over ``(X, y)``; ``classes`` is required on the first call."""
+        """One epoch over ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        classes : array-like of shape (n_classes,), optional
+            All the class labels; required on the first call.
+
+        Returns
+        -------
+        BoundLogisticRegression
+            ``self``.
+        """
         self._validate_params()
         schedule = self._check_params()
         first = not hasattr(self, "coef_")
@@ -897,8 +920,17 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         return map_row_chunks(X, getattr(self, method), n_outputs)
 
     def decision_function(self, X):
-        """Class scores ``X coef_^T + intercept_``: (n_samples, n_classes), or
-        (n_samples,) for two classes. Lazy (a Dask array) for a Dask ``X``."""
+        """Class scores ``X coef_^T + intercept_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes) or (n_samples,)
+            (n_samples,) for two classes. Lazy (a Dask array) for a Dask ``X``.
+        """
         check_is_fitted(self)
         if is_dask_array(X):
             binary = len(self.classes_) == 2
@@ -916,7 +948,17 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict(self, X):
-        """Class labels, shape (n_samples,); lazy for a Dask ``X``."""
+        """Class labels.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Entries of ``classes_``; lazy for a Dask ``X``.
+        """
         check_is_fitted(self)
         if not is_dask_array(X):
             return super().predict(X)
@@ -935,7 +977,17 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         )
 
     def predict_proba(self, X):
-        """Class probabilities, shape (n_samples, n_classes); lazy for a Dask ``X``."""
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Columns in ``classes_`` order; lazy for a Dask ``X``.
+        """
         if is_dask_array(X):
             check_is_fitted(self)
             return self._lazy(X, "predict_proba", len(self.classes_))
@@ -945,8 +997,17 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         return softmax(scores, axis=1)
 
     def predict_log_proba(self, X):
-        """Log of :meth:`predict_proba`, shape (n_samples, n_classes), computed in log
-        space; lazy for a Dask ``X``."""
+        """Log of :meth:`predict_proba`, computed in log space.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Lazy for a Dask ``X``.
+        """
         if is_dask_array(X):
             check_is_fitted(self)
             return self._lazy(X, "predict_log_proba", len(self.classes_))
@@ -958,7 +1019,23 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         return log_softmax(scores, axis=1)
 
     def score(self, X, y, sample_weight=None):
-        """Mean accuracy on ``(X, y)``; ValueError if ``y`` has labels not in ``classes_``."""
+        """Mean accuracy on ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        ValueError
+            ``y`` has labels not in ``classes_``.
+        """
         check_is_fitted(self)
         if is_dask_array(X) or is_dask_array(y):  # one pass over the chunks
             import dask.array as da
@@ -977,7 +1054,18 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         return super().score(X, y, sample_weight=sample_weight)
 
     def objective(self, X, y) -> float:
-        """Training objective (module docstring) of the fitted model on ``(X, y)``."""
+        """Training objective (module docstring) of the fitted model on ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+
+        Returns
+        -------
+        float
+            As :func:`logistic_objective` with the fitted ``coef_``, ``intercept_``.
+        """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         self._encode(y)

@@ -85,7 +85,12 @@ class LowRankBound(NamedTuple):
     prob: np.ndarray | None = None
 
     def curvature(self) -> np.ndarray:
-        """Dense ``V^T S V + diag(D)``, shape (d, d) (small problems only)."""
+        """Dense ``V^T S V + diag(D)`` (small problems only).
+
+        Returns
+        -------
+        ndarray, shape (d, d)
+        """
         out = self.V.T @ self.S @ self.V
         out[np.diag_indices_from(out)] += self.D
         return out
@@ -93,7 +98,18 @@ class LowRankBound(NamedTuple):
     def solve(self, G, lam=0.0, scale=1.0) -> np.ndarray:
         """``(scale (V^T S V + diag D) + lam I)^{-1} G`` by :func:`woodbury_solve`.
 
-        ``G`` has shape (d,) or (d, c); ``lam >= 0`` and ``scale > 0`` are finite floats.
+        Parameters
+        ----------
+        G : ndarray, shape (d,) or (d, c)
+        lam : float, default=0.0
+            Finite, ``>= 0``.
+        scale : float, default=1.0
+            Finite, ``> 0``.
+
+        Returns
+        -------
+        ndarray, shape (d,) or (d, c)
+            The shape of ``G``.
         """
         lam = _v.check_nonneg_float(lam, "lam")
         scale = _v.validate_positive_float(scale, "scale")
@@ -381,7 +397,8 @@ def low_rank_partition_bound(
         :class:`~kernelkit.optim.BoundLogisticRegression` uses by default.
     init : {"zeros", "random"}
         ``V_0 = 0`` (Appendix B) or random orthonormal rows.
-    random_state : for ``init="random"``.
+    random_state : None, int or numpy.random.Generator
+        For ``init="random"``.
     per_sample_z : bool
         ``True`` (correction (a)). ``False`` reproduces the paper's global ``z`` in
         ``beta``, which is **not** a valid bound; kept for tests only.
@@ -425,7 +442,8 @@ def multinomial_low_rank_bound(
     ----------
     W : array_like, shape (p, n)
     X : array_like, shape (m, p)
-    rank, variant, init, random_state : as :func:`low_rank_partition_bound`.
+    rank, variant, init, random_state
+        As in :func:`low_rank_partition_bound`.
 
     Returns
     -------
@@ -489,7 +507,8 @@ def lspfb_step(
     y : ndarray of int, shape (m,)
     lam : float (> 0)
     eta : float
-    rank, variant, init, random_state : of the low-rank bound.
+    rank, variant, init, random_state
+        Of the low-rank bound, as in :func:`low_rank_partition_bound`.
     mask : ndarray, shape (p,), optional
         Penalised rows (gradient only; the curvature carries ``lam I``).
     reduction : {"mean", "sum"}
@@ -498,7 +517,8 @@ def lspfb_step(
     Returns
     -------
     W_new : ndarray, shape (p, n)
-    info : dict with ``direction`` (p, n) and ``batch_loss``.
+    info : dict
+        ``direction`` (p, n) and ``batch_loss``.
 
     Raises
     ------

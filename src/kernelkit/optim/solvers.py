@@ -54,6 +54,21 @@ def step_size(schedule: str, eta0: float, t: int, t0: float = 1.0) -> float:
     ``"inverse"``: ``eta0 / t`` (the paper, eq. 2.5); ``"inverse_t0"``:
     ``eta0 / (1 + t / t0)``; ``"constant"``: ``eta0``.
 
+    Parameters
+    ----------
+    schedule : {"inverse", "inverse_t0", "constant"}
+    eta0 : float
+        The initial step size, positive.
+    t : int
+        The step, ``t >= 1``.
+    t0 : float, default=1.0
+        The time scale of ``"inverse_t0"`` (ignored by the others).
+
+    Returns
+    -------
+    float
+        ``eta_t``.
+
     Raises
     ------
     TypeError
@@ -135,9 +150,9 @@ def multinomial_objective(W, X, y, lam, mask=None) -> float:
     mask : ndarray, shape (p,), optional
         1 for penalised rows of ``W``, 0 for unpenalised ones (default: all penalised).
 
-    Notes
-    -----
-    All functions of this module accept NumPy arrays or array-API arrays (torch tensors).
+    Returns
+    -------
+    float
 
     Raises
     ------
@@ -149,6 +164,10 @@ def multinomial_objective(W, X, y, lam, mask=None) -> float:
         ``y`` is not 1-D of length ``m`` or has labels outside ``0..n-1``; ``lam < 0``;
         ``mask`` is not of shape (p,); NaN or infinity in ``W``, ``X`` or ``mask`` (or
         logits ``X W`` that overflow); another argument out of range.
+
+    Notes
+    -----
+    All functions of this module accept NumPy arrays or array-API arrays (torch tensors).
     """
     xp, W, X, y, lam, mask = _as_arrays(W, X, y, lam, mask)
     S = _logits(X, W)  # (T, n)
@@ -170,9 +189,21 @@ def _batch_loss(xp, log_z, S, Y, W, Wp, lam):
 
 
 def multinomial_gradient(W, X, y, lam, mask=None):
-    """Gradient of :func:`multinomial_objective`, shape (p, n): ``X^T (P - Y) / T + lam W``.
+    """Gradient of :func:`multinomial_objective`: ``X^T (P - Y) / T + lam mask W``.
 
-    Arguments as :func:`multinomial_objective`.
+    Parameters
+    ----------
+    W : ndarray, shape (p, n)
+    X : ndarray, shape (T, p)
+    y : ndarray of int, shape (T,)
+        Labels in ``0..n-1``.
+    lam : float
+    mask : ndarray, shape (p,), optional
+        1 for penalised rows of ``W``, 0 for unpenalised ones (default: all penalised).
+
+    Returns
+    -------
+    ndarray, shape (p, n)
 
     Raises
     ------
@@ -243,7 +274,10 @@ def spfb_step(
     linear_solver : {"cg", "dense"}
         Matrix-free CG (:meth:`KroneckerCurvature.solve`) or the dense ``(np) x (np)``
         Cholesky solve.
-    rtol, maxiter : CG tolerance and iteration cap.
+    rtol : float, default=1e-4
+        CG tolerance.
+    maxiter : int, optional
+        CG iteration cap (None: that of :meth:`KroneckerCurvature.solve`).
     x0 : ndarray, shape (p, n), optional
         CG warm start (e.g. the previous direction).
     preconditioner : {"jacobi", "kronecker", None} or KroneckerPreconditioner
@@ -332,7 +366,28 @@ def bound_step(
     """Full-batch bound majorisation step (eq. 2.4, Alg. B) with ``eta = 1``.
 
     Minimises the quadratic majoriser of ``L`` at ``W`` over the whole data set, so ``L``
-    never increases. Arguments, returns ``(W_new, info)`` and errors as :func:`spfb_step`.
+    never increases. :func:`spfb_step` with ``eta = 1`` and ``reduction="mean"``; errors
+    as there.
+
+    Parameters
+    ----------
+    W : ndarray, shape (p, n)
+    X : ndarray, shape (T, p)
+    y : ndarray of int, shape (T,)
+    lam : float
+    mask : ndarray, shape (p,), optional
+    linear_solver : {"cg", "dense"}
+    rtol : float, default=1e-10
+        CG tolerance (tighter than :func:`spfb_step`'s).
+    maxiter : int, optional
+    preconditioner : {"jacobi", "kronecker", None} or KroneckerPreconditioner
+        As in :func:`spfb_step`.
+
+    Returns
+    -------
+    W_new : ndarray, shape (p, n)
+    info : dict
+        As :func:`spfb_step` returns.
     """
     return spfb_step(
         W,
@@ -413,8 +468,25 @@ def sgd_step(W, X, y, lam, eta, *, mask=None, reduction="mean"):
     """One mini-batch SGD step ``W <- W - eta G`` (the paper's baseline).
 
     ``G = scale X^T (P - Y) + lam mask W`` with ``scale = 1/m`` (mean) or 1 (sum).
-    Returns ``(W_new, info)`` with ``direction = G`` and ``batch_loss``; ``eta`` must be
-    positive and finite, the other arguments are checked as in :func:`spfb_step`.
+
+    Parameters
+    ----------
+    W : ndarray, shape (p, n)
+    X : ndarray, shape (m, p)
+    y : ndarray of int, shape (m,)
+    lam : float
+    eta : float
+        Step size, positive and finite.
+    mask : ndarray, shape (p,), optional
+        Penalised rows of ``W``, as in :func:`spfb_step`.
+    reduction : {"mean", "sum"}
+
+    Returns
+    -------
+    W_new : ndarray, shape (p, n)
+    info : dict
+        ``direction`` (``G``), ``iterations`` (0), ``residual`` (0.0), ``batch_loss``
+        (objective of the batch at ``W``).
 
     Raises
     ------

@@ -252,7 +252,7 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         return self._lambda_a + self._lambda_c * uv  # (n, m)
 
     def approx_kernel(self, X, Y=None):
-        """Unbiased hybrid estimate of the kernel matrix, shape (n, m).
+        """Unbiased hybrid estimate of the kernel matrix.
 
         ``lambda_hat SM^{++} + (1 - lambda_hat) SM^{trig}`` (eq. 8-11), equal to
         ``transform(X) @ transform_y(Y).T`` (to rounding), computed in
@@ -260,6 +260,16 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         base estimates are mixed in log space (common shift of their row scales), so the
         result is finite wherever the estimate itself is representable, and an exact
         ``lambda_hat = 0`` or ``1`` drops the other estimator entirely (never ``0 * inf``).
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m), real
+            The floating dtype of ``X`` (float64 for an integer ``X``).
         """
         Xs, Ys, xp = self._check_pair(X, Y)
         # row blocks of X for NumPy: a dozen (n, m) temporaries per block, not per call
@@ -273,11 +283,21 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         return _combine(xp, inner, shift)
 
     def exact_lambda(self, X, Y=None):
-        """The coefficient ``lambda(x, y) = E lambda_hat``, shape (n, m).
+        """The coefficient ``lambda(x, y) = E lambda_hat``.
 
-        Evaluated as :meth:`variance` is (:meth:`_check_pair_widened`: in float64 for
-        float32 input, as angles and ``|x -+ y|^2`` from the float32 Gram matrix would
-        round near the exact angles), and returned in the input's dtype."""
+        Evaluated as :meth:`variance` is (in float64 for float32 input, as angles and
+        ``|x -+ y|^2`` from the float32 Gram matrix would round near the exact angles).
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        array, shape (n, m), real
+            The floating dtype of ``X`` (float64 for an integer ``X``).
+        """
         Xs, Ys, xp, dtype = self._check_pair_widened(X, Y)
         return as_real_dtype(xp, self._lambda_exact(Xs, Ys, xp), dtype)
 

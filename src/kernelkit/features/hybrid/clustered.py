@@ -86,7 +86,9 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         k-means centres (lengthscale-scaled).
     A_ : ndarray (n_q, n_k, d)
         Diagonals of ``A^{ij}``.
-    projection_ : ndarray (m, d); lambda_projection_ : ndarray (n, d) (Gaussian mixture).
+    projection_ : ndarray (m, d)
+    lambda_projection_ : ndarray (n_lambda, d)
+        The projections ``W'`` of the Gaussian mixture (``mixture="gaussian"`` only).
     """
 
     #: NumPy rows in blocks: the whole (n, D) parts took 2x to 3x the output
@@ -209,6 +211,16 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         Cheap repetitions for Monte Carlo (k-means is not rerun). The draws follow the
         current ``n_features``, ``sampler`` and ``n_lambda``, so these may be changed by
         ``set_params`` before a redraw (other changes need ``fit``).
+
+        Parameters
+        ----------
+        random_state : None, int or numpy.random.Generator
+            Seeds the new projections.
+
+        Returns
+        -------
+        ClusteredHybridRF
+            ``self``, redrawn in place.
         """
         self._check_fitted(redrawn=("n_features", "sampler", "n_lambda"))
         rng = check_random_state(random_state)
@@ -324,7 +336,20 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         )
 
     def cluster_pairs(self, X, Y=None):
-        """Nearest-centre indices ``(i(x) (n,), j(y) (m,))`` used by the zero-one mixture."""
+        """Nearest-centre indices ``i(x)``, ``j(y)`` used by the zero-one mixture.
+
+        Parameters
+        ----------
+        X : array, shape (n, d)
+        Y : array, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        i : ndarray of int, shape (n,)
+            The x-side cluster of each row of ``X``.
+        j : ndarray of int, shape (m,)
+            The y-side cluster of each row of ``Y``.
+        """
         Xs, Ys, xp = self._check_pair(X, Y)
         return self._assign(Xs, xp, "x")[0], self._assign(Ys, xp, "y")[0]
 
