@@ -71,6 +71,29 @@ def test_estimators_take_torch_tensors_under_array_api_dispatch(monkeypatch):
         np.testing.assert_allclose(P, ref, rtol=0, atol=1e-12)
 
 
+def test_other_kernelkit_classifiers_take_torch_tensors_under_array_api_dispatch(monkeypatch):
+    """The same validation serves ``optim.BoundLogisticRegression`` and
+    ``distributions.KernelLogisticRegression``: under dispatch their ``fit`` on a torch
+    tensor raised the same torch ``TypeError``; now it fits what the NumPy array fits."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("array_api_compat")
+    from kernelkit.distributions import KernelLogisticRegression
+    from kernelkit.optim import BoundLogisticRegression
+
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")  # as above
+    X, y = _data()
+    labels = (y > 1).astype(int)
+    for est in (
+        BoundLogisticRegression(solver="bound", max_epochs=5, tol=None),
+        KernelLogisticRegression(),
+    ):
+        ref = clone(est).fit(X, labels).predict_proba(X)
+        with config_context(array_api_dispatch=True):
+            P = clone(est).fit(torch.tensor(X), torch.tensor(labels)).predict_proba(torch.tensor(X))
+        # deterministic fits of the same float64 values: equal to within BLAS round-off
+        np.testing.assert_allclose(P, ref, rtol=0, atol=1e-10)
+
+
 # ------------------------------------------------------------------ fit(X, keys)
 @pytest.mark.parametrize("method", ["saderf", "sderf", "auto", "rff"])
 def test_random_features_refuses_keys_passed_positionally(method):
