@@ -159,6 +159,29 @@ def test_auto_search_over_small_lengthscales_ranks_without_overflow_warning():
     assert 1e300 < est["trig"] < np.inf and 1e300 < est["rff"] < np.inf
 
 
+# ------------------------------------------------------------------ labels with gaps
+@pytest.mark.parametrize(
+    "est",
+    [RandomFeatureGPClassifier(random_state=0), NadarayaWatsonClassifier(random_state=0)],
+    ids=lambda e: type(e).__name__,
+)
+def test_missing_label_in_a_nullable_string_column_is_named(est):
+    """estimators.md: a missing class label raises an error that names ``y``. A label
+    column read with pandas' ``"string"`` dtype (``read_csv(dtype_backend=...)``,
+    ``astype("string")``) holds ``pandas.NA`` in its gaps, whose comparisons are NA: the
+    check itself raised "boolean value of NA is ambiguous" (as scikit-learn's classifiers
+    do), naming nothing."""
+    pd = pytest.importorskip("pandas")
+    X, _ = _data(20)
+    y = pd.Series(["cat", "dog", pd.NA, "cat"] * 5, dtype="string")
+    with pytest.raises(ValueError, match=r"y contains a missing label \(<NA> at index 2\)"):
+        est.fit(X, y)
+    with pytest.raises(ValueError, match="missing label"):  # an object column, a list
+        clone(est).fit(X, list(y.astype(object)))
+    # the same column without gaps fits, its classes the sorted strings
+    assert clone(est).fit(X, y.fillna("cow")).classes_.tolist() == ["cat", "cow", "dog"]
+
+
 # ------------------------------------------------------------------ what held (guards)
 @pytest.mark.parametrize(
     "est",
