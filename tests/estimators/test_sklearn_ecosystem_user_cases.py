@@ -2,7 +2,8 @@
 
 Each test is a case a scikit-learn user meets every day (array API dispatch with torch
 inputs, a transformer fitted as ``fit(X, keys)``, a ``method="auto"`` search over small
-lengthscales), checked against what scikit-learn does with its own estimators.
+lengthscales, a label column with gaps, sample weights), checked against what the same
+code does with NumPy inputs or scikit-learn's own estimators.
 """
 
 from __future__ import annotations
