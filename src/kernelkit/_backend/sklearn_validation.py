@@ -9,7 +9,6 @@ which argument is at fault instead, before delegating everything else to
 from __future__ import annotations
 
 import numpy as np
-from sklearn import get_config
 from sklearn.utils.validation import validate_data as _sk_validate_data
 
 from . import is_torch_array, to_numpy
@@ -76,8 +75,10 @@ def host_array(a):
     """A torch tensor as the NumPy array scikit-learn would make of it, detached from
     autograd and with its float dtype kept (scikit-learn converts a tensor that requires
     grad with ``numpy()``, which raises, and reads a float32 tensor as float64 where a
-    float32 array stays float32). Kept as it is under ``array_api_dispatch``."""
-    if is_torch_array(a) and not get_config()["array_api_dispatch"]:
+    float32 array stays float32). Converted under ``array_api_dispatch`` too: the callers
+    compute in NumPy and pass NumPy dtypes, which scikit-learn's validation of a tensor
+    under dispatch cannot take (torch's ``asarray`` raised a ``TypeError``)."""
+    if is_torch_array(a):
         return to_numpy(a)
     return a
 
@@ -86,7 +87,7 @@ def validate_data(_estimator, /, X="no_validation", y="no_validation", **kwargs)
     """:func:`sklearn.utils.validation.validate_data` (same arguments and return value),
     with complex ``X`` or ``y`` and non-numeric ``X`` reported by name (class labels
     ``y`` may be strings), and torch tensors converted as NumPy arrays of their dtype
-    (detached from autograd) unless array API dispatch is on."""
+    (detached from autograd), with array API dispatch on or off."""
     if is_dask_array(X):  # NumPy would make its computed sparse matrix an object array
         reject_sparse(X, "X")
         X = checked_chunks(X, "X").compute()  # each chunk's width named, not Dask's join error

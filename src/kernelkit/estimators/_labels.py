@@ -10,18 +10,32 @@ __all__ = ["check_missing_labels", "encode_labels", "log_proba"]
 
 
 def check_missing_labels(owner: str, y) -> None:
-    """``ValueError`` naming ``y`` if a list or object array of labels holds ``None`` or
-    NaN (scikit-learn would fail in a sort, or say only "Input contains NaN")."""
+    """``ValueError`` naming ``y`` if a list or object array of labels holds ``None``, NaN
+    or ``pandas.NA`` (scikit-learn would fail in a sort, say only "Input contains NaN", or,
+    for ``pandas.NA``, "boolean value of NA is ambiguous")."""
     if not (isinstance(y, list | tuple) or getattr(getattr(y, "dtype", None), "kind", "") == "O"):
         return
     labels = np.asarray(y, dtype=object).ravel()
-    missing = (labels == None) | (labels != labels)  # noqa: E711 (elementwise): None, NaN
+    try:
+        missing = (labels == None) | (labels != labels)  # noqa: E711 (elementwise): None, NaN
+    except TypeError:  # pandas.NA (a nullable string column's gap) compares to NA, not a bool
+        missing = np.fromiter((_is_missing(label) for label in labels), bool, len(labels))
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
         raise ValueError(
             f"{owner}: y contains a missing label ({labels[i]!r} at index {i}); drop those "
             "samples or give them a class of their own."
         )
+
+
+def _is_missing(label) -> bool:
+    """``None``, NaN, or a value whose self-comparison is no bool (``pandas.NA``)."""
+    if label is None:
+        return True
+    try:
+        return bool(label != label)
+    except TypeError:
+        return True
 
 
 def encode_labels(owner: str, y, check: bool = True) -> tuple[np.ndarray, np.ndarray]:

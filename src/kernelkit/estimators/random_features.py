@@ -34,6 +34,7 @@ from .._backend.params import (
 )
 from .._backend.sklearn_validation import check_lazy_output, for_container, validate_data
 from ..features import FeatureMap
+from ..features._base import check_positional_keys
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 
@@ -338,7 +339,7 @@ class RandomFeatures(
         # candidate's error there is unknown, so it is infinite.
         for name, rel in rels.items():
             rel = np.where(np.isnan(rel), math.inf, rel)[~undefined]
-            estimates[name] = float(rel.mean()) if rel.size else math.inf
+            estimates[name] = _finite_mean(rel)
         estimates = {name: estimates[name] for name in candidates}  # ties: table order
         finite = {k: v for k, v in estimates.items() if math.isfinite(v)}
         if not finite:
@@ -359,7 +360,10 @@ class RandomFeatures(
             Real data (NumPy, pandas, lists, SciPy sparse for projection maps, a torch
             tensor, or a Dask array, which the map reads chunk by chunk).
         y : None
-            Ignored (a Pipeline's target).
+            Ignored (a Pipeline's target). A 2-D float array of ``X``'s width with another
+            number of rows is the kernel's keys passed positionally: a ``TypeError`` (pass
+            ``Y=keys``); with as many rows, a ``UserWarning`` where the fit reads the data
+            (data-dependent methods and ``"auto"``), as for the maps.
         Y : array-like of shape (m_samples, n_features), optional, keyword-only
             The kernel's y-side points (keys) for data-dependent asymmetric maps.
 
@@ -378,9 +382,16 @@ class RandomFeatures(
                 "hyperbolic, rff, rademacher, gaussian_sketch, tensor_srht, tensor_sketch, "
                 "random_maclaurin, optimized_maclaurin, srf)."
             )
+        # keys passed positionally (fit(X, keys)) are refused, as by the maps: the
+        # Pipeline convention would otherwise ignore them without a word
+        reads_data = name == "auto" or bool(METHODS[name].cls.data_dependent)
         if is_dask_array(X) or is_dask_array(Y):
+            if Y is None and getattr(X, "ndim", 0) == 2:
+                check_positional_keys("RandomFeatures", X, y, reads_data)
             return self._fit_dask(X, Y, name)
         X = self._validate(X, reset=True, accept_sparse=accept_sparse)
+        if Y is None:
+            check_positional_keys("RandomFeatures", X, y, reads_data)
         if Y is not None and not sp.issparse(Y):  # sparse keys: the map checks them
             if not is_foreign_array(Y) and (
                 hasattr(Y, "columns") or "feature_names_in_" in self.__dict__
@@ -558,6 +569,23 @@ def _relative_mse(fm, X, Y, lrv):
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         r = mean / exact  # (n, m)
         return rel * r * r + (r - 1.0) ** 2
+
+
+def _finite_mean(rel) -> float:
+    """The mean of non-negative errors ``rel``, ``inf`` for none or an infinite one.
+
+    Summed as ``max * mean(rel / max)``: errors that are each finite but whose sum
+    exceeds float64 (relative variances of the trigonometric maps where the Gaussian
+    kernel is tiny, such as a small ``lengthscale`` on standardised data) keep a finite
+    mean that still ranks the candidate, without NumPy's overflow warning in the sum."""
+    if rel.size == 0:
+        return math.inf
+    top = float(rel.max())
+    if not math.isfinite(top):
+        return math.inf
+    if top == 0.0:
+        return 0.0
+    return top * float(np.mean(rel / top))
 
 
 def _sample_rows(X, size: int, rng, name: str = "X"):
