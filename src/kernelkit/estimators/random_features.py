@@ -32,9 +32,13 @@ from .._backend.params import (
     RANDOM_STATE,
     int_range,
 )
-from .._backend.sklearn_validation import check_lazy_output, for_container, validate_data
+from .._backend.sklearn_validation import (
+    check_lazy_output,
+    check_positional_keys,
+    for_container,
+    validate_data,
+)
 from ..features import FeatureMap
-from ..features._base import check_positional_keys
 from ..features.sampling import SAMPLERS
 from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
 

@@ -63,10 +63,10 @@ from .._backend import validate_data as validate_array
 from .._backend.chunks import checked_chunks, is_dask_array
 from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.parallel import block_map
-from .._backend.sklearn_validation import check_lazy_output, for_container
+from .._backend.sklearn_validation import check_lazy_output, check_positional_keys, for_container
 from ._dask import fit_dask, lazy_features
 
-__all__ = ["KERNELS", "FeatureMap", "check_positional_keys"]
+__all__ = ["KERNELS", "FeatureMap"]
 
 #: kernel name -> alpha of the scaled softmax kernel K^(alpha) (FAVOR# Sec. 2.1)
 KERNELS = {"softmax": 0.0, "gaussian": -0.5}
@@ -980,38 +980,3 @@ def _outside_inference_mode(like):
         if torch.is_inference_mode_enabled():
             return torch.inference_mode(False)
     return contextlib.nullcontext()
-
-
-def check_positional_keys(owner: str, X, y, reads_data: bool, stacklevel: int = 4) -> None:
-    """The check of ``owner.fit(X, y)`` (a map, or ``RandomFeatures``) on a second data
-    set passed positionally, which a scikit-learn transformer would silently ignore.
-
-    A 2-D floating ``y`` of ``X``'s width with another number of rows is keys, not a
-    ``Pipeline``'s target: ``TypeError`` naming ``fit(X, Y=keys)``. With as many rows it
-    may be a target (ignored): a ``UserWarning`` when the fit reads the data
-    (``reads_data``), as it would then have fitted without it. ``stacklevel`` points the
-    warning at the line that called ``fit``.
-    """
-    if y is None or not hasattr(y, "shape") or len(y.shape) != 2 or y.shape[1] != X.shape[1]:
-        return
-    floating = getattr(y.dtype, "is_floating_point", None)  # torch dtypes
-    if floating is None:
-        dtype = y.dtype if is_dask_array(y) else np.asarray(y[:0]).dtype
-        floating = np.issubdtype(dtype, np.floating)
-    if not floating:
-        return
-    rows = (X.shape[0], y.shape[0])  # Dask: NaN where unknown, then not compared
-    if rows[0] != rows[1] and not any(math.isnan(r) for r in rows):
-        raise TypeError(
-            f"{owner}.fit got a second data set of shape {tuple(y.shape)} "
-            "as its positional argument y, which a scikit-learn transformer ignores. "
-            "The kernel's y side (keys) is keyword-only: fit(X, Y=keys)."
-        )
-    if reads_data:
-        warnings.warn(
-            f"{owner}.fit ignores its positional argument y (a Pipeline's "
-            "target). If it holds the kernel's y-side points (keys), pass them as "
-            "fit(X, Y=keys).",
-            UserWarning,
-            stacklevel=stacklevel,
-        )
