@@ -48,6 +48,7 @@ then trusted, as ``nn.MultiheadAttention`` trusts it.
 
 from __future__ import annotations
 
+import math
 import numbers
 from contextlib import nullcontext
 
@@ -853,6 +854,14 @@ class FavorAttention(nn.Module):
                 f"state has batch shape {tuple(state.batch_shape)}, d={state.d} and "
                 f"kv_heads={state.kv_heads}; this module needs (N, {H}), d={hd} and "
                 f"kv_heads={kv_heads} (init_state)."
+            )
+        # the softmax scale of forward (1 / sqrt(head_dim)): a state made for another
+        # scale (init_decoding_state(..., scale=...)) would attend with it, silently
+        if not math.isclose(state.scale, 1.0 / math.sqrt(hd), rel_tol=1e-9):
+            raise ValueError(
+                f"state has scale={state.scale!r}, this module attends with scale 1 / "
+                f"sqrt(head_dim) = {1.0 / math.sqrt(hd)!r}: a state of another module. Make "
+                "it with this module's init_state."
             )
         # the maps and feature count M of this module's states (fitted maps: FAVOR+
         # features before the first statistics update)
