@@ -292,3 +292,22 @@ def test_compiled_module_step_decodes_cloned_beams_without_a_recompile_per_token
     torch.testing.assert_close(beams[0].kvz, beams[1].kvz, rtol=0, atol=0)
     assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
     torch._dynamo.reset()
+
+
+def test_module_init_state_refuses_a_dtype_its_step_would_refuse():
+    """``init_state(batch_size, dtype=torch.float64)`` on a float32 module made a float64
+    state, which ``step`` then refused as "converted after init_state?"; now the
+    documented argument raises at once, naming ``module.to``. Half dtypes compute in
+    float32 and still give a state the float32 module steps."""
+    m = _lm_module("positive")
+    x = torch.randn(2, 16, generator=torch.Generator().manual_seed(7))
+    with pytest.raises(TypeError, match=r"module\.to\(torch\.float64\)"):
+        m.init_state(2, dtype=torch.float64)
+    with torch.no_grad():
+        a, _ = m.step(x, x, x, m.init_state(2, dtype=torch.bfloat16))
+        b, _ = m.step(x, x, x, m.init_state(2))
+        m64 = copy.deepcopy(m).double()
+        c, _ = m64.step(x.double(), x.double(), x.double(), m64.init_state(2, dtype=torch.float64))
+    assert torch.equal(a, b)
+    # float32 against float64: eps 1.2e-7 times the one-token sums and the projections
+    assert _rel(b.double(), c) < 1e-5
