@@ -311,3 +311,37 @@ def test_module_init_state_refuses_a_dtype_its_step_would_refuse():
     assert torch.equal(a, b)
     # float32 against float64: eps 1.2e-7 times the one-token sums and the projections
     assert _rel(b.double(), c) < 1e-5
+
+
+def test_a_state_made_under_inference_mode_is_cloned_for_later_use():
+    """A prompt prefilled under ``torch.inference_mode()`` holds inference tensors: an
+    in-place step outside it raises and names ``state.clone()``, whose ordinary tensors
+    are then stepped in place (and with autograd) as a fresh decode is."""
+    q, k, v = qkv((2, 2, 8, 4), scale=0.5)
+    with torch.inference_mode():
+        st = init_decoding_state(
+            (2, 2),
+            4,
+            "sderf",
+            16,
+            e=3,
+            random_state=0,
+            dtype=q.dtype,
+            moments=_calibration_moments(2, 4),
+        )
+        _, st = linear_attention_step(q[..., :6, :], k[..., :6, :], v[..., :6, :], st)
+    ref = linear_attention(
+        q, k, v, "sderf", 16, is_causal=True, random_state=0, moments=_calibration_moments(2, 4)
+    )
+    tok = [t[..., 6, :] for t in (q, k, v)]
+    with torch.no_grad(), pytest.raises(ValueError, match=r"state\.clone\(\)"):
+        linear_attention_step(*tok, st, inplace=True)
+    c = st.clone()
+    assert not c.kvz.is_inference()
+    with torch.no_grad():
+        o, c = linear_attention_step(*tok, c, inplace=True)
+    assert _rel(o, ref[..., 6, :]) < TOL64
+    vg = v[..., 7, :].clone().requires_grad_(True)
+    o, _ = linear_attention_step(q[..., 7, :], k[..., 7, :], vg, c.clone())
+    o.sum().backward()
+    assert _rel(o, ref[..., 7, :]) < TOL64 and vg.grad is not None

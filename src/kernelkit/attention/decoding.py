@@ -907,8 +907,9 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     ):
         raise ValueError(
             "inplace=True: the state was made under torch.inference_mode(), whose tensors "
-            "can only be updated in place inside it. Step it there, or once with "
-            "inplace=False (which returns ordinary tensors) and in place from then on."
+            "can only be updated in place inside it. Step it there, or step its copy "
+            "state.clone() (ordinary tensors) in place, or step once with inplace=False "
+            "(which returns ordinary tensors) and in place from then on."
         )
     hd = len(state.batch_shape) - 1  # the head dim of q_t, k_t, v_t (GQA)
     g = 1 if state.kv_heads is None else state.batch_shape[-1] // state.kv_heads
