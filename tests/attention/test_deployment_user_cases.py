@@ -345,3 +345,15 @@ def test_a_state_made_under_inference_mode_is_cloned_for_later_use():
     o, _ = linear_attention_step(q[..., 7, :], k[..., 7, :], vg, c.clone())
     o.sum().backward()
     assert _rel(o, ref[..., 7, :]) < TOL64 and vg.grad is not None
+
+
+def test_states_compare_by_identity():
+    """A serving loop keeps the states of its live sequences in a list: ``state in
+    states`` and ``states.remove(state)`` compared the states' tensors field by field and
+    raised "Boolean value of Tensor ... is ambiguous"; states compare by identity."""
+    a = init_decoding_state((1, 2), 4, "positive", 8, random_state=0)
+    b = a.clone()
+    live = [a, b]
+    assert b in live and a != b and a == a
+    live.remove(b)
+    assert live == [a] and len({a, b}) == 2

@@ -77,7 +77,9 @@ _HALF = (torch.float16, torch.bfloat16)
 _PREFILL_CHUNK = 64  # tokens per chunk of a block (prefill), as the causal kernel's
 
 
-@dataclass(frozen=True)
+# eq=False: compared (and hashed) by identity, as a module or a KV-cache object; the
+# generated field-wise ``==`` compared the tensors and raised in ``state in states``
+@dataclass(frozen=True, eq=False)
 class LinearAttentionState:
     """Recurrent state of causal linear attention (see :func:`init_decoding_state`): the
     prefix sums of FAVOR# eq. 4 in causal mode, kept relative to a running key maximum.
