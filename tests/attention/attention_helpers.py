@@ -18,7 +18,7 @@ def qkv(q_shape, k_shape=None, e=3, scale=1.0, dtype=torch.float64, seed=0):
 
 def rel_error(a, b) -> float:
     """``|a - b| / |b|`` in the Frobenius norm."""
-    return float((a - b).norm() / b.norm())
+    return float(((a - b).norm() / b.norm()).detach())
 
 
 class LinearLogFeatures:

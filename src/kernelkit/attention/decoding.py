@@ -41,7 +41,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -77,7 +77,9 @@ _HALF = (torch.float16, torch.bfloat16)
 _PREFILL_CHUNK = 64  # tokens per chunk of a block (prefill), as the causal kernel's
 
 
-@dataclass(frozen=True)
+# eq=False: compared (and hashed) by identity, as a module or a KV-cache object; the
+# generated field-wise ``==`` compared the tensors and raised in ``state in states``
+@dataclass(frozen=True, eq=False)
 class LinearAttentionState:
     """Recurrent state of causal linear attention (see :func:`init_decoding_state`): the
     prefix sums of FAVOR# eq. 4 in causal mode, kept relative to a running key maximum.
@@ -86,7 +88,8 @@ class LinearAttentionState:
     also under ``torch.inference_mode()`` and for copies made by ``copy.deepcopy``,
     ``pickle`` or ``torch.save``, which keep the count of in-place steps of the tensors
     they copy).
-    :meth:`index_select` reorders its batch (beam search), :meth:`to` moves it.
+    :meth:`index_select` reorders its batch (beam search), :meth:`to` moves it,
+    :meth:`clone` copies it (autograd history kept) and :meth:`detach` drops its history.
 
     Attributes
     ----------
@@ -221,13 +224,16 @@ class LinearAttentionState:
 
     def to(self, device=None, dtype=None) -> LinearAttentionState:
         """The state on ``device`` and / or for inputs of ``dtype`` (float16 / bfloat16
-        compute in float32), feature parameters included. A new state (sharing the
-        tensors when neither changes, as ``Tensor.to``); a stale state raises.
+        compute in float32), feature parameters included: ``state.to(device)``,
+        ``state.to(dtype)``, ``state.to(device, dtype)`` or by keyword, as ``Tensor.to``
+        and ``Module.to``. A new state (sharing the tensors when neither changes, as
+        ``Tensor.to``); a stale state raises.
 
         Parameters
         ----------
-        device : torch.device or str, optional
-            Keep the current device when None.
+        device : torch.device, str, int or torch.dtype, optional
+            Keep the current device when None. A dtype here is read as ``dtype``
+            (``state.to(torch.float64)``).
         dtype : torch.dtype, optional
             The dtype of the inputs the state will step; keep the current one when None.
 
@@ -235,6 +241,16 @@ class LinearAttentionState:
         -------
         LinearAttentionState
         """
+        if isinstance(device, torch.dtype):  # state.to(torch.float64), as Tensor.to(dtype)
+            if dtype is not None:
+                raise TypeError(f"to() got two dtypes, {device!r} and dtype={dtype!r}.")
+            device, dtype = None, device
+        if device is not None and (
+            isinstance(device, bool) or not isinstance(device, (str, torch.device, int))
+        ):
+            raise TypeError(
+                f"device must be a torch.device, a str or an int, got {type(device).__name__}."
+            )
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
         self._check_fresh()
@@ -251,14 +267,67 @@ class LinearAttentionState:
             _steps=self._steps if same else 0,
         )
 
+    def clone(self) -> LinearAttentionState:
+        """A copy with new ``kvz`` and ``c`` tensors, as ``Tensor.clone``: autograd
+        history is kept (a state prefilled with autograd can be cloned, where
+        ``copy.deepcopy`` refuses its tensors), and in-place steps of the copy and of the
+        original do not affect each other, so each sequence that shares a prefilled
+        state steps its own clone. The feature parameters, which no step modifies, are
+        shared. A stale state (see the class) raises a ``ValueError``.
+
+        Returns
+        -------
+        LinearAttentionState
+            Of the same batch shape, ``t``, device and dtype.
+        """
+        self._check_fresh()
+        return replace(self, kvz=self.kvz.clone(), c=self.c.clone(), _owner=_Owner.new(), _steps=0)
+
+    def detach(self) -> LinearAttentionState:
+        """The state without autograd history, as ``Tensor.detach``: the same tensors
+        (an in-place step of either state makes the other stale), the feature parameters
+        detached too. For truncated backpropagation through time, or to keep a prompt
+        prefilled with autograd (e.g. by a module whose parameters require grad, outside
+        ``torch.no_grad()``) as a fixed prefix.
+
+        Returns
+        -------
+        LinearAttentionState
+            Of the same batch shape, ``t``, device and dtype.
+        """
+        return replace(
+            self,
+            kvz=self.kvz.detach(),
+            c=self.c.detach(),
+            params=_map_params(self.params, lambda t, _: t.detach()),
+        )
+
+    def __deepcopy__(self, memo):
+        # copy.deepcopy copies every field (the record of in-place steps with them, so a
+        # copy of a stale state is stale); torch refuses to deep-copy tensors with
+        # autograd history, so name the state's own copies instead of its error
+        tensors = (self.kvz, self.c, *_param_tensors(self.params))
+        if any(t.requires_grad and not t.is_leaf for t in tensors):
+            raise RuntimeError(
+                "copy.deepcopy cannot copy a state with autograd history (it was stepped "
+                "with inputs, or a module's parameters, that require grad): use "
+                "state.clone() (keeps the history) or state.detach().clone(), or step "
+                "under torch.no_grad()."
+            )
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for f in fields(self):
+            object.__setattr__(new, f.name, copy.deepcopy(getattr(self, f.name), memo))
+        return new
+
     def _check_fresh(self):
         if self._stale():  # (a copy, copy.deepcopy(state), is checked with its tensors)
             raise ValueError(
                 "state is stale: its tensors were modified in place (by an inplace=True "
                 f"step) since it was made, so they no longer hold the prefix of its t={self.t} "
                 "tokens. Continue from the state that step returned, and step a copy "
-                "(copy.deepcopy) of a state that several sequences share, e.g. an empty or "
-                "prefilled one."
+                "(state.clone() or copy.deepcopy) of a state that several sequences share, "
+                "e.g. an empty or prefilled one."
             )
 
     def _stale(self) -> bool:
@@ -336,6 +405,13 @@ def _map_params(params, fn):
     new.fmap = LogFeatureMap(cv(f.W_q, 2), cv(f.W_k, 2), cv(f.c, 1), cb(f.B_q), cb(f.B_k))
     new.Wa = {s: fn(w, 2) for s, w in params.Wa.items()}  # (..., d + 2, M)
     return new
+
+
+def _param_tensors(params):
+    """The tensors of feature parameters ``params`` (none for relu / elu)."""
+    found = []
+    _map_params(params, lambda t, _: found.append(t) or t)
+    return found
 
 
 def _positive_int(name, val):
@@ -876,8 +952,9 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     ):
         raise ValueError(
             "inplace=True: the state was made under torch.inference_mode(), whose tensors "
-            "can only be updated in place inside it. Step it there, or once with "
-            "inplace=False (which returns ordinary tensors) and in place from then on."
+            "can only be updated in place inside it. Step it there, or step its copy "
+            "state.clone() (ordinary tensors) in place, or step once with inplace=False "
+            "(which returns ordinary tensors) and in place from then on."
         )
     hd = len(state.batch_shape) - 1  # the head dim of q_t, k_t, v_t (GQA)
     g = 1 if state.kv_heads is None else state.batch_shape[-1] // state.kv_heads

@@ -48,6 +48,7 @@ then trusted, as ``nn.MultiheadAttention`` trusts it.
 
 from __future__ import annotations
 
+import math
 import numbers
 from contextlib import nullcontext
 
@@ -71,6 +72,14 @@ from .functional import (
 )
 
 __all__ = ["FavorAttention"]
+
+
+def _compute_dtype(dtype):
+    """The dtype the attention computes in for inputs of ``dtype`` (float16 / bfloat16
+    in float32, as :func:`~kernelkit.attention.init_decoding_state`)."""
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _no_fused_fast_path(module, args):
@@ -741,7 +750,9 @@ class FavorAttention(nn.Module):
         statistics as they are now (FAVOR+ features before the first update, as the causal
         forward); a state made before a redraw keeps the old features. Batch shape
         ``(batch_size, num_heads)``, ``d = e = head_dim``; ``device`` / ``dtype`` default
-        to those of the module's parameters (float16 / bfloat16 compute in float32).
+        to those of the module's parameters (float16 / bfloat16 compute in float32); a
+        ``dtype`` that computes in another dtype than the parameters (float64 for a float32
+        module) raises a ``TypeError``, since :meth:`step` would refuse the state.
         With ``num_kv_heads < num_heads`` it is a grouped state (``enable_gqa``,
         ``state.kv_heads == num_kv_heads``): kept once per key / value head (``state.kvz``
         ``(batch_size, num_kv_heads, M, head_dim + 1)``, ``g`` times smaller) where the key
@@ -775,6 +786,14 @@ class FavorAttention(nn.Module):
             if moments is None:
                 fm = "positive"  # no statistics yet: A = 0 (as _causal_attention)
         w = self.out_proj.weight
+        if dtype is not None and _compute_dtype(dtype) != _compute_dtype(w.dtype):
+            # a state that step would refuse (it computes in the parameters' dtype)
+            raise TypeError(
+                f"init_state(dtype={dtype}): this module's parameters are {w.dtype}, so its "
+                f"step computes in {_compute_dtype(w.dtype)} and takes only a state of that "
+                f"compute dtype. Convert the module first (module.to({dtype})), or leave "
+                "dtype out."
+            )
         return init_decoding_state(
             (int(batch_size), self.num_heads),
             self.head_dim,
@@ -908,6 +927,14 @@ class FavorAttention(nn.Module):
                 f"kv_heads={state.kv_heads}; this module needs (N, {H}), d={hd} and "
                 f"kv_heads={kv_heads} (init_state)."
             )
+        # the softmax scale of forward (1 / sqrt(head_dim)): a state made for another
+        # scale (init_decoding_state(..., scale=...)) would attend with it, silently
+        if not math.isclose(state.scale, 1.0 / math.sqrt(hd), rel_tol=1e-9):
+            raise ValueError(
+                f"state has scale={state.scale!r}, this module attends with scale 1 / "
+                f"sqrt(head_dim) = {1.0 / math.sqrt(hd)!r}: a state of another module. Make "
+                "it with this module's init_state."
+            )
         # the maps and feature count M of this module's states (fitted maps: FAVOR+
         # features before the first statistics update)
         fitted = self.feature_map in FITTED_MAPS
@@ -922,7 +949,7 @@ class FavorAttention(nn.Module):
                 "this module's init_state."
             )
         w = self.out_proj.weight.dtype
-        ctype = torch.float32 if w in (torch.float16, torch.bfloat16) else w
+        ctype = _compute_dtype(w)
         if state.dtype != ctype:
             raise TypeError(
                 f"state computes in {state.dtype}, this module's parameters are {w} (converted "
