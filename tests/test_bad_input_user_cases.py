@@ -254,3 +254,38 @@ def test_chunked_bound_step_checks_numpy_x_before_dask_sees_it(X, error, match):
     y = np.arange(10) % 3
     with pytest.raises(error, match=match):
         chunked_bound_step(np.zeros((3, 3)), X, y, 0.1)
+
+
+# ---------------------------------------------------------------- FavorAttention
+@pytest.mark.parametrize("dtype_name", ["int64", "bool", "complex64", "float16", "float64"])
+def test_favor_attention_names_an_input_dtype_its_projections_cannot_take(dtype_name):
+    """F.linear's 'mat1 and mat2 must have the same dtype' named no argument."""
+    torch = pytest.importorskip("torch")
+    from kernelkit.attention import FavorAttention
+
+    m = FavorAttention(8, 2, n_features=16, random_state=0)  # float32 parameters
+    x = torch.randn(2, 5, 8)
+    x = x > 0 if dtype_name == "bool" else x.to(getattr(torch, dtype_name))
+    with pytest.raises(TypeError, match=r"query.*(floating point|module's parameters)"):
+        m(x, x, x)
+
+
+def test_favor_attention_under_autocast_still_takes_another_float_dtype():
+    torch = pytest.importorskip("torch")
+    from kernelkit.attention import FavorAttention
+
+    m = FavorAttention(8, 2, n_features=16, random_state=0)
+    x = torch.randn(2, 5, 8, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = m(x, x, x)
+    assert out.shape == (2, 5, 8) and _finite(out.float())
+
+
+def test_favor_attention_huge_embed_dim_is_a_named_error():
+    """embed_dim=1e12: torch's 'Storage size calculation overflowed' (its weights would
+    take 3e24 elements, beyond any address space: nothing is allocated)."""
+    pytest.importorskip("torch")
+    from kernelkit.attention import FavorAttention
+
+    with pytest.raises(ValueError, match="embed_dim=1000000000000"):
+        FavorAttention(10**12, 2, n_features=16, random_state=0)
