@@ -241,7 +241,16 @@ def as_dask_rows(
     if dense:
         reject_sparse(Z, where)
     if not is_dask_array(Z):
-        Z = np.asarray(Z)
+        try:
+            Z = np.asarray(Z)
+        except (TypeError, ValueError) as exc:  # ragged lists
+            raise TypeError(f"{where} could not be converted to an array: {exc}") from exc
+        # checked before wrapping: Dask's "auto" chunks divide by the row's bytes (0 for
+        # no columns) and cannot size object rows
+        if not _is_real(Z.dtype):
+            raise TypeError(f"{where} must hold real numbers, got dtype {Z.dtype}.")
+        if Z.ndim >= 2 and 0 in Z.shape[1:]:
+            raise ValueError(f"{where} has 0 columns (shape {Z.shape}); it needs >= 1.")
         Z = da.from_array(Z, chunks=("auto",) + (-1,) * (Z.ndim - 1))
     Z = _shape_for(Z, where, vector, "a Dask array")
     if not _is_real(Z.dtype):

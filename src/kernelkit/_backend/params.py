@@ -9,7 +9,8 @@ by many classes live here.
 
 ``Interval(Real, 0, None, closed="neither")`` rejects NaN and both infinities, so
 :data:`POSITIVE` is "a positive finite float"; :data:`NON_NEGATIVE` is "a finite float
->= 0".
+>= 0". The intervals here also reject booleans (``True`` is an ``Integral`` to Python, so
+scikit-learn's ``Interval`` takes ``lengthscale=True`` as 1).
 """
 
 from __future__ import annotations
@@ -25,14 +26,23 @@ __all__ = [
     "POSITIVE",
     "RANDOM_STATE",
     "CaseInsensitiveStrOptions",
+    "NumberInterval",
     "int_range",
 ]
+
+
+class NumberInterval(Interval):
+    """scikit-learn's ``Interval`` that rejects ``bool`` and ``numpy.bool_`` values."""
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, bool | np.bool_) and super().is_satisfied_by(val)
+
 
 #: ``random_state``: None, a non-negative int, a Generator or a legacy RandomState
 #: (scikit-learn's ``"random_state"`` constraint does not accept a Generator)
 RANDOM_STATE = [
     None,
-    Interval(Integral, 0, None, closed="left"),
+    NumberInterval(Integral, 0, None, closed="left"),
     np.random.Generator,
     np.random.RandomState,
 ]
@@ -40,21 +50,21 @@ RANDOM_STATE = [
 #: ``n_jobs``: None or a non-zero integer (scikit-learn's convention; -1: all CPUs)
 N_JOBS = [
     None,
-    Interval(Integral, None, -1, closed="right"),
-    Interval(Integral, 1, None, closed="left"),
+    NumberInterval(Integral, None, -1, closed="right"),
+    NumberInterval(Integral, 1, None, closed="left"),
 ]
 
 #: a positive finite real number (NaN and +-inf rejected)
-POSITIVE = [Interval(Real, 0, None, closed="neither")]
+POSITIVE = [NumberInterval(Real, 0, None, closed="neither")]
 
 #: a finite real number >= 0 (NaN and +-inf rejected)
-NON_NEGATIVE = [Interval(Real, 0, None, closed="left")]
+NON_NEGATIVE = [NumberInterval(Real, 0, None, closed="left")]
 
 
 def int_range(minimum: int = 1, maximum: int | None = None) -> list:
     """An integer in ``[minimum, maximum]`` (no upper bound for ``maximum=None``)."""
     closed = "left" if maximum is None else "both"
-    return [Interval(Integral, minimum, maximum, closed=closed)]
+    return [NumberInterval(Integral, minimum, maximum, closed=closed)]
 
 
 class CaseInsensitiveStrOptions(StrOptions):

@@ -414,6 +414,11 @@ def _param_tensors(params):
     return found
 
 
+def _itemsize(dtype) -> int:
+    """Bytes per element of ``dtype``."""
+    return torch.empty((), dtype=dtype).element_size()
+
+
 def _positive_int(name, val):
     if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
         raise ValueError(f"{name} must be a positive integer, got {val!r}.")
@@ -497,6 +502,8 @@ def init_decoding_state(
         batch = torch.Size(batch_shape)
     except TypeError:
         raise TypeError(f"batch_shape must be a tuple of ints, got {batch_shape!r}.") from None
+    if any(n < 0 for n in batch):  # torch.zeros' own error names no argument
+        raise ValueError(f"batch_shape must hold non-negative ints, got {tuple(batch)}.")
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
     if scale is None:
@@ -552,7 +559,15 @@ def init_decoding_state(
     if kv_heads is not None and not per_head:  # one state per key head
         group = batch[-1] // kv_heads
         batch = torch.Size((*batch[:-1], kv_heads))
-    kvz = torch.zeros(*batch, M, e + 1, **kw)
+    try:
+        kvz = torch.zeros(*batch, M, e + 1, **kw)
+    except RuntimeError as exc:  # the allocator's own error names no argument
+        shape = (*batch, M, e + 1)
+        raise ValueError(
+            f"The decoding state kvz of shape (*batch_shape, M, e + 1) = {shape} cannot be "
+            f"allocated ({math.prod(shape) * _itemsize(ctype):.3g} bytes); reduce "
+            "batch_shape, n_features or e."
+        ) from exc
     return LinearAttentionState(
         kvz=kvz,
         c=torch.full((*batch, M), _NEG, **kw),

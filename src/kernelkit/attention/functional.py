@@ -32,7 +32,7 @@ import numbers
 import numpy as np
 import torch
 
-from .._backend import check_random_state
+from .._backend import check_random_state, validate_positive_int
 from ..features.favor import Moments
 from ..features.hybrid import matched_n_features
 from ..features.sampling import SAMPLERS, draw_projection
@@ -81,6 +81,9 @@ def hybrid_base_size(n_features: int, d: int, n_lambda: int = HYBRID_SIGNS) -> i
     int
         ``m >= 1``.
     """
+    n_features = validate_positive_int(n_features, "n_features")
+    d = validate_positive_int(d, "d")
+    n_lambda = validate_positive_int(n_lambda, "n_lambda")
     try:
         return matched_n_features(max(1, n_features // 2), d, n_lambda, rule="dimension")
     except ValueError:  # M < 4 (n + 1): the smallest hybrid

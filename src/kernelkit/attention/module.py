@@ -348,21 +348,27 @@ class FavorAttention(nn.Module):
         self.chunk_size = int(chunk_size)
         self.momentum = momentum
         E, Ekv = self.embed_dim, self.num_kv_heads * self.head_dim
-        if self._qkv_same_embed_dim:
-            self.in_proj_weight = nn.Parameter(torch.empty(3 * E, E, **fk))
-            self.register_parameter("q_proj_weight", None)
-            self.register_parameter("k_proj_weight", None)
-            self.register_parameter("v_proj_weight", None)
-        else:  # (GQA: k, v project to the Hkv key / value heads, Ekv = Hkv head_dim)
-            self.q_proj_weight = nn.Parameter(torch.empty(E, E, **fk))
-            self.k_proj_weight = nn.Parameter(torch.empty(Ekv, self.kdim, **fk))
-            self.v_proj_weight = nn.Parameter(torch.empty(Ekv, self.vdim, **fk))
-            self.register_parameter("in_proj_weight", None)
-        if bias:  # [b_q (E), b_k (Ekv), b_v (Ekv)]
-            self.in_proj_bias = nn.Parameter(torch.empty(E + 2 * Ekv, **fk))
-        else:
-            self.register_parameter("in_proj_bias", None)
-        self.out_proj = nn.Linear(E, E, bias=bias, **fk)
+        try:
+            if self._qkv_same_embed_dim:
+                self.in_proj_weight = nn.Parameter(torch.empty(3 * E, E, **fk))
+                self.register_parameter("q_proj_weight", None)
+                self.register_parameter("k_proj_weight", None)
+                self.register_parameter("v_proj_weight", None)
+            else:  # (GQA: k, v project to the Hkv key / value heads, Ekv = Hkv head_dim)
+                self.q_proj_weight = nn.Parameter(torch.empty(E, E, **fk))
+                self.k_proj_weight = nn.Parameter(torch.empty(Ekv, self.kdim, **fk))
+                self.v_proj_weight = nn.Parameter(torch.empty(Ekv, self.vdim, **fk))
+                self.register_parameter("in_proj_weight", None)
+            if bias:  # [b_q (E), b_k (Ekv), b_v (Ekv)]
+                self.in_proj_bias = nn.Parameter(torch.empty(E + 2 * Ekv, **fk))
+            else:
+                self.register_parameter("in_proj_bias", None)
+            self.out_proj = nn.Linear(E, E, bias=bias, **fk)
+        except RuntimeError as exc:  # torch's allocator / size errors name no argument
+            raise ValueError(
+                f"The projection weights of embed_dim={E}, kdim={self.kdim}, vdim={self.vdim} "
+                f"cannot be allocated ({exc}); reduce them."
+            ) from exc
         self._reset_parameters()
 
         if random_state is None:  # torch's global generator: torch.manual_seed fixes it
@@ -511,6 +517,7 @@ class FavorAttention(nn.Module):
                 f"query, key, value must share one dtype, got {query.dtype}, "
                 f"{key.dtype}, {value.dtype}."
             )
+        _check_input_dtype(query.dtype, self.out_proj.weight.dtype, query.device.type)
         # self-attention (one tensor, as nn.Transformer*Layer pass): padded keys are padded
         # queries too, and stay out of the fitted parameters on both sides
         self_attention = query is key
@@ -1129,3 +1136,17 @@ class FavorAttention(nn.Module):
         for buf, val in zip(buffers, new, strict=True):
             buf.mul_(1.0 - f).add_(val * f)
         self._any_tracked = True
+
+
+def _check_input_dtype(dtype, weight_dtype, device_type: str) -> None:
+    """``TypeError`` for inputs that the projections cannot multiply (F.linear's own error,
+    'mat1 and mat2 must have the same dtype', names no argument): a non-floating dtype, or
+    another floating dtype than the weights' outside autocast."""
+    if not dtype.is_floating_point:
+        raise TypeError(f"query, key, value must be floating point, got dtype {dtype}.")
+    if dtype != weight_dtype and not torch.is_autocast_enabled(device_type):
+        raise TypeError(
+            f"query has dtype {dtype}, but the module's parameters are {weight_dtype}: "
+            f"convert the inputs (query.to({weight_dtype})) or the module "
+            f"(module.to({dtype})), or run under torch.autocast."
+        )

@@ -10,6 +10,7 @@ map from the estimators' common parameters (``kernel``, ``n_components`` output 
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -155,6 +156,21 @@ def auto_candidates(kernel: str, *, keys: bool = False) -> list[str]:
     ]
 
 
+def _gamma(lengthscale: float, method: str) -> float:
+    """``1 / lengthscale^2``, or a ``ValueError`` naming ``lengthscale`` where it over- or
+    underflows (Python's float power raises ``OverflowError`` / ``ZeroDivisionError``)."""
+    try:
+        gamma = float(lengthscale) ** -2.0
+    except (OverflowError, ZeroDivisionError):
+        gamma = math.inf
+    if not (math.isfinite(gamma) and gamma > 0.0):
+        raise ValueError(
+            f"lengthscale={float(lengthscale):g} is out of range for method={method!r}: "
+            f"its gamma = 1 / lengthscale^2 is not a positive finite float64."
+        )
+    return gamma
+
+
 def make_feature_map(
     name: str,
     *,
@@ -197,19 +213,19 @@ def make_feature_map(
             f"method={name!r} ({m.cls.__name__}) estimates the kernels {list(m.kernels)}, "
             f"not {kernel!r}."
         )
-    gamma = 1.0 / float(lengthscale) ** 2
     common = {"random_state": random_state}
     if m.style == "projection":
         params = {"kernel": kernel, "lengthscale": lengthscale, "sampler": sampler}
     elif m.style == "rff":
         params = {"lengthscale": lengthscale, "sampler": sampler}
     elif m.style == "sketch":
-        params = {"degree": degree, "coef0": coef0, "gamma": gamma}
+        params = {"degree": degree, "coef0": coef0, "gamma": _gamma(lengthscale, name)}
     elif m.style == "srf":
         params = {"degree": degree, "sampler": sampler}
     else:  # maclaurin
         params = {"kernel": kernel}
         if kernel == "polynomial":
+            gamma = _gamma(lengthscale, name)
             params |= {"degree": degree, "coef0": coef0, "gamma": gamma}
         else:
             params |= {"lengthscale": lengthscale}

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace, is_numpy_namespace, is_torch_namespace
 
+from .._backend import check_all_finite
 from .._backend.parallel import (
     PARALLEL_MIN_ELEMENTS,
     SingleThreadedBlas,
@@ -90,11 +91,47 @@ def a_star(phi):
     -------
     A : float or array shaped like ``phi``
         ``A <= 0``, ``A*(0) = 0``, strictly decreasing.
+
+    Raises
+    ------
+    TypeError
+        Non-real ``phi`` (strings, complex, bool).
+    ValueError
+        NaN or infinite ``phi`` (no minimiser).
     """
+    if isinstance(phi, bool | np.bool_):
+        raise TypeError(f"phi must be real numbers, got {phi!r}.")
+    if isinstance(phi, int | float | list | tuple | np.generic):
+        try:
+            arr = np.asarray(phi)
+            arr = arr.astype(np.float64) if arr.dtype.kind in "OUS" else arr
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"phi must be real numbers: {exc}") from None
+        out = _a_star_of(_checked_phi(arr, np).astype(np.float64, copy=False))
+        return out if out.ndim or isinstance(phi, np.generic) else float(out)
+    try:
+        xp = array_namespace(phi)
+    except TypeError:
+        raise TypeError(
+            f"phi must be a float or an array of real numbers, got {type(phi).__name__}."
+        ) from None
+    return _a_star_of(_checked_phi(phi, xp))
+
+
+def _checked_phi(phi, xp):
+    """``phi`` (an array of namespace ``xp``), or the error of :func:`a_star` for it."""
+    if not xp.isdtype(phi.dtype, ("real floating", "integral")):
+        raise TypeError(f"phi must be real numbers, got dtype {phi.dtype}.")
+    check_all_finite(phi, "phi")
+    return phi
+
+
+def _a_star_of(phi):
+    """:func:`a_star` without its checks (the fits' own ``phi``: NaN stays NaN)."""
     if isinstance(phi, np.generic):  # NumPy scalars (np.float64 is also a float): 0-d
         phi = np.asarray(phi, dtype=np.float64)
     elif isinstance(phi, int | float | list | tuple):
-        out = a_star(np.asarray(phi, dtype=np.float64))
+        out = _a_star_of(np.asarray(phi, dtype=np.float64))
         return out if out.ndim else float(out)
     xp = array_namespace(phi)
     phi = xp.clip(phi, min=0.0)
@@ -407,7 +444,7 @@ def gerf_phi(mom: Moments):
 
 def fit_gerf(mom: Moments):
     """Optimal GERF parameter ``A = A*(phi)`` (FAVOR++ / FAVOR# Sec. 3.1), shape (...)."""
-    return a_star(gerf_phi(mom))
+    return _a_star_of(gerf_phi(mom))
 
 
 def fit_saderf(mom: Moments, eps: float = DEFAULT_EPS):
@@ -434,7 +471,7 @@ def fit_saderf(mom: Moments, eps: float = DEFAULT_EPS):
         + xp.sum(sy / (psi * psi), axis=-1)
         + 2.0 * xp.sum(mom.mean_x * mom.mean_y, axis=-1)
     ) / mom.dim
-    return psi, a_star(xp.clip(phi, min=0.0))
+    return psi, _a_star_of(xp.clip(phi, min=0.0))
 
 
 def _sym_eigh(xp, M):
@@ -512,7 +549,7 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     n1 = xp.sum((B1 @ M1) * B1, axis=(-2, -1))
     n2 = xp.sum((B2 @ M2) * B2, axis=(-2, -1))
     phi = (n1 + n2 + 2.0 * xp.sum(mom.mean_x * mom.mean_y, axis=-1)) / d
-    return B1, B2, a_star(xp.clip(phi, min=0.0))
+    return B1, B2, _a_star_of(xp.clip(phi, min=0.0))
 
 
 def fit_sderf(mom: Moments):
@@ -538,7 +575,7 @@ def fit_sderf(mom: Moments):
     lam, Q3 = _canonical_null_basis(xp, lam, Q3)
     lam, Q3 = xp.flip(lam, axis=-1), xp.flip(Q3, axis=-1)
     Q3t = xp.matrix_transpose(Q3)
-    return Q3t * row_signs(Q3t), a_star(xp.clip(lam, min=0.0))
+    return Q3t * row_signs(Q3t), _a_star_of(xp.clip(lam, min=0.0))
 
 
 #: eigenvalues of N up to this fraction of the largest form its (numerical) null space

@@ -387,11 +387,12 @@ def _srf_mixture_cached(degree: int, a: float, n_components: int, lmin: float, l
     tau = np.linspace(0.0, 2.0, 1001)
     ls = np.geomspace(lmin, lmax, n_components)
     A = np.exp(-(tau[:, None] ** 2) / (2.0 * ls[None, :] ** 2))
-    target = (1.0 - tau**2 / a**2) ** degree
+    a2 = a * a  # inf for a huge a, where a**2 raises OverflowError
+    target = (1.0 - tau**2 / a2) ** degree
     alpha, _ = nnls(A, target, maxiter=50 * n_components)
     fine = np.linspace(0.0, 2.0, 4001)
     approx = np.exp(-(fine[:, None] ** 2) / (2.0 * ls[None, :] ** 2)) @ alpha
-    err = float(np.max(np.abs(approx - (1.0 - fine**2 / a**2) ** degree)))
+    err = float(np.max(np.abs(approx - (1.0 - fine**2 / a2) ** degree)))
     return alpha, ls, err
 
 

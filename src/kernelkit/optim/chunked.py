@@ -523,7 +523,7 @@ def fit_bound(est, X, y, schedule):
     X = checked_chunks(X, f"{owner}: X")
     X1 = _augment(X.astype(X0.dtype) if X.dtype != X0.dtype else X, est.fit_intercept)
     est._dtype = X1.dtype
-    _train(est, X1, yi, schedule, est.max_epochs, _DENSE_MAX_DIM, _PRECOND_RANK, owner)
+    _train(est, X1, yi, schedule, int(est.max_epochs), _DENSE_MAX_DIM, _PRECOND_RANK, owner)
     return est
 
 

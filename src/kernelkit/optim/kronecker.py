@@ -39,7 +39,8 @@ __all__ = ["KroneckerCurvature", "KroneckerPreconditioner", "conjugate_gradient"
 
 
 class _SingularCurvature(ValueError):
-    """The dense Cholesky factorisation of the curvature failed."""
+    """The dense Cholesky factorisation of the curvature failed, or CG's preconditioned
+    residual ``r . Minv(r)`` rounded to 0 or below."""
 
 
 def _not_positive_definite(exc, lam) -> _SingularCurvature:
@@ -500,6 +501,17 @@ def conjugate_gradient(matvec, b, x0=None, rtol=1e-5, maxiter=500, Minv=None, ch
     return _cg(matvec, b, xp, x0, rtol, maxiter, Minv, check_x0)
 
 
+def _check_rz(rz, res, rtol, it):
+    """``ValueError`` where CG would go on with ``r . Minv(r) <= 0`` (a ``Minv`` that is not
+    positive definite, or so ill-conditioned that the product rounds to 0): the next
+    step divides by it."""
+    if res > rtol and not rz > 0.0:
+        raise _SingularCurvature(
+            f"Minv is not positive definite along the residual r (r . Minv(r) = {rz:.3g}, "
+            f"CG iteration {it}); a preconditioner this ill-conditioned loses r in rounding."
+        )
+
+
 def _cg(matvec, b, xp, x0, rtol, maxiter, Minv, check_x0):
     """:func:`conjugate_gradient` on validated arguments."""
     if is_numpy_namespace(xp):
@@ -563,6 +575,7 @@ def _cg(matvec, b, xp, x0, rtol, maxiter, Minv, check_x0):
     if not math.isfinite(res) or not math.isfinite(rz):
         bad = "matvec" if not math.isfinite(res) else "Minv"
         raise ValueError(f"{bad} returned NaN or infinity (at the start of CG).")
+    _check_rz(rz, res, rtol, it)
     while res > rtol and it < maxiter:
         Ad = _apply(matvec, d, b)
         dAd = dot(d, Ad)
@@ -577,6 +590,7 @@ def _cg(matvec, b, xp, x0, rtol, maxiter, Minv, check_x0):
         res = dot(r, r) ** 0.5 / bnorm
         z = prec(r)
         rz_new = dot(r, z)
+        _check_rz(rz_new, res, rtol, it)
         d = z + (rz_new / rz) * d
         rz = rz_new
     if not math.isfinite(res):

@@ -369,7 +369,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         "reduction": [StrOptions({"mean", "sum"})],
         "linear_solver": [StrOptions({"auto", "cg", "dense"})],
         "cg_rtol": POSITIVE,
-        "cg_maxiter": [None, *int_range(1)],
+        "cg_maxiter": [None, *int_range(1, 2**31 - 1)],  # the solvers' maxiter bound
         "preconditioner": [None, StrOptions({"kronecker", "jacobi"})],
         "low_rank": [StrOptions({"paper", "eig", "exact"})],
         "shuffle": ["boolean"],
@@ -513,7 +513,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             return fit_bound(self, X, y, schedule)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         self._start(_labels(y, "y"), X.shape[1])
-        self._train(X, self._encode(y), schedule, self.max_epochs, stopping=True)
+        # an int (np.int64 passes the constraints): its count words the warning below
+        self._train(X, self._encode(y), schedule, int(self.max_epochs), stopping=True)
         return self
 
     def _start(self, classes, n_features: int) -> None:
@@ -815,7 +816,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 self._W = self._W - eta * self._step(Xb, yb, lam, lin)
             except _SingularCurvature as exc:  # a limit of the data's scale, no divergence
                 raise ValueError(
-                    f"{self.solver}: the dense solve at step {self.t_} failed: {exc} "
+                    f"{self.solver}: the {lin} solve at step {self.t_} failed: {exc} "
                     "(lam is alpha, or 2 alpha for two classes: standardise X, e.g. with "
                     "StandardScaler, or increase alpha.)"
                 ) from exc

@@ -33,6 +33,11 @@ def _mean_half_angle_sin2(xp, px, py):
     return acc / px.shape[1]
 
 
+#: largest ``sigma``: ``2 sigma^2`` stays far inside float64 (``sigma**2`` of a Python float
+#: raises ``OverflowError`` from about 1.3e154)
+_MAX_SIGMA = 1e150
+
+
 class GaussianHybridRF(_BipolarHybrid):
     """Gaussian-lambda bipolar hybrid (Sec. 2.4, eq. 20 with ``M = I``).
 
@@ -248,7 +253,9 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
 
     def _check_params(self):
         super()._check_params()
-        validate_positive_float(self.sigma, "sigma")
+        sigma = validate_positive_float(self.sigma, "sigma")
+        if sigma > _MAX_SIGMA:  # sigma^2 (times a few) past the float64 range
+            raise ValueError(f"sigma must be <= {_MAX_SIGMA:g} (sigma^2 overflows), got {sigma:g}.")
         if self.radius is not None:
             validate_positive_float(self.radius, "radius")
 

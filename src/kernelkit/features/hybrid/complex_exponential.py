@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..._backend import validate_positive_float
+from ..._backend import to_numpy, validate_positive_float
 from ..._backend.params import POSITIVE
 from .._base import _detach
 from .._projection import ProjectionFeatureMap
@@ -48,8 +48,7 @@ def optimal_diagonal_A(x_center, y_center, *, complex: bool = False, eps: float 
     ndarray, shape (..., d)
         Diagonal of ``A``; float64, or complex128 for ``complex=True``.
     """
-    rx = np.asarray(x_center, dtype=np.float64)
-    ry = np.asarray(y_center, dtype=np.float64)
+    rx, ry = _centre(x_center, "x_center"), _centre(y_center, "y_center")
     if rx.ndim == 0 or ry.ndim == 0 or rx.shape[-1] != ry.shape[-1]:
         raise ValueError(
             "x_center and y_center must be vectors of the same length d, got shapes "
@@ -72,8 +71,7 @@ def optimal_diagonal_A(x_center, y_center, *, complex: bool = False, eps: float 
 def diagonal_A_loss(A_diag, x_center, y_center):
     """``l(A) = sum_k |a_k r_x,k + r_y,k / a_k|^2`` (eq. 21) for a diagonal ``A``, shape (...)."""
     a = np.asarray(A_diag)
-    rx = np.asarray(x_center, dtype=np.float64)
-    ry = np.asarray(y_center, dtype=np.float64)
+    rx, ry = _centre(x_center, "x_center"), _centre(y_center, "y_center")
     return np.sum(np.abs(a * rx + ry / a) ** 2, axis=-1)
 
 
@@ -284,3 +282,16 @@ class ComplexExponentialRF(LogFormVariance, ProjectionFeatureMap):
         large = 0.5 * xp.exp(p - r) * xp.cos(q) + 0.5 - xp.exp(-r)
         inner = xp.where(r < 1.0, small, large)
         return inner, r + log_k2
+
+
+def _centre(c, name: str) -> np.ndarray:
+    """``c`` as float64, or a ``TypeError`` naming it (strings, complex, ragged lists)."""
+    try:
+        arr = to_numpy(c)
+        if arr.dtype.kind in "OUS":
+            arr = arr.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must hold real numbers: {exc}") from None
+    if arr.dtype.kind not in "fiub":  # complex would lose its imaginary part
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}.")
+    return arr.astype(np.float64, copy=False)
