@@ -64,9 +64,11 @@ def milios_transform(y, alpha: float):
     Returns
     -------
     y_tilde, sigma2 : arrays shaped like ``y``
+        ``sigma2`` is formed as ``log1p(1 / (y + alpha))``: positive for any finite
+        ``alpha`` (``log(1 / (y + alpha) + 1)`` rounds to 0 from ``alpha ~ 1e16``).
     """
     y = np.asarray(y, dtype=np.float64)
-    s2 = np.log(1.0 / (y + alpha) + 1.0)
+    s2 = np.log1p(1.0 / (y + alpha))
     return np.log(y + alpha) - 0.5 * s2, s2
 
 
