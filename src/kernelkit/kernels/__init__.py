@@ -442,7 +442,9 @@ def scaled_softmax_kernel(X, Y, alpha: float = 0.0):
         xp,
         logk,
         "scaled_softmax_kernel",
-        "scale X and Y down or use log_scaled_softmax_kernel.",
+        "scale X and Y down"
+        + (f", reduce alpha={alpha:g}" if alpha > 0 else "")
+        + " or use log_scaled_softmax_kernel.",
     )
 
 
