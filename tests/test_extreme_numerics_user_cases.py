@@ -1,0 +1,149 @@
+"""Inputs at the edges of the floating-point range, as a numerical analyst tries them.
+
+Subnormal inputs to the exact kernels, a normalised hybrid fitted on data whose
+coefficient ``1 / rho`` leaves the float32 range, and random-feature attention with
+logits of a few hundred in half precision. Every tolerance is derived in a comment from
+the rounding of the computation it checks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kernelkit.features import NormalizedGaussianHybridRF
+from kernelkit.kernels import gaussian_kernel, scaled_softmax_kernel
+
+torch = pytest.importorskip("torch")
+
+
+def _small_int_points():
+    """Two point sets with small integer entries (exact in every dtype tried here)."""
+    X = np.array([[1.0, 0.0, 2.0], [3.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    Y = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 1.0]])
+    return X, Y
+
+
+def _gaussian_reference(X, Y, lengthscale):
+    d2 = ((X[:, None, :] - Y[None, :, :]) ** 2).sum(-1)
+    return np.exp(-d2 / (2.0 * lengthscale**2))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "power"),
+    [(np.float32, -140), (np.float64, -1060)],  # entries k 2^power: subnormal, exact
+)
+def test_gaussian_kernel_of_subnormal_inputs(dtype, power):
+    """The inputs are rescaled by 2^-e before the squared distances; for subnormal
+    entries 2^-e itself overflowed: float32 gave NaN (inf * x - inf), float64 raised
+    OverflowError from math.ldexp. The kernel is invariant under scaling x, y and the
+    lengthscale by one power of two, so the reference is the same kernel on the integer
+    points with lengthscale 4."""
+    X, Y = _small_int_points()
+    s = math.ldexp(1.0, power)
+    K = gaussian_kernel((X * s).astype(dtype), (Y * s).astype(dtype), lengthscale=4.0 * s)
+    assert K.dtype == dtype
+    # After the exact rescaling the computation is the normal-range one: exponent error
+    # <= (d + 2) eps (|x|^2 + |y|^2) / (2 l^2) <= 5 eps * 26 / 32 for these points (|x|^2,
+    # |y|^2 <= 10, 13 after centring the rows on their mean), plus the rounding of exp
+    # and of the result; 16 eps bounds the sum.
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(K, _gaussian_reference(X, Y, 4.0), rtol=16 * eps, atol=0)
+
+
+def test_gaussian_kernel_of_subnormal_bfloat16_inputs():
+    """bfloat16 has float32's exponent range: entries k 2^-130 are subnormal (exact for
+    k <= 8 with 7 stored bits), and gave NaN as float32 did."""
+    X, Y = _small_int_points()
+    s = math.ldexp(1.0, -130)
+    Xt = torch.tensor(X * s, dtype=torch.bfloat16)
+    Yt = torch.tensor(Y * s, dtype=torch.bfloat16)
+    assert (Xt.double() == torch.tensor(X * s)).all()  # the inputs are exact
+    K = gaussian_kernel(Xt, Yt, lengthscale=4.0 * s)
+    assert K.dtype == torch.bfloat16
+    # the result rounded once to bfloat16 (8 significant bits: relative error <= 2^-8)
+    # after a float32-accurate exponent (error ~1e-6, negligible next to it): 2^-7
+    np.testing.assert_allclose(K.double().numpy(), _gaussian_reference(X, Y, 4.0), rtol=2**-7)
+
+
+@pytest.mark.parametrize("alpha", [-0.5, -2.0])
+def test_scaled_softmax_kernel_of_subnormal_inputs(alpha):
+    """alpha <= -1/2 goes through the Gaussian form and the rescaled squared norms: with
+    entries ~1e-310 both raised OverflowError. Every exponent is ~1e-619, so the kernel
+    is 1 to the last bit (exp of a value below eps / 2 rounds to 1)."""
+    X, Y = _small_int_points()
+    s = math.ldexp(1.0, -1060)
+    K = scaled_softmax_kernel(X * s, Y * s, alpha=alpha)
+    np.testing.assert_array_equal(K, np.ones((3, 2)))
+
+
+def _unit_rows(n, d, seed):
+    X = np.random.default_rng(seed).standard_normal((n, d))
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def test_normalized_gaussian_hybrid_rho_below_float32_range():
+    """rho = 1 - exp(-2 sigma^2 r^2) ~ 2 r^2 is checked against float64 at fit (the fit
+    runs in float64), but the features and approx_kernel of float32 input use 1 / rho
+    and 2 / rho in float32: for r = 1e-20 (rho ~ 2e-40) they overflowed and approx_kernel
+    was all NaN. Now float32 input raises the error that names the remedy, and the same
+    data in float64 gives a finite estimate."""
+    X = (1e-20 * _unit_rows(5, 3, 0)).astype(np.float32)
+    fm = NormalizedGaussianHybridRF(n_features=8, n_lambda=2, random_state=0).fit(X)
+    assert fm.rho_ < np.finfo(np.float32).tiny
+    for method in (fm.transform, fm.approx_kernel):
+        with pytest.raises(ValueError, match=r"below the float32 range.*pass float64 input"):
+            method(X)
+    K64 = fm.approx_kernel(X.astype(np.float64))
+    assert np.isfinite(K64).all()
+
+
+def test_normalized_gaussian_hybrid_rho_just_inside_float32_range():
+    """r = 1e-19 (rho ~ 2e-38, above float32's tiny 1.2e-38) stays usable in float32: the
+    guard is at the limit, not below it. The float32 estimate agrees with the float64 one
+    on the same (float32-exact) inputs: each part is formed from O(1) bases with a few
+    dozen roundings of eps32 = 1.2e-7 (projections over d = 3, the 2m-term products, the
+    sin^2 form of lambda_hat, the log-space mixture), so 1e-4 (~800 eps32) is a bound with
+    margin, while a NaN or an overflow fails it."""
+    X = (1e-19 * _unit_rows(5, 3, 0)).astype(np.float32)
+    fm = NormalizedGaussianHybridRF(n_features=8, n_lambda=2, random_state=0).fit(X)
+    assert fm.rho_ > np.finfo(np.float32).tiny
+    K32 = fm.approx_kernel(X)
+    K64 = fm.approx_kernel(X.astype(np.float64))
+    assert K32.dtype == np.float32
+    np.testing.assert_allclose(K32, K64, rtol=1e-4, atol=1e-4 * np.abs(K64).max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_linear_attention_logits_of_200_in_half_precision(dtype, is_causal):
+    """Logits q.k / sqrt(d) up to 200 (e^200 overflows float16 and float32 as a raw
+    feature product): the stabilisers keep the output finite, and for a positive map it
+    is a convex combination of the visible values, so it lies in their range up to the
+    rounding of the half-precision output (bfloat16: 2^-8 relative, times max |v| <= 4
+    here; 0.05 bounds it)."""
+    from kernelkit.attention import linear_attention
+
+    g = torch.Generator().manual_seed(0)
+    L, d = 12, 8
+    q = torch.randn(1, 2, L, d, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 2, L, d, generator=g, dtype=torch.float64)
+    # |q| |k| / sqrt(d) = 200 with |q| = 100: the query projections w.q reach ~250, whose
+    # exp overflows float32 unless the row maximum is subtracted
+    q = 100.0 * q / q.norm(dim=-1, keepdim=True)
+    k = 2.0 * math.sqrt(d) * k / k.norm(dim=-1, keepdim=True)
+    v = torch.randn(1, 2, L, 4, generator=g, dtype=torch.float64).clamp(-4, 4)
+    out = linear_attention(
+        q.to(dtype), k.to(dtype), v.to(dtype), "positive", 64, is_causal=is_causal, random_state=0
+    )
+    assert out.dtype == dtype
+    o = out.double()
+    assert torch.isfinite(o).all()
+    vd = v.to(dtype).double()
+    if is_causal:
+        lo, hi = vd.cummin(dim=-2).values, vd.cummax(dim=-2).values
+    else:
+        lo, hi = vd.min(-2, keepdim=True).values, vd.max(-2, keepdim=True).values
+    assert ((o >= lo - 0.05) & (o <= hi + 0.05)).all()
