@@ -147,3 +147,49 @@ def test_linear_attention_logits_of_200_in_half_precision(dtype, is_causal):
     else:
         lo, hi = vd.min(-2, keepdim=True).values, vd.max(-2, keepdim=True).values
     assert ((o >= lo - 0.05) & (o <= hi + 0.05)).all()
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "softmax"])
+def test_half_precision_kernels_of_rows_beyond_norm_256(kernel):
+    """A float16 row of norm 300 is representable, its squared norm (9e4 > 65504) is
+    not: approx_kernel and exact_kernel of the softmax-family maps formed -|x|^2 / 2 in
+    float16 and returned NaN (inf - inf in the stabilisers), for the Gaussian kernel,
+    which lies in [0, 1], as well. Now they are formed in float32 and rounded once, as
+    the variances are: bit for bit the float32 result of the same (float16-exact) inputs
+    rounded to float16, so the comparison is exact."""
+    from kernelkit.features import SDERF, PositiveRF
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(4, 4, generator=g)
+    X = (300.0 * X / X.norm(dim=1, keepdim=True)).half()
+    Y = (X.float() + 0.5 * torch.randn(3, 4, generator=g)[:1]).half()  # near X
+    for cls in (PositiveRF, SDERF):
+        fm = cls(n_features=16, kernel=kernel, random_state=0).fit(X, Y=Y)
+        for method in (fm.approx_kernel, fm.exact_kernel):
+            K = method(X, Y)
+            assert K.dtype == torch.float16
+            assert not torch.isnan(K).any()
+            torch.testing.assert_close(K, method(X.float(), Y.float()).half(), rtol=0, atol=0)
+        if kernel == "gaussian":
+            K = fm.exact_kernel(X, Y).double()
+            assert ((K >= 0) & (K <= 1)).all() and (K > 0).any()
+
+
+def test_half_precision_gaussian_exact_kernel_matches_float64():
+    """The float16 Gaussian kernel of rows of norm 300 against float64 on the same
+    (float16-exact) values. The map forms x.y - (|x|^2 + |y|^2) / 2 in float32: each
+    term is ~9e4, so the exponent's rounding error is at most (d + 2) eps32 (|x|^2 +
+    |y|^2) = 6 * 1.2e-7 * 1.8e5 = 0.13, a relative error of at most e^0.13 - 1 = 0.14 in
+    K, plus 2^-11 for the final rounding to float16: rtol 0.15 (before: NaN)."""
+    from kernelkit.features import PositiveRF
+
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(3, 4, generator=g)
+    X = (300.0 * X / X.norm(dim=1, keepdim=True)).half()
+    Y = (X.float() + 0.3 * torch.randn(3, 4, generator=g)).half()
+    fm = PositiveRF(n_features=8, kernel="gaussian", random_state=0).fit(X, Y=Y)
+    ref = gaussian_kernel(X.double(), Y.double())
+    # the pairs (x_i, y_i) are near (moderate values: the relative bound is meaningful),
+    # the others ~600 apart (kernel 0: it underflows in float64 too)
+    assert torch.diagonal(ref).min() > 0.05
+    torch.testing.assert_close(fm.exact_kernel(X, Y).double(), ref, rtol=0.15, atol=0)
