@@ -9,6 +9,7 @@ the rounding of the computation it checks.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -193,3 +194,32 @@ def test_half_precision_gaussian_exact_kernel_matches_float64():
     # the others ~600 apart (kernel 0: it underflows in float64 too)
     assert torch.diagonal(ref).min() > 0.05
     torch.testing.assert_close(fm.exact_kernel(X, Y).double(), ref, rtol=0.15, atol=0)
+
+
+@pytest.mark.parametrize("scale", [1e60, 1e100])
+def test_logistic_regression_on_data_of_huge_scale_says_standardise(scale):
+    """Separable data scaled by 1e60 or 1e100 (the curvature's sums x x^T ~1e200 still
+    fit float64, so the 'X is too large' check passes). spfb's steps then either do not
+    move (coef_ stays 0: the warning advised only 'increase max_epochs') or the finishing
+    CG's iterates leave the float range (a bare 'matvec returned NaN or infinity'). Every
+    outcome now names the remedy, for every shuffle seed tried."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    from kernelkit.optim import BoundLogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3))
+    y = (X[:, 0] > 0).astype(int)
+    for seed in range(4):
+        clf = BoundLogisticRegression(solver="spfb", max_epochs=20, alpha=1e-8, random_state=seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                clf.fit(X * scale, y)
+            except ValueError as exc:
+                assert "standardise X" in str(exc)
+                continue
+        if (clf.predict(X * scale) == y).all():
+            continue  # this seed fitted the data
+        msgs = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+        assert msgs and all("standardise" in m for m in msgs), msgs
