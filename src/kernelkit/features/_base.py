@@ -330,6 +330,28 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         Yp, _ = self._check_X(Y, "Y", like=Xp)
         return Xp, Yp, xp
 
+    def _check_pair_half_widened(self, X, Y):
+        """Prepared ``(X, Y, xp, dtype)`` for :meth:`approx_kernel`, :meth:`exact_kernel`
+        and (densified) the variances (:meth:`_check_pair_widened`):
+        inputs of a half-precision dtype (torch's float16, bfloat16) in float32 before
+        :meth:`_prepare`, others as :meth:`_check_pair`; ``dtype`` the one to return (the
+        input's). In float16 the squared norm of a row of norm above 256 overflows (and
+        the row terms ``-|x|^2 / 2`` of the softmax maps with it), which made the
+        stabilisers ``inf - inf = NaN``, the Gaussian kernel included; formed in float32
+        and rounded once, the results are those of the inputs to the half dtype's range."""
+        self._check_fitted()
+        Xv, xp = self._validate(X, "X", check_names=True)
+        dtype = Xv.dtype
+        # Y takes X's backend and dtype first (the mixed-input rule), then both widen
+        Yv = None if Y is None else self._validate(Y, "Y", like=Xv, check_names=True)[0]
+        if sp.issparse(Xv) or xp.finfo(dtype).bits >= 32:
+            Xp = self._prepare(Xv, xp, "X")
+            return Xp, (Xp if Yv is None else self._prepare(Yv, xp, "Y")), xp, dtype
+        Xv = xp.astype(Xv, xp.float32)
+        Yv = None if Yv is None else xp.astype(Yv, xp.float32)
+        Xp = self._prepare_widened(Xv, xp, "X", dtype)
+        return Xp, (Xp if Yv is None else self._prepare_widened(Yv, xp, "Y", dtype)), xp, dtype
+
     def _check_pair_widened(self, X, Y):
         """Dense prepared ``(X, Y, xp, dtype)`` for the analytic methods (variances):
         inputs of a half-precision dtype (torch's float16, bfloat16) in float32 before
@@ -340,16 +362,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         preparation (a lengthscale, unit rows) rounds: formed in the half dtype, variances
         below its eps relative to those terms lost every digit; formed in float32 and
         rounded once, they are the values of the inputs to the half dtype's precision."""
-        self._check_fitted()
-        Xv, xp = self._validate(X, "X", check_names=True)
-        dtype = Xv.dtype
-        # Y takes X's backend and dtype first (the mixed-input rule), then both widen
-        Yv = None if Y is None else self._validate(Y, "Y", like=Xv, check_names=True)[0]
-        if not sp.issparse(Xv) and xp.finfo(dtype).bits < 32:
-            Xv = xp.astype(Xv, xp.float32)
-            Yv = None if Yv is None else xp.astype(Yv, xp.float32)
-        Xd = self._densify(self._prepare_widened(Xv, xp, "X", dtype))
-        Yd = Xd if Yv is None else self._densify(self._prepare_widened(Yv, xp, "Y", dtype))
+        Xp, Yp, xp, dtype = self._check_pair_half_widened(X, Y)
+        Xd = self._densify(Xp)
+        Yd = Xd if Yp is Xp else self._densify(Yp)
         if self._variance_in_float64 and Xd.dtype != xp.float64:
             Xw = xp.astype(Xd, xp.float64)
             Yd = Xw if Yd is Xd else xp.astype(Yd, xp.float64)
@@ -521,10 +536,10 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         -------
         array, shape (n, m), real
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
         bx, sx, by, sy = self._scaled_pair(X, Y, xp)
         out = combine_row_scales(xp, real_gram(xp, bx, by), sx, sy, self._pair_jobs())
-        return as_real_dtype(xp, out, X.dtype)
+        return as_real_dtype(xp, out, dtype)
 
     # ------------------------------------------------------------------ kernels
     def exact_kernel(self, X, Y=None):
@@ -540,8 +555,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         array, shape (n, m), real
             The floating dtype of ``X`` (float64 for an integer ``X``).
         """
-        X, Y, xp = self._check_pair(X, Y)
-        return self._pairwise(self._exact_kernel, self._densify(X), self._densify(Y), xp)
+        X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
+        out = self._pairwise(self._exact_kernel, self._densify(X), self._densify(Y), xp)
+        return as_real_dtype(xp, out, dtype)
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)`` over the random draw of ``fit``, shape (n, m).

@@ -340,9 +340,9 @@ class RandomFourierFeatures(FeatureMap):
         -------
         array, shape (n, m), real, same backend and float dtype as ``X``.
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
         P, _, S, _ = self._scaled_pair(X, Y, xp)
-        return as_real_dtype(xp, real_gram(xp, P, S), X.dtype)
+        return as_real_dtype(xp, real_gram(xp, P, S), dtype)
 
     # ------------------------------------------------------------------ variance
     def _sq_dist(self, X, Y, xp):

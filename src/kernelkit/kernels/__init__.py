@@ -226,8 +226,14 @@ def _max_abs(xp, a) -> float:
 
 
 def _exponent(xp, *arrays) -> int:
-    """``e`` with ``max |a| < 2**e`` over the (finite, non-empty) ``arrays``."""
-    return max(math.frexp(_max_abs(xp, a))[1] for a in arrays)
+    """``e`` with ``max |a| < 2**e`` over the (finite, non-empty) ``arrays``, and at least
+    ``2 - maxexp`` of their dtype (``fmax < 2**maxexp``), so that the factor ``2**-e`` the
+    callers scale by is itself finite there: for entries below ``2**-maxexp`` (subnormal
+    float64, float32 or bfloat16 values) it would overflow to ``inf`` (``0 * inf = NaN``
+    in the kernel) or raise ``OverflowError`` in :func:`math.ldexp`. The scaled entries
+    are below 1 either way (below 1/2 where the bound is the larger)."""
+    e = max(math.frexp(_max_abs(xp, a))[1] for a in arrays)
+    return max(e, 2 - math.frexp(float(xp.finfo(arrays[0].dtype).max))[1])
 
 
 def _scaled_product(xp, X, Y, alpha, a):
@@ -294,7 +300,10 @@ def _gaussian_log_kernel(xp, X, Y, lengthscale):
     def scaled(A, B):  # A, B scaled by 2**-e (entries below 1) and f = 2**e / l, capped
         e = _exponent(xp, A, B)
         t = math.ldexp(1.0, -e)
-        return A * t, B * t, min(_ldexp(1.0 / lengthscale, e), fmax)
+        # 2**e / l as (1 / m) 2**(e - k) for l = m 2**k: 1 / l alone overflows for a
+        # subnormal lengthscale (the kernel of inputs on its scale is still moderate)
+        m, k = math.frexp(lengthscale)
+        return A * t, B * t, min(_ldexp(1.0 / m, e - k), fmax)
 
     def exponent(d2, f):  # -d2 f^2 / 2 without overflow inside (d2 >= 0)
         h = -0.5 * f * f  # a Python float: must also be in the array's range

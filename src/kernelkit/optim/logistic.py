@@ -58,6 +58,9 @@ _SPFB_CG_MAXITER = 3  # default CG iteration cap of solver="spfb" (cg_maxiter=No
 _SWITCH_RATIO = 0.5  # a stochastic epoch "makes progress" if it at least halves ||grad L||
 _FINISH_CG_MAXITER = 200  # CG cap of a full-batch step of the finishing phase
 _FINISH_RTOL = 0.5  # its CG tolerance (relative residual)
+#: ||grad L|| still above this fraction of its value at coef_ = 0 after every epoch of a fit:
+#: the steps did not move (the non-convergence warning then points at the scale of X)
+_NO_PROGRESS_RATIO = 0.9
 
 
 def _augment(X, fit_intercept):
@@ -774,17 +777,26 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 break
         if self.tol is not None and stopping and not converged:
             hint = " or set finish='bound'" if self.solver != "bound" and not finish else ""
+            advice = f"increase max_epochs{hint}"
             L = self.loss_history_
             if L and L[-1] > L[0]:  # worse than coef_ = 0: more epochs will not help
-                hint = (
+                advice = "increase max_epochs" + (
                     f". But the objective rose from {L[0]:.3g} (coef_ = 0) to {L[-1]:.3g}: "
                     "the steps are too long for the scale of X; standardise X (e.g. with "
                     "StandardScaler) or decrease eta0"
                 )
+            elif epochs > 1 and rel > _NO_PROGRESS_RATIO:
+                # every epoch left ||grad L|| where coef_ = 0 has it: the steps do not move
+                # (X of scale 1e60: products of the curvature leave the float range)
+                advice = (
+                    f"the gradient barely moved in {epochs} epochs, so more epochs rarely "
+                    f"help: check the scale of X (max |X| = {float(np.max(np.abs(X1))):.3g})"
+                    f" and standardise it (e.g. with StandardScaler), or {advice}"
+                )
             warnings.warn(
                 f"{type(self).__name__} ({self.solver}) did not converge in {epochs} "
                 f"epoch{'s' * (epochs != 1)}: ||grad L|| is {rel:.2e} times its value at "
-                f"coef_ = 0, above tol={self.tol:g}; increase max_epochs{hint}.",
+                f"coef_ = 0, above tol={self.tol:g}; {advice}.",
                 ConvergenceWarning,
                 stacklevel=3,
             )
@@ -843,13 +855,22 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             Ss, Xs = S.astype(np.float64), X1.astype(np.float64)
         bnd = multinomial_bound_from_logits(Ss, W, X1)  # C (T, n, n)
         A = KroneckerCurvature._trusted(Xs, bnd.C, lam=lam, scale=1.0 / T)
-        Z, _ = A.solve(
-            G.astype(Xs.dtype, copy=False),
-            method=lin,
-            rtol=_FINISH_RTOL,
-            maxiter=_FINISH_CG_MAXITER,
-            precondition=self._precond_arg,
-        )
+        try:
+            Z, _ = A.solve(
+                G.astype(Xs.dtype, copy=False),
+                method=lin,
+                rtol=_FINISH_RTOL,
+                maxiter=_FINISH_CG_MAXITER,
+                precondition=self._precond_arg,
+            )
+        except ValueError as exc:  # X is validated: CG's iterates left the float range
+            raise ValueError(
+                f"{self.solver}: the bound step of the finishing phase failed at epoch "
+                f"{self.n_iter_ + 1} ({exc}): the curvature X^T C X / T, with entries up to "
+                f"~max |X|^2 = {float(np.max(np.abs(X1))) ** 2:.3g}, is too ill-conditioned "
+                f"against lam = {float(np.max(lam)):.3g} for floating point; standardise X "
+                "(e.g. with StandardScaler) or increase alpha."
+            ) from exc
         Z = np.asarray(Z, dtype=np.float64)  # (p + 1, n) the bound step of eq. 2.4
         if not float(np.sum(Z * G)) > 0.0:
             # CG stopped before its first update (the curvature is not positive

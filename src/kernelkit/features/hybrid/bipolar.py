@@ -271,9 +271,9 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         array, shape (n, m), real
             The floating dtype of ``X`` (float64 for an integer ``X``).
         """
-        Xs, Ys, xp = self._check_pair(X, Y)
+        Xs, Ys, xp, dtype = self._check_pair_half_widened(X, Y)
         # row blocks of X for NumPy: a dozen (n, m) temporaries per block, not per call
-        return self._pairwise(self._approx_prepared, Xs, Ys, xp)
+        return as_real_dtype(xp, self._pairwise(self._approx_prepared, Xs, Ys, xp), dtype)
 
     def _approx_prepared(self, Xs, Ys, xp):
         lam, (dp, sp), (dt, st) = self._components_prepared(Xs, Ys, xp)

@@ -196,7 +196,11 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
     For a small ``rho`` (``sigma * radius`` below about ``1e-4`` in float64, ``1e-2`` in
     float32) the product ``transform(X) @ transform_y(Y).T`` loses about
     ``log10(1 / rho)`` digits to cancellation in ``lambda_hat``; :meth:`approx_kernel`
-    computes ``lambda_hat`` without it there.
+    computes ``lambda_hat`` without it there. The coefficients ``+-1 / rho`` must stay in
+    the range of the dtype the features are computed in: ``rho`` below float64's normal
+    range (``sigma * radius`` below about ``1e-154``) raises a ``ValueError`` at ``fit``,
+    below float32's (about ``8e-20``) at ``transform`` and ``approx_kernel`` of float32 or
+    half-precision input (pass float64 input, or raise ``sigma``).
 
     Parameters
     ----------
@@ -289,14 +293,29 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
             r = float(self.radius) / self.lengthscale
         self.radius_ = r
         self.rho_ = float(-np.expm1(-2.0 * self.sigma**2 * r * r))
-        if not self.rho_ >= np.finfo(np.float64).tiny:
-            raise ValueError(
-                f"radius * sigma = {r * self.sigma:.3g} is too small (rho = 1 - exp(-2 sigma^2 "
-                f"radius^2) = {self.rho_:.3g} is below the float64 range); raise sigma."
-            )
+        self._check_rho(X.dtype)
         self.lambda_projection_ = self.sigma * gaussian_projection(
             self.n_lambda, X.shape[1], rng
         )  # (n, d), rows ~ N(0, sigma^2 I)
+
+    def _check_rho(self, dtype):
+        """``ValueError`` unless ``rho_`` is a normal number of the dtype the features of
+        ``dtype`` input are computed in (float64, else float32: half-precision tensors are
+        computed in float32): below it the coefficients ``+-1 / rho`` (and ``2 / rho`` of
+        :meth:`_lambda_hat`) overflow to inf and the estimate is NaN."""
+        name = "float64" if "float64" in str(dtype) else "float32"
+        if not self.rho_ >= float(np.finfo(name).tiny):
+            raise ValueError(
+                f"radius * sigma = {self.radius_ * self.sigma:.3g} is too small (rho = 1 - "
+                f"exp(-2 sigma^2 radius^2) = {self.rho_:.3g} is below the {name} range, "
+                f"where 1 / rho overflows); raise sigma"
+                + ("" if name == "float64" else " or pass float64 input")
+                + "."
+            )
+
+    def _blocks(self, X, xp, side):
+        self._check_rho(X.dtype)  # a map fitted on float64 input, given float32 input
+        return super()._blocks(X, xp, side)
 
     def _lambda_features(self, X, xp, side):
         p = X @ self._param("T_T", xp, X)  # (n_pts, n)
@@ -307,6 +326,7 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
         # a + c u^T v = (1 - mean_i cos(tau_i^T (x - y))) / rho cancels: its rounding error
         # is ~eps / rho, large where rho is small (inputs of tiny norm). There, the same
         # estimate as (2 / (n rho)) sum_i sin^2(tau_i^T (x - y) / 2), without cancellation
+        self._check_rho(Xs.dtype)
         eps = float(xp.finfo(Xs.dtype).eps)
         if self.rho_ >= math.sqrt(eps):  # the feature form keeps half of the digits
             return super()._lambda_hat(Xs, Ys, xp)
