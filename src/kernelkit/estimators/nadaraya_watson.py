@@ -363,6 +363,21 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             n_jobs=self.n_jobs,
         )
 
+    def _fit_map(self, X, Y=None):
+        """A new feature map fitted on ``(X, Y)``; its errors in this estimator's terms
+        (the map's lengthscale is ``1 / sigma``)."""
+        try:
+            return self._new_map().fit(X, Y=Y)
+        except ValueError as exc:
+            if "increase lengthscale" not in str(exc):
+                raise
+            raise ValueError(
+                f"NadarayaWatsonClassifier(sigma={float(self.sigma):g}): "
+                + str(exc).replace(
+                    "increase lengthscale", "decrease sigma (the kernel's lengthscale is 1 / sigma)"
+                )
+            ) from exc
+
     def _key_side(self, fm):
         log_S = log_features(fm, self._X_centred, "y")
         if log_S is not None:
@@ -409,7 +424,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         self.feature_map_ = None
         self._keys = None
         if not self.exact and (self._method not in DATA_DEPENDENT or self.fit_on == "train"):
-            self.feature_map_ = self._new_map().fit(self._X_centred)  # (X_train, X_train)
+            self.feature_map_ = self._fit_map(self._X_centred)  # (X_train, X_train)
             self._keys = self._key_side(self.feature_map_)
         return self
 
@@ -426,7 +441,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
                 lambda Xb: self._feature_scores(fm, keys, Xb), X, fm, self.n_jobs
             )
         # paper protocol: x side = query batch, y side = training points
-        fm = self._new_map().fit(X, Y=self._X_centred)
+        fm = self._fit_map(X, Y=self._X_centred)
         return self._feature_scores(fm, self._key_side(fm), X)
 
     @staticmethod
