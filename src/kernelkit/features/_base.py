@@ -50,6 +50,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import _check_feature_names, check_array
 
 from .._backend import (
+    caller_stacklevel,
     check_random_state,
     device,
     get_namespace,
@@ -66,7 +67,7 @@ from .._backend.parallel import block_map
 from .._backend.sklearn_validation import check_lazy_output, check_positional_keys, for_container
 from ._dask import fit_dask, lazy_features
 
-__all__ = ["KERNELS", "FeatureMap"]
+__all__ = ["KERNELS", "FeatureMap", "warn_feature_overflow"]
 
 #: kernel name -> alpha of the scaled softmax kernel K^(alpha) (FAVOR# Sec. 2.1)
 KERNELS = {"softmax": 0.0, "gaussian": -0.5}
@@ -875,6 +876,20 @@ def scale_rows(xp, base, log_scale):
     return base * xp.exp(log_scale)[:, None]
 
 
+def warn_feature_overflow(side: str, dtype, limit: float, remedy: str) -> None:
+    """The ``RuntimeWarning`` of a ``transform`` (``side`` ``"x"``) or ``transform_y``
+    (``"y"``) whose features overflow ``dtype`` to inf (log-scale above ``limit``) where
+    the kernel may be finite; ``remedy`` says what to use instead. Points at the user's
+    call."""
+    name = "X" if side == "x" else "Y"
+    warnings.warn(
+        f"Some features of {name} overflow {dtype} to inf (log-features above "
+        f"{limit:.0f}) although the kernel may be finite: {remedy}",
+        RuntimeWarning,
+        stacklevel=caller_stacklevel(),
+    )
+
+
 def times_exp(xp, out, log_w):
     """``out * exp(log_w)`` (n, m) as ``sign(out) exp(log|out| + log_w)``, so that a weight
     below the floating-point range does not zero a representable product (0 where
@@ -884,11 +899,11 @@ def times_exp(xp, out, log_w):
     nz = out != 0
     logabs = xp.log(xp.where(nz, xp.abs(out), xp.ones_like(out))) + log_w
     if is_numpy_namespace(xp):
-        with np.errstate(over="ignore"):  # inf is the answer where the product overflows
-            scaled = np.exp(logabs)
-    else:
-        scaled = xp.exp(logabs)
-    return xp.where(nz, xp.sign(out) * scaled, xp.zeros_like(out))
+        # inf is the answer where the product overflows; sign(0) * inf = NaN where out = 0
+        # is discarded by the where
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.where(nz, np.sign(out) * np.exp(logabs), 0.0).astype(out.dtype, copy=False)
+    return xp.where(nz, xp.sign(out) * xp.exp(logabs), xp.zeros_like(out))
 
 
 def check_bool(value, name: str) -> bool:

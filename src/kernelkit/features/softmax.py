@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from numbers import Real
 from typing import ClassVar
 
@@ -34,7 +33,6 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from .._backend import (
-    caller_stacklevel,
     check_all_finite,
     device,
     is_numpy_namespace,
@@ -45,7 +43,7 @@ from .._backend import (
 from .._backend.exponential import exp2_is_faster
 from .._backend.parallel import check_n_jobs, effective_n_jobs, map_row_blocks
 from .._backend.params import N_JOBS, NON_NEGATIVE
-from ._base import _matmul_augmented, log1mexp, sq_norms
+from ._base import _detach, _matmul_augmented, log1mexp, sq_norms, warn_feature_overflow
 from ._projection import ProjectionFeatureMap, SecondMomentVariance
 from ._trig import trig_features, use_half
 from .favor import (
@@ -142,12 +140,30 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
         row = self._log_row(X, xp)
         if not is_numpy_namespace(xp):
             base, _ = self._scaled_features(X, xp, side)
-            return base if row is None else base * xp.exp(row)[:, None]
+            if row is None:
+                return base
+            scale = xp.exp(row)  # (n,)
+            if X.device.type == "cpu":  # (on accelerators the test would wait for the device)
+                self._check_scale_overflow(scale, side, xp)
+            return base * scale[:, None]
         scale = None
         if row is not None:
             with np.errstate(over="ignore"):
                 scale = np.exp(row)  # (n,)
+            self._check_scale_overflow(scale, side, xp)
         return self._cos_numpy(X, scale)
+
+    def _check_scale_overflow(self, scale, side, xp):
+        """Warn where a row's scale ``exp((1/2 + alpha) |x|^2)`` (n,) is inf: its features
+        are +-inf (or NaN where the cosine rounds to 0), though the kernel may be finite."""
+        if not bool(xp.all(xp.isfinite(_detach(scale)))):
+            warn_feature_overflow(
+                side,
+                scale.dtype,
+                math.log(float(xp.finfo(scale.dtype).max)),
+                "use approx_kernel, which combines the row scales in log space, or scale "
+                "the inputs down (or raise the lengthscale).",
+            )
 
     def _scaled_features(self, X, xp, side):
         if is_numpy_namespace(xp):
@@ -466,14 +482,12 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
 
     @staticmethod
     def _warn_overflow(side, dtype, limit):
-        name = "X" if side == "x" else "Y"
-        warnings.warn(
-            f"Some features of {name} overflow {dtype} to inf (log-features above "
-            f"{limit:.0f}) although the kernel may be finite: use "
-            f"log_transform{'' if side == 'x' else '_y'}, or approx_kernel, which works "
+        warn_feature_overflow(
+            side,
+            dtype,
+            limit,
+            f"use log_transform{'' if side == 'x' else '_y'}, or approx_kernel, which works "
             "in log space, or scale the inputs down.",
-            RuntimeWarning,
-            stacklevel=caller_stacklevel(),  # the user's call of transform
         )
 
     def log_transform(self, X):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from ..._backend import is_numpy_namespace
 from .._base import _detach, times_exp
 
@@ -24,6 +26,9 @@ def _combine(xp, dot, scale):
     tiny = xp.asarray(float(xp.finfo(dot.dtype).tiny), dtype=dot.dtype)
     logabs = xp.log(xp.maximum(absdot, tiny)) + scale
     logabs = xp.where(absdot > 0, logabs, xp.full_like(logabs, -math.inf))
+    if is_numpy_namespace(xp):
+        with np.errstate(over="ignore"):  # +-inf where the estimate itself overflows
+            return np.sign(dot) * np.exp(logabs)
     return xp.sign(dot) * xp.exp(logabs)
 
 

@@ -24,6 +24,7 @@ from .._base import (
     pairwise_rows,
     scale_rows,
     times_exp,
+    warn_feature_overflow,
 )
 from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
@@ -177,7 +178,15 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
                 for b, ls, coef in blocks:
                     log_w = ls if extra is None else ls + extra
                     parts.append(times_exp(xp, coef * b, log_w[:, None]))  # 0 where coef = 0
-                return xp.concat(parts, axis=1)
+                out = xp.concat(parts, axis=1)
+                if not bool(xp.all(xp.isfinite(_detach(out)))):
+                    warn_feature_overflow(
+                        side,
+                        out.dtype,
+                        limit,
+                        "use approx_kernel, which works in log space, or scale the inputs down.",
+                    )
+                return out
         return scale_rows(xp, base, log_scale)
 
     def _blocks(self, X, xp, side):
