@@ -289,3 +289,33 @@ def test_favor_attention_huge_embed_dim_is_a_named_error():
 
     with pytest.raises(ValueError, match="embed_dim=1000000000000"):
         FavorAttention(10**12, 2, n_features=16, random_state=0)
+
+
+def test_favor_attention_with_a_dynamically_quantized_out_proj_still_runs():
+    """The input dtype check read ``out_proj.weight.dtype``; ``quantize_dynamic`` swaps
+    ``out_proj`` (an ``nn.Linear``) for a quantized Linear whose ``weight`` is a method,
+    so every forward raised ``AttributeError``. The check is of the in-projection, which
+    the input meets first; the quantized output keeps the float module's outputs to the
+    int8 rounding of ``out_proj``."""
+    torch = pytest.importorskip("torch")
+    from kernelkit.attention import FavorAttention
+
+    m = FavorAttention(8, 2, n_features=16, batch_first=True, random_state=0).eval()
+    try:
+        q = torch.ao.quantization.quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8)
+    except (RuntimeError, AttributeError) as exc:  # a build without a quantized engine
+        pytest.skip(f"no dynamic quantization here: {exc}")
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
+    seen = []
+    hook = m.out_proj.register_forward_hook(lambda mod, args, out: seen.append(args[0]))
+    with torch.no_grad():
+        ref, _ = m(x, x, x)
+        hook.remove()
+        out, _ = q(x, x, x)
+    # only out_proj is quantized: per-tensor int8 weights round by <= max|W| / 254 and
+    # uint8 activations a (range [min(a, 0), max(a, 0)]) by <= max|a| / 255, so each of
+    # the E = 8 products errs by <= max|W| max|a| (1/254 + 1/255 + their product)
+    W, a = m.out_proj.weight, seen[0]
+    bound = 8 * W.abs().max() * a.abs().max() * 2.01 / 254
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() <= bound

@@ -517,7 +517,10 @@ class FavorAttention(nn.Module):
                 f"query, key, value must share one dtype, got {query.dtype}, "
                 f"{key.dtype}, {value.dtype}."
             )
-        _check_input_dtype(query.dtype, self.out_proj.weight.dtype, query.device.type)
+        # the in-projection's weights, which the inputs meet first (out_proj may be
+        # swapped, e.g. by quantize_dynamic, for a module whose weight is no tensor)
+        w_in = self.in_proj_weight if self._qkv_same_embed_dim else self.q_proj_weight
+        _check_input_dtype(query.dtype, w_in.dtype, query.device.type)
         # self-attention (one tensor, as nn.Transformer*Layer pass): padded keys are padded
         # queries too, and stay out of the fitted parameters on both sides
         self_attention = query is key
