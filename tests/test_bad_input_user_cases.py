@@ -319,3 +319,36 @@ def test_favor_attention_with_a_dynamically_quantized_out_proj_still_runs():
     bound = 8 * W.abs().max() * a.abs().max() * 2.01 / 254
     assert out.shape == ref.shape
     assert (out - ref).abs().max() <= bound
+
+
+def _oom_above(torch, real, limit=10**6):
+    """``real`` (``torch.zeros`` / ``torch.empty``), raising the allocator's
+    ``OutOfMemoryError`` for more than ``limit`` elements, as CUDA does when full."""
+
+    def alloc(*size, **kw):
+        dims = size[0] if len(size) == 1 and not isinstance(size[0], int) else size
+        n = 1
+        for s in dims:
+            n *= int(s)
+        if n > limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 TiB")
+        return real(*size, **kw)
+
+    return alloc
+
+
+def test_out_of_memory_stays_out_of_memory_for_callers_that_retry_smaller(monkeypatch):
+    """The named errors for unallocatable sizes caught every ``RuntimeError``, so CUDA's
+    ``OutOfMemoryError`` (a ``RuntimeError``) became a ``ValueError``: a serving loop
+    or batch-size finder that catches ``torch.OutOfMemoryError`` to retry with a smaller
+    batch no longer saw it. It passes through as itself; sizes beyond any address space
+    are still named (the tests above)."""
+    torch = pytest.importorskip("torch")
+    from kernelkit.attention import FavorAttention, init_decoding_state
+
+    monkeypatch.setattr(torch, "zeros", _oom_above(torch, torch.zeros))
+    with pytest.raises(torch.OutOfMemoryError):
+        init_decoding_state((2**12, 2**12), d=4, n_features=16, random_state=0)
+    monkeypatch.setattr(torch, "empty", _oom_above(torch, torch.empty))
+    with pytest.raises(torch.OutOfMemoryError):
+        FavorAttention(2**12, 2, n_features=16, random_state=0)

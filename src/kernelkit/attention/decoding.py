@@ -564,6 +564,8 @@ def init_decoding_state(
         batch = torch.Size((*batch[:-1], kv_heads))
     try:
         kvz = torch.zeros(*batch, M, e + 1, **kw)
+    except torch.OutOfMemoryError:  # a full device: callers catch it to retry smaller
+        raise
     except RuntimeError as exc:  # the allocator's own error names no argument
         shape = (*batch, M, e + 1)
         raise ValueError(

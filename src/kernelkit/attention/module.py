@@ -364,6 +364,8 @@ class FavorAttention(nn.Module):
             else:
                 self.register_parameter("in_proj_bias", None)
             self.out_proj = nn.Linear(E, E, bias=bias, **fk)
+        except torch.OutOfMemoryError:  # a full device: callers catch it to retry smaller
+            raise
         except RuntimeError as exc:  # torch's allocator / size errors name no argument
             raise ValueError(
                 f"The projection weights of embed_dim={E}, kdim={self.kdim}, vdim={self.vdim} "
