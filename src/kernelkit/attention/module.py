@@ -783,8 +783,9 @@ class FavorAttention(nn.Module):
         Returns
         -------
         LinearAttentionState
-            ``state.kvz`` (batch_size, num_heads, M, head_dim + 1) (``num_kv_heads`` for a
-            grouped state), ``state.c`` (batch_size, num_heads, M), ``state.t == 0``.
+            ``state.kvz`` (batch_size, num_heads, M, head_dim + 1) and ``state.c``
+            (batch_size, num_heads, M), both with ``num_kv_heads`` for ``num_heads`` in a
+            grouped state; ``state.t == 0``.
         """
         if (
             isinstance(batch_size, bool)
