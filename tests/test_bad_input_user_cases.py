@@ -130,6 +130,9 @@ def test_spherical_features_with_huge_a_fit_the_constant_limit():
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     fm = SphericalRandomFeatures(n_features=8, a=1e300, random_state=0).fit(X)
     assert _finite(fm.transform(X))
+    # exact_kernel squared a as a Python float too (OverflowError); tau^2 / a^2 <= 4e-600
+    # rounds to 0, so the kernel is exactly 1
+    np.testing.assert_array_equal(fm.exact_kernel(X[:5]), np.ones((5, 5)))
 
 
 def test_tiny_alpha_names_alpha_instead_of_dividing_by_zero():
