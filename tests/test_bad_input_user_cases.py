@@ -130,6 +130,9 @@ def test_spherical_features_with_huge_a_fit_the_constant_limit():
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     fm = SphericalRandomFeatures(n_features=8, a=1e300, random_state=0).fit(X)
     assert _finite(fm.transform(X))
+    # exact_kernel squared a as a Python float too (OverflowError); tau^2 / a^2 <= 4e-600
+    # rounds to 0, so the kernel is exactly 1
+    np.testing.assert_array_equal(fm.exact_kernel(X[:5]), np.ones((5, 5)))
 
 
 def test_tiny_alpha_names_alpha_instead_of_dividing_by_zero():
@@ -274,11 +277,16 @@ def test_favor_attention_under_autocast_still_takes_another_float_dtype():
     torch = pytest.importorskip("torch")
     from kernelkit.attention import FavorAttention
 
-    m = FavorAttention(8, 2, n_features=16, random_state=0)
-    x = torch.randn(2, 5, 8, dtype=torch.bfloat16)
+    m = FavorAttention(8, 2, n_features=16, random_state=0).eval()
+    x = torch.randn(2, 5, 8, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, _ = m(x, x, x)
-    assert out.shape == (2, 5, 8) and _finite(out.float())
+    assert out.shape == (2, 5, 8) and out.dtype == torch.bfloat16
+    # the float32 forward of the same (bf16-exact) inputs: autocast rounds the weights,
+    # the projections' inputs and outputs to bf16 (unit roundoff u = 2^-8), about six
+    # roundings of relative size <= u between input and output: 6 u in the norm
+    ref, _ = m(x.float(), x.float(), x.float())
+    assert float((out.float() - ref).norm() / ref.norm()) < 6 * 2.0**-8
 
 
 def test_favor_attention_huge_embed_dim_is_a_named_error():
@@ -289,3 +297,66 @@ def test_favor_attention_huge_embed_dim_is_a_named_error():
 
     with pytest.raises(ValueError, match="embed_dim=1000000000000"):
         FavorAttention(10**12, 2, n_features=16, random_state=0)
+
+
+def test_favor_attention_with_a_dynamically_quantized_out_proj_still_runs():
+    """The input dtype check read ``out_proj.weight.dtype``; ``quantize_dynamic`` swaps
+    ``out_proj`` (an ``nn.Linear``) for a quantized Linear whose ``weight`` is a method,
+    so every forward raised ``AttributeError``. The check is of the in-projection, which
+    the input meets first; the quantized output keeps the float module's outputs to the
+    int8 rounding of ``out_proj``."""
+    torch = pytest.importorskip("torch")
+    from kernelkit.attention import FavorAttention
+
+    m = FavorAttention(8, 2, n_features=16, batch_first=True, random_state=0).eval()
+    try:
+        q = torch.ao.quantization.quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8)
+    except (RuntimeError, AttributeError) as exc:  # a build without a quantized engine
+        pytest.skip(f"no dynamic quantization here: {exc}")
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
+    seen = []
+    hook = m.out_proj.register_forward_hook(lambda mod, args, out: seen.append(args[0]))
+    with torch.no_grad():
+        ref, _ = m(x, x, x)
+        hook.remove()
+        out, _ = q(x, x, x)
+    # only out_proj is quantized: per-tensor int8 weights round by <= max|W| / 254 and
+    # uint8 activations a (range [min(a, 0), max(a, 0)]) by <= max|a| / 255, so each of
+    # the E = 8 products errs by <= max|W| max|a| (1/254 + 1/255 + their product)
+    W, a = m.out_proj.weight, seen[0]
+    bound = 8 * W.abs().max() * a.abs().max() * 2.01 / 254
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() <= bound
+
+
+def _oom_above(torch, real, limit=10**6):
+    """``real`` (``torch.zeros`` / ``torch.empty``), raising the allocator's
+    ``OutOfMemoryError`` for more than ``limit`` elements, as CUDA does when full."""
+
+    def alloc(*size, **kw):
+        dims = size[0] if len(size) == 1 and not isinstance(size[0], int) else size
+        n = 1
+        for s in dims:
+            n *= int(s)
+        if n > limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 TiB")
+        return real(*size, **kw)
+
+    return alloc
+
+
+def test_out_of_memory_stays_out_of_memory_for_callers_that_retry_smaller(monkeypatch):
+    """The named errors for unallocatable sizes caught every ``RuntimeError``, so CUDA's
+    ``OutOfMemoryError`` (a ``RuntimeError``) became a ``ValueError``: a serving loop
+    or batch-size finder that catches ``torch.OutOfMemoryError`` to retry with a smaller
+    batch no longer saw it. It passes through as itself; sizes beyond any address space
+    are still named (the tests above)."""
+    torch = pytest.importorskip("torch")
+    from kernelkit.attention import FavorAttention, init_decoding_state
+
+    monkeypatch.setattr(torch, "zeros", _oom_above(torch, torch.zeros))
+    with pytest.raises(torch.OutOfMemoryError):
+        init_decoding_state((2**12, 2**12), d=4, n_features=16, random_state=0)
+    monkeypatch.setattr(torch, "empty", _oom_above(torch, torch.empty))
+    with pytest.raises(torch.OutOfMemoryError):
+        FavorAttention(2**12, 2, n_features=16, random_state=0)

@@ -171,6 +171,28 @@ def test_state_to_takes_a_positional_dtype_as_tensor_to():
         st.to(object())
 
 
+def _outcome(f):
+    """What ``f()`` gives: a device, or the type of its exception."""
+    try:
+        return f().device
+    except Exception as exc:  # compared by type, not swallowed
+        return type(exc)
+
+
+def test_state_to_takes_a_numpy_int_device_index_as_an_int():
+    """A device index from NumPy (``np.int64(0)``, e.g. an entry of a rank array) is an
+    index to ``torch.device`` and ``Tensor.to``; the device check of ``state.to`` took
+    only a Python ``int`` and raised a ``TypeError``. Both indices now give the same
+    outcome: the device where one exists, torch's error on a machine without it."""
+    np = pytest.importorskip("numpy")
+    st = init_decoding_state((1, 2), 4, "positive", 8, random_state=0)
+    for index in (0, 1):
+        assert _outcome(lambda i=index: st.to(np.int64(i))) == _outcome(lambda i=index: st.to(i))
+    assert _outcome(lambda: st.to(np.int64(0))) is not TypeError
+    with pytest.raises(TypeError, match="device must be"):
+        st.to(np.bool_(True))
+
+
 def test_a_state_with_autograd_history_is_cloned_not_deep_copied():
     """A module stepped outside ``torch.no_grad()`` (its parameters require grad) returns
     a state with autograd history, which ``copy.deepcopy`` (the guide's way to share a

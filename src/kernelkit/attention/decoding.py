@@ -246,11 +246,14 @@ class LinearAttentionState:
                 raise TypeError(f"to() got two dtypes, {device!r} and dtype={dtype!r}.")
             device, dtype = None, device
         if device is not None and (
-            isinstance(device, bool) or not isinstance(device, (str, torch.device, int))
+            isinstance(device, bool)
+            or not isinstance(device, (str, torch.device, numbers.Integral))
         ):
             raise TypeError(
                 f"device must be a torch.device, a str or an int, got {type(device).__name__}."
             )
+        if isinstance(device, numbers.Integral):  # an index, also NumPy's (np.int64(0))
+            device = int(device)
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
         self._check_fresh()
@@ -561,6 +564,8 @@ def init_decoding_state(
         batch = torch.Size((*batch[:-1], kv_heads))
     try:
         kvz = torch.zeros(*batch, M, e + 1, **kw)
+    except torch.OutOfMemoryError:  # a full device: callers catch it to retry smaller
+        raise
     except RuntimeError as exc:  # the allocator's own error names no argument
         shape = (*batch, M, e + 1)
         raise ValueError(

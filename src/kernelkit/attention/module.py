@@ -364,6 +364,8 @@ class FavorAttention(nn.Module):
             else:
                 self.register_parameter("in_proj_bias", None)
             self.out_proj = nn.Linear(E, E, bias=bias, **fk)
+        except torch.OutOfMemoryError:  # a full device: callers catch it to retry smaller
+            raise
         except RuntimeError as exc:  # torch's allocator / size errors name no argument
             raise ValueError(
                 f"The projection weights of embed_dim={E}, kdim={self.kdim}, vdim={self.vdim} "
@@ -517,7 +519,10 @@ class FavorAttention(nn.Module):
                 f"query, key, value must share one dtype, got {query.dtype}, "
                 f"{key.dtype}, {value.dtype}."
             )
-        _check_input_dtype(query.dtype, self.out_proj.weight.dtype, query.device.type)
+        # the in-projection's weights, which the inputs meet first (out_proj may be
+        # swapped, e.g. by quantize_dynamic, for a module whose weight is no tensor)
+        w_in = self.in_proj_weight if self._qkv_same_embed_dim else self.q_proj_weight
+        _check_input_dtype(query.dtype, w_in.dtype, query.device.type)
         # self-attention (one tensor, as nn.Transformer*Layer pass): padded keys are padded
         # queries too, and stay out of the fitted parameters on both sides
         self_attention = query is key
@@ -778,8 +783,9 @@ class FavorAttention(nn.Module):
         Returns
         -------
         LinearAttentionState
-            ``state.kvz`` (batch_size, num_heads, M, head_dim + 1) (``num_kv_heads`` for a
-            grouped state), ``state.c`` (batch_size, num_heads, M), ``state.t == 0``.
+            ``state.kvz`` (batch_size, num_heads, M, head_dim + 1) and ``state.c``
+            (batch_size, num_heads, M), both with ``num_kv_heads`` for ``num_heads`` in a
+            grouped state; ``state.t == 0``.
         """
         if (
             isinstance(batch_size, bool)

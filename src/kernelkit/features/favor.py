@@ -95,7 +95,9 @@ def a_star(phi):
     Raises
     ------
     TypeError
-        Non-real ``phi`` (strings, complex, bool).
+        Non-real ``phi``: a string, complex, bool, or a list with entries that are no
+        numbers (numeric strings in a list convert, as ``np.asarray(phi, dtype=float)``
+        converts them).
     ValueError
         NaN or infinite ``phi`` (no minimiser).
     """

@@ -692,7 +692,8 @@ class SphericalRandomFeatures(RandomFourierFeatures):
 
     def _exact_kernel(self, X, Y, xp):
         """Eq. 57, ``sigma^2 (1 - |x - y|^2 / a^2)^p`` on unit vectors, (n, m)."""
-        base = xp.clip(1.0 - self._sq_dist(X, Y, xp) / float(self.a) ** 2, min=0.0)
+        a = float(self.a)  # a * a: inf for a huge a, where a ** 2 raises OverflowError
+        base = xp.clip(1.0 - self._sq_dist(X, Y, xp) / (a * a), min=0.0)
         return float(self.amplitude) * base ** int(self.degree)
 
     def _log_relative_variance(self, X, Y, xp):
