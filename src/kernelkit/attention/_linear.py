@@ -74,7 +74,11 @@ def autocast_off(device_type: str):
     run in their inputs' own dtype (float32 sums and states, not autocast's float16 /
     bfloat16); a null context where autocast is not on, or has no such device (``meta``,
     on which ``torch.autocast`` itself raises)."""
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+    # a traced call (torch.compile) runs on a device autocast knows, and Dynamo of some
+    # torch versions (2.11) cannot trace is_autocast_available: a graph break there made
+    # fullgraph=True fail
+    known = torch.compiler.is_compiling() or torch.amp.is_autocast_available(device_type)
+    if known and torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
 
