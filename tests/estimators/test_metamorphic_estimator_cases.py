@@ -28,7 +28,11 @@ from scipy.stats import special_ortho_group
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
-from kernelkit.distributions import JointDistribution, KernelLogisticRegression
+from kernelkit.distributions import (
+    ConditionalMeanEmbedding,
+    JointDistribution,
+    KernelLogisticRegression,
+)
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
     RandomFeatureGPClassifier,
@@ -427,3 +431,40 @@ def test_joint_swapping_x_and_y_swaps_the_roles(constraint, data):
         _close(b.conditional_weights(Y), a.conditional_weights(Y, given="y"))
         _close(b.marginal_ratio(X, given="y"), a.marginal_ratio(X))
         _close(b.conditional_expectation(Y, X, given="y"), a.conditional_expectation(Y, X))
+
+
+@SETTINGS
+@given(data=joint_data(), perm_seed=st.integers(0, 1000), dup=st.booleans())
+def test_low_rank_models_invariant_to_row_order(data, perm_seed, dup):
+    """The joint model, the CME and KLR fitted on the rows in another order (no pivot
+    sample: every row is factorised) are the same model. Ties in the pivoted Cholesky
+    are common (the Gaussian kernel's constant diagonal ties every row for the first
+    pivot, and ``1 - k(x, p)^2`` rounds to exactly 1 far from the pivots), so they must
+    not go to whichever row comes first; duplicated points (``dup``) are interchangeable.
+
+    Tolerance: the same pivots and the same m x m solves with the sums over the rows in
+    another order; the solves are regularised (``reg = 1e-3``, or 1e-2 for CME / KLR)
+    and their outputs O(1), so the difference is round-off amplified by at most ~1e4:
+    1e-8 leaves a wide margin, while another choice of pivots changes the conditional
+    means by 1e-3 to 0.4 at these tolerances."""
+    X, Y = data
+    if dup:
+        X, Y = np.vstack([X, X[:3]]), np.vstack([Y, Y[:3]])
+    p = np.random.default_rng(perm_seed).permutation(len(X))
+    Xq = np.linspace(-2, 2, 5)[:, None]
+    t = (Y[:, 0] > 0).astype(int)
+    if t.min() == t.max():
+        t[0] = 1 - t[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for constraint in (None, "positive"):
+            a = JointDistribution(lengthscale_x=0.5, reg=1e-3, constraint=constraint)
+            ea = a.fit(X, Y).conditional_expectation(Y, Xq)
+            eb = a.fit(X[p], Y[p]).conditional_expectation(Y[p], Xq)
+            _close(eb, ea)
+        cme = ConditionalMeanEmbedding(lengthscale_x=0.5, reg=1e-2)
+        ea = cme.fit(X, Y).conditional_expectation(Y, Xq)
+        _close(cme.fit(X[p], Y[p]).conditional_expectation(Y[p], Xq), ea)
+        klr = KernelLogisticRegression(lengthscale=0.5, reg=1e-2)
+        pa = klr.fit(X, t).predict_proba(Xq)
+        _close(klr.fit(X[p], t[p]).predict_proba(Xq), pa)
