@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics.pairwise import rbf_kernel
 
-from kernelkit.distributions import JointDistribution, pivoted_cholesky
+from kernelkit.distributions import JointDistribution
 
 
 def _gauss(n, rho=0.8, d=1, seed=0):
@@ -19,10 +19,12 @@ def _gauss(n, rho=0.8, d=1, seed=0):
 
 
 def _Q(X, ls, rel_tol, basis):
-    """Q = B V formed explicitly from the factor (small n only)."""
-    res = pivoted_cholesky("gaussian", X, lengthscale=ls, rel_tol=rel_tol)
-    V = np.linalg.solve(res.B_piv, basis.coef_)
-    return res.B.toarray() @ V
+    """Q = B V formed explicitly from the factor (small n only): ``B`` is zero off the
+    pivot rows (16), where it is ``pivot_coef_`` (the basis factorises the rows in
+    lexicographic order, so its pivots are its own, not ``pivoted_cholesky(X)``'s)."""
+    B = np.zeros((len(X), basis.n_components_))
+    B[basis.pivots_] = basis.pivot_coef_
+    return B @ np.linalg.solve(basis.pivot_coef_, basis.coef_)
 
 
 def _risk_terms(KX, KY, n, reg):

@@ -78,19 +78,25 @@ def test_low_rank_basis(rotate):
     Xn = _data(30, seed=1)
     ls = 1.3
     basis = LowRankBasis("gaussian", ls, rel_tol=1e-6, rotate=rotate).fit(X)
-    res = pivoted_cholesky("gaussian", X, lengthscale=ls, rel_tol=1e-6)
+    # the basis is Algorithm 1 on the rows in lexicographic order (ties, such as the
+    # first pivot of the constant diagonal, to the smallest point), mapped back
+    order = np.lexsort(X.T[::-1])
+    res = pivoted_cholesky("gaussian", X[order], lengthscale=ls, rel_tol=1e-6)
+    np.testing.assert_array_equal(basis.pivots_, order[res.pivots])
+    B = np.zeros((len(X), res.rank))
+    B[order] = res.B.toarray()  # rows of B in the order of X
     K = _gram("gaussian", X, ls)
     A = basis.train_features_
     if rotate:
         # A^T A = Lambda (diagonal), Q^T K Q = I with Q = B V
         np.testing.assert_allclose(A.T @ A, np.diag(basis.eigenvalues_), atol=1e-8)
         V = np.linalg.solve(res.B_piv, basis.coef_)
-        Q = res.B.toarray() @ V
+        Q = B @ V
         np.testing.assert_allclose(Q.T @ K @ Q, np.eye(basis.n_components_), atol=1e-8)
         np.testing.assert_allclose(K @ Q, A, atol=1e-8)
     # pivot-only evaluation: Psi(x) = Phi(x) Q equals k_piv(x) T, at train and new points
     np.testing.assert_allclose(basis.transform(X), A, atol=1e-9)
-    Q = res.B.toarray() @ np.linalg.solve(res.B_piv, basis.coef_)
+    Q = B @ np.linalg.solve(res.B_piv, basis.coef_)
     Kn = rbf_kernel(Xn, X, gamma=0.5 / ls**2)
     np.testing.assert_allclose(basis.transform(Xn), Kn @ Q, atol=1e-9)
 

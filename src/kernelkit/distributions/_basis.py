@@ -3,6 +3,7 @@ and :class:`BasisCache`, which shares fitted bases between the fits of a grid se
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from numbers import Real
@@ -53,6 +54,33 @@ def _sk_2d(est, X, reset):
 # fitted without its factor (sampled pivots / out of core, ``factor_t_ = None``) keeps its
 # training samples ``train_data_`` instead, and each product is a pass over those
 # (:mod:`kernelkit.distributions._chunked`). ``n_jobs``: threads of the blocked passes.
+def _in_row_order(X: np.ndarray, factorise):
+    """``factorise(X)`` (a :class:`PivotedCholesky`) run on the rows of ``X`` (n, d) in
+    lexicographic order, returned in the order of ``X``.
+
+    Algorithm 1 breaks ties in the residual diagonal by the lowest row, and ties are the
+    rule, not the exception: every stationary kernel has a constant diagonal (the first
+    pivot), and ``1 - k(x, p)^2`` rounds to exactly 1 at every point far from the
+    pivots. On sorted rows the lowest row is the lexicographically smallest point, so
+    the pivots, the factor and every model on it do not depend on the order of the rows
+    (identical points are interchangeable). Costs a sort and a permuted copy of ``X``
+    and a gather of each row of ``L^T`` (in place, O(n) extra memory).
+    """
+    n = X.shape[0]
+    order = np.lexsort(X.T[::-1]) if X.shape[1] else np.arange(n)
+    if np.all(order[1:] > order[:-1]):  # already sorted
+        return factorise(X)
+    chol = factorise(np.ascontiguousarray(X[order]))
+    inv = np.empty_like(order)
+    inv[order] = np.arange(n)
+    Lt = chol.Lt
+    for i in range(Lt.shape[0]):  # row i of L^T back in the order of X
+        Lt[i] = Lt[i, inv]
+    return dataclasses.replace(
+        chol, pivots=order[chol.pivots], diag_residual=chol.diag_residual[inv]
+    )
+
+
 def train_dot(basis, F: np.ndarray, n_jobs=None) -> np.ndarray:
     """``A^T F`` (m, k) for ``F`` (n, k): ``V^T (L^T F)``."""
     if basis.factor_t_ is None:
@@ -105,7 +133,10 @@ TOLERANCE_CONSTRAINTS = {
 class LowRankBasis(TransformerMixin, BaseEstimator):
     """Low-rank orthonormal basis of the RKHS from pivoted Cholesky (Alg. 1 + Sec. 4.2).
 
-    ``fit(X)`` runs :func:`pivoted_cholesky` (``K ~ L L^T``, ``B``), then rotates:
+    ``fit(X)`` runs :func:`pivoted_cholesky` (``K ~ L L^T``, ``B``) on the rows of ``X``
+    in lexicographic order (the factor and ``pivots_`` are returned in the order of
+    ``X``), so that its ties go to the smallest point rather than the first row and the
+    basis does not depend on the order of the rows; then it rotates:
     ``L^T L = V Lambda V^T``, ``Q = B V`` (19), ``A = L V = K Q``. The basis functions
     ``Psi(.) = Phi(.) Q`` are orthonormal in the RKHS (25) and have Gram matrix
     ``Lambda / n`` in ``L^2`` of the empirical measure; on the training points
@@ -223,7 +254,9 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
             self.tol, self.rel_tol, self.max_rank, X.shape[0]
         )
         self.kernel_ = make_kernel(self.kernel, self.lengthscale)
-        chol = _pivoted_cholesky(self.kernel_, X, tol, rel_tol, max_rank, n_jobs=n_jobs)
+        chol = _in_row_order(
+            X, lambda Xs: _pivoted_cholesky(self.kernel_, Xs, tol, rel_tol, max_rank, n_jobs=n_jobs)
+        )
         self.pivots_ = chol.pivots
         self.pivot_coef_ = chol.B_piv
         self.centers_ = X[chol.pivots].copy()

@@ -320,7 +320,12 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     draws ``z_c = mu_c + sd_c eps_c`` of the latent posteriors (approximating the
     Dirichlet marginals); the standard-normal ``eps`` (n_samples, C) are drawn once at
     :meth:`fit` from ``random_state`` and shared by all test points, so predictions are
-    deterministic and independent of batching. :meth:`predict` is the argmax of
+    deterministic and independent of batching. At each point, column ``k`` of the draws
+    goes to the class with the ``k``-th smallest latent mean (the columns are
+    exchangeable, so this is the same estimator), not to the ``k``-th class of
+    ``classes_``: renaming the classes (``y`` mapped to ``1 - y``, strings, any
+    permutation of the labels) permutes the columns of :meth:`predict_proba` exactly
+    instead of changing them by the Monte Carlo error. :meth:`predict` is the argmax of
     :meth:`predict_proba`.
 
     Parameters
@@ -352,7 +357,9 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     posteriors_ : list
         One fitted posterior per class.
     mc_noise_ : ndarray, shape (n_samples, n_classes)
-        The fixed Monte Carlo draws (``n_samples`` is the parameter, not the data size).
+        The fixed Monte Carlo draws (``n_samples`` is the parameter, not the data size);
+        column ``k`` is applied to the class of the ``k``-th smallest latent mean at each
+        point (:func:`mc_softmax` with ``by_rank=True``).
     n_features_in_ : int
     """
 
@@ -497,7 +504,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             check_is_fitted(self)
             return map_row_chunks(prediction_rows(self, X), self.predict_proba, len(self.classes_))
         mean, var = self.predict_latent(X)
-        return mc_softmax(mean, var, self.mc_noise_, n_jobs=self.n_jobs)
+        return mc_softmax(mean, var, self.mc_noise_, n_jobs=self.n_jobs, by_rank=True)
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.
@@ -596,7 +603,7 @@ def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2) -> list:
     return posteriors
 
 
-def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None):
+def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None, by_rank=False):
     """``mean_s softmax(mean + sqrt(var) * eps_s)`` per row.
 
     Parameters
@@ -608,6 +615,13 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None):
     n_jobs : int or None
         kernelkit's threads for the row blocks (rows are independent: the result does
         not depend on it).
+    by_rank : bool, default=False
+        ``False``: column ``c`` of ``eps`` goes to column ``c`` of ``mean``. ``True``: in
+        each row, column ``k`` of ``eps`` goes to the column of the ``k``-th smallest
+        ``mean`` (ties to the lower column), so that permuting the columns of ``mean``
+        and ``var`` permutes the result's columns exactly (the classifier's labels do
+        not choose the draws). The draws' columns are i.i.d., so both are the same
+        Monte Carlo estimator.
 
     Returns
     -------
@@ -620,7 +634,12 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None):
     rows = max(1, max_elements // max(1, S * C))
 
     def block(lo, hi):
-        Z = mean[lo:hi, None, :] + sd[lo:hi, None, :] * eps[None, :, :]
+        if by_rank:  # rank[i, c]: the rank of mean[i, c] in its row
+            rank = np.argsort(np.argsort(mean[lo:hi], axis=1, kind="stable"), axis=1)
+            E = eps[:, rank].transpose(1, 0, 2)  # (rows, S, C): E[i, s, c] = eps[s, rank]
+        else:
+            E = eps[None, :, :]
+        Z = mean[lo:hi, None, :] + sd[lo:hi, None, :] * E
         Z -= Z.max(axis=2, keepdims=True)
         np.exp(Z, out=Z)
         Z /= Z.sum(axis=2, keepdims=True)
