@@ -23,7 +23,8 @@ rest, the same way for every experiment:
   sections, plots), ``results.json`` (config, seeds, per-seed metrics, claims with
   their statistics and variant, the headline verdict counts, each variant's reason,
   counts and own run) and PNG plots with at most :data:`MAX_SERIES` series per panel, a
-  legend on every panel and ± 1 s.d. bands (:func:`draw_panel`).
+  legend on every panel, ± 1 s.d. bands (:func:`draw_panel`) and one colour per series
+  label across all the experiment's figures (:func:`figure_colors`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "Verdict",
     "aggregate",
     "draw_panel",
+    "figure_colors",
     "format_mean_sd",
     "judge",
     "judge_variants",
@@ -160,7 +162,9 @@ class Panel:
     (``x`` unused): the empirical CDF through the mean over seeds of each order statistic,
     with a ± 1 s.d. band of the order statistics (horizontal). ``reference`` (line
     panels): exact values drawn dashed, without a band, in the colour of the series at the
-    same position (e.g. a closed form next to its Monte Carlo)."""
+    same position (e.g. a closed form next to its Monte Carlo). ``scale`` multiplies the
+    plotted values (means and s.d.; e.g. 100 to plot a fraction in % as the report's
+    tables print it)."""
 
     title: str
     series: Mapping[str, str]
@@ -172,10 +176,13 @@ class Panel:
     logx: bool = field(default=False, kw_only=True)
     logy: bool = field(default=False, kw_only=True)
     reference: Mapping[str, str] = field(default_factory=dict, kw_only=True)
+    scale: float = field(default=1.0, kw_only=True)
 
     def __post_init__(self):
         if self.kind not in ("line", "bar", "ecdf"):
             raise ValueError(f"kind must be 'line', 'bar' or 'ecdf', got {self.kind!r}.")
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"scale must be a positive number, got {self.scale!r}.")
 
 
 @dataclass(frozen=True)
@@ -326,6 +333,43 @@ def series_colors(panels: Sequence[Panel]) -> dict[str, str]:
     return {lab: matplotlib.colors.to_hex(cmap(i % 20)) for i, lab in enumerate(labels)}
 
 
+def figure_colors(figures: Sequence[Sequence[Panel]]) -> list[dict[str, str]]:
+    """One colour map per figure (each a list of panels) such that a series label keeps
+    its colour in every figure of an experiment.
+
+    Up to 10 labels over all figures: one colour of the default cycle each, everywhere.
+    More (each figure having at most 10): a label keeps the colour it got in the first
+    figure that drew it; a label new to a figure takes the first cycle colour that no
+    earlier figure gave to another label, once those run out the first one free in this
+    figure (so no two series of one figure share a colour, and the pale halves of
+    ``tab20`` pairs are left to figures with more than 10 series, which get
+    :func:`series_colors`)."""
+    cycle = [f"C{i}" for i in range(10)]
+    everywhere = list(dict.fromkeys(lab for panels in figures for p in panels for lab in p.series))
+    if len(everywhere) <= len(cycle):
+        same = dict(zip(everywhere, cycle, strict=False))
+        return [{lab: same[lab] for p in panels for lab in p.series} for panels in figures]
+    given: dict[str, str] = {}  # label -> colour, from the first figure that drew it
+    out = []
+    for panels in figures:
+        labels = list(dict.fromkeys(lab for p in panels for lab in p.series))
+        if len(labels) > len(cycle):
+            out.append(series_colors(panels))
+            continue
+        colors: dict[str, str] = {}
+        for lab in labels:  # the colour from an earlier figure, unless taken here already
+            if lab in given and given[lab] not in colors.values():
+                colors[lab] = given[lab]
+        for lab in labels:
+            if lab not in colors:
+                free = [c for c in cycle if c not in colors.values()]
+                unclaimed = [c for c in free if c not in given.values()]
+                colors[lab] = (unclaimed or free)[0]
+                given.setdefault(lab, colors[lab])
+        out.append({lab: colors[lab] for lab in labels})
+    return out
+
+
 def _any_positive(arrays) -> bool:
     """Whether any of ``arrays`` holds a finite positive value (a log axis can show it)."""
     return any(np.any(np.isfinite(a) & (a > 0)) for a in map(np.asarray, arrays) if a.size)
@@ -352,6 +396,14 @@ def draw_panel(
     absent = [k for k in (*panel.series.values(), *panel.reference.values()) if k not in agg]
     if absent:
         raise ValueError(f"panel {panel.title!r}: no metric {absent[0]!r} in the runs.")
+    if panel.scale != 1.0:  # the panel's unit (e.g. % of a fraction): means and s.d. alike
+        agg = {
+            k: {
+                "mean": np.asarray(agg[k]["mean"]) * panel.scale,
+                "sd": np.asarray(agg[k]["sd"]) * panel.scale,
+            }
+            for k in (*panel.series.values(), *panel.reference.values())
+        }
     colors = colors or series_colors([panel])
     series_color = [colors[lab] for lab in panel.series]
     means = [agg[k]["mean"] for k in (*panel.series.values(), *panel.reference.values())]
@@ -422,7 +474,11 @@ def _draw_ecdf(ax, panel: Panel, agg, series_color) -> None:
     ax.set_ylim(0.0, 1.02)
 
 
-def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:
+def _figure(
+    rep: Report, plot: Plot, config, agg, n: int, colors: Mapping[str, str] | None = None
+) -> None:
+    """Draw ``plot`` into ``rep``; ``colors`` (label -> colour) keeps a method's colour
+    across the experiment's figures (default: :func:`series_colors` of this plot)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -434,7 +490,8 @@ def _figure(rep: Report, plot: Plot, config, agg, n: int) -> None:
     ncols = min(len(panels), plot.ncols)
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, figsize=(4.2 * ncols, 3.4 * nrows))
-    colors = series_colors(panels)  # a method keeps its colour across the panels
+    # a method keeps its colour across the panels (and, given ``colors``, the figures)
+    colors = colors or series_colors(panels)
     for ax, panel in zip(axes.flat, panels, strict=False):
         draw_panel(ax, panel, agg, n, colors)
     for ax in list(axes.flat)[len(panels) :]:
@@ -556,8 +613,11 @@ def run_spec(
     rep.add(*(_variant_section(name, v) for name, v in variants.items() if v["claims"]))
     rep.add(*spec.sections(config, runs))
     agg = aggregate(runs)
-    for plot in spec.plots:
-        _figure(rep, plot, config, agg, n)
+    # a method keeps its colour over all the experiment's figures, not per figure: a
+    # reader comparing two figures of one report finds a method by its colour in both
+    colors = figure_colors([plot.panels(config) for plot in spec.plots])
+    for plot, plot_colors in zip(spec.plots, colors, strict=True):
+        _figure(rep, plot, config, agg, n, plot_colors)
     rep.results.update(
         {
             "config": _jsonable_config(config),

@@ -577,10 +577,11 @@ def _dataset_panels(cfg: Config) -> list[HS.Panel]:
         HS.Panel(
             n,
             {LABELS[m]: f"{n} {m} test" for m in cfg.methods},
-            "test accuracy",
+            "test accuracy [%]",  # in % as the tables print it
             cfg.Ms,
-            "M",
+            "M (random features)",
             logx=True,
+            scale=100.0,
         )
         for n in (*_names(cfg), "average")
     ]

@@ -502,9 +502,10 @@ def _variance_panels(config: Config) -> list[HS.Panel]:
 def _gap_panels(config: Config) -> list[HS.Panel]:
     return [
         HS.Panel(
-            reg,
-            {f"{m} − GERF": f"{reg} {m} gap" for m in GAPS},
-            "gap [nats]",
+            reg + (" (substitute)" if REGIMES[_REGIME_INDEX[reg]].substitute else ""),
+            # the methods' names, as in variance.png and the gap table: one colour each
+            {m: f"{reg} {m} gap" for m in GAPS},
+            "gap to GERF [nats]",
             config.sigmas,
             "σ",
         )

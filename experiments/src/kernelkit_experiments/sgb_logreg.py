@@ -768,10 +768,12 @@ def _tuned(spec: DataSpec, config: Config, base: int):
 
 
 def _curve(tr: C.Trace, f_star: float, epochs: int) -> np.ndarray:
-    """Relative gap at epochs 0..epochs (NaN past a divergence), (epochs + 1,)."""
+    """Relative gap at epochs 0..epochs (NaN past a divergence), (epochs + 1,): that of
+    the last record at or before each epoch (L-BFGS records an iterate only every few
+    function evaluations; the curve does not show a gap before the run reached it)."""
     g = tr.gaps(f_star)
     e = np.arange(epochs + 1, dtype=np.float64)
-    idx = np.minimum(np.searchsorted(tr.epochs, e), len(tr.epochs) - 1)
+    idx = np.maximum(np.searchsorted(tr.epochs, e, side="right") - 1, 0)
     out = g[idx].astype(np.float64)
     if tr.diverged:
         out[e > tr.epochs[-1]] = np.nan
@@ -1122,11 +1124,14 @@ def _panels(config: Config) -> list[H.Panel]:
     out = []
     for sp in config.datasets:
         others = [m for m in _all_methods(sp, config) if m != "SGD"]
-        for j in range(0, len(others), H.MAX_SERIES - 1):
+        starts = range(0, len(others), H.MAX_SERIES - 1)
+        for k, j in enumerate(starts, 1):
             chunk = ["SGD", *others[j : j + H.MAX_SERIES - 1]]
+            # a data set split over panels says so: two panels of one title read as a repeat
+            part = f", part {k} of {len(starts)}" if len(starts) > 1 else ""
             out.append(
                 H.Panel(
-                    f"{sp.name} ({PAPER_SETS.get(sp.name, 'extra')})",
+                    f"{sp.name} ({PAPER_SETS.get(sp.name, 'extra')}){part}",
                     {m: f"{sp.name} {m} gap" for m in chunk},
                     "(L − L*) / L*",
                     list(range(sp.epochs + 1)),

@@ -1,0 +1,165 @@
+"""The experiments' plots as a reader looks at them: a method keeps its colour across the
+figures of one report, legends name the methods as the tables do, and a quantity is
+plotted in the unit the tables print it in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from kernelkit_experiments import _harness as H
+from kernelkit_experiments import favor_classification as fc
+from kernelkit_experiments import favor_variance as fv
+from kernelkit_experiments._report import Report
+
+
+@dataclass(frozen=True)
+class _Cfg:
+    n: int = 3
+
+
+def _compute(config, seed):
+    x = np.arange(config.n, dtype=float)
+    return {"a": x + seed % 1000, "b": 2 * x, "c": 3 * x}
+
+
+def _two_figure_spec():
+    """Figure 1 draws methods a, b; figure 2 draws b, c: drawn figure by figure, b would
+    take the first colour of the cycle in figure 2 (a's colour in figure 1)."""
+    return H.Spec(
+        name="two-figures",
+        title="two figures",
+        description="d",
+        quick=_Cfg(),
+        full=_Cfg(),
+        compute=_compute,
+        claims=lambda c: [H.Claim("t", "p", "q", lambda r: 1.0)],
+        plots=(
+            H.Plot("one.png", "one", lambda c: [H.Panel("1", {"a": "a", "b": "b"}, "y", range(3))]),
+            H.Plot("two.png", "two", lambda c: [H.Panel("2", {"b": "b", "c": "c"}, "y", range(3))]),
+        ),
+        seeds=(3, 3),
+    )
+
+
+def test_a_method_keeps_its_colour_across_the_figures_of_one_report(tmp_path, monkeypatch):
+    seen: dict[str, dict[str, str]] = {}
+    original = Report.figure
+
+    def spy(self, fig, filename, caption=""):
+        seen[filename] = {ln.get_label(): ln.get_color() for ax in fig.axes for ln in ax.lines}
+        return original(self, fig, filename, caption)
+
+    monkeypatch.setattr(Report, "figure", spy)
+    H.run_spec(_two_figure_spec(), tmp_path, quick=True, progress=False)
+    assert set(seen) == {"one.png", "two.png"}
+    assert seen["one.png"]["b"] == seen["two.png"]["b"]  # the shared method
+    assert len({*seen["one.png"].values(), *seen["two.png"].values()}) == 3  # 3 methods
+
+
+def test_many_methods_keep_their_colours_without_pale_look_alikes():
+    """Over 10 labels in all (jdl-gaussian: methods, then eps values, then laws): shared
+    labels keep their colour, no two series of one figure share one, and none gets a
+    pale tab20 twin of another (eps = 0.1 / 0.001 came out dark and light purple)."""
+
+    def fig(*labels):
+        return [H.Panel("p", dict.fromkeys(labels, "m"), "y", range(3))]
+
+    figures = [
+        fig("JDL", "JPDL", "CME", "unconditional"),
+        fig("eps = 0.1", "eps = 0.001"),
+        fig("JDL", "CME", "g1", "g2", "g3", "g4", "g5"),
+        fig("eps = 0.1", "h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8", "h9"),
+    ]
+    maps = H.figure_colors(figures)
+    for m in maps:
+        assert len(set(m.values())) == len(m)  # distinct within a figure
+        assert set(m.values()) <= {f"C{i}" for i in range(10)}  # the default cycle only
+    assert maps[2]["JDL"] == maps[0]["JDL"] and maps[2]["CME"] == maps[0]["CME"]
+    assert maps[3]["eps = 0.1"] == maps[1]["eps = 0.1"]
+    # a new label avoids the colours earlier figures gave to other methods while it can
+    assert not set(maps[1].values()) & set(maps[0].values())
+    # few labels in all: the same map everywhere, as series_colors of all panels
+    few = H.figure_colors(figures[:2])
+    assert few[0] | few[1] == H.series_colors(figures[0] + figures[1])
+
+
+def test_favor_variance_gap_legend_names_the_methods_of_the_variance_plot():
+    """gaps.png used to label its series "SDERF − GERF" etc., so SDERF was brown in
+    variance.png and blue in gaps.png; the labels are now the methods' names."""
+    cfg = replace(fv.QUICK, regimes=("normal", "heterogen"))  # no data sets to load
+    var, gap = fv._variance_panels(cfg), fv._gap_panels(cfg)
+    for p in gap:
+        assert set(p.series) <= set(fv.METHODS) and "GERF" not in p.series
+        assert "[nats]" in p.ylabel
+    assert [p.title for p in gap] == [p.title for p in var]
+    colors = H.series_colors([p for panels in (var, gap) for p in panels])
+    assert len(set(colors.values())) == len(fv.METHODS)  # one colour per method
+
+
+def test_favor_classification_plots_accuracy_in_percent_as_its_tables():
+    """The tables print test accuracy in % (85.6); the plot showed the fraction (0.856)
+    under an axis labelled without a unit."""
+    cfg = fc.QUICK
+    panel = fc._dataset_panels(cfg)[0]
+    assert "%" in panel.ylabel and panel.xlabel.startswith("M (")
+    frac = np.linspace(0.5, 0.9, len(cfg.Ms))
+    agg = {k: {"mean": frac, "sd": np.full_like(frac, 0.05)} for k in panel.series.values()}
+    _, ax = plt.subplots()
+    try:
+        H.draw_panel(ax, panel, agg, 5)
+        line = ax.get_lines()[0]
+        # the plotted values are the table's: 100 x the fraction (exact up to round-off)
+        np.testing.assert_allclose(line.get_ydata(), 100 * frac, rtol=1e-12)
+        band = ax.collections[0].get_paths()[0].vertices[:, 1]  # mean ± s.d., scaled too
+        assert band.min() == pytest.approx(100 * (frac.min() - 0.05))
+        assert band.max() == pytest.approx(100 * (frac.max() + 0.05))
+    finally:
+        plt.close("all")
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan")])
+def test_panel_scale_must_be_positive(scale):
+    with pytest.raises(ValueError, match="scale"):
+        H.Panel("t", {"a": "a"}, "y", range(3), scale=scale)
+
+
+# ----------------------------------------------------------------- sgb-logreg
+def test_sgb_lbfgs_records_no_iterate_past_its_budget():
+    """SciPy's L-BFGS-B overshoots maxfun by a line search: on breast_cancer with a budget
+    of 4 evaluations the trace ended at 5, so the table's final gap (0.706) was not the
+    gap the plot ends on at epoch 4 (0.829)."""
+    from kernelkit.datasets._sgb import load_sgb_dataset
+    from kernelkit_experiments import _sgb_common as C
+
+    problem = C.make_problem(load_sgb_dataset("breast_cancer"), 1e-3)
+    for budget in (3, 4, 5):
+        tr = C.run_lbfgs(problem, budget)
+        assert tr.epochs[0] == 0 and tr.epochs[-1] <= budget, (budget, tr.epochs)
+
+
+def test_sgb_curve_shows_a_gap_only_once_it_is_reached():
+    """An L-BFGS iterate recorded after 2 evaluations was drawn at epoch 1 already."""
+    from kernelkit_experiments import _sgb_common as C
+    from kernelkit_experiments import sgb_logreg as S
+
+    tr = C.Trace("L-BFGS", {}, 0)
+    for e, f in ((0, 10.0), (2, 5.0), (3, 3.0)):
+        tr.record(e, 0.0, f)
+    # gaps (f - 1) / 1 = 9, 4, 2 at evaluations 0, 2, 3; epoch 1 still has the first
+    np.testing.assert_array_equal(S._curve(tr, 1.0, 3), [9.0, 9.0, 4.0, 2.0])
+
+
+def test_sgb_panels_of_one_data_set_are_told_apart():
+    """More methods than fit one panel: the data set's second panel had the same title."""
+    from kernelkit_experiments import sgb_logreg as S
+
+    titles = [p.title for p in S._panels(S.SPEC.quick)]
+    assert len(titles) == len(set(titles)), titles
+    assert any("part 2 of 2" in t for t in titles)  # the quick run splits income
