@@ -163,3 +163,25 @@ def test_sgb_panels_of_one_data_set_are_told_apart():
     titles = [p.title for p in S._panels(S.SPEC.quick)]
     assert len(titles) == len(set(titles)), titles
     assert any("part 2 of 2" in t for t in titles)  # the quick run splits income
+
+
+def test_bars_on_a_log_axis_are_drawn_as_dots():
+    """dp-gp's Frobenius errors (0.06 to 0.9) were bars on a log axis: each bar started at
+    the axis floor, so NC SRF's looked a fraction of the others' length at a third of
+    their value. On a log axis the mean is a dot with its error bar; linear: bars."""
+    series = {"SRF": "a", "Opt. Macl.": "b"}
+    agg = {
+        "a": {"mean": np.float64(0.15), "sd": np.float64(0.02)},
+        "b": {"mean": np.float64(0.45), "sd": np.float64(0.1)},
+    }
+    _, (ax_log, ax_lin) = plt.subplots(1, 2)
+    try:
+        H.draw_panel(ax_log, H.Panel("log", series, "error", kind="bar", logy=True), agg, 5)
+        H.draw_panel(ax_lin, H.Panel("lin", series, "error", kind="bar"), agg, 5)
+        assert ax_log.get_yscale() == "log" and not ax_log.patches  # no bars
+        dots = [ln for ln in ax_log.lines if ln.get_marker() == "o"]
+        assert [float(ln.get_ydata()[0]) for ln in dots] == [0.15, 0.45]
+        assert ax_log.get_legend_handles_labels()[1] == list(series)
+        assert [round(p.get_height(), 12) for p in ax_lin.patches] == [0.15, 0.45]
+    finally:
+        plt.close("all")

@@ -157,7 +157,8 @@ class Verdict:
 class Panel:
     """One panel: ``series`` maps a label to a metric name whose per-seed values are
     1-d arrays over ``x`` (``kind="line"``: mean line, ± 1 s.d. band) or scalars
-    (``kind="bar"``, one bar per series and ``x`` unused: mean, ± 1 s.d. error bar) or,
+    (``kind="bar"``, one bar per series and ``x`` unused: mean, ± 1 s.d. error bar; on a log
+    axis a dot instead of a bar, whose length there would depend on the axis floor) or,
     for ``kind="ecdf"``, samples sorted in increasing order, the same number per seed
     (``x`` unused): the empirical CDF through the mean over seeds of each order statistic,
     with a ± 1 s.d. band of the order statistics (horizontal). ``reference`` (line
@@ -419,12 +420,7 @@ def draw_panel(
     if panel.kind == "ecdf":
         _draw_ecdf(ax, panel, agg, series_color)
     elif panel.kind == "bar":
-        labels = list(panel.series)
-        means = [float(agg[k]["mean"]) for k in panel.series.values()]
-        sds = [float(agg[k]["sd"]) for k in panel.series.values()]
-        for i, (lab, m, s) in enumerate(zip(labels, means, sds, strict=True)):
-            ax.bar(i, m, yerr=s, capsize=3, color=series_color[i], label=lab)
-        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
+        _draw_bars(ax, panel, agg, series_color, logy)
     else:
         x = np.asarray(panel.x, dtype=np.float64)
         for i, (lab, key) in enumerate(panel.series.items()):
@@ -455,6 +451,20 @@ def draw_panel(
         ax.legend(fontsize=7)
     else:  # no series: say so instead of an empty legend (and matplotlib's warning)
         ax.text(0.5, 0.5, "no series", transform=ax.transAxes, ha="center", va="center")
+
+
+def _draw_bars(ax, panel: Panel, agg, series_color, logy: bool) -> None:
+    """Bar panel: one bar per series (mean, ± 1 s.d. error bar), named on the x axis."""
+    labels = list(panel.series)
+    means = [float(agg[k]["mean"]) for k in panel.series.values()]
+    sds = [float(agg[k]["sd"]) for k in panel.series.values()]
+    for i, (lab, m, s) in enumerate(zip(labels, means, sds, strict=True)):
+        if logy:  # a bar on a log axis starts at an arbitrary floor: its length means
+            # nothing, so the mean is a dot (with its ± 1 s.d. error bar)
+            ax.errorbar(i, m, yerr=s, fmt="o", ms=7, capsize=3, color=series_color[i], label=lab)
+        else:
+            ax.bar(i, m, yerr=s, capsize=3, color=series_color[i], label=lab)
+    ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
 
 
 def _draw_ecdf(ax, panel: Panel, agg, series_color) -> None:
