@@ -185,3 +185,22 @@ def test_bars_on_a_log_axis_are_drawn_as_dots():
         assert [round(p.get_height(), 12) for p in ax_lin.patches] == [0.15, 0.45]
     finally:
         plt.close("all")
+
+
+def test_a_log_panel_says_where_a_band_reaches_zero():
+    """dp-variance / attention-approx: seeds with s.d. above the mean drew a band down to
+    the log axis's floor, a slab that reads as values there; the title now says why."""
+    x = [1.0, 2.0, 3.0]
+    wide = {"mean": np.array([1.0, 10.0, 100.0]), "sd": np.array([0.5, 20.0, 50.0])}
+    tight = {"mean": np.array([1.0, 10.0, 100.0]), "sd": np.array([0.5, 5.0, 50.0])}
+    note = "a band reaching 0 ends at the axis"
+    _, axes = plt.subplots(1, 3)
+    try:
+        H.draw_panel(axes[0], H.Panel("w", {"A": "a"}, "MSE", x, logy=True), {"a": wide}, 5)
+        H.draw_panel(axes[1], H.Panel("t", {"A": "a"}, "MSE", x, logy=True), {"a": tight}, 5)
+        H.draw_panel(axes[2], H.Panel("lin", {"A": "a"}, "MSE", x), {"a": wide}, 5)
+        assert note in axes[0].get_title()
+        assert note not in axes[1].get_title()  # every mean − s.d. > 0
+        assert note not in axes[2].get_title()  # linear axis: the band shows below 0
+    finally:
+        plt.close("all")

@@ -446,11 +446,24 @@ def draw_panel(
     ]
     ax.set_ylabel(panel.ylabel)
     note = f"; linear {' and '.join(unlogged)}: no positive values" if unlogged else ""
+    if logy and panel.kind != "ecdf" and _reaches_zero(panel, agg):
+        note += "; a band reaching 0 ends at the axis"
     ax.set_title(f"{panel.title}\n(mean ± s.d., {n} seeds{note})", fontsize=9)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     else:  # no series: say so instead of an empty legend (and matplotlib's warning)
         ax.text(0.5, 0.5, "no series", transform=ax.transAxes, ha="center", va="center")
+
+
+def _reaches_zero(panel: Panel, agg) -> bool:
+    """Whether some series' mean − s.d. is ≤ 0 (where its mean is finite): on a log axis
+    its band or error bar then runs off the bottom, which the title says (a slab down to
+    the axis floor otherwise reads as a value there)."""
+    for key in panel.series.values():
+        m, s = np.asarray(agg[key]["mean"]), np.asarray(agg[key]["sd"])
+        if np.any(np.isfinite(m) & (m - s <= 0)):
+            return True
+    return False
 
 
 def _draw_bars(ax, panel: Panel, agg, series_color, logy: bool) -> None:
