@@ -4,6 +4,11 @@
   sort was ``np.lexsort`` over all d columns, d stable passes over n rows whatever the
   ties: at n = 20000, d = 200 it doubled ``LowRankBasis.fit``. Columns after the first
   are now read only for the rows still tied on the ones before.
+- ``TrigRF.transform`` of a float16 tensor formed the row scale ``exp(|x|^2)`` in float16,
+  which overflows from ``|x|^2 ~ 11`` where the features, ``cos(.) exp(|x|^2) /
+  sqrt(M / 2)``, are still representable: they came out inf, and the new overflow
+  warning said the features overflow. The product is now formed in float32 and rounded
+  once; the warning fires where a rounded feature is inf.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import numpy as np
 import pytest
 
 from kernelkit.distributions import LowRankBasis, _basis
+from kernelkit.features.softmax import TrigRF
 
 
 def _sorted_rows_seen(X):
@@ -55,3 +61,42 @@ def test_row_order_reads_later_columns_only_for_tied_rows(monkeypatch):
     np.testing.assert_array_equal(Xs, X[np.lexsort(X.T[::-1])])
     # at most two keys (group, column) for the 20 tied rows per further column read
     assert sum(read) <= 2 * 20 * (d - 1)
+
+
+def _rows_of_sq_norm(sq_norm, n=6, d=3, seed=0):
+    X = np.random.default_rng(seed).standard_normal((n, d))
+    return X * np.sqrt(sq_norm) / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def test_trigrf_float16_tensor_features_finite_where_representable(recwarn):
+    torch = pytest.importorskip("torch")
+    # |x|^2 = 24: the scale exp((1/2 + alpha) |x|^2) = exp(12) ~ 1.6e5 is
+    # above float16's max (65504), but the features, scale / sqrt(M / 2) = 1.6e5 / 16,
+    # are below it
+    X = _rows_of_sq_norm(24.0)
+    fm = TrigRF(n_features=512, random_state=0).fit(X)
+    X16 = torch.tensor(X, dtype=torch.float16)
+    F = fm.transform(X16)
+    assert F.dtype == torch.float16
+    assert not [w for w in recwarn if "overflow" in str(w.message)]
+    ref = fm.transform(X16.double().numpy())  # float64 features of the rounded input
+    assert np.abs(ref).max() < 65504 / 2
+    # the cosines are float16's: the phase [x, 1] . [w; theta] (d + 1 products, and
+    # W rounded to float16) is off by at most (d + 2) u (|x| . |w| + |theta|), the cosine
+    # by that plus its own rounding (u); the scale (float32) is off by ~1e-6 relative,
+    # and the product is rounded once more (u |feature|). u = 2^-11
+    u = 2.0**-11
+    Xa = np.abs(X16.double().numpy())
+    dp = (X.shape[1] + 2) * u * (Xa @ np.abs(fm.projection_).T + np.abs(fm.offset_))
+    scale = np.exp(0.5 * np.sum(X16.double().numpy() ** 2, axis=1))[:, None]
+    bound = (dp + 2 * u) * scale * np.sqrt(2.0 / fm.n_features) + u * np.abs(ref)
+    assert np.all(np.abs(F.double().numpy() - ref) <= bound)
+
+
+def test_trigrf_float16_tensor_warns_where_features_overflow():
+    torch = pytest.importorskip("torch")
+    X = _rows_of_sq_norm(40.0)  # exp(20) / 16 ~ 3e7: beyond float16
+    fm = TrigRF(n_features=512, random_state=0).fit(X)
+    with pytest.warns(RuntimeWarning, match="overflow torch.float16 to inf"):
+        F = fm.transform(torch.tensor(X, dtype=torch.float16))
+    assert not bool(torch.isfinite(F).all())
