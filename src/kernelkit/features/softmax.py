@@ -143,9 +143,10 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
             if row is None:
                 return base
             on_host = X.device.type == "cpu"  # (on accelerators a test waits for the device)
-            if xp.finfo(row.dtype).bits < 32:
+            if float(xp.finfo(row.dtype).max) < float(np.finfo(np.float32).max):
                 # float16's scale overflows from |x|^2 ~ 11, its features (scale / sqrt(M/2),
-                # at most) later: the product in float32, rounded once
+                # at most) later: the product in float32, rounded once (bfloat16 has
+                # float32's range and keeps the one-pass product)
                 scale = xp.exp(xp.astype(row, xp.float32))  # (n,)
                 out = xp.astype(xp.astype(base, xp.float32) * scale[:, None], base.dtype)
                 if on_host:
