@@ -54,6 +54,33 @@ def _sk_2d(est, X, reset):
 # fitted without its factor (sampled pivots / out of core, ``factor_t_ = None``) keeps its
 # training samples ``train_data_`` instead, and each product is a pass over those
 # (:mod:`kernelkit.distributions._chunked`). ``n_jobs``: threads of the blocked passes.
+def _lex_order(X: np.ndarray) -> np.ndarray:
+    """``np.lexsort(X.T[::-1])`` (stable, first column first) for ``X`` (n, d), reading
+    column ``j`` only for the rows still tied on columns ``0 .. j - 1``: one sort of the
+    first column for data without ties, where ``np.lexsort`` made d passes over n rows."""
+    n, d = X.shape
+    if d == 0 or n < 2:
+        return np.arange(n)
+    order = np.argsort(X[:, 0], kind="stable")
+    col = X[order, 0]
+    group = np.concatenate([[0], np.cumsum(col[1:] != col[:-1])])  # ties share a group
+    for j in range(1, d):
+        size = np.bincount(group)
+        tied = np.flatnonzero(size[group] > 1)  # positions in order (whole runs of them)
+        if tied.size == 0:
+            break
+        rows = order[tied]
+        perm = np.lexsort((X[rows, j], group[tied]))  # within each run, by column j
+        order[tied] = rows[perm]
+        g, v = group[tied][perm], X[rows[perm], j]
+        new = np.zeros(n, dtype=bool)  # a run starts where the group or column j changes
+        new[tied[1:]] = (g[1:] != g[:-1]) | (v[1:] != v[:-1])
+        new[0] = False
+        new[1:] |= group[1:] != group[:-1]
+        group = np.cumsum(new)
+    return order
+
+
 def _in_row_order(X: np.ndarray, factorise):
     """``factorise(X)`` (a :class:`PivotedCholesky`) run on the rows of ``X`` (n, d) in
     lexicographic order, returned in the order of ``X``.
@@ -67,7 +94,7 @@ def _in_row_order(X: np.ndarray, factorise):
     and a gather of each row of ``L^T`` (in place, O(n) extra memory).
     """
     n = X.shape[0]
-    order = np.lexsort(X.T[::-1]) if X.shape[1] else np.arange(n)
+    order = _lex_order(X)
     if np.all(order[1:] > order[:-1]):  # already sorted
         return factorise(X)
     chol = factorise(np.ascontiguousarray(X[order]))

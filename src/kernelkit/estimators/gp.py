@@ -324,9 +324,9 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     goes to the class with the ``k``-th smallest latent mean (the columns are
     exchangeable, so this is the same estimator), not to the ``k``-th class of
     ``classes_``: renaming the classes (``y`` mapped to ``1 - y``, strings, any
-    permutation of the labels) permutes the columns of :meth:`predict_proba` exactly
-    instead of changing them by the Monte Carlo error. :meth:`predict` is the argmax of
-    :meth:`predict_proba`.
+    permutation of the labels) permutes the columns of :meth:`predict_proba` to
+    round-off (sums over the classes taken in another order, ~1e-16) instead of changing
+    them by the Monte Carlo error. :meth:`predict` is the argmax of :meth:`predict_proba`.
 
     Parameters
     ----------
@@ -619,8 +619,10 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None, by_rank
         ``False``: column ``c`` of ``eps`` goes to column ``c`` of ``mean``. ``True``: in
         each row, column ``k`` of ``eps`` goes to the column of the ``k``-th smallest
         ``mean`` (ties to the lower column), so that permuting the columns of ``mean``
-        and ``var`` permutes the result's columns exactly (the classifier's labels do
-        not choose the draws). The draws' columns are i.i.d., so both are the same
+        and ``var`` permutes the result's columns (to the round-off of the softmax's
+        sum over the columns, taken in another order; the classifier's labels do not
+        choose the draws). Tied means with different ``var`` are the exception: their
+        draws follow the column order. The draws' columns are i.i.d., so both are the same
         Monte Carlo estimator.
 
     Returns

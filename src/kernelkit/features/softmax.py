@@ -142,8 +142,18 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
             base, _ = self._scaled_features(X, xp, side)
             if row is None:
                 return base
+            on_host = X.device.type == "cpu"  # (on accelerators a test waits for the device)
+            if float(xp.finfo(row.dtype).max) < float(np.finfo(np.float32).max):
+                # float16's scale overflows from |x|^2 ~ 11, its features (scale / sqrt(M/2),
+                # at most) later: the product in float32, rounded once (bfloat16 has
+                # float32's range and keeps the one-pass product)
+                scale = xp.exp(xp.astype(row, xp.float32))  # (n,)
+                out = xp.astype(xp.astype(base, xp.float32) * scale[:, None], base.dtype)
+                if on_host:
+                    self._check_scale_overflow(out, side, xp)
+                return out
             scale = xp.exp(row)  # (n,)
-            if X.device.type == "cpu":  # (on accelerators the test would wait for the device)
+            if on_host:
                 self._check_scale_overflow(scale, side, xp)
             return base * scale[:, None]
         scale = None
@@ -155,7 +165,8 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
 
     def _check_scale_overflow(self, scale, side, xp):
         """Warn where a row's scale ``exp((1/2 + alpha) |x|^2)`` (n,) is inf: its features
-        are +-inf (or NaN where the cosine rounds to 0), though the kernel may be finite."""
+        are +-inf (or NaN where the cosine rounds to 0), though the kernel may be finite.
+        (Half-precision tensors pass their rounded features (n, M) instead.)"""
         if not bool(xp.all(xp.isfinite(_detach(scale)))):
             warn_feature_overflow(
                 side,

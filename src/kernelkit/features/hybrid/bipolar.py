@@ -157,9 +157,20 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
     def _features(self, X, xp, side):
         # NumPy rows in blocks of ~2^17 features: the blocks, their scaled copies and the
         # concatenation of the whole (n, D) output took 3x its size
-        return pairwise_rows(lambda Xb: self._features_rows(Xb, xp, side), X, self.output_dim, xp)
+        # the blocks (on kernelkit's threads) report an overflow; one warning, from here
+        overflow = []
+        out = pairwise_rows(
+            lambda Xb: self._features_rows(Xb, xp, side, overflow), X, self.output_dim, xp
+        )
+        if overflow:
+            warn_feature_overflow(
+                side,
+                *overflow[0],
+                "use approx_kernel, which works in log space, or scale the inputs down.",
+            )
+        return out
 
-    def _features_rows(self, X, xp, side):
+    def _features_rows(self, X, xp, side, overflow):
         # base * exp(log_scale) with the common row scale of the blocks: where that scale
         # overflows, the blocks far below it (underflowed to 0 in the base, e.g. the
         # positive ones, ~ exp(-|x|^2/2), next to the trig ones, ~ exp(|x|^2/2)) would be
@@ -180,12 +191,7 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
                     parts.append(times_exp(xp, coef * b, log_w[:, None]))  # 0 where coef = 0
                 out = xp.concat(parts, axis=1)
                 if not bool(xp.all(xp.isfinite(_detach(out)))):
-                    warn_feature_overflow(
-                        side,
-                        out.dtype,
-                        limit,
-                        "use approx_kernel, which works in log space, or scale the inputs down.",
-                    )
+                    overflow.append((out.dtype, limit))  # (dtype, limit) of the warning
                 return out
         return scale_rows(xp, base, log_scale)
 
