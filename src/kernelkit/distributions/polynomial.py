@@ -306,6 +306,8 @@ class PolynomialJointDistribution(TensorJointModel):
     Attributes
     ----------
     coef_ : ndarray, shape (m_Y, m_X)
+        ``m_X = C(d_X + degree, d_X)`` and ``m_Y = C(d_Y + degree, d_Y)`` monomials (App. B
+        prints ``m_Y = C(d_X + q, d_X)``), fewer where a basis is rank-deficient.
     basis_x_, basis_y_ : PolynomialBasis
     sos_gram_ : ndarray (N, N), the SOS Gram matrix (``"positive"`` only)
     sos_exponents_ : ndarray (N, d_X + d_Y), exponents of ``tau`` (standardised x, y)

@@ -509,7 +509,8 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     ``U S V^T = svd(L1^{1/2} Q1^T Q2 L2^{1/2})``, ``B~1 = S^{1/2} U^T L1^{-1/2} Q1^T``,
     ``B~2 = S^{-1/2} U^T L1^{1/2} Q1^T`` (so ``B~1^T B~2 = I``), and ``A = A*(phi)`` with
     ``phi`` the GERF statistic of ``(B~1 x, B~2 y)``, which equals ``2 tr(S)/d + 2 mu3`` at
-    the optimum (erratum) and stays exact under the ridge.
+    the optimum (erratum d: the proof of Thm 4.2 prints ``phi = tr(S)/d + mu3``, without
+    the factor 2, which about halves ``A``) and stays exact under the ridge.
 
     Library choice: ``lambda = eps (tr M_x + tr M_y) / (2d)``, so singular second moments
     (fewer points than dimensions, zero columns) work; any ``B~1`` with ``B~2 = B~1^{-T}``

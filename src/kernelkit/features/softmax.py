@@ -91,7 +91,8 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
     """Trigonometric random features (FAVOR# eq. 5-7, corrected).
 
     ``f1(w, x) = sqrt(2) exp(|x|^2/2) cos(w.x + theta)``, ``f2`` the same in ``y``
-    (erratum a), ``w ~ N(0, I)``, ``theta ~ U[0, 2 pi]``. For the Gaussian kernel this is
+    (erratum a: eq. 7 prints ``cos(-w.y + theta)``, which estimates ``exp(-x.y)``),
+    ``w ~ N(0, I)``, ``theta ~ U[0, 2 pi]``. For the Gaussian kernel this is
     exactly random Fourier features, ``sqrt(2/M) cos(X W^T + theta)``. Not positive.
     Accepts sparse input.
 
@@ -707,7 +708,8 @@ class HyperbolicRF(_DiagonalDERF):
 class GERF(_DiagonalDERF):
     """Generalized exponential random features, FAVOR++ (FAVOR# eq. 10-11, corrected).
 
-    ``f1 = f2 = (1-4A)^{d/4} exp(A|w|^2 + sqrt(1-4A) w.x - |x|^2/2)`` (erratum b), with
+    ``f1 = f2 = (1-4A)^{d/4} exp(A|w|^2 + sqrt(1-4A) w.x - |x|^2/2)`` (erratum b: the
+    paper prints the norm term ``-|x|^2/4``, biased by ``exp((|x|^2 + |y|^2)/4)``), with
     ``A = A*(phi)`` fitted in closed form, ``phi = sum_ij |x_i+y_j|^2 / (d n m)``
     (Sec. 3.1, Lemma A.1; :func:`kernelkit.features.favor.fit_gerf`). Pass ``A`` to fix the
     parameter instead of fitting it.
@@ -902,7 +904,9 @@ class SDERF(_DiagonalDERF):
     Symmetric (``f1 = f2``); features are computed as per-coordinate GERF on rotated
     inputs ``Q3^T x``.
 
-    Variance (eq. 40 corrected): ``m2 = prod_l (1-4a_l)/sqrt(1-8a_l)
+    Variance (eq. 40 corrected, erratum c: the paper prints the prefactor
+    ``det(I-4A)^{1/4} det(I-8A)^{-1/2}``; the normaliser of both features squared is
+    ``det(I-4A)``): ``m2 = prod_l (1-4a_l)/sqrt(1-8a_l)
     exp(-|x|^2 - |y|^2 + 2 sum_l (1-4a_l)/(1-8a_l) ((Q3^T(x+y))_l)^2)``.
 
     Parameters

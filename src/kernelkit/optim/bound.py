@@ -282,6 +282,11 @@ class MultinomialBound(NamedTuple):
 def multinomial_partition_bound(W, X) -> MultinomialBound:
     """Alg. B for multinomial logistic regression, ``f_x(y) = e_y (x) x`` (Fig. 1, Lemma 1).
 
+    ``Sigma_j = C_j (x) x_j x_j^T`` has rank at most ``n - 1``, so the curvature constants
+    of Lemma 1 are, corrected (docs/derivations/sgb.md), ``mu_2 = 1/lam`` and
+    ``mu_1 = 1/(lam + ((n - 1)/2) max |x_j|^2)`` (``tr C_j <= (n - 1)/2``); the lemma's
+    proof bounds only the largest eigenvalue.
+
     Parameters
     ----------
     W : array_like, shape (p, n)

@@ -336,9 +336,10 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         with ``MSE(trig) = e^{|x|^2+|y|^2} (1 - e^{-|x-y|^2})^2 / (2m)`` and
         ``MSE(++) = SM^2 e^{|x+y|^2} (1 - e^{-|x+y|^2})^2 / (2m)`` (Lemma 2.2), and the
         moments of ``lambda_hat`` of the subclass (Lemma 3.2, App. F). The last term is
-        present only for ``shared_projection=True`` (eq. 38). For the Gaussian kernel the
-        MSE is multiplied by ``exp(-|x|^2 - |y|^2)``. Exact for i.i.d. projections; for
-        structured samplers it is the i.i.d. value.
+        present only for ``shared_projection=True`` (eq. 38; eq. 36 counts the cross terms
+        with ``C(m, 2)``, but they are the ``m(m - 1)`` ordered pairs: Erratum 2). For the
+        Gaussian kernel the MSE is multiplied by ``exp(-|x|^2 - |y|^2)``. Exact for i.i.d.
+        projections; for structured samplers it is the i.i.d. value.
 
         Returns ``(inner, log_scale)``, each (n, m).
         """
@@ -427,7 +428,9 @@ class AngularHybridRF(_BipolarHybrid):
     -----
     MSE (:meth:`variance`): Thm 3.1 with Lemma 3.2, ``E lambda_hat^2 = t(t - t/n + 1/n)``,
     ``E(1 - lambda_hat)^2 = (1-t)(1-t+t/n)``, ``E lambda_hat(1-lambda_hat) = t(1-t)(1-1/n)``,
-    ``t = theta/pi``; for equal norms it is the corrected eq. 47. A zero input has
+    ``t = theta/pi``; for equal norms it is the corrected eq. 47 (Erratum 3: eq. 47 prints
+    ``t(1 - 1/n - t + t/n)``, i.e. ``E lambda_hat(1-lambda_hat)``, as the coefficient of
+    the trig MSE, which is ``E(1 - lambda_hat)^2``). A zero input has
     ``sgn(T 0) = 0``, hence ``lambda_hat = 1/2`` deterministically.
     """
 

@@ -186,8 +186,10 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
     ``lambda(x, y) = (1 - exp(-sigma^2 |x - y|^2 / 2)) / rho``, ``rho = 1 - exp(-2 sigma^2 r^2)``,
     is 0 at ``theta = 0`` and 1 at ``theta = pi``. It is estimated by
     ``lambda_hat = 1/rho - (1/(n rho)) sum_i cos(tau_i^T (x - y))`` with
-    ``tau_i ~ N(0, sigma^2 I)`` (Erratum 6), i.e. ``a = 1/rho``, ``c = -1/rho``,
-    ``u = v = n^{-1/2} [sin(Tx); cos(Tx)]``. Output dimension ``4m(2n + 1)``.
+    ``tau_i ~ N(0, sigma^2 I)`` (Erratum 6: eq. 70 prints ``N(0, I)``, which keeps the
+    hybrid unbiased but breaks ``lambda(pi) = 1`` and Thm F.1/F.2), i.e. ``a = 1/rho``,
+    ``c = -1/rho``, ``u = v = n^{-1/2} [sin(Tx); cos(Tx)]``. Output dimension
+    ``4m(2n + 1)``.
 
     The estimator is unbiased for any inputs and any ``radius``; ``radius`` only fixes the
     constant ``rho`` (App. F assumes ``|x| = |y| = r``). Zero variance holds only at

@@ -117,7 +117,8 @@ class ComplexExponentialRF(LogFormVariance, ProjectionFeatureMap):
     is unbiased for ``SM(x, y) = exp(x^T y)`` since ``E exp(w^T z) = exp(z^2 / 2)`` for
     complex ``z`` and ``(Ax)^T (By) = x^T y``. It has zero variance iff ``A x + B y = 0``,
     i.e. at ``x = -A^{-1} A^{-T} y`` (eq. 17-18). ``A = I`` gives the one-sided positive
-    features ``SM^+``; ``A = i I`` gives trig features (sin/cos pairs).
+    features ``SM^+`` (Sec. 2.4 says ``SM^{++}``, the antithetic estimator with ``2m``
+    features: Erratum 7); ``A = i I`` gives trig features (sin/cos pairs).
 
     ``A`` acts on lengthscale-scaled inputs ``x / lengthscale``.
 
