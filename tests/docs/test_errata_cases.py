@@ -382,15 +382,20 @@ def test_sgb_correction_a_per_sample_z():
 
 
 def test_sgb_corrections_b_d_zero_residual_and_batch_log_z():
-    """(b) the first label of every sample has a zero residual: no 0/0 in V. (d) the
-    batch bound is on prod_j Z_j: its constant is sum_j log z_j, and the quadratic bound
-    holds at random theta."""
+    """(b) a zero residual g (the first label of every sample, a sample whose labels share
+    one feature vector, a row in the span of V) must not be stored as g/|g| = 0/0.
+    (d) the batch bound is on prod_j Z_j: its constant is sum_j log z_j, and the
+    quadratic bound holds at random theta (1e-10 relative: round-off)."""
     rng = np.random.default_rng(1)
     m, n, d = 4, 3, 5
     F = rng.standard_normal((m, n, d))
+    # samples 0, 1: every row a multiple of e_1, so once V holds e_1 the residual g of
+    # the next row is exactly 0 while the row is not
+    F[:2] = rng.standard_normal((2, n, 1)) * np.eye(d)[0]
+    F[2] = F[2, 0]  # sample 2: all labels alike, every row exactly 0
     theta0 = rng.standard_normal(d)
-    for rank in (1, d):
-        lb = low_rank_partition_bound(theta0, F, rank=rank)
+    for rank, variant in [(1, "paper"), (d, "paper"), (2, "eig"), (2, "exact")]:
+        lb = low_rank_partition_bound(theta0, F, rank=rank, variant=variant)
         assert np.all(np.isfinite(lb.V)) and np.all(np.isfinite(lb.S))
         np.testing.assert_allclose(
             lb.log_z, [np.log(np.sum(np.exp(Fj @ theta0))) for Fj in F], rtol=1e-12
