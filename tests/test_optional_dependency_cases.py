@@ -230,3 +230,47 @@ def test_the_install_docs_name_every_extra():
     for extra in ("torch", "dask", "sdp", "all"):
         assert extra in project["optional-dependencies"]
         assert f'pip install -e ".[{extra}]"' in index, extra
+
+
+def test_numpy_fits_need_no_optional_package():
+    # the in-memory paths of the estimators and of the bound solver never reach Dask/torch
+    res = _run(
+        """
+        import numpy as np
+        from kernelkit.estimators import RandomFeatureRidge
+        from kernelkit.optim import BoundLogisticRegression
+
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((40, 3))
+        y = (X[:, 0] > 0).astype(int)
+        print(RandomFeatureRidge(random_state=0).fit(X, X[:, 1]).predict(X).shape)
+        print(BoundLogisticRegression().fit(X, y).predict(X).shape)
+        """,
+        block=OPTIONAL,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["(40,)", "(40,)"]
+
+
+@pytest.mark.parametrize("func", ["chunked_bound", "chunked_bound_step"])
+def test_chunked_bound_on_numpy_without_dask_names_the_extra(func):
+    # these take NumPy X too, and wrap it as a Dask array: Dask is needed even then
+    res = _run(
+        f"""
+        import numpy as np
+        from kernelkit.optim import {func} as func
+
+        X = np.random.default_rng(0).standard_normal((20, 3))
+        try:
+            func(np.zeros((3, 2)), X, np.arange(20) % 2, 0.1)
+        except ModuleNotFoundError as exc:
+            print(type(exc).__name__, exc.name)
+            print(exc)
+        """,
+        block=("dask", "distributed"),
+    )
+    assert res.returncode == 0, res.stderr
+    head, message = res.stdout.strip().split("\n", 1)
+    assert head == "MissingOptionalDependency dask"
+    assert 'pip install "kernelkit[dask]"' in message
+    assert message.startswith("The out-of-core (Dask) path needs dask[array]")
