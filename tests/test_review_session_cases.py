@@ -9,12 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-import torch
 
 from kernelkit.estimators import RandomFeatureRidge, RandomFeatures
 from kernelkit.features import TrigRF, favor
@@ -37,6 +35,7 @@ def test_sderf_null_basis_of_float32_moments_is_the_float64_basis(backend):
     m64 = _rank_deficient_moments(np.float64)
     m32 = _rank_deficient_moments(np.float32)
     if backend == "torch":
+        torch = pytest.importorskip("torch", reason="torch not installed (the torch extra)")
         m64, m32 = (
             favor.Moments(*(torch.from_numpy(np.asarray(a)) for a in vars(m).values()))
             for m in (m64, m32)
@@ -93,6 +92,7 @@ def test_guide_on_sparse_input_of_the_estimators():
     dense = rng.standard_normal((40, 5))
     dense[dense < 0.5] = 0.0
     S = sp.csr_matrix(dense)
+    da = pytest.importorskip("dask.array", reason="dask not installed (the dask extra)")
     chunks = da.from_array(S, chunks=(20, 5), asarray=False)
     y = dense[:, 0]
     for X in (S, chunks):
@@ -132,6 +132,7 @@ def test_autocast_switch_accepts_a_device_without_autocast():
     context on devices autocast does not know: ``torch.autocast("meta", enabled=False)``
     raises, and attention_moments of meta tensors (shape inference) worked before the
     switch was added."""
+    torch = pytest.importorskip("torch", reason="torch not installed (the torch extra)")
     from kernelkit.attention import attention_moments
     from kernelkit.attention._linear import autocast_off
 

@@ -158,7 +158,7 @@ def test_dask_bound_fit_on_float32_pixels_with_the_dense_solve():
     """The Dask fit (solver='bound') summed float32 chunk curvatures into its dense
     system: 'bound diverged at step 1 ... not positive definite' where the in-memory
     float32 fit (and the float64 Dask fit) succeed."""
-    import dask.array as da
+    da = pytest.importorskip("dask.array", reason="dask not installed (the dask extra)")
 
     from kernelkit.optim import BoundLogisticRegression
 

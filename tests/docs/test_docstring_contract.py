@@ -26,6 +26,9 @@ import textwrap
 
 import pytest
 
+# the public API includes kernelkit.attention, which needs torch (the torch extra)
+pytest.importorskip("torch", reason="torch not installed (the torch extra)")
+
 PACKAGES = (
     "kernelkit",
     "kernelkit.features",

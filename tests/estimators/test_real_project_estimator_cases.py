@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
@@ -72,6 +71,7 @@ CHUNKED = ESTIMATORS[:3]  # the estimators that fit an iterable of blocks
 
 
 def _sparse_rows():
+    da = pytest.importorskip("dask.array", reason="dask not installed (the dask extra)")
     S = sp.random(60, 5, density=0.4, format="csr", random_state=0)
     return S, da.from_array(S, chunks=(20, 5), asarray=False), np.arange(60) % 2
 

@@ -331,8 +331,8 @@ MAPS = [
 def test_sparse_torch_and_dask_match_numpy_to_rounding(cls, kw):
     """CSR / CSC, float64 torch tensors and Dask arrays give NumPy's features, estimate and
     variance to rounding (rtol 1e-10: the same float64 operations, reordered)."""
-    import dask.array as da
-    import torch
+    da = pytest.importorskip("dask.array", reason="dask not installed (the dask extra)")
+    torch = pytest.importorskip("torch", reason="torch not installed (the torch extra)")
 
     X, Y = hard_rows(6)
     fm = cls(16, random_state=0, **kw).fit(X)

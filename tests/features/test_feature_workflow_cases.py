@@ -15,7 +15,6 @@ import copy
 import pickle
 import warnings
 
-import dask.array as da
 import joblib
 import numpy as np
 import pandas as pd
@@ -97,6 +96,7 @@ def test_a_failed_first_fit_leaves_the_map_unfitted():
 def test_a_refit_failing_on_a_late_dask_chunk_keeps_the_fitted_map():
     """The FAVOR# fit reads every chunk's moments: a NaN in the last chunk is found after
     the first chunks were read."""
+    da = pytest.importorskip("dask.array", reason="dask not installed (the dask extra)")
     X = _data(0, n=300, d=5)
     bad = _data(1, n=300, d=5)
     bad[250, 1] = np.nan

@@ -11,7 +11,6 @@ with which it shares every operation (equal to the last bit).
 
 from __future__ import annotations
 
-import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
@@ -38,6 +37,7 @@ METHODS = [
 
 
 def _sparse_dask(n=60, d=5, chunk=20):
+    da = pytest.importorskip("dask.array", reason="dask not installed (the dask extra)")
     S = sp.random(n, d, density=0.4, format="csr", random_state=0)
     return S, da.from_array(S, chunks=(chunk, d), asarray=False)
 

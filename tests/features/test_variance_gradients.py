@@ -14,8 +14,9 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 from favor_helpers import PUBLIC_MAPS
+
+torch = pytest.importorskip("torch", reason="torch not installed (the torch extra)")
 
 
 def _name(cls):

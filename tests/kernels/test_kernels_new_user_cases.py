@@ -9,7 +9,6 @@ input (treated as the plain array, masked entries rejected).
 
 from __future__ import annotations
 
-import mpmath
 import numpy as np
 import pytest
 import scipy.sparse
@@ -26,6 +25,7 @@ from kernelkit.kernels import (
 
 def _gaussian_mpmath(X, Y, ls):
     """exp(-|x - y|^2 / (2 ls^2)) of the given floats at 40 digits, and the exponents q."""
+    mpmath = pytest.importorskip("mpmath", reason="mpmath not installed (the test extra)")
     with mpmath.workdps(40):
         q = [
             [

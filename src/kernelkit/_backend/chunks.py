@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from .optional import require
 from .parallel import MAX_THREADS, OneThreadPerTask, block_map, effective_n_jobs
 
 __all__ = [
@@ -213,6 +214,11 @@ def iter_block_pairs(
 
 
 # ------------------------------------------------------------------------ Dask arrays
+def _dask_path(owner: str | None = None) -> str:
+    """Who needs Dask, for :func:`~kernelkit._backend.optional.require`'s message."""
+    return f"{owner}'s out-of-core (Dask) path" if owner else "The out-of-core (Dask) path"
+
+
 def as_dask_rows(
     Z,
     name: str,
@@ -235,9 +241,8 @@ def as_dask_rows(
     ``dense``: SciPy sparse chunks are a ``TypeError`` (:func:`reject_sparse`); the
     feature maps that take sparse input pass False.
     """
-    import dask.array as da
-
     where = f"{owner}: {name}" if owner else name
+    da = require("dask.array", _dask_path(owner))
     if dense:
         reject_sparse(Z, where)
     if not is_dask_array(Z):
@@ -281,8 +286,8 @@ def known_row_chunks(*arrays):
     boolean mask, is computed once; ``compute_chunk_sizes`` array by array read it once
     per array). Other items (NumPy, None) and Dask arrays of known sizes are returned as
     they are."""
-    import dask
-    import dask.array as da
+    dask = require("dask", _dask_path())
+    da = require("dask.array", _dask_path())
 
     todo = [
         i
@@ -372,9 +377,8 @@ def as_dask_labels(y, rows_like, name: str = "y", *, owner: str | None = None):
     """Class labels ``y`` (n,) of any dtype as a Dask array with the row chunks of the
     Dask array ``rows_like`` (NumPy is wrapped; lazily). ``ValueError`` unless ``y`` is
     1-D with as many labels as ``rows_like`` has rows."""
-    import dask.array as da
-
     where = f"{owner}: {name}" if owner else name
+    da = require("dask.array", _dask_path(owner))
     if y is None:
         raise ValueError(f"{where} is required.")
     if not is_dask_array(y):

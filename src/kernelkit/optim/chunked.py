@@ -371,6 +371,8 @@ def chunked_bound(W, X, y, lam, *, mask=None) -> ChunkedBound:
     ----------
     W : ndarray, shape (p, n)
     X : dask.array.Array or ndarray, shape (T, p)
+        Samples (an ndarray is wrapped as a Dask array: Dask is needed for it too, the
+        ``dask`` extra).
     y : dask.array.Array or ndarray of int, shape (T,)
         Labels in ``0..n-1`` (aligned to the row chunks of ``X``).
     lam : float
@@ -384,6 +386,8 @@ def chunked_bound(W, X, y, lam, *, mask=None) -> ChunkedBound:
 
     Raises
     ------
+    ModuleNotFoundError
+        Dask is not installed (``pip install "kernelkit[dask]"``).
     TypeError
         ``W``, ``X`` not real; ``y`` not integer; ``lam`` not a number.
     ValueError
