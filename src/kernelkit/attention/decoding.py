@@ -88,8 +88,10 @@ class LinearAttentionState:
     also under ``torch.inference_mode()`` and for copies made by ``copy.deepcopy``,
     ``pickle`` or ``torch.save``, which keep the count of in-place steps of the tensors
     they copy).
-    :meth:`index_select` reorders its batch (beam search), :meth:`to` moves it,
-    :meth:`clone` copies it (autograd history kept) and :meth:`detach` drops its history.
+    :meth:`index_select` reorders its batch (beam search), :meth:`reset` empties chosen
+    batch rows (a new sequence in the row of a finished one), :meth:`to` moves it,
+    :meth:`clone` copies it (autograd history kept), :meth:`detach` drops its history,
+    and :meth:`state_dict` / :meth:`restore` save and load its tensors (``weights_only``).
 
     Attributes
     ----------
@@ -323,7 +325,7 @@ class LinearAttentionState:
         new sequence starts there (as a state from :func:`init_decoding_state`), e.g. in
         the batch row of a served sequence that finished, without rebuilding the state of
         the whole batch. ``kvz`` becomes 0 and ``c`` ``-1e30`` where ``mask`` is True
-        (``torch.where``-style selects on the device: no host sync, so it traces under
+        (masked fills on the device: no host sync, so it traces under
         ``torch.compile(fullgraph=True)``, as a one-token step; autograd flows to the
         entries kept, not through the ones reset). The feature parameters are kept
         (``moments`` per sequence included), so a row reset and then stepped equals that

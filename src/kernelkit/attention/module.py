@@ -842,7 +842,10 @@ class FavorAttention(nn.Module):
         ``forward(..., key_padding_mask=...)``. ``inplace=True`` updates the state's tensors
         in place (without autograd only, see ``linear_attention_step``). Returns out_t
         shaped as query_t and the new state. Under ``torch.compile(fullgraph=True)`` step
-        one token at a time (a block reads the keys to choose its path).
+        one token at a time (a block reads the keys to choose its path). A served batch
+        starts a new sequence in the row of a finished one with ``state.reset(mask)``
+        (``mask`` (N,) bool), without a new state for the other rows. Works on a module
+        whose ``out_proj`` ``torch.ao.quantization.quantize_dynamic`` quantized.
 
         Parameters
         ----------
