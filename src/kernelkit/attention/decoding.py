@@ -88,8 +88,10 @@ class LinearAttentionState:
     also under ``torch.inference_mode()`` and for copies made by ``copy.deepcopy``,
     ``pickle`` or ``torch.save``, which keep the count of in-place steps of the tensors
     they copy).
-    :meth:`index_select` reorders its batch (beam search), :meth:`to` moves it,
-    :meth:`clone` copies it (autograd history kept) and :meth:`detach` drops its history.
+    :meth:`index_select` reorders its batch (beam search), :meth:`reset` empties chosen
+    batch rows (a new sequence in the row of a finished one), :meth:`to` moves it,
+    :meth:`clone` copies it (autograd history kept), :meth:`detach` drops its history,
+    and :meth:`state_dict` / :meth:`restore` save and load its tensors (``weights_only``).
 
     Attributes
     ----------
@@ -276,7 +278,10 @@ class LinearAttentionState:
         ``copy.deepcopy`` refuses its tensors), and in-place steps of the copy and of the
         original do not affect each other, so each sequence that shares a prefilled
         state steps its own clone. The feature parameters, which no step modifies, are
-        shared. A stale state (see the class) raises a ``ValueError``.
+        shared, except those made under ``torch.inference_mode()`` when cloned outside
+        it: they are copied, so that autograd can record the copy's steps (as the clone
+        of an inference tensor is an ordinary tensor). A stale state (see the class)
+        raises a ``ValueError``.
 
         Returns
         -------
@@ -284,7 +289,17 @@ class LinearAttentionState:
             Of the same batch shape, ``t``, device and dtype.
         """
         self._check_fresh()
-        return replace(self, kvz=self.kvz.clone(), c=self.c.clone(), _owner=_Owner.new(), _steps=0)
+        params = self.params
+        if _inference_params(params) and not torch.is_inference_mode_enabled():
+            params = _map_params(params, lambda t, _: t.clone())
+        return replace(
+            self,
+            kvz=self.kvz.clone(),
+            c=self.c.clone(),
+            params=params,
+            _owner=_Owner.new(),
+            _steps=0,
+        )
 
     def detach(self) -> LinearAttentionState:
         """The state without autograd history, as ``Tensor.detach``: the same tensors
@@ -304,6 +319,128 @@ class LinearAttentionState:
             c=self.c.detach(),
             params=_map_params(self.params, lambda t, _: t.detach()),
         )
+
+    def reset(self, mask, *, inplace=False) -> LinearAttentionState:
+        """The state with the batch entries of ``mask`` emptied, the others unchanged: a
+        new sequence starts there (as a state from :func:`init_decoding_state`), e.g. in
+        the batch row of a served sequence that finished, without rebuilding the state of
+        the whole batch. ``kvz`` becomes 0 and ``c`` ``-1e30`` where ``mask`` is True
+        (masked fills on the device: no host sync, so it traces under
+        ``torch.compile(fullgraph=True)``, as a one-token step; autograd flows to the
+        entries kept, not through the ones reset). The feature parameters are kept
+        (``moments`` per sequence included), so a row reset and then stepped equals that
+        sequence stepped from a new state with the same feature arguments. ``t`` is the
+        batch's step count, not a per-row length: it is left as it was. A stale state
+        (see the class) raises a ``ValueError``, as stepping it does.
+
+        Parameters
+        ----------
+        mask : bool tensor, shape batch_shape[:k], or int tensor, shape (n,)
+            ``True`` = reset that entry (every entry of the batch dims after ``k`` with
+            it), e.g. ``(N,)`` for the sequences of a state ``(N, H)``; ``k = 0`` resets
+            all. An integer tensor lists the entries of batch dim 0 to reset (repeats
+            allowed). A GQA state (``kv_heads``) takes no mask over its head dim.
+        inplace : bool, default False
+            Write ``kvz`` and ``c`` in place (a static cache's reset; no allocation) and
+            return a state sharing them: the input state is then stale, as after an
+            in-place step. Only without autograd, and for a state made under
+            ``torch.inference_mode()`` only inside it, as ``linear_attention_step``.
+
+        Returns
+        -------
+        LinearAttentionState
+            Of the same batch shape, ``t``, device and dtype.
+        """
+        self._check_fresh()
+        nb = self.c.dim() - 1  # batch dims of the state tensors (Hkv heads if grouped)
+        m = torch.as_tensor(mask, device=self.device)
+        if m.dtype in (torch.int32, torch.int64):
+            if m.dim() != 1 or nb == 0:
+                raise ValueError(
+                    f"an integer mask lists entries of batch dim 0: it must be 1-D and the "
+                    f"state have a batch dim, got mask shape {tuple(m.shape)} and batch_shape "
+                    f"{tuple(self.batch_shape)}."
+                )
+            rows = torch.zeros(self.c.shape[0], dtype=torch.bool, device=self.device)
+            m = rows.index_fill_(0, m, True)
+        elif m.dtype != torch.bool:
+            raise TypeError(
+                f"mask must be a bool tensor (True = reset) or an integer tensor of batch "
+                f"entries, got dtype {m.dtype}."
+            )
+        k = m.dim()
+        top = nb - 1 if self.kv_heads is not None else nb  # GQA: not the head dim
+        if k > top or tuple(m.shape) != tuple(self.batch_shape[:k]):
+            raise ValueError(
+                f"mask must have the leading batch dims of the state, batch_shape[:k] of "
+                f"{tuple(self.batch_shape)} with k <= {top}"
+                + (" (a GQA state: not its head dim)" if self.kv_heads is not None else "")
+                + f", got shape {tuple(m.shape)}."
+            )
+        m = m.reshape(*m.shape, *(1,) * (nb - k), 1)  # against c (..., M)
+        if inplace:
+            _check_inplace(self.kvz, "reset")
+            kvz, c = self.kvz.masked_fill_(m[..., None], 0.0), self.c.masked_fill_(m, _NEG)
+            return _stepped(self, None, kvz, c, 0, True)[1]
+        kvz, c = self.kvz.masked_fill(m[..., None], 0.0), self.c.masked_fill(m, _NEG)
+        return replace(self, kvz=kvz, c=c, _owner=_Owner.new(), _steps=0)
+
+    def state_dict(self) -> dict:
+        """The running tensors and token count, ``{"kvz": kvz, "c": c, "t": t}`` (the
+        tensors themselves, as ``Module.state_dict``), which ``torch.save`` writes and
+        ``torch.load(..., weights_only=True)`` reads back (the state object itself needs
+        ``weights_only=False``). The feature parameters are left out: they are those of
+        the module (its ``projection`` buffer and running statistics, in its own
+        ``state_dict``) or of the arguments of :func:`init_decoding_state`; restore into a
+        state made with the same ones (:meth:`restore`). A stale state raises.
+
+        Returns
+        -------
+        dict
+            ``"kvz"`` (*batch_shape, M, e + 1), ``"c"`` (*batch_shape, M) (with ``Hkv``
+            heads in a grouped state) and ``"t"`` (int).
+        """
+        self._check_fresh()
+        return {"kvz": self.kvz, "c": self.c, "t": self.t}
+
+    def restore(self, state_dict) -> LinearAttentionState:
+        """A state with this state's features and the running tensors of ``state_dict``
+        (from :meth:`state_dict`, e.g. read by ``torch.load(..., weights_only=True)``),
+        copied to this state's device and dtype; this state is not modified. Make the
+        receiving state as the saved one was made (``module.init_state(N)`` of the same
+        module, or ``init_decoding_state`` with the same feature arguments): only the
+        shapes can be checked, not that the features are the same.
+
+        Parameters
+        ----------
+        state_dict : dict
+            ``{"kvz": tensor, "c": tensor, "t": int}`` with the shapes of this state's
+            ``kvz`` and ``c``.
+
+        Returns
+        -------
+        LinearAttentionState
+            This state's batch shape, features, device and dtype; ``t`` from the dict.
+        """
+        if not isinstance(state_dict, dict) or set(state_dict) != {"kvz", "c", "t"}:
+            keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict)
+            raise ValueError(f"state_dict must have the keys 'c', 'kvz', 't', got {keys}.")
+        t = state_dict["t"]
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
+            raise ValueError(f"state_dict['t'] must be a non-negative int, got {t!r}.")
+        new = {}
+        for name in ("kvz", "c"):
+            x, own = state_dict[name], getattr(self, name)
+            if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+                raise TypeError(f"state_dict[{name!r}] must be a floating tensor, got {x!r}.")
+            if x.shape != own.shape:
+                raise ValueError(
+                    f"state_dict[{name!r}] has shape {tuple(x.shape)}, this state "
+                    f"{tuple(own.shape)}: restore into a state made as the saved one was "
+                    "(the same batch size, heads, feature map and n_features)."
+                )
+            new[name] = x.detach().to(device=self.device, dtype=self.dtype, copy=True)
+        return replace(self, **new, t=int(t), _owner=_Owner.new(), _steps=0)
 
     def __deepcopy__(self, memo):
         # copy.deepcopy copies every field (the record of in-place steps with them, so a
@@ -415,6 +552,14 @@ def _param_tensors(params):
     found = []
     _map_params(params, lambda t, _: found.append(t) or t)
     return found
+
+
+def _inference_params(params) -> bool:
+    """Whether feature parameters ``params`` were made under ``torch.inference_mode()``
+    (autograd cannot save them; unchecked in compiled graphs)."""
+    if torch.compiler.is_compiling():
+        return False
+    return any(t.is_inference() for t in _param_tensors(params))
 
 
 def _itemsize(dtype) -> int:
@@ -964,17 +1109,19 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
                 "inplace=True would overwrite tensors autograd needs; use it under "
                 "torch.no_grad() or with inputs that do not require grad."
             )
+    if inplace:
+        _check_inplace(state.kvz, "step")
     if (
-        inplace
-        and not torch.compiler.is_compiling()
-        and state.kvz.is_inference()
-        and not torch.is_inference_mode_enabled()
-    ):
+        torch.is_grad_enabled()
+        and any(t.requires_grad for t in (q_t, k_t, v_t))
+        and _inference_params(state.params)
+    ):  # torch's own error ("make a clone") names no state method that helps
         raise ValueError(
-            "inplace=True: the state was made under torch.inference_mode(), whose tensors "
-            "can only be updated in place inside it. Step it there, or step its copy "
-            "state.clone() (ordinary tensors) in place, or step once with inplace=False "
-            "(which returns ordinary tensors) and in place from then on."
+            "The state's feature parameters were made under torch.inference_mode() "
+            "(init_decoding_state / init_state there), and autograd cannot record a step "
+            "that uses them (the inputs require grad). Step under torch.no_grad() or "
+            "torch.inference_mode(), or step state.clone() made outside inference_mode "
+            "(it copies the parameters)."
         )
     hd = len(state.batch_shape) - 1  # the head dim of q_t, k_t, v_t (GQA)
     g = 1 if state.kv_heads is None else state.batch_shape[-1] // state.kv_heads
@@ -1024,6 +1171,28 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     if grouped:
         out = out.flatten(hd, hd + 1)  # (..., Hq, [T,] e)
     return _stepped(state, out.to(q_t.dtype), kvz, c, 1 if single else q_t.shape[-2], inplace)
+
+
+def _check_inplace(kvz, what):
+    """An in-place ``what`` (step, reset) of a state with tensor ``kvz``: refused for a
+    state made under ``torch.inference_mode()`` outside it (torch's own error names no
+    way out), and for a state with autograd history."""
+    if torch.is_grad_enabled() and kvz.requires_grad:
+        raise ValueError(
+            f"inplace=True would overwrite tensors autograd needs; {what} under "
+            "torch.no_grad(), or a state without autograd history (state.detach())."
+        )
+    if (
+        not torch.compiler.is_compiling()
+        and kvz.is_inference()
+        and not torch.is_inference_mode_enabled()
+    ):
+        raise ValueError(
+            "inplace=True: the state was made under torch.inference_mode(), whose tensors "
+            f"can only be updated in place inside it. {what.capitalize()} it there, or "
+            f"{what} its copy state.clone() (ordinary tensors) in place, or {what} once with "
+            "inplace=False (which returns ordinary tensors) and in place from then on."
+        )
 
 
 def _runs_the_kernel(single, x, y, va, keep, state) -> bool:

@@ -521,8 +521,7 @@ class FavorAttention(nn.Module):
             )
         # the in-projection's weights, which the inputs meet first (out_proj may be
         # swapped, e.g. by quantize_dynamic, for a module whose weight is no tensor)
-        w_in = self.in_proj_weight if self._qkv_same_embed_dim else self.q_proj_weight
-        _check_input_dtype(query.dtype, w_in.dtype, query.device.type)
+        _check_input_dtype(query.dtype, self._in_weight().dtype, query.device.type)
         # self-attention (one tensor, as nn.Transformer*Layer pass): padded keys are padded
         # queries too, and stay out of the fitted parameters on both sides
         self_attention = query is key
@@ -629,6 +628,13 @@ class FavorAttention(nn.Module):
         return torch.nested.as_nested_tensor(
             [o[:m] for o, m in zip(out, lengths, strict=True)]
         ), None
+
+    def _in_weight(self) -> torch.Tensor:
+        """The query in-projection weight, whose dtype and device are the module's: the
+        inputs meet it first, and it stays a float ``Parameter`` when
+        ``torch.ao.quantization.quantize_dynamic(module, {nn.Linear})`` swaps ``out_proj``
+        for a quantized Linear (whose ``weight`` is a method, not a tensor)."""
+        return self.in_proj_weight if self._qkv_same_embed_dim else self.q_proj_weight
 
     def _in_projection(self, query, key, value):
         # -> q (..., E), k, v (..., Ekv) with Ekv = num_kv_heads head_dim (E without GQA)
@@ -798,7 +804,7 @@ class FavorAttention(nn.Module):
             moments = self._running_moments()
             if moments is None:
                 fm = "positive"  # no statistics yet: A = 0 (as _causal_attention)
-        w = self.out_proj.weight
+        w = self._in_weight()  # (not out_proj.weight: a method after quantize_dynamic)
         if dtype is not None and _compute_dtype(dtype) != _compute_dtype(w.dtype):
             # a state that step would refuse (it computes in the parameters' dtype)
             raise TypeError(
@@ -836,7 +842,10 @@ class FavorAttention(nn.Module):
         ``forward(..., key_padding_mask=...)``. ``inplace=True`` updates the state's tensors
         in place (without autograd only, see ``linear_attention_step``). Returns out_t
         shaped as query_t and the new state. Under ``torch.compile(fullgraph=True)`` step
-        one token at a time (a block reads the keys to choose its path).
+        one token at a time (a block reads the keys to choose its path). A served batch
+        starts a new sequence in the row of a finished one with ``state.reset(mask)``
+        (``mask`` (N,) bool), without a new state for the other rows. Works on a module
+        whose ``out_proj`` ``torch.ao.quantization.quantize_dynamic`` quantized.
 
         Parameters
         ----------
@@ -961,7 +970,7 @@ class FavorAttention(nn.Module):
                 f"(n_features={self.n_features}): a state of another module. Make it with "
                 "this module's init_state."
             )
-        w = self.out_proj.weight.dtype
+        w = self._in_weight().dtype
         ctype = _compute_dtype(w)
         if state.dtype != ctype:
             raise TypeError(
