@@ -313,8 +313,23 @@ def test_weights_are_used_not_ignored(est):
         (lambda n: np.r_[np.nan, np.ones(n - 1)], "sample_weight contains NaN"),
         (lambda n: np.r_[np.inf, np.ones(n - 1)], "sample_weight contains infinity"),
         (lambda n: ["a"] * n, "sample_weight: could not convert"),
+        # scikit-learn's _check_sample_weight broadcasts a scalar without checking it
+        (lambda n: np.nan, "sample_weight contains NaN or infinity, got nan"),
+        (lambda n: np.inf, "sample_weight contains NaN or infinity, got inf"),
+        (lambda n: -2.0, "sample_weight: Negative values"),
     ],
-    ids=["negative", "all-zero", "length", "2-D", "nan", "inf", "strings"],
+    ids=[
+        "negative",
+        "all-zero",
+        "length",
+        "2-D",
+        "nan",
+        "inf",
+        "strings",
+        "scalar-nan",
+        "scalar-inf",
+        "scalar-negative",
+    ],
 )
 def test_invalid_weights_are_a_value_error_naming_sample_weight(est, weights, match):
     X, y, _ = _data(n=20)

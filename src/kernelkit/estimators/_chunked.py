@@ -150,7 +150,9 @@ def check_sample_weight(sample_weight, X, owner: str):
     scikit-learn's checks (:func:`sklearn.utils.validation._check_sample_weight`, in
     ``X``'s dtype: shape (n,) or a scalar, finite, non-negative, not all zero), their
     messages prefixed by the estimator and ``sample_weight``; a torch tensor is read as
-    NumPy (detached). None stays None, so an unweighted fit runs the unweighted sums.
+    NumPy (detached). A scalar NaN or infinity, which scikit-learn broadcasts without a
+    check, is refused too. None stays None, so an unweighted fit runs the unweighted
+    sums.
     """
     if sample_weight is None:
         return None
@@ -160,7 +162,10 @@ def check_sample_weight(sample_weight, X, owner: str):
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{owner}: sample_weight: {exc}") from None
-    return np.asarray(w, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    if not np.all(np.isfinite(w)):  # a scalar is broadcast unchecked by scikit-learn
+        raise ValueError(f"{owner}: sample_weight contains NaN or infinity, got {w[0]}.")
+    return w
 
 
 def chunked_sample_weight(X, y, sample_weight, owner: str):
