@@ -2,8 +2,9 @@
 
 Each test is a case a scikit-learn user meets every day (array API dispatch with torch
 inputs, a transformer fitted as ``fit(X, keys)``, a ``method="auto"`` search over small
-lengthscales, a label column with gaps, sample weights), checked against what the same
-code does with NumPy inputs or scikit-learn's own estimators.
+lengthscales, a label column with gaps), checked against what the same code does with
+NumPy inputs or scikit-learn's own estimators. Sample weights:
+``test_sample_weight_cases.py``.
 """
 
 from __future__ import annotations
@@ -181,23 +182,3 @@ def test_missing_label_in_a_nullable_string_column_is_named(est):
         clone(est).fit(X, list(y.astype(object)))
     # the same column without gaps fits, its classes the sorted strings
     assert clone(est).fit(X, y.fillna("cow")).classes_.tolist() == ["cat", "cow", "dog"]
-
-
-# ------------------------------------------------------------------ what held (guards)
-@pytest.mark.parametrize(
-    "est",
-    [
-        RandomFeatureRidge(random_state=0),
-        RandomFeatureGPRegressor(random_state=0),
-        RandomFeatureGPClassifier(random_state=0),
-        NadarayaWatsonClassifier(random_state=0),
-    ],
-    ids=lambda e: type(e).__name__,
-)
-def test_sample_weight_is_refused_not_ignored(est):
-    """No estimator weights its samples: ``fit(..., sample_weight=w)`` is a ``TypeError``
-    that names the argument, not a fit that drops the weights."""
-    X, y = _data()
-    target = y > 1 if "Classifier" in type(est).__name__ else y
-    with pytest.raises(TypeError, match="sample_weight"):
-        est.fit(X, target, sample_weight=np.ones(len(y)))

@@ -22,9 +22,11 @@ The primal form needs the data only through the sums over rows
     sum_i (y_i - r) (T,),  sum_i (y_i - ybar)^2 (T,)
 
 (:class:`FeatureStats`), with the targets taken relative to a reference ``r`` (T,): the
-first block's mean. The targets' sum of squares is taken about each block's mean and the
-blocks' sums are combined by the pairwise update of Chan, Golub & LeVeque (1979), so the
-target variance keeps its precision when the mean is large next to the spread (the raw
+first block's mean. With sample weights ``w_i`` every sum is weighted (``sum_i w_i
+phi_i``, ``Phi^H W Phi``, ...) and ``sum_i w_i`` takes the place of ``n`` in the means.
+The targets' sum of squares is taken about each block's mean and the blocks' sums are
+combined by the pairwise update of Chan, Golub & LeVeque (1979), so the target variance
+keeps its precision when the mean is large next to the spread (the raw
 ``sum_i y_i^2 / n - ybar^2`` loses every digit at ``y = 1e8 + N(0, 1)``). For the same
 reason ``R`` and the target sum are kept relative to ``r``: the centred right-hand side
 ``sum_i phi_i (y_i - ybar)`` formed from the raw ``Phi^H Y`` would cancel the offset's
@@ -41,6 +43,7 @@ reads them; else on the first non-empty chunk (or block of an iterable).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import numbers
@@ -49,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg.blas import dsyrk
-from sklearn.utils.validation import _get_feature_names
+from sklearn.utils.validation import _check_sample_weight, _get_feature_names
 
 from .._backend.chunks import (
     as_dask_labels,
@@ -75,7 +78,10 @@ __all__ = [
     "TrainingRows",
     "block_stats",
     "blocked_statistics",
+    "check_sample_weight",
     "chunk_statistics",
+    "chunked_sample_weight",
+    "dask_sample_weight",
     "fit_feature_map",
     "predict_in_slabs",
     "prediction_rows",
@@ -122,6 +128,7 @@ class TrainingRows:
     blocks: Sequence | None = None
     labels: bool = False  # Y holds class labels (a classifier's rows)
     head_y: object = None  # a Dask fit: the targets of the chunk ``head``, as NumPy
+    w: object = None  # sample weights (n,): None, float64 NumPy, or Dask aligned with X
 
     @property
     def known_head(self) -> dict:
@@ -137,11 +144,83 @@ def _first_nonempty(X) -> int:
     return next((i for i, rows in enumerate(X.chunks[0]) if rows), 0)
 
 
-def training_rows(est, X, y) -> TrainingRows:
+def check_sample_weight(sample_weight, X, owner: str):
+    """``sample_weight`` for in-memory rows ``X`` (n, d) as float64 (n,), or None.
+
+    scikit-learn's checks (:func:`sklearn.utils.validation._check_sample_weight`, in
+    ``X``'s dtype: shape (n,) or a scalar, finite, non-negative, not all zero), their
+    messages prefixed by the estimator and ``sample_weight``; a torch tensor is read as
+    NumPy (detached). A scalar NaN or infinity, which scikit-learn broadcasts without a
+    check, is refused too. None stays None, so an unweighted fit runs the unweighted
+    sums.
+    """
+    if sample_weight is None:
+        return None
+    try:
+        w = _check_sample_weight(
+            host_array(sample_weight), X, dtype=X.dtype, ensure_non_negative=True
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{owner}: sample_weight: {exc}") from None
+    w = np.asarray(w, dtype=np.float64)
+    if not np.all(np.isfinite(w)):  # a scalar is broadcast unchecked by scikit-learn
+        raise ValueError(f"{owner}: sample_weight contains NaN or infinity, got {w[0]}.")
+    return w
+
+
+def chunked_sample_weight(X, y, sample_weight, owner: str):
+    """``(X, y, sample_weight)`` of a chunked fit before :func:`chunked_head`: weights
+    with an iterable of blocks are a ``ValueError``; with a Dask ``X`` the unknown row
+    counts of ``X``, ``y`` and the weights are computed in one pass."""
+    if sample_weight is None:
+        return X, y, None
+    if not is_dask_array(X):
+        raise ValueError(
+            f"{owner}: sample_weight is not supported with an iterable of (X_block, "
+            "y_block) pairs; fit in-memory arrays, or Dask arrays X, y and sample_weight."
+        )
+    return known_row_chunks(X, y, sample_weight)
+
+
+def dask_sample_weight(sample_weight, X, owner: str):
+    """``sample_weight`` of a Dask fit as a Dask vector with ``X``'s row chunks (its
+    values are checked chunk by chunk by :func:`_checked_weights`), or None; a scalar is
+    broadcast. Unknown row counts must have been computed (:func:`chunked_sample_weight`)."""
+    if sample_weight is None:
+        return None
+    if np.ndim(sample_weight) == 0 and not is_dask_array(sample_weight):
+        import dask.array as da
+
+        value = check_sample_weight(sample_weight, np.empty((1, 1)), owner)[0]
+        return da.full(X.shape[0], value, chunks=(X.chunks[0],))
+    w = as_dask_rows(
+        host_array(sample_weight), "sample_weight", rows_like=X, owner=owner, vector="keep"
+    )
+    if w.ndim != 1:
+        raise ValueError(
+            f"{owner}: sample_weight must be 1-D (one weight per row), got shape {w.shape}."
+        )
+    return w
+
+
+def _checked_weights(w, index: int, owner: str) -> np.ndarray:
+    """A chunk of Dask sample weights, checked as :func:`check_sample_weight` does
+    (finite, non-negative; the all-zero check is on the total, after the reduction)."""
+    w = np.asarray(w, dtype=np.float64)
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"{owner}: sample_weight: chunk {index} contains NaN or infinity.")
+    if np.any(w < 0):
+        raise ValueError(f"{owner}: sample_weight: chunk {index} has negative values.")
+    return w
+
+
+def training_rows(est, X, y, sample_weight=None) -> TrainingRows:
     """Validate ``X``, ``y`` for ``est`` (sets ``n_features_in_``, scikit-learn's checks).
 
     NumPy-like input is validated whole; chunked input (:func:`is_chunked`) by its first
-    chunk here and chunk by chunk while its statistics are reduced.
+    chunk here and chunk by chunk while its statistics are reduced. ``sample_weight``
+    (n,): in memory checked by :func:`check_sample_weight`; with a Dask ``X`` a Dask or
+    NumPy vector, rechunked to ``X``'s rows; refused with an iterable of blocks.
     """
     name = type(est).__name__
     # pairs that can be read again (a list of pairs would be array-like X otherwise)
@@ -163,17 +242,20 @@ def training_rows(est, X, y) -> TrainingRows:
         y = np.asarray(y, dtype=np.float64)
         if not np.all(np.isfinite(y)):  # None in an object y passes scikit-learn as NaN
             raise ValueError(f"{name}: y contains NaN, infinity or None.")
-        return TrainingRows(name, False, X, y.reshape(len(y), -1), X, y.ndim)  # Y (n, T)
+        w = check_sample_weight(sample_weight, X, name)
+        return TrainingRows(name, False, X, y.reshape(len(y), -1), X, y.ndim, w=w)  # Y (n, T)
     if est.solver == "dual":
         raise ValueError(
             f"{name}: solver='dual' needs all rows in memory; chunked "
             "(Dask / iterable) input is fitted in the primal form."
         )
+    X, y, sample_weight = chunked_sample_weight(X, y, sample_weight, name)
     X, y, X0, y0, pairs, names = chunked_head(X, y, name, labels=False)
     validate_data(est, X0, y0, accept_sparse=False, **_VALIDATE)
     if names is not None:  # DataFrame blocks: as in memory
         est.feature_names_in_ = names
-    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence, head_y=y0)
+    w = dask_sample_weight(sample_weight, X, name)
+    return TrainingRows(name, True, X, y, X0, np.ndim(y0), pairs, sequence, head_y=y0, w=w)
 
 
 def chunked_head(X, y, owner: str, *, labels: bool):
@@ -367,42 +449,50 @@ class FeatureStats:
     """Sums over rows of features ``phi`` (D,) and targets ``y`` (T,); see module doc.
 
     The target sums are relative to the reference ``y_ref`` (T,) (a block mean), so that a
-    large common offset of the targets never enters a sum that is later cancelled.
+    large common offset of the targets never enters a sum that is later cancelled. With
+    sample weights ``w_i`` every sum is weighted (``s = sum_i w_i phi_i``, ``G = Phi^H W
+    Phi``, ``R = Phi^H W (Y - 1 r^T)``, ...) and ``w_sum = sum_i w_i`` takes the place of
+    the row count in the means; unweighted, ``w_i = 1`` and ``w_sum = n``.
     """
 
     n: int
     s_phi: np.ndarray  # (D,)
-    gram: np.ndarray  # (D, D) Phi^H Phi
-    rhs: np.ndarray  # (D, T) Phi^H (Y - 1 y_ref^T)
-    s_y: np.ndarray  # (T,) sum_i (y_i - y_ref)
-    ss_y: np.ndarray  # (T,) sum_i (y_i - ybar)^2, the centred sum of squares
+    gram: np.ndarray  # (D, D) Phi^H W Phi
+    rhs: np.ndarray  # (D, T) Phi^H W (Y - 1 y_ref^T)
+    s_y: np.ndarray  # (T,) sum_i w_i (y_i - y_ref)
+    ss_y: np.ndarray  # (T,) sum_i w_i (y_i - ybar)^2, the centred sum of squares
     y_ref: np.ndarray  # (T,) the reference of rhs and s_y
+    w_sum: float  # sum_i w_i (n unweighted)
 
     @property
     def y_mean(self) -> np.ndarray:
-        """The targets' mean ``ybar`` (T,)."""
-        return self.y_ref + self.s_y / self.n
+        """The targets' (weighted) mean ``ybar`` (T,)."""
+        return self.y_ref + self.s_y / self.w_sum
 
     def __add__(self, other: FeatureStats) -> FeatureStats:
+        if not (self.w_sum > 0 and other.w_sum > 0):  # a block of zero weights adds rows only
+            kept = self if self.w_sum > 0 or not other.w_sum > 0 else other
+            return dataclasses.replace(kept, n=self.n + other.n)
         # other's target sums moved to self's reference: shift = the references' difference,
         # of the size of the spread of the block means (no cancellation of a common offset)
         shift = other.y_ref - self.y_ref  # (T,)
-        s_y_other = other.s_y + other.n * shift
+        s_y_other = other.s_y + other.w_sum * shift
         rhs_other = other.rhs + np.multiply.outer(np.conj(other.s_phi), shift)
-        # Chan et al.'s update of the centred sums of squares: exact in exact arithmetic,
-        # without the cancellation of sum y^2 - n ybar^2
-        n = self.n + other.n
-        delta = other.s_y / other.n + shift - self.s_y / self.n  # (T,) difference of the means
+        # Chan et al.'s update of the centred sums of squares (weights as frequencies):
+        # exact in exact arithmetic, without the cancellation of sum y^2 - n ybar^2
+        a, b = self.w_sum, other.w_sum
+        delta = other.s_y / b + shift - self.s_y / a  # (T,) difference of the means
         with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
-            ss_y = self.ss_y + other.ss_y + delta**2 * (self.n * other.n / n)
+            ss_y = self.ss_y + other.ss_y + delta**2 * (a * b / (a + b))
         return FeatureStats(
-            n,
+            self.n + other.n,
             self.s_phi + other.s_phi,
             self.gram + other.gram,
             self.rhs + rhs_other,
             self.s_y + s_y_other,
             ss_y,
             self.y_ref,
+            a + b,
         )
 
     def centred(
@@ -410,13 +500,13 @@ class FeatureStats:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(G_c, R_c)``: the Gram and right-hand side of shifted features and targets.
 
-        With ``c = s_phi / n`` (feature mean) if ``centre_features`` else ``0``, and the
-        target shift ``t = ybar`` (:attr:`y_mean`) if ``centre_targets`` else ``0``:
-        ``G_c = sum_i conj(phi_i - c) (phi_i - c)^T`` (D, D) and
-        ``R_c = sum_i conj(phi_i - c) ((y_i - t) / y_scale)^T`` (D, T), expanded in the
-        sums (the targets through ``y_i - t = (y_i - y_ref) - (t - y_ref)``).
+        With ``c = s_phi / w_sum`` (the weighted feature mean) if ``centre_features`` else
+        ``0``, and the target shift ``t = ybar`` (:attr:`y_mean`) if ``centre_targets``
+        else ``0``: ``G_c = sum_i w_i conj(phi_i - c) (phi_i - c)^T`` (D, D) and
+        ``R_c = sum_i w_i conj(phi_i - c) ((y_i - t) / y_scale)^T`` (D, T), expanded in
+        the sums (the targets through ``y_i - t = (y_i - y_ref) - (t - y_ref)``).
         """
-        n, s = self.n, self.s_phi
+        n, s = self.w_sum, self.s_phi
         c = s / n if centre_features else np.zeros_like(s)  # (D,)
         G = (
             self.gram
@@ -449,27 +539,40 @@ class _Accumulator:
         self.gram = np.zeros((D, D), dtype=dt, order="F")
         self.rhs = np.zeros((D, T), dtype=dt)
 
-    def add(self, Phi: np.ndarray, Y: np.ndarray) -> None:
-        """Add a slab: features ``Phi`` (b, D), targets ``Y`` (b, T)."""
+    def add(self, Phi: np.ndarray, Y: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Add a slab: features ``Phi`` (b, D), targets ``Y`` (b, T), weights ``w`` (b,)
+        (None: all 1)."""
         self.n += len(Phi)
-        self.s_phi += Phi.sum(axis=0)
+        if w is not None:  # sum_i w_i phi_i, Phi^H W Phi (by sqrt(w) Phi if real), Phi^H W Y
+            self.s_phi += w @ Phi
+            Y = Y * w[:, None]
+        else:
+            self.s_phi += Phi.sum(axis=0)
         if self.complex:
-            self.gram += gram_primal(Phi)
+            self.gram += gram_primal(Phi, w)
             self.rhs += np.conj(Phi).T @ Y
         else:
+            rhs = Phi.T @ Y
+            if w is not None:
+                Phi = Phi * np.sqrt(w)[:, None]
             # Phi.T is the F-ordered (D, b) view of the C-ordered slab: no copy
             self.gram = dsyrk(1.0, Phi.T, beta=1.0, c=self.gram, trans=0, lower=0, overwrite_c=1)
-            self.rhs += Phi.T @ Y
+            self.rhs += rhs
 
-    def stats(self, Yc: np.ndarray, y_ref: np.ndarray) -> FeatureStats:
-        """The block's statistics; ``Yc`` (b, T): its targets minus ``y_ref`` (T,)."""
+    def stats(self, Yc: np.ndarray, y_ref: np.ndarray, w: np.ndarray | None) -> FeatureStats:
+        """The block's statistics; ``Yc`` (b, T): its targets minus ``y_ref`` (T,), the
+        block's (weighted) mean; ``w`` (b,) its weights or None."""
         G = self.gram
         if not self.complex:
             G = np.triu(G)
             G += np.triu(G, 1).T
-        s_y = Yc.sum(axis=0)  # (T,)
+        w_sum = float(len(Yc)) if w is None else float(w.sum())
+        Yw = Yc if w is None else Yc * w[:, None]
+        s_y = Yw.sum(axis=0)  # (T,)
         with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
-            ss_y = ((Yc - s_y / len(Yc)) ** 2).sum(axis=0)  # about the block mean
+            # about the block mean (0 for a block of zero weights)
+            d = Yc - (s_y / w_sum if w_sum > 0 else 0.0)
+            ss_y = (d**2 if w is None else w[:, None] * d**2).sum(axis=0)
         return FeatureStats(
             n=self.n,
             s_phi=self.s_phi,
@@ -478,22 +581,26 @@ class _Accumulator:
             s_y=s_y,
             ss_y=ss_y,
             y_ref=y_ref,
+            w_sum=w_sum,
         )
 
 
-def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
-    """Statistics of one block: rows ``Xb`` (b, d), targets ``yb`` (b,) or (b, T).
+def block_stats(fm, Xb, yb, amplitude: float = 1.0, wb=None) -> FeatureStats:
+    """Statistics of one block: rows ``Xb`` (b, d), targets ``yb`` (b,) or (b, T), sample
+    weights ``wb`` (b,) (None: unweighted).
 
     The rows are mapped to features in slabs of about ``_SLAB_BYTES`` (never the whole
     block's ``(b, D)`` features at once); the statistics are accumulated over the slabs.
     """
     Xb = np.asarray(Xb)
     Y = np.asarray(yb, dtype=np.float64).reshape(len(Xb), -1)  # (b, T)
+    w = None if wb is None else np.asarray(wb, dtype=np.float64)
     n = len(Xb)
     if n == 0:
         raise ValueError("empty block")
     with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
-        y_ref = Y.mean(axis=0)  # (T,) the block's reference (module doc)
+        # (T,) the block's reference (module doc): its mean, weighted where it can be
+        y_ref = Y.mean(axis=0) if w is None or not w.sum() > 0 else np.average(Y, 0, w)
         Y = Y - y_ref  # (b, T)
     acc, lo, step = None, 0, _FIRST_SLAB
     while lo < n:
@@ -504,9 +611,9 @@ def block_stats(fm, Xb, yb, amplitude: float = 1.0) -> FeatureStats:
             hi = lo + len(Phi)
         else:
             hi = lo + step
-        acc.add(Phi, Y[lo:hi])
+        acc.add(Phi, Y[lo:hi], None if w is None else w[lo:hi])
         lo = hi
-    return acc.stats(Y, y_ref)
+    return acc.stats(Y, y_ref, w)
 
 
 def use_blocked_statistics(fm, X, solver: str) -> bool:
@@ -515,8 +622,9 @@ def use_blocked_statistics(fm, X, solver: str) -> bool:
     return choose_solver(solver, len(X), D) == "primal" and len(X) * D > STREAM_ENTRIES
 
 
-def blocked_statistics(fm, X, Y, amplitude: float = 1.0, n_jobs=None) -> FeatureStats:
-    """:class:`FeatureStats` of in-memory rows ``X`` (n, d), targets ``Y`` (n, T).
+def blocked_statistics(fm, X, Y, amplitude: float = 1.0, n_jobs=None, w=None) -> FeatureStats:
+    """:class:`FeatureStats` of in-memory rows ``X`` (n, d), targets ``Y`` (n, T), sample
+    weights ``w`` (n,) or None.
 
     Up to ``_MAX_BLOCKS`` contiguous row blocks of at least ``4 * _FIRST_SLAB`` rows, a
     number fixed by ``n`` alone, run on ``n_jobs`` threads (a ``(D, D)`` accumulator per
@@ -525,9 +633,16 @@ def blocked_statistics(fm, X, Y, amplitude: float = 1.0, n_jobs=None) -> Feature
     """
     n = len(X)
     k = max(1, min(_MAX_BLOCKS, n // (4 * _FIRST_SLAB)))  # not the threads: same sums
+    if w is None:
+        return reduce_rows(
+            lambda _, Xb, Yb: block_stats(fm, Xb, Yb, amplitude),
+            [X, Y],
+            block=-(-n // k),
+            n_jobs=n_jobs,
+        )
     return reduce_rows(
-        lambda _, Xb, Yb: block_stats(fm, Xb, Yb, amplitude),
-        [X, Y],
+        lambda _, Xb, Yb, wb: block_stats(fm, Xb, Yb, amplitude, wb),
+        [X, Y, w],
         block=-(-n // k),
         n_jobs=n_jobs,
     )
@@ -539,12 +654,19 @@ def chunk_statistics(fm, rows: TrainingRows, amplitude: float = 1.0) -> FeatureS
         return functools.reduce(_add, (block_stats(fm, *pair, amplitude) for pair in rows.pairs))
     owner, d = rows.owner, rows.head.shape[1]
 
-    def stats(index, Xb, yb):  # one Dask task per row chunk
+    def stats(index, Xb, yb, wb=None):  # one Dask task per row chunk
         Xb = check_block(Xb, "X", index, owner=owner, n_columns=d, vector="error", dtype=None)
         yb = check_block(yb, "y", index, owner=owner, vector="keep", dtype=None)
-        return block_stats(fm, Xb, yb, amplitude) if len(Xb) else None  # None: empty chunk
+        if wb is not None:
+            wb = _checked_weights(wb, index, owner)
+        return block_stats(fm, Xb, yb, amplitude, wb) if len(Xb) else None  # None: empty
 
-    return reduce_rows(stats, [rows.X, rows.Y], _add, known=rows.known_head)
+    if rows.w is None:
+        return reduce_rows(stats, [rows.X, rows.Y], _add, known=rows.known_head)
+    total = reduce_rows(stats, [rows.X, rows.Y, rows.w], _add)
+    if not total.w_sum > 0:
+        raise ValueError(f"{owner}: sample_weight: the weights are all zero.")
+    return total
 
 
 def _add(u: FeatureStats | None, v: FeatureStats | None) -> FeatureStats | None:

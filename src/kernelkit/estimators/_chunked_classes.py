@@ -26,7 +26,16 @@ from .._backend.chunks import (
     reduce_rows,
 )
 from .._backend.sklearn_validation import validate_data
-from ._chunked import _FIRST_SLAB, _MAX_BLOCKS, _SLAB_BYTES, TrainingRows, chunked_head
+from ._chunked import (
+    _FIRST_SLAB,
+    _MAX_BLOCKS,
+    _SLAB_BYTES,
+    TrainingRows,
+    _checked_weights,
+    chunked_head,
+    chunked_sample_weight,
+    dask_sample_weight,
+)
 from ._feature_map_param import map_features
 from ._labels import check_missing_labels, encode_labels
 from ._posterior import gram_primal
@@ -34,10 +43,11 @@ from ._posterior import gram_primal
 __all__ = ["blocked_class_statistics", "class_statistics", "class_training_rows"]
 
 
-def class_training_rows(est, X, y) -> TrainingRows:
+def class_training_rows(est, X, y, sample_weight=None) -> TrainingRows:
     """The chunked rows of a classifier: ``X`` a Dask array with labels ``y`` (n,), or an
     iterable of ``(X_block, labels)`` pairs with ``y=None``. Checked here by the first
-    non-empty chunk (which sets ``n_features_in_``), the others as they are reduced."""
+    non-empty chunk (which sets ``n_features_in_``), the others as they are reduced.
+    ``sample_weight``: as :func:`~kernelkit.estimators._chunked.training_rows` takes it."""
     name = type(est).__name__
     if est.solver == "dual":
         raise ValueError(
@@ -45,27 +55,35 @@ def class_training_rows(est, X, y) -> TrainingRows:
             "input is fitted in the primal form."
         )
     sequence = X if y is None and is_block_sequence(X) else None
+    X, y, sample_weight = chunked_sample_weight(X, y, sample_weight, name)
     X, y, X0, y0, pairs, names = chunked_head(X, y, name, labels=True)
     check_missing_labels(name, y0)
     validate_data(est, X0, y0, dtype=[np.float64, np.float32], accept_sparse=False)
     if names is not None:  # DataFrame blocks: as in memory
         est.feature_names_in_ = names
-    return TrainingRows(name, True, X, y, X0, 1, pairs, sequence, labels=True, head_y=y0)
+    w = dask_sample_weight(sample_weight, X, name)
+    return TrainingRows(name, True, X, y, X0, 1, pairs, sequence, labels=True, head_y=y0, w=w)
 
 
-def class_block_stats(fm, Xb, yb, amplitude: float, owner: str) -> dict:
+def class_block_stats(fm, Xb, yb, amplitude: float, owner: str, wb=None) -> dict:
     """``{label: (G_c (D, D), s_c (D,))}`` of one block: rows ``Xb`` (b, d), labels ``yb``
-    (b,). The rows are mapped to features a slab at a time (``_SLAB_BYTES``), never the
-    whole block's; a class absent from the block has no entry."""
+    (b,), sample weights ``wb`` (b,) or None (then ``G_c = Phi_c^H W_c Phi_c``, ``s_c =
+    Phi_c^H w_c``). The rows are mapped to features a slab at a time (``_SLAB_BYTES``),
+    never the whole block's; a class absent from the block has no entry."""
     labels, idx = encode_labels(owner, yb, check=False)  # (k,), (b,): checked at the end
     out, lo, step = {}, 0, _FIRST_SLAB
     while lo < len(Xb):
         Phi = map_features(fm, Xb[lo : lo + step], amplitude)  # (<= step, D)
         hi = lo + len(Phi)
         for k, label in enumerate(labels):  # the classes of the slab (not its rows)
-            P = Phi[idx[lo:hi] == k]  # (n_k, D)
+            on = idx[lo:hi] == k
+            P = Phi[on]  # (n_k, D)
             if len(P):
-                part = (gram_primal(P), np.conj(P).sum(axis=0))
+                if wb is None:
+                    part = (gram_primal(P), np.conj(P).sum(axis=0))
+                else:
+                    wk = np.asarray(wb[lo:hi], dtype=np.float64)[on]
+                    part = (gram_primal(P, wk), np.conj(P).T @ wk)
                 out = _merge(out, {label: part})
         step = max(_FIRST_SLAB, _SLAB_BYTES // (Phi.itemsize * Phi.shape[1]))
         lo = hi
@@ -80,13 +98,22 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
         stats = functools.reduce(_merge, parts, {})
     else:
 
-        def block(index, Xb, yb):  # one Dask task per row chunk
+        def block(index, Xb, yb, wb=None):  # one Dask task per row chunk
             Xb = check_block(Xb, "X", index, owner=owner, n_columns=d, vector="error", dtype=None)
             yb = np.asarray(yb)
             check_missing_labels(f"{owner}: block {index}", yb)
-            return class_block_stats(fm, Xb, yb, amplitude, owner) if len(Xb) else {}
+            return class_block_stats(fm, Xb, yb, amplitude, owner, wb) if len(Xb) else {}
 
-        stats = reduce_rows(block, [rows.X, rows.Y], _merge, known=rows.known_head)
+        def weighted(index, Xb, yb, wb):  # and the chunk's total weight
+            wb = _checked_weights(wb, index, owner)
+            return block(index, Xb, yb, wb), wb.sum()
+
+        if rows.w is None:
+            stats = reduce_rows(block, [rows.X, rows.Y], _merge, known=rows.known_head)
+        else:
+            stats, total = reduce_rows(weighted, [rows.X, rows.Y, rows.w], _merge_weighted)
+            if not total > 0:
+                raise ValueError(f"{owner}: sample_weight: the weights are all zero.")
     keys = np.empty(len(stats), dtype=object)
     keys[:] = list(stats)
     _, order = encode_labels(owner, keys, check=False)  # a TypeError naming y: mixed types
@@ -100,21 +127,27 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
     return classes, [stats[key] for key in ranked]
 
 
-def blocked_class_statistics(fm, X, y_idx, n_classes: int, amplitude: float, n_jobs=None):
+def blocked_class_statistics(fm, X, y_idx, n_classes: int, amplitude: float, n_jobs=None, w=None):
     """``[(G_c, s_c)]`` for ``c = 0 .. n_classes - 1`` of in-memory rows ``X`` (n, d) with
-    class indices ``y_idx`` (n,), over row blocks as
+    class indices ``y_idx`` (n,) and sample weights ``w`` (n,) or None, over row blocks as
     :func:`~kernelkit.estimators._chunked.blocked_statistics` (a number of blocks fixed by
     ``n``, summed in block order on ``n_jobs`` threads): one slab of features at a time."""
     n = len(X)
     k = max(1, min(_MAX_BLOCKS, n // (4 * _FIRST_SLAB)))
+    arrays = [X, np.asarray(y_idx)] + ([] if w is None else [w])
     stats = reduce_rows(
-        lambda _, Xb, yb: class_block_stats(fm, Xb, yb, amplitude, "classes"),
-        [X, np.asarray(y_idx)],
+        lambda _, Xb, yb, wb=None: class_block_stats(fm, Xb, yb, amplitude, "classes", wb),
+        arrays,
         _merge,
         block=-(-n // k),
         n_jobs=n_jobs,
     )
     return [stats[c] for c in range(n_classes)]
+
+
+def _merge_weighted(u: tuple, v: tuple) -> tuple:
+    """:func:`_merge` of ``(stats, total weight)`` pairs."""
+    return _merge(u[0], v[0]), u[1] + v[1]
 
 
 def _merge(u: dict, v: dict) -> dict:

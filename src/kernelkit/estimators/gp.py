@@ -32,6 +32,7 @@ from .._backend.sklearn_validation import validate_data
 from ._chunked import (
     FeatureStats,
     blocked_statistics,
+    check_sample_weight,
     chunk_statistics,
     fit_feature_map,
     predict_in_slabs,
@@ -117,7 +118,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         The fitted posterior (``mode`` is ``"primal"`` or ``"dual"``).
     n_features_in_ : int
     n_samples_seen_ : int
-        Rows the model was fitted on.
+        Rows the model was fitted on (all rows given, whatever their ``sample_weight``).
     """
 
     _parameter_constraints: ClassVar[dict] = {
@@ -149,8 +150,19 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         self.n_jobs = n_jobs
 
     @keep_model_on_error
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the feature map on ``X`` and compute the posterior.
+
+        ``sample_weight`` ``w_i`` scales the noise of row ``i``: its variance is
+        ``noise / w_i``, so the posterior is that of
+
+        ``y_i = f(x_i) + eps_i``, ``eps_i ~ N(0, noise / w_i)``, i.e. ``B = Phi^H W Phi /
+        noise + I``, ``mu(x) = Re phi(x)^T B^-1 Phi^H W y / noise`` with ``W = diag(w)``
+
+        (the posterior of the row repeated ``k`` times for an integer weight ``k``; a
+        zero weight, infinite noise, drops the row). With ``normalize_y`` the targets
+        are scaled by their weighted mean and standard deviation. ``include_noise`` in
+        :meth:`predict` adds ``noise``, the variance of a row of weight 1.
 
         Parameters
         ----------
@@ -160,6 +172,10 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
             :class:`~kernelkit.estimators.RandomFeatureRidge` (the feature map fitted
             as there); predictions on Dask arrays are lazy.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,) or float, optional
+            Non-negative, finite, not all zero; accepted as by
+            :meth:`RandomFeatureRidge.fit <kernelkit.estimators.RandomFeatureRidge.fit>`
+            (NumPy, torch, Dask with a Dask ``X``; not with an iterable of blocks).
 
         Returns
         -------
@@ -170,15 +186,17 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         amp = check_positive_float(self.amplitude, "amplitude")
         choose_solver(self.solver, 1, 1)  # validates the name
         n_jobs = check_n_jobs(self.n_jobs)
-        rows = training_rows(self, X, y)  # 1. NumPy arrays, or chunks (Dask / iterable)
+        # 1. NumPy arrays and weights, or chunks (Dask / iterable)
+        rows = training_rows(self, X, y, sample_weight)
         fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs)  # 2. the map
         # 3.-4. features or their statistics, and the posterior: the fit's only branch
         if rows.chunked:  # statistics reduced over the chunks
             self._solve_statistics(chunk_statistics(fm, rows, amp), noise)
         elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
-            self._solve_statistics(blocked_statistics(fm, rows.X, rows.Y, amp, n_jobs), noise)
+            stats = blocked_statistics(fm, rows.X, rows.Y, amp, n_jobs, rows.w)
+            self._solve_statistics(stats, noise)
         else:  # all features (n, D), primal (eq. 88-90) or dual (eq. 84-85)
-            self._solve_features(map_features(fm, rows.X, amp), rows.Y, noise)
+            self._solve_features(map_features(fm, rows.X, amp), rows.Y, noise, rows.w)
         self._single, self._amp, self._noise = rows.y_ndim == 1, amp, noise
         return self
 
@@ -201,18 +219,25 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         else:
             self._y_mean, self._y_std = np.zeros(len(mean)), np.ones(len(mean))
 
-    def _solve_features(self, Phi, Y, noise: float) -> None:
-        """The posterior of features ``Phi`` (n, D) and targets ``Y`` (n, T)."""
+    def _solve_features(self, Phi, Y, noise: float, w=None) -> None:
+        """The posterior of features ``Phi`` (n, D), targets ``Y`` (n, T) and weights
+        ``w`` (n,) or None: noise variances ``noise / w_i``, rows of zero weight dropped."""
         with np.errstate(over="ignore"):  # an overflowing std is reported by name
-            self._scale_targets(Y.mean(axis=0), Y.std(axis=0), len(Y))
+            mean = np.average(Y, 0, w)  # (T,)
+            sd = Y.std(axis=0) if w is None else np.sqrt(np.average((Y - mean) ** 2, 0, w))
+            self._scale_targets(mean, sd, len(Y))
         Yn = (Y - self._y_mean) / self._y_std  # (n, T)
-        self.posterior_ = FeaturePosterior.fit(Phi, Yn, np.full(len(Y), noise), self.solver)
+        noises = np.full(len(Y), noise)
+        if w is not None:
+            keep = w > 0
+            Phi, Yn, noises = Phi[keep], Yn[keep], noise / w[keep]
+        self.posterior_ = FeaturePosterior.fit(Phi, Yn, noises, self.solver)
         self.n_samples_seen_ = len(Y)
 
     def _solve_statistics(self, stats: FeatureStats, noise: float) -> None:
-        """The primal posterior (eq. 88-90) from the reduced statistics:
+        """The primal posterior (eq. 88-90) from the reduced (weighted) statistics:
         ``B = G / noise + I``, right-hand side ``R / noise`` of the scaled targets."""
-        self._scale_targets(stats.y_mean, np.sqrt(stats.ss_y / stats.n), stats.n)
+        self._scale_targets(stats.y_mean, np.sqrt(stats.ss_y / stats.w_sum), stats.n)
         G, R = stats.centred(bool(self.normalize_y), self._y_std, centre_features=False)
         B = G / noise
         B[np.diag_indices_from(B)] += 1.0
@@ -392,8 +417,15 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         self.n_jobs = n_jobs
 
     @keep_model_on_error
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the feature map and one heteroscedastic GP per class.
+
+        ``sample_weight`` ``w_i`` divides the Milios noise of row ``i`` in every class's
+        regression: ``eps_{c,i} ~ N(0, sigma^2_{c,i} / w_i)``, so
+        ``B_c = I + Phi^H diag(w_i / sigma^2_{c,i}) Phi`` and the right-hand side
+        ``Phi^H diag(w_i / sigma^2_{c,i}) y_tilde_c`` (a row repeated ``k`` times is a
+        weight ``k``; a zero weight drops the row from the posteriors, its label stays
+        in ``classes_``, as in scikit-learn's classifiers).
 
         Parameters
         ----------
@@ -405,6 +437,10 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             predictions on Dask arrays are lazy.
         y : array-like of shape (n_samples,)
             Class labels (any sortable type), or a Dask array of them.
+        sample_weight : array-like of shape (n_samples,) or float, optional
+            Non-negative, finite, not all zero; accepted as by
+            :meth:`RandomFeatureRidge.fit <kernelkit.estimators.RandomFeatureRidge.fit>`
+            (NumPy, torch, Dask with a Dask ``X``; not with an iterable of blocks).
 
         Returns
         -------
@@ -420,7 +456,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         if is_chunked(X) or (y is None and is_block_sequence(X)):  # Dask / blocks:
             # the per-class sums, chunk by chunk
-            rows = class_training_rows(self, X, y)
+            rows = class_training_rows(self, X, y, sample_weight)
             fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs, random_state=rng)
             self.classes_, grams = class_statistics(fm, rows, amp)  # (C,), [(G_c, s_c)]
             self._check_classes()
@@ -429,6 +465,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             # 1. validate: labels -> class indices y_idx (n,)
             check_missing_labels(type(self).__name__, y)
             X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
+            w = check_sample_weight(sample_weight, X, type(self).__name__)  # (n,) or None
             self.classes_, y_idx = encode_labels(type(self).__name__, y)
             self._check_classes()
             # 2. feature map, 3. features (n, D)
@@ -440,16 +477,16 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             if use_blocked_statistics(self.feature_map_, X, self.solver):
                 # n x D beyond STREAM_ENTRIES: the per-class sums over row blocks, as a
                 # chunked fit (one slab of features at a time, never all of them)
-                grams = blocked_class_statistics(self.feature_map_, X, y_idx, C, amp, n_jobs)
+                grams = blocked_class_statistics(self.feature_map_, X, y_idx, C, amp, n_jobs, w)
                 self.posteriors_ = _posteriors_from_grams(grams, *labels)
                 self.mc_noise_ = rng.standard_normal((S, C))
                 self._amp = amp
                 return self
             Phi = map_features(self.feature_map_, X, amp)
             if choose_solver(self.solver, *Phi.shape) == "primal":
-                self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels)
+                self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels, w)
             else:
-                self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels)
+                self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels, w)
         self.mc_noise_ = rng.standard_normal((S, len(self.classes_)))
         self._amp = amp
         return self
@@ -553,21 +590,27 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         return tags
 
 
-def _class_posteriors_primal(Phi, y_idx, C: int, y_tilde, s2) -> list:
-    """Primal posteriors of the ``C`` class GPs (eq. 88-90) of features ``Phi`` (n, D)
-    and class indices ``y_idx`` (n,): :func:`_posteriors_from_grams` of each class's
-    Gram matrix and column sums."""
+def _class_posteriors_primal(Phi, y_idx, C: int, y_tilde, s2, w=None) -> list:
+    """Primal posteriors of the ``C`` class GPs (eq. 88-90) of features ``Phi`` (n, D),
+    class indices ``y_idx`` (n,) and weights ``w`` (n,) or None:
+    :func:`_posteriors_from_grams` of each class's (weighted) Gram matrix and column
+    sums."""
     parts = []
     for c in range(C):
-        Pc = Phi[y_idx == c]  # (n_c, D)
-        parts.append((gram_primal(Pc), np.conj(Pc).sum(axis=0)))
+        on = y_idx == c
+        Pc = Phi[on]  # (n_c, D)
+        if w is None:
+            parts.append((gram_primal(Pc), np.conj(Pc).sum(axis=0)))
+        else:
+            parts.append((gram_primal(Pc, w[on]), np.conj(Pc).T @ w[on]))
     return _posteriors_from_grams(parts, y_tilde, s2)
 
 
 def _posteriors_from_grams(parts, y_tilde, s2) -> list:
     """Primal posteriors of the class GPs from ``parts = [(G_c, s_c)]``: the Gram matrix
     ``G_c = Phi_c^H Phi_c`` (D, D) and the column sums ``s_c = Phi_c^H 1`` (D,) of the
-    rows of each class, sharing one Gram matrix.
+    rows of each class (with sample weights ``Phi_c^H W_c Phi_c`` and ``Phi_c^H w_c``:
+    the noise of row ``i`` divided by ``w_i``), sharing one Gram matrix.
 
     The noise of class ``c`` is ``s1`` on its rows and ``s0`` elsewhere, so
     ``B_c = I + Phi^H W_c Phi = I + G_all / s0 + (1/s1 - 1/s0) G_c`` with
@@ -587,17 +630,22 @@ def _posteriors_from_grams(parts, y_tilde, s2) -> list:
     return posteriors
 
 
-def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2) -> list:
-    """Dual posteriors of the ``C`` class GPs (eq. 84-85): ``K_hat + diag(sigma^2_c)``
-    (n, n) per class from one ``K_hat = Phi Phi^H``."""
+def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2, w=None) -> list:
+    """Dual posteriors of the ``C`` class GPs (eq. 84-85): ``K_hat + diag(sigma^2_c / w)``
+    (n, n) per class from one ``K_hat = Phi Phi^H`` (``w``: sample weights (n,) or None;
+    rows of zero weight, of infinite noise, dropped)."""
     (yt0, yt1), (s0, s1) = y_tilde, s2
+    scale = 1.0
+    if w is not None:
+        keep = w > 0
+        Phi, y_idx, scale = Phi[keep], y_idx[keep], 1.0 / w[keep]
     n = Phi.shape[0]
     K = gram_dual(Phi)  # (n, n)
     posteriors = []
     for c in range(C):
         on = y_idx == c
         Kc = K.copy()
-        Kc[np.diag_indices(n)] += np.where(on, s1, s0)
+        Kc[np.diag_indices(n)] += np.where(on, s1, s0) * scale
         target = np.where(on, yt1, yt0)[:, None]  # (n, 1)
         posteriors.append(FeaturePosterior.from_dual(Kc, target, Phi))
     return posteriors

@@ -40,6 +40,7 @@ estimate does not degrade when the data are shifted.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from typing import ClassVar
@@ -54,8 +55,10 @@ from .._backend.fit_state import keep_model_on_error
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
+from ..features._dask import _injected_moments
+from ..features.favor import moments
 from ..features.sampling import SAMPLERS
-from ._chunked import predict_in_slabs, reject_block_iterable
+from ._chunked import check_sample_weight, predict_in_slabs, reject_block_iterable
 from ._labels import check_missing_labels, encode_labels, log_proba
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 
@@ -159,12 +162,12 @@ def sq_distances(Xq, Xt):
     return D2
 
 
-def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None):
+def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None, log_w=None):
     """Exact Nadaraya-Watson scores with the Gaussian kernel (reference), ``O(Q L (d + n))``.
 
-    ``r*_q = sum_i exp(-sigma^2 |u*_q - u_i|^2 / 2) r_i``, row ``q`` divided by
-    ``max_i`` of its kernel values (so the nearest neighbour weighs 1: no underflow for
-    large ``sigma``).
+    ``r*_q = sum_i w_i exp(-sigma^2 |u*_q - u_i|^2 / 2) r_i``, row ``q`` divided by
+    ``max_i`` of its weighted kernel values (so the largest term weighs 1: no underflow
+    for large ``sigma``).
 
     Parameters
     ----------
@@ -174,10 +177,12 @@ def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None):
     sigma : float
     sq_dist : ndarray, shape (Q, L), optional
         Precomputed :func:`sq_distances` (reused across ``sigma`` values).
+    log_w : ndarray, shape (L,), optional
+        Logarithms of the training points' weights ``w_i`` (None: all ``w_i = 1``).
 
     Returns
     -------
-    ndarray, shape (Q, n), non-negative, row sums >= 1.
+    ndarray, shape (Q, n), non-negative, row sums >= 1 for one-hot ``R``.
     """
     Q = Xq.shape[0] if sq_dist is None else sq_dist.shape[0]
     L = Xt.shape[0] if sq_dist is None else sq_dist.shape[1]
@@ -187,10 +192,39 @@ def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None):
         sl = slice(start, start + step)
         D2 = sq_distances(Xq[sl], Xt) if sq_dist is None else sq_dist[sl]
         logK = (-0.5 * sigma * sigma) * D2
+        if log_w is not None:
+            logK += log_w
         logK -= logK.max(axis=1, keepdims=True)
         np.exp(logK, out=logK)
         out[sl] = logK @ R
     return out
+
+
+@contextlib.contextmanager
+def _weighted_moments(fm, X, Y, wx, wy):
+    """While ``fm`` is fitted on ``(X, Y)``, its FAVOR# moments (``fit_reads ==
+    "moments"``: GERF, SADERF, ADERF, SDERF) are those of the rows weighted by ``wx``
+    (n,) and ``wy`` (m,) (each summing to 1, None: uniform), so a fit with integer
+    weights equals the fit on the repeated rows; other maps fit as they are."""
+    if (wx is None and wy is None) or getattr(fm, "fit_reads", "all") != "moments":
+        yield
+        return
+    scale = float(fm.lengthscale)  # the maps' moments are of X / lengthscale
+    Y = X if Y is None else Y
+
+    def compute():
+        with np.errstate(over="ignore", invalid="ignore"):
+            return moments(
+                X / scale,
+                Y / scale,
+                full=bool(fm._full_moments),
+                query_weights=wx,
+                key_weights=wy,
+                n_jobs=getattr(fm, "n_jobs", None),
+            )
+
+    with _injected_moments(fm, compute):
+        yield
 
 
 def _normalise_rows(S):
@@ -270,8 +304,8 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
     X_fit_ : ndarray of shape (L, n_features_in_)
         The training points (float64).
     X_mean_ : ndarray of shape (n_features_in_,)
-        Their mean, subtracted from every input (training points and queries) before the
-        kernel or the features are evaluated (Notes).
+        Their mean (weighted by ``sample_weight``), subtracted from every input (training
+        points and queries) before the kernel or the features are evaluated (Notes).
     feature_map_ : kernelkit.features.FeatureMap or None
         The feature map fitted at :meth:`fit` (``None`` with ``exact=True`` or when the
         parameters are fitted per query batch).
@@ -365,9 +399,16 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
 
     def _fit_map(self, X, Y=None):
         """A new feature map fitted on ``(X, Y)``; its errors in this estimator's terms
-        (the map's lengthscale is ``1 / sigma``)."""
+        (the map's lengthscale is ``1 / sigma``). With sample weights, the FAVOR# moments
+        of the training points (``X`` at :meth:`fit`, ``Y`` per query batch) are the
+        weighted ones (:func:`_weighted_moments`)."""
+        fm = self._new_map()
+        p = None if self._log_w is None else np.exp(self._log_w - self._log_w.max())
+        p = None if p is None else p / p.sum()  # the training points' weights, sum 1
+        wx, wy = (p, p) if Y is None else (None, p)  # Y None: X is the training points
         try:
-            return self._new_map().fit(X, Y=Y)
+            with _weighted_moments(fm, X, Y, wx, wy):
+                return fm.fit(X, Y=Y)
         except ValueError as exc:
             if "increase lengthscale" not in str(exc):
                 raise
@@ -379,22 +420,44 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             ) from exc
 
     def _key_side(self, fm):
+        """``S^T W R`` (weights ``W = diag(w)``, 1 unweighted), positive features in the
+        stabilised form of :func:`nw_key_summary` with ``log w_i`` added to the keys' log
+        features (each feature's largest weighted key then still contributes 1)."""
         log_S = log_features(fm, self._X_centred, "y")
         if log_S is not None:
+            if self._log_w is not None:
+                log_S = log_S + self._log_w[:, None]
             return ("log", *nw_key_summary(log_S, self._R))
         S = fm.transform_y(self._X_centred)  # (L, D), bounded (trig)
-        return ("signed", S.T @ self._R)
+        R = self._R if self._log_w is None else self._R * np.exp(self._log_w)[:, None]
+        return ("signed", S.T @ R)
 
     # ------------------------------------------------------------------ API
     @keep_model_on_error
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Store the training set; draw / fit the features where possible.
+
+        With weights ``w_i`` (``sample_weight``; 1 when None) the class scores are the
+        weighted kernel sums
+
+            r*_l(u*) = sum_i w_i K(u*, u_i) [y_i = l],
+
+        so :meth:`decision_function` and :meth:`predict_proba` are the weighted
+        Nadaraya-Watson estimates ``sum_i w_i K(u*, u_i) r_i / sum_i w_i K(u*, u_i)``
+        (kernel or random-feature estimate ``P S^T`` alike). An integer weight ``k`` is
+        the point repeated ``k`` times; points of zero weight are dropped (their labels
+        stay in ``classes_``). The centre ``X_mean_`` is the weighted mean, and the
+        data-dependent parameters (GERF, SADERF, ADERF, SDERF) are fitted on the weighted
+        FAVOR# moments of the training points.
 
         Parameters
         ----------
         X : array-like of shape (L, d)
         y : array-like of shape (L,)
             Class labels (any hashable, sortable type).
+        sample_weight : array-like of shape (L,) or float, optional
+            Non-negative, finite, not all zero (a ``ValueError`` naming
+            ``sample_weight`` otherwise); NumPy or a torch tensor.
 
         Returns
         -------
@@ -405,6 +468,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         reject_block_iterable(self, X)
         check_missing_labels(type(self).__name__, y)
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=False)
+        w = check_sample_weight(sample_weight, X, type(self).__name__)  # (L,) or None
         self.classes_, y_idx = encode_labels(type(self).__name__, y)
         R = np.zeros((X.shape[0], len(self.classes_)))
         R[np.arange(X.shape[0]), y_idx] = 1.0
@@ -412,8 +476,12 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         # the kernel depends on differences only: centred inputs keep the exact scores'
         # distances and the features' variance free of a common offset (module docstring)
         with np.errstate(over="ignore"):
-            centre = X.mean(axis=0)  # a sum that overflows: no centring
+            centre = np.average(X, axis=0, weights=w)  # a sum that overflows: no centring
         self.X_mean_ = np.where(np.isfinite(centre), centre, 0.0)
+        self._log_w = None
+        if w is not None:  # the points of positive weight, and their log-weights
+            keep = w > 0
+            X, R, self._log_w = X[keep], R[keep], np.log(w[keep])
         self._X_centred = X - self.X_mean_
         self._R = R  # (L, n) one-hot
         rs = self.random_state
@@ -434,7 +502,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, dtype=np.float64, accept_sparse=False, reset=False)
         X = X - self.X_mean_  # centred as the training points
         if self.exact:
-            return exact_nw_scores(X, self._X_centred, self._R, float(self.sigma))
+            return exact_nw_scores(
+                X, self._X_centred, self._R, float(self.sigma), log_w=self._log_w
+            )
         if self.feature_map_ is not None:  # rows independent: one slab of features at a time
             fm, keys = self.feature_map_, self._keys
             return predict_in_slabs(

@@ -49,7 +49,8 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     """Ridge regression on random features: kernel ridge regression with ``k_hat``.
 
     ``coef = argmin_w |Y - Phi w|^2 + alpha |w|^2 = (Phi^H Phi + alpha I)^-1 Phi^H Y`` and
-    ``predict(X) = Re(phi(X) coef) + intercept``, i.e. the posterior mean of the random-
+    ``predict(X) = Re(phi(X) coef) + intercept`` (weighted least squares with
+    ``sample_weight``: :meth:`fit`), i.e. the posterior mean of the random-
     feature GP (App. D, eq. 88 of Wacker, Kanagawa & Filippone, "Improved Random Features
     for Dot Product Kernels") with noise variance ``alpha``. Complex feature maps are
     handled as in that App. D (real part of the complex predictor). Solved by Cholesky in the
@@ -99,7 +100,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
     intercept_ : float or ndarray of shape (T,)
     n_features_in_ : int
     n_samples_seen_ : int
-        Rows the model was fitted on.
+        Rows the model was fitted on (all rows given, whatever their ``sample_weight``).
     """
 
     _parameter_constraints: ClassVar[dict] = {
@@ -128,8 +129,18 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         self.n_jobs = n_jobs
 
     @keep_model_on_error
-    def fit(self, X, y):
-        """Fit the feature map on ``X`` and solve the ridge problem.
+    def fit(self, X, y, sample_weight=None):
+        """Fit the feature map on ``X`` and solve the (weighted) ridge problem.
+
+        With weights ``w_i`` (``sample_weight``; 1 when None) and ``phi_i = phi(x_i)``,
+
+        ``coef, intercept = argmin_{b, c} sum_i w_i |y_i - Re(phi_i^T b) - c|^2 + alpha |b|^2``
+
+        as scikit-learn's ``Ridge``: ``alpha`` is not scaled by the weights, and with
+        ``fit_intercept`` the features and targets are centred at their weighted means
+        (``c = ybar_w - Re(phibar_w^T b)``). An integer weight ``k`` is the row repeated
+        ``k`` times; a zero weight drops the row. The feature map is fitted on ``X``
+        unweighted.
 
         Parameters
         ----------
@@ -137,6 +148,11 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
             Or a ``dask.array.Array`` / an iterable of ``(X_block, y_block)`` pairs
             (``y=None``), fitted chunk by chunk (see "Out of core" above).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,) or float, optional
+            Non-negative, finite, not all zero (a ``ValueError`` naming ``sample_weight``
+            otherwise); NumPy, a torch tensor, or with a Dask ``X`` a Dask array or NumPy
+            vector (rechunked to ``X``'s rows, checked chunk by chunk). Not supported with
+            an iterable of blocks (``ValueError``).
 
         Returns
         -------
@@ -146,37 +162,47 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         alpha = check_positive_float(self.alpha, "alpha")
         choose_solver(self.solver, 1, 1)  # validates the name
         n_jobs = check_n_jobs(self.n_jobs)
-        rows = training_rows(self, X, y)  # 1. NumPy arrays, or chunks (Dask / iterable)
+        # 1. NumPy arrays and weights, or chunks (Dask / iterable)
+        rows = training_rows(self, X, y, sample_weight)
         fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs)  # 2. the map
         # 3.-4. features or their statistics, and the solve: the fit's only branch
         if rows.chunked:  # statistics reduced over the chunks
             coef, intercept, n = self._solve_statistics(chunk_statistics(fm, rows), alpha)
         elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
-            stats = blocked_statistics(fm, rows.X, rows.Y, n_jobs=n_jobs)
+            stats = blocked_statistics(fm, rows.X, rows.Y, n_jobs=n_jobs, w=rows.w)
             coef, intercept, n = self._solve_statistics(stats, alpha)
         else:  # all features (n, D), primal or dual
-            coef, intercept, n = self._solve_features(map_features(fm, rows.X), rows.Y, alpha)
+            Phi = map_features(fm, rows.X)
+            coef, intercept, n = self._solve_features(Phi, rows.Y, alpha, rows.w)
         self._single = rows.y_ndim == 1
         self.coef_ = coef[:, 0] if self._single else coef  # (D,) or (D, T)
         self.intercept_ = float(intercept[0]) if self._single else intercept
         self.n_samples_seen_ = n
         return self
 
-    def _solve_features(self, Phi, Y, alpha: float):
-        """``(coef (D, T), intercept (T,), n)`` from features ``Phi`` (n, D) and ``Y``
-        (n, T): Cholesky in the primal or dual form, after centring both."""
+    def _solve_features(self, Phi, Y, alpha: float, w=None):
+        """``(coef (D, T), intercept (T,), n)`` from features ``Phi`` (n, D), ``Y`` (n, T)
+        and weights ``w`` (n,) or None: Cholesky in the primal or dual form, after
+        centring both at their weighted means. The weighted problem is the GP posterior
+        mean with noise ``alpha / w_i`` (``sum_i w_i |r_i|^2 + alpha |b|^2`` is ``alpha``
+        times ``sum_i |r_i|^2 / (alpha / w_i) + |b|^2``); rows of zero weight drop out."""
+        n = len(Y)
         if self.fit_intercept:
-            phi_mean, y_mean = Phi.mean(axis=0), Y.mean(axis=0)  # (D,), (T,)
+            phi_mean, y_mean = np.average(Phi, 0, w), np.average(Y, 0, w)  # (D,), (T,)
             Phi, Y = Phi - phi_mean, Y - y_mean
         else:
             phi_mean, y_mean = None, np.zeros(Y.shape[1])
-        coef = FeaturePosterior.fit(Phi, Y, np.full(len(Y), alpha), self.solver).coef
+        noise = np.full(n, alpha)
+        if w is not None:
+            keep = w > 0
+            Phi, Y, noise = Phi[keep], Y[keep], alpha / w[keep]
+        coef = FeaturePosterior.fit(Phi, Y, noise, self.solver).coef
         intercept = y_mean if phi_mean is None else y_mean - np.real(phi_mean @ coef)
-        return coef, intercept, len(Y)
+        return coef, intercept, n
 
     def _solve_statistics(self, stats: FeatureStats, alpha: float):
         """``(coef (D, T), intercept (T,), n)`` from the statistics: the primal system
-        ``(G_c / alpha + I) coef = R_c / alpha`` of the centred sums."""
+        ``(G_c / alpha + I) coef = R_c / alpha`` of the centred (weighted) sums."""
         y_mean = stats.y_mean if self.fit_intercept else np.zeros_like(stats.s_y)
         G, R = stats.centred(self.fit_intercept, np.ones_like(y_mean), self.fit_intercept)
         G = G / alpha
@@ -184,7 +210,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         coef = FeaturePosterior.from_primal(G, R / alpha).coef  # (D, T)
         intercept = y_mean.copy()
         if self.fit_intercept:
-            intercept = intercept - np.real((stats.s_phi / stats.n) @ coef)
+            intercept = intercept - np.real((stats.s_phi / stats.w_sum) @ coef)
         return coef, intercept, stats.n
 
     def predict(self, X):
