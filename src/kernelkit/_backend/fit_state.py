@@ -74,7 +74,8 @@ class ParamsSinceFit:
         """Set parameters (scikit-learn's ``set_params``); they take effect at the next
         ``fit``. After ``fit``, a change of any parameter but ``n_jobs`` and
         ``random_state`` makes the methods that use the fitted state raise
-        ``NotFittedError`` until the next ``fit``.
+        ``NotFittedError`` until the next ``fit``; another spelling of the same value (a
+        name its constraint reads case-insensitively or through an alias) is no change.
 
         Parameters
         ----------
@@ -92,9 +93,27 @@ class ParamsSinceFit:
             self._changed_params = {
                 k: (fitted[k], now[k])
                 for k in fitted
-                if k not in self._kept_after_fit and not same_value(fitted[k], now[k])
+                if k not in self._kept_after_fit and not self._same_param(k, fitted[k], now[k])
             }
         return self
+
+    @classmethod
+    def _same_param(cls, name: str, a, b) -> bool:
+        """Whether ``a`` and ``b`` are the same value of parameter ``name``: equal
+        (:func:`same_value`), or two spellings of one name where the parameter's
+        constraint (in ``_parameter_constraints``) reads names case-insensitively or with
+        aliases (its ``canonical``: ``"SDERF"`` is ``"sderf"``)."""
+        if same_value(a, b):
+            return True
+        for constraint in getattr(cls, "_parameter_constraints", {}).get(name, ()):
+            canonical = getattr(constraint, "canonical", None)
+            if (
+                canonical is not None
+                and constraint.is_satisfied_by(a)
+                and constraint.is_satisfied_by(b)
+            ):
+                return same_value(canonical(a), canonical(b))
+        return False
 
     def _check_unchanged_since_fit(self, ignore=(), using: str = "this estimator"):
         """``NotFittedError`` naming the parameters changed since ``fit`` (but those in

@@ -26,6 +26,7 @@ __all__ = [
     "POSITIVE",
     "RANDOM_STATE",
     "CaseInsensitiveStrOptions",
+    "NameWithAliases",
     "NumberInterval",
     "int_range",
 ]
@@ -75,5 +76,32 @@ class CaseInsensitiveStrOptions(StrOptions):
     def is_satisfied_by(self, val):
         return isinstance(val, str) and val.strip().lower() in self.options
 
+    def canonical(self, val):
+        """The name ``val`` stands for (lower case, stripped): two values of one
+        canonical name are the same parameter value (a ``set_params`` from one to the
+        other after ``fit`` keeps the fit:
+        :class:`~kernelkit._backend.fit_state.ParamsSinceFit`)."""
+        return val.strip().lower() if isinstance(val, str) else val
+
     def __str__(self):
         return f"{super().__str__()} (case-insensitive)"
+
+
+class NameWithAliases(CaseInsensitiveStrOptions):
+    """A name read case-insensitively with ``aliases`` (alias -> name, lower case), whose
+    value the owner checks itself (a message listing the names and the aliases): the
+    constraint takes any ``str``, and :meth:`canonical` maps an alias to its name."""
+
+    def __init__(self, options, aliases):
+        super().__init__(set(options))
+        self.aliases = dict(aliases)
+
+    def is_satisfied_by(self, val):
+        return isinstance(val, str)
+
+    def canonical(self, val):
+        val = super().canonical(val)
+        return self.aliases.get(val, val) if isinstance(val, str) else val
+
+    def __str__(self):
+        return "a str naming one of the options (case-insensitive, with aliases)"

@@ -30,6 +30,7 @@ from .._backend.params import (
     NON_NEGATIVE,
     POSITIVE,
     RANDOM_STATE,
+    NameWithAliases,
     int_range,
 )
 from .._backend.sklearn_validation import (
@@ -40,7 +41,7 @@ from .._backend.sklearn_validation import (
 )
 from ..features import FeatureMap
 from ..features.sampling import SAMPLERS
-from ._methods import METHODS, auto_candidates, make_feature_map, resolve_method
+from ._methods import ALIASES, METHODS, auto_candidates, make_feature_map, resolve_method
 
 __all__ = ["RandomFeatures"]
 
@@ -195,8 +196,9 @@ class RandomFeatures(
 
     _parameter_constraints: ClassVar[dict] = {
         # "auto", a name of METHODS or an alias, case-insensitive: resolve_method checks
-        # the name (its message lists the names and aliases)
-        "method": [str],
+        # the name (its message lists the names and aliases); the constraint takes any str
+        # and says which spellings are one method (a set_params between them keeps the fit)
+        "method": [NameWithAliases({"auto", *METHODS}, ALIASES)],
         "kernel": [StrOptions(set(KERNEL_NAMES))],
         "n_components": int_range(1, 2**26),
         "lengthscale": POSITIVE,

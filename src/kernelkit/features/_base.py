@@ -132,6 +132,12 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
     #: matrix lose every digit there in float32 where the variance is small (near
     #: ``y = x`` or ``y = -x``)
     _variance_in_float64: ClassVar[bool] = False
+    #: whether :meth:`transform`, :meth:`transform_y` and the pairwise methods
+    #: (:meth:`approx_kernel`, :meth:`exact_kernel`, :meth:`expected_kernel`, the
+    #: variances) warn once where a value overflows to +-inf (:meth:`_checked_values`):
+    #: the dot-product maps, whose degree-``p`` products of the inputs leave the range
+    #: (the projection maps warn in their own words, :func:`warn_feature_overflow`)
+    _warns_value_overflow: ClassVar[bool] = False
     #: constructor parameter -> scikit-learn constraints, checked by ``fit`` through
     #: ``_validate_params()`` (every map declares all of its ``__init__`` parameters)
     _parameter_constraints: ClassVar[dict] = {}
@@ -323,6 +329,50 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         X, xp = self._validate(X, name, like=like, check_names=True)
         return self._prepare(X, xp, name), xp
 
+    def _check_X_half_widened(self, X, name: str = "X"):
+        """Prepared ``(X, xp, dtype)`` for the methods of one argument (:meth:`transform`,
+        :meth:`transform_y`, :meth:`transform_scaled`, ...): a dense input of a
+        half-precision dtype (torch's float16, bfloat16) in float32 before
+        :meth:`_prepare`, as :meth:`_check_pair_half_widened` does for two; ``dtype`` the
+        input's, to return (:meth:`_narrow_features`).
+
+        Formed in the half dtype, the projections ``w^T x`` (|w^T x| ~ 10 has an absolute
+        rounding of 5e-3 in float16, 4e-2 in bfloat16), the squared norms (float16
+        overflows from norm 256) and the row scales ``exp(...)`` lost digits a float32
+        computation keeps: features off by 10-50 eps of the half dtype, or inf where the
+        feature is representable. Formed in float32 and rounded once, each feature is the
+        float32 one to the half dtype's rounding."""
+        self._check_fitted()
+        Xv, xp = self._validate(X, name, check_names=True)
+        dtype = Xv.dtype
+        if sp.issparse(Xv) or xp.finfo(dtype).bits >= 32:
+            return self._prepare(Xv, xp, name), xp, dtype
+        Xw = self._prepare_widened(xp.astype(Xv, xp.float32), xp, name, dtype)
+        return Xw, xp, dtype
+
+    def _narrow_features(self, xp, out, dtype, side: str):
+        """Features ``out`` formed from a widened input (:meth:`_check_X_half_widened`)
+        rounded to the input's real ``dtype`` (complex features stay complex64: there is
+        no complex bfloat16, and torch's complex32 is experimental). A feature finite in
+        float32 that the rounding takes to inf gets the overflow warning (once), as an
+        overflow of the map itself does."""
+        if out.dtype == dtype or xp.isdtype(out.dtype, "complex floating"):
+            return out
+        narrowed = narrow_to(xp, out, dtype)
+        if not _on_host(out):  # (on accelerators the test would wait for the device)
+            return narrowed
+        if bool(xp.all(xp.isfinite(_detach(out)))) and not bool(
+            xp.all(xp.isfinite(_detach(narrowed)))
+        ):
+            warn_feature_overflow(
+                side,
+                dtype,
+                math.log(float(xp.finfo(dtype).max)),
+                "use approx_kernel, which combines the row scales in log space, or "
+                "transform_scaled, or scale the inputs down.",
+            )
+        return narrowed
+
     def _check_pair(self, X, Y):
         """Prepared ``(X, Y, xp)``; ``Y`` defaults to ``X`` and follows ``X``'s backend."""
         Xp, xp = self._check_X(X, "X")
@@ -473,8 +523,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         if is_dask_array(X):
             check_lazy_output(self)
             return lazy_features(self, X, "x")
-        X, xp = self._check_X(X, "X")
-        return for_container(self, self._features(X, xp, "x"))
+        return for_container(self, self._features_of(X, "x"))
 
     def transform_y(self, Y):
         """y-side (key) features; :meth:`transform` for symmetric maps.
@@ -491,8 +540,38 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         if is_dask_array(Y):
             return lazy_features(self, Y, "y")
-        Y, xp = self._check_X(Y, "Y")
-        return self._features(Y, xp, "y")
+        return self._features_of(Y, "y")
+
+    def _features_of(self, X, side: str):
+        """Features of the unprepared in-memory input ``X`` (``side`` "x" or "y"): a
+        half-precision input formed in float32 and rounded once."""
+        X, xp, dtype = self._check_X_half_widened(X, "X" if side == "x" else "Y")
+        out = self._features(X, xp, side)
+        # (an inf already there is said once: _narrow_features warns only of new ones)
+        method = "transform" if side == "x" else "transform_y"
+        out = self._checked_values(xp, out, method, "X" if side == "x" else "Y")
+        return self._narrow_features(xp, out, dtype, side)
+
+    def _checked_values(self, xp, out, method: str, args: str, exact: bool = False):
+        """``out`` of ``method(args)``, with one ``RuntimeWarning`` where some of its
+        values are +-inf (:func:`warn_value_overflow`) on maps that promise it
+        (:attr:`_warns_value_overflow`). Inputs are finite (checked), so an inf is an
+        overflow. ``exact``: a ``ValueError`` instead, as the exact kernels of
+        :mod:`kernelkit.kernels` say that they overflow. Host arrays only (on
+        accelerators the test would wait for the device)."""
+        if (
+            self._warns_value_overflow
+            and _on_host(out)
+            and not bool(xp.all(xp.isfinite(_detach(out))))
+        ):
+            if exact:
+                raise ValueError(
+                    f"{type(self).__name__}.{method}({args}) overflows {out.dtype} for these "
+                    f"inputs (kernel={getattr(self, 'kernel', None)!r}); scale {args} down "
+                    "(divide by a constant), or raise the lengthscale / lower gamma."
+                )
+            warn_value_overflow(type(self).__name__, method, args, out.dtype)
+        return out
 
     def transform_scaled(self, X, side: str = "x"):
         """Features in stabilised form.
@@ -511,8 +590,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         if side not in ("x", "y"):
             raise ValueError(f"side must be 'x' or 'y', got {side!r}.")
-        X, xp = self._check_X(X, "X" if side == "x" else "Y")
-        return self._scaled_features(X, xp, side)
+        X, xp, dtype = self._check_X_half_widened(X, "X" if side == "x" else "Y")
+        base, log_scale = self._scaled_features(X, xp, side)
+        if xp.isdtype(base.dtype, "complex floating"):
+            return base, as_real_dtype(xp, log_scale, dtype)
+        return as_real_dtype(xp, base, dtype), as_real_dtype(xp, log_scale, dtype)
 
     def _scaled_pair(self, X, Y, xp):
         """``(bx, sx, by, sy)`` of prepared ``X``, ``Y`` for :meth:`approx_kernel`."""
@@ -537,10 +619,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         -------
         array, shape (n, m), real
         """
+        args = "X" if Y is None else "X, Y"
         X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
         bx, sx, by, sy = self._scaled_pair(X, Y, xp)
         out = combine_row_scales(xp, real_gram(xp, bx, by), sx, sy, self._pair_jobs())
-        return as_real_dtype(xp, out, dtype)
+        return self._checked_values(xp, as_real_dtype(xp, out, dtype), "approx_kernel", args)
 
     # ------------------------------------------------------------------ kernels
     def exact_kernel(self, X, Y=None):
@@ -556,9 +639,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         array, shape (n, m), real
             The floating dtype of ``X`` (float64 for an integer ``X``).
         """
+        args = "X" if Y is None else "X, Y"
         X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
         out = self._pairwise(self._exact_kernel, self._densify(X), self._densify(Y), xp)
-        return as_real_dtype(xp, out, dtype)
+        out = as_real_dtype(xp, out, dtype)
+        return self._checked_values(xp, out, "exact_kernel", args, exact=True)
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)`` over the random draw of ``fit``, shape (n, m).
@@ -627,9 +712,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         array, shape (n, m), real
             The floating dtype of ``X`` (float64 for an integer ``X``).
         """
+        args = "X" if Y is None else "X, Y"
         X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("variance")
-        return as_real_dtype(xp, self._pairwise(self._variance, X, Y, xp), dtype)
+        out = as_real_dtype(xp, self._pairwise(self._variance, X, Y, xp), dtype)
+        return self._checked_values(xp, out, "variance", args)
 
     def complex_variance(self, X, Y=None):
         """``E|k_hat - E k_hat|^2`` of the complex estimate ``phi(x)^T conj(psi(y))``.
@@ -648,10 +735,12 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         array, shape (n, m), real
             The floating dtype of ``X`` (float64 for an integer ``X``).
         """
+        args = "X" if Y is None else "X, Y"
         X, Y, xp, dtype = self._check_pair_widened(X, Y)
         self._warn_biased_sampler("complex_variance")
         fn = self._complex_variance if self.is_complex else self._variance
-        return as_real_dtype(xp, self._pairwise(fn, X, Y, xp), dtype)
+        out = as_real_dtype(xp, self._pairwise(fn, X, Y, xp), dtype)
+        return self._checked_values(xp, out, "complex_variance", args)
 
     def _pair_jobs(self):
         n_jobs = getattr(self, "n_jobs", None)
@@ -831,6 +920,11 @@ def combine_scaled(xp, dot, scale):
     return xp.sign(dot) * xp.exp(logabs)
 
 
+def _on_host(a) -> bool:
+    """Whether ``a`` lives in host memory (NumPy, or a CPU tensor)."""
+    return not is_torch_array(a) or a.device.type == "cpu"
+
+
 def _detach(a):
     # a plain value for control flow (no autograd warning when converting to float)
     return a.detach() if hasattr(a, "detach") else a
@@ -867,13 +961,65 @@ def narrow_to(xp, out, dtype):
 def scale_rows(xp, base, log_scale):
     """``base * exp(log_scale)[:, None]`` (n, D) for ``base`` (n, D), ``log_scale`` (n,):
     in place for NumPy (``base`` is the map's own temporary), overflow to inf without a
-    NumPy warning (the maps warn themselves where they promise to)."""
+    NumPy warning (the maps warn themselves where they promise to).
+
+    Where a row's scale overflows, a zero feature stays 0 (not ``0 * inf = NaN``), and
+    the real and imaginary parts of complex features are scaled apart (a complex product
+    with ``inf`` would make ``0 * inf`` of the other part): features are +-inf only where
+    they leave the range themselves."""
     if is_numpy_namespace(xp):
         with np.errstate(over="ignore", invalid="ignore"):
             scale = np.exp(log_scale).astype(base.real.dtype, copy=False)
-            base *= scale[:, None]
+            if np.all(np.isfinite(scale)):
+                base *= scale[:, None]
+                return base
+            for part in (base.real, base.imag) if np.iscomplexobj(base) else (base,):
+                part[...] = np.where(part == 0, 0.0, part * scale[:, None])
         return base
-    return base * xp.exp(log_scale)[:, None]
+    scale = xp.exp(log_scale)[:, None]
+    if bool(xp.all(xp.isfinite(_detach(scale)))):
+        return base * scale
+
+    def part(b):
+        return xp.where(b == 0, xp.zeros_like(b), b * scale)
+
+    if not xp.isdtype(base.dtype, "complex floating"):
+        return part(base)
+    import torch  # the array-API backends with complex features: torch
+
+    return torch.complex(part(xp.real(base)), part(xp.imag(base)))
+
+
+def safe_gram(xp, X, Y):
+    """``X Y^T`` (n, m) of dense ``X`` (n, d), ``Y`` (m, d): +-inf where a product leaves
+    the floating-point range, never ``inf - inf = NaN`` from partial sums that overflow
+    (rows of norm ~1e160 in float64), and no NumPy overflow warning. The rows are divided
+    by their largest ``|entry|`` first where the plain product could overflow."""
+    if X.shape[0] == 0 or Y.shape[0] == 0 or X.shape[1] == 0:
+        return X @ xp.matrix_transpose(Y)
+    ax = xp.max(xp.abs(X), axis=1)  # (n,)
+    ay = xp.max(xp.abs(Y), axis=1)  # (m,)
+    big = float(_detach(xp.max(ax))) * float(_detach(xp.max(ay))) * X.shape[1]
+    if big < float(xp.finfo(X.dtype).max) / 4:
+        return X @ xp.matrix_transpose(Y)
+    ax = xp.where(ax > 0, ax, xp.ones_like(ax))
+    ay = xp.where(ay > 0, ay, xp.ones_like(ay))
+    Gu = (X / ax[:, None]) @ xp.matrix_transpose(Y / ay[:, None])  # |Gu| <= d
+    # ax ay Gu in log space: sign(Gu) exp(log ax + log ay + log|Gu|), 0 where Gu = 0
+    return times_exp(xp, Gu, xp.log(ax)[:, None] + xp.log(ay)[None, :])
+
+
+def warn_value_overflow(owner: str, method: str, args: str, dtype) -> None:
+    """The ``RuntimeWarning`` of ``owner.method(args)`` (``args`` "X" or "X, Y") whose
+    values overflow ``dtype`` to +-inf: the inputs are too large for it. Points at the
+    user's call."""
+    warnings.warn(
+        f"{owner}.{method}({args}): some values overflow {dtype} to +-inf (the kernel's "
+        f"powers or exponentials of inputs this large leave its range): scale {args} down "
+        "(divide by a constant), or raise the lengthscale / lower gamma.",
+        RuntimeWarning,
+        stacklevel=caller_stacklevel(),
+    )
 
 
 def warn_feature_overflow(side: str, dtype, limit: float, remedy: str) -> None:

@@ -69,8 +69,7 @@ def lazy_features(fm, X, side: str):
 
     @one_thread_per_task_map  # a task of the threaded scheduler: one thread, not cores
     def block(Xb):  # (rows, d) NumPy -> (rows, output_dim): the in-memory path
-        Xb, xp = fm._check_X(Xb, name)
-        return fm._features(Xb, xp, side)
+        return fm._features_of(Xb, side)
 
     # output dtype of the in-memory path for this input dtype (unit rows: valid for every
     # map), without the set_output wrapper (blocks are arrays); sparse chunks (a SciPy

@@ -216,7 +216,7 @@ class SecondMomentVariance:
         -------
         float
         """
-        X, Y, xp = self._check_pair(X, Y)
+        X, Y, xp, _ = self._check_pair_half_widened(X, Y)
         X, Y = self._densify(X), self._densify(Y)
         return float(xp.mean(self._log_second_moment(X, Y, xp)))
 

@@ -62,6 +62,7 @@ from ._base import (
     narrow_to,
     param_cache,
     safe_log,
+    scale_rows,
     times_exp,
     widen_to_float64,
 )
@@ -133,6 +134,7 @@ class DotProductFeatureMap(FeatureMap):
     _moments: ClassVar[dict] = {False: (1.0, 1.0), True: (0.5, 1.0)}
     accepts_sparse = True
     fit_reads = "shape"  # the random parameters depend on the dimension only
+    _warns_value_overflow = True  # |x|^p overflows silently otherwise
     _parameter_constraints: ClassVar[dict] = {
         "n_features": int_range(1, 2**26),
         # an int, or an integer-valued float (checked by _check_params)
@@ -255,13 +257,16 @@ class DotProductFeatureMap(FeatureMap):
         """``L`` with ``|partial products of features| <= exp(p max(0, L + log|x~|))``."""
         return 0.5 * math.log(self.input_dim_)
 
-    def _scaled_or_raw(self, X, xp):
+    def _scaled_or_raw(self, X, xp, products: bool = False):
         """``(base, log_scale)``; ``log_scale`` is None when the raw features can neither
         overflow nor underflow (the usual case: ``base`` is then the features themselves).
 
         Otherwise ``base`` is computed from ``x~ / |x~|`` and ``log_scale = p log |x~|``
         (the features are homogeneous of degree ``p`` in ``x~``), so that
         :meth:`approx_kernel` stays finite wherever the kernel value is representable.
+        ``products``: the raw features only where the sum of ``D`` products of two of them
+        cannot overflow either (features up to ``sqrt(max / D)``; the Gram matrix of
+        features of ~1e160 overflowed, and a complex one made ``inf - inf = NaN``).
         """
         p, c = self._p, self._c
         if X.shape[0] == 0:
@@ -275,6 +280,8 @@ class DotProductFeatureMap(FeatureMap):
             amax = xp.clip(amax, min=math.sqrt(c))
         fin = xp.finfo(X.dtype)
         hi = math.log(float(fin.max)) - 4.0  # features up to exp(hi) are safe
+        if products:  # and a sum of D products of two of them
+            hi = 0.5 * (hi - math.log(max(1, int(self.n_features))))
         lo = math.log(float(fin.tiny)) + 40.0  # and rows of norm^p down to exp(lo)
         big = float(_detach(xp.max(amax)))
         pos = xp.where(amax > 0, amax, xp.full_like(amax, math.inf))
@@ -304,10 +311,9 @@ class DotProductFeatureMap(FeatureMap):
         base, log_scale = self._scaled_or_raw(X, xp)
         if log_scale is None:
             return base
-        if is_numpy_namespace(xp):
-            with np.errstate(over="ignore"):
-                return base * np.exp(log_scale)[:, None].astype(X.dtype)
-        return base * xp.exp(log_scale)[:, None]
+        # +-inf where a feature overflows (FeatureMap._checked_values warns), 0 where the
+        # base is 0 (never 0 * inf = NaN)
+        return scale_rows(xp, base, log_scale)
 
     def _finish(self, xp, re, im):
         """Combine real and imaginary parts per ``real_output`` (array-API path)."""
@@ -338,8 +344,8 @@ class DotProductFeatureMap(FeatureMap):
             o.imag = im
 
     def _scaled_pair(self, X, Y, xp):
-        P, sx = self._scaled_or_raw(X, xp)
-        S, sy = (P, sx) if Y is X else self._scaled_or_raw(Y, xp)
+        P, sx = self._scaled_or_raw(X, xp, products=True)
+        S, sy = (P, sx) if Y is X else self._scaled_or_raw(Y, xp, products=True)
         zx = xp.zeros(P.shape[0], dtype=P.real.dtype, device=device(P)) if sx is None else sx
         zy = xp.zeros(S.shape[0], dtype=P.real.dtype, device=device(P)) if sy is None else sy
         return P, zx, S, zy

@@ -663,8 +663,8 @@ class SphericalRandomFeatures(RandomFourierFeatures):
         array, shape (n, m)
             The floating dtype of ``X`` (float64 for an integer ``X``).
         """
-        X, Y, xp = self._check_pair(X, Y)
-        return self._mixture(self._densify(X), self._densify(Y), xp)
+        X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
+        return as_real_dtype(xp, self._mixture(self._densify(X), self._densify(Y), xp), dtype)
 
     def _mixture(self, X, Y, xp):
         return float(self.amplitude) * _mixture_kernel(

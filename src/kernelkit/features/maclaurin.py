@@ -48,9 +48,11 @@ from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ._base import (
     FeatureMap,
+    _detach,
     as_real_dtype,
     check_real,
     narrow_to,
+    safe_gram,
     safe_log,
     sq_norms,
     times_exp,
@@ -158,6 +160,7 @@ class _MaclaurinBase(FeatureMap):
 
     # ------------------------------------------------------------------ parameters
     accepts_sparse = True
+    _warns_value_overflow = True  # |x^T y|^p and exp(x^T y) overflow silently otherwise
 
     def _validate_common(self):
         check_n_jobs(self.n_jobs)
@@ -255,7 +258,24 @@ class _MaclaurinBase(FeatureMap):
         n = X.shape[0]
         s = self._input_scale()
         Xs = X * math.sqrt(s) if s != 1.0 else X
-        blocks = [w * sk._features(Xs, xp, side) for _, sk, w in self.sketches_]
+        # each degree's sketch in scaled form (base, log-scale or None for 0), brought to
+        # the rows' largest log-scale: the blocks of degree n grow like |x|^n, and the raw
+        # features of rows of norm ~1e80 (or their products) overflowed, and a Gaussian
+        # factor exp(-|x|^2 / 2) that underflows times them made 0 * inf = NaN
+        parts = [(w, *sk._scaled_or_raw(Xs, xp, products=True)) for _, sk, w in self.sketches_]
+        log_scale = None
+        if any(ls is not None for _, _, ls in parts):
+            zero = xp.zeros(n, dtype=X.dtype, device=device(X))
+            scales = [zero if ls is None else ls for _, _, ls in parts]
+            log_scale = zero if self.n_features_per_degree_[0] else scales[0]
+            for ls in scales:
+                log_scale = xp.maximum(log_scale, ls)
+            blocks = [
+                w * B * xp.exp(ls - log_scale)[:, None]
+                for (w, B, _), ls in zip(parts, scales, strict=True)
+            ]
+        else:
+            blocks = [w * B for w, B, _ in parts]
         cplx = bool(self.complex)
         if cplx and self.real_output:
             # the parts of complex64 sketches of a half-precision X: back to X's dtype
@@ -266,14 +286,17 @@ class _MaclaurinBase(FeatureMap):
             const = xp.full(
                 (n, 1), math.sqrt(float(self.coefficients_[0])), dtype=X.dtype, device=device(X)
             )
+            if log_scale is not None:
+                const = const * xp.exp(-log_scale)[:, None]
             if cplx:
                 const = xp.astype(const, blocks[0].dtype)
             blocks = [const, *blocks]
         base = xp.concat(blocks, axis=1)
-        if self.kernel == "gaussian":
-            log_scale = -0.5 * s * sq_norms(xp, X)
-        else:
+        if log_scale is None:
             log_scale = xp.zeros(n, dtype=X.dtype, device=device(X))
+        if self.kernel == "gaussian":
+            with np.errstate(over="ignore"):  # |x|^2 = inf: a factor exp(-inf) = 0
+                log_scale = log_scale - 0.5 * s * sq_norms(xp, X)
         return base, log_scale
 
     # ------------------------------------------------------------------ variance
@@ -328,7 +351,8 @@ class _MaclaurinBase(FeatureMap):
         if self.kernel != "gaussian":
             return None
         s = self._input_scale()
-        return -0.5 * s * (xp.sum(X * X, axis=1)[:, None] + xp.sum(Y * Y, axis=1)[None, :])
+        with np.errstate(over="ignore"):  # |x|^2 = inf: a weight exp(-inf) = 0
+            return -0.5 * s * (xp.sum(X * X, axis=1)[:, None] + xp.sum(Y * Y, axis=1)[None, :])
 
     def _degree_variance(self, G, N, S, n: int, D: int, kind: str):
         """Variance of one degree-``n`` sketch estimate of ``G^n`` with ``D`` features
@@ -419,12 +443,33 @@ class _MaclaurinBase(FeatureMap):
         -------
         array, shape (n, m)
         """
-        X, Y, xp = self._check_pair(X, Y)
-        return self._expected_kernel_prepared(self._densify(X), self._densify(Y), xp)
+        args = "X" if Y is None else "X, Y"
+        X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
+        out = self._expected_kernel_prepared(self._densify(X), self._densify(Y), xp)
+        out = as_real_dtype(xp, out, dtype)
+        return self._checked_values(xp, out, "expected_kernel", args, exact=True)
 
     def _expected_kernel_prepared(self, X, Y, xp):
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
-        out = times_exp(xp, self._series(Xw, Yw, xp), self._gaussian_weight(Xw, Yw, xp))
+        with np.errstate(over="ignore", invalid="ignore"):  # checked below
+            series = self._series(Xw, Yw, xp)
+        if not bool(xp.all(xp.isfinite(series))):
+            # the powers of x^T y overflow (and +-inf terms of alternating sign made
+            # inf - inf = NaN): the series of the unit rows, sum_n exp(c_n) G^n with every
+            # term at most 1, scaled back in log space (_term_logs)
+            G, _, _, log_n, _ = self._pair_moments(Xw, Yw, xp)
+            c, L = self._term_logs(log_n, xp)
+            series = xp.zeros_like(G)
+            Gn = xp.ones_like(G)
+            for k in range(self.degree_ + 1):
+                if k:
+                    Gn = Gn * G
+                if c[k] is not None:
+                    series = series + xp.exp(c[k]) * Gn
+            log_e = self._gaussian_weight(Xw, Yw, xp)
+            out = times_exp(xp, series, 0.5 * L if log_e is None else 0.5 * L + log_e)
+            return narrow_to(xp, out, dtype)
+        out = times_exp(xp, series, self._gaussian_weight(Xw, Yw, xp))
         return narrow_to(xp, out, dtype)
 
     def _series(self, X, Y, xp):
@@ -441,16 +486,27 @@ class _MaclaurinBase(FeatureMap):
         return out
 
     def _exact_kernel(self, X, Y, xp):
-        """The kernel this map approximates (untruncated), shape (n, m)."""
-        G = X @ xp.matrix_transpose(Y)
-        if self.kernel == "polynomial":
-            return (float(self.gamma) * G + float(self.coef0)) ** int(self.degree)
+        """The kernel this map approximates (untruncated), shape (n, m): +-inf (or 0)
+        where it leaves the floating-point range, never NaN (``x^T y`` of rows of norm
+        ~1e160 by :func:`safe_gram`; ``|x - y|^2`` of rows brought to ``max |entry| = 1``
+        where ``|x|^2`` would overflow)."""
         s = self._input_scale()
-        if self.kernel == "softmax":
-            return xp.exp(s * G)
-        nx = xp.sum(X * X, axis=1)[:, None]
-        ny = xp.sum(Y * Y, axis=1)[None, :]
-        return xp.exp(-0.5 * s * xp.clip(nx + ny - 2.0 * G, min=0.0))
+        if self.kernel != "gaussian":
+            G = safe_gram(xp, X, Y)
+            with np.errstate(over="ignore"):  # FeatureMap._checked_values warns
+                if self.kernel == "polynomial":
+                    return (float(self.gamma) * G + float(self.coef0)) ** int(self.degree)
+                return xp.exp(s * G)
+        c = max(float(_detach(xp.max(xp.abs(A)))) if A.shape[0] else 0.0 for A in (X, Y))
+        if c * c * X.shape[1] < float(xp.finfo(X.dtype).max) / 8:
+            c = 1.0
+        Xc, Yc = (X, Y) if c == 1.0 else (X / c, Y / c)
+        nx = xp.sum(Xc * Xc, axis=1)[:, None]
+        ny = xp.sum(Yc * Yc, axis=1)[None, :]
+        d2 = xp.clip(nx + ny - 2.0 * (Xc @ xp.matrix_transpose(Yc)), min=0.0)
+        if c != 1.0:  # c^2 |x/c - y/c|^2 in log space: 0 stays 0, not 0 * inf
+            d2 = times_exp(xp, d2, xp.full_like(d2, 2.0 * math.log(c)))
+        return xp.exp(-0.5 * s * d2)
 
 
 class RandomMaclaurin(_MaclaurinBase):

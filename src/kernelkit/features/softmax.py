@@ -43,7 +43,14 @@ from .._backend import (
 from .._backend.exponential import exp2_is_faster
 from .._backend.parallel import check_n_jobs, effective_n_jobs, map_row_blocks
 from .._backend.params import N_JOBS, NON_NEGATIVE
-from ._base import _detach, _matmul_augmented, log1mexp, sq_norms, warn_feature_overflow
+from ._base import (
+    _detach,
+    _matmul_augmented,
+    as_real_dtype,
+    log1mexp,
+    sq_norms,
+    warn_feature_overflow,
+)
 from ._projection import ProjectionFeatureMap, SecondMomentVariance
 from ._trig import trig_features, use_half
 from .favor import (
@@ -143,16 +150,8 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
             base, _ = self._scaled_features(X, xp, side)
             if row is None:
                 return base
+            # (a half-precision input arrives widened to float32: FeatureMap._features_of)
             on_host = X.device.type == "cpu"  # (on accelerators a test waits for the device)
-            if float(xp.finfo(row.dtype).max) < float(np.finfo(np.float32).max):
-                # float16's scale overflows from |x|^2 ~ 11, its features (scale / sqrt(M/2),
-                # at most) later: the product in float32, rounded once (bfloat16 has
-                # float32's range and keeps the one-pass product)
-                scale = xp.exp(xp.astype(row, xp.float32))  # (n,)
-                out = xp.astype(xp.astype(base, xp.float32) * scale[:, None], base.dtype)
-                if on_host:
-                    self._check_scale_overflow(out, side, xp)
-                return out
             scale = xp.exp(row)  # (n,)
             if on_host:
                 self._check_scale_overflow(scale, side, xp)
@@ -166,8 +165,7 @@ class TrigRF(SecondMomentVariance, _ThreadedMap):
 
     def _check_scale_overflow(self, scale, side, xp):
         """Warn where a row's scale ``exp((1/2 + alpha) |x|^2)`` (n,) is inf: its features
-        are +-inf (or NaN where the cosine rounds to 0), though the kernel may be finite.
-        (Half-precision tensors pass their rounded features (n, M) instead.)"""
+        are +-inf (or NaN where the cosine rounds to 0), though the kernel may be finite."""
         if not bool(xp.all(xp.isfinite(_detach(scale)))):
             warn_feature_overflow(
                 side,
@@ -514,8 +512,9 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         array, shape (n, output_dim)
             The floating dtype of ``X`` (float64 for an integer ``X``).
         """
-        X, xp = self._check_X(X, "X")
-        return self._logits(X, xp, "x") + self._row_term(X, xp, "x")[:, None]
+        X, xp, dtype = self._check_X_half_widened(X, "X")
+        out = self._logits(X, xp, "x") + self._row_term(X, xp, "x")[:, None]
+        return as_real_dtype(xp, out, dtype)
 
     def log_transform_y(self, Y):
         """Logarithm of the y-side features.
@@ -529,8 +528,9 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         array, shape (m, output_dim)
             The floating dtype of ``Y`` (float64 for an integer ``Y``).
         """
-        Y, xp = self._check_X(Y, "Y")
-        return self._logits(Y, xp, "y") + self._row_term(Y, xp, "y")[:, None]
+        Y, xp, dtype = self._check_X_half_widened(Y, "Y")
+        out = self._logits(Y, xp, "y") + self._row_term(Y, xp, "y")[:, None]
+        return as_real_dtype(xp, out, dtype)
 
     # ----------------------------------------------------------- variance / objective
     def _transformed(self, X, xp, side):
@@ -573,7 +573,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         float
             Evaluated in float64.
         """
-        X, Y, _ = self._check_pair(X, Y)
+        X, Y, _, _ = self._check_pair_half_widened(X, Y)
         X, Y = to_numpy(self._densify(X), np.float64), to_numpy(self._densify(Y), np.float64)
         a = np.asarray(self.A_, dtype=np.float64)
         c0 = float(np.sum(np.log1p(-4.0 * a) - 0.5 * np.log1p(-8.0 * a)))

@@ -26,7 +26,6 @@ from .._base import (
     times_exp,
     warn_feature_overflow,
 )
-from .._base import _namespace_of as xp_of
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
 from ._common import (
@@ -239,14 +238,13 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         k_trig : array, shape (n, m)
             ``SM^{trig}_m`` estimate (same kernel scaling).
         """
-        lam, (dp, sp), (dt, st) = self._scaled_components(X, Y)
-        return lam, _combine(xp_of(lam), dp, sp), _combine(xp_of(lam), dt, st)
-
-    def _scaled_components(self, X, Y):
-        """``lambda_hat (n, m)`` and the two base estimates as ``(dot, log_scale)`` pairs,
-        each ``(n, m)``, with ``estimate = dot * exp(log_scale)``."""
-        Xs, Ys, xp = self._check_pair(X, Y)
-        return self._components_prepared(Xs, Ys, xp)
+        # a half-precision input formed in float32 and rounded once, as approx_kernel
+        Xs, Ys, xp, dtype = self._check_pair_half_widened(X, Y)
+        lam, (dp, sp), (dt, st) = self._components_prepared(Xs, Ys, xp)
+        return tuple(
+            as_real_dtype(xp, part, dtype)
+            for part in (lam, _combine(xp, dp, sp), _combine(xp, dt, st))
+        )
 
     def _components_prepared(self, Xs, Ys, xp):
         extra = 0.0

@@ -350,7 +350,8 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         j : ndarray of int, shape (m,)
             The y-side cluster of each row of ``Y``.
         """
-        Xs, Ys, xp = self._check_pair(X, Y)
+        # a half-precision input formed in float32 (the distances to the centres)
+        Xs, Ys, xp, _ = self._check_pair_half_widened(X, Y)
         return self._assign(Xs, xp, "x")[0], self._assign(Ys, xp, "y")[0]
 
     # -------------------------------------------------------------- variance
