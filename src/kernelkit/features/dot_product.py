@@ -309,11 +309,11 @@ class DotProductFeatureMap(FeatureMap):
 
     def _features(self, X, xp, side):
         base, log_scale = self._scaled_or_raw(X, xp)
-        if log_scale is None:
+        if log_scale is None:  # raw features below exp(hi): cannot overflow
             return base
-        # +-inf where a feature overflows (FeatureMap._checked_values warns), 0 where the
-        # base is 0 (never 0 * inf = NaN)
-        return scale_rows(xp, base, log_scale)
+        # +-inf where a feature overflows (with one warning), 0 where the base is 0 (never
+        # 0 * inf = NaN)
+        return self._checked_features(xp, scale_rows(xp, base, log_scale), side)
 
     def _finish(self, xp, re, im):
         """Combine real and imaginary parts per ``real_output`` (array-API path)."""

@@ -39,6 +39,7 @@ from sklearn.utils._param_validation import Hidden, StrOptions
 from .._backend import (
     check_random_state,
     device,
+    is_numpy_namespace,
     to_backend,
     to_numpy,
     validate_positive_int,
@@ -54,6 +55,7 @@ from ._base import (
     narrow_to,
     safe_gram,
     safe_log,
+    scale_rows,
     sq_norms,
     times_exp,
     widen_to_float64,
@@ -255,6 +257,19 @@ class _MaclaurinBase(FeatureMap):
 
     # ------------------------------------------------------------------ features
     def _scaled_features(self, X, xp, side):
+        return self._scaled_blocks(X, xp)[:2]
+
+    def _features_of_rows(self, X, xp, side):
+        base, log_scale, bounded = self._scaled_blocks(X, xp)
+        out = scale_rows(xp, base, log_scale)
+        return out if bounded else self._checked_features(xp, out, side)
+
+    def _scaled_blocks(self, X, xp):
+        """``(base (n, D), log_scale (n,), bounded)``: the features are ``base *
+        exp(log_scale)``; ``bounded`` when every degree's sketch took its raw features,
+        each at most ``exp(hi)`` (:meth:`DotProductFeatureMap._scaled_or_raw` with
+        ``products``), so that with their weights and ``log_scale <= 0`` no feature can
+        overflow (then no pass over the features looks for inf)."""
         n = X.shape[0]
         s = self._input_scale()
         Xs = X * math.sqrt(s) if s != 1.0 else X
@@ -274,6 +289,8 @@ class _MaclaurinBase(FeatureMap):
                 w * B * xp.exp(ls - log_scale)[:, None]
                 for (w, B, _), ls in zip(parts, scales, strict=True)
             ]
+        elif is_numpy_namespace(xp):  # each sketch's fresh features, weighted in place
+            blocks = [np.multiply(B, w, out=B) for w, B, _ in parts]
         else:
             blocks = [w * B for w, B, _ in parts]
         cplx = bool(self.complex)
@@ -292,12 +309,28 @@ class _MaclaurinBase(FeatureMap):
                 const = xp.astype(const, blocks[0].dtype)
             blocks = [const, *blocks]
         base = xp.concat(blocks, axis=1)
+        bounded = log_scale is None and self._raw_blocks_bounded(X.dtype, xp)
         if log_scale is None:
             log_scale = xp.zeros(n, dtype=X.dtype, device=device(X))
         if self.kernel == "gaussian":
             with np.errstate(over="ignore"):  # |x|^2 = inf: a factor exp(-inf) = 0
                 log_scale = log_scale - 0.5 * s * sq_norms(xp, X)
-        return base, log_scale
+        return base, log_scale, bounded
+
+    def _raw_blocks_bounded(self, dtype, xp) -> bool:
+        """Whether raw sketch features (each below ``exp(hi)``, ``hi = (log max - 4 -
+        log D_n) / 2``) times their block weights, and the constant feature, stay below
+        the largest ``dtype`` value."""
+        top = math.log(float(xp.finfo(dtype).max))
+        logs = [
+            math.log(w) + 0.5 * (top - 4.0 - math.log(max(1, int(sk.n_features))))
+            for _, sk, w in self.sketches_
+            if w > 0
+        ]
+        if self.n_features_per_degree_[0]:
+            c0 = float(self.coefficients_[0])
+            logs.append(0.5 * math.log(c0) if c0 > 0 else -math.inf)
+        return all(v < top - 1.0 for v in logs)
 
     # ------------------------------------------------------------------ variance
     def _pair_moments(self, X, Y, xp, unit=True):
