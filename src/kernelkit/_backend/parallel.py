@@ -15,8 +15,13 @@ Every function here takes ``n_jobs`` in scikit-learn's convention:
 * a positive integer: that many threads;
 * a negative integer: ``cpus + 1 + n_jobs`` (``-1`` all CPUs, ``-2`` all but one).
 
-Results never depend on the thread count: blocks have a fixed size and block results are
-combined in block order.
+Results never depend on the thread count: blocks have a fixed size, block results are
+combined in block order, and work of several blocks runs with BLAS on one thread whatever
+``n_jobs`` is (``n_jobs=1`` too: a threaded BLAS splits a product's columns differently,
+which changes the last bit of some entries, e.g. of a GEMM 46 columns wide). Calls from
+several Python threads at once agree with serial calls to round-off, not bitwise: the
+BLAS thread count is process-wide, so one call's single-threaded BLAS also applies to
+the BLAS calls that another thread makes meanwhile.
 """
 
 from __future__ import annotations
@@ -295,24 +300,21 @@ def map_row_blocks(fn, n: int, width: int, itemsize: int, rows=None, n_jobs=None
     rows = max(1, int(rows))
     blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
     threads = min(effective_n_jobs(n_jobs), len(blocks))
-    if threads <= 1:
-        for lo, hi in blocks:
-            fn(lo, hi)
-        return
-    with SingleThreadedBlas():
+    with SingleThreadedBlas():  # on one thread too: results independent of n_jobs
         pool_map(lambda block: fn(*block), blocks, threads)
 
 
 def block_map(fn, n: int, block: int, n_jobs=None, max_threads: int = MAX_THREADS) -> list:
     """``[fn(a, b) for each block [a, b) of range(n)]`` in block order, threaded.
 
-    BLAS is single-threaded while ``fn`` runs; ``fn`` must only read shared data or write
-    its own block. At most ``max_threads`` threads (memory-bound products gain nothing
+    BLAS is single-threaded while ``fn`` runs on more than one block (whatever the thread
+    count, so that the results do not depend on it); ``fn`` must only read shared data or
+    write its own block. At most ``max_threads`` threads (memory-bound products gain nothing
     beyond).
     """
     spans = [(a, min(a + block, n)) for a in range(0, n, block)]
     threads = max(1, min(effective_n_jobs(n_jobs), max_threads, len(spans)))
-    if threads == 1:
+    if len(spans) <= 1:  # one block: the same call whatever n_jobs is
         return [fn(a, b) for a, b in spans]
-    with SingleThreadedBlas():
+    with SingleThreadedBlas():  # on one thread too: results independent of n_jobs
         return pool_map(lambda ab: fn(*ab), spans, threads)
