@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import inspect
 import pickle
+import threading
 import warnings
 
 import numpy as np
@@ -342,3 +343,36 @@ def test_pickled_objects_in_joblib_workers():
     )
     for out, exp in zip(outs, expected, strict=True):
         np.testing.assert_array_equal(out, exp)
+
+
+def test_first_calls_from_threads_with_different_thread_counts(monkeypatch):
+    # threads whose first calls into kernelkit ask for different n_jobs at once: the
+    # shared pool grows, and a thread that had looked the old pool up just before it was
+    # replaced (and shut down) raised "cannot schedule new futures after shutdown".
+    # Each round starts from no pool, as a fresh process does; the results are exact
+    # (integer sums)
+    from kernelkit._backend import parallel
+
+    pools = []
+    errors = []
+
+    def user(threads):
+        try:
+            out = parallel.pool_map(lambda i: sum(range(i * 100)), range(32), threads)
+            assert out == [sum(range(i * 100)) for i in range(32)]
+        except Exception as exc:  # collected: the assertion below names them
+            errors.append(repr(exc))
+
+    for _ in range(60):
+        state = {"pool": None, "size": 0, "pid": None}
+        monkeypatch.setattr(parallel, "_pool_state", state)
+        workers = [threading.Thread(target=user, args=(k,)) for k in range(2, 10)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        pools.append(state["pool"])
+    for pool in pools:
+        if pool is not None:
+            pool.shutdown(wait=True)
+    assert not errors, errors[:3]

@@ -210,8 +210,15 @@ class OneThreadPerTask(SingleThreadedBlas):
 
 
 # ---------------------------------------------------------------------- the pool
-def _worker_pool(size: int) -> ThreadPoolExecutor:
-    """The process-wide pool of at least ``size`` threads (new after ``fork`` or to grow)."""
+def _submit(fn, size: int):
+    """``fn`` submitted to the process-wide pool of at least ``size`` threads (new after
+    ``fork`` or to grow); its future.
+
+    Looked up and submitted under the lock: a pool that another thread replaces to grow
+    it is shut down, and a submit to it after that raised ``RuntimeError: cannot schedule
+    new futures after shutdown`` (threads whose first calls ask for different thread
+    counts at once). Tasks already submitted to a replaced pool still run.
+    """
     with _lock:
         st = _pool_state
         if st["pool"] is None or st["pid"] != os.getpid() or st["size"] < size:
@@ -222,7 +229,7 @@ def _worker_pool(size: int) -> ThreadPoolExecutor:
                 size=size,
                 pid=os.getpid(),
             )
-        return st["pool"]
+        return st["pool"].submit(fn)
 
 
 def pool_map(fn, items, threads: int) -> list:
@@ -253,7 +260,7 @@ def pool_map(fn, items, threads: int) -> list:
                 errors.append(exc)
                 return
 
-    helpers = [_worker_pool(threads - 1).submit(worker) for _ in range(threads - 1)]
+    helpers = [_submit(worker, threads - 1) for _ in range(threads - 1)]
     worker()
     for f in helpers:
         if not f.cancel():
@@ -271,7 +278,7 @@ def run_beside(fn, work):
     time ``work`` returns, it is cancelled and run in the calling thread, so a busy pool
     delays but never deadlocks. Exceptions of either are re-raised.
     """
-    future = _worker_pool(1).submit(fn)
+    future = _submit(fn, 1)
     try:
         result = work()
     except BaseException:
