@@ -376,3 +376,53 @@ def test_first_calls_from_threads_with_different_thread_counts(monkeypatch):
         if pool is not None:
             pool.shutdown(wait=True)
     assert not errors, errors[:3]
+
+
+def test_concurrent_fits_leave_the_warning_filters_alone():
+    # RandomFeatures(method="auto") silenced the biased-sampler warnings of its ranking
+    # with warnings.catch_warnings, which saves and restores the process-wide filter
+    # list: fits in four threads left its "ignore" filter installed for good. The
+    # warnings are now silenced per thread; the filter list is unchanged, and a fit in
+    # the calling thread still emits none of them
+    from kernelkit.estimators import RandomFeatures
+
+    X = _rows(60, 3, seed=5) * 10
+    before = list(warnings.filters)
+
+    def fit(seed):
+        RandomFeatures(
+            method="auto", n_components=16, sampler="sorf", random_state=seed, auto_sample_size=30
+        ).fit(X)
+
+    with cf.ThreadPoolExecutor(4) as ex:
+        list(ex.map(fit, range(24)))
+    assert warnings.filters == before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit(0)
+    # outside the ranking the warning is still given
+    fm = SDERF(n_features=16, sampler="sorf", random_state=0).fit(X)
+    with pytest.warns(UserWarning, match="i.i.d. projections"):
+        fm.variance(X[:3], X[:3])
+
+
+def test_chunked_classifier_fit_with_distinct_labels_no_warning_filter():
+    # the classes of a chunked GP classifier fit are checked with scikit-learn's
+    # check_classification_targets, whose "more unique classes than 50 % of the samples"
+    # warning (the list of distinct classes always has it) was silenced with
+    # warnings.catch_warnings; now each label is checked twice, so it is not raised,
+    # the filter list is not touched, and continuous labels are still refused
+    from kernelkit.estimators import RandomFeatureGPClassifier
+
+    X = _rows(120, 3, seed=6) * 5
+    y = np.arange(120) % 30  # 30 classes
+    blocks = [(X[i : i + 40], y[i : i + 40]) for i in range(0, 120, 40)]
+    before = list(warnings.filters)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = RandomFeatureGPClassifier(n_samples=20, random_state=0).fit(blocks, None)
+    assert warnings.filters == before
+    np.testing.assert_array_equal(model.classes_, np.arange(30))
+    bad = [(X[:40], X[:40, 0])]
+    with pytest.raises(ValueError, match="Unknown label type"):
+        RandomFeatureGPClassifier(n_samples=20, random_state=0).fit(bad, None)
