@@ -426,3 +426,53 @@ def test_chunked_classifier_fit_with_distinct_labels_no_warning_filter():
     bad = [(X[:40], X[:40, 0])]
     with pytest.raises(ValueError, match="Unknown label type"):
         RandomFeatureGPClassifier(n_samples=20, random_state=0).fit(bad, None)
+
+
+def _child_uses_the_pool(queue):
+    from kernelkit._backend import parallel
+
+    with parallel.SingleThreadedBlas():
+        out = parallel.pool_map(lambda i: i * i, range(16), 2)
+    queue.put((out, parallel._blas_state["users"], parallel._blas_threads()))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "register_at_fork"), reason="no fork")
+def test_fork_while_a_kernelkit_thread_holds_the_lock_or_the_blas_limit():
+    # a program that forks workers (multiprocessing's default on Linux) while one of its
+    # threads runs kernelkit: the child inherited kernelkit's lock as held (its first
+    # parallel call then waited for ever) and the single-thread BLAS limit of the
+    # parent's thread as in use (never lifted in the child). The child now starts with a
+    # fresh lock, no pool and the parent's original BLAS thread count
+    import multiprocessing
+
+    from kernelkit._backend import parallel
+
+    ctx = multiprocessing.get_context("fork")
+    orig = parallel._blas_threads()
+    entered, release = threading.Event(), threading.Event()
+
+    def holder():
+        with parallel.SingleThreadedBlas(), parallel._lock:
+            entered.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    entered.wait(10)
+    try:
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_uses_the_pool, args=(queue,))
+        child.start()
+        child.join(20)
+        hung = child.is_alive()
+        if hung:
+            child.kill()
+            child.join()
+    finally:
+        release.set()
+        thread.join()
+    assert not hung, "the forked child's first parallel call waited for ever"
+    out, users, threads = queue.get(timeout=10)
+    assert out == [i * i for i in range(16)]
+    assert users == 0
+    assert threads == orig  # the parent's limit of one thread is not the child's

@@ -59,6 +59,29 @@ _task_state = {"users": 0}
 _pool_state = {"pool": None, "size": 0, "pid": None}
 
 
+def _after_fork_in_child() -> None:
+    """A forked child starts with no kernelkit thread: a fresh lock (the parent's may have
+    been held by one of its threads at the fork, which left the child's first call
+    waiting for ever), no pool, and no single-thread BLAS limit in use; a limit that a
+    parent thread held is lifted (nothing in the child would ever restore it)."""
+    global _lock
+    _lock = threading.Lock()
+    held, orig = _blas_state["users"] > 0, _blas_state["orig"]
+    _blas_state.update(users=0, ctx=None, orig=None)
+    _task_state["users"] = 0
+    _pool_state.update(pool=None, size=0, pid=None)
+    ctl = _blas_state["controller"]
+    if held and orig and ctl:
+        try:
+            _as_blas_controller(lambda: ctl.limit(limits=orig))
+        except Exception:  # no BLAS control in the child: it keeps one thread
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 # ---------------------------------------------------------------------- thread counts
 def _cpus() -> int:
     try:
