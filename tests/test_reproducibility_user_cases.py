@@ -328,9 +328,10 @@ def _transform_pickled(blob, X):
 
 
 def test_pickled_objects_in_joblib_workers():
-    # a fitted map and estimator pickled into two joblib worker processes (one BLAS
-    # thread each) give bitwise the parent's output: one-block inputs, so the same BLAS
-    # calls on the same values
+    # a fitted map and estimator pickled into two joblib worker processes (forked: no
+    # interpreter start-up) give bitwise the parent's output: inputs below the blocking
+    # size, so the same calls on the same values (GEMMs 32 / 64 columns wide, which this
+    # BLAS computes alike on any thread count)
     joblib = pytest.importorskip("joblib")
     X = _rows(300, 6)
     objs = [
@@ -338,7 +339,7 @@ def test_pickled_objects_in_joblib_workers():
         RandomFeatures(n_components=32, random_state=0).fit(X),
     ]
     expected = [o.transform(X) for o in objs]
-    outs = joblib.Parallel(n_jobs=2)(
+    outs = joblib.Parallel(n_jobs=2, backend="multiprocessing")(
         joblib.delayed(_transform_pickled)(pickle.dumps(o), X) for o in objs
     )
     for out, exp in zip(outs, expected, strict=True):
@@ -476,3 +477,46 @@ def test_fork_while_a_kernelkit_thread_holds_the_lock_or_the_blas_limit():
     assert out == [i * i for i in range(16)]
     assert users == 0
     assert threads == orig  # the parent's limit of one thread is not the child's
+
+
+def _child_takes_the_map_cache_lock(queue):
+    from kernelkit.attention import _maps
+
+    got = _maps._BUILT_LOCK.acquire(timeout=10)
+    if got:
+        _maps._BUILT_LOCK.release()
+    queue.put(got)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "register_at_fork"), reason="no fork")
+def test_fork_while_a_thread_holds_the_attention_map_cache_lock():
+    # the cache of fitted attention maps is guarded by a module-level lock: a child
+    # forked while another thread held it would wait for it for ever in its first
+    # linear_attention with given moments. The child takes the lock itself (a torch
+    # computation in a forked child can hang in torch's own thread pools, so the check
+    # stops at the lock)
+    pytest.importorskip("torch")
+    import multiprocessing
+
+    from kernelkit.attention import _maps
+
+    entered, release = threading.Event(), threading.Event()
+
+    def holder():
+        with _maps._BUILT_LOCK:
+            entered.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    entered.wait(10)
+    ctx = multiprocessing.get_context("fork")
+    try:
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_takes_the_map_cache_lock, args=(queue,))
+        child.start()
+        child.join(30)
+    finally:
+        release.set()
+        thread.join()
+    assert queue.get(timeout=10), "the forked child found the map cache's lock held"
