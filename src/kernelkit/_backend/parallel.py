@@ -329,6 +329,9 @@ def map_row_blocks(fn, n: int, width: int, itemsize: int, rows=None, n_jobs=None
         rows = max(MIN_BLOCK_ROWS, BLOCK_BYTES // max(1, width * itemsize))
     rows = max(1, int(rows))
     blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+    if len(blocks) == 1:  # one block: the same call whatever n_jobs is
+        fn(0, n)
+        return
     threads = min(effective_n_jobs(n_jobs), len(blocks))
     with SingleThreadedBlas():  # on one thread too: results independent of n_jobs
         pool_map(lambda block: fn(*block), blocks, threads)
