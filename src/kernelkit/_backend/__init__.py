@@ -13,7 +13,8 @@ Policies implemented here:
   seed gives the same features whatever the backend.
 * **Dtype** – float32 in, float32 out; float64 in, float64 out. Integer and boolean inputs
   are promoted to the default float (float64 for NumPy, ``torch.get_default_dtype()``
-  for torch); complex inputs are rejected.
+  for torch); complex inputs are rejected. Non-native byte orders (big-endian ``>f8``)
+  become the native one.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ __all__ = [
     "is_numpy_namespace",
     "is_torch_array",
     "is_torch_namespace",
+    "native_byte_order",
     "to_backend",
     "to_device",
     "to_numpy",
+    "torch_shareable",
     "validate_data",
     "validate_positive_float",
     "validate_positive_int",
@@ -97,6 +100,28 @@ def check_random_state(seed) -> np.random.Generator:
     )
 
 
+def native_byte_order(a):
+    """``a`` itself, or for a NumPy array of another byte order (big-endian ``>f8`` data
+    from FITS, HDF5 or network formats) a copy in the native one: every result of
+    kernelkit is in the native byte order, and SciPy sparse and torch take no other."""
+    if isinstance(a, np.ndarray) and not a.dtype.isnative:
+        return a.astype(a.dtype.newbyteorder("="))
+    return a
+
+
+def torch_shareable(a: np.ndarray) -> np.ndarray:
+    """A NumPy array that ``torch.as_tensor`` can share: ``a`` in the native byte order
+    (torch takes no other) and writeable (torch warns on a read-only array, since a
+    tensor cannot be read-only): a read-only one (``setflags(write=False)``, a
+    ``mode="r"`` memmap, joblib's memory-mapped inputs) is copied, so that the caller's
+    data stays untouched and no warning reaches the caller for a call that writes
+    nothing."""
+    a = native_byte_order(np.asarray(a))
+    if not a.flags.writeable:
+        a = np.array(a, copy=True)
+    return a
+
+
 def float_dtype(xp, x):
     """The floating dtype that the output for input ``x`` gets (dtype policy)."""
     if xp.isdtype(x.dtype, "real floating"):
@@ -124,7 +149,7 @@ def to_backend(arr, xp, like=None, dtype=None):
     if is_numpy_namespace(xp):
         return np.asarray(arr, dtype=dtype)
     dev = device(like) if like is not None else None
-    return xp.asarray(np.ascontiguousarray(arr), dtype=dtype, device=dev)
+    return xp.asarray(np.ascontiguousarray(torch_shareable(arr)), dtype=dtype, device=dev)
 
 
 def to_numpy(x, dtype=None) -> np.ndarray:
@@ -247,6 +272,9 @@ def validate_data(
             if missing is None:
                 raise TypeError(f"{name} must be numeric, got dtype {X.dtype}: {exc}") from exc
             X = np.where(missing, np.nan, X).astype(np.float64)  # reported as NaN below
+    # big-endian data: computed and returned in the native byte order (the output's dtype
+    # and the float16 promotion of the maps compare native dtypes)
+    X = native_byte_order(X)
     xp = array_namespace(X)
     if xp.isdtype(X.dtype, "complex floating"):
         raise ValueError(

@@ -15,8 +15,13 @@ Every function here takes ``n_jobs`` in scikit-learn's convention:
 * a positive integer: that many threads;
 * a negative integer: ``cpus + 1 + n_jobs`` (``-1`` all CPUs, ``-2`` all but one).
 
-Results never depend on the thread count: blocks have a fixed size and block results are
-combined in block order.
+Results never depend on the thread count: blocks have a fixed size, block results are
+combined in block order, and work of several blocks runs with BLAS on one thread whatever
+``n_jobs`` is (``n_jobs=1`` too: a threaded BLAS splits a product's columns differently,
+which changes the last bit of some entries, e.g. of a GEMM 46 columns wide). Calls from
+several Python threads at once agree with serial calls to round-off, not bitwise: the
+BLAS thread count is process-wide, so one call's single-threaded BLAS also applies to
+the BLAS calls that another thread makes meanwhile.
 """
 
 from __future__ import annotations
@@ -52,6 +57,29 @@ _blas_state = {"users": 0, "ctx": None, "controller": None, "orig": None}
 #: users of :class:`OneThreadPerTask` (an outer scheduler runs one task per core)
 _task_state = {"users": 0}
 _pool_state = {"pool": None, "size": 0, "pid": None}
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with no kernelkit thread: a fresh lock (the parent's may have
+    been held by one of its threads at the fork, which left the child's first call
+    waiting for ever), no pool, and no single-thread BLAS limit in use; a limit that a
+    parent thread held is lifted (nothing in the child would ever restore it)."""
+    global _lock
+    _lock = threading.Lock()
+    held, orig = _blas_state["users"] > 0, _blas_state["orig"]
+    _blas_state.update(users=0, ctx=None, orig=None)
+    _task_state["users"] = 0
+    _pool_state.update(pool=None, size=0, pid=None)
+    ctl = _blas_state["controller"]
+    if held and orig and ctl:
+        try:
+            _as_blas_controller(lambda: ctl.limit(limits=orig))
+        except Exception:  # no BLAS control in the child: it keeps one thread
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------- thread counts
@@ -205,8 +233,15 @@ class OneThreadPerTask(SingleThreadedBlas):
 
 
 # ---------------------------------------------------------------------- the pool
-def _worker_pool(size: int) -> ThreadPoolExecutor:
-    """The process-wide pool of at least ``size`` threads (new after ``fork`` or to grow)."""
+def _submit(fn, size: int):
+    """``fn`` submitted to the process-wide pool of at least ``size`` threads (new after
+    ``fork`` or to grow); its future.
+
+    Looked up and submitted under the lock: a pool that another thread replaces to grow
+    it is shut down, and a submit to it after that raised ``RuntimeError: cannot schedule
+    new futures after shutdown`` (threads whose first calls ask for different thread
+    counts at once). Tasks already submitted to a replaced pool still run.
+    """
     with _lock:
         st = _pool_state
         if st["pool"] is None or st["pid"] != os.getpid() or st["size"] < size:
@@ -217,7 +252,7 @@ def _worker_pool(size: int) -> ThreadPoolExecutor:
                 size=size,
                 pid=os.getpid(),
             )
-        return st["pool"]
+        return st["pool"].submit(fn)
 
 
 def pool_map(fn, items, threads: int) -> list:
@@ -248,7 +283,7 @@ def pool_map(fn, items, threads: int) -> list:
                 errors.append(exc)
                 return
 
-    helpers = [_worker_pool(threads - 1).submit(worker) for _ in range(threads - 1)]
+    helpers = [_submit(worker, threads - 1) for _ in range(threads - 1)]
     worker()
     for f in helpers:
         if not f.cancel():
@@ -266,7 +301,7 @@ def run_beside(fn, work):
     time ``work`` returns, it is cancelled and run in the calling thread, so a busy pool
     delays but never deadlocks. Exceptions of either are re-raised.
     """
-    future = _worker_pool(1).submit(fn)
+    future = _submit(fn, 1)
     try:
         result = work()
     except BaseException:
@@ -294,25 +329,25 @@ def map_row_blocks(fn, n: int, width: int, itemsize: int, rows=None, n_jobs=None
         rows = max(MIN_BLOCK_ROWS, BLOCK_BYTES // max(1, width * itemsize))
     rows = max(1, int(rows))
     blocks = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
-    threads = min(effective_n_jobs(n_jobs), len(blocks))
-    if threads <= 1:
-        for lo, hi in blocks:
-            fn(lo, hi)
+    if len(blocks) == 1:  # one block: the same call whatever n_jobs is
+        fn(0, n)
         return
-    with SingleThreadedBlas():
+    threads = min(effective_n_jobs(n_jobs), len(blocks))
+    with SingleThreadedBlas():  # on one thread too: results independent of n_jobs
         pool_map(lambda block: fn(*block), blocks, threads)
 
 
 def block_map(fn, n: int, block: int, n_jobs=None, max_threads: int = MAX_THREADS) -> list:
     """``[fn(a, b) for each block [a, b) of range(n)]`` in block order, threaded.
 
-    BLAS is single-threaded while ``fn`` runs; ``fn`` must only read shared data or write
-    its own block. At most ``max_threads`` threads (memory-bound products gain nothing
+    BLAS is single-threaded while ``fn`` runs on more than one block (whatever the thread
+    count, so that the results do not depend on it); ``fn`` must only read shared data or
+    write its own block. At most ``max_threads`` threads (memory-bound products gain nothing
     beyond).
     """
     spans = [(a, min(a + block, n)) for a in range(0, n, block)]
     threads = max(1, min(effective_n_jobs(n_jobs), max_threads, len(spans)))
-    if threads == 1:
+    if len(spans) <= 1:  # one block: the same call whatever n_jobs is
         return [fn(a, b) for a, b in spans]
-    with SingleThreadedBlas():
+    with SingleThreadedBlas():  # on one thread too: results independent of n_jobs
         return pool_map(lambda ab: fn(*ab), spans, threads)

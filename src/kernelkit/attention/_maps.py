@@ -39,6 +39,7 @@ differentiate through.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -210,6 +211,16 @@ _BUILT_MAX = 16
 _BUILT_LOCK = threading.Lock()
 #: .off set (per thread) while moments of the call itself are passed as given ones
 _NOT_KEPT = threading.local()
+
+
+def _after_fork_in_child() -> None:
+    # a child forked while another thread held the lock would wait for it for ever
+    global _BUILT_LOCK
+    _BUILT_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextmanager

@@ -43,8 +43,10 @@ import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
 import torch
 
+from .._backend import torch_shareable
 from .._backend.exponential import exp_
 from ._linear import (
     _block_rows,
@@ -692,6 +694,8 @@ def init_decoding_state(
             W = projection.get("W") if isinstance(projection, dict) else projection
             if W is None:
                 raise ValueError(f"projection for {name!r} needs a 'W' entry.")
+        if isinstance(W, np.ndarray):  # big-endian or read-only: torch takes neither
+            W = torch_shareable(W)
         W = torch.as_tensor(W).to(device=device, dtype=ctype)  # (n_proj, d)
         if W.dim() != 2 or W.shape[1] != d:
             raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")

@@ -32,7 +32,7 @@ import numbers
 import numpy as np
 import torch
 
-from .._backend import check_random_state, validate_positive_int
+from .._backend import check_random_state, torch_shareable, validate_positive_int
 from ..features.favor import Moments
 from ..features.hybrid import matched_n_features
 from ..features.sampling import SAMPLERS, draw_projection
@@ -279,6 +279,8 @@ def _tensor_arg(value, name, device=None):
     where ``value`` is not array-like (a string, an object)."""
     if isinstance(value, torch.Tensor):  # (no try block in compiled graphs)
         return torch.as_tensor(value, device=device)
+    if isinstance(value, np.ndarray):  # big-endian or read-only: torch takes neither
+        value = torch_shareable(value)
     try:
         return torch.as_tensor(value, device=device)
     except (TypeError, ValueError, RuntimeError) as err:
@@ -1019,7 +1021,7 @@ def _projection_params(name, n_features, d, random_state, sampler, projection, d
 
 
 def _param(a, like):
-    t = a if isinstance(a, torch.Tensor) else torch.as_tensor(a)
+    t = a if isinstance(a, torch.Tensor) else torch.as_tensor(torch_shareable(a))
     return t.to(device=like.device, dtype=like.dtype)
 
 
@@ -1243,7 +1245,11 @@ def _check_moments(mom, batch, d, name, device):
     # are accepted too)
     mom = Moments(
         *(
-            torch.as_tensor(t, dtype=torch.float64, device=device)
+            torch.as_tensor(
+                torch_shareable(t) if isinstance(t, np.ndarray) else t,
+                dtype=torch.float64,
+                device=device,
+            )
             for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
         )
     )

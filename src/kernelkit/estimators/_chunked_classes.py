@@ -15,7 +15,6 @@ are the labels met in any chunk; memory is ``O(C D^2)`` on top of one chunk's fe
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
@@ -121,9 +120,10 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
     for key, rank in zip(keys, order, strict=True):
         ranked[rank] = key
     classes = np.asarray(ranked)  # the labels' own dtype, as np.unique of all labels
-    with warnings.catch_warnings():  # distinct labels: many classes for their number
-        warnings.filterwarnings("ignore", "The number of unique classes", UserWarning)
-        check_classification_targets(classes)  # e.g. "Unknown label type: continuous"
+    # e.g. "Unknown label type: continuous". Each label twice: distinct labels are not
+    # "more unique classes than 50 % of the samples" (scikit-learn's warning), without
+    # warnings.catch_warnings, whose process-wide save and restore is not thread-safe
+    check_classification_targets(np.repeat(classes, 2))
     return classes, [stats[key] for key in ranked]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -40,6 +39,7 @@ from .._backend.sklearn_validation import (
     validate_data,
 )
 from ..features import FeatureMap
+from ..features._base import biased_sampler_warnings_off
 from ..features.sampling import SAMPLERS
 from ._methods import ALIASES, METHODS, auto_candidates, make_feature_map, resolve_method
 
@@ -324,8 +324,7 @@ class RandomFeatures(
         for name in candidates:
             try:  # a candidate wider than n_components with one feature is not one
                 fm = self._make_map(name, seed, too_small="raise").fit(sx, Y=sy)
-                with warnings.catch_warnings():  # i.i.d. values by design (docstring)
-                    warnings.filterwarnings("ignore", "(?s).*value for i.i.d. projections")
+                with biased_sampler_warnings_off():  # i.i.d. values by design (docstring)
                     lrv = to_numpy(fm.log_relative_variance(sx, sy), np.float64)
             except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
                 estimates[name] = math.inf

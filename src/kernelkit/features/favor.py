@@ -355,7 +355,7 @@ def blocked_sums(arrays, full: bool, n_jobs=None) -> list:
         return _block_sums(arrays[i], blocks, full, ones)
 
     threads = min(effective_n_jobs(n_jobs), len(tasks))
-    if threads > 1:
+    if len(tasks) > 1:  # BLAS on one thread for every n_jobs: sums independent of it
         with SingleThreadedBlas():
             parts = pool_map(chunk, tasks, threads)
     else:
