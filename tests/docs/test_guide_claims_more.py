@@ -218,3 +218,22 @@ def test_paper_low_rank_bound_stays_loose_as_the_rank_grows():
     assert paper[1] < paper[0] and exact[1] < exact[0]
     assert min(p / e for p, e in zip(paper, exact, strict=True)) > 10
     assert "*grows* with `k`" not in _page("optim.md")
+
+
+def test_choosing_quick_comparison_does_not_draw_its_data_from_the_maps_seed():
+    """choosing.md, "A quick comparison": the data came from ``default_rng(0)`` and the
+    maps from ``random_state=0``, the same normal stream, so FAVOR+'s first 200 projection
+    rows were the rows of ``X / 0.4`` and its error was 125 (GERF 54), which is what made
+    the page's ``SDERF < PositiveRF`` hold. Run as written, every mean error is now of
+    the order the maps give on independent data (FAVOR+ 1.6, the others 0.9 to 1.4: the
+    bound 5 is three times the largest, and 25 times below the collided FAVOR+)."""
+    import re
+
+    text = _page("choosing.md")
+    block = re.search(r"A quick comparison.*?```python\n(.*?)```", text, re.DOTALL).group(1)
+    namespace: dict = {}
+    exec(compile(block, "choosing.md[quick comparison]", "exec"), namespace)
+    errors = namespace["errors"]
+    assert set(errors) == {"TrigRF", "PositiveRF", "GERF", "SDERF"}
+    assert max(errors.values()) < 5, errors
+    assert errors["SDERF"] < errors["PositiveRF"]
