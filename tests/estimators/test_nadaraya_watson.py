@@ -28,13 +28,6 @@ def _expected_failed_checks(est):
             "feature parameters on the query batch, so a prediction depends on the other "
             "queries by design; fit_on='train' passes this check."
         )
-    if not est.exact and est.fit_on == "train" and resolve_method(est.method) == "aderf":
-        failed["check_sample_weight_equivalence_on_dense_data"] = (
-            "the check's 15 points in 30 dimensions have a singular second moment, and "
-            "ADERF's fit of it depends on the order of the rows (the unweighted fit of the "
-            "repeated rows, shuffled, changes predict_proba by ~0.3 too); the weighted "
-            "moments equal the repeated rows' (test_sample_weight_cases.py)."
-        )
     return failed
 
 

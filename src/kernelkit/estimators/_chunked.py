@@ -368,7 +368,10 @@ def fit_feature_map(est, rows: TrainingRows, n_jobs, random_state=None):
     map reads them and the iterable can be read again (a sequence: one more pass over its
     blocks, before the pass of :func:`chunk_statistics`); a generator or iterator is read
     once, by the statistics, so its map sees the first block only. ``random_state``:
-    the seed of the map (default ``est.random_state``)."""
+    the seed of the map (default ``est.random_state``). With sample weights
+    (``rows.w``, in memory or Dask) a map that reads the FAVOR# moments is fitted on the
+    weighted moments (:mod:`kernelkit.estimators._weighted_fit`; on Dask reduced chunk by
+    chunk), so an integer weight is the row repeated and a zero weight drops it."""
     blocks = None
     if rows.blocks is not None:
 
@@ -390,6 +393,7 @@ def fit_feature_map(est, rows: TrainingRows, n_jobs, random_state=None):
             n_jobs,
             all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
             blocks=blocks,
+            weights=rows.w,  # the FAVOR# maps' moments are the weighted ones
         )
 
 

@@ -9,6 +9,7 @@ from sklearn.base import clone
 
 from .._backend import check_random_state
 from ._posterior import as_feature_matrix
+from ._weighted_fit import fit_map_weighted, weighted_dask_moments
 
 __all__ = ["DEFAULT_N_FEATURES", "fitted_feature_map", "map_features"]
 
@@ -17,7 +18,7 @@ DEFAULT_N_FEATURES = 256
 
 
 def fitted_feature_map(
-    feature_map, random_state, X, owner: str, n_jobs=None, all_rows=None, blocks=None
+    feature_map, random_state, X, owner: str, n_jobs=None, all_rows=None, blocks=None, weights=None
 ):
     """Clone (or create) the feature map, check it is symmetric, fit it on ``X`` (n, d).
 
@@ -28,6 +29,10 @@ def fitted_feature_map(
     block is ``X``, a function returning a new iterator over its X blocks: a map that
     reads the moments is fitted on the moments of all of them
     (:func:`kernelkit.features._dask.fit_on_blocks`); others on ``X``.
+    ``weights``: sample weights (n,) of ``X`` (NumPy) or of ``all_rows`` (Dask, in its row
+    chunks), or None: a map that reads the FAVOR# moments is fitted on the weighted
+    moments (:mod:`kernelkit.estimators._weighted_fit`), so an integer weight is the row
+    repeated; the other maps ignore them.
 
     ``None`` gives ``RandomFourierFeatures(n_features=256, random_state=random_state,
     n_jobs=n_jobs)`` (Gaussian kernel, lengthscale 1). A given map is cloned, and the
@@ -59,10 +64,17 @@ def fitted_feature_map(
     if hasattr(fm, "get_params"):
         _inherit(fm, random_state, n_jobs)
     reads = getattr(fm, "fit_reads", "all")
-    if hasattr(fm, "_fit_chunked") and (all_rows is not None or blocks is not None):
-        fm._fit_chunked(X, all_rows, blocks)  # RandomFeatures: its method's map, as below
+    if hasattr(fm, "_fit_chunked") and (
+        all_rows is not None or blocks is not None or weights is not None
+    ):  # RandomFeatures: its method's map, as below
+        fm._fit_chunked(X, all_rows, blocks, weights=weights, owner=owner)
+    elif all_rows is not None and reads == "moments" and weights is not None:
+        with weighted_dask_moments(fm, all_rows, weights, owner):
+            fm.fit(X)  # X: the first non-empty chunk, as the Dask fit takes it
     elif all_rows is not None and reads in ("shape", "moments"):
         fm.fit(all_rows)
+    elif weights is not None and all_rows is None:
+        fit_map_weighted(fm, X, weights)
     elif blocks is not None and reads == "moments":
         from ..features._dask import fit_on_blocks
 

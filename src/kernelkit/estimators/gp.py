@@ -162,7 +162,11 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         (the posterior of the row repeated ``k`` times for an integer weight ``k``; a
         zero weight, infinite noise, drops the row). With ``normalize_y`` the targets
         are scaled by their weighted mean and standard deviation. ``include_noise`` in
-        :meth:`predict` adds ``noise``, the variance of a row of weight 1.
+        :meth:`predict` adds ``noise``, the variance of a row of weight 1. A feature map
+        that reads the FAVOR# moments (GERF, SADERF, ADERF, SDERF) is fitted on the
+        weighted moments, as by :meth:`RandomFeatureRidge.fit
+        <kernelkit.estimators.RandomFeatureRidge.fit>`, so the repeated row is the same
+        model for it too.
 
         Parameters
         ----------
@@ -425,7 +429,9 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         ``B_c = I + Phi^H diag(w_i / sigma^2_{c,i}) Phi`` and the right-hand side
         ``Phi^H diag(w_i / sigma^2_{c,i}) y_tilde_c`` (a row repeated ``k`` times is a
         weight ``k``; a zero weight drops the row from the posteriors, its label stays
-        in ``classes_``, as in scikit-learn's classifiers).
+        in ``classes_``, as in scikit-learn's classifiers). A feature map that reads the
+        FAVOR# moments (GERF, SADERF, ADERF, SDERF) is fitted on the weighted moments, so
+        this holds for it too.
 
         Parameters
         ----------
@@ -470,7 +476,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             self._check_classes()
             # 2. feature map, 3. features (n, D)
             self.feature_map_ = fitted_feature_map(
-                self.feature_map, rng, X, type(self).__name__, n_jobs
+                self.feature_map, rng, X, type(self).__name__, n_jobs, weights=w
             )
             # 4. one heteroscedastic GP per class, with the noise of the Milios transform
             C = len(self.classes_)

@@ -40,7 +40,6 @@ estimate does not degrade when the data are shifted.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 from typing import ClassVar
@@ -55,12 +54,11 @@ from .._backend.fit_state import keep_model_on_error
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
-from ..features._dask import _injected_moments
-from ..features.favor import moments
 from ..features.sampling import SAMPLERS
 from ._chunked import check_sample_weight, predict_in_slabs, reject_block_iterable
 from ._labels import check_missing_labels, encode_labels, log_proba
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
+from ._weighted_fit import weighted_moments
 
 __all__ = [
     "NadarayaWatsonClassifier",
@@ -198,33 +196,6 @@ def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None, log_w=None):
         np.exp(logK, out=logK)
         out[sl] = logK @ R
     return out
-
-
-@contextlib.contextmanager
-def _weighted_moments(fm, X, Y, wx, wy):
-    """While ``fm`` is fitted on ``(X, Y)``, its FAVOR# moments (``fit_reads ==
-    "moments"``: GERF, SADERF, ADERF, SDERF) are those of the rows weighted by ``wx``
-    (n,) and ``wy`` (m,) (each summing to 1, None: uniform), so a fit with integer
-    weights equals the fit on the repeated rows; other maps fit as they are."""
-    if (wx is None and wy is None) or getattr(fm, "fit_reads", "all") != "moments":
-        yield
-        return
-    scale = float(fm.lengthscale)  # the maps' moments are of X / lengthscale
-    Y = X if Y is None else Y
-
-    def compute():
-        with np.errstate(over="ignore", invalid="ignore"):
-            return moments(
-                X / scale,
-                Y / scale,
-                full=bool(fm._full_moments),
-                query_weights=wx,
-                key_weights=wy,
-                n_jobs=getattr(fm, "n_jobs", None),
-            )
-
-    with _injected_moments(fm, compute):
-        yield
 
 
 def _normalise_rows(S):
@@ -401,13 +372,13 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         """A new feature map fitted on ``(X, Y)``; its errors in this estimator's terms
         (the map's lengthscale is ``1 / sigma``). With sample weights, the FAVOR# moments
         of the training points (``X`` at :meth:`fit`, ``Y`` per query batch) are the
-        weighted ones (:func:`_weighted_moments`)."""
+        weighted ones (:func:`~kernelkit.estimators._weighted_fit.weighted_moments`)."""
         fm = self._new_map()
         p = None if self._log_w is None else np.exp(self._log_w - self._log_w.max())
         p = None if p is None else p / p.sum()  # the training points' weights, sum 1
         wx, wy = (p, p) if Y is None else (None, p)  # Y None: X is the training points
         try:
-            with _weighted_moments(fm, X, Y, wx, wy):
+            with weighted_moments(fm, X, Y, wx, wy):
                 return fm.fit(X, Y=Y)
         except ValueError as exc:
             if "increase lengthscale" not in str(exc):

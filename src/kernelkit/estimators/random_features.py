@@ -436,8 +436,9 @@ class RandomFeatures(
         return self._fit_map(X, Y, name, fit)
 
     @keep_model_on_error
-    def _fit_chunked(self, head, all_rows=None, blocks=None):
-        """``fit`` as the random-feature ridge / GP estimators fit a map out of core.
+    def _fit_chunked(self, head, all_rows=None, blocks=None, weights=None, owner=None):
+        """``fit`` as the random-feature ridge / GP estimators fit a map out of core, or
+        in memory with sample weights.
 
         ``head`` (n_0, d): the first non-empty chunk or block, checked; ``all_rows``: the
         Dask array (or None); ``blocks``: a function returning a new pass over the X
@@ -446,19 +447,28 @@ class RandomFeatures(
         The method's map is then fitted as the estimators fit that map itself: on
         ``all_rows`` when it reads the dimension or the FAVOR# moments, on the moments
         of all blocks when it reads them, else on ``head``.
+
+        ``weights``: sample weights of the rows (n,): NumPy for in-memory rows ``head``
+        (then all the rows), Dask in the row chunks of ``all_rows``, or None. A method's
+        map that reads the FAVOR# moments is fitted on the weighted moments
+        (:mod:`kernelkit.estimators._weighted_fit`); ``method="auto"`` chooses on the rows
+        unweighted. ``owner``: the estimator named in the weights' errors.
         """
         from ..features._dask import fit_on_blocks
+        from ._weighted_fit import fit_map_weighted
 
         self._validate_params()
         name = self._check_params()
+        owner = owner or type(self).__name__
         if all_rows is not None:
-            return self._fit_dask(all_rows, None, name, fit=_fit_chunked_map(all_rows, head))
+            fit = _fit_chunked_map(all_rows, head, weights, owner)
+            return self._fit_dask(all_rows, None, name, fit=fit)
         X = self._validate(head, reset=True, accept_sparse=False)
 
         def fit(fm):
             if blocks is not None and fm.fit_reads == "moments":
                 return fit_on_blocks(fm, X, blocks)
-            return fm.fit(X)
+            return fit_map_weighted(fm, X, weights)
 
         return self._fit_map(X, None, name, fit)
 
@@ -547,11 +557,16 @@ class RandomFeatures(
         return tags
 
 
-def _fit_chunked_map(all_rows, head):
+def _fit_chunked_map(all_rows, head, weights=None, owner="RandomFeatures"):
     """``fit(fm)`` of :meth:`RandomFeatures._fit_chunked` for a Dask ``all_rows``: the
-    whole array for a map that reads its dimension or moments, else ``head``."""
+    whole array for a map that reads its dimension or moments, else ``head``; with Dask
+    ``weights``, a map that reads the moments on the weighted moments of all rows."""
+    from ._weighted_fit import weighted_dask_moments
 
     def fit(fm):
+        if weights is not None and fm.fit_reads == "moments":
+            with weighted_dask_moments(fm, all_rows, weights, owner):
+                return fm.fit(head)
         return fm.fit(all_rows if fm.fit_reads in ("shape", "moments") else head)
 
     return fit

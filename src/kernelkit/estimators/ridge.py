@@ -139,8 +139,9 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         as scikit-learn's ``Ridge``: ``alpha`` is not scaled by the weights, and with
         ``fit_intercept`` the features and targets are centred at their weighted means
         (``c = ybar_w - Re(phibar_w^T b)``). An integer weight ``k`` is the row repeated
-        ``k`` times; a zero weight drops the row. The feature map is fitted on ``X``
-        unweighted.
+        ``k`` times; a zero weight drops the row. A feature map that reads the FAVOR#
+        moments (GERF, SADERF, ADERF, SDERF) is fitted on the weighted moments, so this
+        holds for it too; other maps are fitted on ``X`` as without weights.
 
         Parameters
         ----------

@@ -480,6 +480,11 @@ def _sym_eigh(xp, M):
     return xp.linalg.eigh(0.5 * (M + xp.matrix_transpose(M)))
 
 
+#: entries of a row within this fraction of its largest magnitude tie for :func:`row_signs`
+#: (far above the rounding of fitted rows, about ``eps cond`` of the moments)
+_SIGN_RTOL = 1e-6
+
+
 def row_signs(B):
     """Signs (..., d, 1) making the largest-magnitude entry of every row of ``B`` positive.
 
@@ -487,10 +492,17 @@ def row_signs(B):
     rounding-level changes of the data (a permutation of the samples, another backend).
     A flipped row is an equally valid fit, but with fixed random projections it changes the
     features; this canonical choice makes the fitted map a function of the data alone.
+
+    Ties: the first entry within ``_SIGN_RTOL`` (relative) of the largest magnitude. Rows
+    with two entries of equal magnitude are common (``e_i - e_j`` for duplicated columns
+    ``i``, ``j``), and the rounding of the data would otherwise pick one of them, and the
+    sign, at random.
     """
     xp = array_namespace(B)
     d = B.shape[-1]
-    idx = xp.argmax(xp.abs(B), axis=-1)  # (..., d)
+    mag = xp.abs(B)
+    near = mag >= (1.0 - _SIGN_RTOL) * xp.max(mag, axis=-1, keepdims=True)  # (..., d, d)
+    idx = xp.argmax(xp.astype(near, B.dtype), axis=-1)  # (..., d): the first of them
     onehot = xp.astype(idx[..., None] == xp.arange(d, device=_device(B)), B.dtype)
     signs = xp.sign(xp.sum(B * onehot, axis=-1, keepdims=True))  # (..., d, 1)
     return xp.where(signs == 0, xp.ones_like(signs), signs)
@@ -515,7 +527,12 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     Library choice: ``lambda = eps (tr M_x + tr M_y) / (2d)``, so singular second moments
     (fewer points than dimensions, zero columns) work; any ``B~1`` with ``B~2 = B~1^{-T}``
     is unbiased, the ridge only moves it off the optimum. ``S`` is floored at ``1e-300``
-    of its largest value. Row signs are canonical (:func:`row_signs`).
+    of its largest value.
+
+    Row signs are canonical (:func:`row_signs`), and so are the rows of a cluster of
+    equal singular values (rank-deficient moments make one; :func:`_canonical_clusters`:
+    its singular values are their mean, its singular vectors a basis that depends on
+    their subspace alone), so the fit is a function of the data, not of the row order.
 
     Parameters
     ----------
@@ -543,9 +560,29 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     core = r1[..., :, None] * (Q1t @ Q2) * r2[..., None, :]
     U, S, _ = xp.linalg.svd(core)
     S = xp.maximum(S, 1e-300 * xp.max(S, axis=-1, keepdims=True) + tiny)
-    Ut = xp.matrix_transpose(U)
-    B1 = xp.sqrt(S)[..., :, None] * (Ut @ (Q1t / r1[..., :, None]))
-    B2 = (1.0 / xp.sqrt(S))[..., :, None] * (Ut @ (Q1t * r1[..., :, None]))
+    # The well-defined parts (the algebra). K1 = M_x + lambda I = Q1 L1 Q1^T; another
+    # eigenbasis Q1 O of a repeated eigenvalue (O commutes with L1) turns the core C into
+    # O^T C and U into O^T U, and Q2 O only V; so U~ = Q1 U, the left singular vectors in
+    # input coordinates, are the eigenvectors of K1^{1/2} K2 K1^{1/2} (symmetric square
+    # roots: functions of the data) with eigenvalues S^2, and
+    #   B~1 = S^{1/2} U^T L1^{-1/2} Q1^T = S^{1/2} U~^T K1^{-1/2},
+    #   B~2 = S^{-1/2} U~^T K1^{1/2}.
+    # K1^{+-1/2} are well defined; U~ is, up to signs, where S is simple. On a cluster of
+    # equal singular values (S = s I there) every U~_c O is an SVD, and B~1, B~2 turn into
+    # O^T B~1, O^T B~2 on the cluster's rows (one rotation for both sides); B~1^T B~2 = I,
+    # phi and A do not see it, but with fixed projections the features do. Rank-deficient
+    # moments (n < d, duplicated or zero columns) make such a cluster: the ridge gives K1
+    # and K2 the eigenvalue lambda on the intersection of their null spaces, where S =
+    # lambda, split by rounding only, so that LAPACK's singular vectors there (and the
+    # features) change by O(1) with the row order. Only the cluster's subspace is well
+    # defined: its basis and singular values are made canonical (_canonical_clusters),
+    # which keeps Thm 4.2's form (B~1 M_x B~1^T = B~2 M_y B~2^T diagonal, to the ridge).
+    K1_inv_root = (Q1 / r1[..., None, :]) @ Q1t  # K1^{-1/2}
+    K1_root = (Q1 * r1[..., None, :]) @ Q1t  # K1^{1/2}
+    S, Uw = _canonical_clusters(xp, S, Q1 @ U, xp.max(S, axis=-1, keepdims=True))
+    Ut = xp.matrix_transpose(Uw)
+    B1 = xp.sqrt(S)[..., :, None] * (Ut @ K1_inv_root)
+    B2 = (1.0 / xp.sqrt(S))[..., :, None] * (Ut @ K1_root)
     signs = row_signs(B1)  # the same signs on both sides keep B1^T B2 = I
     B1, B2 = B1 * signs, B2 * signs
     # GERF phi on (B1 x, B2 y): mean |B1 x|^2 = tr(B1 M_x B1^T); cross term B1^T B2 = I
@@ -561,9 +598,10 @@ def fit_sderf(mom: Moments):
     ``N = M_x + M_y + mu_x mu_y^T + mu_y mu_x^T = Q3 L3 Q3^T`` (the mean of
     ``(x_i + y_j)(x_i + y_j)^T``), ``a_l = A*(L3_l)``; the map uses
     ``B = (I - 4A)^{1/2} Q3^T``. Zero eigenvalues give ``a_l = 0``; no inverse is needed,
-    so no regularisation. The eigenvectors of a null space (rank-deficient moments) are
-    a canonical basis of it (:func:`_canonical_null_basis`), so the rotation is a
-    function of the data alone.
+    so no regularisation. The eigenvectors of a null space (rank-deficient moments) and
+    of every other cluster of equal eigenvalues are a canonical basis of it, and the
+    cluster's eigenvalues their mean (:func:`_canonical_null_basis`), so the rotation is
+    a function of the data alone.
 
     Returns
     -------
@@ -584,6 +622,10 @@ def fit_sderf(mom: Moments):
 #: eigenvalues of N up to this fraction of the largest form its (numerical) null space
 #: (rounding of float32 moments leaves about 1e-8 there); they are set to 0 (a_l = 0)
 _NULL_RTOL = 1e-5
+#: consecutive eigenvalues of N less than this fraction of the largest apart form one
+#: cluster of equal ``a_l`` (:func:`_canonical_clusters`; also ADERF's singular values):
+#: the same margin over rounding
+_CLUSTER_RTOL = 1e-5
 
 
 def _host_readable(xp, a) -> bool:
@@ -597,29 +639,58 @@ def _host_readable(xp, a) -> bool:
 
 
 def _canonical_null_basis(xp, lam, Q):
-    """Eigenvalues ``lam`` (..., d) in ascending order and their eigenvectors ``Q``
-    (..., d, d), with the null space (``lam <= _NULL_RTOL max(lam)``, the first ``r``)
-    set to 0 and its columns replaced by a basis that depends on that subspace alone.
+    """Eigenvalues ``lam`` (..., d) of ``N`` in ascending order and their eigenvectors
+    ``Q`` (..., d, d), with the null space (``lam <= _NULL_RTOL max(lam)``) set to 0 and
+    the eigenvectors of every cluster of equal eigenvalues (the null space among them)
+    replaced by a basis that depends on the cluster's subspace alone
+    (:func:`_canonical_clusters`).
 
-    Rank-deficient moments (fewer queries and keys than dimensions, unused input
-    coordinates) leave ``N`` an ``r``-dimensional null space whose eigenvectors LAPACK
-    chooses arbitrarily, so that a rounding-level change of the data (another memory
-    layout, another summation order) turns them by O(1). Every rotation of it is an
-    equally valid fit (its ``a_l`` are all ``A*(0) = 0``, the eigenvalues being set to
-    0 there rather than left to rounding), and the inputs' features do not see it, but
-    their closed-form gradients ``dl W_x^T`` do. The canonical basis orthonormalises
-    the projections ``P g_1, ..., P g_r`` of fixed generic vectors onto the null space
-    (``P = Q_0 Q_0^T``, continuous in the data): a QR of ``P G``, whose first ``r``
-    columns span the same space as those of ``P G``.
-    Signs are made canonical afterwards (:func:`row_signs`).
+    Rank-deficient moments (fewer queries and keys than dimensions, unused or duplicated
+    input coordinates) leave ``N`` a null space, and symmetric data (one-hot rows of
+    balanced categories, rows orthogonal with equal norms) a repeated non-zero
+    eigenvalue; LAPACK chooses the eigenvectors of such a cluster arbitrarily, so that a
+    rounding-level change of the data (a permutation of the rows, another memory layout)
+    turns them by O(1). Every rotation of a cluster's basis is an equally valid fit (its
+    ``a_l = A*(lambda)`` are equal, the eigenvalues of the null space being set to 0
+    rather than left to rounding), but with fixed projections the features change, and
+    on the null space (where the inputs' features do not see it) their closed-form
+    gradients ``dl W_x^T`` do.
+    """
+    top = xp.clip(xp.max(lam, axis=-1, keepdims=True), min=float(np.finfo(np.float64).tiny))
+    null = lam <= _NULL_RTOL * top  # (..., d)
+    lam = xp.where(null, xp.zeros_like(lam), lam)
+    return _canonical_clusters(xp, lam, Q, top)
+
+
+def _canonical_clusters(xp, vals, Q, top):
+    """Sorted values ``vals`` (..., d) (ascending or descending) and their orthonormal
+    vectors, the columns of ``Q`` (..., d, d), with every cluster of equal values made
+    canonical: the values replaced by the cluster's mean, the vectors by a basis of the
+    cluster's subspace that depends on that subspace alone.
+
+    Clusters: consecutive values less than ``_CLUSTER_RTOL top`` apart (``top`` (..., 1):
+    the largest), so a split by rounding (about ``eps top`` in float64, ``1e-8 top`` for
+    float32 moments) stays one cluster. The basis orthonormalises the projections ``P_c
+    g_i`` of fixed generic vectors onto the cluster's subspace (``P_c = Q_c Q_c^T``,
+    continuous in the data while the cluster is separated from the rest). All clusters at
+    once, without a data-dependent loop (compile-friendly): ``Y = Q (K * (Q^T G))`` with
+    ``K_ij = [i, j in one cluster]`` has column ``i`` equal to ``P_c(i) g_i``, and a QR of
+    ``Y`` orthonormalises every cluster's columns within its subspace (the clusters are
+    contiguous and mutually orthogonal). A value alone in its cluster keeps its vector
+    (unique up to sign). Signs are left to the caller (:func:`row_signs`).
     """
     d = Q.shape[-1]
-    top = xp.max(lam, axis=-1, keepdims=True)
-    null = lam <= _NULL_RTOL * xp.clip(top, min=float(np.finfo(np.float64).tiny))  # (..., d)
-    if _host_readable(xp, lam) and not bool(xp.any(null)):
-        return lam, Q  # full rank (the usual case): skip the QR where the check is free
-    Q0 = xp.where(null[..., None, :], Q, xp.zeros_like(Q))
-    P = Q0 @ xp.matrix_transpose(Q0)  # (..., d, d) projector on the null space
+    if d < 2:
+        return vals, Q
+    new = xp.abs(vals[..., 1:] - vals[..., :-1]) > _CLUSTER_RTOL * top  # a new cluster
+    ids = xp.cumulative_sum(xp.astype(new, xp.int64), axis=-1)
+    ids = xp.concat([xp.zeros_like(ids[..., :1]), ids], axis=-1)  # (..., d) cluster index
+    K = xp.astype(ids[..., :, None] == ids[..., None, :], Q.dtype)  # (..., d, d)
+    size = xp.sum(K, axis=-1)  # (..., d)
+    shared = size > 1.5
+    if _host_readable(xp, vals) and not bool(xp.any(shared)):
+        return vals, Q  # simple values (the usual case): skip the QR where the check is free
+    vals = xp.where(shared, (K @ vals[..., None])[..., 0] / size, vals)  # cluster means
     # fixed pseudo-random G (d, d) from a hash of the indices: elementwise ops only, so
     # traceable and the same on every backend up to the rounding of sin (G moves by about
     # 1e-11, and the basis with it). In float64 whatever Q's dtype: in float32 the
@@ -628,10 +699,8 @@ def _canonical_null_basis(xp, lam, Q):
     i = xp.arange(1, d + 1, dtype=xp.float64, device=_device(Q))
     t = xp.sin(12.9898 * i[:, None] + 78.233 * i[None, :]) * 43758.5453
     G = xp.astype(t - xp.floor(t) - 0.5, Q.dtype)
-    Qg, _ = xp.linalg.qr(P @ G)
-    # ascending eigenvalues: the null space is the first r columns of Q, and the first r
-    # columns of Qg span P g_1, ..., P g_r (generic G: independent)
-    return xp.where(null, xp.zeros_like(lam), lam), xp.where(null[..., None, :], Qg, Q)
+    Qg, _ = xp.linalg.qr(Q @ (K * (xp.matrix_transpose(Q) @ G)))
+    return vals, xp.where(shared[..., None, :], Qg, Q)
 
 
 # ============================================================== parameters -> features
