@@ -448,3 +448,18 @@ def test_metadata_routing_in_a_pipeline(est):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
     unweighted = cross_val_score(clone(pipe), X, t, cv=cv)
     assert np.abs(got - unweighted).max() > 1e-6  # the weights reached fit and score
+
+
+def test_nadaraya_watson_pickled_before_sample_weights_predicts_unweighted():
+    # a model pickled by a version without sample weights has no _log_w attribute: it
+    # must load and predict as fitted (the class default None: unweighted), bitwise
+    import pickle
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60, 4))
+    y = (X[:, 0] > 0).astype(int)
+    clf = NadarayaWatsonClassifier(n_components=32, random_state=0).fit(X, y)
+    expected = clf.predict_proba(X)
+    del clf.__dict__["_log_w"]
+    old = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(old.predict_proba(X), expected)

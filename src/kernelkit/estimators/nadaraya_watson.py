@@ -302,6 +302,10 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
     True
     """
 
+    #: log sample weights of the kept training points (None: unweighted); a class default
+    #: so that a model pickled before sample weights existed loads and predicts unweighted
+    _log_w = None
+
     _parameter_constraints: ClassVar[dict] = {
         # a FAVOR# method name or alias, case-insensitive: resolve_method checks the name
         # (its message lists the names and aliases)
