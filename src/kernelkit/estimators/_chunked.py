@@ -83,6 +83,7 @@ __all__ = [
     "chunked_sample_weight",
     "dask_sample_weight",
     "fit_feature_map",
+    "noise_rows",
     "predict_in_slabs",
     "prediction_rows",
     "reject_block_iterable",
@@ -147,10 +148,12 @@ def _first_nonempty(X) -> int:
 def check_sample_weight(sample_weight, X, owner: str):
     """``sample_weight`` for in-memory rows ``X`` (n, d) as float64 (n,), or None.
 
-    scikit-learn's checks (:func:`sklearn.utils.validation._check_sample_weight`, in
-    ``X``'s dtype: shape (n,) or a scalar, finite, non-negative, not all zero), their
-    messages prefixed by the estimator and ``sample_weight``; a torch tensor is read as
-    NumPy (detached). A scalar NaN or infinity, which scikit-learn broadcasts without a
+    scikit-learn's checks (:func:`sklearn.utils.validation._check_sample_weight`: shape
+    (n,) or a scalar, finite, non-negative, not all zero), their messages prefixed by the
+    estimator and ``sample_weight``; a torch tensor is read as NumPy (detached). In
+    float64 whatever ``X``'s dtype, as the sums use them: in a float32 ``X``'s dtype a
+    weight below ``1e-45`` would become 0 (its row dropped) and one above ``3.4e38``
+    infinity (refused). A scalar NaN or infinity, which scikit-learn broadcasts without a
     check, is refused too. None stays None, so an unweighted fit runs the unweighted
     sums.
     """
@@ -158,7 +161,7 @@ def check_sample_weight(sample_weight, X, owner: str):
         return None
     try:
         w = _check_sample_weight(
-            host_array(sample_weight), X, dtype=X.dtype, ensure_non_negative=True
+            host_array(sample_weight), X, dtype=np.float64, ensure_non_negative=True
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{owner}: sample_weight: {exc}") from None
@@ -166,6 +169,16 @@ def check_sample_weight(sample_weight, X, owner: str):
     if not np.all(np.isfinite(w)):  # a scalar is broadcast unchecked by scikit-learn
         raise ValueError(f"{owner}: sample_weight contains NaN or infinity, got {w[0]}.")
     return w
+
+
+def noise_rows(w: np.ndarray, noise: float) -> np.ndarray:
+    """The rows (n,) bool of sample weights ``w`` (n,) whose noise variance ``noise /
+    w_i`` is finite: a zero weight drops its row, and so does a positive weight so
+    small that ``noise / w_i`` overflows (e.g. ``1e-310``): its term ``w_i / noise <
+    1 / DBL_MAX`` next to the prior's 1 in ``B = I + Phi^H W Phi / noise`` is below
+    double precision, while an infinite variance would be refused by the solver."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.isfinite(noise / w)
 
 
 def chunked_sample_weight(X, y, sample_weight, owner: str):

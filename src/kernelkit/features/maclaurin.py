@@ -379,6 +379,20 @@ class _MaclaurinBase(FeatureMap):
             c[n] = c[n] - L
         return c, 2.0 * L
 
+    def _scaled_series(self, G, c, xp):
+        """``sum_n exp(c[n]) G^n`` (n, m) over the degrees ``n <= p`` of ``c`` (from
+        :meth:`_term_logs`: floats for the raw rows, (n, m) arrays for the unit rows,
+        None for ``b_n = 0``) and the cosines or inner products ``G`` (n, m): the series
+        ``sum_n b_n (x'^T y')^n e^(-L/2)``, every term at most 1 for the unit rows."""
+        out = xp.zeros_like(G)
+        Gn = xp.ones_like(G)
+        for n in range(self.degree_ + 1):
+            if n:
+                Gn = Gn * G
+            if c[n] is not None:
+                out = out + _exp(xp, c[n]) * Gn
+        return out
+
     def _gaussian_weight(self, X, Y, xp):
         """``log(e_x e_y)`` (n, m) of prepared inputs, None for the other kernels."""
         if self.kernel != "gaussian":
@@ -444,14 +458,7 @@ class _MaclaurinBase(FeatureMap):
                 moments = self._pair_moments(Xw, Yw, xp, unit)
                 var, _ = self._series_variance(Xw, Yw, xp, "real", True, unit, moments)
                 G, log_n = moments[0], moments[3]
-                c, _ = self._term_logs(log_n, xp)
-                k = xp.zeros_like(G)
-                Gn = xp.ones_like(G)
-                for n in range(self.degree_ + 1):
-                    if n:
-                        Gn = Gn * G
-                    if c[n] is not None:
-                        k = k + _exp(xp, c[n]) * Gn  # b_n G^n e^(-L/2)
+                k = self._scaled_series(G, self._term_logs(log_n, xp)[0], xp)
             if bool(xp.all(xp.isfinite(var)) and xp.all(xp.isfinite(k)) and xp.all(k != 0)):
                 break
         with np.errstate(invalid="ignore"):
@@ -492,13 +499,7 @@ class _MaclaurinBase(FeatureMap):
             # term at most 1, scaled back in log space (_term_logs)
             G, _, _, log_n, _ = self._pair_moments(Xw, Yw, xp)
             c, L = self._term_logs(log_n, xp)
-            series = xp.zeros_like(G)
-            Gn = xp.ones_like(G)
-            for k in range(self.degree_ + 1):
-                if k:
-                    Gn = Gn * G
-                if c[k] is not None:
-                    series = series + xp.exp(c[k]) * Gn
+            series = self._scaled_series(G, c, xp)
             log_e = self._gaussian_weight(Xw, Yw, xp)
             out = times_exp(xp, series, 0.5 * L if log_e is None else 0.5 * L + log_e)
             return narrow_to(xp, out, dtype)

@@ -1,0 +1,104 @@
+"""Review of the day's changes, fifth session: cases the merged changes missed.
+
+- ``sample_weight`` of a row so small that the noise variance of the row, ``alpha /
+  w_i`` (ridge), ``noise / w_i`` (GP regressor) or ``sigma^2 / w_i`` (GP classifier,
+  dual), overflows to infinity (``w_i = 1e-310``, a positive finite weight) made the fit
+  fail with "The noise variances must be positive and finite." (or, in the classifier,
+  an infinite diagonal), although such a row adds less than ``1 / DBL_MAX`` to ``B =
+  I + Phi^H W Phi / noise``: it is now dropped, as a zero weight is.
+- With a float32 ``X`` the weights were checked (and rounded) in float32 before the
+  float64 sums: weights all below ``1e-45`` were refused as all zero, weights above
+  ``3.4e38`` as infinite (with NumPy's cast warning), where a float64 ``X`` (and
+  ``NadarayaWatsonClassifier``, which validates ``X`` as float64) fitted them. The
+  weights are now checked in float64 whatever ``X``'s dtype.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from kernelkit.estimators import (
+    RandomFeatureGPClassifier,
+    RandomFeatureGPRegressor,
+    RandomFeatureRidge,
+)
+from kernelkit.features import RandomFourierFeatures
+
+
+def _data(n=40, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = X[:, 0] + 0.1 * rng.standard_normal(n)
+    return X, y, (X[:, 1] > 0).astype(int)
+
+
+def _ridge(solver, **kw):
+    # a data-independent map (fit reads the shape only): fits on X and on X[1:] draw the
+    # same features, so dropping a row is the only difference between them
+    fm = RandomFourierFeatures(n_features=16)
+    return RandomFeatureRidge(feature_map=fm, random_state=0, solver=solver, **kw)
+
+
+def _gpr(solver, **kw):
+    fm = RandomFourierFeatures(n_features=16)
+    kw.setdefault("noise", 1.0)  # noise / 5e-309 overflows as alpha / 5e-309 does
+    return RandomFeatureGPRegressor(feature_map=fm, random_state=0, solver=solver, **kw)
+
+
+def _gpc(solver, **kw):
+    fm = RandomFourierFeatures(n_features=16)
+    return RandomFeatureGPClassifier(feature_map=fm, random_state=0, solver=solver, **kw)
+
+
+# 1e-310 (subnormal): 1 / w overflows; 5e-309: noise / w overflows for noise >= ~1
+@pytest.mark.parametrize("tiny", [1e-310, 5e-309])
+@pytest.mark.parametrize("solver", ["primal", "dual"])
+@pytest.mark.parametrize("make", [_ridge, _gpr], ids=["ridge", "gp_regressor"])
+def test_a_vanishing_weight_is_a_dropped_row(make, solver, tiny):
+    X, y, _ = _data()
+    w = np.ones(len(X))
+    w[0] = tiny
+    got = make(solver).fit(X, y, w).predict(X)
+    want = make(solver).fit(X[1:], y[1:]).predict(X)
+    # the row adds w / noise < 1 / DBL_MAX next to the prior's 1: the fits differ by the
+    # rounding of the weighted means and of the solve only (O(1) predictions, a
+    # 16 x 16 / 40 x 40 system of condition <= 1 + |Phi|^2 / noise ~ 1e3: 1e-12 is
+    # ~4000 ulps)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("solver", ["primal", "dual"])
+@pytest.mark.parametrize("alpha", [0.01, 10.0])
+def test_gp_classifier_vanishing_weight_is_a_dropped_row(solver, alpha):
+    # alpha = 10: the Milios noises log(1 / alpha + 1) ~ 0.09 are below 1, so 1 / w
+    # overflows where sigma^2 / w does not (an infinite diagonal of K_hat + diag)
+    X, _, yc = _data()
+    w = np.ones(len(X))
+    w[0] = 1e-309
+    got = _gpc(solver, alpha=alpha).fit(X, yc, w).predict_proba(X)
+    want = _gpc(solver, alpha=alpha).fit(X[1:], yc[1:]).predict_proba(X)
+    # same Monte Carlo draws (same seed): probabilities in [0, 1] differ by the
+    # rounding of the posteriors only
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-50, 1e39])
+@pytest.mark.parametrize("make", [_ridge, _gpr], ids=["ridge", "gp_regressor"])
+def test_float32_x_takes_weights_beyond_float32_range(make, scale):
+    X, y, _ = _data()
+    X32 = X.astype(np.float32)
+    w = np.random.default_rng(1).uniform(0.5, 2.0, len(X))
+    param = "alpha" if make is _ridge else "noise"
+    # weights scale * w with alpha (noise) scale * a are the problem of weights w with
+    # alpha a: the noise variances alpha / w_i are the same numbers (to one rounding)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no NumPy cast warning either
+        got = make("primal", **{param: 0.5 * scale}).fit(X32, y, scale * w).predict(X32)
+    want = make("primal", **{param: 0.5}).fit(X32, y, w).predict(X32)
+    # float32 features: the two fits differ by the rounding of a / w_i (1 ulp of
+    # float64) and of the weighted means, far below float32's eps 1.2e-7 of the
+    # features; 1e-6 relative leaves 8 eps32 of room for the solve
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
