@@ -11,6 +11,12 @@
   ``3.4e38`` as infinite (with NumPy's cast warning), where a float64 ``X`` (and
   ``NadarayaWatsonClassifier``, which validates ``X`` as float64) fitted them. The
   weights are now checked in float64 whatever ``X``'s dtype.
+- The chunked (Dask, and in-memory blocked) statistics combined the blocks' weighted
+  sums of squares with the harmonic weight ``a b / (a + b)`` of the blocks' weight
+  totals, whose product overflows for weights from ~1e155: ``normalize_y=True`` then
+  refused the fit ("the variance of y overflows"), where the in-memory fit of the same
+  weights, and the chunked fit of the same problem with weights and noise scaled down,
+  gave the posterior. It is formed as ``a (b / (a + b))``.
 """
 
 from __future__ import annotations
@@ -102,3 +108,19 @@ def test_float32_x_takes_weights_beyond_float32_range(make, scale):
     # float64) and of the weighted means, far below float32's eps 1.2e-7 of the
     # features; 1e-6 relative leaves 8 eps32 of room for the solve
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e160, 1e300])
+def test_dask_normalize_y_takes_large_weights(scale):
+    da = pytest.importorskip("dask.array")
+    X, y, _ = _data(n=60)
+    y = 3.0 * y + 5.0
+    w = np.random.default_rng(2).uniform(0.5, 2.0, len(X))
+    Xd, yd = da.from_array(X, chunks=20), da.from_array(y, chunks=20)  # three blocks
+    # weights scale * w with noise scale * 0.1: the noise variances of weights w with
+    # noise 0.1, and the weighted mean and standard deviation of y do not change
+    got = _gpr("primal", noise=0.1 * scale, normalize_y=True).fit(Xd, yd, scale * w)
+    want = _gpr("primal", noise=0.1, normalize_y=True).fit(Xd, yd, w)
+    # predictions ~5-10 through a 16 x 16 solve of condition <= 1 + |Phi|^2 / noise
+    # ~ 600: ~10 * 600 * eps = 1.3e-12 of rounding; 1e-11 leaves a factor 8
+    np.testing.assert_allclose(got.predict(X), want.predict(X), rtol=0, atol=1e-11)

@@ -492,11 +492,13 @@ class FeatureStats:
         s_y_other = other.s_y + other.w_sum * shift
         rhs_other = other.rhs + np.multiply.outer(np.conj(other.s_phi), shift)
         # Chan et al.'s update of the centred sums of squares (weights as frequencies):
-        # exact in exact arithmetic, without the cancellation of sum y^2 - n ybar^2
+        # exact in exact arithmetic, without the cancellation of sum y^2 - n ybar^2; the
+        # harmonic weight a b / (a + b) <= min(a, b) as a (b / (a + b)), whose product a b
+        # would overflow for weights from ~1e155 (normalize_y then saw an infinite variance)
         a, b = self.w_sum, other.w_sum
         delta = other.s_y / b + shift - self.s_y / a  # (T,) difference of the means
         with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
-            ss_y = self.ss_y + other.ss_y + delta**2 * (a * b / (a + b))
+            ss_y = self.ss_y + other.ss_y + delta**2 * (a * (b / (a + b)))
         return FeatureStats(
             self.n + other.n,
             self.s_phi + other.s_phi,
