@@ -30,6 +30,7 @@ Gaussian factors) without bias; the constant ``a_0`` is an exact feature ``sqrt(
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from typing import ClassVar
 
@@ -49,9 +50,13 @@ from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ._base import (
     FeatureMap,
+    _below_range,
     _detach,
     as_real_dtype,
     check_real,
+    log_inner_bound,
+    log_max_abs,
+    log_polynomial_bound,
     narrow_to,
     safe_gram,
     safe_log,
@@ -519,21 +524,41 @@ class _MaclaurinBase(FeatureMap):
                 out = out + float(b[n]) * Gp
         return out
 
-    def _exact_kernel(self, X, Y, xp):
+    def _exact_kernel_plan(self, X, Y, xp):
+        """:meth:`FeatureMap._exact_kernel_plan`: the bound of the kernel from ``|x^T y| <=
+        d max |X| max |Y|`` (the Gaussian kernel is at most 1), and the overflow-safe
+        blocks (``safe``) only where that bound, or that of ``|x|^2``, leaves the range."""
+        s = self._input_scale()
+        if self.kernel == "gaussian":  # |x - y|^2 <= 4 d max(|X|, |Y|)^2
+            top = max(log_max_abs(xp, X), log_max_abs(xp, Y))
+            safe = not _below_range(xp, 2.0 * top + math.log(4.0 * max(1, X.shape[1])), X.dtype)
+            return functools.partial(self._exact_kernel, safe=safe), 0.0
+        log_g = log_inner_bound(xp, X, Y)
+        if self.kernel == "polynomial":
+            bound = log_polynomial_bound(log_g, float(self.gamma), float(self.coef0), self.degree)
+        else:  # exp(s x^T y)
+            bound = s * math.exp(log_g) if log_g < 700.0 else math.inf
+        safe = not (_below_range(xp, log_g, X.dtype) and _below_range(xp, bound, X.dtype))
+        return functools.partial(self._exact_kernel, safe=safe), bound
+
+    def _exact_kernel(self, X, Y, xp, safe: bool = True):
         """The kernel this map approximates (untruncated), shape (n, m): +-inf (or 0)
         where it leaves the floating-point range, never NaN (``x^T y`` of rows of norm
         ~1e160 by :func:`safe_gram`; ``|x - y|^2`` of rows brought to ``max |entry| = 1``
-        where ``|x|^2`` would overflow)."""
+        where ``|x|^2`` would overflow). ``safe=False``: the plain products, for inputs
+        whose bound keeps every value in range (:meth:`_exact_kernel_plan`)."""
         s = self._input_scale()
         if self.kernel != "gaussian":
-            G = safe_gram(xp, X, Y)
+            G = safe_gram(xp, X, Y) if safe else X @ xp.matrix_transpose(Y)
             with np.errstate(over="ignore"):  # FeatureMap._checked_values warns
                 if self.kernel == "polynomial":
                     return (float(self.gamma) * G + float(self.coef0)) ** int(self.degree)
                 return xp.exp(s * G)
-        c = max(float(_detach(xp.max(xp.abs(A)))) if A.shape[0] else 0.0 for A in (X, Y))
-        if c * c * X.shape[1] < float(xp.finfo(X.dtype).max) / 8:
-            c = 1.0
+        c = 1.0
+        if safe:
+            c = max(float(_detach(xp.max(xp.abs(A)))) if A.shape[0] else 0.0 for A in (X, Y))
+            if c * c * X.shape[1] < float(xp.finfo(X.dtype).max) / 8:
+                c = 1.0
         Xc, Yc = (X, Y) if c == 1.0 else (X / c, Y / c)
         nx = xp.sum(Xc * Xc, axis=1)[:, None]
         ny = xp.sum(Yc * Yc, axis=1)[None, :]
