@@ -21,10 +21,12 @@
   pass over the whole (n, m) output, and the Maclaurin maps' overflow-safe exact kernel
   reduced ``max |Y|`` over all of ``Y`` for every row block of ``X``:
   ``RandomMaclaurin.exact_kernel`` had become ~50 % slower at n = m = 3000, d = 16, the
-  sketches' ``exact_kernel`` ~12 % and ``approx_kernel`` 3-7 % (process time, 1 BLAS
-  thread, alternating runs against the previous release). A bound from the inputs
-  (``|x . y| <= d max |X| max |Y|``, ``|phi_x . phi_y| <= D max |phi_X| max |phi_Y|``
-  times the row scales) now says once per call whether a value can leave the range;
+  sketches' ``exact_kernel`` ~12 %, ``approx_kernel`` 3-7 % and the Maclaurin maps'
+  ``expected_kernel`` (which also looked for an overflow of the raw series) ~10 %
+  (process time, 1 BLAS thread, alternating runs against the previous release). A
+  bound from the inputs (``|x . y| <= d max |X| max |Y|``, ``|phi_x . phi_y| <= D max
+  |phi_X| max |phi_Y|`` times the row scales, ``sum_n |b_n| (s d max |X| max |Y|)^n``
+  for the series) now says once per call whether a value can leave the range;
   only then are the safe blocks and the pass used.
 """
 
@@ -178,6 +180,10 @@ def test_pairwise_overflow_check_is_no_pass_over_the_output(fm, monkeypatch):
     # overflow itself (and raises): one pass; the Maclaurin maps' none
     passes = seen.count((300, 200))
     assert passes == (1 if isinstance(fm, (TensorSketch, TensorSRHT)) else 0)
+    if isinstance(fm, (RandomMaclaurin, OptimizedMaclaurin)):
+        seen.clear()
+        fm.expected_kernel(X, Y)  # the truncated series: neither a raw-series check
+        assert (300, 200) not in seen  # nor an overflow pass
 
 
 @pytest.mark.parametrize("scale", [0.3, 3.0, 10.0])
@@ -207,3 +213,6 @@ def test_pairwise_bounds_hold(fm, scale):
     est = np.log(np.max(np.abs(A[np.isfinite(A)]))) if np.isfinite(A).any() else -np.inf
     gram = log_gram_bound(xp, *fm._scaled_pair(Xp, Yp, xp))
     assert est <= gram + 1e-12  # Cauchy-Schwarz by the largest entries
+    if isinstance(fm, (RandomMaclaurin, OptimizedMaclaurin)):
+        E = fm.expected_kernel(X, Y)  # sum_n |b_n| (s d max|X| max|Y|)^n bounds it
+        assert np.log(np.max(np.abs(E))) <= fm._log_series_bound(Xp, Yp, xp) + 1e-12

@@ -490,15 +490,29 @@ class _MaclaurinBase(FeatureMap):
         """
         args = "X" if Y is None else "X, Y"
         X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
-        out = self._expected_kernel_prepared(self._densify(X), self._densify(Y), xp)
-        out = as_real_dtype(xp, out, dtype)
-        return self._checked_values(xp, out, "expected_kernel", args, exact=True)
+        X, Y = self._densify(X), self._densify(Y)
+        bound = self._log_series_bound(X, Y, xp)
+        out = as_real_dtype(xp, self._expected_kernel_prepared(X, Y, xp, bound), dtype)
+        return self._checked_values(xp, out, "expected_kernel", args, exact=True, log_bound=bound)
 
-    def _expected_kernel_prepared(self, X, Y, xp):
+    def _log_series_bound(self, X, Y, xp) -> float:
+        """An upper bound of ``log |series|`` (and of the expected kernel, ``e_x e_y <=
+        1``) for prepared ``X`` (n, d), ``Y`` (m, d): ``sum_n |b_n| (s d max |X| max
+        |Y|)^n`` in log space, from reductions over the inputs."""
+        lg = log_inner_bound(xp, X, Y) + math.log(self._input_scale())
+        b = self._unit_coefficients
+        terms = [math.log(abs(float(b[0])))] if b[0] else []
+        terms += [math.log(float(b[n])) + n * lg for n in range(1, self.degree_ + 1) if b[n] > 0]
+        return float(np.logaddexp.reduce(terms)) if terms else -math.inf
+
+    def _expected_kernel_prepared(self, X, Y, xp, log_bound=None):
+        """The expected kernel (n, m) of prepared ``X``, ``Y``; the unit-row series only
+        where the raw one overflows (never looked for where ``log_bound``, from
+        :meth:`_log_series_bound`, keeps it in range)."""
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         with np.errstate(over="ignore", invalid="ignore"):  # checked below
             series = self._series(Xw, Yw, xp)
-        if not bool(xp.all(xp.isfinite(series))):
+        if not _below_range(xp, log_bound, Xw.dtype) and not bool(xp.all(xp.isfinite(series))):
             # the powers of x^T y overflow (and +-inf terms of alternating sign made
             # inf - inf = NaN): the series of the unit rows, sum_n exp(c_n) G^n with every
             # term at most 1, scaled back in log space (_term_logs)
