@@ -656,7 +656,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         bx, sx, by, sy = self._scaled_pair(X, Y, xp)
         out = combine_row_scales(xp, real_gram(xp, bx, by), sx, sy, self._pair_jobs())
         out = as_real_dtype(xp, out, dtype)
-        bound = log_gram_bound(xp, bx, sx, by, sy) if self._warns_value_overflow else None
+        bound = None  # (on accelerators no check: its reductions would wait for the device)
+        if self._warns_value_overflow and _on_host(out):
+            bound = log_gram_bound(xp, bx, sx, by, sy)
         return self._checked_values(xp, out, "approx_kernel", args, log_bound=bound)
 
     # ------------------------------------------------------------------ kernels
