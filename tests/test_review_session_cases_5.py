@@ -28,6 +28,11 @@
   |phi_X| max |phi_Y|`` times the row scales, ``sum_n |b_n| (s d max |X| max |Y|)^n``
   for the series) now says once per call whether a value can leave the range;
   only then are the safe blocks and the pass used.
+- ``NadarayaWatsonClassifier`` is a ratio of weighted kernel sums, so a common factor
+  of the weights cancels; but weights whose total overflows (400 weights of 1e306)
+  made the weighted centre ``X_mean_`` inf (the inputs were then not centred, another
+  estimate) and, for the bounded ``trig`` features, the key sums ``S^T W R`` inf. Both
+  now take the weights relative to the largest.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import numpy as np
 import pytest
 
 from kernelkit.estimators import (
+    NadarayaWatsonClassifier,
     RandomFeatureGPClassifier,
     RandomFeatureGPRegressor,
     RandomFeatureRidge,
@@ -216,3 +222,18 @@ def test_pairwise_bounds_hold(fm, scale):
     if isinstance(fm, (RandomMaclaurin, OptimizedMaclaurin)):
         E = fm.expected_kernel(X, Y)  # sum_n |b_n| (s d max|X| max|Y|)^n bounds it
         assert np.log(np.max(np.abs(E))) <= fm._log_series_bound(Xp, Yp, xp) + 1e-12
+
+
+@pytest.mark.parametrize("scale", [1e306, 1e308])  # totals 4e308, 4e310: overflow
+@pytest.mark.parametrize("method", ["trig", "positive", "sderf"])
+def test_nadaraya_watson_weights_are_relative(method, scale):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((400, 3))
+    y = (X[:, 1] > 0).astype(int)
+    Q = rng.standard_normal((5, 3))
+    make = NadarayaWatsonClassifier
+    got = make(method=method, random_state=0).fit(X, y, np.full(len(X), scale))
+    want = make(method=method, random_state=0).fit(X, y)
+    # constant weights: the same estimate up to the rounding of the weighted mean
+    # (1 ulp of X_mean_) carried through the features: probabilities to ~1e-15
+    np.testing.assert_allclose(got.predict_proba(Q), want.predict_proba(Q), rtol=0, atol=1e-12)
