@@ -40,9 +40,7 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 import warnings
-from contextlib import contextmanager
 from typing import ClassVar
 
 import numpy as np
@@ -52,6 +50,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import _check_feature_names, check_array
 
 from .._backend import (
+    ThreadFlag,
     caller_stacklevel,
     check_random_state,
     device,
@@ -89,23 +88,18 @@ PAIR_ONE_CALL_ELEMENTS = 1 << 19
 #: estimates are biased and the analytic (i.i.d.) variance does not bound their error
 BIASED_SAMPLERS = ("sorf", "hadamard")
 
-#: ``.off`` set (per thread) inside :func:`biased_sampler_warnings_off`
-_BIASED_QUIET = threading.local()
+#: set (per thread) inside :func:`biased_sampler_warnings_off`
+_BIASED_QUIET = ThreadFlag()
 
 
-@contextmanager
 def biased_sampler_warnings_off():
     """Context: the calling thread's analytic variances and expected kernels of biased
     samplers do not warn (callers that rank them by design, ``RandomFeatures(method=
-    "auto")``). Per thread, unlike ``warnings.catch_warnings``, whose save and restore of
-    the process-wide filters under concurrent fits left the caller's filter installed
-    for good, or dropped another thread's."""
-    prev = getattr(_BIASED_QUIET, "off", False)
-    _BIASED_QUIET.off = True
-    try:
-        yield
-    finally:
-        _BIASED_QUIET.off = prev
+    "auto")``). Per thread (:class:`~kernelkit._backend.ThreadFlag`), unlike
+    ``warnings.catch_warnings``, whose save and restore of the process-wide filters under
+    concurrent fits left the caller's filter installed for good, or dropped another
+    thread's."""
+    return _BIASED_QUIET.on()
 
 
 def _sparse_classes() -> str:
@@ -717,7 +711,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """Warn that ``method`` returns the i.i.d. value, which does not bound the error of
         a biased structured sampler (user guide: "The feature-map contract", Variances)."""
         sampler = getattr(self, "sampler", None)
-        if getattr(_BIASED_QUIET, "off", False):
+        if _BIASED_QUIET:
             return
         if isinstance(sampler, str) and sampler in BIASED_SAMPLERS:
             if method == "expected_kernel":
