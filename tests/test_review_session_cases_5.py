@@ -237,3 +237,20 @@ def test_nadaraya_watson_weights_are_relative(method, scale):
     # constant weights: the same estimate up to the rounding of the weighted mean
     # (1 ulp of X_mean_) carried through the features: probabilities to ~1e-15
     np.testing.assert_allclose(got.predict_proba(Q), want.predict_proba(Q), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "A",
+    [
+        np.array([[np.nan, 1.0]]),
+        np.array([[1.0, np.nan]]),
+        np.array([[1.0 + 0j, complex(0.0, np.nan)]]),  # the NaN in the second part
+    ],
+)
+def test_bound_of_a_nan_is_no_bound(A):
+    # a NaN feature must leave the overflow pass to look at the values, not be read as
+    # "all entries small" (Python's max drops a NaN met after a number)
+    xpn = pytest.importorskip("array_api_compat.numpy")
+    from kernelkit.features._base import log_max_abs
+
+    assert log_max_abs(xpn, A) == np.inf

@@ -1039,13 +1039,17 @@ def _below_range(xp, log_bound, dtype) -> bool:
 
 
 def log_max_abs(xp, A) -> float:
-    """``log max |A_ij|`` of a real or complex array (``-inf`` if empty or all zero),
-    from reductions over the whole array (no (n, d) temporary for a real ``A``; the
-    complex modulus bounded by ``sqrt(2)`` times the largest part)."""
+    """``log max |A_ij|`` of a real or complex array (``-inf`` if empty or all zero,
+    ``inf`` if it holds a NaN: no bound), from reductions over the whole array (no
+    (n, d) temporary for a real ``A``; the complex modulus bounded by ``sqrt(2)`` times
+    the largest part)."""
     if A.shape[0] == 0 or (A.ndim > 1 and A.shape[1] == 0):
         return -math.inf
     parts = (xp.real(A), xp.imag(A)) if xp.isdtype(A.dtype, "complex floating") else (A,)
-    top = max(max(float(_detach(xp.max(a))), -float(_detach(xp.min(a)))) for a in parts)
+    ends = [v for a in parts for v in (float(_detach(xp.max(a))), -float(_detach(xp.min(a))))]
+    if any(math.isnan(v) for v in ends):
+        return math.inf
+    top = max(ends)
     if not top > 0:
         return -math.inf
     return math.log(top) + (0.5 * math.log(2.0) if len(parts) == 2 else 0.0)
