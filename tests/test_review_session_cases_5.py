@@ -33,6 +33,9 @@
   made the weighted centre ``X_mean_`` inf (the inputs were then not centred, another
   estimate) and, for the bounded ``trig`` features, the key sums ``S^T W R`` inf. Both
   now take the weights relative to the largest.
+- ``OptimizedMaclaurin.fit`` at norms ~1e160 raised its "Maclaurin terms overflow"
+  ``ValueError`` after NumPy's "invalid value encountered in divide" (``|x|^2 = inf``
+  divided by itself) had reached the caller; it now raises before.
 """
 
 from __future__ import annotations
@@ -254,3 +257,13 @@ def test_bound_of_a_nan_is_no_bound(A):
     from kernelkit.features._base import log_max_abs
 
     assert log_max_abs(xpn, A) == np.inf
+
+
+def test_optimized_maclaurin_fit_at_huge_norms_raises_without_numpy_warning():
+    # |x|^2 = inf at norms ~1e160: the fit's ValueError said so, after NumPy's
+    # "invalid value encountered in divide" (inf / inf) had reached the caller
+    X = np.random.default_rng(6).standard_normal((5, 8)) * 1e160
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="Maclaurin terms overflow"):
+            OptimizedMaclaurin(n_features=16, random_state=0).fit(X)
