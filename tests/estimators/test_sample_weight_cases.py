@@ -389,10 +389,10 @@ def test_torch_weights(est):
 
 @pytest.mark.parametrize("est", _estimators(), ids=_IDS)
 def test_float32_X_takes_weights(est):
-    """float32 ``X``: the weights are validated in the dtype of the validated ``X`` (as
-    scikit-learn does), and the fit equals the one of the same values in float64 to the
-    float32 round-off of the features (``1e-4``: ``D`` features of ~1e-7 relative error
-    each, through a solve of condition number < 1e3)."""
+    """float32 ``X``: the weights are validated in float64, the dtype of the sums that use
+    them (not rounded to ``X``'s dtype), and the fit equals the one of the same values in
+    float64 to the float32 round-off of the features (``1e-4``: ``D`` features of ~1e-7
+    relative error each, through a solve of condition number < 1e3)."""
     X, y, _ = _data()
     X = X.astype(np.float32)
     t = _target(est, y)
@@ -401,14 +401,12 @@ def test_float32_X_takes_weights(est):
     got = getattr(clone(est).fit(X, t, sample_weight=w), f)(X)
     ref = getattr(clone(est).fit(X.astype(np.float64), t, sample_weight=w), f)(X)
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4)
-    # the weights take the dtype of the validated X, as scikit-learn's
-    # _check_sample_weight: float32 for the estimators that keep float32 X (rounded to
-    # float32 first), float64 for NadarayaWatsonClassifier (which validates X as float64)
-    w32 = getattr(clone(est).fit(X, t, sample_weight=w.astype(np.float32)), f)(X)
-    if isinstance(est, NadarayaWatsonClassifier):
-        assert not np.array_equal(got, w32)
-    else:
-        np.testing.assert_array_equal(got, w32)
+    # the float64 weights are used as given: float32-rounded weights are other weights
+    w32 = w.astype(np.float32)
+    got32 = getattr(clone(est).fit(X, t, sample_weight=w32), f)(X)
+    assert not np.array_equal(got, got32)
+    same = getattr(clone(est).fit(X, t, sample_weight=w32.astype(np.float64)), f)(X)
+    np.testing.assert_array_equal(got32, same)  # the same float64 values
 
 
 @pytest.mark.parametrize("est", _estimators(), ids=_IDS)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import scipy.sparse as sp
@@ -35,6 +37,7 @@ from array_api_compat import (
 from array_api_compat import device as _device
 
 __all__ = [
+    "ThreadFlag",
     "caller_stacklevel",
     "check_all_finite",
     "check_random_state",
@@ -98,6 +101,30 @@ def check_random_state(seed) -> np.random.Generator:
     raise TypeError(
         f"random_state must be None, an int or a numpy.random.Generator, got {type(seed).__name__}."
     )
+
+
+class ThreadFlag:
+    """A flag of the calling thread: true inside ``with flag.on():`` (nested uses restore
+    the enclosing value), false elsewhere and in every other thread, so that a setting of
+    one thread (a per-call mode) never reaches calls that others make meanwhile (as a
+    module global, or ``warnings.catch_warnings``, whose process-wide save and restore
+    is not thread-safe, would)."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def __bool__(self) -> bool:
+        return getattr(self._local, "on", False)
+
+    @contextmanager
+    def on(self):
+        """Context: the flag is true in this thread."""
+        prev = bool(self)
+        self._local.on = True
+        try:
+            yield
+        finally:
+            self._local.on = prev
 
 
 def native_byte_order(a):

@@ -42,11 +42,11 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
+from .._backend import ThreadFlag
 from ..features import favor
 from ._linear import autocast_off
 
@@ -209,8 +209,8 @@ _BUILT: OrderedDict = OrderedDict()
 _BUILT_MAX = 16
 #: guards _BUILT's order and size (the comparisons run outside it, on the entry's copies)
 _BUILT_LOCK = threading.Lock()
-#: .off set (per thread) while moments of the call itself are passed as given ones
-_NOT_KEPT = threading.local()
+#: set (per thread) while moments of the call itself are passed as given ones
+_NOT_KEPT = ThreadFlag()
 
 
 def _after_fork_in_child() -> None:
@@ -223,17 +223,11 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-@contextmanager
 def builds_not_kept():
     """Context: :func:`build_log_map_for` builds every time and keeps nothing, for callers
     that pass moments of the call itself (a module's per-batch moments of a padded batch),
-    which no later call reuses."""
-    prev = getattr(_NOT_KEPT, "off", False)
-    _NOT_KEPT.off = True
-    try:
-        yield
-    finally:
-        _NOT_KEPT.off = prev
+    which no later call reuses (in the calling thread only)."""
+    return _NOT_KEPT.on()
 
 
 def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int):
@@ -255,7 +249,7 @@ def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: 
     if (
         fields is None
         or torch.compiler.is_compiling()
-        or getattr(_NOT_KEPT, "off", False)
+        or bool(_NOT_KEPT)
         or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (W, *fields))
         or (torch.is_grad_enabled() and any(t.requires_grad for t in (W, *fields)))
     ):

@@ -83,6 +83,7 @@ __all__ = [
     "chunked_sample_weight",
     "dask_sample_weight",
     "fit_feature_map",
+    "noise_rows",
     "predict_in_slabs",
     "prediction_rows",
     "reject_block_iterable",
@@ -147,10 +148,12 @@ def _first_nonempty(X) -> int:
 def check_sample_weight(sample_weight, X, owner: str):
     """``sample_weight`` for in-memory rows ``X`` (n, d) as float64 (n,), or None.
 
-    scikit-learn's checks (:func:`sklearn.utils.validation._check_sample_weight`, in
-    ``X``'s dtype: shape (n,) or a scalar, finite, non-negative, not all zero), their
-    messages prefixed by the estimator and ``sample_weight``; a torch tensor is read as
-    NumPy (detached). A scalar NaN or infinity, which scikit-learn broadcasts without a
+    scikit-learn's checks (:func:`sklearn.utils.validation._check_sample_weight`: shape
+    (n,) or a scalar, finite, non-negative, not all zero), their messages prefixed by the
+    estimator and ``sample_weight``; a torch tensor is read as NumPy (detached). In
+    float64 whatever ``X``'s dtype, as the sums use them: in a float32 ``X``'s dtype a
+    weight below ``1e-45`` would become 0 (its row dropped) and one above ``3.4e38``
+    infinity (refused). A scalar NaN or infinity, which scikit-learn broadcasts without a
     check, is refused too. None stays None, so an unweighted fit runs the unweighted
     sums.
     """
@@ -158,7 +161,7 @@ def check_sample_weight(sample_weight, X, owner: str):
         return None
     try:
         w = _check_sample_weight(
-            host_array(sample_weight), X, dtype=X.dtype, ensure_non_negative=True
+            host_array(sample_weight), X, dtype=np.float64, ensure_non_negative=True
         )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{owner}: sample_weight: {exc}") from None
@@ -166,6 +169,16 @@ def check_sample_weight(sample_weight, X, owner: str):
     if not np.all(np.isfinite(w)):  # a scalar is broadcast unchecked by scikit-learn
         raise ValueError(f"{owner}: sample_weight contains NaN or infinity, got {w[0]}.")
     return w
+
+
+def noise_rows(w: np.ndarray, noise: float) -> np.ndarray:
+    """The rows (n,) bool of sample weights ``w`` (n,) whose noise variance ``noise /
+    w_i`` is finite: a zero weight drops its row, and so does a positive weight so
+    small that ``noise / w_i`` overflows (e.g. ``1e-310``): its term ``w_i / noise <
+    1 / DBL_MAX`` next to the prior's 1 in ``B = I + Phi^H W Phi / noise`` is below
+    double precision, while an infinite variance would be refused by the solver."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.isfinite(noise / w)
 
 
 def chunked_sample_weight(X, y, sample_weight, owner: str):
@@ -483,11 +496,13 @@ class FeatureStats:
         s_y_other = other.s_y + other.w_sum * shift
         rhs_other = other.rhs + np.multiply.outer(np.conj(other.s_phi), shift)
         # Chan et al.'s update of the centred sums of squares (weights as frequencies):
-        # exact in exact arithmetic, without the cancellation of sum y^2 - n ybar^2
+        # exact in exact arithmetic, without the cancellation of sum y^2 - n ybar^2; the
+        # harmonic weight a b / (a + b) <= min(a, b) as a (b / (a + b)), whose product a b
+        # would overflow for weights from ~1e155 (normalize_y then saw an infinite variance)
         a, b = self.w_sum, other.w_sum
         delta = other.s_y / b + shift - self.s_y / a  # (T,) difference of the means
         with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
-            ss_y = self.ss_y + other.ss_y + delta**2 * (a * b / (a + b))
+            ss_y = self.ss_y + other.ss_y + delta**2 * (a * (b / (a + b)))
         return FeatureStats(
             self.n + other.n,
             self.s_phi + other.s_phi,

@@ -35,6 +35,7 @@ from ._chunked import (
     check_sample_weight,
     chunk_statistics,
     fit_feature_map,
+    noise_rows,
     predict_in_slabs,
     prediction_rows,
     training_rows,
@@ -233,7 +234,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         Yn = (Y - self._y_mean) / self._y_std  # (n, T)
         noises = np.full(len(Y), noise)
         if w is not None:
-            keep = w > 0
+            keep = noise_rows(w, noise)  # (zero weights and those of overflowing noise)
             Phi, Yn, noises = Phi[keep], Yn[keep], noise / w[keep]
         self.posterior_ = FeaturePosterior.fit(Phi, Yn, noises, self.solver)
         self.n_samples_seen_ = len(Y)
@@ -641,17 +642,17 @@ def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2, w=None) -> list:
     (n, n) per class from one ``K_hat = Phi Phi^H`` (``w``: sample weights (n,) or None;
     rows of zero weight, of infinite noise, dropped)."""
     (yt0, yt1), (s0, s1) = y_tilde, s2
-    scale = 1.0
+    w_kept = 1.0
     if w is not None:
-        keep = w > 0
-        Phi, y_idx, scale = Phi[keep], y_idx[keep], 1.0 / w[keep]
+        keep = noise_rows(w, max(s0, s1))  # (zero weights, overflowing noise)
+        Phi, y_idx, w_kept = Phi[keep], y_idx[keep], w[keep]
     n = Phi.shape[0]
     K = gram_dual(Phi)  # (n, n)
     posteriors = []
     for c in range(C):
         on = y_idx == c
         Kc = K.copy()
-        Kc[np.diag_indices(n)] += np.where(on, s1, s0) * scale
+        Kc[np.diag_indices(n)] += np.where(on, s1, s0) / w_kept
         target = np.where(on, yt1, yt0)[:, None]  # (n, 1)
         posteriors.append(FeaturePosterior.from_dual(Kc, target, Phi))
     return posteriors

@@ -404,7 +404,10 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
                 log_S = log_S + self._log_w[:, None]
             return ("log", *nw_key_summary(log_S, self._R))
         S = fm.transform_y(self._X_centred)  # (L, D), bounded (trig)
-        R = self._R if self._log_w is None else self._R * np.exp(self._log_w)[:, None]
+        # the weights relative to the largest (the estimate is a ratio of weighted sums):
+        # sum_i w_i S_i of weights ~1e306 would overflow
+        w = None if self._log_w is None else np.exp(self._log_w - self._log_w.max())
+        R = self._R if w is None else self._R * w[:, None]
         return ("signed", S.T @ R)
 
     # ------------------------------------------------------------------ API
@@ -450,8 +453,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         self.X_fit_ = X
         # the kernel depends on differences only: centred inputs keep the exact scores'
         # distances and the features' variance free of a common offset (module docstring)
-        with np.errstate(over="ignore"):
-            centre = np.average(X, axis=0, weights=w)  # a sum that overflows: no centring
+        with np.errstate(over="ignore"):  # a sum that overflows: no centring
+            # (the weights relative to the largest: their sum cannot overflow)
+            centre = np.average(X, axis=0, weights=None if w is None else w / w.max())
         self.X_mean_ = np.where(np.isfinite(centre), centre, 0.0)
         self._log_w = None
         if w is not None:  # the points of positive weight, and their log-weights

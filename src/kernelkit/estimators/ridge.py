@@ -21,6 +21,7 @@ from ._chunked import (
     blocked_statistics,
     chunk_statistics,
     fit_feature_map,
+    noise_rows,
     predict_in_slabs,
     prediction_rows,
     training_rows,
@@ -195,7 +196,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
             phi_mean, y_mean = None, np.zeros(Y.shape[1])
         noise = np.full(n, alpha)
         if w is not None:
-            keep = w > 0
+            keep = noise_rows(w, alpha)  # (zero weights and those of overflowing noise)
             Phi, Y, noise = Phi[keep], Y[keep], alpha / w[keep]
         coef = FeaturePosterior.fit(Phi, Y, noise, self.solver).coef
         intercept = y_mean if phi_mean is None else y_mean - np.real(phi_mean @ coef)

@@ -40,9 +40,7 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 import warnings
-from contextlib import contextmanager
 from typing import ClassVar
 
 import numpy as np
@@ -52,6 +50,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import _check_feature_names, check_array
 
 from .._backend import (
+    ThreadFlag,
     caller_stacklevel,
     check_random_state,
     device,
@@ -89,23 +88,18 @@ PAIR_ONE_CALL_ELEMENTS = 1 << 19
 #: estimates are biased and the analytic (i.i.d.) variance does not bound their error
 BIASED_SAMPLERS = ("sorf", "hadamard")
 
-#: ``.off`` set (per thread) inside :func:`biased_sampler_warnings_off`
-_BIASED_QUIET = threading.local()
+#: set (per thread) inside :func:`biased_sampler_warnings_off`
+_BIASED_QUIET = ThreadFlag()
 
 
-@contextmanager
 def biased_sampler_warnings_off():
     """Context: the calling thread's analytic variances and expected kernels of biased
     samplers do not warn (callers that rank them by design, ``RandomFeatures(method=
-    "auto")``). Per thread, unlike ``warnings.catch_warnings``, whose save and restore of
-    the process-wide filters under concurrent fits left the caller's filter installed
-    for good, or dropped another thread's."""
-    prev = getattr(_BIASED_QUIET, "off", False)
-    _BIASED_QUIET.off = True
-    try:
-        yield
-    finally:
-        _BIASED_QUIET.off = prev
+    "auto")``). Per thread (:class:`~kernelkit._backend.ThreadFlag`), unlike
+    ``warnings.catch_warnings``, whose save and restore of the process-wide filters under
+    concurrent fits left the caller's filter installed for good, or dropped another
+    thread's."""
+    return _BIASED_QUIET.on()
 
 
 def _sparse_classes() -> str:
@@ -580,16 +574,20 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         method, args = ("transform", "X") if side == "x" else ("transform_y", "Y")
         return self._checked_values(xp, out, method, args)
 
-    def _checked_values(self, xp, out, method: str, args: str, exact: bool = False):
+    def _checked_values(self, xp, out, method: str, args: str, exact: bool = False, log_bound=None):
         """``out`` of ``method(args)``, with one ``RuntimeWarning`` where some of its
         values are +-inf (:func:`warn_value_overflow`) on maps that promise it
         (:attr:`_warns_value_overflow`). Inputs are finite (checked), so an inf is an
         overflow. ``exact``: a ``ValueError`` instead, as the exact kernels of
         :mod:`kernelkit.kernels` say that they overflow. Host arrays only (on
-        accelerators the test would wait for the device)."""
+        accelerators the test would wait for the device). ``log_bound``: an upper bound
+        of ``log |out|`` from the inputs (None: unknown); below ``log`` of the largest
+        value of ``out``'s dtype no value can be inf, and the pass over ``out`` (5-50 %
+        of a pairwise method's time) is left out."""
         if (
             self._warns_value_overflow
             and _on_host(out)
+            and not _below_range(xp, log_bound, out.dtype)
             and not bool(xp.all(xp.isfinite(_detach(out))))
         ):
             if exact:
@@ -651,7 +649,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
         bx, sx, by, sy = self._scaled_pair(X, Y, xp)
         out = combine_row_scales(xp, real_gram(xp, bx, by), sx, sy, self._pair_jobs())
-        return self._checked_values(xp, as_real_dtype(xp, out, dtype), "approx_kernel", args)
+        out = as_real_dtype(xp, out, dtype)
+        bound = None  # (on accelerators no check: its reductions would wait for the device)
+        if self._warns_value_overflow and _on_host(out):
+            bound = log_gram_bound(xp, bx, sx, by, sy)
+        return self._checked_values(xp, out, "approx_kernel", args, log_bound=bound)
 
     # ------------------------------------------------------------------ kernels
     def exact_kernel(self, X, Y=None):
@@ -669,9 +671,17 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """
         args = "X" if Y is None else "X, Y"
         X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
-        out = self._pairwise(self._exact_kernel, self._densify(X), self._densify(Y), xp)
-        out = as_real_dtype(xp, out, dtype)
-        return self._checked_values(xp, out, "exact_kernel", args, exact=True)
+        X, Y = self._densify(X), self._densify(Y)
+        fn, bound = self._exact_kernel_plan(X, Y, xp)
+        out = as_real_dtype(xp, self._pairwise(fn, X, Y, xp), dtype)
+        return self._checked_values(xp, out, "exact_kernel", args, exact=True, log_bound=bound)
+
+    def _exact_kernel_plan(self, X, Y, xp):
+        """``(fn, log_bound)`` for :meth:`exact_kernel` of prepared dense ``X`` (n, d),
+        ``Y`` (m, d): the function of row blocks (``fn(Xb, Y, xp)``, default
+        :meth:`_exact_kernel`) and an upper bound of ``log |K|`` known from the inputs
+        alone, or None (then :meth:`_checked_values` looks for an overflow in ``K``)."""
+        return self._exact_kernel, None
 
     def expected_kernel(self, X, Y=None):
         """``E approx_kernel(X, Y)`` over the random draw of ``fit``, shape (n, m).
@@ -701,7 +711,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """Warn that ``method`` returns the i.i.d. value, which does not bound the error of
         a biased structured sampler (user guide: "The feature-map contract", Variances)."""
         sampler = getattr(self, "sampler", None)
-        if getattr(_BIASED_QUIET, "off", False):
+        if _BIASED_QUIET:
             return
         if isinstance(sampler, str) and sampler in BIASED_SAMPLERS:
             if method == "expected_kernel":
@@ -1018,6 +1028,59 @@ def scale_rows(xp, base, log_scale):
     import torch  # the array-API backends with complex features: torch
 
     return torch.complex(part(xp.real(base)), part(xp.imag(base)))
+
+
+def _below_range(xp, log_bound, dtype) -> bool:
+    """Whether values of ``log |v| <= log_bound`` are below the range of ``dtype``
+    (with a margin of a factor e for the rounding of the bound's inputs)."""
+    if log_bound is None:
+        return False
+    return log_bound < math.log(float(xp.finfo(dtype).max)) - 1.0
+
+
+def log_max_abs(xp, A) -> float:
+    """``log max |A_ij|`` of a real or complex array (``-inf`` if empty or all zero,
+    ``inf`` if it holds a NaN: no bound), from reductions over the whole array (no
+    (n, d) temporary for a real ``A``; the complex modulus bounded by ``sqrt(2)`` times
+    the largest part)."""
+    if A.shape[0] == 0 or (A.ndim > 1 and A.shape[1] == 0):
+        return -math.inf
+    parts = (xp.real(A), xp.imag(A)) if xp.isdtype(A.dtype, "complex floating") else (A,)
+    ends = [v for a in parts for v in (float(_detach(xp.max(a))), -float(_detach(xp.min(a))))]
+    if any(math.isnan(v) for v in ends):
+        return math.inf
+    top = max(ends)
+    if not top > 0:
+        return -math.inf
+    return math.log(top) + (0.5 * math.log(2.0) if len(parts) == 2 else 0.0)
+
+
+def log_inner_bound(xp, X, Y) -> float:
+    """An upper bound of ``log |x_i . y_j|`` over the rows of ``X`` (n, d), ``Y`` (m, d):
+    ``log(d max |X| max |Y|)`` (``-inf`` for empty or zero inputs)."""
+    return math.log(max(1, X.shape[1])) + log_max_abs(xp, X) + log_max_abs(xp, Y)
+
+
+def log_polynomial_bound(log_g: float, gamma: float, coef0: float, degree: int) -> float:
+    """An upper bound of ``log |(gamma g + coef0)^degree|`` for ``log |g| <= log_g``."""
+    if int(degree) == 0:
+        return 0.0
+    log_a = math.log(abs(gamma)) + log_g if gamma else -math.inf
+    log_c = math.log(abs(coef0)) if coef0 else -math.inf
+    return int(degree) * float(np.logaddexp(log_a, log_c))
+
+
+def log_gram_bound(xp, P, sp_, S, ss) -> float:
+    """An upper bound of ``log |Re(P_i conj(S_j)) exp(sp_i + ss_j)|`` over all ``i, j``
+    for features ``P`` (n, D), ``S`` (m, D) and log row scales ``sp_`` (n,), ``ss`` (m,):
+    ``|P_i . S_j| <= D max |P| max |S|``. Reductions over the features, ``O((n + m) D)``
+    next to the ``O(n m D)`` product."""
+    if P.shape[0] == 0 or S.shape[0] == 0:
+        return -math.inf
+    scales = [float(_detach(xp.max(s))) for s in (sp_, ss)]
+    lp = log_max_abs(xp, P)
+    ls = lp if S is P else log_max_abs(xp, S)
+    return math.log(max(1, P.shape[1])) + lp + ls + scales[0] + scales[1]
 
 
 def safe_gram(xp, X, Y):

@@ -59,6 +59,8 @@ from ._base import (
     _matmul_augmented,
     check_real,
     complex_dtype,
+    log_inner_bound,
+    log_polynomial_bound,
     narrow_to,
     param_cache,
     safe_log,
@@ -349,6 +351,13 @@ class DotProductFeatureMap(FeatureMap):
         zx = xp.zeros(P.shape[0], dtype=P.real.dtype, device=device(P)) if sx is None else sx
         zy = xp.zeros(S.shape[0], dtype=P.real.dtype, device=device(P)) if sy is None else sy
         return P, zx, S, zy
+
+    def _exact_kernel_plan(self, X, Y, xp):
+        """:meth:`FeatureMap._exact_kernel_plan` with the bound ``(d max |X| max |Y| +
+        coef0)^degree`` of the kernel (where it is in range, no pass over the output
+        looks for an overflow)."""
+        bound = log_polynomial_bound(log_inner_bound(xp, X, Y), 1.0, self._c, self._p)
+        return self._exact_kernel, bound
 
     def _exact_kernel(self, X, Y, xp):
         """The exact kernel ``(X Y^T + coef0)^degree`` that this map estimates, (n, m)."""

@@ -30,6 +30,7 @@ Gaussian factors) without bias; the constant ``a_0`` is an exact feature ``sqrt(
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from typing import ClassVar
 
@@ -49,9 +50,13 @@ from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ._base import (
     FeatureMap,
+    _below_range,
     _detach,
     as_real_dtype,
     check_real,
+    log_inner_bound,
+    log_max_abs,
+    log_polynomial_bound,
     narrow_to,
     safe_gram,
     safe_log,
@@ -379,6 +384,20 @@ class _MaclaurinBase(FeatureMap):
             c[n] = c[n] - L
         return c, 2.0 * L
 
+    def _scaled_series(self, G, c, xp):
+        """``sum_n exp(c[n]) G^n`` (n, m) over the degrees ``n <= p`` of ``c`` (from
+        :meth:`_term_logs`: floats for the raw rows, (n, m) arrays for the unit rows,
+        None for ``b_n = 0``) and the cosines or inner products ``G`` (n, m): the series
+        ``sum_n b_n (x'^T y')^n e^(-L/2)``, every term at most 1 for the unit rows."""
+        out = xp.zeros_like(G)
+        Gn = xp.ones_like(G)
+        for n in range(self.degree_ + 1):
+            if n:
+                Gn = Gn * G
+            if c[n] is not None:
+                out = out + _exp(xp, c[n]) * Gn
+        return out
+
     def _gaussian_weight(self, X, Y, xp):
         """``log(e_x e_y)`` (n, m) of prepared inputs, None for the other kernels."""
         if self.kernel != "gaussian":
@@ -444,14 +463,7 @@ class _MaclaurinBase(FeatureMap):
                 moments = self._pair_moments(Xw, Yw, xp, unit)
                 var, _ = self._series_variance(Xw, Yw, xp, "real", True, unit, moments)
                 G, log_n = moments[0], moments[3]
-                c, _ = self._term_logs(log_n, xp)
-                k = xp.zeros_like(G)
-                Gn = xp.ones_like(G)
-                for n in range(self.degree_ + 1):
-                    if n:
-                        Gn = Gn * G
-                    if c[n] is not None:
-                        k = k + _exp(xp, c[n]) * Gn  # b_n G^n e^(-L/2)
+                k = self._scaled_series(G, self._term_logs(log_n, xp)[0], xp)
             if bool(xp.all(xp.isfinite(var)) and xp.all(xp.isfinite(k)) and xp.all(k != 0)):
                 break
         with np.errstate(invalid="ignore"):
@@ -478,27 +490,35 @@ class _MaclaurinBase(FeatureMap):
         """
         args = "X" if Y is None else "X, Y"
         X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
-        out = self._expected_kernel_prepared(self._densify(X), self._densify(Y), xp)
-        out = as_real_dtype(xp, out, dtype)
-        return self._checked_values(xp, out, "expected_kernel", args, exact=True)
+        X, Y = self._densify(X), self._densify(Y)
+        bound = self._log_series_bound(X, Y, xp)
+        out = as_real_dtype(xp, self._expected_kernel_prepared(X, Y, xp, bound), dtype)
+        return self._checked_values(xp, out, "expected_kernel", args, exact=True, log_bound=bound)
 
-    def _expected_kernel_prepared(self, X, Y, xp):
+    def _log_series_bound(self, X, Y, xp) -> float:
+        """An upper bound of ``log |series|`` (and of the expected kernel, ``e_x e_y <=
+        1``) for prepared ``X`` (n, d), ``Y`` (m, d): ``sum_n |b_n| (s d max |X| max
+        |Y|)^n`` in log space, from reductions over the inputs."""
+        lg = log_inner_bound(xp, X, Y) + math.log(self._input_scale())
+        b = self._unit_coefficients
+        terms = [math.log(abs(float(b[0])))] if b[0] else []
+        terms += [math.log(float(b[n])) + n * lg for n in range(1, self.degree_ + 1) if b[n] > 0]
+        return float(np.logaddexp.reduce(terms)) if terms else -math.inf
+
+    def _expected_kernel_prepared(self, X, Y, xp, log_bound=None):
+        """The expected kernel (n, m) of prepared ``X``, ``Y``; the unit-row series only
+        where the raw one overflows (never looked for where ``log_bound``, from
+        :meth:`_log_series_bound`, keeps it in range)."""
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         with np.errstate(over="ignore", invalid="ignore"):  # checked below
             series = self._series(Xw, Yw, xp)
-        if not bool(xp.all(xp.isfinite(series))):
+        if not _below_range(xp, log_bound, Xw.dtype) and not bool(xp.all(xp.isfinite(series))):
             # the powers of x^T y overflow (and +-inf terms of alternating sign made
             # inf - inf = NaN): the series of the unit rows, sum_n exp(c_n) G^n with every
             # term at most 1, scaled back in log space (_term_logs)
             G, _, _, log_n, _ = self._pair_moments(Xw, Yw, xp)
             c, L = self._term_logs(log_n, xp)
-            series = xp.zeros_like(G)
-            Gn = xp.ones_like(G)
-            for k in range(self.degree_ + 1):
-                if k:
-                    Gn = Gn * G
-                if c[k] is not None:
-                    series = series + xp.exp(c[k]) * Gn
+            series = self._scaled_series(G, c, xp)
             log_e = self._gaussian_weight(Xw, Yw, xp)
             out = times_exp(xp, series, 0.5 * L if log_e is None else 0.5 * L + log_e)
             return narrow_to(xp, out, dtype)
@@ -518,21 +538,41 @@ class _MaclaurinBase(FeatureMap):
                 out = out + float(b[n]) * Gp
         return out
 
-    def _exact_kernel(self, X, Y, xp):
+    def _exact_kernel_plan(self, X, Y, xp):
+        """:meth:`FeatureMap._exact_kernel_plan`: the bound of the kernel from ``|x^T y| <=
+        d max |X| max |Y|`` (the Gaussian kernel is at most 1), and the overflow-safe
+        blocks (``safe``) only where that bound, or that of ``|x|^2``, leaves the range."""
+        s = self._input_scale()
+        if self.kernel == "gaussian":  # |x - y|^2 <= 4 d max(|X|, |Y|)^2
+            top = max(log_max_abs(xp, X), log_max_abs(xp, Y))
+            safe = not _below_range(xp, 2.0 * top + math.log(4.0 * max(1, X.shape[1])), X.dtype)
+            return functools.partial(self._exact_kernel, safe=safe), 0.0
+        log_g = log_inner_bound(xp, X, Y)
+        if self.kernel == "polynomial":
+            bound = log_polynomial_bound(log_g, float(self.gamma), float(self.coef0), self.degree)
+        else:  # exp(s x^T y)
+            bound = s * math.exp(log_g) if log_g < 700.0 else math.inf
+        safe = not (_below_range(xp, log_g, X.dtype) and _below_range(xp, bound, X.dtype))
+        return functools.partial(self._exact_kernel, safe=safe), bound
+
+    def _exact_kernel(self, X, Y, xp, safe: bool = True):
         """The kernel this map approximates (untruncated), shape (n, m): +-inf (or 0)
         where it leaves the floating-point range, never NaN (``x^T y`` of rows of norm
         ~1e160 by :func:`safe_gram`; ``|x - y|^2`` of rows brought to ``max |entry| = 1``
-        where ``|x|^2`` would overflow)."""
+        where ``|x|^2`` would overflow). ``safe=False``: the plain products, for inputs
+        whose bound keeps every value in range (:meth:`_exact_kernel_plan`)."""
         s = self._input_scale()
         if self.kernel != "gaussian":
-            G = safe_gram(xp, X, Y)
+            G = safe_gram(xp, X, Y) if safe else X @ xp.matrix_transpose(Y)
             with np.errstate(over="ignore"):  # FeatureMap._checked_values warns
                 if self.kernel == "polynomial":
                     return (float(self.gamma) * G + float(self.coef0)) ** int(self.degree)
                 return xp.exp(s * G)
-        c = max(float(_detach(xp.max(xp.abs(A)))) if A.shape[0] else 0.0 for A in (X, Y))
-        if c * c * X.shape[1] < float(xp.finfo(X.dtype).max) / 8:
-            c = 1.0
+        c = 1.0
+        if safe:
+            c = max(float(_detach(xp.max(xp.abs(A)))) if A.shape[0] else 0.0 for A in (X, Y))
+            if c * c * X.shape[1] < float(xp.finfo(X.dtype).max) / 8:
+                c = 1.0
         Xc, Yc = (X, Y) if c == 1.0 else (X / c, Y / c)
         nx = xp.sum(Xc * Xc, axis=1)[:, None]
         ny = xp.sum(Yc * Yc, axis=1)[None, :]

@@ -337,8 +337,14 @@ def maclaurin_pair_sums(
     d_pad = next_power_of_two(d) if srht else None
 
     # rescale to max |x|^2 = 1 (powers up to G^(2p) stay <= 3^p); a_n absorbs r^(2n)
-    sq = np.einsum("ij,ij->i", X, X)  # (m,)
+    with np.errstate(over="ignore"):
+        sq = np.einsum("ij,ij->i", X, X)  # (m,)
     r2 = float(sq.max()) if sq.max() > 0 else 1.0
+    if not math.isfinite(r2):  # |x|^2 overflows, and so do the terms r^(2n) a_n
+        raise ValueError(
+            "The kernel's Maclaurin terms overflow float64 on these inputs; "
+            "scale the inputs (or the lengthscale / gamma) down."
+        )
     Xs = X / math.sqrt(r2)
     sqs = sq / r2
     X2 = Xs * Xs
