@@ -235,9 +235,18 @@ class _MaclaurinBase(FeatureMap):
     def _draw_sketches(self, d: int, rng):
         """Draw independent per-degree sketches for ``n_features_per_degree_``."""
         Dn = self.n_features_per_degree_
-        s = self._input_scale()
-        b = self.coefficients_ / s ** np.arange(len(self.coefficients_))  # unit-scale coefs
-        self._unit_coefficients = b
+        # the unit-scale coefficients b_n = a_n / s^n, formed at s = 1 (gamma = 1,
+        # lengthscale = 1) rather than by the division: a_n and s^n over- or underflow
+        # (gamma 1e100 or 1e-100, lengthscale 1e-60) where b_n does not, and inf / inf or
+        # 0 / 0 made b_n NaN (NaN features, a series bound that left the term out)
+        self._unit_coefficients = maclaurin_coefficients(
+            self.kernel,
+            len(self.coefficients_) - 1,
+            degree=self.degree,
+            gamma=1.0,
+            coef0=self.coef0,
+            lengthscale=1.0,
+        )
         dummy = np.zeros((1, d))
         sketches = []
         for n in range(1, len(Dn)):
