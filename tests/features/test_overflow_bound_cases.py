@@ -56,3 +56,31 @@ def test_expected_kernel_with_a_gamma_whose_raw_coefficient_overflows():
     # rounds to a few ulps, and their sum (same signs for the diagonal, mixed off it)
     # cancels at most by the ratio sum |terms| / |sum|, which is 1 here (|gamma G| >> 1)
     np.testing.assert_allclose(K, ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
+def test_expected_kernel_whose_powers_overflow_but_not_its_value(kernel):
+    # the truncated series sum_{n <= 10} G^n / n! at G = x y = 1e31: G^10 = 1e310 leaves
+    # the range, G^10 / 10! = 2.8e303 does not. The series' bound (log 2.8e303 < log max
+    # - 1) kept the raw series, whose power G^10 was inf, unchecked: a silent inf
+    t = 10.0**15.5
+    X = np.array([[t], [1.0]])
+    m = RandomMaclaurin(kernel=kernel, max_degree=10, n_features=32, random_state=0)
+    m.fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # representable: no warning, no ValueError
+        K = m.expected_kernel(X)
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 30
+
+    def ref(x, y):
+        s = mp.fsum(mp.mpf(x * y) ** n / mp.factorial(n) for n in range(11))
+        if kernel == "gaussian":  # e_x e_y = exp(-(x^2 + y^2) / 2)
+            s *= mp.exp(-(mp.mpf(x) ** 2 + mp.mpf(y) ** 2) / 2)
+        return float(s)
+
+    expected = np.array([[ref(a, b) for b in X[:, 0]] for a in X[:, 0]])
+    assert np.all(np.isfinite(K[expected != 0]))
+    # the series of unit rows, scaled back in log space: exp of a log of size ~700 turns
+    # its rounding (a few eps * 700) into a relative error ~1e-12
+    np.testing.assert_allclose(K, expected, rtol=1e-10, atol=0)
