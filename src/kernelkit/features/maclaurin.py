@@ -500,26 +500,30 @@ class _MaclaurinBase(FeatureMap):
         args = "X" if Y is None else "X, Y"
         X, Y, xp, dtype = self._check_pair_half_widened(X, Y)
         X, Y = self._densify(X), self._densify(Y)
-        bound, log_powers = self._log_series_bound(X, Y, xp)
-        raw_bound = max(bound, log_powers)  # the raw series' values and its powers G^n
+        log_g = self._log_g_bound(X, Y, xp)
+        bound = self._log_series_bound(X, Y, xp, log_g)
+        # the raw series forms the powers G^n before their coefficients b_n (1 / n!, or
+        # the binomial's, below 1) scale them down, so a representable series can have
+        # powers that overflow (softmax, degree 10, |x^T y| ~ 1e31: G^10 inf, G^10 / 10!
+        # not): it runs unchecked only where |G^n| <= g^p stays in range too
+        raw_bound = max(bound, self.degree_ * max(log_g, 0.0))
         out = as_real_dtype(xp, self._expected_kernel_prepared(X, Y, xp, raw_bound), dtype)
         return self._checked_values(xp, out, "expected_kernel", args, exact=True, log_bound=bound)
 
-    def _log_series_bound(self, X, Y, xp) -> tuple[float, float]:
-        """``(bound, log_powers)`` for prepared ``X`` (n, d), ``Y`` (m, d): an upper
-        bound of ``log |series|`` (and of the expected kernel, ``e_x e_y <= 1``), ``sum_n
-        |b_n| g^n`` in log space with ``g = s d max |X| max |Y|``, and one of ``log |G^n|``
-        over the degrees, ``p max(log g, 0)``: :meth:`_series` forms the powers ``G^n``
-        before their coefficients ``b_n`` (``1 / n!``, or the binomial's, below 1) scale
-        them down, so that a representable series can have powers that overflow (softmax,
-        degree 10, ``|x^T y| ~ 1e31``: ``G^10`` inf, ``G^10 / 10!`` not). From reductions
-        over the inputs."""
-        lg = log_inner_bound(xp, X, Y) + math.log(self._input_scale())
+    def _log_g_bound(self, X, Y, xp) -> float:
+        """``log g`` with ``g = s d max |X| max |Y|``, a bound of ``|s x^T y|`` over the
+        rows of prepared ``X`` (n, d), ``Y`` (m, d)."""
+        return log_inner_bound(xp, X, Y) + math.log(self._input_scale())
+
+    def _log_series_bound(self, X, Y, xp, log_g=None) -> float:
+        """An upper bound of ``log |series|`` (and of the expected kernel, ``e_x e_y <=
+        1``) for prepared ``X`` (n, d), ``Y`` (m, d): ``sum_n |b_n| g^n`` in log space
+        (``log_g``: :meth:`_log_g_bound`, from reductions over the inputs)."""
+        lg = self._log_g_bound(X, Y, xp) if log_g is None else log_g
         b = self._unit_coefficients
         terms = [math.log(abs(float(b[0])))] if b[0] else []
         terms += [math.log(float(b[n])) + n * lg for n in range(1, self.degree_ + 1) if b[n] > 0]
-        bound = float(np.logaddexp.reduce(terms)) if terms else -math.inf
-        return bound, self.degree_ * max(lg, 0.0)
+        return float(np.logaddexp.reduce(terms)) if terms else -math.inf
 
     def _expected_kernel_prepared(self, X, Y, xp, log_bound=None):
         """The expected kernel (n, m) of prepared ``X``, ``Y``; the unit-row series only
