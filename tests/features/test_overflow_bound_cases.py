@@ -84,3 +84,31 @@ def test_expected_kernel_whose_powers_overflow_but_not_its_value(kernel):
     # the series of unit rows, scaled back in log space: exp of a log of size ~700 turns
     # its rounding (a few eps * 700) into a relative error ~1e-12
     np.testing.assert_allclose(K, expected, rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("kernel", ["sketch", "softmax"])
+def test_transform_scaled_half_precision_base_stays_finite(kernel):
+    # float16 rows of norm ~30 at degree 3: the float32 base (raw features, log scale 0)
+    # is ~1e5, above float16's 65504, and rounded to inf silently, though the features
+    # base * exp(log_scale) are the same numbers (transform warns where they overflow)
+    torch = pytest.importorskip("torch")
+    from kernelkit.features import RademacherSketch
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((6, 3)) * 30.0
+    if kernel == "sketch":
+        m = RademacherSketch(n_features=16, degree=3, random_state=0)
+    else:
+        m = RandomMaclaurin(kernel="softmax", n_features=16, random_state=0)
+    m.fit(X)
+    Xh = torch.tensor(X, dtype=torch.float16)
+    base, log_scale = m.transform_scaled(Xh)
+    assert base.dtype == torch.float16 and log_scale.dtype == torch.float16
+    assert bool(torch.isfinite(base).all()) and bool(torch.isfinite(log_scale).all())
+    got = base.double().numpy() * np.exp(log_scale.double().numpy())[:, None]
+    ref = m.transform(Xh.double().numpy())  # the float16 inputs' features in float64
+    # base rounded to float16 (eps 2^-11) and log_scale (|log_scale| < 16 here, float16
+    # spacing 2^-7 there: exp of a half spacing is 0.4 %): rtol 5e-3; atol for features
+    # that cancel to ~0, at that relative error of the row's largest feature
+    atol = 5e-3 * np.max(np.abs(ref), axis=1, keepdims=True)
+    assert np.all(np.abs(got - ref) <= 5e-3 * np.abs(ref) + atol)

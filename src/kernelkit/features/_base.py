@@ -620,6 +620,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         base, log_scale = self._scaled_features(X, xp, side)
         if xp.isdtype(base.dtype, "complex floating"):
             return base, as_real_dtype(xp, log_scale, dtype)
+        if base.dtype != dtype:
+            base, log_scale = _rows_within(xp, base, log_scale, dtype)
         return as_real_dtype(xp, base, dtype), as_real_dtype(xp, log_scale, dtype)
 
     def _scaled_pair(self, X, Y, xp):
@@ -985,6 +987,21 @@ def widen_to_float64(xp, X, Y):
     if X.dtype == xp.float64:
         return X, Y, None
     return xp.astype(X, xp.float64), xp.astype(Y, xp.float64), X.dtype
+
+
+def _rows_within(xp, base, log_scale, dtype):
+    """``(base, log_scale)`` (n, D), (n,) with the rows of ``base`` whose largest
+    magnitude reaches the largest value of the narrower real ``dtype`` brought to a
+    largest magnitude of 1 (their size moved into ``log_scale``), so that the base of a
+    half-precision input does not round to inf (a float32 base from raw features, of
+    rows of norm ~20 at degree 3, is above float16's 65504 where the features times
+    their scale are not). Other rows are left as they are."""
+    if base.shape[0] == 0 or base.shape[1] == 0:
+        return base, log_scale
+    top = xp.max(xp.abs(base), axis=1)  # (n,)
+    # no data-dependent branch (it would wait for an accelerator): rows in range / 1
+    top = xp.where(top >= float(xp.finfo(dtype).max), top, xp.ones_like(top))
+    return base / top[:, None], log_scale + xp.log(top)
 
 
 def narrow_to(xp, out, dtype):
