@@ -112,3 +112,15 @@ def test_transform_scaled_half_precision_base_stays_finite(kernel):
     # that cancel to ~0, at that relative error of the row's largest feature
     atol = 5e-3 * np.max(np.abs(ref), axis=1, keepdims=True)
     assert np.all(np.abs(got - ref) <= 5e-3 * np.abs(ref) + atol)
+
+
+def test_coefficients_that_overflow_are_refused_at_fit():
+    # (x.y + 1e200)^12: the constant coefficient 1e2400 and the weights sqrt(b_n) are inf,
+    # and approx_kernel was inf - inf = NaN; OptimizedMaclaurin already refused
+    X = np.random.default_rng(0).standard_normal((4, 3))
+    m = RandomMaclaurin(kernel="polynomial", degree=12, coef0=1e200, n_features=16)
+    with pytest.raises(ValueError, match="Maclaurin coefficients overflow"):
+        m.fit(X)
+    # degree 1: coef0 itself, in range, is accepted
+    m.set_params(degree=1).fit(X)
+    assert np.all(np.isfinite(m.approx_kernel(X)))

@@ -247,6 +247,15 @@ class _MaclaurinBase(FeatureMap):
             coef0=self.coef0,
             lengthscale=1.0,
         )
+        if not np.all(np.isfinite(self._unit_coefficients)):
+            # C(p, n) coef0^(p - n) beyond float64 (coef0 1e200, degree 12): the kernel is
+            # inf at x = y = 0 already, and the weights sqrt(b_n) inf made the estimates
+            # inf - inf = NaN
+            raise ValueError(
+                "The kernel's Maclaurin coefficients overflow float64 "
+                f"(kernel={self.kernel!r}, degree={self.degree}, coef0={self.coef0}); "
+                "scale coef0 down."
+            )
         dummy = np.zeros((1, d))
         sketches = []
         for n in range(1, len(Dn)):
