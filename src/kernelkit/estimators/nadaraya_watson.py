@@ -378,8 +378,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         of the training points (``X`` at :meth:`fit`, ``Y`` per query batch) are the
         weighted ones (:func:`~kernelkit.estimators._weighted_fit.weighted_moments`)."""
         fm = self._new_map()
-        p = None if self._log_w is None else np.exp(self._log_w - self._log_w.max())
-        p = None if p is None else p / p.sum()  # the training points' weights, sum 1
+        p = self._relative_weights()  # the training points' (weighted_moments normalises)
         wx, wy = (p, p) if Y is None else (None, p)  # Y None: X is the training points
         try:
             with weighted_moments(fm, X, Y, wx, wy):
@@ -404,11 +403,15 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
                 log_S = log_S + self._log_w[:, None]
             return ("log", *nw_key_summary(log_S, self._R))
         S = fm.transform_y(self._X_centred)  # (L, D), bounded (trig)
-        # the weights relative to the largest (the estimate is a ratio of weighted sums):
-        # sum_i w_i S_i of weights ~1e306 would overflow
-        w = None if self._log_w is None else np.exp(self._log_w - self._log_w.max())
+        w = self._relative_weights()
         R = self._R if w is None else self._R * w[:, None]
         return ("signed", S.T @ R)
+
+    def _relative_weights(self):
+        """The kept training points' weights divided by the largest, ``(L,)`` in (0, 1],
+        or None unweighted. The estimate is a ratio of weighted sums, so the common
+        factor drops out, and sums of weights ~1e306 (``sum_i w_i S_i``) cannot overflow."""
+        return None if self._log_w is None else np.exp(self._log_w - self._log_w.max())
 
     # ------------------------------------------------------------------ API
     @keep_model_on_error
