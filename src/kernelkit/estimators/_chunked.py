@@ -652,16 +652,9 @@ def blocked_statistics(fm, X, Y, amplitude: float = 1.0, n_jobs=None, w=None) ->
     """
     n = len(X)
     k = max(1, min(_MAX_BLOCKS, n // (4 * _FIRST_SLAB)))  # not the threads: same sums
-    if w is None:
-        return reduce_rows(
-            lambda _, Xb, Yb: block_stats(fm, Xb, Yb, amplitude),
-            [X, Y],
-            block=-(-n // k),
-            n_jobs=n_jobs,
-        )
     return reduce_rows(
-        lambda _, Xb, Yb, wb: block_stats(fm, Xb, Yb, amplitude, wb),
-        [X, Y, w],
+        lambda _, Xb, Yb, wb=None: block_stats(fm, Xb, Yb, amplitude, wb),
+        [X, Y] + ([] if w is None else [w]),
         block=-(-n // k),
         n_jobs=n_jobs,
     )
