@@ -358,11 +358,14 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         float32 one to the half dtype's rounding."""
         self._check_fitted()
         Xv, xp = self._validate(X, name, check_names=True)
-        dtype = Xv.dtype
-        if sp.issparse(Xv) or xp.finfo(dtype).bits >= 32:
-            return self._prepare(Xv, xp, name), xp, dtype
-        Xw = self._prepare_widened(xp.astype(Xv, xp.float32), xp, name, dtype)
-        return Xw, xp, dtype
+        return self._prepare_half_widened(Xv, xp, name, Xv.dtype), xp, Xv.dtype
+
+    def _prepare_half_widened(self, V, xp, name: str, dtype):
+        """:meth:`_prepare` of the validated input ``V``, in float32 when ``dtype`` (the
+        first argument's) is a half-precision one and ``V`` is dense."""
+        if sp.issparse(V) or xp.finfo(dtype).bits >= 32:
+            return self._prepare(V, xp, name)
+        return self._prepare_widened(xp.astype(V, xp.float32), xp, name, dtype)
 
     def _narrow_features(self, xp, out, dtype, side: str):
         """Features ``out`` formed from a widened input (:meth:`_check_X_half_widened`)
@@ -409,13 +412,9 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         dtype = Xv.dtype
         # Y takes X's backend and dtype first (the mixed-input rule), then both widen
         Yv = None if Y is None else self._validate(Y, "Y", like=Xv, check_names=True)[0]
-        if sp.issparse(Xv) or xp.finfo(dtype).bits >= 32:
-            Xp = self._prepare(Xv, xp, "X")
-            return Xp, (Xp if Yv is None else self._prepare(Yv, xp, "Y")), xp, dtype
-        Xv = xp.astype(Xv, xp.float32)
-        Yv = None if Yv is None else xp.astype(Yv, xp.float32)
-        Xp = self._prepare_widened(Xv, xp, "X", dtype)
-        return Xp, (Xp if Yv is None else self._prepare_widened(Yv, xp, "Y", dtype)), xp, dtype
+        Xp = self._prepare_half_widened(Xv, xp, "X", dtype)
+        Yp = Xp if Yv is None else self._prepare_half_widened(Yv, xp, "Y", dtype)
+        return Xp, Yp, xp, dtype
 
     def _check_pair_widened(self, X, Y):
         """Dense prepared ``(X, Y, xp, dtype)`` for the analytic methods (variances):
