@@ -5,12 +5,22 @@ importable). Tests build their data with NumPy and move it with ``backend.asarra
 ``cluster_client`` is a two-worker ``distributed.LocalCluster`` on loopback (one per test
 process, started by the first test that asks for it); use it with
 ``dask.config.set(scheduler=cluster_client)``.
+
+Every test starts from the same global random state (Python's ``random``, NumPy's legacy
+global generator and, once imported, torch's default generator, seeded with
+``KERNELKIT_TEST_SEED``, default 0), so that what a test draws without a generator of its
+own (a module's default weight initialisation, say) does not depend on which tests ran
+before it in the same process (``pytest -n`` distributes them differently on every run).
+Run the suite with another ``KERNELKIT_TEST_SEED`` to see which tests hold only for one
+draw.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import random
+import sys
 
 import numpy as np
 import pytest
@@ -27,6 +37,19 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "kernelkit"))
+
+
+TEST_SEED = int(os.environ.get("KERNELKIT_TEST_SEED", "0"))
+
+
+@pytest.fixture(autouse=True)
+def _global_random_state_seeded():
+    """Seed the global generators before every test (see the module docstring)."""
+    random.seed(TEST_SEED)
+    np.random.seed(TEST_SEED)  # noqa: NPY002 (scikit-learn's random_state=None draws from it)
+    torch = sys.modules.get("torch")
+    if torch is not None:  # a fresh import starts from torch's own fixed default seed
+        torch.manual_seed(TEST_SEED)
 
 
 class Backend:
