@@ -291,11 +291,18 @@ def test_aderf_satisfies_theorem_4_1_constraints():
     np.testing.assert_allclose(B1.T @ inv4 @ B2, np.eye(d), atol=1e-10)
     # features are exactly D exp(w^T A w + w^T B_k x + x^T C_k x), C_k = -B_k^T(I-4A)^-1 B_k/2
     _check_general_derf_features(fm, X, Y, fm.projection_)
-    # and the fit is the one of Thm 4.2: B~1 M1 B~1^T and B~2 M2 B~2^T are both diag(Sigma)
+    # and the fit is the one of Thm 4.2 turned by U~ (B_k = U~ B~k): B_x M1 B_x^T and
+    # B_y M2 B_y^T are both U~ Sigma U~^T, whose eigenvalues Sigma are the square roots of
+    # those of M1^{1/2} M2 M1^{1/2} (independently, with SciPy; ridge 1e-6: 1e-5 trace)
+    from scipy.linalg import sqrtm
+
     M1, M2 = X.T @ X / len(X), Y.T @ Y / len(Y)
     S1, S2 = fm.B_x_ @ M1 @ fm.B_x_.T, fm.B_y_ @ M2 @ fm.B_y_.T
     np.testing.assert_allclose(S1, S2, atol=1e-5 * np.trace(S1))
-    np.testing.assert_allclose(S1, np.diag(np.diag(S1)), atol=1e-5 * np.trace(S1))
+    np.testing.assert_allclose(S1, S1.T, atol=1e-12 * np.trace(S1))
+    R1 = np.real(sqrtm(M1))
+    sigma = np.sqrt(np.linalg.eigvalsh(R1 @ M2 @ R1))
+    np.testing.assert_allclose(np.linalg.eigvalsh(S1), sigma, atol=1e-5 * np.trace(S1))
 
 
 def test_sderf_satisfies_theorem_4_3_constraints():
@@ -317,7 +324,9 @@ def test_sderf_satisfies_theorem_4_3_constraints():
     np.testing.assert_allclose(Q3t @ N @ Q3t.T, np.diag(lam), atol=1e-12)
     assert np.all(np.diff(lam) <= 1e-12)
     np.testing.assert_allclose(fm.A_, textbook_a_star(lam), rtol=1e-9)
-    _check_general_derf_features(fm, X, Y, fm.projection_)
+    # the projections w (input coordinates) enter turned, as Q3^T w: Thm 4.1's features
+    # with diagonal A in Q3's basis and the projections written in that basis
+    _check_general_derf_features(fm, X, Y, fm.projection_ @ Q3t.T)
 
 
 def test_saderf_and_gerf_match_their_formulas():

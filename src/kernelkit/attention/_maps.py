@@ -29,7 +29,12 @@ sderf               ``Q3^T`` (both sides)   ``A*(L3_l)`` per coordinate (Thm 4.3
 
 Only SADERF and ADERF keep an input transform for the row term (:class:`LogFeatureMap`
 ``B_q``, ``B_k``); SDERF's ``Q3^T`` is orthogonal (``|Q3^T x| = |x|``) and query and key
-sides share one map. Parameters are fitted from first and second moments of the queries
+sides share one map. SDERF turns the projections by ``Q3^T`` too, and ADERF's ``B~k``
+come turned by its singular vectors, so that both maps are continuous functions of the
+queries and keys (a bfloat16 rounding of them moves the output by about that rounding;
+see :class:`kernelkit.features.favor.DERFParameters` ``rotate_projections``).
+
+Parameters are fitted from first and second moments of the queries
 and keys (:class:`kernelkit.features.favor.Moments`), in float64 for the ``d x d``
 decompositions, batched over all leading dimensions; they are constants for autograd
 (detached): the FAVOR# fits treat them as constants of the data, not functions to

@@ -529,10 +529,18 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     is unbiased, the ridge only moves it off the optimum. ``S`` is floored at ``1e-300``
     of its largest value.
 
-    Row signs are canonical (:func:`row_signs`), and so are the rows of a cluster of
-    equal singular values (rank-deficient moments make one; :func:`_canonical_clusters`:
-    its singular values are their mean, its singular vectors a basis that depends on
-    their subspace alone), so the fit is a function of the data, not of the row order.
+    Returned turned by ``U~ = Q1 U`` (the left singular vectors in input coordinates):
+    ``B_x = U~ B~1 = U~ S^{1/2} U~^T K1^{-1/2}``, ``B_y = U~ B~2 = U~ S^{-1/2} U~^T
+    K1^{1/2}`` with ``K1 = M_x + lambda I``. ``A = a I`` is isotropic, so the features of
+    ``U~ B~`` with projection ``w`` are those of ``B~`` with ``U~^T w``, again ``N(0, I)``:
+    the same estimator, the same ``phi`` and ``A``, ``B_x^T B_y = I``, and ``B_x M_x B_x^T
+    = B_y M_y B_y^T = U~ S U~^T`` (to the ridge) in place of Thm 4.2's diagonal ``S``. But
+    ``U~ S^{+-1/2} U~^T`` are spectral functions of ``K1^{1/2} K2 K1^{1/2}`` (eigenvalues
+    ``S^2``), so the fit is a continuous function of the data, independent of the row
+    order, of LAPACK's choice of signs and of the basis of repeated singular values (the
+    ridge's ``lambda`` on a common null space, for rank-deficient moments), where Thm
+    4.2's ``B~`` turns by ``O(epsilon / delta)`` under a relative data change ``epsilon``
+    when two singular values are a relative ``delta`` apart.
 
     Parameters
     ----------
@@ -560,31 +568,15 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     core = r1[..., :, None] * (Q1t @ Q2) * r2[..., None, :]
     U, S, _ = xp.linalg.svd(core)
     S = xp.maximum(S, 1e-300 * xp.max(S, axis=-1, keepdims=True) + tiny)
-    # The well-defined parts (the algebra). K1 = M_x + lambda I = Q1 L1 Q1^T; another
-    # eigenbasis Q1 O of a repeated eigenvalue (O commutes with L1) turns the core C into
-    # O^T C and U into O^T U, and Q2 O only V; so U~ = Q1 U, the left singular vectors in
-    # input coordinates, are the eigenvectors of K1^{1/2} K2 K1^{1/2} (symmetric square
-    # roots: functions of the data) with eigenvalues S^2, and
-    #   B~1 = S^{1/2} U^T L1^{-1/2} Q1^T = S^{1/2} U~^T K1^{-1/2},
-    #   B~2 = S^{-1/2} U~^T K1^{1/2}.
-    # K1^{+-1/2} are well defined; U~ is, up to signs, where S is simple. On a cluster of
-    # equal singular values (S = s I there) every U~_c O is an SVD, and B~1, B~2 turn into
-    # O^T B~1, O^T B~2 on the cluster's rows (one rotation for both sides); B~1^T B~2 = I,
-    # phi and A do not see it, but with fixed projections the features do. Rank-deficient
-    # moments (n < d, duplicated or zero columns) make such a cluster: the ridge gives K1
-    # and K2 the eigenvalue lambda on the intersection of their null spaces, where S =
-    # lambda, split by rounding only, so that LAPACK's singular vectors there (and the
-    # features) change by O(1) with the row order. Only the cluster's subspace is well
-    # defined: its basis and singular values are made canonical (_canonical_clusters),
-    # which keeps Thm 4.2's form (B~1 M_x B~1^T = B~2 M_y B~2^T diagonal, to the ridge).
     K1_inv_root = (Q1 / r1[..., None, :]) @ Q1t  # K1^{-1/2}
     K1_root = (Q1 * r1[..., None, :]) @ Q1t  # K1^{1/2}
-    S, Uw = _canonical_clusters(xp, S, Q1 @ U, xp.max(S, axis=-1, keepdims=True))
+    # B~1 = S^{1/2} U^T L1^{-1/2} Q1^T = S^{1/2} U~^T K1^{-1/2} and B~2 = S^{-1/2} U~^T
+    # K1^{1/2}, turned by U~ (see above): U~ S^{+-1/2} U~^T K1^{-+1/2}
+    Uw = Q1 @ U  # U~, (..., d, d)
     Ut = xp.matrix_transpose(Uw)
-    B1 = xp.sqrt(S)[..., :, None] * (Ut @ K1_inv_root)
-    B2 = (1.0 / xp.sqrt(S))[..., :, None] * (Ut @ K1_root)
-    signs = row_signs(B1)  # the same signs on both sides keep B1^T B2 = I
-    B1, B2 = B1 * signs, B2 * signs
+    root_s = xp.sqrt(S)[..., None, :]  # (..., 1, d)
+    B1 = Uw @ (xp.matrix_transpose(root_s) * (Ut @ K1_inv_root))
+    B2 = Uw @ (xp.matrix_transpose(1.0 / root_s) * (Ut @ K1_root))
     # GERF phi on (B1 x, B2 y): mean |B1 x|^2 = tr(B1 M_x B1^T); cross term B1^T B2 = I
     n1 = xp.sum((B1 @ M1) * B1, axis=(-2, -1))
     n2 = xp.sum((B2 @ M2) * B2, axis=(-2, -1))
@@ -601,7 +593,10 @@ def fit_sderf(mom: Moments):
     so no regularisation. The eigenvectors of a null space (rank-deficient moments) and
     of every other cluster of equal eigenvalues are a canonical basis of it, and the
     cluster's eigenvalues their mean (:func:`_canonical_null_basis`), so the rotation is
-    a function of the data alone.
+    a function of the data alone. The features take the projections in input coordinates
+    and turn them by ``Q3^T`` (:class:`DERFParameters` ``rotate_projections``): Thm 4.1's
+    symmetric ``A = Q3 diag(a) Q3^T``, continuous in the data also where two eigenvalues
+    are close but not equal and ``Q3`` itself is not.
 
     Returns
     -------
@@ -623,8 +618,7 @@ def fit_sderf(mom: Moments):
 #: (rounding of float32 moments leaves about 1e-8 there); they are set to 0 (a_l = 0)
 _NULL_RTOL = 1e-5
 #: consecutive eigenvalues of N less than this fraction of the largest apart form one
-#: cluster of equal ``a_l`` (:func:`_canonical_clusters`; also ADERF's singular values):
-#: the same margin over rounding
+#: cluster of equal ``a_l`` (:func:`_canonical_clusters`): the same margin over rounding
 _CLUSTER_RTOL = 1e-5
 
 
@@ -712,12 +706,24 @@ class DERFParameters:
     transforms ``x' = B_x x``, ``y' = B_y y`` with ``B_x^T B_y = I``: None (identity), a
     (..., d) diagonal, or a (..., d, d) matrix. ``orthogonal``: whether ``|B x| = |x|``
     for both sides (identity or a rotation), so the row term needs no extra product.
+
+    ``rotate_projections`` (SDERF): the projections ``w`` are drawn in input coordinates
+    and enter the features as ``B_x w`` (``B_x = B_y`` a rotation). Then the features are
+    Thm 4.1's with the symmetric ``A = B_x^T diag(a) B_x`` on the untransformed inputs,
+    ``log f(w, x) = w^T A w + w^T (I - 4A)^{1/2} x - |x|^2 / 2 + log det(I - 4A) / 4``:
+    the same estimator in distribution (``B_x w ~ N(0, I)``), but a continuous function
+    of the data. With ``w`` drawn in the fitted eigenbasis instead, two eigenvalues a
+    relative ``delta`` apart let a data change of relative size ``epsilon`` turn their
+    eigenvectors by about ``epsilon / delta``, and the features (another draw, in effect)
+    with them; ``A`` and ``(I - 4A)^{1/2}`` are spectral functions of the data and move
+    by ``O(epsilon)`` only.
     """
 
     a: object
     B_x: object = None
     B_y: object = None
     orthogonal: bool = True
+    rotate_projections: bool = False
 
     @property
     def symmetric(self) -> bool:
@@ -731,7 +737,8 @@ def fit_derf(name: str, mom: Moments | None, dim: int | None = None, eps: float 
     ``"positive"`` (FAVOR+) needs no moments (``a = 0``, ``B = I``; pass ``dim``);
     ``"gerf"``: ``a = A 1``; ``"saderf"``: ``B_x = diag(psi)``, ``B_y = diag(1/psi)``;
     ``"aderf"``: ``B_x = B~1``, ``B_y = B~2``; ``"sderf"``: ``B_x = B_y = Q3^T``, ``a`` per
-    coordinate. Batched over the leading dimensions of the moments.
+    coordinate, projections rotated by ``Q3^T`` (``rotate_projections``). Batched over the
+    leading dimensions of the moments.
     """
     if name == "positive":
         if mom is None:
@@ -752,7 +759,7 @@ def fit_derf(name: str, mom: Moments | None, dim: int | None = None, eps: float 
         return DERFParameters(A[..., None] * ones, B1, B2, orthogonal=False)
     if name == "sderf":
         Q3t, a = fit_sderf(mom)
-        return DERFParameters(a, Q3t, Q3t, orthogonal=True)
+        return DERFParameters(a, Q3t, Q3t, orthogonal=True, rotate_projections=True)
     raise ValueError(f"unknown dense-exponential map {name!r}; expected one of {DERF_MAPS}.")
 
 
@@ -762,7 +769,10 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     ``log f(w_m, x) = x @ W_x[..., :, m] + const[..., m] - |B_x x|^2 / 2`` with
     ``W_x = B_x^T diag(sqrt(1 - 4 a)) W^T`` and ``const_m = sum_l [log(1 - 4 a_l)/4 +
     a_l w_ml^2]`` (Thm 4.1 with diagonal ``A``), minus ``log(M)/2`` when ``normalize`` (so
-    that the ``M`` features' inner products average over the projections).
+    that the ``M`` features' inner products average over the projections). With
+    ``params.rotate_projections`` the rows of ``W`` are first turned by ``B_x``
+    (``w_m -> B_x w_m``): ``W_x = B_x^T diag(sqrt(1 - 4 a)) B_x W^T`` and ``const_m =
+    sum_l log(1 - 4 a_l)/4 + w_m^T B_x^T diag(a) B_x w_m``.
 
     Parameters
     ----------
@@ -785,13 +795,17 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     if check and bool(xp.any(8.0 * a >= 1.0)):
         raise ValueError("DERF needs every A_l < 1/8 (Thm 4.1: 8A < I).")
     s = xp.sqrt(1.0 - 4.0 * a)  # (..., d)
-    # sum_l a_l w_ml^2 as (W * W) @ a: contiguous operands, (..., M)
-    const = (
-        0.25 * xp.sum(xp.log1p(-4.0 * a), axis=-1, keepdims=True) + ((W * W) @ a[..., None])[..., 0]
-    )
+    log_det = 0.25 * xp.sum(xp.log1p(-4.0 * a), axis=-1, keepdims=True)  # (..., 1)
+    Wt = xp.matrix_transpose(W)  # (..., d, M), a view
+    if params.rotate_projections:
+        # the projections in the fitted basis, B_x w_m: columns of (..., d, M)
+        Wt = xp.asarray(params.B_x, dtype=W.dtype, device=_device(W)) @ Wt
+        const = log_det + (a[..., None, :] @ (Wt * Wt))[..., 0, :]  # (..., M)
+    else:
+        # sum_l a_l w_ml^2 as (W * W) @ a: contiguous operands, (..., M)
+        const = log_det + ((W * W) @ a[..., None])[..., 0]
     if normalize:
         const = const - 0.5 * math.log(W.shape[0])
-    Wt = xp.matrix_transpose(W)  # (..., d, M), a view
 
     def side(B):
         # B^T diag(s) W^T: the (d, d) or (d,) factor first, then one product with W^T

@@ -234,6 +234,8 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
     _derf = "positive"
     #: whether the fit needs full second-moment matrices (ADERF, SDERF)
     _full_moments = True
+    #: whether the projections enter turned by ``B_x`` (SDERF; :class:`DERFParameters`)
+    _rotate_projections = False
     fit_reads = "moments"  # only through _fit_statistics
 
     def _checks_finite_in_fit(self):
@@ -298,7 +300,10 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         bx, ox = compact(self.B_x_)
         by, oy = (bx, ox) if self.B_y_ is self.B_x_ else compact(self.B_y_)
         a = np.asarray(self.A_, dtype=np.float64)
-        return DERFParameters(a, bx, by, orthogonal=ox and oy)
+        # SDERF turns its projections by its rotation B (also after an edit that keeps B
+        # one rotation for both sides)
+        rotate = self._rotate_projections and ox and bx is not None and by is bx
+        return DERFParameters(a, bx, by, orthogonal=ox and oy, rotate_projections=rotate)
 
     def _build(self):
         super()._build()
@@ -869,7 +874,10 @@ class ADERF(_AsymmetricDERF):
     projection_ : ndarray (M, d)
     A_ : ndarray (d,), constant: the fitted ``A``
     B_x_, B_y_ : ndarray (d, d)
-        ``B~1`` (query side) and ``B~2`` (key side), ``B_x_.T @ B_y_ = I``.
+        ``B~1`` (query side) and ``B~2`` (key side), ``B_x_.T @ B_y_ = I``, in the
+        rotation-free form ``U~ B~k`` of :func:`kernelkit.features.favor.fit_aderf`
+        (``B_x_ M_x B_x_.T = B_y_ M_y B_y_.T`` symmetric, not diagonal; the same
+        estimator, continuous in the data).
     """
 
     _derf = "aderf"
@@ -902,7 +910,11 @@ class SDERF(_DiagonalDERF):
     ``A = diag(A*(L3))`` from the eigendecomposition of
     ``N = mean_ij (x_i + y_j)(x_i + y_j)^T`` (:func:`kernelkit.features.favor.fit_sderf`).
     Symmetric (``f1 = f2``); features are computed as per-coordinate GERF on rotated
-    inputs ``Q3^T x``.
+    inputs ``Q3^T x`` and rotated projections ``Q3^T w`` (the rows of ``projection_`` are
+    ``w``, in input coordinates): Thm 4.1's features with the symmetric matrix ``Q3
+    diag(a) Q3^T``, the same estimator in distribution as projections drawn in the
+    eigenbasis, but continuous in the data where ``Q3`` is not (two close eigenvalues);
+    see "Continuity in the data" among the library choices of Derivations: FAVOR#.
 
     Variance (eq. 40 corrected, erratum c: the paper prints the prefactor
     ``det(I-4A)^{1/4} det(I-8A)^{-1/2}``; the normaliser of both features squared is
@@ -920,8 +932,9 @@ class SDERF(_DiagonalDERF):
     A_ : ndarray (d,)
         The diagonal ``a_l = A*(L3_l)`` of ``A``.
     B_x_, B_y_ : ndarray (d, d)
-        Both ``Q3^T`` (the same array): the rotation of the inputs.
+        Both ``Q3^T`` (the same array): the rotation of the inputs and of the projections.
     """
 
     _derf = "sderf"
+    _rotate_projections = True
     data_dependent = True
