@@ -797,15 +797,25 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     s = xp.sqrt(1.0 - 4.0 * a)  # (..., d)
     log_det = 0.25 * xp.sum(xp.log1p(-4.0 * a), axis=-1, keepdims=True)  # (..., 1)
     Wt = xp.matrix_transpose(W)  # (..., d, M), a view
+    shift = -0.5 * math.log(W.shape[0]) if normalize else 0.0
     if params.rotate_projections:
-        # the projections in the fitted basis, B_x w_m: columns of (..., d, M)
-        Wt = xp.asarray(params.B_x, dtype=W.dtype, device=_device(W)) @ Wt
-        const = log_det + (a[..., None, :] @ (Wt * Wt))[..., 0, :]  # (..., M)
-    else:
-        # sum_l a_l w_ml^2 as (W * W) @ a: contiguous operands, (..., M)
-        const = log_det + ((W * W) @ a[..., None])[..., 0]
-    if normalize:
-        const = const - 0.5 * math.log(W.shape[0])
+        # symmetric A = B^T diag(a) B (B = B_x = B_y a rotation): W_x = (I - 4A)^{1/2} W^T
+        # with (I - 4A)^{1/2} = B^T diag(s) B
+        B = xp.asarray(params.B_x, dtype=W.dtype, device=_device(W))
+        if W.dtype == xp.float64:
+            # w^T A w = (|w|^2 - |(I - 4A)^{1/2} w|^2) / 4 from W_x's columns: one (d, M)
+            # product, as for a diagonal A; the difference rounds to about 1e-16 |w|^2
+            W_x = ((xp.matrix_transpose(B) * s[..., None, :]) @ B) @ Wt  # (..., d, M)
+            quad = 0.25 * (xp.sum(Wt * Wt, axis=-2) - xp.sum(W_x * W_x, axis=-2))
+        else:
+            # float32 / half: that difference would round to 1e-7 |w|^2 (a near 0), above
+            # the rounding of the logits; sum_l a_l (B w)_l^2 from the turned projections
+            Wb = B @ Wt  # (..., d, M)
+            quad = (a[..., None, :] @ (Wb * Wb))[..., 0, :]  # (..., M)
+            W_x = (xp.matrix_transpose(B) * s[..., None, :]) @ Wb
+        return W_x, W_x, log_det + quad + shift
+    # sum_l a_l w_ml^2 as (W * W) @ a: contiguous operands, (..., M)
+    const = log_det + ((W * W) @ a[..., None])[..., 0] + shift
 
     def side(B):
         # B^T diag(s) W^T: the (d, d) or (d,) factor first, then one product with W^T
