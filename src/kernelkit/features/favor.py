@@ -12,9 +12,11 @@ Every fit reads the data only through first and second moments
   ``|x_i + y_j|^2 / d`` over all pairs) and ``A = A*(phi)`` (Lemma A.1);
 * SADERF (eq. 20): ``psi_l = (M_y,ll / M_x,ll)^{1/4}``, then GERF on ``(psi x, y / psi)``;
 * ADERF (Thm 4.2): ``B1``, ``B2`` from the eigendecompositions of ``M_x``, ``M_y`` and the SVD
-  of ``L1^{1/2} Q1^T Q2 L2^{1/2}``, then GERF on ``(B1 x, B2 y)``;
+  of ``L1^{1/2} Q1^T Q2 L2^{1/2}``, then GERF on ``(B1 x, B2 y)``; both turned by the left
+  singular vectors, so that they are continuous functions of the data (:func:`fit_aderf`);
 * SDERF (FAVOR#, Thm 4.3): ``N = M_x + M_y + mu_x mu_y^T + mu_y mu_x^T = Q3 L3 Q3^T`` and
-  ``a_l = A*(L3_l)``.
+  ``a_l = A*(L3_l)``, with the projections turned by ``Q3^T`` for the same reason
+  (:class:`DERFParameters` ``rotate_projections``).
 
 The fitted parameters define positive dense-exponential features with a diagonal ``A``
 on linearly transformed inputs ``x' = B x`` (Thm 4.1 with ``A = diag(a)``):
