@@ -432,11 +432,17 @@ def test_lazy_transform_tasks_run_on_one_thread_under_the_threaded_scheduler(cls
             # the in-memory reference with BLAS on the task's threads: the 500-row
             # chunk's one call is a BLAS product, which a multi-threaded OpenBLAS may
             # round differently at the edges of its own thread partition (seen on an
-            # AVX-512 machine); the 10 000-row chunks still take the threaded path
+            # AVX-512 machine, and on a loaded 2-core one: 1 ulp in 117 of 32 000
+            # entries); the 10 000-row chunks still take the threaded path. So to
+            # rounding: a 16-term logit (|x . w| <= 5 here) rounds to 16 eps times 5 at
+            # most, which exp turns into a relative error below 2e-14 (cos into an
+            # absolute one below 2e-14 of the largest feature)
             blas_one = want[1] == 1
             with SingleThreadedBlas() if blas_one else contextlib.nullcontext():
                 for lo, hi in ((0, 10000), (10000, 20000), (20000, 20500)):
-                    np.testing.assert_array_equal(out[lo:hi], fm.transform(X[lo:hi]))
+                    ref = fm.transform(X[lo:hi])
+                    tol = 2e-14 * np.max(np.abs(ref))
+                    np.testing.assert_allclose(out[lo:hi], ref, rtol=2e-14, atol=tol)
     assert (effective_n_jobs(None), _blas_threads()) == outside  # restored
 
 
