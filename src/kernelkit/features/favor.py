@@ -800,10 +800,18 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     log_det = 0.25 * xp.sum(xp.log1p(-4.0 * a), axis=-1, keepdims=True)  # (..., 1)
     Wt = xp.matrix_transpose(W)  # (..., d, M), a view
     shift = -0.5 * math.log(W.shape[0]) if normalize else 0.0
-    if params.rotate_projections:
+    B = None
+    if params.rotate_projections and params.B_x is not None:
+        B = xp.asarray(params.B_x, dtype=W.dtype, device=_device(W))
+    if B is not None and not (params.symmetric and params.orthogonal and B.ndim > a.ndim):
+        # B_x not one rotation for both sides (edited fitted attributes): turn the
+        # projections by B_x all the same, then the diagonal-A form below, so that the
+        # features stay continuous in B_x, B_y (no switch of convention at a tolerance)
+        Wt = B[..., :, None] * Wt if B.ndim == a.ndim else B @ Wt  # (..., d, M)
+        W = xp.matrix_transpose(Wt)  # (..., M, d)
+    elif B is not None:
         # symmetric A = B^T diag(a) B (B = B_x = B_y a rotation): W_x = (I - 4A)^{1/2} W^T
         # with (I - 4A)^{1/2} = B^T diag(s) B
-        B = xp.asarray(params.B_x, dtype=W.dtype, device=_device(W))
         if W.dtype == xp.float64:
             # w^T A w = (|w|^2 - |(I - 4A)^{1/2} w|^2) / 4 from W_x's columns: one (d, M)
             # product, as for a diagonal A; the difference rounds to about 1e-16 |w|^2

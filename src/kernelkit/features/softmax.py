@@ -300,9 +300,9 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         bx, ox = compact(self.B_x_)
         by, oy = (bx, ox) if self.B_y_ is self.B_x_ else compact(self.B_y_)
         a = np.asarray(self.A_, dtype=np.float64)
-        # SDERF turns its projections by its rotation B (also after an edit that keeps B
-        # one rotation for both sides)
-        rotate = self._rotate_projections and ox and bx is not None and by is bx
+        # SDERF turns its projections by B_x after any edit too (a copy for B_y_, a B_x_
+        # orthogonal only to rounding): the features stay continuous in the attributes
+        rotate = self._rotate_projections and bx is not None
         return DERFParameters(a, bx, by, orthogonal=ox and oy, rotate_projections=rotate)
 
     def _build(self):
