@@ -718,7 +718,10 @@ class DERFParameters:
     relative ``delta`` apart let a data change of relative size ``epsilon`` turn their
     eigenvectors by about ``epsilon / delta``, and the features (another draw, in effect)
     with them; ``A`` and ``(I - 4A)^{1/2}`` are spectral functions of the data and move
-    by ``O(epsilon)`` only.
+    by ``O(epsilon)`` only. Parameters that are not one rotation for both sides (edited
+    ones: ``B_y`` another array, ``B_x`` orthogonal only to rounding) turn the projections
+    by ``B_x`` all the same and take the diagonal-``A`` form on ``(B_x x, B_y y)`` with
+    them, so that the features are continuous in ``B_x`` and ``B_y`` too.
     """
 
     a: object
@@ -774,7 +777,8 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     that the ``M`` features' inner products average over the projections). With
     ``params.rotate_projections`` the rows of ``W`` are first turned by ``B_x``
     (``w_m -> B_x w_m``): ``W_x = B_x^T diag(sqrt(1 - 4 a)) B_x W^T`` and ``const_m =
-    sum_l log(1 - 4 a_l)/4 + w_m^T B_x^T diag(a) B_x w_m``.
+    sum_l log(1 - 4 a_l)/4 + w_m^T B_x^T diag(a) B_x w_m`` (``W_y`` with ``B_y^T`` in front
+    when ``B_y`` is not ``B_x``).
 
     Parameters
     ----------

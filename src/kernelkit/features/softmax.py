@@ -226,7 +226,8 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
     Fitted attributes (NumPy): ``A_`` (d,) diagonal of ``A``; ``B_x_``, ``B_y_`` (d, d) input
     transforms (None for the identity). Subclasses fill them in ``_fit_parameters``; the
     features are :func:`kernelkit.features.favor.derf_log_weights` of them. Tests and power
-    users may edit them and call ``_build()``.
+    users may edit them and call ``_build()`` (SDERF keeps turning its projections by the
+    edited ``B_x_``, so the features move continuously with the edit).
     """
 
     positive = True
