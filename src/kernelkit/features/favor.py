@@ -593,9 +593,10 @@ def fit_sderf(mom: Moments):
     ``(x_i + y_j)(x_i + y_j)^T``), ``a_l = A*(L3_l)``; the map uses
     ``B = (I - 4A)^{1/2} Q3^T``. Zero eigenvalues give ``a_l = 0``; no inverse is needed,
     so no regularisation. The eigenvectors of a null space (rank-deficient moments) and
-    of every other cluster of equal eigenvalues are a canonical basis of it, and the
-    cluster's eigenvalues their mean (:func:`_canonical_null_basis`), so the rotation is
-    a function of the data alone. The features take the projections in input coordinates
+    of every other cluster of close eigenvalues are a canonical basis of it, and the
+    cluster's eigenvalues made equal (:func:`_canonical_null_basis`, continuously in the
+    data: gaps and small eigenvalues shrink to 0 over a margin), so the rotation is a
+    function of the data alone. The features take the projections in input coordinates
     and turn them by ``Q3^T`` (:class:`DERFParameters` ``rotate_projections``): Thm 4.1's
     symmetric ``A = Q3 diag(a) Q3^T``, continuous in the data also where two eigenvalues
     are close but not equal and ``Q3`` itself is not.
@@ -617,10 +618,12 @@ def fit_sderf(mom: Moments):
 
 
 #: eigenvalues of N up to this fraction of the largest form its (numerical) null space
-#: (rounding of float32 moments leaves about 1e-8 there); they are set to 0 (a_l = 0)
+#: (rounding of float32 moments leaves about 1e-8 there); they are set to 0 (a_l = 0),
+#: and those up to twice it shrink towards 0 (:func:`_canonical_null_basis`)
 _NULL_RTOL = 1e-5
 #: consecutive eigenvalues of N less than this fraction of the largest apart form one
-#: cluster of equal ``a_l`` (:func:`_canonical_clusters`): the same margin over rounding
+#: cluster of equal ``a_l`` (:func:`_canonical_clusters`): the same margin over rounding;
+#: gaps up to twice it shrink towards 0 (:func:`_canonical_null_basis`)
 _CLUSTER_RTOL = 1e-5
 
 
@@ -636,10 +639,14 @@ def _host_readable(xp, a) -> bool:
 
 def _canonical_null_basis(xp, lam, Q):
     """Eigenvalues ``lam`` (..., d) of ``N`` in ascending order and their eigenvectors
-    ``Q`` (..., d, d), with the null space (``lam <= _NULL_RTOL max(lam)``) set to 0 and
-    the eigenvectors of every cluster of equal eigenvalues (the null space among them)
-    replaced by a basis that depends on the cluster's subspace alone
-    (:func:`_canonical_clusters`).
+    ``Q`` (..., d, d), with the null space (``lam <= _NULL_RTOL max(lam)``) set to 0, the
+    eigenvalues of every cluster (consecutive gaps up to ``_CLUSTER_RTOL max(lam)``) made
+    equal and its eigenvectors (the null space among them) replaced by a basis that
+    depends on the cluster's subspace alone (:func:`_canonical_clusters`). Both
+    thresholds are continuous: the smallest eigenvalue and every gap shrink linearly to
+    0 between twice the threshold and the threshold (the eigenvalues are the smallest
+    plus the sums of the gaps below them), so that the spectral ``A = Q diag(a) Q^T``, and
+    the features, do not jump where the data cross them.
 
     Rank-deficient moments (fewer queries and keys than dimensions, unused or duplicated
     input coordinates) leave ``N`` a null space, and symmetric data (one-hot rows of
@@ -653,12 +660,26 @@ def _canonical_null_basis(xp, lam, Q):
     gradients ``dl W_x^T`` do.
     """
     top = xp.clip(xp.max(lam, axis=-1, keepdims=True), min=float(np.finfo(np.float64).tiny))
-    null = lam <= _NULL_RTOL * top  # (..., d)
-    lam = xp.where(null, xp.zeros_like(lam), lam)
-    return _canonical_clusters(xp, lam, Q, top)
+    # Continuous in lam (the features are spectral functions of N and must not jump where a
+    # gap or the smallest eigenvalue crosses a threshold): the smallest eigenvalue goes
+    # to 0 below t = _NULL_RTOL top and to 2 (lam - t) up to 2 t; every gap g between
+    # consecutive eigenvalues to 0 below c = _CLUSTER_RTOL top (a cluster: equal values,
+    # so that its basis does not matter) and to 2 (g - c) up to 2 c; the eigenvalues are
+    # the smallest plus the sums of the gaps below them. Values up to t are one cluster
+    # at 0 (t = c); the largest moves by at most d c.
+    t, c = _NULL_RTOL * top, _CLUSTER_RTOL * top
+    zero = xp.zeros_like(lam[..., :1])
+    low = lam[..., :1]
+    low = xp.where(low <= t, zero, xp.where(low <= 2.0 * t, 2.0 * (low - t), low))
+    gaps = lam[..., 1:] - lam[..., :-1]
+    gaps = xp.where(
+        gaps <= c, xp.zeros_like(gaps), xp.where(gaps <= 2.0 * c, 2.0 * (gaps - c), gaps)
+    )
+    vals = xp.concat([low, low + xp.cumulative_sum(gaps, axis=-1)], axis=-1)
+    return _canonical_clusters(xp, vals, Q, top, lam)
 
 
-def _canonical_clusters(xp, vals, Q, top):
+def _canonical_clusters(xp, vals, Q, top, split=None):
     """Sorted values ``vals`` (..., d) (ascending or descending) and their orthonormal
     vectors, the columns of ``Q`` (..., d, d), with every cluster of equal values made
     canonical: the values replaced by the cluster's mean, the vectors by a basis of the
@@ -678,7 +699,8 @@ def _canonical_clusters(xp, vals, Q, top):
     d = Q.shape[-1]
     if d < 2:
         return vals, Q
-    new = xp.abs(vals[..., 1:] - vals[..., :-1]) > _CLUSTER_RTOL * top  # a new cluster
+    split = vals if split is None else split  # the values whose gaps define the clusters
+    new = xp.abs(split[..., 1:] - split[..., :-1]) > _CLUSTER_RTOL * top  # a new cluster
     ids = xp.cumulative_sum(xp.astype(new, xp.int64), axis=-1)
     ids = xp.concat([xp.zeros_like(ids[..., :1]), ids], axis=-1)  # (..., d) cluster index
     K = xp.astype(ids[..., :, None] == ids[..., None, :], Q.dtype)  # (..., d, d)
