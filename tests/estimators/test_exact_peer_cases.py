@@ -469,18 +469,20 @@ def test_centring_in_a_pipeline_removes_an_offset_for_the_gaussian_kernel(method
     before ``RandomFeatures(kernel="gaussian")`` gives, on data shifted by 10, the
     predictions of the unshifted data (same seed: to the round-off of the shift, 1e-9)
     and so stays within ``c / sqrt(M)`` of ``KernelRidge`` (c = 3, as in the pipeline
-    test above), where the uncentred features are at least twice as far (SDERF 2.5x,
-    GERF ~10x: the guide's 0.4 against 0.04)."""
+    test above), where the uncentred features are farther: GERF ~10x (the guide's 0.4
+    against 0.04; 6x to 75x over 8 draws, so twice holds for one draw), SDERF, fitted to
+    the shifted data, 1.6x to 3.9x over 8 draws (so one draw says little: the mean over
+    4 draws, 2.3x here, must exceed 1.5x)."""
     from sklearn.preprocessing import StandardScaler
 
     X, y, Xs = _data(n=30, d=3, seed=9)
     alpha, M = 0.1, 4096
     ref = KernelRidge(alpha=alpha, kernel="rbf", gamma=0.5).fit(X, y).predict(Xs)
 
-    def predict(offset, centre):
+    def predict(offset, centre, seed=0):
         steps = [StandardScaler(with_std=False)] if centre else []
         steps += [
-            RandomFeatures(method=method, n_components=M, random_state=0),
+            RandomFeatures(method=method, n_components=M, random_state=seed),
             Ridge(alpha=alpha, fit_intercept=False),
         ]
         return make_pipeline(*steps).fit(X + offset, y).predict(Xs + offset)
@@ -488,4 +490,10 @@ def test_centring_in_a_pipeline_removes_an_offset_for_the_gaussian_kernel(method
     centred = predict(10.0, True)
     np.testing.assert_allclose(centred, predict(0.0, True), atol=1e-9)
     assert _rmse(centred, ref) < 3.0 / np.sqrt(M)
-    assert _rmse(predict(10.0, False), ref) > 2 * _rmse(centred, ref)
+    if method == "gerf":
+        assert _rmse(predict(10.0, False), ref) > 2 * _rmse(centred, ref)
+    else:
+        seeds = range(4)
+        near = np.mean([_rmse(predict(10.0, True, s), ref) for s in seeds])
+        far = np.mean([_rmse(predict(10.0, False, s), ref) for s in seeds])
+        assert far > 1.5 * near, (far, near)
