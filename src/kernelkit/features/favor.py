@@ -570,15 +570,13 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     core = r1[..., :, None] * (Q1t @ Q2) * r2[..., None, :]
     U, S, _ = xp.linalg.svd(core)
     S = xp.maximum(S, 1e-300 * xp.max(S, axis=-1, keepdims=True) + tiny)
-    K1_inv_root = (Q1 / r1[..., None, :]) @ Q1t  # K1^{-1/2}
-    K1_root = (Q1 * r1[..., None, :]) @ Q1t  # K1^{1/2}
-    # B~1 = S^{1/2} U^T L1^{-1/2} Q1^T = S^{1/2} U~^T K1^{-1/2} and B~2 = S^{-1/2} U~^T
-    # K1^{1/2}, turned by U~ (see above): U~ S^{+-1/2} U~^T K1^{-+1/2}
+    # Thm 4.2's B~1 = S^{1/2} U^T L1^{-1/2} Q1^T and B~2 = S^{-1/2} U^T L1^{1/2} Q1^T,
+    # turned by U~ = Q1 U (see above): U~ S^{+-1/2} U~^T K1^{-+1/2}
+    Ut = xp.matrix_transpose(U)
+    root_s = xp.sqrt(S)[..., :, None]  # (..., d, 1)
     Uw = Q1 @ U  # U~, (..., d, d)
-    Ut = xp.matrix_transpose(Uw)
-    root_s = xp.sqrt(S)[..., None, :]  # (..., 1, d)
-    B1 = Uw @ (xp.matrix_transpose(root_s) * (Ut @ K1_inv_root))
-    B2 = Uw @ (xp.matrix_transpose(1.0 / root_s) * (Ut @ K1_root))
+    B1 = Uw @ (root_s * (Ut @ (Q1t / r1[..., :, None])))
+    B2 = Uw @ ((Ut @ (Q1t * r1[..., :, None])) / root_s)
     # GERF phi on (B1 x, B2 y): mean |B1 x|^2 = tr(B1 M_x B1^T); cross term B1^T B2 = I
     n1 = xp.sum((B1 @ M1) * B1, axis=(-2, -1))
     n2 = xp.sum((B2 @ M2) * B2, axis=(-2, -1))
