@@ -674,14 +674,15 @@ def _canonical_null_basis(xp, lam, Q):
         gaps <= c, xp.zeros_like(gaps), xp.where(gaps <= 2.0 * c, 2.0 * (gaps - c), gaps)
     )
     vals = xp.concat([low, low + xp.cumulative_sum(gaps, axis=-1)], axis=-1)
-    return _canonical_clusters(xp, vals, Q, top, lam)
+    return vals, _canonical_clusters(xp, lam, Q, top)  # clusters from the gaps of lam
 
 
-def _canonical_clusters(xp, vals, Q, top, split=None):
-    """Sorted values ``vals`` (..., d) (ascending or descending) and their orthonormal
-    vectors, the columns of ``Q`` (..., d, d), with every cluster of equal values made
-    canonical: the values replaced by the cluster's mean, the vectors by a basis of the
-    cluster's subspace that depends on that subspace alone.
+def _canonical_clusters(xp, vals, Q, top):
+    """The orthonormal vectors of sorted values ``vals`` (..., d) (ascending or
+    descending), the columns of ``Q`` (..., d, d), with the vectors of every cluster of
+    equal values replaced by a basis of the cluster's subspace that depends on that
+    subspace alone; shape (..., d, d). (The caller gives the cluster one value:
+    :func:`_canonical_null_basis` tapers its gaps to 0.)
 
     Clusters: consecutive values less than ``_CLUSTER_RTOL top`` apart (``top`` (..., 1):
     the largest), so a split by rounding (about ``eps top`` in float64, ``1e-8 top`` for
@@ -696,17 +697,15 @@ def _canonical_clusters(xp, vals, Q, top, split=None):
     """
     d = Q.shape[-1]
     if d < 2:
-        return vals, Q
-    split = vals if split is None else split  # the values whose gaps define the clusters
-    new = xp.abs(split[..., 1:] - split[..., :-1]) > _CLUSTER_RTOL * top  # a new cluster
+        return Q
+    new = xp.abs(vals[..., 1:] - vals[..., :-1]) > _CLUSTER_RTOL * top  # a new cluster
     ids = xp.cumulative_sum(xp.astype(new, xp.int64), axis=-1)
     ids = xp.concat([xp.zeros_like(ids[..., :1]), ids], axis=-1)  # (..., d) cluster index
     K = xp.astype(ids[..., :, None] == ids[..., None, :], Q.dtype)  # (..., d, d)
     size = xp.sum(K, axis=-1)  # (..., d)
     shared = size > 1.5
     if _host_readable(xp, vals) and not bool(xp.any(shared)):
-        return vals, Q  # simple values (the usual case): skip the QR where the check is free
-    vals = xp.where(shared, (K @ vals[..., None])[..., 0] / size, vals)  # cluster means
+        return Q  # simple values (the usual case): skip the QR where the check is free
     # fixed pseudo-random G (d, d) from a hash of the indices: elementwise ops only, so
     # traceable and the same on every backend up to the rounding of sin (G moves by about
     # 1e-11, and the basis with it). In float64 whatever Q's dtype: in float32 the
@@ -716,7 +715,7 @@ def _canonical_clusters(xp, vals, Q, top, split=None):
     t = xp.sin(12.9898 * i[:, None] + 78.233 * i[None, :]) * 43758.5453
     G = xp.astype(t - xp.floor(t) - 0.5, Q.dtype)
     Qg, _ = xp.linalg.qr(Q @ (K * (xp.matrix_transpose(Q) @ G)))
-    return vals, xp.where(shared[..., None, :], Qg, Q)
+    return xp.where(shared[..., None, :], Qg, Q)
 
 
 # ============================================================== parameters -> features
