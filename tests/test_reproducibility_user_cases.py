@@ -520,3 +520,47 @@ def test_fork_while_a_thread_holds_the_attention_map_cache_lock():
         release.set()
         thread.join()
     assert queue.get(timeout=10), "the forked child found the map cache's lock held"
+
+
+def _child_fits_through_the_basis_cache(cache, X, queue):
+    basis = cache.fit(X)  # a hit: the entry fitted in the parent
+    queue.put((cache.hits, basis.n_components_))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "register_at_fork"), reason="no fork")
+def test_fork_while_a_thread_holds_a_basis_cache_lock():
+    # a BasisCache shared by a grid search's fits guards its entries with a lock: a child
+    # forked (multiprocessing's default on Linux) while another thread held it waited for
+    # it for ever on its first fit through the cache; now it gets a fresh lock and the
+    # entries fitted in the parent
+    import multiprocessing
+
+    from kernelkit.distributions import BasisCache
+
+    X = np.random.default_rng(3).standard_normal((60, 2))
+    cache = BasisCache()
+    rank = cache.fit(X).n_components_
+    entered, release = threading.Event(), threading.Event()
+
+    def holder():
+        with cache._lock:
+            entered.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    entered.wait(10)
+    ctx = multiprocessing.get_context("fork")
+    try:
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_fits_through_the_basis_cache, args=(cache, X, queue))
+        child.start()
+        child.join(30)
+        hung = child.is_alive()
+        if hung:
+            child.kill()
+    finally:
+        release.set()
+        thread.join()
+    assert not hung, "the forked child waited for ever on the cache's lock"
+    assert queue.get(timeout=10) == (1, rank)  # served from the parent's entry

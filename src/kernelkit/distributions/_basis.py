@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import threading
+import weakref
 from numbers import Real
 from typing import ClassVar
 
@@ -390,6 +392,22 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         return tags
 
 
+#: every live :class:`BasisCache`, so that a forked child can give each a fresh lock
+_CACHES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread of the parent held a cache's lock would wait
+    for it for ever on its first fit through that cache: every cache gets a new lock (its
+    entries, fitted in the parent, stay valid)."""
+    for cache in list(_CACHES):
+        cache._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class BasisCache:
     """Share fitted :class:`LowRankBasis` objects between estimators.
 
@@ -405,8 +423,9 @@ class BasisCache:
     estimators that use them reference the same object (do not refit it). Under
     :func:`sklearn.base.clone` (``GridSearchCV``) the cache is shared too (``copy`` and
     ``deepcopy`` return the cache itself); pickling gives an empty cache (so joblib
-    workers each start their own). Memory: each entry holds an (n, m) factor; call
-    :meth:`clear` when done.
+    workers each start their own); a forked child keeps the entries and gets a lock of its
+    own (one another thread held at the fork is not waited for). Memory: each entry holds
+    an (n, m) factor; call :meth:`clear` when done.
 
     Parameters
     ----------
@@ -440,6 +459,7 @@ class BasisCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        _CACHES.add(self)
 
     def __len__(self) -> int:
         return len(self._store)
@@ -461,6 +481,7 @@ class BasisCache:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        _CACHES.add(self)
 
     def clear(self) -> None:
         """Drop every cached basis."""
