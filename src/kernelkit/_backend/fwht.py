@@ -26,7 +26,7 @@ from array_api_compat import array_namespace, is_numpy_namespace
 
 from . import to_backend
 
-__all__ = ["fwht", "hadamard", "is_power_of_two", "next_power_of_two"]
+__all__ = ["fwht", "hadamard", "hadamard_factors", "is_power_of_two", "next_power_of_two"]
 
 #: largest Hadamard factor applied as one dense matmul
 _MAX_FACTOR = 64
@@ -62,7 +62,7 @@ def hadamard(d: int, dtype=np.float64) -> np.ndarray:
     return _hadamard_np(int(d)).astype(dtype)
 
 
-def _factors(d: int) -> list[int]:
+def hadamard_factors(d: int) -> list[int]:
     """Split ``d = 2^k`` into powers of two ``<= _MAX_FACTOR``, as equal as possible."""
     k = d.bit_length() - 1
     kmax = _MAX_FACTOR.bit_length() - 1
@@ -126,7 +126,7 @@ def _h(xp, f: int, like):
 
 
 def _fwht_last(X, xp, d: int):
-    factors = _factors(d)
+    factors = hadamard_factors(d)
     # numpy bool -> int; torch matmul needs a floating/complex or integer dtype
     if xp.isdtype(X.dtype, "bool"):
         X = xp.astype(X, xp.int64)

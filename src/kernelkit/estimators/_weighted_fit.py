@@ -25,7 +25,7 @@ import contextlib
 
 import numpy as np
 
-from ..features._dask import _finite_moments, _injected_moments
+from ..features._dask import finite_moments, injected_moments
 from ..features.favor import blocked_sums, moments
 
 __all__ = ["dask_weighted_moments", "fit_map_weighted", "weighted_moments"]
@@ -65,7 +65,7 @@ def weighted_moments(fm, X, Y, wx, wy):
                 n_jobs=getattr(fm, "n_jobs", None),
             )
 
-    with _injected_moments(fm, compute):
+    with injected_moments(fm, compute):
         yield
 
 
@@ -113,7 +113,7 @@ def dask_weighted_moments(X, w, full: bool, lengthscale: float, owner: str):
             total = total + part
         if not total[0] > 0:
             raise ValueError(f"{owner}: sample_weight: the weights are all zero.")
-        return _finite_moments([total], X.shape[1], full, lengthscale)
+        return finite_moments([total], X.shape[1], full, lengthscale)
 
     return compute
 
@@ -127,5 +127,5 @@ def weighted_dask_moments(fm, X, w, owner: str):
         yield
         return
     thunk = dask_weighted_moments(X, w, bool(fm._full_moments), float(fm.lengthscale), owner)
-    with _injected_moments(fm, thunk):
+    with injected_moments(fm, thunk):
         yield

@@ -39,8 +39,7 @@ from .._backend.sklearn_validation import (
     validate_data,
 )
 from ..features import FeatureMap
-from ..features._base import biased_sampler_warnings_off
-from ..features.sampling import SAMPLERS
+from ..features.sampling import SAMPLERS, biased_sampler_warnings_off
 from ._methods import ALIASES, METHODS, auto_candidates, make_feature_map, resolve_method
 
 __all__ = ["RandomFeatures"]

@@ -50,7 +50,6 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import _check_feature_names, check_array
 
 from .._backend import (
-    ThreadFlag,
     caller_stacklevel,
     check_random_state,
     device,
@@ -67,6 +66,7 @@ from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.parallel import block_map
 from .._backend.sklearn_validation import check_lazy_output, check_positional_keys, for_container
 from ._dask import fit_dask, lazy_features
+from .sampling import _BIASED_QUIET, BIASED_SAMPLERS
 
 __all__ = ["KERNELS", "FeatureMap", "warn_feature_overflow"]
 
@@ -83,23 +83,6 @@ PAIR_MIN_ROWS = 64
 #: are small, and two threaded blocks cost more than they save (8-20 % slower for a
 #: 1000 x 512 hybrid transform)
 PAIR_ONE_CALL_ELEMENTS = 1 << 19
-
-#: samplers whose rows are only approximately N(0, I) (discrete directions): their
-#: estimates are biased and the analytic (i.i.d.) variance does not bound their error
-BIASED_SAMPLERS = ("sorf", "hadamard")
-
-#: set (per thread) inside :func:`biased_sampler_warnings_off`
-_BIASED_QUIET = ThreadFlag()
-
-
-def biased_sampler_warnings_off():
-    """Context: the calling thread's analytic variances and expected kernels of biased
-    samplers do not warn (callers that rank them by design, ``RandomFeatures(method=
-    "auto")``). Per thread (:class:`~kernelkit._backend.ThreadFlag`), unlike
-    ``warnings.catch_warnings``, whose save and restore of the process-wide filters under
-    concurrent fits left the caller's filter installed for good, or dropped another
-    thread's."""
-    return _BIASED_QUIET.on()
 
 
 def _sparse_classes() -> str:

@@ -39,7 +39,14 @@ from .._backend.chunks import (
 from .._backend.parallel import OneThreadPerTask
 from .favor import blocked_sums
 
-__all__ = ["fit_dask", "fit_on_blocks", "known_first_rows", "lazy_features"]
+__all__ = [
+    "finite_moments",
+    "fit_dask",
+    "fit_on_blocks",
+    "injected_moments",
+    "known_first_rows",
+    "lazy_features",
+]
 
 #: ``(name of a Dask array, its first non-empty row chunk computed, the chunk's index)``
 #: while a caller that has already computed that chunk fits a map on the array
@@ -138,7 +145,7 @@ def _moments_of(total, d: int, full: bool, lengthscale: float):
     return mean, second.reshape(d, d) if full else second
 
 
-def _finite_moments(totals, d: int, full: bool, lengthscale: float):
+def finite_moments(totals, d: int, full: bool, lengthscale: float):
     """The FAVOR# :class:`~kernelkit.features.favor.Moments` of the sums ``totals`` of X
     (and of Y, if given: ``[x_sums]`` or ``[x_sums, y_sums]``, each :func:`_sums`' row);
     ``ValueError`` naming ``X`` or ``Y`` if they are not finite."""
@@ -166,7 +173,7 @@ def dask_moments_thunk(X, Y, full: bool, lengthscale: float, firsts):
         lazy += [] if Y is None else [_chunk_sums(Y, full, firsts[1], "Y")]
         with np.errstate(over="ignore", invalid="ignore"), OneThreadPerTask():
             totals = dask.compute(*lazy)
-        return _finite_moments(totals, X.shape[1], full, lengthscale)
+        return finite_moments(totals, X.shape[1], full, lengthscale)
 
     return compute
 
@@ -194,9 +201,9 @@ def fit_on_blocks(fm, head, blocks):
             for Xb in blocks():
                 part = _sums(Xb, full, n_jobs)[0]  # (1 + d + d^2 or 2 d,)
                 total = part if total is None else total + part
-        return _finite_moments([total], head.shape[1], full, lengthscale)
+        return finite_moments([total], head.shape[1], full, lengthscale)
 
-    with _injected_moments(fm, compute):
+    with injected_moments(fm, compute):
         fm.fit(head)
     return fm
 
@@ -223,14 +230,14 @@ def fit_dask(fm, X, Y):
     ctx = contextlib.nullcontext()
     if reads == "moments":
         full, lengthscale = bool(fm._full_moments), float(fm.lengthscale)
-        ctx = _injected_moments(fm, dask_moments_thunk(X, Y, full, lengthscale, firsts))
+        ctx = injected_moments(fm, dask_moments_thunk(X, Y, full, lengthscale, firsts))
     with ctx:
         fm.fit(firsts[0][0], Y=None if Y is None else firsts[1][0])
     return fm
 
 
 @contextlib.contextmanager
-def _injected_moments(fm, moments):
+def injected_moments(fm, moments):
     """While fitting on a sample, ``fm._fit_statistics`` returns ``moments()``, the moments
     of all rows (called only if the fit reads them)."""
     fm._all_rows_moments = moments

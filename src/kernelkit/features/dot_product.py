@@ -49,7 +49,7 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._backend import device, is_numpy_namespace, validate_positive_int
-from .._backend.fwht import _factors, fwht, hadamard, next_power_of_two
+from .._backend.fwht import fwht, hadamard, hadamard_factors, next_power_of_two
 from .._backend.parallel import check_n_jobs, map_row_blocks
 from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from ..kernels import polynomial_kernel
@@ -682,7 +682,7 @@ class TensorSRHT(DotProductFeatureMap):
             return self.method == "dense"
         d, din = self.padded_dim_, self.input_dim_
         cols = int(self.n_features) * self._p * (2 if self.complex else 1)
-        return din <= sum(_factors(d)) + 32 and din * cols * 8 <= _DENSE_MAX_BYTES
+        return din <= sum(hadamard_factors(d)) + 32 and din * cols * 8 <= _DENSE_MAX_BYTES
 
     def _build(self):
         super()._build()

@@ -10,17 +10,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import check_random_state, validate_positive_int
+from .._backend import ThreadFlag, check_random_state, validate_positive_int
 from .._backend.fwht import fwht
 
 __all__ = [
+    "BIASED_SAMPLERS",
     "SAMPLERS",
+    "biased_sampler_warnings_off",
     "block_orthogonal_projection",
     "draw_projection",
     "gaussian_projection",
     "halton_projection",
     "structured_hadamard_projection",
 ]
+
+#: samplers whose rows are only approximately N(0, I) (discrete directions): their
+#: estimates are biased and the analytic (i.i.d.) variance does not bound their error
+BIASED_SAMPLERS = ("sorf", "hadamard")
+
+#: set (per thread) inside :func:`biased_sampler_warnings_off`
+_BIASED_QUIET = ThreadFlag()
+
+
+def biased_sampler_warnings_off():
+    """Context: the calling thread's analytic variances and expected kernels of biased
+    samplers do not warn (callers that rank them by design, ``RandomFeatures(method=
+    "auto")``). Per thread (:class:`~kernelkit._backend.ThreadFlag`), unlike
+    ``warnings.catch_warnings``, whose save and restore of the process-wide filters under
+    concurrent fits left the caller's filter installed for good, or dropped another
+    thread's."""
+    return _BIASED_QUIET.on()
 
 
 def gaussian_projection(n_features: int, d: int, random_state=None) -> np.ndarray:
