@@ -204,3 +204,40 @@ def test_a_log_panel_says_where_a_band_reaches_zero():
         assert note not in axes[2].get_title()  # linear axis: the band shows below 0
     finally:
         plt.close("all")
+
+
+def _band_bottom(ax):
+    """The lowest y of the panel's filled bands."""
+    return min(p.get_paths()[0].vertices[:, 1].min() for p in ax.collections)
+
+
+def test_a_band_of_a_non_negative_quantity_stops_at_zero():
+    """An error or a run time whose s.d. over seeds exceeds its mean drew a ± 1 s.d.
+    band below 0 on a linear axis: values the quantity cannot take. Where every seed gave
+    a value >= 0, the band (and a bar's error bar) is cut at 0 and the title says so; a
+    quantity with negative seed values keeps its band as it is."""
+    x = [1.0, 2.0, 3.0]
+    runs = [{"err": np.array([0.1, 1.0, 2.0])}, {"err": np.array([0.1, 5.0, 2.2])}]
+    runs += [{"err": np.array([0.1, 0.2, 2.1])}]
+    agg = H.aggregate(runs)  # err[1]: mean 2.07, s.d. 2.55 -> mean - s.d. < 0
+    assert np.array_equal(agg["err"]["min"], [0.1, 0.2, 2.0])
+    signed = H.aggregate([{"err": r["err"] - 0.15} for r in runs])  # a seed value < 0
+    note = "bands of values ≥ 0 cut at 0"
+    _, axes = plt.subplots(1, 4)
+    try:
+        H.draw_panel(axes[0], H.Panel("e", {"A": "err"}, "error", x), agg, 3)
+        H.draw_panel(axes[1], H.Panel("s", {"A": "err"}, "error", x), signed, 3)
+        assert _band_bottom(axes[0]) == 0.0 and note in axes[0].get_title()
+        assert _band_bottom(axes[1]) < -0.4 and note not in axes[1].get_title()
+        # a bar of the middle value: its error bar stops at 0, its upper half is the s.d.
+        one = {"e": {k: v[1] for k, v in agg["err"].items()}}
+        H.draw_panel(axes[2], H.Panel("b", {"A": "e"}, "error", x, kind="bar"), one, 3)
+        seg = axes[2].collections[0].get_segments()[0]  # the error bar's line
+        assert min(seg[:, 1]) == 0.0
+        assert np.isclose(max(seg[:, 1]), agg["err"]["mean"][1] + agg["err"]["sd"][1])
+        # an aggregate from before "min" existed (no information): drawn as before
+        old = {"e": {"mean": agg["err"]["mean"], "sd": agg["err"]["sd"]}}
+        H.draw_panel(axes[3], H.Panel("o", {"A": "e"}, "error", x), old, 3)
+        assert _band_bottom(axes[3]) < 0 and note not in axes[3].get_title()
+    finally:
+        plt.close("all")

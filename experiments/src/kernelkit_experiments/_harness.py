@@ -272,7 +272,9 @@ def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
 
 
 def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
-    """``{metric: {"mean", "sd"}}`` over seeds (arrays keep their shape; NaNs ignored).
+    """``{metric: {"mean", "sd", "min"}}`` over seeds (arrays keep their shape; NaNs
+    ignored): ``min`` is the smallest value any seed gave, which tells the plots whether a
+    quantity is non-negative (its ± 1 s.d. band is then clipped at 0).
 
     Every seed must return the same metrics, each of one shape (NaN where a measurement
     is missing); otherwise a ValueError names the metric and the seed."""
@@ -296,7 +298,8 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarr
             warnings.simplefilter("ignore", RuntimeWarning)
             mean = np.nanmean(a, axis=0)
             sd = np.where(n > 1, np.nanstd(a, axis=0, ddof=1), np.where(n == 1, 0.0, np.nan))
-        out[key] = {"mean": mean, "sd": sd}
+            low = np.nanmin(a, axis=0) if a.size else np.full(a.shape[1:], np.nan)
+        out[key] = {"mean": mean, "sd": sd, "min": low}
     return out
 
 
@@ -401,7 +404,8 @@ def draw_panel(
         agg = {
             k: {
                 "mean": np.asarray(agg[k]["mean"]) * panel.scale,
-                "sd": np.asarray(agg[k]["sd"]) * panel.scale,
+                "sd": np.asarray(agg[k]["sd"]) * abs(panel.scale),
+                "min": _scaled_min(agg[k], panel.scale),
             }
             for k in (*panel.series.values(), *panel.reference.values())
         }
@@ -426,7 +430,8 @@ def draw_panel(
         for i, (lab, key) in enumerate(panel.series.items()):
             m, s = agg[key]["mean"], agg[key]["sd"]
             ax.plot(x, m, marker="o", ms=3, color=series_color[i], label=lab)
-            ax.fill_between(x, m - s, m + s, color=series_color[i], alpha=0.2, linewidth=0)
+            lo = _band_floor(agg[key], m - s, logy)
+            ax.fill_between(x, lo, m + s, color=series_color[i], alpha=0.2, linewidth=0)
         for i, (lab, key) in enumerate(panel.reference.items()):
             ax.plot(x, agg[key]["mean"], "--", lw=1.0, color=series_color[i], label=lab)
         ax.set_xlabel(panel.xlabel)
@@ -439,20 +444,72 @@ def draw_panel(
         ax.minorticks_off()
     if logy:
         ax.set_yscale("log")
-    unlogged = [
-        a
-        for a, asked, got in (("x", panel.logx, logx), ("y", panel.logy, logy))
-        if asked and not got
-    ]
     ax.set_ylabel(panel.ylabel)
-    note = f"; linear {' and '.join(unlogged)}: no positive values" if unlogged else ""
-    if logy and panel.kind != "ecdf" and _reaches_zero(panel, agg):
-        note += "; a band reaching 0 ends at the axis"
+    note = _title_note(panel, agg, logx, logy)
     ax.set_title(f"{panel.title}\n(mean ± s.d., {n} seeds{note})", fontsize=9)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     else:  # no series: say so instead of an empty legend (and matplotlib's warning)
         ax.text(0.5, 0.5, "no series", transform=ax.transAxes, ha="center", va="center")
+
+
+def _title_note(panel: Panel, agg, logx: bool, logy: bool) -> str:
+    """What the panel's title adds after the seed count: axes asked to be logarithmic
+    that are not (nothing positive to show), and bands that run off a log axis or are
+    cut at 0 on a linear one."""
+    unlogged = [
+        a
+        for a, asked, got in (("x", panel.logx, logx), ("y", panel.logy, logy))
+        if asked and not got
+    ]
+    note = f"; linear {' and '.join(unlogged)}: no positive values" if unlogged else ""
+    if logy and panel.kind != "ecdf" and _reaches_zero(panel, agg):
+        note += "; a band reaching 0 ends at the axis"
+    elif not logy and panel.kind != "ecdf" and _clipped_at_zero(panel, agg):
+        note += "; bands of values ≥ 0 cut at 0"
+    return note
+
+
+def _scaled_min(stats, scale: float):
+    """The smallest seed value after multiplying by ``scale`` (NaN where unknown: an
+    aggregate without ``min``, or a negative scale, which turns the minimum into a
+    maximum)."""
+    low = stats.get("min")
+    if low is None or scale < 0:
+        return np.full(np.shape(stats["mean"]), np.nan)
+    return np.asarray(low) * scale
+
+
+def _non_negative(stats) -> bool:
+    """Whether every seed gave values ``>= 0`` at every point of the series (and gave
+    some): a ± 1 s.d. band below 0 would then show values the quantity cannot take. One
+    negative value anywhere (a signed quantity, such as a difference) leaves it False."""
+    low = stats.get("min")
+    if low is None:
+        return False
+    low = np.asarray(low, dtype=np.float64)
+    seen = low[~np.isnan(low)]
+    return bool(seen.size) and bool(np.all(seen >= 0))
+
+
+def _band_floor(stats, lower, logy: bool):
+    """The lower edge of a ± 1 s.d. band or error bar on a linear axis: ``mean - s.d.``,
+    but at least 0 when every seed value of the quantity is (:func:`_non_negative`); on a log
+    axis as it is (:func:`_reaches_zero` notes where it runs off the axis)."""
+    lower = np.asarray(lower, dtype=np.float64)
+    if logy:
+        return lower
+    return np.where(lower < 0, 0.0, lower) if _non_negative(stats) else lower
+
+
+def _clipped_at_zero(panel: Panel, agg) -> bool:
+    """Whether some series' band or error bar was cut at 0 (:func:`_band_floor`), which
+    the title says."""
+    for key in panel.series.values():
+        m, s = np.asarray(agg[key]["mean"]), np.asarray(agg[key]["sd"])
+        if _non_negative(agg[key]) and np.any(np.isfinite(m) & (m - s < 0)):
+            return True
+    return False
 
 
 def _reaches_zero(panel: Panel, agg) -> bool:
@@ -469,14 +526,15 @@ def _reaches_zero(panel: Panel, agg) -> bool:
 def _draw_bars(ax, panel: Panel, agg, series_color, logy: bool) -> None:
     """Bar panel: one bar per series (mean, ± 1 s.d. error bar), named on the x axis."""
     labels = list(panel.series)
-    means = [float(agg[k]["mean"]) for k in panel.series.values()]
-    sds = [float(agg[k]["sd"]) for k in panel.series.values()]
-    for i, (lab, m, s) in enumerate(zip(labels, means, sds, strict=True)):
+    for i, (lab, key) in enumerate(panel.series.items()):
+        m, s = float(agg[key]["mean"]), float(agg[key]["sd"])
         if logy:  # a bar on a log axis starts at an arbitrary floor: its length means
             # nothing, so the mean is a dot (with its ± 1 s.d. error bar)
             ax.errorbar(i, m, yerr=s, fmt="o", ms=7, capsize=3, color=series_color[i], label=lab)
-        else:
-            ax.bar(i, m, yerr=s, capsize=3, color=series_color[i], label=lab)
+        else:  # the error bar's lower half cut at 0 for a non-negative quantity
+            below = m - float(_band_floor(agg[key], m - s, False))
+            yerr = [[below], [s]] if np.isfinite(below) else s
+            ax.bar(i, m, yerr=yerr, capsize=3, color=series_color[i], label=lab)
     ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
 
 
@@ -492,7 +550,8 @@ def _draw_ecdf(ax, panel: Panel, agg, series_color) -> None:
         y = np.arange(1, m.size + 1) / m.size  # ECDF at the k-th order statistic
         c = series_color[i]
         ax.step(m, y, where="post", color=c, label=lab)
-        ax.fill_betweenx(y, m - s, m + s, step="post", color=c, alpha=0.2, linewidth=0)
+        lo = _band_floor(agg[key], m - s, False)  # sorted samples of a quantity >= 0
+        ax.fill_betweenx(y, lo, m + s, step="post", color=c, alpha=0.2, linewidth=0)
     ax.set_xlabel(panel.xlabel)
     ax.set_ylim(0.0, 1.02)
 
