@@ -94,6 +94,17 @@ def test_cg_equals_dense_solve(precondition):
     assert info2["iterations"] == 0
 
 
+def test_dense_solve_of_a_singular_curvature_raises_the_curvature_error():
+    """Two samples and lam = 0: rank at most 2 (n - 1) = 6 < n p = 24, so the Cholesky
+    factorisation fails; the error is the curvature's (it names the remedy), not
+    NumPy's LinAlgError."""
+    _X, _W, _mb, A = _operator(0, m=2, lam=0.0)
+    with pytest.raises(ValueError, match=r"curvature is not positive definite.*use lam > 0") as e:
+        A.solve(np.ones((A.p, A.n)), method="dense")
+    assert not isinstance(e.value, np.linalg.LinAlgError)
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
 def test_cg_zero_rhs_and_bad_method():
     _, _, _, A = _operator(0)
     x, info = A.solve(np.zeros((A.p, A.n)))

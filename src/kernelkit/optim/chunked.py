@@ -42,7 +42,6 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 
@@ -56,6 +55,7 @@ from .._backend.chunks import (
     reduce_rows,
 )
 from .._backend.sklearn_validation import validate_data
+from .._backend.spd_solve import spd_solve_vec
 from . import _validation as _v
 from . import solvers as _s
 from .bound import multinomial_bound_from_logits
@@ -311,14 +311,8 @@ class ChunkedCurvature:
             )
         G = np.asarray(G, dtype=np.float64)
         if method == "dense":
-            try:
-                factor = scipy.linalg.cho_factor(
-                    self.todense(), lower=True, overwrite_a=True, check_finite=False
-                )
-            except np.linalg.LinAlgError as exc:
-                raise _not_positive_definite(exc, self.lam) from None
-            sol = scipy.linalg.cho_solve(factor, G.T.ravel(), check_finite=False)
-            return sol.reshape(self.n, self.p).T, {"iterations": 0, "residual": 0.0}
+            D = spd_solve_vec(self.todense(), G, lambda exc: _not_positive_definite(exc, self.lam))
+            return D, {"iterations": 0, "residual": 0.0}
         if method != "cg":
             raise ValueError(f"method must be 'cg' or 'dense', got {method!r}.")
         M = inverse_preconditioner(

@@ -25,10 +25,10 @@ import math
 import numbers
 
 import numpy as np
-import scipy.linalg
 
 from .._backend import check_all_finite, device, get_namespace, is_numpy_namespace, to_numpy
 from .._backend.parallel import block_map
+from .._backend.spd_solve import spd_solve_vec
 from . import _validation as _v
 from .bound import _np_float
 
@@ -270,17 +270,11 @@ class KroneckerCurvature:
         if is_numpy_namespace(self.xp):
             G = np.asarray(G, dtype=self.X.dtype)
         if method == "dense":  # always in float64 (the exact reference solve)
-            A = self.todense()
-            try:
-                factor = scipy.linalg.cho_factor(
-                    A, lower=True, overwrite_a=True, check_finite=False
-                )
-            except np.linalg.LinAlgError as exc:
-                raise _not_positive_definite(exc, self.lam) from None
-            sol = scipy.linalg.cho_solve(
-                factor, to_numpy(G, np.float64).T.ravel(), check_finite=False
+            D = spd_solve_vec(
+                self.todense(),
+                to_numpy(G, np.float64),
+                lambda exc: _not_positive_definite(exc, self.lam),
             )
-            D = sol.reshape(self.n, self.p).T
             if is_numpy_namespace(self.xp):
                 D = D.astype(self.X.dtype, copy=False)
             return D, {"iterations": 0, "residual": 0.0}
