@@ -15,8 +15,8 @@ from unittest import mock
 import numpy as np
 import pytest
 
+from kernelkit._backend.chunks import SLAB_ELEMENTS
 from kernelkit.distributions import KernelLogisticRegression
-from kernelkit.distributions import klr as klr_module
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
     RandomFeatureGPClassifier,
@@ -256,7 +256,7 @@ def test_nadaraya_watson_and_klr_predict_on_a_large_batch_hold_one_slab(one_thre
     p, peak = _peak(lambda: nw.predict_proba(Xbig))
     assert peak < bound, (peak / MB, bound / MB)
     # KLR: a slab of basis values and the kernel's temporaries of it (~4 such arrays)
-    bound_klr = 5 * 8 * klr_module._PREDICT_ELEMENTS + 8 * len(Xbig) + 2 * MB
+    bound_klr = 5 * 8 * SLAB_ELEMENTS + 8 * len(Xbig) + 2 * MB
     d, peak_klr = _peak(lambda: klr.decision_function(Xbig))
     assert peak_klr < bound_klr, (peak_klr / MB, bound_klr / MB)
     # rows are independent: a prefix gives the same values (to BLAS's summation order)

@@ -133,6 +133,30 @@ def test_klr_probabilities_of_confident_rows_keep_their_precision():
     np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=0, atol=2 * eps)
 
 
+def test_klr_decision_function_over_several_slabs_is_psi_c_row_by_row():
+    """``decision_function`` forms the basis values a slab of rows at a time: over three
+    slabs (the last one short) every row, in order, is ``psi(x)^T c`` of one call.
+
+    The two differ only in the order of BLAS's sums: ``psi = k_piv(x) T`` over ``k``
+    pivots, then ``psi . c`` over ``m`` terms, each sum within ``n eps`` of the sum of
+    its terms' moduli (``n`` terms); with Gaussian kernel values in (0, 1], ``|k_piv|``
+    is at most 1, hence the bound ``2 eps (m |psi| |c| + k (1^T |T|) |c|)`` per row."""
+    from kernelkit._backend.chunks import FIRST_SLAB_ROWS, SLAB_ELEMENTS
+
+    X, _ = _data(200)
+    klr = KernelLogisticRegression(max_rank=64).fit(X, X[:, 0] > 0)
+    T, c = klr.basis_.coef_, klr.coef_  # (k, m), (m,)
+    k, m = T.shape
+    rows = max(FIRST_SLAB_ROWS, SLAB_ELEMENTS // m)
+    Xq = np.random.default_rng(1).standard_normal((2 * rows + 37, 2))
+    d = klr.decision_function(Xq)
+    Psi = klr.basis_.transform(Xq)  # (n, m)
+    eps = np.finfo(np.float64).eps
+    tol = 2 * eps * (m * np.abs(Psi) @ np.abs(c) + k * np.abs(T).sum(axis=0) @ np.abs(c))
+    assert d.shape == (len(Xq),)
+    assert np.all(np.abs(d - Psi @ c) <= tol)
+
+
 @pytest.mark.parametrize("labels", [["a", None], ["a", 1]])
 def test_klr_names_labels_that_cannot_be_sorted(labels):
     """Labels of mixed types failed inside NumPy's sort with no mention of y."""

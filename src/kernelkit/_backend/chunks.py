@@ -19,7 +19,9 @@ Every NumPy block is checked by :func:`check_block` (real, finite, the right col
 with a message naming the block), Dask arrays are checked and aligned lazily by
 :func:`as_dask_rows` (class labels of any dtype by :func:`as_dask_labels`), and
 :func:`map_row_chunks` maps a function over row chunks lazily (predictions on Dask
-input), each task on one thread under the threaded scheduler (:func:`one_thread_per_task`).
+input), each task on one thread under the threaded scheduler (:func:`one_thread_per_task`),
+and :func:`predict_in_slabs` maps a function over in-memory rows a slab at a time
+(predictions that would otherwise form all ``n x width`` features or basis values).
 Dask is imported only when a Dask array is actually given.
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import numbers
 import operator
 from collections.abc import Iterable, Sequence
 
@@ -53,6 +56,7 @@ __all__ = [
     "map_row_chunks",
     "one_thread_per_task",
     "one_thread_per_task_map",
+    "predict_in_slabs",
     "reduce_blocks",
     "reduce_rows",
     "reject_sparse",
@@ -62,6 +66,12 @@ __all__ = [
 #: how a one-dimensional block / array is taken: as one column, kept 1-D (targets), or
 #: rejected (a data matrix of scikit-learn's ``(n_samples, n_features)`` convention)
 VECTOR_POLICIES = ("column", "keep", "error")
+#: values (rows x width) of one slab of :func:`predict_in_slabs`: 8 MiB of complex128
+#: features, 4 MiB of float64 basis values
+SLAB_ELEMENTS = 1 << 19
+#: fewest rows of a slab: inputs of at most this many rows take one call (and their width
+#: is not looked up)
+FIRST_SLAB_ROWS = 256
 
 
 # ------------------------------------------------------------------------ what is chunked
@@ -562,3 +572,40 @@ def reduce_rows(
     return reduce_blocks(
         lambda a, b: fn(a // block, *[z[a:b] for z in arrays]), n, block, combine, n_jobs
     )
+
+
+# ------------------------------------------------------------------------ predictions
+def predict_in_slabs(fn, X, width, n_jobs=None):
+    """``fn(X)`` for in-memory rows ``X`` (n, d), a slab of rows at a time.
+
+    ``fn`` maps rows to an array, or a tuple of arrays, with one row per input row,
+    through ``width`` values per row (the features of a fitted map, the basis values of a
+    low-rank basis): ``width`` is that number, or a function of no arguments that returns
+    it (called only for more than :data:`FIRST_SLAB_ROWS` rows). A slab has
+    ``max(FIRST_SLAB_ROWS, SLAB_ELEMENTS // width)`` rows, so a prediction holds one
+    slab of those values per thread instead of all ``n x width`` of them. The slabs run on
+    ``n_jobs`` of kernelkit's threads, each slab on one thread with BLAS on one thread
+    (switching BLAS's threads for each slab, or nesting the threads of ``fn``, would cost
+    more than the slab), and rows are independent: the same values as one call, to the
+    rounding of the products (bit for bit whatever ``n_jobs`` is; one slab, or at most
+    :data:`FIRST_SLAB_ROWS` rows, is that one call).
+
+    Returns
+    -------
+    ndarray, or tuple of ndarrays, with n rows
+        The slabs' results concatenated in row order.
+    """
+    n = X.shape[0]
+    if n <= FIRST_SLAB_ROWS:
+        return fn(X)
+    if not isinstance(width, numbers.Integral):
+        width = width()
+    rows = max(FIRST_SLAB_ROWS, SLAB_ELEMENTS // max(1, int(width)))
+    if n <= rows:
+        return fn(X)
+    threads = effective_n_jobs(n_jobs)  # the slabs' threads; each slab runs on one
+    with OneThreadPerTask():
+        parts = block_map(lambda lo, hi: fn(X[lo:hi]), n, rows, threads)
+    if isinstance(parts[0], tuple):
+        return tuple(np.concatenate(p, axis=0) for p in zip(*parts, strict=True))
+    return np.concatenate(parts, axis=0)

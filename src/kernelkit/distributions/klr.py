@@ -31,9 +31,6 @@ from ._chunked import (
 )
 from .model_selection import clipped_log_loss
 
-#: basis values (rows x rank) of one slab of rows of a prediction
-_PREDICT_ELEMENTS = 1 << 19
-
 __all__ = ["KernelLogisticRegression"]
 
 
@@ -252,11 +249,9 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             return lazy_transform(self.basis_, X, "X") @ self.coef_
         X = sk_validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=False)
         # a slab of rows at a time: about 4 MB of basis values, not all (n, m) of them
-        rows = max(256, _PREDICT_ELEMENTS // max(1, self.basis_.n_components_))
-        out = np.empty(X.shape[0])
-        for lo in range(0, X.shape[0], rows):
-            out[lo : lo + rows] = self.basis_.transform(X[lo : lo + rows]) @ self.coef_
-        return out
+        return chunks.predict_in_slabs(
+            lambda Xs: self.basis_.transform(Xs) @ self.coef_, X, self.basis_.n_components_
+        )
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities.

@@ -55,6 +55,7 @@ from scipy.linalg.blas import dsyrk
 from sklearn.utils.validation import _check_sample_weight, _get_feature_names
 
 from .._backend.chunks import (
+    FIRST_SLAB_ROWS,
     as_dask_labels,
     as_dask_rows,
     check_block,
@@ -66,7 +67,7 @@ from .._backend.chunks import (
     known_row_chunks,
     reduce_rows,
 )
-from .._backend.parallel import OneThreadPerTask, block_map, effective_n_jobs
+from .._backend.chunks import predict_in_slabs as _predict_in_slabs
 from .._backend.sklearn_validation import host_array, validate_data
 from ._feature_map_param import fitted_feature_map, map_features
 from ._labels import check_missing_labels
@@ -98,8 +99,8 @@ STREAM_ENTRIES = 1 << 22
 #: bytes of one slab of features inside a block (rows are mapped to features a slab at a
 #: time, so the (rows, D) slab stays in cache between the feature map and the Gram update)
 _SLAB_BYTES = 8 * 1024**2
-#: rows of the first slab (before the feature width D is known)
-_FIRST_SLAB = 256
+#: rows of the first slab (before the feature width D is known), as in predictions
+_FIRST_SLAB = FIRST_SLAB_ROWS
 #: row blocks of a blocked in-memory fit (the most threads that share its work)
 _MAX_BLOCKS = 8
 #: validate_data options of the regressors: real X, numeric 1-D or 2-D targets
@@ -420,32 +421,15 @@ def prediction_rows(est, X):
 
 
 def predict_in_slabs(fn, X, fm, n_jobs=None):
-    """``fn(X)`` for in-memory rows ``X`` (n, d), a slab of rows at a time.
+    """``fn(X)`` for in-memory rows ``X`` (n, d), a slab of rows at a time: the
+    predictions of their features by the fitted transformer ``fm``, whose width sizes the
+    slabs (:func:`kernelkit._backend.chunks.predict_in_slabs`, on ``n_jobs`` threads)."""
 
-    ``fn`` maps rows to an array, or a tuple of arrays, with one row per input row (the
-    predictions of their features by the fitted transformer ``fm``); a slab's features
-    take about ``_SLAB_BYTES`` (``D`` complex columns), so a prediction holds one slab of
-    features per thread instead of all ``n x D`` of them. The slabs run on ``n_jobs`` of
-    kernelkit's threads, each slab on one thread with BLAS on one thread (switching BLAS's
-    threads for each slab's feature map, or nesting the map's threads, would cost more
-    than the slab), and rows are independent: the same values as one call, to the
-    rounding of the products.
-    """
-    n = X.shape[0]
-    if n <= _FIRST_SLAB:
-        return fn(X)
-    width = getattr(fm, "output_dim", None)  # a kernelkit map; else any transformer
-    if not isinstance(width, numbers.Integral):
-        width = map_features(fm, X[:1]).shape[1]
-    rows = max(_FIRST_SLAB, _SLAB_BYTES // (16 * max(1, int(width))))
-    if n <= rows:
-        return fn(X)
-    threads = effective_n_jobs(n_jobs)  # the slabs' threads; each slab runs on one
-    with OneThreadPerTask():
-        parts = block_map(lambda lo, hi: fn(X[lo:hi]), n, rows, threads)
-    if isinstance(parts[0], tuple):
-        return tuple(np.concatenate(p, axis=0) for p in zip(*parts, strict=True))
-    return np.concatenate(parts, axis=0)
+    def width():
+        D = getattr(fm, "output_dim", None)  # a kernelkit map; else any transformer
+        return D if isinstance(D, numbers.Integral) else map_features(fm, X[:1]).shape[1]
+
+    return _predict_in_slabs(fn, X, width, n_jobs)
 
 
 def reject_block_iterable(est, X) -> None:
