@@ -229,6 +229,29 @@ def test_reset_checks_its_mask_and_mode():
         g.reset(torch.tensor([True, False]), inplace=True)
 
 
+def test_inplace_step_of_a_state_with_autograd_history_is_refused():
+    """Inputs that need no grad, but a state that carries a graph from earlier steps: an
+    in-place step would overwrite tensors autograd needs. Refused with the step's message
+    (as for inputs that require grad), the state left as it was; under no_grad it runs.
+    An in-place reset of it is refused with the reset's message."""
+    st = init_decoding_state((2, 2), 8, "positive", 32, random_state=0).to(torch.float64)
+    _, g = linear_attention_step(
+        *(_seq(2, 2, 8, seed=s).requires_grad_(True) for s in range(3)), st
+    )
+    q = _seq(2, 2, 8, seed=5)
+    assert g.kvz.requires_grad and not q.requires_grad
+    before = g.kvz.detach().clone()
+    for x in (q, _seq(2, 2, 5, 8, seed=6)):  # a token, a block
+        with pytest.raises(ValueError, match=r"autograd needs; use it under torch\.no_grad\(\)"):
+            linear_attention_step(x, x, x, g, inplace=True)
+    # a reset names the state's way out
+    with pytest.raises(ValueError, match=r"reset under torch\.no_grad\(\), or a state without"):
+        g.reset(torch.tensor([True, False]), inplace=True)
+    assert torch.equal(g.kvz.detach(), before)
+    with torch.no_grad():
+        linear_attention_step(q, q, q, g.clone(), inplace=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("inplace", [False, True])
 def test_module_reset_and_step_compile_fullgraph(inplace):

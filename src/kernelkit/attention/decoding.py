@@ -1107,14 +1107,8 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     single, keep, check_keys = _check_step_inputs(
         q_t, k_t, v_t, state, key_padding_mask, check_finite, enable_gqa
     )
-    if inplace and torch.is_grad_enabled():
-        if any(t.requires_grad for t in (q_t, k_t, v_t, state.kvz)):
-            raise ValueError(
-                "inplace=True would overwrite tensors autograd needs; use it under "
-                "torch.no_grad() or with inputs that do not require grad."
-            )
     if inplace:
-        _check_inplace(state.kvz, "step")
+        _check_inplace(state.kvz, "step", (q_t, k_t, v_t))
     if (
         torch.is_grad_enabled()
         and any(t.requires_grad for t in (q_t, k_t, v_t))
@@ -1177,15 +1171,20 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     return _stepped(state, out.to(q_t.dtype), kvz, c, 1 if single else q_t.shape[-2], inplace)
 
 
-def _check_inplace(kvz, what):
-    """An in-place ``what`` (step, reset) of a state with tensor ``kvz``: refused for a
-    state made under ``torch.inference_mode()`` outside it (torch's own error names no
-    way out), and for a state with autograd history."""
-    if torch.is_grad_enabled() and kvz.requires_grad:
-        raise ValueError(
-            f"inplace=True would overwrite tensors autograd needs; {what} under "
-            "torch.no_grad(), or a state without autograd history (state.detach())."
+def _check_inplace(kvz, what, inputs=()):
+    """An in-place ``what`` (step, reset) of a state with tensor ``kvz`` and new tensors
+    ``inputs`` (a step's ``q_t, k_t, v_t``; none for a reset): refused where autograd
+    records and the state or an input requires grad (a step names both ways out, a
+    reset the state's), and for a state made under ``torch.inference_mode()`` outside it
+    (torch's own error names no way out)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, kvz)):
+        how = (
+            "use it under torch.no_grad() or with inputs that do not require grad"
+            if inputs
+            else f"{what} under torch.no_grad(), or a state without autograd history "
+            "(state.detach())"
         )
+        raise ValueError(f"inplace=True would overwrite tensors autograd needs; {how}.")
     if (
         not torch.compiler.is_compiling()
         and kvz.is_inference()
