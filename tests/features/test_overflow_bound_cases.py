@@ -124,3 +124,28 @@ def test_coefficients_that_overflow_are_refused_at_fit():
     # degree 1: coef0 itself, in range, is accepted
     m.set_params(degree=1).fit(X)
     assert np.all(np.isfinite(m.approx_kernel(X)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("ratio", [1e-3, 0.2, 0.2499999, 0.2500001, 0.3, 0.9, 4.0])
+def test_safe_gram_with_the_callers_bound_makes_the_same_choice(dtype, ratio):
+    """``safe_gram`` given the caller's ``log_inner_bound`` (as the Maclaurin exact
+    kernel hands it its plan's) returns bit for bit what it finds from the rows' maxima
+    alone: the bound spares those maxima only where they would choose the plain product
+    too, on either side of its threshold (``d max |X| max |Y| = ratio * max float``, a
+    quarter of it), for rows that reach the bound and rows far below it."""
+    from kernelkit._backend import array_namespace
+    from kernelkit.features._base import log_inner_bound, safe_gram
+
+    rng = np.random.default_rng(6)
+    X, Y = rng.standard_normal((40, 5)), rng.standard_normal((30, 5))
+    X /= np.abs(X).max()
+    Y /= np.abs(Y).max()
+    s = math.sqrt(ratio / 5) * math.sqrt(float(np.finfo(dtype).max))
+    X, Y = (s * X).astype(dtype), (s * Y).astype(dtype)
+    xp = array_namespace(X)
+    for Xb in (X, X[:20] * dtype(1e-6)):  # all rows, then a block of small ones
+        want = safe_gram(xp, Xb, Y)
+        got = safe_gram(xp, Xb, Y, log_inner_bound(xp, X, Y))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

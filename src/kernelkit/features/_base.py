@@ -1082,17 +1082,28 @@ def log_gram_bound(xp, P, sp_, S, ss) -> float:
     return math.log(max(1, P.shape[1])) + lp + ls + scales[0] + scales[1]
 
 
-def safe_gram(xp, X, Y):
+def safe_gram(xp, X, Y, log_bound=None):
     """``X Y^T`` (n, m) of dense ``X`` (n, d), ``Y`` (m, d): +-inf where a product leaves
     the floating-point range, never ``inf - inf = NaN`` from partial sums that overflow
     (rows of norm ~1e160 in float64), and no NumPy overflow warning. The rows are divided
-    by their largest ``|entry|`` first where the plain product could overflow."""
+    by their largest ``|entry|`` first where the plain product could overflow.
+
+    ``log_bound``: the caller's :func:`log_inner_bound` of these rows (or of rows that
+    include them), which spares the rows' maxima where it keeps ``d max |X| max |Y|``
+    below a quarter of the largest float; elsewhere these rows' own maxima decide (a
+    block of rows may stay in range where all rows do not)."""
     if X.shape[0] == 0 or Y.shape[0] == 0 or X.shape[1] == 0:
+        return X @ xp.matrix_transpose(Y)
+    quarter = float(xp.finfo(X.dtype).max) / 4
+    # the bound (three logs summed, of these rows or of more) is at least the log of the
+    # product below less 1e-12 of rounding: 1e-9 under log(quarter), that product is below
+    # quarter too, so the plain product is what the rows' maxima would choose
+    if log_bound is not None and log_bound < math.log(quarter) - 1e-9:
         return X @ xp.matrix_transpose(Y)
     ax = xp.max(xp.abs(X), axis=1)  # (n,)
     ay = xp.max(xp.abs(Y), axis=1)  # (m,)
     big = float(_detach(xp.max(ax))) * float(_detach(xp.max(ay))) * X.shape[1]
-    if big < float(xp.finfo(X.dtype).max) / 4:
+    if big < quarter:
         return X @ xp.matrix_transpose(Y)
     ax = xp.where(ax > 0, ax, xp.ones_like(ax))
     ay = xp.where(ay > 0, ay, xp.ones_like(ay))

@@ -582,17 +582,18 @@ class _MaclaurinBase(FeatureMap):
         else:  # exp(s x^T y)
             bound = s * math.exp(log_g) if log_g < 700.0 else math.inf
         safe = not (_below_range(xp, log_g, X.dtype) and _below_range(xp, bound, X.dtype))
-        return functools.partial(self._exact_kernel, safe=safe), bound
+        return functools.partial(self._exact_kernel, safe=safe, log_g=log_g), bound
 
-    def _exact_kernel(self, X, Y, xp, safe: bool = True):
+    def _exact_kernel(self, X, Y, xp, safe: bool = True, log_g=None):
         """The kernel this map approximates (untruncated), shape (n, m): +-inf (or 0)
         where it leaves the floating-point range, never NaN (``x^T y`` of rows of norm
         ~1e160 by :func:`safe_gram`; ``|x - y|^2`` of rows brought to ``max |entry| = 1``
         where ``|x|^2`` would overflow). ``safe=False``: the plain products, for inputs
-        whose bound keeps every value in range (:meth:`_exact_kernel_plan`)."""
+        whose bound keeps every value in range (:meth:`_exact_kernel_plan`); ``log_g``:
+        the plan's :func:`log_inner_bound` of all rows, handed to :func:`safe_gram`."""
         s = self._input_scale()
         if self.kernel != "gaussian":
-            G = safe_gram(xp, X, Y) if safe else X @ xp.matrix_transpose(Y)
+            G = safe_gram(xp, X, Y, log_g) if safe else X @ xp.matrix_transpose(Y)
             with np.errstate(over="ignore"):  # FeatureMap._checked_values warns
                 if self.kernel == "polynomial":
                     return (float(self.gamma) * G + float(self.coef0)) ** int(self.degree)
