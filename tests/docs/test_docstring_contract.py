@@ -52,6 +52,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("kernelkit.attention.LinearAttentionState", "'_steps' is not documented"): (
         "a private dataclass field (the in-place step bookkeeping), set only by the library"
     ),
+    ("kernelkit.attention.LinearAttentionState", "'_module' is not documented"): (
+        "a private dataclass field (the token of the module that made the state), set only "
+        "by the library"
+    ),
 }
 
 _DASHES = re.compile(r"^\s*-{3,}\s*$")

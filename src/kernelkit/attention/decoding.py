@@ -39,6 +39,7 @@ query head and the state stays per query head (the keys are repeated as in SDPA)
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
@@ -119,6 +120,13 @@ class LinearAttentionState:
     group : int
         Query heads per state head: ``g = Hq / Hkv`` where the state is kept per key
         head (``kvz`` (*batch_shape[:-1], Hkv, M, e + 1)), else 1.
+    features : str or None
+        The fingerprint of the feature parameters the state was made with (a Python
+        string, taken once by :func:`init_decoding_state`: the map, ``d``, the scale and
+        digests of the projection and, for fitted maps, the moments, rounded to float32),
+        kept by every step, copy and move. :meth:`restore` and
+        ``FavorAttention.step`` compare it; None (made in a compiled graph, or an
+        :meth:`index_select` of feature parameters per batch entry): not checked.
     """
 
     kvz: torch.Tensor
@@ -130,11 +138,16 @@ class LinearAttentionState:
     params: object
     kv_heads: int | None = None
     group: int = 1
+    features: str | None = None
     # the record of in-place steps of ``kvz``, ``c``, shared by the states that hold
     # them (None: not checked, e.g. made in a compiled graph), and its count when this
     # state was made
     _owner: _Owner | None = field(default=None, repr=False, compare=False)
     _steps: int = field(default=0, repr=False, compare=False)
+    # the token of the FavorAttention whose init_state made the state (None: made by
+    # init_decoding_state), so that the module accepts its own states without comparing
+    # features after its projections or statistics have changed
+    _module: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def kv(self) -> torch.Tensor:
@@ -181,7 +194,8 @@ class LinearAttentionState:
         ``torch.index_select`` on every state tensor: reorders or repeats sequences, e.g.
         the beams of beam search (``state.index_select(0, beam_idx)``, as a KV cache's
         ``index_select(0, beam_idx)``). Feature parameters that differ along ``dim``
-        (``moments`` per batch entry) are selected too. A new state with new tensors.
+        (``moments`` per batch entry) are selected too, and the state's :attr:`features`
+        is then None (not checked by :meth:`restore`). A new state with new tensors.
         A GQA state (``kv_heads``) cannot select along its head dim (the last batch dim):
         its query heads are tied to the key heads. A stale state (see the class) raises
         a ``ValueError``, as stepping it does.
@@ -213,15 +227,24 @@ class LinearAttentionState:
         if index.dim() != 1 or index.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"index must be a 1-D integer tensor, got {index.dtype} {index.shape}.")
 
+        selected = []  # feature parameters per batch entry (then selected too)
+
         def select(t, trailing):  # t (..., *trailing dims), leading dims aligned with the batch
             j = dim - (nb - (t.dim() - trailing))
-            return t if j < 0 or t.shape[j] == 1 else t.index_select(j, index)
+            if j < 0 or t.shape[j] == 1:
+                return t
+            selected.append(j)
+            return t.index_select(j, index)
 
+        params = _map_params(self.params, select)
         return replace(
             self,
             kvz=self.kvz.index_select(dim, index),
             c=self.c.index_select(dim, index),
-            params=_map_params(self.params, select),
+            params=params,
+            # selected parameters are no longer those fingerprinted (reading the index to
+            # fingerprint them anew would wait for the device at every beam step)
+            features=None if selected else self.features,
             _owner=_Owner.new(),
             _steps=0,
         )
@@ -388,48 +411,62 @@ class LinearAttentionState:
         return replace(self, kvz=kvz, c=c, _owner=_Owner.new(), _steps=0)
 
     def state_dict(self) -> dict:
-        """The running tensors and token count, ``{"kvz": kvz, "c": c, "t": t}`` (the
-        tensors themselves, as ``Module.state_dict``), which ``torch.save`` writes and
-        ``torch.load(..., weights_only=True)`` reads back (the state object itself needs
-        ``weights_only=False``). The feature parameters are left out: they are those of
-        the module (its ``projection`` buffer and running statistics, in its own
-        ``state_dict``) or of the arguments of :func:`init_decoding_state`; restore into a
-        state made with the same ones (:meth:`restore`). A stale state raises.
+        """The running tensors, token count and feature fingerprint, ``{"kvz": kvz, "c":
+        c, "t": t, "features": features}`` (the tensors themselves, as
+        ``Module.state_dict``; ``features`` the string :attr:`features`, or None), which
+        ``torch.save`` writes and ``torch.load(..., weights_only=True)`` reads back (the
+        state object itself needs ``weights_only=False``). The feature parameters are left
+        out: they are those of the module (its ``projection`` buffer and running
+        statistics, in its own ``state_dict``) or of the arguments of
+        :func:`init_decoding_state`; restore into a state made with the same ones
+        (:meth:`restore`, which compares the fingerprints). A stale state raises.
 
         Returns
         -------
         dict
             ``"kvz"`` (*batch_shape, M, e + 1), ``"c"`` (*batch_shape, M) (with ``Hkv``
-            heads in a grouped state) and ``"t"`` (int).
+            heads in a grouped state), ``"t"`` (int) and ``"features"`` (str or None).
         """
         self._check_fresh()
-        return {"kvz": self.kvz, "c": self.c, "t": self.t}
+        return {"kvz": self.kvz, "c": self.c, "t": self.t, "features": self.features}
 
     def restore(self, state_dict) -> LinearAttentionState:
         """A state with this state's features and the running tensors of ``state_dict``
         (from :meth:`state_dict`, e.g. read by ``torch.load(..., weights_only=True)``),
         copied to this state's device and dtype; this state is not modified. Make the
         receiving state as the saved one was made (``module.init_state(N)`` of the same
-        module, or ``init_decoding_state`` with the same feature arguments): only the
-        shapes can be checked, not that the features are the same.
+        module, with the projections and running statistics it had then, or
+        ``init_decoding_state`` with the same feature arguments): the saved sums were
+        formed with the saved state's features and mean nothing with others. The shapes
+        are checked, and so are the feature fingerprints (:attr:`features`): another
+        module's state, or one saved before this module's projections were redrawn or
+        its running statistics changed, raises a ``ValueError``. A ``state_dict`` saved
+        without ``"features"`` (by an older kernelkit), or with None, is restored with
+        the shape checks only: whether its features are this state's cannot be checked.
 
         Parameters
         ----------
         state_dict : dict
             ``{"kvz": tensor, "c": tensor, "t": int}`` with the shapes of this state's
-            ``kvz`` and ``c``.
+            ``kvz`` and ``c``, and optionally ``"features"`` (str or None).
 
         Returns
         -------
         LinearAttentionState
             This state's batch shape, features, device and dtype; ``t`` from the dict.
         """
-        if not isinstance(state_dict, dict) or set(state_dict) != {"kvz", "c", "t"}:
+        keys = {"kvz", "c", "t"}
+        if not isinstance(state_dict, dict) or not keys <= set(state_dict) <= keys | {"features"}:
             keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict)
-            raise ValueError(f"state_dict must have the keys 'c', 'kvz', 't', got {keys}.")
+            raise ValueError(
+                f"state_dict must have the keys 'c', 'kvz', 't' (and 'features'), got {keys}."
+            )
         t = state_dict["t"]
         if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
             raise ValueError(f"state_dict['t'] must be a non-negative int, got {t!r}.")
+        saved = state_dict.get("features")
+        if saved is not None and not isinstance(saved, str):
+            raise TypeError(f"state_dict['features'] must be a str or None, got {saved!r}.")
         new = {}
         for name in ("kvz", "c"):
             x, own = state_dict[name], getattr(self, name)
@@ -441,6 +478,19 @@ class LinearAttentionState:
                     f"{tuple(own.shape)}: restore into a state made as the saved one was "
                     "(the same batch size, heads, feature map and n_features)."
                 )
+        if saved is not None and self.features is not None and saved != self.features:
+            raise ValueError(
+                "state_dict was saved from a state with other feature parameters than this "
+                f"state's: {_features_diff(saved, self.features)}. Its sums were formed with "
+                "the saved state's features and mean nothing with these (a state of another "
+                "module or of other init_decoding_state arguments, or of this module before "
+                "its projections were redrawn or its running statistics changed). Restore "
+                "into a state made with the saved features: init_state of the module that "
+                "saved it, as it was then (load its state_dict first), or init_decoding_state "
+                "with the same feature arguments."
+            )
+        for name in ("kvz", "c"):
+            x = state_dict[name]
             new[name] = x.detach().to(device=self.device, dtype=self.dtype, copy=True)
         return replace(self, **new, t=int(t), _owner=_Owner.new(), _steps=0)
 
@@ -569,6 +619,64 @@ def _itemsize(dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def _digest(tensors) -> str:
+    """16 hex digits of the values (and shapes) of ``tensors`` rounded to float32: equal
+    on any device and in float32 and float64 alike (a projection drawn in float64 and
+    its float32 copy in a module's buffer, or a module's buffers after ``.double()``)."""
+    h = hashlib.blake2b(digest_size=8)
+    for t in tensors:
+        a = t.detach().to(device="cpu", dtype=torch.float32).resolve_neg().contiguous()
+        h.update(repr(tuple(a.shape)).encode())
+        h.update(a.numpy().tobytes())
+    return h.hexdigest()
+
+
+def _feature_digest(name, d, scale, W, moments) -> str | None:
+    """The fingerprint of a state's feature parameters, :attr:`LinearAttentionState.features`:
+    the map, ``d``, the scale and digests of the projection ``W`` (None for relu / elu)
+    and, for fitted maps, of the moments they are fitted from (their values rounded to
+    float32, so that a state's fingerprint does not depend on its dtype). Taken once
+    per state (a copy to the host and a hash, never per step); None in compiled graphs,
+    ``torch.func`` transforms and for meta tensors, whose values cannot be read."""
+    ms = ()
+    if moments is not None and name in FITTED_MAPS:
+        fs = (moments.mean_x, moments.second_x, moments.mean_y, moments.second_y)
+        ms = tuple(torch.as_tensor(t) for t in fs)
+    ts = ms if W is None else (torch.as_tensor(W), *ms)
+    if (
+        torch.compiler.is_compiling()
+        or _in_func_transform()
+        or any(t.device.type == "meta" for t in ts)
+    ):
+        return None
+    w = "none" if W is None else _digest(ts[:1])
+    m = _digest(ms) if ms else "none"
+    return f"map={name}, d={d}, scale={float(scale)!r}, W={w}, moments={m}"
+
+
+def _features_diff(a: str, b: str) -> str:
+    """What differs between fingerprints ``a`` and ``b`` (:func:`_feature_digest`), in
+    words: the map, ``d``, the scale, the projections or the moments."""
+    words = {
+        "map": "the feature maps",
+        "d": "the head dimensions",
+        "scale": "the softmax scales",
+        "W": "the random projections",
+        "moments": "the fitted map's moments (running statistics)",
+    }
+    try:
+        pa, pb = (dict(part.split("=", 1) for part in x.split(", ")) for x in (a, b))
+    except ValueError:  # not a fingerprint of this form
+        return f"features {a!r} against {b!r}"
+    keys = [*words, *sorted((pa.keys() | pb.keys()) - words.keys())]
+    diff = [
+        f"{words.get(key, key)} differ ({pa.get(key)} against {pb.get(key)})"
+        for key in keys
+        if pa.get(key) != pb.get(key)
+    ]
+    return "; ".join(diff) if diff else f"features {a!r} against {b!r}"
+
+
 def _positive_int(name, val):
     if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
         raise ValueError(f"{name} must be a positive integer, got {val!r}.")
@@ -640,8 +748,54 @@ def init_decoding_state(
         but a fitted one whose ``moments`` differ per head, i.e. have a last batch dim
         > 1), one state per key head: ``kvz`` (*batch_shape[:-1], Hkv, M, e + 1), ``c``
         (*batch_shape[:-1], Hkv, M), ``g`` times smaller (``state.group = g``); otherwise
-        per query head.
+        per query head. ``state.features`` fingerprints the feature arguments (the map,
+        ``d``, the scale, the projection's and the fitted map's moments' values rounded
+        to float32, so the same for every dtype), taken
+        here once (a copy of the projection and moments to the host; not in compiled
+        graphs), so that :meth:`~LinearAttentionState.restore` can refuse a saved state
+        of other features.
     """
+    return _init_decoding_state(
+        batch_shape,
+        d,
+        feature_map,
+        n_features,
+        e=e,
+        random_state=random_state,
+        scale=scale,
+        sampler=sampler,
+        projection=projection,
+        moments=moments,
+        dtype=dtype,
+        device=device,
+        enable_gqa=enable_gqa,
+        num_kv_heads=num_kv_heads,
+    )
+
+
+def _init_decoding_state(
+    batch_shape,
+    d: int,
+    feature_map: str = "positive",
+    n_features: int = 256,
+    *,
+    e: int | None = None,
+    random_state=None,
+    scale=None,
+    sampler: str = "orthogonal",
+    projection=None,
+    moments=None,
+    dtype=torch.float32,
+    device=None,
+    enable_gqa: bool = False,
+    num_kv_heads: int | None = None,
+    features=None,
+    module: str | None = None,
+) -> LinearAttentionState:
+    """:func:`init_decoding_state` (same arguments), the state's fingerprint
+    :attr:`~LinearAttentionState.features` given (``FavorAttention.init_state``: its own,
+    kept while its features do not change) or None (taken here), and ``module`` the token
+    of the module that makes the state."""
     if not isinstance(feature_map, str) or feature_map.lower() not in FEATURE_MAPS:
         raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}.")
     name = feature_map.lower()
@@ -685,6 +839,7 @@ def init_decoding_state(
     ctype = torch.float32 if dtype in _HALF else dtype
     device = torch.device("cpu") if device is None else torch.device(device)
     per_head = False  # feature parameters that differ per query head
+    W_in = mom = None  # the projection as given and the checked moments (fingerprinted)
     if name in ("relu", "elu"):
         feats = _PlainFeatures(name, d)
     else:
@@ -696,7 +851,8 @@ def init_decoding_state(
                 raise ValueError(f"projection for {name!r} needs a 'W' entry.")
         if isinstance(W, np.ndarray):  # big-endian or read-only: torch takes neither
             W = torch_shareable(W)
-        W = torch.as_tensor(W).to(device=device, dtype=ctype)  # (n_proj, d)
+        W_in = torch.as_tensor(W)
+        W = W_in.to(device=device, dtype=ctype)  # (n_proj, d)
         if W.dim() != 2 or W.shape[1] != d:
             raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
         mom = None if moments is None else _check_moments(moments, batch, d, name, device)
@@ -732,7 +888,9 @@ def init_decoding_state(
         params=feats,
         kv_heads=kv_heads,
         group=group,
+        features=_feature_digest(name, d, scale, W_in, mom) if features is None else features,
         _owner=_Owner.new(),
+        _module=module,
     )
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import secrets
 from contextlib import nullcontext
 
 import numpy as np
@@ -59,7 +60,13 @@ from torch import nn
 from .._backend import check_random_state
 from ..features.favor import Moments
 from ._maps import FEATURE_MAPS, FITTED_MAPS, builds_not_kept
-from .decoding import LinearAttentionState, init_decoding_state, linear_attention_step
+from .decoding import (
+    LinearAttentionState,
+    _feature_digest,
+    _features_diff,
+    _init_decoding_state,
+    linear_attention_step,
+)
 from .functional import (
     _check_is_causal,
     _check_sampler,
@@ -394,6 +401,9 @@ class FavorAttention(nn.Module):
             "num_batches_tracked", torch.zeros((), dtype=torch.long, device=device)
         )
         self._any_tracked = False  # its host mirror (see _tracked)
+        # marks the decoding states of this module (and of its copies: copy.deepcopy
+        # keeps it), which step accepts without comparing their features (see _check_state)
+        self._decoding_token = secrets.token_hex(8)
         # inside nn.TransformerEncoderLayer in eval mode, keep torch's fused exact-softmax
         # fast path from replacing this module (it reads only the in_proj weights)
         self.register_forward_pre_hook(_no_fused_fast_path)
@@ -777,7 +787,10 @@ class FavorAttention(nn.Module):
         features do not depend on the query head (the unfitted maps, and the fitted maps
         before the first update of their statistics), else per query head (fitted maps
         with statistics: each query head's parameters come from its own query
-        statistics). See :func:`kernelkit.attention.init_decoding_state`.
+        statistics). The state's fingerprint ``state.features`` is the module's, taken
+        once while its projection and statistics do not change (a copy of them to the
+        host after each change), which :meth:`step` and ``state.restore`` compare. See
+        :func:`kernelkit.attention.init_decoding_state`.
 
         Parameters
         ----------
@@ -799,11 +812,7 @@ class FavorAttention(nn.Module):
             or batch_size < 0
         ):
             raise ValueError(f"batch_size must be a non-negative integer, got {batch_size!r}.")
-        fm, moments = self.feature_map, None
-        if fm in FITTED_MAPS:
-            moments = self._running_moments()
-            if moments is None:
-                fm = "positive"  # no statistics yet: A = 0 (as _causal_attention)
+        fm, moments = self._decoding_features()
         w = self._in_weight()  # (not out_proj.weight: a method after quantize_dynamic)
         if dtype is not None and _compute_dtype(dtype) != _compute_dtype(w.dtype):
             # a state that step would refuse (it computes in the parameters' dtype)
@@ -813,7 +822,7 @@ class FavorAttention(nn.Module):
                 f"compute dtype. Convert the module first (module.to({dtype})), or leave "
                 "dtype out."
             )
-        return init_decoding_state(
+        return _init_decoding_state(
             (int(batch_size), self.num_heads),
             self.head_dim,
             fm,
@@ -824,14 +833,71 @@ class FavorAttention(nn.Module):
             device=w.device if device is None else device,
             enable_gqa=self._gqa,
             num_kv_heads=self.num_kv_heads if self._gqa else None,
+            features=self._features_digest(),
+            module=getattr(self, "_decoding_token", None),
         )
+
+    def _decoding_features(self):
+        """The map and moments of this module's decoding states now: its own map with
+        its running statistics, FAVOR+ (``"positive"``, no moments) for a fitted map
+        before their first update (as the causal forward)."""
+        fm, moments = self.feature_map, None
+        if fm in FITTED_MAPS:
+            moments = self._running_moments()
+            if moments is None:
+                fm = "positive"  # no statistics yet: A = 0 (as _causal_attention)
+        return fm, moments
+
+    def _features_digest(self):
+        """The fingerprint of this module's features now, as ``init_state`` gives its
+        states (:attr:`LinearAttentionState.features`; None in compiled graphs). Taken
+        again only when the feature buffers changed: it is kept with the buffers it was
+        taken from and their version counters, which a redraw (new tensors),
+        ``load_state_dict``, a statistics update and ``.to()`` all change (Python values:
+        no host sync). Buffers made under ``torch.inference_mode()`` keep no version, so
+        their fingerprint is taken at every call."""
+        if torch.compiler.is_compiling():
+            return None
+        fitted = self.feature_map in FITTED_MAPS and self._tracked()
+        bufs = (self.projection,)
+        if fitted:
+            bufs += (
+                self.running_mean_q,
+                self.running_second_q,
+                self.running_mean_k,
+                self.running_second_k,
+            )
+        try:
+            versions = tuple(b._version for b in bufs)
+        except RuntimeError:  # inference tensors track no version
+            versions = None
+        kept = getattr(self, "_digest_kept", None)
+        if (
+            versions is not None
+            and kept is not None
+            and kept[1] == versions
+            and len(kept[0]) == len(bufs)
+            and all(a is b for a, b in zip(kept[0], bufs, strict=True))
+        ):
+            return kept[2]
+        fm, moments = self._decoding_features()
+        W = self.projection if self.projection.numel() else None
+        digest = _feature_digest(fm, self.head_dim, 1.0 / math.sqrt(self.head_dim), W, moments)
+        self._digest_kept = None if versions is None else (bufs, versions, digest)
+        return digest
 
     def step(self, query_t, key_t, value_t, state, *, key_padding_mask=None, inplace=False):
         """Causal self-attention for new tokens from a recurrent state: ``(out_t, state)``.
 
-        The state comes from this module's :meth:`init_state` or a previous step (a state of
-        another feature map or feature count raises a ``ValueError``; after a ``.to(dtype)``
-        of the module, convert the state with ``state.to(dtype=...)``). The state keeps the
+        The state comes from this module's :meth:`init_state` (or a ``copy.deepcopy`` of
+        the module's) or a previous step; a state of another feature map, feature count or
+        scale raises a ``ValueError``, and so does one of other features (another module's
+        projection or running statistics, compared by the state's fingerprint
+        ``state.features``, a Python string: no
+        host sync per step) unless they equal this module's features now (a module
+        loaded from the same ``state_dict``); in compiled graphs the states of other
+        module objects are not checked. After a ``.to(dtype)`` of the module,
+        convert the state with ``state.to(dtype=...)``. The state keeps the
         features it was made with: a later redraw, statistics update or ``load_state_dict``
         does not change them. In-projection, per-head
         :func:`kernelkit.attention.linear_attention_step`, out-projection: in eval mode,
@@ -977,6 +1043,21 @@ class FavorAttention(nn.Module):
                 f"state computes in {state.dtype}, this module's parameters are {w} (converted "
                 f"after init_state?): continue with state.to(dtype={w}), or start again "
                 "from init_state."
+            )
+        # the features: a state of this module (or of a copy) keeps the features it was
+        # made with, whatever the module's are now; another state must have the module's
+        # (compared as Python strings: no host sync; not in compiled graphs)
+        token = getattr(self, "_decoding_token", None)
+        if state.features is None or (token is not None and state._module == token):
+            return
+        mine = self._features_digest()
+        if mine is not None and mine != state.features:
+            raise ValueError(
+                "state was made with other feature parameters than this module's (the "
+                f"state's against the module's): {_features_diff(state.features, mine)}. It "
+                "is a state of another module (another random_state or other running "
+                "statistics) or of other init_decoding_state arguments, whose sums were "
+                "formed with its features. Make a new state with this module's init_state."
             )
 
     # ------------------------------------------------------------ running statistics
