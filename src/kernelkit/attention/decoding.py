@@ -750,10 +750,9 @@ def init_decoding_state(
         (*batch_shape[:-1], Hkv, M), ``g`` times smaller (``state.group = g``); otherwise
         per query head. ``state.features`` fingerprints the feature arguments (the map,
         ``d``, the scale, the projection's and the fitted map's moments' values rounded
-        to float32, so the same for every dtype), taken
-        here once (a copy of the projection and moments to the host; not in compiled
-        graphs), so that :meth:`~LinearAttentionState.restore` can refuse a saved state
-        of other features.
+        to float32, so the same for every dtype), taken here once (a copy of the
+        projection and moments to the host; not in compiled graphs), so that
+        :meth:`~LinearAttentionState.restore` can refuse a saved state of other features.
     """
     return _init_decoding_state(
         batch_shape,
