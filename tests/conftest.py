@@ -11,6 +11,9 @@ global generator and, once imported, torch's default generator, seeded with
 ``KERNELKIT_TEST_SEED``, default 0), so that what a test draws without a generator of its
 own (a module's default weight initialisation, say) does not depend on which tests ran
 before it in the same process (``pytest -n`` distributes them differently on every run).
+The generators kernelkit makes for ``random_state=None`` (fresh operating-system entropy
+in use) are seeded from that global state too, a new seed for each, so a feature map
+built without a seed draws the same in every run.
 Run the suite with another ``KERNELKIT_TEST_SEED`` to see which tests hold only for one
 draw.
 """
@@ -25,6 +28,8 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+
+import kernelkit._backend
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -42,14 +47,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "kernelkit"))
 TEST_SEED = int(os.environ.get("KERNELKIT_TEST_SEED", "0"))
 
 
+def _seeded_fresh_generator() -> np.random.Generator:
+    # random_state=None in the tests: a new generator on every call, as the library's own
+    # (OS entropy), but seeded from the global legacy generator seeded below
+    return np.random.default_rng(np.random.randint(0, 2**63 - 1, dtype=np.int64))  # noqa: NPY002
+
+
 @pytest.fixture(autouse=True)
-def _global_random_state_seeded():
+def _global_random_state_seeded(monkeypatch):
     """Seed the global generators before every test (see the module docstring)."""
     random.seed(TEST_SEED)
     np.random.seed(TEST_SEED)  # noqa: NPY002 (scikit-learn's random_state=None draws from it)
     torch = sys.modules.get("torch")
     if torch is not None:  # a fresh import starts from torch's own fixed default seed
         torch.manual_seed(TEST_SEED)
+    monkeypatch.setattr(kernelkit._backend, "_fresh_generator", _seeded_fresh_generator)
 
 
 class Backend:

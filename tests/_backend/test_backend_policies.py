@@ -136,6 +136,30 @@ def test_check_random_state_policy():
     assert not np.array_equal(*fresh)
 
 
+def test_unseeded_draws_repeat_under_the_test_harness(monkeypatch):
+    # the suite seeds the generators of random_state=None from NumPy's global legacy
+    # generator (conftest), so an unseeded map draws the same in every run, and anew on
+    # every call within one
+    from kernelkit import _backend
+    from kernelkit.features import SDERF
+
+    X = np.random.default_rng(11).standard_normal((30, 4)) * 0.3
+    draws = []
+    for _ in range(2):
+        np.random.seed(5)  # noqa: NPY002 (the global state the harness seeds)
+        draws.append([SDERF(8).fit(X).transform(X) for _ in range(2)])
+    np.testing.assert_array_equal(draws[0][0], draws[1][0])  # the same in each "run"
+    np.testing.assert_array_equal(draws[0][1], draws[1][1])
+    assert not np.allclose(draws[0][0], draws[0][1])  # anew on each call
+    # the library itself (the harness's patch undone): OS entropy, not the global state
+    monkeypatch.undo()
+    own = []
+    for _ in range(2):
+        np.random.seed(5)  # noqa: NPY002
+        own.append(_backend.check_random_state(None).random(4))
+    assert not np.array_equal(*own)
+
+
 @pytest.mark.parametrize("seed", [-1, -100])
 def test_check_random_state_negative(seed):
     with pytest.raises(ValueError, match="random_state must be a non-negative integer"):

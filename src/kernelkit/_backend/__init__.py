@@ -83,6 +83,13 @@ def get_namespace(*arrays):
     return array_namespace(*converted)
 
 
+def _fresh_generator() -> np.random.Generator:
+    """The generator behind ``random_state=None``: seeded from the operating system's
+    entropy, so every call draws anew. The one place it is made (a test harness seeds it
+    to make unseeded draws repeatable)."""
+    return np.random.default_rng()
+
+
 def check_random_state(seed) -> np.random.Generator:
     """Turn ``seed`` into a :class:`numpy.random.Generator`.
 
@@ -90,8 +97,10 @@ def check_random_state(seed) -> np.random.Generator:
     ``Generator`` is returned as is. A legacy ``RandomState`` is wrapped by drawing a
     seed from it (so scikit-learn style code that passes one keeps working).
     """
-    if seed is None or isinstance(seed, numbers.Integral):
-        if seed is not None and int(seed) < 0:
+    if seed is None:
+        return _fresh_generator()
+    if isinstance(seed, numbers.Integral):
+        if int(seed) < 0:
             raise ValueError(f"random_state must be a non-negative integer, got {seed}.")
         return np.random.default_rng(seed)
     if isinstance(seed, np.random.Generator):
