@@ -1,0 +1,67 @@
+"""Review of the day's changes, sixth session: cases the merged changes missed.
+
+- The decoding states' feature fingerprint held the softmax scale as the exact
+  ``repr`` of the float, while ``FavorAttention.step`` accepts any scale within
+  ``1e-9`` (relative) of ``1 / sqrt(head_dim)``: a state made by
+  ``init_decoding_state(..., projection=module.projection, scale=head_dim ** -0.5)``
+  (the usual spelling of the scale, one ulp off ``1 / sqrt(head_dim)`` for head_dim
+  8, 32, 48, ...) stepped in the module before the fingerprint, and was then refused
+  as "the softmax scales differ"; ``restore`` refused its saved states the same way.
+  The scales of two fingerprints are now compared as ``step`` compares them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from kernelkit.attention import FavorAttention, init_decoding_state  # noqa: E402
+
+E, H = 16, 2  # head_dim 8: 8 ** -0.5 is one ulp off 1 / sqrt(8)
+HD = E // H
+
+
+def _seq(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _module():
+    torch.manual_seed(1)
+    return FavorAttention(E, H, n_features=16, random_state=0).double().eval()
+
+
+def test_scale_spelled_head_dim_pow_minus_half_is_the_modules_scale():
+    assert HD**-0.5 != 1.0 / math.sqrt(HD)  # the case: the two spellings differ by an ulp
+    m = _module()
+    x = _seq(2, 6, E)
+    own = m.init_state(2)
+    theirs = init_decoding_state(
+        (2, H), HD, "positive", 16, projection=m.projection, scale=HD**-0.5, dtype=torch.float64
+    )
+    with torch.no_grad():
+        out_own, own = m.step(x, x, x, own)
+        out_theirs, theirs = m.step(x, x, x, theirs)
+        # the same features and a scale one ulp apart: equal to float64 rounding of a few
+        # exp / matmul stages on O(1) values (1e-12 is ~5e3 ulps of headroom)
+        torch.testing.assert_close(out_theirs, out_own, rtol=1e-12, atol=1e-12)
+        # saved states restore into each other's kind of state
+        back = own.restore(theirs.state_dict())
+        assert back.t == theirs.t
+        again = theirs.restore(own.state_dict())
+        assert again.t == own.t
+        m.step(x[:, :1], x[:, :1], x[:, :1], back)
+        m.step(x[:, :1], x[:, :1], x[:, :1], again)
+
+
+def test_a_truly_other_scale_is_still_refused_by_restore():
+    m = _module()
+    own = m.init_state(1)
+    other = init_decoding_state(
+        (1, H), HD, "positive", 16, projection=m.projection, scale=0.5, dtype=torch.float64
+    )
+    with pytest.raises(ValueError, match="softmax scales differ"):
+        own.restore(other.state_dict())
