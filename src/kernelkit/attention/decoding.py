@@ -124,9 +124,9 @@ class LinearAttentionState:
         The fingerprint of the feature parameters the state was made with (a Python
         string, taken once by :func:`init_decoding_state`: the map, ``d``, the scale and
         digests of the projection and, for fitted maps, the moments, rounded to float32),
-        kept by every step, copy and move. :meth:`restore` and
-        ``FavorAttention.step`` compare it; None (made in a compiled graph, or an
-        :meth:`index_select` of feature parameters per batch entry): not checked.
+        kept by every step, copy and move. :meth:`restore` and ``FavorAttention.step``
+        compare it (the scales to ``1e-9``, relative); None (made in a compiled graph, or
+        an :meth:`index_select` of feature parameters per batch entry): not checked.
     """
 
     kvz: torch.Tensor
@@ -478,7 +478,11 @@ class LinearAttentionState:
                     f"{tuple(own.shape)}: restore into a state made as the saved one was "
                     "(the same batch size, heads, feature map and n_features)."
                 )
-        if saved is not None and self.features is not None and saved != self.features:
+        if (
+            saved is not None
+            and self.features is not None
+            and not _same_features(saved, self.features)
+        ):
             raise ValueError(
                 "state_dict was saved from a state with other feature parameters than this "
                 f"state's: {_features_diff(saved, self.features)}. Its sums were formed with "
@@ -654,6 +658,31 @@ def _feature_digest(name, d, scale, W, moments) -> str | None:
     return f"map={name}, d={d}, scale={float(scale)!r}, W={w}, moments={m}"
 
 
+def _fields(x: str) -> dict | None:
+    """The fields of fingerprint ``x`` (:func:`_feature_digest`), None if not of that form."""
+    try:
+        return dict(part.split("=", 1) for part in x.split(", "))
+    except ValueError:
+        return None
+
+
+def _same_features(a: str, b: str) -> bool:
+    """Whether fingerprints ``a`` and ``b`` (:func:`_feature_digest`) are of the same
+    features: equal strings, or equal but for scales within ``1e-9`` (relative) of each
+    other, as ``FavorAttention.step`` compares a state's scale with its own
+    (``head_dim ** -0.5`` and ``1 / sqrt(head_dim)`` differ in the last bit)."""
+    if a == b:
+        return True
+    pa, pb = _fields(a), _fields(b)
+    if pa is None or pb is None or pa.keys() != pb.keys() or "scale" not in pa:
+        return False
+    try:
+        sa, sb = float(pa.pop("scale")), float(pb.pop("scale"))
+    except ValueError:
+        return False
+    return pa == pb and math.isclose(sa, sb, rel_tol=1e-9)
+
+
 def _features_diff(a: str, b: str) -> str:
     """What differs between fingerprints ``a`` and ``b`` (:func:`_feature_digest`), in
     words: the map, ``d``, the scale, the projections or the moments."""
@@ -664,9 +693,8 @@ def _features_diff(a: str, b: str) -> str:
         "W": "the random projections",
         "moments": "the fitted map's moments (running statistics)",
     }
-    try:
-        pa, pb = (dict(part.split("=", 1) for part in x.split(", ")) for x in (a, b))
-    except ValueError:  # not a fingerprint of this form
+    pa, pb = _fields(a), _fields(b)
+    if pa is None or pb is None:  # not a fingerprint of this form
         return f"features {a!r} against {b!r}"
     keys = [*words, *sorted((pa.keys() | pb.keys()) - words.keys())]
     diff = [

@@ -65,6 +65,7 @@ from .decoding import (
     _feature_digest,
     _features_diff,
     _init_decoding_state,
+    _same_features,
     linear_attention_step,
 )
 from .functional import (
@@ -1051,7 +1052,7 @@ class FavorAttention(nn.Module):
         if state.features is None or (token is not None and state._module == token):
             return
         mine = self._features_digest()
-        if mine is not None and mine != state.features:
+        if mine is not None and not _same_features(state.features, mine):
             raise ValueError(
                 "state was made with other feature parameters than this module's (the "
                 f"state's against the module's): {_features_diff(state.features, mine)}. It "
