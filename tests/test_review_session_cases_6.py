@@ -65,3 +65,28 @@ def test_a_truly_other_scale_is_still_refused_by_restore():
     )
     with pytest.raises(ValueError, match="softmax scales differ"):
         own.restore(other.state_dict())
+
+
+@pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
+def test_state_of_a_float32_module_restores_into_it_converted_to_half(half):
+    # the fingerprint was "the same for every dtype" only down to float32: the module's
+    # projection rounded to half digests otherwise, so a state saved from the float32
+    # module (a cached prompt) was refused as "the random projections differ" by the
+    # same module served in half precision, and by a half copy loaded from its state_dict
+    torch.manual_seed(1)
+    m = FavorAttention(E, H, n_features=16, random_state=0).eval()
+    x = _seq(2, 5, E).float()
+    with torch.no_grad():
+        sd = m.step(x, x, x, m.init_state(2))[1].state_dict()
+        served = FavorAttention(E, H, n_features=16, random_state=7)
+        served.load_state_dict(m.state_dict())
+        served = served.to(half).eval()
+        for mod in (m.to(half), served):
+            st = mod.init_state(2).restore(sd)
+            assert st.t == 5
+            out, _ = mod.step(x[:, :1].to(half), x[:, :1].to(half), x[:, :1].to(half), st)
+            assert torch.isfinite(out).all()
+        # another module's state stays refused in half precision
+        other = FavorAttention(E, H, n_features=16, random_state=3).eval()
+        with pytest.raises(ValueError, match="random projections differ"):
+            served.init_state(2).restore(other.step(x, x, x, other.init_state(2))[1].state_dict())
