@@ -8,6 +8,12 @@
   8, 32, 48, ...) stepped in the module before the fingerprint, and was then refused
   as "the softmax scales differ"; ``restore`` refused its saved states the same way.
   The scales of two fingerprints are now compared as ``step`` compares them.
+- The fingerprint was "the same for every dtype" only down to float32: a module
+  converted to bfloat16 or float16 (its projection and running statistics rounded to
+  half) refused the states saved from it in float32 ("the random projections
+  differ"), as did a half copy loaded from its ``state_dict``. The fingerprint now
+  also holds digests of the values rounded to float16 and bfloat16, and features held
+  in half are compared with others at the half precision.
 """
 
 from __future__ import annotations
@@ -67,18 +73,21 @@ def test_a_truly_other_scale_is_still_refused_by_restore():
         own.restore(other.state_dict())
 
 
+@pytest.mark.parametrize("feature_map", ["positive", "sderf"])
 @pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
-def test_state_of_a_float32_module_restores_into_it_converted_to_half(half):
+def test_state_of_a_float32_module_restores_into_it_converted_to_half(half, feature_map):
     # the fingerprint was "the same for every dtype" only down to float32: the module's
     # projection rounded to half digests otherwise, so a state saved from the float32
     # module (a cached prompt) was refused as "the random projections differ" by the
     # same module served in half precision, and by a half copy loaded from its state_dict
     torch.manual_seed(1)
-    m = FavorAttention(E, H, n_features=16, random_state=0).eval()
+    m = FavorAttention(E, H, feature_map=feature_map, n_features=16, random_state=0)
     x = _seq(2, 5, E).float()
     with torch.no_grad():
+        m(x, x, x, is_causal=True)  # training mode: running statistics (sderf)
+        m.eval()
         sd = m.step(x, x, x, m.init_state(2))[1].state_dict()
-        served = FavorAttention(E, H, n_features=16, random_state=7)
+        served = FavorAttention(E, H, feature_map=feature_map, n_features=16, random_state=7)
         served.load_state_dict(m.state_dict())
         served = served.to(half).eval()
         for mod in (m.to(half), served):
@@ -87,6 +96,7 @@ def test_state_of_a_float32_module_restores_into_it_converted_to_half(half):
             out, _ = mod.step(x[:, :1].to(half), x[:, :1].to(half), x[:, :1].to(half), st)
             assert torch.isfinite(out).all()
         # another module's state stays refused in half precision
-        other = FavorAttention(E, H, n_features=16, random_state=3).eval()
+        other = FavorAttention(E, H, feature_map=feature_map, n_features=16, random_state=3)
+        other.eval()
         with pytest.raises(ValueError, match="random projections differ"):
             served.init_state(2).restore(other.step(x, x, x, other.init_state(2))[1].state_dict())

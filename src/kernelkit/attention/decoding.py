@@ -123,7 +123,8 @@ class LinearAttentionState:
     features : str or None
         The fingerprint of the feature parameters the state was made with (a Python
         string, taken once by :func:`init_decoding_state`: the map, ``d``, the scale and
-        digests of the projection and, for fitted maps, the moments, rounded to float32),
+        digests of the projection and, for fitted maps, the moments, rounded to float32
+        and to the half dtypes; features held in half are compared at half precision),
         kept by every step, copy and move. :meth:`restore` and ``FavorAttention.step``
         compare it (the scales to ``1e-9``, relative); None (made in a compiled graph, or
         an :meth:`index_select` of feature parameters per batch entry): not checked.
@@ -623,23 +624,53 @@ def _itemsize(dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _digest(tensors) -> str:
-    """16 hex digits of the values (and shapes) of ``tensors`` rounded to float32: equal
-    on any device and in float32 and float64 alike (a projection drawn in float64 and
-    its float32 copy in a module's buffer, or a module's buffers after ``.double()``)."""
-    h = hashlib.blake2b(digest_size=8)
-    for t in tensors:
-        a = t.detach().to(device="cpu", dtype=torch.float32).resolve_neg().contiguous()
-        h.update(repr(tuple(a.shape)).encode())
-        h.update(a.numpy().tobytes())
-    return h.hexdigest()
+_HALF_TAGS = {torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
-def _feature_digest(name, d, scale, W, moments) -> str | None:
+def _digest(tensors, held=None) -> str:
+    """Digests (16 hex digits each) of the values (and shapes) of ``tensors`` rounded to
+    float32, float16 and bfloat16, joined by ``.``, with ``~f16`` / ``~bf16`` appended
+    where a tensor is held in that half dtype (or ``held`` is: the dtype the tensors
+    were converted from, e.g. a module's half buffers read in float64). The float32
+    digest is equal on any device and in float32 and float64 alike (a projection drawn
+    in float64 and its float32 copy in a module's buffer, or a module's buffers after
+    ``.double()``); the half ones let :func:`_same_digest` compare features held in
+    float32 with the same features rounded to half (a module after ``.half()`` /
+    ``.to(torch.bfloat16)``) at the half precision."""
+    tensors = list(tensors)
+    held = [_HALF_TAGS[dt] for dt in (held, *(t.dtype for t in tensors)) if dt in _HALF_TAGS]
+    tensors = [t.detach().to(device="cpu", dtype=torch.float32).resolve_neg() for t in tensors]
+    hs = []
+    for dt in (torch.float32, *_HALF_TAGS):
+        h = hashlib.blake2b(digest_size=8)
+        for t in tensors:
+            a = t.to(dt).contiguous()
+            h.update(repr(tuple(a.shape)).encode())
+            h.update((a if dt == torch.float32 else a.view(torch.int16)).numpy().tobytes())
+        hs.append(h.hexdigest())
+    tag = "" if not held else "~bf16" if "bf16" in held else "~f16"
+    return ".".join(hs) + tag
+
+
+def _same_digest(x: str, y: str) -> bool:
+    """Whether digests ``x`` and ``y`` (:func:`_digest`) are of the same values: at
+    float32 when both are held in the same precision, else at the coarser (half)
+    precision of the two (a digest of a single float32 hash is compared at float32)."""
+    if x == y:
+        return True
+    (hx, _, px), (hy, _, py) = (v.partition("~") for v in (x, y))
+    hx, hy = hx.split("."), hy.split(".")
+    i = 0 if px == py else 2 if "bf16" in (px, py) else 1
+    return i < min(len(hx), len(hy)) and hx[i] == hy[i]
+
+
+def _feature_digest(name, d, scale, W, moments, held=None) -> str | None:
     """The fingerprint of a state's feature parameters, :attr:`LinearAttentionState.features`:
     the map, ``d``, the scale and digests of the projection ``W`` (None for relu / elu)
     and, for fitted maps, of the moments they are fitted from (their values rounded to
-    float32, so that a state's fingerprint does not depend on its dtype). Taken once
+    float32, and to the half dtypes, so that states of other dtypes compare equal:
+    :func:`_same_features`; ``held``: the dtype the moments were converted from). Taken
+    once
     per state (a copy to the host and a hash, never per step); None in compiled graphs,
     ``torch.func`` transforms and for meta tensors, whose values cannot be read."""
     ms = ()
@@ -654,7 +685,7 @@ def _feature_digest(name, d, scale, W, moments) -> str | None:
     ):
         return None
     w = "none" if W is None else _digest(ts[:1])
-    m = _digest(ms) if ms else "none"
+    m = _digest(ms, held) if ms else "none"
     return f"map={name}, d={d}, scale={float(scale)!r}, W={w}, moments={m}"
 
 
@@ -666,21 +697,30 @@ def _fields(x: str) -> dict | None:
         return None
 
 
+def _same_field(key: str, x, y) -> bool:
+    """Whether field ``key`` of two fingerprints is of the same features: scales within
+    ``1e-9`` (relative) of each other, as ``FavorAttention.step`` compares a state's
+    scale with its own (``head_dim ** -0.5`` and ``1 / sqrt(head_dim)`` differ in the
+    last bit); digests by :func:`_same_digest`; the rest equal."""
+    if x is None or y is None or x == y:
+        return x == y
+    if key == "scale":
+        try:
+            return math.isclose(float(x), float(y), rel_tol=1e-9)
+        except ValueError:
+            return False
+    return key in ("W", "moments") and _same_digest(x, y)
+
+
 def _same_features(a: str, b: str) -> bool:
     """Whether fingerprints ``a`` and ``b`` (:func:`_feature_digest`) are of the same
-    features: equal strings, or equal but for scales within ``1e-9`` (relative) of each
-    other, as ``FavorAttention.step`` compares a state's scale with its own
-    (``head_dim ** -0.5`` and ``1 / sqrt(head_dim)`` differ in the last bit)."""
+    features: equal strings, or fields of the same features (:func:`_same_field`)."""
     if a == b:
         return True
     pa, pb = _fields(a), _fields(b)
-    if pa is None or pb is None or pa.keys() != pb.keys() or "scale" not in pa:
+    if pa is None or pb is None or pa.keys() != pb.keys():
         return False
-    try:
-        sa, sb = float(pa.pop("scale")), float(pb.pop("scale"))
-    except ValueError:
-        return False
-    return pa == pb and math.isclose(sa, sb, rel_tol=1e-9)
+    return all(_same_field(key, pa[key], pb[key]) for key in pa)
 
 
 def _features_diff(a: str, b: str) -> str:
@@ -700,7 +740,7 @@ def _features_diff(a: str, b: str) -> str:
     diff = [
         f"{words.get(key, key)} differ ({pa.get(key)} against {pb.get(key)})"
         for key in keys
-        if pa.get(key) != pb.get(key)
+        if not _same_field(key, pa.get(key), pb.get(key))
     ]
     return "; ".join(diff) if diff else f"features {a!r} against {b!r}"
 
@@ -778,7 +818,9 @@ def init_decoding_state(
         (*batch_shape[:-1], Hkv, M), ``g`` times smaller (``state.group = g``); otherwise
         per query head. ``state.features`` fingerprints the feature arguments (the map,
         ``d``, the scale, the projection's and the fitted map's moments' values rounded
-        to float32, so the same for every dtype), taken here once (a copy of the
+        to float32, and to float16 and bfloat16 for features held in half precision, so
+        that states of the same features in any dtype compare equal), taken here once
+        (a copy of the
         projection and moments to the host; not in compiled graphs), so that
         :meth:`~LinearAttentionState.restore` can refuse a saved state of other features.
     """

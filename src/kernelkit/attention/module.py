@@ -883,7 +883,10 @@ class FavorAttention(nn.Module):
             return kept[2]
         fm, moments = self._decoding_features()
         W = self.projection if self.projection.numel() else None
-        digest = _feature_digest(fm, self.head_dim, 1.0 / math.sqrt(self.head_dim), W, moments)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        # (the moments are read in float64: held names the buffers' dtype, maybe half)
+        held = self.running_mean_q.dtype
+        digest = _feature_digest(fm, self.head_dim, scale, W, moments, held)
         self._digest_kept = None if versions is None else (bufs, versions, digest)
         return digest
 
