@@ -241,3 +241,24 @@ def test_a_band_of_a_non_negative_quantity_stops_at_zero():
         assert _band_bottom(axes[3]) < 0 and note not in axes[3].get_title()
     finally:
         plt.close("all")
+
+
+def test_an_ecdf_band_cut_at_zero_is_said_in_the_title():
+    """The ECDF's horizontal ± 1 s.d. band of the order statistics is cut at 0 for a
+    quantity >= 0, as a line panel's band: its title must say so too (it said nothing,
+    so the band's edge at 0 read as a measured spread)."""
+    runs = [{"t": np.array([0.0, 0.1, 3.0])}, {"t": np.array([0.0, 2.0, 3.1])}]
+    runs += [{"t": np.array([0.05, 0.2, 3.2])}]
+    agg = H.aggregate(runs)  # t[1]: mean 0.77, s.d. 1.07 -> mean - s.d. < 0
+    note = "bands of values ≥ 0 cut at 0"
+    _, axes = plt.subplots(1, 2)
+    try:
+        H.draw_panel(axes[0], H.Panel("e", {"A": "t"}, "CDF", kind="ecdf"), agg, 3)
+        left = min(p.get_paths()[0].vertices[:, 0].min() for p in axes[0].collections)
+        assert left == 0.0 and note in axes[0].get_title()
+        # a band that stays above 0 is not cut, and the title says nothing
+        up = H.aggregate([{"t": r["t"] + 5.0} for r in runs])
+        H.draw_panel(axes[1], H.Panel("u", {"A": "t"}, "CDF", kind="ecdf"), up, 3)
+        assert note not in axes[1].get_title()
+    finally:
+        plt.close("all")
