@@ -456,7 +456,7 @@ def draw_panel(
 def _title_note(panel: Panel, agg, logx: bool, logy: bool) -> str:
     """What the panel's title adds after the seed count: axes asked to be logarithmic
     that are not (nothing positive to show), and bands that run off a log axis or are
-    cut at 0 on a linear one."""
+    cut at 0 on a linear one (the x axis of an ECDF, whose bands are horizontal)."""
     unlogged = [
         a
         for a, asked, got in (("x", panel.logx, logx), ("y", panel.logy, logy))
@@ -465,7 +465,8 @@ def _title_note(panel: Panel, agg, logx: bool, logy: bool) -> str:
     note = f"; linear {' and '.join(unlogged)}: no positive values" if unlogged else ""
     if logy and panel.kind != "ecdf" and _reaches_zero(panel, agg):
         note += "; a band reaching 0 ends at the axis"
-    elif not logy and panel.kind != "ecdf" and _clipped_at_zero(panel, agg):
+    elif (not logx if panel.kind == "ecdf" else not logy) and _clipped_at_zero(panel, agg):
+        # (an ECDF's band is horizontal: cut at 0 on its x axis, as _draw_ecdf does)
         note += "; bands of values ≥ 0 cut at 0"
     return note
 
