@@ -670,9 +670,8 @@ def _feature_digest(name, d, scale, W, moments, held=None) -> str | None:
     and, for fitted maps, of the moments they are fitted from (their values rounded to
     float32, and to the half dtypes, so that states of other dtypes compare equal:
     :func:`_same_features`; ``held``: the dtype the moments were converted from). Taken
-    once
-    per state (a copy to the host and a hash, never per step); None in compiled graphs,
-    ``torch.func`` transforms and for meta tensors, whose values cannot be read."""
+    once per state (a copy to the host and a hash, never per step); None in compiled
+    graphs, ``torch.func`` transforms and for meta tensors, whose values cannot be read."""
     ms = ()
     if moments is not None and name in FITTED_MAPS:
         fs = (moments.mean_x, moments.second_x, moments.mean_y, moments.second_y)
@@ -820,9 +819,9 @@ def init_decoding_state(
         ``d``, the scale, the projection's and the fitted map's moments' values rounded
         to float32, and to float16 and bfloat16 for features held in half precision, so
         that states of the same features in any dtype compare equal), taken here once
-        (a copy of the
-        projection and moments to the host; not in compiled graphs), so that
-        :meth:`~LinearAttentionState.restore` can refuse a saved state of other features.
+        (a copy of the projection and moments to the host; not in compiled graphs), so
+        that :meth:`~LinearAttentionState.restore` can refuse a saved state of other
+        features.
     """
     return _init_decoding_state(
         batch_shape,
