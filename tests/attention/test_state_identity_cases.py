@@ -280,3 +280,26 @@ def test_compiled_step_of_a_state_of_equal_features_has_no_graph_break():
                 torch.testing.assert_close(y, r, rtol=1e-5, atol=1e-5)
     finally:
         torch._dynamo.reset()
+
+
+def test_saving_the_module_after_init_state_adds_nothing_and_its_states_still_step():
+    # the module keeps its fingerprint with references to the buffers it was taken from;
+    # torch.save of the whole module must not write that (nor copy.deepcopy copy it),
+    # and the loaded module still steps the states of the original (same features)
+    m = FavorAttention(16, 2, feature_map="sderf", n_features=8, random_state=0)
+
+    def saved(module):
+        buf = io.BytesIO()
+        torch.save(module, buf)
+        return buf
+
+    before = saved(m).getbuffer().nbytes
+    state = m.init_state(1)
+    after = saved(m)
+    assert after.getbuffer().nbytes == before
+    after.seek(0)
+    loaded = torch.load(after, weights_only=False)
+    x = torch.randn(1, 1, 16)
+    out, _ = loaded.step(x, x, x, state)
+    ref, _ = m.step(x, x, x, state)
+    torch.testing.assert_close(out, ref)

@@ -838,6 +838,13 @@ class FavorAttention(nn.Module):
             module=getattr(self, "_decoding_token", None),
         )
 
+    def __getstate__(self):
+        # the kept fingerprint holds references to the buffers it was taken from: not
+        # pickled (torch.save of the module, copy.deepcopy), taken again when needed
+        state = dict(super().__getstate__())
+        state.pop("_digest_kept", None)
+        return state
+
     def _decoding_features(self):
         """The map and moments of this module's decoding states now: its own map with
         its running statistics, FAVOR+ (``"positive"``, no moments) for a fitted map
@@ -897,11 +904,10 @@ class FavorAttention(nn.Module):
         the module's) or a previous step; a state of another feature map, feature count or
         scale raises a ``ValueError``, and so does one of other features (another module's
         projection or running statistics, compared by the state's fingerprint
-        ``state.features``, a Python string: no
-        host sync per step) unless they equal this module's features now (a module
-        loaded from the same ``state_dict``); in compiled graphs the states of other
-        module objects are not checked. After a ``.to(dtype)`` of the module,
-        convert the state with ``state.to(dtype=...)``. The state keeps the
+        ``state.features``, a Python string: no host sync per step) unless they equal this
+        module's features now (a module loaded from the same ``state_dict``); in compiled
+        graphs the states of other module objects are not checked. After a ``.to(dtype)``
+        of the module, convert the state with ``state.to(dtype=...)``. The state keeps the
         features it was made with: a later redraw, statistics update or ``load_state_dict``
         does not change them. In-projection, per-head
         :func:`kernelkit.attention.linear_attention_step`, out-projection: in eval mode,
