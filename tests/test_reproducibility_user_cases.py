@@ -429,6 +429,38 @@ def test_chunked_classifier_fit_with_distinct_labels_no_warning_filter():
         RandomFeatureGPClassifier(n_samples=20, random_state=0).fit(bad, None)
 
 
+def _fork_while_held(hold, target, args=(), join_s=30):
+    """Fork a child running ``target(*args, queue)`` while another thread of this process
+    is inside ``hold()`` (a context manager: a lock, a BLAS limit); ``(hung, queue)``,
+    ``hung`` whether the child was still running after ``join_s`` seconds (then killed)."""
+    import multiprocessing
+
+    entered, release = threading.Event(), threading.Event()
+
+    def holder():
+        with hold():
+            entered.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    entered.wait(10)
+    ctx = multiprocessing.get_context("fork")
+    try:
+        queue = ctx.Queue()
+        child = ctx.Process(target=target, args=(*args, queue))
+        child.start()
+        child.join(join_s)
+        hung = child.is_alive()
+        if hung:
+            child.kill()
+            child.join()
+    finally:
+        release.set()
+        thread.join()
+    return hung, queue
+
+
 def _child_uses_the_pool(queue):
     from kernelkit._backend import parallel
 
@@ -444,34 +476,19 @@ def test_fork_while_a_kernelkit_thread_holds_the_lock_or_the_blas_limit():
     # parallel call then waited for ever) and the single-thread BLAS limit of the
     # parent's thread as in use (never lifted in the child). The child now starts with a
     # fresh lock, no pool and the parent's original BLAS thread count
-    import multiprocessing
+    import contextlib
 
     from kernelkit._backend import parallel
 
-    ctx = multiprocessing.get_context("fork")
     orig = parallel._blas_threads()
-    entered, release = threading.Event(), threading.Event()
 
-    def holder():
-        with parallel.SingleThreadedBlas(), parallel._lock:
-            entered.set()
-            release.wait(30)
+    def hold():
+        stack = contextlib.ExitStack()
+        stack.enter_context(parallel.SingleThreadedBlas())
+        stack.enter_context(parallel._lock)
+        return stack
 
-    thread = threading.Thread(target=holder)
-    thread.start()
-    entered.wait(10)
-    try:
-        queue = ctx.Queue()
-        child = ctx.Process(target=_child_uses_the_pool, args=(queue,))
-        child.start()
-        child.join(20)
-        hung = child.is_alive()
-        if hung:
-            child.kill()
-            child.join()
-    finally:
-        release.set()
-        thread.join()
+    hung, queue = _fork_while_held(hold, _child_uses_the_pool, join_s=20)
     assert not hung, "the forked child's first parallel call waited for ever"
     out, users, threads = queue.get(timeout=10)
     assert out == [i * i for i in range(16)]
@@ -496,29 +513,9 @@ def test_fork_while_a_thread_holds_the_attention_map_cache_lock():
     # computation in a forked child can hang in torch's own thread pools, so the check
     # stops at the lock)
     pytest.importorskip("torch")
-    import multiprocessing
-
     from kernelkit.attention import _maps
 
-    entered, release = threading.Event(), threading.Event()
-
-    def holder():
-        with _maps._BUILT_LOCK:
-            entered.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    entered.wait(10)
-    ctx = multiprocessing.get_context("fork")
-    try:
-        queue = ctx.Queue()
-        child = ctx.Process(target=_child_takes_the_map_cache_lock, args=(queue,))
-        child.start()
-        child.join(30)
-    finally:
-        release.set()
-        thread.join()
+    _, queue = _fork_while_held(lambda: _maps._BUILT_LOCK, _child_takes_the_map_cache_lock)
     assert queue.get(timeout=10), "the forked child found the map cache's lock held"
 
 
@@ -533,34 +530,13 @@ def test_fork_while_a_thread_holds_a_basis_cache_lock():
     # forked (multiprocessing's default on Linux) while another thread held it waited for
     # it for ever on its first fit through the cache; now it gets a fresh lock and the
     # entries fitted in the parent
-    import multiprocessing
-
     from kernelkit.distributions import BasisCache
 
     X = np.random.default_rng(3).standard_normal((60, 2))
     cache = BasisCache()
     rank = cache.fit(X).n_components_
-    entered, release = threading.Event(), threading.Event()
-
-    def holder():
-        with cache._lock:
-            entered.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    entered.wait(10)
-    ctx = multiprocessing.get_context("fork")
-    try:
-        queue = ctx.Queue()
-        child = ctx.Process(target=_child_fits_through_the_basis_cache, args=(cache, X, queue))
-        child.start()
-        child.join(30)
-        hung = child.is_alive()
-        if hung:
-            child.kill()
-    finally:
-        release.set()
-        thread.join()
+    hung, queue = _fork_while_held(
+        lambda: cache._lock, _child_fits_through_the_basis_cache, (cache, X)
+    )
     assert not hung, "the forked child waited for ever on the cache's lock"
     assert queue.get(timeout=10) == (1, rank)  # served from the parent's entry
