@@ -12,7 +12,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import validate_positive_float
 from .._backend.chunks import map_row_chunks
-from .._backend.params import POSITIVE, RANDOM_STATE, int_range
+from .._backend.parallel import check_n_jobs
+from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._base import check_constraint, check_indicator, check_xy
 from ._basis import (
@@ -100,6 +101,12 @@ class ConditionalMeanEmbedding(BaseEstimator):
         ``None``: all rows (exact Algorithm 1) for NumPy input, 50 000 rows for Dask input.
     random_state : int, Generator or None, default=None
         Seed of the pivot sample (used only when it is smaller than n).
+    n_jobs : int, optional
+        Threads of the fit's blocked passes (the row blocks of Algorithm 1 and the
+        statistics ``A_Y^T A_X``, ``Lambda_X``, ``s_X``), as
+        :class:`~kernelkit.distributions.JointDistribution`'s ``n_jobs`` (None:
+        kernelkit's default; ``-1``: all CPUs; 0 is invalid). Dask input runs on the Dask
+        scheduler instead. The fitted model does not depend on it.
 
     Attributes
     ----------
@@ -142,6 +149,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
         "basis_cache": [None, BasisCache],
         "pivot_sample": [None, *int_range(2)],
         "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
     }
 
     def __init__(
@@ -158,6 +166,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
         basis_cache=None,
         pivot_sample=None,
         random_state=None,
+        n_jobs=None,
     ):
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
@@ -171,6 +180,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
         self.basis_cache = basis_cache
         self.pivot_sample = pivot_sample
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     def fit(self, X, Y):
         """Fit on paired samples.
@@ -191,7 +201,13 @@ class ConditionalMeanEmbedding(BaseEstimator):
         reg = validate_positive_float(self.reg, "reg")
         constraint = check_constraint(self.constraint)
         pivot_sample = check_pivot_sample(self.pivot_sample)
-        common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
+        n_jobs = check_n_jobs(self.n_jobs)
+        common = {
+            "tol": self.tol,
+            "rel_tol": self.rel_tol,
+            "max_rank": self.max_rank,
+            "n_jobs": n_jobs,
+        }
         dask = is_dask_array(X) or is_dask_array(Y)
         if not dask:
             X, Y = check_xy(X, Y, estimator=self)
@@ -208,6 +224,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
                 pivot_sample or DEFAULT_PIVOT_SAMPLE,
                 self.random_state,
                 dask=dask,
+                n_jobs=n_jobs,
             )
             G = by.rotation_.T @ cross @ bx.rotation_  # A_Y^T A_X = V_Y^T L_Y^T L_X V_X
             if dask:
@@ -219,7 +236,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
             by = fit_basis(
                 self.basis_cache, Y, kernel=self.kernel_y, lengthscale=self.lengthscale_y, **common
             )
-            G = train_cross(by, bx)  # A_Y^T A_X, (m_Y, m_X)
+            G = train_cross(by, bx, n_jobs)  # A_Y^T A_X, (m_Y, m_X)
             self.pivot_rows_ = None
         n = X.shape[0]
         D = bx.eigenvalues_ + n * reg  # (m_X,)

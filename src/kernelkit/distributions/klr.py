@@ -15,8 +15,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import chunks, validate_positive_float, validate_positive_int
 from .._backend.chunks import as_dask_labels, dask_unique, known_row_chunks
-from .._backend.parallel import SingleThreadedBlas
-from .._backend.params import POSITIVE, RANDOM_STATE, int_range
+from .._backend.parallel import SingleThreadedBlas, check_n_jobs
+from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, LowRankBasis, fit_basis
 from ._chunked import (
@@ -62,6 +62,13 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         ``None``: all rows (exact Algorithm 1) for NumPy input, 50 000 rows for Dask input.
     random_state : int, Generator or None, default=None
         Seed of the pivot sample (used only when it is smaller than n).
+    n_jobs : int, optional
+        Threads of the blocked passes over the rows (the row blocks of Algorithm 1, each
+        objective and gradient evaluation of a ``pivot_sample`` fit, the slabs of a
+        prediction), in scikit-learn's convention (None: kernelkit's default, the CPUs
+        available unless limited by ``KERNELKIT_NUM_THREADS`` or a BLAS thread limit;
+        ``-1``: all CPUs; 0 is invalid). Dask input runs on the Dask scheduler instead.
+        The fitted model and its predictions do not depend on it.
 
     Attributes
     ----------
@@ -95,6 +102,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         "basis_cache": [None, BasisCache],
         "pivot_sample": [None, *int_range(2)],
         "random_state": RANDOM_STATE,
+        "n_jobs": N_JOBS,
     }
 
     def __init__(
@@ -109,6 +117,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         basis_cache=None,
         pivot_sample=None,
         random_state=None,
+        n_jobs=None,
     ):
         self.kernel = kernel
         self.lengthscale = lengthscale
@@ -120,6 +129,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         self.basis_cache = basis_cache
         self.pivot_sample = pivot_sample
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     def fit(self, X, y):
         """Fit on binary labelled samples.
@@ -141,6 +151,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         reg = validate_positive_float(self.reg, "reg")
         max_iter = validate_positive_int(self.max_iter, "max_iter")
         pivot_sample = check_pivot_sample(self.pivot_sample)
+        n_jobs = check_n_jobs(self.n_jobs)
         name = type(self).__name__
         dask = is_dask_array(X) or is_dask_array(y)
         if dask:
@@ -171,7 +182,12 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             t = y.map_blocks(lambda b: (b == positive).astype(np.float64), dtype=np.float64)
         else:
             t = (y == positive).astype(np.float64)
-        common = {"tol": self.tol, "rel_tol": self.rel_tol, "max_rank": self.max_rank}
+        common = {
+            "tol": self.tol,
+            "rel_tol": self.rel_tol,
+            "max_rank": self.max_rank,
+            "n_jobs": n_jobs,
+        }
         if dask or (pivot_sample is not None and pivot_sample < X.shape[0]):
             warn_unused_basis_cache(self.basis_cache)
             basis = LowRankBasis(self.kernel, self.lengthscale, **common)
@@ -182,6 +198,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
                 pivot_sample or DEFAULT_PIVOT_SAMPLE,
                 self.random_state,
                 dask=dask,
+                n_jobs=n_jobs,
             )
             if dask:
                 self.n_features_in_ = X.shape[1]
@@ -192,7 +209,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
                     a, tb = L @ u, tb[:, 0]  # (b,) = L_b u, targets (b,)
                     return np.sum(np.logaddexp(0.0, a) - tb * a), L.T @ (expit(a) - tb)
 
-                return reduce_rows(fn, [X, t], ["X", "y"])
+                return reduce_rows(fn, [X, t], ["X", "y"], n_jobs=n_jobs)
 
         else:
             basis = fit_basis(
@@ -250,7 +267,10 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
         X = sk_validate_data(self, X, reset=False, dtype=np.float64, accept_sparse=False)
         # a slab of rows at a time: about 4 MB of basis values, not all (n, m) of them
         return chunks.predict_in_slabs(
-            lambda Xs: self.basis_.transform(Xs) @ self.coef_, X, self.basis_.n_components_
+            lambda Xs: self.basis_.transform(Xs) @ self.coef_,
+            X,
+            self.basis_.n_components_,
+            n_jobs=check_n_jobs(self.n_jobs),
         )
 
     def predict_proba(self, X) -> np.ndarray:
