@@ -211,6 +211,27 @@ class _MaclaurinBase(FeatureMap):
             lengthscale=self.lengthscale,
         )
 
+    def _unit_coefficients_for(self, max_degree: int) -> np.ndarray:
+        """The unit-scale coefficients ``b_n = a_n / s^n`` of degrees ``0 .. max_degree``.
+
+        Formed at ``s = 1`` (``gamma = 1``, ``lengthscale = 1``) rather than by the
+        division: ``a_n`` and ``s^n`` over- or underflow (gamma 1e100 or 1e-100,
+        lengthscale 1e-60) where ``b_n`` does not, and ``inf / inf`` or ``0 / 0`` made
+        ``b_n`` NaN (NaN features, a series bound that left the term out). Which degrees
+        have a term (``b_n > 0``, that is ``a_n > 0`` in exact arithmetic) is read here too:
+        ``a_n`` itself underflows to 0 for large lengthscales (``1 / (n! l^(2n))`` of degree
+        10 from ``l ~ 1e16``, of degree 2 from ``l ~ 1e81``) although the term, on inputs of
+        that scale, is not small.
+        """
+        return maclaurin_coefficients(
+            self.kernel,
+            max_degree,
+            degree=self.degree,
+            gamma=1.0,
+            coef0=self.coef0,
+            lengthscale=1.0,
+        )
+
     @property
     def is_complex(self) -> bool:
         return bool(self.complex) and not bool(self.real_output)
@@ -235,18 +256,7 @@ class _MaclaurinBase(FeatureMap):
     def _draw_sketches(self, d: int, rng):
         """Draw independent per-degree sketches for ``n_features_per_degree_``."""
         Dn = self.n_features_per_degree_
-        # the unit-scale coefficients b_n = a_n / s^n, formed at s = 1 (gamma = 1,
-        # lengthscale = 1) rather than by the division: a_n and s^n over- or underflow
-        # (gamma 1e100 or 1e-100, lengthscale 1e-60) where b_n does not, and inf / inf or
-        # 0 / 0 made b_n NaN (NaN features, a series bound that left the term out)
-        self._unit_coefficients = maclaurin_coefficients(
-            self.kernel,
-            len(self.coefficients_) - 1,
-            degree=self.degree,
-            gamma=1.0,
-            coef0=self.coef0,
-            lengthscale=1.0,
-        )
+        self._unit_coefficients = self._unit_coefficients_for(len(self.coefficients_) - 1)
         if not np.all(np.isfinite(self._unit_coefficients)):
             # C(p, n) coef0^(p - n) beyond float64 (coef0 1e200, degree 12): the kernel is
             # inf at x = y = 0 already, and the weights sqrt(b_n) inf made the estimates
@@ -711,7 +721,10 @@ class RandomMaclaurin(_MaclaurinBase):
         p = int(self.degree) if self.kernel == "polynomial" else int(self.max_degree)
         self.degree_ = p
         self.coefficients_ = self._coefficients(p)
-        self.degree_measure_ = random_maclaurin_measure(self.coefficients_, p)
+        # on the degrees with a term: those of b_n > 0, not a_n > 0, which underflows
+        # (lengthscale 1e100: every feature went to degree 1, the estimate biased by
+        # hundreds of its standard deviations)
+        self.degree_measure_ = random_maclaurin_measure(self._unit_coefficients_for(p), p)
         Dn = np.zeros(p + 1, dtype=np.int64)
         Dn[1:] = rng.multinomial(int(self.n_features), self.degree_measure_[1:])
         Dn[0] = int(self.coefficients_[0] > 0)
