@@ -201,6 +201,12 @@ class _MaclaurinBase(FeatureMap):
             return float(self.gamma)
         return 1.0 / float(self.lengthscale) ** 2
 
+    def _input_root(self) -> float:
+        """``sqrt(s)``: ``sqrt(gamma)`` or ``1 / l``, formed without ``s`` itself."""
+        if self.kernel == "polynomial":
+            return math.sqrt(float(self.gamma))
+        return 1.0 / float(self.lengthscale)
+
     def _coefficients(self, max_degree: int) -> np.ndarray:
         return maclaurin_coefficients(
             self.kernel,
@@ -908,9 +914,14 @@ class OptimizedMaclaurin(_MaclaurinBase):
         p_min, p_max = self._degree_range()
         K = int(self.degree) if self.kernel == "polynomial" else p_max
         a_kernel = self._coefficients(K)
-        has_const = bool(a_kernel[0] > 0)
+        # the objective on the scaled rows x' = sqrt(s) x with the unit-scale coefficients
+        # b_n = a_n / s^n: the same sums, but a_n (1 / (n! l^(2n)), gamma^n) underflows to
+        # 0 or overflows for lengthscales far from 1 (data in large units: l = 1e100),
+        # where the fit on the raw rows met a_n r^(2n) = 0 * inf and raised "overflow"
+        b_kernel = self._unit_coefficients_for(K)
+        has_const = bool(b_kernel[0] > 0)
         D_total = int(self.n_features) - int(bool(self.constant_in_budget) and has_const)
-        needed = int(np.count_nonzero(a_kernel[1 : p_min + 1]))
+        needed = int(np.count_nonzero(b_kernel[1 : p_min + 1]))
         if D_total < max(1, needed):
             raise ValueError(
                 f"n_features={self.n_features} leaves {D_total} sketch features, fewer than "
@@ -923,19 +934,19 @@ class OptimizedMaclaurin(_MaclaurinBase):
         order, m = _canonical_row_order(X, xp), X.shape[0]
         if self.n_subsample is not None and m > int(self.n_subsample):
             order = order[np.sort(sub_rng.choice(m, size=int(self.n_subsample), replace=False))]
-        Xn = to_numpy(self._densify(X[order]), np.float64)
+        Xn = to_numpy(self._densify(X[order]), np.float64) * self._input_root()
         self.pair_sums_ = maclaurin_pair_sums(
             Xn,
-            a_kernel,
+            b_kernel,
             p_max,
             kernel=self.kernel,
-            lengthscale=self.lengthscale,
+            lengthscale=1.0,
             sketch=self.sketch,
             complex=bool(self.complex),
             n_jobs=self.n_jobs,
         )
         p_star, D_star, objective = optimize_allocation(
-            self.pair_sums_, a_kernel, D_total, p_min, p_max
+            self.pair_sums_, b_kernel, D_total, p_min, p_max
         )
         self.degree_ = int(p_star)
         self.objective_ = objective
