@@ -92,3 +92,26 @@ def test_random_features_maclaurin_methods_on_data_in_large_units(method, kernel
     ref = RandomFeatures(lengthscale=1.0, **kw).fit(X)
     rf = RandomFeatures(lengthscale=SCALE, **kw).fit(X * SCALE)
     np.testing.assert_allclose(rf.transform(X * SCALE), ref.transform(X), rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize("cls", [RandomMaclaurin, OptimizedMaclaurin])
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
+@pytest.mark.parametrize("power", [-540, -535, 540])
+def test_maclaurin_maps_at_lengthscales_whose_square_leaves_float64(cls, kernel, power):
+    """``lengthscale = 2^power`` with the data scaled by it: the maps formed ``s = 1 /
+    l^2`` as Python floats, and ``l^2 = 2^(2 power)`` underflows to 0 (``power = -540``:
+    ``ZeroDivisionError``), is subnormal (-535: ``s = inf``, NaN estimates without a
+    warning) or overflows (540: ``OverflowError``), while ``1 / l`` and the scaled inputs
+    are ordinary numbers, and the projection maps (which divide by ``l``) give the
+    unscaled values. The Maclaurin maps now scale their inputs by ``1 / l`` once, as
+    those do."""
+    scale = math.ldexp(1.0, power)
+    X, Y = _points(12, 3, 6), _points(4, 3, 7)
+    ref = cls(16, kernel=kernel, random_state=0).fit(X)
+    fm = cls(16, kernel=kernel, lengthscale=scale, random_state=0).fit(X * scale)
+    Xs, Ys = X * scale, Y * scale
+    np.testing.assert_allclose(fm.transform(Xs), ref.transform(X), rtol=RTOL, atol=0)
+    for method in ("approx_kernel", "exact_kernel", "expected_kernel", "variance"):
+        np.testing.assert_allclose(
+            getattr(fm, method)(Xs, Ys), getattr(ref, method)(X, Y), rtol=RTOL, atol=0
+        )
