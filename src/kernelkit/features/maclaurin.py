@@ -35,6 +35,7 @@ import math
 from typing import ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils._param_validation import Hidden, StrOptions
 
 from .._backend import (
@@ -195,17 +196,30 @@ class _MaclaurinBase(FeatureMap):
         else:
             check_real(self.lengthscale, "lengthscale", minimum=0.0, strict=True)
 
-    def _input_scale(self) -> float:
-        """``s`` with ``x' = sqrt(s) x`` (the sketches see ``x'``)."""
-        if self.kernel == "polynomial":
-            return float(self.gamma)
-        return 1.0 / float(self.lengthscale) ** 2
-
     def _input_root(self) -> float:
-        """``sqrt(s)``: ``sqrt(gamma)`` or ``1 / l``, formed without ``s`` itself."""
+        """``sqrt(s)`` with ``x' = sqrt(s) x``: ``sqrt(gamma)`` for the polynomial kernel,
+        ``1 / l`` otherwise, formed without ``s`` itself (``1 / l^2`` leaves float64 for
+        lengthscales beyond about 1e154 or below 1e-154, where ``1 / l`` does not)."""
         if self.kernel == "polynomial":
             return math.sqrt(float(self.gamma))
         return 1.0 / float(self.lengthscale)
+
+    def _prepare(self, X, xp, name="X"):
+        # the scaled input x' = sqrt(s) x, formed once here: every method then computes
+        # the kernel of unit scale (coefficients b_n, exp(x'.y'), exp(-|x'|^2 / 2)). Formed
+        # inside each method as X * sqrt(s) with s = 1 / l^2, it raised ZeroDivisionError
+        # (l = 1e-200) or OverflowError (l = 1e200), and gave NaN near l = 1e-160 (s
+        # subnormal), where the other maps, which divide by l, are exact
+        r = self._input_root()
+        if r == 1.0:
+            return X
+        if sp.issparse(X):
+            # SciPy multiplies by a Python float in float64: scale the stored values in
+            # their own dtype, as NumPy does for dense float32 X (float32 stays float32)
+            X = X.copy()
+            X.data *= X.dtype.type(r)
+            return X
+        return X * r
 
     def _coefficients(self, max_degree: int) -> np.ndarray:
         return maclaurin_coefficients(
@@ -310,8 +324,7 @@ class _MaclaurinBase(FeatureMap):
         ``products``), so that with their weights and ``log_scale <= 0`` no feature can
         overflow (then no pass over the features looks for inf)."""
         n = X.shape[0]
-        s = self._input_scale()
-        Xs = X * math.sqrt(s) if s != 1.0 else X
+        Xs = X  # prepared: x' = sqrt(s) x
         # each degree's sketch in scaled form (base, log-scale or None for 0), brought to
         # the rows' largest log-scale: the blocks of degree n grow like |x|^n, and the raw
         # features of rows of norm ~1e80 (or their products) overflowed, and a Gaussian
@@ -353,7 +366,7 @@ class _MaclaurinBase(FeatureMap):
             log_scale = xp.zeros(n, dtype=X.dtype, device=device(X))
         if self.kernel == "gaussian":
             with np.errstate(over="ignore"):  # |x|^2 = inf: a factor exp(-inf) = 0
-                log_scale = log_scale - 0.5 * s * sq_norms(xp, X)
+                log_scale = log_scale - 0.5 * sq_norms(xp, X)
         return base, log_scale, bounded
 
     def _raw_blocks_bounded(self, dtype, xp) -> bool:
@@ -384,18 +397,12 @@ class _MaclaurinBase(FeatureMap):
         ``exp(n log_n)`` (:meth:`_term_logs`) and never overflow where the variance does
         not.
         """
-        s = self._input_scale()
         log_e = self._gaussian_weight(X, Y, xp)
         log_e2 = None if log_e is None else 2.0 * log_e
         if not unit:
-            Xs, Ys = (X * s**0.5, Y * s**0.5) if s != 1.0 else (X, Y)
-            return (*pair_statistics(Xs, Ys, 0.0), 0.0, log_e2)
-
-        def to_unit(A):
-            return unit_rows(A * s**0.5 if s != 1.0 else A)  # (n, d), (n,)
-
-        Xu, lx = to_unit(X)
-        Yu, ly = to_unit(Y)
+            return (*pair_statistics(X, Y, 0.0), 0.0, log_e2)
+        Xu, lx = unit_rows(X)  # (n, d), (n,)
+        Yu, ly = unit_rows(Y)
         G, N, S = pair_statistics(Xu, Yu, 0.0)
         return G, N, S, lx[:, None] + ly[None, :], log_e2
 
@@ -436,9 +443,8 @@ class _MaclaurinBase(FeatureMap):
         """``log(e_x e_y)`` (n, m) of prepared inputs, None for the other kernels."""
         if self.kernel != "gaussian":
             return None
-        s = self._input_scale()
         with np.errstate(over="ignore"):  # |x|^2 = inf: a weight exp(-inf) = 0
-            return -0.5 * s * (xp.sum(X * X, axis=1)[:, None] + xp.sum(Y * Y, axis=1)[None, :])
+            return -0.5 * (xp.sum(X * X, axis=1)[:, None] + xp.sum(Y * Y, axis=1)[None, :])
 
     def _degree_variance(self, G, N, S, n: int, D: int, kind: str):
         """Variance of one degree-``n`` sketch estimate of ``G^n`` with ``D`` features
@@ -536,9 +542,9 @@ class _MaclaurinBase(FeatureMap):
         return self._checked_values(xp, out, "expected_kernel", args, exact=True, log_bound=bound)
 
     def _log_g_bound(self, X, Y, xp) -> float:
-        """``log g`` with ``g = s d max |X| max |Y|``, a bound of ``|s x^T y|`` over the
+        """``log g`` with ``g = d max |X| max |Y|``, a bound of ``|x'^T y'|`` over the
         rows of prepared ``X`` (n, d), ``Y`` (m, d)."""
-        return log_inner_bound(xp, X, Y) + math.log(self._input_scale())
+        return log_inner_bound(xp, X, Y)
 
     def _log_series_bound(self, X, Y, xp, log_g=None) -> float:
         """An upper bound of ``log |series|`` (and of the expected kernel, ``e_x e_y <=
@@ -572,8 +578,7 @@ class _MaclaurinBase(FeatureMap):
 
     def _series(self, X, Y, xp):
         """The truncated series ``sum_{n <= p} a_n (x^T y)^n`` (n, m), without ``e_x e_y``."""
-        s = self._input_scale()
-        G = (X * s**0.5) @ xp.matrix_transpose(Y * s**0.5)
+        G = X @ xp.matrix_transpose(Y)  # prepared: x'^T y' = s x^T y
         b = self._unit_coefficients
         out = xp.zeros_like(G) + float(b[0])
         Gp = xp.ones_like(G)
@@ -587,16 +592,16 @@ class _MaclaurinBase(FeatureMap):
         """:meth:`FeatureMap._exact_kernel_plan`: the bound of the kernel from ``|x^T y| <=
         d max |X| max |Y|`` (the Gaussian kernel is at most 1), and the overflow-safe
         blocks (``safe``) only where that bound, or that of ``|x|^2``, leaves the range."""
-        s = self._input_scale()
         if self.kernel == "gaussian":  # |x - y|^2 <= 4 d max(|X|, |Y|)^2
             top = max(log_max_abs(xp, X), log_max_abs(xp, Y))
             safe = not _below_range(xp, 2.0 * top + math.log(4.0 * max(1, X.shape[1])), X.dtype)
             return functools.partial(self._exact_kernel, safe=safe), 0.0
         log_g = log_inner_bound(xp, X, Y)
         if self.kernel == "polynomial":
-            bound = log_polynomial_bound(log_g, float(self.gamma), float(self.coef0), self.degree)
-        else:  # exp(s x^T y)
-            bound = s * math.exp(log_g) if log_g < 700.0 else math.inf
+            # (x'^T y' + coef0)^degree: gamma is in the prepared rows
+            bound = log_polynomial_bound(log_g, 1.0, float(self.coef0), self.degree)
+        else:  # exp(x'^T y')
+            bound = math.exp(log_g) if log_g < 700.0 else math.inf
         safe = not (_below_range(xp, log_g, X.dtype) and _below_range(xp, bound, X.dtype))
         return functools.partial(self._exact_kernel, safe=safe, log_g=log_g), bound
 
@@ -607,13 +612,12 @@ class _MaclaurinBase(FeatureMap):
         where ``|x|^2`` would overflow). ``safe=False``: the plain products, for inputs
         whose bound keeps every value in range (:meth:`_exact_kernel_plan`); ``log_g``:
         the plan's :func:`log_inner_bound` of all rows, handed to :func:`safe_gram`."""
-        s = self._input_scale()
-        if self.kernel != "gaussian":
+        if self.kernel != "gaussian":  # on the prepared rows x' = sqrt(s) x
             G = safe_gram(xp, X, Y, log_g) if safe else X @ xp.matrix_transpose(Y)
             with np.errstate(over="ignore"):  # FeatureMap._checked_values warns
                 if self.kernel == "polynomial":
-                    return (float(self.gamma) * G + float(self.coef0)) ** int(self.degree)
-                return xp.exp(s * G)
+                    return (G + float(self.coef0)) ** int(self.degree)
+                return xp.exp(G)
         c = 1.0
         if safe:
             c = max(float(_detach(xp.max(xp.abs(A)))) if A.shape[0] else 0.0 for A in (X, Y))
@@ -625,7 +629,7 @@ class _MaclaurinBase(FeatureMap):
         d2 = xp.clip(nx + ny - 2.0 * (Xc @ xp.matrix_transpose(Yc)), min=0.0)
         if c != 1.0:  # c^2 |x/c - y/c|^2 in log space: 0 stays 0, not 0 * inf
             d2 = times_exp(xp, d2, xp.full_like(d2, 2.0 * math.log(c)))
-        return xp.exp(-0.5 * s * d2)
+        return xp.exp(-0.5 * d2)
 
 
 class RandomMaclaurin(_MaclaurinBase):
