@@ -14,9 +14,18 @@ import math
 
 import numpy as np
 import pytest
+from sklearn.base import clone
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
-from kernelkit.estimators import RandomFeatures
-from kernelkit.features import OptimizedMaclaurin, RandomMaclaurin
+from kernelkit.estimators import (
+    RandomFeatureGPClassifier,
+    RandomFeatureGPRegressor,
+    RandomFeatureRidge,
+    RandomFeatures,
+)
+from kernelkit.features import SDERF, OptimizedMaclaurin, RandomMaclaurin
+from kernelkit.features.favor import moments
 
 # 2^300 ~ 2e90: a_2 = 1 / (2 l^4) = 2^-1201 underflows to 0 in float64 (and r^(2n) of
 # inputs of this size overflows for n >= 4), while 1 / l^2 = 2^-600 and the scaled
@@ -115,3 +124,101 @@ def test_maclaurin_maps_at_lengthscales_whose_square_leaves_float64(cls, kernel,
         np.testing.assert_allclose(
             getattr(fm, method)(Xs, Ys), getattr(ref, method)(X, Y), rtol=RTOL, atol=0
         )
+
+
+# ------------------------------------------------------------ weights and a Pipeline map
+OFFSET = np.array([3.0, -1.0, 0.5])  # the offset the pipelines' scalers remove
+EPS = np.finfo(np.float64).eps
+
+
+def _weighted_data(n=50, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * [1.0, 0.5, 2.0] + OFFSET
+    y = np.sin(2 * X[:, 0]) + X[:, 1] + 0.1 * rng.standard_normal(n)
+    k = rng.integers(0, 4, n)  # integer weights, zeros included
+    k[0] = 3
+    return X, y, k
+
+
+def _kappa(pipe, X) -> float:
+    """The condition of the map's fit on the rows it sees (``X`` through the steps before
+    it): 1 for GERF, ``|N| / min gap`` of the eigenvalues of SDERF's ``N``, as in
+    ``tests/estimators/test_weighted_fit_cases.py``."""
+    if not isinstance(pipe.steps[-1][1], SDERF):
+        return 1.0
+    Z = pipe[:-1].transform(X)
+    mom = moments(Z, Z)
+    cross = np.outer(mom.mean_x, mom.mean_y)
+    ev = np.linalg.eigvalsh(mom.second_x + mom.second_y + cross + cross.T)
+    gaps = np.diff(ev)
+    gaps = gaps[gaps > 1e-5 * ev.max()]
+    return float(ev.max() / gaps.min()) if gaps.size else 1.0
+
+
+def _tol(ref, Xr, alpha) -> float:
+    """``100 cond(A) eps (1 + n d kappa)``, ``A = Phi^T Phi + alpha I`` of the reference."""
+    Phi = ref.feature_map_.transform(Xr)
+    cond = np.linalg.cond(Phi.T @ Phi + alpha * np.eye(Phi.shape[1]))
+    n, d = Xr.shape
+    return 100 * cond * EPS * (1 + n * d * _kappa(ref.feature_map_, Xr))
+
+
+def _pipeline_maps():
+    # the user guide's advice: centre (or standardise) in the estimator's feature_map
+    # pipeline before a data-dependent map
+    return {
+        "scaler-sderf": make_pipeline(StandardScaler(), SDERF(n_features=40)),
+        "centre-random_features": make_pipeline(
+            StandardScaler(with_std=False), RandomFeatures(method="gerf", n_components=40)
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", list(_pipeline_maps()))
+@pytest.mark.parametrize(
+    "est",
+    [RandomFeatureRidge(alpha=0.5), RandomFeatureGPRegressor(noise=0.2)],
+    ids=["ridge", "gp"],
+)
+def test_integer_weights_with_a_pipeline_feature_map_are_repeated_rows(est, name):
+    """estimators.md: an integer weight is the row repeated, for every feature map, and a
+    ``feature_map`` may be a ``Pipeline`` (``StandardScaler`` then a map). With a
+    pipeline the weights reached neither the scaler nor the FAVOR# map inside it (both
+    fitted on the rows unweighted): predictions 0.1 to 0.5 away from the fit of the
+    repeated rows. Now each step that takes ``sample_weight`` gets it, and a kernelkit map
+    inside is fitted on the weighted moments of the rows the steps before it return.
+
+    Tolerance: as in ``tests/estimators/test_weighted_fit_cases.py``, the two fits differ
+    by the order of the sums (the scaler's mean and variance, the map's moments: relative
+    ``n eps``), amplified by the map's eigenproblem (``d`` times the condition ``kappa``
+    of SDERF's fit) and by the solve's ``cond(A)``: ``100 cond(A) eps (1 + n d kappa)``.
+    The scalers' means are weighted sums of 50 numbers of order 3: ``1e-12`` bounds
+    their ``n eps`` rounding."""
+    X, y, k = _weighted_data()
+    est = clone(est).set_params(feature_map=_pipeline_maps()[name], random_state=0)
+    Xr, yr = np.repeat(X, k, axis=0), np.repeat(y, k)
+    ref = clone(est).fit(Xr, yr)
+    got = clone(est).fit(X, y, sample_weight=k.astype(float))
+    tol = _tol(ref, Xr, 0.5 if isinstance(est, RandomFeatureRidge) else 0.2)
+    scaler = ref.feature_map_.steps[0][1]
+    np.testing.assert_allclose(got.feature_map_.steps[0][1].mean_, scaler.mean_, atol=1e-12)
+    Xq = np.random.default_rng(9).standard_normal((11, 3)) + OFFSET
+    np.testing.assert_allclose(got.predict(Xq), ref.predict(Xq), rtol=0, atol=tol)
+
+
+def test_integer_weights_with_a_pipeline_feature_map_gp_classifier():
+    """The same for ``RandomFeatureGPClassifier`` (its ``feature_map`` is fitted by the
+    same code): the probabilities of the weighted fit are those of the repeated rows, to
+    ``100 cond(B_c) eps (1 + n d kappa)`` with ``cond(B_c) < 1e5`` (``alpha = 0.01``,
+    weights <= 3, as in ``tests/estimators/test_weighted_fit_cases.py``)."""
+    X, y, k = _weighted_data(seed=1)
+    labels = np.digitize(y, np.quantile(y, [1 / 3, 2 / 3]))
+    fm = _pipeline_maps()["scaler-sderf"]
+    est = RandomFeatureGPClassifier(fm, alpha=0.01, random_state=0)
+    Xr = np.repeat(X, k, axis=0)
+    ref = clone(est).fit(Xr, np.repeat(labels, k))
+    got = clone(est).fit(X, labels, sample_weight=k)
+    n, d = Xr.shape
+    tol = 100 * 1e5 * EPS * (1 + n * d * _kappa(ref.feature_map_, Xr))
+    Xq = np.random.default_rng(9).standard_normal((11, 3)) + OFFSET
+    np.testing.assert_allclose(got.predict_proba(Xq), ref.predict_proba(Xq), rtol=0, atol=tol)
