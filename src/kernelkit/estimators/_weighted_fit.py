@@ -12,7 +12,9 @@ weight drops the row), so the fitted map, and with it the model, is the one of t
 repeated rows. Maps that read only the dimension (``"shape"``) ignore the weights; maps
 that read every row (``"all"``: k-means centres, optimised degree allocations) are fitted
 on the rows unweighted. ``RandomFeatures(method="auto")`` chooses its method on the rows
-unweighted, then fits the chosen map as above.
+unweighted, then fits the chosen map as above. A ``Pipeline`` feature map is fitted step
+by step: steps that take ``sample_weight`` (``StandardScaler``) get the weights, and the
+maps inside it are fitted as above on what the steps before them return.
 
 In memory the weights go to :func:`~kernelkit.features.favor.moments`; on a Dask ``X``
 the weighted sums are reduced chunk by chunk (:func:`dask_weighted_moments`), one pass
@@ -71,9 +73,47 @@ def weighted_moments(fm, X, Y, wx, wy):
 
 def fit_map_weighted(fm, X, w):
     """``fm.fit(X)`` for a symmetric map on in-memory rows ``X`` (n, d) with sample
-    weights ``w`` (n,) (None: unweighted): a FAVOR# map on the weighted moments."""
+    weights ``w`` (n,) (None: unweighted): a FAVOR# map on the weighted moments.
+
+    A scikit-learn ``Pipeline`` (an estimator's ``feature_map`` such as a
+    ``StandardScaler`` then a map) is fitted step by step, each step on what the steps
+    before it return: a kernelkit map (or ``RandomFeatures``, or a nested pipeline) as
+    here, a step whose ``fit`` takes ``sample_weight`` with the weights, others on the
+    rows unweighted. Fitted as a whole, the pipeline saw no weights: its scaler and the
+    FAVOR# map inside it were fitted on the rows unweighted, and an integer weight was
+    not the row repeated."""
+    if w is not None and _is_pipeline(fm):
+        return _fit_pipeline_weighted(fm, X, w)
+    if w is not None and hasattr(fm, "_fit_chunked"):  # RandomFeatures: its method's map
+        return fm._fit_chunked(X, weights=w)
     with weighted_moments(fm, X, None, w, w):
         return fm.fit(X)
+
+
+def _is_pipeline(fm) -> bool:
+    from sklearn.pipeline import Pipeline
+
+    return isinstance(fm, Pipeline)
+
+
+def _fit_pipeline_weighted(pipe, X, w):
+    """Fit the steps of the ``Pipeline`` ``pipe`` in order on ``X`` with the weights
+    ``w`` (:func:`fit_map_weighted`); returns ``pipe``, fitted as ``pipe.fit(X)`` fits it
+    (its steps in place), with the weights where a step reads them."""
+    from sklearn.utils.validation import has_fit_parameter
+
+    Xt = X
+    steps = [step for _, step in pipe.steps if step is not None and step != "passthrough"]
+    for i, step in enumerate(steps):
+        if _is_pipeline(step) or hasattr(step, "_fit_chunked") or hasattr(step, "fit_reads"):
+            fit_map_weighted(step, Xt, w)
+        elif has_fit_parameter(step, "sample_weight"):
+            step.fit(Xt, sample_weight=w)
+        else:
+            step.fit(Xt)
+        if i < len(steps) - 1:
+            Xt = step.transform(Xt)
+    return pipe
 
 
 def _weighted_sums(Xb, wb, full: bool, index: int, owner: str):
