@@ -222,3 +222,43 @@ def test_integer_weights_with_a_pipeline_feature_map_gp_classifier():
     tol = 100 * 1e5 * EPS * (1 + n * d * _kappa(ref.feature_map_, Xr))
     Xq = np.random.default_rng(9).standard_normal((11, 3)) + OFFSET
     np.testing.assert_allclose(got.predict_proba(Xq), ref.predict_proba(Xq), rtol=0, atol=tol)
+
+
+# ----------------------------------------------------- the Gaussian kernel of large rows
+def _gaussian_maps():
+    from kernelkit.estimators._methods import METHODS
+
+    out = {}
+    for name, m in METHODS.items():
+        if "gaussian" in m.kernels:
+            kw = {} if m.style == "rff" else {"kernel": "gaussian"}
+            out[name] = (m.cls, kw)
+    return out
+
+
+@pytest.mark.parametrize("name", list(_gaussian_maps()))
+def test_exact_kernel_of_rows_whose_squared_norm_overflows(name):
+    """Rows of norm ~2^530 (1e160) over the lengthscale: the Gaussian kernel is 1 for
+    equal rows and 0 for the others, and ``kernelkit.kernels.gaussian_kernel`` says so;
+    ``exact_kernel`` (and ``expected_kernel``) of the maps formed ``x^T y - |x|^2 / 2 -
+    |y|^2 / 2`` as ``inf - inf``: NaN, without a warning; the Maclaurin maps rescaled the
+    rows, but the rounding of ``|x|^2 + |y|^2 - 2 x^T y`` for equal rows, times the
+    scale, gave 0 for 1 (their ``expected_kernel`` is the truncated series, 0 here, and
+    is not compared). The entries are
+    small integers times a power of two, so the reference is exact (0 or 1), and so must
+    the maps' values be."""
+    from kernelkit.features import FeatureMap
+    from kernelkit.kernels import gaussian_kernel
+
+    cls, kw = _gaussian_maps()[name]
+    rng = np.random.default_rng(8)
+    base = rng.integers(-3, 4, (5, 3)).astype(float)
+    base[1] = base[0]  # a duplicate: kernel 1 off the diagonal
+    fm = cls(16, random_state=0, **kw).fit(base)
+    for X, l in ((base * math.ldexp(1.0, 530), 1.0), (base, math.ldexp(1.0, -530))):
+        fm.set_params(lengthscale=l).fit(base * l)  # data of the lengthscale's size
+        ref = gaussian_kernel(X, X, lengthscale=l)
+        np.testing.assert_array_equal(ref, (np.abs(base[:, None] - base[None]).sum(-1) == 0))
+        np.testing.assert_array_equal(fm.exact_kernel(X), ref)
+        if type(fm).expected_kernel is FeatureMap.expected_kernel:  # the exact kernel
+            np.testing.assert_array_equal(fm.expected_kernel(X), ref)
