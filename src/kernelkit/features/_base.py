@@ -1203,6 +1203,20 @@ def safe_log(xp, v):
     return xp.where(pos, xp.log(safe), xp.full_like(v, -math.inf))
 
 
+def gaussian_of_rows(xp, X, Y):
+    """``exp(-|x - y|^2 / 2)`` (n, m) of prepared (lengthscale-scaled) rows ``X`` (n, d),
+    ``Y`` (m, d), as :func:`kernelkit.kernels.gaussian_kernel` forms it: on centred rows
+    scaled by a power of two, the pairs whose expanded square cancels recomputed from
+    ``x - y``. The expanded square itself is ``inf - inf = NaN`` for rows of norm above
+    ~1e154, and its rounding on rows of that size, times their scale, gave 0 for 1 on
+    equal rows. An empty ``X`` or ``Y`` gives an empty result."""
+    if X.shape[0] == 0 or Y.shape[0] == 0:
+        return xp.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype, device=device(X))
+    from ..kernels import _gaussian_log_kernel
+
+    return xp.exp(_gaussian_log_kernel(xp, X, Y, 1.0))
+
+
 def sq_norms(xp, X):
     """Squared row norms (n,) of dense or sparse ``X``."""
     if sp.issparse(X):

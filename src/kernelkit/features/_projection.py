@@ -22,7 +22,7 @@ from sklearn.utils._param_validation import StrOptions
 from .._backend import is_numpy_namespace, to_numpy, validate_positive_float, validate_positive_int
 from .._backend.parallel import SingleThreadedBlas, run_beside
 from .._backend.params import POSITIVE, RANDOM_STATE, int_range
-from ._base import KERNELS, FeatureMap, log1mexp, param_cache, sq_norms
+from ._base import KERNELS, FeatureMap, gaussian_of_rows, log1mexp, param_cache, sq_norms
 from .sampling import SAMPLERS, draw_projection
 
 __all__ = ["ProjectionFeatureMap", "SecondMomentVariance"]
@@ -165,6 +165,8 @@ class ProjectionFeatureMap(FeatureMap):
         return out
 
     def _exact_kernel(self, X, Y, xp):
+        if self.alpha == -0.5:  # x^T y - |x|^2 / 2 - |y|^2 / 2 is inf - inf from 1e154
+            return gaussian_of_rows(xp, X, Y)
         return xp.exp(self._log_kernel(X, Y, xp))
 
 

@@ -46,6 +46,7 @@ from ._base import (
     check_bool,
     check_real,
     complex_dtype,
+    gaussian_of_rows,
     param_cache,
     real_gram,
     safe_log,
@@ -375,8 +376,12 @@ class RandomFourierFeatures(FeatureMap):
         return self._rff_variance(X, Y, xp, part="complex")[0]
 
     def _exact_kernel(self, X, Y, xp):
-        """The Gaussian kernel ``exp(-|x - y|^2 / (2 l^2))``, (n, m)."""
-        return xp.exp(-0.5 * self._sq_dist(X, Y, xp))
+        """The Gaussian kernel ``exp(-|x - y|^2 / (2 l^2))``, (n, m), as
+        :func:`kernelkit.kernels.gaussian_kernel` forms it: the expanded square of
+        :meth:`_sq_dist` is ``inf - inf = NaN`` for rows of norm above ~1e154 (over the
+        lengthscale)."""
+        Xs, Ys = X / self.lengthscale_, Y / self.lengthscale_
+        return gaussian_of_rows(xp, Xs, Ys)
 
 
 # ---------------------------------------------------------------------- SRF

@@ -52,11 +52,10 @@ from .._backend.params import N_JOBS, NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_
 from ._base import (
     FeatureMap,
     _below_range,
-    _detach,
     as_real_dtype,
     check_real,
+    gaussian_of_rows,
     log_inner_bound,
-    log_max_abs,
     log_polynomial_bound,
     narrow_to,
     safe_gram,
@@ -592,10 +591,8 @@ class _MaclaurinBase(FeatureMap):
         """:meth:`FeatureMap._exact_kernel_plan`: the bound of the kernel from ``|x^T y| <=
         d max |X| max |Y|`` (the Gaussian kernel is at most 1), and the overflow-safe
         blocks (``safe``) only where that bound, or that of ``|x|^2``, leaves the range."""
-        if self.kernel == "gaussian":  # |x - y|^2 <= 4 d max(|X|, |Y|)^2
-            top = max(log_max_abs(xp, X), log_max_abs(xp, Y))
-            safe = not _below_range(xp, 2.0 * top + math.log(4.0 * max(1, X.shape[1])), X.dtype)
-            return functools.partial(self._exact_kernel, safe=safe), 0.0
+        if self.kernel == "gaussian":  # at most 1, formed by gaussian_of_rows
+            return self._exact_kernel, 0.0
         log_g = log_inner_bound(xp, X, Y)
         if self.kernel == "polynomial":
             # (x'^T y' + coef0)^degree: gamma is in the prepared rows
@@ -608,28 +605,18 @@ class _MaclaurinBase(FeatureMap):
     def _exact_kernel(self, X, Y, xp, safe: bool = True, log_g=None):
         """The kernel this map approximates (untruncated), shape (n, m): +-inf (or 0)
         where it leaves the floating-point range, never NaN (``x^T y`` of rows of norm
-        ~1e160 by :func:`safe_gram`; ``|x - y|^2`` of rows brought to ``max |entry| = 1``
-        where ``|x|^2`` would overflow). ``safe=False``: the plain products, for inputs
-        whose bound keeps every value in range (:meth:`_exact_kernel_plan`); ``log_g``:
-        the plan's :func:`log_inner_bound` of all rows, handed to :func:`safe_gram`."""
+        ~1e160 by :func:`safe_gram`; the Gaussian kernel as
+        :func:`kernelkit.kernels.gaussian_kernel` forms it). ``safe=False``: the plain
+        products, for inputs whose bound keeps every value in range
+        (:meth:`_exact_kernel_plan`); ``log_g``: the plan's :func:`log_inner_bound` of all
+        rows, handed to :func:`safe_gram`."""
         if self.kernel != "gaussian":  # on the prepared rows x' = sqrt(s) x
             G = safe_gram(xp, X, Y, log_g) if safe else X @ xp.matrix_transpose(Y)
             with np.errstate(over="ignore"):  # FeatureMap._checked_values warns
                 if self.kernel == "polynomial":
                     return (G + float(self.coef0)) ** int(self.degree)
                 return xp.exp(G)
-        c = 1.0
-        if safe:
-            c = max(float(_detach(xp.max(xp.abs(A)))) if A.shape[0] else 0.0 for A in (X, Y))
-            if c * c * X.shape[1] < float(xp.finfo(X.dtype).max) / 8:
-                c = 1.0
-        Xc, Yc = (X, Y) if c == 1.0 else (X / c, Y / c)
-        nx = xp.sum(Xc * Xc, axis=1)[:, None]
-        ny = xp.sum(Yc * Yc, axis=1)[None, :]
-        d2 = xp.clip(nx + ny - 2.0 * (Xc @ xp.matrix_transpose(Yc)), min=0.0)
-        if c != 1.0:  # c^2 |x/c - y/c|^2 in log space: 0 stays 0, not 0 * inf
-            d2 = times_exp(xp, d2, xp.full_like(d2, 2.0 * math.log(c)))
-        return xp.exp(-0.5 * d2)
+        return gaussian_of_rows(xp, X, Y)
 
 
 class RandomMaclaurin(_MaclaurinBase):
