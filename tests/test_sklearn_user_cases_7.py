@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 from sklearn.base import clone
-from sklearn.pipeline import make_pipeline
+from sklearn.pipeline import make_pipeline, make_union
 from sklearn.preprocessing import StandardScaler
 
 from kernelkit.estimators import (
@@ -140,13 +140,18 @@ def _weighted_data(n=50, d=3, seed=0):
     return X, y, k
 
 
-def _kappa(pipe, X) -> float:
-    """The condition of the map's fit on the rows it sees (``X`` through the steps before
-    it): 1 for GERF, ``|N| / min gap`` of the eigenvalues of SDERF's ``N``, as in
+def _kappa(fm, X) -> float:
+    """The condition of the fit of the maps in ``fm`` (a pipeline or a union of them) on
+    the rows they see (``X`` through the steps before them), the largest: 1 for GERF,
+    ``|N| / min gap`` of the eigenvalues of SDERF's ``N``, as in
     ``tests/estimators/test_weighted_fit_cases.py``."""
-    if not isinstance(pipe.steps[-1][1], SDERF):
+    if hasattr(fm, "transformer_list"):
+        return max(_kappa(part, X) for _, part in fm.transformer_list)
+    if hasattr(fm, "steps"):
+        return _kappa(fm.steps[-1][1], fm[:-1].transform(X))
+    if not isinstance(fm, SDERF):
         return 1.0
-    Z = pipe[:-1].transform(X)
+    Z = X
     mom = moments(Z, Z)
     cross = np.outer(mom.mean_x, mom.mean_y)
     ev = np.linalg.eigvalsh(mom.second_x + mom.second_y + cross + cross.T)
@@ -204,6 +209,28 @@ def test_integer_weights_with_a_pipeline_feature_map_are_repeated_rows(est, name
     np.testing.assert_allclose(got.feature_map_.steps[0][1].mean_, scaler.mean_, atol=1e-12)
     Xq = np.random.default_rng(9).standard_normal((11, 3)) + OFFSET
     np.testing.assert_allclose(got.predict(Xq), ref.predict(Xq), rtol=0, atol=tol)
+
+
+def test_integer_weights_with_a_feature_union_map_are_repeated_rows():
+    """``_output_maps`` takes a ``FeatureUnion`` as ``feature_map`` (each part a map or a
+    pipeline ending in one): with weights its parts were fitted on the rows unweighted,
+    predictions 9 away from the fit of the repeated rows. Each part is now fitted as a
+    map or a pipeline is. Tolerance as above, with the largest ``kappa`` of the parts."""
+    X, y, k = _weighted_data(seed=2)
+    union = make_union(
+        make_pipeline(StandardScaler(), SDERF(n_features=24)),
+        make_pipeline(StandardScaler(with_std=False), SDERF(n_features=24, lengthscale=2.0)),
+    )
+    est = RandomFeatureRidge(union, alpha=0.5, random_state=0)
+    Xr, yr = np.repeat(X, k, axis=0), np.repeat(y, k)
+    ref = clone(est).fit(Xr, yr)
+    got = clone(est).fit(X, y, sample_weight=k.astype(float))
+    for (_, part), (_, ref_part) in zip(
+        got.feature_map_.transformer_list, ref.feature_map_.transformer_list, strict=True
+    ):  # weighted sums of 50 numbers of order 3: 1e-12 bounds their rounding
+        np.testing.assert_allclose(part.steps[0][1].mean_, ref_part.steps[0][1].mean_, atol=1e-12)
+    Xq = np.random.default_rng(9).standard_normal((11, 3)) + OFFSET
+    np.testing.assert_allclose(got.predict(Xq), ref.predict(Xq), rtol=0, atol=_tol(ref, Xr, 0.5))
 
 
 def test_integer_weights_with_a_pipeline_feature_map_gp_classifier():
