@@ -14,7 +14,8 @@ that read every row (``"all"``: k-means centres, optimised degree allocations) a
 on the rows unweighted. ``RandomFeatures(method="auto")`` chooses its method on the rows
 unweighted, then fits the chosen map as above. A ``Pipeline`` feature map is fitted step
 by step: steps that take ``sample_weight`` (``StandardScaler``) get the weights, and the
-maps inside it are fitted as above on what the steps before them return.
+maps inside it are fitted as above on what the steps before them return; a
+``FeatureUnion`` part by part.
 
 In memory the weights go to :func:`~kernelkit.features.favor.moments`; on a Dask ``X``
 the weighted sums are reduced chunk by chunk (:func:`dask_weighted_moments`), one pass
@@ -79,11 +80,16 @@ def fit_map_weighted(fm, X, w):
     ``StandardScaler`` then a map) is fitted step by step, each step on what the steps
     before it return: a kernelkit map (or ``RandomFeatures``, or a nested pipeline) as
     here, a step whose ``fit`` takes ``sample_weight`` with the weights, others on the
-    rows unweighted. Fitted as a whole, the pipeline saw no weights: its scaler and the
-    FAVOR# map inside it were fitted on the rows unweighted, and an integer weight was
-    not the row repeated."""
+    rows unweighted; a ``FeatureUnion`` part by part, each as here. Fitted as a whole,
+    the pipeline (or union) saw no weights: its scaler and the FAVOR# map inside it were
+    fitted on the rows unweighted, and an integer weight was not the row repeated."""
     if w is not None and _is_pipeline(fm):
         return _fit_pipeline_weighted(fm, X, w)
+    if w is not None and _is_union(fm):  # each part on X, as FeatureUnion.fit fits them
+        for _, part in fm.transformer_list:
+            if part is not None and not isinstance(part, str):  # "drop", "passthrough"
+                fit_map_weighted(part, X, w)
+        return fm
     if w is not None and hasattr(fm, "_fit_chunked"):  # RandomFeatures: its method's map
         return fm._fit_chunked(X, weights=w)
     with weighted_moments(fm, X, None, w, w):
@@ -96,6 +102,12 @@ def _is_pipeline(fm) -> bool:
     return isinstance(fm, Pipeline)
 
 
+def _is_union(fm) -> bool:
+    from sklearn.pipeline import FeatureUnion
+
+    return isinstance(fm, FeatureUnion)
+
+
 def _fit_pipeline_weighted(pipe, X, w):
     """Fit the steps of the ``Pipeline`` ``pipe`` in order on ``X`` with the weights
     ``w`` (:func:`fit_map_weighted`); returns ``pipe``, fitted as ``pipe.fit(X)`` fits it
@@ -105,7 +117,12 @@ def _fit_pipeline_weighted(pipe, X, w):
     Xt = X
     steps = [step for _, step in pipe.steps if step is not None and step != "passthrough"]
     for i, step in enumerate(steps):
-        if _is_pipeline(step) or hasattr(step, "_fit_chunked") or hasattr(step, "fit_reads"):
+        if (
+            _is_pipeline(step)
+            or _is_union(step)
+            or hasattr(step, "_fit_chunked")
+            or hasattr(step, "fit_reads")
+        ):
             fit_map_weighted(step, Xt, w)
         elif has_fit_parameter(step, "sample_weight"):
             step.fit(Xt, sample_weight=w)
