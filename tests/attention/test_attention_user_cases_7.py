@@ -1,0 +1,50 @@
+"""A seventh user sweep of kernelkit.attention, as someone replacing
+``nn.MultiheadAttention`` / SDPA in a model would call it: one regression test per
+case it found broken."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from torch import nn  # noqa: E402
+
+from kernelkit.attention import FavorAttention  # noqa: E402
+
+
+# ------------------------------------------------------------------ module masks
+def _module_and_input(L=5):
+    fav = FavorAttention(8, 2, feature_map="positive", n_features=16, random_state=0).eval()
+    x = torch.randn(2, L, 8, generator=torch.Generator().manual_seed(0))
+    return fav, x
+
+
+def test_module_integer_attn_mask_raises_a_type_error_naming_the_dtypes():
+    """An integer causal mask (``torch.triu(torch.ones(L, L, dtype=int), 1)``) is refused
+    by nn.MultiheadAttention as neither bool nor float; FavorAttention used to fail inside
+    ``torch.finfo`` with a message about finfo, not about the mask."""
+    fav, x = _module_and_input()
+    upper = torch.ones(5, 5, dtype=torch.int64).triu(1)
+    for mask in (upper, upper.to(torch.uint8), upper.to(torch.int32)):
+        with pytest.raises(TypeError, match=r"attn_mask must be bool or float, got torch\.\w+"):
+            fav(x, x, x, attn_mask=mask)
+
+
+def test_module_float_attn_mask_of_large_negatives_says_which_values_it_takes():
+    """A causal float mask written with -1e9 (a common idiom) is not one FavorAttention
+    takes (0 and -inf or the dtype's minimum only), but the error used to say it was not
+    the causal mask; it names the float values instead, as linear_attention does. The
+    same mask with -inf still selects causal attention."""
+    fav, x = _module_and_input()
+    causal = nn.Transformer.generate_square_subsequent_mask(5)  # 0 / -inf
+    with torch.no_grad():
+        ref, _ = fav(x, x, x, is_causal=True)
+        out, _ = fav(x, x, x, attn_mask=causal)
+    assert torch.equal(out, ref)
+    with pytest.raises(ValueError, match=r"float attn_mask may only hold 0 .* -inf"):
+        fav(x, x, x, attn_mask=causal.clamp(min=-1e9))
+    # a 0 / -inf mask that is not causal keeps the message about the pattern
+    with pytest.raises(ValueError, match="only the causal attn_mask"):
+        fav(x, x, x, attn_mask=causal.T.contiguous())
