@@ -671,6 +671,8 @@ class FavorAttention(nn.Module):
         if attn_mask is None:
             return is_causal
         m = _tensor_arg(attn_mask, "attn_mask")
+        if m.dtype != torch.bool and not m.is_floating_point():
+            raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")
         if m.shape not in ((L, S), (NH, L, S)):
             raise ValueError(
                 f"attn_mask must be None or the causal (L, S) or (N * num_heads, L, S) mask, "
@@ -693,7 +695,14 @@ class FavorAttention(nn.Module):
             causal = bool((m == upper).all())
         else:
             blocked = _float_blocked(m)
-            causal = bool((blocked == upper).all()) and bool((m[~blocked] == 0).all())
+            if not bool((m[~blocked] == 0).all()):
+                raise ValueError(
+                    "a float attn_mask may only hold 0 (attend) and -inf or the dtype's "
+                    "minimum (blocked), as the causal mask of "
+                    "nn.Transformer.generate_square_subsequent_mask: linear attention "
+                    "cannot add a bias to scores it never forms."
+                )
+            causal = bool((blocked == upper).all())
         if not causal:
             raise ValueError(
                 "FavorAttention supports only the causal attn_mask (linear "
