@@ -526,7 +526,9 @@ def linear_attention(
         ``moments=attention_moments(q_calib, k_calib)`` with queries and keys of earlier
         batches or a calibration set, batch shape broadcastable to ``q.shape[:-2]``, e.g.
         ``(H,)`` per head, or ``()``); in bidirectional mode they replace the
-        per-instance fit. Ignored by the other maps.
+        per-instance fit. Ignored by the other maps. The parameters fitted from them
+        are constants for autograd, as the per-instance fits are: no gradient reaches
+        moments that require grad (nor the data they were computed from).
     chunk_size : int
         Causal chunk length (power of two).
     check_finite : bool or None
