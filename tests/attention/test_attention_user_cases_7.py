@@ -48,3 +48,28 @@ def test_module_float_attn_mask_of_large_negatives_says_which_values_it_takes():
     # a 0 / -inf mask that is not causal keeps the message about the pattern
     with pytest.raises(ValueError, match="only the causal attn_mask"):
         fav(x, x, x, attn_mask=causal.T.contiguous())
+
+
+# ------------------------------------------------------------------ module step
+def test_module_step_names_an_input_dtype_that_is_not_the_modules():
+    """``forward`` names a dtype mismatch between its inputs and the module's parameters
+    (TypeError); ``step`` passed the tokens on to F.linear, whose RuntimeError ('mat1 and
+    mat2 must have the same dtype') names no argument. Under autocast the step still takes
+    bfloat16 tokens for a float32 module, as forward does."""
+    fav, x = _module_and_input()
+    state = fav.init_state(2)
+    x64 = x[:, 0].double()
+    with pytest.raises(TypeError, match=r"query_t has dtype torch\.float64.*torch\.float32"):
+        fav.step(x64, x64, x64, state)
+    with pytest.raises(TypeError, match="must share one dtype"):
+        fav.step(x[:, 0], x64, x[:, 0], state)
+    with pytest.raises(TypeError, match="floating point"):
+        fav.step(*(torch.ones(2, 8, dtype=torch.int64),) * 3, state)
+    with torch.no_grad():
+        ref, _ = fav.step(x[:, 0], x[:, 0], x[:, 0], state)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            xb = x[:, 0].bfloat16()
+            out, _ = fav.step(xb, xb, xb, state)
+    # bfloat16 tokens and projections under autocast: within a few bfloat16 roundings
+    # (eps 2^-8) of the float32 step for outputs of size about 1
+    torch.testing.assert_close(out.float(), ref, rtol=0, atol=0.1)
