@@ -958,6 +958,13 @@ class FavorAttention(nn.Module):
                     f"{name} must be (N, E) for one token or {block} for a block (batch_first="
                     f"{self.batch_first}){like}; got shape {tuple(t.shape)}."
                 )
+        if key_t.dtype != query_t.dtype or value_t.dtype != query_t.dtype:
+            raise TypeError(
+                f"query_t, key_t, value_t must share one dtype, got {query_t.dtype}, "
+                f"{key_t.dtype}, {value_t.dtype}."
+            )
+        # as forward: the in-projection's weights, which the tokens meet first
+        _check_input_dtype(query_t.dtype, self._in_weight().dtype, query_t.device.type, suffix="_t")
         self._check_state(state)
         H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         single = query_t.dim() == 2
@@ -1253,15 +1260,17 @@ class FavorAttention(nn.Module):
         self._any_tracked = True
 
 
-def _check_input_dtype(dtype, weight_dtype, device_type: str) -> None:
+def _check_input_dtype(dtype, weight_dtype, device_type: str, suffix: str = "") -> None:
     """``TypeError`` for inputs that the projections cannot multiply (F.linear's own error,
     'mat1 and mat2 must have the same dtype', names no argument): a non-floating dtype, or
-    another floating dtype than the weights' outside autocast."""
+    another floating dtype than the weights' outside autocast. ``suffix`` follows the
+    inputs' names (``"_t"``: ``step``'s ``query_t``, ``key_t``, ``value_t``)."""
+    q, k, v = (f"{name}{suffix}" for name in ("query", "key", "value"))
     if not dtype.is_floating_point:
-        raise TypeError(f"query, key, value must be floating point, got dtype {dtype}.")
+        raise TypeError(f"{q}, {k}, {v} must be floating point, got dtype {dtype}.")
     if dtype != weight_dtype and not torch.is_autocast_enabled(device_type):
         raise TypeError(
-            f"query has dtype {dtype}, but the module's parameters are {weight_dtype}: "
-            f"convert the inputs (query.to({weight_dtype})) or the module "
+            f"{q} has dtype {dtype}, but the module's parameters are {weight_dtype}: "
+            f"convert the inputs ({q}.to({weight_dtype})) or the module "
             f"(module.to({dtype})), or run under torch.autocast."
         )
