@@ -11,7 +11,12 @@ pytestmark = pytest.mark.torch
 
 from torch import nn  # noqa: E402
 
-from kernelkit.attention import FavorAttention  # noqa: E402
+from kernelkit.attention import (  # noqa: E402
+    FavorAttention,
+    attention_moments,
+    init_decoding_state,
+    linear_attention,
+)
 
 
 # ------------------------------------------------------------------ module masks
@@ -73,3 +78,29 @@ def test_module_step_names_an_input_dtype_that_is_not_the_modules():
     # bfloat16 tokens and projections under autocast: within a few bfloat16 roundings
     # (eps 2^-8) of the float32 step for outputs of size about 1
     torch.testing.assert_close(out.float(), ref, rtol=0, atol=0.1)
+
+
+# ------------------------------------------------------------------ SDPA's scale
+def test_a_zero_dim_tensor_scale_is_taken_as_sdpa_takes_it():
+    """SDPA takes ``scale=torch.tensor(0.5)`` (a temperature kept as a tensor) as the float
+    it holds; linear_attention refused it with a message about scale <= 0. A tensor scale
+    that requires grad would silently get no gradient (the scale is folded into the
+    features as a constant), so it raises; so does a tensor of more than one value."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    kw = dict(feature_map="positive", n_features=16, random_state=0)
+    for causal in (False, True):
+        ref = linear_attention(q, k, v, scale=0.3, is_causal=causal, **kw)
+        out = linear_attention(q, k, v, scale=torch.tensor(0.3), is_causal=causal, **kw)
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)  # the same float
+    m_ref = attention_moments(q, k, scale=0.3)
+    m_t = attention_moments(q, k, scale=torch.tensor(0.3))
+    assert torch.equal(m_t.second_y, m_ref.second_y)
+    st = init_decoding_state((2, 3), 4, "positive", 16, random_state=0, scale=torch.tensor(0.3))
+    assert st.scale == 0.3
+    with pytest.raises(ValueError, match="requires grad"):
+        linear_attention(q, k, v, scale=torch.tensor(0.3, requires_grad=True), **kw)
+    with pytest.raises(ValueError, match="scale must be a positive finite float"):
+        linear_attention(q, k, v, scale=torch.tensor([0.3, 0.3]), **kw)
+    with pytest.raises(ValueError, match="scale <= 0"):
+        linear_attention(q, k, v, scale=torch.tensor(-0.3), **kw)
