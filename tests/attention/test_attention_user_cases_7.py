@@ -86,17 +86,18 @@ def test_a_zero_dim_tensor_scale_is_taken_as_sdpa_takes_it():
     it holds; linear_attention refused it with a message about scale <= 0. A tensor scale
     that requires grad would silently get no gradient (the scale is folded into the
     features as a constant), so it raises; so does a tensor of more than one value."""
+    s = torch.tensor(0.3, dtype=torch.float64)  # holds the float 0.3 exactly
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
     kw = dict(feature_map="positive", n_features=16, random_state=0)
     for causal in (False, True):
         ref = linear_attention(q, k, v, scale=0.3, is_causal=causal, **kw)
-        out = linear_attention(q, k, v, scale=torch.tensor(0.3), is_causal=causal, **kw)
+        out = linear_attention(q, k, v, scale=s, is_causal=causal, **kw)
         torch.testing.assert_close(out, ref, rtol=0, atol=0)  # the same float
     m_ref = attention_moments(q, k, scale=0.3)
-    m_t = attention_moments(q, k, scale=torch.tensor(0.3))
+    m_t = attention_moments(q, k, scale=s)
     assert torch.equal(m_t.second_y, m_ref.second_y)
-    st = init_decoding_state((2, 3), 4, "positive", 16, random_state=0, scale=torch.tensor(0.3))
+    st = init_decoding_state((2, 3), 4, "positive", 16, random_state=0, scale=s)
     assert st.scale == 0.3
     with pytest.raises(ValueError, match="requires grad"):
         linear_attention(q, k, v, scale=torch.tensor(0.3, requires_grad=True), **kw)

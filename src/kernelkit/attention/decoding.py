@@ -70,6 +70,7 @@ from .functional import (
     _in_func_transform,
     _moments_per_head,
     _raise_not_finite,
+    _scale_arg,
     draw_features,
 )
 
@@ -790,7 +791,8 @@ def init_decoding_state(
     random_state, sampler, projection
         As in ``linear_attention`` (``projection``: ``W`` (n_proj, d) or ``{"W": W}``).
     scale : float, optional
-        Softmax scale (default ``1 / sqrt(d)``).
+        Softmax scale (default ``1 / sqrt(d)``); a tensor of one value, as in
+        ``linear_attention``.
     moments : Moments
         Required by the fitted maps (``gerf``, ``saderf``, ``aderf``, ``sderf``): from
         *other* data, ``attention_moments(q_calib, k_calib)`` (batch shape broadcastable
@@ -878,15 +880,7 @@ def _init_decoding_state(
         raise ValueError(f"batch_shape must hold non-negative ints, got {tuple(batch)}.")
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    elif not (
-        isinstance(scale, numbers.Real)
-        and not isinstance(scale, bool)
-        and scale > 0
-        and math.isfinite(scale)
-    ):
-        raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
+    scale = _scale_arg(scale, d)
     if name not in EXP_MAPS and name not in ("relu", "elu"):
         raise ValueError(
             f"feature_map={name!r} is bidirectional only: its features are not positive, so "

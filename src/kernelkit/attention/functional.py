@@ -135,6 +135,36 @@ def _check_n_features(n_features) -> int:
     return int(n_features)
 
 
+def _scale_arg(scale, d: int, hint: str = "") -> float:
+    """SDPA's ``scale`` as a float (None: ``1/sqrt(d)``): a positive finite real, or a
+    tensor of one such value as SDPA takes it (its float; a host read). A tensor that
+    requires grad (with grad enabled) raises: the scale is folded into the features as a
+    constant, so no gradient would reach it. ``hint`` ends the message of a bad value."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, torch.Tensor) and scale.numel() == 1 and not scale.is_complex():
+        if torch.compiler.is_compiling():  # a graph reads no tensor's value
+            raise ValueError(
+                "inside torch.compile, scale must be a Python float, not a tensor (its "
+                "value cannot be read in a graph): pass float(scale)."
+            )
+        if scale.requires_grad and torch.is_grad_enabled():
+            raise ValueError(
+                "scale requires grad, but it is a constant for autograd here (folded into "
+                "the features), so no gradient would reach it: pass scale.detach() or a "
+                "float, or scale q instead."
+            )
+        scale = scale.item()
+    if not (
+        isinstance(scale, numbers.Real)
+        and not isinstance(scale, bool)
+        and scale > 0
+        and math.isfinite(scale)
+    ):
+        raise ValueError(f"scale must be a positive finite float, got {scale!r}{hint}.")
+    return float(scale)
+
+
 def draw_features(
     feature_map: str,
     n_features: int,
@@ -207,7 +237,7 @@ def attention_moments(
     key_padding_mask : bool tensor (..., S), optional
         True marks a padded key (excluded).
     scale : float, optional
-        Defaults to ``1/sqrt(d)``.
+        Defaults to ``1/sqrt(d)``; a tensor of one value, as in ``linear_attention``.
     query_padding_mask : bool tensor (..., L), optional
         True marks a padded query (excluded). In self-attention the padded positions are
         queries too: pass the key padding mask here as well, so that their content does
@@ -257,15 +287,8 @@ def attention_moments(
             "q and k must have broadcastable leading (batch, head) dims, got "
             f"{tuple(q.shape)} and {tuple(k.shape)}.{_gqa_hint(q, k)}"
         ) from None
-    if scale is not None and not (
-        isinstance(scale, numbers.Real)
-        and not isinstance(scale, bool)
-        and scale > 0
-        and math.isfinite(scale)
-    ):
-        raise ValueError(f"scale must be a positive finite float, got {scale!r}.")
+    scale = _scale_arg(scale, q.shape[-1])
     _finite_check(None, q=q, k=k)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     x, y = _maps.scale_inputs(
         q.float() if q.dtype in _HALF else q, k.float() if k.dtype in _HALF else k, scale
     )
@@ -505,7 +528,9 @@ def linear_attention(
         op, ``kernelkit::draw_projection``, so compiled graphs keep them without a graph
         break); None or a Generator draws on every call (eager only).
     scale : float, optional
-        Defaults to ``1/sqrt(d)``.
+        Defaults to ``1/sqrt(d)``. A tensor of one value is taken as SDPA takes it (its
+        float, read on the host; eager only); one that requires grad raises, since no
+        gradient would reach it.
     sampler : {"orthogonal", "iid", "sorf", "hadamard", "halton"}
         How the projections are drawn (:func:`kernelkit.features.draw_projection`):
         block-orthogonal (Performer ORF) by default, each row N(0, I); ``"iid"``
@@ -650,19 +675,12 @@ def linear_attention(
     ):
         raise ValueError(f"chunk_size must be a power of two, got {chunk_size!r}.")
     d = q.shape[-1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    elif not (
-        isinstance(scale, numbers.Real)
-        and not isinstance(scale, bool)
-        and scale > 0
-        and math.isfinite(scale)
-    ):
-        raise ValueError(
-            f"scale must be a positive finite float, got {scale!r}: the features estimate "
-            "exp(scale q.k) from sqrt(scale) q and sqrt(scale) k, so SDPA's scale <= 0 is "
-            "not supported (for a negative scale, pass -q and -scale)."
-        )
+    scale = _scale_arg(
+        scale,
+        d,
+        ": the features estimate exp(scale q.k) from sqrt(scale) q and sqrt(scale) k, so "
+        "SDPA's scale <= 0 is not supported (for a negative scale, pass -q and -scale)",
+    )
     if is_causal and name in ("trig", "hybrid_angular"):
         raise ValueError(
             f"feature_map={name!r} is bidirectional only: its features are not positive, so "
