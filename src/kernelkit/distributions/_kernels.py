@@ -87,6 +87,13 @@ def _profile(name: str, r2: np.ndarray, ls: float) -> np.ndarray:
     return out
 
 
+def _below(sq_norms: np.ndarray) -> bool:
+    """Whether every squared norm is below 1e300: then ``|a|^2 + |b|^2`` and ``2 a.b``
+    (at most ``|a|^2 + |b|^2``) stay finite, so the norms' form of the squared distance
+    has no ``inf - inf``."""
+    return sq_norms.size == 0 or bool(np.max(sq_norms) < 1e300)
+
+
 class Kernel:
     """A kernel with cached squared norms, evaluated in column blocks.
 
@@ -139,12 +146,15 @@ class Kernel:
         Contiguous, in-place passes (one per coordinate plus the profile): the column
         oracle of the pivoted Cholesky (named kernels only; ``tmp`` is scratch (n,)).
         """
-        np.subtract(Xt[0], x[0], out=out)
-        np.square(out, out=out)
-        for j in range(1, Xt.shape[0]):
-            np.subtract(Xt[j], x[j], out=tmp)
-            np.square(tmp, out=tmp)
-            out += tmp
+        # squared distances that overflow are inf, the kernel there its limit 0: no
+        # warning (as in __call__)
+        with np.errstate(over="ignore"):
+            np.subtract(Xt[0], x[0], out=out)
+            np.square(out, out=out)
+            for j in range(1, Xt.shape[0]):
+                np.subtract(Xt[j], x[j], out=tmp)
+                np.square(tmp, out=tmp)
+                out += tmp
         res = _profile(self.name, out, self.lengthscale)
         if res is not out:
             out[:] = res
@@ -173,7 +183,15 @@ class Kernel:
         # squared distances that overflow (points far from each other, e.g. queries far
         # outside the data) are inf, and the kernel there is its limit 0: no warning
         with np.errstate(over="ignore"):
-            if A.shape[1] <= _DIRECT_DIMS:  # exact differences: no cancellation near r = 0
+            if A.shape[1] > _DIRECT_DIMS:
+                if a2 is None:
+                    a2 = np.einsum("ij,ij->i", A, A)
+                if b2 is None:
+                    b2 = np.einsum("ij,ij->i", B, B)
+            # the norms' form |a|^2 + |b|^2 - 2 a.b is inf - inf = NaN where a norm (or
+            # a.b) leaves float64: there, too, the explicit differences
+            if A.shape[1] <= _DIRECT_DIMS or not (_below(a2) and _below(b2)):
+                # exact differences: no cancellation near r = 0
                 r2 = np.subtract.outer(A[:, 0], B[:, 0])  # (na, nb)
                 r2 *= r2
                 for j in range(1, A.shape[1]):
@@ -181,10 +199,6 @@ class Kernel:
                     diff *= diff
                     r2 += diff
             else:
-                if a2 is None:
-                    a2 = np.einsum("ij,ij->i", A, A)
-                if b2 is None:
-                    b2 = np.einsum("ij,ij->i", B, B)
                 r2 = A @ B.T  # (na, nb)
                 r2 *= -2.0
                 r2 += a2[:, None]
