@@ -53,3 +53,49 @@ def test_jdl_basis_on_rows_far_apart_is_the_kernel_limit_in_any_dimension(d):
     np.testing.assert_allclose(
         mean, reference.conditional_expectation(Y, X[:12, :3]), rtol=1e-9, atol=1e-9
     )
+
+
+def _gaussian_maps():
+    from kernelkit.features import (
+        AngularHybridRF,
+        ComplexExponentialRF,
+        GaussianHybridRF,
+        NormalizedGaussianHybridRF,
+        PositiveRF,
+        RandomFourierFeatures,
+        RandomMaclaurin,
+    )
+
+    return [
+        RandomMaclaurin(16, kernel="gaussian", random_state=0),
+        AngularHybridRF(8, 4, kernel="gaussian", random_state=0),
+        GaussianHybridRF(8, 4, kernel="gaussian", random_state=0),
+        NormalizedGaussianHybridRF(8, 4, kernel="gaussian", random_state=0),
+        ComplexExponentialRF(8, kernel="gaussian", random_state=0),
+        PositiveRF(8, kernel="gaussian", random_state=0),
+        RandomFourierFeatures(8, random_state=0),
+    ]
+
+
+@pytest.mark.parametrize("fm", _gaussian_maps(), ids=lambda fm: type(fm).__name__)
+def test_gaussian_exact_kernel_of_near_duplicates_far_from_the_origin(fm):
+    """Rows of norm ~1e8 in 12 coordinates and their near-duplicates at distance ~1:
+    the maps' ``exact_kernel`` formed ``|x|^2 + |y|^2 - 2 x.y``, whose rounding error
+    ``~ d eps |x|^2`` is ~1 here, so ``k(x, x)`` came out as 0.78 and the near-duplicates'
+    values off by up to 0.5 (where ``kernelkit.kernels.gaussian_kernel`` is right), and
+    the random Fourier features' variance at ``x = y`` was not 0. The reference is
+    ``exp(-|x - y|^2 / 2)`` from the differences: each is rounded once (relative 1e-16
+    of |x| = 1e8, so 1e-8 absolute on a difference of order 1), and the kernel, in
+    [0, 1], moves by less than 1e-7; the diagonal is exactly 1."""
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((5, 12)) * 3e7
+    B = np.vstack([A[:2], A[2:] + 0.3 * rng.standard_normal((3, 12))])
+    want = np.exp(-0.5 * np.sum((A - B) ** 2, axis=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the features' own overflow
+        fm.fit(A, Y=B)
+        K = fm.exact_kernel(A, B)
+    np.testing.assert_allclose(np.diag(K), want, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(np.diag(fm.exact_kernel(A, A)), 1.0)
+    if type(fm).__name__ == "RandomFourierFeatures":  # exact at x = y
+        np.testing.assert_array_equal(np.diag(fm.variance(A, A)), 0.0)
