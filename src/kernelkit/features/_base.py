@@ -65,6 +65,7 @@ from .._backend.chunks import checked_chunks, is_dask_array
 from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.parallel import block_map
 from .._backend.sklearn_validation import check_lazy_output, check_positional_keys, for_container
+from ..kernels import _gaussian_log_kernel
 from ._dask import fit_dask, lazy_features
 from .sampling import _BIASED_QUIET, BIASED_SAMPLERS
 
@@ -97,6 +98,27 @@ def _sparse_classes() -> str:
         and not n.endswith("FeatureMap")  # the base classes FeatureMap, DotProductFeatureMap
     ]
     return ", ".join(sorted(ok))
+
+
+def gaussian_log_kernel(xp, X, Y, lengthscale: float = 1.0):
+    """``-|x - y|^2 / (2 l^2)`` of dense ``X`` (n, d), ``Y`` (m, d), accurate for
+    near-duplicate rows far from the origin (where ``|x|^2 + |y|^2 - 2 x.y`` loses every
+    digit), exactly 0 for equal rows (the zero-variance points of the variance formulas)
+    and finite, ``<= 0``, for inputs of any size (the exponent of
+    :func:`kernelkit.kernels.gaussian_kernel`); an (n, 0) or (0, m) array for empty
+    inputs."""
+    if X.shape[0] == 0 or Y.shape[0] == 0:
+        return xp.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype, device=device(X))
+    return _gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero=True)
+
+
+def gaussian_of_rows(xp, X, Y):
+    """``exp(-|x - y|^2 / 2)`` (n, m) of prepared (lengthscale-scaled) dense rows ``X``
+    (n, d), ``Y`` (m, d): the exponential of :func:`gaussian_log_kernel`, exactly 1 for
+    equal rows and 0 for distant ones whatever their norm (the expanded square is
+    ``inf - inf = NaN`` for rows of norm above ~1e154, and its rounding on rows of that
+    size gave 0 for 1 on equal rows)."""
+    return xp.exp(gaussian_log_kernel(xp, X, Y, 1.0))
 
 
 class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceFit, BaseEstimator):
@@ -1201,20 +1223,6 @@ def safe_log(xp, v):
     pos = v > 0
     safe = xp.where(pos, v, xp.ones_like(v))
     return xp.where(pos, xp.log(safe), xp.full_like(v, -math.inf))
-
-
-def gaussian_of_rows(xp, X, Y):
-    """``exp(-|x - y|^2 / 2)`` (n, m) of prepared (lengthscale-scaled) rows ``X`` (n, d),
-    ``Y`` (m, d), as :func:`kernelkit.kernels.gaussian_kernel` forms it: on centred rows
-    scaled by a power of two, the pairs whose expanded square cancels recomputed from
-    ``x - y``. The expanded square itself is ``inf - inf = NaN`` for rows of norm above
-    ~1e154, and its rounding on rows of that size, times their scale, gave 0 for 1 on
-    equal rows. An empty ``X`` or ``Y`` gives an empty result."""
-    if X.shape[0] == 0 or Y.shape[0] == 0:
-        return xp.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype, device=device(X))
-    from ..kernels import _gaussian_log_kernel
-
-    return xp.exp(_gaussian_log_kernel(xp, X, Y, 1.0))
 
 
 def sq_norms(xp, X):

@@ -46,6 +46,7 @@ from ._base import (
     check_bool,
     check_real,
     complex_dtype,
+    gaussian_log_kernel,
     gaussian_of_rows,
     param_cache,
     real_gram,
@@ -348,10 +349,10 @@ class RandomFourierFeatures(FeatureMap):
     # ------------------------------------------------------------------ variance
     def _sq_dist(self, X, Y, xp):
         # |x - y|^2 / l^2 for validated X (n, d), Y (m, d)
+        # -2 log k from the differences where |x|^2 + |y|^2 - 2 x.y cancels (near-duplicates
+        # far from the origin): 0 at x = y
         Xs, Ys = X / self.lengthscale_, Y / self.lengthscale_
-        nx = xp.sum(Xs * Xs, axis=1)[:, None]
-        ny = xp.sum(Ys * Ys, axis=1)[None, :]
-        return xp.clip(nx + ny - 2.0 * (Xs @ xp.matrix_transpose(Ys)), min=0.0)
+        return -2.0 * gaussian_log_kernel(xp, Xs, Ys, 1.0)
 
     def _rff_variance(self, X, Y, xp, part="real"):
         """``(rff_variance (n, m), |delta|^2 (n, m))`` for i.i.d. frequencies, with
@@ -377,9 +378,9 @@ class RandomFourierFeatures(FeatureMap):
 
     def _exact_kernel(self, X, Y, xp):
         """The Gaussian kernel ``exp(-|x - y|^2 / (2 l^2))``, (n, m), as
-        :func:`kernelkit.kernels.gaussian_kernel` forms it: the expanded square of
-        :meth:`_sq_dist` is ``inf - inf = NaN`` for rows of norm above ~1e154 (over the
-        lengthscale)."""
+        :func:`kernelkit.kernels.gaussian_kernel` forms it (:func:`gaussian_of_rows`):
+        exactly 1 for equal rows, and never ``inf - inf = NaN`` for rows of norm above
+        ~1e154 (over the lengthscale)."""
         Xs, Ys = X / self.lengthscale_, Y / self.lengthscale_
         return gaussian_of_rows(xp, Xs, Ys)
 

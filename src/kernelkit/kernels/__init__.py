@@ -279,7 +279,7 @@ def _log_kernel(xp, X, Y, alpha, lengthscale=1.0):
     return out
 
 
-def _gaussian_log_kernel(xp, X, Y, lengthscale):
+def _gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero: bool = False):
     """``-|x - y|^2 / (2 l^2)`` for all pairs, shape (..., n, m): accurate, ``<= 0``.
 
     The expanded square ``|x|^2 + |y|^2 - 2 x^T y`` (one matrix product) is formed on
@@ -288,6 +288,9 @@ def _gaussian_log_kernel(xp, X, Y, lengthscale):
     ``(d + 2) eps (|x|^2 + |y|^2)``; pairs where that bound is not small next to the
     distance itself (near-duplicates far from the centre, or a tiny lengthscale), and
     where the kernel has not certainly underflowed, are recomputed from ``x - y`` directly.
+    ``exact_zero``: also recompute the pairs whose expanded square is within its rounding
+    error of 0 even where that moves the exponent by less than ``eps``, so that equal rows
+    give exactly 0 (where a variance formula needs the exact zero of ``x = y``).
     """
     with np.errstate(over="ignore", invalid="ignore"):
         c = xp.mean(X * 0.5, axis=-2, keepdims=True) * 2.0  # (..., 1, d)
@@ -321,7 +324,7 @@ def _gaussian_log_kernel(xp, X, Y, lengthscale):
     gamma = (X.shape[-1] + 2) * eps
     limit = -1.2 * math.log(float(xp.finfo(X.dtype).smallest_normal))
     worst = gamma * (float(xp.max(_detached(nx))) + float(xp.max(_detached(ny))))
-    if 0.5 * worst * f * f <= eps:  # Python floats: saturates at inf
+    if 0.5 * worst * f * f <= eps and not exact_zero:  # Python floats: saturates at inf
         return logk
     redo = s > 4.0 * d2  # (..., n, m)
     if not bool(xp.any(redo)):
@@ -329,7 +332,10 @@ def _gaussian_log_kernel(xp, X, Y, lengthscale):
     b, i, j = xp.nonzero(xp.reshape(redo, (-1, *redo.shape[-2:])))
     s_r = xp.reshape(s, (-1, *s.shape[-2:]))[b, i, j]
     d2_r = xp.reshape(d2, (-1, *d2.shape[-2:]))[b, i, j]
-    keep = (-exponent(gamma * s_r, f) > eps) & (-exponent(d2_r - gamma * s_r, f) < limit)
+    moves = -exponent(gamma * s_r, f) > eps
+    if exact_zero:  # d2 indistinguishable from 0: x = y gives exactly 0
+        moves = moves | (d2_r <= 4.0 * gamma * s_r)
+    keep = moves & (-exponent(d2_r - gamma * s_r, f) < limit)
     b, i, j = b[keep], i[keep], j[keep]
     if b.shape[0] == 0:
         return logk
