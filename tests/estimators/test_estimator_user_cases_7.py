@@ -1,7 +1,8 @@
 """Regression tests from a new user's try-out of the estimators (seventh round).
 
-Complex feature maps in ``RandomFeatureRidge``: the objective the coefficients minimise.
-Each test fails on the code (or documentation) before its fix.
+Complex feature maps in ``RandomFeatureRidge``: the objective the coefficients minimise
+(the code was right and the documentation wrong: the test of the documentation fails
+before its fix, the numerical one pins what it now states and fails on a broken solve).
 """
 
 from __future__ import annotations

@@ -135,11 +135,15 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
 
         With weights ``w_i`` (``sample_weight``; 1 when None) and ``phi_i = phi(x_i)``,
 
-        ``coef, intercept = argmin_{b, c} sum_i w_i |y_i - Re(phi_i^T b) - c|^2 + alpha |b|^2``
+        ``coef, intercept = argmin_{b, c} sum_i w_i |y_i - phi_i^T b - c|^2 + alpha |b|^2``
 
         as scikit-learn's ``Ridge``: ``alpha`` is not scaled by the weights, and with
         ``fit_intercept`` the features and targets are centred at their weighted means
-        (``c = ybar_w - Re(phibar_w^T b)``). An integer weight ``k`` is the row repeated
+        (``c = ybar_w - phibar_w^T b``, ``intercept_ = Re c``). For complex features ``b``
+        and ``c`` are complex and the square is the modulus of the complex residual, its
+        imaginary part included (the complex GP's posterior mean, App. D), not the square
+        of its real part, which would be ridge on ``[Re Phi, -Im Phi]``, another model;
+        :meth:`predict` takes the real part. An integer weight ``k`` is the row repeated
         ``k`` times; a zero weight drops the row. A feature map that reads the FAVOR#
         moments (GERF, SADERF, ADERF, SDERF) is fitted on the weighted moments, so this
         holds for it too; other maps are fitted on ``X`` as without weights.
