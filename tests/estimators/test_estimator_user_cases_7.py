@@ -2,7 +2,9 @@
 
 Complex feature maps in ``RandomFeatureRidge``: the objective the coefficients minimise
 (the code was right and the documentation wrong: the test of the documentation fails
-before its fix, the numerical one pins what it now states and fails on a broken solve).
+before its fix, the numerical one pins what it now states and fails on a broken solve);
+``RandomFeatures(method="hybrid_clustered")`` on data with fewer distinct rows than its
+k-means centres (the message named a parameter ``RandomFeatures`` does not have).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelkit.estimators import RandomFeatureRidge
+from kernelkit.estimators import RandomFeatureRidge, RandomFeatures
 from kernelkit.features import RandomFourierFeatures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +87,25 @@ def test_ridge_docs_state_the_complex_modulus_objective():
     for text in (doc, row[:200]):
         assert "Re(phi_i^T b)" not in text
         assert "|y_i - phi_i^T b - c|^2" in text
+
+
+@pytest.mark.parametrize("side", ["X", "Y"])
+def test_random_features_hybrid_clustered_too_few_distinct_rows_message(side):
+    """``RandomFeatures(method="hybrid_clustered")`` fits ``ClusteredHybridRF`` with its
+    default two k-means centres per side: on data of one distinct row the error said
+    "lower n_clusters", a parameter ``RandomFeatures`` does not have. It names the method,
+    the two centres it uses, the side and its distinct rows, and what to do instead."""
+    rng = np.random.default_rng(0)
+    X = 0.3 * rng.standard_normal((20, 3))
+    same = np.tile(X[:1], (10, 1))  # ten copies of one row
+    rf = RandomFeatures(method="hybrid_clustered", n_components=256, random_state=0)
+    with pytest.raises(ValueError) as info:
+        if side == "X":
+            rf.fit(same)
+        else:
+            rf.fit(X, Y=same)
+    msg = str(info.value)
+    assert "RandomFeatures(method='hybrid_clustered')" in msg
+    assert f"1 distinct {side} row" in msg
+    assert "ClusteredHybridRF(n_clusters=" in msg  # how to fit one centre instead
+    assert "lower n_clusters" not in msg
