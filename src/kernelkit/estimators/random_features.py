@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -413,7 +414,13 @@ class RandomFeatures(
             self.__dict__.pop("variance_estimates_", None)
         self.method_ = name
         fm = self._make_map(name, self.random_state)
-        self.feature_map_ = fm.fit(X, Y=Y) if fit is None else fit(fm)
+        try:
+            self.feature_map_ = fm.fit(X, Y=Y) if fit is None else fit(fm)
+        except ValueError as exc:
+            translated = _in_random_features_terms(exc, name)
+            if translated is exc:
+                raise
+            raise translated from exc
         self._n_features_out = int(self.feature_map_.output_dim)
         self._record_fit_params()
         return self
@@ -605,6 +612,32 @@ def _finite_mean(rel) -> float:
     if top == 0.0:
         return 0.0
     return top * float(np.mean(rel / top))
+
+
+#: ``ClusteredHybridRF``'s error for fewer distinct points than k-means centres
+_TOO_FEW_DISTINCT = re.compile(
+    r"n_clusters=(\d+) for (X|Y) exceeds the number of distinct \2 points \((\d+)\) "
+    r"among its n_samples=(\d+)"
+)
+
+
+def _in_random_features_terms(exc: ValueError, name: str) -> ValueError:
+    """The map's fit error ``exc`` in ``RandomFeatures``' terms: ``"hybrid_clustered"``
+    on fewer distinct rows than its k-means centres says to lower ``n_clusters``, a
+    parameter of ``ClusteredHybridRF`` that ``RandomFeatures`` does not pass on (it keeps
+    the map's default); other errors are returned as they are (the same object)."""
+    match = _TOO_FEW_DISTINCT.search(str(exc))
+    if name != "hybrid_clustered" or match is None:
+        return exc
+    k, side, distinct, n = match.groups()
+    rows = "row" if distinct == "1" else "rows"
+    return ValueError(
+        f"RandomFeatures(method='hybrid_clustered') fits ClusteredHybridRF with its default "
+        f"n_clusters={k} k-means centres on each side, but {side} has {distinct} distinct "
+        f"{side} {rows} among its n_samples={n}: give {side} at least {k} distinct rows, "
+        f"or use kernelkit.features.ClusteredHybridRF(n_clusters=...) with fewer centres "
+        f"(or another method)."
+    )
 
 
 def _sample_rows(X, size: int, rng, name: str = "X"):
