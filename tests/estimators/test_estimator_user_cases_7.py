@@ -4,7 +4,8 @@ Complex feature maps in ``RandomFeatureRidge``: the objective the coefficients m
 (the code was right and the documentation wrong: the test of the documentation fails
 before its fix, the numerical one pins what it now states and fails on a broken solve);
 ``RandomFeatures(method="hybrid_clustered")`` on data with fewer distinct rows than its
-k-means centres (the message named a parameter ``RandomFeatures`` does not have).
+k-means centres (the message named a parameter ``RandomFeatures`` does not have); bytes
+class labels (the message called them mixed, or did not name the estimator and ``y``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelkit.estimators import RandomFeatureRidge, RandomFeatures
+from kernelkit.estimators import (
+    NadarayaWatsonClassifier,
+    RandomFeatureGPClassifier,
+    RandomFeatureRidge,
+    RandomFeatures,
+)
 from kernelkit.features import RandomFourierFeatures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,3 +115,49 @@ def test_random_features_hybrid_clustered_too_few_distinct_rows_message(side):
     assert f"1 distinct {side} row" in msg
     assert "ClusteredHybridRF(n_clusters=" in msg  # how to fit one centre instead
     assert "lower n_clusters" not in msg
+
+
+def _bytes_label_fits():
+    """``(name, fit)`` pairs fitting each classifier on bytes labels, in memory and out of
+    core (a Dask array; an iterable of blocks)."""
+    import dask.array as da
+
+    X = np.random.default_rng(0).standard_normal((20, 2))
+    y = np.array([b"cat", b"dog"] * 10)
+    gp = RandomFeatureGPClassifier(RandomFourierFeatures(16, random_state=0), random_state=0)
+    nw = NadarayaWatsonClassifier(n_components=16, random_state=0)
+    Xd, yd = da.from_array(X, chunks=10), da.from_array(y, chunks=10)
+    blocks = [(X[:10], y[:10]), (X[10:], y[10:])]
+    return [
+        ("RandomFeatureGPClassifier", lambda: gp.fit(X, y)),
+        ("RandomFeatureGPClassifier", lambda: gp.fit(Xd, yd)),
+        ("RandomFeatureGPClassifier", lambda: gp.fit(blocks, None)),
+        ("NadarayaWatsonClassifier", lambda: nw.fit(X, y)),
+        ("NadarayaWatsonClassifier", lambda: nw.fit(Xd, yd)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_bytes_labels_error_says_bytes_are_not_supported(case):
+    """Bytes labels (``np.array([b"cat", b"dog"])``) are of one sortable type, but
+    scikit-learn's classification targets refuse them. In memory the classifiers said
+    "class labels must be of one type that can be sorted (...), got bytes", as if the
+    labels were mixed; out of core the GP classifier gave scikit-learn's message without
+    naming the estimator or ``y``. Now every path names both and says what to do."""
+    name, fit = _bytes_label_fits()[case]
+    with pytest.raises(TypeError) as info:
+        fit()
+    msg = str(info.value)
+    assert msg.startswith(f"{name}: y: ")
+    assert "bytes is not supported" in msg
+    assert "one type that can be sorted" not in msg
+
+
+@pytest.mark.parametrize("cls", [RandomFeatureGPClassifier, NadarayaWatsonClassifier])
+def test_mixed_type_labels_error_unchanged(cls):
+    """Control: labels of two types (numbers and strings) keep the message that names
+    their types (passes before and after the fix of bytes labels)."""
+    X = np.random.default_rng(0).standard_normal((20, 2))
+    y = np.array(["a", 1] * 10, dtype=object)  # a string first: scikit-learn sorts them
+    with pytest.raises(TypeError, match=r"one type that can be sorted .* got int, str"):
+        cls(random_state=0).fit(X, y)
