@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from sklearn.utils.multiclass import check_classification_targets
 
 from .._backend.chunks import (
     check_block,
@@ -36,7 +35,7 @@ from ._chunked import (
     dask_sample_weight,
 )
 from ._feature_map_param import map_features
-from ._labels import check_missing_labels, encode_labels
+from ._labels import check_label_targets, check_missing_labels, encode_labels
 from ._posterior import gram_primal
 
 __all__ = ["blocked_class_statistics", "class_statistics", "class_training_rows"]
@@ -123,7 +122,7 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
     # e.g. "Unknown label type: continuous". Each label twice: distinct labels are not
     # "more unique classes than 50 % of the samples" (scikit-learn's warning), without
     # warnings.catch_warnings, whose process-wide save and restore is not thread-safe
-    check_classification_targets(np.repeat(classes, 2))
+    check_label_targets(owner, np.repeat(classes, 2))
     return classes, [stats[key] for key in ranked]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
-__all__ = ["check_missing_labels", "encode_labels", "log_proba"]
+__all__ = ["check_label_targets", "check_missing_labels", "encode_labels", "log_proba"]
 
 
 def check_missing_labels(owner: str, y) -> None:
@@ -44,17 +44,33 @@ def encode_labels(owner: str, y, check: bool = True) -> tuple[np.ndarray, np.nda
     after scikit-learn's check of classification targets (``check=False``: without it);
     a ``TypeError`` naming ``y`` and its types when the labels cannot be sorted (strings
     mixed with numbers)."""
+    if check:
+        check_label_targets(owner, y)
     try:
-        if check:
-            check_classification_targets(y)
         return np.unique(y, return_inverse=True)
-    except TypeError:
-        types = sorted({type(label).__name__ for label in np.asarray(y, dtype=object).ravel()})
-        raise TypeError(
-            f"{owner}: y: class labels must be of one type that can be sorted (all "
-            f"strings or all numbers), got {', '.join(types)}; convert them, e.g. "
-            "y.astype(str)."
-        ) from None
+    except TypeError as exc:
+        raise _label_type_error(owner, y, exc) from None
+
+
+def check_label_targets(owner: str, y) -> None:
+    """scikit-learn's ``check_classification_targets(y)`` with its ``TypeError`` naming
+    ``owner`` and ``y``: labels of several types that cannot be sorted say so and name the
+    types; labels of one type it refuses (bytes) keep scikit-learn's reason."""
+    try:
+        check_classification_targets(y)
+    except TypeError as exc:
+        raise _label_type_error(owner, y, exc) from None
+
+
+def _label_type_error(owner: str, y, exc: TypeError) -> TypeError:
+    types = sorted({type(label).__name__ for label in np.asarray(y, dtype=object).ravel()})
+    if len(types) == 1:  # one type, refused as such (bytes): scikit-learn's reason
+        return TypeError(f"{owner}: y: {exc}")
+    return TypeError(
+        f"{owner}: y: class labels must be of one type that can be sorted (all "
+        f"strings or all numbers), got {', '.join(types)}; convert them, e.g. "
+        "y.astype(str)."
+    )
 
 
 def log_proba(P):
