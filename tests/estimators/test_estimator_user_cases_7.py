@@ -5,7 +5,8 @@ Complex feature maps in ``RandomFeatureRidge``: the objective the coefficients m
 before its fix, the numerical one pins what it now states and fails on a broken solve);
 ``RandomFeatures(method="hybrid_clustered")`` on data with fewer distinct rows than its
 k-means centres (the message named a parameter ``RandomFeatures`` does not have); bytes
-class labels (the message called them mixed, or did not name the estimator and ``y``).
+class labels (the message called them mixed, or did not name the estimator and ``y``);
+sample weights so far apart that the primal solve fails (the message blamed the noise).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
     RandomFeatureGPClassifier,
+    RandomFeatureGPRegressor,
     RandomFeatureRidge,
     RandomFeatures,
 )
@@ -161,3 +163,63 @@ def test_mixed_type_labels_error_unchanged(cls):
     y = np.array(["a", 1] * 10, dtype=object)  # a string first: scikit-learn sorts them
     with pytest.raises(TypeError, match=r"one type that can be sorted .* got int, str"):
         cls(random_state=0).fit(X, y)
+
+
+def _huge_weight_data():
+    rng = np.random.default_rng(18)
+    X = rng.standard_normal((60, 2))
+    y = X[:, 0]
+    return X, y, np.where(y > 0, "a", "b")
+
+
+@pytest.mark.parametrize("kind", ["ridge", "gp", "gpc"])
+def test_primal_solve_failing_on_far_apart_sample_weights_names_them(kind):
+    """One row of weight 1e200 among weights 1 (60 rows, 32 features: the primal form)
+    makes ``B = I + Phi^H W Phi / noise`` of entries ~1e200 whose Cholesky factorisation
+    cancels to negative pivots: the error blamed the noise ("increase the noise /
+    regularisation", which does not help) and did not name ``sample_weight``. It now
+    names it, its spread, and the ``n x n`` form that solves it."""
+    X, y, labels = _huge_weight_data()
+    w = np.ones(60)
+    w[0] = 1e200
+    fm = RandomFourierFeatures(32, random_state=0)
+    est = {
+        "ridge": RandomFeatureRidge(fm, alpha=1.0),
+        "gp": RandomFeatureGPRegressor(fm, noise=0.1),
+        "gpc": RandomFeatureGPClassifier(fm, random_state=0),
+    }[kind]
+    target = labels if kind == "gpc" else y
+    with pytest.raises(np.linalg.LinAlgError) as info:
+        est.fit(X, target, sample_weight=w)
+    msg = str(info.value)
+    assert f"{type(est).__name__}: sample_weight spans 1e+200" in msg
+    assert "solver='dual'" in msg
+
+
+def test_dual_solve_of_far_apart_sample_weights_is_the_limit():
+    """The remedy the message gives: ``solver="dual"`` fits the weights of the previous
+    test. A weight of 1e200 is the row's exact constraint; a weight of 1e8 differs from it
+    by a noise ``0.1 / 1e8`` on that row, so the predictions (of order 1) agree to ~1e-9
+    (measured 1.4e-9): 1e-6 leaves room for the conditioning of the n x n system."""
+    X, y, _ = _huge_weight_data()
+    fm = RandomFourierFeatures(32, random_state=0)
+    gp = RandomFeatureGPRegressor(fm, noise=0.1, solver="dual")
+    w = np.ones(60)
+    w[0] = 1e200
+    huge = gp.fit(X, y, sample_weight=w).predict(X)
+    w[0] = 1e8
+    large = gp.fit(X, y, sample_weight=w).predict(X)
+    np.testing.assert_allclose(huge, large, rtol=0, atol=1e-6)
+
+
+def test_primal_solve_failing_without_far_apart_weights_keeps_its_message():
+    """Control: a failure not due to the weights (equal weights; a noise of 1e-20 in the
+    primal form of 128 features for 60 rows, whose ``B`` has condition ~1e20) blames the
+    noise and says nothing of the weights (passes before and after the fix)."""
+    X, y, _ = _huge_weight_data()
+    fm = RandomFourierFeatures(128, random_state=0)
+    est = RandomFeatureGPRegressor(fm, noise=1e-20, solver="primal")
+    with pytest.raises(np.linalg.LinAlgError) as info:
+        est.fit(X, y, sample_weight=np.full(60, 2.0))
+    assert "increase the noise" in str(info.value)
+    assert "sample_weight" not in str(info.value)
