@@ -90,6 +90,7 @@ __all__ = [
     "reject_block_iterable",
     "training_rows",
     "use_blocked_statistics",
+    "weights_in_solver_errors",
 ]
 
 #: ``n x D`` above which an in-memory primal fit reduces statistics in row blocks
@@ -180,6 +181,41 @@ def noise_rows(w: np.ndarray, noise: float) -> np.ndarray:
     double precision, while an infinite variance would be refused by the solver."""
     with np.errstate(divide="ignore", over="ignore"):
         return np.isfinite(noise / w)
+
+
+#: the spread of sample weights (largest over smallest positive) from which a failed
+#: primal solve is put down to them: ``B = I + Phi^H W Phi / noise`` of weights that far
+#: apart has entries far beyond its O(1) part, whose Cholesky pivots then carry rounding
+#: errors of ``eps`` times the largest (``1 / sqrt(eps) ~ 7e7``: a square of it is 1 / eps)
+WEIGHT_SPREAD = 1e8
+
+
+@contextlib.contextmanager
+def weights_in_solver_errors(owner: str, w, noise_name: str):
+    """Re-raise a ``LinAlgError`` of the primal solve in the block naming ``sample_weight``
+    when the weights ``w`` (a NumPy vector; None or a Dask array: unchanged) span more than
+    :data:`WEIGHT_SPREAD`: the noise of row ``i`` is ``noise_name / w_i``, and increasing
+    the noise, as the solver's message says, does not help. The ``n x n`` dual form
+    factorises ``K_hat + diag(noise / w)`` and fits them (a failure there is unchanged)."""
+    try:
+        yield
+    except np.linalg.LinAlgError as exc:
+        if not isinstance(w, np.ndarray) or "kernel matrix" in str(exc):  # dual: as is
+            raise
+        positive = w[w > 0]
+        spread = float(positive.max() / positive.min()) if positive.size else 1.0
+        if not spread >= WEIGHT_SPREAD:
+            raise
+        raise np.linalg.LinAlgError(
+            f"{owner}: sample_weight spans {spread:.3g} (its largest over its smallest "
+            f"positive weight): the noise of row i is {noise_name} / w_i, and the primal "
+            "system B = I + Phi^H W Phi / noise of weights that far apart is not positive "
+            "definite in float64 (a larger noise does not help while the weights are as far "
+            "apart). Bring the weights closer together (a "
+            "weight 1e15 times the others already makes its row an exact constraint), or fit "
+            "with solver='dual' (the n x n form, which factorises K_hat + diag(noise / w)) "
+            "when n is small."
+        ) from exc
 
 
 def chunked_sample_weight(X, y, sample_weight, owner: str):

@@ -40,6 +40,7 @@ from ._chunked import (
     prediction_rows,
     training_rows,
     use_blocked_statistics,
+    weights_in_solver_errors,
 )
 from ._chunked_classes import blocked_class_statistics, class_statistics, class_training_rows
 from ._feature_map_param import fitted_feature_map, map_features
@@ -48,6 +49,9 @@ from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gra
 from .ridge import check_positive_float
 
 __all__ = ["RandomFeatureGPClassifier", "RandomFeatureGPRegressor", "milios_transform"]
+
+#: the classifier's noise of row ``i`` in class ``c``, as its sample-weight errors name it
+_MILIOS_NOISE = "the Milios noise sigma^2_{c,i}"
 
 
 def milios_transform(y, alpha: float):
@@ -195,13 +199,14 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         rows = training_rows(self, X, y, sample_weight)
         fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs)  # 2. the map
         # 3.-4. features or their statistics, and the posterior: the fit's only branch
-        if rows.chunked:  # statistics reduced over the chunks
-            self._solve_statistics(chunk_statistics(fm, rows, amp), noise)
-        elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
-            stats = blocked_statistics(fm, rows.X, rows.Y, amp, n_jobs, rows.w)
-            self._solve_statistics(stats, noise)
-        else:  # all features (n, D), primal (eq. 88-90) or dual (eq. 84-85)
-            self._solve_features(map_features(fm, rows.X, amp), rows.Y, noise, rows.w)
+        with weights_in_solver_errors(type(self).__name__, rows.w, "noise"):
+            if rows.chunked:  # statistics reduced over the chunks
+                self._solve_statistics(chunk_statistics(fm, rows, amp), noise)
+            elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
+                stats = blocked_statistics(fm, rows.X, rows.Y, amp, n_jobs, rows.w)
+                self._solve_statistics(stats, noise)
+            else:  # all features (n, D), primal (eq. 88-90) or dual (eq. 84-85)
+                self._solve_features(map_features(fm, rows.X, amp), rows.Y, noise, rows.w)
         self._single, self._amp, self._noise = rows.y_ndim == 1, amp, noise
         return self
 
@@ -485,15 +490,17 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 # n x D beyond STREAM_ENTRIES: the per-class sums over row blocks, as a
                 # chunked fit (one slab of features at a time, never all of them)
                 grams = blocked_class_statistics(self.feature_map_, X, y_idx, C, amp, n_jobs, w)
-                self.posteriors_ = _posteriors_from_grams(grams, *labels)
+                with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE):
+                    self.posteriors_ = _posteriors_from_grams(grams, *labels)
                 self.mc_noise_ = rng.standard_normal((S, C))
                 self._amp = amp
                 return self
             Phi = map_features(self.feature_map_, X, amp)
-            if choose_solver(self.solver, *Phi.shape) == "primal":
-                self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels, w)
-            else:
-                self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels, w)
+            with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE):
+                if choose_solver(self.solver, *Phi.shape) == "primal":
+                    self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels, w)
+                else:
+                    self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels, w)
         self.mc_noise_ = rng.standard_normal((S, len(self.classes_)))
         self._amp = amp
         return self

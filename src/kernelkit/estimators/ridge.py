@@ -26,6 +26,7 @@ from ._chunked import (
     prediction_rows,
     training_rows,
     use_blocked_statistics,
+    weights_in_solver_errors,
 )
 from ._feature_map_param import map_features
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver
@@ -172,14 +173,15 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         rows = training_rows(self, X, y, sample_weight)
         fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs)  # 2. the map
         # 3.-4. features or their statistics, and the solve: the fit's only branch
-        if rows.chunked:  # statistics reduced over the chunks
-            coef, intercept, n = self._solve_statistics(chunk_statistics(fm, rows), alpha)
-        elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
-            stats = blocked_statistics(fm, rows.X, rows.Y, n_jobs=n_jobs, w=rows.w)
-            coef, intercept, n = self._solve_statistics(stats, alpha)
-        else:  # all features (n, D), primal or dual
-            Phi = map_features(fm, rows.X)
-            coef, intercept, n = self._solve_features(Phi, rows.Y, alpha, rows.w)
+        with weights_in_solver_errors(type(self).__name__, rows.w, "alpha"):
+            if rows.chunked:  # statistics reduced over the chunks
+                coef, intercept, n = self._solve_statistics(chunk_statistics(fm, rows), alpha)
+            elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
+                stats = blocked_statistics(fm, rows.X, rows.Y, n_jobs=n_jobs, w=rows.w)
+                coef, intercept, n = self._solve_statistics(stats, alpha)
+            else:  # all features (n, D), primal or dual
+                Phi = map_features(fm, rows.X)
+                coef, intercept, n = self._solve_features(Phi, rows.Y, alpha, rows.w)
         self._single = rows.y_ndim == 1
         self.coef_ = coef[:, 0] if self._single else coef  # (D,) or (D, T)
         self.intercept_ = float(intercept[0]) if self._single else intercept
