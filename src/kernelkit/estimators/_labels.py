@@ -43,7 +43,8 @@ def encode_labels(owner: str, y, check: bool = True) -> tuple[np.ndarray, np.nda
     (C,) and each sample's index into them (n,), as ``np.unique(y, return_inverse=True)``
     after scikit-learn's check of classification targets (``check=False``: without it);
     a ``TypeError`` naming ``y`` and its types when the labels cannot be sorted (strings
-    mixed with numbers)."""
+    mixed with numbers), or scikit-learn's reason for labels of one type it refuses
+    (bytes): :func:`check_label_targets`."""
     if check:
         check_label_targets(owner, y)
     try:
