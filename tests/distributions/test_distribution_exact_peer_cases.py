@@ -359,18 +359,25 @@ def test_degenerate_data_gives_a_clear_error_or_finite_conditionals(est):
 # ----------------------------------------------------------------- hold-out, one class
 
 
-def _rare_event(n=20):
+def _rare_event(n=20, split_seed=3):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, 1))
     Y = X + 0.1 * rng.standard_normal((n, 1))
+    # the rare sample (smallest Y) is moved to the first validation index of
+    # holdout_select's split for random_state=split_seed (its permutation's first
+    # n_val entries), so that split's training labels are all False for every draw
+    first_val = int(np.random.default_rng(split_seed).permutation(n)[0])
+    i = int(np.argmin(Y[:, 0]))
+    X[[i, first_val]], Y[[i, first_val]] = X[[first_val, i]], Y[[first_val, i]]
     return X, Y, float(np.min(Y))  # exactly one sample has Y <= threshold
 
 
 def test_holdout_classification_names_a_training_split_with_one_class():
     X, Y, q = _rare_event()
-    # random_state=3 puts the only sample of the event into the validation fifth: the
-    # classifier's training labels are all False; the error must say so in the caller's
-    # terms (the split, the event and what to change), not "y has 1 classes"
+    # random_state=3 puts the only sample of the event into the validation fifth (as
+    # _rare_event places it): the classifier's training labels are all False; the error
+    # must say so in the caller's terms (the split, the event and what to change), not
+    # "y has 1 classes"
     with pytest.raises(ValueError, match=r"training split .* only .*Y\[:, 0\] <= threshold"):
         holdout_select(
             KernelLogisticRegression(),
