@@ -57,8 +57,22 @@ def _clustered_data(seed=0, n=12, m=9):
     return X, Y
 
 
+def _data_of_norm(seed=0, n=12, m=9, d=4, norm=0.7):
+    """As :func:`_data`, but every row of norm ``norm`` (that of ``_data``'s rows on
+    average, 0.35 sqrt(4)), in random directions: the exponential maps' squared errors
+    have tails growing like exp(c |x|^2), and drawn norms (up to 1.4 in some draws) made
+    the spread over 300 seeds miss their variance (MSE 0.38 against 1.37, z = -14, for
+    GaussianHybridRF on one such set)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    Y = rng.standard_normal((m, d))
+    X *= norm / np.linalg.norm(X, axis=1, keepdims=True)
+    Y *= norm / np.linalg.norm(Y, axis=1, keepdims=True)
+    return X, Y + 0.05
+
+
 def _data_for(cls, seed=0):
-    return _clustered_data(seed) if cls.__name__ == "ClusteredHybridRF" else _data(seed)
+    return _clustered_data(seed) if cls.__name__ == "ClusteredHybridRF" else _data_of_norm(seed)
 
 
 @parametrize_with_checks([cls() for cls in MAPS])
