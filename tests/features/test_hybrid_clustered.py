@@ -109,7 +109,7 @@ def test_zero_one_unbiased_and_mse(data):
     assert np.abs(err.mean(0) / (err.std(0) / math.sqrt(R))).max() < Z
     mse, sq = fm.variance(Xt, Yt), err**2
     assert np.abs((sq.mean(0) - mse) / (sq.std(0) / math.sqrt(R))).max() < Z
-    assert (sq.std(0) / math.sqrt(R) / mse).max() < 0.1
+    assert (sq.std(0) / math.sqrt(R) / mse).max() < 1.0 / (2.0 * Z)
 
 
 def test_gaussian_mixture_features_equal_direct_formula(data, fitted):
@@ -164,12 +164,16 @@ def test_gaussian_mixture_unbiased_and_mse(data, default):
         default_estimator=default,
         random_state=0,
     ).fit(X, Y=Y)
-    R = 2000  # MSE resolved to < 10 % (1 SE), asserted below
+    # MSE resolved to < 10 % (1 SE), asserted below: the power to see a variance off by a
+    # factor 2 at Z standard errors, SE / MSE < 1 / (2 Z) = 0.1. R = 2000 reached 0.17
+    # on other draws of the data (the squared errors' tails); R = 8000 at most 0.063
+    # over 10 draws (the SE falls as 1 / sqrt(R))
+    R = 8000
     err = np.stack([fm.redraw(s).approx_kernel(Xt, Yt) for s in range(R)]) - np.exp(Xt @ Yt.T)
     assert np.abs(err.mean(0) / (err.std(0) / math.sqrt(R))).max() < Z
     mse, sq = fm.variance(Xt, Yt), err**2
     assert np.abs((sq.mean(0) - mse) / (sq.std(0) / math.sqrt(R))).max() < Z
-    assert (sq.std(0) / math.sqrt(R) / mse).max() < 0.1
+    assert (sq.std(0) / math.sqrt(R) / mse).max() < 1.0 / (2.0 * Z)
 
 
 @pytest.mark.slow
