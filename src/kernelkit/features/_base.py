@@ -53,6 +53,7 @@ from .._backend import (
     caller_stacklevel,
     check_random_state,
     device,
+    gaussian_exponent,
     get_namespace,
     is_foreign_array,
     is_numpy_namespace,
@@ -65,7 +66,6 @@ from .._backend.chunks import checked_chunks, is_dask_array
 from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.parallel import block_map
 from .._backend.sklearn_validation import check_lazy_output, check_positional_keys, for_container
-from ..kernels import _gaussian_log_kernel
 from ._dask import fit_dask, lazy_features
 from .sampling import _BIASED_QUIET, BIASED_SAMPLERS
 
@@ -109,7 +109,7 @@ def gaussian_log_kernel(xp, X, Y, lengthscale: float = 1.0):
     inputs."""
     if X.shape[0] == 0 or Y.shape[0] == 0:
         return xp.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype, device=device(X))
-    return _gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero=True)
+    return gaussian_exponent.gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero=True)
 
 
 def gaussian_of_rows(xp, X, Y):

@@ -38,6 +38,15 @@ from .._backend import (
     validate_positive_float,
     validate_positive_int,
 )
+from .._backend.gaussian_exponent import (
+    all_finite,
+    detached,
+    gaussian_log_kernel,
+    ldexp_saturating,
+    max_abs,
+    power_of_two_bound,
+    row_sq_norms,
+)
 
 __all__ = [
     "gaussian_kernel",
@@ -197,45 +206,6 @@ def _check_real(value, name: str) -> float:
 
 
 # ----------------------------------------------------------------------------- numerics
-def _sq_norms(xp, X):
-    # X: (..., n, d) -> (..., n)
-    return xp.sum(X * X, axis=-1)
-
-
-def _finite(xp, a) -> bool:
-    return bool(xp.all(xp.isfinite(a)))
-
-
-def _ldexp(x: float, e: int) -> float:
-    """``x * 2**e`` saturating at +-inf instead of raising ``OverflowError``."""
-    try:
-        return math.ldexp(x, e)
-    except OverflowError:
-        return math.copysign(math.inf, x)
-
-
-def _detached(x):
-    """``x`` without autograd history (for host-side scalars such as scale factors)."""
-    return x.detach() if is_torch_array(x) else x
-
-
-def _max_abs(xp, a) -> float:
-    """``max |a|`` of a finite, non-empty array (two reductions, no temporary)."""
-    a = _detached(a)
-    return max(abs(float(xp.max(a))), abs(float(xp.min(a))))
-
-
-def _exponent(xp, *arrays) -> int:
-    """``e`` with ``max |a| < 2**e`` over the (finite, non-empty) ``arrays``, and at least
-    ``2 - maxexp`` of their dtype (``fmax < 2**maxexp``), so that the factor ``2**-e`` the
-    callers scale by is itself finite there: for entries below ``2**-maxexp`` (subnormal
-    float64, float32 or bfloat16 values) it would overflow to ``inf`` (``0 * inf = NaN``
-    in the kernel) or raise ``OverflowError`` in :func:`math.ldexp`. The scaled entries
-    are below 1 either way (below 1/2 where the bound is the larger)."""
-    e = max(math.frexp(_max_abs(xp, a))[1] for a in arrays)
-    return max(e, 2 - math.frexp(float(xp.finfo(arrays[0].dtype).max))[1])
-
-
 def _scaled_product(xp, X, Y, alpha, a):
     """``a^2 (x^T y + alpha |x|^2 + alpha |y|^2)`` for all pairs, without overflow inside.
 
@@ -244,16 +214,18 @@ def _scaled_product(xp, X, Y, alpha, a):
     the factor ``(a 2**e)^2`` is applied last (an exact zero stays zero, the rest may
     saturate to +-inf, which is the correctly rounded value).
     """
-    e = _exponent(xp, X, Y)
+    e = power_of_two_bound(xp, X, Y)
     t = math.ldexp(1.0, -e)
     Xs = X * t
     Ys = Xs if Y is X else Y * t
     inner = Xs @ xp.matrix_transpose(Ys)
     if alpha != 0.0:
-        inner = inner + alpha * (_sq_norms(xp, Xs)[..., :, None] + _sq_norms(xp, Ys)[..., None, :])
+        inner = inner + alpha * (
+            row_sq_norms(xp, Xs)[..., :, None] + row_sq_norms(xp, Ys)[..., None, :]
+        )
     # capped at the largest float: the same values (inner f f saturates either way) and
     # autograd never meets inf * 0
-    f = min(_ldexp(a, e), float(xp.finfo(inner.dtype).max))
+    f = min(ldexp_saturating(a, e), float(xp.finfo(inner.dtype).max))
     with np.errstate(over="ignore", invalid="ignore"):
         out = (inner * f) * f
     return xp.where(inner == 0, xp.zeros_like(inner), out)
@@ -268,9 +240,9 @@ def _log_kernel(xp, X, Y, alpha, lengthscale=1.0):
     with np.errstate(over="ignore", invalid="ignore"):
         Xl = X if lengthscale == 1.0 else X / lengthscale
         Yl = Xl if Y is X else Y if lengthscale == 1.0 else Y / lengthscale
-        nx = _sq_norms(xp, Xl)
-        ny = nx if Yl is Xl else _sq_norms(xp, Yl)
-    if not (_finite(xp, nx) and _finite(xp, ny)):
+        nx = row_sq_norms(xp, Xl)
+        ny = nx if Yl is Xl else row_sq_norms(xp, Yl)
+    if not (all_finite(xp, nx) and all_finite(xp, ny)):
         return _scaled_product(xp, X, Y, alpha, 1.0 / lengthscale)
     out = Xl @ xp.matrix_transpose(Yl)  # (..., n, m)
     if alpha != 0.0:
@@ -279,98 +251,24 @@ def _log_kernel(xp, X, Y, alpha, lengthscale=1.0):
     return out
 
 
-def _gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero: bool = False):
-    """``-|x - y|^2 / (2 l^2)`` for all pairs, shape (..., n, m): accurate, ``<= 0``.
-
-    The expanded square ``|x|^2 + |y|^2 - 2 x^T y`` (one matrix product) is formed on
-    inputs centred on the mean of ``X`` (the kernel is translation invariant) and rescaled
-    by a power of two so that no sum overflows. Its rounding error is at most
-    ``(d + 2) eps (|x|^2 + |y|^2)``; pairs where that bound is not small next to the
-    distance itself (near-duplicates far from the centre, or a tiny lengthscale), and
-    where the kernel has not certainly underflowed, are recomputed from ``x - y`` directly.
-    ``exact_zero``: also recompute the pairs whose expanded square is within its rounding
-    error of 0 even where that moves the exponent by less than ``eps``, so that equal rows
-    give exactly 0 (where a variance formula needs the exact zero of ``x = y``).
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        c = xp.mean(X * 0.5, axis=-2, keepdims=True) * 2.0  # (..., 1, d)
-        Xc, Yc = X - c, Y - c  # two objects: a general product (faster than syrk here)
-    if not (_finite(xp, Xc) and _finite(xp, Yc)):
-        Xc, Yc = X, Y
-    fmax = float(xp.finfo(X.dtype).max)
-    eps = float(xp.finfo(X.dtype).eps)
-
-    def scaled(A, B):  # A, B scaled by 2**-e (entries below 1) and f = 2**e / l, capped
-        e = _exponent(xp, A, B)
-        t = math.ldexp(1.0, -e)
-        # 2**e / l as (1 / m) 2**(e - k) for l = m 2**k: 1 / l alone overflows for a
-        # subnormal lengthscale (the kernel of inputs on its scale is still moderate)
-        m, k = math.frexp(lengthscale)
-        return A * t, B * t, min(_ldexp(1.0 / m, e - k), fmax)
-
-    def exponent(d2, f):  # -d2 f^2 / 2 without overflow inside (d2 >= 0)
-        h = -0.5 * f * f  # a Python float: must also be in the array's range
-        with np.errstate(over="ignore"):
-            return d2 * h if abs(h) <= fmax else -((d2 * f) * (0.5 * f))
-
-    Xs, Ys, f = scaled(Xc, Yc)
-    nx, ny = _sq_norms(xp, Xs), _sq_norms(xp, Ys)  # (..., n), (..., m)
-    s = nx[..., :, None] + ny[..., None, :]  # (..., n, m)
-    d2 = xp.clip(s - 2.0 * (Xs @ xp.matrix_transpose(Ys)), min=0.0)
-    logk = exponent(d2, f)
-    # Rounding error of d2 <= gamma s. A pair is recomputed where that bound exceeds a
-    # quarter of d2 (cancellation), moves the exponent by more than eps, and the kernel
-    # has not certainly underflowed (exp(-limit) == 0).
-    gamma = (X.shape[-1] + 2) * eps
-    limit = -1.2 * math.log(float(xp.finfo(X.dtype).smallest_normal))
-    worst = gamma * (float(xp.max(_detached(nx))) + float(xp.max(_detached(ny))))
-    if 0.5 * worst * f * f <= eps and not exact_zero:  # Python floats: saturates at inf
-        return logk
-    redo = s > 4.0 * d2  # (..., n, m)
-    if not bool(xp.any(redo)):
-        return logk
-    b, i, j = xp.nonzero(xp.reshape(redo, (-1, *redo.shape[-2:])))
-    s_r = xp.reshape(s, (-1, *s.shape[-2:]))[b, i, j]
-    d2_r = xp.reshape(d2, (-1, *d2.shape[-2:]))[b, i, j]
-    moves = -exponent(gamma * s_r, f) > eps
-    if exact_zero:  # d2 indistinguishable from 0: x = y gives exactly 0
-        moves = moves | (d2_r <= 4.0 * gamma * s_r)
-    keep = moves & (-exponent(d2_r - gamma * s_r, f) < limit)
-    b, i, j = b[keep], i[keep], j[keep]
-    if b.shape[0] == 0:
-        return logk
-    n, m, d = X.shape[-2], Y.shape[-2], X.shape[-1]
-    batch = tuple(logk.shape[:-2])
-    Xr, Yr, f0 = scaled(X, Y)  # the uncentred inputs: x - y rounded once
-    Xr = xp.reshape(xp.broadcast_to(Xr, (*batch, n, d)), (-1, n, d))  # (B, n, d)
-    Yr = xp.reshape(xp.broadcast_to(Yr, (*batch, m, d)), (-1, m, d))  # (B, m, d)
-    logk = xp.reshape(logk, (-1, n, m))
-    step = max(1, 2**22 // d)  # pairs per chunk: memory step * d
-    for lo in range(0, b.shape[0], step):
-        bb, ii, jj = b[lo : lo + step], i[lo : lo + step], j[lo : lo + step]
-        diff = Xr[bb, ii, :] - Yr[bb, jj, :]  # (k, d)
-        logk[bb, ii, jj] = exponent(xp.sum(diff * diff, axis=-1), f0)
-    return xp.reshape(logk, (*batch, n, m))
-
-
 def _log_scaled(xp, X, Y, alpha):
     """``alpha |x|^2 + x^T y + alpha |y|^2`` for all pairs, shape (..., n, m).
 
     For ``alpha <= -1/2`` it is written as ``-|x - y|^2 / 2 + (alpha + 1/2)(|x|^2 +
-    |y|^2)``: two terms of one sign, the first from :func:`_gaussian_log_kernel`, so no
+    |y|^2)``: two terms of one sign, the first from :func:`gaussian_log_kernel`, so no
     cancellation (``alpha = -1/2`` is the Gaussian kernel, exactly ``0`` at ``x = y``).
     Otherwise :func:`_log_kernel`.
     """
     if alpha > -0.5:
         return _log_kernel(xp, X, Y, alpha)
-    logk = _gaussian_log_kernel(xp, X, Y, 1.0)
+    logk = gaussian_log_kernel(xp, X, Y, 1.0)
     beta = alpha + 0.5  # <= 0
     if beta == 0.0:
         return logk
-    e = _exponent(xp, X, Y)
+    e = power_of_two_bound(xp, X, Y)
     t = math.ldexp(1.0, -e)
-    s = _sq_norms(xp, X * t)[..., :, None] + _sq_norms(xp, Y * t)[..., None, :]  # (..., n, m)
-    f = min(_ldexp(1.0, e), float(xp.finfo(X.dtype).max))
+    s = row_sq_norms(xp, X * t)[..., :, None] + row_sq_norms(xp, Y * t)[..., None, :]  # (..., n, m)
+    f = min(ldexp_saturating(1.0, e), float(xp.finfo(X.dtype).max))
     with np.errstate(over="ignore", invalid="ignore"):  # saturates at -inf (correct)
         term = (s * max(beta * f, -float(xp.finfo(X.dtype).max))) * f
     return logk + xp.where(s == 0, xp.zeros_like(term), term)
@@ -380,8 +278,8 @@ def _exp_checked(xp, logk, func: str, hint: str):
     """``exp(logk)``; ``ValueError`` when a value overflows the floating type."""
     with np.errstate(over="ignore"):
         K = xp.exp(logk)
-    if not _finite(xp, K):
-        top = float(xp.max(_detached(logk)))
+    if not all_finite(xp, K):
+        top = float(xp.max(detached(logk)))
         raise ValueError(
             f"{func} overflows {K.dtype}: the largest exponent is {top:.6g} > "
             f"{math.log(float(xp.finfo(K.dtype).max)):.6g}; {hint}"
@@ -531,7 +429,7 @@ def gaussian_kernel(X, Y, lengthscale: float = 1.0):
         hyperparameter is out of range (see above).
     """
     lengthscale = validate_positive_float(lengthscale, "lengthscale")
-    xp, logk = _pair_values(X, Y, lambda xp, X, Y: _gaussian_log_kernel(xp, X, Y, lengthscale))
+    xp, logk = _pair_values(X, Y, lambda xp, X, Y: gaussian_log_kernel(xp, X, Y, lengthscale))
     return xp.exp(logk)
 
 
@@ -576,7 +474,7 @@ def polynomial_kernel(X, Y, degree: int = 2, coef0: float = 1.0, gamma: float = 
             return (gamma * (X @ xp.matrix_transpose(Y)) + coef0) ** degree
 
     xp, K = _pair_values(X, Y, values)
-    if not _finite(xp, K):
+    if not all_finite(xp, K):
         raise ValueError(
             f"polynomial_kernel overflows {K.dtype} for these X, Y, degree={degree}, "
             f"gamma={gamma}, coef0={coef0}; scale X and Y down or lower gamma or degree."
@@ -677,15 +575,15 @@ def softmax_attention(q, k, v, *, is_causal: bool = False, key_padding_mask=None
                 f"{batch}."
             ) from None
     # |q_i^T k_j| <= d max|q| max|k|: with that bound in range no partial sum overflows
-    if d * _max_abs(xp, q) * _max_abs(xp, k) * max(scale, 1.0) < float(xp.finfo(q.dtype).max):
+    if d * max_abs(xp, q) * max_abs(xp, k) * max(scale, 1.0) < float(xp.finfo(q.dtype).max):
         logits, factor = (q @ xp.matrix_transpose(k)) * scale, 1.0  # (..., L, S)
     else:  # logits = factor * (q 2^-e)(k 2^-e)^T, the product at most d in magnitude
-        e = _exponent(xp, q, k)
+        e = power_of_two_bound(xp, q, k)
         t = math.ldexp(1.0, -e)
         logits = (q * t) @ xp.matrix_transpose(k * t)
         # capped at the largest float: the forward value is the same (exp gives 0 for all
         # but the row maximum), and autograd never meets inf * 0
-        factor = min(_ldexp(scale, 2 * e), float(xp.finfo(q.dtype).max))
+        factor = min(ldexp_saturating(scale, 2 * e), float(xp.finfo(q.dtype).max))
     allowed = None
     if is_causal:
         i = xp.arange(L)[:, None]
