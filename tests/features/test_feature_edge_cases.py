@@ -114,6 +114,40 @@ def test_maclaurin_gaussian_weight_does_not_underflow():
     )
 
 
+def test_maclaurin_gaussian_subnormal_variance_is_correctly_rounded():
+    """The pair of the test above that KERNELKIT_TEST_RNG_OFFSET=1 drew (x.y = 3.66,
+    |x|^2 = 760): its Gaussian variance, exp(-734.06), is subnormal, and float64 holds
+    it to within half the smallest subnormal s, a relative 1.5e-5. The value is the
+    softmax variance (accurate to ~1e-15) times e_x^2 e_y^2, in 50-digit arithmetic;
+    the map returns its nearest float64 (relative error ~1e-13 in the reference: 3e-9 s
+    at 32 000 s)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([0, 1])))
+    X = rng.standard_normal((3, 4))
+    X = np.sqrt(760.0) * X / np.linalg.norm(X, axis=1, keepdims=True)
+    Y = 0.1 * X + np.random.Generator(np.random.PCG64(np.random.SeedSequence([0, 1]))).normal(
+        size=(3, 4)
+    )
+    x, y = X[:1], Y[2:3]
+    seed = np.random.SeedSequence([0, 1])  # what random_state=0 became with offset 1
+    kw = {
+        "n_features": 64,
+        "random_state": np.random.Generator(np.random.PCG64(seed)),
+        "gamma": 1.0,
+    }
+    g = RandomMaclaurin(kernel="gaussian", **kw).fit(X, Y=Y)
+    kw["random_state"] = np.random.Generator(np.random.PCG64(seed))
+    s = RandomMaclaurin(kernel="softmax", **kw).fit(X, Y=Y)
+    vg, vs = float(g.variance(x, y)[0, 0]), float(s.variance(x, y)[0, 0])
+    tiny = np.nextafter(0.0, 1.0)
+    assert 0.0 < vg < np.finfo(float).tiny  # subnormal
+    sq = mp.fsum(mp.mpf(float(v)) ** 2 for v in np.concatenate([x[0], y[0]]))
+    ref = mp.mpf(vs) * mp.e ** (-sq) / mp.mpf(tiny)  # in units of s
+    assert vg / tiny == 32162.0  # the value the offset-1 run gave (reference 32161.63)
+    assert abs(mp.mpf(vg / tiny) - ref) <= 0.5 + 1e-6
+
+
 def test_auto_on_unscaled_data_sees_no_exact_candidate():
     """Unscaled data (|x| ~ 60) and the Gaussian kernel: every candidate's relative
     variance is positive (none is exact off the diagonal); random_maclaurin's was 0."""
