@@ -267,3 +267,70 @@ def derf_moments_by_quadrature(fm, X, Y, alpha=0.0):
             1.0 - 8.0 * a[l],
         )
     return m1, m2
+
+
+def product_raw_moments(fm, X, Y, kmax: int = 4) -> list[np.ndarray]:
+    """Exact raw moments E[g^k], k = 1..kmax, of one projection's product g = f1 f2 per
+    pair (n, m), for the diagonal-A DERF maps (PositiveRF, GERF, SADERF, ADERF, SDERF)
+    and HyperbolicRF; ``None`` for the other maps.
+
+    DERF (Thm 4.1 with A diagonal, as in :func:`derf_moments_by_quadrature`):
+    g = exp(log1) prod_l exp(2 a_l w_l^2 + w_l u_l), w ~ N(0, I), so
+    E[g^k] = exp(k log1) prod_l (1 - 4 k a_l)^{-1/2} exp(k^2 u_l^2 / (2 (1 - 4 k a_l)))
+    (finite for a_l < 1 / (4 k)). HyperbolicRF: g = exp(q_x + q_y) cosh(w.u), u = x + y,
+    and cosh^k t = 2^{-k} sum_j C(k, j) e^{(2j - k) t}, E e^{c w.u} = e^{c^2 |u|^2 / 2}.
+    """
+    alpha = ALPHA[fm.kernel]
+    if isinstance(fm, HyperbolicRF):
+        from math import comb
+
+        ls = float(fm.lengthscale)
+        Xs, Ys = X / ls, Y / ls
+        nx, ny = np.sum(Xs * Xs, 1), np.sum(Ys * Ys, 1)
+        log_pre = (alpha - 0.5) * (nx[:, None] + ny[None, :])
+        s2 = np.sum((Xs[:, None, :] + Ys[None, :, :]) ** 2, -1)
+        out = []
+        for k in range(1, kmax + 1):
+            terms = [
+                np.log(comb(k, j)) + 0.5 * (2 * j - k) ** 2 * s2 - k * np.log(2.0)
+                for j in range(k + 1)
+            ]
+            out.append(np.exp(k * log_pre + np.logaddexp.reduce(terms, axis=0)))
+        return out
+    if not isinstance(fm, (PositiveRF, GERF, SADERF, ADERF, SDERF)):
+        return None
+    Amat, B1, B2, C1, C2, logD = derf_params(fm)
+    a = np.diag(Amat)
+    U = (X @ B1.T)[:, None, :] + (Y @ B2.T)[None, :, :]
+    qx = np.einsum("nd,de,ne->n", X, C1, X) + alpha * np.sum(X * X, 1)
+    qy = np.einsum("nd,de,ne->n", Y, C2, Y) + alpha * np.sum(Y * Y, 1)
+    log1 = 2 * logD + qx[:, None] + qy[None, :]
+    out = []
+    for k in range(1, kmax + 1):
+        c = 1.0 - 4.0 * k * a
+        assert np.all(c > 0), f"E[g^{k}] is infinite (a_l >= 1/{4 * k})"
+        out.append(np.exp(k * log1 + np.sum(k * k * U * U / (2 * c) - 0.5 * np.log(c), -1)))
+    return out
+
+
+def sample_variance_se(fm, X, Y, M: int):
+    """Exact standard error of the sample variance of M i.i.d. products per pair (n, m),
+    or ``None`` for maps without :func:`product_raw_moments`.
+
+    Var(s^2) = mu4 / M - sigma^4 (M - 3) / (M (M - 1)) with the exact central moments
+    (mu4 = m4 - 4 m3 m1 + 6 m2 m1^2 - 3 m1^4), not the sample's: with heavy-tailed
+    products (finite eighth moment only for a_l < 1/32) the sample mu4 is itself
+    heavy-tailed, mostly too small, and made the z-scores of some draws too large. The
+    exact m1 must be the map's kernel (checked, rtol 1e-9, so that the moments are the
+    map's); the map's ``variance`` is not used, so that a z-score built on this checks it.
+    """
+    moments = product_raw_moments(fm, X, Y)
+    if moments is None:
+        return None
+    m1, m2, m3, m4 = moments
+    np.testing.assert_allclose(m1, np.asarray(fm.expected_kernel(X, Y)), rtol=1e-9)
+    var = m2 - m1 * m1
+    mu4 = m4 - 4 * m3 * m1 + 6 * m2 * m1**2 - 3 * m1**4
+    # mu4 >= var^2 always; losing it to cancellation would show as mu4 < var^2
+    assert np.all(mu4 >= var * var * (1 - 1e-6)), "fourth moment lost to cancellation"
+    return np.sqrt(mu4 / M - var * var * (M - 3) / (M * (M - 1)))
