@@ -269,10 +269,10 @@ def derf_moments_by_quadrature(fm, X, Y, alpha=0.0):
     return m1, m2
 
 
-def product_raw_moments(fm, X, Y, kmax: int = 4) -> list[np.ndarray]:
-    """Exact raw moments E[g^k], k = 1..kmax, of one projection's product g = f1 f2 per
-    pair (n, m), for the diagonal-A DERF maps (PositiveRF, GERF, SADERF, ADERF, SDERF)
-    and HyperbolicRF; ``None`` for the other maps.
+def product_log_moments(fm, X, Y, kmax: int = 4) -> list[np.ndarray]:
+    """Exact log raw moments log E[g^k], k = 1..kmax, of one projection's product
+    g = f1 f2 per pair (n, m), for the diagonal-A DERF maps (PositiveRF, GERF, SADERF,
+    ADERF, SDERF) and HyperbolicRF; ``None`` for the other maps.
 
     DERF (Thm 4.1 with A diagonal, as in :func:`derf_moments_by_quadrature`):
     g = exp(log1) prod_l exp(2 a_l w_l^2 + w_l u_l), w ~ N(0, I), so
@@ -295,7 +295,7 @@ def product_raw_moments(fm, X, Y, kmax: int = 4) -> list[np.ndarray]:
                 np.log(comb(k, j)) + 0.5 * (2 * j - k) ** 2 * s2 - k * np.log(2.0)
                 for j in range(k + 1)
             ]
-            out.append(np.exp(k * log_pre + np.logaddexp.reduce(terms, axis=0)))
+            out.append(k * log_pre + np.logaddexp.reduce(terms, axis=0))
         return out
     if not isinstance(fm, (PositiveRF, GERF, SADERF, ADERF, SDERF)):
         return None
@@ -309,28 +309,40 @@ def product_raw_moments(fm, X, Y, kmax: int = 4) -> list[np.ndarray]:
     for k in range(1, kmax + 1):
         c = 1.0 - 4.0 * k * a
         assert np.all(c > 0), f"E[g^{k}] is infinite (a_l >= 1/{4 * k})"
-        out.append(np.exp(k * log1 + np.sum(k * k * U * U / (2 * c) - 0.5 * np.log(c), -1)))
+        out.append(k * log1 + np.sum(k * k * U * U / (2 * c) - 0.5 * np.log(c), -1))
     return out
 
 
 def sample_variance_se(fm, X, Y, M: int):
     """Exact standard error of the sample variance of M i.i.d. products per pair (n, m),
-    or ``None`` for maps without :func:`product_raw_moments`.
+    or ``None`` for maps without :func:`product_log_moments`.
 
-    Var(s^2) = mu4 / M - sigma^4 (M - 3) / (M (M - 1)) with the exact central moments
-    (mu4 = m4 - 4 m3 m1 + 6 m2 m1^2 - 3 m1^4), not the sample's: with heavy-tailed
-    products (finite eighth moment only for a_l < 1/32) the sample mu4 is itself
-    heavy-tailed, mostly too small, and made the z-scores of some draws too large. The
-    exact m1 must be the map's kernel (checked, rtol 1e-9, so that the moments are the
-    map's); the map's ``variance`` is not used, so that a z-score built on this checks it.
+    Var(s^2) = mu4 / M - sigma^4 (M - 3) / (M (M - 1)) with the exact central moments,
+    not the sample's: with heavy-tailed products (finite eighth moment only for
+    a_l < 1/32) the sample mu4 is itself heavy-tailed, mostly too small, and made the
+    z-scores of some draws too large. The central moments of r = g / K come from
+    l_k = log E[r^k] without cancellation at small variances: E[(r - 1)^2] = expm1(l_2),
+    E[(r - 1)^4] = sum_k C(4, k) (-1)^k expm1(l_k) (the binomial sum of ones is zero).
+    NaN where rounding leaves mu4 unknown. The exact m1 must be the map's kernel
+    (checked, rtol 1e-9, so that the moments are the map's); the map's ``variance`` is
+    not used, so that a z-score built on this checks it.
     """
-    moments = product_raw_moments(fm, X, Y)
-    if moments is None:
+    logm = product_log_moments(fm, X, Y)
+    if logm is None:
         return None
-    m1, m2, m3, m4 = moments
-    np.testing.assert_allclose(m1, np.asarray(fm.expected_kernel(X, Y)), rtol=1e-9)
-    var = m2 - m1 * m1
-    mu4 = m4 - 4 * m3 * m1 + 6 * m2 * m1**2 - 3 * m1**4
-    # mu4 >= var^2 always; losing it to cancellation would show as mu4 < var^2
-    assert np.all(mu4 >= var * var * (1 - 1e-6)), "fourth moment lost to cancellation"
-    return np.sqrt(mu4 / M - var * var * (M - 3) / (M * (M - 1)))
+    K = np.exp(logm[0])
+    np.testing.assert_allclose(K, np.asarray(fm.expected_kernel(X, Y)), rtol=1e-9)
+    e = [np.expm1(logm[k - 1] - k * logm[0]) for k in (1, 2, 3, 4)]  # E[r^k] - 1
+    var = e[1]  # e[0] = 0: E r = 1
+    mu4 = e[3] - 4 * e[2] + 6 * e[1] - 4 * e[0]
+    # each l_k carries a rounding error of about eps (|log m_k| + k |log m_1| + 4) (the
+    # logs of the binomials and of 2 in HyperbolicRF's), mu4 up to 16 of them: where mu4
+    # is not 100 times above that (relative variances below ~1e-7: y ~ -x for
+    # HyperbolicRF), or below var^2 (mu4 >= var^2 always), its SE is NaN (no power)
+    eps = np.finfo(np.float64).eps
+    err = (
+        16 * eps * np.max([np.abs(logm[k - 1]) + k * np.abs(logm[0]) + 4 for k in (1, 2, 3, 4)], 0)
+    )
+    lost = (mu4 < 100 * err) | (mu4 < var * var)
+    mu4, var = np.where(lost, np.nan, mu4), np.where(lost, np.nan, var)
+    return K * K * np.sqrt(mu4 / M - var * var * (M - 3) / (M * (M - 1)))
