@@ -94,8 +94,10 @@ def test_auto_estimates_and_choice_agree_with_monte_carlo(kernel, kind, d, D):
     within 5 standard errors of that mean (the mean of SEEDS independent draws is normal
     to a good approximation where, as on these data, one draw's error has a moderate
     variance; 5 of its standard errors leave a two-sided chance below 1e-6 per
-    candidate), and the chosen map is the Monte Carlo best up to the standard errors of
-    the two means: a choice whose error exceeds the best's by more is a wrong one."""
+    candidate), and the chosen map is the Monte Carlo best up to 5 standard errors of the
+    difference of two means: a choice whose error exceeds another's by more is a wrong
+    one (the old bound, the sum of the two standard errors, is about 1.4 standard errors
+    of the difference, which two maps of near-equal error cross on some draws)."""
     X = _data(kind, d)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # hybrid / Maclaurin widths
@@ -105,32 +107,53 @@ def test_auto_estimates_and_choice_agree_with_monte_carlo(kernel, kind, d, D):
     for name, est in rf.variance_estimates_.items():
         mean, se = mc[name]
         assert abs(est - mean) <= 5 * se, (name, est, mean, se)
-    best = min(mc, key=lambda name: mc[name][0])
+    # the chosen map's Monte Carlo error exceeds no other candidate's by more than 5
+    # standard errors of the difference of the two means, sqrt(se_c^2 + se_o^2) (one-sided,
+    # p < 3e-7 for each of the <= 9 candidates; maps drawn from the same seeds are if
+    # anything positively correlated, which only makes the bound conservative)
     chosen = rf.method_
-    assert mc[chosen][0] - mc[best][0] <= mc[chosen][1] + mc[best][1], (chosen, best, mc)
+    for name, (mean, se) in mc.items():
+        gap = mc[chosen][0] - mean
+        assert gap <= 5 * np.hypot(mc[chosen][1], se), (chosen, name, mc)
 
 
 @pytest.mark.parametrize("kernel", ["gaussian", "softmax"])
 def test_auto_maclaurin_estimates_include_the_truncation_bias(kernel):
     """Rows of norm 2 (|x.y| up to 4, where a truncated exp series is far off): the
-    Maclaurin maps' error is mostly the bias of their truncated series, which "auto"
-    adds to their variance. Their estimates are those of Monte Carlo within 5 standard
-    errors (polynomial features: one draw's error has a light tail, so the mean of
-    SEEDS draws is close to normal), and "auto" does not choose them there."""
+    Maclaurin maps' estimates include the bias of their truncated series, which "auto"
+    adds to their variance, and "auto" does not choose them there.
+
+    One draw's relative squared error is heavy-tailed here (over 12 000 seeds its mean is
+    264 +- 41 against the estimate 309 for one map), so the sample spread of SEEDS draws
+    does not bound the Monte Carlo mean of the squared errors. The checks are instead:
+    the estimate is the mean over the pairs of Var / K^2 + (E / K - 1)^2 from the map's
+    own ``variance`` and ``expected_kernel`` (the bias included); the Monte Carlo mean of
+    the estimates is ``expected_kernel``, pair by pair, with the standard error
+    sqrt(Var / SEEDS) from the analytic variance (not the sample's)."""
     X = 4.0 * _data("isotropic", 4)
+    off = ~np.eye(len(X), dtype=bool)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         rf = RandomFeatures(method="auto", kernel=kernel, n_components=64, random_state=0)
         rf.fit(X)
-        off = ~np.eye(len(X), dtype=bool)
         for name in ("random_maclaurin", "optimized_maclaurin"):
-            errs = []
+            est = []
             for seed in range(1, SEEDS + 1):
                 fm = rf._make_map(name, seed).fit(X)
-                K = fm.exact_kernel(X)
-                errs.append((((fm.approx_kernel(X) - K) / K) ** 2)[off].mean())
-            mean, se = np.mean(errs), np.std(errs, ddof=1) / np.sqrt(SEEDS)
-            assert abs(rf.variance_estimates_[name] - mean) <= 5 * se, (name, mean, se)
+                est.append(fm.approx_kernel(X)[off])
+            K, E, V = fm.exact_kernel(X)[off], fm.expected_kernel(X)[off], fm.variance(X)[off]
+            # the moments of a fit on these rows do not depend on its seed
+            other = rf._make_map(name, SEEDS + 1).fit(X)
+            np.testing.assert_allclose(other.variance(X)[off], V, rtol=1e-9)
+            np.testing.assert_allclose(other.expected_kernel(X)[off], E, rtol=1e-9)
+            bias2, rel_var = (E / K - 1.0) ** 2, V / K**2
+            np.testing.assert_allclose(
+                rf.variance_estimates_[name], np.mean(rel_var + bias2), rtol=1e-9
+            )
+            # the mean of SEEDS estimates per pair, 380 pairs: two-sided 5 SE (p < 6e-7
+            # each for a normal mean); the SE is the analytic one
+            z = (np.mean(est, 0) - E) / np.sqrt(V / SEEDS)
+            assert np.abs(z).max() < 5.0, (name, np.abs(z).max())
     assert rf.method_ not in ("random_maclaurin", "optimized_maclaurin")
 
 
