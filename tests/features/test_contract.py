@@ -48,10 +48,14 @@ def _data(seed=0, n=12, m=9, d=4):
 def _clustered_data(seed=0, n=12, m=9):
     """Two tight query and two tight key clusters: the setting the clustered hybrid is
     built for (on diffuse data its pair matrices A^{ij} make the estimate heavy-tailed, so
-    that a few hundred seeds cannot see its variance)."""
+    that a few hundred seeds cannot see its variance). No centre coordinate is near 0:
+    A^{ij}_k = sqrt|r_y,k / r_x,k| (eq. 88), so a zero coordinate of a centre leaves the
+    k-means centre's coordinate at the noise's mean and A^{ij}_k up to 43 (one draw: a
+    relative variance of 17 and a spread of squared errors 25 times their mean); with
+    every |coordinate| in [0.15, 0.3], A^{ij}_k lies within [0.7, 1.4]."""
     rng = np.random.default_rng(seed)
-    cx = np.array([[0.4, 0, 0, 0], [-0.3, 0.3, 0, 0]])
-    cy = np.array([[0, 0.4, 0.1, 0], [0.2, -0.3, 0, 0.2]])
+    cx = np.array([[0.3, 0.2, -0.15, 0.2], [-0.2, 0.3, 0.2, -0.15]])
+    cy = np.array([[0.2, 0.3, 0.2, -0.15], [0.25, -0.2, -0.15, 0.2]])
     X = cx[rng.integers(0, 2, n)] + 0.03 * rng.standard_normal((n, 4))
     Y = cy[rng.integers(0, 2, m)] + 0.03 * rng.standard_normal((m, 4))
     return X, Y
@@ -71,8 +75,17 @@ def _data_of_norm(seed=0, n=12, m=9, d=4, norm=0.7):
     return X, Y + 0.05
 
 
+#: maps whose squared errors at rows of norm 0.7 are too heavy-tailed for 300 seeds: the
+#: sample spread of (squared error - variance) reached 5.8 (AngularHybridRF) and 3.9
+#: (HyperbolicRF) times the variance on some draws, where the power check below needs
+#: under sqrt(300) / 4.5 = 3.85; at norm 0.4 it stayed below 1.7 over six draws
+LIGHTER_ROWS = {"AngularHybridRF": 0.4, "HyperbolicRF": 0.4}
+
+
 def _data_for(cls, seed=0):
-    return _clustered_data(seed) if cls.__name__ == "ClusteredHybridRF" else _data_of_norm(seed)
+    if cls.__name__ == "ClusteredHybridRF":
+        return _clustered_data(seed)
+    return _data_of_norm(seed, norm=LIGHTER_ROWS.get(cls.__name__, 0.7))
 
 
 @parametrize_with_checks([cls() for cls in MAPS])
@@ -137,7 +150,10 @@ def test_unbiased_and_variance_matches_monte_carlo(cls):
     """``mean_s approx_kernel`` -> ``expected_kernel`` and ``E mean_ij (K_hat - K)^2`` =
     ``mean_ij variance``: z-scores from the spread over seeds, for every map."""
     X, Y = _data_for(cls)
-    n_seeds = 300
+    # the clustered hybrid's spread of squared errors is about twice their mean even on
+    # its clustered data, where a variance off by 1.5 needs under 0.5 sqrt(n) / 4.5 (1.9
+    # at n = 300): 1200 seeds (3.8)
+    n_seeds = 1200 if cls.__name__ == "ClusteredHybridRF" else 300
     K, est, sq, var, V = _monte_carlo(cls, X, Y, n_seeds)
     # unbiasedness, pair by pair, with the standard error from the analytic variance
     # (averaged over the seeds' fits; heavy-tailed maps make the sample spread unreliable)
