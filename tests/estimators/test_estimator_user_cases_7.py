@@ -119,6 +119,23 @@ def test_random_features_hybrid_clustered_too_few_distinct_rows_message(side):
     assert "lower n_clusters" not in msg
 
 
+def test_clustered_hybrid_too_few_distinct_rows_is_a_value_error_with_its_counts():
+    """``ClusteredHybridRF`` on fewer distinct rows than centres raises
+    ``TooFewDistinctRows``, a ``ValueError`` (scikit-learn's checks and callers catching
+    ``ValueError`` see no change) that carries the counts; ``RandomFeatures`` words its
+    own message from them, not from the text of the map's."""
+    from kernelkit.features import ClusteredHybridRF
+    from kernelkit.features.hybrid.clustered import TooFewDistinctRows
+
+    X = np.tile(np.array([[0.1, -0.2, 0.3]]), (7, 1))  # seven copies of one row
+    with pytest.raises(TooFewDistinctRows) as info:
+        ClusteredHybridRF(n_features=16, n_clusters=3, random_state=0).fit(X)
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert (err.n_clusters, err.side, err.n_distinct, err.n_samples) == (3, "X", 1, 7)
+    assert "lower n_clusters" in str(err)  # the map's own parameter, in its own terms
+
+
 def _bytes_label_fits():
     """``(name, fit)`` pairs fitting each classifier on bytes labels, in memory and out of
     core (a Dask array; an iterable of blocks)."""

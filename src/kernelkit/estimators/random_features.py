@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -40,6 +39,7 @@ from .._backend.sklearn_validation import (
     validate_data,
 )
 from ..features import FeatureMap
+from ..features.hybrid.clustered import TooFewDistinctRows
 from ..features.sampling import SAMPLERS, biased_sampler_warnings_off
 from ._methods import ALIASES, METHODS, auto_candidates, make_feature_map, resolve_method
 
@@ -614,23 +614,16 @@ def _finite_mean(rel) -> float:
     return top * float(np.mean(rel / top))
 
 
-#: ``ClusteredHybridRF``'s error for fewer distinct points than k-means centres
-_TOO_FEW_DISTINCT = re.compile(
-    r"n_clusters=(\d+) for (X|Y) exceeds the number of distinct \2 points \((\d+)\) "
-    r"among its n_samples=(\d+)"
-)
-
-
 def _in_random_features_terms(exc: ValueError, name: str) -> ValueError:
     """The map's fit error ``exc`` in ``RandomFeatures``' terms: ``"hybrid_clustered"``
-    on fewer distinct rows than its k-means centres says to lower ``n_clusters``, a
-    parameter of ``ClusteredHybridRF`` that ``RandomFeatures`` does not pass on (it keeps
-    the map's default); other errors are returned as they are (the same object)."""
-    match = _TOO_FEW_DISTINCT.search(str(exc))
-    if name != "hybrid_clustered" or match is None:
+    on fewer distinct rows than its k-means centres (:class:`TooFewDistinctRows`) says to
+    lower ``n_clusters``, a parameter of ``ClusteredHybridRF`` that ``RandomFeatures``
+    does not pass on (it keeps the map's default); other errors are returned as they are
+    (the same object)."""
+    if name != "hybrid_clustered" or not isinstance(exc, TooFewDistinctRows):
         return exc
-    k, side, distinct, n = match.groups()
-    rows = "row" if distinct == "1" else "rows"
+    k, side, distinct, n = exc.n_clusters, exc.side, exc.n_distinct, exc.n_samples
+    rows = "row" if distinct == 1 else "rows"
     return ValueError(
         f"RandomFeatures(method='hybrid_clustered') fits ClusteredHybridRF with its default "
         f"n_clusters={k} k-means centres on each side, but {side} has {distinct} distinct "

@@ -28,6 +28,21 @@ from .complex_exponential import optimal_diagonal_A
 _VARIANCE_BLOCK_ELEMENTS = 1 << 22
 
 
+class TooFewDistinctRows(ValueError):
+    """A ``ValueError``: more k-means centres (``n_clusters``) than distinct rows on one
+    side (``side``, ``"X"`` or ``"Y"``) of a :class:`ClusteredHybridRF` fit; the counts
+    are attributes, so that a caller that chose the map (``RandomFeatures``) can say it in
+    its own terms."""
+
+    def __init__(self, n_clusters: int, side: str, n_distinct: int, n_samples: int):
+        self.n_clusters, self.side = int(n_clusters), side
+        self.n_distinct, self.n_samples = int(n_distinct), int(n_samples)
+        super().__init__(
+            f"n_clusters={n_clusters} for {side} exceeds the number of distinct {side} "
+            f"points ({n_distinct}) among its n_samples={n_samples}; lower n_clusters."
+        )
+
+
 class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
     """Clustered hybrid random features (Sec. 2.4, App. H, Def. H.1 / H.2).
 
@@ -181,10 +196,7 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
 
         n_distinct = np.unique(Z, axis=0).shape[0]
         if k > n_distinct:
-            raise ValueError(
-                f"n_clusters={k} for {name} exceeds the number of distinct {name} points "
-                f"({n_distinct}) among its n_samples={Z.shape[0]}; lower n_clusters."
-            )
+            raise TooFewDistinctRows(k, name, n_distinct, Z.shape[0])
         # k-means++ seeds from row indices: on the rows in lexicographic order, and with
         # the centres in that order too, the fit is a function of the data set, not
         # of the order of its rows (the pair blocks of the features follow the centres)
