@@ -112,15 +112,6 @@ def gaussian_log_kernel(xp, X, Y, lengthscale: float = 1.0):
     return gaussian_exponent.gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero=True)
 
 
-def gaussian_of_rows(xp, X, Y):
-    """``exp(-|x - y|^2 / 2)`` (n, m) of prepared (lengthscale-scaled) dense rows ``X``
-    (n, d), ``Y`` (m, d): the exponential of :func:`gaussian_log_kernel`, exactly 1 for
-    equal rows and 0 for distant ones whatever their norm (the expanded square is
-    ``inf - inf = NaN`` for rows of norm above ~1e154, and its rounding on rows of that
-    size gave 0 for 1 on equal rows)."""
-    return xp.exp(gaussian_log_kernel(xp, X, Y, 1.0))
-
-
 class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceFit, BaseEstimator):
     """Base class of every random feature map: the contract of the module docstring.
 

@@ -47,7 +47,6 @@ from ._base import (
     check_real,
     complex_dtype,
     gaussian_log_kernel,
-    gaussian_of_rows,
     param_cache,
     real_gram,
     safe_log,
@@ -377,12 +376,11 @@ class RandomFourierFeatures(FeatureMap):
         return self._rff_variance(X, Y, xp, part="complex")[0]
 
     def _exact_kernel(self, X, Y, xp):
-        """The Gaussian kernel ``exp(-|x - y|^2 / (2 l^2))``, (n, m), as
-        :func:`kernelkit.kernels.gaussian_kernel` forms it (:func:`gaussian_of_rows`):
-        exactly 1 for equal rows, and never ``inf - inf = NaN`` for rows of norm above
-        ~1e154 (over the lengthscale)."""
-        Xs, Ys = X / self.lengthscale_, Y / self.lengthscale_
-        return gaussian_of_rows(xp, Xs, Ys)
+        """The Gaussian kernel ``exp(-|x - y|^2 / (2 l^2))``, (n, m), from the accurate
+        exponent of :meth:`_sq_dist` (as :func:`kernelkit.kernels.gaussian_kernel` forms
+        it): exactly 1 for equal rows, and never ``inf - inf = NaN`` for rows of norm
+        above ~1e154 (over the lengthscale)."""
+        return xp.exp(-0.5 * self._sq_dist(X, Y, xp))
 
 
 # ---------------------------------------------------------------------- SRF

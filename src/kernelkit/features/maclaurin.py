@@ -54,7 +54,7 @@ from ._base import (
     _below_range,
     as_real_dtype,
     check_real,
-    gaussian_of_rows,
+    gaussian_log_kernel,
     log_inner_bound,
     log_polynomial_bound,
     narrow_to,
@@ -591,7 +591,7 @@ class _MaclaurinBase(FeatureMap):
         """:meth:`FeatureMap._exact_kernel_plan`: the bound of the kernel from ``|x^T y| <=
         d max |X| max |Y|`` (the Gaussian kernel is at most 1), and the overflow-safe
         blocks (``safe``) only where that bound, or that of ``|x|^2``, leaves the range."""
-        if self.kernel == "gaussian":  # at most 1, formed by gaussian_of_rows
+        if self.kernel == "gaussian":  # at most 1, from gaussian_log_kernel
             return self._exact_kernel, 0.0
         log_g = log_inner_bound(xp, X, Y)
         if self.kernel == "polynomial":
@@ -616,7 +616,7 @@ class _MaclaurinBase(FeatureMap):
                 if self.kernel == "polynomial":
                     return (G + float(self.coef0)) ** int(self.degree)
                 return xp.exp(G)
-        return gaussian_of_rows(xp, X, Y)
+        return xp.exp(gaussian_log_kernel(xp, X, Y, 1.0))  # prepared rows: l = 1
 
 
 class RandomMaclaurin(_MaclaurinBase):
