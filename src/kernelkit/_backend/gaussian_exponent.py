@@ -28,11 +28,12 @@ __all__ = [
 
 
 def row_sq_norms(xp, X):
-    # X: (..., n, d) -> (..., n)
+    """Squared norms of the rows of ``X`` (..., n, d); shape (..., n)."""
     return xp.sum(X * X, axis=-1)
 
 
 def all_finite(xp, a) -> bool:
+    """Whether every entry of the array ``a`` (any shape) is finite (a host read)."""
     return bool(xp.all(xp.isfinite(a)))
 
 
@@ -67,7 +68,9 @@ def power_of_two_bound(xp, *arrays) -> int:
 
 
 def gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero: bool = False):
-    """``-|x - y|^2 / (2 l^2)`` for all pairs, shape (..., n, m): accurate, ``<= 0``.
+    """``-|x - y|^2 / (2 l^2)`` for all pairs of rows of ``X`` (..., n, d) and ``Y``
+    (..., m, d), shape (..., n, m): accurate, ``<= 0`` (the exponent of the Gaussian
+    kernel behind the random features' estimators, e.g. FAVOR+'s ``K_gauss``).
 
     The expanded square ``|x|^2 + |y|^2 - 2 x^T y`` (one matrix product) is formed on
     inputs centred on the mean of ``X`` (the kernel is translation invariant) and rescaled
