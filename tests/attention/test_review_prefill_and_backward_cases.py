@@ -41,12 +41,13 @@ def test_block_from_a_state_that_requires_grad_keeps_the_graph():
 
 @pytest.mark.parametrize("name", ["positive", "hyperbolic"])
 def test_prefill_with_a_key_jump_then_batched_blocks_equals_causal_pass(name, monkeypatch):
-    """Huge keys (norm x12) for the first 110 tokens, then ordinary ones: the log key
-    maxima jump by hundreds of nats inside a chunk (beyond the float64 bound), so the
-    first 512-row block of a 697-token prefill runs chunk by chunk with one chunk on the
-    exact dyadic path, and the next blocks batched; left padding over 90 tokens in one
-    row (a chunk whose first key is masked, from an empty state) and a masked tail in the
-    other, in place from a three-token state: equal to the causal pass in float64."""
+    """Huge keys (norm x24) for the first 110 tokens, then ordinary ones: the log key
+    maxima (``-|k|^2 / 2`` dominates) jump by about 750 nats inside a chunk (beyond the
+    float64 bound of 500), so the first 512-row block of a 697-token prefill runs chunk
+    by chunk with one chunk on the exact dyadic path, and the next blocks batched; left
+    padding over 90 tokens in one row (chunks whose first key is masked, from an empty
+    state: their first visible key bounds the growth) and a masked tail in the other, in
+    place from a three-token state: equal to the causal pass in float64."""
     from kernelkit.attention import _linear as lin
     from kernelkit.attention import decoding
 
@@ -54,7 +55,7 @@ def test_prefill_with_a_key_jump_then_batched_blocks_equals_causal_pass(name, mo
     levels = spy_paths(monkeypatch, lin, "_levels")  # the exact dyadic scheme
     T = 700
     q, k, v = qkv((2, 2, T, 8), e=8, seed=3)
-    k[..., :110, :] *= 12.0
+    k[..., :110, :] *= 24.0
     pad = torch.zeros(2, T, dtype=torch.bool)
     pad[1, :90], pad[0, 650:] = True, True
     kw = dict(random_state=0)

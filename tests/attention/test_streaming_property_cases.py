@@ -433,7 +433,7 @@ def test_decoding_in_random_blocks_equals_causal_pass(
     with (
         torch.set_grad_enabled(not no_grad),
         mock.patch.object(decoding, "_PREFILL_CHUNK", chunk),
-        mock.patch.object(decoding, "_block_rows", lambda n, ch: 2 * ch),
+        mock.patch.object(_linear, "_block_rows", lambda n, ch: 2 * ch),
     ):
         qq = q.clone().requires_grad_(not no_grad)
         for i, n in enumerate(blocks):

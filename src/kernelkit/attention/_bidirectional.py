@@ -41,21 +41,20 @@ from __future__ import annotations
 import torch
 
 from .._backend.exponential import exp_
-from ._linear import autocast_off, first_order_only
+from ._linear import ACCELERATOR_BLOCK_BYTES, autocast_off, first_order_only
 
 __all__ = ["bidirectional_stream", "block_rows"]
 
 _NEG = -1e30  # finite "minus infinity": log features of masked keys
 #: target bytes of one (N, rows, M) block of features (about half an L2 cache on CPU)
 _CPU_BLOCK_BYTES = 1 << 20
-_GPU_BLOCK_BYTES = 1 << 26
 
 
 def block_rows(N: int, M: int, itemsize: int, device) -> int:
     """Rows per block: a power of two in [16, 4096] with ``N rows M itemsize`` about
-    ``_CPU_BLOCK_BYTES`` (``_GPU_BLOCK_BYTES`` on accelerators, where launches are the
-    cost)."""
-    target = _CPU_BLOCK_BYTES if torch.device(device).type == "cpu" else _GPU_BLOCK_BYTES
+    ``_CPU_BLOCK_BYTES`` (``ACCELERATOR_BLOCK_BYTES`` on accelerators, where launches
+    are the cost)."""
+    target = _CPU_BLOCK_BYTES if torch.device(device).type == "cpu" else ACCELERATOR_BLOCK_BYTES
     rows = max(1, target // max(1, N * M * itemsize))
     return int(min(4096, max(16, 1 << (rows.bit_length() - 1))))
 

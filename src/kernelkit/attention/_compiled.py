@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._linear import _block_rows, _CausalExp, causal_exp, fit_chunk
+from ._linear import _CausalExp, block_rows_for, causal_exp, fit_chunk
 from ._maps import LogFeatureMap
 
 __all__ = ["causal"]
@@ -97,7 +97,10 @@ def _causal_backward_op(
         xq, xk, v, dout = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (xq, xk, v, dout))
     ctx = _Ctx()
     with torch.no_grad():
-        _CausalExp.forward(ctx, xq, xk, v, keep, feat, chunk, _block_rows(L + pad, chunk))
+        block = block_rows_for(
+            L + pad, chunk, xq.shape[0], feat.n_out, xq.element_size(), xq.device
+        )
+        _CausalExp.forward(ctx, xq, xk, v, keep, feat, chunk, block)
         dq, dk, dv = _CausalExp.backward(ctx, dout)[:3]
     if pad:
         dq, dk, dv = (t[:, :L].contiguous() for t in (dq, dk, dv))

@@ -50,7 +50,6 @@ import torch
 from .._backend import torch_shareable
 from .._backend.exponential import exp_
 from ._linear import (
-    _block_rows,
     _chunk_maxima,
     _fwd_block,
     _fwd_chunks,
@@ -58,6 +57,7 @@ from ._linear import (
     _safe_div,
     _Workspace,
     autocast_off,
+    block_rows_for,
 )
 from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log_map
 from .functional import (
@@ -1131,7 +1131,7 @@ def _block(lq, lk, va, keep, kvz, c, inplace, grouped=False):
 
 def _prefill_batched(params, x, y, va, keep, kvz, c, inplace):
     """A block of T tokens through the forward of the causal kernel
-    (:func:`kernelkit.attention._linear._fwd_block`): blocks of up to 512 rows, the log
+    (:func:`kernelkit.attention._linear._fwd_block`): blocks of rows (up to 512 on the CPU), the log
     features of each computed when it is reached, all its chunks of C tokens in batched
     products, the state chained from chunk to chunk. The kernel's running state (the
     sums of ``exp(lk - c) [v, 1]`` relative to the key maxima ``c``) is the decoding
@@ -1145,7 +1145,7 @@ def _prefill_batched(params, x, y, va, keep, kvz, c, inplace):
     batch, T = x.shape[:-2], x.shape[-2]
     M, E = kvz.shape[-2], va.shape[-1]
     B, C, dt = math.prod(batch), _PREFILL_CHUNK, kvz.dtype
-    block = _block_rows(T + (-T) % C, C)
+    block = block_rows_for(T + (-T) % C, C, B, M, kvz.element_size(), kvz.device)
     G = _growth_bound(dt)
     ws = _Workspace(dt, kvz.device)
     S, cb = kvz.reshape(B, M, E).clone(), c.reshape(B, M).clone()  # (B, M, e + 1), (B, M)
