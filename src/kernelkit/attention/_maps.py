@@ -200,18 +200,25 @@ def build_log_map(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int)
     return LogFeatureMap(W_x, W_y, const, params.B_x, params.B_y)
 
 
-def _fit_on_host(name: str, mom: favor.Moments) -> favor.DERFParameters:
-    """:func:`kernelkit.features.favor.fit_derf` of the moments (..., d[, d]), run on the
-    CPU where they live on an accelerator (outside compiled graphs), the parameters then
-    moved to the moments' device (both moves are differentiable).
+#: maps whose fits decompose d x d matrices (eigh, svd), which wait for the device anyway
+_MATRIX_FITS = ("aderf", "sderf")
 
-    The fits work on a few ``d x d`` matrices per head: dozens of tiny operations and,
-    for SDERF, a batched eigendecomposition, which on a GPU are bound by kernel launches
-    and host synchronisation. On an H200, ``torch.linalg.eigh`` of eight 64 x 64 float64
-    matrices took 5.6 ms on the device and 2.1 ms through the CPU, copies included.
+
+def _fit_on_host(name: str, mom: favor.Moments) -> favor.DERFParameters:
+    """:func:`kernelkit.features.favor.fit_derf` of the moments (..., d[, d]); for the maps
+    whose fits decompose matrices (ADERF, SDERF) run on the CPU where the moments live on
+    an accelerator (outside compiled graphs), the parameters then moved to the moments'
+    device (both moves are differentiable).
+
+    Those fits work on a few ``d x d`` matrices per head: dozens of tiny operations and
+    batched eigendecompositions, which on a GPU are bound by kernel launches and wait for
+    the device in any case. On an H200, ``torch.linalg.eigh`` of eight 64 x 64 float64
+    matrices took 5.6 ms on the device and 2.1 ms through the CPU, copies included. The
+    diagonal fits (GERF, SADERF) stay on the device: elementwise, and without a host
+    synchronisation there.
     """
     dev = mom.mean_x.device
-    if dev.type == "cpu" or torch.compiler.is_compiling():
+    if dev.type == "cpu" or name not in _MATRIX_FITS or torch.compiler.is_compiling():
         return favor.fit_derf(name, mom)
     host = favor.Moments(*(getattr(mom, f.name).cpu() for f in fields(mom)))
     params = favor.fit_derf(name, host)
