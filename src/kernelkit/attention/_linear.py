@@ -36,8 +36,11 @@ the output does not depend on them):
   otherwise change an earlier output beyond rounding.
 * chunks are processed in blocks: the features of a block come from one product, the
   chunks of a block are batched (scores, chunk states ``K^T v``), and the states are
-  chained by one ``addcmul`` per chunk; a block with a large key jump runs chunk by
-  chunk (the one-pivot path where a chunk allows it, else the dyadic scheme).
+  chained by one ``addcmul`` per chunk (CPU; on accelerators by prefix sums relative to
+  the block's last pivot, :func:`_prefix_states`, where the block's pivots spread by at
+  most ``G``); a block with a large key jump runs chunk by chunk (the one-pivot path
+  where a chunk allows it, else the dyadic scheme). Blocks are cache-sized on the CPU
+  and 64 MiB of features on accelerators (:func:`block_rows_for`).
 * causal backward (analytic; the features are exponentials of affine maps): one pass over
   the blocks in reverse order, the features of each block recomputed once. The prefix
   side starts from the state and maxima the forward kept at the block's start (an
@@ -651,7 +654,8 @@ class _CausalExp(torch.autograd.Function):
     them into log features, so no (L, M) tensor is ever formed or saved. The sequence
     is processed in blocks of ``n`` chunks: features of a block in one product, then
     every chunk of the block in batched products (masked ``C x C`` scores, chunk states
-    ``K^T v``), the states chained by one ``addcmul`` per chunk. The backward recomputes
+    ``K^T v``), the states chained by one ``addcmul`` per chunk (by prefix sums on
+    accelerators). The backward recomputes
     the features block by block, once, in one reverse pass: from the prefix state the
     forward kept at the block's start, the query gradients and all intra-chunk
     gradients; from the suffix state of the queries, the key / value gradients from later
