@@ -174,7 +174,9 @@ def _cases(draw, causal):
         e=draw(st.integers(1, 5)),
         M=draw(st.integers(1, 9)),
         chunk=draw(st.sampled_from([1, 2, 4, 8, 16, 64])),
-        blocks=draw(st.integers(1, 3)),
+        blocks=draw(st.sampled_from([1, 2, 3, 8])),
+        # the causal scan's chunk states by prefix sums (accelerators) or by a chain
+        parallel=draw(st.booleans()),
         rows=draw(st.integers(1, 20)),
         qn=draw(st.sampled_from([0.5, 2.0, 10.0, 30.0])),
         kn=draw(st.sampled_from([0.5, 2.0, 10.0, 30.0])),
@@ -193,10 +195,12 @@ def _run_case(c, causal):
     pad = _pad(c["pad"], (*batch, S), c["seed"])
     chunk = c["chunk"]
     # block sizes are internal: the causal scan's rows per block (a multiple of the
-    # chunk) and the bidirectional stream's rows per block
+    # chunk) and the bidirectional stream's rows per block; so is the causal scan's
+    # chaining of chunk states (prefix sums on accelerators)
     with (
         mock.patch.object(_linear, "_block_rows", lambda n, ch: ch * c["blocks"]),
         mock.patch.object(_bidirectional, "block_rows", lambda *a: c["rows"]),
+        mock.patch.object(_linear, "_parallel_scan", lambda device: c["parallel"]),
     ):
         out = linear_attention(
             q,
