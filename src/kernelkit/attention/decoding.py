@@ -24,7 +24,8 @@ pivot ``max(c, lk_first)`` and a masked ``C x C`` score matrix when the key maxi
 by at most ``G`` (60 in float32, 500 in float64) inside it; otherwise it steps its
 tokens one by one. Without autograd (and without grouped query rows) the block runs the
 forward of the causal kernel itself, whose running state is the decoding state
-(:func:`_prefill_batched`): blocks of up to 512 rows with all their chunks batched.
+(:func:`_prefill_batched`): blocks of up to 512 rows on the CPU (64 MiB of features on
+accelerators) with all their chunks batched.
 
 Grouped-query attention (``enable_gqa``, as SDPA's): ``k_t``, ``v_t`` with ``Hkv`` heads
 serve ``q_t`` with ``Hq = g Hkv`` heads (query head ``h`` reads key head ``h // g``).

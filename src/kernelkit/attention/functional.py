@@ -506,13 +506,13 @@ def linear_attention(
         Query ``t`` sees keys ``j <= t`` only; for ``L != S`` aligned to the top left as in
         SDPA (keys ``j >= L`` are never seen, queries ``t >= S`` see every key; for the
         last ``L`` of ``S`` positions, decode with :func:`linear_attention_step`).
-        Chunked prefix sums (``chunk_size``), chunks processed in blocks of at most 512
-        rows: O(block M e) working memory in the forward and the backward pass (a custom
-        autograd Function recomputes the features block by block, gradients in closed
-        form). Fitted parameters never use the sequence (``moments`` from other data,
-        module docstring); stabilisers are causal or exactly cancelling factors bounded
-        so that a later token cannot change an earlier output beyond rounding (see
-        :mod:`kernelkit.attention._linear`).
+        Chunked prefix sums (``chunk_size``), chunks processed in blocks of at most 512 rows
+        on the CPU (64 MiB of features on accelerators): O(block M e) working memory in the
+        forward and the backward pass (a custom autograd Function recomputes the features
+        block by block, gradients in closed form). Fitted parameters never use the sequence
+        (``moments`` from other data, module docstring); stabilisers are causal or exactly
+        cancelling factors bounded so that a later token cannot change an earlier output
+        beyond rounding (see :mod:`kernelkit.attention._linear`).
     key_padding_mask : bool tensor (..., S), broadcastable to ``q.shape[:-2] + (S,)``
         True marks a padded key, excluded from the attention and from the fitted
         parameters. Rows without any visible key give zeros (as
