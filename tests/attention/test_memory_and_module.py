@@ -240,8 +240,8 @@ def test_module_errors():
         m(x, x, x, key_padding_mask=torch.zeros(2, 12, dtype=torch.long))
     with pytest.raises(ValueError, match="need_weights"):
         m(x, x, x, need_weights=True)
-    with pytest.raises(ValueError, match="causal attn_mask"):
-        m(x, x, x, attn_mask=torch.zeros(12, 12, dtype=torch.bool))
+    with pytest.raises(ValueError, match="causal attn_mask"):  # anti-causal
+        m(x, x, x, attn_mask=torch.ones(12, 12, dtype=torch.bool).tril(-1))
     with pytest.raises(ValueError, match="batch / length"):
         m(x, x[:, :5], x)
     with pytest.raises(ValueError, match="2-D"):
