@@ -4,9 +4,11 @@
 Differences from ``nn.MultiheadAttention`` (the attention matrix is never formed):
 
 * ``need_weights=True`` raises (no weights exist); ``forward`` returns ``(out, None)``.
-* ``attn_mask`` may only be the causal mask, ``(L, S)`` or ``(N * num_heads, L, S)``
-  (bool ``True`` above the diagonal, or float ``-inf`` above it, top left aligned) or
-  None; ``is_causal=True`` alone selects causal attention.
+* ``attn_mask``, ``(L, S)`` or ``(N * num_heads, L, S)`` (bool ``True`` or float
+  ``-inf`` = blocked), may only be the causal mask (blocked above the diagonal, top left
+  aligned), a key padding (the same keys blocked in every row and in every head of a
+  batch element; joined to ``key_padding_mask``), both combined, or None;
+  ``is_causal=True`` alone selects causal attention.
 * ``dropout`` is applied to the attention output of every head (before ``out_proj``),
   not to attention weights. ``add_bias_kv`` / ``add_zero_attn`` are not supported.
 * ``key_padding_mask``: bool (True = padded) or float (``-inf`` or the dtype's
@@ -215,9 +217,11 @@ class FavorAttention(nn.Module):
     Notes
     -----
     * ``need_weights=True`` raises (no weights exist).
-    * ``attn_mask`` may only be the causal mask, ``(L, S)`` or ``(N * num_heads, L, S)``
-      (bool ``True`` above the diagonal, or float ``-inf`` above it, top left aligned)
-      or None; ``is_causal=True`` alone selects causal attention.
+    * ``attn_mask``, ``(L, S)`` or ``(N * num_heads, L, S)`` (bool ``True`` or float
+      ``-inf`` = blocked), may only be the causal mask (blocked above the diagonal, top
+      left aligned), a key padding (the same keys blocked in every row and in every head
+      of a batch element; joined to ``key_padding_mask``), both combined, or None;
+      ``is_causal=True`` alone selects causal attention.
     * ``key_padding_mask``: bool (True = padded) or float (``-inf`` or the dtype's
       minimum = padded, 0 = kept).
       Called as self-attention (``query is key``), the padded positions are left out of
@@ -489,7 +493,9 @@ class FavorAttention(nn.Module):
         need_weights : bool, default False
             Must be False: the weights are never formed (True raises a ``ValueError``).
         attn_mask : tensor, shape (L, S) or (N * num_heads, L, S), optional
-            Only the causal mask is accepted (the same as ``is_causal=True``).
+            The causal mask (the same as ``is_causal=True``), a key padding (the same
+            keys blocked in every row and head of a batch element, joined to
+            ``key_padding_mask``) or both; other masks raise a ``ValueError``.
         average_attn_weights : bool, default True
             Accepted for ``nn.MultiheadAttention`` compatibility; ignored (no weights).
         is_causal : bool, default False
@@ -562,8 +568,11 @@ class FavorAttention(nn.Module):
         # eager CPU inputs (linear_attention's check_finite=None policy): a clear error
         # before the in-projection turns NaN into NaN queries and a failing fit
         _finite_check(None, query=query, key=key, value=value)
-        is_causal = self._check_attn_mask(attn_mask, is_causal, L, S, N * self.num_heads)
+        is_causal, blocked = self._check_attn_mask(attn_mask, is_causal, L, S, N, self.num_heads)
         mask = self._check_padding_mask(key_padding_mask, N, S, query.device)
+        if blocked is not None:  # attn_mask's key padding, with key_padding_mask's
+            blocked = blocked.to(query.device)
+            mask = blocked if mask is None else mask | blocked
 
         # activation checkpointing recomputes this call during the backward pass: with the
         # features and statistics of the original call (no redraw, no update)
@@ -665,34 +674,36 @@ class FavorAttention(nn.Module):
         )
 
     @staticmethod
-    def _check_attn_mask(attn_mask, is_causal, L, S, NH):
-        # MultiheadAttention's (L, S) or (N * num_heads, L, S) mask, if it is causal
+    def _check_attn_mask(attn_mask, is_causal, L, S, N, H):
+        """MultiheadAttention's (L, S) or (N * num_heads, L, S) ``attn_mask`` (True or
+        ``-inf`` = blocked) as ``(is_causal, padding)``: the causal mask, a key padding (the
+        same keys blocked in every row, and in every head of a batch element), or both.
+        ``padding`` is None or bool (N, S), True = padded."""
         is_causal = _check_is_causal(is_causal)
         if attn_mask is None:
-            return is_causal
+            return is_causal, None
         m = _tensor_arg(attn_mask, "attn_mask")
         if m.dtype != torch.bool and not m.is_floating_point():
             raise TypeError(f"attn_mask must be bool or float, got {m.dtype}.")
-        if m.shape not in ((L, S), (NH, L, S)):
+        if m.shape not in ((L, S), (N * H, L, S)):
             raise ValueError(
-                f"attn_mask must be None or the causal (L, S) or (N * num_heads, L, S) mask, "
-                f"got shape {tuple(m.shape)} for L={L}, S={S}, N * num_heads={NH}."
+                f"attn_mask must be None or an (L, S) or (N * num_heads, L, S) mask, got "
+                f"shape {tuple(m.shape)} for L={L}, S={S}, N * num_heads={N * H}."
             )
         if torch.compiler.is_compiling():
             # a compiled graph cannot branch on the mask's values: trust the hint
             # is_causal=True, as nn.MultiheadAttention does (nn.Transformer*Layer passes it
             # with its causal src_mask); eager calls check the values below
             if is_causal:
-                return True
+                return True, None
             raise ValueError(
                 "inside torch.compile FavorAttention cannot read attn_mask's values to see "
                 "whether it is the causal mask; pass is_causal=True with it (as "
                 "nn.TransformerEncoderLayer(..., is_causal=True) does), or attn_mask=None "
-                "with is_causal=True."
+                "with is_causal=True (and padding as key_padding_mask)."
             )
-        upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)
         if m.dtype == torch.bool:
-            causal = bool((m == upper).all())
+            blocked = m
         else:
             blocked = _float_blocked(m)
             if not bool((m[~blocked] == 0).all()):
@@ -702,14 +713,33 @@ class FavorAttention(nn.Module):
                     "nn.Transformer.generate_square_subsequent_mask: linear attention "
                     "cannot add a bias to scores it never forms."
                 )
-            causal = bool((blocked == upper).all())
-        if not causal:
+        if L == 0 or S == 0:
+            return is_causal, None
+        blocked = blocked.reshape(-1, H, L, S) if blocked.dim() == 3 else blocked[None, None]
+        upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)  # top left
+        for causal in (False, True):
+            base = upper if causal else torch.zeros_like(upper)
+            # the keys blocked in the last row beyond the causal ones; keys j >= L that
+            # the causal mask blocks in every row need no padding
+            pad = blocked[..., -1, :] & ~base[-1]  # (N or 1, H or 1, S)
+            if bool((blocked == (base | pad[..., None, :])).all()):
+                break
+        else:
             raise ValueError(
-                "FavorAttention supports only the causal attn_mask (linear "
-                "attention cannot apply an arbitrary mask); pass attn_mask=None "
-                "with is_causal=True."
+                "FavorAttention supports only the causal attn_mask, a key-padding one (the "
+                "same keys blocked in every row) or both combined (linear attention cannot "
+                "apply an arbitrary mask); pass attn_mask=None with is_causal=True and "
+                "key_padding_mask."
             )
-        return True
+        if not bool((pad == pad[:, :1]).all()):
+            raise ValueError(
+                "attn_mask blocks different keys in different heads of a batch element; "
+                "FavorAttention takes one key padding per batch element (key_padding_mask "
+                "(N, S))."
+            )
+        pad = pad[:, 0].expand(N, S)  # (N, S)
+        # with a mask, its values decide (is_causal is only a hint, as in MultiheadAttention)
+        return causal, (pad if bool(pad.any()) else None)
 
     @staticmethod
     def _check_padding_mask(mask, N, S, device):
