@@ -222,11 +222,15 @@ def _fit_on_host(name: str, mom: favor.Moments) -> favor.DERFParameters:
         return favor.fit_derf(name, mom)
     host = favor.Moments(*(getattr(mom, f.name).cpu() for f in fields(mom)))
     params = favor.fit_derf(name, host)
-    moved = {
-        f.name: getattr(params, f.name).to(dev)
-        for f in fields(params)
-        if isinstance(getattr(params, f.name), torch.Tensor)
-    }
+    # one move per tensor: SDERF's B_x is its B_y (``symmetric``), and stays so
+    copies: dict[int, torch.Tensor] = {}
+    moved = {}
+    for f in fields(params):
+        t = getattr(params, f.name)
+        if isinstance(t, torch.Tensor):
+            if id(t) not in copies:
+                copies[id(t)] = t.to(dev)
+            moved[f.name] = copies[id(t)]
     return replace(params, **moved)
 
 
