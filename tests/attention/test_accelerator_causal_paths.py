@@ -85,6 +85,11 @@ def test_block_rows_for_sizes_accelerator_blocks_by_bytes():
     assert lin.block_rows_for(65536, 64, 4096, 256, 4, "cuda") == 64  # at least a chunk
     assert lin.block_rows_for(8192, 64, 48, 256, 4, "cuda") == 1344  # 1365 rows: 21 chunks
     assert lin.ACCELERATOR_BLOCK_BYTES == 1 << 26
+    # values wider than the features (e + 1 = 257 columns, M = 4): the value-sized
+    # buffers set the block, 64 MiB / (8 * 257 * 4 bytes) = 8160 rows -> 127 chunks
+    assert lin.block_rows_for(65536, 64, 8, 4, 4, "cuda", values=257) == 8128
+    assert lin.block_rows_for(65536, 64, 8, 256, 4, "cuda", values=65) == 8192
+    assert lin.block_rows_for(1024, 64, 8, 4, 4, "cpu", values=257) == lin._block_rows(1024, 64)
 
 
 @pytest.mark.parametrize("name", MAPS)

@@ -98,7 +98,13 @@ def _causal_backward_op(
     ctx = _Ctx()
     with torch.no_grad():
         block = block_rows_for(
-            L + pad, chunk, xq.shape[0], feat.n_out, xq.element_size(), xq.device
+            L + pad,
+            chunk,
+            xq.shape[0],
+            feat.n_out,
+            xq.element_size(),
+            xq.device,
+            v.shape[-1] + 1,
         )
         _CausalExp.forward(ctx, xq, xk, v, keep, feat, chunk, block)
         dq, dk, dv = _CausalExp.backward(ctx, dout)[:3]

@@ -800,20 +800,24 @@ def _block_rows(L: int, chunk: int) -> int:
     return chunk * max(1, min(512, max(4 * chunk, L // 8)) // chunk)
 
 
-def block_rows_for(L: int, chunk: int, B: int, M: int, itemsize: int, device) -> int:
+def block_rows_for(
+    L: int, chunk: int, B: int, M: int, itemsize: int, device, values: int = 0
+) -> int:
     """Rows per block of the causal kernel for ``L`` rows (a multiple of ``chunk``) of
-    ``B`` batch elements and heads with ``M`` features of ``itemsize`` bytes.
+    ``B`` batch elements and heads with ``M`` features and ``values`` value columns
+    (``e + 1``) of ``itemsize`` bytes.
 
-    CPU: :func:`_block_rows` (cache-sized working sets). Accelerators: the most whole
-    chunks with a (B, rows, M) feature block of at most :data:`ACCELERATOR_BLOCK_BYTES`,
-    at most ``L`` and at least one chunk. Every block costs a fixed number of kernel
-    launches and one host read (the choice of path), so on a GPU few large blocks are
-    several times faster than the CPU's: on an H200, causal FAVOR+ at L = 65536 (8 heads,
-    d = 64, M = 256, float32) took 94 ms with 512-row blocks and 18 ms with 8192 rows.
+    CPU: :func:`_block_rows` (cache-sized working sets). Accelerators: the most whole chunks
+    with a (B, rows, max(M, values)) block, the widest of the per-row buffers (features,
+    values, outputs and their gradients), of at most :data:`ACCELERATOR_BLOCK_BYTES`, at
+    most ``L`` and at least one chunk. Every block costs a fixed number of kernel launches
+    and one host read (the choice of path), so on a GPU few large blocks are several times
+    faster than the CPU's: on an H200, causal FAVOR+ at L = 65536 (8 heads, d = 64, M = 256,
+    float32) took 94 ms with 512-row blocks and 18 ms with 8192 rows.
     """
     if torch.device(device).type == "cpu":
         return _block_rows(L, chunk)
-    rows = ACCELERATOR_BLOCK_BYTES // max(1, B * M * itemsize)
+    rows = ACCELERATOR_BLOCK_BYTES // max(1, B * max(M, values) * itemsize)
     return chunk * max(1, min(rows, L) // chunk)
 
 
@@ -846,7 +850,9 @@ def causal_exp(xq, xk, v, keep, feat, chunk: int, block: int | None = None):
         xk = torch.nn.functional.pad(xk, (0, 0, 0, pad))
         v = torch.nn.functional.pad(v, (0, 0, 0, pad))
     if block is None:
-        block = block_rows_for(L + pad, chunk, B, feat.n_out, xq.element_size(), xq.device)
+        block = block_rows_for(
+            L + pad, chunk, B, feat.n_out, xq.element_size(), xq.device, v.shape[-1] + 1
+        )
     # the block states are kept only where a backward can follow
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (xq, xk, v))
     out = _CausalExp.apply(xq, xk, v, keep, feat, chunk, block, grad)

@@ -1146,7 +1146,7 @@ def _prefill_batched(params, x, y, va, keep, kvz, c, inplace):
     batch, T = x.shape[:-2], x.shape[-2]
     M, E = kvz.shape[-2], va.shape[-1]
     B, C, dt = math.prod(batch), _PREFILL_CHUNK, kvz.dtype
-    block = block_rows_for(T + (-T) % C, C, B, M, kvz.element_size(), kvz.device)
+    block = block_rows_for(T + (-T) % C, C, B, M, kvz.element_size(), kvz.device, E)
     G = _growth_bound(dt)
     ws = _Workspace(dt, kvz.device)
     S, cb = kvz.reshape(B, M, E).clone(), c.reshape(B, M).clone()  # (B, M, e + 1), (B, M)
