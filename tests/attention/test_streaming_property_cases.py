@@ -399,10 +399,11 @@ def test_gradients_equal_dense_autograd(name, causal, L, S, d, M, norm, pad, chu
     gqa=st.booleans(),
     no_grad=st.booleans(),
     chunk=st.sampled_from([2, 4, 64]),
+    parallel=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_decoding_in_random_blocks_equals_causal_pass(
-    name, L, cuts, d, e, M, norm, pad, scale, gqa, no_grad, chunk, seed
+    name, L, cuts, d, e, M, norm, pad, scale, gqa, no_grad, chunk, parallel, seed
 ):
     # blocks of the cut lengths (0: an empty block; 1: also as a single token (..., d))
     batch, kv_batch = (2, 2), ((2, 1) if gqa else (2, 2))
@@ -438,6 +439,8 @@ def test_decoding_in_random_blocks_equals_causal_pass(
         torch.set_grad_enabled(not no_grad),
         mock.patch.object(decoding, "_PREFILL_CHUNK", chunk),
         mock.patch.object(_linear, "_block_rows", lambda n, ch: 2 * ch),
+        # the prefill's chunk states by prefix sums (accelerators) or by the chain
+        mock.patch.object(_linear, "_parallel_scan", lambda device: parallel),
     ):
         qq = q.clone().requires_grad_(not no_grad)
         for i, n in enumerate(blocks):
