@@ -864,6 +864,23 @@ def _float_blocked(m):
     return torch.isneginf(m) | (m == torch.finfo(m.dtype).min)
 
 
+def _split_blocked_mask(blocked):
+    """The blocked entries (..., L, S) (True = blocked) of a mask as ``(causal, pad)``: a
+    key padding ``pad`` (..., S) (the same keys blocked in every query row; ``causal``
+    False), or the causal mask, top left aligned as SDPA's ``is_causal`` where L != S,
+    with the keys that the last row blocks as padding (``causal`` True; the keys j >= L
+    among them, which the causal mask blocks in every row too); None for any other
+    mask. Reads the mask's values (a host read)."""
+    L, S = blocked.shape[-2:]
+    if bool((blocked == blocked[..., :1, :]).all()):
+        return False, blocked[..., 0, :]  # (..., S)
+    pad = blocked[..., -1, :]  # (..., S)
+    upper = torch.ones(L, S, dtype=torch.bool, device=blocked.device).triu(1)
+    if bool(torch.equal(blocked, upper | pad[..., None, :])):
+        return True, pad
+    return None
+
+
 def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
     """SDPA ``attn_mask`` -> (is_causal, key_padding_mask) where it is causal or padding."""
     m = _tensor_arg(attn_mask, "attn_mask", q.device)
@@ -895,15 +912,12 @@ def _split_attn_mask(attn_mask, q, k, is_causal, key_padding_mask):
             "be read to tell a causal mask from a padding mask; pass is_causal=True and / "
             "or key_padding_mask (True = padded key), or a padding mask of shape (..., 1, S)."
         )
-    elif bool((blocked == blocked[..., :1, :]).all()):
-        pad = blocked[..., 0, :]  # (..., S): the same keys blocked in every query row
     else:
-        # causal (top left aligned as SDPA's is_causal where L != S), possibly with padded
-        # keys: the last row blocks exactly the padding (and the keys j >= L)
-        pad = blocked[..., -1, :]  # (..., S)
-        upper = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)
-        causal = bool(torch.equal(blocked, upper | pad[..., None, :]))
-        pad = pad if causal else None
+        split = _split_blocked_mask(blocked)
+        if split is None:
+            pad = None
+        else:
+            causal, pad = is_causal or split[0], split[1]
     if pad is None:
         raise ValueError(
             f"attn_mask of shape {tuple(m.shape)} is neither a causal mask ((..., L, L), "

@@ -75,6 +75,7 @@ from .functional import (
     _check_sampler,
     _finite_check,
     _float_blocked,
+    _split_blocked_mask,
     _tensor_arg,
     attention_moments,
     draw_features,
@@ -716,21 +717,18 @@ class FavorAttention(nn.Module):
         if L == 0 or S == 0:
             return is_causal, None
         blocked = blocked.reshape(-1, H, L, S) if blocked.dim() == 3 else blocked[None, None]
-        upper = torch.ones(L, S, dtype=torch.bool, device=m.device).triu(1)  # top left
-        for causal in (False, True):
-            base = upper if causal else torch.zeros_like(upper)
-            # the keys blocked in the last row beyond the causal ones; keys j >= L that
-            # the causal mask blocks in every row need no padding
-            pad = blocked[..., -1, :] & ~base[-1]  # (N or 1, H or 1, S)
-            if bool((blocked == (base | pad[..., None, :])).all()):
-                break
-        else:
+        split = _split_blocked_mask(blocked)  # (causal, pad (N or 1, H or 1, S))
+        if split is None:
             raise ValueError(
                 "FavorAttention supports only the causal attn_mask, a key-padding one (the "
                 "same keys blocked in every row) or both combined (linear attention cannot "
                 "apply an arbitrary mask); pass attn_mask=None with is_causal=True and "
                 "key_padding_mask."
             )
+        causal, pad = split
+        if causal and L < S:  # keys j >= L, blocked in every row by the causal mask alone
+            pad = pad.clone()
+            pad[..., L:] = False
         if not bool((pad == pad[:, :1]).all()):
             raise ValueError(
                 "attn_mask blocks different keys in different heads of a batch element; "
