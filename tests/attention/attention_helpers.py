@@ -21,6 +21,41 @@ def rel_error(a, b) -> float:
     return float(((a - b).norm() / b.norm()).detach())
 
 
+def causal_inputs(BH=3, L=40, d=5, e=3, scale=1.0, dtype=torch.float64, seed=0):
+    """Seeded q, k (BH, L, d) scaled by ``scale`` and v (BH, L, e): the flattened
+    (batch x heads) inputs of the causal kernel (:func:`qkv`)."""
+    return qkv((BH, L, d), e=e, scale=scale, dtype=dtype, seed=seed)
+
+
+def fused_features(name, q, k, M=16):
+    """The causal kernel's feature object of map ``name`` with ``M`` features, fitted to
+    the moments of q, k (BH, L, d) (per-instance parameters, as the causal path flattens
+    them), projections of seed 0, in q's dtype."""
+    from kernelkit.attention import attention_moments, draw_features
+    from kernelkit.attention._maps import build_log_map
+    from kernelkit.attention.functional import _FusedFeatures
+
+    mom = attention_moments(q, k)
+    W = torch.as_tensor(draw_features(name, M, q.shape[-1], 0)["W"])
+    return _FusedFeatures(build_log_map(name, W, mom, q.shape[-1]).to(q.dtype))
+
+
+def causal_dense_log(lq, lk, v, keep=None):
+    """FAVOR# eq. 4, causal, from log features lq, lk (B, L, M) and values v (B, L, e) in
+    float64 log space (``log W_tj = logsumexp_m (lq_tm + lk_jm)``), so any growth of the
+    keys is exact; ``keep`` (B, L) bool or None; rows with no visible key give zeros."""
+    lq, lk, v = lq.double(), lk.double(), v.double()
+    logw = torch.logsumexp(lq[:, :, None, :] + lk[:, None, :, :], dim=-1)  # (B, L, L)
+    L = logw.shape[-1]
+    hide = ~torch.tril(torch.ones(L, L, dtype=torch.bool))
+    if keep is not None:
+        hide = hide | ~keep[:, None, :]
+    logw = logw.masked_fill(hide, -torch.inf)
+    seen = ~hide.all(-1, keepdim=True)  # rows with a visible key
+    p = torch.softmax(torch.where(seen, logw, 0.0), dim=-1)
+    return torch.where(seen, p @ v, 0.0)
+
+
 class LinearLogFeatures:
     """Log features ``x @ W`` (no row term; masked keys ``-1e30``), the feature object of
     the causal kernel's tests: scaling a key raises its log features directly, so key

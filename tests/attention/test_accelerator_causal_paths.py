@@ -10,47 +10,20 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from attention_helpers import LinearLogFeatures  # noqa: E402
+from attention_helpers import (  # noqa: E402
+    LinearLogFeatures,
+    causal_dense_log,
+    causal_inputs,
+    fused_features,
+)
 
 from kernelkit.attention import _linear as lin  # noqa: E402
-from kernelkit.attention import attention_moments, draw_features  # noqa: E402
-from kernelkit.attention._maps import build_log_map  # noqa: E402
-from kernelkit.attention.functional import _FusedFeatures  # noqa: E402
 
 MAPS = ["positive", "sderf", "saderf", "aderf"]
 
 
-def _data(BH=3, L=40, d=5, e=3, scale=1.0, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(BH, L, d, generator=g, dtype=dtype) * scale
-    k = torch.randn(BH, L, d, generator=g, dtype=dtype) * scale
-    v = torch.randn(BH, L, e, generator=g, dtype=dtype)
-    return q, k, v
-
-
-def _feat(name, q, k, M=16):
-    mom = attention_moments(q, k)
-    W = torch.as_tensor(draw_features(name, M, q.shape[-1], 0)["W"])
-    return _FusedFeatures(build_log_map(name, W, mom, q.shape[-1]).to(q.dtype))
-
-
-def _dense(lq, lk, v, keep=None):
-    """FAVOR# eq. 4 causal from log features (BH, L, M), in float64 and in log space
-    (``log W_tj = logsumexp_m (lq_tm + lk_jm)``), so any growth of the keys is exact."""
-    lq, lk, v = lq.double(), lk.double(), v.double()
-    logw = torch.logsumexp(lq[:, :, None, :] + lk[:, None, :, :], dim=-1)  # (BH, L, L)
-    L = logw.shape[-1]
-    hide = ~torch.tril(torch.ones(L, L, dtype=torch.bool))
-    if keep is not None:
-        hide = hide | ~keep[:, None, :]
-    logw = logw.masked_fill(hide, -torch.inf)
-    seen = ~hide.all(-1, keepdim=True)  # rows with a visible key
-    p = torch.softmax(torch.where(seen, logw, 0.0), dim=-1)
-    return torch.where(seen, p @ v, 0.0)
-
-
 def _fused_dense(feat, q, k, v, keep=None):
-    return _dense(feat.fmap.log_features(q, "q"), feat.fmap.log_features(k, "k"), v, keep)
+    return causal_dense_log(feat.fmap.log_features(q, "q"), feat.fmap.log_features(k, "k"), v, keep)
 
 
 class _Calls:
@@ -101,7 +74,7 @@ def test_prefix_sum_chaining_equals_dense_formula(name, chunk, block, mask, para
     """Chunk states chained by prefix sums give eq. 4, also with masked keys, with chunks
     before the first visible key (pivots -1e30) and with a ragged last block; the
     backward's prefix and suffix sums give the gradients of the dense formula."""
-    q, k, v = _data(L=40)
+    q, k, v = causal_inputs(L=40)
     g = torch.Generator().manual_seed(2)
     keep = {
         "none": None,
@@ -109,7 +82,7 @@ def test_prefix_sum_chaining_equals_dense_formula(name, chunk, block, mask, para
         "leading": torch.arange(40).expand(3, 40) >= torch.tensor([[3], [11], [0]]),
         "first_chunks": torch.arange(40).expand(3, 40) >= 17,
     }[mask]
-    feat = _feat(name, q, k)
+    feat = fused_features(name, q, k)
     args = [x.clone().requires_grad_(True) for x in (q, k, v)]
     out = lin.causal_exp(*args, keep, feat, chunk, block)
     ref_args = [x.clone().requires_grad_(True) for x in (q, k, v)]
@@ -128,8 +101,8 @@ def test_prefix_sum_chaining_equals_dense_formula(name, chunk, block, mask, para
 @pytest.mark.parametrize("name", MAPS)
 def test_gradcheck_with_prefix_sums(name, parallel):
     """Finite differences agree with the analytic backward on the prefix-sum path."""
-    q, k, v = _data(BH=2, L=14, d=3, e=2)
-    feat = _feat(name, q, k, M=6)
+    q, k, v = causal_inputs(BH=2, L=14, d=3, e=2)
+    feat = fused_features(name, q, k, M=6)
     keep = torch.ones(2, 14, dtype=torch.bool)
     keep[:, 0] = False
     keep[0, 9] = False
@@ -175,7 +148,7 @@ def test_spread_of_pivots_chooses_prefix_sums_or_the_chain(dtype, growth, prefix
     args = [x.clone().requires_grad_(True) for x in (q, k, v)]
     out = lin.causal_exp(*args, None, feat, 8, L)  # one block of 16 chunks
     ref_args = [x.double().clone().requires_grad_(True) for x in (q, k, v)]
-    ref = _dense(ref_args[0] @ W.double(), ref_args[1] @ W.double(), ref_args[2])
+    ref = causal_dense_log(ref_args[0] @ W.double(), ref_args[1] @ W.double(), ref_args[2])
     tol = 1e-9 if dtype == torch.float64 else 2e-4
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
@@ -191,8 +164,8 @@ def test_spread_of_pivots_chooses_prefix_sums_or_the_chain(dtype, growth, prefix
 def test_prefix_sums_equal_the_chain_on_a_long_sequence(monkeypatch):
     """Prefix sums over a block of 64 chunks and the CPU's per-chunk chain over blocks of
     8 give the same outputs and gradients (float64, round-off)."""
-    q, k, v = _data(BH=2, L=512, d=8, scale=0.8)
-    feat = _feat("sderf", q, k, M=24)
+    q, k, v = causal_inputs(BH=2, L=512, d=8, scale=0.8)
+    feat = fused_features("sderf", q, k, M=24)
     res = []
     for parallel, block in ((False, None), (True, 512)):
         monkeypatch.setattr(lin, "_parallel_scan", lambda device, p=parallel: p)
@@ -212,8 +185,8 @@ def test_left_padding_keeps_the_batched_path(parallel_scan, monkeypatch):
     from attention_helpers import spy_paths
 
     monkeypatch.setattr(lin, "_parallel_scan", lambda device: parallel_scan)
-    q, k, v = _data(BH=3, L=64)
-    feat = _feat("sderf", q, k)
+    q, k, v = causal_inputs(BH=3, L=64)
+    feat = fused_features("sderf", q, k)
     keep = torch.arange(64).expand(3, 64) >= torch.tensor([[5], [21], [40]])
     fwd = spy_paths(monkeypatch, lin, "_fwd_block")
     bwd = spy_paths(monkeypatch, lin, "_bwd_block")
@@ -249,6 +222,6 @@ def test_masked_first_key_after_earlier_keys_still_bounds_the_growth(monkeypatch
     keep[0, 16] = False
     fwd = spy_paths(monkeypatch, lin, "_fwd_block")
     out = lin.causal_exp(q, k, v, keep, LinearLogFeatures(W), 8, 32)
-    ref = _dense(q @ W, k @ W, v, keep)
+    ref = causal_dense_log(q @ W, k @ W, v, keep)
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
     assert fwd == [False]

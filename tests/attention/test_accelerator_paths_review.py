@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
+from attention_helpers import causal_dense_log  # noqa: E402
+
 from kernelkit.attention import _maps, attention_moments, draw_features  # noqa: E402
 from kernelkit.features import favor  # noqa: E402
 
@@ -177,19 +179,6 @@ def test_prefill_from_a_state_does_not_take_the_first_visible_key_for_the_first_
 # the causal kernel: float32 keys rising by about the growth bound across a block, padded
 
 
-def _dense(lq, lk, v, keep):
-    """FAVOR# eq. 4, causal, from log features (B, L, M) in float64 log space; rows
-    with no visible key give zeros."""
-    lq, lk, v = lq.double(), lk.double(), v.double()
-    logw = torch.logsumexp(lq[:, :, None, :] + lk[:, None, :, :], dim=-1)  # (B, L, L)
-    L = logw.shape[-1]
-    hide = ~torch.tril(torch.ones(L, L, dtype=torch.bool)) | ~keep[:, None, :]
-    logw = logw.masked_fill(hide, -torch.inf)
-    seen = ~hide.all(-1, keepdim=True)
-    p = torch.softmax(torch.where(seen, logw, 0.0), dim=-1)
-    return torch.where(seen, p @ v, 0.0)
-
-
 @pytest.mark.parametrize("rise,prefix_sums", [(55.0, True), (70.0, False)])
 def test_float32_rising_keys_with_padding_everywhere(rise, prefix_sums, monkeypatch):
     """Float32, one block of 12 chunks of 8 on the accelerator's settings, key log
@@ -229,7 +218,7 @@ def test_float32_rising_keys_with_padding_everywhere(rise, prefix_sums, monkeypa
     args = [t.clone().requires_grad_(True) for t in (q, k, v)]
     out = lin.causal_exp(*args, keep, feat, 8, L)
     ref_args = [t.double().clone().requires_grad_(True) for t in (q, k, v)]
-    ref = _dense(ref_args[0] @ W.double(), ref_args[1] @ W.double(), ref_args[2], keep)
+    ref = causal_dense_log(ref_args[0] @ W.double(), ref_args[1] @ W.double(), ref_args[2], keep)
     # features of magnitude up to Lam: a relative error Lam eps of every weight
     lam = float((q @ W).abs().max() + (k @ W).abs().max())
     tol = 10 * (1 + lam) * torch.finfo(torch.float32).eps

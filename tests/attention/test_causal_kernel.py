@@ -9,27 +9,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from attention_helpers import LinearLogFeatures, batched_block_paths  # noqa: E402
+from attention_helpers import (  # noqa: E402
+    LinearLogFeatures,
+    batched_block_paths,
+    causal_inputs,
+    fused_features,
+)
 
 from kernelkit.attention import _linear as lin  # noqa: E402
-from kernelkit.attention import attention_moments, draw_features  # noqa: E402
-from kernelkit.attention._maps import build_log_map  # noqa: E402
 from kernelkit.attention.functional import _FusedFeatures  # noqa: E402
-
-
-def _data(BH=3, L=40, d=5, e=3, scale=1.0, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(BH, L, d, generator=g, dtype=dtype) * scale
-    k = torch.randn(BH, L, d, generator=g, dtype=dtype) * scale
-    v = torch.randn(BH, L, e, generator=g, dtype=dtype)
-    return q, k, v
-
-
-def _feat(name, q, k, M=16):
-    # per-instance parameters (BH leading dim) as the causal path flattens them
-    mom = attention_moments(q, k)
-    W = torch.as_tensor(draw_features(name, M, q.shape[-1], 0)["W"])
-    return _FusedFeatures(build_log_map(name, W, mom, q.shape[-1]).to(q.dtype))
 
 
 def _dense(feat, q, k, v, keep=None):
@@ -58,9 +46,9 @@ MAPS = ["positive", "sderf", "saderf", "aderf"]  # B: none, orthogonal, diagonal
 @pytest.mark.parametrize("chunk,block", [(4, 16), (8, 8), (2, 32)])
 def test_blocks_equal_dense_formula(name, chunk, block):
     """Several chunks per block (and a ragged last block) give the dense causal formula."""
-    q, k, v = _data(L=40)
+    q, k, v = causal_inputs(L=40)
     keep = torch.rand(3, 40, generator=torch.Generator().manual_seed(2)) > 0.3
-    feat = _feat(name, q, k)
+    feat = fused_features(name, q, k)
     out = lin.causal_exp(q, k, v, keep, feat, chunk, block)
     torch.testing.assert_close(out, _dense(feat, q, k, v, keep.double()), rtol=1e-10, atol=1e-12)
 
@@ -68,8 +56,8 @@ def test_blocks_equal_dense_formula(name, chunk, block):
 @pytest.mark.parametrize("name", MAPS)
 def test_feature_vjp_matches_autograd(name):
     """Analytic ``dx = dl W^T - (sum dl) B^T B x`` of the fused features equals autograd."""
-    q, k, _ = _data(L=12)
-    feat = _feat(name, q, k)
+    q, k, _ = causal_inputs(L=12)
+    feat = fused_features(name, q, k)
     dl = torch.randn(3, 12, feat.n_out, dtype=torch.float64)
     for side, x in (("q", q), ("k", k)):
         xc = x.clone().requires_grad_(True)
@@ -87,8 +75,8 @@ def test_fused_block_features_equal_log_features(name):
     """Keys: ``[x, |B x|^2, 1] @ [W; -1/2; c]`` into a buffer equals the map's log
     features; masked keys give exactly -1e30. Queries: ``[x, 1] @ [W; c]``, the map's log
     features less their row term ``-|B x|^2 / 2`` (it cancels in the attention output)."""
-    q, k, _ = _data(L=12)
-    feat = _feat(name, q, k)
+    q, k, _ = causal_inputs(L=12)
+    feat = fused_features(name, q, k)
     keep = torch.rand(3, 12, generator=torch.Generator().manual_seed(6)) > 0.4
     for side, x, kb in (("q", q, None), ("k", k, keep)):
         out = feat.log_features_into(x, side, kb, torch.empty(3, 12, feat.n_out, dtype=x.dtype))
@@ -106,8 +94,8 @@ def test_fused_block_features_equal_log_features(name):
 def test_gradcheck_multi_chunk_blocks(name):
     """The analytic backward (prefix scan, suffix scan, feature VJPs) matches finite
     differences with several chunks per block, masked keys and an empty first row."""
-    q, k, v = _data(BH=2, L=14, d=3, e=2)
-    feat = _feat(name, q, k, M=6)
+    q, k, v = causal_inputs(BH=2, L=14, d=3, e=2)
+    feat = fused_features(name, q, k, M=6)
     keep = torch.ones(2, 14, dtype=torch.bool)
     keep[:, 0] = False
     keep[0, 9] = False
@@ -119,8 +107,8 @@ def test_gradcheck_multi_chunk_blocks(name):
 
 def test_autograd_feature_fallback_agrees_with_analytic_vjp():
     """Features without ``vjp`` (autograd on recomputed features) give the same gradients."""
-    q, k, v = _data(L=24)
-    feat = _feat("aderf", q, k)
+    q, k, v = causal_inputs(L=24)
+    feat = fused_features("aderf", q, k)
     grads = []
     for f in (feat, _NoVJP(feat)):
         a, b, c = (x.clone().requires_grad_(True) for x in (q, k, v))
@@ -135,8 +123,8 @@ def test_huge_late_key_inside_a_block_changes_no_earlier_output(dtype):
     """A key of huge norm late in a block (its chunk, and the block, leave the one-pivot
     path) changes neither earlier outputs nor their gradients beyond rounding, and no
     row under- or overflows."""
-    q, k, v = _data(BH=2, L=64, d=8, dtype=dtype)
-    feat = _feat("positive", q, k, M=32)
+    q, k, v = causal_inputs(BH=2, L=64, d=8, dtype=dtype)
+    feat = fused_features("positive", q, k, M=32)
     t = 37  # inside the second chunk of 8 of the block [32, 64)
     k2 = k.clone()
     k2[:, t + 1] *= 40.0  # log features ~1e3 above the others
@@ -162,8 +150,8 @@ def test_huge_late_key_inside_a_block_changes_no_earlier_output(dtype):
 def test_block_and_chunk_paths_agree_at_moderate_growth():
     """Keys growing by less than the bound inside chunks (one-pivot, batched per block)
     and the per-chunk dyadic scheme give the same outputs and gradients."""
-    q, k, v = _data(L=48, scale=2.0)
-    feat = _feat("sderf", q, k)
+    q, k, v = causal_inputs(L=48, scale=2.0)
+    feat = fused_features("sderf", q, k)
     res = []
     for bound in (1e300, -1.0):
         saved = lin._growth_bound
@@ -184,7 +172,7 @@ def test_key_jump_mid_block_takes_the_exact_path_and_stays_causal(dtype, monkeyp
     """A key whose log features jump by far more than the growth bound in the middle of a
     block sends that block chunk by chunk (the dyadic scheme for its chunk): earlier
     outputs and gradients unchanged, later rows finite convex combinations."""
-    q, k, v = _data(BH=2, L=64, d=8, dtype=dtype)
+    q, k, v = causal_inputs(BH=2, L=64, d=8, dtype=dtype)
     W = torch.randn(8, 32, dtype=dtype, generator=torch.Generator().manual_seed(5)) * 3.0
 
     class Linear:  # log features x @ W (no row term): a scaled key raises them directly
@@ -227,10 +215,10 @@ def test_key_jump_mid_block_takes_the_exact_path_and_stays_causal(dtype, monkeyp
 def test_input_scale_folded_per_block_equals_scaled_inputs():
     """Features of unscaled inputs with ``input_scale = r`` (``x = r q`` formed per block)
     give the outputs of the scaled inputs and the gradients w.r.t. the unscaled ones."""
-    q, k, v = _data(L=24)
+    q, k, v = causal_inputs(L=24)
     keep = torch.rand(3, 24, generator=torch.Generator().manual_seed(7)) > 0.2
     r = 0.7
-    feat = _feat("aderf", q * r, k * r)
+    feat = fused_features("aderf", q * r, k * r)
     feat_r = _FusedFeatures(feat.fmap, input_scale=r)
     res = []
     for f, s in ((feat, r), (feat_r, 1.0)):
@@ -254,8 +242,8 @@ def test_backward_over_many_blocks_without_mask_equals_dense_autograd(name):
     """No mask (every row sees its own key, so the suffix scan runs unmasked) and six
     blocks, processed in one reverse pass from the block states the forward kept: the
     gradients equal autograd through the dense formula."""
-    q, k, v = _data(BH=2, L=96, d=4, e=3, seed=3)
-    feat = _feat(name, q, k)
+    q, k, v = causal_inputs(BH=2, L=96, d=4, e=3, seed=3)
+    feat = fused_features(name, q, k)
     w = torch.randn(2, 96, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
     a, b, c = (x.clone().requires_grad_(True) for x in (q, k, v))
     (lin.causal_exp(a, b, c, None, feat, 4, 16) * w).sum().backward()
@@ -267,7 +255,7 @@ def test_backward_with_a_chunk_by_chunk_block_between_batched_ones_equals_dense(
     """A key jump beyond the float32 growth bound in the middle block sends that block
     chunk by chunk (local autograd) while the blocks around it stay batched; with a mask,
     the gradients equal autograd through the dense formula computed in float64."""
-    q, k, v = _data(BH=2, L=48, d=6, e=3, seed=11)
+    q, k, v = causal_inputs(BH=2, L=48, d=6, e=3, seed=11)
     W = torch.randn(6, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
 
     k = k.clone()
@@ -293,8 +281,8 @@ def test_backward_with_a_chunk_by_chunk_block_between_batched_ones_equals_dense(
 def test_forward_without_autograd_keeps_no_block_states():
     """Under ``no_grad`` (or with no input requiring gradients) the forward saves no
     per-block states: the extra memory of inference is the output's and a few blocks'."""
-    q, k, v = _data(L=64)
-    feat = _feat("sderf", q, k)
+    q, k, v = causal_inputs(L=64)
+    feat = fused_features("sderf", q, k)
     seen = []
     orig = lin._CausalExp.forward
 
@@ -319,10 +307,10 @@ def test_faint_keys_get_their_gradients_from_later_queries_to_round_off(monkeypa
     the batched path takes as the prefix ones times ``exp(c_end - rho_n) <= 1``). Each
     key's gradient equals autograd through the dense formula to round-off relative to
     its own size, not only to the largest gradient."""
-    q, k, v = _data(BH=2, L=64, d=4, e=3, scale=1.5, seed=21)
+    q, k, v = causal_inputs(BH=2, L=64, d=4, e=3, scale=1.5, seed=21)
     k = k.clone()
     k[:, 1::4] *= -4.0  # every fourth key far from the queries: log features far lower
-    feat = _feat("positive", q, k)
+    feat = fused_features("positive", q, k)
     lk = feat.fmap.log_features(k, "k")
     assert float((lk.amax(-1)[:, 1::4] - lk.amax(-1)[:, 0::4]).median()) < -20.0
     w = torch.randn(2, 64, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(22))
