@@ -62,7 +62,7 @@ def _measure(q, k, v, kw, rows, device):
     rows (whole chunks, at most the sequence)."""
     default = _linear.block_rows_for
 
-    def fixed(L, chunk, B, M_, itemsize, dev):
+    def fixed(L, chunk, *_shape):  # (L, chunk, B, M, itemsize, device, values)
         return chunk * max(1, min(rows, L) // chunk)
 
     def call():
@@ -97,7 +97,7 @@ def run(device=None, lengths=(16384, 65536), rows=(1024, 2048, 4096, 8192)) -> l
         q, k = (torch.randn(1, H, L, D, device=device, generator=g) * 0.3 for _ in range(2))
         v = torch.randn(1, H, L, D, device=device, generator=g)
         moments = attention_moments(q, k)
-        rows_default = default(L, 64, H, M, 4, device)
+        rows_default = default(L, 64, H, M, 4, device, D + 1)
         print(f"L={L}: default block {rows_default} rows")
         for name in MAPS:
             kw = dict(feature_map=name, n_features=M, is_causal=True, random_state=0)
