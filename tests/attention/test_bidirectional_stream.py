@@ -103,8 +103,38 @@ def test_all_keys_masked_gives_zeros_and_zero_gradients():
         assert torch.equal(t.grad[1], torch.zeros_like(t.grad[1]))
 
 
-def test_block_rows_targets_a_cache_sized_block():
+def test_block_rows_targets_a_cache_sized_block(monkeypatch):
+    from kernelkit.attention import _bidirectional
+
+    monkeypatch.setattr(_bidirectional, "_CPU_BLOCK_BYTES", 1 << 20)
     assert block_rows(8, 256, 4, "cpu") == 128  # 1 MiB of float32 features
     assert block_rows(1, 256, 4, "cpu") == 1024
     assert block_rows(4096, 1024, 8, "cpu") == 16  # never below 16 rows
     assert block_rows(1, 1, 4, "cpu") == 4096  # nor above 4096
+    monkeypatch.setattr(_bidirectional, "_CPU_BLOCK_BYTES", 2 << 20)
+    assert block_rows(8, 256, 4, "cpu") == 256  # 2 MiB
+    assert block_rows(8, 256, 4, "meta") == 4096  # accelerators: 64 MiB, capped
+
+
+@pytest.mark.parametrize(
+    "l2, block",
+    [
+        (None, 1 << 20),
+        (256 << 10, 1 << 20),
+        (1 << 20, 1 << 20),
+        (2 << 20, 2 << 20),
+        (3 << 20, 3 << 20),
+        (64 << 20, 8 << 20),
+    ],
+)
+def test_cpu_block_is_one_core_l2_within_1_to_8_mib(l2, block):
+    from kernelkit.attention._bidirectional import cpu_block_bytes
+
+    assert cpu_block_bytes(l2) == block
+
+
+def test_cpu_block_follows_this_machine_cache():
+    from kernelkit._backend.cpu_cache import l2_cache_bytes
+    from kernelkit.attention._bidirectional import _CPU_BLOCK_BYTES, cpu_block_bytes
+
+    assert _CPU_BLOCK_BYTES == cpu_block_bytes(l2_cache_bytes())
