@@ -56,10 +56,14 @@ def test_causal_saves_no_feature_sized_tensor_and_allocates_per_chunk():
 
 
 @pytest.mark.parametrize("name", ["positive", "sderf", "aderf"])
-def test_bidirectional_streams_in_forward_and_backward(name):
+def test_bidirectional_streams_in_forward_and_backward(name, monkeypatch):
     """Bidirectional positive maps save only O(L (d + e)) tensors and O(M (d + e)) state
     for backward, and neither pass allocates a tensor near the size of the (L, M)
-    features: both stream over blocks of rows."""
+    features: both stream over blocks of rows (of 1 MiB here, an eighth of the features;
+    the CPU default follows the machine's L2 cache)."""
+    from kernelkit.attention import _bidirectional
+
+    monkeypatch.setattr(_bidirectional, "_CPU_BLOCK_BYTES", 1 << 20)
     B, H, L, d, e, M = 1, 2, 4096, 8, 8, 256
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, L, n, generator=g, requires_grad=True) for n in (d, d, e))
