@@ -10,37 +10,63 @@ import resource
 import statistics
 import time
 
-__all__ = ["meets", "settle", "start_peak_rss", "text_table", "time_calls"]
+__all__ = [
+    "LONG_CALL_S",
+    "SETTLE_S",
+    "meets",
+    "start_peak_rss",
+    "text_table",
+    "time_calls",
+    "warm",
+]
 
-#: pause before each timed call: OpenBLAS worker threads spin for up to ~0.1 s after a
-#: threaded BLAS call (``OPENBLAS_THREAD_TIMEOUT``), stealing a core from whatever runs
-#: next; the pause gives every call the same start. It busy-waits (a sleep would let the
-#: core idle and make the next short call pay the wake-up).
+#: before each timed call on the CPU, the call itself runs back to back for this long (at
+#: least once): every call is timed in its steady state, as in a loop of it (a training
+#: step, a batch transform), whatever ran before it. The time also outlasts the worker
+#: threads of the call before (OpenBLAS threads spin for up to ~0.1 s after a threaded
+#: call, ``OPENBLAS_THREAD_TIMEOUT``, and would steal a core from a different call).
+#: A pause does not serve: on a 2-core virtual machine, after 0.2 s of busy-waiting on
+#: one core (or of sleep), the next call ran 2-5x slower than back to back (a float32
+#: 1024 x 1024 product 13.5 ms against 6.8 ms; bidirectional FAVOR+ at L = 1024 37-40 ms
+#: against 12 ms; ``SDERF.fit`` of 2 x 20000 x 64 rows 54 ms against 9.8 ms).
 SETTLE_S = 0.2
+#: calls at least this long (their previous time) are timed without the warming run:
+#: a slow start costs them at most a few per cent, and warming would double their cost
+LONG_CALL_S = 2.0
 
 
-def settle(seconds: float = SETTLE_S) -> None:
-    """Busy-wait ``seconds`` (see :data:`SETTLE_S`)."""
+def warm(fn, seconds: float = SETTLE_S) -> None:
+    """Call ``fn`` back to back for ``seconds`` (at least once; not at all for
+    ``seconds <= 0``); see :data:`SETTLE_S`."""
+    if seconds <= 0:
+        return
     end = time.perf_counter() + seconds
+    fn()
     while time.perf_counter() < end:
-        pass
+        fn()
 
 
 def time_calls(fns: dict, repeats: int, settle_s: float = SETTLE_S) -> dict:
     """Time the callables in ``fns`` round-robin; ``{name: {"min": s, "median": s}}``.
 
-    ``settle_s``: the busy-wait before each call (:data:`SETTLE_S`; 0 where no CPU BLAS
-    threads are involved, e.g. CUDA calls that synchronise)."""
-    for fn in fns.values():  # warm-up (caches, page mappings, thread start-up)
+    One timed warm-up call each (caches, page mappings, thread start-up), then
+    ``repeats`` rounds, each call timed right after :func:`warm` runs it for
+    ``settle_s`` (:data:`SETTLE_S`; 0 for no warming, e.g. CUDA calls, which
+    synchronise) unless its previous time was at least :data:`LONG_CALL_S`."""
+    last = {}
+    for k, fn in fns.items():
+        t0 = time.perf_counter()
         fn()
+        last[k] = time.perf_counter() - t0
     samples = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
-            if settle_s:
-                settle(settle_s)
+            if last[k] < LONG_CALL_S:
+                warm(fn, settle_s)
             t0 = time.perf_counter()
             fn()
-            samples[k].append(time.perf_counter() - t0)
+            last[k] = time.perf_counter() - t0
+            samples[k].append(last[k])
     return {k: {"min": min(v), "median": statistics.median(v)} for k, v in samples.items()}
 
 

@@ -33,8 +33,10 @@ Each size is timed for the forward pass (under ``torch.no_grad()``) and for forw
 backward (``out.backward(g)`` with a fixed random ``g``, gradients for q, k and v).
 Timing: :func:`kernelkit_experiments.bench._timing.time_calls` -- one warm-up call each, then
 ``repeats`` rounds calling everything round-robin (so every side of a ratio sees the same
-machine load); a time is the minimum over rounds. On CUDA every call synchronises, and
-there is no settling pause between calls (no CPU BLAS threads to wait out).
+machine load), on the CPU each timed call right after the same call has run back to back
+for 0.2 s (its steady state, as in a training loop; calls of 2 s or more without it); a
+time is the minimum over rounds. On CUDA every call synchronises and is timed as it
+comes.
 
 Memory: the peak extra resident memory of one forward call (under ``no_grad``) at
 L = 16384 (``quick``: 2048; only where that L is among the timed lengths), each call in a
@@ -190,8 +192,8 @@ class _Refitting:
     only the warm-up call would fit, and the timed calls would leave out a cost a
     training step pays (its running statistics move every step). The ``i``-th such call
     of the process scales the (float64) moments by ``1 + i 2^-20``: never equal to an
-    earlier call's, and about ``1e-4`` off after a hundred calls; four small tensors per
-    call."""
+    earlier call's, about ``1e-4`` off after a hundred calls and ``1e-3`` after a thousand
+    (the timer's warming runs count); four small tensors per call."""
 
     def __init__(self, fn, moments):
         self.fn, self.moments = fn, moments

@@ -19,9 +19,11 @@ Everything is timed in one run, each kernelkit call next to its peer:
   relative error), and torch CPU ``transform`` times against a torch matmul.
 
 Timing: one warm-up call each, then ``repeats`` rounds that call the two sides of a
-ratio alternately (so both see the same machine load), each call after a short pause
-(OpenBLAS threads spin for ~0.1 s after a threaded call and would slow whatever comes
-next); a time is the minimum over the rounds (the median is recorded too).
+ratio alternately (so both see the same machine load), each timed call right after the
+same call has run back to back for 0.2 s (its steady state, and longer than OpenBLAS
+threads spin after a threaded call; :data:`kernelkit_experiments.bench._timing.SETTLE_S`
+says why not a pause); a time is the minimum over the rounds (the median is recorded
+too).
 Sizes: ``n = 20000, d = 64, M = 1024`` (``quick``: ``n = 4000, d = 64, M = 512``; the
 targets are set for the full size).
 
@@ -32,7 +34,8 @@ current code. Both sides run the same worker script (:data:`_WORKER`) with the s
 interpreter, one process each, differing only in ``PYTHONPATH`` (``<worktree>/src`` and
 the ``src`` directory of the running kernelkit); the parent calls the two processes
 alternately, one timed call (or a fixed number of calls, at least 10 ms in all) at a
-time, with the same pause before each, and keeps the minimum over the rounds.
+time, each after 0.2 s of the same call in its process, and keeps the minimum over the
+rounds.
 Arguments renamed since ``REF`` are translated by the worker: ``sampler=`` becomes
 ``orthogonal=`` where the old map has no ``sampler`` and ``fit(X, Y=Y)`` becomes
 ``fit(X, Y)`` where the old ``fit`` takes ``Y`` positionally.
@@ -255,10 +258,14 @@ import inspect, json, math, sys, time
 import numpy as np
 
 
-def settle(seconds):
+def warm(fn, seconds):
+    # fn back to back for `seconds` (at least once; not at all for 0), as _timing.warm
+    if seconds <= 0:
+        return
     end = time.perf_counter() + seconds
+    fn()
     while time.perf_counter() < end:
-        pass
+        fn()
 
 
 def data(n, d, seed):
@@ -321,7 +328,7 @@ def main():
                 del Z
             elif cmd == "time":
                 fn, inner = state[req["op"]], int(req["inner"])
-                settle(req["settle"])
+                warm(fn, req["settle"])
                 t0 = time.perf_counter()
                 for _ in range(inner):
                     fn()
