@@ -4,8 +4,8 @@ Blocked kernels (the streaming bidirectional attention) size their row blocks so
 block of features stays in a core's cache between the product that makes it and the
 exponential and reductions that read it. The best size follows the cache: on a 2-core
 host with 2 MiB of L2 per core, bidirectional attention (8 heads, d = 64, M = 256,
-float32) ran 10-15% faster with 2 MiB blocks than with the 1 MiB chosen on a host with
-less L2, at every length from 1024 to 65536, forward and forward + backward.
+float32) ran 10-15% faster with 2 MiB blocks than with the fixed 1 MiB used before, at
+every length from 1024 to 65536, forward and forward + backward.
 
 Read from Linux's sysfs (``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}``);
 elsewhere, or where the files are missing or unreadable, the size is unknown (None) and

@@ -47,8 +47,8 @@ from ._linear import ACCELERATOR_BLOCK_BYTES, autocast_off, first_order_only
 __all__ = ["bidirectional_stream", "block_rows", "cpu_block_bytes"]
 
 _NEG = -1e30  # finite "minus infinity": log features of masked keys
-#: bounds of the CPU block: 1 MiB where the L2 is smaller or unknown (the size measured
-#: best on a host with 512 KiB-1 MiB of L2 per core), and at most 8 MiB
+#: bounds of the CPU block: 1 MiB where the L2 is smaller or unknown (the fixed size used
+#: before, chosen on an earlier 2-core host), and at most 8 MiB
 _CPU_BLOCK_MIN, _CPU_BLOCK_MAX = 1 << 20, 1 << 23
 
 
