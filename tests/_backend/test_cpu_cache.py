@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelkit._backend.cpu_cache import l2_cache_bytes, parse_cache_size
+from kernelkit._backend.cpu_cache import count_cpu_list, l2_cache_bytes, parse_cache_size
 
 
 @pytest.mark.parametrize(
@@ -26,10 +26,15 @@ def test_parse_cache_size(text, size):
     assert parse_cache_size(text) == size
 
 
-def _cache(root, index, level, kind, size):
+def _cache(root, index, level, kind, size, shared=None):
     folder = root / f"index{index}"
     folder.mkdir()
-    for name, value in (("level", level), ("type", kind), ("size", size)):
+    for name, value in (
+        ("level", level),
+        ("type", kind),
+        ("size", size),
+        ("shared_cpu_list", shared),
+    ):
         if value is not None:
             (folder / name).write_text(f"{value}\n")
 
@@ -65,3 +70,31 @@ def test_no_level_2_or_no_directory_is_unknown(tmp_path):
 def test_this_machine_gives_a_size_or_none():
     size = l2_cache_bytes()
     assert size is None or (isinstance(size, int) and size >= 1 << 14)
+
+
+@pytest.mark.parametrize(
+    "text, count",
+    [
+        ("0", 1),
+        ("0-1", 2),
+        ("0,4", 2),
+        ("0-3,8-11", 8),
+        (" 2-2\n", 1),
+        ("", None),
+        ("a-b", None),
+        ("3-1", None),
+    ],
+)
+def test_count_cpu_list(text, count):
+    assert count_cpu_list(text) == count
+
+
+def test_a_cache_shared_by_several_cpus_is_split_between_them(tmp_path):
+    # e.g. one core's 2 MiB L2 shared by its two hyperthreads: 1 MiB each
+    _cache(tmp_path, 0, 2, "Unified", "2048K", shared="0,2")
+    assert l2_cache_bytes(str(tmp_path)) == 1 << 20
+
+
+def test_an_unreadable_sharing_list_keeps_the_whole_size(tmp_path):
+    _cache(tmp_path, 0, 2, "Unified", "2048K", shared="?")
+    assert l2_cache_bytes(str(tmp_path)) == 2 << 20
