@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["l2_cache_bytes", "parse_cache_size"]
+__all__ = ["count_cpu_list", "l2_cache_bytes", "parse_cache_size"]
 
 #: sysfs directory of cpu0's caches (one ``index*`` folder per cache)
 SYSFS_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
@@ -35,6 +35,22 @@ def parse_cache_size(text: str) -> int | None:
     return size or None
 
 
+def count_cpu_list(text: str) -> int | None:
+    """Number of CPUs in a sysfs CPU list such as ``"0-3,8-11"`` (8); None for anything
+    else."""
+    count = 0
+    for part in text.strip().split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if match is None:
+            return None
+        lo = int(match.group(1))
+        hi = lo if match.group(2) is None else int(match.group(2))
+        if hi < lo:
+            return None
+        count += hi - lo + 1
+    return count
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path) as f:
@@ -44,7 +60,9 @@ def _read(path: str) -> str | None:
 
 
 def l2_cache_bytes(root: str = SYSFS_CACHE_DIR) -> int | None:
-    """Size in bytes of one core's level-2 data (or unified) cache, None where unknown.
+    """One logical CPU's share in bytes of its level-2 data (or unified) cache, None where
+    unknown: the cache's size divided by the CPUs that share it (``shared_cpu_list``:
+    two hyperthreads of a core halve it; the whole size where the list is unreadable).
 
     ``root`` is the sysfs cache directory of one CPU (a parameter for tests)."""
     try:
@@ -60,5 +78,8 @@ def l2_cache_bytes(root: str = SYSFS_CACHE_DIR) -> int | None:
         if _read(os.path.join(folder, "type")) not in ("Unified", "Data"):
             continue
         size = _read(os.path.join(folder, "size"))
-        return None if size is None else parse_cache_size(size)
+        size = None if size is None else parse_cache_size(size)
+        shared = _read(os.path.join(folder, "shared_cpu_list"))
+        sharers = None if shared is None else count_cpu_list(shared)
+        return size if size is None or not sharers else size // sharers
     return None

@@ -53,8 +53,9 @@ _CPU_BLOCK_MIN, _CPU_BLOCK_MAX = 1 << 20, 1 << 23
 
 
 def cpu_block_bytes(l2: int | None) -> int:
-    """Target bytes of one (N, rows, M) block of features on the CPU for a per-core L2
-    cache of ``l2`` bytes (None: unknown): ``l2`` within [1 MiB, 8 MiB]. On a 2-core host
+    """Target bytes of one (N, rows, M) block of features on the CPU for ``l2`` bytes of
+    L2 cache per CPU (:func:`kernelkit._backend.cpu_cache.l2_cache_bytes`; None: unknown):
+    ``l2`` within [1 MiB, 8 MiB]. On a 2-core host
     with 2 MiB of L2 per core, 2 MiB blocks made bidirectional attention 10-15% faster
     than 1 MiB ones from L = 1024 to 65536 (forward and forward + backward), and 8 MiB
     blocks slower again at L = 4096."""
