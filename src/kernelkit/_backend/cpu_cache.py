@@ -1,4 +1,4 @@
-"""The CPU's per-core level-2 cache, for cache-sized blocks of rows.
+"""One logical CPU's share of the level-2 cache, for cache-sized blocks of rows.
 
 Blocked kernels (the streaming bidirectional attention) size their row blocks so that a
 block of features stays in a core's cache between the product that makes it and the
@@ -7,9 +7,9 @@ host with 2 MiB of L2 per core, bidirectional attention (8 heads, d = 64, M = 25
 float32) ran 10-15% faster with 2 MiB blocks than with the fixed 1 MiB used before, at
 every length from 1024 to 65536, forward and forward + backward.
 
-Read from Linux's sysfs (``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}``);
-elsewhere, or where the files are missing or unreadable, the size is unknown (None) and
-callers keep their default.
+Read from Linux's sysfs (``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,
+shared_cpu_list}``); elsewhere, or where the files are missing or unreadable, the size
+is unknown (None) and callers keep their default.
 """
 
 from __future__ import annotations

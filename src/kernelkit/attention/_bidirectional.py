@@ -71,7 +71,7 @@ _CPU_BLOCK_BYTES = cpu_block_bytes(l2_cache_bytes())
 
 def block_rows(N: int, M: int, itemsize: int, device) -> int:
     """Rows per block: a power of two in [16, 4096] with ``N rows M itemsize`` about
-    ``_CPU_BLOCK_BYTES`` (one core's L2 cache, :func:`cpu_block_bytes`;
+    ``_CPU_BLOCK_BYTES`` (one CPU's share of the L2 cache, :func:`cpu_block_bytes`;
     ``ACCELERATOR_BLOCK_BYTES`` on accelerators, where launches are the cost)."""
     target = _CPU_BLOCK_BYTES if torch.device(device).type == "cpu" else ACCELERATOR_BLOCK_BYTES
     rows = max(1, target // max(1, N * M * itemsize))
