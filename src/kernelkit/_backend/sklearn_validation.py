@@ -22,8 +22,24 @@ __all__ = [
     "check_positional_keys",
     "for_container",
     "host_array",
+    "label_types",
     "validate_data",
 ]
+
+
+def label_types(y) -> list[str]:
+    """The sorted names of the Python types of the labels in ``y`` where it is a list, a
+    tuple or an object array (an empty list for other arrays, whose labels share their
+    dtype).
+
+    scikit-learn's ``check_classification_targets`` reads an object array by its first
+    label: strings first are "multiclass" (mixed labels then fail to sort, a
+    ``TypeError``), a number first is of "unknown" type (a ``ValueError`` suggesting a
+    continuous regression target). Two or more names here tell the classifiers that
+    either error means labels of several types."""
+    if not (isinstance(y, list | tuple) or getattr(getattr(y, "dtype", None), "kind", "") == "O"):
+        return []
+    return sorted({type(label).__name__ for label in np.asarray(y, dtype=object).ravel()})
 
 
 def _check_columns(frame, name: str) -> None:

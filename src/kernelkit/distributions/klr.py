@@ -17,6 +17,7 @@ from .._backend import chunks, validate_positive_float, validate_positive_int
 from .._backend.chunks import as_dask_labels, dask_unique, known_row_chunks
 from .._backend.parallel import SingleThreadedBlas, check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
+from .._backend.sklearn_validation import label_types
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, LowRankBasis, fit_basis
 from ._chunked import (
@@ -167,9 +168,15 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             try:  # both sort the labels
                 check_classification_targets(y)
                 classes = np.unique(y)
-            except TypeError as exc:  # e.g. strings mixed with numbers or None
+            except (TypeError, ValueError) as exc:  # e.g. strings mixed with numbers or None
+                # (a number first makes scikit-learn call them of "unknown" type)
+                types = label_types(y)
+                if isinstance(exc, ValueError) and len(types) < 2:
+                    raise
+                got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"
                 raise TypeError(
-                    f"y: the labels must be mutually comparable (all strings or all numbers): {exc}"
+                    "y: the labels must be mutually comparable (all strings or all numbers), "
+                    f"got {got}; convert them, e.g. y.astype(str)."
                 ) from exc
         if classes.shape[0] != 2:
             raise ValueError(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
+from .._backend.sklearn_validation import label_types
+
 __all__ = ["check_label_targets", "check_missing_labels", "encode_labels", "log_proba"]
 
 
@@ -55,15 +57,21 @@ def encode_labels(owner: str, y, check: bool = True) -> tuple[np.ndarray, np.nda
 
 def check_label_targets(owner: str, y) -> None:
     """scikit-learn's ``check_classification_targets(y)`` with its ``TypeError`` naming
-    ``owner`` and ``y``: labels of several types that cannot be sorted say so and name the
-    types; labels of one type it refuses (bytes) keep scikit-learn's reason."""
+    ``owner`` and ``y``: labels of several types say so and name the types, whichever
+    comes first (:func:`~kernelkit._backend.sklearn_validation.label_types`); labels of
+    one type it refuses keep scikit-learn's reason (bytes: a ``TypeError`` naming both;
+    continuous numbers: its ``ValueError``)."""
     try:
         check_classification_targets(y)
     except TypeError as exc:
         raise _label_type_error(owner, y, exc) from None
+    except ValueError as exc:
+        if len(label_types(y)) < 2:
+            raise
+        raise _label_type_error(owner, y, exc) from None
 
 
-def _label_type_error(owner: str, y, exc: TypeError) -> TypeError:
+def _label_type_error(owner: str, y, exc: Exception) -> TypeError:
     types = sorted({type(label).__name__ for label in np.asarray(y, dtype=object).ravel()})
     if len(types) == 1:  # one type, refused as such (bytes): scikit-learn's reason
         return TypeError(f"{owner}: y: {exc}")

@@ -37,7 +37,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import check_random_state
 from .._backend.chunks import is_dask_array
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
-from .._backend.sklearn_validation import validate_data
+from .._backend.sklearn_validation import label_types, validate_data
 from . import _validation as _v
 from . import solvers as _s
 from .bound import multinomial_bound_from_logits
@@ -1109,10 +1109,15 @@ def _labels(y, name, check=True):
         if check:
             check_classification_targets(y)
         return np.unique(y)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
+        # a number first makes scikit-learn call mixed labels of "unknown" type
+        types = label_types(y)
+        if isinstance(exc, ValueError) and len(types) < 2:
+            raise
+        got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"
         raise TypeError(
             f"{name}: the labels must be mutually comparable (all strings or all numbers), "
-            f"got {type(exc).__name__}: {exc}"
+            f"got {got}; convert them, e.g. {name}.astype(str)."
         ) from exc
 
 
