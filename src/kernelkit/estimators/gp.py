@@ -353,11 +353,14 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
 
     Class probabilities (:meth:`predict_proba`) average ``softmax(z)`` over ``n_samples``
     draws ``z_c = mu_c + sd_c eps_c`` of the latent posteriors (approximating the
-    Dirichlet marginals); the standard-normal ``eps`` (n_samples, C) are drawn once at
-    :meth:`fit` from ``random_state`` and shared by all test points, so predictions are
-    deterministic and independent of batching. At each point, column ``k`` of the draws
-    goes to the class with the ``k``-th smallest latent mean (the columns are
-    exchangeable, so this is the same estimator), not to the ``k``-th class of
+    Dirichlet marginals); the standard-normal ``eps`` (n_samples rounded up to a multiple
+    of C, C) are drawn once at :meth:`fit` from ``random_state`` and shared by all test
+    points, so predictions are deterministic and independent of batching. They are
+    closed under cyclic shifts of their columns (:func:`cyclic_normal_draws`; antithetic
+    pairs for two classes), so tied classes get equal probabilities and near ties are
+    not all decided one way by the draws' Monte Carlo error. At each point, column ``k``
+    of the draws goes to the class with the ``k``-th smallest latent mean (the columns
+    are exchangeable, so this is the same estimator), not to the ``k``-th class of
     ``classes_``: renaming the classes (``y`` mapped to ``1 - y``, strings, any
     permutation of the labels) permutes the columns of :meth:`predict_proba` to
     round-off (sums over the classes taken in another order, ~1e-16) instead of changing
@@ -391,10 +394,13 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         The fitted feature map.
     posteriors_ : list
         One fitted posterior per class.
-    mc_noise_ : ndarray, shape (n_samples, n_classes)
-        The fixed Monte Carlo draws (``n_samples`` is the parameter, not the data size);
-        column ``k`` is applied to the class of the ``k``-th smallest latent mean at each
-        point (:func:`mc_softmax` with ``by_rank=True``).
+    mc_noise_ : ndarray, shape (n_classes * ceil(n_samples / n_classes), n_classes)
+        The fixed Monte Carlo draws (``n_samples`` is the parameter, not the data size,
+        rounded up to a multiple of the number of classes): standard-normal rows closed
+        under cyclic shifts of the columns (:func:`cyclic_normal_draws`), so that tied
+        classes get equal probabilities; column ``k`` is applied to the class of the
+        ``k``-th smallest latent mean at each point (:func:`mc_softmax` with
+        ``by_rank=True``).
     n_features_in_ : int
     """
 
@@ -492,7 +498,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 grams = blocked_class_statistics(self.feature_map_, X, y_idx, C, amp, n_jobs, w)
                 with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE):
                     self.posteriors_ = _posteriors_from_grams(grams, *labels)
-                self.mc_noise_ = rng.standard_normal((S, C))
+                self.mc_noise_ = cyclic_normal_draws(rng, S, C)
                 self._amp = amp
                 return self
             Phi = map_features(self.feature_map_, X, amp)
@@ -501,7 +507,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                     self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels, w)
                 else:
                     self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels, w)
-        self.mc_noise_ = rng.standard_normal((S, len(self.classes_)))
+        self.mc_noise_ = cyclic_normal_draws(rng, S, len(self.classes_))
         self._amp = amp
         return self
 
@@ -663,6 +669,26 @@ def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2, w=None) -> list:
         target = np.where(on, yt1, yt0)[:, None]  # (n, 1)
         posteriors.append(FeaturePosterior.from_dual(Kc, target, Phi))
     return posteriors
+
+
+def cyclic_normal_draws(rng, n_samples: int, C: int) -> np.ndarray:
+    """Standard-normal draws (C ceil(n_samples / C), C) closed under cyclic shifts of the
+    columns: ``ceil(n_samples / C)`` i.i.d. rows and their ``C - 1`` shifts
+    ``np.roll(row, r)``.
+
+    Every row is a standard-normal vector, so :func:`mc_softmax` stays an unbiased
+    estimator; and every column sees the same values, so classes with equal latent means
+    and variances get equal probabilities to round-off. With i.i.d. rows one column's
+    estimate exceeds another's by their Monte Carlo error, and as the classifier gives
+    column ``k`` to the class of the ``k``-th smallest mean (``by_rank``), that error
+    decided every near tie the same way: all points with nearly tied classes went to the
+    lower mean in about half the seeds. For two classes the shifts are antithetic pairs
+    ``(e0, e1)``, ``(e1, e0)``: with equal variances the probabilities are ordered as the
+    latent means (``sigmoid(d + t) + sigmoid(d - t) > 1`` exactly when ``d > 0``), and the
+    Monte Carlo variance is no larger than with independent pairs.
+    """
+    base = rng.standard_normal((-(-int(n_samples) // C), C))  # (G, C)
+    return np.concatenate([np.roll(base, r, axis=1) for r in range(C)], axis=0)  # (C G, C)
 
 
 def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None, by_rank=False):
