@@ -972,6 +972,12 @@ def _seeded_tensors(name, n_features, d, seed, sampler, n_lambda, device):
     return W, T
 
 
+#: integer seeds from here on do not fit the custom op's ``int`` (a signed 64-bit
+#: integer); NumPy takes them, so they are drawn by :func:`draw_features` directly (a
+#: graph break in compiled code, like a ``numpy.random.Generator``)
+_OP_SEED_LIMIT = 1 << 63
+
+
 @torch.library.custom_op("kernelkit::draw_projection", mutates_args=())
 def _draw_projection_op(
     name: str,
@@ -1009,6 +1015,8 @@ def _projection_params(name, n_features, d, random_state, sampler, projection, d
                 raise ValueError(
                     f"random_state must be a non-negative integer, got {random_state}."
                 )
+            if random_state >= _OP_SEED_LIMIT:  # beyond the op's int64: drawn eagerly
+                return draw_features(name, n_features, d, int(random_state), sampler)
             W, T = _draw_projection_op(
                 name, n_features, d, int(random_state), sampler, HYBRID_SIGNS, device
             )
