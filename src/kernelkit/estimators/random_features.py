@@ -167,8 +167,9 @@ class RandomFeatures(
     variance_estimates_ : dict
         ``method="auto"`` only: method -> mean relative mean squared error on the sample,
         the relative variance plus, for the Maclaurin maps, the squared relative bias of
-        their truncated series (``inf`` where a candidate could not be fitted, or has more
-        than ``n_components`` columns with one random feature).
+        their truncated series (``inf`` where a candidate could not be fitted, its error
+        not computed (a Maclaurin map's bias where the exact kernel of a sampled pair
+        overflows), or has more than ``n_components`` columns with one random feature).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Names of the input features, when ``X`` had string column names.
@@ -326,10 +327,11 @@ class RandomFeatures(
                 fm = self._make_map(name, seed, too_small="raise").fit(sx, Y=sy)
                 with biased_sampler_warnings_off():  # i.i.d. values by design (docstring)
                     lrv = to_numpy(fm.log_relative_variance(sx, sy), np.float64)
+                # a biased map's error reads the exact kernel, which may overflow
+                rel = _relative_mse(fm, sx, sy, lrv)
             except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
                 estimates[name] = math.inf
                 continue
-            rel = _relative_mse(fm, sx, sy, lrv)
             if sy is None and rel.shape[0] > 1:  # distinct pairs only
                 rel = rel[~np.eye(rel.shape[0], dtype=bool)]
             rels[name] = rel.ravel()
