@@ -39,9 +39,12 @@ def keep_model_on_error(fit):
 
 
 def same_value(a, b) -> bool:
-    """Whether two parameter values are equal (arrays by value; False if not comparable)."""
+    """Whether two parameter values are equal (arrays by value, a list and a tuple
+    element by element; False if not comparable)."""
     if a is b:
         return True
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(map(same_value, a, b))
     try:
         if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
             return bool(np.array_equal(a, b))
