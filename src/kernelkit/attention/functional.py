@@ -493,14 +493,16 @@ def linear_attention(
         ``lambda_hat`` estimating ``theta / pi`` from ``n_lambda = 8`` sign projections;
         the same estimator as :class:`kernelkit.features.AngularHybridRF` with
         ``shared_projection=True``, the same ``sampler``, ``n_features = m =
-        hybrid_base_size(M, d)`` and output dim ``4m(8+1) <= M``; other ``n_lambda`` through
+        hybrid_base_size(M, d)`` and output dim ``4m(8+1) <= M`` (36 for ``M < 36``,
+        the smallest hybrid: ``m = 1``); other ``n_lambda`` through
         ``projection=draw_features("hybrid_angular", M, d, seed, n_lambda=n)``).
         trig and hybrid_angular are not positive (their normaliser can be near zero) and
         are bidirectional only: ``is_causal=True`` raises a ``ValueError``.
     n_features : int
         Feature dimension ``M`` (the number of columns of ``P`` and ``S``): ``M``
         projections for positive / FAVOR++ / FAVOR#, ``M / 2`` for trig and hyperbolic
-        (two features per projection: an odd ``M`` gives ``M - 1`` features), see
+        (two features per projection: an odd ``M`` gives ``M - 1`` features, and ``M =
+        1`` two, from one projection), see
         :func:`hybrid_base_size` for the hybrid.
     is_causal : bool
         Query ``t`` sees keys ``j <= t`` only; for ``L != S`` aligned to the top left as in
