@@ -737,7 +737,12 @@ def linear_attention(
             deferred,
         )
     if deferred and not _all_finite(out):
-        _raise_not_finite("the attention output", q=q, k=k, v=v)
+        # a given projection with NaN / inf is named as such, not as an overflow
+        given = {} if projection is None else {"projection": params.get("W")}
+        if projection is not None and name == "hybrid_angular":
+            given["projection['T']"] = params.get("T")
+        given = {key: t for key, t in given.items() if isinstance(t, torch.Tensor)}
+        _raise_not_finite("the attention output", q=q, k=k, v=v, **given)
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
 
