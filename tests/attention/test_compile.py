@@ -4,6 +4,8 @@ path) and agree with eager, forward and backward."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -36,9 +38,17 @@ def _assert_compiled_matches_eager(f, q, k, v):
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
+    """A fresh trace per test, and no warning of Dynamo about the cached functions it
+    traces through: array_api_compat finds namespaces through ``functools.lru_cache``
+    functions, and a compiled FAVOR# call printed fifteen such warnings before kernelkit
+    recognised torch tensors and NumPy arrays itself (``_backend.namespace``)."""
     torch._dynamo.reset()
-    yield
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
     torch._dynamo.reset()
+    cached = [str(w.message) for w in caught if "lru_cache" in str(w.message)]
+    assert not cached, cached[0]
 
 
 def test_seeded_projections_are_drawn_once_and_equal_draw_features():
