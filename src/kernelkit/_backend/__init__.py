@@ -27,14 +27,15 @@ from contextlib import contextmanager
 
 import numpy as np
 import scipy.sparse as sp
-from array_api_compat import (
+from array_api_compat import to_device
+
+from .namespace import (
     array_namespace,
     is_numpy_namespace,
     is_torch_array,
     is_torch_namespace,
-    to_device,
 )
-from array_api_compat import device as _device
+from .namespace import device as _device
 
 __all__ = [
     "ThreadFlag",

@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from array_api_compat import array_namespace, is_numpy_namespace
 
 from . import to_backend
+from .namespace import array_namespace, is_numpy_namespace
 
 __all__ = ["fwht", "hadamard", "hadamard_factors", "is_power_of_two", "next_power_of_two"]
 

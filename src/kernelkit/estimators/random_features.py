@@ -653,8 +653,8 @@ def _sample_rows(X, size: int, rng, name: str = "X"):
         return X
     idx = np.sort(rng.choice(n, size=size, replace=False))
     if is_foreign_array(X):
-        import array_api_compat
+        from .._backend.namespace import array_namespace, device
 
-        xp = array_api_compat.array_namespace(X)
-        return xp.take(X, xp.asarray(idx, device=array_api_compat.device(X)), axis=0)
+        xp = array_namespace(X)
+        return xp.take(X, xp.asarray(idx, device=device(X)), axis=0)
     return X[idx]

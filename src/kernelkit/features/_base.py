@@ -968,7 +968,7 @@ def _detach(a):
 
 
 def _namespace_of(a):
-    from array_api_compat import array_namespace
+    from .._backend.namespace import array_namespace
 
     return array_namespace(a)
 

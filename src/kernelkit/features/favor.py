@@ -36,9 +36,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from array_api_compat import array_namespace, is_numpy_namespace, is_torch_namespace
 
 from .._backend import check_all_finite
+from .._backend.namespace import array_namespace, device, is_numpy_namespace, is_torch_namespace
 from .._backend.parallel import (
     PARALLEL_MIN_ELEMENTS,
     SingleThreadedBlas,
@@ -511,8 +511,6 @@ def row_signs(B):
 
 
 def _device(a):
-    from array_api_compat import device
-
     return device(a)
 
 
@@ -673,8 +671,19 @@ def _canonical_null_basis(xp, lam, Q):
     gaps = xp.where(
         gaps <= c, xp.zeros_like(gaps), xp.where(gaps <= 2.0 * c, 2.0 * (gaps - c), gaps)
     )
-    vals = xp.concat([low, low + xp.cumulative_sum(gaps, axis=-1)], axis=-1)
+    vals = xp.concat([low, low + _cumsum(xp, gaps)], axis=-1)
     return vals, _canonical_clusters(xp, lam, Q, top)  # clusters from the gaps of lam
+
+
+def _cumsum(xp, a):
+    """Cumulative sum over the last axis: the backend's own for NumPy and torch
+    (array_api_compat's ``cumulative_sum`` looks up the namespace again, through a cached
+    function that ``torch.compile`` warns about)."""
+    if is_torch_namespace(xp):
+        return xp.cumsum(a, dim=-1)
+    if is_numpy_namespace(xp):
+        return np.cumsum(a, axis=-1)
+    return xp.cumulative_sum(a, axis=-1)
 
 
 def _canonical_clusters(xp, vals, Q, top):
@@ -699,7 +708,7 @@ def _canonical_clusters(xp, vals, Q, top):
     if d < 2:
         return Q
     new = xp.abs(vals[..., 1:] - vals[..., :-1]) > _CLUSTER_RTOL * top  # a new cluster
-    ids = xp.cumulative_sum(xp.astype(new, xp.int64), axis=-1)
+    ids = _cumsum(xp, xp.astype(new, xp.int64))
     ids = xp.concat([xp.zeros_like(ids[..., :1]), ids], axis=-1)  # (..., d) cluster index
     K = xp.astype(ids[..., :, None] == ids[..., None, :], Q.dtype)  # (..., d, d)
     size = xp.sum(K, axis=-1)  # (..., d)
