@@ -472,7 +472,13 @@ FIGURES = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    names = list(argv if argv is not None else sys.argv[1:]) or list(FIGURES)
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Draw the user guide's figures into docs/figures/ (all by default)."
+    )
+    parser.add_argument("names", nargs="*", metavar="FIGURE", help=f"of {sorted(FIGURES)}")
+    names = parser.parse_args(argv).names or list(FIGURES)
     unknown = sorted(set(names) - set(FIGURES))
     if unknown:
         print(f"unknown figure(s) {unknown}; choose from {sorted(FIGURES)}", file=sys.stderr)
