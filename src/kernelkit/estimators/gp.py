@@ -377,7 +377,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     amplitude : float, default=1.0
         Kernel amplitude: features are multiplied by ``sqrt(amplitude)``.
     n_samples : int, default=1000
-        Monte Carlo samples for :meth:`predict_proba`.
+        Monte Carlo samples for :meth:`predict_proba` (rounded up to a multiple of the
+        number of classes: the draws are closed under cyclic shifts of the classes).
     solver : {"auto", "primal", "dual"}, default="auto"
     random_state : None, int or numpy.random.Generator
         Seeds the default feature map (or a given map whose ``random_state`` is None) and
