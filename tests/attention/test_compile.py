@@ -43,6 +43,9 @@ def _fresh_dynamo():
     functions, and a compiled FAVOR# call printed fifteen such warnings before kernelkit
     recognised torch tensors and NumPy arrays itself (``_backend.namespace``)."""
     torch._dynamo.reset()
+    # Dynamo warns once per process (warn_once), which reset() does not forget: without
+    # this an earlier test's warning would hide a later one's
+    getattr(torch._dynamo.utils, "warn_once_cache", set()).clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
@@ -54,14 +57,14 @@ def _fresh_dynamo():
 def test_seeded_projections_are_drawn_once_and_equal_draw_features():
     from kernelkit.attention.functional import _draw_projection_op
 
-    W, T = _draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8, torch.device("cpu"))
+    W, T = _draw_projection_op("sderf", 32, 16, "3", "orthogonal", 8, torch.device("cpu"))
     np.testing.assert_array_equal(W.numpy(), draw_features("sderf", 32, 16, 3)["W"])
     assert T.numel() == 0
-    W2, _ = _draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8, torch.device("cpu"))
+    W2, _ = _draw_projection_op("sderf", 32, 16, "3", "orthogonal", 8, torch.device("cpu"))
     assert W2 is not W and torch.equal(W, W2)  # a fresh copy of the one draw
     W2.zero_()  # callers may modify theirs
     assert torch.equal(
-        _draw_projection_op("sderf", 32, 16, 3, "orthogonal", 8, torch.device("cpu"))[0], W
+        _draw_projection_op("sderf", 32, 16, "3", "orthogonal", 8, torch.device("cpu"))[0], W
     )
 
 

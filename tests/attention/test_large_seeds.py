@@ -23,3 +23,19 @@ def test_large_integer_seeds_draw_as_numpy_does(seed, name):
     out = linear_attention(q, k, v, name, 72, random_state=seed)
     ref = linear_attention(q, k, v, name, 72, projection=draw_features(name, 72, 4, seed))
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_large_integer_seed_compiles_fullgraph():
+    """Kept as an op argument (a decimal string): drawn once, no graph break."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 8, 4, generator=g) for _ in range(3))
+
+    def f(q, k, v):
+        return linear_attention(q, k, v, "positive", 16, random_state=2**70)
+
+    torch._dynamo.reset()
+    try:
+        torch.testing.assert_close(torch.compile(f, fullgraph=True)(q, k, v), f(q, k, v))
+    finally:
+        torch._dynamo.reset()

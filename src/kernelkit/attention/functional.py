@@ -559,7 +559,8 @@ def linear_attention(
     chunk_size : int
         Causal chunk length (power of two).
     check_finite : bool or None
-        Raise on NaN / inf in q, k, v. None (default): eager CPU inputs are checked
+        Raise on NaN / inf in q, k, v (and in a given ``projection``, checked directly:
+        it is small). None (default): eager CPU inputs are checked
         (``ValueError`` naming the input; for the positive maps through the output, whose
         rows are convex combinations of the values: one pass over the output instead of
         one per input, and a clear error too where finite inputs overflow the features);
@@ -716,6 +717,14 @@ def linear_attention(
         out = ((q @ k.transpose(-1, -2)) @ v).to(q.dtype)  # (..., L, e)
         return out.detach().numpy() if is_numpy else out
     params = _projection_params(name, n_features, d, random_state, sampler, projection, q.device)
+    if projection is not None and params:
+        # a given projection (M x d, cheap) is checked as the inputs are, by name: NaN in
+        # it made the positive maps report an overflow, and trig / hybrid_angular return
+        # NaN (or, for the hybrid's T, finite but wrong values) without an error
+        given = {"projection": params["W"]}
+        if isinstance(params.get("T"), torch.Tensor):
+            given["projection['T']"] = params["T"]
+        _finite_check(check_finite, **given)
 
     out_dtype = q.dtype
     # float16 / bfloat16 compute in float32; mixed dtypes (autocast only) in the widest
@@ -737,12 +746,7 @@ def linear_attention(
             deferred,
         )
     if deferred and not _all_finite(out):
-        # a given projection with NaN / inf is named as such, not as an overflow
-        given = {} if projection is None else {"projection": params.get("W")}
-        if projection is not None and name == "hybrid_angular":
-            given["projection['T']"] = params.get("T")
-        given = {key: t for key, t in given.items() if isinstance(t, torch.Tensor)}
-        _raise_not_finite("the attention output", q=q, k=k, v=v, **given)
+        _raise_not_finite("the attention output", q=q, k=k, v=v)
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
 
@@ -979,28 +983,24 @@ def _seeded_tensors(name, n_features, d, seed, sampler, n_lambda, device):
     return W, T
 
 
-#: integer seeds from here on do not fit the custom op's ``int`` (a signed 64-bit
-#: integer); NumPy takes them, so they are drawn by :func:`draw_features` directly (a
-#: graph break in compiled code, like a ``numpy.random.Generator``)
-_OP_SEED_LIMIT = 1 << 63
-
-
 @torch.library.custom_op("kernelkit::draw_projection", mutates_args=())
 def _draw_projection_op(
     name: str,
     n_features: int,
     d: int,
-    seed: int,
+    seed: str,
     sampler: str,
     n_lambda: int,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``draw_features(name, n_features, d, seed, sampler, n_lambda)`` as float64 tensors
-    ``(W, T)`` on ``device`` (``T`` empty except for ``hybrid_angular``), drawn and copied
-    to the device once per argument set; each call returns a fresh copy made on the
-    device. A custom op, so that compiled graphs (``torch.compile(fullgraph=True)``) call
-    it as one opaque node instead of breaking on the NumPy generator."""
-    W, T = _seeded_tensors(name, n_features, d, seed, sampler, n_lambda, str(device))
+    """``draw_features(name, n_features, d, int(seed), sampler, n_lambda)`` as float64
+    tensors ``(W, T)`` on ``device`` (``T`` empty except for ``hybrid_angular``), drawn and
+    copied to the device once per argument set; each call returns a fresh copy made on
+    the device. A custom op, so that compiled graphs (``torch.compile(fullgraph=True)``)
+    call it as one opaque node instead of breaking on the NumPy generator. The seed is
+    passed as its decimal string: NumPy seeds from integers of any size, an op's ``int``
+    is a signed 64-bit integer (seeds from 2**63 on raised a RuntimeError)."""
+    W, T = _seeded_tensors(name, n_features, d, int(seed), sampler, n_lambda, str(device))
     return W.clone(), T.clone()
 
 
@@ -1022,10 +1022,8 @@ def _projection_params(name, n_features, d, random_state, sampler, projection, d
                 raise ValueError(
                     f"random_state must be a non-negative integer, got {random_state}."
                 )
-            if random_state >= _OP_SEED_LIMIT:  # beyond the op's int64: drawn eagerly
-                return draw_features(name, n_features, d, int(random_state), sampler)
             W, T = _draw_projection_op(
-                name, n_features, d, int(random_state), sampler, HYBRID_SIGNS, device
+                name, n_features, d, str(int(random_state)), sampler, HYBRID_SIGNS, device
             )
             return {"W": W, "T": T} if name == "hybrid_angular" else {"W": W}
         return draw_features(name, n_features, d, random_state, sampler)
