@@ -47,6 +47,7 @@ __all__ = [
     "check_chunk",
     "check_dask_matrix",
     "checked_chunks",
+    "dask_classes",
     "dask_unique",
     "is_block_sequence",
     "is_chunked",
@@ -410,6 +411,24 @@ def dask_unique(y) -> np.ndarray:
     """The sorted distinct values of the 1-D Dask array ``y``: each chunk's, merged in a
     tree (:func:`reduce_rows`)."""
     return reduce_rows(lambda _, yb: np.unique(yb), [y], np.union1d)
+
+
+def dask_classes(y) -> np.ndarray:
+    """:func:`dask_unique` of the class labels ``y`` (a 1-D Dask array) after
+    scikit-learn's check of classification targets; labels that cannot be sorted together
+    (strings with numbers, in one chunk or across chunks) raise a ``TypeError`` naming
+    ``y``, as the in-memory fits do, instead of NumPy's bare "'<' not supported"."""
+    from sklearn.utils.multiclass import check_classification_targets
+
+    try:
+        classes = dask_unique(y)
+    except TypeError as exc:
+        raise TypeError(
+            "y: the labels must be mutually comparable (all strings or all numbers), got "
+            f"{exc}; convert them, e.g. y.astype(str)."
+        ) from None
+    check_classification_targets(classes)  # the type of target of its values
+    return classes
 
 
 def map_row_chunks(Z, fn, n_outputs: int | None = None):

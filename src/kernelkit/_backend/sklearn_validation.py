@@ -22,24 +22,31 @@ __all__ = [
     "check_positional_keys",
     "for_container",
     "host_array",
-    "label_types",
+    "unsortable_label_types",
     "validate_data",
 ]
 
 
-def label_types(y) -> list[str]:
+def unsortable_label_types(y) -> list[str]:
     """The sorted names of the Python types of the labels in ``y`` where it is a list, a
-    tuple or an object array (an empty list for other arrays, whose labels share their
-    dtype).
+    tuple or an object array whose labels cannot be ordered together (strings with
+    numbers, say); an empty list otherwise (other arrays, whose labels share their dtype,
+    and labels that sort, such as ``int`` with ``numpy.int64``).
 
     scikit-learn's ``check_classification_targets`` reads an object array by its first
     label: strings first are "multiclass" (mixed labels then fail to sort, a
     ``TypeError``), a number first is of "unknown" type (a ``ValueError`` suggesting a
-    continuous regression target). Two or more names here tell the classifiers that
-    either error means labels of several types."""
+    continuous regression target). A non-empty list here tells the classifiers that
+    either error means labels of several types that cannot be sorted; otherwise
+    scikit-learn's own reason stands."""
     if not (isinstance(y, list | tuple) or getattr(getattr(y, "dtype", None), "kind", "") == "O"):
         return []
-    return sorted({type(label).__name__ for label in np.asarray(y, dtype=object).ravel()})
+    labels = np.asarray(y, dtype=object).ravel()
+    try:
+        np.unique(labels)
+    except TypeError:
+        return sorted({type(label).__name__ for label in labels})
+    return []
 
 
 def _check_columns(frame, name: str) -> None:

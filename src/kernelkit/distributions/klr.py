@@ -14,10 +14,10 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import chunks, validate_positive_float, validate_positive_int
-from .._backend.chunks import as_dask_labels, dask_unique, known_row_chunks
+from .._backend.chunks import as_dask_labels, dask_classes, known_row_chunks
 from .._backend.parallel import SingleThreadedBlas, check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
-from .._backend.sklearn_validation import label_types
+from .._backend.sklearn_validation import unsortable_label_types
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, LowRankBasis, fit_basis
 from ._chunked import (
@@ -159,8 +159,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             X = as_dask_rows(X, "X", owner=name, vector="error", known_rows=False)
             X, y = known_row_chunks(X, y)  # unknown sizes: one pass for both
             y = as_dask_labels(y, X, owner=name)
-            classes = dask_unique(y)
-            check_classification_targets(classes)  # the type of target of its values
+            classes = dask_classes(y)  # sorted, checked as classification targets
         else:
             X, y = sk_validate_data(
                 self, X, y, dtype=np.float64, accept_sparse=False, ensure_min_samples=2
@@ -170,7 +169,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
                 classes = np.unique(y)
             except (TypeError, ValueError) as exc:  # e.g. strings mixed with numbers or None
                 # (a number first makes scikit-learn call them of "unknown" type)
-                types = label_types(y)
+                types = unsortable_label_types(y)
                 if isinstance(exc, ValueError) and len(types) < 2:
                     raise
                 got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
-from .._backend.sklearn_validation import label_types
+from .._backend.sklearn_validation import unsortable_label_types
 
 __all__ = ["check_label_targets", "check_missing_labels", "encode_labels", "log_proba"]
 
@@ -57,16 +57,18 @@ def encode_labels(owner: str, y, check: bool = True) -> tuple[np.ndarray, np.nda
 
 def check_label_targets(owner: str, y) -> None:
     """scikit-learn's ``check_classification_targets(y)`` with its ``TypeError`` naming
-    ``owner`` and ``y``: labels of several types say so and name the types, whichever
-    comes first (:func:`~kernelkit._backend.sklearn_validation.label_types`); labels of
-    one type it refuses keep scikit-learn's reason (bytes: a ``TypeError`` naming both;
-    continuous numbers: its ``ValueError``)."""
+    ``owner`` and ``y``: labels of several types that cannot be sorted say so and name
+    the types, whichever comes first
+    (:func:`~kernelkit._backend.sklearn_validation.unsortable_label_types`); labels it
+    refuses otherwise keep scikit-learn's reason (bytes: a ``TypeError`` naming both;
+    continuous numbers, or numbers of several types in an object array: its
+    ``ValueError``)."""
     try:
         check_classification_targets(y)
     except TypeError as exc:
         raise _label_type_error(owner, y, exc) from None
     except ValueError as exc:
-        if len(label_types(y)) < 2:
+        if len(unsortable_label_types(y)) < 2:
             raise
         raise _label_type_error(owner, y, exc) from None
 

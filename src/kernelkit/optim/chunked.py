@@ -43,14 +43,13 @@ from typing import NamedTuple
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets
 
 from .._backend.chunks import (
     as_dask_labels,
     as_dask_rows,
     check_block,
     checked_chunks,
-    dask_unique,
+    dask_classes,
     known_row_chunks,
     reduce_rows,
 )
@@ -512,8 +511,7 @@ def fit_bound(est, X, y, schedule):
     # scikit-learn's checks and n_features_in_ on the first row (dtype: float32 or float64)
     X0, y0 = (a.compute() for a in (X[:1], y[:1]))
     X0, _ = validate_data(est, X0, y0, dtype=[np.float64, np.float32], accept_sparse=False)
-    classes = dask_unique(y)  # sorted labels
-    check_classification_targets(classes)
+    classes = dask_classes(y)  # sorted labels, checked
     est._start(classes, X.shape[1])
     yi = y.map_blocks(lambda b: np.searchsorted(classes, b), dtype=np.intp)
     # each chunk's width checked before the bias column is appended (a chunk of other

@@ -37,7 +37,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import check_random_state
 from .._backend.chunks import is_dask_array
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
-from .._backend.sklearn_validation import label_types, validate_data
+from .._backend.sklearn_validation import unsortable_label_types, validate_data
 from . import _validation as _v
 from . import solvers as _s
 from .bound import multinomial_bound_from_logits
@@ -1111,7 +1111,7 @@ def _labels(y, name, check=True):
         return np.unique(y)
     except (TypeError, ValueError) as exc:
         # a number first makes scikit-learn call mixed labels of "unknown" type
-        types = label_types(y)
+        types = unsortable_label_types(y)
         if isinstance(exc, ValueError) and len(types) < 2:
             raise
         got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"
