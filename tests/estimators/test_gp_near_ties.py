@@ -5,13 +5,17 @@ The Monte Carlo draws are fixed at fit and column ``k`` goes to the class of the
 other's by its Monte Carlo error at *every* point, so where the latent means of two
 classes nearly tie (data far below the lengthscale) ``predict`` chose the class of the
 lower mean at all of them: training accuracy 6-11% for three of five seeds where the
-latent argmax scored 89-94%. The draws are now closed under cyclic shifts of their
-columns (antithetic pairs for two classes), so tied classes get equal probabilities
-and, with equal variances, two classes are ranked as their latent means.
+latent argmax scored 89-94%. The draws are now closed under every permutation of the
+classes where ``C! <= n_samples`` (antithetic pairs for two classes), so tied classes get
+equal probabilities and, with equal variances, classes are ranked as their latent
+means; with more classes under the cyclic shifts, and the two largest means' draws are
+also swapped.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import warnings
 
 import numpy as np
@@ -19,7 +23,7 @@ import pytest
 from sklearn.datasets import make_classification
 
 from kernelkit.estimators import RandomFeatureGPClassifier
-from kernelkit.estimators.gp import mc_softmax
+from kernelkit.estimators.gp import mc_softmax, symmetric_normal_draws
 from kernelkit.features import RandomFourierFeatures
 
 
@@ -37,23 +41,64 @@ def test_near_tied_binary_predictions_follow_the_latent_means(seed):
     np.testing.assert_array_equal(clf.predict(X), clf.classes_[np.argmax(mu, axis=1)])
 
 
-@pytest.mark.parametrize("C", [2, 3, 5])
+@pytest.mark.parametrize("C", [2, 3, 4, 5])
 def test_tied_classes_get_equal_probabilities(C):
     rng = np.random.default_rng(C)
     X = rng.standard_normal((40, 2))
     y = np.arange(40) % C
     clf = RandomFeatureGPClassifier(random_state=0, n_samples=1000).fit(X, y)
     S = clf.mc_noise_.shape[0]
-    assert S == C * -(-1000 // C)  # n_samples rounded up to a multiple of C
-    # every cyclic shift of the columns is a permutation of the rows
+    G = math.factorial(C)
+    assert S == G * -(-1000 // G)  # n_samples rounded up to a multiple of C!
+    # every permutation of the columns is a permutation of the rows
     rows = {tuple(r) for r in clf.mc_noise_}
-    for r in range(1, C):
-        assert {tuple(v) for v in np.roll(clf.mc_noise_, r, axis=1)} == rows
-    # equal latent means and variances: equal probabilities to round-off (i.i.d. draws
-    # were off by their Monte Carlo error, ~1e-2)
+    for perm in itertools.permutations(range(C)):
+        assert {tuple(v) for v in clf.mc_noise_[:, perm]} == rows
+    # equal latent means and variances, all of them or a subset: equal probabilities to
+    # round-off (i.i.d. draws were off by their Monte Carlo error, ~1e-2; cyclic shifts
+    # alone by ~5e-4 for a tied subset)
     for sd in (0.1, 1.0, 10.0):
-        P = mc_softmax(np.zeros((1, C)), np.full((1, C), sd * sd), clf.mc_noise_, by_rank=True)
+        var = np.full((1, C), sd * sd)
+        P = mc_softmax(np.zeros((1, C)), var, clf.mc_noise_, by_rank=True)
         np.testing.assert_allclose(P, 1.0 / C, rtol=0, atol=1e-14)
+        mean = np.arange(C, dtype=float)[None, :]
+        mean[0, 1] = 0.0  # classes 0 and 1 tied below the others
+        P = mc_softmax(mean, var, clf.mc_noise_, by_rank=True)
+        np.testing.assert_allclose(P[0, 0], P[0, 1], rtol=1e-13)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_near_tied_majority_classes_of_three(seed):
+    """Three classes, the two larger nearly tied everywhere (data far below the
+    lengthscale): cyclic shifts alone sent every point to the lower of the two in six
+    seeds of eight."""
+    X, y = make_classification(
+        200, 4, n_informative=3, n_redundant=0, n_classes=3, n_clusters_per_class=1,
+        weights=[0.1, 0.45, 0.45], random_state=0,
+    )  # fmt: skip
+    fm = RandomFourierFeatures(n_features=64, lengthscale=1.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = RandomFeatureGPClassifier(fm, random_state=seed).fit(X * 1e-6, y)
+    mu, _ = clf.predict_latent(X * 1e-6)
+    np.testing.assert_array_equal(clf.predict(X * 1e-6), clf.classes_[np.argmax(mu, axis=1)])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_many_classes_swap_the_top_two(seed):
+    """Seven classes at 1000 samples (7! > 1000): cyclic draws, and the two largest
+    means' draws swapped, so a near tie at the top follows the means (equal variances)
+    and an exact one ties."""
+    C = 7
+    E = symmetric_normal_draws(np.random.default_rng(seed), 1000, C)
+    assert E.shape == (C * -(-1000 // C), C)
+    mean = np.array([[0.0, 1.0, 2.0, 0.5, 3.0 + 1e-9, 1.5, 3.0]])
+    var = np.ones((1, C))
+    P = mc_softmax(mean, var, E, by_rank=True, swap_top=True)
+    assert P[0, 4] > P[0, 6]
+    mean[0, 4] = 3.0
+    P = mc_softmax(mean, var, E, by_rank=True, swap_top=True)
+    np.testing.assert_allclose(P[0, 4], P[0, 6], rtol=1e-13)
 
 
 def test_draws_stay_standard_normal():

@@ -16,6 +16,8 @@ choices the paper leaves open: ``docs/derivations/dot_product.md``):
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -353,12 +355,16 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
 
     Class probabilities (:meth:`predict_proba`) average ``softmax(z)`` over ``n_samples``
     draws ``z_c = mu_c + sd_c eps_c`` of the latent posteriors (approximating the
-    Dirichlet marginals); the standard-normal ``eps`` (n_samples rounded up to a multiple
-    of C, C) are drawn once at :meth:`fit` from ``random_state`` and shared by all test
-    points, so predictions are deterministic and independent of batching. They are
-    closed under cyclic shifts of their columns (:func:`cyclic_normal_draws`; antithetic
-    pairs for two classes), so tied classes get equal probabilities and near ties are
-    not all decided one way by the draws' Monte Carlo error. At each point, column ``k``
+    Dirichlet marginals); the standard-normal ``eps`` are drawn once at :meth:`fit` from
+    ``random_state`` and shared by all test points, so predictions are deterministic and
+    independent of batching. They are closed under every permutation of the classes where
+    ``C! <= n_samples`` (up to six classes at the default; antithetic pairs for two), so
+    tied classes get equal probabilities and, with equal variances, every pair of classes
+    is ranked as its latent means: near ties are not all decided one way by the draws'
+    Monte Carlo error. With more classes they are closed under the cyclic shifts, and
+    :meth:`predict_proba` also averages over a swap of the draws of the two largest
+    means, so that :meth:`predict` follows the latent means at near ties of the top two
+    (:func:`symmetric_normal_draws`, :func:`mc_softmax` ``swap_top``). At each point, column ``k``
     of the draws goes to the class with the ``k``-th smallest latent mean (the columns
     are exchangeable, so this is the same estimator), not to the ``k``-th class of
     ``classes_``: renaming the classes (``y`` mapped to ``1 - y``, strings, any
@@ -377,8 +383,9 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     amplitude : float, default=1.0
         Kernel amplitude: features are multiplied by ``sqrt(amplitude)``.
     n_samples : int, default=1000
-        Monte Carlo samples for :meth:`predict_proba` (rounded up to a multiple of the
-        number of classes: the draws are closed under cyclic shifts of the classes).
+        Monte Carlo samples for :meth:`predict_proba`, rounded up to a multiple of
+        ``C!`` (``C`` classes, where ``C! <= n_samples``) or else of ``C``: the draws are
+        closed under the permutations, or the cyclic shifts, of the classes.
     solver : {"auto", "primal", "dual"}, default="auto"
     random_state : None, int or numpy.random.Generator
         Seeds the default feature map (or a given map whose ``random_state`` is None) and
@@ -395,13 +402,12 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         The fitted feature map.
     posteriors_ : list
         One fitted posterior per class.
-    mc_noise_ : ndarray, shape (n_classes * ceil(n_samples / n_classes), n_classes)
-        The fixed Monte Carlo draws (``n_samples`` is the parameter, not the data size,
-        rounded up to a multiple of the number of classes): standard-normal rows closed
-        under cyclic shifts of the columns (:func:`cyclic_normal_draws`), so that tied
-        classes get equal probabilities; column ``k`` is applied to the class of the
-        ``k``-th smallest latent mean at each point (:func:`mc_softmax` with
-        ``by_rank=True``).
+    mc_noise_ : ndarray, shape (n_draws, n_classes)
+        The fixed Monte Carlo draws (``n_samples``, the parameter, not the data size,
+        rounded up as described there): standard-normal rows closed under the
+        permutations or the cyclic shifts of the columns (:func:`symmetric_normal_draws`);
+        column ``k`` is applied to the class of the ``k``-th smallest latent mean at each
+        point (:func:`mc_softmax` with ``by_rank=True``).
     n_features_in_ : int
     """
 
@@ -499,7 +505,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 grams = blocked_class_statistics(self.feature_map_, X, y_idx, C, amp, n_jobs, w)
                 with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE):
                     self.posteriors_ = _posteriors_from_grams(grams, *labels)
-                self.mc_noise_ = cyclic_normal_draws(rng, S, C)
+                self.mc_noise_ = symmetric_normal_draws(rng, S, C)
                 self._amp = amp
                 return self
             Phi = map_features(self.feature_map_, X, amp)
@@ -508,7 +514,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                     self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels, w)
                 else:
                     self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels, w)
-        self.mc_noise_ = cyclic_normal_draws(rng, S, len(self.classes_))
+        self.mc_noise_ = symmetric_normal_draws(rng, S, len(self.classes_))
         self._amp = amp
         return self
 
@@ -562,7 +568,13 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             check_is_fitted(self)
             return map_row_chunks(prediction_rows(self, X), self.predict_proba, len(self.classes_))
         mean, var = self.predict_latent(X)
-        return mc_softmax(mean, var, self.mc_noise_, n_jobs=self.n_jobs, by_rank=True)
+        C = len(self.classes_)
+        # draws closed under the cyclic shifts only (more classes than n_samples! allows):
+        # also the swap of the two largest means' draws (predict's near ties)
+        swap = not draws_are_fully_symmetric(self.n_samples, C)
+        return mc_softmax(
+            mean, var, self.mc_noise_, n_jobs=self.n_jobs, by_rank=True, swap_top=swap
+        )
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.
@@ -672,27 +684,43 @@ def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2, w=None) -> list:
     return posteriors
 
 
-def cyclic_normal_draws(rng, n_samples: int, C: int) -> np.ndarray:
-    """Standard-normal draws (C ceil(n_samples / C), C) closed under cyclic shifts of the
-    columns: ``ceil(n_samples / C)`` i.i.d. rows and their ``C - 1`` shifts
-    ``np.roll(row, r)``.
+def symmetric_normal_draws(rng, n_samples: int, C: int) -> np.ndarray:
+    """Standard-normal draws (G ceil(n_samples / G), C) closed under a group of ``G``
+    permutations of the columns: ``ceil(n_samples / G)`` i.i.d. rows and their images.
 
-    Every row is a standard-normal vector, so :func:`mc_softmax` stays an unbiased
-    estimator; and every column sees the same values, so classes with equal latent means
-    and variances get equal probabilities to round-off. With i.i.d. rows one column's
+    The group is every permutation of the ``C`` columns where ``C! <= n_samples`` (up to
+    six classes at the default 1000 samples), else the ``C`` cyclic shifts
+    (:func:`draws_are_fully_symmetric`). Every row is a standard-normal vector, so
+    :func:`mc_softmax` stays an unbiased estimator. With i.i.d. rows one column's
     estimate exceeds another's by their Monte Carlo error, and as the classifier gives
     column ``k`` to the class of the ``k``-th smallest mean (``by_rank``), that error
     decided every near tie the same way: all points with nearly tied classes went to the
-    lower mean in about half the seeds. For two classes the shifts are antithetic pairs
-    ``(e0, e1)``, ``(e1, e0)``: with equal variances the probabilities are ordered as the
-    latent means (``sigmoid(d + t) + sigmoid(d - t) > 1`` exactly when ``d > 0``), and the
-    Monte Carlo variance is no larger than with independent pairs.
+    lower mean in about half the seeds. Closed under every permutation, the draws give
+    classes with equal latent means and variances equal probabilities (to round-off),
+    and with equal variances they rank every pair of classes as their latent means
+    (pair each draw with its image under the transposition of the two columns:
+    ``softmax`` of the larger mean gains). For two classes the group is the antithetic
+    pairs ``(e0, e1)``, ``(e1, e0)``, whose Monte Carlo variance is no larger than that of
+    independent pairs. Under the cyclic shifts only classes tied all together are equal;
+    :func:`mc_softmax` then also swaps the two largest means' draws (``swap_top``).
     """
-    base = rng.standard_normal((-(-int(n_samples) // C), C))  # (G, C)
-    return np.concatenate([np.roll(base, r, axis=1) for r in range(C)], axis=0)  # (C G, C)
+    if draws_are_fully_symmetric(n_samples, C):
+        perms = np.array(list(itertools.permutations(range(C))))  # (C!, C), identity first
+    else:
+        perms = np.array([np.roll(np.arange(C), r) for r in range(C)])  # (C, C)
+    base = rng.standard_normal((-(-int(n_samples) // len(perms)), C))  # (B, C)
+    return np.concatenate([base[:, p] for p in perms], axis=0)  # (G B, C)
 
 
-def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None, by_rank=False):
+def draws_are_fully_symmetric(n_samples: int, C: int) -> bool:
+    """Whether :func:`symmetric_normal_draws` closes ``n_samples`` draws of ``C`` classes
+    under every permutation (``C! <= n_samples``) rather than the cyclic shifts."""
+    return C <= 1 or math.lgamma(C + 1) <= math.log(max(1, int(n_samples)))
+
+
+def mc_softmax(
+    mean, var, eps, max_elements: int = 1 << 20, n_jobs=None, by_rank=False, swap_top=False
+):
     """``mean_s softmax(mean + sqrt(var) * eps_s)`` per row.
 
     Parameters
@@ -713,6 +741,12 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None, by_rank
         choose the draws). Tied means with different ``var`` are the exception: their
         draws follow the column order. The draws' columns are i.i.d., so both are the same
         Monte Carlo estimator.
+    swap_top : bool, default=False
+        With ``by_rank`` and three or more columns: also the estimate with the draws of
+        the two largest means swapped, and the mean of both (twice the work), so that
+        draws not closed under that transposition (:func:`symmetric_normal_draws` with
+        cyclic shifts) still rank a near tie of the two largest means as the means, and
+        tie them exactly, with equal variances.
 
     Returns
     -------
@@ -724,17 +758,28 @@ def mc_softmax(mean, var, eps, max_elements: int = 1 << 20, n_jobs=None, by_rank
     out = np.empty((n, C))
     rows = max(1, max_elements // max(1, S * C))
 
-    def block(lo, hi):
-        if by_rank:  # rank[i, c]: the rank of mean[i, c] in its row
-            rank = np.argsort(np.argsort(mean[lo:hi], axis=1, kind="stable"), axis=1)
-            E = eps[:, rank].transpose(1, 0, 2)  # (rows, S, C): E[i, s, c] = eps[s, rank]
-        else:
+    def probs(lo, hi, rank):
+        if rank is None:
             E = eps[None, :, :]
+        else:
+            E = eps[:, rank].transpose(1, 0, 2)  # (rows, S, C): E[i, s, c] = eps[s, rank]
         Z = mean[lo:hi, None, :] + sd[lo:hi, None, :] * E
         Z -= Z.max(axis=2, keepdims=True)
         np.exp(Z, out=Z)
         Z /= Z.sum(axis=2, keepdims=True)
-        out[lo:hi] = Z.mean(axis=1)
+        return Z.mean(axis=1)
+
+    def block(lo, hi):
+        if not by_rank:
+            out[lo:hi] = probs(lo, hi, None)
+            return
+        # rank[i, c]: the rank of mean[i, c] in its row
+        rank = np.argsort(np.argsort(mean[lo:hi], axis=1, kind="stable"), axis=1)
+        P = probs(lo, hi, rank)
+        if swap_top and C >= 3:  # the two largest means exchange their draws
+            top = np.where(rank == C - 1, C - 2, np.where(rank == C - 2, C - 1, rank))
+            P = 0.5 * (P + probs(lo, hi, top))
+        out[lo:hi] = P
 
     block_map(block, n, rows, n_jobs)
     return out
