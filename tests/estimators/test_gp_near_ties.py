@@ -5,11 +5,11 @@ The Monte Carlo draws are fixed at fit and column ``k`` goes to the class of the
 other's by its Monte Carlo error at *every* point, so where the latent means of two
 classes nearly tie (data far below the lengthscale) ``predict`` chose the class of the
 lower mean at all of them: training accuracy 6-11% for three of five seeds where the
-latent argmax scored 89-94%. The draws are now closed under every permutation of the
-classes where ``C! <= n_samples`` (antithetic pairs for two classes), so tied classes get
-equal probabilities and, with equal variances, classes are ranked as their latent
-means; with more classes under the cyclic shifts, and the two largest means' draws are
-also swapped.
+latent argmax scored 89-94%. The draws are now closed under every permutation of up to
+six classes where ``C! <= n_samples`` (antithetic pairs for two classes), so tied
+classes get equal probabilities and, with equal variances, classes are ranked as their
+latent means; with more classes under the cyclic shifts, and the two largest means'
+draws are also swapped.
 """
 
 from __future__ import annotations
@@ -113,3 +113,15 @@ def test_draws_stay_standard_normal():
     np.testing.assert_allclose(E.mean(0), 0.0, atol=tol)
     np.testing.assert_allclose(E.var(0), 1.0, atol=tol * np.sqrt(2))
     np.testing.assert_allclose(np.corrcoef(E.T)[np.triu_indices(3, 1)], 0.0, atol=tol)
+
+
+def test_draws_are_the_permuted_images_of_their_base_rows():
+    """Row ``g B + b`` is base row ``b`` under permutation ``g`` (identity first), and
+    seven classes or more use the cyclic shifts whatever ``n_samples``."""
+    rng = np.random.default_rng(3)
+    E = symmetric_normal_draws(np.random.default_rng(3), 12, 3)  # 3! = 6: B = 2
+    base = rng.standard_normal((2, 3))
+    perms = list(itertools.permutations(range(3)))
+    np.testing.assert_array_equal(E, np.concatenate([base[:, p] for p in perms]))
+    E7 = symmetric_normal_draws(np.random.default_rng(0), 10**6, 7)
+    assert E7.shape == (7 * -(-(10**6) // 7), 7)

@@ -357,8 +357,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     draws ``z_c = mu_c + sd_c eps_c`` of the latent posteriors (approximating the
     Dirichlet marginals); the standard-normal ``eps`` are drawn once at :meth:`fit` from
     ``random_state`` and shared by all test points, so predictions are deterministic and
-    independent of batching. They are closed under every permutation of the classes where
-    ``C! <= n_samples`` (up to six classes at the default; antithetic pairs for two), so
+    independent of batching. They are closed under every permutation of the classes for
+    up to six classes where ``C! <= n_samples`` (antithetic pairs for two), so
     tied classes get equal probabilities and, with equal variances, every pair of classes
     is ranked as its latent means: near ties are not all decided one way by the draws'
     Monte Carlo error. With more classes they are closed under the cyclic shifts, and
@@ -384,8 +384,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         Kernel amplitude: features are multiplied by ``sqrt(amplitude)``.
     n_samples : int, default=1000
         Monte Carlo samples for :meth:`predict_proba`, rounded up to a multiple of
-        ``C!`` (``C`` classes, where ``C! <= n_samples``) or else of ``C``: the draws are
-        closed under the permutations, or the cyclic shifts, of the classes.
+        ``C!`` (``C <= 6`` classes with ``C! <= n_samples``) or else of ``C``: the draws
+        are closed under the permutations, or the cyclic shifts, of the classes.
     solver : {"auto", "primal", "dual"}, default="auto"
     random_state : None, int or numpy.random.Generator
         Seeds the default feature map (or a given map whose ``random_state`` is None) and
@@ -688,8 +688,8 @@ def symmetric_normal_draws(rng, n_samples: int, C: int) -> np.ndarray:
     """Standard-normal draws (G ceil(n_samples / G), C) closed under a group of ``G``
     permutations of the columns: ``ceil(n_samples / G)`` i.i.d. rows and their images.
 
-    The group is every permutation of the ``C`` columns where ``C! <= n_samples`` (up to
-    six classes at the default 1000 samples), else the ``C`` cyclic shifts
+    The group is every permutation of the ``C`` columns for ``C <= 6`` with ``C! <=
+    n_samples`` (at most 720 permutations), else the ``C`` cyclic shifts
     (:func:`draws_are_fully_symmetric`). Every row is a standard-normal vector, so
     :func:`mc_softmax` stays an unbiased estimator. With i.i.d. rows one column's
     estimate exceeds another's by their Monte Carlo error, and as the classifier gives
@@ -708,14 +708,21 @@ def symmetric_normal_draws(rng, n_samples: int, C: int) -> np.ndarray:
         perms = np.array(list(itertools.permutations(range(C))))  # (C!, C), identity first
     else:
         perms = np.array([np.roll(np.arange(C), r) for r in range(C)])  # (C, C)
-    base = rng.standard_normal((-(-int(n_samples) // len(perms)), C))  # (B, C)
-    return np.concatenate([base[:, p] for p in perms], axis=0)  # (G B, C)
+    G = len(perms)
+    base = rng.standard_normal((-(-int(n_samples) // G), C))  # (B, C)
+    # image of row b under permutation g at row g B + b: (B, G, C) -> (G B, C)
+    return base[:, perms].transpose(1, 0, 2).reshape(-1, C)
 
 
 def draws_are_fully_symmetric(n_samples: int, C: int) -> bool:
     """Whether :func:`symmetric_normal_draws` closes ``n_samples`` draws of ``C`` classes
-    under every permutation (``C! <= n_samples``) rather than the cyclic shifts."""
-    return C <= 1 or math.lgamma(C + 1) <= math.log(max(1, int(n_samples)))
+    under every permutation (``C <= 6`` and ``C! <= n_samples``: at most 720 images of
+    each row) rather than the cyclic shifts."""
+    return C <= 1 or (C <= _MAX_SYMMETRIC_CLASSES and math.factorial(C) <= int(n_samples))
+
+
+#: the most classes whose Monte Carlo draws are closed under every permutation
+_MAX_SYMMETRIC_CLASSES = 6
 
 
 def mc_softmax(
