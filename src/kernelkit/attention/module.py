@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
+from collections import deque
 from contextlib import nullcontext
 
 import numpy as np
@@ -147,6 +148,50 @@ _REDRAW_BREAK = (
     "torch.compile(fullgraph=True) build it with redraw_interval=None and call "
     "redraw_features() yourself between compiled steps, or compile without fullgraph."
 )
+
+
+#: training calls a module keeps for checkpoint recomputations (their projections, and
+#: the running statistics the causal fitted maps read)
+_RECORDED_CALLS = 16
+
+
+class _Call:
+    """One training call of a :class:`FavorAttention`: the fingerprint of its inputs,
+    the projections it used and, for causal fitted maps, the statistics it read."""
+
+    __slots__ = ("fingerprint", "moments", "projection", "recomputed")
+
+    def __init__(self, fingerprint):
+        self.fingerprint = fingerprint
+        self.projection = {}
+        self.moments = None
+        self.recomputed = False
+
+    def matches(self, fp) -> bool:
+        a, b = self.fingerprint, fp
+        return a[0] == b[0] and torch.equal(a[1], b[1])
+
+
+def _fingerprint(query, key):
+    """``(shapes, values)``: the shapes of ``query`` and ``key`` and, for each (once for
+    self-attention), its sum, norm and the sum of every seventh entry (not invariant to
+    a permutation of the rows), in the input's dtype: a tensor on their device, with no
+    host read when recorded (compared during the backward pass, where the recomputation
+    gives the same values). About 1% of a training forward."""
+    parts = []
+    with torch.no_grad():
+        for t in (query,) if key is query else (query, key):
+            f = t.detach().reshape(-1)
+            parts += [f.sum(), torch.linalg.vector_norm(f), f[1::7].sum()]
+        return (tuple(query.shape), tuple(key.shape), key is query), torch.stack(parts)
+
+
+def _copied(mom):
+    """A copy of the Moments ``mom`` (None stays None)."""
+    if mom is None:
+        return None
+    fields = (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
+    return Moments(*(t.detach().clone() for t in fields))
 
 
 class FavorAttention(nn.Module):
@@ -576,7 +621,8 @@ class FavorAttention(nn.Module):
             mask = blocked if mask is None else mask | blocked
 
         # activation checkpointing recomputes this call during the backward pass: with the
-        # features and statistics of the original call (no redraw, no update)
+        # features and statistics of the original call (no redraw, no update), found by
+        # the values of its inputs among the module's recent training calls
         recompute = self.training and self._in_recomputation()
         if self.training and self.redraw_interval and not recompute:  # eval: nothing to trace
             if torch.compiler.is_compiling():
@@ -584,6 +630,11 @@ class FavorAttention(nn.Module):
                 # fullgraph=True should say what to do rather than name _maybe_redraw
                 torch._dynamo.graph_break(msg=_REDRAW_BREAK)
             self._maybe_redraw()
+        call = None
+        if recompute:
+            call = self._recorded_call(query, key)
+        elif self.training and not torch.compiler.is_compiling():
+            call = self._record_call(query, key)
         H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         q, k, v = self._in_projection(query, key, value)
         q = q.view(N, L, H, hd).transpose(1, 2)  # (N, H, L, hd)
@@ -593,9 +644,14 @@ class FavorAttention(nn.Module):
         proj = {"W": self.projection} if self.projection.numel() else {}
         if self.sign_projection.numel():
             proj["T"] = self.sign_projection
+        if call is not None:
+            if recompute:
+                proj = call.projection  # the original call's draw
+            else:
+                call.projection = proj
         qmask = mask4 if self_attention and L else None  # (N, 1, L): padded queries
         if is_causal:
-            out = self._causal_attention(q, k, v, mask4, proj, recompute, qmask)
+            out = self._causal_attention(q, k, v, mask4, proj, recompute, qmask, call)
         else:
             mom = None
             if self.feature_map in FITTED_MAPS and qmask is not None:
@@ -764,6 +820,33 @@ class FavorAttention(nn.Module):
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
 
+    def _record_call(self, query, key) -> _Call:
+        """Record a training call for a checkpoint recomputation of it (:meth:`forward`
+        fills in its projection and, causal fitted maps, its statistics): the most recent
+        :data:`_RECORDED_CALLS` calls are kept. Inputs are identified by a fingerprint of
+        their values (a recomputation inside a checkpointed block sees new tensors with
+        the same values), computed without a host read."""
+        calls = self.__dict__.get("_calls")
+        if calls is None:
+            calls = self.__dict__["_calls"] = deque(maxlen=_RECORDED_CALLS)
+        call = _Call(_fingerprint(query, key))
+        calls.append(call)
+        return call
+
+    def _recorded_call(self, query, key) -> _Call | None:
+        """The recorded call of the inputs a checkpoint recomputes: the most recent one
+        with their fingerprint not recomputed yet (calls on equal inputs are recomputed
+        latest first, as the backward pass meets them), else the most recent one with it;
+        None where none is recorded (more than :data:`_RECORDED_CALLS` calls since)."""
+        calls = self.__dict__.get("_calls") or ()
+        fp = _fingerprint(query, key)
+        matches = [c for c in reversed(calls) if c.matches(fp)]
+        if not matches:
+            return None
+        call = next((c for c in matches if not c.recomputed), matches[0])
+        call.recomputed = True
+        return call
+
     @staticmethod
     def _in_recomputation() -> bool:
         """Whether forward runs inside a backward pass, as when activation checkpointing
@@ -773,14 +856,19 @@ class FavorAttention(nn.Module):
             return False
         return torch._C._current_graph_task_id() != -1
 
-    def _causal_attention(self, q, k, v, mask4, proj, recompute=False, qmask=None):
+    def _causal_attention(self, q, k, v, mask4, proj, recompute=False, qmask=None, call=None):
         # eager: chunk loop + custom autograd Function; running statistics read before and
         # updated after the call (training only), so no call sees its own tokens. A
-        # checkpoint recomputation reuses the statistics of the module's last call.
+        # checkpoint recomputation reuses the statistics of its original call (``call``,
+        # :meth:`_recorded_call`; the current ones where it is no longer recorded).
         fm, moments = self.feature_map, None
         if fm in FITTED_MAPS:
-            last = getattr(self, "_last_moments", None) if recompute else None
-            moments = last[0] if last is not None else self._running_moments()
+            if recompute and call is not None:
+                moments = call.moments
+            else:
+                moments = self._running_moments()
+                if call is not None:  # a copy: float64 buffers are updated in place
+                    call.moments = _copied(moments)
             if moments is None:
                 fm = "positive"  # no statistics yet: A = 0
         out = linear_attention(
@@ -804,7 +892,6 @@ class FavorAttention(nn.Module):
             and q.numel()
             and k.numel()
         ):
-            self._last_moments = (moments,)  # what a checkpoint recomputation must use
             self._update_running(q, k, mask4, qmask)  # (no queries or keys: no statistics)
         return out
 
