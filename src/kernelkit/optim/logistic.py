@@ -36,6 +36,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state
 from .._backend.chunks import is_dask_array
+from .._backend.fit_state import keep_model_on_error
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import unsortable_label_types, validate_data
 from . import _validation as _v
@@ -489,8 +490,10 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         return idx
 
     # ------------------------------------------------------------------ fitting
+    @keep_model_on_error
     def fit(self, X, y):
-        """Fit on the labelled samples.
+        """Fit on the labelled samples. A fit that raises (a bad chunk late in a Dask
+        array, say) leaves the estimator as it was.
 
         ``X`` (and ``y``) may be Dask arrays with ``solver="bound"``: every sum
         over samples is then reduced over the row chunks
