@@ -80,12 +80,34 @@ def fitted_feature_map(
 
         fit_on_blocks(fm, X, blocks)  # one pass over the blocks for the moments
     else:
+        if (all_rows is not None or blocks is not None) and not hasattr(fm, "fit_reads"):
+            _warn_first_chunk(fm, X, owner)
         fm.fit(X)
     for part in _output_maps(fm):
         inner = getattr(part, "feature_map_", None)  # RandomFeatures: its method's map
         if inner is not None:  # asymmetric methods are only known once fitted
             _check_symmetric(inner, f"{type(part).__name__}'s {type(inner).__name__}", owner)
     return fm
+
+
+def _warn_first_chunk(fm, X, owner: str) -> None:
+    """Say that a feature map kernelkit cannot fit chunk by chunk (a ``Pipeline``, a
+    ``FeatureUnion``, a transformer from outside kernelkit) is fitted on the first
+    non-empty chunk of a chunked ``X`` only: its statistics (a ``StandardScaler``'s means)
+    are then those of that chunk, and the model is not the in-memory one."""
+    import warnings
+
+    from .._backend import caller_stacklevel
+
+    warnings.warn(
+        f"{owner}: feature_map {type(fm).__name__} is fitted on the first non-empty chunk "
+        f"of the chunked X ({X.shape[0]} rows), not on all rows: kernelkit fits its own "
+        "maps from all chunks, but not a Pipeline, a FeatureUnion or a transformer from "
+        "elsewhere. Fit such steps beforehand (e.g. standardise X outside the estimator) "
+        "and pass a kernelkit map, or fit in memory.",
+        UserWarning,
+        stacklevel=caller_stacklevel(),
+    )
 
 
 def _inherit(fm, random_state, n_jobs) -> None:
