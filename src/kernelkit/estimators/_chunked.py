@@ -79,6 +79,7 @@ __all__ = [
     "TrainingRows",
     "block_stats",
     "blocked_statistics",
+    "check_pairs_without_y",
     "check_sample_weight",
     "chunk_statistics",
     "chunked_sample_weight",
@@ -273,6 +274,7 @@ def training_rows(est, X, y, sample_weight=None) -> TrainingRows:
     NumPy vector, rechunked to ``X``'s rows; refused with an iterable of blocks.
     """
     name = type(est).__name__
+    check_pairs_without_y(X, y, name)
     # pairs that can be read again (a list of pairs would be array-like X otherwise)
     sequence = X if y is None and is_block_sequence(X) else None
     if sequence is None and not is_chunked(X):
@@ -345,6 +347,17 @@ def chunked_head(X, y, owner: str, *, labels: bool):
         raise ValueError(f"{owner}: every block of the iterable is empty.")
     X0, y0 = first
     return None, None, X0, y0, itertools.chain([first], pairs), columns[0]
+
+
+def check_pairs_without_y(X, y, owner: str) -> None:
+    """``ValueError`` where a list or tuple of ``(X_block, y_block)`` pairs comes with a
+    ``y`` (NumPy's "inhomogeneous shape" error otherwise, as the pairs are then read as
+    an array of rows)."""
+    if y is not None and is_block_sequence(X):
+        raise ValueError(
+            f"{owner}: X is a sequence of (X_block, y_block) pairs, which carry the targets: "
+            "pass y=None."
+        )
 
 
 def _checked_pairs(blocks, owner: str, columns: list | None = None, labels: bool = False):

@@ -34,6 +34,7 @@ from .._backend.sklearn_validation import validate_data
 from ._chunked import (
     FeatureStats,
     blocked_statistics,
+    check_pairs_without_y,
     check_sample_weight,
     chunk_statistics,
     fit_feature_map,
@@ -479,6 +480,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         labels = milios_transform(np.array([0.0, 1.0]), alpha)  # ((y~0, y~1), (s0, s1))
         # the feature map is seeded by the generator that then draws the Monte Carlo noise
         rng = check_random_state(self.random_state)
+        check_pairs_without_y(X, y, type(self).__name__)
         if is_chunked(X) or (y is None and is_block_sequence(X)):  # Dask / blocks:
             # the per-class sums, chunk by chunk
             rows = class_training_rows(self, X, y, sample_weight)
