@@ -78,3 +78,71 @@ def test_shared_layer_in_a_checkpointed_residual_stack(name, causal, redraw):
     out_ref.square().sum().backward()
     torch.testing.assert_close(m.in_proj_weight.grad, ref.in_proj_weight.grad)
     torch.testing.assert_close(h.grad, r.grad)
+
+
+@pytest.mark.parametrize("name, causal, redraw", _CASES)
+def test_reentrant_checkpoint_of_self_attention_arguments(name, causal, redraw):
+    """``checkpoint(fn, x, x, x, use_reentrant=True)`` detaches each argument separately,
+    so the recomputation's key is not its query: the call is found by value and keeps its
+    self-attention (padded queries out of the fit)."""
+    m = _model(name, redraw)
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn(2, 6, 8, generator=g)
+    m(x0, x0, x0, is_causal=causal)
+    ref = copy.deepcopy(m)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    x = torch.randn(2, 6, 8, generator=g)
+    a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+
+    def f(q, k, v):
+        return m(q, k, v, key_padding_mask=pad, is_causal=causal)[0]
+
+    out = checkpoint(f, a, a, a, use_reentrant=True)
+    out.square().sum().backward()
+    ref(b, b, b, key_padding_mask=pad, is_causal=causal)[0].square().sum().backward()
+    torch.testing.assert_close(m.in_proj_weight.grad, ref.in_proj_weight.grad)
+
+
+def test_a_second_backward_recomputes_with_the_same_calls():
+    m = _model("positive", 1)
+    g = torch.Generator().manual_seed(4)
+    x0 = torch.randn(2, 6, 8, generator=g)
+    m(x0, x0, x0)
+    xs = [torch.randn(2, 6, 8, generator=g).requires_grad_(True) for _ in range(2)]
+    loss = sum(checkpoint(lambda x: m(x, x, x)[0], x, use_reentrant=False).sum() for x in xs)
+    loss.backward(retain_graph=True)
+    first = m.in_proj_weight.grad.clone()
+    m.in_proj_weight.grad = None
+    loss.backward()
+    torch.testing.assert_close(m.in_proj_weight.grad, first)
+
+
+def test_a_call_no_longer_recorded_warns():
+    from kernelkit.attention.module import _RECORDED_CALLS
+
+    m = _model("positive", 1)
+    x = torch.randn(2, 6, 8).requires_grad_(True)
+    out = checkpoint(lambda t: m(t, t, t)[0], x, use_reentrant=False)
+    for _ in range(_RECORDED_CALLS):  # later training calls push it out
+        m(torch.randn(2, 6, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 8))
+    with pytest.warns(UserWarning, match="found no record of its call"):
+        out.sum().backward()
+
+
+def test_equal_inputs_with_different_features_warn():
+    m = _model("positive", 1)
+    x = torch.randn(2, 6, 8).requires_grad_(True)
+    loss = sum(checkpoint(lambda t: m(t, t, t)[0], x, use_reentrant=False).sum() for _ in range(2))
+    with pytest.warns(UserWarning, match="calls on equal inputs used different features"):
+        loss.backward()
+
+
+def test_records_are_not_pickled():
+    import pickle
+
+    m = _model("positive", 1)
+    x = torch.randn(2, 6, 8)
+    m(x, x, x)
+    assert len(m.__dict__["_calls"]) == 1
+    assert "_calls" not in pickle.loads(pickle.dumps(m)).__dict__

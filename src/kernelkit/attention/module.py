@@ -152,38 +152,65 @@ _REDRAW_BREAK = (
 
 #: training calls a module keeps for checkpoint recomputations (their projections, and
 #: the running statistics the causal fitted maps read)
-_RECORDED_CALLS = 16
+_RECORDED_CALLS = 64
 
 
 class _Call:
     """One training call of a :class:`FavorAttention`: the fingerprint of its inputs,
-    the projections it used and, for causal fitted maps, the statistics it read."""
+    whether it was self-attention, the projections it used and, for causal fitted maps,
+    the statistics it read; ``recomputed_in``: the backward passes (graph task ids) that
+    recomputed it already."""
 
-    __slots__ = ("fingerprint", "moments", "projection", "recomputed")
+    __slots__ = ("fingerprint", "moments", "projection", "recomputed_in", "self_attention")
 
-    def __init__(self, fingerprint):
+    def __init__(self, fingerprint, self_attention):
         self.fingerprint = fingerprint
+        self.self_attention = self_attention
         self.projection = {}
         self.moments = None
-        self.recomputed = False
+        self.recomputed_in = set()
 
     def matches(self, fp) -> bool:
         a, b = self.fingerprint, fp
         return a[0] == b[0] and torch.equal(a[1], b[1])
 
+    def same_state(self, other) -> bool:
+        """Whether ``other`` used the same projections and statistics (then which of two
+        calls on equal inputs a recomputation takes does not matter)."""
+        if self.projection.keys() != other.projection.keys():
+            return False
+        if any(self.projection[k] is not other.projection[k] for k in self.projection):
+            return False
+        a, b = self.moments, other.moments
+        if a is None or b is None:
+            return a is b
+        pairs = zip(
+            (a.mean_x, a.second_x, a.mean_y, a.second_y),
+            (b.mean_x, b.second_x, b.mean_y, b.second_y),
+            strict=True,
+        )
+        return all(torch.equal(x, y) for x, y in pairs)
+
 
 def _fingerprint(query, key):
-    """``(shapes, values)``: the shapes of ``query`` and ``key`` and, for each (once for
-    self-attention), its sum, norm and the sum of every seventh entry (not invariant to
-    a permutation of the rows), in the input's dtype: a tensor on their device, with no
-    host read when recorded (compared during the backward pass, where the recomputation
-    gives the same values). About 1% of a training forward."""
+    """``(key, values)``: the shapes, dtype and device of ``query`` and ``key``, and for
+    each its sum, norm and a strided sum (a stride prime to the row length, so that a
+    permutation of the rows changes it), accumulated in float32 at least (float64 for
+    float64 inputs): a tensor on their device, with no host read when recorded (compared
+    during the backward pass, where a recomputation gives the same values). By value,
+    not identity: a reentrant checkpoint passes detached copies, so ``key is query``
+    does not survive it. About 1% of a training forward."""
     parts = []
     with torch.no_grad():
-        for t in (query,) if key is query else (query, key):
+        for t in (query, key):
             f = t.detach().reshape(-1)
-            parts += [f.sum(), torch.linalg.vector_norm(f), f[1::7].sum()]
-        return (tuple(query.shape), tuple(key.shape), key is query), torch.stack(parts)
+            acc = torch.float64 if f.dtype == torch.float64 else torch.float32
+            step = next(p for p in (7, 11, 13, 17, 19) if t.shape[-1] % p)
+            parts += [f.sum(dtype=acc), torch.linalg.vector_norm(f, dtype=acc)]
+            parts.append(f[1::step].sum(dtype=acc))
+        values = torch.stack([p.to(torch.float64) for p in parts])
+        meta = (tuple(query.shape), tuple(key.shape), query.dtype, key.dtype, str(query.device))
+        return meta, values
 
 
 def _copied(mom):
@@ -633,8 +660,10 @@ class FavorAttention(nn.Module):
         call = None
         if recompute:
             call = self._recorded_call(query, key)
+            if call is not None:  # a reentrant checkpoint passes copies: not `key is query`
+                self_attention = call.self_attention
         elif self.training and not torch.compiler.is_compiling():
-            call = self._record_call(query, key)
+            call = self._record_call(query, key, self_attention)
         H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         q, k, v = self._in_projection(query, key, value)
         q = q.view(N, L, H, hd).transpose(1, 2)  # (N, H, L, hd)
@@ -820,7 +849,7 @@ class FavorAttention(nn.Module):
             return pad
         raise TypeError(f"key_padding_mask must be bool or float, got {m.dtype}.")
 
-    def _record_call(self, query, key) -> _Call:
+    def _record_call(self, query, key, self_attention) -> _Call:
         """Record a training call for a checkpoint recomputation of it (:meth:`forward`
         fills in its projection and, causal fitted maps, its statistics): the most recent
         :data:`_RECORDED_CALLS` calls are kept. Inputs are identified by a fingerprint of
@@ -829,22 +858,45 @@ class FavorAttention(nn.Module):
         calls = self.__dict__.get("_calls")
         if calls is None:
             calls = self.__dict__["_calls"] = deque(maxlen=_RECORDED_CALLS)
-        call = _Call(_fingerprint(query, key))
+        call = _Call(_fingerprint(query, key), self_attention)
         calls.append(call)
         return call
 
     def _recorded_call(self, query, key) -> _Call | None:
-        """The recorded call of the inputs a checkpoint recomputes: the most recent one
-        with their fingerprint not recomputed yet (calls on equal inputs are recomputed
-        latest first, as the backward pass meets them), else the most recent one with it;
-        None where none is recorded (more than :data:`_RECORDED_CALLS` calls since)."""
+        """The recorded call of the inputs a checkpoint recomputes: among the recorded
+        calls with their fingerprint, the most recent one this backward pass has not
+        recomputed yet (calls on equal inputs in separate checkpoints are recomputed
+        latest first), else the most recent one. Warns where no call matches (more than
+        :data:`_RECORDED_CALLS` calls since: the current features are used) and where
+        calls on equal inputs used different features (the pairing is then a guess)."""
+        import warnings
+
         calls = self.__dict__.get("_calls") or ()
         fp = _fingerprint(query, key)
         matches = [c for c in reversed(calls) if c.matches(fp)]
         if not matches:
+            warnings.warn(
+                "FavorAttention: a checkpoint recomputation found no record of its call "
+                f"among the module's last {_RECORDED_CALLS} training calls; it uses the "
+                "current features and statistics, so its gradients are not exactly those "
+                "of the original call (a redraw or a running-statistics update since then).",
+                UserWarning,
+                stacklevel=3,
+            )
             return None
-        call = next((c for c in matches if not c.recomputed), matches[0])
-        call.recomputed = True
+        task = torch._C._current_graph_task_id()
+        fresh = [c for c in matches if task not in c.recomputed_in]
+        call = fresh[0] if fresh else matches[0]
+        if len(fresh) > 1 and not all(call.same_state(c) for c in fresh[1:]):
+            warnings.warn(
+                "FavorAttention: calls on equal inputs used different features (a redraw "
+                "or a statistics update between them), and a checkpoint recomputation "
+                "cannot tell them apart; the latest is used. Give such calls their own "
+                "checkpoints in forward order, or avoid a redraw between them.",
+                UserWarning,
+                stacklevel=3,
+            )
+        call.recomputed_in.add(task)
         return call
 
     @staticmethod
@@ -967,6 +1019,7 @@ class FavorAttention(nn.Module):
         # pickled (torch.save of the module, copy.deepcopy), taken again when needed
         state = dict(super().__getstate__())
         state.pop("_digest_kept", None)
+        state.pop("_calls", None)  # records of training calls for checkpointing: transient
         return state
 
     def _decoding_features(self):
