@@ -37,14 +37,17 @@ def _maps():
 
 
 @pytest.mark.parametrize("case", [0, 1], ids=["pipeline", "union"])
-@pytest.mark.parametrize("layout", ["dask", "blocks"])
+@pytest.mark.parametrize("layout", ["dask", "blocks", "stream"])
 def test_chunked_fit_of_a_pipeline_warns(case, layout):
     X, y = _data()
     est = RandomFeatureRidge(_maps()[case], alpha=1.0)
+    pairs = [(X[i : i + 200], y[i : i + 200]) for i in range(0, 800, 200)]
     if layout == "dask":
         args = (da.from_array(X, chunks=(200, 3)), y)
-    else:
-        args = ([(X[i : i + 200], y[i : i + 200]) for i in range(0, 800, 200)], None)
+    elif layout == "blocks":
+        args = (pairs, None)
+    else:  # a generator, read once
+        args = ((p for p in pairs), None)
     with pytest.warns(UserWarning, match=r"fitted on the first non-empty chunk .*\(200 rows\)"):
         est.fit(*args)
 
@@ -57,3 +60,12 @@ def test_kernelkit_maps_and_in_memory_fits_do_not_warn():
             da.from_array(X, chunks=(200, 3)), y
         )
         RandomFeatureRidge(_maps()[0]).fit(X, y)
+
+
+def test_a_pipeline_of_maps_that_read_only_the_dimension_does_not_warn():
+    """Its fit on the first chunk is its fit on all rows."""
+    X, y = _data()
+    fm = make_pipeline(RandomFourierFeatures(n_features=16, random_state=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RandomFeatureRidge(fm).fit(da.from_array(X, chunks=(200, 3)), y)

@@ -47,3 +47,27 @@ def test_failed_dask_fit_keeps_the_earlier_model(bad):
         now = vars(clf)[key]
         if isinstance(value, np.ndarray):
             np.testing.assert_array_equal(now, value, err_msg=key)
+
+
+@pytest.mark.parametrize("solver", ["bound", "spfb"])
+def test_failed_warm_started_fit_keeps_the_histories(solver, monkeypatch):
+    """A warm start appends to the fitted model's histories in place: the restore kept
+    the list object and so the new entries (6 entries against n_iter_ 5)."""
+    X, y = _data()
+    clf = BoundLogisticRegression(
+        solver=solver, alpha=1e-3, max_epochs=5, tol=None, warm_start=True
+    ).fit(X, y)
+    history, n_iter = list(clf.loss_history_), clf.n_iter_
+    original = BoundLogisticRegression._sync_coef
+    calls = []
+
+    def failing(self):
+        calls.append(1)
+        if len(calls) >= 2:
+            raise RuntimeError("interrupted")
+        return original(self)
+
+    monkeypatch.setattr(BoundLogisticRegression, "_sync_coef", failing)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        clf.fit(X, y)
+    assert clf.loss_history_ == history and clf.n_iter_ == n_iter

@@ -4,6 +4,7 @@ it was before the call, and a ``set_params`` after ``fit`` is recorded until the
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import numpy as np
@@ -26,7 +27,10 @@ def keep_model_on_error(fit):
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         params = set(self.get_params(deep=False))
-        state = {key: value for key, value in vars(self).items() if key not in params}
+        # lists and dicts copied (a warm start appends to its histories in place), NumPy
+        # generators too (a warm start draws on from the fitted one); arrays and other
+        # objects by reference (fits rebind them)
+        state = {key: _snapshot(value) for key, value in vars(self).items() if key not in params}
         try:
             return fit(self, *args, **kwargs)
         except BaseException:
@@ -36,6 +40,16 @@ def keep_model_on_error(fit):
             raise
 
     return wrapper
+
+
+def _snapshot(value):
+    """What :func:`keep_model_on_error` keeps of an attribute: a copy of a list, dict or
+    NumPy generator (mutated in place by a warm-started fit), else the object itself."""
+    if isinstance(value, list | dict):
+        return copy.copy(value)
+    if isinstance(value, np.random.Generator):
+        return copy.deepcopy(value)
+    return value
 
 
 def same_value(a, b) -> bool:

@@ -457,6 +457,7 @@ def fit_feature_map(est, rows: TrainingRows, n_jobs, random_state=None):
             all_rows=rows.X if rows.chunked else None,  # a Dask array (None: iterable)
             blocks=blocks,
             weights=rows.w,  # the FAVOR# maps' moments are the weighted ones
+            chunked=rows.chunked,
         )
 
 

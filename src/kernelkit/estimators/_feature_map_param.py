@@ -18,7 +18,15 @@ DEFAULT_N_FEATURES = 256
 
 
 def fitted_feature_map(
-    feature_map, random_state, X, owner: str, n_jobs=None, all_rows=None, blocks=None, weights=None
+    feature_map,
+    random_state,
+    X,
+    owner: str,
+    n_jobs=None,
+    all_rows=None,
+    blocks=None,
+    weights=None,
+    chunked=False,
 ):
     """Clone (or create) the feature map, check it is symmetric, fit it on ``X`` (n, d).
 
@@ -32,7 +40,9 @@ def fitted_feature_map(
     ``weights``: sample weights (n,) of ``X`` (NumPy) or of ``all_rows`` (Dask, in its row
     chunks), or None: a map that reads the FAVOR# moments is fitted on the weighted
     moments (:mod:`kernelkit.estimators._weighted_fit`), so an integer weight is the row
-    repeated; the other maps ignore them.
+    repeated; the other maps ignore them. ``chunked``: ``X`` is the first non-empty chunk
+    of chunked input (Dask, a sequence or a stream of blocks), so a map fitted on ``X``
+    alone whose fit reads its rows (a ``Pipeline`` with a ``StandardScaler``) warns.
 
     ``None`` gives ``RandomFourierFeatures(n_features=256, random_state=random_state,
     n_jobs=n_jobs)`` (Gaussian kernel, lengthscale 1). A given map is cloned, and the
@@ -80,7 +90,7 @@ def fitted_feature_map(
 
         fit_on_blocks(fm, X, blocks)  # one pass over the blocks for the moments
     else:
-        if (all_rows is not None or blocks is not None) and not hasattr(fm, "fit_reads"):
+        if (chunked or all_rows is not None or blocks is not None) and _composite_reads_rows(fm):
             _warn_first_chunk(fm, X, owner)
         fm.fit(X)
     for part in _output_maps(fm):
@@ -88,6 +98,30 @@ def fitted_feature_map(
         if inner is not None:  # asymmetric methods are only known once fitted
             _check_symmetric(inner, f"{type(part).__name__}'s {type(inner).__name__}", owner)
     return fm
+
+
+def _composite_reads_rows(fm) -> bool:
+    """Whether ``fm`` is a transformer without kernelkit's ``fit_reads`` (a ``Pipeline``,
+    a ``FeatureUnion``, a transformer from elsewhere) whose fit may read its rows: not
+    one whose every step is a kernelkit map reading the dimension only (its fit on the
+    first chunk is its fit on all rows)."""
+    if hasattr(fm, "fit_reads"):
+        return False
+    leaves = list(_leaves(fm))
+    return not leaves or any(getattr(leaf, "fit_reads", "all") != "shape" for leaf in leaves)
+
+
+def _leaves(fm):
+    """The estimators inside a Pipeline / FeatureUnion (nested), ``fm`` itself else;
+    ``"passthrough"`` and ``None`` steps read nothing."""
+    parts = getattr(fm, "steps", None) or getattr(fm, "transformer_list", None)
+    if parts is None:
+        yield fm
+        return
+    for _, part in parts:
+        if part is None or isinstance(part, str):  # "passthrough", "drop"
+            continue
+        yield from _leaves(part)
 
 
 def _warn_first_chunk(fm, X, owner: str) -> None:
@@ -101,10 +135,11 @@ def _warn_first_chunk(fm, X, owner: str) -> None:
 
     warnings.warn(
         f"{owner}: feature_map {type(fm).__name__} is fitted on the first non-empty chunk "
-        f"of the chunked X ({X.shape[0]} rows), not on all rows: kernelkit fits its own "
-        "maps from all chunks, but not a Pipeline, a FeatureUnion or a transformer from "
-        "elsewhere. Fit such steps beforehand (e.g. standardise X outside the estimator) "
-        "and pass a kernelkit map, or fit in memory.",
+        f"of the chunked X ({X.shape[0]} rows), not on all rows: a Pipeline, a "
+        "FeatureUnion or a transformer from elsewhere has no chunk-by-chunk fit here "
+        "(kernelkit's maps that read only the dimension or the FAVOR# moments do). Fit "
+        "such steps beforehand (e.g. standardise X outside the estimator) and pass a "
+        "kernelkit map, or fit in memory.",
         UserWarning,
         stacklevel=caller_stacklevel(),
     )
