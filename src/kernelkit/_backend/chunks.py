@@ -420,13 +420,12 @@ def dask_classes(y) -> np.ndarray:
     ``y``, as the in-memory fits do, instead of NumPy's bare "'<' not supported"."""
     from sklearn.utils.multiclass import check_classification_targets
 
+    from .sklearn_validation import unsortable_labels_error  # (it imports this module)
+
     try:
         classes = dask_unique(y)
     except TypeError as exc:
-        raise TypeError(
-            "y: the labels must be mutually comparable (all strings or all numbers), got "
-            f"{exc}; convert them, e.g. y.astype(str)."
-        ) from None
+        raise unsortable_labels_error("y", f"{exc}") from None
     check_classification_targets(classes)  # the type of target of its values
     return classes
 

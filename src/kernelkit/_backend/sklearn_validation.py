@@ -12,6 +12,7 @@ import math
 import warnings
 
 import numpy as np
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data as _sk_validate_data
 
 from . import is_torch_array, to_numpy
@@ -22,7 +23,9 @@ __all__ = [
     "check_positional_keys",
     "for_container",
     "host_array",
+    "sorted_class_labels",
     "unsortable_label_types",
+    "unsortable_labels_error",
     "validate_data",
 ]
 
@@ -47,6 +50,34 @@ def unsortable_label_types(y) -> list[str]:
     except TypeError:
         return sorted({type(label).__name__ for label in labels})
     return []
+
+
+def sorted_class_labels(y, name: str = "y", check: bool = True) -> np.ndarray:
+    """The sorted distinct labels of ``y`` (after scikit-learn's check of classification
+    targets if ``check``). Labels that cannot be sorted together (numbers mixed with
+    strings or None), whichever comes first (:func:`unsortable_label_types`), raise a
+    ``TypeError`` naming ``name`` (:func:`unsortable_labels_error`) instead of NumPy's
+    bare comparison error or scikit-learn's "unknown label type"; labels scikit-learn
+    refuses otherwise keep its ``ValueError``."""
+    try:  # both sort the labels
+        if check:
+            check_classification_targets(y)
+        return np.unique(y)
+    except (TypeError, ValueError) as exc:
+        types = unsortable_label_types(y)
+        if isinstance(exc, ValueError) and len(types) < 2:
+            raise
+        got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"
+        raise unsortable_labels_error(name, got) from exc
+
+
+def unsortable_labels_error(name: str, got: str) -> TypeError:
+    """The ``TypeError`` for labels ``name`` that cannot be sorted together; ``got`` says
+    what they were."""
+    return TypeError(
+        f"{name}: the labels must be mutually comparable (all strings or all numbers), "
+        f"got {got}; convert them, e.g. {name}.astype(str)."
+    )
 
 
 def _check_columns(frame, name: str) -> None:

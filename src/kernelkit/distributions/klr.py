@@ -10,14 +10,13 @@ from scipy.optimize import minimize
 from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import chunks, validate_positive_float, validate_positive_int
 from .._backend.chunks import as_dask_labels, dask_classes, known_row_chunks
 from .._backend.parallel import SingleThreadedBlas, check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
-from .._backend.sklearn_validation import unsortable_label_types
+from .._backend.sklearn_validation import sorted_class_labels
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, LowRankBasis, fit_basis
 from ._chunked import (
@@ -164,19 +163,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             X, y = sk_validate_data(
                 self, X, y, dtype=np.float64, accept_sparse=False, ensure_min_samples=2
             )
-            try:  # both sort the labels
-                check_classification_targets(y)
-                classes = np.unique(y)
-            except (TypeError, ValueError) as exc:  # e.g. strings mixed with numbers or None
-                # (a number first makes scikit-learn call them of "unknown" type)
-                types = unsortable_label_types(y)
-                if isinstance(exc, ValueError) and len(types) < 2:
-                    raise
-                got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"
-                raise TypeError(
-                    "y: the labels must be mutually comparable (all strings or all numbers), "
-                    f"got {got}; convert them, e.g. y.astype(str)."
-                ) from exc
+            classes = sorted_class_labels(y)
         if classes.shape[0] != 2:
             raise ValueError(
                 "Only binary classification is supported (KernelLogisticRegression "

@@ -31,14 +31,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model._base import LinearClassifierMixin
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state
 from .._backend.chunks import is_dask_array
 from .._backend.fit_state import keep_model_on_error
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
-from .._backend.sklearn_validation import unsortable_label_types, validate_data
+from .._backend.sklearn_validation import sorted_class_labels, validate_data
 from . import _validation as _v
 from . import solvers as _s
 from .bound import multinomial_bound_from_logits
@@ -123,7 +122,7 @@ def logistic_objective(coef, intercept, X, y, alpha, classes=None) -> float:
         raise ValueError(
             f"y must have shape (T,) = ({len(X)},) to match X {X.shape}, got shape {y.shape}."
         )
-    classes = _labels(y, "y", check=False) if classes is None else np.asarray(classes)
+    classes = sorted_class_labels(y, "y", check=False) if classes is None else np.asarray(classes)
     if classes.ndim != 1 or len(classes) < 2 or np.any(classes[1:] <= classes[:-1]):
         raise ValueError(
             f"classes must be sorted, unique and hold >= 2 labels, got {classes.tolist()}."
@@ -518,7 +517,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
 
             return fit_bound(self, X, y, schedule)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
-        self._start(_labels(y, "y"), X.shape[1])
+        self._start(sorted_class_labels(y, "y"), X.shape[1])
         # an int (np.int64 passes the constraints): its count words the warning below
         self._train(X, self._encode(y), schedule, int(self.max_epochs), stopping=True)
         return self
@@ -563,11 +562,11 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         X, y = validate_data(
             self, X, y, dtype=[np.float64, np.float32], accept_sparse=False, reset=first
         )
-        _labels(y, "y")
+        sorted_class_labels(y, "y")
         if first:
             if classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit.")
-            classes = _labels(np.asarray(classes), "classes", check=False)
+            classes = sorted_class_labels(np.asarray(classes), "classes", check=False)
             if len(classes) < 2:
                 raise ValueError(
                     f"classes has only one class ({classes.tolist()}); this "
@@ -1102,26 +1101,6 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
-
-
-def _labels(y, name, check=True):
-    """The sorted unique labels of ``y`` (after scikit-learn's classification-target check
-    if ``check``); labels that cannot be sorted (numbers mixed with strings or None) raise
-    a TypeError naming the argument instead of numpy's bare comparison error."""
-    try:  # both sort the labels
-        if check:
-            check_classification_targets(y)
-        return np.unique(y)
-    except (TypeError, ValueError) as exc:
-        # a number first makes scikit-learn call mixed labels of "unknown" type
-        types = unsortable_label_types(y)
-        if isinstance(exc, ValueError) and len(types) < 2:
-            raise
-        got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"
-        raise TypeError(
-            f"{name}: the labels must be mutually comparable (all strings or all numbers), "
-            f"got {got}; convert them, e.g. {name}.astype(str)."
-        ) from exc
 
 
 def _pos_float(value, name, allow_zero=False):
