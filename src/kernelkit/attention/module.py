@@ -205,7 +205,7 @@ def _fingerprint(query, key):
         for t in (query, key):
             f = t.detach().reshape(-1)
             acc = torch.float64 if f.dtype == torch.float64 else torch.float32
-            step = next(p for p in (7, 11, 13, 17, 19) if t.shape[-1] % p)
+            step = next((p for p in (7, 11, 13, 17, 19) if t.shape[-1] % p), 23)
             parts += [f.sum(dtype=acc), torch.linalg.vector_norm(f, dtype=acc)]
             parts.append(f[1::step].sum(dtype=acc))
         values = torch.stack([p.to(torch.float64) for p in parts])

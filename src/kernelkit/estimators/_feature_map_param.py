@@ -90,7 +90,7 @@ def fitted_feature_map(
 
         fit_on_blocks(fm, X, blocks)  # one pass over the blocks for the moments
     else:
-        if (chunked or all_rows is not None or blocks is not None) and _composite_reads_rows(fm):
+        if chunked and _composite_reads_rows(fm):
             _warn_first_chunk(fm, X, owner)
         fm.fit(X)
     for part in _output_maps(fm):

@@ -686,6 +686,10 @@ def _class_posteriors_dual(Phi, y_idx, C: int, y_tilde, s2, w=None) -> list:
     return posteriors
 
 
+#: the most classes whose Monte Carlo draws are closed under every permutation
+_MAX_SYMMETRIC_CLASSES = 6
+
+
 def symmetric_normal_draws(rng, n_samples: int, C: int) -> np.ndarray:
     """Standard-normal draws (G ceil(n_samples / G), C) closed under a group of ``G``
     permutations of the columns: ``ceil(n_samples / G)`` i.i.d. rows and their images.
@@ -721,10 +725,6 @@ def draws_are_fully_symmetric(n_samples: int, C: int) -> bool:
     under every permutation (``C <= 6`` and ``C! <= n_samples``: at most 720 images of
     each row) rather than the cyclic shifts."""
     return C <= 1 or (C <= _MAX_SYMMETRIC_CLASSES and math.factorial(C) <= int(n_samples))
-
-
-#: the most classes whose Monte Carlo draws are closed under every permutation
-_MAX_SYMMETRIC_CLASSES = 6
 
 
 def mc_softmax(

@@ -252,7 +252,7 @@ def _streamed_diagonal_moments(xp, X, weights):
 
 def _on_cpu(X) -> bool:
     # host memory (NumPy, or a torch / CuPy array on the CPU)
-    dev = _device(X)
+    dev = device(X)
     return str(getattr(dev, "type", dev)) == "cpu"
 
 
@@ -505,13 +505,9 @@ def row_signs(B):
     mag = xp.abs(B)
     near = mag >= (1.0 - _SIGN_RTOL) * xp.max(mag, axis=-1, keepdims=True)  # (..., d, d)
     idx = xp.argmax(xp.astype(near, B.dtype), axis=-1)  # (..., d): the first of them
-    onehot = xp.astype(idx[..., None] == xp.arange(d, device=_device(B)), B.dtype)
+    onehot = xp.astype(idx[..., None] == xp.arange(d, device=device(B)), B.dtype)
     signs = xp.sign(xp.sum(B * onehot, axis=-1, keepdims=True))  # (..., d, 1)
     return xp.where(signs == 0, xp.ones_like(signs), signs)
-
-
-def _device(a):
-    return device(a)
 
 
 def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
@@ -557,7 +553,7 @@ def fit_aderf(mom: Moments, eps: float = DEFAULT_EPS):
     d = mom.dim
     M1, M2 = mom.second_x, mom.second_y
     tr = 0.5 * (xp.sum(xp.linalg.diagonal(M1), axis=-1) + xp.sum(xp.linalg.diagonal(M2), axis=-1))
-    eye = xp.eye(d, dtype=M1.dtype, device=_device(M1))
+    eye = xp.eye(d, dtype=M1.dtype, device=device(M1))
     ridge = _ridge(xp, tr / d, eps)[..., None, None] * eye
     L1, Q1 = _sym_eigh(xp, M1 + ridge)
     L2, Q2 = _sym_eigh(xp, M2 + ridge)
@@ -720,7 +716,7 @@ def _canonical_clusters(xp, vals, Q, top):
     # 1e-11, and the basis with it). In float64 whatever Q's dtype: in float32 the
     # fractional part of sin(...) * 43758 keeps no correct digit, so float32 moments
     # would get another basis than float64 ones (and NumPy's another than torch's)
-    i = xp.arange(1, d + 1, dtype=xp.float64, device=_device(Q))
+    i = xp.arange(1, d + 1, dtype=xp.float64, device=device(Q))
     t = xp.sin(12.9898 * i[:, None] + 78.233 * i[None, :]) * 43758.5453
     G = xp.astype(t - xp.floor(t) - 0.5, Q.dtype)
     Qg, _ = xp.linalg.qr(Q @ (K * (xp.matrix_transpose(Q) @ G)))
@@ -825,7 +821,7 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     const : array, shape (..., M)
     """
     xp = array_namespace(W)
-    a = xp.asarray(params.a, dtype=W.dtype, device=_device(W))
+    a = xp.asarray(params.a, dtype=W.dtype, device=device(W))
     if check and bool(xp.any(8.0 * a >= 1.0)):
         raise ValueError("DERF needs every A_l < 1/8 (Thm 4.1: 8A < I).")
     s = xp.sqrt(1.0 - 4.0 * a)  # (..., d)
@@ -834,7 +830,7 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     shift = -0.5 * math.log(W.shape[0]) if normalize else 0.0
     B = None
     if params.rotate_projections and params.B_x is not None:
-        B = xp.asarray(params.B_x, dtype=W.dtype, device=_device(W))
+        B = xp.asarray(params.B_x, dtype=W.dtype, device=device(W))
     if B is not None and not (params.symmetric and params.orthogonal and B.ndim > a.ndim):
         # B_x not one rotation for both sides (edited fitted attributes): turn the
         # projections by B_x all the same, then the diagonal-A form below, so that the
@@ -864,7 +860,7 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
         # (no (M, d) temporary; a C-contiguous (d, M) result)
         if B is None:
             return s[..., :, None] * Wt
-        B = xp.asarray(B, dtype=W.dtype, device=_device(W))
+        B = xp.asarray(B, dtype=W.dtype, device=device(W))
         if B.ndim == a.ndim:  # diagonal
             return (B * s)[..., :, None] * Wt
         return (xp.matrix_transpose(B) * s[..., None, :]) @ Wt
@@ -881,7 +877,7 @@ def transformed_sq_norm(params: DERFParameters, X, side: str = "x"):
     xp = array_namespace(X)
     B = params.B_x if side == "x" else params.B_y
     if B is not None:
-        B = xp.asarray(B, dtype=X.dtype, device=_device(X))
+        B = xp.asarray(B, dtype=X.dtype, device=device(X))
         diagonal = B.ndim == xp.asarray(params.a).ndim
         X = X * B[..., None, :] if diagonal else X @ xp.matrix_transpose(B)
     return xp.sum(X * X, axis=-1)
