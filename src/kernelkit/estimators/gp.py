@@ -692,7 +692,9 @@ _MAX_SYMMETRIC_CLASSES = 6
 
 def symmetric_normal_draws(rng, n_samples: int, C: int) -> np.ndarray:
     """Standard-normal draws (G ceil(n_samples / G), C) closed under a group of ``G``
-    permutations of the columns: ``ceil(n_samples / G)`` i.i.d. rows and their images.
+    permutations of the columns: ``ceil(n_samples / G)`` i.i.d. rows and their images;
+    the ``eps`` of the Monte Carlo class probabilities of the Dirichlet-based GP
+    classifier (Milios et al. 2018, App. D.4), :func:`mc_softmax`.
 
     The group is every permutation of the ``C`` columns for ``C <= 6`` with ``C! <=
     n_samples`` (at most 720 permutations), else the ``C`` cyclic shifts
