@@ -792,7 +792,9 @@ def fit_derf(name: str, mom: Moments | None, dim: int | None = None, eps: float 
     raise ValueError(f"unknown dense-exponential map {name!r}; expected one of {DERF_MAPS}.")
 
 
-def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check: bool = True):
+def derf_log_weights(
+    params: DERFParameters, W, *, normalize: bool = True, check: bool = True, out=None
+):
     """The affine part of the log features of :class:`DERFParameters` ``params``.
 
     ``log f(w_m, x) = x @ W_x[..., :, m] + const[..., m] - |B_x x|^2 / 2`` with
@@ -814,6 +816,10 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     check : bool
         Raise if some ``a_l >= 1/8`` (a data-dependent branch: pass False in compiled or
         GPU code, where the fits always give ``a <= 0``).
+    out : NumPy array, shape (d, M), optional
+        Where a NumPy ``W_x`` is written when it is one matrix product (SDERF's rotation
+        in float64, a matrix ``B_x``): a caller's buffer takes it without a fresh
+        ``(d, M)`` array and a copy. Ignored otherwise (check ``W_x is out``).
 
     Returns
     -------
@@ -843,8 +849,9 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
         if W.dtype == xp.float64:
             # w^T A w = (|w|^2 - |(I - 4A)^{1/2} w|^2) / 4 from W_x's columns: one (d, M)
             # product, as for a diagonal A; the difference rounds to about 1e-16 |w|^2
-            W_x = ((xp.matrix_transpose(B) * s[..., None, :]) @ B) @ Wt  # (..., d, M)
-            quad = 0.25 * (xp.sum(Wt * Wt, axis=-2) - xp.sum(W_x * W_x, axis=-2))
+            P = (xp.matrix_transpose(B) * s[..., None, :]) @ B  # (..., d, d)
+            W_x = _product_into(xp, P, Wt, out)  # (..., d, M)
+            quad = 0.25 * (_column_sq_sums(xp, Wt) - _column_sq_sums(xp, W_x))
         else:
             # float32 / half: that difference would round to 1e-7 |w|^2 (a near 0), above
             # the rounding of the logits; sum_l a_l (B w)_l^2 from the turned projections
@@ -855,19 +862,35 @@ def derf_log_weights(params: DERFParameters, W, *, normalize: bool = True, check
     # sum_l a_l w_ml^2 as (W * W) @ a: contiguous operands, (..., M)
     const = log_det + ((W * W) @ a[..., None])[..., 0] + shift
 
-    def side(B):
+    def side(B, buf=None):
         # B^T diag(s) W^T: the (d, d) or (d,) factor first, then one product with W^T
-        # (no (M, d) temporary; a C-contiguous (d, M) result)
+        # (no (M, d) temporary; a C-contiguous (d, M) result, into buf for a matrix B)
         if B is None:
             return s[..., :, None] * Wt
         B = xp.asarray(B, dtype=W.dtype, device=device(W))
         if B.ndim == a.ndim:  # diagonal
             return (B * s)[..., :, None] * Wt
-        return (xp.matrix_transpose(B) * s[..., None, :]) @ Wt
+        return _product_into(xp, xp.matrix_transpose(B) * s[..., None, :], Wt, buf)
 
-    W_x = side(params.B_x)
+    W_x = side(params.B_x, out)
     W_y = W_x if params.symmetric else side(params.B_y)
     return W_x, W_y, const
+
+
+def _product_into(xp, A, B, out):
+    """``A @ B``, written into the NumPy array ``out`` where one is given and fits (a
+    fresh MiB-sized result costs page faults that rival the small product)."""
+    if out is not None and is_numpy_namespace(xp) and out.shape == (A.shape[-2], B.shape[-1]):
+        return np.matmul(A, B, out=out)
+    return A @ B
+
+
+def _column_sq_sums(xp, A):
+    """``sum_l A[..., l, m]^2`` (..., M) of ``A`` (..., d, M): one ``einsum`` for NumPy
+    (no ``(d, M)`` temporary)."""
+    if is_numpy_namespace(xp):
+        return np.einsum("...lm,...lm->...m", A, A)
+    return xp.sum(A * A, axis=-2)
 
 
 def transformed_sq_norm(params: DERFParameters, X, side: str = "x"):

@@ -310,6 +310,11 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
         super()._build()
         params = self._parameters()
         W = self._projections()  # (M', d)
+        M, d = W.shape
+        # the x side's W_aug = [W_x; const; 1]: derf_log_weights writes W_x into its head
+        # where W_x is one product (no fresh (d, M') array and copy)
+        aug_x = np.empty((d + 2, M))
+        head_x = aug_x[:d]
         if params.B_x is None and params.B_y is None and not np.any(params.a):
             # FAVOR+ (a = 0, B = I): what derf_log_weights returns, bit for bit (its
             # sqrt(1 - 4a) is exactly 1 and its const exactly -log(M')/2), without its
@@ -317,8 +322,7 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             W_x = W_y = W.T
             const = np.full(W.shape[0], -0.5 * math.log(W.shape[0]))
         else:
-            W_x, W_y, const = derf_log_weights(params, W)  # (d, M'), (d, M'), (M',)
-        d, M = W_x.shape
+            W_x, W_y, const = derf_log_weights(params, W, out=head_x)  # (d, M'), (d, M'), (M',)
         consts = {"const": const}
         for side, Wk, B in (("x", W_x, params.B_x), ("y", W_y, params.B_y)):
             if side == "y" and Wk is W_x:  # symmetric parameters: the x-side arrays serve
@@ -327,8 +331,9 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
             else:
                 # W_aug = [W_eff; const; 1] for X augmented with [1, row term] (folded into
                 # the matmul: no pass over the (n, M) output for either)
-                W_aug = np.empty((d + 2, M))
-                W_aug[:d] = Wk
+                W_aug = aug_x if side == "x" else np.empty((d + 2, M))
+                if Wk is not head_x:
+                    W_aug[:d] = Wk
                 W_aug[d] = const
                 W_aug[d + 1] = 1.0
                 consts["W_T_" + side] = W_aug[:d]  # (d, M), a C-contiguous view
