@@ -10,8 +10,26 @@ import numbers
 
 import numpy as np
 
-from ..._backend import is_numpy_namespace
+from ..._backend import is_numpy_namespace, validate_positive_float
 from .._base import _detach, times_exp
+
+#: range of the Gaussian bandwidths (``tau``, ``lambda_bandwidth``, ``sigma``): their
+#: squares, which the lambda estimators divide by, stay normal float64 numbers (a Python
+#: float's ``**2`` raises ``OverflowError`` from about 1.3e154, and below about 1e-154 the
+#: square is subnormal or 0, so ``|z|^2 / c^2`` turns into ``0 / 0``)
+MIN_BANDWIDTH, MAX_BANDWIDTH = 1e-150, 1e150
+
+
+def validate_bandwidth(value, name: str) -> float:
+    """``value`` as a float in ``[MIN_BANDWIDTH, MAX_BANDWIDTH]``, else a ``TypeError`` /
+    ``ValueError`` naming ``name``."""
+    value = validate_positive_float(value, name)
+    if not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:
+        raise ValueError(
+            f"{name} must be in [{MIN_BANDWIDTH:g}, {MAX_BANDWIDTH:g}] (its square leaves "
+            f"the float64 range), got {value:g}."
+        )
+    return value
 
 
 def _combine(xp, dot, scale):

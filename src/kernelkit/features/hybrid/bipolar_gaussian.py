@@ -17,7 +17,7 @@ from ..._backend import device, validate_positive_float
 from ..._backend.params import POSITIVE
 from .._base import _detach, log1mexp
 from ..sampling import gaussian_projection
-from ._common import _sq_norms
+from ._common import _sq_norms, validate_bandwidth
 from .bipolar import _BipolarHybrid
 
 
@@ -108,7 +108,7 @@ class GaussianHybridRF(_BipolarHybrid):
 
     def _check_params(self):
         super()._check_params()
-        validate_positive_float(self.lambda_bandwidth, "lambda_bandwidth")
+        validate_bandwidth(self.lambda_bandwidth, "lambda_bandwidth")
         if self.lambda_features not in ("positive", "trig"):
             raise ValueError(
                 f"lambda_features must be 'positive' or 'trig', got {self.lambda_features!r}."

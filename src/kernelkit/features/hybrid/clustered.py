@@ -15,12 +15,12 @@ from typing import ClassVar
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..._backend import check_random_state, device, validate_positive_float, validate_positive_int
+from ..._backend import check_random_state, device, validate_positive_int
 from ..._backend.params import POSITIVE, int_range
 from .._base import _detach
 from .._projection import ProjectionFeatureMap
 from ..sampling import draw_projection, gaussian_projection
-from ._common import LogFormVariance, _assemble, _sq_norms, _sq_norms3
+from ._common import LogFormVariance, _assemble, _sq_norms, _sq_norms3, validate_bandwidth
 from .complex_exponential import optimal_diagonal_A
 
 #: elements of the largest temporary of ClusteredHybridRF.variance per row block; re-exported
@@ -171,7 +171,7 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         if self.mixture not in ("zero_one", "gaussian"):
             raise ValueError(f"mixture must be 'zero_one' or 'gaussian', got {self.mixture!r}.")
         validate_positive_int(self.n_lambda, "n_lambda", maximum=2**20)
-        validate_positive_float(self.tau, "tau")
+        validate_bandwidth(self.tau, "tau")
         if self.default_estimator not in ("hyperbolic", "trig"):
             raise ValueError(
                 f"default_estimator must be 'hyperbolic' or 'trig', got {self.default_estimator!r}."
