@@ -387,6 +387,8 @@ class TensorJointModel(BaseEstimator):
             column ``j`` (``grid=True``).
         """
         check_is_fitted(self, "coef_")
+        if not isinstance(grid, bool | np.bool_):  # a truthy string is not "grid mode"
+            raise TypeError(f"grid must be a bool, got {grid!r}.")
         if is_dask_array(X) or is_dask_array(Y):  # lazy, row chunk by row chunk
             X = as_dask_rows(X, "X", n_features=self.n_features_in_)
             Y = as_dask_rows(Y, "Y", n_features=self.Y_fit_.shape[1], rows_like=None if grid else X)

@@ -450,10 +450,16 @@ class BasisCache:
     """
 
     def __init__(self, max_entries: int | None = None):
-        if max_entries is not None and (int(max_entries) != max_entries or max_entries < 1):
-            raise ValueError(
-                f"max_entries must be a positive integer or None, got {max_entries!r}."
-            )
+        if max_entries is not None:
+            if isinstance(max_entries, bool) or not isinstance(max_entries, Real):
+                raise TypeError(
+                    f"max_entries must be a positive integer or None, got {max_entries!r}."
+                )
+            if not (np.isfinite(max_entries) and max_entries == int(max_entries) >= 1):
+                raise ValueError(
+                    f"max_entries must be a positive integer or None, got {max_entries!r}."
+                )
+            max_entries = int(max_entries)
         self.max_entries = max_entries
         self._store: dict = {}
         self._lock = threading.Lock()

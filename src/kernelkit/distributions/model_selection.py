@@ -46,6 +46,8 @@ def second_moment_loss(M_true, M_pred) -> float:
     if not (np.all(np.isfinite(M_true)) and np.all(np.isfinite(M_pred))):
         raise ValueError("M_true and M_pred must be finite.")
     n = M_true.shape[0]
+    if n == 0:
+        raise ValueError("M_true and M_pred are empty: the mean loss (31) is undefined.")
     num = ((M_true - M_pred) ** 2).reshape(n, -1).sum(axis=1)
     den = (M_true**2).reshape(n, -1).sum(axis=1)
     if np.any(den == 0):
