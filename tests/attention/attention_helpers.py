@@ -76,8 +76,8 @@ def spy_paths(monkeypatch, module, name):
     paths = []
     orig = getattr(module, name)
 
-    def spy(*args):
-        res = orig(*args)
+    def spy(*args, **kwargs):
+        res = orig(*args, **kwargs)
         paths.append(res is not None)
         return res
 

@@ -212,7 +212,7 @@ def _intra_one_pivot(lq, lk, va, R, c_end):
     return (qf @ kf.transpose(-1, -2)).tril_() @ va
 
 
-def _block_pivots(lk, c0, G):
+def _block_pivots(lk, c0, G, masked=True):
     """Pivots of the one-pivot path for the ``n`` chunks of a block, or None where the keys
     of some chunk grow by more than ``G`` (:func:`_chunk_pivots` for every chunk at once).
 
@@ -223,9 +223,11 @@ def _block_pivots(lk, c0, G):
     prefix maxima before and after each chunk, each (B, n, M) (``c_end`` is the chunk's
     pivot), and whether the chunk states may be chained by prefix sums
     (:func:`_prefix_states`: on accelerators, where the pivots of the block spread by at
-    most ``G``; read with the growth, in one host read).
+    most ``G``; read with the growth, in one host read). ``masked`` False: no key is
+    masked, so every chunk's first key is its first visible one (the same pivots,
+    without looking for it).
     """
-    c_prev, c_end, growth = _chunk_maxima(lk, c0, first_visible=True)
+    c_prev, c_end, growth = _chunk_maxima(lk, c0, first_visible=masked)
     if not _parallel_scan(lk.device):
         if float(growth.amax()) > G:
             return None
@@ -397,15 +399,16 @@ def _feature_vjp(feat, x, side, dl, keep, out, accumulate=False):
     return out.add_(dx) if accumulate else out.copy_(dx)
 
 
-def _fwd_block(lq, lk, va, c, S, G, ws):
+def _fwd_block(lq, lk, va, c, S, G, ws, masked=True):
     """Forward of one block of ``n`` chunks on the one-pivot path (all chunks batched).
 
     lq, lk (B, n, C, M) fresh log features (consumed in place), va (B, n, C, E), c (B, M)
-    prefix key maxima, S (B, M, E) prefix state relative to ``c``. Returns None where a
+    prefix key maxima, S (B, M, E) prefix state relative to ``c``; ``masked``: whether
+    some key may be masked (:func:`_block_pivots`). Returns None where a
     chunk's keys grow by more than ``G``; else (num (B, n C, E), R (B, n C), S, c) with
     the state and maxima after the block.
     """
-    piv = _block_pivots(lk, c, G)
+    piv = _block_pivots(lk, c, G, masked)
     if piv is None:
         return None
     c_prev, c_end, parallel = piv
@@ -484,7 +487,7 @@ def _bwd_block(lq, lk, va, g, R, c, S, G, ws, valid, rho, Gs):
     a chunk's keys grow by more than ``G`` (lq, lk untouched); else (dlq (B, n C, M),
     dlk (B, n C, M), dva (B, n C, E)) in workspace buffers, and the suffix's ``rho`` and ``Gs``.
     """
-    piv = _block_pivots(lk, c, G)
+    piv = _block_pivots(lk, c, G, masked=valid is not None)  # valid None: no key masked
     if piv is None:
         return None
     c_prev, c_end, parallel = piv
@@ -710,6 +713,7 @@ class _CausalExp(torch.autograd.Function):
                 S,
                 G,
                 ws,
+                masked=keep is not None,
             )
             if res is None:
                 res = _fwd_chunks(lq, lk, va, c, S, G, chunk)

@@ -1170,7 +1170,14 @@ def _prefill_batched(params, x, y, va, keep, kvz, c, inplace):
         n = (rows + pad) // C
         lq, lk = lq.contiguous(), lk.contiguous()
         res = _fwd_block(
-            lq.view(B, n, C, M), lk.view(B, n, C, M), vb.view(B, n, C, E), cb, S, G, ws
+            lq.view(B, n, C, M),
+            lk.view(B, n, C, M),
+            vb.view(B, n, C, E),
+            cb,
+            S,
+            G,
+            ws,
+            masked=keep is not None,  # (padding only at the end: every first key visible)
         )
         if res is None:  # a key jump: this block chunk by chunk (exact where needed)
             res = _fwd_chunks(lq, lk, vb, cb, S, G, C)
