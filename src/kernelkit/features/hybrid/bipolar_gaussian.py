@@ -68,7 +68,8 @@ class GaussianHybridRF(_BipolarHybrid):
     kernel, lengthscale, sampler, shared_projection, random_state
         As in :class:`AngularHybridRF`.
     lambda_bandwidth : float
-        ``c`` above (in lengthscale-scaled units).
+        ``c`` above (in lengthscale-scaled units), in ``[1e-150, 1e150]`` (``c^2`` stays a
+        normal float64 number).
     lambda_features : {"positive", "trig"}
 
     Attributes

@@ -83,7 +83,8 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
     n_lambda : int
         ``n``, projections of every ``lambda^{ij}`` estimator (Gaussian mixture only).
     tau : float
-        Bandwidth of the Gaussian mixture weights.
+        Bandwidth of the Gaussian mixture weights, in ``[1e-150, 1e150]`` (``tau^2`` stays
+        a normal float64 number).
     default_estimator : {"hyperbolic", "trig"}
         ``SM^0`` of the Gaussian mixture: antithetic FAVOR+ (default, as suggested in
         Sec. 2.4) or sin/cos trig features, ``2m`` features either way.
