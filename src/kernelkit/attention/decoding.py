@@ -64,6 +64,7 @@ from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log
 from .functional import (
     _all_finite,
     _bool_padding_mask,
+    _check_flag,
     _check_gqa_flag,
     _check_moments,
     _check_sampler,
@@ -80,6 +81,26 @@ __all__ = ["LinearAttentionState", "init_decoding_state", "linear_attention_step
 _NEG = -1e30  # finite "minus infinity": running maximum of an empty prefix
 _HALF = (torch.float16, torch.bfloat16)
 _PREFILL_CHUNK = 64  # tokens per chunk of a block (prefill), as the causal kernel's
+
+
+def _check_device(device, default=None):
+    """``device`` (a ``torch.device``, a str such as ``"cuda:0"`` or an index) as a
+    ``torch.device``; ``default`` for None. A ``TypeError`` / ``ValueError`` naming the
+    argument otherwise (torch's own parser error names none)."""
+    if device is None:
+        return default
+    if isinstance(device, bool) or not isinstance(device, str | torch.device | numbers.Integral):
+        raise TypeError(
+            f"device must be a torch.device, a str or an int, got {type(device).__name__}."
+        )
+    if isinstance(device, numbers.Integral):  # an index, also NumPy's (np.int64(0))
+        device = int(device)
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(
+            f"device must name a torch device (e.g. 'cpu', 'cuda', 'cuda:0'), got {device!r}."
+        ) from None
 
 
 # eq=False: compared (and hashed) by identity, as a module or a KV-cache object; the
@@ -275,20 +296,12 @@ class LinearAttentionState:
             if dtype is not None:
                 raise TypeError(f"to() got two dtypes, {device!r} and dtype={dtype!r}.")
             device, dtype = None, device
-        if device is not None and (
-            isinstance(device, bool)
-            or not isinstance(device, (str, torch.device, numbers.Integral))
-        ):
-            raise TypeError(
-                f"device must be a torch.device, a str or an int, got {type(device).__name__}."
-            )
-        if isinstance(device, numbers.Integral):  # an index, also NumPy's (np.int64(0))
-            device = int(device)
+        device = _check_device(device)
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}.")
         self._check_fresh()
         ctype = self.dtype if dtype is None else (torch.float32 if dtype in _HALF else dtype)
-        device = self.device if device is None else torch.device(device)
+        device = self.device if device is None else device
         kvz = self.kvz.to(device=device, dtype=ctype)
         same = kvz is self.kvz  # (no conversion: the same tensors, the same record)
         return replace(
@@ -379,6 +392,7 @@ class LinearAttentionState:
         LinearAttentionState
             Of the same batch shape, ``t``, device and dtype.
         """
+        inplace = _check_flag(inplace, "inplace")
         self._check_fresh()
         nb = self.c.dim() - 1  # batch dims of the state tensors (Hkv heads if grouped)
         m = torch.as_tensor(mask, device=self.device)
@@ -900,7 +914,7 @@ def _init_decoding_state(
     sampler = _check_sampler(sampler)
     kv_heads = _gqa_heads(enable_gqa, num_kv_heads, batch)
     ctype = torch.float32 if dtype in _HALF else dtype
-    device = torch.device("cpu") if device is None else torch.device(device)
+    device = _check_device(device, torch.device("cpu"))
     per_head = False  # feature parameters that differ per query head
     W_in = mom = None  # the projection as given and the checked moments (fingerprinted)
     if name in ("relu", "elu"):
@@ -1322,6 +1336,7 @@ def linear_attention_step(
         The new state (fresh tensors unless ``inplace``; autograd flows through it when
         inputs require grad).
     """
+    inplace = _check_flag(inplace, "inplace")
     if not isinstance(state, LinearAttentionState):  # the input check names it
         return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
     # in the state's dtype, as linear_attention under autocast: autocast's bfloat16 /

@@ -436,9 +436,9 @@ def _raise_not_finite(what, **tensors):
     over finite inputs that is not finite)."""
     _finite_check(True, **tensors)  # eager: raises naming the input with a NaN or inf
     raise ValueError(
-        f"{what} is not finite although {', '.join(tensors)} are: the exponential features "
-        "overflow the input dtype (very large query or key norms). Scale the inputs down, "
-        "or compute in float64."
+        f"{what} is not finite although {', '.join(tensors)} are: the features (or their "
+        "sums) overflow the input dtype (very large query or key norms). Scale the inputs "
+        "down, or compute in float64."
     )
 
 
@@ -559,11 +559,12 @@ def linear_attention(
     chunk_size : int
         Causal chunk length (power of two).
     check_finite : bool or None
-        Raise on NaN / inf in q, k, v (and in a given ``projection``, checked directly:
-        it is small). None (default): eager CPU inputs are checked
+        Raise on NaN / inf in q, k, v (and in a given ``projection`` or ``moments``,
+        checked directly: they are small). None (default): eager CPU inputs are checked
         (``ValueError`` naming the input; for the positive maps through the output, whose
         rows are convex combinations of the values: one pass over the output instead of
-        one per input, and a clear error too where finite inputs overflow the features);
+        one per input), and so is the output of every map, so that finite inputs whose
+        features overflow get a clear error too;
         on accelerators and inside compiled graphs the check is skipped, since it would
         wait for the device (NaN inputs then give NaN outputs). True: also checked
         there, by an asynchronous assert in compiled graphs (no host sync, no graph
@@ -744,8 +745,11 @@ def linear_attention(
             moments,
             int(chunk_size),
             deferred,
+            check_finite,
         )
-    if deferred and not _all_finite(out):
+    # the other maps' inputs were checked up front: a non-finite output from finite
+    # inputs is an overflow there too (trig's exp(|x|^2 / 2) factors, huge relu features)
+    if checked and _eager_cpu(q, k, v) and not _in_func_transform() and not _all_finite(out):
         _raise_not_finite("the attention output", q=q, k=k, v=v)
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out
@@ -779,12 +783,18 @@ def _broadcast_batch(q, k, v):
     return tuple(t.expand(*batch, *t.shape[-2:]) for t in (q, k, v))
 
 
+def _check_flag(value, name: str) -> bool:
+    """A flag argument as a bool: ``bool`` or NumPy's ``bool_`` (as ``is_causal``, no
+    truthiness: a string or a tensor would select the option by it), else a
+    ``TypeError`` naming it."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be a bool, got {value!r}.")
+    return bool(value)
+
+
 def _check_gqa_flag(enable_gqa) -> bool:
-    """``enable_gqa`` as a bool: ``bool`` or NumPy's ``bool_`` (as ``is_causal``, no
-    truthiness), else a ``TypeError`` naming it."""
-    if not isinstance(enable_gqa, bool | np.bool_):
-        raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}.")
-    return bool(enable_gqa)
+    """``enable_gqa`` as a bool (:func:`_check_flag`)."""
+    return _check_flag(enable_gqa, "enable_gqa")
 
 
 def _gqa_hint(q, k) -> str:
@@ -1072,15 +1082,17 @@ def _param(a, like):
     return t.to(device=like.device, dtype=like.dtype)
 
 
-def _attention(q, k, v, name, params, mask, is_causal, scale, mom, chunk, check=False):
+def _attention(
+    q, k, v, name, params, mask, is_causal, scale, mom, chunk, check=False, check_finite=None
+):
     batch = q.shape[:-2]
     d = q.shape[-1]
     keep = None if mask is None else ~mask  # (..., S)
     if name in EXP_MAPS and not is_causal:
-        return _bidirectional(q, k, v, name, params, keep, scale, mom, check)
+        return _bidirectional(q, k, v, name, params, keep, scale, mom, check, check_finite)
     if name in EXP_MAPS:  # causal: the scale is applied block by block (no scaled copies)
         if name in FITTED_MAPS:
-            mom = _check_moments(mom, batch, d, name, q.device)
+            mom = _check_moments(mom, batch, d, name, q.device, check_finite)
         W = _param(params["W"], q)  # (n_proj, d)
         fmap = _flatten_map(build_log_map_for(name, W, mom, d).to(q.dtype), batch)
         feats = _FusedFeatures(fmap, input_scale=math.sqrt(scale), check=check)
@@ -1111,7 +1123,7 @@ def _key_weights(keep, dtype):
     return kf / kf.sum(-1, keepdim=True).clamp(min=1.0)
 
 
-def _bidirectional(q, k, v, name, params, keep, scale, mom, check=False):
+def _bidirectional(q, k, v, name, params, keep, scale, mom, check=False, check_finite=None):
     """Positive maps, bidirectional: streamed over blocks of rows (no (L, M) tensor for
     the whole sequence, no scaled copies of the inputs). ``check``: q and k are checked
     through the fitted moments (sums over all their rows) and the keys' squared norms
@@ -1129,7 +1141,7 @@ def _bidirectional(q, k, v, name, params, keep, scale, mom, check=False):
                 _raise_not_finite("the second moment of the queries or keys", q=q, k=k)
             mom = _scaled(mom, scale)
         else:
-            mom = _check_moments(mom, batch, d, name, q.device)
+            mom = _check_moments(mom, batch, d, name, q.device, check_finite)
             build = build_log_map_for  # the caller's moments: reused while they are equal
     W = _param(params["W"], q)  # (n_proj, d)
     fmap = _flatten_map(build(name, W, mom, d).to(q.dtype), batch)
@@ -1285,11 +1297,16 @@ def _augment_values(v, keep):
     return va
 
 
-def _check_moments(mom, batch, d, name, device):
+def _check_moments(mom, batch, d, name, device, check_finite=None):
+    """Given ``moments`` as float64 torch tensors on ``device``, checked: type, full second
+    moments where the map needs them, ``d``, the batch shape, and NaN / inf by the
+    ``check_finite`` policy (:func:`_finite_check`; a NaN from a bad calibration batch was
+    blamed on the queries' and keys' norms, or failed inside ``eigh``)."""
     if not isinstance(mom, Moments):
         raise TypeError(f"moments must be a Moments (attention_moments), got {type(mom).__name__}.")
     # float64 torch tensors on the inputs' device (NumPy moments of kernelkit.features.favor
     # are accepted too)
+    fields = ("mean_x", "second_x", "mean_y", "second_y")
     mom = Moments(
         *(
             torch.as_tensor(
@@ -1297,9 +1314,10 @@ def _check_moments(mom, batch, d, name, device):
                 dtype=torch.float64,
                 device=device,
             )
-            for t in (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
+            for t in (getattr(mom, f) for f in fields)
         )
     )
+    _finite_check(check_finite, **{f"moments.{f}": getattr(mom, f) for f in fields})
     if name in ("aderf", "sderf") and not mom.full:
         raise ValueError(
             f"feature_map={name!r} needs full (d x d) second moments; got diagonal ones "
