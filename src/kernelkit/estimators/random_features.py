@@ -239,6 +239,20 @@ class RandomFeatures(
         self.n_jobs = n_jobs
         self.auto_sample_size = auto_sample_size
 
+    @property
+    def fit_reads(self) -> str:
+        """What a fit reads of its data, as the feature maps' ``fit_reads``: that of the
+        map ``method`` names (``"shape"``: the dimension only, ``"moments"``: the FAVOR#
+        moments, ``"all"``: the rows); ``"all"`` for ``"auto"`` (its pick depends on the
+        rows) and for a name ``fit`` will refuse. A fit on the first chunk of chunked
+        input is the fit on all rows where it is ``"shape"``."""
+        if isinstance(self.method, str) and self.method.strip().lower() == "auto":
+            return "all"
+        try:
+            return METHODS[resolve_method(self.method, owner="RandomFeatures")].cls.fit_reads
+        except (TypeError, ValueError, KeyError):
+            return "all"
+
     # ------------------------------------------------------------------ helpers
     def _check_params(self) -> str:
         if not isinstance(self.kernel, str) or self.kernel not in KERNEL_NAMES:
@@ -321,7 +335,7 @@ class RandomFeatures(
         sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng, "Y")
         if sp.issparse(sx):  # sparse X, or a Dask X of sparse chunks
             candidates = [c for c in candidates if METHODS[c].cls.accepts_sparse]
-        estimates, rels = {}, {}
+        estimates, rels, refusals = {}, {}, {}
         for name in candidates:
             try:  # a candidate wider than n_components with one feature is not one
                 fm = self._make_map(name, seed, too_small="raise").fit(sx, Y=sy)
@@ -329,8 +343,9 @@ class RandomFeatures(
                     lrv = to_numpy(fm.log_relative_variance(sx, sy), np.float64)
                 # a biased map's error reads the exact kernel, which may overflow
                 rel = _relative_mse(fm, sx, sy, lrv)
-            except (ValueError, ArithmeticError):  # e.g. too few distinct points, overflow
+            except (ValueError, ArithmeticError) as exc:  # e.g. too few distinct points
                 estimates[name] = math.inf
+                refusals[name] = exc
                 continue
             if sy is None and rel.shape[0] > 1:  # distinct pairs only
                 rel = rel[~np.eye(rel.shape[0], dtype=bool)]
@@ -349,6 +364,14 @@ class RandomFeatures(
             estimates[name] = _finite_mean(rel)
         estimates = {name: estimates[name] for name in candidates}  # ties: table order
         finite = {k: v for k, v in estimates.items() if math.isfinite(v)}
+        if not finite and len(refusals) == len(candidates):
+            # every candidate refused the data or a parameter (an empty X, a lengthscale
+            # or degree out of their range): that reason, naming the argument
+            name, exc = next(iter(refusals.items()))
+            raise ValueError(
+                f"RandomFeatures(method='auto'): every candidate for kernel={self.kernel!r} "
+                f"refused the data or parameters; {name!r}: {exc}"
+            ) from exc
         if not finite:
             raise ValueError(
                 f"RandomFeatures(method='auto'): no candidate for kernel={self.kernel!r} has a "
