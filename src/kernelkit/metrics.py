@@ -62,12 +62,13 @@ def _check_finite(arr: np.ndarray, name: str) -> None:
 
 
 # ---------------------------------------------------------------------- kernels
-def _scaled_by_max(ref, *arrays):
+def _scaled_by_max(ref, *arrays, axis=None):
     """``arrays`` times ``2^-e`` with ``2^(e-1) <= max |ref| < 2^e`` (exact: a power of
     two), so that ``ref`` peaks in ``[1/2, 1)``; entries beyond the range become ``inf``,
     without a warning. ``np.ldexp`` on the arrays themselves: the factor ``2^-e`` alone
-    overflows for a subnormal ``ref``."""
-    e = int(np.frexp(np.max(np.abs(ref)))[1])
+    overflows for a subnormal ``ref``. ``axis=0``: one ``e`` per column (the maximum over
+    the rows), broadcast along them."""
+    e = np.frexp(np.max(np.abs(ref), axis=axis))[1]
     with np.errstate(over="ignore"):
         return tuple(np.ldexp(a, -e) for a in arrays)
 
@@ -350,8 +351,9 @@ def normalized_mse(y_true, y_pred) -> float:
         raise ValueError(f"y_true must have shape (n,) or (n, T) with n >= 2, got {y.shape}.")
     _check_finite(y, "y_true")
     _check_finite(p, "y_pred")
-    # the ratio is scale-free: a common power-of-two scale keeps the squares in range
-    y, p = _scaled_by_max(y, y, p)
+    # each output's ratio is scale-free: a power-of-two scale per output (column) keeps
+    # its squares in range (one scale for all let a small-scale output underflow)
+    y, p = _scaled_by_max(y, y, p, axis=0)
     var = np.var(y, axis=0)
     if np.any(var == 0):
         raise ValueError("y_true is constant: the normalised MSE is undefined.")

@@ -187,7 +187,8 @@ def partition_bound(theta, F) -> PartitionBound:
         ``theta`` or ``F`` is not a real numeric array (boolean, object).
     ValueError
         ``theta`` or ``F`` is complex, has the wrong number of dimensions, is empty or
-        not finite, or their ``d`` differ.
+        not finite, or their ``d`` differ; or the logits ``F theta`` or the curvature
+        ``Sigma`` overflow float64.
 
     Notes
     -----
@@ -203,16 +204,29 @@ def partition_bound(theta, F) -> PartitionBound:
     """
     theta, F = _check_features(theta, F)
     m, n, d = F.shape
-    s = F @ theta  # (m, n) logits
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = F @ theta  # (m, n) logits
+    if not np.all(np.isfinite(s)):  # theta and F are finite (checked): an overflow
+        raise ValueError(
+            "the logits F theta are not finite: theta and F are finite but F theta "
+            "overflows float64; rescale them."
+        )
     log_z = s[:, 0].copy()  # (m,)
     mu = F[:, 0].copy()  # (m, d)
     sigma = np.zeros((m, d, d))
-    for y in range(1, n):
-        u = s[:, y] - log_z  # (m,)
-        ell = F[:, y] - mu  # (m, d)
-        sigma += _beta(u)[:, None, None] * ell[:, :, None] * ell[:, None, :]
-        mu += expit(u)[:, None] * ell
-        log_z = np.logaddexp(log_z, s[:, y])
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised below
+        for y in range(1, n):
+            u = s[:, y] - log_z  # (m,)
+            ell = F[:, y] - mu  # (m, d)
+            sigma += _beta(u)[:, None, None] * ell[:, :, None] * ell[:, None, :]
+            mu += expit(u)[:, None] * ell
+            log_z = np.logaddexp(log_z, s[:, y])
+    if not (np.all(np.isfinite(sigma)) and np.all(np.isfinite(mu))):
+        raise ValueError(
+            "the bound's curvature Sigma overflows float64: the feature vectors F are finite "
+            f"but their differences are too large (max |F| = {float(np.max(np.abs(F))):.3g}); "
+            "rescale F (and theta inversely)."
+        )
     return PartitionBound(log_z, mu, sigma)
 
 

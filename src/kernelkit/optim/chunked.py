@@ -44,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from .._backend import caller_stacklevel
 from .._backend.chunks import (
     as_dask_labels,
     as_dask_rows,
@@ -630,6 +631,6 @@ def _train(est, X1, yi, schedule, epochs, dense_max_dim, precond_rank, owner):
             f"coef_ = 0, above tol={est.tol:g}; increase "
             "max_epochs.",
             ConvergenceWarning,
-            stacklevel=4,
+            stacklevel=caller_stacklevel(),
         )
     est._sync_coef()

@@ -33,7 +33,7 @@ from sklearn.linear_model._base import LinearClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import check_random_state
+from .._backend import caller_stacklevel, check_random_state
 from .._backend.chunks import is_dask_array
 from .._backend.fit_state import keep_model_on_error
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
@@ -536,6 +536,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             and hasattr(self, "coef_")
             and np.array_equal(getattr(self, "classes_", None), classes)
             and self._W.shape[0] == n_features + int(self.fit_intercept)
+            # (p, intercept) and (p + 1, none) have as many rows: the mask tells them apart
+            and self._fits_intercept() == bool(self.fit_intercept)
         )
         self.classes_ = classes
         if not warm:
@@ -579,8 +581,18 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 f"classes {np.unique(classes).tolist()} differ from classes_ "
                 f"{self.classes_.tolist()} of the first partial_fit call."
             )
+        elif self._fits_intercept() != bool(self.fit_intercept):
+            raise ValueError(
+                f"fit_intercept={self.fit_intercept!r} differs from the first partial_fit "
+                f"call's ({self._fits_intercept()}): set it back, or call fit to start again."
+            )
         self._train(X, self._encode(y), schedule, 1, stopping=False)
         return self
+
+    def _fits_intercept(self) -> bool:
+        """Whether the coefficients being fitted include an intercept row (the unpenalised
+        last row of the mask), whatever ``fit_intercept`` says now."""
+        return bool(self._mask.size) and self._mask[-1] == 0.0
 
     def _init_state(self, p):
         n = len(self.classes_)
@@ -800,7 +812,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 f"epoch{'s' * (epochs != 1)}: ||grad L|| is {rel:.2e} times its value at "
                 f"coef_ = 0, above tol={self.tol:g}; {advice}.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=caller_stacklevel(),
             )
         self._sync_coef()
 
