@@ -437,8 +437,8 @@ def _raise_not_finite(what, **tensors):
     _finite_check(True, **tensors)  # eager: raises naming the input with a NaN or inf
     raise ValueError(
         f"{what} is not finite although {', '.join(tensors)} are: the features (or their "
-        "sums) overflow the input dtype (very large query or key norms). Scale the inputs "
-        "down, or compute in float64."
+        "sums) overflow the input dtype (very large query or key norms, or values). Scale "
+        "the inputs down, or compute in float64."
     )
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import threading
 import weakref
-from numbers import Real
+from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
@@ -451,14 +452,15 @@ class BasisCache:
 
     def __init__(self, max_entries: int | None = None):
         if max_entries is not None:
+            message = f"max_entries must be a positive integer or None, got {max_entries!r}."
             if isinstance(max_entries, bool) or not isinstance(max_entries, Real):
-                raise TypeError(
-                    f"max_entries must be a positive integer or None, got {max_entries!r}."
-                )
-            if not (np.isfinite(max_entries) and max_entries == int(max_entries) >= 1):
-                raise ValueError(
-                    f"max_entries must be a positive integer or None, got {max_entries!r}."
-                )
+                raise TypeError(message)
+            if not isinstance(max_entries, Integral):  # an integral float (2.0) passes
+                value = float(max_entries)
+                if not (math.isfinite(value) and value.is_integer()):
+                    raise ValueError(message)
+            if int(max_entries) < 1:
+                raise ValueError(message)
             max_entries = int(max_entries)
         self.max_entries = max_entries
         self._store: dict = {}

@@ -818,8 +818,9 @@ def derf_log_weights(
         GPU code, where the fits always give ``a <= 0``).
     out : NumPy array, shape (d, M), optional
         Where a NumPy ``W_x`` is written when it is one matrix product (SDERF's rotation
-        in float64, a matrix ``B_x``): a caller's buffer takes it without a fresh
-        ``(d, M)`` array and a copy. Ignored otherwise (check ``W_x is out``).
+        in float64, a matrix ``B_x``; unbatched parameters, ``out`` of ``W``'s dtype and
+        sharing no memory with it): a caller's buffer takes it without a fresh ``(d, M)``
+        array and a copy. Ignored otherwise (check ``W_x is out``).
 
     Returns
     -------
@@ -878,9 +879,19 @@ def derf_log_weights(
 
 
 def _product_into(xp, A, B, out):
-    """``A @ B``, written into the NumPy array ``out`` where one is given and fits (a
-    fresh MiB-sized result costs page faults that rival the small product)."""
-    if out is not None and is_numpy_namespace(xp) and out.shape == (A.shape[-2], B.shape[-1]):
+    """``A @ B``, written into the NumPy array ``out`` where one is given and takes it
+    as is: the product's shape (no batch dims) and dtype, and no memory shared with the
+    operands (which are read after); otherwise a fresh result (a fresh MiB-sized result
+    costs page faults that rival the small product)."""
+    if (
+        out is not None
+        and is_numpy_namespace(xp)
+        and A.ndim == B.ndim == 2
+        and out.shape == (A.shape[0], B.shape[1])
+        and out.dtype == np.result_type(A, B)
+        and not np.shares_memory(out, A)
+        and not np.shares_memory(out, B)
+    ):
         return np.matmul(A, B, out=out)
     return A @ B
 

@@ -131,7 +131,7 @@ class GaussianHybridRF(_BipolarHybrid):
         self.lambda_projection_ = gaussian_projection(self.n_lambda, X.shape[1], rng)  # (n, d)
 
     def _lambda_features(self, X, xp, side):
-        U = X / self.lambda_bandwidth if side == "x" else X / (-self.lambda_bandwidth)
+        U = X / float(self.lambda_bandwidth) if side == "x" else X / (-float(self.lambda_bandwidth))
         p = U @ self._param("T_T", xp, U)  # (n_pts, n)
         if self.lambda_features == "trig":
             base = xp.concat([xp.sin(p), xp.cos(p)], axis=1) / math.sqrt(self.n_lambda)
@@ -145,7 +145,7 @@ class GaussianHybridRF(_BipolarHybrid):
 
     def _lambda_exact(self, X, Y, xp):
         z2 = self._z2(X, Y, xp)
-        return xp.exp(-z2 / (2.0 * self.lambda_bandwidth**2))
+        return xp.exp(-z2 / (2.0 * float(self.lambda_bandwidth) ** 2))
 
     @staticmethod
     def _z2(X, Y, xp):
@@ -153,7 +153,7 @@ class GaussianHybridRF(_BipolarHybrid):
         return xp.clip(nx + ny + 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0)
 
     def _lambda_log_var(self, X, Y, xp):
-        c2 = self.lambda_bandwidth**2
+        c2 = float(self.lambda_bandwidth) ** 2
         z2 = self._z2(X, Y, xp) / c2  # |u - v|^2 with u = x/c, v = -y/c
         if self.lambda_features == "trig":
             # Var cos(tau^T (u - v)) = (1 - e^{-|u-v|^2})^2 / 2
@@ -175,8 +175,8 @@ class GaussianHybridRF(_BipolarHybrid):
         # 1 only to rounding, and 1 - lambda_hat multiplies the trig estimate (~e^{|x|^2},
         # against a kernel ~e^{-|x|^2}): that rounding was the whole estimate at |x| ~ 5
         T_T = self._param("T_T", xp, Xs)
-        px = (Xs / self.lambda_bandwidth) @ T_T  # (n, n_lambda): tau.u
-        py = (Ys / (-self.lambda_bandwidth)) @ T_T  # (m, n_lambda): tau.v
+        px = (Xs / float(self.lambda_bandwidth)) @ T_T  # (n, n_lambda): tau.u
+        py = (Ys / (-float(self.lambda_bandwidth))) @ T_T  # (m, n_lambda): tau.v
         return 1.0 - 2.0 * _mean_half_angle_sin2(xp, px, py)
 
 

@@ -316,8 +316,8 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         # lambda features: n^{-1/2} exp(-|Mx|^2/tau^2 +- W'Mx/tau), (n, P, L)
         sgn = 1.0 if side == "x" else -1.0
         rho_l = (
-            sgn * (XM @ self._param("T_T", xp, X)) / self.tau
-            - xp.sum(XM * XM, axis=-1)[..., None] / self.tau**2
+            sgn * (XM @ self._param("T_T", xp, X)) / float(self.tau)
+            - xp.sum(XM * XM, axis=-1)[..., None] / float(self.tau) ** 2
             - 0.5 * math.log(self.n_lambda)
         )
         W_T = self._param("W_T", xp, X)
@@ -451,7 +451,7 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         ee = e @ xp.matrix_transpose(e)
         c2 = xp.linalg.diagonal(cc)  # (n, m_pts, P)
         e2 = xp.linalg.diagonal(ee)
-        t2 = self.tau**2
+        t2 = float(self.tau) ** 2
         n_l = float(self.n_lambda)
         two_xy = (2.0 * xy)[:, :, None, None]
         # logs of G_pq / SM^2, H_pq and lambda_p
