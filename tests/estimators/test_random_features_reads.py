@@ -74,3 +74,16 @@ def test_auto_reports_what_every_candidate_refuses(kw, data, match):
     with pytest.raises(ValueError, match=match) as info:
         rf.fit(data)
     assert "finite variance" not in str(info.value)
+
+
+@pytest.mark.parametrize("method", ["auto", "optimized_maclaurin"])
+def test_row_reading_method_on_a_stream_is_fitted_on_the_first_block(method):
+    # as the maps that read every row, passed directly (the guide's "Scale-out" page):
+    # the first non-empty block of a stream, without a warning
+    rf = _rf(method)
+    blocks = ((X[i : i + 7], y[i : i + 7]) for i in range(0, 41, 7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = RandomFeatureRidge(feature_map=rf).fit(blocks, None)
+    first = _rf(method).fit(X[:7])
+    np.testing.assert_array_equal(model.feature_map_.transform(X[:5]), first.transform(X[:5]))
