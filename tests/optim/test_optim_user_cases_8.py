@@ -89,3 +89,13 @@ def test_convergence_warning_points_at_the_caller():
         BoundLogisticRegression(solver="sgd", max_epochs=2).fit(X, y)
     conv = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
     assert conv and all(w.filename == __file__ for w in conv)
+
+
+def test_too_small_n_components_warning_points_at_the_caller():
+    from kernelkit.estimators import RandomFeatures
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        RandomFeatures(method="hyperbolic", kernel="softmax", n_components=1).fit(X)
+    ours = [w for w in caught if "smallest output" in str(w.message)]
+    assert ours and all(w.filename == __file__ for w in ours)

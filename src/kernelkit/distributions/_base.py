@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import to_numpy, validate_data
+from .._backend import caller_stacklevel, to_numpy, validate_data
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import dot_train, train_dot
 from ._chunked import as_dask_rows, is_dask_array, lazy_transform, reduce_rows, train_moments
@@ -91,7 +91,7 @@ def _check_mass(den: np.ndarray, n: int) -> None:
             "distribution (values may be infinite). Use constraint='positive', a larger "
             "reg or a larger lengthscale.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=caller_stacklevel(),
         )
 
 

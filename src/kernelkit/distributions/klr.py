@@ -12,7 +12,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import chunks, validate_positive_float, validate_positive_int
+from .._backend import caller_stacklevel, chunks, validate_positive_float, validate_positive_int
 from .._backend.chunks import as_dask_labels, dask_classes, known_row_chunks
 from .._backend.parallel import SingleThreadedBlas, check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
@@ -238,7 +238,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
                 f"(largest gradient entry {float(np.max(np.abs(res.jac))):.2e}); increase "
                 "max_iter, or reg for (nearly) separable classes.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=caller_stacklevel(),
             )
         return self
 

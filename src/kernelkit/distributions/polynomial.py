@@ -13,7 +13,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import validate_positive_float, validate_positive_int
+from .._backend import caller_stacklevel, validate_positive_float, validate_positive_int
 from .._backend.params import POSITIVE, int_range
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._base import TensorJointModel, check_constraint, check_xy
@@ -437,7 +437,7 @@ class PolynomialJointDistribution(TensorJointModel):
                 "accuracy (status 'optimal_inaccurate'); the constraint 1 + h >= 0 may hold "
                 "only approximately. Try another solver (solver=...) or a larger reg.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=caller_stacklevel(),
             )
         self.sos_exponents_ = ez
         return (

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sklearn.utils._param_validation import InvalidParameterError
 
+from .._backend import caller_stacklevel
 from ..features import (
     ADERF,
     GERF,
@@ -243,6 +244,6 @@ def make_feature_map(
         warnings.warn(
             f"{msg}, so the output has {smallest} columns. Use n_components >= {smallest}.",
             UserWarning,
-            stacklevel=3,
+            stacklevel=caller_stacklevel(),
         )
     return fm.set_params(n_features=fm.n_features_for_output(n_components))

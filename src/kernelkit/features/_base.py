@@ -727,7 +727,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
                 f"i.i.d. projections. {sampler!r} projections have discrete directions: the "
                 f"estimate is biased (O(1/sqrt(d)), large for small d), {tail}",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=caller_stacklevel(),
             )
 
     def variance(self, X, Y=None):
