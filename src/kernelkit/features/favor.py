@@ -414,10 +414,12 @@ def moments(
         ``Y`` are read in one threaded pass over both (row blocks of a fixed size, summed
         in order: the result does not depend on the thread count).
     """
-    if query_weights is None and (Y is None or (Y is X and key_weights is None)):
+    Y = X if Y is None else Y
+    key_weights = _checked_weights(key_weights, Y, "key_weights", "Y")
+    query_weights = _checked_weights(query_weights, X, "query_weights", "X")
+    if query_weights is None and key_weights is None and Y is X:
         mx, sx = _one_side(X, None, full, n_jobs)
         return Moments(mx, sx, mx, sx)
-    Y = X if Y is None else Y
     unweighted = key_weights is None and query_weights is None
     if unweighted and moments_are_threaded(X) and moments_are_threaded(Y):
         (mx, sx), (my, sy) = _blocked_moments([X, Y], full, n_jobs)
@@ -425,6 +427,27 @@ def moments(
     mx, sx = _one_side(X, query_weights, full, n_jobs)
     my, sy = _one_side(Y, key_weights, full, n_jobs)
     return Moments(mx, sx, my, sy)
+
+
+def _checked_weights(weights, X, name: str, rows: str):
+    """``weights`` (..., n) of the rows of ``X`` (..., n, d): their shape must broadcast
+    to ``X``'s rows (a ``ValueError`` naming ``name`` otherwise), and NumPy weights must
+    be finite and non-negative (checked on the host; other backends' are used as
+    given, without a device sync). None stays None."""
+    if weights is None:
+        return None
+    if not hasattr(weights, "shape"):  # a list
+        weights = np.asarray(weights, dtype=np.float64)
+    shape, n = tuple(weights.shape), X.shape[-2]
+    if not shape or shape[-1] != n:
+        raise ValueError(
+            f"{name} must have shape (..., n) with the n = {n} rows of {rows}, got {shape}."
+        )
+    if isinstance(weights, np.ndarray) and not (
+        np.all(np.isfinite(weights)) and np.all(weights >= 0)
+    ):
+        raise ValueError(f"{name} must be finite and non-negative (summing to one).")
+    return weights
 
 
 # ============================================================== fits
@@ -776,6 +799,11 @@ def fit_derf(name: str, mom: Moments | None, dim: int | None = None, eps: float 
         return DERFParameters(xp.zeros_like(mom.mean_x))
     if mom is None:
         raise ValueError(f"feature map {name!r} fits its parameters from moments; got None.")
+    if name in ("aderf", "sderf") and not mom.full:
+        raise ValueError(
+            f"feature map {name!r} needs full (d x d) second moments: compute them with "
+            "moments(..., full=True)."
+        )
     xp = array_namespace(mom.mean_x)
     ones = xp.ones_like(mom.mean_x)  # (..., d)
     if name == "gerf":

@@ -627,6 +627,10 @@ def _is_orthogonal(B):
     return bool(np.all(np.abs(B @ B.T - eye) <= 1e-12 + 1e-5 * eye))
 
 
+#: smallest ``GERF(A=...)``: ``1 - 8A`` and the features' ``A |w|^2`` stay in float64
+_MIN_A = -1e300
+
+
 class PositiveRF(_DiagonalDERF):
     """Positive random features, FAVOR+ (FAVOR# eq. 8-9).
 
@@ -699,6 +703,23 @@ class HyperbolicRF(_DiagonalDERF):
         out = xp.logaddexp(2.0 * z2, xp.zeros_like(z2)) - math.log(2.0) - nx - ny
         return out + 2.0 * self.alpha * (nx + ny)
 
+    def log_objective(self, X, Y=None):
+        """The fitting objective of FAVOR# eq. (14) for this map's feature, the antithetic
+        pair: the mean over pairs of its log second moment, ``O(n m d)`` (the closed form
+        of the other dense-exponential maps is that of one exponential feature, FAVOR+'s
+        here).
+
+        Parameters
+        ----------
+        X : array-like, shape (n, d)
+        Y : array-like, shape (m, d), optional (defaults to ``X``)
+
+        Returns
+        -------
+        float
+        """
+        return SecondMomentVariance.log_objective(self, X, Y)
+
     def _log_relative_variance(self, X, Y, xp):
         # m2 / K^2 - 1 = cosh|x+y|^2 - 1 = e^{z2} (1 - e^{-z2})^2 / 2 (z2 = |x+y|^2): from z2
         # directly, not as the difference of two logs, which cancels for small inputs
@@ -733,7 +754,7 @@ class GERF(_DiagonalDERF):
     n_features, kernel, lengthscale, sampler, random_state, n_jobs
         See :class:`PositiveRF`.
     A : float, optional
-        A fixed ``A < 1/8`` instead of the fitted one.
+        A fixed ``A`` in ``[-1e300, 1/8)`` instead of the fitted one.
 
     Attributes
     ----------
@@ -746,7 +767,8 @@ class GERF(_DiagonalDERF):
     data_dependent = True
     _parameter_constraints: ClassVar[dict] = {
         **_DiagonalDERF._parameter_constraints,
-        "A": [None, Interval(Real, None, 0.125, closed="neither")],
+        # below -1e300, 1 - 8A and the log features of ordinary inputs leave float64
+        "A": [None, Interval(Real, _MIN_A, 0.125, closed="left")],
     }
 
     def __init__(
@@ -767,8 +789,11 @@ class GERF(_DiagonalDERF):
         if self.A is not None:
             if isinstance(self.A, bool) or not isinstance(self.A, numbers.Real):
                 raise TypeError(f"A must be a float below 1/8, got {self.A!r}.")
-            if not (float(self.A) < 0.125 and math.isfinite(self.A)):
-                raise ValueError(f"A must be below 1/8 (1 - 8A > 0), got {self.A}.")
+            if not (_MIN_A <= float(self.A) < 0.125 and math.isfinite(self.A)):
+                raise ValueError(
+                    f"A must be in [{_MIN_A:g}, 1/8) (1 - 8A > 0, and finite in float64), "
+                    f"got {self.A}."
+                )
 
     def _checks_finite_in_fit(self):
         return self.A is None
