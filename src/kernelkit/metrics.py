@@ -347,8 +347,10 @@ def normalized_mse(y_true, y_pred) -> float:
     y = np.asarray(_as_array(y_true, "y_true"), dtype=np.float64)
     p = np.asarray(_as_array(y_pred, "y_pred"), dtype=np.float64)
     _same_shape({"y_true": y, "y_pred": p})
-    if y.ndim not in (1, 2) or y.shape[0] < 2:
-        raise ValueError(f"y_true must have shape (n,) or (n, T) with n >= 2, got {y.shape}.")
+    if y.ndim not in (1, 2) or y.shape[0] < 2 or (y.ndim == 2 and y.shape[1] == 0):
+        raise ValueError(
+            f"y_true must have shape (n,) or (n, T) with n >= 2 and T >= 1, got {y.shape}."
+        )
     _check_finite(y, "y_true")
     _check_finite(p, "y_pred")
     # each output's ratio is scale-free: a power-of-two scale per output (column) keeps

@@ -367,15 +367,15 @@ def _all_finite(xp, X) -> bool:
 
 def caller_stacklevel() -> int:
     """The ``stacklevel`` of ``warnings.warn`` that points at the first frame outside
-    kernelkit and scikit-learn (the user's call, whatever path led to the warning: a
-    transform is wrapped by scikit-learn's ``set_output``). Call it from the function that
-    warns."""
+    kernelkit, scikit-learn and joblib (the user's call, whatever path led to the
+    warning: a transform is wrapped by scikit-learn's ``set_output``, and a Pipeline or
+    GridSearchCV fits its steps through joblib). Call it from the function that warns."""
     import os
     import sys
 
     skip = tuple(
         os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-        for m in (sys.modules["kernelkit"], sys.modules.get("sklearn"))
+        for m in (sys.modules["kernelkit"], sys.modules.get("sklearn"), sys.modules.get("joblib"))
         if m is not None and getattr(m, "__file__", None)
     )
     frame, level = sys._getframe(1), 1  # the caller of this function: stacklevel 1

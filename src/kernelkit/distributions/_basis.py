@@ -9,7 +9,7 @@ import math
 import os
 import threading
 import weakref
-from numbers import Integral, Real
+from numbers import Integral, Rational, Real
 from typing import ClassVar
 
 import numpy as np
@@ -455,7 +455,10 @@ class BasisCache:
             message = f"max_entries must be a positive integer or None, got {max_entries!r}."
             if isinstance(max_entries, bool) or not isinstance(max_entries, Real):
                 raise TypeError(message)
-            if not isinstance(max_entries, Integral):  # an integral float (2.0) passes
+            if isinstance(max_entries, Rational) and not isinstance(max_entries, Integral):
+                if max_entries.denominator != 1:  # Fraction(3, 1) passes, at any size
+                    raise ValueError(message)
+            elif not isinstance(max_entries, Integral):  # an integral float (2.0) passes
                 value = float(max_entries)
                 if not (math.isfinite(value) and value.is_integer()):
                     raise ValueError(message)

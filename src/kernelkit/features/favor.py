@@ -430,16 +430,23 @@ def moments(
 
 
 def _checked_weights(weights, X, name: str, rows: str):
-    """``weights`` (..., n) of the rows of ``X`` (..., n, d): their shape must broadcast
-    to ``X``'s rows (a ``ValueError`` naming ``name`` otherwise), and NumPy weights must
-    be finite and non-negative (checked on the host; other backends' are used as
-    given, without a device sync). None stays None."""
+    """``weights`` (..., n) of the rows of ``X`` (..., n, d): their last dimension must be
+    ``X``'s row count where both are known (a ``ValueError`` naming ``name`` otherwise;
+    Dask's unknown sizes are left to Dask), and NumPy weights must be finite and
+    non-negative (checked on the host; other backends' are used as given, without a
+    device sync). A list becomes an array of ``X``'s backend, dtype and device. None
+    stays None."""
     if weights is None:
         return None
     if not hasattr(weights, "shape"):  # a list
-        weights = np.asarray(weights, dtype=np.float64)
+        xp = array_namespace(X)
+        weights = xp.asarray(weights, dtype=X.dtype, device=device(X))
     shape, n = tuple(weights.shape), X.shape[-2]
-    if not shape or shape[-1] != n:
+
+    def known(size):
+        return size is not None and not (isinstance(size, float) and math.isnan(size))
+
+    if not shape or (known(shape[-1]) and known(n) and shape[-1] != n):
         raise ValueError(
             f"{name} must have shape (..., n) with the n = {n} rows of {rows}, got {shape}."
         )

@@ -583,8 +583,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             )
         elif self._fits_intercept() != bool(self.fit_intercept):
             raise ValueError(
-                f"fit_intercept={self.fit_intercept!r} differs from the first partial_fit "
-                f"call's ({self._fits_intercept()}): set it back, or call fit to start again."
+                f"fit_intercept={self.fit_intercept!r} differs from that of the model being "
+                f"fitted ({self._fits_intercept()}): set it back, or call fit to start again."
             )
         self._train(X, self._encode(y), schedule, 1, stopping=False)
         return self
