@@ -189,7 +189,15 @@ def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None, log_w=None):
     for start in range(0, Q, step):
         sl = slice(start, start + step)
         D2 = sq_distances(Xq[sl], Xt) if sq_dist is None else sq_dist[sl]
-        logK = (-0.5 * sigma * sigma) * D2
+        # relative to each row's nearest point of positive weight, and sigma applied
+        # twice: sigma^2 overflows past 1.34e154, and inf * 0 at the nearest point gave
+        # NaN; this way the large-sigma limit is 1-nearest-neighbour (the far terms -inf)
+        near = D2 if log_w is None else np.where(np.isfinite(log_w), D2, np.inf)
+        logK = D2 - near.min(axis=1, keepdims=True)
+        np.maximum(logK, 0.0, out=logK)  # (zero-weight points nearer: -inf below anyway)
+        with np.errstate(over="ignore"):  # -inf: a term below every float64
+            logK *= sigma
+            logK *= -0.5 * sigma
         if log_w is not None:
             logK += log_w
         logK -= logK.max(axis=1, keepdims=True)
@@ -350,6 +358,11 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"sigma must be a positive finite float, got {s!r}.")
         if not isinstance(self.exact, bool | np.bool_):
             raise ValueError(f"exact must be a bool, got {self.exact!r}.")
+        if not self.exact and not math.isfinite(1.0 / s):
+            raise ValueError(
+                f"sigma={s!r} is too small for random features: their lengthscale 1 / sigma "
+                "overflows float64 (use sigma >= 1e-300, or exact=True)."
+            )
         if not isinstance(self.sampler, str) or self.sampler not in SAMPLERS:
             raise ValueError(
                 f"Unknown sampler {self.sampler!r}; expected one of {sorted(SAMPLERS)}."
