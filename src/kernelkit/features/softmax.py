@@ -703,22 +703,9 @@ class HyperbolicRF(_DiagonalDERF):
         out = xp.logaddexp(2.0 * z2, xp.zeros_like(z2)) - math.log(2.0) - nx - ny
         return out + 2.0 * self.alpha * (nx + ny)
 
-    def log_objective(self, X, Y=None):
-        """The fitting objective of FAVOR# eq. (14) for this map's feature, the antithetic
-        pair: the mean over pairs of its log second moment, ``O(n m d)`` (the closed form
-        of the other dense-exponential maps is that of one exponential feature, FAVOR+'s
-        here).
-
-        Parameters
-        ----------
-        X : array-like, shape (n, d)
-        Y : array-like, shape (m, d), optional (defaults to ``X``)
-
-        Returns
-        -------
-        float
-        """
-        return SecondMomentVariance.log_objective(self, X, Y)
+    # FAVOR# eq. (14) for the antithetic pair, from its own second moment (O(n m d)):
+    # _DiagonalDERF's closed form is that of one exponential feature, FAVOR+'s here
+    log_objective = SecondMomentVariance.log_objective
 
     def _log_relative_variance(self, X, Y, xp):
         # m2 / K^2 - 1 = cosh|x+y|^2 - 1 = e^{z2} (1 - e^{-z2})^2 / 2 (z2 = |x+y|^2): from z2

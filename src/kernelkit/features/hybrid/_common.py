@@ -14,10 +14,10 @@ from ..._backend import is_numpy_namespace, validate_positive_float
 from .._base import _detach, times_exp
 
 #: range of the Gaussian bandwidths ``tau`` and ``lambda_bandwidth`` (used as Python
-#: floats, whatever type was given): their squares, which the lambda estimators divide
-#: by, stay normal float64 numbers (a Python float's ``**2`` raises ``OverflowError`` from
-#: about 1.3e154, and below about 1e-154 the square is subnormal or 0, so ``|z|^2 / c^2``
-#: turns into ``0 / 0``)
+#: floats, whatever type was given; the upper end bounds ``sigma`` too): their squares,
+#: which the lambda estimators divide by, stay normal float64 numbers (a Python float's
+#: ``**2`` raises ``OverflowError`` from about 1.3e154, and below about 1e-154 the square
+#: is subnormal or 0, so ``|z|^2 / c^2`` turns into ``0 / 0``)
 MIN_BANDWIDTH, MAX_BANDWIDTH = 1e-150, 1e150
 
 

@@ -17,7 +17,7 @@ from ..._backend import device, validate_positive_float
 from ..._backend.params import POSITIVE
 from .._base import _detach, log1mexp
 from ..sampling import gaussian_projection
-from ._common import _sq_norms, validate_bandwidth
+from ._common import MAX_BANDWIDTH, _sq_norms, validate_bandwidth
 from .bipolar import _BipolarHybrid
 
 
@@ -33,9 +33,6 @@ def _mean_half_angle_sin2(xp, px, py):
     return acc / px.shape[1]
 
 
-#: largest ``sigma``: ``2 sigma^2`` stays far inside float64 (``sigma**2`` of a Python float
-#: raises ``OverflowError`` from about 1.3e154)
-_MAX_SIGMA = 1e150
 
 
 class GaussianHybridRF(_BipolarHybrid):
@@ -261,8 +258,10 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
     def _check_params(self):
         super()._check_params()
         sigma = validate_positive_float(self.sigma, "sigma")
-        if sigma > _MAX_SIGMA:  # sigma^2 (times a few) past the float64 range
-            raise ValueError(f"sigma must be <= {_MAX_SIGMA:g} (sigma^2 overflows), got {sigma:g}.")
+        if sigma > MAX_BANDWIDTH:  # sigma^2 (times a few) past the float64 range
+            raise ValueError(
+                f"sigma must be <= {MAX_BANDWIDTH:g} (sigma^2 overflows), got {sigma:g}."
+            )
         if self.radius is not None:
             validate_positive_float(self.radius, "radius")
 
