@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import os
 import threading
 import weakref
-from numbers import Integral, Rational, Real
+from numbers import Real
 from typing import ClassVar
 
 import numpy as np
@@ -455,16 +454,13 @@ class BasisCache:
             message = f"max_entries must be a positive integer or None, got {max_entries!r}."
             if isinstance(max_entries, bool) or not isinstance(max_entries, Real):
                 raise TypeError(message)
-            if isinstance(max_entries, Rational) and not isinstance(max_entries, Integral):
-                if max_entries.denominator != 1:  # Fraction(3, 1) passes, at any size
-                    raise ValueError(message)
-            elif not isinstance(max_entries, Integral):  # an integral float (2.0) passes
-                value = float(max_entries)
-                if not (math.isfinite(value) and value.is_integer()):
-                    raise ValueError(message)
-            if int(max_entries) < 1:
+            try:  # exact for ints of any size and Fraction(3, 1); 2.0 passes too
+                value = int(max_entries)
+            except (OverflowError, ValueError):  # inf, NaN
+                raise ValueError(message) from None
+            if value != max_entries or value < 1:
                 raise ValueError(message)
-            max_entries = int(max_entries)
+            max_entries = value
         self.max_entries = max_entries
         self._store: dict = {}
         self._lock = threading.Lock()

@@ -246,12 +246,18 @@ class RandomFeatures(
         moments, ``"all"``: the rows); ``"all"`` for ``"auto"`` (its pick depends on the
         rows) and for a name ``fit`` will refuse. A fit on the first chunk of chunked
         input is the fit on all rows where it is ``"shape"``."""
-        if isinstance(self.method, str) and self.method.strip().lower() == "auto":
-            return "all"
         try:
-            return METHODS[resolve_method(self.method, owner="RandomFeatures")].cls.fit_reads
-        except (TypeError, ValueError, KeyError):
+            name = self._method_name()
+        except (TypeError, ValueError):
             return "all"
+        return "all" if name == "auto" else METHODS[name].cls.fit_reads
+
+    def _method_name(self) -> str:
+        """``"auto"`` or the canonical name of ``method`` (an ``InvalidParameterError``
+        naming it otherwise)."""
+        if isinstance(self.method, str) and self.method.strip().lower() == "auto":
+            return "auto"
+        return resolve_method(self.method, owner="RandomFeatures")
 
     # ------------------------------------------------------------------ helpers
     def _check_params(self) -> str:
@@ -262,10 +268,7 @@ class RandomFeatures(
                 f"degree must be a whole number for kernel='polynomial' (2 or 2.0), got "
                 f"{self.degree!r}."
             )
-        if isinstance(self.method, str) and self.method.strip().lower() == "auto":
-            name = "auto"
-        else:
-            name = resolve_method(self.method, owner="RandomFeatures")
+        name = self._method_name()
         validate_positive_int(self.n_components, "n_components", maximum=2**26)
         ls = self.lengthscale
         if (

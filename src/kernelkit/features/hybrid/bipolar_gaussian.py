@@ -33,8 +33,6 @@ def _mean_half_angle_sin2(xp, px, py):
     return acc / px.shape[1]
 
 
-
-
 class GaussianHybridRF(_BipolarHybrid):
     """Gaussian-lambda bipolar hybrid (Sec. 2.4, eq. 20 with ``M = I``).
 
