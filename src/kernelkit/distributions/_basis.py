@@ -289,7 +289,6 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         self.pivots_ = chol.pivots
         self.pivot_coef_ = chol.B_piv
         self.centers_ = X[chol.pivots].copy()
-        self.center_sq_norms_ = np.einsum("ij,ij->i", self.centers_, self.centers_)
         self.n_components_ = chol.rank
         return chol
 
@@ -308,7 +307,7 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         -------
         ndarray of shape (b, m)
         """
-        Kp = self.kernel_(X, self.centers_, None, self.center_sq_norms_)  # (b, m)
+        Kp = self.kernel_(X, self.centers_)  # (b, m)
         return Kp @ self.pivot_coef_
 
     def _set_statistics(self, gram, sums, trace_residual, trace, n, factor_t=None):
@@ -364,7 +363,7 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "coef_")
         X = _sk_2d(self, X, reset=False)
-        return self.kernel_(X, self.centers_, None, self.center_sq_norms_)
+        return self.kernel_(X, self.centers_)
 
     def transform(self, X) -> np.ndarray:
         """``Psi(X) = k_piv(X) T``, the basis functions at the points.
@@ -381,7 +380,7 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
         X = _sk_2d(self, X, reset=False)
         out = np.empty((X.shape[0], self.n_components_))
         for s in range(0, X.shape[0], _BLOCK):
-            Kp = self.kernel_(X[s : s + _BLOCK], self.centers_, None, self.center_sq_norms_)
+            Kp = self.kernel_(X[s : s + _BLOCK], self.centers_)
             np.matmul(Kp, self.coef_, out=out[s : s + _BLOCK])
         return out
 

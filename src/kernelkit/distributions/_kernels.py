@@ -160,17 +160,15 @@ class Kernel:
             out[:] = res
         return out
 
-    def __call__(
-        self,
-        A: np.ndarray,
-        B: np.ndarray,
-        a2: np.ndarray | None = None,
-        b2: np.ndarray | None = None,
-    ) -> np.ndarray:
+    def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         """Kernel matrix ``[k(a_i, b_j)]``, shape (len(A), len(B)), float64.
 
-        ``a2`` / ``b2`` are optional precomputed squared row norms of ``A`` / ``B`` (used in
-        dimension > 8; below, squared distances come from explicit differences).
+        Up to dimension 8 the squared distances come from explicit differences. Above,
+        from the norms' form ``|a|^2 + |b|^2 - 2 a.b`` (one product), taken about the
+        mean of ``B``: a translation leaves every distance unchanged, and the form's
+        cancellation error, about ``eps (|a|^2 + |b|^2)``, is then relative to the
+        points' spread about the data instead of to their distance from the origin (data
+        at 1e8 would otherwise lose every digit).
         """
         if self.name is None:
             K = np.asarray(self.func(A, B), dtype=np.float64)
@@ -182,15 +180,15 @@ class Kernel:
             return K
         # squared distances that overflow (points far from each other, e.g. queries far
         # outside the data) are inf, and the kernel there is its limit 0: no warning
-        with np.errstate(over="ignore"):
-            if A.shape[1] > _DIRECT_DIMS:
-                if a2 is None:
-                    a2 = np.einsum("ij,ij->i", A, A)
-                if b2 is None:
-                    b2 = np.einsum("ij,ij->i", B, B)
-            # the norms' form |a|^2 + |b|^2 - 2 a.b is inf - inf = NaN where a norm (or
-            # a.b) leaves float64: there, too, the explicit differences
-            if A.shape[1] <= _DIRECT_DIMS or not (_below(a2) and _below(b2)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            norms = A.shape[1] > _DIRECT_DIMS
+            if norms:
+                A, B = _about_mean_of(A, B)
+                a2 = np.einsum("ij,ij->i", A, A)
+                b2 = np.einsum("ij,ij->i", B, B)
+            # the norms' form is inf - inf = NaN where a norm (or a.b) leaves float64:
+            # there, too, the explicit differences
+            if not norms or not (_below(a2) and _below(b2)):
                 # exact differences: no cancellation near r = 0
                 r2 = np.subtract.outer(A[:, 0], B[:, 0])  # (na, nb)
                 r2 *= r2
@@ -205,6 +203,20 @@ class Kernel:
                 r2 += b2[None, :]
                 np.maximum(r2, 0.0, out=r2)
         return _profile(self.name, r2, self.lengthscale)
+
+
+def _about_mean_of(A: np.ndarray, B: np.ndarray):
+    """``(A - c, B - c)`` with ``c`` the mean row of ``B`` (when it and both differences
+    are finite; else ``A``, ``B`` unchanged, and the caller's overflow path applies)."""
+    if B.shape[0] == 0:
+        return A, B
+    c = B.mean(axis=0)  # (d,)
+    if not np.all(np.isfinite(c)):
+        return A, B
+    Ac, Bc = A - c, B - c
+    if not (np.all(np.isfinite(Ac)) and np.all(np.isfinite(Bc))):
+        return A, B
+    return Ac, Bc
 
 
 def make_kernel(kernel, lengthscale=1.0) -> Kernel:
