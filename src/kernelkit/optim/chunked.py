@@ -571,6 +571,7 @@ def _train(est, X1, yi, schedule, epochs, dense_max_dim, precond_rank, owner):
     # eq. 2.4 with eta <= 1 never increases L in exact arithmetic (majorisation)
     monotone = schedule == "constant" and float(est.eta0) <= 1.0
     converged = False
+    prev_loss = bnd.loss  # L at the start of this call: of this data and alpha
     for _ in range(epochs):
         tic = time.perf_counter()
         est.t_ += 1
@@ -603,7 +604,8 @@ def _train(est, X1, yi, schedule, epochs, dense_max_dim, precond_rank, owner):
         if track:
             loss = bnd.loss
             if monotone:
-                est._check_descent(loss, X1.dtype)
+                est._check_descent(loss, prev_loss, X1.dtype)
+            prev_loss = loss
             rel = float(np.linalg.norm(bnd.gradient)) / g_ref
             est.loss_history_.append(loss)
             est.grad_norm_history_.append(rel)

@@ -224,7 +224,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         on standardised digits and 0.22 vs 0.77 on 10 000 Fashion-MNIST images for SPFB;
         SGD alike).
     t0 : float or None, default=None
-        For ``"inverse_t0"``; ``None`` = the number of steps in one epoch.
+        For ``"inverse_t0"``; ``None`` = the number of steps in one epoch (for
+        ``partial_fit``: in its first call, kept for the stream).
     finish : {"auto", "bound"} or None, default="auto"
         ``"bound"``: once stochastic epochs stop making progress (``n_iter_no_change``),
         every further epoch is one full-batch bound step: the direction ``Z`` solves eq.
@@ -543,8 +544,15 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         if not warm:
             self._init_state(n_features)
 
+    @keep_model_on_error
     def partial_fit(self, X, y, classes=None):
-        """One epoch over ``(X, y)``.
+        """One epoch over ``(X, y)``. A call that raises leaves the estimator as it was
+        (unfitted after a failed first call).
+
+        With ``schedule="inverse_t0"`` and ``t0=None``, the time scale is the number of
+        steps of the *first* call, kept for the later calls: the step sizes then depend
+        only on the steps taken, not on how the stream is cut into calls. Pass ``t0``
+        when the first call holds one mini-batch.
 
         Parameters
         ----------
@@ -574,8 +582,16 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                     f"classes has only one class ({classes.tolist()}); this "
                     "classifier needs at least 2 classes."
                 )
+            unknown = np.setdiff1d(np.unique(y), classes)
+            if unknown.size:
+                raise ValueError(
+                    f"y contains labels {unknown[:5].tolist()} that are not in classes "
+                    f"{classes.tolist()}."
+                )
             self.classes_ = classes
             self._init_state(X.shape[1])
+            m = len(y) if self.solver == "bound" else min(int(self.batch_size), len(y))
+            self._stream_t0 = float(-(-len(y) // max(1, m)))  # steps of the first call
         elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
             raise ValueError(
                 f"classes {np.unique(classes).tolist()} differ from classes_ "
@@ -603,6 +619,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             self._mask[-1] = 0.0
         self._x0 = None
         self._precond = None
+        self._stream_t0 = None  # partial_fit's default t0 (its first call's steps)
         self._rng = check_random_state(self.random_state)
         self.loss_history_ = []
         self.grad_norm_history_ = []
@@ -687,7 +704,12 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         full = self.solver == "bound"
         m = T if full else min(int(self.batch_size), T)
         steps_per_epoch = int(np.ceil(T / m))
-        t0 = float(self.t0) if self.t0 is not None else float(steps_per_epoch)
+        if self.t0 is not None:
+            t0 = float(self.t0)
+        elif not stopping and getattr(self, "_stream_t0", None):  # partial_fit
+            t0 = self._stream_t0
+        else:
+            t0 = float(steps_per_epoch)
         lin = self.linear_solver
         if lin == "auto":
             lin = "dense" if (self.solver == "bound" and d <= _DENSE_MAX_DIM) else "cg"
@@ -713,12 +735,17 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             g_ref = g_ref if g_ref > noise else 1.0
         self._state = None  # (logits, gradient) at the current W for this X
         self._ncg = None  # previous (gradient, bound direction, direction) of the finish
-        if track and not self.loss_history_:  # entry 0: before any work (time 0)
+        # eq. 2.4 with eta <= 1 never increases L in exact arithmetic (majorisation)
+        monotone = full and schedule == "constant" and float(self.eta0) <= 1.0
+        descent_ref = None  # L at the start of this call: of this data and alpha
+        if track and (monotone or not self.loss_history_):
             loss, G, S = self._full_state(X1, yi)
             self._state = (S, G)
-            self.loss_history_.append(loss)
-            self.grad_norm_history_.append(float(np.linalg.norm(G)) / g_ref)
-            self.time_history_.append(self._train_time)
+            descent_ref = loss
+            if not self.loss_history_:  # entry 0: before any work (time 0)
+                self.loss_history_.append(loss)
+                self.grad_norm_history_.append(float(np.linalg.norm(G)) / g_ref)
+                self.time_history_.append(self._train_time)
         precond = self.preconditioner
         if precond == "kronecker" and lin == "cg" and (self.solver in ("spfb", "bound") or finish):
             tic = time.perf_counter()
@@ -730,8 +757,6 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             precond = self._precond
             self._train_time += time.perf_counter() - tic
         self._precond_arg = precond  # its setup time is part of the first epoch
-        # eq. 2.4 with eta <= 1 never increases L in exact arithmetic (majorisation)
-        monotone = full and schedule == "constant" and float(self.eta0) <= 1.0
         no_progress = 0
         converged = False
         rel = self.grad_norm_history_[-1] if self.grad_norm_history_ else math.inf
@@ -758,7 +783,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 self._state = (S, G)
                 rel = float(np.linalg.norm(G)) / g_ref
                 if monotone:
-                    self._check_descent(loss, X1.dtype)
+                    self._check_descent(loss, descent_ref, X1.dtype)
+                    descent_ref = loss
                 self.loss_history_.append(loss)
                 self.grad_norm_history_.append(rel)
                 self.time_history_.append(self._train_time)
@@ -816,9 +842,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             )
         self._sync_coef()
 
-    def _check_descent(self, loss, dtype):
-        """FloatingPointError if a full-batch bound step raised ``L`` beyond round-off."""
-        prev = self.loss_history_[-1] if self.loss_history_ else math.inf
+    def _check_descent(self, loss, prev, dtype):
+        """FloatingPointError if a full-batch bound step raised ``L`` from ``prev`` (its
+        value before the step, on the same data and ``alpha``) beyond round-off."""
         if loss > prev + math.sqrt(np.finfo(dtype).eps) * max(1.0, abs(prev)):
             raise FloatingPointError(
                 f"{self.solver}: the objective rose from {prev:.6g} to {loss:.6g} at epoch "
