@@ -180,8 +180,15 @@ def build_log_map(name: str, W: torch.Tensor, mom: favor.Moments | None, d: int)
     :func:`kernelkit.features.favor.fit_derf` (FAVOR# Thm 4.1-4.3, eq. 20) and the log
     weights :func:`kernelkit.features.favor.derf_log_weights`; hyperbolic features are the
     positive map on ``[W; -W]`` (as :class:`kernelkit.features.HyperbolicRF`). Returns
-    float64 parameters; the caller casts to the compute dtype.
+    float64 parameters; the caller casts to the compute dtype. The moments enter
+    detached: the fitted parameters are constants of the data (module docstring), so
+    moments that require grad get no gradient (nor eigh's NaN gradient at repeated
+    eigenvalues). A ``W`` that requires grad keeps its graph (the decoding step
+    differentiates its features; :func:`~kernelkit.attention.linear_attention` refuses
+    such a projection for these maps).
     """
+    if mom is not None:
+        mom = favor.Moments(*(_detached(getattr(mom, f.name)) for f in fields(mom)))
     W = W.double()
     if name == "hyperbolic":
         W, name = torch.cat([W, -W], dim=0), "positive"  # (2M, d)
@@ -234,6 +241,11 @@ def _fit_on_host(name: str, mom: favor.Moments) -> favor.DERFParameters:
     return replace(params, **moved)
 
 
+def _detached(t):
+    # a tensor without a graph is passed as it is (no new tensor object)
+    return t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t
+
+
 def scale_inputs(q, k, scale):
     """``x = q sqrt(scale)``, ``y = k sqrt(scale)`` so that ``x.y = scale q.k``."""
     r = math.sqrt(scale)
@@ -280,9 +292,7 @@ def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: 
     deterministic, eigenvector signs included), so a reused build is what a new one would
     be. Eager CPU only: in compiled graphs and on accelerators (where the comparison would
     wait for the device) every call builds; under ``torch.inference_mode()`` a build is
-    reused but not kept (its tensors could not serve autograd later). Moments that require
-    grad, with grad enabled, build every time and are not kept: their fit carries a graph
-    that one backward frees.
+    reused but not kept (its tensors could not serve autograd later).
     """
     fields = None if mom is None else (mom.mean_x, mom.second_x, mom.mean_y, mom.second_y)
     if (
@@ -290,7 +300,7 @@ def build_log_map_for(name: str, W: torch.Tensor, mom: favor.Moments | None, d: 
         or torch.compiler.is_compiling()
         or bool(_NOT_KEPT)
         or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (W, *fields))
-        or (torch.is_grad_enabled() and any(t.requires_grad for t in (W, *fields)))
+        or (torch.is_grad_enabled() and W.requires_grad)  # a build carrying W's graph
     ):
         return build_log_map(name, W, mom, d)
     with torch.no_grad():

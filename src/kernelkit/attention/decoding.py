@@ -805,6 +805,9 @@ def init_decoding_state(
         Value dimension (default ``d``).
     random_state, sampler, projection
         As in ``linear_attention`` (``projection``: ``W`` (n_proj, d) or ``{"W": W}``).
+        Unlike there, a projection that requires grad is accepted: the steps' features
+        are differentiable in it (a learned projection), while the parameters fitted
+        from ``moments`` stay constants for autograd.
     scale : float, optional
         Softmax scale (default ``1 / sqrt(d)``); a tensor of one value, as in
         ``linear_attention``.
@@ -935,6 +938,8 @@ def _init_decoding_state(
         mom = None if moments is None else _check_moments(moments, batch, d, name, device)
         if mom is not None and name in FITTED_MAPS:
             per_head = _moments_per_head(mom)  # a head dim > 1 in any moment
+        # the fit from the moments is a constant for autograd, as in linear_attention: no
+        # gradient reaches moments that require grad (a projection's does reach it)
         fmap = build_log_map(name, W, mom, d)  # float64, W_q is W_k for symmetric maps
         shared = fmap.W_q is fmap.W_k and fmap.B_q is fmap.B_k
         feats = _ExpFeatures(fmap.to(ctype), shared)
@@ -998,7 +1003,7 @@ def _gqa_heads(enable_gqa, num_kv_heads, batch):
     return Hkv
 
 
-def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gqa):
+def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gqa, autocast):
     if not isinstance(state, LinearAttentionState):
         raise TypeError(
             f"state must be a LinearAttentionState (init_decoding_state), got "
@@ -1019,8 +1024,11 @@ def _check_step_inputs(q, k, v, state, key_padding_mask, check_finite, enable_gq
             "enable_gqa=True, num_kv_heads=Hkv) for grouped-query attention)."
         )
     state._check_fresh()
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q_t, k_t, v_t must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
+    if (k.dtype != q.dtype or v.dtype != q.dtype) and not autocast:
+        raise TypeError(
+            f"q_t, k_t, v_t must share one dtype (outside torch.autocast), got {q.dtype}, "
+            f"{k.dtype}, {v.dtype}."
+        )
     ctype = torch.float32 if q.dtype in _HALF else q.dtype
     if ctype != state.dtype:
         raise TypeError(
@@ -1337,18 +1345,23 @@ def linear_attention_step(
         inputs require grad).
     """
     inplace = _check_flag(inplace, "inplace")
+    args = (q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
     if not isinstance(state, LinearAttentionState):  # the input check names it
-        return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
+        return _step(*args, autocast=False)
     # in the state's dtype, as linear_attention under autocast: autocast's bfloat16 /
-    # float16 products would round the outputs and the state's sums
-    with autocast_off(state.kvz.device.type):
-        return _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa)
+    # float16 products would round the outputs and the state's sums (q_t, k_t, v_t may
+    # then differ in dtype: each is cast to the state's)
+    device_type = state.kvz.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    with autocast_off(device_type):
+        return _step(*args, autocast=autocast)
 
 
-def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa):
-    """:func:`linear_attention_step` (same arguments) with autocast off."""
+def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_gqa, autocast):
+    """:func:`linear_attention_step` (same arguments) with autocast off; ``autocast``:
+    whether the caller had it on (q_t, k_t, v_t may then differ in dtype)."""
     single, keep, check_keys = _check_step_inputs(
-        q_t, k_t, v_t, state, key_padding_mask, check_finite, enable_gqa
+        q_t, k_t, v_t, state, key_padding_mask, check_finite, enable_gqa, autocast
     )
     if inplace:
         _check_inplace(state.kvz, "step", (q_t, k_t, v_t))

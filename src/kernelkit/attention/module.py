@@ -412,6 +412,10 @@ class FavorAttention(nn.Module):
             or chunk_size & (chunk_size - 1)
         ):
             raise ValueError(f"chunk_size must be a power of two, got {chunk_size!r}.")
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(
+                f"dtype must be None or a floating torch.dtype (the parameters'), got {dtype!r}."
+            )
         fk = {"device": device, "dtype": dtype}
         self.embed_dim = int(embed_dim)
         self.kdim = self.embed_dim if kdim is None else int(kdim)
@@ -454,7 +458,8 @@ class FavorAttention(nn.Module):
         except RuntimeError as exc:  # torch's allocator / size errors name no argument
             raise ValueError(
                 f"The projection weights of embed_dim={E}, kdim={self.kdim}, vdim={self.vdim} "
-                f"cannot be allocated ({exc}); reduce them."
+                f"cannot be allocated on device={device!r} ({exc}): reduce them, or choose "
+                "an available device."
             ) from exc
         self._reset_parameters()
 
@@ -470,11 +475,14 @@ class FavorAttention(nn.Module):
         self.redraw_features()
         # allocated for every map (tiny), so state dicts load across feature maps; the
         # queries' per query head, the keys' per key / value head (GQA: Hkv < H)
+        # float32, or float64 for a float64 module (as .double() makes them): half-precision
+        # sums would round the statistics
         Hkv = self.num_kv_heads
-        self.register_buffer("running_mean_q", torch.zeros(H, hd, device=device))
-        self.register_buffer("running_second_q", torch.zeros(H, hd, hd, device=device))
-        self.register_buffer("running_mean_k", torch.zeros(Hkv, hd, device=device))
-        self.register_buffer("running_second_k", torch.zeros(Hkv, hd, hd, device=device))
+        sk = {"device": device, "dtype": torch.float64 if dtype == torch.float64 else None}
+        self.register_buffer("running_mean_q", torch.zeros(H, hd, **sk))
+        self.register_buffer("running_second_q", torch.zeros(H, hd, hd, **sk))
+        self.register_buffer("running_mean_k", torch.zeros(Hkv, hd, **sk))
+        self.register_buffer("running_second_k", torch.zeros(Hkv, hd, hd, **sk))
         self.register_buffer(
             "num_batches_tracked", torch.zeros((), dtype=torch.long, device=device)
         )
@@ -604,14 +612,11 @@ class FavorAttention(nn.Module):
                 "query, key and value must all be batched or all unbatched, got "
                 f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D."
             )
-        if key.dtype != query.dtype or value.dtype != query.dtype:
-            raise TypeError(
-                f"query, key, value must share one dtype, got {query.dtype}, "
-                f"{key.dtype}, {value.dtype}."
-            )
         # the in-projection's weights, which the inputs meet first (out_proj may be
-        # swapped, e.g. by quantize_dynamic, for a module whose weight is no tensor)
-        _check_input_dtype(query.dtype, self._in_weight().dtype, query.device.type)
+        # swapped, e.g. by quantize_dynamic, for a module whose weight is no tensor);
+        # under autocast, which casts each input for its projection, dtypes may differ
+        # (as nn.MultiheadAttention allows: a bfloat16 decoder on float32 memory)
+        _check_input_dtypes((query, key, value), self._in_weight().dtype, query.device.type)
         # self-attention (one tensor, as nn.Transformer*Layer pass): padded keys are padded
         # queries too, and stay out of the fitted parameters on both sides
         self_attention = query is key
@@ -1019,6 +1024,7 @@ class FavorAttention(nn.Module):
         # pickled (torch.save of the module, copy.deepcopy), taken again when needed
         state = dict(super().__getstate__())
         state.pop("_digest_kept", None)
+        state.pop("_tracked_key", None)  # the same for _tracked's (count, version)
         state.pop("_calls", None)  # records of training calls for checkpointing: transient
         return state
 
@@ -1126,13 +1132,10 @@ class FavorAttention(nn.Module):
                     f"{name} must be (N, E) for one token or {block} for a block (batch_first="
                     f"{self.batch_first}){like}; got shape {tuple(t.shape)}."
                 )
-        if key_t.dtype != query_t.dtype or value_t.dtype != query_t.dtype:
-            raise TypeError(
-                f"query_t, key_t, value_t must share one dtype, got {query_t.dtype}, "
-                f"{key_t.dtype}, {value_t.dtype}."
-            )
         # as forward: the in-projection's weights, which the tokens meet first
-        _check_input_dtype(query_t.dtype, self._in_weight().dtype, query_t.device.type, suffix="_t")
+        _check_input_dtypes(
+            (query_t, key_t, value_t), self._in_weight().dtype, query_t.device.type, suffix="_t"
+        )
         self._check_state(state)
         H, Hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         single = query_t.dim() == 2
@@ -1258,13 +1261,29 @@ class FavorAttention(nn.Module):
     def _tracked(self) -> bool:
         """Whether any statistics were tracked (``num_batches_tracked > 0``), mirrored on
         the host so that compiled graphs read no buffer (a host sync and a graph break):
-        refreshed by every update and by ``load_state_dict``. Only this flag, never the
-        count, is a Python value, so a compiled training step is traced again once (when
+        refreshed by every update and by ``load_state_dict``, and in eager mode read again
+        whenever the count's tensor or its version changed otherwise (``functional_call``,
+        an in-place copy from another module). Only this flag, never the count, is a
+        Python value, so a compiled training step is traced again once (when
         it turns True), not at every update. (An update whose batch is fully padded
         tracks nothing but sets the flag: its statistics are still the initial zeros,
         whose fitted parameters are FAVOR+'s, ``A = 0``.)"""
-        if getattr(self, "_any_tracked", None) is None:
-            self._any_tracked = bool(int(self.num_batches_tracked))
+        if torch.compiler.is_compiling():
+            if getattr(self, "_any_tracked", None) is None:
+                self._any_tracked = bool(int(self.num_batches_tracked))
+            return self._any_tracked
+        # eager: read the count again when its tensor or version changed, whoever
+        # changed it (functional_call's buffers, an in-place copy from an EMA or
+        # swa_utils model, a loader that sets buffers directly)
+        count = self.num_batches_tracked
+        try:
+            key = (count, count._version)
+        except RuntimeError:  # inference tensors track no version: read it every call
+            key = None
+        kept = self.__dict__.get("_tracked_key")
+        if key is None or kept is None or kept[0] is not count or kept[1] != key[1]:
+            self._any_tracked = bool(int(count))
+            self._tracked_key = key
         return self._any_tracked
 
     def get_extra_state(self):
@@ -1426,6 +1445,25 @@ class FavorAttention(nn.Module):
         for buf, val in zip(buffers, new, strict=True):
             buf.mul_(1.0 - f).add_(val * f)
         self._any_tracked = True
+        if not torch.compiler.is_compiling():  # this flag is the count's now: no re-read
+            count = self.num_batches_tracked
+            try:
+                self._tracked_key = (count, count._version)
+            except RuntimeError:  # an inference tensor: read at every call
+                self._tracked_key = None
+
+
+def _check_input_dtypes(inputs, weight_dtype, device_type: str, suffix: str = "") -> None:
+    """:func:`_check_input_dtype` of the query, key and value tensors ``inputs``, which
+    must also share one dtype outside autocast (a ``TypeError`` naming them)."""
+    q, k, v = inputs
+    if (k.dtype != q.dtype or v.dtype != q.dtype) and not torch.is_autocast_enabled(device_type):
+        raise TypeError(
+            f"query{suffix}, key{suffix}, value{suffix} must share one dtype (outside "
+            f"torch.autocast), got {q.dtype}, {k.dtype}, {v.dtype}."
+        )
+    for dtype in dict.fromkeys(t.dtype for t in inputs):
+        _check_input_dtype(dtype, weight_dtype, device_type, suffix)
 
 
 def _check_input_dtype(dtype, weight_dtype, device_type: str, suffix: str = "") -> None:
