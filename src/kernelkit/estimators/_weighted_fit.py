@@ -55,6 +55,9 @@ def weighted_moments(fm, X, Y, wx, wy):
         return
     scale = float(fm.lengthscale)  # the maps' moments are of X / lengthscale
     Y = X if Y is None else Y
+    # a DataFrame (a Pipeline step's pandas output) as its values: the map's own fit
+    # still gets the DataFrame, for its feature names
+    X, Y = (np.asarray(A, dtype=np.float64) if hasattr(A, "columns") else A for A in (X, Y))
     wx, wy = _probabilities(wx), _probabilities(wy)
 
     def compute():

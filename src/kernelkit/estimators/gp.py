@@ -508,7 +508,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE):
                     self.posteriors_ = _posteriors_from_grams(grams, *labels)
                 self.mc_noise_ = symmetric_normal_draws(rng, S, C)
-                self._amp = amp
+                self._amp, self._n_samples = amp, S
                 return self
             Phi = map_features(self.feature_map_, X, amp)
             with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE):
@@ -517,7 +517,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 else:
                     self.posteriors_ = _class_posteriors_dual(Phi, y_idx, C, *labels, w)
         self.mc_noise_ = symmetric_normal_draws(rng, S, len(self.classes_))
-        self._amp = amp
+        self._amp, self._n_samples = amp, S
         return self
 
     def _check_classes(self) -> None:
@@ -573,7 +573,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         C = len(self.classes_)
         # draws closed under the cyclic shifts only (more classes than n_samples! allows):
         # also the swap of the two largest means' draws (predict's near ties)
-        swap = not draws_are_fully_symmetric(self.n_samples, C)
+        # (of the fitted draws: n_samples set after fit takes effect at the next fit)
+        swap = not draws_are_fully_symmetric(self._n_samples, C)
         return mc_softmax(
             mean, var, self.mc_noise_, n_jobs=self.n_jobs, by_rank=True, swap_top=swap
         )

@@ -375,12 +375,13 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         return name
 
     def _new_map(self):
+        cfg = self._fitted
         return make_feature_map(
             self._method,
             kernel="gaussian",
-            n_components=self.n_components,
-            lengthscale=1.0 / float(self.sigma),
-            sampler=self.sampler,
+            n_components=cfg["n_components"],
+            lengthscale=1.0 / cfg["sigma"],
+            sampler=cfg["sampler"],
             random_state=self._feature_seed,
             n_jobs=self.n_jobs,
         )
@@ -400,7 +401,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             if "increase lengthscale" not in str(exc):
                 raise
             raise ValueError(
-                f"NadarayaWatsonClassifier(sigma={float(self.sigma):g}): "
+                f"NadarayaWatsonClassifier(sigma={self._fitted['sigma']:g}): "
                 + str(exc).replace(
                     "increase lengthscale", "decrease sigma (the kernel's lengthscale is 1 / sigma)"
                 )
@@ -459,6 +460,15 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         """
         self._validate_params()
         self._method = self._check_params()
+        # the checked values the predictions use: a set_params after fit takes effect at
+        # the next fit (scikit-learn's convention), never unchecked at predict time
+        self._fitted = {
+            "sigma": float(self.sigma),
+            "exact": bool(self.exact),
+            "n_components": int(self.n_components),
+            "sampler": self.sampler,
+            "fit_on": self.fit_on,
+        }
         reject_block_iterable(self, X)
         check_missing_labels(type(self).__name__, y)
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=False)
@@ -486,7 +496,8 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             self._feature_seed = int(check_random_state(rs).integers(0, 2**31 - 1))
         self.feature_map_ = None
         self._keys = None
-        if not self.exact and (self._method not in DATA_DEPENDENT or self.fit_on == "train"):
+        cfg = self._fitted
+        if not cfg["exact"] and (self._method not in DATA_DEPENDENT or cfg["fit_on"] == "train"):
             self.feature_map_ = self._fit_map(self._X_centred)  # (X_train, X_train)
             self._keys = self._key_side(self.feature_map_)
         return self
@@ -496,9 +507,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, accept_sparse=False, reset=False)
         X = X - self.X_mean_  # centred as the training points
-        if self.exact:
+        if self._fitted["exact"]:
             return exact_nw_scores(
-                X, self._X_centred, self._R, float(self.sigma), log_w=self._log_w
+                X, self._X_centred, self._R, self._fitted["sigma"], log_w=self._log_w
             )
         if self.feature_map_ is not None:  # rows independent: one slab of features at a time
             fm, keys = self.feature_map_, self._keys

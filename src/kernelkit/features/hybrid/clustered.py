@@ -236,6 +236,8 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
             ``self``, redrawn in place.
         """
         self._check_fitted(redrawn=("n_features", "sampler", "n_lambda"))
+        self._validate_params()  # values set since fit: checked as fit checks them
+        self._check_params()
         rng = check_random_state(random_state)
         d = self.A_.shape[-1]
         self.projection_ = draw_projection(self.n_features, d, rng, sampler=self.sampler)
