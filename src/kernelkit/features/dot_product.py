@@ -72,6 +72,7 @@ from .dot_product_variance import (
     _clip0,
     iid_sketch_variance,
     pair_statistics,
+    pair_terms,
     srht_c,
     tensor_sketch_variance,
     tensor_srht_variance,
@@ -86,6 +87,7 @@ __all__ = [
     "TensorSketch",
     "iid_sketch_variance",
     "pair_statistics",
+    "pair_terms",
     "srht_c",
     "tensor_sketch_variance",
     "tensor_srht_variance",
@@ -366,13 +368,17 @@ class DotProductFeatureMap(FeatureMap):
         return polynomial_kernel(X, Y, degree=self._p, coef0=self._c)
 
     # ------------------------------------------------------------------ variance
-    def _variance_from_stats(self, G, N, S, kind):
+    def _variance_from_stats(self, G, N, S, kind, gaps=None):
         q, m4 = self._moments[bool(self.complex)]
-        return iid_sketch_variance(G, N, S, self._p, self.n_features, q=q, m4=m4, kind=kind)
+        return iid_sketch_variance(
+            G, N, S, self._p, self.n_features, q=q, m4=m4, kind=kind, gaps=gaps
+        )
 
     def _unit_statistics(self, X, Y, xp):
-        """``(G, N, S)`` (:func:`pair_statistics`) of the unit rows ``x~ / |x~|`` and
-        ``y~ / |y~|``, and ``log(|x~|^2 |y~|^2)``, each (n, m).
+        """``(G, N, S, (A, B))`` (:func:`pair_terms`) of the unit rows ``x~ / |x~|`` and
+        ``y~ / |y~|``, and ``log(|x~|^2 |y~|^2)``, each (n, m). The augmented coordinate
+        of a unit row, ``sqrt(coef0) / |x~|``, is passed apart, so ``A`` and ``B`` keep
+        their digits where it dominates (small rows).
 
         Every variance formula is homogeneous of degree ``2p`` in ``x~`` and in ``y~``, as
         ``k^2 = G^(2p)`` is, so the variances are formed on unit rows and scaled back in
@@ -386,17 +392,20 @@ class DotProductFeatureMap(FeatureMap):
 
         Xu, lx = unit(X)
         Yu, ly = (Xu, lx) if Y is X else unit(Y)
-        G, N, S = pair_statistics(Xu, Yu, 0.0)
-        return G, N, S, lx[:, None] + ly[None, :]
+        if self._c > 0:  # [x; a_x] / |x~|: the rows and the squares of their last entry
+            G, N, S, A, B = pair_terms(Xu[:, :-1], Yu[:, :-1], Xu[:, -1] ** 2, Yu[:, -1] ** 2)
+        else:
+            G, N, S, A, B = pair_terms(Xu, Yu)
+        return G, N, S, (A, B), lx[:, None] + ly[None, :]
 
     def _scaled_variance(self, X, Y, xp, kind):
         with np.errstate(over="ignore", invalid="ignore"):  # checked below
-            G, N, S = pair_statistics(X, Y, self._c)  # the raw rows: no extra pass if finite
-            V = _clip0(xp, self._variance_from_stats(G, N, S, kind))
+            G, N, S, A, B = pair_terms(X, Y, self._c)  # the raw rows: no extra pass if finite
+            V = _clip0(xp, self._variance_from_stats(G, N, S, kind, (A, B)))
         if bool(xp.all(xp.isfinite(V))):
             return V
-        G, N, S, log_n = self._unit_statistics(X, Y, xp)
-        V = _clip0(xp, self._variance_from_stats(G, N, S, kind))
+        G, N, S, gaps, log_n = self._unit_statistics(X, Y, xp)
+        V = _clip0(xp, self._variance_from_stats(G, N, S, kind, gaps))
         return times_exp(xp, V, self._p * log_n)  # V |x~|^(2p) |y~|^(2p)
 
     def _variance(self, X, Y, xp):
@@ -409,8 +418,8 @@ class DotProductFeatureMap(FeatureMap):
         # float32's range (k ~ 1e-19 for inputs of norm ~1e-5, degree 2) where the ratio is
         # moderate
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
-        G, N, S, _ = self._unit_statistics(Xw, Yw, xp)
-        V = _clip0(xp, self._variance_from_stats(G, N, S, "real"))
+        G, N, S, gaps, _ = self._unit_statistics(Xw, Yw, xp)
+        V = _clip0(xp, self._variance_from_stats(G, N, S, "real", gaps))
         with np.errstate(invalid="ignore"):
             out = safe_log(xp, V) - (2.0 * self._p) * safe_log(xp, xp.abs(G))
         # V = 0 (a zero augmented row: every feature is 0, the estimate exactly k = 0):
@@ -766,7 +775,7 @@ class TensorSRHT(DotProductFeatureMap):
         map_row_blocks(block, n, width, X.dtype.itemsize, n_jobs=self.n_jobs)
         return out
 
-    def _variance_from_stats(self, G, N, S, kind):
+    def _variance_from_stats(self, G, N, S, kind, gaps=None):
         return tensor_srht_variance(
             G,
             N,
@@ -776,6 +785,7 @@ class TensorSRHT(DotProductFeatureMap):
             self.padded_dim_,
             complex=bool(self.complex),
             kind=kind,
+            gaps=gaps,
         )
 
 
@@ -901,5 +911,5 @@ class TensorSketch(DotProductFeatureMap):
         map_row_blocks(block, n, p * D, X.dtype.itemsize, n_jobs=self.n_jobs)
         return out
 
-    def _variance_from_stats(self, G, N, S, kind):
-        return tensor_sketch_variance(G, N, S, self._p, self.n_features)
+    def _variance_from_stats(self, G, N, S, kind, gaps=None):
+        return tensor_sketch_variance(G, N, S, self._p, self.n_features, gaps=gaps)

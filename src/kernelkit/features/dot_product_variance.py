@@ -13,11 +13,14 @@ is the paper's ``E|k_hat - k|^2``, ``kind="real"`` the variance of the real part
 
 from __future__ import annotations
 
+import math
+
 from ._base import _namespace_of
 
 __all__ = [
     "iid_sketch_variance",
     "pair_statistics",
+    "pair_terms",
     "srht_c",
     "tensor_sketch_variance",
     "tensor_srht_variance",
@@ -29,22 +32,49 @@ def pair_statistics(X, Y=None, coef0: float = 0.0):
     """``(G, N, S)`` of the augmented pairs ``x~ = [x; sqrt(coef0)]``, each (n, m).
 
     ``G = x~.y~``, ``N = |x~|^2 |y~|^2``, ``S = sum_k x~_k^2 y~_k^2`` (Theorem 2), in
-    ``O(nmd)`` without forming ``x~``.
+    ``O(nmd)`` without forming ``x~``. The variance formulas use the differences
+    ``N - S`` and ``G^2 - S``; :func:`pair_terms` gives them without cancellation.
+    """
+    return pair_terms(X, Y, coef0)[:3]
+
+
+def pair_terms(X, Y=None, coef0=0.0, coef0_y=None):
+    """``(G, N, S, A, B)``, each (n, m): :func:`pair_statistics` and the differences
+    ``A = N - S``, ``B = G^2 - S`` formed without the terms that cancel.
+
+    The augmented coordinate may differ per row: ``coef0`` is a float or an (n,) array of
+    the squared last coordinates ``a_x^2`` of the rows of ``X`` (``coef0_y`` the same for
+    ``Y``, default ``coef0``); unit rows ``x~ / |x~|`` have ``a_x^2 = coef0 / |x~|^2``.
+    With ``a = a_x a_y``::
+
+        A = |x|^2 |y|^2 + a_x^2 |y|^2 + a_y^2 |x|^2 - sum_k x_k^2 y_k^2
+        B = (x.y)^2 + 2 a (x.y) - sum_k x_k^2 y_k^2
+
+    so a constant that dominates small rows (``coef0 >> |x|^2``) leaves every digit of
+    the differences, which ``N - S`` and ``G^2 - S`` lose (both carry ``coef0^2``).
     """
     Y = X if Y is None else Y
     xp = _namespace_of(X)
-    c = float(coef0)
-    G = X @ xp.matrix_transpose(Y)
+    cx = coef0
+    cy = cx if coef0_y is None else coef0_y
+    dot = X @ xp.matrix_transpose(Y)  # (n, m)
     X2, Y2 = X * X, Y * Y
-    S = X2 @ xp.matrix_transpose(Y2)
+    sq = X2 @ xp.matrix_transpose(Y2)  # sum_k x_k^2 y_k^2
     nx = xp.sum(X2, axis=1)
     ny = nx if Y is X else xp.sum(Y2, axis=1)
-    if c != 0.0:
-        G = G + c
-        S = S + c * c
-        nx, ny = nx + c, ny + c
-    N = nx[:, None] * ny[None, :]
-    return G, N, S
+    prod = nx[:, None] * ny[None, :]
+    if not (hasattr(cx, "shape") or hasattr(cy, "shape")) and float(cx) == float(cy) == 0.0:
+        return dot, prod, sq, prod - sq, dot * dot - sq
+    cx_col = cx[:, None] if hasattr(cx, "shape") else float(cx)  # (n, 1) or a float
+    cy_row = cy[None, :] if hasattr(cy, "shape") else float(cy)  # (1, m) or a float
+    a2 = cx_col * cy_row
+    a = xp.sqrt(a2) if hasattr(a2, "shape") else math.sqrt(a2)  # a_x a_y
+    G = dot + a
+    S = sq + cx_col * cy_row
+    N = (nx[:, None] + cx_col) * (ny[None, :] + cy_row)
+    A = (prod - sq) + cx_col * ny[None, :] + cy_row * nx[:, None]
+    B = dot * (dot + 2.0 * a) - sq
+    return G, N, S, A, B
 
 
 def unit_rows(A):
@@ -92,6 +122,7 @@ def iid_sketch_variance(
     q: float = 1.0,
     m4: float = 1.0,
     kind: str = "complex",
+    gaps=None,
 ):
     """Variance of an i.i.d. sketch estimate of ``G^degree`` (Theorem 2, eq. 16-21).
 
@@ -108,6 +139,9 @@ def iid_sketch_variance(
     kind : {"complex", "real"}
         ``"complex"``: ``E|k_hat - k|^2`` (eq. 16, the paper's); ``"real"``:
         ``E(Re k_hat - k)^2`` (the variance of the real part).
+    gaps : (A, B), optional
+        ``N - S`` and ``G^2 - S`` from :func:`pair_terms` (without cancellation); by
+        default formed from ``N``, ``S`` and ``G``.
 
     Returns
     -------
@@ -116,12 +150,14 @@ def iid_sketch_variance(
     p = int(degree)
     r2 = (2.0 * q - 1.0) ** 2
     G2 = G * G
-    # E|a|^2 - G^2 for one degree: (m4 - 2 - r^2) S + N + r^2 G^2  (eq. 16 with p = 1)
-    d_abs = (m4 - 2.0 - r2) * S + N + r2 * G2
+    A, B = (N - S, G2 - S) if gaps is None else gaps
+    # E|a|^2 - G^2 for one degree: (m4 - 2 - r^2) S + N + r^2 G^2 (eq. 16 with p = 1),
+    # = (m4 - 1) S + A + r^2 B
+    d_abs = A + r2 * B if m4 == 1.0 else (m4 - 1.0) * S + A + r2 * B
     V = _pow_diff(G2 + d_abs, G2, d_abs, p)
     if kind == "real":
-        # E a^2 - G^2 for one degree: (m4 - r^2 - 2) S + r^2 N + G^2
-        d_sq = (m4 - r2 - 2.0) * S + r2 * N + G2
+        # E a^2 - G^2 for one degree: (m4 - r^2 - 2) S + r^2 N + G^2 = (m4 - 1) S + r^2 A + B
+        d_sq = r2 * A + B if m4 == 1.0 else (m4 - 1.0) * S + r2 * A + B
         V = 0.5 * (V + _pow_diff(G2 + d_sq, G2, d_sq, p))
     elif kind != "complex":
         raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
@@ -137,7 +173,16 @@ def srht_c(n_features: int, d: int) -> int:
 
 
 def tensor_srht_variance(
-    G, N, S, degree: int, n_features: int, d: int, *, complex: bool = False, kind: str = "complex"
+    G,
+    N,
+    S,
+    degree: int,
+    n_features: int,
+    d: int,
+    *,
+    complex: bool = False,
+    kind: str = "complex",
+    gaps=None,
 ):
     """Variance of the TensorSRHT estimate (Theorems 5 and 10, eq. 28/33).
 
@@ -155,6 +200,8 @@ def tensor_srht_variance(
         Padded dimension (a power of two).
     complex : bool
     kind : {"complex", "real"}
+    gaps : (A, B), optional
+        ``N - S`` and ``G^2 - S`` from :func:`pair_terms`, as in :func:`iid_sketch_variance`.
     """
     p, D, d = int(degree), int(n_features), int(d)
     r2 = 0.0 if complex else 1.0
@@ -168,15 +215,16 @@ def tensor_srht_variance(
             V = V - (c / (D * D)) * _pow_diff(G2, G2 - e, e, p)
         return V
 
-    V = one(N - S + r2 * (G2 - S))
+    A, B = (N - S, G2 - S) if gaps is None else gaps
+    V = one(A + r2 * B)
     if kind == "real":
-        V = 0.5 * (V + one(G2 - S + r2 * (N - S)))
+        V = 0.5 * (V + one(B + r2 * A))
     elif kind != "complex":
         raise ValueError(f"kind must be 'complex' or 'real', got {kind!r}.")
     return V
 
 
-def tensor_sketch_variance(G, N, S, degree: int, n_features: int):
+def tensor_sketch_variance(G, N, S, degree: int, n_features: int, *, gaps=None):
     """Variance of the TensorSketch estimate of ``G^degree`` (derived; not in the paper).
 
     With ``A = N - S``, ``B = G^2 - S`` and ``g = gcd(2, D)``::
@@ -191,12 +239,13 @@ def tensor_sketch_variance(G, N, S, degree: int, n_features: int):
     ``c_i = e_i`` elsewhere (``G^2``). Both hash collisions happen with probability ``1/D``
     when the choice is the same on all of ``T``, else ``gcd(2, D)/D^2`` (the differences
     ``h_i(a_i) - h_i(b_i)`` are independent and uniform on ``Z_D``). For ``p = 1`` this is
-    the count-sketch variance ``(N + G^2 - 2S)/D``.
+    the count-sketch variance ``(N + G^2 - 2S)/D``. ``gaps``: ``(A, B)`` from
+    :func:`pair_terms` (without cancellation), by default formed from ``N``, ``S``, ``G``.
     """
     p, D = int(degree), int(n_features)
     g = 2 if D % 2 == 0 else 1
     G2 = G * G
-    A, B = N - S, G2 - S
+    A, B = (N - S, G2 - S) if gaps is None else gaps
     pa = _pow_diff(G2 + A, G2, A, p)  # (G^2 + A)^p - G^2p
     pb = _pow_diff(G2 + B, G2, B, p)
     pab = _pow_diff(G2 + A + B, G2, A + B, p)
