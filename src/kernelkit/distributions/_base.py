@@ -48,12 +48,12 @@ def check_xy(
             reset=reset,
             dtype=np.float64,
             accept_sparse=False,
-            ensure_min_samples=max(min_samples, 1),
+            ensure_min_samples=min_samples,
         )
         X = np.ascontiguousarray(X)
     else:
-        X = _as_float2d(X, "X", n_features_x)
-    Y = _as_float2d(Y, "Y", n_features_y)
+        X = _as_float2d(X, "X", n_features_x, allow_empty=min_samples == 0)
+    Y = _as_float2d(Y, "Y", n_features_y, allow_empty=min_samples == 0)
     if X.shape[0] != Y.shape[0]:
         raise ValueError(
             f"X and Y must have the same number of rows (samples), got X with {X.shape[0]} "

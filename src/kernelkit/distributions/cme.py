@@ -389,11 +389,18 @@ class ConditionalMeanEmbedding(BaseEstimator):
         ValueError
             ``event`` has values other than 0 / 1.
         """
-        return self._expectation(
-            (lambda t: check_indicator(event(t))) if callable(event) else check_indicator(event),
-            X_new,
-            "event",
-        )
+
+        def one_per_sample(values):  # (n,) or (n, 1) 0 / 1 values -> (n,)
+            ind = check_indicator(values)
+            if ind.ndim == 2 and ind.shape[1] == 1:
+                ind = ind[:, 0]
+            if ind.ndim != 1:
+                raise ValueError(f"event must give one indicator per sample, got {ind.shape}.")
+            return ind
+
+        if callable(event):
+            return self._expectation(lambda t: one_per_sample(event(t)), X_new, "event")
+        return self._expectation(one_per_sample(event), X_new, "event")
 
     def validation_loss(self, X, Y) -> float:
         """Held-out CME loss ``mean_i ||k_Y(y_i, .) - mu(x_i)||^2_{H_Y}`` (O(n' m^2));

@@ -88,8 +88,11 @@ class JointDistribution(TensorJointModel):
     reg : float, default=1e-3
         Regularisation ``lambda`` of (8).
     tol : float, optional
-        Absolute pivoted-Cholesky tolerance on ``trace(K - L L^T)`` (15).
-    rel_tol : float, default=1e-3
+        Absolute pivoted-Cholesky tolerance on ``trace(K - L L^T)`` (15). With
+        ``rel_tol`` also set, the factorisation stops at the larger of the two thresholds,
+        so a ``tol`` below ``rel_tol trace(K)`` has no effect: pass ``rel_tol=None`` to stop
+        at ``tol`` alone.
+    rel_tol : float or None, default=1e-3
         Relative tolerance ``epsilon``: stop at ``trace(K - L L^T) <= epsilon trace(K)``
         (the paper uses 1e-3 up to n = 1e5, 1e-2 at 1e6, 1e-1 at 1e7).
     max_rank : int, optional

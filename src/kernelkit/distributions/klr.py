@@ -48,7 +48,9 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
     lengthscale : float, default=1.0
     reg : float, default=1e-3
     tol, rel_tol, max_rank : float, float, int, optional
-        Pivoted Cholesky tolerances (see :class:`LowRankBasis`).
+        Pivoted Cholesky tolerances (see :class:`LowRankBasis`; ``rel_tol`` defaults to
+        1e-3). The factorisation stops at the larger of ``tol`` and ``rel_tol trace(K)``:
+        pass ``rel_tol=None`` for a ``tol`` below it to take effect.
     max_iter : int, default=500
         L-BFGS iterations at most; a fit that reaches it raises a ``ConvergenceWarning``.
     basis_cache : BasisCache, optional

@@ -270,6 +270,8 @@ def holdout_select(
             "or a callable."
         )
     X, Y = _check_labels(X, Y) if labels else check_xy(X, Y, min_samples=5)
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real):
+        raise TypeError(f"test_fraction must be a real number in (0, 1), got {test_fraction!r}.")
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}.")
     if loss == "second_moment" and not callable(true_moment):
@@ -287,6 +289,11 @@ def holdout_select(
     rng = check_random_state(random_state)
     perm = rng.permutation(n)
     n_val = max(1, round(test_fraction * n))
+    if n - n_val < 2:
+        raise ValueError(
+            f"test_fraction={test_fraction} of n = {n} samples holds out {n_val}, leaving "
+            f"{n - n_val} to train on (at least 2 are needed): lower test_fraction."
+        )
     val, tr = perm[:n_val], perm[n_val:]
 
     def fit(est, Xf, Yf, what):
