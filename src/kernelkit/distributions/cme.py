@@ -394,7 +394,7 @@ class ConditionalMeanEmbedding(BaseEstimator):
             ind = check_indicator(values)
             if ind.ndim == 2 and ind.shape[1] == 1:
                 ind = ind[:, 0]
-            if ind.ndim != 1:
+            if ind.ndim > 1:  # (a scalar is refused by _expectation, by length)
                 raise ValueError(f"event must give one indicator per sample, got {ind.shape}.")
             return ind
 
