@@ -130,3 +130,26 @@ def test_decoding_moments_are_autograd_constants():
     st = init_decoding_state((1, 1), d, "sderf", 8, moments=mom, random_state=0, dtype=dt)
     for t in range(3):
         _, st = linear_attention_step(q[..., t, :], k[..., t, :], v[..., t, :], st, inplace=True)
+
+
+def test_cloned_layers_get_their_own_generators_by_redraw_features():
+    from torch import nn
+
+    layer = nn.TransformerEncoderLayer(E, H, batch_first=True)
+    layer.self_attn = FavorAttention(E, H, n_features=8, random_state=0, redraw_interval=1)
+    enc = nn.TransformerEncoder(layer, num_layers=3, enable_nested_tensor=False)
+    attn = [lay.self_attn for lay in enc.layers]
+    assert all(torch.equal(a.projection, attn[0].projection) for a in attn)  # clones
+    for i, a in enumerate(attn):
+        a.redraw_features(random_state=i)
+    x = torch.randn(2, 5, E)
+    for _ in range(2):  # training-mode redraws follow each layer's own generator
+        enc(x)
+        P = [a.projection.clone() for a in attn]
+        assert not torch.equal(P[0], P[1]) and not torch.equal(P[1], P[2])
+    # the same seed gives the same draws
+    again = FavorAttention(E, H, n_features=8, random_state=5)
+    again.redraw_features(random_state=1)
+    ref = FavorAttention(E, H, n_features=8, random_state=7)
+    ref.redraw_features(random_state=1)
+    torch.testing.assert_close(again.projection, ref.projection, rtol=0, atol=0)

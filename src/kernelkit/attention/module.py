@@ -520,10 +520,23 @@ class FavorAttention(nn.Module):
         )
 
     @torch.compiler.disable
-    def redraw_features(self):
+    def redraw_features(self, random_state=None):
         """Draw new random projections (NumPy) into the ``projection`` buffers, each in
         the dtype and on the device of the buffer it replaces (the module's, after
-        ``.to()``, ``.half()``, ``.double()``)."""
+        ``.to()``, ``.half()``, ``.double()``).
+
+        Parameters
+        ----------
+        random_state : None, int or numpy.random.Generator, optional
+            Reseed the module's generator first (this and every later redraw follow
+            it, and it is saved in the ``state_dict``). Layers cloned by
+            ``copy.deepcopy`` (``nn.TransformerEncoder`` clones its layer) copy the
+            generator too and would redraw identical projections for ever: give each
+            its own, e.g. ``layer.self_attn.redraw_features(random_state=i)``. None
+            keeps the generator.
+        """
+        if random_state is not None:
+            self._rng = check_random_state(random_state)
         params = draw_features(
             self.feature_map, self.n_features, self.head_dim, self._rng, self.sampler
         )
