@@ -12,6 +12,7 @@ from sklearn.preprocessing import StandardScaler
 from kernelkit.estimators import (
     NadarayaWatsonClassifier,
     RandomFeatureGPClassifier,
+    RandomFeatureGPRegressor,
     RandomFeatureRidge,
 )
 from kernelkit.features import GERF, ClusteredHybridRF, TrigRF
@@ -88,3 +89,24 @@ def test_weighted_fit_of_a_pandas_output_pipeline_map(est_cls):
     got2 = getattr(got2.fit(X, y, sample_weight=w), method)(X)
     for pred in (got, got2):
         np.testing.assert_allclose(pred, getattr(ref, method)(X), atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "make, prefix",
+    [
+        (lambda fm: RandomFeatureRidge(fm, alpha=1e-17, solver="dual"), "RandomFeatureRidge"),
+        (
+            lambda fm: RandomFeatureGPRegressor(fm, noise=1e-17, solver="dual"),
+            "RandomFeatureGPRegressor",
+        ),
+    ],
+)
+def test_solver_failures_name_the_estimator_and_its_parameter(make, prefix):
+    from kernelkit.features import RandomFourierFeatures
+
+    rng = np.random.default_rng(0)
+    X = np.repeat(rng.standard_normal((5, 2)), 20, axis=0)  # 5 distinct rows, 100 samples
+    est = make(RandomFourierFeatures(n_features=400, random_state=0))
+    name = "alpha" if prefix == "RandomFeatureRidge" else "noise"
+    with pytest.raises(np.linalg.LinAlgError, match=rf"^{prefix}\({name}=1e-17\): Cholesky"):
+        est.fit(X, np.sin(X[:, 0]))

@@ -192,21 +192,27 @@ WEIGHT_SPREAD = 1e8
 
 
 @contextlib.contextmanager
-def weights_in_solver_errors(owner: str, w, noise_name: str):
+def weights_in_solver_errors(owner: str, w, noise_name: str, param=None):
     """Re-raise a ``LinAlgError`` of the primal solve in the block naming ``sample_weight``
     when the weights ``w`` (a NumPy vector; None or a Dask array: unchanged) span more than
     :data:`WEIGHT_SPREAD`: the noise of row ``i`` is ``noise_name / w_i``, and increasing
     the noise, as the solver's message says, does not help. The ``n x n`` dual form
-    factorises ``K_hat + diag(noise / w)`` and fits them (a failure there is unchanged)."""
+    factorises ``K_hat + diag(noise / w)`` and fits them. Other failures are re-raised
+    with the estimator and ``param`` ``(name, value)``, the parameter that sets the noise
+    (``alpha``, ``noise``), in front of the solver's message."""
     try:
         yield
     except np.linalg.LinAlgError as exc:
-        if not isinstance(w, np.ndarray) or "kernel matrix" in str(exc):  # dual: as is
-            raise
-        positive = w[w > 0]
+        positive = w[w > 0] if isinstance(w, np.ndarray) else np.ones(1)
         spread = float(positive.max() / positive.min()) if positive.size else 1.0
-        if not spread >= WEIGHT_SPREAD:
-            raise
+        if "kernel matrix" in str(exc) or not spread >= WEIGHT_SPREAD:  # not the weights
+            if param is None:
+                raise
+            name, value = param
+            raise np.linalg.LinAlgError(
+                f"{owner}({name}={value!r}): {exc} Here the noise / regularisation is "
+                f"{name}."
+            ) from exc
         raise np.linalg.LinAlgError(
             f"{owner}: sample_weight spans {spread:.3g} (its largest over its smallest "
             f"positive weight): the noise of row i is {noise_name} / w_i, and the primal "

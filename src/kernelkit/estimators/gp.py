@@ -202,7 +202,9 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         rows = training_rows(self, X, y, sample_weight)
         fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs)  # 2. the map
         # 3.-4. features or their statistics, and the posterior: the fit's only branch
-        with weights_in_solver_errors(type(self).__name__, rows.w, "noise"):
+        with weights_in_solver_errors(
+            type(self).__name__, rows.w, "noise", ("noise", self.noise)
+        ):
             if rows.chunked:  # statistics reduced over the chunks
                 self._solve_statistics(chunk_statistics(fm, rows, amp), noise)
             elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
@@ -505,13 +507,17 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 # n x D beyond STREAM_ENTRIES: the per-class sums over row blocks, as a
                 # chunked fit (one slab of features at a time, never all of them)
                 grams = blocked_class_statistics(self.feature_map_, X, y_idx, C, amp, n_jobs, w)
-                with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE):
+                with weights_in_solver_errors(
+                    type(self).__name__, w, _MILIOS_NOISE, ("alpha", self.alpha)
+                ):
                     self.posteriors_ = _posteriors_from_grams(grams, *labels)
                 self.mc_noise_ = symmetric_normal_draws(rng, S, C)
                 self._amp, self._n_samples = amp, S
                 return self
             Phi = map_features(self.feature_map_, X, amp)
-            with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE):
+            with weights_in_solver_errors(
+                type(self).__name__, w, _MILIOS_NOISE, ("alpha", self.alpha)
+            ):
                 if choose_solver(self.solver, *Phi.shape) == "primal":
                     self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels, w)
                 else:
