@@ -153,3 +153,28 @@ def test_cloned_layers_get_their_own_generators_by_redraw_features():
     ref = FavorAttention(E, H, n_features=8, random_state=7)
     ref.redraw_features(random_state=1)
     torch.testing.assert_close(again.projection, ref.projection, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fm", ["positive", "sderf"])
+def test_module_names_overflow_of_finite_inputs(fm):
+    torch.manual_seed(0)
+    m = FavorAttention(E, H, n_features=32, feature_map=fm, random_state=0)
+    x = 1e30 * torch.randn(2, 5, E)  # finite, but the features overflow float32
+    for mode in (m.train, m.eval):
+        mode()
+        with pytest.raises(ValueError, match="overflow"):
+            m(x, x, x)
+    out = m(x, x, x, is_causal=True)[0]  # the causal kernel's log-space stabilisers hold
+    assert torch.isfinite(out).all()
+
+
+def test_decoding_step_names_overflow_of_finite_inputs():
+    q = torch.zeros(1, 1, 4, 2)
+    v = torch.full((1, 1, 4, 2), 3e38)  # finite float32 values whose sums overflow
+    st = init_decoding_state((1, 1), 2, "positive", 8, random_state=0)
+    with pytest.raises(ValueError, match="overflow"):
+        for t in range(4):
+            _, st = linear_attention_step(q[..., t, :], q[..., t, :], v[..., t, :], st)
+    st = init_decoding_state((1, 1), 2, "positive", 8, random_state=0)
+    with pytest.raises(ValueError, match="overflow"):
+        linear_attention_step(q, q, v, st)

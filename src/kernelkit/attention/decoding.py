@@ -1405,7 +1405,8 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
         if check_keys and not _all_finite(state.params.fmap._row(y, "k")):
             _raise_not_finite("the squared norm of a key", k_t=k_t)
         out, kvz, c = _prefill_batched(state.params, x, y, va, keep, state.kvz, state.c, inplace)
-        return _stepped(state, out.to(q_t.dtype), kvz, c, q_t.shape[-2], inplace)
+        out = _checked_output(out.to(q_t.dtype), check_finite, q_t, k_t, v_t)
+        return _stepped(state, out, kvz, c, q_t.shape[-2], inplace)
     if single:  # (..., d) -> (..., 1, d) for the batched feature matmul
         x, y = x[..., None, :], y[..., None, :]
     lq, lk = state.params(x, y)  # (..., H, T, M), (..., Hkv, T, M) with a GQA state
@@ -1424,7 +1425,25 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     out, kvz, c = step(lq, lk, va, keep, state.kvz, state.c, inplace, grouped)
     if grouped:
         out = out.flatten(hd, hd + 1)  # (..., Hq, [T,] e)
-    return _stepped(state, out.to(q_t.dtype), kvz, c, 1 if single else q_t.shape[-2], inplace)
+    out = _checked_output(out.to(q_t.dtype), check_finite, q_t, k_t, v_t)
+    return _stepped(state, out, kvz, c, 1 if single else q_t.shape[-2], inplace)
+
+
+def _checked_output(out, check_finite, q_t, k_t, v_t):
+    """``out``, or the overflow error of ``linear_attention`` where it is not finite
+    although the inputs are (features or their sums past the dtype's range), under the
+    same policy: eager CPU with ``check_finite`` None or True (not in compiled graphs or
+    ``torch.func`` transforms). Raised before the state is returned (an in-place step has
+    already written it: reset or restore the state)."""
+    if (
+        check_finite is not False
+        and out.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not _in_func_transform()
+        and not _all_finite(out)
+    ):
+        _raise_not_finite("the attention output", q_t=q_t, k_t=k_t, v_t=v_t)
+    return out
 
 
 def _check_inplace(kvz, what, inputs=()):

@@ -72,10 +72,13 @@ from .decoding import (
     linear_attention_step,
 )
 from .functional import (
+    _all_finite,
     _check_is_causal,
     _check_sampler,
     _finite_check,
     _float_blocked,
+    _in_func_transform,
+    _raise_not_finite,
     _split_blocked_mask,
     _tensor_arg,
     attention_moments,
@@ -697,6 +700,23 @@ class FavorAttention(nn.Module):
             else:
                 call.projection = proj
         qmask = mask4 if self_attention and L else None  # (N, 1, L): padded queries
+        out = _attention_output_checked(
+            lambda: self._attention(q, k, v, mask4, proj, recompute, qmask, call, is_causal),
+            query=query,
+            key=key,
+            value=value,
+        )
+        out = nn.functional.dropout(out, self.dropout, self.training)
+        out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
+        out = self.out_proj(out)
+        if unbatched:
+            out = out[0]
+        elif not self.batch_first:
+            out = out.transpose(0, 1)
+        return out, None
+
+    def _attention(self, q, k, v, mask4, proj, recompute, qmask, call, is_causal):
+        """Per-head attention (N, H, L, hd) of the projected inputs (forward's body)."""
         if is_causal:
             out = self._causal_attention(q, k, v, mask4, proj, recompute, qmask, call)
         else:
@@ -718,14 +738,7 @@ class FavorAttention(nn.Module):
                     check_finite=False,
                     enable_gqa=self._gqa,
                 )
-        out = nn.functional.dropout(out, self.dropout, self.training)
-        out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, L, E)
-        out = self.out_proj(out)
-        if unbatched:
-            out = out[0]
-        elif not self.batch_first:
-            out = out.transpose(0, 1)
-        return out, None
+        return out
 
     def _forward_nested(self, query, key, value, key_padding_mask, attn_mask, is_causal):
         """Self-attention on a nested batch (N sequences of shapes (L_i, E)), as
@@ -1193,15 +1206,20 @@ class FavorAttention(nn.Module):
         if single:  # the one-token step (N, H, hd): no block pivot to choose, so it traces
             q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
             mask = None if mask is None else mask[..., 0]  # (N, Hkv)
-        out, state = linear_attention_step(
-            q,
-            k,
-            v,
-            state,
-            key_padding_mask=mask,
-            check_finite=False,
-            inplace=inplace,
-            enable_gqa=self._gqa,
+        out, state = _attention_output_checked(
+            lambda: linear_attention_step(
+                q,
+                k,
+                v,
+                state,
+                key_padding_mask=mask,
+                check_finite=False,
+                inplace=inplace,
+                enable_gqa=self._gqa,
+            ),
+            query_t=query_t,
+            key_t=key_t,
+            value_t=value_t,
         )
         out = out[:, :, None] if single else out  # (N, H, T, hd)
         out = nn.functional.dropout(out, self.dropout, self.training)
@@ -1464,6 +1482,33 @@ class FavorAttention(nn.Module):
                 self._tracked_key = (count, count._version)
             except RuntimeError:  # an inference tensor: read at every call
                 self._tracked_key = None
+
+
+def _attention_output_checked(attend, **inputs):
+    """``attend()`` (a module's attention call with ``check_finite=False``, on inputs
+    already checked finite by name), under linear_attention's ``check_finite=None`` policy
+    on eager CPU: a NaN or inf output, or a fit whose eigendecomposition failed on
+    overflowed moments, is the ValueError of ``linear_attention`` naming ``inputs``. One
+    reduction over the output instead of the functional API's checks of every input."""
+    first = next(iter(inputs.values()))
+    eager = (
+        first.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not _in_func_transform()
+    )
+    if not eager:
+        return attend()
+    try:
+        res = attend()
+    except torch.linalg.LinAlgError as exc:
+        try:
+            _raise_not_finite("the fit of the feature parameters", **inputs)
+        except ValueError as err:
+            raise err from exc
+    out = res[0] if isinstance(res, tuple) else res
+    if not _all_finite(out):
+        _raise_not_finite("the attention output", **inputs)
+    return res
 
 
 def _check_input_dtypes(inputs, weight_dtype, device_type: str, suffix: str = "") -> None:

@@ -210,8 +210,7 @@ def weights_in_solver_errors(owner: str, w, noise_name: str, param=None):
                 raise
             name, value = param
             raise np.linalg.LinAlgError(
-                f"{owner}({name}={value!r}): {exc} Here the noise / regularisation is "
-                f"{name}."
+                f"{owner}({name}={value!r}): {exc} Here the noise / regularisation is {name}."
             ) from exc
         raise np.linalg.LinAlgError(
             f"{owner}: sample_weight spans {spread:.3g} (its largest over its smallest "

@@ -202,9 +202,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         rows = training_rows(self, X, y, sample_weight)
         fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs)  # 2. the map
         # 3.-4. features or their statistics, and the posterior: the fit's only branch
-        with weights_in_solver_errors(
-            type(self).__name__, rows.w, "noise", ("noise", self.noise)
-        ):
+        with weights_in_solver_errors(type(self).__name__, rows.w, "noise", ("noise", self.noise)):
             if rows.chunked:  # statistics reduced over the chunks
                 self._solve_statistics(chunk_statistics(fm, rows, amp), noise)
             elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D

@@ -173,9 +173,7 @@ class RandomFeatureRidge(RegressorMixin, BaseEstimator):
         rows = training_rows(self, X, y, sample_weight)
         fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs)  # 2. the map
         # 3.-4. features or their statistics, and the solve: the fit's only branch
-        with weights_in_solver_errors(
-            type(self).__name__, rows.w, "alpha", ("alpha", self.alpha)
-        ):
+        with weights_in_solver_errors(type(self).__name__, rows.w, "alpha", ("alpha", self.alpha)):
             if rows.chunked:  # statistics reduced over the chunks
                 coef, intercept, n = self._solve_statistics(chunk_statistics(fm, rows), alpha)
             elif use_blocked_statistics(fm, rows.X, self.solver):  # primal, large n x D
