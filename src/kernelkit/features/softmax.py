@@ -659,6 +659,22 @@ class PositiveRF(_DiagonalDERF):
 
     accepts_sparse = True
 
+    def _log_relative_variance(self, X, Y, xp):
+        # m2 / K^2 = e^{z2} (z2 = |x+y|^2, any alpha: the kernel's row factors cancel), so
+        # log(Var / K^2) = log(expm1(z2)) - log M = z2 + log(1 - e^{-z2}) - log M, from z2
+        # directly: -inf (zero variance, zero gradient) exactly at y = -x, where the
+        # difference of the two logs was rounding noise for the Gaussian kernel
+        z2 = xp.clip(HyperbolicRF._sum_sq(X, Y, xp)[2], min=0.0)
+        return z2 + log1mexp(xp, z2) - math.log(self.n_features)
+
+    def _variance(self, X, Y, xp):
+        # K^2 times the relative variance, in log space
+        log_var = 2.0 * self._log_kernel(X, Y, xp) + self._log_relative_variance(X, Y, xp)
+        if is_numpy_namespace(xp):
+            with np.errstate(over="ignore"):  # inf is the answer beyond the dtype's range
+                return np.exp(log_var)
+        return xp.exp(log_var)
+
 
 class HyperbolicRF(_DiagonalDERF):
     """Hyperbolic (antithetic positive) random features.
