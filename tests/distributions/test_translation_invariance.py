@@ -50,3 +50,26 @@ def test_cme_is_translation_invariant():
     moved = ConditionalMeanEmbedding(lengthscale_x=2.0).fit(X + 1e8, Y)
     moved = moved.conditional_expectation(Y, q + 1e8)
     np.testing.assert_allclose(moved, ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("far", [1e6, 1e8, 1e10])
+def test_kernel_matrix_with_a_far_row_in_B_keeps_the_near_columns(far):
+    rng = np.random.default_rng(0)
+    d = 10
+    A, B = rng.standard_normal((50, d)), rng.standard_normal((20, d))
+    B[0, 0] = far  # drags the mean of B far from the data
+    exact = np.exp(-0.5 * ((A[:, None] - B[None]) ** 2).sum(-1))
+    K = make_kernel("gaussian", 1.0)(A, B)
+    np.testing.assert_allclose(K, exact, rtol=0, atol=1e-12)
+
+
+def test_kernel_matrix_with_two_far_apart_clusters():
+    rng = np.random.default_rng(0)
+    d = 10
+    A = np.vstack([rng.standard_normal((20, d)), rng.standard_normal((20, d)) + 1e8])
+    B = np.vstack([rng.standard_normal((10, d)), rng.standard_normal((10, d)) + 1e8])
+    exact = np.exp(-0.5 * ((A[:, None] - B[None]) ** 2).sum(-1))
+    K = make_kernel("gaussian", 1.0)(A, B)
+    # the differences of the points at 1e8 are exact to about 1e-8 (their rounding)
+    np.testing.assert_allclose(K, exact, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(K[:20, :10], exact[:20, :10], rtol=0, atol=1e-12)
