@@ -168,7 +168,10 @@ class Kernel:
         mean of ``B``: a translation leaves every distance unchanged, and the form's
         cancellation error, about ``eps (|a|^2 + |b|^2)``, is then relative to the
         points' spread about the data instead of to their distance from the origin (data
-        at 1e8 would otherwise lose every digit).
+        at 1e8 would otherwise lose every digit). Entries where that error would still
+        be large relative to the distance (below ``1e-4 (|a|^2 + |b|^2)``: near pairs,
+        or rows far from the mean, as with one far row of ``B`` or two far-apart
+        clusters) are formed again from explicit differences.
         """
         if self.name is None:
             K = np.asarray(self.func(A, B), dtype=np.float64)
@@ -183,9 +186,9 @@ class Kernel:
         with np.errstate(over="ignore", invalid="ignore"):
             norms = A.shape[1] > _DIRECT_DIMS
             if norms:
-                A, B = _about_mean_of(A, B)
-                a2 = np.einsum("ij,ij->i", A, A)
-                b2 = np.einsum("ij,ij->i", B, B)
+                Ac, Bc = _about_mean_of(A, B)
+                a2 = np.einsum("ij,ij->i", Ac, Ac)
+                b2 = np.einsum("ij,ij->i", Bc, Bc)
             # the norms' form is inf - inf = NaN where a norm (or a.b) leaves float64:
             # there, too, the explicit differences
             if not norms or not (_below(a2) and _below(b2)):
@@ -197,12 +200,34 @@ class Kernel:
                     diff *= diff
                     r2 += diff
             else:
-                r2 = A @ B.T  # (na, nb)
+                r2 = Ac @ Bc.T  # (na, nb)
                 r2 *= -2.0
                 r2 += a2[:, None]
                 r2 += b2[None, :]
                 np.maximum(r2, 0.0, out=r2)
+                # (from the rows as given: the centred ones carry the centring's rounding)
+                _exact_where_cancelled(r2, A, B, a2, b2)
         return _profile(self.name, r2, self.lengthscale)
+
+
+#: entries of the norms' form below this fraction of ``|a|^2 + |b|^2`` are formed again
+#: from explicit differences: elsewhere its relative error is at most about eps / it
+_CANCEL_FRACTION = 1e-4
+#: pairs per chunk of that recomputation (a (chunk, d) temporary)
+_CANCEL_CHUNK = 1 << 14
+
+
+def _exact_where_cancelled(r2, A, B, a2, b2) -> None:
+    """Squared distances ``r2`` (na, nb) of the norms' form, in place: the entries below
+    ``_CANCEL_FRACTION (|a|^2 + |b|^2)``, where the form's cancellation error (about
+    ``eps (|a|^2 + |b|^2)``) would be large relative to the distance, from explicit
+    differences (near pairs, and rows far from the centring point: one far row of ``B``
+    or two far-apart clusters move the mean of ``B`` away from the others)."""
+    i, j = np.nonzero(r2 < _CANCEL_FRACTION * (a2[:, None] + b2[None, :]))
+    for lo in range(0, i.size, _CANCEL_CHUNK):
+        ii, jj = i[lo : lo + _CANCEL_CHUNK], j[lo : lo + _CANCEL_CHUNK]
+        diff = A[ii] - B[jj]  # (chunk, d)
+        r2[ii, jj] = np.einsum("ij,ij->i", diff, diff)
 
 
 def _about_mean_of(A: np.ndarray, B: np.ndarray):
