@@ -198,8 +198,9 @@ def weights_in_solver_errors(owner: str, w, noise_name: str, param=None):
     :data:`WEIGHT_SPREAD`: the noise of row ``i`` is ``noise_name / w_i``, and increasing
     the noise, as the solver's message says, does not help. The ``n x n`` dual form
     factorises ``K_hat + diag(noise / w)`` and fits them. Other failures are re-raised
-    with the estimator and ``param`` ``(name, value)``, the parameter that sets the noise
-    (``alpha``, ``noise``), in front of the solver's message."""
+    with the estimator and ``param`` ``(name, value[, hint])``, the parameter that sets
+    the noise (``alpha``, ``noise``), in front of the solver's message (and ``hint``, by
+    default that the noise is that parameter, after it)."""
     try:
         yield
     except np.linalg.LinAlgError as exc:
@@ -208,10 +209,9 @@ def weights_in_solver_errors(owner: str, w, noise_name: str, param=None):
         if "kernel matrix" in str(exc) or not spread >= WEIGHT_SPREAD:  # not the weights
             if param is None:
                 raise
-            name, value = param
-            raise np.linalg.LinAlgError(
-                f"{owner}({name}={value!r}): {exc} Here the noise / regularisation is {name}."
-            ) from exc
+            name, value = param[:2]
+            hint = param[2] if len(param) > 2 else f"Here the noise / regularisation is {name}."
+            raise np.linalg.LinAlgError(f"{owner}({name}={value!r}): {exc} {hint}") from exc
         raise np.linalg.LinAlgError(
             f"{owner}: sample_weight spans {spread:.3g} (its largest over its smallest "
             f"positive weight): the noise of row i is {noise_name} / w_i, and the primal "

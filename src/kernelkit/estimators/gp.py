@@ -412,6 +412,10 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
     n_features_in_ : int
     """
 
+    #: n_samples of the fit (its Monte Carlo draws); None for a model pickled before it
+    #: was kept, which reads n_samples
+    _n_samples = None
+
     _parameter_constraints: ClassVar[dict] = {
         "feature_map": [None, HasMethods(["fit", "transform"])],
         "alpha": POSITIVE,
@@ -478,6 +482,12 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         S = validate_positive_int(self.n_samples, "n_samples", maximum=10**7)
         n_jobs = check_n_jobs(self.n_jobs)
         labels = milios_transform(np.array([0.0, 1.0]), alpha)  # ((y~0, y~1), (s0, s1))
+        # solver failures name alpha, which sets the noise log1p(1 / (y + alpha)) inversely
+        param = (
+            "alpha",
+            self.alpha,
+            "Here the noise is log1p(1 / (y + alpha)), which shrinks as alpha grows: lower alpha.",
+        )
         # the feature map is seeded by the generator that then draws the Monte Carlo noise
         rng = check_random_state(self.random_state)
         check_pairs_without_y(X, y, type(self).__name__)
@@ -487,7 +497,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
             fm = self.feature_map_ = fit_feature_map(self, rows, n_jobs, random_state=rng)
             self.classes_, grams = class_statistics(fm, rows, amp)  # (C,), [(G_c, s_c)]
             self._check_classes()
-            self.posteriors_ = _posteriors_from_grams(grams, *labels)
+            with weights_in_solver_errors(type(self).__name__, None, _MILIOS_NOISE, param):
+                self.posteriors_ = _posteriors_from_grams(grams, *labels)
         else:
             # 1. validate: labels -> class indices y_idx (n,)
             check_missing_labels(type(self).__name__, y)
@@ -505,17 +516,13 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 # n x D beyond STREAM_ENTRIES: the per-class sums over row blocks, as a
                 # chunked fit (one slab of features at a time, never all of them)
                 grams = blocked_class_statistics(self.feature_map_, X, y_idx, C, amp, n_jobs, w)
-                with weights_in_solver_errors(
-                    type(self).__name__, w, _MILIOS_NOISE, ("alpha", self.alpha)
-                ):
+                with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE, param):
                     self.posteriors_ = _posteriors_from_grams(grams, *labels)
                 self.mc_noise_ = symmetric_normal_draws(rng, S, C)
                 self._amp, self._n_samples = amp, S
                 return self
             Phi = map_features(self.feature_map_, X, amp)
-            with weights_in_solver_errors(
-                type(self).__name__, w, _MILIOS_NOISE, ("alpha", self.alpha)
-            ):
+            with weights_in_solver_errors(type(self).__name__, w, _MILIOS_NOISE, param):
                 if choose_solver(self.solver, *Phi.shape) == "primal":
                     self.posteriors_ = _class_posteriors_primal(Phi, y_idx, C, *labels, w)
                 else:
@@ -578,7 +585,8 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
         # draws closed under the cyclic shifts only (more classes than n_samples! allows):
         # also the swap of the two largest means' draws (predict's near ties)
         # (of the fitted draws: n_samples set after fit takes effect at the next fit)
-        swap = not draws_are_fully_symmetric(self._n_samples, C)
+        S = self.n_samples if self._n_samples is None else self._n_samples  # older pickles
+        swap = not draws_are_fully_symmetric(S, C)
         return mc_softmax(
             mean, var, self.mc_noise_, n_jobs=self.n_jobs, by_rank=True, swap_top=swap
         )

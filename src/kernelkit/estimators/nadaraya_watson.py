@@ -313,6 +313,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
     #: log sample weights of the kept training points (None: unweighted); a class default
     #: so that a model pickled before sample weights existed loads and predicts unweighted
     _log_w = None
+    #: the checked parameter values of the fit (see fit); None for a model pickled before
+    #: they were kept, which predicts with its parameters as they are
+    _fitted = None
 
     _parameter_constraints: ClassVar[dict] = {
         # a FAVOR# method name or alias, case-insensitive: resolve_method checks the name
@@ -374,8 +377,22 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         validate_positive_int(self.n_components, "n_components", maximum=2**26)
         return name
 
+    def _params_now(self) -> dict:
+        """The parameters that predictions use, as they are now."""
+        return {
+            "sigma": float(self.sigma),
+            "exact": bool(self.exact),
+            "n_components": int(self.n_components),
+            "sampler": self.sampler,
+            "fit_on": self.fit_on,
+        }
+
+    def _cfg(self) -> dict:
+        """The parameter values of the fit (the current ones for an older pickle)."""
+        return self._params_now() if self._fitted is None else self._fitted
+
     def _new_map(self):
-        cfg = self._fitted
+        cfg = self._cfg()
         return make_feature_map(
             self._method,
             kernel="gaussian",
@@ -401,7 +418,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
             if "increase lengthscale" not in str(exc):
                 raise
             raise ValueError(
-                f"NadarayaWatsonClassifier(sigma={self._fitted['sigma']:g}): "
+                f"NadarayaWatsonClassifier(sigma={self._cfg()['sigma']:g}): "
                 + str(exc).replace(
                     "increase lengthscale", "decrease sigma (the kernel's lengthscale is 1 / sigma)"
                 )
@@ -462,13 +479,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         self._method = self._check_params()
         # the checked values the predictions use: a set_params after fit takes effect at
         # the next fit (scikit-learn's convention), never unchecked at predict time
-        self._fitted = {
-            "sigma": float(self.sigma),
-            "exact": bool(self.exact),
-            "n_components": int(self.n_components),
-            "sampler": self.sampler,
-            "fit_on": self.fit_on,
-        }
+        self._fitted = self._params_now()
         reject_block_iterable(self, X)
         check_missing_labels(type(self).__name__, y)
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=False)
@@ -507,10 +518,9 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, accept_sparse=False, reset=False)
         X = X - self.X_mean_  # centred as the training points
-        if self._fitted["exact"]:
-            return exact_nw_scores(
-                X, self._X_centred, self._R, self._fitted["sigma"], log_w=self._log_w
-            )
+        cfg = self._cfg()
+        if cfg["exact"]:
+            return exact_nw_scores(X, self._X_centred, self._R, cfg["sigma"], log_w=self._log_w)
         if self.feature_map_ is not None:  # rows independent: one slab of features at a time
             fm, keys = self.feature_map_, self._keys
             return predict_in_slabs(

@@ -63,12 +63,17 @@ def pair_terms(X, Y=None, coef0=0.0, coef0_y=None):
     nx = xp.sum(X2, axis=1)
     ny = nx if Y is X else xp.sum(Y2, axis=1)
     prod = nx[:, None] * ny[None, :]
-    if not (hasattr(cx, "shape") or hasattr(cy, "shape")) and float(cx) == float(cy) == 0.0:
-        return dot, prod, sq, prod - sq, dot * dot - sq
-    cx_col = cx[:, None] if hasattr(cx, "shape") else float(cx)  # (n, 1) or a float
-    cy_row = cy[None, :] if hasattr(cy, "shape") else float(cy)  # (1, m) or a float
-    a2 = cx_col * cy_row
-    a = xp.sqrt(a2) if hasattr(a2, "shape") else math.sqrt(a2)  # a_x a_y
+    per_row = getattr(cx, "ndim", 0) >= 1 or getattr(cy, "ndim", 0) >= 1
+    if not per_row:
+        cx, cy = float(cx), float(cy)
+        if cx == cy == 0.0:
+            return dot, prod, sq, prod - sq, dot * dot - sq
+    cx_col = cx[:, None] if getattr(cx, "ndim", 0) >= 1 else cx  # (n, 1) or a float
+    cy_row = cy[None, :] if getattr(cy, "ndim", 0) >= 1 else cy  # (1, m) or a float
+    if per_row:  # squares of augmented coordinates (unit rows): a_x a_y >= 0
+        a = xp.sqrt(cx_col * cy_row)
+    else:  # one coef0 c on both sides, of any sign: x~.y~ = x.y + c, as the kernel's
+        a = cx if cx == cy else math.sqrt(cx * cy)
     G = dot + a
     S = sq + cx_col * cy_row
     N = (nx[:, None] + cx_col) * (ny[None, :] + cy_row)

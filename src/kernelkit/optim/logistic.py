@@ -590,8 +590,6 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 )
             self.classes_ = classes
             self._init_state(X.shape[1])
-            m = len(y) if self.solver == "bound" else min(int(self.batch_size), len(y))
-            self._stream_t0 = float(-(-len(y) // max(1, m)))  # steps of the first call
         elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
             raise ValueError(
                 f"classes {np.unique(classes).tolist()} differ from classes_ "
@@ -602,6 +600,9 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 f"fit_intercept={self.fit_intercept!r} differs from that of the model being "
                 f"fitted ({self._fits_intercept()}): set it back, or call fit to start again."
             )
+        if getattr(self, "_stream_t0", None) is None:  # the first call of this stream
+            m = len(y) if self.solver == "bound" else min(int(self.batch_size), len(y))
+            self._stream_t0 = float(-(-len(y) // max(1, m)))  # its steps: the default t0
         self._train(X, self._encode(y), schedule, 1, stopping=False)
         return self
 
