@@ -132,9 +132,23 @@ def _fit_streams(rng):
     return streams
 
 
+def _nan_as_inf(xp, V):
+    """``V`` with NaN as ``+inf``: on the unit rows of finite inputs a NaN is ``inf - inf``
+    of degree terms that overflow even scaled (the measure's ``1 / mu(n)`` at degrees of
+    hundreds), a variance beyond the floating-point range."""
+    return xp.where(xp.isnan(V), xp.full_like(V, math.inf), V)
+
+
 def _exp(xp, v):
-    """``exp(v)`` of a float (the raw-row weights) or an array."""
-    return math.exp(v) if isinstance(v, float) else xp.exp(v)
+    """``exp(v)`` of a float (the raw-row weights) or an array; ``inf`` where a float's
+    exponential overflows (``math.exp`` raises), as for arrays, so that the callers'
+    switch to the overflow-safe unit-row form runs."""
+    if not isinstance(v, float):
+        return xp.exp(v)
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
 
 
 class _MaclaurinBase(FeatureMap):
@@ -507,6 +521,7 @@ class _MaclaurinBase(FeatureMap):
             out, log_w = self._series_variance(Xw, Yw, xp, kind, unit=False)  # raw rows
         if not bool(xp.all(xp.isfinite(out))):  # the terms overflow: unit rows
             out, log_w = self._series_variance(Xw, Yw, xp, kind)
+            out = _nan_as_inf(xp, out)
         return narrow_to(xp, times_exp(xp, out, log_w), dtype)
 
     def _series_variance(self, X, Y, xp, kind, scaled=False, unit=True, moments=None):
@@ -536,6 +551,7 @@ class _MaclaurinBase(FeatureMap):
                 k = self._scaled_expected(G, log_n, xp)
             if bool(xp.all(xp.isfinite(var)) and xp.all(xp.isfinite(k)) and xp.all(k != 0)):
                 break
+        var = _nan_as_inf(xp, var)
         with np.errstate(invalid="ignore"):
             out = safe_log(xp, var) - 2.0 * safe_log(xp, xp.abs(k))
         # var = 0: the estimate is exact (e.g. a zero row with a_0 = 0 gives k = 0 and

@@ -531,6 +531,13 @@ def optimize_allocation(
         objective[p] = g
         if g < best[0]:
             best = (g, p, D)
+    if best[1] is None and not np.any(a[1 : p_max + 1] > 0):
+        lowest = np.flatnonzero(a[1:] > 0)
+        first = f" (the lowest is {int(lowest[0]) + 1})" if lowest.size else ""
+        raise ValueError(
+            f"p_max={p_max}: no degree in [1, {p_max}] has a positive coefficient{first}, so "
+            "no p in [p_min, p_max] has a term to sketch; raise p_max."
+        )
     if best[1] is None:
         raise ValueError(
             f"n_features gives a budget of {D_total} features, fewer than the degrees with "

@@ -345,8 +345,8 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
         nx = _sq_norms(xp, Xs)[:, None]  # (n, 1)
         ny = _sq_norms(xp, Ys)[None, :]  # (1, m)
         xy = Xs @ xp.matrix_transpose(Ys)  # (n, m)
-        z2 = xp.clip(nx + ny + 2.0 * xy, min=0.0)  # |x+y|^2
-        d2 = xp.clip(nx + ny - 2.0 * xy, min=0.0)  # |x-y|^2
+        z2 = _snapped_sq(xp, nx + ny + 2.0 * xy, nx + ny)  # |x+y|^2
+        d2 = _snapped_sq(xp, nx + ny - 2.0 * xy, nx + ny)  # |x-y|^2
         ka = 2.0 * self.alpha * (nx + ny)  # log of the Gaussian-kernel factor on the MSE
         log2m = math.log(2.0 * m)
         log_pp = 2.0 * xy + z2 + 2.0 * log1mexp(xp, z2) - log2m + ka
@@ -479,3 +479,12 @@ class AngularHybridRF(_BipolarHybrid):
         # input is zero
         v = xp.where(zero, xp.zeros_like(t), t * (1.0 - t) / float(self.n_lambda))
         return _log_nonneg(xp, xp.where(zero, xp.full_like(t, 0.5), t)), _log_nonneg(xp, v)
+
+
+def _snapped_sq(xp, sq, scale):
+    """A squared norm ``|x +- y|^2`` formed as ``|x|^2 + |y|^2 +- 2 x.y`` (``scale`` the
+    first two terms): 0 where it is within the form's rounding (``4 eps scale``), as at
+    ``y = x`` or ``y = -x``, where the estimate is exact (variance 0, ``-inf``) whatever
+    other rows share the call; clipped at 0 elsewhere."""
+    eps = float(xp.finfo(sq.dtype).eps)
+    return xp.where(sq <= 4.0 * eps * scale, xp.zeros_like(sq), sq)

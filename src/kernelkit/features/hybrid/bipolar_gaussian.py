@@ -18,7 +18,7 @@ from ..._backend.params import POSITIVE
 from .._base import _detach, log1mexp
 from ..sampling import gaussian_projection
 from ._common import MAX_BANDWIDTH, _sq_norms, validate_bandwidth
-from .bipolar import _BipolarHybrid
+from .bipolar import _BipolarHybrid, _snapped_sq
 
 
 def _mean_half_angle_sin2(xp, px, py):
@@ -336,7 +336,7 @@ class NormalizedGaussianHybridRF(_BipolarHybrid):
 
     def _d2(self, X, Y, xp):
         nx, ny = _sq_norms(xp, X)[:, None], _sq_norms(xp, Y)[None, :]
-        return xp.clip(nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), min=0.0)
+        return _snapped_sq(xp, nx + ny - 2.0 * (X @ xp.matrix_transpose(Y)), nx + ny)
 
     def _lambda_exact(self, X, Y, xp):
         s2 = self.sigma**2
