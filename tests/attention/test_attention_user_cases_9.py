@@ -60,10 +60,43 @@ def test_constructor_dtype_float64_gives_float64_running_statistics():
         assert getattr(a, name).dtype == getattr(b, name).dtype == torch.float64
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.complex64, "float32"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.complex64, "float32", int])
 def test_constructor_rejects_a_non_floating_dtype_by_name(dtype):
     with pytest.raises(TypeError, match="dtype"):
         FavorAttention(E, H, n_features=32, dtype=dtype)
+
+
+def test_constructor_takes_python_float_as_float64():
+    m = FavorAttention(E, H, n_features=8, dtype=float)
+    assert m.in_proj_weight.dtype == m.running_second_q.dtype == torch.float64
+
+
+def test_float64_input_under_bfloat16_autocast_is_named():
+    m = FavorAttention(E, H, n_features=8, random_state=0)
+    q, kv = torch.randn(2, 5, E, dtype=torch.float64), torch.randn(2, 5, E)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(TypeError, match="query"):
+        m(q, kv, kv)
+
+
+def test_poisoned_running_statistics_are_named():
+    m, _ = _trained()
+    with torch.no_grad():
+        m.running_second_q[0, 0, 0] = float("nan")
+    x = torch.randn(2, 6, E)
+    with pytest.raises(ValueError, match="running_second_q"):
+        m(x, x, x, is_causal=True)
+
+
+def test_a_batch_whose_statistics_overflow_leaves_them_as_they_were():
+    m, _ = _trained()
+    m.train()
+    before = [b.clone() for b in (m.running_mean_q, m.running_second_q, m.num_batches_tracked)]
+    x = torch.full((2, 6, E), 1e19)
+    with pytest.raises(ValueError):
+        m(x, x, x, is_causal=True)
+    after = (m.running_mean_q, m.running_second_q, m.num_batches_tracked)
+    for a, b in zip(before, after, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
 
 
 def test_module_accepts_mixed_dtypes_under_autocast():
@@ -164,8 +197,10 @@ def test_module_names_overflow_of_finite_inputs(fm):
         mode()
         with pytest.raises(ValueError, match="overflow"):
             m(x, x, x)
-    out = m(x, x, x, is_causal=True)[0]  # the causal kernel's log-space stabilisers hold
-    assert torch.isfinite(out).all()
+        with pytest.raises(ValueError, match="overflow"):  # keys not silently dropped
+            m(x, x, x, is_causal=True)
+    with pytest.raises(ValueError, match="overflow"):
+        m.step(x[:, 0], x[:, 0], x[:, 0], m.init_state(2))
 
 
 def test_decoding_step_names_overflow_of_finite_inputs():

@@ -415,10 +415,16 @@ class FavorAttention(nn.Module):
             or chunk_size & (chunk_size - 1)
         ):
             raise ValueError(f"chunk_size must be a power of two, got {chunk_size!r}.")
-        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-            raise TypeError(
-                f"dtype must be None or a floating torch.dtype (the parameters'), got {dtype!r}."
-            )
+        if dtype is not None:  # what torch takes (float: float64), then checked floating
+            try:
+                dtype = torch.empty((), dtype=dtype).dtype
+            except (TypeError, RuntimeError):
+                dtype = None if dtype is None else repr(dtype)
+            if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+                raise TypeError(
+                    "dtype must be None or a floating dtype (torch.float32, float, ...; "
+                    f"the parameters'), got {dtype}."
+                )
         fk = {"device": device, "dtype": dtype}
         self.embed_dim = int(embed_dim)
         self.kdim = self.embed_dim if kdim is None else int(kdim)
@@ -735,7 +741,7 @@ class FavorAttention(nn.Module):
                     key_padding_mask=mask4,
                     projection=proj,
                     moments=mom,
-                    check_finite=False,
+                    check_finite=None,
                     enable_gqa=self._gqa,
                 )
         return out
@@ -965,7 +971,7 @@ class FavorAttention(nn.Module):
             projection=proj,
             moments=moments,
             chunk_size=self.chunk_size,
-            check_finite=False,
+            check_finite=None,
             enable_gqa=self._gqa,
         )
         if (
@@ -1213,7 +1219,7 @@ class FavorAttention(nn.Module):
                 v,
                 state,
                 key_padding_mask=mask,
-                check_finite=False,
+                check_finite=None,
                 inplace=inplace,
                 enable_gqa=self._gqa,
             ),
@@ -1309,10 +1315,10 @@ class FavorAttention(nn.Module):
         count = self.num_batches_tracked
         try:
             key = (count, count._version)
-        except RuntimeError:  # inference tensors track no version: read it every call
-            key = None
+        except RuntimeError:  # inference tensors track no version: by identity only
+            key = (count, None)
         kept = self.__dict__.get("_tracked_key")
-        if key is None or kept is None or kept[0] is not count or kept[1] != key[1]:
+        if kept is None or kept[0] is not count or kept[1] != key[1]:
             self._any_tracked = bool(int(count))
             self._tracked_key = key
         return self._any_tracked
@@ -1389,6 +1395,19 @@ class FavorAttention(nn.Module):
         # (H, ...) moments of every query head, the keys' those of its key head
         if not self._tracked():
             return None  # no statistics yet: FAVOR+ features (A = 0), see module doc
+        bufs = (
+            self.running_mean_q,
+            self.running_second_q,
+            self.running_mean_k,
+            self.running_second_k,
+        )
+        if _eager_cpu_check(bufs[0]) and not all(_all_finite(b) for b in bufs):
+            raise ValueError(
+                "FavorAttention's running statistics (running_mean_q, running_second_q, "
+                "running_mean_k, running_second_k) contain NaN or inf, so the fitted "
+                "features are undefined: load statistics saved before (load_state_dict), "
+                "or restart them (zero the buffers and num_batches_tracked)."
+            )
         return self._per_query_head(
             Moments(
                 self.running_mean_q.double(),
@@ -1463,6 +1482,12 @@ class FavorAttention(nn.Module):
             w = w / w.sum().clamp(min=1.0)  # (N,)
             new = [torch.tensordot(w, t, dims=1).to(dt) for t in fields]
             tracked = has.any()  # () bool
+        if _eager_cpu_check(q) and not all(_all_finite(t) for t in new):
+            raise ValueError(
+                "FavorAttention: the query / key statistics of this training batch "
+                f"overflow {dt} (queries or keys too large); the running statistics are "
+                "left as they were. Scale the inputs down."
+            )
         # the weight f of this batch, on the device (no host read: no sync, no graph
         # break, no retrace): 0 without a tracked sequence; else 1 / n (cumulative
         # average) or the momentum, 1 for the first tracked batch
@@ -1480,46 +1505,52 @@ class FavorAttention(nn.Module):
             count = self.num_batches_tracked
             try:
                 self._tracked_key = (count, count._version)
-            except RuntimeError:  # an inference tensor: read at every call
-                self._tracked_key = None
+            except RuntimeError:  # an inference tensor: kept by identity
+                self._tracked_key = (count, None)
+
+
+def _eager_cpu_check(t) -> bool:
+    """Whether a finiteness check of ``t`` runs: eager CPU (linear_attention's
+    ``check_finite=None`` policy; not in compiled graphs or ``torch.func`` transforms)."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling() and not _in_func_transform()
 
 
 def _attention_output_checked(attend, **inputs):
-    """``attend()`` (a module's attention call with ``check_finite=False``, on inputs
-    already checked finite by name), under linear_attention's ``check_finite=None`` policy
-    on eager CPU: a NaN or inf output, or a fit whose eigendecomposition failed on
-    overflowed moments, is the ValueError of ``linear_attention`` naming ``inputs``. One
-    reduction over the output instead of the functional API's checks of every input."""
-    first = next(iter(inputs.values()))
-    eager = (
-        first.device.type == "cpu"
-        and not torch.compiler.is_compiling()
-        and not _in_func_transform()
-    )
-    if not eager:
+    """``attend()`` (a module's attention call, with ``check_finite=None``: overflowing
+    keys and outputs raise there) on inputs already checked finite by name; on eager CPU
+    a fit whose eigendecomposition failed on moments that overflowed (bidirectional
+    fitted maps, from this call's queries and keys) is the same ValueError, naming
+    ``inputs``."""
+    if not _eager_cpu_check(next(iter(inputs.values()))):
         return attend()
     try:
-        res = attend()
+        return attend()
     except torch.linalg.LinAlgError as exc:
         try:
             _raise_not_finite("the fit of the feature parameters", **inputs)
         except ValueError as err:
             raise err from exc
-    out = res[0] if isinstance(res, tuple) else res
-    if not _all_finite(out):
-        _raise_not_finite("the attention output", **inputs)
-    return res
 
 
 def _check_input_dtypes(inputs, weight_dtype, device_type: str, suffix: str = "") -> None:
     """:func:`_check_input_dtype` of the query, key and value tensors ``inputs``, which
     must also share one dtype outside autocast (a ``TypeError`` naming them)."""
     q, k, v = inputs
-    if (k.dtype != q.dtype or v.dtype != q.dtype) and not torch.is_autocast_enabled(device_type):
+    autocast = torch.is_autocast_enabled(device_type)
+    if (k.dtype != q.dtype or v.dtype != q.dtype) and not autocast:
         raise TypeError(
             f"query{suffix}, key{suffix}, value{suffix} must share one dtype (outside "
             f"torch.autocast), got {q.dtype}, {k.dtype}, {v.dtype}."
         )
+    if autocast:  # autocast casts float32 (and its own dtype) for the projections only
+        cast = {weight_dtype, torch.float32, torch.get_autocast_dtype(device_type)}
+        for name, t in zip(("query", "key", "value"), inputs, strict=True):
+            if t.is_floating_point() and t.dtype not in cast:
+                raise TypeError(
+                    f"{name}{suffix} has dtype {t.dtype}, which torch.autocast does not cast "
+                    f"(the module's parameters are {weight_dtype}): convert it "
+                    f"({name}{suffix}.to({weight_dtype}))."
+                )
     for dtype in dict.fromkeys(t.dtype for t in inputs):
         _check_input_dtype(dtype, weight_dtype, device_type, suffix)
 
