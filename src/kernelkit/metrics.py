@@ -114,7 +114,14 @@ def relative_frobenius_error(K, K_hat) -> float:
     Ks, K_hats = _scaled_by_max(K, K, K_hat.astype(np.float64, copy=False))
     with np.errstate(over="ignore"):
         diff = Ks - K_hats  # (n, m); inf only where the error is beyond the range
-    return float(np.linalg.norm(diff) / np.linalg.norm(Ks))
+    # the error's own power-of-two scale too: K_hat far larger than K (a blown-up
+    # approximation) would overflow the sum of squares of diff
+    if not np.all(np.isfinite(diff)) or not np.any(diff):
+        return float(np.linalg.norm(diff) / np.linalg.norm(Ks))
+    e = int(np.frexp(np.max(np.abs(diff)))[1])
+    (diff_s,) = _scaled_by_max(diff, diff)
+    with np.errstate(over="ignore"):
+        return float(np.ldexp(np.linalg.norm(diff_s) / np.linalg.norm(Ks), e))
 
 
 # ---------------------------------------------------------------------- KL
@@ -186,7 +193,8 @@ def gaussian_kl(
         r = v_e / v_a
         # log r from the two logs: the quotient may overflow or underflow, its log does not
         log_r = np.log(v_e) - np.log(v_a)
-        kl = 0.5 * (r - log_r - 1.0 + (m_e - m_a) ** 2 / v_a)  # r - log r - 1 >= 0
+        # the mean term as a square of a ratio: (m_e - m_a)^2 alone may overflow
+        kl = 0.5 * (r - log_r - 1.0 + ((m_e - m_a) / np.sqrt(v_a)) ** 2)  # r - log r - 1 >= 0
     kl = np.maximum(kl, 0.0)  # rounding
     if reduction == "none":
         return kl
@@ -230,7 +238,7 @@ def mean_negative_log_likelihood(
     float
     """
     if proba is not None:
-        y = np.asarray(y_true)
+        y = to_numpy(y_true)
         if y_mean is not None or y_var is not None:
             raise ValueError(
                 "Give either proba (classification) or y_mean and y_var (regression), not both."
@@ -292,7 +300,8 @@ def mean_negative_log_likelihood(
     s2 = var + noise_var
     if np.any(s2 <= 0):
         raise ValueError("y_var + noise_var must be positive.")
-    nll = 0.5 * (np.log(2.0 * np.pi * s2) + (y - mu) ** 2 / s2)
+    with np.errstate(over="ignore"):  # inf only where the answer is beyond the range
+        nll = 0.5 * (np.log(2.0 * np.pi * s2) + ((y - mu) / np.sqrt(s2)) ** 2)
     return float(np.mean(nll))
 
 
@@ -385,8 +394,8 @@ def error_rate(y_true, y_pred, labels=None) -> float:
         Shape mismatch, empty input, labels or class scores that are not finite, or a 2-D
         ``y_pred`` with one column (labels or scores? pass labels as shape (n,)).
     """
-    y = np.asarray(y_true)
-    p = np.asarray(y_pred)
+    y = to_numpy(y_true)  # torch tensors too (detached; bfloat16 as float32)
+    p = to_numpy(y_pred)
     if y.ndim != 1:
         raise ValueError(f"y_true must have shape (n,), got {y.shape}.")
     if p.ndim == 2:
@@ -419,4 +428,12 @@ def error_rate(y_true, y_pred, labels=None) -> float:
     for name, a in (("y_true", y), ("y_pred", p)):  # NaN != NaN: a silent miscount
         if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
             raise ValueError(f"{name} contains NaN or infinity: not a class label.")
+    numeric = "biufc"
+    if (y.dtype.kind in numeric and p.dtype.kind in "US") or (
+        y.dtype.kind in "US" and p.dtype.kind in numeric
+    ):  # 1 != "1" everywhere: every point would count as an error
+        raise ValueError(
+            f"y_true ({y.dtype}) and y_pred ({p.dtype}) mix label types (numbers and "
+            "strings): convert one, e.g. y_pred.astype(y_true.dtype)."
+        )
     return float(np.mean(p != y))
