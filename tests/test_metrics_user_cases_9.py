@@ -42,3 +42,14 @@ def test_gaussian_kl_and_nll_with_large_means_and_variances():
     nll = mean_negative_log_likelihood([1e200], y_mean=[-1e200], y_var=[1e300])
     want = 0.5 * (np.log(2 * np.pi * 1e300) + 4e100)
     np.testing.assert_allclose(nll, want, rtol=1e-12)
+
+
+def test_classification_nll_is_never_negative():
+    assert mean_negative_log_likelihood([0], proba=[[1 + 1e-10, 0.0]]) == 0.0
+
+
+def test_archakov_hansen_refuses_max_iter_below_one():
+    from kernelkit.datasets import archakov_hansen_correlation
+
+    with pytest.raises(ValueError, match="max_iter"):
+        archakov_hansen_correlation([0.1, 0.2, 0.3], max_iter=0)

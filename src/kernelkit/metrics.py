@@ -271,7 +271,9 @@ def mean_negative_log_likelihood(
             )
         idx = _label_index(y, labels, P.shape[1])
         p = P[np.arange(P.shape[0]), idx]
-        return float(-np.mean(np.log(np.maximum(p, np.finfo(np.float64).tiny))))
+        # in [tiny, 1]: a probability a rounding above 1 (tolerated above) counts as 1,
+        # so the loss is never negative
+        return float(-np.mean(np.log(np.clip(p, np.finfo(np.float64).tiny, 1.0))))
     if y_mean is None or y_var is None:
         raise ValueError("Regression MNLL needs y_mean and y_var (or give proba).")
     y = _as_array(y_true, "y_true")

@@ -165,6 +165,8 @@ def archakov_hansen_correlation(gamma, *, tol: float = 1e-13, max_iter: int = 10
         raise ValueError(f"gamma must be one-dimensional, got shape {g.shape}.")
     if not np.all(np.isfinite(g)):
         raise ValueError("gamma must be finite (no NaN or inf).")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
     p = _size_from_gamma_length(g.size)
     A = np.zeros((p, p))
     rows, cols = np.tril_indices(p, -1)

@@ -19,7 +19,8 @@ and exact attention stays finite; the unbounded kernels (softmax, scaled softmax
 polynomial) raise ``ValueError`` when their values overflow the floating type. The
 Gaussian kernel keeps the accuracy of the direct ``|x - y|^2`` on data far from the
 origin and for tiny lengthscales (its diagonal on ``X, X`` is exactly 1). Every kernel's
-Gram matrix ``K(X, X)`` (``Y`` the same points as ``X``) is exactly symmetric.
+Gram matrix ``K(X, X)`` (``Y`` the same array as ``X``, or equal values of the same shape;
+not an ``X`` broadcast against a batch of copies) is exactly symmetric.
 """
 
 from __future__ import annotations
