@@ -299,7 +299,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
             foreign = is_foreign_array(X)
             named = hasattr(X, "columns") or "feature_names_in_" in self.__dict__
             if not foreign and named and (reset or like is None or check_names):
-                _check_feature_names(self, X, reset=reset)  # pandas column names
+                _feature_names_of(self, X, name, reset)  # pandas column names
             X, xp = validate_array(X, name, allow_empty=allow_empty, check_finite=check_finite)
             if not foreign and X.dtype == np.float16:  # as scikit-learn's check_array
                 X = X.astype(np.float64)
@@ -1273,3 +1273,27 @@ def _outside_inference_mode(like):
         if torch.is_inference_mode_enabled():
             return torch.inference_mode(False)
     return contextlib.nullcontext()
+
+
+def _feature_names_of(est, X, name: str, reset: bool) -> None:
+    """scikit-learn's ``_check_feature_names`` of ``X`` (the argument ``name``), whose
+    warning and error speak of ``X``: for another argument (``Y``) they are raised again
+    naming it."""
+    import warnings
+
+    if name == "X":
+        _check_feature_names(est, X, reset=reset)
+        return
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            _check_feature_names(est, X, reset=reset)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    for w in seen:
+        message = str(w.message)
+        if message.startswith("X does not have valid feature names"):
+            message = name + message[1:]
+        elif message.startswith("X has feature names"):
+            message = name + message[1:]
+        warnings.warn(message, w.category, stacklevel=caller_stacklevel())
