@@ -53,3 +53,11 @@ def test_archakov_hansen_refuses_max_iter_below_one():
 
     with pytest.raises(ValueError, match="max_iter"):
         archakov_hansen_correlation([0.1, 0.2, 0.3], max_iter=0)
+
+
+def test_softmax_attention_hint_for_one_dimensional_values():
+    from kernelkit.kernels import softmax_attention
+
+    q = np.ones((2, 3))
+    with pytest.raises(ValueError, match=r"v\.reshape\(-1, 1\) for one value per key"):
+        softmax_attention(q, q, np.ones(2))

@@ -96,7 +96,9 @@ def _check_array(x, name: str, shape: str = "(..., n, d)"):
     if x.ndim < 2:
         raise ValueError(
             f"{name} must be an array of shape {shape} (at least 2-D), got a {x.ndim}-D array "
-            f"of shape {tuple(x.shape)}; use {name}.reshape(1, -1) for one point."
+            f"of shape {tuple(x.shape)}; use {name}.reshape(1, -1) for one point"
+            + (f", or {name}.reshape(-1, 1) for one value per key" if name == "v" else "")
+            + "."
         )
     if math.prod(x.shape) == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); expected shape {shape}.")
