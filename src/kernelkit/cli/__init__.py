@@ -96,6 +96,16 @@ def _claims_text(suite, out_dir: Path) -> str:
     return "claims " + ", ".join(words)
 
 
+def _nonempty_path(ctx, param, value):
+    """``--out`` as a Path (None stays None); an empty string, which would write into the
+    working directory, is a usage error."""
+    if value is None:
+        return None
+    if not str(value).strip():
+        raise click.BadParameter("empty: give an output directory (e.g. results).")
+    return Path(value)
+
+
 def _out_dir_or_exit(path: Path) -> None:
     """Create the output directory ``path`` (and its parents) before anything runs, or
     exit with why it cannot be written to (not a traceback after the run)."""
@@ -194,7 +204,8 @@ def list_cmd():
 @click.option(
     "--out",
     "out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),
+    callback=_nonempty_path,
     default=None,
     help="Output directory (default results/NAME). With `all`: the parent "
     "directory, each experiment writes to OUT/NAME (default results/). Created if "
@@ -280,8 +291,9 @@ def reproduce(name, quick, out, seed, list_):
 @click.option(
     "--out",
     "out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("results"),
+    type=click.Path(file_okay=False),
+    callback=_nonempty_path,
+    default="results",
     show_default=True,
     help="Results directory: experiments in OUT/NAME, the report in OUT/REPORT.md.",
 )
