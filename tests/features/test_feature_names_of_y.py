@@ -33,3 +33,39 @@ def test_misnamed_y_error_names_y():
         m.approx_kernel(dfX, dfX.rename(columns={"a": "q"}))
     with pytest.raises(ValueError, match=r"^The feature names should match"):  # X: as is
         m.transform(dfX.rename(columns={"a": "q"}))
+
+
+def test_y_check_leaves_the_warning_filters_alone():
+    m, _, rng = _fitted()
+    Y = rng.standard_normal((5, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = list(warnings.filters)
+        m.transform_y(Y)  # ignored, and the filters are as they were
+        assert warnings.filters == before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match=r"^Y does not have valid feature names"):
+            m.transform_y(Y)
+
+
+def test_ctx_invoke_of_report_gets_a_path():
+    import click
+
+    from kernelkit.cli import report
+
+    with click.Context(report) as ctx:
+        seen = {}
+        real = report.callback
+
+        def capture(out):
+            seen["out"] = out
+
+        report.callback = capture
+        try:
+            ctx.invoke(report)
+        finally:
+            report.callback = real
+    from pathlib import Path
+
+    assert seen["out"] == Path("results")

@@ -96,14 +96,17 @@ def _claims_text(suite, out_dir: Path) -> str:
     return "claims " + ", ".join(words)
 
 
-def _nonempty_path(ctx, param, value):
-    """``--out`` as a Path (None stays None); an empty string, which would write into the
-    working directory, is a usage error."""
-    if value is None:
-        return None
-    if not str(value).strip():
-        raise click.BadParameter("empty: give an output directory (e.g. results).")
-    return Path(value)
+class _OutDir(click.Path):
+    """``--out``: a directory path as a ``Path``; an empty string, which click would take
+    as ``.`` (the working directory), is a usage error."""
+
+    def __init__(self):
+        super().__init__(file_okay=False, path_type=Path)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("empty: give an output directory (e.g. results).", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def _out_dir_or_exit(path: Path) -> None:
@@ -204,8 +207,7 @@ def list_cmd():
 @click.option(
     "--out",
     "out",
-    type=click.Path(file_okay=False),
-    callback=_nonempty_path,
+    type=_OutDir(),
     default=None,
     help="Output directory (default results/NAME). With `all`: the parent "
     "directory, each experiment writes to OUT/NAME (default results/). Created if "
@@ -291,9 +293,8 @@ def reproduce(name, quick, out, seed, list_):
 @click.option(
     "--out",
     "out",
-    type=click.Path(file_okay=False),
-    callback=_nonempty_path,
-    default="results",
+    type=_OutDir(),
+    default=Path("results"),
     show_default=True,
     help="Results directory: experiments in OUT/NAME, the report in OUT/REPORT.md.",
 )

@@ -47,7 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.utils.validation import _check_feature_names, check_array
+from sklearn.utils.validation import _check_feature_names, _get_feature_names, check_array
 
 from .._backend import (
     caller_stacklevel,
@@ -1276,24 +1276,31 @@ def _outside_inference_mode(like):
 
 
 def _feature_names_of(est, X, name: str, reset: bool) -> None:
-    """scikit-learn's ``_check_feature_names`` of ``X`` (the argument ``name``), whose
-    warning and error speak of ``X``: for another argument (``Y``) they are raised again
-    naming it."""
-    import warnings
-
-    if name == "X":
+    """scikit-learn's ``_check_feature_names`` of ``X``, the argument ``name``. Its warnings
+    and error speak of ``X``: for another argument (``Y``) the two warnings are issued
+    here with its name (UserWarning at the caller's line; no change to the warning
+    filters), and the name-mismatch error is raised again with it."""
+    if name == "X" or reset:
         _check_feature_names(est, X, reset=reset)
         return
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        try:
-            _check_feature_names(est, X, reset=reset)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-    for w in seen:
-        message = str(w.message)
-        if message.startswith("X does not have valid feature names"):
-            message = name + message[1:]
-        elif message.startswith("X has feature names"):
-            message = name + message[1:]
-        warnings.warn(message, w.category, stacklevel=caller_stacklevel())
+    fitted = getattr(est, "feature_names_in_", None)
+    names = _get_feature_names(X)
+    owner = type(est).__name__
+    if names is not None and fitted is None:
+        warnings.warn(
+            f"{name} has feature names, but {owner} was fitted without feature names",
+            UserWarning,
+            stacklevel=caller_stacklevel(),
+        )
+        return
+    if names is None and fitted is not None:
+        warnings.warn(
+            f"{name} does not have valid feature names, but {owner} was fitted with feature names",
+            UserWarning,
+            stacklevel=caller_stacklevel(),
+        )
+        return
+    try:  # both named (or neither): scikit-learn compares them
+        _check_feature_names(est, X, reset=False)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
