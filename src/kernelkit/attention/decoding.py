@@ -68,6 +68,7 @@ from .functional import (
     _check_gqa_flag,
     _check_moments,
     _check_sampler,
+    _eager_checked,
     _finite_check,
     _in_func_transform,
     _moments_per_head,
@@ -1083,13 +1084,7 @@ def _checks_key_norms(check_finite, params, y) -> bool:
     """Whether the step checks its keys' squared norms (the row term of their log
     features) for overflow: positive maps on eager CPU with ``check_finite`` None or True,
     as its input check (not inside compiled graphs or ``torch.func`` transforms)."""
-    return (
-        isinstance(params, _ExpFeatures)
-        and check_finite is not False
-        and y.device.type == "cpu"
-        and not torch.compiler.is_compiling()
-        and not _in_func_transform()
-    )
+    return isinstance(params, _ExpFeatures) and check_finite is not False and _eager_checked(y)
 
 
 def _ratio(nd):
@@ -1435,13 +1430,7 @@ def _checked_output(out, check_finite, q_t, k_t, v_t):
     same policy: eager CPU with ``check_finite`` None or True (not in compiled graphs or
     ``torch.func`` transforms). Raised before the state is returned (an in-place step has
     already written it: reset or restore the state)."""
-    if (
-        check_finite is not False
-        and out.device.type == "cpu"
-        and not torch.compiler.is_compiling()
-        and not _in_func_transform()
-        and not _all_finite(out)
-    ):
+    if check_finite is not False and _eager_checked(out) and not _all_finite(out):
         _raise_not_finite("the attention output", q_t=q_t, k_t=k_t, v_t=v_t)
     return out
 

@@ -431,6 +431,12 @@ def _eager_cpu(*tensors) -> bool:
     return not torch.compiler.is_compiling() and all(t.device.type == "cpu" for t in tensors)
 
 
+def _eager_checked(*tensors) -> bool:
+    """Whether the ``check_finite=None`` policy reads ``tensors``: eager CPU, outside
+    ``torch.func`` transforms (whose values cannot be read)."""
+    return _eager_cpu(*tensors) and not _in_func_transform()
+
+
 def _raise_not_finite(what, **tensors):
     """The input (by name) holding NaN or inf, else an overflow error for ``what`` (a sum
     over finite inputs that is not finite)."""
@@ -749,7 +755,7 @@ def linear_attention(
         )
     # the other maps' inputs were checked up front: a non-finite output from finite
     # inputs is an overflow there too (trig's exp(|x|^2 / 2) factors, huge relu features)
-    if checked and _eager_cpu(q, k, v) and not _in_func_transform() and not _all_finite(out):
+    if checked and _eager_checked(q, k, v) and not _all_finite(out):
         _raise_not_finite("the attention output", q=q, k=k, v=v)
     out = out.to(out_dtype)
     return out.detach().numpy() if is_numpy else out

@@ -75,9 +75,9 @@ from .functional import (
     _all_finite,
     _check_is_causal,
     _check_sampler,
+    _eager_checked,
     _finite_check,
     _float_blocked,
-    _in_func_transform,
     _raise_not_finite,
     _split_blocked_mask,
     _tensor_arg,
@@ -419,7 +419,7 @@ class FavorAttention(nn.Module):
             try:
                 dtype = torch.empty((), dtype=dtype).dtype
             except (TypeError, RuntimeError):
-                dtype = None if dtype is None else repr(dtype)
+                dtype = repr(dtype)
             if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
                 raise TypeError(
                     "dtype must be None or a floating dtype (torch.float32, float, ...; "
@@ -1312,16 +1312,21 @@ class FavorAttention(nn.Module):
         # eager: read the count again when its tensor or version changed, whoever
         # changed it (functional_call's buffers, an in-place copy from an EMA or
         # swa_utils model, a loader that sets buffers directly)
-        count = self.num_batches_tracked
-        try:
-            key = (count, count._version)
-        except RuntimeError:  # inference tensors track no version: by identity only
-            key = (count, None)
+        key = self._count_key()
         kept = self.__dict__.get("_tracked_key")
-        if kept is None or kept[0] is not count or kept[1] != key[1]:
-            self._any_tracked = bool(int(count))
+        if kept is None or kept[0] is not key[0] or kept[1] != key[1]:
+            self._any_tracked = bool(int(key[0]))
             self._tracked_key = key
         return self._any_tracked
+
+    def _count_key(self):
+        """``(num_batches_tracked, its version)``, by which :meth:`_tracked` sees changes;
+        an inference tensor tracks no version (None): by identity only."""
+        count = self.num_batches_tracked
+        try:
+            return count, count._version
+        except RuntimeError:
+            return count, None
 
     def get_extra_state(self):
         """The state of the redraw generator, so that a loaded module's next redraws are
@@ -1401,7 +1406,7 @@ class FavorAttention(nn.Module):
             self.running_mean_k,
             self.running_second_k,
         )
-        if _eager_cpu_check(bufs[0]) and not all(_all_finite(b) for b in bufs):
+        if _eager_checked(bufs[0]) and not all(_all_finite(b) for b in bufs):
             raise ValueError(
                 "FavorAttention's running statistics (running_mean_q, running_second_q, "
                 "running_mean_k, running_second_k) contain NaN or inf, so the fitted "
@@ -1482,7 +1487,7 @@ class FavorAttention(nn.Module):
             w = w / w.sum().clamp(min=1.0)  # (N,)
             new = [torch.tensordot(w, t, dims=1).to(dt) for t in fields]
             tracked = has.any()  # () bool
-        if _eager_cpu_check(q) and not all(_all_finite(t) for t in new):
+        if _eager_checked(q) and not all(_all_finite(t) for t in new):
             raise ValueError(
                 "FavorAttention: the query / key statistics of this training batch "
                 f"overflow {dt} (queries or keys too large); the running statistics are "
@@ -1502,17 +1507,7 @@ class FavorAttention(nn.Module):
             buf.mul_(1.0 - f).add_(val * f)
         self._any_tracked = True
         if not torch.compiler.is_compiling():  # this flag is the count's now: no re-read
-            count = self.num_batches_tracked
-            try:
-                self._tracked_key = (count, count._version)
-            except RuntimeError:  # an inference tensor: kept by identity
-                self._tracked_key = (count, None)
-
-
-def _eager_cpu_check(t) -> bool:
-    """Whether a finiteness check of ``t`` runs: eager CPU (linear_attention's
-    ``check_finite=None`` policy; not in compiled graphs or ``torch.func`` transforms)."""
-    return t.device.type == "cpu" and not torch.compiler.is_compiling() and not _in_func_transform()
+            self._tracked_key = self._count_key()
 
 
 def _attention_output_checked(attend, **inputs):
@@ -1521,7 +1516,7 @@ def _attention_output_checked(attend, **inputs):
     a fit whose eigendecomposition failed on moments that overflowed (bidirectional
     fitted maps, from this call's queries and keys) is the same ValueError, naming
     ``inputs``."""
-    if not _eager_cpu_check(next(iter(inputs.values()))):
+    if not _eager_checked(next(iter(inputs.values()))):
         return attend()
     try:
         return attend()
