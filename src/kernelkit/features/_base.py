@@ -1283,22 +1283,17 @@ def _feature_names_of(est, X, name: str, reset: bool) -> None:
     if name == "X" or reset:
         _check_feature_names(est, X, reset=reset)
         return
-    fitted = getattr(est, "feature_names_in_", None)
-    names = _get_feature_names(X)
-    owner = type(est).__name__
-    if names is not None and fitted is None:
-        warnings.warn(
-            f"{name} has feature names, but {owner} was fitted without feature names",
-            UserWarning,
-            stacklevel=caller_stacklevel(),
+    named = _get_feature_names(X) is not None
+    fitted = getattr(est, "feature_names_in_", None) is not None
+    if named != fitted:  # scikit-learn's two warnings, naming the argument
+        owner = type(est).__name__
+        message = (
+            f"{name} has feature names, but {owner} was fitted without feature names"
+            if named
+            else f"{name} does not have valid feature names, but {owner} was fitted with "
+            "feature names"
         )
-        return
-    if names is None and fitted is not None:
-        warnings.warn(
-            f"{name} does not have valid feature names, but {owner} was fitted with feature names",
-            UserWarning,
-            stacklevel=caller_stacklevel(),
-        )
+        warnings.warn(message, UserWarning, stacklevel=caller_stacklevel())
         return
     try:  # both named (or neither): scikit-learn compares them
         _check_feature_names(est, X, reset=False)

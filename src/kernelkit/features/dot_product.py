@@ -368,7 +368,7 @@ class DotProductFeatureMap(FeatureMap):
         return polynomial_kernel(X, Y, degree=self._p, coef0=self._c)
 
     # ------------------------------------------------------------------ variance
-    def _variance_from_stats(self, G, N, S, kind, gaps=None):
+    def _variance_from_stats(self, G, N, S, kind, gaps):
         q, m4 = self._moments[bool(self.complex)]
         return iid_sketch_variance(
             G, N, S, self._p, self.n_features, q=q, m4=m4, kind=kind, gaps=gaps
@@ -775,7 +775,7 @@ class TensorSRHT(DotProductFeatureMap):
         map_row_blocks(block, n, width, X.dtype.itemsize, n_jobs=self.n_jobs)
         return out
 
-    def _variance_from_stats(self, G, N, S, kind, gaps=None):
+    def _variance_from_stats(self, G, N, S, kind, gaps):
         return tensor_srht_variance(
             G,
             N,
@@ -911,5 +911,5 @@ class TensorSketch(DotProductFeatureMap):
         map_row_blocks(block, n, p * D, X.dtype.itemsize, n_jobs=self.n_jobs)
         return out
 
-    def _variance_from_stats(self, G, N, S, kind, gaps=None):
+    def _variance_from_stats(self, G, N, S, kind, gaps):
         return tensor_sketch_variance(G, N, S, self._p, self.n_features, gaps=gaps)

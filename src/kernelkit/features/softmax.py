@@ -631,7 +631,27 @@ def _is_orthogonal(B):
 _MIN_A = -1e300
 
 
-class PositiveRF(_DiagonalDERF):
+def _sum_sq(X, Y, xp):
+    """``(|x|^2 (n, 1), |y|^2 (1, m), |x+y|^2 (n, m))``."""
+    nx = sq_norms(xp, X)[:, None]
+    ny = sq_norms(xp, Y)[None, :]
+    return nx, ny, nx + ny + 2.0 * (X @ xp.matrix_transpose(Y))
+
+
+class _VarianceFromRelative:
+    """``variance`` as ``K^2`` times the map's closed-form relative variance
+    (``_log_relative_variance`` from ``|x + y|^2``), in log space: exactly 0 where that is
+    ``-inf`` (``y = -x`` for FAVOR+ and the antithetic pair)."""
+
+    def _variance(self, X, Y, xp):
+        log_var = 2.0 * self._log_kernel(X, Y, xp) + self._log_relative_variance(X, Y, xp)
+        if is_numpy_namespace(xp):
+            with np.errstate(over="ignore"):  # inf is the answer beyond the dtype's range
+                return np.exp(log_var)
+        return xp.exp(log_var)
+
+
+class PositiveRF(_VarianceFromRelative, _DiagonalDERF):
     """Positive random features, FAVOR+ (FAVOR# eq. 8-9).
 
     ``f1 = f2 = exp(w.x - |x|^2/2)``, ``w ~ N(0, I)``; GERF with ``A = 0``. Accepts sparse
@@ -664,19 +684,11 @@ class PositiveRF(_DiagonalDERF):
         # log(Var / K^2) = log(expm1(z2)) - log M = z2 + log(1 - e^{-z2}) - log M, from z2
         # directly: -inf (zero variance, zero gradient) exactly at y = -x, where the
         # difference of the two logs was rounding noise for the Gaussian kernel
-        z2 = xp.clip(HyperbolicRF._sum_sq(X, Y, xp)[2], min=0.0)
+        z2 = xp.clip(_sum_sq(X, Y, xp)[2], min=0.0)
         return z2 + log1mexp(xp, z2) - math.log(self.n_features)
 
-    def _variance(self, X, Y, xp):
-        # K^2 times the relative variance, in log space
-        log_var = 2.0 * self._log_kernel(X, Y, xp) + self._log_relative_variance(X, Y, xp)
-        if is_numpy_namespace(xp):
-            with np.errstate(over="ignore"):  # inf is the answer beyond the dtype's range
-                return np.exp(log_var)
-        return xp.exp(log_var)
 
-
-class HyperbolicRF(_DiagonalDERF):
+class HyperbolicRF(_VarianceFromRelative, _DiagonalDERF):
     """Hyperbolic (antithetic positive) random features.
 
     ``f(w, x) = exp(-|x|^2/2) [exp(w.x), exp(-w.x)] / sqrt(2)``, so that
@@ -707,15 +719,8 @@ class HyperbolicRF(_DiagonalDERF):
     def _projections(self):
         return np.concatenate([self.projection_, -self.projection_], axis=0)  # (2M, d)
 
-    @staticmethod
-    def _sum_sq(X, Y, xp):
-        """``(|x|^2 (n, 1), |y|^2 (1, m), |x+y|^2 (n, m))``."""
-        nx = sq_norms(xp, X)[:, None]
-        ny = sq_norms(xp, Y)[None, :]
-        return nx, ny, nx + ny + 2.0 * (X @ xp.matrix_transpose(Y))
-
     def _log_second_moment(self, X, Y, xp):
-        nx, ny, z2 = self._sum_sq(X, Y, xp)
+        nx, ny, z2 = _sum_sq(X, Y, xp)
         out = xp.logaddexp(2.0 * z2, xp.zeros_like(z2)) - math.log(2.0) - nx - ny
         return out + 2.0 * self.alpha * (nx + ny)
 
@@ -727,17 +732,9 @@ class HyperbolicRF(_DiagonalDERF):
         # m2 / K^2 - 1 = cosh|x+y|^2 - 1 = e^{z2} (1 - e^{-z2})^2 / 2 (z2 = |x+y|^2): from z2
         # directly, not as the difference of two logs, which cancels for small inputs
         # (relative variance ~ z2^2 / 2: all digits lost in float32 at |x| ~ 1e-3)
-        z2 = xp.clip(self._sum_sq(X, Y, xp)[2], min=0.0)
+        z2 = xp.clip(_sum_sq(X, Y, xp)[2], min=0.0)
         log1m = log1mexp(xp, z2)  # -inf where exact (y = -x)
         return z2 + 2.0 * log1m - math.log(2.0 * self.n_features)
-
-    def _variance(self, X, Y, xp):
-        # K^2 times the relative variance, in log space
-        log_var = 2.0 * self._log_kernel(X, Y, xp) + self._log_relative_variance(X, Y, xp)
-        if is_numpy_namespace(xp):
-            with np.errstate(over="ignore"):  # inf is the answer beyond the dtype's range
-                return np.exp(log_var)
-        return xp.exp(log_var)
 
 
 class GERF(_DiagonalDERF):
