@@ -119,9 +119,8 @@ def relative_frobenius_error(K, K_hat) -> float:
     if not np.all(np.isfinite(diff)) or not np.any(diff):
         return float(np.linalg.norm(diff) / np.linalg.norm(Ks))
     e = int(np.frexp(np.max(np.abs(diff)))[1])
-    (diff_s,) = _scaled_by_max(diff, diff)
     with np.errstate(over="ignore"):
-        return float(np.ldexp(np.linalg.norm(diff_s) / np.linalg.norm(Ks), e))
+        return float(np.ldexp(np.linalg.norm(np.ldexp(diff, -e)) / np.linalg.norm(Ks), e))
 
 
 # ---------------------------------------------------------------------- KL

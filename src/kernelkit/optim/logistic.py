@@ -600,9 +600,6 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
                 f"fit_intercept={self.fit_intercept!r} differs from that of the model being "
                 f"fitted ({self._fits_intercept()}): set it back, or call fit to start again."
             )
-        if getattr(self, "_stream_t0", None) is None:  # the first call of this stream
-            m = len(y) if self.solver == "bound" else min(int(self.batch_size), len(y))
-            self._stream_t0 = float(-(-len(y) // max(1, m)))  # its steps: the default t0
         self._train(X, self._encode(y), schedule, 1, stopping=False)
         return self
 
@@ -707,10 +704,12 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         steps_per_epoch = int(np.ceil(T / m))
         if self.t0 is not None:
             t0 = float(self.t0)
-        elif not stopping and getattr(self, "_stream_t0", None):  # partial_fit
-            t0 = self._stream_t0
-        else:
+        elif stopping:  # fit: one epoch's steps
             t0 = float(steps_per_epoch)
+        else:  # partial_fit: the steps of the stream's first call, kept for the stream
+            if getattr(self, "_stream_t0", None) is None:
+                self._stream_t0 = float(steps_per_epoch)
+            t0 = self._stream_t0
         lin = self.linear_solver
         if lin == "auto":
             lin = "dense" if (self.solver == "bound" and d <= _DENSE_MAX_DIM) else "cg"
