@@ -39,8 +39,9 @@ def pair_statistics(X, Y=None, coef0: float = 0.0):
 
 
 def pair_terms(X, Y=None, coef0=0.0, coef0_y=None):
-    """``(G, N, S, A, B)``, each (n, m): :func:`pair_statistics` and the differences
-    ``A = N - S``, ``B = G^2 - S`` formed without the terms that cancel.
+    """``(G, N, S, A, B)``, each (n, m) for X (n, d) and Y (m, d): :func:`pair_statistics`
+    and the differences ``A = N - S``, ``B = G^2 - S`` of Theorem 2 (eq. 16-21) and eq.
+    28/33, formed without the terms that cancel.
 
     The augmented coordinate may differ per row: ``coef0`` is a float or an (n,) array of
     the squared last coordinates ``a_x^2`` of the rows of ``X`` (``coef0_y`` the same for
