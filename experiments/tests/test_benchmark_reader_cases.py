@@ -254,3 +254,31 @@ def test_sgb_convergence_seconds_count_the_fit_outside_its_epochs(monkeypatch):
     # wall-clock timing of a fit stopped there gives, as the L-BFGS peer's seconds do
     assert res["epochs"] == 2
     assert res["seconds"] == 4.0
+
+
+def test_attention_accuracy_check_forms_exact_attention_for_a_few_query_rows(monkeypatch):
+    # `bench_attention.py --lengths 16384` was killed for memory: the float64 exact
+    # reference of all L query rows needs 8 H L^2 bytes (17 GiB). Only ACCURACY_ROWS
+    # rows are formed, and the errors are those of the same rows of every output.
+    torch = pytest.importorskip("torch")
+    import kernelkit.kernels as kernels
+    from kernelkit.attention import linear_attention
+
+    seen = []
+    exact_fn = kernels.softmax_attention
+
+    def spy(q, k, v, **kw):
+        seen.append(tuple(q.shape))
+        return exact_fn(q, k, v, **kw)
+
+    monkeypatch.setattr(kernels, "softmax_attention", spy)
+    monkeypatch.setattr(ba, "ACCURACY_ROWS", 5)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 40, ba.D, generator=g) * 0.5 for _ in range(3))
+    errs, _ = ba._accuracy(q, k, v, seed=0, performer_ok=False)
+    assert seen == [(1, 2, 5, ba.D)]
+    ours = linear_attention(q, k, v, feature_map="positive", n_features=ba.M, random_state=0)
+    exact = exact_fn(q[..., :5, :].double(), k.double(), v.double())
+    want = float(torch.linalg.vector_norm(ours[..., :5, :].double() - exact) / exact.norm())
+    assert errs["kernelkit FAVOR+"] == pytest.approx(want, rel=1e-12)
+    assert 0 < want < 1
