@@ -64,7 +64,8 @@ def power_of_two_bound(xp, *arrays) -> int:
     in the kernel) or raise ``OverflowError`` in :func:`math.ldexp`. The scaled entries
     are below 1 either way (below 1/2 where the bound is the larger)."""
     e = max(math.frexp(max_abs(xp, a))[1] for a in arrays)
-    return max(e, 2 - math.frexp(float(xp.finfo(arrays[0].dtype).max))[1])
+    # np.frexp: the limit in its own dtype (float() of an extended-precision maximum is inf)
+    return max(e, 2 - int(np.frexp(xp.finfo(arrays[0].dtype).max)[1]))
 
 
 def gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero: bool = False):
@@ -112,7 +113,8 @@ def gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero: bool = False):
     # quarter of d2 (cancellation), moves the exponent by more than eps, and the kernel
     # has not certainly underflowed (exp(-limit) == 0).
     gamma = (X.shape[-1] + 2) * eps
-    limit = -1.2 * math.log(float(xp.finfo(X.dtype).smallest_normal))
+    # np.log: in the limit's own dtype (an extended-precision one underflows in float())
+    limit = -1.2 * float(np.log(xp.finfo(X.dtype).smallest_normal))
     worst = gamma * (float(xp.max(detached(nx))) + float(xp.max(detached(ny))))
     if 0.5 * worst * f * f <= eps and not exact_zero:  # Python floats: saturates at inf
         return logk

@@ -131,8 +131,10 @@ def structured_hadamard_projection(
     Choromanski et al. 2017; Table 1 of Hybrid Random Features): the same SORF directions,
     each row rescaled to an independent ``chi_d`` norm (as :func:`block_orthogonal_projection`
     does for Haar blocks), so that row norms are distributed as those of ``N(0, I_d)`` rows.
-    Rows stay orthogonal within a block when ``d`` is a power of two. The directions are
-    still discrete, so estimators remain only approximately unbiased.
+    Rows stay orthogonal within a block when ``d`` is a power of two. Otherwise a row can
+    vanish on the ``d`` columns kept; such a row takes the direction of a Gaussian row
+    instead. The directions are still discrete, so estimators remain only approximately
+    unbiased.
 
     Parameters
     ----------
@@ -160,8 +162,15 @@ def structured_hadamard_projection(
         blocks.append(T[:, :d] / dp)  # sqrt(dp) * (H/sqrt(dp))^3 = H^3 / dp
     W = np.concatenate(blocks, axis=0)[:n_features]  # (M, d)
     if chi_norms:
-        norms = np.linalg.norm(W, axis=1)  # > 0: a row of an orthogonal matrix restricted
-        norms[norms == 0] = 1.0  # to d >= 1 columns can vanish only in degenerate cases
+        norms = np.linalg.norm(W, axis=1)  # (M,)
+        # d not a power of two: a row of a block can vanish on the d columns kept (6% of
+        # rows at d = 3), and a zero row has no direction to rescale. It takes the
+        # direction of a Gaussian row instead (uniform on the sphere), so that every row
+        # has a chi_d norm and E[w w^T] = I holds as for the other rows
+        zero = norms == 0
+        if np.any(zero):
+            W[zero] = rng.standard_normal((int(np.count_nonzero(zero)), d))
+            norms[zero] = np.linalg.norm(W[zero], axis=1)
         W = W * (np.sqrt(rng.chisquare(d, size=W.shape[0])) / norms)[:, None]
     return W
 

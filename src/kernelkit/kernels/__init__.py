@@ -307,8 +307,11 @@ def log_scaled_softmax_kernel(X, Y, alpha: float = 0.0):
     Returns
     -------
     array, shape (..., n, m)
-        Never NaN: finite unless the exact value exceeds the floating range, where it is
-        ``+-inf`` (inputs whose squared norms overflow are rescaled exactly).
+        Never NaN: finite unless the value exceeds the floating range, where it is
+        ``+-inf`` (inputs whose squared norms overflow are rescaled exactly). The dot
+        product carries the usual rounding error, up to about ``d eps |x| |y|``: where
+        that bound itself exceeds the range (``|x| |y|`` beyond ``1e300`` in float64), a
+        product whose exact value is small can still round to ``+-inf``.
 
     Raises
     ------

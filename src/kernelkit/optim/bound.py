@@ -92,7 +92,8 @@ def _beta(u):
     safe = xp.where(small, xp.ones_like(u), u)
     with np.errstate(over="ignore", invalid="ignore"):
         out = xp.tanh(0.5 * safe) / (2.0 * safe)
-    out = xp.where(small, 0.25 - u * u / 48.0, out)
+    us = xp.where(small, u, xp.zeros_like(u))  # the series only where it is used
+    out = xp.where(small, 0.25 - us * us / 48.0, out)
     return xp.where(xp.isinf(u), xp.zeros_like(u), out)
 
 

@@ -1,0 +1,59 @@
+"""Session 30 new-user hunts: samplers, exact kernels, the SGB bound's beta."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kernelkit.kernels as K
+from kernelkit.features.sampling import draw_projection
+from kernelkit.optim import beta, multinomial_partition_bound
+
+
+@pytest.mark.parametrize("d", [3, 5, 6])
+def test_hadamard_rows_have_chi_norms_when_d_is_not_a_power_of_two(d):
+    # a SORF row truncated to d < d' columns can vanish; ORF-Had rescaled it by 1 and
+    # kept the zero row (6% of rows at d = 3): E|w|^2 was 2.83, not d
+    W = np.concatenate([draw_projection(64, d, r, "hadamard") for r in range(400)])
+    sq = np.sum(W**2, axis=1)  # chi^2_d: mean d, variance 2 d
+    assert np.all(sq > 0)
+    z = (sq.mean() - d) / np.sqrt(2 * d / sq.size)
+    assert abs(z) < 4
+    C = W.T @ W / W.shape[0]  # E[w w^T] = I up to Monte Carlo error
+    assert np.max(np.abs(C - np.eye(d))) < 6 * np.sqrt(2.0 / W.shape[0]) * np.sqrt(3)
+
+
+def test_hadamard_draw_is_unchanged_for_powers_of_two():
+    # no zero rows there: the same random stream as before the fix
+    W = draw_projection(40, 8, 0, "hadamard")
+    rng = np.random.default_rng(0)
+    S = draw_projection(40, 8, 0, "sorf")
+    rng.choice(np.array([-1.0, 1.0]), size=(3, 8))  # the SORF blocks' draws
+    assert np.all(np.sum(W**2, axis=1) > 0)
+    # directions are SORF's, norms independent chi_8
+    cos = np.sum(W * S, axis=1) / (np.linalg.norm(W, axis=1) * np.linalg.norm(S, axis=1))
+    np.testing.assert_allclose(cos, 1.0, rtol=1e-12)
+
+
+def test_gaussian_kernel_of_long_double_input():
+    # was "ValueError: math domain error": float(finfo(longdouble).smallest_normal) is 0
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((5, 3)), rng.standard_normal((4, 3))
+    got = K.gaussian_kernel(X.astype(np.longdouble), Y.astype(np.longdouble))
+    assert got.dtype == np.longdouble
+    want = np.exp(-0.5 * np.sum((X[:, None] - Y[None]) ** 2, axis=-1))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-14)
+    assert K.power_of_two_bound(np, X.astype(np.longdouble)) >= 2 - np.finfo(np.longdouble).maxexp
+
+
+def test_beta_and_bound_of_huge_logits_do_not_warn():
+    # the series 1/4 - u^2/48 was evaluated on every entry: overflow warnings at |u| > 1e154
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = beta(np.array([1e200, -1e300, 0.1]))
+        bound = multinomial_partition_bound(np.array([[0.0, 1e200]]), np.array([[1.0]]))
+    np.testing.assert_allclose(b[:2], [0.5e-200, 0.5e-300], rtol=1e-15)
+    np.testing.assert_allclose(b[2], np.tanh(0.05) / 0.2, rtol=1e-15)
+    np.testing.assert_allclose(bound.log_z, [1e200], rtol=1e-15)
