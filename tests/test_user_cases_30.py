@@ -57,3 +57,37 @@ def test_beta_and_bound_of_huge_logits_do_not_warn():
     np.testing.assert_allclose(b[:2], [0.5e-200, 0.5e-300], rtol=1e-15)
     np.testing.assert_allclose(b[2], np.tanh(0.05) / 0.2, rtol=1e-15)
     np.testing.assert_allclose(bound.log_z, [1e200], rtol=1e-15)
+
+
+def _classifiers():
+    from kernelkit.distributions import KernelLogisticRegression
+    from kernelkit.estimators import NadarayaWatsonClassifier, RandomFeatureGPClassifier
+    from kernelkit.optim import BoundLogisticRegression
+
+    return [
+        NadarayaWatsonClassifier(),
+        RandomFeatureGPClassifier(random_state=0),
+        BoundLogisticRegression(),
+        KernelLogisticRegression(),
+    ]
+
+
+@pytest.mark.parametrize("est", _classifiers(), ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("y", [["a", "a", 1, 1, "a", 1], ("x", True, "x", True, True, "x")])
+def test_a_list_of_labels_of_mixed_types_is_refused_naming_y(est, y):
+    # the list became an array of strings: classes_ ['1' 'a'], predict returned strings
+    X = np.random.default_rng(0).standard_normal((6, 2))
+    with pytest.raises(TypeError, match=r"\by\b.*(str|types)"):
+        est.fit(X, y)
+    assert not hasattr(est, "classes_")
+
+
+def test_partial_fit_refuses_a_classes_list_of_mixed_types():
+    from kernelkit.optim import BoundLogisticRegression
+
+    X = np.random.default_rng(0).standard_normal((4, 2))
+    with pytest.raises(TypeError, match=r"classes.*int, str"):
+        BoundLogisticRegression().partial_fit(X, [1, 1, 2, 2], classes=[1, 2, "a"])
+    # lists of one type still work, numbers staying numbers
+    clf = BoundLogisticRegression().fit(X, [1, 1, 2, 2])
+    assert clf.classes_.dtype.kind == "i"

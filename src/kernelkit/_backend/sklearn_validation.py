@@ -19,6 +19,7 @@ from . import is_torch_array, to_numpy
 from .chunks import checked_chunks, is_dask_array, reject_sparse
 
 __all__ = [
+    "check_label_list",
     "check_lazy_output",
     "check_positional_keys",
     "for_container",
@@ -69,6 +70,17 @@ def sorted_class_labels(y, name: str = "y", check: bool = True) -> np.ndarray:
             raise
         got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"
         raise unsortable_labels_error(name, got) from exc
+
+
+def check_label_list(y, name: str = "y") -> None:
+    """``TypeError`` naming ``name`` (:func:`unsortable_labels_error`) if ``y`` is a list or
+    tuple of labels that cannot be sorted together (numbers with strings): converted to
+    an array, as scikit-learn's validation does, they would all become strings, the int
+    ``1`` and the string ``"1"`` one class."""
+    if isinstance(y, list | tuple):
+        types = unsortable_label_types(y)
+        if len(types) > 1:
+            raise unsortable_labels_error(name, f"labels of types {', '.join(types)}")
 
 
 def unsortable_labels_error(name: str, got: str) -> TypeError:

@@ -16,7 +16,7 @@ from .._backend import caller_stacklevel, chunks, validate_positive_float, valid
 from .._backend.chunks import as_dask_labels, dask_classes, known_row_chunks
 from .._backend.parallel import SingleThreadedBlas, check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
-from .._backend.sklearn_validation import sorted_class_labels
+from .._backend.sklearn_validation import check_label_list, sorted_class_labels
 from .._backend.sklearn_validation import validate_data as sk_validate_data
 from ._basis import KERNEL_CONSTRAINT, TOLERANCE_CONSTRAINTS, BasisCache, LowRankBasis, fit_basis
 from ._chunked import (
@@ -162,6 +162,7 @@ class KernelLogisticRegression(ClassifierMixin, BaseEstimator):
             y = as_dask_labels(y, X, owner=name)
             classes = dask_classes(y)  # sorted, checked as classification targets
         else:
+            check_label_list(y, "y")
             X, y = sk_validate_data(
                 self, X, y, dtype=np.float64, accept_sparse=False, ensure_min_samples=2
             )

@@ -70,7 +70,7 @@ from .._backend.chunks import (
 from .._backend.chunks import predict_in_slabs as _predict_in_slabs
 from .._backend.sklearn_validation import host_array, validate_data
 from ._feature_map_param import fitted_feature_map, map_features
-from ._labels import check_missing_labels
+from ._labels import check_raw_labels
 from ._posterior import choose_solver, gram_primal
 
 __all__ = [
@@ -418,7 +418,7 @@ def label_pairs(pairs, owner: str):
                 f"{owner}: y: block {i} has shape {yb.shape}; expected ({len(Xb)},), one class "
                 "label per row of its X block."
             )
-        check_missing_labels(f"{owner}: block {i}", yb)
+        check_raw_labels(f"{owner}: block {i}", yb)
         d = Xb.shape[1]
         yield Xb, yb
     if i < 0:

@@ -35,7 +35,7 @@ from ._chunked import (
     dask_sample_weight,
 )
 from ._feature_map_param import map_features
-from ._labels import check_label_targets, check_missing_labels, encode_labels
+from ._labels import check_label_targets, check_raw_labels, encode_labels
 from ._posterior import gram_primal
 
 __all__ = ["blocked_class_statistics", "class_statistics", "class_training_rows"]
@@ -55,7 +55,7 @@ def class_training_rows(est, X, y, sample_weight=None) -> TrainingRows:
     sequence = X if y is None and is_block_sequence(X) else None
     X, y, sample_weight = chunked_sample_weight(X, y, sample_weight, name)
     X, y, X0, y0, pairs, names = chunked_head(X, y, name, labels=True)
-    check_missing_labels(name, y0)
+    check_raw_labels(name, y0)
     validate_data(est, X0, y0, dtype=[np.float64, np.float32], accept_sparse=False)
     if names is not None:  # DataFrame blocks: as in memory
         est.feature_names_in_ = names
@@ -99,7 +99,7 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
         def block(index, Xb, yb, wb=None):  # one Dask task per row chunk
             Xb = check_block(Xb, "X", index, owner=owner, n_columns=d, vector="error", dtype=None)
             yb = np.asarray(yb)
-            check_missing_labels(f"{owner}: block {index}", yb)
+            check_raw_labels(f"{owner}: block {index}", yb)
             return class_block_stats(fm, Xb, yb, amplitude, owner, wb) if len(Xb) else {}
 
         def weighted(index, Xb, yb, wb):  # and the chunk's total weight

@@ -8,13 +8,18 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from .._backend.sklearn_validation import unsortable_label_types
 
-__all__ = ["check_label_targets", "check_missing_labels", "encode_labels", "log_proba"]
+__all__ = ["check_label_targets", "check_raw_labels", "encode_labels", "log_proba"]
 
 
-def check_missing_labels(owner: str, y) -> None:
-    """``ValueError`` naming ``y`` if a list or object array of labels holds ``None``, NaN
-    or ``pandas.NA`` (scikit-learn would fail in a sort, say only "Input contains NaN", or,
-    for ``pandas.NA``, "boolean value of NA is ambiguous")."""
+def check_raw_labels(owner: str, y) -> None:
+    """Checks of the labels ``y`` as given, before any conversion to an array.
+
+    ``ValueError`` naming ``y`` if a list or object array of labels holds ``None``, NaN or
+    ``pandas.NA`` (scikit-learn would fail in a sort, say only "Input contains NaN", or,
+    for ``pandas.NA``, "boolean value of NA is ambiguous"); ``TypeError`` naming ``y`` and
+    the types if they cannot be sorted together (numbers with strings): a list of them
+    would otherwise become an array of strings, the int ``1`` and the string ``"1"`` one
+    class, and ``predict`` would return strings for the numbers."""
     if not (isinstance(y, list | tuple) or getattr(getattr(y, "dtype", None), "kind", "") == "O"):
         return
     labels = np.asarray(y, dtype=object).ravel()
@@ -28,6 +33,8 @@ def check_missing_labels(owner: str, y) -> None:
             f"{owner}: y contains a missing label ({labels[i]!r} at index {i}); drop those "
             "samples or give them a class of their own."
         )
+    if len(unsortable_label_types(labels)) > 1:
+        raise _label_type_error(owner, labels, TypeError("unsortable labels"))
 
 
 def _is_missing(label) -> bool:

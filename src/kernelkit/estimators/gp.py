@@ -47,7 +47,7 @@ from ._chunked import (
 )
 from ._chunked_classes import blocked_class_statistics, class_statistics, class_training_rows
 from ._feature_map_param import fitted_feature_map, map_features
-from ._labels import check_missing_labels, encode_labels, log_proba
+from ._labels import check_raw_labels, encode_labels, log_proba
 from ._posterior import SOLVERS, FeaturePosterior, choose_solver, gram_dual, gram_primal
 from .ridge import check_positive_float
 
@@ -501,7 +501,7 @@ class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
                 self.posteriors_ = _posteriors_from_grams(grams, *labels)
         else:
             # 1. validate: labels -> class indices y_idx (n,)
-            check_missing_labels(type(self).__name__, y)
+            check_raw_labels(type(self).__name__, y)
             X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
             w = check_sample_weight(sample_weight, X, type(self).__name__)  # (n,) or None
             self.classes_, y_idx = encode_labels(type(self).__name__, y)

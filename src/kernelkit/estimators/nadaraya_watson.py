@@ -56,7 +56,7 @@ from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
 from ._chunked import check_sample_weight, predict_in_slabs, reject_block_iterable
-from ._labels import check_missing_labels, encode_labels, log_proba
+from ._labels import check_raw_labels, encode_labels, log_proba
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 from ._weighted_fit import weighted_moments
 
@@ -481,7 +481,7 @@ class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
         # the next fit (scikit-learn's convention), never unchecked at predict time
         self._fitted = self._params_now()
         reject_block_iterable(self, X)
-        check_missing_labels(type(self).__name__, y)
+        check_raw_labels(type(self).__name__, y)
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse=False)
         w = check_sample_weight(sample_weight, X, type(self).__name__)  # (L,) or None
         self.classes_, y_idx = encode_labels(type(self).__name__, y)

@@ -37,7 +37,7 @@ from .._backend import caller_stacklevel, check_random_state
 from .._backend.chunks import is_dask_array
 from .._backend.fit_state import keep_model_on_error
 from .._backend.params import NON_NEGATIVE, POSITIVE, RANDOM_STATE, int_range
-from .._backend.sklearn_validation import sorted_class_labels, validate_data
+from .._backend.sklearn_validation import check_label_list, sorted_class_labels, validate_data
 from . import _validation as _v
 from . import solvers as _s
 from .bound import multinomial_bound_from_logits
@@ -517,6 +517,7 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
             from .chunked import fit_bound
 
             return fit_bound(self, X, y, schedule)
+        check_label_list(y, "y")
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], accept_sparse=False)
         self._start(sorted_class_labels(y, "y"), X.shape[1])
         # an int (np.int64 passes the constraints): its count words the warning below
@@ -569,6 +570,8 @@ class BoundLogisticRegression(LinearClassifierMixin, ClassifierMixin, BaseEstima
         self._validate_params()
         schedule = self._check_params()
         first = not hasattr(self, "coef_")
+        check_label_list(y, "y")
+        check_label_list(classes, "classes")
         X, y = validate_data(
             self, X, y, dtype=[np.float64, np.float32], accept_sparse=False, reset=first
         )
