@@ -91,3 +91,44 @@ def test_partial_fit_refuses_a_classes_list_of_mixed_types():
     # lists of one type still work, numbers staying numbers
     clf = BoundLogisticRegression().fit(X, [1, 1, 2, 2])
     assert clf.classes_.dtype.kind == "i"
+
+
+def test_random_features_auto_with_dense_queries_and_sparse_keys():
+    # the candidates were filtered on a sparse X only: GERF's fit raised a TypeError
+    import scipy.sparse as sp
+
+    from kernelkit.estimators import RandomFeatures
+
+    X = np.random.default_rng(0).normal(size=(30, 4)) * 0.3
+    Y = sp.random(20, 4, density=0.5, format="csr", random_state=0)
+    rf = RandomFeatures(method="auto", n_components=32, random_state=0).fit(X, Y=Y)
+    assert rf.feature_map_.accepts_sparse
+    assert set(rf.variance_estimates_) and all(
+        RandomFeatures(method=m).fit(X).feature_map_.accepts_sparse for m in rf.variance_estimates_
+    )
+    assert np.all(np.isfinite(rf.transform_y(Y)))
+
+
+def test_random_features_names_y_in_its_key_messages():
+    import pandas as pd
+
+    from kernelkit.estimators import RandomFeatures
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(30, 4)), columns=list("abcd"))
+    Y = rng.normal(size=(20, 4))
+    with pytest.warns(UserWarning, match="^Y does not have valid feature names") as rec:
+        rf = RandomFeatures(n_components=32, random_state=0).fit(df, Y=Y)
+    assert rec[0].filename == __file__  # at the caller's line
+    with pytest.warns(UserWarning, match="^Y does not have valid feature names"):
+        rf.transform_y(Y)
+    with pytest.raises(ValueError, match=r"^Y must be a 2-D array"), pytest.warns(UserWarning):
+        rf.transform_y(Y[0])
+    # named keys are compared with X's columns, the error naming Y
+    with pytest.raises(ValueError, match=r"^Y: .*feature names"):
+        rf.transform_y(pd.DataFrame(Y, columns=list("abce")))
+    np.testing.assert_allclose(
+        rf.transform_y(pd.DataFrame(Y, columns=list("abcd"))),
+        rf.feature_map_.transform_y(Y),
+        rtol=1e-13,
+    )

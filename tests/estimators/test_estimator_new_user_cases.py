@@ -324,12 +324,13 @@ def test_transform_y_names_Y_on_a_wrong_width(method):
 
 
 def test_transform_y_names_y_in_its_nan_error():
-    # scikit-learn's validation always says "Input X"; transform_y's argument is Y
+    # scikit-learn's validation always says "Input X"; transform_y's argument is Y (checked
+    # as the maps check their keys)
     X = np.random.default_rng(0).standard_normal((20, 4))
     Y = X.copy()
     Y[0, 0] = np.nan
     rf = RandomFeatures(n_components=16, method="saderf", random_state=0).fit(X)
-    with pytest.raises(ValueError, match=r"^Input Y contains NaN"):
+    with pytest.raises(ValueError, match=r"^Y contains NaN"):
         rf.transform_y(Y)
     with pytest.raises(ValueError, match=r"^Input X contains NaN"):
         rf.transform(Y)

@@ -13,12 +13,14 @@ import warnings
 
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_feature_names, _get_feature_names
 from sklearn.utils.validation import validate_data as _sk_validate_data
 
-from . import is_torch_array, to_numpy
+from . import caller_stacklevel, is_torch_array, to_numpy
 from .chunks import checked_chunks, is_dask_array, reject_sparse
 
 __all__ = [
+    "check_feature_names_of",
     "check_label_list",
     "check_lazy_output",
     "check_positional_keys",
@@ -70,6 +72,32 @@ def sorted_class_labels(y, name: str = "y", check: bool = True) -> np.ndarray:
             raise
         got = f"labels of types {', '.join(types)}" if len(types) > 1 else f"{exc}"
         raise unsortable_labels_error(name, got) from exc
+
+
+def check_feature_names_of(est, X, name: str, reset: bool) -> None:
+    """scikit-learn's ``_check_feature_names`` of ``X``, the argument ``name``. Its warnings
+    and error speak of ``X``: for another argument (``Y``) the two warnings are issued
+    here with its name (UserWarning at the caller's line; no change to the warning
+    filters), and the name-mismatch error is raised again with it."""
+    if name == "X" or reset:
+        _check_feature_names(est, X, reset=reset)
+        return
+    named = _get_feature_names(X) is not None
+    fitted = getattr(est, "feature_names_in_", None) is not None
+    if named != fitted:  # scikit-learn's two warnings, naming the argument
+        owner = type(est).__name__
+        message = (
+            f"{name} has feature names, but {owner} was fitted without feature names"
+            if named
+            else f"{name} does not have valid feature names, but {owner} was fitted with "
+            "feature names"
+        )
+        warnings.warn(message, UserWarning, stacklevel=caller_stacklevel())
+        return
+    try:  # both named (or neither): scikit-learn compares them
+        _check_feature_names(est, X, reset=False)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def check_label_list(y, name: str = "y") -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_feature_names, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
 from .._backend import (
     check_random_state,
@@ -33,6 +33,7 @@ from .._backend.params import (
     int_range,
 )
 from .._backend.sklearn_validation import (
+    check_feature_names_of,
     check_lazy_output,
     check_positional_keys,
     for_container,
@@ -305,6 +306,8 @@ class RandomFeatures(
 
     def _validate(self, X, reset: bool, accept_sparse: bool, name: str = "X"):
         # ``name``: the argument the messages name (X, or Y for transform_y)
+        if name != "X" and not sp.issparse(X):  # the keys: as the maps check them
+            return self._validate_keys(X, self.n_features_in_)
         if is_foreign_array(X):
             X, _ = kk_validate_data(X, name, n_features=None if reset else self.n_features_in_)
             if reset:
@@ -328,6 +331,18 @@ class RandomFeatures(
                 raise
             raise TypeError(f"{name}{str(exc)[1:]}") from None
 
+    def _validate_keys(self, Y, n_features: int):
+        """Dense keys ``Y`` (m, n_features), checked as the maps check them: messages and
+        feature-name warnings name ``Y`` (scikit-learn's always say ``X``)."""
+        if not is_foreign_array(Y) and (
+            hasattr(Y, "columns") or "feature_names_in_" in self.__dict__
+        ):
+            check_feature_names_of(self, Y, "Y", reset=False)  # the keys' columns are X's
+        Y, _ = kk_validate_data(Y, "Y", n_features=n_features)
+        if isinstance(Y, np.ndarray) and Y.dtype == np.float16:  # as scikit-learn's
+            Y = Y.astype(np.float64)
+        return Y
+
     def _choose(self, X, Y):
         """``method="auto"``: the candidate of lowest mean relative mean squared error on a
         sample (the relative variance for the unbiased maps)."""
@@ -336,7 +351,7 @@ class RandomFeatures(
         seed = int(rng.integers(0, 2**31 - 1))
         sx = _sample_rows(X, self.auto_sample_size, rng, "X")
         sy = None if Y is None else _sample_rows(Y, self.auto_sample_size, rng, "Y")
-        if sp.issparse(sx):  # sparse X, or a Dask X of sparse chunks
+        if sp.issparse(sx) or sp.issparse(sy):  # sparse X or Y (or Dask of sparse chunks)
             candidates = [c for c in candidates if METHODS[c].cls.accepts_sparse]
         estimates, rels, refusals = {}, {}, {}
         for name in candidates:
@@ -426,11 +441,7 @@ class RandomFeatures(
         if Y is None:
             check_positional_keys("RandomFeatures", X, y, reads_data)
         if Y is not None and not sp.issparse(Y):  # sparse keys: the map checks them
-            if not is_foreign_array(Y) and (
-                hasattr(Y, "columns") or "feature_names_in_" in self.__dict__
-            ):
-                _check_feature_names(self, Y, reset=False)  # the keys' columns are X's
-            Y, _ = kk_validate_data(Y, "Y", n_features=X.shape[1])
+            Y = self._validate_keys(Y, X.shape[1])
         return self._fit_map(X, Y, name)
 
     def _fit_map(self, X, Y, name, fit=None):

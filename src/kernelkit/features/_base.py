@@ -47,7 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
-from sklearn.utils.validation import _check_feature_names, _get_feature_names, check_array
+from sklearn.utils.validation import check_array
 
 from .._backend import (
     caller_stacklevel,
@@ -65,7 +65,12 @@ from .._backend import validate_data as validate_array
 from .._backend.chunks import checked_chunks, is_dask_array
 from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.parallel import block_map
-from .._backend.sklearn_validation import check_lazy_output, check_positional_keys, for_container
+from .._backend.sklearn_validation import (
+    check_feature_names_of,
+    check_lazy_output,
+    check_positional_keys,
+    for_container,
+)
 from ._dask import fit_dask, lazy_features
 from .sampling import _BIASED_QUIET, BIASED_SAMPLERS
 
@@ -299,7 +304,7 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
             foreign = is_foreign_array(X)
             named = hasattr(X, "columns") or "feature_names_in_" in self.__dict__
             if not foreign and named and (reset or like is None or check_names):
-                _feature_names_of(self, X, name, reset)  # pandas column names
+                check_feature_names_of(self, X, name, reset)  # pandas column names
             X, xp = validate_array(X, name, allow_empty=allow_empty, check_finite=check_finite)
             if not foreign and X.dtype == np.float16:  # as scikit-learn's check_array
                 X = X.astype(np.float64)
@@ -1273,29 +1278,3 @@ def _outside_inference_mode(like):
         if torch.is_inference_mode_enabled():
             return torch.inference_mode(False)
     return contextlib.nullcontext()
-
-
-def _feature_names_of(est, X, name: str, reset: bool) -> None:
-    """scikit-learn's ``_check_feature_names`` of ``X``, the argument ``name``. Its warnings
-    and error speak of ``X``: for another argument (``Y``) the two warnings are issued
-    here with its name (UserWarning at the caller's line; no change to the warning
-    filters), and the name-mismatch error is raised again with it."""
-    if name == "X" or reset:
-        _check_feature_names(est, X, reset=reset)
-        return
-    named = _get_feature_names(X) is not None
-    fitted = getattr(est, "feature_names_in_", None) is not None
-    if named != fitted:  # scikit-learn's two warnings, naming the argument
-        owner = type(est).__name__
-        message = (
-            f"{name} has feature names, but {owner} was fitted without feature names"
-            if named
-            else f"{name} does not have valid feature names, but {owner} was fitted with "
-            "feature names"
-        )
-        warnings.warn(message, UserWarning, stacklevel=caller_stacklevel())
-        return
-    try:  # both named (or neither): scikit-learn compares them
-        _check_feature_names(est, X, reset=False)
-    except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
