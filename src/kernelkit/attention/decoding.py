@@ -66,6 +66,7 @@ from .functional import (
     _bool_padding_mask,
     _check_flag,
     _check_gqa_flag,
+    _check_key_rows,
     _check_moments,
     _check_sampler,
     _eager_checked,
@@ -1397,20 +1398,22 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     # overflows) are an error, as in linear_attention, not keys silently left out:
     # checked through their row terms here (a prefill block) or their log features below
     if _runs_the_kernel(single, x, y, va, keep, state):
-        if check_keys and not _all_finite(state.params.fmap._row(y, "k")):
-            _raise_not_finite("the squared norm of a key", k_t=k_t)
+        if check_keys:  # NaN, inf, or below the -1e30 of an empty prefix or padded key
+            rows = state.params.fmap._row(y, "k")[..., 0]  # (..., T)
+            _check_key_rows(rows, keep, k_t=k_t)
         out, kvz, c = _prefill_batched(state.params, x, y, va, keep, state.kvz, state.c, inplace)
         out = _checked_output(out.to(q_t.dtype), check_finite, q_t, k_t, v_t)
         return _stepped(state, out, kvz, c, q_t.shape[-2], inplace)
     if single:  # (..., d) -> (..., 1, d) for the batched feature matmul
         x, y = x[..., None, :], y[..., None, :]
     lq, lk = state.params(x, y)  # (..., H, T, M), (..., Hkv, T, M) with a GQA state
-    # a key's row term overflowed: one reduction per token, and the full check only where
-    # the sum over the features overflows (finite row terms of -1e37 sum past float32's max)
-    if check_keys and not _all_finite(lk):
-        _raise_not_finite("the squared norm of a key", k_t=k_t)
     if single:
         lq, lk = lq[..., 0, :], lk[..., 0, :]  # (..., M)
+    # a key's row term overflowed, or fell below the -1e30 of an empty prefix or a padded
+    # key (the key would be left out): one reduction per token
+    if check_keys:
+        top = lk.amax(dim=-1)  # (..., [T]): NaN where a feature is
+        _check_key_rows(top, keep, k_t=k_t)
     if keep is not None:  # padded keys: out of the running maximum and the sums
         lk = torch.where(keep[..., None], lk, _NEG)
     grouped = state.group > 1  # (..., Hq, [T,] M) -> (..., Hkv, g, [T,] M)

@@ -255,7 +255,9 @@ def attention_moments(
     TypeError
         Non-floating ``q`` / ``k`` or a non-bool padding mask.
     ValueError
-        Mismatched shapes, empty or non-finite input, a bad ``scale``.
+        Mismatched shapes, empty or non-finite input, a bad ``scale``; moments that
+        overflow the input dtype although ``q`` and ``k`` are finite (checked on eager CPU
+        tensors).
 
     Returns
     -------
@@ -294,7 +296,14 @@ def attention_moments(
     )
     wk = _row_weights(key_padding_mask, "key", k.shape[:-1], y)
     wq = _row_weights(query_padding_mask, "query", q.shape[:-1], x)
-    return fit_moments(x, y, wk, full=True, query_weights=wq)
+    mom = fit_moments(x, y, wk, full=True, query_weights=wq)
+    # sums of finite float32 / float16 squares can overflow: the error linear_attention's
+    # own fit gives (eager CPU, as its checks; a device sync elsewhere)
+    if _eager_checked(mom.second_x) and not (
+        _all_finite(mom.second_x) and _all_finite(mom.second_y)
+    ):
+        _raise_not_finite("the sum of the second moments", q=q, k=k)
+    return mom
 
 
 def _tensor_arg(value, name, device=None):
@@ -347,7 +356,25 @@ def _as_torch(q, k, v):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor like q, got {type(t).__name__}.")
         return q, k, v
-    return tuple(_tensor_arg(np.asarray(t), name) for name, t in (("q", q), ("k", k), ("v", v)))
+    return tuple(_numeric_arg(t, name) for name, t in (("q", q), ("k", k), ("v", v)))
+
+
+def _numeric_arg(value, name):
+    """A NumPy array or array-like ``value`` as a tensor; a ``TypeError`` naming the
+    argument and the type the caller passed (not that of its NumPy conversion) where it
+    holds no numbers (None, a string, objects)."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as err:  # ragged nested sequences
+        raise TypeError(
+            f"{name} must be a tensor or an array, got {type(value).__name__}: {err}"
+        ) from None
+    if arr.dtype.kind not in "biufc":
+        what = type(value).__name__
+        if isinstance(value, np.ndarray):
+            what += f" of dtype {value.dtype}"
+        raise TypeError(f"{name} must be a tensor or a numeric array, got {what}.")
+    return _tensor_arg(arr, name)
 
 
 def _validate(q, k, v, is_causal, key_padding_mask):
@@ -418,6 +445,32 @@ def _all_finite(t) -> bool:
     """Whether tensor ``t`` has no NaN or inf: one reduction pass, and the full check only
     where the sum is not finite (a sum of finite entries may overflow)."""
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
+#: smallest row term ``-|B k|^2 / 2`` (scaled) a visible key may have: masked keys and
+#: empty prefixes stand at -1e30 (a finite minus infinity) in the running maxima of the
+#: causal path and of masked bidirectional calls, so a key below half of it would rank
+#: under them and be left out silently
+_KEY_ROW_MIN = -5e29
+
+
+def _check_key_rows(rows, keep=None, **tensors) -> None:
+    """Raise unless every row term ``rows`` (any shape; ``-|B k|^2 / 2`` of the keys,
+    scaled) is finite, padded keys too, and those of the keys ``keep`` (bool, broadcast
+    against ``rows``; None: all) are above :data:`_KEY_ROW_MIN`; ``tensors`` are the
+    inputs to name."""
+    if rows.numel() == 0:
+        return
+    if not _all_finite(rows):
+        _raise_not_finite("the squared norm of a key", **tensors)
+    visible = rows if keep is None else torch.where(keep, rows, 0.0)
+    if bool(visible.amin() > _KEY_ROW_MIN):
+        return
+    raise ValueError(
+        "the squared norm of a key (times the scale, after the fitted transform) exceeds "
+        "1e30: its log features fall below the -1e30 that stands for a masked key or an "
+        f"empty prefix, and it would be left out. Scale {', '.join(tensors)} down."
+    )
 
 
 def _in_func_transform() -> bool:
@@ -1054,8 +1107,11 @@ def _projection_params(name, n_features, d, random_state, sampler, projection, d
         W = _tensor_arg(W, "projection") if not isinstance(W, torch.Tensor) else W
         if W.is_complex() or W.dtype == torch.bool:
             raise TypeError(f"projection must be real, got dtype {W.dtype}.")
-        if W.dim() != 2 or W.shape[1] != d:
-            raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
+        if W.dim() != 2 or W.shape[1] != d or W.shape[0] < 1:
+            raise ValueError(
+                f"projection must have shape (n_proj, d={d}) with n_proj >= 1, got "
+                f"{tuple(W.shape)}."
+            )
         params["W"] = W
     elif name not in ("relu", "elu"):
         raise ValueError(f"projection for {name!r} needs a 'W' entry.")
@@ -1066,10 +1122,11 @@ def _projection_params(name, n_features, d, random_state, sampler, projection, d
             if T is not None and not isinstance(T, torch.Tensor)
             else T
         )
-        if T is None or T.dim() != 2 or T.shape[1] != d:
+        if T is None or T.dim() != 2 or T.shape[1] != d or T.shape[0] < 1:
             raise ValueError(
                 "projection for 'hybrid_angular' needs 'W' (m, d) and 'T' (n_lambda, d) "
-                f"entries with d={d}, as draw_features('hybrid_angular', ...) returns; got "
+                f"entries with d={d} and m, n_lambda >= 1, as draw_features('hybrid_angular', "
+                "...) returns; got "
                 f"T {None if T is None else tuple(T.shape)}."
             )
         params["T"] = T
@@ -1267,8 +1324,8 @@ class _FusedFeatures:
         u = self._row_input(x)
         sq = torch.mul(u, u, out=self._buf("sq", B, rows, d))
         row = torch.sum(sq, dim=-1, out=self._buf("row", B, rows))  # (B, rows)
-        if self.check and not _all_finite(row):
-            _raise_not_finite("the squared norm of a key", k=x)
+        if self.check:  # NaN, inf, or below the masked keys' -1e30
+            _check_key_rows(-0.5 * row, keep, k=x)
         if keep is not None:
             row.masked_fill_(~keep, 2e30)
         xa[..., d] = row
@@ -1331,13 +1388,15 @@ def _check_moments(mom, batch, d, name, device, check_finite=None):
         )
     if mom.mean_x.shape[-1] != d:
         raise ValueError(f"moments are for d={mom.mean_x.shape[-1]}, inputs have d={d}.")
-    try:
-        torch.broadcast_shapes(mom.mean_x.shape[:-1], batch)
+    try:  # to the inputs' batch shape itself, not to a larger one
+        fits = torch.broadcast_shapes(mom.mean_x.shape[:-1], batch) == tuple(batch)
     except RuntimeError:
+        fits = False
+    if not fits:
         raise ValueError(
             f"moments with batch shape {tuple(mom.mean_x.shape[:-1])} do not "
             f"broadcast to {tuple(batch)}."
-        ) from None
+        )
     return mom
 
 
