@@ -499,6 +499,11 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         """Return ``(base (n, D), log_scale (n,))`` for prepared ``X``."""
         raise NotImplementedError
 
+    #: whether :meth:`transform_scaled` rescales the rows of ``_scaled_features`` to a
+    #: largest ``|base|`` of 1 (:func:`_unit_rows`): maps whose stabiliser is a detached
+    #: maximum or a bound, exact for the product but not for the two pieces apart
+    _unit_scaled_rows: ClassVar[bool] = False
+
     #: whether :meth:`_features` maps NumPy rows in blocks of about 2^17 features (maps
     #: whose features of all rows would take several (n, D) temporaries at once)
     _row_blocked_features: ClassVar[bool] = False
@@ -610,14 +615,22 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
         Returns
         -------
         base : array, shape (n, output_dim)
-            Row-normalised features (for positive maps the row maximum is 1).
+            Row-normalised features. Maps of exponential features (the positive and
+            hyperbolic maps, the hybrids, ``ComplexExponentialRF``): the largest
+            ``|base|`` of every row is 1 (a row of zero features stays zero). The
+            dot-product maps: the features of the row scaled to unit norm.
         log_scale : array, shape (n,)
-            ``transform(X) == base * exp(log_scale)[:, None]``.
+            ``transform(X) == base * exp(log_scale)[:, None]``: the log of the row's
+            largest absolute feature, or for the dot-product maps ``degree`` times the
+            log of its norm. Both pieces are differentiable in ``X`` (torch autograd),
+            each on its own.
         """
         if side not in ("x", "y"):
             raise ValueError(f"side must be 'x' or 'y', got {side!r}.")
         X, xp, dtype = self._check_X_half_widened(X, "X" if side == "x" else "Y")
         base, log_scale = self._scaled_features(X, xp, side)
+        if self._unit_scaled_rows:
+            base, log_scale = _unit_rows(xp, base, log_scale)
         if xp.isdtype(base.dtype, "complex floating"):
             return base, as_real_dtype(xp, log_scale, dtype)
         if base.dtype != dtype:
@@ -1278,3 +1291,22 @@ def _outside_inference_mode(like):
         if torch.is_inference_mode_enabled():
             return torch.inference_mode(False)
     return contextlib.nullcontext()
+
+
+def _unit_rows(xp, base, log_scale):
+    """``(base / c, log_scale + log c)`` with ``c`` the largest ``|base|`` of each row (1
+    for a row of zeros): the same features, each row of ``base`` at most 1 in magnitude.
+
+    The maps' own stabilisers are detached or bounds, which is exact for their product
+    but not for the two pieces apart. With ``c`` attached, ``log_scale + log c`` is
+    ``log max_j |f_j(x)|`` and ``base / c`` is ``f(x) / max_j |f_j(x)|``, whose gradients
+    follow from the product's alone. NumPy rows already at 1 (the positive maps) are
+    returned as they are.
+    """
+    if base.shape[0] == 0 or base.shape[1] == 0:
+        return base, log_scale
+    c = xp.max(xp.abs(base), axis=1)  # (n,)
+    c = xp.where(c > 0, c, xp.ones_like(c))
+    if is_numpy_namespace(xp) and bool(np.all(c == 1.0)):
+        return base, log_scale
+    return base / xp.astype(c, base.dtype)[:, None], log_scale + xp.log(c)

@@ -230,6 +230,8 @@ class _DiagonalDERF(SecondMomentVariance, _ThreadedMap):
     edited ``B_x_``, so the features move continuously with the edit).
     """
 
+    _unit_scaled_rows = True  # detached stabiliser (FeatureMap.transform_scaled)
+
     positive = True
     #: name of the fit in :func:`kernelkit.features.favor.fit_derf`
     _derf = "positive"

@@ -51,6 +51,8 @@ class _BipolarHybrid(LogFormVariance, ProjectionFeatureMap):
     ``shared_projection``); ``lambda_projection_`` (n, d) the ``T`` of the coefficient.
     """
 
+    _unit_scaled_rows = True  # detached stabiliser (FeatureMap.transform_scaled)
+
     symmetric = False
     positive = False
     #: whether the block ``sqrt|a| phi1`` is present (``a != 0``)

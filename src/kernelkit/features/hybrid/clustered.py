@@ -107,6 +107,8 @@ class ClusteredHybridRF(LogFormVariance, ProjectionFeatureMap):
         The projections ``W'`` of the Gaussian mixture (``mixture="gaussian"`` only).
     """
 
+    _unit_scaled_rows = True  # detached stabiliser (FeatureMap.transform_scaled)
+
     #: NumPy rows in blocks: the whole (n, D) parts took 2x to 3x the output
     _row_blocked_features = True
 

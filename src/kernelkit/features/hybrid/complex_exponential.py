@@ -161,6 +161,8 @@ class ComplexExponentialRF(LogFormVariance, ProjectionFeatureMap):
     ``A`` this is ``SM^2 (exp(|Ax + By|^2) - 1) / m``.
     """
 
+    _unit_scaled_rows = True  # detached stabiliser (FeatureMap.transform_scaled)
+
     #: NumPy rows in blocks: the whole (n, D) parts took 2x to 3x the output
     _row_blocked_features = True
 
