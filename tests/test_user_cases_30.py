@@ -175,3 +175,60 @@ def test_transform_scaled_pieces_have_their_own_gradients(cls):
     b_np, s_np = fm.transform_scaled(X.numpy())
     np.testing.assert_allclose(b_np, base.numpy(), rtol=1e-12, atol=1e-15)  # |base| <= 1
     np.testing.assert_allclose(s_np, log_scale.numpy(), rtol=1e-12)
+
+
+def _nw_reference(X, y, Q, sigma, n_classes):
+    # brute force from explicit differences, in log space
+    L = -(sigma**2) * np.sum((Q[:, None, :] - X[None, :, :]) ** 2, axis=-1) / 2
+    L -= L.max(axis=1, keepdims=True)
+    P = np.exp(L) @ np.eye(n_classes)[y]
+    return P / P.sum(axis=1, keepdims=True)
+
+
+def test_exact_nadaraya_watson_resolves_a_fine_cluster_beside_distant_points():
+    # |q|^2 + |t|^2 - 2 q.t lost the 1 cm spacing of points 1e7 m from a distant one:
+    # wrong nearest neighbours, probabilities off by 0.99
+    from kernelkit.estimators import NadarayaWatsonClassifier
+
+    X = np.r_[-5e6, 5e6 + 0.01 * np.arange(10)][:, None]
+    y = np.r_[0, np.arange(10) % 2 + 1]
+    Q = X[1:] + 0.002
+    clf = NadarayaWatsonClassifier(exact=True, sigma=300.0).fit(X, y)
+    want = _nw_reference(X, y, Q, 300.0, 3)
+    np.testing.assert_allclose(clf.predict_proba(Q), want, atol=1e-12)
+    np.testing.assert_array_equal(clf.predict(Q), want.argmax(axis=1))
+
+
+def test_exact_nadaraya_watson_is_scale_invariant_past_the_square_range():
+    # squared distances overflowed past 1e154: inf - inf gave uniform probabilities
+    from kernelkit.estimators import NadarayaWatsonClassifier
+
+    rng = np.random.default_rng(0)
+    X, Q = rng.standard_normal((20, 2)), rng.standard_normal((3, 2))
+    y = rng.integers(0, 3, 20)
+    ref = NadarayaWatsonClassifier(exact=True, sigma=1.0).fit(X, y).predict_proba(Q)
+    np.testing.assert_allclose(ref, _nw_reference(X, y, Q, 1.0, 3), rtol=1e-12)
+    for s in (1e160, 1e-160):
+        got = NadarayaWatsonClassifier(exact=True, sigma=1 / s).fit(X * s, y).predict_proba(Q * s)
+        np.testing.assert_allclose(got, ref, rtol=1e-12)
+
+
+def test_exact_nadaraya_watson_of_far_queries_is_the_limit():
+    # a query far beyond the training spread weighs the training points by
+    # exp(sigma^2 q.t_i): one-hot on the point furthest along q. The rounding of |q|^2
+    # hid that from 1e16 on (class frequencies), and 1e160 overflowed (uniform); one
+    # huge query must not change the other rows of the batch
+    from kernelkit.estimators import NadarayaWatsonClassifier
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((20, 2)), rng.integers(0, 3, 20)
+    clf = NadarayaWatsonClassifier(exact=True).fit(X, y)
+    near = np.array([[0.1, 0.2]])
+    Q = np.array([[1e160, 1e160], [1e20, 1e20], [1e6, 1e6], [-1e300, 3e299]])
+    P = clf.predict_proba(np.r_[Q, near])
+    for q, p in zip(Q, P, strict=False):
+        want = np.zeros(3)
+        want[y[np.argmax((X - X.mean(axis=0)) @ q)]] = 1.0
+        np.testing.assert_array_equal(p, want)
+    np.testing.assert_allclose(P[-1], clf.predict_proba(near)[0], rtol=1e-14)
+    np.testing.assert_allclose(P[-1], _nw_reference(X, y, near, 1.0, 3)[0], rtol=1e-12)

@@ -51,6 +51,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import check_random_state, validate_positive_int
 from .._backend.fit_state import keep_model_on_error
+from .._backend.gaussian_exponent import (
+    gaussian_log_kernel,
+    ldexp_saturating,
+    power_of_two_bound,
+)
 from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
@@ -144,20 +149,45 @@ def nw_query_scores(log_P, c, T):
 
 
 def sq_distances(Xq, Xt):
-    """Squared Euclidean distances ``|q - t|^2``, shape (Q, L), clipped at 0.
+    """Squared Euclidean distances ``|q - t|^2``, shape (Q, L), accurate for every pair.
 
-    Formed as ``|q|^2 + |t|^2 - 2 q.t`` (one matrix product), so with an absolute error of
-    about ``max(|q|^2, |t|^2) eps``: centre the points first when they share a large
-    offset (:class:`NadarayaWatsonClassifier` does).
+    One matrix product of the points centred on the mean of ``Xq``, and the pairs whose
+    expanded square ``|q|^2 + |t|^2 - 2 q.t`` is within its rounding error of the distance
+    (near points far from that centre: a fine cluster beside distant ones) formed again
+    from ``q - t`` (:func:`kernelkit._backend.gaussian_exponent.gaussian_log_kernel`).
+    ``inf`` where the distance exceeds the float64 range (coordinates beyond ~1e154;
+    :func:`exact_nw_scores` rescales such points first).
     """
-    sq_q = np.einsum("ij,ij->i", Xq, Xq)
-    sq_t = np.einsum("ij,ij->i", Xt, Xt)
-    D2 = Xq @ Xt.T
-    D2 *= -2.0
-    D2 += sq_q[:, None]
-    D2 += sq_t[None, :]
-    np.maximum(D2, 0.0, out=D2)
+    if Xq.shape[0] == 0 or Xt.shape[0] == 0:
+        return np.zeros((Xq.shape[0], Xt.shape[0]))
+    with np.errstate(over="ignore"):  # inf: a distance beyond the range
+        return -2.0 * gaussian_log_kernel(np, Xq, Xt, 1.0, exact_zero=True)
+
+
+def _row_relative(D2, Xq, Xt):
+    """``D2`` (Q, L), or ``D2 - |q|^2 = |t|^2 - 2 q.t`` on the rows where that is the more
+    accurate: the scores depend on each row's differences ``D2_i - D2_min`` only.
+
+    Accurate distances err by ``eps D2``, so a query far from every training point (``|q|``
+    beyond their spread) loses the differences to the rounding of its large ``D2``; the
+    form without ``|q|^2`` errs by ``eps (|t|^2 + 2 |q| |t|)`` instead. Each row takes the
+    form of the smaller bound.
+    """
+    sq_t = np.einsum("ij,ij->i", Xt, Xt)  # (L,)
+    norm_q = np.sqrt(np.einsum("ij,ij->i", Xq, Xq))  # (Q,)
+    bound = sq_t.max() + 2.0 * norm_q * np.sqrt(sq_t.max())  # (Q,) error of the form / eps
+    far = D2.min(axis=1) > bound  # (Q,)
+    if not far.any():
+        return D2
+    Xf = Xq[far]
+    D2 = D2.copy()
+    D2[far] = sq_t[None, :] - 2.0 * (Xf @ Xt.T)
     return D2
+
+
+#: largest ``|e|`` of ``max |x| < 2^e`` at which :func:`exact_nw_scores` takes squared
+#: distances of the points as given (their squares stay within ~2^-1000 and 2^1000)
+_RESCALE_EXPONENT = 500
 
 
 def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None, log_w=None):
@@ -185,10 +215,40 @@ def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None, log_w=None):
     Q = Xq.shape[0] if sq_dist is None else sq_dist.shape[0]
     L = Xt.shape[0] if sq_dist is None else sq_dist.shape[1]
     out = np.empty((Q, R.shape[1]))
+    if sq_dist is None and Q and L and Xq.shape[1]:
+        # the kernel depends on sigma (q - t) only: rows whose squared distances would
+        # overflow (coordinates from ~1e150) or be subnormal (below ~1e-150) are scored
+        # with the points scaled by 2^-e and
+        # sigma by 2^e, exactly, e the bound of the query row and the training points (a
+        # scale per row: one huge query must not push the others' squares to underflow)
+        e_t = power_of_two_bound(np, Xt)
+        e_q = np.frexp(np.max(np.abs(Xq), axis=1))[1]  # (Q,) max |q| < 2^e_q
+        e_row = np.maximum(e_q, e_t)
+        big = (e_row > _RESCALE_EXPONENT) | (e_row < -_RESCALE_EXPONENT)  # or subnormal
+        if big.any():
+            plain = ~big
+            if plain.any():
+                out[plain] = _scores(Xq[plain], Xt, R, sigma, None, log_w)
+            for e in np.unique(e_row[big]):
+                rows = e_row == e
+                t = math.ldexp(1.0, -int(e))
+                sig = ldexp_saturating(sigma, int(e))
+                out[rows] = _scores(Xq[rows] * t, Xt * t, R, sig, None, log_w)
+            return out
+    return _scores(Xq, Xt, R, sigma, sq_dist, log_w, out)
+
+
+def _scores(Xq, Xt, R, sigma, sq_dist, log_w, out=None):
+    """:func:`exact_nw_scores` of points whose squared distances stay in range."""
+    Q = Xq.shape[0] if sq_dist is None else sq_dist.shape[0]
+    L = Xt.shape[0] if sq_dist is None else sq_dist.shape[1]
+    out = np.empty((Q, R.shape[1])) if out is None else out
     step = max(1, _CHUNK_ELEMENTS // max(L, 1))
     for start in range(0, Q, step):
         sl = slice(start, start + step)
         D2 = sq_distances(Xq[sl], Xt) if sq_dist is None else sq_dist[sl]
+        if sq_dist is None:
+            D2 = _row_relative(D2, Xq[sl], Xt)
         # relative to each row's nearest point of positive weight, and sigma applied
         # twice: sigma^2 overflows past 1.34e154, and inf * 0 at the nearest point gave
         # NaN; this way the large-sigma limit is 1-nearest-neighbour (the far terms -inf)
