@@ -282,3 +282,19 @@ def test_attention_accuracy_check_forms_exact_attention_for_a_few_query_rows(mon
     want = float(torch.linalg.vector_norm(ours[..., :5, :].double() - exact) / exact.norm())
     assert errs["kernelkit FAVOR+"] == pytest.approx(want, rel=1e-12)
     assert 0 < want < 1
+
+
+def test_a_report_removes_the_results_of_an_earlier_run(tmp_path):
+    # a rerun that failed after its first figure left the earlier report.md and
+    # results.json beside its own figures: `kernelkit report` listed the mix as "ok"
+    from kernelkit_experiments._report import Report
+
+    (tmp_path / "report.md").write_text("# old\n")
+    (tmp_path / "results.json").write_text('{"experiment": "x"}')
+    (tmp_path / "other.txt").write_text("kept")
+    rep = Report(tmp_path, "x", quick=True)
+    assert not (tmp_path / "report.md").exists()
+    assert not (tmp_path / "results.json").exists()
+    assert (tmp_path / "other.txt").read_text() == "kept"
+    rep.write()
+    assert (tmp_path / "results.json").exists()

@@ -320,3 +320,16 @@ def test_entry_point_finds_the_package():
     if not any(ep.value == "kernelkit_experiments" for ep in eps):
         pytest.skip("kernelkit-experiments is importable but not pip-installed")
     assert E.experiment_suite() is X
+
+
+@pytest.mark.parametrize("seconds", ["fast", -30.0, None])
+def test_report_shows_an_unreadable_run_time_as_unknown(registry, tmp_path, seconds):
+    # a missing or non-numeric elapsed_s was shown as "0.0 s", a negative one added up
+    _fake_run(tmp_path / "dummy", quick=False, seconds=seconds)
+    res = CliRunner().invoke(main, ["report", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if ln.strip().startswith("dummy"))
+    assert line.split()[1:] == ["ok", "?"]
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "| [dummy](dummy/report.md) | Other experiments | ok | full | ? |" in report
+    assert "add up to 0 s" in report

@@ -56,11 +56,16 @@ class Report:
         rep.write()                                    # report.md + results.json
 
     The run time in the report counts from construction: create the report first.
+    Construction removes the ``report.md`` and ``results.json`` of an earlier run in
+    ``out_dir``: a run that fails before :meth:`write` leaves no complete-looking mix of
+    its own figures and the earlier results (``kernelkit report`` lists it as not run).
     """
 
     def __init__(self, out_dir, name: str, quick: bool, title: str | None = None):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("report.md", "results.json"):
+            (self.out_dir / stale).unlink(missing_ok=True)
         self.name = name
         self.quick = quick
         self.title = title or name

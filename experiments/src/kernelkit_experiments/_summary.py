@@ -122,7 +122,8 @@ def read_run_info(exp_dir) -> dict | None:
         return None
     quick = data.get("quick")
     secs = data.get("elapsed_s")
-    finite = isinstance(secs, int | float) and math.isfinite(secs)  # json reads NaN too
+    # json reads NaN too; a negative time is not one either
+    finite = isinstance(secs, int | float) and math.isfinite(secs) and secs >= 0
     name = data.get("experiment")
     return {
         "mode": "quick" if quick is True else "full" if quick is False else "?",
@@ -132,10 +133,11 @@ def read_run_info(exp_dir) -> dict | None:
     }
 
 
-def collect_rows(results_dir, names) -> list[tuple[str, str, float, str]]:
+def collect_rows(results_dir, names) -> list[tuple[str, str, float | None, str]]:
     """``(name, status, seconds, message)`` for each experiment in ``names`` from the
     folders already in ``results_dir`` (status ``"ok"`` when ``NAME/report.md`` and
-    ``NAME/results.json`` exist; seconds from ``results.json``; ``"unreadable"`` when
+    ``NAME/results.json`` exist; seconds from ``results.json``, None where its time is not
+    a non-negative number; ``"unreadable"`` when
     ``results.json`` is there but not a JSON object; ``"mismatch"`` when it records a run
     of another experiment), for :func:`write_summary`.
     """
@@ -165,8 +167,16 @@ def collect_rows(results_dir, names) -> list[tuple[str, str, float, str]]:
                 )
             )
             continue
-        rows.append((name, "ok", info["seconds"] or 0.0, str(base / name / "report.md")))
+        # seconds None: the run's time is unreadable (shown as "?", not added up)
+        rows.append((name, "ok", info["seconds"], str(base / name / "report.md")))
     return rows
+
+
+def _time_cell(status: str, secs: float | None) -> str:
+    # a run's time in the summary table: "?" for an ok run whose time is unreadable
+    if status == "ok":
+        return "?" if secs is None else _fmt_secs(secs)
+    return _fmt_secs(secs) if secs else "–"
 
 
 def _fmt_secs(secs: float) -> str:
@@ -251,7 +261,7 @@ def _fmt_verdicts(c: dict[str, int] | None) -> str:
 
 
 def write_summary(
-    results_dir, rows: list[tuple[str, str, float, str]], mode: str | None = None
+    results_dir, rows: list[tuple[str, str, float | None, str]], mode: str | None = None
 ) -> Path:
     """Write ``results_dir/REPORT.md`` from the experiments' reports.
 
@@ -269,7 +279,7 @@ def write_summary(
     modes = {i["mode"] for i in infos.values() if i is not None}
     if mode is None:
         mode = modes.pop() if len(modes) == 1 else ("mixed" if modes else "none")
-    total = sum(secs for _, s, secs, _ in rows if s == "ok")
+    total = sum(secs for _, s, secs, _ in rows if s == "ok" and secs is not None)
     platforms = sorted({i["platform"] for i in infos.values() if i and i.get("platform")})
     verdicts = {}
     for n, st, _, _ in rows:
@@ -311,7 +321,7 @@ def write_summary(
         f"\n| {f'[{n}]({n}/report.md)' if s == 'ok' else n} | "
         f"{paper_of(n).split(' (')[0]} | {s} | "
         f"{infos[n]['mode'] if infos.get(n) else '–'} | "
-        f"{_fmt_secs(secs) if s == 'ok' or secs else '–'} | {_fmt_verdicts(verdicts.get(n))} |"
+        f"{_time_cell(s, secs)} | {_fmt_verdicts(verdicts.get(n))} |"
         for n, s, secs, _ in rows
     )
     by_paper: dict[str, list] = {}

@@ -326,7 +326,7 @@ def report(out):
     width = max(len(r[0]) for r in rows)
     swidth = max(7, *(len(r[1]) for r in rows))  # "unreadable", "mismatch"
     for n, status, secs, _ in rows:
-        t = _fmt_time(secs) if status == "ok" else ""
+        t = ("?" if secs is None else _fmt_time(secs)) if status == "ok" else ""
         click.echo(f"  {n:<{width}}  {status:<{swidth}} {t:>12}")
     click.echo(f"report: {path} ({n_ok}/{len(rows)} experiments)")
 

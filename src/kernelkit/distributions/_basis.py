@@ -204,7 +204,9 @@ class LowRankBasis(TransformerMixin, BaseEstimator):
     coef_ : ndarray, shape (m, m)
         ``T = B[piv] V``
     eigenvalues_ : ndarray, shape (m,)
-        ``Lambda`` (descending; ``A^T A``)
+        ``Lambda`` (descending; ``A^T A``). With ``rotate=False``: ``diag(L^T L)``, the
+        squared norms of the columns of ``L`` in pivot order (``A^T A`` is then not
+        diagonal)
     factor_t_ : ndarray, shape (m, n)
         ``L^T``, the pivoted Cholesky factor, row-major
     rotation_ : ndarray, shape (m, m)
