@@ -232,3 +232,57 @@ def test_exact_nadaraya_watson_of_far_queries_is_the_limit():
         np.testing.assert_array_equal(p, want)
     np.testing.assert_allclose(P[-1], clf.predict_proba(near)[0], rtol=1e-14)
     np.testing.assert_allclose(P[-1], _nw_reference(X, y, near, 1.0, 3)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("s", [9e-6, 1.1e-5, 0.0])
+def test_saderf_keeps_a_nearly_orthogonal_b_in_its_row_terms(s):
+    # B B^T within 1e-5 of I was taken for a rotation (np.allclose's rtol): the row term
+    # used |x|^2 for |B x|^2, a bias of (psi^2 - 1) |x|^2 / 2 that jumped at 1e-5
+    from kernelkit.features import SADERF
+
+    X = np.random.default_rng(0).standard_normal((100, 3))
+    x = np.full((1, 3), 10.0)
+    fm = SADERF(8, random_state=0).fit(X, Y=X * (1 + s))
+    A, W = fm.A_[0], fm.projection_
+
+    def gerf_log(u):  # GERF eq. of the transformed input (psi x, or y / psi)
+        return (
+            0.75 * np.log(1 - 4 * A)
+            + A * np.sum(W**2, axis=1)
+            + np.sqrt(1 - 4 * A) * u @ W.T
+            - 0.5 * np.sum(u**2)
+            - 0.5 * np.log(8)
+        )
+
+    np.testing.assert_allclose(fm.log_transform(x), gerf_log(x * fm.psi_), atol=1e-12)
+    np.testing.assert_allclose(fm.log_transform_y(x), gerf_log(x / fm.psi_), atol=1e-12)
+
+
+def test_moments_refuse_weights_that_do_not_sum_to_one():
+    from kernelkit.features.favor import moments
+
+    X = np.random.default_rng(0).standard_normal((6, 3))
+    ok = moments(X, query_weights=np.full(6, 1 / 6), key_weights=np.full(6, 1 / 6))
+    np.testing.assert_allclose(ok.mean_x, X.mean(axis=0), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"query_weights must sum to one.*got a sum of 6"):
+        moments(X, query_weights=np.ones(6), key_weights=np.full(6, 1 / 6))
+    with pytest.raises(ValueError, match="key_weights must sum to one"):
+        moments(X, query_weights=np.full(6, 1 / 6), key_weights=np.zeros(6))
+    # float32 weights normalised in float32 pass
+    w = np.random.default_rng(1).random(6).astype(np.float32)
+    moments(X, key_weights=w / w.sum())
+
+
+def test_gerf_with_a_float32_a_fits_without_warnings():
+    from kernelkit.features import GERF
+    from kernelkit.features.favor import fit_derf
+
+    X = np.full((3, 2), 0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "overflow encountered in cast" of the bound
+        a32 = GERF(A=np.float32(-0.5), random_state=0).fit(X).transform(X)
+    np.testing.assert_array_equal(a32, GERF(A=-0.5, random_state=0).fit(X).transform(X))
+    with pytest.raises(ValueError, match=r"A.*range \[-1e\+300"):
+        GERF(A=-1e301).fit(X)
+    with pytest.raises(ValueError, match="needs dim"):
+        fit_derf("positive", None)

@@ -450,10 +450,18 @@ def _checked_weights(weights, X, name: str, rows: str):
         raise ValueError(
             f"{name} must have shape (..., n) with the n = {n} rows of {rows}, got {shape}."
         )
-    if isinstance(weights, np.ndarray) and not (
-        np.all(np.isfinite(weights)) and np.all(weights >= 0)
-    ):
-        raise ValueError(f"{name} must be finite and non-negative (summing to one).")
+    if isinstance(weights, np.ndarray):
+        if not (np.all(np.isfinite(weights)) and np.all(weights >= 0)):
+            raise ValueError(f"{name} must be finite and non-negative (summing to one).")
+        # the moments are the weighted sums: weights that do not sum to one scale them
+        # (relative 1e-4: weights normalised in float32 carry their rounding)
+        total = np.sum(weights, axis=-1, dtype=np.float64)
+        if weights.shape[-1] and not np.all(np.abs(total - 1.0) <= 1e-4):
+            worst = float(np.ravel(total)[np.argmax(np.abs(np.ravel(total) - 1.0))])
+            raise ValueError(
+                f"{name} must sum to one over the rows (they are the weights of the "
+                f"moments' averages), got a sum of {worst:.6g}; divide them by their sum."
+            )
     return weights
 
 
@@ -801,6 +809,11 @@ def fit_derf(name: str, mom: Moments | None, dim: int | None = None, eps: float 
     """
     if name == "positive":
         if mom is None:
+            if dim is None:
+                raise ValueError(
+                    "fit_derf('positive', None) needs dim, the input dimension d (FAVOR+ "
+                    "has no moments to read it from)."
+                )
             return DERFParameters(np.zeros(int(dim)))
         xp = array_namespace(mom.mean_x)
         return DERFParameters(xp.zeros_like(mom.mean_x))

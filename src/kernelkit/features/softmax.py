@@ -624,9 +624,13 @@ def _is_orthogonal(B):
     B = np.asarray(B)
     if B.ndim != 2 or B.shape[0] != B.shape[1]:
         return False
-    # np.allclose(B @ B.T, I, atol=1e-12) without its broadcasting machinery
-    eye = np.eye(B.shape[0])
-    return bool(np.all(np.abs(B @ B.T - eye) <= 1e-12 + 1e-5 * eye))
+    # B B^T = I to rounding: a rotation from an eigendecomposition errs by ~d eps. Not
+    # np.allclose's rtol of 1e-5, which took B = diag(psi) with psi^2 = 1 + 9e-6 (SADERF of
+    # keys 1e-5 larger than the queries) for a rotation: the features dropped B's
+    # (psi^2 - 1) |x|^2 / 2 from their row term, a bias, and jumped at that threshold
+    d = B.shape[0]
+    tol = max(1e-12, 8.0 * d * np.finfo(np.float64).eps)
+    return bool(np.all(np.abs(B @ B.T - np.eye(d)) <= tol))
 
 
 #: smallest ``GERF(A=...)``: ``1 - 8A`` and the features' ``A |w|^2`` stay in float64
@@ -785,6 +789,13 @@ class GERF(_DiagonalDERF):
     ):
         super().__init__(n_features, kernel, lengthscale, sampler, random_state, n_jobs)
         self.A = A
+
+    def _validate_params(self):
+        # scikit-learn's Interval compares A in its own type: a float32 or float16 A casts
+        # the bound -1e300 to -inf with an "overflow encountered in cast" warning (the
+        # comparison is right either way; _check_params checks float(A))
+        with np.errstate(over="ignore"):
+            super()._validate_params()
 
     def _check_params(self):
         super()._check_params()
