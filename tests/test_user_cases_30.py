@@ -286,3 +286,105 @@ def test_gerf_with_a_float32_a_fits_without_warnings():
         GERF(A=-1e301).fit(X)
     with pytest.raises(ValueError, match="needs dim"):
         fit_derf("positive", None)
+
+
+def _filtered_dask(*arrays, seed=0):
+    # Dask arrays filtered by one boolean mask: unknown row-chunk sizes
+    da = pytest.importorskip("dask.array")
+    n = len(arrays[0])
+    keep = np.random.default_rng(seed).random(n) > 0.3
+    kd = da.from_array(keep, chunks=50)
+    out = [da.from_array(a, chunks=(50, *a.shape[1:]))[kd] for a in arrays]
+    assert all(np.isnan(o.chunks[0][0]) for o in out)
+    return keep, out
+
+
+def test_joint_distribution_scores_a_filtered_dask_1d_y():
+    # _shape_for's reshape(-1, 1) needed known chunk sizes: "cannot convert float NaN"
+    from kernelkit.distributions import JointDistribution
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 2))
+    y = X[:, 0] + 0.1 * rng.standard_normal(200)
+    keep, (Xd, yd) = _filtered_dask(X, y)
+    jd = JointDistribution(lengthscale_x=0.6, lengthscale_y=0.6, reg=1e-4, random_state=0)
+    jd.fit(X, y)
+    want = jd.validation_loss(X[keep], y[keep])
+    np.testing.assert_allclose(jd.validation_loss(Xd, yd), want, rtol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(jd.conditional_weights(yd, given="y")),
+        jd.conditional_weights(y[keep], given="y"),
+        rtol=1e-10,
+        atol=1e-14,
+    )
+
+
+def test_conditional_expectation_of_a_filtered_dask_f():
+    # f with unknown chunk sizes was refused ("expected first dimension 135, got (nan, 1)")
+    from kernelkit.distributions import JointDistribution
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 2))
+    Y = X[:, :1] + 0.1 * rng.standard_normal((200, 1))
+    _, (Xd, Yd) = _filtered_dask(X, Y)
+    jd = JointDistribution(lengthscale_x=0.6, lengthscale_y=0.6, reg=1e-4, random_state=0)
+    jd.fit(Xd, Yd)
+    got = jd.conditional_expectation(Yd, X[:2])
+    want = jd.conditional_expectation(lambda t: t, X[:2])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10)
+
+
+def test_gp_classifier_keeps_the_label_dtype_on_chunked_input():
+    # classes_ were rebuilt from Python scalars: object labels became '<U1' or int64 (and
+    # object numbers, which scikit-learn refuses in memory, were accepted)
+    da = pytest.importorskip("dask.array")
+    from kernelkit.estimators import RandomFeatureGPClassifier
+    from kernelkit.features import RandomFourierFeatures
+
+    X = np.random.default_rng(0).standard_normal((60, 3))
+    lab = (X[:, 0] > 0).astype(int)
+
+    def make():
+        return RandomFeatureGPClassifier(
+            RandomFourierFeatures(n_features=8, random_state=0), random_state=0
+        )
+
+    Xd = da.from_array(X, chunks=(20, 3))
+    for y in (np.array(["a", "bb"], dtype=object)[lab], np.array([3, 7])[lab]):
+        ref = make().fit(X, y).classes_
+        for fitted in (make().fit(Xd, y), make().fit([(X[:30], y[:30]), (X[30:], y[30:])], None)):
+            assert fitted.classes_.dtype == ref.dtype
+            np.testing.assert_array_equal(fitted.classes_, ref)
+    numbers_as_objects = np.array([1, 2], dtype=object)[lab]
+    with pytest.raises(ValueError, match="Unknown label type"):
+        make().fit(X, numbers_as_objects)
+    with pytest.raises(ValueError, match="Unknown label type"):
+        make().fit(Xd, numbers_as_objects)
+
+
+def test_score_of_filtered_dask_inputs():
+    # scikit-learn's mixin score called len() on unknown chunk sizes
+    from kernelkit.estimators import (
+        NadarayaWatsonClassifier,
+        RandomFeatureGPClassifier,
+        RandomFeatureGPRegressor,
+        RandomFeatureRidge,
+    )
+    from kernelkit.features import RandomFourierFeatures
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 3))
+    y = X[:, 0] + 0.1 * rng.standard_normal(200)
+    lab = (y > 0).astype(int)
+    w = rng.random(200)
+    for est, t in (
+        (RandomFeatureRidge(RandomFourierFeatures(n_features=8, random_state=0)), y),
+        (RandomFeatureGPRegressor(RandomFourierFeatures(n_features=8, random_state=0)), y),
+        (RandomFeatureGPClassifier(random_state=0), lab),
+        (NadarayaWatsonClassifier(), lab),
+    ):
+        est.fit(X, t)
+        keep, (Xd, td, wd) = _filtered_dask(X, t, w)
+        assert est.score(Xd, td) == pytest.approx(est.score(X[keep], t[keep]), rel=1e-12)
+        got = est.score(Xd, td, sample_weight=wd)
+        assert got == pytest.approx(est.score(X[keep], t[keep], sample_weight=w[keep]), rel=1e-12)

@@ -139,7 +139,7 @@ def _shape_for(Z, name: str, vector: str, what: str):
     if vector not in VECTOR_POLICIES:
         raise ValueError(f"vector must be one of {VECTOR_POLICIES}, got {vector!r}.")
     if Z.ndim == 1 and vector == "column":
-        Z = Z.reshape(-1, 1)
+        Z = Z[:, None]  # (a Dask reshape needs known chunk sizes; indexing does not)
     if Z.ndim != 2 and not (Z.ndim == 1 and vector == "keep"):
         ranks = "1-D or 2-D" if vector == "keep" else "2-D (n_samples, n_features)"
         raise ValueError(f"{name} must be {ranks}, got {what} of shape {Z.shape}.")

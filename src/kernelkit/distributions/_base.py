@@ -238,6 +238,8 @@ class TensorJointModel(BaseEstimator):
         lazy = is_dask_array(F) and is_dask_array(target)
         if is_dask_array(F) and not lazy:
             F = F.compute()
+        if lazy and F.ndim and any(np.isnan(c) for c in F.chunks[0]):
+            F = F.compute_chunk_sizes()  # (a boolean filter's unknown sizes: one pass)
         if not lazy:
             F = np.asarray(F)
         if F.dtype == bool:

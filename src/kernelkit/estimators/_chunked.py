@@ -76,6 +76,7 @@ from ._posterior import choose_solver, gram_primal
 __all__ = [
     "STREAM_ENTRIES",
     "FeatureStats",
+    "KnownChunksScore",
     "TrainingRows",
     "block_stats",
     "blocked_statistics",
@@ -107,6 +108,31 @@ _FIRST_SLAB = FIRST_SLAB_ROWS
 _MAX_BLOCKS = 8
 #: validate_data options of the regressors: real X, numeric 1-D or 2-D targets
 _VALIDATE = dict(dtype=[np.float64, np.float32], multi_output=True, y_numeric=True)
+
+
+class KnownChunksScore:
+    """``score`` of scikit-learn's mixin after one pass that computes the unknown row-chunk
+    sizes of Dask ``X``, ``y`` and ``sample_weight`` (a boolean filter leaves them
+    unknown, and the mixin's length check raises on them); ``fit`` and ``predict`` take
+    such arrays already. Put it before ``ClassifierMixin`` / ``RegressorMixin``."""
+
+    def score(self, X, y, sample_weight=None):
+        """The mixin's score: mean accuracy (classifiers) or R^2 (regressors).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            In memory or a Dask array, as ``predict`` takes it.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        float
+        """
+        if any(is_dask_array(a) for a in (X, y, sample_weight)):
+            X, y, sample_weight = known_row_chunks(X, y, sample_weight)
+        return super().score(X, y, sample_weight=sample_weight)
 
 
 # ---------------------------------------------------------------------- step 1: rows

@@ -91,9 +91,15 @@ def class_block_stats(fm, Xb, yb, amplitude: float, owner: str, wb=None) -> dict
 def class_statistics(fm, rows: TrainingRows, amplitude: float):
     """``(classes (C,), [(G_c, s_c)] in the order of classes)`` over every chunk."""
     owner, d = rows.owner, rows.head.shape[1]
+    dtypes = [np.asarray(rows.head_y).dtype]  # the labels' dtypes, for classes_
     if rows.pairs is not None:  # an iterable: checked by label_pairs, in order
-        parts = (class_block_stats(fm, Xb, yb, amplitude, owner) for Xb, yb in rows.pairs)
-        stats = functools.reduce(_merge, parts, {})
+
+        def part(Xb, yb):
+            yb = np.asarray(yb)
+            dtypes.append(yb.dtype)
+            return class_block_stats(fm, Xb, yb, amplitude, owner)
+
+        stats = functools.reduce(_merge, (part(Xb, yb) for Xb, yb in rows.pairs), {})
     else:
 
         def block(index, Xb, yb, wb=None):  # one Dask task per row chunk
@@ -106,6 +112,7 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
             wb = _checked_weights(wb, index, owner)
             return block(index, Xb, yb, wb), wb.sum()
 
+        dtypes.append(rows.Y.dtype)
         if rows.w is None:
             stats = reduce_rows(block, [rows.X, rows.Y], _merge, known=rows.known_head)
         else:
@@ -118,7 +125,9 @@ def class_statistics(fm, rows: TrainingRows, amplitude: float):
     ranked = [None] * len(keys)
     for key, rank in zip(keys, order, strict=True):
         ranked[rank] = key
-    classes = np.asarray(ranked)  # the labels' own dtype, as np.unique of all labels
+    # the labels' own dtype, as np.unique of all labels in memory (object labels stay
+    # object: scikit-learn's check below refuses object numbers, as in memory)
+    classes = np.asarray(ranked, dtype=np.result_type(*dtypes))
     # e.g. "Unknown label type: continuous". Each label twice: distinct labels are not
     # "more unique classes than 50 % of the samples" (scikit-learn's warning), without
     # warnings.catch_warnings, whose process-wide save and restore is not thread-safe

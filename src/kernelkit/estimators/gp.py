@@ -33,6 +33,7 @@ from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ._chunked import (
     FeatureStats,
+    KnownChunksScore,
     blocked_statistics,
     check_pairs_without_y,
     check_sample_weight,
@@ -81,7 +82,7 @@ def milios_transform(y, alpha: float):
     return np.log(y + alpha) - 0.5 * s2, s2
 
 
-class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
+class RandomFeatureGPRegressor(KnownChunksScore, RegressorMixin, BaseEstimator):
     """GP regression with random features (App. D.2-D.3, eq. 84-90).
 
     Prior ``f ~ GP(0, amplitude * k_hat)``, ``k_hat(x, x') = phi(x)^T conj(phi(x'))``, and
@@ -342,7 +343,7 @@ class RandomFeatureGPRegressor(RegressorMixin, BaseEstimator):
         return tags
 
 
-class RandomFeatureGPClassifier(ClassifierMixin, BaseEstimator):
+class RandomFeatureGPClassifier(KnownChunksScore, ClassifierMixin, BaseEstimator):
     """GP classification with random features (Milios et al. 2018; App. D.4).
 
     Labels are one-hot encoded and transformed per class ``c`` to

@@ -60,7 +60,12 @@ from .._backend.parallel import check_n_jobs
 from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE, int_range
 from .._backend.sklearn_validation import validate_data
 from ..features.sampling import SAMPLERS
-from ._chunked import check_sample_weight, predict_in_slabs, reject_block_iterable
+from ._chunked import (
+    KnownChunksScore,
+    check_sample_weight,
+    predict_in_slabs,
+    reject_block_iterable,
+)
 from ._labels import check_raw_labels, encode_labels, log_proba
 from ._methods import DATA_DEPENDENT, FEATURE_MAPS, make_feature_map, resolve_method
 from ._weighted_fit import weighted_moments
@@ -273,7 +278,7 @@ def _normalise_rows(S):
 
 
 # ====================================================================== estimator
-class NadarayaWatsonClassifier(ClassifierMixin, BaseEstimator):
+class NadarayaWatsonClassifier(KnownChunksScore, ClassifierMixin, BaseEstimator):
     """Nadaraya-Watson (kernel regression) classifier with random features.
 
     FAVOR# paper (Likhosherstov et al., ICML 2023), Sec. 5.2 and App. B.2: training points

@@ -18,6 +18,7 @@ from .._backend.params import N_JOBS, POSITIVE, RANDOM_STATE
 from .._backend.sklearn_validation import validate_data
 from ._chunked import (
     FeatureStats,
+    KnownChunksScore,
     blocked_statistics,
     chunk_statistics,
     fit_feature_map,
@@ -47,7 +48,7 @@ def check_positive_float(value, name: str, *, allow_zero: bool = False) -> float
     return value
 
 
-class RandomFeatureRidge(RegressorMixin, BaseEstimator):
+class RandomFeatureRidge(KnownChunksScore, RegressorMixin, BaseEstimator):
     """Ridge regression on random features: kernel ridge regression with ``k_hat``.
 
     ``coef = argmin_w |Y - Phi w|^2 + alpha |w|^2 = (Phi^H Phi + alpha I)^-1 Phi^H Y`` and
