@@ -211,7 +211,8 @@ def check_lazy_output(est):
             f"{type(est).__name__}.transform of a Dask X returns a lazy Dask array, which "
             f"set_output(transform={dense!r}) would compute into one in-memory DataFrame. "
             "Pass X.compute(), or use set_output(transform='default') and convert lazily "
-            "(dask.dataframe.from_dask_array(features, columns=get_feature_names_out()))."
+            "(dask.dataframe.from_dask_array(features, columns=get_feature_names_out()), "
+            "with dask[dataframe] installed)."
         )
 
 
