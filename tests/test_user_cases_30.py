@@ -388,3 +388,21 @@ def test_score_of_filtered_dask_inputs():
         assert est.score(Xd, td) == pytest.approx(est.score(X[keep], t[keep]), rel=1e-12)
         got = est.score(Xd, td, sample_weight=wd)
         assert got == pytest.approx(est.score(X[keep], t[keep], sample_weight=w[keep]), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name", ["TensorSketch", "RademacherSketch", "TensorSRHT", "GaussianSketch"]
+)
+def test_log_relative_variance_at_an_exact_kernel_zero_is_inf_on_every_backend(name):
+    # x.y == 0 exactly: the unit rows' product rounded to 2.4e-17 in NumPy (0 in torch), a
+    # log ratio of 150 there and inf in torch
+    import kernelkit.features as F
+
+    x, y = np.array([[1.0, 2.0, 1.0]]), np.array([[1.0, 0.0, -1.0], [1.0, 1.0, 0.0]])
+    fm = getattr(F, name)(n_features=8, random_state=0).fit(x)
+    assert fm.exact_kernel(x, y)[0, 0] == 0
+    got = fm.log_relative_variance(x, y)
+    assert got[0, 0] == np.inf and np.isfinite(got[0, 1])
+    torch = pytest.importorskip("torch")
+    got_t = fm.log_relative_variance(torch.from_numpy(x), torch.from_numpy(y)).numpy()
+    np.testing.assert_allclose(got_t, got, rtol=1e-12)

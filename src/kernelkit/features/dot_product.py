@@ -419,6 +419,12 @@ class DotProductFeatureMap(FeatureMap):
         # moderate
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         G, N, S, gaps, _ = self._unit_statistics(Xw, Yw, xp)
+        # an exact zero of the kernel (orthogonal one-hot rows, say) stays exact: the unit
+        # rows' product can round to 1e-17 instead (NumPy's BLAS, not torch's), a finite
+        # log ratio of ~150 where the ratio is infinite
+        with np.errstate(over="ignore", invalid="ignore"):
+            raw = Xw @ xp.matrix_transpose(Yw) + self._c  # (n, m) x.y + c, as the kernel's
+        G = xp.where(raw == 0, xp.zeros_like(G), G)
         V = _clip0(xp, self._variance_from_stats(G, N, S, "real", gaps))
         with np.errstate(invalid="ignore"):
             out = safe_log(xp, V) - (2.0 * self._p) * safe_log(xp, xp.abs(G))
