@@ -406,3 +406,34 @@ def test_log_relative_variance_at_an_exact_kernel_zero_is_inf_on_every_backend(n
     torch = pytest.importorskip("torch")
     got_t = fm.log_relative_variance(torch.from_numpy(x), torch.from_numpy(y)).numpy()
     np.testing.assert_allclose(got_t, got, rtol=1e-12)
+
+
+@pytest.mark.parametrize("a", [1e-170, 1e-300, 1e250])
+def test_normalize_y_scales_the_predictive_std_with_tiny_and_huge_targets(a):
+    # the squares of the deviations underflowed: sd 0, the target taken for constant and
+    # scaled by 1, the std 1e170 times too large (in memory and chunked)
+    from kernelkit.estimators import RandomFeatureGPRegressor
+    from kernelkit.features import TensorSRHT
+
+    rng = np.random.default_rng(0)
+    X, y, Xs = rng.standard_normal((12, 3)), rng.standard_normal(12), rng.standard_normal((2, 3))
+    w = rng.random(12)
+    fm = TensorSRHT(n_features=16, degree=2, coef0=1, random_state=0)
+
+    def fits(t):
+        return [
+            RandomFeatureGPRegressor(fm, normalize_y=True).fit(X, t),
+            RandomFeatureGPRegressor(fm, normalize_y=True).fit(
+                [(X[:5], t[:5]), (X[5:], t[5:])], None
+            ),
+            RandomFeatureGPRegressor(fm, normalize_y=True).fit(X, t, sample_weight=w),
+        ]
+
+    for ref, got in zip(fits(y), fits(a * y), strict=True):
+        m0, s0 = ref.predict(Xs, return_std=True)
+        m1, s1 = got.predict(Xs, return_std=True)
+        np.testing.assert_allclose(m1 / a, m0, rtol=1e-10)
+        np.testing.assert_allclose(s1 / a, s0, rtol=1e-10)
+    # a constant target is still scaled by 1
+    const = RandomFeatureGPRegressor(fm, normalize_y=True).fit(X, np.full(12, a))
+    assert const._y_std[0] == 1.0

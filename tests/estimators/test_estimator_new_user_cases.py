@@ -219,23 +219,28 @@ def test_include_noise_uses_the_fitted_noise():
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_normalize_y_overflowing_variance_is_a_clear_error(chunked):
-    """``y = 1e200 x``: the variance overflows, and ``normalize_y`` divided the targets by
-    ``inf``, so every prediction was NaN. Now a ValueError says so; without
-    ``normalize_y`` the fit is finite (the scaling is not needed)."""
+    """Targets whose deviations from their mean overflow: ``normalize_y`` divided them by
+    ``inf``, so every prediction was NaN. A ValueError says so. ``y = 1e200 x`` raised it
+    too while the sums of squares overflowed; they are scaled now, and its posterior is
+    that of ``x`` times 1e200."""
     X = np.random.default_rng(0).standard_normal((30, 2))
-    y = 1e200 * X[:, 0]
 
-    def data():
+    def data(y):
         return (
             (((X[i : i + 10], y[i : i + 10]) for i in range(0, 30, 10)), None)
             if chunked
             else (X, y)
         )
 
+    huge = np.where(X[:, 0] > 0, 1.5e308, -1.5e308)  # |y - mean| up to 3e308
     with pytest.raises(ValueError, match="normalize_y=True: the variance of y overflows"):
-        RandomFeatureGPRegressor(normalize_y=True, solver="primal").fit(*data())
-    mean = RandomFeatureGPRegressor(solver="primal", random_state=0).fit(*data()).predict(X)
-    assert np.all(np.isfinite(mean))
+        RandomFeatureGPRegressor(normalize_y=True, solver="primal").fit(*data(huge))
+    ref = RandomFeatureGPRegressor(normalize_y=True, solver="primal", random_state=0)
+    mean, sd = ref.fit(*data(X[:, 0])).predict(X[:5], return_std=True)
+    big = RandomFeatureGPRegressor(normalize_y=True, solver="primal", random_state=0)
+    mean_b, sd_b = big.fit(*data(1e200 * X[:, 0])).predict(X[:5], return_std=True)
+    np.testing.assert_allclose(mean_b, 1e200 * mean, rtol=1e-10)
+    np.testing.assert_allclose(sd_b, 1e200 * sd, rtol=1e-10)
 
 
 @pytest.mark.parametrize("estimator", [RandomFeatureRidge, RandomFeatureGPRegressor])

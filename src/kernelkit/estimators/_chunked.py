@@ -87,6 +87,7 @@ __all__ = [
     "dask_sample_weight",
     "fit_feature_map",
     "noise_rows",
+    "power_of_two_above",
     "predict_in_slabs",
     "prediction_rows",
     "reject_block_iterable",
@@ -542,7 +543,11 @@ class FeatureStats:
     gram: np.ndarray  # (D, D) Phi^H W Phi
     rhs: np.ndarray  # (D, T) Phi^H W (Y - 1 y_ref^T)
     s_y: np.ndarray  # (T,) sum_i w_i (y_i - y_ref)
-    ss_y: np.ndarray  # (T,) sum_i w_i (y_i - ybar)^2, the centred sum of squares
+    # (T,) the centred sum of squares sum_i w_i (y_i - ybar)^2 as ss_scale^2 ss_rel, with
+    # ss_scale a power of two at least max |y_i - ybar|: no square underflows (targets of
+    # 1e-170) or overflows (1e170) where the standard deviation itself is in range
+    ss_rel: np.ndarray
+    ss_scale: np.ndarray
     y_ref: np.ndarray  # (T,) the reference of rhs and s_y
     w_sum: float  # sum_i w_i (n unweighted)
 
@@ -550,6 +555,19 @@ class FeatureStats:
     def y_mean(self) -> np.ndarray:
         """The targets' (weighted) mean ``ybar`` (T,)."""
         return self.y_ref + self.s_y / self.w_sum
+
+    @property
+    def ss_y(self) -> np.ndarray:
+        """The centred sum of squares ``sum_i w_i (y_i - ybar)^2`` (T,) (may under- or
+        overflow where :attr:`y_std` does not)."""
+        with np.errstate(over="ignore", under="ignore"):
+            return self.ss_scale**2 * self.ss_rel
+
+    @property
+    def y_std(self) -> np.ndarray:
+        """The targets' (weighted) standard deviation (T,), from the scaled sums."""
+        with np.errstate(over="ignore"):
+            return self.ss_scale * np.sqrt(self.ss_rel / self.w_sum)
 
     def __add__(self, other: FeatureStats) -> FeatureStats:
         if not (self.w_sum > 0 and other.w_sum > 0):  # a block of zero weights adds rows only
@@ -566,15 +584,23 @@ class FeatureStats:
         # would overflow for weights from ~1e155 (normalize_y then saw an infinite variance)
         a, b = self.w_sum, other.w_sum
         delta = other.s_y / b + shift - self.s_y / a  # (T,) difference of the means
-        with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
-            ss_y = self.ss_y + other.ss_y + delta**2 * (a * (b / (a + b)))
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            # the sums of squares at a common power-of-two scale P >= |delta| (inf:
+            # reported by normalize_y, else unused)
+            P = np.maximum(np.maximum(self.ss_scale, other.ss_scale), power_of_two_above(delta))
+            ss_rel = (
+                self.ss_rel * (self.ss_scale / P) ** 2
+                + other.ss_rel * (other.ss_scale / P) ** 2
+                + (delta / P) ** 2 * (a * (b / (a + b)))
+            )
         return FeatureStats(
             self.n + other.n,
             self.s_phi + other.s_phi,
             self.gram + other.gram,
             self.rhs + rhs_other,
             self.s_y + s_y_other,
-            ss_y,
+            ss_rel,
+            P,
             self.y_ref,
             a + b,
         )
@@ -604,6 +630,14 @@ class FeatureStats:
             self.rhs - np.outer(np.conj(s), t_rel) - np.outer(np.conj(c), self.s_y - n * t_rel)
         ) / y_scale
         return G, R
+
+
+def power_of_two_above(a):
+    """The power of two ``2^e`` with ``|a| < 2^e`` elementwise (1 where ``a`` is 0; inf
+    where it is not finite)."""
+    a = np.abs(np.asarray(a, dtype=np.float64))
+    e = np.frexp(np.where(np.isfinite(a), a, 0.0))[1]
+    return np.where(np.isfinite(a), np.ldexp(1.0, e), np.inf)
 
 
 class _Accumulator:
@@ -653,17 +687,23 @@ class _Accumulator:
         w_sum = float(len(Yc)) if w is None else float(w.sum())
         Yw = Yc if w is None else Yc * w[:, None]
         s_y = Yw.sum(axis=0)  # (T,)
-        with np.errstate(over="ignore"):  # inf: reported by normalize_y, else unused
-            # about the block mean (0 for a block of zero weights)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            # about the block mean (0 for a block of zero weights), scaled by a power of
+            # two above its largest deviation (inf: reported by normalize_y, else unused)
             d = Yc - (s_y / w_sum if w_sum > 0 else 0.0)
-            ss_y = (d**2 if w is None else w[:, None] * d**2).sum(axis=0)
+            scale = power_of_two_above(
+                np.max(np.abs(d), axis=0) if len(d) else np.zeros(d.shape[1])
+            )
+            u = d / scale
+            ss_rel = (u**2 if w is None else w[:, None] * u**2).sum(axis=0)
         return FeatureStats(
             n=self.n,
             s_phi=self.s_phi,
             gram=np.ascontiguousarray(G),
             rhs=self.rhs,
             s_y=s_y,
-            ss_y=ss_y,
+            ss_rel=ss_rel,
+            ss_scale=scale,
             y_ref=y_ref,
             w_sum=w_sum,
         )

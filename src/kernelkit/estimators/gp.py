@@ -40,6 +40,7 @@ from ._chunked import (
     chunk_statistics,
     fit_feature_map,
     noise_rows,
+    power_of_two_above,
     predict_in_slabs,
     prediction_rows,
     training_rows,
@@ -228,7 +229,11 @@ class RandomFeatureGPRegressor(KnownChunksScore, RegressorMixin, BaseEstimator):
                     "(e.g. divide it by its largest absolute value)."
                 )
             eps = np.finfo(np.float64).eps
-            constant = sd**2 <= n * eps * sd**2 + (n * eps * mean) ** 2  # (T,)
+            # sd^2 <= n eps sd^2 + (n eps mean)^2, divided by m^2 (no square underflows)
+            m = np.maximum(sd, np.abs(mean))
+            m = np.where(m > 0, m, 1.0)
+            r, q = sd / m, mean / m
+            constant = r**2 <= n * eps * r**2 + (n * eps * q) ** 2  # (T,)
             self._y_mean, self._y_std = mean, np.where(constant, 1.0, sd)
         else:
             self._y_mean, self._y_std = np.zeros(len(mean)), np.ones(len(mean))
@@ -236,9 +241,17 @@ class RandomFeatureGPRegressor(KnownChunksScore, RegressorMixin, BaseEstimator):
     def _solve_features(self, Phi, Y, noise: float, w=None) -> None:
         """The posterior of features ``Phi`` (n, D), targets ``Y`` (n, T) and weights
         ``w`` (n,) or None: noise variances ``noise / w_i``, rows of zero weight dropped."""
-        with np.errstate(over="ignore"):  # an overflowing std is reported by name
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            # an overflowing std is reported by name; the deviations are scaled by a power
+            # of two above the largest, so that their squares neither underflow (targets of
+            # 1e-170 had sd 0, "constant", and a std scaled by 1) nor overflow
             mean = np.average(Y, 0, w)  # (T,)
-            sd = Y.std(axis=0) if w is None else np.sqrt(np.average((Y - mean) ** 2, 0, w))
+            dev = Y - mean
+            scale = power_of_two_above(
+                np.max(np.abs(dev), axis=0) if len(Y) else np.zeros(len(mean))
+            )
+            u = dev / scale
+            sd = scale * (u.std(axis=0) if w is None else np.sqrt(np.average(u**2, 0, w)))
             self._scale_targets(mean, sd, len(Y))
         Yn = (Y - self._y_mean) / self._y_std  # (n, T)
         noises = np.full(len(Y), noise)
@@ -251,7 +264,7 @@ class RandomFeatureGPRegressor(KnownChunksScore, RegressorMixin, BaseEstimator):
     def _solve_statistics(self, stats: FeatureStats, noise: float) -> None:
         """The primal posterior (eq. 88-90) from the reduced (weighted) statistics:
         ``B = G / noise + I``, right-hand side ``R / noise`` of the scaled targets."""
-        self._scale_targets(stats.y_mean, np.sqrt(stats.ss_y / stats.w_sum), stats.n)
+        self._scale_targets(stats.y_mean, stats.y_std, stats.n)
         G, R = stats.centred(bool(self.normalize_y), self._y_std, centre_features=False)
         B = G / noise
         B[np.diag_indices_from(B)] += 1.0
