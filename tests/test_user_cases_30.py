@@ -26,13 +26,12 @@ def test_hadamard_rows_have_chi_norms_when_d_is_not_a_power_of_two(d):
 
 
 def test_hadamard_draw_is_unchanged_for_powers_of_two():
-    # no zero rows there: the same random stream as before the fix
+    # no zero rows there: the same random stream and values as before the fix (values of
+    # the earlier code, stored)
     W = draw_projection(40, 8, 0, "hadamard")
-    rng = np.random.default_rng(0)
-    S = draw_projection(40, 8, 0, "sorf")
-    rng.choice(np.array([-1.0, 1.0]), size=(3, 8))  # the SORF blocks' draws
-    assert np.all(np.sum(W**2, axis=1) > 0)
-    # directions are SORF's, norms independent chi_8
+    np.testing.assert_allclose(W.sum(), -4.225505394532737, rtol=1e-13)
+    np.testing.assert_allclose(W[0, :3], [1.27562649] * 3, rtol=1e-8)
+    S = draw_projection(40, 8, 0, "sorf")  # the same directions, chi_8 norms
     cos = np.sum(W * S, axis=1) / (np.linalg.norm(W, axis=1) * np.linalg.norm(S, axis=1))
     np.testing.assert_allclose(cos, 1.0, rtol=1e-12)
 
@@ -267,7 +266,9 @@ def test_moments_refuse_weights_that_do_not_sum_to_one():
     with pytest.raises(ValueError, match=r"query_weights must sum to one.*got a sum of 6"):
         moments(X, query_weights=np.ones(6), key_weights=np.full(6, 1 / 6))
     with pytest.raises(ValueError, match="key_weights must sum to one"):
-        moments(X, query_weights=np.full(6, 1 / 6), key_weights=np.zeros(6))
+        moments(X, query_weights=np.full(6, 1 / 6), key_weights=np.full(6, 0.1))
+    # all zero: a fully padded sequence (of a batch), which adds nothing
+    moments(X[None].repeat(2, 0), key_weights=np.stack([np.full(6, 1 / 6), np.zeros(6)]))
     # float32 weights normalised in float32 pass
     w = np.random.default_rng(1).random(6).astype(np.float32)
     moments(X, key_weights=w / w.sum())
@@ -437,3 +438,27 @@ def test_normalize_y_scales_the_predictive_std_with_tiny_and_huge_targets(a):
     # a constant target is still scaled by 1
     const = RandomFeatureGPRegressor(fm, normalize_y=True).fit(X, np.full(12, a))
     assert const._y_std[0] == 1.0
+
+
+def test_block_labels_given_as_mixed_lists_are_refused():
+    # a block's list of ints and strings became an array of strings before the check
+    from kernelkit.estimators import RandomFeatureGPClassifier
+
+    X = np.random.default_rng(0).standard_normal((8, 2))
+    blocks = [(X[:4], [1, "a", 1, "a"]), (X[4:], [1, "a", 1, "a"])]
+    with pytest.raises(TypeError, match=r"block 0: y: class labels must be of one type"):
+        RandomFeatureGPClassifier(random_state=0).fit(iter(blocks), None)
+    ok = [(X[:4], [1, 2, 1, 2]), (X[4:], [1, 2, 1, 2])]
+    clf = RandomFeatureGPClassifier(random_state=0).fit(iter(ok), None)
+    assert clf.classes_.dtype.kind == "i"
+
+
+def test_moments_refuse_torch_weights_that_do_not_sum_to_one():
+    torch = pytest.importorskip("torch")
+    from kernelkit.features.favor import moments
+
+    X = torch.tensor(np.random.default_rng(0).standard_normal((6, 3)))
+    with pytest.raises(ValueError, match="key_weights must sum to one"):
+        moments(X, key_weights=torch.ones(6, dtype=torch.float64))
+    # bfloat16 weights normalised in bfloat16 carry its rounding (sum 1.002)
+    moments(X.bfloat16(), key_weights=torch.full((6,), 1 / 6, dtype=torch.bfloat16))

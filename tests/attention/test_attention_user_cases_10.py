@@ -99,3 +99,48 @@ def test_a_non_numeric_query_names_its_own_type(bad):
     what = "ndarray of dtype object" if isinstance(bad, np.ndarray) else type(bad).__name__
     with pytest.raises(TypeError, match=f"q must be a tensor or a numeric array, got {what}"):
         linear_attention(bad, k.numpy(), v.numpy())
+
+
+def test_a_huge_key_that_other_keys_outweigh_is_no_error():
+    # the check raised wherever a visible key was that large, also where an earlier or
+    # another visible key outweighs it (its estimator weight is exp(-1e31) = 0, as the
+    # plain bidirectional pass computes): an all-False mask must change nothing
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 6, 4, dtype=torch.float64) for _ in range(3))
+    k[0, 3] *= 1e16
+    kw = {"feature_map": "positive", "n_features": 64, "random_state": 0}
+    ref = linear_attention(q, k, v, **kw)
+    none_masked = torch.zeros(1, 6, dtype=torch.bool)
+    torch.testing.assert_close(linear_attention(q, k, v, key_padding_mask=none_masked, **kw), ref)
+    last = none_masked.clone()
+    last[0, 5] = True
+    torch.testing.assert_close(
+        linear_attention(q, k, v, key_padding_mask=last, **kw),
+        linear_attention(q, k[:, :5], v[:, :5], **kw),
+    )
+    causal = linear_attention(q, k, v, is_causal=True, **kw)
+    assert torch.isfinite(causal).all()
+    st = init_decoding_state((1,), 4, "positive", 64, e=4, random_state=0, dtype=torch.float64)
+    outs = []
+    for t in range(6):
+        o, st = linear_attention_step(q[:, t], k[:, t], v[:, t], st)
+        outs.append(o)
+    torch.testing.assert_close(torch.stack(outs, dim=1), causal)
+
+
+def test_decoding_state_refuses_an_empty_projection_and_takes_unit_batch_moments():
+    with pytest.raises(ValueError, match=r"projection.*>= 1"):
+        init_decoding_state((1,), 4, "positive", 8, e=4, projection=np.zeros((0, 4)))
+    # moments of q[None]: the extra leading size-1 dim is dropped, as before
+    q, k, v = (torch.randn(2, 8, 4, dtype=torch.float64) for _ in range(3))
+    mom = attention_moments(q[None], k[None])
+    ref = linear_attention(
+        q, k, v, "sderf", 16, moments=attention_moments(q, k), random_state=0, is_causal=True
+    )
+    got = linear_attention(q, k, v, "sderf", 16, moments=mom, random_state=0, is_causal=True)
+    torch.testing.assert_close(got, ref)
+    st = init_decoding_state(
+        (2,), 4, "sderf", 16, e=4, moments=mom, random_state=0, dtype=torch.float64
+    )
+    out, _ = linear_attention_step(q, k, v, st)
+    torch.testing.assert_close(out, ref)

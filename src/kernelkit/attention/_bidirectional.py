@@ -111,12 +111,12 @@ class _Side:
                 self.BtB = (B.transpose(-1, -2) @ B) * self.s2  # (..., d, d), symmetric
             rows = _transformed_rows(u, B, self.diag, -0.5 * self.s2)
         if check:  # before padding is applied
-            from .functional import _all_finite, _check_key_rows, _raise_not_finite
+            from .functional import _all_finite, _check_masked_keys, _raise_not_finite
 
-            if keep is not None:  # NaN, inf, or (visible keys) below the masked -1e30
-                _check_key_rows(rows, keep, k=u)
-            elif not _all_finite(rows):
+            if not _all_finite(rows):
                 _raise_not_finite("the squared norm of a key", k=u)
+            if keep is not None:  # visible keys all below the masked keys' -1e30
+                _check_masked_keys(rows, keep, k=u)
         self.rows = rows if keep is None else torch.where(keep, rows, _NEG)  # (N, L)
 
     def row(self, lo, hi):

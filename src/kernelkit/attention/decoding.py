@@ -64,9 +64,9 @@ from ._maps import EXP_MAPS, FEATURE_MAPS, FITTED_MAPS, LogFeatureMap, build_log
 from .functional import (
     _all_finite,
     _bool_padding_mask,
+    _check_causal_keys,
     _check_flag,
     _check_gqa_flag,
-    _check_key_rows,
     _check_moments,
     _check_sampler,
     _eager_checked,
@@ -935,8 +935,11 @@ def _init_decoding_state(
             W = torch_shareable(W)
         W_in = torch.as_tensor(W)
         W = W_in.to(device=device, dtype=ctype)  # (n_proj, d)
-        if W.dim() != 2 or W.shape[1] != d:
-            raise ValueError(f"projection must have shape (n_proj, d={d}), got {tuple(W.shape)}.")
+        if W.dim() != 2 or W.shape[1] != d or W.shape[0] < 1:
+            raise ValueError(
+                f"projection must have shape (n_proj, d={d}) with n_proj >= 1, got "
+                f"{tuple(W.shape)}."
+            )
         mom = None if moments is None else _check_moments(moments, batch, d, name, device)
         if mom is not None and name in FITTED_MAPS:
             per_head = _moments_per_head(mom)  # a head dim > 1 in any moment
@@ -1398,9 +1401,12 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     # overflows) are an error, as in linear_attention, not keys silently left out:
     # checked through their row terms here (a prefill block) or their log features below
     if _runs_the_kernel(single, x, y, va, keep, state):
-        if check_keys:  # NaN, inf, or below the -1e30 of an empty prefix or padded key
+        if check_keys:
             rows = state.params.fmap._row(y, "k")[..., 0]  # (..., T)
-            _check_key_rows(rows, keep, k_t=k_t)
+            if not _all_finite(rows):
+                _raise_not_finite("the squared norm of a key", k_t=k_t)
+            # a first key below the -1e30 of the state's empty prefix
+            _check_causal_keys(rows, keep, _empty_prefix(state), k_t=k_t)
         out, kvz, c = _prefill_batched(state.params, x, y, va, keep, state.kvz, state.c, inplace)
         out = _checked_output(out.to(q_t.dtype), check_finite, q_t, k_t, v_t)
         return _stepped(state, out, kvz, c, q_t.shape[-2], inplace)
@@ -1409,11 +1415,17 @@ def _step(q_t, k_t, v_t, state, key_padding_mask, check_finite, inplace, enable_
     lq, lk = state.params(x, y)  # (..., H, T, M), (..., Hkv, T, M) with a GQA state
     if single:
         lq, lk = lq[..., 0, :], lk[..., 0, :]  # (..., M)
-    # a key's row term overflowed, or fell below the -1e30 of an empty prefix or a padded
-    # key (the key would be left out): one reduction per token
+    # a key's row term overflowed: one reduction per token, and the full check only where
+    # the sum over the features overflows (finite row terms of -1e37 sum past float32's
+    # max); or, as the state's first key, fell below the -1e30 of its empty prefix
     if check_keys:
-        top = lk.amax(dim=-1)  # (..., [T]): NaN where a feature is
-        _check_key_rows(top, keep, k_t=k_t)
+        if not _all_finite(lk):
+            _raise_not_finite("the squared norm of a key", k_t=k_t)
+        top = lk.amax(dim=-1)  # (..., [T])
+        kt = keep
+        if single:
+            top, kt = top[..., None], (None if keep is None else keep[..., None])
+        _check_causal_keys(top, kt, _empty_prefix(state), k_t=k_t)
     if keep is not None:  # padded keys: out of the running maximum and the sums
         lk = torch.where(keep[..., None], lk, _NEG)
     grouped = state.group > 1  # (..., Hq, [T,] M) -> (..., Hkv, g, [T,] M)
@@ -1463,6 +1475,12 @@ def _check_inplace(kvz, what, inputs=()):
             f"{what} its copy state.clone() (ordinary tensors) in place, or {what} once with "
             "inplace=False (which returns ordinary tensors) and in place from then on."
         )
+
+
+def _empty_prefix(state):
+    """Whether each sequence (and key head) of ``state`` has seen no visible key yet: its
+    running maxima ``c`` (..., M) still stand at the -1e30 of the empty prefix."""
+    return state.c.amax(dim=-1) <= _NEG / 2
 
 
 def _runs_the_kernel(single, x, y, va, keep, state) -> bool:

@@ -447,30 +447,71 @@ def _all_finite(t) -> bool:
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
-#: smallest row term ``-|B k|^2 / 2`` (scaled) a visible key may have: masked keys and
-#: empty prefixes stand at -1e30 (a finite minus infinity) in the running maxima of the
-#: causal path and of masked bidirectional calls, so a key below half of it would rank
-#: under them and be left out silently
+#: smallest row term ``-|B k|^2 / 2`` (scaled) of a key that can stand first in a running
+#: maximum: masked keys and empty prefixes stand at -1e30 (a finite minus infinity) in the
+#: maxima of the causal scan, the decoding step and masked bidirectional calls, so where
+#: the keys a query sees all lie below half of it, the sentinel wins and they are lost
 _KEY_ROW_MIN = -5e29
 
 
-def _check_key_rows(rows, keep=None, **tensors) -> None:
-    """Raise unless every row term ``rows`` (any shape; ``-|B k|^2 / 2`` of the keys,
-    scaled) is finite, padded keys too, and those of the keys ``keep`` (bool, broadcast
-    against ``rows``; None: all) are above :data:`_KEY_ROW_MIN`; ``tensors`` are the
-    inputs to name."""
-    if rows.numel() == 0:
-        return
-    if not _all_finite(rows):
-        _raise_not_finite("the squared norm of a key", **tensors)
-    visible = rows if keep is None else torch.where(keep, rows, 0.0)
-    if bool(visible.amin() > _KEY_ROW_MIN):
-        return
+def _raise_huge_keys(**tensors):
     raise ValueError(
         "the squared norm of a key (times the scale, after the fitted transform) exceeds "
-        "1e30: its log features fall below the -1e30 that stands for a masked key or an "
-        f"empty prefix, and it would be left out. Scale {', '.join(tensors)} down."
+        "1e30 where no other key outweighs it: its log features fall below the -1e30 that "
+        "stands for a masked key or an empty prefix, and it would be left out. Scale "
+        f"{', '.join(tensors)} down."
     )
+
+
+def _first_visible(rows, keep):
+    """``(row term of the first visible key, whether there is one)`` over the last axis of
+    ``rows`` (..., L); ``keep`` (bool, broadcast against ``rows``) or None: all visible."""
+    if keep is None:
+        return rows[..., 0], torch.ones_like(rows[..., 0], dtype=torch.bool)
+    keep = torch.broadcast_to(keep, rows.shape)
+    idx = keep.to(torch.uint8).argmax(dim=-1, keepdim=True)  # 0 where none is visible
+    return rows.gather(-1, idx)[..., 0], keep.any(dim=-1)
+
+
+def _check_causal_keys(rows, keep=None, empty=None, **tensors) -> None:
+    """Raise where the first visible key of a causal sequence (of a decoding block whose
+    state is ``empty``, (...,) bool; None: every sequence starts empty) has a row term
+    below :data:`_KEY_ROW_MIN`: the queries up to the next ordinary key see it alone and
+    would lose it to the empty prefix's -1e30 (later keys of that size are outweighed by
+    the earlier ones, as in the exact estimator). ``rows`` (..., L) row terms."""
+    if rows.numel() == 0:
+        return
+    first, has = _first_visible(rows, keep)
+    if not _all_finite(first):  # a squared norm that overflows: that error first
+        _raise_not_finite("the squared norm of a key", **tensors)
+    bad = has & (first < _KEY_ROW_MIN)
+    if empty is not None:
+        bad = bad & empty
+    if bool(bad.any()):
+        _raise_huge_keys(**tensors)
+
+
+def _first_visible_rows(k, keep):
+    """The first visible key (..., d) of every sequence of ``k`` (..., S, d) (key 0 where
+    none is visible or ``keep`` is None)."""
+    if keep is None:
+        return k[..., 0, :]
+    keep = torch.broadcast_to(keep, k.shape[:-1])
+    idx = keep.to(torch.uint8).argmax(dim=-1)  # (...,)
+    return torch.take_along_dim(k, idx[..., None, None], dim=-2)[..., 0, :]
+
+
+def _check_masked_keys(rows, keep, **tensors) -> None:
+    """Raise where a masked bidirectional sequence (some keys masked, some visible) has
+    only visible keys with row terms below :data:`_KEY_ROW_MIN` (they would lose to the
+    masked keys' -1e30). ``rows`` (..., S), ``keep`` bool broadcast against it."""
+    if rows.numel() == 0:
+        return
+    keep = torch.broadcast_to(keep, rows.shape)
+    top = torch.where(keep, rows, torch.full_like(rows, -math.inf)).amax(dim=-1)
+    bad = (~keep).any(dim=-1) & keep.any(dim=-1) & (top < _KEY_ROW_MIN)
+    if bool(bad.any()):
+        _raise_huge_keys(**tensors)
 
 
 def _in_func_transform() -> bool:
@@ -1159,6 +1200,11 @@ def _attention(
         W = _param(params["W"], q)  # (n_proj, d)
         fmap = _flatten_map(build_log_map_for(name, W, mom, d).to(q.dtype), batch)
         feats = _FusedFeatures(fmap, input_scale=math.sqrt(scale), check=check)
+        if check and k.shape[-2]:  # the first visible key of each sequence: (...,) rows
+            first = _first_visible_rows(k, keep)
+            u = feats._row_input(first.reshape(-1, 1, d) * feats.r)  # (B, 1, d)
+            rows = -0.5 * (u * u).sum(-1)[:, 0].reshape(first.shape[:-1])  # (...,)
+            _check_causal_keys(rows[..., None], None, k=k)
         return _causal(q, k, v, keep, feats, chunk, batch)
     x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
 
@@ -1324,8 +1370,8 @@ class _FusedFeatures:
         u = self._row_input(x)
         sq = torch.mul(u, u, out=self._buf("sq", B, rows, d))
         row = torch.sum(sq, dim=-1, out=self._buf("row", B, rows))  # (B, rows)
-        if self.check:  # NaN, inf, or below the masked keys' -1e30
-            _check_key_rows(-0.5 * row, keep, k=x)
+        if self.check and not _all_finite(row):
+            _raise_not_finite("the squared norm of a key", k=x)
         if keep is not None:
             row.masked_fill_(~keep, 2e30)
         xa[..., d] = row
@@ -1388,6 +1434,10 @@ def _check_moments(mom, batch, d, name, device, check_finite=None):
         )
     if mom.mean_x.shape[-1] != d:
         raise ValueError(f"moments are for d={mom.mean_x.shape[-1]}, inputs have d={d}.")
+    # leading size-1 dims beyond the inputs' batch dims (moments of q[None]) are dropped
+    extra = mom.mean_x.dim() - 1 - len(batch)
+    if extra > 0 and all(n == 1 for n in mom.mean_x.shape[:extra]):
+        mom = Moments(*(t.reshape(t.shape[extra:]) for t in (getattr(mom, f) for f in fields)))
     try:  # to the inputs' batch shape itself, not to a larger one
         fits = torch.broadcast_shapes(mom.mean_x.shape[:-1], batch) == tuple(batch)
     except RuntimeError:

@@ -439,6 +439,8 @@ def label_pairs(pairs, owner: str):
                 f"{type(pair).__name__}."
             ) from exc
         Xb = check_block(Xb, "X", i, owner=owner, n_columns=d, vector="error", dtype=None)
+        # the labels as given: a list of ints and strings would become an array of strings
+        check_raw_labels(f"{owner}: block {i}", yb if isinstance(yb, list | tuple) else None)
         yb = np.asarray(yb)
         if yb.ndim != 1 or len(yb) != len(Xb):
             raise ValueError(

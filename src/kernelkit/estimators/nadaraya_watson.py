@@ -209,7 +209,9 @@ def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None, log_w=None):
     R : ndarray, shape (L, n)
     sigma : float
     sq_dist : ndarray, shape (Q, L), optional
-        Precomputed :func:`sq_distances` (reused across ``sigma`` values).
+        Precomputed :func:`sq_distances` (reused across ``sigma`` values). Accurate per
+        pair, but without ``Xq`` the scores cannot take a far query's differences from
+        ``|t|^2 - 2 q.t`` nor rescale points beyond ~1e150: pass the points for those.
     log_w : ndarray, shape (L,), optional
         Logarithms of the training points' weights ``w_i`` (None: all ``w_i = 1``).
 

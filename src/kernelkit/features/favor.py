@@ -432,10 +432,10 @@ def moments(
 def _checked_weights(weights, X, name: str, rows: str):
     """``weights`` (..., n) of the rows of ``X`` (..., n, d): their last dimension must be
     ``X``'s row count where both are known (a ``ValueError`` naming ``name`` otherwise;
-    Dask's unknown sizes are left to Dask), and NumPy weights must be finite and
-    non-negative (checked on the host; other backends' are used as given, without a
-    device sync). A list becomes an array of ``X``'s backend, dtype and device. None
-    stays None."""
+    Dask's unknown sizes are left to Dask), and NumPy and eager CPU torch weights must be
+    finite, non-negative and sum to one (:func:`_check_weight_values`; other backends'
+    are used as given, without a device sync). A list becomes an array of ``X``'s
+    backend, dtype and device. None stays None."""
     if weights is None:
         return None
     if not hasattr(weights, "shape"):  # a list
@@ -451,18 +451,36 @@ def _checked_weights(weights, X, name: str, rows: str):
             f"{name} must have shape (..., n) with the n = {n} rows of {rows}, got {shape}."
         )
     if isinstance(weights, np.ndarray):
-        if not (np.all(np.isfinite(weights)) and np.all(weights >= 0)):
-            raise ValueError(f"{name} must be finite and non-negative (summing to one).")
-        # the moments are the weighted sums: weights that do not sum to one scale them
-        # (relative 1e-4: weights normalised in float32 carry their rounding)
-        total = np.sum(weights, axis=-1, dtype=np.float64)
-        if weights.shape[-1] and not np.all(np.abs(total - 1.0) <= 1e-4):
-            worst = float(np.ravel(total)[np.argmax(np.abs(np.ravel(total) - 1.0))])
-            raise ValueError(
-                f"{name} must sum to one over the rows (they are the weights of the "
-                f"moments' averages), got a sum of {worst:.6g}; divide them by their sum."
-            )
+        _check_weight_values(weights, name, _eps_of(weights.dtype))
+    elif _host_readable(array_namespace(weights), weights):  # eager CPU torch: no sync
+        import torch
+
+        eps = torch.finfo(weights.dtype).eps if weights.is_floating_point() else 0.0
+        _check_weight_values(np.asarray(weights.detach().cpu().double()), name, eps)
     return weights
+
+
+def _eps_of(dtype) -> float:
+    return float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.floating) else 0.0
+
+
+def _check_weight_values(weights: np.ndarray, name: str, eps: float) -> None:
+    """``ValueError`` naming ``name`` unless the host weights ``weights`` (..., n) are finite,
+    non-negative and sum to one (or are all zero: a fully padded sequence) over the last
+    axis, to ``max(1e-4, 2 eps)``: weights
+    normalised in a dtype of machine epsilon ``eps`` carry its rounding, at most ``eps / 2``
+    of their sum. Weights that do not sum to one scale the moments, their weighted sums."""
+    if not (np.all(np.isfinite(weights)) and np.all(weights >= 0)):
+        raise ValueError(f"{name} must be finite and non-negative (summing to one).")
+    total = np.sum(weights, axis=-1, dtype=np.float64)
+    # (all zero: a sequence with every row padded, which adds nothing)
+    off = (np.abs(total - 1.0) > max(1e-4, 2.0 * eps)) & (total != 0)
+    if weights.shape[-1] and np.any(off):
+        worst = float(np.ravel(total)[np.argmax(np.abs(np.ravel(total) - 1.0))])
+        raise ValueError(
+            f"{name} must sum to one over the rows (they are the weights of the moments' "
+            f"averages), got a sum of {worst:.6g}; divide them by their sum."
+        )
 
 
 # ============================================================== fits
