@@ -462,3 +462,54 @@ def test_moments_refuse_torch_weights_that_do_not_sum_to_one():
         moments(X, key_weights=torch.ones(6, dtype=torch.float64))
     # bfloat16 weights normalised in bfloat16 carry its rounding (sum 1.002)
     moments(X.bfloat16(), key_weights=torch.full((6,), 1 / 6, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("s", [1.0, 1e-170, 1e-5, 1e150])
+def test_log_relative_variance_stays_scale_free_with_its_kernel_zeros(s):
+    # the zero test on x.y itself underflowed for rows of 1e-170 (every pair inf); the
+    # unit rows' product within its rounding is the zero, at every scale and backend
+    from kernelkit.features import TensorSketch
+
+    x = np.array([[1.0, 2.0, 1.0]])
+    y = np.array([[1.0, 1.0, 0.0], [2.0, -1.0, 0.5], [1.0, 0.0, -1.0]])
+    fm = TensorSketch(n_features=8, random_state=0).fit(x)
+    ref = fm.log_relative_variance(x, y)
+    got = fm.log_relative_variance(s * x, s * y)
+    np.testing.assert_allclose(got[0, :2], ref[0, :2], rtol=1e-12)
+    assert got[0, 2] == np.inf and np.all(np.isfinite(ref[0, :2]))
+
+
+def test_normalize_y_scale_ignores_zero_weight_rows_and_constant_blocks():
+    # the scale of the deviations came from every row, a zero-weight outlier included
+    # (the others' squares underflowed: std 1), and a constant or one-row block's scale
+    # of 1 set the merged scale (std 1 on Dask and blocks)
+    da = pytest.importorskip("dask.array")
+    from kernelkit.estimators import RandomFeatureGPRegressor
+    from kernelkit.features import TensorSRHT
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((12, 3))
+    fm = TensorSRHT(n_features=16, degree=2, coef0=1, random_state=0)
+
+    def std(*args, **kw):
+        return RandomFeatureGPRegressor(fm, normalize_y=True).fit(*args, **kw)._y_std[0]
+
+    y = 1e-100 * rng.standard_normal(12)
+    w = rng.random(12)
+    w[0] = 0.0
+    y_out = y.copy()
+    y_out[0] = 1e70  # dropped by its zero weight
+    want = std(X[1:], y[1:], sample_weight=w[1:])
+    assert std(X, y_out, sample_weight=w) == pytest.approx(want, rel=1e-12)
+    Xd, yd, wd = (da.from_array(a, chunks=4) for a in (X, y_out, w))
+    assert std(Xd, yd, sample_weight=wd) == pytest.approx(want, rel=1e-12)
+    y = 1e-200 * rng.standard_normal(12)
+    want = std(X, y)
+    assert std([(X[:1], y[:1]), (X[1:], y[1:])], None) == pytest.approx(want, rel=1e-12)
+    assert std(da.from_array(X, chunks=11), da.from_array(y, chunks=11)) == pytest.approx(
+        want, rel=1e-12
+    )
+    y[6:] = y[6]  # a constant block
+    assert std(da.from_array(X, chunks=6), da.from_array(y, chunks=6)) == pytest.approx(
+        std(X, y), rel=1e-12
+    )

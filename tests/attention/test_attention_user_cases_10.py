@@ -144,3 +144,34 @@ def test_decoding_state_refuses_an_empty_projection_and_takes_unit_batch_moments
     )
     out, _ = linear_attention_step(q, k, v, st)
     torch.testing.assert_close(out, ref)
+
+
+def test_a_fully_padded_sequence_with_a_huge_padded_key_gives_zeros():
+    # its key 0 stood in for the missing first visible key: the check raised
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 6, 4) for _ in range(3))
+    k[1, 0] *= 1e16
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1] = True
+    kw = {"feature_map": "positive", "n_features": 16, "random_state": 0}
+    out = linear_attention(q, k, v, is_causal=True, key_padding_mask=pad, **kw)
+    assert torch.all(out[1] == 0)
+    torch.testing.assert_close(
+        out[0], linear_attention(q[:1], k[:1], v[:1], is_causal=True, **kw)[0]
+    )
+
+
+def test_hand_built_moments_whose_fields_broadcast_get_the_batch_error():
+    # the leading size-1 dims were dropped from every field by mean_x's count: a raw
+    # RuntimeError of reshape
+    from kernelkit.features.favor import Moments
+
+    q, k, v = (torch.randn(2, 8, 4, dtype=torch.float64) for _ in range(3))
+    mom = Moments(
+        torch.zeros(1, 2, 4, dtype=torch.float64),
+        torch.ones(4, dtype=torch.float64),
+        torch.zeros(1, 2, 4, dtype=torch.float64),
+        torch.ones(4, dtype=torch.float64),
+    )
+    with pytest.raises(ValueError, match="moments with batch shape"):
+        linear_attention(q, k, v, "gerf", 16, moments=mom, random_state=0)

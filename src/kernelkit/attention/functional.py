@@ -1204,7 +1204,9 @@ def _attention(
             first = _first_visible_rows(k, keep)
             u = feats._row_input(first.reshape(-1, 1, d) * feats.r)  # (B, 1, d)
             rows = -0.5 * (u * u).sum(-1)[:, 0].reshape(first.shape[:-1])  # (...,)
-            _check_causal_keys(rows[..., None], None, k=k)
+            # (a fully padded sequence has no first visible key: nothing to check)
+            seen = None if keep is None else torch.broadcast_to(keep, k.shape[:-1]).any(-1)
+            _check_causal_keys(rows[..., None], None if seen is None else seen[..., None], k=k)
         return _causal(q, k, v, keep, feats, chunk, batch)
     x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
 
@@ -1434,10 +1436,19 @@ def _check_moments(mom, batch, d, name, device, check_finite=None):
         )
     if mom.mean_x.shape[-1] != d:
         raise ValueError(f"moments are for d={mom.mean_x.shape[-1]}, inputs have d={d}.")
-    # leading size-1 dims beyond the inputs' batch dims (moments of q[None]) are dropped
-    extra = mom.mean_x.dim() - 1 - len(batch)
-    if extra > 0 and all(n == 1 for n in mom.mean_x.shape[:extra]):
-        mom = Moments(*(t.reshape(t.shape[extra:]) for t in (getattr(mom, f) for f in fields)))
+    # leading size-1 dims beyond the inputs' batch dims (moments of q[None]) are dropped,
+    # where every field has them (hand-built moments whose fields broadcast are left to
+    # the check below)
+    ts = [getattr(mom, f) for f in fields]
+    extra = ts[0].dim() - 1 - len(batch)
+    same_layout = ts[0].dim() == ts[2].dim() and ts[1].dim() == ts[3].dim()
+    if (
+        extra > 0
+        and same_layout
+        and ts[1].dim() - ts[0].dim() in (0, 1)
+        and all(n == 1 for t in ts for n in t.shape[:extra])
+    ):
+        mom = Moments(*(t.reshape(t.shape[extra:]) for t in ts))
     try:  # to the inputs' batch shape itself, not to a larger one
         fits = torch.broadcast_shapes(mom.mean_x.shape[:-1], batch) == tuple(batch)
     except RuntimeError:

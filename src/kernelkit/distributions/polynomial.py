@@ -311,6 +311,7 @@ class PolynomialJointDistribution(TensorJointModel):
     basis_x_, basis_y_ : PolynomialBasis
     sos_gram_ : ndarray (N, N), the SOS Gram matrix (``"positive"`` only)
     sos_exponents_ : ndarray (N, d_X + d_Y), exponents of ``tau`` (standardised x, y)
+        (``"positive"`` only)
 
     Notes
     -----

@@ -587,12 +587,20 @@ class FeatureStats:
         a, b = self.w_sum, other.w_sum
         delta = other.s_y / b + shift - self.s_y / a  # (T,) difference of the means
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            # the sums of squares at a common power-of-two scale P >= |delta| (inf:
-            # reported by normalize_y, else unused)
-            P = np.maximum(np.maximum(self.ss_scale, other.ss_scale), power_of_two_above(delta))
+            # the sums of squares at a common power-of-two scale P >= |delta|, from the
+            # sides with a spread (a constant or one-row block's scale of 1 must not set
+            # it: the others' squares would underflow); inf: reported by normalize_y
+            P = np.maximum.reduce(
+                [
+                    np.where(self.ss_rel > 0, self.ss_scale, 0.0),
+                    np.where(other.ss_rel > 0, other.ss_scale, 0.0),
+                    np.where(delta != 0, power_of_two_above(delta), 0.0),
+                ]
+            )
+            P = np.where(P > 0, P, 1.0)
             ss_rel = (
-                self.ss_rel * (self.ss_scale / P) ** 2
-                + other.ss_rel * (other.ss_scale / P) ** 2
+                _rescaled(self.ss_rel, self.ss_scale, P)
+                + _rescaled(other.ss_rel, other.ss_scale, P)
                 + (delta / P) ** 2 * (a * (b / (a + b)))
             )
         return FeatureStats(
@@ -632,6 +640,12 @@ class FeatureStats:
             self.rhs - np.outer(np.conj(s), t_rel) - np.outer(np.conj(c), self.s_y - n * t_rel)
         ) / y_scale
         return G, R
+
+
+def _rescaled(ss_rel, scale, P):
+    """``ss_rel (scale / P)^2``: a scaled sum of squares moved to the scale ``P``; 0 where
+    it is 0 (whatever its scale: no ``inf * 0``)."""
+    return np.where(ss_rel > 0, ss_rel * (scale / P) ** 2, 0.0)
 
 
 def power_of_two_above(a):
@@ -693,11 +707,12 @@ class _Accumulator:
             # about the block mean (0 for a block of zero weights), scaled by a power of
             # two above its largest deviation (inf: reported by normalize_y, else unused)
             d = Yc - (s_y / w_sum if w_sum > 0 else 0.0)
+            live = d if w is None else d[w > 0]  # rows of zero weight add nothing
             scale = power_of_two_above(
-                np.max(np.abs(d), axis=0) if len(d) else np.zeros(d.shape[1])
+                np.max(np.abs(live), axis=0) if len(live) else np.zeros(d.shape[1])
             )
-            u = d / scale
-            ss_rel = (u**2 if w is None else w[:, None] * u**2).sum(axis=0)
+            u = live / scale
+            ss_rel = (u**2 if w is None else w[w > 0][:, None] * u**2).sum(axis=0)
         return FeatureStats(
             n=self.n,
             s_phi=self.s_phi,

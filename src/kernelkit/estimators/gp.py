@@ -247,11 +247,12 @@ class RandomFeatureGPRegressor(KnownChunksScore, RegressorMixin, BaseEstimator):
             # 1e-170 had sd 0, "constant", and a std scaled by 1) nor overflow
             mean = np.average(Y, 0, w)  # (T,)
             dev = Y - mean
+            live = dev if w is None else dev[w > 0]  # rows of zero weight are dropped
             scale = power_of_two_above(
-                np.max(np.abs(dev), axis=0) if len(Y) else np.zeros(len(mean))
+                np.max(np.abs(live), axis=0) if len(live) else np.zeros(len(mean))
             )
-            u = dev / scale
-            sd = scale * (u.std(axis=0) if w is None else np.sqrt(np.average(u**2, 0, w)))
+            u = live / scale
+            sd = scale * (u.std(axis=0) if w is None else np.sqrt(np.average(u**2, 0, w[w > 0])))
             self._scale_targets(mean, sd, len(Y))
         Yn = (Y - self._y_mean) / self._y_std  # (n, T)
         noises = np.full(len(Y), noise)

@@ -99,6 +99,10 @@ def _is_bool(v) -> bool:
     return isinstance(v, bool | np.bool_)
 
 
+#: float64 machine epsilon (the rounding of unit rows' products, per coordinate)
+_EPS64 = float(np.finfo(np.float64).eps)
+
+
 class DotProductFeatureMap(FeatureMap):
     """Base class of random features for ``k(x, y) = (gamma x.y + coef0)^degree``.
 
@@ -419,12 +423,11 @@ class DotProductFeatureMap(FeatureMap):
         # moderate
         Xw, Yw, dtype = widen_to_float64(xp, X, Y)
         G, N, S, gaps, _ = self._unit_statistics(Xw, Yw, xp)
-        # an exact zero of the kernel (orthogonal one-hot rows, say) stays exact: the unit
-        # rows' product can round to 1e-17 instead (NumPy's BLAS, not torch's), a finite
-        # log ratio of ~150 where the ratio is infinite
-        with np.errstate(over="ignore", invalid="ignore"):
-            raw = Xw @ xp.matrix_transpose(Yw) + self._c  # (n, m) x.y + c, as the kernel's
-        G = xp.where(raw == 0, xp.zeros_like(G), G)
+        # a zero of the kernel (orthogonal one-hot rows, say) within the rounding of the
+        # unit rows' product, (d + 2) eps, is a zero: the product rounds to 1e-17 or to 0
+        # depending on the BLAS (NumPy's fused multiply-adds, not torch's), a finite log
+        # ratio of ~150 on one backend where the other gives inf
+        G = xp.where(xp.abs(G) <= (Xw.shape[1] + 2) * _EPS64, xp.zeros_like(G), G)
         V = _clip0(xp, self._variance_from_stats(G, N, S, "real", gaps))
         with np.errstate(invalid="ignore"):
             out = safe_log(xp, V) - (2.0 * self._p) * safe_log(xp, xp.abs(G))

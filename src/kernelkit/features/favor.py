@@ -400,8 +400,10 @@ def moments(
     full : bool
         Full second-moment matrices (ADERF, SDERF) or diagonals only (GERF, SADERF).
     key_weights : array (..., m), optional
-        Non-negative weights of the rows of ``Y`` summing to one (padding excluded);
-        uniform by default.
+        Non-negative weights of the rows of ``Y`` summing to one (padding excluded), or
+        all zero for a fully padded sequence (whose moments are then zero); uniform by
+        default. NumPy and eager CPU torch weights are checked (a ``ValueError`` naming
+        them otherwise).
     query_weights : array (..., n), optional
         The same for the rows of ``X``.
     n_jobs : int, optional
