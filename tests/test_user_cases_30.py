@@ -513,3 +513,21 @@ def test_normalize_y_scale_ignores_zero_weight_rows_and_constant_blocks():
     assert std(da.from_array(X, chunks=6), da.from_array(y, chunks=6)) == pytest.approx(
         std(X, y), rel=1e-12
     )
+
+
+def test_text_columns_of_keys_are_named_by_the_maps_and_random_features():
+    # RandomFeatures' keys lost the column name when checked as the maps check them; the
+    # maps never named it
+    import pandas as pd
+
+    from kernelkit.estimators import RandomFeatures
+    from kernelkit.features import GERF
+
+    df = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [0.5, 1.0, 2.0, 3.0]})
+    bad = df.assign(b=["u", "v", "w", "z"])
+    for est in (GERF(8, random_state=0), RandomFeatures(method="gerf", n_components=8)):
+        est.fit(df)
+        with pytest.raises(TypeError, match=r"^Y must be numeric; column 'b'"):
+            est.transform_y(bad)
+        with pytest.raises(TypeError, match=r"^X must be numeric; column 'b'"):
+            est.transform(bad)

@@ -21,6 +21,7 @@ from .chunks import checked_chunks, is_dask_array, reject_sparse
 
 __all__ = [
     "check_feature_names_of",
+    "check_frame_columns",
     "check_label_list",
     "check_lazy_output",
     "check_positional_keys",
@@ -120,7 +121,7 @@ def unsortable_labels_error(name: str, got: str) -> TypeError:
     )
 
 
-def _check_columns(frame, name: str) -> None:
+def check_frame_columns(frame, name: str) -> None:
     """``TypeError`` naming ``name`` and the column if a DataFrame column is not numeric
     (strings, categories of strings, datetimes). Columns of numbers in another dtype (an
     object column of numbers and missing values, a categorical of numbers, numeric
@@ -152,7 +153,7 @@ def _check_real(a, name: str) -> None:
     if isinstance(a, str) or a is None:
         return
     if name == "X" and hasattr(a, "columns") and hasattr(a, "dtypes"):  # a DataFrame
-        _check_columns(a, name)
+        check_frame_columns(a, name)
         return
     dtype = getattr(a, "dtype", None)
     if dtype is None:

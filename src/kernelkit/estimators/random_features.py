@@ -34,6 +34,7 @@ from .._backend.params import (
 )
 from .._backend.sklearn_validation import (
     check_feature_names_of,
+    check_frame_columns,
     check_lazy_output,
     check_positional_keys,
     for_container,
@@ -338,6 +339,8 @@ class RandomFeatures(
             hasattr(Y, "columns") or "feature_names_in_" in self.__dict__
         ):
             check_feature_names_of(self, Y, "Y", reset=False)  # the keys' columns are X's
+        if not is_foreign_array(Y) and hasattr(Y, "columns") and hasattr(Y, "dtypes"):
+            check_frame_columns(Y, "Y")  # a text column, named
         Y, _ = kk_validate_data(Y, "Y", n_features=n_features)
         if isinstance(Y, np.ndarray) and Y.dtype == np.float16:  # as scikit-learn's
             Y = Y.astype(np.float64)

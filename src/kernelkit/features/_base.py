@@ -67,6 +67,7 @@ from .._backend.fit_state import ParamsSinceFit, keep_model_on_error
 from .._backend.parallel import block_map
 from .._backend.sklearn_validation import (
     check_feature_names_of,
+    check_frame_columns,
     check_lazy_output,
     check_positional_keys,
     for_container,
@@ -305,6 +306,8 @@ class FeatureMap(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ParamsSinceF
             named = hasattr(X, "columns") or "feature_names_in_" in self.__dict__
             if not foreign and named and (reset or like is None or check_names):
                 check_feature_names_of(self, X, name, reset)  # pandas column names
+            if not foreign and hasattr(X, "columns") and hasattr(X, "dtypes"):
+                check_frame_columns(X, name)  # a text column, named
             X, xp = validate_array(X, name, allow_empty=allow_empty, check_finite=check_finite)
             if not foreign and X.dtype == np.float16:  # as scikit-learn's check_array
                 X = X.astype(np.float64)
