@@ -22,6 +22,7 @@ __all__ = [
     "gaussian_log_kernel",
     "ldexp_saturating",
     "max_abs",
+    "power_of_two_above",
     "power_of_two_bound",
     "row_sq_norms",
 ]
@@ -66,6 +67,16 @@ def power_of_two_bound(xp, *arrays) -> int:
     e = max(math.frexp(max_abs(xp, a))[1] for a in arrays)
     # np.frexp: the limit in its own dtype (float() of an extended-precision maximum is inf)
     return max(e, 2 - int(np.frexp(xp.finfo(arrays[0].dtype).max)[1]))
+
+
+def power_of_two_above(a):
+    """The powers of two ``2^e`` with ``|a| < 2^e`` elementwise, a NumPy array of ``a``'s
+    shape (1 where ``a`` is 0; inf where it is not finite): the exact rescaling factors of
+    sums of squares whose terms would under- or overflow (:func:`power_of_two_bound` is
+    the one exponent of whole arrays)."""
+    a = np.abs(np.asarray(a, dtype=np.float64))
+    e = np.frexp(np.where(np.isfinite(a), a, 0.0))[1]
+    return np.where(np.isfinite(a), np.ldexp(1.0, e), np.inf)
 
 
 def gaussian_log_kernel(xp, X, Y, lengthscale, exact_zero: bool = False):

@@ -68,6 +68,7 @@ from .._backend.chunks import (
     reduce_rows,
 )
 from .._backend.chunks import predict_in_slabs as _predict_in_slabs
+from .._backend.gaussian_exponent import power_of_two_above
 from .._backend.sklearn_validation import host_array, validate_data
 from ._feature_map_param import fitted_feature_map, map_features
 from ._labels import check_raw_labels
@@ -87,10 +88,10 @@ __all__ = [
     "dask_sample_weight",
     "fit_feature_map",
     "noise_rows",
-    "power_of_two_above",
     "predict_in_slabs",
     "prediction_rows",
     "reject_block_iterable",
+    "scaled_sq_sums",
     "training_rows",
     "use_blocked_statistics",
     "weights_in_solver_errors",
@@ -642,18 +643,24 @@ class FeatureStats:
         return G, R
 
 
+def scaled_sq_sums(dev, w=None):
+    """``(ss_rel (T,), scale (T,))`` with ``sum_i w_i dev_i^2 = scale^2 ss_rel`` for the
+    deviations ``dev`` (n, T) and weights ``w`` (n,) (None: all 1): ``scale`` the power
+    of two above the largest deviation of a row of positive weight, so that no square
+    underflows (deviations of 1e-170) or overflows (1e170) where the sum's square root is
+    in range; rows of zero weight add nothing (an outlier among them sets no scale).
+    Call under ``np.errstate(over=..., under=..., invalid=...)`` as needed."""
+    live = dev if w is None else dev[w > 0]
+    top = np.max(np.abs(live), axis=0) if len(live) else np.zeros(dev.shape[1])  # (T,)
+    scale = power_of_two_above(top)
+    u = live / scale
+    return (u**2 if w is None else w[w > 0][:, None] * u**2).sum(axis=0), scale
+
+
 def _rescaled(ss_rel, scale, P):
     """``ss_rel (scale / P)^2``: a scaled sum of squares moved to the scale ``P``; 0 where
     it is 0 (whatever its scale: no ``inf * 0``)."""
     return np.where(ss_rel > 0, ss_rel * (scale / P) ** 2, 0.0)
-
-
-def power_of_two_above(a):
-    """The power of two ``2^e`` with ``|a| < 2^e`` elementwise (1 where ``a`` is 0; inf
-    where it is not finite)."""
-    a = np.abs(np.asarray(a, dtype=np.float64))
-    e = np.frexp(np.where(np.isfinite(a), a, 0.0))[1]
-    return np.where(np.isfinite(a), np.ldexp(1.0, e), np.inf)
 
 
 class _Accumulator:
@@ -704,15 +711,9 @@ class _Accumulator:
         Yw = Yc if w is None else Yc * w[:, None]
         s_y = Yw.sum(axis=0)  # (T,)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            # about the block mean (0 for a block of zero weights), scaled by a power of
-            # two above its largest deviation (inf: reported by normalize_y, else unused)
-            d = Yc - (s_y / w_sum if w_sum > 0 else 0.0)
-            live = d if w is None else d[w > 0]  # rows of zero weight add nothing
-            scale = power_of_two_above(
-                np.max(np.abs(live), axis=0) if len(live) else np.zeros(d.shape[1])
-            )
-            u = live / scale
-            ss_rel = (u**2 if w is None else w[w > 0][:, None] * u**2).sum(axis=0)
+            # about the block mean (0 for a block of zero weights); inf: reported by
+            # normalize_y, else unused
+            ss_rel, scale = scaled_sq_sums(Yc - (s_y / w_sum if w_sum > 0 else 0.0), w)
         return FeatureStats(
             n=self.n,
             s_phi=self.s_phi,

@@ -40,9 +40,9 @@ from ._chunked import (
     chunk_statistics,
     fit_feature_map,
     noise_rows,
-    power_of_two_above,
     predict_in_slabs,
     prediction_rows,
+    scaled_sq_sums,
     training_rows,
     use_blocked_statistics,
     weights_in_solver_errors,
@@ -246,13 +246,8 @@ class RandomFeatureGPRegressor(KnownChunksScore, RegressorMixin, BaseEstimator):
             # of two above the largest, so that their squares neither underflow (targets of
             # 1e-170 had sd 0, "constant", and a std scaled by 1) nor overflow
             mean = np.average(Y, 0, w)  # (T,)
-            dev = Y - mean
-            live = dev if w is None else dev[w > 0]  # rows of zero weight are dropped
-            scale = power_of_two_above(
-                np.max(np.abs(live), axis=0) if len(live) else np.zeros(len(mean))
-            )
-            u = live / scale
-            sd = scale * (u.std(axis=0) if w is None else np.sqrt(np.average(u**2, 0, w[w > 0])))
+            ss_rel, scale = scaled_sq_sums(Y - mean, w)
+            sd = scale * np.sqrt(ss_rel / (len(Y) if w is None else np.sum(w)))
             self._scale_targets(mean, sd, len(Y))
         Yn = (Y - self._y_mean) / self._y_std  # (n, T)
         noises = np.full(len(Y), noise)
