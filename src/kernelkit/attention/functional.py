@@ -463,14 +463,18 @@ def _raise_huge_keys(**tensors):
     )
 
 
-def _first_visible(rows, keep):
-    """``(row term of the first visible key, whether there is one)`` over the last axis of
-    ``rows`` (..., L); ``keep`` (bool, broadcast against ``rows``) or None: all visible."""
+def _first_visible_index(keep, shape, device):
+    """``(index, whether there is one)`` of the first visible position along the last axis
+    of ``shape`` (..., L), each (...,) on ``device``; ``keep`` (bool, broadcast to
+    ``shape``) or None: all visible. The index is 0 where none is."""
     if keep is None:
-        return rows[..., 0], torch.ones_like(rows[..., 0], dtype=torch.bool)
-    keep = torch.broadcast_to(keep, rows.shape)
-    idx = keep.to(torch.uint8).argmax(dim=-1, keepdim=True)  # 0 where none is visible
-    return rows.gather(-1, idx)[..., 0], keep.any(dim=-1)
+        lead = shape[:-1]
+        return (
+            torch.zeros(lead, dtype=torch.long, device=device),
+            torch.ones(lead, dtype=torch.bool, device=device),
+        )
+    keep = torch.broadcast_to(keep, shape)
+    return keep.to(torch.uint8).argmax(dim=-1), keep.any(dim=-1)
 
 
 def _check_causal_keys(rows, keep=None, empty=None, **tensors) -> None:
@@ -478,27 +482,17 @@ def _check_causal_keys(rows, keep=None, empty=None, **tensors) -> None:
     state is ``empty``, (...,) bool; None: every sequence starts empty) has a row term
     below :data:`_KEY_ROW_MIN`: the queries up to the next ordinary key see it alone and
     would lose it to the empty prefix's -1e30 (later keys of that size are outweighed by
-    the earlier ones, as in the exact estimator). ``rows`` (..., L) row terms."""
+    the earlier ones, as in the exact estimator). ``rows`` (..., L) row terms, finite
+    (the callers check them first)."""
     if rows.numel() == 0:
         return
-    first, has = _first_visible(rows, keep)
-    if not _all_finite(first):  # a squared norm that overflows: that error first
-        _raise_not_finite("the squared norm of a key", **tensors)
+    idx, has = _first_visible_index(keep, rows.shape, rows.device)
+    first = rows.gather(-1, idx[..., None])[..., 0]
     bad = has & (first < _KEY_ROW_MIN)
     if empty is not None:
         bad = bad & empty
     if bool(bad.any()):
         _raise_huge_keys(**tensors)
-
-
-def _first_visible_rows(k, keep):
-    """The first visible key (..., d) of every sequence of ``k`` (..., S, d) (key 0 where
-    none is visible or ``keep`` is None)."""
-    if keep is None:
-        return k[..., 0, :]
-    keep = torch.broadcast_to(keep, k.shape[:-1])
-    idx = keep.to(torch.uint8).argmax(dim=-1)  # (...,)
-    return torch.take_along_dim(k, idx[..., None, None], dim=-2)[..., 0, :]
 
 
 def _check_masked_keys(rows, keep, **tensors) -> None:
@@ -1201,12 +1195,13 @@ def _attention(
         fmap = _flatten_map(build_log_map_for(name, W, mom, d).to(q.dtype), batch)
         feats = _FusedFeatures(fmap, input_scale=math.sqrt(scale), check=check)
         if check and k.shape[-2]:  # the first visible key of each sequence: (...,) rows
-            first = _first_visible_rows(k, keep)
+            idx, seen = _first_visible_index(keep, k.shape[:-1], k.device)  # (none: padded)
+            first = torch.take_along_dim(k, idx[..., None, None], dim=-2)
             u = feats._row_input(first.reshape(-1, 1, d) * feats.r)  # (B, 1, d)
-            rows = -0.5 * (u * u).sum(-1)[:, 0].reshape(first.shape[:-1])  # (...,)
-            # (a fully padded sequence has no first visible key: nothing to check)
-            seen = None if keep is None else torch.broadcast_to(keep, k.shape[:-1]).any(-1)
-            _check_causal_keys(rows[..., None], None if seen is None else seen[..., None], k=k)
+            rows = -0.5 * (u * u).sum(-1).reshape(seen.shape)  # (...,)
+            if not _all_finite(rows):  # a squared norm that overflows: that error first
+                _raise_not_finite("the squared norm of a key", k=k)
+            _check_causal_keys(rows[..., None], seen[..., None], k=k)
         return _causal(q, k, v, keep, feats, chunk, batch)
     x, y = _maps.scale_inputs(q, k, scale)  # (..., L, d), (..., S, d)
 
