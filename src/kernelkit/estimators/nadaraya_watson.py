@@ -225,9 +225,9 @@ def exact_nw_scores(Xq, Xt, R, sigma, sq_dist=None, log_w=None):
     if sq_dist is None and Q and L and Xq.shape[1]:
         # the kernel depends on sigma (q - t) only: rows whose squared distances would
         # overflow (coordinates from ~1e150) or be subnormal (below ~1e-150) are scored
-        # with the points scaled by 2^-e and
-        # sigma by 2^e, exactly, e the bound of the query row and the training points (a
-        # scale per row: one huge query must not push the others' squares to underflow)
+        # with the points scaled by 2^-e and sigma by 2^e, exactly, e the bound of the
+        # query row and the training points (a scale per row: one huge query must not
+        # push the others' squares to underflow)
         e_t = power_of_two_bound(np, Xt)
         e_q = np.frexp(np.max(np.abs(Xq), axis=1))[1]  # (Q,) max |q| < 2^e_q
         e_row = np.maximum(e_q, e_t)
